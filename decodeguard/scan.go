@@ -1,0 +1,475 @@
+package decodeguard
+
+import (
+	"encoding/binary"
+	"unicode/utf8"
+)
+
+// Default limits used by [Scan] for every [Limits] field left at zero.
+const (
+	// DefaultMaxDepth is the deepest nesting of arrays and maps accepted:
+	// a top-level array is at depth 1. vLLM's deepest message nests four
+	// levels.
+	DefaultMaxDepth = 32
+	// DefaultMaxElements bounds the number of msgpack objects in one frame
+	// (the top-level object, every array element, every map key and value).
+	// Every object takes at least one byte, so only a limit below MaxBytes
+	// means anything: a quarter of DefaultMaxBytes keeps what an untyped
+	// decode can build from one frame (16 bytes per interface value plus map
+	// overhead) to a few MiB.
+	DefaultMaxElements = 1 << 18
+	// DefaultMaxBytes is the longest frame accepted, matching zmqguard's
+	// default maximum message size.
+	DefaultMaxBytes = 1 << 20
+)
+
+// ExtTimestamp is the msgpack extension type of the standard timestamp.
+const ExtTimestamp int8 = -1
+
+// ExtTypes is a set of msgpack extension types (a 256-bit set indexed by
+// the type byte). The zero value is the empty set.
+type ExtTypes [4]uint64
+
+// With returns a copy of s with types added.
+func (s ExtTypes) With(types ...int8) ExtTypes {
+	for _, t := range types {
+		u := uint8(t)
+		s[u>>6] |= 1 << (u & 63)
+	}
+	return s
+}
+
+// Has reports whether t is in s.
+func (s ExtTypes) Has(t int8) bool {
+	u := uint8(t)
+	return s[u>>6]&(1<<(u&63)) != 0
+}
+
+// AllExtTypes returns the set of all 256 extension types.
+func AllExtTypes() ExtTypes { return ExtTypes{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)} }
+
+var noExt ExtTypes
+
+// Limits configures [Scan]. The zero value means the defaults, field by
+// field: a MaxDepth, MaxElements or MaxBytes that is zero or negative takes
+// the corresponding Default* constant, so Limits{} and [DefaultLimits] scan
+// alike, and a nil *Limits means the same.
+type Limits struct {
+	// MaxDepth is the deepest nesting of arrays and maps accepted; a
+	// top-level array or map is at depth 1. Empty containers count. Scan
+	// keeps its stack of open containers in a fixed array of
+	// DefaultMaxDepth entries; only a frame nested deeper than that, under a
+	// MaxDepth raised above it, makes Scan allocate (8 bytes per level).
+	MaxDepth int
+	// MaxElements bounds the number of msgpack objects in a frame, counted
+	// from the headers before any element is read: the top-level object plus
+	// N per array of N elements plus 2N per map of N pairs.
+	MaxElements int
+	// MaxBytes is the longest frame accepted.
+	MaxBytes int
+	// CompositeKeys allows map keys that are themselves maps or arrays.
+	// Off by default: Go (and Python) decoders cannot key on them, and no
+	// vLLM message uses them.
+	CompositeKeys bool
+	// AllowExt lists the extension types accepted; any other ext is
+	// refused. The default is the empty set: none of the vLLM messages
+	// zmqguard speaks uses an extension type (not even the timestamp, -1).
+	// The payload of an allowed ext is not inspected.
+	AllowExt ExtTypes
+}
+
+// DefaultLimits returns the default limits with every field spelled out.
+// Scanning with it is the same as scanning with nil or Limits{}.
+func DefaultLimits() Limits {
+	return Limits{
+		MaxDepth:    DefaultMaxDepth,
+		MaxElements: DefaultMaxElements,
+		MaxBytes:    DefaultMaxBytes,
+	}
+}
+
+// The shared, read-only errors ScanOffset returns. Scan returns copies with
+// Offset set. Details never contain input bytes.
+var (
+	errEmpty        = &Error{Reason: ReasonDecode, Detail: "empty frame", Offset: -1}
+	errTruncated    = &Error{Reason: ReasonDecode, Detail: "truncated: input ends inside an object", Offset: -1}
+	errTrailing     = &Error{Reason: ReasonDecode, Detail: "trailing bytes after the top-level object", Offset: -1}
+	errInvalidByte  = &Error{Reason: ReasonDecode, Detail: "invalid type byte 0xc1", Offset: -1}
+	errBadUTF8      = &Error{Reason: ReasonDecode, Detail: "str is not valid UTF-8", Offset: -1}
+	errStrLen       = &Error{Reason: ReasonDecode, Detail: "str length exceeds the bytes left", Offset: -1}
+	errBinLen       = &Error{Reason: ReasonDecode, Detail: "bin length exceeds the bytes left", Offset: -1}
+	errExtLen       = &Error{Reason: ReasonDecode, Detail: "ext length exceeds the bytes left", Offset: -1}
+	errArrayLen     = &Error{Reason: ReasonDecode, Detail: "array length exceeds the bytes left", Offset: -1}
+	errMapLen       = &Error{Reason: ReasonDecode, Detail: "map length exceeds the bytes left", Offset: -1}
+	errCompositeKey = &Error{Reason: ReasonDecode, Detail: "map key is a map or an array", Offset: -1}
+	errExtType      = &Error{Reason: ReasonDecode, Detail: "ext type not allowed", Offset: -1}
+	errDepth        = &Error{Reason: ReasonOversize, Detail: "nesting deeper than MaxDepth", Offset: -1}
+	errElements     = &Error{Reason: ReasonOversize, Detail: "more objects than MaxElements", Offset: -1}
+	errTooLong      = &Error{Reason: ReasonOversize, Detail: "frame longer than MaxBytes", Offset: -1}
+)
+
+// Scan checks that b holds exactly one well-formed msgpack object within
+// lim (nil means the defaults), without decoding or allocating anything it
+// describes. It walks the bytes once, iteratively (no recursion), with a
+// fixed-size stack of open containers, and refuses:
+//
+//   - with [ReasonOversize]: a frame longer than MaxBytes, nesting deeper
+//     than MaxDepth, more objects than MaxElements;
+//   - with [ReasonDecode]: an empty frame, truncated input, bytes after the
+//     top-level object, the never-used type byte 0xc1, a str, bin or ext
+//     length longer than the bytes left, an array of N elements or a map of N
+//     pairs with fewer than N (2N) bytes left after the objects already
+//     pending, a str that is not valid UTF-8, a map or array used as a map
+//     key (unless CompositeKeys), an ext type not in AllowExt.
+//
+// Structural problems are checked before limits on the same header, so a
+// header that both lies about the bytes present and exceeds a limit is a
+// ReasonDecode.
+//
+// A non-nil error is an *[Error] whose Offset is the offset of the object at
+// fault (its type byte), len(b) when the input ends where an object should
+// start, the first trailing byte, or -1 for a frame over MaxBytes. Scan
+// allocates nothing when it accepts (see MaxDepth for the one exception) and
+// exactly one small *Error when it refuses; see [ScanOffset] for a variant
+// that does not allocate on refusal either.
+func Scan(b []byte, lim *Limits) error {
+	off, e := scan(b, lim)
+	if e == nil {
+		return nil
+	}
+	c := *e
+	c.Offset = off
+	return &c
+}
+
+// ScanOffset is [Scan] without any allocation, for receive loops that count
+// floods of bad frames: it returns the offset separately and, on failure, a
+// shared *[Error] per (Reason, Detail) whose Offset is -1. The returned error
+// must be treated as read-only. On success it returns (0, nil).
+func ScanOffset(b []byte, lim *Limits) (int, error) {
+	off, e := scan(b, lim)
+	if e == nil {
+		return 0, nil
+	}
+	return off, e
+}
+
+// scan is the pre-scan proper: one loop, one switch on the type byte. The
+// state is:
+//
+//	cur   the current container: rem<<1 | keyBit, where rem is the number of
+//	      objects left to read in it (a map of N pairs counts 2N; the top
+//	      level is a pseudo-container of 1) and keyBit says it is a map whose
+//	      keys must be scalars (so an even rem means a key is next);
+//	stack one cur per enclosing container, depth of them;
+//	outer the sum of the enclosing containers' rem: objects still owed to
+//	      them, each needing at least one byte;
+//	room  how many more objects MaxElements allows.
+//
+// Only pos and cur change on the path of a scalar, which keeps the loop's
+// hot state in registers. Fixed-size types advance pos by a constant picked
+// by a predictable branch, not by a size loaded from a table, so the next
+// type byte's address does not wait on a load.
+func scan(b []byte, lim *Limits) (int, *Error) {
+	maxDepth, maxElems, maxBytes := DefaultMaxDepth, DefaultMaxElements, DefaultMaxBytes
+	var keyBit uint64 = 1 // map keys must be scalars
+	allow := &noExt
+	if lim != nil {
+		if lim.MaxDepth > 0 {
+			maxDepth = lim.MaxDepth
+		}
+		if lim.MaxElements > 0 {
+			maxElems = lim.MaxElements
+		}
+		if lim.MaxBytes > 0 {
+			maxBytes = lim.MaxBytes
+		}
+		if lim.CompositeKeys {
+			keyBit = 0
+		}
+		allow = &lim.AllowExt
+	}
+
+	if len(b) == 0 {
+		return 0, errEmpty
+	}
+	if len(b) > maxBytes {
+		return -1, errTooLong
+	}
+
+	var stackBuf [DefaultMaxDepth]uint64
+	stack := stackBuf[:]
+	pos, depth, outer, room := 0, 0, 0, maxElems-1
+	cur := uint64(1) << 1
+
+	for {
+		if pos >= len(b) {
+			return len(b), errTruncated
+		}
+		c := b[pos]
+		var (
+			items uint64 // container: objects it holds
+			start int    // str/bin/ext/container: first byte after the header
+			l     uint64 // str/bin/ext: payload length
+			flag  uint64 // container: keyBit for a map, 0 for an array
+		)
+		switch {
+		case c <= 0x7f || c >= 0xe0 || c == 0xc0: // fixint, nil
+			pos++
+			goto done
+		case c >= 0xa0 && c <= 0xbf: // fixstr
+			start, l = pos+1, uint64(c&0x1f)
+			// Inline fast path for an ASCII key or value of 8 to 16 bytes
+			// (two overlapping words).
+			if end := start + int(l); l >= 8 && l <= 16 && end <= len(b) &&
+				(binary.LittleEndian.Uint64(b[start:])|binary.LittleEndian.Uint64(b[end-8:]))&0x8080808080808080 == 0 {
+				pos = end
+				goto done
+			}
+			goto str
+		case c <= 0x8f: // fixmap
+			start, items, flag = pos+1, 2*uint64(c&0x0f), keyBit
+			goto container
+		case c <= 0x9f: // fixarray
+			start, items = pos+1, uint64(c&0x0f)
+			goto container
+		}
+		switch c {
+		case 0xc2, 0xc3: // false, true
+			pos++
+			goto done
+		case 0xcc, 0xd0: // uint8, int8
+			pos += 2
+			goto fixed
+		case 0xcd, 0xd1: // uint16, int16
+			pos += 3
+			goto fixed
+		case 0xca, 0xce, 0xd2: // float32, uint32, int32
+			pos += 5
+			goto fixed
+		case 0xcb, 0xcf, 0xd3: // float64, uint64, int64
+			pos += 9
+			goto fixed
+		case 0xd9: // str8
+			start = pos + 2
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(b[pos+1])
+			goto str
+		case 0xda: // str16
+			start = pos + 3
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(binary.BigEndian.Uint16(b[pos+1:]))
+			goto str
+		case 0xdb: // str32
+			start = pos + 5
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(binary.BigEndian.Uint32(b[pos+1:]))
+			goto str
+		case 0xc4: // bin8
+			start = pos + 2
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(b[pos+1])
+			goto bin
+		case 0xc5: // bin16
+			start = pos + 3
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(binary.BigEndian.Uint16(b[pos+1:]))
+			goto bin
+		case 0xc6: // bin32
+			start = pos + 5
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(binary.BigEndian.Uint32(b[pos+1:]))
+			goto bin
+		case 0xd4, 0xd5, 0xd6, 0xd7, 0xd8: // fixext 1/2/4/8/16
+			start, l = pos+2, 1<<(c-0xd4)
+			goto ext
+		case 0xc7: // ext8
+			start = pos + 3
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(b[pos+1])
+			goto ext
+		case 0xc8: // ext16
+			start = pos + 4
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(binary.BigEndian.Uint16(b[pos+1:]))
+			goto ext
+		case 0xc9: // ext32
+			start = pos + 6
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			l = uint64(binary.BigEndian.Uint32(b[pos+1:]))
+			goto ext
+		case 0xdc: // array16
+			start = pos + 3
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			items = uint64(binary.BigEndian.Uint16(b[pos+1:]))
+			goto container
+		case 0xdd: // array32
+			start = pos + 5
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			items = uint64(binary.BigEndian.Uint32(b[pos+1:]))
+			goto container
+		case 0xde: // map16
+			start, flag = pos+3, keyBit
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			items = 2 * uint64(binary.BigEndian.Uint16(b[pos+1:]))
+			goto container
+		case 0xdf: // map32
+			start, flag = pos+5, keyBit
+			if start > len(b) {
+				return pos, errTruncated
+			}
+			items = 2 * uint64(binary.BigEndian.Uint32(b[pos+1:]))
+			goto container
+		default: // 0xc1, never used
+			return pos, errInvalidByte
+		}
+
+	fixed: // a fixed-size scalar wider than one byte; pos is past it
+		if pos > len(b) {
+			return pos - scalarSize(c), errTruncated
+		}
+		goto done
+
+	str:
+		if l > uint64(len(b)-start) {
+			return pos, errStrLen
+		}
+		if !validUTF8(b[start : start+int(l)]) {
+			return pos, errBadUTF8
+		}
+		pos = start + int(l)
+		goto done
+
+	bin:
+		if l > uint64(len(b)-start) {
+			return pos, errBinLen
+		}
+		pos = start + int(l)
+		goto done
+
+	ext:
+		if start > len(b) {
+			return pos, errTruncated
+		}
+		if !allow.Has(int8(b[start-1])) {
+			return pos, errExtType
+		}
+		if l > uint64(len(b)-start) {
+			return pos, errExtLen
+		}
+		pos = start + int(l)
+		goto done
+
+	container:
+		if cur&3 == 1 { // an even rem in a map with scalar keys: a key
+			return pos, errCompositeKey
+		}
+		// This container replaces one pending object by items objects.
+		if uint64(outer)+cur>>1-1+items > uint64(len(b)-start) {
+			if c <= 0x8f || c >= 0xde { // fixmap, map16, map32
+				return pos, errMapLen
+			}
+			return pos, errArrayLen
+		}
+		if depth >= maxDepth {
+			return pos, errDepth
+		}
+		if room -= int(items); room < 0 {
+			return pos, errElements
+		}
+		pos = start
+		if items != 0 {
+			if depth == len(stack) { // only when MaxDepth > DefaultMaxDepth
+				stack = append(stack, 0)
+				stack = stack[:cap(stack)]
+			}
+			stack[depth] = cur - 2
+			depth++
+			outer += int(cur>>1) - 1
+			cur = items<<1 | flag
+			continue
+		}
+		// An empty container is complete at once.
+
+	done:
+		// An object is complete: close every container it completes.
+		if cur -= 2; cur >= 2 {
+			continue
+		}
+		for {
+			if depth == 0 {
+				if pos != len(b) {
+					return pos, errTrailing
+				}
+				return 0, nil
+			}
+			depth--
+			cur = stack[depth]
+			outer -= int(cur >> 1)
+			if cur >= 2 {
+				break
+			}
+		}
+	}
+}
+
+// scalarSize is the total size of a fixed-size scalar wider than one byte.
+func scalarSize(c byte) int {
+	switch c {
+	case 0xcc, 0xd0:
+		return 2
+	case 0xcd, 0xd1:
+		return 3
+	case 0xca, 0xce, 0xd2:
+		return 5
+	}
+	return 9
+}
+
+// validUTF8 is utf8.Valid with a fast path for the short ASCII keys and
+// values msgpack frames are mostly made of: it ORs the bytes together a word
+// at a time (the last word overlapping) and tests the high bits once.
+func validUTF8(s []byte) bool {
+	const hi = 0x8080808080808080
+	var acc uint64
+	switch {
+	case len(s) > 32:
+		return utf8.Valid(s)
+	case len(s) >= 8:
+		for i := 0; i+8 < len(s); i += 8 {
+			acc |= binary.LittleEndian.Uint64(s[i:])
+		}
+		acc |= binary.LittleEndian.Uint64(s[len(s)-8:])
+	case len(s) >= 4:
+		acc = uint64(binary.LittleEndian.Uint32(s) | binary.LittleEndian.Uint32(s[len(s)-4:]))
+	default:
+		for _, c := range s {
+			acc |= uint64(c)
+		}
+	}
+	return acc&hi == 0 || utf8.Valid(s)
+}
