@@ -1,0 +1,229 @@
+package socket
+
+import (
+	"context"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// preEncodedSender connects to addr as a ZMTP PUSH (guarded handshake), then
+// writes n single-frame messages of size bytes, pre-encoded, in chunks of
+// about 64 KiB, so the receiver is the bottleneck. It returns a channel that
+// yields the sender's error (nil on success) once done.
+func preEncodedSender(ctx context.Context, addr string, n, size int) <-chan error {
+	errc := make(chan error, 1)
+	go func() {
+		errc <- func() error {
+			var d net.Dialer
+			nc, err := d.DialContext(ctx, "tcp", addr)
+			if err != nil {
+				return err
+			}
+			c, err := zmtpguard.Handshake(ctx, nc, zmq4.Push, nil, nil)
+			if err != nil {
+				return err
+			}
+			defer c.Close()
+			stop := context.AfterFunc(ctx, func() { c.Close() })
+			defer stop()
+			msg := make([]byte, 0, size+9)
+			if size > 255 {
+				panic("preEncodedSender: size > 255")
+			}
+			msg = append(msg, 0, byte(size))
+			for i := 0; i < size; i++ {
+				msg = append(msg, byte('a'+i%26))
+			}
+			per := max(1, (64<<10)/len(msg))
+			chunk := make([]byte, 0, per*len(msg))
+			for i := 0; i < per; i++ {
+				chunk = append(chunk, msg...)
+			}
+			w := c.NetConn()
+			for n > 0 {
+				k := min(n, per)
+				if _, err := w.Write(chunk[:k*len(msg)]); err != nil {
+					return err
+				}
+				n -= k
+			}
+			// Keep the connection open until the receiver is done.
+			<-ctx.Done()
+			return nil
+		}()
+	}()
+	return errc
+}
+
+func BenchmarkPullRecv100(b *testing.B) {
+	b.ReportAllocs()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pull, err := NewPull(DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer pull.Close()
+	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
+		b.Fatal(err)
+	}
+	addr := strings.TrimPrefix(pull.Endpoint(), "tcp://")
+	errc := preEncodedSender(ctx, addr, b.N+1, 100)
+	rctx, rcancel := context.WithTimeout(ctx, time.Minute)
+	defer rcancel()
+	// The first message completes the connection set-up.
+	if _, err := pull.Recv(rctx); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(100)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m, err := pull.Recv(rctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(m.Frames) != 1 || len(m.Frames[0]) != 100 {
+			b.Fatalf("bad message %d", len(m.Frames))
+		}
+	}
+	b.StopTimer()
+	cancel()
+	if err := <-errc; err != nil && ctx.Err() == nil {
+		b.Fatal(err)
+	}
+}
+
+func BenchmarkZmq4PullRecv100(b *testing.B) {
+	b.ReportAllocs()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	pull := zmq4.NewPull(ctx)
+	defer pull.Close()
+	if err := pull.Listen("tcp://127.0.0.1:0"); err != nil {
+		b.Fatal(err)
+	}
+	errc := preEncodedSender(ctx, pull.Addr().String(), b.N+1, 100)
+	if _, err := pull.Recv(); err != nil {
+		b.Fatal(err)
+	}
+	b.SetBytes(100)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		m, err := pull.Recv()
+		if err != nil {
+			b.Fatal(err)
+		}
+		if len(m.Frames) != 1 || len(m.Frames[0]) != 100 {
+			b.Fatalf("bad message %d", len(m.Frames))
+		}
+	}
+	b.StopTimer()
+	cancel()
+	<-errc
+}
+
+func BenchmarkRouterReqRoundTrip(b *testing.B) {
+	b.ReportAllocs()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	router, err := NewRouter(DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer router.Close()
+	if err := router.Bind("tcp://127.0.0.1:0"); err != nil {
+		b.Fatal(err)
+	}
+	req, err := NewReq(DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer req.Close()
+	if err := req.Dial(router.Endpoint()); err != nil {
+		b.Fatal(err)
+	}
+	body := make([]byte, 100)
+	id := make([]byte, 0, 256)
+	b.ResetTimer()
+	for i := -1; i < b.N; i++ {
+		if i == 0 {
+			b.ResetTimer() // the first round trip waited for the connection
+		}
+		if err := req.Send(ctx, body); err != nil {
+			b.Fatal(err)
+		}
+		m, err := router.Recv(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		id = append(id[:0], m.Frames[0]...)
+		if err := router.Send(ctx, id, nil, body); err != nil {
+			b.Fatal(err)
+		}
+		if _, err := req.Recv(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkPushSend100: our PUSH sending 100-byte messages to a Go sink that
+// completed a ZMTP handshake and then discards bytes; the timer stops when
+// the sink has received every byte.
+func BenchmarkPushSend100(b *testing.B) {
+	b.ReportAllocs()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ln.Close()
+	want := int64(b.N) * 102
+	got := make(chan int64, 1)
+	go func() {
+		nc, err := ln.Accept()
+		if err != nil {
+			got <- -1
+			return
+		}
+		c, err := zmtpguard.Handshake(ctx, nc, zmq4.Pull, nil, nil)
+		if err != nil {
+			got <- -1
+			return
+		}
+		defer c.Close()
+		buf := make([]byte, 256<<10)
+		var n int64
+		for n < want {
+			k, err := c.NetConn().Read(buf)
+			n += int64(k)
+			if err != nil {
+				break
+			}
+		}
+		got <- n
+	}()
+	push, err := NewPush(DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer push.Close()
+	push.Dial("tcp://" + ln.Addr().String())
+	waitPeers(b, ctx, push, 1)
+	body := make([]byte, 100)
+	b.SetBytes(100)
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		if err := push.Send(ctx, body); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if n := <-got; n != want {
+		b.Fatalf("sink got %d bytes, want %d", n, want)
+	}
+}

@@ -1,0 +1,70 @@
+package socket_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+// A PULL socket binds a free port, a PUSH socket dials it, and one message
+// travels between them.
+func Example() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	pull, err := socket.NewPull(socket.DefaultOptions())
+	if err != nil {
+		panic(err)
+	}
+	defer pull.Close()
+	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
+		panic(err)
+	}
+
+	push, err := socket.NewPush(socket.DefaultOptions())
+	if err != nil {
+		panic(err)
+	}
+	defer push.Close()
+	if err := push.Dial(pull.Endpoint()); err != nil { // returns at once
+		panic(err)
+	}
+	// Send waits (within ctx) until the background connection is up.
+	if err := push.Send(ctx, []byte("hello"), []byte("world")); err != nil {
+		panic(err)
+	}
+	m, err := pull.Recv(ctx)
+	if err != nil {
+		panic(err)
+	}
+	fmt.Printf("%s %s from a %s peer\n", m.Frames[0], m.Frames[1], m.Peer.Type())
+	// Output: hello world from a PUSH peer
+}
+
+// A ROUTER answers each request on the connection it came from; a send to
+// an identity that is not connected is an error naming it.
+func ExampleNewRouter() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	router, _ := socket.NewRouter(socket.DefaultOptions())
+	defer router.Close()
+	router.Bind("tcp://127.0.0.1:0")
+
+	req, _ := socket.NewReq(socket.DefaultOptions())
+	defer req.Close()
+	req.Dial(router.Endpoint())
+
+	req.Send(ctx, []byte("ping"))
+	m, _ := router.Recv(ctx) // [identity, "", "ping"]
+	router.Send(ctx, m.Frames[0], nil, []byte("pong"))
+	reply, _ := req.Recv(ctx)
+	fmt.Printf("%s\n", reply.Frames[0])
+
+	fmt.Println(router.Send(ctx, []byte("nobody"), []byte("x")))
+	// Output:
+	// pong
+	// socket: ROUTER has no peer with identity 6e6f626f6479
+}

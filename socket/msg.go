@@ -1,0 +1,85 @@
+package socket
+
+import (
+	"net"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// Msg is one message received by a Socket.
+//
+// Aliasing: Frames (and the byte slices in it) belong to the socket and are
+// valid only until the next Recv on the same socket; copy what must outlive
+// that. For a ROUTER socket Frames[0] is the sending peer's routing identity.
+// For an XPUB socket a subscription arrives as one frame "\x01topic" and an
+// unsubscription as "\x00topic" (ZMTP 3.1 SUBSCRIBE/CANCEL commands are
+// turned into this form).
+type Msg struct {
+	Frames [][]byte
+	// Peer is the connection the message came from.
+	Peer *Peer
+}
+
+// Peer describes one connected peer of a Socket. A *Peer stays valid (its
+// accessors keep working) after the peer has disconnected.
+type Peer struct {
+	id       uint64
+	addr     net.Addr
+	addrText string
+	typ      zmq4.SocketType
+	identity []byte
+	endpoint string
+}
+
+// ID returns a number unique to this connection within its socket.
+func (p *Peer) ID() uint64 {
+	if p == nil {
+		return 0
+	}
+	return p.id
+}
+
+// Addr returns the peer's network address as text ("" if unknown).
+func (p *Peer) Addr() string {
+	if p == nil {
+		return ""
+	}
+	return p.addrText
+}
+
+// NetAddr returns the peer's network address (nil if unknown).
+func (p *Peer) NetAddr() net.Addr {
+	if p == nil {
+		return nil
+	}
+	return p.addr
+}
+
+// Type returns the peer's ZMTP socket type.
+func (p *Peer) Type() zmq4.SocketType {
+	if p == nil {
+		return ""
+	}
+	return p.typ
+}
+
+// Identity returns the peer's routing identity: the Identity it announced,
+// or the one a ROUTER assigned. Do not modify the returned slice.
+func (p *Peer) Identity() []byte {
+	if p == nil {
+		return nil
+	}
+	return p.identity
+}
+
+// Endpoint returns the socket endpoint the connection came through: the
+// bound endpoint for an accepted peer, the dialed one for a dialed peer.
+func (p *Peer) Endpoint() string {
+	if p == nil {
+		return ""
+	}
+	return p.endpoint
+}
+
+// String returns the peer's address, for logs.
+func (p *Peer) String() string { return p.Addr() }

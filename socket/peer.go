@@ -1,0 +1,516 @@
+package socket
+
+import (
+	"errors"
+	"io"
+	"net"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// Limits on what one XPUB subscriber may hold.
+const (
+	// MaxTopicsPerPeer bounds the distinct topics one XPUB subscriber may
+	// subscribe to; further subscriptions are dropped and counted as
+	// ReasonPolicy.
+	MaxTopicsPerPeer = 10000
+	// MaxTopicBytesPerPeer bounds the total bytes of one XPUB subscriber's
+	// distinct topics.
+	MaxTopicBytesPerPeer = 1 << 20
+	// maxCtrl bounds queued PONGs per peer (a peer that pings without
+	// reading gets no more answers).
+	maxCtrl = 16
+	// slotRetain: a send slot whose buffer grew past this is released after
+	// its message is written.
+	slotRetain = 64 << 10
+	// initialRing is the first size of a peer's send ring; it doubles up to
+	// the HWM as needed.
+	initialRing = 16
+)
+
+// outMsg is one queued message: its frames concatenated in buf, frame i
+// ending at ends[i]. cmd, when set, makes it a ZMTP command (buf its data).
+type outMsg struct {
+	buf  []byte
+	ends []int
+	cmd  string
+}
+
+func (m *outMsg) set(prefix []byte, hasPrefix bool, frames [][]byte) {
+	m.cmd = ""
+	m.buf = m.buf[:0]
+	m.ends = m.ends[:0]
+	if hasPrefix {
+		m.buf = append(m.buf, prefix...)
+		m.ends = append(m.ends, len(m.buf))
+	}
+	for _, f := range frames {
+		m.buf = append(m.buf, f...)
+		m.ends = append(m.ends, len(m.buf))
+	}
+}
+
+func (m *outMsg) frames(dst [][]byte) [][]byte {
+	dst = dst[:0]
+	start := 0
+	for _, e := range m.ends {
+		dst = append(dst, m.buf[start:e:e])
+		start = e
+	}
+	return dst
+}
+
+// peerConn is one established connection of a Socket: a reader goroutine
+// feeding the socket's inbox and a writer goroutine draining a bounded queue.
+type peerConn struct {
+	s    *Socket
+	conn *zmtpguard.Conn
+	info *Peer
+	gone func()
+	// accepted: the connection came through one of the socket's listeners.
+	accepted bool
+
+	qmu       sync.Mutex
+	ring      []outMsg
+	head, n   int
+	hwm       int
+	ctrl      []outMsg
+	ctrlSpare []outMsg
+	waiting   bool
+	qclosed   bool
+	wake      chan struct{}
+
+	// XPUB subscriber topics (guarded by tmu).
+	tmu        sync.Mutex
+	topics     map[string]int
+	topicBytes int
+	all        int // count of "" subscriptions
+
+	closeOnce sync.Once
+	done      chan struct{}
+	closeErr  error
+}
+
+func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerConn {
+	p := &peerConn{s: s, conn: c, info: info, gone: gone, hwm: s.opts.HWM,
+		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	if s.kind == kXPub {
+		p.topics = make(map[string]int)
+	}
+	return p
+}
+
+// enqueue copies [prefix,] frames into p's queue. It returns false when the
+// queue is at its HWM or the peer is closed.
+func (p *peerConn) enqueue(prefix []byte, hasPrefix bool, frames [][]byte) bool {
+	p.qmu.Lock()
+	if p.qclosed || p.n >= p.hwm {
+		p.qmu.Unlock()
+		return false
+	}
+	if p.n == len(p.ring) {
+		p.growRing()
+	}
+	i := p.head + p.n
+	if i >= len(p.ring) {
+		i -= len(p.ring)
+	}
+	p.ring[i].set(prefix, hasPrefix, frames)
+	p.n++
+	p.kick()
+	p.qmu.Unlock()
+	return true
+}
+
+// growRing doubles the ring (up to the HWM), keeping queued messages in
+// order starting at index 0. Call with qmu held.
+func (p *peerConn) growRing() {
+	size := max(initialRing, 2*len(p.ring))
+	size = min(size, p.hwm)
+	nr := make([]outMsg, size)
+	for i := 0; i < p.n; i++ {
+		nr[i] = p.ring[(p.head+i)%len(p.ring)]
+	}
+	// Carry over the free slots' buffers too.
+	for i := p.n; i < len(p.ring); i++ {
+		nr[i] = p.ring[(p.head+i)%len(p.ring)]
+	}
+	p.ring = nr
+	p.head = 0
+}
+
+// queueCtrl queues a command (cmd != "") or a control message (cmd == "",
+// data is then the single frame), written before queued data. It is not
+// bounded by the HWM; PONGs are bounded by maxCtrl.
+func (p *peerConn) queueCtrl(cmd string, data []byte) bool {
+	p.qmu.Lock()
+	defer p.qmu.Unlock()
+	if p.qclosed || (cmd == zmtpguard.CmdPong && len(p.ctrl) >= maxCtrl) {
+		return false
+	}
+	var m outMsg
+	m.buf = append([]byte(nil), data...)
+	if cmd == "" {
+		m.ends = []int{len(m.buf)}
+	}
+	m.cmd = cmd
+	p.ctrl = append(p.ctrl, m)
+	p.kick()
+	return true
+}
+
+// kick wakes the writer if it sleeps. Call with qmu held.
+func (p *peerConn) kick() {
+	if p.waiting {
+		p.waiting = false
+		select {
+		case p.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// writeLoop drains the queue: control messages first, then data, flushing
+// whenever the queue is momentarily empty, so a burst of sends leaves in few
+// write syscalls.
+func (p *peerConn) writeLoop() {
+	defer p.s.wg.Done()
+	var frames [][]byte
+	wt := p.s.opts.WriteTimeout
+	nc := p.conn.NetConn()
+	for {
+		p.qmu.Lock()
+		for p.n == 0 && len(p.ctrl) == 0 && !p.qclosed {
+			p.waiting = true
+			p.qmu.Unlock()
+			select {
+			case <-p.wake:
+			case <-p.done:
+			}
+			p.qmu.Lock()
+		}
+		if p.qclosed {
+			p.qmu.Unlock()
+			return
+		}
+		ctrl := p.ctrl
+		p.ctrl = p.ctrlSpare[:0]
+		ring, start, k := p.ring, p.head, p.n
+		p.qmu.Unlock()
+
+		if wt > 0 {
+			nc.SetWriteDeadline(time.Now().Add(wt))
+		}
+		var err error
+		for i := range ctrl {
+			m := &ctrl[i]
+			if m.cmd != "" {
+				err = p.conn.WriteCommand(m.cmd, m.buf)
+			} else {
+				frames = m.frames(frames)
+				err = p.conn.WriteMessage(frames...)
+			}
+			if err != nil {
+				break
+			}
+		}
+		for i := 0; i < k && err == nil; i++ {
+			j := start + i
+			if j >= len(ring) {
+				j -= len(ring)
+			}
+			frames = ring[j].frames(frames)
+			err = p.conn.WriteMessage(frames...)
+		}
+		clear(frames)
+
+		p.qmu.Lock()
+		clear(ctrl)
+		p.ctrlSpare = ctrl[:0]
+		// Release the k written slots, trimming oversized buffers. The ring
+		// may have grown meanwhile: the same messages then start at p.head.
+		for i := 0; i < k; i++ {
+			j := (p.head + i) % len(p.ring)
+			if cap(p.ring[j].buf) > slotRetain {
+				p.ring[j].buf = nil
+			}
+		}
+		p.head = (p.head + k) % max(len(p.ring), 1)
+		p.n -= k
+		empty := p.n == 0 && len(p.ctrl) == 0
+		p.qmu.Unlock()
+		if k > 0 {
+			p.s.wakeSenders()
+		}
+		if err == nil && empty {
+			err = p.conn.Flush()
+		}
+		if err != nil {
+			p.close(writeErr(err))
+			return
+		}
+	}
+}
+
+func writeErr(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return decodeguard.WrapError(decodeguard.ReasonPolicy, "peer accepted no bytes within WriteTimeout", err)
+	}
+	return err
+}
+
+// readLoop reads messages into recycled batches and hands each batch to the
+// socket's inbox when the connection's read buffer runs dry (or the batch is
+// full), so a stream of small messages costs one channel operation per
+// batch, not per message.
+func (p *peerConn) readLoop() {
+	s := p.s
+	defer s.wg.Done()
+	var b *batch
+	var err error
+	for {
+		if b == nil {
+			b = s.getBatch(p)
+		}
+		sl := &b.slots[b.n]
+		if err = p.conn.ReadMessage(&sl.m); err != nil {
+			break
+		}
+		var deliver bool
+		deliver, err = p.process(sl)
+		if err != nil {
+			break
+		}
+		if deliver {
+			b.n++
+			b.bytes += sl.m.Size()
+		}
+		// Hand the batch on unless the next message is already here: a
+		// message must never wait for a later one (or for a non-delivered
+		// command) to arrive.
+		if b.n > 0 && (b.n == len(b.slots) || b.bytes >= batchBytes || !p.conn.MessageBuffered()) {
+			if !s.handOff(b) {
+				b = nil
+				err = ErrClosed
+				break
+			}
+			b = nil
+		}
+	}
+	p.close(err)
+	// Messages read before the connection failed are still delivered.
+	if b != nil && (b.n == 0 || !s.handOff(b)) {
+		s.putBatch(b)
+	}
+	if s.kind == kXPub {
+		s.deliverDeparted(p)
+	}
+}
+
+// process applies the socket type's rules to a message just read into sl.
+// It reports whether the message goes to Recv; a non-nil error closes the
+// connection.
+func (p *peerConn) process(sl *slot) (bool, error) {
+	s := p.s
+	m := &sl.m
+	if m.Command != "" {
+		switch m.Command {
+		case zmtpguard.CmdPing:
+			if len(m.Frames) == 1 {
+				var ctxData []byte
+				if d := m.Frames[0]; len(d) > 2 {
+					ctxData = d[2:min(len(d), 18)]
+				}
+				p.queueCtrl(zmtpguard.CmdPong, ctxData)
+			}
+			return false, nil
+		case zmtpguard.CmdError:
+			return false, decodeguard.WrapError(decodeguard.ReasonTransport, "peer sent an ERROR command", io.EOF)
+		case zmtpguard.CmdSubscribe, zmtpguard.CmdCancel:
+			if s.kind != kXPub || len(m.Frames) != 1 {
+				return false, nil
+			}
+			flag := byte(1)
+			if m.Command == zmtpguard.CmdCancel {
+				flag = 0
+			}
+			sl.scratch = append(append(sl.scratch[:0], flag), m.Frames[0]...)
+			if !p.applySub(sl.scratch) {
+				return false, nil
+			}
+			sl.out = append(sl.out[:0], sl.scratch)
+			return true, nil
+		}
+		return false, nil
+	}
+	switch s.kind {
+	case kRouter:
+		sl.out = append(append(sl.out[:0], p.info.identity), m.Frames...)
+		return true, nil
+	case kReq:
+		if len(m.Frames) < 2 || len(m.Frames[0]) != 0 {
+			s.viol[decodeguard.ReasonEnvelope].Add(1)
+			return false, nil
+		}
+		sl.out = m.Frames[1:]
+		return true, nil
+	case kXPub:
+		if len(m.Frames) == 1 && len(m.Frames[0]) > 0 && m.Frames[0][0] <= 1 {
+			if !p.applySub(m.Frames[0]) {
+				return false, nil
+			}
+		}
+	case kSub:
+		if !s.subIdx.Load().match(m.Frames[0]) {
+			s.dropFilt.Add(1)
+			return false, nil
+		}
+	case kPush:
+		// A PUSH receives nothing; whatever a peer sends is dropped.
+		s.dropFilt.Add(1)
+		return false, nil
+	}
+	sl.out = m.Frames
+	return true, nil
+}
+
+// applySub applies an XPUB subscription message ("\x01topic" or
+// "\x00topic") to p's topics. It returns false when the subscription is
+// refused by the per-peer limits (counted as ReasonPolicy).
+func (p *peerConn) applySub(msg []byte) bool {
+	topic := msg[1:]
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	if msg[0] == 1 {
+		if len(topic) == 0 {
+			p.all++
+			return true
+		}
+		if c, ok := p.topics[string(topic)]; ok {
+			p.topics[string(topic)] = c + 1
+			return true
+		}
+		if len(p.topics) >= MaxTopicsPerPeer || p.topicBytes+len(topic) > MaxTopicBytesPerPeer {
+			p.s.viol[decodeguard.ReasonPolicy].Add(1)
+			return false
+		}
+		p.topics[string(topic)] = 1
+		p.topicBytes += len(topic)
+		return true
+	}
+	if len(topic) == 0 {
+		if p.all > 0 {
+			p.all--
+		}
+		return true
+	}
+	if c, ok := p.topics[string(topic)]; ok {
+		if c <= 1 {
+			delete(p.topics, string(topic))
+			p.topicBytes -= len(topic)
+		} else {
+			p.topics[string(topic)] = c - 1
+		}
+	}
+	return true
+}
+
+// matches reports whether an XPUB subscriber wants a message whose first
+// frame is f.
+func (p *peerConn) matches(f []byte) bool {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	if p.all > 0 {
+		return true
+	}
+	if len(p.topics) == 0 {
+		return false
+	}
+	if c, ok := p.topics[string(f)]; ok && c > 0 {
+		return true
+	}
+	for t := range p.topics {
+		if len(t) <= len(f) && string(f[:len(t)]) == t {
+			return true
+		}
+	}
+	return false
+}
+
+// topicList returns p's subscribed topics ("" included if subscribed).
+func (p *peerConn) topicList() []string {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	out := make([]string, 0, len(p.topics)+1)
+	if p.all > 0 {
+		out = append(out, "")
+	}
+	for t := range p.topics {
+		out = append(out, t)
+	}
+	return out
+}
+
+// close shuts p down once: closes the connection, stops the writer,
+// unregisters the peer and reports the disconnect.
+func (p *peerConn) close(err error) {
+	p.closeOnce.Do(func() {
+		if err == nil {
+			err = io.EOF
+		}
+		p.closeErr = err
+		p.conn.NetConn().SetDeadline(time.Unix(1, 0))
+		p.conn.Close()
+		p.qmu.Lock()
+		p.qclosed = true
+		p.qmu.Unlock()
+		close(p.done)
+		s := p.s
+		s.removePeer(p)
+		s.discons.Add(1)
+		var reason decodeguard.Reason
+		var v *zmtpguard.Violation
+		if errors.As(err, &v) {
+			reason = v.Reason // counted by the guard's hook
+		} else {
+			reason = s.countErr(err)
+		}
+		if errors.Is(err, net.ErrClosed) && s.closed.Load() {
+			err = ErrClosed
+		}
+		s.emit(Event{Kind: EventDisconnected, Peer: p.info, Remote: p.info.addrText, Endpoint: p.info.endpoint, Err: err, Reason: reason})
+		if p.gone != nil {
+			p.gone()
+		}
+		s.wakeSenders()
+	})
+}
+
+// subEntry is one SUB/XSUB subscription with its count.
+type subEntry struct {
+	topic string
+	count int
+}
+
+// subIndex is an immutable snapshot of a SUB's topics for receive filtering.
+type subIndex struct {
+	all    bool
+	topics []string
+}
+
+func (x *subIndex) match(f []byte) bool {
+	if x.all {
+		return true
+	}
+	for _, t := range x.topics {
+		if strings.HasPrefix(string(f), t) {
+			return true
+		}
+	}
+	return false
+}

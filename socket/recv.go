@@ -1,0 +1,198 @@
+package socket
+
+import (
+	"context"
+
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+const (
+	// batchMsgs bounds the messages one reader hands to Recv at once.
+	batchMsgs = 128
+	// batchBytes: a reader hands its batch off once it holds this many bytes.
+	batchBytes = 256 << 10
+	// batchRetain bounds the buffer bytes a recycled batch keeps.
+	batchRetain = 128 << 10
+)
+
+// slot holds one received message and what Recv returns for it.
+type slot struct {
+	m       zmtpguard.Message
+	out     [][]byte // the frames Recv returns (may alias m.Frames)
+	scratch []byte   // converted XPUB subscriptions, synthetic messages
+}
+
+// batch is a run of messages from one peer.
+type batch struct {
+	peer  *peerConn
+	n     int
+	bytes int
+	slots [batchMsgs]slot
+}
+
+func (s *Socket) getBatch(p *peerConn) *batch {
+	var b *batch
+	select {
+	case b = <-s.free:
+	default:
+		b = new(batch)
+	}
+	b.peer = p
+	return b
+}
+
+// putBatch recycles b, releasing buffers beyond batchRetain bytes so a burst
+// of large messages does not stay pinned in the free list.
+func (s *Socket) putBatch(b *batch) {
+	kept := 0
+	for i := range b.slots {
+		sl := &b.slots[i]
+		size := 2*sl.m.Size() + cap(sl.scratch)
+		if kept+size > batchRetain {
+			sl.m = zmtpguard.Message{}
+			sl.scratch = nil
+			clear(sl.out)
+			sl.out = nil
+			continue
+		}
+		kept += size
+		clear(sl.out)
+		sl.out = sl.out[:0]
+	}
+	b.peer = nil
+	b.n = 0
+	b.bytes = 0
+	select {
+	case s.free <- b:
+	default:
+	}
+}
+
+// handOff gives a batch to Recv, waiting while the inbox is full (back
+// pressure: the reader stops reading, TCP flow control slows the peer). It
+// returns false when the socket closed first.
+func (s *Socket) handOff(b *batch) bool {
+	select {
+	case s.inbox <- b:
+		return true
+	default:
+	}
+	select {
+	case s.inbox <- b:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// deliverDeparted hands Recv an "\x00topic" for every topic a departed XPUB
+// subscriber held that no remaining subscriber holds, as libzmq's XPUB does.
+func (s *Socket) deliverDeparted(p *peerConn) {
+	topics := p.topicList()
+	if len(topics) == 0 || s.closed.Load() {
+		return
+	}
+	others := *s.snap.Load()
+	var b *batch
+	for _, t := range topics {
+		held := false
+		for _, q := range others {
+			if q != p && q.holds(t) {
+				held = true
+				break
+			}
+		}
+		if held {
+			continue
+		}
+		if b == nil {
+			b = s.getBatch(p)
+		}
+		sl := &b.slots[b.n]
+		sl.m.Reset()
+		sl.scratch = append(append(sl.scratch[:0], 0), t...)
+		sl.out = append(sl.out[:0], sl.scratch)
+		b.n++
+		if b.n == len(b.slots) {
+			if !s.handOff(b) {
+				s.putBatch(b)
+				return
+			}
+			b = nil
+		}
+	}
+	if b != nil {
+		if !s.handOff(b) {
+			s.putBatch(b)
+		}
+	}
+}
+
+// holds reports whether an XPUB subscriber is subscribed to exactly t.
+func (p *peerConn) holds(t string) bool {
+	p.tmu.Lock()
+	defer p.tmu.Unlock()
+	if t == "" {
+		return p.all > 0
+	}
+	return p.topics[t] > 0
+}
+
+// Recv returns the next message, waiting until one arrives, ctx is done
+// (ctx.Err() is returned) or the socket is closed (ErrClosed). Messages from
+// different peers are fair-queued. The returned frames are valid until the
+// next Recv (see [Msg]). On a PUSH socket Recv returns ErrNotSupported; on a
+// REQ socket with no request outstanding, ErrState.
+func (s *Socket) Recv(ctx context.Context) (Msg, error) {
+	if !s.kind.receives() {
+		return Msg{}, ErrNotSupported
+	}
+	s.recvMu.Lock()
+	defer s.recvMu.Unlock()
+	for {
+		if s.closed.Load() {
+			s.releaseCur()
+			return Msg{}, ErrClosed
+		}
+		if b := s.cur; b != nil && s.pos < b.n {
+			select {
+			case <-ctx.Done():
+				return Msg{}, ctx.Err()
+			default:
+			}
+			sl := &b.slots[s.pos]
+			if s.kind == kReq {
+				if !s.reqAccept(b.peer) {
+					s.pos++
+					s.dropFilt.Add(1)
+					continue
+				}
+			}
+			s.pos++
+			s.received.Add(1)
+			return Msg{Frames: sl.out, Peer: b.peer.info}, nil
+		}
+		if s.kind == kReq {
+			if err := s.reqCheckWaiting(); err != nil {
+				return Msg{}, err
+			}
+		}
+		s.releaseCur()
+		select {
+		case b := <-s.inbox:
+			s.cur, s.pos = b, 0
+		case <-ctx.Done():
+			return Msg{}, ctx.Err()
+		case <-s.ctx.Done():
+			return Msg{}, ErrClosed
+		}
+	}
+}
+
+func (s *Socket) releaseCur() {
+	if s.cur != nil {
+		s.putBatch(s.cur)
+		s.cur = nil
+		s.pos = 0
+	}
+}

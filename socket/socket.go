@@ -1,0 +1,481 @@
+package socket
+
+import (
+	"context"
+	"encoding/hex"
+	"errors"
+	"log/slog"
+	"net"
+	"slices"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// Errors returned by Socket methods.
+var (
+	// ErrClosed is returned by every operation on a closed Socket.
+	ErrClosed = errors.New("socket: closed")
+	// ErrNotSupported is returned by an operation the socket type does not
+	// have (Send on PULL or SUB, Recv on PUSH, Subscribe on ROUTER, ...).
+	ErrNotSupported = errors.New("socket: operation not supported by this socket type")
+	// ErrEmptyMessage is returned by Send with no frames.
+	ErrEmptyMessage = errors.New("socket: a message needs at least one frame")
+	// ErrRouterFrames is returned by a ROUTER's Send with fewer than two
+	// frames (an identity and at least one frame of message).
+	ErrRouterFrames = errors.New("socket: ROUTER Send needs an identity frame and at least one message frame")
+	// ErrState is returned by a REQ socket used out of turn: Send while a
+	// reply is awaited, or Recv with no request outstanding.
+	ErrState = errors.New("socket: REQ send/recv out of turn (call Reset to abandon a request)")
+	// ErrUnroutable is matched (errors.Is) by every *UnroutableError.
+	ErrUnroutable = errors.New("socket: no peer with that identity")
+	// ErrDuplicateIdentity is the cause given when a ROUTER refuses a
+	// connection announcing an identity another connected peer already has.
+	ErrDuplicateIdentity = errors.New("socket: identity already in use by another peer")
+	// ErrReset is the disconnect cause of a REQ peer dropped by Reset.
+	ErrReset = errors.New("socket: REQ request abandoned by Reset")
+)
+
+// UnroutableError is returned by a ROUTER's Send to an identity that is not
+// (or no longer) connected.
+type UnroutableError struct {
+	// Identity is a copy of the identity the message was addressed to.
+	Identity []byte
+}
+
+// Error names the identity in hex (at most 32 bytes of it).
+func (e *UnroutableError) Error() string {
+	id := e.Identity
+	s := "socket: ROUTER has no peer with identity "
+	if len(id) > 32 {
+		return s + hex.EncodeToString(id[:32]) + "... (" + strconv.Itoa(len(id)) + " bytes)"
+	}
+	if len(id) == 0 {
+		return s + "\"\" (empty)"
+	}
+	return s + hex.EncodeToString(id)
+}
+
+// Is makes errors.Is(err, ErrUnroutable) true.
+func (e *UnroutableError) Is(target error) bool { return target == ErrUnroutable }
+
+type kind uint8
+
+const (
+	kRouter kind = iota + 1
+	kDealer
+	kReq
+	kPull
+	kPush
+	kXPub
+	kSub
+	kXSub
+)
+
+var kindTypes = [...]zmq4.SocketType{
+	kRouter: zmq4.Router, kDealer: zmq4.Dealer, kReq: zmq4.Req, kPull: zmq4.Pull,
+	kPush: zmq4.Push, kXPub: zmq4.XPub, kSub: zmq4.Sub, kXSub: zmq4.XSub,
+}
+
+// receives reports whether the socket type delivers messages to Recv.
+func (k kind) receives() bool { return k != kPush }
+
+const (
+	inboxBatches = 16 // batches waiting for Recv across all peers
+	freeBatches  = 32 // recycled batches kept for reuse
+)
+
+// Socket is a ZeroMQ socket of one type whose every connection passed
+// zmtpguard. See the package documentation for the per-type semantics. All
+// methods are safe for concurrent use, but messages returned by Recv alias
+// buffers reused by the next Recv (see [Msg]).
+type Socket struct {
+	kind  kind
+	typ   zmq4.SocketType
+	opts  Options
+	guard zmtpguard.Config
+
+	ctx    context.Context
+	cancel context.CancelFunc
+	closed atomic.Bool
+	wg     sync.WaitGroup
+
+	mu        sync.RWMutex
+	peers     []*peerConn
+	byID      map[string]*peerConn // ROUTER identities
+	estab     map[string]int       // remote addresses of accepted peers
+	nextID    uint32               // ROUTER assigned identities
+	listeners []*listener
+	subs      []subEntry // SUB/XSUB subscriptions, in order of first subscription
+	snap      atomic.Pointer[[]*peerConn]
+	subIdx    atomic.Pointer[subIndex] // SUB receive filter
+	peerSeq   atomic.Uint64
+	rr        atomic.Uint64
+
+	// receive side
+	inbox  chan *batch
+	free   chan *batch
+	recvMu sync.Mutex
+	cur    *batch
+	pos    int
+
+	// REQ state
+	reqMu      sync.Mutex
+	reqSending bool
+	reqWaiting bool
+	reqPeer    *peerConn
+
+	// senders waiting for room (PUSH, DEALER, REQ)
+	spaceMu  sync.Mutex
+	spaceCh  chan struct{}
+	waiters  atomic.Int32
+	received atomic.Uint64
+	sent     atomic.Uint64
+	dropHWM  atomic.Uint64
+	dropUnr  atomic.Uint64
+	dropFilt atomic.Uint64
+	connects atomic.Uint64
+	discons  atomic.Uint64
+	viol     [decodeguard.NumReasons]atomic.Uint64
+
+	logMu     sync.Mutex
+	logWindow time.Time
+	logCount  int
+	logMissed int
+}
+
+func newSocket(k kind, opts Options) (*Socket, error) {
+	if err := opts.Verify(); err != nil {
+		return nil, err
+	}
+	o := opts.withDefaults()
+	o.Identity = append([]byte(nil), o.Identity...)
+	s := &Socket{
+		kind:    k,
+		typ:     kindTypes[k],
+		opts:    o,
+		guard:   o.Guard,
+		spaceCh: make(chan struct{}),
+		inbox:   make(chan *batch, inboxBatches),
+		free:    make(chan *batch, freeBatches),
+	}
+	s.ctx, s.cancel = context.WithCancel(context.Background())
+	s.estab = make(map[string]int)
+	if k == kRouter {
+		s.byID = make(map[string]*peerConn)
+		s.nextID = 1
+	}
+	empty := []*peerConn{}
+	s.snap.Store(&empty)
+	s.subIdx.Store(&subIndex{})
+	return s, nil
+}
+
+// NewRouter returns a ROUTER socket: Recv returns [identity, frames...],
+// Send(ctx, identity, frames...) routes to that peer.
+func NewRouter(opts Options) (*Socket, error) { return newSocket(kRouter, opts) }
+
+// NewDealer returns a DEALER socket: Send round-robins over peers with room,
+// Recv fair-queues.
+func NewDealer(opts Options) (*Socket, error) { return newSocket(kDealer, opts) }
+
+// NewReq returns a REQ socket: strict Send/Recv alternation, the empty
+// delimiter added and stripped for the caller.
+func NewReq(opts Options) (*Socket, error) { return newSocket(kReq, opts) }
+
+// NewPull returns a PULL socket: Recv fair-queues messages from every peer.
+func NewPull(opts Options) (*Socket, error) { return newSocket(kPull, opts) }
+
+// NewPush returns a PUSH socket: Send round-robins over peers with room.
+func NewPush(opts Options) (*Socket, error) { return newSocket(kPush, opts) }
+
+// NewXPub returns an XPUB socket: Send publishes to matching subscribers,
+// Recv returns every subscription, unsubscription and other message.
+func NewXPub(opts Options) (*Socket, error) { return newSocket(kXPub, opts) }
+
+// NewSub returns a SUB socket: Subscribe/Unsubscribe choose the topics, Recv
+// returns matching data messages.
+func NewSub(opts Options) (*Socket, error) { return newSocket(kSub, opts) }
+
+// NewXSub returns an XSUB socket: like SUB, but Send passes messages
+// ("\x01topic" / "\x00topic" subscriptions or data) to every publisher and
+// Recv is not filtered.
+func NewXSub(opts Options) (*Socket, error) { return newSocket(kXSub, opts) }
+
+// Type returns the socket's ZMTP type.
+func (s *Socket) Type() zmq4.SocketType { return s.typ }
+
+// Options returns the socket's options, defaults filled in.
+func (s *Socket) Options() Options { return s.opts }
+
+// Addr returns the address of the first bound endpoint (nil before Bind).
+func (s *Socket) Addr() net.Addr {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	if len(s.listeners) == 0 {
+		return nil
+	}
+	return s.listeners[0].gl.Addr()
+}
+
+// Endpoint returns the first bound endpoint with the port actually chosen,
+// for example "tcp://127.0.0.1:41234" ("" before Bind).
+func (s *Socket) Endpoint() string { return endpointString(s.Addr()) }
+
+// Endpoints returns every bound endpoint, in Bind order.
+func (s *Socket) Endpoints() []string {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]string, 0, len(s.listeners))
+	for _, l := range s.listeners {
+		out = append(out, l.endpoint)
+	}
+	return out
+}
+
+// Peers returns the currently connected peers.
+func (s *Socket) Peers() []*Peer {
+	ps := *s.snap.Load()
+	out := make([]*Peer, len(ps))
+	for i, p := range ps {
+		out[i] = p.info
+	}
+	return out
+}
+
+// Stats returns a snapshot of the socket's counters.
+func (s *Socket) Stats() Stats {
+	st := Stats{
+		Received:          s.received.Load(),
+		Sent:              s.sent.Load(),
+		DroppedHWM:        s.dropHWM.Load(),
+		DroppedUnroutable: s.dropUnr.Load(),
+		DroppedFiltered:   s.dropFilt.Load(),
+		Peers:             len(*s.snap.Load()),
+		Connects:          s.connects.Load(),
+		Disconnects:       s.discons.Load(),
+	}
+	for i := range s.viol {
+		st.Violations[i] = s.viol[i].Load()
+	}
+	return st
+}
+
+// Close disconnects every peer, stops every listener and dialer, and waits
+// for all of the socket's goroutines to end. Messages not yet written are
+// discarded. Recv and Send then return ErrClosed. Close is idempotent.
+func (s *Socket) Close() error {
+	if !s.closed.CompareAndSwap(false, true) {
+		return nil
+	}
+	s.cancel()
+	s.mu.Lock()
+	lns := s.listeners
+	peers := append([]*peerConn(nil), s.peers...)
+	s.mu.Unlock()
+	for _, l := range lns {
+		l.close()
+	}
+	for _, p := range peers {
+		p.close(ErrClosed)
+	}
+	s.wg.Wait()
+	return nil
+}
+
+// addPeer registers a connection that passed its handshake and starts its
+// reader and writer. gone, if set, is called once when the peer leaves.
+func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func()) (*peerConn, error) {
+	md := c.Peer()
+	info := &Peer{
+		id:       s.peerSeq.Add(1),
+		addr:     c.RemoteAddr(),
+		typ:      md.SocketType,
+		endpoint: ep,
+	}
+	if info.addr != nil {
+		info.addrText = info.addr.String()
+	}
+	if md.Identity != "" {
+		info.identity = []byte(md.Identity)
+	}
+	p := newPeerConn(s, c, info, gone)
+	p.accepted = accepted
+
+	s.mu.Lock()
+	if s.closed.Load() {
+		s.mu.Unlock()
+		c.Close()
+		return nil, ErrClosed
+	}
+	if s.kind == kRouter {
+		if md.Identity != "" {
+			if _, dup := s.byID[md.Identity]; dup {
+				s.mu.Unlock()
+				c.Close()
+				s.viol[decodeguard.ReasonPolicy].Add(1)
+				err := decodeguard.WrapError(decodeguard.ReasonPolicy,
+					"ROUTER identity "+hexPrefix(info.identity)+" already connected", ErrDuplicateIdentity)
+				s.emit(Event{Kind: EventRejected, Peer: info, Remote: info.addrText, Endpoint: ep, Err: err, Reason: decodeguard.ReasonPolicy})
+				return nil, err
+			}
+		} else {
+			for {
+				id := []byte{0, byte(s.nextID >> 24), byte(s.nextID >> 16), byte(s.nextID >> 8), byte(s.nextID)}
+				s.nextID++
+				if s.nextID == 0 {
+					s.nextID = 1
+				}
+				if _, dup := s.byID[string(id)]; !dup {
+					info.identity = id
+					break
+				}
+			}
+		}
+		s.byID[string(info.identity)] = p
+	}
+	if s.kind == kSub || s.kind == kXSub {
+		for _, e := range s.subs {
+			p.queueCtrl("", append([]byte{1}, e.topic...))
+		}
+	}
+	s.peers = append(s.peers, p)
+	if accepted {
+		s.estab[info.addrText]++
+	}
+	s.publishSnap()
+	s.wg.Add(2)
+	s.mu.Unlock()
+
+	s.connects.Add(1)
+	go p.readLoop()
+	go p.writeLoop()
+	s.emit(Event{Kind: EventConnected, Peer: info, Remote: info.addrText, Endpoint: ep})
+	s.wakeSenders()
+	return p, nil
+}
+
+// removePeer unregisters p. Called once, from p.close.
+func (s *Socket) removePeer(p *peerConn) {
+	s.mu.Lock()
+	if i := slices.Index(s.peers, p); i >= 0 {
+		s.peers = slices.Delete(s.peers, i, i+1)
+	}
+	if p.accepted {
+		if s.estab[p.info.addrText]--; s.estab[p.info.addrText] <= 0 {
+			delete(s.estab, p.info.addrText)
+		}
+	}
+	if s.kind == kRouter {
+		if q, ok := s.byID[string(p.info.identity)]; ok && q == p {
+			delete(s.byID, string(p.info.identity))
+		}
+	}
+	s.publishSnap()
+	s.mu.Unlock()
+}
+
+// publishSnap stores a fresh copy of s.peers for lock-free senders. Call with
+// s.mu held.
+func (s *Socket) publishSnap() {
+	cp := make([]*peerConn, len(s.peers))
+	copy(cp, s.peers)
+	s.snap.Store(&cp)
+}
+
+// wakeSenders releases every Send waiting for room or a peer.
+func (s *Socket) wakeSenders() {
+	if s.waiters.Load() == 0 {
+		return
+	}
+	s.spaceMu.Lock()
+	close(s.spaceCh)
+	s.spaceCh = make(chan struct{})
+	s.spaceMu.Unlock()
+}
+
+func (s *Socket) spaceChan() chan struct{} {
+	s.spaceMu.Lock()
+	ch := s.spaceCh
+	s.spaceMu.Unlock()
+	return ch
+}
+
+// countErr counts a classified error under its reason.
+func (s *Socket) countErr(err error) decodeguard.Reason {
+	r := decodeguard.ReasonOf(err)
+	if r != decodeguard.ReasonNone {
+		s.viol[r].Add(1)
+	}
+	return r
+}
+
+// emit delivers an event to OnEvent and the logger.
+func (s *Socket) emit(e Event) {
+	if e.Reason == decodeguard.ReasonNone && e.Err != nil {
+		e.Reason = decodeguard.ReasonOf(e.Err)
+	}
+	if f := s.opts.OnEvent; f != nil {
+		f(e)
+	}
+	if s.opts.Logger != nil {
+		level := slog.LevelDebug
+		if e.Reason != decodeguard.ReasonNone {
+			level = slog.LevelWarn
+		}
+		s.log(level, "zmqguard socket peer event", "socket", string(s.typ), "event", e.Kind.String(),
+			"remote", e.Remote, "endpoint", e.Endpoint, "reason", e.Reason.String(), "err", errString(e.Err))
+	}
+}
+
+const logPerSecond = 20
+
+const slogError = slog.LevelError
+
+// log writes one line, at most logPerSecond lines a second; suppressed lines
+// are counted and reported on the next line written.
+func (s *Socket) log(level slog.Level, msg string, args ...any) {
+	l := s.opts.Logger
+	if l == nil || !l.Enabled(context.Background(), level) {
+		return
+	}
+	now := time.Now()
+	s.logMu.Lock()
+	if now.Sub(s.logWindow) >= time.Second {
+		s.logWindow = now
+		s.logCount = 0
+	}
+	if s.logCount >= logPerSecond {
+		s.logMissed++
+		s.logMu.Unlock()
+		return
+	}
+	s.logCount++
+	missed := s.logMissed
+	s.logMissed = 0
+	s.logMu.Unlock()
+	if missed > 0 {
+		args = append(args, "suppressed", missed)
+	}
+	l.Log(context.Background(), level, msg, args...)
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// hexPrefix renders at most 32 bytes of b as hex, with its length.
+func hexPrefix(b []byte) string {
+	if len(b) > 32 {
+		return hex.EncodeToString(b[:32]) + "...(" + strconv.Itoa(len(b)) + " bytes)"
+	}
+	return hex.EncodeToString(b) + "(" + strconv.Itoa(len(b)) + " bytes)"
+}

@@ -1,0 +1,298 @@
+package zmtpguard
+
+import (
+	"context"
+	"errors"
+	"net"
+	"net/netip"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// Accept back-off bounds: after a failed accept the loop waits minBackoff,
+// doubling on each further failure up to maxBackoff, and starts over after a
+// success (the net/http scheme).
+const (
+	minBackoff = 5 * time.Millisecond
+	maxBackoff = time.Second
+)
+
+// Stats is a snapshot of a Listener's (or a Transport's) counters.
+type Stats struct {
+	// Accepted counts TCP (or unix) connections taken from the OS listener,
+	// refused ones included.
+	Accepted uint64
+	// Handshakes counts connections whose guarded handshake completed.
+	Handshakes uint64
+	// AcceptErrors counts failed accepts (each followed by a back-off).
+	AcceptErrors uint64
+	// Violations counts violations by reason: refusals at accept (policy),
+	// handshake failures and violations on established connections.
+	Violations [decodeguard.NumReasons]uint64
+	// Open is the number of connections counted against MaxConns: pending
+	// handshakes plus established connections not yet closed.
+	Open int64
+	// Pending is the number of handshakes in progress.
+	Pending int64
+}
+
+// TotalViolations returns the sum of s.Violations.
+func (s Stats) TotalViolations() uint64 {
+	var n uint64
+	for _, v := range s.Violations {
+		n += v
+	}
+	return n
+}
+
+// counters are the live values behind Stats.
+type counters struct {
+	accepted     atomic.Uint64
+	handshakes   atomic.Uint64
+	acceptErrors atomic.Uint64
+	violations   [decodeguard.NumReasons]atomic.Uint64
+	open         atomic.Int64
+	pending      atomic.Int64
+}
+
+func (c *counters) snapshot() Stats {
+	s := Stats{
+		Accepted:     c.accepted.Load(),
+		Handshakes:   c.handshakes.Load(),
+		AcceptErrors: c.acceptErrors.Load(),
+		Open:         c.open.Load(),
+		Pending:      c.pending.Load(),
+	}
+	for i := range s.Violations {
+		s.Violations[i] = c.violations[i].Load()
+	}
+	return s
+}
+
+// countingConfig returns cfg with defaults filled in and OnViolation
+// replaced by a hook that counts each violation once in ctr and then calls
+// cfg's own hook.
+func countingConfig(cfg *Config, ctr *counters) Config {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	user := c.OnViolation
+	c.OnViolation = func(v Violation) {
+		r := v.Reason
+		if int(r) >= len(ctr.violations) {
+			r = decodeguard.ReasonNone
+		}
+		ctr.violations[r].Add(1)
+		if user != nil {
+			user(v)
+		}
+	}
+	return c
+}
+
+// allowed reports whether a connection from ra passes the allowlist. An
+// empty list allows everyone; a non-IP address (a unix socket peer) never
+// matches a non-empty list.
+func allowed(allow []netip.Prefix, ra net.Addr) bool {
+	if len(allow) == 0 {
+		return true
+	}
+	var ip netip.Addr
+	switch a := ra.(type) {
+	case *net.TCPAddr:
+		ip = a.AddrPort().Addr()
+	case *net.UDPAddr:
+		ip = a.AddrPort().Addr()
+	default:
+		if ra == nil {
+			return false
+		}
+		ap, err := netip.ParseAddrPort(ra.String())
+		if err != nil {
+			return false
+		}
+		ip = ap.Addr()
+	}
+	ip = ip.Unmap()
+	for _, p := range allow {
+		if p.Contains(ip) {
+			return true
+		}
+	}
+	return false
+}
+
+// acceptLoop is the accept machinery shared by Listener and the zmq4
+// transport: one goroutine accepts with back-off, checks the allowlist and
+// the caps, and starts one goroutine per connection that runs hs under the
+// handshake deadline; finished handshakes are handed out through ready.
+type acceptLoop[T any] struct {
+	ln  net.Listener
+	cfg *Config // defaults filled, counting OnViolation
+	ctr *counters
+	// hs runs the guarded handshake on nc (which it closes on failure) and
+	// attaches release to the result, to be called once when it is closed.
+	hs func(ctx context.Context, nc net.Conn, release func()) (T, error)
+	// discard closes a finished T nobody accepted.
+	discard func(T)
+	// wait sleeps d or until done; tests replace it to record back-offs.
+	wait func(d time.Duration, done <-chan struct{})
+
+	ready   chan T
+	done    chan struct{} // closed by close
+	stopped chan struct{} // closed when the accept goroutine ends
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wg      sync.WaitGroup
+
+	closeOnce sync.Once
+	errMu     sync.Mutex
+	err       error // why the accept goroutine stopped, when not closed
+}
+
+func newAcceptLoop[T any](ln net.Listener, cfg *Config, ctr *counters,
+	hs func(context.Context, net.Conn, func()) (T, error), discard func(T)) *acceptLoop[T] {
+	ctx, cancel := context.WithCancel(context.Background())
+	return &acceptLoop[T]{
+		ln: ln, cfg: cfg, ctr: ctr, hs: hs, discard: discard, wait: sleepOrDone,
+		ready:   make(chan T),
+		done:    make(chan struct{}),
+		stopped: make(chan struct{}),
+		ctx:     ctx, cancel: cancel,
+	}
+}
+
+func sleepOrDone(d time.Duration, done <-chan struct{}) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-done:
+	}
+}
+
+func (a *acceptLoop[T]) start() {
+	a.wg.Add(1)
+	go a.run()
+}
+
+func (a *acceptLoop[T]) isClosed() bool {
+	select {
+	case <-a.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// run is the accept goroutine.
+func (a *acceptLoop[T]) run() {
+	defer a.wg.Done()
+	defer close(a.stopped)
+	var delay time.Duration
+	for {
+		nc, err := a.ln.Accept()
+		if err != nil {
+			if a.isClosed() {
+				return
+			}
+			if errors.Is(err, net.ErrClosed) {
+				a.errMu.Lock()
+				a.err = err
+				a.errMu.Unlock()
+				return
+			}
+			// Every other failure (EMFILE, ECONNABORTED, ...) is waited
+			// out: the loop never spins and never gives up.
+			a.ctr.acceptErrors.Add(1)
+			if delay == 0 {
+				delay = minBackoff
+			} else {
+				delay = min(2*delay, maxBackoff)
+			}
+			a.wait(delay, a.done)
+			continue
+		}
+		delay = 0
+		a.ctr.accepted.Add(1)
+		if a.isClosed() {
+			nc.Close()
+			return
+		}
+		a.admit(nc)
+	}
+}
+
+// refuse closes nc at once and reports a policy violation.
+func (a *acceptLoop[T]) refuse(nc net.Conn, detail string, length int64) {
+	remote := remoteString(nc)
+	nc.Close()
+	v := violation(decodeguard.ReasonPolicy, detail, length, nil)
+	v.Remote = remote
+	a.cfg.OnViolation(*v)
+}
+
+// admit applies the allowlist and the caps, then starts nc's handshake.
+// Only the accept goroutine increments the counters it checks, so a check
+// cannot be raced past.
+func (a *acceptLoop[T]) admit(nc net.Conn) {
+	if !allowed(a.cfg.Allow, nc.RemoteAddr()) {
+		a.refuse(nc, "source address not in the allowlist", -1)
+		return
+	}
+	if open := a.ctr.open.Load(); open >= int64(a.cfg.MaxConns) {
+		a.refuse(nc, "connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached", open)
+		return
+	}
+	if p := a.ctr.pending.Load(); p >= int64(a.cfg.MaxPendingHandshakes) {
+		a.refuse(nc, "handshake cap MaxPendingHandshakes="+itoa(a.cfg.MaxPendingHandshakes)+" reached", p)
+		return
+	}
+	a.ctr.open.Add(1)
+	a.ctr.pending.Add(1)
+	a.wg.Add(1)
+	go a.handshake(nc)
+}
+
+func (a *acceptLoop[T]) handshake(nc net.Conn) {
+	defer a.wg.Done()
+	var once sync.Once
+	release := func() { once.Do(func() { a.ctr.open.Add(-1) }) }
+	t, err := a.hs(a.ctx, nc, release)
+	a.ctr.pending.Add(-1)
+	if err != nil {
+		release()
+		return
+	}
+	a.ctr.handshakes.Add(1)
+	select {
+	case a.ready <- t:
+	case <-a.done:
+		a.discard(t)
+	}
+}
+
+// close stops accepting, cancels pending handshakes, closes finished ones
+// nobody accepted, and waits for every goroutine of the loop.
+func (a *acceptLoop[T]) close() error {
+	var err error
+	a.closeOnce.Do(func() {
+		close(a.done)
+		err = a.ln.Close()
+		a.cancel()
+		a.wg.Wait()
+	})
+	return err
+}
+
+// stopErr returns why the accept goroutine stopped on its own.
+func (a *acceptLoop[T]) stopErr() error {
+	a.errMu.Lock()
+	defer a.errMu.Unlock()
+	return a.err
+}

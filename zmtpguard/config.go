@@ -1,0 +1,135 @@
+package zmtpguard
+
+import (
+	"errors"
+	"fmt"
+	"net/netip"
+	"time"
+)
+
+// Defaults for [Config]. A zero field in Config means its default.
+const (
+	DefaultMaxMessageSize       = 1 << 20 // bytes, all frames of one message together
+	DefaultMaxFrames            = 64
+	DefaultHandshakeTimeout     = 5 * time.Second
+	DefaultMaxHandshakeSize     = 16 << 10 // bytes of one handshake command (READY)
+	DefaultMaxPropertySize      = 1024     // bytes of one READY property value
+	DefaultMaxProperties        = 32
+	DefaultMaxPendingHandshakes = 128
+	DefaultMaxConns             = 4096
+	DefaultReadBufferSize       = 16 << 10
+	DefaultWriteBufferSize      = 16 << 10
+	// MaxIdentity is ZMTP's limit on a peer identity.
+	MaxIdentity = 255
+)
+
+// Config holds the limits a guarded connection or listener enforces. The zero
+// value is valid and means every default. Config values are read, never
+// modified, by this package; do not change one while it is in use.
+type Config struct {
+	// MaxMessageSize bounds the total body bytes of one message (all of its
+	// frames together). Default 1 MiB.
+	MaxMessageSize int64
+	// MaxFrames bounds the number of frames in one message. Default 64.
+	MaxFrames int
+	// HandshakeTimeout bounds the whole handshake (greeting and READY).
+	// Default 5 s.
+	HandshakeTimeout time.Duration
+	// MaxHandshakeSize bounds the body of the peer's READY command. Default 16 KiB.
+	MaxHandshakeSize int
+	// MaxPropertySize bounds one READY property value. Default 1 KiB.
+	// Identity is always limited to 255 bytes.
+	MaxPropertySize int
+	// MaxProperties bounds the number of READY properties. Default 32.
+	MaxProperties int
+	// MaxPendingHandshakes bounds a Listener's concurrent unfinished
+	// handshakes; connections beyond it are closed at once. Default 128.
+	MaxPendingHandshakes int
+	// MaxConns bounds a Listener's open connections (pending and established).
+	// Default 4096.
+	MaxConns int
+	// Allow, when non-empty, is the source allowlist checked at accept:
+	// a connection whose remote address is in none of the prefixes is closed.
+	Allow []netip.Prefix
+	// ReadBufferSize is the size of each connection's read buffer. Default 16 KiB.
+	ReadBufferSize int
+	// WriteBufferSize is the size of each connection's write buffer, allocated
+	// on first write. Default 16 KiB.
+	WriteBufferSize int
+	// OnViolation, if set, is called for every violation (from the
+	// connection's own goroutine: keep it fast and never block).
+	OnViolation func(Violation)
+}
+
+// DefaultConfig returns a Config with every default filled in.
+func DefaultConfig() Config {
+	var c Config
+	return c.withDefaults()
+}
+
+func (c Config) withDefaults() Config {
+	if c.MaxMessageSize == 0 {
+		c.MaxMessageSize = DefaultMaxMessageSize
+	}
+	if c.MaxFrames == 0 {
+		c.MaxFrames = DefaultMaxFrames
+	}
+	if c.HandshakeTimeout == 0 {
+		c.HandshakeTimeout = DefaultHandshakeTimeout
+	}
+	if c.MaxHandshakeSize == 0 {
+		c.MaxHandshakeSize = DefaultMaxHandshakeSize
+	}
+	if c.MaxPropertySize == 0 {
+		c.MaxPropertySize = DefaultMaxPropertySize
+	}
+	if c.MaxProperties == 0 {
+		c.MaxProperties = DefaultMaxProperties
+	}
+	if c.MaxPendingHandshakes == 0 {
+		c.MaxPendingHandshakes = DefaultMaxPendingHandshakes
+	}
+	if c.MaxConns == 0 {
+		c.MaxConns = DefaultMaxConns
+	}
+	if c.ReadBufferSize == 0 {
+		c.ReadBufferSize = DefaultReadBufferSize
+	}
+	if c.WriteBufferSize == 0 {
+		c.WriteBufferSize = DefaultWriteBufferSize
+	}
+	return c
+}
+
+// Verify reports whether c is usable: no negative limits, and limits within
+// what the ZMTP wire format and this package support.
+func (c *Config) Verify() error {
+	var errs []error
+	neg := func(name string, v int64) {
+		if v < 0 {
+			errs = append(errs, fmt.Errorf("zmtpguard: %s must not be negative (got %d)", name, v))
+		}
+	}
+	neg("MaxMessageSize", c.MaxMessageSize)
+	neg("MaxFrames", int64(c.MaxFrames))
+	neg("HandshakeTimeout", int64(c.HandshakeTimeout))
+	neg("MaxHandshakeSize", int64(c.MaxHandshakeSize))
+	neg("MaxPropertySize", int64(c.MaxPropertySize))
+	neg("MaxProperties", int64(c.MaxProperties))
+	neg("MaxPendingHandshakes", int64(c.MaxPendingHandshakes))
+	neg("MaxConns", int64(c.MaxConns))
+	neg("ReadBufferSize", int64(c.ReadBufferSize))
+	neg("WriteBufferSize", int64(c.WriteBufferSize))
+	if c.MaxMessageSize > 1<<40 {
+		errs = append(errs, fmt.Errorf("zmtpguard: MaxMessageSize %d is over 1 TiB", c.MaxMessageSize))
+	}
+	if c.ReadBufferSize != 0 && c.ReadBufferSize < 64 {
+		errs = append(errs, fmt.Errorf("zmtpguard: ReadBufferSize %d is below 64 bytes", c.ReadBufferSize))
+	}
+	for _, p := range c.Allow {
+		if !p.IsValid() {
+			errs = append(errs, errors.New("zmtpguard: Allow holds an invalid prefix"))
+		}
+	}
+	return errors.Join(errs...)
+}

@@ -1,0 +1,638 @@
+package zmtpguard
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"errors"
+	"io"
+	"net"
+	"os"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/go-zeromq/zmq4/security/null"
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// readChunk bounds how much a body read grows a buffer ahead of the bytes
+// actually received, so a header claiming MaxMessageSize costs memory only as
+// the peer really sends it.
+const readChunk = 64 << 10
+
+// ErrClosed is returned by operations on a closed Conn.
+var ErrClosed = errors.New("zmtpguard: connection closed")
+
+// Message is one ZMTP message read by [Conn.ReadMessage]. Its frames alias a
+// buffer owned by the Message: they are valid until the next ReadMessage into
+// the same Message. Copy what must outlive that.
+type Message struct {
+	// Frames are the message's frame bodies. For a command, Frames holds a
+	// single frame: the command's data (its name removed).
+	Frames [][]byte
+	// Command is the command's name (one of the Cmd constants) when the
+	// message is a ZMTP command, and "" for a data message.
+	Command string
+
+	buf  []byte
+	ends []int
+}
+
+// Reset empties m, keeping its buffers for reuse (large ones are released).
+func (m *Message) Reset() {
+	if cap(m.buf) > 4*readChunk {
+		// Dropping the big buffer: the old frames must not pin it.
+		m.buf = nil
+		clear(m.Frames)
+	}
+	// Otherwise the old frames alias m.buf, which m keeps anyway: clearing
+	// them would cost a pointer write barrier per frame for nothing.
+	m.buf = m.buf[:0]
+	m.ends = m.ends[:0]
+	m.Frames = m.Frames[:0]
+	m.Command = ""
+}
+
+// Size returns the total body bytes of m's frames.
+func (m *Message) Size() int { return len(m.buf) }
+
+// Conn is a ZMTP connection whose handshake passed the guard. Reads return
+// whole, validated messages; writes are buffered until Flush.
+//
+// One goroutine may read while another writes; concurrent reads, or
+// concurrent writes, must be serialised by the caller. Close may be called
+// from any goroutine at any time.
+type Conn struct {
+	nc     net.Conn
+	br     *bufio.Reader
+	bw     *bufio.Writer
+	cfg    Config
+	local  zmq4.SocketType
+	peer   Metadata
+	remote string
+	zc     *zmq4.Conn
+
+	closeOnce sync.Once
+	closeErr  error
+	hdr       [9]byte
+	// onClose, when set (by a Listener), runs once after the first Close.
+	onClose func()
+}
+
+// Handshake runs a guarded ZMTP 3 handshake on nc for a local socket of type
+// local with the given identity (nil for none), under cfg's limits (nil means
+// defaults). It writes the local greeting, validates the peer's greeting byte
+// by byte and its READY command in full, and lets zmq4.Open complete the
+// exchange over the validated bytes only. The whole handshake is bounded by
+// cfg.HandshakeTimeout and by ctx.
+//
+// On failure nc is closed and the error is a *Violation (bad peer, deadline
+// passed) or ctx's error. Violations are also reported to cfg.OnViolation.
+func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
+	var c Config
+	if cfg != nil {
+		c = *cfg
+	}
+	c = c.withDefaults()
+	if err := c.Verify(); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	remote := remoteString(nc)
+	fail := func(err error) (*Conn, error) {
+		nc.Close()
+		if ctx.Err() != nil {
+			return nil, ctx.Err()
+		}
+		var v *Violation
+		if errors.As(err, &v) {
+			v.Remote = remote
+			if c.OnViolation != nil {
+				c.OnViolation(*v)
+			}
+			return nil, v
+		}
+		return nil, err
+	}
+	if !KnownSocketType(local) {
+		nc.Close()
+		return nil, errors.New("zmtpguard: unknown local socket type " + string(local))
+	}
+	if len(identity) > MaxIdentity {
+		nc.Close()
+		return nil, errors.New("zmtpguard: local identity is longer than 255 bytes")
+	}
+
+	deadline := time.Now().Add(c.HandshakeTimeout)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := nc.SetDeadline(deadline); err != nil {
+		return fail(err)
+	}
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+
+	br := bufio.NewReaderSize(nc, c.ReadBufferSize)
+	if _, err := nc.Write(localGreeting[:]); err != nil {
+		return fail(handshakeIOError("sending greeting", err, 0, nil))
+	}
+	var greet [GreetingSize]byte
+	if err := readGreeting(br, &greet); err != nil {
+		return fail(err)
+	}
+
+	hs := &handshakeConn{Conn: nc, br: br, cfg: &c, local: local, replay: greet[:], swallow: true}
+	zc, err := openZMQ(hs, local, identity)
+	if hs.err != nil {
+		return fail(hs.err)
+	}
+	if err != nil {
+		return fail(handshakeIOError("completing handshake", err, -1, nil))
+	}
+	if !stop() || ctx.Err() != nil {
+		return fail(ctx.Err())
+	}
+	if err := nc.SetDeadline(time.Time{}); err != nil {
+		return fail(err)
+	}
+	return &Conn{nc: nc, br: br, cfg: c, local: local, peer: hs.md, remote: remote, zc: zc}, nil
+}
+
+// openZMQ runs zmq4.Open over the guarded stream. The validator is meant to
+// make every zmq4 panic impossible; the recover is a second line, so that a
+// gap in it costs one connection, never the process.
+func openZMQ(hs *handshakeConn, local zmq4.SocketType, identity []byte) (zc *zmq4.Conn, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			zc = nil
+			// The panic value may quote peer bytes: it is not kept.
+			err = violation(decodeguard.ReasonDecoderPanic, "zmq4 panicked during the handshake", -1, nil)
+		}
+	}()
+	return zmq4.Open(hs, null.Security(), local, zmq4.SocketIdentity(identity), false, nil)
+}
+
+// remoteString returns nc's remote address as text, "" when unknown.
+func remoteString(nc net.Conn) string {
+	if ra := nc.RemoteAddr(); ra != nil {
+		return ra.String()
+	}
+	return ""
+}
+
+// readGreeting reads the peer's greeting from br into g, validating each
+// byte as it arrives (CheckGreeting), so a wrong first byte is refused
+// without waiting for 63 more.
+func readGreeting(br *bufio.Reader, g *[GreetingSize]byte) error {
+	for _, n := range [...]int{1, 10, 11, 33, GreetingSize} {
+		b, err := br.Peek(n)
+		if verr := CheckGreeting(b); verr != nil {
+			return verr
+		}
+		if err != nil {
+			return handshakeIOError("reading greeting", err, len(b), b)
+		}
+	}
+	_, err := io.ReadFull(br, g[:]) // cannot fail: Peek above holds the bytes
+	return err
+}
+
+// readReadyFrame reads the peer's READY command frame from br and validates
+// it in full for a local socket of type local ("" skips the compatibility
+// check). It returns the whole frame, header included, for replay.
+func readReadyFrame(br *bufio.Reader, local zmq4.SocketType, cfg *Config) ([]byte, Metadata, error) {
+	b, err := br.Peek(1)
+	if err != nil {
+		return nil, Metadata{}, handshakeIOError("reading READY", err, len(b), b)
+	}
+	b, err = br.Peek(HeaderLen(b[0]))
+	hdr, ok, verr := ParseFrameHeader(b, int64(cfg.MaxHandshakeSize))
+	if verr != nil {
+		var v *Violation
+		if errors.As(verr, &v) {
+			v.Reason = decodeguard.ReasonHandshake
+			v.Detail = "READY " + v.Detail
+		}
+		return nil, Metadata{}, verr
+	}
+	if !ok {
+		return nil, Metadata{}, handshakeIOError("reading READY", err, len(b), b)
+	}
+	if !hdr.Command() {
+		return nil, Metadata{}, violation(decodeguard.ReasonHandshake, "expected a READY command, got a data frame", hdr.Size, b)
+	}
+	// hdr.Size is at most MaxHandshakeSize: the allocation is bounded.
+	frame := make([]byte, hdr.Len+int(hdr.Size))
+	if n, err := io.ReadFull(br, frame); err != nil {
+		return nil, Metadata{}, handshakeIOError("reading READY", err, n, frame[:n])
+	}
+	name, props, verr := ParseCommand(frame[hdr.Len:])
+	if verr != nil {
+		var v *Violation
+		if errors.As(verr, &v) {
+			v.Reason = decodeguard.ReasonHandshake
+		}
+		return nil, Metadata{}, verr
+	}
+	if string(name) != CmdReady {
+		if string(name) == CmdError {
+			return nil, Metadata{}, violation(decodeguard.ReasonHandshake, "peer refused the handshake with ERROR", int64(len(frame)), frame)
+		}
+		return nil, Metadata{}, violation(decodeguard.ReasonHandshake, "expected READY (only NULL security is supported)", int64(len(frame)), frame)
+	}
+	md, verr := ParseReady(props, local, cfg)
+	if verr != nil {
+		return nil, Metadata{}, verr
+	}
+	return frame, md, nil
+}
+
+// handshakeIOError turns an I/O failure during the handshake into a
+// violation: the peer stalled past the deadline or went away mid-handshake.
+func handshakeIOError(during string, err error, n int, seen []byte) error {
+	switch {
+	case errors.Is(err, os.ErrDeadlineExceeded):
+		return violation(decodeguard.ReasonHandshake, "handshake deadline passed while "+during, int64(n), seen)
+	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF), errors.Is(err, net.ErrClosed):
+		return violation(decodeguard.ReasonHandshake, "peer closed the connection while "+during, int64(n), seen)
+	}
+	var ne net.Error
+	if errors.As(err, &ne) {
+		return violation(decodeguard.ReasonHandshake, "network error while "+during+": "+ne.Error(), int64(n), seen)
+	}
+	return violation(decodeguard.ReasonHandshake, "handshake failed while "+during, int64(n), seen)
+}
+
+// handshakeConn is the stream zmq4.Open runs over: it swallows zmq4's
+// greeting (the guard already sent the same bytes), replays the validated
+// peer greeting, and hands zmq4 the peer's READY only after validating it.
+// zmq4 can never read a byte the guard has not checked.
+type handshakeConn struct {
+	net.Conn
+	br      *bufio.Reader
+	cfg     *Config
+	local   zmq4.SocketType
+	replay  []byte
+	swallow bool
+	ready   bool
+	md      Metadata
+	err     error
+}
+
+var errOverread = errors.New("zmtpguard: zmq4 read past the handshake")
+
+func (h *handshakeConn) Write(p []byte) (int, error) {
+	if h.swallow {
+		h.swallow = false
+		if bytes.Equal(p, localGreeting[:]) {
+			return len(p), nil
+		}
+		return 0, errors.New("zmtpguard: zmq4 greeting differs from the guard's")
+	}
+	return h.Conn.Write(p)
+}
+
+func (h *handshakeConn) Read(p []byte) (int, error) {
+	if len(h.replay) == 0 {
+		if h.ready {
+			return 0, errOverread
+		}
+		if err := h.readReady(); err != nil {
+			h.err = err
+			return 0, err
+		}
+	}
+	n := copy(p, h.replay)
+	h.replay = h.replay[n:]
+	return n, nil
+}
+
+func (h *handshakeConn) readReady() error {
+	h.ready = true
+	frame, md, err := readReadyFrame(h.br, h.local, h.cfg)
+	if err != nil {
+		return err
+	}
+	h.md = md
+	h.replay = frame
+	return nil
+}
+
+// Peer returns the peer's validated READY metadata.
+func (c *Conn) Peer() Metadata { return c.peer }
+
+// PeerType returns the peer's socket type.
+func (c *Conn) PeerType() zmq4.SocketType { return c.peer.SocketType }
+
+// LocalType returns the local socket type the handshake was made for.
+func (c *Conn) LocalType() zmq4.SocketType { return c.local }
+
+// RemoteAddr returns the peer's network address.
+func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
+
+// NetConn returns the underlying connection, for deadlines. Reading or
+// writing it directly corrupts the stream.
+func (c *Conn) NetConn() net.Conn { return c.nc }
+
+// ZMQ returns the zmq4 connection that completed the handshake. It is for
+// inspection only (its Peer metadata): all I/O goes through c.
+func (c *Conn) ZMQ() *zmq4.Conn { return c.zc }
+
+// Config returns the limits c enforces, defaults filled in.
+func (c *Conn) Config() Config { return c.cfg }
+
+// Close closes the connection. It is safe to call more than once and from
+// any goroutine; later calls return the first call's result.
+func (c *Conn) Close() error {
+	c.closeOnce.Do(func() {
+		c.closeErr = c.nc.Close()
+		if c.onClose != nil {
+			c.onClose()
+		}
+	})
+	return c.closeErr
+}
+
+func (c *Conn) fail(v *Violation) error {
+	v.Remote = c.remote
+	if c.cfg.OnViolation != nil {
+		c.cfg.OnViolation(*v)
+	}
+	c.Close()
+	return v
+}
+
+// ReadMessage reads the next whole message into m, reusing m's buffers.
+// Each frame header is checked before its body is read: a message over
+// MaxMessageSize bytes or MaxFrames frames, reserved flag bits, a command
+// inside a multipart message, or an unknown command is a *Violation, after
+// which the connection is closed (the stream cannot be trusted to resync).
+// Other errors are the connection's I/O errors (io.EOF when the peer left).
+func (c *Conn) ReadMessage(m *Message) error {
+	m.Reset()
+	var total int64
+	for nframes := 0; ; nframes++ {
+		var b []byte
+		var err error
+		if n := min(c.br.Buffered(), 9); n >= 2 {
+			// Fast path: the header is (most likely) buffered already;
+			// Peek of buffered bytes never blocks.
+			b, _ = c.br.Peek(n)
+		} else {
+			b, err = c.br.Peek(1)
+			if err != nil {
+				if nframes > 0 && err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+			b, err = c.br.Peek(HeaderLen(b[0]))
+		}
+		hdr, ok, verr := ParseFrameHeader(b, c.cfg.MaxMessageSize-total)
+		if verr != nil {
+			return c.fail(c.oversize(verr, nframes, total))
+		}
+		if !ok {
+			if len(b) >= 2 && err == nil {
+				// Fast path found a long header not wholly buffered yet.
+				b, err = c.br.Peek(HeaderLen(b[0]))
+				hdr, ok, verr = ParseFrameHeader(b, c.cfg.MaxMessageSize-total)
+				if verr != nil {
+					return c.fail(c.oversize(verr, nframes, total))
+				}
+			}
+			if !ok {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+		}
+		if nframes >= c.cfg.MaxFrames {
+			return c.fail(violation(decodeguard.ReasonOversize,
+				"message has more than MaxFrames="+itoa(c.cfg.MaxFrames)+" frames", int64(nframes+1), nil))
+		}
+		if hdr.Command() && nframes > 0 {
+			return c.fail(violation(decodeguard.ReasonTransport, "command frame inside a multipart message", int64(nframes), b))
+		}
+		c.br.Discard(hdr.Len)
+		if err := c.readBody(m, hdr.Size); err != nil {
+			return err
+		}
+		total += hdr.Size
+		m.ends = append(m.ends, len(m.buf))
+		if hdr.Command() {
+			return c.command(m)
+		}
+		if !hdr.More() {
+			break
+		}
+	}
+	start := 0
+	for _, end := range m.ends {
+		m.Frames = append(m.Frames, m.buf[start:end:end])
+		start = end
+	}
+	return nil
+}
+
+// oversize restates a frame-size violation in terms of the whole message.
+func (c *Conn) oversize(verr error, nframes int, total int64) *Violation {
+	var v *Violation
+	errors.As(verr, &v)
+	if v.Reason == decodeguard.ReasonOversize {
+		v.Detail = "message of " + itoa(nframes+1) + " frames claims " + formatSize(uint64(total)+uint64(v.Length)) +
+			" bytes, over MaxMessageSize " + itoa(int(c.cfg.MaxMessageSize))
+	}
+	return v
+}
+
+func (c *Conn) readBody(m *Message, n int64) error {
+	for n > 0 {
+		step := min(n, readChunk)
+		start := len(m.buf)
+		m.buf = slices.Grow(m.buf, int(step))[:start+int(step)]
+		if _, err := io.ReadFull(c.br, m.buf[start:]); err != nil {
+			m.buf = m.buf[:start]
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		n -= step
+	}
+	return nil
+}
+
+var commandNames = [...]string{CmdPing, CmdPong, CmdSubscribe, CmdCancel, CmdError}
+
+func (c *Conn) command(m *Message) error {
+	name, data, err := ParseCommand(m.buf)
+	if err != nil {
+		var v *Violation
+		errors.As(err, &v)
+		return c.fail(v)
+	}
+	for _, known := range commandNames {
+		if string(name) == known {
+			m.Command = known
+			m.Frames = append(m.Frames, data)
+			return nil
+		}
+	}
+	return c.fail(violation(decodeguard.ReasonTransport, "unknown or misplaced ZMTP command after the handshake", int64(len(m.buf)), m.buf))
+}
+
+func (c *Conn) writer() *bufio.Writer {
+	if c.bw == nil {
+		c.bw = bufio.NewWriterSize(c.nc, c.cfg.WriteBufferSize)
+	}
+	return c.bw
+}
+
+func (c *Conn) writeFrame(flags byte, body []byte) error {
+	w := c.writer()
+	h := c.hdr[:]
+	if len(body) > 255 {
+		h[0] = flags | FlagLong
+		putUint64(h[1:9], uint64(len(body)))
+		h = h[:9]
+	} else {
+		h[0] = flags
+		h[1] = byte(len(body))
+		h = h[:2]
+	}
+	if _, err := w.Write(h); err != nil {
+		return err
+	}
+	_, err := w.Write(body)
+	return err
+}
+
+// ErrEmptyMessage is returned when asked to write a message with no frames.
+var ErrEmptyMessage = errors.New("zmtpguard: a message needs at least one frame")
+
+// WriteMessage buffers one message of the given frames. Call Flush to send.
+func (c *Conn) WriteMessage(frames ...[]byte) error {
+	if len(frames) == 0 {
+		return ErrEmptyMessage
+	}
+	last := len(frames) - 1
+	for i, f := range frames {
+		var flags byte
+		if i < last {
+			flags = FlagMore
+		}
+		if err := c.writeFrame(flags, f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// WriteCommand buffers one command frame (name and data). Call Flush to send.
+func (c *Conn) WriteCommand(name string, data []byte) error {
+	if len(name) == 0 || len(name) > 255 {
+		return errors.New("zmtpguard: command name must be 1..255 bytes")
+	}
+	w := c.writer()
+	size := 1 + len(name) + len(data)
+	h := c.hdr[:]
+	if size > 255 {
+		h[0] = FlagCommand | FlagLong
+		putUint64(h[1:9], uint64(size))
+		h = h[:9]
+	} else {
+		h[0] = FlagCommand
+		h[1] = byte(size)
+		h = h[:2]
+	}
+	w.Write(h)
+	w.WriteByte(byte(len(name)))
+	w.WriteString(name)
+	_, err := w.Write(data)
+	return err
+}
+
+// Pong answers a PING message m (as returned by ReadMessage) with the PONG
+// ZMTP 3.1 prescribes, echoing the ping's context. It buffers; call Flush.
+func (c *Conn) Pong(m *Message) error {
+	if m.Command != CmdPing || len(m.Frames) != 1 {
+		return errors.New("zmtpguard: Pong needs a PING message")
+	}
+	var ctxData []byte
+	if d := m.Frames[0]; len(d) > 2 {
+		ctxData = d[2:]
+		if len(ctxData) > 16 {
+			ctxData = ctxData[:16]
+		}
+	}
+	return c.WriteCommand(CmdPong, ctxData)
+}
+
+// Buffered returns the number of bytes written but not yet flushed.
+func (c *Conn) Buffered() int {
+	if c.bw == nil {
+		return 0
+	}
+	return c.bw.Buffered()
+}
+
+// Flush sends buffered writes.
+func (c *Conn) Flush() error {
+	if c.bw == nil {
+		return nil
+	}
+	return c.bw.Flush()
+}
+
+// ReadBuffered returns how many received bytes wait in the read buffer, so a
+// reader can batch without blocking.
+func (c *Conn) ReadBuffered() int { return c.br.Buffered() }
+
+// MessageBuffered reports whether the read buffer already holds at least one
+// whole message, so that the next ReadMessage will not wait on the network.
+// A reader that batches messages uses it to hand a batch on instead of
+// holding it while a peer's next message is still arriving. It only looks at
+// frame headers already received and never blocks or allocates. (A message
+// larger than the read buffer is never reported as buffered.)
+func (c *Conn) MessageBuffered() bool {
+	b, _ := c.br.Peek(c.br.Buffered())
+	for off := 0; off < len(b); {
+		hl := HeaderLen(b[off])
+		if len(b)-off < hl {
+			return false
+		}
+		flags := b[off]
+		var size uint64
+		if hl == 2 {
+			size = uint64(b[off+1])
+		} else {
+			size = uint64(b[off+1])<<56 | uint64(b[off+2])<<48 | uint64(b[off+3])<<40 | uint64(b[off+4])<<32 |
+				uint64(b[off+5])<<24 | uint64(b[off+6])<<16 | uint64(b[off+7])<<8 | uint64(b[off+8])
+		}
+		if size > uint64(len(b)-off-hl) {
+			return false
+		}
+		off += hl + int(size)
+		if flags&FlagMore == 0 || flags&FlagCommand != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+func putUint64(b []byte, v uint64) {
+	_ = b[7]
+	b[0] = byte(v >> 56)
+	b[1] = byte(v >> 48)
+	b[2] = byte(v >> 40)
+	b[3] = byte(v >> 32)
+	b[4] = byte(v >> 24)
+	b[5] = byte(v >> 16)
+	b[6] = byte(v >> 8)
+	b[7] = byte(v)
+}

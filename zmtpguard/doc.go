@@ -1,0 +1,41 @@
+// Package zmtpguard checks every ZMTP connection's byte stream before any
+// ZMTP parser reads it.
+//
+// go-zeromq/zmq4's socket layer trusts its peers: a frame header claiming
+// 2^40 bytes is allocated, a truncated READY property panics inside one of
+// its goroutines, and a connection that never finishes its greeting stops the
+// listener from accepting anyone else. zmtpguard keeps zmq4's sound parts (the
+// greeting/security/READY exchange in [zmq4.Open]) and puts a validator in
+// front of them:
+//
+//   - the peer's greeting is checked byte by byte as it arrives (signature,
+//     ZMTP version 3.x, mechanism NULL, as-server flag), so a ZMTP 1.0 peer or
+//     an HTTP client is refused after its first bytes;
+//   - the peer's READY command is read and validated in full (every length
+//     against the bytes present and a cap, property names and values bounded,
+//     Socket-Type present, known and compatible, Identity at most 255 bytes)
+//     before zmq4 sees a byte of it;
+//   - after the handshake, every frame header is checked against
+//     MaxMessageSize and MaxFrames before a body byte is read, and bodies are
+//     read in bounded chunks so memory follows the bytes actually received,
+//     never the length a header claims;
+//   - commands after the handshake (PING, PONG, SUBSCRIBE, CANCEL, ERROR) are
+//     returned as commands, never as data.
+//
+// [Handshake] runs the guarded handshake on one connection with a deadline;
+// the resulting [Conn] reads and writes whole messages. [Listener] (from
+// [Listen] or [NewListener]) accepts with back-off, runs each handshake in
+// its own goroutine, enforces caps and an optional source allowlist, counts
+// every violation by reason ([Listener.Stats]) and reports it through
+// [Config.OnViolation]; [Dial] is the guarded client side. Each [Violation]
+// carries the peer address, the reason, the length involved and a capped
+// copy of the offending bytes for hex logging, never raw bytes in text.
+//
+// Code that must keep an unmodified zmq4.Socket can register a guarded
+// transport ([RegisterTransport], [Transport]) and bind the socket on its
+// scheme ("zmqguard://host:port"): the same checks then run under zmq4's
+// socket layer. [Transport] documents what that mode cannot fix.
+//
+// Only the NULL security mechanism is supported: it is what vLLM uses, and its
+// single-command handshake is what the validator understands.
+package zmtpguard

@@ -1,0 +1,108 @@
+package zmtpguard_test
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"net"
+	"slices"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// A guarded PULL listener: a zmq4 PUSH peer gets through, an HTTP client is
+// refused after its first byte and counted.
+func ExampleListen() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	refused := make(chan zmtpguard.Violation, 1)
+	cfg := &zmtpguard.Config{
+		MaxMessageSize: 64 << 10,
+		// Called from the connection's goroutine: never block in it.
+		OnViolation: func(v zmtpguard.Violation) {
+			select {
+			case refused <- v:
+			default:
+			}
+		},
+	}
+	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", zmq4.Pull, cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+
+	// A hostile client: the guard answers with its greeting and closes.
+	hc, err := net.Dial("tcp", l.Addr().String())
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer hc.Close()
+	hc.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
+	v := <-refused
+	fmt.Println("refused:", v.Reason, "first byte", fmt.Sprintf("%#x", v.Prefix[0]))
+
+	// A real ZeroMQ peer.
+	push := zmq4.NewPush(ctx)
+	defer push.Close()
+	if err := push.Dial("tcp://" + l.Addr().String()); err != nil {
+		log.Fatal(err)
+	}
+	c, err := l.Accept(ctx)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer c.Close()
+	if err := push.Send(zmq4.NewMsgFrom([]byte("hello"), []byte("guard"))); err != nil {
+		log.Fatal(err)
+	}
+	var m zmtpguard.Message
+	if err := c.ReadMessage(&m); err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("from %s: %s %s\n", c.PeerType(), m.Frames[0], m.Frames[1])
+	fmt.Println("transport violations:", l.Stats().Violations[decodeguard.ReasonTransport])
+	// Output:
+	// refused: transport first byte 0x47
+	// from PUSH: hello guard
+	// transport violations: 1
+}
+
+// An unmodified zmq4 socket bound on a guarded scheme.
+func ExampleRegisterTransport() {
+	// zmq4's transport registry is global: register once per process.
+	if !slices.Contains(zmq4.Transports(), "zmqguard-example") {
+		if err := zmtpguard.RegisterTransport("zmqguard-example", &zmtpguard.Config{HandshakeTimeout: 2 * time.Second}); err != nil {
+			log.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+
+	pull := zmq4.NewPull(ctx)
+	defer pull.Close()
+	if err := pull.Listen("zmqguard-example://127.0.0.1:0"); err != nil {
+		log.Fatal(err)
+	}
+
+	// Peers connect with plain tcp://: the guard is on the listening side.
+	push := zmq4.NewPush(ctx)
+	defer push.Close()
+	if err := push.Dial("tcp://" + pull.Addr().String()); err != nil {
+		log.Fatal(err)
+	}
+	if err := push.Send(zmq4.NewMsgString("through the guard")); err != nil {
+		log.Fatal(err)
+	}
+	m, err := pull.Recv()
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Printf("%s\n", m.Frames[0])
+	// Output:
+	// through the guard
+}

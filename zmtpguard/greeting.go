@@ -1,0 +1,120 @@
+package zmtpguard
+
+import (
+	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// GreetingSize is the length of a ZMTP 3.x greeting.
+const GreetingSize = 64
+
+// mechanismNULL is the only mechanism zmtpguard accepts.
+const mechanismNULL = "NULL"
+
+// localGreeting is the greeting zmtpguard sends: ZMTP 3.0, NULL mechanism,
+// as-server 0. It is byte for byte what zmq4.Open sends for NULL security,
+// which is what lets Handshake write it first and swallow zmq4's copy.
+var localGreeting = func() (g [GreetingSize]byte) {
+	g[0] = 0xFF
+	g[9] = 0x7F
+	g[10] = 3
+	g[11] = 0
+	copy(g[12:32], mechanismNULL)
+	return g
+}()
+
+// LocalGreeting returns the 64-byte greeting zmtpguard sends.
+func LocalGreeting() [GreetingSize]byte { return localGreeting }
+
+// CheckGreeting validates a prefix of a peer's greeting, as much of it as is
+// present. It returns nil while b is a valid prefix (more bytes may still be
+// needed: len(b) < GreetingSize), and a *Violation as soon as any present
+// byte is wrong, so a peer speaking HTTP or ZMTP 1.0 is refused after its
+// first byte. Bytes past GreetingSize are ignored.
+func CheckGreeting(b []byte) error {
+	if len(b) > GreetingSize {
+		b = b[:GreetingSize]
+	}
+	n := len(b)
+	if n >= 1 && b[0] != 0xFF {
+		return violation(decodeguard.ReasonTransport,
+			"not a ZMTP 3.x greeting (first byte is not 0xFF: ZMTP 1.0 or another protocol)", int64(n), b)
+	}
+	if n >= 10 && b[9] != 0x7F {
+		// ZMTP 3 fixes the byte at 0x7F and zmq4 refuses any other value; a
+		// looser check here would pass greetings zmq4 then drops mid-handshake.
+		return violation(decodeguard.ReasonTransport, "bad ZMTP signature (byte 9 is not 0x7F)", int64(n), b)
+	}
+	if n >= 11 && b[10] < 3 {
+		return violation(decodeguard.ReasonHandshake,
+			"unsupported ZMTP version "+itoa(int(b[10]))+" (3.0 or 3.1 required)", int64(n), b)
+	}
+	if n >= 32 {
+		mech := b[12:32]
+		end := 0
+		for end < len(mech) && mech[end] != 0 {
+			end++
+		}
+		for _, c := range mech[end:] {
+			if c != 0 {
+				return violation(decodeguard.ReasonHandshake, "mechanism field is not NUL-padded", int64(n), b)
+			}
+		}
+		if string(mech[:end]) != mechanismNULL {
+			return violation(decodeguard.ReasonHandshake,
+				"mechanism not allowed (only NULL is accepted)", int64(n), b)
+		}
+	}
+	if n >= 33 && b[32] > 1 {
+		return violation(decodeguard.ReasonHandshake, "as-server flag is neither 0 nor 1", int64(n), b)
+	}
+	return nil
+}
+
+// knownTypes are the socket types ZMTP defines, as sent in Socket-Type.
+var knownTypes = [...]zmq4.SocketType{
+	zmq4.Pair, zmq4.Pub, zmq4.Sub, zmq4.Req, zmq4.Rep, zmq4.Dealer,
+	zmq4.Router, zmq4.Pull, zmq4.Push, zmq4.XPub, zmq4.XSub,
+}
+
+// KnownSocketType reports whether t is one of ZMTP's socket types.
+func KnownSocketType(t zmq4.SocketType) bool {
+	for _, k := range knownTypes {
+		if k == t {
+			return true
+		}
+	}
+	return false
+}
+
+// Compatible reports whether a local socket of type local may talk to a peer
+// of type peer, per ZMTP's compatibility table (RFC 23/37). Unknown types are
+// never compatible (zmq4's own check panics on them).
+func Compatible(local, peer zmq4.SocketType) bool {
+	if !KnownSocketType(local) || !KnownSocketType(peer) {
+		return false
+	}
+	return local.IsCompatible(peer)
+}
+
+func itoa(i int) string {
+	if i == 0 {
+		return "0"
+	}
+	var buf [20]byte
+	n := len(buf)
+	neg := i < 0
+	if neg {
+		i = -i
+	}
+	for i > 0 {
+		n--
+		buf[n] = byte('0' + i%10)
+		i /= 10
+	}
+	if neg {
+		n--
+		buf[n] = '-'
+	}
+	return string(buf[n:])
+}

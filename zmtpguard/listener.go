@@ -1,0 +1,157 @@
+package zmtpguard
+
+import (
+	"context"
+	"errors"
+	"net"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// ErrListenerClosed is returned by [Listener.Accept] after [Listener.Close].
+var ErrListenerClosed = errors.New("zmtpguard: listener closed")
+
+// Listener accepts ZMTP connections and hands out only those whose guarded
+// handshake completed.
+//
+// One goroutine accepts from the OS listener; a failed accept is retried
+// after a back-off (5 ms doubling to 1 s, reset by a success) so descriptor
+// exhaustion never spins a CPU. Each connection is checked against the
+// source allowlist and the caps (MaxConns, MaxPendingHandshakes) at once —
+// a refused one is closed immediately and counted as a policy violation —
+// and then runs its handshake in its own goroutine under HandshakeTimeout,
+// so a stalled peer never delays anyone else.
+//
+// Connections returned by Accept count against MaxConns until their Close
+// is called: the caller must Close every Conn it accepts, also after the peer
+// went away.
+type Listener struct {
+	local zmq4.SocketType
+	cfg   Config
+	ctr   counters
+	loop  *acceptLoop[*Conn]
+}
+
+// Listen announces on the local network address (network "tcp", "tcp4",
+// "tcp6" or "unix") and returns a guarded Listener for a local socket of type
+// local, under cfg's limits (nil means defaults). ctx bounds the listen call
+// only; the Listener runs until Close.
+func Listen(ctx context.Context, network, addr string, local zmq4.SocketType, cfg *Config) (*Listener, error) {
+	if err := checkListenArgs(local, cfg); err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return NewListener(ln, local, cfg)
+}
+
+func checkListenArgs(local zmq4.SocketType, cfg *Config) error {
+	if !KnownSocketType(local) {
+		return errors.New("zmtpguard: unknown local socket type " + string(local))
+	}
+	if cfg != nil {
+		if err := cfg.Verify(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// NewListener guards an existing net.Listener, which it takes over: closing
+// the Listener closes ln. See [Listen].
+func NewListener(ln net.Listener, local zmq4.SocketType, cfg *Config) (*Listener, error) {
+	l, err := newListener(ln, local, cfg)
+	if err != nil {
+		return nil, err
+	}
+	l.loop.start()
+	return l, nil
+}
+
+// newListener builds a Listener without starting it (tests adjust the loop).
+func newListener(ln net.Listener, local zmq4.SocketType, cfg *Config) (*Listener, error) {
+	if err := checkListenArgs(local, cfg); err != nil {
+		ln.Close()
+		return nil, err
+	}
+	l := &Listener{local: local}
+	l.cfg = countingConfig(cfg, &l.ctr)
+	hs := func(ctx context.Context, nc net.Conn, release func()) (*Conn, error) {
+		c, err := Handshake(ctx, nc, local, nil, &l.cfg)
+		if err != nil {
+			return nil, err
+		}
+		c.onClose = release
+		return c, nil
+	}
+	l.loop = newAcceptLoop(ln, &l.cfg, &l.ctr, hs, func(c *Conn) { c.Close() })
+	return l, nil
+}
+
+// Accept waits for the next connection whose handshake completed. It
+// returns [ErrListenerClosed] after Close, ctx's error when ctx ends first,
+// and the OS listener's error if that listener was closed from outside.
+func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
+	if l.loop.isClosed() {
+		return nil, ErrListenerClosed
+	}
+	select {
+	case c := <-l.loop.ready:
+		return c, nil
+	case <-l.loop.done:
+		return nil, ErrListenerClosed
+	case <-l.loop.stopped:
+		if l.loop.isClosed() {
+			return nil, ErrListenerClosed
+		}
+		// Handshakes started before the OS listener failed may still finish.
+		select {
+		case c := <-l.loop.ready:
+			return c, nil
+		default:
+		}
+		return nil, l.loop.stopErr()
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Close stops accepting, closes the OS listener, aborts pending handshakes,
+// closes finished connections not yet accepted, and waits for all of the
+// Listener's goroutines. Connections already returned by Accept stay open.
+func (l *Listener) Close() error {
+	err := l.loop.close()
+	if errors.Is(err, net.ErrClosed) {
+		err = nil
+	}
+	return err
+}
+
+// Addr returns the listener's network address.
+func (l *Listener) Addr() net.Addr { return l.loop.ln.Addr() }
+
+// LocalType returns the socket type the Listener handshakes as.
+func (l *Listener) LocalType() zmq4.SocketType { return l.local }
+
+// Stats returns a snapshot of the Listener's counters. Violations on
+// accepted connections (oversize frames, ...) are included.
+func (l *Listener) Stats() Stats { return l.ctr.snapshot() }
+
+// Dial connects to addr on the named network and runs the guarded handshake
+// for a local socket of type local with the given identity (nil for none),
+// under cfg's limits (nil means defaults). ctx bounds the connect and the
+// handshake (which HandshakeTimeout bounds as well).
+func Dial(ctx context.Context, network, addr string, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
+	if err := checkListenArgs(local, cfg); err != nil {
+		return nil, err
+	}
+	var d net.Dialer
+	nc, err := d.DialContext(ctx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	return Handshake(ctx, nc, local, identity, cfg)
+}
