@@ -4,6 +4,7 @@ go 1.26
 
 require (
 	github.com/go-zeromq/zmq4 v0.17.0
+	github.com/lmittmann/tint v1.2.1
 	github.com/tinylib/msgp v1.6.5
 	go.uber.org/goleak v1.3.0
 	pgregory.net/rapid v1.3.0

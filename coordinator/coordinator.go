@@ -1,0 +1,678 @@
+package coordinator
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+// DefaultStartupLogInterval is how often a coordinator waiting for its
+// engines' subscriptions logs how many are still missing.
+const DefaultStartupLogInterval = 10 * time.Second
+
+// Errors returned by a [Coordinator].
+var (
+	// ErrClosed is returned by Run after Close, and by Run called on a
+	// closed Coordinator.
+	ErrClosed = errors.New("coordinator: closed")
+	// ErrRunCalled is returned by a second call of Run: a Coordinator runs
+	// once.
+	ErrRunCalled = errors.New("coordinator: Run already called")
+	// ErrStartupTimeout is matched (errors.Is) by the *StartupTimeoutError
+	// Run returns when Config.StartupDeadline passes.
+	ErrStartupTimeout = errors.New("coordinator: start-up deadline passed")
+)
+
+// StartupTimeoutError is returned by Run when Config.StartupDeadline passed
+// before every engine subscribed on the back publish socket.
+type StartupTimeoutError struct {
+	// Deadline is Config.StartupDeadline.
+	Deadline time.Duration
+	// Expected is the engine count; Subscribed how many had subscribed.
+	Expected, Subscribed int
+}
+
+// Error names the deadline and the count of missing engines.
+func (e *StartupTimeoutError) Error() string {
+	return fmt.Sprintf("coordinator: start-up deadline %v passed with %d of %d engines missing (%d subscribed)",
+		e.Deadline, e.Expected-e.Subscribed, e.Expected, e.Subscribed)
+}
+
+// Is makes errors.Is(err, ErrStartupTimeout) true.
+func (e *StartupTimeoutError) Is(target error) bool { return target == ErrStartupTimeout }
+
+// Config configures a [Coordinator]. Front, BackOutput, BackPublish and
+// Engines are required; every other zero field means its default.
+type Config struct {
+	// Front is the endpoint the front publish (XPUB) socket binds, for the
+	// API front-ends: "tcp://host:port" (port 0 picks a free port, see
+	// Coordinator.FrontEndpoint) or "ipc://path".
+	Front string
+	// BackOutput is the endpoint the back output (PULL) socket binds; the
+	// engines push their EngineCoreOutputs to it.
+	BackOutput string
+	// BackPublish is the endpoint the back publish (XPUB) socket binds; the
+	// engines subscribe to it and receive READY and START_DP_WAVE.
+	BackPublish string
+	// Engines is the data-parallel size: how many engine subscriptions
+	// start-up waits for.
+	Engines int
+
+	// StatsInterval is the stats publication period while stats change
+	// (default 100 ms); IdleInterval the period when they do not (default
+	// 5 s).
+	StatsInterval time.Duration
+	IdleInterval  time.Duration
+	// StartupDeadline, when positive, bounds start-up: if the engines have
+	// not all subscribed by then, Run returns a *StartupTimeoutError. Zero
+	// waits as long as it takes, as vLLM does, logging every 10 s how many
+	// engines are still missing.
+	StartupDeadline time.Duration
+	// MaxMessageSize bounds one message on every socket (and the decode of
+	// one engine output); default 1 MiB. A peer that exceeds it is
+	// disconnected by the socket layer.
+	MaxMessageSize int64
+	// MaxEngines bounds the engine count, at start and from
+	// SCALE_ELASTIC_EP (default DefaultMaxEngines).
+	MaxEngines int
+	// PublishKVCacheUsage selects the stats publication layout: false (the
+	// default, PROTOCOL.md's) publishes [waiting, running] per engine, true
+	// [waiting, running, kv_cache_usage] as current vLLM does. See
+	// StateConfig.PublishKVCacheUsage.
+	PublishKVCacheUsage bool
+	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False.
+	DisableWaveCoordination bool
+
+	// Socket holds the options of the three sockets (limits, HWM, handshake
+	// deadline, allowlist, events). Socket.Guard.MaxMessageSize is
+	// overridden by MaxMessageSize when that is set, and Socket.Logger
+	// defaults to Logger.
+	Socket socket.Options
+	// Logger receives start-up progress and rate-limited drop lines; nil
+	// means slog.Default().
+	Logger *slog.Logger
+	// LogInterval is the shortest time between two summary lines of one
+	// drop reason on one socket (default 1 s).
+	LogInterval time.Duration
+	// OnDrop, if set, is called for every dropped message, whichever stage
+	// dropped it (decode, validation or the state machine). It runs on the
+	// coordinator's goroutines: keep it fast, never block in it and do not
+	// call Close from it (Close waits for those goroutines).
+	OnDrop func(loop.Drop)
+}
+
+// The names of the three receive loops, as they appear in logs, Drop.Loop
+// and errors.
+const (
+	LoopFront       = "coordinator-front"
+	LoopBackOutput  = "coordinator-back-output"
+	LoopBackPublish = "coordinator-back-publish"
+)
+
+const (
+	idxFront = iota
+	idxBackOutput
+	idxBackPublish
+	numLoops
+)
+
+var loopNames = [numLoops]string{LoopFront, LoopBackOutput, LoopBackPublish}
+
+// Coordinator is a running vLLM-compatible DP coordinator: three bound
+// sockets, a SafeLoop on each, and one goroutine that owns the [State] and
+// selects over the loops and a publication timer. Create it with [New],
+// start it with [Coordinator.Run], stop it by cancelling Run's context or
+// with [Coordinator.Close]. Snapshot, Stats, the endpoint methods and Close
+// are safe for concurrent use.
+type Coordinator struct {
+	cfg Config
+	log *slog.Logger
+
+	front, backOut, backPub *socket.Socket
+
+	frontLoop   *loop.Loop[FrontMsg]
+	outLoop     *loop.Loop[EngineCoreOutputs]
+	pubLoop     *loop.Loop[[][]byte]
+	outLimits   decodeguard.Limits
+	startupEach time.Duration
+
+	mu    sync.Mutex // guards state's mutation by Run and reads by Snapshot/Stats
+	state *State
+
+	// Drops by the state machine, per loop and reason (loop drops are in
+	// the loops' own Stats; a message is counted in exactly one place).
+	stateDrops [numLoops][decodeguard.NumReasons]atomic.Uint64
+	// What Run sent.
+	statsPublished, wavePublished, readySent, startWaveSent atomic.Uint64
+	// Unsubscriptions received on the back publish socket (ignored).
+	backUnsubs atomic.Uint64
+
+	// Run-goroutine-only: rate limiting of state-drop log lines and
+	// encode buffers.
+	dropLog     [numLoops][decodeguard.NumReasons]dropLogState
+	unsubLogged time.Time
+	buf         []byte
+
+	runMu     sync.Mutex
+	runDone   chan struct{}
+	closed    bool
+	closeCh   chan struct{}
+	closeOnce sync.Once
+}
+
+type dropLogState struct {
+	last       time.Time
+	suppressed uint64
+}
+
+// New binds the coordinator's three sockets and returns it, ready to Run.
+// It fails on a bad Config (an empty endpoint, an engine count out of
+// [1, MaxEngines], invalid socket options) or when a socket cannot bind;
+// nothing is left open then.
+func New(cfg Config) (*Coordinator, error) {
+	if cfg.Front == "" || cfg.BackOutput == "" || cfg.BackPublish == "" {
+		return nil, errors.New("coordinator: Config needs the Front, BackOutput and BackPublish endpoints")
+	}
+	if cfg.StartupDeadline < 0 || cfg.MaxMessageSize < 0 || cfg.LogInterval < 0 {
+		return nil, errors.New("coordinator: negative StartupDeadline, MaxMessageSize or LogInterval")
+	}
+	state, err := NewState(cfg.Engines, StateConfig{
+		StatsInterval:           cfg.StatsInterval,
+		IdleInterval:            cfg.IdleInterval,
+		MaxEngines:              cfg.MaxEngines,
+		PublishKVCacheUsage:     cfg.PublishKVCacheUsage,
+		DisableWaveCoordination: cfg.DisableWaveCoordination,
+	})
+	if err != nil {
+		return nil, err
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	opts := cfg.Socket
+	if cfg.MaxMessageSize > 0 {
+		opts.Guard.MaxMessageSize = cfg.MaxMessageSize
+	}
+	if opts.Logger == nil {
+		opts.Logger = cfg.Logger
+	}
+	if err := opts.Verify(); err != nil {
+		return nil, fmt.Errorf("coordinator: socket options: %w", err)
+	}
+	c := &Coordinator{
+		cfg:         cfg,
+		log:         cfg.Logger,
+		state:       state,
+		closeCh:     make(chan struct{}),
+		startupEach: DefaultStartupLogInterval,
+	}
+	if cfg.MaxMessageSize > 0 {
+		c.outLimits.MaxBytes = int(min(cfg.MaxMessageSize, int64(^uint(0)>>1)))
+	}
+	if err := c.bind(opts); err != nil {
+		c.closeSockets()
+		return nil, err
+	}
+	if err := c.makeLoops(); err != nil {
+		c.closeSockets()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Coordinator) bind(opts socket.Options) error {
+	var err error
+	if c.front, err = socket.NewXPub(opts); err != nil {
+		return fmt.Errorf("coordinator: front publish socket: %w", err)
+	}
+	if c.backOut, err = socket.NewPull(opts); err != nil {
+		return fmt.Errorf("coordinator: back output socket: %w", err)
+	}
+	if c.backPub, err = socket.NewXPub(opts); err != nil {
+		return fmt.Errorf("coordinator: back publish socket: %w", err)
+	}
+	if err := c.front.Bind(c.cfg.Front); err != nil {
+		return fmt.Errorf("coordinator: bind front publish: %w", err)
+	}
+	if err := c.backOut.Bind(c.cfg.BackOutput); err != nil {
+		return fmt.Errorf("coordinator: bind back output: %w", err)
+	}
+	if err := c.backPub.Bind(c.cfg.BackPublish); err != nil {
+		return fmt.Errorf("coordinator: bind back publish: %w", err)
+	}
+	return nil
+}
+
+var errOneFrame = decodeguard.NewError(decodeguard.ReasonEnvelope, "coordinator message must be a single frame")
+
+func (c *Coordinator) makeLoops() error {
+	var err error
+	c.frontLoop, err = loop.New(c.front, loop.Config[FrontMsg]{
+		Name:        LoopFront,
+		Logger:      c.log,
+		LogInterval: c.cfg.LogInterval,
+		OnDrop:      c.cfg.OnDrop,
+		Decode: func(frames [][]byte, dst *FrontMsg) error {
+			if len(frames) != 1 {
+				*dst = FrontMsg{}
+				return errOneFrame
+			}
+			m, err := ParseFrontMessage(frames[0])
+			*dst = m
+			return err
+		},
+	})
+	if err != nil {
+		return err
+	}
+	c.outLoop, err = loop.New(c.backOut, loop.Config[EngineCoreOutputs]{
+		Name:        LoopBackOutput,
+		Logger:      c.log,
+		LogInterval: c.cfg.LogInterval,
+		OnDrop:      c.cfg.OnDrop,
+		Decode: func(frames [][]byte, dst *EngineCoreOutputs) error {
+			if len(frames) != 1 {
+				*dst = EngineCoreOutputs{}
+				return errOneFrame
+			}
+			return DecodeEngineCoreOutputsLimits(frames[0], &c.outLimits, dst)
+		},
+		// The stateless checks of State.OnEngineOutput run here, so they are
+		// counted by the loop; only the engine-index checks, which need the
+		// engine count, are left to the state machine.
+		Validate: func(m *EngineCoreOutputs) error {
+			switch {
+			case m.OutputsLen != 0:
+				return errOutputs
+			case m.HasUtilityOutput:
+				return errUtility
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	c.pubLoop, err = loop.New(c.backPub, loop.Config[[][]byte]{
+		Name:        LoopBackPublish,
+		Logger:      c.log,
+		LogInterval: c.cfg.LogInterval,
+		OnDrop:      c.cfg.OnDrop,
+		Decode:      loop.RawDecoder,
+		Validate: func(frames *[][]byte) error {
+			if len(*frames) != 1 {
+				return errOneFrame
+			}
+			return CheckBackMessage((*frames)[0])
+		},
+	})
+	return err
+}
+
+// FrontEndpoint returns the front publish socket's bound endpoint, with the
+// port actually chosen.
+func (c *Coordinator) FrontEndpoint() string { return c.front.Endpoint() }
+
+// BackOutputEndpoint returns the back output socket's bound endpoint.
+func (c *Coordinator) BackOutputEndpoint() string { return c.backOut.Endpoint() }
+
+// BackPublishEndpoint returns the back publish socket's bound endpoint.
+func (c *Coordinator) BackPublishEndpoint() string { return c.backPub.Endpoint() }
+
+// Snapshot returns a copy of the coordinator's state: each engine's counts,
+// the current wave, whether the engines run, whether start-up is over and
+// how many engines subscribed during it.
+func (c *Coordinator) Snapshot() Snapshot {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.state.Snapshot()
+}
+
+// Close stops Run (which then returns ErrClosed), waits for it to return and
+// closes the three sockets. It is idempotent and safe to call concurrently
+// with Run; Run called after Close returns ErrClosed at once.
+func (c *Coordinator) Close() error {
+	c.runMu.Lock()
+	c.closed = true
+	done := c.runDone
+	c.runMu.Unlock()
+	c.closeOnce.Do(func() {
+		close(c.closeCh)
+		c.frontLoop.Close()
+		c.outLoop.Close()
+		c.pubLoop.Close()
+	})
+	if done != nil {
+		<-done
+	}
+	return c.closeSockets()
+}
+
+func (c *Coordinator) closeSockets() error {
+	var errs []error
+	for _, s := range []*socket.Socket{c.front, c.backOut, c.backPub} {
+		if s != nil {
+			if err := s.Close(); err != nil && !errors.Is(err, socket.ErrClosed) {
+				errs = append(errs, err)
+			}
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// Run runs the coordinator: start-up (wait for one subscription per engine
+// on the back publish socket, then send READY), then the main loop (stats
+// and wave publications to the front-ends, front-end wake-ups and scale
+// notices, engine outputs, re-subscriptions). Bad input on any socket is
+// dropped and counted (see [Coordinator.Stats]); it never ends Run.
+//
+// Run returns nil when ctx is cancelled, ErrClosed after Close, a
+// *StartupTimeoutError when Config.StartupDeadline passes during start-up,
+// ErrRunCalled if Run was called before, and otherwise only on a failure
+// that is not a peer's doing (a socket failing under it). The
+// coordinator's goroutines have all ended when Run returns.
+func (c *Coordinator) Run(parent context.Context) error {
+	c.runMu.Lock()
+	switch {
+	case c.closed:
+		c.runMu.Unlock()
+		return ErrClosed
+	case c.runDone != nil:
+		c.runMu.Unlock()
+		return ErrRunCalled
+	}
+	done := make(chan struct{})
+	c.runDone = done
+	c.runMu.Unlock()
+	defer close(done)
+
+	ctx, cancel := context.WithCancel(parent)
+	chans := loopChans{
+		front: make(chan loop.Delivery[FrontMsg]),
+		out:   make(chan loop.Delivery[EngineCoreOutputs]),
+		pub:   make(chan loop.Delivery[[][]byte]),
+		errs:  make(chan loopEnd, numLoops),
+	}
+	var wg sync.WaitGroup
+	wg.Add(numLoops)
+	go func() { defer wg.Done(); chans.errs <- loopEnd{idxFront, c.frontLoop.Deliver(ctx, chans.front)} }()
+	go func() { defer wg.Done(); chans.errs <- loopEnd{idxBackOutput, c.outLoop.Deliver(ctx, chans.out)} }()
+	go func() { defer wg.Done(); chans.errs <- loopEnd{idxBackPublish, c.pubLoop.Deliver(ctx, chans.pub)} }()
+	err := c.serve(ctx, &chans)
+	cancel()
+	wg.Wait()
+	switch {
+	case c.isClosed():
+		return ErrClosed
+	case parent.Err() != nil:
+		return nil
+	}
+	return err
+}
+
+func (c *Coordinator) isClosed() bool {
+	select {
+	case <-c.closeCh:
+		return true
+	default:
+		return false
+	}
+}
+
+type loopEnd struct {
+	idx int
+	err error
+}
+
+type loopChans struct {
+	front chan loop.Delivery[FrontMsg]
+	out   chan loop.Delivery[EngineCoreOutputs]
+	pub   chan loop.Delivery[[][]byte]
+	errs  chan loopEnd
+}
+
+// serve is Run's select loop; it owns c.state (mutating it under c.mu).
+func (c *Coordinator) serve(ctx context.Context, ch *loopChans) error {
+	expected := c.cfg.Engines
+	c.log.Info("coordinator: waiting for engines to subscribe",
+		"engines", expected, "back_publish", c.BackPublishEndpoint())
+
+	startupTick := time.NewTicker(c.startupEach)
+	defer startupTick.Stop()
+	startupTickC := startupTick.C
+	var deadlineC <-chan time.Time
+	if d := c.cfg.StartupDeadline; d > 0 {
+		deadline := time.NewTimer(d)
+		defer deadline.Stop()
+		deadlineC = deadline.C
+	}
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	defer timer.Stop()
+	var (
+		timerC  <-chan time.Time
+		timerAt time.Time
+		started bool
+	)
+	for {
+		// Front-end messages and engine outputs wait (in their loops, then
+		// in the sockets) until start-up is over, as vLLM polls those
+		// sockets only then.
+		var frontC chan loop.Delivery[FrontMsg]
+		var outC chan loop.Delivery[EngineCoreOutputs]
+		if started {
+			frontC, outC = ch.front, ch.out
+		}
+		var err error
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-c.closeCh:
+			return ErrClosed
+		case end := <-ch.errs:
+			if end.err == nil || errors.Is(end.err, loop.ErrLoopClosed) {
+				// Only cancellation or Close ends a loop this way.
+				if c.isClosed() {
+					return ErrClosed
+				}
+				return ctx.Err()
+			}
+			return fmt.Errorf("coordinator: %s loop: %w", loopNames[end.idx], end.err)
+		case d := <-ch.pub:
+			err = c.onBackPublish(ctx, d)
+		case d := <-frontC:
+			err = c.onFront(ctx, d)
+		case d := <-outC:
+			err = c.onBackOutput(ctx, d)
+		case <-timerC:
+			timerC = nil
+			err = c.tick(ctx)
+		case <-startupTickC:
+			c.mu.Lock()
+			sub := c.state.Snapshot().Subscribed
+			c.mu.Unlock()
+			c.log.Warn("coordinator: still waiting for engines to subscribe",
+				"missing", expected-sub, "subscribed", sub, "engines", expected)
+		case <-deadlineC:
+			c.mu.Lock()
+			sub := c.state.Snapshot().Subscribed
+			c.mu.Unlock()
+			return &StartupTimeoutError{Deadline: c.cfg.StartupDeadline, Expected: expected, Subscribed: sub}
+		}
+		if err != nil {
+			return err
+		}
+		if !started && c.state.Started() {
+			started = true
+			startupTick.Stop()
+			startupTickC, deadlineC = nil, nil
+			c.log.Info("coordinator: all engines subscribed, READY sent", "engines", c.state.Engines())
+		}
+		if started {
+			// Re-arm the publication timer when the next publication time
+			// moved (new stats shorten the wait) or the timer fired.
+			if next := c.state.NextTick(); timerC == nil || !next.Equal(timerAt) {
+				timerAt = next
+				timer.Reset(max(0, time.Until(next)))
+				timerC = timer.C
+			}
+		}
+	}
+}
+
+func (c *Coordinator) onBackPublish(ctx context.Context, d loop.Delivery[[][]byte]) error {
+	frame := (*d.Value)[0]
+	c.mu.Lock()
+	started := c.state.Started()
+	a, err := c.state.OnBackMessage(frame)
+	c.mu.Unlock()
+	if err != nil { // not expected: the loop's Validate ran the same check
+		c.stateDrop(idxBackPublish, d.Msg, err)
+	} else if len(frame) == 1 && frame[0] == 0x00 {
+		// An engine's unsubscription (a departed subscriber): ignored, as
+		// vLLM does after start-up (during it, vLLM returned). It does not
+		// take back a start-up subscription: the XPUB reports one only when
+		// no other subscriber holds the topic.
+		c.backUnsubs.Add(1)
+		if !started {
+			if now := time.Now(); now.Sub(c.unsubLogged) >= c.logInterval() {
+				c.unsubLogged = now
+				c.log.Warn("coordinator: ignored an unsubscription on the back publish socket during start-up",
+					"peer", d.Msg.Peer.String(), "count", c.backUnsubs.Load())
+			}
+		}
+	}
+	d.Done()
+	return c.act(ctx, &a)
+}
+
+func (c *Coordinator) logInterval() time.Duration {
+	if c.cfg.LogInterval > 0 {
+		return c.cfg.LogInterval
+	}
+	return loop.DefaultLogInterval
+}
+
+func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[FrontMsg]) error {
+	c.mu.Lock()
+	a, err := c.state.OnFrontMessage(*d.Value)
+	c.mu.Unlock()
+	if err != nil {
+		c.stateDrop(idxFront, d.Msg, err)
+	}
+	d.Done()
+	return c.act(ctx, &a)
+}
+
+func (c *Coordinator) onBackOutput(ctx context.Context, d loop.Delivery[EngineCoreOutputs]) error {
+	c.mu.Lock()
+	a, err := c.state.OnEngineOutput(d.Value)
+	c.mu.Unlock()
+	if err != nil {
+		c.stateDrop(idxBackOutput, d.Msg, err)
+	}
+	d.Done()
+	return c.act(ctx, &a)
+}
+
+func (c *Coordinator) tick(ctx context.Context) error {
+	c.mu.Lock()
+	a := c.state.Tick(time.Now())
+	if a.PublishStats {
+		c.buf = c.state.AppendStatsPublish(c.buf[:0])
+	}
+	c.mu.Unlock()
+	if !a.PublishStats {
+		return nil
+	}
+	c.statsPublished.Add(1) // before sending, so a peer never sees it first
+	if err := c.front.Send(ctx, c.buf); err != nil {
+		return c.sendError("front publish", err)
+	}
+	return nil
+}
+
+var (
+	readyFrame       = []byte(ReadyFrame)
+	startDPWaveFrame = []byte(StartDPWaveFrame)
+)
+
+// act performs what one input called for. Stats publications come from tick
+// only. The counters go up before each send, so that a peer that received
+// a message never reads a counter that does not include it yet.
+func (c *Coordinator) act(ctx context.Context, a *Actions) error {
+	if a.SendReady {
+		c.readySent.Add(1)
+		if err := c.backPub.Send(ctx, readyFrame); err != nil {
+			return c.sendError("back publish", err)
+		}
+	}
+	if a.SendStartWave {
+		c.buf = a.AppendStartDPWave(c.buf[:0])
+		c.startWaveSent.Add(1)
+		if err := c.backPub.Send(ctx, startDPWaveFrame, c.buf); err != nil {
+			return c.sendError("back publish", err)
+		}
+	}
+	if a.PublishWave {
+		c.buf = a.AppendWavePublish(c.buf[:0])
+		c.wavePublished.Add(1)
+		if err := c.front.Send(ctx, c.buf); err != nil {
+			return c.sendError("front publish", err)
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) sendError(which string, err error) error {
+	if errors.Is(err, socket.ErrClosed) && c.isClosed() {
+		return ErrClosed
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	return fmt.Errorf("coordinator: send on %s: %w", which, err)
+}
+
+// stateDrop counts, reports and logs (rate-limited) a message the state
+// machine refused. It runs on Run's goroutine, before the delivery is
+// released (the prefix aliases the frame).
+func (c *Coordinator) stateDrop(idx int, msg socket.Msg, err error) {
+	r := decodeguard.ReasonOf(err)
+	if !r.Valid() {
+		r = decodeguard.ReasonValidate
+	}
+	c.stateDrops[idx][r].Add(1)
+	now := time.Now()
+	d := loop.Drop{Loop: loopNames[idx], Reason: r, Stage: loop.StageHandler, Peer: msg.Peer,
+		Frames: len(msg.Frames), Err: err, Time: now}
+	last := 0
+	for _, f := range msg.Frames {
+		d.Length += len(f)
+	}
+	if n := len(msg.Frames); n > 0 {
+		f := msg.Frames[n-1]
+		p := min(len(f), loop.LogPrefix)
+		d.Prefix, last = f[:p:p], len(f)
+	}
+	if c.cfg.OnDrop != nil {
+		c.cfg.OnDrop(d)
+	}
+	st := &c.dropLog[idx][r]
+	if !st.last.IsZero() && now.Sub(st.last) < c.logInterval() {
+		st.suppressed++
+		return
+	}
+	c.log.Warn("coordinator: dropped message", "loop", loopNames[idx], "reason", r.String(),
+		"stage", "state", "peer", msg.Peer.String(), "frames", d.Frames, "len", d.Length,
+		"last_frame_len", last, "prefix_hex", d.Hex(), "err", err.Error(), "suppressed_since_last", st.suppressed)
+	st.last, st.suppressed = now, 0
+}

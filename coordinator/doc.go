@@ -1,0 +1,72 @@
+// Package coordinator speaks vLLM's data-parallel (DP) coordinator protocol
+// (the project's PROTOCOL.md §2): the process that sits between DP engine
+// cores and API front-ends, collects each engine's queue lengths, publishes
+// them for load balancing, and keeps the engines' global "request wave" in
+// step.
+//
+// It has four layers: the wire formats, a pure state machine, the runtime
+// ([Coordinator]) and peer helpers ([Engine], [FrontEnd]).
+//
+// # Runtime
+//
+// [New] binds the three sockets of PROTOCOL.md §2 with zmqguard's hardened
+// socket package: the front publish XPUB (API front-ends subscribe, receive
+// stats, send wake-ups), the back output PULL (engines push
+// EngineCoreOutputs) and the back publish XPUB (engines subscribe, receive
+// READY and START_DP_WAVE). [Coordinator.Run] puts a SafeLoop (package
+// loop) on each socket in Deliver mode and selects over their deliveries and
+// a publication timer in one goroutine that owns the [State]:
+//
+//	front XPUB   loop: ParseFrontMessage        --+
+//	back PULL    loop: DecodeEngineCoreOutputs  --+--> State --> sends
+//	back XPUB    loop: CheckBackMessage         --+
+//	timer        StatsInterval / IdleInterval   --+
+//
+// Start-up waits for one "\x01" per engine on the back publish socket and
+// then sends READY; anything else arriving meanwhile (a subscription to a
+// topic such as "\x01probe", junk) is dropped with a counted, rate-limited
+// warning and start-up goes on. It waits as long as it takes, logging every
+// 10 s how many engines are missing, unless Config.StartupDeadline is set.
+//
+// Everything a peer can get wrong is a drop with a reason, counted once:
+// by the socket layer (refused connections: raw TCP probes, bad handshakes,
+// oversize messages), by a loop (frame count, decode, validation) or by the
+// state machine (an engine index it does not have). [Coordinator.Stats]
+// adds them up; nothing a peer sends ends Run.
+//
+// # Peers
+//
+// [Engine] and [FrontEnd] speak the engine's and the front-end's side of
+// the protocol over the same sockets, for tests, examples and Go programs;
+// [ParseStartDPWave] and [ParsePublication] decode what they receive.
+//
+// # Wire layer
+//
+//   - [EngineCoreOutputs] with a hand-written [EngineCoreOutputs.UnmarshalMsg]
+//     on msgp's primitives, and [DecodeEngineCoreOutputs], which runs
+//     decodeguard's structural pre-scan first and classifies every failure:
+//     the message engines push to the coordinator's back-output socket.
+//     [AppendEngineCoreOutputs] writes it exactly as vLLM lays it out.
+//   - [ParseFrontMessage]: what API front-ends send on the front publish
+//     socket (subscriptions, wake-ups, elastic-EP scale notices).
+//   - [AppendStatsPublish], [AppendStatsPublishKV], [AppendWavePublish],
+//     [AppendStartDPWave] and [ReadyFrame]: what the coordinator sends.
+//
+// # State machine
+//
+// [State] is single-threaded and pure: each input (an engine output, a
+// front-end message, a back-publish subscription, a clock tick) goes in and
+// the [Actions] to take come out. It follows vLLM's coordinator
+// (vllm/v1/engine/coordinator.py) transition for transition, except where
+// vLLM could be killed or misled by one bad message; the differences are
+// listed on [State].
+//
+// # Bad input
+//
+// Every parser treats its input as hostile: bad input yields a classified
+// *[decodeguard.Error] (see [decodeguard.ReasonOf]) and never a panic,
+// lengths read from the wire are checked against the bytes present before
+// anything is allocated, and no error text carries raw peer bytes.
+// Decoding a valid frame into a reused [EngineCoreOutputs] and parsing a
+// valid front-end message allocate nothing.
+package coordinator

@@ -1,0 +1,315 @@
+package coordinator
+
+import (
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// Frames and commands of the coordinator protocol.
+const (
+	// ReadyFrame is the single frame the coordinator sends on its back
+	// publish socket once every engine has subscribed (and again whenever an
+	// engine re-subscribes later): the bytes "READY".
+	ReadyFrame = "READY"
+	// StartDPWaveFrame is the first frame of a START_DP_WAVE message on the
+	// back publish socket: vLLM's EngineCoreRequestType.START_DP_WAVE, the
+	// single byte 0x02. The second frame is [AppendStartDPWave]'s.
+	StartDPWaveFrame = "\x02"
+	// ScaleElasticEP is the command string of a front-end's elastic-EP scale
+	// notice ("SCALE_ELASTIC_EP", n).
+	ScaleElasticEP = "SCALE_ELASTIC_EP"
+	// MaxEngines is the most engines the protocol can address: vLLM names an
+	// engine by a 2-byte little-endian identity.
+	MaxEngines = 1 << 16
+)
+
+// FrontKind is the kind of a message a front-end sends to the coordinator.
+type FrontKind uint8
+
+// The front-end message kinds. The zero value is not a valid kind.
+const (
+	// FrontSubscribe is an XPUB subscription: the byte 0x01 followed by the
+	// topic (empty for vLLM's front-ends, whose XSUB sends "\x01").
+	FrontSubscribe FrontKind = iota + 1
+	// FrontUnsubscribe is an XPUB unsubscription: 0x00 followed by the topic.
+	FrontUnsubscribe
+	// FrontScale is ("SCALE_ELASTIC_EP", n): the engine count is now n.
+	FrontScale
+	// FrontWake is (engine_to_exclude, wave): a front-end is sending a
+	// request for wave while the engines are paused, so the others must be
+	// woken.
+	FrontWake
+)
+
+var frontKindNames = [...]string{"invalid", "subscribe", "unsubscribe", "scale", "wake"}
+
+// String returns the kind's lower-case name.
+func (k FrontKind) String() string {
+	if int(k) < len(frontKindNames) {
+		return frontKindNames[k]
+	}
+	return "invalid"
+}
+
+// FrontMsg is one parsed front-end message. Which fields mean something
+// depends on Kind.
+type FrontMsg struct {
+	Kind FrontKind
+	// Topic is the subscription topic of a FrontSubscribe or
+	// FrontUnsubscribe (the frame after its first byte). It aliases the
+	// parsed frame.
+	Topic []byte
+	// Engines is the new engine count of a FrontScale, in [1, MaxEngines].
+	Engines int
+	// Wave is the wave of a FrontWake: the front-end's view of the current
+	// wave, in [0, MaxWave].
+	Wave int64
+	// HasExclude reports whether a FrontWake names an engine to leave out of
+	// the START_DP_WAVE broadcast (the one the request is going to); Exclude
+	// is its index, non-negative.
+	HasExclude bool
+	Exclude    int64
+	// ExcludeIdentity reports that Exclude arrived as vLLM's 2-byte
+	// little-endian engine identity (a msgpack bin, as current front-ends
+	// send it) rather than as an integer.
+	ExcludeIdentity bool
+}
+
+// frontLimits bounds the pre-scan of front-end messages: the largest valid
+// one, ("SCALE_ELASTIC_EP", n), is 27 bytes and two levels deep.
+var frontLimits = decodeguard.Limits{MaxDepth: 4, MaxElements: 64, MaxBytes: 1024}
+
+func frontError(r decodeguard.Reason, b, at []byte, detail string, cause error) error {
+	return &decodeguard.Error{Reason: r, Detail: detail, Offset: len(b) - len(at), Err: cause}
+}
+
+// ParseFrontMessage parses one frame received on the coordinator's front
+// publish (XPUB) socket. The socket delivers three kinds of frame:
+//
+//   - subscriptions and unsubscriptions, which an XPUB hands up as the byte
+//     0x01 or 0x00 followed by the topic: FrontSubscribe / FrontUnsubscribe
+//     with Topic (vLLM compares the whole frame with "\x01" and "\x00" and
+//     so fails on a topic; here any topic is accepted and reported);
+//   - msgpack ("SCALE_ELASTIC_EP", n) with n an int in [1, MaxEngines]:
+//     FrontScale;
+//   - msgpack (engine_to_exclude, wave) where engine_to_exclude is nil, an
+//     int or a 2-byte little-endian engine identity as bin, and wave an int:
+//     FrontWake.
+//
+// Every other frame yields a classified *[decodeguard.Error]: the Scan
+// errors (ReasonDecode for malformed msgpack, invalid UTF-8, a map keyed by
+// a map, trailing bytes; ReasonOversize for a frame over 1 KiB, nesting
+// deeper than 4, more than 64 objects), ReasonDecode for a wrong shape,
+// arity or type (a bool, a float, a str other than SCALE_ELASTIC_EP, an
+// identity not 2 bytes long), ReasonValidate for a value out of range (a
+// negative or too large wave, exclude or engine count). Parsing a valid
+// message allocates nothing.
+func ParseFrontMessage(b []byte) (FrontMsg, error) {
+	if len(b) == 0 {
+		return FrontMsg{}, decodeguard.NewError(decodeguard.ReasonDecode, "empty front-end message")
+	}
+	switch b[0] {
+	case 0x01:
+		return FrontMsg{Kind: FrontSubscribe, Topic: b[1:]}, nil
+	case 0x00:
+		return FrontMsg{Kind: FrontUnsubscribe, Topic: b[1:]}, nil
+	}
+	if err := decodeguard.Scan(b, &frontLimits); err != nil {
+		return FrontMsg{}, err
+	}
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return FrontMsg{}, frontError(decodeguard.ReasonDecode, b, b, "front-end message: want a 2-element array", err)
+	}
+	if n != 2 {
+		return FrontMsg{}, frontError(decodeguard.ReasonDecode, b, b, "front-end message: want a 2-element array, wrong arity", nil)
+	}
+	at := rest
+	var m FrontMsg
+	switch msgp.NextType(rest) {
+	case msgp.StrType:
+		var cmd []byte
+		cmd, rest, err = msgp.ReadStringZC(rest)
+		if err != nil || string(cmd) != ScaleElasticEP {
+			return FrontMsg{}, frontError(decodeguard.ReasonDecode, b, at, "front-end message: unknown command", nil)
+		}
+		at = rest
+		var count int64
+		count, rest, err = msgp.ReadInt64Bytes(rest)
+		if err != nil {
+			return FrontMsg{}, intError(b, at, "SCALE_ELASTIC_EP: engine count", err)
+		}
+		if count < 1 || count > MaxEngines {
+			return FrontMsg{}, frontError(decodeguard.ReasonValidate, b, at, "SCALE_ELASTIC_EP: engine count out of range", nil)
+		}
+		m = FrontMsg{Kind: FrontScale, Engines: int(count)}
+	case msgp.NilType:
+		rest = rest[1:]
+		m.Kind = FrontWake
+	case msgp.IntType, msgp.UintType:
+		m.Kind, m.HasExclude = FrontWake, true
+		m.Exclude, rest, err = msgp.ReadInt64Bytes(rest)
+		if err != nil {
+			return FrontMsg{}, intError(b, at, "wake: engine_to_exclude", err)
+		}
+		if m.Exclude < 0 {
+			return FrontMsg{}, frontError(decodeguard.ReasonValidate, b, at, "wake: engine_to_exclude is negative", nil)
+		}
+	case msgp.BinType:
+		var id []byte
+		id, rest, err = msgp.ReadBytesZC(rest)
+		if err != nil || len(id) != 2 {
+			return FrontMsg{}, frontError(decodeguard.ReasonDecode, b, at, "wake: engine identity is not 2 bytes", nil)
+		}
+		m.Kind, m.HasExclude, m.ExcludeIdentity = FrontWake, true, true
+		m.Exclude = int64(id[0]) | int64(id[1])<<8
+	default:
+		return FrontMsg{}, frontError(decodeguard.ReasonDecode, b, at, "front-end message: first element is not a command, nil, an int or an engine identity", nil)
+	}
+	if m.Kind == FrontWake {
+		at = rest
+		m.Wave, rest, err = msgp.ReadInt64Bytes(rest)
+		if err != nil {
+			return FrontMsg{}, intError(b, at, "wake: wave", err)
+		}
+		if m.Wave < 0 || m.Wave > MaxWave {
+			return FrontMsg{}, frontError(decodeguard.ReasonValidate, b, at, "wake: wave out of range", nil)
+		}
+	}
+	if len(rest) != 0 {
+		return FrontMsg{}, frontError(decodeguard.ReasonDecode, b, rest, "bytes left after front-end message", nil)
+	}
+	return m, nil
+}
+
+// intError classifies a failed integer read: ReasonValidate when the value
+// does not fit int64, ReasonDecode when it is not an integer.
+func intError(b, at []byte, what string, err error) error {
+	if _, ok := err.(msgp.UintOverflow); ok {
+		return frontError(decodeguard.ReasonValidate, b, at, what+": integer out of range", nil)
+	}
+	return frontError(decodeguard.ReasonDecode, b, at, what+": want an int", err)
+}
+
+// AppendScaleElasticEP appends the front-end's elastic-EP scale notice
+// ("SCALE_ELASTIC_EP", n).
+func AppendScaleElasticEP(dst []byte, n int) []byte {
+	dst = msgp.AppendArrayHeader(dst, 2)
+	dst = msgp.AppendString(dst, ScaleElasticEP)
+	return appendInt(dst, int64(n))
+}
+
+// AppendWake appends a front-end's wake-up (engine_to_exclude, wave) with the
+// excluded engine as an int, or nil when exclude is nil (vLLM releases before
+// the 2-byte identities sent ints).
+func AppendWake(dst []byte, exclude *int, wave int) []byte {
+	dst = msgp.AppendArrayHeader(dst, 2)
+	if exclude == nil {
+		dst = msgp.AppendNil(dst)
+	} else {
+		dst = appendInt(dst, int64(*exclude))
+	}
+	return appendInt(dst, int64(wave))
+}
+
+// AppendWakeIdentity appends a front-end's wake-up (engine_to_exclude, wave)
+// as current vLLM front-ends send it: the excluded engine as its 2-byte
+// little-endian identity, a msgpack bin.
+func AppendWakeIdentity(dst []byte, engine uint16, wave int) []byte {
+	dst = msgp.AppendArrayHeader(dst, 2)
+	dst = msgp.AppendBytes(dst, []byte{byte(engine), byte(engine >> 8)})
+	return appendInt(dst, int64(wave))
+}
+
+// EngineLoad is one engine's entry in the coordinator's stats publication.
+type EngineLoad struct {
+	Waiting      int64
+	Running      int64
+	KVCacheUsage float64
+}
+
+// AppendStatsPublish appends the coordinator's periodic publication to
+// front-ends, (counts, current_wave, engines_running), with counts a list of
+// [waiting, running] per engine, as vLLM releases up to the one that added
+// KV cache usage send it. ([[5,3],[0,1]], 7, True) is 939292050392000107c3.
+func AppendStatsPublish(dst []byte, counts [][2]int, wave int, running bool) []byte {
+	dst = msgp.AppendArrayHeader(dst, 3)
+	dst = msgp.AppendArrayHeader(dst, uint32(len(counts)))
+	for _, c := range counts {
+		dst = msgp.AppendArrayHeader(dst, 2)
+		dst = appendInt(dst, int64(c[0]))
+		dst = appendInt(dst, int64(c[1]))
+	}
+	dst = appendInt(dst, int64(wave))
+	return msgp.AppendBool(dst, running)
+}
+
+// AppendStatsPublishKV appends the publication as current vLLM sends it and
+// its front-ends unpack it: counts is a list of [waiting, running,
+// kv_cache_usage] per engine, the usage a float64. A front-end of either
+// generation fails to unpack the other's layout, so a coordinator must use
+// the one its front-ends expect (see Config.PublishKVCacheUsage).
+func AppendStatsPublishKV(dst []byte, loads []EngineLoad, wave int, running bool) []byte {
+	return appendStats(dst, loads, true, int64(wave), running)
+}
+
+func appendStats(dst []byte, loads []EngineLoad, kv bool, wave int64, running bool) []byte {
+	dst = appendStatsHeader(dst, len(loads))
+	for i := range loads {
+		dst = appendLoad(dst, &loads[i], kv)
+	}
+	return appendStatsTrailer(dst, wave, running)
+}
+
+func appendStatsHeader(dst []byte, engines int) []byte {
+	dst = msgp.AppendArrayHeader(dst, 3)
+	return msgp.AppendArrayHeader(dst, uint32(engines))
+}
+
+func appendLoad(dst []byte, l *EngineLoad, kv bool) []byte {
+	if !kv {
+		dst = msgp.AppendArrayHeader(dst, 2)
+		dst = appendInt(dst, l.Waiting)
+		return appendInt(dst, l.Running)
+	}
+	dst = msgp.AppendArrayHeader(dst, 3)
+	dst = appendInt(dst, l.Waiting)
+	dst = appendInt(dst, l.Running)
+	return msgp.AppendFloat64(dst, l.KVCacheUsage)
+}
+
+func appendStatsTrailer(dst []byte, wave int64, running bool) []byte {
+	dst = appendInt(dst, wave)
+	return msgp.AppendBool(dst, running)
+}
+
+// AppendWavePublish appends the publication sent to front-ends at once when
+// the wave or the running state changes: (nil, current_wave,
+// engines_running). (nil, 7, False) is 93c007c2.
+func AppendWavePublish(dst []byte, wave int, running bool) []byte {
+	return appendWavePublish(dst, int64(wave), running)
+}
+
+func appendWavePublish(dst []byte, wave int64, running bool) []byte {
+	dst = msgp.AppendArrayHeader(dst, 3)
+	dst = msgp.AppendNil(dst)
+	dst = appendInt(dst, wave)
+	return msgp.AppendBool(dst, running)
+}
+
+// AppendStartDPWave appends the second frame of a START_DP_WAVE broadcast,
+// (wave, exclude_engine_index), with exclude nil when no engine is left out;
+// the first frame is [StartDPWaveFrame]. (7, 2) is 920702.
+func AppendStartDPWave(dst []byte, wave int, exclude *int) []byte {
+	if exclude == nil {
+		return appendStartDPWave(dst, int64(wave), 0, false)
+	}
+	return appendStartDPWave(dst, int64(wave), int64(*exclude), true)
+}
+
+func appendStartDPWave(dst []byte, wave, exclude int64, hasExclude bool) []byte {
+	dst = msgp.AppendArrayHeader(dst, 2)
+	dst = appendInt(dst, wave)
+	return appendOptInt(dst, exclude, hasExclude)
+}

@@ -1,0 +1,294 @@
+package coordinator
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+const python = "/usr/bin/python3"
+
+// requirePythonMsgpack skips the test, loudly, when Debian's python3 with
+// python3-msgpack is not there (the README's documented interop case).
+func requirePythonMsgpack(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, python, "-c", "import msgpack").CombinedOutput(); err != nil {
+		t.Skipf("\n\n*** SKIPPING the Python interop test: %s cannot import msgpack (%v: %s).\n"+
+			"*** Install the interop peers with: apt-get install python3-msgpack python3-zmq\n\n",
+			python, err, bytes.TrimSpace(out))
+	}
+}
+
+func runLayout(t *testing.T, mode string, stdin []byte) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "testdata/vllm_layout.py", mode)
+	cmd.Stdin = bytes.NewReader(stdin)
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		t.Fatalf("vllm_layout.py %s: %v\n%s", mode, err, stderr.String())
+	}
+	return out
+}
+
+type layoutCase struct {
+	Kind   string          `json:"kind"`
+	Name   string          `json:"name"`
+	Hex    string          `json:"hex"`
+	Want   json.RawMessage `json:"want"`
+	Reason string          `json:"reason"`
+}
+
+// TestPythonBuiltMessages decodes messages that Python's msgpack builds in
+// vLLM's exact layouts (every current SchedulerStats field, nested
+// prefix_cache_stats, None-valued optional stats, older and forked field
+// sets, wide integers) and front-end messages, plus the hazards of the seed
+// reports.
+func TestPythonBuiltMessages(t *testing.T) {
+	requirePythonMsgpack(t)
+	out := runLayout(t, "gen", nil)
+	sc := bufio.NewScanner(bytes.NewReader(out))
+	sc.Buffer(nil, 1<<20)
+	n := 0
+	for sc.Scan() {
+		var c layoutCase
+		if err := json.Unmarshal(sc.Bytes(), &c); err != nil {
+			t.Fatalf("bad line %q: %v", sc.Text(), err)
+		}
+		n++
+		raw, err := hex.DecodeString(c.Hex)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Run(c.Kind+"/"+c.Name, func(t *testing.T) {
+			var gotErr error
+			switch c.Kind {
+			case "eco":
+				var got EngineCoreOutputs
+				gotErr = DecodeEngineCoreOutputs(raw, &got)
+				if c.Reason == "" {
+					if gotErr != nil {
+						t.Fatalf("decode: %v", gotErr)
+					}
+					var want EngineCoreOutputs
+					if err := json.Unmarshal(c.Want, &want); err != nil {
+						t.Fatal(err)
+					}
+					if got != want {
+						t.Fatalf("decoded\n got %+v\nwant %+v", got, want)
+					}
+					// The state machine takes it, or drops a front-end
+					// message with a classified error.
+					s := newStarted(t, 256, StateConfig{})
+					_, err := s.OnEngineOutput(&got)
+					if frontEnd := got.OutputsLen > 0 || got.HasUtilityOutput; frontEnd != (err != nil) {
+						t.Fatalf("OnEngineOutput: %v", err)
+					}
+				}
+			case "front":
+				got, err := ParseFrontMessage(raw)
+				gotErr = err
+				if c.Reason == "" {
+					if err != nil {
+						t.Fatalf("parse: %v", err)
+					}
+					var want FrontMsg
+					if err := json.Unmarshal(c.Want, &want); err != nil {
+						t.Fatal(err)
+					}
+					if got.Kind != want.Kind || got.Engines != want.Engines || got.Wave != want.Wave ||
+						got.HasExclude != want.HasExclude || got.Exclude != want.Exclude || got.ExcludeIdentity != want.ExcludeIdentity {
+						t.Fatalf("parsed\n got %+v\nwant %+v", got, want)
+					}
+				}
+			default:
+				t.Fatalf("unknown kind %q", c.Kind)
+			}
+			if c.Reason != "" {
+				r, ok := decodeguard.ParseReason(c.Reason)
+				if !ok {
+					t.Fatalf("bad reason %q", c.Reason)
+				}
+				if decodeguard.ReasonOf(gotErr) != r {
+					t.Fatalf("error %v, want reason %v", gotErr, r)
+				}
+				checkSafeText(t, gotErr.Error())
+			}
+		})
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if n < 30 {
+		t.Fatalf("only %d cases from vllm_layout.py", n)
+	}
+}
+
+// TestPythonReadsGoEncodings has Python's msgpack decode what the Go
+// encoders produce, checks the value, and checks that Python re-encodes it
+// to the identical bytes (so the Go encoders pick Python's encodings).
+func TestPythonReadsGoEncodings(t *testing.T) {
+	requirePythonMsgpack(t)
+	two, big := 2, 300
+	state := newStarted(t, 2, StateConfig{PublishKVCacheUsage: true})
+	m := statsMsg(1, 4, 9, 0, 3)
+	m.Stats.KVCacheUsage = 0.5
+	if _, err := state.OnEngineOutput(m); err != nil {
+		t.Fatal(err)
+	}
+	cases := []struct {
+		name string
+		b    []byte
+		repr string
+	}{
+		{"stats publish", AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), "[[[5, 3], [0, 1]], 7, True]"},
+		{"stats publish kv", AppendStatsPublishKV(nil, []EngineLoad{{5, 3, 0.25}, {0, 1, 0}}, 7, true), "[[[5, 3, 0.25], [0, 1, 0.0]], 7, True]"},
+		{"state publish kv", state.AppendStatsPublish(nil), "[[[0, 0, 0.0], [4, 9, 0.5]], 0, False]"},
+		{"wave publish", AppendWavePublish(nil, 7, false), "[None, 7, False]"},
+		{"start dp wave", AppendStartDPWave(nil, 7, &two), "[7, 2]"},
+		{"start dp wave nil", AppendStartDPWave(nil, 1<<40, nil), "[1099511627776, None]"},
+		{"scale", AppendScaleElasticEP(nil, 4), "['SCALE_ELASTIC_EP', 4]"},
+		{"wake identity", AppendWakeIdentity(nil, 2, 7), `[b'\x02\x00', 7]`},
+		{"wake int", AppendWake(nil, &big, 1<<33), "[300, 8589934592]"},
+		{"eco minimal stats", AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: ts,
+			Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}),
+			"[1, [], {'num_running_reqs': 3, 'num_waiting_reqs': 5, 'step_counter': 42, 'current_wave': 7}, 12345.678]"},
+		{"eco wave complete", AppendEngineCoreOutputs(nil, &EngineCoreOutputs{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}),
+			"[0, [], None, 12345.678, None, None, 7]"},
+		{"eco wide", AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 200, HasStats: true, Timestamp: 5e9,
+			Stats: SchedulerStats{NumRunningReqs: 70000, NumWaitingReqs: 300, NumSkippedWaitingReqs: 2, StepCounter: 1 << 40,
+				CurrentWave: 65536, KVCacheUsage: 1, EncoderCacheUsage: 0.5}}),
+			"[200, [], {'num_running_reqs': 70000, 'num_waiting_reqs': 300, 'num_skipped_waiting_reqs': 2, " +
+				"'step_counter': 1099511627776, 'current_wave': 65536, 'kv_cache_usage': 1.0, 'encoder_cache_usage': 0.5}, 5000000000.0]"},
+	}
+	var in bytes.Buffer
+	want := map[string]string{}
+	for _, c := range cases {
+		line, _ := json.Marshal(map[string]string{"name": c.name, "hex": hex.EncodeToString(c.b)})
+		in.Write(append(line, '\n'))
+		want[c.name] = c.repr
+	}
+	out := runLayout(t, "check", in.Bytes())
+	seen := 0
+	for _, line := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		var r struct {
+			Name string `json:"name"`
+			Repr string `json:"repr"`
+			Same bool   `json:"same"`
+		}
+		if err := json.Unmarshal([]byte(line), &r); err != nil {
+			t.Fatalf("bad line %q: %v", line, err)
+		}
+		seen++
+		if r.Repr != want[r.Name] {
+			t.Errorf("%s: Python reads %s, want %s", r.Name, r.Repr, want[r.Name])
+		}
+		if !r.Same {
+			t.Errorf("%s: Python re-encodes it to different bytes", r.Name)
+		}
+	}
+	if seen != len(cases) {
+		t.Fatalf("Python answered %d of %d cases", seen, len(cases))
+	}
+}
+
+// TestLayoutScriptPresent keeps the interop script from being dropped
+// silently: the skip above is only for a missing Python package.
+func TestLayoutScriptPresent(t *testing.T) {
+	if _, err := os.Stat("testdata/vllm_layout.py"); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// requirePyzmq skips the test, loudly, when Debian's python3 cannot import
+// zmq and msgpack (the documented interop case).
+func requirePyzmq(t *testing.T) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, python, "-c", "import zmq, msgpack").CombinedOutput(); err != nil {
+		t.Skipf("\n\n*** SKIPPING the pyzmq interop test: %s cannot import zmq/msgpack (%v: %s).\n"+
+			"*** Install the interop peers with: apt-get install python3-zmq python3-msgpack\n\n",
+			python, err, bytes.TrimSpace(out))
+	}
+}
+
+// TestPythonPeersInterop runs libzmq engines and a libzmq front-end
+// (testdata/dp_peers.py) against the Go coordinator: READY at every engine,
+// stats in vLLM's full SchedulerStats layout published with the right
+// counts, and the wave round trip (wake-up by engine identity,
+// wave_complete, start_wave) with START_DP_WAVE at every engine.
+func TestPythonPeersInterop(t *testing.T) {
+	requirePyzmq(t)
+	h := startCoordinator(t, testConfig(2))
+	arg, _ := json.Marshal(map[string]any{
+		"front": h.c.FrontEndpoint(), "back_output": h.c.BackOutputEndpoint(),
+		"back_publish": h.c.BackPublishEndpoint(), "engines": 2,
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, python, "testdata/dp_peers.py", string(arg))
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil {
+		h.failIfEnded(t)
+		t.Fatalf("dp_peers.py: %v\n%s\ncoordinator stats %+v", err, stderr.String(), h.c.Stats())
+	}
+	var got struct {
+		Ready          [][]string `json:"ready"`
+		Stats          []any      `json:"stats"`
+		WakeStart      [][]any    `json:"wake_start"`
+		WakePub        []any      `json:"wake_pub"`
+		CompletePub    []any      `json:"complete_pub"`
+		EngineStart    [][]any    `json:"engine_start"`
+		EngineStartPub []any      `json:"engine_start_pub"`
+	}
+	if err := json.Unmarshal(out, &got); err != nil {
+		t.Fatalf("output %q: %v", out, err)
+	}
+	text := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	checks := []struct{ name, got, want string }{
+		{"ready", text(got.Ready), `[["READY"],["READY"]]`},
+		{"stats", text(got.Stats), `[[[5,1],[6,3]],0,false]`},
+		{"wake START_DP_WAVE", text(got.WakeStart), `[[0,1],[0,1]]`},
+		{"wake publication", text(got.WakePub), `[null,0,true]`},
+		{"wave_complete publication", text(got.CompletePub), `[null,1,false]`},
+		{"start_wave START_DP_WAVE", text(got.EngineStart), `[[2,1],[2,1]]`},
+		{"start_wave publication", text(got.EngineStartPub), `[null,2,true]`},
+	}
+	for _, c := range checks {
+		if c.got != c.want {
+			t.Errorf("%s: Python peers saw %s, want %s", c.name, c.got, c.want)
+		}
+	}
+	st := h.c.Stats()
+	if st.Dropped != 0 || st.StatsApplied != 2 || st.StartWaveSent != 2 || st.ReadySent != 1 {
+		t.Fatalf("coordinator stats %+v drops %v", st, dropsOf(st.Drops))
+	}
+	if s := h.c.Snapshot(); s.Wave != 2 || !s.Running || s.Loads[1] != (EngineLoad{Waiting: 6, Running: 3, KVCacheUsage: 0.25}) {
+		t.Fatalf("snapshot %+v", s)
+	}
+}
+
+// TestPeersScriptPresent keeps the interop script from being dropped
+// silently: the skip above is only for a missing Python package.
+func TestPeersScriptPresent(t *testing.T) {
+	if _, err := os.Stat("testdata/dp_peers.py"); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,172 @@
+package coordinator
+
+import (
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// startWaveLimits bounds the pre-scan of a START_DP_WAVE payload, (wave,
+// exclude): at most 19 bytes, one level deep.
+var startWaveLimits = decodeguard.Limits{MaxDepth: 2, MaxElements: 8, MaxBytes: 256}
+
+// ParseStartDPWave parses the second frame of a START_DP_WAVE broadcast,
+// msgpack (wave, exclude_engine_index) with exclude nil or an int, as an
+// engine receives it. Errors are classified *[decodeguard.Error]s:
+// ReasonDecode for malformed msgpack or a wrong shape or type,
+// ReasonOversize for a frame over 256 bytes, ReasonValidate for a negative
+// or too large wave or a negative exclusion. It allocates nothing on
+// success.
+func ParseStartDPWave(b []byte) (StartDPWave, error) {
+	if err := decodeguard.Scan(b, &startWaveLimits); err != nil {
+		return StartDPWave{}, err
+	}
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil || n != 2 {
+		return StartDPWave{}, frontError(decodeguard.ReasonDecode, b, b, "START_DP_WAVE: want a 2-element array", nil)
+	}
+	at := rest
+	var sw StartDPWave
+	sw.Wave, rest, err = msgp.ReadInt64Bytes(rest)
+	if err != nil {
+		return StartDPWave{}, intError(b, at, "START_DP_WAVE: wave", err)
+	}
+	if sw.Wave < 0 || sw.Wave > MaxWave {
+		return StartDPWave{}, frontError(decodeguard.ReasonValidate, b, at, "START_DP_WAVE: wave out of range", nil)
+	}
+	at = rest
+	if msgp.IsNil(rest) {
+		rest = rest[1:]
+	} else {
+		sw.HasExclude = true
+		sw.Exclude, rest, err = msgp.ReadInt64Bytes(rest)
+		if err != nil {
+			return StartDPWave{}, intError(b, at, "START_DP_WAVE: exclude_engine_index", err)
+		}
+		if sw.Exclude < 0 {
+			return StartDPWave{}, frontError(decodeguard.ReasonValidate, b, at, "START_DP_WAVE: exclude_engine_index is negative", nil)
+		}
+	}
+	if len(rest) != 0 { // Scan refuses trailing bytes; kept for safety
+		return StartDPWave{}, frontError(decodeguard.ReasonDecode, b, rest, "bytes left after START_DP_WAVE", nil)
+	}
+	return sw, nil
+}
+
+// Publication is one message a coordinator publishes to its front-ends:
+// either the periodic stats (counts, current_wave, engines_running), or,
+// at a wave change, (nil, current_wave, engines_running).
+type Publication struct {
+	// HasCounts reports a stats publication; Loads is then the per-engine
+	// [waiting, running] (and kv_cache_usage when KV is set), by engine
+	// index. A wave publication has HasCounts false and no Loads.
+	HasCounts bool
+	Loads     []EngineLoad
+	// KV reports that the entries had three elements, the third the KV
+	// cache usage (Config.PublishKVCacheUsage).
+	KV bool
+	// Wave is the current wave, Running whether the engines run.
+	Wave    int64
+	Running bool
+}
+
+// Counts returns the [waiting, running] pairs of a stats publication (nil
+// for a wave publication).
+func (p *Publication) Counts() [][2]int {
+	if !p.HasCounts {
+		return nil
+	}
+	out := make([][2]int, len(p.Loads))
+	for i, l := range p.Loads {
+		out[i] = [2]int{int(l.Waiting), int(l.Running)}
+	}
+	return out
+}
+
+// publicationLimits bounds the pre-scan of a publication: three levels
+// deep (the message, counts, an entry), MaxEngines entries of 4 objects.
+var publicationLimits = decodeguard.Limits{MaxDepth: 3, MaxElements: 4*MaxEngines + 8}
+
+// ParsePublication parses one message received from a coordinator's front
+// publish socket into dst, reusing dst.Loads' capacity. Every engine entry
+// must have the same layout, [waiting, running] or [waiting, running,
+// kv_cache_usage], with non-negative integer counts and a finite
+// non-negative float usage. Errors are classified *[decodeguard.Error]s
+// (ReasonDecode for a wrong shape or type, ReasonOversize for a frame over
+// 1 MiB or more than MaxEngines entries, ReasonValidate for values out of
+// range); dst is then reset.
+func ParsePublication(b []byte, dst *Publication) error {
+	loads := dst.Loads[:0]
+	*dst = Publication{}
+	err := parsePublication(b, dst, loads)
+	if err != nil {
+		*dst = Publication{Loads: loads[:0]}
+	}
+	return err
+}
+
+func parsePublication(b []byte, dst *Publication, loads []EngineLoad) error {
+	if err := decodeguard.Scan(b, &publicationLimits); err != nil {
+		return err
+	}
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil || n != 3 {
+		return frontError(decodeguard.ReasonDecode, b, b, "publication: want a 3-element array", nil)
+	}
+	at := rest
+	if msgp.IsNil(rest) {
+		rest = rest[1:]
+		dst.Loads = loads
+	} else {
+		var k uint32
+		k, rest, err = msgp.ReadArrayHeaderBytes(rest)
+		if err != nil {
+			return frontError(decodeguard.ReasonDecode, b, at, "publication: counts: want nil or an array", nil)
+		}
+		if k > MaxEngines {
+			return frontError(decodeguard.ReasonOversize, b, at, "publication: more engines than MaxEngines", nil)
+		}
+		dst.HasCounts = true
+		for i := uint32(0); i < k; i++ {
+			at = rest
+			var m uint32
+			m, rest, err = msgp.ReadArrayHeaderBytes(rest)
+			if err != nil || m < 2 || m > 3 || (i > 0 && (m == 3) != dst.KV) {
+				return frontError(decodeguard.ReasonDecode, b, at, "publication: engine entry: want [waiting, running] or [waiting, running, kv_cache_usage] throughout", nil)
+			}
+			dst.KV = m == 3
+			var l EngineLoad
+			if l.Waiting, rest, err = msgp.ReadInt64Bytes(rest); err != nil {
+				return intError(b, at, "publication: waiting", err)
+			}
+			if l.Running, rest, err = msgp.ReadInt64Bytes(rest); err != nil {
+				return intError(b, at, "publication: running", err)
+			}
+			if m == 3 {
+				if l.KVCacheUsage, rest, err = readFloat(rest); err != nil {
+					return frontError(decodeguard.ReasonDecode, b, at, "publication: kv_cache_usage: want a float", nil)
+				}
+			}
+			if l.Waiting < 0 || l.Running < 0 || !usageOK(l.KVCacheUsage) {
+				return frontError(decodeguard.ReasonValidate, b, at, "publication: engine entry out of range", nil)
+			}
+			loads = append(loads, l)
+		}
+		dst.Loads = loads
+	}
+	at = rest
+	if dst.Wave, rest, err = msgp.ReadInt64Bytes(rest); err != nil {
+		return intError(b, at, "publication: current_wave", err)
+	}
+	if dst.Wave < 0 {
+		return frontError(decodeguard.ReasonValidate, b, at, "publication: current_wave out of range", nil)
+	}
+	at = rest
+	if dst.Running, rest, err = msgp.ReadBoolBytes(rest); err != nil {
+		return frontError(decodeguard.ReasonDecode, b, at, "publication: engines_running: want a bool", nil)
+	}
+	if len(rest) != 0 {
+		return frontError(decodeguard.ReasonDecode, b, rest, "bytes left after publication", nil)
+	}
+	return nil
+}

@@ -1,0 +1,519 @@
+package coordinator
+
+import (
+	"errors"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// Defaults of [StateConfig] and [Config].
+const (
+	// DefaultStatsInterval is how often stats are published while they keep
+	// changing (vLLM's min_stats_update_interval_ms, 100 ms).
+	DefaultStatsInterval = 100 * time.Millisecond
+	// DefaultIdleInterval is how often stats are published when nothing
+	// changed (vLLM: 5 s).
+	DefaultIdleInterval = 5 * time.Second
+	// DefaultMaxEngines bounds the engine count a SCALE_ELASTIC_EP notice may
+	// set, so that one message cannot make every later publication huge.
+	DefaultMaxEngines = 4096
+)
+
+// StateConfig configures a [State]. The zero value means the defaults.
+type StateConfig struct {
+	// StatsInterval is the publication period while stats change; zero or
+	// negative means DefaultStatsInterval.
+	StatsInterval time.Duration
+	// IdleInterval is the publication period when they do not; zero or
+	// negative means DefaultIdleInterval.
+	IdleInterval time.Duration
+	// MaxEngines is the largest engine count accepted, at start or from
+	// SCALE_ELASTIC_EP; zero means DefaultMaxEngines, and it may not exceed
+	// MaxEngines.
+	MaxEngines int
+	// PublishKVCacheUsage selects the stats publication layout. False (the
+	// default, PROTOCOL.md's vector): counts are [waiting, running] per
+	// engine, as vLLM front-ends unpack them up to the release that added KV
+	// cache usage to load balancing. True: [waiting, running,
+	// kv_cache_usage], as current vLLM coordinators publish and current
+	// front-ends require. A front-end fails to unpack the other layout.
+	PublishKVCacheUsage bool
+	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False
+	// (used when the engines do not run in lockstep): front-end wake-ups and
+	// the engines' wave_complete/start_wave notices are ignored; only stats
+	// are collected and published.
+	DisableWaveCoordination bool
+}
+
+func (c StateConfig) withDefaults() StateConfig {
+	if c.StatsInterval <= 0 {
+		c.StatsInterval = DefaultStatsInterval
+	}
+	if c.IdleInterval <= 0 {
+		c.IdleInterval = DefaultIdleInterval
+	}
+	if c.MaxEngines == 0 {
+		c.MaxEngines = DefaultMaxEngines
+	}
+	return c
+}
+
+// StartDPWave is a START_DP_WAVE broadcast to the engines: every engine
+// except Exclude (when HasExclude) moves to Wave and starts running.
+type StartDPWave struct {
+	Wave       int64
+	HasExclude bool
+	Exclude    int64
+}
+
+// Actions is what the runtime must do after one input to [State]. Several
+// may be set at once; their order does not matter, as they go to different
+// sockets. The zero value means nothing to do.
+type Actions struct {
+	// SendReady: send [ReadyFrame] on the back publish socket.
+	SendReady bool
+	// SendStartWave: send START_DP_WAVE(StartWave) on the back publish
+	// socket, as the two frames [StartDPWaveFrame] and
+	// [Actions.AppendStartDPWave].
+	SendStartWave bool
+	StartWave     StartDPWave
+	// PublishWave: publish (nil, Wave, Running) to the front-ends at once
+	// ([Actions.AppendWavePublish]).
+	PublishWave bool
+	// PublishStats: publish (counts, Wave, Running) to the front-ends
+	// ([State.AppendStatsPublish], called before the next input).
+	PublishStats bool
+	// Wave and Running are the coordinator's wave and running state after
+	// the input.
+	Wave    int64
+	Running bool
+}
+
+// None reports whether a requires nothing.
+func (a Actions) None() bool {
+	return !a.SendReady && !a.SendStartWave && !a.PublishWave && !a.PublishStats
+}
+
+// AppendStartDPWave appends the second frame of a's START_DP_WAVE,
+// (wave, exclude_engine_index).
+func (a *Actions) AppendStartDPWave(dst []byte) []byte {
+	return appendStartDPWave(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
+}
+
+// AppendWavePublish appends (nil, Wave, Running).
+func (a *Actions) AppendWavePublish(dst []byte) []byte {
+	return appendWavePublish(dst, a.Wave, a.Running)
+}
+
+// Counters are a [State]'s event counts since it was made.
+type Counters struct {
+	// StatsApplied counts stats messages whose counts were taken.
+	StatsApplied uint64
+	// StaleStats counts stats messages ignored because their
+	// (current_wave, step_counter) was older than the newest already taken
+	// from the same engine (see [State]).
+	StaleStats uint64
+	// StartWaves counts START_DP_WAVE broadcasts.
+	StartWaves uint64
+	// Readies counts READY sends.
+	Readies uint64
+	// Resizes counts SCALE_ELASTIC_EP notices applied.
+	Resizes uint64
+}
+
+// Snapshot is a copy of a [State]'s published view.
+type Snapshot struct {
+	// Loads holds each engine's [waiting, running, kv_cache_usage], by
+	// engine index.
+	Loads []EngineLoad
+	// Wave is the current wave; Running whether the engines are running.
+	Wave    int64
+	Running bool
+	// Started reports whether READY has been sent after the start-up
+	// subscriptions; Subscribed counts those subscriptions.
+	Started    bool
+	Subscribed int
+}
+
+type engineState struct {
+	load EngineLoad
+	// seen reports whether stats were taken from this engine; lastWave and
+	// lastStep are the newest (current_wave, step_counter) taken.
+	seen     bool
+	lastWave int64
+	lastStep int64
+}
+
+// State is the DP coordinator's state machine: single-threaded, pure (no
+// I/O, no clock of its own), one method per input, each returning the
+// [Actions] to take. It follows vLLM's DPCoordinatorProc:
+//
+//   - Start-up: one "\x01" subscription per engine on the back publish socket
+//     ([State.OnBackMessage]), then READY. A runtime should not feed engine
+//     outputs or front-end messages before [State.Started], as vLLM does not
+//     poll those sockets until then.
+//   - Stats ([State.OnEngineOutput]): engines[engine_index] =
+//     [num_waiting_reqs, num_running_reqs, kv_cache_usage].
+//   - wave_complete = w, when current_wave <= w: current_wave = w+1,
+//     running = false, publish (nil, current_wave, running). Otherwise, if
+//     there is no wave_complete field, start_wave = w, when w > current_wave
+//     or (w == current_wave and not running): current_wave = w, running =
+//     true, START_DP_WAVE(w, exclude = engine_index), publish.
+//   - Front-end wake (exclude, wave) ([State.OnFrontMessage]), when not
+//     running: running = true, START_DP_WAVE(current_wave, exclude) with the
+//     exclusion dropped when wave < current_wave, publish. current_wave is
+//     not taken from the wake.
+//   - SCALE_ELASTIC_EP n: the engine list is cut to n or grown with zeroed
+//     engines; growing it while the engines run sets running = false, as
+//     vLLM does (the new engines start at wave 0, so front-ends must send
+//     wake-ups again), and publishes the wave state.
+//   - A back-publish "\x01" after start-up (an engine re-subscribing, as new
+//     elastic-EP engines do): READY again.
+//   - [State.Tick]: stats are published every StatsInterval while they
+//     change and every IdleInterval otherwise.
+//
+// Where it departs from vLLM, on purpose:
+//
+//   - Stats ordering. Each engine's newest (current_wave, step_counter)
+//     taken is kept. A stats message whose pair is lexicographically smaller
+//     is stale: its counts are ignored and StaleStats counts it (the
+//     message's wave notices, if any, are still handled). An equal pair is
+//     taken (the same step's counts again, idempotent), so engines that do
+//     not track steps (pair always (0,0)) are never stale. An engine's
+//     (wave, step) only grows within one engine process (step_counter is
+//     reset only when its wave advances), so nothing is stale in normal
+//     operation. vLLM instead compares every message with the newest pair
+//     seen from any engine, logs an "out-of-order" warning (which engines
+//     reporting a step apart can trigger in normal operation) and applies
+//     the counts anyway; it also publishes a copy of the counts taken at the last step
+//     boundary, which is not reproduced here. A restarted engine process
+//     starts again at (0, 0): its counts are ignored until its pair passes
+//     the old process's, unless a SCALE_ELASTIC_EP notice re-creates it.
+//   - Engine indexes. A negative engine_index is a ReasonValidate drop
+//     (Python's engines[-1] silently updated the last engine). An index
+//     >= the engine count is a ReasonUnknownRank drop when the message has
+//     stats (vLLM skips such a message too, for elastic EP); a stats-less
+//     wave notice from such an engine is handled, as in vLLM, because an
+//     engine started by a scale-up may report start_wave before the scale
+//     notice arrives. An index >= StateConfig.MaxEngines is always
+//     ReasonUnknownRank.
+//   - vLLM's asserts: a message with request outputs or a utility output is
+//     a ReasonValidate drop instead of a dead coordinator.
+//   - Wake exclusions. A 2-byte identity is turned into the engine index it
+//     names, and START_DP_WAVE carries that int. vLLM forwards the bytes,
+//     which engines compare with their int index, so in vLLM the named
+//     engine is never actually left out (harmless: it gets the request
+//     anyway). An exclusion that names no current engine is dropped, so
+//     every engine is woken.
+//   - SCALE_ELASTIC_EP takes n in [1, StateConfig.MaxEngines] only, and marks the
+//     stats as changed so front-ends see the new length within
+//     StatsInterval (vLLM waits for the next periodic publication).
+//   - Back publish: "\x00" (an unsubscription) is ignored, even during
+//     start-up, where vLLM returned; a subscription with a topic is a
+//     ReasonValidate drop and anything else a ReasonDecode drop (vLLM logged
+//     those after start-up and returned during it).
+//   - Publication timing is driven by Tick alone. vLLM publishes only when
+//     its poll times out, so a steady stream of input can hold its
+//     publication back indefinitely.
+type State struct {
+	cfg        StateConfig
+	engines    []engineState
+	wave       int64
+	running    bool
+	changed    bool
+	started    bool
+	subscribed int
+	published  bool
+	lastPub    time.Time
+	counters   Counters
+}
+
+// NewState returns the state of a coordinator for engines engines, waiting
+// for their start-up subscriptions. It fails (with an unclassified error:
+// this is configuration, not peer input) when engines is not in
+// [1, cfg.MaxEngines] or cfg.MaxEngines is out of [1, MaxEngines].
+func NewState(engines int, cfg StateConfig) (*State, error) {
+	cfg = cfg.withDefaults()
+	if cfg.MaxEngines < 1 || cfg.MaxEngines > MaxEngines {
+		return nil, errors.New("coordinator: StateConfig.MaxEngines out of range")
+	}
+	if engines < 1 || engines > cfg.MaxEngines {
+		return nil, errors.New("coordinator: engine count out of range")
+	}
+	return &State{cfg: cfg, engines: make([]engineState, engines, max(engines, 8))}, nil
+}
+
+func (s *State) actions() Actions { return Actions{Wave: s.wave, Running: s.running} }
+
+func (s *State) startWave(a *Actions, wave, exclude int64, hasExclude bool) {
+	a.SendStartWave = true
+	a.StartWave = StartDPWave{Wave: wave, Exclude: exclude, HasExclude: hasExclude}
+	if !hasExclude {
+		a.StartWave.Exclude = 0
+	}
+	s.counters.StartWaves++
+}
+
+var (
+	errOutputs       = decodeguard.NewError(decodeguard.ReasonValidate, "engine output carries request outputs: not a coordinator message")
+	errUtility       = decodeguard.NewError(decodeguard.ReasonValidate, "engine output carries a utility output: not a coordinator message")
+	errUnknownEngine = decodeguard.NewError(decodeguard.ReasonUnknownRank, "stats from an engine index beyond the engine count")
+	errUnknownIndex  = decodeguard.NewError(decodeguard.ReasonUnknownRank, "engine index beyond StateConfig.MaxEngines")
+	errScaleRange    = decodeguard.NewError(decodeguard.ReasonValidate, "SCALE_ELASTIC_EP engine count out of range")
+	errWaveRange     = decodeguard.NewError(decodeguard.ReasonValidate, "wake: wave or exclusion out of range")
+	errFrontKind     = decodeguard.NewError(decodeguard.ReasonDecode, "unknown front-end message kind")
+	errBackEmpty     = decodeguard.NewError(decodeguard.ReasonDecode, "empty back-publish message")
+	errBackTopic     = decodeguard.NewError(decodeguard.ReasonValidate, "back-publish subscription with a topic: not an engine")
+	errBackOther     = decodeguard.NewError(decodeguard.ReasonDecode, "back-publish message is not a subscription")
+)
+
+// OnEngineOutput applies one decoded back-output message (see
+// [DecodeEngineCoreOutputs]) and returns the actions it calls for, or a
+// classified error when the message must be dropped (and then nothing was
+// changed): ReasonValidate for request outputs, a utility output or a value
+// out of range ([EngineCoreOutputs.Validate]), ReasonUnknownRank for an
+// engine index the coordinator does not have (see [State] for the exact
+// rule). The returned errors are shared values: compare them with errors.Is
+// or [decodeguard.ReasonOf], do not modify them.
+func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
+	switch {
+	case m.OutputsLen != 0:
+		return Actions{}, errOutputs
+	case m.HasUtilityOutput:
+		return Actions{}, errUtility
+	}
+	if err := m.Validate(); err != nil {
+		return Actions{}, err
+	}
+	idx := m.EngineIndex
+	switch {
+	case idx >= int64(s.cfg.MaxEngines):
+		return Actions{}, errUnknownIndex
+	case m.HasStats && idx >= int64(len(s.engines)):
+		return Actions{}, errUnknownEngine
+	}
+	if m.HasStats {
+		s.applyStats(&s.engines[idx], &m.Stats)
+	}
+	a := s.actions()
+	if s.cfg.DisableWaveCoordination {
+		return a, nil
+	}
+	if m.HasWaveComplete {
+		if w := m.WaveComplete; s.wave <= w {
+			s.wave, s.running = w+1, false
+			a.PublishWave = true
+		}
+	} else if m.HasStartWave {
+		if w := m.StartWave; w > s.wave || (w == s.wave && !s.running) {
+			s.wave, s.running = w, true
+			s.startWave(&a, w, idx, true)
+			a.PublishWave = true
+		}
+	}
+	a.Wave, a.Running = s.wave, s.running
+	return a, nil
+}
+
+// applyStats takes st for engine e unless it is stale (see State).
+func (s *State) applyStats(e *engineState, st *SchedulerStats) {
+	w, step := st.CurrentWave, st.StepCounter
+	if e.seen && (w < e.lastWave || (w == e.lastWave && step < e.lastStep)) {
+		s.counters.StaleStats++
+		return
+	}
+	e.seen, e.lastWave, e.lastStep = true, w, step
+	e.load = EngineLoad{Waiting: st.NumWaitingReqs, Running: st.NumRunningReqs, KVCacheUsage: st.KVCacheUsage}
+	s.changed = true
+	s.counters.StatsApplied++
+}
+
+// OnFrontMessage applies one parsed front-end message (see
+// [ParseFrontMessage]). Subscriptions and unsubscriptions change nothing.
+// A scale notice resizes the engine list; a wake-up starts a wave when the
+// engines are paused (see [State]). It returns a ReasonValidate error, and
+// changes nothing, for an engine count outside [1, StateConfig.MaxEngines] or a
+// wave or exclusion out of range, and ReasonDecode for an unknown Kind.
+func (s *State) OnFrontMessage(msg FrontMsg) (Actions, error) {
+	switch msg.Kind {
+	case FrontSubscribe, FrontUnsubscribe:
+		return s.actions(), nil
+	case FrontScale:
+		if msg.Engines < 1 || msg.Engines > s.cfg.MaxEngines {
+			return Actions{}, errScaleRange
+		}
+		grow := msg.Engines > len(s.engines)
+		s.resize(msg.Engines)
+		s.changed = true
+		s.counters.Resizes++
+		a := s.actions()
+		if grow && s.running && !s.cfg.DisableWaveCoordination {
+			// As vLLM: the new engines start at wave 0, so the front-ends
+			// must wake the others when they send them a request.
+			s.running = false
+			a.Running, a.PublishWave = false, true
+		}
+		s.checkStartup(&a)
+		return a, nil
+	case FrontWake:
+		if msg.Wave < 0 || msg.Wave > MaxWave || (msg.HasExclude && msg.Exclude < 0) {
+			return Actions{}, errWaveRange
+		}
+		a := s.actions()
+		if s.cfg.DisableWaveCoordination || s.running {
+			return a, nil
+		}
+		exclude := msg.HasExclude && msg.Wave >= s.wave && msg.Exclude < int64(len(s.engines))
+		s.running = true
+		s.startWave(&a, s.wave, msg.Exclude, exclude)
+		a.PublishWave, a.Running = true, true
+		return a, nil
+	}
+	return Actions{}, errFrontKind
+}
+
+// resize cuts the engine list to n or grows it with zeroed engines; the
+// survivors keep their counts and their stats ordering.
+func (s *State) resize(n int) {
+	if n <= len(s.engines) {
+		clear(s.engines[n:])
+		s.engines = s.engines[:n]
+		return
+	}
+	for len(s.engines) < n {
+		s.engines = append(s.engines, engineState{})
+	}
+}
+
+// OnBackMessage applies one frame received on the back publish (XPUB)
+// socket: "\x01" is an engine's subscription ([State.OnBackSubscribe]),
+// "\x00" an unsubscription (ignored). A subscription with a topic is a
+// ReasonValidate error (engines subscribe to everything; this is some other
+// peer) and any other frame a ReasonDecode error; neither changes anything,
+// during start-up or after.
+func (s *State) OnBackMessage(b []byte) (Actions, error) {
+	if err := CheckBackMessage(b); err != nil {
+		return Actions{}, err
+	}
+	if b[0] == 0x01 {
+		return s.OnBackSubscribe(), nil
+	}
+	return s.actions(), nil
+}
+
+// CheckBackMessage is [State.OnBackMessage]'s classification without the
+// state: nil for an engine's subscription "\x01" or unsubscription "\x00",
+// a ReasonValidate error for a (un)subscription with a topic and a
+// ReasonDecode error for anything else. A runtime can run it in the receive
+// loop's Validate hook, so that every refused frame is counted there.
+func CheckBackMessage(b []byte) error {
+	switch {
+	case len(b) == 0:
+		return errBackEmpty
+	case len(b) == 1 && (b[0] == 0x01 || b[0] == 0x00):
+		return nil
+	case b[0] == 0x01 || b[0] == 0x00:
+		return errBackTopic
+	}
+	return errBackOther
+}
+
+// OnBackSubscribe applies an engine's subscription on the back publish
+// socket. During start-up it counts it and, with one per engine, sends
+// READY; after start-up (an engine re-subscribing, or a new elastic-EP
+// engine) it sends READY again.
+func (s *State) OnBackSubscribe() Actions {
+	a := s.actions()
+	if s.started {
+		a.SendReady = true
+		s.counters.Readies++
+		return a
+	}
+	s.subscribed++
+	s.checkStartup(&a)
+	return a
+}
+
+func (s *State) checkStartup(a *Actions) {
+	if !s.started && s.subscribed >= len(s.engines) {
+		s.started = true
+		a.SendReady = true
+		s.counters.Readies++
+	}
+}
+
+// Tick tells the state the time is now and returns PublishStats when a stats
+// publication is due: at the first Tick after start-up, then StatsInterval
+// after the last publication if stats changed since, else IdleInterval
+// after it. Nothing is published before [State.Started]. now should come
+// from a monotonic clock (time.Now() has one); a now earlier than the last
+// publication publishes nothing.
+func (s *State) Tick(now time.Time) Actions {
+	a := s.actions()
+	if !s.started {
+		return a
+	}
+	if s.published && now.Before(s.nextTick()) {
+		return a
+	}
+	s.published, s.lastPub, s.changed = true, now, false
+	a.PublishStats = true
+	return a
+}
+
+// NextTick returns when the next stats publication is due (the zero Time
+// when it is due at once), assuming no new stats arrive: the runtime's
+// timer should fire then, and again after any input that changed stats.
+func (s *State) NextTick() time.Time {
+	if !s.published {
+		return time.Time{}
+	}
+	return s.nextTick()
+}
+
+func (s *State) nextTick() time.Time {
+	if s.changed {
+		return s.lastPub.Add(s.cfg.StatsInterval)
+	}
+	return s.lastPub.Add(s.cfg.IdleInterval)
+}
+
+// AppendStatsPublish appends the stats publication (counts, current_wave,
+// engines_running) in the layout StateConfig.PublishKVCacheUsage selects, with
+// the current counts, wave and running state.
+func (s *State) AppendStatsPublish(dst []byte) []byte {
+	return appendStatsState(dst, s.engines, s.cfg.PublishKVCacheUsage, s.wave, s.running)
+}
+
+func appendStatsState(dst []byte, engines []engineState, kv bool, wave int64, running bool) []byte {
+	dst = appendStatsHeader(dst, len(engines))
+	for i := range engines {
+		dst = appendLoad(dst, &engines[i].load, kv)
+	}
+	return appendStatsTrailer(dst, wave, running)
+}
+
+// Wave returns the current wave.
+func (s *State) Wave() int64 { return s.wave }
+
+// Running reports whether the engines are running.
+func (s *State) Running() bool { return s.running }
+
+// Started reports whether READY has been sent after start-up.
+func (s *State) Started() bool { return s.started }
+
+// Engines returns the current engine count.
+func (s *State) Engines() int { return len(s.engines) }
+
+// Counters returns the event counts.
+func (s *State) Counters() Counters { return s.counters }
+
+// Snapshot returns a copy of the published view.
+func (s *State) Snapshot() Snapshot {
+	loads := make([]EngineLoad, len(s.engines))
+	for i := range s.engines {
+		loads[i] = s.engines[i].load
+	}
+	return Snapshot{Loads: loads, Wave: s.wave, Running: s.running, Started: s.started, Subscribed: s.subscribed}
+}

@@ -1,0 +1,676 @@
+package coordinator
+
+import (
+	"encoding/hex"
+	"errors"
+	"testing"
+	"time"
+
+	"pgregory.net/rapid"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+func statsMsg(engine, waiting, running, wave, step int64) *EngineCoreOutputs {
+	return &EngineCoreOutputs{EngineIndex: engine, HasStats: true, Timestamp: ts, Stats: SchedulerStats{
+		NumWaitingReqs: waiting, NumRunningReqs: running, CurrentWave: wave, StepCounter: step}}
+}
+
+func waveCompleteMsg(engine, w int64) *EngineCoreOutputs {
+	return &EngineCoreOutputs{EngineIndex: engine, Timestamp: ts, HasWaveComplete: true, WaveComplete: w}
+}
+
+func startWaveMsg(engine, w int64) *EngineCoreOutputs {
+	return &EngineCoreOutputs{EngineIndex: engine, Timestamp: ts, HasStartWave: true, StartWave: w}
+}
+
+// newStarted returns a State for n engines after its start-up
+// subscriptions, checking that READY comes with the last one only.
+func newStarted(t *testing.T, n int, cfg StateConfig) *State {
+	t.Helper()
+	s, err := NewState(n, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < n; i++ {
+		a, err := s.OnBackMessage([]byte{0x01})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a.SendReady != (i == n-1) || s.Started() != (i == n-1) {
+			t.Fatalf("subscription %d of %d: SendReady=%v Started=%v", i+1, n, a.SendReady, s.Started())
+		}
+	}
+	return s
+}
+
+// setWave puts s in (wave, running) through engine notices.
+func setWave(t *testing.T, s *State, wave int64, running bool) {
+	t.Helper()
+	if wave > 0 {
+		if _, err := s.OnEngineOutput(waveCompleteMsg(0, wave-1)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if running {
+		if _, err := s.OnEngineOutput(startWaveMsg(0, wave)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if s.Wave() != wave || s.Running() != running {
+		t.Fatalf("setWave: got (%d,%v), want (%d,%v)", s.Wave(), s.Running(), wave, running)
+	}
+}
+
+func TestStartup(t *testing.T) {
+	s, err := NewState(3, StateConfig{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	feed := func(b string) (Actions, error) { return s.OnBackMessage([]byte(b)) }
+	// Stray frames before and between the engines' subscriptions are
+	// dropped with a classified error and do not count (vLLM returned).
+	strays := []struct {
+		in     string
+		reason decodeguard.Reason
+	}{
+		{"", decodeguard.ReasonDecode},
+		{"\x01probe", decodeguard.ReasonValidate},
+		{"\x00probe", decodeguard.ReasonValidate},
+		{"GET / HTTP/1.0\r\n", decodeguard.ReasonDecode},
+		{"\x02", decodeguard.ReasonDecode},
+	}
+	for i := 0; i < 3; i++ {
+		for _, st := range strays {
+			a, err := feed(st.in)
+			if decodeguard.ReasonOf(err) != st.reason || !a.None() {
+				t.Fatalf("stray %q: %+v %v", st.in, a, err)
+			}
+		}
+		// An unsubscription is ignored, not counted and not an error.
+		if a, err := feed("\x00"); err != nil || !a.None() {
+			t.Fatalf("unsubscribe: %+v %v", a, err)
+		}
+		a, err := feed("\x01")
+		if err != nil || a.SendReady != (i == 2) {
+			t.Fatalf("subscription %d: %+v %v", i, a, err)
+		}
+	}
+	if !s.Started() || s.Counters().Readies != 1 {
+		t.Fatalf("not started: %+v", s.Counters())
+	}
+	// Re-subscription after start-up: READY again, every time.
+	for i := 0; i < 2; i++ {
+		if a := s.OnBackSubscribe(); !a.SendReady {
+			t.Fatal("no READY on re-subscription")
+		}
+	}
+	if s.Counters().Readies != 3 {
+		t.Fatalf("Readies = %d", s.Counters().Readies)
+	}
+	if snap := s.Snapshot(); !snap.Started || snap.Subscribed != 3 {
+		t.Fatalf("snapshot %+v", snap)
+	}
+}
+
+func TestWaveTransitions(t *testing.T) {
+	tests := []struct {
+		name        string
+		cfg         StateConfig
+		wave        int64
+		running     bool
+		engineMsg   *EngineCoreOutputs
+		front       *FrontMsg
+		wantStart   *StartDPWave
+		wantPublish bool
+		wantWave    int64
+		wantRunning bool
+	}{
+		{name: "wave_complete current", wave: 3, running: true, engineMsg: waveCompleteMsg(0, 3),
+			wantPublish: true, wantWave: 4},
+		{name: "wave_complete ahead", wave: 3, running: true, engineMsg: waveCompleteMsg(0, 9),
+			wantPublish: true, wantWave: 10},
+		{name: "wave_complete while paused", wave: 3, engineMsg: waveCompleteMsg(0, 3),
+			wantPublish: true, wantWave: 4},
+		{name: "wave_complete stale", wave: 3, running: true, engineMsg: waveCompleteMsg(0, 2),
+			wantWave: 3, wantRunning: true},
+		{name: "wave_complete hides start_wave", wave: 3, running: false,
+			engineMsg:   &EngineCoreOutputs{HasWaveComplete: true, WaveComplete: 1, HasStartWave: true, StartWave: 5},
+			wantWave:    3,
+			wantRunning: false},
+		{name: "start_wave ahead while running", wave: 3, running: true, engineMsg: startWaveMsg(1, 5),
+			wantStart: &StartDPWave{Wave: 5, HasExclude: true, Exclude: 1}, wantPublish: true, wantWave: 5, wantRunning: true},
+		{name: "start_wave ahead while paused", wave: 3, engineMsg: startWaveMsg(2, 4),
+			wantStart: &StartDPWave{Wave: 4, HasExclude: true, Exclude: 2}, wantPublish: true, wantWave: 4, wantRunning: true},
+		{name: "start_wave current while paused", wave: 3, engineMsg: startWaveMsg(0, 3),
+			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 0}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "start_wave current while running", wave: 3, running: true, engineMsg: startWaveMsg(0, 3),
+			wantWave: 3, wantRunning: true},
+		{name: "start_wave stale", wave: 3, engineMsg: startWaveMsg(0, 2), wantWave: 3},
+		{name: "stats only", wave: 3, engineMsg: statsMsg(1, 4, 2, 3, 10), wantWave: 3},
+		{name: "wake current wave", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 2},
+			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 2}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake newer wave keeps current_wave", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 8, HasExclude: true, Exclude: 1},
+			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 1}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake stale wave drops exclusion", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 2, HasExclude: true, Exclude: 1},
+			wantStart: &StartDPWave{Wave: 3}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake without exclusion", wave: 0, front: &FrontMsg{Kind: FrontWake, Wave: 0},
+			wantStart: &StartDPWave{Wave: 0}, wantPublish: true, wantWave: 0, wantRunning: true},
+		{name: "wake identity", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 2, ExcludeIdentity: true},
+			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 2}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake exclusion beyond engines", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 4},
+			wantStart: &StartDPWave{Wave: 3}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake while running", wave: 3, running: true, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 1},
+			wantWave: 3, wantRunning: true},
+		{name: "subscribe", wave: 3, front: &FrontMsg{Kind: FrontSubscribe}, wantWave: 3},
+		{name: "unsubscribe", wave: 3, running: true, front: &FrontMsg{Kind: FrontUnsubscribe, Topic: []byte("x")}, wantWave: 3, wantRunning: true},
+		{name: "disabled: wake ignored", cfg: StateConfig{DisableWaveCoordination: true}, wave: 0,
+			front: &FrontMsg{Kind: FrontWake, Wave: 0}, wantWave: 0},
+		{name: "disabled: wave_complete ignored", cfg: StateConfig{DisableWaveCoordination: true}, wave: 0,
+			engineMsg: waveCompleteMsg(0, 0), wantWave: 0},
+		{name: "disabled: start_wave ignored", cfg: StateConfig{DisableWaveCoordination: true}, wave: 0,
+			engineMsg: startWaveMsg(0, 4), wantWave: 0},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s := newStarted(t, 4, tt.cfg)
+			if tt.cfg.DisableWaveCoordination {
+				if tt.wave != 0 || tt.running {
+					t.Fatal("bad test: disabled coordination starts at (0, false)")
+				}
+			} else {
+				setWave(t, s, tt.wave, tt.running)
+			}
+			before := s.Counters().StartWaves
+			var a Actions
+			var err error
+			if tt.engineMsg != nil {
+				a, err = s.OnEngineOutput(tt.engineMsg)
+			} else {
+				a, err = s.OnFrontMessage(*tt.front)
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if a.SendReady || a.PublishStats {
+				t.Fatalf("unexpected actions %+v", a)
+			}
+			if (tt.wantStart != nil) != a.SendStartWave {
+				t.Fatalf("SendStartWave=%v, want %v (%+v)", a.SendStartWave, tt.wantStart != nil, a)
+			}
+			if tt.wantStart != nil {
+				if a.StartWave != *tt.wantStart {
+					t.Fatalf("StartWave %+v, want %+v", a.StartWave, *tt.wantStart)
+				}
+				if s.Counters().StartWaves != before+1 {
+					t.Fatal("StartWaves not counted")
+				}
+			}
+			if a.PublishWave != tt.wantPublish {
+				t.Fatalf("PublishWave=%v, want %v", a.PublishWave, tt.wantPublish)
+			}
+			if s.Wave() != tt.wantWave || s.Running() != tt.wantRunning || a.Wave != tt.wantWave || a.Running != tt.wantRunning {
+				t.Fatalf("state (%d,%v), actions (%d,%v); want (%d,%v)", s.Wave(), s.Running(), a.Wave, a.Running, tt.wantWave, tt.wantRunning)
+			}
+		})
+	}
+}
+
+func TestActionEncoders(t *testing.T) {
+	s := newStarted(t, 4, StateConfig{})
+	setWave(t, s, 7, false)
+	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := hex.EncodeToString(a.AppendStartDPWave(nil)); got != vecStartDPWave72 {
+		t.Fatalf("START_DP_WAVE %s, want %s", got, vecStartDPWave72)
+	}
+	if got := hex.EncodeToString(a.AppendWavePublish(nil)); got != "93c007c3" {
+		t.Fatalf("wave publish %s", got)
+	}
+	// wave_complete=6 while running in wave 7... is stale (6 < 7): nothing.
+	if a, err := s.OnEngineOutput(waveCompleteMsg(0, 6)); err != nil || !a.None() {
+		t.Fatalf("stale wave_complete: %+v %v", a, err)
+	}
+	// wave_complete=6 in wave 6 moves to (7, paused): (nil, 7, False).
+	s2 := newStarted(t, 2, StateConfig{})
+	setWave(t, s2, 6, true)
+	a, err = s2.OnEngineOutput(waveCompleteMsg(0, 6))
+	if err != nil || !a.PublishWave {
+		t.Fatalf("%+v %v", a, err)
+	}
+	if got := hex.EncodeToString(a.AppendWavePublish(nil)); got != vecWavePublish {
+		t.Fatalf("wave publish %s, want %s", got, vecWavePublish)
+	}
+}
+
+func TestStatsPublishVector(t *testing.T) {
+	s := newStarted(t, 2, StateConfig{})
+	for _, m := range []*EngineCoreOutputs{statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1), startWaveMsg(1, 7)} {
+		if _, err := s.OnEngineOutput(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a := s.Tick(time.Unix(1000, 0))
+	if !a.PublishStats {
+		t.Fatal("first tick after start-up does not publish")
+	}
+	if got := hex.EncodeToString(s.AppendStatsPublish(nil)); got != vecStatsPublish {
+		t.Fatalf("publication %s, want %s", got, vecStatsPublish)
+	}
+
+	kv := newStarted(t, 2, StateConfig{PublishKVCacheUsage: true})
+	m := statsMsg(0, 5, 3, 0, 1)
+	m.Stats.KVCacheUsage = 0.25
+	if _, err := kv.OnEngineOutput(m); err != nil {
+		t.Fatal(err)
+	}
+	want := "9392" + "930503cb3fd0000000000000" + "930000cb0000000000000000" + "00c2"
+	if got := hex.EncodeToString(kv.AppendStatsPublish(nil)); got != want {
+		t.Fatalf("kv publication %s, want %s", got, want)
+	}
+}
+
+func TestStatsOrdering(t *testing.T) {
+	s := newStarted(t, 2, StateConfig{})
+	apply := func(m *EngineCoreOutputs) {
+		t.Helper()
+		if _, err := s.OnEngineOutput(m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	load := func(i int) EngineLoad { return s.Snapshot().Loads[i] }
+
+	apply(statsMsg(0, 5, 3, 2, 10))
+	if l := load(0); l.Waiting != 5 || l.Running != 3 {
+		t.Fatalf("first stats not taken: %+v", l)
+	}
+	// Same (wave, step): taken (idempotent re-send, or engines without step tracking).
+	apply(statsMsg(0, 6, 3, 2, 10))
+	if load(0).Waiting != 6 {
+		t.Fatal("equal pair not taken")
+	}
+	// Older step in the same wave: stale.
+	apply(statsMsg(0, 1, 1, 2, 9))
+	// Older wave with a larger step: stale (lexicographic).
+	apply(statsMsg(0, 1, 1, 1, 500))
+	if l := load(0); l.Waiting != 6 || l.Running != 3 {
+		t.Fatalf("stale stats taken: %+v", l)
+	}
+	if c := s.Counters(); c.StaleStats != 2 || c.StatsApplied != 2 {
+		t.Fatalf("counters %+v", c)
+	}
+	// Newer wave, step reset to 0 (as engines do when a wave ends): taken.
+	apply(statsMsg(0, 0, 0, 3, 0))
+	if l := load(0); l.Waiting != 0 || l.Running != 0 {
+		t.Fatalf("newer wave not taken: %+v", l)
+	}
+	// Per engine: engine 1 far ahead does not make engine 0's stats stale
+	// (vLLM's single global pair would flag them out of order).
+	apply(statsMsg(1, 9, 9, 3, 40))
+	apply(statsMsg(0, 2, 2, 3, 1))
+	if load(0).Waiting != 2 || load(1).Waiting != 9 {
+		t.Fatalf("engines not independent: %+v", s.Snapshot().Loads)
+	}
+	// A stale stats message's wave notice is still handled.
+	m := statsMsg(0, 7, 7, 0, 0)
+	m.HasStartWave, m.StartWave = true, 5
+	a, err := s.OnEngineOutput(m)
+	if err != nil || !a.SendStartWave || s.Wave() != 5 {
+		t.Fatalf("wave notice in stale stats: %+v %v", a, err)
+	}
+	if load(0).Waiting != 2 {
+		t.Fatal("stale counts taken along with the wave notice")
+	}
+	if c := s.Counters(); c.StaleStats != 3 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+func TestEngineIndexAndShape(t *testing.T) {
+	s := newStarted(t, 2, StateConfig{MaxEngines: 16})
+	setWave(t, s, 3, false)
+	snap := s.Snapshot()
+	tests := []struct {
+		name   string
+		m      *EngineCoreOutputs
+		reason decodeguard.Reason
+		target error
+	}{
+		{"negative index", statsMsg(-1, 1, 1, 3, 1), decodeguard.ReasonValidate, nil},
+		{"stats beyond engines", statsMsg(2, 1, 1, 3, 1), decodeguard.ReasonUnknownRank, errUnknownEngine},
+		{"stats far beyond", statsMsg(1<<40, 1, 1, 3, 1), decodeguard.ReasonUnknownRank, errUnknownIndex},
+		{"notice beyond MaxEngines", startWaveMsg(16, 9), decodeguard.ReasonUnknownRank, errUnknownIndex},
+		{"request outputs", &EngineCoreOutputs{OutputsLen: 1, HasStats: true}, decodeguard.ReasonValidate, errOutputs},
+		{"utility output", &EngineCoreOutputs{HasUtilityOutput: true}, decodeguard.ReasonValidate, errUtility},
+		{"negative count", statsMsg(0, -1, 1, 3, 1), decodeguard.ReasonValidate, nil},
+		{"negative wave", startWaveMsg(0, -1), decodeguard.ReasonValidate, nil},
+	}
+	for _, tt := range tests {
+		a, err := s.OnEngineOutput(tt.m)
+		if decodeguard.ReasonOf(err) != tt.reason {
+			t.Fatalf("%s: %v, want %v", tt.name, err, tt.reason)
+		}
+		if tt.target != nil && !errors.Is(err, tt.target) {
+			t.Fatalf("%s: %v is not %v", tt.name, err, tt.target)
+		}
+		if !a.None() {
+			t.Fatalf("%s: actions %+v on a drop", tt.name, a)
+		}
+	}
+	after := s.Snapshot()
+	if after.Wave != snap.Wave || after.Running != snap.Running || after.Loads[0] != snap.Loads[0] || after.Loads[1] != snap.Loads[1] {
+		t.Fatalf("a dropped message changed the state: %+v -> %+v", snap, after)
+	}
+	// A stats-less wave notice from an engine beyond the count (a new
+	// elastic-EP engine whose scale notice has not arrived) is handled.
+	a, err := s.OnEngineOutput(startWaveMsg(5, 4))
+	if err != nil || !a.SendStartWave || a.StartWave != (StartDPWave{Wave: 4, HasExclude: true, Exclude: 5}) {
+		t.Fatalf("notice from engine 5: %+v %v", a, err)
+	}
+}
+
+func TestElasticResize(t *testing.T) {
+	s := newStarted(t, 3, StateConfig{MaxEngines: 8})
+	for i := int64(0); i < 3; i++ {
+		if _, err := s.OnEngineOutput(statsMsg(i, 10+i, 20+i, 1, 5)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now := time.Unix(1000, 0)
+	s.Tick(now) // publish, so the changed flag is clear
+
+	// Grow: counts kept, new engines zero, published within StatsInterval.
+	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 5})
+	if err != nil || a.SendReady || a.SendStartWave || a.PublishWave {
+		t.Fatalf("grow: %+v %v", a, err)
+	}
+	loads := s.Snapshot().Loads
+	if len(loads) != 5 || loads[2] != (EngineLoad{Waiting: 12, Running: 22}) || loads[4] != (EngineLoad{}) {
+		t.Fatalf("after grow %+v", loads)
+	}
+	if !s.NextTick().Equal(now.Add(DefaultStatsInterval)) {
+		t.Fatalf("resize not published promptly: next tick %v", s.NextTick())
+	}
+	// New engines take stats.
+	if _, err := s.OnEngineOutput(statsMsg(4, 1, 2, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	// Shrink: tail dropped; its stats are now unknown-rank drops.
+	if _, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2}); err != nil {
+		t.Fatal(err)
+	}
+	if loads := s.Snapshot().Loads; len(loads) != 2 || loads[1] != (EngineLoad{Waiting: 11, Running: 21}) {
+		t.Fatalf("after shrink %+v", loads)
+	}
+	if _, err := s.OnEngineOutput(statsMsg(2, 1, 1, 9, 9)); decodeguard.ReasonOf(err) != decodeguard.ReasonUnknownRank {
+		t.Fatalf("stats from a removed engine: %v", err)
+	}
+	// Grow again: re-created engines start from zero, with no memory of the
+	// old engine's (wave, step), so a restarted engine at (0, 0) is taken.
+	if _, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 3}); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.Snapshot().Loads[2]; l != (EngineLoad{}) {
+		t.Fatalf("re-created engine inherited %+v", l)
+	}
+	if _, err := s.OnEngineOutput(statsMsg(2, 4, 4, 0, 0)); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.Snapshot().Loads[2]; l.Waiting != 4 {
+		t.Fatalf("restarted engine's stats not taken: %+v", l)
+	}
+	// Survivors keep their ordering state.
+	if _, err := s.OnEngineOutput(statsMsg(0, 99, 99, 1, 4)); err != nil {
+		t.Fatal(err)
+	}
+	if l := s.Snapshot().Loads[0]; l.Waiting != 10 {
+		t.Fatalf("survivor lost its ordering state: %+v", l)
+	}
+	// Out-of-range counts are drops that change nothing.
+	for _, n := range []int{0, -1, 9, MaxEngines} {
+		if _, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: n}); decodeguard.ReasonOf(err) != decodeguard.ReasonValidate {
+			t.Fatalf("scale to %d: %v", n, err)
+		}
+	}
+	if s.Engines() != 3 || s.Counters().Resizes != 3 {
+		t.Fatalf("engines %d, counters %+v", s.Engines(), s.Counters())
+	}
+	// The publication follows the new length.
+	if got := hex.EncodeToString(s.AppendStatsPublish(nil)); got != "9393"+"920a14"+"920b15"+"920404"+"00c2" {
+		t.Fatalf("publication %s", got)
+	}
+}
+
+func TestScaleDuringStartup(t *testing.T) {
+	s, _ := NewState(3, StateConfig{})
+	s.OnBackSubscribe()
+	s.OnBackSubscribe()
+	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2})
+	if err != nil || !a.SendReady || !s.Started() {
+		t.Fatalf("shrinking to the subscribed count during start-up: %+v %v", a, err)
+	}
+}
+
+func TestFrontMessageErrors(t *testing.T) {
+	s := newStarted(t, 2, StateConfig{})
+	for _, m := range []FrontMsg{
+		{},
+		{Kind: 99},
+		{Kind: FrontWake, Wave: -1},
+		{Kind: FrontWake, Wave: 1, HasExclude: true, Exclude: -2},
+	} {
+		a, err := s.OnFrontMessage(m)
+		if err == nil || !decodeguard.IsBadInput(err) || !a.None() {
+			t.Fatalf("%+v: %+v %v", m, a, err)
+		}
+	}
+	if s.Running() {
+		t.Fatal("a rejected wake started the engines")
+	}
+}
+
+func TestTick(t *testing.T) {
+	s, _ := NewState(1, StateConfig{StatsInterval: 100 * time.Millisecond, IdleInterval: 5 * time.Second})
+	t0 := time.Unix(5000, 0)
+	if a := s.Tick(t0); a.PublishStats {
+		t.Fatal("published before start-up")
+	}
+	s.OnBackSubscribe()
+	if !s.NextTick().IsZero() {
+		t.Fatal("first publication not due at once")
+	}
+	if a := s.Tick(t0); !a.PublishStats {
+		t.Fatal("first tick after start-up does not publish")
+	}
+	if a := s.Tick(t0.Add(4 * time.Second)); a.PublishStats {
+		t.Fatal("idle publication before IdleInterval")
+	}
+	if !s.NextTick().Equal(t0.Add(5 * time.Second)) {
+		t.Fatalf("next tick %v", s.NextTick())
+	}
+	t1 := t0.Add(5 * time.Second)
+	if a := s.Tick(t1); !a.PublishStats {
+		t.Fatal("no idle publication after IdleInterval")
+	}
+	// Stats change: due StatsInterval after the last publication.
+	if _, err := s.OnEngineOutput(statsMsg(0, 1, 1, 0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	if !s.NextTick().Equal(t1.Add(100 * time.Millisecond)) {
+		t.Fatalf("next tick %v", s.NextTick())
+	}
+	if a := s.Tick(t1.Add(99 * time.Millisecond)); a.PublishStats {
+		t.Fatal("published before StatsInterval")
+	}
+	if a := s.Tick(t1.Add(100 * time.Millisecond)); !a.PublishStats {
+		t.Fatal("no publication after StatsInterval with changed stats")
+	}
+	// Published: idle again.
+	t2 := t1.Add(100 * time.Millisecond)
+	if a := s.Tick(t2.Add(200 * time.Millisecond)); a.PublishStats {
+		t.Fatal("published again without changes")
+	}
+	// A stale stats message is not a change.
+	s.OnEngineOutput(statsMsg(0, 9, 9, 0, 0))
+	if a := s.Tick(t2.Add(300 * time.Millisecond)); a.PublishStats {
+		t.Fatal("stale stats counted as a change")
+	}
+	// Wave changes publish through PublishWave, not by shortening the period.
+	s.OnEngineOutput(waveCompleteMsg(0, 0))
+	if a := s.Tick(t2.Add(400 * time.Millisecond)); a.PublishStats {
+		t.Fatal("wave change shortened the stats period")
+	}
+	// A clock going backwards publishes nothing.
+	if a := s.Tick(t0); a.PublishStats {
+		t.Fatal("published on a clock going backwards")
+	}
+}
+
+func TestNewStateErrors(t *testing.T) {
+	for _, tc := range []struct {
+		n   int
+		cfg StateConfig
+	}{
+		{0, StateConfig{}},
+		{-1, StateConfig{}},
+		{DefaultMaxEngines + 1, StateConfig{}},
+		{5, StateConfig{MaxEngines: 4}},
+		{1, StateConfig{MaxEngines: MaxEngines + 1}},
+		{1, StateConfig{MaxEngines: -3}},
+	} {
+		if s, err := NewState(tc.n, tc.cfg); err == nil || decodeguard.IsBadInput(err) {
+			t.Fatalf("NewState(%d, %+v) = %v, %v", tc.n, tc.cfg, s, err)
+		}
+	}
+	if s, err := NewState(MaxEngines, StateConfig{MaxEngines: MaxEngines}); err != nil || s.Engines() != MaxEngines {
+		t.Fatalf("NewState(MaxEngines): %v", err)
+	}
+}
+
+// TestStateProperties drives a State with random inputs and checks the
+// invariants: no panic; every error classified and leaving nothing to do;
+// the wave never decreases; an engine's taken (wave, step) never decreases
+// while it exists; the engine count stays in range; READY at most once
+// during start-up.
+func TestStateProperties(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 6).Draw(rt, "engines")
+		cfg := StateConfig{MaxEngines: 8, DisableWaveCoordination: rapid.Bool().Draw(rt, "disabled")}
+		s, err := NewState(n, cfg)
+		if err != nil {
+			rt.Fatal(err)
+		}
+		type pair struct{ wave, step int64 }
+		taken := map[int]pair{}
+		now := time.Unix(0, 0)
+		lastWave := int64(0)
+		for i := 0; i < 200; i++ {
+			var a Actions
+			var err error
+			switch rapid.IntRange(0, 6).Draw(rt, "input") {
+			case 0, 1:
+				m := &EngineCoreOutputs{
+					EngineIndex: rapid.Int64Range(-1, 9).Draw(rt, "engine"),
+					HasStats:    rapid.Bool().Draw(rt, "hasStats"),
+				}
+				m.Stats = SchedulerStats{
+					NumWaitingReqs: rapid.Int64Range(0, 5).Draw(rt, "waiting"),
+					NumRunningReqs: rapid.Int64Range(0, 5).Draw(rt, "running"),
+					CurrentWave:    rapid.Int64Range(0, 4).Draw(rt, "statsWave"),
+					StepCounter:    rapid.Int64Range(0, 4).Draw(rt, "step"),
+				}
+				switch rapid.IntRange(0, 2).Draw(rt, "notice") {
+				case 1:
+					m.HasWaveComplete, m.WaveComplete = true, rapid.Int64Range(0, 6).Draw(rt, "wc")
+				case 2:
+					m.HasStartWave, m.StartWave = true, rapid.Int64Range(0, 6).Draw(rt, "sw")
+				}
+				before := s.Engines()
+				a, err = s.OnEngineOutput(m)
+				idx := int(m.EngineIndex)
+				if err == nil && m.HasStats && idx < before {
+					p := pair{m.Stats.CurrentWave, m.Stats.StepCounter}
+					if old, ok := taken[idx]; !ok || p.wave > old.wave || (p.wave == old.wave && p.step >= old.step) {
+						taken[idx] = p
+						if s.Snapshot().Loads[idx].Waiting != m.Stats.NumWaitingReqs {
+							rt.Fatalf("newer stats for engine %d not taken", idx)
+						}
+					}
+				}
+			case 2:
+				msg := FrontMsg{Kind: FrontWake, Wave: rapid.Int64Range(0, 6).Draw(rt, "wakeWave")}
+				if rapid.Bool().Draw(rt, "exclude") {
+					msg.HasExclude, msg.Exclude = true, rapid.Int64Range(0, 9).Draw(rt, "ex")
+				}
+				a, err = s.OnFrontMessage(msg)
+				if err == nil && a.SendStartWave && a.StartWave.HasExclude && a.StartWave.Exclude >= int64(s.Engines()) {
+					rt.Fatalf("exclusion %d beyond %d engines", a.StartWave.Exclude, s.Engines())
+				}
+			case 3:
+				k := rapid.IntRange(-1, 10).Draw(rt, "scale")
+				a, err = s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: k})
+				if err == nil {
+					for idx := range taken {
+						if idx >= k {
+							delete(taken, idx)
+						}
+					}
+				}
+			case 4:
+				a, err = s.OnBackMessage(rapid.SampledFrom([][]byte{{1}, {0}, {1, 'x'}, {2}, nil}).Draw(rt, "back"))
+			case 5:
+				now = now.Add(time.Duration(rapid.Int64Range(0, int64(6*time.Second)).Draw(rt, "dt")))
+				a = s.Tick(now)
+			case 6:
+				a, err = s.OnFrontMessage(FrontMsg{Kind: FrontSubscribe})
+			}
+			if err != nil {
+				if !decodeguard.IsBadInput(err) {
+					rt.Fatalf("unclassified error %v", err)
+				}
+				if !a.None() {
+					rt.Fatalf("actions %+v with error %v", a, err)
+				}
+			}
+			if s.Wave() < lastWave {
+				rt.Fatalf("wave went back from %d to %d", lastWave, s.Wave())
+			}
+			lastWave = s.Wave()
+			if a.Wave != s.Wave() && (err == nil) {
+				rt.Fatalf("actions report wave %d, state %d", a.Wave, s.Wave())
+			}
+			if s.Engines() < 1 || s.Engines() > 8 || len(s.Snapshot().Loads) != s.Engines() {
+				rt.Fatalf("engine count %d", s.Engines())
+			}
+			if cfg.DisableWaveCoordination && (s.Wave() != 0 || s.Running() || a.SendStartWave || a.PublishWave) {
+				rt.Fatalf("wave coordination disabled but state moved: %+v", a)
+			}
+		}
+	})
+}
+
+// TestScaleUpWhileRunning: growing the engine list while the engines run
+// pauses them (vLLM sets engines_running = False: the new engines start at
+// wave 0) and publishes the wave state; shrinking does not.
+func TestScaleUpWhileRunning(t *testing.T) {
+	s := newStarted(t, 2, StateConfig{})
+	setWave(t, s, 3, true)
+	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 1})
+	if err != nil || a.PublishWave || !s.Running() {
+		t.Fatalf("shrink: %+v %v", a, err)
+	}
+	a, err = s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 4})
+	if err != nil || !a.PublishWave || a.Running || s.Running() || s.Wave() != 3 {
+		t.Fatalf("grow: %+v %v", a, err)
+	}
+	if got := hex.EncodeToString(a.AppendWavePublish(nil)); got != "93c003c2" {
+		t.Fatalf("publication %s", got)
+	}
+	// Disabled wave coordination: never running, nothing published.
+	d := newStarted(t, 1, StateConfig{DisableWaveCoordination: true})
+	if a, err := d.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2}); err != nil || a.PublishWave {
+		t.Fatalf("disabled: %+v %v", a, err)
+	}
+}

@@ -1,0 +1,199 @@
+package coordinator
+
+import (
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+// Drops counts dropped messages (or refused connections) by reason, indexed
+// by [decodeguard.Reason]. It marshals to JSON as an object of the non-zero
+// counts keyed by reason name, such as {"decode":3,"unknown-rank":1}.
+type Drops [decodeguard.NumReasons]uint64
+
+// Total returns the sum of the counts.
+func (d *Drops) Total() uint64 {
+	var n uint64
+	for _, v := range d {
+		n += v
+	}
+	return n
+}
+
+func (d *Drops) add(o *[decodeguard.NumReasons]uint64) {
+	for r, v := range o {
+		d[r] += v
+	}
+}
+
+// MarshalJSON writes the non-zero counts as an object keyed by reason name.
+func (d Drops) MarshalJSON() ([]byte, error) {
+	b := []byte{'{'}
+	for r, v := range d {
+		if v == 0 {
+			continue
+		}
+		if len(b) > 1 {
+			b = append(b, ',')
+		}
+		b = append(b, '"')
+		b = append(b, decodeguard.Reason(r).String()...)
+		b = append(b, '"', ':')
+		b = appendUint(b, v)
+	}
+	return append(b, '}'), nil
+}
+
+func appendUint(b []byte, v uint64) []byte {
+	var tmp [20]byte
+	i := len(tmp)
+	for {
+		i--
+		tmp[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	return append(b, tmp[i:]...)
+}
+
+// SocketStats are the counters of one of the coordinator's sockets and the
+// receive loop on it.
+type SocketStats struct {
+	// Endpoint is the bound endpoint.
+	Endpoint string `json:"endpoint"`
+	// Received counts messages the loop took from the socket; Accepted those
+	// that passed every check, the state machine's included; Dropped the
+	// others (decode, validation and state-machine drops), by reason in
+	// Drops. Every received message is either accepted or dropped, once.
+	Received uint64 `json:"received"`
+	Accepted uint64 `json:"accepted"`
+	Dropped  uint64 `json:"dropped"`
+	Drops    Drops  `json:"drops"`
+	// StateDrops is the part of Drops refused by the state machine (an
+	// engine index it does not have, a scale count beyond MaxEngines).
+	StateDrops Drops `json:"state_drops"`
+	// Violations counts connections and streams the socket layer refused
+	// (raw TCP probes, bad handshakes, oversize messages), by reason; they
+	// never reach the loop.
+	Violations Drops `json:"violations"`
+	// Peers is the number of connected peers; Connects and Disconnects
+	// count peers joining and leaving.
+	Peers       int    `json:"peers"`
+	Connects    uint64 `json:"connects"`
+	Disconnects uint64 `json:"disconnects"`
+	// Sent counts messages queued to peers (one per subscriber for XPUB
+	// publications); DroppedHWM those dropped for a subscriber whose queue
+	// was full.
+	Sent       uint64 `json:"sent"`
+	DroppedHWM uint64 `json:"dropped_hwm"`
+
+	// Loop and Socket are the raw counters these are computed from.
+	Loop   loop.Stats   `json:"-"`
+	Socket socket.Stats `json:"-"`
+}
+
+// Stats is a snapshot of a coordinator's counters, flat enough to print as
+// one JSON line.
+type Stats struct {
+	// Started reports whether start-up is over; Subscribed counts the
+	// engine subscriptions it received.
+	Started    bool `json:"started"`
+	Subscribed int  `json:"subscribed"`
+	// Engines is the current engine count; Wave and Running the wave state.
+	Engines int   `json:"engines"`
+	Wave    int64 `json:"wave"`
+	Running bool  `json:"running"`
+
+	// Received, Accepted and Dropped sum the three sockets' counts; Drops
+	// sums their drops by reason and Violations their refused connections.
+	Received   uint64 `json:"received"`
+	Accepted   uint64 `json:"accepted"`
+	Dropped    uint64 `json:"dropped"`
+	Drops      Drops  `json:"drops"`
+	Violations Drops  `json:"violations"`
+
+	// What the coordinator sent: stats publications and wave publications
+	// to the front-ends, READY and START_DP_WAVE broadcasts to the engines.
+	StatsPublished uint64 `json:"stats_published"`
+	WavePublished  uint64 `json:"wave_published"`
+	ReadySent      uint64 `json:"ready_sent"`
+	StartWaveSent  uint64 `json:"start_wave_sent"`
+
+	// The state machine's counters: stats taken, stale stats ignored (see
+	// State), SCALE_ELASTIC_EP notices applied.
+	StatsApplied uint64 `json:"stats_applied"`
+	StaleStats   uint64 `json:"stale_stats"`
+	Resizes      uint64 `json:"resizes"`
+	// BackUnsubscribed counts unsubscriptions ("\x00") received on the back
+	// publish socket, which are accepted and ignored (during start-up with a
+	// rate-limited warning).
+	BackUnsubscribed uint64 `json:"back_unsubscribed"`
+
+	// Per socket.
+	Front       SocketStats `json:"front"`
+	BackOutput  SocketStats `json:"back_output"`
+	BackPublish SocketStats `json:"back_publish"`
+}
+
+// Stats returns a snapshot of the coordinator's counters. It is safe to
+// call at any time, also after Close.
+func (c *Coordinator) Stats() Stats {
+	c.mu.Lock()
+	snap := c.state.Snapshot()
+	counters := c.state.Counters()
+	engines := c.state.Engines()
+	c.mu.Unlock()
+	s := Stats{
+		Started: snap.Started, Subscribed: snap.Subscribed,
+		Engines: engines, Wave: snap.Wave, Running: snap.Running,
+		StatsPublished: c.statsPublished.Load(),
+		WavePublished:  c.wavePublished.Load(),
+		ReadySent:      c.readySent.Load(),
+		StartWaveSent:  c.startWaveSent.Load(),
+		StatsApplied:   counters.StatsApplied,
+		StaleStats:     counters.StaleStats,
+		Resizes:        counters.Resizes,
+
+		BackUnsubscribed: c.backUnsubs.Load(),
+	}
+	c.socketStats(&s.Front, idxFront, c.front, c.frontLoop.Stats())
+	c.socketStats(&s.BackOutput, idxBackOutput, c.backOut, c.outLoop.Stats())
+	c.socketStats(&s.BackPublish, idxBackPublish, c.backPub, c.pubLoop.Stats())
+	for _, ss := range []*SocketStats{&s.Front, &s.BackOutput, &s.BackPublish} {
+		s.Received += ss.Received
+		s.Accepted += ss.Accepted
+		s.Dropped += ss.Dropped
+		s.Drops.add((*[decodeguard.NumReasons]uint64)(&ss.Drops))
+		s.Violations.add((*[decodeguard.NumReasons]uint64)(&ss.Violations))
+	}
+	return s
+}
+
+func (c *Coordinator) socketStats(dst *SocketStats, idx int, sock *socket.Socket, ls loop.Stats) {
+	ss := sock.Stats()
+	for r := range dst.StateDrops {
+		dst.StateDrops[r] = c.stateDrops[idx][r].Load()
+	}
+	*dst = SocketStats{
+		Endpoint:    sock.Endpoint(),
+		Received:    ls.Received,
+		Drops:       ls.Dropped,
+		StateDrops:  dst.StateDrops,
+		Violations:  ss.Violations,
+		Peers:       ss.Peers,
+		Connects:    ss.Connects,
+		Disconnects: ss.Disconnects,
+		Sent:        ss.Sent,
+		DroppedHWM:  ss.DroppedHWM,
+		Loop:        ls,
+		Socket:      ss,
+	}
+	dst.Drops.add((*[decodeguard.NumReasons]uint64)(&dst.StateDrops))
+	dst.Dropped = dst.Drops.Total()
+	state := dst.StateDrops.Total()
+	if ls.Delivered >= state {
+		dst.Accepted = ls.Delivered - state
+	}
+}

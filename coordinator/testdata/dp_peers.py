@@ -1,0 +1,131 @@
+"""Python DP peers (pyzmq on libzmq, Python msgpack) against a running
+coordinator, for the coordinator package's interop test.
+
+  dp_peers.py '{"front": ..., "back_output": ..., "back_publish": ...,
+                "engines": N}'
+
+Plays N engine cores (an XSUB on the back publish socket that sends b"\\x01"
+and waits for READY, and a PUSH on the back output socket, as vLLM's
+DPEngineCoreProc does) and one API front-end (an XSUB on the front publish
+socket). Engine messages are EngineCoreOutputs laid out as vLLM lays them
+out (vllm_layout.py: array_like struct, the full SchedulerStats map).
+
+Steps: READY at every engine; stats from every engine until the front-end
+sees them; a front-end wake-up naming engine 1 by its 2-byte identity ->
+START_DP_WAVE(0, 1) at every engine and (None, 0, True) at the front-end;
+wave_complete=0 from engine 0 -> (None, 1, False); start_wave=2 from engine
+1 -> START_DP_WAVE(2, 1) and (None, 2, True). Prints one JSON object with
+what each peer received; exits non-zero with a message on stderr if a step
+times out.
+"""
+
+import json
+import os
+import sys
+
+import msgpack
+import zmq
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from vllm_layout import eco, scheduler_stats  # noqa: E402
+
+TIMEOUT_MS = 15000
+
+
+def fail(msg):
+    sys.stderr.write("dp_peers.py: " + msg + "\n")
+    sys.exit(1)
+
+
+def recv(sock, what):
+    if not sock.poll(TIMEOUT_MS):
+        fail("timed out waiting for " + what)
+    return sock.recv_multipart()
+
+
+def main():
+    cfg = json.loads(sys.argv[1])
+    n = cfg["engines"]
+    ctx = zmq.Context()
+    ctx.setsockopt(zmq.LINGER, 0)
+    out = {}
+
+    front = ctx.socket(zmq.XSUB)
+    front.connect(cfg["front"])
+    front.send(b"\x01")
+
+    subs, pushes = [], []
+    for _ in range(n):
+        sub = ctx.socket(zmq.XSUB)
+        sub.connect(cfg["back_publish"])
+        sub.send(b"\x01")
+        push = ctx.socket(zmq.PUSH)
+        push.connect(cfg["back_output"])
+        subs.append(sub)
+        pushes.append(push)
+
+    out["ready"] = []
+    for i, sub in enumerate(subs):
+        frames = recv(sub, "READY at engine %d" % i)
+        out["ready"].append([f.decode("latin-1") for f in frames])
+
+    # Each engine reports its queues with every SchedulerStats field.
+    want = [[i + 5, 2 * i + 1] for i in range(n)]
+    for i, push in enumerate(pushes):
+        st = scheduler_stats(running=want[i][1], waiting=want[i][0], step=3,
+                             wave=0, kv=0.125 * (i + 1))
+        push.send(eco(i, scheduler_stats=st))
+
+    def next_pub(what):
+        frames = recv(front, what)
+        if len(frames) != 1:
+            fail("publication of %d frames" % len(frames))
+        return msgpack.unpackb(frames[0], raw=False)
+
+    while True:
+        pub = next_pub("stats publication")
+        if pub[0] is not None and pub[0] == want:
+            out["stats"] = pub
+            break
+
+    def wait_wave(wave, running):
+        while True:
+            pub = next_pub("wave publication (%d, %s)" % (wave, running))
+            if pub[0] is None and pub[1] == wave and pub[2] == running:
+                return pub
+
+    def start_waves(what):
+        got = []
+        for i, sub in enumerate(subs):
+            frames = recv(sub, "%s at engine %d" % (what, i))
+            while frames == [b"READY"]:
+                frames = recv(sub, "%s at engine %d" % (what, i))
+            if len(frames) != 2 or frames[0] != b"\x02":
+                fail("engine %d: unexpected message %r" % (i, frames[:1]))
+            got.append(msgpack.unpackb(frames[1], raw=False))
+        return got
+
+    # A front-end sends a request to engine 1 while the engines are paused
+    # and tells the coordinator, naming engine 1 by its identity.
+    front.send(msgpack.packb([(1).to_bytes(2, "little"), 0],
+                             use_bin_type=True))
+    out["wake_start"] = start_waves("START_DP_WAVE after wake-up")
+    out["wake_pub"] = wait_wave(0, True)
+
+    # Rank 0 reports that wave 0 is complete.
+    pushes[0].send(eco(0, wave_complete=0))
+    out["complete_pub"] = wait_wave(1, False)
+
+    # Engine 1 received a request for wave 2 while paused.
+    pushes[n - 1].send(eco(n - 1, start_wave=2))
+    out["engine_start"] = start_waves("START_DP_WAVE after start_wave")
+    out["engine_start_pub"] = wait_wave(2, True)
+
+    print(json.dumps(out))
+    for s in [front] + subs + pushes:
+        s.close()
+    ctx.term()
+
+
+if __name__ == "__main__":
+    main()

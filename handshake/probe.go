@@ -1,0 +1,319 @@
+package handshake
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// ProbeStep is the outcome of one step of [Probe].
+type ProbeStep struct {
+	// Name is the step: "connect", "zmtp", "request", "reply", "payload".
+	Name string
+	// OK reports success; Detail says what was seen, or why it failed.
+	OK     bool
+	Detail string
+	// Duration is how long the step took.
+	Duration time.Duration
+}
+
+// ProbeReport is what [Probe] found, step by step, for the CLI.
+type ProbeReport struct {
+	// Endpoint and Request are what was probed.
+	Endpoint string
+	Request  Request
+	// Steps holds each step run, in order; the last one failed unless OK.
+	Steps []ProbeStep
+	// ConnectTime is the TCP (or unix socket) connect time, HandshakeTime
+	// the ZMTP greeting and READY exchange, RTT from sending the request to
+	// receiving the whole reply.
+	ConnectTime, HandshakeTime, RTT time.Duration
+	// PeerType is the socket type the peer announced in its READY (ROUTER
+	// for a vLLM listener); nil before the ZMTP step succeeded.
+	PeerType zmq4.SocketType
+	// ReplyFrames holds the size of each reply frame, delimiter included.
+	ReplyFrames []int
+	// CompatibilityHash is the payload's hash (V2/V3), EngineID the
+	// metadata's engine id, RemoteTime the V3 timestamp. They are as sent
+	// by the peer: print them through SafeText.
+	CompatibilityHash, EngineID string
+	RemoteTime                  float64
+	// Metadata is the decoded agent metadata, nil unless OK.
+	Metadata *NixlAgentMetadata
+	// OK is true only when the metadata was received and decoded.
+	OK bool
+}
+
+// Probe triages the handshake with a listener step by step, printing one
+// line per step to w (nil discards them) and stopping at the first failure:
+//
+//	connect  TCP (or unix socket) connect, timed
+//	zmtp     ZMTP 3 greeting and READY under zmtpguard, as a REQ: the peer's socket type, timed
+//	request  the request frames ["", body] written
+//	reply    the whole reply read: its frame count and sizes, round-trip time
+//	payload  payload and agent metadata decoded: engine id, compatibility hash, V3 clock
+//
+// Each line reads "ok: ..." or "FAIL: ..." with the likely causes, so an
+// operator can tell which of the reasons a handshake timeout has (nothing
+// listening, not ZMTP, a dead receive loop, a rank not served, a payload
+// from another release) applies. timeout bounds each network step (0
+// means DefaultTimeout); ctx bounds the whole probe. A zero req.Variant
+// means V3.
+//
+// The returned error is nil exactly when report.OK; otherwise it matches
+// one of ErrRefused (connect or ZMTP handshake failed), ErrTimeout,
+// ErrBadReplyShape, ErrUndecodablePayload or ErrRejected under
+// errors.Is, or is ctx's error.
+func Probe(ctx context.Context, endpoint string, req Request, timeout time.Duration, w io.Writer) (ProbeReport, error) {
+	if req.Variant < V1 || req.Variant > V3 {
+		req.Variant = V3
+	}
+	if timeout <= 0 {
+		timeout = DefaultTimeout
+	}
+	if w == nil {
+		w = io.Discard
+	}
+	p := &prober{w: w, rep: ProbeReport{Endpoint: endpoint, Request: req}}
+	var b strings.Builder
+	writeRequest(&b, req)
+	fmt.Fprintf(w, "probe %s: %s, timeout %s\n", endpoint, b.String(), timeout)
+	err := p.run(ctx, endpoint, req, timeout)
+	if err != nil {
+		if ctx.Err() != nil {
+			err = fmt.Errorf("handshake: probe %s: %w", endpoint, ctx.Err())
+		}
+		fmt.Fprintf(w, "result: FAIL (%s)\n", p.rep.Steps[len(p.rep.Steps)-1].Name)
+		return p.rep, err
+	}
+	p.rep.OK = true
+	fmt.Fprintf(w, "result: ok: metadata received and decoded in %s\n", p.rep.RTT)
+	return p.rep, nil
+}
+
+type prober struct {
+	w   io.Writer
+	rep ProbeReport
+}
+
+func (p *prober) ok(name string, d time.Duration, detail string) {
+	p.rep.Steps = append(p.rep.Steps, ProbeStep{Name: name, OK: true, Detail: detail, Duration: d})
+	fmt.Fprintf(p.w, "%-8s ok: %s\n", name+":", detail)
+}
+
+// fail records a failed step and returns the matching error.
+func (p *prober) fail(name string, d time.Duration, kind error, detail string, cause error) error {
+	p.rep.Steps = append(p.rep.Steps, ProbeStep{Name: name, Detail: detail, Duration: d})
+	fmt.Fprintf(p.w, "%-8s FAIL: %s\n", name+":", detail)
+	return &FetchError{Kind: kind, Endpoint: p.rep.Endpoint, Request: p.rep.Request, Detail: name + ": " + detail, Err: cause}
+}
+
+func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout time.Duration) error {
+	network, addr, err := dialTarget(endpoint)
+	if err != nil {
+		return p.fail("connect", 0, ErrRefused, err.Error(), err)
+	}
+
+	// connect
+	t0 := time.Now()
+	cctx, cancel := context.WithTimeout(ctx, timeout)
+	nc, err := (&net.Dialer{}).DialContext(cctx, network, addr)
+	cancel()
+	p.rep.ConnectTime = time.Since(t0)
+	if err != nil {
+		return p.fail("connect", p.rep.ConnectTime, connectKind(err), connectHint(network, addr, timeout, err), err)
+	}
+	defer nc.Close()
+	p.ok("connect", p.rep.ConnectTime, network+" "+nc.RemoteAddr().String()+" in "+p.rep.ConnectTime.String())
+
+	// zmtp
+	t0 = time.Now()
+	cfg := zmtpguard.Config{HandshakeTimeout: timeout}
+	conn, err := zmtpguard.Handshake(ctx, nc, zmq4.Req, nil, &cfg)
+	p.rep.HandshakeTime = time.Since(t0)
+	if err != nil {
+		var v *zmtpguard.Violation
+		kind := ErrRefused
+		hint := "the port is open but the peer is not a ZMTP 3 socket a REQ may talk to (another service on that port?)"
+		if errors.As(err, &v) && strings.Contains(strings.ToLower(v.Detail), "deadline") || errors.Is(err, os.ErrDeadlineExceeded) {
+			kind = ErrTimeout
+			hint = "the peer accepted the connection but did not finish the ZMTP greeting within " + timeout.String() +
+				" (a wedged accept loop, or not a ZeroMQ socket)"
+		}
+		return p.fail("zmtp", p.rep.HandshakeTime, kind, hint+": "+err.Error(), err)
+	}
+	defer conn.Close()
+	p.rep.PeerType = conn.PeerType()
+	note := ""
+	if p.rep.PeerType != zmq4.Router {
+		note = " (vLLM's listener is a ROUTER)"
+	}
+	p.ok("zmtp", p.rep.HandshakeTime, "peer is "+string(p.rep.PeerType)+note+", handshake "+p.rep.HandshakeTime.String())
+
+	// request
+	body := AppendRequest(nil, req)
+	deadline := time.Now().Add(timeout)
+	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
+	defer stop()
+	nc.SetDeadline(deadline)
+	t0 = time.Now()
+	if err := conn.WriteMessage([]byte{}, body); err == nil {
+		err = conn.Flush()
+	}
+	if err != nil {
+		return p.fail("request", time.Since(t0), ErrTimeout, "could not write the request: "+err.Error(), err)
+	}
+	p.ok("request", time.Since(t0), strconv.Itoa(len(body))+" bytes, "+requestText(req))
+
+	// reply
+	var m zmtpguard.Message
+	for {
+		err = conn.ReadMessage(&m)
+		if err != nil || m.Command == "" {
+			break
+		}
+		if m.Command == zmtpguard.CmdPing {
+			if conn.Pong(&m) == nil {
+				conn.Flush()
+			}
+		}
+	}
+	p.rep.RTT = time.Since(t0)
+	if err != nil {
+		var ne net.Error
+		if errors.As(err, &ne) && ne.Timeout() {
+			return p.fail("reply", p.rep.RTT, ErrTimeout, "no reply within "+timeout.String()+
+				": the connection works but the listener did not answer (its receive loop is dead or stuck,"+
+				" it does not serve "+Rank{req.PP, req.TP}.String()+" and drops the request, or it expects another"+
+				" request variant than "+req.Variant.String()+")", err)
+		}
+		if errors.Is(err, io.EOF) {
+			return p.fail("reply", p.rep.RTT, ErrBadReplyShape, "the listener closed the connection without answering", err)
+		}
+		return p.fail("reply", p.rep.RTT, ErrBadReplyShape, "reading the reply: "+err.Error(), err)
+	}
+	for _, f := range m.Frames {
+		p.rep.ReplyFrames = append(p.rep.ReplyFrames, len(f))
+	}
+	want := 2
+	shape := `["", metadata]`
+	switch req.Variant {
+	case V2:
+		shape = `["", payload]`
+	case V3:
+		want, shape = 3, `["", payload, timestamp]`
+	}
+	got := strconv.Itoa(len(m.Frames)) + " frames, sizes " + frameSizes(m.Frames)
+	if len(m.Frames) != want || len(m.Frames[0]) != 0 {
+		hint := ""
+		if len(m.Frames) > 0 && len(m.Frames[0]) != 0 {
+			hint = " (no empty delimiter first: not a ROUTER/REP reply)"
+		} else if req.Variant == V3 && len(m.Frames) == 2 {
+			hint = " (looks like a V2 listener: try --variant v2)"
+		}
+		return p.fail("reply", p.rep.RTT, ErrBadReplyShape, "expected "+shape+", got "+got+hint, nil)
+	}
+	p.ok("reply", p.rep.RTT, got+", round trip "+p.rep.RTT.String())
+
+	// payload
+	t0 = time.Now()
+	var r Reply
+	r.Request = req
+	if err := decodeReply(&r, m.Frames[1:], p.rep.Endpoint, ClientOptions{}); err != nil {
+		var fe *FetchError
+		detail := err.Error()
+		kind := ErrUndecodablePayload
+		if errors.As(err, &fe) {
+			detail, kind = fe.Detail, fe.Kind
+			if fe.Err != nil {
+				detail += ": " + fe.Err.Error()
+			}
+			if kind == ErrRejected {
+				detail = "the listener answered with an error: " + detail
+			} else if kind == ErrUndecodablePayload {
+				detail += " (a listener from another connector version, or not a NIXL side channel)"
+			}
+		}
+		return p.fail("payload", time.Since(t0), kind, detail, err)
+	}
+	p.rep.CompatibilityHash = r.Payload.CompatibilityHash
+	p.rep.EngineID = r.Metadata.EngineID
+	p.rep.RemoteTime = r.RemoteTime
+	p.rep.Metadata = &r.Metadata
+	detail := "engine_id " + SafeText(r.Metadata.EngineID)
+	if req.Variant != V1 {
+		detail += ", compatibility_hash " + SafeText(r.Payload.CompatibilityHash)
+	}
+	detail += ", " + strconv.Itoa(len(r.Metadata.KVCachesBaseAddr)) + " regions, " +
+		strconv.FormatInt(int64(r.Metadata.NumBlocks), 10) + " blocks, layout " + SafeText(r.Metadata.KVCacheLayout)
+	if req.Variant == V3 {
+		detail += ", remote clock " + strconv.FormatFloat(r.RemoteTime, 'f', 3, 64) + " s"
+	}
+	p.ok("payload", time.Since(t0), detail)
+	return nil
+}
+
+// requestText renders a request as vLLM builds it.
+func requestText(r Request) string {
+	switch r.Variant {
+	case V1:
+		return `V1 b"get_meta_msg"`
+	case V2:
+		return "V2 (GET_META_MSG, " + strconv.Itoa(r.TP) + ")"
+	}
+	return "V3 (GET_META_MSG, " + strconv.Itoa(r.PP) + ", " + strconv.Itoa(r.TP) + ")"
+}
+
+// connectKind classifies a failed connect: a timeout is ErrTimeout,
+// anything else ErrRefused.
+func connectKind(err error) error {
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		return ErrTimeout
+	}
+	return ErrRefused
+}
+
+func connectHint(network, addr string, timeout time.Duration, err error) string {
+	switch {
+	case errors.Is(err, syscall.ECONNREFUSED):
+		return "connection refused: nothing listens on " + addr + " (is the prefill engine up, and is the port its side-channel port plus its data-parallel index?)"
+	case connectKind(err) == ErrTimeout:
+		return "no answer within " + timeout.String() + ": the host is down or a firewall drops the packets"
+	}
+	return network + " " + addr + ": " + err.Error()
+}
+
+// dialTarget turns a ZeroMQ endpoint ("tcp://host:port", "ipc://path", or
+// a bare "host:port") into a network and address for net.Dial.
+func dialTarget(endpoint string) (network, addr string, err error) {
+	scheme, rest, found := strings.Cut(endpoint, "://")
+	if !found {
+		scheme, rest = "tcp", endpoint
+	}
+	switch scheme {
+	case "tcp":
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil || host == "" || host == "*" || port == "" {
+			return "", "", fmt.Errorf("bad endpoint %s: want tcp://host:port", SafeText(endpoint))
+		}
+		return "tcp", rest, nil
+	case "ipc":
+		if rest == "" {
+			return "", "", fmt.Errorf("bad endpoint %s: want ipc://path", SafeText(endpoint))
+		}
+		return "unix", rest, nil
+	}
+	return "", "", fmt.Errorf("bad endpoint %s: want tcp://host:port or ipc://path", SafeText(endpoint))
+}

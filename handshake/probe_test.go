@@ -1,0 +1,170 @@
+package handshake
+
+import (
+	"errors"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// checkProbeOutput checks that the probe printed one line per step, each
+// "ok" but the last when failed, and never a raw control byte.
+func checkProbeOutput(t *testing.T, out string, rep ProbeReport, failed string) {
+	t.Helper()
+	if strings.ContainsAny(out, "\x1b\x00") {
+		t.Errorf("raw bytes in probe output: %q", out)
+	}
+	for i, s := range rep.Steps {
+		line := s.Name + ": ok: "
+		if i == len(rep.Steps)-1 && failed != "" {
+			line = s.Name + ": FAIL: "
+			if s.Name != failed || s.OK {
+				t.Errorf("last step %+v, want %s failed", s, failed)
+			}
+		} else if !s.OK {
+			t.Errorf("step %+v not ok", s)
+		}
+		norm := func(s string) string { return strings.Join(strings.Fields(s), " ") }
+		if !strings.Contains(norm(out), norm(line)) {
+			t.Errorf("output lacks %q:\n%s", line, out)
+		}
+	}
+}
+
+func TestProbeLiveListener(t *testing.T) {
+	l := startListener(t, ListenerConfig{Clock: func() float64 { return 12345.678 }})
+	for _, req := range []Request{{Variant: V3, TP: 1}, {Variant: V2, TP: 1}, {Variant: V1}} {
+		var out strings.Builder
+		rep, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), req, 5*time.Second, &out)
+		t.Logf("probe output:\n%s", out.String())
+		if err != nil || !rep.OK {
+			t.Fatalf("%v: probe failed: %v", req.Variant, err)
+		}
+		if len(rep.Steps) != 5 || rep.PeerType != zmq4.Router || rep.EngineID != "prefill-7" || rep.Metadata == nil {
+			t.Errorf("%v: report %+v", req.Variant, rep)
+		}
+		wantFrames := map[Variant]int{V1: 2, V2: 2, V3: 3}[req.Variant]
+		if len(rep.ReplyFrames) != wantFrames || rep.ReplyFrames[0] != 0 {
+			t.Errorf("%v: reply frames %v", req.Variant, rep.ReplyFrames)
+		}
+		if req.Variant == V3 && (rep.RemoteTime != 12345.678 || rep.CompatibilityHash != testHash) {
+			t.Errorf("V3: remote time %v hash %q", rep.RemoteTime, rep.CompatibilityHash)
+		}
+		checkProbeOutput(t, out.String(), rep, "")
+		if !strings.Contains(out.String(), "peer is ROUTER") || !strings.Contains(out.String(), "result: ok") {
+			t.Errorf("output:\n%s", out.String())
+		}
+	}
+}
+
+func TestProbeClosedPort(t *testing.T) {
+	ep := closedPort(t)
+	var out strings.Builder
+	rep, err := Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3}, 2*time.Second, &out)
+	if !errors.Is(err, ErrRefused) || rep.OK {
+		t.Fatalf("got %v, want ErrRefused", err)
+	}
+	checkProbeOutput(t, out.String(), rep, "connect")
+	if !strings.Contains(out.String(), "connection refused: nothing listens on") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+func TestProbeSilentListener(t *testing.T) {
+	ep := scriptedRouter(t, func([]byte) [][]byte { return nil })
+	var out strings.Builder
+	rep, err := Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3, PP: 1, TP: 2}, 300*time.Millisecond, &out)
+	if !errors.Is(err, ErrTimeout) || rep.OK {
+		t.Fatalf("got %v, want ErrTimeout", err)
+	}
+	checkProbeOutput(t, out.String(), rep, "reply")
+	if !strings.Contains(out.String(), "no reply within 300ms") || !strings.Contains(out.String(), "pp_rank=1 tp_rank=2") {
+		t.Errorf("output:\n%s", out.String())
+	}
+}
+
+func TestProbeFailures(t *testing.T) {
+	// An explicit error reply for an unknown rank.
+	l := startListener(t, ListenerConfig{ErrorReplies: true})
+	var out strings.Builder
+	rep, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), Request{Variant: V3, TP: 7}, 5*time.Second, &out)
+	if !errors.Is(err, ErrRejected) {
+		t.Fatalf("unknown rank: %v", err)
+	}
+	checkProbeOutput(t, out.String(), rep, "payload")
+	if !strings.Contains(out.String(), "does not serve pp_rank=0 tp_rank=7") {
+		t.Errorf("output:\n%s", out.String())
+	}
+
+	// A V2 listener asked for V3: the shape gives it away.
+	ep := scriptedRouter(t, func([]byte) [][]byte { return [][]byte{encodedPayload(t, "x", testHash, Rank{})} })
+	out.Reset()
+	rep, err = Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3}, 5*time.Second, &out)
+	if !errors.Is(err, ErrBadReplyShape) {
+		t.Fatalf("V2 reply to V3: %v", err)
+	}
+	checkProbeOutput(t, out.String(), rep, "reply")
+	if !strings.Contains(out.String(), "try --variant v2") {
+		t.Errorf("output:\n%s", out.String())
+	}
+
+	// Junk payload.
+	ep = scriptedRouter(t, func([]byte) [][]byte { return [][]byte{[]byte("\x1b[2Jjunk")} })
+	out.Reset()
+	rep, err = Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V2}, 5*time.Second, &out)
+	if !errors.Is(err, ErrUndecodablePayload) {
+		t.Fatalf("junk payload: %v", err)
+	}
+	checkProbeOutput(t, out.String(), rep, "payload")
+
+	// Not ZMTP: the connection works, the handshake does not.
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		c.Write([]byte("SSH-2.0-OpenSSH_9.6\r\n" + strings.Repeat("x", 64)))
+		c.Close()
+	}()
+	defer wg.Wait()
+	defer ln.Close()
+	out.Reset()
+	rep, err = Probe(testCtx(t, 20*time.Second), "tcp://"+ln.Addr().String(), Request{}, 2*time.Second, &out)
+	if !errors.Is(err, ErrRefused) || rep.Request.Variant != V3 {
+		t.Fatalf("not ZMTP: %v", err)
+	}
+	checkProbeOutput(t, out.String(), rep, "zmtp")
+
+	// Bad endpoints.
+	for _, ep := range []string{"udp://1.2.3.4:5", "tcp://*:5600", "tcp://nohost", "ipc://"} {
+		if _, err := Probe(testCtx(t, 5*time.Second), ep, Request{}, time.Second, nil); !errors.Is(err, ErrRefused) ||
+			!strings.Contains(err.Error(), "bad endpoint") {
+			t.Errorf("%s: %v", ep, err)
+		}
+	}
+}
+
+func TestDialTarget(t *testing.T) {
+	for in, want := range map[string][2]string{
+		"tcp://127.0.0.1:5600": {"tcp", "127.0.0.1:5600"},
+		"localhost:5600":       {"tcp", "localhost:5600"},
+		"tcp://[::1]:5600":     {"tcp", "[::1]:5600"},
+		"ipc:///tmp/x.sock":    {"unix", "/tmp/x.sock"},
+	} {
+		n, a, err := dialTarget(in)
+		if err != nil || n != want[0] || a != want[1] {
+			t.Errorf("dialTarget(%q) = %q %q %v", in, n, a, err)
+		}
+	}
+}

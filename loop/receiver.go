@@ -1,0 +1,156 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"sync"
+
+	"github.com/go-zeromq/zmq4"
+
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+// Receiver is what a Loop receives from: zmqguard's *socket.Socket
+// satisfies it, [FromZMQ4] adapts any zmq4.Socket, and tests can feed a
+// Loop from a channel.
+//
+// Recv blocks until a message arrives or ctx ends. It returns ctx's error
+// when ctx ends, an error matching net.ErrClosed or socket.ErrClosed once
+// the receiver is closed (the Loop then stops), a classified *decodeguard.Error when the receiver
+// itself refused a message (counted as a drop), or another error, which
+// surfaces from Run. The frames of the returned message may be reused by
+// the next Recv.
+type Receiver interface {
+	Recv(ctx context.Context) (socket.Msg, error)
+}
+
+// ErrReceiverClosed is returned by a [ZMQ4Receiver] once it, or the zmq4
+// socket under it, is closed. It wraps net.ErrClosed.
+var ErrReceiverClosed = fmt.Errorf("loop: receiver closed: %w", net.ErrClosed)
+
+// ZMQ4Receiver adapts a zmq4.Socket to [Receiver]. Create it with
+// [FromZMQ4].
+//
+// zmq4's Recv takes no context and has no timeout: the only way to unblock
+// it is to close the socket. So when the context of a Recv is cancelled
+// while that Recv is blocked in zmq4, the ZMQ4Receiver closes its zmq4
+// socket, and returns [ErrReceiverClosed] for good afterwards. A context
+// cancelled while no Recv is in progress closes nothing. Cancelling a
+// running Loop's context, or calling Loop.Close, thus closes a zmq4 socket
+// under it: do not reuse the socket afterwards, and do not give Recv a
+// short-lived context (such as a per-call timeout) unless closing the
+// socket is what you want. (It watches one context at a time through
+// context.AfterFunc, registered once per context rather than per message.)
+//
+// zmq4 reports neither the sending peer nor a per-message error for
+// malformed input, so messages carry a nil Peer, and a ROUTER's identity is
+// Frames[0]. After Close, zmq4 sockets either fail Recv with a context
+// error or (XPUB) return an empty message with no error; both read as
+// ErrReceiverClosed here. The adapter starts no goroutine except the short
+// one context.AfterFunc runs when a watched context ends.
+//
+// zmq4's own socket layer is not hardened (see ZMQ4-FINDINGS.md): prefer
+// zmqguard's socket package for sockets that face untrusted peers.
+type ZMQ4Receiver struct {
+	s zmq4.Socket
+
+	mu        sync.Mutex
+	closed    bool
+	inRecv    bool            // a Recv is blocked in zmq4
+	recvDone  <-chan struct{} // the Done channel of that Recv's context
+	watchDone <-chan struct{}
+	stopWatch func() bool
+	closeErr  error
+	closeOnce sync.Once
+}
+
+// FromZMQ4 returns a Receiver that reads from s. See [ZMQ4Receiver] for how
+// cancellation works.
+func FromZMQ4(s zmq4.Socket) *ZMQ4Receiver {
+	return &ZMQ4Receiver{s: s}
+}
+
+// Recv receives the next message from the zmq4 socket. It returns ctx's
+// error if ctx is done, and closes the socket if ctx is cancelled while Recv
+// is blocked.
+func (r *ZMQ4Receiver) Recv(ctx context.Context) (socket.Msg, error) {
+	r.mu.Lock()
+	if err := ctx.Err(); err != nil {
+		r.mu.Unlock()
+		return socket.Msg{}, err
+	}
+	if r.closed {
+		r.mu.Unlock()
+		return socket.Msg{}, ErrReceiverClosed
+	}
+	if d := ctx.Done(); d != nil && d != r.watchDone {
+		if r.stopWatch != nil {
+			r.stopWatch()
+		}
+		r.watchDone = d
+		r.stopWatch = context.AfterFunc(ctx, func() { r.cancelled(d) })
+	}
+	r.inRecv, r.recvDone = true, ctx.Done()
+	r.mu.Unlock()
+
+	m, err := r.s.Recv()
+
+	r.mu.Lock()
+	r.inRecv, r.recvDone = false, nil
+	closed := r.closed
+	r.mu.Unlock()
+	if err == nil && len(m.Frames) > 0 {
+		return socket.Msg{Frames: m.Frames}, nil
+	}
+	if cerr := ctx.Err(); cerr != nil {
+		// The watcher is closing the socket: wait until it has, so that
+		// no goroutine of ours outlives the caller's shutdown.
+		if closed {
+			_ = r.Close()
+		}
+		return socket.Msg{}, cerr
+	}
+	switch {
+	case closed, err == nil, errors.Is(err, context.Canceled):
+		// zmq4 fails Recv with its own context's error after Close, and
+		// some socket types return (Msg{}, nil) forever instead.
+		return socket.Msg{}, ErrReceiverClosed
+	}
+	return socket.Msg{}, fmt.Errorf("loop: zmq4 recv: %w", err)
+}
+
+// cancelled runs when the watched context whose Done channel is d ends:
+// it closes the socket if a Recv with that context is blocked in zmq4 (not
+// if another context's Recv is: the callback runs asynchronously).
+func (r *ZMQ4Receiver) cancelled(d <-chan struct{}) {
+	r.mu.Lock()
+	if r.watchDone == d {
+		r.watchDone, r.stopWatch = nil, nil
+	}
+	interrupt := r.inRecv && r.recvDone == d
+	if interrupt {
+		r.closed = true
+	}
+	r.mu.Unlock()
+	if interrupt {
+		_ = r.Close()
+	}
+}
+
+// Close closes the zmq4 socket and makes every later Recv return
+// [ErrReceiverClosed]. It is safe to call more than once and concurrently
+// with Recv, which it unblocks.
+func (r *ZMQ4Receiver) Close() error {
+	r.mu.Lock()
+	r.closed = true
+	stop := r.stopWatch
+	r.stopWatch, r.watchDone = nil, nil
+	r.mu.Unlock()
+	if stop != nil {
+		stop()
+	}
+	r.closeOnce.Do(func() { r.closeErr = r.s.Close() })
+	return r.closeErr
+}

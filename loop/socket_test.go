@@ -1,0 +1,145 @@
+package loop
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/envelope"
+	"github.com/zmqguard/zmqguard/loop/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+func newSocket(t testing.TB, ctor func(socket.Options) (*socket.Socket, error)) *socket.Socket {
+	t.Helper()
+	o := socket.DefaultOptions()
+	o.ReconnectMin = 20 * time.Millisecond
+	o.ReconnectMax = 200 * time.Millisecond
+	s, err := ctor(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s
+}
+
+// TestSocketPull runs a loop over zmqguard's PULL on 127.0.0.1, fed by a
+// PUSH: every seed is dropped with its reason and the peer's address, the
+// valid message after them is delivered.
+func TestSocketPull(t *testing.T) {
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	pull := newSocket(t, socket.NewPull)
+	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	push := newSocket(t, socket.NewPush)
+	if err := push.Dial(pull.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	want := map[decodeguard.Reason]uint64{}
+	for _, sd := range typedSeeds {
+		if err := push.Send(ctx, sd.frame); err != nil {
+			t.Fatal(err)
+		}
+		want[sd.reason]++
+	}
+	if err := push.Send(ctx, statsFrame); err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var peers []string
+	l := newStatsLoop(t, pull, func(_ context.Context, d Delivery[vllmwire.Message]) error {
+		checkStats(t, d.Value)
+		if !strings.HasPrefix(d.Peer().Addr(), "127.0.0.1:") {
+			t.Errorf("peer %q", d.Peer().Addr())
+		}
+		cancel()
+		return nil
+	}, func(c *Config[vllmwire.Message]) {
+		c.OnDrop = func(d Drop) {
+			mu.Lock()
+			peers = append(peers, d.Peer.Addr())
+			mu.Unlock()
+		}
+	})
+	if err := l.Run(ctx); err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	st := l.Stats()
+	for r, n := range want {
+		if st.Dropped[r] != n {
+			t.Errorf("%v: %d drops, want %d", r, st.Dropped[r], n)
+		}
+	}
+	if st.Delivered != 1 || st.Received != uint64(len(typedSeeds)+1) {
+		t.Fatalf("stats %+v", st)
+	}
+	for _, p := range peers {
+		if !strings.HasPrefix(p, "127.0.0.1:") {
+			t.Fatalf("drop peer %q", p)
+		}
+	}
+	// Closing the socket ends a running loop with socket.ErrClosed.
+	done := make(chan error, 1)
+	go func() { done <- l.Run(testCtx(t)) }()
+	pull.Close()
+	if err := <-done; !errors.Is(err, socket.ErrClosed) {
+		t.Fatalf("Run after socket Close = %v", err)
+	}
+}
+
+// TestSocketRouter: a ROUTER loop with the strict envelope drops a bare
+// DEALER's message, delivers the REQ-shaped one, and replies through the
+// envelope.
+func TestSocketRouter(t *testing.T) {
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	router := newSocket(t, socket.NewRouter)
+	if err := router.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	dealer := newSocket(t, socket.NewDealer)
+	if err := dealer.Dial(router.Endpoint()); err != nil {
+		t.Fatal(err)
+	}
+	req := []byte("\x93\xc4\x0cget_meta_msg\x00\x01")
+	if err := dealer.Send(ctx, req); err != nil { // bare DEALER: no delimiter
+		t.Fatal(err)
+	}
+	if err := dealer.Send(ctx, []byte{}, req); err != nil {
+		t.Fatal(err)
+	}
+	l, err := New(router, Config[any]{
+		Name:     "nixl",
+		Logger:   discard(),
+		Envelope: &envelope.Options{},
+		Decode:   UntypedDecoder(decodeguard.Limits{}),
+		Handler: func(ctx context.Context, d Delivery[any]) error {
+			return router.Send(ctx, d.Envelope.Reply(nil, []byte("metadata"))...)
+		},
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- l.Run(ctx) }()
+	reply, err := dealer.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(reply.Frames) != 2 || len(reply.Frames[0]) != 0 || string(reply.Frames[1]) != "metadata" {
+		t.Fatalf("reply %q", reply.Frames)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if st := l.Stats(); st.Dropped[decodeguard.ReasonEnvelope] != 1 || st.Delivered != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}
