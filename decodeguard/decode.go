@@ -101,7 +101,7 @@ type PanicError struct {
 // bytes escaped and capped at 256 bytes, so that a panic message quoting
 // input cannot put raw bytes into a log.
 func (p *PanicError) Error() string {
-	return "panic: " + safeText(fmt.Sprint(p.Value), maxCauseText)
+	return "panic: " + EscapeText(fmt.Sprint(p.Value), maxCauseText)
 }
 
 // Unwrap returns the panic value if it is an error (a runtime.Error, say).
@@ -125,12 +125,15 @@ func newPanicError(r any) *Error {
 // errors.Is and errors.As still reach the original.
 type safeCause struct{ err error }
 
-func (c safeCause) Error() string { return safeText(c.err.Error(), maxCauseText) }
+func (c safeCause) Error() string { return EscapeText(c.err.Error(), maxCauseText) }
 func (c safeCause) Unwrap() error { return c.err }
 
-// safeText returns s with every byte outside printable ASCII escaped as \xNN,
-// cut to at most limit bytes followed by "…" when longer.
-func safeText(s string, limit int) string {
+// EscapeText returns s with every byte outside printable ASCII escaped as
+// \xNN, cut to at most limit bytes followed by "…" when longer. Use it for
+// any text that may carry peer bytes (a decoder's error, a panic value, a
+// peer-supplied name) before it reaches a log or an error string: nothing in
+// the result can drive a terminal.
+func EscapeText(s string, limit int) string {
 	clean := len(s) <= limit
 	for i := 0; clean && i < len(s); i++ {
 		if c := s[i]; c < 0x20 || c > 0x7e {

@@ -182,8 +182,8 @@ func TestSafeText(t *testing.T) {
 		{"", ""},
 	}
 	for _, c := range cases {
-		if got := safeText(c.in, 256); got != c.want {
-			t.Errorf("safeText(%q) = %q, want %q", c.in, got, c.want)
+		if got := EscapeText(c.in, 256); got != c.want {
+			t.Errorf("EscapeText(%q) = %q, want %q", c.in, got, c.want)
 		}
 	}
 }

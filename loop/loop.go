@@ -65,7 +65,7 @@ type Error struct {
 func (e *Error) Error() string {
 	s := "loop " + e.Loop + ": " + e.Stage.String()
 	if e.Peer != "" {
-		s += " (peer " + safeText(e.Peer, 128) + ")"
+		s += " (peer " + decodeguard.EscapeText(e.Peer, 128) + ")"
 	}
 	return s + ": " + errText(e.Err)
 }
@@ -82,7 +82,7 @@ type HandlerPanicError struct {
 
 // Error implements error.
 func (p *HandlerPanicError) Error() string {
-	return "handler panicked: " + safeText(anyText(p.Value), maxErrText)
+	return "handler panicked: " + decodeguard.EscapeText(anyText(p.Value), maxErrText)
 }
 
 // Unwrap returns the panic value if it is an error.

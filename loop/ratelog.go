@@ -203,35 +203,5 @@ func errText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return safeText(err.Error(), maxErrText)
-}
-
-func safeText(s string, limit int) string {
-	clean := len(s) <= limit
-	for i := 0; clean && i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e {
-			clean = false
-		}
-	}
-	if clean {
-		return s
-	}
-	const digits = "0123456789abcdef"
-	out := make([]byte, 0, limit+len("…"))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		w := 1
-		if c < 0x20 || c > 0x7e {
-			w = 4
-		}
-		if len(out)+w > limit {
-			return string(append(out, "…"...))
-		}
-		if w == 1 {
-			out = append(out, c)
-		} else {
-			out = append(out, '\\', 'x', digits[c>>4], digits[c&0xf])
-		}
-	}
-	return string(out)
+	return decodeguard.EscapeText(err.Error(), maxErrText)
 }
