@@ -72,7 +72,7 @@ func (l *listener) run() {
 		c, err := l.gl.Accept(s.ctx)
 		if err != nil {
 			if s.ctx.Err() == nil && !errors.Is(err, zmtpguard.ErrListenerClosed) {
-				s.log(slogError, "zmqguard socket listener stopped", "endpoint", l.endpoint, "err", err.Error())
+				s.log(decodeguard.ReasonNone, slogError, "zmqguard socket listener stopped", "endpoint", l.endpoint, "err", err.Error())
 			}
 			return
 		}

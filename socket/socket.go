@@ -143,10 +143,8 @@ type Socket struct {
 	discons  atomic.Uint64
 	viol     [decodeguard.NumReasons]atomic.Uint64
 
-	logMu     sync.Mutex
-	logWindow time.Time
-	logCount  int
-	logMissed int
+	logMu  sync.Mutex
+	logged [decodeguard.NumReasons]logState
 }
 
 func newSocket(k kind, opts Options) (*Socket, error) {
@@ -320,7 +318,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 				c.Close()
 				s.viol[decodeguard.ReasonPolicy].Add(1)
 				err := decodeguard.WrapError(decodeguard.ReasonPolicy,
-					"ROUTER identity "+hexPrefix(info.identity)+" already connected", ErrDuplicateIdentity)
+					"ROUTER identity "+decodeguard.Render(info.identity)+" already connected", ErrDuplicateIdentity)
 				s.emit(Event{Kind: EventRejected, Peer: info, Remote: info.addrText, Endpoint: ep, Err: err, Reason: decodeguard.ReasonPolicy})
 				return nil, err
 			}
@@ -428,36 +426,51 @@ func (s *Socket) emit(e Event) {
 		if e.Reason != decodeguard.ReasonNone {
 			level = slog.LevelWarn
 		}
-		s.log(level, "zmqguard socket peer event", "socket", string(s.typ), "event", e.Kind.String(),
+		s.log(e.Reason, level, "zmqguard socket peer event", "socket", string(s.typ), "event", e.Kind.String(),
 			"remote", e.Remote, "endpoint", e.Endpoint, "reason", e.Reason.String(), "err", errString(e.Err))
 	}
 }
 
-const logPerSecond = 20
-
 const slogError = slog.LevelError
 
-// log writes one line, at most logPerSecond lines a second; suppressed lines
-// are counted and reported on the next line written.
-func (s *Socket) log(level slog.Level, msg string, args ...any) {
+// logInterval is the shortest time between two log lines of one reason.
+const logInterval = time.Second
+
+// logState is one reason's log rate limit.
+type logState struct {
+	last   time.Time
+	missed uint64
+}
+
+// log writes one line, at most one a second per drop reason (events that
+// carry no reason share one budget); a line written after a quiet spell
+// says how many were suppressed. A scanner's flood of refused connections
+// therefore costs a few lines, while Stats and OnEvent still see every one.
+// Error-level lines (the socket's own failures, not a peer's) are never
+// suppressed.
+func (s *Socket) log(r decodeguard.Reason, level slog.Level, msg string, args ...any) {
 	l := s.opts.Logger
 	if l == nil || !l.Enabled(context.Background(), level) {
 		return
 	}
+	if level >= slog.LevelError {
+		l.Log(context.Background(), level, msg, args...)
+		return
+	}
+	if int(r) >= len(s.logged) {
+		r = decodeguard.ReasonNone
+	}
 	now := time.Now()
 	s.logMu.Lock()
-	if now.Sub(s.logWindow) >= time.Second {
-		s.logWindow = now
-		s.logCount = 0
-	}
-	if s.logCount >= logPerSecond {
-		s.logMissed++
+	st := &s.logged[r]
+	if !st.last.IsZero() && now.Sub(st.last) < logInterval {
+		st.missed++
 		s.logMu.Unlock()
 		return
 	}
-	s.logCount++
-	missed := s.logMissed
-	s.logMissed = 0
+	st.last = now
+	missed := st.missed
+	st.missed = 0
 	s.logMu.Unlock()
 	if missed > 0 {
 		args = append(args, "suppressed", missed)
@@ -470,12 +483,4 @@ func errString(err error) string {
 		return ""
 	}
 	return err.Error()
-}
-
-// hexPrefix renders at most 32 bytes of b as hex, with its length.
-func hexPrefix(b []byte) string {
-	if len(b) > 32 {
-		return hex.EncodeToString(b[:32]) + "...(" + strconv.Itoa(len(b)) + " bytes)"
-	}
-	return hex.EncodeToString(b) + "(" + strconv.Itoa(len(b)) + " bytes)"
 }

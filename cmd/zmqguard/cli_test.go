@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+func quietSocket() socket.Options {
+	o := socket.DefaultOptions()
+	o.Logger = slog.New(slog.DiscardHandler)
+	return o
+}
+
+// TestHelp: every command answers -h with a usage text listing its own
+// flags and the global ones, on stdout, with exit code 0.
+func TestHelp(t *testing.T) {
+	want := map[string][]string{
+		"demo":               {"-duration"},
+		"coordinator":        {"-front", "-back-output", "-back-publish", "-engines", "-stats-interval", "-idle-interval", "-max-message-size"},
+		"handshake-listener": {"-bind", "-engine-id", "-pp-size", "-tp-size", "-compat-hash"},
+		"probe":              {"-pp", "-tp", "-variant", "-timeout"},
+		"scan":               {"-duration"},
+		"sink":               {"-bind", "-decode", "-count"},
+	}
+	for name, flags := range want {
+		code, out, _ := runBin(t, 20*time.Second, name, "-h")
+		if code != 0 || !strings.Contains(out, "usage: zmqguard "+name) {
+			t.Errorf("%s -h: exit %d\n%s", name, code, out)
+		}
+		for _, f := range append(flags, "-log-format", "-log-level") {
+			if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
+				t.Errorf("%s -h does not list %s:\n%s", name, f, out)
+			}
+		}
+	}
+	code, out, _ := runBin(t, 20*time.Second, "-h")
+	if code != 0 {
+		t.Errorf("-h: exit %d", code)
+	}
+	for name := range want {
+		if !strings.Contains(out, name) {
+			t.Errorf("main usage does not list %s:\n%s", name, out)
+		}
+	}
+	if code, out, _ := runBin(t, 20*time.Second, "help", "probe"); code != 0 || !strings.Contains(out, "usage: zmqguard probe") {
+		t.Errorf("help probe: exit %d\n%s", code, out)
+	}
+}
+
+func TestUsageErrors(t *testing.T) {
+	for _, args := range [][]string{
+		{},
+		{"nope"},
+		{"demo", "--no-such-flag"},
+		{"demo", "--duration", "soon"},
+		{"probe"},
+		{"probe", "tcp://127.0.0.1:1", "--variant", "v9"},
+		{"probe", "tcp://127.0.0.1:1", "--variant", "v2", "--pp", "1"},
+		{"coordinator", "--front", "tcp://127.0.0.1:0"},
+		{"handshake-listener", "--bind", "tcp://127.0.0.1:0"},
+		{"handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "e", "--compat-hash", "xyz"},
+		{"sink", "--bind", "tcp://127.0.0.1:0", "--decode", "json"},
+		{"sink", "--bind", "tcp://127.0.0.1:0", "--max-message-size", "lots"},
+		{"scan"},
+		{"scan", "tcp://192.0.2.1:5600"}, // not a local address: refused before any traffic
+		{"demo", "--log-format", "xml"},
+		{"--log-level", "loud", "demo"},
+	} {
+		code, _, errOut := runBin(t, 20*time.Second, args...)
+		if code != 2 || !strings.Contains(errOut, "usage: zmqguard") {
+			t.Errorf("%q: exit %d, want 2 with usage\n%s", args, code, errOut)
+		}
+	}
+}
+
+// TestDemo runs the product tour for 2 s: exit 0, the final table on stdout,
+// no crash, handshakes completed, every component still answering.
+func TestDemo(t *testing.T) {
+	code, out, errOut := runBin(t, 60*time.Second, "demo", "--duration", "2s", "--log-format", "json")
+	if code != 0 {
+		t.Fatalf("demo: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	for _, want := range []string{
+		"COMPONENT", "coordinator front (XPUB)", "coordinator back-output (PULL)", "coordinator back-publish (XPUB)",
+		"handshake listener (ROUTER)", "Drops by reason", "handshakes completed:", "crashes:               0",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("demo table lacks %q:\n%s", want, out)
+		}
+	}
+	rows := 0
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "coordinator ") && strings.Contains(line, "tcp://") || strings.HasPrefix(line, "handshake listener") {
+			rows++
+			if !strings.HasSuffix(strings.TrimSpace(line), " yes") {
+				t.Errorf("component does not answer at the end: %q", line)
+			}
+		}
+	}
+	if rows != 4 || strings.Contains(out, "handshakes completed:  0 ") {
+		t.Errorf("demo table shows %d component rows or no handshake:\n%s", rows, out)
+	}
+	if !strings.Contains(errOut, `"msg":"demo started"`) {
+		t.Errorf("no JSON log on stderr:\n%s", errOut)
+	}
+}
+
+// TestCoordinator runs the coordinator command with two Go engines and a
+// front-end, sends it junk, then SIGTERM: exit 0 and one JSON line of
+// counters with the junk counted by reason.
+func TestCoordinator(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	p := start(t, ctx, "coordinator", "--engines", "2", "--log-format", "json",
+		"--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
+		"--stats-interval", "20ms", "--max-message-size", "64KiB")
+	front := p.logField("coordinator running", "front", 20*time.Second)
+	backOut := p.logField("coordinator running", "back_output", time.Second)
+	backPub := p.logField("coordinator running", "back_publish", time.Second)
+
+	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: front, Socket: quietSocket()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fe.Close()
+	var engines []*coordinator.Engine
+	for range 2 {
+		e, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietSocket()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer e.Close()
+		engines = append(engines, e)
+	}
+	for i, e := range engines {
+		if err := e.WaitReady(ctx); err != nil {
+			t.Fatalf("engine %d: %v", i, err)
+		}
+	}
+	// Junk on the back output: a bare int (the seed that killed vLLM's
+	// client), then stats from both engines.
+	junk, err := socket.NewPush(quietSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer junk.Close()
+	junk.Dial(backOut)
+	if err := junk.Send(ctx, []byte{0x45}); err != nil {
+		t.Fatal(err)
+	}
+	for i, e := range engines {
+		if err := e.SendStats(ctx, i, 5+i, 3, 0, 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		counts, _, _, err := fe.NextStats(ctx)
+		if err != nil {
+			t.Fatalf("front-end: %v\nstderr:\n%s", err, p.stderr)
+		}
+		if len(counts) == 2 && counts[0] == [2]int{5, 3} && counts[1] == [2]int{6, 3} {
+			break
+		}
+	}
+	if code := p.terminate(20 * time.Second); code != 0 {
+		t.Fatalf("coordinator exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+	m := p.jsonLine()
+	if m["started"] != true || num(m, "engines") != 2 || num(m, "back_output.accepted") < 2 ||
+		num(m, "drops.decode") < 1 || num(m, "back_output.drops.decode") < 1 || num(m, "stats_published") < 1 {
+		t.Fatalf("unexpected counters: %s", p.stdout)
+	}
+}
+
+// listener starts handshake-listener for engine "prefill-7" with 2 TP ranks
+// and returns the process and its endpoint.
+func listener(t *testing.T, ctx context.Context) (*proc, string) {
+	t.Helper()
+	// Flags after a flag-less position check: --bind before, the rest after.
+	p := start(t, ctx, "handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "prefill-7",
+		"--tp-size", "2", "--log-format", "json")
+	return p, p.logField("handshake listener serving", "endpoint", 20*time.Second)
+}
+
+// TestHandshakeListener fetches metadata from the listener command with the
+// Go client, probes it, scans it, fetches again, then SIGTERM: exit 0 and one
+// JSON line of counters.
+func TestHandshakeListener(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	p, ep := listener(t, ctx)
+	opts := handshake.ClientOptions{ExpectedHash: demoHash(), ExpectedEngineID: "prefill-7", Socket: quietSocket()}
+	rep, err := handshake.Fetch(ctx, ep, handshake.Request{Variant: handshake.V3, PP: 0, TP: 1}, opts)
+	if err != nil {
+		t.Fatalf("Fetch: %v\nstderr:\n%s", err, p.stderr)
+	}
+	md := rep.Metadata
+	if md.EngineID != "prefill-7" || md.DeviceID != 1 || md.NumBlocks != 1001 || md.KVCacheLayout != "HND" || md.BlockSize != 16 {
+		t.Fatalf("metadata = %+v", md)
+	}
+	if _, err := handshake.Fetch(ctx, ep, handshake.Request{Variant: handshake.V3, TP: 5}, opts); !errors.Is(err, handshake.ErrRejected) {
+		t.Fatalf("unserved rank: %v, want ErrRejected", err)
+	}
+
+	// probe: ADDR first, flags after it.
+	code, out, errOut := runBin(t, 20*time.Second, "probe", ep, "--tp", "1", "--timeout", "3s")
+	if code != 0 || !strings.Contains(out, "result: ok") || !strings.Contains(out, "prefill-7") {
+		t.Fatalf("probe: exit %d\n%s\n%s", code, out, errOut)
+	}
+	code, out, _ = runBin(t, 20*time.Second, "probe", "--variant", "v2", ep, "--tp", "5")
+	if code != 1 || !strings.Contains(out, "FAIL") {
+		t.Fatalf("probe of an unserved rank: exit %d\n%s", code, out)
+	}
+
+	// scan: flags on both sides of ADDR; the listener must survive it.
+	code, out, errOut = runBin(t, 40*time.Second, "scan", "--duration", "0s", ep, "--hold", "100ms", "--timeout", "2s")
+	if code != 0 || !strings.Contains(out, "payload-818001") || !strings.Contains(out, "still answering") || strings.Contains(out, "NO (") {
+		t.Fatalf("scan: exit %d\n%s\n%s", code, out, errOut)
+	}
+	if _, err := handshake.Fetch(ctx, ep, handshake.Request{Variant: handshake.V2, TP: 0}, opts); err != nil {
+		t.Fatalf("Fetch after the scan: %v", err)
+	}
+
+	if code := p.terminate(20 * time.Second); code != 0 {
+		t.Fatalf("listener exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
+	}
+	m := p.jsonLine()
+	if num(m, "served.V3") < 2 || num(m, "served.V2") < 1 || num(m, "error_replies") < 2 ||
+		num(m, "drops.decode") < 1 || num(m, "drops.unknown-rank") < 2 || num(m, "violations.transport") < 1 {
+		t.Fatalf("unexpected counters: %s", p.stdout)
+	}
+}
+
+// TestProbeClosedPort: nothing listening, probe exits non-zero and names the
+// failing step.
+func TestProbeClosedPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + ln.Addr().String()
+	ln.Close()
+	code, out, errOut := runBin(t, 20*time.Second, "probe", ep, "--timeout", "1s")
+	if code == 0 || !strings.Contains(out, "connect:") || !strings.Contains(out, "FAIL") {
+		t.Fatalf("probe of a closed port: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)
+	}
+	// scan of a closed port: the target does not answer at the start.
+	code, out, _ = runBin(t, 20*time.Second, "scan", ep, "--timeout", "500ms")
+	if code != 1 || !strings.Contains(out, "did not answer at the start") {
+		t.Fatalf("scan of a closed port: exit %d\n%s", code, out)
+	}
+}
+
+// TestSink sends junk and N valid EngineCoreOutputs to the sink with a Go
+// PUSH: it exits 0 after N valid messages and never counts the junk.
+func TestSink(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	const n = 200
+	p := start(t, ctx, "sink", "--decode", "stats", "--bind", "tcp://127.0.0.1:0", "--count", "200", "--log-format", "json")
+	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
+	push, err := socket.NewPush(quietSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer push.Close()
+	push.Dial(ep)
+	junk := [][][]byte{{{0x45}}, {{0xa3, 0xe0, 0x80, 0x80}}, {{0x81, 0x80, 0x01}}, {{0x94}, {0x00}}, {{}}}
+	for _, j := range junk {
+		if err := push.Send(ctx, j...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	m := coordinator.EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
+		Stats: coordinator.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}
+	valid := coordinator.AppendEngineCoreOutputs(nil, &m)
+	for i := range n {
+		if err := push.Send(ctx, valid); err != nil {
+			t.Fatalf("send %d: %v", i, err)
+		}
+	}
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("sink exit %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	r := p.jsonLine()
+	if num(r, "messages") != n || num(r, "dropped") != float64(len(junk)) || num(r, "drops.decode") < 3 ||
+		num(r, "drops.envelope") != 1 || num(r, "msgs_per_sec") <= 0 || r["decode"] != "stats" {
+		t.Fatalf("unexpected sink report: %s", p.stdout)
+	}
+	if !strings.Contains(p.stderr.String(), "sink: 200 valid messages") {
+		t.Fatalf("no human summary on stderr:\n%s", p.stderr)
+	}
+}
+
+// TestSinkRaw: --decode none counts every message as valid.
+func TestSinkRaw(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	p := start(t, ctx, "sink", "--bind", "tcp://127.0.0.1:0", "--log-format=json", "--count=10")
+	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
+	push, err := socket.NewPush(quietSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer push.Close()
+	push.Dial(ep)
+	for range 10 {
+		if err := push.Send(ctx, []byte{0x45}, []byte("two frames")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("sink exit %d\n%s", code, p.stderr)
+	}
+	r := p.jsonLine()
+	if num(r, "messages") != 10 || num(r, "dropped") != 0 || r["decode"] != "none" {
+		t.Fatalf("unexpected sink report: %s", p.stdout)
+	}
+}
+
+// TestSinkUntilSignal: with --count 0 the sink runs until SIGTERM, then
+// prints its figures and exits 0.
+func TestSinkUntilSignal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	p := start(t, ctx, "sink", "--bind", "tcp://127.0.0.1:0", "--log-format", "json", "--decode", "stats")
+	p.logField("sink receiving", "endpoint", 20*time.Second)
+	if code := p.terminate(20 * time.Second); code != 0 {
+		t.Fatalf("sink exit %d\n%s", code, p.stderr)
+	}
+	if r := p.jsonLine(); num(r, "messages") != 0 || r["decode"] != "stats" {
+		t.Fatalf("unexpected sink report: %s", p.stdout)
+	}
+}

@@ -1,0 +1,95 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/zmqguard/zmqguard/coordinator"
+)
+
+var coordinatorSpec = commandSpec{
+	name: "coordinator",
+	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N " +
+		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB]",
+	summary: "run a vLLM-compatible DP coordinator until SIGINT/SIGTERM",
+	help: `Binds the three sockets of vLLM's data-parallel coordinator (front publish XPUB
+for the API front-ends, back output PULL and back publish XPUB for the engines),
+waits for one subscription per engine, sends READY, then collects the engines'
+stats, publishes them to the front-ends and keeps the request waves in step.
+Bad input on any socket is dropped and counted; nothing a peer sends stops it.
+
+On SIGINT or SIGTERM it exits 0 after printing its counters (drops by reason
+included) as one JSON line on stdout.`,
+}
+
+func runCoordinator(ctx context.Context, e *env, args []string) int {
+	spec := coordinatorSpec
+	fs := newFlagSet(e, spec)
+	front := fs.String("front", "", "front publish (XPUB) endpoint to bind, for API front-ends (required)")
+	backOut := fs.String("back-output", "", "back output (PULL) endpoint to bind, for engine outputs (required)")
+	backPub := fs.String("back-publish", "", "back publish (XPUB) endpoint to bind, for READY and START_DP_WAVE (required)")
+	engines := fs.Int("engines", 0, "data-parallel size: the number of engines (required)")
+	statsInterval := fs.Duration("stats-interval", coordinator.DefaultStatsInterval, "stats publication period while stats change")
+	idleInterval := fs.Duration("idle-interval", coordinator.DefaultIdleInterval, "stats publication period when nothing changes")
+	maxMsg := sizeValue(1 << 20)
+	fs.Var(&maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
+	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
+	kv := fs.Bool("publish-kv-cache-usage", false, "publish [waiting, running, kv_cache_usage] per engine, as current vLLM front-ends expect")
+	pos, code, done := parseCommand(e, fs, spec, args)
+	if done {
+		return code
+	}
+	err := func() error {
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q", pos[0])
+		}
+		if *front == "" || *backOut == "" || *backPub == "" {
+			return usagef("--front, --back-output and --back-publish are required")
+		}
+		if *engines < 1 || *engines > coordinator.DefaultMaxEngines {
+			return usagef("--engines must be in [1, %d]", coordinator.DefaultMaxEngines)
+		}
+		if *statsInterval <= 0 || *idleInterval <= 0 || *startup < 0 {
+			return usagef("intervals must be positive")
+		}
+		if maxMsg < 64 {
+			return usagef("--max-message-size must be at least 64 bytes")
+		}
+		c, err := coordinator.New(coordinator.Config{
+			Front:               *front,
+			BackOutput:          *backOut,
+			BackPublish:         *backPub,
+			Engines:             *engines,
+			StatsInterval:       *statsInterval,
+			IdleInterval:        *idleInterval,
+			StartupDeadline:     *startup,
+			MaxMessageSize:      int64(maxMsg),
+			PublishKVCacheUsage: *kv,
+			Logger:              e.logger,
+		})
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		e.logger.Info("coordinator running", "front", c.FrontEndpoint(), "back_output", c.BackOutputEndpoint(),
+			"back_publish", c.BackPublishEndpoint(), "engines", *engines)
+		start := time.Now()
+		rerr := c.Run(ctx)
+		if rerr == nil || errors.Is(rerr, coordinator.ErrClosed) {
+			rerr = nil
+			e.logger.Info("coordinator stopping", "uptime", time.Since(start).Round(time.Millisecond))
+		} else {
+			e.logger.Error("coordinator stopped", "err", rerr)
+		}
+		line, err := json.Marshal(c.Stats())
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s\n", line)
+		return rerr
+	}()
+	return finish(e, fs, spec, err)
+}

@@ -1,0 +1,81 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/zmqguard/zmqguard/handshake"
+)
+
+// demoFactors is the documented demo factor set: the compatibility factors of
+// a plausible vLLM deployment (Llama 3.1 8B in bf16 on FlashAttention,
+// connector version 12). handshake-listener's default --compat-hash and the
+// demo's decode clients use its hash,
+// c940fa5f8b20d4d98d462af8137fb052eb4827d811a4ad4dcde0138bddb6d468.
+var demoFactors = handshake.Factors{
+	VLLMVersion:      "0.11.1",
+	ConnectorVersion: handshake.ConnectorVersion,
+	Model:            "meta-llama/Llama-3.1-8B-Instruct",
+	Dtype:            "torch.bfloat16",
+	NumKVHeads:       8,
+	HeadSize:         128,
+	NumHiddenLayers:  32,
+	AttnBackendName:  "FLASH_ATTN",
+	CacheDtype:       "auto",
+	IsHMAEnabled:     true,
+	TransferMode:     "pull",
+}
+
+// demoHash returns the compatibility hash of demoFactors.
+func demoHash() string {
+	h, err := demoFactors.Hash()
+	if err != nil {
+		panic(err) // the factor set is a constant: this cannot fail
+	}
+	return h
+}
+
+// demoMetadata returns the agent metadata handshake-listener serves for one
+// rank: engine_id = engineID, device_id = tp, num_blocks = 1000 + pp*100 + tp,
+// kv_cache_layout "HND", block_size 16, and plausible values elsewhere (two KV
+// regions of 32 KiB blocks: 16 tokens x 8 heads x 128 x 2 bytes).
+func demoMetadata(engineID string, pp, tp int) handshake.NixlAgentMetadata {
+	const blockLen = 16 * 8 * 128 * 2
+	base := uint64(0x7f0000000000) + uint64(pp)<<36 + uint64(tp)<<32
+	numBlocks := handshake.Int(1000 + pp*100 + tp)
+	return handshake.NixlAgentMetadata{
+		EngineID:                        engineID,
+		AgentMetadata:                   fmt.Appendf(nil, "zmqguard-demo-nixl-agent/%s/pp%d/tp%d", engineID, pp, tp),
+		KVCachesBaseAddr:                []uint64{base, base + uint64(numBlocks)*blockLen},
+		DeviceID:                        handshake.Int(tp),
+		NumBlocks:                       numBlocks,
+		BlockLens:                       []handshake.Int{blockLen, blockLen},
+		BlockStrides:                    []handshake.Int{blockLen, blockLen},
+		KVCacheLayout:                   "HND",
+		BlockSize:                       16,
+		AttnBackendName:                 demoFactors.AttnBackendName,
+		PhysicalBlocksPerLogicalKVBlock: 1,
+		DCPSize:                         1,
+		PCPSize:                         1,
+	}
+}
+
+// demoPayloads returns the encoded payload of every (pp, tp) rank in
+// [0, ppSize) x [0, tpSize).
+func demoPayloads(engineID, hash string, ppSize, tpSize int) (map[handshake.Rank][]byte, error) {
+	out := make(map[handshake.Rank][]byte, ppSize*tpSize)
+	for pp := range ppSize {
+		for tp := range tpSize {
+			m := demoMetadata(engineID, pp, tp)
+			p, err := handshake.NewPayload(hash, &m)
+			if err != nil {
+				return nil, err
+			}
+			b, err := p.MarshalMsg(nil)
+			if err != nil {
+				return nil, err
+			}
+			out[handshake.Rank{PP: pp, TP: tp}] = b
+		}
+	}
+	return out, nil
+}

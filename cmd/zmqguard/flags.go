@@ -1,0 +1,198 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+)
+
+// usageError is a bad command line: exit code 2, with the command's usage.
+type usageError struct{ msg string }
+
+func (e *usageError) Error() string { return e.msg }
+
+func usagef(format string, args ...any) error {
+	return &usageError{msg: fmt.Sprintf(format, args...)}
+}
+
+// parseInterleaved parses args with fs, letting flags stand before, between
+// and after positional arguments (Go's flag package stops at the first
+// positional). It returns the positionals in order. A "--" ends the flags:
+// everything after it is positional, even when it starts with "-".
+func parseInterleaved(fs *flag.FlagSet, args []string) ([]string, error) {
+	var pos []string
+	for {
+		if err := fs.Parse(args); err != nil {
+			return nil, err
+		}
+		rest := fs.Args()
+		consumed := len(args) - len(rest)
+		if consumed > 0 && args[consumed-1] == "--" && !isFlagValue(fs, args[:consumed-1]) {
+			return append(pos, rest...), nil
+		}
+		if len(rest) == 0 {
+			return pos, nil
+		}
+		pos = append(pos, rest[0])
+		args = rest[1:]
+	}
+}
+
+// isFlagValue reports whether the last of args is a flag that takes the next
+// argument as its value (a non-boolean flag written without "="), in which
+// case a "--" that follows it was that value, not the terminator.
+func isFlagValue(fs *flag.FlagSet, args []string) bool {
+	if len(args) == 0 {
+		return false
+	}
+	a := args[len(args)-1]
+	if len(a) < 2 || a[0] != '-' || a == "--" || strings.Contains(a, "=") {
+		return false
+	}
+	name := strings.TrimLeft(a, "-")
+	f := fs.Lookup(name)
+	if f == nil {
+		return false
+	}
+	if b, ok := f.Value.(interface{ IsBoolFlag() bool }); ok && b.IsBoolFlag() {
+		return false
+	}
+	return true
+}
+
+// sizeValue is a flag.Value for a byte size: a plain number of bytes
+// (1048576) or a number with a unit, binary (KiB, MiB, GiB; K, M, G) or
+// decimal (kB, MB, GB), case-insensitive, e.g. 1MiB, 64KiB, 1.5MB.
+type sizeValue int64
+
+func (s *sizeValue) String() string { return formatSize(int64(*s)) }
+
+func (s *sizeValue) Set(v string) error {
+	n, err := parseSize(v)
+	if err != nil {
+		return err
+	}
+	*s = sizeValue(n)
+	return nil
+}
+
+var sizeUnits = []struct {
+	suffix string
+	mult   float64
+}{
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9},
+	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30},
+	{"b", 1},
+}
+
+// parseSize parses a byte size as sizeValue describes it.
+func parseSize(v string) (int64, error) {
+	s := strings.ToLower(strings.TrimSpace(v))
+	mult := 1.0
+	for _, u := range sizeUnits {
+		if strings.HasSuffix(s, u.suffix) {
+			s, mult = strings.TrimSpace(strings.TrimSuffix(s, u.suffix)), u.mult
+			break
+		}
+	}
+	if s == "" || strings.Trim(s, "0123456789.") != "" || strings.Count(s, ".") > 1 || s == "." {
+		return 0, errors.New("not a size (want e.g. 1048576, 1MiB, 64KiB)")
+	}
+	if mult == 1 {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 0 {
+			return 0, errors.New("not a size (want e.g. 1048576, 1MiB, 64KiB)")
+		}
+		return n, nil
+	}
+	f, err := strconv.ParseFloat(s, 64)
+	if err != nil || f < 0 || f*mult > 1<<62 {
+		return 0, errors.New("not a size (want e.g. 1048576, 1MiB, 64KiB)")
+	}
+	return int64(f * mult), nil
+}
+
+// formatSize renders n with the largest binary unit that divides it.
+func formatSize(n int64) string {
+	switch {
+	case n != 0 && n%(1<<30) == 0:
+		return strconv.FormatInt(n>>30, 10) + "GiB"
+	case n != 0 && n%(1<<20) == 0:
+		return strconv.FormatInt(n>>20, 10) + "MiB"
+	case n != 0 && n%(1<<10) == 0:
+		return strconv.FormatInt(n>>10, 10) + "KiB"
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// commandSpec describes one command for its usage text.
+type commandSpec struct {
+	name     string
+	synopsis string // after "zmqguard NAME", e.g. "ADDR... [flags]"
+	summary  string // one line, for the command list
+	help     string // paragraphs after the synopsis
+}
+
+// newFlagSet returns the flag set of a command, with the global flags
+// registered on it (defaulting to what was given before the command name).
+func newFlagSet(e *env, spec commandSpec) *flag.FlagSet {
+	fs := flag.NewFlagSet(spec.name, flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	e.registerGlobal(fs)
+	fs.Usage = func() {}
+	return fs
+}
+
+// writeUsage writes a command's usage text with every flag it accepts.
+func writeUsage(w io.Writer, fs *flag.FlagSet, spec commandSpec) {
+	fmt.Fprintf(w, "usage: zmqguard %s %s\n\n", spec.name, spec.synopsis)
+	if spec.help != "" {
+		fmt.Fprintf(w, "%s\n\n", strings.TrimSpace(spec.help))
+	}
+	fmt.Fprintln(w, "Flags (-flag or --flag, before or after the arguments; -- ends the flags):")
+	fs.SetOutput(w)
+	fs.PrintDefaults()
+	fs.SetOutput(io.Discard)
+}
+
+// parseCommand parses a command's arguments. On -h it writes the usage to
+// stdout and returns done with code 0; on a bad flag it writes the error and
+// the usage to stderr and returns done with code 2.
+func parseCommand(e *env, fs *flag.FlagSet, spec commandSpec, args []string) (pos []string, code int, done bool) {
+	pos, err := parseInterleaved(fs, args)
+	if errors.Is(err, flag.ErrHelp) {
+		writeUsage(e.stdout, fs, spec)
+		return nil, 0, true
+	}
+	if err != nil {
+		fmt.Fprintf(e.stderr, "zmqguard %s: %v\n\n", spec.name, err)
+		writeUsage(e.stderr, fs, spec)
+		return nil, 2, true
+	}
+	if err := e.setupLogger(); err != nil {
+		fmt.Fprintf(e.stderr, "zmqguard %s: %v\n\n", spec.name, err)
+		writeUsage(e.stderr, fs, spec)
+		return nil, 2, true
+	}
+	return pos, 0, false
+}
+
+// finish turns a command's error into an exit code, writing it (and for a
+// usage error, the usage) to stderr.
+func finish(e *env, fs *flag.FlagSet, spec commandSpec, err error) int {
+	if err == nil {
+		return 0
+	}
+	var ue *usageError
+	if errors.As(err, &ue) {
+		fmt.Fprintf(e.stderr, "zmqguard %s: %v\n\n", spec.name, err)
+		writeUsage(e.stderr, fs, spec)
+		return 2
+	}
+	fmt.Fprintf(e.stderr, "zmqguard %s: %v\n", spec.name, err)
+	return 1
+}

@@ -1,0 +1,126 @@
+package main
+
+import (
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/handshake"
+)
+
+var listenerSpec = commandSpec{
+	name:     "handshake-listener",
+	synopsis: "--bind ADDR --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX]",
+	summary:  "serve demo NIXL handshake metadata until SIGINT/SIGTERM",
+	help: `Serves vLLM's NIXL side channel (V1, V2 and V3 requests) on a hardened ROUTER,
+answering every (pp, tp) rank in [0, pp-size) x [0, tp-size) with a demo
+NixlHandshakePayload: the compatibility hash, and NixlAgentMetadata with
+engine_id = ID, device_id = tp, num_blocks = 1000 + pp*100 + tp,
+kv_cache_layout "HND", block_size 16. The default hash is that of the demo
+factor set (vLLM 0.11.1, meta-llama/Llama-3.1-8B-Instruct, torch.bfloat16,
+8 KV heads, head size 128, 32 layers, FLASH_ATTN, cache dtype auto, HMA on,
+no speculative config, transfer mode pull; connector version 12).
+A request for another rank gets an explicit error reply. Bad requests are
+dropped and counted; nothing a peer sends stops the listener.
+
+On SIGINT or SIGTERM it exits 0 after printing its counters as one JSON line
+on stdout.`,
+}
+
+// listenerReport is the JSON line handshake-listener prints at exit.
+type listenerReport struct {
+	Endpoint          string            `json:"endpoint"`
+	Served            map[string]uint64 `json:"served"`
+	ErrorReplies      uint64            `json:"error_replies"`
+	Received          uint64            `json:"received"`
+	Delivered         uint64            `json:"delivered"`
+	Dropped           uint64            `json:"dropped"`
+	Drops             coordinator.Drops `json:"drops"`
+	Violations        coordinator.Drops `json:"violations"`
+	Connects          uint64            `json:"connects"`
+	Disconnects       uint64            `json:"disconnects"`
+	DroppedUnroutable uint64            `json:"dropped_unroutable"`
+}
+
+func newListenerReport(endpoint string, st handshake.ListenerStats) listenerReport {
+	return listenerReport{
+		Endpoint: endpoint,
+		Served: map[string]uint64{
+			"V1": st.Served[handshake.V1], "V2": st.Served[handshake.V2], "V3": st.Served[handshake.V3],
+		},
+		ErrorReplies:      st.ErrorReplies,
+		Received:          st.Loop.Received,
+		Delivered:         st.Loop.Delivered,
+		Dropped:           st.Loop.TotalDropped(),
+		Drops:             coordinator.Drops(st.Loop.Dropped),
+		Violations:        coordinator.Drops(st.Socket.Violations),
+		Connects:          st.Socket.Connects,
+		Disconnects:       st.Socket.Disconnects,
+		DroppedUnroutable: st.Socket.DroppedUnroutable,
+	}
+}
+
+func runListener(ctx context.Context, e *env, args []string) int {
+	spec := listenerSpec
+	fs := newFlagSet(e, spec)
+	bind := fs.String("bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5600 (required)")
+	engineID := fs.String("engine-id", "", "engine_id put in the served metadata (required)")
+	ppSize := fs.Int("pp-size", 1, "number of pipeline-parallel ranks served")
+	tpSize := fs.Int("tp-size", 1, "number of tensor-parallel ranks served")
+	compat := fs.String("compat-hash", "", "compatibility hash served, 64 hex digits (default: the demo factor set's hash)")
+	pos, code, done := parseCommand(e, fs, spec, args)
+	if done {
+		return code
+	}
+	err := func() error {
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q", pos[0])
+		}
+		if *bind == "" || *engineID == "" {
+			return usagef("--bind and --engine-id are required")
+		}
+		if *ppSize < 1 || *tpSize < 1 || *ppSize > handshake.MaxRank || *tpSize > handshake.MaxRank || *ppSize**tpSize > 1<<16 {
+			return usagef("--pp-size and --tp-size must be at least 1 (and serve at most 65536 ranks)")
+		}
+		hash := strings.ToLower(*compat)
+		if hash == "" {
+			hash = demoHash()
+		} else if _, err := hex.DecodeString(hash); err != nil || len(hash) != 64 {
+			return usagef("--compat-hash must be 64 hex digits")
+		}
+		payloads, err := demoPayloads(*engineID, hash, *ppSize, *tpSize)
+		if err != nil {
+			return err
+		}
+		l, err := handshake.NewListener(handshake.ListenerConfig{
+			Endpoint:     *bind,
+			Payloads:     payloads,
+			ErrorReplies: true,
+			Logger:       e.logger,
+		})
+		if err != nil {
+			return err
+		}
+		defer l.Close()
+		e.logger.Info("handshake listener serving", "endpoint", l.Endpoint(), "engine_id", handshake.SafeText(*engineID),
+			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash)
+		serr := l.Serve(ctx)
+		if serr != nil && !errors.Is(serr, handshake.ErrListenerClosed) {
+			e.logger.Error("handshake listener stopped", "err", serr)
+		} else {
+			serr = nil
+			e.logger.Info("handshake listener stopping")
+		}
+		line, err := json.Marshal(newListenerReport(l.Endpoint(), l.Stats()))
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s\n", line)
+		return serr
+	}()
+	return finish(e, fs, spec, err)
+}

@@ -1,0 +1,76 @@
+package main
+
+import (
+	"context"
+	"strings"
+
+	"github.com/zmqguard/zmqguard/handshake"
+)
+
+var probeSpec = commandSpec{
+	name:     "probe",
+	synopsis: "ADDR [--pp 0] [--tp 0] [--variant v3|v2|v1] [--timeout 5s]",
+	summary:  "triage a NIXL handshake listener step by step",
+	help: `Makes one NIXL handshake with the listener at ADDR, as a vLLM decode worker
+would, one step at a time (connect, ZMTP handshake, request, reply, payload),
+and prints one line per step on stdout, naming the step that failed and its
+likely causes. Exits 0 only when the metadata was received and decoded.
+
+Use it when decode workers log handshake timeouts: it tells a closed port
+from a listener that is not ZMTP, a dead receive loop, a rank not served or
+a payload from another release.`,
+}
+
+// parseVariant parses --variant.
+func parseVariant(s string) (handshake.Variant, bool) {
+	switch strings.ToLower(strings.TrimPrefix(strings.ToLower(s), "v")) {
+	case "1":
+		return handshake.V1, true
+	case "2":
+		return handshake.V2, true
+	case "3":
+		return handshake.V3, true
+	}
+	return 0, false
+}
+
+func runProbe(ctx context.Context, e *env, args []string) int {
+	spec := probeSpec
+	fs := newFlagSet(e, spec)
+	pp := fs.Int("pp", 0, "pipeline-parallel rank to ask for (v3 only)")
+	tp := fs.Int("tp", 0, "tensor-parallel rank to ask for (v3 and v2)")
+	variant := fs.String("variant", "v3", "request form: v3 (current vLLM), v2 (since 0.13) or v1 (0.9-0.10)")
+	timeout := fs.Duration("timeout", handshake.DefaultTimeout, "bound on each network step")
+	pos, code, done := parseCommand(e, fs, spec, args)
+	if done {
+		return code
+	}
+	err := func() error {
+		if len(pos) != 1 {
+			return usagef("want exactly one ADDR, got %d arguments", len(pos))
+		}
+		v, ok := parseVariant(*variant)
+		if !ok {
+			return usagef("--variant %q: want v3, v2 or v1", *variant)
+		}
+		if *pp < 0 || *tp < 0 || *pp > handshake.MaxRank || *tp > handshake.MaxRank {
+			return usagef("--pp and --tp must be in [0, %d]", handshake.MaxRank)
+		}
+		if v == handshake.V2 && *pp != 0 {
+			return usagef("a v2 request names no pipeline-parallel rank: --pp must be 0")
+		}
+		if v == handshake.V1 && (*pp != 0 || *tp != 0) {
+			return usagef("a v1 request names no rank: --pp and --tp must be 0")
+		}
+		if *timeout <= 0 {
+			return usagef("--timeout must be positive")
+		}
+		req := handshake.Request{Variant: v, PP: *pp, TP: *tp}
+		_, err := handshake.Probe(ctx, pos[0], req, *timeout, e.stdout)
+		if err != nil {
+			e.logger.Debug("probe failed", "endpoint", pos[0], "err", err)
+		}
+		return err
+	}()
+	return finish(e, fs, spec, err)
+}

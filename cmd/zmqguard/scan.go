@@ -1,0 +1,128 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"time"
+
+	"github.com/zmqguard/zmqguard/internal/hostile"
+)
+
+var scanSpec = commandSpec{
+	name:     "scan",
+	synopsis: "ADDR... [--duration 5s]",
+	summary:  "replay the built-in hostile corpus at your own services",
+	help: `Replays zmqguard's built-in hostile corpus at every ADDR, in parallel, for the
+duration (at least one whole pass): transport probes (idle and half-open
+connections, HTTP, TLS, random bytes, ZMTP 1.0/2.0 greetings, PLAIN/CURVE,
+malformed READY, a PING, frame headers claiming 2^40 and 2^62 bytes, a burst
+of 100 connect/close), envelope probes (no delimiter, 3 and 70 frames) and
+payload hazards (invalid UTF-8, a map keyed by a map, 20,000-deep nesting, an
+array claiming 2^32-1 elements, a bare int, an empty frame, 1 MiB + 1 byte),
+each in the form the target's announced socket type expects.
+
+After every probe it checks that the target still completes a fresh ZMTP
+handshake, and prints a table on stdout: probe, class, times sent, whether the
+target answered afterwards. Exits 1 if any target stopped answering (or did
+not answer at the start).
+
+This attacks the services it is pointed at: point it only at your own. It
+refuses addresses that are not loopback or this host's own unless
+--allow-remote is given.`,
+}
+
+func runScan(ctx context.Context, e *env, args []string) int {
+	spec := scanSpec
+	fs := newFlagSet(e, spec)
+	duration := fs.Duration("duration", 5*time.Second, "how long to keep replaying the corpus (at least one pass)")
+	hold := fs.Duration("hold", hostile.DefaultHold, "how long stalled connections are held (keep it below the target's handshake timeout)")
+	timeout := fs.Duration("timeout", hostile.DefaultTimeout, "bound on each connect, handshake and liveness check")
+	allowRemote := fs.Bool("allow-remote", false, "allow targets that are not loopback or this host's own addresses (only hosts you run)")
+	pos, code, done := parseCommand(e, fs, spec, args)
+	if done {
+		return code
+	}
+	err := func() error {
+		if len(pos) == 0 {
+			return usagef("want at least one ADDR")
+		}
+		if *duration < 0 || *hold <= 0 || *timeout <= 0 {
+			return usagef("--duration, --hold and --timeout must be positive")
+		}
+		for _, t := range pos {
+			if _, _, err := hostile.SplitEndpoint(t); err != nil {
+				return usagef("%v", err)
+			}
+			if !*allowRemote {
+				if err := checkOwnAddress(ctx, t); err != nil {
+					return err
+				}
+			}
+		}
+		e.logger.Info("scanning", "targets", pos, "duration", *duration)
+		rep, err := hostile.Scan(ctx, pos, hostile.ScanConfig{
+			Options:  hostile.Options{Hold: *hold, Timeout: *timeout},
+			Duration: *duration,
+			OnProbe: func(ev hostile.Event) {
+				if !ev.Alive {
+					e.logger.Warn("target stopped answering", "target", ev.Target, "probe", ev.Probe.Name, "err", ev.AliveErr)
+				}
+			},
+		})
+		if err != nil {
+			return usagef("%v", err)
+		}
+		if err := rep.WriteTable(e.stdout); err != nil {
+			return err
+		}
+		if ctx.Err() != nil {
+			return errors.New("interrupted")
+		}
+		if !rep.OK() {
+			return errors.New("a target stopped answering (see the table)")
+		}
+		e.logger.Info("scan done", "probes_sent", rep.Sent(), "elapsed", rep.Elapsed.Round(time.Millisecond))
+		return nil
+	}()
+	return finish(e, fs, spec, err)
+}
+
+// checkOwnAddress refuses a tcp endpoint whose host is neither loopback nor
+// one of this host's interface addresses (a name must resolve to such
+// addresses only). ipc endpoints are local by nature.
+func checkOwnAddress(ctx context.Context, ep string) error {
+	network, address, _ := hostile.SplitEndpoint(ep)
+	if network != "tcp" {
+		return nil
+	}
+	host, _, _ := net.SplitHostPort(address)
+	var addrs []netip.Addr
+	if a, err := netip.ParseAddr(host); err == nil {
+		addrs = []netip.Addr{a.Unmap()}
+	} else {
+		ips, err := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
+		if err != nil {
+			return fmt.Errorf("resolving %s: %w", host, err)
+		}
+		for _, a := range ips {
+			addrs = append(addrs, a.Unmap())
+		}
+	}
+	own := map[netip.Addr]bool{}
+	if ifs, err := net.InterfaceAddrs(); err == nil {
+		for _, ia := range ifs {
+			if p, err := netip.ParsePrefix(ia.String()); err == nil {
+				own[p.Addr().Unmap()] = true
+			}
+		}
+	}
+	for _, a := range addrs {
+		if !a.IsLoopback() && !own[a] {
+			return usagef("%s is not a loopback or local address: scan only services you run (--allow-remote to override)", ep)
+		}
+	}
+	return nil
+}

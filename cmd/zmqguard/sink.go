@@ -1,0 +1,191 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"runtime"
+	"time"
+
+	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+var sinkSpec = commandSpec{
+	name:     "sink",
+	synopsis: "--bind ADDR [--decode none|stats] [--count N]",
+	summary:  "a guarded PULL that counts valid messages, for measuring a machine",
+	help: `Binds a hardened PULL socket under a SafeLoop and counts valid messages:
+with --decode none every message is valid; with --decode stats a message is
+valid when it decodes as vLLM's EngineCoreOutputs (one frame, guarded
+decode), and anything else is dropped and counted by reason, never counted
+as valid.
+
+It exits 0 after --count valid messages (or, with --count 0, on SIGINT or
+SIGTERM) and prints one JSON line on stdout: valid messages, seconds from
+the first to the last valid one, messages per second, heap allocations and
+bytes per message over that span, drops by reason and refused connections
+by reason. A human summary goes to stderr.`,
+}
+
+// sinkReport is the JSON line sink prints.
+type sinkReport struct {
+	Endpoint     string            `json:"endpoint"`
+	Decode       string            `json:"decode"`
+	Messages     uint64            `json:"messages"`
+	Seconds      float64           `json:"seconds"`
+	MsgsPerSec   float64           `json:"msgs_per_sec"`
+	AllocsPerMsg float64           `json:"allocs_per_msg"`
+	BytesPerMsg  float64           `json:"bytes_per_msg"`
+	Received     uint64            `json:"received"`
+	Dropped      uint64            `json:"dropped"`
+	Drops        coordinator.Drops `json:"drops"`
+	Violations   coordinator.Drops `json:"violations"`
+}
+
+// sinkCounter counts valid messages in the loop's goroutine (no atomics:
+// only the handler touches it while the loop runs).
+type sinkCounter struct {
+	n, target    uint64
+	first, last  time.Time
+	m0, m1       runtime.MemStats
+	cancel       context.CancelFunc
+	lastMeasured bool
+}
+
+func (c *sinkCounter) valid() {
+	c.n++
+	if c.n == 1 {
+		c.first = time.Now()
+		runtime.ReadMemStats(&c.m0)
+	}
+	if c.n == c.target {
+		c.last = time.Now()
+		runtime.ReadMemStats(&c.m1)
+		c.lastMeasured = true
+		c.cancel()
+	}
+}
+
+func runSink(ctx context.Context, e *env, args []string) int {
+	spec := sinkSpec
+	fs := newFlagSet(e, spec)
+	bind := fs.String("bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
+	decode := fs.String("decode", "none", "none (every message is valid) or stats (valid = decodes as EngineCoreOutputs)")
+	count := fs.Uint64("count", 0, "exit after this many valid messages (0: on SIGINT/SIGTERM)")
+	maxMsg := sizeValue(1 << 20)
+	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 1MiB or 64KiB")
+	hwm := fs.Int("hwm", 0, "per-peer queue bound in messages (0: the socket default)")
+	pos, code, done := parseCommand(e, fs, spec, args)
+	if done {
+		return code
+	}
+	err := func() error {
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q", pos[0])
+		}
+		if *bind == "" {
+			return usagef("--bind is required")
+		}
+		if *decode != "none" && *decode != "stats" {
+			return usagef("--decode %q: want none or stats", *decode)
+		}
+		if maxMsg < 64 || *hwm < 0 {
+			return usagef("--max-message-size must be at least 64 bytes and --hwm not negative")
+		}
+		opts := socket.DefaultOptions()
+		opts.Guard.MaxMessageSize = int64(maxMsg)
+		if *hwm > 0 {
+			opts.HWM = *hwm
+		}
+		opts.Logger = e.logger
+		s, err := socket.NewPull(opts)
+		if err != nil {
+			return err
+		}
+		defer s.Close()
+		if err := s.Bind(*bind); err != nil {
+			return err
+		}
+		e.logger.Info("sink receiving", "endpoint", s.Endpoint(), "decode", *decode, "count", *count)
+
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		c := &sinkCounter{target: *count, cancel: cancel}
+		var st loop.Stats
+		if *decode == "none" {
+			st, err = sinkLoop(lctx, e, s, c, loop.RawDecoder)
+		} else {
+			lim := decodeguard.Limits{MaxBytes: int(maxMsg)}
+			st, err = sinkLoop(lctx, e, s, c, func(frames [][]byte, dst *coordinator.EngineCoreOutputs) error {
+				if len(frames) != 1 {
+					return decodeguard.NewError(decodeguard.ReasonEnvelope, "expected one frame")
+				}
+				return coordinator.DecodeEngineCoreOutputsLimits(frames[0], &lim, dst)
+			})
+		}
+		stop := time.Now()
+		if err != nil {
+			return err
+		}
+		if !c.lastMeasured {
+			c.last = stop
+			runtime.ReadMemStats(&c.m1)
+		}
+		rep := sinkReport{
+			Endpoint:   s.Endpoint(),
+			Decode:     *decode,
+			Messages:   c.n,
+			Received:   st.Received,
+			Dropped:    st.TotalDropped(),
+			Drops:      coordinator.Drops(st.Dropped),
+			Violations: coordinator.Drops(s.Stats().Violations),
+		}
+		if c.n > 1 {
+			span := c.last.Sub(c.first)
+			rep.Seconds = span.Seconds()
+			if span > 0 {
+				rep.MsgsPerSec = float64(c.n-1) / span.Seconds()
+			}
+			rep.AllocsPerMsg = float64(c.m1.Mallocs-c.m0.Mallocs) / float64(c.n-1)
+			rep.BytesPerMsg = float64(c.m1.TotalAlloc-c.m0.TotalAlloc) / float64(c.n-1)
+		}
+		line, err := json.Marshal(rep)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "%s\n", line)
+		fmt.Fprintf(e.stderr, "sink: %d valid messages in %.3fs: %.0f msg/s, %.2f allocs/msg, %.0f B/msg; %d dropped, %d connections refused\n",
+			rep.Messages, rep.Seconds, rep.MsgsPerSec, rep.AllocsPerMsg, rep.BytesPerMsg, rep.Dropped, rep.Violations.Total())
+		if *count > 0 && c.n < *count {
+			return fmt.Errorf("interrupted after %d of %d valid messages", c.n, *count)
+		}
+		return nil
+	}()
+	return finish(e, fs, spec, err)
+}
+
+// sinkLoop runs a SafeLoop over s with decoder dec until ctx ends, counting
+// valid messages in c.
+func sinkLoop[T any](ctx context.Context, e *env, s *socket.Socket, c *sinkCounter, dec loop.Decoder[T]) (loop.Stats, error) {
+	l, err := loop.New(s, loop.Config[T]{
+		Name:   "sink",
+		Logger: e.logger,
+		Decode: dec,
+		Handler: func(context.Context, loop.Delivery[T]) error {
+			c.valid()
+			return nil
+		},
+	})
+	if err != nil {
+		return loop.Stats{}, err
+	}
+	err = l.Run(ctx)
+	if errors.Is(err, loop.ErrLoopClosed) {
+		err = nil
+	}
+	return l.Stats(), err
+}
