@@ -7,7 +7,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/zmqguard/zmqguard/decodeguard/internal/testwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
 // BenchmarkScanStats100 scans the minimal EngineCoreOutputs stats vector of
@@ -77,7 +77,7 @@ func BenchmarkScanRefuse(b *testing.B) {
 func BenchmarkDecodeMsgp(b *testing.B) {
 	b.Run("guarded", func(b *testing.B) {
 		b.ReportAllocs()
-		var out testwire.EngineCoreOutputs
+		var out vllmwire.EngineCoreOutputs
 		for b.Loop() {
 			if err := DecodeMsgp(fullStats, nil, &out); err != nil {
 				b.Fatal(err)
@@ -86,7 +86,7 @@ func BenchmarkDecodeMsgp(b *testing.B) {
 	})
 	b.Run("bare", func(b *testing.B) {
 		b.ReportAllocs()
-		var out testwire.EngineCoreOutputs
+		var out vllmwire.EngineCoreOutputs
 		for b.Loop() {
 			if _, err := out.UnmarshalMsg(fullStats); err != nil {
 				b.Fatal(err)

@@ -9,11 +9,10 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/zmqguard/zmqguard/decodeguard/internal/testwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
-// fullStats is an 8-field EngineCoreOutputs carrying the minimal stats map:
-// the generated tuple decoder accepts it.
+// fullStats is an 8-field EngineCoreOutputs carrying the minimal stats map.
 var fullStats = func() []byte {
 	// vecStats is [1, [], {4 pairs}, ts]; make it an 8-array with nils.
 	b := append([]byte{0x98}, vecStats[1:]...)
@@ -21,7 +20,7 @@ var fullStats = func() []byte {
 }()
 
 func TestDecodeMsgpVectors(t *testing.T) {
-	var out testwire.EngineCoreOutputs
+	var out vllmwire.EngineCoreOutputs
 	if err := DecodeMsgp(vecStartWave, nil, &out); err != nil {
 		t.Fatalf("start_wave: %v", err)
 	}
@@ -30,30 +29,36 @@ func TestDecodeMsgpVectors(t *testing.T) {
 		t.Errorf("start_wave decoded as %+v", out)
 	}
 
-	out = testwire.EngineCoreOutputs{}
-	if err := DecodeMsgp(fullStats, nil, &out); err != nil {
-		t.Fatalf("full stats: %v", err)
+	// vLLM omits trailing default fields; the generated variable-length
+	// tuple decoder takes the frames as vLLM sends them.
+	for name, b := range map[string][]byte{"full": fullStats, "stats (4 fields)": vecStats} {
+		out = vllmwire.EngineCoreOutputs{}
+		if err := DecodeMsgp(b, nil, &out); err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		if s := out.SchedulerStats; s == nil || s.NumRunningReqs != 3 || s.NumWaitingReqs != 5 ||
+			s.StepCounter != 42 || s.CurrentWave != 7 || out.Timestamp != 12345.678 {
+			t.Errorf("%s: decoded as %+v / %+v", name, out, out.SchedulerStats)
+		}
 	}
-	if s := out.SchedulerStats; s == nil || s.NumRunningReqs != 3 || s.NumWaitingReqs != 5 ||
-		s.StepCounter != 42 || s.CurrentWave != 7 {
-		t.Errorf("stats decoded as %+v", out.SchedulerStats)
+	out = vllmwire.EngineCoreOutputs{}
+	if err := DecodeMsgp(vecWaveComplete, nil, &out); err != nil || out.WaveComplete == nil || *out.WaveComplete != 7 {
+		t.Fatalf("wave_complete (7 fields): %v, %+v", err, out)
 	}
 
-	// vLLM omits trailing default fields; the generated tuple decoder wants
-	// all eight: a classified decode error.
-	for name, b := range map[string][]byte{"stats": vecStats, "wave_complete": vecWaveComplete} {
-		err := DecodeMsgp(b, nil, &testwire.EngineCoreOutputs{})
-		var ae msgp.ArrayError
-		if ReasonOf(err) != ReasonDecode || !errors.As(err, &ae) {
-			t.Errorf("%s: DecodeMsgp = %v, want ReasonDecode wrapping msgp.ArrayError", name, err)
-		}
+	// A field of the wrong type is a classified decode error wrapping
+	// msgp's own (here outputs, an array, given as a str).
+	err := DecodeMsgp(hx("92 01 a3616263"), nil, &vllmwire.EngineCoreOutputs{})
+	var te msgp.TypeError
+	if ReasonOf(err) != ReasonDecode || !errors.As(err, &te) {
+		t.Errorf("wrong field type: DecodeMsgp = %v, want ReasonDecode wrapping msgp.TypeError", err)
 	}
 }
 
 // An int frame where an array is expected: Scan accepts it, the typed
 // decode refuses it with a classified error (the engine-client seed).
 func TestSeedIntFrameTypedDecode(t *testing.T) {
-	err := DecodeMsgp(hx("45"), nil, &testwire.EngineCoreOutputs{})
+	err := DecodeMsgp(hx("45"), nil, &vllmwire.EngineCoreOutputs{})
 	var e *Error
 	var te msgp.TypeError
 	if !errors.As(err, &e) || e.Reason != ReasonDecode || !errors.As(err, &te) {
@@ -66,7 +71,7 @@ func TestSeedIntFrameTypedDecode(t *testing.T) {
 
 func TestDecodeMsgpScanFirst(t *testing.T) {
 	// The scan refuses before the decoder could make([]msgp.Raw, 4G).
-	err := DecodeMsgp(hx("98 01 ddffffffff c0 cb40c81cd6c8b43958 c0 c0 c0 c0"), nil, &testwire.EngineCoreOutputs{})
+	err := DecodeMsgp(hx("98 01 ddffffffff c0 cb40c81cd6c8b43958 c0 c0 c0 c0"), nil, &vllmwire.EngineCoreOutputs{})
 	var e *Error
 	if !errors.As(err, &e) || e.Detail != errArrayLen.Detail || e.Offset != 2 {
 		t.Fatalf("DecodeMsgp = %v, want the scan's array-length error at 2", err)
@@ -141,7 +146,7 @@ func TestDecodeMsgpErrors(t *testing.T) {
 	}
 
 	// Bad inputs from the scan are returned as is.
-	if err := DecodeMsgp(nil, nil, &testwire.EngineCoreOutputs{}); ReasonOf(err) != ReasonDecode {
+	if err := DecodeMsgp(nil, nil, &vllmwire.EngineCoreOutputs{}); ReasonOf(err) != ReasonDecode {
 		t.Errorf("empty: %v", err)
 	}
 	// A nil destination is a bug, not bad input.

@@ -6,7 +6,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/zmqguard/zmqguard/decodeguard/internal/testwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
 // seedHazards are the named hostile frames; the committed corpora under
@@ -100,7 +100,7 @@ func FuzzScanDecode(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		scanErr := Scan(b, nil)
-		var out testwire.EngineCoreOutputs
+		var out vllmwire.EngineCoreOutputs
 		err := DecodeMsgp(b, nil, &out)
 		if err != nil && !IsBadInput(err) {
 			t.Fatalf("typed: unclassified %v", err)

@@ -8,7 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 	"pgregory.net/rapid"
 
-	"github.com/zmqguard/zmqguard/decodeguard/internal/testwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
 // validFrames is the pool random frames are mutated from.
@@ -26,10 +26,10 @@ func validFrames() [][]byte {
 	// still decode often.
 	for i := int64(0); i < 4; i++ {
 		w := i + 3
-		out := testwire.EngineCoreOutputs{
+		out := vllmwire.EngineCoreOutputs{
 			EngineIndex:      i,
 			Outputs:          []msgp.Raw{msgp.AppendNil(nil), msgp.AppendString(nil, "req")},
-			SchedulerStats:   &testwire.SchedulerStats{NumRunningReqs: i, NumWaitingReqs: 2 * i, KVCacheUsage: 0.5},
+			SchedulerStats:   &vllmwire.SchedulerStats{NumRunningReqs: i, NumWaitingReqs: 2 * i, KVCacheUsage: 0.5},
 			Timestamp:        float64(i) * 1.25,
 			FinishedRequests: []string{"a", "bc"},
 			StartWave:        &w,
@@ -128,7 +128,7 @@ func TestRandomFrames(t *testing.T) {
 			t.Fatalf("frame %d %s: untyped decoder panicked: %v", i, Render(b), err)
 		}
 
-		var out testwire.EngineCoreOutputs
+		var out vllmwire.EngineCoreOutputs
 		err = DecodeMsgp(b, nil, &out)
 		switch {
 		case err == nil:

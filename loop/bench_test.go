@@ -9,7 +9,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/loop/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

@@ -8,7 +8,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
-	"github.com/zmqguard/zmqguard/loop/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
 // FuzzLoop feeds arbitrary bytes to a typed PULL loop and, split into

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/loop/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
 func sumCounts(recs []logRecord) (n uint64) {

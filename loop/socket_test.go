@@ -10,7 +10,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
-	"github.com/zmqguard/zmqguard/loop/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

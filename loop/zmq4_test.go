@@ -10,7 +10,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/loop/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
 // TestZMQ4Receiver runs a loop over a real zmq4 PULL on 127.0.0.1: the

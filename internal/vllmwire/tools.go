@@ -1,6 +1,6 @@
 //go:build tools
 
-package testwire
+package vllmwire
 
 // The msgp code generator is run by go:generate (go run
 // github.com/tinylib/msgp); importing it here, behind a build tag that is

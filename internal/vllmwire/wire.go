@@ -1,6 +1,8 @@
 // Package vllmwire holds msgp-generated codecs for the vLLM DP-coordinator
-// back-output message (PROTOCOL.md §2), used by the loop package's tests,
-// examples and benchmarks. It is not a production codec.
+// back-output message (PROTOCOL.md §2), shared by the tests and benchmarks of
+// decodeguard and loop (one generated type for both, not a copy in each).
+// It is not the production codec: the coordinator package has its own
+// decoder, which also validates values and tolerates what msgspec tolerates.
 package vllmwire
 
 //go:generate go run github.com/tinylib/msgp -tests=false
