@@ -51,7 +51,11 @@ type Config struct {
 	// Allow, when non-empty, is the source allowlist checked at accept:
 	// a connection whose remote address is in none of the prefixes is closed.
 	Allow []netip.Prefix
-	// ReadBufferSize is the size of each connection's read buffer. Default 16 KiB.
+	// ReadBufferSize is the largest size of each connection's read buffer.
+	// A connection starts with 4 KiB (or ReadBufferSize if smaller) and
+	// grows the buffer fourfold, up to ReadBufferSize, each time a read fills
+	// it, so idle connections stay small and busy ones read many messages
+	// per system call. Default 16 KiB.
 	ReadBufferSize int
 	// WriteBufferSize is the size of each connection's write buffer, allocated
 	// on first write. Default 16 KiB.

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"encoding/binary"
 	"errors"
 	"io"
 	"net"
@@ -21,6 +22,73 @@ import (
 // actually received, so a header claiming MaxMessageSize costs memory only as
 // the peer really sends it.
 const readChunk = 64 << 10
+
+// initialReadBuffer is the read buffer a connection starts with (or
+// Config.ReadBufferSize if smaller): enough for any handshake and for a
+// quiet peer's messages, so that an idle connection costs a few KiB. The
+// buffer grows fourfold, up to Config.ReadBufferSize, each time a read fills
+// it: a busy peer soon gets the full buffer and its one-syscall-per-many-
+// messages batching.
+const initialReadBuffer = 4 << 10
+
+// connReader is what a Conn's bufio.Reader reads from: the network
+// connection, preceded by the bytes a smaller buffer still held when it was
+// replaced by a larger one. It notes when a read filled at least half of the
+// buffer, the sign of a peer sending faster than the buffer drains.
+type connReader struct {
+	nc    net.Conn
+	carry []byte
+	// min is the read size, at least, that makes full true when it fills the
+	// space bufio offered; 0 once the buffer is as large as it may grow.
+	min  int
+	full bool
+}
+
+func (r *connReader) Read(p []byte) (int, error) {
+	if len(r.carry) > 0 {
+		n := copy(p, r.carry)
+		if r.carry = r.carry[n:]; len(r.carry) == 0 {
+			r.carry = nil
+		}
+		return n, nil
+	}
+	n, err := r.nc.Read(p)
+	if n == len(p) && r.min > 0 && n >= r.min {
+		r.full = true
+	}
+	return n, err
+}
+
+// newConnReader returns the buffered reader a connection starts with.
+func newConnReader(nc net.Conn, max int) (*bufio.Reader, *connReader) {
+	size := min(initialReadBuffer, max)
+	cr := &connReader{nc: nc}
+	if size < max {
+		cr.min = size / 2
+	}
+	return bufio.NewReaderSize(cr, size), cr
+}
+
+// growReader replaces c's read buffer by one four times larger (at most
+// ReadBufferSize), carrying over the bytes it holds. Called between messages
+// once a read has filled the buffer.
+func (c *Conn) growReader() {
+	c.cr.full = false
+	size := min(4*c.br.Size(), c.cfg.ReadBufferSize)
+	if size <= c.br.Size() {
+		c.cr.min = 0
+		return
+	}
+	if n := c.br.Buffered(); n > 0 {
+		b, _ := c.br.Peek(n) // buffered: never blocks
+		c.cr.carry = append(make([]byte, 0, n), b...)
+	}
+	c.br = bufio.NewReaderSize(c.cr, size)
+	c.cr.min = size / 2
+	if size == c.cfg.ReadBufferSize {
+		c.cr.min = 0
+	}
+}
 
 // ErrClosed is returned by operations on a closed Conn.
 var ErrClosed = errors.New("zmtpguard: connection closed")
@@ -67,6 +135,7 @@ func (m *Message) Size() int { return len(m.buf) }
 type Conn struct {
 	nc     net.Conn
 	br     *bufio.Reader
+	cr     *connReader // under br; grows it
 	bw     *bufio.Writer
 	cfg    Config
 	local  zmq4.SocketType
@@ -135,7 +204,7 @@ func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
 
-	br := bufio.NewReaderSize(nc, c.ReadBufferSize)
+	br, cr := newConnReader(nc, c.ReadBufferSize)
 	if _, err := nc.Write(localGreeting[:]); err != nil {
 		return fail(handshakeIOError("sending greeting", err, 0, nil))
 	}
@@ -158,7 +227,7 @@ func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return fail(err)
 	}
-	return &Conn{nc: nc, br: br, cfg: c, local: local, peer: hs.md, remote: remote, zc: zc}, nil
+	return &Conn{nc: nc, br: br, cr: cr, cfg: c, local: local, peer: hs.md, remote: remote, zc: zc}, nil
 }
 
 // openZMQ runs zmq4.Open over the guarded stream. The validator is meant to
@@ -372,7 +441,13 @@ func (c *Conn) fail(v *Violation) error {
 // which the connection is closed (the stream cannot be trusted to resync).
 // Other errors are the connection's I/O errors (io.EOF when the peer left).
 func (c *Conn) ReadMessage(m *Message) error {
+	if c.cr != nil && c.cr.full {
+		c.growReader()
+	}
 	m.Reset()
+	if c.readBuffered(m) {
+		return nil
+	}
 	var total int64
 	for nframes := 0; ; nframes++ {
 		var b []byte
@@ -437,6 +512,60 @@ func (c *Conn) ReadMessage(m *Message) error {
 		start = end
 	}
 	return nil
+}
+
+// readBuffered is ReadMessage's fast path: when the read buffer already
+// holds a whole data message within the limits, it copies the frames out
+// with one Peek and one Discard and reports true. Anything else (a message
+// not wholly received, a command, reserved flag bits, a limit exceeded)
+// leaves the buffer and m untouched and reports false, for the general path
+// to read, or refuse with the right violation.
+func (c *Conn) readBuffered(m *Message) bool {
+	b, _ := c.br.Peek(c.br.Buffered()) // buffered: never blocks
+	off := 0
+	var total uint64
+	for nframes := 0; ; nframes++ {
+		if len(b)-off < 2 || nframes >= c.cfg.MaxFrames {
+			break
+		}
+		flags := b[off]
+		var size uint64
+		hl := 2
+		switch flags &^ FlagMore {
+		case 0:
+			size = uint64(b[off+1])
+		case FlagLong:
+			hl = 9
+			if len(b)-off < hl {
+				break
+			}
+			size = binary.BigEndian.Uint64(b[off+1:])
+		default: // a command or reserved bits: the general path decides
+			hl = 0
+		}
+		// size is checked against the limit and the bytes present before
+		// anything is copied.
+		if hl == 0 || len(b)-off < hl || size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
+			break
+		}
+		off += hl
+		m.buf = append(m.buf, b[off:off+int(size)]...)
+		m.ends = append(m.ends, len(m.buf))
+		off += int(size)
+		total += size
+		if flags&FlagMore == 0 {
+			c.br.Discard(off)
+			start := 0
+			for _, end := range m.ends {
+				m.Frames = append(m.Frames, m.buf[start:end:end])
+				start = end
+			}
+			return true
+		}
+	}
+	m.buf = m.buf[:0]
+	m.ends = m.ends[:0]
+	return false
 }
 
 // oversize restates a frame-size violation in terms of the whole message.
