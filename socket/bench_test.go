@@ -3,6 +3,7 @@ package socket
 import (
 	"context"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -225,5 +226,134 @@ func BenchmarkPushSend100(b *testing.B) {
 	}
 	if n := <-got; n != want {
 		b.Fatalf("sink got %d bytes, want %d", n, want)
+	}
+}
+
+// BenchmarkIdlePeers measures what one idle connected peer costs a PULL
+// socket: heap in use and goroutine stacks, per peer, after 200 raw TCP
+// peers have completed the ZMTP handshake (greeting and READY written by
+// hand, so the peers themselves cost next to nothing in this process) and
+// then gone silent. The per-op time is meaningless; read the per-peer
+// metrics.
+func BenchmarkIdlePeers(b *testing.B) {
+	const peers = 200
+	b.ReportAllocs()
+	g := zmtpguard.LocalGreeting()
+	hello := append(g[:], readyCommand("PUSH")...)
+	for range b.N {
+		func() {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			pull, err := NewPull(DefaultOptions())
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer pull.Close()
+			if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
+				b.Fatal(err)
+			}
+			addr := strings.TrimPrefix(pull.Endpoint(), "tcp://")
+			before := idleMem()
+			conns := make([]net.Conn, 0, peers)
+			defer func() {
+				for _, c := range conns {
+					c.Close()
+				}
+			}()
+			var d net.Dialer
+			for range peers {
+				c, err := d.DialContext(ctx, "tcp", addr)
+				if err != nil {
+					b.Fatal(err)
+				}
+				conns = append(conns, c)
+				if _, err := c.Write(hello); err != nil {
+					b.Fatal(err)
+				}
+			}
+			for pull.Stats().Peers < peers {
+				if ctx.Err() != nil {
+					b.Fatal("peers did not connect")
+				}
+				time.Sleep(5 * time.Millisecond)
+			}
+			after := idleMem()
+			b.ReportMetric(float64(after.heap-before.heap)/peers/1024, "heap-KiB/peer")
+			b.ReportMetric(float64(after.stack-before.stack)/peers/1024, "stack-KiB/peer")
+		}()
+	}
+}
+
+type memSnap struct{ heap, stack uint64 }
+
+// idleMem returns the live heap and the goroutine stacks in use, after a GC.
+func idleMem() memSnap {
+	runtime.GC()
+	var m runtime.MemStats
+	runtime.ReadMemStats(&m)
+	return memSnap{heap: m.HeapAlloc, stack: m.StackInuse}
+}
+
+// readyCommand is the READY command frame of a socket of type t with no
+// identity.
+func readyCommand(t string) []byte {
+	body := append([]byte{5}, "READY"...)
+	body = append(body, byte(len("Socket-Type")))
+	body = append(body, "Socket-Type"...)
+	body = append(body, 0, 0, 0, byte(len(t)))
+	body = append(body, t...)
+	return append([]byte{zmtpguard.FlagCommand, byte(len(body))}, body...)
+}
+
+// BenchmarkRecvBuffered measures Recv alone on a PULL socket whose batches
+// are already queued (no network, no reader goroutine): the per-message cost
+// a receive loop pays on top of decoding when messages arrive in bursts.
+func BenchmarkRecvBuffered(b *testing.B) {
+	s, err := NewPull(DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	p := &peerConn{s: s, info: &Peer{}}
+	body := make([]byte, 100)
+	fill := func() {
+		bt := s.getBatch(p)
+		for i := range bt.slots {
+			bt.slots[i].out = append(bt.slots[i].out[:0], body)
+		}
+		bt.n = len(bt.slots)
+		s.inbox <- bt
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	b.ReportAllocs()
+	b.ResetTimer()
+	for i := range b.N {
+		if i%batchMsgs == 0 {
+			fill()
+		}
+		if _, err := s.Recv(ctx); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkBatchCycle1 takes a batch, fills one slot and recycles it: what
+// a ROUTER or REQ peer, whose batches hold one message each, pays per
+// message for the batch itself.
+func BenchmarkBatchCycle1(b *testing.B) {
+	s, err := NewRouter(DefaultOptions())
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer s.Close()
+	p := &peerConn{s: s, info: &Peer{}}
+	body := make([]byte, 100)
+	b.ReportAllocs()
+	for range b.N {
+		bt := s.getBatch(p)
+		bt.slots[0].out = append(bt.slots[0].out[:0], body)
+		bt.n = 1
+		s.putBatch(bt)
 	}
 }

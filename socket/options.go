@@ -18,10 +18,13 @@ const (
 	DefaultReconnectMin = 100 * time.Millisecond
 	// DefaultReconnectMax caps the dialer's doubling reconnect delay.
 	DefaultReconnectMax = 5 * time.Second
-	// DefaultReadBufferSize is the per-connection read buffer a Socket asks
-	// zmtpguard for when Options.Guard.ReadBufferSize is zero: large enough
-	// that one read syscall brings in hundreds of small messages.
-	DefaultReadBufferSize = 64 << 10
+	// DefaultReadBufferSize is the largest per-connection read buffer a
+	// Socket asks zmtpguard for when Options.Guard.ReadBufferSize is zero:
+	// large enough that one read syscall brings in thousands of small
+	// messages or dozens of 4 KiB ones. A connection starts with 4 KiB and
+	// grows its buffer only while a peer keeps it full (see
+	// zmtpguard.Config.ReadBufferSize), so an idle peer costs a few KiB.
+	DefaultReadBufferSize = 256 << 10
 	// DefaultWriteBufferSize is the per-connection write buffer a Socket
 	// asks zmtpguard for when Options.Guard.WriteBufferSize is zero.
 	DefaultWriteBufferSize = 64 << 10

@@ -93,6 +93,11 @@ type peerConn struct {
 	closeOnce sync.Once
 	done      chan struct{}
 	closeErr  error
+
+	// first is where the reader reads the first message of a batch, so that
+	// an idle connection holds no batch: the slot is swapped into a batch
+	// once a message has arrived.
+	first slot
 }
 
 func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerConn {
@@ -274,12 +279,20 @@ func (p *peerConn) readLoop() {
 	var b *batch
 	var err error
 	for {
-		if b == nil {
-			b = s.getBatch(p)
+		// Between batches the reader waits in p.first and takes a batch
+		// only once a message has arrived: a batch is 128 slots, and an
+		// idle peer should cost as little as its connection.
+		sl := &p.first
+		if b != nil {
+			sl = &b.slots[b.n]
 		}
-		sl := &b.slots[b.n]
 		if err = p.conn.ReadMessage(&sl.m); err != nil {
 			break
+		}
+		if b == nil {
+			b = s.getBatch(p)
+			b.slots[0], p.first = p.first, b.slots[0]
+			sl = &b.slots[0]
 		}
 		var deliver bool
 		deliver, err = p.process(sl)
@@ -289,6 +302,13 @@ func (p *peerConn) readLoop() {
 		if deliver {
 			b.n++
 			b.bytes += sl.m.Size()
+		} else if b.n == 0 && !p.conn.MessageBuffered() {
+			// A command (PING) with nothing delivered: do not sit idle
+			// holding an empty batch.
+			b.slots[0], p.first = p.first, b.slots[0]
+			s.putBatch(b)
+			b = nil
+			continue
 		}
 		// Hand the batch on unless the next message is already here: a
 		// message must never wait for a later one (or for a non-delivered

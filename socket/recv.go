@@ -2,6 +2,7 @@ package socket
 
 import (
 	"context"
+	"runtime"
 
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -12,7 +13,10 @@ const (
 	// batchBytes: a reader hands its batch off once it holds this many bytes.
 	batchBytes = 256 << 10
 	// batchRetain bounds the buffer bytes a recycled batch keeps.
-	batchRetain = 128 << 10
+	batchRetain = 512 << 10
+	// yieldBytes: a reader that hands a batch of at least this many bytes
+	// to a waiting Recv yields its P to it (see handOff).
+	yieldBytes = 32 << 10
 )
 
 // slot holds one received message and what Recv returns for it.
@@ -27,6 +31,10 @@ type batch struct {
 	peer  *peerConn
 	n     int
 	bytes int
+	// hw is the number of leading slots ever written (a high-water mark):
+	// the slots after it are still zero, so putBatch need not visit them.
+	// A ROUTER or REQ peer's batch usually holds one message.
+	hw    int
 	slots [batchMsgs]slot
 }
 
@@ -44,8 +52,10 @@ func (s *Socket) getBatch(p *peerConn) *batch {
 // putBatch recycles b, releasing buffers beyond batchRetain bytes so a burst
 // of large messages does not stay pinned in the free list.
 func (s *Socket) putBatch(b *batch) {
+	// Slot n may hold a message read but not delivered (a command).
+	b.hw = max(b.hw, min(b.n+1, len(b.slots)))
 	kept := 0
-	for i := range b.slots {
+	for i := range b.slots[:b.hw] {
 		sl := &b.slots[i]
 		size := 2*sl.m.Size() + cap(sl.scratch)
 		if kept+size > batchRetain {
@@ -72,8 +82,16 @@ func (s *Socket) putBatch(b *batch) {
 // pressure: the reader stops reading, TCP flow control slows the peer). It
 // returns false when the socket closed first.
 func (s *Socket) handOff(b *batch) bool {
+	big := b.bytes >= yieldBytes // b belongs to Recv once sent
 	select {
 	case s.inbox <- b:
+		if big && s.recvWaiting.Load() {
+			// Recv was parked waiting for this batch and is now queued to
+			// run next on this P. Yield so it runs here, where the batch's
+			// bytes are still in cache, rather than waiting for another P
+			// to steal it; this reader continues on whichever P is free.
+			runtime.Gosched()
+		}
 		return true
 	default:
 	}
@@ -155,10 +173,10 @@ func (s *Socket) Recv(ctx context.Context) (Msg, error) {
 			return Msg{}, ErrClosed
 		}
 		if b := s.cur; b != nil && s.pos < b.n {
-			select {
-			case <-ctx.Done():
-				return Msg{}, ctx.Err()
-			default:
+			// ctx.Err is an atomic load for the standard contexts, cheaper
+			// per message than a select on ctx.Done.
+			if err := ctx.Err(); err != nil {
+				return Msg{}, err
 			}
 			sl := &b.slots[s.pos]
 			if s.kind == kReq {
@@ -181,9 +199,19 @@ func (s *Socket) Recv(ctx context.Context) (Msg, error) {
 		select {
 		case b := <-s.inbox:
 			s.cur, s.pos = b, 0
+			continue
+		default:
+		}
+		s.recvWaiting.Store(true)
+		select {
+		case b := <-s.inbox:
+			s.recvWaiting.Store(false)
+			s.cur, s.pos = b, 0
 		case <-ctx.Done():
+			s.recvWaiting.Store(false)
 			return Msg{}, ctx.Err()
 		case <-s.ctx.Done():
+			s.recvWaiting.Store(false)
 			return Msg{}, ErrClosed
 		}
 	}

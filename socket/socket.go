@@ -121,8 +121,10 @@ type Socket struct {
 	inbox  chan *batch
 	free   chan *batch
 	recvMu sync.Mutex
-	cur    *batch
-	pos    int
+	// recvWaiting is set while Recv waits for a batch (see handOff).
+	recvWaiting atomic.Bool
+	cur         *batch
+	pos         int
 
 	// REQ state
 	reqMu      sync.Mutex
