@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/socket"
 )
 
 const (
@@ -55,7 +56,19 @@ type rateLog struct {
 	per         [decodeguard.NumReasons]reasonLog
 	pending     int // reasons with suppressed > 0
 	stackLogged bool
+	// quiet counts the messages delivered since the last drop: the loop
+	// reads the clock for tick only once drops have paused for quietTicks
+	// messages (a flood still going writes its own summaries from record).
+	quiet int
+	// seenPeer and seenReason remember the last (peer, reason) found in
+	// seen, so that a flood from one peer skips the host lookup.
+	seenPeer   *socket.Peer
+	seenReason decodeguard.Reason
 }
+
+// quietTicks is how many messages in a row must pass without a drop before
+// the happy path starts reading the clock to write pending summaries.
+const quietTicks = 8
 
 func newRateLog(log *slog.Logger, name string, interval time.Duration) *rateLog {
 	return &rateLog{log: log, name: name, interval: interval, seen: make(map[peerKey]struct{})}
@@ -72,7 +85,7 @@ func peerHost(addr string) string {
 	return addr
 }
 
-// drop records d and writes at most one line for it.
+// drop records d and writes at most one line for it (see record).
 func (rl *rateLog) drop(d *Drop) { rl.record(d, d.Peer.Addr()) }
 
 // record is drop with the peer's address given.
@@ -83,6 +96,7 @@ func (rl *rateLog) record(d *Drop, addr string) {
 	}
 	st := &rl.per[r]
 	now := d.Time
+	rl.quiet = 0
 	if d.Reason == decodeguard.ReasonDecoderPanic && !rl.stackLogged {
 		rl.stackLogged = true
 		rl.logPanic(d, addr)
@@ -91,21 +105,42 @@ func (rl *rateLog) record(d *Drop, addr string) {
 		rl.pending++
 	}
 	st.suppressed++
+	if (d.Peer == nil || d.Peer != rl.seenPeer || r != rl.seenReason) && rl.first(st, d, r, addr, now) {
+		return
+	}
+	if st.last.IsZero() || now.Sub(st.last) >= rl.interval {
+		rl.line(st, "zmqguard: dropped messages", d, addr, now)
+	}
+	if rl.pending > 1 {
+		// Another reason has drops waiting for a summary, and while this
+		// one floods the happy path does not tick (see quiet).
+		rl.tick(now)
+	}
+}
+
+// first handles a drop of reason r from a (peer, reason) pair not known to
+// be in seen: it remembers the pair and, if it is new and the reason's
+// budget of first-drop warnings allows, writes one and reports true.
+func (rl *rateLog) first(st *reasonLog, d *Drop, r decodeguard.Reason, addr string, now time.Time) bool {
 	key := peerKey{r, peerHost(addr)}
-	if _, ok := rl.seen[key]; !ok && len(rl.seen) < MaxPeersRemembered {
+	_, ok := rl.seen[key]
+	if !ok && len(rl.seen) < MaxPeersRemembered {
 		rl.seen[key] = struct{}{}
+		ok = true
 		if now.Sub(st.windowStart) >= rl.interval {
 			st.windowStart, st.firsts = now, 0
 		}
 		if st.firsts < FirstWarnings {
 			st.firsts++
+			rl.seenPeer, rl.seenReason = d.Peer, r
 			rl.line(st, "zmqguard: dropped a message (first from this peer)", d, addr, now)
-			return
+			return true
 		}
 	}
-	if st.last.IsZero() || now.Sub(st.last) >= rl.interval {
-		rl.line(st, "zmqguard: dropped messages", d, addr, now)
+	if ok && d.Peer != nil {
+		rl.seenPeer, rl.seenReason = d.Peer, r
 	}
+	return false
 }
 
 // line writes one warning for reason state st with d as the sample; it

@@ -22,8 +22,10 @@ func sumCounts(recs []logRecord) (n uint64) {
 
 // TestLogFlood: 100,000 junk frames spread over 10 s of (fake) time from
 // one peer write 11 lines: the first-drop warning, one summary per second,
-// and the last second's summary once the next valid message arrives. The
-// counts in the lines add up to exactly 100,000, as do the counters.
+// and the last second's summary when Run returns (one valid message after
+// the flood is not enough for the loop to look at the clock: see
+// TestLogQuietTick). The counts in the lines add up to exactly 100,000, as
+// do the counters.
 func TestLogFlood(t *testing.T) {
 	const junk = 100_000
 	frame := []byte("\xc1\x1b]0;pwned\x07\x1b[2J") // terminal escapes after a bad type byte
@@ -190,4 +192,52 @@ type failWriter struct{ t *testing.T }
 func (w failWriter) Write(p []byte) (int, error) {
 	w.t.Errorf("unexpected log output %q", p)
 	return len(p), nil
+}
+
+// TestLogQuietTick: after a flood stops, the summary of its last drops is
+// written while the loop keeps running, once quietTicks valid messages in a
+// row have passed and the interval is over; while junk and valid messages
+// alternate, valid messages do not read the clock at all.
+func TestLogQuietTick(t *testing.T) {
+	junk := []byte{0xc1}
+	var msgs [][][]byte
+	for range 100 { // alternating: the valid ones must not read the clock
+		msgs = append(msgs, [][]byte{junk}, [][]byte{statsFrame})
+	}
+	for range 2 * quietTicks {
+		msgs = append(msgs, [][]byte{statsFrame})
+	}
+	h := &countHandler{}
+	clock := newFakeClock(100 * time.Millisecond)
+	var readings int
+	delivered := 0
+	var linesAtQuiet, linesBefore int
+	l := newStatsLoop(t, &sliceRecv{msgs: msgs}, func(context.Context, Delivery[vllmwire.Message]) error {
+		delivered++
+		switch delivered {
+		case 100:
+			linesBefore = len(h.records())
+		case 100 + 2*quietTicks:
+			linesAtQuiet = len(h.records())
+		}
+		return nil
+	}, func(c *Config[vllmwire.Message]) {
+		c.Logger = slog.New(h)
+		c.Now = func() time.Time { readings++; return clock.Now() }
+	})
+	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+		t.Fatal(err)
+	}
+	// 100 drops read the clock once each; the quiet run reads it from its
+	// quietTicks-th message until the summary is out.
+	if readings > 100+quietTicks+2 {
+		t.Errorf("%d clock readings for 100 drops and %d valid messages", readings, delivered)
+	}
+	recs := h.records()
+	if linesAtQuiet <= linesBefore || linesAtQuiet != len(recs) {
+		t.Errorf("lines: %d after the flood, %d after the quiet run, %d at the end", linesBefore, linesAtQuiet, len(recs))
+	}
+	if n := sumCounts(recs); n != 100 {
+		t.Errorf("log counts add up to %d, want 100", n)
+	}
 }
