@@ -1,0 +1,58 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestHarnessQuick runs bench/run.sh in its quick mode on one comparison
+// (4 KiB frames: the zmqguard sink against the raw TCP ceiling, and pyzmq
+// when it is installed) end to end: build, receivers, sender, results file,
+// tables. It checks that every Go variant produced a number, never what the
+// number is: the harness must not rot, and timing is not a test.
+func TestHarnessQuick(t *testing.T) {
+	if _, err := exec.LookPath("bash"); err != nil {
+		t.Fatalf("bash is needed for bench/run.sh: %v", err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "bash", "run.sh", "quick", "frame4k")
+	cmd.Env = append(os.Environ(),
+		"PATH="+filepath.Join(runtime.GOROOT(), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"),
+		"BENCH_BIN="+t.TempDir(),
+		"BENCH_PORT="+strconv.Itoa(30000+os.Getpid()%5000),
+		"ROUNDS=1",
+	)
+	cmd.WaitDelay = 10 * time.Second
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("run.sh quick frame4k: %v\n%s", err, out)
+	}
+	text := string(out)
+	t.Logf("%s", text)
+	for _, want := range []string{"(`frame4k`)", "(`frame4k-cpu`)", "| **zmqguard ÷ rawtcp** |", "Machine: "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("output lacks %q", want)
+		}
+	}
+	for _, v := range []string{"zmqguard", "rawtcp"} {
+		row := regexp.MustCompile(`(?m)^\| `+v+` \| ([^|]+) \| \[`).FindAllStringSubmatch(text, -1)
+		if len(row) < 2 {
+			t.Errorf("no rows for %s", v)
+			continue
+		}
+		for _, r := range row {
+			if strings.TrimSpace(r[1]) == "–" {
+				t.Errorf("%s produced no measurement", v)
+			}
+		}
+	}
+}

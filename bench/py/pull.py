@@ -1,0 +1,48 @@
+"""pyzmq PULL receive loop: the reference a Go receiver is compared with.
+
+Usage: pull.py ENDPOINT COUNT
+
+Binds a PULL socket (libzmq through pyzmq) on ENDPOINT, receives COUNT
+messages with sock.recv() and nothing else (no decode), and prints one JSON
+line: msgs/s from the first to the last message, and the process's CPU
+time per message over that span (every thread: Python's and libzmq's I/O
+thread; python_thread_ns_per_msg is the Python thread's share). Python's
+time between recv() calls is part of what is measured, as in any Python
+receive loop.
+"""
+import json
+import sys
+import time
+
+import zmq
+
+
+def main():
+    endpoint, count = sys.argv[1], int(sys.argv[2])
+    ctx = zmq.Context()
+    sock = ctx.socket(zmq.PULL)
+    sock.setsockopt(zmq.LINGER, 0)
+    sock.bind(endpoint)
+    recv = sock.recv
+    recv()
+    first, cpu0, th0 = time.perf_counter(), time.process_time(), time.thread_time()
+    for _ in range(count - 1):
+        recv()
+    last, cpu1, th1 = time.perf_counter(), time.process_time(), time.thread_time()
+    sock.close()
+    ctx.term()
+    span = last - first
+    print(json.dumps({
+        "program": "pull.py",
+        "messages": count,
+        "seconds": span,
+        "msgs_per_sec": (count - 1) / span if span > 0 else 0,
+        "cpu_ns_per_msg": (cpu1 - cpu0) * 1e9 / (count - 1),
+        "python_thread_ns_per_msg": (th1 - th0) * 1e9 / (count - 1),
+        "pyzmq": zmq.__version__,
+        "libzmq": zmq.zmq_version(),
+    }), flush=True)
+
+
+if __name__ == "__main__":
+    main()

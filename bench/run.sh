@@ -1,0 +1,377 @@
+#!/usr/bin/env bash
+# bench/run.sh — zmqguard's side-by-side benchmark harness (BENCHMARKS.md).
+#
+#   bench/run.sh [quick] [COMPARISON...]
+#
+# Builds zmqguard and the programs under bench/, then runs each comparison's
+# variants interleaved (A B C, then C B A, ...) for ROUNDS rounds, every
+# receiver in its own process fed by its own sender process over loopback
+# TCP, and prints one markdown table per comparison: median [min..max] per
+# variant and per-round ratios with the issue's targets.
+#
+# Comparisons (default: all):
+#   stats100   100-byte frames (vLLM stats vector): zmqguard SafeLoop+guard+decode,
+#              zmqguard without decode, pyzmq PULL recv(), zmq4 Socket.Recv, raw TCP
+#   frame4k    4 KiB frames: zmqguard (no decode), raw TCP, pyzmq
+#   push100    PUSH 100-byte messages to a pyzmq PULL: zmqguard vs zmq4
+#   handshake  NIXL handshake listener, 16 REQ clients: zmqguard vs pyzmq ROUTER
+#   junk       50/50 junk and valid stats frames vs a clean run: throughput, RSS, log lines
+#   memory     RSS of an idle coordinator and of listeners with idle peers
+#
+# quick: 1 round and small counts (for tests and CI; the numbers mean little).
+# Environment: ROUNDS (default 5, quick 1), PYTHON (default /usr/bin/python3),
+# BENCH_BIN (build directory, default a temporary one), BENCH_PORT (first port),
+# BENCH_KEEP=1 keeps the work directory (raw outputs) and prints its path.
+set -euo pipefail
+
+MODE=full
+if [ "${1:-}" = quick ]; then MODE=quick; shift; fi
+ONLY=" ${*:-stats100 frame4k push100 handshake junk memory} "
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+PY=${PYTHON:-/usr/bin/python3}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-bench.XXXXXX")
+BIN=${BENCH_BIN:-$WORK/bin}
+RESULTS=$WORK/results.tsv
+PORT=${BENCH_PORT:-$((20000 + $$ % 9000))}
+PIDS=()
+LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
+
+cleanup() {
+	local p
+	for p in "${PIDS[@]}"; do kill -9 "$p" 2>/dev/null || true; done
+	if [ "${BENCH_KEEP:-0}" = 1 ]; then echo "work directory kept: $WORK" >&2; else rm -rf "$WORK"; fi
+}
+trap cleanup EXIT
+
+if [ $MODE = quick ]; then
+	ROUNDS=${ROUNDS:-1}
+	N_STATS=200000 N_ZMQ4=20000 N_4K=50000 N_PUSH=200000 N_PUSH_ZMQ4=20000
+	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1
+else
+	ROUNDS=${ROUNDS:-5}
+	N_STATS=4000000 N_ZMQ4=200000 N_4K=500000 N_PUSH=2000000 N_PUSH_ZMQ4=100000
+	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3
+fi
+
+log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+want() { [[ "$ONLY" == *" $1 "* ]]; }
+next_port() { PORT=$((PORT + 1)); }
+rec() { (IFS=$'\t'; echo "$*") >>"$RESULTS"; }
+# jf FIELD FILE: a numeric field of the JSON line in FILE, or NaN.
+jf() {
+	local v
+	v=$(sed -n "s/.*\"$1\": *\([-0-9.eE+]*\).*/\1/p" "$2" 2>/dev/null | head -n1)
+	echo "${v:-NaN}"
+}
+# order ROUND A B C...: the variants, reversed in even rounds.
+order() {
+	local r=$1; shift
+	if (( r % 2 == 0 )); then
+		local out=() i
+		for (( i = $#; i >= 1; i-- )); do out+=("${!i}"); done
+		echo "${out[@]}"
+	else
+		echo "$@"
+	fi
+}
+# finish PID SECONDS: wait for PID, killing it after SECONDS.
+finish() {
+	local pid=$1 t=$2 i
+	for (( i = 0; i < t * 10; i++ )); do
+		kill -0 "$pid" 2>/dev/null || break
+		sleep 0.1
+	done
+	kill -9 "$pid" 2>/dev/null || true
+	wait "$pid" 2>/dev/null || true
+}
+# wait_for FILE PATTERN SECONDS: wait until FILE contains PATTERN.
+wait_for() {
+	local i
+	for (( i = 0; i < $3 * 20; i++ )); do
+		grep -q -- "$2" "$1" 2>/dev/null && return 0
+		sleep 0.05
+	done
+	return 1
+}
+# cpu_ns OUT N: CPU ns per message of a receiver: from OUT.time (GNU time's
+# "user system" seconds for the whole process, start-up included) when
+# present, else the cpu_ns_per_msg of its JSON line (first to last message).
+cpu_ns() {
+	if [ -s "$1.time" ]; then
+		tail -n1 "$1.time" | awk -v n="$2" '{if (NF == 2 && n > 0) printf "%.0f", ($1 + $2) * 1e9 / n; else print "NaN"}'
+	else
+		jf cpu_ns_per_msg "$1.rx"
+	fi
+}
+rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo NaN; }
+have_python() { "$PY" -c 'import zmq, msgpack' 2>/dev/null; }
+
+# ---------------------------------------------------------------- build
+log "building into $BIN"
+mkdir -p "$BIN"
+(cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv \
+	./bench/pushsend ./bench/handshake-load ./bench/idle ./bench/tabulate)
+PYOK=1
+if ! have_python; then
+	PYOK=0
+	log "WARNING: $PY cannot import zmq and msgpack: pyzmq variants skipped (apt-get install python3-zmq python3-msgpack)"
+fi
+
+# ---------------------------------------------------------------- receivers
+# rx KIND PORT N: run a receiver in the foreground.
+rx() {
+	local ep=tcp://127.0.0.1:$2
+	case $1 in
+	sink-stats) exec /usr/bin/time -f '%U %S' -o "$TIMEFILE" "$BIN/zmqguard" sink --bind "$ep" --decode stats --count "$3" --log-format text ;;
+	sink-none) exec /usr/bin/time -f '%U %S' -o "$TIMEFILE" "$BIN/zmqguard" sink --bind "$ep" --decode none --count "$3" --log-format text ;;
+	pyzmq) exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" ;;
+	zmq4) exec "$BIN/zmq4recv" --bind "$ep" --count "$3" ;;
+	rawtcp) exec "$BIN/rawtcp" --bind "$ep" --count "$3" ;;
+	*) echo "unknown receiver $1" >&2; return 2 ;;
+	esac
+}
+
+# pair OUT KIND N SENDER-ARGS...: one receiver process and one sender
+# process; the receiver's JSON line ends up in OUT.rx (and, for the sink,
+# its CPU time in OUT.time).
+pair() {
+	local out=$1 kind=$2 n=$3; shift 3
+	next_port
+	local port=$PORT
+	TIMEFILE=$out.time rx "$kind" "$port" "$n" >"$out.rx" 2>"$out.rx.err" &
+	local rp=$!
+	PIDS+=("$rp")
+	timeout 300 "$BIN/sender" --connect "tcp://127.0.0.1:$port" --count "$n" "$@" >"$out.tx" 2>"$out.tx.err" || true
+	finish "$rp" 30
+	if [ ! -s "$out.rx" ]; then log "  $kind failed: $(tail -n 3 "$out.rx.err" "$out.tx.err" 2>/dev/null | tr '\n' ' ')"; fi
+}
+
+# ---------------------------------------------------------------- stats100
+if want stats100; then
+	rec '#cmp' stats100 'msgs/s' "Receive loop, 100-byte frames (the 101-byte vLLM stats vector), one sender process, loopback TCP"
+	rec '#target' stats100 zmqguard '>=' 2000000
+	rec '#ratio' stats100 zmqguard pyzmq '>=' 1.2
+	rec '#ratio' stats100 zmqguard zmq4
+	rec '#ratio' stats100 zmqguard rawtcp
+	rec '#ratio' stats100 zmqguard-nodecode pyzmq
+	rec '#note' stats100 "zmqguard = \`zmqguard sink --decode stats\`: hardened PULL (stream guard on) under a SafeLoop decoding every frame as EngineCoreOutputs (pre-scan + msgp-primitive decode into a reused value); zmqguard-nodecode = \`--decode none\`; pyzmq = bench/py/pull.py, sock.recv() only; zmq4 = go-zeromq/zmq4 PULL Socket.Recv ($N_ZMQ4 messages); rawtcp = bench/rawtcp, the unguarded ceiling. Others: $N_STATS messages."
+	rec '#cmp' stats100-cpu 'CPU ns/msg' "Same runs: CPU time per message of the receiving process, every thread (lower is better; ratios > 1 favour zmqguard)"
+	rec '#ratio' stats100-cpu pyzmq zmqguard
+	rec '#ratio' stats100-cpu zmq4 zmqguard
+	rec '#ratio' stats100-cpu rawtcp zmqguard
+	rec '#note' stats100-cpu "zmqguard: GNU time over the whole sink process (start-up included); pyzmq: time.process_time() from the first to the last message; zmq4 and rawtcp: getrusage over the same span. CPU time is what a loaded machine shares out, so these ratios move far less than the msgs/s ones."
+	rec '#cmp' stats100-allocs 'allocs/msg' "Same runs: heap allocations per message in the receiving process (runtime.MemStats, first to last message)"
+	rec '#target' stats100-allocs zmqguard '<=' 2
+	variants="zmqguard zmqguard-nodecode pyzmq zmq4 rawtcp"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r $variants); do
+			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
+			out=$WORK/stats100.$v.$r
+			case $v in
+			zmqguard) pair "$out" sink-stats $N_STATS --stats ;;
+			zmqguard-nodecode) pair "$out" sink-none $N_STATS --stats ;;
+			pyzmq) pair "$out" pyzmq $N_STATS --stats ;;
+			zmq4) pair "$out" zmq4 $N_ZMQ4 --stats ;;
+			rawtcp) pair "$out" rawtcp $N_STATS --stats ;;
+			esac
+			n=$N_STATS; [ $v = zmq4 ] && n=$N_ZMQ4
+			rec stats100 $v $r "$(jf msgs_per_sec "$out.rx")"
+			rec stats100-cpu $v $r "$(cpu_ns "$out" $n)"
+			[ $v = pyzmq ] || rec stats100-allocs $v $r "$(jf allocs_per_msg "$out.rx")"
+			log "stats100 round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- frame4k
+if want frame4k; then
+	rec '#cmp' frame4k 'msgs/s' "Receive loop, 4 KiB frames, $N_4K messages"
+	rec '#ratio' frame4k zmqguard rawtcp '>=' 0.9
+	rec '#ratio' frame4k zmqguard pyzmq
+	rec '#note' frame4k "zmqguard = \`zmqguard sink --decode none\` (guarded PULL + SafeLoop, no decode: a 4 KiB frame is not a stats message); rawtcp copies each body into a reused buffer like every receiver does."
+	rec '#cmp' frame4k-cpu 'CPU ns/msg' "Same runs: CPU time per 4 KiB message of the receiving process (lower is better)"
+	rec '#ratio' frame4k-cpu rawtcp zmqguard
+	rec '#ratio' frame4k-cpu pyzmq zmqguard
+	variants="zmqguard rawtcp pyzmq"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r $variants); do
+			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
+			out=$WORK/frame4k.$v.$r
+			case $v in
+			zmqguard) pair "$out" sink-none $N_4K --size 4096 ;;
+			rawtcp) pair "$out" rawtcp $N_4K --size 4096 ;;
+			pyzmq) pair "$out" pyzmq $N_4K --size 4096 ;;
+			esac
+			rec frame4k $v $r "$(jf msgs_per_sec "$out.rx")"
+			rec frame4k-cpu $v $r "$(cpu_ns "$out" $N_4K)"
+			log "frame4k round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- push100
+if want push100 && [ $PYOK = 1 ]; then
+	rec '#cmp' push100 'msgs/s' "PUSH sending 100-byte messages to a pyzmq PULL (rate measured by the receiver)"
+	rec '#target' push100 zmqguard '>=' 1000000
+	rec '#ratio' push100 zmqguard zmq4
+	rec '#note' push100 "zmqguard = bench/pushsend on socket.NewPush ($N_PUSH messages); zmq4 = the same program on go-zeromq/zmq4's PUSH ($N_PUSH_ZMQ4 messages); receiver bench/py/pull_sink.py."
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r zmqguard zmq4); do
+			out=$WORK/push100.$v.$r
+			n=$N_PUSH; [ $v = zmq4 ] && n=$N_PUSH_ZMQ4
+			next_port
+			"$PY" "$ROOT/bench/py/pull_sink.py" "tcp://127.0.0.1:$PORT" $n 100 >"$out.rx" 2>"$out.rx.err" &
+			rp=$!
+			PIDS+=("$rp")
+			timeout 300 "$BIN/pushsend" --connect "tcp://127.0.0.1:$PORT" --count $n --impl $v >"$out.tx" 2>"$out.tx.err" || true
+			finish "$rp" 30
+			rec push100 $v $r "$(jf msgs_per_sec "$out.rx")"
+			log "push100 round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- handshake
+if want handshake && [ $PYOK = 1 ]; then
+	rec '#cmp' handshake 'req/s' "NIXL handshake listener (V3 request: decode + lookup + reply), 16 concurrent REQ clients, $HS_DURATION window"
+	rec '#ratio' handshake zmqguard pyzmq '>=' 3
+	rec '#cmp' handshake-cpu 'CPU µs/req' "Same runs: listener CPU time per request served (whole process, start-up included; lower is better)"
+	rec '#ratio' handshake-cpu pyzmq zmqguard
+	rec '#note' handshake "zmqguard = \`zmqguard handshake-listener\` (hardened ROUTER + SafeLoop + guarded decode); pyzmq = bench/py/router_listener.py (recv_multipart, msgpack.unpackb, dict lookup, send_multipart with msgpack.packb(time.perf_counter()), as vLLM's V3 listener); load = bench/handshake-load, 16 REQ connections (guarded ZMTP, framed by hand, one goroutine each) in one process."
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r zmqguard pyzmq); do
+			out=$WORK/handshake.$v.$r
+			next_port
+			ep=tcp://127.0.0.1:$PORT
+			if [ $v = zmqguard ]; then
+				/usr/bin/time -f '%U %S' -o "$out.time" "$BIN/zmqguard" handshake-listener --bind "$ep" --engine-id bench --log-format text >"$out.srv" 2>"$out.srv.err" &
+			else
+				/usr/bin/time -f '%U %S' -o "$out.time" "$PY" "$ROOT/bench/py/router_listener.py" "$ep" bench >"$out.srv" 2>"$out.srv.err" &
+			fi
+			sp=$!
+			PIDS+=("$sp")
+			timeout 120 "$BIN/handshake-load" --connect "$ep" --clients 16 --duration $HS_DURATION >"$out.rx" 2>"$out.rx.err" || true
+			pkill -TERM -P "$sp" 2>/dev/null || true # the listener, not GNU time
+			finish "$sp" 10
+			rec handshake $v $r "$(jf req_per_sec "$out.rx")"
+			if [ $v = zmqguard ]; then served=$(jf V3 "$out.srv"); else served=$(jf served "$out.srv"); fi
+			rec handshake-cpu $v $r "$(tail -n1 "$out.time" 2>/dev/null | awk -v n="$served" '{if (NF == 2 && n > 0) printf "%.1f", ($1 + $2) * 1e6 / n; else print "NaN"}')"
+			log "handshake round $r $v: $(jf req_per_sec "$out.rx") req/s (p50 $(jf p50_us "$out.rx") us)"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- junk
+# log_lines ERRFILE: every drop log line; log_max_per_reason ERRFILE: the
+# number of summary lines ("dropped messages", not the first-drop warning)
+# of the reason with the most.
+log_lines() { grep -c 'msg="zmqguard: dropped' "$1" 2>/dev/null || true; }
+log_max_per_reason() {
+	{ grep 'msg="zmqguard: dropped messages"' "$1" 2>/dev/null || true; } | sed -n 's/.* reason=\([a-z-]*\).*/\1/p' |
+		sort | uniq -c | sort -rn | awk 'NR==1 {print $1} END {if (NR==0) print 0}'
+}
+if want junk; then
+	rec '#cmp' junk 'frames/s' "50/50 junk and valid stats frames at full rate vs a clean run: frames handled per second (valid + dropped)"
+	rec '#ratio' junk junk50 clean '>=' 0.9
+	rec '#cmp' junk-valid 'valid msgs/s' "Same runs: valid messages per second"
+	rec '#ratio' junk-valid junk50 clean
+	rec '#cmp' junk-rss 'MiB' "Same runs: peak RSS of the receiving process"
+	rec '#target' junk-rss junk50 '<=' 64
+	rec '#cmp' junk-log 'lines/s' "Same runs: drop log lines per second of run for the busiest reason (the rate-limited summaries written while running; the one-time first-drop warning and the final summary at exit excluded)"
+	rec '#target' junk-log junk50 '<=' 1
+	rec '#note' junk "Receiver: \`zmqguard sink --decode stats\` until $N_JUNK valid messages; junk50: every valid frame is followed by a junk frame, alternately \`45\` (a msgpack int, vLLM's crash seed) and \`a3e08080\` (a str with invalid UTF-8), each dropped and counted as reason decode. frames/s = valid msgs/s × 2 in the junk run."
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r clean junk50); do
+			out=$WORK/junk.$v.$r
+			next_port
+			/usr/bin/time -f '%M' -o "$out.rss" "$BIN/zmqguard" sink --bind "tcp://127.0.0.1:$PORT" --decode stats --count $N_JUNK --log-format text >"$out.rx" 2>"$out.rx.err" &
+			rp=$!
+			PIDS+=("$rp")
+			args=(--stats); [ $v = junk50 ] && args+=(--junk)
+			timeout 300 "$BIN/sender" --connect "tcp://127.0.0.1:$PORT" --count $N_JUNK "${args[@]}" >"$out.tx" 2>"$out.tx.err" || true
+			finish "$rp" 30
+			valid=$(jf msgs_per_sec "$out.rx")
+			secs=$(jf seconds "$out.rx")
+			mult=1; [ $v = junk50 ] && mult=2
+			rec junk $v $r "$(awk -v a="$valid" -v m=$mult 'BEGIN {print a * m}')"
+			rec junk-valid $v $r "$valid"
+			rss=$(tail -n1 "$out.rss" 2>/dev/null || echo NaN)
+			rec junk-rss $v $r "$(awk -v k="$rss" 'BEGIN {printf "%.1f", k / 1024}')"
+			lines=$(log_max_per_reason "$out.rx.err")
+			rec junk-log $v $r "$(awk -v l="$lines" -v s="$secs" 'BEGIN {if (l > 0) l--; if (s > 0) printf "%.2f", l / s; else print "NaN"}')"
+			log "junk round $r $v: $valid valid msgs/s, rss $rss KiB, $(log_lines "$out.rx.err") drop log lines in ${secs}s, dropped $(jf dropped "$out.rx")"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- memory
+# mem_run OUT KIND TYPE: start a target, measure its RSS, connect
+# IDLE_CONNS idle peers of TYPE, measure again.
+mem_run() {
+	local out=$1 kind=$2 typ=$3
+	next_port
+	local ep=tcp://127.0.0.1:$PORT pattern
+	case $kind in
+	sink) "$BIN/zmqguard" sink --bind "$ep" --count 0 --log-format text >"$out.srv" 2>"$out.srv.err" & pattern="sink receiving" ;;
+	listener) "$BIN/zmqguard" handshake-listener --bind "$ep" --engine-id bench --log-format text >"$out.srv" 2>"$out.srv.err" & pattern="serving" ;;
+	pyrouter) "$PY" "$ROOT/bench/py/router_listener.py" "$ep" bench >"$out.srv" 2>"$out.srv.err" & pattern="listening" ;;
+	esac
+	local sp=$!
+	PIDS+=("$sp")
+	wait_for "$out.srv.err" "$pattern" 20 || log "  $kind did not start"
+	sleep 1
+	local before after
+	before=$(rss_kib $sp)
+	"$BIN/idle" --connect "$ep" --conns $IDLE_CONNS --type "$typ" >"$out.idle" 2>"$out.idle.err" &
+	local ip=$!
+	PIDS+=("$ip")
+	wait_for "$out.idle" connected 60 || log "  idle peers did not connect: $(cat "$out.idle.err")"
+	sleep 2
+	after=$(rss_kib $sp)
+	kill -TERM "$ip" 2>/dev/null || true
+	finish "$ip" 10
+	kill -TERM "$sp" 2>/dev/null || true
+	finish "$sp" 10
+	MEM_BEFORE=$before MEM_AFTER=$after
+}
+if want memory; then
+	rec '#cmp' memory-peer 'KiB/peer' "RSS per idle connected peer ($IDLE_CONNS idle peers: RSS after − RSS before, ÷ peers)"
+	rec '#target' memory-peer zmqguard-router '<=' 30
+	rec '#target' memory-peer zmqguard-pull '<=' 30
+	rec '#cmp' memory-base 'MiB' "RSS of an idle process (bound, no peers)"
+	rec '#note' memory-peer "zmqguard-router = \`zmqguard handshake-listener\` with idle REQ peers; zmqguard-pull = \`zmqguard sink\` with idle PUSH peers; pyzmq-router = bench/py/router_listener.py with idle REQ peers. Peers: bench/idle (guarded handshake, then silence)."
+	for (( r = 1; r <= MEM_ROUNDS; r++ )); do
+		next_port; p1=$PORT; next_port; p2=$PORT; next_port; p3=$PORT
+		out=$WORK/memory.coord.$r
+		"$BIN/zmqguard" coordinator --front tcp://127.0.0.1:$p1 --back-output tcp://127.0.0.1:$p2 \
+			--back-publish tcp://127.0.0.1:$p3 --engines 2 --log-format text >"$out.srv" 2>"$out.srv.err" &
+		cp=$!
+		PIDS+=("$cp")
+		wait_for "$out.srv.err" "coordinator running" 20 || log "  coordinator did not start"
+		sleep 1
+		rec memory-base zmqguard-coordinator $r "$(awk -v k="$(rss_kib $cp)" 'BEGIN {printf "%.1f", k / 1024}')"
+		kill -TERM "$cp" 2>/dev/null || true
+		finish "$cp" 10
+		for v in zmqguard-router zmqguard-pull pyzmq-router; do
+			[ $v = pyzmq-router ] && [ $PYOK = 0 ] && continue
+			out=$WORK/memory.$v.$r
+			case $v in
+			zmqguard-router) mem_run "$out" listener REQ ;;
+			zmqguard-pull) mem_run "$out" sink PUSH ;;
+			pyzmq-router) mem_run "$out" pyrouter REQ ;;
+			esac
+			rec memory-base $v $r "$(awk -v k="$MEM_BEFORE" 'BEGIN {printf "%.1f", k / 1024}')"
+			rec memory-peer $v $r "$(awk -v a="$MEM_AFTER" -v b="$MEM_BEFORE" -v n=$IDLE_CONNS 'BEGIN {printf "%.1f", (a - b) / n}')"
+			log "memory round $r $v: RSS $MEM_BEFORE -> $MEM_AFTER KiB with $IDLE_CONNS idle peers"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- report
+echo
+echo "zmqguard benchmarks — $(date -u +%Y-%m-%dT%H:%MZ), mode $MODE, $ROUNDS round(s), variants interleaved"
+echo
+echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), Linux $(uname -r), $(go version | awk '{print $3}'), load average at the start: $LOAD_START, at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+"$BIN/tabulate" "$RESULTS"
+if [ "${BENCH_KEEP:-0}" = 1 ]; then cp "$RESULTS" "$WORK/results.keep.tsv"; fi

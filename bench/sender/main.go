@@ -1,0 +1,104 @@
+// Command sender is the benchmark load generator for receive loops: it
+// connects to a ZeroMQ PULL endpoint as a PUSH (guarded ZMTP handshake
+// through zmtpguard), then writes ready-made frames in large chunks straight
+// to the TCP connection, so that the receiver, not the sender, is the limit.
+//
+// Usage:
+//
+//	sender --connect tcp://127.0.0.1:PORT --count N [--size 100 | --stats] [--junk] [--chunk 65536]
+//
+// --stats sends the 101-byte vLLM stats vector (load.StatsVector); --size
+// sends frames of that many bytes. --junk follows every valid frame with a
+// junk frame (alternately "45" and "a3e08080"), so that half of the frames
+// are junk; --count counts valid frames. After the last byte it half-closes
+// the connection and waits for the receiver to close its side, then prints
+// one JSON line: frames and bytes sent and the rate it sent them at.
+package main
+
+import (
+	"flag"
+	"io"
+	"net"
+	"os"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/bench/internal/load"
+)
+
+type report struct {
+	Program      string  `json:"program"`
+	Frames       uint64  `json:"frames"`
+	Valid        uint64  `json:"valid"`
+	Bytes        uint64  `json:"bytes"`
+	Seconds      float64 `json:"seconds"`
+	FramesPerSec float64 `json:"frames_per_sec"`
+	Note         string  `json:"note,omitempty"`
+}
+
+func main() {
+	connect := flag.String("connect", "", "endpoint of the receiving PULL, tcp://host:port (required)")
+	count := flag.Uint64("count", 1_000_000, "valid frames to send")
+	size := flag.Int("size", 100, "frame body size in bytes (ignored with --stats)")
+	stats := flag.Bool("stats", false, "send the 101-byte vLLM stats vector")
+	junk := flag.Bool("junk", false, "follow every valid frame with a junk frame")
+	chunk := flag.Int("chunk", 64<<10, "bytes per write")
+	wait := flag.Duration("wait", 20*time.Second, "how long to retry connecting while the receiver starts")
+	linger := flag.Duration("linger", 2*time.Minute, "how long to wait for the receiver to close after the last byte")
+	flag.Parse()
+	if *connect == "" || *count == 0 || (*size <= 0 && !*stats) || *chunk <= 0 {
+		flag.Usage()
+		os.Exit(2)
+	}
+	body := load.Body(*size)
+	if *stats {
+		body = load.Body(0)
+	}
+	group := [][]byte{body}
+	if *junk {
+		j := load.Junk()
+		group = [][]byte{body, j[0], body, j[1]}
+	}
+	validPerGroup := uint64(1)
+	if *junk {
+		validPerGroup = 2
+	}
+	groups := (*count + validPerGroup - 1) / validPerGroup
+	per := uint64(load.GroupsPerChunk(group, *chunk))
+	full := load.Chunk(group, int(per))
+
+	c, err := load.DialRetry(*connect, zmq4.Push, *wait)
+	if err != nil {
+		load.Fatal(err)
+	}
+	nc := c.NetConn()
+	rep := report{Program: "sender"}
+	start := time.Now()
+	for left := groups; left > 0; {
+		buf := full
+		if left < per {
+			buf = load.Chunk(group, int(left))
+		}
+		n := min(left, per)
+		if _, err := nc.Write(buf); err != nil {
+			rep.Note = "receiver closed early: " + err.Error()
+			break
+		}
+		left -= n
+		rep.Frames += n * uint64(len(group))
+		rep.Valid += n * validPerGroup
+		rep.Bytes += uint64(len(buf))
+	}
+	elapsed := time.Since(start)
+	rep.Seconds = elapsed.Seconds()
+	if elapsed > 0 {
+		rep.FramesPerSec = float64(rep.Frames) / elapsed.Seconds()
+	}
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	nc.SetReadDeadline(time.Now().Add(*linger))
+	io.Copy(io.Discard, nc)
+	c.Close()
+	load.PrintJSON(rep)
+}
