@@ -1,0 +1,56 @@
+# Helpers shared by soak.sh and faults.sh (sourced, not run). They expect
+# $ZMQGUARD to name a built zmqguard binary.
+
+# start_coordinator DIR ENGINES [EXTRA FLAGS...]: starts a coordinator on
+# free loopback ports; sets cpid, front, backout, backpub. Logs (JSON) go to
+# DIR/coordinator.err, the counters line to DIR/coordinator.out.
+start_coordinator() {
+  local dir=$1 engines=$2; shift 2
+  "$ZMQGUARD" --log-format json coordinator --front tcp://127.0.0.1:0 --back-output tcp://127.0.0.1:0 \
+    --back-publish tcp://127.0.0.1:0 --engines "$engines" "$@" >"$dir/coordinator.out" 2>"$dir/coordinator.err" &
+  cpid=$!
+  wait_line "$dir/coordinator.err" '"msg":"coordinator running"'
+  front=$(json_field "$dir/coordinator.err" front)
+  backout=$(json_field "$dir/coordinator.err" back_output)
+  backpub=$(json_field "$dir/coordinator.err" back_publish)
+}
+
+# start_listener DIR ENGINE_ID [BIND] [LOGNAME]: starts a handshake listener
+# (on a free port unless BIND is given); sets lpid, listener.
+start_listener() {
+  local dir=$1 id=$2 bind=${3:-tcp://127.0.0.1:0} name=${4:-listener}
+  "$ZMQGUARD" --log-format json handshake-listener --bind "$bind" --engine-id "$id" \
+    >"$dir/$name.out" 2>"$dir/$name.err" &
+  lpid=$!
+  wait_line "$dir/$name.err" '"msg":"handshake listener serving"'
+  listener=$(json_field "$dir/$name.err" endpoint)
+}
+
+# wait_line FILE PATTERN: waits (10 s at most) until FILE has a line with PATTERN.
+wait_line() {
+  for _ in $(seq 200); do
+    grep -q -- "$2" "$1" 2>/dev/null && return 0
+    sleep 0.05
+  done
+  echo "timed out waiting for $2 in $1:"; cat "$1"; return 1
+}
+
+# json_field FILE KEY: the first string value of KEY in FILE's JSON lines.
+json_field() {
+  grep -o "\"$2\":\"[^\"]*\"" "$1" | head -n 1 | cut -d'"' -f4
+}
+
+# stop_proc PID NAME: SIGTERM, wait, print the process's counters line.
+stop_proc() {
+  local pid=$1 name=$2 dir=${3:-$tmp}
+  kill -TERM "$pid" 2>/dev/null || { echo "{\"$name\":\"already exited\"}"; return; }
+  wait "$pid" 2>/dev/null || true
+  tail -n 1 "$dir/$name.out"
+}
+
+# rss PID: resident set size in kB; fds PID: open descriptors; threads PID.
+rss() { awk '/^VmRSS:/ {print $2}' /proc/"$1"/status; }
+fds() { ls /proc/"$1"/fd | wc -l; }
+threads() { awk '/^Threads:/ {print $2}' /proc/"$1"/status; }
+# cpu PID: user+system CPU seconds so far.
+cpu() { awk -v hz="$(getconf CLK_TCK)" '{printf "%.2f", ($14+$15)/hz}' /proc/"$1"/stat; }
