@@ -114,6 +114,10 @@ func (o Options) withDefaults() Options {
 	if o.Guard.HandshakeTimeout == 0 {
 		o.Guard.HandshakeTimeout = g.HandshakeTimeout
 	}
+	if o.Guard.GreetingTimeout == 0 {
+		// zmtpguard lowers it to HandshakeTimeout when that is shorter.
+		o.Guard.GreetingTimeout = g.GreetingTimeout
+	}
 	return o
 }
 
@@ -232,4 +236,8 @@ type Stats struct {
 	Peers int
 	// Connects and Disconnects count established peers joining and leaving.
 	Connects, Disconnects uint64
+	// AcceptErrors counts failed accepts on the socket's bound endpoints
+	// (EMFILE and the like), each followed by a back-off. They stay counted
+	// after Close.
+	AcceptErrors uint64
 }

@@ -292,6 +292,9 @@ func (p *peerConn) readLoop() {
 		if b == nil {
 			b = s.getBatch(p)
 			b.slots[0], p.first = p.first, b.slots[0]
+			if p.first.footprint() > firstRetain {
+				p.first.release()
+			}
 			sl = &b.slots[0]
 		}
 		var deliver bool

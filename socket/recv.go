@@ -12,8 +12,19 @@ const (
 	batchMsgs = 128
 	// batchBytes: a reader hands its batch off once it holds this many bytes.
 	batchBytes = 256 << 10
-	// batchRetain bounds the buffer bytes a recycled batch keeps.
+	// batchRetain bounds the buffer bytes a recycled batch keeps (see
+	// putBatch); buffers beyond it are released to the garbage collector.
 	batchRetain = 512 << 10
+	// freeRetain bounds the buffer bytes all the batches in a socket's free
+	// list keep together. Without it, a stream of mixed-size messages
+	// ratchets every slot of every recycled batch up to the largest message
+	// it ever held (a soak of junk frames grew a coordinator's heap past
+	// 150 MiB that way).
+	freeRetain = 4 << 20
+	// firstRetain bounds the buffer bytes a peer keeps between batches
+	// (peerConn.first): an idle peer should cost its connection, not the
+	// largest message it once sent.
+	firstRetain = 8 << 10
 	// yieldBytes: a reader that hands a batch of at least this many bytes
 	// to a waiting Recv yields its P to it (see handOff).
 	yieldBytes = 32 << 10
@@ -34,14 +45,34 @@ type batch struct {
 	// hw is the number of leading slots ever written (a high-water mark):
 	// the slots after it are still zero, so putBatch need not visit them.
 	// A ROUTER or REQ peer's batch usually holds one message.
-	hw    int
+	hw int
+	// kept is the buffer bytes the batch held when it entered the free
+	// list (counted in Socket.freeBytes while it is there).
+	kept  int
 	slots [batchMsgs]slot
 }
+
+// footprint returns the buffer bytes sl keeps for reuse.
+func (sl *slot) footprint() int {
+	return sl.m.Footprint() + cap(sl.scratch) + cap(sl.out)*sliceHeader
+}
+
+// release drops sl's buffers.
+func (sl *slot) release() {
+	sl.m = zmtpguard.Message{}
+	sl.scratch = nil
+	sl.out = nil
+}
+
+// sliceHeader is the size of a slice header in bytes.
+const sliceHeader = 3 * (4 << (^uint(0) >> 63))
 
 func (s *Socket) getBatch(p *peerConn) *batch {
 	var b *batch
 	select {
 	case b = <-s.free:
+		s.freeBytes.Add(-int64(b.kept))
+		b.kept = 0
 	default:
 		b = new(batch)
 	}
@@ -49,20 +80,18 @@ func (s *Socket) getBatch(p *peerConn) *batch {
 	return b
 }
 
-// putBatch recycles b, releasing buffers beyond batchRetain bytes so a burst
-// of large messages does not stay pinned in the free list.
+// putBatch recycles b. It releases slot buffers beyond batchRetain bytes, so
+// a burst of large messages does not stay pinned in the free list, and lets
+// the whole batch go when the free list already keeps freeRetain bytes.
 func (s *Socket) putBatch(b *batch) {
 	// Slot n may hold a message read but not delivered (a command).
 	b.hw = max(b.hw, min(b.n+1, len(b.slots)))
 	kept := 0
 	for i := range b.slots[:b.hw] {
 		sl := &b.slots[i]
-		size := 2*sl.m.Size() + cap(sl.scratch)
+		size := sl.footprint()
 		if kept+size > batchRetain {
-			sl.m = zmtpguard.Message{}
-			sl.scratch = nil
-			clear(sl.out)
-			sl.out = nil
+			sl.release()
 			continue
 		}
 		kept += size
@@ -72,9 +101,15 @@ func (s *Socket) putBatch(b *batch) {
 	b.peer = nil
 	b.n = 0
 	b.bytes = 0
+	if s.freeBytes.Add(int64(kept)) > freeRetain {
+		s.freeBytes.Add(-int64(kept))
+		return // b and its buffers go to the garbage collector
+	}
+	b.kept = kept
 	select {
 	case s.free <- b:
 	default:
+		s.freeBytes.Add(-int64(kept))
 	}
 }
 

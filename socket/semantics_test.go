@@ -225,7 +225,9 @@ func TestPushWaitsForPeerWithContext(t *testing.T) {
 	// Close releases a Send waiting for room.
 	done := make(chan error, 1)
 	go func() { done <- push.Send(ctx, big) }()
-	time.Sleep(20 * time.Millisecond)
+	// Close as soon as the Send waits for room: a fixed sleep here let the
+	// kernel's growing buffers make room first on a loaded machine.
+	waitFor(t, ctx, "Send to wait for room", func() bool { return push.waiters.Load() > 0 })
 	push.Close()
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Send across Close: %v", err)

@@ -118,9 +118,11 @@ type Socket struct {
 	rr        atomic.Uint64
 
 	// receive side
-	inbox  chan *batch
-	free   chan *batch
-	recvMu sync.Mutex
+	inbox chan *batch
+	free  chan *batch
+	// freeBytes is the buffer bytes the batches in free keep (see putBatch).
+	freeBytes atomic.Int64
+	recvMu    sync.Mutex
 	// recvWaiting is set while Recv waits for a batch (see handOff).
 	recvWaiting atomic.Bool
 	cur         *batch
@@ -263,6 +265,11 @@ func (s *Socket) Stats() Stats {
 	for i := range s.viol {
 		st.Violations[i] = s.viol[i].Load()
 	}
+	s.mu.RLock()
+	for _, l := range s.listeners {
+		st.AcceptErrors += l.gl.Stats().AcceptErrors
+	}
+	s.mu.RUnlock()
 	return st
 }
 

@@ -29,13 +29,19 @@ type Stats struct {
 	Handshakes uint64
 	// AcceptErrors counts failed accepts (each followed by a back-off).
 	AcceptErrors uint64
-	// Violations counts violations by reason: refusals at accept (policy),
-	// handshake failures and violations on established connections.
+	// Violations counts violations by reason: refusals at accept and
+	// evictions (policy), handshake failures and violations on established
+	// connections. Each connection's handshake ends in at most one violation.
 	Violations [decodeguard.NumReasons]uint64
+	// Evicted counts pending handshakes aborted to admit a newer connection
+	// when MaxPendingHandshakes was reached (see [Config]); each is also one
+	// policy violation in Violations.
+	Evicted uint64
 	// Open is the number of connections counted against MaxConns: pending
 	// handshakes plus established connections not yet closed.
 	Open int64
-	// Pending is the number of handshakes in progress.
+	// Pending is the number of handshakes in progress (evicted ones no
+	// longer count): at most MaxPendingHandshakes per listener.
 	Pending int64
 }
 
@@ -53,6 +59,7 @@ type counters struct {
 	accepted     atomic.Uint64
 	handshakes   atomic.Uint64
 	acceptErrors atomic.Uint64
+	evicted      atomic.Uint64
 	violations   [decodeguard.NumReasons]atomic.Uint64
 	open         atomic.Int64
 	pending      atomic.Int64
@@ -63,6 +70,7 @@ func (c *counters) snapshot() Stats {
 		Accepted:     c.accepted.Load(),
 		Handshakes:   c.handshakes.Load(),
 		AcceptErrors: c.acceptErrors.Load(),
+		Evicted:      c.evicted.Load(),
 		Open:         c.open.Load(),
 		Pending:      c.pending.Load(),
 	}
@@ -102,23 +110,10 @@ func allowed(allow []netip.Prefix, ra net.Addr) bool {
 	if len(allow) == 0 {
 		return true
 	}
-	var ip netip.Addr
-	switch a := ra.(type) {
-	case *net.TCPAddr:
-		ip = a.AddrPort().Addr()
-	case *net.UDPAddr:
-		ip = a.AddrPort().Addr()
-	default:
-		if ra == nil {
-			return false
-		}
-		ap, err := netip.ParseAddrPort(ra.String())
-		if err != nil {
-			return false
-		}
-		ip = ap.Addr()
+	ip, ok := addrIP(ra)
+	if !ok {
+		return false
 	}
-	ip = ip.Unmap()
 	for _, p := range allow {
 		if p.Contains(ip) {
 			return true
@@ -129,19 +124,26 @@ func allowed(allow []netip.Prefix, ra net.Addr) bool {
 
 // acceptLoop is the accept machinery shared by Listener and the zmq4
 // transport: one goroutine accepts with back-off, checks the allowlist and
-// the caps, and starts one goroutine per connection that runs hs under the
-// handshake deadline; finished handshakes are handed out through ready.
+// MaxConns, admits the connection to the pending pool (evicting one pending
+// handshake when the pool is full), and starts one goroutine per connection
+// that runs hs under the handshake deadline; finished handshakes are handed
+// out through ready.
 type acceptLoop[T any] struct {
 	ln  net.Listener
 	cfg *Config // defaults filled, counting OnViolation
 	ctr *counters
 	// hs runs the guarded handshake on nc (which it closes on failure) and
 	// attaches release to the result, to be called once when it is closed.
+	// It does not report its violation: the loop does, unless the
+	// handshake was evicted (which is reported as such), so that every
+	// handshake ends in at most one violation.
 	hs func(ctx context.Context, nc net.Conn, release func()) (T, error)
 	// discard closes a finished T nobody accepted.
 	discard func(T)
 	// wait sleeps d or until done; tests replace it to record back-offs.
 	wait func(d time.Duration, done <-chan struct{})
+
+	pending pendingPool
 
 	ready   chan T
 	done    chan struct{} // closed by close
@@ -160,6 +162,7 @@ func newAcceptLoop[T any](ln net.Listener, cfg *Config, ctr *counters,
 	ctx, cancel := context.WithCancel(context.Background())
 	return &acceptLoop[T]{
 		ln: ln, cfg: cfg, ctr: ctr, hs: hs, discard: discard, wait: sleepOrDone,
+		pending: pendingPool{gauge: &ctr.pending},
 		ready:   make(chan T),
 		done:    make(chan struct{}),
 		stopped: make(chan struct{}),
@@ -237,11 +240,13 @@ func (a *acceptLoop[T]) refuse(nc net.Conn, detail string, length int64) {
 	a.cfg.OnViolation(*v)
 }
 
-// admit applies the allowlist and the caps, then starts nc's handshake.
-// Only the accept goroutine increments the counters it checks, so a check
-// cannot be raced past.
+// admit applies the allowlist and MaxConns, then starts nc's handshake,
+// evicting a pending one if MaxPendingHandshakes is reached. Only the accept
+// goroutine increments the counters it checks, so a check cannot be raced
+// past.
 func (a *acceptLoop[T]) admit(nc net.Conn) {
-	if !allowed(a.cfg.Allow, nc.RemoteAddr()) {
+	ra := nc.RemoteAddr()
+	if !allowed(a.cfg.Allow, ra) {
 		a.refuse(nc, "source address not in the allowlist", -1)
 		return
 	}
@@ -249,24 +254,49 @@ func (a *acceptLoop[T]) admit(nc net.Conn) {
 		a.refuse(nc, "connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached", open)
 		return
 	}
-	if p := a.ctr.pending.Load(); p >= int64(a.cfg.MaxPendingHandshakes) {
-		a.refuse(nc, "handshake cap MaxPendingHandshakes="+itoa(a.cfg.MaxPendingHandshakes)+" reached", p)
-		return
-	}
+	e := &pendingEntry{nc: nc}
+	victim, hostPending := a.pending.admit(e, sourceHost(ra), a.cfg.MaxPendingHandshakes)
 	a.ctr.open.Add(1)
-	a.ctr.pending.Add(1)
 	a.wg.Add(1)
-	go a.handshake(nc)
+	go a.handshake(e)
+	if victim != nil {
+		a.evict(victim, hostPending)
+	}
 }
 
-func (a *acceptLoop[T]) handshake(nc net.Conn) {
+// evict aborts the handshake of an entry the pool evicted, and reports it as
+// the one violation of that handshake. Its goroutine sees the closed
+// connection, finds the entry evicted, and reports nothing more.
+func (a *acceptLoop[T]) evict(e *pendingEntry, hostPending int) {
+	remote := remoteString(e.nc)
+	e.nc.Close()
+	a.ctr.evicted.Add(1)
+	v := violation(decodeguard.ReasonPolicy,
+		"evicted: MaxPendingHandshakes="+itoa(a.cfg.MaxPendingHandshakes)+" reached; its source host had "+
+			itoa(hostPending)+" pending, the most", int64(hostPending), nil)
+	v.Remote = remote
+	a.cfg.OnViolation(*v)
+}
+
+func (a *acceptLoop[T]) handshake(e *pendingEntry) {
 	defer a.wg.Done()
 	var once sync.Once
 	release := func() { once.Do(func() { a.ctr.open.Add(-1) }) }
-	t, err := a.hs(a.ctx, nc, release)
-	a.ctr.pending.Add(-1)
+	t, err := a.hs(a.ctx, e.nc, release)
+	// Exactly one of remove and the eviction takes e out of the pool: the
+	// loser's end is the winner's to account for.
+	evicted := !a.pending.remove(e)
 	if err != nil {
 		release()
+		var v *Violation
+		if !evicted && errors.As(err, &v) {
+			a.cfg.OnViolation(*v)
+		}
+		return
+	}
+	if evicted {
+		// The handshake completed as it was evicted: the eviction stands.
+		a.discard(t)
 		return
 	}
 	a.ctr.handshakes.Add(1)

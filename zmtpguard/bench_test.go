@@ -2,8 +2,10 @@ package zmtpguard
 
 import (
 	"bufio"
+	"context"
 	"io"
 	"testing"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 )
@@ -144,5 +146,34 @@ func BenchmarkRawRead100(b *testing.B) {
 		if _, err := io.ReadFull(br, body[:hdr[1]]); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// BenchmarkListenerHandshake measures the whole accept path of a Listener:
+// a guarded Dial over loopback, the listener's admission (pending-pool
+// bookkeeping included) and handshake, Accept, and both closes. The
+// deadlines are long: this measures cost, and a loaded machine can stall
+// one loopback handshake past the 1 s default GreetingTimeout.
+func BenchmarkListenerHandshake(b *testing.B) {
+	ctx := context.Background()
+	cfg := &Config{GreetingTimeout: 10 * time.Second, HandshakeTimeout: 10 * time.Second}
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", zmq4.Pull, cfg)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer l.Close()
+	addr := l.Addr().String()
+	b.ReportAllocs()
+	for b.Loop() {
+		c, err := Dial(ctx, "tcp", addr, zmq4.Push, nil, cfg)
+		if err != nil {
+			b.Fatal(err)
+		}
+		s, err := l.Accept(ctx)
+		if err != nil {
+			b.Fatal(err)
+		}
+		c.Close()
+		s.Close()
 	}
 }

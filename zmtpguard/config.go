@@ -9,12 +9,18 @@ import (
 
 // Defaults for [Config]. A zero field in Config means its default.
 const (
-	DefaultMaxMessageSize       = 1 << 20 // bytes, all frames of one message together
-	DefaultMaxFrames            = 64
-	DefaultHandshakeTimeout     = 5 * time.Second
-	DefaultMaxHandshakeSize     = 16 << 10 // bytes of one handshake command (READY)
-	DefaultMaxPropertySize      = 1024     // bytes of one READY property value
-	DefaultMaxProperties        = 32
+	DefaultMaxMessageSize   = 1 << 20 // bytes, all frames of one message together
+	DefaultMaxFrames        = 64
+	DefaultHandshakeTimeout = 5 * time.Second
+	DefaultGreetingTimeout  = 1 * time.Second
+	DefaultMaxHandshakeSize = 16 << 10 // bytes of one handshake command (READY)
+	DefaultMaxPropertySize  = 1024     // bytes of one READY property value
+	DefaultMaxProperties    = 32
+	// DefaultMaxPendingHandshakes is the default size of a listener's pool
+	// of handshakes in progress. A connection that arrives when it is full
+	// is admitted and evicts a pending one, from the source host with the
+	// most pending (see Config.MaxPendingHandshakes): a flood of idle
+	// connections from one host only ever evicts its own.
 	DefaultMaxPendingHandshakes = 128
 	DefaultMaxConns             = 4096
 	DefaultReadBufferSize       = 16 << 10
@@ -35,6 +41,27 @@ type Config struct {
 	// HandshakeTimeout bounds the whole handshake (greeting and READY).
 	// Default 5 s.
 	HandshakeTimeout time.Duration
+	// GreetingTimeout bounds the arrival of the peer's complete 64-byte
+	// greeting, counted from the start of the handshake; the rest of the
+	// handshake stays under HandshakeTimeout. A peer that connects and
+	// sends nothing (or dribbles its greeting) thus holds a pending
+	// handshake for GreetingTimeout, not HandshakeTimeout. A greeting too
+	// late is a handshake violation. "Arrived" is judged by the socket, not
+	// by this process's scheduling: when the deadline has passed, one more
+	// short read takes what the kernel already holds, so a process that did
+	// not run for a while (a loaded machine, a long pause) does not fail a
+	// peer whose greeting came in time. Default 1 s. A value larger than
+	// HandshakeTimeout is lowered to it (the greeting is part of the
+	// handshake), so GreetingTimeout = HandshakeTimeout turns the separate
+	// greeting deadline off.
+	//
+	// It applies where connections are accepted: Listener, the Transport's
+	// listeners, and Handshake. Dial and the Transport's dialing side do
+	// not apply it: there the wait for the server's greeting includes the
+	// server's accept latency, which a loaded server stretches past a
+	// second, and no pending pool needs protecting; HandshakeTimeout bounds
+	// a server that never speaks.
+	GreetingTimeout time.Duration
 	// MaxHandshakeSize bounds the body of the peer's READY command. Default 16 KiB.
 	MaxHandshakeSize int
 	// MaxPropertySize bounds one READY property value. Default 1 KiB.
@@ -42,10 +69,22 @@ type Config struct {
 	MaxPropertySize int
 	// MaxProperties bounds the number of READY properties. Default 32.
 	MaxProperties int
-	// MaxPendingHandshakes bounds a Listener's concurrent unfinished
-	// handshakes; connections beyond it are closed at once. Default 128.
+	// MaxPendingHandshakes bounds a Listener's (or a Transport listener's)
+	// concurrent unfinished handshakes. A new connection that would exceed
+	// it is still admitted, and a pending handshake is aborted instead (its
+	// connection closed, one policy violation "evicted: ...", counted in
+	// Stats.Evicted): the oldest pending handshake of the source host that
+	// has the most pending handshakes, the new connection included; on a
+	// tie, the host whose oldest pending handshake is the oldest overall
+	// loses that one. A source host is an IPv4 address, an IPv6 /64
+	// prefix, or "unix" for every unix-socket peer. So idle connections
+	// from one host only ever evict that host's own, and a real peer's
+	// handshake (about a millisecond) is evicted only if its host holds the
+	// most pending handshakes and MaxPendingHandshakes newer ones arrive
+	// from it before it completes. Default 128.
 	MaxPendingHandshakes int
-	// MaxConns bounds a Listener's open connections (pending and established).
+	// MaxConns bounds a Listener's open connections (pending and established):
+	// a connection beyond it is closed at once (a policy violation).
 	// Default 4096.
 	MaxConns int
 	// Allow, when non-empty, is the source allowlist checked at accept:
@@ -81,6 +120,10 @@ func (c Config) withDefaults() Config {
 	if c.HandshakeTimeout == 0 {
 		c.HandshakeTimeout = DefaultHandshakeTimeout
 	}
+	if c.GreetingTimeout == 0 {
+		c.GreetingTimeout = DefaultGreetingTimeout
+	}
+	c.GreetingTimeout = min(c.GreetingTimeout, c.HandshakeTimeout)
 	if c.MaxHandshakeSize == 0 {
 		c.MaxHandshakeSize = DefaultMaxHandshakeSize
 	}
@@ -105,8 +148,10 @@ func (c Config) withDefaults() Config {
 	return c
 }
 
-// Verify reports whether c is usable: no negative limits, and limits within
-// what the ZMTP wire format and this package support.
+// Verify reports whether c is usable: no negative limits or timeouts, and
+// limits within what the ZMTP wire format and this package support. (A
+// GreetingTimeout above HandshakeTimeout is not an error: it is lowered to
+// HandshakeTimeout.)
 func (c *Config) Verify() error {
 	var errs []error
 	neg := func(name string, v int64) {
@@ -117,6 +162,7 @@ func (c *Config) Verify() error {
 	neg("MaxMessageSize", c.MaxMessageSize)
 	neg("MaxFrames", int64(c.MaxFrames))
 	neg("HandshakeTimeout", int64(c.HandshakeTimeout))
+	neg("GreetingTimeout", int64(c.GreetingTimeout))
 	neg("MaxHandshakeSize", int64(c.MaxHandshakeSize))
 	neg("MaxPropertySize", int64(c.MaxPropertySize))
 	neg("MaxProperties", int64(c.MaxProperties))

@@ -126,6 +126,17 @@ func (m *Message) Reset() {
 // Size returns the total body bytes of m's frames.
 func (m *Message) Size() int { return len(m.buf) }
 
+// Footprint returns the bytes of memory m keeps for reuse: the capacity of
+// its body buffer and of its frame and offset tables. A receiver that
+// recycles Messages uses it to bound what idle Messages pin; assigning
+// Message{} releases it all.
+func (m *Message) Footprint() int {
+	return cap(m.buf) + cap(m.ends)*wordSize + cap(m.Frames)*3*wordSize
+}
+
+// wordSize is the size of an int (and of a pointer) in bytes.
+const wordSize = 4 << (^uint(0) >> 63)
+
 // Conn is a ZMTP connection whose handshake passed the guard. Reads return
 // whole, validated messages; writes are buffered until Flush.
 //
@@ -154,12 +165,20 @@ type Conn struct {
 // local with the given identity (nil for none), under cfg's limits (nil means
 // defaults). It writes the local greeting, validates the peer's greeting byte
 // by byte and its READY command in full, and lets zmq4.Open complete the
-// exchange over the validated bytes only. The whole handshake is bounded by
-// cfg.HandshakeTimeout and by ctx.
+// exchange over the validated bytes only. The peer's 64-byte greeting must
+// arrive within cfg.GreetingTimeout; the whole handshake is bounded by
+// cfg.HandshakeTimeout and by ctx. ([Dial] does not apply GreetingTimeout:
+// see [Config.GreetingTimeout].)
 //
 // On failure nc is closed and the error is a *Violation (bad peer, deadline
 // passed) or ctx's error. Violations are also reported to cfg.OnViolation.
 func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
+	return reportedHandshake(ctx, nc, local, identity, cfg, true)
+}
+
+// reportedHandshake is Handshake, with the greeting deadline applied only if
+// greeting is true.
+func reportedHandshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity []byte, cfg *Config, greeting bool) (*Conn, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -169,6 +188,22 @@ func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 		nc.Close()
 		return nil, err
 	}
+	conn, err := handshake(ctx, nc, local, identity, &c, greeting)
+	if err != nil && c.OnViolation != nil {
+		var v *Violation // declared here: its escape costs nothing on success
+		if errors.As(err, &v) {
+			c.OnViolation(*v)
+		}
+	}
+	return conn, err
+}
+
+// handshake is Handshake with cfg already defaulted and verified, the
+// greeting deadline optional, and without reporting: a failure's *Violation
+// (Remote set) is returned only, for the caller to report (a Listener does
+// not report a handshake it evicted).
+func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity []byte, cfg *Config, greeting bool) (*Conn, error) {
+	c := *cfg
 	remote := remoteString(nc)
 	fail := func(err error) (*Conn, error) {
 		nc.Close()
@@ -178,9 +213,6 @@ func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 		var v *Violation
 		if errors.As(err, &v) {
 			v.Remote = remote
-			if c.OnViolation != nil {
-				c.OnViolation(*v)
-			}
 			return nil, v
 		}
 		return nil, err
@@ -194,11 +226,8 @@ func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 		return nil, errors.New("zmtpguard: local identity is longer than 255 bytes")
 	}
 
-	deadline := time.Now().Add(c.HandshakeTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
-		deadline = d
-	}
-	if err := nc.SetDeadline(deadline); err != nil {
+	dl := newHandshakeDeadlines(ctx, &c, greeting)
+	if err := nc.SetDeadline(dl.greeting); err != nil {
 		return fail(err)
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
@@ -209,8 +238,18 @@ func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 		return fail(handshakeIOError("sending greeting", err, 0, nil))
 	}
 	var greet [GreetingSize]byte
-	if err := readGreeting(br, &greet); err != nil {
+	if err := readGreeting(br, &greet, dl.greetingTimeout, dl.grace(ctx, nc)); err != nil {
 		return fail(err)
+	}
+	if dl.greeting != dl.handshake {
+		if err := nc.SetDeadline(dl.handshake); err != nil {
+			return fail(err)
+		}
+		// A cancellation whose past deadline the line above overwrote
+		// is seen here; a later one sets its deadline after ours.
+		if ctx.Err() != nil {
+			return fail(ctx.Err())
+		}
 	}
 
 	hs := &handshakeConn{Conn: nc, br: br, cfg: &c, local: local, replay: greet[:], swallow: true}
@@ -252,16 +291,78 @@ func remoteString(nc net.Conn) string {
 	return ""
 }
 
+// handshakeDeadlines are the two deadlines of one handshake.
+type handshakeDeadlines struct {
+	handshake time.Time // the whole handshake: HandshakeTimeout or ctx's deadline
+	greeting  time.Time // the peer's greeting: GreetingTimeout, at most handshake
+	// greetingTimeout is GreetingTimeout when the greeting deadline is
+	// earlier than the handshake deadline, for the violation detail; 0 when
+	// they are the same (the usual handshake deadline detail applies).
+	greetingTimeout time.Duration
+}
+
+// newHandshakeDeadlines computes the deadlines of a handshake starting now;
+// without greeting, the greeting deadline is the handshake deadline.
+func newHandshakeDeadlines(ctx context.Context, cfg *Config, greeting bool) handshakeDeadlines {
+	now := time.Now()
+	d := handshakeDeadlines{handshake: now.Add(cfg.HandshakeTimeout)}
+	if cd, ok := ctx.Deadline(); ok && cd.Before(d.handshake) {
+		d.handshake = cd
+	}
+	d.greeting = d.handshake
+	if g := now.Add(cfg.GreetingTimeout); greeting && g.Before(d.handshake) {
+		d.greeting = g
+		d.greetingTimeout = cfg.GreetingTimeout
+	}
+	return d
+}
+
+// greetingGrace is how long the one extra read after a passed greeting
+// deadline may wait (see handshakeDeadlines.grace).
+const greetingGrace = 20 * time.Millisecond
+
+// grace returns the function readGreeting calls once when the greeting
+// deadline has passed: it moves the read deadline greetingGrace ahead (never
+// past the handshake deadline) so that one more read can take what the
+// kernel already holds. A Go read whose deadline has passed fails without
+// looking at the socket, so without it a process that did not run for
+// GreetingTimeout (a loaded machine, a long GC) would fail a peer whose
+// greeting had arrived in time. It reports false, and readGreeting gives
+// up, when ctx is done or there is no separate greeting deadline.
+func (d *handshakeDeadlines) grace(ctx context.Context, nc net.Conn) func() bool {
+	if d.greetingTimeout == 0 {
+		return nil
+	}
+	return func() bool {
+		until := time.Now().Add(greetingGrace)
+		if until.After(d.handshake) {
+			until = d.handshake
+		}
+		// A cancellation after this call sets its past deadline after ours;
+		// one before it is seen by the ctx check.
+		return nc.SetReadDeadline(until) == nil && ctx.Err() == nil
+	}
+}
+
 // readGreeting reads the peer's greeting from br into g, validating each
 // byte as it arrives (CheckGreeting), so a wrong first byte is refused
-// without waiting for 63 more.
-func readGreeting(br *bufio.Reader, g *[GreetingSize]byte) error {
+// without waiting for 63 more. A read deadline passing is reported as the
+// greeting deadline when greetingTimeout is not 0 (see handshakeDeadlines).
+func readGreeting(br *bufio.Reader, g *[GreetingSize]byte, greetingTimeout time.Duration, grace func() bool) error {
 	for _, n := range [...]int{1, 10, 11, 33, GreetingSize} {
 		b, err := br.Peek(n)
+		if err != nil && grace != nil && errors.Is(err, os.ErrDeadlineExceeded) && grace() {
+			grace = nil
+			b, err = br.Peek(n)
+		}
 		if verr := CheckGreeting(b); verr != nil {
 			return verr
 		}
 		if err != nil {
+			if greetingTimeout > 0 && errors.Is(err, os.ErrDeadlineExceeded) {
+				return violation(decodeguard.ReasonHandshake, "greeting deadline passed: the 64-byte greeting did not arrive within GreetingTimeout ("+
+					greetingTimeout.String()+")", int64(len(b)), b)
+			}
 			return handshakeIOError("reading greeting", err, len(b), b)
 		}
 	}

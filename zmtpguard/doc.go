@@ -22,12 +22,17 @@
 //   - commands after the handshake (PING, PONG, SUBSCRIBE, CANCEL, ERROR) are
 //     returned as commands, never as data.
 //
-// [Handshake] runs the guarded handshake on one connection with a deadline;
-// the resulting [Conn] reads and writes whole messages. [Listener] (from
-// [Listen] or [NewListener]) accepts with back-off, runs each handshake in
-// its own goroutine, enforces caps and an optional source allowlist, counts
-// every violation by reason ([Listener.Stats]) and reports it through
-// [Config.OnViolation]; [Dial] is the guarded client side. Each [Violation]
+// [Handshake] runs the guarded handshake on one connection with deadlines
+// (the peer's greeting within GreetingTimeout, the whole handshake within
+// HandshakeTimeout); the resulting [Conn] reads and writes whole messages.
+// [Listener] (from [Listen] or [NewListener]) accepts with back-off, runs
+// each handshake in its own goroutine, enforces MaxConns and an optional
+// source allowlist, bounds the handshakes in progress by evicting, when
+// MaxPendingHandshakes is reached, the oldest pending handshake of the
+// source host that holds the most (so one host's idle connections cannot
+// lock out the others), counts every violation by reason ([Listener.Stats])
+// and reports it through [Config.OnViolation]; [Dial] is the guarded client
+// side. Each [Violation]
 // carries the peer address, the reason, the length involved and a capped
 // copy of the offending bytes for hex logging, never raw bytes in text.
 //

@@ -122,10 +122,11 @@ type guardTarget struct {
 	msgs  <-chan string // first frames of the data messages the application received
 }
 
-// hostileConfig keeps the handshake deadline long, so every refusal seen in
-// the suite is the validator's, not the clock's.
+// hostileConfig keeps the handshake and greeting deadlines long, so every
+// refusal seen in the suite is the validator's (or an eviction), not the
+// clock's. (The greeting deadline has its own tests in evict_test.go.)
 func hostileConfig() *Config {
-	return &Config{HandshakeTimeout: 20 * time.Second}
+	return &Config{HandshakeTimeout: 20 * time.Second, GreetingTimeout: 20 * time.Second}
 }
 
 // runHostileSuite runs every attack against tg, each followed by a real

@@ -17,10 +17,15 @@ var ErrListenerClosed = errors.New("zmtpguard: listener closed")
 // One goroutine accepts from the OS listener; a failed accept is retried
 // after a back-off (5 ms doubling to 1 s, reset by a success) so descriptor
 // exhaustion never spins a CPU. Each connection is checked against the
-// source allowlist and the caps (MaxConns, MaxPendingHandshakes) at once —
-// a refused one is closed immediately and counted as a policy violation —
-// and then runs its handshake in its own goroutine under HandshakeTimeout,
-// so a stalled peer never delays anyone else.
+// source allowlist and MaxConns at once — a refused one is closed
+// immediately and counted as a policy violation — and then runs its
+// handshake in its own goroutine (greeting under GreetingTimeout, the whole
+// handshake under HandshakeTimeout), so a stalled peer never delays anyone
+// else. When MaxPendingHandshakes handshakes are already in progress, the
+// new connection is still admitted and the oldest pending handshake of the
+// source host with the most pending ones is aborted instead (a policy
+// violation, counted in Stats.Evicted): idle connections from one host
+// cannot lock other hosts out (see [Config.MaxPendingHandshakes]).
 //
 // Connections returned by Accept count against MaxConns until their Close
 // is called: the caller must Close every Conn it accepts, also after the peer
@@ -80,7 +85,8 @@ func newListener(ln net.Listener, local zmq4.SocketType, cfg *Config) (*Listener
 	l := &Listener{local: local}
 	l.cfg = countingConfig(cfg, &l.ctr)
 	hs := func(ctx context.Context, nc net.Conn, release func()) (*Conn, error) {
-		c, err := Handshake(ctx, nc, local, nil, &l.cfg)
+		// The loop reports the violation (unless it evicted nc).
+		c, err := handshake(ctx, nc, local, nil, &l.cfg, true)
 		if err != nil {
 			return nil, err
 		}
@@ -143,7 +149,8 @@ func (l *Listener) Stats() Stats { return l.ctr.snapshot() }
 // Dial connects to addr on the named network and runs the guarded handshake
 // for a local socket of type local with the given identity (nil for none),
 // under cfg's limits (nil means defaults). ctx bounds the connect and the
-// handshake (which HandshakeTimeout bounds as well).
+// handshake (which HandshakeTimeout bounds as well). GreetingTimeout does not
+// apply: the wait for the server's greeting includes its accept latency.
 func Dial(ctx context.Context, network, addr string, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
 	if err := checkListenArgs(local, cfg); err != nil {
 		return nil, err
@@ -153,5 +160,5 @@ func Dial(ctx context.Context, network, addr string, local zmq4.SocketType, iden
 	if err != nil {
 		return nil, err
 	}
-	return Handshake(ctx, nc, local, identity, cfg)
+	return reportedHandshake(ctx, nc, local, identity, cfg, false)
 }

@@ -76,32 +76,59 @@ func TestHandshakeDeadline(t *testing.T) {
 	roundTrip(t, l, s, "after deadline")
 }
 
+// TestPendingHandshakeCap: connections beyond MaxPendingHandshakes are
+// admitted and evict the oldest pending handshake of their (single) host, so
+// a real peer gets through while the pool is full of idle connections.
 func TestPendingHandshakeCap(t *testing.T) {
-	l, s := listenPull(t, &Config{MaxPendingHandshakes: 4, HandshakeTimeout: 300 * time.Millisecond})
+	var log violationLog
+	// Long deadlines: every violation in this test is an eviction or a
+	// close by the test, never the clock.
+	l, s := listenPull(t, &Config{MaxPendingHandshakes: 4, HandshakeTimeout: 20 * time.Second,
+		GreetingTimeout: 20 * time.Second, OnViolation: log.hook})
 	var conns []net.Conn
 	defer func() {
 		for _, c := range conns {
 			c.Close()
 		}
 	}()
-	for range 10 {
+	for i := range 10 {
 		c, err := net.Dial("tcp", l.Addr().String())
 		if err != nil {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
+		// One at a time, so that arrival order is dial order.
+		waitFor(t, 5*time.Second, "the accept", func() bool { return l.Stats().Accepted == uint64(i+1) })
 	}
-	waitFor(t, 5*time.Second, "6 refusals", func() bool {
+	waitFor(t, 5*time.Second, "6 evictions", func() bool {
 		return l.Stats().Violations[decodeguard.ReasonPolicy] == 6
 	})
-	// The 4 admitted idle peers time out; the cap frees and a real peer gets
-	// through while all 10 raw connections are still open on our side.
-	waitFor(t, 10*time.Second, "the idle handshakes to time out", func() bool {
+	// The 6 oldest were evicted, in arrival order, and closed.
+	for i, v := range log.all() {
+		if v.Reason != decodeguard.ReasonPolicy || !strings.HasPrefix(v.Detail, "evicted: MaxPendingHandshakes=4 reached") ||
+			v.Remote != conns[i].LocalAddr().String() {
+			t.Fatalf("violation %d: %+v, want the eviction of %s", i, v, conns[i].LocalAddr())
+		}
+		if err := waitClosed(conns[i], 5*time.Second); err != nil {
+			t.Fatalf("evicted connection %d: %v", i, err)
+		}
+	}
+	if st := l.Stats(); st.Pending != 4 || st.Evicted != 6 {
+		t.Fatalf("stats %+v", st)
+	}
+	// A real peer (same host) gets through while the pool is full: it
+	// evicts the oldest idle one, a seventh policy violation.
+	roundTrip(t, l, s, "while the pool is full")
+	for _, c := range conns {
+		c.Close()
+	}
+	// The 3 idle connections left end as handshake violations (peer closed).
+	waitFor(t, 10*time.Second, "the idle handshakes to end", func() bool {
 		st := l.Stats()
-		return st.Pending == 0 && st.Violations[decodeguard.ReasonHandshake] == 4
+		return st.Pending == 0 && st.Violations[decodeguard.ReasonHandshake] == 3
 	})
-	roundTrip(t, l, s, "after the cap")
-	if st := l.Stats(); st.Violations[decodeguard.ReasonPolicy] != 6 || st.Accepted != 11 {
+	if st := l.Stats(); st.Violations[decodeguard.ReasonPolicy] != 7 || st.Evicted != 7 || st.Accepted != 11 ||
+		st.Handshakes != 1 || st.TotalViolations() != 10 {
 		t.Fatalf("stats %+v", st)
 	}
 }

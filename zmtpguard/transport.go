@@ -27,10 +27,12 @@ const DefaultScheme = "zmqguard"
 // the socket on its scheme.
 //
 // On the listening side, each accepted connection is validated in a
-// background goroutine before zmq4 sees it: source allowlist, connection and
-// pending-handshake caps, the handshake deadline, the peer's greeting byte by
-// byte, and its READY in full (lengths, names, Socket-Type known). Only then
-// does the net.Listener's Accept return it, so zmq4's accept goroutine —
+// background goroutine before zmq4 sees it: source allowlist, MaxConns, the
+// pending-handshake pool (full, it evicts the oldest pending handshake of
+// the source host holding the most, as a [Listener] does), the greeting and
+// handshake deadlines, the peer's greeting byte by byte, and its READY in
+// full (lengths, names, Socket-Type known). Only then does the
+// net.Listener's Accept return it, so zmq4's accept goroutine —
 // which runs zmq4.Open inline and would otherwise wait forever on a silent
 // peer — never blocks on a peer. The returned net.Conn swallows zmq4's
 // greeting (the guard already sent the identical bytes), replays the
@@ -51,8 +53,9 @@ const DefaultScheme = "zmqguard"
 // the peer's greeting and READY are validated before zmq4 reads them (the
 // local type, for the compatibility check, comes from the READY zmq4 writes),
 // the whole handshake is under HandshakeTimeout (zmq4 alone waits forever for
-// a server that accepts TCP but never speaks), and frames are scanned as
-// above. Dial-side connections are not subject to MaxConns or the allowlist.
+// a server that accepts TCP but never speaks; GreetingTimeout does not apply,
+// as for [Dial]), and frames are scanned as above. Dial-side connections
+// are not subject to MaxConns, the pending pool or the allowlist.
 //
 // What this mode cannot fix, because it lives in zmq4's socket layer above
 // the stream:
@@ -169,6 +172,7 @@ func (t *Transport) Dial(ctx context.Context, d transport.Dialer, addr string) (
 	if err != nil {
 		return nil, err
 	}
+	// HandshakeTimeout only: as for Dial, GreetingTimeout does not apply.
 	if err := nc.SetDeadline(time.Now().Add(t.cfg.HandshakeTimeout)); err != nil {
 		nc.Close()
 		return nil, err
@@ -178,6 +182,7 @@ func (t *Transport) Dial(ctx context.Context, d transport.Dialer, addr string) (
 }
 
 // prevalidate runs the listening side's checks on nc before zmq4 sees it.
+// Like handshake, it does not report its violation (the accept loop does).
 func (t *Transport) prevalidate(ctx context.Context, nc net.Conn, release func()) (*guardConn, error) {
 	cfg := &t.cfg
 	remote := remoteString(nc)
@@ -189,12 +194,12 @@ func (t *Transport) prevalidate(ctx context.Context, nc net.Conn, release func()
 		var v *Violation
 		if errors.As(err, &v) {
 			v.Remote = remote
-			cfg.OnViolation(*v)
 			return nil, v
 		}
 		return nil, err
 	}
-	if err := nc.SetDeadline(time.Now().Add(cfg.HandshakeTimeout)); err != nil {
+	dl := newHandshakeDeadlines(ctx, cfg, true)
+	if err := nc.SetDeadline(dl.greeting); err != nil {
 		return fail(err)
 	}
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
@@ -205,8 +210,16 @@ func (t *Transport) prevalidate(ctx context.Context, nc net.Conn, release func()
 		return fail(handshakeIOError("sending greeting", err, 0, nil))
 	}
 	var greet [GreetingSize]byte
-	if err := readGreeting(br, &greet); err != nil {
+	if err := readGreeting(br, &greet, dl.greetingTimeout, dl.grace(ctx, nc)); err != nil {
 		return fail(err)
+	}
+	if dl.greeting != dl.handshake {
+		if err := nc.SetDeadline(dl.handshake); err != nil {
+			return fail(err)
+		}
+		if ctx.Err() != nil { // see handshake
+			return fail(ctx.Err())
+		}
 	}
 	// The local type is not known yet: it comes with zmq4's READY, and the
 	// compatibility check happens when zmq4 writes it.
@@ -401,7 +414,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 		switch g.rphase {
 		case rGreeting:
 			var greet [GreetingSize]byte
-			if err := readGreeting(g.br, &greet); err != nil {
+			if err := readGreeting(g.br, &greet, 0, nil); err != nil {
 				g.rerr = g.violate("read", err)
 				continue
 			}

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -280,5 +281,82 @@ func TestOutTracker(t *testing.T) {
 		if !slices.Equal(boundaries, ends) {
 			t.Fatalf("chunk %d: boundaries %v, want %v", chunk, boundaries, ends)
 		}
+	}
+}
+
+// TestTransportEvictAndGreeting: the transport's listener shares the
+// Listener's accept loop: a full pending pool evicts, and a silent peer is
+// closed at GreetingTimeout.
+func TestTransportEvictAndGreeting(t *testing.T) {
+	tr, scheme := registerTestTransport(t, "tcp", &Config{MaxPendingHandshakes: 2,
+		GreetingTimeout: 2 * time.Second, HandshakeTimeout: 20 * time.Second})
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	pull := zmq4.NewPull(ctx, zmq4.WithLogger(quietLogger()))
+	defer pull.Close()
+	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	for i := range 3 {
+		c, err := net.Dial("tcp", pull.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns = append(conns, c)
+		waitFor(t, 5*time.Second, "the accept", func() bool { return tr.Stats().Accepted == uint64(i+1) })
+	}
+	// The third evicted the first.
+	if err := waitClosed(conns[0], 5*time.Second); err != nil {
+		t.Fatalf("oldest idle connection not evicted: %v", err)
+	}
+	if st := tr.Stats(); st.Evicted != 1 || st.Violations[decodeguard.ReasonPolicy] != 1 || st.Pending != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+	// The other two are closed at GreetingTimeout (2 s), long before the
+	// 20 s HandshakeTimeout: the 10 s bound is correctness, not timing.
+	for _, c := range conns[1:] {
+		if err := waitClosed(c, 10*time.Second); err != nil {
+			t.Fatalf("silent peer not closed at GreetingTimeout: %v", err)
+		}
+	}
+	waitFor(t, 5*time.Second, "the greeting violations", func() bool {
+		return tr.Stats().Violations[decodeguard.ReasonHandshake] == 2
+	})
+	if st := tr.Stats(); st.TotalViolations() != 3 || st.Pending != 0 || st.Open != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestTransportDialGreetingTimeout: the dialing side does not apply
+// GreetingTimeout (as Dial): a silent server fails at HandshakeTimeout.
+func TestTransportDialGreetingTimeout(t *testing.T) {
+	var log violationLog
+	_, scheme := registerTestTransport(t, "tcp", &Config{GreetingTimeout: 100 * time.Millisecond,
+		HandshakeTimeout: 300 * time.Millisecond, OnViolation: log.hook})
+	addr := hostileServer(t, "", nil)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	push := zmq4.NewPush(ctx, zmq4.WithLogger(quietLogger()))
+	defer push.Close()
+	errc := make(chan error, 1)
+	go func() { errc <- push.Dial(scheme + "://" + addr) }()
+	select {
+	case err := <-errc:
+		if err == nil {
+			t.Fatal("Dial to a silent server succeeded")
+		}
+	case <-ctx.Done():
+		t.Fatal("Dial to a silent server hangs past HandshakeTimeout")
+	}
+	vs := log.all()
+	if len(vs) == 0 || vs[0].Reason != decodeguard.ReasonHandshake || strings.Contains(vs[0].Detail, "GreetingTimeout") ||
+		!strings.Contains(vs[0].Detail, "handshake deadline") {
+		t.Fatalf("violations %+v, want the handshake deadline", vs)
 	}
 }
