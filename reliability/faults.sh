@@ -11,7 +11,10 @@
 #   fd-256           the listener with its fd limit lowered to 256
 #
 # usage: reliability/faults.sh [SCENARIO...]   (default: all, about 3 minutes)
-# Everything runs niced (nice -n 19) on 127.0.0.1.
+# Everything runs niced (nice -n 19) on 127.0.0.1. After every SIGTERM the
+# process's exit line is shown with its goroutines (counted after its sockets
+# closed: a handful in a clean shutdown). Lines starting with ASSERT are
+# checked; the script exits 1 if one of them failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
@@ -41,6 +44,26 @@ for k in sys.argv[2:]:
     out[k] = v
 print(json.dumps(out))
 PY
+}
+# counter FILE KEY: one field of a counters JSON line, or "absent".
+counter() {
+  /usr/bin/python3 - "$1" "$2" <<'PY'
+import json, sys
+v = json.loads(open(sys.argv[1]).read().strip().splitlines()[-1])
+for part in sys.argv[2].split("."):
+    v = v.get(part) if isinstance(v, dict) else None
+print("absent" if v is None else json.dumps(v))
+PY
+}
+failures=0
+# assert_gt FILE KEY MIN: checks that counter KEY of FILE exceeds MIN.
+assert_gt() {
+  local v; v=$(counter "$1" "$2")
+  if [[ "$v" =~ ^[0-9]+$ ]] && [ "$v" -gt "$3" ]; then
+    echo "ASSERT $2 > $3: ok ($v)"
+  else
+    echo "ASSERT $2 > $3: FAILED ($v)"; failures=$((failures + 1))
+  fi
 }
 
 engine_kill() {
@@ -72,7 +95,7 @@ engine_kill() {
   echo "engine 0 saw: $(grep -c START_DP_WAVE "$d/engine0.log") START_DP_WAVE, $(grep -c wave_complete "$d/engine0.log") wave_complete sent"
   kill "$e0" "$e1b" "$fe"; wait "$e0" "$e1b" "$fe" 2>/dev/null
   stop_proc "$cpid" coordinator "$d" >/dev/null
-  echo "coordinator counters: $(counters_of "$d/coordinator.out" wave ready_sent start_wave_sent wave_published stats_applied stale_stats dropped drops violations back_unsubscribed)"
+  echo "coordinator counters: $(counters_of "$d/coordinator.out" wave ready_sent start_wave_sent wave_published stats_applied stale_stats dropped drops violations back_unsubscribed goroutines)"
 }
 
 listener_restart() {
@@ -84,7 +107,7 @@ listener_restart() {
   "$LOADGEN" fetch --listener "$listener" --clients 2 --interval 20ms --timeout 1s --duration 14s >"$d/fetch.json" 2>"$d/fetch.log" &
   local f=$!
   sleep 4
-  kill -TERM "$lpid"; wait "$lpid" 2>/dev/null; echo "$(ts) listener stopped (SIGTERM); first one served $(counters_of "$d/listener.out" served)"
+  kill -TERM "$lpid"; wait "$lpid" 2>/dev/null; echo "$(ts) listener stopped (SIGTERM); first one served $(counters_of "$d/listener.out" served goroutines)"
   sleep 3
   start_listener "$d" restart-engine "tcp://127.0.0.1:$port" listener2
   echo "$(ts) listener restarted on the same port $port"
@@ -92,7 +115,7 @@ listener_restart() {
   echo "OBSERVED, handshakes per second (2 clients, 1 s timeout each):"; sed 's/^/  /' "$d/fetch.log"
   echo "fetch summary: $(cat "$d/fetch.json")"
   stop_proc "$lpid" listener2 "$d" >/dev/null
-  echo "restarted listener counters: $(counters_of "$d/listener2.out" served dropped violations)"
+  echo "restarted listener counters: $(counters_of "$d/listener2.out" served dropped violations goroutines)"
 }
 
 stalled_peer() {
@@ -114,7 +137,8 @@ stalled_peer() {
   echo "other client, per second:"; sed 's/^/  /' "$d/fetch.log" | head -n 20
   echo "other client summary: $(cat "$d/fetch.json")"
   stop_proc "$lpid" listener "$d" >/dev/null
-  echo "listener counters: $(counters_of "$d/listener.out" served received dropped dropped_unroutable violations)"
+  echo "listener counters: $(counters_of "$d/listener.out" served received dropped dropped_unroutable dropped_hwm violations goroutines)"
+  assert_gt "$d/listener.out" dropped_hwm 0
 
   header "stalled-peer (coordinator): a subscriber that never reads, 4,096-engine publications every 5 ms"
   expect "the front-end's SCALE_ELASTIC_EP 4096 makes every publication about 12 KiB; publications to the deaf subscriber fill its queue (HWM 1000) and are then dropped for it alone (front.dropped_hwm grows); a reading front-end keeps receiving; the coordinator's RSS stays bounded."
@@ -137,7 +161,7 @@ s.setsockopt(zmq.RCVBUF, 4096); s.connect(sys.argv[1]); time.sleep(25)' "$front"
   echo "OBSERVED: coordinator RSS max: $max kB; reading front-end got $(cat "$d/frontend.json") in 20 s"
   kill "$e" "$deaf"; wait "$e" "$deaf" 2>/dev/null
   stop_proc "$cpid" coordinator "$d" >/dev/null
-  echo "coordinator counters: $(counters_of "$d/coordinator.out" engines resizes stats_published front.sent front.dropped_hwm dropped)"
+  echo "coordinator counters: $(counters_of "$d/coordinator.out" engines resizes stats_published front.sent front.dropped_hwm dropped goroutines)"
 }
 
 idle_1000() {
@@ -158,7 +182,7 @@ idle_1000() {
   echo "real client summary: $(cat "$d/fetch.json")"
   echo "$(ts) listener fds at the end: $(fds "$lpid")"
   stop_proc "$lpid" listener "$d" >/dev/null
-  echo "listener counters: $(counters_of "$d/listener.out" served violations connects)"
+  echo "listener counters: $(counters_of "$d/listener.out" served violations connects goroutines)"
 
   header "idle-1000 (zmtp): 1,000 connections that complete a ZMTP handshake, then say nothing"
   expect "all 1,000 are accepted (MaxConns 4096) and held; fds grow by about 1,000 and return to the baseline when they close; a real client's handshakes succeed throughout."
@@ -177,7 +201,7 @@ idle_1000() {
   echo "OBSERVED: idle client: $(cat "$d/idle.json")"
   echo "real client summary: $(cat "$d/fetch.json")"
   stop_proc "$lpid" listener "$d" >/dev/null
-  echo "listener counters: $(counters_of "$d/listener.out" served violations connects disconnects)"
+  echo "listener counters: $(counters_of "$d/listener.out" served violations connects disconnects goroutines)"
 }
 
 fd_256() {
@@ -207,7 +231,8 @@ fd_256() {
   echo "handshakes afterwards: $(cat "$d/fetch2.json")"
   kill -0 "$lpid" && echo "listener alive"
   stop_proc "$lpid" listener "$d" >/dev/null
-  echo "listener counters: $(counters_of "$d/listener.out" served violations connects)"
+  echo "listener counters: $(counters_of "$d/listener.out" served violations connects goroutines)"
+  assert_gt "$d/listener.out" accept_errors 0
   grep -m3 -i 'accept' "$d/listener.err" | cut -c1-300
 }
 
@@ -217,3 +242,4 @@ for s in "${scenarios[@]}"; do
   "${s//-/_}"
 done
 echo; echo "logs in $tmp"
+if [ "$failures" -gt 0 ]; then echo "$failures ASSERT(s) FAILED"; exit 1; fi

@@ -2,7 +2,9 @@
 # $ZMQGUARD to name a built zmqguard binary.
 
 # start_coordinator DIR ENGINES [EXTRA FLAGS...]: starts a coordinator on
-# free loopback ports; sets cpid, front, backout, backpub. Logs (JSON) go to
+# free loopback ports; sets cpid, front, backout, backpub, and cdebug: the
+# debug endpoint's host:port when the flags include --debug-addr (e.g.
+# --debug-addr 127.0.0.1:0), else empty. Logs (JSON) go to
 # DIR/coordinator.err, the counters line to DIR/coordinator.out.
 start_coordinator() {
   local dir=$1 engines=$2; shift 2
@@ -13,17 +15,21 @@ start_coordinator() {
   front=$(json_field "$dir/coordinator.err" front)
   backout=$(json_field "$dir/coordinator.err" back_output)
   backpub=$(json_field "$dir/coordinator.err" back_publish)
+  cdebug=$(json_field "$dir/coordinator.err" debug_addr)
 }
 
-# start_listener DIR ENGINE_ID [BIND] [LOGNAME]: starts a handshake listener
-# (on a free port unless BIND is given); sets lpid, listener.
+# start_listener DIR ENGINE_ID [BIND] [LOGNAME] [EXTRA FLAGS...]: starts a
+# handshake listener (on a free port unless BIND is given; "" for the
+# default); sets lpid, listener, and ldebug as start_coordinator sets cdebug.
 start_listener() {
   local dir=$1 id=$2 bind=${3:-tcp://127.0.0.1:0} name=${4:-listener}
-  "$ZMQGUARD" --log-format json handshake-listener --bind "$bind" --engine-id "$id" \
+  shift $(( $# < 4 ? $# : 4 ))
+  "$ZMQGUARD" --log-format json handshake-listener --bind "$bind" --engine-id "$id" "$@" \
     >"$dir/$name.out" 2>"$dir/$name.err" &
   lpid=$!
   wait_line "$dir/$name.err" '"msg":"handshake listener serving"'
   listener=$(json_field "$dir/$name.err" endpoint)
+  ldebug=$(json_field "$dir/$name.err" debug_addr)
 }
 
 # wait_line FILE PATTERN: waits (10 s at most) until FILE has a line with PATTERN.

@@ -3,14 +3,17 @@
 
 usage: plot.py [--no-plot] [--warmup SECONDS] SOAK.csv OUT.png
 
-The CSV has the columns t,process,rss_kb,threads,fds,cpu_s (one row per
-process per second). For each process and metric it prints the value at the
-end of the warm-up, the minimum, maximum and mean after it, the last value,
-the least-squares slope per minute after warm-up, and a verdict: flat when the
-mean of the last minute is within the tolerance of the mean of the first
-minute after warm-up (RSS 10 %, threads 2, fds 10 % or 5). The PNG (Debian's
-python3-matplotlib) shows the four series per process over time, with the
-warm-up shaded.
+The CSV has the columns t,process,rss_kb,threads,fds,cpu_s and, since the
+processes export them (--debug-addr), goroutines,heap_inuse_kb (one row per
+process per second; an empty cell is a sample the debug endpoint did not
+answer). Older CSVs without the last two columns are read as before. For each
+process and metric it prints the value at the end of the warm-up, the
+minimum, maximum and mean after it, the last value, the least-squares slope
+per minute after warm-up, and a verdict: flat when the mean of the last minute
+is within the tolerance of the mean of the first minute after warm-up (RSS and
+HeapInuse 10 %, threads 2, fds and goroutines 10 % or 5). The PNG (Debian's
+python3-matplotlib) shows memory (RSS solid, HeapInuse dashed), goroutines,
+OS threads, fds and CPU per process over time, with the warm-up shaded.
 """
 
 import argparse
@@ -18,11 +21,16 @@ import csv
 import sys
 from collections import defaultdict
 
+# (column, label, conversion for the plot); the optional ones are plotted
+# and judged only when the CSV has them.
 METRICS = [
     ("rss_kb", "RSS (MiB)", lambda v: v / 1024.0),
+    ("heap_inuse_kb", "HeapInuse (MiB)", lambda v: v / 1024.0),
+    ("goroutines", "goroutines", float),
     ("threads", "OS threads", float),
     ("fds", "open fds", float),
 ]
+OPTIONAL = {"heap_inuse_kb", "goroutines"}
 
 
 def slope_per_minute(ts, vs):
@@ -42,11 +50,28 @@ def window_mean(ts, vs, lo, hi):
 
 
 def flat(metric, first, last):
-    if metric == "rss_kb":
+    if metric in ("rss_kb", "heap_inuse_kb"):
         return abs(last - first) <= 0.10 * first
     if metric == "threads":
         return abs(last - first) <= 2
     return abs(last - first) <= max(5.0, 0.10 * first)
+
+
+def load(path):
+    """Returns process -> column -> [(t, value)], skipping empty cells, and
+    the set of columns the file has."""
+    data = defaultdict(lambda: defaultdict(list))
+    with open(path) as f:
+        r = csv.DictReader(f)
+        cols = set(r.fieldnames or [])
+        for row in r:
+            t = float(row["t"])
+            d = data[row["process"]]
+            for metric, _, _ in METRICS + [("cpu_s", "", None)]:
+                v = (row.get(metric) or "").strip()
+                if v:
+                    d[metric].append((t, float(v)))
+    return data, cols
 
 
 def main():
@@ -57,44 +82,45 @@ def main():
     ap.add_argument("png")
     a = ap.parse_args()
 
-    data = defaultdict(lambda: defaultdict(list))  # process -> column -> values
-    with open(a.csv) as f:
-        for row in csv.DictReader(f):
-            d = data[row["process"]]
-            d["t"].append(float(row["t"]))
-            for k in ("rss_kb", "threads", "fds", "cpu_s"):
-                d[k].append(float(row[k]))
+    data, cols = load(a.csv)
     if not data:
         sys.exit("no samples in " + a.csv)
+    metrics = [m for m in METRICS if m[0] in cols]
+    missing = [m[0] for m in METRICS if m[0] in OPTIONAL and m[0] not in cols]
 
-    end = max(max(d["t"]) for d in data.values())
+    end = max(max(t for t, _ in d["rss_kb"]) for d in data.values())
     warm = min(a.warmup, end / 4)
     print("soak samples: %s, %.0f s, warm-up %.0f s excluded" % (a.csv, end, warm))
-    print("%-12s %-8s %10s %10s %10s %10s %10s %12s  %s" % (
+    if missing:
+        print("(no %s column in this CSV: written before the processes exported them)" % " or ".join(missing))
+    print("%-12s %-13s %10s %10s %10s %10s %10s %12s  %s" % (
         "process", "metric", "warm-end", "min", "max", "mean", "last", "slope/min", "verdict"))
     all_flat = True
     for proc in sorted(data):
         d = data[proc]
-        for metric, _, conv in METRICS:
-            pts = [(t, v) for t, v in zip(d["t"], d[metric]) if t >= warm]
+        for metric, _, _ in metrics:
+            pts = [(t, v) for t, v in d[metric] if t >= warm]
             if not pts:
+                print("%-12s %-13s %s" % (proc, metric, "no samples after warm-up"))
                 continue
             ts, vs = [p[0] for p in pts], [p[1] for p in pts]
             first = window_mean(ts, vs, warm, warm + 60)
             last = window_mean(ts, vs, end - 60, end + 1)
             ok = flat(metric, first, last)
             all_flat &= ok
-            print("%-12s %-8s %10.1f %10.1f %10.1f %10.1f %10.1f %12.2f  %s" % (
+            gaps = len([t for t, _ in d["rss_kb"] if t >= warm]) - len(pts)
+            print("%-12s %-13s %10.1f %10.1f %10.1f %10.1f %10.1f %12.2f  %s%s" % (
                 proc, metric, vs[0], min(vs), max(vs), sum(vs) / len(vs), vs[-1],
                 slope_per_minute(ts, vs),
-                "flat" if ok else "NOT FLAT (first minute %.1f, last minute %.1f)" % (first, last)))
+                "flat" if ok else "NOT FLAT (first minute %.1f, last minute %.1f)" % (first, last),
+                " (%d samples missing)" % gaps if gaps > 0 else ""))
         cpu = d["cpu_s"]
-        print("%-12s %-8s %s" % (proc, "cpu", "%.1f s CPU in %.0f s (%.0f%% of one core)" % (
-            cpu[-1], d["t"][-1], 100.0 * cpu[-1] / max(1.0, d["t"][-1]))))
+        print("%-12s %-13s %s" % (proc, "cpu", "%.1f s CPU in %.0f s (%.0f%% of one core)" % (
+            cpu[-1][1], cpu[-1][0], 100.0 * cpu[-1][1] / max(1.0, cpu[-1][0]))))
     print("verdict: " + ("all flat after warm-up" if all_flat else "NOT all flat after warm-up"))
     # The sampler is a 1 s shell loop at the run's priority: a longer gap
     # means the machine did not run the (niced) soak at all for that long.
-    ts = sorted(set(data[sorted(data)[0]]["t"]))
+    ts = sorted(set(t for t, _ in data[sorted(data)[0]]["rss_kb"]))
     gaps = [(a, b) for a, b in zip(ts, ts[1:]) if b - a > 2]
     if gaps:
         print("sampler stalls (> 2 s without a sample: the niced run got no CPU): %d, %.0f s in all: %s" % (
@@ -109,24 +135,31 @@ def main():
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, axes = plt.subplots(len(METRICS) + 1, 1, figsize=(10, 11), sharex=True)
-    for ax, (metric, label, conv) in zip(axes, METRICS):
-        for proc in sorted(data):
-            d = data[proc]
-            ax.plot(d["t"], [conv(v) for v in d[metric]], label=proc, linewidth=1)
-        ax.set_ylabel(label)
+    # Panels: memory (RSS, with HeapInuse dashed beside it when present),
+    # then every other metric, then CPU.
+    panels = [[m for m in metrics if m[0] in ("rss_kb", "heap_inuse_kb")]]
+    panels += [[m] for m in metrics if m[0] not in ("rss_kb", "heap_inuse_kb")]
+    fig, axes = plt.subplots(len(panels) + 1, 1, figsize=(10, 2.3 * (len(panels) + 1) + 1), sharex=True)
+    colours = {proc: "C%d" % i for i, proc in enumerate(sorted(data))}
+    for ax, panel in zip(axes, panels):
+        for metric, label, conv in panel:
+            style = "--" if metric == "heap_inuse_kb" else "-"
+            for proc in sorted(data):
+                pts = data[proc][metric]
+                ax.plot([t for t, _ in pts], [conv(v) for _, v in pts], style, color=colours[proc],
+                        label=proc if len(panel) == 1 else "%s %s" % (proc, label.split(" ")[0]), linewidth=1)
+        ax.set_ylabel("memory (MiB)" if len(panel) > 1 else panel[0][1])
         ax.set_ylim(bottom=0)
         ax.axvspan(0, warm, color="0.9")
         ax.grid(True, alpha=0.3)
         ax.legend(loc="upper left", fontsize=8)
     ax = axes[-1]
     for proc in sorted(data):
-        d = data[proc]
+        pts = data[proc]["cpu_s"]
         rates = [0.0] + [
-            100.0 * (c1 - c0) / max(1e-9, t1 - t0)
-            for (t0, c0), (t1, c1) in zip(zip(d["t"], d["cpu_s"]), zip(d["t"][1:], d["cpu_s"][1:]))
+            100.0 * (c1 - c0) / max(1e-9, t1 - t0) for (t0, c0), (t1, c1) in zip(pts, pts[1:])
         ]
-        ax.plot(d["t"], rates, label=proc, linewidth=0.6)
+        ax.plot([t for t, _ in pts], rates, color=colours[proc], label=proc, linewidth=0.6)
     ax.set_ylabel("CPU (% of a core)")
     ax.set_ylim(bottom=0)
     ax.axvspan(0, warm, color="0.9")

@@ -25,8 +25,8 @@ func quietSocket() socket.Options {
 func TestHelp(t *testing.T) {
 	want := map[string][]string{
 		"demo":               {"-duration"},
-		"coordinator":        {"-front", "-back-output", "-back-publish", "-engines", "-stats-interval", "-idle-interval", "-max-message-size"},
-		"handshake-listener": {"-bind", "-engine-id", "-pp-size", "-tp-size", "-compat-hash"},
+		"coordinator":        {"-front", "-back-output", "-back-publish", "-engines", "-stats-interval", "-idle-interval", "-max-message-size", "-debug-addr", "-debug-allow-remote"},
+		"handshake-listener": {"-bind", "-engine-id", "-pp-size", "-tp-size", "-compat-hash", "-debug-addr", "-debug-allow-remote"},
 		"probe":              {"-pp", "-tp", "-variant", "-timeout"},
 		"scan":               {"-duration"},
 		"sink":               {"-bind", "-decode", "-count"},
@@ -39,6 +39,14 @@ func TestHelp(t *testing.T) {
 		for _, f := range append(flags, "-log-format", "-log-level") {
 			if !strings.Contains(out, "  "+f+" ") && !strings.Contains(out, "  "+f+"\n") {
 				t.Errorf("%s -h does not list %s:\n%s", name, f, out)
+			}
+		}
+	}
+	for _, name := range []string{"coordinator", "handshake-listener"} {
+		_, out, _ := runBin(t, 20*time.Second, name, "-h")
+		for _, doc := range []string{"/debug/zmqguard", "/debug/pprof/", `"goroutines"`, "dropped_hwm", "accept_errors"} {
+			if !strings.Contains(out, doc) {
+				t.Errorf("%s -h does not document %s:\n%s", name, doc, out)
 			}
 		}
 	}
@@ -68,6 +76,12 @@ func TestUsageErrors(t *testing.T) {
 		{"coordinator", "--front", "tcp://127.0.0.1:0"},
 		{"handshake-listener", "--bind", "tcp://127.0.0.1:0"},
 		{"handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "e", "--compat-hash", "xyz"},
+		// --debug-addr: not loopback (an empty host is every interface), or no port.
+		{"handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "e", "--debug-addr", "192.0.2.1:6060"},
+		{"handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "e", "--debug-addr", ":0"},
+		{"handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "e", "--debug-addr", "127.0.0.1"},
+		{"coordinator", "--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
+			"--engines", "1", "--debug-addr", "0.0.0.0:0"},
 		{"sink", "--bind", "tcp://127.0.0.1:0", "--decode", "json"},
 		{"sink", "--bind", "tcp://127.0.0.1:0", "--max-message-size", "lots"},
 		{"scan"},
@@ -122,10 +136,11 @@ func TestCoordinator(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "coordinator", "--engines", "2", "--log-format", "json",
 		"--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
-		"--stats-interval", "20ms", "--max-message-size", "64KiB")
+		"--stats-interval", "20ms", "--max-message-size", "64KiB", "--debug-addr", "localhost:0")
 	front := p.logField("coordinator running", "front", 20*time.Second)
 	backOut := p.logField("coordinator running", "back_output", time.Second)
 	backPub := p.logField("coordinator running", "back_publish", time.Second)
+	debugAddr := p.logField("coordinator running", "debug_addr", time.Second)
 
 	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: front, Socket: quietSocket()})
 	if err != nil {
@@ -171,6 +186,14 @@ func TestCoordinator(t *testing.T) {
 			break
 		}
 	}
+	// The debug endpoint serves the live counters, under the exit line's
+	// names, and a goroutine count.
+	d := getDebugVars(t, debugAddr)
+	if num(d, "goroutines") < 1 || d["command"] != "coordinator" || num(d, "counters.engines") != 2 ||
+		num(d, "counters.back_output.accepted") < 2 || num(d, "counters.goroutines") < 1 || num(d, "memstats.heap_inuse") <= 0 {
+		t.Fatalf("/debug/zmqguard = %v", d)
+	}
+	checkPprof(t, debugAddr)
 	if code := p.terminate(20 * time.Second); code != 0 {
 		t.Fatalf("coordinator exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
 	}
@@ -178,6 +201,15 @@ func TestCoordinator(t *testing.T) {
 	if m["started"] != true || num(m, "engines") != 2 || num(m, "back_output.accepted") < 2 ||
 		num(m, "drops.decode") < 1 || num(m, "back_output.drops.decode") < 1 || num(m, "stats_published") < 1 {
 		t.Fatalf("unexpected counters: %s", p.stdout)
+	}
+	for _, sock := range []string{"front", "back_output", "back_publish"} {
+		if s, ok := m[sock].(map[string]any); !ok || s["dropped_hwm"] == nil || s["endpoint"] == nil {
+			t.Errorf("%s lacks its per-socket counters: %s", sock, p.stdout)
+		}
+	}
+	checkExitGoroutines(t, m, p.stdout.String())
+	if !refused(debugAddr) {
+		t.Errorf("debug endpoint %s still accepts connections after the exit", debugAddr)
 	}
 }
 
@@ -235,8 +267,14 @@ func TestHandshakeListener(t *testing.T) {
 	}
 	m := p.jsonLine()
 	if num(m, "served.V3") < 2 || num(m, "served.V2") < 1 || num(m, "error_replies") < 2 ||
-		num(m, "drops.decode") < 1 || num(m, "drops.unknown-rank") < 2 || num(m, "violations.transport") < 1 {
+		num(m, "drops.decode") < 1 || num(m, "drops.unknown-rank") < 2 || num(m, "violations.transport") < 1 ||
+		m["dropped_hwm"] == nil {
 		t.Fatalf("unexpected counters: %s", p.stdout)
+	}
+	checkExitGoroutines(t, m, p.stdout.String())
+	// Without --debug-addr there is no debug endpoint.
+	if strings.Contains(p.stderr.String(), "debug_addr") {
+		t.Errorf("debug endpoint started without --debug-addr:\n%s", p.stderr)
 	}
 }
 

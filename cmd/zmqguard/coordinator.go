@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
@@ -13,7 +14,7 @@ import (
 var coordinatorSpec = commandSpec{
 	name: "coordinator",
 	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N " +
-		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB]",
+		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--debug-addr HOST:PORT]",
 	summary: "run a vLLM-compatible DP coordinator until SIGINT/SIGTERM",
 	help: `Binds the three sockets of vLLM's data-parallel coordinator (front publish XPUB
 for the API front-ends, back output PULL and back publish XPUB for the engines),
@@ -22,7 +23,32 @@ stats, publishes them to the front-ends and keeps the request waves in step.
 Bad input on any socket is dropped and counted; nothing a peer sends stops it.
 
 On SIGINT or SIGTERM it exits 0 after printing its counters (drops by reason
-included) as one JSON line on stdout.`,
+included) as one JSON line on stdout: the totals, the same figures per socket
+(front, back_output, back_publish, each with dropped_hwm: publications
+dropped for a subscriber whose queue was full), failed accepts summed over
+the three sockets (accept_errors, e.g. EMFILE) and goroutines.
+
+` + debugHelp,
+}
+
+// coordinatorReport is the JSON line coordinator prints at exit: the
+// library's counters with their own field names, plus what the process adds.
+type coordinatorReport struct {
+	coordinator.Stats
+	// AcceptErrors counts failed accepts on the three sockets (each followed
+	// by a back-off), e.g. EMFILE.
+	AcceptErrors uint64 `json:"accept_errors"`
+	// Goroutines is runtime.NumGoroutine() when the report was made: at
+	// exit, after the coordinator and the debug endpoint were closed.
+	Goroutines int `json:"goroutines"`
+}
+
+// newCoordinatorReport wraps st; the caller sets Goroutines.
+func newCoordinatorReport(st coordinator.Stats) coordinatorReport {
+	return coordinatorReport{
+		Stats:        st,
+		AcceptErrors: st.Front.Socket.AcceptErrors + st.BackOutput.Socket.AcceptErrors + st.BackPublish.Socket.AcceptErrors,
+	}
 }
 
 func runCoordinator(ctx context.Context, e *env, args []string) int {
@@ -38,6 +64,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
 	kv := fs.Bool("publish-kv-cache-usage", false, "publish [waiting, running, kv_cache_usage] per engine, as current vLLM front-ends expect")
+	dbg := addDebugFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -58,6 +85,9 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if maxMsg < 64 {
 			return usagef("--max-message-size must be at least 64 bytes")
 		}
+		if err := dbg.check(); err != nil {
+			return err
+		}
 		c, err := coordinator.New(coordinator.Config{
 			Front:               *front,
 			BackOutput:          *backOut,
@@ -74,8 +104,18 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 			return err
 		}
 		defer c.Close()
-		e.logger.Info("coordinator running", "front", c.FrontEndpoint(), "back_output", c.BackOutputEndpoint(),
-			"back_publish", c.BackPublishEndpoint(), "engines", *engines)
+		report := func() coordinatorReport {
+			r := newCoordinatorReport(c.Stats())
+			r.Goroutines = runtime.NumGoroutine()
+			return r
+		}
+		ds, err := startDebug(dbg, spec.name, func() any { return report() }, e.logger)
+		if err != nil {
+			return err
+		}
+		defer ds.Close()
+		e.logger.Info("coordinator running", append([]any{"front", c.FrontEndpoint(), "back_output", c.BackOutputEndpoint(),
+			"back_publish", c.BackPublishEndpoint(), "engines", *engines}, ds.logAttrs()...)...)
 		start := time.Now()
 		rerr := c.Run(ctx)
 		if rerr == nil || errors.Is(rerr, coordinator.ErrClosed) {
@@ -84,7 +124,10 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		} else {
 			e.logger.Error("coordinator stopped", "err", rerr)
 		}
-		line, err := json.Marshal(c.Stats())
+		// Close everything first, so that goroutines counts what did not stop.
+		c.Close()
+		ds.Close()
+		line, err := json.Marshal(report())
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 
 	"github.com/zmqguard/zmqguard/coordinator"
@@ -14,7 +15,7 @@ import (
 
 var listenerSpec = commandSpec{
 	name:     "handshake-listener",
-	synopsis: "--bind ADDR --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX]",
+	synopsis: "--bind ADDR --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX] [--debug-addr HOST:PORT]",
 	summary:  "serve demo NIXL handshake metadata until SIGINT/SIGTERM",
 	help: `Serves vLLM's NIXL side channel (V1, V2 and V3 requests) on a hardened ROUTER,
 answering every (pp, tp) rank in [0, pp-size) x [0, tp-size) with a demo
@@ -28,7 +29,15 @@ A request for another rank gets an explicit error reply. Bad requests are
 dropped and counted; nothing a peer sends stops the listener.
 
 On SIGINT or SIGTERM it exits 0 after printing its counters as one JSON line
-on stdout.`,
+on stdout: requests served by variant, error replies, the receive loop's
+received, delivered and dropped messages (drops by reason), refused
+connections by reason (violations), connects and disconnects, replies
+dropped because the client had gone (dropped_unroutable) or because a
+client that does not read had its queue full (dropped_hwm), failed accepts
+(accept_errors, e.g. EMFILE; only when the socket layer reports them) and
+goroutines.
+
+` + debugHelp,
 }
 
 // listenerReport is the JSON line handshake-listener prints at exit.
@@ -44,10 +53,21 @@ type listenerReport struct {
 	Connects          uint64            `json:"connects"`
 	Disconnects       uint64            `json:"disconnects"`
 	DroppedUnroutable uint64            `json:"dropped_unroutable"`
+	// DroppedHWM counts replies dropped because the client's queue was at
+	// its high-water mark (a client that sends and never reads).
+	DroppedHWM uint64 `json:"dropped_hwm"`
+	// AcceptErrors counts failed accepts (each followed by a back-off),
+	// e.g. EMFILE.
+	AcceptErrors uint64 `json:"accept_errors"`
+	// Goroutines is runtime.NumGoroutine() when the report was made: at
+	// exit, after the listener and the debug endpoint were closed.
+	Goroutines int `json:"goroutines"`
 }
 
+// newListenerReport builds the report from the listener's counters; the
+// caller sets Goroutines.
 func newListenerReport(endpoint string, st handshake.ListenerStats) listenerReport {
-	return listenerReport{
+	r := listenerReport{
 		Endpoint: endpoint,
 		Served: map[string]uint64{
 			"V1": st.Served[handshake.V1], "V2": st.Served[handshake.V2], "V3": st.Served[handshake.V3],
@@ -61,7 +81,10 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		Connects:          st.Socket.Connects,
 		Disconnects:       st.Socket.Disconnects,
 		DroppedUnroutable: st.Socket.DroppedUnroutable,
+		DroppedHWM:        st.Socket.DroppedHWM,
+		AcceptErrors:      st.Socket.AcceptErrors,
 	}
+	return r
 }
 
 func runListener(ctx context.Context, e *env, args []string) int {
@@ -72,6 +95,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 	ppSize := fs.Int("pp-size", 1, "number of pipeline-parallel ranks served")
 	tpSize := fs.Int("tp-size", 1, "number of tensor-parallel ranks served")
 	compat := fs.String("compat-hash", "", "compatibility hash served, 64 hex digits (default: the demo factor set's hash)")
+	dbg := addDebugFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -92,6 +116,9 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		} else if _, err := hex.DecodeString(hash); err != nil || len(hash) != 64 {
 			return usagef("--compat-hash must be 64 hex digits")
 		}
+		if err := dbg.check(); err != nil {
+			return err
+		}
 		payloads, err := demoPayloads(*engineID, hash, *ppSize, *tpSize)
 		if err != nil {
 			return err
@@ -106,8 +133,18 @@ func runListener(ctx context.Context, e *env, args []string) int {
 			return err
 		}
 		defer l.Close()
-		e.logger.Info("handshake listener serving", "endpoint", l.Endpoint(), "engine_id", handshake.SafeText(*engineID),
-			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash)
+		report := func() listenerReport {
+			r := newListenerReport(l.Endpoint(), l.Stats())
+			r.Goroutines = runtime.NumGoroutine()
+			return r
+		}
+		ds, err := startDebug(dbg, spec.name, func() any { return report() }, e.logger)
+		if err != nil {
+			return err
+		}
+		defer ds.Close()
+		e.logger.Info("handshake listener serving", append([]any{"endpoint", l.Endpoint(), "engine_id", handshake.SafeText(*engineID),
+			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash}, ds.logAttrs()...)...)
 		serr := l.Serve(ctx)
 		if serr != nil && !errors.Is(serr, handshake.ErrListenerClosed) {
 			e.logger.Error("handshake listener stopped", "err", serr)
@@ -115,7 +152,10 @@ func runListener(ctx context.Context, e *env, args []string) int {
 			serr = nil
 			e.logger.Info("handshake listener stopping")
 		}
-		line, err := json.Marshal(newListenerReport(l.Endpoint(), l.Stats()))
+		// Close everything first, so that goroutines counts what did not stop.
+		l.Close()
+		ds.Close()
+		line, err := json.Marshal(report())
 		if err != nil {
 			return err
 		}

@@ -17,7 +17,13 @@
 //     and every one must pass;
 //   - TestCountersAccount: the counters each process prints as one JSON line
 //     at SIGTERM account for every frame the replay sent: each junk frame
-//     dropped once under its expected reason, each valid message accepted.
+//     dropped once under its expected reason, each valid message accepted,
+//     no reply dropped at the listener's per-peer queue bound (dropped_hwm).
+//
+// Every counters line is decoded strictly (an unknown field fails the test)
+// and must report the goroutines left after shutdown (at most a handful: a
+// larger count is a goroutine that outlived the sockets) and, when the socket
+// layer reports accept errors, none.
 //
 // After every attack the same after-checks run: both processes are still
 // running, a NIXL handshake (handshake.Fetch) succeeds, an engine that

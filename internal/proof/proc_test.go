@@ -271,6 +271,10 @@ type coordCounters struct {
 	Front            socketCounters    `json:"front"`
 	BackOutput       socketCounters    `json:"back_output"`
 	BackPublish      socketCounters    `json:"back_publish"`
+	// AcceptErrors sums failed accepts over the three sockets; Goroutines
+	// is the count left after shutdown.
+	AcceptErrors uint64 `json:"accept_errors"`
+	Goroutines   int    `json:"goroutines"`
 }
 
 // listenerCounters is the line `zmqguard handshake-listener` prints at
@@ -287,6 +291,40 @@ type listenerCounters struct {
 	Connects          uint64            `json:"connects"`
 	Disconnects       uint64            `json:"disconnects"`
 	DroppedUnroutable uint64            `json:"dropped_unroutable"`
+	DroppedHWM        uint64            `json:"dropped_hwm"`
+	AcceptErrors      uint64            `json:"accept_errors"`
+	Goroutines        int               `json:"goroutines"`
+}
+
+// maxExitGoroutines bounds the goroutines a process may report in its exit
+// line: they are counted after its sockets (and debug endpoint, if any) were
+// closed, so only the main goroutine, signal handling and the runtime's own
+// remain in a clean shutdown. More means a goroutine outlived shutdown.
+const maxExitGoroutines = 8
+
+// checkExit checks what every exit line must show whatever the test did:
+// a goroutine count in [1, maxExitGoroutines], and no failed accept (on
+// loopback nothing exhausts descriptors).
+func checkExit(t *testing.T, name string, goroutines int, acceptErrors uint64) {
+	t.Helper()
+	if goroutines < 1 || goroutines > maxExitGoroutines {
+		t.Errorf("%s: %d goroutines left after shutdown, want 1..%d", name, goroutines, maxExitGoroutines)
+	}
+	if acceptErrors != 0 {
+		t.Errorf("%s: %d failed accepts", name, acceptErrors)
+	}
+}
+
+// check is checkExit for the coordinator's line.
+func (c coordCounters) check(t *testing.T) {
+	t.Helper()
+	checkExit(t, "coordinator", c.Goroutines, c.AcceptErrors)
+}
+
+// check is checkExit for the listener's line.
+func (l listenerCounters) check(t *testing.T) {
+	t.Helper()
+	checkExit(t, "listener", l.Goroutines, l.AcceptErrors)
 }
 
 // sum returns the total of a by-reason map.

@@ -57,6 +57,8 @@ func TestNmapVersionScan(t *testing.T) {
 	l.stop(t, &lc)
 	var cc coordCounters
 	c.stop(t, &cc)
+	lc.check(t)
+	cc.check(t)
 	// nmap reached every socket and was refused by the socket layer; no
 	// receive loop ever saw one of its bytes, so nothing was dropped there.
 	for name, s := range map[string]socketCounters{"front": cc.Front, "back_output": cc.BackOutput, "back_publish": cc.BackPublish} {
@@ -112,6 +114,8 @@ func TestScanCommand(t *testing.T) {
 	l.stop(t, &lc)
 	var cc coordCounters
 	c.stop(t, &cc)
+	lc.check(t)
+	cc.check(t)
 	// Every socket met both kinds of junk: connections the socket layer
 	// refused, and messages its receive loop dropped.
 	for name, s := range map[string]socketCounters{"front": cc.Front, "back_output": cc.BackOutput, "back_publish": cc.BackPublish} {
@@ -337,6 +341,8 @@ func TestCountersAccount(t *testing.T) {
 	l.stop(t, &lc)
 	var cc coordCounters
 	c.stop(t, &cc)
+	lc.check(t)
+	cc.check(t)
 
 	eq := func(what string, got, want uint64) {
 		t.Helper()
@@ -363,6 +369,9 @@ func TestCountersAccount(t *testing.T) {
 	eq("listener V1+V2 served", lc.Served["V1"]+lc.Served["V2"], 0)
 	eq("listener error replies", lc.ErrorReplies, want["listener"]["unknown-rank"])
 	eq("listener refused connections", sum(lc.Violations), 0)
+	// Every client of the replay reads its replies: none was dropped at the
+	// per-peer queue bound.
+	eq("listener replies dropped at the HWM", lc.DroppedHWM, 0)
 
 	// The coordinator, socket by socket.
 	eqDrops("front", cc.Front.Drops, want["front"])
@@ -386,5 +395,9 @@ func TestCountersAccount(t *testing.T) {
 	eq("coordinator received", cc.Received, cc.Front.Received+cc.BackOutput.Received+cc.BackPublish.Received)
 	if !cc.Started {
 		t.Error("coordinator never finished start-up")
+	}
+	if t.Failed() { // the logs say which peer was refused or dropped, and why
+		t.Logf("coordinator log:\n%s", c.logs())
+		t.Logf("listener log:\n%s", l.logs())
 	}
 }
