@@ -147,9 +147,10 @@ func checkSafe(t *testing.T, recs []logRecord) {
 
 func discard() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
-// testCtx bounds a test's time.
+// testCtx bounds a test's time: generous, because the flood tests push
+// 100,000 frames through a race-instrumented loop on a possibly loaded machine.
 func testCtx(t *testing.T) context.Context {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	return ctx
 }

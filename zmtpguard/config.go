@@ -12,7 +12,7 @@ const (
 	DefaultMaxMessageSize   = 1 << 20 // bytes, all frames of one message together
 	DefaultMaxFrames        = 64
 	DefaultHandshakeTimeout = 5 * time.Second
-	DefaultGreetingTimeout  = 1 * time.Second
+	DefaultGreetingTimeout  = 2 * time.Second
 	DefaultMaxHandshakeSize = 16 << 10 // bytes of one handshake command (READY)
 	DefaultMaxPropertySize  = 1024     // bytes of one READY property value
 	DefaultMaxProperties    = 32
@@ -50,7 +50,7 @@ type Config struct {
 	// by this process's scheduling: when the deadline has passed, one more
 	// short read takes what the kernel already holds, so a process that did
 	// not run for a while (a loaded machine, a long pause) does not fail a
-	// peer whose greeting came in time. Default 1 s. A value larger than
+	// peer whose greeting came in time. Default 2 s. A value larger than
 	// HandshakeTimeout is lowered to it (the greeting is part of the
 	// handshake), so GreetingTimeout = HandshakeTimeout turns the separate
 	// greeting deadline off.

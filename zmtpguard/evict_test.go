@@ -38,7 +38,7 @@ func TestSlowloris(t *testing.T) {
 
 	// The attacker: idle connections from 127.0.0.2, as fast as the
 	// listener takes them (paced only to spare the CPU: far faster than the
-	// 1 s GreetingTimeout expires them), holding up to 256 open at a time,
+	// 2 s GreetingTimeout expires them), holding up to 256 open at a time,
 	// until the real peer is done and at least minAttack were opened.
 	const minAttack = 200
 	stop := make(chan struct{})

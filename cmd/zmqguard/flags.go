@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"strconv"
 	"strings"
 )
@@ -102,16 +103,20 @@ func parseSize(v string) (int64, error) {
 	if s == "" || strings.Trim(s, "0123456789.") != "" || strings.Count(s, ".") > 1 || s == "." {
 		return 0, errors.New("not a size (want e.g. 1048576, 1MiB, 64KiB)")
 	}
-	if mult == 1 {
+	bad := errors.New("not a size (want e.g. 1048576, 1MiB, 64KiB)")
+	if !strings.Contains(s, ".") {
+		// A whole number is multiplied exactly, with an overflow check: a
+		// float would round large values (and formatSize's renderings
+		// must parse back to the same number).
 		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 {
-			return 0, errors.New("not a size (want e.g. 1048576, 1MiB, 64KiB)")
+		if err != nil || n < 0 || n > math.MaxInt64/int64(mult) {
+			return 0, bad
 		}
-		return n, nil
+		return n * int64(mult), nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 || f*mult > 1<<62 {
-		return 0, errors.New("not a size (want e.g. 1048576, 1MiB, 64KiB)")
+	if err != nil || f < 0 || f*mult >= math.MaxInt64 {
+		return 0, bad
 	}
 	return int64(f * mult), nil
 }
