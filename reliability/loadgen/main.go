@@ -9,7 +9,7 @@
 //	loadgen engine   --back-publish EP --back-output EP [--index 0] [--complete-after 300ms]
 //	loadgen frontend --front EP [--wake-every 1s]
 //	loadgen fetch    --listener EP [--duration 30s] [--interval 20ms] [--timeout 1s]
-//	loadgen idle     --target EP [--conns 1000] [--mode tcp|zmtp] [--hold 20s]
+//	loadgen idle     --target EP [--conns 1000] [--mode tcp|zmtp] [--hold 20s] [--source IP]
 //	loadgen stall    --listener EP [--requests 200000] [--hold 20s]
 //
 // soak sends mixed valid traffic (handshakes, engine stats, wave notices,
@@ -630,12 +630,21 @@ func runIdle(ctx context.Context, args []string) (any, error) {
 	conns := fs.Int("conns", 1000, "connections to open")
 	mode := fs.String("mode", "tcp", "tcp: connect and say nothing; zmtp: complete a ZMTP handshake as a DEALER, then say nothing")
 	hold := fs.Duration("hold", 20*time.Second, "how long to hold them")
+	source := fs.String("source", "", "tcp mode: local IP to connect from, e.g. 127.0.0.2 (another host, as a remote attacker would be)")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	network, addr, err := hostile.SplitEndpoint(*target)
 	if err != nil {
 		return nil, err
+	}
+	dialer := net.Dialer{Timeout: 10 * time.Second}
+	if *source != "" {
+		ip := net.ParseIP(*source)
+		if ip == nil {
+			return nil, fmt.Errorf("--source %q is not an IP address", *source)
+		}
+		dialer.LocalAddr = &net.TCPAddr{IP: ip}
 	}
 	var opened, failed, closedByPeer atomic.Int64
 	var mu sync.Mutex
@@ -662,7 +671,7 @@ func runIdle(ctx context.Context, args []string) (any, error) {
 				}
 				c, nc = zc, zc.NetConn()
 			default:
-				tc, err := net.DialTimeout(network, addr, 10*time.Second)
+				tc, err := dialer.DialContext(ctx, network, addr)
 				if err != nil {
 					failed.Add(1)
 					return
