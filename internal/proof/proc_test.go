@@ -315,6 +315,19 @@ func checkExit(t *testing.T, name string, goroutines int, acceptErrors uint64) {
 	}
 }
 
+// stopBoth stops the listener and the coordinator (SIGTERM), decodes their
+// counters lines and applies the checks every exit line must pass.
+func stopBoth(t *testing.T, l *listenerProc, c *coordProc) (listenerCounters, coordCounters) {
+	t.Helper()
+	var lc listenerCounters
+	l.stop(t, &lc)
+	var cc coordCounters
+	c.stop(t, &cc)
+	lc.check(t)
+	cc.check(t)
+	return lc, cc
+}
+
 // check is checkExit for the coordinator's line.
 func (c coordCounters) check(t *testing.T) {
 	t.Helper()

@@ -53,12 +53,7 @@ func TestNmapVersionScan(t *testing.T) {
 
 	h.afterChecks(t, ctx, "nmap -sV --version-all")
 
-	var lc listenerCounters
-	l.stop(t, &lc)
-	var cc coordCounters
-	c.stop(t, &cc)
-	lc.check(t)
-	cc.check(t)
+	lc, cc := stopBoth(t, l, c)
 	// nmap reached every socket and was refused by the socket layer; no
 	// receive loop ever saw one of its bytes, so nothing was dropped there.
 	for name, s := range map[string]socketCounters{"front": cc.Front, "back_output": cc.BackOutput, "back_publish": cc.BackPublish} {
@@ -110,12 +105,7 @@ func TestScanCommand(t *testing.T) {
 
 	h.afterChecks(t, ctx, "zmqguard scan")
 
-	var lc listenerCounters
-	l.stop(t, &lc)
-	var cc coordCounters
-	c.stop(t, &cc)
-	lc.check(t)
-	cc.check(t)
+	lc, cc := stopBoth(t, l, c)
 	// Every socket met both kinds of junk: connections the socket layer
 	// refused, and messages its receive loop dropped.
 	for name, s := range map[string]socketCounters{"front": cc.Front, "back_output": cc.BackOutput, "back_publish": cc.BackPublish} {
@@ -337,12 +327,7 @@ func TestCountersAccount(t *testing.T) {
 		t.Fatal(err)
 	}
 
-	var lc listenerCounters
-	l.stop(t, &lc)
-	var cc coordCounters
-	c.stop(t, &cc)
-	lc.check(t)
-	cc.check(t)
+	lc, cc := stopBoth(t, l, c)
 
 	eq := func(what string, got, want uint64) {
 		t.Helper()
