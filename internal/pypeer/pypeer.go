@@ -1,0 +1,53 @@
+// Package pypeer finds the Python interpreter that interop tests drive as a
+// real libzmq peer (Debian's /usr/bin/python3 with python3-zmq, libzmq 4.3.4)
+// and enforces the project's rule for a missing peer: a loud skip on a
+// developer's machine, a failure under CI (CI set in the environment).
+package pypeer
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+	"time"
+)
+
+// Python is the interpreter the interop tests run.
+const Python = "/usr/bin/python3"
+
+// debianPackage maps a Python module to the Debian package that ships it.
+var debianPackage = map[string]string{
+	"zmq":               "python3-zmq",
+	"msgpack":           "python3-msgpack",
+	"numpy":             "python3-numpy",
+	"prometheus_client": "python3-prometheus-client",
+}
+
+// Require returns [Python] when it can import every module named; otherwise
+// it fails the test under CI and skips it loudly elsewhere, naming the
+// Debian packages to install.
+func Require(t testing.TB, modules ...string) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	code := "import " + strings.Join(modules, ", ")
+	out, err := exec.CommandContext(ctx, Python, "-c", code).CombinedOutput()
+	if err == nil {
+		return Python
+	}
+	pkgs := []string{"python3"}
+	for _, m := range modules {
+		if p, ok := debianPackage[m]; ok {
+			pkgs = append(pkgs, p)
+		}
+	}
+	msg := "PYTHON INTEROP PEER MISSING: " + Python + " cannot " + code + " (" + err.Error() + ": " +
+		string(bytes.TrimSpace(out)) + "); install it with `apt-get install " + strings.Join(pkgs, " ") + "`"
+	if os.Getenv("CI") != "" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
