@@ -6,57 +6,11 @@ import (
 	"github.com/zmqguard/zmqguard/socket"
 )
 
-// Drops counts dropped messages (or refused connections) by reason, indexed
-// by [decodeguard.Reason]. It marshals to JSON as an object of the non-zero
-// counts keyed by reason name, such as {"decode":3,"unknown-rank":1}.
-type Drops [decodeguard.NumReasons]uint64
-
-// Total returns the sum of the counts.
-func (d *Drops) Total() uint64 {
-	var n uint64
-	for _, v := range d {
-		n += v
-	}
-	return n
-}
-
-func (d *Drops) add(o *[decodeguard.NumReasons]uint64) {
-	for r, v := range o {
-		d[r] += v
-	}
-}
-
-// MarshalJSON writes the non-zero counts as an object keyed by reason name.
-func (d Drops) MarshalJSON() ([]byte, error) {
-	b := []byte{'{'}
-	for r, v := range d {
-		if v == 0 {
-			continue
-		}
-		if len(b) > 1 {
-			b = append(b, ',')
-		}
-		b = append(b, '"')
-		b = append(b, decodeguard.Reason(r).String()...)
-		b = append(b, '"', ':')
-		b = appendUint(b, v)
-	}
-	return append(b, '}'), nil
-}
-
-func appendUint(b []byte, v uint64) []byte {
-	var tmp [20]byte
-	i := len(tmp)
-	for {
-		i--
-		tmp[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			break
-		}
-	}
-	return append(b, tmp[i:]...)
-}
+// Drops counts dropped messages (or refused connections) by reason: the
+// project's one vocabulary, [decodeguard.Counts]. It marshals to JSON as an
+// object of the non-zero counts keyed by reason name, such as
+// {"decode":3,"unknown-rank":1}.
+type Drops = decodeguard.Counts
 
 // SocketStats are the counters of one of the coordinator's sockets and the
 // receive loop on it.
@@ -165,8 +119,8 @@ func (c *Coordinator) Stats() Stats {
 		s.Received += ss.Received
 		s.Accepted += ss.Accepted
 		s.Dropped += ss.Dropped
-		s.Drops.add((*[decodeguard.NumReasons]uint64)(&ss.Drops))
-		s.Violations.add((*[decodeguard.NumReasons]uint64)(&ss.Violations))
+		s.Drops.Add(&ss.Drops)
+		s.Violations.Add(&ss.Violations)
 	}
 	return s
 }
@@ -190,7 +144,7 @@ func (c *Coordinator) socketStats(dst *SocketStats, idx int, sock *socket.Socket
 		Loop:        ls,
 		Socket:      ss,
 	}
-	dst.Drops.add((*[decodeguard.NumReasons]uint64)(&dst.StateDrops))
+	dst.Drops.Add(&dst.StateDrops)
 	dst.Dropped = dst.Drops.Total()
 	state := dst.StateDrops.Total()
 	if ls.Delivered >= state {

@@ -83,3 +83,20 @@ func TestErrorClassification(t *testing.T) {
 		t.Error("nil *Error")
 	}
 }
+
+func TestCountsJSONRoundTrip(t *testing.T) {
+	var c Counts
+	c[ReasonDecode] = 3
+	c[ReasonOversize] = 1
+	b, err := c.MarshalJSON()
+	if err != nil || string(b) != `{"oversize":1,"decode":3}` && string(b) != `{"decode":3,"oversize":1}` {
+		t.Fatalf("MarshalJSON = %s, %v", b, err)
+	}
+	var back Counts
+	if err := back.UnmarshalJSON(b); err != nil || back != c || back.Total() != 4 {
+		t.Fatalf("UnmarshalJSON(%s) = %v, %v", b, back, err)
+	}
+	if err := back.UnmarshalJSON([]byte(`{"no-such":1}`)); err == nil {
+		t.Fatal("unknown reason accepted")
+	}
+}

@@ -220,7 +220,7 @@ type Stats struct {
 	Delivered uint64
 	// Dropped counts drops by reason (index decodeguard.Reason); it
 	// includes messages the Receiver refused itself and handler drops.
-	Dropped [decodeguard.NumReasons]uint64
+	Dropped decodeguard.Counts
 	// HandlerErrors counts unclassified handler errors and handler panics.
 	HandlerErrors uint64
 	// LastDrop is the time of the latest drop, the zero Time if none.

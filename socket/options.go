@@ -231,7 +231,7 @@ type Stats struct {
 	// handshake failures, stream violations, oversize messages, bad REQ
 	// envelopes (ReasonEnvelope), duplicate ROUTER identities and caps
 	// (ReasonPolicy).
-	Violations [decodeguard.NumReasons]uint64
+	Violations decodeguard.Counts
 	// Peers is the number of currently connected peers.
 	Peers int
 	// Connects and Disconnects count established peers joining and leaving.

@@ -32,7 +32,7 @@ type Stats struct {
 	// Violations counts violations by reason: refusals at accept and
 	// evictions (policy), handshake failures and violations on established
 	// connections. Each connection's handshake ends in at most one violation.
-	Violations [decodeguard.NumReasons]uint64
+	Violations decodeguard.Counts
 	// Evicted counts pending handshakes aborted to admit a newer connection
 	// when MaxPendingHandshakes was reached (see [Config]); each is also one
 	// policy violation in Violations.
