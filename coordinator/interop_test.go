@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/pypeer"
 )
 
 const python = "/usr/bin/python3"
@@ -21,13 +22,7 @@ const python = "/usr/bin/python3"
 // python3-msgpack is not there (the README's documented interop case).
 func requirePythonMsgpack(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, python, "-c", "import msgpack").CombinedOutput(); err != nil {
-		t.Skipf("\n\n*** SKIPPING the Python interop test: %s cannot import msgpack (%v: %s).\n"+
-			"*** Install the interop peers with: apt-get install python3-msgpack python3-zmq\n\n",
-			python, err, bytes.TrimSpace(out))
-	}
+	pypeer.Require(t, "msgpack")
 }
 
 func runLayout(t *testing.T, mode string, stdin []byte) []byte {
@@ -218,13 +213,7 @@ func TestLayoutScriptPresent(t *testing.T) {
 // zmq and msgpack (the documented interop case).
 func requirePyzmq(t *testing.T) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, python, "-c", "import zmq, msgpack").CombinedOutput(); err != nil {
-		t.Skipf("\n\n*** SKIPPING the pyzmq interop test: %s cannot import zmq/msgpack (%v: %s).\n"+
-			"*** Install the interop peers with: apt-get install python3-zmq python3-msgpack\n\n",
-			python, err, bytes.TrimSpace(out))
-	}
+	pypeer.Require(t, "zmq", "msgpack")
 }
 
 // TestPythonPeersInterop runs libzmq engines and a libzmq front-end

@@ -10,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/pypeer"
 )
 
 const python = "/usr/bin/python3"
@@ -109,9 +111,7 @@ type pyPeer struct {
 
 func requirePyzmq(t testing.TB) {
 	t.Helper()
-	if err := exec.Command(python, "-c", "import zmq").Run(); err != nil {
-		t.Skipf("SKIPPING libzmq interop: %s cannot import zmq (%v). Install it with: apt-get install python3-zmq", python, err)
-	}
+	pypeer.Require(t, "zmq")
 }
 
 func startPy(t testing.TB, ctx context.Context, args ...string) *pyPeer {

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/internal/pypeer"
 )
 
 const python = "/usr/bin/python3"
@@ -26,10 +27,7 @@ var pyzmqCheck = sync.OnceValue(func() error {
 
 func requirePyzmq(t *testing.T) {
 	t.Helper()
-	if err := pyzmqCheck(); err != nil {
-		t.Skipf("SKIPPING INTEROP TEST: pyzmq is not importable by %s (%v). "+
-			"Install it with `apt-get install python3-zmq` to run the libzmq interop tests.", python, err)
-	}
+	pypeer.Require(t, "zmq")
 }
 
 // runPython runs script with the endpoint as its argument and returns a
