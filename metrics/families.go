@@ -44,8 +44,9 @@ type Family struct {
 	Help string
 	// Kind is Counter or Gauge.
 	Kind Kind
-	// Unit is the UCUM unit for OpenTelemetry: "s", "By", or an annotation
-	// such as "{message}".
+	// Unit is the UCUM unit for OpenTelemetry: "s", or an annotation such
+	// as "{message}" (which Prometheus exporters do not turn into a name
+	// suffix); "" for 0/1 states.
 	Unit string
 	// Labels are the label names, in the order of [Sample.Labels].
 	Labels []string
@@ -137,9 +138,9 @@ var (
 		"Engines the coordinator tracks.")
 	CoordWave = family("zmqguard_coordinator_wave", Gauge, "{wave}",
 		"Current request wave number.")
-	CoordRunning = family("zmqguard_coordinator_running", Gauge, "1",
+	CoordRunning = family("zmqguard_coordinator_running", Gauge, "", // not "1": exporters would add _ratio
 		"1 while a wave is running, else 0.")
-	CoordStarted = family("zmqguard_coordinator_started", Gauge, "1",
+	CoordStarted = family("zmqguard_coordinator_started", Gauge, "",
 		"1 once start-up (every engine subscribed) is over, else 0.")
 	CoordStatsPublished = family("zmqguard_coordinator_stats_published_total", Counter, "{message}",
 		"Stats publications sent to the front-ends.")
