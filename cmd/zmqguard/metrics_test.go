@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -251,4 +252,34 @@ func TestMetricsAddrUsage(t *testing.T) {
 			t.Errorf("%s --metrics-addr 0.0.0.0:0: exit %d, stderr %q", args[0], code, stderr)
 		}
 	}
+}
+
+// FuzzMetricsOptionsCheck: a --metrics-addr value never panics the check;
+// one accepted without --metrics-allow-remote is host:port with a loopback
+// host, and is accepted with it too.
+func FuzzMetricsOptionsCheck(f *testing.F) {
+	for _, s := range []string{"127.0.0.1:9100", "[::1]:0", "localhost:http", ":9100", "0.0.0.0:1", "127.0.0.1", "\x1b[31m:1"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, addr string) {
+		err := (&metricsOptions{addr: addr}).check()
+		remoteErr := (&metricsOptions{addr: addr, allowRemote: true}).check()
+		if err != nil {
+			var ue *usageError
+			if !errors.As(err, &ue) {
+				t.Fatalf("check(%q) = %v, not a usage error", addr, err)
+			}
+			return
+		}
+		if remoteErr != nil {
+			t.Fatalf("check(%q) accepted without --metrics-allow-remote, refused with it: %v", addr, remoteErr)
+		}
+		if addr == "" {
+			return
+		}
+		host, _, serr := net.SplitHostPort(addr)
+		if serr != nil || !isLoopbackHost(host) {
+			t.Fatalf("check(%q) accepted a host that is not loopback (%q, %v)", addr, host, serr)
+		}
+	})
 }
