@@ -283,3 +283,46 @@ func FuzzMetricsOptionsCheck(f *testing.F) {
 		}
 	})
 }
+
+// TestSinkMetrics runs sink with --metrics-addr: messages pushed to it are
+// scraped as received by socket "sink" and delivered by loop "sink", and
+// agree with the exit line.
+func TestSinkMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	p := start(t, ctx, "sink", "--bind", "tcp://127.0.0.1:0", "--log-format", "json", "--metrics-addr", "127.0.0.1:0")
+	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
+	addr := p.logField("sink receiving", "metrics_addr", time.Second)
+	push, err := socket.NewPush(quietSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer push.Close()
+	if err := push.Dial(ep); err != nil {
+		t.Fatal(err)
+	}
+	for range 3 {
+		if err := push.Send(ctx, []byte("any bytes are valid with --decode none")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for {
+		mfs := scrapeMetrics(t, addr)
+		if v, _ := sample(mfs, "zmqguard_loop_messages_delivered_total", "loop", "sink"); v == 3 {
+			if r, _ := sample(mfs, "zmqguard_socket_messages_received_total", "socket", "sink"); r != 3 {
+				t.Errorf("socket received %v, want 3", r)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("3 deliveries not scraped in time\nstderr:\n%s", p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if code := p.terminate(20 * time.Second); code != 0 {
+		t.Fatalf("sink exit %d\n%s", code, p.stderr)
+	}
+	if r := p.jsonLine(); num(r, "messages") != 3 {
+		t.Errorf("sink report: %s", p.stdout)
+	}
+}
