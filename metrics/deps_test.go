@@ -3,8 +3,6 @@ package metrics
 import (
 	"context"
 	"os/exec"
-	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -24,8 +22,7 @@ var adapterDirs = []string{"cmd/", "examples/", "bench/", "metrics/zgprom", "met
 func TestLibraryBuildsNoMetricsDependency(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	gobin := filepath.Join(runtime.GOROOT(), "bin", "go")
-	cmd := exec.CommandContext(ctx, gobin, "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "github.com/zmqguard/zmqguard/...")
+	cmd := exec.CommandContext(ctx, "go", "list", "-f", `{{.ImportPath}}{{range .Deps}} {{.}}{{end}}`, "github.com/zmqguard/zmqguard/...")
 	out, err := cmd.Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
