@@ -326,3 +326,37 @@ func TestSinkMetrics(t *testing.T) {
 		t.Errorf("sink report: %s", p.stdout)
 	}
 }
+
+// TestDemoMetrics runs demo with --metrics-addr: while the scanner attacks,
+// a scrape shows handshakes served and connections refused, and the demo
+// still ends with exit 0.
+func TestDemoMetrics(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 55*time.Second)
+	defer cancel()
+	p := start(t, ctx, "demo", "--duration", "5s", "--log-format", "json", "--metrics-addr", "127.0.0.1:0")
+	addr := p.logField("demo started", "metrics_addr", 20*time.Second)
+	for {
+		mfs := scrapeMetrics(t, addr)
+		served, _ := sample(mfs, "zmqguard_handshake_requests_served_total", "socket", "handshake")
+		refusedConns := 0.0
+		for _, m := range mfs["zmqguard_socket_violations_total"].GetMetric() {
+			refusedConns += m.GetCounter().GetValue()
+		}
+		if served > 0 && refusedConns > 0 {
+			if e, _ := sample(mfs, "zmqguard_coordinator_engines"); e != 2 {
+				t.Errorf("zmqguard_coordinator_engines = %v, want 2", e)
+			}
+			break
+		}
+		if ctx.Err() != nil {
+			t.Fatalf("no handshakes or refusals scraped (served %v, refused %v)\nstderr:\n%s", served, refusedConns, p.stderr)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if code := p.wait(40 * time.Second); code != 0 {
+		t.Fatalf("demo exit %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	if !refused(addr) {
+		t.Errorf("metrics endpoint %s still accepts connections after the demo", addr)
+	}
+}
