@@ -44,8 +44,8 @@ type Family struct {
 	Help string
 	// Kind is Counter or Gauge.
 	Kind Kind
-	// Unit is the UCUM unit for OpenTelemetry: "s", or an annotation such
-	// as "{message}" (which Prometheus exporters do not turn into a name
+	// Unit is the UCUM unit for OpenTelemetry: "s", "By", or an annotation
+	// such as "{message}" (which Prometheus exporters do not turn into a name
 	// suffix); "" for 0/1 states.
 	Unit string
 	// Labels are the label names, in the order of [Sample.Labels].
@@ -60,8 +60,11 @@ type Family struct {
 // (zmqguard_loop_messages_dropped_total is zmqguard.loop.messages_dropped).
 func (f *Family) OTelName() string {
 	n := strings.TrimSuffix(f.Name, "_total")
-	if f.Unit == "s" {
+	switch f.Unit {
+	case "s":
 		n = strings.TrimSuffix(n, "_seconds")
+	case "By":
+		n = strings.TrimSuffix(n, "_bytes")
 	}
 	n = strings.TrimPrefix(n, "zmqguard_")
 	if comp, rest, ok := strings.Cut(n, "_"); ok {

@@ -252,6 +252,7 @@ func TestOTelNames(t *testing.T) {
 		LoopLastDrop: "zmqguard.loop.last_drop_timestamp",
 		SocketPeers:  "zmqguard.socket.peers",
 		CoordWave:    "zmqguard.coordinator.wave",
+		{Name: "zmqguard_socket_send_queue_bytes", Unit: "By", Kind: Gauge}: "zmqguard.socket.send_queue",
 	} {
 		if g := f.OTelName(); g != w {
 			t.Errorf("%s.OTelName() = %q, want %q", f.Name, g, w)
