@@ -9,12 +9,13 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/metrics/zgprom"
 )
 
 var coordinatorSpec = commandSpec{
 	name: "coordinator",
 	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N " +
-		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--debug-addr HOST:PORT]",
+		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
 	summary: "run a vLLM-compatible DP coordinator until SIGINT/SIGTERM",
 	help: `Binds the three sockets of vLLM's data-parallel coordinator (front publish XPUB
 for the API front-ends, back output PULL and back publish XPUB for the engines),
@@ -28,7 +29,7 @@ included) as one JSON line on stdout: the totals, the same figures per socket
 dropped for a subscriber whose queue was full), failed accepts summed over
 the three sockets (accept_errors, e.g. EMFILE) and goroutines.
 
-` + debugHelp,
+` + debugHelp + "\n\n" + metricsHelp,
 }
 
 // coordinatorReport is the JSON line coordinator prints at exit: the
@@ -65,6 +66,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
 	kv := fs.Bool("publish-kv-cache-usage", false, "publish [waiting, running, kv_cache_usage] per engine, as current vLLM front-ends expect")
 	dbg := addDebugFlags(fs)
+	mo := addMetricsFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -86,6 +88,9 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 			return usagef("--max-message-size must be at least 64 bytes")
 		}
 		if err := dbg.check(); err != nil {
+			return err
+		}
+		if err := mo.check(); err != nil {
 			return err
 		}
 		c, err := coordinator.New(coordinator.Config{
@@ -114,8 +119,13 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 			return err
 		}
 		defer ds.Close()
+		ms, err := startMetrics(mo, e.logger, func(col *zgprom.Collector) error { return col.AddCoordinator("", c) })
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
 		e.logger.Info("coordinator running", append([]any{"front", c.FrontEndpoint(), "back_output", c.BackOutputEndpoint(),
-			"back_publish", c.BackPublishEndpoint(), "engines", *engines}, ds.logAttrs()...)...)
+			"back_publish", c.BackPublishEndpoint(), "engines", *engines}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
 		start := time.Now()
 		rerr := c.Run(ctx)
 		if rerr == nil || errors.Is(rerr, coordinator.ErrClosed) {
@@ -127,6 +137,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		// Close everything first, so that goroutines counts what did not stop.
 		c.Close()
 		ds.Close()
+		ms.Close()
 		line, err := json.Marshal(report())
 		if err != nil {
 			return err

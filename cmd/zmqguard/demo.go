@@ -19,12 +19,13 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
 var demoSpec = commandSpec{
 	name:     "demo",
-	synopsis: "[--duration 10s]",
+	synopsis: "[--duration 10s] [--metrics-addr HOST:PORT]",
 	summary:  "the product tour: the references on loopback under attack, counters at the end",
 	help: `Starts, on loopback ephemeral ports, a DP coordinator with 2 engines and 1
 API front-end, and a NIXL handshake listener with decode clients fetching
@@ -35,7 +36,9 @@ for the whole duration. A live one-line status goes to stderr.
 At the end it checks that every component still answers, and prints a table
 on stdout: messages served per component, drops by reason, handshakes
 completed, crashes. Exits 0 when every component still answers and nothing
-crashed.`,
+crashed.
+
+` + metricsHelp,
 }
 
 // demoCounters are the demo's live counters, updated by its helpers.
@@ -63,6 +66,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, spec)
 	duration := fs.Duration("duration", 10*time.Second, "how long the demo runs")
 	clients := fs.Int("clients", 3, "number of decode clients fetching handshake metadata in a loop (1-8)")
+	mo := addMetricsFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -77,13 +81,16 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		if *clients < 1 || *clients > 8 {
 			return usagef("--clients must be in [1, 8]")
 		}
-		return demo(ctx, e, *duration, *clients)
+		if err := mo.check(); err != nil {
+			return err
+		}
+		return demo(ctx, e, *duration, *clients, mo)
 	}()
 	return finish(e, fs, spec, err)
 }
 
 // demo runs the tour and prints the final table.
-func demo(ctx context.Context, e *env, duration time.Duration, clients int) error {
+func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *metricsOptions) error {
 	sw := &statusWriter{w: e.stderr, term: e.term}
 	logger, err := newLogger(sw, e.logFormat, e.logLevel, e.term)
 	if err != nil {
@@ -147,6 +154,16 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int) erro
 		return err
 	}
 	defer lis.Close()
+	ms, err := startMetrics(mo, logger, func(c *zgprom.Collector) error {
+		if err := c.AddCoordinator("", coord); err != nil {
+			return err
+		}
+		return c.AddHandshakeListener("handshake", lis)
+	})
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
 
 	// running reports whether a component's Run/Serve is still going.
 	var coordRunning, lisRunning atomic.Bool
@@ -174,8 +191,9 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int) erro
 		{"coordinator back-publish (XPUB)", coord.BackPublishEndpoint(), zmq4.XPub},
 		{"handshake listener (ROUTER)", lis.Endpoint(), zmq4.Router},
 	}
-	logger.Info("demo started", "duration", duration,
-		"front", targets[0].ep, "back_output", targets[1].ep, "back_publish", targets[2].ep, "handshake", targets[3].ep)
+	logger.Info("demo started", append([]any{"duration", duration,
+		"front", targets[0].ep, "back_output", targets[1].ep, "back_publish", targets[2].ep, "handshake", targets[3].ep},
+		ms.logAttrs()...)...)
 
 	// Engines and the front-end.
 	for i := range demoEngines {

@@ -11,11 +11,12 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/metrics/zgprom"
 )
 
 var listenerSpec = commandSpec{
 	name:     "handshake-listener",
-	synopsis: "--bind ADDR --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX] [--debug-addr HOST:PORT]",
+	synopsis: "--bind ADDR --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
 	summary:  "serve demo NIXL handshake metadata until SIGINT/SIGTERM",
 	help: `Serves vLLM's NIXL side channel (V1, V2 and V3 requests) on a hardened ROUTER,
 answering every (pp, tp) rank in [0, pp-size) x [0, tp-size) with a demo
@@ -37,7 +38,7 @@ client that does not read had its queue full (dropped_hwm), failed accepts
 (accept_errors, e.g. EMFILE; only when the socket layer reports them) and
 goroutines.
 
-` + debugHelp,
+` + debugHelp + "\n\n" + metricsHelp,
 }
 
 // listenerReport is the JSON line handshake-listener prints at exit.
@@ -96,6 +97,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 	tpSize := fs.Int("tp-size", 1, "number of tensor-parallel ranks served")
 	compat := fs.String("compat-hash", "", "compatibility hash served, 64 hex digits (default: the demo factor set's hash)")
 	dbg := addDebugFlags(fs)
+	mo := addMetricsFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -117,6 +119,9 @@ func runListener(ctx context.Context, e *env, args []string) int {
 			return usagef("--compat-hash must be 64 hex digits")
 		}
 		if err := dbg.check(); err != nil {
+			return err
+		}
+		if err := mo.check(); err != nil {
 			return err
 		}
 		payloads, err := demoPayloads(*engineID, hash, *ppSize, *tpSize)
@@ -143,8 +148,13 @@ func runListener(ctx context.Context, e *env, args []string) int {
 			return err
 		}
 		defer ds.Close()
+		ms, err := startMetrics(mo, e.logger, func(c *zgprom.Collector) error { return c.AddHandshakeListener("handshake", l) })
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
 		e.logger.Info("handshake listener serving", append([]any{"endpoint", l.Endpoint(), "engine_id", handshake.SafeText(*engineID),
-			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash}, ds.logAttrs()...)...)
+			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
 		serr := l.Serve(ctx)
 		if serr != nil && !errors.Is(serr, handshake.ErrListenerClosed) {
 			e.logger.Error("handshake listener stopped", "err", serr)
@@ -155,6 +165,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		// Close everything first, so that goroutines counts what did not stop.
 		l.Close()
 		ds.Close()
+		ms.Close()
 		line, err := json.Marshal(report())
 		if err != nil {
 			return err

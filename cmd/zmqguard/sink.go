@@ -11,12 +11,13 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
 var sinkSpec = commandSpec{
 	name:     "sink",
-	synopsis: "--bind ADDR [--decode none|stats] [--count N]",
+	synopsis: "--bind ADDR [--decode none|stats] [--count N] [--metrics-addr HOST:PORT]",
 	summary:  "a guarded PULL that counts valid messages, for measuring a machine",
 	help: `Binds a hardened PULL socket under a SafeLoop and counts valid messages:
 with --decode none every message is valid; with --decode stats a message is
@@ -28,7 +29,9 @@ It exits 0 after --count valid messages (or, with --count 0, on SIGINT or
 SIGTERM) and prints one JSON line on stdout: valid messages, seconds from
 the first to the last valid one, messages per second, heap allocations and
 bytes per message over that span, drops by reason and refused connections
-by reason. A human summary goes to stderr.`,
+by reason. A human summary goes to stderr.
+
+` + metricsHelp,
 }
 
 // sinkReport is the JSON line sink prints.
@@ -79,6 +82,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 	maxMsg := sizeValue(1 << 20)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 1MiB or 64KiB")
 	hwm := fs.Int("hwm", 0, "per-peer queue bound in messages (0: the socket default)")
+	mo := addMetricsFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -96,6 +100,9 @@ func runSink(ctx context.Context, e *env, args []string) int {
 		if maxMsg < 64 || *hwm < 0 {
 			return usagef("--max-message-size must be at least 64 bytes and --hwm not negative")
 		}
+		if err := mo.check(); err != nil {
+			return err
+		}
 		opts := socket.DefaultOptions()
 		opts.Guard.MaxMessageSize = int64(maxMsg)
 		if *hwm > 0 {
@@ -110,17 +117,22 @@ func runSink(ctx context.Context, e *env, args []string) int {
 		if err := s.Bind(*bind); err != nil {
 			return err
 		}
-		e.logger.Info("sink receiving", "endpoint", s.Endpoint(), "decode", *decode, "count", *count)
+		ms, err := startMetrics(mo, e.logger, func(c *zgprom.Collector) error { return c.AddSocket("sink", s) })
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+		e.logger.Info("sink receiving", append([]any{"endpoint", s.Endpoint(), "decode", *decode, "count", *count}, ms.logAttrs()...)...)
 
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		c := &sinkCounter{target: *count, cancel: cancel}
 		var st loop.Stats
 		if *decode == "none" {
-			st, err = sinkLoop(lctx, e, s, c, loop.RawDecoder)
+			st, err = sinkLoop(lctx, e, s, c, ms, loop.RawDecoder)
 		} else {
 			lim := decodeguard.Limits{MaxBytes: int(maxMsg)}
-			st, err = sinkLoop(lctx, e, s, c, func(frames [][]byte, dst *coordinator.EngineCoreOutputs) error {
+			st, err = sinkLoop(lctx, e, s, c, ms, func(frames [][]byte, dst *coordinator.EngineCoreOutputs) error {
 				if len(frames) != 1 {
 					return decodeguard.NewError(decodeguard.ReasonEnvelope, "expected one frame")
 				}
@@ -170,7 +182,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 
 // sinkLoop runs a SafeLoop over s with decoder dec until ctx ends, counting
 // valid messages in c.
-func sinkLoop[T any](ctx context.Context, e *env, s *socket.Socket, c *sinkCounter, dec loop.Decoder[T]) (loop.Stats, error) {
+func sinkLoop[T any](ctx context.Context, e *env, s *socket.Socket, c *sinkCounter, ms *metricsServer, dec loop.Decoder[T]) (loop.Stats, error) {
 	l, err := loop.New(s, loop.Config[T]{
 		Name:   "sink",
 		Logger: e.logger,
@@ -181,6 +193,9 @@ func sinkLoop[T any](ctx context.Context, e *env, s *socket.Socket, c *sinkCount
 		},
 	})
 	if err != nil {
+		return loop.Stats{}, err
+	}
+	if err := ms.addLoop("sink", l); err != nil {
 		return loop.Stats{}, err
 	}
 	err = l.Run(ctx)

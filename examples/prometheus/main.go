@@ -1,14 +1,13 @@
 // Command prometheus runs a SafeLoop on a PULL socket and serves its counters
-// in the Prometheus text format without the client library: Loop.Stats()
-// gives the totals at scrape time, the OnDrop hook counts drops by peer host.
+// at /metrics with the Prometheus client library, through zmqguard's
+// collector (package metrics/zgprom): the loop and the socket are read at
+// scrape time from their Stats snapshots, and the OnDrop and handler hooks
+// feed a per-peer source set whose label cardinality is capped (peers beyond
+// the cap count as source="other").
 //
-// As a prometheus.Collector: Describe sends one *prometheus.Desc per metric
-// below; Collect sends prometheus.MustNewConstMetric(desc,
-// prometheus.CounterValue, v, labels...) for each Stats() field (GaugeValue
-// for the last-drop time); the per-peer drops become a CounterVec that OnDrop
-// increments with WithLabelValues(host).Inc().
+//	go run ./examples/prometheus -demo & sleep 3; curl -s 127.0.0.1:9100/metrics | grep zmqguard_
 //
-//	go run ./examples/prometheus -demo & sleep 3; curl -s 127.0.0.1:9100/metrics
+// The same Set can feed OpenTelemetry instead: see package metrics/zgotel.
 package main
 
 import (
@@ -16,83 +15,101 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
 	"os/signal"
+	"sort"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
-// maxPeers bounds the per-peer drop series; later hosts count as "other".
+// maxPeers caps the per-peer series; the collector folds later hosts into
+// source="other". It also bounds the map below.
 const maxPeers = 256
 
-// peerDrops is the OnDrop-fed count of drops by peer host.
-type peerDrops struct {
+// peers counts messages and drops by peer host, from the loop's hooks.
+type peers struct {
 	mu sync.Mutex
-	n  map[string]uint64
+	n  map[string]*zgprom.Source
 }
 
-func (p *peerDrops) observe(d loop.Drop) {
-	host, _, _ := net.SplitHostPort(d.Peer.Addr()) // "" if unknown
+// source returns host's entry; hosts beyond 4×maxPeers share one, so a
+// scanner cycling through addresses cannot grow the map without bound.
+func (p *peers) source(peer *socket.Peer) *zgprom.Source {
+	host, _, err := net.SplitHostPort(peer.Addr())
+	if err != nil {
+		host = "unknown"
+	}
+	s, ok := p.n[host]
+	if !ok {
+		if len(p.n) >= 4*maxPeers {
+			host = "overflow"
+			if s, ok = p.n[host]; ok {
+				return s
+			}
+		}
+		s = &zgprom.Source{Name: host, Connected: true}
+		p.n[host] = s
+	}
+	return s
+}
+
+func (p *peers) delivered(peer *socket.Peer) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if _, ok := p.n[host]; !ok && len(p.n) >= maxPeers {
-		host = "other"
-	}
-	p.n[host]++
+	p.source(peer).Received++
 }
 
-// metrics writes the text exposition for one loop.
-func metrics(l *loop.Loop[any], peers *peerDrops) http.HandlerFunc {
-	return func(w http.ResponseWriter, _ *http.Request) {
-		w.Header().Set("Content-Type", "text/plain; version=0.0.4")
-		st, name := l.Stats(), l.Name()
-		head := func(metric, typ, help string) {
-			fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", metric, help, metric, typ)
-		}
-		head("zmqguard_loop_received_total", "counter", "Messages received.")
-		fmt.Fprintf(w, "zmqguard_loop_received_total{loop=%q} %d\n", name, st.Received)
-		head("zmqguard_loop_delivered_total", "counter", "Messages handed to the handler.")
-		fmt.Fprintf(w, "zmqguard_loop_delivered_total{loop=%q} %d\n", name, st.Delivered)
-		head("zmqguard_loop_handler_errors_total", "counter", "Handler errors and panics.")
-		fmt.Fprintf(w, "zmqguard_loop_handler_errors_total{loop=%q} %d\n", name, st.HandlerErrors)
-		head("zmqguard_loop_dropped_total", "counter", "Messages dropped, by reason.")
-		for _, r := range decodeguard.Reasons() {
-			fmt.Fprintf(w, "zmqguard_loop_dropped_total{loop=%q,reason=%q} %d\n", name, r, st.Dropped[r])
-		}
-		last := 0.0
-		if !st.LastDrop.IsZero() {
-			last = float64(st.LastDrop.UnixNano()) / 1e9
-		}
-		head("zmqguard_loop_last_drop_timestamp_seconds", "gauge", "Time of the latest drop (0: none).")
-		fmt.Fprintf(w, "zmqguard_loop_last_drop_timestamp_seconds{loop=%q} %g\n", name, last)
-		head("zmqguard_loop_peer_dropped_total", "counter", "Messages dropped, by peer host.")
-		peers.mu.Lock()
-		defer peers.mu.Unlock()
-		for host, n := range peers.n {
-			fmt.Fprintf(w, "zmqguard_loop_peer_dropped_total{loop=%q,peer=%q} %d\n", name, host, n)
-		}
-	}
+func (p *peers) dropped(d loop.Drop) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	s := p.source(d.Peer)
+	s.Received++
+	s.Dropped[d.Reason]++
 }
 
-// demo pushes valid (nil, 7), a bare int, invalid UTF-8, an array32 length
-// bomb and valid (2, 7) to ep once a second.
-func demo(ctx context.Context, ep string) {
+// list returns the peers sorted by name, for the collector.
+func (p *peers) list() []zgprom.Source {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	out := make([]zgprom.Source, 0, len(p.n))
+	for _, s := range p.n {
+		out = append(out, *s)
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
+	return out
+}
+
+// demoFrames are what -demo pushes once a second: valid (nil, 7), a bare
+// int (validate), invalid UTF-8 (decode), an array32 length bomb (decode)
+// and valid (2, 7).
+var demoFrames = [][]byte{{0x92, 0xc0, 0x07}, {0x45}, {0xa2, 0xff, 0xfe}, {0xdd, 0xff, 0xff, 0xff, 0xff}, {0x92, 0x02, 0x07}}
+
+// demo pushes demoFrames to ep once a second until ctx ends.
+func demo(ctx context.Context, ep string) error {
 	push, err := socket.NewPush(socket.DefaultOptions())
-	if err != nil || push.Dial(ep) != nil {
-		log.Fatal("demo: cannot dial ", ep)
+	if err != nil {
+		return err
 	}
 	defer push.Close()
-	frames := [][]byte{{0x92, 0xc0, 0x07}, {0x45}, {0xa2, 0xff, 0xfe}, {0xdd, 0xff, 0xff, 0xff, 0xff}, {0x92, 0x02, 0x07}}
+	if err := push.Dial(ep); err != nil {
+		return err
+	}
 	for ctx.Err() == nil {
-		for _, f := range frames {
+		for _, f := range demoFrames {
 			_ = push.Send(ctx, f)
 		}
 		select {
@@ -100,28 +117,37 @@ func demo(ctx context.Context, ep string) {
 		case <-time.After(time.Second):
 		}
 	}
+	return nil
 }
 
-func main() {
-	bind := flag.String("bind", "tcp://127.0.0.1:5557", "PULL endpoint to bind")
-	addr := flag.String("http", "127.0.0.1:9100", "address of the /metrics endpoint")
-	withDemo := flag.Bool("demo", false, "also push sample valid and hostile messages to -bind")
-	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
-	defer stop()
+// config is what main's flags set.
+type config struct {
+	bind, http string
+	demo       bool
+	// ready, if set, is called with the PULL endpoint and the metrics
+	// address once both are listening.
+	ready func(endpoint, metricsAddr string)
+}
+
+// run serves until ctx ends.
+func run(ctx context.Context, cfg config, logw io.Writer) error {
+	logger := slog.New(slog.NewTextHandler(logw, nil))
 	pull, err := socket.NewPull(socket.DefaultOptions())
-	if err == nil {
-		defer pull.Close()
-		err = pull.Bind(*bind)
-	}
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	peers := &peerDrops{n: map[string]uint64{}}
+	defer pull.Close()
+	if err := pull.Bind(cfg.bind); err != nil {
+		return err
+	}
+	ps := &peers{n: map[string]*zgprom.Source{}}
 	l, err := loop.New(pull, loop.Config[any]{
-		Name: "front", Logger: slog.Default(), OnDrop: peers.observe,
-		Decode:  loop.UntypedDecoder(decodeguard.Limits{}),
-		Handler: func(context.Context, loop.Delivery[any]) error { return nil },
+		Name: "front", Logger: logger, OnDrop: ps.dropped,
+		Decode: loop.UntypedDecoder(decodeguard.Limits{}),
+		Handler: func(_ context.Context, d loop.Delivery[any]) error {
+			ps.delivered(d.Msg.Peer)
+			return nil
+		},
 		Validate: func(v *any) error {
 			if a, ok := (*v).([]any); !ok || len(a) != 2 {
 				return errors.New("want a 2-element array")
@@ -130,21 +156,69 @@ func main() {
 		},
 	})
 	if err != nil {
-		log.Fatal(err)
+		return err
 	}
-	srv := &http.Server{Addr: *addr, Handler: metrics(l, peers), ReadHeaderTimeout: 5 * time.Second}
-	go func() {
-		if err := srv.ListenAndServe(); !errors.Is(err, http.ErrServerClosed) {
-			log.Fatal(err)
+
+	col := zgprom.NewCollector()
+	for _, err := range []error{
+		col.AddLoop("front", l),
+		col.AddSocket("front", pull),
+		col.AddSources("front-peers", maxPeers, ps.list),
+	} {
+		if err != nil {
+			return err
 		}
-	}()
-	if *withDemo {
-		go demo(ctx, pull.Endpoint())
 	}
-	log.Printf("PULL on %s, metrics on http://%s/metrics", pull.Endpoint(), *addr)
-	err = l.Run(ctx)
-	_ = srv.Shutdown(context.Background())
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(col, collectors.NewGoCollector())
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{Timeout: 10 * time.Second}))
+	ln, err := net.Listen("tcp", cfg.http)
 	if err != nil {
+		return err
+	}
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+	served := make(chan error, 1)
+	go func() { served <- srv.Serve(ln) }()
+	defer func() {
+		sctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		if srv.Shutdown(sctx) != nil {
+			srv.Close()
+		}
+		<-served
+	}()
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	if cfg.demo {
+		wg.Go(func() {
+			if err := demo(lctx, pull.Endpoint()); err != nil {
+				logger.Error("demo pusher", "err", err)
+			}
+		})
+	}
+	logger.Info("serving", "pull", pull.Endpoint(), "metrics", "http://"+ln.Addr().String()+"/metrics")
+	if cfg.ready != nil {
+		cfg.ready(pull.Endpoint(), ln.Addr().String())
+	}
+	if err := l.Run(lctx); err != nil {
+		return fmt.Errorf("loop: %w", err)
+	}
+	return nil
+}
+
+func main() {
+	var cfg config
+	flag.StringVar(&cfg.bind, "bind", "tcp://127.0.0.1:5557", "PULL endpoint to bind")
+	flag.StringVar(&cfg.http, "http", "127.0.0.1:9100", "address of the /metrics endpoint")
+	flag.BoolVar(&cfg.demo, "demo", false, "also push sample valid and hostile messages to -bind once a second")
+	flag.Parse()
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if err := run(ctx, cfg, os.Stderr); err != nil {
 		log.Fatal(err)
 	}
 }

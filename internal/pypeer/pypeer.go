@@ -23,6 +23,7 @@ var debianPackage = map[string]string{
 	"msgpack":           "python3-msgpack",
 	"numpy":             "python3-numpy",
 	"prometheus_client": "python3-prometheus-client",
+	"matplotlib":        "python3-matplotlib",
 }
 
 // Require returns [Python] when it can import every module named; otherwise

@@ -1,0 +1,190 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/zmqguard/zmqguard/metrics"
+	"github.com/zmqguard/zmqguard/metrics/zgprom"
+)
+
+// metricsHelp is the paragraph the help texts of the long-running commands
+// share about --metrics-addr.
+const metricsHelp = `With --metrics-addr HOST:PORT (off by default; port 0 picks a free port) it
+serves its counters in the Prometheus text format at /metrics on that
+address: zmqguard_loop_messages_dropped_total{loop,reason},
+zmqguard_socket_violations_total{socket,reason}, zmqguard_socket_peers and
+the rest of package metrics' families, read from the same Stats snapshots as
+the exit line, plus Go runtime and process metrics (go_*, process_*). The
+address is logged (metrics_addr, also in the start line). HOST must be
+loopback unless --metrics-allow-remote is given.`
+
+// metricsShutdownTimeout bounds how long the metrics endpoint waits for
+// scrapes in flight at exit.
+const metricsShutdownTimeout = 2 * time.Second
+
+// metricsScrapeTimeout bounds one scrape.
+const metricsScrapeTimeout = 10 * time.Second
+
+// metricsOptions are the --metrics-addr and --metrics-allow-remote flags.
+type metricsOptions struct {
+	addr        string
+	allowRemote bool
+}
+
+// addMetricsFlags registers --metrics-addr and --metrics-allow-remote on fs.
+func addMetricsFlags(fs *flag.FlagSet) *metricsOptions {
+	o := &metricsOptions{}
+	fs.StringVar(&o.addr, "metrics-addr", "",
+		"serve Prometheus metrics at /metrics over HTTP on this `host:port` (default off; loopback only)")
+	fs.BoolVar(&o.allowRemote, "metrics-allow-remote", false,
+		"allow a --metrics-addr host that is not loopback")
+	return o
+}
+
+// check validates the flags: a usage error unless --metrics-addr is empty
+// (off) or host:port with a loopback host (or any host with
+// --metrics-allow-remote).
+func (o *metricsOptions) check() error {
+	if o.addr == "" {
+		return nil
+	}
+	host, port, err := net.SplitHostPort(o.addr)
+	if err != nil {
+		return usagef("--metrics-addr %q: want host:port, e.g. 127.0.0.1:9100 (%v)", o.addr, err)
+	}
+	if _, err := net.LookupPort("tcp", port); err != nil {
+		return usagef("--metrics-addr %q: bad port", o.addr)
+	}
+	if o.allowRemote || isLoopbackHost(host) {
+		return nil
+	}
+	return usagef("--metrics-addr %q is not a loopback address: the metrics endpoint describes this process "+
+		"to anyone who reaches it; use 127.0.0.1, ::1 or localhost, or add --metrics-allow-remote", o.addr)
+}
+
+// metricsServer is the HTTP endpoint --metrics-addr starts.
+type metricsServer struct {
+	col  *zgprom.Collector
+	srv  *http.Server
+	addr string
+	done chan struct{} // closed when Serve has returned
+}
+
+// newMetricsHandler returns the /metrics handler for c plus the Go runtime
+// and process collectors, on a registry and mux of their own.
+func newMetricsHandler(c *zgprom.Collector, logger *slog.Logger) (http.Handler, error) {
+	reg := prometheus.NewRegistry()
+	for _, col := range []prometheus.Collector{
+		c,
+		collectors.NewGoCollector(),
+		collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+	} {
+		if err := reg.Register(col); err != nil {
+			return nil, fmt.Errorf("--metrics-addr: %w", err)
+		}
+	}
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             metricsScrapeTimeout,
+	}))
+	return mux, nil
+}
+
+// startMetrics listens on o.addr and serves /metrics in the background; add
+// registers the command's components on the collector. It returns nil, nil
+// when --metrics-addr is off. Close stops it.
+func startMetrics(o *metricsOptions, logger *slog.Logger, add func(*zgprom.Collector) error) (*metricsServer, error) {
+	if o.addr == "" {
+		return nil, nil
+	}
+	c := zgprom.NewCollector()
+	if err := add(c); err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	h, err := newMetricsHandler(c, logger)
+	if err != nil {
+		return nil, err
+	}
+	ln, err := net.Listen("tcp", o.addr)
+	if err != nil {
+		return nil, fmt.Errorf("--metrics-addr: %w", err)
+	}
+	m := &metricsServer{
+		col: c,
+		srv: &http.Server{
+			Handler:           h,
+			ReadHeaderTimeout: 5 * time.Second,
+			WriteTimeout:      metricsScrapeTimeout + 5*time.Second,
+			IdleTimeout:       30 * time.Second,
+			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
+		},
+		addr: ln.Addr().String(),
+		done: make(chan struct{}),
+	}
+	go func() {
+		defer close(m.done)
+		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error("metrics endpoint stopped", "metrics_addr", m.addr, "err", err)
+		}
+	}()
+	if !isLoopbackHost(hostOf(m.addr)) {
+		logger.Warn("metrics endpoint serving on a non-loopback address (--metrics-allow-remote)", "metrics_addr", m.addr)
+	}
+	logger.Info("metrics endpoint serving", "metrics_addr", m.addr, "url", "http://"+m.addr+"/metrics")
+	return m, nil
+}
+
+// addLoop adds a loop created after the endpoint started; a no-op when the
+// endpoint is off.
+func (m *metricsServer) addLoop(name string, l metrics.LoopStats) error {
+	if m == nil {
+		return nil
+	}
+	return m.col.AddLoop(name, l)
+}
+
+// Addr returns the address the endpoint listens on ("" when off).
+func (m *metricsServer) Addr() string {
+	if m == nil {
+		return ""
+	}
+	return m.addr
+}
+
+// logAttrs returns the start line's metrics_addr attribute, or nothing when
+// the endpoint is off.
+func (m *metricsServer) logAttrs() []any {
+	if m == nil {
+		return nil
+	}
+	return []any{"metrics_addr", m.addr}
+}
+
+// Close stops the endpoint, lets scrapes in flight finish for up to
+// metricsShutdownTimeout, and waits for the server goroutine. It is safe on
+// a nil server and idempotent.
+func (m *metricsServer) Close() {
+	if m == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
+	defer cancel()
+	if err := m.srv.Shutdown(ctx); err != nil {
+		m.srv.Close()
+	}
+	<-m.done
+}

@@ -1,0 +1,432 @@
+package metrics
+
+import (
+	"errors"
+	"fmt"
+	"reflect"
+	"slices"
+	"sync"
+	"unicode/utf8"
+
+	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// LoopStats is what a receive loop offers: *loop.Loop[T] for any T.
+type LoopStats interface{ Stats() loop.Stats }
+
+// SocketStats is what a socket offers: *socket.Socket.
+type SocketStats interface{ Stats() socket.Stats }
+
+// ZMTPStats is what a guarded listener offers: *zmtpguard.Listener or
+// *zmtpguard.Transport.
+type ZMTPStats interface{ Stats() zmtpguard.Stats }
+
+// HandshakeStats is what a NIXL handshake listener offers:
+// *handshake.Listener.
+type HandshakeStats interface {
+	Stats() handshake.ListenerStats
+}
+
+// CoordinatorStats is what a DP coordinator offers:
+// *coordinator.Coordinator.
+type CoordinatorStats interface{ Stats() coordinator.Stats }
+
+// Source is one source of a source set at the time of a scrape: a
+// publisher a subscriber follows, an engine an output receiver reads.
+type Source struct {
+	// Name identifies the source (an endpoint, an engine index); it becomes
+	// the source label unless the set's label cap is reached.
+	Name string
+	// Received counts messages taken from the source.
+	Received uint64
+	// Dropped counts its dropped messages by reason.
+	Dropped decodeguard.Counts
+	// Connected reports whether the source is connected now.
+	Connected bool
+}
+
+// OtherSource is the source label under which a source set reports the
+// sources beyond its label cap, summed.
+const OtherSource = "other"
+
+// DefaultMaxSources is the label cap of a source set when AddSources is
+// given 0: at most this many sources have a source label of their own.
+const DefaultMaxSources = 100
+
+// maxNameLen bounds component names (label values).
+const maxNameLen = 128
+
+// Sample is one value of one family at a scrape. Labels holds the label
+// values in the order of Family.Labels.
+type Sample struct {
+	Family *Family
+	Labels []string
+	Value  float64
+}
+
+// Set is the list of components whose counters an adapter reports. Add
+// components with the Add methods (each takes the component itself, whose
+// Stats() is read at every scrape, never on the hot path), then hand the Set
+// to an adapter (zgprom, zgotel). Names become label values: each must be
+// non-empty, printable UTF-8, at most 128 bytes and unique among the
+// components of its kind. A Set is safe for concurrent use.
+type Set struct {
+	mu          sync.Mutex
+	loops       []namedLoop
+	sockets     []namedSocket
+	zmtp        []namedZMTP
+	handshakes  []namedHandshake
+	coordinator CoordinatorStats
+	coordPrefix string
+	sourceSets  []*sourceSet
+	names       map[string]bool // "kind\x00name" taken
+}
+
+type (
+	namedLoop struct {
+		name string
+		s    LoopStats
+	}
+	namedSocket struct {
+		name string
+		s    SocketStats
+	}
+	namedZMTP struct {
+		name string
+		s    ZMTPStats
+	}
+	namedHandshake struct {
+		name string
+		s    HandshakeStats
+	}
+)
+
+// NewSet returns an empty Set.
+func NewSet() *Set { return &Set{names: map[string]bool{}} }
+
+// checkName validates a component name.
+func checkName(what, name string) error {
+	if name == "" {
+		return fmt.Errorf("metrics: %s name is empty", what)
+	}
+	if len(name) > maxNameLen {
+		return fmt.Errorf("metrics: %s name %q is %d bytes, over %d", what,
+			decodeguard.EscapeText(name, 32), len(name), maxNameLen)
+	}
+	if !utf8.ValidString(name) {
+		return fmt.Errorf("metrics: %s name %q is not valid UTF-8", what, decodeguard.EscapeText(name, 64))
+	}
+	for _, r := range name {
+		if r < 0x20 || r == 0x7f {
+			return fmt.Errorf("metrics: %s name %q has a control character", what, decodeguard.EscapeText(name, 64))
+		}
+	}
+	return nil
+}
+
+// claim reserves names of the given kinds; it is called with s.mu held.
+func (s *Set) claim(what string, kinds []string, name string) error {
+	if err := checkName(what, name); err != nil {
+		return err
+	}
+	for _, k := range kinds {
+		if s.names[k+"\x00"+name] {
+			return fmt.Errorf("metrics: a %s named %q is already in the set", k, name)
+		}
+	}
+	for _, k := range kinds {
+		s.names[k+"\x00"+name] = true
+	}
+	return nil
+}
+
+// isNil reports whether v is nil or holds a nil pointer, which would panic
+// at scrape time rather than at Add.
+func isNil(v any) bool {
+	if v == nil {
+		return true
+	}
+	rv := reflect.ValueOf(v)
+	return rv.Kind() == reflect.Pointer && rv.IsNil()
+}
+
+// AddLoop adds a receive loop under the loop label name.
+func (s *Set) AddLoop(name string, l LoopStats) error {
+	if isNil(l) {
+		return errors.New("metrics: AddLoop: nil loop")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.claim("loop", []string{"loop"}, name); err != nil {
+		return err
+	}
+	s.loops = append(s.loops, namedLoop{name, l})
+	return nil
+}
+
+// AddSocket adds a socket under the socket label name.
+func (s *Set) AddSocket(name string, sock SocketStats) error {
+	if isNil(sock) {
+		return errors.New("metrics: AddSocket: nil socket")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.claim("socket", []string{"socket"}, name); err != nil {
+		return err
+	}
+	s.sockets = append(s.sockets, namedSocket{name, sock})
+	return nil
+}
+
+// AddZMTPListener adds a guarded listener (zmtpguard.Listener or Transport)
+// under the socket label name of the zmqguard_zmtp_ families.
+func (s *Set) AddZMTPListener(name string, l ZMTPStats) error {
+	if isNil(l) {
+		return errors.New("metrics: AddZMTPListener: nil listener")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.claim("zmtp listener", []string{"zmtp"}, name); err != nil {
+		return err
+	}
+	s.zmtp = append(s.zmtp, namedZMTP{name, l})
+	return nil
+}
+
+// AddHandshakeListener adds a NIXL handshake listener: its ROUTER socket
+// under socket=name, its receive loop under loop=name, and the
+// zmqguard_handshake_ families under socket=name.
+func (s *Set) AddHandshakeListener(name string, l HandshakeStats) error {
+	if isNil(l) {
+		return errors.New("metrics: AddHandshakeListener: nil listener")
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.claim("handshake listener", []string{"loop", "socket"}, name); err != nil {
+		return err
+	}
+	s.handshakes = append(s.handshakes, namedHandshake{name, l})
+	return nil
+}
+
+// AddCoordinator adds a DP coordinator: its three sockets and loops under
+// the names prefix+"-front", prefix+"-back-output" and
+// prefix+"-back-publish" (prefix "" means "coordinator"), and the
+// zmqguard_coordinator_ families. A Set holds at most one coordinator.
+func (s *Set) AddCoordinator(prefix string, c CoordinatorStats) error {
+	if isNil(c) {
+		return errors.New("metrics: AddCoordinator: nil coordinator")
+	}
+	if prefix == "" {
+		prefix = "coordinator"
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.coordinator != nil {
+		return errors.New("metrics: the set already has a coordinator")
+	}
+	for _, part := range coordParts {
+		if err := s.claim("coordinator socket", []string{"loop", "socket"}, prefix+part); err != nil {
+			return err
+		}
+	}
+	s.coordinator, s.coordPrefix = c, prefix
+	return nil
+}
+
+var coordParts = []string{"-front", "-back-output", "-back-publish"}
+
+// AddSources adds a source set under loop=name: list is called at each
+// scrape and returns the sources now. At most maxSources (0 means
+// DefaultMaxSources) have a source label of their own; the others are
+// summed under source="other" (a source actually named "other" is too).
+// A source keeps its own label while it is listed; when one leaves, the
+// next unlabelled source takes its place. Counters under "other" can
+// therefore go down when sources move; Prometheus treats that as a reset.
+func (s *Set) AddSources(name string, maxSources int, list func() []Source) error {
+	if list == nil {
+		return errors.New("metrics: AddSources: nil list function")
+	}
+	if maxSources < 0 {
+		return fmt.Errorf("metrics: AddSources: maxSources %d is negative", maxSources)
+	}
+	if maxSources == 0 {
+		maxSources = DefaultMaxSources
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := s.claim("source set", []string{"sources"}, name); err != nil {
+		return err
+	}
+	s.sourceSets = append(s.sourceSets, &sourceSet{name: name, max: maxSources, list: list, labelled: map[string]bool{}})
+	return nil
+}
+
+// sourceSet is one AddSources entry and its label assignment.
+type sourceSet struct {
+	name     string
+	max      int
+	list     func() []Source
+	labelled map[string]bool // sources with a label of their own
+}
+
+// emitter collects samples.
+type emitter func(Sample)
+
+func (e emitter) emit(f *Family, v float64, labels ...string) {
+	e(Sample{Family: f, Labels: labels, Value: v})
+}
+
+func (e emitter) counts(f *Family, c *decodeguard.Counts, labels ...string) {
+	for _, r := range decodeguard.Reasons() {
+		e.emit(f, float64(c[r]), append(slices.Clip(labels), r.String())...)
+	}
+}
+
+func b2f(b bool) float64 {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func (e emitter) loop(name string, st loop.Stats) {
+	e.emit(LoopReceived, float64(st.Received), name)
+	e.emit(LoopDelivered, float64(st.Delivered), name)
+	e.counts(LoopDropped, &st.Dropped, name)
+	e.emit(LoopHandlerErrors, float64(st.HandlerErrors), name)
+	last := 0.0
+	if !st.LastDrop.IsZero() {
+		last = float64(st.LastDrop.UnixNano()) / 1e9
+	}
+	e.emit(LoopLastDrop, last, name)
+}
+
+func (e emitter) socket(name string, st socket.Stats) {
+	e.emit(SocketReceived, float64(st.Received), name)
+	e.emit(SocketSent, float64(st.Sent), name)
+	e.emit(SocketDroppedHWM, float64(st.DroppedHWM), name)
+	e.emit(SocketDroppedUnroutable, float64(st.DroppedUnroutable), name)
+	e.emit(SocketDroppedFiltered, float64(st.DroppedFiltered), name)
+	e.counts(SocketViolations, &st.Violations, name)
+	e.emit(SocketPeers, float64(st.Peers), name)
+	e.emit(SocketConnects, float64(st.Connects), name)
+	e.emit(SocketDisconnects, float64(st.Disconnects), name)
+	e.emit(SocketAcceptErrors, float64(st.AcceptErrors), name)
+}
+
+func (e emitter) zmtp(name string, st zmtpguard.Stats) {
+	e.emit(ZMTPAccepted, float64(st.Accepted), name)
+	e.emit(ZMTPHandshakes, float64(st.Handshakes), name)
+	e.emit(ZMTPAcceptErrors, float64(st.AcceptErrors), name)
+	e.counts(ZMTPViolations, &st.Violations, name)
+	e.emit(ZMTPEvicted, float64(st.Evicted), name)
+	e.emit(ZMTPOpen, float64(st.Open), name)
+	e.emit(ZMTPPending, float64(st.Pending), name)
+}
+
+func (e emitter) coordinator(prefix string, st coordinator.Stats) {
+	e.emit(CoordEngines, float64(st.Engines))
+	e.emit(CoordWave, float64(st.Wave))
+	e.emit(CoordRunning, b2f(st.Running))
+	e.emit(CoordStarted, b2f(st.Started))
+	e.emit(CoordStatsPublished, float64(st.StatsPublished))
+	e.emit(CoordWavePublished, float64(st.WavePublished))
+	e.emit(CoordReadySent, float64(st.ReadySent))
+	e.emit(CoordStartWaveSent, float64(st.StartWaveSent))
+	e.emit(CoordStatsApplied, float64(st.StatsApplied))
+	e.emit(CoordStaleStats, float64(st.StaleStats))
+	e.emit(CoordResizes, float64(st.Resizes))
+	e.emit(CoordBackUnsubscribed, float64(st.BackUnsubscribed))
+	for i, ss := range []*coordinator.SocketStats{&st.Front, &st.BackOutput, &st.BackPublish} {
+		name := prefix + coordParts[i]
+		e.loop(name, ss.Loop)
+		e.socket(name, ss.Socket)
+		e.counts(CoordStateDropped, &ss.StateDrops, name)
+	}
+}
+
+// sources reports one source set; it is called with s.mu held (the label
+// assignment is shared state).
+func (e emitter) sources(ss *sourceSet) {
+	list := ss.list()
+	present := make(map[string]bool, len(list))
+	for _, src := range list {
+		present[src.Name] = true
+	}
+	for n := range ss.labelled {
+		if !present[n] {
+			delete(ss.labelled, n)
+		}
+	}
+	var other Source
+	folded, otherConnected := 0, 0
+	seen := make(map[string]bool, len(list))
+	for i := range list {
+		src := &list[i]
+		own := src.Name != OtherSource && !seen[src.Name] && checkName("source", src.Name) == nil
+		if own && !ss.labelled[src.Name] {
+			own = len(ss.labelled) < ss.max
+			if own {
+				ss.labelled[src.Name] = true
+			}
+		}
+		if !own {
+			folded++
+			other.Received += src.Received
+			other.Dropped.Add(&src.Dropped)
+			if src.Connected {
+				otherConnected++
+			}
+			continue
+		}
+		seen[src.Name] = true
+		e.emit(SourceReceived, float64(src.Received), ss.name, src.Name)
+		e.counts(SourceDropped, &src.Dropped, ss.name, src.Name)
+		e.emit(SourceConnected, b2f(src.Connected), ss.name, src.Name)
+	}
+	if folded > 0 {
+		e.emit(SourceReceived, float64(other.Received), ss.name, OtherSource)
+		e.counts(SourceDropped, &other.Dropped, ss.name, OtherSource)
+		e.emit(SourceConnected, float64(otherConnected), ss.name, OtherSource)
+	}
+	e.emit(Sources, float64(len(list)), ss.name)
+	e.emit(SourcesFolded, float64(folded), ss.name)
+}
+
+// Collect reads every component's Stats now and calls emit once per sample.
+// Drop counters are reported for every reason (zeros included), so a
+// dashboard's series exist from the first scrape. emit must not call back
+// into the Set.
+func (s *Set) Collect(emit func(Sample)) {
+	e := emitter(emit)
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, l := range s.loops {
+		e.loop(l.name, l.s.Stats())
+	}
+	for _, k := range s.sockets {
+		e.socket(k.name, k.s.Stats())
+	}
+	for _, z := range s.zmtp {
+		e.zmtp(z.name, z.s.Stats())
+	}
+	for _, h := range s.handshakes {
+		st := h.s.Stats()
+		e.loop(h.name, st.Loop)
+		e.socket(h.name, st.Socket)
+		e.emit(HandshakeServed, float64(st.TotalServed()), h.name)
+		e.emit(HandshakeErrorReplies, float64(st.ErrorReplies), h.name)
+	}
+	if s.coordinator != nil {
+		e.coordinator(s.coordPrefix, s.coordinator.Stats())
+	}
+	for _, ss := range s.sourceSets {
+		e.sources(ss)
+	}
+}

@@ -1,0 +1,273 @@
+package metrics
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"go.uber.org/goleak"
+
+	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+type fakeLoop loop.Stats
+
+func (f *fakeLoop) Stats() loop.Stats { return loop.Stats(*f) }
+
+type fakeSocket socket.Stats
+
+func (f *fakeSocket) Stats() socket.Stats { return socket.Stats(*f) }
+
+type fakeZMTP zmtpguard.Stats
+
+func (f *fakeZMTP) Stats() zmtpguard.Stats { return zmtpguard.Stats(*f) }
+
+type fakeHandshake handshake.ListenerStats
+
+func (f *fakeHandshake) Stats() handshake.ListenerStats { return handshake.ListenerStats(*f) }
+
+type fakeCoord coordinator.Stats
+
+func (f *fakeCoord) Stats() coordinator.Stats { return coordinator.Stats(*f) }
+
+// scrape collects s into "name{v1,v2}" -> value.
+func scrape(t *testing.T, s *Set) map[string]float64 {
+	t.Helper()
+	out := map[string]float64{}
+	s.Collect(func(smp Sample) {
+		if len(smp.Labels) != len(smp.Family.Labels) {
+			t.Fatalf("%s: %d label values for labels %v", smp.Family.Name, len(smp.Labels), smp.Family.Labels)
+		}
+		key := smp.Family.Name + "{" + strings.Join(smp.Labels, ",") + "}"
+		if _, dup := out[key]; dup {
+			t.Fatalf("duplicate sample %s", key)
+		}
+		out[key] = smp.Value
+	})
+	return out
+}
+
+func want(t *testing.T, got map[string]float64, key string, v float64) {
+	t.Helper()
+	g, ok := got[key]
+	if !ok {
+		t.Errorf("no sample %s", key)
+		return
+	}
+	if g != v {
+		t.Errorf("%s = %v, want %v", key, g, v)
+	}
+}
+
+func TestCollectMapsEveryField(t *testing.T) {
+	s := NewSet()
+	var drops decodeguard.Counts
+	drops[decodeguard.ReasonDecode] = 3
+	drops[decodeguard.ReasonOversize] = 1
+	last := time.Unix(1700000000, 500000000)
+	l := &fakeLoop{Received: 10, Delivered: 6, Dropped: drops, HandlerErrors: 2, LastDrop: last}
+	var viol decodeguard.Counts
+	viol[decodeguard.ReasonHandshake] = 7
+	sk := &fakeSocket{Received: 11, Sent: 12, DroppedHWM: 13, DroppedUnroutable: 14, DroppedFiltered: 15,
+		Violations: viol, Peers: 4, Connects: 16, Disconnects: 17, AcceptErrors: 18}
+	z := &fakeZMTP{Accepted: 20, Handshakes: 21, AcceptErrors: 22, Violations: viol, Evicted: 23, Open: 24, Pending: 25}
+	h := &fakeHandshake{Served: [4]uint64{0, 1, 2, 3}, ErrorReplies: 5, Loop: loop.Stats(*l), Socket: socket.Stats(*sk)}
+	c := &fakeCoord{Engines: 2, Wave: 9, Running: true, Started: true, StatsPublished: 30, WavePublished: 31,
+		ReadySent: 32, StartWaveSent: 33, StatsApplied: 34, StaleStats: 35, Resizes: 36, BackUnsubscribed: 37}
+	c.BackOutput.Loop = loop.Stats{Received: 40}
+	c.BackOutput.Socket = socket.Stats{Peers: 2}
+	c.Front.StateDrops[decodeguard.ReasonValidate] = 41
+	for _, err := range []error{
+		s.AddLoop("jobs", l), s.AddSocket("jobs", sk), s.AddZMTPListener("jobs", z),
+		s.AddHandshakeListener("nixl", h), s.AddCoordinator("", c),
+		s.AddSources("kv", 0, func() []Source {
+			return []Source{{Name: "tcp://a", Received: 50, Dropped: drops, Connected: true}}
+		}),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	got := scrape(t, s)
+	want(t, got, "zmqguard_loop_messages_received_total{jobs}", 10)
+	want(t, got, "zmqguard_loop_messages_delivered_total{jobs}", 6)
+	want(t, got, "zmqguard_loop_messages_dropped_total{jobs,decode}", 3)
+	want(t, got, "zmqguard_loop_messages_dropped_total{jobs,oversize}", 1)
+	want(t, got, "zmqguard_loop_messages_dropped_total{jobs,policy}", 0)
+	want(t, got, "zmqguard_loop_handler_errors_total{jobs}", 2)
+	want(t, got, "zmqguard_loop_last_drop_timestamp_seconds{jobs}", 1700000000.5)
+	want(t, got, "zmqguard_socket_messages_received_total{jobs}", 11)
+	want(t, got, "zmqguard_socket_messages_sent_total{jobs}", 12)
+	want(t, got, "zmqguard_socket_hwm_dropped_messages_total{jobs}", 13)
+	want(t, got, "zmqguard_socket_unroutable_dropped_messages_total{jobs}", 14)
+	want(t, got, "zmqguard_socket_filtered_dropped_messages_total{jobs}", 15)
+	want(t, got, "zmqguard_socket_violations_total{jobs,handshake}", 7)
+	want(t, got, "zmqguard_socket_peers{jobs}", 4)
+	want(t, got, "zmqguard_socket_connects_total{jobs}", 16)
+	want(t, got, "zmqguard_socket_disconnects_total{jobs}", 17)
+	want(t, got, "zmqguard_socket_accept_errors_total{jobs}", 18)
+	want(t, got, "zmqguard_zmtp_connections_accepted_total{jobs}", 20)
+	want(t, got, "zmqguard_zmtp_handshakes_total{jobs}", 21)
+	want(t, got, "zmqguard_zmtp_accept_errors_total{jobs}", 22)
+	want(t, got, "zmqguard_zmtp_violations_total{jobs,handshake}", 7)
+	want(t, got, "zmqguard_zmtp_evicted_handshakes_total{jobs}", 23)
+	want(t, got, "zmqguard_zmtp_open_connections{jobs}", 24)
+	want(t, got, "zmqguard_zmtp_pending_handshakes{jobs}", 25)
+	want(t, got, "zmqguard_handshake_requests_served_total{nixl}", 6)
+	want(t, got, "zmqguard_handshake_error_replies_total{nixl}", 5)
+	want(t, got, "zmqguard_loop_messages_dropped_total{nixl,decode}", 3)
+	want(t, got, "zmqguard_socket_peers{nixl}", 4)
+	want(t, got, "zmqguard_coordinator_engines{}", 2)
+	want(t, got, "zmqguard_coordinator_wave{}", 9)
+	want(t, got, "zmqguard_coordinator_running{}", 1)
+	want(t, got, "zmqguard_coordinator_started{}", 1)
+	want(t, got, "zmqguard_coordinator_stats_published_total{}", 30)
+	want(t, got, "zmqguard_coordinator_wave_published_total{}", 31)
+	want(t, got, "zmqguard_coordinator_ready_sent_total{}", 32)
+	want(t, got, "zmqguard_coordinator_start_wave_sent_total{}", 33)
+	want(t, got, "zmqguard_coordinator_stats_applied_total{}", 34)
+	want(t, got, "zmqguard_coordinator_stale_stats_total{}", 35)
+	want(t, got, "zmqguard_coordinator_resizes_total{}", 36)
+	want(t, got, "zmqguard_coordinator_back_unsubscribed_total{}", 37)
+	want(t, got, "zmqguard_loop_messages_received_total{coordinator-back-output}", 40)
+	want(t, got, "zmqguard_socket_peers{coordinator-back-output}", 2)
+	want(t, got, "zmqguard_coordinator_state_dropped_messages_total{coordinator-front,validate}", 41)
+	want(t, got, "zmqguard_source_messages_received_total{kv,tcp://a}", 50)
+	want(t, got, "zmqguard_source_messages_dropped_total{kv,tcp://a,decode}", 3)
+	want(t, got, "zmqguard_source_connected{kv,tcp://a}", 1)
+	want(t, got, "zmqguard_sources{kv}", 1)
+	want(t, got, "zmqguard_sources_folded{kv}", 0)
+
+	// Every family has at least one sample with these components, so a
+	// family added without a Collect path fails here.
+	seen := map[string]bool{}
+	for k := range got {
+		seen[k[:strings.IndexByte(k, '{')]] = true
+	}
+	for _, f := range Families() {
+		if !seen[f.Name] {
+			t.Errorf("family %s has no sample", f.Name)
+		}
+	}
+}
+
+func TestSourceCap(t *testing.T) {
+	s := NewSet()
+	var list []Source
+	var one decodeguard.Counts
+	one[decodeguard.ReasonDecode] = 1
+	for i := range 1000 {
+		list = append(list, Source{Name: fmt.Sprintf("tcp://10.0.%d.%d:5557", i/256, i%256), Received: 2,
+			Dropped: one, Connected: i%2 == 0})
+	}
+	if err := s.AddSources("kv", 10, func() []Source { return list }); err != nil {
+		t.Fatal(err)
+	}
+	got := scrape(t, s)
+	named := 0
+	for k := range got {
+		if strings.HasPrefix(k, "zmqguard_source_messages_received_total{") {
+			named++
+		}
+	}
+	if named != 11 { // 10 own labels + other
+		t.Fatalf("%d source series, want 11 (cap 10 + other)", named)
+	}
+	want(t, got, "zmqguard_source_messages_received_total{kv,other}", 990*2)
+	want(t, got, "zmqguard_source_messages_dropped_total{kv,other,decode}", 990)
+	want(t, got, "zmqguard_source_connected{kv,other}", 495)
+	want(t, got, "zmqguard_sources{kv}", 1000)
+	want(t, got, "zmqguard_sources_folded{kv}", 990)
+	want(t, got, "zmqguard_source_messages_received_total{kv,"+list[0].Name+"}", 2)
+
+	// A labelled source keeps its label across scrapes; when it leaves, the
+	// first unlabelled source takes its slot.
+	list = append(list[:0:0], list[1:]...)
+	got = scrape(t, s)
+	want(t, got, "zmqguard_source_messages_received_total{kv,"+list[0].Name+"}", 2)
+	want(t, got, "zmqguard_source_messages_received_total{kv,"+list[9].Name+"}", 2) // took the freed slot
+	if _, ok := got["zmqguard_source_messages_received_total{kv,"+list[10].Name+"}"]; ok {
+		t.Errorf("source %s got a label beyond the cap", list[10].Name)
+	}
+	want(t, got, "zmqguard_sources_folded{kv}", 989)
+
+	// A source named "other", a duplicate and a name with a control
+	// character are folded, never given a label of their own.
+	list = []Source{{Name: OtherSource, Received: 1}, {Name: "a", Received: 1}, {Name: "a", Received: 1}, {Name: "b\n", Received: 1}}
+	got = scrape(t, s)
+	want(t, got, "zmqguard_source_messages_received_total{kv,other}", 3)
+	want(t, got, "zmqguard_source_messages_received_total{kv,a}", 1)
+	want(t, got, "zmqguard_sources_folded{kv}", 3)
+}
+
+func TestAddRefusesBadNames(t *testing.T) {
+	s := NewSet()
+	l := &fakeLoop{}
+	if err := s.AddLoop("a", l); err != nil {
+		t.Fatal(err)
+	}
+	var nilLoop *fakeLoop
+	for _, tc := range []struct {
+		err  error
+		want string
+	}{
+		{s.AddLoop("", l), "empty"},
+		{s.AddLoop("a", l), `loop named "a" is already`},
+		{s.AddHandshakeListener("a", &fakeHandshake{}), `loop named "a" is already`},
+		{s.AddLoop("x\x1b[31m", l), "control character"},
+		{s.AddLoop("\xff", l), "not valid UTF-8"},
+		{s.AddLoop(strings.Repeat("n", 129), l), "129 bytes"},
+		{s.AddLoop("b", nilLoop), "nil loop"},
+		{s.AddLoop("b", nil), "nil loop"},
+		{s.AddSources("k", -1, func() []Source { return nil }), "negative"},
+		{s.AddSources("k", 1, nil), "nil list"},
+	} {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("error %v, want one containing %q", tc.err, tc.want)
+		}
+	}
+	if err := s.AddCoordinator("c", &fakeCoord{}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddCoordinator("d", &fakeCoord{}); err == nil {
+		t.Error("a second coordinator was accepted")
+	}
+	// A failed Add leaves no half-claimed names behind.
+	if err := s.AddLoop("b", l); err != nil {
+		t.Errorf("AddLoop(b) after a refused nil loop: %v", err)
+	}
+}
+
+func TestOTelNames(t *testing.T) {
+	for f, w := range map[*Family]string{
+		LoopDropped:  "zmqguard.loop.messages_dropped",
+		LoopLastDrop: "zmqguard.loop.last_drop_timestamp",
+		SocketPeers:  "zmqguard.socket.peers",
+		CoordWave:    "zmqguard.coordinator.wave",
+		{Name: "zmqguard_socket_send_queue_bytes", Unit: "By", Kind: Gauge}: "zmqguard.socket.send_queue",
+	} {
+		if g := f.OTelName(); g != w {
+			t.Errorf("%s.OTelName() = %q, want %q", f.Name, g, w)
+		}
+	}
+	names := map[string]bool{}
+	for _, f := range Families() {
+		for _, n := range []string{f.Name, "otel:" + f.OTelName()} {
+			if names[n] {
+				t.Errorf("name %s used twice", n)
+			}
+			names[n] = true
+		}
+		if !strings.HasPrefix(f.Name, "zmqguard_") || (f.Kind == Counter) != strings.HasSuffix(f.Name, "_total") {
+			t.Errorf("%s: prefix or _total suffix wrong for a %s", f.Name, f.Kind)
+		}
+	}
+}
