@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"runtime"
+	"slices"
 	"testing"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestZMQ4Receiver runs a loop over a real zmq4 PULL on 127.0.0.1: the
@@ -263,5 +265,67 @@ func (p *rawPush) abort(t *testing.T) {
 	}
 	if err := p.c.Close(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestZMQ4ReceiverGuardedOversize: the "wrap" migration path. A zmq4 PULL
+// on the guarded transport meets a frame header claiming 2^40 bytes: the
+// guard closes that connection (one transport drop), nothing is allocated,
+// and the loop goes on delivering another peer's messages.
+func TestZMQ4ReceiverGuardedOversize(t *testing.T) {
+	const scheme = "zmqguard-loop-test"
+	if !slices.Contains(zmq4.Transports(), scheme) {
+		if err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	pull := zmq4.NewPull(context.Background())
+	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	rcv := FromZMQ4(pull)
+	defer rcv.Close()
+	got := make(chan struct{}, 4)
+	l := newStatsLoop(t, rcv, func(context.Context, Delivery[vllmwire.Message]) error {
+		got <- struct{}{}
+		return nil
+	}, nil)
+	runErr := make(chan error, 1)
+	go func() { runErr <- l.Run(ctx) }()
+
+	bad := rawZMTPPush(t, pull.Addr().String())
+	defer bad.c.Close()
+	if _, err := bad.c.Write([]byte{0x02, 0, 0, 1, 0, 0, 0, 0, 0}); err != nil { // 2^40
+		t.Fatal(err)
+	}
+	for l.Stats().Dropped[decodeguard.ReasonTransport] == 0 {
+		select {
+		case err := <-runErr:
+			t.Fatalf("Run ended: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("no transport drop: %+v", l.Stats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	good := zmq4.NewPush(context.Background())
+	defer good.Close()
+	if err := good.Dial("tcp://" + pull.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := good.Send(zmq4.NewMsg(statsFrame)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case err := <-runErr:
+		t.Fatalf("Run ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no delivery after the oversize header")
+	}
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatalf("Run = %v", err)
 	}
 }
