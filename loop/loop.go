@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"runtime/debug"
 	"sync"
@@ -254,6 +255,14 @@ type Config[T any] struct {
 	// Decode decodes the body frames into the loop's reused value. See
 	// MsgpDecoder, UntypedDecoder and RawDecoder.
 	Decode Decoder[T]
+	// MaxMessageSize is the largest message, all frames together, that
+	// reaches Decode; a longer one is dropped as decodeguard.ReasonOversize.
+	// Zero means the Receiver's own limit when it is a *socket.Socket (its
+	// Options().Guard.MaxMessageSize: one size from the socket to the
+	// decoder), else decodeguard.DefaultMaxBytes (1 MiB). New refuses a
+	// value above a socket's limit, which would never see such a message.
+	// The helper decoders take this limit when their Limits.MaxBytes is 0.
+	MaxMessageSize int64
 	// Validate, if set, checks a decoded value. An error that is not
 	// already classified is counted as decodeguard.ReasonValidate.
 	Validate func(*T) error
@@ -293,6 +302,9 @@ type Loop[T any] struct {
 	recv Receiver
 	cfg  Config[T]
 	now  func() time.Time
+	// maxBytes is the size the loop checks itself; 0 when the Receiver
+	// already enforces cfg.MaxMessageSize (a socket's own limit).
+	maxBytes int
 	log  rateLog
 
 	value T
@@ -334,6 +346,23 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 	if cfg.Name == "" {
 		cfg.Name = "loop"
 	}
+	if cfg.MaxMessageSize < 0 {
+		return nil, fmt.Errorf("loop %s: Config.MaxMessageSize %d is negative", cfg.Name, cfg.MaxMessageSize)
+	}
+	check := true
+	if s, ok := r.(*socket.Socket); ok {
+		sockMax := s.Options().Guard.MaxMessageSize
+		switch {
+		case cfg.MaxMessageSize == 0 || cfg.MaxMessageSize == sockMax:
+			cfg.MaxMessageSize, check = sockMax, false
+		case cfg.MaxMessageSize > sockMax:
+			return nil, fmt.Errorf("loop %s: Config.MaxMessageSize %d is over the socket's MaxMessageSize %d (raise socket.Options.Guard.MaxMessageSize)",
+				cfg.Name, cfg.MaxMessageSize, sockMax)
+		}
+	}
+	if cfg.MaxMessageSize == 0 {
+		cfg.MaxMessageSize = decodeguard.DefaultMaxBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -341,6 +370,9 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 		cfg.LogInterval = DefaultLogInterval
 	}
 	l := &Loop[T]{recv: r, cfg: cfg, now: cfg.Now}
+	if check {
+		l.maxBytes = int(min(cfg.MaxMessageSize, int64(math.MaxInt)))
+	}
 	if l.now == nil {
 		l.now = time.Now
 	}
@@ -528,6 +560,13 @@ func (l *Loop[T]) pump(ctx context.Context, h func(context.Context, Delivery[T])
 		}
 		d.Msg = msg
 		body := msg.Frames
+		if l.maxBytes > 0 && tooLong(msg.Frames, l.maxBytes) {
+			if err = l.reject(StageDecode, msg, errTooLong); err != nil {
+				normal = true
+				return err
+			}
+			continue
+		}
 		if envOpts != nil {
 			env, eerr := envelope.Parse(msg.Frames, envOpts)
 			if eerr != nil {
@@ -682,6 +721,21 @@ func (l *Loop[T]) reject(stage Stage, msg socket.Msg, err error) error {
 		return nil
 	}
 	return l.fail(stage, msg.Peer, err)
+}
+
+// errTooLong is the shared drop error of a message over MaxMessageSize.
+var errTooLong = &decodeguard.Error{Reason: decodeguard.ReasonOversize,
+	Detail: "message longer than Config.MaxMessageSize", Offset: -1}
+
+// tooLong reports whether the frames hold more than max bytes.
+func tooLong(frames [][]byte, max int) bool {
+	n := 0
+	for _, f := range frames {
+		if n += len(f); n > max {
+			return true
+		}
+	}
+	return false
 }
 
 // reasonOf is decodeguard.ReasonOf with a fast path for a bare
