@@ -305,7 +305,7 @@ type Loop[T any] struct {
 	// maxBytes is the size the loop checks itself; 0 when the Receiver
 	// already enforces cfg.MaxMessageSize (a socket's own limit).
 	maxBytes int
-	log  rateLog
+	log      rateLog
 
 	value T
 	env   envelope.Envelope // the current message's envelope (ROUTER loops)
