@@ -212,20 +212,29 @@ func (d Drop) Hex() string {
 	return string(s)
 }
 
-// Stats is a snapshot of a Loop's counters.
+// Stats is a snapshot of a Loop's counters. It marshals to JSON as an
+// object of named counters (Dropped and Refused as objects keyed by reason
+// name), the project's one stats vocabulary.
 type Stats struct {
 	// Received counts messages the Receiver returned.
-	Received uint64
+	Received uint64 `json:"received"`
 	// Delivered counts messages that passed every check and were handed to
 	// the handler, the Deliver channel or Next's caller.
-	Delivered uint64
+	Delivered uint64 `json:"delivered"`
 	// Dropped counts drops by reason (index decodeguard.Reason); it
 	// includes messages the Receiver refused itself and handler drops.
-	Dropped decodeguard.Counts
+	Dropped decodeguard.Counts `json:"dropped"`
+	// Refused counts, by reason, what the socket under the loop refused
+	// before a message reached the loop: connections that failed their
+	// handshake or broke a policy, connections closed for an oversize or
+	// malformed message (its Stats().Violations). It is filled only when
+	// the Receiver is a *socket.Socket; for a zmq4 socket on the guarded
+	// transport, the refusals are in that zmtpguard.Transport's Stats.
+	Refused decodeguard.Counts `json:"refused"`
 	// HandlerErrors counts unclassified handler errors and handler panics.
-	HandlerErrors uint64
+	HandlerErrors uint64 `json:"handler_errors"`
 	// LastDrop is the time of the latest drop, the zero Time if none.
-	LastDrop time.Time
+	LastDrop time.Time `json:"last_drop"`
 }
 
 // TotalDropped returns the sum of Dropped.
@@ -305,7 +314,7 @@ type Loop[T any] struct {
 	// maxBytes is the size the loop checks itself; 0 when the Receiver
 	// already enforces cfg.MaxMessageSize (a socket's own limit).
 	maxBytes int
-	log      rateLog
+	log      *rateLog
 
 	value T
 	env   envelope.Envelope // the current message's envelope (ROUTER loops)
@@ -376,7 +385,7 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 	if l.now == nil {
 		l.now = time.Now
 	}
-	l.log = *newRateLog(cfg.Logger, cfg.Name, cfg.LogInterval)
+	l.log = newRateLog(cfg.Logger, cfg.Name, cfg.LogInterval)
 	l.acks.wake = make(chan struct{}, 1)
 	return l, nil
 }
@@ -397,6 +406,9 @@ func (l *Loop[T]) Stats() Stats {
 	}
 	if ns := l.lastDrop.Load(); ns != 0 {
 		s.LastDrop = time.Unix(0, ns)
+	}
+	if sock, ok := l.recv.(*socket.Socket); ok {
+		s.Refused = sock.Stats().Violations
 	}
 	return s
 }
@@ -597,9 +609,6 @@ func (l *Loop[T]) pump(ctx context.Context, h func(context.Context, Delivery[T])
 			continue
 		}
 
-		if l.log.pending > 0 {
-			l.quietTick()
-		}
 		l.delivered.Add(1)
 		if h == nil {
 			normal = true
@@ -663,18 +672,6 @@ func (l *Loop[T]) settle(d *Delivery[T], errp *error, normal *bool) {
 			err = errRecovered
 		}
 		*errp = err
-	}
-}
-
-// quietTick runs on the happy path while drops await a summary: once
-// quietTicks messages in a row have been delivered, it reads the clock and
-// writes the summaries whose interval has passed. It is kept out of pump so
-// that the happy path stays as small as it was.
-//
-//go:noinline
-func (l *Loop[T]) quietTick() {
-	if l.log.quiet++; l.log.quiet >= quietTicks {
-		l.log.tick(l.now())
 	}
 }
 

@@ -30,9 +30,10 @@ const (
 	DefaultWriteBufferSize = 64 << 10
 )
 
-// Options configures a Socket. The zero value is not usable as is: start from
-// [DefaultOptions] (the constructors fill zero fields with defaults, so a
-// partly filled Options works too).
+// Options configures a Socket. The zero value is usable: the constructors
+// fill every zero field with its default, so Options{} and
+// [DefaultOptions] (which returns those defaults filled in, to read or
+// change) configure the same socket, and a partly filled Options works too.
 type Options struct {
 	// Guard holds the transport limits every connection is checked against
 	// (message size, frame count, handshake deadline, connection caps,
@@ -68,8 +69,11 @@ type Options struct {
 	// failed, rejected, disconnected). It runs on the connection's own
 	// goroutine: keep it fast and never block in it.
 	OnEvent func(Event)
-	// Logger, if set, receives rate-limited log lines about peer events and
-	// violations. Peer bytes appear only as capped hex.
+	// Logger receives the socket's log lines; nil means slog.Default().
+	// Refused connections and closed ones (a reason in Stats.Violations)
+	// are warnings, rate-limited by the rules package loop follows too;
+	// other peer events are debug lines. Pass slog.New(slog.DiscardHandler)
+	// to silence it. Peer bytes never appear raw.
 	Logger *slog.Logger
 }
 
