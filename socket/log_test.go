@@ -83,8 +83,8 @@ type recordHandler struct {
 }
 
 func (h *recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler         { return h }
-func (h *recordHandler) WithGroup(string) slog.Handler              { return h }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler                { return h }
 func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
 	m := map[string]string{"msg": r.Message}
 	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
