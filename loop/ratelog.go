@@ -70,7 +70,7 @@ func (rl *rateLog) drop(d *Drop) {
 	if d.lastLen > len(d.Prefix) {
 		h = append(h, "…"...)
 	}
-	log.LogAttrs(ctx, slog.LevelWarn, "zmqguard: dropped a message (first from this connection)",
+	log.LogAttrs(ctx, slog.LevelWarn, "zmqguard: dropped a message (first from this peer)",
 		slog.String("loop", rl.name),
 		slog.String("reason", d.Reason.String()),
 		slog.String("stage", d.Stage.String()),

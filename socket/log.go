@@ -60,9 +60,9 @@ func (s *Socket) emit(e Event) {
 	if s.limiter().Drop(e.Reason, e.Remote, time.Now()) != ratelog.First || !log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
-	msg := "zmqguard: socket refused a connection (first from this connection)"
+	msg := "zmqguard: socket refused a connection (first from this peer)"
 	if e.Kind == EventDisconnected {
-		msg = "zmqguard: socket closed a connection (first from this connection)"
+		msg = "zmqguard: socket closed a connection (first from this peer)"
 	}
 	log.LogAttrs(ctx, slog.LevelWarn, msg,
 		slog.String("socket", string(s.typ)), slog.String("event", e.Kind.String()),
