@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -65,10 +66,15 @@ type Error struct {
 // Error implements error.
 func (e *Error) Error() string {
 	s := "loop " + e.Loop + ": " + e.Stage.String()
+	if e.Loop == "" || e.Loop == "loop" {
+		s = "loop: " + e.Stage.String() // not "loop loop:"
+	}
 	if e.Peer != "" {
 		s += " (peer " + decodeguard.EscapeText(e.Peer, 128) + ")"
 	}
-	return s + ": " + errText(e.Err)
+	// The cause's own "loop: " prefix (ErrReceiverClosed and the like)
+	// would repeat the one above.
+	return s + ": " + strings.TrimPrefix(errText(e.Err), "loop: ")
 }
 
 // Unwrap returns the cause.

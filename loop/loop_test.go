@@ -656,3 +656,19 @@ func TestErrorText(t *testing.T) {
 	}
 	_ = time.Second
 }
+
+// TestErrorNoStutter: a loop's errors say "loop" once.
+func TestErrorNoStutter(t *testing.T) {
+	for _, c := range []struct {
+		e    *Error
+		want string
+	}{
+		{&Error{Loop: "loop", Stage: StageReceive, Err: ErrReceiverClosed}, "loop: receive: receiver closed: use of closed network connection"},
+		{&Error{Stage: StageHandler, Err: errors.New("boom")}, "loop: handler: boom"},
+		{&Error{Loop: "jobs", Stage: StageReceive, Err: ErrReceiverClosed}, "loop jobs: receive: receiver closed: use of closed network connection"},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("got %q, want %q", got, c.want)
+		}
+	}
+}

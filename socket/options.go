@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
@@ -147,7 +148,34 @@ func (o *Options) Verify() error {
 	if o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("socket: WriteTimeout must not be negative"))
 	}
-	return errors.Join(errs...)
+	return joinErrors(errs)
+}
+
+// joinedErrors is errors.Join on one line: a configuration error names
+// every problem, separated by "; ".
+type joinedErrors []error
+
+func (e joinedErrors) Error() string {
+	var b strings.Builder
+	for i, err := range e {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e joinedErrors) Unwrap() []error { return e }
+
+func joinErrors(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return joinedErrors(errs)
 }
 
 // EventKind says what happened to a peer.
