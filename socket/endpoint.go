@@ -35,7 +35,7 @@ func badEndpoint(s, detail string) error {
 // For ipc the path is taken as is (network "unix").
 func parseEndpoint(s string, bind bool) (endpoint, error) {
 	if len(s) > maxEndpoint {
-		return endpoint{}, badEndpoint(s, "is longer than " + strconv.Itoa(maxEndpoint) + " bytes")
+		return endpoint{}, badEndpoint(s, "is longer than "+strconv.Itoa(maxEndpoint)+" bytes")
 	}
 	scheme, rest, ok := strings.Cut(s, "://")
 	if !ok {
