@@ -88,7 +88,16 @@ func newLogger(w io.Writer, format, level string, term bool) (*slog.Logger, erro
 	case "text":
 		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: jsonAttr})), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, text, json or tint", format)
+}
+
+// jsonAttr renders durations in JSON logs as Go duration strings ("1.5s")
+// rather than slog's integer nanoseconds, which read as a size or a count.
+func jsonAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
 }
