@@ -241,35 +241,37 @@ func (e Event) String() string {
 	return s
 }
 
-// Stats is a snapshot of a Socket's counters.
+// Stats is a snapshot of a Socket's counters. It marshals to JSON as an
+// object of named counters (Violations keyed by reason name).
 type Stats struct {
 	// Received counts messages delivered by Recv (subscriptions included
 	// for XPUB).
-	Received uint64
+	Received uint64 `json:"received"`
 	// Sent counts messages handed to a peer's queue (one per peer for XPUB
 	// and XSUB fan-out).
-	Sent uint64
+	Sent uint64 `json:"sent"`
 	// DroppedHWM counts messages dropped because a peer's queue was at its
 	// HWM (ROUTER, XPUB, XSUB fan-out).
-	DroppedHWM uint64
+	DroppedHWM uint64 `json:"dropped_hwm"`
 	// DroppedUnroutable counts ROUTER messages dropped because the identity
 	// was not connected (with RouterDropUnroutable).
-	DroppedUnroutable uint64
+	DroppedUnroutable uint64 `json:"dropped_unroutable"`
 	// DroppedFiltered counts received messages dropped by the socket's own
 	// rules: REQ replies out of turn or from the wrong peer, SUB messages
 	// matching no subscription.
-	DroppedFiltered uint64
+	DroppedFiltered uint64 `json:"dropped_filtered"`
 	// Violations counts refused connections and messages by reason:
 	// handshake failures, stream violations, oversize messages, bad REQ
 	// envelopes (ReasonEnvelope), duplicate ROUTER identities and caps
 	// (ReasonPolicy).
-	Violations decodeguard.Counts
+	Violations decodeguard.Counts `json:"violations"`
 	// Peers is the number of currently connected peers.
-	Peers int
+	Peers int `json:"peers"`
 	// Connects and Disconnects count established peers joining and leaving.
-	Connects, Disconnects uint64
+	Connects    uint64 `json:"connects"`
+	Disconnects uint64 `json:"disconnects"`
 	// AcceptErrors counts failed accepts on the socket's bound endpoints
 	// (EMFILE and the like), each followed by a back-off. They stay counted
 	// after Close.
-	AcceptErrors uint64
+	AcceptErrors uint64 `json:"accept_errors"`
 }
