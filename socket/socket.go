@@ -421,10 +421,3 @@ func (s *Socket) countErr(err error) decodeguard.Reason {
 	}
 	return r
 }
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
-}
