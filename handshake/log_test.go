@@ -16,8 +16,8 @@ type warnRecorder struct {
 }
 
 func (h *warnRecorder) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
-func (h *warnRecorder) WithAttrs([]slog.Attr) slog.Handler         { return h }
-func (h *warnRecorder) WithGroup(string) slog.Handler              { return h }
+func (h *warnRecorder) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *warnRecorder) WithGroup(string) slog.Handler                { return h }
 func (h *warnRecorder) Handle(_ context.Context, r slog.Record) error {
 	h.mu.Lock()
 	h.msgs = append(h.msgs, r.Message)
