@@ -3,6 +3,7 @@ package loop
 import (
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"strings"
 	"testing"
@@ -193,4 +194,34 @@ type failWriter struct{ t *testing.T }
 func (w failWriter) Write(p []byte) (int, error) {
 	w.t.Errorf("unexpected log output %q", p)
 	return len(p), nil
+}
+
+// BenchmarkDropFlood: the cost of one dropped frame (a bare 0xc1 from one
+// peer), counted, rate-limited and summarised, with logging enabled but
+// discarded by the handler.
+func BenchmarkDropFlood(b *testing.B) {
+	r := &repeatRecv{}
+	r.msg.Frames = [][]byte{{0xc1}}
+	n := 0
+	l := newStatsLoop(b, r, func(context.Context, Delivery[vllmwire.Message]) error { return nil },
+		func(c *Config[vllmwire.Message]) {
+			c.Logger = slog.New(slog.NewTextHandler(io.Discard, nil))
+			c.OnDrop = func(Drop) {
+				if n++; n >= b.N {
+					panic(errBenchDone)
+				}
+			}
+		})
+	b.ReportAllocs()
+	b.ResetTimer()
+	func() {
+		defer func() {
+			if r := recover(); r != nil && r != errBenchDone {
+				panic(r)
+			}
+		}()
+		_ = l.Run(context.Background())
+	}()
+	b.StopTimer()
+	l.log.flush(time.Now())
 }
