@@ -185,8 +185,9 @@ func TestJSONLogDurations(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	l.Info("x", "elapsed", 1500*time.Millisecond)
-	if !strings.Contains(b.String(), `"elapsed":"1.5s"`) {
+	l.Info("x", "elapsed", 1500*time.Millisecond, "engine_id", logText("prefill-7"), "hostile", logText("a\x1b[2J"))
+	if !strings.Contains(b.String(), `"elapsed":"1.5s"`) || !strings.Contains(b.String(), `"engine_id":"prefill-7"`) ||
+		!strings.Contains(b.String(), `"hostile":"a\\x1b[2J"`) {
 		t.Fatalf("%s", b.String())
 	}
 	b.Reset()

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/lmittmann/tint"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
 // env is what every command runs with: its output streams, whether stderr is
@@ -101,3 +103,8 @@ func jsonAttr(_ []string, a slog.Attr) slog.Attr {
 	}
 	return a
 }
+
+// logText renders a user- or peer-supplied string as a log attribute:
+// escaped and capped, but not quoted (the handler quotes as its format
+// needs; a quoted value would appear double-quoted in JSON).
+func logText(s string) string { return decodeguard.EscapeText(s, 128) }
