@@ -486,3 +486,12 @@ func TestSinkUntilSignal(t *testing.T) {
 		t.Fatalf("unexpected sink report: %s", p.stdout)
 	}
 }
+
+// TestErrorNoStutter: a command's error names the command once.
+func TestErrorNoStutter(t *testing.T) {
+	code, _, errOut := runBin(t, 20*time.Second, "coordinator", "--front", "udp://x", "--back-output", "tcp://127.0.0.1:0",
+		"--back-publish", "tcp://127.0.0.1:0", "--engines", "1")
+	if code == 0 || strings.Contains(errOut, "coordinator: coordinator:") || !strings.Contains(errOut, `"udp://x"`) {
+		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+}

@@ -204,7 +204,7 @@ func parseCommand(e *env, fs *flag.FlagSet, spec commandSpec, args []string) (po
 // usageLine writes a usage error as one line that points to the command's
 // help, rather than the whole help.
 func usageLine(w io.Writer, spec commandSpec, err error) {
-	fmt.Fprintf(w, "zmqguard %s: %v (see 'zmqguard %s -h')\n", spec.name, err, spec.name)
+	fmt.Fprintf(w, "zmqguard %s: %s (see 'zmqguard %s -h')\n", spec.name, strings.TrimPrefix(err.Error(), spec.name+": "), spec.name)
 }
 
 // finish turns a command's error into an exit code, writing it (and for a
@@ -218,6 +218,7 @@ func finish(e *env, fs *flag.FlagSet, spec commandSpec, err error) int {
 		usageLine(e.stderr, spec, err)
 		return 2
 	}
-	fmt.Fprintf(e.stderr, "zmqguard %s: %v\n", spec.name, err)
+	// "zmqguard coordinator: coordinator: ..." would say the name twice.
+	fmt.Fprintf(e.stderr, "zmqguard %s: %s\n", spec.name, strings.TrimPrefix(err.Error(), spec.name+": "))
 	return 1
 }
