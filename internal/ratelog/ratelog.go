@@ -14,6 +14,11 @@
 //     next drop, or by a timer, so a burst that stops is reported within
 //     about one interval instead of at the next drop or at exit.
 //
+// Detail lines say "first from this peer": to ZeroMQ a peer is one
+// connection. Clients that open a fresh connection per request (vLLM's
+// NIXL handshake does) therefore get up to FirstWarnings detail lines per
+// reason and interval, and summaries for the rest.
+//
 // A Limiter is safe for concurrent use.
 package ratelog
 
@@ -32,7 +37,7 @@ const (
 	// FirstWarnings is how many first-from-this-connection detail lines one
 	// reason may write per interval; later first drops are counted into the
 	// summary.
-	FirstWarnings = 8
+	FirstWarnings = 4
 	// MaxConnsRemembered bounds the (reason, connection) pairs a Limiter
 	// remembers for first-drop lines; when it is full it forgets them all
 	// (FirstWarnings still bounds the lines).
