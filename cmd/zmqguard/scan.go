@@ -30,7 +30,7 @@ After every probe it checks that the target still completes a fresh ZMTP
 handshake, and prints a table on stdout: probe, class, times sent, whether the
 target answered afterwards (with --json, one JSON object instead). A target
 that does not answer at the start is not scanned; one that stops answering
-after two probes in a row is not attacked further, so a wedged target ends
+after three probes in a row is not attacked further, so a wedged target ends
 the scan within a few --timeout periods. Exits 1 if any target stopped
 answering (or did not answer at the start).
 

@@ -318,15 +318,18 @@ func TestLocalForIsCompatible(t *testing.T) {
 	}
 }
 
-// TestScanGivesUpOnWedgedTarget: against a target the corpus wedges, the
-// scan stops attacking it after MaxDeadInARow probes in a row that it did
-// not answer after, instead of paying each remaining probe's timeouts.
-func TestScanGivesUpOnWedgedTarget(t *testing.T) {
+// TestScanGivesUpOnDeadTarget: a target that stops answering for good
+// (here: its socket closes after the first probe) is not attacked further
+// after MaxDeadInARow probes in a row it did not answer after, instead of
+// paying each remaining probe's timeouts.
+func TestScanGivesUpOnDeadTarget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	ep := wedgeable(t)
+	sock, ep := target(t, socket.NewPull)
+	var once sync.Once
 	opts := Options{Hold: 100 * time.Millisecond, Timeout: 300 * time.Millisecond}
-	rep, err := Scan(ctx, []string{ep}, ScanConfig{Options: opts})
+	rep, err := Scan(ctx, []string{ep}, ScanConfig{Options: opts, Duration: time.Hour,
+		OnProbe: func(Event) { once.Do(func() { sock.Close() }) }})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -336,7 +339,7 @@ func TestScanGivesUpOnWedgedTarget(t *testing.T) {
 			ran++
 		}
 	}
-	if !rep.GaveUp[0] || rep.OK() || ran >= len(rep.Results) {
+	if !rep.GaveUp[0] || rep.OK() || ran != 1+MaxDeadInARow {
 		t.Fatalf("gave up %v, %d of %d probes ran: %+v", rep.GaveUp[0], ran, len(rep.Results), rep.Results)
 	}
 	var b strings.Builder

@@ -80,7 +80,7 @@ type Report struct {
 
 // MaxDeadInARow is how many probes in a row a target may fail to answer
 // after before Scan stops attacking it.
-const MaxDeadInARow = 2
+const MaxDeadInARow = 3
 
 // OK reports whether every target answered at the start and after every
 // probe.
