@@ -240,7 +240,7 @@ type Stats struct {
 	// HandlerErrors counts unclassified handler errors and handler panics.
 	HandlerErrors uint64 `json:"handler_errors"`
 	// LastDrop is the time of the latest drop, the zero Time if none.
-	LastDrop time.Time `json:"last_drop"`
+	LastDrop time.Time `json:"last_drop,omitzero"`
 }
 
 // TotalDropped returns the sum of Dropped.
