@@ -6,7 +6,7 @@ import (
 	"time"
 )
 
-// BenchmarkDecodeStats decodes the 101-byte stats frame (PROTOCOL.md's
+// BenchmarkDecodeStats decodes the 101-byte stats frame (docs/protocol.md's
 // minimal stats vector plus kv_cache_usage) into a reused struct, pre-scan
 // and validation included.
 func BenchmarkDecodeStats(b *testing.B) {

@@ -84,7 +84,7 @@ type Config struct {
 	// SCALE_ELASTIC_EP (default DefaultMaxEngines).
 	MaxEngines int
 	// PublishKVCacheUsage selects the stats publication layout: false (the
-	// default, PROTOCOL.md's) publishes [waiting, running] per engine, true
+	// default, docs/protocol.md's) publishes [waiting, running] per engine, true
 	// [waiting, running, kv_cache_usage] as current vLLM does. See
 	// StateConfig.PublishKVCacheUsage.
 	PublishKVCacheUsage bool

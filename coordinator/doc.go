@@ -1,5 +1,5 @@
 // Package coordinator speaks vLLM's data-parallel (DP) coordinator protocol
-// (the project's PROTOCOL.md §2): the process that sits between DP engine
+// (the project's docs/protocol.md §2): the process that sits between DP engine
 // cores and API front-ends, collects each engine's queue lengths, publishes
 // them for load balancing, and keeps the engines' global "request wave" in
 // step.
@@ -9,7 +9,7 @@
 //
 // # Runtime
 //
-// [New] binds the three sockets of PROTOCOL.md §2 with zmqguard's hardened
+// [New] binds the three sockets of docs/protocol.md §2 with zmqguard's hardened
 // socket package: the front publish XPUB (API front-ends subscribe, receive
 // stats, send wake-ups), the back output PULL (engines push
 // EngineCoreOutputs) and the back publish XPUB (engines subscribe, receive

@@ -10,7 +10,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// PROTOCOL.md §2 front-end and publication vectors.
+// docs/protocol.md §2 front-end and publication vectors.
 const (
 	vecScale4        = "92b05343414c455f454c41535449435f455004"
 	vecWakeNil7      = "92c007"

@@ -17,7 +17,7 @@ func TestParseStartDPWave(t *testing.T) {
 		hex  string
 		want StartDPWave
 	}{
-		{"920702", StartDPWave{Wave: 7, HasExclude: true, Exclude: 2}}, // PROTOCOL.md's (7, 2)
+		{"920702", StartDPWave{Wave: 7, HasExclude: true, Exclude: 2}}, // docs/protocol.md's (7, 2)
 		{"9207c0", StartDPWave{Wave: 7}},
 		{"92cf0000010000000000c0", StartDPWave{Wave: 1 << 40}},
 		{"9200cd0100", StartDPWave{HasExclude: true, Exclude: 256}},
@@ -64,7 +64,7 @@ func TestParseStartDPWave(t *testing.T) {
 
 func TestParsePublication(t *testing.T) {
 	var p Publication
-	// PROTOCOL.md's vectors.
+	// docs/protocol.md's vectors.
 	if err := ParsePublication(unhex(t, "939292050392000107c3"), &p); err != nil || !p.HasCounts || p.KV || p.Wave != 7 || !p.Running ||
 		len(p.Loads) != 2 || p.Loads[0] != (EngineLoad{Waiting: 5, Running: 3}) || p.Loads[1] != (EngineLoad{Running: 1}) {
 		t.Fatalf("stats vector: %+v %v", p, err)

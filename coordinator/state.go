@@ -33,7 +33,7 @@ type StateConfig struct {
 	// MaxEngines.
 	MaxEngines int
 	// PublishKVCacheUsage selects the stats publication layout. False (the
-	// default, PROTOCOL.md's vector): counts are [waiting, running] per
+	// default, docs/protocol.md's vector): counts are [waiting, running] per
 	// engine, as vLLM front-ends unpack them up to the release that added KV
 	// cache usage to load balancing. True: [waiting, running,
 	// kv_cache_usage], as current vLLM coordinators publish and current

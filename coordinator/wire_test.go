@@ -13,7 +13,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// PROTOCOL.md §2 vectors.
+// docs/protocol.md §2 vectors.
 const (
 	// minimal stats: engine 1, running 3, waiting 5, step 42, wave 7, ts 12345.678.
 	vecMinimalStats = "94019084b06e756d5f72756e6e696e675f7265717303b06e756d5f77616974696e675f7265717305ac737465705f636f756e7465722aac63757272656e745f7761766507cb40c81cd6c8b43958"

@@ -11,7 +11,7 @@ import (
 )
 
 // BenchmarkScanStats100 scans the minimal EngineCoreOutputs stats vector of
-// PROTOCOL.md §2 (77 bytes; the benchmark keeps the name it was asked for).
+// docs/protocol.md §2 (77 bytes; the benchmark keeps the name it was asked for).
 func BenchmarkScanStats100(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(vecStats)))

@@ -10,7 +10,7 @@ import (
 )
 
 // seedHazards are the named hostile frames; the committed corpora under
-// testdata/fuzz hold them too, with the PROTOCOL.md vectors.
+// testdata/fuzz hold them too, with the docs/protocol.md vectors.
 func seedHazards() map[string][]byte {
 	return map[string][]byte{
 		"invalid_utf8_str":  hx("a3e08080"),

@@ -21,7 +21,7 @@ func hx(s string) []byte {
 	return b
 }
 
-// Vectors from PROTOCOL.md.
+// Vectors from docs/protocol.md.
 var (
 	vecStats = hx("94019084b06e756d5f72756e6e696e675f7265717303b06e756d5f77616974696e675f7265717305ac737465705f636f756e7465722aac63757272656e745f7761766507cb40c81cd6c8b43958")
 	// 8-field EngineCoreOutputs with start_wave=8 from engine 1.

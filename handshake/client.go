@@ -51,17 +51,25 @@ var (
 	ErrRejected = errors.New("handshake: rejected by the listener")
 )
 
+// ErrNoExpectedHash is returned by [Fetch], before it connects, for a V2 or
+// V3 request whose ClientOptions has neither an ExpectedHash nor
+// SkipHashCheck. It is a configuration error, not a handshake failure.
+var ErrNoExpectedHash = errors.New("handshake: ClientOptions.ExpectedHash is empty: set it to the local compatibility hash, or set SkipHashCheck to skip the check")
+
 // ClientOptions configures [Fetch].
 type ClientOptions struct {
 	// Timeout bounds the whole exchange, connection included (default
 	// DefaultTimeout, 5 s, as vLLM's receive timeout).
 	Timeout time.Duration
-	// ExpectedHash is the local compatibility hash; the payload's must
-	// equal it. Empty skips the check, as does SkipHashCheck (vLLM's
-	// enforce_handshake_compat=false). V1 replies carry no hash and are
-	// never checked.
+	// ExpectedHash is the local compatibility hash (see
+	// [CompatibilityHash]); the payload's must equal it. It is required for
+	// V2 and V3 requests: an empty ExpectedHash without SkipHashCheck makes
+	// Fetch fail with [ErrNoExpectedHash] before it connects, so a
+	// forgotten hash never quietly turns the check off. V1 replies carry no
+	// hash and are never checked.
 	ExpectedHash string
-	// SkipHashCheck disables the compatibility hash check.
+	// SkipHashCheck disables the compatibility hash check on purpose
+	// (vLLM's enforce_handshake_compat=false); ExpectedHash is then ignored.
 	SkipHashCheck bool
 	// ExpectedEngineID, if set, must equal the metadata's engine_id.
 	ExpectedEngineID string
@@ -104,7 +112,14 @@ type TimeoutError struct {
 	// Sent whether the request was handed to it; Disconnected whether the
 	// connection was lost afterwards.
 	Connected, Sent, Disconnected bool
+	// Cause is why the connection was closed while waiting, when the REQ
+	// socket closed it for breaking a limit (a *zmtpguard.Violation: for
+	// example a reply over Socket.Guard.MaxMessageSize); nil otherwise.
+	Cause error
 }
+
+// Unwrap returns Cause.
+func (e *TimeoutError) Unwrap() error { return e.Cause }
 
 // Error names the remote address, the rank and the variant, says what was
 // seen, and points to the probe.
@@ -117,6 +132,9 @@ func (e *TimeoutError) Error() string {
 			" (no connection attempt completed: host down, packets dropped, or the port's owner never finished the ZMTP handshake)")
 	case !e.Sent:
 		b.WriteString("connected to " + e.Endpoint + " but could not send the request within " + e.Timeout.String())
+	case e.Cause != nil:
+		b.WriteString("no usable reply from " + e.Endpoint + " within " + e.Timeout.String() +
+			" (connected and request sent; the connection was closed: " + e.Cause.Error() + ")")
 	default:
 		b.WriteString("no reply from " + e.Endpoint + " within " + e.Timeout.String() +
 			" (connected and request sent; the listener dropped it or its receive loop is dead")
@@ -262,7 +280,8 @@ type events struct {
 	disconnected bool
 	failed       int
 	lastFail     error
-	handshake    bool // the last failure was a ZMTP handshake refusal
+	handshake    bool  // the last failure was a ZMTP handshake refusal
+	violation    error // why the socket closed an established connection, if for bad input
 }
 
 func (ev *events) observe(e socket.Event) {
@@ -273,6 +292,9 @@ func (ev *events) observe(e socket.Event) {
 		ev.connected = true
 	case socket.EventDisconnected:
 		ev.disconnected = true
+		if e.Reason.Valid() && e.Err != nil {
+			ev.violation = e.Err
+		}
 	case socket.EventDialFailed, socket.EventHandshakeFailed, socket.EventRejected:
 		ev.failed++
 		ev.lastFail = e.Err
@@ -292,7 +314,8 @@ func (ev *events) observe(e socket.Event) {
 // does), although [DecodePayload] and [DecodeAgentMetadata] would fill in
 // zero values.
 //
-// Errors: a malformed endpoint wraps socket.ErrBadEndpoint; when ctx ends
+// Errors: [ErrNoExpectedHash] for a V2/V3 request without ExpectedHash or
+// SkipHashCheck; a malformed endpoint wraps socket.ErrBadEndpoint; when ctx ends
 // first, its error is returned (wrapped); every other failure matches one of
 // ErrTimeout, ErrRefused, ErrBadReplyShape, ErrUndecodablePayload,
 // ErrRejected, ErrHashMismatch and ErrEngineIDMismatch under errors.Is.
@@ -304,6 +327,9 @@ func (ev *events) observe(e socket.Event) {
 func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions) (Reply, error) {
 	if req.Variant < V1 || req.Variant > V3 {
 		req.Variant = V3
+	}
+	if req.Variant != V1 && opts.ExpectedHash == "" && !opts.SkipHashCheck {
+		return Reply{}, ErrNoExpectedHash
 	}
 	timeout := opts.Timeout
 	if timeout <= 0 {
@@ -359,7 +385,7 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 			return Reply{}, &FetchError{Kind: ErrRefused, Endpoint: endpoint, Request: req, Detail: detail, Err: ev.lastFail}
 		}
 		return Reply{}, &TimeoutError{Endpoint: endpoint, Request: req, Timeout: timeout,
-			Connected: ev.connected || sent, Sent: sent, Disconnected: ev.disconnected}
+			Connected: ev.connected || sent, Sent: sent, Disconnected: ev.disconnected, Cause: ev.violation}
 	}
 	r := Reply{Request: req, RTT: rtt}
 	if err := decodeReply(&r, msg.Frames, endpoint, opts); err != nil {
@@ -409,7 +435,7 @@ func decodeReply(r *Reply, frames [][]byte, endpoint string, opts ClientOptions)
 		if strings.HasPrefix(p.CompatibilityHash, ErrorReplyPrefix) && len(p.AgentMetadataBytes) == 0 {
 			return fail(ErrRejected, SafeText(p.CompatibilityHash), nil)
 		}
-		if !opts.SkipHashCheck && opts.ExpectedHash != "" && p.CompatibilityHash != opts.ExpectedHash {
+		if !opts.SkipHashCheck && p.CompatibilityHash != opts.ExpectedHash {
 			return &HashMismatchError{Endpoint: endpoint, Request: req, Local: opts.ExpectedHash, Remote: p.CompatibilityHash}
 		}
 		r.Payload = p

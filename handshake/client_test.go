@@ -71,7 +71,7 @@ func closedPort(t testing.TB) string {
 func TestFetchTimeoutError(t *testing.T) {
 	ep := scriptedRouter(t, func([]byte) [][]byte { return nil }) // reads, never answers
 	req := Request{Variant: V3, PP: 2, TP: 3}
-	_, err := Fetch(testCtx(t, 20*time.Second), ep, req, ClientOptions{Timeout: 300 * time.Millisecond, Socket: fastOpts()})
+	_, err := Fetch(testCtx(t, 20*time.Second), ep, req, ClientOptions{Timeout: 300 * time.Millisecond, SkipHashCheck: true, Socket: fastOpts()})
 	var te *TimeoutError
 	if !errors.As(err, &te) || !errors.Is(err, ErrTimeout) {
 		t.Fatalf("got %v, want a *TimeoutError", err)
@@ -98,7 +98,7 @@ func TestFetchTimeoutError(t *testing.T) {
 
 func TestFetchRefused(t *testing.T) {
 	ep := closedPort(t)
-	_, err := Fetch(testCtx(t, 20*time.Second), ep, Request{Variant: V3, TP: 1}, ClientOptions{Timeout: 300 * time.Millisecond, Socket: fastOpts()})
+	_, err := Fetch(testCtx(t, 20*time.Second), ep, Request{Variant: V3, TP: 1}, ClientOptions{Timeout: 300 * time.Millisecond, SkipHashCheck: true, Socket: fastOpts()})
 	var fe *FetchError
 	if !errors.Is(err, ErrRefused) || !errors.As(err, &fe) || errors.Is(err, ErrTimeout) {
 		t.Fatalf("got %v, want ErrRefused", err)
@@ -133,22 +133,42 @@ func TestFetchNotZMTP(t *testing.T) {
 	defer wg.Wait()
 	defer ln.Close()
 	_, err = Fetch(testCtx(t, 20*time.Second), "tcp://"+ln.Addr().String(), Request{Variant: V3},
-		ClientOptions{Timeout: 300 * time.Millisecond, Socket: fastOpts()})
+		ClientOptions{Timeout: 300 * time.Millisecond, SkipHashCheck: true, Socket: fastOpts()})
 	if !errors.Is(err, ErrRefused) || !strings.Contains(err.Error(), "ZMTP") {
 		t.Fatalf("got %v, want ErrRefused naming ZMTP", err)
 	}
 }
 
 func TestFetchBadEndpointAndContext(t *testing.T) {
-	if _, err := Fetch(context.Background(), "udp://x:1", Request{}, ClientOptions{}); !errors.Is(err, socket.ErrBadEndpoint) {
+	if _, err := Fetch(context.Background(), "udp://x:1", Request{}, ClientOptions{SkipHashCheck: true}); !errors.Is(err, socket.ErrBadEndpoint) {
 		t.Errorf("bad endpoint: %v", err)
 	}
 	ep := scriptedRouter(t, func([]byte) [][]byte { return nil })
 	ctx, cancel := context.WithCancel(context.Background())
 	time.AfterFunc(50*time.Millisecond, cancel)
-	_, err := Fetch(ctx, ep, Request{Variant: V3}, ClientOptions{Timeout: time.Minute, Socket: fastOpts()})
+	_, err := Fetch(ctx, ep, Request{Variant: V3}, ClientOptions{Timeout: time.Minute, SkipHashCheck: true, Socket: fastOpts()})
 	if !errors.Is(err, context.Canceled) || errors.Is(err, ErrTimeout) {
 		t.Errorf("cancelled: %v", err)
+	}
+}
+
+// TestFetchRequiresHash: an empty ExpectedHash no longer skips the
+// compatibility check quietly: a V2/V3 Fetch without it or SkipHashCheck
+// fails at once, before connecting; V1, which has no hash, does not need it.
+func TestFetchRequiresHash(t *testing.T) {
+	l := startListener(t, ListenerConfig{})
+	ctx := testCtx(t, 30*time.Second)
+	for _, v := range []Variant{V2, V3} {
+		_, err := Fetch(ctx, l.Endpoint(), Request{Variant: v}, ClientOptions{Socket: fastOpts()})
+		if !errors.Is(err, ErrNoExpectedHash) || !strings.Contains(err.Error(), "SkipHashCheck") {
+			t.Fatalf("%v without ExpectedHash: %v", v, err)
+		}
+		if _, err := Fetch(ctx, l.Endpoint(), Request{Variant: v}, ClientOptions{SkipHashCheck: true, Socket: fastOpts()}); err != nil {
+			t.Fatalf("%v with SkipHashCheck: %v", v, err)
+		}
+	}
+	if _, err := Fetch(ctx, l.Endpoint(), Request{Variant: V1}, ClientOptions{Socket: fastOpts()}); err != nil {
+		t.Fatalf("V1 without ExpectedHash: %v", err)
 	}
 }
 
@@ -255,5 +275,23 @@ func TestSafeText(t *testing.T) {
 		if got := SafeText(in); got != want {
 			t.Errorf("SafeText(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestFetchOversizeReplyCause: a reply over the client's MaxMessageSize
+// makes the REQ socket close the connection; the timeout error keeps that
+// cause instead of blaming the listener.
+func TestFetchOversizeReplyCause(t *testing.T) {
+	l := startListener(t, ListenerConfig{})
+	o := fastOpts()
+	o.Guard.MaxMessageSize = 64
+	_, err := Fetch(testCtx(t, 20*time.Second), l.Endpoint(), Request{Variant: V3},
+		ClientOptions{Timeout: 2 * time.Second, SkipHashCheck: true, Socket: o})
+	var te *TimeoutError
+	if !errors.As(err, &te) || te.Cause == nil || decodeguard.ReasonOf(err) != decodeguard.ReasonOversize {
+		t.Fatalf("got %v, want a timeout caused by an oversize reply", err)
+	}
+	if msg := err.Error(); strings.Contains(msg, "receive loop is dead") || !strings.Contains(msg, "connection was closed") {
+		t.Errorf("message: %s", msg)
 	}
 }

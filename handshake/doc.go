@@ -43,6 +43,6 @@
 // prefix, or, for a peer-sent string such as an engine id, quoted when it
 // is short printable ASCII (see [SafeText]).
 //
-// The wire formats are described in the project's PROTOCOL.md §1; the facts
+// The wire formats are described in the project's docs/protocol.md §1; the facts
 // were read from vLLM's sources (connector version 12).
 package handshake

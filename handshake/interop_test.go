@@ -121,7 +121,7 @@ print(" ".join(msgpack.packb(v).hex() for v in [` + strings.Join(intLits, ", ") 
 	}
 	for _, v := range vectors {
 		if v.py != v.want {
-			t.Errorf("%s: python %s, PROTOCOL.md %s", v.name, v.py, v.want)
+			t.Errorf("%s: python %s, docs/protocol.md %s", v.name, v.py, v.want)
 		}
 	}
 	pyInts := strings.Fields(out[7])

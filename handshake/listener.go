@@ -134,22 +134,22 @@ type ListenerStats struct {
 	// Served counts the requests answered with metadata, by [Variant]
 	// (index 0 is unused). A request is counted before its reply is handed
 	// to the socket, so a client holding its reply is already counted.
-	Served [4]uint64
+	Served ServedCounts `json:"served"`
 	// ErrorReplies counts the explicit error replies sent (see
 	// [ListenerConfig.ErrorReplies]); each is also a drop of reason
 	// unknown-rank in Loop, counted when the handler returns, just after
 	// the reply is handed to the socket.
-	ErrorReplies uint64
+	ErrorReplies uint64 `json:"error_replies"`
 	// Loop holds the receive loop's counters: received, delivered, dropped
 	// by reason (envelope, decode, validate, unknown-rank, ...).
-	Loop loop.Stats
+	Loop loop.Stats `json:"loop"`
 	// Socket holds the ROUTER's counters: connections, transport and
 	// handshake violations, replies dropped because the client had gone.
-	Socket socket.Stats
+	Socket socket.Stats `json:"socket"`
 }
 
 // TotalServed returns the number of requests answered with metadata.
-func (s ListenerStats) TotalServed() uint64 { return s.Served[V1] + s.Served[V2] + s.Served[V3] }
+func (s ListenerStats) TotalServed() uint64 { return s.Served.Total() }
 
 // sender is what the listener sends replies through: the ROUTER socket, or
 // a stand-in in benchmarks.

@@ -112,17 +112,30 @@ func (p *prober) ok(name string, d time.Duration, detail string) {
 	fmt.Fprintf(p.w, "%-8s ok: %s\n", name+":", detail)
 }
 
-// fail records a failed step and returns the matching error.
-func (p *prober) fail(name string, d time.Duration, kind error, detail string, cause error) error {
-	p.rep.Steps = append(p.rep.Steps, ProbeStep{Name: name, Detail: detail, Duration: d})
-	fmt.Fprintf(p.w, "%-8s FAIL: %s\n", name+":", detail)
-	return &FetchError{Kind: kind, Endpoint: p.rep.Endpoint, Request: p.rep.Request, Detail: name + ": " + detail, Err: cause}
+// fail records a failed step and returns the matching error. hint says
+// what the failure likely means; the step's line shows it followed by the
+// cause, and the returned error holds each once.
+func (p *prober) fail(name string, d time.Duration, kind error, hint string, cause error) error {
+	line := hint
+	if cause != nil {
+		if line != "" {
+			line += ": "
+		}
+		line += cause.Error()
+	}
+	p.rep.Steps = append(p.rep.Steps, ProbeStep{Name: name, Detail: line, Duration: d})
+	fmt.Fprintf(p.w, "%-8s FAIL: %s\n", name+":", line)
+	detail := name
+	if hint != "" {
+		detail += ": " + hint
+	}
+	return &FetchError{Kind: kind, Endpoint: p.rep.Endpoint, Request: p.rep.Request, Detail: detail, Err: cause}
 }
 
 func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout time.Duration) error {
 	network, addr, err := dialTarget(endpoint)
 	if err != nil {
-		return p.fail("connect", 0, ErrRefused, err.Error(), err)
+		return p.fail("connect", 0, ErrRefused, "", err)
 	}
 
 	// connect
@@ -151,7 +164,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 			hint = "the peer accepted the connection but did not finish the ZMTP greeting within " + timeout.String() +
 				" (a wedged accept loop, or not a ZeroMQ socket)"
 		}
-		return p.fail("zmtp", p.rep.HandshakeTime, kind, hint+": "+err.Error(), err)
+		return p.fail("zmtp", p.rep.HandshakeTime, kind, hint, err)
 	}
 	defer conn.Close()
 	p.rep.PeerType = conn.PeerType()
@@ -168,11 +181,12 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	defer stop()
 	nc.SetDeadline(deadline)
 	t0 = time.Now()
-	if err := conn.WriteMessage([]byte{}, body); err == nil {
+	err = conn.WriteMessage([]byte{}, body)
+	if err == nil {
 		err = conn.Flush()
 	}
 	if err != nil {
-		return p.fail("request", time.Since(t0), ErrTimeout, "could not write the request: "+err.Error(), err)
+		return p.fail("request", time.Since(t0), ErrTimeout, "could not write the request", err)
 	}
 	p.ok("request", time.Since(t0), strconv.Itoa(len(body))+" bytes, "+requestText(req))
 
@@ -201,7 +215,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 		if errors.Is(err, io.EOF) {
 			return p.fail("reply", p.rep.RTT, ErrBadReplyShape, "the listener closed the connection without answering", err)
 		}
-		return p.fail("reply", p.rep.RTT, ErrBadReplyShape, "reading the reply: "+err.Error(), err)
+		return p.fail("reply", p.rep.RTT, ErrBadReplyShape, "reading the reply", err)
 	}
 	for _, f := range m.Frames {
 		p.rep.ReplyFrames = append(p.rep.ReplyFrames, len(f))
@@ -230,22 +244,20 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	t0 = time.Now()
 	var r Reply
 	r.Request = req
-	if err := decodeReply(&r, m.Frames[1:], p.rep.Endpoint, ClientOptions{}); err != nil {
+	// The probe reports the hash rather than checking it.
+	if err := decodeReply(&r, m.Frames[1:], p.rep.Endpoint, ClientOptions{SkipHashCheck: true}); err != nil {
 		var fe *FetchError
-		detail := err.Error()
-		kind := ErrUndecodablePayload
-		if errors.As(err, &fe) {
-			detail, kind = fe.Detail, fe.Kind
-			if fe.Err != nil {
-				detail += ": " + fe.Err.Error()
-			}
-			if kind == ErrRejected {
-				detail = "the listener answered with an error: " + detail
-			} else if kind == ErrUndecodablePayload {
-				detail += " (a listener from another connector version, or not a NIXL side channel)"
-			}
+		if !errors.As(err, &fe) {
+			return p.fail("payload", time.Since(t0), ErrUndecodablePayload, "", err)
 		}
-		return p.fail("payload", time.Since(t0), kind, detail, err)
+		hint := fe.Detail
+		switch fe.Kind {
+		case ErrRejected:
+			hint = "the listener answered with an error: " + hint
+		case ErrUndecodablePayload:
+			hint += " (a listener from another connector version, or not a NIXL side channel)"
+		}
+		return p.fail("payload", time.Since(t0), fe.Kind, hint, fe.Err)
 	}
 	p.rep.CompatibilityHash = r.Payload.CompatibilityHash
 	p.rep.EngineID = r.Metadata.EngineID
@@ -288,11 +300,11 @@ func connectKind(err error) error {
 func connectHint(network, addr string, timeout time.Duration, err error) string {
 	switch {
 	case errors.Is(err, syscall.ECONNREFUSED):
-		return "connection refused: nothing listens on " + addr + " (is the prefill engine up, and is the port its side-channel port plus its data-parallel index?)"
+		return "nothing listens on " + addr + " (is the prefill engine up, and is the port its side-channel port plus its data-parallel index?)"
 	case connectKind(err) == ErrTimeout:
-		return "no answer within " + timeout.String() + ": the host is down or a firewall drops the packets"
+		return "no answer within " + timeout.String() + " (the host is down or a firewall drops the packets)"
 	}
-	return network + " " + addr + ": " + err.Error()
+	return network + " " + addr
 }
 
 // dialTarget turns a ZeroMQ endpoint ("tcp://host:port", "ipc://path", or

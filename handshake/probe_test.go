@@ -69,8 +69,12 @@ func TestProbeClosedPort(t *testing.T) {
 		t.Fatalf("got %v, want ErrRefused", err)
 	}
 	checkProbeOutput(t, out.String(), rep, "connect")
-	if !strings.Contains(out.String(), "connection refused: nothing listens on") {
+	if !strings.Contains(out.String(), "nothing listens on") {
 		t.Errorf("output:\n%s", out.String())
+	}
+	// The cause appears once in the error, not once per layer.
+	if n := strings.Count(err.Error(), "dial tcp"); n != 1 {
+		t.Errorf("cause repeated %d times: %v", n, err)
 	}
 }
 
@@ -166,5 +170,40 @@ func TestDialTarget(t *testing.T) {
 		if err != nil || n != want[0] || a != want[1] {
 			t.Errorf("dialTarget(%q) = %q %q %v", in, n, a, err)
 		}
+	}
+}
+
+// TestProbeNotZMTPCauseOnce: a port that answers HTTP fails the zmtp step;
+// the error says so with the guard's cause exactly once.
+func TestProbeNotZMTPCauseOnce(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			c.Write([]byte("HTTP/1.1 400 Bad Request\r\n\r\n"))
+			c.Close()
+		}
+	}()
+	defer wg.Wait()
+	defer ln.Close()
+	_, err = Probe(testCtx(t, 20*time.Second), "tcp://"+ln.Addr().String(), Request{Variant: V3}, 2*time.Second, nil)
+	if !errors.Is(err, ErrRefused) {
+		t.Fatalf("got %v, want ErrRefused", err)
+	}
+	var fe *FetchError
+	if !errors.As(err, &fe) || fe.Err == nil {
+		t.Fatalf("no cause: %v", err)
+	}
+	if n := strings.Count(err.Error(), fe.Err.Error()); n != 1 {
+		t.Errorf("cause %q appears %d times in %q", fe.Err, n, err)
 	}
 }

@@ -21,7 +21,7 @@ const GetMetaMsg = "get_meta_msg"
 const MaxRank = 1<<16 - 1
 
 // Variant is the form of a handshake request, which also fixes the form of
-// the reply (PROTOCOL.md §1).
+// the reply (docs/protocol.md §1).
 type Variant uint8
 
 // The request variants. The zero Variant is none of them.

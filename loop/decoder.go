@@ -1,6 +1,7 @@
 package loop
 
 import (
+	"math"
 	"sync/atomic"
 
 	"github.com/tinylib/msgp/msgp"
@@ -38,6 +39,22 @@ var (
 		Detail: "message has too few frames for the decoded frame index", Offset: -1}
 )
 
+// The size of a message has one limit in a Loop: [Config.MaxMessageSize],
+// which defaults to the MaxMessageSize of the *socket.Socket the loop
+// receives from. The helper decoders below leave the size to it when
+// lim.MaxBytes is zero (their other limits take decodeguard's defaults as
+// usual); a positive lim.MaxBytes sets a decoder's frame limit apart on
+// purpose.
+
+// inheritSize returns lim with a zero MaxBytes replaced by "no limit of
+// the decoder's own": the loop has already checked the message's size.
+func inheritSize(lim decodeguard.Limits) *decodeguard.Limits {
+	if lim.MaxBytes <= 0 {
+		lim.MaxBytes = math.MaxInt
+	}
+	return &lim
+}
+
 // MsgpDecoder returns a Decoder for messages of exactly one body frame that
 // holds a msgpack object of type T, decoded by T's msgp-generated (or
 // hand-written) UnmarshalMsg through [decodeguard.DecodeMsgp]: the frame is
@@ -65,8 +82,9 @@ func MsgpDecoder[T any, PT interface {
 // MsgpFrameDecoder is [MsgpDecoder] for messages of several body frames: it
 // decodes the frame at index (negative counts from the end, so -1 is the
 // last frame) and ignores the others. A message too short to have that frame
-// is decodeguard.ReasonEnvelope; bound the frame count with Config.Envelope
-// (ROUTER) or in Validate.
+// is decodeguard.ReasonEnvelope. Bound the frame count with Config.Envelope
+// (a ROUTER loop) or with the socket's Options.Guard.MaxFrames; Validate
+// sees only the decoded value, not the frames.
 func MsgpFrameDecoder[T any, PT interface {
 	*T
 	msgp.Unmarshaler
@@ -78,7 +96,7 @@ func msgpFrameDecoder[T any, PT interface {
 	*T
 	msgp.Unmarshaler
 }](lim decodeguard.Limits, index int, exactlyOne bool) Decoder[T] {
-	limits := &lim
+	limits := inheritSize(lim)
 	_, resettable := any(PT(new(T))).(Resetter)
 	// A dynamic type assertion per message costs a few nanoseconds, a
 	// visible share of a ~140 ns decode; a loop always decodes into the
@@ -130,7 +148,7 @@ type resetEntry[T any] struct {
 // string and so on. It allocates the decoded tree on every message; prefer a
 // typed decoder where the shape is known.
 func UntypedDecoder(lim decodeguard.Limits) Decoder[any] {
-	limits := &lim
+	limits := inheritSize(lim)
 	return func(frames [][]byte, dst *any) error {
 		*dst = nil
 		if len(frames) != 1 {

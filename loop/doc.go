@@ -29,16 +29,21 @@
 //
 // # Logging
 //
-// Drops are logged through a *slog.Logger, never with raw peer bytes: a line
-// carries the loop's name, the reason, the peer's address, the frame count,
-// the message length and a hex prefix of at most [LogPrefix] bytes of the
-// message's last frame. The first drop of a reason from a peer host gets a
-// warning (at most [FirstWarnings] such warnings per reason per interval,
-// and at most [MaxPeersRemembered] hosts remembered); after that each
-// reason gets at most one summary line per Config.LogInterval (1 s by
-// default) with the number of drops it stands for. A flood of 100,000 junk
-// frames per second therefore writes a handful of lines. Exact counts are
-// always in [Loop.Stats].
+// Drops are logged through a *slog.Logger (nil means slog.Default(): on by
+// default), never with raw peer bytes, under the same rules as package
+// socket's refusals. The first drop of a reason from a connection (a peer
+// address with its port, so peers behind one NAT or on loopback are told
+// apart) gets a detail line: the loop's name, the reason, the peer's
+// address, the frame count, the message length and a hex prefix of at most
+// [LogPrefix] bytes of the message's last frame (at most [FirstWarnings]
+// such lines per reason per interval). Every other drop goes into its
+// reason's summary line, at most one per Config.LogInterval (1 s by
+// default): the number of drops and of distinct connections, and no single
+// peer's address or bytes. A timer writes the summary of a burst that has
+// stopped within about one interval, while the loop waits for input. A
+// flood of 100,000 junk frames per second therefore writes a handful of
+// lines. Exact counts are always in [Loop.Stats]; connections the socket
+// refused before any message are in Stats.Refused.
 //
 // # Aliasing
 //

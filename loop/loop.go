@@ -5,8 +5,10 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"runtime/debug"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -64,10 +66,15 @@ type Error struct {
 // Error implements error.
 func (e *Error) Error() string {
 	s := "loop " + e.Loop + ": " + e.Stage.String()
+	if e.Loop == "" || e.Loop == "loop" {
+		s = "loop: " + e.Stage.String() // not "loop loop:"
+	}
 	if e.Peer != "" {
 		s += " (peer " + decodeguard.EscapeText(e.Peer, 128) + ")"
 	}
-	return s + ": " + errText(e.Err)
+	// The cause's own "loop: " prefix (ErrReceiverClosed and the like)
+	// would repeat the one above.
+	return s + ": " + strings.TrimPrefix(errText(e.Err), "loop: ")
 }
 
 // Unwrap returns the cause.
@@ -211,20 +218,29 @@ func (d Drop) Hex() string {
 	return string(s)
 }
 
-// Stats is a snapshot of a Loop's counters.
+// Stats is a snapshot of a Loop's counters. It marshals to JSON as an
+// object of named counters (Dropped and Refused as objects keyed by reason
+// name), the project's one stats vocabulary.
 type Stats struct {
 	// Received counts messages the Receiver returned.
-	Received uint64
+	Received uint64 `json:"received"`
 	// Delivered counts messages that passed every check and were handed to
 	// the handler, the Deliver channel or Next's caller.
-	Delivered uint64
+	Delivered uint64 `json:"delivered"`
 	// Dropped counts drops by reason (index decodeguard.Reason); it
 	// includes messages the Receiver refused itself and handler drops.
-	Dropped decodeguard.Counts
+	Dropped decodeguard.Counts `json:"dropped"`
+	// Refused counts, by reason, what the socket under the loop refused
+	// before a message reached the loop: connections that failed their
+	// handshake or broke a policy, connections closed for an oversize or
+	// malformed message (its Stats().Violations). It is filled only when
+	// the Receiver is a *socket.Socket; for a zmq4 socket on the guarded
+	// transport, the refusals are in that zmtpguard.Transport's Stats.
+	Refused decodeguard.Counts `json:"refused"`
 	// HandlerErrors counts unclassified handler errors and handler panics.
-	HandlerErrors uint64
+	HandlerErrors uint64 `json:"handler_errors"`
 	// LastDrop is the time of the latest drop, the zero Time if none.
-	LastDrop time.Time
+	LastDrop time.Time `json:"last_drop,omitzero"`
 }
 
 // TotalDropped returns the sum of Dropped.
@@ -254,6 +270,14 @@ type Config[T any] struct {
 	// Decode decodes the body frames into the loop's reused value. See
 	// MsgpDecoder, UntypedDecoder and RawDecoder.
 	Decode Decoder[T]
+	// MaxMessageSize is the largest message, all frames together, that
+	// reaches Decode; a longer one is dropped as decodeguard.ReasonOversize.
+	// Zero means the Receiver's own limit when it is a *socket.Socket (its
+	// Options().Guard.MaxMessageSize: one size from the socket to the
+	// decoder), else decodeguard.DefaultMaxBytes (1 MiB). New refuses a
+	// value above a socket's limit, which would never see such a message.
+	// The helper decoders take this limit when their Limits.MaxBytes is 0.
+	MaxMessageSize int64
 	// Validate, if set, checks a decoded value. An error that is not
 	// already classified is counted as decodeguard.ReasonValidate.
 	Validate func(*T) error
@@ -293,7 +317,10 @@ type Loop[T any] struct {
 	recv Receiver
 	cfg  Config[T]
 	now  func() time.Time
-	log  rateLog
+	// maxBytes is the size the loop checks itself; 0 when the Receiver
+	// already enforces cfg.MaxMessageSize (a socket's own limit).
+	maxBytes int
+	log      *rateLog
 
 	value T
 	env   envelope.Envelope // the current message's envelope (ROUTER loops)
@@ -334,6 +361,23 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 	if cfg.Name == "" {
 		cfg.Name = "loop"
 	}
+	if cfg.MaxMessageSize < 0 {
+		return nil, fmt.Errorf("loop %s: Config.MaxMessageSize %d is negative", cfg.Name, cfg.MaxMessageSize)
+	}
+	check := true
+	if s, ok := r.(*socket.Socket); ok {
+		sockMax := s.Options().Guard.MaxMessageSize
+		switch {
+		case cfg.MaxMessageSize == 0 || cfg.MaxMessageSize == sockMax:
+			cfg.MaxMessageSize, check = sockMax, false
+		case cfg.MaxMessageSize > sockMax:
+			return nil, fmt.Errorf("loop %s: Config.MaxMessageSize %d is over the socket's MaxMessageSize %d (raise socket.Options.Guard.MaxMessageSize)",
+				cfg.Name, cfg.MaxMessageSize, sockMax)
+		}
+	}
+	if cfg.MaxMessageSize == 0 {
+		cfg.MaxMessageSize = decodeguard.DefaultMaxBytes
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -341,10 +385,13 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 		cfg.LogInterval = DefaultLogInterval
 	}
 	l := &Loop[T]{recv: r, cfg: cfg, now: cfg.Now}
+	if check {
+		l.maxBytes = int(min(cfg.MaxMessageSize, int64(math.MaxInt)))
+	}
 	if l.now == nil {
 		l.now = time.Now
 	}
-	l.log = *newRateLog(cfg.Logger, cfg.Name, cfg.LogInterval)
+	l.log = newRateLog(cfg.Logger, cfg.Name, cfg.LogInterval)
 	l.acks.wake = make(chan struct{}, 1)
 	return l, nil
 }
@@ -365,6 +412,9 @@ func (l *Loop[T]) Stats() Stats {
 	}
 	if ns := l.lastDrop.Load(); ns != 0 {
 		s.LastDrop = time.Unix(0, ns)
+	}
+	if sock, ok := l.recv.(*socket.Socket); ok {
+		s.Refused = sock.Stats().Violations
 	}
 	return s
 }
@@ -528,6 +578,13 @@ func (l *Loop[T]) pump(ctx context.Context, h func(context.Context, Delivery[T])
 		}
 		d.Msg = msg
 		body := msg.Frames
+		if l.maxBytes > 0 && tooLong(msg.Frames, l.maxBytes) {
+			if err = l.reject(StageDecode, msg, errTooLong); err != nil {
+				normal = true
+				return err
+			}
+			continue
+		}
 		if envOpts != nil {
 			env, eerr := envelope.Parse(msg.Frames, envOpts)
 			if eerr != nil {
@@ -558,9 +615,6 @@ func (l *Loop[T]) pump(ctx context.Context, h func(context.Context, Delivery[T])
 			continue
 		}
 
-		if l.log.pending > 0 {
-			l.quietTick()
-		}
 		l.delivered.Add(1)
 		if h == nil {
 			normal = true
@@ -627,18 +681,6 @@ func (l *Loop[T]) settle(d *Delivery[T], errp *error, normal *bool) {
 	}
 }
 
-// quietTick runs on the happy path while drops await a summary: once
-// quietTicks messages in a row have been delivered, it reads the clock and
-// writes the summaries whose interval has passed. It is kept out of pump so
-// that the happy path stays as small as it was.
-//
-//go:noinline
-func (l *Loop[T]) quietTick() {
-	if l.log.quiet++; l.log.quiet >= quietTicks {
-		l.log.tick(l.now())
-	}
-}
-
 // stopped returns errStopped when the loop must stop (context done or loop
 // closed), nil otherwise.
 func (l *Loop[T]) stopped(ctx context.Context) error {
@@ -682,6 +724,21 @@ func (l *Loop[T]) reject(stage Stage, msg socket.Msg, err error) error {
 		return nil
 	}
 	return l.fail(stage, msg.Peer, err)
+}
+
+// errTooLong is the shared drop error of a message over MaxMessageSize.
+var errTooLong = &decodeguard.Error{Reason: decodeguard.ReasonOversize,
+	Detail: "message longer than Config.MaxMessageSize", Offset: -1}
+
+// tooLong reports whether the frames hold more than max bytes.
+func tooLong(frames [][]byte, max int) bool {
+	n := 0
+	for _, f := range frames {
+		if n += len(f); n > max {
+			return true
+		}
+	}
+	return false
 }
 
 // reasonOf is decodeguard.ReasonOf with a fast path for a bare

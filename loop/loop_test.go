@@ -314,9 +314,8 @@ func TestRecoverHandlerPanics(t *testing.T) {
 
 // panicky is a hand-written decoder that panics on a frame starting 0xff.
 func panicky(frames [][]byte, dst *int) error {
-	if frames[0][0] == 0xff {
-		var m map[string]int
-		m["x"] = 1 // nil map write: a runtime panic
+	if f := frames[0]; f[0] == 0xff && len(f) <= 0xff {
+		_ = f[f[0]] // index out of range: a runtime panic
 	}
 	*dst = int(frames[0][0])
 	return nil
@@ -655,4 +654,20 @@ func TestErrorText(t *testing.T) {
 		t.Fatal("panic text")
 	}
 	_ = time.Second
+}
+
+// TestErrorNoStutter: a loop's errors say "loop" once.
+func TestErrorNoStutter(t *testing.T) {
+	for _, c := range []struct {
+		e    *Error
+		want string
+	}{
+		{&Error{Loop: "loop", Stage: StageReceive, Err: ErrReceiverClosed}, "loop: receive: receiver closed: use of closed network connection"},
+		{&Error{Stage: StageHandler, Err: errors.New("boom")}, "loop: handler: boom"},
+		{&Error{Loop: "jobs", Stage: StageReceive, Err: ErrReceiverClosed}, "loop jobs: receive: receiver closed: use of closed network connection"},
+	} {
+		if got := c.e.Error(); got != c.want {
+			t.Errorf("got %q, want %q", got, c.want)
+		}
+	}
 }

@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -19,8 +22,8 @@ import (
 // Recv blocks until a message arrives or ctx ends. It returns ctx's error
 // when ctx ends, an error matching net.ErrClosed or socket.ErrClosed once
 // the receiver is closed (the Loop then stops), a classified *decodeguard.Error when the receiver
-// itself refused a message (counted as a drop), or another error, which
-// surfaces from Run. The frames of the returned message may be reused by
+// itself refused a message or lost one peer's connection (counted as a
+// drop), or another error, which surfaces from Run. The frames of the returned message may be reused by
 // the next Recv.
 type Receiver interface {
 	Recv(ctx context.Context) (socket.Msg, error)
@@ -46,13 +49,25 @@ var ErrReceiverClosed = fmt.Errorf("loop: receiver closed: %w", net.ErrClosed)
 //
 // zmq4 reports neither the sending peer nor a per-message error for
 // malformed input, so messages carry a nil Peer, and a ROUTER's identity is
-// Frames[0]. After Close, zmq4 sockets either fail Recv with a context
+// Frames[0].
+//
+// zmq4 reports every connection's read error through the socket's Recv:
+// a peer that disconnects (EOF), a TCP reset, a frame the guarded
+// transport refused. Those end one connection, not the socket, so the
+// adapter never returns them as fatal: a clean disconnect (io.EOF) is
+// counted in [ZMQ4Receiver.Disconnects] and Recv goes on receiving; any
+// other per-connection error is returned as a *decodeguard.Error with
+// decodeguard.ReasonTransport, which a Loop counts as a drop (zmq4 closes
+// that connection; the others keep delivering). After Close, zmq4 sockets either fail Recv with a context
 // error or (XPUB) return an empty message with no error; both read as
 // ErrReceiverClosed here. The adapter starts no goroutine except the short
 // one context.AfterFunc runs when a watched context ends.
 //
-// zmq4's own socket layer is not hardened (see ZMQ4-FINDINGS.md): prefer
-// zmqguard's socket package for sockets that face untrusted peers.
+// zmq4's own socket layer is not hardened (see docs/zmq4-findings.md in the
+// repository): a frame header claiming 2^40 bytes still reaches zmq4's
+// allocator unless the socket listens on a guarded transport. Bind it on
+// the "zmqguard://" scheme after zmtpguard.RegisterTransport, or switch to
+// zmqguard's socket package (docs/migrating-from-zmq4.md shows both).
 type ZMQ4Receiver struct {
 	s zmq4.Socket
 
@@ -64,7 +79,13 @@ type ZMQ4Receiver struct {
 	stopWatch func() bool
 	closeErr  error
 	closeOnce sync.Once
+
+	disconnects atomic.Uint64
 }
+
+// Disconnects returns how many times a peer of the zmq4 socket closed its
+// connection cleanly (zmq4 reported io.EOF). Those are not drops.
+func (r *ZMQ4Receiver) Disconnects() uint64 { return r.disconnects.Load() }
 
 // FromZMQ4 returns a Receiver that reads from s. See [ZMQ4Receiver] for how
 // cancellation works.
@@ -76,6 +97,20 @@ func FromZMQ4(s zmq4.Socket) *ZMQ4Receiver {
 // error if ctx is done, and closes the socket if ctx is cancelled while Recv
 // is blocked.
 func (r *ZMQ4Receiver) Recv(ctx context.Context) (socket.Msg, error) {
+	for {
+		m, err := r.recvOnce(ctx)
+		if errors.Is(err, errDisconnect) {
+			r.disconnects.Add(1)
+			continue
+		}
+		return m, err
+	}
+}
+
+// errDisconnect is recvOnce's signal that one peer disconnected cleanly.
+var errDisconnect = errors.New("loop: zmq4 peer disconnected")
+
+func (r *ZMQ4Receiver) recvOnce(ctx context.Context) (socket.Msg, error) {
 	r.mu.Lock()
 	if err := ctx.Err(); err != nil {
 		r.mu.Unlock()
@@ -117,8 +152,17 @@ func (r *ZMQ4Receiver) Recv(ctx context.Context) (socket.Msg, error) {
 		// zmq4 fails Recv with its own context's error after Close, and
 		// some socket types return (Msg{}, nil) forever instead.
 		return socket.Msg{}, ErrReceiverClosed
+	case errors.Is(err, io.EOF):
+		return socket.Msg{}, errDisconnect
 	}
-	return socket.Msg{}, fmt.Errorf("loop: zmq4 recv: %w", err)
+	// One connection failed (reset, truncated frame, a violation of the
+	// guarded transport): zmq4 drops that connection and keeps the others.
+	return socket.Msg{}, &decodeguard.Error{
+		Reason: decodeguard.ReasonTransport,
+		Detail: "zmq4 connection failed",
+		Offset: -1,
+		Err:    err,
+	}
 }
 
 // cancelled runs when the watched context whose Done channel is d ends:

@@ -2,7 +2,9 @@ package loop
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -141,5 +143,39 @@ func TestSocketRouter(t *testing.T) {
 	}
 	if st := l.Stats(); st.Dropped[decodeguard.ReasonEnvelope] != 1 || st.Delivered != 1 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestSocketRefusedInStats: connections the socket refuses (here HTTP
+// probes) appear in the loop's Stats.Refused, and its JSON names reasons.
+func TestSocketRefusedInStats(t *testing.T) {
+	ctx := testCtx(t)
+	pull := newSocket(t, socket.NewPull)
+	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	l := newStatsLoop(t, pull, func(context.Context, Delivery[vllmwire.Message]) error { return nil }, nil)
+	for range 5 {
+		c, err := net.Dial("tcp", pull.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+		c.Close()
+	}
+	refused := func() uint64 { st := l.Stats(); return st.Refused.Total() }
+	for refused() < 5 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("refusals not in loop stats: %+v", l.Stats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	b, err := json.Marshal(l.Stats())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(b), `"refused":{`) || !strings.Contains(string(b), `"transport":`) || !strings.Contains(string(b), `"handler_errors":0`) {
+		t.Fatalf("JSON %s", b)
 	}
 }

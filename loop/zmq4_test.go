@@ -3,14 +3,18 @@ package loop
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"runtime"
+	"slices"
 	"testing"
+	"time"
 
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestZMQ4Receiver runs a loop over a real zmq4 PULL on 127.0.0.1: the
@@ -130,4 +134,198 @@ func TestZMQ4ReceiverExternalClose(t *testing.T) {
 		t.Fatalf("Recv = %v", err)
 	}
 	_ = rcv.Close()
+}
+
+// TestZMQ4ReceiverPeerLeaves: with two zmq4 publishers on one PULL, one
+// that exits (a clean EOF) or resets its connection (TCP RST) ends only
+// its own connection: Run goes on delivering the other's messages, the
+// reset is counted as a transport drop and the clean exit as a disconnect.
+func TestZMQ4ReceiverPeerLeaves(t *testing.T) {
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	pull, stay := zmq4Pair(t, context.Background())
+	defer stay.Close()
+	rcv := FromZMQ4(pull)
+	defer rcv.Close()
+
+	leave := zmq4.NewPush(context.Background())
+	if err := leave.Dial("tcp://" + pull.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	reset := rawZMTPPush(t, pull.Addr().String())
+
+	got := make(chan struct{}, 16)
+	l := newStatsLoop(t, rcv, func(context.Context, Delivery[vllmwire.Message]) error {
+		got <- struct{}{}
+		return nil
+	}, nil)
+	runErr := make(chan error, 1)
+	go func() { runErr <- l.Run(ctx) }()
+	wait := func(what string) {
+		t.Helper()
+		select {
+		case <-got:
+		case err := <-runErr:
+			t.Fatalf("%s: Run ended: %v", what, err)
+		case <-ctx.Done():
+			t.Fatalf("%s: no delivery", what)
+		}
+	}
+
+	// Each peer delivers once, so zmq4 has all three connections.
+	if err := leave.Send(zmq4.NewMsg(statsFrame)); err != nil {
+		t.Fatal(err)
+	}
+	wait("leaving peer")
+	reset.sendFrame(t, statsFrame)
+	wait("resetting peer")
+	if err := stay.Send(zmq4.NewMsg(statsFrame)); err != nil {
+		t.Fatal(err)
+	}
+	wait("staying peer")
+
+	// One exits cleanly, one resets; the third still gets through.
+	if err := leave.Close(); err != nil {
+		t.Fatal(err)
+	}
+	reset.abort(t)
+	for rcv.Disconnects() == 0 || l.Stats().Dropped[decodeguard.ReasonTransport] == 0 {
+		select {
+		case err := <-runErr:
+			t.Fatalf("Run ended after a peer left: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("disconnects %d, stats %+v", rcv.Disconnects(), l.Stats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	if err := stay.Send(zmq4.NewMsg(statsFrame)); err != nil {
+		t.Fatal(err)
+	}
+	wait("staying peer after the others left")
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
+	if st := l.Stats(); st.Delivered != 4 || st.Dropped[decodeguard.ReasonTransport] != 1 || st.TotalDropped() != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if n := rcv.Disconnects(); n != 1 {
+		t.Fatalf("Disconnects = %d, want 1", n)
+	}
+}
+
+// rawPush is a ZMTP 3.0 PUSH peer written by hand, so that the test can
+// reset its TCP connection (zmq4 hides its net.Conn).
+type rawPush struct{ c *net.TCPConn }
+
+func rawZMTPPush(t *testing.T, addr string) *rawPush {
+	t.Helper()
+	c, err := net.DialTimeout("tcp", addr, 10*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = c.SetDeadline(time.Now().Add(30 * time.Second))
+	g := make([]byte, 64)
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 0
+	copy(g[12:], "NULL")
+	ready := []byte{0x04, 0, 5, 'R', 'E', 'A', 'D', 'Y', 11}
+	ready = append(ready, "Socket-Type"...)
+	ready = append(ready, 0, 0, 0, 4)
+	ready = append(ready, "PUSH"...)
+	ready[1] = byte(len(ready) - 2)
+	if _, err := c.Write(append(g, ready...)); err != nil {
+		t.Fatal(err)
+	}
+	// The peer's greeting and READY (64 bytes + a short command).
+	peer := make([]byte, 64+2)
+	if _, err := io.ReadFull(c, peer); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := io.ReadFull(c, make([]byte, int(peer[65]))); err != nil {
+		t.Fatal(err)
+	}
+	return &rawPush{c: c.(*net.TCPConn)}
+}
+
+func (p *rawPush) sendFrame(t *testing.T, b []byte) {
+	t.Helper()
+	if len(b) > 255 {
+		t.Fatal("frame too long for a short header")
+	}
+	if _, err := p.c.Write(append([]byte{0, byte(len(b))}, b...)); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// abort closes the connection with a TCP RST.
+func (p *rawPush) abort(t *testing.T) {
+	t.Helper()
+	if err := p.c.SetLinger(0); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.c.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestZMQ4ReceiverGuardedOversize: the "wrap" migration path. A zmq4 PULL
+// on the guarded transport meets a frame header claiming 2^40 bytes: the
+// guard closes that connection (one transport drop), nothing is allocated,
+// and the loop goes on delivering another peer's messages.
+func TestZMQ4ReceiverGuardedOversize(t *testing.T) {
+	const scheme = "zmqguard-loop-test"
+	if !slices.Contains(zmq4.Transports(), scheme) {
+		if err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ctx, cancel := context.WithCancel(testCtx(t))
+	defer cancel()
+	pull := zmq4.NewPull(context.Background())
+	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	rcv := FromZMQ4(pull)
+	defer rcv.Close()
+	got := make(chan struct{}, 4)
+	l := newStatsLoop(t, rcv, func(context.Context, Delivery[vllmwire.Message]) error {
+		got <- struct{}{}
+		return nil
+	}, nil)
+	runErr := make(chan error, 1)
+	go func() { runErr <- l.Run(ctx) }()
+
+	bad := rawZMTPPush(t, pull.Addr().String())
+	defer bad.c.Close()
+	if _, err := bad.c.Write([]byte{0x02, 0, 0, 1, 0, 0, 0, 0, 0}); err != nil { // 2^40
+		t.Fatal(err)
+	}
+	for l.Stats().Dropped[decodeguard.ReasonTransport] == 0 {
+		select {
+		case err := <-runErr:
+			t.Fatalf("Run ended: %v", err)
+		case <-ctx.Done():
+			t.Fatalf("no transport drop: %+v", l.Stats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+	good := zmq4.NewPush(context.Background())
+	defer good.Close()
+	if err := good.Dial("tcp://" + pull.Addr().String()); err != nil {
+		t.Fatal(err)
+	}
+	if err := good.Send(zmq4.NewMsg(statsFrame)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-got:
+	case err := <-runErr:
+		t.Fatalf("Run ended: %v", err)
+	case <-ctx.Done():
+		t.Fatal("no delivery after the oversize header")
+	}
+	cancel()
+	if err := <-runErr; err != nil {
+		t.Fatalf("Run = %v", err)
+	}
 }

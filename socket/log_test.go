@@ -8,6 +8,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // countingHandler counts the records it is given, by their "reason".
@@ -34,7 +36,9 @@ func (h *countingHandler) Handle(_ context.Context, r slog.Record) error {
 }
 
 // A scanner's flood of refused connections must cost a few log lines per
-// reason, not one per connection, while Stats still counts every one.
+// reason and second (the first refusals from up to ratelog.FirstWarnings
+// connections, then one summary), not one per connection, while Stats
+// still counts every one.
 func TestRefusedConnectionLogsAreRateLimited(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	h := &countingHandler{byReason: map[string]int{}}
@@ -62,11 +66,87 @@ func TestRefusedConnectionLogsAreRateLimited(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for reason, n := range h.byReason {
-		if n > seconds+1 {
-			t.Errorf("reason %s: %d log lines for %d refused connections in ~%d s; want at most one a second", reason, n, floods, seconds)
+		if n > (ratelog.FirstWarnings+1)*seconds+1 {
+			t.Errorf("reason %s: %d log lines for %d refused connections in ~%d s; want at most %d a second",
+				reason, n, floods, seconds, ratelog.FirstWarnings+1)
 		}
 	}
 	if h.total == 0 {
 		t.Error("no log line at all for a flood of refused connections")
+	}
+}
+
+// recordHandler keeps every record's message and attributes.
+type recordHandler struct {
+	mu   sync.Mutex
+	recs []map[string]string
+}
+
+func (h *recordHandler) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (h *recordHandler) WithAttrs([]slog.Attr) slog.Handler           { return h }
+func (h *recordHandler) WithGroup(string) slog.Handler                { return h }
+func (h *recordHandler) Handle(_ context.Context, r slog.Record) error {
+	m := map[string]string{"msg": r.Message}
+	r.Attrs(func(a slog.Attr) bool { m[a.Key] = a.Value.String(); return true })
+	h.mu.Lock()
+	h.recs = append(h.recs, m)
+	h.mu.Unlock()
+	return nil
+}
+
+func (h *recordHandler) count() (lines int, counted uint64) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.recs {
+		var n uint64
+		for _, c := range m["count"] {
+			n = n*10 + uint64(c-'0')
+		}
+		counted += n
+	}
+	return len(h.recs), counted
+}
+
+// TestNilLoggerLogsToDefault: a socket with a nil Options.Logger logs its
+// refusals through slog.Default(), and a burst of them is summarised by
+// the timer while the socket stays open, with every refusal counted once
+// in the lines and no peer named in a summary.
+func TestNilLoggerLogsToDefault(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	h := &recordHandler{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(h))
+	defer slog.SetDefault(old)
+
+	pull, err := NewPull(Options{}) // the zero Options is usable
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pull.Close()
+	ep := mustBind(t, pull)
+	addr := strings.TrimPrefix(ep, "tcp://")
+	const floods = 50
+	for range floods {
+		c, err := net.Dial("tcp", addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+		c.Close()
+	}
+	waitFor(t, ctx, "every refusal in a log line while the socket is open", func() bool {
+		_, n := h.count()
+		return n >= floods
+	})
+	lines, n := h.count()
+	if n != floods || lines > ratelog.FirstWarnings+3 {
+		t.Fatalf("%d lines counting %d refusals, want %d", lines, n, floods)
+	}
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for _, m := range h.recs {
+		if strings.Contains(m["msg"], "summary") && (m["remote"] != "" || m["connections"] == "") {
+			t.Errorf("summary %v", m)
+		}
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
@@ -30,9 +31,10 @@ const (
 	DefaultWriteBufferSize = 64 << 10
 )
 
-// Options configures a Socket. The zero value is not usable as is: start from
-// [DefaultOptions] (the constructors fill zero fields with defaults, so a
-// partly filled Options works too).
+// Options configures a Socket. The zero value is usable: the constructors
+// fill every zero field with its default, so Options{} and
+// [DefaultOptions] (which returns those defaults filled in, to read or
+// change) configure the same socket, and a partly filled Options works too.
 type Options struct {
 	// Guard holds the transport limits every connection is checked against
 	// (message size, frame count, handshake deadline, connection caps,
@@ -68,8 +70,11 @@ type Options struct {
 	// failed, rejected, disconnected). It runs on the connection's own
 	// goroutine: keep it fast and never block in it.
 	OnEvent func(Event)
-	// Logger, if set, receives rate-limited log lines about peer events and
-	// violations. Peer bytes appear only as capped hex.
+	// Logger receives the socket's log lines; nil means slog.Default().
+	// Refused connections and closed ones (a reason in Stats.Violations)
+	// are warnings, rate-limited by the rules package loop follows too;
+	// other peer events are debug lines. Pass slog.New(slog.DiscardHandler)
+	// to silence it. Peer bytes never appear raw.
 	Logger *slog.Logger
 }
 
@@ -143,7 +148,34 @@ func (o *Options) Verify() error {
 	if o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("socket: WriteTimeout must not be negative"))
 	}
-	return errors.Join(errs...)
+	return joinErrors(errs)
+}
+
+// joinedErrors is errors.Join on one line: a configuration error names
+// every problem, separated by "; ".
+type joinedErrors []error
+
+func (e joinedErrors) Error() string {
+	var b strings.Builder
+	for i, err := range e {
+		if i > 0 {
+			b.WriteString("; ")
+		}
+		b.WriteString(err.Error())
+	}
+	return b.String()
+}
+
+func (e joinedErrors) Unwrap() []error { return e }
+
+func joinErrors(errs []error) error {
+	switch len(errs) {
+	case 0:
+		return nil
+	case 1:
+		return errs[0]
+	}
+	return joinedErrors(errs)
 }
 
 // EventKind says what happened to a peer.
@@ -209,35 +241,37 @@ func (e Event) String() string {
 	return s
 }
 
-// Stats is a snapshot of a Socket's counters.
+// Stats is a snapshot of a Socket's counters. It marshals to JSON as an
+// object of named counters (Violations keyed by reason name).
 type Stats struct {
 	// Received counts messages delivered by Recv (subscriptions included
 	// for XPUB).
-	Received uint64
+	Received uint64 `json:"received"`
 	// Sent counts messages handed to a peer's queue (one per peer for XPUB
 	// and XSUB fan-out).
-	Sent uint64
+	Sent uint64 `json:"sent"`
 	// DroppedHWM counts messages dropped because a peer's queue was at its
 	// HWM (ROUTER, XPUB, XSUB fan-out).
-	DroppedHWM uint64
+	DroppedHWM uint64 `json:"dropped_hwm"`
 	// DroppedUnroutable counts ROUTER messages dropped because the identity
 	// was not connected (with RouterDropUnroutable).
-	DroppedUnroutable uint64
+	DroppedUnroutable uint64 `json:"dropped_unroutable"`
 	// DroppedFiltered counts received messages dropped by the socket's own
 	// rules: REQ replies out of turn or from the wrong peer, SUB messages
 	// matching no subscription.
-	DroppedFiltered uint64
+	DroppedFiltered uint64 `json:"dropped_filtered"`
 	// Violations counts refused connections and messages by reason:
 	// handshake failures, stream violations, oversize messages, bad REQ
 	// envelopes (ReasonEnvelope), duplicate ROUTER identities and caps
 	// (ReasonPolicy).
-	Violations decodeguard.Counts
+	Violations decodeguard.Counts `json:"violations"`
 	// Peers is the number of currently connected peers.
-	Peers int
+	Peers int `json:"peers"`
 	// Connects and Disconnects count established peers joining and leaving.
-	Connects, Disconnects uint64
+	Connects    uint64 `json:"connects"`
+	Disconnects uint64 `json:"disconnects"`
 	// AcceptErrors counts failed accepts on the socket's bound endpoints
 	// (EMFILE and the like), each followed by a back-off. They stay counted
 	// after Close.
-	AcceptErrors uint64
+	AcceptErrors uint64 `json:"accept_errors"`
 }

@@ -4,16 +4,15 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"net"
 	"slices"
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -147,8 +146,8 @@ type Socket struct {
 	discons  atomic.Uint64
 	viol     [decodeguard.NumReasons]atomic.Uint64
 
-	logMu  sync.Mutex
-	logged [decodeguard.NumReasons]logState
+	logOnce sync.Once        // see log.go
+	lim     *ratelog.Limiter // drop lines, shared rules with package loop
 }
 
 func newSocket(k kind, opts Options) (*Socket, error) {
@@ -292,6 +291,7 @@ func (s *Socket) Close() error {
 		p.close(ErrClosed)
 	}
 	s.wg.Wait()
+	s.flushLog()
 	return nil
 }
 
@@ -420,76 +420,4 @@ func (s *Socket) countErr(err error) decodeguard.Reason {
 		s.viol[r].Add(1)
 	}
 	return r
-}
-
-// emit delivers an event to OnEvent and the logger.
-func (s *Socket) emit(e Event) {
-	if e.Reason == decodeguard.ReasonNone && e.Err != nil {
-		e.Reason = decodeguard.ReasonOf(e.Err)
-	}
-	if f := s.opts.OnEvent; f != nil {
-		f(e)
-	}
-	if s.opts.Logger != nil {
-		level := slog.LevelDebug
-		if e.Reason != decodeguard.ReasonNone {
-			level = slog.LevelWarn
-		}
-		s.log(e.Reason, level, "zmqguard socket peer event", "socket", string(s.typ), "event", e.Kind.String(),
-			"remote", e.Remote, "endpoint", e.Endpoint, "reason", e.Reason.String(), "err", errString(e.Err))
-	}
-}
-
-const slogError = slog.LevelError
-
-// logInterval is the shortest time between two log lines of one reason.
-const logInterval = time.Second
-
-// logState is one reason's log rate limit.
-type logState struct {
-	last   time.Time
-	missed uint64
-}
-
-// log writes one line, at most one a second per drop reason (events that
-// carry no reason share one budget); a line written after a quiet spell
-// says how many were suppressed. A scanner's flood of refused connections
-// therefore costs a few lines, while Stats and OnEvent still see every one.
-// Error-level lines (the socket's own failures, not a peer's) are never
-// suppressed.
-func (s *Socket) log(r decodeguard.Reason, level slog.Level, msg string, args ...any) {
-	l := s.opts.Logger
-	if l == nil || !l.Enabled(context.Background(), level) {
-		return
-	}
-	if level >= slog.LevelError {
-		l.Log(context.Background(), level, msg, args...)
-		return
-	}
-	if int(r) >= len(s.logged) {
-		r = decodeguard.ReasonNone
-	}
-	now := time.Now()
-	s.logMu.Lock()
-	st := &s.logged[r]
-	if !st.last.IsZero() && now.Sub(st.last) < logInterval {
-		st.missed++
-		s.logMu.Unlock()
-		return
-	}
-	st.last = now
-	missed := st.missed
-	st.missed = 0
-	s.logMu.Unlock()
-	if missed > 0 {
-		args = append(args, "suppressed", missed)
-	}
-	l.Log(context.Background(), level, msg, args...)
-}
-
-func errString(err error) string {
-	if err == nil {
-		return ""
-	}
-	return err.Error()
 }

@@ -1,7 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"net"
@@ -90,9 +92,114 @@ func TestUsageErrors(t *testing.T) {
 		{"--log-level", "loud", "demo"},
 	} {
 		code, _, errOut := runBin(t, 20*time.Second, args...)
-		if code != 2 || !strings.Contains(errOut, "usage: zmqguard") {
-			t.Errorf("%q: exit %d, want 2 with usage\n%s", args, code, errOut)
+		if len(args) == 0 {
+			// No command at all: the command list.
+			if code != 2 || !strings.Contains(errOut, "usage: zmqguard") {
+				t.Errorf("no args: exit %d, want 2 with usage\n%s", code, errOut)
+			}
+			continue
 		}
+		// A usage error is one line that points to the help, not the help.
+		lines := strings.Split(strings.TrimSpace(errOut), "\n")
+		last := lines[len(lines)-1]
+		if code != 2 || strings.Contains(errOut, "usage: zmqguard") || !strings.Contains(last, "-h')") ||
+			strings.Count(errOut, "zmqguard") > 2+len(lines) {
+			t.Errorf("%q: exit %d, want 2 with one line pointing to -h\n%s", args, code, errOut)
+		}
+		for _, l := range lines {
+			if !strings.Contains(l, "level=") && l != last {
+				t.Errorf("%q: more than one line of error:\n%s", args, errOut)
+				break
+			}
+		}
+	}
+}
+
+// TestVersion: "version" and "--version" print one line naming the module
+// version and the Go version.
+func TestVersion(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--version"}} {
+		code, out, _ := runBin(t, 20*time.Second, args...)
+		if code != 0 || !strings.HasPrefix(out, "zmqguard ") || !strings.Contains(out, "go1.") || strings.Count(out, "\n") != 1 {
+			t.Errorf("%q: exit %d, %q", args, code, out)
+		}
+	}
+}
+
+// TestScanJSONDeadPort: a dead port is reported as not answering at the
+// start, as JSON with --json, without per-probe verdicts.
+func TestScanJSONDeadPort(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + ln.Addr().String()
+	ln.Close()
+	code, out, _ := runBin(t, 30*time.Second, "scan", ep, "--json", "--duration", "1s")
+	var rep struct {
+		OK      bool `json:"ok"`
+		Targets []struct {
+			Unreachable string            `json:"unreachable"`
+			Answering   bool              `json:"answering"`
+			Probes      []json.RawMessage `json:"probes"`
+		} `json:"targets"`
+	}
+	if err := json.Unmarshal([]byte(out), &rep); err != nil {
+		t.Fatalf("scan --json: %v\n%s", err, out)
+	}
+	if code != 1 || rep.OK || len(rep.Targets) != 1 || rep.Targets[0].Unreachable == "" || rep.Targets[0].Answering ||
+		len(rep.Targets[0].Probes) != 0 {
+		t.Fatalf("exit %d, %s", code, out)
+	}
+	code, out, _ = runBin(t, 30*time.Second, "probe", ep, "--json")
+	var pr struct {
+		OK         bool   `json:"ok"`
+		FailedStep string `json:"failed_step"`
+		RTT        string `json:"rtt"`
+	}
+	if err := json.Unmarshal([]byte(out), &pr); err != nil || code != 1 || pr.OK || pr.FailedStep != "connect" || pr.RTT == "" {
+		t.Fatalf("probe --json: exit %d, %v\n%s", code, err, out)
+	}
+}
+
+// TestSizeFlagUnits: size flags accept TiB-class units up to 1 TiB and
+// refuse more, whatever the unit.
+func TestSizeFlagUnits(t *testing.T) {
+	for in, want := range map[string]int64{"1TiB": 1 << 40, "1T": 1 << 40, "1TB": 1e12, "0.5TiB": 1 << 39} {
+		if got, err := parseSize(in); err != nil || got != want {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", in, got, err, want)
+		}
+	}
+	for _, bad := range []string{"2TiB", "1025GiB", "1.5TB", "2000000000000"} {
+		if _, err := parseSize(bad); err == nil || !strings.Contains(err.Error(), "1TiB") {
+			t.Errorf("parseSize(%q) = %v, want over 1TiB", bad, err)
+		}
+	}
+}
+
+// TestJSONLogDurations: JSON logs carry durations as strings, and the
+// demo's status lines are JSON too.
+func TestJSONLogDurations(t *testing.T) {
+	var b bytes.Buffer
+	l, err := newLogger(&b, "json", "info", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l.Info("x", "elapsed", 1500*time.Millisecond, "engine_id", logText("prefill-7"), "hostile", logText("a\x1b[2J"))
+	if !strings.Contains(b.String(), `"elapsed":"1.5s"`) || !strings.Contains(b.String(), `"engine_id":"prefill-7"`) ||
+		!strings.Contains(b.String(), `"hostile":"a\\x1b[2J"`) {
+		t.Fatalf("%s", b.String())
+	}
+	b.Reset()
+	sw := &statusWriter{w: &b, term: true, json: true}
+	sw.Set("demo 1s/2s | drops 3")
+	sw.Done()
+	var m map[string]any
+	if err := json.Unmarshal(b.Bytes(), &m); err != nil || m["status"] != "demo 1s/2s | drops 3" {
+		t.Fatalf("status %q: %v", b.String(), err)
+	}
+	if deathsText(0) != "every port answered after every probe" || deathsText(2) != "ports stopped answering after 2 probes" {
+		t.Fatal(deathsText(0))
 	}
 }
 
@@ -377,5 +484,14 @@ func TestSinkUntilSignal(t *testing.T) {
 	}
 	if r := p.jsonLine(); num(r, "messages") != 0 || r["decode"] != "stats" {
 		t.Fatalf("unexpected sink report: %s", p.stdout)
+	}
+}
+
+// TestErrorNoStutter: a command's error names the command once.
+func TestErrorNoStutter(t *testing.T) {
+	code, _, errOut := runBin(t, 20*time.Second, "coordinator", "--front", "udp://x", "--back-output", "tcp://127.0.0.1:0",
+		"--back-publish", "tcp://127.0.0.1:0", "--engines", "1")
+	if code == 0 || strings.Contains(errOut, "coordinator: coordinator:") || !strings.Contains(errOut, `"udp://x"`) {
+		t.Fatalf("exit %d:\n%s", code, errOut)
 	}
 }

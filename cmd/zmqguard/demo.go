@@ -91,7 +91,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 
 // demo runs the tour and prints the final table.
 func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *metricsOptions) error {
-	sw := &statusWriter{w: e.stderr, term: e.term}
+	sw := &statusWriter{w: e.stderr, term: e.term, json: strings.EqualFold(e.logFormat, "json")}
 	logger, err := newLogger(sw, e.logFormat, e.logLevel, e.term)
 	if err != nil {
 		return err
@@ -499,8 +499,8 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 			passes = min(passes, p)
 		}
 	}
-	fmt.Fprintf(tw, "hostile probes:\t%d sent (%d complete pass(es) over the corpus per port); a port stopped answering after %d\n",
-		probes, passes, c.deaths.Load())
+	fmt.Fprintf(tw, "hostile probes:\t%d sent (%d complete pass(es) over the corpus per port); %s\n",
+		probes, passes, deathsText(c.deaths.Load()))
 	fmt.Fprintf(tw, "crashes:\t%d\n", c.crashes.Load())
 	tw.Flush()
 	if rep != nil && !rep.OK() {

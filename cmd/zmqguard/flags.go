@@ -65,8 +65,10 @@ func isFlagValue(fs *flag.FlagSet, args []string) bool {
 }
 
 // sizeValue is a flag.Value for a byte size: a plain number of bytes
-// (1048576) or a number with a unit, binary (KiB, MiB, GiB; K, M, G) or
-// decimal (kB, MB, GB), case-insensitive, e.g. 1MiB, 64KiB, 1.5MB.
+// (1048576) or a number with a unit, binary (KiB, MiB, GiB, TiB; K, M, G,
+// T) or decimal (kB, MB, GB, TB), case-insensitive, e.g. 1MiB, 64KiB,
+// 1.5MB. Sizes over maxSize (1 TiB, zmtpguard's upper bound for a message
+// size) are refused, whatever the unit.
 type sizeValue int64
 
 func (s *sizeValue) String() string { return formatSize(int64(*s)) }
@@ -84,11 +86,14 @@ var sizeUnits = []struct {
 	suffix string
 	mult   float64
 }{
-	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30},
-	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9},
-	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30},
+	{"kib", 1 << 10}, {"mib", 1 << 20}, {"gib", 1 << 30}, {"tib", 1 << 40},
+	{"kb", 1e3}, {"mb", 1e6}, {"gb", 1e9}, {"tb", 1e12},
+	{"k", 1 << 10}, {"m", 1 << 20}, {"g", 1 << 30}, {"t", 1 << 40},
 	{"b", 1},
 }
+
+// maxSize is the largest size a size flag accepts: 1 TiB.
+const maxSize = 1 << 40
 
 // parseSize parses a byte size as sizeValue describes it.
 func parseSize(v string) (int64, error) {
@@ -109,21 +114,33 @@ func parseSize(v string) (int64, error) {
 		// float would round large values (and formatSize's renderings
 		// must parse back to the same number).
 		n, err := strconv.ParseInt(s, 10, 64)
-		if err != nil || n < 0 || n > math.MaxInt64/int64(mult) {
+		if err != nil || n < 0 {
 			return 0, bad
+		}
+		if n > maxSize/int64(mult) {
+			return 0, errTooBig(v)
 		}
 		return n * int64(mult), nil
 	}
 	f, err := strconv.ParseFloat(s, 64)
-	if err != nil || f < 0 || f*mult >= math.MaxInt64 {
+	if err != nil || f < 0 || math.IsInf(f, 0) {
 		return 0, bad
 	}
+	if f*mult > maxSize {
+		return 0, errTooBig(v)
+	}
 	return int64(f * mult), nil
+}
+
+func errTooBig(v string) error {
+	return fmt.Errorf("size %s is over the largest allowed, 1TiB", strings.TrimSpace(v))
 }
 
 // formatSize renders n with the largest binary unit that divides it.
 func formatSize(n int64) string {
 	switch {
+	case n != 0 && n%(1<<40) == 0:
+		return strconv.FormatInt(n>>40, 10) + "TiB"
 	case n != 0 && n%(1<<30) == 0:
 		return strconv.FormatInt(n>>30, 10) + "GiB"
 	case n != 0 && n%(1<<20) == 0:
@@ -174,16 +191,20 @@ func parseCommand(e *env, fs *flag.FlagSet, spec commandSpec, args []string) (po
 		return nil, 0, true
 	}
 	if err != nil {
-		fmt.Fprintf(e.stderr, "zmqguard %s: %v\n\n", spec.name, err)
-		writeUsage(e.stderr, fs, spec)
+		usageLine(e.stderr, spec, err)
 		return nil, 2, true
 	}
 	if err := e.setupLogger(); err != nil {
-		fmt.Fprintf(e.stderr, "zmqguard %s: %v\n\n", spec.name, err)
-		writeUsage(e.stderr, fs, spec)
+		usageLine(e.stderr, spec, err)
 		return nil, 2, true
 	}
 	return pos, 0, false
+}
+
+// usageLine writes a usage error as one line that points to the command's
+// help, rather than the whole help.
+func usageLine(w io.Writer, spec commandSpec, err error) {
+	fmt.Fprintf(w, "zmqguard %s: %s (see 'zmqguard %s -h')\n", spec.name, strings.TrimPrefix(err.Error(), spec.name+": "), spec.name)
 }
 
 // finish turns a command's error into an exit code, writing it (and for a
@@ -194,10 +215,10 @@ func finish(e *env, fs *flag.FlagSet, spec commandSpec, err error) int {
 	}
 	var ue *usageError
 	if errors.As(err, &ue) {
-		fmt.Fprintf(e.stderr, "zmqguard %s: %v\n\n", spec.name, err)
-		writeUsage(e.stderr, fs, spec)
+		usageLine(e.stderr, spec, err)
 		return 2
 	}
-	fmt.Fprintf(e.stderr, "zmqguard %s: %v\n", spec.name, err)
+	// "zmqguard coordinator: coordinator: ..." would say the name twice.
+	fmt.Fprintf(e.stderr, "zmqguard %s: %s\n", spec.name, strings.TrimPrefix(err.Error(), spec.name+": "))
 	return 1
 }

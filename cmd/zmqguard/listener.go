@@ -153,7 +153,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 			return err
 		}
 		defer ms.Close()
-		e.logger.Info("handshake listener serving", append([]any{"endpoint", l.Endpoint(), "engine_id", handshake.SafeText(*engineID),
+		e.logger.Info("handshake listener serving", append([]any{"endpoint", l.Endpoint(), "engine_id", logText(*engineID),
 			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
 		serr := l.Serve(ctx)
 		if serr != nil && !errors.Is(serr, handshake.ErrListenerClosed) {

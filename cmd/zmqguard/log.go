@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/lmittmann/tint"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
 // env is what every command runs with: its output streams, whether stderr is
@@ -88,7 +90,21 @@ func newLogger(w io.Writer, format, level string, term bool) (*slog.Logger, erro
 	case "text":
 		return slog.New(slog.NewTextHandler(w, &slog.HandlerOptions{Level: lvl})), nil
 	case "json":
-		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl})), nil
+		return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: lvl, ReplaceAttr: jsonAttr})), nil
 	}
 	return nil, fmt.Errorf("--log-format %q: want auto, text, json or tint", format)
 }
+
+// jsonAttr renders durations in JSON logs as Go duration strings ("1.5s")
+// rather than slog's integer nanoseconds, which read as a size or a count.
+func jsonAttr(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		return slog.String(a.Key, a.Value.Duration().String())
+	}
+	return a
+}
+
+// logText renders a user- or peer-supplied string as a log attribute:
+// escaped and capped, but not quoted (the handler quotes as its format
+// needs; a quoted value would appear double-quoted in JSON).
+func logText(s string) string { return decodeguard.EscapeText(s, 128) }

@@ -15,6 +15,7 @@
 //	probe ADDR          triage a NIXL handshake listener step by step
 //	scan ADDR...        replay the built-in hostile corpus at your own services
 //	sink                a guarded PULL that counts valid messages, for measuring a machine
+//	version             print the module version and VCS revision (also --version)
 //
 // ADDR is a ZeroMQ endpoint such as tcp://127.0.0.1:5600. Flags use Go's
 // style (-flag or --flag, -flag=value or -flag value) and may stand before or
@@ -57,6 +58,7 @@ var commands = []struct {
 	{probeSpec, runProbe},
 	{scanSpec, runScan},
 	{sinkSpec, runSink},
+	{versionSpec, runVersion},
 }
 
 // run is the whole program: it parses the global flags and the command name
@@ -66,14 +68,18 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, term bool
 	fs := flag.NewFlagSet("zmqguard", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
 	e.registerGlobal(fs)
+	version := fs.Bool("version", false, "print the version and exit")
 	if err := fs.Parse(args); err != nil {
 		if err == flag.ErrHelp {
 			writeMainUsage(stdout, fs)
 			return 0
 		}
-		fmt.Fprintf(stderr, "zmqguard: %v\n\n", err)
-		writeMainUsage(stderr, fs)
+		fmt.Fprintf(stderr, "zmqguard: %v (see 'zmqguard -h')\n", err)
 		return 2
+	}
+	if *version {
+		fmt.Fprintln(stdout, versionLine())
+		return 0
 	}
 	rest := fs.Args()
 	if len(rest) == 0 {
@@ -93,8 +99,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, term bool
 			return c.run(ctx, e, rest[1:])
 		}
 	}
-	fmt.Fprintf(stderr, "zmqguard: unknown command %q\n\n", name)
-	writeMainUsage(stderr, fs)
+	fmt.Fprintf(stderr, "zmqguard: unknown command %q (see 'zmqguard -h')\n", name)
 	return 2
 }
 

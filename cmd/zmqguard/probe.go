@@ -9,7 +9,7 @@ import (
 
 var probeSpec = commandSpec{
 	name:     "probe",
-	synopsis: "ADDR [--pp 0] [--tp 0] [--variant v3|v2|v1] [--timeout 5s]",
+	synopsis: "ADDR [--pp 0] [--tp 0] [--variant v3|v2|v1] [--timeout 5s] [--json]",
 	summary:  "triage a NIXL handshake listener step by step",
 	help: `Makes one NIXL handshake with the listener at ADDR, as a vLLM decode worker
 would, one step at a time (connect, ZMTP handshake, request, reply, payload),
@@ -41,6 +41,7 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 	tp := fs.Int("tp", 0, "tensor-parallel rank to ask for (v3 and v2)")
 	variant := fs.String("variant", "v3", "request form: v3 (current vLLM), v2 (since 0.13) or v1 (0.9-0.10)")
 	timeout := fs.Duration("timeout", handshake.DefaultTimeout, "bound on each network step")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object instead of one line per step")
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -66,6 +67,9 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 			return usagef("--timeout must be positive")
 		}
 		req := handshake.Request{Variant: v, PP: *pp, TP: *tp}
+		if *asJSON {
+			return probeJSON(ctx, e, pos[0], req, *timeout)
+		}
 		_, err := handshake.Probe(ctx, pos[0], req, *timeout, e.stdout)
 		if err != nil {
 			e.logger.Debug("probe failed", "endpoint", pos[0], "err", err)

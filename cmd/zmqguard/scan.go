@@ -2,8 +2,10 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"net/netip"
 	"time"
@@ -13,7 +15,7 @@ import (
 
 var scanSpec = commandSpec{
 	name:     "scan",
-	synopsis: "ADDR... [--duration 5s]",
+	synopsis: "ADDR... [--duration 5s] [--json]",
 	summary:  "replay the built-in hostile corpus at your own services",
 	help: `Replays zmqguard's built-in hostile corpus at every ADDR, in parallel, for the
 duration (at least one whole pass): transport probes (idle and half-open
@@ -26,8 +28,11 @@ each in the form the target's announced socket type expects.
 
 After every probe it checks that the target still completes a fresh ZMTP
 handshake, and prints a table on stdout: probe, class, times sent, whether the
-target answered afterwards. Exits 1 if any target stopped answering (or did
-not answer at the start).
+target answered afterwards (with --json, one JSON object instead). A target
+that does not answer at the start is not scanned; one that stops answering
+after three probes in a row is not attacked further, so a wedged target ends
+the scan within a few --timeout periods. Exits 1 if any target stopped
+answering (or did not answer at the start).
 
 This attacks the services it is pointed at: point it only at your own. It
 refuses addresses that are not loopback or this host's own unless
@@ -41,6 +46,7 @@ func runScan(ctx context.Context, e *env, args []string) int {
 	hold := fs.Duration("hold", hostile.DefaultHold, "how long stalled connections are held (keep it below the target's handshake timeout)")
 	timeout := fs.Duration("timeout", hostile.DefaultTimeout, "bound on each connect, handshake and liveness check")
 	allowRemote := fs.Bool("allow-remote", false, "allow targets that are not loopback or this host's own addresses (only hosts you run)")
+	asJSON := fs.Bool("json", false, "print the report as one JSON object instead of a table")
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -75,19 +81,80 @@ func runScan(ctx context.Context, e *env, args []string) int {
 		if err != nil {
 			return usagef("%v", err)
 		}
-		if err := rep.WriteTable(e.stdout); err != nil {
+		if *asJSON {
+			err = writeScanJSON(e.stdout, rep)
+		} else {
+			err = rep.WriteTable(e.stdout)
+		}
+		if err != nil {
 			return err
 		}
 		if ctx.Err() != nil {
 			return errors.New("interrupted")
 		}
 		if !rep.OK() {
-			return errors.New("a target stopped answering (see the table)")
+			return errors.New("a target did not answer at the start or stopped answering (see the report)")
 		}
 		e.logger.Info("scan done", "probes_sent", rep.Sent(), "elapsed", rep.Elapsed.Round(time.Millisecond))
 		return nil
 	}()
 	return finish(e, fs, spec, err)
+}
+
+// scanJSON is the --json form of a scan report.
+type scanJSON struct {
+	OK      bool             `json:"ok"`
+	Elapsed string           `json:"elapsed"`
+	Sent    uint64           `json:"probes_sent"`
+	Targets []scanTargetJSON `json:"targets"`
+}
+
+type scanTargetJSON struct {
+	Target string `json:"target"`
+	// SocketType is what the target announced; "" when it did not answer
+	// at the start (Unreachable says why).
+	SocketType  string          `json:"socket_type"`
+	Unreachable string          `json:"unreachable,omitempty"`
+	Passes      int             `json:"passes"`
+	Answering   bool            `json:"answering"`
+	GaveUp      bool            `json:"gave_up"`
+	Probes      []scanProbeJSON `json:"probes"`
+}
+
+type scanProbeJSON struct {
+	Probe     string `json:"probe"`
+	Class     string `json:"class"`
+	Sent      uint64 `json:"sent"`
+	Failed    uint64 `json:"not_delivered"`
+	Dead      uint64 `json:"not_answering_after"`
+	LastError string `json:"last_error,omitempty"`
+}
+
+// writeScanJSON writes rep as one JSON line. Only probes that ran are
+// listed; a target that did not answer at the start has none.
+func writeScanJSON(w io.Writer, rep *hostile.Report) error {
+	out := scanJSON{OK: rep.OK(), Elapsed: rep.Elapsed.Round(time.Millisecond).String(), Sent: rep.Sent()}
+	for i, t := range rep.Targets {
+		tj := scanTargetJSON{Target: t, SocketType: string(rep.Types[i]), Unreachable: rep.Unreachable[i],
+			Passes: rep.Passes[i], Answering: rep.Unreachable[i] == "", GaveUp: rep.GaveUp[i], Probes: []scanProbeJSON{}}
+		for _, r := range rep.Results {
+			if r.Target != t || rep.Unreachable[i] != "" || r.Sent+r.Failed == 0 && r.Dead == 0 {
+				continue
+			}
+			if r.Dead > 0 {
+				tj.Answering = false
+			}
+			tj.Probes = append(tj.Probes, scanProbeJSON{Probe: r.Probe, Class: r.Class, Sent: r.Sent, Failed: r.Failed,
+				Dead: r.Dead, LastError: r.LastError})
+		}
+		out.Targets = append(out.Targets, tj)
+	}
+	b, err := json.Marshal(out)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(append(b, '\n'))
+	return err
 }
 
 // checkOwnAddress refuses a tcp endpoint whose host is neither loopback nor

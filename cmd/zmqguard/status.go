@@ -1,8 +1,11 @@
 package main
 
 import (
+	"encoding/json"
 	"io"
+	"strconv"
 	"sync"
+	"time"
 )
 
 // statusWriter carries the demo's live one-line status on stderr together
@@ -13,7 +16,22 @@ type statusWriter struct {
 	mu   sync.Mutex
 	w    io.Writer
 	term bool
+	// json makes each status update a JSON object on a line of its own,
+	// like the log lines under --log-format json (never redrawn in place).
+	json bool
 	line string // the status line currently shown (terminal only)
+}
+
+// deathsText renders, for the demo's table, after how many probes a port
+// stopped answering.
+func deathsText(n uint64) string {
+	switch n {
+	case 0:
+		return "every port answered after every probe"
+	case 1:
+		return "a port stopped answering after 1 probe"
+	}
+	return "ports stopped answering after " + strconv.FormatUint(n, 10) + " probes"
 }
 
 const clearLine = "\r\x1b[K"
@@ -22,11 +40,11 @@ const clearLine = "\r\x1b[K"
 func (s *statusWriter) Write(p []byte) (int, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.term && s.line != "" {
+	if s.term && !s.json && s.line != "" {
 		io.WriteString(s.w, clearLine)
 	}
 	n, err := s.w.Write(p)
-	if s.term && s.line != "" {
+	if s.term && !s.json && s.line != "" {
 		io.WriteString(s.w, s.line)
 	}
 	return n, err
@@ -36,6 +54,16 @@ func (s *statusWriter) Write(p []byte) (int, error) {
 func (s *statusWriter) Set(line string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.json {
+		b, _ := json.Marshal(struct {
+			Time   string `json:"time"`
+			Level  string `json:"level"`
+			Msg    string `json:"msg"`
+			Status string `json:"status"`
+		}{time.Now().Format(time.RFC3339Nano), "INFO", "demo status", line})
+		s.w.Write(append(b, '\n'))
+		return
+	}
 	if s.term {
 		io.WriteString(s.w, clearLine+line)
 		s.line = line

@@ -1,6 +1,6 @@
 // Package hostile is zmqguard's built-in hostile corpus: the inputs that have
 // crashed, wedged or silenced ZeroMQ receive loops (vLLM's and go-zeromq/zmq4's,
-// see the project's ZMQ4-FINDINGS.md and PROTOCOL.md), as data, with a runner
+// see the project's docs/zmq4-findings.md and docs/protocol.md), as data, with a runner
 // that replays them at a target and checks after each one that the target
 // still answers.
 //

@@ -317,3 +317,54 @@ func TestLocalForIsCompatible(t *testing.T) {
 		t.Error("LocalFor of an unknown type")
 	}
 }
+
+// TestScanGivesUpOnDeadTarget: a target that stops answering for good
+// (here: its socket closes after the first probe) is not attacked further
+// after MaxDeadInARow probes in a row it did not answer after, instead of
+// paying each remaining probe's timeouts.
+func TestScanGivesUpOnDeadTarget(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	sock, ep := target(t, socket.NewPull)
+	var once sync.Once
+	opts := Options{Hold: 100 * time.Millisecond, Timeout: 300 * time.Millisecond}
+	rep, err := Scan(ctx, []string{ep}, ScanConfig{Options: opts, Duration: time.Hour,
+		OnProbe: func(Event) { once.Do(func() { sock.Close() }) }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ran := 0
+	for _, r := range rep.Results {
+		if r.Sent+r.Failed > 0 {
+			ran++
+		}
+	}
+	if !rep.GaveUp[0] || rep.OK() || ran != 1+MaxDeadInARow {
+		t.Fatalf("gave up %v, %d of %d probes ran: %+v", rep.GaveUp[0], ran, len(rep.Results), rep.Results)
+	}
+	var b strings.Builder
+	rep.WriteTable(&b)
+	if !strings.Contains(b.String(), "not attacked further") {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}
+
+// TestScanTableUnreachable: a target that does not answer at the start
+// gets no per-probe "yes" rows, only its verdict.
+func TestScanTableUnreachable(t *testing.T) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ep := "tcp://" + ln.Addr().String()
+	ln.Close()
+	rep, err := Scan(context.Background(), []string{ep}, ScanConfig{Options: Options{Timeout: time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	rep.WriteTable(&b)
+	if strings.Contains(b.String(), "yes") || !strings.Contains(b.String(), "not scanned") || rep.OK() {
+		t.Fatalf("table:\n%s", b.String())
+	}
+}

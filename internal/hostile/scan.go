@@ -70,9 +70,17 @@ type Report struct {
 	// Unreachable holds, per target, why it did not answer at the start of
 	// the scan ("" when it did).
 	Unreachable []string
+	// GaveUp reports, per target, that it failed the liveness check after
+	// MaxDeadInARow probes in a row and was not attacked further: it has
+	// stopped answering, and more probes would only add their timeouts.
+	GaveUp []bool
 	// Elapsed is the scan's duration.
 	Elapsed time.Duration
 }
+
+// MaxDeadInARow is how many probes in a row a target may fail to answer
+// after before Scan stops attacking it.
+const MaxDeadInARow = 3
 
 // OK reports whether every target answered at the start and after every
 // probe.
@@ -101,9 +109,12 @@ func (r *Report) Sent() uint64 {
 
 // Scan replays the corpus at every target (in parallel across targets, in
 // corpus order per target) for cfg.Duration, checking after each probe that
-// the target still completes a ZMTP handshake. It returns when the duration is
-// over and the current passes are complete, or when ctx ends (the report then
-// covers what ran). A target that does not answer at the start is reported as
+// the target still completes a ZMTP handshake. Every target gets one whole
+// pass; after it, the duration is checked after each probe. A target that
+// does not answer after MaxDeadInARow probes in a row is not attacked
+// further (Report.GaveUp), so a wedged target costs a few timeouts, not a
+// pass of them. Scan returns when every target is done, or when ctx ends
+// (the report then covers what ran). A target that does not answer at the start is reported as
 // unreachable and not attacked. The error is non-nil only for an endpoint that
 // does not parse.
 func Scan(ctx context.Context, targets []string, cfg ScanConfig) (*Report, error) {
@@ -124,6 +135,7 @@ func Scan(ctx context.Context, targets []string, cfg ScanConfig) (*Report, error
 		Results:     make([]Result, len(targets)*len(probes)),
 		Passes:      make([]int, len(targets)),
 		Unreachable: make([]string, len(targets)),
+		GaveUp:      make([]bool, len(targets)),
 	}
 	var wg sync.WaitGroup
 	for ti, target := range targets {
@@ -138,6 +150,7 @@ func Scan(ctx context.Context, targets []string, cfg ScanConfig) (*Report, error
 				return
 			}
 			rep.Types[ti] = peer
+			deadInARow := 0
 			for {
 				for pi := range probes {
 					p := &probes[pi]
@@ -163,9 +176,21 @@ func Scan(ctx context.Context, targets []string, cfg ScanConfig) (*Report, error
 					if aerr != nil {
 						res[pi].Dead++
 						res[pi].LastError = aerr.Error()
+						deadInARow++
+					} else {
+						deadInARow = 0
 					}
 					if cfg.OnProbe != nil {
 						cfg.OnProbe(ev)
+					}
+					if deadInARow >= MaxDeadInARow {
+						rep.GaveUp[ti] = true
+						return
+					}
+					// After the first whole pass the duration is checked
+					// between probes, not only between passes.
+					if rep.Passes[ti] > 0 && time.Since(start) >= cfg.Duration {
+						return
 					}
 				}
 				rep.Passes[ti]++
@@ -186,7 +211,17 @@ func Scan(ctx context.Context, targets []string, cfg ScanConfig) (*Report, error
 func (r *Report) WriteTable(w io.Writer) error {
 	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "TARGET\tPROBE\tCLASS\tSENT\tALIVE AFTER")
+	unreachable := map[string]bool{}
+	for i, t := range r.Targets {
+		if r.Unreachable[i] != "" {
+			unreachable[t] = true
+			fmt.Fprintf(tw, "%s\t(none)\t-\t0\tNO: did not answer at the start, not scanned\n", t)
+		}
+	}
 	for _, res := range r.Results {
+		if unreachable[res.Target] || res.Sent+res.Failed == 0 && res.Dead == 0 {
+			continue // not attacked: no verdict to give
+		}
 		sent := fmt.Sprint(res.Sent)
 		if res.Failed > 0 {
 			sent += fmt.Sprintf(" (%d not delivered)", res.Failed)
@@ -213,8 +248,14 @@ func (r *Report) WriteTable(w io.Writer) error {
 				}
 			}
 			verdict := "still answering"
-			if dead > 0 {
-				verdict = fmt.Sprintf("STOPPED ANSWERING after %d probe(s)", dead)
+			switch {
+			case dead == 1:
+				verdict = "STOPPED ANSWERING after 1 probe"
+			case dead > 1:
+				verdict = fmt.Sprintf("STOPPED ANSWERING after %d probes", dead)
+			}
+			if r.GaveUp[i] {
+				verdict += fmt.Sprintf(" (%d in a row: not attacked further)", MaxDeadInARow)
 			}
 			fmt.Fprintf(&b, "%s (%s): %d pass(es) over the corpus, %s\n", t, r.Types[i], r.Passes[i], verdict)
 		}

@@ -3,7 +3,7 @@ package vllmwire
 import "github.com/tinylib/msgp/msgp"
 
 // StatsVector is a 101-byte EngineCoreOutputs as vLLM's engine core sends
-// it to the DP coordinator: PROTOCOL.md §2's "minimal stats" vector (engine
+// it to the DP coordinator: docs/protocol.md §2's "minimal stats" vector (engine
 // 1, running 3, waiting 5, step 42, wave 7, timestamp 12345.678) with
 // kv_cache_usage 0.25 added, encoded by Python's msgpack.
 const StatsVector = "\x94\x01\x90\x85" +

@@ -1,5 +1,5 @@
 // Package vllmwire holds msgp-generated codecs for the vLLM DP-coordinator
-// back-output message (PROTOCOL.md §2), shared by the tests and benchmarks of
+// back-output message (docs/protocol.md §2), shared by the tests and benchmarks of
 // decodeguard and loop (one generated type for both, not a copy in each).
 // It is not the production codec: the coordinator package has its own
 // decoder, which also validates values and tolerates what msgspec tolerates.

@@ -26,7 +26,7 @@ import (
 )
 
 // StatsVector is the 101-byte EngineCoreOutputs a vLLM engine core pushes to
-// the DP coordinator: PROTOCOL.md §2's "minimal stats" vector (engine 1,
+// the DP coordinator: docs/protocol.md §2's "minimal stats" vector (engine 1,
 // running 3, waiting 5, step 42, wave 7, timestamp 12345.678) with
 // kv_cache_usage 0.25 added, as Python's msgpack encodes it.
 const StatsVector = "\x94\x01\x90\x85" +

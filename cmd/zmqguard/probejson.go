@@ -1,0 +1,72 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/zmqguard/zmqguard/handshake"
+)
+
+// probeReportJSON is the --json form of a probe report: named fields,
+// durations as Go duration strings, peer-sent strings as handshake.SafeText
+// renders them.
+type probeReportJSON struct {
+	Endpoint          string          `json:"endpoint"`
+	Variant           string          `json:"variant"`
+	PP                int             `json:"pp"`
+	TP                int             `json:"tp"`
+	OK                bool            `json:"ok"`
+	FailedStep        string          `json:"failed_step,omitempty"`
+	Error             string          `json:"error,omitempty"`
+	Steps             []probeStepJSON `json:"steps"`
+	PeerType          string          `json:"peer_type,omitempty"`
+	ReplyFrames       []int           `json:"reply_frames,omitempty"`
+	CompatibilityHash string          `json:"compatibility_hash,omitempty"`
+	EngineID          string          `json:"engine_id,omitempty"`
+	RemoteTime        float64         `json:"remote_time,omitempty"`
+	ConnectTime       string          `json:"connect_time"`
+	HandshakeTime     string          `json:"handshake_time"`
+	RTT               string          `json:"rtt"`
+}
+
+type probeStepJSON struct {
+	Name     string `json:"name"`
+	OK       bool   `json:"ok"`
+	Detail   string `json:"detail"`
+	Duration string `json:"duration"`
+}
+
+// probeJSON runs the probe and prints its report as one JSON line.
+func probeJSON(ctx context.Context, e *env, ep string, req handshake.Request, timeout time.Duration) error {
+	rep, err := handshake.Probe(ctx, ep, req, timeout, nil)
+	out := probeReportJSON{
+		Endpoint: rep.Endpoint, Variant: rep.Request.Variant.String(), PP: rep.Request.PP, TP: rep.Request.TP,
+		OK: rep.OK, PeerType: string(rep.PeerType), ReplyFrames: rep.ReplyFrames,
+		ConnectTime: rep.ConnectTime.String(), HandshakeTime: rep.HandshakeTime.String(), RTT: rep.RTT.String(),
+		RemoteTime: rep.RemoteTime, Steps: []probeStepJSON{},
+	}
+	if rep.CompatibilityHash != "" {
+		out.CompatibilityHash = handshake.SafeText(rep.CompatibilityHash)
+	}
+	if rep.EngineID != "" {
+		out.EngineID = handshake.SafeText(rep.EngineID)
+	}
+	for _, s := range rep.Steps {
+		out.Steps = append(out.Steps, probeStepJSON{Name: s.Name, OK: s.OK, Detail: s.Detail, Duration: s.Duration.String()})
+		if !s.OK {
+			out.FailedStep = s.Name
+		}
+	}
+	if err != nil {
+		out.Error = err.Error()
+	}
+	b, merr := json.Marshal(out)
+	if merr != nil {
+		return merr
+	}
+	if _, werr := e.stdout.Write(append(b, '\n')); werr != nil {
+		return werr
+	}
+	return err
+}
