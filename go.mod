@@ -13,8 +13,9 @@ require (
 require (
 	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
 	github.com/philhofer/fwd v1.2.0 // indirect
+	golang.org/x/crypto v0.36.0 // indirect
 	golang.org/x/mod v0.18.0 // indirect
-	golang.org/x/sync v0.7.0 // indirect
-	golang.org/x/text v0.15.0 // indirect
+	golang.org/x/sync v0.12.0 // indirect
+	golang.org/x/text v0.23.0 // indirect
 	golang.org/x/tools v0.22.0 // indirect
 )
