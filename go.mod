@@ -7,15 +7,16 @@ require (
 	github.com/lmittmann/tint v1.2.1
 	github.com/tinylib/msgp v1.6.5
 	go.uber.org/goleak v1.3.0
+	golang.org/x/crypto v0.36.0
 	pgregory.net/rapid v1.3.0
 )
 
 require (
 	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
 	github.com/philhofer/fwd v1.2.0 // indirect
-	golang.org/x/crypto v0.36.0 // indirect
 	golang.org/x/mod v0.18.0 // indirect
 	golang.org/x/sync v0.12.0 // indirect
+	golang.org/x/sys v0.31.0 // indirect
 	golang.org/x/text v0.23.0 // indirect
 	golang.org/x/tools v0.22.0 // indirect
 )

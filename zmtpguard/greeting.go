@@ -31,7 +31,12 @@ func LocalGreeting() [GreetingSize]byte { return localGreeting }
 // needed: len(b) < GreetingSize), and a *Violation as soon as any present
 // byte is wrong, so a peer speaking HTTP or ZMTP 1.0 is refused after its
 // first byte. Bytes past GreetingSize are ignored.
-func CheckGreeting(b []byte) error {
+func CheckGreeting(b []byte) error { return checkGreeting(b, nil) }
+
+// checkGreeting is CheckGreeting for a connection whose mechanism is NULL
+// (cc nil) or CURVE in cc's role: a CURVE peer must offer CURVE and the
+// opposite role.
+func checkGreeting(b []byte, cc *CurveConfig) error {
 	if len(b) > GreetingSize {
 		b = b[:GreetingSize]
 	}
@@ -60,7 +65,12 @@ func CheckGreeting(b []byte) error {
 				return violation(decodeguard.ReasonHandshake, "mechanism field is not NUL-padded", int64(n), b)
 			}
 		}
-		if string(mech[:end]) != mechanismNULL {
+		if cc != nil {
+			if string(mech[:end]) != mechanismCURVE {
+				return violation(decodeguard.ReasonAuth,
+					"peer does not offer CURVE on a CURVE socket (unauthenticated peers are refused)", int64(n), b)
+			}
+		} else if string(mech[:end]) != mechanismNULL {
 			return violation(decodeguard.ReasonHandshake,
 				"mechanism not allowed (only NULL is accepted)", int64(n), b)
 		}
