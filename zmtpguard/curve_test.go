@@ -7,6 +7,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -210,7 +211,7 @@ func newCurvePair(t *testing.T, ctx context.Context, local zmq4.SocketType, mod 
 	p.srvPub, srvSec = mustKeyPair(t)
 	p.cliPub, p.cliSec = mustKeyPair(t)
 	cfg := &Config{
-		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: func(r AuthRequest) (bool, string) {
+		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Logger: discardLogger(), Authorize: func(r AuthRequest) (bool, string) {
 			return r.Key == p.cliPub, "user-" + r.Key.Fingerprint()
 		}},
 		OnViolation: func(v Violation) {
@@ -613,5 +614,25 @@ func TestCurveSilentAfterGreeting(t *testing.T) {
 	p.expect(t, decodeguard.ReasonHandshake, "deadline")
 	if err := waitClosed(r.nc, 20*time.Second); err != nil {
 		t.Error(err)
+	}
+}
+
+func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
+
+// TestCurveRefusalLog: a refused key is logged by fingerprint, at most once
+// per RefusalLogInterval, and never as raw key bytes.
+func TestCurveRefusalLog(t *testing.T) {
+	var buf bytes.Buffer
+	cc := &CurveConfig{Logger: slog.New(slog.NewTextHandler(&buf, nil))}
+	k, _ := mustKeyPair(t)
+	for i := 0; i < 5; i++ {
+		logRefusal(cc, k, "127.0.0.1:1", "refused by the authorizer")
+	}
+	out := buf.String()
+	if strings.Count(out, "CURVE client refused") != 1 || !strings.Contains(out, "key_fingerprint="+k.Fingerprint()) {
+		t.Fatalf("log: %q", out)
+	}
+	if strings.Contains(out, k.String()) {
+		t.Fatal("log holds the key itself")
 	}
 }
