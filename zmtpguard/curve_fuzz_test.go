@@ -117,7 +117,7 @@ func FuzzCurveMessage(f *testing.F) {
 	f.Add(append(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, 0, make([]byte, 300))...))
 	f.Add(fuzzMessage(3, curveFlagCommand, []byte("\x04PING\x00\x00")))
 	m := fuzzMessage(3, 0, []byte("x"))
-	f.Add(append(append([]byte{}, m...), m...))              // replay
+	f.Add(append(append([]byte{}, m...), m...))                      // replay
 	f.Add(append(fuzzMessage(9, 0, nil), fuzzMessage(8, 0, nil)...)) // reorder
 	forged := fuzzMessage(3, 0, []byte("forged"))
 	forged[len(forged)-1] ^= 1
