@@ -235,9 +235,10 @@ func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 	defer stop()
 
 	br, cr := newConnReader(nc, c.ReadBufferSize)
-	mine := localGreeting
+	mine := &localGreeting // no copy: a NULL handshake allocates nothing more
 	if c.Curve != nil {
-		mine = curveGreeting(c.Curve.Server)
+		g := curveGreeting(c.Curve.Server)
+		mine = &g
 	}
 	if _, err := nc.Write(mine[:]); err != nil {
 		return fail(handshakeIOError("sending greeting", err, 0, nil))
