@@ -206,16 +206,27 @@ func longNonce(n *[24]byte, prefix string, long []byte) {
 // curveState is a CURVE connection's state after the handshake: the
 // session key and the nonce counters of each direction.
 type curveState struct {
-	key        [32]byte // box key between the short-term keys
-	sendPrefix string
-	recvPrefix string
-	sendNonce  uint64 // last short nonce sent
-	recvNonce  uint64 // last short nonce received
-	rnonce     [24]byte
-	wnonce     [24]byte
-	rbuf       []byte // a MESSAGE not wholly buffered
-	wplain     []byte // plaintext of the frame being written
-	wbox       []byte // the MESSAGE being written
+	key       [32]byte   // box key between the short-term keys
+	sendBox   messageBox // MESSAGEs sent
+	recvBox   messageBox // MESSAGEs received
+	sendNonce uint64     // last short nonce sent
+	recvNonce uint64     // last short nonce received
+	rbuf      []byte     // a MESSAGE not wholly buffered
+	wplain    []byte     // plaintext of the frame being written
+	wbox      []byte     // the MESSAGE being written
+}
+
+// newCurveState returns the session state for key; server selects which
+// nonce prefix each direction uses.
+func newCurveState(key *[32]byte, server bool) *curveState {
+	cs := &curveState{key: *key}
+	send, recv := noncePrefixMsgC, noncePrefixMsgS
+	if server {
+		send, recv = recv, send
+	}
+	cs.sendBox = newMessageBox(key, send)
+	cs.recvBox = newMessageBox(key, recv)
+	return cs
 }
 
 // curveStep is the handshake's view of the stream.
@@ -430,7 +441,8 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 	md.UserID = userID
 
 	// READY: short nonce, Box[metadata](S'->C').
-	cs := &curveState{key: session, sendPrefix: noncePrefixMsgS, recvPrefix: noncePrefixMsgC, sendNonce: 1, recvNonce: initNonce}
+	cs := newCurveState(&session, true)
+	cs.sendNonce, cs.recvNonce = 1, initNonce
 	shortNonce(&nonce, noncePrefixReady, cs.sendNonce)
 	ready := binary.BigEndian.AppendUint64([]byte("\x05READY"), cs.sendNonce)
 	ready = box.SealAfterPrecomputation(ready, appendProperties(nil, local, identity), &nonce, &session)
@@ -492,14 +504,14 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 	if !sharedKey(&helloKey, &server, shortSec) {
 		return nil, Metadata{}, errors.New("zmtpguard: Curve.ServerKey is a low-order point")
 	}
-	cs := &curveState{sendPrefix: noncePrefixMsgC, recvPrefix: noncePrefixMsgS, sendNonce: 1}
+	const helloNonce, initiateNonce = 1, 2
 	var nonce [24]byte
 	hello := make([]byte, 0, curveHelloSize)
 	hello = append(hello, "\x05HELLO\x01\x00"...)
 	hello = append(hello, make([]byte, 72)...)
 	hello = append(hello, shortPub[:]...)
-	hello = binary.BigEndian.AppendUint64(hello, cs.sendNonce)
-	shortNonce(&nonce, noncePrefixHello, cs.sendNonce)
+	hello = binary.BigEndian.AppendUint64(hello, helloNonce)
+	shortNonce(&nonce, noncePrefixHello, helloNonce)
 	hello = box.SealAfterPrecomputation(hello, make([]byte, 64), &nonce, &helloKey)
 	if err := st.writeCommand(hello); err != nil {
 		return nil, Metadata{}, err
@@ -520,9 +532,12 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 	var serverShort [32]byte
 	copy(serverShort[:], wplain[:32])
 	cookie := wplain[32:128]
-	if !sharedKey(&cs.key, &serverShort, shortSec) {
+	var session [32]byte
+	if !sharedKey(&session, &serverShort, shortSec) {
 		return nil, Metadata{}, violation(decodeguard.ReasonAuth, "server short-term key is a low-order point", -1, nil)
 	}
+	cs := newCurveState(&session, false)
+	cs.sendNonce = initiateNonce
 
 	// Vouch: Box[C' + S](C->S').
 	var vouchKey [32]byte
@@ -540,7 +555,6 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 	plain = append(plain, vouchLong[:]...)
 	plain = append(plain, vouch...)
 	plain = appendProperties(plain, local, identity)
-	cs.sendNonce++
 	initiate := append([]byte("\x08INITIATE"), cookie...)
 	initiate = binary.BigEndian.AppendUint64(initiate, cs.sendNonce)
 	shortNonce(&nonce, noncePrefixInitiate, cs.sendNonce)

@@ -44,7 +44,7 @@ func BenchmarkCurveReadMessage100(b *testing.B) {
 	const n = 1 << 16
 	stream := curveStream(&key, 1, n)
 	nc := &loopConn{b: stream}
-	cs := &curveState{key: key, sendPrefix: noncePrefixMsgS, recvPrefix: noncePrefixMsgC}
+	cs := newCurveState(&key, true)
 	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: zmq4.Pull, cz: cs}
 	var m Message
 	read := 0
@@ -73,7 +73,7 @@ func BenchmarkCurveReadMessage100(b *testing.B) {
 // frame (the bytes go to a discarding connection).
 func BenchmarkCurveWriteMessage100(b *testing.B) {
 	nc := newBytesConn(nil)
-	cs := &curveState{key: [32]byte{7}, sendPrefix: noncePrefixMsgS, recvPrefix: noncePrefixMsgC}
+	cs := newCurveState(&[32]byte{7}, true)
 	c := &Conn{nc: nc, cfg: Config{}.withDefaults(), local: zmq4.Push, cz: cs}
 	body := make([]byte, 100)
 	b.SetBytes(100)

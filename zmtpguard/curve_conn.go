@@ -8,7 +8,6 @@ import (
 	"slices"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"golang.org/x/crypto/nacl/box"
 )
 
 // The flags byte inside a CURVE MESSAGE box (RFC 25).
@@ -44,10 +43,9 @@ func (c *Conn) writeCurve(flags byte, name, data []byte) error {
 		p = append(p, name...)
 	}
 	p = append(p, data...)
-	shortNonce(&cs.wnonce, cs.sendPrefix, cs.sendNonce)
 	out := append(cs.wbox[:0], "\x07MESSAGE"...)
 	out = binary.BigEndian.AppendUint64(out, cs.sendNonce)
-	out = box.SealAfterPrecomputation(out, p, &cs.wnonce, &cs.key)
+	out = cs.sendBox.seal(out, p, cs.sendNonce)
 	w := c.writer()
 	h := c.hdr[:]
 	if len(out) > 255 {
@@ -136,9 +134,8 @@ func (c *Conn) readCurve(m *Message) error {
 			return c.fail(violation(decodeguard.ReasonAuth, "CURVE MESSAGE nonce "+formatSize(nonce)+" is not above the last one received ("+
 				formatSize(cs.recvNonce)+"): replayed or reordered", int64(n), nil))
 		}
-		shortNonce(&cs.rnonce, cs.recvPrefix, nonce)
 		start := len(m.buf)
-		out, ok := box.OpenAfterPrecomputation(m.buf, body[16:], &cs.rnonce, &cs.key)
+		out, flags, ok := cs.recvBox.openFrame(m.buf, body[16:], nonce)
 		if !ok {
 			return c.fail(violation(decodeguard.ReasonAuth, "CURVE MESSAGE fails authentication (forged or corrupted)", int64(n), nil))
 		}
@@ -148,9 +145,7 @@ func (c *Conn) readCurve(m *Message) error {
 			cs.rbuf = nil
 		}
 		cs.recvNonce = nonce
-		flags := out[start]
-		copy(out[start:], out[start+1:])
-		m.buf = out[:len(out)-1]
+		m.buf = out
 		if flags&^(curveFlagMore|curveFlagCommand) != 0 {
 			return c.fail(violation(decodeguard.ReasonTransport, "CURVE frame flags have reserved bits set", int64(n), []byte{flags}))
 		}

@@ -126,7 +126,8 @@ func FuzzCurveMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg := Config{MaxMessageSize: 4096, MaxFrames: 8}.withDefaults()
 		nc := newBytesConn(data)
-		cs := &curveState{key: fuzzSession, sendPrefix: noncePrefixMsgS, recvPrefix: noncePrefixMsgC, recvNonce: 2}
+		cs := newCurveState(&fuzzSession, true)
+		cs.recvNonce = 2
 		c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64), cfg: cfg, local: zmq4.Pull, cz: cs}
 		readAll(t, c, len(data))
 	})
