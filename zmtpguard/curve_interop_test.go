@@ -20,7 +20,6 @@ import (
 type pyPeer struct {
 	lines chan string
 	done  chan error
-	out   strings.Builder
 }
 
 func startCurvePeer(t *testing.T, ctx context.Context, args ...string) *pyPeer {
