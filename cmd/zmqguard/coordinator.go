@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/socket"
 )
 
 var coordinatorSpec = commandSpec{
@@ -65,6 +66,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
 	kv := fs.Bool("publish-kv-cache-usage", false, "publish [waiting, running, kv_cache_usage] per engine, as current vLLM front-ends expect")
 	dbg := addDebugFlags(fs)
+	curve := addCurveServerFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -88,7 +90,15 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if err := dbg.check(); err != nil {
 			return err
 		}
+		cc, stopCurve, err := curve.config(ctx, e.logger)
+		if err != nil {
+			return err
+		}
+		defer stopCurve()
+		var sopts socket.Options // zero: the reference's own defaults
+		sopts.Guard.Curve = cc
 		c, err := coordinator.New(coordinator.Config{
+			Socket:              sopts,
 			Front:               *front,
 			BackOutput:          *backOut,
 			BackPublish:         *backPub,

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -44,5 +45,66 @@ func TestKeygen(t *testing.T) {
 	}
 	if code := run(ctx, []string{"keygen", "extra"}, &out, &errb, false); code != 2 {
 		t.Fatalf("keygen with an argument: exit %d", code)
+	}
+}
+
+// TestSinkCurve: the sink with --curve-secret-key-file and --curve-allow
+// takes messages from a listed CURVE client only.
+func TestSinkCurve(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	srvDir, cliDir := t.TempDir(), t.TempDir()
+	_, srvSecret, srvPub, err := zmtpguard.CreateCertificates(srvDir, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, cliSecretPath, _, err := zmtpguard.CreateCertificates(cliDir, "client")
+	if err != nil {
+		t.Fatal(err)
+	}
+	cli, err := zmtpguard.LoadCertificate(cliSecretPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if code, _, _ := runBin(t, 20*time.Second, "sink", "--bind", "tcp://127.0.0.1:0", "--curve-secret-key-file", srvSecret); code != 2 {
+		t.Fatalf("--curve-secret-key-file without --curve-allow: exit %d, want 2", code)
+	}
+	p := start(t, ctx, "sink", "--bind", "tcp://127.0.0.1:0", "--count", "3", "--log-format", "json",
+		"--curve-secret-key-file", srvSecret, "--curve-allow", cliDir)
+	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
+
+	// An unlisted key knows the server but is refused (it keeps retrying
+	// meanwhile; PUSH never connects, so nothing of it can be counted).
+	_, strangerSec, _ := zmtpguard.GenerateCurveKeyPair()
+	so := quietSocket()
+	so.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: strangerSec, ServerKey: srvPub}
+	stranger, err := socket.NewPush(so)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stranger.Close()
+	stranger.Dial(ep)
+
+	o := quietSocket()
+	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cli.Secret, ServerKey: srvPub}
+	push, err := socket.NewPush(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer push.Close()
+	push.Dial(ep)
+	for i := 0; i < 3; i++ {
+		if err := push.Send(ctx, []byte("sealed")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("sink exit %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	if r := p.jsonLine(); num(r, "messages") != 3 {
+		t.Fatalf("sink report: %s", p.stdout)
+	}
+	if !strings.Contains(p.stderr.String(), "CURVE on") {
+		t.Errorf("no CURVE start-up line:\n%s", p.stderr)
 	}
 }
