@@ -108,3 +108,21 @@ func TestSinkCurve(t *testing.T) {
 		t.Errorf("no CURVE start-up line:\n%s", p.stderr)
 	}
 }
+
+// TestScanReportsCurve: scan says when a port demands CURVE.
+func TestScanReportsCurve(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	dir := t.TempDir()
+	_, secret, _, err := zmtpguard.CreateCertificates(dir, "server")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := start(t, ctx, "sink", "--bind", "tcp://127.0.0.1:0", "--log-format", "json",
+		"--curve-secret-key-file", secret, "--curve-allow", dir)
+	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
+	code, out, _ := runBin(t, 20*time.Second, "scan", ep, "--timeout", "2s")
+	if code == 0 || !strings.Contains(out, "demands CURVE") {
+		t.Fatalf("scan of a CURVE port: exit %d\n%s", code, out)
+	}
+}
