@@ -450,6 +450,9 @@ func TestCurveHostile(t *testing.T) {
 	}
 	for _, s := range []step{
 		{"null greeting", nil, A, "does not offer CURVE"},
+		{"PLAIN greeting", nil, A, "does not offer CURVE"},
+		{"HTTP request", nil, T, ""},
+		{"TLS ClientHello", nil, T, ""},
 		{"valid HELLO then garbage", func(r *rawCurve, _ *curvePair) {
 			r.nc.Write(r.helloFrame())
 			r.welcome()
@@ -553,7 +556,16 @@ func TestCurveHostile(t *testing.T) {
 					t.Fatal(err)
 				}
 				defer nc.Close()
-				nc.Write(handshakeAs(zmq4.Push))
+				switch s.name {
+				case "PLAIN greeting":
+					nc.Write(greetingWith(3, 0, "PLAIN"))
+				case "HTTP request":
+					nc.Write([]byte(httpRequest))
+				case "TLS ClientHello":
+					nc.Write(tlsClientHello)
+				default:
+					nc.Write(handshakeAs(zmq4.Push))
+				}
 				p.expect(t, s.reason, s.detail)
 				if err := waitClosed(nc, 20*time.Second); err != nil {
 					t.Error(err)
@@ -667,5 +679,39 @@ func TestMessageBoxMatchesNaCl(t *testing.T) {
 				t.Fatal("opened a tampered box")
 			}
 		}
+	}
+}
+
+// TestCurvePendingPool: idle connections on a CURVE listener are bounded by
+// the pending pool exactly as under NULL, and a real CURVE client still
+// gets in while they are held.
+func TestCurvePendingPool(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p := newCurvePair(t, ctx, zmq4.Pull, func(c *Config) {
+		c.MaxPendingHandshakes = 2
+		c.GreetingTimeout = 20 * time.Second
+		c.HandshakeTimeout = 20 * time.Second
+	})
+	sink := startSink(t, p.l)
+	defer sink.close()
+	for range 6 {
+		nc, err := net.Dial("tcp", p.l.Addr().String())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer nc.Close()
+		nc.Write(greetingWith(3, 0, "CURVE")[:20]) // a partial greeting, then silence
+	}
+	waitFor(t, 20*time.Second, "evictions", func() bool { return p.l.Stats().Evicted >= 4 })
+	c, err := Dial(ctx, "tcp", p.l.Addr().String(), zmq4.Push, nil, p.clientConfig())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.WriteMessage([]byte("through"))
+	c.Flush()
+	if err := expectMsg(sink.msgs, "through", 20*time.Second); err != nil {
+		t.Fatal(err)
 	}
 }
