@@ -151,29 +151,48 @@ func curveGreeting(server bool) [GreetingSize]byte {
 	return g
 }
 
+// RefusalLogBurst bounds the refusal log lines of all keys together per
+// RefusalLogInterval, so that a client making a fresh key per connection
+// cannot flood the log; the refusals it holds back are counted in the next
+// line.
+const RefusalLogBurst = 20
+
 // refusals rate-limits the log lines about refused clients, by key
-// fingerprint, process-wide.
+// fingerprint and overall, process-wide.
 var refusals struct {
-	mu   sync.Mutex
-	last map[CurveKey]time.Time
+	mu         sync.Mutex
+	last       map[CurveKey]time.Time
+	window     time.Time // start of the current interval
+	lines      int       // lines logged in it
+	suppressed int       // refusals not logged since the last line
 }
 
 // logRefusal logs a refused client unless one with the same key was logged
-// within RefusalLogInterval.
+// within RefusalLogInterval, or RefusalLogBurst lines were already logged
+// in the current interval.
 func logRefusal(cc *CurveConfig, key CurveKey, remote, why string) {
 	now := time.Now()
 	refusals.mu.Lock()
 	if refusals.last == nil || len(refusals.last) >= 4096 {
 		refusals.last = make(map[CurveKey]time.Time)
 	}
+	if now.Sub(refusals.window) >= RefusalLogInterval {
+		refusals.window, refusals.lines = now, 0
+	}
 	t, seen := refusals.last[key]
-	log := !seen || now.Sub(t) >= RefusalLogInterval
+	log := (!seen || now.Sub(t) >= RefusalLogInterval) && refusals.lines < RefusalLogBurst
+	held := 0
 	if log {
 		refusals.last[key] = now
+		refusals.lines++
+		held, refusals.suppressed = refusals.suppressed, 0
+	} else {
+		refusals.suppressed++
 	}
 	refusals.mu.Unlock()
 	if log {
-		cc.logger().Warn("zmtpguard: CURVE client refused", "key_fingerprint", key.Fingerprint(), "remote", remote, "why", why)
+		cc.logger().Warn("zmtpguard: CURVE client refused", "key_fingerprint", key.Fingerprint(), "remote", remote, "why", why,
+			"refusals_not_logged", held)
 	}
 }
 

@@ -634,6 +634,9 @@ func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 // TestCurveRefusalLog: a refused key is logged by fingerprint, at most once
 // per RefusalLogInterval, and never as raw key bytes.
 func TestCurveRefusalLog(t *testing.T) {
+	refusals.mu.Lock() // other tests' refusals count against the same limits
+	refusals.last, refusals.window, refusals.lines, refusals.suppressed = nil, time.Time{}, 0, 0
+	refusals.mu.Unlock()
 	var buf bytes.Buffer
 	cc := &CurveConfig{Logger: slog.New(slog.NewTextHandler(&buf, nil))}
 	k, _ := mustKeyPair(t)
@@ -646,6 +649,15 @@ func TestCurveRefusalLog(t *testing.T) {
 	}
 	if strings.Contains(out, k.String()) {
 		t.Fatal("log holds the key itself")
+	}
+	// A fresh key per refusal is held to RefusalLogBurst lines per interval.
+	buf.Reset()
+	for i := 0; i < 3*RefusalLogBurst; i++ {
+		k, _ := mustKeyPair(t)
+		logRefusal(cc, k, "127.0.0.1:1", "refused by the authorizer")
+	}
+	if n := strings.Count(buf.String(), "CURVE client refused"); n > RefusalLogBurst {
+		t.Fatalf("%d lines for %d fresh keys in one interval, want at most %d", n, 3*RefusalLogBurst, RefusalLogBurst)
 	}
 }
 
