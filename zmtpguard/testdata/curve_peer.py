@@ -35,6 +35,9 @@ def client(kind, endpoint, server_pub, pub, sec, n):
     mon = s.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_HANDSHAKE_FAILED_AUTH
                                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
                                | zmq.EVENT_DISCONNECTED)
+    if kind == "DEALER":
+        # ZMTP heartbeats: libzmq sends PING commands inside CURVE MESSAGEs.
+        s.heartbeat_ivl = 50
     if kind == "SUB":
         s.setsockopt(zmq.SUBSCRIBE, b"")
     s.connect(endpoint)
@@ -51,6 +54,8 @@ def client(kind, endpoint, server_pub, pub, sec, n):
     got = 0
     for i in range(n):
         body = ("msg-%d" % i).encode()
+        if kind == "DEALER" and i == 1:
+            time.sleep(1.0)  # 20 heartbeat intervals: PINGs go out, our PONGs keep it up
         if kind in ("REQ", "DEALER"):
             s.send_multipart([body, b"part2"])
             reply = s.recv_multipart()
