@@ -865,10 +865,7 @@ func (c *Conn) ReadBuffered() int { return c.br.Buffered() }
 // larger than the read buffer is never reported as buffered.)
 func (c *Conn) MessageBuffered() bool {
 	if c.cz != nil {
-		// Under CURVE a frame's MORE flag is inside its box: a whole
-		// message cannot be seen without decrypting it, so none is
-		// reported (callers hand on what they hold).
-		return false
+		return c.curveMessageBuffered()
 	}
 	b, _ := c.br.Peek(c.br.Buffered())
 	for off := 0; off < len(b); {

@@ -190,3 +190,50 @@ func (c *Conn) readCurveBody(n int) ([]byte, error) {
 	cs.rbuf = buf[:0]
 	return buf, nil
 }
+
+// curveMessageBuffered is MessageBuffered under CURVE, where a frame's MORE
+// flag travels inside its box: it decrypts the flags byte of each buffered
+// MESSAGE (one Salsa20 block, no authentication: it is a hint) to find
+// where the next message ends. A frame ReadMessage will refuse at once (a
+// nonce not above the last, a short or foreign frame) also reports true:
+// reading it cannot wait on the network. It never blocks or allocates.
+func (c *Conn) curveMessageBuffered() bool {
+	cs := c.cz
+	b, _ := c.br.Peek(c.br.Buffered())
+	last := cs.recvNonce
+	for off := 0; off < len(b); {
+		hl := HeaderLen(b[off])
+		if len(b)-off < hl {
+			return false
+		}
+		var size uint64
+		if hl == 2 {
+			size = uint64(b[off+1])
+		} else {
+			size = binary.BigEndian.Uint64(b[off+1 : off+9])
+		}
+		if size < curveMessageOverhead || b[off]&FlagMore != 0 {
+			return true // refused as soon as it is read
+		}
+		if size > uint64(len(b)-off-hl) {
+			return false
+		}
+		body := b[off+hl : off+hl+int(size)]
+		if string(body[:8]) != "\x07MESSAGE" {
+			return true
+		}
+		n := binary.BigEndian.Uint64(body[8:16])
+		if n <= last {
+			return true
+		}
+		last = n
+		var counter [16]byte
+		first := cs.recvBox.firstBlock(&counter, n)
+		flags := body[32] ^ first[32] // body: name, nonce, tag, then the boxed flags byte
+		if flags&curveFlagMore == 0 || flags&curveFlagCommand != 0 {
+			return true
+		}
+		off += hl + int(size)
+	}
+	return false
+}

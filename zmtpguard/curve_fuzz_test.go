@@ -132,3 +132,42 @@ func FuzzCurveMessage(f *testing.F) {
 		readAll(t, c, len(data))
 	})
 }
+
+// FuzzCurveMessageBuffered checks MessageBuffered's promise under CURVE:
+// when it reports a whole message, the next ReadMessage reads nothing more
+// from the connection.
+func FuzzCurveMessageBuffered(f *testing.F) {
+	f.Add(cat(fuzzMessage(3, 0, []byte("a")), fuzzMessage(4, curveFlagMore, []byte("b")), fuzzMessage(5, 0, []byte("c"))))
+	f.Add(cat(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, curveFlagMore, make([]byte, 300))))
+	f.Add(cat(fuzzMessage(3, 0, nil), fuzzMessage(3, 0, nil)))
+	f.Fuzz(func(t *testing.T, data []byte) {
+		cfg := Config{MaxMessageSize: 4096, MaxFrames: 8}.withDefaults()
+		rc := &readCounter{bytesConn: newBytesConn(data)}
+		cs := newCurveState(&fuzzSession, true)
+		cs.recvNonce = 2
+		c := &Conn{nc: rc, br: bufio.NewReaderSize(rc, 1024), cfg: cfg, local: zmq4.Pull, cz: cs}
+		var m Message
+		for {
+			whole := c.MessageBuffered()
+			before := rc.reads
+			err := c.ReadMessage(&m)
+			if whole && rc.reads != before {
+				t.Fatalf("MessageBuffered reported a whole message, but ReadMessage read the connection (err %v)", err)
+			}
+			if err != nil {
+				return
+			}
+		}
+	})
+}
+
+// readCounter counts the reads of a bytesConn.
+type readCounter struct {
+	*bytesConn
+	reads int
+}
+
+func (r *readCounter) Read(p []byte) (int, error) {
+	r.reads++
+	return r.bytesConn.Read(p)
+}

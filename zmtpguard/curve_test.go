@@ -1,6 +1,7 @@
 package zmtpguard
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"crypto/rand"
@@ -310,9 +311,6 @@ func TestCurveGoToGo(t *testing.T) {
 		if err := cli.ReadMessage(&m); err != nil || string(m.Frames[0]) != "reply" {
 			t.Fatalf("expected reply: %v %q", err, m.Frames)
 		}
-	}
-	if srv.MessageBuffered() {
-		t.Error("MessageBuffered under CURVE must be false")
 	}
 }
 
@@ -725,5 +723,46 @@ func TestCurvePendingPool(t *testing.T) {
 	c.Flush()
 	if err := expectMsg(sink.msgs, "through", 20*time.Second); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCurveMessageBuffered: MessageBuffered sees whole CURVE messages
+// through the boxed MORE flags, and never claims a partial one.
+func TestCurveMessageBuffered(t *testing.T) {
+	first := fuzzMessage(3, 0, []byte("first"))
+	part1 := fuzzMessage(4, curveFlagMore, []byte("b1"))
+	part2 := fuzzMessage(5, curveFlagMore, bytes.Repeat([]byte("b"), 300))
+	part3 := fuzzMessage(6, 0, []byte("b3"))
+	for _, tc := range []struct {
+		name string
+		rest []byte
+		want bool
+	}{
+		{"nothing", nil, false},
+		{"two of three frames", cat(part1, part2), false},
+		{"a frame cut short", cat(part1, part2, part3[:len(part3)-1]), false},
+		{"whole three frames", cat(part1, part2, part3), true},
+		{"a replayed frame", cat(first), true},
+		{"a command", fuzzMessage(4, curveFlagCommand, []byte("\x04PING\x00\x00")), true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			data := cat(first, tc.rest)
+			nc := newBytesConn(data)
+			cs := newCurveState(&fuzzSession, true)
+			cs.recvNonce = 2
+			c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 4096), cfg: Config{}.withDefaults(), local: zmq4.Pull, cz: cs}
+			var m Message
+			if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "first" {
+				t.Fatalf("first message: %v", err)
+			}
+			if got := c.MessageBuffered(); got != tc.want {
+				t.Fatalf("MessageBuffered = %v, want %v", got, tc.want)
+			}
+			if tc.want && tc.name == "whole three frames" {
+				if err := c.ReadMessage(&m); err != nil || len(m.Frames) != 3 {
+					t.Fatalf("second message: %v, %d frames", err, len(m.Frames))
+				}
+			}
+		})
 	}
 }
