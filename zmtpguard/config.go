@@ -62,7 +62,8 @@ type Config struct {
 	// second, and no pending pool needs protecting; HandshakeTimeout bounds
 	// a server that never speaks.
 	GreetingTimeout time.Duration
-	// MaxHandshakeSize bounds the body of the peer's READY command. Default 16 KiB.
+	// MaxHandshakeSize bounds the body of the peer's READY command (under
+	// CURVE, the metadata in its INITIATE or READY). Default 16 KiB.
 	MaxHandshakeSize int
 	// MaxPropertySize bounds one READY property value. Default 1 KiB.
 	// Identity is always limited to 255 bytes.

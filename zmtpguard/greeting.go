@@ -34,8 +34,10 @@ func LocalGreeting() [GreetingSize]byte { return localGreeting }
 func CheckGreeting(b []byte) error { return checkGreeting(b, nil) }
 
 // checkGreeting is CheckGreeting for a connection whose mechanism is NULL
-// (cc nil) or CURVE in cc's role: a CURVE peer must offer CURVE and the
-// opposite role.
+// (cc nil) or CURVE: a CURVE connection's peer must offer CURVE. The
+// as-server byte is not compared with the expected role: libzmq 4.3.4 sends
+// 0 there from a CURVE server too (seen in the interop tests); a peer in
+// the wrong role fails at the first handshake command instead.
 func checkGreeting(b []byte, cc *CurveConfig) error {
 	if len(b) > GreetingSize {
 		b = b[:GreetingSize]
