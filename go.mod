@@ -14,6 +14,7 @@ require (
 	go.opentelemetry.io/otel/metric v1.47.0
 	go.opentelemetry.io/otel/sdk/metric v1.47.0
 	go.uber.org/goleak v1.3.0
+	golang.org/x/crypto v0.36.0
 	pgregory.net/rapid v1.3.0
 )
 

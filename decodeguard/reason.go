@@ -22,6 +22,7 @@ const (
 	ReasonUnknownRank                // a well-formed request for a rank or engine this process does not serve
 	ReasonDecoderPanic               // a decoder panicked on the input (caught at the frame boundary)
 	ReasonPolicy                     // refused by local policy: source allowlist, connection caps, slow peer
+	ReasonAuth                       // authentication failed: unknown or refused key, wrong mechanism, forged or replayed encrypted frame
 	numReasons
 )
 
@@ -40,6 +41,7 @@ var reasonNames = [numReasons]string{
 	ReasonUnknownRank:  "unknown-rank",
 	ReasonDecoderPanic: "decoder-panic",
 	ReasonPolicy:       "policy",
+	ReasonAuth:         "auth",
 }
 
 // String returns the reason's stable, lower-case, dash-separated name, suitable

@@ -38,8 +38,10 @@ const (
 type Options struct {
 	// Guard holds the transport limits every connection is checked against
 	// (message size, frame count, handshake deadline, connection caps,
-	// source allowlist). Its OnViolation hook, if set, is called in addition
-	// to the Socket's own accounting.
+	// source allowlist) and the security mechanism: Guard.Curve set selects
+	// CURVE encryption with key admission for every connection of the socket
+	// (nil is NULL; see zmtpguard.CurveConfig). Its OnViolation hook, if set,
+	// is called in addition to the Socket's own accounting.
 	Guard zmtpguard.Config
 	// HWM bounds each peer's send queue, in messages. What happens when a
 	// queue is full depends on the socket type (see the package doc).

@@ -50,6 +50,13 @@ type Metadata struct {
 	// Properties holds every property by its name as sent (Socket-Type and
 	// Identity included).
 	Properties map[string]string
+	// CurveKey is the peer's long-term CURVE public key, proven by the
+	// handshake (the client's key on a CURVE server, the server's on a
+	// client); zero under NULL.
+	CurveKey CurveKey
+	// UserID is the user id a CURVE server's Authorizer assigned to the
+	// client, "" if none.
+	UserID string
 }
 
 func validNameChar(c byte) bool {

@@ -62,7 +62,8 @@ type Config struct {
 	// second, and no pending pool needs protecting; HandshakeTimeout bounds
 	// a server that never speaks.
 	GreetingTimeout time.Duration
-	// MaxHandshakeSize bounds the body of the peer's READY command. Default 16 KiB.
+	// MaxHandshakeSize bounds the body of the peer's READY command (under
+	// CURVE, the metadata in its INITIATE or READY). Default 16 KiB.
 	MaxHandshakeSize int
 	// MaxPropertySize bounds one READY property value. Default 1 KiB.
 	// Identity is always limited to 255 bytes.
@@ -102,6 +103,11 @@ type Config struct {
 	// OnViolation, if set, is called for every violation (from the
 	// connection's own goroutine: keep it fast and never block).
 	OnViolation func(Violation)
+	// Curve, when set, makes every connection use the CURVE security
+	// mechanism (RFC 25/26) instead of NULL: a peer whose greeting offers
+	// another mechanism is refused at the greeting (ReasonAuth). Nil means
+	// NULL. The Transport (zmq4 socket mode) supports NULL only.
+	Curve *CurveConfig
 }
 
 // DefaultConfig returns a Config with every default filled in.
@@ -175,6 +181,11 @@ func (c *Config) Verify() error {
 	}
 	if c.ReadBufferSize != 0 && c.ReadBufferSize < 64 {
 		errs = append(errs, fmt.Errorf("zmtpguard: ReadBufferSize %d is below 64 bytes", c.ReadBufferSize))
+	}
+	if c.Curve != nil {
+		if err := c.Curve.verify(); err != nil {
+			errs = append(errs, err)
+		}
 	}
 	for _, p := range c.Allow {
 		if !p.IsValid() {

@@ -153,6 +153,7 @@ type Conn struct {
 	peer   Metadata
 	remote string
 	zc     *zmq4.Conn
+	cz     *curveState // CURVE session; nil under NULL
 
 	closeOnce sync.Once
 	closeErr  error
@@ -234,11 +235,16 @@ func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 	defer stop()
 
 	br, cr := newConnReader(nc, c.ReadBufferSize)
-	if _, err := nc.Write(localGreeting[:]); err != nil {
+	mine := &localGreeting // no copy: a NULL handshake allocates nothing more
+	if c.Curve != nil {
+		g := curveGreeting(c.Curve.Server)
+		mine = &g
+	}
+	if _, err := nc.Write(mine[:]); err != nil {
 		return fail(handshakeIOError("sending greeting", err, 0, nil))
 	}
 	var greet [GreetingSize]byte
-	if err := readGreeting(br, &greet, dl.greetingTimeout, dl.grace(ctx, nc)); err != nil {
+	if err := readGreeting(br, &greet, dl.greetingTimeout, dl.grace(ctx, nc), c.Curve); err != nil {
 		return fail(err)
 	}
 	if dl.greeting != dl.handshake {
@@ -252,13 +258,31 @@ func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 		}
 	}
 
-	hs := &handshakeConn{Conn: nc, br: br, cfg: &c, local: local, replay: greet[:], swallow: true}
-	zc, err := openZMQ(hs, local, identity)
-	if hs.err != nil {
-		return fail(hs.err)
-	}
-	if err != nil {
-		return fail(handshakeIOError("completing handshake", err, -1, nil))
+	var zc *zmq4.Conn
+	var md Metadata
+	var cz *curveState
+	if c.Curve != nil {
+		// CURVE: the guard runs the whole handshake itself.
+		var err error
+		if c.Curve.Server {
+			cz, md, err = curveServerHandshake(nc, br, &c, local, identity)
+		} else {
+			cz, md, err = curveClientHandshake(nc, br, &c, local, identity)
+		}
+		if err != nil {
+			return fail(err)
+		}
+	} else {
+		hs := &handshakeConn{Conn: nc, br: br, cfg: &c, local: local, replay: greet[:], swallow: true}
+		var err error
+		zc, err = openZMQ(hs, local, identity)
+		if hs.err != nil {
+			return fail(hs.err)
+		}
+		if err != nil {
+			return fail(handshakeIOError("completing handshake", err, -1, nil))
+		}
+		md = hs.md
 	}
 	if !stop() || ctx.Err() != nil {
 		return fail(ctx.Err())
@@ -266,7 +290,7 @@ func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return fail(err)
 	}
-	return &Conn{nc: nc, br: br, cr: cr, cfg: c, local: local, peer: hs.md, remote: remote, zc: zc}, nil
+	return &Conn{nc: nc, br: br, cr: cr, cfg: c, local: local, peer: md, remote: remote, zc: zc, cz: cz}, nil
 }
 
 // openZMQ runs zmq4.Open over the guarded stream. The validator is meant to
@@ -348,14 +372,14 @@ func (d *handshakeDeadlines) grace(ctx context.Context, nc net.Conn) func() bool
 // byte as it arrives (CheckGreeting), so a wrong first byte is refused
 // without waiting for 63 more. A read deadline passing is reported as the
 // greeting deadline when greetingTimeout is not 0 (see handshakeDeadlines).
-func readGreeting(br *bufio.Reader, g *[GreetingSize]byte, greetingTimeout time.Duration, grace func() bool) error {
+func readGreeting(br *bufio.Reader, g *[GreetingSize]byte, greetingTimeout time.Duration, grace func() bool, cc *CurveConfig) error {
 	for _, n := range [...]int{1, 10, 11, 33, GreetingSize} {
 		b, err := br.Peek(n)
 		if err != nil && grace != nil && errors.Is(err, os.ErrDeadlineExceeded) && grace() {
 			grace = nil
 			b, err = br.Peek(n)
 		}
-		if verr := CheckGreeting(b); verr != nil {
+		if verr := checkGreeting(b, cc); verr != nil {
 			return verr
 		}
 		if err != nil {
@@ -508,7 +532,8 @@ func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 func (c *Conn) NetConn() net.Conn { return c.nc }
 
 // ZMQ returns the zmq4 connection that completed the handshake. It is for
-// inspection only (its Peer metadata): all I/O goes through c.
+// inspection only (its Peer metadata): all I/O goes through c. It is nil
+// for a CURVE connection, whose handshake the guard runs alone.
 func (c *Conn) ZMQ() *zmq4.Conn { return c.zc }
 
 // Config returns the limits c enforces, defaults filled in.
@@ -546,6 +571,9 @@ func (c *Conn) ReadMessage(m *Message) error {
 		c.growReader()
 	}
 	m.Reset()
+	if c.cz != nil {
+		return c.readCurve(m)
+	}
 	if c.readBuffered(m) {
 		return nil
 	}
@@ -724,6 +752,9 @@ func (c *Conn) writer() *bufio.Writer {
 }
 
 func (c *Conn) writeFrame(flags byte, body []byte) error {
+	if c.cz != nil {
+		return c.writeCurve(flags&FlagMore, nil, body)
+	}
 	w := c.writer()
 	h := c.hdr[:]
 	if len(body) > 255 {
@@ -767,6 +798,9 @@ func (c *Conn) WriteMessage(frames ...[]byte) error {
 func (c *Conn) WriteCommand(name string, data []byte) error {
 	if len(name) == 0 || len(name) > 255 {
 		return errors.New("zmtpguard: command name must be 1..255 bytes")
+	}
+	if c.cz != nil {
+		return c.writeCurve(curveFlagCommand, []byte(name), data)
 	}
 	w := c.writer()
 	size := 1 + len(name) + len(data)
@@ -830,6 +864,9 @@ func (c *Conn) ReadBuffered() int { return c.br.Buffered() }
 // frame headers already received and never blocks or allocates. (A message
 // larger than the read buffer is never reported as buffered.)
 func (c *Conn) MessageBuffered() bool {
+	if c.cz != nil {
+		return c.curveMessageBuffered()
+	}
 	b, _ := c.br.Peek(c.br.Buffered())
 	for off := 0; off < len(b); {
 		hl := HeaderLen(b[off])

@@ -31,7 +31,14 @@ func LocalGreeting() [GreetingSize]byte { return localGreeting }
 // needed: len(b) < GreetingSize), and a *Violation as soon as any present
 // byte is wrong, so a peer speaking HTTP or ZMTP 1.0 is refused after its
 // first byte. Bytes past GreetingSize are ignored.
-func CheckGreeting(b []byte) error {
+func CheckGreeting(b []byte) error { return checkGreeting(b, nil) }
+
+// checkGreeting is CheckGreeting for a connection whose mechanism is NULL
+// (cc nil) or CURVE: a CURVE connection's peer must offer CURVE. The
+// as-server byte is not compared with the expected role: libzmq 4.3.4 sends
+// 0 there from a CURVE server too (seen in the interop tests); a peer in
+// the wrong role fails at the first handshake command instead.
+func checkGreeting(b []byte, cc *CurveConfig) error {
 	if len(b) > GreetingSize {
 		b = b[:GreetingSize]
 	}
@@ -60,7 +67,12 @@ func CheckGreeting(b []byte) error {
 				return violation(decodeguard.ReasonHandshake, "mechanism field is not NUL-padded", int64(n), b)
 			}
 		}
-		if string(mech[:end]) != mechanismNULL {
+		if cc != nil {
+			if string(mech[:end]) != mechanismCURVE {
+				return violation(decodeguard.ReasonAuth,
+					"peer does not offer CURVE on a CURVE socket (unauthenticated peers are refused)", int64(n), b)
+			}
+		} else if string(mech[:end]) != mechanismNULL {
 			return violation(decodeguard.ReasonHandshake,
 				"mechanism not allowed (only NULL is accepted)", int64(n), b)
 		}

@@ -97,6 +97,9 @@ func NewTransport(network string, cfg *Config) (*Transport, error) {
 		if err := cfg.Verify(); err != nil {
 			return nil, err
 		}
+		if cfg.Curve != nil {
+			return nil, errors.New("zmtpguard: the Transport supports NULL security only (Config.Curve is set)")
+		}
 	}
 	t := &Transport{network: network}
 	t.cfg = countingConfig(cfg, &t.ctr)
@@ -210,7 +213,7 @@ func (t *Transport) prevalidate(ctx context.Context, nc net.Conn, release func()
 		return fail(handshakeIOError("sending greeting", err, 0, nil))
 	}
 	var greet [GreetingSize]byte
-	if err := readGreeting(br, &greet, dl.greetingTimeout, dl.grace(ctx, nc)); err != nil {
+	if err := readGreeting(br, &greet, dl.greetingTimeout, dl.grace(ctx, nc), nil); err != nil {
 		return fail(err)
 	}
 	if dl.greeting != dl.handshake {
@@ -414,7 +417,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 		switch g.rphase {
 		case rGreeting:
 			var greet [GreetingSize]byte
-			if err := readGreeting(g.br, &greet, 0, nil); err != nil {
+			if err := readGreeting(g.br, &greet, 0, nil, nil); err != nil {
 				g.rerr = g.violate("read", err)
 				continue
 			}

@@ -10,6 +10,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
+	"github.com/zmqguard/zmqguard/socket"
 )
 
 var coordinatorSpec = commandSpec{
@@ -67,6 +68,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	kv := fs.Bool("publish-kv-cache-usage", false, "publish [waiting, running, kv_cache_usage] per engine, as current vLLM front-ends expect")
 	dbg := addDebugFlags(fs)
 	mo := addMetricsFlags(fs)
+	curve := addCurveServerFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -93,7 +95,15 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if err := mo.check(); err != nil {
 			return err
 		}
+		cc, stopCurve, err := curve.config(ctx, e.logger)
+		if err != nil {
+			return err
+		}
+		defer stopCurve()
+		var sopts socket.Options // zero: the reference's own defaults
+		sopts.Guard.Curve = cc
 		c, err := coordinator.New(coordinator.Config{
+			Socket:              sopts,
 			Front:               *front,
 			BackOutput:          *backOut,
 			BackPublish:         *backPub,

@@ -12,6 +12,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
+	"github.com/zmqguard/zmqguard/socket"
 )
 
 var listenerSpec = commandSpec{
@@ -98,6 +99,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 	compat := fs.String("compat-hash", "", "compatibility hash served, 64 hex digits (default: the demo factor set's hash)")
 	dbg := addDebugFlags(fs)
 	mo := addMetricsFlags(fs)
+	curve := addCurveServerFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -128,11 +130,19 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		if err != nil {
 			return err
 		}
+		cc, stopCurve, err := curve.config(ctx, e.logger)
+		if err != nil {
+			return err
+		}
+		defer stopCurve()
+		var sopts socket.Options // zero: the reference's own defaults
+		sopts.Guard.Curve = cc
 		l, err := handshake.NewListener(handshake.ListenerConfig{
 			Endpoint:     *bind,
 			Payloads:     payloads,
 			ErrorReplies: true,
 			Logger:       e.logger,
+			Socket:       sopts,
 		})
 		if err != nil {
 			return err

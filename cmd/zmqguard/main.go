@@ -59,6 +59,7 @@ var commands = []struct {
 	{scanSpec, runScan},
 	{sinkSpec, runSink},
 	{versionSpec, runVersion},
+	{keygenSpec, runKeygen},
 }
 
 // run is the whole program: it parses the global flags and the command name

@@ -83,6 +83,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 1MiB or 64KiB")
 	hwm := fs.Int("hwm", 0, "per-peer queue bound in messages (0: the socket default)")
 	mo := addMetricsFlags(fs)
+	curve := addCurveServerFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -109,6 +110,12 @@ func runSink(ctx context.Context, e *env, args []string) int {
 			opts.HWM = *hwm
 		}
 		opts.Logger = e.logger
+		cc, stopCurve, err := curve.config(ctx, e.logger)
+		if err != nil {
+			return err
+		}
+		defer stopCurve()
+		opts.Guard.Curve = cc
 		s, err := socket.NewPull(opts)
 		if err != nil {
 			return err

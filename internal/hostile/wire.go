@@ -1,6 +1,7 @@
 package hostile
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
@@ -92,6 +93,11 @@ func envelopeLocal(peer zmq4.SocketType) zmq4.SocketType {
 	return LocalFor(peer)
 }
 
+// ErrDemandsCurve is Discover's error for a peer whose greeting names the
+// CURVE mechanism: it serves encrypted, key-admitted connections only, and
+// refuses the NULL handshakes the corpus is made of.
+var ErrDemandsCurve = errors.New("hostile: the peer demands CURVE security (its greeting names the CURVE mechanism; unauthenticated peers are refused)")
+
 // Discover connects to ep, sends a ZMTP 3 greeting, and reads the peer's
 // greeting and READY command to learn the socket type it announces. It never
 // sends a READY itself, so the peer counts a failed handshake. Every length
@@ -117,6 +123,9 @@ func discoverConn(nc net.Conn) (zmq4.SocketType, error) {
 	var peer [zmtpguard.GreetingSize]byte
 	if _, err := io.ReadFull(nc, peer[:]); err != nil {
 		return "", fmt.Errorf("hostile: reading the peer's greeting: %w", err)
+	}
+	if string(bytes.TrimRight(peer[12:32], "\x00")) == "CURVE" {
+		return "", ErrDemandsCurve
 	}
 	if err := zmtpguard.CheckGreeting(peer[:]); err != nil {
 		return "", err

@@ -1,0 +1,56 @@
+package main
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+var keygenSpec = commandSpec{
+	name:     "keygen",
+	synopsis: "[--out DIR --name NAME]",
+	summary:  "make a CURVE key pair (Z85) or a pair of ZPL certificate files",
+	help: `Without --out, prints a new CURVE key pair in Z85 (40 characters each): the
+public key on the first line, the secret key on the second.
+
+With --out DIR, writes DIR/NAME.key (the public certificate, mode 0644) and
+DIR/NAME.key_secret (both keys, mode 0600) in the ZPL format pyzmq's
+zmq.auth.create_certificates writes and load_certificate reads, and prints the
+two paths and the public key. Existing files are never overwritten.
+
+A server takes the .key_secret file; its clients take its public key; a
+directory of clients' .key files is a server's allowlist.`,
+}
+
+func runKeygen(ctx context.Context, e *env, args []string) int {
+	spec := keygenSpec
+	fs := newFlagSet(e, spec)
+	out := fs.String("out", "", "directory to write NAME.key and NAME.key_secret into (default: print the keys)")
+	name := fs.String("name", "zmqguard", "certificate base name, with --out")
+	pos, code, done := parseCommand(e, fs, spec, args)
+	if done {
+		return code
+	}
+	err := func() error {
+		if len(pos) > 0 {
+			return usagef("keygen takes no arguments")
+		}
+		if *out == "" {
+			pub, sec, err := zmtpguard.GenerateCurveKeyPair()
+			if err != nil {
+				return err
+			}
+			fmt.Fprintln(e.stdout, pub.String())
+			fmt.Fprintln(e.stdout, sec.String())
+			return nil
+		}
+		pubPath, secPath, pub, err := zmtpguard.CreateCertificates(*out, *name)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(e.stdout, "public certificate: %s\nsecret certificate: %s\npublic key: %s\n", pubPath, secPath, pub)
+		return nil
+	}()
+	return finish(e, fs, spec, err)
+}

@@ -1,0 +1,239 @@
+package zmtpguard
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"math"
+	"slices"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// The flags byte inside a CURVE MESSAGE box (RFC 25).
+const (
+	curveFlagMore    = 0x01
+	curveFlagCommand = 0x02
+)
+
+// curveOuterFlags are the frame flags a MESSAGE is sent with: a data frame
+// without MORE, as libzmq 4.3.4 sends it (seen on the wire in the interop
+// tests; it drops a connection whose MESSAGE comes in a command frame).
+// Receiving, either kind is accepted.
+const curveOuterFlags = 0
+
+// curveRetain is the scratch capacity a CURVE connection keeps after a
+// large frame; more is released.
+const curveRetain = 4 * readChunk
+
+// errNonceExhausted is returned when a connection has sent 2^64-1 frames.
+var errNonceExhausted = errors.New("zmtpguard: CURVE send nonce exhausted; reconnect")
+
+// writeCurve boxes one frame (flags, then name and data for a command or
+// data alone) into a MESSAGE and buffers it.
+func (c *Conn) writeCurve(flags byte, name, data []byte) error {
+	cs := c.cz
+	if cs.sendNonce == math.MaxUint64 {
+		return errNonceExhausted
+	}
+	cs.sendNonce++
+	p := append(cs.wplain[:0], flags)
+	if flags&curveFlagCommand != 0 {
+		p = append(p, byte(len(name)))
+		p = append(p, name...)
+	}
+	p = append(p, data...)
+	out := append(cs.wbox[:0], "\x07MESSAGE"...)
+	out = binary.BigEndian.AppendUint64(out, cs.sendNonce)
+	out = cs.sendBox.seal(out, p, cs.sendNonce)
+	w := c.writer()
+	h := c.hdr[:]
+	if len(out) > 255 {
+		h[0] = curveOuterFlags | FlagLong
+		putUint64(h[1:9], uint64(len(out)))
+		h = h[:9]
+	} else {
+		h[0] = curveOuterFlags
+		h[1] = byte(len(out))
+		h = h[:2]
+	}
+	_, err := w.Write(h)
+	if err == nil {
+		_, err = w.Write(out)
+	}
+	cs.wplain, cs.wbox = p[:0], out[:0]
+	if cap(p) > curveRetain {
+		cs.wplain = nil
+	}
+	if cap(out) > curveRetain {
+		cs.wbox = nil
+	}
+	return err
+}
+
+// readCurve is ReadMessage under CURVE: each frame arrives as one MESSAGE
+// command whose box holds the frame's flags and body. Every header is
+// checked against the limits (plus the MESSAGE overhead) before its body is
+// read; a MESSAGE whose nonce is not above the last one received (replayed
+// or reordered) or whose box does not open (forged, corrupted) is a
+// ReasonAuth violation and closes the connection.
+func (c *Conn) readCurve(m *Message) error {
+	cs := c.cz
+	var total int64
+	for nframes := 0; ; nframes++ {
+		b, err := c.br.Peek(1)
+		if err != nil {
+			if nframes > 0 && err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		b, err = c.br.Peek(HeaderLen(b[0]))
+		hdr, ok, verr := ParseFrameHeader(b, c.cfg.MaxMessageSize-total+curveMessageOverhead)
+		if verr != nil {
+			return c.fail(c.oversize(verr, nframes, total))
+		}
+		if !ok {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		if hdr.More() {
+			return c.fail(violation(decodeguard.ReasonTransport, "CURVE MESSAGE frame has MORE set (MORE travels inside the box)", hdr.Size, b))
+		}
+		if nframes >= c.cfg.MaxFrames {
+			return c.fail(violation(decodeguard.ReasonOversize,
+				"message has more than MaxFrames="+itoa(c.cfg.MaxFrames)+" frames", int64(nframes+1), nil))
+		}
+		if hdr.Size < curveMessageOverhead {
+			return c.fail(violation(decodeguard.ReasonTransport, "CURVE MESSAGE of "+itoa(int(hdr.Size))+" bytes is shorter than "+itoa(curveMessageOverhead), hdr.Size, b))
+		}
+		c.br.Discard(hdr.Len)
+		n := int(hdr.Size)
+		var body []byte
+		peeked := n <= c.br.Size()
+		if peeked {
+			// The whole MESSAGE fits in the read buffer: open it there.
+			if body, err = c.br.Peek(n); err != nil {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+		} else {
+			if body, err = c.readCurveBody(n); err != nil {
+				return err
+			}
+		}
+		if string(body[:8]) != "\x07MESSAGE" {
+			return c.fail(violation(decodeguard.ReasonTransport, "expected a MESSAGE command after the CURVE handshake", int64(n), body))
+		}
+		nonce := binary.BigEndian.Uint64(body[8:16])
+		if nonce <= cs.recvNonce {
+			return c.fail(violation(decodeguard.ReasonAuth, "CURVE MESSAGE nonce "+formatSize(nonce)+" is not above the last one received ("+
+				formatSize(cs.recvNonce)+"): replayed or reordered", int64(n), nil))
+		}
+		start := len(m.buf)
+		out, flags, ok := cs.recvBox.openFrame(m.buf, body[16:], nonce)
+		if !ok {
+			return c.fail(violation(decodeguard.ReasonAuth, "CURVE MESSAGE fails authentication (forged or corrupted)", int64(n), nil))
+		}
+		if peeked {
+			c.br.Discard(n)
+		} else if cap(cs.rbuf) > curveRetain {
+			cs.rbuf = nil
+		}
+		cs.recvNonce = nonce
+		m.buf = out
+		if flags&^(curveFlagMore|curveFlagCommand) != 0 {
+			return c.fail(violation(decodeguard.ReasonTransport, "CURVE frame flags have reserved bits set", int64(n), []byte{flags}))
+		}
+		if flags&curveFlagCommand != 0 {
+			if nframes > 0 || flags&curveFlagMore != 0 {
+				return c.fail(violation(decodeguard.ReasonTransport, "command frame inside a multipart message", int64(nframes), nil))
+			}
+			m.ends = append(m.ends, len(m.buf))
+			return c.command(m)
+		}
+		total += int64(len(m.buf) - start)
+		m.ends = append(m.ends, len(m.buf))
+		if flags&curveFlagMore == 0 {
+			break
+		}
+	}
+	start := 0
+	for _, end := range m.ends {
+		m.Frames = append(m.Frames, m.buf[start:end:end])
+		start = end
+	}
+	return nil
+}
+
+// readCurveBody reads a MESSAGE larger than the read buffer into the
+// connection's scratch buffer, growing it only as bytes arrive.
+func (c *Conn) readCurveBody(n int) ([]byte, error) {
+	cs := c.cz
+	buf := cs.rbuf[:0]
+	for len(buf) < n {
+		step := min(n-len(buf), readChunk)
+		start := len(buf)
+		buf = slices.Grow(buf, step)[:start+step]
+		if _, err := io.ReadFull(c.br, buf[start:]); err != nil {
+			cs.rbuf = buf[:0]
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+	}
+	cs.rbuf = buf[:0]
+	return buf, nil
+}
+
+// curveMessageBuffered is MessageBuffered under CURVE, where a frame's MORE
+// flag travels inside its box: it decrypts the flags byte of each buffered
+// MESSAGE (one Salsa20 block, no authentication: it is a hint) to find
+// where the next message ends. A frame ReadMessage will refuse at once (a
+// nonce not above the last, a short or foreign frame) also reports true:
+// reading it cannot wait on the network. It never blocks or allocates.
+func (c *Conn) curveMessageBuffered() bool {
+	cs := c.cz
+	b, _ := c.br.Peek(c.br.Buffered())
+	last := cs.recvNonce
+	for off := 0; off < len(b); {
+		hl := HeaderLen(b[off])
+		if len(b)-off < hl {
+			return false
+		}
+		var size uint64
+		if hl == 2 {
+			size = uint64(b[off+1])
+		} else {
+			size = binary.BigEndian.Uint64(b[off+1 : off+9])
+		}
+		if size < curveMessageOverhead || b[off]&FlagMore != 0 {
+			return true // refused as soon as it is read
+		}
+		if size > uint64(len(b)-off-hl) {
+			return false
+		}
+		body := b[off+hl : off+hl+int(size)]
+		if string(body[:8]) != "\x07MESSAGE" {
+			return true
+		}
+		n := binary.BigEndian.Uint64(body[8:16])
+		if n <= last {
+			return true
+		}
+		last = n
+		var counter [16]byte
+		first := cs.recvBox.firstBlock(&counter, n)
+		flags := body[32] ^ first[32] // body: name, nonce, tag, then the boxed flags byte
+		if flags&curveFlagMore == 0 || flags&curveFlagCommand != 0 {
+			return true
+		}
+		off += hl + int(size)
+	}
+	return false
+}

@@ -1,0 +1,56 @@
+package zmtpguard_test
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// A CURVE PULL listener that admits one client key, and that client.
+func ExampleCurveConfig() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	serverPub, serverSec, _ := zmtpguard.GenerateCurveKeyPair()
+	clientPub, clientSec, _ := zmtpguard.GenerateCurveKeyPair()
+
+	allowed := zmtpguard.NewKeySet(clientPub) // or zmtpguard.LoadKeySet("certs/")
+	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", zmq4.Pull, &zmtpguard.Config{
+		Curve: &zmtpguard.CurveConfig{Server: true, SecretKey: serverSec, Authorize: allowed.Authorize},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer l.Close()
+
+	go func() {
+		c, err := zmtpguard.Dial(ctx, "tcp", l.Addr().String(), zmq4.Push, nil, &zmtpguard.Config{
+			Curve: &zmtpguard.CurveConfig{SecretKey: clientSec, ServerKey: serverPub},
+		})
+		if err != nil {
+			return
+		}
+		defer c.Close()
+		c.WriteMessage([]byte("sealed"))
+		c.Flush()
+		var m zmtpguard.Message
+		c.ReadMessage(&m) // until the server closes
+	}()
+
+	c, err := l.Accept(ctx)
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	defer c.Close()
+	var m zmtpguard.Message
+	if err := c.ReadMessage(&m); err != nil {
+		fmt.Println(err)
+		return
+	}
+	fmt.Printf("%s from the listed key: %v\n", m.Frames[0], c.Peer().CurveKey == clientPub)
+	// Output: sealed from the listed key: true
+}
