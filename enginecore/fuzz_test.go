@@ -44,10 +44,10 @@ func fuzzSeeds(t testing.TB) [][][]byte {
 		{arrayMsg(t, vecInlineI4)},
 		{arrayMsg(t, vecTorchF32)},
 		{arrayMsg(t, vecAuxF4), aux},
-		{arrayMsg(t, "93a33c663492cc800405"), aux},                          // aux index out of range
+		{arrayMsg(t, "93a33c663492cc800405"), aux}, // aux index out of range
 		{arrayMsg(t, "93a33c663492cf7fffffffffffffffcf7fffffffffffffff01"), aux}, // shape overflow
-		{arrayMsg(t, "93a51b5b324a349103c70c03010000000200000003000000")},      // dtype with escapes
-		{{0x45}},                          // the seed's junk frame
+		{arrayMsg(t, "93a51b5b324a349103c70c03010000000200000003000000")},        // dtype with escapes
+		{{0x45}},                           // the seed's junk frame
 		{unhex(t, "91ff"), {}, {}, {}, {}}, // aux frames nobody references
 		full,
 	}
