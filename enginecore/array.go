@@ -36,6 +36,11 @@ const (
 // most three.
 const MaxDims = 8
 
+// MaxEmptyExtent bounds the product of the non-zero dimensions of an array
+// with no elements (such as shape [0, 6]), so that walking its shape is
+// cheap.
+const MaxEmptyExtent = 1 << 16
+
 var dtypeInfo = [numDTypes]struct {
 	numpy, torch string
 	size         int
@@ -288,6 +293,20 @@ func checkShape(shape []int, size, n int) *decodeguard.Error {
 			return decodeguard.NewError(decodeguard.ReasonOversize, "array shape overflows: its element count times the item size exceeds the address space")
 		}
 		total *= d
+	}
+	if total == 0 {
+		// An empty array: its other dimensions describe nothing, but a
+		// consumer walking the shape would loop over them.
+		prod := 1
+		for _, d := range shape {
+			if d == 0 {
+				continue
+			}
+			if d > MaxEmptyExtent/prod {
+				return decodeguard.NewError(decodeguard.ReasonOversize, "empty array with a shape over MaxEmptyExtent")
+			}
+			prod *= d
+		}
 	}
 	if total != n {
 		return decodeguard.NewError(decodeguard.ReasonDecode,

@@ -318,6 +318,7 @@ func TestHostile(t *testing.T) {
 		{"aux frame unused", [][]byte{out(vecInlineI4), aux}, decodeguard.ReasonDecode, "not referenced"},
 		{"shape/len mismatch", [][]byte{out("93a33c663492cc800401"), aux[:100]}, decodeguard.ReasonDecode, "need 2048"},
 		{"shape overflow", [][]byte{out("93a33c663492cf7fffffffffffffffcf7fffffffffffffff01"), aux}, decodeguard.ReasonOversize, "overflows"},
+		{"empty array, huge extent", [][]byte{out("93a33c69349200ce40000000c403000000")}, decodeguard.ReasonOversize, "MaxEmptyExtent"},
 		{"negative dim", [][]byte{out("93a33c693491ffc70c03010000000200000003000000")}, decodeguard.ReasonDecode, "negative"},
 		{"too many dims", [][]byte{out("93a33c693499010101010101010101c70c03010000000200000003000000")}, decodeguard.ReasonOversize, "dimensions"},
 		{"big-endian dtype", [][]byte{out("93a33e69349103c70c03010000000200000003000000")}, decodeguard.ReasonDecode, "unknown dtype"},

@@ -57,6 +57,7 @@ var commands = []struct {
 	{probeSpec, runProbe},
 	{scanSpec, runScan},
 	{sinkSpec, runSink},
+	{outputsSpec, runOutputs},
 }
 
 // run is the whole program: it parses the global flags and the command name
