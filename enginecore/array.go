@@ -3,6 +3,7 @@ package enginecore
 import (
 	"encoding/binary"
 	"math"
+	"math/bits"
 	"strconv"
 	"unsafe"
 
@@ -92,27 +93,60 @@ func (d DType) IsFloat() bool { return d >= Float16 && d <= Float64 }
 // parseDType maps a wire dtype name (numpy's dtype.str or a torch dtype
 // name) to a DType; torch reports which spelling it was.
 func parseDType(s []byte) (d DType, torch bool, ok bool) {
-	if len(s) == 0 || len(s) > 8 {
-		return DTypeNone, false, false
+	switch string(s) {
+	case "<i4":
+		return Int32, false, true
+	case "<f4":
+		return Float32, false, true
+	case "<i8":
+		return Int64, false, true
+	case "float32":
+		return Float32, true, true
+	case "int64":
+		return Int64, true, true
+	case "bfloat16":
+		return BFloat16, true, true
+	case "int32":
+		return Int32, true, true
+	case "<f2":
+		return Float16, false, true
+	case "<f8":
+		return Float64, false, true
+	case "<i2":
+		return Int16, false, true
+	case "<u2":
+		return Uint16, false, true
+	case "<u4":
+		return Uint32, false, true
+	case "<u8":
+		return Uint64, false, true
+	case "|b1", "<b1":
+		return Bool, false, true
+	case "|i1", "<i1":
+		return Int8, false, true
+	case "|u1", "<u1":
+		return Uint8, false, true
+	case "bool":
+		return Bool, true, true
+	case "int8":
+		return Int8, true, true
+	case "uint8":
+		return Uint8, true, true
+	case "int16":
+		return Int16, true, true
+	case "uint16":
+		return Uint16, true, true
+	case "uint32":
+		return Uint32, true, true
+	case "uint64":
+		return Uint64, true, true
+	case "float16":
+		return Float16, true, true
+	case "float64":
+		return Float64, true, true
 	}
-	for i := Bool; i < numDTypes; i++ {
-		info := &dtypeInfo[i]
-		if info.numpy != "" && string(s) == info.numpy {
-			return i, false, true
-		}
-		if string(s) == info.torch {
-			return i, true, true
-		}
-	}
-	// numpy spells one-byte types with "|" and may use "<" too; "=" is
-	// never produced by dtype.str.
-	if len(s) == 3 && s[0] == '<' {
-		for _, i := range [...]DType{Bool, Int8, Uint8} {
-			if s[1] == dtypeInfo[i].numpy[1] && s[2] == dtypeInfo[i].numpy[2] {
-				return i, false, true
-			}
-		}
-	}
+	// numpy spells one-byte types with "|" (dtype.str never uses "=");
+	// anything else, big-endian ">" included, is refused.
 	return DTypeNone, false, false
 }
 
@@ -289,10 +323,11 @@ func checkShape(shape []int, size, n int) *decodeguard.Error {
 		if d < 0 {
 			return decodeguard.NewError(decodeguard.ReasonDecode, "array shape has a negative dimension "+strconv.Itoa(d))
 		}
-		if d != 0 && total > math.MaxInt/d {
+		hi, lo := bits.Mul64(uint64(total), uint64(d))
+		if hi != 0 || lo > math.MaxInt {
 			return decodeguard.NewError(decodeguard.ReasonOversize, "array shape overflows: its element count times the item size exceeds the address space")
 		}
-		total *= d
+		total = int(lo)
 	}
 	if total == 0 {
 		// An empty array: its other dimensions describe nothing, but a

@@ -2,6 +2,7 @@ package enginecore
 
 import (
 	"strconv"
+	"unicode/utf8"
 
 	"github.com/tinylib/msgp/msgp"
 
@@ -38,12 +39,20 @@ var (
 // and frames[1:] the aux buffers its arrays reference, into dst (which it
 // resets, keeping its slices' capacity). lim nil means the defaults.
 //
-// Before anything is allocated or any view built it checks the frame
-// count against Limits.MaxFrames (ReasonOversize) and runs decodeguard.Scan
-// on the body with ext type 3 as the only extension allowed. Then it
-// decodes every field (see [Message]), checking each array as the package
-// doc describes, and finally that every aux frame was referenced exactly
-// once, and [Message.Validate].
+// It checks the frame count against Limits.MaxFrames and the body's size
+// against Limits.Scan.MaxBytes first (ReasonOversize). Then it decodes
+// every field (see [Message]) in one pass that makes decodeguard.Scan's
+// checks as it goes rather than in a pass of its own: every str it reads
+// must be valid UTF-8; every uninterpreted sub-object (kv_transfer_params,
+// a utility result, unknown stats keys' values, unknown trailing fields)
+// is checked by decodeguard.Scan, with ext type 3 as the only extension
+// allowed and MaxDepth reduced by the depth of its position; a container
+// header's count is checked against the bytes left before any slice grows
+// for it; and the element counts of all containers plus the byte length
+// of every uninterpreted sub-object are charged to one MaxElements budget
+// (an upper bound on what Scan counts). Arrays are checked as the package
+// doc describes. Finally every aux frame must have been referenced exactly
+// once, and [Message.Validate] must pass.
 //
 // Errors are classified *[decodeguard.Error]s (ReasonOversize, ReasonDecode,
 // ReasonValidate, ReasonDecoderPanic) whose detail names the field and never
@@ -68,8 +77,12 @@ func Decode(frames [][]byte, dst *Message, lim *Limits) error {
 		return decodeguard.NewError(decodeguard.ReasonOversize,
 			"EngineCoreOutputs: "+strconv.Itoa(len(frames))+" frames, over the limit of "+strconv.Itoa(maxFrames))
 	}
-	if err := decodeguard.Scan(frames[0], &scan); err != nil {
-		return err
+	if maxBytes := scanMaxBytes(&scan); len(frames[0]) > maxBytes {
+		return decodeguard.NewError(decodeguard.ReasonOversize,
+			"EngineCoreOutputs: body of "+strconv.Itoa(len(frames[0]))+" bytes, over the limit of "+strconv.Itoa(maxBytes))
+	}
+	if len(frames[0]) == 0 {
+		return decodeguard.NewError(decodeguard.ReasonDecode, "EngineCoreOutputs: empty body frame")
 	}
 	words := (len(frames) + 63) / 64
 	if cap(dst.used) < words {
@@ -77,7 +90,7 @@ func Decode(frames [][]byte, dst *Message, lim *Limits) error {
 	}
 	dst.used = dst.used[:words]
 	clear(dst.used)
-	if err := decodeFull(frames, dst); err != nil {
+	if err := decodeFull(frames, dst, &scan); err != nil {
 		return err
 	}
 	for i := 1; i < len(frames); i++ {
@@ -89,9 +102,29 @@ func Decode(frames [][]byte, dst *Message, lim *Limits) error {
 	return dst.Validate()
 }
 
-func decodeFull(frames [][]byte, dst *Message) (err error) {
+func scanMaxBytes(l *decodeguard.Limits) int {
+	if l.MaxBytes > 0 {
+		return l.MaxBytes
+	}
+	return decodeguard.DefaultMaxBytes
+}
+
+// typedDepth is the deepest a typed field nests (EngineCoreOutputs >
+// outputs > EngineCoreOutput > new_logprobs > array > shape); an
+// uninterpreted sub-object may nest MaxDepth minus this.
+const typedDepth = 6
+
+func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (err error) {
 	defer recoverPanic(&err)
-	d := decoder{m: dst, frames: frames}
+	d := decoder{m: dst, frames: frames, rawLim: *scan}
+	d.budget = scan.MaxElements
+	if d.budget <= 0 {
+		d.budget = decodeguard.DefaultMaxElements
+	}
+	if d.rawLim.MaxDepth <= 0 {
+		d.rawLim.MaxDepth = decodeguard.DefaultMaxDepth
+	}
+	d.rawLim.MaxDepth = max(d.rawLim.MaxDepth-typedDepth, 1)
 	rest, err := dst.Header.unmarshal(frames[0], &d)
 	if err == nil && len(rest) != 0 {
 		err = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "bytes left after EngineCoreOutputs", Offset: len(frames[0]) - len(rest)}
@@ -131,12 +164,45 @@ func (m *Message) Validate() error {
 type decoder struct {
 	m      *Message
 	frames [][]byte
+	rawLim decodeguard.Limits // for uninterpreted sub-objects
+	budget int                // MaxElements left
 }
 
-// fail classifies an error of the object at `at` (a suffix of orig),
-// prefixing detail with what.
+// fail classifies an error of the object at `at` (a suffix of orig) with
+// detail, unless cause is already classified.
 func fail(orig, at []byte, detail string, cause error) error {
+	if e, ok := cause.(*decodeguard.Error); ok {
+		return e
+	}
 	return wireError(orig, at, detail, cause)
+}
+
+var errBudget = "EngineCoreOutputs: more objects than MaxElements"
+
+// take charges k elements of a container at `at` with left bytes after
+// its header: each element needs at least one byte, and the total is
+// bounded by MaxElements.
+func (d *decoder) take(orig, at []byte, k, left int) error {
+	if k > left {
+		return failf(orig, at, decodeguard.ReasonDecode, "EngineCoreOutputs: container length exceeds the bytes left")
+	}
+	if d.budget -= k; d.budget < 0 {
+		return failf(orig, at, decodeguard.ReasonOversize, errBudget)
+	}
+	return nil
+}
+
+// str reads a str that must be valid UTF-8.
+func str(orig, b []byte, detail string) ([]byte, []byte, error) {
+	at := b
+	s, b, err := readStr(b)
+	if err != nil {
+		return nil, at, wireError(orig, at, detail, err)
+	}
+	if !utf8.Valid(s) {
+		return nil, at, failf(orig, at, decodeguard.ReasonDecode, detail+" (not valid UTF-8)")
+	}
+	return s, b, nil
 }
 
 func failf(orig, at []byte, r decodeguard.Reason, detail string) error {
@@ -162,17 +228,45 @@ func (d *decoder) outputs(orig, b []byte, k int) ([]byte, error) {
 	return b, nil
 }
 
-// reset clears o for a new decode, keeping its slices' capacity.
+// reset clears o for a new decode, keeping its slices' capacity. A
+// sub-structure that is absent (not Present, nil array) is already clear:
+// the decoder only fills one after marking it present, and resets it here
+// the next time, so only present ones are cleared (an Output is large).
+//
+// o.clean records that the decoder left every field after new_token_ids
+// clear (the output had two fields), so the common output with only
+// request_id and new_token_ids costs a few stores. A value built by hand
+// has clean unset and is cleared in full.
 func (o *Output) reset() {
-	*o = Output{
-		NewTokenIDs:       o.NewTokenIDs[:0],
-		Events:            o.Events[:0],
-		NewLogprobs:       o.NewLogprobs.kept(),
-		NewPromptLogprobs: o.NewPromptLogprobs.kept(),
-		PoolingOutput:     Array{Shape: o.PoolingOutput.Shape[:0]},
-		RoutedExperts:     Array{Shape: o.RoutedExperts.Shape[:0]},
-		NewSamplingMask:   o.NewSamplingMask.kept(),
+	o.Fields = 0
+	o.RequestID = nil
+	o.NewTokenIDs = o.NewTokenIDs[:0]
+	if o.clean {
+		return
 	}
+	o.clean = true
+	if o.NewLogprobs.Present {
+		o.NewLogprobs = o.NewLogprobs.kept()
+	}
+	if o.NewPromptLogprobs.Present {
+		o.NewPromptLogprobs = o.NewPromptLogprobs.kept()
+	}
+	if !o.PoolingOutput.IsNil() {
+		o.PoolingOutput = Array{Shape: o.PoolingOutput.Shape[:0]}
+	}
+	o.HasFinishReason, o.FinishReason = false, 0
+	o.StopReason = StopReason{}
+	o.HasEvents, o.Events = false, o.Events[:0]
+	o.KVTransferParams, o.ECTransferParams, o.TraceHeaders, o.PrefillStats = nil, nil, nil, nil
+	if !o.RoutedExperts.IsNil() {
+		o.RoutedExperts = Array{Shape: o.RoutedExperts.Shape[:0]}
+	}
+	o.NumNaNsInLogits = 0
+	o.MMCacheMissHashes = nil
+	if o.NewSamplingMask.Present {
+		o.NewSamplingMask = o.NewSamplingMask.kept()
+	}
+	o.SpecDecodeMetrics = nil
 }
 
 func (l *Logprobs) kept() Logprobs {
@@ -196,7 +290,7 @@ func (s *SamplingMask) kept() SamplingMask {
 func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 	o.reset()
 	at := b
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	n, b, err := readArrayHeader(b)
 	if err != nil {
 		return b, fail(orig, at, "EngineCoreOutput: want an array", err)
 	}
@@ -204,17 +298,24 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 		return b, failf(orig, at, decodeguard.ReasonDecode, "EngineCoreOutput: want at least request_id and new_token_ids, got "+strconv.Itoa(int(n))+" fields")
 	}
 	o.Fields = int(n)
+	o.clean = n <= 2
+	if err := d.take(orig, at, int(n), len(b)); err != nil {
+		return b, err
+	}
 	for i := uint32(0); i < n; i++ {
 		at = b
 		var detail string
 		switch i {
 		case 0:
 			detail = "EngineCoreOutput.request_id: want a str"
-			o.RequestID, b, err = msgp.ReadStringZC(b)
+			o.RequestID, b, err = str(orig, b, detail)
 		case 1:
 			detail = "EngineCoreOutput.new_token_ids: want an array of int"
 			var k uint32
-			k, b, err = msgp.ReadArrayHeaderBytes(b)
+			k, b, err = readArrayHeader(b)
+			if err == nil {
+				err = d.take(orig, at, int(k), len(b))
+			}
 			for j := uint32(0); err == nil && j < k; j++ {
 				var v int64
 				v, b, err = readInt(b)
@@ -247,7 +348,7 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 				b = b[1:]
 			case msgp.NextType(b) == msgp.StrType:
 				o.StopReason.Kind = StopStr
-				o.StopReason.Str, b, err = msgp.ReadStringZC(b)
+				o.StopReason.Str, b, err = str(orig, b, detail)
 			default:
 				o.StopReason.Kind = StopInt
 				o.StopReason.Int, b, err = readInt(b)
@@ -258,13 +359,13 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 				return b, err
 			}
 		case 8:
-			o.KVTransferParams, b, err = raw(b)
+			o.KVTransferParams, b, err = d.raw(orig, b)
 		case 9:
-			o.ECTransferParams, b, err = raw(b)
+			o.ECTransferParams, b, err = d.raw(orig, b)
 		case 10:
-			o.TraceHeaders, b, err = raw(b)
+			o.TraceHeaders, b, err = d.raw(orig, b)
 		case 11:
-			o.PrefillStats, b, err = raw(b)
+			o.PrefillStats, b, err = d.raw(orig, b)
 		case 12:
 			b, err = d.array(orig, b, &o.RoutedExperts, "EngineCoreOutput.routed_experts")
 			if err != nil {
@@ -275,7 +376,7 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			o.NumNaNsInLogits, b, err = readInt(b)
 		case 14:
 			detail = "EngineCoreOutput.mm_cache_miss_hashes: want nil or an array"
-			o.MMCacheMissHashes, b, err = raw(b)
+			o.MMCacheMissHashes, b, err = d.raw(orig, b)
 			if err == nil && o.MMCacheMissHashes != nil && msgp.NextType(o.MMCacheMissHashes) != msgp.ArrayType {
 				return b, failf(orig, at, decodeguard.ReasonDecode, detail)
 			}
@@ -285,9 +386,9 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 				return b, err
 			}
 		case 16:
-			o.SpecDecodeMetrics, b, err = raw(b)
+			o.SpecDecodeMetrics, b, err = d.raw(orig, b)
 		default:
-			_, b, err = raw(b)
+			_, b, err = d.raw(orig, b)
 		}
 		if err != nil {
 			if detail == "" {
@@ -299,16 +400,40 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 	return b, nil
 }
 
-// raw returns the object at the front of b as a view (nil for msgpack nil).
-func raw(b []byte) (Raw, []byte, error) {
+// trailingDetail is decodeguard.Scan's detail for bytes after an object:
+// scanning a suffix of the body, it marks the end of the first object.
+const trailingDetail = "trailing bytes after the top-level object"
+
+// raw returns the object at the front of b, checked by decodeguard.Scan
+// under d.rawLim, as a view (nil for msgpack nil), and charges its length
+// to the element budget.
+func (d *decoder) raw(orig, b []byte) (Raw, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
-	rest, err := msgp.Skip(b)
-	if err != nil {
-		return nil, b, err
+	if len(b) == 0 {
+		return nil, b, failf(orig, b, decodeguard.ReasonDecode, "EngineCoreOutputs: truncated: input ends where an object should start")
 	}
-	return Raw(b[:len(b)-len(rest)]), rest, nil
+	n := len(b)
+	off, err := decodeguard.ScanOffset(b, &d.rawLim)
+	if err != nil {
+		e, ok := err.(*decodeguard.Error)
+		if !ok || e.Detail != trailingDetail {
+			c := decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "malformed sub-object", Offset: len(orig) - len(b)}
+			if ok {
+				c.Reason, c.Detail = e.Reason, e.Detail
+				if off >= 0 {
+					c.Offset += off
+				}
+			}
+			return nil, b, &c
+		}
+		n = off
+	}
+	if d.budget -= n; d.budget < 0 {
+		return nil, b, failf(orig, b, decodeguard.ReasonOversize, errBudget)
+	}
+	return Raw(b[:n]), b[n:], nil
 }
 
 // logprobsNames names a logprobs field's parts in errors (constants, so
@@ -339,7 +464,7 @@ func (d *decoder) logprobs(orig, b []byte, l *Logprobs, names *logprobsNames) ([
 		return b[1:], nil
 	}
 	at := b
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	n, b, err := readArrayHeader(b)
 	if err != nil || n < 3 {
 		return b, fail(orig, at, names.what, err)
 	}
@@ -356,13 +481,13 @@ func (d *decoder) logprobs(orig, b []byte, l *Logprobs, names *logprobsNames) ([
 	for i := uint32(3); i < n; i++ {
 		at = b
 		if i == 3 {
-			l.HasCuNumGenerated, l.CuNumGenerated, b, err = optInts(b, l.CuNumGenerated)
+			l.HasCuNumGenerated, l.CuNumGenerated, b, err = d.optInts(orig, b, l.CuNumGenerated)
 			if err != nil {
 				return b, fail(orig, at, names.cu, err)
 			}
 			continue
 		}
-		if _, b, err = raw(b); err != nil {
+		if _, b, err = d.raw(orig, b); err != nil {
 			return b, fail(orig, at, names.extra, err)
 		}
 	}
@@ -389,14 +514,14 @@ func (d *decoder) samplingMask(orig, b []byte, s *SamplingMask) ([]byte, error) 
 		case 1:
 			b, err = d.array(orig, b, &s.Offsets, what+".offsets")
 		case 2:
-			s.HasCuNumGenerated, s.CuNumGenerated, b, err = optInts(b, s.CuNumGenerated)
+			s.HasCuNumGenerated, s.CuNumGenerated, b, err = d.optInts(orig, b, s.CuNumGenerated)
 			if err != nil {
 				err = fail(orig, at, what+".cu_num_generated_tokens: want nil or an array of int", err)
 			}
 		case 3:
 			b, err = d.array(orig, b, &s.Logprobs, what+".logprobs")
 		default:
-			if _, b, err = raw(b); err != nil {
+			if _, b, err = d.raw(orig, b); err != nil {
 				err = fail(orig, at, what+": malformed extra field", err)
 			}
 		}
@@ -408,12 +533,16 @@ func (d *decoder) samplingMask(orig, b []byte, s *SamplingMask) ([]byte, error) 
 }
 
 // optInts reads nil or an array of ints into dst[:0].
-func optInts(b []byte, dst []int64) (bool, []int64, []byte, error) {
+func (d *decoder) optInts(orig, b []byte, dst []int64) (bool, []int64, []byte, error) {
 	dst = dst[:0]
 	if msgp.IsNil(b) {
 		return false, dst, b[1:], nil
 	}
+	at := b
 	k, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err == nil {
+		err = d.take(orig, at, int(k), len(b))
+	}
 	for j := uint32(0); err == nil && j < k; j++ {
 		var v int64
 		v, b, err = readInt(b)
@@ -433,6 +562,9 @@ func (d *decoder) events(orig, b []byte, o *Output) ([]byte, error) {
 		return b, fail(orig, at, what+": want nil or an array", err)
 	}
 	o.HasEvents = true
+	if err := d.take(orig, at, int(k), len(b)); err != nil {
+		return b, err
+	}
 	for j := uint32(0); j < k; j++ {
 		at = b
 		var pairs uint32
@@ -440,13 +572,16 @@ func (d *decoder) events(orig, b []byte, o *Output) ([]byte, error) {
 		if err != nil {
 			return b, fail(orig, at, what+": an event is not a map", err)
 		}
+		if err = d.take(orig, at, 2*int(pairs), len(b)); err != nil {
+			return b, err
+		}
 		var ev Event
 		for p := uint32(0); p < pairs; p++ {
 			at = b
 			var key []byte
-			key, b, err = msgp.ReadStringZC(b)
+			key, b, err = str(orig, b, what+": event key is not a str")
 			if err != nil {
-				return b, fail(orig, at, what+": event key is not a str", err)
+				return b, err
 			}
 			at = b
 			switch string(key) {
@@ -457,7 +592,7 @@ func (d *decoder) events(orig, b []byte, o *Output) ([]byte, error) {
 			case "timestamp":
 				ev.Timestamp, b, err = readFloat(b)
 			default:
-				_, b, err = raw(b)
+				_, b, err = d.raw(orig, b)
 			}
 			if err != nil {
 				return b, fail(orig, at, what+"."+safeKey(key)+": wrong type", err)
@@ -503,7 +638,7 @@ func (d *decoder) utility(orig, b []byte) ([]byte, error) {
 				break
 			}
 			u.HasFailure = true
-			u.FailureMessage, b, err = msgp.ReadStringZC(b)
+			u.FailureMessage, b, err = str(orig, b, detail)
 		case 2:
 			detail = what + ".result: want nil or [type_info, value]"
 			if msgp.IsNil(b) {
@@ -517,11 +652,11 @@ func (d *decoder) utility(orig, b []byte) ([]byte, error) {
 			}
 			if err == nil {
 				u.HasResult = true
-				u.ResultType, b, err = raw(b)
+				u.ResultType, b, err = d.raw(orig, b)
 			}
 			if err == nil {
 				var v Raw
-				v, b, err = raw(b)
+				v, b, err = d.raw(orig, b)
 				if v == nil {
 					v = Raw(nilRaw)
 				}
@@ -529,7 +664,7 @@ func (d *decoder) utility(orig, b []byte) ([]byte, error) {
 			}
 		default:
 			detail = what + ": malformed extra field"
-			_, b, err = raw(b)
+			_, b, err = d.raw(orig, b)
 		}
 		if err != nil {
 			return b, fail(orig, at, detail, err)
@@ -544,7 +679,7 @@ var nilRaw = []byte{0xc0}
 
 func (d *decoder) skip(orig, b []byte) ([]byte, error) {
 	at := b
-	_, b, err := raw(b)
+	_, b, err := d.raw(orig, b)
 	if err != nil {
 		return b, fail(orig, at, "EngineCoreOutputs: malformed extra field", err)
 	}
@@ -582,19 +717,39 @@ func readExt(b []byte) (typ int8, data, rest []byte, ok bool) {
 	return typ, b[hdr+1 : hdr+1+n], b[hdr+1+n:], true
 }
 
+// readArrayHeader reads an array header, fixarray inline.
+func readArrayHeader(b []byte) (uint32, []byte, error) {
+	if len(b) > 0 && b[0]&0xf0 == 0x90 {
+		return uint32(b[0] & 0x0f), b[1:], nil
+	}
+	return msgp.ReadArrayHeaderBytes(b)
+}
+
+// readStr reads a str without copying, fixstr inline.
+func readStr(b []byte) ([]byte, []byte, error) {
+	if len(b) > 0 && b[0]&0xe0 == 0xa0 {
+		if n := int(b[0] & 0x1f); len(b) > n {
+			return b[1 : 1+n], b[1+n:], nil
+		}
+	}
+	return msgp.ReadStringZC(b)
+}
+
 // array decodes one array or tensor (or nil) at the front of b into a.
 func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
-	*a = Array{Shape: a.Shape[:0]}
 	if msgp.IsNil(b) {
+		if a.DType != DTypeNone {
+			*a = Array{Shape: a.Shape[:0]}
+		}
 		return b[1:], nil
 	}
 	at := b
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	n, b, err := readArrayHeader(b)
 	if err != nil || n != 3 {
 		return b, fail(orig, at, what+": want nil or [dtype, shape, data]", err)
 	}
 	dsAt := b
-	ds, b, err := msgp.ReadStringZC(b)
+	ds, b, err := readStr(b)
 	if err != nil {
 		return b, fail(orig, dsAt, what+".dtype: want a str", err)
 	}
@@ -603,14 +758,17 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		return b, failf(orig, dsAt, decodeguard.ReasonDecode, what+": unknown dtype "+strconv.Quote(decodeguard.EscapeText(string(ds), 32)))
 	}
 	shAt := b
-	k, b, err := msgp.ReadArrayHeaderBytes(b)
+	k, b, err := readArrayHeader(b)
 	if err != nil {
 		return b, fail(orig, shAt, what+".shape: want an array of int", err)
 	}
 	if k > MaxDims {
 		return b, failf(orig, shAt, decodeguard.ReasonOversize, what+".shape: "+strconv.Itoa(int(k))+" dimensions, over the limit of "+strconv.Itoa(MaxDims))
 	}
-	shape := a.Shape
+	if d.budget -= 4 + int(k); d.budget < 0 { // the array, its three parts, the dims
+		return b, failf(orig, at, decodeguard.ReasonOversize, errBudget)
+	}
+	shape := a.Shape[:0]
 	for j := uint32(0); j < k; j++ {
 		var v int64
 		v, b, err = readInt(b)
@@ -623,27 +781,14 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		shape = append(shape, int(v))
 	}
 	dataAt := b
-	var data []byte
-	frame := 0
 	if len(b) == 0 {
 		return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: missing")
 	}
-	// msgp's NextType reports ext 3 as a complex64, so look at the byte.
-	t := msgp.NextType(b)
-	if c := b[0]; (c >= 0xd4 && c <= 0xd8) || (c >= 0xc7 && c <= 0xc9) {
-		t = msgp.ExtensionType
-	}
-	switch t {
-	case msgp.ExtensionType:
-		typ, payload, rest, ok := readExt(b)
-		if !ok {
-			return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: malformed ext")
-		}
-		if typ != ExtRawView {
-			return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: ext type "+strconv.Itoa(int(typ))+", want 3 (raw bytes)")
-		}
-		data, b = payload, rest
-	case msgp.IntType, msgp.UintType:
+	var data []byte
+	frame := 0
+	switch c := b[0]; {
+	case c <= 0x7f || c == 0xcc || c == 0xcd || c == 0xce || c == 0xcf || c >= 0xe0 ||
+		c == 0xd0 || c == 0xd1 || c == 0xd2 || c == 0xd3: // an int: an aux frame index
 		var idx int64
 		idx, b, err = readInt(b)
 		if err != nil || idx < 1 || idx >= int64(len(d.frames)) {
@@ -656,7 +801,16 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		}
 		d.m.used[i/64] |= 1 << (i % 64)
 		data, frame = d.frames[i], i
-	case msgp.BinType:
+	case (c >= 0xd4 && c <= 0xd8) || (c >= 0xc7 && c <= 0xc9): // ext
+		typ, payload, rest, ok := readExt(b)
+		if !ok {
+			return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: malformed ext")
+		}
+		if typ != ExtRawView {
+			return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: ext type "+strconv.Itoa(int(typ))+", want 3 (raw bytes)")
+		}
+		data, b = payload, rest
+	case c == 0xc4 || c == 0xc5 || c == 0xc6: // bin, as older releases sent
 		data, b, err = msgp.ReadBytesZC(b)
 		if err != nil {
 			return b, fail(orig, dataAt, what+".data: malformed bin", err)
@@ -669,6 +823,6 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		e.Offset = len(orig) - len(at)
 		return b, e
 	}
-	*a = Array{DType: dt, Torch: torch, Shape: shape, Data: data, Frame: frame}
+	a.DType, a.Torch, a.Shape, a.Data, a.Frame = dt, torch, shape, data, frame
 	return b, nil
 }

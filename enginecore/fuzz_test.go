@@ -71,6 +71,11 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
+		// The one-pass checks are never weaker than decodeguard.Scan's.
+		scanLim := decodeguard.Limits{AllowExt: decodeguard.ExtTypes{}.With(ExtRawView)}
+		if err := decodeguard.Scan(frames[0], &scanLim); err != nil {
+			t.Fatalf("Decode accepted a body decodeguard.Scan refuses: %v", err)
+		}
 		if len(m.Outputs) != m.OutputsLen {
 			t.Fatalf("%d outputs, header says %d", len(m.Outputs), m.OutputsLen)
 		}

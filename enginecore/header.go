@@ -5,6 +5,7 @@ import (
 	"errors"
 	"math"
 	"runtime/debug"
+	"unicode/utf8"
 
 	"github.com/tinylib/msgp/msgp"
 
@@ -215,6 +216,11 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 		return orig, wireError(orig, orig, "EngineCoreOutputs: want an array", err)
 	}
 	h.Fields = int(n)
+	if full != nil {
+		if err := full.take(orig, orig, int(n), len(b)); err != nil {
+			return orig, err
+		}
+	}
 	for i := uint32(0); i < n; i++ {
 		at := b
 		var detail string
@@ -228,6 +234,9 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			k, b, err = msgp.ReadArrayHeaderBytes(b)
 			h.OutputsLen = int(k)
 			if err == nil && full != nil {
+				if err = full.take(orig, at, int(k), len(b)); err != nil {
+					return orig, err
+				}
 				b, err = full.outputs(orig, b, int(k))
 				if err != nil {
 					return orig, err
@@ -243,7 +252,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 				break
 			}
 			h.HasStats = true
-			b, err = h.Stats.UnmarshalMsg(b)
+			b, err = h.Stats.unmarshal(b, full)
 			if err != nil {
 				return orig, rebase(err, orig, at)
 			}
@@ -275,11 +284,17 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			k, b, err = msgp.ReadArrayHeaderBytes(b)
 			if full != nil && err == nil {
 				full.m.FinishedRequestIDs = full.m.FinishedRequestIDs[:0]
+				if err = full.take(orig, at, int(k), len(b)); err != nil {
+					return orig, err
+				}
 			}
 			for j := uint32(0); err == nil && j < k; j++ {
 				var s []byte
 				s, b, err = msgp.ReadStringZC(b)
 				if full != nil && err == nil {
+					if !utf8.Valid(s) {
+						return orig, failf(orig, at, decodeguard.ReasonDecode, "EngineCoreOutputs.finished_requests: str is not valid UTF-8")
+					}
 					full.m.FinishedRequestIDs = append(full.m.FinishedRequestIDs, s)
 				}
 			}
@@ -315,11 +330,22 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 // unread. Errors are classified as by [Header.UnmarshalMsg], with offsets
 // relative to b.
 func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
+	return s.unmarshal(b, nil)
+}
+
+// unmarshal is UnmarshalMsg; with a non-nil full (whose input was not
+// pre-scanned) keys are checked for UTF-8 and skipped values are scanned.
+func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*s = SchedulerStats{}
 	orig := b
 	n, b, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
 		return orig, wireError(orig, orig, "EngineCoreOutputs.scheduler_stats: want nil or a map", err)
+	}
+	if full != nil {
+		if err := full.take(orig, orig, 2*int(n), len(b)); err != nil {
+			return orig, err
+		}
 	}
 	for i := uint32(0); i < n; i++ {
 		at := b
@@ -327,6 +353,9 @@ func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
 		key, b, err = msgp.ReadStringZC(b)
 		if err != nil {
 			return orig, wireError(orig, at, "SchedulerStats: key is not a str", err)
+		}
+		if full != nil && !utf8.Valid(key) {
+			return orig, failf(orig, at, decodeguard.ReasonDecode, "SchedulerStats: key is not valid UTF-8")
 		}
 		at = b
 		var detail string
@@ -354,6 +383,12 @@ func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
 			s.EncoderCacheUsage, b, err = readFloat(b)
 		default:
 			detail = "SchedulerStats: malformed value"
+			if full != nil {
+				if _, b, err = full.raw(orig, b); err != nil {
+					return orig, err
+				}
+				break
+			}
 			b, err = msgp.Skip(b)
 		}
 		if err != nil {

@@ -85,6 +85,8 @@ type Output struct {
 	NewSamplingMask SamplingMask
 	// SpecDecodeMetrics is spec_decode_metrics, uninterpreted.
 	SpecDecodeMetrics Raw
+
+	clean bool // the decoder left every field after new_token_ids clear
 }
 
 // The number of EngineCoreOutput fields the decoder knows.

@@ -189,7 +189,7 @@ func TestDecodeArrays(t *testing.T) {
 	}
 	// Unaligned inline data: the view refuses, the accessor reads.
 	var aa Array
-	d := decoder{m: &Message{used: make([]uint64, 1)}, frames: [][]byte{nil}}
+	d := decoder{m: &Message{used: make([]uint64, 1)}, frames: [][]byte{nil}, budget: 1000}
 	buf := append([]byte{0}, unhex(t, vecInlineI4)...)
 	if _, err := d.array(buf[1:], buf[1:], &aa, "x"); err != nil {
 		t.Fatal(err)
@@ -328,7 +328,13 @@ func TestHostile(t *testing.T) {
 		{"array of 2", [][]byte{out("92a33c69349103")}, decodeguard.ReasonDecode, "[dtype, shape, data]"},
 		{"output missing token ids", [][]byte{unhex(t, "94009191a178c0cb40c81cd6c8b43958")}, decodeguard.ReasonDecode, "at least"},
 		{"negative engine", [][]byte{unhex(t, "91ff")}, decodeguard.ReasonValidate, "negative"},
-		{"trailing bytes", [][]byte{unhex(t, "9100c0")}, decodeguard.ReasonDecode, "trailing"},
+		{"trailing bytes", [][]byte{unhex(t, "9100c0")}, decodeguard.ReasonDecode, "bytes left"},
+		{"invalid UTF-8 request id", [][]byte{unhex(t, "94009192a2c32890c0cb40c81cd6c8b43958")}, decodeguard.ReasonDecode, "UTF-8"},
+		{"invalid UTF-8 in a stop str", [][]byte{unhex(t, "94009197a17890c0c0c0c0a2c328c0cb40c81cd6c8b43958")}, decodeguard.ReasonDecode, "UTF-8"},
+		{"pickle in kv_transfer_params", [][]byte{unhex(t, "94009199a17890c0c0c0c0c0c0d40100c0cb40c81cd6c8b43958")}, decodeguard.ReasonDecode, "ext type"},
+		{"deep kv_transfer_params", [][]byte{append(append(unhex(t, "94009199a17890c0c0c0c0c0c0"), bytes.Repeat([]byte{0x91}, 40)...), unhex(t, "c0c0cb40c81cd6c8b43958")...)}, decodeguard.ReasonOversize, "deeper"},
+		{"finished id not UTF-8", [][]byte{unhex(t, "960090c0cb40c81cd6c8b43958c091a2c328")}, decodeguard.ReasonDecode, "UTF-8"},
+		{"token count beyond bytes", [][]byte{unhex(t, "9400919" + "2a178dcffff01c0cb40c81cd6c8b43958")}, decodeguard.ReasonDecode, "bytes left"},
 	}
 	for _, c := range cases {
 		var m Message
@@ -379,6 +385,15 @@ func TestDecodeReuseNoAlloc(t *testing.T) {
 	}
 	if m.Outputs[0].NewLogprobs.Present || m.HasUtilityOutput || m.Outputs[0].HasEvents || m.EngineIndex != 0 {
 		t.Fatal("stale fields after reuse")
+	}
+	// A value built by hand is cleared in full too.
+	h := fullMessage()
+	if err := Decode([][]byte{unhex(t, vecOutputs)}, h, nil); err != nil {
+		t.Fatal(err)
+	}
+	if o := h.Outputs[0]; o.NewLogprobs.Present || !o.PoolingOutput.IsNil() || o.StopReason.Kind != StopNone ||
+		o.KVTransferParams != nil || o.NumNaNsInLogits != 0 || o.NewSamplingMask.Present || h.Utility.HasFailure {
+		t.Fatalf("stale fields in a hand-built value: %+v", o)
 	}
 }
 
