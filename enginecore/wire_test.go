@@ -334,7 +334,7 @@ func TestHostile(t *testing.T) {
 		{"pickle in kv_transfer_params", [][]byte{unhex(t, "94009199a17890c0c0c0c0c0c0d40100c0cb40c81cd6c8b43958")}, decodeguard.ReasonDecode, "ext type"},
 		{"deep kv_transfer_params", [][]byte{append(append(unhex(t, "94009199a17890c0c0c0c0c0c0"), bytes.Repeat([]byte{0x91}, 40)...), unhex(t, "c0c0cb40c81cd6c8b43958")...)}, decodeguard.ReasonOversize, "deeper"},
 		{"finished id not UTF-8", [][]byte{unhex(t, "960090c0cb40c81cd6c8b43958c091a2c328")}, decodeguard.ReasonDecode, "UTF-8"},
-		{"token count beyond bytes", [][]byte{unhex(t, "9400919" + "2a178dcffff01c0cb40c81cd6c8b43958")}, decodeguard.ReasonDecode, "bytes left"},
+		{"token count beyond bytes", [][]byte{unhex(t, "9400919"+"2a178dcffff01c0cb40c81cd6c8b43958")}, decodeguard.ReasonDecode, "bytes left"},
 	}
 	for _, c := range cases {
 		var m Message
