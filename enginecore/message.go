@@ -89,8 +89,6 @@ type Output struct {
 	clean bool // the decoder left every field after new_token_ids clear
 }
 
-// The number of EngineCoreOutput fields the decoder knows.
-const outputFields = 17
 
 // Logprobs is LogprobsLists (new_logprobs) or LogprobsTensors
 // (new_prompt_logprobs_tensors): [logprob_token_ids [n, k+1],

@@ -113,8 +113,9 @@ type Config struct {
 // beyond this many distinct ones are counted in the totals only.
 const MaxTrackedEngines = 1024
 
-// maxTrackedPeers bounds the connection-to-engine map.
-const maxTrackedPeers = 4096
+// maxTrackedPeers bounds the connection-to-engine map (a variable for
+// tests).
+var maxTrackedPeers = 4096
 
 // EngineStats are one engine's counters.
 type EngineStats struct {
@@ -167,7 +168,8 @@ type Receiver struct {
 
 	mu           sync.Mutex
 	engines      map[int64]*EngineStats
-	peers        map[uint64]int64 // connection id -> engine index
+	peers        map[uint64]int64    // connection id -> engine index
+	gone         map[uint64]struct{} // connections in peers that have disconnected
 	messages     uint64
 	outputs      uint64
 	dead         uint64
@@ -196,12 +198,22 @@ func New(cfg Config) (*Receiver, error) {
 	if so.Logger == nil {
 		so.Logger = cfg.Logger
 	}
+	var r *Receiver
+	userEvent := so.OnEvent
+	so.OnEvent = func(ev socket.Event) {
+		if ev.Kind == socket.EventDisconnected && ev.Peer != nil && r != nil {
+			r.departed(ev.Peer.ID())
+		}
+		if userEvent != nil {
+			userEvent(ev)
+		}
+	}
 	s, err := socket.NewPull(so)
 	if err != nil {
 		return nil, err
 	}
-	r := &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
-		engines: make(map[int64]*EngineStats), peers: make(map[uint64]int64)}
+	r = &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
+		engines: make(map[int64]*EngineStats), peers: make(map[uint64]int64), gone: make(map[uint64]struct{})}
 	if r.lim.Scan.MaxBytes <= 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
 	}
@@ -284,6 +296,7 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 			}
 		}
 		r.mu.Unlock()
+		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", ev.Engine, "peer", ev.Peer)
 		if r.cfg.OnEngineDead == nil {
 			return &ev
 		}
@@ -298,11 +311,28 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 		st.Messages++
 		st.Outputs += uint64(len(m.Outputs))
 	}
+	if _, ok := r.peers[peer.ID()]; !ok && len(r.peers) >= maxTrackedPeers {
+		// Forget departed connections only now: a sentinel can still be
+		// queued behind a disconnect, and it needs its engine.
+		for id := range r.gone {
+			delete(r.peers, id)
+		}
+		clear(r.gone)
+	}
 	if _, ok := r.peers[peer.ID()]; ok || len(r.peers) < maxTrackedPeers {
 		r.peers[peer.ID()] = m.EngineIndex
 	}
 	r.mu.Unlock()
 	return r.cfg.Handler(ctx, m, peer)
+}
+
+// departed records that a connection left (socket goroutine).
+func (r *Receiver) departed(id uint64) {
+	r.mu.Lock()
+	if _, ok := r.peers[id]; ok {
+		r.gone[id] = struct{}{}
+	}
+	r.mu.Unlock()
 }
 
 func (r *Receiver) onDrop(d loop.Drop) {

@@ -20,7 +20,6 @@ var quiet = slog.New(slog.DiscardHandler)
 type collected struct {
 	mu   sync.Mutex
 	msgs []got
-	dead []EngineDeadError
 }
 
 type got struct {
@@ -259,5 +258,49 @@ func TestConfigErrors(t *testing.T) {
 	}
 	if _, err := New(Config{Handler: func(context.Context, *enginecore.Message, *socket.Peer) error { return nil }, Engines: -1}); err == nil {
 		t.Fatal("negative Engines accepted")
+	}
+}
+
+// With the connection map full, departed connections are forgotten so a
+// new engine's drops are still attributed to it.
+func TestPeerMapEviction(t *testing.T) {
+	old := maxTrackedPeers
+	maxTrackedPeers = 1
+	defer func() { maxTrackedPeers = old }()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var c collected
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	r, wait := start(t, rctx, Config{Handler: c.handler(0, nil)})
+	a := pusher(t, r.Endpoint())
+	send(t, ctx, a, encode(simple(0, "a", 1))...)
+	for ctx.Err() == nil && r.Stats().Messages < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	a.Close()
+	for ctx.Err() == nil {
+		r.mu.Lock()
+		n := len(r.gone)
+		r.mu.Unlock()
+		if n == 1 {
+			break
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	b := pusher(t, r.Endpoint())
+	defer b.Close()
+	send(t, ctx, b, encode(simple(1, "b", 1))...)
+	send(t, ctx, b, []byte{0x45})
+	for ctx.Err() == nil && r.Stats().Dropped.Total() < 1 {
+		time.Sleep(10 * time.Millisecond)
+	}
+	done()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats()
+	if len(st.Engines) != 2 || st.Engines[1].Engine != 1 || st.Engines[1].Dropped[decodeguard.ReasonDecode] != 1 || st.Unattributed.Total() != 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }

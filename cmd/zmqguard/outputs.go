@@ -96,7 +96,6 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 				return nil
 			},
 			OnEngineDead: func(d outputs.EngineDeadError) {
-				e.logger.Warn("engine core dead", "engine", d.Engine, "peer", d.Peer)
 				w.dead(d.Engine)
 			},
 		})
