@@ -50,6 +50,8 @@ func fuzzSeeds(t testing.TB) [][][]byte {
 		{{0x45}},                           // the seed's junk frame
 		{unhex(t, "91ff"), {}, {}, {}, {}}, // aux frames nobody references
 		full,
+		append([][]byte{unhex(t, vecOutputs)}, make([][]byte, DefaultMaxFrames+4)...), // aux count bomb
+		{unhex(t, "94009199a17890c0c0c0c0c0c0d40100c0cb40c81cd6c8b43958")},            // pickle in kv_transfer_params
 	}
 }
 
