@@ -16,8 +16,8 @@ import (
 )
 
 // benchOutputs is the benchmark message: 256 outputs of one token each, one
-// in five (51) with 5-wide logprobs (token ids [1, 6] int32, logprobs
-// [1, 6] float32, ranks [1] int64) in aux frames: 154 frames.
+// in five (52) with 5-wide logprobs (token ids [1, 6] int32, logprobs
+// [1, 6] float32, ranks [1] int64) in aux frames: 157 frames.
 func benchFrames(tb testing.TB) [][]byte {
 	m := &Message{Header: Header{EngineIndex: 1, Timestamp: 12345.678}}
 	for i := range 256 {

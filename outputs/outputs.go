@@ -89,9 +89,11 @@ type Config struct {
 	// fields take their defaults, newer ones are skipped), so no field set
 	// depends on it today; it is reported in Stats.
 	Release vllm.Release
-	// Socket configures the PULL socket. Zero fields take socket's defaults,
-	// except Guard.MaxFrames, which defaults to enginecore.DefaultMaxFrames
-	// (vLLM sends one aux frame per large array).
+	// Socket configures the PULL socket: start from [DefaultSocketOptions].
+	// Zero fields take socket's defaults, except Guard.MaxFrames, which
+	// defaults to enginecore.DefaultMaxFrames (vLLM sends one aux frame per
+	// large array; socket.DefaultOptions' 64 frames refuses a busy step
+	// with logprobs, and New logs a warning for a limit that low).
 	Socket socket.Options
 	// Limits bounds the decode. Zero fields take enginecore's defaults;
 	// Limits.Scan.MaxBytes 0 means the socket's message size limit.
@@ -107,6 +109,14 @@ type Config struct {
 	// OnDrop, if set, is called for every dropped message (synchronously;
 	// it must not block).
 	OnDrop func(loop.Drop)
+}
+
+// DefaultSocketOptions returns socket.DefaultOptions with the frame limit
+// raised to enginecore.DefaultMaxFrames, as an engine output socket needs.
+func DefaultSocketOptions() socket.Options {
+	o := socket.DefaultOptions()
+	o.Guard.MaxFrames = enginecore.DefaultMaxFrames
+	return o
 }
 
 // MaxTrackedEngines bounds the per-engine statistics: engine indices seen
@@ -197,6 +207,10 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	if so.Logger == nil {
 		so.Logger = cfg.Logger
+	}
+	if so.Guard.MaxFrames < enginecore.DefaultMaxFrames {
+		cfg.Logger.Warn("outputs: the socket's frame limit is low for engine outputs; messages with more aux frames are refused",
+			"loop", cfg.Name, "max_frames", so.Guard.MaxFrames, "suggested", enginecore.DefaultMaxFrames)
 	}
 	var r *Receiver
 	userEvent := so.OnEvent

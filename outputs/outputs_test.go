@@ -50,7 +50,7 @@ func (c *collected) handler(n int, done context.CancelFunc) Handler {
 func start(t *testing.T, ctx context.Context, cfg Config) (*Receiver, func() error) {
 	t.Helper()
 	cfg.Logger = quiet
-	cfg.Socket = socket.DefaultOptions()
+	cfg.Socket = DefaultSocketOptions()
 	cfg.Socket.Logger = quiet
 	r, err := New(cfg)
 	if err != nil {
@@ -74,7 +74,7 @@ func start(t *testing.T, ctx context.Context, cfg Config) (*Receiver, func() err
 	}
 }
 
-func pusher(t *testing.T, endpoint string) *socket.Socket {
+func pusher(t testing.TB, endpoint string) *socket.Socket {
 	t.Helper()
 	o := socket.DefaultOptions()
 	o.Logger = quiet
@@ -302,5 +302,30 @@ func TestPeerMapEviction(t *testing.T) {
 	st := r.Stats()
 	if len(st.Engines) != 2 || st.Engines[1].Engine != 1 || st.Engines[1].Dropped[decodeguard.ReasonDecode] != 1 || st.Unattributed.Total() != 0 {
 		t.Fatalf("stats %+v", st)
+	}
+}
+
+// A busy step: 256 outputs with logprobs in 156 aux frames, far over
+// socket.DefaultOptions' 64-frame limit, is delivered whole.
+func TestManyAuxFrames(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var c collected
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	r, wait := start(t, rctx, Config{Handler: c.handler(1, done)})
+	p := pusher(t, r.Endpoint())
+	defer p.Close()
+	frames := benchMessage()
+	if len(frames) != 157 {
+		t.Fatalf("%d frames", len(frames))
+	}
+	send(t, ctx, p, frames...)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	st := r.Stats()
+	if len(c.msgs) != 1 || len(c.msgs[0].ids) != 256 || st.Dropped.Total() != 0 {
+		t.Fatalf("delivered %d messages, stats %+v", len(c.msgs), st)
 	}
 }

@@ -74,7 +74,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		w := &outputsWriter{w: e.stdout}
-		so := socket.DefaultOptions()
+		so := outputs.DefaultSocketOptions()
 		so.Guard.MaxMessageSize = int64(maxMsg)
 		so.Logger = e.logger
 		var n uint64

@@ -154,3 +154,38 @@ func TestOutputsUntilSignal(t *testing.T) {
 		t.Fatalf("no counters line: %s", p.stdout)
 	}
 }
+
+// TestOutputsManyFrames: a message with 101 aux frames (over the socket
+// package's default of 64) is printed in full.
+func TestOutputsManyFrames(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "100", "--log-format", "json")
+	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
+	push, err := socket.NewPush(quietSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer push.Close()
+	push.Dial(ep)
+	m := &enginecore.Message{Header: enginecore.Header{Timestamp: 1}}
+	for i := range 100 {
+		m.Outputs = append(m.Outputs, enginecore.Output{RequestID: []byte{'r', byte('0' + i%10)}, NewTokenIDs: []int64{int64(i)},
+			RoutedExperts: enginecore.Array{DType: enginecore.Int32, Shape: []int{1}, Data: i32le(int32(i))}})
+	}
+	enc := enginecore.Encoder{Threshold: 1}
+	frames := enc.Encode(m)
+	if len(frames) != 101 {
+		t.Fatalf("%d frames", len(frames))
+	}
+	if err := push.Send(ctx, frames...); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.stderr)
+	}
+	lines := outputLines(t, p.stdout.String())
+	if len(lines) != 101 || !reflect.DeepEqual(lines[99]["routed_experts"], asJSON(t, `{"dtype":"<i4","shape":[1],"data":[99]}`)) {
+		t.Fatalf("%d lines; line 99: %v", len(lines), lines[min(99, len(lines)-1)])
+	}
+}
