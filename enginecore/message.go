@@ -89,7 +89,6 @@ type Output struct {
 	clean bool // the decoder left every field after new_token_ids clear
 }
 
-
 // Logprobs is LogprobsLists (new_logprobs) or LogprobsTensors
 // (new_prompt_logprobs_tensors): [logprob_token_ids [n, k+1],
 // logprobs [n, k+1], sampled_token_ranks [n], cu_num_generated_tokens
