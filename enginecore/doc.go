@@ -37,12 +37,15 @@
 // # Checks before any allocation or view
 //
 // [Decode] refuses, with a classified *decodeguard.Error, before it
-// allocates or builds a view: more frames than Limits.MaxFrames; a body
-// that fails decodeguard.Scan (depth, element counts against the bytes
-// present, UTF-8, any ext type but 3); an unknown or big-endian dtype; more
-// than [MaxDims] dimensions; a negative dimension; a shape whose element
-// count times the item size overflows or differs from the data length; an
-// aux index out of range or used twice; an aux frame no array references.
+// allocates or builds a view: more frames than Limits.MaxFrames; a body over
+// MaxBytes; anything decodeguard.Scan would refuse (it makes Scan's checks
+// in the decoding pass: UTF-8 of every str, container lengths against the
+// bytes left, one element budget, depth; uninterpreted sub-objects go
+// through Scan itself, with ext type 3 the only extension allowed); an
+// unknown or big-endian dtype; more than [MaxDims] dimensions; a negative
+// dimension; a shape whose element count times the item size overflows or
+// differs from the data length; an aux index out of range or used twice; an
+// aux frame no array references.
 //
 // # Aliasing and alignment
 //

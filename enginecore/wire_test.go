@@ -408,3 +408,17 @@ func TestDecodeHeaderRefusesArrays(t *testing.T) {
 		t.Errorf("%v allocations", n)
 	}
 }
+
+func TestAppendHeaderNoAlloc(t *testing.T) {
+	h := Header{EngineIndex: 1, HasStats: true, Timestamp: ts}
+	buf := make([]byte, 0, 256)
+	if n := testing.AllocsPerRun(100, func() { buf = AppendHeader(buf[:0], &h) }); n != 0 {
+		t.Errorf("%v allocations per AppendHeader", n)
+	}
+	var e Encoder
+	m := fullMessage()
+	e.Encode(m)
+	if n := testing.AllocsPerRun(100, func() { e.Encode(m) }); n != 0 {
+		t.Errorf("%v allocations per Encode into a warm Encoder", n)
+	}
+}
