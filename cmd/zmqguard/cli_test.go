@@ -32,6 +32,7 @@ func TestHelp(t *testing.T) {
 		"probe":              {"-pp", "-tp", "-variant", "-timeout"},
 		"scan":               {"-duration"},
 		"sink":               {"-bind", "-decode", "-count"},
+		"outputs":            {"-bind", "-count", "-engines", "-release", "-max-message-size"},
 	}
 	for name, flags := range want {
 		code, out, _ := runBin(t, 20*time.Second, name, "-h")
@@ -85,6 +86,8 @@ func TestUsageErrors(t *testing.T) {
 		{"coordinator", "--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
 			"--engines", "1", "--debug-addr", "0.0.0.0:0"},
 		{"sink", "--bind", "tcp://127.0.0.1:0", "--decode", "json"},
+		{"outputs"},
+		{"outputs", "--bind", "tcp://127.0.0.1:0", "--release", "0.1"},
 		{"sink", "--bind", "tcp://127.0.0.1:0", "--max-message-size", "lots"},
 		{"scan"},
 		{"scan", "tcp://192.0.2.1:5600"}, // not a local address: refused before any traffic

@@ -60,6 +60,7 @@ var commands = []struct {
 	{sinkSpec, runSink},
 	{versionSpec, runVersion},
 	{keygenSpec, runKeygen},
+	{outputsSpec, runOutputs},
 }
 
 // run is the whole program: it parses the global flags and the command name

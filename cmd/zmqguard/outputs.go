@@ -1,0 +1,323 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/outputs"
+	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
+)
+
+var outputsSpec = commandSpec{
+	name:     "outputs",
+	synopsis: "--bind ADDR [--count N] [--engines N] [--release latest] [--max-message-size 1MiB]",
+	summary:  "a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines",
+	help: `Binds a guarded PULL socket where vLLM engine cores (or any engine speaking
+their output wire) connect and push EngineCoreOutputs, decodes each message
+in full (arrays inline and in aux frames) and prints one JSON line per
+request output on stdout:
+
+  {"engine": E, "request_id": S, "new_token_ids": [...], "finish_reason": N|null,
+   "stop_reason": N|S|null, "new_logprobs": {"logprob_token_ids": [[...]],
+   "logprobs": [[...]], "sampled_token_ranks": [...]}|null,
+   "new_prompt_logprobs": {...}|null, "pooling_output": {"dtype": D,
+   "shape": [...], "data": [...]}|null, "routed_experts": {...}|null,
+   "events": [{"type": T, "timestamp": F}]|null, "num_nans_in_logits": N,
+   "kv_transfer_params": ...|null}
+
+Arrays are nested JSON lists following their shape (NaN and infinities as
+null). An engine's ENGINE_CORE_DEAD prints {"engine": E, "type":
+"engine_dead"} (E null when its connection never sent a valid message)
+and the receiver goes on. Junk is dropped and counted by reason, per
+engine. After --count request outputs (or, with --count 0, on SIGINT or
+SIGTERM) the last line is {"counters": {...}} and the exit code is 0.`,
+}
+
+func runOutputs(ctx context.Context, e *env, args []string) int {
+	spec := outputsSpec
+	fs := newFlagSet(e, spec)
+	bind := fs.String("bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
+	count := fs.Uint64("count", 0, "exit after this many request outputs (0: on SIGINT/SIGTERM)")
+	engines := fs.Int("engines", 0, "number of engines; a larger engine_index is dropped (0: any)")
+	release := fs.String("release", "latest", "vLLM release the engines run: "+fmt.Sprint(vllm.Names()))
+	maxMsg := sizeValue(1 << 20)
+	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 1MiB or 64KiB")
+	pos, code, done := parseCommand(e, fs, spec, args)
+	if done {
+		return code
+	}
+	err := func() error {
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q", pos[0])
+		}
+		if *bind == "" {
+			return usagef("--bind is required")
+		}
+		if *engines < 0 || maxMsg < 64 {
+			return usagef("--engines must not be negative and --max-message-size at least 64 bytes")
+		}
+		rel, err := vllm.Parse(*release)
+		if err != nil {
+			return usagef("--release: %v", err)
+		}
+		lctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		w := &outputsWriter{w: e.stdout}
+		so := outputs.DefaultSocketOptions()
+		so.Guard.MaxMessageSize = int64(maxMsg)
+		so.Logger = e.logger
+		var n uint64
+		r, err := outputs.New(outputs.Config{
+			Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: *engines,
+			Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
+				for i := range m.Outputs {
+					if *count > 0 && n >= *count {
+						break
+					}
+					if err := w.output(m.EngineIndex, &m.Outputs[i]); err != nil {
+						return err
+					}
+					n++
+				}
+				if *count > 0 && n >= *count {
+					cancel()
+				}
+				return nil
+			},
+			OnEngineDead: func(d outputs.EngineDeadError) {
+				w.dead(d.Engine)
+			},
+		})
+		if err != nil {
+			return err
+		}
+		defer r.Close()
+		if err := r.Bind(*bind); err != nil {
+			return err
+		}
+		e.logger.Info("outputs receiving", "endpoint", r.Endpoint(), "count", *count, "release", rel.String())
+		err = r.Run(lctx)
+		if errors.Is(err, loop.ErrLoopClosed) {
+			err = nil
+		}
+		if err != nil {
+			return err
+		}
+		if w.err != nil {
+			return w.err
+		}
+		line, err := json.Marshal(struct {
+			Counters outputs.Stats `json:"counters"`
+		}{r.Stats()})
+		if err != nil {
+			return err
+		}
+		if _, err := fmt.Fprintf(e.stdout, "%s\n", line); err != nil {
+			return err
+		}
+		if *count > 0 && n < *count {
+			e.logger.Info("outputs interrupted", "outputs", n, "count", *count)
+		}
+		return nil
+	}()
+	return finish(e, fs, spec, err)
+}
+
+// outputsWriter writes the JSON lines, reusing one buffer.
+type outputsWriter struct {
+	w   io.Writer
+	buf []byte
+	err error
+}
+
+func (w *outputsWriter) flush() error {
+	if w.err == nil {
+		_, w.err = w.w.Write(w.buf)
+	}
+	return w.err
+}
+
+func (w *outputsWriter) dead(engine int64) {
+	b := append(w.buf[:0], `{"engine":`...)
+	if engine < 0 {
+		b = append(b, "null"...)
+	} else {
+		b = strconv.AppendInt(b, engine, 10)
+	}
+	w.buf = append(b, ",\"type\":\"engine_dead\"}\n"...)
+	w.flush()
+}
+
+func (w *outputsWriter) output(engine int64, o *enginecore.Output) error {
+	b := append(w.buf[:0], `{"engine":`...)
+	b = strconv.AppendInt(b, engine, 10)
+	b = append(b, `,"request_id":`...)
+	b = appendJSONString(b, o.RequestID)
+	b = append(b, `,"new_token_ids":[`...)
+	for i, t := range o.NewTokenIDs {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, t, 10)
+	}
+	b = append(b, `],"finish_reason":`...)
+	if o.HasFinishReason {
+		b = strconv.AppendInt(b, int64(o.FinishReason), 10)
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"stop_reason":`...)
+	switch o.StopReason.Kind {
+	case enginecore.StopInt:
+		b = strconv.AppendInt(b, o.StopReason.Int, 10)
+	case enginecore.StopStr:
+		b = appendJSONString(b, o.StopReason.Str)
+	default:
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"new_logprobs":`...)
+	b = appendJSONLogprobs(b, &o.NewLogprobs)
+	b = append(b, `,"new_prompt_logprobs":`...)
+	b = appendJSONLogprobs(b, &o.NewPromptLogprobs)
+	b = append(b, `,"pooling_output":`...)
+	b = appendJSONArrayObject(b, &o.PoolingOutput)
+	b = append(b, `,"routed_experts":`...)
+	b = appendJSONArrayObject(b, &o.RoutedExperts)
+	b = append(b, `,"events":`...)
+	if o.HasEvents {
+		b = append(b, '[')
+		for i, ev := range o.Events {
+			if i > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, `{"type":`...)
+			b = strconv.AppendInt(b, int64(ev.Type), 10)
+			b = append(b, `,"timestamp":`...)
+			b = appendJSONFloat(b, ev.Timestamp, 64)
+			b = append(b, '}')
+		}
+		b = append(b, ']')
+	} else {
+		b = append(b, "null"...)
+	}
+	b = append(b, `,"num_nans_in_logits":`...)
+	b = strconv.AppendInt(b, o.NumNaNsInLogits, 10)
+	b = append(b, `,"kv_transfer_params":`...)
+	b = appendJSONRaw(b, o.KVTransferParams)
+	w.buf = append(b, "}\n"...)
+	return w.flush()
+}
+
+func appendJSONString(b, s []byte) []byte {
+	q, _ := json.Marshal(string(s)) // invalid UTF-8 never gets here: decodeguard.Scan refuses it
+	return append(b, q...)
+}
+
+func appendJSONFloat(b []byte, f float64, bits int) []byte {
+	if math.IsNaN(f) || math.IsInf(f, 0) {
+		return append(b, "null"...)
+	}
+	return strconv.AppendFloat(b, f, 'g', -1, bits)
+}
+
+// appendJSONRaw renders an uninterpreted msgpack sub-object as JSON, or as
+// {"msgpack_hex": ...} when it has no JSON form.
+func appendJSONRaw(b []byte, r enginecore.Raw) []byte {
+	if r == nil {
+		return append(b, "null"...)
+	}
+	v, _, err := msgp.ReadIntfBytes(r)
+	if err == nil {
+		if j, err := json.Marshal(v); err == nil {
+			return append(b, j...)
+		}
+	}
+	b = append(b, `{"msgpack_hex":"`...)
+	b = append(b, decodeguard.Render(r)...)
+	return append(b, `"}`...)
+}
+
+func appendJSONLogprobs(b []byte, l *enginecore.Logprobs) []byte {
+	if !l.Present {
+		return append(b, "null"...)
+	}
+	b = append(b, `{"logprob_token_ids":`...)
+	b = appendJSONNested(b, &l.TokenIDs)
+	b = append(b, `,"logprobs":`...)
+	b = appendJSONNested(b, &l.Logprobs)
+	b = append(b, `,"sampled_token_ranks":`...)
+	b = appendJSONNested(b, &l.SampledRanks)
+	return append(b, '}')
+}
+
+func appendJSONArrayObject(b []byte, a *enginecore.Array) []byte {
+	if a.IsNil() {
+		return append(b, "null"...)
+	}
+	name := a.DType.Numpy()
+	if a.Torch || name == "" {
+		name = a.DType.String()
+	}
+	b = append(b, `{"dtype":"`...)
+	b = append(b, name...)
+	b = append(b, `","shape":[`...)
+	for i, d := range a.Shape {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = strconv.AppendInt(b, int64(d), 10)
+	}
+	b = append(b, `],"data":`...)
+	b = appendJSONNested(b, a)
+	return append(b, '}')
+}
+
+// appendJSONNested writes a's elements as nested lists following its shape
+// (a scalar as a bare number; a nil array as null).
+func appendJSONNested(b []byte, a *enginecore.Array) []byte {
+	if a.IsNil() {
+		return append(b, "null"...)
+	}
+	i := 0
+	return appendDims(b, a, a.Shape, &i)
+}
+
+func appendDims(b []byte, a *enginecore.Array, shape []int, i *int) []byte {
+	if len(shape) == 0 {
+		switch {
+		case a.DType == enginecore.Bool:
+			b = strconv.AppendBool(b, a.Int(*i) != 0)
+		case a.DType.IsFloat():
+			bits := 64
+			if a.DType != enginecore.Float64 {
+				bits = 32
+			}
+			b = appendJSONFloat(b, a.Float(*i), bits)
+		case a.DType == enginecore.Uint64:
+			b = strconv.AppendUint(b, uint64(a.Int(*i)), 10)
+		default:
+			b = strconv.AppendInt(b, a.Int(*i), 10)
+		}
+		*i++
+		return b
+	}
+	b = append(b, '[')
+	for j := 0; j < shape[0]; j++ {
+		if j > 0 {
+			b = append(b, ',')
+		}
+		b = appendDims(b, a, shape[1:], i)
+	}
+	return append(b, ']')
+}

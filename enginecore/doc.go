@@ -1,0 +1,59 @@
+// Package enginecore is zmqguard's one home for vLLM's engine wire types:
+// the EngineCoreOutputs messages an engine core pushes to its API
+// front-ends and to the data-parallel coordinator, with their parts
+// (EngineCoreOutput, logprobs, events, the utility output, scheduler stats)
+// and the arrays and tensors inside them.
+//
+// # Two views of one message
+//
+// [Header] is the coordinator's view: every top-level field of
+// EngineCoreOutputs except the contents of the request outputs and of the
+// utility output, which are checked for shape and skipped. Decoding into a
+// reused Header allocates nothing; it is what package coordinator uses.
+//
+// [Message] is the full view a front-end, router or output tap needs: the
+// Header plus every [Output], the [UtilityOutput] and the finished request
+// ids, with arrays as zero-copy [Array] views into the frames. [Decode] fills
+// it from a multipart message (frame 0 the msgpack body, frames 1..N the
+// raw buffers that arrays reference by index); [Encoder] writes vLLM's exact
+// bytes back.
+//
+// # Wire
+//
+// EngineCoreOutputs and EngineCoreOutput are msgspec structs with
+// array_like and omit_defaults: arrays in field order with trailing fields
+// equal to their defaults dropped. The decoder accepts any length (missing
+// fields take their defaults, fields after the ones it knows are skipped),
+// so every release's shape decodes. docs/engine-outputs.md has the field
+// list with the vLLM pull request each field comes from.
+//
+// An array or tensor is [dtype, shape, data]: dtype is numpy's dtype.str
+// ("<i4", "<f4", "<i8"...) or torch's dtype name ("float32", "bfloat16",
+// "int64"...), shape a list of ints, and data either msgpack ext type 3
+// holding the raw little-endian bytes inline, or an int naming the aux
+// frame that holds them (vLLM moves buffers of 256 bytes or more out of
+// line). Ext types 1 and 2 (pickle) are refused.
+//
+// # Checks before any allocation or view
+//
+// [Decode] refuses, with a classified *decodeguard.Error, before it
+// allocates or builds a view: more frames than Limits.MaxFrames; a body over
+// MaxBytes; anything decodeguard.Scan would refuse (it makes Scan's checks
+// in the decoding pass: UTF-8 of every str, container lengths against the
+// bytes left, one element budget, depth; uninterpreted sub-objects go
+// through Scan itself, with ext type 3 the only extension allowed); an
+// unknown or big-endian dtype; more than [MaxDims] dimensions; a negative
+// dimension; a shape whose element count times the item size overflows or
+// differs from the data length; an aux index out of range or used twice; an
+// aux frame no array references.
+//
+// # Aliasing and alignment
+//
+// Every []byte in a decoded Message (request ids, raw sub-objects, array
+// data) points into the frames it was decoded from and is valid only as
+// long as they are. Array data may sit at any address (inline data follows
+// a msgpack header), so typed access goes through accessors ([Array.Int],
+// [Array.Float], [Array.AppendInts], [Array.AppendFloats]) that read
+// little-endian bytes; [Array.Int32s] and friends return a reinterpreted
+// slice only when the data is aligned and the machine is little-endian.
+package enginecore

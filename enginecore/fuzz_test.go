@@ -1,0 +1,100 @@
+package enginecore
+
+import (
+	"bytes"
+	"encoding/binary"
+	"testing"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// splitFrames turns a fuzz input into frames: a sequence of [uint16
+// little-endian length][bytes], the rest of the input as the last frame.
+func splitFrames(b []byte) [][]byte {
+	var frames [][]byte
+	for len(b) >= 2 && len(frames) < DefaultMaxFrames+8 {
+		n := int(binary.LittleEndian.Uint16(b))
+		if n > len(b)-2 {
+			break
+		}
+		frames = append(frames, b[2:2+n])
+		b = b[2+n:]
+	}
+	return append(frames, b)
+}
+
+// joinFrames is splitFrames' inverse (for seeds).
+func joinFrames(frames [][]byte) []byte {
+	var b []byte
+	for _, f := range frames[:len(frames)-1] {
+		b = binary.LittleEndian.AppendUint16(b, uint16(len(f)))
+		b = append(b, f...)
+	}
+	return append(b, frames[len(frames)-1]...)
+}
+
+func fuzzSeeds(t testing.TB) [][][]byte {
+	full := (&Encoder{}).Encode(fullMessage())
+	full = append([][]byte(nil), full...)
+	aux := make([]byte, 2048)
+	return [][][]byte{
+		{unhex(t, vecOutputs)},
+		{unhex(t, vecUtilityTrue)},
+		{unhex(t, vecStats)},
+		{arrayMsg(t, vecInlineI4)},
+		{arrayMsg(t, vecTorchF32)},
+		{arrayMsg(t, vecAuxF4), aux},
+		{arrayMsg(t, "93a33c663492cc800405"), aux}, // aux index out of range
+		{arrayMsg(t, "93a33c663492cf7fffffffffffffffcf7fffffffffffffff01"), aux}, // shape overflow
+		{arrayMsg(t, "93a51b5b324a349103c70c03010000000200000003000000")},        // dtype with escapes
+		{{0x45}},                           // the seed's junk frame
+		{unhex(t, "91ff"), {}, {}, {}, {}}, // aux frames nobody references
+		full,
+		append([][]byte{unhex(t, vecOutputs)}, make([][]byte, DefaultMaxFrames+4)...), // aux count bomb
+		{unhex(t, "94009199a17890c0c0c0c0c0c0d40100c0cb40c81cd6c8b43958")},            // pickle in kv_transfer_params
+	}
+}
+
+// FuzzDecode feeds multi-frame inputs to Decode: it must not panic (a
+// recovered decoder panic is a failure too), every error must be
+// classified, and an accepted message must re-encode to frames that decode
+// and re-encode to the same bytes.
+func FuzzDecode(f *testing.F) {
+	for _, s := range fuzzSeeds(f) {
+		f.Add(joinFrames(s))
+	}
+	f.Fuzz(func(t *testing.T, in []byte) {
+		frames := splitFrames(in)
+		var m Message
+		err := Decode(frames, &m, nil)
+		if err != nil {
+			if r := decodeguard.ReasonOf(err); !r.Valid() || r == decodeguard.ReasonDecoderPanic {
+				t.Fatalf("unclassified or panic: %v", err)
+			}
+			return
+		}
+		// The one-pass checks are never weaker than decodeguard.Scan's.
+		scanLim := decodeguard.Limits{AllowExt: decodeguard.ExtTypes{}.With(ExtRawView)}
+		if err := decodeguard.Scan(frames[0], &scanLim); err != nil {
+			t.Fatalf("Decode accepted a body decodeguard.Scan refuses: %v", err)
+		}
+		if len(m.Outputs) != m.OutputsLen {
+			t.Fatalf("%d outputs, header says %d", len(m.Outputs), m.OutputsLen)
+		}
+		var e1, e2 Encoder
+		f1 := e1.Encode(&m)
+		var m2 Message
+		if err := Decode(f1, &m2, nil); err != nil {
+			t.Fatalf("re-encoded message does not decode: %v", err)
+		}
+		f2 := e2.Encode(&m2)
+		if len(f1) != len(f2) {
+			t.Fatalf("re-encode: %d frames then %d", len(f1), len(f2))
+		}
+		for i := range f1 {
+			if !bytes.Equal(f1[i], f2[i]) {
+				t.Fatalf("frame %d unstable:\n%x\n%x", i, f1[i], f2[i])
+			}
+		}
+	})
+}

@@ -1,0 +1,493 @@
+package enginecore
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"runtime/debug"
+	"unicode/utf8"
+
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// OutputsFields is the number of fields of vLLM's EngineCoreOutputs struct
+// the decoders know: engine_index, outputs, scheduler_stats, timestamp,
+// utility_output, finished_requests, wave_complete, start_wave.
+const OutputsFields = 8
+
+// MaxWave is the largest wave number accepted from the wire. A wave_complete
+// of w moves the coordinator to wave w+1, so w must leave room for that.
+const MaxWave = math.MaxInt64 - 1
+
+// Header is the coordinator's view of vLLM's EngineCoreOutputs: every
+// top-level field, with the request outputs, the utility output and the
+// finished request ids counted or flagged rather than kept. [Message]
+// embeds it and keeps them.
+//
+// On the wire EngineCoreOutputs is a msgspec Struct with array_like=True
+// and omit_defaults=True: an array in field order,
+//
+//	[engine_index int = 0, outputs [EngineCoreOutput] = [],
+//	 scheduler_stats SchedulerStats|nil = nil, timestamp float = 0.0,
+//	 utility_output UtilityOutput|nil = nil, finished_requests [str]|nil = nil,
+//	 wave_complete int|nil = nil, start_wave int|nil = nil]
+//
+// from which trailing fields equal to their defaults are dropped.
+//
+// The zero value is the message with every field at its default. Decoding
+// into a reused value allocates nothing.
+type Header struct {
+	// Fields is the number of array elements the frame carried (0 to 8 for
+	// the current struct; more from a newer vLLM, whose extra trailing
+	// fields are skipped as msgspec does). Encoders ignore it.
+	Fields int
+
+	// EngineIndex is the sending engine's data-parallel rank.
+	EngineIndex int64
+	// OutputsLen is the number of request outputs (EngineCoreOutput).
+	OutputsLen int
+
+	// HasStats reports whether scheduler_stats was present (not nil).
+	HasStats bool
+	// Stats is the decoded scheduler_stats when HasStats is set.
+	Stats SchedulerStats
+
+	// Timestamp is the engine's time.monotonic() when it built the message,
+	// in seconds.
+	Timestamp float64
+
+	// HasUtilityOutput reports whether utility_output was present (not nil).
+	HasUtilityOutput bool
+
+	// HasFinishedRequests reports whether finished_requests was present (an
+	// array, possibly empty); FinishedRequests is its length.
+	HasFinishedRequests bool
+	FinishedRequests    int
+
+	// HasWaveComplete reports whether wave_complete was present; rank 0 sends
+	// it when the engines have paused at the end of wave WaveComplete.
+	HasWaveComplete bool
+	WaveComplete    int64
+
+	// HasStartWave reports whether start_wave was present; an engine sends it
+	// when it got a request for wave StartWave while paused or behind.
+	HasStartWave bool
+	StartWave    int64
+}
+
+// SchedulerStats is the part of vLLM's SchedulerStats (vllm/v1/metrics/
+// stats.py) that zmqguard reads. On the wire it is a Python dataclass,
+// which msgspec encodes as a map keyed by field name with every field. It is
+// decoded by key: unknown keys are skipped (the field set changes between
+// vLLM releases: prefix_cache_stats, spec_decoding_stats, kv_connector_stats,
+// cudagraph_stats, perf_stats and the rest are skipped without being
+// inspected), missing keys keep their zero value (the dataclass defaults),
+// and a repeated key's last value wins.
+type SchedulerStats struct {
+	// NumRunningReqs is num_running_reqs, the length of the running queue.
+	NumRunningReqs int64
+	// NumWaitingReqs is num_waiting_reqs, the length of the waiting queue.
+	NumWaitingReqs int64
+	// NumSkippedWaitingReqs is num_skipped_waiting_reqs (newer releases).
+	NumSkippedWaitingReqs int64
+	// StepCounter is step_counter, the engine's step within its current wave
+	// (reset to 0 when the wave ends).
+	StepCounter int64
+	// CurrentWave is current_wave, the engine's wave when it took the stats.
+	CurrentWave int64
+	// KVCacheUsage is kv_cache_usage, the fraction of KV cache blocks in use.
+	KVCacheUsage float64
+	// EncoderCacheUsage is encoder_cache_usage (some releases).
+	EncoderCacheUsage float64
+}
+
+// The SchedulerStats keys zmqguard reads.
+const (
+	keyNumRunningReqs        = "num_running_reqs"
+	keyNumWaitingReqs        = "num_waiting_reqs"
+	keyNumSkippedWaitingReqs = "num_skipped_waiting_reqs"
+	keyStepCounter           = "step_counter"
+	keyCurrentWave           = "current_wave"
+	keyKVCacheUsage          = "kv_cache_usage"
+	keyEncoderCacheUsage     = "encoder_cache_usage"
+)
+
+// wireError classifies a decode failure of the object starting at `at`, a
+// suffix of orig. The reason is ReasonValidate for an integer too large for
+// int64 (the shape is right, the value is not) and ReasonDecode otherwise.
+// detail names the field, never its bytes; cause is msgp's error, whose
+// text names msgpack types only.
+func wireError(orig, at []byte, detail string, cause error) error {
+	r := decodeguard.ReasonDecode
+	if _, ok := cause.(msgp.UintOverflow); ok {
+		r = decodeguard.ReasonValidate
+		detail += ": integer out of range"
+		cause = nil
+	}
+	return &decodeguard.Error{Reason: r, Detail: detail, Offset: len(orig) - len(at), Err: cause}
+}
+
+// rebase moves the offset of a classified error from a sub-decoder, relative
+// to at, to be relative to orig.
+func rebase(err error, orig, at []byte) error {
+	var e *decodeguard.Error
+	if errors.As(err, &e) && e.Offset >= 0 {
+		e.Offset += len(orig) - len(at)
+	}
+	return err
+}
+
+// readFloat reads a msgpack float64 or float32 or, as msgspec accepts for a
+// float field, an integer.
+func readFloat(b []byte) (float64, []byte, error) {
+	if len(b) >= 9 && b[0] == 0xcb { // float64, what vLLM sends
+		return math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:], nil
+	}
+	switch msgp.NextType(b) {
+	case msgp.Float64Type, msgp.Float32Type:
+		return msgp.ReadFloat64Bytes(b)
+	case msgp.IntType:
+		i, o, err := msgp.ReadInt64Bytes(b)
+		return float64(i), o, err
+	case msgp.UintType:
+		u, o, err := msgp.ReadUint64Bytes(b)
+		return float64(u), o, err
+	case msgp.InvalidType:
+		if len(b) == 0 {
+			return 0, b, msgp.ErrShortBytes
+		}
+	}
+	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
+}
+
+// readInt reads an integer (any msgpack width, not bool, not float).
+func readInt(b []byte) (int64, []byte, error) {
+	if len(b) > 0 && b[0] <= 0x7f { // positive fixint, the common case
+		return int64(b[0]), b[1:], nil
+	}
+	return msgp.ReadInt64Bytes(b)
+}
+
+// readOptInt reads nil (present=false) or an integer.
+func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
+	if msgp.IsNil(b) {
+		return 0, false, b[1:], nil
+	}
+	v, o, err = readInt(b)
+	return v, err == nil, o, err
+}
+
+// UnmarshalMsg decodes one EngineCoreOutputs from the front of b and returns
+// the bytes after it. It resets h first, so fields the frame omits read as
+// vLLM's defaults rather than the previous message's values.
+//
+// It accepts an array of any length: missing trailing fields take their
+// defaults, and fields beyond the eight it knows are skipped, as msgspec's
+// array_like decoding does. Types are checked as msgspec checks them:
+// engine_index, wave_complete and start_wave are integers (any msgpack
+// width, not bool, not float); timestamp is a float or an integer; outputs
+// is an array (its elements are skipped); scheduler_stats is nil or a map
+// decoded by [SchedulerStats.UnmarshalMsg]; utility_output is nil or any
+// object (skipped); finished_requests is nil or an array of str.
+//
+// Errors are *[decodeguard.Error]s: ReasonDecode for a wrong shape or type,
+// ReasonValidate for an integer beyond int64. Values are not range-checked
+// here; see [Header.Validate]. UnmarshalMsg does not check str contents for
+// valid UTF-8: [DecodeHeader] runs decodeguard.Scan, which does. On error,
+// h is partly filled and the returned slice is b.
+func (h *Header) UnmarshalMsg(b []byte) ([]byte, error) {
+	return h.unmarshal(b, nil)
+}
+
+// unmarshal is UnmarshalMsg; with a non-nil full it also decodes the
+// outputs, the utility output and the finished request ids into full.
+func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
+	*h = Header{}
+	orig := b
+	if len(b) > 0 && msgp.NextType(b) != msgp.ArrayType {
+		// The common junk frame (a port scanner's int, say): no msgp error
+		// value to build.
+		return orig, wireError(orig, orig, "EngineCoreOutputs: want an array", nil)
+	}
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return orig, wireError(orig, orig, "EngineCoreOutputs: want an array", err)
+	}
+	h.Fields = int(n)
+	if full != nil {
+		if err := full.take(orig, orig, int(n), len(b)); err != nil {
+			return orig, err
+		}
+	}
+	for i := uint32(0); i < n; i++ {
+		at := b
+		var detail string
+		switch i {
+		case 0:
+			detail = "EngineCoreOutputs.engine_index: want an int"
+			h.EngineIndex, b, err = readInt(b)
+		case 1:
+			detail = "EngineCoreOutputs.outputs: want an array"
+			var k uint32
+			k, b, err = msgp.ReadArrayHeaderBytes(b)
+			h.OutputsLen = int(k)
+			if err == nil && full != nil {
+				if err = full.take(orig, at, int(k), len(b)); err != nil {
+					return orig, err
+				}
+				b, err = full.outputs(orig, b, int(k))
+				if err != nil {
+					return orig, err
+				}
+				break
+			}
+			for j := uint32(0); err == nil && j < k; j++ {
+				b, err = msgp.Skip(b)
+			}
+		case 2:
+			if msgp.IsNil(b) {
+				b = b[1:]
+				break
+			}
+			h.HasStats = true
+			b, err = h.Stats.unmarshal(b, full)
+			if err != nil {
+				return orig, rebase(err, orig, at)
+			}
+		case 3:
+			detail = "EngineCoreOutputs.timestamp: want a float"
+			h.Timestamp, b, err = readFloat(b)
+		case 4:
+			detail = "EngineCoreOutputs.utility_output: malformed"
+			if msgp.IsNil(b) {
+				b = b[1:]
+				break
+			}
+			h.HasUtilityOutput = true
+			if full != nil {
+				b, err = full.utility(orig, b)
+				if err != nil {
+					return orig, err
+				}
+				break
+			}
+			b, err = msgp.Skip(b)
+		case 5:
+			detail = "EngineCoreOutputs.finished_requests: want nil or an array of str"
+			if msgp.IsNil(b) {
+				b = b[1:]
+				break
+			}
+			var k uint32
+			k, b, err = msgp.ReadArrayHeaderBytes(b)
+			if full != nil && err == nil {
+				full.m.FinishedRequestIDs = full.m.FinishedRequestIDs[:0]
+				if err = full.take(orig, at, int(k), len(b)); err != nil {
+					return orig, err
+				}
+			}
+			for j := uint32(0); err == nil && j < k; j++ {
+				var s []byte
+				s, b, err = msgp.ReadStringZC(b)
+				if full != nil && err == nil {
+					if !utf8.Valid(s) {
+						return orig, failf(orig, at, decodeguard.ReasonDecode, "EngineCoreOutputs.finished_requests: str is not valid UTF-8")
+					}
+					full.m.FinishedRequestIDs = append(full.m.FinishedRequestIDs, s)
+				}
+			}
+			h.HasFinishedRequests, h.FinishedRequests = true, int(k)
+		case 6:
+			detail = "EngineCoreOutputs.wave_complete: want nil or an int"
+			h.WaveComplete, h.HasWaveComplete, b, err = readOptInt(b)
+		case 7:
+			detail = "EngineCoreOutputs.start_wave: want nil or an int"
+			h.StartWave, h.HasStartWave, b, err = readOptInt(b)
+		default:
+			detail = "EngineCoreOutputs: malformed extra field"
+			if full != nil {
+				b, err = full.skip(orig, b)
+				if err != nil {
+					return orig, err
+				}
+				break
+			}
+			b, err = msgp.Skip(b)
+		}
+		if err != nil {
+			return orig, wireError(orig, at, detail, err)
+		}
+	}
+	return b, nil
+}
+
+// UnmarshalMsg decodes one SchedulerStats map from the front of b and returns
+// the bytes after it. It resets s first. Keys must be str (msgspec decodes
+// a dataclass from str keys only); the counts are integers and the usages
+// floats or integers, as msgspec checks them; other keys' values are skipped
+// unread. Errors are classified as by [Header.UnmarshalMsg], with offsets
+// relative to b.
+func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
+	return s.unmarshal(b, nil)
+}
+
+// unmarshal is UnmarshalMsg; with a non-nil full (whose input was not
+// pre-scanned) keys are checked for UTF-8 and skipped values are scanned.
+func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
+	*s = SchedulerStats{}
+	orig := b
+	n, b, err := msgp.ReadMapHeaderBytes(b)
+	if err != nil {
+		return orig, wireError(orig, orig, "EngineCoreOutputs.scheduler_stats: want nil or a map", err)
+	}
+	if full != nil {
+		if err := full.take(orig, orig, 2*int(n), len(b)); err != nil {
+			return orig, err
+		}
+	}
+	for i := uint32(0); i < n; i++ {
+		at := b
+		var key []byte
+		key, b, err = msgp.ReadStringZC(b)
+		if err != nil {
+			return orig, wireError(orig, at, "SchedulerStats: key is not a str", err)
+		}
+		if full != nil && !utf8.Valid(key) {
+			return orig, failf(orig, at, decodeguard.ReasonDecode, "SchedulerStats: key is not valid UTF-8")
+		}
+		at = b
+		var detail string
+		switch string(key) {
+		case keyNumRunningReqs:
+			detail = "SchedulerStats.num_running_reqs: want an int"
+			s.NumRunningReqs, b, err = readInt(b)
+		case keyNumWaitingReqs:
+			detail = "SchedulerStats.num_waiting_reqs: want an int"
+			s.NumWaitingReqs, b, err = readInt(b)
+		case keyNumSkippedWaitingReqs:
+			detail = "SchedulerStats.num_skipped_waiting_reqs: want an int"
+			s.NumSkippedWaitingReqs, b, err = readInt(b)
+		case keyStepCounter:
+			detail = "SchedulerStats.step_counter: want an int"
+			s.StepCounter, b, err = readInt(b)
+		case keyCurrentWave:
+			detail = "SchedulerStats.current_wave: want an int"
+			s.CurrentWave, b, err = readInt(b)
+		case keyKVCacheUsage:
+			detail = "SchedulerStats.kv_cache_usage: want a float"
+			s.KVCacheUsage, b, err = readFloat(b)
+		case keyEncoderCacheUsage:
+			detail = "SchedulerStats.encoder_cache_usage: want a float"
+			s.EncoderCacheUsage, b, err = readFloat(b)
+		default:
+			detail = "SchedulerStats: malformed value"
+			if full != nil {
+				if _, b, err = full.raw(orig, b); err != nil {
+					return orig, err
+				}
+				break
+			}
+			b, err = msgp.Skip(b)
+		}
+		if err != nil {
+			return orig, wireError(orig, at, detail, err)
+		}
+	}
+	return b, nil
+}
+
+// Validate checks the values the coordinator and front-ends rely on and
+// returns a ReasonValidate *[decodeguard.Error] for the first one out of
+// range: a negative engine_index, a wave_complete or start_wave outside
+// [0, MaxWave], or scheduler stats that fail [SchedulerStats.Validate].
+func (h *Header) Validate() error {
+	switch {
+	case h.EngineIndex < 0:
+		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.engine_index is negative")
+	case h.HasWaveComplete && (h.WaveComplete < 0 || h.WaveComplete > MaxWave):
+		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.wave_complete out of range")
+	case h.HasStartWave && (h.StartWave < 0 || h.StartWave > MaxWave):
+		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.start_wave out of range")
+	case h.HasStats:
+		return h.Stats.Validate()
+	}
+	return nil
+}
+
+// Validate returns a ReasonValidate *[decodeguard.Error] when a count, the
+// step counter or the wave is negative, or a cache usage is NaN, infinite or
+// negative.
+func (s *SchedulerStats) Validate() error {
+	switch {
+	case s.NumRunningReqs < 0, s.NumWaitingReqs < 0, s.NumSkippedWaitingReqs < 0:
+		return decodeguard.NewError(decodeguard.ReasonValidate, "SchedulerStats: negative request count")
+	case s.StepCounter < 0:
+		return decodeguard.NewError(decodeguard.ReasonValidate, "SchedulerStats.step_counter is negative")
+	case s.CurrentWave < 0:
+		return decodeguard.NewError(decodeguard.ReasonValidate, "SchedulerStats.current_wave is negative")
+	case !usageOK(s.KVCacheUsage):
+		return decodeguard.NewError(decodeguard.ReasonValidate, "SchedulerStats.kv_cache_usage is not a finite non-negative number")
+	case !usageOK(s.EncoderCacheUsage):
+		return decodeguard.NewError(decodeguard.ReasonValidate, "SchedulerStats.encoder_cache_usage is not a finite non-negative number")
+	}
+	return nil
+}
+
+func usageOK(f float64) bool { return f >= 0 && f <= math.MaxFloat64 }
+
+var errNilDestination = errors.New("enginecore: decode called with a nil destination")
+
+// DecodeHeader is the guarded one-frame decode the coordinator uses: b into
+// dst (which it resets) with decodeguard.Scan under lim (nil means
+// decodeguard's defaults, which refuse every ext type, so a message with
+// arrays is refused), then [Header.UnmarshalMsg], then [Header.Validate].
+// It returns nil or a classified *[decodeguard.Error]:
+//
+//   - the Scan error (ReasonDecode: not well-formed msgpack, invalid UTF-8, a
+//     composite map key, an ext type, trailing bytes...; ReasonOversize:
+//     over 1 MiB, nested deeper than 32, too many objects);
+//   - ReasonDecode for a wrong shape or type, ReasonValidate for a value out
+//     of range (an integer beyond int64, a negative index, count or wave, a
+//     NaN usage);
+//   - ReasonDecoderPanic if the decoder panicked (it is not known to; the
+//     recover is the frame boundary).
+//
+// A valid frame into a reused dst allocates nothing. A nil dst is a
+// programming error and yields an unclassified error.
+func DecodeHeader(b []byte, lim *decodeguard.Limits, dst *Header) error {
+	if dst == nil {
+		return errNilDestination
+	}
+	if err := decodeguard.Scan(b, lim); err != nil {
+		*dst = Header{}
+		return err
+	}
+	if err := unmarshalHeader(b, dst); err != nil {
+		return err
+	}
+	return dst.Validate()
+}
+
+func unmarshalHeader(b []byte, dst *Header) (err error) {
+	defer recoverPanic(&err)
+	rest, err := dst.UnmarshalMsg(b)
+	if err == nil && len(rest) != 0 {
+		err = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "bytes left after EngineCoreOutputs", Offset: len(b) - len(rest)}
+	}
+	return err
+}
+
+// recoverPanic, deferred, turns a decoder panic into a ReasonDecoderPanic
+// error: the frame boundary, as in package loop.
+func recoverPanic(err *error) {
+	if r := recover(); r != nil {
+		*err = &decodeguard.Error{
+			Reason: decodeguard.ReasonDecoderPanic,
+			Detail: "EngineCoreOutputs decoder panicked",
+			Offset: -1,
+			Err:    &decodeguard.PanicError{Value: r, Stack: debug.Stack()},
+		}
+	}
+}

@@ -1,0 +1,169 @@
+package enginecore
+
+// Message is one complete EngineCoreOutputs message: the [Header] plus the
+// request outputs, the utility output and the finished request ids.
+// [Decode] fills it from the frames; [Encoder] writes it.
+//
+// Decoding into a reused Message reuses every slice it holds (Outputs and,
+// per output, the token ids, events and array shapes), so once the slices
+// have grown to the largest message seen, a decode allocates nothing.
+// Every []byte points into the decoded frames (see the package doc).
+type Message struct {
+	Header
+	// Outputs are the request outputs (len(Outputs) == OutputsLen).
+	Outputs []Output
+	// Utility is the utility output, when HasUtilityOutput is set.
+	Utility UtilityOutput
+	// FinishedRequestIDs are finished_requests' ids, when
+	// HasFinishedRequests is set.
+	FinishedRequestIDs [][]byte
+
+	used []uint64 // aux frames referenced so far, one bit per frame
+}
+
+// Raw is the msgpack encoding of a sub-object zmqguard does not interpret
+// (kv_transfer_params, trace_headers, a utility result...), validated by
+// decodeguard.Scan and pointing into the frame. nil means the field was
+// absent (msgpack nil on the wire).
+type Raw []byte
+
+// FinishReason is vLLM's FinishReason (an IntEnum on the wire).
+type FinishReason int64
+
+// vLLM's finish reasons.
+const (
+	FinishStop       FinishReason = 0
+	FinishLength     FinishReason = 1
+	FinishAbort      FinishReason = 2
+	FinishError      FinishReason = 3
+	FinishRepetition FinishReason = 4
+)
+
+// Output is one EngineCoreOutput: the new tokens (and whatever else) of one
+// request in one engine step. On the wire it is an array_like,
+// omit_defaults msgspec struct; only request_id and new_token_ids are
+// required, and fields after the 17 known here are skipped.
+type Output struct {
+	// Fields is the number of array elements on the wire. Encoders ignore
+	// it.
+	Fields int
+	// RequestID is request_id.
+	RequestID []byte
+	// NewTokenIDs is new_token_ids.
+	NewTokenIDs []int64
+	// NewLogprobs is new_logprobs (LogprobsLists), when Present.
+	NewLogprobs Logprobs
+	// NewPromptLogprobs is new_prompt_logprobs_tensors (LogprobsTensors),
+	// when Present.
+	NewPromptLogprobs Logprobs
+	// PoolingOutput is pooling_output (a tensor), unless IsNil.
+	PoolingOutput Array
+	// HasFinishReason reports that finish_reason was set: the request
+	// finished with FinishReason.
+	HasFinishReason bool
+	FinishReason    FinishReason
+	// StopReason is stop_reason: nil, an int (a stop token) or a str (a
+	// stop string).
+	StopReason StopReason
+	// HasEvents reports that events was a list (possibly empty).
+	HasEvents bool
+	Events    []Event
+	// KVTransferParams, ECTransferParams, TraceHeaders and PrefillStats are
+	// kv_transfer_params, ec_transfer_params, trace_headers and
+	// prefill_stats, uninterpreted.
+	KVTransferParams Raw
+	ECTransferParams Raw
+	TraceHeaders     Raw
+	PrefillStats     Raw
+	// RoutedExperts is routed_experts (an ndarray), unless IsNil.
+	RoutedExperts Array
+	// NumNaNsInLogits is num_nans_in_logits (default 0).
+	NumNaNsInLogits int64
+	// MMCacheMissHashes is mm_cache_miss_hashes ([str]), uninterpreted.
+	MMCacheMissHashes Raw
+	// NewSamplingMask is new_sampling_mask, when Present.
+	NewSamplingMask SamplingMask
+	// SpecDecodeMetrics is spec_decode_metrics, uninterpreted.
+	SpecDecodeMetrics Raw
+
+	clean bool // the decoder left every field after new_token_ids clear
+}
+
+// Logprobs is LogprobsLists (new_logprobs) or LogprobsTensors
+// (new_prompt_logprobs_tensors): [logprob_token_ids [n, k+1],
+// logprobs [n, k+1], sampled_token_ranks [n], cu_num_generated_tokens
+// [int]|nil], the last field only in the four-field form.
+type Logprobs struct {
+	// Present reports that the field was set (not nil).
+	Present bool
+	// Fields is the tuple's length on the wire (3 or 4). The encoder writes
+	// 4 fields when Fields is 4 or HasCuNumGenerated is set, else 3.
+	Fields       int
+	TokenIDs     Array
+	Logprobs     Array
+	SampledRanks Array
+	// HasCuNumGenerated reports that cu_num_generated_tokens was a list.
+	HasCuNumGenerated bool
+	CuNumGenerated    []int64
+}
+
+// SamplingMask is new_sampling_mask (SamplingMaskLists): [token_ids,
+// offsets|nil, cu_num_generated_tokens [int]|nil, logprobs|nil], arrays
+// except the third; older engines send the first three only.
+type SamplingMask struct {
+	Present           bool
+	Fields            int
+	TokenIDs          Array
+	Offsets           Array
+	HasCuNumGenerated bool
+	CuNumGenerated    []int64
+	Logprobs          Array
+}
+
+// EventType is EngineCoreEventType.
+type EventType int64
+
+// vLLM's engine-core event types.
+const (
+	EventQueued    EventType = 1
+	EventScheduled EventType = 2
+	EventPreempted EventType = 3
+)
+
+// Event is one EngineCoreEvent: a msgspec struct encoded as a map
+// {"type": int, "timestamp": float}.
+type Event struct {
+	Type      EventType
+	Timestamp float64
+}
+
+// StopKind says which form a stop_reason took.
+type StopKind uint8
+
+// The forms of stop_reason.
+const (
+	StopNone StopKind = iota // nil
+	StopInt                  // a stop token id
+	StopStr                  // a stop string
+)
+
+// StopReason is stop_reason: nil, an int or a str.
+type StopReason struct {
+	Kind StopKind
+	Int  int64
+	Str  []byte
+}
+
+// UtilityOutput is the reply to a utility call: [call_id, failure_message
+// str|nil, result [type_info, value]|nil], all three always on the wire.
+type UtilityOutput struct {
+	CallID uint64
+	// HasFailure reports that failure_message was set: the call failed.
+	HasFailure     bool
+	FailureMessage []byte
+	// HasResult reports that result was set; ResultType is its type_info
+	// (nil or a type description) and Result the value, both uninterpreted.
+	HasResult  bool
+	ResultType Raw
+	Result     Raw
+}

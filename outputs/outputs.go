@@ -1,0 +1,388 @@
+// Package outputs is the API front-end's side of vLLM's engine output
+// stream: a guarded PULL socket that engines connect to and PUSH
+// EngineCoreOutputs messages into, under a SafeLoop (package loop) that no
+// frame can end.
+//
+// vLLM's front-end ends its output task on the first frame it cannot
+// decode (a port scanner's "\x45": "Expected `array`, got `int`"), and the
+// engine client with it. A [Receiver] instead decodes every message in full
+// with package enginecore (arrays as zero-copy views into the frames, aux
+// frames checked), drops and counts what is wrong by reason, per engine
+// where the connection is known, and hands each valid message to the
+// handler in the order its engine sent it.
+//
+// ENGINE_CORE_DEAD, the single frame an engine sends when it fails, is not
+// junk: it is a real signal. It reaches Config.OnEngineDead, or, when that
+// is nil, ends Run with an *[EngineDeadError] (errors.Is(err,
+// ErrEngineDead)), which is what vLLM's client does.
+//
+// A message is attributed to an engine by its engine_index; a junk message
+// or the sentinel, which carry none, by the connection it came on, once that
+// connection has sent one valid message. Drops from connections that never
+// did are counted as unattributed.
+package outputs
+
+import (
+	"bytes"
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
+)
+
+// EngineCoreDead is the frame an engine core sends on its output socket
+// when it dies (vLLM's EngineCoreProc.ENGINE_CORE_DEAD).
+var EngineCoreDead = []byte("ENGINE_CORE_DEAD")
+
+// ErrEngineDead matches, under errors.Is, every *[EngineDeadError].
+var ErrEngineDead = errors.New("outputs: engine core died (ENGINE_CORE_DEAD)")
+
+// EngineDeadError reports an engine's ENGINE_CORE_DEAD.
+type EngineDeadError struct {
+	// Engine is the engine's index, or -1 when its connection had not sent
+	// a valid message before.
+	Engine int64
+	// Peer is the connection's address.
+	Peer string
+	// Time is when the sentinel arrived.
+	Time time.Time
+}
+
+// Error implements error.
+func (e *EngineDeadError) Error() string {
+	eng := "an unknown engine"
+	if e.Engine >= 0 {
+		eng = "engine " + strconv.FormatInt(e.Engine, 10)
+	}
+	return "outputs: " + eng + " (" + e.Peer + ") sent ENGINE_CORE_DEAD"
+}
+
+// Is makes errors.Is(err, ErrEngineDead) true.
+func (e *EngineDeadError) Is(target error) bool { return target == ErrEngineDead }
+
+// Handler receives each valid message. m and everything in it (request
+// ids, array data) alias the frames and are valid only until it returns.
+// A nil return goes on; a classified *decodeguard.Error drops the message
+// under its reason; any other error ends Run.
+type Handler func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error
+
+// Config configures a [Receiver]. The zero value of every field is a safe
+// default, except Handler, which is required.
+type Config struct {
+	// Name names the receiver in logs and errors (default "outputs").
+	Name string
+	// Logger receives drop and peer lines; nil means slog.Default().
+	Logger *slog.Logger
+	// Release is the vLLM release the engines run (zero value: vllm.Latest).
+	// Every release's EngineCoreOutputs shape decodes (missing trailing
+	// fields take their defaults, newer ones are skipped), so no field set
+	// depends on it today; it is reported in Stats.
+	Release vllm.Release
+	// Socket configures the PULL socket: start from [DefaultSocketOptions].
+	// Zero fields take socket's defaults, except Guard.MaxFrames, which
+	// defaults to enginecore.DefaultMaxFrames (vLLM sends one aux frame per
+	// large array; socket.DefaultOptions' 64 frames refuses a busy step
+	// with logprobs, and New logs a warning for a limit that low).
+	Socket socket.Options
+	// Limits bounds the decode. Zero fields take enginecore's defaults;
+	// Limits.Scan.MaxBytes 0 means the socket's message size limit.
+	Limits enginecore.Limits
+	// Engines, when positive, is the number of engines: a message whose
+	// engine_index is not in [0, Engines) is dropped (ReasonUnknownRank).
+	Engines int
+	// Handler receives each valid message (required).
+	Handler Handler
+	// OnEngineDead is called for each ENGINE_CORE_DEAD. When nil, the
+	// sentinel ends Run with an *EngineDeadError.
+	OnEngineDead func(EngineDeadError)
+	// OnDrop, if set, is called for every dropped message (synchronously;
+	// it must not block).
+	OnDrop func(loop.Drop)
+}
+
+// DefaultSocketOptions returns socket.DefaultOptions with the frame limit
+// raised to enginecore.DefaultMaxFrames, as an engine output socket needs.
+func DefaultSocketOptions() socket.Options {
+	o := socket.DefaultOptions()
+	o.Guard.MaxFrames = enginecore.DefaultMaxFrames
+	return o
+}
+
+// MaxTrackedEngines bounds the per-engine statistics: engine indices seen
+// beyond this many distinct ones are counted in the totals only.
+const MaxTrackedEngines = 1024
+
+// maxTrackedPeers bounds the connection-to-engine map (a variable for
+// tests).
+var maxTrackedPeers = 4096
+
+// EngineStats are one engine's counters.
+type EngineStats struct {
+	Engine int64 `json:"engine"`
+	// Messages and Outputs count the valid messages and the request outputs
+	// in them.
+	Messages uint64 `json:"messages"`
+	Outputs  uint64 `json:"outputs"`
+	// Dropped counts drops by reason from this engine's connections.
+	Dropped decodeguard.Counts `json:"dropped"`
+	// Dead reports that the engine sent ENGINE_CORE_DEAD.
+	Dead bool `json:"dead"`
+}
+
+// Stats is a snapshot of a Receiver's counters.
+type Stats struct {
+	Release string `json:"release"`
+	// Received counts every message taken off the socket.
+	Received uint64 `json:"received"`
+	// Messages counts valid EngineCoreOutputs handed to the handler,
+	// Outputs the request outputs in them.
+	Messages uint64 `json:"messages"`
+	Outputs  uint64 `json:"outputs"`
+	// EngineDead counts ENGINE_CORE_DEAD sentinels.
+	EngineDead uint64 `json:"engine_dead"`
+	// Dropped counts dropped messages by reason (all engines).
+	Dropped decodeguard.Counts `json:"dropped"`
+	// Unattributed counts the drops from connections that had not sent a
+	// valid message.
+	Unattributed decodeguard.Counts `json:"unattributed"`
+	// Violations counts refused connections by reason (the socket's).
+	Violations decodeguard.Counts `json:"violations"`
+	// Engines are the per-engine counters, by engine index.
+	Engines []EngineStats `json:"engines"`
+}
+
+// item is the loop's value: a message or the sentinel.
+type item struct {
+	dead bool
+	m    enginecore.Message
+}
+
+// Receiver is the guarded output socket. Create it with [New], Bind it, and
+// Run it.
+type Receiver struct {
+	cfg  Config
+	sock *socket.Socket
+	lp   *loop.Loop[item]
+	lim  enginecore.Limits
+
+	mu           sync.Mutex
+	engines      map[int64]*EngineStats
+	peers        map[uint64]int64    // connection id -> engine index
+	gone         map[uint64]struct{} // connections in peers that have disconnected
+	messages     uint64
+	outputs      uint64
+	dead         uint64
+	unattributed decodeguard.Counts
+}
+
+// New returns a Receiver with a PULL socket configured by cfg. It binds
+// nothing yet: call Bind.
+func New(cfg Config) (*Receiver, error) {
+	if cfg.Handler == nil {
+		return nil, errors.New("outputs: Config.Handler is required")
+	}
+	if cfg.Engines < 0 {
+		return nil, fmt.Errorf("outputs: Config.Engines must not be negative (got %d)", cfg.Engines)
+	}
+	if cfg.Name == "" {
+		cfg.Name = "outputs"
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	so := cfg.Socket
+	if so.Guard.MaxFrames == 0 {
+		so.Guard.MaxFrames = enginecore.DefaultMaxFrames
+	}
+	if so.Logger == nil {
+		so.Logger = cfg.Logger
+	}
+	if so.Guard.MaxFrames < enginecore.DefaultMaxFrames {
+		cfg.Logger.Warn("outputs: the socket's frame limit is low for engine outputs; messages with more aux frames are refused",
+			"loop", cfg.Name, "max_frames", so.Guard.MaxFrames, "suggested", enginecore.DefaultMaxFrames)
+	}
+	var r *Receiver
+	userEvent := so.OnEvent
+	so.OnEvent = func(ev socket.Event) {
+		if ev.Kind == socket.EventDisconnected && ev.Peer != nil && r != nil {
+			r.departed(ev.Peer.ID())
+		}
+		if userEvent != nil {
+			userEvent(ev)
+		}
+	}
+	s, err := socket.NewPull(so)
+	if err != nil {
+		return nil, err
+	}
+	r = &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
+		engines: make(map[int64]*EngineStats), peers: make(map[uint64]int64), gone: make(map[uint64]struct{})}
+	if r.lim.Scan.MaxBytes <= 0 {
+		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
+	}
+	if r.lim.MaxFrames <= 0 {
+		r.lim.MaxFrames = s.Options().Guard.MaxFrames
+	}
+	r.lp, err = loop.New(s, loop.Config[item]{
+		Name:    cfg.Name,
+		Logger:  cfg.Logger,
+		Decode:  r.decode,
+		Handler: r.handle,
+		OnDrop:  r.onDrop,
+	})
+	if err != nil {
+		s.Close()
+		return nil, err
+	}
+	return r, nil
+}
+
+// Bind binds the PULL socket to endpoint (engines connect to it). It may
+// be called more than once.
+func (r *Receiver) Bind(endpoint string) error { return r.sock.Bind(endpoint) }
+
+// Endpoint returns the first bound endpoint with its actual port.
+func (r *Receiver) Endpoint() string { return r.sock.Endpoint() }
+
+// Run receives until ctx ends (nil), Close (loop.ErrLoopClosed), an
+// ENGINE_CORE_DEAD without OnEngineDead (an error matching ErrEngineDead),
+// or a handler error that is not classified.
+func (r *Receiver) Run(ctx context.Context) error { return r.lp.Run(ctx) }
+
+// Close closes the socket; a running Run returns.
+func (r *Receiver) Close() error {
+	err := r.lp.Close()
+	if e := r.sock.Close(); err == nil {
+		err = e
+	}
+	return err
+}
+
+func (r *Receiver) decode(frames [][]byte, dst *item) error {
+	dst.dead = false
+	if len(frames) == 1 && bytes.Equal(frames[0], EngineCoreDead) {
+		dst.dead = true
+		return nil
+	}
+	if err := enginecore.Decode(frames, &dst.m, &r.lim); err != nil {
+		return err
+	}
+	if r.cfg.Engines > 0 && dst.m.EngineIndex >= int64(r.cfg.Engines) {
+		return decodeguard.NewError(decodeguard.ReasonUnknownRank,
+			"EngineCoreOutputs.engine_index "+strconv.FormatInt(dst.m.EngineIndex, 10)+" is not below "+strconv.Itoa(r.cfg.Engines))
+	}
+	return nil
+}
+
+// engine returns the stats of engine e, or nil when too many are tracked.
+// r.mu is held.
+func (r *Receiver) engine(e int64) *EngineStats {
+	st := r.engines[e]
+	if st == nil && len(r.engines) < MaxTrackedEngines {
+		st = &EngineStats{Engine: e}
+		r.engines[e] = st
+	}
+	return st
+}
+
+func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
+	it := d.Value
+	peer := d.Peer()
+	if it.dead {
+		ev := EngineDeadError{Engine: -1, Peer: peer.Addr(), Time: time.Now()}
+		r.mu.Lock()
+		r.dead++
+		if e, ok := r.peers[peer.ID()]; ok {
+			ev.Engine = e
+			if st := r.engine(e); st != nil {
+				st.Dead = true
+			}
+		}
+		r.mu.Unlock()
+		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", ev.Engine, "peer", ev.Peer)
+		if r.cfg.OnEngineDead == nil {
+			return &ev
+		}
+		r.cfg.OnEngineDead(ev)
+		return nil
+	}
+	m := &it.m
+	r.mu.Lock()
+	r.messages++
+	r.outputs += uint64(len(m.Outputs))
+	if st := r.engine(m.EngineIndex); st != nil {
+		st.Messages++
+		st.Outputs += uint64(len(m.Outputs))
+	}
+	if _, ok := r.peers[peer.ID()]; !ok && len(r.peers) >= maxTrackedPeers {
+		// Forget departed connections only now: a sentinel can still be
+		// queued behind a disconnect, and it needs its engine.
+		for id := range r.gone {
+			delete(r.peers, id)
+		}
+		clear(r.gone)
+	}
+	if _, ok := r.peers[peer.ID()]; ok || len(r.peers) < maxTrackedPeers {
+		r.peers[peer.ID()] = m.EngineIndex
+	}
+	r.mu.Unlock()
+	return r.cfg.Handler(ctx, m, peer)
+}
+
+// departed records that a connection left (socket goroutine).
+func (r *Receiver) departed(id uint64) {
+	r.mu.Lock()
+	if _, ok := r.peers[id]; ok {
+		r.gone[id] = struct{}{}
+	}
+	r.mu.Unlock()
+}
+
+func (r *Receiver) onDrop(d loop.Drop) {
+	r.mu.Lock()
+	e, ok := r.peers[d.Peer.ID()]
+	var st *EngineStats
+	if ok {
+		st = r.engine(e)
+	}
+	if st != nil {
+		st.Dropped[d.Reason]++
+	} else {
+		r.unattributed[d.Reason]++
+	}
+	r.mu.Unlock()
+	if r.cfg.OnDrop != nil {
+		r.cfg.OnDrop(d)
+	}
+}
+
+// Stats returns a snapshot of the counters; Engines is sorted by index.
+func (r *Receiver) Stats() Stats {
+	ls := r.lp.Stats()
+	st := Stats{
+		Release:    r.cfg.Release.String(),
+		Received:   ls.Received,
+		Dropped:    ls.Dropped,
+		Violations: r.sock.Stats().Violations,
+	}
+	r.mu.Lock()
+	st.Messages, st.Outputs, st.EngineDead, st.Unattributed = r.messages, r.outputs, r.dead, r.unattributed
+	st.Engines = make([]EngineStats, 0, len(r.engines))
+	for _, e := range r.engines {
+		st.Engines = append(st.Engines, *e)
+	}
+	r.mu.Unlock()
+	slices.SortFunc(st.Engines, func(a, b EngineStats) int { return cmp.Compare(a.Engine, b.Engine) })
+	return st
+}
