@@ -12,6 +12,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // DefaultStartupLogInterval is how often a coordinator waiting for its
@@ -83,11 +84,10 @@ type Config struct {
 	// MaxEngines bounds the engine count, at start and from
 	// SCALE_ELASTIC_EP (default DefaultMaxEngines).
 	MaxEngines int
-	// PublishKVCacheUsage selects the stats publication layout: false (the
-	// default, PROTOCOL.md's) publishes [waiting, running] per engine, true
-	// [waiting, running, kv_cache_usage] as current vLLM does. See
-	// StateConfig.PublishKVCacheUsage.
-	PublishKVCacheUsage bool
+	// Release is the vLLM release the engines and front-ends run (the zero
+	// value is vllm.Latest): it selects the stats publication layout, the
+	// wake rule and the scale-up rule. See StateConfig.Release.
+	Release vllm.Release
 	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False.
 	DisableWaveCoordination bool
 
@@ -188,7 +188,7 @@ func New(cfg Config) (*Coordinator, error) {
 		StatsInterval:           cfg.StatsInterval,
 		IdleInterval:            cfg.IdleInterval,
 		MaxEngines:              cfg.MaxEngines,
-		PublishKVCacheUsage:     cfg.PublishKVCacheUsage,
+		Release:                 cfg.Release,
 		DisableWaveCoordination: cfg.DisableWaveCoordination,
 	})
 	if err != nil {

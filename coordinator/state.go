@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // Defaults of [StateConfig] and [Config].
@@ -32,13 +33,14 @@ type StateConfig struct {
 	// SCALE_ELASTIC_EP; zero means DefaultMaxEngines, and it may not exceed
 	// MaxEngines.
 	MaxEngines int
-	// PublishKVCacheUsage selects the stats publication layout. False (the
-	// default, PROTOCOL.md's vector): counts are [waiting, running] per
-	// engine, as vLLM front-ends unpack them up to the release that added KV
-	// cache usage to load balancing. True: [waiting, running,
-	// kv_cache_usage], as current vLLM coordinators publish and current
-	// front-ends require. A front-end fails to unpack the other layout.
-	PublishKVCacheUsage bool
+	// Release is the vLLM release the coordinator talks to (the zero value
+	// is vllm.Latest). Its rules select the stats publication layout
+	// (StatsKVCacheUsage: [waiting, running, kv_cache_usage] per engine
+	// since vLLM PR #49204, else [waiting, running]; a front-end fails to
+	// unpack the other layout), what a front-end wake does
+	// (WakeSetsRunning, before vLLM PR #51481) and whether an elastic-EP
+	// scale-up marks the engines paused (ScaleUpPauses). See [State].
+	Release vllm.Release
 	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False
 	// (used when the engines do not run in lockstep): front-end wake-ups and
 	// the engines' wave_complete/start_wave notices are ignored; only stats
@@ -154,20 +156,27 @@ type engineState struct {
 //     outputs or front-end messages before [State.Started], as vLLM does not
 //     poll those sockets until then.
 //   - Stats ([State.OnEngineOutput]): engines[engine_index] =
-//     [num_waiting_reqs, num_running_reqs, kv_cache_usage].
+//     [num_waiting_reqs, num_running_reqs, kv_cache_usage], published with
+//     or without kv_cache_usage as the release's StatsKVCacheUsage says.
 //   - wave_complete = w, when current_wave <= w: current_wave = w+1,
 //     running = false, publish (nil, current_wave, running). Otherwise, if
 //     there is no wave_complete field, start_wave = w, when w > current_wave
 //     or (w == current_wave and not running): current_wave = w, running =
 //     true, START_DP_WAVE(w, exclude = engine_index), publish.
 //   - Front-end wake (exclude, wave) ([State.OnFrontMessage]), when not
-//     running: running = true, START_DP_WAVE(current_wave, exclude) with the
-//     exclusion dropped when wave < current_wave, publish. current_wave is
-//     not taken from the wake.
+//     running: START_DP_WAVE(current_wave, exclude), with the exclusion
+//     dropped when wave < current_wave. current_wave is not taken from the
+//     wake. Under releases whose rules have WakeSetsRunning (before vLLM PR
+//     #51481) the wake also sets running = true and publishes; under later
+//     ones (vllm.Latest) it does neither, since a paused engine discards
+//     START_DP_WAVE: running becomes true only when DP rank 0 reports
+//     start_wave, so a wake during a pause never latches "running".
 //   - SCALE_ELASTIC_EP n: the engine list is cut to n or grown with zeroed
-//     engines; growing it while the engines run sets running = false, as
-//     vLLM does (the new engines start at wave 0, so front-ends must send
-//     wake-ups again), and publishes the wave state.
+//     engines. Under releases whose rules have ScaleUpPauses, growing it
+//     while the engines run sets running = false (the new engines start at
+//     wave 0, so front-ends must send wake-ups again) and publishes the
+//     wave state; the newest vLLM coordinator (vllm.Latest) leaves running
+//     alone.
 //   - A back-publish "\x01" after start-up (an engine re-subscribing, as new
 //     elastic-EP engines do): READY again.
 //   - [State.Tick]: stats are published every StatsInterval while they
@@ -218,6 +227,7 @@ type engineState struct {
 //     publication back indefinitely.
 type State struct {
 	cfg        StateConfig
+	rules      vllm.Rules
 	engines    []engineState
 	wave       int64
 	running    bool
@@ -241,7 +251,7 @@ func NewState(engines int, cfg StateConfig) (*State, error) {
 	if engines < 1 || engines > cfg.MaxEngines {
 		return nil, errors.New("coordinator: engine count out of range")
 	}
-	return &State{cfg: cfg, engines: make([]engineState, engines, max(engines, 8))}, nil
+	return &State{cfg: cfg, rules: cfg.Release.Rules(), engines: make([]engineState, engines, max(engines, 8))}, nil
 }
 
 func (s *State) actions() Actions { return Actions{Wave: s.wave, Running: s.running} }
@@ -348,9 +358,10 @@ func (s *State) OnFrontMessage(msg FrontMsg) (Actions, error) {
 		s.changed = true
 		s.counters.Resizes++
 		a := s.actions()
-		if grow && s.running && !s.cfg.DisableWaveCoordination {
-			// As vLLM: the new engines start at wave 0, so the front-ends
-			// must wake the others when they send them a request.
+		if grow && s.running && s.rules.ScaleUpPauses && !s.cfg.DisableWaveCoordination {
+			// As vLLM before the rule changed: the new engines start at
+			// wave 0, so the front-ends must wake the others when they
+			// send them a request.
 			s.running = false
 			a.Running, a.PublishWave = false, true
 		}
@@ -365,9 +376,11 @@ func (s *State) OnFrontMessage(msg FrontMsg) (Actions, error) {
 			return a, nil
 		}
 		exclude := msg.HasExclude && msg.Wave >= s.wave && msg.Exclude < int64(len(s.engines))
-		s.running = true
 		s.startWave(&a, s.wave, msg.Exclude, exclude)
-		a.PublishWave, a.Running = true, true
+		if s.rules.WakeSetsRunning {
+			s.running = true
+			a.PublishWave, a.Running = true, true
+		}
 		return a, nil
 	}
 	return Actions{}, errFrontKind
@@ -480,10 +493,10 @@ func (s *State) nextTick() time.Time {
 }
 
 // AppendStatsPublish appends the stats publication (counts, current_wave,
-// engines_running) in the layout StateConfig.PublishKVCacheUsage selects, with
+// engines_running) in the layout StateConfig.Release selects, with
 // the current counts, wave and running state.
 func (s *State) AppendStatsPublish(dst []byte) []byte {
-	return appendStatsState(dst, s.engines, s.cfg.PublishKVCacheUsage, s.wave, s.running)
+	return appendStatsState(dst, s.engines, s.rules.StatsKVCacheUsage, s.wave, s.running)
 }
 
 func appendStatsState(dst []byte, engines []engineState, kv bool, wave int64, running bool) []byte {

@@ -9,6 +9,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 func statsMsg(engine, waiting, running, wave, step int64) *EngineCoreOutputs {
@@ -171,8 +172,36 @@ func TestWaveTransitions(t *testing.T) {
 		{name: "disabled: start_wave ignored", cfg: StateConfig{DisableWaveCoordination: true}, wave: 0,
 			engineMsg: startWaveMsg(0, 4), wantWave: 0},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
+		for _, tt := range tests {
+			tt.cfg.Release = rel
+			if !rel.Rules().WakeSetsRunning && tt.front != nil && tt.front.Kind == FrontWake && !tt.running &&
+				!tt.cfg.DisableWaveCoordination {
+				// vLLM PR #51481: the wake still broadcasts START_DP_WAVE
+				// but neither sets running nor publishes.
+				tt.wantPublish, tt.wantRunning = false, false
+			}
+			runWaveTransition(t, rel.String()+"/"+tt.name, tt.cfg, tt.wave, tt.running, tt.engineMsg, tt.front,
+				tt.wantStart, tt.wantPublish, tt.wantWave, tt.wantRunning)
+		}
+	}
+}
+
+func runWaveTransition(t *testing.T, name string, cfg StateConfig, wave int64, running bool, engineMsg *EngineCoreOutputs,
+	front *FrontMsg, wantStart *StartDPWave, wantPublish bool, wantWave int64, wantRunning bool) {
+	tt := struct {
+		cfg         StateConfig
+		wave        int64
+		running     bool
+		engineMsg   *EngineCoreOutputs
+		front       *FrontMsg
+		wantStart   *StartDPWave
+		wantPublish bool
+		wantWave    int64
+		wantRunning bool
+	}{cfg, wave, running, engineMsg, front, wantStart, wantPublish, wantWave, wantRunning}
+	{
+		t.Run(name, func(t *testing.T) {
 			s := newStarted(t, 4, tt.cfg)
 			if tt.cfg.DisableWaveCoordination {
 				if tt.wave != 0 || tt.running {
@@ -217,7 +246,7 @@ func TestWaveTransitions(t *testing.T) {
 }
 
 func TestActionEncoders(t *testing.T) {
-	s := newStarted(t, 4, StateConfig{})
+	s := newStarted(t, 4, StateConfig{Release: vllm.Oldest})
 	setWave(t, s, 7, false)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2})
 	if err != nil {
@@ -246,7 +275,7 @@ func TestActionEncoders(t *testing.T) {
 }
 
 func TestStatsPublishVector(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, StateConfig{Release: vllm.Oldest})
 	for _, m := range []*EngineCoreOutputs{statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1), startWaveMsg(1, 7)} {
 		if _, err := s.OnEngineOutput(m); err != nil {
 			t.Fatal(err)
@@ -260,7 +289,7 @@ func TestStatsPublishVector(t *testing.T) {
 		t.Fatalf("publication %s, want %s", got, vecStatsPublish)
 	}
 
-	kv := newStarted(t, 2, StateConfig{PublishKVCacheUsage: true})
+	kv := newStarted(t, 2, StateConfig{Release: vllm.Latest})
 	m := statsMsg(0, 5, 3, 0, 1)
 	m.Stats.KVCacheUsage = 0.25
 	if _, err := kv.OnEngineOutput(m); err != nil {
@@ -372,7 +401,7 @@ func TestEngineIndexAndShape(t *testing.T) {
 }
 
 func TestElasticResize(t *testing.T) {
-	s := newStarted(t, 3, StateConfig{MaxEngines: 8})
+	s := newStarted(t, 3, StateConfig{MaxEngines: 8, Release: vllm.Oldest})
 	for i := int64(0); i < 3; i++ {
 		if _, err := s.OnEngineOutput(statsMsg(i, 10+i, 20+i, 1, 5)); err != nil {
 			t.Fatal(err)
@@ -651,11 +680,12 @@ func TestStateProperties(t *testing.T) {
 	})
 }
 
-// TestScaleUpWhileRunning: growing the engine list while the engines run
-// pauses them (vLLM sets engines_running = False: the new engines start at
-// wave 0) and publishes the wave state; shrinking does not.
+// TestScaleUpWhileRunning: under the oldest profile, growing the engine
+// list while the engines run pauses them (vLLM set engines_running = False:
+// the new engines start at wave 0) and publishes the wave state; shrinking
+// does not. Under latest neither does (TestScaleUpLatest).
 func TestScaleUpWhileRunning(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, StateConfig{Release: vllm.Oldest})
 	setWave(t, s, 3, true)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 1})
 	if err != nil || a.PublishWave || !s.Running() {
