@@ -2,6 +2,8 @@ package coordinator
 
 import (
 	"encoding/hex"
+	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -122,5 +124,41 @@ func TestScaleUpLatest(t *testing.T) {
 		"930000cb0000000000000000" + "03c3"
 	if got := hex.EncodeToString(s.AppendStatsPublish(nil)); got != want {
 		t.Fatalf("publication %s, want %s", got, want)
+	}
+}
+
+// TestReleaseVectorsDocumented is the drift guard between the code and the
+// project's release notes: every profile's vectors above must be the ones
+// docs/vllm-releases.md shows on that profile's row.
+func TestReleaseVectorsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../docs/vllm-releases.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, section, ok := strings.Cut(string(doc), "## Byte vectors")
+	if !ok {
+		t.Fatal("docs/vllm-releases.md has no byte-vector section")
+	}
+	for _, v := range releaseVectors {
+		var row string
+		for _, line := range strings.Split(section, "\n") {
+			if strings.HasPrefix(line, "| ") && strings.Contains(strings.SplitN(line, "|", 3)[1], "`"+v.release.String()+"`") {
+				row = line
+				break
+			}
+		}
+		if row == "" {
+			t.Errorf("%s: no row in docs/vllm-releases.md", v.release)
+			continue
+		}
+		pub := "publishes nothing"
+		if v.wakePub != "" {
+			pub = "publishes `" + v.wakePub + "`"
+		}
+		for _, want := range []string{"`" + v.stats + "`", "`" + v.wakeStart + "`", pub} {
+			if !strings.Contains(row, want) {
+				t.Errorf("%s: docs/vllm-releases.md row lacks %s: %s", v.release, want, row)
+			}
+		}
 	}
 }

@@ -44,5 +44,7 @@
 // is short printable ASCII (see [SafeText]).
 //
 // The wire formats are described in the project's PROTOCOL.md §1; the facts
-// were read from vLLM's sources (connector version 12).
+// were read from vLLM's sources. The compatibility hash's factor set and
+// connector version follow the vLLM release named by [Factors].Release
+// (package vllm; docs/vllm-releases.md in the repository).
 package handshake

@@ -14,7 +14,7 @@ import (
 var coordinatorSpec = commandSpec{
 	name: "coordinator",
 	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N " +
-		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--debug-addr HOST:PORT]",
+		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--vllm-version latest] [--debug-addr HOST:PORT]",
 	summary: "run a vLLM-compatible DP coordinator until SIGINT/SIGTERM",
 	help: `Binds the three sockets of vLLM's data-parallel coordinator (front publish XPUB
 for the API front-ends, back output PULL and back publish XPUB for the engines),
@@ -63,7 +63,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	maxMsg := sizeValue(1 << 20)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
-	kv := fs.Bool("publish-kv-cache-usage", false, "publish [waiting, running, kv_cache_usage] per engine, as current vLLM front-ends expect")
+	release := releaseFlag(fs)
 	dbg := addDebugFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
@@ -89,16 +89,16 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 			return err
 		}
 		c, err := coordinator.New(coordinator.Config{
-			Front:               *front,
-			BackOutput:          *backOut,
-			BackPublish:         *backPub,
-			Engines:             *engines,
-			StatsInterval:       *statsInterval,
-			IdleInterval:        *idleInterval,
-			StartupDeadline:     *startup,
-			MaxMessageSize:      int64(maxMsg),
-			PublishKVCacheUsage: *kv,
-			Logger:              e.logger,
+			Front:           *front,
+			BackOutput:      *backOut,
+			BackPublish:     *backPub,
+			Engines:         *engines,
+			StatsInterval:   *statsInterval,
+			IdleInterval:    *idleInterval,
+			StartupDeadline: *startup,
+			MaxMessageSize:  int64(maxMsg),
+			Release:         *release,
+			Logger:          e.logger,
 		})
 		if err != nil {
 			return err
@@ -115,7 +115,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		}
 		defer ds.Close()
 		e.logger.Info("coordinator running", append([]any{"front", c.FrontEndpoint(), "back_output", c.BackOutputEndpoint(),
-			"back_publish", c.BackPublishEndpoint(), "engines", *engines}, ds.logAttrs()...)...)
+			"back_publish", c.BackPublishEndpoint(), "engines", *engines, "vllm_version", release.String()}, ds.logAttrs()...)...)
 		start := time.Now()
 		rerr := c.Run(ctx)
 		if rerr == nil || errors.Is(rerr, coordinator.ErrClosed) {

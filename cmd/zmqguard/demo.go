@@ -20,11 +20,12 @@ import (
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var demoSpec = commandSpec{
 	name:     "demo",
-	synopsis: "[--duration 10s]",
+	synopsis: "[--duration 10s] [--vllm-version latest]",
 	summary:  "the product tour: the references on loopback under attack, counters at the end",
 	help: `Starts, on loopback ephemeral ports, a DP coordinator with 2 engines and 1
 API front-end, and a NIXL handshake listener with decode clients fetching
@@ -63,6 +64,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, spec)
 	duration := fs.Duration("duration", 10*time.Second, "how long the demo runs")
 	clients := fs.Int("clients", 3, "number of decode clients fetching handshake metadata in a loop (1-8)")
+	release := releaseFlag(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -77,13 +79,13 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		if *clients < 1 || *clients > 8 {
 			return usagef("--clients must be in [1, 8]")
 		}
-		return demo(ctx, e, *duration, *clients)
+		return demo(ctx, e, *duration, *clients, *release)
 	}()
 	return finish(e, fs, spec, err)
 }
 
 // demo runs the tour and prints the final table.
-func demo(ctx context.Context, e *env, duration time.Duration, clients int) error {
+func demo(ctx context.Context, e *env, duration time.Duration, clients int, release vllm.Release) error {
 	sw := &statusWriter{w: e.stderr, term: e.term}
 	logger, err := newLogger(sw, e.logFormat, e.logLevel, e.term)
 	if err != nil {
@@ -92,7 +94,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int) erro
 	defer slog.SetDefault(slog.Default())
 	slog.SetDefault(logger)
 	var c demoCounters
-	hash := demoHash()
+	hash := demoHashFor(release)
 	start := time.Now()
 
 	// The components run until the final checks are done; the helpers and
@@ -124,6 +126,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int) erro
 		BackOutput:  "tcp://127.0.0.1:0",
 		BackPublish: "tcp://127.0.0.1:0",
 		Engines:     demoEngines,
+		Release:     release,
 		Socket:      coordSock,
 		Logger:      logger.With("component", "coordinator"),
 		LogInterval: 5 * time.Second,
@@ -186,7 +189,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int) erro
 			return err
 		}
 		defer eng.Close()
-		helperWG.Go(func() { demoEngine(runCtx, eng, i, &c) })
+		helperWG.Go(func() { demoEngine(runCtx, eng, i, release, &c) })
 	}
 	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: coord.FrontEndpoint(), Socket: sockOpts})
 	if err != nil {
@@ -300,7 +303,12 @@ func guarded(f func() error) (err error) {
 // demoEngine plays one DP engine: it waits for READY, pushes stats every
 // 20 ms, follows START_DP_WAVE broadcasts, and (engine 0) reports the end of
 // each wave a second after it started, so the front-end wakes the next one.
-func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, c *demoCounters) {
+// Under releases where a wake no longer sets running (vLLM PR #51481),
+// engine 0 also reports each wave's start with start_wave, as DP rank 0
+// does.
+func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, release vllm.Release, c *demoCounters) {
+	reportStart := idx == 0 && !release.Rules().WakeSetsRunning
+	reported := int64(-1)
 	if err := eng.WaitReady(ctx); err != nil {
 		return
 	}
@@ -319,6 +327,10 @@ func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, c *demoCo
 			c.startWaves.Add(1)
 			if int64(w) > wave.Load() {
 				wave.Store(int64(w))
+			}
+			if reportStart && int64(w) > reported && eng.SendStartWave(ctx, 0, w) == nil {
+				reported = int64(w)
+				c.engineMsgs.Add(1)
 			}
 		}
 	})
