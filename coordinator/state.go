@@ -19,6 +19,22 @@ const (
 	// DefaultMaxEngines bounds the engine count a SCALE_ELASTIC_EP notice may
 	// set, so that one message cannot make every later publication huge.
 	DefaultMaxEngines = 4096
+	// StatsResync is how many consecutive stale stats messages from one
+	// engine make the coordinator take the newest of them anyway and start
+	// its ordering again from there (see [State]): one message with an
+	// implausible (current_wave, step_counter) can hide at most
+	// StatsResync-1 real ones.
+	StatsResync = 3
+	// MaxWaveJump bounds how far past the current wave a wave_complete or
+	// start_wave notice may move it (see [State]). DP rank 0 reports the
+	// wave it is in, which is the coordinator's current wave or, after a
+	// lost notice, one or two past it.
+	MaxWaveJump = 4
+	// WaveResync is how many consecutive wave notices beyond MaxWaveJump
+	// make the coordinator follow the engines anyway (the newest of them):
+	// a coordinator that really fell behind catches up, one forged notice
+	// cannot move the wave.
+	WaveResync = 3
 )
 
 // StateConfig configures a [State]. The zero value means the defaults.
@@ -122,6 +138,14 @@ type Counters struct {
 	Readies uint64
 	// Resizes counts SCALE_ELASTIC_EP notices applied.
 	Resizes uint64
+	// StatsResyncs counts engines whose stats ordering was restarted after
+	// StatsResync consecutive stale messages.
+	StatsResyncs uint64
+	// WaveJumps counts wave notices refused for moving the wave more than
+	// MaxWaveJump (or to the last representable wave); WaveResyncs the
+	// times WaveResync such notices in a row were followed anyway.
+	WaveJumps   uint64
+	WaveResyncs uint64
 }
 
 // Snapshot is a copy of a [State]'s published view.
@@ -141,10 +165,12 @@ type Snapshot struct {
 type engineState struct {
 	load EngineLoad
 	// seen reports whether stats were taken from this engine; lastWave and
-	// lastStep are the newest (current_wave, step_counter) taken.
+	// lastStep are the newest (current_wave, step_counter) taken; stale
+	// counts the stale messages since the last one taken.
 	seen     bool
 	lastWave int64
 	lastStep int64
+	stale    int
 }
 
 // State is the DP coordinator's state machine: single-threaded, pure (no
@@ -197,8 +223,24 @@ type engineState struct {
 //     reporting a step apart can trigger in normal operation) and applies
 //     the counts anyway; it also publishes a copy of the counts taken at the last step
 //     boundary, which is not reproduced here. A restarted engine process
-//     starts again at (0, 0): its counts are ignored until its pair passes
-//     the old process's, unless a SCALE_ELASTIC_EP notice re-creates it.
+//     starts again at (0, 0): see the resynchronisation rule below.
+//   - Stats ordering resynchronises. StatsResync consecutive stale messages
+//     from one engine restart its ordering from the newest of them (counted
+//     in StatsResyncs): one message with an implausible pair (a forged
+//     (2^63-1, 2^63-1), or an engine process that restarted at (0, 0)) can
+//     hide at most StatsResync-1 real messages, never all later ones. vLLM
+//     applies every message, in or out of order.
+//   - Wave jumps. A wave_complete = w or start_wave = w that would move the
+//     wave more than MaxWaveJump past the current wave (w+1 resp. w, minus
+//     the current wave) is a ReasonValidate drop, counted in WaveJumps, and
+//     changes nothing (its stats included); WaveResync such notices in a
+//     row are followed anyway (a coordinator that fell behind catches up).
+//     The wave never exceeds MaxWave: a wave_complete at MaxWave pauses the
+//     engines and keeps the wave, so every later notice and wake at the
+//     current wave stays in range. One forged notice can therefore neither
+//     move the wave out of the engines' reach nor stop wakes; after a jump
+//     the engines follow the coordinator's START_DP_WAVE, which names its
+//     wave. vLLM takes any wave.
 //   - Engine indexes. A negative engine_index is a ReasonValidate drop
 //     (Python's engines[-1] silently updated the last engine). An index
 //     >= the engine count is a ReasonUnknownRank drop when the message has
@@ -228,6 +270,7 @@ type engineState struct {
 type State struct {
 	cfg        StateConfig
 	rules      vllm.Rules
+	jumps      int // consecutive wave notices beyond MaxWaveJump
 	engines    []engineState
 	wave       int64
 	running    bool
@@ -272,6 +315,7 @@ var (
 	errUnknownIndex  = decodeguard.NewError(decodeguard.ReasonUnknownRank, "engine index beyond StateConfig.MaxEngines")
 	errScaleRange    = decodeguard.NewError(decodeguard.ReasonValidate, "SCALE_ELASTIC_EP engine count out of range")
 	errWaveRange     = decodeguard.NewError(decodeguard.ReasonValidate, "wake: wave or exclusion out of range")
+	errWaveJump      = decodeguard.NewError(decodeguard.ReasonValidate, "wave notice moves the wave more than MaxWaveJump past the current wave")
 	errFrontKind     = decodeguard.NewError(decodeguard.ReasonDecode, "unknown front-end message kind")
 	errBackEmpty     = decodeguard.NewError(decodeguard.ReasonDecode, "empty back-publish message")
 	errBackTopic     = decodeguard.NewError(decodeguard.ReasonValidate, "back-publish subscription with a topic: not an engine")
@@ -303,6 +347,10 @@ func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	case m.HasStats && idx >= int64(len(s.engines)):
 		return Actions{}, errUnknownEngine
 	}
+	if !s.cfg.DisableWaveCoordination && !s.waveNoticeOK(m) {
+		s.counters.WaveJumps++
+		return Actions{}, errWaveJump
+	}
 	if m.HasStats {
 		s.applyStats(&s.engines[idx], &m.Stats)
 	}
@@ -312,7 +360,7 @@ func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	}
 	if m.HasWaveComplete {
 		if w := m.WaveComplete; s.wave <= w {
-			s.wave, s.running = w+1, false
+			s.wave, s.running = nextWave(w), false
 			a.PublishWave = true
 		}
 	} else if m.HasStartWave {
@@ -326,14 +374,55 @@ func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	return a, nil
 }
 
+// nextWave is the wave after wave_complete = w: w+1, but at most MaxWave,
+// so that the wave never leaves the range every notice and wake is checked
+// against (a wave_complete at MaxWave pauses the engines and keeps the wave).
+func nextWave(w int64) int64 {
+	if w >= MaxWave {
+		return MaxWave
+	}
+	return w + 1
+}
+
+// waveNoticeOK applies the wave-jump rule (see State) to m's wave notice,
+// if any: true when m may be applied.
+func (s *State) waveNoticeOK(m *EngineCoreOutputs) bool {
+	var w int64
+	switch {
+	case m.HasWaveComplete:
+		w = nextWave(m.WaveComplete)
+	case m.HasStartWave:
+		w = m.StartWave
+	default:
+		return true
+	}
+	if w <= s.wave || w-s.wave <= MaxWaveJump {
+		s.jumps = 0
+		return true
+	}
+	s.jumps++
+	if s.jumps >= WaveResync {
+		s.jumps = 0
+		s.counters.WaveResyncs++
+		return true
+	}
+	return false
+}
+
 // applyStats takes st for engine e unless it is stale (see State).
 func (s *State) applyStats(e *engineState, st *SchedulerStats) {
 	w, step := st.CurrentWave, st.StepCounter
 	if e.seen && (w < e.lastWave || (w == e.lastWave && step < e.lastStep)) {
 		s.counters.StaleStats++
-		return
+		if e.stale++; e.stale < StatsResync {
+			return
+		}
+		// StatsResync stale messages in a row: the pair taken before was
+		// implausible (forged, or an engine process that restarted).
+		// Start again from this one.
+		s.counters.StatsResyncs++
 	}
-	e.seen, e.lastWave, e.lastStep = true, w, step
+	e.seen, e.lastWave, e.lastStep, e.stale = true, w, step, 0
 	e.load = EngineLoad{Waiting: st.NumWaitingReqs, Running: st.NumRunningReqs, KVCacheUsage: st.KVCacheUsage}
 	s.changed = true
 	s.counters.StatsApplied++

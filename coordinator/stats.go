@@ -80,6 +80,10 @@ type Stats struct {
 	StatsApplied uint64 `json:"stats_applied"`
 	StaleStats   uint64 `json:"stale_stats"`
 	Resizes      uint64 `json:"resizes"`
+	// StatsResyncs, WaveJumps and WaveResyncs: see [Counters].
+	StatsResyncs uint64 `json:"stats_resyncs"`
+	WaveJumps    uint64 `json:"wave_jumps"`
+	WaveResyncs  uint64 `json:"wave_resyncs"`
 	// BackUnsubscribed counts unsubscriptions ("\x00") received on the back
 	// publish socket, which are accepted and ignored (during start-up with a
 	// rate-limited warning).
@@ -109,6 +113,9 @@ func (c *Coordinator) Stats() Stats {
 		StatsApplied:   counters.StatsApplied,
 		StaleStats:     counters.StaleStats,
 		Resizes:        counters.Resizes,
+		StatsResyncs:   counters.StatsResyncs,
+		WaveJumps:      counters.WaveJumps,
+		WaveResyncs:    counters.WaveResyncs,
 
 		BackUnsubscribed: c.backUnsubs.Load(),
 	}

@@ -1,0 +1,171 @@
+package coordinator
+
+import (
+	"math"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/vllm"
+)
+
+// TestStatsFreezeRecovers is issue 23's "stats freeze": one EngineCoreOutputs
+// for engine 1 with current_wave = step_counter = 2^63-1 (and 424242
+// waiting) used to make every later real stats message from engine 1 stale,
+// so front-ends saw 424242 for ever. Now the real engine's counts are taken
+// again by its StatsResync-th message.
+func TestStatsFreezeRecovers(t *testing.T) {
+	s := newStarted(t, 2, StateConfig{})
+	if _, err := s.OnEngineOutput(statsMsg(1, 3, 1, 0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.OnEngineOutput(statsMsg(1, 424242, 0, math.MaxInt64, math.MaxInt64)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 1; i <= StatsResync; i++ {
+		if _, err := s.OnEngineOutput(statsMsg(1, int64(i), 2, 0, int64(10+i))); err != nil {
+			t.Fatal(err)
+		}
+		got := s.Snapshot().Loads[1].Waiting
+		if i < StatsResync && got != 424242 {
+			t.Fatalf("message %d taken before the resync: %d", i, got)
+		}
+		if i == StatsResync && got != int64(i) {
+			t.Fatalf("after %d real messages the forged counts still show: %d", i, got)
+		}
+	}
+	// From then on every real message is taken at once.
+	if _, err := s.OnEngineOutput(statsMsg(1, 77, 2, 0, 20)); err != nil || s.Snapshot().Loads[1].Waiting != 77 {
+		t.Fatalf("next real message not taken: %v %+v", err, s.Snapshot().Loads[1])
+	}
+	if c := s.Counters(); c.StatsResyncs != 1 || c.StaleStats != StatsResync {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// TestWaveStuckRefused is issue 23's "wave stuck": wave_complete = 2^63-2
+// used to move the wave to 2^63-1, after which wakes and every notice at
+// that wave were out of range and the coordinator stayed running. Now the
+// jump is refused, and the real rank 0 and front-ends go on.
+func TestWaveStuckRefused(t *testing.T) {
+	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
+		s := newStarted(t, 2, StateConfig{Release: rel})
+		setWave(t, s, 3, true)
+		// Fewer than WaveResync in a row: each is refused.
+		for _, m := range []*EngineCoreOutputs{waveCompleteMsg(0, MaxWave-1), startWaveMsg(1, 4+MaxWaveJump)} {
+			if a, err := s.OnEngineOutput(m); decodeguard.ReasonOf(err) != decodeguard.ReasonValidate || !a.None() {
+				t.Fatalf("%s: jump %+v: %+v %v", rel, m, a, err)
+			}
+		}
+		if s.Wave() != 3 || !s.Running() || s.Counters().WaveJumps != 2 {
+			t.Fatalf("%s: state (%d, %v) counters %+v", rel, s.Wave(), s.Running(), s.Counters())
+		}
+		// Rank 0 ends the wave; a wake starts the next.
+		if a, err := s.OnEngineOutput(waveCompleteMsg(0, 3)); err != nil || s.Running() || s.Wave() != 4 || !a.PublishWave {
+			t.Fatalf("%s: real wave_complete: %+v %v", rel, a, err)
+		}
+		if a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 4}); err != nil || !a.SendStartWave || a.StartWave.Wave != 4 {
+			t.Fatalf("%s: wake: %+v %v", rel, a, err)
+		}
+	}
+}
+
+// TestWaveResyncAndCeiling: WaveResync jumps in a row are followed, and the
+// wave then stays in range: at MaxWave a wave_complete pauses without
+// overflowing and every wake is accepted.
+func TestWaveResyncAndCeiling(t *testing.T) {
+	s := newStarted(t, 2, StateConfig{})
+	for i := 1; i <= WaveResync; i++ {
+		_, err := s.OnEngineOutput(startWaveMsg(0, MaxWave))
+		if i < WaveResync && err == nil {
+			t.Fatalf("jump %d followed", i)
+		}
+		if i == WaveResync && (err != nil || s.Wave() != MaxWave || !s.Running()) {
+			t.Fatalf("resync: %v (%d, %v)", err, s.Wave(), s.Running())
+		}
+	}
+	if a, err := s.OnEngineOutput(waveCompleteMsg(0, MaxWave)); err != nil || s.Running() || s.Wave() != MaxWave || !a.PublishWave {
+		t.Fatalf("wave_complete at MaxWave: %+v %v (%d, %v)", a, err, s.Wave(), s.Running())
+	}
+	if a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: MaxWave}); err != nil || !a.SendStartWave {
+		t.Fatalf("wake at MaxWave: %+v %v", a, err)
+	}
+	if a, err := s.OnEngineOutput(startWaveMsg(0, MaxWave)); err != nil || !s.Running() || !a.SendStartWave {
+		t.Fatalf("start_wave at MaxWave: %+v %v", a, err)
+	}
+	if c := s.Counters(); c.WaveResyncs != 1 || c.WaveJumps != WaveResync-1 {
+		t.Fatalf("counters %+v", c)
+	}
+}
+
+// TestStateNeverLatches: after any sequence of messages (hostile values
+// over the whole int64 range included), the coordinator serves the real
+// engines again within a bounded number of valid messages: each engine's
+// counts are those of its StatsResync-th real stats message at the latest,
+// and the wave round trip works at the coordinator's current wave (a wake
+// while paused broadcasts START_DP_WAVE, rank 0's start_wave runs, its
+// wave_complete pauses), with no message refused as out of range.
+func TestStateNeverLatches(t *testing.T) {
+	rapid.Check(t, func(rt *rapid.T) {
+		n := rapid.IntRange(1, 4).Draw(rt, "engines")
+		rel := rapid.SampledFrom(vllm.Releases()).Draw(rt, "release")
+		s, err := NewState(n, StateConfig{MaxEngines: 8, Release: rel})
+		if err != nil {
+			rt.Fatal(err)
+		}
+		for range n {
+			s.OnBackSubscribe()
+		}
+		anyInt := rapid.OneOf(rapid.Int64Range(0, 10), rapid.Int64Range(0, math.MaxInt64),
+			rapid.SampledFrom([]int64{MaxWave - 1, MaxWave, math.MaxInt64, math.MaxInt64 - 2}))
+		for range rapid.IntRange(0, 60).Draw(rt, "hostile") {
+			switch rapid.IntRange(0, 3).Draw(rt, "kind") {
+			case 0:
+				m := statsMsg(rapid.Int64Range(0, int64(n)-1).Draw(rt, "e"), anyInt.Draw(rt, "w"), anyInt.Draw(rt, "r"),
+					anyInt.Draw(rt, "sw"), anyInt.Draw(rt, "st"))
+				_, _ = s.OnEngineOutput(m)
+			case 1:
+				_, _ = s.OnEngineOutput(waveCompleteMsg(rapid.Int64Range(0, int64(n)-1).Draw(rt, "e"), anyInt.Draw(rt, "wc")))
+			case 2:
+				_, _ = s.OnEngineOutput(startWaveMsg(rapid.Int64Range(0, int64(n)-1).Draw(rt, "e"), anyInt.Draw(rt, "sw")))
+			case 3:
+				_, _ = s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: anyInt.Draw(rt, "wake")})
+			}
+			if s.Wave() < 0 || s.Wave() > MaxWave {
+				rt.Fatalf("wave %d out of range", s.Wave())
+			}
+		}
+		// The real engines: each reports at (its own wave 0, steps 1, 2, 3).
+		for e := range n {
+			for k := int64(1); k <= StatsResync; k++ {
+				if _, err := s.OnEngineOutput(statsMsg(int64(e), 100+k, k, 0, k)); err != nil {
+					rt.Fatalf("real stats refused: %v", err)
+				}
+			}
+			if l := s.Snapshot().Loads[e]; l.Waiting != 100+StatsResync || l.Running != StatsResync {
+				rt.Fatalf("engine %d shows %+v after %d real messages", e, l, StatsResync)
+			}
+		}
+		// The wave round trip at the coordinator's current wave.
+		w := s.Wave()
+		if s.Running() {
+			if _, err := s.OnEngineOutput(waveCompleteMsg(0, w)); err != nil || s.Running() {
+				rt.Fatalf("rank 0 wave_complete(%d) while running: %v", w, err)
+			}
+		}
+		w = s.Wave()
+		a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: w})
+		if err != nil || !a.SendStartWave || a.StartWave.Wave != w {
+			rt.Fatalf("wake at %d: %+v %v", w, a, err)
+		}
+		if !s.Running() {
+			if a, err := s.OnEngineOutput(startWaveMsg(0, w)); err != nil || !s.Running() || !a.PublishWave {
+				rt.Fatalf("rank 0 start_wave(%d): %+v %v", w, a, err)
+			}
+		}
+		if _, err := s.OnEngineOutput(waveCompleteMsg(0, w)); err != nil || s.Running() {
+			rt.Fatalf("rank 0 wave_complete(%d): %v", w, err)
+		}
+	})
+}
