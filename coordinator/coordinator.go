@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -90,6 +92,12 @@ type Config struct {
 	Release vllm.Release
 	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False.
 	DisableWaveCoordination bool
+	// ScaleFrom, when not empty, lists the hosts (IP addresses, e.g.
+	// "10.0.0.7" or "::1") whose front-end connections may send
+	// SCALE_ELASTIC_EP; a notice from any other peer is a ReasonPolicy
+	// drop. Empty (the default) takes it from any front-end, as vLLM does;
+	// MaxEngines bounds it either way.
+	ScaleFrom []string
 
 	// Socket holds the options of the three sockets (limits, HWM, handshake
 	// deadline, allowlist, events). Socket.Guard.MaxMessageSize is
@@ -135,6 +143,9 @@ var loopNames = [numLoops]string{LoopFront, LoopBackOutput, LoopBackPublish}
 type Coordinator struct {
 	cfg Config
 	log *slog.Logger
+	// scaleFrom is Config.ScaleFrom as a set of canonical IP strings (nil:
+	// any peer).
+	scaleFrom map[string]bool
 
 	front, backOut, backPub *socket.Socket
 
@@ -194,6 +205,17 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
+	var scaleFrom map[string]bool
+	for _, h := range cfg.ScaleFrom {
+		ip, err := netip.ParseAddr(h)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: Config.ScaleFrom: %q is not an IP address", h)
+		}
+		if scaleFrom == nil {
+			scaleFrom = map[string]bool{}
+		}
+		scaleFrom[ip.Unmap().String()] = true
+	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
@@ -210,6 +232,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg:         cfg,
 		log:         cfg.Logger,
+		scaleFrom:   scaleFrom,
 		state:       state,
 		closeCh:     make(chan struct{}),
 		startupEach: DefaultStartupLogInterval,
@@ -561,7 +584,32 @@ func (c *Coordinator) logInterval() time.Duration {
 	return loop.DefaultLogInterval
 }
 
+// errScaleFrom refuses a SCALE_ELASTIC_EP notice from a peer not in
+// Config.ScaleFrom.
+var errScaleFrom = decodeguard.NewError(decodeguard.ReasonPolicy, "SCALE_ELASTIC_EP from a front-end not in Config.ScaleFrom")
+
+// scaleAllowed reports whether peer may send SCALE_ELASTIC_EP.
+func (c *Coordinator) scaleAllowed(peer *socket.Peer) bool {
+	if c.scaleFrom == nil {
+		return true
+	}
+	if peer == nil {
+		return false
+	}
+	host, _, err := net.SplitHostPort(peer.Addr())
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && c.scaleFrom[ip.Unmap().String()]
+}
+
 func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[FrontMsg]) error {
+	if d.Value.Kind == FrontScale && !c.scaleAllowed(d.Msg.Peer) {
+		c.stateDrop(idxFront, d.Msg, errScaleFrom)
+		d.Done()
+		return nil
+	}
 	c.mu.Lock()
 	a, err := c.state.OnFrontMessage(*d.Value)
 	c.mu.Unlock()

@@ -16,9 +16,18 @@ const (
 	// DefaultIdleInterval is how often stats are published when nothing
 	// changed (vLLM: 5 s).
 	DefaultIdleInterval = 5 * time.Second
-	// DefaultMaxEngines bounds the engine count a SCALE_ELASTIC_EP notice may
-	// set, so that one message cannot make every later publication huge.
+	// DefaultMaxEngines is the largest engine count a State accepts when
+	// StateConfig.MaxEngines is zero, at start and from SCALE_ELASTIC_EP.
 	DefaultMaxEngines = 4096
+	// DefaultScaleFactor: when StateConfig.MaxEngines is zero, a
+	// SCALE_ELASTIC_EP notice may grow the engine list to at most
+	// DefaultScaleFactor times the starting engine count (at least
+	// DefaultMinMaxEngines, at most DefaultMaxEngines), so that one notice
+	// from any front-end cannot make every later publication huge.
+	DefaultScaleFactor = 4
+	// DefaultMinMaxEngines is the smallest default bound (see
+	// DefaultScaleFactor).
+	DefaultMinMaxEngines = 8
 	// StatsResync is how many consecutive stale stats messages from one
 	// engine make the coordinator take the newest of them anyway and start
 	// its ordering again from there (see [State]): one message with an
@@ -46,8 +55,12 @@ type StateConfig struct {
 	// negative means DefaultIdleInterval.
 	IdleInterval time.Duration
 	// MaxEngines is the largest engine count accepted, at start or from
-	// SCALE_ELASTIC_EP; zero means DefaultMaxEngines, and it may not exceed
-	// MaxEngines.
+	// SCALE_ELASTIC_EP. Zero means DefaultScaleFactor times the starting
+	// engine count, at least DefaultMinMaxEngines and at most
+	// DefaultMaxEngines (the starting count itself may not exceed
+	// DefaultMaxEngines then); it may not exceed MaxEngines. A publication
+	// carries one entry per engine, so this also bounds its size (about 13
+	// bytes per engine).
 	MaxEngines int
 	// Release is the vLLM release the coordinator talks to (the zero value
 	// is vllm.Latest). Its rules select the stats publication layout
@@ -64,7 +77,7 @@ type StateConfig struct {
 	DisableWaveCoordination bool
 }
 
-func (c StateConfig) withDefaults() StateConfig {
+func (c StateConfig) withDefaults(engines int) StateConfig {
 	if c.StatsInterval <= 0 {
 		c.StatsInterval = DefaultStatsInterval
 	}
@@ -73,6 +86,12 @@ func (c StateConfig) withDefaults() StateConfig {
 	}
 	if c.MaxEngines == 0 {
 		c.MaxEngines = DefaultMaxEngines
+		if engines <= DefaultMaxEngines/DefaultScaleFactor {
+			c.MaxEngines = max(DefaultScaleFactor*engines, DefaultMinMaxEngines)
+		}
+		if engines > DefaultMaxEngines {
+			c.MaxEngines = DefaultMaxEngines // refused below
+		}
 	}
 	return c
 }
@@ -257,9 +276,12 @@ type engineState struct {
 //     engine is never actually left out (harmless: it gets the request
 //     anyway). An exclusion that names no current engine is dropped, so
 //     every engine is woken.
-//   - SCALE_ELASTIC_EP takes n in [1, StateConfig.MaxEngines] only, and marks the
-//     stats as changed so front-ends see the new length within
-//     StatsInterval (vLLM waits for the next periodic publication).
+//   - SCALE_ELASTIC_EP takes n in [1, StateConfig.MaxEngines] only (by
+//     default DefaultScaleFactor times the starting engine count), and
+//     marks the stats as changed so front-ends see the new length within
+//     StatsInterval (vLLM waits for the next periodic publication). vLLM
+//     takes any count from any front-end; Config.ScaleFrom can restrict
+//     who may send it.
 //   - Back publish: "\x00" (an unsubscription) is ignored, even during
 //     start-up, where vLLM returned; a subscription with a topic is a
 //     ReasonValidate drop and anything else a ReasonDecode drop (vLLM logged
@@ -287,7 +309,7 @@ type State struct {
 // this is configuration, not peer input) when engines is not in
 // [1, cfg.MaxEngines] or cfg.MaxEngines is out of [1, MaxEngines].
 func NewState(engines int, cfg StateConfig) (*State, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.withDefaults(engines)
 	if cfg.MaxEngines < 1 || cfg.MaxEngines > MaxEngines {
 		return nil, errors.New("coordinator: StateConfig.MaxEngines out of range")
 	}
@@ -607,6 +629,10 @@ func (s *State) Started() bool { return s.started }
 
 // Engines returns the current engine count.
 func (s *State) Engines() int { return len(s.engines) }
+
+// MaxEngines returns the largest engine count accepted (StateConfig.MaxEngines
+// after defaults).
+func (s *State) MaxEngines() int { return s.cfg.MaxEngines }
 
 // Counters returns the event counts.
 func (s *State) Counters() Counters { return s.counters }

@@ -3,6 +3,7 @@ package coordinator
 import (
 	"math"
 	"testing"
+	"time"
 
 	"pgregory.net/rapid"
 
@@ -168,4 +169,69 @@ func TestStateNeverLatches(t *testing.T) {
 			rt.Fatalf("rank 0 wave_complete(%d): %v", w, err)
 		}
 	})
+}
+
+// TestScaleBoundedLive is issue 23's "resize from anyone": one
+// ("SCALE_ELASTIC_EP", 4096) from any front-end peer used to make every
+// publication 12 KiB. By default the engine list grows to at most
+// DefaultScaleFactor times its starting size, so the publication stays
+// small; with Config.ScaleFrom only the named hosts may resize at all.
+func TestScaleBoundedLive(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	h := startCoordinator(t, testConfig(2))
+	f := dialFront(t, h)
+	readyEngines(t, ctx, h, 2)
+	waitCounts(t, ctx, h, f, [][2]int{{0, 0}, {0, 0}}, nil)
+	if err := f.Scale(ctx, 4096); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the oversized SCALE_ELASTIC_EP to be refused", func() bool {
+		return h.c.Stats().Front.StateDrops[decodeguard.ReasonValidate] == 1
+	})
+	if err := f.Scale(ctx, 8); err != nil { // 4 x 2: the default bound
+		t.Fatal(err)
+	}
+	p := waitCounts(t, ctx, h, f, [][2]int{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}}, nil)
+	if b := AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running); len(b) > 128 {
+		t.Fatalf("publication of %d bytes for 8 engines", len(b))
+	}
+	if st := h.c.Stats(); st.Engines != 8 || st.Resizes != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// Restricted to a host that is not this one: refused as policy.
+	cfg := testConfig(2)
+	cfg.ScaleFrom = []string{"192.0.2.1"}
+	h2 := startCoordinator(t, cfg)
+	f2 := dialFront(t, h2)
+	readyEngines(t, ctx, h2, 2)
+	waitCounts(t, ctx, h2, f2, [][2]int{{0, 0}, {0, 0}}, nil)
+	if err := f2.Scale(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "SCALE_ELASTIC_EP from a host not in ScaleFrom to be refused", func() bool {
+		return h2.c.Stats().Front.StateDrops[decodeguard.ReasonPolicy] == 1
+	})
+	if st := h2.c.Stats(); st.Engines != 2 || st.Resizes != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+
+	// Restricted to loopback: taken.
+	cfg = testConfig(2)
+	cfg.ScaleFrom = []string{"127.0.0.1", "::1"}
+	h3 := startCoordinator(t, cfg)
+	f3 := dialFront(t, h3)
+	readyEngines(t, ctx, h3, 2)
+	waitCounts(t, ctx, h3, f3, [][2]int{{0, 0}, {0, 0}}, nil)
+	if err := f3.Scale(ctx, 3); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(t, ctx, h3, f3, [][2]int{{0, 0}, {0, 0}, {0, 0}}, nil)
+
+	bad := testConfig(1)
+	bad.ScaleFrom = []string{"frontend-1"}
+	if c, err := New(bad); err == nil {
+		c.Close()
+		t.Fatal("a ScaleFrom entry that is not an IP address was accepted")
+	}
 }

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
@@ -14,7 +16,8 @@ import (
 var coordinatorSpec = commandSpec{
 	name: "coordinator",
 	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N " +
-		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--vllm-version latest] [--debug-addr HOST:PORT]",
+		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--vllm-version latest] " +
+		"[--max-engines N] [--scale-from IP,...] [--debug-addr HOST:PORT]",
 	summary: "run a vLLM-compatible DP coordinator until SIGINT/SIGTERM",
 	help: `Binds the three sockets of vLLM's data-parallel coordinator (front publish XPUB
 for the API front-ends, back output PULL and back publish XPUB for the engines),
@@ -64,6 +67,8 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
 	release := releaseFlag(fs)
+	maxEngines := fs.Int("max-engines", 0, "largest engine count SCALE_ELASTIC_EP may set (0: 4 x --engines, at least 8)")
+	scaleFrom := fs.String("scale-from", "", "comma-separated IP addresses of the only front-ends allowed to send SCALE_ELASTIC_EP (default: any)")
 	dbg := addDebugFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
@@ -85,10 +90,25 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if maxMsg < 64 {
 			return usagef("--max-message-size must be at least 64 bytes")
 		}
+		if *maxEngines != 0 && (*maxEngines < *engines || *maxEngines > coordinator.MaxEngines) {
+			return usagef("--max-engines must be in [--engines, %d]", coordinator.MaxEngines)
+		}
+		var scaleHosts []string
+		for _, h := range strings.Split(*scaleFrom, ",") {
+			if h = strings.TrimSpace(h); h == "" {
+				continue
+			}
+			if _, err := netip.ParseAddr(h); err != nil {
+				return usagef("--scale-from: %q is not an IP address", h)
+			}
+			scaleHosts = append(scaleHosts, h)
+		}
 		if err := dbg.check(); err != nil {
 			return err
 		}
 		c, err := coordinator.New(coordinator.Config{
+			MaxEngines:      *maxEngines,
+			ScaleFrom:       scaleHosts,
 			Front:           *front,
 			BackOutput:      *backOut,
 			BackPublish:     *backPub,
