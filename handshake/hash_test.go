@@ -332,32 +332,12 @@ func TestFactorsKeys(t *testing.T) {
 	}
 }
 
-// TestCompatibilityHashReleases computes, for every release profile and
-// four factor sets, the hash the way that release's Python does: each
-// profile's compute_nixl_compatibility_hash is mirrored in Python below
-// (the dict it builds, with its NIXL_CONNECTOR_VERSION literal, then
-// hash_factors: sha256 of json.dumps(sort_keys=True)), independently of the
-// Go code under test.
-func TestCompatibilityHashReleases(t *testing.T) {
-	requirePython(t, "json, hashlib")
-	spec := map[string]any{
-		"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "revision": nil, "code_revision": nil,
-		"parallel_drafting": false, "kv_cache_dtype": "auto", "auxiliary_layer_ids": []int{2, 15, 29},
-	}
-	sets := []Factors{
-		exampleFactors(),
-		{VLLMVersion: "0.26.0", Model: "Qwen/Qwen3-30B-A3B", Dtype: "torch.bfloat16", NumKVHeads: 4, HeadSize: 128,
-			NumHiddenLayers: 48, AttnBackendName: "FLASHINFER", CacheDtype: "fp8_e4m3", CrossLayersBlocks: true,
-			IsHMAEnabled: false, TransferMode: "push"},
-		{VLLMVersion: "0.1.dev19795+g6d8600b52", Model: "/models/deepseek ünï 模型", Dtype: "torch.float16", NumKVHeads: 1,
-			HeadSize: 576, NumHiddenLayers: 61, AttnBackendName: "FLASHMLA", CacheDtype: "auto", IsHMAEnabled: true,
-			SpeculativeConfig: spec},
-		{VLLMVersion: "0.25.1", Model: "m", Dtype: "torch.float32", NumKVHeads: 32, HeadSize: 64, NumHiddenLayers: 2,
-			AttnBackendName: "TRITON_ATTN", CacheDtype: "auto", CrossLayersBlocks: true, TransferMode: "pull"},
-	}
-	// The Python side: one function per profile, as that release's
-	// compute_nixl_compatibility_hash builds the dict.
-	const py = `import json, hashlib, sys
+// pyReleaseHash reads lines "PROFILE JSON-CONFIG" on stdin and prints, for
+// each, the compatibility hash as that release's Python computes it: one
+// function per profile builds the dict as its compute_nixl_compatibility_hash
+// does (with its NIXL_CONNECTOR_VERSION literal), then hash_factors (sha256
+// of json.dumps(sort_keys=True)).
+const pyReleaseHash = `import json, hashlib, sys
 def base(c, version):
     return {
         "vllm_version": c["vllm_version"],
@@ -389,17 +369,46 @@ for line in sys.stdin:
     name, cfg = line.split(" ", 1)
     print(hashlib.sha256(json.dumps(profiles[name](json.loads(cfg)), sort_keys=True).encode()).hexdigest())
 `
+
+// writePyFactors writes f as a line for pyReleaseHash.
+func writePyFactors(w *bytes.Buffer, r vllm.Release, f *Factors) {
+	cfg, _ := json.Marshal(map[string]any{
+		"vllm_version": f.VLLMVersion, "model": f.Model, "dtype": f.Dtype, "num_kv_heads": f.NumKVHeads,
+		"head_size": f.HeadSize, "num_hidden_layers": f.NumHiddenLayers, "attn_backend_name": f.AttnBackendName,
+		"cache_dtype": f.CacheDtype, "cross_layers_blocks": f.CrossLayersBlocks, "is_hma_enabled": f.IsHMAEnabled,
+		"speculative_config": f.SpeculativeConfig, "transfer_mode": f.TransferMode,
+	})
+	fmt.Fprintf(w, "%s %s\n", r, cfg)
+}
+
+// TestCompatibilityHashReleases computes, for every release profile and
+// four factor sets, the hash the way that release's Python does: each
+// profile's compute_nixl_compatibility_hash is mirrored in Python below
+// (the dict it builds, with its NIXL_CONNECTOR_VERSION literal, then
+// hash_factors: sha256 of json.dumps(sort_keys=True)), independently of the
+// Go code under test.
+func TestCompatibilityHashReleases(t *testing.T) {
+	requirePython(t, "json, hashlib")
+	spec := map[string]any{
+		"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "revision": nil, "code_revision": nil,
+		"parallel_drafting": false, "kv_cache_dtype": "auto", "auxiliary_layer_ids": []int{2, 15, 29},
+	}
+	sets := []Factors{
+		exampleFactors(),
+		{VLLMVersion: "0.26.0", Model: "Qwen/Qwen3-30B-A3B", Dtype: "torch.bfloat16", NumKVHeads: 4, HeadSize: 128,
+			NumHiddenLayers: 48, AttnBackendName: "FLASHINFER", CacheDtype: "fp8_e4m3", CrossLayersBlocks: true,
+			IsHMAEnabled: false, TransferMode: "push"},
+		{VLLMVersion: "0.1.dev19795+g6d8600b52", Model: "/models/deepseek ünï 模型", Dtype: "torch.float16", NumKVHeads: 1,
+			HeadSize: 576, NumHiddenLayers: 61, AttnBackendName: "FLASHMLA", CacheDtype: "auto", IsHMAEnabled: true,
+			SpeculativeConfig: spec},
+		{VLLMVersion: "0.25.1", Model: "m", Dtype: "torch.float32", NumKVHeads: 32, HeadSize: 64, NumHiddenLayers: 2,
+			AttnBackendName: "TRITON_ATTN", CacheDtype: "auto", CrossLayersBlocks: true, TransferMode: "pull"},
+	}
 	var in bytes.Buffer
 	var goHashes []string
 	for _, r := range vllm.Releases() {
 		for _, f := range sets {
-			cfg, _ := json.Marshal(map[string]any{
-				"vllm_version": f.VLLMVersion, "model": f.Model, "dtype": f.Dtype, "num_kv_heads": f.NumKVHeads,
-				"head_size": f.HeadSize, "num_hidden_layers": f.NumHiddenLayers, "attn_backend_name": f.AttnBackendName,
-				"cache_dtype": f.CacheDtype, "cross_layers_blocks": f.CrossLayersBlocks, "is_hma_enabled": f.IsHMAEnabled,
-				"speculative_config": f.SpeculativeConfig, "transfer_mode": f.TransferMode,
-			})
-			fmt.Fprintf(&in, "%s %s\n", r, cfg)
+			writePyFactors(&in, r, &f)
 			f.Release = r
 			h, err := f.Hash()
 			if err != nil {
@@ -408,7 +417,7 @@ for line in sys.stdin:
 			goHashes = append(goHashes, h)
 		}
 	}
-	lines := strings.Fields(string(runPython(t, py, in.Bytes())))
+	lines := strings.Fields(string(runPython(t, pyReleaseHash, in.Bytes())))
 	if len(lines) != len(goHashes) {
 		t.Fatalf("python printed %d hashes for %d cases", len(lines), len(goHashes))
 	}
