@@ -79,6 +79,21 @@
 // The oldest profile, vllm.Oldest, keeps every old behaviour; the
 // project's docs/vllm-releases.md lists the profiles and their evidence.
 //
+// # No single message wedges it
+//
+// Beyond dropping malformed input, the state machine bounds what a
+// well-formed message can do (see [State]): a stats message with an
+// implausible (current_wave, step_counter) hides at most StatsResync-1 real
+// ones; a wave notice may not move the wave more than MaxWaveJump (unless
+// WaveResync in a row agree), and the wave never reaches the range guard;
+// SCALE_ELASTIC_EP is bounded by Config.MaxEngines (by default
+// DefaultScaleFactor times the starting engines) and optionally restricted
+// to Config.ScaleFrom. Control messages keep their path: READY is sent at
+// most once per Config.ReadyInterval (a newly subscribed engine still gets
+// it within the interval), an identical START_DP_WAVE is not repeated within
+// it, and a control copy the back publish socket drops for a full queue is
+// counted (Stats.ControlDropped) and logged at error level.
+//
 // # Bad input
 //
 // Every parser treats its input as hostile: bad input yields a classified

@@ -17,7 +17,7 @@ var coordinatorSpec = commandSpec{
 	name: "coordinator",
 	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N " +
 		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--vllm-version latest] " +
-		"[--max-engines N] [--scale-from IP,...] [--debug-addr HOST:PORT]",
+		"[--max-engines N] [--scale-from IP,...] [--ready-interval 100ms] [--debug-addr HOST:PORT]",
 	summary: "run a vLLM-compatible DP coordinator until SIGINT/SIGTERM",
 	help: `Binds the three sockets of vLLM's data-parallel coordinator (front publish XPUB
 for the API front-ends, back output PULL and back publish XPUB for the engines),
@@ -67,6 +67,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
 	release := releaseFlag(fs)
+	readyInterval := fs.Duration("ready-interval", coordinator.DefaultReadyInterval, "shortest time between two READY broadcasts after start-up (negative: one READY per subscription, as vLLM)")
 	maxEngines := fs.Int("max-engines", 0, "largest engine count SCALE_ELASTIC_EP may set (0: 4 x --engines, at least 8)")
 	scaleFrom := fs.String("scale-from", "", "comma-separated IP addresses of the only front-ends allowed to send SCALE_ELASTIC_EP (default: any)")
 	dbg := addDebugFlags(fs)
@@ -108,6 +109,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		}
 		c, err := coordinator.New(coordinator.Config{
 			MaxEngines:      *maxEngines,
+			ReadyInterval:   *readyInterval,
 			ScaleFrom:       scaleHosts,
 			Front:           *front,
 			BackOutput:      *backOut,
