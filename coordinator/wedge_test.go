@@ -281,7 +281,7 @@ func TestReadyFloodKeepsStartWave(t *testing.T) {
 			// coordinator.
 			waitFor(t, ctx, "the flood to arrive", func() bool {
 				st := h.c.Stats()
-				return st.ReadySent+st.ReadyCoalesced >= 5000
+				return st.ReadySent+st.ReadyCoalesced >= 1000
 			})
 			if err := f.Wake(ctx, nil, 0); err != nil {
 				t.Fatal(err)
