@@ -347,10 +347,11 @@ var (
 // OnEngineOutput applies one decoded back-output message (see
 // [DecodeEngineCoreOutputs]) and returns the actions it calls for, or a
 // classified error when the message must be dropped (and then nothing was
-// changed): ReasonValidate for request outputs, a utility output or a value
-// out of range ([EngineCoreOutputs.Validate]), ReasonUnknownRank for an
-// engine index the coordinator does not have (see [State] for the exact
-// rule). The returned errors are shared values: compare them with errors.Is
+// changed, except the wave-jump rule's count of refusals in a row):
+// ReasonValidate for request outputs, a utility output, a value out of
+// range ([EngineCoreOutputs.Validate]) or a wave notice beyond MaxWaveJump,
+// ReasonUnknownRank for an engine index the coordinator does not have (see
+// [State] for the exact rules). The returned errors are shared values: compare them with errors.Is
 // or [decodeguard.ReasonOf], do not modify them.
 func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	switch {
