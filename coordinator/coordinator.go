@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -12,11 +14,16 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // DefaultStartupLogInterval is how often a coordinator waiting for its
 // engines' subscriptions logs how many are still missing.
 const DefaultStartupLogInterval = 10 * time.Second
+
+// DefaultReadyInterval is Config.ReadyInterval's default: READY goes out
+// at most once per 100 ms after start-up.
+const DefaultReadyInterval = 100 * time.Millisecond
 
 // Errors returned by a [Coordinator].
 var (
@@ -83,13 +90,27 @@ type Config struct {
 	// MaxEngines bounds the engine count, at start and from
 	// SCALE_ELASTIC_EP (default DefaultMaxEngines).
 	MaxEngines int
-	// PublishKVCacheUsage selects the stats publication layout: false (the
-	// default, docs/protocol.md's) publishes [waiting, running] per engine, true
-	// [waiting, running, kv_cache_usage] as current vLLM does. See
-	// StateConfig.PublishKVCacheUsage.
-	PublishKVCacheUsage bool
+	// Release is the vLLM release the engines and front-ends run (the zero
+	// value is vllm.Latest): it selects the stats publication layout, the
+	// wake rule and the scale-up rule. See StateConfig.Release.
+	Release vllm.Release
 	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False.
 	DisableWaveCoordination bool
+	// ReadyInterval is the shortest time between two READY broadcasts after
+	// start-up (default DefaultReadyInterval). Every engine subscription
+	// ("\x01") asks for READY; the ones that arrive within ReadyInterval of
+	// the last READY share one, sent when the interval is over, so a newly
+	// subscribed engine gets READY within ReadyInterval and a flood of
+	// subscriptions cannot fill the engines' queues with READY (where it
+	// would crowd out START_DP_WAVE). Negative: every subscription gets its
+	// own READY at once, as in vLLM.
+	ReadyInterval time.Duration
+	// ScaleFrom, when not empty, lists the hosts (IP addresses, e.g.
+	// "10.0.0.7" or "::1") whose front-end connections may send
+	// SCALE_ELASTIC_EP; a notice from any other peer is a ReasonPolicy
+	// drop. Empty (the default) takes it from any front-end, as vLLM does;
+	// MaxEngines bounds it either way.
+	ScaleFrom []string
 
 	// Socket holds the options of the three sockets (limits, HWM, handshake
 	// deadline, allowlist, events). Socket.Guard.MaxMessageSize is
@@ -135,6 +156,9 @@ var loopNames = [numLoops]string{LoopFront, LoopBackOutput, LoopBackPublish}
 type Coordinator struct {
 	cfg Config
 	log *slog.Logger
+	// scaleFrom is Config.ScaleFrom as a set of canonical IP strings (nil:
+	// any peer).
+	scaleFrom map[string]bool
 
 	front, backOut, backPub *socket.Socket
 
@@ -152,6 +176,18 @@ type Coordinator struct {
 	stateDrops [numLoops][decodeguard.NumReasons]atomic.Uint64
 	// What Run sent.
 	statsPublished, wavePublished, readySent, startWaveSent atomic.Uint64
+	// readyCoalesced counts READY requests folded into another READY;
+	// startWaveCoalesced repeated identical START_DP_WAVE broadcasts not
+	// sent again within ReadyInterval; controlDropped control messages
+	// (READY, START_DP_WAVE) the back publish socket dropped for a peer
+	// whose queue was full.
+	readyCoalesced, startWaveCoalesced, controlDropped atomic.Uint64
+	// Owned by Run's goroutine: when READY and the last START_DP_WAVE
+	// went out, whether a READY is owed, and the last START_DP_WAVE.
+	lastReady, lastStartAt time.Time
+	readyPending           bool
+	lastStart              StartDPWave
+	controlLogged          time.Time
 	// Unsubscriptions received on the back publish socket (ignored).
 	backUnsubs atomic.Uint64
 
@@ -188,11 +224,22 @@ func New(cfg Config) (*Coordinator, error) {
 		StatsInterval:           cfg.StatsInterval,
 		IdleInterval:            cfg.IdleInterval,
 		MaxEngines:              cfg.MaxEngines,
-		PublishKVCacheUsage:     cfg.PublishKVCacheUsage,
+		Release:                 cfg.Release,
 		DisableWaveCoordination: cfg.DisableWaveCoordination,
 	})
 	if err != nil {
 		return nil, err
+	}
+	var scaleFrom map[string]bool
+	for _, h := range cfg.ScaleFrom {
+		ip, err := netip.ParseAddr(h)
+		if err != nil {
+			return nil, fmt.Errorf("coordinator: Config.ScaleFrom: %q is not an IP address", h)
+		}
+		if scaleFrom == nil {
+			scaleFrom = map[string]bool{}
+		}
+		scaleFrom[ip.Unmap().String()] = true
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -210,6 +257,7 @@ func New(cfg Config) (*Coordinator, error) {
 	c := &Coordinator{
 		cfg:         cfg,
 		log:         cfg.Logger,
+		scaleFrom:   scaleFrom,
 		state:       state,
 		closeCh:     make(chan struct{}),
 		startupEach: DefaultStartupLogInterval,
@@ -457,10 +505,14 @@ func (c *Coordinator) serve(ctx context.Context, ch *loopChans) error {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	defer timer.Stop()
+	readyTimer := time.NewTimer(time.Hour)
+	readyTimer.Stop()
+	defer readyTimer.Stop()
 	var (
 		timerC  <-chan time.Time
 		timerAt time.Time
 		started bool
+		readyC  <-chan time.Time
 	)
 	for {
 		// Front-end messages and engine outputs wait (in their loops, then
@@ -495,6 +547,9 @@ func (c *Coordinator) serve(ctx context.Context, ch *loopChans) error {
 		case <-timerC:
 			timerC = nil
 			err = c.tick(ctx)
+		case <-readyC:
+			readyC = nil
+			err = c.sendPendingReady(ctx)
 		case <-startupTickC:
 			c.mu.Lock()
 			sub := c.state.Snapshot().Subscribed
@@ -515,6 +570,10 @@ func (c *Coordinator) serve(ctx context.Context, ch *loopChans) error {
 			startupTick.Stop()
 			startupTickC, deadlineC = nil, nil
 			c.log.Info("coordinator: all engines subscribed, READY sent", "engines", c.state.Engines())
+		}
+		if c.readyPending && readyC == nil {
+			readyTimer.Reset(max(0, time.Until(c.lastReady.Add(c.readyInterval()))))
+			readyC = readyTimer.C
 		}
 		if started {
 			// Re-arm the publication timer when the next publication time
@@ -561,7 +620,32 @@ func (c *Coordinator) logInterval() time.Duration {
 	return loop.DefaultLogInterval
 }
 
+// errScaleFrom refuses a SCALE_ELASTIC_EP notice from a peer not in
+// Config.ScaleFrom.
+var errScaleFrom = decodeguard.NewError(decodeguard.ReasonPolicy, "SCALE_ELASTIC_EP from a front-end not in Config.ScaleFrom")
+
+// scaleAllowed reports whether peer may send SCALE_ELASTIC_EP.
+func (c *Coordinator) scaleAllowed(peer *socket.Peer) bool {
+	if c.scaleFrom == nil {
+		return true
+	}
+	if peer == nil {
+		return false
+	}
+	host, _, err := net.SplitHostPort(peer.Addr())
+	if err != nil {
+		return false
+	}
+	ip, err := netip.ParseAddr(host)
+	return err == nil && c.scaleFrom[ip.Unmap().String()]
+}
+
 func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[FrontMsg]) error {
+	if d.Value.Kind == FrontScale && !c.scaleAllowed(d.Msg.Peer) {
+		c.stateDrop(idxFront, d.Msg, errScaleFrom)
+		d.Done()
+		return nil
+	}
 	c.mu.Lock()
 	a, err := c.state.OnFrontMessage(*d.Value)
 	c.mu.Unlock()
@@ -608,18 +692,43 @@ var (
 // act performs what one input called for. Stats publications come from tick
 // only. The counters go up before each send, so that a peer that received
 // a message never reads a counter that does not include it yet.
+// readyInterval is Config.ReadyInterval with its default; zero means no
+// coalescing.
+func (c *Coordinator) readyInterval() time.Duration {
+	switch {
+	case c.cfg.ReadyInterval < 0:
+		return 0
+	case c.cfg.ReadyInterval == 0:
+		return DefaultReadyInterval
+	}
+	return c.cfg.ReadyInterval
+}
+
 func (c *Coordinator) act(ctx context.Context, a *Actions) error {
 	if a.SendReady {
-		c.readySent.Add(1)
-		if err := c.backPub.Send(ctx, readyFrame); err != nil {
-			return c.sendError("back publish", err)
+		now := time.Now()
+		if iv := c.readyInterval(); iv > 0 && !c.lastReady.IsZero() && now.Sub(c.lastReady) < iv {
+			// Within ReadyInterval of the last READY: owed, sent by
+			// sendPendingReady when the interval is over.
+			c.readyPending = true
+			c.readyCoalesced.Add(1)
+		} else if err := c.sendReady(ctx, now); err != nil {
+			return err
 		}
 	}
 	if a.SendStartWave {
-		c.buf = a.AppendStartDPWave(c.buf[:0])
-		c.startWaveSent.Add(1)
-		if err := c.backPub.Send(ctx, startDPWaveFrame, c.buf); err != nil {
-			return c.sendError("back publish", err)
+		now := time.Now()
+		if iv := c.readyInterval(); iv > 0 && a.StartWave == c.lastStart && !c.lastStartAt.IsZero() && now.Sub(c.lastStartAt) < iv {
+			// The same broadcast again (repeated wakes while paused):
+			// the engines have it; do not let a wake flood queue copies.
+			c.startWaveCoalesced.Add(1)
+		} else {
+			c.buf = a.AppendStartDPWave(c.buf[:0])
+			c.startWaveSent.Add(1)
+			c.lastStart, c.lastStartAt = a.StartWave, now
+			if err := c.sendControl(ctx, "START_DP_WAVE", startDPWaveFrame, c.buf); err != nil {
+				return err
+			}
 		}
 	}
 	if a.PublishWave {
@@ -627,6 +736,42 @@ func (c *Coordinator) act(ctx context.Context, a *Actions) error {
 		c.wavePublished.Add(1)
 		if err := c.front.Send(ctx, c.buf); err != nil {
 			return c.sendError("front publish", err)
+		}
+	}
+	return nil
+}
+
+func (c *Coordinator) sendReady(ctx context.Context, now time.Time) error {
+	c.lastReady, c.readyPending = now, false
+	c.readySent.Add(1)
+	return c.sendControl(ctx, "READY", readyFrame)
+}
+
+// sendPendingReady sends the READY owed, if any, once ReadyInterval has
+// passed since the last one.
+func (c *Coordinator) sendPendingReady(ctx context.Context) error {
+	if !c.readyPending {
+		return nil
+	}
+	return c.sendReady(ctx, time.Now())
+}
+
+// sendControl broadcasts a control message on the back publish socket,
+// which carries nothing else, and reports loudly (counted in
+// Stats.ControlDropped, logged at error level, rate-limited) when the
+// socket dropped it for an engine whose queue was full: that engine missed
+// it.
+func (c *Coordinator) sendControl(ctx context.Context, what string, frames ...[]byte) error {
+	before := c.backPub.Stats().DroppedHWM
+	if err := c.backPub.Send(ctx, frames...); err != nil {
+		return c.sendError("back publish", err)
+	}
+	if lost := c.backPub.Stats().DroppedHWM - before; lost > 0 {
+		total := c.controlDropped.Add(lost)
+		if now := time.Now(); now.Sub(c.controlLogged) >= c.logInterval() {
+			c.controlLogged = now
+			c.log.Error("coordinator: a control message was dropped for an engine whose queue is full",
+				"message", what, "engines_missed", lost, "control_dropped", total)
 		}
 	}
 	return nil

@@ -61,6 +61,39 @@
 // vLLM could be killed or misled by one bad message; the differences are
 // listed on [State].
 //
+// # vLLM releases
+//
+// Config.Release (and StateConfig.Release) names the vLLM release the
+// engines and front-ends run, as a [vllm.Release]; the zero value is
+// vllm.Latest, current vLLM main. Its rules select three behaviours:
+//
+//   - the stats layout: [waiting, running, kv_cache_usage] per engine since
+//     vLLM PR #49204, [waiting, running] before (a front-end fails to unpack
+//     the other layout, so every request it routes fails);
+//   - the wake rule: before vLLM PR #51481 a front-end wake while paused sets
+//     running and publishes; since, it only broadcasts START_DP_WAVE and DP
+//     rank 0's start_wave sets running;
+//   - the scale-up rule: older coordinators mark the engines paused when
+//     SCALE_ELASTIC_EP grows the engine list; the newest does not.
+//
+// The oldest profile, vllm.Oldest, keeps every old behaviour; the
+// project's docs/vllm-releases.md lists the profiles and their evidence.
+//
+// # No single message wedges it
+//
+// Beyond dropping malformed input, the state machine bounds what a
+// well-formed message can do (see [State]): a stats message with an
+// implausible (current_wave, step_counter) hides at most StatsResync-1 real
+// ones; a wave notice may not move the wave more than MaxWaveJump (unless
+// WaveResync in a row agree), and the wave never reaches the range guard;
+// SCALE_ELASTIC_EP is bounded by Config.MaxEngines (by default
+// DefaultScaleFactor times the starting engines) and optionally restricted
+// to Config.ScaleFrom. Control messages keep their path: READY is sent at
+// most once per Config.ReadyInterval (a newly subscribed engine still gets
+// it within the interval), an identical START_DP_WAVE is not repeated within
+// it, and a control copy the back publish socket drops for a full queue is
+// counted (Stats.ControlDropped) and logged at error level.
+//
 // # Bad input
 //
 // Every parser treats its input as hostile: bad input yields a classified

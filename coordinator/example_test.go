@@ -53,9 +53,14 @@ func Example() {
 	}
 	a, _ := s.OnFrontMessage(msg)
 	fmt.Printf("START_DP_WAVE %x | %x\n", coordinator.StartDPWaveFrame, a.AppendStartDPWave(nil))
-	fmt.Printf("to front-ends: %x\n", a.AppendWavePublish(nil))
+	// Current vLLM (PR #51481): the wake proves nothing, as a paused engine
+	// discards START_DP_WAVE; running waits for DP rank 0's start_wave.
+	fmt.Println("running after the wake:", a.Running, "publish:", a.PublishWave)
+	a, _ = s.OnEngineOutput(&coordinator.EngineCoreOutputs{EngineIndex: 0, HasStartWave: true, StartWave: 0})
+	fmt.Printf("rank 0 start_wave: START_DP_WAVE %x, to front-ends: %x\n", a.AppendStartDPWave(nil), a.AppendWavePublish(nil))
 
-	// The periodic publication: ([[0,0],[5,3]], 0, True).
+	// The periodic publication, in the latest layout:
+	// ([[0, 0, 0.0], [5, 3, 0.0]], 0, True).
 	if s.Tick(time.Now()).PublishStats {
 		fmt.Println("stats:", hex.EncodeToString(s.AppendStatsPublish(nil)))
 	}
@@ -65,8 +70,9 @@ func Example() {
 	// back "\x01": ready=true drop=none
 	// junk frame: decode
 	// START_DP_WAVE 02 | 920000
-	// to front-ends: 93c000c3
-	// stats: 939292000092050300c3
+	// running after the wake: false publish: false
+	// rank 0 start_wave: START_DP_WAVE 920000, to front-ends: 93c000c3
+	// stats: 9392930000cb0000000000000000930503cb000000000000000000c3
 }
 
 // ExampleParseFrontMessage parses the three kinds of front-end message.

@@ -249,7 +249,7 @@ func AppendStatsPublish(dst []byte, counts [][2]int, wave int, running bool) []b
 // its front-ends unpack it: counts is a list of [waiting, running,
 // kv_cache_usage] per engine, the usage a float64. A front-end of either
 // generation fails to unpack the other's layout, so a coordinator must use
-// the one its front-ends expect (see Config.PublishKVCacheUsage).
+// the one its front-ends expect (see Config.Release; vLLM PR #49204).
 func AppendStatsPublishKV(dst []byte, loads []EngineLoad, wave int, running bool) []byte {
 	return appendStats(dst, loads, true, int64(wave), running)
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 const python = "/usr/bin/python3"
@@ -87,10 +88,13 @@ func TestPythonBuiltMessages(t *testing.T) {
 						t.Fatalf("decoded\n got %+v\nwant %+v", got, want)
 					}
 					// The state machine takes it, or drops a front-end
-					// message with a classified error.
+					// message (or a wave notice that jumps more than
+					// MaxWaveJump past wave 0) with a classified error.
 					s := newStarted(t, 256, StateConfig{})
 					_, err := s.OnEngineOutput(&got)
-					if frontEnd := got.OutputsLen > 0 || got.HasUtilityOutput; frontEnd != (err != nil) {
+					jump := (got.HasWaveComplete && got.WaveComplete+1 > MaxWaveJump) ||
+						(!got.HasWaveComplete && got.HasStartWave && got.StartWave > MaxWaveJump)
+					if frontEnd := got.OutputsLen > 0 || got.HasUtilityOutput; (frontEnd || jump) != (err != nil) {
 						t.Fatalf("OnEngineOutput: %v", err)
 					}
 				}
@@ -139,7 +143,7 @@ func TestPythonBuiltMessages(t *testing.T) {
 func TestPythonReadsGoEncodings(t *testing.T) {
 	requirePythonMsgpack(t)
 	two, big := 2, 300
-	state := newStarted(t, 2, StateConfig{PublishKVCacheUsage: true})
+	state := newStarted(t, 2, StateConfig{Release: vllm.Latest})
 	m := statsMsg(1, 4, 9, 0, 3)
 	m.Stats.KVCacheUsage = 0.5
 	if _, err := state.OnEngineOutput(m); err != nil {
@@ -217,18 +221,33 @@ func requirePyzmq(t *testing.T) {
 }
 
 // TestPythonPeersInterop runs libzmq engines and a libzmq front-end
-// (testdata/dp_peers.py) against the Go coordinator: READY at every engine,
-// stats in vLLM's full SchedulerStats layout published with the right
-// counts, and the wave round trip (wake-up by engine identity,
-// wave_complete, start_wave) with START_DP_WAVE at every engine.
+// (testdata/dp_peers.py) against the Go coordinator, under the oldest and
+// the latest release profile: READY at every engine, stats in vLLM's full
+// SchedulerStats layout published with the right counts and unpacked by
+// the release's front-end (two or three values per engine), and the wave
+// round trip (wake-up by engine identity, wave_complete, start_wave) with
+// START_DP_WAVE at every engine. Under latest (vLLM PR #51481) no
+// publication claims running after a wake until rank 0's start_wave, and
+// none during the pause after a wave.
 func TestPythonPeersInterop(t *testing.T) {
 	requirePyzmq(t)
-	h := startCoordinator(t, testConfig(2))
+	for _, tc := range []struct {
+		name    string
+		release vllm.Release
+	}{{"old", vllm.Oldest}, {"latest", vllm.Latest}} {
+		t.Run(tc.name, func(t *testing.T) { runPythonPeers(t, tc.name, tc.release) })
+	}
+}
+
+func runPythonPeers(t *testing.T, mode string, release vllm.Release) {
+	cfg := testConfig(2)
+	cfg.Release = release
+	h := startCoordinator(t, cfg)
 	arg, _ := json.Marshal(map[string]any{
 		"front": h.c.FrontEndpoint(), "back_output": h.c.BackOutputEndpoint(),
-		"back_publish": h.c.BackPublishEndpoint(), "engines": 2,
+		"back_publish": h.c.BackPublishEndpoint(), "engines": 2, "release": mode,
 	})
-	ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, python, "testdata/dp_peers.py", string(arg))
 	var stderr bytes.Buffer
@@ -242,31 +261,52 @@ func TestPythonPeersInterop(t *testing.T) {
 		Ready          [][]string `json:"ready"`
 		Stats          []any      `json:"stats"`
 		WakeStart      [][]any    `json:"wake_start"`
+		AfterWakePubs  int        `json:"after_wake_pubs"`
+		Rank0Start     [][]any    `json:"rank0_start"`
 		WakePub        []any      `json:"wake_pub"`
 		CompletePub    []any      `json:"complete_pub"`
+		PausePubs      int        `json:"pause_pubs"`
 		EngineStart    [][]any    `json:"engine_start"`
 		EngineStartPub []any      `json:"engine_start_pub"`
+		Unpacked       int        `json:"unpacked"`
 	}
 	if err := json.Unmarshal(out, &got); err != nil {
 		t.Fatalf("output %q: %v", out, err)
 	}
 	text := func(v any) string { b, _ := json.Marshal(v); return string(b) }
+	stats := `[[[5,1],[6,3]],0,false]`
+	if mode == "latest" {
+		stats = `[[[5,1,0.125],[6,3,0.25]],0,false]`
+	}
 	checks := []struct{ name, got, want string }{
 		{"ready", text(got.Ready), `[["READY"],["READY"]]`},
-		{"stats", text(got.Stats), `[[[5,1],[6,3]],0,false]`},
+		{"stats", text(got.Stats), stats},
 		{"wake START_DP_WAVE", text(got.WakeStart), `[[0,1],[0,1]]`},
 		{"wake publication", text(got.WakePub), `[null,0,true]`},
 		{"wave_complete publication", text(got.CompletePub), `[null,1,false]`},
 		{"start_wave START_DP_WAVE", text(got.EngineStart), `[[2,1],[2,1]]`},
 		{"start_wave publication", text(got.EngineStartPub), `[null,2,true]`},
 	}
+	if mode == "latest" {
+		checks = append(checks, struct{ name, got, want string }{"rank 0 start_wave START_DP_WAVE", text(got.Rank0Start), `[[0,0],[0,0]]`})
+		if got.AfterWakePubs == 0 || got.PausePubs == 0 {
+			t.Errorf("no publications observed after the wake (%d) or during the pause (%d)", got.AfterWakePubs, got.PausePubs)
+		}
+	}
 	for _, c := range checks {
 		if c.got != c.want {
 			t.Errorf("%s: Python peers saw %s, want %s", c.name, c.got, c.want)
 		}
 	}
+	if got.Unpacked == 0 {
+		t.Error("the front-end unpacked no stats publication")
+	}
 	st := h.c.Stats()
-	if st.Dropped != 0 || st.StatsApplied != 2 || st.StartWaveSent != 2 || st.ReadySent != 1 {
+	wantStarts := uint64(2)
+	if mode == "latest" {
+		wantStarts = 3
+	}
+	if st.Dropped != 0 || st.StatsApplied != 2 || st.StartWaveSent != wantStarts || st.ReadySent != 1 {
 		t.Fatalf("coordinator stats %+v drops %v", st, dropsOf(st.Drops))
 	}
 	if s := h.c.Snapshot(); s.Wave != 2 || !s.Running || s.Loads[1] != (EngineLoad{Waiting: 6, Running: 3, KVCacheUsage: 0.25}) {

@@ -36,7 +36,7 @@ func predictFront(b []byte) (r decodeguard.Reason, ok bool) {
 	}
 	switch m.Kind {
 	case FrontScale:
-		if m.Engines > DefaultMaxEngines {
+		if m.Engines > junkMaxEngines {
 			return decodeguard.ReasonValidate, true // the state machine's range check
 		}
 		return 0, false
@@ -56,11 +56,21 @@ func predictBackOutput(b []byte, engines int) decodeguard.Reason {
 	switch {
 	case m.OutputsLen != 0, m.HasUtilityOutput:
 		return decodeguard.ReasonValidate
-	case m.EngineIndex >= DefaultMaxEngines, m.HasStats && m.EngineIndex >= int64(engines):
+	case m.Validate() != nil:
+		return decodeguard.ReasonOf(m.Validate())
+	case m.EngineIndex >= junkMaxEngines, m.HasStats && m.EngineIndex >= int64(engines):
 		return decodeguard.ReasonUnknownRank
+	// The wave-jump rule, at wave 0 (the junk test starts no wave; a run of
+	// WaveResync such random notices in a row is not expected).
+	case m.HasWaveComplete && m.WaveComplete+1 > MaxWaveJump, !m.HasWaveComplete && m.HasStartWave && m.StartWave > MaxWaveJump:
+		return decodeguard.ReasonValidate
 	}
 	return decodeguard.ReasonNone
 }
+
+// junkMaxEngines is the default engine bound of the junk test's
+// two-engine coordinator (StateConfig.MaxEngines zero).
+const junkMaxEngines = max(DefaultScaleFactor*2, DefaultMinMaxEngines)
 
 // TestJunkOnEverySocket sends the seeds' hazards, malformed shapes, random
 // frames and raw TCP probes to all three sockets of a running coordinator
@@ -133,14 +143,14 @@ func TestJunkOnEverySocket(t *testing.T) {
 		send(backPub, b)
 		send(backOut, b)
 	}
-	send(front, []byte{0x92, 0xc0}, []byte{0x07})               // two frames
-	send(front, AppendScaleElasticEP(nil, DefaultMaxEngines+1)) // parses, refused by the state machine
-	send(front, []byte{0x93, 0xc0, 0x07, 0x07})                 // wrong arity
-	send(front, []byte{0x92, 0xc0, 0xff})                       // negative wave
-	send(backPub, []byte("\x01probe"))                          // a subscription to a topic
-	send(backPub, []byte{0x01}, []byte("x"))                    // two frames
-	send(backOut, []byte{})                                     // empty frame
-	send(backOut, []byte{0x91, 0x00}, []byte{0x90})             // two frames
+	send(front, []byte{0x92, 0xc0}, []byte{0x07})            // two frames
+	send(front, AppendScaleElasticEP(nil, junkMaxEngines+1)) // parses, refused by the state machine
+	send(front, []byte{0x93, 0xc0, 0x07, 0x07})              // wrong arity
+	send(front, []byte{0x92, 0xc0, 0xff})                    // negative wave
+	send(backPub, []byte("\x01probe"))                       // a subscription to a topic
+	send(backPub, []byte{0x01}, []byte("x"))                 // two frames
+	send(backOut, []byte{})                                  // empty frame
+	send(backOut, []byte{0x91, 0x00}, []byte{0x90})          // two frames
 	send(backOut, AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 7, HasStats: true, Timestamp: ts}))
 	send(backOut, AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 1, HasStartWave: true, StartWave: -3}))
 

@@ -63,7 +63,7 @@ type Publication struct {
 	HasCounts bool
 	Loads     []EngineLoad
 	// KV reports that the entries had three elements, the third the KV
-	// cache usage (Config.PublishKVCacheUsage).
+	// cache usage (the layout of releases with vllm.Rules.StatsKVCacheUsage).
 	KV bool
 	// Wave is the current wave, Running whether the engines run.
 	Wave    int64

@@ -14,6 +14,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // TestSeedUndecodableEngineFrame is the seed's first coordinator test: a
@@ -153,7 +154,7 @@ func junkPush(t *testing.T, endpoint string) *socket.Socket {
 
 func TestStatsFlow(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
-	h := startCoordinator(t, testConfig(2))
+	h := startCoordinator(t, oldestConfig(2))
 	f := dialFront(t, h)
 	es := readyEngines(t, ctx, h, 2)
 	// Before any stats: zeros.
@@ -178,11 +179,11 @@ func TestStatsFlow(t *testing.T) {
 	}
 }
 
-// TestPublishKVCacheUsage checks the current-vLLM layout end to end.
-func TestPublishKVCacheUsage(t *testing.T) {
+// TestLatestStatsLayoutLive checks the current-vLLM layout (vLLM PR #49204) end to end.
+func TestLatestStatsLayoutLive(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	cfg := testConfig(1)
-	cfg.PublishKVCacheUsage = true
+	cfg.Release = vllm.Latest
 	h := startCoordinator(t, cfg)
 	f := dialFront(t, h)
 	e := readyEngines(t, ctx, h, 1)[0]
@@ -228,7 +229,7 @@ func TestStatsOrderingLive(t *testing.T) {
 // wake-up while running (ignored) and a stale wake-up (no exclusion).
 func TestWaveRoundTrip(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
-	h := startCoordinator(t, testConfig(2))
+	h := startCoordinator(t, oldestConfig(2))
 	f := dialFront(t, h)
 	es := readyEngines(t, ctx, h, 2)
 	waitCounts(t, ctx, h, f, [][2]int{{0, 0}, {0, 0}}, nil) // connected and subscribed
@@ -287,7 +288,7 @@ func TestWaveRoundTrip(t *testing.T) {
 // are unknown-rank drops).
 func TestElasticResizeLive(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
-	h := startCoordinator(t, testConfig(2))
+	h := startCoordinator(t, oldestConfig(2))
 	f := dialFront(t, h)
 	es := readyEngines(t, ctx, h, 2)
 	waitCounts(t, ctx, h, f, [][2]int{{0, 0}, {0, 0}}, nil)
@@ -587,4 +588,12 @@ func TestNewErrors(t *testing.T) {
 		c.Close()
 		t.Fatal("New bound a port in use")
 	}
+}
+
+// oldestConfig is testConfig under the oldest release profile, whose wake
+// sets running and whose stats carry two values per engine.
+func oldestConfig(engines int) Config {
+	cfg := testConfig(engines)
+	cfg.Release = vllm.Oldest
+	return cfg
 }

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // Defaults of [StateConfig] and [Config].
@@ -15,9 +16,34 @@ const (
 	// DefaultIdleInterval is how often stats are published when nothing
 	// changed (vLLM: 5 s).
 	DefaultIdleInterval = 5 * time.Second
-	// DefaultMaxEngines bounds the engine count a SCALE_ELASTIC_EP notice may
-	// set, so that one message cannot make every later publication huge.
+	// DefaultMaxEngines is the largest engine count a State accepts when
+	// StateConfig.MaxEngines is zero, at start and from SCALE_ELASTIC_EP.
 	DefaultMaxEngines = 4096
+	// DefaultScaleFactor: when StateConfig.MaxEngines is zero, a
+	// SCALE_ELASTIC_EP notice may grow the engine list to at most
+	// DefaultScaleFactor times the starting engine count (at least
+	// DefaultMinMaxEngines, at most DefaultMaxEngines), so that one notice
+	// from any front-end cannot make every later publication huge.
+	DefaultScaleFactor = 4
+	// DefaultMinMaxEngines is the smallest default bound (see
+	// DefaultScaleFactor).
+	DefaultMinMaxEngines = 8
+	// StatsResync is how many consecutive stale stats messages from one
+	// engine make the coordinator take the newest of them anyway and start
+	// its ordering again from there (see [State]): one message with an
+	// implausible (current_wave, step_counter) can hide at most
+	// StatsResync-1 real ones.
+	StatsResync = 3
+	// MaxWaveJump bounds how far past the current wave a wave_complete or
+	// start_wave notice may move it (see [State]). DP rank 0 reports the
+	// wave it is in, which is the coordinator's current wave or, after a
+	// lost notice, one or two past it.
+	MaxWaveJump = 4
+	// WaveResync is how many consecutive wave notices beyond MaxWaveJump
+	// make the coordinator follow the engines anyway (the newest of them):
+	// a coordinator that really fell behind catches up, one forged notice
+	// cannot move the wave.
+	WaveResync = 3
 )
 
 // StateConfig configures a [State]. The zero value means the defaults.
@@ -29,16 +55,21 @@ type StateConfig struct {
 	// negative means DefaultIdleInterval.
 	IdleInterval time.Duration
 	// MaxEngines is the largest engine count accepted, at start or from
-	// SCALE_ELASTIC_EP; zero means DefaultMaxEngines, and it may not exceed
-	// MaxEngines.
+	// SCALE_ELASTIC_EP. Zero means DefaultScaleFactor times the starting
+	// engine count, at least DefaultMinMaxEngines and at most
+	// DefaultMaxEngines (the starting count itself may not exceed
+	// DefaultMaxEngines then); it may not exceed MaxEngines. A publication
+	// carries one entry per engine, so this also bounds its size (about 13
+	// bytes per engine).
 	MaxEngines int
-	// PublishKVCacheUsage selects the stats publication layout. False (the
-	// default, docs/protocol.md's vector): counts are [waiting, running] per
-	// engine, as vLLM front-ends unpack them up to the release that added KV
-	// cache usage to load balancing. True: [waiting, running,
-	// kv_cache_usage], as current vLLM coordinators publish and current
-	// front-ends require. A front-end fails to unpack the other layout.
-	PublishKVCacheUsage bool
+	// Release is the vLLM release the coordinator talks to (the zero value
+	// is vllm.Latest). Its rules select the stats publication layout
+	// (StatsKVCacheUsage: [waiting, running, kv_cache_usage] per engine
+	// since vLLM PR #49204, else [waiting, running]; a front-end fails to
+	// unpack the other layout), what a front-end wake does
+	// (WakeSetsRunning, before vLLM PR #51481) and whether an elastic-EP
+	// scale-up marks the engines paused (ScaleUpPauses). See [State].
+	Release vllm.Release
 	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False
 	// (used when the engines do not run in lockstep): front-end wake-ups and
 	// the engines' wave_complete/start_wave notices are ignored; only stats
@@ -46,7 +77,7 @@ type StateConfig struct {
 	DisableWaveCoordination bool
 }
 
-func (c StateConfig) withDefaults() StateConfig {
+func (c StateConfig) withDefaults(engines int) StateConfig {
 	if c.StatsInterval <= 0 {
 		c.StatsInterval = DefaultStatsInterval
 	}
@@ -55,6 +86,12 @@ func (c StateConfig) withDefaults() StateConfig {
 	}
 	if c.MaxEngines == 0 {
 		c.MaxEngines = DefaultMaxEngines
+		if engines <= DefaultMaxEngines/DefaultScaleFactor {
+			c.MaxEngines = max(DefaultScaleFactor*engines, DefaultMinMaxEngines)
+		}
+		if engines > DefaultMaxEngines {
+			c.MaxEngines = DefaultMaxEngines // refused below
+		}
 	}
 	return c
 }
@@ -120,6 +157,14 @@ type Counters struct {
 	Readies uint64
 	// Resizes counts SCALE_ELASTIC_EP notices applied.
 	Resizes uint64
+	// StatsResyncs counts engines whose stats ordering was restarted after
+	// StatsResync consecutive stale messages.
+	StatsResyncs uint64
+	// WaveJumps counts wave notices refused for moving the wave more than
+	// MaxWaveJump (or to the last representable wave); WaveResyncs the
+	// times WaveResync such notices in a row were followed anyway.
+	WaveJumps   uint64
+	WaveResyncs uint64
 }
 
 // Snapshot is a copy of a [State]'s published view.
@@ -139,10 +184,12 @@ type Snapshot struct {
 type engineState struct {
 	load EngineLoad
 	// seen reports whether stats were taken from this engine; lastWave and
-	// lastStep are the newest (current_wave, step_counter) taken.
+	// lastStep are the newest (current_wave, step_counter) taken; stale
+	// counts the stale messages since the last one taken.
 	seen     bool
 	lastWave int64
 	lastStep int64
+	stale    int
 }
 
 // State is the DP coordinator's state machine: single-threaded, pure (no
@@ -154,20 +201,27 @@ type engineState struct {
 //     outputs or front-end messages before [State.Started], as vLLM does not
 //     poll those sockets until then.
 //   - Stats ([State.OnEngineOutput]): engines[engine_index] =
-//     [num_waiting_reqs, num_running_reqs, kv_cache_usage].
+//     [num_waiting_reqs, num_running_reqs, kv_cache_usage], published with
+//     or without kv_cache_usage as the release's StatsKVCacheUsage says.
 //   - wave_complete = w, when current_wave <= w: current_wave = w+1,
 //     running = false, publish (nil, current_wave, running). Otherwise, if
 //     there is no wave_complete field, start_wave = w, when w > current_wave
 //     or (w == current_wave and not running): current_wave = w, running =
 //     true, START_DP_WAVE(w, exclude = engine_index), publish.
 //   - Front-end wake (exclude, wave) ([State.OnFrontMessage]), when not
-//     running: running = true, START_DP_WAVE(current_wave, exclude) with the
-//     exclusion dropped when wave < current_wave, publish. current_wave is
-//     not taken from the wake.
+//     running: START_DP_WAVE(current_wave, exclude), with the exclusion
+//     dropped when wave < current_wave. current_wave is not taken from the
+//     wake. Under releases whose rules have WakeSetsRunning (before vLLM PR
+//     #51481) the wake also sets running = true and publishes; under later
+//     ones (vllm.Latest) it does neither, since a paused engine discards
+//     START_DP_WAVE: running becomes true only when DP rank 0 reports
+//     start_wave, so a wake during a pause never latches "running".
 //   - SCALE_ELASTIC_EP n: the engine list is cut to n or grown with zeroed
-//     engines; growing it while the engines run sets running = false, as
-//     vLLM does (the new engines start at wave 0, so front-ends must send
-//     wake-ups again), and publishes the wave state.
+//     engines. Under releases whose rules have ScaleUpPauses, growing it
+//     while the engines run sets running = false (the new engines start at
+//     wave 0, so front-ends must send wake-ups again) and publishes the
+//     wave state; the newest vLLM coordinator (vllm.Latest) leaves running
+//     alone.
 //   - A back-publish "\x01" after start-up (an engine re-subscribing, as new
 //     elastic-EP engines do): READY again.
 //   - [State.Tick]: stats are published every StatsInterval while they
@@ -188,8 +242,24 @@ type engineState struct {
 //     reporting a step apart can trigger in normal operation) and applies
 //     the counts anyway; it also publishes a copy of the counts taken at the last step
 //     boundary, which is not reproduced here. A restarted engine process
-//     starts again at (0, 0): its counts are ignored until its pair passes
-//     the old process's, unless a SCALE_ELASTIC_EP notice re-creates it.
+//     starts again at (0, 0): see the resynchronisation rule below.
+//   - Stats ordering resynchronises. StatsResync consecutive stale messages
+//     from one engine restart its ordering from the newest of them (counted
+//     in StatsResyncs): one message with an implausible pair (a forged
+//     (2^63-1, 2^63-1), or an engine process that restarted at (0, 0)) can
+//     hide at most StatsResync-1 real messages, never all later ones. vLLM
+//     applies every message, in or out of order.
+//   - Wave jumps. A wave_complete = w or start_wave = w that would move the
+//     wave more than MaxWaveJump past the current wave (w+1 resp. w, minus
+//     the current wave) is a ReasonValidate drop, counted in WaveJumps, and
+//     changes nothing (its stats included); WaveResync such notices in a
+//     row are followed anyway (a coordinator that fell behind catches up).
+//     The wave never exceeds MaxWave: a wave_complete at MaxWave pauses the
+//     engines and keeps the wave, so every later notice and wake at the
+//     current wave stays in range. One forged notice can therefore neither
+//     move the wave out of the engines' reach nor stop wakes; after a jump
+//     the engines follow the coordinator's START_DP_WAVE, which names its
+//     wave. vLLM takes any wave.
 //   - Engine indexes. A negative engine_index is a ReasonValidate drop
 //     (Python's engines[-1] silently updated the last engine). An index
 //     >= the engine count is a ReasonUnknownRank drop when the message has
@@ -206,9 +276,12 @@ type engineState struct {
 //     engine is never actually left out (harmless: it gets the request
 //     anyway). An exclusion that names no current engine is dropped, so
 //     every engine is woken.
-//   - SCALE_ELASTIC_EP takes n in [1, StateConfig.MaxEngines] only, and marks the
-//     stats as changed so front-ends see the new length within
-//     StatsInterval (vLLM waits for the next periodic publication).
+//   - SCALE_ELASTIC_EP takes n in [1, StateConfig.MaxEngines] only (by
+//     default DefaultScaleFactor times the starting engine count), and
+//     marks the stats as changed so front-ends see the new length within
+//     StatsInterval (vLLM waits for the next periodic publication). vLLM
+//     takes any count from any front-end; Config.ScaleFrom can restrict
+//     who may send it.
 //   - Back publish: "\x00" (an unsubscription) is ignored, even during
 //     start-up, where vLLM returned; a subscription with a topic is a
 //     ReasonValidate drop and anything else a ReasonDecode drop (vLLM logged
@@ -218,6 +291,8 @@ type engineState struct {
 //     publication back indefinitely.
 type State struct {
 	cfg        StateConfig
+	rules      vllm.Rules
+	jumps      int // consecutive wave notices beyond MaxWaveJump
 	engines    []engineState
 	wave       int64
 	running    bool
@@ -234,14 +309,14 @@ type State struct {
 // this is configuration, not peer input) when engines is not in
 // [1, cfg.MaxEngines] or cfg.MaxEngines is out of [1, MaxEngines].
 func NewState(engines int, cfg StateConfig) (*State, error) {
-	cfg = cfg.withDefaults()
+	cfg = cfg.withDefaults(engines)
 	if cfg.MaxEngines < 1 || cfg.MaxEngines > MaxEngines {
 		return nil, errors.New("coordinator: StateConfig.MaxEngines out of range")
 	}
 	if engines < 1 || engines > cfg.MaxEngines {
 		return nil, errors.New("coordinator: engine count out of range")
 	}
-	return &State{cfg: cfg, engines: make([]engineState, engines, max(engines, 8))}, nil
+	return &State{cfg: cfg, rules: cfg.Release.Rules(), engines: make([]engineState, engines, max(engines, 8))}, nil
 }
 
 func (s *State) actions() Actions { return Actions{Wave: s.wave, Running: s.running} }
@@ -262,6 +337,7 @@ var (
 	errUnknownIndex  = decodeguard.NewError(decodeguard.ReasonUnknownRank, "engine index beyond StateConfig.MaxEngines")
 	errScaleRange    = decodeguard.NewError(decodeguard.ReasonValidate, "SCALE_ELASTIC_EP engine count out of range")
 	errWaveRange     = decodeguard.NewError(decodeguard.ReasonValidate, "wake: wave or exclusion out of range")
+	errWaveJump      = decodeguard.NewError(decodeguard.ReasonValidate, "wave notice moves the wave more than MaxWaveJump past the current wave")
 	errFrontKind     = decodeguard.NewError(decodeguard.ReasonDecode, "unknown front-end message kind")
 	errBackEmpty     = decodeguard.NewError(decodeguard.ReasonDecode, "empty back-publish message")
 	errBackTopic     = decodeguard.NewError(decodeguard.ReasonValidate, "back-publish subscription with a topic: not an engine")
@@ -271,10 +347,11 @@ var (
 // OnEngineOutput applies one decoded back-output message (see
 // [DecodeEngineCoreOutputs]) and returns the actions it calls for, or a
 // classified error when the message must be dropped (and then nothing was
-// changed): ReasonValidate for request outputs, a utility output or a value
-// out of range ([EngineCoreOutputs.Validate]), ReasonUnknownRank for an
-// engine index the coordinator does not have (see [State] for the exact
-// rule). The returned errors are shared values: compare them with errors.Is
+// changed, except the wave-jump rule's count of refusals in a row):
+// ReasonValidate for request outputs, a utility output, a value out of
+// range ([EngineCoreOutputs.Validate]) or a wave notice beyond MaxWaveJump,
+// ReasonUnknownRank for an engine index the coordinator does not have (see
+// [State] for the exact rules). The returned errors are shared values: compare them with errors.Is
 // or [decodeguard.ReasonOf], do not modify them.
 func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	switch {
@@ -293,6 +370,10 @@ func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	case m.HasStats && idx >= int64(len(s.engines)):
 		return Actions{}, errUnknownEngine
 	}
+	if !s.cfg.DisableWaveCoordination && !s.waveNoticeOK(m) {
+		s.counters.WaveJumps++
+		return Actions{}, errWaveJump
+	}
 	if m.HasStats {
 		s.applyStats(&s.engines[idx], &m.Stats)
 	}
@@ -302,7 +383,7 @@ func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	}
 	if m.HasWaveComplete {
 		if w := m.WaveComplete; s.wave <= w {
-			s.wave, s.running = w+1, false
+			s.wave, s.running = nextWave(w), false
 			a.PublishWave = true
 		}
 	} else if m.HasStartWave {
@@ -316,14 +397,55 @@ func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	return a, nil
 }
 
+// nextWave is the wave after wave_complete = w: w+1, but at most MaxWave,
+// so that the wave never leaves the range every notice and wake is checked
+// against (a wave_complete at MaxWave pauses the engines and keeps the wave).
+func nextWave(w int64) int64 {
+	if w >= MaxWave {
+		return MaxWave
+	}
+	return w + 1
+}
+
+// waveNoticeOK applies the wave-jump rule (see State) to m's wave notice,
+// if any: true when m may be applied.
+func (s *State) waveNoticeOK(m *EngineCoreOutputs) bool {
+	var w int64
+	switch {
+	case m.HasWaveComplete:
+		w = nextWave(m.WaveComplete)
+	case m.HasStartWave:
+		w = m.StartWave
+	default:
+		return true
+	}
+	if w <= s.wave || w-s.wave <= MaxWaveJump {
+		s.jumps = 0
+		return true
+	}
+	s.jumps++
+	if s.jumps >= WaveResync {
+		s.jumps = 0
+		s.counters.WaveResyncs++
+		return true
+	}
+	return false
+}
+
 // applyStats takes st for engine e unless it is stale (see State).
 func (s *State) applyStats(e *engineState, st *SchedulerStats) {
 	w, step := st.CurrentWave, st.StepCounter
 	if e.seen && (w < e.lastWave || (w == e.lastWave && step < e.lastStep)) {
 		s.counters.StaleStats++
-		return
+		if e.stale++; e.stale < StatsResync {
+			return
+		}
+		// StatsResync stale messages in a row: the pair taken before was
+		// implausible (forged, or an engine process that restarted).
+		// Start again from this one.
+		s.counters.StatsResyncs++
 	}
-	e.seen, e.lastWave, e.lastStep = true, w, step
+	e.seen, e.lastWave, e.lastStep, e.stale = true, w, step, 0
 	e.load = EngineLoad{Waiting: st.NumWaitingReqs, Running: st.NumRunningReqs, KVCacheUsage: st.KVCacheUsage}
 	s.changed = true
 	s.counters.StatsApplied++
@@ -348,9 +470,10 @@ func (s *State) OnFrontMessage(msg FrontMsg) (Actions, error) {
 		s.changed = true
 		s.counters.Resizes++
 		a := s.actions()
-		if grow && s.running && !s.cfg.DisableWaveCoordination {
-			// As vLLM: the new engines start at wave 0, so the front-ends
-			// must wake the others when they send them a request.
+		if grow && s.running && s.rules.ScaleUpPauses && !s.cfg.DisableWaveCoordination {
+			// As vLLM before the rule changed: the new engines start at
+			// wave 0, so the front-ends must wake the others when they
+			// send them a request.
 			s.running = false
 			a.Running, a.PublishWave = false, true
 		}
@@ -365,9 +488,11 @@ func (s *State) OnFrontMessage(msg FrontMsg) (Actions, error) {
 			return a, nil
 		}
 		exclude := msg.HasExclude && msg.Wave >= s.wave && msg.Exclude < int64(len(s.engines))
-		s.running = true
 		s.startWave(&a, s.wave, msg.Exclude, exclude)
-		a.PublishWave, a.Running = true, true
+		if s.rules.WakeSetsRunning {
+			s.running = true
+			a.PublishWave, a.Running = true, true
+		}
 		return a, nil
 	}
 	return Actions{}, errFrontKind
@@ -480,10 +605,10 @@ func (s *State) nextTick() time.Time {
 }
 
 // AppendStatsPublish appends the stats publication (counts, current_wave,
-// engines_running) in the layout StateConfig.PublishKVCacheUsage selects, with
+// engines_running) in the layout StateConfig.Release selects, with
 // the current counts, wave and running state.
 func (s *State) AppendStatsPublish(dst []byte) []byte {
-	return appendStatsState(dst, s.engines, s.cfg.PublishKVCacheUsage, s.wave, s.running)
+	return appendStatsState(dst, s.engines, s.rules.StatsKVCacheUsage, s.wave, s.running)
 }
 
 func appendStatsState(dst []byte, engines []engineState, kv bool, wave int64, running bool) []byte {
@@ -505,6 +630,10 @@ func (s *State) Started() bool { return s.started }
 
 // Engines returns the current engine count.
 func (s *State) Engines() int { return len(s.engines) }
+
+// MaxEngines returns the largest engine count accepted (StateConfig.MaxEngines
+// after defaults).
+func (s *State) MaxEngines() int { return s.cfg.MaxEngines }
 
 // Counters returns the event counts.
 func (s *State) Counters() Counters { return s.counters }

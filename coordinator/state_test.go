@@ -9,6 +9,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 func statsMsg(engine, waiting, running, wave, step int64) *EngineCoreOutputs {
@@ -47,8 +48,10 @@ func newStarted(t *testing.T, n int, cfg StateConfig) *State {
 // setWave puts s in (wave, running) through engine notices.
 func setWave(t *testing.T, s *State, wave int64, running bool) {
 	t.Helper()
-	if wave > 0 {
-		if _, err := s.OnEngineOutput(waveCompleteMsg(0, wave-1)); err != nil {
+	// One wave at a time, as the engines report them (a jump of more than
+	// MaxWaveJump is refused).
+	for w := s.Wave(); w < wave; w++ {
+		if _, err := s.OnEngineOutput(waveCompleteMsg(0, w)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -128,8 +131,8 @@ func TestWaveTransitions(t *testing.T) {
 	}{
 		{name: "wave_complete current", wave: 3, running: true, engineMsg: waveCompleteMsg(0, 3),
 			wantPublish: true, wantWave: 4},
-		{name: "wave_complete ahead", wave: 3, running: true, engineMsg: waveCompleteMsg(0, 9),
-			wantPublish: true, wantWave: 10},
+		{name: "wave_complete ahead", wave: 3, running: true, engineMsg: waveCompleteMsg(0, 6),
+			wantPublish: true, wantWave: 7},
 		{name: "wave_complete while paused", wave: 3, engineMsg: waveCompleteMsg(0, 3),
 			wantPublish: true, wantWave: 4},
 		{name: "wave_complete stale", wave: 3, running: true, engineMsg: waveCompleteMsg(0, 2),
@@ -171,8 +174,36 @@ func TestWaveTransitions(t *testing.T) {
 		{name: "disabled: start_wave ignored", cfg: StateConfig{DisableWaveCoordination: true}, wave: 0,
 			engineMsg: startWaveMsg(0, 4), wantWave: 0},
 	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
+	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
+		for _, tt := range tests {
+			tt.cfg.Release = rel
+			if !rel.Rules().WakeSetsRunning && tt.front != nil && tt.front.Kind == FrontWake && !tt.running &&
+				!tt.cfg.DisableWaveCoordination {
+				// vLLM PR #51481: the wake still broadcasts START_DP_WAVE
+				// but neither sets running nor publishes.
+				tt.wantPublish, tt.wantRunning = false, false
+			}
+			runWaveTransition(t, rel.String()+"/"+tt.name, tt.cfg, tt.wave, tt.running, tt.engineMsg, tt.front,
+				tt.wantStart, tt.wantPublish, tt.wantWave, tt.wantRunning)
+		}
+	}
+}
+
+func runWaveTransition(t *testing.T, name string, cfg StateConfig, wave int64, running bool, engineMsg *EngineCoreOutputs,
+	front *FrontMsg, wantStart *StartDPWave, wantPublish bool, wantWave int64, wantRunning bool) {
+	tt := struct {
+		cfg         StateConfig
+		wave        int64
+		running     bool
+		engineMsg   *EngineCoreOutputs
+		front       *FrontMsg
+		wantStart   *StartDPWave
+		wantPublish bool
+		wantWave    int64
+		wantRunning bool
+	}{cfg, wave, running, engineMsg, front, wantStart, wantPublish, wantWave, wantRunning}
+	{
+		t.Run(name, func(t *testing.T) {
 			s := newStarted(t, 4, tt.cfg)
 			if tt.cfg.DisableWaveCoordination {
 				if tt.wave != 0 || tt.running {
@@ -217,7 +248,7 @@ func TestWaveTransitions(t *testing.T) {
 }
 
 func TestActionEncoders(t *testing.T) {
-	s := newStarted(t, 4, StateConfig{})
+	s := newStarted(t, 4, StateConfig{Release: vllm.Oldest})
 	setWave(t, s, 7, false)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2})
 	if err != nil {
@@ -246,8 +277,9 @@ func TestActionEncoders(t *testing.T) {
 }
 
 func TestStatsPublishVector(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
-	for _, m := range []*EngineCoreOutputs{statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1), startWaveMsg(1, 7)} {
+	s := newStarted(t, 2, StateConfig{Release: vllm.Oldest})
+	setWave(t, s, 7, true)
+	for _, m := range []*EngineCoreOutputs{statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1)} {
 		if _, err := s.OnEngineOutput(m); err != nil {
 			t.Fatal(err)
 		}
@@ -260,7 +292,7 @@ func TestStatsPublishVector(t *testing.T) {
 		t.Fatalf("publication %s, want %s", got, vecStatsPublish)
 	}
 
-	kv := newStarted(t, 2, StateConfig{PublishKVCacheUsage: true})
+	kv := newStarted(t, 2, StateConfig{Release: vllm.Latest})
 	m := statsMsg(0, 5, 3, 0, 1)
 	m.Stats.KVCacheUsage = 0.25
 	if _, err := kv.OnEngineOutput(m); err != nil {
@@ -315,9 +347,9 @@ func TestStatsOrdering(t *testing.T) {
 	}
 	// A stale stats message's wave notice is still handled.
 	m := statsMsg(0, 7, 7, 0, 0)
-	m.HasStartWave, m.StartWave = true, 5
+	m.HasStartWave, m.StartWave = true, 4
 	a, err := s.OnEngineOutput(m)
-	if err != nil || !a.SendStartWave || s.Wave() != 5 {
+	if err != nil || !a.SendStartWave || s.Wave() != 4 {
 		t.Fatalf("wave notice in stale stats: %+v %v", a, err)
 	}
 	if load(0).Waiting != 2 {
@@ -372,7 +404,7 @@ func TestEngineIndexAndShape(t *testing.T) {
 }
 
 func TestElasticResize(t *testing.T) {
-	s := newStarted(t, 3, StateConfig{MaxEngines: 8})
+	s := newStarted(t, 3, StateConfig{MaxEngines: 8, Release: vllm.Oldest})
 	for i := int64(0); i < 3; i++ {
 		if _, err := s.OnEngineOutput(statsMsg(i, 10+i, 20+i, 1, 5)); err != nil {
 			t.Fatal(err)
@@ -651,11 +683,12 @@ func TestStateProperties(t *testing.T) {
 	})
 }
 
-// TestScaleUpWhileRunning: growing the engine list while the engines run
-// pauses them (vLLM sets engines_running = False: the new engines start at
-// wave 0) and publishes the wave state; shrinking does not.
+// TestScaleUpWhileRunning: under the oldest profile, growing the engine
+// list while the engines run pauses them (vLLM set engines_running = False:
+// the new engines start at wave 0) and publishes the wave state; shrinking
+// does not. Under latest neither does (TestScaleUpLatest).
 func TestScaleUpWhileRunning(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, StateConfig{Release: vllm.Oldest})
 	setWave(t, s, 3, true)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 1})
 	if err != nil || a.PublishWave || !s.Running() {

@@ -74,12 +74,25 @@ type Stats struct {
 	WavePublished  uint64 `json:"wave_published"`
 	ReadySent      uint64 `json:"ready_sent"`
 	StartWaveSent  uint64 `json:"start_wave_sent"`
+	// ReadyCoalesced counts READY requests (engine subscriptions after
+	// start-up) folded into another READY (Config.ReadyInterval);
+	// StartWaveCoalesced identical START_DP_WAVE broadcasts not repeated
+	// within ReadyInterval; ControlDropped READY or START_DP_WAVE copies the
+	// back publish socket dropped for an engine whose queue was full (each
+	// also logged at error level).
+	ReadyCoalesced     uint64 `json:"ready_coalesced"`
+	StartWaveCoalesced uint64 `json:"start_wave_coalesced"`
+	ControlDropped     uint64 `json:"control_dropped"`
 
 	// The state machine's counters: stats taken, stale stats ignored (see
 	// State), SCALE_ELASTIC_EP notices applied.
 	StatsApplied uint64 `json:"stats_applied"`
 	StaleStats   uint64 `json:"stale_stats"`
 	Resizes      uint64 `json:"resizes"`
+	// StatsResyncs, WaveJumps and WaveResyncs: see [Counters].
+	StatsResyncs uint64 `json:"stats_resyncs"`
+	WaveJumps    uint64 `json:"wave_jumps"`
+	WaveResyncs  uint64 `json:"wave_resyncs"`
 	// BackUnsubscribed counts unsubscriptions ("\x00") received on the back
 	// publish socket, which are accepted and ignored (during start-up with a
 	// rate-limited warning).
@@ -106,9 +119,16 @@ func (c *Coordinator) Stats() Stats {
 		WavePublished:  c.wavePublished.Load(),
 		ReadySent:      c.readySent.Load(),
 		StartWaveSent:  c.startWaveSent.Load(),
-		StatsApplied:   counters.StatsApplied,
-		StaleStats:     counters.StaleStats,
-		Resizes:        counters.Resizes,
+
+		ReadyCoalesced:     c.readyCoalesced.Load(),
+		StartWaveCoalesced: c.startWaveCoalesced.Load(),
+		ControlDropped:     c.controlDropped.Load(),
+		StatsApplied:       counters.StatsApplied,
+		StaleStats:         counters.StaleStats,
+		Resizes:            counters.Resizes,
+		StatsResyncs:       counters.StatsResyncs,
+		WaveJumps:          counters.WaveJumps,
+		WaveResyncs:        counters.WaveResyncs,
 
 		BackUnsubscribed: c.backUnsubs.Load(),
 	}

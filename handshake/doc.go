@@ -43,6 +43,8 @@
 // prefix, or, for a peer-sent string such as an engine id, quoted when it
 // is short printable ASCII (see [SafeText]).
 //
-// The wire formats are described in the project's docs/protocol.md §1; the facts
-// were read from vLLM's sources (connector version 12).
+// The wire formats are described in the project's docs/protocol.md; the facts
+// were read from vLLM's sources. The compatibility hash's factor set and
+// connector version follow the vLLM release named by [Factors].Release
+// (package vllm; docs/vllm-releases.md in the repository).
 package handshake

@@ -6,6 +6,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // A listener's view of one exchange: parse the request body, refuse a bad
@@ -31,8 +32,11 @@ func Example() {
 		DCPSize:          1,
 		PCPSize:          1,
 	}
+	// The factor set of the latest vLLM (connector version 7, with
+	// cross_layers_blocks, speculative_config and transfer_mode); set
+	// Release to hash an older release's set.
 	factors := handshake.Factors{
-		VLLMVersion: "0.11.1", ConnectorVersion: handshake.ConnectorVersion,
+		Release: vllm.Latest, VLLMVersion: "0.11.1",
 		Model: "meta-llama/Llama-3.1-8B-Instruct", Dtype: "torch.bfloat16",
 		NumKVHeads: 8, HeadSize: 128, NumHiddenLayers: 32, AttnBackendName: "FLASH_ATTN",
 		CacheDtype: "auto", IsHMAEnabled: true, TransferMode: "pull",
@@ -51,7 +55,7 @@ func Example() {
 	// V3 pp=0 tp=1 err=<nil>
 	// decode | zmqguard: decode: request array: expected 2 or 3 elements, got 4 at offset 0
 	// validate | zmqguard: validate: element 0 (message) is not get_meta_msg: len=2 hex=1b5b at offset 1
-	// hash c940fa5f8b20d4d98d462af8137fb052eb4827d811a4ad4dcde0138bddb6d468
+	// hash 6a37293b8dd012b924959e66c92133ca7d47e56344e0e958ea9bd0ea3718ea1a
 	// payload 459 bytes, timestamp cb40c81cd6c8b43958
 	// true engine-0 [139887084830720] 1 <nil>
 }

@@ -10,20 +10,37 @@ import (
 	"strconv"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // Factors is the set of values vLLM hashes into its NIXL compatibility hash
-// (compute_nixl_compatibility_hash, connector version 12). Two engines
-// complete a handshake only when their hashes are equal (unless the check
-// is disabled on the receiving side). TP size, block size and KV cache
+// (compute_nixl_compatibility_hash). Two engines complete a handshake only
+// when their hashes are equal (unless the check is disabled on the
+// receiving side), so the key set and the connector version must be
+// exactly those of the vLLM release on the other side: Release selects
+// them (see [vllm.Rules.NixlFactorKeys]). TP size, block size and KV cache
 // layout are deliberately not factors: vLLM checks them after the
 // handshake, so heterogeneous deployments can pair.
+//
+// The factor sets by release (vLLM's nixl/metadata.py):
+//
+//   - every profile: vllm_version, nixl_connector_version, model, dtype,
+//     num_kv_heads, head_size, num_hidden_layers, attn_backend_name,
+//     cache_dtype, cross_layers_blocks, is_hma_enabled;
+//   - since connector version 6 (vLLM PR #49230): speculative_config;
+//   - since connector version 7 (vLLM PR #50620): transfer_mode.
 type Factors struct {
-	// VLLMVersion is vllm.__version__, e.g. "0.11.0" (key vllm_version).
+	// Release is the vLLM release whose factor set and connector version
+	// are hashed; the zero value is vllm.Latest.
+	Release vllm.Release
+	// VLLMVersion is vllm.__version__, e.g. "0.26.0" (key vllm_version).
 	VLLMVersion string
 	// ConnectorVersion is NIXL_CONNECTOR_VERSION (key
-	// nixl_connector_version); [ConnectorVersion] for the schema of this
-	// package.
+	// nixl_connector_version); zero means the release's
+	// (Release.Rules().NixlConnectorVersion: 5 for 0.25 and 0.26, 7 for
+	// latest). Set it only to pair with a build whose version differs
+	// from its release's.
 	ConnectorVersion int
 	// Model is the model name or path as configured (key model).
 	Model string
@@ -42,6 +59,10 @@ type Factors struct {
 	// CacheDtype is str(cache_config.cache_dtype), e.g. "auto" (key
 	// cache_dtype).
 	CacheDtype string
+	// CrossLayersBlocks is the cross_layers_blocks argument vLLM's worker
+	// passes (true when the KV cache of all layers is registered as one
+	// cross-layer block tensor) (key cross_layers_blocks).
+	CrossLayersBlocks bool
 	// IsHMAEnabled is true unless the hybrid KV cache manager is disabled
 	// (key is_hma_enabled).
 	IsHMAEnabled bool
@@ -49,29 +70,31 @@ type Factors struct {
 	// speculator is configured; then vLLM hashes a dict with the keys
 	// method, model, revision, code_revision, parallel_drafting,
 	// kv_cache_dtype and auxiliary_layer_ids (a list of ints or None). The
-	// values are rendered as by [PythonJSON] (key speculative_config).
+	// values are rendered as by [PythonJSON] (key speculative_config,
+	// hashed since connector version 6).
 	SpeculativeConfig map[string]any
-	// TransferMode is "pull" (READ) or "push" (WRITE) (key transfer_mode).
+	// TransferMode is "pull" (READ, the default when empty) or "push"
+	// (WRITE) (key transfer_mode, hashed since connector version 7).
 	TransferMode string
 	// Extra holds further keys, added to (or replacing) the ones above in
-	// Map. The factor set changes between vLLM releases and forks; some
-	// hash, for example, a cross_layers_blocks bool. To hash a set with
-	// fewer keys (releases before connector version 7 had no
-	// transfer_mode, before 6 no speculative_config), delete them from
-	// Map's result and call [CompatibilityHash].
+	// Map, for forks and builds whose factor set differs from their
+	// release's. To hash a set with fewer keys, delete them from Map's
+	// result and call [CompatibilityHash].
 	Extra map[string]any
 }
 
-// Map returns a new map of the factors as the dict vLLM hashes: the twelve
-// keys of connector version 12, then Extra's keys.
+// Map returns a new map of the factors as the dict the release's vLLM
+// hashes: exactly the keys of Release.Rules().NixlFactorKeys(), then
+// Extra's keys.
 func (f *Factors) Map() map[string]any {
-	var spec any
-	if f.SpeculativeConfig != nil {
-		spec = f.SpeculativeConfig
+	rules := f.Release.Rules()
+	version := f.ConnectorVersion
+	if version == 0 {
+		version = rules.NixlConnectorVersion
 	}
 	m := map[string]any{
 		"vllm_version":           f.VLLMVersion,
-		"nixl_connector_version": f.ConnectorVersion,
+		"nixl_connector_version": version,
 		"model":                  f.Model,
 		"dtype":                  f.Dtype,
 		"num_kv_heads":           f.NumKVHeads,
@@ -80,8 +103,23 @@ func (f *Factors) Map() map[string]any {
 		"attn_backend_name":      f.AttnBackendName,
 		"cache_dtype":            f.CacheDtype,
 		"is_hma_enabled":         f.IsHMAEnabled,
-		"speculative_config":     spec,
-		"transfer_mode":          f.TransferMode,
+	}
+	if rules.NixlHashCrossLayersBlocks {
+		m["cross_layers_blocks"] = f.CrossLayersBlocks
+	}
+	if rules.NixlHashSpeculativeConfig {
+		var spec any
+		if f.SpeculativeConfig != nil {
+			spec = f.SpeculativeConfig
+		}
+		m["speculative_config"] = spec
+	}
+	if rules.NixlHashTransferMode {
+		mode := f.TransferMode
+		if mode == "" {
+			mode = "pull"
+		}
+		m["transfer_mode"] = mode
 	}
 	for k, v := range f.Extra {
 		m[k] = v

@@ -5,12 +5,16 @@ import (
 	"bytes"
 	"encoding/binary"
 	"encoding/hex"
+	"encoding/json"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 func TestPyFloatRepr(t *testing.T) {
@@ -93,23 +97,22 @@ func TestPythonJSONStatic(t *testing.T) {
 // same dict the way compute_nixl_compatibility_hash does.
 func exampleFactors() Factors {
 	return Factors{
-		VLLMVersion:      "0.11.1",
-		ConnectorVersion: ConnectorVersion,
-		Model:            "meta-llama/Llama-3.1-8B-Instruct",
-		Dtype:            "torch.bfloat16",
-		NumKVHeads:       8,
-		HeadSize:         128,
-		NumHiddenLayers:  32,
-		AttnBackendName:  "FLASH_ATTN",
-		CacheDtype:       "auto",
-		IsHMAEnabled:     true,
-		TransferMode:     "pull",
+		VLLMVersion:     "0.11.1",
+		Model:           "meta-llama/Llama-3.1-8B-Instruct",
+		Dtype:           "torch.bfloat16",
+		NumKVHeads:      8,
+		HeadSize:        128,
+		NumHiddenLayers: 32,
+		AttnBackendName: "FLASH_ATTN",
+		CacheDtype:      "auto",
+		IsHMAEnabled:    true,
+		TransferMode:    "pull",
 	}
 }
 
 const pyExampleFactors = `{
   "vllm_version": "0.11.1",
-  "nixl_connector_version": 12,
+  "nixl_connector_version": 7,
   "model": "meta-llama/Llama-3.1-8B-Instruct",
   "dtype": "torch.bfloat16",
   "num_kv_heads": 8,
@@ -117,6 +120,7 @@ const pyExampleFactors = `{
   "num_hidden_layers": 32,
   "attn_backend_name": "FLASH_ATTN",
   "cache_dtype": "auto",
+  "cross_layers_blocks": False,
   "is_hma_enabled": True,
   "speculative_config": None,
   "transfer_mode": "pull",
@@ -146,7 +150,7 @@ func TestCompatibilityHashPython(t *testing.T) {
 	}{
 		{"factors", func() map[string]any { f := exampleFactors(); return f.Map() }(), pyExampleFactors},
 		{"speculative", spec.Map(), `{
-  "vllm_version": "0.11.1", "nixl_connector_version": 12,
+  "vllm_version": "0.11.1", "nixl_connector_version": 7,
   "model": "/models/Qwen3-30B-A3B \u00fcn\u00efc\u00f6d\u00e9 \u6a21\u578b \U0001F680",
   "dtype": "torch.bfloat16", "num_kv_heads": 8, "head_size": 128, "num_hidden_layers": 32,
   "attn_backend_name": "FLASH_ATTN", "cache_dtype": "auto", "is_hma_enabled": True,
@@ -289,17 +293,144 @@ func TestFactorsKeys(t *testing.T) {
 		keys = append(keys, k)
 	}
 	slices.Sort(keys)
-	want := []string{"attn_backend_name", "cache_dtype", "dtype", "head_size", "is_hma_enabled", "model",
-		"nixl_connector_version", "num_hidden_layers", "num_kv_heads", "speculative_config", "transfer_mode", "vllm_version"}
+	want := []string{"attn_backend_name", "cache_dtype", "cross_layers_blocks", "dtype", "head_size", "is_hma_enabled",
+		"model", "nixl_connector_version", "num_hidden_layers", "num_kv_heads", "speculative_config", "transfer_mode",
+		"vllm_version"}
 	if !slices.Equal(keys, want) {
 		t.Fatalf("Factors.Map keys %v, want %v", keys, want)
 	}
 	if m["speculative_config"] != nil {
 		t.Fatalf("nil SpeculativeConfig maps to %#v, want untyped nil", m["speculative_config"])
 	}
-	f.Extra = map[string]any{"transfer_mode": "push", "cross_layers_blocks": true}
+	f.Extra = map[string]any{"transfer_mode": "push", "cross_layers_blocks": true, "x": 1}
 	m = f.Map()
-	if len(m) != 13 || m["transfer_mode"] != "push" || m["cross_layers_blocks"] != true {
+	if len(m) != 14 || m["transfer_mode"] != "push" || m["cross_layers_blocks"] != true {
 		t.Fatalf("Extra not merged: %v", m)
+	}
+	// Every release hashes exactly its own keys and connector version.
+	for _, r := range vllm.Releases() {
+		f := exampleFactors()
+		f.Release = r
+		m := f.Map()
+		keys = keys[:0]
+		for k := range m {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		if want := r.Rules().NixlFactorKeys(); !slices.Equal(keys, want) {
+			t.Errorf("%s: keys %v, want %v", r, keys, want)
+		}
+		if m["nixl_connector_version"] != r.Rules().NixlConnectorVersion {
+			t.Errorf("%s: connector version %v", r, m["nixl_connector_version"])
+		}
+	}
+	// An explicit ConnectorVersion wins; an empty TransferMode is pull.
+	f = exampleFactors()
+	f.ConnectorVersion, f.TransferMode = 6, ""
+	if m := f.Map(); m["nixl_connector_version"] != 6 || m["transfer_mode"] != "pull" {
+		t.Fatalf("explicit version / default mode: %v", m)
+	}
+}
+
+// pyReleaseHash reads lines "PROFILE JSON-CONFIG" on stdin and prints, for
+// each, the compatibility hash as that release's Python computes it: one
+// function per profile builds the dict as its compute_nixl_compatibility_hash
+// does (with its NIXL_CONNECTOR_VERSION literal), then hash_factors (sha256
+// of json.dumps(sort_keys=True)).
+const pyReleaseHash = `import json, hashlib, sys
+def base(c, version):
+    return {
+        "vllm_version": c["vllm_version"],
+        "nixl_connector_version": version,
+        "model": c["model"],
+        "dtype": c["dtype"],
+        "num_kv_heads": c["num_kv_heads"],
+        "head_size": c["head_size"],
+        "num_hidden_layers": c["num_hidden_layers"],
+        "attn_backend_name": c["attn_backend_name"],
+        "cache_dtype": c["cache_dtype"],
+        "cross_layers_blocks": c["cross_layers_blocks"],
+        "is_hma_enabled": c["is_hma_enabled"],
+    }
+def spec(c):
+    s = c["speculative_config"]
+    if s is None:
+        return None
+    s = dict(s)
+    s["auxiliary_layer_ids"] = tuple(s["auxiliary_layer_ids"]) if s["auxiliary_layer_ids"] is not None else None
+    return s
+def v7(c):  # vLLM PR #49230 (speculative_config) and #50620 (transfer_mode, version 7)
+    f = base(c, 7)
+    f["speculative_config"] = spec(c)
+    f["transfer_mode"] = c["transfer_mode"] or "pull"
+    return f
+profiles = {"0.25": lambda c: base(c, 5), "0.26": lambda c: base(c, 5), "main-pre-51481": v7, "latest": v7}
+for line in sys.stdin:
+    name, cfg = line.split(" ", 1)
+    print(hashlib.sha256(json.dumps(profiles[name](json.loads(cfg)), sort_keys=True).encode()).hexdigest())
+`
+
+// writePyFactors writes f as a line for pyReleaseHash.
+func writePyFactors(w *bytes.Buffer, r vllm.Release, f *Factors) {
+	cfg, _ := json.Marshal(map[string]any{
+		"vllm_version": f.VLLMVersion, "model": f.Model, "dtype": f.Dtype, "num_kv_heads": f.NumKVHeads,
+		"head_size": f.HeadSize, "num_hidden_layers": f.NumHiddenLayers, "attn_backend_name": f.AttnBackendName,
+		"cache_dtype": f.CacheDtype, "cross_layers_blocks": f.CrossLayersBlocks, "is_hma_enabled": f.IsHMAEnabled,
+		"speculative_config": f.SpeculativeConfig, "transfer_mode": f.TransferMode,
+	})
+	fmt.Fprintf(w, "%s %s\n", r, cfg)
+}
+
+// TestCompatibilityHashReleases computes, for every release profile and
+// four factor sets, the hash the way that release's Python does: each
+// profile's compute_nixl_compatibility_hash is mirrored in Python below
+// (the dict it builds, with its NIXL_CONNECTOR_VERSION literal, then
+// hash_factors: sha256 of json.dumps(sort_keys=True)), independently of the
+// Go code under test.
+func TestCompatibilityHashReleases(t *testing.T) {
+	requirePython(t, "json, hashlib")
+	spec := map[string]any{
+		"method": "eagle3", "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B", "revision": nil, "code_revision": nil,
+		"parallel_drafting": false, "kv_cache_dtype": "auto", "auxiliary_layer_ids": []int{2, 15, 29},
+	}
+	sets := []Factors{
+		exampleFactors(),
+		{VLLMVersion: "0.26.0", Model: "Qwen/Qwen3-30B-A3B", Dtype: "torch.bfloat16", NumKVHeads: 4, HeadSize: 128,
+			NumHiddenLayers: 48, AttnBackendName: "FLASHINFER", CacheDtype: "fp8_e4m3", CrossLayersBlocks: true,
+			IsHMAEnabled: false, TransferMode: "push"},
+		{VLLMVersion: "0.1.dev19795+g6d8600b52", Model: "/models/deepseek ünï 模型", Dtype: "torch.float16", NumKVHeads: 1,
+			HeadSize: 576, NumHiddenLayers: 61, AttnBackendName: "FLASHMLA", CacheDtype: "auto", IsHMAEnabled: true,
+			SpeculativeConfig: spec},
+		{VLLMVersion: "0.25.1", Model: "m", Dtype: "torch.float32", NumKVHeads: 32, HeadSize: 64, NumHiddenLayers: 2,
+			AttnBackendName: "TRITON_ATTN", CacheDtype: "auto", CrossLayersBlocks: true, TransferMode: "pull"},
+	}
+	var in bytes.Buffer
+	var goHashes []string
+	for _, r := range vllm.Releases() {
+		for _, f := range sets {
+			writePyFactors(&in, r, &f)
+			f.Release = r
+			h, err := f.Hash()
+			if err != nil {
+				t.Fatal(err)
+			}
+			goHashes = append(goHashes, h)
+		}
+	}
+	lines := strings.Fields(string(runPython(t, pyReleaseHash, in.Bytes())))
+	if len(lines) != len(goHashes) {
+		t.Fatalf("python printed %d hashes for %d cases", len(lines), len(goHashes))
+	}
+	seen := map[string]bool{}
+	for i, h := range goHashes {
+		if h != lines[i] {
+			t.Errorf("%s, factor set %d: go %s, python %s", vllm.Releases()[i/len(sets)], i%len(sets), h, lines[i])
+		}
+		seen[h] = true
+	}
+	// 0.25 and 0.26 hash alike, as do main-pre-51481 and latest; the two
+	// rule sets and the four factor sets give eight distinct hashes.
+	if want := 2 * len(sets); len(seen) != want {
+		t.Errorf("%d distinct hashes, want %d", len(seen), want)
 	}
 }

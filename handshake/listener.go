@@ -140,6 +140,9 @@ type ListenerStats struct {
 	// unknown-rank in Loop, counted when the handler returns, just after
 	// the reply is handed to the socket.
 	ErrorReplies uint64 `json:"error_replies"`
+	// RegistrationsRefused counts push-mode block registrations refused
+	// with an explicit reply (see [Listener]).
+	RegistrationsRefused uint64 `json:"registrations_refused"`
 	// Loop holds the receive loop's counters: received, delivered, dropped
 	// by reason (envelope, decode, validate, unknown-rank, ...).
 	Loop loop.Stats `json:"loop"`
@@ -189,6 +192,7 @@ type Listener struct {
 
 	served       [4]atomic.Uint64
 	errorReplies atomic.Uint64
+	refusedRegs  atomic.Uint64
 
 	closeOnce sync.Once
 	closed    atomic.Bool
@@ -313,8 +317,82 @@ func decodeRequest(frames [][]byte, dst *Request) error {
 			"handshake request: expected 1 body frame, got "+strconv.Itoa(len(frames)))
 	}
 	r, err := ParseRequest(frames[0])
+	if err != nil && isRegistration(frames[0]) {
+		*dst = Request{Variant: variantRegister}
+		return nil
+	}
 	*dst = r
 	return err
+}
+
+// variantRegister marks a push-mode block registration, which handle
+// refuses explicitly. It is never a [Request.Variant] outside the listener.
+const variantRegister Variant = 0xf0
+
+// registrationLimits bounds the pre-scan of a possible registration.
+var registrationLimits = decodeguard.Limits{}
+
+// isRegistration reports whether b has the shape of vLLM's push-mode block
+// registration (vLLM PR #35264): a msgpack array (REGISTER_BLOCKS_MSG, map)
+// whose first element is bin or str and whose map has a "request_id" key.
+// The decode side sends it from a REQ to the prefill side channel and waits
+// 5 s for {"status": "success", ...}; a listener that serves metadata only
+// must refuse it at once rather than let it time out.
+func isRegistration(b []byte) bool {
+	if decodeguard.Scan(b, &registrationLimits) != nil {
+		return false
+	}
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil || n != 2 {
+		return false
+	}
+	switch msgp.NextType(rest) {
+	case msgp.BinType, msgp.StrType:
+	default:
+		return false
+	}
+	if rest, err = msgp.Skip(rest); err != nil || msgp.NextType(rest) != msgp.MapType {
+		return false
+	}
+	m, rest, err := msgp.ReadMapHeaderBytes(rest)
+	if err != nil {
+		return false
+	}
+	for range m {
+		var key []byte
+		if msgp.NextType(rest) != msgp.StrType {
+			return false
+		}
+		if key, rest, err = msgp.ReadStringZC(rest); err != nil {
+			return false
+		}
+		if string(key) == "request_id" {
+			return true
+		}
+		if rest, err = msgp.Skip(rest); err != nil {
+			return false
+		}
+	}
+	return false
+}
+
+// refuseRegistration answers a push-mode block registration with the
+// failure the decode side expects to parse, {"status": "error", "message":
+// ...}, so that it fails at once instead of after its 5 s timeout.
+func (l *Listener) refuseRegistration(ctx context.Context, d loop.Delivery[Request]) error {
+	l.ebuf = msgp.AppendMapHeader(l.ebuf[:0], 2)
+	l.ebuf = msgp.AppendString(l.ebuf, "status")
+	l.ebuf = msgp.AppendString(l.ebuf, "error")
+	l.ebuf = msgp.AppendString(l.ebuf, "message")
+	l.ebuf = msgp.AppendString(l.ebuf, ErrorReplyPrefix+"push-mode block registration is not served here: this listener serves NIXL metadata only")
+	reply := d.Envelope.Reply(l.reply[:0], l.ebuf)
+	l.reply = reply[:0]
+	l.refusedRegs.Add(1)
+	if err := l.send.Send(ctx, reply...); err != nil {
+		l.refusedRegs.Add(^uint64(0))
+		return l.sendError(ctx, err)
+	}
+	return nil
 }
 
 // Serve receives and answers requests until ctx ends (it returns nil) or
@@ -367,6 +445,7 @@ func (l *Listener) Stats() ListenerStats {
 		s.Served[v] = l.served[v].Load()
 	}
 	s.ErrorReplies = l.errorReplies.Load()
+	s.RegistrationsRefused = l.refusedRegs.Load()
 	s.Loop = l.loop.Stats()
 	if l.sock != nil {
 		s.Socket = l.sock.Stats()
@@ -378,6 +457,9 @@ func (l *Listener) Stats() ListenerStats {
 // rank is served.
 func (l *Listener) handle(ctx context.Context, d loop.Delivery[Request]) error {
 	req := *d.Value
+	if req.Variant == variantRegister {
+		return l.refuseRegistration(ctx, d)
+	}
 	rank := Rank{req.PP, req.TP}
 	if req.Variant == V1 {
 		rank = l.v1Rank

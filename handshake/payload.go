@@ -7,10 +7,13 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// ConnectorVersion is the NIXL connector version whose NixlAgentMetadata
-// schema and compatibility factors this package implements
-// (NIXL_CONNECTOR_VERSION in vLLM).
-const ConnectorVersion = 12
+// ConnectorVersion is NIXL_CONNECTOR_VERSION of vllm.Latest (7 since vLLM
+// PR #50620), the version [Factors] hashes when its ConnectorVersion is zero
+// and its Release is the latest. Older releases hash their own version (see
+// vllm.Rules.NixlConnectorVersion). The payload codecs accept the
+// NixlAgentMetadata field sets of every release (unknown keys are skipped,
+// missing ones take their defaults).
+const ConnectorVersion = 7
 
 // Int is an integer field of a vLLM message. It encodes the way Python's
 // msgpack and msgspec encode a Python int: a non-negative value in the

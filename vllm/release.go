@@ -1,13 +1,41 @@
 // Package vllm names the vLLM release a zmqguard reference talks to.
 //
 // vLLM's ZeroMQ wire formats move between releases: the coordinator's stats
-// layout, what a front-end wake does, the NIXL compatibility-hash factors,
-// the KV-event encoding. Every reference (package coordinator, handshake,
-// kvevents and the engine-output receiver) takes a [Release] in its Config
-// and reads the rules that release follows from [Release.Rules]; the zero
-// Release means [Latest].
+// layout, what a front-end wake does, what an elastic-EP scale-up does, the
+// NIXL compatibility-hash factors and connector version, the KV-event
+// encoding. Every reference (package coordinator, handshake, kvevents and
+// the engine-output receiver) takes a [Release] in its Config and reads the
+// rules that release follows from [Release.Rules]; the zero Release means
+// [Latest], current vLLM main as far as merged pull requests show.
 //
-// Each rule cites the vLLM pull request (or release tag) it comes from.
+// # Profiles
+//
+// Each rule cites the vLLM pull request it comes from. Where the first
+// release tag that contains a pull request could not be established from
+// vLLM's sources, the profile is named for its rule set, not for a tag:
+//
+//	profile         stats per engine                 wake sets running  scale-up pauses  NIXL version
+//	0.25            [waiting, running]               yes                yes              5
+//	0.26            [waiting, running]               yes                yes              5
+//	main-pre-51481  [waiting, running, kv_cache_usage] yes              no               7
+//	latest          [waiting, running, kv_cache_usage] no (#51481)      no               7
+//
+// KV events are tagged arrays without a replay topic frame in 0.25, tagged
+// maps with the topic frame from 0.26 on. The NIXL compatibility hash of
+// every profile hashes cross_layers_blocks; main-pre-51481 and latest add
+// speculative_config (#49230) and transfer_mode (#50620).
+//
+// "0.25" and "0.26" are release tags: v0.26.0 is the first release with
+// map-form KV events (#42892) and the replay topic frame (#45177). The
+// coordinator and NIXL rules of those two profiles are the ones of the
+// stored vLLM sources older than #49204 (merged 2026-07-20); whether a
+// v0.26.x tag already contains #49204 could not be established, so a
+// deployment on such a build whose front-ends unpack three values needs
+// "main-pre-51481". "main-pre-51481" is vLLM main after #49204, #49230 and
+// #50620 and before #51481 (merged 2026-08-08), which is probably what the
+// v0.27.x tags ship (unverified). docs/vllm-releases.md in the repository
+// has the full table with the evidence for each rule and what could not be
+// verified.
 package vllm
 
 import (
@@ -19,20 +47,30 @@ import (
 // meaningful: obtain Rules from a Release.
 type Rules struct {
 	// StatsKVCacheUsage: the coordinator publishes [waiting, running,
-	// kv_cache_usage] per engine (vLLM PR #49204) instead of [waiting,
-	// running].
+	// kv_cache_usage] per engine instead of [waiting, running], and
+	// front-ends unpack three values when routing (vLLM PR #49204, merged
+	// 2026-07-20). A front-end of either kind fails on the other layout.
 	StatsKVCacheUsage bool
-	// WakeSetsRunning: a front-end wake sets engines_running and publishes
-	// (releases before vLLM PR #51481).
+	// WakeSetsRunning: a front-end wake while the engines are paused sets
+	// engines_running and publishes the wave state. vLLM PR #51481 (merged
+	// 2026-08-08) removed both: the coordinator still broadcasts
+	// START_DP_WAVE, but only DP rank 0's start_wave report sets running,
+	// since a paused engine discards START_DP_WAVE and the wake proves
+	// nothing (RFC #51476: "running" latched forever after a pause).
 	WakeSetsRunning bool
-	// ScaleUpPauses: an elastic-EP scale-up marks the engines paused
-	// (older coordinators).
+	// ScaleUpPauses: an elastic-EP scale-up (SCALE_ELASTIC_EP with a larger
+	// count) sets engines_running = false. The newest stored coordinator
+	// no longer does; the pull request that removed it was not identified.
 	ScaleUpPauses bool
 	// NixlConnectorVersion is NIXL_CONNECTOR_VERSION, hashed into the
-	// compatibility hash.
+	// compatibility hash: 5 added remote_blocks_expiry_time and the
+	// handshake clock-sync timestamp, 6 the speculative-config factor
+	// (vLLM PR #49230), 7 the transfer_mode factor (vLLM PR #50620).
 	NixlConnectorVersion int
 	// NixlHashCrossLayersBlocks: the compatibility hash includes the
-	// cross_layers_blocks factor.
+	// cross_layers_blocks factor (a bool). Every stored
+	// compute_nixl_compatibility_hash of connector versions 5 to 7 hashes
+	// it; the pull request that added it was not identified.
 	NixlHashCrossLayersBlocks bool
 	// KVEventsMapForm: KV events are tagged maps (vLLM PR #42892, v0.26.0)
 	// rather than tagged arrays.
@@ -40,6 +78,33 @@ type Rules struct {
 	// KVReplayTopicFrame: replay replies carry the topic frame (vLLM PR
 	// #45177, v0.26.0).
 	KVReplayTopicFrame bool
+	// NixlHashSpeculativeConfig: the compatibility hash includes the
+	// speculative_config factor, None or the EAGLE/MTP dict (vLLM PR
+	// #49230, connector version 6).
+	NixlHashSpeculativeConfig bool
+	// NixlHashTransferMode: the compatibility hash includes the
+	// transfer_mode factor, "pull" or "push" (vLLM PR #50620, connector
+	// version 7).
+	NixlHashTransferMode bool
+}
+
+// NixlFactorKeys returns the keys of the dict the release's
+// compute_nixl_compatibility_hash hashes, sorted as Python's
+// json.dumps(sort_keys=True) writes them.
+func (r Rules) NixlFactorKeys() []string {
+	keys := []string{"attn_backend_name", "cache_dtype"}
+	if r.NixlHashCrossLayersBlocks {
+		keys = append(keys, "cross_layers_blocks")
+	}
+	keys = append(keys, "dtype", "head_size", "is_hma_enabled", "model", "nixl_connector_version",
+		"num_hidden_layers", "num_kv_heads")
+	if r.NixlHashSpeculativeConfig {
+		keys = append(keys, "speculative_config")
+	}
+	if r.NixlHashTransferMode {
+		keys = append(keys, "transfer_mode")
+	}
+	return append(keys, "vllm_version")
 }
 
 // Release is one vLLM release profile. The zero value is [Latest].
@@ -52,19 +117,54 @@ type profile struct {
 	rules Rules
 }
 
+// legacy is the rule set of the stored vLLM sources before #49204.
+var legacy = Rules{
+	WakeSetsRunning:           true,
+	ScaleUpPauses:             true,
+	NixlConnectorVersion:      5,
+	NixlHashCrossLayersBlocks: true,
+}
+
 // profiles, oldest first; the last one is "latest".
-// TODO(issue 14): verify each rule against merged PRs and release tags.
 var profiles = []profile{
-	{"0.25", Rules{WakeSetsRunning: true, ScaleUpPauses: true, NixlConnectorVersion: 6}},
-	{"0.26", Rules{WakeSetsRunning: true, ScaleUpPauses: true, NixlConnectorVersion: 6, KVEventsMapForm: true, KVReplayTopicFrame: true}},
-	{"latest", Rules{StatsKVCacheUsage: true, NixlConnectorVersion: 7, NixlHashCrossLayersBlocks: true, KVEventsMapForm: true, KVReplayTopicFrame: true}},
+	{"0.25", legacy},
+	{"0.26", with(legacy, func(r *Rules) { r.KVEventsMapForm, r.KVReplayTopicFrame = true, true })},
+	{"main-pre-51481", Rules{
+		StatsKVCacheUsage:         true,
+		WakeSetsRunning:           true,
+		NixlConnectorVersion:      7,
+		NixlHashCrossLayersBlocks: true,
+		KVEventsMapForm:           true,
+		KVReplayTopicFrame:        true,
+		NixlHashSpeculativeConfig: true,
+		NixlHashTransferMode:      true,
+	}},
+	{"latest", Rules{
+		StatsKVCacheUsage:         true,
+		NixlConnectorVersion:      7,
+		NixlHashCrossLayersBlocks: true,
+		KVEventsMapForm:           true,
+		KVReplayTopicFrame:        true,
+		NixlHashSpeculativeConfig: true,
+		NixlHashTransferMode:      true,
+	}},
+}
+
+func with(r Rules, f func(*Rules)) Rules {
+	f(&r)
+	return r
 }
 
 // Latest is current vLLM main as far as merged pull requests show.
 var Latest = Release{}
 
-// Parse returns the release profile named s ("latest", or a release such
-// as "0.26"; a patch version such as "0.26.1" selects its minor release).
+// Oldest is the oldest profile the references support.
+var Oldest = Release{name: profiles[0].name}
+
+// Parse returns the release profile named s: "latest" (or ""), a profile
+// name from [Names], or a release such as "0.26.1" or "v0.26.1", which
+// selects its minor release's profile. An unknown name is an error that
+// lists the known ones.
 func Parse(s string) (Release, error) {
 	name := strings.TrimPrefix(strings.TrimSpace(s), "v")
 	if name == "" || name == "latest" {
@@ -81,11 +181,29 @@ func Parse(s string) (Release, error) {
 	return Release{}, fmt.Errorf("vllm: unknown release %q (known: %s)", s, strings.Join(Names(), ", "))
 }
 
+// MustParse is [Parse] for names known to be valid; it panics otherwise.
+func MustParse(s string) Release {
+	r, err := Parse(s)
+	if err != nil {
+		panic(err)
+	}
+	return r
+}
+
 // Names lists the known profiles, oldest first, ending with "latest".
 func Names() []string {
 	out := make([]string, len(profiles))
 	for i, p := range profiles {
 		out[i] = p.name
+	}
+	return out
+}
+
+// Releases lists the known profiles, oldest first, ending with [Latest].
+func Releases() []Release {
+	out := make([]Release, len(profiles))
+	for i, p := range profiles[:len(profiles)-1] {
+		out[i] = Release{name: p.name}
 	}
 	return out
 }
@@ -97,6 +215,9 @@ func (r Release) String() string {
 	}
 	return r.name
 }
+
+// IsLatest reports whether r is [Latest].
+func (r Release) IsLatest() bool { return r.name == "" }
 
 // Rules returns the wire rules of the release.
 func (r Release) Rules() Rules {

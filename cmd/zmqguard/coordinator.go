@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"runtime"
+	"strings"
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
@@ -16,7 +18,8 @@ import (
 var coordinatorSpec = commandSpec{
 	name: "coordinator",
 	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N " +
-		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
+		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--vllm-version latest] " +
+		"[--max-engines N] [--scale-from IP,...] [--ready-interval 100ms] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
 	summary: "run a vLLM-compatible DP coordinator until SIGINT/SIGTERM",
 	help: `Binds the three sockets of vLLM's data-parallel coordinator (front publish XPUB
 for the API front-ends, back output PULL and back publish XPUB for the engines),
@@ -65,7 +68,10 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	maxMsg := sizeValue(1 << 20)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
-	kv := fs.Bool("publish-kv-cache-usage", false, "publish [waiting, running, kv_cache_usage] per engine, as current vLLM front-ends expect")
+	release := releaseFlag(fs)
+	readyInterval := fs.Duration("ready-interval", coordinator.DefaultReadyInterval, "shortest time between two READY broadcasts after start-up (negative: one READY per subscription, as vLLM)")
+	maxEngines := fs.Int("max-engines", 0, "largest engine count SCALE_ELASTIC_EP may set (0: 4 x --engines, at least 8)")
+	scaleFrom := fs.String("scale-from", "", "comma-separated IP addresses of the only front-ends allowed to send SCALE_ELASTIC_EP (default: any)")
 	dbg := addDebugFlags(fs)
 	mo := addMetricsFlags(fs)
 	curve := addCurveServerFlags(fs)
@@ -89,6 +95,19 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if maxMsg < 64 {
 			return usagef("--max-message-size must be at least 64 bytes")
 		}
+		if *maxEngines != 0 && (*maxEngines < *engines || *maxEngines > coordinator.MaxEngines) {
+			return usagef("--max-engines must be in [--engines, %d]", coordinator.MaxEngines)
+		}
+		var scaleHosts []string
+		for _, h := range strings.Split(*scaleFrom, ",") {
+			if h = strings.TrimSpace(h); h == "" {
+				continue
+			}
+			if _, err := netip.ParseAddr(h); err != nil {
+				return usagef("--scale-from: %q is not an IP address", h)
+			}
+			scaleHosts = append(scaleHosts, h)
+		}
 		if err := dbg.check(); err != nil {
 			return err
 		}
@@ -103,17 +122,20 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		var sopts socket.Options // zero: the reference's own defaults
 		sopts.Guard.Curve = cc
 		c, err := coordinator.New(coordinator.Config{
-			Socket:              sopts,
-			Front:               *front,
-			BackOutput:          *backOut,
-			BackPublish:         *backPub,
-			Engines:             *engines,
-			StatsInterval:       *statsInterval,
-			IdleInterval:        *idleInterval,
-			StartupDeadline:     *startup,
-			MaxMessageSize:      int64(maxMsg),
-			PublishKVCacheUsage: *kv,
-			Logger:              e.logger,
+			Socket:          sopts,
+			MaxEngines:      *maxEngines,
+			ReadyInterval:   *readyInterval,
+			ScaleFrom:       scaleHosts,
+			Front:           *front,
+			BackOutput:      *backOut,
+			BackPublish:     *backPub,
+			Engines:         *engines,
+			StatsInterval:   *statsInterval,
+			IdleInterval:    *idleInterval,
+			StartupDeadline: *startup,
+			MaxMessageSize:  int64(maxMsg),
+			Release:         *release,
+			Logger:          e.logger,
 		})
 		if err != nil {
 			return err
@@ -135,7 +157,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		}
 		defer ms.Close()
 		e.logger.Info("coordinator running", append([]any{"front", c.FrontEndpoint(), "back_output", c.BackOutputEndpoint(),
-			"back_publish", c.BackPublishEndpoint(), "engines", *engines}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
+			"back_publish", c.BackPublishEndpoint(), "engines", *engines, "vllm_version", release.String()}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
 		start := time.Now()
 		rerr := c.Run(ctx)
 		if rerr == nil || errors.Is(rerr, coordinator.ErrClosed) {

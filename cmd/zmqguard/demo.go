@@ -21,11 +21,12 @@ import (
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var demoSpec = commandSpec{
 	name:     "demo",
-	synopsis: "[--duration 10s] [--metrics-addr HOST:PORT]",
+	synopsis: "[--duration 10s] [--vllm-version latest] [--metrics-addr HOST:PORT]",
 	summary:  "the product tour: the references on loopback under attack, counters at the end",
 	help: `Starts, on loopback ephemeral ports, a DP coordinator with 2 engines and 1
 API front-end, and a NIXL handshake listener with decode clients fetching
@@ -67,6 +68,7 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 	duration := fs.Duration("duration", 10*time.Second, "how long the demo runs")
 	clients := fs.Int("clients", 3, "number of decode clients fetching handshake metadata in a loop (1-8)")
 	mo := addMetricsFlags(fs)
+	release := releaseFlag(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -84,13 +86,13 @@ func runDemo(ctx context.Context, e *env, args []string) int {
 		if err := mo.check(); err != nil {
 			return err
 		}
-		return demo(ctx, e, *duration, *clients, mo)
+		return demo(ctx, e, *duration, *clients, mo, *release)
 	}()
 	return finish(e, fs, spec, err)
 }
 
 // demo runs the tour and prints the final table.
-func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *metricsOptions) error {
+func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *metricsOptions, release vllm.Release) error {
 	sw := &statusWriter{w: e.stderr, term: e.term, json: strings.EqualFold(e.logFormat, "json")}
 	logger, err := newLogger(sw, e.logFormat, e.logLevel, e.term)
 	if err != nil {
@@ -99,7 +101,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 	defer slog.SetDefault(slog.Default())
 	slog.SetDefault(logger)
 	var c demoCounters
-	hash := demoHash()
+	hash := demoHashFor(release)
 	start := time.Now()
 
 	// The components run until the final checks are done; the helpers and
@@ -131,6 +133,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		BackOutput:  "tcp://127.0.0.1:0",
 		BackPublish: "tcp://127.0.0.1:0",
 		Engines:     demoEngines,
+		Release:     release,
 		Socket:      coordSock,
 		Logger:      logger.With("component", "coordinator"),
 		LogInterval: 5 * time.Second,
@@ -204,7 +207,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 			return err
 		}
 		defer eng.Close()
-		helperWG.Go(func() { demoEngine(runCtx, eng, i, &c) })
+		helperWG.Go(func() { demoEngine(runCtx, eng, i, release, &c) })
 	}
 	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: coord.FrontEndpoint(), Socket: sockOpts})
 	if err != nil {
@@ -318,7 +321,12 @@ func guarded(f func() error) (err error) {
 // demoEngine plays one DP engine: it waits for READY, pushes stats every
 // 20 ms, follows START_DP_WAVE broadcasts, and (engine 0) reports the end of
 // each wave a second after it started, so the front-end wakes the next one.
-func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, c *demoCounters) {
+// Under releases where a wake no longer sets running (vLLM PR #51481),
+// engine 0 also reports each wave's start with start_wave, as DP rank 0
+// does.
+func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, release vllm.Release, c *demoCounters) {
+	reportStart := idx == 0 && !release.Rules().WakeSetsRunning
+	reported := int64(-1)
 	if err := eng.WaitReady(ctx); err != nil {
 		return
 	}
@@ -337,6 +345,10 @@ func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, c *demoCo
 			c.startWaves.Add(1)
 			if int64(w) > wave.Load() {
 				wave.Store(int64(w))
+			}
+			if reportStart && int64(w) > reported && eng.SendStartWave(ctx, 0, w) == nil {
+				reported = int64(w)
+				c.engineMsgs.Add(1)
 			}
 		}
 	})

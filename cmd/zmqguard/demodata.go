@@ -2,32 +2,49 @@ package main
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
-// demoFactors is the documented demo factor set: the compatibility factors of
-// a plausible vLLM deployment (Llama 3.1 8B in bf16 on FlashAttention,
-// connector version 12). handshake-listener's default --compat-hash and the
-// demo's decode clients use its hash,
-// c940fa5f8b20d4d98d462af8137fb052eb4827d811a4ad4dcde0138bddb6d468.
-var demoFactors = handshake.Factors{
-	VLLMVersion:      "0.11.1",
-	ConnectorVersion: handshake.ConnectorVersion,
-	Model:            "meta-llama/Llama-3.1-8B-Instruct",
-	Dtype:            "torch.bfloat16",
-	NumKVHeads:       8,
-	HeadSize:         128,
-	NumHiddenLayers:  32,
-	AttnBackendName:  "FLASH_ATTN",
-	CacheDtype:       "auto",
-	IsHMAEnabled:     true,
-	TransferMode:     "pull",
+// demoFactors returns the documented demo factor set of release r: the
+// compatibility factors of a plausible vLLM deployment (Llama 3.1 8B in
+// bf16 on FlashAttention, pull mode) as r's compute_nixl_compatibility_hash
+// builds them, with r's factor keys and connector version. vllm_version is
+// the release ("0.25.0", "0.26.0"), or for the profiles named by rule set
+// the profile's name ("main-pre-51481", "latest"): a real deployment passes
+// its own hash with --compat-hash. handshake-listener's default
+// --compat-hash and the demo's decode clients use its hash (README, "The
+// CLI", lists them).
+func demoFactors(r vllm.Release) handshake.Factors {
+	version := r.String()
+	if !strings.HasPrefix(version, "main") && version != "latest" {
+		version += ".0"
+	}
+	return handshake.Factors{
+		Release:         r,
+		VLLMVersion:     version,
+		Model:           "meta-llama/Llama-3.1-8B-Instruct",
+		Dtype:           "torch.bfloat16",
+		NumKVHeads:      8,
+		HeadSize:        128,
+		NumHiddenLayers: 32,
+		AttnBackendName: "FLASH_ATTN",
+		CacheDtype:      "auto",
+		IsHMAEnabled:    true,
+		TransferMode:    "pull",
+	}
 }
 
-// demoHash returns the compatibility hash of demoFactors.
-func demoHash() string {
-	h, err := demoFactors.Hash()
+// demoHash returns the compatibility hash of the latest release's demo
+// factor set.
+func demoHash() string { return demoHashFor(vllm.Latest) }
+
+// demoHashFor returns the compatibility hash of demoFactors(r).
+func demoHashFor(r vllm.Release) string {
+	f := demoFactors(r)
+	h, err := f.Hash()
 	if err != nil {
 		panic(err) // the factor set is a constant: this cannot fail
 	}
@@ -52,7 +69,7 @@ func demoMetadata(engineID string, pp, tp int) handshake.NixlAgentMetadata {
 		BlockStrides:                    []handshake.Int{blockLen, blockLen},
 		KVCacheLayout:                   "HND",
 		BlockSize:                       16,
-		AttnBackendName:                 demoFactors.AttnBackendName,
+		AttnBackendName:                 "FLASH_ATTN",
 		PhysicalBlocksPerLogicalKVBlock: 1,
 		DCPSize:                         1,
 		PCPSize:                         1,

@@ -8,6 +8,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // usageError is a bad command line: exit code 2, with the command's usage.
@@ -221,4 +223,34 @@ func finish(e *env, fs *flag.FlagSet, spec commandSpec, err error) int {
 	// "zmqguard coordinator: coordinator: ..." would say the name twice.
 	fmt.Fprintf(e.stderr, "zmqguard %s: %s\n", spec.name, strings.TrimPrefix(err.Error(), spec.name+": "))
 	return 1
+}
+
+// releaseValue is a --vllm-version flag: a vllm.Release parsed by
+// vllm.Parse.
+type releaseValue struct{ r *vllm.Release }
+
+func (v releaseValue) String() string {
+	if v.r == nil {
+		return vllm.Latest.String()
+	}
+	return v.r.String()
+}
+
+func (v releaseValue) Set(s string) error {
+	r, err := vllm.Parse(s)
+	if err != nil {
+		return err
+	}
+	*v.r = r
+	return nil
+}
+
+// releaseFlag adds --vllm-version to fs, the one flag every command that
+// speaks vLLM's wire uses to name the release it talks to; the default is
+// latest (current vLLM main). The returned Release is set when fs parses.
+func releaseFlag(fs *flag.FlagSet) *vllm.Release {
+	r := new(vllm.Release)
+	fs.Var(releaseValue{r}, "vllm-version",
+		"the vLLM `release` the peers run: "+strings.Join(vllm.Names(), ", ")+" (default latest; a patch release such as 0.26.1 selects its minor profile)")
+	return r
 }

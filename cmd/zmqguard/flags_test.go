@@ -7,11 +7,13 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"os"
 	"slices"
 	"strings"
 	"testing"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 func TestParseInterleaved(t *testing.T) {
@@ -117,9 +119,45 @@ func TestCheckOwnAddress(t *testing.T) {
 }
 
 func TestDemoData(t *testing.T) {
-	const documented = "c940fa5f8b20d4d98d462af8137fb052eb4827d811a4ad4dcde0138bddb6d468"
+	// The demo factor set's hash per release, as documented in README ("The
+	// CLI"); each is checked against Python in package handshake's
+	// TestCompatibilityHashReleases for the same rule sets.
+	hashes := map[string]string{
+		"0.25":           "4480df8ae49c48c4492bfd9b3f592a78ee5d1b7ce7f5debbc0ad39887a26e488",
+		"0.26":           "a37489c55b0d4d79cc4406c006ed530c635eac50fa2321428025e98b89ed0c19",
+		"main-pre-51481": "8389d13ede802fc72f1fe8a496e6d5929527e8b12ea02fb669b0cc1857930361",
+		"latest":         "07a87dd029ee52418003e86624b5e0688526b22465e157c4ade516fe804a909c",
+	}
+	for _, r := range vllm.Releases() {
+		if h := demoHashFor(r); h != hashes[r.String()] {
+			t.Errorf("%s: demo hash %s, documented %s", r, h, hashes[r.String()])
+		}
+	}
+	doc, err := os.ReadFile("../../docs/vllm-releases.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, h := range hashes {
+		if !strings.Contains(string(doc), "`"+name+"` `"+h+"`") {
+			t.Errorf("docs/vllm-releases.md does not document %s's demo hash %s", name, h)
+		}
+	}
+	documented := hashes["latest"]
 	if h := demoHash(); h != documented {
 		t.Fatalf("demo hash %s, documented %s", h, documented)
+	}
+	var rel vllm.Release
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	r := releaseFlag(fs)
+	if err := fs.Parse([]string{"--vllm-version", "0.26.2"}); err != nil || r.String() != "0.26" {
+		t.Fatalf("--vllm-version 0.26.2: %v %v", r, err)
+	}
+	if err := fs.Parse([]string{"--vllm-version", "0.1"}); err == nil {
+		t.Fatal("--vllm-version 0.1 accepted")
+	}
+	if r := releaseFlag(flag.NewFlagSet("y", flag.ContinueOnError)); *r != rel {
+		t.Fatalf("default release %v, want latest", r)
 	}
 	ps, err := demoPayloads("e", documented, 2, 3)
 	if err != nil || len(ps) != 6 {

@@ -17,16 +17,18 @@ import (
 
 var listenerSpec = commandSpec{
 	name:     "handshake-listener",
-	synopsis: "--bind ADDR --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
+	synopsis: "--bind ADDR --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX] [--vllm-version latest] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
 	summary:  "serve demo NIXL handshake metadata until SIGINT/SIGTERM",
 	help: `Serves vLLM's NIXL side channel (V1, V2 and V3 requests) on a hardened ROUTER,
 answering every (pp, tp) rank in [0, pp-size) x [0, tp-size) with a demo
 NixlHandshakePayload: the compatibility hash, and NixlAgentMetadata with
 engine_id = ID, device_id = tp, num_blocks = 1000 + pp*100 + tp,
 kv_cache_layout "HND", block_size 16. The default hash is that of the demo
-factor set (vLLM 0.11.1, meta-llama/Llama-3.1-8B-Instruct, torch.bfloat16,
-8 KV heads, head size 128, 32 layers, FLASH_ATTN, cache dtype auto, HMA on,
-no speculative config, transfer mode pull; connector version 12).
+factor set (meta-llama/Llama-3.1-8B-Instruct, torch.bfloat16, 8 KV heads,
+head size 128, 32 layers, FLASH_ATTN, cache dtype auto, HMA on,
+cross_layers_blocks false, no speculative config, transfer mode pull) in the
+factor keys and NIXL connector version of the --vllm-version release, with
+vllm_version naming the profile (e.g. 0.26.0, latest).
 A request for another rank gets an explicit error reply. Bad requests are
 dropped and counted; nothing a peer sends stops the listener.
 
@@ -96,7 +98,8 @@ func runListener(ctx context.Context, e *env, args []string) int {
 	engineID := fs.String("engine-id", "", "engine_id put in the served metadata (required)")
 	ppSize := fs.Int("pp-size", 1, "number of pipeline-parallel ranks served")
 	tpSize := fs.Int("tp-size", 1, "number of tensor-parallel ranks served")
-	compat := fs.String("compat-hash", "", "compatibility hash served, 64 hex digits (default: the demo factor set's hash)")
+	compat := fs.String("compat-hash", "", "compatibility hash served, 64 hex digits (default: the hash of the --vllm-version release's demo factor set)")
+	release := releaseFlag(fs)
 	dbg := addDebugFlags(fs)
 	mo := addMetricsFlags(fs)
 	curve := addCurveServerFlags(fs)
@@ -116,7 +119,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		}
 		hash := strings.ToLower(*compat)
 		if hash == "" {
-			hash = demoHash()
+			hash = demoHashFor(*release)
 		} else if _, err := hex.DecodeString(hash); err != nil || len(hash) != 64 {
 			return usagef("--compat-hash must be 64 hex digits")
 		}
@@ -164,7 +167,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		}
 		defer ms.Close()
 		e.logger.Info("handshake listener serving", append([]any{"endpoint", l.Endpoint(), "engine_id", logText(*engineID),
-			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
+			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash, "vllm_version", release.String()}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
 		serr := l.Serve(ctx)
 		if serr != nil && !errors.Is(serr, handshake.ErrListenerClosed) {
 			e.logger.Error("handshake listener stopped", "err", serr)

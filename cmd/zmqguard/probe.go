@@ -5,11 +5,12 @@ import (
 	"strings"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var probeSpec = commandSpec{
 	name:     "probe",
-	synopsis: "ADDR [--pp 0] [--tp 0] [--variant v3|v2|v1] [--timeout 5s] [--json]",
+	synopsis: "ADDR [--pp 0] [--tp 0] [--variant v3|v2|v1] [--vllm-version latest] [--timeout 5s] [--json]",
 	summary:  "triage a NIXL handshake listener step by step",
 	help: `Makes one NIXL handshake with the listener at ADDR, as a vLLM decode worker
 would, one step at a time (connect, ZMTP handshake, request, reply, payload),
@@ -18,7 +19,20 @@ likely causes. Exits 0 only when the metadata was received and decoded.
 
 Use it when decode workers log handshake timeouts: it tells a closed port
 from a listener that is not ZMTP, a dead receive loop, a rank not served or
-a payload from another release.`,
+a payload from another release. --vllm-version names the release the
+listener runs; it selects the default --variant (v3 for every supported
+release: the request with the pipeline-parallel rank and the reply with the
+clock-sync timestamp frame, NIXL connector version 5 and later).`,
+}
+
+// releaseVariant is the request form of release r: V3 for every supported
+// profile (NIXL connector version 5 and later pair the V3 request with the
+// clock-sync timestamp reply).
+func releaseVariant(r vllm.Release) string {
+	if r.Rules().NixlConnectorVersion >= 5 {
+		return "v3"
+	}
+	return "v2"
 }
 
 // parseVariant parses --variant.
@@ -39,7 +53,8 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 	fs := newFlagSet(e, spec)
 	pp := fs.Int("pp", 0, "pipeline-parallel rank to ask for (v3 only)")
 	tp := fs.Int("tp", 0, "tensor-parallel rank to ask for (v3 and v2)")
-	variant := fs.String("variant", "v3", "request form: v3 (current vLLM), v2 (since 0.13) or v1 (0.9-0.10)")
+	variant := fs.String("variant", "", "request form: v3 (current vLLM), v2 (since 0.13) or v1 (0.9-0.10) (default: the --vllm-version release's, v3)")
+	release := releaseFlag(fs)
 	timeout := fs.Duration("timeout", handshake.DefaultTimeout, "bound on each network step")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object instead of one line per step")
 	pos, code, done := parseCommand(e, fs, spec, args)
@@ -49,6 +64,9 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 	err := func() error {
 		if len(pos) != 1 {
 			return usagef("want exactly one ADDR, got %d arguments", len(pos))
+		}
+		if *variant == "" {
+			*variant = releaseVariant(*release)
 		}
 		v, ok := parseVariant(*variant)
 		if !ok {
@@ -67,6 +85,7 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 			return usagef("--timeout must be positive")
 		}
 		req := handshake.Request{Variant: v, PP: *pp, TP: *tp}
+		e.logger.Debug("probe", "endpoint", pos[0], "variant", v, "vllm_version", release.String())
 		if *asJSON {
 			return probeJSON(ctx, e, pos[0], req, *timeout)
 		}

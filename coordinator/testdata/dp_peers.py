@@ -2,7 +2,7 @@
 coordinator, for the coordinator package's interop test.
 
   dp_peers.py '{"front": ..., "back_output": ..., "back_publish": ...,
-                "engines": N}'
+                "engines": N, "release": "old" | "latest"}'
 
 Plays N engine cores (an XSUB on the back publish socket that sends b"\\x01"
 and waits for READY, and a PUSH on the back output socket, as vLLM's
@@ -10,18 +10,28 @@ DPEngineCoreProc does) and one API front-end (an XSUB on the front publish
 socket). Engine messages are EngineCoreOutputs laid out as vLLM lays them
 out (vllm_layout.py: array_like struct, the full SchedulerStats map).
 
+The front-end unpacks every stats publication as the release's front-end
+does: two values per engine ("old", vLLM before PR #49204) or three
+("latest", `waiting, running, kv_cache_usage = entry`); a publication of the
+other layout fails the run, as it fails that front-end's routing.
+
 Steps: READY at every engine; stats from every engine until the front-end
 sees them; a front-end wake-up naming engine 1 by its 2-byte identity ->
-START_DP_WAVE(0, 1) at every engine and (None, 0, True) at the front-end;
-wave_complete=0 from engine 0 -> (None, 1, False); start_wave=2 from engine
-1 -> START_DP_WAVE(2, 1) and (None, 2, True). Prints one JSON object with
-what each peer received; exits non-zero with a message on stderr if a step
-times out.
+START_DP_WAVE(0, 1) at every engine and, for "old", (None, 0, True) at the
+front-end. For "latest" (vLLM PR #51481) no publication may claim running
+after the wake until DP rank 0 reports start_wave=0, which gives
+START_DP_WAVE(0, 0) and (None, 0, True). Then wave_complete=0 from engine 0
+-> (None, 1, False), and for "latest" no publication claims running during
+the pause that follows; start_wave=2 from engine 1 -> START_DP_WAVE(2, 1)
+and (None, 2, True). Prints one JSON object with what each peer received;
+exits non-zero with a message on stderr if a step times out or a check
+fails.
 """
 
 import json
 import os
 import sys
+import time
 
 import msgpack
 import zmq
@@ -46,6 +56,7 @@ def recv(sock, what):
 def main():
     cfg = json.loads(sys.argv[1])
     n = cfg["engines"]
+    latest = cfg.get("release", "old") == "latest"
     ctx = zmq.Context()
     ctx.setsockopt(zmq.LINGER, 0)
     out = {}
@@ -71,16 +82,52 @@ def main():
 
     # Each engine reports its queues with every SchedulerStats field.
     want = [[i + 5, 2 * i + 1] for i in range(n)]
+    if latest:
+        want = [w + [0.125 * (i + 1)] for i, w in enumerate(want)]
     for i, push in enumerate(pushes):
         st = scheduler_stats(running=want[i][1], waiting=want[i][0], step=3,
                              wave=0, kv=0.125 * (i + 1))
         push.send(eco(i, scheduler_stats=st))
 
-    def next_pub(what):
-        frames = recv(front, what)
+    out["unpacked"] = 0
+
+    def next_pub(what, timeout_ms=TIMEOUT_MS):
+        if not front.poll(timeout_ms):
+            if timeout_ms != TIMEOUT_MS:
+                return None
+            fail("timed out waiting for " + what)
+        frames = front.recv_multipart()
         if len(frames) != 1:
             fail("publication of %d frames" % len(frames))
-        return msgpack.unpackb(frames[0], raw=False)
+        pub = msgpack.unpackb(frames[0], raw=False)
+        counts, _wave, _running = pub
+        if counts is not None:
+            # What the release's front-end does with every entry.
+            for entry in counts:
+                if latest:
+                    waiting, running, kv = entry
+                    if not isinstance(kv, float):
+                        fail("kv_cache_usage %r is not a float" % (kv,))
+                else:
+                    waiting, running = entry
+            out["unpacked"] += 1
+        return pub
+
+    def never_running(ms, what):
+        """Every publication for ms milliseconds says not running."""
+        end = time.monotonic() + ms / 1000.0
+        seen = 0
+        while True:
+            left = int((end - time.monotonic()) * 1000)
+            if left <= 0:
+                break
+            pub = next_pub(what, left)
+            if pub is None:
+                break
+            seen += 1
+            if pub[2]:
+                fail("%s: publication %r claims running" % (what, pub))
+        return seen
 
     while True:
         pub = next_pub("stats publication")
@@ -110,11 +157,19 @@ def main():
     front.send(msgpack.packb([(1).to_bytes(2, "little"), 0],
                              use_bin_type=True))
     out["wake_start"] = start_waves("START_DP_WAVE after wake-up")
+    if latest:
+        # The engines are paused and discard START_DP_WAVE: nothing may
+        # claim running until rank 0 says the wave started.
+        out["after_wake_pubs"] = never_running(600, "after the wake")
+        pushes[0].send(eco(0, start_wave=0))
+        out["rank0_start"] = start_waves("START_DP_WAVE after rank 0 start_wave")
     out["wake_pub"] = wait_wave(0, True)
 
     # Rank 0 reports that wave 0 is complete.
     pushes[0].send(eco(0, wave_complete=0))
     out["complete_pub"] = wait_wave(1, False)
+    if latest:
+        out["pause_pubs"] = never_running(600, "during the pause")
 
     # Engine 1 received a request for wave 2 while paused.
     pushes[n - 1].send(eco(n - 1, start_wave=2))

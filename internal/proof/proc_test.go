@@ -263,6 +263,12 @@ type coordCounters struct {
 	StatsPublished   uint64            `json:"stats_published"`
 	WavePublished    uint64            `json:"wave_published"`
 	ReadySent        uint64            `json:"ready_sent"`
+	ReadyCoalesced   uint64            `json:"ready_coalesced"`
+	StartWaveCoal    uint64            `json:"start_wave_coalesced"`
+	ControlDropped   uint64            `json:"control_dropped"`
+	StatsResyncs     uint64            `json:"stats_resyncs"`
+	WaveJumps        uint64            `json:"wave_jumps"`
+	WaveResyncs      uint64            `json:"wave_resyncs"`
 	StartWaveSent    uint64            `json:"start_wave_sent"`
 	StatsApplied     uint64            `json:"stats_applied"`
 	StaleStats       uint64            `json:"stale_stats"`

@@ -369,8 +369,11 @@ func TestCountersAccount(t *testing.T) {
 	// unsubscription when the last engine holding the topic leaves: those
 	// are accepted and counted apart.
 	eq("back_publish accepted (subscriptions + unsubscriptions)", cc.BackPublish.Accepted, subs+cc.BackUnsubscribed)
-	eq("READY sent (start-up + one per re-subscription)", cc.ReadySent, subs)
+	// Re-subscriptions within Config.ReadyInterval of a READY share the next.
+	eq("READY sent or coalesced (start-up + one per re-subscription)", cc.ReadySent+cc.ReadyCoalesced, subs)
 	eq("stale stats", cc.StaleStats, 0)
+	eq("control messages dropped", cc.ControlDropped, 0)
+	eq("wave jumps refused", cc.WaveJumps, 0)
 	for name, s := range map[string]socketCounters{"front": cc.Front, "back_output": cc.BackOutput, "back_publish": cc.BackPublish} {
 		s.checkBalanced(t, name)
 		eq(name+" state-machine drops", sum(s.StateDrops), 0)

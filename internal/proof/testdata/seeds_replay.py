@@ -152,20 +152,22 @@ class Replay:
         )
 
     def wake_cycle(self):
-        """A front-end wake-up starts a wave (the engine gets START_DP_WAVE,
-        the front-ends a wave publication); the engine's wave_complete ends it."""
+        """A front-end wake-up broadcasts START_DP_WAVE; DP rank 0 reports the
+        wave's start (start_wave), which the front-ends see as a wave
+        publication and the engines as a second START_DP_WAVE; the engine's
+        wave_complete ends it. (Current vLLM, PR #51481: the wake alone does
+        not set running.)"""
         wave = self.wave
         self.front.send(pack([None, wave]))
         self.valid("front")
+        self.expect_start_wave(wave, None)
+        self.engine_push.send(pack([0, [], None, time.monotonic(), None, None, None, wave]))
+        self.valid("back_output")
         self.next_publication(
             lambda counts, w, running: counts is None and w == wave and running,
             "wave %d running" % wave,
         )
-        frames = self.engine_sub.recv_multipart()
-        while frames == [b"READY"]:  # re-subscriptions of other engines
-            frames = self.engine_sub.recv_multipart()
-        if frames[0] != b"\x02" or unpack(frames[1]) != [wave, None]:
-            raise Failed("engine got %r instead of START_DP_WAVE(%d, None)" % (frames, wave))
+        self.expect_start_wave(wave, 0)
         self.engine_push.send(pack([0, [], None, time.monotonic(), None, None, wave]))
         self.valid("back_output")
         self.next_publication(
@@ -174,6 +176,13 @@ class Replay:
         )
         self.wave = wave + 1
         self.step = 0
+
+    def expect_start_wave(self, wave, exclude):
+        frames = self.engine_sub.recv_multipart()
+        while frames == [b"READY"]:  # re-subscriptions of other engines
+            frames = self.engine_sub.recv_multipart()
+        if frames[0] != b"\x02" or unpack(frames[1]) != [wave, exclude]:
+            raise Failed("engine got %r instead of START_DP_WAVE(%d, %r)" % (frames, wave, exclude))
 
     # --- the scenarios ---------------------------------------------------
     def s8_stray_subscription_at_startup(self):

@@ -1,0 +1,84 @@
+package vllm
+
+import (
+	"slices"
+	"strings"
+	"testing"
+
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
+
+func TestParse(t *testing.T) {
+	for in, want := range map[string]string{
+		"": "latest", "latest": "latest", " latest ": "latest", "0.25": "0.25", "v0.26": "0.26",
+		"0.26.1": "0.26", "v0.25.0": "0.25", "main-pre-51481": "main-pre-51481",
+	} {
+		r, err := Parse(in)
+		if err != nil || r.String() != want {
+			t.Errorf("Parse(%q) = %v, %v; want %s", in, r, err, want)
+		}
+	}
+	for _, in := range []string{"0.24", "1", "0.26.1.2", "latest2", "0.2x"} {
+		_, err := Parse(in)
+		if err == nil || !strings.Contains(err.Error(), "known: 0.25, 0.26, main-pre-51481, latest") {
+			t.Errorf("Parse(%q): error %v", in, err)
+		}
+	}
+	if r := MustParse("latest"); r != Latest || !r.IsLatest() {
+		t.Fatal("MustParse(latest) is not Latest")
+	}
+	if Oldest.String() != "0.25" || Oldest.IsLatest() {
+		t.Fatalf("Oldest = %v", Oldest)
+	}
+	if got := Releases(); len(got) != len(Names()) || got[len(got)-1] != Latest || got[0] != Oldest {
+		t.Fatalf("Releases() = %v", got)
+	}
+}
+
+// TestRules pins every profile's rules to the vLLM pull requests they come
+// from (see the package doc and docs/vllm-releases.md).
+func TestRules(t *testing.T) {
+	want := map[string]Rules{
+		"0.25": {WakeSetsRunning: true, ScaleUpPauses: true, NixlConnectorVersion: 5, NixlHashCrossLayersBlocks: true},
+		"0.26": {WakeSetsRunning: true, ScaleUpPauses: true, NixlConnectorVersion: 5, NixlHashCrossLayersBlocks: true,
+			KVEventsMapForm: true, KVReplayTopicFrame: true},
+		"main-pre-51481": {StatsKVCacheUsage: true, WakeSetsRunning: true, NixlConnectorVersion: 7,
+			NixlHashCrossLayersBlocks: true, KVEventsMapForm: true, KVReplayTopicFrame: true,
+			NixlHashSpeculativeConfig: true, NixlHashTransferMode: true},
+		"latest": {StatsKVCacheUsage: true, NixlConnectorVersion: 7, NixlHashCrossLayersBlocks: true,
+			KVEventsMapForm: true, KVReplayTopicFrame: true, NixlHashSpeculativeConfig: true, NixlHashTransferMode: true},
+	}
+	for _, r := range Releases() {
+		if got := r.Rules(); got != want[r.String()] {
+			t.Errorf("%s: rules %+v, want %+v", r, got, want[r.String()])
+		}
+	}
+	if Latest.Rules() != want["latest"] || (Release{}).Rules() != want["latest"] {
+		t.Fatal("the zero Release is not latest")
+	}
+	if (Release{name: "bogus"}).Rules() != want["latest"] {
+		t.Fatal("an unknown name does not fall back to latest")
+	}
+}
+
+func TestNixlFactorKeys(t *testing.T) {
+	latest := Latest.Rules().NixlFactorKeys()
+	want := []string{"attn_backend_name", "cache_dtype", "cross_layers_blocks", "dtype", "head_size", "is_hma_enabled",
+		"model", "nixl_connector_version", "num_hidden_layers", "num_kv_heads", "speculative_config", "transfer_mode",
+		"vllm_version"}
+	if !slices.Equal(latest, want) {
+		t.Fatalf("latest keys %v", latest)
+	}
+	old := Oldest.Rules().NixlFactorKeys()
+	if len(old) != 11 || slices.Contains(old, "transfer_mode") || slices.Contains(old, "speculative_config") ||
+		!slices.Contains(old, "cross_layers_blocks") {
+		t.Fatalf("0.25 keys %v", old)
+	}
+	for _, r := range Releases() {
+		if k := r.Rules().NixlFactorKeys(); !slices.IsSorted(k) {
+			t.Errorf("%s: keys not sorted: %v", r, k)
+		}
+	}
+}
