@@ -11,7 +11,7 @@ import (
 )
 
 // Drift guard: the byte vectors of the project's release notes
-// (docs/vllm-releases.md) and of PROTOCOL.md §2, per release profile. A
+// (docs/vllm-releases.md) and of docs/protocol.md, per release profile. A
 // change to a profile's rules or to the encoders that moves these bytes
 // fails here; update docs/vllm-releases.md in the same change.
 var releaseVectors = []struct {
