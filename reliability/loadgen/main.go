@@ -292,6 +292,9 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 			}
 			started.Add(1)
 			wave.Store(int64(w))
+			// As DP rank 0 does since vLLM PR #51481: report the
+			// paused->running edge itself (a wake no longer sets running).
+			_ = eng.SendStartWave(ctx, 0, w)
 			select {
 			case <-ctx.Done():
 				return
@@ -484,6 +487,7 @@ func runEngine(ctx context.Context, args []string) (any, error) {
 	var wave, step int64
 	var sent atomic.Uint64
 	go func() {
+		reported := int64(-1)
 		for ctx.Err() == nil {
 			w, ex, err := e.NextStartWave(ctx)
 			if err != nil {
@@ -499,7 +503,11 @@ func runEngine(ctx context.Context, args []string) (any, error) {
 				wave, step = int64(w), 0
 			}
 			mu.Unlock()
-			if *index == 0 {
+			if *index == 0 && int64(w) > reported {
+				// Rank 0 reports the paused->running edge (vLLM PR #51481),
+				// once per wave.
+				reported = int64(w)
+				_ = e.SendStartWave(ctx, 0, w)
 				go func(w int) {
 					select {
 					case <-ctx.Done():
