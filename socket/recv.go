@@ -48,8 +48,10 @@ type batch struct {
 	hw int
 	// kept is the buffer bytes the batch held when it entered the free
 	// list (counted in Socket.freeBytes while it is there).
-	kept  int
-	slots [batchMsgs]slot
+	kept int
+	// charged is the bytes of this batch counted against RecvQueueBytes.
+	charged int64
+	slots   [batchMsgs]slot
 }
 
 // footprint returns the buffer bytes sl keeps for reuse.
@@ -84,6 +86,7 @@ func (s *Socket) getBatch(p *peerConn) *batch {
 // a burst of large messages does not stay pinned in the free list, and lets
 // the whole batch go when the free list already keeps freeRetain bytes.
 func (s *Socket) putBatch(b *batch) {
+	s.uncharge(b)
 	// Slot n may hold a message read but not delivered (a command).
 	b.hw = max(b.hw, min(b.n+1, len(b.slots)))
 	kept := 0

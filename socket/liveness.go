@@ -1,0 +1,289 @@
+package socket
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// Liveness errors.
+var (
+	// ErrHeartbeatTimeout is matched (errors.Is) by the disconnect cause of
+	// a peer that sent nothing, not even a PONG, for HeartbeatInterval +
+	// HeartbeatTimeout, or for the TTL its own PINGs announced. The cause's
+	// text says how long the peer was silent and which rule applied.
+	ErrHeartbeatTimeout = errors.New("socket: peer silent past the heartbeat timeout")
+	// ErrHandover is the disconnect cause of a ROUTER peer whose identity a
+	// new connection took over (Options.RouterHandover).
+	ErrHandover = errors.New("socket: ROUTER identity taken over by a new connection")
+)
+
+// handoverErr is the disconnect cause of the connection p's identity was
+// taken from.
+func handoverErr(p *Peer) error {
+	return fmt.Errorf("%w: identity %s now held by %s", ErrHandover, decodeguard.Render(p.identity), p.addrText)
+}
+
+// heartbeat is one peer's liveness state, run from a timer that fires every
+// tick (a quarter of the shortest of interval and timeout, within 5 ms ..
+// 500 ms), so a silent peer is noticed within interval + timeout + one tick.
+type heartbeat struct {
+	mu       sync.Mutex
+	t        *time.Timer
+	stopped  bool
+	tick     time.Duration
+	seenRx   uint64
+	lastRx   time.Time
+	lastPing time.Time
+	seq      uint64
+}
+
+// heartbeatTick returns the timer period for the given rules.
+func heartbeatTick(ivl, tmo time.Duration) time.Duration {
+	d := tmo
+	if ivl > 0 && ivl < d {
+		d = ivl
+	}
+	return min(max(d/4, 5*time.Millisecond), 500*time.Millisecond)
+}
+
+// startHeartbeat arms p's liveness timer. It is always armed: even with our
+// heartbeats off, a TTL the peer announces is enforced.
+func (p *peerConn) startHeartbeat() {
+	o := &p.s.opts
+	h := &p.hb
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.tick = heartbeatTick(o.HeartbeatInterval, o.HeartbeatTimeout)
+	h.lastRx = time.Now()
+	h.t = time.AfterFunc(h.tick, p.heartbeatTick)
+}
+
+// stop disarms the timer for good.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	if h.t != nil {
+		h.t.Stop()
+	}
+	h.mu.Unlock()
+}
+
+// heartbeatTick runs on the timer: it notes traffic, sends a PING after an
+// interval of silence, and disconnects a peer silent past the rules.
+func (p *peerConn) heartbeatTick() {
+	o := &p.s.opts
+	h := &p.hb
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	paused := p.paused.Load()
+	if rx := p.rx.Load(); rx != h.seenRx || paused {
+		// While the reader waits for Recv we cannot see the peer's bytes:
+		// it is not the peer that is slow, so it is not timed out.
+		h.seenRx = rx
+		h.lastRx = now
+	}
+	silent := now.Sub(h.lastRx)
+	var cause error
+	var ping bool
+	ivl, tmo := o.HeartbeatInterval, o.HeartbeatTimeout
+	if ivl > 0 {
+		if silent >= ivl+tmo {
+			cause = fmt.Errorf("%w: nothing received for %v (heartbeat interval %v + timeout %v)", ErrHeartbeatTimeout, silent.Round(time.Millisecond), ivl, tmo)
+		} else if (silent >= ivl || paused) && now.Sub(h.lastPing) >= ivl {
+			ping = true
+			h.lastPing = now
+			h.seq++
+		}
+	}
+	if ttl := time.Duration(p.peerTTL.Load()); cause == nil && ttl > 0 && silent >= ttl {
+		cause = fmt.Errorf("%w: nothing received for %v, past the TTL %v the peer's PING announced", ErrHeartbeatTimeout, silent.Round(time.Millisecond), ttl)
+	}
+	seq := h.seq
+	if cause == nil {
+		h.t.Reset(h.tick)
+	}
+	h.mu.Unlock()
+	if cause != nil {
+		p.close(cause)
+		return
+	}
+	if ping {
+		var data [10]byte
+		ttl := (o.HeartbeatTTL + 100*time.Millisecond - 1) / (100 * time.Millisecond)
+		data[0], data[1] = byte(ttl>>8), byte(ttl)
+		// Context: a sequence number the PONG echoes.
+		for i := range 8 {
+			data[2+i] = byte(seq >> (56 - 8*i))
+		}
+		if p.queueCtrl(zmtpguard.CmdPing, data[:]) {
+			p.s.pings.Add(1)
+		}
+	}
+}
+
+// reserveSend takes size bytes of the socket's SendTotalBytes budget. A
+// message always fits when nothing at all is queued.
+func (s *Socket) reserveSend(size int) bool {
+	lim := s.opts.SendTotalBytes
+	for {
+		cur := s.sendBytes.Load()
+		if lim > 0 && cur > 0 && cur+int64(size) > lim {
+			return false
+		}
+		if s.sendBytes.CompareAndSwap(cur, cur+int64(size)) {
+			return true
+		}
+	}
+}
+
+// chargeRecv counts size received bytes against RecvQueueBytes and reports
+// whether the budget is now spent (the reader then hands its batch over and
+// waits before reading more).
+func (s *Socket) chargeRecv(size int64) bool {
+	n := s.recvBytes.Add(size)
+	return s.opts.RecvQueueBytes > 0 && n >= s.opts.RecvQueueBytes
+}
+
+// uncharge returns a batch's bytes to the receive budget.
+func (s *Socket) uncharge(b *batch) {
+	if b.charged == 0 {
+		return
+	}
+	s.recvBytes.Add(-b.charged)
+	b.charged = 0
+	if s.recvWaiters.Load() > 0 {
+		s.recvSpaceMu.Lock()
+		close(s.recvSpace)
+		s.recvSpace = make(chan struct{})
+		s.recvSpaceMu.Unlock()
+	}
+}
+
+// waitRecvBudget waits, before a reader with no batch starts reading, while
+// the receive budget is spent. It reports false when the peer or socket
+// closed meanwhile.
+func (p *peerConn) waitRecvBudget() bool {
+	s := p.s
+	lim := s.opts.RecvQueueBytes
+	if lim <= 0 || s.recvBytes.Load() < lim {
+		return true
+	}
+	s.recvWaiters.Add(1)
+	defer s.recvWaiters.Add(-1)
+	p.paused.Store(true)
+	defer p.paused.Store(false)
+	for s.recvBytes.Load() >= lim {
+		s.recvSpaceMu.Lock()
+		ch := s.recvSpace
+		s.recvSpaceMu.Unlock()
+		if s.recvBytes.Load() < lim {
+			break
+		}
+		select {
+		case <-ch:
+		case <-p.done:
+			return false
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// deliver hands b to Recv. When the inbox is full it does so from a short
+// goroutine, so that the reader keeps reading (answering PINGs, applying
+// subscriptions) into its next batch; a second full batch waits for the
+// first, which keeps the order of p's messages and bounds what p holds to
+// two batches. It returns false when the socket closed first.
+func (p *peerConn) deliver(b *batch) bool {
+	s := p.s
+	if p.pending != nil {
+		select {
+		case <-p.pending:
+		default:
+			p.paused.Store(true)
+			select {
+			case <-p.pending:
+			case <-s.ctx.Done():
+			}
+			p.paused.Store(false)
+		}
+		p.pending = nil
+		if s.ctx.Err() != nil {
+			return false
+		}
+	}
+	select {
+	case s.inbox <- b:
+		return true
+	default:
+	}
+	done := make(chan struct{})
+	p.pending = done
+	s.wg.Add(1)
+	go func() {
+		defer s.wg.Done()
+		defer close(done)
+		if !s.handOff(b) {
+			s.putBatch(b)
+		}
+	}()
+	return true
+}
+
+// jittered returns the reconnect wait for back-off d (see
+// Options.ReconnectJitter).
+func (s *Socket) jittered(d time.Duration) time.Duration {
+	j := s.opts.ReconnectJitter
+	if j > 0 {
+		d = time.Duration(float64(d) * (1 + j*(2*rand.Float64()-1)))
+	}
+	return max(min(d, s.opts.ReconnectMax), 0)
+}
+
+// keepAliveListener sets the socket's TCP keepalive on accepted connections.
+type keepAliveListener struct {
+	net.Listener
+	cfg net.KeepAliveConfig
+}
+
+func (l *keepAliveListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		setKeepAlive(c, l.cfg)
+	}
+	return c, err
+}
+
+// setKeepAlive applies cfg to a TCP connection (others are left alone).
+func setKeepAlive(c net.Conn, cfg net.KeepAliveConfig) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	if !cfg.Enable {
+		tc.SetKeepAlive(false)
+		return
+	}
+	tc.SetKeepAliveConfig(cfg)
+}
+
+// dialer returns the net.Dialer of the socket's dialed connections.
+func (s *Socket) dialer() *net.Dialer {
+	cfg := s.opts.TCPKeepAlive
+	if !cfg.Enable {
+		return &net.Dialer{KeepAlive: -1}
+	}
+	return &net.Dialer{KeepAliveConfig: cfg}
+}
