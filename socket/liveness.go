@@ -111,7 +111,11 @@ func (p *peerConn) heartbeatTick() {
 	}
 	seq := h.seq
 	if cause == nil {
-		h.t.Reset(h.tick)
+		next := h.tick
+		if ttl := time.Duration(p.peerTTL.Load()); ttl > 0 {
+			next = min(next, max(ttl/4, 5*time.Millisecond))
+		}
+		h.t.Reset(next)
 	}
 	h.mu.Unlock()
 	if cause != nil {
@@ -201,45 +205,100 @@ func (p *peerConn) waitRecvBudget() bool {
 	return true
 }
 
-// deliver hands b to Recv. When the inbox is full it does so from a short
-// goroutine, so that the reader keeps reading (answering PINGs, applying
-// subscriptions) into its next batch; a second full batch waits for the
-// first, which keeps the order of p's messages and bounds what p holds to
-// two batches. It returns false when the socket closed first.
+// deliver hands b to Recv. When the inbox is full it queues b for a short
+// drain goroutine instead of waiting, so that the reader keeps reading
+// (answering PINGs, applying subscriptions): later batches merge into the
+// one queued batch, which the goroutine takes as soon as the previous one
+// was handed over, so no message waits for a later one. Only once that
+// queued batch is full does the reader wait. p's messages keep their order
+// and p holds at most two batches. It returns false when the socket closed
+// first.
 func (p *peerConn) deliver(b *batch) bool {
 	s := p.s
-	if p.pending != nil {
+	p.dmu.Lock()
+	if !p.draining {
+		p.dmu.Unlock()
 		select {
-		case <-p.pending:
+		case s.inbox <- b:
+			return true
 		default:
-			p.paused.Store(true)
-			select {
-			case <-p.pending:
-			case <-s.ctx.Done():
-			}
-			p.paused.Store(false)
 		}
-		p.pending = nil
+		p.dmu.Lock()
+		p.dq = b
+		p.draining = true
+		p.dmu.Unlock()
+		s.wg.Add(1)
+		go p.drain()
+		return true
+	}
+	for {
+		if p.dq == nil {
+			p.dq = b
+			p.dmu.Unlock()
+			return true
+		}
+		if q := p.dq; q.n+b.n <= len(q.slots) && q.bytes < batchBytes {
+			for i := 0; i < b.n; i++ {
+				b.slots[i], q.slots[q.n+i] = q.slots[q.n+i], b.slots[i]
+			}
+			q.n += b.n
+			q.hw = max(q.hw, q.n)
+			q.bytes += b.bytes
+			q.charged += b.charged
+			b.charged = 0
+			b.hw = max(b.hw, b.n)
+			b.n = 0
+			p.dmu.Unlock()
+			s.putBatch(b)
+			return true
+		}
+		// The queued batch is full: wait for the drain goroutine to take it.
+		p.dmu.Unlock()
+		p.paused.Store(true)
+		select {
+		case <-p.dtaken:
+		case <-s.ctx.Done():
+		}
+		p.paused.Store(false)
 		if s.ctx.Err() != nil {
 			return false
 		}
+		p.dmu.Lock()
 	}
-	select {
-	case s.inbox <- b:
-		return true
-	default:
-	}
-	done := make(chan struct{})
-	p.pending = done
-	s.wg.Add(1)
-	go func() {
-		defer s.wg.Done()
-		defer close(done)
+}
+
+// drain hands p's queued batches to Recv, one at a time, until none is
+// left.
+func (p *peerConn) drain() {
+	s := p.s
+	defer s.wg.Done()
+	for {
+		p.dmu.Lock()
+		b := p.dq
+		p.dq = nil
+		if b == nil {
+			p.draining = false
+			p.dmu.Unlock()
+			return
+		}
+		p.dmu.Unlock()
+		select {
+		case p.dtaken <- struct{}{}:
+		default:
+		}
 		if !s.handOff(b) {
 			s.putBatch(b)
+			p.dmu.Lock()
+			rest := p.dq
+			p.dq = nil
+			p.draining = false
+			p.dmu.Unlock()
+			if rest != nil {
+				s.putBatch(rest)
+			}
+			return
 		}
-	}()
-	return true
+	}
 }
 
 // jittered returns the reconnect wait for back-off d (see

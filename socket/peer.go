@@ -109,14 +109,18 @@ type peerConn struct {
 	paused  atomic.Bool
 	peerTTL atomic.Int64
 	hb      heartbeat
-	// pending is closed when the batch handed to Recv in the background
-	// (the inbox was full) has been taken; nil when none is in flight.
-	pending chan struct{}
+	// Background hand-off (see deliver): dq is the batch queued for the
+	// drain goroutine, draining whether that goroutine runs; dtaken is
+	// signalled each time it takes dq.
+	dmu      sync.Mutex
+	dq       *batch
+	draining bool
+	dtaken   chan struct{}
 }
 
 func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerConn {
 	p := &peerConn{s: s, conn: c, info: info, gone: gone, hwm: s.opts.HWM, maxBytes: s.opts.SendQueueBytes,
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+		wake: make(chan struct{}, 1), done: make(chan struct{}), dtaken: make(chan struct{}, 1)}
 	if s.kind == kXPub {
 		p.topics = make(map[string]int)
 	}
