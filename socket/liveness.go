@@ -215,23 +215,25 @@ func (p *peerConn) waitRecvBudget() bool {
 // first.
 func (p *peerConn) deliver(b *batch) bool {
 	s := p.s
-	p.dmu.Lock()
-	if !p.draining {
-		p.dmu.Unlock()
-		select {
-		case s.inbox <- b:
-			return true
-		default:
-		}
-		p.dmu.Lock()
-		p.dq = b
-		p.draining = true
-		p.dmu.Unlock()
-		s.wg.Add(1)
-		go p.drain()
-		return true
-	}
 	for {
+		p.dmu.Lock()
+		if !p.draining {
+			// Nothing of p's is waiting: b may go straight to the inbox.
+			// Only this reader starts a drain, so draining stays false.
+			p.dmu.Unlock()
+			select {
+			case s.inbox <- b:
+				return true
+			default:
+			}
+			p.dmu.Lock()
+			p.dq = b
+			p.draining = true
+			p.dmu.Unlock()
+			s.wg.Add(1)
+			go p.drain()
+			return true
+		}
 		if p.dq == nil {
 			p.dq = b
 			p.dmu.Unlock()
@@ -252,7 +254,8 @@ func (p *peerConn) deliver(b *batch) bool {
 			s.putBatch(b)
 			return true
 		}
-		// The queued batch is full: wait for the drain goroutine to take it.
+		// The queued batch is full: wait for the drain goroutine to take it
+		// (or to finish).
 		p.dmu.Unlock()
 		p.paused.Store(true)
 		select {
@@ -263,7 +266,6 @@ func (p *peerConn) deliver(b *batch) bool {
 		if s.ctx.Err() != nil {
 			return false
 		}
-		p.dmu.Lock()
 	}
 }
 
@@ -278,13 +280,14 @@ func (p *peerConn) drain() {
 		p.dq = nil
 		if b == nil {
 			p.draining = false
-			p.dmu.Unlock()
-			return
 		}
 		p.dmu.Unlock()
 		select {
 		case p.dtaken <- struct{}{}:
 		default:
+		}
+		if b == nil {
+			return
 		}
 		if !s.handOff(b) {
 			s.putBatch(b)
