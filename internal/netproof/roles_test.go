@@ -1,0 +1,298 @@
+package netproof
+
+import (
+	"bufio"
+	"context"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"runtime"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+// The roles below run in child processes (this test binary re-executed
+// inside a namespace with NETPROOF_ROLE set); they report what happens as
+// JSON lines on stdout and stop when stdin closes.
+
+// event is one line a role prints.
+type event struct {
+	Ev string `json:"ev"`
+	// ID is the peer identity in hex.
+	ID string `json:"id,omitempty"`
+	// T is the wall clock in Unix nanoseconds (one clock for every
+	// process of the machine).
+	T int64 `json:"t"`
+	// HB: a disconnect whose cause is socket.ErrHeartbeatTimeout;
+	// Handover: one whose cause is socket.ErrHandover.
+	HB       bool   `json:"hb,omitempty"`
+	Handover bool   `json:"handover,omitempty"`
+	Err      string `json:"err,omitempty"`
+	// Baseline report: goroutines and descriptors before the sockets were
+	// made and after they were closed.
+	G0  int `json:"g0,omitempty"`
+	G1  int `json:"g1,omitempty"`
+	FD0 int `json:"fd0,omitempty"`
+	FD1 int `json:"fd1,omitempty"`
+	// Stats is the socket's counters at exit.
+	Stats *socket.Stats `json:"stats,omitempty"`
+}
+
+var outMu sync.Mutex
+
+func emit(e event) {
+	if e.T == 0 {
+		e.T = time.Now().UnixNano()
+	}
+	b, _ := json.Marshal(e)
+	outMu.Lock()
+	os.Stdout.Write(append(b, '\n'))
+	outMu.Unlock()
+}
+
+func envDur(name string, def time.Duration) time.Duration {
+	if v := os.Getenv(name); v != "" {
+		d, err := time.ParseDuration(v)
+		if err == nil {
+			return d
+		}
+	}
+	return def
+}
+
+func fds() int {
+	ents, _ := os.ReadDir("/proc/self/fd")
+	return len(ents)
+}
+
+// roleOptions reads the liveness options every role takes from the
+// environment.
+func roleOptions() socket.Options {
+	o := socket.DefaultOptions()
+	o.HeartbeatInterval = envDur("NETPROOF_HB_IVL", 500*time.Millisecond)
+	o.HeartbeatTimeout = envDur("NETPROOF_HB_TIMEOUT", 1500*time.Millisecond)
+	o.ReconnectMin = envDur("NETPROOF_RECONNECT_MIN", 100*time.Millisecond)
+	o.ReconnectMax = envDur("NETPROOF_RECONNECT_MAX", time.Second)
+	o.Guard.HandshakeTimeout = 2 * time.Second
+	if v := os.Getenv("NETPROOF_JITTER"); v != "" {
+		o.ReconnectJitter, _ = strconv.ParseFloat(v, 64)
+	}
+	o.RouterHandover = os.Getenv("NETPROOF_HANDOVER") == "1"
+	o.OnEvent = func(e socket.Event) {
+		switch e.Kind {
+		case socket.EventConnected:
+			emit(event{Ev: "connected", ID: hex.EncodeToString(e.Peer.Identity())})
+		case socket.EventDisconnected:
+			emit(event{Ev: "disconnected", ID: hex.EncodeToString(e.Peer.Identity()),
+				HB: errors.Is(e.Err, socket.ErrHeartbeatTimeout), Handover: errors.Is(e.Err, socket.ErrHandover), Err: e.Err.Error()})
+		case socket.EventRejected:
+			emit(event{Ev: "rejected", Err: e.Err.Error()})
+		}
+	}
+	return o
+}
+
+// stdinClosed is closed when the parent closes our stdin.
+func stdinClosed() <-chan struct{} {
+	ch := make(chan struct{})
+	go func() {
+		bufio.NewReader(os.Stdin).ReadString(0)
+		close(ch)
+	}()
+	return ch
+}
+
+// TestNetproofHelper runs a role when NETPROOF_ROLE is set (in a child
+// process); in a normal run it does nothing.
+func TestNetproofHelper(t *testing.T) {
+	role := os.Getenv("NETPROOF_ROLE")
+	if role == "" {
+		return
+	}
+	// Start the runtime's network poller (its descriptors stay open for
+	// the life of the process) before taking the baseline.
+	if ln, err := net.Listen("tcp", "127.0.0.1:0"); err == nil {
+		ln.Close()
+	}
+	g0, fd0 := runtime.NumGoroutine(), fds()
+	ctx, cancel := context.WithTimeout(context.Background(), 150*time.Second)
+	defer cancel()
+	stop := stdinClosed()
+	var socks []*socket.Socket
+	var err error
+	switch role {
+	case "router":
+		socks, err = runRouter(ctx, stop)
+	case "engine":
+		socks, err = runEngine(ctx, stop)
+	case "dialers":
+		socks, err = runDialers(ctx, stop)
+	default:
+		err = fmt.Errorf("unknown role %q", role)
+	}
+	if err != nil {
+		emit(event{Ev: "error", Err: err.Error()})
+		t.Fatal(err)
+	}
+	var st socket.Stats
+	for _, s := range socks {
+		if len(socks) == 1 {
+			st = s.Stats()
+		}
+		s.Close()
+	}
+	// Goroutines of closed connections end shortly after Close returns
+	// (timer callbacks, the stdin reader is ours).
+	var g1 int
+	for range 100 {
+		if g1 = runtime.NumGoroutine(); g1 <= g0+1 {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	emit(event{Ev: "baseline", G0: g0, G1: g1, FD0: fd0, FD1: fds(), Stats: &st})
+}
+
+// runRouter is the coordinator host: a ROUTER on NETPROOF_BIND that answers
+// each "hello" with "READY" and reports every "stats" message.
+func runRouter(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
+	r, err := socket.NewRouter(roleOptions())
+	if err != nil {
+		return nil, err
+	}
+	if err := r.Bind(os.Getenv("NETPROOF_BIND")); err != nil {
+		r.Close()
+		return nil, err
+	}
+	emit(event{Ev: "bound"})
+	rctx, rcancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for {
+			m, err := r.Recv(rctx)
+			if err != nil {
+				return
+			}
+			if len(m.Frames) < 2 {
+				continue
+			}
+			id := hex.EncodeToString(m.Frames[0])
+			switch string(m.Frames[1]) {
+			case "hello":
+				emit(event{Ev: "hello", ID: id})
+				r.Send(rctx, m.Frames[0], []byte("READY"))
+			case "stats":
+				emit(event{Ev: "stats", ID: id})
+			}
+		}
+	}()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	}
+	rcancel()
+	<-done
+	return []*socket.Socket{r}, nil
+}
+
+// runEngine is an engine host: a DEALER with identity NETPROOF_ID dialing
+// NETPROOF_EP, saying "hello" on every connection, reporting "READY", and
+// sending "stats" every 100 ms.
+func runEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
+	o := roleOptions()
+	o.Identity = []byte(os.Getenv("NETPROOF_ID"))
+	connected := make(chan struct{}, 16)
+	onEvent := o.OnEvent
+	o.OnEvent = func(e socket.Event) {
+		onEvent(e)
+		if e.Kind == socket.EventConnected {
+			select {
+			case connected <- struct{}{}:
+			default:
+			}
+		}
+	}
+	d, err := socket.NewDealer(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := d.Dial(os.Getenv("NETPROOF_EP")); err != nil {
+		d.Close()
+		return nil, err
+	}
+	ectx, ecancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for {
+			m, err := d.Recv(ectx)
+			if err != nil {
+				return
+			}
+			if string(m.Frames[0]) == "READY" {
+				emit(event{Ev: "ready"})
+			}
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		send := func(what string) {
+			sctx, c := context.WithTimeout(ectx, 50*time.Millisecond)
+			d.Send(sctx, []byte(what))
+			c()
+		}
+		for {
+			select {
+			case <-ectx.Done():
+				return
+			case <-connected:
+				send("hello")
+			case <-tick.C:
+				send("stats")
+			}
+		}
+	}()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	}
+	ecancel()
+	wg.Wait()
+	return []*socket.Socket{d}, nil
+}
+
+// runDialers is a host of NETPROOF_N DEALERs (no identity) dialing
+// NETPROOF_EP, as many engines reconnecting to one coordinator.
+func runDialers(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
+	n, _ := strconv.Atoi(os.Getenv("NETPROOF_N"))
+	o := roleOptions()
+	o.OnEvent = nil
+	var socks []*socket.Socket
+	for range n {
+		d, err := socket.NewDealer(o)
+		if err != nil {
+			return socks, err
+		}
+		socks = append(socks, d)
+		if err := d.Dial(os.Getenv("NETPROOF_EP")); err != nil {
+			return socks, err
+		}
+	}
+	emit(event{Ev: "dialing"})
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	}
+	return socks, nil
+}
