@@ -466,7 +466,9 @@ func (s *Socket) emit(e Event) {
 	}
 	if s.opts.Logger != nil {
 		level := slog.LevelDebug
-		if e.Reason != decodeguard.ReasonNone {
+		if e.Reason != decodeguard.ReasonNone || errors.Is(e.Err, ErrHeartbeatTimeout) {
+			// A peer gone silent (a vanished host, a frozen process) is
+			// worth a warning, like a misbehaving one.
 			level = slog.LevelWarn
 		}
 		s.log(e.Reason, level, "zmqguard socket peer event", "socket", string(s.typ), "event", e.Kind.String(),

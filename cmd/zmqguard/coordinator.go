@@ -38,6 +38,11 @@ type coordinatorReport struct {
 	// AcceptErrors counts failed accepts on the three sockets (each followed
 	// by a back-off), e.g. EMFILE.
 	AcceptErrors uint64 `json:"accept_errors"`
+	// HeartbeatTimeouts counts peers (engines, front-ends) disconnected
+	// because they went silent past the heartbeat rules, in total and by
+	// socket (front, back_output, back_publish).
+	HeartbeatTimeouts         uint64            `json:"heartbeat_timeouts"`
+	HeartbeatTimeoutsBySocket map[string]uint64 `json:"heartbeat_timeouts_by_socket"`
 	// Goroutines is runtime.NumGoroutine() when the report was made: at
 	// exit, after the coordinator and the debug endpoint were closed.
 	Goroutines int `json:"goroutines"`
@@ -48,6 +53,13 @@ func newCoordinatorReport(st coordinator.Stats) coordinatorReport {
 	return coordinatorReport{
 		Stats:        st,
 		AcceptErrors: st.Front.Socket.AcceptErrors + st.BackOutput.Socket.AcceptErrors + st.BackPublish.Socket.AcceptErrors,
+		HeartbeatTimeouts: st.Front.Socket.HeartbeatTimeouts + st.BackOutput.Socket.HeartbeatTimeouts +
+			st.BackPublish.Socket.HeartbeatTimeouts,
+		HeartbeatTimeoutsBySocket: map[string]uint64{
+			"front":        st.Front.Socket.HeartbeatTimeouts,
+			"back_output":  st.BackOutput.Socket.HeartbeatTimeouts,
+			"back_publish": st.BackPublish.Socket.HeartbeatTimeouts,
+		},
 	}
 }
 
@@ -65,6 +77,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
 	kv := fs.Bool("publish-kv-cache-usage", false, "publish [waiting, running, kv_cache_usage] per engine, as current vLLM front-ends expect")
 	dbg := addDebugFlags(fs)
+	live := addLivenessFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -88,7 +101,11 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if err := dbg.check(); err != nil {
 			return err
 		}
+		if err := live.check(); err != nil {
+			return err
+		}
 		c, err := coordinator.New(coordinator.Config{
+			Socket:              live.options(),
 			Front:               *front,
 			BackOutput:          *backOut,
 			BackPublish:         *backPub,

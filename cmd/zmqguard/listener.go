@@ -59,6 +59,9 @@ type listenerReport struct {
 	// AcceptErrors counts failed accepts (each followed by a back-off),
 	// e.g. EMFILE.
 	AcceptErrors uint64 `json:"accept_errors"`
+	// HeartbeatTimeouts counts decode clients disconnected because they went
+	// silent past the heartbeat rules.
+	HeartbeatTimeouts uint64 `json:"heartbeat_timeouts"`
 	// Goroutines is runtime.NumGoroutine() when the report was made: at
 	// exit, after the listener and the debug endpoint were closed.
 	Goroutines int `json:"goroutines"`
@@ -83,6 +86,7 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		DroppedUnroutable: st.Socket.DroppedUnroutable,
 		DroppedHWM:        st.Socket.DroppedHWM,
 		AcceptErrors:      st.Socket.AcceptErrors,
+		HeartbeatTimeouts: st.Socket.HeartbeatTimeouts,
 	}
 	return r
 }
@@ -96,6 +100,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 	tpSize := fs.Int("tp-size", 1, "number of tensor-parallel ranks served")
 	compat := fs.String("compat-hash", "", "compatibility hash served, 64 hex digits (default: the demo factor set's hash)")
 	dbg := addDebugFlags(fs)
+	live := addLivenessFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -119,6 +124,9 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		if err := dbg.check(); err != nil {
 			return err
 		}
+		if err := live.check(); err != nil {
+			return err
+		}
 		payloads, err := demoPayloads(*engineID, hash, *ppSize, *tpSize)
 		if err != nil {
 			return err
@@ -127,6 +135,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 			Endpoint:     *bind,
 			Payloads:     payloads,
 			ErrorReplies: true,
+			Socket:       live.options(),
 			Logger:       e.logger,
 		})
 		if err != nil {
