@@ -85,8 +85,29 @@ func start(t *testing.T, h *Host, name, role string, env ...string) *proc {
 		cancel()
 		close(p.done)
 	}()
-	t.Cleanup(func() { p.kill() })
+	t.Cleanup(func() {
+		p.kill()
+		if t.Failed() {
+			p.dump()
+		}
+	})
 	return p
+}
+
+// dump logs every event the role reported (not the chatty ones), and its
+// stderr, for a failed test.
+func (p *proc) dump() {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, e := range p.evs {
+		if e.Ev != "stats" {
+			p.t.Logf("%s: %s id=%s hb=%v handover=%v err=%s t=%s", p.name, e.Ev, e.ID, e.HB, e.Handover, e.Err,
+				time.Unix(0, e.T).Format("15:04:05.000"))
+		}
+	}
+	if s := p.serr.String(); s != "" {
+		p.t.Logf("%s stderr: %s", p.name, s)
+	}
 }
 
 // pid is the role's own process (ip netns exec execs it in place).
@@ -260,8 +281,8 @@ func TestSilentPartitionDetectedAndHealed(t *testing.T) {
 	}
 
 	time.Sleep(time.Second)
+	t1 := time.Now().UnixNano() // just before the heal
 	w.eng1.Heal()
-	t1 := time.Now().UnixNano()
 	ready := e1.wait("READY after heal", ev("ready"), t1, 30*time.Second)
 	st := r.wait("stats from rank-1 after heal", evID("stats", "rank-1"), t1, 30*time.Second)
 	t.Logf("after heal: rank-1 READY again after %s, its stats at the coordinator after %s", ms(time.Duration(ready.T-t1)), ms(time.Duration(st.T-t1)))
@@ -297,8 +318,8 @@ func TestRestartedEngineReclaimsIdentity(t *testing.T) {
 			t0 := time.Now().UnixNano()
 			e1b := w.engine(t, w.eng1, "rank-1")
 			time.Sleep(time.Second)
+			t1 := time.Now().UnixNano() // just before the heal: packets may pass at once
 			w.eng1.Heal()
-			t1 := time.Now().UnixNano()
 			if !handover {
 				// Refused again and again while the frozen connection holds
 				// the identity.
