@@ -412,3 +412,50 @@ func waitCount(t *testing.T, p *proc, kind string, n int, t0 int64, d time.Durat
 		}
 	}
 }
+
+// Engines reach the coordinator through a relay adding 50 ms ± 10 ms each
+// way, with 2 % loss on every host: handshakes succeed, READY comes, stats
+// flow, and nobody is timed out.
+func TestLatencyAndLossFlow(t *testing.T) {
+	w := newWorld(t)
+	r := w.router(t)
+	relay := start(t, w.coord, "relay", "relay", "NETPROOF_LISTEN="+w.coord.Addr+":5556", "NETPROOF_TARGET=127.0.0.1:"+coordPort,
+		"NETPROOF_DELAY=50ms", "NETPROOF_DELAY_JITTER=10ms")
+	relay.wait("bound", ev("bound"), 0, 30*time.Second)
+	for _, h := range []*Host{w.coord, w.eng1, w.eng2} {
+		h.Loss(0.02)
+	}
+	t0 := time.Now().UnixNano()
+	via := "tcp://" + w.coord.Addr + ":5556"
+	e1 := start(t, w.eng1, "rank-1", "engine", "NETPROOF_ID=rank-1", "NETPROOF_EP="+via)
+	e2 := start(t, w.eng2, "rank-2", "engine", "NETPROOF_ID=rank-2", "NETPROOF_EP="+via)
+	for _, e := range []*proc{e1, e2} {
+		c := e.wait("connected", ev("connected"), t0, 30*time.Second)
+		rd := e.wait("READY", ev("ready"), t0, 30*time.Second)
+		t.Logf("%s through 50±10 ms and 2%% loss: connected +%s, READY %s after connecting", e.name,
+			ms(time.Duration(c.T-t0)), ms(time.Duration(rd.T-c.T)))
+	}
+	from := time.Now().UnixNano()
+	time.Sleep(5 * time.Second)
+	to := time.Now().UnixNano()
+	for _, id := range []string{"rank-1", "rank-2"} {
+		n := r.count(evID("stats", id), from, to)
+		t.Logf("%s: %d stats messages in 5 s (50 sent)", id, n)
+		fmt.Printf("NETPROOF latency+loss %s: %d of 50 stats in 5 s\n", id, n)
+		if n < 25 {
+			t.Errorf("%s: only %d of 50 stats messages in 5 s through latency and loss", id, n)
+		}
+	}
+	for _, p := range []*proc{r, e1, e2} {
+		if e, ok := p.find(hbDisconnect(""), 0); ok {
+			t.Fatalf("%s: heartbeat timeout under latency and loss: %s", p.name, e.Err)
+		}
+	}
+	for _, h := range []*Host{w.coord, w.eng1, w.eng2} {
+		h.Heal()
+	}
+	for _, p := range []*proc{e1, e2, r} {
+		checkBaseline(t, p.name, p.stop())
+	}
+	relay.stop()
+}

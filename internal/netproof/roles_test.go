@@ -7,6 +7,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
 	"net"
 	"os"
 	"runtime"
@@ -134,6 +136,8 @@ func TestNetproofHelper(t *testing.T) {
 		socks, err = runEngine(ctx, stop)
 	case "dialers":
 		socks, err = runDialers(ctx, stop)
+	case "relay":
+		err = runRelay(ctx, stop)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -295,4 +299,101 @@ func runDialers(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, er
 	case <-ctx.Done():
 	}
 	return socks, nil
+}
+
+// runRelay is a delaying TCP relay: it accepts on NETPROOF_LISTEN and
+// forwards every connection to NETPROOF_TARGET, holding each chunk of bytes
+// for NETPROOF_DELAY ± NETPROOF_DELAY_JITTER (uniform) in each direction,
+// without reordering (a chunk never leaves before the one ahead of it). It
+// stands in for link latency where tc netem is not available.
+func runRelay(ctx context.Context, stop <-chan struct{}) error {
+	delay := envDur("NETPROOF_DELAY", 50*time.Millisecond)
+	jitter := envDur("NETPROOF_DELAY_JITTER", 10*time.Millisecond)
+	ln, err := net.Listen("tcp", os.Getenv("NETPROOF_LISTEN"))
+	if err != nil {
+		return err
+	}
+	emit(event{Ev: "bound"})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.DialTimeout("tcp", os.Getenv("NETPROOF_TARGET"), 5*time.Second)
+			if err != nil {
+				c.Close()
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c, up)
+			mu.Unlock()
+			wg.Add(2)
+			go func() { defer wg.Done(); pipeDelayed(up, c, delay, jitter) }()
+			go func() { defer wg.Done(); pipeDelayed(c, up, delay, jitter) }()
+		}
+	}()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	}
+	ln.Close()
+	mu.Lock()
+	for _, c := range conns {
+		c.Close()
+	}
+	mu.Unlock()
+	wg.Wait()
+	return nil
+}
+
+// pipeDelayed copies src to dst, each chunk delayed; it closes both ends
+// when either fails.
+func pipeDelayed(dst, src net.Conn, delay, jitter time.Duration) {
+	type chunk struct {
+		b   []byte
+		due time.Time
+	}
+	q := make(chan chunk, 1024) // bounded: a full queue stops reading src
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for c := range q {
+			time.Sleep(time.Until(c.due))
+			if _, err := dst.Write(c.b); err != nil {
+				break
+			}
+		}
+		dst.Close()
+		src.Close()
+		for range q { // let the reader finish
+		}
+	}()
+	var last time.Time
+	buf := make([]byte, 64<<10)
+	for {
+		n, err := src.Read(buf)
+		if n > 0 {
+			d := delay + time.Duration((2*rand.Float64()-1)*float64(jitter))
+			due := time.Now().Add(d)
+			if due.Before(last) {
+				due = last
+			}
+			last = due
+			q <- chunk{b: append([]byte(nil), buf[:n]...), due: due}
+		}
+		if err != nil {
+			if err != io.EOF {
+				src.Close()
+			}
+			break
+		}
+	}
+	close(q)
+	<-done
 }
