@@ -105,8 +105,10 @@ func (p *lineProc) quiet(t *testing.T, prefix string, d time.Duration) {
 	}
 }
 
-func pyArgs(mode, ep string) []string {
-	return []string{"testdata/heartbeat_peer.py", mode, ep, fmt.Sprint(ivlMS), fmt.Sprint(tmoMS), "2000", "60"}
+// pyArgs runs the libzmq peer with the given heartbeat interval and
+// timeout (ms) and a TTL of 2 s.
+func pyArgs(mode, ep string, ivl, tmo int) []string {
+	return []string{"testdata/heartbeat_peer.py", mode, ep, fmt.Sprint(ivl), fmt.Sprint(tmo), "2000", "60"}
 }
 
 func hbOpts(o *Options) {
@@ -115,15 +117,16 @@ func hbOpts(o *Options) {
 	o.HeartbeatTTL = 2 * time.Second
 }
 
-// A libzmq DEALER with heartbeats is kept alive by our ROUTER's PONGs and
-// PINGs while idle, and a SIGSTOPped one is dropped within the bound.
+// A libzmq DEALER that PINGs only every 1.5 s (with a TTL of 2 s) stays
+// connected to our ROUTER, whose own PINGs after 200 ms of silence it
+// answers; once SIGSTOPped it is dropped within the bound.
 func TestInteropHeartbeatWeDetectFrozenLibzmq(t *testing.T) {
 	python := pypeer.Require(t, "zmq")
 	ctx := testCtx(t, 60*time.Second)
 	var log hbLog
 	r := mustSocket(t, NewRouter, hbOpts, func(o *Options) { o.OnEvent = log.add })
 	ep := mustBind(t, r)
-	py := startLines(t, ctx, nil, python, pyArgs("dealer", ep)...)
+	py := startLines(t, ctx, nil, python, pyArgs("dealer", ep, 1500, 6000)...)
 	m, err := r.Recv(ctx)
 	if err != nil || string(m.Frames[0]) != "py" || string(m.Frames[1]) != "hi" {
 		t.Fatalf("first message %q %v", m.Frames, err)
@@ -146,12 +149,13 @@ func TestInteropHeartbeatWeDetectFrozenLibzmq(t *testing.T) {
 	}
 }
 
-// A libzmq ROUTER with heartbeats keeps our idle DEALER (in a helper
-// process) connected, and drops it within the bound once it is SIGSTOPped.
+// A libzmq ROUTER with heartbeats (200 ms / 600 ms) keeps our idle DEALER
+// (in a helper process) connected on the strength of our PONGs, and drops
+// it within the bound once it is SIGSTOPped.
 func TestInteropHeartbeatLibzmqDetectsFrozenUs(t *testing.T) {
 	python := pypeer.Require(t, "zmq")
 	ctx := testCtx(t, 60*time.Second)
-	py := startLines(t, ctx, nil, python, pyArgs("router", "tcp://127.0.0.1:0")...)
+	py := startLines(t, ctx, nil, python, pyArgs("router", "tcp://127.0.0.1:0", ivlMS, tmoMS)...)
 	port := py.await(t, "PORT", 20*time.Second)
 	exe, err := os.Executable()
 	if err != nil {

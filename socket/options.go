@@ -354,49 +354,53 @@ func (e Event) String() string {
 type Stats struct {
 	// Received counts messages delivered by Recv (subscriptions included
 	// for XPUB).
-	Received uint64
+	Received uint64 `json:"received"`
 	// Sent counts messages handed to a peer's queue (one per peer for XPUB
 	// and XSUB fan-out).
-	Sent uint64
+	Sent uint64 `json:"sent"`
 	// DroppedHWM counts messages dropped because a peer's queue was at its
 	// HWM (ROUTER, XPUB, XSUB fan-out).
-	DroppedHWM uint64
+	DroppedHWM uint64 `json:"dropped_hwm"`
 	// DroppedUnroutable counts ROUTER messages dropped because the identity
 	// was not connected (with RouterDropUnroutable).
-	DroppedUnroutable uint64
+	DroppedUnroutable uint64 `json:"dropped_unroutable"`
 	// DroppedFiltered counts received messages dropped by the socket's own
 	// rules: REQ replies out of turn or from the wrong peer, SUB messages
 	// matching no subscription.
-	DroppedFiltered uint64
+	DroppedFiltered uint64 `json:"dropped_filtered"`
 	// Violations counts refused connections and messages by reason:
 	// handshake failures, stream violations, oversize messages, bad REQ
 	// envelopes (ReasonEnvelope), duplicate ROUTER identities and caps
 	// (ReasonPolicy).
-	Violations decodeguard.Counts
+	Violations decodeguard.Counts `json:"violations"`
 	// Peers is the number of currently connected peers.
-	Peers int
+	Peers int `json:"peers"`
 	// Connects and Disconnects count established peers joining and leaving.
-	Connects, Disconnects uint64
+	Connects    uint64 `json:"connects"`
+	Disconnects uint64 `json:"disconnects"`
 	// AcceptErrors counts failed accepts on the socket's bound endpoints
 	// (EMFILE and the like), each followed by a back-off. They stay counted
 	// after Close.
-	AcceptErrors uint64
+	AcceptErrors uint64 `json:"accept_errors"`
 	// HeartbeatTimeouts counts peers disconnected because they stayed
 	// silent past the heartbeat timeout or their announced TTL.
-	HeartbeatTimeouts uint64
+	HeartbeatTimeouts uint64 `json:"heartbeat_timeouts"`
 	// PingsSent and PongsReceived count ZMTP 3.1 PINGs this socket sent and
 	// PONGs it received.
-	PingsSent, PongsReceived uint64
+	PingsSent     uint64 `json:"pings_sent"`
+	PongsReceived uint64 `json:"pongs_received"`
 	// Handovers counts ROUTER identities taken over by a new connection
 	// (Options.RouterHandover); IdentityRefusals counts connections refused
 	// because their identity was connected already (also counted in
 	// Violations as ReasonPolicy).
-	Handovers, IdentityRefusals uint64
+	Handovers        uint64 `json:"handovers"`
+	IdentityRefusals uint64 `json:"identity_refusals"`
 	// DroppedBytes counts messages dropped because a send queue's byte
 	// bound (SendQueueBytes or SendTotalBytes) was reached; they are
 	// included in DroppedHWM as well.
-	DroppedBytes uint64
+	DroppedBytes uint64 `json:"dropped_bytes"`
 	// QueuedSendBytes and QueuedRecvBytes are the bytes waiting in send
 	// queues and for Recv when the snapshot was taken.
-	QueuedSendBytes, QueuedRecvBytes int64
+	QueuedSendBytes int64 `json:"queued_send_bytes"`
+	QueuedRecvBytes int64 `json:"queued_recv_bytes"`
 }
