@@ -7,8 +7,9 @@
 // test under CI (CI set in the environment) when namespaces cannot be made,
 // and skips it loudly elsewhere.
 //
-// Latency is not emulated here: tc netem is not available on every CI
-// kernel, and the scenarios that need it are not covered by this package.
+// Latency is not emulated by this package (tc netem is not available on
+// every CI kernel): its tests put a delaying TCP relay between the hosts
+// instead.
 //
 // Every name it creates carries the test process's pid, every address lies
 // in 10.251.0.0/24 inside namespaces it creates, and everything is deleted
