@@ -60,6 +60,9 @@ func (p *peerConn) startHeartbeat() {
 	h := &p.hb
 	h.mu.Lock()
 	defer h.mu.Unlock()
+	if h.stopped { // closed before it started (the socket closing)
+		return
+	}
 	h.tick = heartbeatTick(o.HeartbeatInterval, o.HeartbeatTimeout)
 	h.lastRx = time.Now()
 	h.t = time.AfterFunc(h.tick, p.heartbeatTick)
