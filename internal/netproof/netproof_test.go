@@ -459,3 +459,75 @@ func TestLatencyAndLossFlow(t *testing.T) {
 	}
 	relay.stop()
 }
+
+// The references across hosts: zmqguard's DP coordinator on one host, two
+// engines (coordinator.Engine) on two others and a front-end on a fourth.
+// A silent partition of engine 0's host is noticed by the coordinator's
+// back sockets and by the engine within the bound, engine 1's stats keep
+// reaching the front-end; after the heal engine 0 reconnects, gets READY
+// again and its stats reach the front-end again.
+func TestReferencesAcrossPartition(t *testing.T) {
+	w := newWorld(t)
+	fe := w.net.AddHost("front", 21)
+	c := start(t, w.coord, "coordinator", "vcoord", "NETPROOF_ENGINES=2")
+	c.wait("bound", ev("bound"), 0, 30*time.Second)
+	coord := "NETPROOF_COORD=" + w.coord.Addr
+	e0 := start(t, w.eng1, "engine-0", "vengine", "NETPROOF_INDEX=0", coord)
+	e1 := start(t, w.eng2, "engine-1", "vengine", "NETPROOF_INDEX=1", coord)
+	f := start(t, fe, "front-end", "vfront", coord)
+	e0.wait("READY", ev("ready"), 0, 30*time.Second)
+	e1.wait("READY", ev("ready"), 0, 30*time.Second)
+	waiting := func(i, above int) func(event) bool {
+		return func(e event) bool { return e.Ev == "fstats" && len(e.W) == 2 && e.W[i] > above }
+	}
+	f.wait("stats of both engines at the front-end", func(e event) bool {
+		return e.Ev == "fstats" && len(e.W) == 2 && e.W[0] > 0 && e.W[1] > 0
+	}, 0, 30*time.Second)
+
+	w.eng1.Partition()
+	t0 := time.Now().UnixNano()
+	var last event
+	f.mu.Lock()
+	for _, e := range f.evs {
+		if e.Ev == "fstats" && len(e.W) == 2 {
+			last = e
+		}
+	}
+	f.mu.Unlock()
+	w0 := last.W[0]
+	fromEng1 := func(port string) func(event) bool {
+		return func(e event) bool {
+			return e.Ev == "disconnected" && e.HB && strings.HasSuffix(e.Endpoint, ":"+port)
+		}
+	}
+	cd := c.wait("back output heartbeat timeout", fromEng1("5602"), t0, detectMax)
+	cp := c.wait("back publish heartbeat timeout", fromEng1("5603"), t0, detectMax)
+	ed := e0.wait("engine heartbeat timeout", hbDisconnect(""), t0, detectMax)
+	t.Logf("partition of engine 0's host: coordinator back_output noticed after %s, back_publish after %s, engine after %s",
+		ms(time.Duration(cd.T-t0)), ms(time.Duration(cp.T-t0)), ms(time.Duration(ed.T-t0)))
+	// Engine 1 keeps being served: its waiting count keeps rising at the
+	// front-end.
+	mid := f.wait("a stats publication after the timeouts", waiting(1, 0), cp.T, 10*time.Second)
+	f.wait("engine 1's stats during the partition", waiting(1, mid.W[1]), cp.T, 10*time.Second)
+
+	time.Sleep(500 * time.Millisecond)
+	t1 := time.Now().UnixNano()
+	w.eng1.Heal()
+	ready := e0.wait("READY after heal", ev("ready"), t1, 30*time.Second)
+	back := f.wait("engine 0's stats at the front-end after heal", waiting(0, w0+5), t1, 30*time.Second)
+	t.Logf("after heal: engine 0 READY after %s, its new stats at the front-end after %s",
+		ms(time.Duration(ready.T-t1)), ms(time.Duration(back.T-t1)))
+	fmt.Printf("NETPROOF references: coordinator noticed %s/%s, engine %s; READY after heal %s, front-end stats %s\n",
+		ms(time.Duration(cd.T-t0)), ms(time.Duration(cp.T-t0)), ms(time.Duration(ed.T-t0)),
+		ms(time.Duration(ready.T-t1)), ms(time.Duration(back.T-t1)))
+
+	for _, p := range []*proc{f, e0, e1} {
+		checkBaseline(t, p.name, p.stop())
+	}
+	checkBaseline(t, c.name, c.stop())
+	cs, _ := c.find(ev("cstats"), 0)
+	t.Logf("coordinator heartbeat timeouts by socket: %v", cs.HBTimeouts)
+	if cs.HBTimeouts["back_output"] < 1 || cs.HBTimeouts["back_publish"] < 1 {
+		t.Errorf("coordinator heartbeat timeouts by socket %v: want the back sockets counted", cs.HBTimeouts)
+	}
+}

@@ -17,6 +17,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -45,6 +46,12 @@ type event struct {
 	FD1 int `json:"fd1,omitempty"`
 	// Stats is the socket's counters at exit.
 	Stats *socket.Stats `json:"stats,omitempty"`
+	// Endpoint is the socket endpoint of a connection event.
+	Endpoint string `json:"endpoint,omitempty"`
+	// W holds the waiting counts per engine of a front-end's stats
+	// publication; HBTimeouts a coordinator's heartbeat timeouts by socket.
+	W          []int             `json:"w,omitempty"`
+	HBTimeouts map[string]uint64 `json:"hb_timeouts,omitempty"`
 }
 
 var outMu sync.Mutex
@@ -90,9 +97,9 @@ func roleOptions() socket.Options {
 	o.OnEvent = func(e socket.Event) {
 		switch e.Kind {
 		case socket.EventConnected:
-			emit(event{Ev: "connected", ID: hex.EncodeToString(e.Peer.Identity())})
+			emit(event{Ev: "connected", ID: hex.EncodeToString(e.Peer.Identity()), Endpoint: e.Endpoint})
 		case socket.EventDisconnected:
-			emit(event{Ev: "disconnected", ID: hex.EncodeToString(e.Peer.Identity()),
+			emit(event{Ev: "disconnected", ID: hex.EncodeToString(e.Peer.Identity()), Endpoint: e.Endpoint,
 				HB: errors.Is(e.Err, socket.ErrHeartbeatTimeout), Handover: errors.Is(e.Err, socket.ErrHandover), Err: e.Err.Error()})
 		case socket.EventRejected:
 			emit(event{Ev: "rejected", Err: e.Err.Error()})
@@ -138,6 +145,12 @@ func TestNetproofHelper(t *testing.T) {
 		socks, err = runDialers(ctx, stop)
 	case "relay":
 		err = runRelay(ctx, stop)
+	case "vcoord":
+		err = runCoordinator(ctx, stop)
+	case "vengine":
+		socks, err = runVEngine(ctx, stop)
+	case "vfront":
+		socks, err = runVFront(ctx, stop)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -396,4 +409,120 @@ func pipeDelayed(dst, src net.Conn, delay, jitter time.Duration) {
 	}
 	close(q)
 	<-done
+}
+
+// runCoordinator is the real reference: zmqguard's vLLM DP coordinator
+// binding its three sockets on ports 5601 (front), 5602 (back output) and
+// 5603 (back publish) for NETPROOF_ENGINES engines, with the heartbeat
+// options of every role.
+func runCoordinator(ctx context.Context, stop <-chan struct{}) error {
+	n, _ := strconv.Atoi(os.Getenv("NETPROOF_ENGINES"))
+	c, err := coordinator.New(coordinator.Config{
+		Front: "tcp://*:5601", BackOutput: "tcp://*:5602", BackPublish: "tcp://*:5603",
+		Engines: n, Socket: roleOptions(),
+	})
+	if err != nil {
+		return err
+	}
+	emit(event{Ev: "bound"})
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- c.Run(rctx) }()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	case err = <-done:
+		cancel()
+		c.Close()
+		return err
+	}
+	cancel()
+	<-done
+	c.Close()
+	st := c.Stats()
+	emit(event{Ev: "cstats", HBTimeouts: map[string]uint64{
+		"front": st.Front.Socket.HeartbeatTimeouts, "back_output": st.BackOutput.Socket.HeartbeatTimeouts,
+		"back_publish": st.BackPublish.Socket.HeartbeatTimeouts,
+	}})
+	return nil
+}
+
+// runVEngine is a vLLM engine core as the coordinator sees it
+// (coordinator.Engine, index NETPROOF_INDEX, coordinator at NETPROOF_COORD):
+// it reports every READY and sends stats every 100 ms, its waiting count
+// rising by one each time.
+func runVEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
+	idx, _ := strconv.Atoi(os.Getenv("NETPROOF_INDEX"))
+	host := os.Getenv("NETPROOF_COORD")
+	e, err := coordinator.DialEngine(coordinator.EngineConfig{
+		BackPublish: "tcp://" + host + ":5603", BackOutput: "tcp://" + host + ":5602", Socket: roleOptions(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	ectx, cancel := context.WithCancel(ctx)
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		for e.WaitReady(ectx) == nil {
+			emit(event{Ev: "ready"})
+		}
+	}()
+	go func() {
+		defer wg.Done()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for step := 1; ; step++ {
+			select {
+			case <-ectx.Done():
+				return
+			case <-tick.C:
+			}
+			sctx, c := context.WithTimeout(ectx, 50*time.Millisecond)
+			e.SendStats(sctx, idx, step, 1, 0, step)
+			c()
+		}
+	}()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	}
+	cancel()
+	wg.Wait()
+	return nil, e.Close()
+}
+
+// runVFront is a vLLM API front-end (coordinator.FrontEnd) reporting the
+// waiting counts of every stats publication.
+func runVFront(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
+	f, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{
+		Front: "tcp://" + os.Getenv("NETPROOF_COORD") + ":5601", Socket: roleOptions(),
+	})
+	if err != nil {
+		return nil, err
+	}
+	fctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for fctx.Err() == nil {
+			counts, _, _, err := f.NextStats(fctx)
+			if err != nil || counts == nil {
+				continue
+			}
+			w := make([]int, len(counts))
+			for i, c := range counts {
+				w[i] = c[0]
+			}
+			emit(event{Ev: "fstats", W: w})
+		}
+	}()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	}
+	cancel()
+	<-done
+	return nil, f.Close()
 }
