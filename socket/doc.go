@@ -27,7 +27,7 @@
 // Sockets speak ZMTP 3.1 heartbeats (RFC 37), as libzmq does: a connection
 // that has received nothing for Options.HeartbeatInterval (default 2 s) is
 // sent a PING carrying Options.HeartbeatTTL (deciseconds) and an 8-byte
-// context; any received traffic counts as life; a peer silent for
+// context; any received message counts as life; a peer silent for
 // HeartbeatInterval + HeartbeatTimeout (default 6 s), or for the TTL its own
 // PINGs announced, is disconnected with a cause matching
 // [ErrHeartbeatTimeout], reported as EventDisconnected and counted in

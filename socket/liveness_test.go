@@ -1,8 +1,10 @@
 package socket
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"log/slog"
 	"strings"
 	"sync"
 	"testing"
@@ -66,11 +68,13 @@ func TestHeartbeatTimeoutDisconnectsFrozenPeerAndRedials(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	l, ep := rawRouter(t, zmq4.Router)
 	var log hbLog
+	var logBuf syncBuffer
 	d := mustSocket(t, NewDealer, func(o *Options) {
 		o.HeartbeatInterval = 50 * time.Millisecond
 		o.HeartbeatTimeout = 150 * time.Millisecond
 		o.HeartbeatTTL = 500 * time.Millisecond
 		o.OnEvent = log.add
+		o.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelWarn}))
 	})
 	mustDial(t, d, ep)
 	c := accept(t, ctx, l)
@@ -95,6 +99,11 @@ func TestHeartbeatTimeoutDisconnectsFrozenPeerAndRedials(t *testing.T) {
 	e, _ := log.find(isHeartbeatTimeout)
 	if !strings.Contains(e.Err.Error(), "heartbeat interval 50ms + timeout 150ms") {
 		t.Fatalf("cause %q does not name the rule", e.Err)
+	}
+	// A peer gone silent is logged at warn, with the cause.
+	waitFor(t, ctx, "warn line", func() bool { return strings.Contains(logBuf.String(), "silent past the heartbeat timeout") })
+	if l := logBuf.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "event=disconnected") {
+		t.Fatalf("log %q: want a warn-level disconnect line", l)
 	}
 	st := d.Stats()
 	if st.HeartbeatTimeouts < 1 || st.PingsSent < 1 {
@@ -405,4 +414,22 @@ func TestLivenessOptionsVerify(t *testing.T) {
 		!o.TCPKeepAlive.Enable || o.SendQueueBytes != DefaultSendQueueBytes || o.RecvQueueBytes != DefaultRecvQueueBytes {
 		t.Fatalf("defaults %+v", o)
 	}
+}
+
+// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
+type syncBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.b.String()
 }

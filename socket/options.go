@@ -31,7 +31,7 @@ const (
 	DefaultWriteBufferSize = 64 << 10
 
 	// DefaultHeartbeatInterval is how long a connection may be silent (no
-	// byte received) before the socket sends it a ZMTP 3.1 PING.
+	// message received) before the socket sends it a ZMTP 3.1 PING.
 	DefaultHeartbeatInterval = 2 * time.Second
 	// DefaultHeartbeatTimeout is how long after that PING a peer that still
 	// sent nothing is disconnected with ErrHeartbeatTimeout.
@@ -98,8 +98,9 @@ type Options struct {
 	ReconnectJitter float64
 	// HeartbeatInterval: a connection that has received nothing for this
 	// long is sent a ZMTP 3.1 PING (RFC 37), with HeartbeatTTL and a context
-	// the peer echoes in its PONG. Any received byte (data, PING, PONG)
-	// counts as the peer being alive. Default 2 s; negative turns
+	// the peer echoes in its PONG. Any complete message received (data,
+	// PING, PONG, subscription) counts as the peer being alive, as in
+	// libzmq. Default 2 s; negative turns
 	// heartbeats off (the peer's own PINGs are still answered, and a TTL
 	// its PINGs announce is still enforced).
 	HeartbeatInterval time.Duration
