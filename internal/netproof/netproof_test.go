@@ -413,14 +413,17 @@ func waitCount(t *testing.T, p *proc, kind string, n int, t0 int64, d time.Durat
 	}
 }
 
-// Engines reach the coordinator through a relay adding 50 ms ± 10 ms each
-// way, with 2 % loss on every host: handshakes succeed, READY comes, stats
-// flow, and nobody is timed out.
+// Engines reach the coordinator, and a decode host a NIXL handshake
+// listener, through a relay adding 50 ms ± 10 ms each way, with 2 % loss on
+// every host: ZMTP and NIXL handshakes succeed, READY comes, stats flow,
+// and nobody is timed out.
 func TestLatencyAndLossFlow(t *testing.T) {
 	w := newWorld(t)
 	r := w.router(t)
-	relay := start(t, w.coord, "relay", "relay", "NETPROOF_LISTEN="+w.coord.Addr+":5556", "NETPROOF_TARGET=127.0.0.1:"+coordPort,
-		"NETPROOF_DELAY=50ms", "NETPROOF_DELAY_JITTER=10ms")
+	hs := start(t, w.coord, "handshake-listener", "hslisten")
+	hs.wait("bound", ev("bound"), 0, 30*time.Second)
+	relay := start(t, w.coord, "relay", "relay", "NETPROOF_LISTEN="+w.coord.Addr+":5556,"+w.coord.Addr+":5610",
+		"NETPROOF_TARGET=127.0.0.1:"+coordPort+",127.0.0.1:5600", "NETPROOF_DELAY=50ms", "NETPROOF_DELAY_JITTER=10ms")
 	relay.wait("bound", ev("bound"), 0, 30*time.Second)
 	for _, h := range []*Host{w.coord, w.eng1, w.eng2} {
 		h.Loss(0.02)
@@ -429,6 +432,7 @@ func TestLatencyAndLossFlow(t *testing.T) {
 	via := "tcp://" + w.coord.Addr + ":5556"
 	e1 := start(t, w.eng1, "rank-1", "engine", "NETPROOF_ID=rank-1", "NETPROOF_EP="+via)
 	e2 := start(t, w.eng2, "rank-2", "engine", "NETPROOF_ID=rank-2", "NETPROOF_EP="+via)
+	dec := start(t, w.eng2, "decode", "decode", "NETPROOF_EP=tcp://"+w.coord.Addr+":5610")
 	for _, e := range []*proc{e1, e2} {
 		c := e.wait("connected", ev("connected"), t0, 30*time.Second)
 		rd := e.wait("READY", ev("ready"), t0, 30*time.Second)
@@ -451,6 +455,24 @@ func TestLatencyAndLossFlow(t *testing.T) {
 			t.Fatalf("%s: heartbeat timeout under latency and loss: %s", p.name, e.Err)
 		}
 	}
+	var rtts []time.Duration
+	dec.mu.Lock()
+	for _, e := range dec.evs {
+		if e.Ev == "fetched" {
+			rtts = append(rtts, time.Duration(e.RTT))
+		}
+	}
+	dec.mu.Unlock()
+	failed := dec.count(ev("fetch-failed"), 0, 1<<62)
+	if len(rtts) < 5 || failed > 0 {
+		f, _ := dec.find(ev("fetch-failed"), 0)
+		t.Fatalf("NIXL handshakes through latency and loss: %d succeeded, %d failed (%s)", len(rtts), failed, f.Err)
+	}
+	slices.Sort(rtts)
+	t.Logf("NIXL handshakes through 50±10 ms and 2%% loss: %d, none failed, request RTT median %s, max %s", len(rtts), ms(rtts[len(rtts)/2]), ms(rtts[len(rtts)-1]))
+	fmt.Printf("NETPROOF latency+loss handshakes: %d ok, 0 failed, rtt median %s max %s\n", len(rtts), ms(rtts[len(rtts)/2]), ms(rtts[len(rtts)-1]))
+	dec.stop()
+	hs.stop()
 	for _, h := range []*Host{w.coord, w.eng1, w.eng2} {
 		h.Heal()
 	}

@@ -13,11 +13,13 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -52,6 +54,8 @@ type event struct {
 	// publication; HBTimeouts a coordinator's heartbeat timeouts by socket.
 	W          []int             `json:"w,omitempty"`
 	HBTimeouts map[string]uint64 `json:"hb_timeouts,omitempty"`
+	// RTT is a decode client's handshake round trip (ns).
+	RTT int64 `json:"rtt,omitempty"`
 }
 
 var outMu sync.Mutex
@@ -151,6 +155,10 @@ func TestNetproofHelper(t *testing.T) {
 		socks, err = runVEngine(ctx, stop)
 	case "vfront":
 		socks, err = runVFront(ctx, stop)
+	case "hslisten":
+		err = runHandshakeListener(ctx, stop)
+	case "decode":
+		err = runDecode(ctx, stop)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -314,48 +322,50 @@ func runDialers(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, er
 	return socks, nil
 }
 
-// runRelay is a delaying TCP relay: it accepts on NETPROOF_LISTEN and
-// forwards every connection to NETPROOF_TARGET, holding each chunk of bytes
+// runRelay is a delaying TCP relay: it accepts on each address of the
+// comma-separated NETPROOF_LISTEN and forwards every connection to the
+// address at the same place in NETPROOF_TARGET, holding each chunk of bytes
 // for NETPROOF_DELAY ± NETPROOF_DELAY_JITTER (uniform) in each direction,
 // without reordering (a chunk never leaves before the one ahead of it). It
 // stands in for link latency where tc netem is not available.
 func runRelay(ctx context.Context, stop <-chan struct{}) error {
 	delay := envDur("NETPROOF_DELAY", 50*time.Millisecond)
 	jitter := envDur("NETPROOF_DELAY_JITTER", 10*time.Millisecond)
-	ln, err := net.Listen("tcp", os.Getenv("NETPROOF_LISTEN"))
-	if err != nil {
-		return err
+	listens, targets := strings.Split(os.Getenv("NETPROOF_LISTEN"), ","), strings.Split(os.Getenv("NETPROOF_TARGET"), ",")
+	if len(listens) != len(targets) {
+		return fmt.Errorf("relay: %d listen addresses for %d targets", len(listens), len(targets))
+	}
+	var lns []net.Listener
+	defer func() {
+		for _, ln := range lns {
+			ln.Close()
+		}
+	}()
+	for _, a := range listens {
+		ln, err := net.Listen("tcp", a)
+		if err != nil {
+			return err
+		}
+		lns = append(lns, ln)
 	}
 	emit(event{Ev: "bound"})
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var conns []net.Conn
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		for {
-			c, err := ln.Accept()
-			if err != nil {
-				return
-			}
-			up, err := net.DialTimeout("tcp", os.Getenv("NETPROOF_TARGET"), 5*time.Second)
-			if err != nil {
-				c.Close()
-				continue
-			}
-			mu.Lock()
-			conns = append(conns, c, up)
-			mu.Unlock()
-			wg.Add(2)
-			go func() { defer wg.Done(); pipeDelayed(up, c, delay, jitter) }()
-			go func() { defer wg.Done(); pipeDelayed(c, up, delay, jitter) }()
-		}
-	}()
+	for i, ln := range lns {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			relayAccept(ln, targets[i], delay, jitter, &wg, &mu, &conns)
+		}()
+	}
 	select {
 	case <-stop:
 	case <-ctx.Done():
 	}
-	ln.Close()
+	for _, ln := range lns {
+		ln.Close()
+	}
 	mu.Lock()
 	for _, c := range conns {
 		c.Close()
@@ -363,6 +373,27 @@ func runRelay(ctx context.Context, stop <-chan struct{}) error {
 	mu.Unlock()
 	wg.Wait()
 	return nil
+}
+
+// relayAccept serves one relay listener until it is closed.
+func relayAccept(ln net.Listener, target string, delay, jitter time.Duration, wg *sync.WaitGroup, mu *sync.Mutex, conns *[]net.Conn) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		up, err := net.DialTimeout("tcp", target, 5*time.Second)
+		if err != nil {
+			c.Close()
+			continue
+		}
+		mu.Lock()
+		*conns = append(*conns, c, up)
+		mu.Unlock()
+		wg.Add(2)
+		go func() { defer wg.Done(); pipeDelayed(up, c, delay, jitter) }()
+		go func() { defer wg.Done(); pipeDelayed(c, up, delay, jitter) }()
+	}
 }
 
 // pipeDelayed copies src to dst, each chunk delayed; it closes both ends
@@ -525,4 +556,69 @@ func runVFront(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 	cancel()
 	<-done
 	return nil, f.Close()
+}
+
+// hsHash is the compatibility hash the handshake roles serve and expect.
+const hsHash = "c940fa5f8b20d4d98d462af8137fb052eb4827d811a4ad4dcde0138bddb6d468"
+
+// runHandshakeListener is a prefill host's NIXL handshake listener
+// (handshake.Listener) on port 5600 serving rank (0, 0) of "prefill-0".
+func runHandshakeListener(ctx context.Context, stop <-chan struct{}) error {
+	const blockLen = 16 * 8 * 128 * 2
+	m := handshake.NixlAgentMetadata{
+		EngineID: "prefill-0", AgentMetadata: []byte("netproof-agent"), KVCachesBaseAddr: []uint64{0x7f0000000000},
+		NumBlocks: 1000, BlockLens: []handshake.Int{blockLen}, BlockStrides: []handshake.Int{blockLen},
+		KVCacheLayout: "HND", BlockSize: 16, AttnBackendName: "FLASH_ATTN", PhysicalBlocksPerLogicalKVBlock: 1,
+		DCPSize: 1, PCPSize: 1,
+	}
+	p, err := handshake.NewPayload(hsHash, &m)
+	if err != nil {
+		return err
+	}
+	b, err := p.MarshalMsg(nil)
+	if err != nil {
+		return err
+	}
+	l, err := handshake.NewListener(handshake.ListenerConfig{
+		Endpoint: "tcp://*:5600", Payloads: map[handshake.Rank][]byte{{}: b}, Socket: roleOptions(),
+	})
+	if err != nil {
+		return err
+	}
+	emit(event{Ev: "bound"})
+	lctx, cancel := context.WithCancel(ctx)
+	done := make(chan struct{})
+	go func() { defer close(done); l.Serve(lctx) }()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	}
+	cancel()
+	<-done
+	return l.Close()
+}
+
+// runDecode is a decode host fetching rank (0, 0) from NETPROOF_EP every
+// 200 ms with handshake.Fetch (a fresh REQ socket each time, as vLLM does),
+// reporting each result.
+func runDecode(ctx context.Context, stop <-chan struct{}) error {
+	for {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		r, err := handshake.Fetch(fctx, os.Getenv("NETPROOF_EP"), handshake.Request{}, handshake.ClientOptions{
+			Timeout: 5 * time.Second, ExpectedHash: hsHash, ExpectedEngineID: "prefill-0",
+		})
+		cancel()
+		if err != nil {
+			emit(event{Ev: "fetch-failed", Err: err.Error()})
+		} else {
+			emit(event{Ev: "fetched", RTT: int64(r.RTT)})
+		}
+		select {
+		case <-stop:
+			return nil
+		case <-ctx.Done():
+			return nil
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
 }
