@@ -224,10 +224,8 @@ func (p *peerConn) deliver(b *batch) bool {
 			// Nothing of p's is waiting: b may go straight to the inbox.
 			// Only this reader starts a drain, so draining stays false.
 			p.dmu.Unlock()
-			select {
-			case s.inbox <- b:
+			if s.tryHandOff(b) {
 				return true
-			default:
 			}
 			p.dmu.Lock()
 			p.dq = b

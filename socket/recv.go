@@ -120,6 +120,19 @@ func (s *Socket) putBatch(b *batch) {
 // pressure: the reader stops reading, TCP flow control slows the peer). It
 // returns false when the socket closed first.
 func (s *Socket) handOff(b *batch) bool {
+	if s.tryHandOff(b) {
+		return true
+	}
+	select {
+	case s.inbox <- b:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// tryHandOff gives a batch to Recv if the inbox has room, without waiting.
+func (s *Socket) tryHandOff(b *batch) bool {
 	big := b.bytes >= yieldBytes // b belongs to Recv once sent
 	select {
 	case s.inbox <- b:
@@ -132,11 +145,6 @@ func (s *Socket) handOff(b *batch) bool {
 		}
 		return true
 	default:
-	}
-	select {
-	case s.inbox <- b:
-		return true
-	case <-s.ctx.Done():
 		return false
 	}
 }
