@@ -292,8 +292,11 @@ func TestSilentPartitionDetectedAndHealed(t *testing.T) {
 	for _, p := range []*proc{e1, e2, r} {
 		b := p.stop()
 		checkBaseline(t, p.name, b)
-		if p == r && b.Stats.HeartbeatTimeouts < 1 {
-			t.Errorf("coordinator stats %+v: heartbeat timeout not counted", b.Stats)
+		if (p == r || p == e1) && b.Stats.HeartbeatTimeouts < 1 {
+			t.Errorf("%s stats %+v: heartbeat timeout not counted", p.name, b.Stats)
+		}
+		if p == e2 && b.Stats.HeartbeatTimeouts != 0 {
+			t.Errorf("%s stats %+v: a heartbeat timeout on the host that was not partitioned", p.name, b.Stats)
 		}
 	}
 }
