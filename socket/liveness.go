@@ -270,6 +270,24 @@ func (p *peerConn) deliver(b *batch) bool {
 	}
 }
 
+// waitDrained waits until p's drain goroutine, if any, has handed over
+// everything, or the socket closed.
+func (p *peerConn) waitDrained() {
+	for {
+		p.dmu.Lock()
+		d := p.draining
+		p.dmu.Unlock()
+		if !d {
+			return
+		}
+		select {
+		case <-p.dtaken:
+		case <-p.s.ctx.Done():
+			return
+		}
+	}
+}
+
 // drain hands p's queued batches to Recv, one at a time, until none is
 // left.
 func (p *peerConn) drain() {

@@ -380,6 +380,9 @@ func (p *peerConn) readLoop() {
 		s.putBatch(b)
 	}
 	if s.kind == kXPub {
+		// The departed subscriber's unsubscriptions come after its last
+		// messages, which a drain goroutine may still be handing over.
+		p.waitDrained()
 		s.deliverDeparted(p)
 	}
 }
