@@ -196,3 +196,31 @@ func TestHeartbeatHelperProcess(t *testing.T) {
 		}
 	}
 }
+
+// Our PULL announces a TTL of 1 s in a PING while a libzmq PUSH is quiet;
+// then the PUSH talks without pause and our PULL has nothing to send: our
+// PINGs after each interval in which we sent nothing keep libzmq's TTL
+// timer from expiring, so it keeps the connection.
+func TestInteropTTLHonouredByLibzmq(t *testing.T) {
+	python := pypeer.Require(t, "zmq")
+	ctx := testCtx(t, 60*time.Second)
+	pull := mustSocket(t, NewPull, func(o *Options) {
+		o.HeartbeatInterval = ivlMS * time.Millisecond
+		o.HeartbeatTimeout = tmoMS * time.Millisecond
+		o.HeartbeatTTL = time.Second
+	})
+	ep := mustBind(t, pull)
+	py := startLines(t, ctx, nil, python, pyArgs("pusher", ep, 0, 0)...)
+	go func() {
+		for {
+			if _, err := pull.Recv(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	py.await(t, "CONNECTED", 20*time.Second)
+	py.quiet(t, "DISCONNECTED", 3500*time.Millisecond)
+	if st := pull.Stats(); st.Disconnects != 0 || st.PingsSent == 0 || st.Received < 50 {
+		t.Fatalf("chatty libzmq PUSH with our TTL: stats %+v (want pings sent, data received, no disconnect)", st)
+	}
+}

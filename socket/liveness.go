@@ -40,6 +40,8 @@ type heartbeat struct {
 	tick     time.Duration
 	seenRx   uint64
 	lastRx   time.Time
+	seenTx   uint64
+	lastTx   time.Time
 	lastPing time.Time
 	seq      uint64
 }
@@ -65,6 +67,7 @@ func (p *peerConn) startHeartbeat() {
 	}
 	h.tick = heartbeatTick(o.HeartbeatInterval, o.HeartbeatTimeout)
 	h.lastRx = time.Now()
+	h.lastTx = h.lastRx
 	h.t = time.AfterFunc(h.tick, p.heartbeatTick)
 }
 
@@ -96,14 +99,23 @@ func (p *peerConn) heartbeatTick() {
 		h.seenRx = rx
 		h.lastRx = now
 	}
+	if tx := p.tx.Load(); tx != h.seenTx {
+		h.seenTx = tx
+		h.lastTx = now
+	}
 	silent := now.Sub(h.lastRx)
 	var cause error
 	var ping bool
 	ivl, tmo := o.HeartbeatInterval, o.HeartbeatTimeout
 	if ivl > 0 {
+		// A TTL in our PINGs asks the peer to drop us once we have sent it
+		// nothing for that long (libzmq arms it on each PING and clears it
+		// on any message), so with a TTL we also PING after an interval in
+		// which we sent nothing, even while the peer itself is talking.
+		quiet := o.HeartbeatTTL > 0 && now.Sub(h.lastTx) >= ivl
 		if silent >= ivl+tmo {
 			cause = fmt.Errorf("%w: nothing received for %v (heartbeat interval %v + timeout %v)", ErrHeartbeatTimeout, silent.Round(time.Millisecond), ivl, tmo)
-		} else if (silent >= ivl || paused) && now.Sub(h.lastPing) >= ivl {
+		} else if (silent >= ivl || paused || quiet) && now.Sub(h.lastPing) >= ivl {
 			ping = true
 			h.lastPing = now
 			h.seq++

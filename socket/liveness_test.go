@@ -433,3 +433,50 @@ func (b *syncBuffer) String() string {
 	defer b.mu.Unlock()
 	return b.b.String()
 }
+
+// With a TTL announced, a socket that only listens to a chatty peer still
+// PINGs it every interval: libzmq would otherwise drop it once the TTL of
+// its last PING expired.
+func TestTTLKeepsPingingAChattyPeer(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	l, ep := rawRouter(t, zmq4.Push)
+	pull := mustSocket(t, NewPull, func(o *Options) {
+		o.HeartbeatInterval = 50 * time.Millisecond
+		o.HeartbeatTimeout = 500 * time.Millisecond
+		o.HeartbeatTTL = 300 * time.Millisecond
+	})
+	mustDial(t, pull, ep)
+	c := accept(t, ctx, l)
+	go func() {
+		for ctx.Err() == nil {
+			if c.WriteMessage([]byte("data")) != nil || c.Flush() != nil {
+				return
+			}
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	go func() {
+		for ctx.Err() == nil {
+			if _, err := pull.Recv(ctx); err != nil {
+				return
+			}
+		}
+	}()
+	pings := 0
+	for pings < 5 {
+		var m zmtpguard.Message
+		c.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
+		if err := c.ReadMessage(&m); err != nil {
+			t.Fatalf("after %d PINGs: %v", pings, err)
+		}
+		if m.Command == zmtpguard.CmdPing {
+			if ttl := int(m.Frames[0][0])<<8 | int(m.Frames[0][1]); ttl != 3 {
+				t.Fatalf("PING TTL %d ds, want 3", ttl)
+			}
+			pings++
+		}
+	}
+	if st := pull.Stats(); st.HeartbeatTimeouts != 0 {
+		t.Fatalf("stats %+v", st)
+	}
+}

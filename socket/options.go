@@ -116,7 +116,10 @@ type Options struct {
 	// HeartbeatTTL is announced in our PINGs: the peer may drop us if it
 	// hears nothing from us for that long (libzmq's ZMQ_HEARTBEAT_TTL).
 	// Sent in deciseconds (rounded up), at most 6553.5 s; 0 (the default)
-	// announces none. It must exceed HeartbeatInterval.
+	// announces none. It must exceed HeartbeatInterval. With a TTL, a PING
+	// also goes out after every interval in which we sent nothing, even
+	// while the peer talks, so that the peer's TTL never expires on a live
+	// socket.
 	HeartbeatTTL time.Duration
 	// TCPKeepAlive is set on every accepted and dialed TCP connection. The
 	// zero value means DefaultTCPKeepAlive; Enable false with any other

@@ -106,6 +106,7 @@ type peerConn struct {
 	// while the reader waits for Recv (the socket, not the peer, is slow);
 	// peerTTL is the TTL the peer's last PING announced (ns, 0 = none).
 	rx      atomic.Uint64
+	tx      atomic.Uint64 // write rounds that sent something
 	paused  atomic.Bool
 	peerTTL atomic.Int64
 	hb      heartbeat
@@ -288,6 +289,9 @@ func (p *peerConn) writeLoop() {
 		}
 		empty := p.n == 0 && len(p.ctrl) == 0
 		p.qmu.Unlock()
+		if k > 0 || len(ctrl) > 0 {
+			p.tx.Add(1)
+		}
 		if k > 0 {
 			p.s.wakeSenders()
 		}
