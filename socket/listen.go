@@ -162,9 +162,9 @@ func (s *Socket) violationHook(accepted bool, endpoint string) func(zmtpguard.Vi
 // background and returns at once (an error only for a malformed endpoint or
 // a closed socket). The connection is retried after ReconnectMin, doubling
 // up to ReconnectMax after each failure, each wait spread by
-// ReconnectJitter, and re-established the same way whenever it is lost
-// (a heartbeat timeout included); SUB and XSUB re-send their subscriptions on every new
-// connection. Each attempt (connect and guarded handshake) is bounded by
+// ReconnectJitter, and re-established the same way whenever it is lost (a
+// heartbeat timeout included); SUB and XSUB re-send their subscriptions on
+// every new connection. Each attempt (connect and guarded handshake) is bounded by
 // twice the handshake timeout.
 func (s *Socket) Dial(endpoint string) error {
 	ep, err := parseEndpoint(endpoint, false)
