@@ -11,11 +11,33 @@
 //     a violation closes that connection only, and is counted in
 //     [Stats].Violations and reported as an [Event];
 //   - each peer has a reader goroutine and a writer goroutine draining a
-//     bounded queue (Options.HWM messages, default 1000); no socket-wide
+//     bounded queue (Options.HWM messages, default 1000, and
+//     Options.SendQueueBytes, default 4 MiB; all queues together at most
+//     Options.SendTotalBytes, default 256 MiB); no socket-wide
 //     lock is held across a blocking write, and Send never waits for one
 //     slow peer except where the type's semantics say so (PUSH, DEALER, REQ
 //     wait for room on some peer, honouring ctx);
+//   - every peer has a liveness rule (see Liveness below): a peer that goes
+//     silent (a vanished host, a silent partition, a frozen process whose
+//     kernel still ACKs) is disconnected, and a dialer reconnects;
 //   - Close stops every goroutine and closes every descriptor.
+//
+// # Liveness
+//
+// Sockets speak ZMTP 3.1 heartbeats (RFC 37), as libzmq does: a connection
+// that has received nothing for Options.HeartbeatInterval (default 2 s) is
+// sent a PING carrying Options.HeartbeatTTL (deciseconds) and an 8-byte
+// context; any received message counts as life; a peer silent for
+// HeartbeatInterval + HeartbeatTimeout (default 6 s), or for the TTL its own
+// PINGs announced, is disconnected with a cause matching
+// [ErrHeartbeatTimeout], reported as EventDisconnected and counted in
+// Stats.HeartbeatTimeouts. PINGs and PONGs are handled by the connection's
+// reader whether or not the application calls Recv (see Receiving). TCP
+// keepalive (Options.TCPKeepAlive, default 15 s idle, 15 s interval, 9
+// probes) is set on accepted and dialed connections as a second line.
+// Reconnect delays double from ReconnectMin to ReconnectMax, each spread by
+// ReconnectJitter (default ±20 %), so that many dialers losing one server
+// do not come back in lock-step.
 //
 // # Receiving
 //
@@ -26,11 +48,16 @@
 // steady state costs no allocation and no channel operation per message.
 // Batches from different peers interleave in arrival order (fair queueing).
 // A message's frames alias the batch's buffers and are valid only until the
-// next Recv (see [Msg]). A reader whose batch is not taken waits, and stops
-// reading its connection: TCP flow control then slows that peer. So a socket
-// that receives must be read: an XPUB (or DEALER) whose Recv is never called
-// stops reading its peers once 16 batches wait, and then applies no further
-// subscriptions and answers no PINGs. A batch is handed over when the
+// next Recv (see [Msg]). When 16 batches already wait for Recv, a reader
+// hands its batch over from a short background goroutine and keeps reading
+// its connection (answering PINGs, applying subscriptions) into one more
+// batch; only once that one is full too (128 messages or 256 KiB) does it
+// stop reading, and TCP flow control then slows that peer. Received bytes
+// waiting for Recv are bounded socket-wide by Options.RecvQueueBytes
+// (default 64 MiB): past it, readers stop reading until Recv catches up
+// (each connection may still hold the message it was reading). A peer is
+// never timed out while its reader waits for Recv, and PINGs keep going out
+// to it, so a heartbeating peer keeps the connection. A batch is handed over when the
 // connection's read buffer holds no further bytes; if it holds only the
 // start of the next message, the batch waits for that message to complete.
 //
@@ -40,7 +67,10 @@
 //     one it announced in READY, or, if it announced none, five bytes
 //     0x00 + a 32-bit counter (libzmq's form). A second connection announcing
 //     an identity already connected is closed (EventRejected, counted as
-//     ReasonPolicy) and never takes over the first. Send(ctx, identity,
+//     ReasonPolicy and in Stats.IdentityRefusals), unless
+//     Options.RouterHandover is set: then the new connection takes the
+//     identity over and the old one is closed (cause [ErrHandover], counted
+//     in Stats.Handovers), as libzmq's ZMQ_ROUTER_HANDOVER. Send(ctx, identity,
 //     frames...) needs at least two frames ([ErrRouterFrames]); an unknown or
 //     departed identity gives an [*UnroutableError] naming it in hex, or a
 //     counted drop with Options.RouterDropUnroutable; a full peer queue drops
@@ -70,13 +100,13 @@
 //     "\x00topic" as subscriptions and any other message to every publisher.
 //
 // SUB and XSUB send their subscriptions to every publisher as it connects,
-// so they survive reconnects. PING commands are answered with PONG by the
-// writer; other commands are never returned as data.
+// so they survive reconnects. PING commands are answered with PONG (echoing
+// the context) by the writer; other commands are never returned as data.
 //
 // # Endpoints
 //
 // "tcp://host:port" (Bind accepts host "*" and port 0; [Socket.Endpoint]
 // gives the address actually bound) and "ipc://path" (a unix socket).
 // Dial returns at once and connects in the background, reconnecting after
-// Options.ReconnectMin (100 ms) doubling to ReconnectMax (5 s).
+// Options.ReconnectMin (100 ms) doubling to ReconnectMax (5 s), jittered.
 package socket

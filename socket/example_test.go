@@ -2,6 +2,7 @@ package socket_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"time"
 
@@ -67,4 +68,26 @@ func ExampleNewRouter() {
 	// Output:
 	// pong
 	// socket: ROUTER has no peer with identity 6e6f626f6479
+}
+
+// A ROUTER for engines spread over hosts: a silent engine (vanished host,
+// frozen process) is dropped after 2 s + 6 s of silence, and a restarted
+// engine presenting the same identity takes its place at once.
+func ExampleOptions_liveness() {
+	o := socket.DefaultOptions()
+	o.HeartbeatInterval = 2 * time.Second
+	o.HeartbeatTimeout = 6 * time.Second
+	o.RouterHandover = true
+	o.OnEvent = func(e socket.Event) {
+		if e.Kind == socket.EventDisconnected && errors.Is(e.Err, socket.ErrHeartbeatTimeout) {
+			fmt.Println("silent peer dropped:", e.Remote)
+		}
+	}
+	r, err := socket.NewRouter(o)
+	if err != nil {
+		panic(err)
+	}
+	defer r.Close()
+	fmt.Println(r.Stats().HeartbeatTimeouts, r.Stats().Handovers)
+	// Output: 0 0
 }

@@ -3,6 +3,7 @@ package socket
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 // FuzzParseEndpoint: parsing never panics, and an accepted endpoint has a
@@ -116,6 +117,22 @@ func FuzzProcess(f *testing.F) {
 		}
 		in := append([][]byte(nil), sl.m.Frames...)
 		deliver, err := p.process(&sl)
+		if sl.m.Command == "PING" {
+			// RFC 37: TTL in deciseconds, a PONG echoing at most 16 bytes.
+			want := int64(0)
+			if len(data) >= 2 {
+				want = int64(uint16(data[0])<<8|uint16(data[1])) * int64(100*time.Millisecond)
+			}
+			if got := p.peerTTL.Load(); got != want {
+				t.Fatalf("PING %x: TTL %v, want %v", data, time.Duration(got), time.Duration(want))
+			}
+			if len(p.ctrl) != 1 || p.ctrl[0].cmd != "PONG" || len(p.ctrl[0].buf) > 16 {
+				t.Fatalf("PING %x: queued %+v, want one PONG of at most 16 bytes", data, p.ctrl)
+			}
+		}
+		if sl.m.Command == "PONG" && s.pongs.Load() != 1 {
+			t.Fatal("PONG not counted")
+		}
 		if sl.m.Command == "ERROR" {
 			if err == nil {
 				t.Fatal("ERROR command did not close")

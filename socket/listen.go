@@ -44,6 +44,8 @@ func (s *Socket) Bind(endpoint string) error {
 	text := endpointString(ln.Addr())
 	if ep.network == "unix" {
 		ln = &ipcNamer{Listener: ln, path: ep.address}
+	} else {
+		ln = &keepAliveListener{Listener: ln, cfg: s.opts.TCPKeepAlive}
 	}
 	cfg := s.guard
 	cfg.OnViolation = s.violationHook(true, text)
@@ -159,9 +161,10 @@ func (s *Socket) violationHook(accepted bool, endpoint string) func(zmtpguard.Vi
 // Dial connects to endpoint ("tcp://host:port" or "ipc://path") in the
 // background and returns at once (an error only for a malformed endpoint or
 // a closed socket). The connection is retried after ReconnectMin, doubling
-// up to ReconnectMax after each failure, and re-established the same way
-// whenever it is lost; SUB and XSUB re-send their subscriptions on every new
-// connection. Each attempt (connect and guarded handshake) is bounded by
+// up to ReconnectMax after each failure, each wait spread by
+// ReconnectJitter, and re-established the same way whenever it is lost (a
+// heartbeat timeout included); SUB and XSUB re-send their subscriptions on
+// every new connection. Each attempt (connect and guarded handshake) is bounded by
 // twice the handshake timeout.
 func (s *Socket) Dial(endpoint string) error {
 	ep, err := parseEndpoint(endpoint, false)
@@ -184,14 +187,15 @@ func (s *Socket) dialLoop(ep endpoint, text string) {
 	cfg := s.guard
 	cfg.OnViolation = s.violationHook(false, text)
 	delay := s.opts.ReconnectMin
+	dialer := s.dialer()
 	backoff := func() bool {
-		ok := s.sleep(delay)
+		ok := s.sleep(s.jittered(delay))
 		delay = min(2*delay, s.opts.ReconnectMax)
 		return ok
 	}
 	for s.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(s.ctx, 2*cfg.HandshakeTimeout)
-		c, err := zmtpguard.Dial(ctx, ep.network, ep.address, s.typ, s.opts.Identity, &cfg)
+		c, err := zmtpguard.DialWith(ctx, dialer, ep.network, ep.address, s.typ, s.opts.Identity, &cfg)
 		cancel()
 		if err != nil {
 			if s.ctx.Err() != nil {
@@ -221,7 +225,7 @@ func (s *Socket) dialLoop(ep endpoint, text string) {
 		case <-s.ctx.Done():
 			return
 		}
-		if !s.sleep(s.opts.ReconnectMin) {
+		if !s.sleep(s.jittered(s.opts.ReconnectMin)) {
 			return
 		}
 	}

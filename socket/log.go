@@ -2,6 +2,7 @@ package socket
 
 import (
 	"context"
+	"errors"
 	"log/slog"
 	"time"
 
@@ -48,6 +49,16 @@ func (s *Socket) emit(e Event) {
 	}
 	ctx := context.Background()
 	log := s.logger()
+	if e.Reason == decodeguard.ReasonNone && errors.Is(e.Err, ErrHeartbeatTimeout) {
+		// A peer gone silent (a vanished host, a frozen process) is worth
+		// a warning, like a misbehaving one.
+		if log.Enabled(ctx, slog.LevelWarn) {
+			log.LogAttrs(ctx, slog.LevelWarn, "zmqguard: socket dropped a silent peer",
+				slog.String("socket", string(s.typ)), slog.String("remote", e.Remote),
+				slog.String("endpoint", e.Endpoint), slog.String("err", logErr(e.Err)))
+		}
+		return
+	}
 	if e.Reason == decodeguard.ReasonNone {
 		if log.Enabled(ctx, slog.LevelDebug) {
 			log.LogAttrs(ctx, slog.LevelDebug, "zmqguard: socket peer event",

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"time"
 
@@ -29,7 +30,37 @@ const (
 	// DefaultWriteBufferSize is the per-connection write buffer a Socket
 	// asks zmtpguard for when Options.Guard.WriteBufferSize is zero.
 	DefaultWriteBufferSize = 64 << 10
+
+	// DefaultHeartbeatInterval is how long a connection may be silent (no
+	// message received) before the socket sends it a ZMTP 3.1 PING.
+	DefaultHeartbeatInterval = 2 * time.Second
+	// DefaultHeartbeatTimeout is how long after that PING a peer that still
+	// sent nothing is disconnected with ErrHeartbeatTimeout.
+	DefaultHeartbeatTimeout = 6 * time.Second
+	// DefaultReconnectJitter spreads each reconnect delay by ±20 % (see
+	// Options.ReconnectJitter), as grpc-go does.
+	DefaultReconnectJitter = 0.2
+	// DefaultSendQueueBytes bounds each peer's send queue in bytes, beside
+	// the HWM in messages (1000 messages of 1 MiB would be 1 GiB for one
+	// peer).
+	DefaultSendQueueBytes = 4 << 20
+	// DefaultSendTotalBytes bounds the bytes queued for all peers of one
+	// socket together: a 1 MiB-message socket with 1,000 peers holds at
+	// most 256 MiB in its send queues, not 1,000 × HWM messages.
+	DefaultSendTotalBytes = 256 << 20
+	// DefaultRecvQueueBytes bounds the bytes of received messages waiting
+	// for Recv, across all peers of one socket.
+	DefaultRecvQueueBytes = 64 << 20
+	// maxHeartbeatTTL is the largest TTL a PING can announce (16 bits of
+	// deciseconds).
+	maxHeartbeatTTL = 65535 * 100 * time.Millisecond
 )
+
+// DefaultTCPKeepAlive is the TCP keepalive applied to accepted and dialed
+// TCP connections when Options.TCPKeepAlive is the zero value: probes after
+// 15 s idle, every 15 s, 9 unanswered probes end the connection (Go's own
+// defaults, made explicit).
+var DefaultTCPKeepAlive = net.KeepAliveConfig{Enable: true, Idle: 15 * time.Second, Interval: 15 * time.Second, Count: 9}
 
 // Options configures a Socket. The zero value is usable: the constructors
 // fill every zero field with its default, so Options{} and
@@ -59,6 +90,70 @@ type Options struct {
 	ReconnectMin time.Duration
 	// ReconnectMax caps the reconnect delay.
 	ReconnectMax time.Duration
+	// ReconnectJitter spreads reconnect delays so that many dialers losing
+	// the same server do not return in lock-step. Each wait is
+	//
+	//	wait = min(ReconnectMax, d × (1 + J × (2u − 1)))
+	//
+	// where d is the current back-off (ReconnectMin doubling to
+	// ReconnectMax), J the jitter and u uniform in [0, 1): with the default
+	// J = 0.2, a wait lies in [0.8 d, 1.2 d] (capped). 0 means the default;
+	// a negative value turns jitter off; more than 1 is refused by Verify.
+	ReconnectJitter float64
+	// HeartbeatInterval: a connection that has received nothing for this
+	// long is sent a ZMTP 3.1 PING (RFC 37), with HeartbeatTTL and a context
+	// the peer echoes in its PONG. Any complete message received (data,
+	// PING, PONG, subscription) counts as the peer being alive, as in
+	// libzmq. Default 2 s; negative turns
+	// heartbeats off (the peer's own PINGs are still answered, and a TTL
+	// its PINGs announce is still enforced).
+	HeartbeatInterval time.Duration
+	// HeartbeatTimeout: a peer that sends nothing for HeartbeatTimeout after
+	// our PING (that is, silent for HeartbeatInterval + HeartbeatTimeout) is
+	// disconnected; the cause matches ErrHeartbeatTimeout (errors.Is), it is
+	// counted in Stats.HeartbeatTimeouts and a dialer reconnects. A peer
+	// whose own PINGs announce a TTL is also disconnected once it is silent
+	// for that TTL. While the socket itself stops reading a peer (the
+	// application does not call Recv and the receive queue is full) the
+	// peer is not timed out, and PINGs keep going out. Default 6 s.
+	HeartbeatTimeout time.Duration
+	// HeartbeatTTL is announced in our PINGs: the peer may drop us if it
+	// hears nothing from us for that long (libzmq's ZMQ_HEARTBEAT_TTL).
+	// Sent in deciseconds (rounded up), at most 6553.5 s; 0 (the default)
+	// announces none. It must exceed HeartbeatInterval. With a TTL, a PING
+	// also goes out after every interval in which we sent nothing, even
+	// while the peer talks, so that the peer's TTL never expires on a live
+	// socket.
+	HeartbeatTTL time.Duration
+	// TCPKeepAlive is set on every accepted and dialed TCP connection. The
+	// zero value means DefaultTCPKeepAlive; Enable false with any other
+	// field set (for example Idle: -1) turns keepalive off. Fields follow
+	// net.KeepAliveConfig (0 = system default, -1 = leave unset).
+	TCPKeepAlive net.KeepAliveConfig
+	// RouterHandover, for a ROUTER, lets a new connection announcing an
+	// identity that is already connected take it over: the old connection
+	// is closed (cause ErrHandover) and counted in Stats.Handovers, as
+	// libzmq's ZMQ_ROUTER_HANDOVER. Without it (the default) the new
+	// connection is refused and counted in Stats.IdentityRefusals; a
+	// restarted peer then gets its identity back once the old connection
+	// times out (heartbeats) or closes.
+	RouterHandover bool
+	// SendQueueBytes bounds each peer's send queue in bytes, beside HWM
+	// (a queue always takes one message, whatever its size, when empty).
+	// A full queue is treated exactly like one at its HWM. Default 4 MiB;
+	// negative means no byte bound.
+	SendQueueBytes int
+	// SendTotalBytes bounds the bytes queued for all peers together
+	// (default 256 MiB; negative means no bound). A message that does not
+	// fit is treated as if its peer's queue were full.
+	SendTotalBytes int64
+	// RecvQueueBytes bounds the bytes of received messages that wait for
+	// Recv, across all peers (default 64 MiB; negative means no bound).
+	// Once reached, readers stop reading their connections (TCP flow
+	// control slows the peers) until Recv catches up; each connection may
+	// still hold the one message it was reading. The count includes the
+	// batch a reader assembles, and is exact, not sampled.
+	RecvQueueBytes int64
 	// RouterDropUnroutable, for a ROUTER, makes Send to an identity that is
 	// not connected drop the message (counted in Stats.DroppedUnroutable)
 	// instead of returning an *UnroutableError.
@@ -98,6 +193,27 @@ func (o Options) withDefaults() Options {
 	}
 	if o.ReconnectMax < o.ReconnectMin {
 		o.ReconnectMax = o.ReconnectMin
+	}
+	if o.ReconnectJitter == 0 {
+		o.ReconnectJitter = DefaultReconnectJitter
+	}
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = DefaultHeartbeatInterval
+	}
+	if o.HeartbeatTimeout == 0 {
+		o.HeartbeatTimeout = DefaultHeartbeatTimeout
+	}
+	if o.TCPKeepAlive == (net.KeepAliveConfig{}) {
+		o.TCPKeepAlive = DefaultTCPKeepAlive
+	}
+	if o.SendQueueBytes == 0 {
+		o.SendQueueBytes = DefaultSendQueueBytes
+	}
+	if o.SendTotalBytes == 0 {
+		o.SendTotalBytes = DefaultSendTotalBytes
+	}
+	if o.RecvQueueBytes == 0 {
+		o.RecvQueueBytes = DefaultRecvQueueBytes
 	}
 	if o.Guard.ReadBufferSize == 0 {
 		o.Guard.ReadBufferSize = DefaultReadBufferSize
@@ -149,6 +265,31 @@ func (o *Options) Verify() error {
 	}
 	if o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("socket: WriteTimeout must not be negative"))
+	}
+	if o.ReconnectJitter > 1 || o.ReconnectJitter != o.ReconnectJitter {
+		errs = append(errs, fmt.Errorf("socket: ReconnectJitter %v is over 1 (want 0..1, negative for none)", o.ReconnectJitter))
+	}
+	if o.HeartbeatInterval > 0 && o.HeartbeatInterval < time.Millisecond {
+		errs = append(errs, fmt.Errorf("socket: HeartbeatInterval %v is under 1ms", o.HeartbeatInterval))
+	}
+	if o.HeartbeatTimeout < 0 {
+		errs = append(errs, fmt.Errorf("socket: HeartbeatTimeout must not be negative (got %v)", o.HeartbeatTimeout))
+	} else if o.HeartbeatTimeout > 0 && o.HeartbeatTimeout < time.Millisecond {
+		errs = append(errs, fmt.Errorf("socket: HeartbeatTimeout %v is under 1ms", o.HeartbeatTimeout))
+	}
+	if o.HeartbeatTTL < 0 || o.HeartbeatTTL > maxHeartbeatTTL {
+		errs = append(errs, fmt.Errorf("socket: HeartbeatTTL %v is outside 0..6553.5s", o.HeartbeatTTL))
+	} else if o.HeartbeatTTL > 0 {
+		ivl := o.HeartbeatInterval
+		if ivl == 0 {
+			ivl = DefaultHeartbeatInterval
+		}
+		if ivl > 0 && o.HeartbeatTTL <= ivl {
+			errs = append(errs, fmt.Errorf("socket: HeartbeatTTL %v must exceed HeartbeatInterval %v", o.HeartbeatTTL, ivl))
+		}
+	}
+	if o.TCPKeepAlive.Enable && (o.TCPKeepAlive.Idle < -1 || o.TCPKeepAlive.Interval < -1 || o.TCPKeepAlive.Count < -1) {
+		errs = append(errs, fmt.Errorf("socket: TCPKeepAlive %+v has a value under -1", o.TCPKeepAlive))
 	}
 	return joinErrors(errs)
 }
@@ -202,6 +343,10 @@ const (
 	// example connection refused); the dialer retries after a back-off.
 	EventDialFailed
 )
+
+// A heartbeat timeout is reported as EventDisconnected whose Err matches
+// ErrHeartbeatTimeout; a ROUTER handover as EventDisconnected of the old
+// connection whose Err matches ErrHandover.
 
 var eventNames = [...]string{"", "connected", "handshake-failed", "rejected", "disconnected", "dial-failed"}
 
@@ -276,4 +421,25 @@ type Stats struct {
 	// (EMFILE and the like), each followed by a back-off. They stay counted
 	// after Close.
 	AcceptErrors uint64 `json:"accept_errors"`
+	// HeartbeatTimeouts counts peers disconnected because they stayed
+	// silent past the heartbeat timeout or their announced TTL.
+	HeartbeatTimeouts uint64 `json:"heartbeat_timeouts"`
+	// PingsSent and PongsReceived count ZMTP 3.1 PINGs this socket sent and
+	// PONGs it received.
+	PingsSent     uint64 `json:"pings_sent"`
+	PongsReceived uint64 `json:"pongs_received"`
+	// Handovers counts ROUTER identities taken over by a new connection
+	// (Options.RouterHandover); IdentityRefusals counts connections refused
+	// because their identity was connected already (also counted in
+	// Violations as ReasonPolicy).
+	Handovers        uint64 `json:"handovers"`
+	IdentityRefusals uint64 `json:"identity_refusals"`
+	// DroppedBytes counts messages dropped because a send queue's byte
+	// bound (SendQueueBytes or SendTotalBytes) was reached; they are
+	// included in DroppedHWM as well.
+	DroppedBytes uint64 `json:"dropped_bytes"`
+	// QueuedSendBytes and QueuedRecvBytes are the bytes waiting in send
+	// queues and for Recv when the snapshot was taken.
+	QueuedSendBytes int64 `json:"queued_send_bytes"`
+	QueuedRecvBytes int64 `json:"queued_recv_bytes"`
 }

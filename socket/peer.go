@@ -6,6 +6,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
@@ -78,6 +79,8 @@ type peerConn struct {
 	ring      []outMsg
 	head, n   int
 	hwm       int
+	qbytes    int // bytes of the data messages queued in ring
+	maxBytes  int // SendQueueBytes (<= 0: no bound)
 	ctrl      []outMsg
 	ctrlSpare []outMsg
 	waiting   bool
@@ -98,11 +101,27 @@ type peerConn struct {
 	// an idle connection holds no batch: the slot is swapped into a batch
 	// once a message has arrived.
 	first slot
+
+	// Liveness. rx counts messages (data or command) read; paused is set
+	// while the reader waits for Recv (the socket, not the peer, is slow);
+	// peerTTL is the TTL the peer's last PING announced (ns, 0 = none).
+	rx      atomic.Uint64
+	tx      atomic.Uint64 // write rounds that sent something
+	paused  atomic.Bool
+	peerTTL atomic.Int64
+	hb      heartbeat
+	// Background hand-off (see deliver): dq is the batch queued for the
+	// drain goroutine, draining whether that goroutine runs; dtaken is
+	// signalled each time it takes dq.
+	dmu      sync.Mutex
+	dq       *batch
+	draining bool
+	dtaken   chan struct{}
 }
 
 func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerConn {
-	p := &peerConn{s: s, conn: c, info: info, gone: gone, hwm: s.opts.HWM,
-		wake: make(chan struct{}, 1), done: make(chan struct{})}
+	p := &peerConn{s: s, conn: c, info: info, gone: gone, hwm: s.opts.HWM, maxBytes: s.opts.SendQueueBytes,
+		wake: make(chan struct{}, 1), done: make(chan struct{}), dtaken: make(chan struct{}, 1)}
 	if s.kind == kXPub {
 		p.topics = make(map[string]int)
 	}
@@ -110,13 +129,29 @@ func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerCon
 }
 
 // enqueue copies [prefix,] frames into p's queue. It returns false when the
-// queue is at its HWM or the peer is closed.
+// queue is at its HWM or byte bound, the socket's SendTotalBytes would be
+// passed, or the peer is closed.
 func (p *peerConn) enqueue(prefix []byte, hasPrefix bool, frames [][]byte) bool {
+	size := len(prefix)
+	for _, f := range frames {
+		size += len(f)
+	}
 	p.qmu.Lock()
 	if p.qclosed || p.n >= p.hwm {
 		p.qmu.Unlock()
 		return false
 	}
+	if p.n > 0 && p.maxBytes > 0 && p.qbytes+size > p.maxBytes {
+		p.qmu.Unlock()
+		p.s.dropBytes.Add(1)
+		return false
+	}
+	if !p.s.reserveSend(size) {
+		p.qmu.Unlock()
+		p.s.dropBytes.Add(1)
+		return false
+	}
+	p.qbytes += size
 	if p.n == len(p.ring) {
 		p.growRing()
 	}
@@ -154,7 +189,7 @@ func (p *peerConn) growRing() {
 func (p *peerConn) queueCtrl(cmd string, data []byte) bool {
 	p.qmu.Lock()
 	defer p.qmu.Unlock()
-	if p.qclosed || (cmd == zmtpguard.CmdPong && len(p.ctrl) >= maxCtrl) {
+	if p.qclosed || ((cmd == zmtpguard.CmdPong || cmd == zmtpguard.CmdPing) && len(p.ctrl) >= maxCtrl) {
 		return false
 	}
 	var m outMsg
@@ -238,16 +273,25 @@ func (p *peerConn) writeLoop() {
 		p.ctrlSpare = ctrl[:0]
 		// Release the k written slots, trimming oversized buffers. The ring
 		// may have grown meanwhile: the same messages then start at p.head.
+		freed := 0
 		for i := 0; i < k; i++ {
 			j := (p.head + i) % len(p.ring)
+			freed += len(p.ring[j].buf)
 			if cap(p.ring[j].buf) > slotRetain {
 				p.ring[j].buf = nil
 			}
 		}
 		p.head = (p.head + k) % max(len(p.ring), 1)
 		p.n -= k
+		if !p.qclosed { // close already returned every queued byte
+			p.qbytes -= freed
+			p.s.sendBytes.Add(-int64(freed))
+		}
 		empty := p.n == 0 && len(p.ctrl) == 0
 		p.qmu.Unlock()
+		if k > 0 || len(ctrl) > 0 {
+			p.tx.Add(1)
+		}
 		if k > 0 {
 			p.s.wakeSenders()
 		}
@@ -286,9 +330,14 @@ func (p *peerConn) readLoop() {
 		if b != nil {
 			sl = &b.slots[b.n]
 		}
+		if b == nil && !p.waitRecvBudget() {
+			err = ErrClosed
+			break
+		}
 		if err = p.conn.ReadMessage(&sl.m); err != nil {
 			break
 		}
+		p.rx.Add(1)
 		if b == nil {
 			b = s.getBatch(p)
 			b.slots[0], p.first = p.first, b.slots[0]
@@ -302,9 +351,13 @@ func (p *peerConn) readLoop() {
 		if err != nil {
 			break
 		}
+		var over bool
 		if deliver {
 			b.n++
-			b.bytes += sl.m.Size()
+			size := sl.m.Size()
+			b.bytes += size
+			b.charged += int64(size)
+			over = s.chargeRecv(int64(size))
 		} else if b.n == 0 && !p.conn.MessageBuffered() {
 			// A command (PING) with nothing delivered: do not sit idle
 			// holding an empty batch.
@@ -316,8 +369,8 @@ func (p *peerConn) readLoop() {
 		// Hand the batch on unless the next message is already here: a
 		// message must never wait for a later one (or for a non-delivered
 		// command) to arrive.
-		if b.n > 0 && (b.n == len(b.slots) || b.bytes >= batchBytes || !p.conn.MessageBuffered()) {
-			if !s.handOff(b) {
+		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || !p.conn.MessageBuffered()) {
+			if !p.deliver(b) {
 				b = nil
 				err = ErrClosed
 				break
@@ -327,10 +380,13 @@ func (p *peerConn) readLoop() {
 	}
 	p.close(err)
 	// Messages read before the connection failed are still delivered.
-	if b != nil && (b.n == 0 || !s.handOff(b)) {
+	if b != nil && (b.n == 0 || !p.deliver(b)) {
 		s.putBatch(b)
 	}
 	if s.kind == kXPub {
+		// The departed subscriber's unsubscriptions come after its last
+		// messages, which a drain goroutine may still be handing over.
+		p.waitDrained()
 		s.deliverDeparted(p)
 	}
 }
@@ -346,11 +402,19 @@ func (p *peerConn) process(sl *slot) (bool, error) {
 		case zmtpguard.CmdPing:
 			if len(m.Frames) == 1 {
 				var ctxData []byte
-				if d := m.Frames[0]; len(d) > 2 {
+				d := m.Frames[0]
+				if len(d) > 2 {
 					ctxData = d[2:min(len(d), 18)]
+				}
+				if len(d) >= 2 {
+					// RFC 37: the TTL is in deciseconds; 0 means none.
+					p.peerTTL.Store(int64(uint16(d[0])<<8|uint16(d[1])) * int64(100*time.Millisecond))
 				}
 				p.queueCtrl(zmtpguard.CmdPong, ctxData)
 			}
+			return false, nil
+		case zmtpguard.CmdPong:
+			s.pongs.Add(1)
 			return false, nil
 		case zmtpguard.CmdError:
 			return false, decodeguard.WrapError(decodeguard.ReasonTransport, "peer sent an ERROR command", io.EOF)
@@ -487,15 +551,22 @@ func (p *peerConn) close(err error) {
 			err = io.EOF
 		}
 		p.closeErr = err
+		p.hb.stop()
 		p.conn.NetConn().SetDeadline(time.Unix(1, 0))
 		p.conn.Close()
 		p.qmu.Lock()
 		p.qclosed = true
+		s := p.s
+		// The queue's bytes no longer count against SendTotalBytes.
+		s.sendBytes.Add(-int64(p.qbytes))
+		p.qbytes = 0
 		p.qmu.Unlock()
 		close(p.done)
-		s := p.s
 		s.removePeer(p)
 		s.discons.Add(1)
+		if errors.Is(err, ErrHeartbeatTimeout) {
+			s.hbTimeouts.Add(1)
+		}
 		var reason decodeguard.Reason
 		var v *zmtpguard.Violation
 		if errors.As(err, &v) {

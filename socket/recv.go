@@ -48,8 +48,10 @@ type batch struct {
 	hw int
 	// kept is the buffer bytes the batch held when it entered the free
 	// list (counted in Socket.freeBytes while it is there).
-	kept  int
-	slots [batchMsgs]slot
+	kept int
+	// charged is the bytes of this batch counted against RecvQueueBytes.
+	charged int64
+	slots   [batchMsgs]slot
 }
 
 // footprint returns the buffer bytes sl keeps for reuse.
@@ -84,6 +86,7 @@ func (s *Socket) getBatch(p *peerConn) *batch {
 // a burst of large messages does not stay pinned in the free list, and lets
 // the whole batch go when the free list already keeps freeRetain bytes.
 func (s *Socket) putBatch(b *batch) {
+	s.uncharge(b)
 	// Slot n may hold a message read but not delivered (a command).
 	b.hw = max(b.hw, min(b.n+1, len(b.slots)))
 	kept := 0
@@ -117,6 +120,19 @@ func (s *Socket) putBatch(b *batch) {
 // pressure: the reader stops reading, TCP flow control slows the peer). It
 // returns false when the socket closed first.
 func (s *Socket) handOff(b *batch) bool {
+	if s.tryHandOff(b) {
+		return true
+	}
+	select {
+	case s.inbox <- b:
+		return true
+	case <-s.ctx.Done():
+		return false
+	}
+}
+
+// tryHandOff gives a batch to Recv if the inbox has room, without waiting.
+func (s *Socket) tryHandOff(b *batch) bool {
 	big := b.bytes >= yieldBytes // b belongs to Recv once sent
 	select {
 	case s.inbox <- b:
@@ -129,11 +145,6 @@ func (s *Socket) handOff(b *batch) bool {
 		}
 		return true
 	default:
-	}
-	select {
-	case s.inbox <- b:
-		return true
-	case <-s.ctx.Done():
 		return false
 	}
 }

@@ -144,7 +144,20 @@ type Socket struct {
 	dropFilt atomic.Uint64
 	connects atomic.Uint64
 	discons  atomic.Uint64
-	viol     [decodeguard.NumReasons]atomic.Uint64
+
+	// liveness and byte bounds (liveness.go)
+	hbTimeouts  atomic.Uint64
+	pings       atomic.Uint64
+	pongs       atomic.Uint64
+	handovers   atomic.Uint64
+	idRefusals  atomic.Uint64
+	dropBytes   atomic.Uint64
+	sendBytes   atomic.Int64 // bytes queued for every peer (SendTotalBytes)
+	recvBytes   atomic.Int64 // bytes received, not yet released by Recv
+	recvWaiters atomic.Int32
+	recvSpaceMu sync.Mutex
+	recvSpace   chan struct{} // closed when Recv releases bytes
+	viol        [decodeguard.NumReasons]atomic.Uint64
 
 	logOnce sync.Once        // see log.go
 	lim     *ratelog.Limiter // drop lines, shared rules with package loop
@@ -157,13 +170,14 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 	o := opts.withDefaults()
 	o.Identity = append([]byte(nil), o.Identity...)
 	s := &Socket{
-		kind:    k,
-		typ:     kindTypes[k],
-		opts:    o,
-		guard:   o.Guard,
-		spaceCh: make(chan struct{}),
-		inbox:   make(chan *batch, inboxBatches),
-		free:    make(chan *batch, freeBatches),
+		kind:      k,
+		typ:       kindTypes[k],
+		opts:      o,
+		guard:     o.Guard,
+		spaceCh:   make(chan struct{}),
+		inbox:     make(chan *batch, inboxBatches),
+		free:      make(chan *batch, freeBatches),
+		recvSpace: make(chan struct{}),
 	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.estab = make(map[string]int)
@@ -260,6 +274,14 @@ func (s *Socket) Stats() Stats {
 		Peers:             len(*s.snap.Load()),
 		Connects:          s.connects.Load(),
 		Disconnects:       s.discons.Load(),
+		HeartbeatTimeouts: s.hbTimeouts.Load(),
+		PingsSent:         s.pings.Load(),
+		PongsReceived:     s.pongs.Load(),
+		Handovers:         s.handovers.Load(),
+		IdentityRefusals:  s.idRefusals.Load(),
+		DroppedBytes:      s.dropBytes.Load(),
+		QueuedSendBytes:   s.sendBytes.Load(),
+		QueuedRecvBytes:   s.recvBytes.Load(),
 	}
 	for i := range s.viol {
 		st.Violations[i] = s.viol[i].Load()
@@ -314,6 +336,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	p := newPeerConn(s, c, info, gone)
 	p.accepted = accepted
 
+	var old *peerConn
 	s.mu.Lock()
 	if s.closed.Load() {
 		s.mu.Unlock()
@@ -322,9 +345,15 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	}
 	if s.kind == kRouter {
 		if md.Identity != "" {
-			if _, dup := s.byID[md.Identity]; dup {
+			if prev, dup := s.byID[md.Identity]; dup && s.opts.RouterHandover {
+				// The new connection takes the identity; prev is closed
+				// below, once s.mu is released (removePeer takes it, and
+				// leaves the identity to p).
+				old = prev
+			} else if dup {
 				s.mu.Unlock()
 				c.Close()
+				s.idRefusals.Add(1)
 				s.viol[decodeguard.ReasonPolicy].Add(1)
 				err := decodeguard.WrapError(decodeguard.ReasonPolicy,
 					"ROUTER identity "+decodeguard.Render(info.identity)+" already connected", ErrDuplicateIdentity)
@@ -359,7 +388,12 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	s.wg.Add(2)
 	s.mu.Unlock()
 
+	if old != nil {
+		s.handovers.Add(1)
+		old.close(handoverErr(info))
+	}
 	s.connects.Add(1)
+	p.startHeartbeat()
 	go p.readLoop()
 	go p.writeLoop()
 	s.emit(Event{Kind: EventConnected, Peer: info, Remote: info.addrText, Endpoint: ep})

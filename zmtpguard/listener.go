@@ -152,10 +152,15 @@ func (l *Listener) Stats() Stats { return l.ctr.snapshot() }
 // handshake (which HandshakeTimeout bounds as well). GreetingTimeout does not
 // apply: the wait for the server's greeting includes its accept latency.
 func Dial(ctx context.Context, network, addr string, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
+	return DialWith(ctx, &net.Dialer{}, network, addr, local, identity, cfg)
+}
+
+// DialWith is [Dial] connecting through d (for its TCP keepalive, local
+// address, and so on); d's Timeout and Deadline apply besides ctx.
+func DialWith(ctx context.Context, d *net.Dialer, network, addr string, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
 	if err := checkListenArgs(local, cfg); err != nil {
 		return nil, err
 	}
-	var d net.Dialer
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {
 		return nil, err

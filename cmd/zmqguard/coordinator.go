@@ -12,7 +12,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
-	"github.com/zmqguard/zmqguard/socket"
 )
 
 var coordinatorSpec = commandSpec{
@@ -43,6 +42,11 @@ type coordinatorReport struct {
 	// AcceptErrors counts failed accepts on the three sockets (each followed
 	// by a back-off), e.g. EMFILE.
 	AcceptErrors uint64 `json:"accept_errors"`
+	// HeartbeatTimeouts counts peers (engines, front-ends) disconnected
+	// because they went silent past the heartbeat rules, in total and by
+	// socket (front, back_output, back_publish).
+	HeartbeatTimeouts         uint64            `json:"heartbeat_timeouts"`
+	HeartbeatTimeoutsBySocket map[string]uint64 `json:"heartbeat_timeouts_by_socket"`
 	// Goroutines is runtime.NumGoroutine() when the report was made: at
 	// exit, after the coordinator and the debug endpoint were closed.
 	Goroutines int `json:"goroutines"`
@@ -53,6 +57,13 @@ func newCoordinatorReport(st coordinator.Stats) coordinatorReport {
 	return coordinatorReport{
 		Stats:        st,
 		AcceptErrors: st.Front.Socket.AcceptErrors + st.BackOutput.Socket.AcceptErrors + st.BackPublish.Socket.AcceptErrors,
+		HeartbeatTimeouts: st.Front.Socket.HeartbeatTimeouts + st.BackOutput.Socket.HeartbeatTimeouts +
+			st.BackPublish.Socket.HeartbeatTimeouts,
+		HeartbeatTimeoutsBySocket: map[string]uint64{
+			"front":        st.Front.Socket.HeartbeatTimeouts,
+			"back_output":  st.BackOutput.Socket.HeartbeatTimeouts,
+			"back_publish": st.BackPublish.Socket.HeartbeatTimeouts,
+		},
 	}
 }
 
@@ -75,6 +86,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	dbg := addDebugFlags(fs)
 	mo := addMetricsFlags(fs)
 	curve := addCurveServerFlags(fs)
+	live := addLivenessFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -111,6 +123,9 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if err := dbg.check(); err != nil {
 			return err
 		}
+		if err := live.check(); err != nil {
+			return err
+		}
 		if err := mo.check(); err != nil {
 			return err
 		}
@@ -119,7 +134,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 			return err
 		}
 		defer stopCurve()
-		var sopts socket.Options // zero: the reference's own defaults
+		sopts := live.options()
 		sopts.Guard.Curve = cc
 		c, err := coordinator.New(coordinator.Config{
 			Socket:          sopts,

@@ -12,7 +12,6 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
-	"github.com/zmqguard/zmqguard/socket"
 )
 
 var listenerSpec = commandSpec{
@@ -63,6 +62,9 @@ type listenerReport struct {
 	// AcceptErrors counts failed accepts (each followed by a back-off),
 	// e.g. EMFILE.
 	AcceptErrors uint64 `json:"accept_errors"`
+	// HeartbeatTimeouts counts decode clients disconnected because they went
+	// silent past the heartbeat rules.
+	HeartbeatTimeouts uint64 `json:"heartbeat_timeouts"`
 	// Goroutines is runtime.NumGoroutine() when the report was made: at
 	// exit, after the listener and the debug endpoint were closed.
 	Goroutines int `json:"goroutines"`
@@ -87,6 +89,7 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		DroppedUnroutable: st.Socket.DroppedUnroutable,
 		DroppedHWM:        st.Socket.DroppedHWM,
 		AcceptErrors:      st.Socket.AcceptErrors,
+		HeartbeatTimeouts: st.Socket.HeartbeatTimeouts,
 	}
 	return r
 }
@@ -103,6 +106,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 	dbg := addDebugFlags(fs)
 	mo := addMetricsFlags(fs)
 	curve := addCurveServerFlags(fs)
+	live := addLivenessFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -129,6 +133,9 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		if err := mo.check(); err != nil {
 			return err
 		}
+		if err := live.check(); err != nil {
+			return err
+		}
 		payloads, err := demoPayloads(*engineID, hash, *ppSize, *tpSize)
 		if err != nil {
 			return err
@@ -138,7 +145,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 			return err
 		}
 		defer stopCurve()
-		var sopts socket.Options // zero: the reference's own defaults
+		sopts := live.options()
 		sopts.Guard.Curve = cc
 		l, err := handshake.NewListener(handshake.ListenerConfig{
 			Endpoint:     *bind,

@@ -281,6 +281,9 @@ type coordCounters struct {
 	// is the count left after shutdown.
 	AcceptErrors uint64 `json:"accept_errors"`
 	Goroutines   int    `json:"goroutines"`
+	// Peers dropped by the heartbeat rules, in total and by socket.
+	HeartbeatTimeouts         uint64            `json:"heartbeat_timeouts"`
+	HeartbeatTimeoutsBySocket map[string]uint64 `json:"heartbeat_timeouts_by_socket"`
 }
 
 // listenerCounters is the line `zmqguard handshake-listener` prints at
@@ -299,6 +302,7 @@ type listenerCounters struct {
 	DroppedUnroutable uint64            `json:"dropped_unroutable"`
 	DroppedHWM        uint64            `json:"dropped_hwm"`
 	AcceptErrors      uint64            `json:"accept_errors"`
+	HeartbeatTimeouts uint64            `json:"heartbeat_timeouts"`
 	Goroutines        int               `json:"goroutines"`
 }
 

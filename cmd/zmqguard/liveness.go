@@ -1,0 +1,48 @@
+package main
+
+import (
+	"flag"
+	"time"
+
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+// livenessFlags are the heartbeat flags every long-running command takes
+// (coordinator, handshake-listener, and the engine and front-end helpers).
+type livenessFlags struct {
+	interval, timeout *time.Duration
+}
+
+// addLivenessFlags registers --heartbeat-interval and --heartbeat-timeout
+// on fs, defaulting to the socket package's defaults (2 s / 6 s).
+func addLivenessFlags(fs *flag.FlagSet) *livenessFlags {
+	return &livenessFlags{
+		interval: fs.Duration("heartbeat-interval", socket.DefaultHeartbeatInterval,
+			"send a ZMTP PING to a peer silent this long (0 turns heartbeats off; peers' PINGs are still answered)"),
+		timeout: fs.Duration("heartbeat-timeout", socket.DefaultHeartbeatTimeout,
+			"disconnect a peer still silent this long after our PING (counted as heartbeat_timeouts)"),
+	}
+}
+
+// check validates the flags.
+func (l *livenessFlags) check() error {
+	if *l.interval < 0 || *l.timeout < 0 {
+		return usagef("--heartbeat-interval and --heartbeat-timeout must not be negative")
+	}
+	if *l.interval > 0 && *l.timeout == 0 {
+		return usagef("--heartbeat-timeout must be positive when heartbeats are on")
+	}
+	return nil
+}
+
+// options returns socket options carrying the heartbeat rules (every
+// other field zero: the library defaults).
+func (l *livenessFlags) options() socket.Options {
+	var o socket.Options
+	o.HeartbeatInterval = *l.interval
+	if o.HeartbeatInterval == 0 {
+		o.HeartbeatInterval = -1 // off
+	}
+	o.HeartbeatTimeout = *l.timeout
+	return o
+}

@@ -1,0 +1,382 @@
+package socket
+
+import (
+	"errors"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"sync"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/zmtpguard"
+)
+
+// Liveness errors.
+var (
+	// ErrHeartbeatTimeout is matched (errors.Is) by the disconnect cause of
+	// a peer that sent nothing, not even a PONG, for HeartbeatInterval +
+	// HeartbeatTimeout, or for the TTL its own PINGs announced. The cause's
+	// text says how long the peer was silent and which rule applied.
+	ErrHeartbeatTimeout = errors.New("socket: peer silent past the heartbeat timeout")
+	// ErrHandover is the disconnect cause of a ROUTER peer whose identity a
+	// new connection took over (Options.RouterHandover).
+	ErrHandover = errors.New("socket: ROUTER identity taken over by a new connection")
+)
+
+// handoverErr is the disconnect cause of the connection p's identity was
+// taken from.
+func handoverErr(p *Peer) error {
+	return fmt.Errorf("%w: identity %s now held by %s", ErrHandover, decodeguard.Render(p.identity), p.addrText)
+}
+
+// heartbeat is one peer's liveness state, run from a timer that fires every
+// tick (a quarter of the shortest of interval and timeout, within 5 ms ..
+// 500 ms), so a silent peer is noticed within interval + timeout + one tick.
+type heartbeat struct {
+	mu       sync.Mutex
+	t        *time.Timer
+	stopped  bool
+	tick     time.Duration
+	seenRx   uint64
+	lastRx   time.Time
+	seenTx   uint64
+	lastTx   time.Time
+	lastPing time.Time
+	seq      uint64
+}
+
+// heartbeatTick returns the timer period for the given rules.
+func heartbeatTick(ivl, tmo time.Duration) time.Duration {
+	d := tmo
+	if ivl > 0 && ivl < d {
+		d = ivl
+	}
+	return min(max(d/4, 5*time.Millisecond), 500*time.Millisecond)
+}
+
+// startHeartbeat arms p's liveness timer. It is always armed: even with our
+// heartbeats off, a TTL the peer announces is enforced.
+func (p *peerConn) startHeartbeat() {
+	o := &p.s.opts
+	h := &p.hb
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if h.stopped { // closed before it started (the socket closing)
+		return
+	}
+	h.tick = heartbeatTick(o.HeartbeatInterval, o.HeartbeatTimeout)
+	h.lastRx = time.Now()
+	h.lastTx = h.lastRx
+	h.t = time.AfterFunc(h.tick, p.heartbeatTick)
+}
+
+// stop disarms the timer for good.
+func (h *heartbeat) stop() {
+	h.mu.Lock()
+	h.stopped = true
+	if h.t != nil {
+		h.t.Stop()
+	}
+	h.mu.Unlock()
+}
+
+// heartbeatTick runs on the timer: it notes traffic, sends a PING after an
+// interval of silence, and disconnects a peer silent past the rules.
+func (p *peerConn) heartbeatTick() {
+	o := &p.s.opts
+	h := &p.hb
+	h.mu.Lock()
+	if h.stopped {
+		h.mu.Unlock()
+		return
+	}
+	now := time.Now()
+	paused := p.paused.Load()
+	if rx := p.rx.Load(); rx != h.seenRx || paused {
+		// While the reader waits for Recv we cannot see the peer's bytes:
+		// it is not the peer that is slow, so it is not timed out.
+		h.seenRx = rx
+		h.lastRx = now
+	}
+	if tx := p.tx.Load(); tx != h.seenTx {
+		h.seenTx = tx
+		h.lastTx = now
+	}
+	silent := now.Sub(h.lastRx)
+	var cause error
+	var ping bool
+	ivl, tmo := o.HeartbeatInterval, o.HeartbeatTimeout
+	if ivl > 0 {
+		// A TTL in our PINGs asks the peer to drop us once we have sent it
+		// nothing for that long (libzmq arms it on each PING and clears it
+		// on any message), so with a TTL we also PING after an interval in
+		// which we sent nothing, even while the peer itself is talking.
+		quiet := o.HeartbeatTTL > 0 && now.Sub(h.lastTx) >= ivl
+		if silent >= ivl+tmo {
+			cause = fmt.Errorf("%w: nothing received for %v (heartbeat interval %v + timeout %v)", ErrHeartbeatTimeout, silent.Round(time.Millisecond), ivl, tmo)
+		} else if (silent >= ivl || paused || quiet) && now.Sub(h.lastPing) >= ivl {
+			ping = true
+			h.lastPing = now
+			h.seq++
+		}
+	}
+	if ttl := time.Duration(p.peerTTL.Load()); cause == nil && ttl > 0 && silent >= ttl {
+		cause = fmt.Errorf("%w: nothing received for %v, past the TTL %v the peer's PING announced", ErrHeartbeatTimeout, silent.Round(time.Millisecond), ttl)
+	}
+	seq := h.seq
+	if cause == nil {
+		next := h.tick
+		if ttl := time.Duration(p.peerTTL.Load()); ttl > 0 {
+			next = min(next, max(ttl/4, 5*time.Millisecond))
+		}
+		h.t.Reset(next)
+	}
+	h.mu.Unlock()
+	if cause != nil {
+		p.close(cause)
+		return
+	}
+	if ping {
+		var data [10]byte
+		ttl := (o.HeartbeatTTL + 100*time.Millisecond - 1) / (100 * time.Millisecond)
+		data[0], data[1] = byte(ttl>>8), byte(ttl)
+		// Context: a sequence number the PONG echoes.
+		for i := range 8 {
+			data[2+i] = byte(seq >> (56 - 8*i))
+		}
+		if p.queueCtrl(zmtpguard.CmdPing, data[:]) {
+			p.s.pings.Add(1)
+		}
+	}
+}
+
+// reserveSend takes size bytes of the socket's SendTotalBytes budget. A
+// message always fits when nothing at all is queued.
+func (s *Socket) reserveSend(size int) bool {
+	lim := s.opts.SendTotalBytes
+	for {
+		cur := s.sendBytes.Load()
+		if lim > 0 && cur > 0 && cur+int64(size) > lim {
+			return false
+		}
+		if s.sendBytes.CompareAndSwap(cur, cur+int64(size)) {
+			return true
+		}
+	}
+}
+
+// chargeRecv counts size received bytes against RecvQueueBytes and reports
+// whether the budget is now spent (the reader then hands its batch over and
+// waits before reading more).
+func (s *Socket) chargeRecv(size int64) bool {
+	n := s.recvBytes.Add(size)
+	return s.opts.RecvQueueBytes > 0 && n >= s.opts.RecvQueueBytes
+}
+
+// uncharge returns a batch's bytes to the receive budget.
+func (s *Socket) uncharge(b *batch) {
+	if b.charged == 0 {
+		return
+	}
+	s.recvBytes.Add(-b.charged)
+	b.charged = 0
+	if s.recvWaiters.Load() > 0 {
+		s.recvSpaceMu.Lock()
+		close(s.recvSpace)
+		s.recvSpace = make(chan struct{})
+		s.recvSpaceMu.Unlock()
+	}
+}
+
+// waitRecvBudget waits, before a reader with no batch starts reading, while
+// the receive budget is spent. It reports false when the peer or socket
+// closed meanwhile.
+func (p *peerConn) waitRecvBudget() bool {
+	s := p.s
+	lim := s.opts.RecvQueueBytes
+	if lim <= 0 || s.recvBytes.Load() < lim {
+		return true
+	}
+	s.recvWaiters.Add(1)
+	defer s.recvWaiters.Add(-1)
+	p.paused.Store(true)
+	defer p.paused.Store(false)
+	for s.recvBytes.Load() >= lim {
+		s.recvSpaceMu.Lock()
+		ch := s.recvSpace
+		s.recvSpaceMu.Unlock()
+		if s.recvBytes.Load() < lim {
+			break
+		}
+		select {
+		case <-ch:
+		case <-p.done:
+			return false
+		case <-s.ctx.Done():
+			return false
+		}
+	}
+	return true
+}
+
+// deliver hands b to Recv. When the inbox is full it queues b for a short
+// drain goroutine instead of waiting, so that the reader keeps reading
+// (answering PINGs, applying subscriptions): later batches merge into the
+// one queued batch, which the goroutine takes as soon as the previous one
+// was handed over, so no message waits for a later one. Only once that
+// queued batch is full does the reader wait. p's messages keep their order
+// and p holds at most two batches. It returns false when the socket closed
+// first.
+func (p *peerConn) deliver(b *batch) bool {
+	s := p.s
+	for {
+		p.dmu.Lock()
+		if !p.draining {
+			// Nothing of p's is waiting: b may go straight to the inbox.
+			// Only this reader starts a drain, so draining stays false.
+			p.dmu.Unlock()
+			if s.tryHandOff(b) {
+				return true
+			}
+			p.dmu.Lock()
+			p.dq = b
+			p.draining = true
+			p.dmu.Unlock()
+			s.wg.Add(1)
+			go p.drain()
+			return true
+		}
+		if p.dq == nil {
+			p.dq = b
+			p.dmu.Unlock()
+			return true
+		}
+		if q := p.dq; q.n+b.n <= len(q.slots) && q.bytes < batchBytes {
+			for i := 0; i < b.n; i++ {
+				b.slots[i], q.slots[q.n+i] = q.slots[q.n+i], b.slots[i]
+			}
+			q.n += b.n
+			q.hw = max(q.hw, q.n)
+			q.bytes += b.bytes
+			q.charged += b.charged
+			b.charged = 0
+			b.hw = max(b.hw, b.n)
+			b.n = 0
+			p.dmu.Unlock()
+			s.putBatch(b)
+			return true
+		}
+		// The queued batch is full: wait for the drain goroutine to take it
+		// (or to finish).
+		p.dmu.Unlock()
+		p.paused.Store(true)
+		select {
+		case <-p.dtaken:
+		case <-s.ctx.Done():
+		}
+		p.paused.Store(false)
+		if s.ctx.Err() != nil {
+			return false
+		}
+	}
+}
+
+// waitDrained waits until p's drain goroutine, if any, has handed over
+// everything, or the socket closed.
+func (p *peerConn) waitDrained() {
+	for {
+		p.dmu.Lock()
+		d := p.draining
+		p.dmu.Unlock()
+		if !d {
+			return
+		}
+		select {
+		case <-p.dtaken:
+		case <-p.s.ctx.Done():
+			return
+		}
+	}
+}
+
+// drain hands p's queued batches to Recv, one at a time, until none is
+// left.
+func (p *peerConn) drain() {
+	s := p.s
+	defer s.wg.Done()
+	for {
+		p.dmu.Lock()
+		b := p.dq
+		p.dq = nil
+		if b == nil {
+			p.draining = false
+		}
+		p.dmu.Unlock()
+		select {
+		case p.dtaken <- struct{}{}:
+		default:
+		}
+		if b == nil {
+			return
+		}
+		if !s.handOff(b) {
+			s.putBatch(b)
+			p.dmu.Lock()
+			rest := p.dq
+			p.dq = nil
+			p.draining = false
+			p.dmu.Unlock()
+			if rest != nil {
+				s.putBatch(rest)
+			}
+			return
+		}
+	}
+}
+
+// jittered returns the reconnect wait for back-off d (see
+// Options.ReconnectJitter).
+func (s *Socket) jittered(d time.Duration) time.Duration {
+	j := s.opts.ReconnectJitter
+	if j > 0 {
+		d = time.Duration(float64(d) * (1 + j*(2*rand.Float64()-1)))
+	}
+	return max(min(d, s.opts.ReconnectMax), 0)
+}
+
+// keepAliveListener sets the socket's TCP keepalive on accepted connections.
+type keepAliveListener struct {
+	net.Listener
+	cfg net.KeepAliveConfig
+}
+
+func (l *keepAliveListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		setKeepAlive(c, l.cfg)
+	}
+	return c, err
+}
+
+// setKeepAlive applies cfg to a TCP connection (others are left alone).
+func setKeepAlive(c net.Conn, cfg net.KeepAliveConfig) {
+	tc, ok := c.(*net.TCPConn)
+	if !ok {
+		return
+	}
+	if !cfg.Enable {
+		tc.SetKeepAlive(false)
+		return
+	}
+	tc.SetKeepAliveConfig(cfg)
+}
+
+// dialer returns the net.Dialer of the socket's dialed connections.
+func (s *Socket) dialer() *net.Dialer {
+	cfg := s.opts.TCPKeepAlive
+	if !cfg.Enable {
+		return &net.Dialer{KeepAlive: -1}
+	}
+	return &net.Dialer{KeepAliveConfig: cfg}
+}
