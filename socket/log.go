@@ -54,7 +54,7 @@ func (s *Socket) emit(e Event) {
 		// a warning, like a misbehaving one.
 		if log.Enabled(ctx, slog.LevelWarn) {
 			log.LogAttrs(ctx, slog.LevelWarn, "zmqguard: socket dropped a silent peer",
-				slog.String("socket", string(s.typ)), slog.String("remote", e.Remote),
+				slog.String("socket", string(s.typ)), slog.String("event", e.Kind.String()), slog.String("remote", e.Remote),
 				slog.String("endpoint", e.Endpoint), slog.String("err", logErr(e.Err)))
 		}
 		return
