@@ -113,6 +113,14 @@ var (
 		"Established peers that left.", LabelSocket)
 	SocketAcceptErrors = family("zmqguard_socket_accept_errors_total", Counter, "{error}",
 		"Failed accepts on the socket's bound endpoints.", LabelSocket)
+	SocketHeartbeatTimeouts = family("zmqguard_socket_heartbeat_timeouts_total", Counter, "{peer}",
+		"Peers disconnected because they stayed silent past the heartbeat timeout or their announced TTL.", LabelSocket)
+	SocketHandovers = family("zmqguard_socket_handovers_total", Counter, "{peer}",
+		"ROUTER identities taken over by a new connection (RouterHandover).", LabelSocket)
+	SocketSendQueueBytes = &Family{Name: "zmqguard_socket_send_queue_bytes", Kind: Gauge, Unit: "By",
+		Help: "Bytes waiting in the socket's per-peer send queues.", Labels: []string{LabelSocket}}
+	SocketReceiveQueueBytes = &Family{Name: "zmqguard_socket_receive_queue_bytes", Kind: Gauge, Unit: "By",
+		Help: "Bytes of received messages waiting for Recv.", Labels: []string{LabelSocket}}
 
 	// Guarded listeners (zmtpguard.Listener, zmtpguard.Transport).
 	ZMTPAccepted = family("zmqguard_zmtp_connections_accepted_total", Counter, "{connection}",
@@ -183,6 +191,7 @@ var families = []*Family{
 	LoopReceived, LoopDelivered, LoopDropped, LoopHandlerErrors, LoopLastDrop,
 	SocketReceived, SocketSent, SocketDroppedHWM, SocketDroppedUnroutable, SocketDroppedFiltered,
 	SocketViolations, SocketPeers, SocketConnects, SocketDisconnects, SocketAcceptErrors,
+	SocketHeartbeatTimeouts, SocketHandovers, SocketSendQueueBytes, SocketReceiveQueueBytes,
 	ZMTPAccepted, ZMTPHandshakes, ZMTPAcceptErrors, ZMTPViolations, ZMTPEvicted, ZMTPOpen, ZMTPPending,
 	HandshakeServed, HandshakeErrorReplies,
 	CoordEngines, CoordWave, CoordRunning, CoordStarted, CoordStatsPublished, CoordWavePublished,

@@ -318,6 +318,10 @@ func (e emitter) socket(name string, st socket.Stats) {
 	e.emit(SocketConnects, float64(st.Connects), name)
 	e.emit(SocketDisconnects, float64(st.Disconnects), name)
 	e.emit(SocketAcceptErrors, float64(st.AcceptErrors), name)
+	e.emit(SocketHeartbeatTimeouts, float64(st.HeartbeatTimeouts), name)
+	e.emit(SocketHandovers, float64(st.Handovers), name)
+	e.emit(SocketSendQueueBytes, float64(st.QueuedSendBytes), name)
+	e.emit(SocketReceiveQueueBytes, float64(st.QueuedRecvBytes), name)
 }
 
 func (e emitter) zmtp(name string, st zmtpguard.Stats) {
