@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strconv"
 	"sync"
 	"unicode/utf8"
 
@@ -12,6 +13,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -433,4 +435,30 @@ func (s *Set) Collect(emit func(Sample)) {
 	for _, ss := range s.sourceSets {
 		e.sources(ss)
 	}
+}
+
+// OutputsStats is what AddOutputs reads: an engine output receiver
+// (*outputs.Receiver).
+type OutputsStats interface{ Stats() outputs.Stats }
+
+// AddOutputs adds an engine output receiver as a source set under
+// loop=name, one source per engine (named by its engine index; drops from
+// connections that never sent a valid message under "unattributed"),
+// capped at DefaultMaxSources labels.
+func (s *Set) AddOutputs(name string, r OutputsStats) error {
+	if isNil(r) {
+		return errors.New("metrics: AddOutputs: nil receiver")
+	}
+	return s.AddSources(name, 0, func() []Source {
+		st := r.Stats()
+		src := make([]Source, 0, len(st.Engines)+1)
+		for _, e := range st.Engines {
+			src = append(src, Source{Name: strconv.FormatInt(e.Engine, 10), Received: e.Messages + e.Dropped.Total(),
+				Dropped: e.Dropped, Connected: !e.Dead})
+		}
+		if st.Unattributed.Total() > 0 {
+			src = append(src, Source{Name: "unattributed", Received: st.Unattributed.Total(), Dropped: st.Unattributed})
+		}
+		return src
+	})
 }

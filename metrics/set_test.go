@@ -12,6 +12,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -269,5 +270,36 @@ func TestOTelNames(t *testing.T) {
 		if !strings.HasPrefix(f.Name, "zmqguard_") || (f.Kind == Counter) != strings.HasSuffix(f.Name, "_total") {
 			t.Errorf("%s: prefix or _total suffix wrong for a %s", f.Name, f.Kind)
 		}
+	}
+}
+
+type fakeOutputs struct{ st outputs.Stats }
+
+func (f *fakeOutputs) Stats() outputs.Stats { return f.st }
+
+func TestAddOutputsOneSourcePerEngine(t *testing.T) {
+	f := &fakeOutputs{}
+	f.st.Engines = []outputs.EngineStats{{Engine: 0, Messages: 5}, {Engine: 3, Messages: 1, Dead: true}}
+	f.st.Engines[1].Dropped[decodeguard.ReasonDecode] = 2
+	f.st.Unattributed[decodeguard.ReasonEnvelope] = 4
+	s := NewSet()
+	if err := s.AddOutputs("outputs", f); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddOutputs("x", nil); err == nil {
+		t.Fatal("nil receiver accepted")
+	}
+	got := map[string]float64{}
+	s.Collect(func(smp Sample) {
+		got[smp.Family.Name+"|"+strings.Join(smp.Labels, ",")] = smp.Value
+	})
+	found := 0
+	for k, v := range got {
+		if (strings.Contains(k, "|outputs,3,decode") && v == 2) || (strings.Contains(k, "|outputs,unattributed,envelope") && v == 4) {
+			found++
+		}
+	}
+	if found != 2 {
+		t.Fatalf("want engine 3's decode drops and the unattributed envelope drops; got %v", got)
 	}
 }

@@ -32,7 +32,7 @@ func TestHelp(t *testing.T) {
 		"probe":              {"-pp", "-tp", "-variant", "-timeout"},
 		"scan":               {"-duration"},
 		"sink":               {"-bind", "-decode", "-count"},
-		"outputs":            {"-bind", "-count", "-engines", "-release", "-max-message-size"},
+		"outputs":            {"-bind", "-count", "-engines", "-vllm-version", "-max-message-size", "-heartbeat-interval", "-metrics-addr"},
 	}
 	for name, flags := range want {
 		code, out, _ := runBin(t, 20*time.Second, name, "-h")
@@ -87,7 +87,7 @@ func TestUsageErrors(t *testing.T) {
 			"--engines", "1", "--debug-addr", "0.0.0.0:0"},
 		{"sink", "--bind", "tcp://127.0.0.1:0", "--decode", "json"},
 		{"outputs"},
-		{"outputs", "--bind", "tcp://127.0.0.1:0", "--release", "0.1"},
+		{"outputs", "--bind", "tcp://127.0.0.1:0", "--vllm-version", "0.1"},
 		{"sink", "--bind", "tcp://127.0.0.1:0", "--max-message-size", "lots"},
 		{"scan"},
 		{"scan", "tcp://192.0.2.1:5600"}, // not a local address: refused before any traffic

@@ -14,14 +14,14 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var outputsSpec = commandSpec{
 	name:     "outputs",
-	synopsis: "--bind ADDR [--count N] [--engines N] [--release latest] [--max-message-size 1MiB]",
+	synopsis: "--bind ADDR [--count N] [--engines N] [--vllm-version latest] [--max-message-size 1MiB] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT]",
 	summary:  "a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines",
 	help: `Binds a guarded PULL socket where vLLM engine cores (or any engine speaking
 their output wire) connect and push EngineCoreOutputs, decodes each message
@@ -50,7 +50,9 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 	bind := fs.String("bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
 	count := fs.Uint64("count", 0, "exit after this many request outputs (0: on SIGINT/SIGTERM)")
 	engines := fs.Int("engines", 0, "number of engines; a larger engine_index is dropped (0: any)")
-	release := fs.String("release", "latest", "vLLM release the engines run: "+fmt.Sprint(vllm.Names()))
+	release := releaseFlag(fs)
+	live := addLivenessFlags(fs)
+	mo := addMetricsFlags(fs)
 	maxMsg := sizeValue(1 << 20)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 1MiB or 64KiB")
 	pos, code, done := parseCommand(e, fs, spec, args)
@@ -67,16 +69,21 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		if *engines < 0 || maxMsg < 64 {
 			return usagef("--engines must not be negative and --max-message-size at least 64 bytes")
 		}
-		rel, err := vllm.Parse(*release)
-		if err != nil {
-			return usagef("--release: %v", err)
+		if err := live.check(); err != nil {
+			return err
 		}
+		if err := mo.check(); err != nil {
+			return err
+		}
+		rel := *release
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		w := &outputsWriter{w: e.stdout}
 		so := outputs.DefaultSocketOptions()
 		so.Guard.MaxMessageSize = int64(maxMsg)
 		so.Logger = e.logger
+		lo := live.options()
+		so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
 		var n uint64
 		r, err := outputs.New(outputs.Config{
 			Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: *engines,
@@ -106,7 +113,12 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		if err := r.Bind(*bind); err != nil {
 			return err
 		}
-		e.logger.Info("outputs receiving", "endpoint", r.Endpoint(), "count", *count, "release", rel.String())
+		ms, err := startMetrics(mo, e.logger, func(c *zgprom.Collector) error { return c.AddOutputs("outputs", r) })
+		if err != nil {
+			return err
+		}
+		defer ms.Close()
+		e.logger.Info("outputs receiving", append([]any{"endpoint", r.Endpoint(), "count", *count, "vllm_version", rel.String()}, ms.logAttrs()...)...)
 		err = r.Run(lctx)
 		if errors.Is(err, loop.ErrLoopClosed) {
 			err = nil
