@@ -346,18 +346,12 @@ func (p *Publisher) serveReplay() {
 		if err != nil {
 			return
 		}
-		f := msg.Frames
-		// vLLM's _service_replay: [identity, "", start_seq].
-		if len(f) != 3 || len(f[1]) != 0 {
-			p.badRequest(decodeguard.ReasonEnvelope, "want [identity, \"\", start_seq]", len(f))
+		id, start, err := parseRequest(msg.Frames)
+		if err != nil {
+			p.badRequest(decodeguard.ReasonOf(err), err.Error(), len(msg.Frames))
 			continue
 		}
-		if len(f[2]) != 8 {
-			p.badRequest(decodeguard.ReasonEnvelope, "start_seq not 8 bytes", len(f))
-			continue
-		}
-		id := append([]byte(nil), f[0]...)
-		start := binary.BigEndian.Uint64(f[2])
+		id = append([]byte(nil), id...)
 		p.replays.Add(1)
 		// The ROUTER never waits for one client (a full queue drops for
 		// it), so a stalled client holds up neither live publishing (its
@@ -413,4 +407,19 @@ func (p *Publisher) Close() error {
 	}
 	p.wg.Wait()
 	return nil
+}
+
+// parseRequest checks a replay request as the ROUTER receives it:
+// [identity, "", start_seq (8 bytes big-endian)], the only form vLLM's
+// _service_replay serves.
+func parseRequest(f [][]byte) (id []byte, start uint64, err error) {
+	if len(f) != 3 || len(f[1]) != 0 {
+		return nil, 0, decodeguard.NewError(decodeguard.ReasonEnvelope,
+			fmt.Sprintf("kvevents: replay request of %d frames, want [identity, \"\", start_seq]", len(f)))
+	}
+	if len(f[2]) != 8 {
+		return nil, 0, decodeguard.NewError(decodeguard.ReasonEnvelope,
+			fmt.Sprintf("kvevents: replay start_seq of %d bytes, want 8", len(f[2])))
+	}
+	return f[0], binary.BigEndian.Uint64(f[2]), nil
 }

@@ -539,21 +539,9 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 		Logger:      s.cfg.Logger,
 		LogInterval: s.cfg.LogInterval,
 		Decode: func(frames [][]byte, dst *liveMsg) error {
-			if len(frames) != 3 {
-				return decodeguard.NewError(decodeguard.ReasonEnvelope,
-					fmt.Sprintf("kvevents: live message of %d frames, want 3 [topic, seq, payload]", len(frames)))
-			}
-			if len(frames[1]) != 8 {
-				return decodeguard.NewError(decodeguard.ReasonEnvelope,
-					fmt.Sprintf("kvevents: sequence frame of %d bytes, want 8", len(frames[1])))
-			}
-			if len(frames[2]) > maxPayload {
-				return decodeguard.NewError(decodeguard.ReasonOversize,
-					fmt.Sprintf("kvevents: payload of %d bytes over the %d-byte limit", len(frames[2]), maxPayload))
-			}
-			dst.seq = binary.BigEndian.Uint64(frames[1])
-			dst.payload = frames[2]
-			return nil
+			var err error
+			dst.seq, dst.payload, err = parseLive(frames, maxPayload)
+			return err
 		},
 		Handler: func(ctx context.Context, d loop.Delivery[liveMsg]) error {
 			return so.onLive(ctx, d.Value.seq, d.Value.payload)
@@ -910,32 +898,13 @@ func (so *source) session(ctx context.Context, gen, from uint64) (bool, string) 
 			}
 			return false, "silent for the replay timeout: " + err.Error()
 		}
-		f := msg.Frames
-		var seqb, payload, tp []byte
-		switch {
-		case len(f) == 4 && len(f[0]) == 0:
-			tp, seqb, payload = f[1], f[2], f[3]
-		case len(f) == 3 && len(f[0]) == 0:
-			seqb, payload = f[1], f[2]
-		default:
-			so.replayDrop(decodeguard.ReasonEnvelope, fmt.Errorf("kvevents: replay reply of %d frames, want [\"\", topic, seq, payload] or [\"\", seq, payload]", len(f)), f)
+		seq, payload, end, err := parseReply(msg.Frames, topic, cfg.Limits.MaxPayload)
+		if err != nil {
+			so.replayDrop(decodeguard.ReasonOf(err), err, msg.Frames)
 			continue
 		}
-		if len(seqb) != 8 {
-			so.replayDrop(decodeguard.ReasonEnvelope, fmt.Errorf("kvevents: replay sequence frame of %d bytes, want 8", len(seqb)), f)
-			continue
-		}
-		seq := binary.BigEndian.Uint64(seqb)
-		if seq == endSeq {
+		if end {
 			return true, ""
-		}
-		if tp != nil && len(tp) < len(topic) || tp != nil && string(tp[:len(topic)]) != topic {
-			so.replayDrop(decodeguard.ReasonValidate, errors.New("kvevents: replayed batch with a topic outside the subscription"), f)
-			continue
-		}
-		if len(payload) > cfg.Limits.MaxPayload {
-			so.replayDrop(decodeguard.ReasonOversize, fmt.Errorf("kvevents: replayed payload of %d bytes over the %d-byte limit", len(payload), cfg.Limits.MaxPayload), f)
-			continue
 		}
 		so.mu.Lock()
 		if so.gen != gen {
@@ -955,10 +924,65 @@ func (so *source) session(ctx context.Context, gen, from uint64) (bool, string) 
 }
 
 func (so *source) replayDrop(r decodeguard.Reason, err error, frames [][]byte) {
+	if r == decodeguard.ReasonNone {
+		r = decodeguard.ReasonValidate
+	}
 	so.count(func(st *SourceStats) { st.Dropped[r]++ })
 	var last []byte
 	if len(frames) > 0 {
 		last = frames[len(frames)-1]
 	}
 	so.sub.log.drop(r, so.src.Name, 0, err, last)
+}
+
+// parseLive checks one live message [topic, seq, payload] and returns its
+// sequence number and payload.
+func parseLive(frames [][]byte, maxPayload int) (uint64, []byte, error) {
+	if len(frames) != 3 {
+		return 0, nil, decodeguard.NewError(decodeguard.ReasonEnvelope,
+			fmt.Sprintf("kvevents: live message of %d frames, want 3 [topic, seq, payload]", len(frames)))
+	}
+	if len(frames[1]) != 8 {
+		return 0, nil, decodeguard.NewError(decodeguard.ReasonEnvelope,
+			fmt.Sprintf("kvevents: sequence frame of %d bytes, want 8", len(frames[1])))
+	}
+	if len(frames[2]) > maxPayload {
+		return 0, nil, decodeguard.NewError(decodeguard.ReasonOversize,
+			fmt.Sprintf("kvevents: payload of %d bytes over the %d-byte limit", len(frames[2]), maxPayload))
+	}
+	return binary.BigEndian.Uint64(frames[1]), frames[2], nil
+}
+
+// parseReply checks one replay reply as a DEALER receives it: ["", topic,
+// seq, payload] since vLLM PR #45177 (v0.26.0), ["", seq, payload] before;
+// end reports the end marker (seq 0xffffffffffffffff). A topic frame must
+// be prefixed by the subscription topic.
+func parseReply(f [][]byte, topic string, maxPayload int) (seq uint64, payload []byte, end bool, err error) {
+	var seqb, tp []byte
+	switch {
+	case len(f) == 4 && len(f[0]) == 0:
+		tp, seqb, payload = f[1], f[2], f[3]
+	case len(f) == 3 && len(f[0]) == 0:
+		seqb, payload = f[1], f[2]
+	default:
+		return 0, nil, false, decodeguard.NewError(decodeguard.ReasonEnvelope,
+			fmt.Sprintf("kvevents: replay reply of %d frames, want [\"\", topic, seq, payload] or [\"\", seq, payload]", len(f)))
+	}
+	if len(seqb) != 8 {
+		return 0, nil, false, decodeguard.NewError(decodeguard.ReasonEnvelope,
+			fmt.Sprintf("kvevents: replay sequence frame of %d bytes, want 8", len(seqb)))
+	}
+	seq = binary.BigEndian.Uint64(seqb)
+	if seq == endSeq {
+		return seq, nil, true, nil
+	}
+	if tp != nil && (len(tp) < len(topic) || string(tp[:len(topic)]) != topic) {
+		return 0, nil, false, decodeguard.NewError(decodeguard.ReasonValidate,
+			"kvevents: replayed batch with a topic outside the subscription")
+	}
+	if len(payload) > maxPayload {
+		return 0, nil, false, decodeguard.NewError(decodeguard.ReasonOversize,
+			fmt.Sprintf("kvevents: replayed payload of %d bytes over the %d-byte limit", len(payload), maxPayload))
+	}
+	return seq, payload, false, nil
 }
