@@ -171,7 +171,7 @@ func TestInteropPythonSubscriber(t *testing.T) {
 			rel, _ := vllm.Parse(name)
 			r := rel.Rules()
 			ts := 1700000000.5
-			p, err := NewPublisher(PublisherConfig{Release: rel, Endpoint: "tcp://*:0", ReplayEndpoint: "tcp://127.0.0.1:0",
+			p, err := NewPublisher(PublisherConfig{Release: rel, Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0",
 				Topic: "kv@p@m", Logger: quiet, Now: func() time.Time { return time.Unix(1700000000, 5e8) }})
 			if err != nil {
 				t.Fatal(err)

@@ -45,6 +45,9 @@ type PublisherConfig struct {
 	// bound when it contains "*" or "::" or is ipc://, dialed otherwise.
 	// Default "tcp://*:5557".
 	Endpoint string
+	// Bind binds Endpoint whatever vLLM's rule says (for example
+	// "tcp://127.0.0.1:0", which the rule would dial).
+	Bind bool
 	// ReplayEndpoint, when set, is bound as the replay ROUTER.
 	ReplayEndpoint string
 	// Topic is sent as every live message's first frame.
@@ -196,7 +199,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if p.pub, err = socket.NewXPub(opts); err != nil {
 		return nil, err
 	}
-	if bindsByRule(live) {
+	if cfg.Bind || bindsByRule(live) {
 		err = p.pub.Bind(live)
 	} else {
 		err = p.pub.Dial(live)

@@ -12,8 +12,7 @@ import (
 
 func newTestPublisher(t *testing.T, rel vllm.Release, replay bool) *Publisher {
 	t.Helper()
-	cfg := PublisherConfig{Release: rel, Endpoint: "tcp://127.0.0.1:0", Topic: "kv@pod@m", Logger: quiet}
-	cfg.Endpoint = "tcp://*:0"
+	cfg := PublisherConfig{Release: rel, Endpoint: "tcp://127.0.0.1:0", Bind: true, Topic: "kv@pod@m", Logger: quiet}
 	if replay {
 		cfg.ReplayEndpoint = "tcp://127.0.0.1:0"
 	}
@@ -170,5 +169,48 @@ func TestHandlerErrorEndsRun(t *testing.T) {
 		case <-ctx.Done():
 			t.Fatal("Run did not end")
 		}
+	}
+}
+
+// TestBindSourcePublisherConnects: vLLM connects its PUB when the endpoint
+// names a host; the Subscriber then binds (Source.Bind), and the Go
+// Publisher follows the same rule.
+func TestBindSourcePublisherConnects(t *testing.T) {
+	rec := newRecorder()
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Add(Source{Name: "b", Live: "tcp://127.0.0.1:0", Bind: true}); err != nil {
+		t.Fatal(err)
+	}
+	stop := runSub(t, sub)
+	pub, err := NewPublisher(PublisherConfig{Endpoint: sub.Endpoint("b"), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	if pub.Endpoint() != "" {
+		t.Fatalf("publisher bound %s", pub.Endpoint())
+	}
+	waitFor(t, "delivery over a connecting publisher", func() bool {
+		pub.Publish(storedEvent(1))
+		time.Sleep(5 * time.Millisecond)
+		return rec.count("b") >= 5
+	})
+	stop()
+}
+
+func TestOffsetPort(t *testing.T) {
+	for _, c := range [][3]string{{"tcp://*:5557", "2", "tcp://*:5559"}, {"tcp://h:5557", "0", "tcp://h:5557"},
+		{"inproc://cache", "1", "inproc://cache_dp1"}, {"", "3", ""}} {
+		r := int(c[1][0] - '0')
+		got, err := OffsetPort(c[0], r)
+		if err != nil || got != c[2] {
+			t.Errorf("OffsetPort(%q, %d) = %q, %v", c[0], r, got, err)
+		}
+	}
+	if _, err := OffsetPort("ipc:///tmp/x", 1); err == nil {
+		t.Error("ipc offset accepted")
 	}
 }
