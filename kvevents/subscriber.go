@@ -494,9 +494,8 @@ type source struct {
 	batch        Batch
 
 	// smu guards the counters below.
-	smu   sync.Mutex
-	st    SourceStats
-	drops decodeguard.Counts
+	smu sync.Mutex
+	st  SourceStats
 }
 
 func newSource(s *Subscriber, src Source) (*source, error) {
