@@ -1,6 +1,7 @@
 package kvevents
 
 import (
+	"encoding/binary"
 	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
@@ -69,36 +70,32 @@ func DecodeBatch(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
 	if _, err := decodeguard.ScanOffset(p, &scanLim); err != nil {
 		return err
 	}
-	var (
-		events []byte
-		err    error
-	)
 	switch msgp.NextType(p) {
 	case msgp.ArrayType:
-		events, err = batchArray(p, b)
+		return batchArray(p, lim, b, onDrop)
 	case msgp.MapType:
-		events, err = batchMap(p, b)
-	default:
-		return decodeErr("kvevents: batch is a %s, not an array", msgp.NextType(p))
-	}
-	if err != nil {
+		events, err := batchMap(p, b)
+		if err != nil {
+			return err
+		}
+		_, err = decodeEvents(events, lim, b, onDrop)
 		return err
 	}
-	n, rest, err := msgp.ReadArrayHeaderBytes(events)
+	return decodeErr("kvevents: batch is a %s, not an array", msgp.NextType(p))
+}
+
+// decodeEvents reads the events array at the start of p into b and returns
+// what follows it.
+func decodeEvents(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) ([]byte, error) {
+	n, rest, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil {
-		return decodeErr("kvevents: events is a %s, not an array", msgp.NextType(events))
+		return nil, decodeErr("kvevents: events is a %s, not an array", msgp.NextType(p))
 	}
 	if int(n) > lim.MaxEvents {
-		return decodeguard.NewError(decodeguard.ReasonOversize,
+		return nil, decodeguard.NewError(decodeguard.ReasonOversize,
 			fmt.Sprintf("kvevents: batch of %d events over the %d-event limit", n, lim.MaxEvents))
 	}
 	for i := 0; i < int(n); i++ {
-		after, err := msgp.Skip(rest)
-		if err != nil {
-			return decodeErr("kvevents: event %d: %v", i, err)
-		}
-		raw := rest[:len(rest)-len(after)]
-		rest = after
 		if len(b.Events) < cap(b.Events) {
 			b.Events = b.Events[:len(b.Events)+1]
 		} else {
@@ -106,17 +103,27 @@ func DecodeBatch(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
 		}
 		ev := &b.Events[len(b.Events)-1]
 		ev.reset()
-		if err := decodeEvent(raw, ev); err != nil {
-			b.Events = b.Events[:len(b.Events)-1]
-			b.DroppedEvents++
-			if onDrop != nil {
-				onDrop(EventDrop{Index: i, Err: err})
-			}
+		after, err := decodeEvent(rest, ev)
+		if err == nil {
+			b.Index = append(b.Index, i)
+			rest = after
 			continue
 		}
-		b.Index = append(b.Index, i)
+		b.Events = b.Events[:len(b.Events)-1]
+		b.DroppedEvents++
+		if onDrop != nil {
+			onDrop(EventDrop{Index: i, Err: err})
+		}
+		if decodeguard.ReasonOf(err) != decodeguard.ReasonValidate {
+			// A decode error may stop anywhere inside the event: find its
+			// end from its start (the pre-scan proved it well-formed).
+			if after, err = msgp.Skip(rest); err != nil {
+				return nil, decodeErr("kvevents: event %d: %v", i, err)
+			}
+		}
+		rest = after
 	}
-	return nil
+	return rest, nil
 }
 
 func decodeErr(format string, args ...any) error {
@@ -127,26 +134,24 @@ func validateErr(format string, args ...any) error {
 	return decodeguard.NewError(decodeguard.ReasonValidate, fmt.Sprintf(format, args...))
 }
 
-// batchArray reads [ts, events, data_parallel_rank?] and returns the events
-// array's bytes (the caller reads it).
-func batchArray(p []byte, b *Batch) ([]byte, error) {
+// batchArray decodes the array form [ts, events, data_parallel_rank?].
+func batchArray(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
 	n, rest, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil || n < 2 {
-		return nil, decodeErr("kvevents: batch array of %d elements, want 2 or 3", n)
+		return decodeErr("kvevents: batch array of %d elements, want 2 or 3", n)
 	}
 	if b.TS, rest, err = readNumber(rest); err != nil {
-		return nil, decodeErr("kvevents: batch ts: %v", err)
+		return decodeErr("kvevents: batch ts: %v", err)
 	}
-	events := rest
-	if rest, err = msgp.Skip(rest); err != nil {
-		return nil, decodeErr("kvevents: batch events: %v", err)
+	if rest, err = decodeEvents(rest, lim, b, onDrop); err != nil {
+		return err
 	}
 	if n >= 3 {
 		if b.DataParallelRank, _, err = readOptInt(rest); err != nil {
-			return nil, decodeErr("kvevents: data_parallel_rank: %v", err)
+			return decodeErr("kvevents: data_parallel_rank: %v", err)
 		}
 	}
-	return events, nil
+	return nil
 }
 
 // batchMap reads the map form {"ts", "events", "data_parallel_rank"} that a
@@ -199,9 +204,31 @@ func readNumber(b []byte) (float64, []byte, error) {
 	return 0, b, fmt.Errorf("a %s, not a number", msgp.NextType(b))
 }
 
+// fastUint reads the unsigned and positive encodings msgpack writers use
+// for non-negative integers; ok is false for anything else (left to the
+// general path).
+func fastUint(b []byte) (v uint64, n int, ok bool) {
+	if len(b) == 0 {
+		return 0, 0, false
+	}
+	switch c := b[0]; {
+	case c <= 0x7f:
+		return uint64(c), 1, true
+	case c == 0xcc && len(b) >= 2:
+		return uint64(b[1]), 2, true
+	case c == 0xcd && len(b) >= 3:
+		return uint64(binary.BigEndian.Uint16(b[1:])), 3, true
+	case c == 0xce && len(b) >= 5:
+		return uint64(binary.BigEndian.Uint32(b[1:])), 5, true
+	case c == 0xcf && len(b) >= 9:
+		return binary.BigEndian.Uint64(b[1:]), 9, true
+	}
+	return 0, 0, false
+}
+
 func readInt(b []byte) (int64, []byte, error) {
-	if len(b) > 0 && b[0] <= 0x7f { // positive fixint, the common case
-		return int64(b[0]), b[1:], nil
+	if v, n, ok := fastUint(b); ok && v <= 1<<63-1 {
+		return int64(v), b[n:], nil
 	}
 	switch msgp.NextType(b) {
 	case msgp.IntType:
@@ -264,9 +291,9 @@ func readHash(b []byte) (Hash, []byte, error) {
 	if len(b) == 0 {
 		return h, b, msgp.ErrShortBytes
 	}
-	if b[0] <= 0x7f {
-		h.u = uint64(b[0])
-		return h, b[1:], nil
+	if v, n, ok := fastUint(b); ok {
+		h.u = v
+		return h, b[n:], nil
 	}
 	switch msgp.NextType(b) {
 	case msgp.UintType:
@@ -323,8 +350,8 @@ func readTokens(b []byte, dst []int64) ([]int64, []byte, error) {
 	}
 	for i := uint32(0); i < n; i++ {
 		var v int64
-		if len(rest) > 0 && rest[0] <= 0x7f {
-			v, rest = int64(rest[0]), rest[1:]
+		if u, k, ok := fastUint(rest); ok && u <= 1<<63-1 {
+			v, rest = int64(u), rest[k:]
 		} else if v, rest, err = readInt(rest); err != nil {
 			return dst, b, fmt.Errorf("token %d: %w", i, err)
 		}
@@ -474,55 +501,60 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 	return b, err
 }
 
-// decodeEvent decodes one event (raw holds exactly its bytes) into ev and
-// validates it.
-func decodeEvent(raw []byte, ev *Event) error {
-	var seen uint16
+// decodeEvent decodes the event at the start of raw into ev, validates it,
+// and returns the bytes after it (also after a validation error).
+func decodeEvent(raw []byte, ev *Event) ([]byte, error) {
+	var (
+		seen uint16
+		rest []byte
+	)
 	switch msgp.NextType(raw) {
 	case msgp.MapType:
-		n, rest, err := msgp.ReadMapHeaderBytes(raw)
+		n, r, err := msgp.ReadMapHeaderBytes(raw)
+		rest = r
 		if err != nil {
-			return decodeErr("kvevents: event map: %v", err)
+			return nil, decodeErr("kvevents: event map: %v", err)
 		}
 		// The tag may stand anywhere in the map: read the fields first,
 		// then check them against the type.
 		for i := uint32(0); i < n; i++ {
 			var key []byte
 			if key, rest, err = msgp.ReadMapKeyZC(rest); err != nil {
-				return decodeErr("kvevents: event map key: %v", err)
+				return nil, decodeErr("kvevents: event map key: %v", err)
 			}
 			if string(key) == "type" {
 				var tag []byte
 				if tag, rest, err = msgp.ReadStringZC(rest); err != nil {
-					return decodeErr("kvevents: event type is a %s, not a str", msgp.NextType(rest))
+					return nil, decodeErr("kvevents: event type is a %s, not a str", msgp.NextType(rest))
 				}
 				if ev.Type, err = parseTag(tag); err != nil {
-					return err
+					return nil, err
 				}
 				continue
 			}
 			f := fieldOf(key)
 			if rest, err = readField(f, rest, ev); err != nil {
-				return decodeErr("kvevents: field %s: %v", fieldName(f), err)
+				return nil, decodeErr("kvevents: field %s: %v", fieldName(f), err)
 			}
 			if f != fUnknown {
 				seen |= 1 << f
 			}
 		}
 		if ev.Type == 0 {
-			return decodeErr("kvevents: event map without a type")
+			return nil, decodeErr("kvevents: event map without a type")
 		}
 	case msgp.ArrayType:
-		n, rest, err := msgp.ReadArrayHeaderBytes(raw)
+		n, r, err := msgp.ReadArrayHeaderBytes(raw)
+		rest = r
 		if err != nil || n == 0 {
-			return decodeErr("kvevents: empty event array")
+			return nil, decodeErr("kvevents: empty event array")
 		}
 		var tag []byte
 		if tag, rest, err = msgp.ReadStringZC(rest); err != nil {
-			return decodeErr("kvevents: event tag is a %s, not a str", msgp.NextType(rest))
+			return nil, decodeErr("kvevents: event tag is a %s, not a str", msgp.NextType(rest))
 		}
 		if ev.Type, err = parseTag(tag); err != nil {
-			return err
+			return nil, err
 		}
 		var fields []int
 		switch ev.Type {
@@ -537,16 +569,16 @@ func decodeEvent(raw []byte, ev *Event) error {
 				f = fields[i-1]
 			}
 			if rest, err = readField(f, rest, ev); err != nil {
-				return decodeErr("kvevents: field %s: %v", fieldName(f), err)
+				return nil, decodeErr("kvevents: field %s: %v", fieldName(f), err)
 			}
 			if f != fUnknown {
 				seen |= 1 << f
 			}
 		}
 	default:
-		return decodeErr("kvevents: event is a %s, not a map or array", msgp.NextType(raw))
+		return nil, decodeErr("kvevents: event is a %s, not a map or array", msgp.NextType(raw))
 	}
-	return validate(ev, seen)
+	return rest, validate(ev, seen)
 }
 
 // validate applies the rules vLLM's own publisher guarantees (see the

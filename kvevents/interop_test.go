@@ -185,6 +185,7 @@ func TestInteropPythonSubscriber(t *testing.T) {
 			if err := cmd.Start(); err != nil {
 				t.Fatal(err)
 			}
+			defer cmd.Wait()
 			br := bufio.NewReader(stdout)
 			if l, err := br.ReadString('\n'); err != nil || l != "ready\n" {
 				t.Fatalf("subscriber: %q %v %s", l, err, stderr.String())
