@@ -25,8 +25,8 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"flag"
-	"log/slog"
 	"fmt"
+	"log/slog"
 	"os"
 	"os/exec"
 	"runtime"
@@ -310,7 +310,7 @@ type baseEvent struct {
 }
 
 type baseBatch struct {
-	_msgpack struct{} `msgpack:",as_array"`
+	_msgpack struct{} `msgpack:",as_array"` //lint:ignore U1000 vmihailenco reads this tag
 	TS       float64
 	Events   []msgpack.RawMessage
 	DPRank   *int
