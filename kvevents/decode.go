@@ -61,6 +61,9 @@ type EventDrop struct {
 func DecodeBatch(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
 	lim = lim.withDefaults()
 	b.TS, b.DataParallelRank, b.DroppedEvents = 0, OptInt{}, 0
+	if cap(b.Events) > retainElems {
+		b.Events, b.Index = nil, nil
+	}
 	b.Events, b.Index = b.Events[:0], b.Index[:0]
 	if len(p) > lim.MaxPayload {
 		return decodeguard.NewError(decodeguard.ReasonOversize,

@@ -154,9 +154,22 @@ type Event struct {
 	Ownership                OptString
 }
 
-// reset clears e, keeping slice capacity.
+// retainElems caps the slice capacity a reused Event keeps between
+// batches, so one huge batch does not pin its memory in every source.
+const retainElems = 1 << 12
+
+// reset clears e, keeping slice capacity up to retainElems.
 func (e *Event) reset() {
 	hashes, tokens, extra := e.BlockHashes[:0], e.TokenIDs[:0], e.ExtraKeys[:0]
+	if cap(hashes) > retainElems {
+		hashes = nil
+	}
+	if cap(tokens) > 4*retainElems {
+		tokens = nil
+	}
+	if cap(extra) > retainElems {
+		extra = nil
+	}
 	*e = Event{BlockHashes: hashes, TokenIDs: tokens, ExtraKeys: extra}
 }
 

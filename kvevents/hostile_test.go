@@ -329,6 +329,11 @@ func TestHostileReplayServers(t *testing.T) {
 				time.Sleep(time.Millisecond)
 			}
 		},
+		"far-ahead": func(ctx context.Context, r *socket.Socket, id []byte) {
+			// A batch far beyond the live stream, then silence.
+			r.Send(ctx, id, nil, []byte("t"), binary.BigEndian.AppendUint64(nil, 1<<40), payloadOf(1<<40))
+			<-ctx.Done()
+		},
 		"junk-flood": func(ctx context.Context, r *socket.Socket, id []byte) {
 			for ctx.Err() == nil {
 				r.Send(ctx, id, []byte("not empty"), []byte{1})
@@ -401,6 +406,9 @@ func TestHostileReplayServers(t *testing.T) {
 			st := sub.Stats().Total
 			if st.Replays != 1 || st.Gaps != 1 {
 				t.Fatalf("stats %+v", st)
+			}
+			if name == "far-ahead" && st.Dropped[decodeguard.ReasonValidate] != 1 {
+				t.Fatalf("far-ahead batch not refused: %+v", st.Dropped)
 			}
 			if name == "junk-flood" && st.Dropped[decodeguard.ReasonEnvelope] == 0 {
 				t.Fatalf("junk not counted: %+v", st.Dropped)

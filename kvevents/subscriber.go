@@ -35,6 +35,9 @@ const (
 	// its replay runs; DefaultMaxBufferedBytes bounds their payload bytes.
 	DefaultMaxBuffered      = 4096
 	DefaultMaxBufferedBytes = 32 << 20
+	// ReplayAhead is how far past the highest live sequence number seen a
+	// replayed batch may be; one further ahead is refused.
+	ReplayAhead = 1024
 	// MaxLostRanges is how many recent lost ranges SourceStats keeps.
 	MaxLostRanges = 16
 	// endSeq is the replay end marker's sequence number (-1 as 8 bytes).
@@ -909,6 +912,15 @@ func (so *source) session(ctx context.Context, gen, from uint64) (bool, string) 
 		if so.gen != gen {
 			so.mu.Unlock()
 			return true, ""
+		}
+		if seq > so.maxSeen+ReplayAhead {
+			// A replayed batch far beyond the live stream would make every
+			// live batch up to it look like a duplicate: refuse it (if it
+			// is real, the live stream brings it).
+			ms := so.maxSeen
+			so.mu.Unlock()
+			so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d more than %d past the live stream's %d", seq, ReplayAhead, ms), msg.Frames)
+			continue
 		}
 		err = so.applyReplayed(seq, payload)
 		caught := so.next > so.maxSeen
