@@ -403,6 +403,9 @@ type SourceStats struct {
 	Dropped decodeguard.Counts `json:"dropped"`
 	// DroppedEvents counts events left out of delivered batches by reason.
 	DroppedEvents decodeguard.Counts `json:"dropped_events"`
+	// Refused counts connections of the live socket refused by the
+	// transport guards (bad greeting, handshake, oversize frames, caps).
+	Refused decodeguard.Counts `json:"refused"`
 	// ConnectedSources is, in Stats.Total, how many sources are connected.
 	ConnectedSources int `json:"connected_sources,omitempty"`
 }
@@ -443,6 +446,7 @@ func (s *Subscriber) Stats() Stats {
 		t.BufferOverflows += x.BufferOverflows
 		t.Dropped.Add(&x.Dropped)
 		t.DroppedEvents.Add(&x.DroppedEvents)
+		t.Refused.Add(&x.Refused)
 		if x.Connected {
 			t.ConnectedSources++
 		}
@@ -596,6 +600,8 @@ func (so *source) stats() SourceStats {
 	so.smu.Unlock()
 	ls := so.lp.Stats()
 	st.Dropped.Add(&ls.Dropped)
+	ss := so.sock.Stats()
+	st.Refused = ss.Violations
 	st.Connected = so.peers.Load() > 0
 	if ns := so.lastSeen.Load(); ns != 0 {
 		st.LastSeen = time.Unix(0, ns)

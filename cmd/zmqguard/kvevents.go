@@ -300,6 +300,7 @@ type kvCounters struct {
 	Resets        uint64               `json:"resets"`
 	Dropped       decodeguard.Counts   `json:"dropped"`
 	DroppedEvents decodeguard.Counts   `json:"dropped_events"`
+	Refused       decodeguard.Counts   `json:"refused"`
 	Connected     bool                 `json:"connected"`
 }
 
@@ -313,7 +314,7 @@ type kvCountersLine struct {
 func toCounters(s kvevents.SourceStats) kvCounters {
 	return kvCounters{Batches: s.Batches, Events: s.Events.BlockStored + s.Events.BlockRemoved + s.Events.AllBlocksCleared,
 		EventsByType: s.Events, Gaps: s.Gaps, Replayed: s.Replayed, Lost: s.Lost, Resets: s.Resets,
-		Dropped: s.Dropped, DroppedEvents: s.DroppedEvents, Connected: s.Connected}
+		Dropped: s.Dropped, DroppedEvents: s.DroppedEvents, Refused: s.Refused, Connected: s.Connected}
 }
 
 func parseRelease(s string) (vllm.Release, error) {

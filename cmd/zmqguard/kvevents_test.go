@@ -234,3 +234,22 @@ func TestKVPublish(t *testing.T) {
 		t.Fatalf("report %s", p.stdout)
 	}
 }
+
+// TestDemoKVStage: the demo's KV-events stage delivers in order while its
+// bound source is attacked, and says so.
+func TestDemoKVStage(t *testing.T) {
+	code, out, errOut := runBin(t, 60*time.Second, "demo", "--duration", "2s", "--log-format", "json")
+	if code != 0 {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "kv-events:") {
+			if !strings.HasSuffix(line, "still delivering at the end: yes") || !strings.Contains(line, " 0 out of order") ||
+				strings.Contains(line, "took 0 hostile probes") {
+				t.Fatalf("kv-events stage: %q", line)
+			}
+			return
+		}
+	}
+	t.Fatalf("no kv-events line:\n%s", out)
+}
