@@ -312,6 +312,13 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	s.mu.Unlock()
 	<-s.ctx.Done()
 	stop()
+	// Stats after Run keep saying which sources were connected when it
+	// ended, not that closing disconnected them.
+	s.mu.Lock()
+	for _, so := range s.sources {
+		so.freeze()
+	}
+	s.mu.Unlock()
 	s.shutdown()
 	s.mu.Lock()
 	err := s.err
@@ -418,7 +425,9 @@ type Stats struct {
 	Total SourceStats `json:"total"`
 }
 
-// Stats returns a snapshot of every source's counters and their sums.
+// Stats returns a snapshot of every source's counters and their sums. After
+// Run has returned, Connected says whether a source was connected when Run
+// ended.
 func (s *Subscriber) Stats() Stats {
 	s.mu.Lock()
 	list := make([]*source, 0, len(s.sources))
@@ -478,6 +487,9 @@ type source struct {
 
 	peers    atomic.Int32
 	lastSeen atomic.Int64
+	// frozen, once set, holds 1 + whether the source was connected when
+	// Run ended.
+	frozen atomic.Int32
 
 	startOnce sync.Once
 	stopOnce  sync.Once
@@ -593,6 +605,14 @@ func (so *source) stop() {
 	})
 }
 
+func (so *source) freeze() {
+	if so.peers.Load() > 0 {
+		so.frozen.Store(2)
+	} else {
+		so.frozen.Store(1)
+	}
+}
+
 func (so *source) stats() SourceStats {
 	so.smu.Lock()
 	st := so.st
@@ -603,6 +623,9 @@ func (so *source) stats() SourceStats {
 	ss := so.sock.Stats()
 	st.Refused = ss.Violations
 	st.Connected = so.peers.Load() > 0
+	if f := so.frozen.Load(); f != 0 {
+		st.Connected = f == 2
+	}
 	if ns := so.lastSeen.Load(); ns != 0 {
 		st.LastSeen = time.Unix(0, ns)
 	}
