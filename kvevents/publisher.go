@@ -28,6 +28,9 @@ const (
 	// DefaultPubHWM is the live socket's per-subscriber queue bound
 	// (KVEventsConfig.hwm).
 	DefaultPubHWM = 100000
+	// DefaultMaxReplayClients bounds the replay ROUTER's connections when
+	// PublisherConfig.Socket.Guard.MaxConns is zero.
+	DefaultMaxReplayClients = 256
 )
 
 // ErrQueueFull is returned by Publish when the send queue is full: the
@@ -212,6 +215,11 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		ropts := opts
 		ropts.HWM = cfg.BufferSteps + 1
 		ropts.RouterDropUnroutable = true
+		if ropts.Guard.MaxConns == 0 {
+			// Each replay client may hold a whole buffer in its queue:
+			// bound how many can.
+			ropts.Guard.MaxConns = DefaultMaxReplayClients
+		}
 		if p.rep, err = socket.NewRouter(ropts); err == nil {
 			err = p.rep.Bind(replay)
 		}
@@ -266,7 +274,8 @@ func (p *Publisher) PublishBatch(ts float64, events []Event, dpRank OptInt) erro
 }
 
 // PublishRaw queues an already encoded payload (for simulators replaying
-// captured bytes); like Publish it never blocks.
+// captured bytes); like Publish it never blocks. The Publisher keeps p (in
+// its queue and replay buffer): do not modify it afterwards.
 func (p *Publisher) PublishRaw(payload []byte) error {
 	if p.closed.Load() {
 		return ErrClosed
