@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -213,4 +214,56 @@ func TestOffsetPort(t *testing.T) {
 	if _, err := OffsetPort("ipc:///tmp/x", 1); err == nil {
 		t.Error("ipc offset accepted")
 	}
+}
+
+// TestStalledReplayClient: a replay client that never reads holds up
+// neither live publishing nor another replay client.
+func TestStalledReplayClient(t *testing.T) {
+	pub, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0",
+		BufferSteps: 3000, Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	p, _ := realisticBatch(1)
+	for range 3000 {
+		if err := pub.PublishRaw(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "3000 published", func() bool { return pub.Stats().Published == 3000 })
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	req := make([]byte, 8)
+	stalled, _ := socket.NewDealer(socket.DefaultOptions())
+	defer stalled.Close()
+	stalled.Dial(pub.ReplayEndpoint())
+	if err := stalled.Send(ctx, nil, req); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "the stalled client's replay", func() bool { return pub.Stats().Replays == 1 })
+	healthy, _ := socket.NewDealer(socket.DefaultOptions())
+	defer healthy.Close()
+	healthy.Dial(pub.ReplayEndpoint())
+	if err := healthy.Send(ctx, nil, req); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for {
+		m, err := healthy.Recv(ctx)
+		if err != nil {
+			t.Fatalf("healthy client after %d replies: %v", n, err)
+		}
+		if len(m.Frames) == 4 && len(m.Frames[3]) == 0 && m.Frames[2][0] == 0xff {
+			break
+		}
+		n++
+	}
+	if n != 3000 {
+		t.Fatalf("healthy client got %d batches", n)
+	}
+	for range 10 {
+		pub.PublishRaw(p)
+	}
+	waitFor(t, "live publishing", func() bool { return pub.Stats().Published == 3010 })
 }
