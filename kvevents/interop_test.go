@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/hex"
 	"fmt"
+	"io"
 	"os/exec"
 	"strings"
 	"sync"
@@ -116,11 +117,20 @@ func TestInteropPythonPublisher(t *testing.T) {
 			want = append(want, s)
 		}
 	}
-	for _, c := range [][2]string{{"map", "topic"}, {"array", "legacy"}} {
-		t.Run(c[0]+"-"+c[1], func(t *testing.T) {
+	for _, c := range [][3]string{{"map", "topic", ""}, {"array", "legacy", ""}, {"map", "topic", "connect"}} {
+		t.Run(strings.TrimSuffix(c[0]+"-"+c[1]+"-"+c[2], "-"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
-			cmd := exec.CommandContext(ctx, py, "testdata/vllm_publisher.py", c[0], c[1])
+			rec := &lineRecorder{}
+			sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Topic: "kv@pod-1", ReplayTimeout: 20 * time.Second})
+			if err != nil {
+				t.Fatal(err)
+			}
+			args := []string{"testdata/vllm_publisher.py", c[0], c[1]}
+			if c[2] != "" {
+				args = append(args, c[2])
+			}
+			cmd := exec.CommandContext(ctx, py, args...)
 			stdin, _ := cmd.StdinPipe()
 			stdout, _ := cmd.StdoutPipe()
 			var stderr bytes.Buffer
@@ -134,12 +144,16 @@ func TestInteropPythonPublisher(t *testing.T) {
 				t.Fatalf("publisher: %v %s", err, stderr.String())
 			}
 			eps := strings.Fields(line)
-			rec := &lineRecorder{}
-			sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Topic: "kv@pod-1", ReplayTimeout: 20 * time.Second})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := sub.Add(Source{Name: "py", Live: eps[0], Replay: eps[1]}); err != nil {
+			if c[2] == "connect" {
+				// vLLM connects its PUB when the endpoint names a host:
+				// the subscriber binds, and tells the publisher where.
+				if err := sub.Add(Source{Name: "py", Live: "tcp://127.0.0.1:0", Bind: true, Replay: eps[1]}); err != nil {
+					t.Fatal(err)
+				}
+				if _, err := io.WriteString(stdin, sub.Endpoint("py")+"\n"); err != nil {
+					t.Fatal(err)
+				}
+			} else if err := sub.Add(Source{Name: "py", Live: eps[0], Replay: eps[1]}); err != nil {
 				t.Fatal(err)
 			}
 			done := make(chan error, 1)

@@ -14,7 +14,11 @@ on the live socket (kept in the replay buffer), waiting after each gap for the
 subscriber's replay request; then the publisher "restarts" (seq back to 0,
 buffer cleared) and run B publishes 0..4, skipping 1.
 
-usage: vllm_publisher.py map|array topic|legacy
+usage: vllm_publisher.py map|array topic|legacy [connect]
+
+With "connect" the live socket connects to the subscriber (vLLM does so when
+its endpoint names a host) instead of binding: the script prints its replay
+endpoint, then reads the subscriber's endpoint from a line on stdin.
 """
 import sys
 import time
@@ -23,6 +27,7 @@ import msgpack
 import zmq
 
 FORM, FRAMING = sys.argv[1], sys.argv[2]
+CONNECT = len(sys.argv) > 3 and sys.argv[3] == "connect"
 TOPIC = b"kv@pod-1@model"
 END = (-1).to_bytes(8, "big", signed=True)
 DEADLINE = time.monotonic() + 60
@@ -64,11 +69,16 @@ def batch(run, seq):
 ctx = zmq.Context()
 pub = ctx.socket(zmq.XPUB)
 pub.setsockopt(zmq.LINGER, 0)
-live_port = pub.bind_to_random_port("tcp://127.0.0.1")
 rep = ctx.socket(zmq.ROUTER)
 rep.setsockopt(zmq.LINGER, 0)
 rep_port = rep.bind_to_random_port("tcp://127.0.0.1")
-print(f"tcp://127.0.0.1:{live_port} tcp://127.0.0.1:{rep_port}", flush=True)
+if CONNECT:
+    print(f"connect tcp://127.0.0.1:{rep_port}", flush=True)
+    live = sys.stdin.readline().strip()
+    pub.connect(live)
+else:
+    live = "tcp://127.0.0.1:%d" % pub.bind_to_random_port("tcp://127.0.0.1")
+    print(f"{live} tcp://127.0.0.1:{rep_port}", flush=True)
 
 poller = zmq.Poller()
 poller.register(pub, zmq.POLLIN)
