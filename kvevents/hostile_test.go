@@ -344,6 +344,7 @@ func TestHostileReplayServers(t *testing.T) {
 	}
 	for name, serve := range servers {
 		t.Run(name, func(t *testing.T) {
+			t.Parallel()
 			rep := replayServer(t, serve)
 			xp, err := socket.NewXPub(socket.DefaultOptions())
 			if err != nil {
@@ -369,8 +370,8 @@ func TestHostileReplayServers(t *testing.T) {
 				}
 			}()
 			rec := newRecorder()
-			sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, ReplayTimeout: 300 * time.Millisecond,
-				ReplayDeadline: time.Second})
+			sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, ReplayTimeout: time.Second,
+				ReplayDeadline: 2500 * time.Millisecond})
 			if err != nil {
 				t.Fatal(err)
 			}
