@@ -417,3 +417,51 @@ func TestHostileReplayServers(t *testing.T) {
 		})
 	}
 }
+
+// TestRemoveDuringReplay: removing a source whose replay is waiting on a
+// silent server returns promptly and leaves nothing running.
+func TestRemoveDuringReplay(t *testing.T) {
+	rep := replayServer(t, func(ctx context.Context, r *socket.Socket, id []byte) { <-ctx.Done() })
+	xp, err := socket.NewXPub(socket.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer xp.Close()
+	if err := xp.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	go func() {
+		for {
+			if _, err := xp.Recv(context.Background()); err != nil {
+				return
+			}
+		}
+	}()
+	rec := newRecorder()
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, FromStart: true, ReplayTimeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Add(Source{Name: "s", Live: xp.Endpoint(), Replay: rep}); err != nil {
+		t.Fatal(err)
+	}
+	stop := runSub(t, sub)
+	seq := uint64(7)
+	waitFor(t, "a replay", func() bool {
+		xp.Send(context.Background(), []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
+		seq++
+		time.Sleep(10 * time.Millisecond)
+		return sub.Stats().Total.Replays >= 1
+	})
+	done := make(chan error, 1)
+	go func() { done <- sub.Remove("s") }()
+	select {
+	case err := <-done:
+		if err != nil {
+			t.Fatal(err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Remove blocked on a replay")
+	}
+	stop()
+}
