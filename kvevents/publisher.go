@@ -435,3 +435,26 @@ func parseRequest(f [][]byte) (id []byte, start uint64, err error) {
 	}
 	return f[0], binary.BigEndian.Uint64(f[2]), nil
 }
+
+// DPSources returns one Source per data-parallel rank of one engine, as
+// vLLM lays them out: rank r publishes on live's and replay's ports + r
+// (OffsetPort), and each rank is its own source, named "name/dp<r>", with
+// its own sequence — never one identity for the whole pod.
+func DPSources(name, live, replay string, ranks int) ([]Source, error) {
+	if ranks < 1 {
+		return nil, fmt.Errorf("kvevents: %d DP ranks", ranks)
+	}
+	out := make([]Source, 0, ranks)
+	for r := range ranks {
+		l, err := OffsetPort(live, r)
+		if err != nil {
+			return nil, err
+		}
+		rp, err := OffsetPort(replay, r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Source{Name: name + "/dp" + strconv.Itoa(r), Live: l, Replay: rp})
+	}
+	return out, nil
+}

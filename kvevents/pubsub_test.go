@@ -267,3 +267,17 @@ func TestStalledReplayClient(t *testing.T) {
 	}
 	waitFor(t, "live publishing", func() bool { return pub.Stats().Published == 3010 })
 }
+
+func TestDPSources(t *testing.T) {
+	srcs, err := DPSources("pod", "tcp://10.0.0.1:5557", "tcp://10.0.0.1:5657", 3)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "[{pod/dp0 tcp://10.0.0.1:5557 false tcp://10.0.0.1:5657} {pod/dp1 tcp://10.0.0.1:5558 false tcp://10.0.0.1:5658} {pod/dp2 tcp://10.0.0.1:5559 false tcp://10.0.0.1:5659}]"
+	if fmt.Sprint(srcs) != want {
+		t.Fatalf("got %v", srcs)
+	}
+	if _, err := DPSources("pod", "tcp://h:5557", "", 0); err == nil {
+		t.Fatal("0 ranks accepted")
+	}
+}
