@@ -12,6 +12,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
@@ -458,6 +459,31 @@ func (s *Set) AddOutputs(name string, r OutputsStats) error {
 		}
 		if st.Unattributed.Total() > 0 {
 			src = append(src, Source{Name: "unattributed", Received: st.Unattributed.Total(), Dropped: st.Unattributed})
+		}
+		return src
+	})
+}
+
+// KVEventsStats is what AddKVEvents reads: a KV-event subscriber
+// (*kvevents.Subscriber).
+type KVEventsStats interface{ Stats() kvevents.Stats }
+
+// AddKVEvents adds a KV-event subscriber as a source set under loop=name,
+// one source per followed publisher (received = batches delivered plus
+// messages dropped; dropped = message and event drops by reason). At most
+// maxSources (0: DefaultMaxSources) sources get a label of their own; the
+// rest are summed under source="other".
+func (s *Set) AddKVEvents(name string, maxSources int, sub KVEventsStats) error {
+	if isNil(sub) {
+		return errors.New("metrics: AddKVEvents: nil subscriber")
+	}
+	return s.AddSources(name, maxSources, func() []Source {
+		st := sub.Stats()
+		src := make([]Source, 0, len(st.Sources))
+		for _, k := range st.Sources {
+			d := k.Dropped
+			d.Add(&k.DroppedEvents)
+			src = append(src, Source{Name: k.Name, Received: k.Batches + k.Dropped.Total(), Dropped: d, Connected: k.Connected})
 		}
 		return src
 	})

@@ -11,6 +11,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
@@ -301,5 +302,44 @@ func TestAddOutputsOneSourcePerEngine(t *testing.T) {
 	}
 	if found != 2 {
 		t.Fatalf("want engine 3's decode drops and the unattributed envelope drops; got %v", got)
+	}
+}
+
+type fakeKV struct{ st kvevents.Stats }
+
+func (f *fakeKV) Stats() kvevents.Stats { return f.st }
+
+func TestAddKVEventsCapsSources(t *testing.T) {
+	f := &fakeKV{}
+	for i := range 5 {
+		k := kvevents.SourceStats{Name: fmt.Sprintf("pod-%d", i), Batches: 10, Connected: true}
+		k.Dropped[decodeguard.ReasonDecode] = 1
+		k.DroppedEvents[decodeguard.ReasonValidate] = 2
+		f.st.Sources = append(f.st.Sources, k)
+	}
+	s := NewSet()
+	if err := s.AddKVEvents("kv", 2, f); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddKVEvents("kv2", 0, nil); err == nil {
+		t.Fatal("nil subscriber accepted")
+	}
+	labels := map[string]bool{}
+	var validate float64
+	s.Collect(func(smp Sample) {
+		for i, l := range smp.Family.Labels {
+			if l == LabelSource {
+				labels[smp.Labels[i]] = true
+			}
+		}
+		if strings.Contains(strings.Join(smp.Labels, ","), "validate") {
+			validate += smp.Value
+		}
+	})
+	if len(labels) != 3 || !labels[OtherSource] {
+		t.Fatalf("source labels %v: want 2 of their own and %q", labels, OtherSource)
+	}
+	if validate != 10 {
+		t.Fatalf("event drops by reason validate = %v, want 10 (2 per source, 5 sources)", validate)
 	}
 }

@@ -167,6 +167,11 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		return err
 	}
 	defer ms.Close()
+	kv, err := startDemoKV(logger.With("component", "kv-events"), sockOpts)
+	if err != nil {
+		return err
+	}
+	defer kv.close()
 
 	// running reports whether a component's Run/Serve is still going.
 	var coordRunning, lisRunning atomic.Bool
@@ -244,6 +249,8 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		})
 	})
 
+	helperWG.Go(func() { kv.run(runCtx) })
+
 	// Live status until the duration is over.
 	every := time.Second
 	if e.term {
@@ -288,14 +295,16 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		c.fetchOK.Add(1)
 	}
 	stillRunning := coordRunning.Load() && lisRunning.Load()
+	kvOK := kv.check()
 
 	cst, lst := coord.Stats(), lis.Stats()
 	compCancel()
 	compWG.Wait()
 
 	writeDemoTable(e.stdout, elapsed, targets[0].ep, targets[1].ep, targets[2].ep, targets[3].ep, answers, cst, lst, &c, scanRep)
+	kv.writeLine(e.stdout, kvOK)
 
-	ok := ferr == nil && stillRunning && c.crashes.Load() == 0 && c.deaths.Load() == 0
+	ok := ferr == nil && stillRunning && kvOK && c.crashes.Load() == 0 && c.deaths.Load() == 0
 	for _, a := range answers {
 		ok = ok && a
 	}

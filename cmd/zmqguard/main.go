@@ -16,6 +16,8 @@
 //	scan ADDR...        replay the built-in hostile corpus at your own services
 //	sink                a guarded PULL that counts valid messages, for measuring a machine
 //	version             print the module version and VCS revision (also --version)
+//	kv-events           follow vLLM KV-cache event publishers, one JSON line per event
+//	kv-publish          publish synthetic vLLM KV-event batches (demos and load)
 //
 // ADDR is a ZeroMQ endpoint such as tcp://127.0.0.1:5600. Flags use Go's
 // style (-flag or --flag, -flag=value or -flag value) and may stand before or
@@ -61,6 +63,8 @@ var commands = []struct {
 	{versionSpec, runVersion},
 	{keygenSpec, runKeygen},
 	{outputsSpec, runOutputs},
+	{kvEventsSpec, runKVEvents},
+	{kvPublishSpec, runKVPublish},
 }
 
 // run is the whole program: it parses the global flags and the command name

@@ -231,11 +231,6 @@ func (w *outputsWriter) output(engine int64, o *enginecore.Output) error {
 	return w.flush()
 }
 
-func appendJSONString(b, s []byte) []byte {
-	q, _ := json.Marshal(string(s)) // invalid UTF-8 never gets here: decodeguard.Scan refuses it
-	return append(b, q...)
-}
-
 func appendJSONFloat(b []byte, f float64, bits int) []byte {
 	if math.IsNaN(f) || math.IsInf(f, 0) {
 		return append(b, "null"...)

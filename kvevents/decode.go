@@ -1,0 +1,616 @@
+package kvevents
+
+import (
+	"encoding/binary"
+	"fmt"
+
+	"github.com/tinylib/msgp/msgp"
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// Decode limits.
+const (
+	// DefaultMaxPayload is the default cap on one batch payload, checked
+	// before anything is decoded: a vLLM engine step storing a few long
+	// prompts stays well below it.
+	DefaultMaxPayload = 8 << 20
+	// DefaultMaxEvents is the default cap on the events of one batch.
+	DefaultMaxEvents = 1 << 16
+)
+
+// Limits bounds what DecodeBatch accepts. Zero fields take the defaults.
+type Limits struct {
+	// MaxPayload is the longest payload accepted (DefaultMaxPayload).
+	MaxPayload int
+	// MaxEvents is the most events one batch may hold (DefaultMaxEvents).
+	MaxEvents int
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxPayload <= 0 {
+		l.MaxPayload = DefaultMaxPayload
+	}
+	if l.MaxEvents <= 0 {
+		l.MaxEvents = DefaultMaxEvents
+	}
+	return l
+}
+
+// EventDrop describes one event DecodeBatch left out of a batch.
+type EventDrop struct {
+	// Index is the event's position in the batch.
+	Index int
+	// Err is the classified error (ReasonDecode or ReasonValidate).
+	Err error
+}
+
+// DecodeBatch decodes one KVEventBatch payload into b, reusing b's slices.
+// It accepts both event forms (tagged maps since vLLM PR #42892, v0.26.0, and
+// the tagged arrays of v0.9–v0.25) and both hash forms, in any mix.
+//
+// An error is returned, classified for decodeguard, when the payload as a
+// whole is unusable: over MaxPayload (ReasonOversize), not well-formed
+// msgpack, not a batch array or map, a ts that is not a number, events that
+// are not an array, a data_parallel_rank that is neither an integer nor nil
+// (ReasonDecode), or more events than MaxEvents (ReasonOversize). A bad event
+// costs only that event: it is left out of b.Events, b.DroppedEvents counts
+// it, and onDrop (if non-nil) is called with its index and classified error.
+//
+// b.Events' slices and ExtraKeys alias p; strings are copied (the usual
+// media names are interned, so they cost nothing).
+func DecodeBatch(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
+	lim = lim.withDefaults()
+	b.TS, b.DataParallelRank, b.DroppedEvents = 0, OptInt{}, 0
+	if cap(b.Events) > retainElems {
+		b.Events, b.Index = nil, nil
+	}
+	b.Events, b.Index = b.Events[:0], b.Index[:0]
+	if len(p) > lim.MaxPayload {
+		return decodeguard.NewError(decodeguard.ReasonOversize,
+			fmt.Sprintf("kvevents: payload of %d bytes over the %d-byte limit", len(p), lim.MaxPayload))
+	}
+	scanLim := decodeguard.Limits{MaxBytes: lim.MaxPayload, MaxElements: lim.MaxPayload}
+	if _, err := decodeguard.ScanOffset(p, &scanLim); err != nil {
+		return err
+	}
+	switch msgp.NextType(p) {
+	case msgp.ArrayType:
+		return batchArray(p, lim, b, onDrop)
+	case msgp.MapType:
+		events, err := batchMap(p, b)
+		if err != nil {
+			return err
+		}
+		_, err = decodeEvents(events, lim, b, onDrop)
+		return err
+	}
+	return decodeErr("kvevents: batch is a %s, not an array", msgp.NextType(p))
+}
+
+// decodeEvents reads the events array at the start of p into b and returns
+// what follows it.
+func decodeEvents(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) ([]byte, error) {
+	n, rest, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil {
+		return nil, decodeErr("kvevents: events is a %s, not an array", msgp.NextType(p))
+	}
+	if int(n) > lim.MaxEvents {
+		return nil, decodeguard.NewError(decodeguard.ReasonOversize,
+			fmt.Sprintf("kvevents: batch of %d events over the %d-event limit", n, lim.MaxEvents))
+	}
+	for i := 0; i < int(n); i++ {
+		if len(b.Events) < cap(b.Events) {
+			b.Events = b.Events[:len(b.Events)+1]
+		} else {
+			b.Events = append(b.Events, Event{})
+		}
+		ev := &b.Events[len(b.Events)-1]
+		ev.reset()
+		after, err := decodeEvent(rest, ev)
+		if err == nil {
+			b.Index = append(b.Index, i)
+			rest = after
+			continue
+		}
+		b.Events = b.Events[:len(b.Events)-1]
+		b.DroppedEvents++
+		if onDrop != nil {
+			onDrop(EventDrop{Index: i, Err: err})
+		}
+		if decodeguard.ReasonOf(err) != decodeguard.ReasonValidate {
+			// A decode error may stop anywhere inside the event: find its
+			// end from its start (the pre-scan proved it well-formed).
+			if after, err = msgp.Skip(rest); err != nil {
+				return nil, decodeErr("kvevents: event %d: %v", i, err)
+			}
+		}
+		rest = after
+	}
+	return rest, nil
+}
+
+func decodeErr(format string, args ...any) error {
+	return decodeguard.NewError(decodeguard.ReasonDecode, fmt.Sprintf(format, args...))
+}
+
+func validateErr(format string, args ...any) error {
+	return decodeguard.NewError(decodeguard.ReasonValidate, fmt.Sprintf(format, args...))
+}
+
+// batchArray decodes the array form [ts, events, data_parallel_rank?].
+func batchArray(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
+	n, rest, err := msgp.ReadArrayHeaderBytes(p)
+	if err != nil || n < 2 {
+		return decodeErr("kvevents: batch array of %d elements, want 2 or 3", n)
+	}
+	if b.TS, rest, err = readNumber(rest); err != nil {
+		return decodeErr("kvevents: batch ts: %v", err)
+	}
+	if rest, err = decodeEvents(rest, lim, b, onDrop); err != nil {
+		return err
+	}
+	if n >= 3 {
+		if b.DataParallelRank, _, err = readOptInt(rest); err != nil {
+			return decodeErr("kvevents: data_parallel_rank: %v", err)
+		}
+	}
+	return nil
+}
+
+// batchMap reads the map form {"ts", "events", "data_parallel_rank"} that a
+// msgspec EventBatch without array_like would produce.
+func batchMap(p []byte, b *Batch) ([]byte, error) {
+	n, rest, err := msgp.ReadMapHeaderBytes(p)
+	if err != nil {
+		return nil, decodeErr("kvevents: batch map: %v", err)
+	}
+	var events []byte
+	haveTS := false
+	for i := uint32(0); i < n; i++ {
+		var key []byte
+		if key, rest, err = msgp.ReadMapKeyZC(rest); err != nil {
+			return nil, decodeErr("kvevents: batch map key: %v", err)
+		}
+		switch string(key) {
+		case "ts":
+			b.TS, rest, err = readNumber(rest)
+			haveTS = true
+		case "events":
+			events = rest
+			rest, err = msgp.Skip(rest)
+		case "data_parallel_rank":
+			b.DataParallelRank, rest, err = readOptInt(rest)
+		default:
+			rest, err = msgp.Skip(rest)
+		}
+		if err != nil {
+			return nil, decodeErr("kvevents: batch field %s: %v", decodeguard.EscapeText(string(key), 64), err)
+		}
+	}
+	if !haveTS || events == nil {
+		return nil, decodeErr("kvevents: batch map without ts or events")
+	}
+	return events, nil
+}
+
+func readNumber(b []byte) (float64, []byte, error) {
+	switch msgp.NextType(b) {
+	case msgp.Float64Type, msgp.Float32Type:
+		return msgp.ReadFloat64Bytes(b)
+	case msgp.IntType:
+		v, o, err := msgp.ReadInt64Bytes(b)
+		return float64(v), o, err
+	case msgp.UintType:
+		v, o, err := msgp.ReadUint64Bytes(b)
+		return float64(v), o, err
+	}
+	return 0, b, fmt.Errorf("a %s, not a number", msgp.NextType(b))
+}
+
+// fastUint reads the unsigned and positive encodings msgpack writers use
+// for non-negative integers; ok is false for anything else (left to the
+// general path).
+func fastUint(b []byte) (v uint64, n int, ok bool) {
+	if len(b) == 0 {
+		return 0, 0, false
+	}
+	switch c := b[0]; {
+	case c <= 0x7f:
+		return uint64(c), 1, true
+	case c == 0xcc && len(b) >= 2:
+		return uint64(b[1]), 2, true
+	case c == 0xcd && len(b) >= 3:
+		return uint64(binary.BigEndian.Uint16(b[1:])), 3, true
+	case c == 0xce && len(b) >= 5:
+		return uint64(binary.BigEndian.Uint32(b[1:])), 5, true
+	case c == 0xcf && len(b) >= 9:
+		return binary.BigEndian.Uint64(b[1:]), 9, true
+	}
+	return 0, 0, false
+}
+
+func readInt(b []byte) (int64, []byte, error) {
+	if v, n, ok := fastUint(b); ok && v <= 1<<63-1 {
+		return int64(v), b[n:], nil
+	}
+	switch msgp.NextType(b) {
+	case msgp.IntType:
+		return msgp.ReadInt64Bytes(b)
+	case msgp.UintType:
+		v, o, err := msgp.ReadUint64Bytes(b)
+		if err == nil && v > 1<<63-1 {
+			return 0, b, fmt.Errorf("integer %d out of range", v)
+		}
+		return int64(v), o, err
+	}
+	return 0, b, fmt.Errorf("a %s, not an integer", msgp.NextType(b))
+}
+
+func readOptInt(b []byte) (OptInt, []byte, error) {
+	if msgp.IsNil(b) {
+		return OptInt{}, b[1:], nil
+	}
+	v, o, err := readInt(b)
+	return OptInt{V: v, Valid: err == nil}, o, err
+}
+
+func readOptString(b []byte) (OptString, []byte, error) {
+	if msgp.IsNil(b) {
+		return OptString{}, b[1:], nil
+	}
+	s, o, err := msgp.ReadStringZC(b)
+	if err != nil {
+		return OptString{}, b, err
+	}
+	return OptString{V: intern(s), Valid: true}, o, nil
+}
+
+// intern returns s as a string without allocating for the values vLLM uses
+// for medium, kv_cache_spec_kind and similar fields.
+func intern(s []byte) string {
+	switch string(s) {
+	case "GPU":
+		return "GPU"
+	case "CPU":
+		return "CPU"
+	case "CPU_PINNED":
+		return "CPU_PINNED"
+	case "DISK":
+		return "DISK"
+	case "EXTERNAL":
+		return "EXTERNAL"
+	case "full_attention":
+		return "full_attention"
+	case "sliding_window":
+		return "sliding_window"
+	case "":
+		return ""
+	}
+	return string(s)
+}
+
+func readHash(b []byte) (Hash, []byte, error) {
+	var h Hash
+	if len(b) == 0 {
+		return h, b, msgp.ErrShortBytes
+	}
+	if v, n, ok := fastUint(b); ok {
+		h.u = v
+		return h, b[n:], nil
+	}
+	switch msgp.NextType(b) {
+	case msgp.UintType:
+		v, o, err := msgp.ReadUint64Bytes(b)
+		h.u = v
+		return h, o, err
+	case msgp.IntType:
+		// Signed integers are taken as their two's-complement bits, for
+		// publishers that send hashes as int64.
+		v, o, err := msgp.ReadInt64Bytes(b)
+		h.u = uint64(v)
+		return h, o, err
+	case msgp.BinType:
+		v, o, err := msgp.ReadBytesZC(b)
+		if err != nil {
+			return h, b, err
+		}
+		if len(v) == 0 || len(v) > MaxHashBytes {
+			return h, b, fmt.Errorf("bin hash of %d bytes (want 1 to %d)", len(v), MaxHashBytes)
+		}
+		h.n = uint8(len(v))
+		copy(h.b[:], v)
+		h.u = foldBytes(v)
+		return h, o, nil
+	}
+	return h, b, fmt.Errorf("a %s, not an int or bin hash", msgp.NextType(b))
+}
+
+func readHashes(b []byte, dst []Hash) ([]Hash, []byte, error) {
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return dst, b, err
+	}
+	// n is bounded by the bytes present (the pre-scan checked it).
+	for i := uint32(0); i < n; i++ {
+		var h Hash
+		if h, rest, err = readHash(rest); err != nil {
+			return dst, b, fmt.Errorf("block hash %d: %w", i, err)
+		}
+		dst = append(dst, h)
+	}
+	return dst, rest, nil
+}
+
+func readTokens(b []byte, dst []int64) ([]int64, []byte, error) {
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return dst, b, err
+	}
+	if cap(dst)-len(dst) < int(n) {
+		nd := make([]int64, len(dst), len(dst)+int(n))
+		copy(nd, dst)
+		dst = nd
+	}
+	for i := uint32(0); i < n; i++ {
+		var v int64
+		if u, k, ok := fastUint(rest); ok && u <= 1<<63-1 {
+			v, rest = int64(u), rest[k:]
+		} else if v, rest, err = readInt(rest); err != nil {
+			return dst, b, fmt.Errorf("token %d: %w", i, err)
+		}
+		dst = append(dst, v)
+	}
+	return dst, rest, nil
+}
+
+func readExtraKeys(b []byte, ev *Event) ([]byte, error) {
+	if msgp.IsNil(b) {
+		ev.HasExtraKeys = false
+		return b[1:], nil
+	}
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return b, err
+	}
+	ev.HasExtraKeys = true
+	for i := uint32(0); i < n; i++ {
+		t := msgp.NextType(rest)
+		if t != msgp.ArrayType && t != msgp.NilType {
+			return b, fmt.Errorf("extra_keys entry %d is a %s, not a tuple or nil", i, t)
+		}
+		after, err := msgp.Skip(rest)
+		if err != nil {
+			return b, err
+		}
+		ev.ExtraKeys = append(ev.ExtraKeys, rest[:len(rest)-len(after):len(rest)-len(after)])
+		rest = after
+	}
+	return rest, nil
+}
+
+func parseTag(tag []byte) (EventType, error) {
+	switch string(tag) {
+	case "BlockStored":
+		return BlockStored, nil
+	case "BlockRemoved":
+		return BlockRemoved, nil
+	case "AllBlocksCleared":
+		return AllBlocksCleared, nil
+	}
+	return 0, decodeErr("kvevents: unknown event tag %s", decodeguard.EscapeText(string(tag), 64))
+}
+
+// field names, in vLLM's declaration order.
+const (
+	fBlockHashes = iota
+	fParent
+	fTokenIDs
+	fBlockSize
+	fLoraID
+	fMedium
+	fLoraName
+	fExtraKeys
+	fGroupIdx
+	fSpecKind
+	fSpecWindow
+	fLocality
+	fOwnership
+	fUnknown
+)
+
+func fieldOf(key []byte) int {
+	switch string(key) {
+	case "block_hashes":
+		return fBlockHashes
+	case "parent_block_hash":
+		return fParent
+	case "token_ids":
+		return fTokenIDs
+	case "block_size":
+		return fBlockSize
+	case "lora_id":
+		return fLoraID
+	case "medium":
+		return fMedium
+	case "lora_name":
+		return fLoraName
+	case "extra_keys":
+		return fExtraKeys
+	case "group_idx":
+		return fGroupIdx
+	case "kv_cache_spec_kind":
+		return fSpecKind
+	case "kv_cache_spec_sliding_window":
+		return fSpecWindow
+	case "locality":
+		return fLocality
+	case "ownership":
+		return fOwnership
+	}
+	return fUnknown
+}
+
+// Legacy array positions after the tag (vLLM v0.9–v0.25, array_like=True:
+// fields in declaration order, trailing defaults omitted).
+var (
+	storedFields  = []int{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoraID, fMedium, fLoraName, fExtraKeys, fGroupIdx, fSpecKind, fSpecWindow, fLocality, fOwnership}
+	removedFields = []int{fBlockHashes, fMedium, fGroupIdx, fLocality, fOwnership}
+)
+
+func fieldName(f int) string {
+	return [...]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
+		"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
+		"locality", "ownership", "unknown"}[f]
+}
+
+func readField(f int, b []byte, ev *Event) ([]byte, error) {
+	var err error
+	switch f {
+	case fBlockHashes:
+		ev.BlockHashes, b, err = readHashes(b, ev.BlockHashes[:0])
+	case fParent:
+		if msgp.IsNil(b) {
+			ev.ParentBlockHash = OptHash{}
+			return b[1:], nil
+		}
+		ev.ParentBlockHash.V, b, err = readHash(b)
+		ev.ParentBlockHash.Valid = err == nil
+	case fTokenIDs:
+		ev.TokenIDs, b, err = readTokens(b, ev.TokenIDs[:0])
+	case fBlockSize:
+		ev.BlockSize, b, err = readInt(b)
+	case fLoraID:
+		ev.LoraID, b, err = readOptInt(b)
+	case fMedium:
+		ev.Medium, b, err = readOptString(b)
+	case fLoraName:
+		ev.LoraName, b, err = readOptString(b)
+	case fExtraKeys:
+		ev.ExtraKeys = ev.ExtraKeys[:0]
+		b, err = readExtraKeys(b, ev)
+	case fGroupIdx:
+		ev.GroupIdx, b, err = readOptInt(b)
+	case fSpecKind:
+		ev.KVCacheSpecKind, b, err = readOptString(b)
+	case fSpecWindow:
+		ev.KVCacheSpecSlidingWindow, b, err = readOptInt(b)
+	case fLocality:
+		ev.Locality, b, err = readOptString(b)
+	case fOwnership:
+		ev.Ownership, b, err = readOptString(b)
+	default:
+		b, err = msgp.Skip(b)
+	}
+	return b, err
+}
+
+// decodeEvent decodes the event at the start of raw into ev, validates it,
+// and returns the bytes after it (also after a validation error).
+func decodeEvent(raw []byte, ev *Event) ([]byte, error) {
+	var (
+		seen uint16
+		rest []byte
+	)
+	switch msgp.NextType(raw) {
+	case msgp.MapType:
+		n, r, err := msgp.ReadMapHeaderBytes(raw)
+		rest = r
+		if err != nil {
+			return nil, decodeErr("kvevents: event map: %v", err)
+		}
+		// The tag may stand anywhere in the map: read the fields first,
+		// then check them against the type.
+		for i := uint32(0); i < n; i++ {
+			var key []byte
+			if key, rest, err = msgp.ReadMapKeyZC(rest); err != nil {
+				return nil, decodeErr("kvevents: event map key: %v", err)
+			}
+			if string(key) == "type" {
+				var tag []byte
+				if tag, rest, err = msgp.ReadStringZC(rest); err != nil {
+					return nil, decodeErr("kvevents: event type is a %s, not a str", msgp.NextType(rest))
+				}
+				if ev.Type, err = parseTag(tag); err != nil {
+					return nil, err
+				}
+				continue
+			}
+			f := fieldOf(key)
+			if rest, err = readField(f, rest, ev); err != nil {
+				return nil, decodeErr("kvevents: field %s: %v", fieldName(f), err)
+			}
+			if f != fUnknown {
+				seen |= 1 << f
+			}
+		}
+		if ev.Type == 0 {
+			return nil, decodeErr("kvevents: event map without a type")
+		}
+	case msgp.ArrayType:
+		n, r, err := msgp.ReadArrayHeaderBytes(raw)
+		rest = r
+		if err != nil || n == 0 {
+			return nil, decodeErr("kvevents: empty event array")
+		}
+		var tag []byte
+		if tag, rest, err = msgp.ReadStringZC(rest); err != nil {
+			return nil, decodeErr("kvevents: event tag is a %s, not a str", msgp.NextType(rest))
+		}
+		if ev.Type, err = parseTag(tag); err != nil {
+			return nil, err
+		}
+		var fields []int
+		switch ev.Type {
+		case BlockStored:
+			fields = storedFields
+		case BlockRemoved:
+			fields = removedFields
+		}
+		for i := 1; i < int(n); i++ {
+			f := fUnknown
+			if i-1 < len(fields) {
+				f = fields[i-1]
+			}
+			if rest, err = readField(f, rest, ev); err != nil {
+				return nil, decodeErr("kvevents: field %s: %v", fieldName(f), err)
+			}
+			if f != fUnknown {
+				seen |= 1 << f
+			}
+		}
+	default:
+		return nil, decodeErr("kvevents: event is a %s, not a map or array", msgp.NextType(raw))
+	}
+	return rest, validate(ev, seen)
+}
+
+// validate applies the rules vLLM's own publisher guarantees (see the
+// package documentation for their sources).
+func validate(ev *Event, seen uint16) error {
+	switch ev.Type {
+	case BlockStored:
+		const required = 1<<fBlockHashes | 1<<fTokenIDs | 1<<fBlockSize
+		if seen&required != required {
+			return decodeErr("kvevents: BlockStored without block_hashes, token_ids or block_size")
+		}
+		if ev.BlockSize <= 0 {
+			return validateErr("kvevents: BlockStored block_size %d (must be positive)", ev.BlockSize)
+		}
+		if nt := len(ev.TokenIDs); nt != 0 {
+			nh := int64(len(ev.BlockHashes))
+			if ev.BlockSize > int64(nt) || nh*ev.BlockSize != int64(nt) {
+				return validateErr("kvevents: BlockStored has %d token_ids for %d block_hashes of block_size %d (want 0 or block_hashes × block_size)",
+					nt, nh, ev.BlockSize)
+			}
+		}
+		if ev.HasExtraKeys && len(ev.ExtraKeys) != len(ev.BlockHashes) {
+			return validateErr("kvevents: BlockStored has %d extra_keys for %d block_hashes",
+				len(ev.ExtraKeys), len(ev.BlockHashes))
+		}
+	case BlockRemoved:
+		if seen&(1<<fBlockHashes) == 0 {
+			return decodeErr("kvevents: BlockRemoved without block_hashes")
+		}
+	}
+	return nil
+}

@@ -1,0 +1,95 @@
+// Package kvevents speaks vLLM's KV-cache event stream: a [Subscriber] that
+// follows a whole fleet of engines and never loses its place, and a
+// [Publisher] that sends the bytes vLLM's ZmqEventPublisher sends, without
+// ever blocking its caller.
+//
+// The protocol is described in the project's docs/kv-events.md; in short,
+// each engine (each data-parallel rank) publishes [topic, seq, payload] on a
+// PUB socket, seq an 8-byte big-endian counter from 0, payload a msgpack
+// KVEventBatch [ts, events, data_parallel_rank], and keeps its last batches
+// for replay on a ROUTER that answers ["", start_seq] with one reply per
+// batch and an end marker.
+//
+// # Subscriber
+//
+// One Subscriber follows any number of [Source]s, added and removed while it
+// runs. Each source has a SUB socket of package socket (so a hostile
+// publisher meets the same guards as a hostile client), a receive loop of
+// package loop, and per-source sequence tracking. For each source, the
+// [Handler] sees every batch the publisher still holds, in order and exactly
+// once:
+//
+//   - a gap (a live seq above the next one expected) starts a replay over a
+//     DEALER to the source's replay endpoint, in its own goroutine, under a
+//     cap on concurrent replays (Config.MaxReplays), with an idle deadline
+//     (Config.ReplayTimeout, default 10 s), a total deadline and back-off
+//     after failures; live batches arriving meanwhile are buffered (bounded)
+//     and delivered after the replayed ones;
+//   - what the replay cannot supply (the publisher no longer holds it, the
+//     replay failed, the source has no replay endpoint) is reported as an
+//     [UpdateLost] range [From, To);
+//   - a seq not above the last live one means the publisher restarted: the
+//     Handler gets an [UpdateReset] (clear that source's index), then
+//     delivery resumes from the new run's first batch (replaying from 0 if
+//     it was missed);
+//   - a source joining mid-stream starts at the first batch seen, or replays
+//     from 0 with Config.FromStart.
+//
+// # What the decoder accepts
+//
+// Both event forms, in any mix: tagged maps {"type": name, field: value...}
+// (vLLM PR #42892, v0.26.0; keys in any order, unknown keys ignored, missing
+// optional keys default) and the tagged arrays [name, fields...] of v0.9 to
+// v0.25 (trailing defaults may be missing). Both replay framings: ["", topic,
+// seq, payload] (vLLM PR #45177, v0.26.0) and ["", seq, payload] before (and
+// SGLang). Both hash forms: unsigned integers (the default) and raw digests
+// as msgpack bin (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0), with
+// [Hash.Uint64] folding a digest exactly as vLLM would have
+// (maybe_convert_block_hash: the low 64 bits, big-endian). The batch itself
+// is accepted as an array (what vLLM sends) or a map.
+//
+// # What is dropped, and why
+//
+// Every refusal is a reason of decodeguard's closed set, counted per source
+// in [SourceStats] (Dropped for messages and batches, DroppedEvents for
+// events) and logged at most once per second per kind, peer bytes only as
+// hex. A bad event costs that event only; the rest of its batch is
+// delivered, and [Batch.Index] keeps each event's position.
+//
+//   - live message not of 3 frames, sequence frame not 8 bytes: envelope;
+//   - payload over Limits.MaxPayload (checked before decoding): oversize;
+//     more events than Limits.MaxEvents: oversize;
+//   - payload not well-formed msgpack (decodeguard's pre-scan: lengths
+//     checked against the bytes present before anything is read), not a
+//     batch, ts not a number, events not an array: decode;
+//   - event: unknown tag, not a map or array, wrong field types, a bin hash
+//     of more than [MaxHashBytes] bytes, BlockStored or BlockRemoved without
+//     block_hashes: decode;
+//   - BlockStored with block_size ≤ 0: validate. vLLM always publishes its
+//     cache config's block size (a positive integer); Go consumers looped
+//     forever on 0 and panicked on negative values;
+//   - BlockStored whose token_ids are neither empty nor exactly
+//     len(block_hashes) × block_size: validate. vLLM's block pool publishes
+//     the tokens of full blocks only (vllm/v1/core/block_pool.py), and its
+//     offloading connector publishes stores to other media with no tokens
+//     (token_ids=[], vllm/distributed/kv_transfer/kv_connector/v1/offloading/
+//     scheduler.py), so both shapes are valid and nothing else is;
+//   - BlockStored whose extra_keys is present but not one entry per block
+//     hash: validate (the field's contract in vllm/distributed/kv_events.py,
+//     since vLLM PR #33304);
+//   - replay reply of another shape, a topic frame outside the
+//     subscription: envelope or validate.
+//
+// # Publisher
+//
+// [Publisher] binds (or, by vLLM's rule, dials) its live socket and binds a
+// replay ROUTER, keeps the last PublisherConfig.BufferSteps batches, and
+// offsets both ports by the DP rank ([OffsetPort]). PublisherConfig.Release
+// chooses the bytes: tagged maps and topic-framed replies for vLLM ≥ 0.26
+// (vllm.Rules KVEventsMapForm, KVReplayTopicFrame), arrays and bare replies
+// before. Unlike vLLM's publisher (whose queue put blocks the engine when
+// full, vLLM issue #53859), Publish never blocks: a full queue drops the
+// batch and counts it. A slow live subscriber misses messages (counted); a
+// stalled replay client holds up neither live publishing nor other replay
+// clients.
+package kvevents

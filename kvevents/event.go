@@ -1,0 +1,200 @@
+package kvevents
+
+import (
+	"encoding/binary"
+	"encoding/hex"
+	"strconv"
+)
+
+// MaxHashBytes is the longest bin-form block hash accepted: vLLM's block
+// hashes are 32-byte digests (sha256, sha256_cbor) or shorter (xxhash).
+const MaxHashBytes = 32
+
+// Hash is one block hash in either of vLLM's two forms: an unsigned 64-bit
+// integer (the default, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1) or the raw
+// digest as msgpack bin (that variable set to 0). The zero Hash is the
+// integer 0.
+type Hash struct {
+	u uint64
+	n uint8 // bin length; 0 means the integer form
+	b [MaxHashBytes]byte
+}
+
+// IntHash returns the integer form of a hash.
+func IntHash(v uint64) Hash { return Hash{u: v} }
+
+// BytesHash returns the bin form of a hash; it reports false when b is empty
+// or longer than MaxHashBytes.
+func BytesHash(b []byte) (Hash, bool) {
+	var h Hash
+	if len(b) == 0 || len(b) > MaxHashBytes {
+		return h, false
+	}
+	h.n = uint8(len(b))
+	copy(h.b[:], b)
+	h.u = foldBytes(b)
+	return h, true
+}
+
+// IsBytes reports whether the hash arrived (or is sent) in the bin form.
+func (h Hash) IsBytes() bool { return h.n != 0 }
+
+// Bytes returns the bin form's digest (a copy), or nil for the integer form.
+func (h Hash) Bytes() []byte {
+	if h.n == 0 {
+		return nil
+	}
+	return append([]byte(nil), h.b[:h.n]...)
+}
+
+// Uint64 returns the hash as vLLM's integer form: the value itself for an
+// integer hash, and for a bin hash the fold vLLM applies when
+// VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES is set — the digest read as a
+// big-endian integer, masked to its low 64 bits (maybe_convert_block_hash in
+// vllm/v1/core/kv_cache_utils.py), i.e. its last 8 bytes big-endian. A
+// consumer keying its index on Uint64 therefore sees the same key for a block
+// whichever form the engine publishes.
+func (h Hash) Uint64() uint64 { return h.u }
+
+// String renders an integer hash in decimal and a bin hash as lower-case hex.
+func (h Hash) String() string {
+	if h.n == 0 {
+		return strconv.FormatUint(h.u, 10)
+	}
+	return hex.EncodeToString(h.b[:h.n])
+}
+
+func foldBytes(b []byte) uint64 {
+	if len(b) >= 8 {
+		return binary.BigEndian.Uint64(b[len(b)-8:])
+	}
+	var v uint64
+	for _, c := range b {
+		v = v<<8 | uint64(c)
+	}
+	return v
+}
+
+// EventType names a KV-cache event by vLLM's class name.
+type EventType uint8
+
+// The event types vLLM publishes (vllm/distributed/kv_events.py).
+const (
+	// BlockStored: blocks entered the cache (or were offloaded to a medium).
+	BlockStored EventType = iota + 1
+	// BlockRemoved: blocks left the cache of a medium.
+	BlockRemoved
+	// AllBlocksCleared: the engine dropped its whole prefix cache.
+	AllBlocksCleared
+)
+
+// String returns vLLM's class name ("BlockStored", ...), or "unknown".
+func (t EventType) String() string {
+	switch t {
+	case BlockStored:
+		return "BlockStored"
+	case BlockRemoved:
+		return "BlockRemoved"
+	case AllBlocksCleared:
+		return "AllBlocksCleared"
+	}
+	return "unknown"
+}
+
+// OptInt is an integer field vLLM may send as nil (or omit).
+type OptInt struct {
+	V     int64
+	Valid bool
+}
+
+// Int returns a set OptInt.
+func Int(v int64) OptInt { return OptInt{V: v, Valid: true} }
+
+// OptString is a string field vLLM may send as nil (or omit).
+type OptString struct {
+	V     string
+	Valid bool
+}
+
+// String returns a set OptString.
+func String(v string) OptString { return OptString{V: v, Valid: true} }
+
+// OptHash is a hash field vLLM may send as nil (parent_block_hash).
+type OptHash struct {
+	V     Hash
+	Valid bool
+}
+
+// Event is one KV-cache event, with every field vLLM defines under its Go
+// name. Which fields mean something depends on Type: BlockStored uses all of
+// them, BlockRemoved BlockHashes, Medium, GroupIdx, Locality and Ownership,
+// AllBlocksCleared none. Fields absent from the wire (older releases, or
+// optional fields left at their default) are the zero value (Valid false).
+//
+// ExtraKeys holds, when HasExtraKeys, one raw msgpack object per block (a
+// tuple, or nil): their contents are engine-specific (multi-modal hashes,
+// LoRA name, cache salt) and left to the consumer. In a delivered Batch the
+// ExtraKeys slices alias the received frame.
+type Event struct {
+	Type            EventType
+	BlockHashes     []Hash
+	ParentBlockHash OptHash
+	TokenIDs        []int64
+	BlockSize       int64
+	LoraID          OptInt
+	Medium          OptString
+	LoraName        OptString
+	HasExtraKeys    bool
+	ExtraKeys       [][]byte
+
+	GroupIdx                 OptInt
+	KVCacheSpecKind          OptString
+	KVCacheSpecSlidingWindow OptInt
+	Locality                 OptString
+	Ownership                OptString
+}
+
+// retainElems caps the slice capacity a reused Event keeps between
+// batches, so one huge batch does not pin its memory in every source.
+const retainElems = 1 << 12
+
+// reset clears e, keeping slice capacity up to retainElems.
+func (e *Event) reset() {
+	hashes, tokens, extra := e.BlockHashes[:0], e.TokenIDs[:0], e.ExtraKeys[:0]
+	if cap(hashes) > retainElems {
+		hashes = nil
+	}
+	if cap(tokens) > 4*retainElems {
+		tokens = nil
+	}
+	if cap(extra) > retainElems {
+		extra = nil
+	}
+	*e = Event{BlockHashes: hashes, TokenIDs: tokens, ExtraKeys: extra}
+}
+
+// Batch is one KVEventBatch from one source: the events an engine published
+// together under one sequence number.
+//
+// A Batch given to a Handler, and everything in it, is valid only until the
+// Handler returns: the Subscriber reuses it. Copy what must outlive the call.
+type Batch struct {
+	// Source is the name of the source it came from.
+	Source string
+	// Seq is the publisher's sequence number.
+	Seq uint64
+	// TS is the engine's timestamp (seconds since the epoch).
+	TS float64
+	// DataParallelRank is the publishing engine's DP rank, when sent.
+	DataParallelRank OptInt
+	// Events are the batch's valid events, in publication order. An event
+	// that failed validation is left out (and counted); Index gives each
+	// remaining event's position in the batch as published.
+	Events []Event
+	// Index[i] is the position of Events[i] in the published batch.
+	Index []int
+	// Replayed reports that the batch came from the replay endpoint.
+	Replayed bool
+	// DroppedEvents is how many events of this batch failed validation.
+	DroppedEvents int
+}

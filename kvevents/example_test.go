@@ -1,0 +1,65 @@
+package kvevents_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"time"
+
+	"github.com/zmqguard/zmqguard/kvevents"
+)
+
+// A Go publisher with vLLM's bytes and a Subscriber that joins late: the
+// batches it missed come back through the replay endpoint, in order, before
+// the live ones.
+func Example() {
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{
+		Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv@pod@model", Logger: quiet})
+	if err != nil {
+		panic(err)
+	}
+	defer pub.Close()
+	for i := range 3 {
+		pub.Publish(kvevents.Event{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2},
+			BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(100 + i))}, Medium: kvevents.String("GPU")})
+	}
+
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	got := make(chan string, 16)
+	sub, err := kvevents.NewSubscriber(kvevents.Config{
+		Topic: "kv@", FromStart: true, Logger: quiet,
+		Handler: func(_ context.Context, u kvevents.Update) error {
+			if u.Kind == kvevents.UpdateBatch && u.Seq < 3 {
+				e := u.Batch.Events[0]
+				got <- fmt.Sprintf("seq %d replayed=%v %s %s", u.Seq, u.Batch.Replayed, e.Type, e.BlockHashes[0])
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		panic(err)
+	}
+	sub.Add(kvevents.Source{Name: "engine-0", Live: pub.Endpoint(), Replay: pub.ReplayEndpoint()})
+	go sub.Run(ctx)
+	// Live traffic reveals the gap [0, n) to the late joiner.
+	tick := time.NewTicker(10 * time.Millisecond)
+	defer tick.Stop()
+	for n := 0; n < 3; {
+		select {
+		case line := <-got:
+			fmt.Println(line)
+			n++
+		case <-tick.C:
+			pub.Publish(kvevents.Event{Type: kvevents.AllBlocksCleared})
+		}
+	}
+	cancel()
+	sub.Close()
+	// Output:
+	// seq 0 replayed=true BlockStored 100
+	// seq 1 replayed=true BlockStored 101
+	// seq 2 replayed=true BlockStored 102
+}

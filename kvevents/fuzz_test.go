@@ -1,0 +1,125 @@
+package kvevents
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// splitFrames turns fuzz input into frames: each frame is a length byte and
+// that many bytes; the last frame takes whatever is left.
+func splitFrames(b []byte) [][]byte {
+	var out [][]byte
+	for len(b) > 0 && len(out) < 8 {
+		n := int(b[0])
+		b = b[1:]
+		if n > len(b) {
+			n = len(b)
+		}
+		out = append(out, b[:n])
+		b = b[n:]
+	}
+	return out
+}
+
+func joinFrames(frames ...[]byte) []byte {
+	var b []byte
+	for _, f := range frames {
+		b = append(b, byte(len(f)))
+		b = append(b, f...)
+	}
+	return b
+}
+
+func FuzzDecodeBatch(f *testing.F) {
+	f.Add(batchOf(f, vecStoredMap, vecRemovedMap, vecClearedMap))
+	f.Add(batchOf(f, vecRemovedArr, vecClearedArr))
+	f.Add(unhex(f, vecBatch))
+	f.Add(payloadOf(3))
+	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
+	f.Fuzz(func(t *testing.T, p []byte) {
+		var a Batch
+		err := DecodeBatch(p, Limits{MaxPayload: 1 << 16, MaxEvents: 256}, &a, func(d EventDrop) {
+			if !decodeguard.IsBadInput(d.Err) {
+				t.Fatalf("unclassified event drop: %v", d.Err)
+			}
+		})
+		if err != nil {
+			if !decodeguard.IsBadInput(err) {
+				t.Fatalf("unclassified error: %v", err)
+			}
+			return
+		}
+		if len(a.Events) != len(a.Index) || len(a.Events)+a.DroppedEvents > 256 {
+			t.Fatalf("events %d index %d dropped %d", len(a.Events), len(a.Index), a.DroppedEvents)
+		}
+		// Re-encoding what was decoded reaches a fixpoint in both forms.
+		for _, mapForm := range []bool{true, false} {
+			q := AppendBatch(nil, a.TS, a.Events, a.DataParallelRank, mapForm)
+			var b Batch
+			if err := DecodeBatch(q, Limits{MaxPayload: 1 << 24}, &b, nil); err != nil {
+				t.Fatalf("re-decode: %v", err)
+			}
+			if r := AppendBatch(nil, b.TS, b.Events, b.DataParallelRank, mapForm); !bytes.Equal(q, r) {
+				t.Fatalf("no fixpoint (mapForm=%v):\n%x\n%x", mapForm, q, r)
+			}
+		}
+	})
+}
+
+func FuzzLiveFrames(f *testing.F) {
+	f.Add(joinFrames([]byte("kv@"), make([]byte, 8), payloadOf(0)))
+	f.Add(joinFrames([]byte("kv@"), []byte{1, 2, 3}, payloadOf(0)))
+	f.Add(joinFrames([]byte("kv@")))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		seq, payload, err := parseLive(splitFrames(in), 1<<10)
+		if err != nil {
+			if !decodeguard.IsBadInput(err) {
+				t.Fatalf("unclassified: %v", err)
+			}
+			return
+		}
+		if len(payload) > 1<<10 {
+			t.Fatalf("payload of %d accepted", len(payload))
+		}
+		_ = seq
+	})
+}
+
+func FuzzReplayReply(f *testing.F) {
+	end := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	f.Add(joinFrames(nil, []byte("kv@p"), make([]byte, 8), payloadOf(0)))
+	f.Add(joinFrames(nil, make([]byte, 8), payloadOf(0)))
+	f.Add(joinFrames(nil, nil, end, nil))
+	f.Add(joinFrames(nil, end, nil))
+	f.Add(joinFrames([]byte{1}, end, nil))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		frames := splitFrames(in)
+		seq, payload, isEnd, err := parseReply(frames, "kv@", 1<<10)
+		if err != nil {
+			if !decodeguard.IsBadInput(err) {
+				t.Fatalf("unclassified: %v", err)
+			}
+			return
+		}
+		if isEnd != (seq == endSeq) || len(payload) > 1<<10 || len(frames[0]) != 0 {
+			t.Fatalf("accepted %v %d %d", isEnd, seq, len(payload))
+		}
+	})
+}
+
+func FuzzReplayRequest(f *testing.F) {
+	f.Add(joinFrames([]byte{0, 0, 0, 0, 1}, nil, make([]byte, 8)))
+	f.Add(joinFrames([]byte{0, 0, 0, 0, 1}, nil, []byte{1}))
+	f.Fuzz(func(t *testing.T, in []byte) {
+		frames := splitFrames(in)
+		_, _, err := parseRequest(frames)
+		if err != nil && !decodeguard.IsBadInput(err) {
+			t.Fatalf("unclassified: %v", err)
+		}
+		if err == nil && (len(frames) != 3 || len(frames[2]) != 8) {
+			t.Fatalf("accepted %d frames", len(frames))
+		}
+	})
+}

@@ -1,0 +1,466 @@
+package kvevents
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
+)
+
+// Publisher defaults, vLLM's KVEventsConfig defaults where it has one.
+const (
+	// DefaultBufferSteps is how many past batches the replay buffer keeps
+	// (KVEventsConfig.buffer_steps).
+	DefaultBufferSteps = 10000
+	// DefaultQueueSize bounds the batches waiting to be sent; a Publish
+	// beyond it is dropped and counted, never waited for.
+	DefaultQueueSize = 10000
+	// DefaultPubHWM is the live socket's per-subscriber queue bound
+	// (KVEventsConfig.hwm).
+	DefaultPubHWM = 100000
+	// DefaultMaxReplayClients bounds the replay ROUTER's connections when
+	// PublisherConfig.Socket.Guard.MaxConns is zero.
+	DefaultMaxReplayClients = 256
+)
+
+// ErrQueueFull is returned by Publish when the send queue is full: the
+// batch is dropped (and counted) instead of blocking the caller.
+var ErrQueueFull = errors.New("kvevents: publisher queue full, batch dropped")
+
+// PublisherConfig configures a Publisher. Zero fields take the defaults.
+type PublisherConfig struct {
+	// Release selects the bytes: Rules().KVEventsMapForm chooses tagged
+	// maps (vLLM PR #42892) or arrays, Rules().KVReplayTopicFrame whether
+	// replay replies carry the topic frame (vLLM PR #45177). Zero value:
+	// vllm.Latest.
+	Release vllm.Release
+	// Endpoint is the live endpoint, vLLM's rule deciding bind or connect:
+	// bound when it contains "*" or "::" or is ipc://, dialed otherwise.
+	// Default "tcp://*:5557".
+	Endpoint string
+	// Bind binds Endpoint whatever vLLM's rule says (for example
+	// "tcp://127.0.0.1:0", which the rule would dial).
+	Bind bool
+	// ReplayEndpoint, when set, is bound as the replay ROUTER.
+	ReplayEndpoint string
+	// Topic is sent as every live message's first frame.
+	Topic string
+	// DataParallelRank offsets both endpoints' ports (OffsetPort) and is
+	// the data_parallel_rank of every batch published without one.
+	DataParallelRank int
+	// BufferSteps is the replay buffer's length (DefaultBufferSteps).
+	BufferSteps int
+	// QueueSize bounds the batches waiting to be sent (DefaultQueueSize).
+	QueueSize int
+	// HWM bounds each live subscriber's queue (DefaultPubHWM); the replay
+	// ROUTER's per-client queue holds BufferSteps+1 messages, a whole
+	// replay and its end marker.
+	HWM int
+	// Socket holds the sockets' transport options.
+	Socket socket.Options
+	// Logger receives lines about bad replay requests (nil:
+	// slog.Default()).
+	Logger *slog.Logger
+	// Now is the clock for batch timestamps (nil: time.Now).
+	Now func() time.Time
+}
+
+// PublisherStats is a snapshot of a Publisher's counters.
+type PublisherStats struct {
+	// Published counts batches sent on the live socket; Seq is the next
+	// sequence number.
+	Published uint64 `json:"published"`
+	Seq       uint64 `json:"seq"`
+	// QueueFull counts batches dropped because the queue was full.
+	QueueFull uint64 `json:"queue_full"`
+	// DroppedHWM counts live messages a slow subscriber missed, and replay
+	// replies a slow replay client missed.
+	DroppedHWM uint64 `json:"dropped_hwm"`
+	// Replays counts replay requests served; ReplayedBatches the batches
+	// sent in reply.
+	Replays         uint64 `json:"replays"`
+	ReplayedBatches uint64 `json:"replayed_batches"`
+	// BadRequests counts malformed replay requests by reason.
+	BadRequests decodeguard.Counts `json:"bad_requests"`
+	// Subscribers is the number of connected live subscribers.
+	Subscribers int `json:"subscribers"`
+}
+
+type pubEntry struct {
+	seq     uint64
+	payload []byte
+}
+
+// Publisher publishes KV-event batches with the bytes vLLM's
+// ZmqEventPublisher sends: live [topic, seq, payload] on a PUB-compatible
+// socket (XPUB), a bounded replay buffer served over a ROUTER. Publish
+// never blocks: a full queue drops the batch and counts it.
+type Publisher struct {
+	cfg      PublisherConfig
+	mapForm  bool
+	topicRep bool
+	topic    []byte
+	pub      *socket.Socket
+	rep      *socket.Socket
+	queue    chan []byte
+	ctx      context.Context
+	cancel   context.CancelFunc
+	wg       sync.WaitGroup
+	closed   atomic.Bool
+
+	bmu  sync.Mutex
+	ring []pubEntry
+	head int // index of the oldest entry when the ring is full
+
+	seq             atomic.Uint64
+	published       atomic.Uint64
+	queueFull       atomic.Uint64
+	replays         atomic.Uint64
+	replayedBatches atomic.Uint64
+	smu             sync.Mutex
+	bad             decodeguard.Counts
+}
+
+// OffsetPort returns endpoint with its port raised by rank, as vLLM does
+// for each DP rank's publisher (ZmqEventPublisher.offset_endpoint_port):
+// tcp endpoints get port+rank, inproc ones a "_dp<rank>" suffix; rank 0 and
+// "" are returned unchanged.
+func OffsetPort(endpoint string, rank int) (string, error) {
+	if endpoint == "" || rank == 0 {
+		return endpoint, nil
+	}
+	if strings.Contains(endpoint, "inproc") {
+		return endpoint + "_dp" + strconv.Itoa(rank), nil
+	}
+	if !strings.Contains(endpoint, "tcp") {
+		return "", fmt.Errorf("kvevents: cannot offset %q by a DP rank: not tcp or inproc", endpoint)
+	}
+	i := strings.LastIndexByte(endpoint, ':')
+	if i < 0 {
+		return endpoint, nil
+	}
+	port, err := strconv.Atoi(endpoint[i+1:])
+	if err != nil {
+		return "", fmt.Errorf("kvevents: endpoint %q has no numeric port", endpoint)
+	}
+	return endpoint[:i+1] + strconv.Itoa(port+rank), nil
+}
+
+// bindsByRule reports vLLM's bind-or-connect heuristic for a PUB endpoint.
+func bindsByRule(ep string) bool {
+	return strings.Contains(ep, "*") || strings.Contains(ep, "::") ||
+		strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
+}
+
+// NewPublisher binds (or dials) its sockets and starts publishing.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if cfg.Endpoint == "" {
+		cfg.Endpoint = "tcp://*:5557"
+	}
+	if cfg.BufferSteps <= 0 {
+		cfg.BufferSteps = DefaultBufferSteps
+	}
+	if cfg.QueueSize <= 0 {
+		cfg.QueueSize = DefaultQueueSize
+	}
+	if cfg.HWM <= 0 {
+		cfg.HWM = DefaultPubHWM
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	live, err := OffsetPort(cfg.Endpoint, cfg.DataParallelRank)
+	if err != nil {
+		return nil, err
+	}
+	replay, err := OffsetPort(cfg.ReplayEndpoint, cfg.DataParallelRank)
+	if err != nil {
+		return nil, err
+	}
+	rules := cfg.Release.Rules()
+	p := &Publisher{cfg: cfg, mapForm: rules.KVEventsMapForm, topicRep: rules.KVReplayTopicFrame,
+		topic: []byte(cfg.Topic), queue: make(chan []byte, cfg.QueueSize)}
+	p.ctx, p.cancel = context.WithCancel(context.Background())
+	opts := cfg.Socket
+	opts.HWM = cfg.HWM
+	if opts.Guard.MaxMessageSize == 0 {
+		opts.Guard.MaxMessageSize = 64 << 10 // subscriptions and requests only
+	}
+	if p.pub, err = socket.NewXPub(opts); err != nil {
+		return nil, err
+	}
+	if cfg.Bind || bindsByRule(live) {
+		err = p.pub.Bind(live)
+	} else {
+		err = p.pub.Dial(live)
+	}
+	if err != nil {
+		p.pub.Close()
+		return nil, err
+	}
+	if replay != "" {
+		ropts := opts
+		ropts.HWM = cfg.BufferSteps + 1
+		ropts.RouterDropUnroutable = true
+		if ropts.SendQueueBytes == 0 {
+			// A replay client's queue holds a whole buffer at once (the
+			// replay never waits for one client): let it hold up to the
+			// socket's total byte bound instead of a live peer's share.
+			ropts.SendQueueBytes = int(socket.DefaultSendTotalBytes)
+		}
+		if ropts.Guard.MaxConns == 0 {
+			// Each replay client may hold a whole buffer in its queue:
+			// bound how many can.
+			ropts.Guard.MaxConns = DefaultMaxReplayClients
+		}
+		if p.rep, err = socket.NewRouter(ropts); err == nil {
+			err = p.rep.Bind(replay)
+		}
+		if err != nil {
+			if p.rep != nil {
+				p.rep.Close()
+			}
+			p.pub.Close()
+			return nil, err
+		}
+	}
+	p.wg.Add(2)
+	go p.drainSubscriptions()
+	go p.sendLoop()
+	if p.rep != nil {
+		p.wg.Add(1)
+		go p.serveReplay()
+	}
+	return p, nil
+}
+
+// Endpoint returns the live socket's bound endpoint (the port chosen for
+// ":0"), or "" when it was dialed.
+func (p *Publisher) Endpoint() string { return p.pub.Endpoint() }
+
+// ReplayEndpoint returns the replay ROUTER's bound endpoint, "" if none.
+func (p *Publisher) ReplayEndpoint() string {
+	if p.rep == nil {
+		return ""
+	}
+	return p.rep.Endpoint()
+}
+
+// Publish encodes events as one batch stamped now, with the configured
+// data_parallel_rank, and queues it. It never blocks: with the queue full
+// it drops the batch and returns ErrQueueFull. The events are encoded
+// before Publish returns, so the caller may reuse them.
+func (p *Publisher) Publish(events ...Event) error {
+	ts := float64(p.cfg.Now().UnixNano()) / 1e9
+	return p.PublishBatch(ts, events, Int(int64(p.cfg.DataParallelRank)))
+}
+
+// PublishBatch is Publish with the timestamp and data_parallel_rank given
+// (a rank not Valid is left out of the batch, as vLLM's omit_defaults
+// does).
+func (p *Publisher) PublishBatch(ts float64, events []Event, dpRank OptInt) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	payload := AppendBatch(nil, ts, events, dpRank, p.mapForm)
+	return p.PublishRaw(payload)
+}
+
+// PublishRaw queues an already encoded payload (for simulators replaying
+// captured bytes); like Publish it never blocks. The Publisher keeps p (in
+// its queue and replay buffer): do not modify it afterwards.
+func (p *Publisher) PublishRaw(payload []byte) error {
+	if p.closed.Load() {
+		return ErrClosed
+	}
+	select {
+	case p.queue <- payload:
+		return nil
+	default:
+		p.queueFull.Add(1)
+		return ErrQueueFull
+	}
+}
+
+func (p *Publisher) drainSubscriptions() {
+	defer p.wg.Done()
+	for {
+		if _, err := p.pub.Recv(p.ctx); err != nil {
+			return
+		}
+	}
+}
+
+func (p *Publisher) sendLoop() {
+	defer p.wg.Done()
+	var seqb [8]byte
+	for {
+		var payload []byte
+		select {
+		case payload = <-p.queue:
+		case <-p.ctx.Done():
+			return
+		}
+		seq := p.seq.Load()
+		binary.BigEndian.PutUint64(seqb[:], seq)
+		// XPUB Send never waits: a full subscriber queue drops for that
+		// subscriber (counted in the socket's DroppedHWM).
+		if err := p.pub.Send(p.ctx, p.topic, seqb[:], payload); err != nil {
+			return
+		}
+		p.published.Add(1)
+		p.bmu.Lock()
+		if len(p.ring) < p.cfg.BufferSteps {
+			p.ring = append(p.ring, pubEntry{seq, payload})
+		} else {
+			p.ring[p.head] = pubEntry{seq, payload}
+			p.head = (p.head + 1) % len(p.ring)
+		}
+		p.bmu.Unlock()
+		p.seq.Store(seq + 1)
+	}
+}
+
+// snapshot returns the buffered batches with seq >= start, oldest first.
+func (p *Publisher) snapshot(start uint64) []pubEntry {
+	p.bmu.Lock()
+	defer p.bmu.Unlock()
+	out := make([]pubEntry, 0, len(p.ring))
+	for i := range p.ring {
+		e := p.ring[(p.head+i)%len(p.ring)]
+		if e.seq >= start {
+			out = append(out, e)
+		}
+	}
+	return out
+}
+
+func (p *Publisher) badRequest(r decodeguard.Reason, msg string, n int) {
+	p.smu.Lock()
+	p.bad[r]++
+	p.smu.Unlock()
+	p.cfg.Logger.Debug("kvevents: bad replay request", "reason", r.String(), "detail", msg, "frames", n)
+}
+
+func (p *Publisher) serveReplay() {
+	defer p.wg.Done()
+	var seqb [8]byte
+	end := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	for {
+		msg, err := p.rep.Recv(p.ctx)
+		if err != nil {
+			return
+		}
+		id, start, err := parseRequest(msg.Frames)
+		if err != nil {
+			p.badRequest(decodeguard.ReasonOf(err), err.Error(), len(msg.Frames))
+			continue
+		}
+		id = append([]byte(nil), id...)
+		p.replays.Add(1)
+		// The ROUTER never waits for one client (a full queue drops for
+		// it), so a stalled client holds up neither live publishing (its
+		// own goroutine) nor the other replay clients.
+		for _, e := range p.snapshot(start) {
+			binary.BigEndian.PutUint64(seqb[:], e.seq)
+			if p.topicRep {
+				err = p.rep.Send(p.ctx, id, nil, p.topic, seqb[:], e.payload)
+			} else {
+				err = p.rep.Send(p.ctx, id, nil, seqb[:], e.payload)
+			}
+			if err != nil {
+				break
+			}
+			p.replayedBatches.Add(1)
+		}
+		if p.topicRep {
+			err = p.rep.Send(p.ctx, id, nil, nil, end, nil)
+		} else {
+			err = p.rep.Send(p.ctx, id, nil, end, nil)
+		}
+		if errors.Is(err, socket.ErrClosed) {
+			return
+		}
+	}
+}
+
+// Stats returns a snapshot of the publisher's counters.
+func (p *Publisher) Stats() PublisherStats {
+	ps := p.pub.Stats()
+	st := PublisherStats{Published: p.published.Load(), Seq: p.seq.Load(), QueueFull: p.queueFull.Load(),
+		DroppedHWM: ps.DroppedHWM, Replays: p.replays.Load(), ReplayedBatches: p.replayedBatches.Load(),
+		Subscribers: ps.Peers}
+	if p.rep != nil {
+		st.DroppedHWM += p.rep.Stats().DroppedHWM
+	}
+	p.smu.Lock()
+	st.BadRequests = p.bad
+	p.smu.Unlock()
+	return st
+}
+
+// Close stops publishing and closes the sockets; queued batches not yet
+// sent are discarded. It is idempotent.
+func (p *Publisher) Close() error {
+	if p.closed.Swap(true) {
+		return nil
+	}
+	p.cancel()
+	p.pub.Close()
+	if p.rep != nil {
+		p.rep.Close()
+	}
+	p.wg.Wait()
+	return nil
+}
+
+// parseRequest checks a replay request as the ROUTER receives it:
+// [identity, "", start_seq (8 bytes big-endian)], the only form vLLM's
+// _service_replay serves.
+func parseRequest(f [][]byte) (id []byte, start uint64, err error) {
+	if len(f) != 3 || len(f[1]) != 0 {
+		return nil, 0, decodeguard.NewError(decodeguard.ReasonEnvelope,
+			fmt.Sprintf("kvevents: replay request of %d frames, want [identity, \"\", start_seq]", len(f)))
+	}
+	if len(f[2]) != 8 {
+		return nil, 0, decodeguard.NewError(decodeguard.ReasonEnvelope,
+			fmt.Sprintf("kvevents: replay start_seq of %d bytes, want 8", len(f[2])))
+	}
+	return f[0], binary.BigEndian.Uint64(f[2]), nil
+}
+
+// DPSources returns one Source per data-parallel rank of one engine, as
+// vLLM lays them out: rank r publishes on live's and replay's ports + r
+// (OffsetPort), and each rank is its own source, named "name/dp<r>", with
+// its own sequence — never one identity for the whole pod.
+func DPSources(name, live, replay string, ranks int) ([]Source, error) {
+	if ranks < 1 {
+		return nil, fmt.Errorf("kvevents: %d DP ranks", ranks)
+	}
+	out := make([]Source, 0, ranks)
+	for r := range ranks {
+		l, err := OffsetPort(live, r)
+		if err != nil {
+			return nil, err
+		}
+		rp, err := OffsetPort(replay, r)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, Source{Name: name + "/dp" + strconv.Itoa(r), Live: l, Replay: rp})
+	}
+	return out, nil
+}
