@@ -4,9 +4,7 @@ import (
 	"context"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"regexp"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -26,7 +24,6 @@ func TestHarnessQuick(t *testing.T) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "run.sh", "quick", "frame4k")
 	cmd.Env = append(os.Environ(),
-		"PATH="+filepath.Join(runtime.GOROOT(), "bin")+string(os.PathListSeparator)+os.Getenv("PATH"),
 		"BENCH_BIN="+t.TempDir(),
 		"BENCH_PORT="+strconv.Itoa(30000+os.Getpid()%5000),
 		"ROUNDS=1",

@@ -103,7 +103,7 @@ func TestSlowloris(t *testing.T) {
 				i+1, realDials, err, st.Accepted, st.Handshakes, st.Pending, formatDelta(st.Violations))
 		}
 		body := fmt.Sprintf("real %d", i)
-		if err := c.WriteMessage([]byte(body)); err == nil {
+		if err = c.WriteMessage([]byte(body)); err == nil {
 			err = c.Flush()
 		}
 		if err != nil {

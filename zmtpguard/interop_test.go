@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -16,14 +15,6 @@ import (
 )
 
 const python = "/usr/bin/python3"
-
-var pyzmqCheck = sync.OnceValue(func() error {
-	out, err := exec.Command(python, "-c", "import zmq; print(zmq.zmq_version())").CombinedOutput()
-	if err != nil {
-		return errors.New(strings.TrimSpace(string(out)))
-	}
-	return nil
-})
 
 func requirePyzmq(t *testing.T) {
 	t.Helper()
