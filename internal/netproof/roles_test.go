@@ -188,7 +188,15 @@ func TestNetproofHelper(t *testing.T) {
 // runRouter is the coordinator host: a ROUTER on NETPROOF_BIND that answers
 // each "hello" with "READY" and reports every "stats" message.
 func runRouter(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
-	r, err := socket.NewRouter(roleOptions())
+	o := roleOptions()
+	if v := os.Getenv("NETPROOF_MAX_PENDING"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("NETPROOF_MAX_PENDING %q: %v", v, err)
+		}
+		o.Guard.MaxPendingHandshakes = n
+	}
+	r, err := socket.NewRouter(o)
 	if err != nil {
 		return nil, err
 	}
