@@ -162,6 +162,14 @@ func readFloat(b []byte) (float64, []byte, error) {
 	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
 }
 
+// readMapHeader reads a map header, fixmap inline.
+func readMapHeader(b []byte) (uint32, []byte, error) {
+	if len(b) > 0 && b[0]&0xf0 == 0x80 {
+		return uint32(b[0] & 0x0f), b[1:], nil
+	}
+	return msgp.ReadMapHeaderBytes(b)
+}
+
 // readInt reads an integer (any msgpack width, not bool, not float).
 func readInt(b []byte) (int64, []byte, error) {
 	if len(b) > 0 && b[0] <= 0x7f { // positive fixint, the common case
@@ -206,12 +214,12 @@ func (h *Header) UnmarshalMsg(b []byte) ([]byte, error) {
 func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*h = Header{}
 	orig := b
-	if len(b) > 0 && msgp.NextType(b) != msgp.ArrayType {
+	if len(b) > 0 && b[0]&0xf0 != 0x90 && b[0] != 0xdc && b[0] != 0xdd {
 		// The common junk frame (a port scanner's int, say): no msgp error
 		// value to build.
 		return orig, wireError(orig, orig, "EngineCoreOutputs: want an array", nil)
 	}
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	n, b, err := readArrayHeader(b)
 	if err != nil {
 		return orig, wireError(orig, orig, "EngineCoreOutputs: want an array", err)
 	}
@@ -231,7 +239,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 		case 1:
 			detail = "EngineCoreOutputs.outputs: want an array"
 			var k uint32
-			k, b, err = msgp.ReadArrayHeaderBytes(b)
+			k, b, err = readArrayHeader(b)
 			h.OutputsLen = int(k)
 			if err == nil && full != nil {
 				if err = full.nested(orig, at); err != nil {
@@ -368,7 +376,7 @@ func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
 func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*s = SchedulerStats{}
 	orig := b
-	n, b, err := msgp.ReadMapHeaderBytes(b)
+	n, b, err := readMapHeader(b)
 	if err != nil {
 		return orig, wireError(orig, orig, "EngineCoreOutputs.scheduler_stats: want nil or a map", err)
 	}
@@ -383,7 +391,7 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	for i := uint32(0); i < n; i++ {
 		at := b
 		var key []byte
-		key, b, err = msgp.ReadStringZC(b)
+		key, b, err = readStr(b)
 		if err != nil {
 			return orig, wireError(orig, at, "SchedulerStats: key is not a str", err)
 		}
