@@ -13,6 +13,9 @@
 #   stats100   100-byte frames (vLLM stats vector): zmqguard SafeLoop+guard+decode,
 #              zmqguard without decode, pyzmq PULL recv(), pebbe/zmq4 (libzmq via cgo)
 #              RecvBytes, zmq4 Socket.Recv, raw TCP
+#   outputs    157-frame EngineCoreOutputs (256 request outputs, logprobs in aux
+#              frames): zmqguard's outputs receiver (full decode) vs pyzmq and
+#              pebbe/zmq4 reading whole messages without decoding
 #   frame4k    4 KiB frames: zmqguard (no decode), raw TCP, pyzmq
 #   push100    PUSH 100-byte messages to a pyzmq PULL: zmqguard vs zmq4
 #   handshake  NIXL handshake listener, 16 REQ clients: zmqguard vs pyzmq ROUTER
@@ -27,7 +30,7 @@ set -euo pipefail
 
 MODE=full
 if [ "${1:-}" = quick ]; then MODE=quick; shift; fi
-ONLY=" ${*:-stats100 frame4k push100 handshake junk memory} "
+ONLY=" ${*:-stats100 outputs frame4k push100 handshake junk memory} "
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-bench.XXXXXX")
@@ -47,11 +50,11 @@ trap cleanup EXIT
 if [ $MODE = quick ]; then
 	ROUNDS=${ROUNDS:-1}
 	N_STATS=200000 N_ZMQ4=20000 N_4K=50000 N_PUSH=200000 N_PUSH_ZMQ4=20000
-	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1
+	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1 N_OUT=2000
 else
 	ROUNDS=${ROUNDS:-5}
 	N_STATS=4000000 N_ZMQ4=200000 N_4K=500000 N_PUSH=2000000 N_PUSH_ZMQ4=100000
-	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3
+	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3 N_OUT=20000
 fi
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -110,7 +113,7 @@ have_python() { "$PY" -c 'import zmq, msgpack' 2>/dev/null; }
 # ---------------------------------------------------------------- build
 log "building into $BIN"
 mkdir -p "$BIN"
-(cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv \
+(cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv ./bench/outputsrx \
 	./bench/pushsend ./bench/handshake-load ./bench/idle ./bench/tabulate)
 # pebbe/zmq4 (libzmq through cgo) is its own module, so that the main one
 # stays pure Go; it needs libzmq's headers (Debian: libzmq3-dev).
@@ -141,6 +144,9 @@ rx() {
 	pyzmq) exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" ;;
 	zmq4) exec "$BIN/zmq4recv" --bind "$ep" --count "$3" ;;
 	pebbe) exec "$BIN/pebberecv" --bind "$ep" --count "$3" ;;
+	pebbe-mp) exec "$BIN/pebberecv" --bind "$ep" --count "$3" --multipart ;;
+	pyzmq-mp) exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" multipart ;;
+	outputsrx) exec "$BIN/outputsrx" --bind "$ep" --count "$3" ;;
 	rawtcp) exec "$BIN/rawtcp" --bind "$ep" --count "$3" ;;
 	*) echo "unknown receiver $1" >&2; return 2 ;;
 	esac
@@ -198,6 +204,35 @@ if want stats100; then
 			rec stats100-cpu $v $r "$(cpu_ns "$out" $n)"
 			[ $v = pyzmq ] || rec stats100-allocs $v $r "$(jf allocs_per_msg "$out.rx")"
 			log "stats100 round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- outputs
+if want outputs; then
+	rec '#cmp' outputs 'msgs/s' "Engine output receiver, 157-frame EngineCoreOutputs messages (256 request outputs, 52 with logprobs, every array in an aux frame; 9.1 KB), $N_OUT messages"
+	rec '#ratio' outputs zmqguard pyzmq
+	rec '#ratio' outputs zmqguard pebbe
+	rec '#note' outputs "zmqguard = bench/outputsrx: outputs.Receiver (guarded PULL + SafeLoop + enginecore.Decode of every output and array, handler counting); pyzmq = bench/py/pull.py with recv_multipart(), no decode; pebbe = bench/pebbe with RecvMessageBytes, no decode."
+	rec '#cmp' outputs-cpu 'CPU ns/msg' "Same runs: CPU time per 157-frame message of the receiving process (lower is better)"
+	rec '#ratio' outputs-cpu pyzmq zmqguard
+	rec '#ratio' outputs-cpu pebbe zmqguard
+	rec '#cmp' outputs-allocs 'allocs/msg' "Same runs: heap allocations per 157-frame message in the receiving process"
+	variants="zmqguard pyzmq pebbe"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r $variants); do
+			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
+			[ $v = pebbe ] && [ $PEBBEOK = 0 ] && continue
+			out=$WORK/outputs.$v.$r
+			case $v in
+			zmqguard) pair "$out" outputsrx $N_OUT --outputs ;;
+			pyzmq) pair "$out" pyzmq-mp $N_OUT --outputs ;;
+			pebbe) pair "$out" pebbe-mp $N_OUT --outputs ;;
+			esac
+			rec outputs $v $r "$(jf msgs_per_sec "$out.rx")"
+			rec outputs-cpu $v $r "$(jf cpu_ns_per_msg "$out.rx")"
+			[ $v = pyzmq ] || rec outputs-allocs $v $r "$(jf allocs_per_msg "$out.rx")"
+			log "outputs round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
 		done
 	done
 fi

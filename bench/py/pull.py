@@ -1,6 +1,6 @@
 """pyzmq PULL receive loop: the reference a Go receiver is compared with.
 
-Usage: pull.py ENDPOINT COUNT
+Usage: pull.py ENDPOINT COUNT [multipart]
 
 Binds a PULL socket (libzmq through pyzmq) on ENDPOINT, receives COUNT
 messages with sock.recv() and nothing else (no decode), and prints one JSON
@@ -8,7 +8,8 @@ line: msgs/s from the first to the last message, and the process's CPU
 time per message over that span (every thread: Python's and libzmq's I/O
 thread; python_thread_ns_per_msg is the Python thread's share). Python's
 time between recv() calls is part of what is measured, as in any Python
-receive loop.
+receive loop. With "multipart", each message is read with
+sock.recv_multipart() (all its frames, still no decode).
 """
 import json
 import sys
@@ -19,11 +20,12 @@ import zmq
 
 def main():
     endpoint, count = sys.argv[1], int(sys.argv[2])
+    multipart = len(sys.argv) > 3 and sys.argv[3] == "multipart"
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(endpoint)
-    recv = sock.recv
+    recv = sock.recv_multipart if multipart else sock.recv
     recv()
     first, cpu0, th0 = time.perf_counter(), time.process_time(), time.thread_time()
     for _ in range(count - 1):

@@ -17,6 +17,7 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -42,12 +43,17 @@ func main() {
 	size := flag.Int("size", 100, "frame body size in bytes (ignored with --stats)")
 	stats := flag.Bool("stats", false, "send the 101-byte vLLM stats vector")
 	junk := flag.Bool("junk", false, "follow every valid frame with a junk frame")
+	outputs := flag.Bool("outputs", false, "send 157-frame EngineCoreOutputs messages (256 outputs, logprobs in aux frames); --count counts messages")
 	chunk := flag.Int("chunk", 64<<10, "bytes per write")
 	wait := flag.Duration("wait", 20*time.Second, "how long to retry connecting while the receiver starts")
 	linger := flag.Duration("linger", 2*time.Minute, "how long to wait for the receiver to close after the last byte")
 	flag.Parse()
 	if *connect == "" || *count == 0 || (*size <= 0 && !*stats) || *chunk <= 0 {
 		flag.Usage()
+		os.Exit(2)
+	}
+	if *outputs && *junk {
+		fmt.Fprintln(os.Stderr, "sender: --outputs and --junk do not combine")
 		os.Exit(2)
 	}
 	body := load.Body(*size)
@@ -66,6 +72,15 @@ func main() {
 	groups := (*count + validPerGroup - 1) / validPerGroup
 	per := uint64(load.GroupsPerChunk(group, *chunk))
 	full := load.Chunk(group, int(per))
+	chunkOf := func(n int) []byte { return load.Chunk(group, n) }
+	framesPerGroup := uint64(len(group))
+	if *outputs {
+		msg := load.OutputsMessage()
+		per = uint64(max(1, *chunk/len(load.ChunkMultipart(msg, 1))))
+		full = load.ChunkMultipart(msg, int(per))
+		chunkOf = func(n int) []byte { return load.ChunkMultipart(msg, n) }
+		framesPerGroup = uint64(len(msg))
+	}
 
 	c, err := load.DialRetry(*connect, zmq4.Push, *wait)
 	if err != nil {
@@ -77,7 +92,7 @@ func main() {
 	for left := groups; left > 0; {
 		buf := full
 		if left < per {
-			buf = load.Chunk(group, int(left))
+			buf = chunkOf(int(left))
 		}
 		n := min(left, per)
 		if _, err := nc.Write(buf); err != nil {
@@ -85,7 +100,7 @@ func main() {
 			break
 		}
 		left -= n
-		rep.Frames += n * uint64(len(group))
+		rep.Frames += n * framesPerGroup
 		rep.Valid += n * validPerGroup
 		rep.Bytes += uint64(len(buf))
 	}
