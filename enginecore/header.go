@@ -162,38 +162,6 @@ func readFloat(b []byte) (float64, []byte, error) {
 	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
 }
 
-// statsKey returns the known SchedulerStats key equal to key, or "". It
-// dispatches on the length and one byte and then compares once, which is
-// cheaper than a switch over the strings (a binary search of calls to the
-// runtime's string comparison).
-func statsKey(key []byte) string {
-	var k string
-	switch len(key) {
-	case len(keyNumRunningReqs): // == len(keyNumWaitingReqs)
-		k = keyNumRunningReqs
-		if key[4] == 'w' {
-			k = keyNumWaitingReqs
-		}
-	case len(keyNumSkippedWaitingReqs):
-		k = keyNumSkippedWaitingReqs
-	case len(keyStepCounter): // == len(keyCurrentWave)
-		k = keyStepCounter
-		if key[0] == 'c' {
-			k = keyCurrentWave
-		}
-	case len(keyKVCacheUsage):
-		k = keyKVCacheUsage
-	case len(keyEncoderCacheUsage):
-		k = keyEncoderCacheUsage
-	default:
-		return ""
-	}
-	if string(key) != k {
-		return ""
-	}
-	return k
-}
-
 // readMapHeader reads a map header, fixmap inline.
 func readMapHeader(b []byte) (uint32, []byte, error) {
 	if len(b) > 0 && b[0]&0xf0 == 0x80 {
@@ -430,7 +398,7 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 		keyAt := at // a known key is valid UTF-8: only others are checked
 		at = b
 		var detail string
-		switch statsKey(key) {
+		switch string(key) {
 		case keyNumRunningReqs:
 			detail = "SchedulerStats.num_running_reqs: want an int"
 			s.NumRunningReqs, b, err = readInt(b)

@@ -163,25 +163,3 @@ func BenchmarkDecodeHeaderPasses(b *testing.B) {
 		})
 	}
 }
-
-// TestStatsKey: the dispatch finds every known key and nothing else.
-func TestStatsKey(t *testing.T) {
-	known := []string{keyNumRunningReqs, keyNumWaitingReqs, keyNumSkippedWaitingReqs, keyStepCounter,
-		keyCurrentWave, keyKVCacheUsage, keyEncoderCacheUsage}
-	if len(keyNumRunningReqs) != len(keyNumWaitingReqs) || len(keyStepCounter) != len(keyCurrentWave) {
-		t.Fatal("key lengths changed: statsKey's pairs are wrong")
-	}
-	for _, k := range known {
-		if got := statsKey([]byte(k)); got != k {
-			t.Errorf("statsKey(%q) = %q", k, got)
-		}
-		if got := statsKey([]byte(k[:len(k)-1] + "x")); got != "" {
-			t.Errorf("statsKey(%q) = %q, want none", k[:len(k)-1]+"x", got)
-		}
-	}
-	for _, k := range []string{"", "num_xunning_reqs", "prefix_cache_stats", "step_countes"} {
-		if got := statsKey([]byte(k)); got != "" {
-			t.Errorf("statsKey(%q) = %q, want none", k, got)
-		}
-	}
-}
