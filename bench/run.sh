@@ -16,6 +16,7 @@
 #   outputs    157-frame EngineCoreOutputs (256 request outputs, logprobs in aux
 #              frames): zmqguard's outputs receiver (full decode) vs pyzmq and
 #              pebbe/zmq4 reading whole messages without decoding
+#   curve      the stats vector over CURVE: zmqguard sink (decode) vs pyzmq recv()
 #   frame4k    4 KiB frames: zmqguard (no decode), raw TCP, pyzmq
 #   push100    PUSH 100-byte messages to a pyzmq PULL: zmqguard vs zmq4
 #   handshake  NIXL handshake listener, 16 REQ clients: zmqguard vs pyzmq ROUTER
@@ -30,7 +31,7 @@ set -euo pipefail
 
 MODE=full
 if [ "${1:-}" = quick ]; then MODE=quick; shift; fi
-ONLY=" ${*:-stats100 outputs frame4k push100 handshake junk memory} "
+ONLY=" ${*:-stats100 outputs curve frame4k push100 handshake junk memory} "
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-bench.XXXXXX")
@@ -50,11 +51,11 @@ trap cleanup EXIT
 if [ $MODE = quick ]; then
 	ROUNDS=${ROUNDS:-1}
 	N_STATS=200000 N_ZMQ4=20000 N_4K=50000 N_PUSH=200000 N_PUSH_ZMQ4=20000
-	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1 N_OUT=2000
+	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1 N_OUT=2000 N_CURVE=50000
 else
 	ROUNDS=${ROUNDS:-5}
 	N_STATS=4000000 N_ZMQ4=200000 N_4K=500000 N_PUSH=2000000 N_PUSH_ZMQ4=100000
-	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3 N_OUT=20000
+	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3 N_OUT=20000 N_CURVE=1000000
 fi
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -147,6 +148,9 @@ rx() {
 	pebbe-mp) exec "$BIN/pebberecv" --bind "$ep" --count "$3" --multipart ;;
 	pyzmq-mp) exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" multipart ;;
 	outputsrx) exec "$BIN/outputsrx" --bind "$ep" --count "$3" ;;
+	sink-curve) exec /usr/bin/time -f '%U %S' -o "$TIMEFILE" "$BIN/zmqguard" sink --bind "$ep" --decode stats --count "$3" --log-format text \
+		--curve-secret-key-file "$WORK/curve/server.key_secret" --curve-allow "$WORK/curve/clients" ;;
+	pyzmq-curve) PULL_CURVE_SECRET=$WORK/curve/server.key_secret exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" ;;
 	rawtcp) exec "$BIN/rawtcp" --bind "$ep" --count "$3" ;;
 	*) echo "unknown receiver $1" >&2; return 2 ;;
 	esac
@@ -233,6 +237,32 @@ if want outputs; then
 			rec outputs-cpu $v $r "$(jf cpu_ns_per_msg "$out.rx")"
 			[ $v = pyzmq ] || rec outputs-allocs $v $r "$(jf allocs_per_msg "$out.rx")"
 			log "outputs round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- curve
+if want curve; then
+	mkdir -p "$WORK/curve/clients"
+	"$BIN/zmqguard" keygen --out "$WORK/curve" --name server >/dev/null
+	"$BIN/zmqguard" keygen --out "$WORK/curve/clients" --name client >/dev/null
+	rec '#cmp' curve 'msgs/s' "Receive loop over CURVE, 100-byte frames (the stats vector), $N_CURVE messages"
+	rec '#ratio' curve zmqguard pyzmq
+	rec '#note' curve "zmqguard = \`zmqguard sink --decode stats\` with --curve-secret-key-file and --curve-allow (CURVE server, one allowed client key; every message decrypted, then guarded and decoded); pyzmq = bench/py/pull.py as a CURVE server (curve_server, no ZAP handler), recv() only; sender = bench/sender --curve (zmtpguard CURVE client, one WriteMessage per message, Flush every 64), which may be the limit here."
+	rec '#cmp' curve-cpu 'CPU ns/msg' "Same runs: CPU time per CURVE message of the receiving process (lower is better)"
+	rec '#ratio' curve-cpu pyzmq zmqguard
+	variants="zmqguard pyzmq"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r $variants); do
+			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
+			out=$WORK/curve.$v.$r
+			case $v in
+			zmqguard) pair "$out" sink-curve $N_CURVE --stats --curve "$WORK/curve" ;;
+			pyzmq) pair "$out" pyzmq-curve $N_CURVE --stats --curve "$WORK/curve" ;;
+			esac
+			rec curve $v $r "$(jf msgs_per_sec "$out.rx")"
+			rec curve-cpu $v $r "$(cpu_ns "$out" $N_CURVE)"
+			log "curve round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
 		done
 	done
 fi

@@ -9,13 +9,18 @@ time per message over that span (every thread: Python's and libzmq's I/O
 thread; python_thread_ns_per_msg is the Python thread's share). Python's
 time between recv() calls is part of what is measured, as in any Python
 receive loop. With "multipart", each message is read with
-sock.recv_multipart() (all its frames, still no decode).
+sock.recv_multipart() (all its frames, still no decode). With the
+environment variable PULL_CURVE_SECRET naming a server certificate
+(NAME.key_secret), the socket is a CURVE server with that key pair (no ZAP
+handler: libzmq then admits any client key).
 """
+import os
 import json
 import sys
 import time
 
 import zmq
+import zmq.auth
 
 
 def main():
@@ -24,6 +29,9 @@ def main():
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
     sock.setsockopt(zmq.LINGER, 0)
+    if os.environ.get("PULL_CURVE_SECRET"):
+        public, secret = zmq.auth.load_certificate(os.environ["PULL_CURVE_SECRET"])
+        sock.curve_secretkey, sock.curve_publickey, sock.curve_server = secret, public, True
     sock.bind(endpoint)
     recv = sock.recv_multipart if multipart else sock.recv
     recv()
