@@ -11,7 +11,12 @@
 #
 # Comparisons (default: all):
 #   stats100   100-byte frames (vLLM stats vector): zmqguard SafeLoop+guard+decode,
-#              zmqguard without decode, pyzmq PULL recv(), zmq4 Socket.Recv, raw TCP
+#              zmqguard without decode, pyzmq PULL recv(), pebbe/zmq4 (libzmq via cgo)
+#              RecvBytes, zmq4 Socket.Recv, raw TCP
+#   outputs    157-frame EngineCoreOutputs (256 request outputs, logprobs in aux
+#              frames): zmqguard's outputs receiver (full decode) vs pyzmq and
+#              pebbe/zmq4 reading whole messages without decoding
+#   curve      the stats vector over CURVE: zmqguard sink (decode) vs pyzmq recv()
 #   frame4k    4 KiB frames: zmqguard (no decode), raw TCP, pyzmq
 #   push100    PUSH 100-byte messages to a pyzmq PULL: zmqguard vs zmq4
 #   handshake  NIXL handshake listener, 16 REQ clients: zmqguard vs pyzmq ROUTER
@@ -26,7 +31,7 @@ set -euo pipefail
 
 MODE=full
 if [ "${1:-}" = quick ]; then MODE=quick; shift; fi
-ONLY=" ${*:-stats100 frame4k push100 handshake junk memory} "
+ONLY=" ${*:-stats100 outputs curve frame4k push100 handshake junk memory} "
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-bench.XXXXXX")
@@ -46,11 +51,11 @@ trap cleanup EXIT
 if [ $MODE = quick ]; then
 	ROUNDS=${ROUNDS:-1}
 	N_STATS=200000 N_ZMQ4=20000 N_4K=50000 N_PUSH=200000 N_PUSH_ZMQ4=20000
-	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1
+	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1 N_OUT=2000 N_CURVE=50000
 else
 	ROUNDS=${ROUNDS:-5}
 	N_STATS=4000000 N_ZMQ4=200000 N_4K=500000 N_PUSH=2000000 N_PUSH_ZMQ4=100000
-	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3
+	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3 N_OUT=20000 N_CURVE=1000000
 fi
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -109,8 +114,21 @@ have_python() { "$PY" -c 'import zmq, msgpack' 2>/dev/null; }
 # ---------------------------------------------------------------- build
 log "building into $BIN"
 mkdir -p "$BIN"
-(cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv \
+(cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv ./bench/outputsrx \
 	./bench/pushsend ./bench/handshake-load ./bench/idle ./bench/tabulate)
+# pebbe/zmq4 (libzmq through cgo) is its own module, so that the main one
+# stays pure Go; it needs libzmq's headers (Debian: libzmq3-dev).
+PEBBEOK=0
+if [ ! -f /usr/include/zmq.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+	log "libzmq3-dev missing: installing it for the pebbe/zmq4 comparison"
+	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev >/dev/null 2>&1 || true
+fi
+if command -v gcc >/dev/null && [ -f /usr/include/zmq.h ] &&
+	(cd "$ROOT/bench/pebbe" && CGO_ENABLED=1 go build -o "$BIN/pebberecv" .) 2>"$WORK/pebbe.err"; then
+	PEBBEOK=1
+else
+	log "SKIP: pebbe/zmq4 (libzmq via cgo) comparison NOT RUN: cannot build bench/pebbe ($(head -c 300 "$WORK/pebbe.err" 2>/dev/null | tr '\n' ' '); needs gcc and libzmq3-dev)"
+fi
 PYOK=1
 if ! have_python; then
 	PYOK=0
@@ -126,6 +144,13 @@ rx() {
 	sink-none) exec /usr/bin/time -f '%U %S' -o "$TIMEFILE" "$BIN/zmqguard" sink --bind "$ep" --decode none --count "$3" --log-format text ;;
 	pyzmq) exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" ;;
 	zmq4) exec "$BIN/zmq4recv" --bind "$ep" --count "$3" ;;
+	pebbe) exec "$BIN/pebberecv" --bind "$ep" --count "$3" ;;
+	pebbe-mp) exec "$BIN/pebberecv" --bind "$ep" --count "$3" --multipart ;;
+	pyzmq-mp) exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" multipart ;;
+	outputsrx) exec "$BIN/outputsrx" --bind "$ep" --count "$3" ;;
+	sink-curve) exec /usr/bin/time -f '%U %S' -o "$TIMEFILE" "$BIN/zmqguard" sink --bind "$ep" --decode stats --count "$3" --log-format text \
+		--curve-secret-key-file "$WORK/curve/server.key_secret" --curve-allow "$WORK/curve/clients" ;;
+	pyzmq-curve) PULL_CURVE_SECRET=$WORK/curve/server.key_secret exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" ;;
 	rawtcp) exec "$BIN/rawtcp" --bind "$ep" --count "$3" ;;
 	*) echo "unknown receiver $1" >&2; return 2 ;;
 	esac
@@ -150,27 +175,31 @@ pair() {
 if want stats100; then
 	rec '#cmp' stats100 'msgs/s' "Receive loop, 100-byte frames (the 101-byte vLLM stats vector), one sender process, loopback TCP"
 	rec '#target' stats100 zmqguard '>=' 2000000
-	rec '#ratio' stats100 zmqguard pyzmq '>=' 1.2
+	rec '#ratio' stats100 zmqguard pyzmq '>=' 2.0
+	rec '#ratio' stats100 zmqguard pebbe '>=' 2.0
 	rec '#ratio' stats100 zmqguard zmq4
 	rec '#ratio' stats100 zmqguard rawtcp
 	rec '#ratio' stats100 zmqguard-nodecode pyzmq
-	rec '#note' stats100 "zmqguard = \`zmqguard sink --decode stats\`: hardened PULL (stream guard on) under a SafeLoop decoding every frame as EngineCoreOutputs (pre-scan + msgp-primitive decode into a reused value); zmqguard-nodecode = \`--decode none\`; pyzmq = bench/py/pull.py, sock.recv() only; zmq4 = go-zeromq/zmq4 PULL Socket.Recv ($N_ZMQ4 messages); rawtcp = bench/rawtcp, the unguarded ceiling. Others: $N_STATS messages."
+	rec '#note' stats100 "zmqguard = \`zmqguard sink --decode stats\`: hardened PULL (stream guard on) under a SafeLoop decoding every frame as EngineCoreOutputs (one validating pass, enginecore.DecodeHeader, into a reused value); zmqguard-nodecode = \`--decode none\`; pyzmq = bench/py/pull.py, sock.recv() only; pebbe = bench/pebbe, libzmq through cgo (pebbe/zmq4 PULL RecvBytes only); zmq4 = go-zeromq/zmq4 PULL Socket.Recv ($N_ZMQ4 messages); rawtcp = bench/rawtcp, the unguarded ceiling. Others: $N_STATS messages."
 	rec '#cmp' stats100-cpu 'CPU ns/msg' "Same runs: CPU time per message of the receiving process, every thread (lower is better; ratios > 1 favour zmqguard)"
-	rec '#ratio' stats100-cpu pyzmq zmqguard
+	rec '#ratio' stats100-cpu pyzmq zmqguard '>=' 2.0
+	rec '#ratio' stats100-cpu pebbe zmqguard '>=' 2.0
 	rec '#ratio' stats100-cpu zmq4 zmqguard
 	rec '#ratio' stats100-cpu rawtcp zmqguard
-	rec '#note' stats100-cpu "zmqguard: GNU time over the whole sink process (start-up included); pyzmq: time.process_time() from the first to the last message; zmq4 and rawtcp: getrusage over the same span. CPU time is what a loaded machine shares out, so these ratios move far less than the msgs/s ones."
+	rec '#note' stats100-cpu "zmqguard: GNU time over the whole sink process (start-up included); pyzmq: time.process_time() from the first to the last message; pebbe, zmq4 and rawtcp: getrusage over the same span (libzmq's I/O thread included for pebbe). CPU time is what a loaded machine shares out, so these ratios move far less than the msgs/s ones."
 	rec '#cmp' stats100-allocs 'allocs/msg' "Same runs: heap allocations per message in the receiving process (runtime.MemStats, first to last message)"
 	rec '#target' stats100-allocs zmqguard '<=' 2
-	variants="zmqguard zmqguard-nodecode pyzmq zmq4 rawtcp"
+	variants="zmqguard zmqguard-nodecode pyzmq pebbe zmq4 rawtcp"
 	for (( r = 1; r <= ROUNDS; r++ )); do
 		for v in $(order $r $variants); do
 			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
+			[ $v = pebbe ] && [ $PEBBEOK = 0 ] && continue
 			out=$WORK/stats100.$v.$r
 			case $v in
 			zmqguard) pair "$out" sink-stats $N_STATS --stats ;;
 			zmqguard-nodecode) pair "$out" sink-none $N_STATS --stats ;;
 			pyzmq) pair "$out" pyzmq $N_STATS --stats ;;
+			pebbe) pair "$out" pebbe $N_STATS --stats ;;
 			zmq4) pair "$out" zmq4 $N_ZMQ4 --stats ;;
 			rawtcp) pair "$out" rawtcp $N_STATS --stats ;;
 			esac
@@ -183,6 +212,61 @@ if want stats100; then
 	done
 fi
 
+# ---------------------------------------------------------------- outputs
+if want outputs; then
+	rec '#cmp' outputs 'msgs/s' "Engine output receiver, 157-frame EngineCoreOutputs messages (256 request outputs, 52 with logprobs, every array in an aux frame; 9.1 KB), $N_OUT messages"
+	rec '#ratio' outputs zmqguard pyzmq
+	rec '#ratio' outputs zmqguard pebbe
+	rec '#note' outputs "zmqguard = bench/outputsrx: outputs.Receiver (guarded PULL + SafeLoop + enginecore.Decode of every output and array, handler counting); pyzmq = bench/py/pull.py with recv_multipart(), no decode; pebbe = bench/pebbe with RecvMessageBytes, no decode."
+	rec '#cmp' outputs-cpu 'CPU ns/msg' "Same runs: CPU time per 157-frame message of the receiving process (lower is better)"
+	rec '#ratio' outputs-cpu pyzmq zmqguard
+	rec '#ratio' outputs-cpu pebbe zmqguard
+	rec '#cmp' outputs-allocs 'allocs/msg' "Same runs: heap allocations per 157-frame message in the receiving process"
+	variants="zmqguard pyzmq pebbe"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r $variants); do
+			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
+			[ $v = pebbe ] && [ $PEBBEOK = 0 ] && continue
+			out=$WORK/outputs.$v.$r
+			case $v in
+			zmqguard) pair "$out" outputsrx $N_OUT --outputs ;;
+			pyzmq) pair "$out" pyzmq-mp $N_OUT --outputs ;;
+			pebbe) pair "$out" pebbe-mp $N_OUT --outputs ;;
+			esac
+			rec outputs $v $r "$(jf msgs_per_sec "$out.rx")"
+			rec outputs-cpu $v $r "$(jf cpu_ns_per_msg "$out.rx")"
+			[ $v = pyzmq ] || rec outputs-allocs $v $r "$(jf allocs_per_msg "$out.rx")"
+			log "outputs round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- curve
+if want curve; then
+	mkdir -p "$WORK/curve/clients"
+	"$BIN/zmqguard" keygen --out "$WORK/curve" --name server >/dev/null
+	"$BIN/zmqguard" keygen --out "$WORK/curve/clients" --name client >/dev/null
+	rec '#cmp' curve 'msgs/s' "Receive loop over CURVE, 100-byte frames (the stats vector), $N_CURVE messages"
+	rec '#ratio' curve zmqguard pyzmq
+	rec '#note' curve "zmqguard = \`zmqguard sink --decode stats\` with --curve-secret-key-file and --curve-allow (CURVE server, one allowed client key; every message decrypted, then guarded and decoded); pyzmq = bench/py/pull.py as a CURVE server (curve_server, no ZAP handler), recv() only; sender = bench/sender --curve (zmtpguard CURVE client, one WriteMessage per message, Flush every 64), which may be the limit here."
+	rec '#cmp' curve-cpu 'CPU ns/msg' "Same runs: CPU time per CURVE message of the receiving process (lower is better)"
+	rec '#ratio' curve-cpu pyzmq zmqguard
+	variants="zmqguard pyzmq"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r $variants); do
+			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
+			out=$WORK/curve.$v.$r
+			case $v in
+			zmqguard) pair "$out" sink-curve $N_CURVE --stats --curve "$WORK/curve" ;;
+			pyzmq) pair "$out" pyzmq-curve $N_CURVE --stats --curve "$WORK/curve" ;;
+			esac
+			rec curve $v $r "$(jf msgs_per_sec "$out.rx")"
+			rec curve-cpu $v $r "$(cpu_ns "$out" $N_CURVE)"
+			log "curve round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+		done
+	done
+fi
+
 # ---------------------------------------------------------------- frame4k
 if want frame4k; then
 	rec '#cmp' frame4k 'msgs/s' "Receive loop, 4 KiB frames, $N_4K messages"
@@ -190,7 +274,7 @@ if want frame4k; then
 	rec '#ratio' frame4k zmqguard pyzmq
 	rec '#note' frame4k "zmqguard = \`zmqguard sink --decode none\` (guarded PULL + SafeLoop, no decode: a 4 KiB frame is not a stats message); rawtcp copies each body into a reused buffer like every receiver does."
 	rec '#cmp' frame4k-cpu 'CPU ns/msg' "Same runs: CPU time per 4 KiB message of the receiving process (lower is better)"
-	rec '#ratio' frame4k-cpu rawtcp zmqguard
+	rec '#ratio' frame4k-cpu rawtcp zmqguard '>=' 0.8
 	rec '#ratio' frame4k-cpu pyzmq zmqguard
 	variants="zmqguard rawtcp pyzmq"
 	for (( r = 1; r <= ROUNDS; r++ )); do
@@ -236,7 +320,7 @@ if want handshake && [ $PYOK = 1 ]; then
 	rec '#cmp' handshake 'req/s' "NIXL handshake listener (V3 request: decode + lookup + reply), 16 concurrent REQ clients, $HS_DURATION window"
 	rec '#ratio' handshake zmqguard pyzmq '>=' 3
 	rec '#cmp' handshake-cpu 'CPU µs/req' "Same runs: listener CPU time per request served (whole process, start-up included; lower is better)"
-	rec '#ratio' handshake-cpu pyzmq zmqguard
+	rec '#ratio' handshake-cpu pyzmq zmqguard '>=' 3.0
 	rec '#note' handshake "zmqguard = \`zmqguard handshake-listener\` (hardened ROUTER + SafeLoop + guarded decode); pyzmq = bench/py/router_listener.py (recv_multipart, msgpack.unpackb, dict lookup, send_multipart with msgpack.packb(time.perf_counter()), as vLLM's V3 listener); load = bench/handshake-load, 16 REQ connections (guarded ZMTP, framed by hand, one goroutine each) in one process."
 	for (( r = 1; r <= ROUNDS; r++ )); do
 		for v in $(order $r zmqguard pyzmq); do

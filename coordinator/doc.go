@@ -43,8 +43,10 @@
 // # Wire layer
 //
 //   - [EngineCoreOutputs] with a hand-written [EngineCoreOutputs.UnmarshalMsg]
-//     on msgp's primitives, and [DecodeEngineCoreOutputs], which runs
-//     decodeguard's structural pre-scan first and classifies every failure:
+//     on msgp's primitives, and [DecodeEngineCoreOutputs], which makes
+//     decodeguard's structural checks in its decoding pass (it refuses
+//     exactly what the pre-scan plus the decode refuse) and classifies every
+//     failure:
 //     the message engines push to the coordinator's back-output socket.
 //     [AppendEngineCoreOutputs] writes it exactly as vLLM lays it out.
 //   - [ParseFrontMessage]: what API front-ends send on the front publish

@@ -36,11 +36,11 @@ type EngineCoreOutputs = enginecore.Header
 type SchedulerStats = enginecore.SchedulerStats
 
 // DecodeEngineCoreOutputs is the guarded decode of one back-output frame into
-// dst (which it resets): decodeguard.Scan with the default limits (which
-// refuse every ext type, so a message carrying arrays is refused), then
-// [enginecore.Header.UnmarshalMsg], then [enginecore.Header.Validate]. It
-// returns nil or a classified *[decodeguard.Error]; see
-// [enginecore.DecodeHeader]. A valid frame into a reused dst allocates
+// dst (which it resets): [enginecore.DecodeHeader] with decodeguard's default
+// limits (which refuse every ext type, so a message carrying arrays is
+// refused), one pass that accepts exactly what decodeguard.Scan followed by
+// [enginecore.Header.UnmarshalMsg] and [enginecore.Header.Validate] accept,
+// with the same errors. It returns nil or a classified *[decodeguard.Error]. A valid frame into a reused dst allocates
 // nothing. A nil dst is a programming error and yields an unclassified
 // error.
 func DecodeEngineCoreOutputs(b []byte, dst *EngineCoreOutputs) error {

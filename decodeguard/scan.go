@@ -133,7 +133,7 @@ var (
 // exactly one small *Error when it refuses; see [ScanOffset] for a variant
 // that does not allocate on refusal either.
 func Scan(b []byte, lim *Limits) error {
-	off, e := scan(b, lim)
+	off, _, e := scan(b, lim, false)
 	if e == nil {
 		return nil
 	}
@@ -147,11 +147,32 @@ func Scan(b []byte, lim *Limits) error {
 // shared *[Error] per (Reason, Detail) whose Offset is -1. The returned error
 // must be treated as read-only. On success it returns (0, nil).
 func ScanOffset(b []byte, lim *Limits) (int, error) {
-	off, e := scan(b, lim)
+	off, _, e := scan(b, lim, false)
 	if e == nil {
 		return 0, nil
 	}
 	return off, e
+}
+
+// ScanPrefix checks the one msgpack object at the front of b exactly as
+// [Scan] checks a whole frame under lim (nil means the defaults), except
+// that bytes after the object are allowed and MaxBytes is not applied. It is
+// for one-pass decoders that read the fields they know themselves and hand
+// every sub-object they do not interpret to ScanPrefix: the object's depth
+// counts from 1 (pass MaxDepth reduced by the depth of its position) and its
+// objects, itself included, are counted against MaxElements.
+//
+// On success it returns the object's length n and the number of msgpack
+// objects it holds, itself included (what Scan would charge to MaxElements
+// for it). On failure it returns, like [ScanOffset], the offset of the
+// fault in b and a shared read-only *[Error] (Offset -1); it allocates
+// nothing either way (see Limits.MaxDepth for the one exception).
+func ScanPrefix(b []byte, lim *Limits) (n, objects int, err error) {
+	off, objs, e := scan(b, lim, true)
+	if e != nil {
+		return off, 0, e
+	}
+	return off, objs, nil
 }
 
 // scan is the pre-scan proper: one loop, one switch on the type byte. The
@@ -170,7 +191,11 @@ func ScanOffset(b []byte, lim *Limits) (int, error) {
 // hot state in registers. Fixed-size types advance pos by a constant picked
 // by a predictable branch, not by a size loaded from a table, so the next
 // type byte's address does not wait on a load.
-func scan(b []byte, lim *Limits) (int, *Error) {
+//
+// With prefix set, bytes after the top-level object are allowed and MaxBytes
+// is not applied; on success scan then returns the object's length and its
+// object count (otherwise 0 and the count).
+func scan(b []byte, lim *Limits, prefix bool) (int, int, *Error) {
 	maxDepth, maxElems, maxBytes := DefaultMaxDepth, DefaultMaxElements, DefaultMaxBytes
 	var keyBit uint64 = 1 // map keys must be scalars
 	allow := &noExt
@@ -191,10 +216,10 @@ func scan(b []byte, lim *Limits) (int, *Error) {
 	}
 
 	if len(b) == 0 {
-		return 0, errEmpty
+		return 0, 0, errEmpty
 	}
-	if len(b) > maxBytes {
-		return -1, errTooLong
+	if len(b) > maxBytes && !prefix {
+		return -1, 0, errTooLong
 	}
 
 	var stackBuf [DefaultMaxDepth]uint64
@@ -204,7 +229,7 @@ func scan(b []byte, lim *Limits) (int, *Error) {
 
 	for {
 		if pos >= len(b) {
-			return len(b), errTruncated
+			return len(b), 0, errTruncated
 		}
 		c := b[pos]
 		var (
@@ -253,42 +278,42 @@ func scan(b []byte, lim *Limits) (int, *Error) {
 		case 0xd9: // str8
 			start = pos + 2
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(b[pos+1])
 			goto str
 		case 0xda: // str16
 			start = pos + 3
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(binary.BigEndian.Uint16(b[pos+1:]))
 			goto str
 		case 0xdb: // str32
 			start = pos + 5
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(binary.BigEndian.Uint32(b[pos+1:]))
 			goto str
 		case 0xc4: // bin8
 			start = pos + 2
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(b[pos+1])
 			goto bin
 		case 0xc5: // bin16
 			start = pos + 3
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(binary.BigEndian.Uint16(b[pos+1:]))
 			goto bin
 		case 0xc6: // bin32
 			start = pos + 5
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(binary.BigEndian.Uint32(b[pos+1:]))
 			goto bin
@@ -298,108 +323,108 @@ func scan(b []byte, lim *Limits) (int, *Error) {
 		case 0xc7: // ext8
 			start = pos + 3
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(b[pos+1])
 			goto ext
 		case 0xc8: // ext16
 			start = pos + 4
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(binary.BigEndian.Uint16(b[pos+1:]))
 			goto ext
 		case 0xc9: // ext32
 			start = pos + 6
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			l = uint64(binary.BigEndian.Uint32(b[pos+1:]))
 			goto ext
 		case 0xdc: // array16
 			start = pos + 3
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			items = uint64(binary.BigEndian.Uint16(b[pos+1:]))
 			goto container
 		case 0xdd: // array32
 			start = pos + 5
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			items = uint64(binary.BigEndian.Uint32(b[pos+1:]))
 			goto container
 		case 0xde: // map16
 			start, flag = pos+3, keyBit
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			items = 2 * uint64(binary.BigEndian.Uint16(b[pos+1:]))
 			goto container
 		case 0xdf: // map32
 			start, flag = pos+5, keyBit
 			if start > len(b) {
-				return pos, errTruncated
+				return pos, 0, errTruncated
 			}
 			items = 2 * uint64(binary.BigEndian.Uint32(b[pos+1:]))
 			goto container
 		default: // 0xc1, never used
-			return pos, errInvalidByte
+			return pos, 0, errInvalidByte
 		}
 
 	fixed: // a fixed-size scalar wider than one byte; pos is past it
 		if pos > len(b) {
-			return pos - scalarSize(c), errTruncated
+			return pos - scalarSize(c), 0, errTruncated
 		}
 		goto done
 
 	str:
 		if l > uint64(len(b)-start) {
-			return pos, errStrLen
+			return pos, 0, errStrLen
 		}
 		if !validUTF8(b[start : start+int(l)]) {
-			return pos, errBadUTF8
+			return pos, 0, errBadUTF8
 		}
 		pos = start + int(l)
 		goto done
 
 	bin:
 		if l > uint64(len(b)-start) {
-			return pos, errBinLen
+			return pos, 0, errBinLen
 		}
 		pos = start + int(l)
 		goto done
 
 	ext:
 		if start > len(b) {
-			return pos, errTruncated
+			return pos, 0, errTruncated
 		}
 		if !allow.Has(int8(b[start-1])) {
-			return pos, errExtType
+			return pos, 0, errExtType
 		}
 		if l > uint64(len(b)-start) {
-			return pos, errExtLen
+			return pos, 0, errExtLen
 		}
 		pos = start + int(l)
 		goto done
 
 	container:
 		if cur&3 == 1 { // an even rem in a map with scalar keys: a key
-			return pos, errCompositeKey
+			return pos, 0, errCompositeKey
 		}
 		// This container replaces one pending object by items objects.
 		if uint64(outer)+cur>>1-1+items > uint64(len(b)-start) {
 			if c <= 0x8f || c >= 0xde { // fixmap, map16, map32
-				return pos, errMapLen
+				return pos, 0, errMapLen
 			}
-			return pos, errArrayLen
+			return pos, 0, errArrayLen
 		}
 		if depth >= maxDepth {
-			return pos, errDepth
+			return pos, 0, errDepth
 		}
 		if room -= int(items); room < 0 {
-			return pos, errElements
+			return pos, 0, errElements
 		}
 		pos = start
 		if items != 0 {
@@ -422,10 +447,13 @@ func scan(b []byte, lim *Limits) (int, *Error) {
 		}
 		for {
 			if depth == 0 {
-				if pos != len(b) {
-					return pos, errTrailing
+				if prefix {
+					return pos, maxElems - room, nil
 				}
-				return 0, nil
+				if pos != len(b) {
+					return pos, 0, errTrailing
+				}
+				return 0, maxElems - room, nil
 			}
 			depth--
 			cur = stack[depth]

@@ -166,6 +166,52 @@ type decoder struct {
 	frames [][]byte
 	rawLim decodeguard.Limits // for uninterpreted sub-objects
 	budget int                // MaxElements left
+
+	// exact is DecodeHeader's one pass: m is nil (outputs, the utility
+	// output and finished request ids are checked, not kept), budget counts
+	// objects exactly as decodeguard.Scan does, uninterpreted sub-objects
+	// are checked by sub at the depth of their position, and rawLim holds
+	// the caller's limits with MaxDepth resolved.
+	exact bool
+}
+
+// sub checks the uninterpreted object at the front of b, at nesting depth
+// `depth` of the frame, with decodeguard.ScanPrefix under the caller's
+// limits (exact mode), charges the objects inside it to the budget, and
+// returns the bytes after it.
+func (d *decoder) sub(orig, b []byte, depth int) ([]byte, error) {
+	if len(b) == 0 {
+		return b, failf(orig, b, decodeguard.ReasonDecode, "EngineCoreOutputs: truncated: input ends where an object should start")
+	}
+	lim := d.rawLim
+	lim.MaxElements = d.budget + 1 // the object itself is charged already
+	if lim.MaxDepth -= depth - 1; lim.MaxDepth < 1 {
+		if c := b[0]; c&0xe0 == 0x80 || (c >= 0xdc && c <= 0xdf) { // a container
+			return b, failf(orig, b, decodeguard.ReasonOversize, "EngineCoreOutputs: nesting deeper than MaxDepth")
+		}
+		lim.MaxDepth = 1
+	}
+	n, objs, err := decodeguard.ScanPrefix(b, &lim)
+	if err != nil {
+		c := decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "malformed sub-object", Offset: len(orig) - len(b)}
+		if e, ok := err.(*decodeguard.Error); ok {
+			c.Reason, c.Detail = e.Reason, e.Detail
+			if n >= 0 {
+				c.Offset += n
+			}
+		}
+		return b, &c
+	}
+	d.budget -= objs - 1
+	return b[n:], nil
+}
+
+// nested is exact mode's depth check for a typed container at depth 2.
+func (d *decoder) nested(orig, at []byte) error {
+	if d.exact && d.rawLim.MaxDepth < 2 {
+		return failf(orig, at, decodeguard.ReasonOversize, "EngineCoreOutputs: nesting deeper than MaxDepth")
+	}
+	return nil
 }
 
 // fail classifies an error of the object at `at` (a suffix of orig) with

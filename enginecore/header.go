@@ -162,6 +162,14 @@ func readFloat(b []byte) (float64, []byte, error) {
 	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
 }
 
+// readMapHeader reads a map header, fixmap inline.
+func readMapHeader(b []byte) (uint32, []byte, error) {
+	if len(b) > 0 && b[0]&0xf0 == 0x80 {
+		return uint32(b[0] & 0x0f), b[1:], nil
+	}
+	return msgp.ReadMapHeaderBytes(b)
+}
+
 // readInt reads an integer (any msgpack width, not bool, not float).
 func readInt(b []byte) (int64, []byte, error) {
 	if len(b) > 0 && b[0] <= 0x7f { // positive fixint, the common case
@@ -206,12 +214,12 @@ func (h *Header) UnmarshalMsg(b []byte) ([]byte, error) {
 func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*h = Header{}
 	orig := b
-	if len(b) > 0 && msgp.NextType(b) != msgp.ArrayType {
+	if len(b) > 0 && b[0]&0xf0 != 0x90 && b[0] != 0xdc && b[0] != 0xdd {
 		// The common junk frame (a port scanner's int, say): no msgp error
 		// value to build.
 		return orig, wireError(orig, orig, "EngineCoreOutputs: want an array", nil)
 	}
-	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	n, b, err := readArrayHeader(b)
 	if err != nil {
 		return orig, wireError(orig, orig, "EngineCoreOutputs: want an array", err)
 	}
@@ -231,11 +239,22 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 		case 1:
 			detail = "EngineCoreOutputs.outputs: want an array"
 			var k uint32
-			k, b, err = msgp.ReadArrayHeaderBytes(b)
+			k, b, err = readArrayHeader(b)
 			h.OutputsLen = int(k)
 			if err == nil && full != nil {
+				if err = full.nested(orig, at); err != nil {
+					return orig, err
+				}
 				if err = full.take(orig, at, int(k), len(b)); err != nil {
 					return orig, err
+				}
+				if full.exact {
+					for j := uint32(0); j < k; j++ {
+						if b, err = full.sub(orig, b, 3); err != nil {
+							return orig, err
+						}
+					}
+					break
 				}
 				b, err = full.outputs(orig, b, int(k))
 				if err != nil {
@@ -266,6 +285,12 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 				break
 			}
 			h.HasUtilityOutput = true
+			if full != nil && full.exact {
+				if b, err = full.sub(orig, b, 2); err != nil {
+					return orig, err
+				}
+				break
+			}
 			if full != nil {
 				b, err = full.utility(orig, b)
 				if err != nil {
@@ -283,7 +308,12 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			var k uint32
 			k, b, err = msgp.ReadArrayHeaderBytes(b)
 			if full != nil && err == nil {
-				full.m.FinishedRequestIDs = full.m.FinishedRequestIDs[:0]
+				if err = full.nested(orig, at); err != nil {
+					return orig, err
+				}
+				if !full.exact {
+					full.m.FinishedRequestIDs = full.m.FinishedRequestIDs[:0]
+				}
 				if err = full.take(orig, at, int(k), len(b)); err != nil {
 					return orig, err
 				}
@@ -295,7 +325,9 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 					if !utf8.Valid(s) {
 						return orig, failf(orig, at, decodeguard.ReasonDecode, "EngineCoreOutputs.finished_requests: str is not valid UTF-8")
 					}
-					full.m.FinishedRequestIDs = append(full.m.FinishedRequestIDs, s)
+					if !full.exact {
+						full.m.FinishedRequestIDs = append(full.m.FinishedRequestIDs, s)
+					}
 				}
 			}
 			h.HasFinishedRequests, h.FinishedRequests = true, int(k)
@@ -307,6 +339,12 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			h.StartWave, h.HasStartWave, b, err = readOptInt(b)
 		default:
 			detail = "EngineCoreOutputs: malformed extra field"
+			if full != nil && full.exact {
+				if b, err = full.sub(orig, b, 2); err != nil {
+					return orig, err
+				}
+				break
+			}
 			if full != nil {
 				b, err = full.skip(orig, b)
 				if err != nil {
@@ -338,11 +376,14 @@ func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
 func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*s = SchedulerStats{}
 	orig := b
-	n, b, err := msgp.ReadMapHeaderBytes(b)
+	n, b, err := readMapHeader(b)
 	if err != nil {
 		return orig, wireError(orig, orig, "EngineCoreOutputs.scheduler_stats: want nil or a map", err)
 	}
 	if full != nil {
+		if err := full.nested(orig, orig); err != nil {
+			return orig, err
+		}
 		if err := full.take(orig, orig, 2*int(n), len(b)); err != nil {
 			return orig, err
 		}
@@ -350,13 +391,11 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	for i := uint32(0); i < n; i++ {
 		at := b
 		var key []byte
-		key, b, err = msgp.ReadStringZC(b)
+		key, b, err = readStr(b)
 		if err != nil {
 			return orig, wireError(orig, at, "SchedulerStats: key is not a str", err)
 		}
-		if full != nil && !utf8.Valid(key) {
-			return orig, failf(orig, at, decodeguard.ReasonDecode, "SchedulerStats: key is not valid UTF-8")
-		}
+		keyAt := at // a known key is valid UTF-8: only others are checked
 		at = b
 		var detail string
 		switch string(key) {
@@ -383,6 +422,15 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			s.EncoderCacheUsage, b, err = readFloat(b)
 		default:
 			detail = "SchedulerStats: malformed value"
+			if full != nil && !utf8.Valid(key) {
+				return orig, failf(orig, keyAt, decodeguard.ReasonDecode, "SchedulerStats: key is not valid UTF-8")
+			}
+			if full != nil && full.exact {
+				if b, err = full.sub(orig, b, 3); err != nil {
+					return orig, err
+				}
+				break
+			}
 			if full != nil {
 				if _, b, err = full.raw(orig, b); err != nil {
 					return orig, err
@@ -440,23 +488,76 @@ func usageOK(f float64) bool { return f >= 0 && f <= math.MaxFloat64 }
 var errNilDestination = errors.New("enginecore: decode called with a nil destination")
 
 // DecodeHeader is the guarded one-frame decode the coordinator uses: b into
-// dst (which it resets) with decodeguard.Scan under lim (nil means
-// decodeguard's defaults, which refuse every ext type, so a message with
-// arrays is refused), then [Header.UnmarshalMsg], then [Header.Validate].
-// It returns nil or a classified *[decodeguard.Error]:
+// dst (which it resets) under lim (nil means decodeguard's defaults, which
+// refuse every ext type, so a message with arrays is refused), then
+// [Header.Validate]. It decodes in one pass that makes decodeguard.Scan's
+// checks as it goes: the frame's length against MaxBytes first; every str
+// it reads (stats keys, finished request ids) must be valid UTF-8; the
+// typed containers' depth and counts are charged exactly as Scan charges
+// them; and every sub-object it does not interpret (the request outputs,
+// the utility output, unknown stats values, extra trailing fields) is
+// checked by decodeguard.ScanPrefix at the depth of its position. So it
+// accepts exactly what decodeguard.Scan followed by [Header.UnmarshalMsg]
+// and Validate accepts (FuzzDecodeHeaderOnePass checks this), in about half
+// the time. It returns nil or a classified *[decodeguard.Error]:
 //
-//   - the Scan error (ReasonDecode: not well-formed msgpack, invalid UTF-8, a
-//     composite map key, an ext type, trailing bytes...; ReasonOversize:
-//     over 1 MiB, nested deeper than 32, too many objects);
-//   - ReasonDecode for a wrong shape or type, ReasonValidate for a value out
-//     of range (an integer beyond int64, a negative index, count or wave, a
-//     NaN usage);
+//   - ReasonDecode: not well-formed msgpack, invalid UTF-8, a composite map
+//     key, an ext type not in lim.AllowExt, trailing bytes, a wrong shape or
+//     type;
+//   - ReasonOversize: over MaxBytes (1 MiB), nested deeper than MaxDepth
+//     (32), more objects than MaxElements;
+//   - ReasonValidate for a value out of range (an integer beyond int64, a
+//     negative index, count or wave, a NaN usage);
 //   - ReasonDecoderPanic if the decoder panicked (it is not known to; the
 //     recover is the frame boundary).
 //
-// A valid frame into a reused dst allocates nothing. A nil dst is a
-// programming error and yields an unclassified error.
+// A refused frame gets the very error the two passes give it (Scan's when
+// Scan refuses it, else the typed decoder's): the one pass re-runs Scan on
+// refusal only. A valid frame into a reused dst
+// allocates nothing. A nil dst is a programming error and yields an
+// unclassified error.
 func DecodeHeader(b []byte, lim *decodeguard.Limits, dst *Header) error {
+	if dst == nil {
+		return errNilDestination
+	}
+	err := decodeHeaderOnePass(b, lim, dst)
+	if err == nil || decodeguard.ReasonOf(err) == decodeguard.ReasonDecoderPanic {
+		return err
+	}
+	// Refused: report what the two passes would, Scan's error first, so
+	// that the reason and offset do not depend on which fault the one pass
+	// met first. Only refused frames pay for this.
+	return decodeHeaderTwoPass(b, lim, dst)
+}
+
+// decodeHeaderOnePass is DecodeHeader's one pass, without the second look
+// at a refused frame.
+func decodeHeaderOnePass(b []byte, lim *decodeguard.Limits, dst *Header) error {
+	d := decoder{exact: true}
+	if lim != nil {
+		d.rawLim = *lim
+	}
+	if d.rawLim.MaxDepth <= 0 {
+		d.rawLim.MaxDepth = decodeguard.DefaultMaxDepth
+	}
+	if d.rawLim.MaxElements <= 0 {
+		d.rawLim.MaxElements = decodeguard.DefaultMaxElements
+	}
+	if len(b) > scanMaxBytes(&d.rawLim) {
+		*dst = Header{}
+		return decodeguard.NewError(decodeguard.ReasonOversize, "EngineCoreOutputs: frame longer than MaxBytes")
+	}
+	d.budget = d.rawLim.MaxElements - 1 // the top-level object
+	if err := unmarshalHeader(b, dst, &d); err != nil {
+		return err
+	}
+	return dst.Validate()
+}
+
+// decodeHeaderTwoPass is the reference [DecodeHeader] is measured and
+// fuzzed against: decodeguard.Scan under lim, then [Header.UnmarshalMsg]
+// (which must consume the frame), then [Header.Validate].
+func decodeHeaderTwoPass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 	if dst == nil {
 		return errNilDestination
 	}
@@ -464,15 +565,15 @@ func DecodeHeader(b []byte, lim *decodeguard.Limits, dst *Header) error {
 		*dst = Header{}
 		return err
 	}
-	if err := unmarshalHeader(b, dst); err != nil {
+	if err := unmarshalHeader(b, dst, nil); err != nil {
 		return err
 	}
 	return dst.Validate()
 }
 
-func unmarshalHeader(b []byte, dst *Header) (err error) {
+func unmarshalHeader(b []byte, dst *Header, d *decoder) (err error) {
 	defer recoverPanic(&err)
-	rest, err := dst.UnmarshalMsg(b)
+	rest, err := dst.unmarshal(b, d)
 	if err == nil && len(rest) != 0 {
 		err = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "bytes left after EngineCoreOutputs", Offset: len(b) - len(rest)}
 	}

@@ -577,6 +577,15 @@ func (c *Conn) ReadMessage(m *Message) error {
 	if c.readBuffered(m) {
 		return nil
 	}
+	if c.br.Buffered() < 2 {
+		// Nothing buffered (the last message ended where the last read
+		// did): wait for the next read here, where the general path would
+		// wait for its header anyway, so that a message that arrives whole
+		// takes the fast path too.
+		if _, err := c.br.Peek(1); err == nil && c.readBuffered(m) {
+			return nil
+		}
+	}
 	var total int64
 	for nframes := 0; ; nframes++ {
 		var b []byte
@@ -677,6 +686,18 @@ func (c *Conn) readBuffered(m *Message) bool {
 		if hl == 0 || len(b)-off < hl || size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
 			break
 		}
+		if nframes == 0 && flags&FlagMore != 0 {
+			// A multipart message: size m's buffers once for all of it,
+			// instead of growing them frame by frame (a cold Message would
+			// reallocate each a few times for a message of many frames).
+			frames, bytes, ok := c.bufferedExtent(b)
+			if !ok {
+				break
+			}
+			m.buf = slices.Grow(m.buf, bytes)
+			m.ends = slices.Grow(m.ends, frames)
+			m.Frames = slices.Grow(m.Frames, frames)
+		}
 		off += hl
 		m.buf = append(m.buf, b[off:off+int(size)]...)
 		m.ends = append(m.ends, len(m.buf))
@@ -695,6 +716,45 @@ func (c *Conn) readBuffered(m *Message) bool {
 	m.buf = m.buf[:0]
 	m.ends = m.ends[:0]
 	return false
+}
+
+// bufferedExtent walks the frame headers of the data message at the front
+// of b (buffered bytes) and reports its frame count and body bytes when the
+// whole message is there within MaxFrames and MaxMessageSize, with only
+// data frames; ok is false otherwise (readBuffered then leaves it to the
+// general path, which checks and reports whatever is wrong).
+func (c *Conn) bufferedExtent(b []byte) (frames, bytes int, ok bool) {
+	var total uint64
+	off := 0
+	for n := 0; n < c.cfg.MaxFrames; n++ {
+		if len(b)-off < 2 {
+			return 0, 0, false
+		}
+		flags := b[off]
+		var size uint64
+		hl := 2
+		switch flags &^ FlagMore {
+		case 0:
+			size = uint64(b[off+1])
+		case FlagLong:
+			hl = 9
+			if len(b)-off < hl {
+				return 0, 0, false
+			}
+			size = binary.BigEndian.Uint64(b[off+1:])
+		default:
+			return 0, 0, false
+		}
+		if size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
+			return 0, 0, false
+		}
+		off += hl + int(size)
+		total += size
+		if flags&FlagMore == 0 {
+			return n + 1, int(total), true
+		}
+	}
+	return 0, 0, false
 }
 
 // oversize restates a frame-size violation in terms of the whole message.

@@ -1,6 +1,6 @@
 """pyzmq PULL receive loop: the reference a Go receiver is compared with.
 
-Usage: pull.py ENDPOINT COUNT
+Usage: pull.py ENDPOINT COUNT [multipart]
 
 Binds a PULL socket (libzmq through pyzmq) on ENDPOINT, receives COUNT
 messages with sock.recv() and nothing else (no decode), and prints one JSON
@@ -8,22 +8,32 @@ line: msgs/s from the first to the last message, and the process's CPU
 time per message over that span (every thread: Python's and libzmq's I/O
 thread; python_thread_ns_per_msg is the Python thread's share). Python's
 time between recv() calls is part of what is measured, as in any Python
-receive loop.
+receive loop. With "multipart", each message is read with
+sock.recv_multipart() (all its frames, still no decode). With the
+environment variable PULL_CURVE_SECRET naming a server certificate
+(NAME.key_secret), the socket is a CURVE server with that key pair (no ZAP
+handler: libzmq then admits any client key).
 """
+import os
 import json
 import sys
 import time
 
 import zmq
+import zmq.auth
 
 
 def main():
     endpoint, count = sys.argv[1], int(sys.argv[2])
+    multipart = len(sys.argv) > 3 and sys.argv[3] == "multipart"
     ctx = zmq.Context()
     sock = ctx.socket(zmq.PULL)
     sock.setsockopt(zmq.LINGER, 0)
+    if os.environ.get("PULL_CURVE_SECRET"):
+        public, secret = zmq.auth.load_certificate(os.environ["PULL_CURVE_SECRET"])
+        sock.curve_secretkey, sock.curve_publickey, sock.curve_server = secret, public, True
     sock.bind(endpoint)
-    recv = sock.recv
+    recv = sock.recv_multipart if multipart else sock.recv
     recv()
     first, cpu0, th0 = time.perf_counter(), time.process_time(), time.thread_time()
     for _ in range(count - 1):

@@ -17,13 +17,16 @@ package main
 
 import (
 	"flag"
+	"fmt"
 	"io"
 	"net"
 	"os"
+	"path/filepath"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/bench/internal/load"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 type report struct {
@@ -42,12 +45,18 @@ func main() {
 	size := flag.Int("size", 100, "frame body size in bytes (ignored with --stats)")
 	stats := flag.Bool("stats", false, "send the 101-byte vLLM stats vector")
 	junk := flag.Bool("junk", false, "follow every valid frame with a junk frame")
+	curveDir := flag.String("curve", "", "speak CURVE as a client: a `dir` with server.key (the server's public certificate) and clients/client.key_secret; every message is encrypted and written through the connection")
+	outputs := flag.Bool("outputs", false, "send 157-frame EngineCoreOutputs messages (256 outputs, logprobs in aux frames); --count counts messages")
 	chunk := flag.Int("chunk", 64<<10, "bytes per write")
 	wait := flag.Duration("wait", 20*time.Second, "how long to retry connecting while the receiver starts")
 	linger := flag.Duration("linger", 2*time.Minute, "how long to wait for the receiver to close after the last byte")
 	flag.Parse()
 	if *connect == "" || *count == 0 || (*size <= 0 && !*stats) || *chunk <= 0 {
 		flag.Usage()
+		os.Exit(2)
+	}
+	if *outputs && *junk {
+		fmt.Fprintln(os.Stderr, "sender: --outputs and --junk do not combine")
 		os.Exit(2)
 	}
 	body := load.Body(*size)
@@ -66,7 +75,24 @@ func main() {
 	groups := (*count + validPerGroup - 1) / validPerGroup
 	per := uint64(load.GroupsPerChunk(group, *chunk))
 	full := load.Chunk(group, int(per))
+	chunkOf := func(n int) []byte { return load.Chunk(group, n) }
+	framesPerGroup := uint64(len(group))
+	if *outputs {
+		msg := load.OutputsMessage()
+		per = uint64(max(1, *chunk/len(load.ChunkMultipart(msg, 1))))
+		full = load.ChunkMultipart(msg, int(per))
+		chunkOf = func(n int) []byte { return load.ChunkMultipart(msg, n) }
+		framesPerGroup = uint64(len(msg))
+	}
 
+	if *curveDir != "" {
+		if *junk {
+			fmt.Fprintln(os.Stderr, "sender: --curve and --junk do not combine")
+			os.Exit(2)
+		}
+		sendCurve(*connect, *curveDir, *count, *wait, *linger, *outputs, body)
+		return
+	}
 	c, err := load.DialRetry(*connect, zmq4.Push, *wait)
 	if err != nil {
 		load.Fatal(err)
@@ -77,7 +103,7 @@ func main() {
 	for left := groups; left > 0; {
 		buf := full
 		if left < per {
-			buf = load.Chunk(group, int(left))
+			buf = chunkOf(int(left))
 		}
 		n := min(left, per)
 		if _, err := nc.Write(buf); err != nil {
@@ -85,7 +111,7 @@ func main() {
 			break
 		}
 		left -= n
-		rep.Frames += n * uint64(len(group))
+		rep.Frames += n * framesPerGroup
 		rep.Valid += n * validPerGroup
 		rep.Bytes += uint64(len(buf))
 	}
@@ -98,6 +124,58 @@ func main() {
 		tc.CloseWrite()
 	}
 	nc.SetReadDeadline(time.Now().Add(*linger))
+	io.Copy(io.Discard, nc)
+	c.Close()
+	load.PrintJSON(rep)
+}
+
+// sendCurve is the CURVE sender: the handshake as a CURVE client, then
+// count messages (the stats vector or the outputs message) through the
+// connection's encrypting writer, flushed every 64 messages.
+func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, outputs bool, body []byte) {
+	server, err := zmtpguard.LoadCertificate(filepath.Join(dir, "server.key"))
+	if err != nil {
+		load.Fatal(err)
+	}
+	client, err := zmtpguard.LoadCertificate(filepath.Join(dir, "clients", "client.key_secret"))
+	if err != nil {
+		load.Fatal(err)
+	}
+	cfg := &zmtpguard.Config{Curve: &zmtpguard.CurveConfig{SecretKey: client.Secret, ServerKey: server.Public}}
+	c, err := load.DialRetryConfig(connect, zmq4.Push, wait, cfg)
+	if err != nil {
+		load.Fatal(err)
+	}
+	msg := [][]byte{body}
+	if outputs {
+		msg = load.OutputsMessage()
+	}
+	rep := report{Program: "sender"}
+	start := time.Now()
+	for i := uint64(0); i < count; i++ {
+		if err := c.WriteMessage(msg...); err != nil {
+			rep.Note = "receiver closed early: " + err.Error()
+			break
+		}
+		if i%64 == 63 || i == count-1 {
+			if err := c.Flush(); err != nil {
+				rep.Note = "receiver closed early: " + err.Error()
+				break
+			}
+		}
+		rep.Frames += uint64(len(msg))
+		rep.Valid++
+	}
+	elapsed := time.Since(start)
+	rep.Seconds = elapsed.Seconds()
+	if elapsed > 0 {
+		rep.FramesPerSec = float64(rep.Frames) / elapsed.Seconds()
+	}
+	nc := c.NetConn()
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	nc.SetReadDeadline(time.Now().Add(linger))
 	io.Copy(io.Discard, nc)
 	c.Close()
 	load.PrintJSON(rep)

@@ -114,6 +114,11 @@ func TCPAddr(endpoint string) (string, error) {
 // type local, retrying every 10 ms until it succeeds or wait passes (the
 // receiver may still be starting).
 func DialRetry(endpoint string, local zmq4.SocketType, wait time.Duration) (*zmtpguard.Conn, error) {
+	return DialRetryConfig(endpoint, local, wait, nil)
+}
+
+// DialRetryConfig is DialRetry with a connection config (CURVE, say).
+func DialRetryConfig(endpoint string, local zmq4.SocketType, wait time.Duration, cfg *zmtpguard.Config) (*zmtpguard.Conn, error) {
 	addr, err := TCPAddr(endpoint)
 	if err != nil {
 		return nil, err
@@ -121,7 +126,7 @@ func DialRetry(endpoint string, local zmq4.SocketType, wait time.Duration) (*zmt
 	deadline := time.Now().Add(wait)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-		c, err := zmtpguard.Dial(ctx, "tcp", addr, local, nil, nil)
+		c, err := zmtpguard.Dial(ctx, "tcp", addr, local, nil, cfg)
 		cancel()
 		if err == nil {
 			return c, nil

@@ -1,0 +1,5 @@
+//go:build !race
+
+package zmtpguard
+
+const raceEnabled = false
