@@ -105,8 +105,8 @@ func TestSilentEngineNamed(t *testing.T) {
 	rec := &recordHandler{}
 	cfg := testConfig(2)
 	cfg.Logger = slog.New(rec)
-	cfg.Socket.HeartbeatInterval = 100 * time.Millisecond
-	cfg.Socket.HeartbeatTimeout = 400 * time.Millisecond
+	cfg.Socket.HeartbeatInterval = 250 * time.Millisecond
+	cfg.Socket.HeartbeatTimeout = 1500 * time.Millisecond // generous: engine 0 must never time out on a loaded machine
 	h := startCoordinator(t, cfg)
 
 	// Engine 1 reaches the coordinator from 127.0.0.2 when the loopback
