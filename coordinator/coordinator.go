@@ -190,6 +190,8 @@ type Coordinator struct {
 	controlLogged          time.Time
 	// Unsubscriptions received on the back publish socket (ignored).
 	backUnsubs atomic.Uint64
+	// silent names the engines whose back connections time out.
+	silent silence
 
 	// Run-goroutine-only: rate limiting of state-drop log lines and
 	// encode buffers.
@@ -276,15 +278,28 @@ func New(cfg Config) (*Coordinator, error) {
 	return c, nil
 }
 
+// withEvents returns opts whose OnEvent reports to onSocketEvent(sock)
+// before calling the user's.
+func (c *Coordinator) withEvents(opts socket.Options, sock int) socket.Options {
+	user := opts.OnEvent
+	opts.OnEvent = func(e socket.Event) {
+		c.onSocketEvent(sock, e)
+		if user != nil {
+			user(e)
+		}
+	}
+	return opts
+}
+
 func (c *Coordinator) bind(opts socket.Options) error {
 	var err error
 	if c.front, err = socket.NewXPub(opts); err != nil {
 		return fmt.Errorf("coordinator: front publish socket: %w", err)
 	}
-	if c.backOut, err = socket.NewPull(opts); err != nil {
+	if c.backOut, err = socket.NewPull(c.withEvents(opts, idxBackOutput)); err != nil {
 		return fmt.Errorf("coordinator: back output socket: %w", err)
 	}
-	if c.backPub, err = socket.NewXPub(opts); err != nil {
+	if c.backPub, err = socket.NewXPub(c.withEvents(opts, idxBackPublish)); err != nil {
 		return fmt.Errorf("coordinator: back publish socket: %w", err)
 	}
 	if err := c.front.Bind(c.cfg.Front); err != nil {
@@ -662,6 +677,8 @@ func (c *Coordinator) onBackOutput(ctx context.Context, d loop.Delivery[EngineCo
 	c.mu.Unlock()
 	if err != nil {
 		c.stateDrop(idxBackOutput, d.Msg, err)
+	} else {
+		c.silent.learn(d.Value.EngineIndex, d.Msg.Peer)
 	}
 	d.Done()
 	return c.act(ctx, &a)

@@ -96,6 +96,18 @@
 // it, and a control copy the back publish socket drops for a full queue is
 // counted (Stats.ControlDropped) and logged at error level.
 //
+// # Engines that go silent
+//
+// The sockets' heartbeats (socket.Options, on by default) disconnect a
+// peer silent past the heartbeat timeout. On the back sockets the
+// coordinator then logs "coordinator: engine went silent" at warn level
+// with the engine's index, and counts it per engine in
+// Stats.SilentEngines: on the back output socket the index is the
+// engine_index of the outputs that connection carried; on the back publish
+// socket (a subscription carries no index) it is the engine whose outputs
+// come from the same host, and "ambiguous" (listing the candidates) when
+// several engines share that host.
+//
 // # Bad input
 //
 // Every parser treats its input as hostile: bad input yields a classified

@@ -97,6 +97,14 @@ type Stats struct {
 	// publish socket, which are accepted and ignored (during start-up with a
 	// rate-limited warning).
 	BackUnsubscribed uint64 `json:"back_unsubscribed"`
+	// SilentEngines counts, per engine index (ascending), the heartbeat
+	// timeouts of that engine's back output and back publish connections
+	// (each also logged at warn level as "engine went silent");
+	// SilentUnknown those on the back sockets that could not be tied to
+	// one engine (no output seen from the connection, or, on back publish,
+	// several engines on the silent host).
+	SilentEngines []EngineSilence `json:"silent_engines,omitempty"`
+	SilentUnknown uint64          `json:"silent_unknown"`
 
 	// Per socket.
 	Front       SocketStats `json:"front"`
@@ -132,6 +140,7 @@ func (c *Coordinator) Stats() Stats {
 
 		BackUnsubscribed: c.backUnsubs.Load(),
 	}
+	s.SilentEngines, s.SilentUnknown = c.silences()
 	c.socketStats(&s.Front, idxFront, c.front, c.frontLoop.Stats())
 	c.socketStats(&s.BackOutput, idxBackOutput, c.backOut, c.outLoop.Stats())
 	c.socketStats(&s.BackPublish, idxBackPublish, c.backPub, c.pubLoop.Stats())

@@ -14,6 +14,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -55,6 +56,19 @@ type ProbeReport struct {
 	OK bool
 }
 
+// ProbeOptions configures [ProbeWith].
+type ProbeOptions struct {
+	// Timeout bounds each network step (0 means DefaultTimeout).
+	Timeout time.Duration
+	// Out receives one line per step (nil discards them).
+	Out io.Writer
+	// Curve, when set, makes the ZMTP step a CURVE handshake as the client
+	// (Curve.Server must be false; SecretKey is the probe's own key pair,
+	// ServerKey the listener's public key), for a listener that serves
+	// CURVE only. Nil speaks NULL, as vLLM does.
+	Curve *zmtpguard.CurveConfig
+}
+
 // Probe triages the handshake with a listener step by step, printing one
 // line per step to w (nil discards them) and stopping at the first failure:
 //
@@ -75,20 +89,36 @@ type ProbeReport struct {
 // one of ErrRefused (connect or ZMTP handshake failed), ErrTimeout,
 // ErrBadReplyShape, ErrUndecodablePayload or ErrRejected under
 // errors.Is, or is ctx's error.
+//
+// Probe is ProbeWith with ProbeOptions{Timeout: timeout, Out: w}.
 func Probe(ctx context.Context, endpoint string, req Request, timeout time.Duration, w io.Writer) (ProbeReport, error) {
+	return ProbeWith(ctx, endpoint, req, ProbeOptions{Timeout: timeout, Out: w})
+}
+
+// ProbeWith is [Probe] with options: the same steps, report and errors,
+// and, with opts.Curve set, a CURVE client handshake in the zmtp step (its
+// line then says so, and a failure names the likely causes: a wrong server
+// key, or a client key the listener does not admit). A Curve with Server
+// set is refused before anything is dialed (ErrRefused).
+func ProbeWith(ctx context.Context, endpoint string, req Request, opts ProbeOptions) (ProbeReport, error) {
 	if req.Variant < V1 || req.Variant > V3 {
 		req.Variant = V3
 	}
+	timeout, w := opts.Timeout, opts.Out
 	if timeout <= 0 {
 		timeout = DefaultTimeout
 	}
 	if w == nil {
 		w = io.Discard
 	}
-	p := &prober{w: w, rep: ProbeReport{Endpoint: endpoint, Request: req}}
+	p := &prober{w: w, rep: ProbeReport{Endpoint: endpoint, Request: req}, curve: opts.Curve}
 	var b strings.Builder
 	writeRequest(&b, req)
-	fmt.Fprintf(w, "probe %s: %s, timeout %s\n", endpoint, b.String(), timeout)
+	mech := ""
+	if opts.Curve != nil {
+		mech = ", CURVE"
+	}
+	fmt.Fprintf(w, "probe %s: %s, timeout %s%s\n", endpoint, b.String(), timeout, mech)
 	err := p.run(ctx, endpoint, req, timeout)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -103,8 +133,9 @@ func Probe(ctx context.Context, endpoint string, req Request, timeout time.Durat
 }
 
 type prober struct {
-	w   io.Writer
-	rep ProbeReport
+	w     io.Writer
+	rep   ProbeReport
+	curve *zmtpguard.CurveConfig
 }
 
 func (p *prober) ok(name string, d time.Duration, detail string) {
@@ -133,6 +164,9 @@ func (p *prober) fail(name string, d time.Duration, kind error, hint string, cau
 }
 
 func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout time.Duration) error {
+	if p.curve != nil && p.curve.Server {
+		return p.fail("connect", 0, ErrRefused, "", errors.New("handshake: ProbeOptions.Curve must be a client config (Server false)"))
+	}
 	network, addr, err := dialTarget(endpoint)
 	if err != nil {
 		return p.fail("connect", 0, ErrRefused, "", err)
@@ -152,14 +186,23 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 
 	// zmtp
 	t0 = time.Now()
-	cfg := zmtpguard.Config{HandshakeTimeout: timeout}
+	cfg := zmtpguard.Config{HandshakeTimeout: timeout, Curve: p.curve}
 	conn, err := zmtpguard.Handshake(ctx, nc, zmq4.Req, nil, &cfg)
 	p.rep.HandshakeTime = time.Since(t0)
 	if err != nil {
 		var v *zmtpguard.Violation
 		kind := ErrRefused
 		hint := "the port is open but the peer is not a ZMTP 3 socket a REQ may talk to (another service on that port?)"
-		if errors.As(err, &v) && strings.Contains(strings.ToLower(v.Detail), "deadline") || errors.Is(err, os.ErrDeadlineExceeded) {
+		isV := errors.As(err, &v)
+		switch {
+		case p.curve != nil:
+			hint = "the CURVE handshake failed: the server key given is not the listener's, the listener does not" +
+				" admit this client key, or the listener does not serve CURVE"
+		case isV && v.Reason == decodeguard.ReasonHandshake && len(v.Prefix) >= 17 && string(v.Prefix[12:17]) == "CURVE":
+			// The peer's greeting names the CURVE mechanism.
+			hint = "the peer demands CURVE: give the listener's public key (and a client certificate it admits)"
+		}
+		if isV && strings.Contains(strings.ToLower(v.Detail), "deadline") || errors.Is(err, os.ErrDeadlineExceeded) {
 			kind = ErrTimeout
 			hint = "the peer accepted the connection but did not finish the ZMTP greeting within " + timeout.String() +
 				" (a wedged accept loop, or not a ZeroMQ socket)"
@@ -171,6 +214,9 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	note := ""
 	if p.rep.PeerType != zmq4.Router {
 		note = " (vLLM's listener is a ROUTER)"
+	}
+	if p.curve != nil {
+		note += ", CURVE (encrypted, server key verified)"
 	}
 	p.ok("zmtp", p.rep.HandshakeTime, "peer is "+string(p.rep.PeerType)+note+", handshake "+p.rep.HandshakeTime.String())
 

@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // checkProbeOutput checks that the probe printed one line per step, each
@@ -205,5 +207,62 @@ func TestProbeNotZMTPCauseOnce(t *testing.T) {
 	}
 	if n := strings.Count(err.Error(), fe.Err.Error()); n != 1 {
 		t.Errorf("cause %q appears %d times in %q", fe.Err, n, err)
+	}
+}
+
+// TestProbeWithCurve: ProbeWith completes against a CURVE-only listener
+// with the right server key and an admitted client key, and fails the zmtp
+// step, naming CURVE, with a wrong server key, with a key the listener does
+// not admit, and without CURVE at all.
+func TestProbeWithCurve(t *testing.T) {
+	srvPub, srvSec, err := zmtpguard.GenerateCurveKeyPair()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cliPub, cliSec, _ := zmtpguard.GenerateCurveKeyPair()
+	_, strangerSec, _ := zmtpguard.GenerateCurveKeyPair()
+	wrongPub, _, _ := zmtpguard.GenerateCurveKeyPair()
+	o := fastOpts()
+	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: srvSec, Authorize: zmtpguard.NewKeySet(cliPub).Authorize, Logger: quiet}
+	o.Logger = quiet
+	l := startListener(t, ListenerConfig{Socket: o})
+	req := Request{Variant: V3}
+
+	var out strings.Builder
+	rep, err := ProbeWith(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Timeout: 5 * time.Second, Out: &out,
+		Curve: &zmtpguard.CurveConfig{SecretKey: cliSec, ServerKey: srvPub}})
+	t.Logf("probe output:\n%s", out.String())
+	if err != nil || !rep.OK || rep.EngineID != "prefill-7" {
+		t.Fatalf("CURVE probe: %v, report %+v", err, rep)
+	}
+	checkProbeOutput(t, out.String(), rep, "")
+	if !strings.Contains(out.String(), "CURVE (encrypted, server key verified)") {
+		t.Errorf("zmtp line does not say CURVE:\n%s", out.String())
+	}
+
+	for name, c := range map[string]*zmtpguard.CurveConfig{
+		"wrong server key": {SecretKey: cliSec, ServerKey: wrongPub},
+		"unlisted key":     {SecretKey: strangerSec, ServerKey: srvPub},
+		"no CURVE":         nil,
+	} {
+		out.Reset()
+		rep, err := ProbeWith(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Timeout: 3 * time.Second, Out: &out, Curve: c})
+		t.Logf("%s:\n%s", name, out.String())
+		if !errors.Is(err, ErrRefused) && !errors.Is(err, ErrTimeout) || rep.OK {
+			t.Fatalf("%s: got %v, want a refused handshake", name, err)
+		}
+		checkProbeOutput(t, out.String(), rep, "zmtp")
+		want := "the CURVE handshake failed"
+		if c == nil {
+			want = "the peer demands CURVE"
+		}
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("%s: output lacks %q:\n%s", name, want, out.String())
+		}
+	}
+
+	// A server config is refused before dialing.
+	if _, err := ProbeWith(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Curve: o.Guard.Curve}); !errors.Is(err, ErrRefused) {
+		t.Errorf("server Curve config: %v, want ErrRefused", err)
 	}
 }

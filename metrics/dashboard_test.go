@@ -53,8 +53,8 @@ func dashboardExprs(t *testing.T) ([]string, int) {
 
 // TestDashboardQueriesKnownFamilies: every metric the dashboard queries is
 // one of Families() and every grouping label is one of the four (or job,
-// instance, which Prometheus adds); the drop, handshake and peer families
-// the README picture shows are all on it.
+// instance, which Prometheus adds); the drop, handshake, peer and
+// queue-depth families the README picture shows are all on it.
 func TestDashboardQueriesKnownFamilies(t *testing.T) {
 	exprs, panels := dashboardExprs(t)
 	if panels < 8 {
@@ -83,7 +83,8 @@ func TestDashboardQueriesKnownFamilies(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []*Family{LoopDropped, SocketViolations, HandshakeServed, SocketPeers, SocketDroppedHWM, SourceDropped, ZMTPPending} {
+	for _, f := range []*Family{LoopDropped, SocketViolations, HandshakeServed, SocketPeers, SocketDroppedHWM, SourceDropped, ZMTPPending,
+		SocketSendQueueBytes, SocketReceiveQueueBytes, SocketHeartbeatTimeouts} {
 		if !used[f.Name] {
 			t.Errorf("the dashboard has no panel for %s", f.Name)
 		}

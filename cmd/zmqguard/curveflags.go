@@ -8,6 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -71,4 +72,54 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 		<-done
 	}
 	return &zmtpguard.CurveConfig{Server: true, SecretKey: cert.Secret, Authorize: ks.Authorize, Logger: logger}, stop, nil
+}
+
+// curveClientFlags are a client command's CURVE flags.
+type curveClientFlags struct {
+	serverKey  *string
+	secretFile *string
+}
+
+func addCurveClientFlags(fs *flag.FlagSet) *curveClientFlags {
+	return &curveClientFlags{
+		serverKey: fs.String("curve-server-key", "", "speak CURVE to a server whose public key is this `Z85` text (40 characters, the server certificate's public-key)"),
+		secretFile: fs.String("curve-secret-key-file", "", "the client's own key pair, from this `file` (a NAME.key_secret certificate, as pyzmq's zmq.auth or 'zmqguard keygen --out' write it); "+
+			"without it a fresh key pair is made, which only a server admitting any key lets in; needs --curve-server-key"),
+	}
+}
+
+// config returns the CURVE client config the flags ask for (nil when
+// neither is given).
+func (f *curveClientFlags) config(logger *slog.Logger) (*zmtpguard.CurveConfig, error) {
+	if *f.serverKey == "" && *f.secretFile == "" {
+		return nil, nil
+	}
+	if *f.serverKey == "" {
+		return nil, usagef("--curve-secret-key-file needs --curve-server-key (the server's public key)")
+	}
+	server, err := zmtpguard.ParseCurveKey(*f.serverKey)
+	if err != nil {
+		return nil, usagef("--curve-server-key %s: %v", decodeguard.EscapeText(*f.serverKey, 64), err)
+	}
+	var secret zmtpguard.CurveKey
+	if *f.secretFile != "" {
+		cert, err := zmtpguard.LoadCertificate(*f.secretFile)
+		if err != nil {
+			return nil, err
+		}
+		if !cert.HasSecret() {
+			return nil, usagef("--curve-secret-key-file %s holds no secret key (give the .key_secret file)", *f.secretFile)
+		}
+		secret = cert.Secret
+		logger.Info("CURVE client", "server_key", server.String(), "public_key", cert.Public.String(), "key_file", *f.secretFile)
+	} else {
+		pub, sec, err := zmtpguard.GenerateCurveKeyPair()
+		if err != nil {
+			return nil, err
+		}
+		secret = sec
+		logger.Info("CURVE client with a fresh key pair (only a server admitting any key lets it in; give --curve-secret-key-file otherwise)",
+			"server_key", server.String(), "public_key", pub.String())
+	}
+	return &zmtpguard.CurveConfig{SecretKey: secret, ServerKey: server, Logger: logger}, nil
 }

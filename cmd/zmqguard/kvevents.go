@@ -17,11 +17,12 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
+	"github.com/zmqguard/zmqguard/socket"
 )
 
 var kvEventsSpec = commandSpec{
 	name:     "kv-events",
-	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--topic T] [--from-start] [--count N]",
+	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "follow vLLM KV-cache event publishers, one JSON line per event",
 	help: `Subscribes to the KV-event publishers of vLLM engines (or anything speaking
 their wire) through hardened SUB sockets, and prints one JSON object per
@@ -44,6 +45,11 @@ for a publisher that connects (vLLM connects when its endpoint names a
 host). --from-start replays from sequence 0 on joining, instead of starting
 at the first batch seen.
 
+--curve-server-key (the publisher's public key, Z85) makes every SUB and
+replay DEALER speak CURVE as the client, with the key pair of
+--curve-secret-key-file (a .key_secret certificate the publisher admits) or,
+without it, a fresh key pair that only a publisher admitting any key lets in.
+
 After --count events (or on SIGINT/SIGTERM) the last stdout line is
 {"counters": {...}} with per-source and total batches, events, gaps,
 replayed, lost, resets and drops by reason; the exit code is 0.`,
@@ -51,7 +57,7 @@ replayed, lost, resets and drops by reason; the exit code is 0.`,
 
 var kvPublishSpec = commandSpec{
 	name:     "kv-publish",
-	synopsis: "--bind ADDR [--replay-bind ADDR] [--topic T] [--rate R] [--count N]",
+	synopsis: "--bind ADDR [--replay-bind ADDR] [--topic T] [--rate R] [--count N] [--curve-secret-key-file F --curve-allow PATH]",
 	summary:  "publish synthetic vLLM KV-event batches (demos and load)",
 	help: `Publishes synthetic KV-event batches with the bytes vLLM's ZmqEventPublisher
 sends for --vllm-version (tagged-map events and topic-framed replay since
@@ -62,7 +68,8 @@ queue are dropped and counted.
 
 It publishes --rate batches per second (0: as fast as possible) until
 --count batches (0: until SIGINT/SIGTERM) and prints one JSON line of
-counters on stdout.`,
+counters on stdout. --curve-secret-key-file and --curve-allow serve both
+sockets under CURVE only, to the listed client keys.`,
 }
 
 // kvSourcesFlag collects --connect/--bind/--replay in order.
@@ -333,6 +340,7 @@ func runKVEvents(ctx context.Context, e *env, args []string) int {
 	version := releaseFlag(fs) // both event forms and replay framings are always accepted
 	live := addLivenessFlags(fs)
 	mo := addMetricsFlags(fs)
+	curve := addCurveClientFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -353,12 +361,18 @@ func runKVEvents(ctx context.Context, e *env, args []string) int {
 		if err := mo.check(); err != nil {
 			return err
 		}
+		cc, err := curve.config(e.logger)
+		if err != nil {
+			return err
+		}
+		sopts := live.options()
+		sopts.Guard.Curve = cc
 		rel := *version
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		pr := &kvPrinter{w: bufio.NewWriterSize(e.stdout, 64<<10), count: *count, done: cancel}
 		sub, err := kvevents.NewSubscriber(kvevents.Config{Release: rel, Handler: pr.handle, Topic: *topic,
-			FromStart: *fromStart, ReplayTimeout: *replayTimeout, Logger: e.logger, Socket: live.options()})
+			FromStart: *fromStart, ReplayTimeout: *replayTimeout, Logger: e.logger, Socket: sopts})
 		if err != nil {
 			return err
 		}
@@ -435,6 +449,7 @@ func runKVPublish(ctx context.Context, e *env, args []string) int {
 	stored := fs.Int("stored", 16, "BlockStored events per batch")
 	dp := fs.Int("dp-rank", 0, "data_parallel_rank (offsets the ports as vLLM does)")
 	version := releaseFlag(fs)
+	curve := addCurveServerFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -449,9 +464,16 @@ func runKVPublish(ctx context.Context, e *env, args []string) int {
 		if *rate < 0 || *stored < 0 || *dp < 0 {
 			return usagef("--rate, --stored and --dp-rank must not be negative")
 		}
+		cc, stopCurve, err := curve.config(ctx, e.logger)
+		if err != nil {
+			return err
+		}
+		defer stopCurve()
+		var sopts socket.Options
+		sopts.Guard.Curve = cc
 		rel := *version
 		pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Release: rel, Endpoint: *bind, Bind: true,
-			ReplayEndpoint: *replayBind, Topic: *topic, DataParallelRank: *dp, Logger: e.logger})
+			ReplayEndpoint: *replayBind, Topic: *topic, DataParallelRank: *dp, Logger: e.logger, Socket: sopts})
 		if err != nil {
 			return err
 		}

@@ -10,7 +10,7 @@ import (
 
 var probeSpec = commandSpec{
 	name:     "probe",
-	synopsis: "ADDR [--pp 0] [--tp 0] [--variant v3|v2|v1] [--vllm-version latest] [--timeout 5s] [--json]",
+	synopsis: "ADDR [--pp 0] [--tp 0] [--variant v3|v2|v1] [--vllm-version latest] [--timeout 5s] [--json] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "triage a NIXL handshake listener step by step",
 	help: `Makes one NIXL handshake with the listener at ADDR, as a vLLM decode worker
 would, one step at a time (connect, ZMTP handshake, request, reply, payload),
@@ -22,7 +22,13 @@ from a listener that is not ZMTP, a dead receive loop, a rank not served or
 a payload from another release. --vllm-version names the release the
 listener runs; it selects the default --variant (v3 for every supported
 release: the request with the pipeline-parallel rank and the reply with the
-clock-sync timestamp frame, NIXL connector version 5 and later).`,
+clock-sync timestamp frame, NIXL connector version 5 and later).
+
+A listener that serves CURVE only (handshake-listener --curve-secret-key-file)
+is probed with --curve-server-key, its public key in Z85, and
+--curve-secret-key-file, a client certificate it admits (--curve-allow). With
+--curve-server-key alone the probe makes a fresh key pair, which only a
+server admitting any key (libzmq's curve_server without ZAP) lets in.`,
 }
 
 // releaseVariant is the request form of release r: V3 for every supported
@@ -57,6 +63,7 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 	release := releaseFlag(fs)
 	timeout := fs.Duration("timeout", handshake.DefaultTimeout, "bound on each network step")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object instead of one line per step")
+	curve := addCurveClientFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -84,12 +91,18 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 		if *timeout <= 0 {
 			return usagef("--timeout must be positive")
 		}
+		cc, err := curve.config(e.logger)
+		if err != nil {
+			return err
+		}
 		req := handshake.Request{Variant: v, PP: *pp, TP: *tp}
 		e.logger.Debug("probe", "endpoint", pos[0], "variant", v, "vllm_version", release.String())
+		opts := handshake.ProbeOptions{Timeout: *timeout, Out: e.stdout, Curve: cc}
 		if *asJSON {
-			return probeJSON(ctx, e, pos[0], req, *timeout)
+			opts.Out = nil
+			return probeJSON(ctx, e, pos[0], req, opts)
 		}
-		_, err := handshake.Probe(ctx, pos[0], req, *timeout, e.stdout)
+		_, err = handshake.ProbeWith(ctx, pos[0], req, opts)
 		if err != nil {
 			e.logger.Debug("probe failed", "endpoint", pos[0], "err", err)
 		}

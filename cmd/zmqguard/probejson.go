@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"encoding/json"
-	"time"
 
 	"github.com/zmqguard/zmqguard/handshake"
 )
@@ -38,8 +37,8 @@ type probeStepJSON struct {
 }
 
 // probeJSON runs the probe and prints its report as one JSON line.
-func probeJSON(ctx context.Context, e *env, ep string, req handshake.Request, timeout time.Duration) error {
-	rep, err := handshake.Probe(ctx, ep, req, timeout, nil)
+func probeJSON(ctx context.Context, e *env, ep string, req handshake.Request, opts handshake.ProbeOptions) error {
+	rep, err := handshake.ProbeWith(ctx, ep, req, opts)
 	out := probeReportJSON{
 		Endpoint: rep.Endpoint, Variant: rep.Request.Variant.String(), PP: rep.Request.PP, TP: rep.Request.TP,
 		OK: rep.OK, PeerType: string(rep.PeerType), ReplyFrames: rep.ReplyFrames,

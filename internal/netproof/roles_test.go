@@ -11,15 +11,18 @@ import (
 	"math/rand/v2"
 	"net"
 	"os"
+	"os/signal"
 	"runtime"
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -56,6 +59,16 @@ type event struct {
 	HBTimeouts map[string]uint64 `json:"hb_timeouts,omitempty"`
 	// RTT is a decode client's handshake round trip (ns).
 	RTT int64 `json:"rtt,omitempty"`
+	// Seq is a KV-event batch's sequence number (Replayed: it came from the
+	// replay endpoint); From and To bound a lost range; N counts the
+	// batches a publisher published.
+	Seq      uint64 `json:"seq,omitempty"`
+	Replayed bool   `json:"replayed,omitempty"`
+	From     uint64 `json:"from,omitempty"`
+	To       uint64 `json:"to,omitempty"`
+	N        uint64 `json:"n,omitempty"`
+	// KV is a KV-event subscriber's totals at exit.
+	KV *kvevents.SourceStats `json:"kv,omitempty"`
 }
 
 var outMu sync.Mutex
@@ -159,6 +172,10 @@ func TestNetproofHelper(t *testing.T) {
 		err = runHandshakeListener(ctx, stop)
 	case "decode":
 		err = runDecode(ctx, stop)
+	case "kvpub":
+		err = runKVPublisher(ctx, stop)
+	case "kvsub":
+		err = runKVSubscriber(ctx, stop)
 	default:
 		err = fmt.Errorf("unknown role %q", role)
 	}
@@ -629,4 +646,109 @@ func runDecode(ctx context.Context, stop <-chan struct{}) error {
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// runKVPublisher is an engine host's KV-event publisher
+// (kvevents.Publisher): live XPUB on port 5557, replay ROUTER on 5558,
+// one batch (a BlockStored of one block, hash = seq) every NETPROOF_KV_IVL
+// (default 50 ms) from the first subscriber on, until SIGUSR1; then it
+// reports how many it published ("pubdone") and idles until stdin closes.
+func runKVPublisher(ctx context.Context, stop <-chan struct{}) error {
+	usr1 := make(chan os.Signal, 1)
+	signal.Notify(usr1, syscall.SIGUSR1)
+	defer signal.Stop(usr1)
+	p, err := kvevents.NewPublisher(kvevents.PublisherConfig{
+		Endpoint: "tcp://*:5557", ReplayEndpoint: "tcp://*:5558", Topic: "kv", Socket: roleOptions(),
+	})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	emit(event{Ev: "bound"})
+	for p.Stats().Subscribers == 0 {
+		select {
+		case <-stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+	tick := time.NewTicker(envDur("NETPROOF_KV_IVL", 50*time.Millisecond))
+	defer tick.Stop()
+	for seq := uint64(0); ; seq++ {
+		select {
+		case <-stop:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-usr1:
+			emit(event{Ev: "pubdone", N: seq})
+			select {
+			case <-stop:
+				return nil
+			case <-ctx.Done():
+				return ctx.Err()
+			}
+		case <-tick.C:
+		}
+		if err := p.Publish(kvevents.Event{Type: kvevents.BlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(seq)},
+			BlockSize: 16}); err != nil {
+			return fmt.Errorf("publish %d: %w", seq, err)
+		}
+		emit(event{Ev: "published", Seq: seq})
+	}
+}
+
+// runKVSubscriber is a KV-event subscriber (kvevents.Subscriber, FromStart)
+// following the publisher at NETPROOF_PUB (live port 5557, replay 5558) and
+// reporting every update: "batch" (seq, replayed), "lost" and "reset".
+// Its sockets' connection events come from roleOptions.
+func runKVSubscriber(ctx context.Context, stop <-chan struct{}) error {
+	host := os.Getenv("NETPROOF_PUB")
+	s, err := kvevents.NewSubscriber(kvevents.Config{
+		Topic: "kv", FromStart: true, Socket: roleOptions(), ReplayTimeout: 5 * time.Second,
+		Handler: func(_ context.Context, u kvevents.Update) error {
+			switch u.Kind {
+			case kvevents.UpdateBatch:
+				var h uint64
+				if len(u.Batch.Events) == 1 && len(u.Batch.Events[0].BlockHashes) == 1 {
+					h = u.Batch.Events[0].BlockHashes[0].Uint64()
+				}
+				if h != u.Seq {
+					return fmt.Errorf("batch %d carries block hash %d", u.Seq, h)
+				}
+				emit(event{Ev: "batch", Seq: u.Seq, Replayed: u.Batch.Replayed})
+			case kvevents.UpdateLost:
+				emit(event{Ev: "lost", From: u.From, To: u.To})
+			case kvevents.UpdateReset:
+				emit(event{Ev: "reset", Seq: u.Seq})
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		return err
+	}
+	if err := s.Add(kvevents.Source{Name: "engine", Live: "tcp://" + host + ":5557", Replay: "tcp://" + host + ":5558"}); err != nil {
+		s.Close()
+		return err
+	}
+	rctx, cancel := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- s.Run(rctx) }()
+	select {
+	case <-stop:
+	case <-ctx.Done():
+	case err = <-done:
+		cancel()
+		s.Close()
+		return err
+	}
+	cancel()
+	err = <-done
+	s.Close()
+	st := s.Stats().Total
+	emit(event{Ev: "kvstats", KV: &st})
+	return err
 }

@@ -5,7 +5,8 @@ Runs `zmqguard demo --metrics-addr 127.0.0.1:PORT` (building the binary
 unless --bin is given), scrapes /metrics every --interval seconds while it
 runs, saves the samples as CSV (--samples) and draws four panels with
 matplotlib: message drops by reason per component, refused connections by
-reason, handshakes per second, and connected peers / HWM drops per socket.
+reason, handshakes per second, and queue depth in bytes per socket (send
+queues and receive queue, with the HWM drops at the end).
 --from-samples re-draws a saved CSV without running anything.
 
 Needs Debian's python3-matplotlib and python3-prometheus-client (the
@@ -99,7 +100,8 @@ def record(args):
 # DRAWN are the families the panels read; --samples keeps only these.
 DRAWN = {"zmqguard_loop_messages_dropped_total", "zmqguard_socket_violations_total",
          "zmqguard_handshake_requests_served_total", "zmqguard_handshake_error_replies_total",
-         "zmqguard_socket_peers", "zmqguard_socket_hwm_dropped_messages_total"}
+         "zmqguard_socket_peers", "zmqguard_socket_hwm_dropped_messages_total",
+         "zmqguard_socket_send_queue_bytes", "zmqguard_socket_receive_queue_bytes"}
 
 
 def open_text(path, mode):
@@ -193,13 +195,18 @@ def draw(rows, out):
     ax.legend(fontsize=7)
 
     ax = axes[1][1]
-    for sock, pts in sorted(series(rows, "zmqguard_socket_peers", lambda l: l["socket"]).items()):
-        ax.plot([t for t, _ in pts], [v for _, v in pts], label=sock, linewidth=1.2, drawstyle="steps-post")
+    colours = plt.get_cmap("tab10")
+    for name, style, what in [("zmqguard_socket_send_queue_bytes", "-", "send"),
+                              ("zmqguard_socket_receive_queue_bytes", "--", "receive")]:
+        for i, (sock, pts) in enumerate(sorted(series(rows, name, lambda l: l["socket"]).items())):
+            peak = max(v for _, v in pts)
+            ax.plot([t for t, _ in pts], [v for _, v in pts], label="%s %s (max %d B)" % (sock, what, peak),
+                    linewidth=1.2, drawstyle="steps-post", linestyle=style, color=colours(i))
     hwm = series(rows, "zmqguard_socket_hwm_dropped_messages_total", lambda l: "all")
     total_hwm = hwm.get("all", [(0, 0)])[-1][1]
-    ax.set_title("connected peers per socket (gauge; HWM queue drops at the end: %d)\nzmqguard_socket_peers"
-                 % total_hwm, fontsize=9)
-    ax.legend(fontsize=7)
+    ax.set_title("queue depth per socket, bytes (gauges, sampled; HWM queue drops at the end: %d)\n"
+                 "zmqguard_socket_send_queue_bytes, _receive_queue_bytes" % total_hwm, fontsize=9)
+    ax.legend(fontsize=6.5, ncol=2, loc="center right")
 
     for a in axes.flat:
         a.set_xlabel("seconds", fontsize=8)
