@@ -160,6 +160,8 @@ type Conn struct {
 	hdr       [9]byte
 	// onClose, when set (by a Listener), runs once after the first Close.
 	onClose func()
+	// body is the message-body deadline and budget state (body.go).
+	body bodyClock
 }
 
 // Handshake runs a guarded ZMTP 3 handshake on nc for a local socket of type
@@ -544,6 +546,10 @@ func (c *Conn) Config() Config { return c.cfg }
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closeErr = c.nc.Close()
+		c.body.closed.Store(true)
+		if c.cfg.Budget != nil {
+			c.cfg.Budget.wakeIfWaiting() // a reader stalled on the budget
+		}
 		if c.onClose != nil {
 			c.onClose()
 		}
@@ -572,11 +578,17 @@ func (c *Conn) ReadMessage(m *Message) error {
 	}
 	m.Reset()
 	if c.cz != nil {
-		return c.readCurve(m)
+		return c.endMessage(m, c.readCurve(m))
 	}
 	if c.readBuffered(m) {
 		return nil
 	}
+	return c.endMessage(m, c.readMessage(m))
+}
+
+// readMessage is ReadMessage's general path: frame by frame, each header
+// checked before its body is read.
+func (c *Conn) readMessage(m *Message) error {
 	var total int64
 	for nframes := 0; ; nframes++ {
 		var b []byte
@@ -586,6 +598,9 @@ func (c *Conn) ReadMessage(m *Message) error {
 			// Peek of buffered bytes never blocks.
 			b, _ = c.br.Peek(n)
 		} else {
+			if nframes > 0 {
+				c.bodyWait(2)
+			}
 			b, err = c.br.Peek(1)
 			if err != nil {
 				if nframes > 0 && err == io.EOF {
@@ -711,6 +726,9 @@ func (c *Conn) oversize(verr error, nframes int, total int64) *Violation {
 func (c *Conn) readBody(m *Message, n int64) error {
 	for n > 0 {
 		step := min(n, readChunk)
+		if err := c.bodyReserve(len(m.buf), int(step)); err != nil {
+			return err
+		}
 		start := len(m.buf)
 		m.buf = slices.Grow(m.buf, int(step))[:start+int(step)]
 		if _, err := io.ReadFull(c.br, m.buf[start:]); err != nil {
