@@ -171,6 +171,9 @@ func (s *Socket) reserveSend(size int) bool {
 // waits before reading more).
 func (s *Socket) chargeRecv(size int64) bool {
 	n := s.recvBytes.Add(size)
+	if s.budget != nil {
+		s.budget.Charge(size)
+	}
 	return s.opts.RecvQueueBytes > 0 && n >= s.opts.RecvQueueBytes
 }
 
@@ -180,6 +183,9 @@ func (s *Socket) uncharge(b *batch) {
 		return
 	}
 	s.recvBytes.Add(-b.charged)
+	if s.budget != nil {
+		s.budget.Charge(-b.charged)
+	}
 	b.charged = 0
 	if s.recvWaiters.Load() > 0 {
 		s.recvSpaceMu.Lock()

@@ -145,8 +145,11 @@ func (c *Conn) endMessage(m *Message, err error) error {
 //   - a connection that waited Wait without room closes the connection
 //     holding the most bytes, if that one holds at least its fair share
 //     (it may be the waiting connection itself), as a ReasonPolicy
-//     violation counted in BudgetStats.Evictions. A connection holding
-//     less than its fair share is never closed by the budget.
+//     violation counted in BudgetStats.Evictions, provided unfinished
+//     messages themselves hold at least half of Limit (a budget spent by
+//     Charge, such as messages the application has not taken yet, only
+//     stalls). A connection holding less than its fair share is never
+//     closed by the budget.
 //
 // The zero Budget is not usable: use [NewBudget]. All methods are safe for
 // concurrent use.
@@ -154,6 +157,9 @@ type Budget struct {
 	limit int64
 	wait  time.Duration
 	used  atomic.Int64
+	// outside is the part of used charged with Charge (not held by a
+	// connection).
+	outside atomic.Int64
 
 	mu      sync.Mutex
 	holders map[*Conn]struct{}
@@ -207,6 +213,7 @@ func (b *Budget) Used() int64 { return b.used.Load() }
 // them). Charges never wait or fail: a charge past the limit makes
 // connections over their fair share stall.
 func (b *Budget) Charge(n int64) {
+	b.outside.Add(n)
 	b.used.Add(n)
 	if n < 0 {
 		b.wakeIfWaiting()
@@ -255,7 +262,10 @@ func (b *Budget) acquire(c *Conn, n int64) error {
 					big = h
 				}
 			}
-			if big != nil && big.body.held >= fair {
+			// Only a budget spent by the connections themselves evicts:
+			// one spent by Charge (messages the application has not
+			// taken yet) only stalls.
+			if big != nil && big.body.held >= fair && b.used.Load()-b.outside.Load() >= b.limit/2 {
 				b.evictions.Add(1)
 				big.body.evicted.Store(true)
 				b.mu.Unlock()
@@ -298,4 +308,15 @@ func (b *Budget) release(c *Conn) {
 	}
 	delete(b.holders, c)
 	b.mu.Unlock()
+}
+
+// ReadBufferBytes returns the bytes of read buffers c holds now: its
+// buffered reader and, under CURVE, its scratch buffer for large messages.
+// Call it from the goroutine that reads c (or after reading stopped).
+func (c *Conn) ReadBufferBytes() int {
+	n := c.br.Size()
+	if c.cz != nil {
+		n += cap(c.cz.rbuf)
+	}
+	return n
 }
