@@ -20,6 +20,10 @@ var reclaimer struct {
 // asks for.
 const reclaimEvery = time.Second
 
+// reclaimDelay is how long after the threshold is passed the collection
+// runs, so that one collection takes a burst of departures.
+const reclaimDelay = 200 * time.Millisecond
+
 // noteReleased records n bytes of buffers let go by a departed connection
 // and, past ReclaimBytes, schedules a collection.
 //
@@ -40,12 +44,10 @@ func (s *Socket) noteReleased(n int64) {
 		return
 	}
 	s.reclaims.Add(1)
-	wait := time.Until(time.Unix(0, reclaimer.last.Load()).Add(reclaimEvery))
-	if wait <= 0 {
-		go reclaim()
-	} else {
-		time.AfterFunc(wait, reclaim)
-	}
+	// Departures come in bursts (an attacker leaving closes all its
+	// connections): wait reclaimDelay so one collection takes the burst.
+	wait := max(reclaimDelay, time.Until(time.Unix(0, reclaimer.last.Load()).Add(reclaimEvery)))
+	time.AfterFunc(wait, reclaim)
 }
 
 func reclaim() {

@@ -64,7 +64,7 @@ const (
 	// DefaultReclaimBytes: once departed connections have released this
 	// many bytes of buffers, the socket asks the runtime for a collection
 	// (see Options.ReclaimBytes).
-	DefaultReclaimBytes = 32 << 20
+	DefaultReclaimBytes = 8 << 20
 	// maxHeartbeatTTL is the largest TTL a PING can announce (16 bits of
 	// deciseconds).
 	maxHeartbeatTTL = 65535 * 100 * time.Millisecond
@@ -209,11 +209,13 @@ type Options struct {
 	// ReclaimBytes: once connections that left have released at least this
 	// many bytes of buffers (read buffers, partly received messages), the
 	// socket asks the Go runtime for a collection (runtime.GC, in the
-	// background, at most once a second across the process), so that the
+	// background, 200 ms after the threshold is passed so that one
+	// collection takes a burst of departures, at most once a second across
+	// the process), so that the
 	// heap returns to its baseline within seconds of an attack ending
 	// instead of at the runtime's two-minute forced collection: a process
 	// that allocates nothing after the attack never reaches its next GC
-	// target. Default 32 MiB; negative never asks.
+	// target. Default 8 MiB; negative never asks.
 	ReclaimBytes int64
 	// RouterDropUnroutable, for a ROUTER, makes Send to an identity that is
 	// not connected drop the message (counted in Stats.DroppedUnroutable)

@@ -120,9 +120,9 @@ type Socket struct {
 	// budget is MemoryBudget, shared by every connection (nil: none).
 	budget   *zmtpguard.Budget
 	reclaims atomic.Uint64
-	subIdx    atomic.Pointer[subIndex] // SUB receive filter
-	peerSeq   atomic.Uint64
-	rr        atomic.Uint64
+	subIdx   atomic.Pointer[subIndex] // SUB receive filter
+	peerSeq  atomic.Uint64
+	rr       atomic.Uint64
 
 	// receive side
 	inbox chan *batch

@@ -258,6 +258,9 @@ func (b *Budget) acquire(c *Conn, n int64) error {
 		} else if !now.Before(deadline) {
 			var big *Conn
 			for h := range b.holders {
+				if h.body.evicted.Load() {
+					continue // closed already; its reader is releasing
+				}
 				if big == nil || h.body.held > big.body.held {
 					big = h
 				}
