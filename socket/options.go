@@ -180,9 +180,10 @@ type Options struct {
 	// violation, counted in Stats.BudgetEvictions). A connection below its
 	// fair share is never closed for the budget. Connections within their
 	// fair share may pass MemoryBudget, never twice it. Default 64 MiB
-	// (DefaultMemoryBudget); negative means no budget (each connection
-	// then holds up to MaxMessageSize). Set it at least as large as
-	// Guard.MaxMessageSize, or a lone max-size message is evicted.
+	// (DefaultMemoryBudget) or twice Guard.MaxMessageSize if that is more;
+	// negative means no budget (each connection then holds up to
+	// MaxMessageSize). A budget set below Guard.MaxMessageSize is refused
+	// by Verify: a lone max-size message would be evicted.
 	//
 	// The socket's memory under attack is then bounded by about
 	// 2 × MemoryBudget (receiving) + SendTotalBytes (send queues; kept
@@ -280,6 +281,11 @@ func (o Options) withDefaults() Options {
 	}
 	if o.MemoryBudget == 0 {
 		o.MemoryBudget = DefaultMemoryBudget
+		if mm := o.Guard.MaxMessageSize; 2*mm > o.MemoryBudget {
+			// Room for two max-size messages: a large MaxMessageSize is
+			// never undone by the default budget.
+			o.MemoryBudget = 2 * mm
+		}
 	}
 	if o.BudgetWait == 0 {
 		o.BudgetWait = zmtpguard.DefaultBudgetWait
@@ -343,6 +349,11 @@ func (o *Options) Verify() error {
 	}
 	if o.ReconnectMin < 0 || o.ReconnectMax < 0 {
 		errs = append(errs, errors.New("socket: reconnect delays must not be negative"))
+	}
+	if mm := o.Guard.MaxMessageSize; o.MemoryBudget > 0 && o.MemoryBudget < mm {
+		errs = append(errs, fmt.Errorf("socket: MemoryBudget %d is below Guard.MaxMessageSize %d", o.MemoryBudget, mm))
+	} else if mm == 0 && o.MemoryBudget > 0 && o.MemoryBudget < zmtpguard.DefaultMaxMessageSize {
+		errs = append(errs, fmt.Errorf("socket: MemoryBudget %d is below the default MaxMessageSize %d", o.MemoryBudget, zmtpguard.DefaultMaxMessageSize))
 	}
 	if o.BudgetWait < 0 {
 		errs = append(errs, fmt.Errorf("socket: BudgetWait must not be negative (got %v)", o.BudgetWait))
