@@ -1,6 +1,7 @@
 package zmtpguard
 
 import (
+	"bufio"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -322,4 +323,23 @@ func (c *Conn) ReadBufferBytes() int {
 		n += cap(c.cz.rbuf)
 	}
 	return n
+}
+
+// initialWriteBuffer is the write buffer a connection starts with (or
+// Config.WriteBufferSize if smaller): enough for PINGs, PONGs and small
+// messages, so that a peer that is only ever sent heartbeats costs 4 KiB,
+// not WriteBufferSize (1,000 attackers that never read held 64 MiB of
+// write buffers that way).
+const initialWriteBuffer = 4 << 10
+
+// growWriter, called after a Flush, replaces the (now empty) write buffer
+// by one four times larger, up to WriteBufferSize, when more than a
+// buffer's worth was written since the previous Flush: a busy connection
+// soon gets the full buffer and its batching.
+func (c *Conn) growWriter() {
+	n := c.wrote
+	c.wrote = 0
+	if size := c.bw.Size(); n >= size && size < c.cfg.WriteBufferSize && c.bw.Buffered() == 0 {
+		c.bw = bufio.NewWriterSize(c.nc, min(4*size, c.cfg.WriteBufferSize))
+	}
 }

@@ -162,6 +162,8 @@ type Conn struct {
 	onClose func()
 	// body is the message-body deadline and budget state (body.go).
 	body bodyClock
+	// wrote counts the bytes written since the last Flush (growWriter).
+	wrote int
 }
 
 // Handshake runs a guarded ZMTP 3 handshake on nc for a local socket of type
@@ -764,7 +766,8 @@ func (c *Conn) command(m *Message) error {
 
 func (c *Conn) writer() *bufio.Writer {
 	if c.bw == nil {
-		c.bw = bufio.NewWriterSize(c.nc, c.cfg.WriteBufferSize)
+		// Small first (see initialWriteBuffer); Flush grows it.
+		c.bw = bufio.NewWriterSize(c.nc, min(initialWriteBuffer, c.cfg.WriteBufferSize))
 	}
 	return c.bw
 }
@@ -774,6 +777,7 @@ func (c *Conn) writeFrame(flags byte, body []byte) error {
 		return c.writeCurve(flags&FlagMore, nil, body)
 	}
 	w := c.writer()
+	c.wrote += len(body)
 	h := c.hdr[:]
 	if len(body) > 255 {
 		h[0] = flags | FlagLong
@@ -822,6 +826,7 @@ func (c *Conn) WriteCommand(name string, data []byte) error {
 	}
 	w := c.writer()
 	size := 1 + len(name) + len(data)
+	c.wrote += size
 	h := c.hdr[:]
 	if size > 255 {
 		h[0] = FlagCommand | FlagLong
@@ -868,7 +873,9 @@ func (c *Conn) Flush() error {
 	if c.bw == nil {
 		return nil
 	}
-	return c.bw.Flush()
+	err := c.bw.Flush()
+	c.growWriter()
+	return err
 }
 
 // ReadBuffered returns how many received bytes wait in the read buffer, so a

@@ -47,6 +47,7 @@ func (c *Conn) writeCurve(flags byte, name, data []byte) error {
 	out = binary.BigEndian.AppendUint64(out, cs.sendNonce)
 	out = cs.sendBox.seal(out, p, cs.sendNonce)
 	w := c.writer()
+	c.wrote += len(out)
 	h := c.hdr[:]
 	if len(out) > 255 {
 		h[0] = curveOuterFlags | FlagLong
