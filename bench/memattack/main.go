@@ -65,6 +65,30 @@ func main() {
 func run(mode string, conns, size int, hold, after time.Duration, out string) error {
 	o := socket.DefaultOptions()
 	o.Logger = slog.New(slog.DiscardHandler)
+	var evMu sync.Mutex
+	events := map[string]int{}
+	o.OnEvent = func(e socket.Event) {
+		if e.Kind == socket.EventConnected {
+			return
+		}
+		k := e.Kind.String()
+		if e.Err != nil {
+			k += ": " + e.Err.Error()
+			if i := strings.Index(k, " (peer"); i > 0 {
+				k = k[:i]
+			}
+		}
+		evMu.Lock()
+		events[k]++
+		evMu.Unlock()
+	}
+	defer func() {
+		evMu.Lock()
+		for k, n := range events {
+			fmt.Fprintf(os.Stderr, "memattack: %d × %s\n", n, decodeguard.EscapeText(k, 200))
+		}
+		evMu.Unlock()
+	}()
 	if mode == "unbounded" {
 		o.MemoryBudget = -1
 		o.ReclaimBytes = -1
@@ -150,6 +174,9 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	mu.Lock()
 	phase = "after"
 	mu.Unlock()
+	st := s.Stats()
+	fmt.Fprintf(os.Stderr, "memattack: connects %d, disconnects %d, violations %v, heartbeat timeouts %d, budget stalls %d, evictions %d\n",
+		st.Connects, st.Disconnects, st.Violations, st.HeartbeatTimeouts, st.BudgetStalls, st.BudgetEvictions)
 	wait(after)
 	return nil
 }
@@ -182,6 +209,9 @@ func attack(addr string, conns, size int, hold time.Duration) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	open := 0
+	// Held until the process exits: an unreachable connection would be
+	// closed by its finalizer.
+	var held []*zmtpguard.Conn
 	for range conns {
 		sem <- struct{}{}
 		wg.Add(1)
@@ -196,6 +226,7 @@ func attack(addr string, conns, size int, hold time.Duration) {
 			}
 			mu.Lock()
 			open++
+			held = append(held, c)
 			mu.Unlock()
 			c.NetConn().SetWriteDeadline(time.Now().Add(hold))
 			c.NetConn().Write(hdr)
@@ -205,5 +236,6 @@ func attack(addr string, conns, size int, hold time.Duration) {
 	time.Sleep(hold)
 	mu.Lock()
 	fmt.Fprintf(os.Stderr, "memattack: %d of %d attackers connected\n", open, conns)
+	runtime.KeepAlive(held)
 	mu.Unlock()
 }

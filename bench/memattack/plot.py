@@ -1,4 +1,4 @@
-#!/usr/bin/env python3
+#!/usr/bin/python3
 """Plot memattack CSVs: RSS and heap in use over time, one line per mode.
 
 Usage: plot.py OUT.png RUN.csv [RUN.csv ...]
