@@ -9,7 +9,10 @@
 //
 // Each attacker completes a PUSH handshake, sends a frame header for a body
 // of -size bytes and all of it but the last byte, holds the connection for
-// -hold, and then the child exits (closing every connection at once). The
+// -hold, and then the child exits (closing every connection at once). With
+// -attack flood each attacker completes its message and sends more, as
+// fast as the target reads them, while the target's application takes one
+// message per millisecond. The
 // target samples every 250 ms: seconds since start, RSS, heap in use, heap
 // allocated, peers, bytes charged to the socket's MemoryBudget, budget
 // stalls and evictions, and policy violations. Mode "unbounded" turns off
@@ -45,9 +48,15 @@ func main() {
 	hold := flag.Duration("hold", 8*time.Second, "how long the attackers hold their connections")
 	after := flag.Duration("after", 10*time.Second, "how long to keep sampling after the attackers left")
 	out := flag.String("out", "", "CSV file to write (default standard output)")
+	kind := flag.String("attack", "partial", "partial (a 1 MiB message minus its last byte per peer) or flood (complete messages, as fast as the target takes them, to an application that takes 1 per ms)")
 	child := flag.Bool("child", false, "internal: run as the attacker process")
 	connect := flag.String("connect", "", "internal: the target's address (child)")
 	flag.Parse()
+	if *kind != "partial" && *kind != "flood" {
+		fmt.Fprintln(os.Stderr, "memattack: -attack must be partial or flood, got", decodeguard.EscapeText(*kind, 40))
+		os.Exit(2)
+	}
+	flood = *kind == "flood"
 	if *child {
 		attack(*connect, *conns, *size, *hold)
 		return
@@ -61,6 +70,9 @@ func main() {
 		os.Exit(1)
 	}
 }
+
+// flood selects the flood attack (-attack flood).
+var flood bool
 
 func run(mode string, conns, size int, hold, after time.Duration, out string) error {
 	o := socket.DefaultOptions()
@@ -113,6 +125,9 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	}
 	bw := bufio.NewWriter(w)
 	defer bw.Flush()
+	if flood {
+		mode += "-flood"
+	}
 	fmt.Fprintln(bw, "mode,seconds,phase,rss_mib,heap_inuse_mib,heap_alloc_mib,peers,budget_mib,budget_stalls,budget_evictions,policy_violations")
 
 	// The application keeps receiving (nothing arrives: no attacker ever
@@ -123,6 +138,9 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 		for {
 			if _, err := s.Recv(ctx); err != nil {
 				return
+			}
+			if flood {
+				time.Sleep(time.Millisecond) // a slow application
 			}
 		}
 	}()
@@ -153,7 +171,11 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	mu.Lock()
 	phase = "attack"
 	mu.Unlock()
-	cmd := exec.Command(os.Args[0], "-child", "-connect", s.Addr().String(), "-conns", fmt.Sprint(conns), "-size", fmt.Sprint(size), "-hold", hold.String())
+	attackName := "partial"
+	if flood {
+		attackName = "flood"
+	}
+	cmd := exec.Command(os.Args[0], "-child", "-attack", attackName, "-connect", s.Addr().String(), "-conns", fmt.Sprint(conns), "-size", fmt.Sprint(size), "-hold", hold.String())
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
@@ -202,6 +224,7 @@ func rssBytes() int64 {
 // (exiting closes them all at once).
 func attack(addr string, conns, size int, hold time.Duration) {
 	body := make([]byte, size-1)
+	last := []byte{0}
 	hdr := make([]byte, 9)
 	hdr[0] = zmtpguard.FlagLong
 	binary.BigEndian.PutUint64(hdr[1:], uint64(size))
@@ -231,6 +254,17 @@ func attack(addr string, conns, size int, hold time.Duration) {
 			c.NetConn().SetWriteDeadline(time.Now().Add(hold))
 			c.NetConn().Write(hdr)
 			c.NetConn().Write(body)
+			for flood {
+				// Complete the message and send more, until the target
+				// stops taking them or the hold ends.
+				if _, err := c.NetConn().Write(last); err != nil {
+					return
+				}
+				c.NetConn().Write(hdr)
+				if _, err := c.NetConn().Write(body); err != nil {
+					return
+				}
+			}
 		}()
 	}
 	time.Sleep(hold)
