@@ -198,7 +198,7 @@ func (x *topicIndex) socketRoom(p *peerConn, n int, o *Options) bool {
 func (p *peerConn) dropTopics() []string {
 	x := p.s.topicIdx
 	x.mu.Lock()
-	defer x.mu.Unlock()
+	freed := int64(p.topicBytes) + topicOverhead*int64(len(p.topics))
 	var gone []string
 	for t := range p.topics {
 		if x.remove(p, t) {
@@ -206,8 +206,14 @@ func (p *peerConn) dropTopics() []string {
 		}
 	}
 	p.topics = nil // released with the peer; nothing can add to it now
+	x.mu.Unlock()
+	p.s.noteReleased(freed)
 	return gone
 }
+
+// topicOverhead estimates the bytes one held topic costs beyond its text:
+// the subscriber's map entry, the string header and the index slot.
+const topicOverhead = 96
 
 // matches reports whether an XPUB subscriber wants a message whose first
 // frame is f (tests and diagnostics; fan-out uses the index).
