@@ -16,12 +16,15 @@ def main():
     if len(sys.argv) < 3:
         sys.exit(__doc__)
     fig, (ax1, ax2) = plt.subplots(2, 1, sharex=True, figsize=(8, 6))
+    title = "PULL socket, 1,000 peers each holding a 1 MiB message minus one byte"
     for path in sys.argv[2:]:
         with open(path) as f:
             rows = list(csv.DictReader(f))
         if not rows:
             continue
         mode = rows[0]["mode"]
+        if mode.endswith("-flood"):
+            title = "PULL socket, 1,000 peers flooding 1 MiB messages, application takes 1/ms"
         t = [float(r["seconds"]) for r in rows]
         ax1.plot(t, [float(r["rss_mib"]) for r in rows], label=mode)
         ax2.plot(t, [float(r["heap_inuse_mib"]) for r in rows], label=mode)
@@ -34,7 +37,7 @@ def main():
     ax2.set_ylabel("heap in use (MiB)")
     ax2.set_xlabel("seconds (dotted: attack starts, attackers leave)")
     ax1.legend()
-    ax1.set_title("PULL socket, 1,000 peers each holding a 1 MiB message minus one byte")
+    ax1.set_title(title)
     fig.tight_layout()
     fig.savefig(sys.argv[1], dpi=90)
 
