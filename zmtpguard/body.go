@@ -240,6 +240,9 @@ func (b *Budget) acquire(c *Conn, n int64) error {
 	var deadline time.Time
 	for {
 		if bc.closed.Load() || bc.evicted.Load() {
+			if bc.held == 0 {
+				delete(b.holders, c) // endMessage releases only a holder
+			}
 			b.mu.Unlock()
 			return ErrClosed
 		}
