@@ -186,5 +186,5 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 	for _, nc := range atk {
 		nc.Close()
 	}
-	waitFor(t, 20*time.Second, "budget released", func() bool { return bud.Used() == 0 })
+	waitFor(t, 20*time.Second, "budget released", func() bool { return bud.Used() == 0 && bud.Stats().Holders == 0 })
 }
