@@ -97,8 +97,11 @@ type Config struct {
 	// it, so idle connections stay small and busy ones read many messages
 	// per system call. Default 16 KiB.
 	ReadBufferSize int
-	// WriteBufferSize is the size of each connection's write buffer, allocated
-	// on first write. Default 16 KiB.
+	// WriteBufferSize is the largest size of each connection's write
+	// buffer. It is allocated on first write at 4 KiB (or WriteBufferSize if
+	// smaller) and grows fourfold, up to WriteBufferSize, after each Flush
+	// that followed at least a buffer's worth of writes, so a connection
+	// that is only sent heartbeats costs 4 KiB. Default 16 KiB.
 	WriteBufferSize int
 	// OnViolation, if set, is called for every violation (from the
 	// connection's own goroutine: keep it fast and never block).
