@@ -92,7 +92,8 @@ func (p *peerConn) heartbeatTick() {
 		return
 	}
 	now := time.Now()
-	paused := p.paused.Load()
+	// A reader stalled by MemoryBudget is paused by us too.
+	paused := p.paused.Load() || (p.conn != nil && p.conn.Stalled())
 	if rx := p.rx.Load(); rx != h.seenRx || paused {
 		// While the reader waits for Recv we cannot see the peer's bytes:
 		// it is not the peer that is slow, so it is not timed out.

@@ -28,6 +28,8 @@ type bodyClock struct {
 	// holder to close.
 	evicted atomic.Bool
 	closed  atomic.Bool
+	// stalled is set while the reader waits for the budget.
+	stalled atomic.Bool
 	// held is the bytes this connection holds charged to cfg.Budget. Only
 	// the reading goroutine changes it (inside ReadMessage), under the
 	// Budget's mutex; others read it under that mutex.
@@ -146,10 +148,10 @@ func (c *Conn) endMessage(m *Message, err error) error {
 //   - a connection that waited Wait without room closes the connection
 //     holding the most bytes, if that one holds at least its fair share
 //     (it may be the waiting connection itself), as a ReasonPolicy
-//     violation counted in BudgetStats.Evictions, provided unfinished
-//     messages themselves hold at least half of Limit (a budget spent by
-//     Charge, such as messages the application has not taken yet, only
-//     stalls). A connection holding less than its fair share is never
+//     violation counted in BudgetStats.Evictions, unless Charge holds
+//     half of Limit or more: a budget spent by messages the application
+//     has not taken yet only stalls (the application, not a peer, is
+//     behind). A connection holding less than its fair share is never
 //     closed by the budget.
 //
 // The zero Budget is not usable: use [NewBudget]. All methods are safe for
@@ -269,10 +271,10 @@ func (b *Budget) acquire(c *Conn, n int64) error {
 					big = h
 				}
 			}
-			// Only a budget spent by the connections themselves evicts:
-			// one spent by Charge (messages the application has not
-			// taken yet) only stalls.
-			if big != nil && big.body.held >= fair && b.used.Load()-b.outside.Load() >= b.limit/2 {
+			// A budget spent mostly by Charge (messages the application
+			// has not taken yet) only stalls: the application is behind,
+			// not a peer.
+			if big != nil && big.body.held >= fair && b.outside.Load() < b.limit/2 {
 				b.evictions.Add(1)
 				big.body.evicted.Store(true)
 				b.mu.Unlock()
@@ -291,12 +293,14 @@ func (b *Budget) acquire(c *Conn, n int64) error {
 		ch := b.freed
 		b.waiters++
 		b.mu.Unlock()
+		bc.stalled.Store(true)
 		t := time.NewTimer(time.Until(deadline))
 		select {
 		case <-ch:
 		case <-t.C:
 		}
 		t.Stop()
+		bc.stalled.Store(false)
 		b.mu.Lock()
 		b.waiters--
 	}
@@ -316,6 +320,12 @@ func (b *Budget) release(c *Conn) {
 	delete(b.holders, c)
 	b.mu.Unlock()
 }
+
+// Stalled reports whether c's reader is waiting for its Budget (it has
+// stopped reading the connection because the budget is spent). A caller
+// with a liveness rule should not hold that silence against the peer: it
+// is ours.
+func (c *Conn) Stalled() bool { return c.body.stalled.Load() }
 
 // ReadBufferBytes returns the bytes of read buffers c holds now: its
 // buffered reader and, under CURVE, its scratch buffer for large messages.

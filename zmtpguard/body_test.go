@@ -188,3 +188,35 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 	}
 	waitFor(t, 20*time.Second, "budget released", func() bool { return bud.Used() == 0 && bud.Stats().Holders == 0 })
 }
+
+// TestBudgetStallNotEvictedWhenChargedOutside: a budget spent by Charge
+// (messages the application has not taken) stalls a reader over its fair
+// share, reported by Stalled, but never evicts it; releasing the charge
+// lets the message complete.
+func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
+	const limit = 128 << 10
+	bud := NewBudget(limit, 100*time.Millisecond)
+	bud.Charge(2 * limit) // past even fair-share reads
+	cfg := &Config{Budget: bud, BodyTimeout: -1}
+	nc, c := rawPeer(t, cfg)
+	var m Message
+	ch := readResult(c, &m)
+	go nc.Write(dataFrame(false, make([]byte, 100<<10)))
+	waitFor(t, 20*time.Second, "the reader to stall", c.Stalled)
+	time.Sleep(500 * time.Millisecond) // several Waits: no eviction
+	if st := bud.Stats(); st.Evictions != 0 || !c.Stalled() {
+		t.Fatalf("stats %+v, stalled %v: want a stall and no eviction", st, c.Stalled())
+	}
+	bud.Charge(-2 * limit)
+	select {
+	case err := <-ch:
+		if err != nil || m.Size() != 100<<10 {
+			t.Fatalf("ReadMessage = %v, %d bytes", err, m.Size())
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatalf("message not completed after the charge was released: %+v", bud.Stats())
+	}
+	if c.Stalled() || bud.Used() != 0 {
+		t.Fatalf("stalled %v, used %d after the message", c.Stalled(), bud.Used())
+	}
+}
