@@ -183,14 +183,6 @@ func (s *Socket) deliverDeparted(p *peerConn) {
 	}
 }
 
-// holds reports whether an XPUB subscriber is subscribed to exactly t.
-func (p *peerConn) holds(t string) bool {
-	x := p.s.topicIdx
-	x.mu.RLock()
-	defer x.mu.RUnlock()
-	return p.topics[t].count > 0
-}
-
 // Recv returns the next message, waiting until one arrives, ctx is done
 // (ctx.Err() is returned) or the socket is closed (ErrClosed). Messages from
 // different peers are fair-queued. The returned frames are valid until the

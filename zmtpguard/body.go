@@ -118,10 +118,8 @@ func (c *Conn) endMessage(m *Message, err error) error {
 		expired = bc.expired
 		bc.mu.Unlock()
 	}
-	if err != nil {
-		if _, ok := err.(*Violation); ok {
-			return err // reported already
-		}
+	if _, ok := err.(*Violation); ok {
+		return err // reported already
 	}
 	if bc.evicted.Load() {
 		return c.fail(violation(decodeguard.ReasonPolicy, "closed to free the socket's byte budget: this connection held the most bytes of unfinished messages past BudgetWait", int64(len(m.buf)), nil))
