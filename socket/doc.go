@@ -20,7 +20,36 @@
 //   - every peer has a liveness rule (see Liveness below): a peer that goes
 //     silent (a vanished host, a silent partition, a frozen process whose
 //     kernel still ACKs) is disconnected, and a dialer reconnects;
+//   - received data in memory is bounded per socket (see Memory below);
 //   - Close stops every goroutine and closes every descriptor.
+//
+// # Memory
+//
+// Beside the per-message bound (Guard.MaxMessageSize, default 1 MiB) and
+// the per-peer HWMs, a socket bounds what all its peers together make it
+// hold. Options.MemoryBudget (default 64 MiB, or twice MaxMessageSize if
+// more) covers the bodies of messages still arriving and the messages
+// waiting for Recv: once it is spent, connections holding more than their
+// fair share stop reading (TCP back-pressure, Stats.BudgetStalls), and a
+// connection that waited Options.BudgetWait (2 s) closes the largest
+// holder if it holds at least its fair share (ReasonPolicy,
+// Stats.BudgetEvictions); a connection below its fair share is never
+// closed for it. A body must arrive within Guard.BodyTimeout (10 s) of its
+// message's first header, so a dribbled body is closed, not held. Send
+// queues are bounded apart (SendQueueBytes, SendTotalBytes), so that
+// subscribers that never read cannot stop the socket from receiving. Read
+// and write buffers start at 4 KiB and grow only while a peer keeps them
+// full. When departed connections released Options.ReclaimBytes (8 MiB) of
+// buffers, the socket asks the runtime for a collection, so the heap
+// returns to its baseline within a second of an attack ending (otherwise
+// an idle process keeps it until the runtime's two-minute forced
+// collection). XPUB subscriptions are bounded per subscriber
+// (MaxTopicsPerPeer, MaxTopicBytesPerPeer) and per socket
+// (Options.XPubMaxTopics, XPubMaxTopicBytes, with the same fair-share
+// rule), freed when the subscriber leaves, and indexed by topic: matching
+// a publication costs a map lookup per distinct topic length, and a
+// departure costs the departing subscriber's own topics, whatever the
+// number of topics held by others.
 //
 // # Liveness
 //

@@ -50,8 +50,12 @@ func FuzzXPubTopics(f *testing.F) {
 	f.Add([]byte("\x01x|\x01x|\x00x"), []byte("xy"))
 	f.Add([]byte("\x00zz|\x01"), []byte(""))
 	f.Fuzz(func(t *testing.T, ops, probe []byte) {
-		s := &Socket{}
-		p := &peerConn{s: s, topics: map[string]int{}}
+		s, err := newSocket(kXPub, DefaultOptions())
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		p := newPeerConn(s, nil, &Peer{id: 1}, nil)
 		model := map[string]int{}
 		for _, op := range strings.Split(string(ops), "|") {
 			if len(op) == 0 || op[0] > 1 {
@@ -78,6 +82,14 @@ func FuzzXPubTopics(f *testing.F) {
 		}
 		if n := len(p.topicList()); n > MaxTopicsPerPeer+1 {
 			t.Fatalf("%d topics", n)
+		}
+		// The socket-wide index agrees with the subscriber's own table.
+		got := s.topicIdx.match(probe, nil)
+		if (len(got) == 1) != want || len(got) > 1 {
+			t.Fatalf("index match(%q) = %d subscribers, model says %v", probe, len(got), want)
+		}
+		if gone := p.dropTopics(); s.topicIdx.count != 0 || len(s.topicIdx.subs) != 0 || len(s.topicIdx.sorted) != 0 {
+			t.Fatalf("after departure (%d topics gone) the index holds %d pairs, %d topics, lengths %v", len(gone), s.topicIdx.count, len(s.topicIdx.subs), s.topicIdx.sorted)
 		}
 	})
 }

@@ -92,7 +92,8 @@ func (p *peerConn) heartbeatTick() {
 		return
 	}
 	now := time.Now()
-	paused := p.paused.Load()
+	// A reader stalled by MemoryBudget is paused by us too.
+	paused := p.paused.Load() || (p.conn != nil && p.conn.Stalled())
 	if rx := p.rx.Load(); rx != h.seenRx || paused {
 		// While the reader waits for Recv we cannot see the peer's bytes:
 		// it is not the peer that is slow, so it is not timed out.
@@ -171,6 +172,9 @@ func (s *Socket) reserveSend(size int) bool {
 // waits before reading more).
 func (s *Socket) chargeRecv(size int64) bool {
 	n := s.recvBytes.Add(size)
+	if s.budget != nil {
+		s.budget.Charge(size)
+	}
 	return s.opts.RecvQueueBytes > 0 && n >= s.opts.RecvQueueBytes
 }
 
@@ -180,6 +184,9 @@ func (s *Socket) uncharge(b *batch) {
 		return
 	}
 	s.recvBytes.Add(-b.charged)
+	if s.budget != nil {
+		s.budget.Charge(-b.charged)
+	}
 	b.charged = 0
 	if s.recvWaiters.Load() > 0 {
 		s.recvSpaceMu.Lock()

@@ -51,6 +51,20 @@ const (
 	// DefaultRecvQueueBytes bounds the bytes of received messages waiting
 	// for Recv, across all peers of one socket.
 	DefaultRecvQueueBytes = 64 << 20
+	// DefaultMemoryBudget bounds, per socket, the bytes of received data
+	// in memory: bodies of messages still arriving and messages waiting
+	// for Recv (see Options.MemoryBudget). With 1,000 peers each sending a
+	// 1 MiB message at once, the socket holds at most twice this, not
+	// 1 GiB.
+	DefaultMemoryBudget = 64 << 20
+	// DefaultXPubMaxTopics and DefaultXPubMaxTopicBytes bound an XPUB's
+	// subscriptions across all subscribers (see Options.XPubMaxTopics).
+	DefaultXPubMaxTopics     = 100_000
+	DefaultXPubMaxTopicBytes = 16 << 20
+	// DefaultReclaimBytes: once departed connections have released this
+	// many bytes of buffers, the socket asks the runtime for a collection
+	// (see Options.ReclaimBytes).
+	DefaultReclaimBytes = 8 << 20
 	// maxHeartbeatTTL is the largest TTL a PING can announce (16 bits of
 	// deciseconds).
 	maxHeartbeatTTL = 65535 * 100 * time.Millisecond
@@ -154,6 +168,56 @@ type Options struct {
 	// still hold the one message it was reading. The count includes the
 	// batch a reader assembles, and is exact, not sampled.
 	RecvQueueBytes int64
+	// MemoryBudget bounds the bytes of received data a socket holds in
+	// memory: the bodies of messages still arriving (charged as a
+	// connection reads a body that is not yet in its read buffer) and the
+	// messages waiting for Recv, across all peers. It is shared fairly:
+	// while it is spent, a connection holding more than its fair share
+	// (MemoryBudget divided by the connections holding bytes) stops reading
+	// (TCP flow control slows its peer; counted in Stats.BudgetStalls), and
+	// a connection that waited BudgetWait closes the connection holding the
+	// most bytes, if that one holds at least its fair share (a ReasonPolicy
+	// violation, counted in Stats.BudgetEvictions). A connection below its
+	// fair share is never closed for the budget. Connections within their
+	// fair share may pass MemoryBudget, never twice it. Default 64 MiB
+	// (DefaultMemoryBudget) or twice Guard.MaxMessageSize if that is more;
+	// negative means no budget (each connection then holds up to
+	// MaxMessageSize). A budget set below Guard.MaxMessageSize is refused
+	// by Verify: a lone max-size message would be evicted.
+	//
+	// The socket's memory under attack is then bounded by about
+	// 2 × MemoryBudget (receiving) + SendTotalBytes (send queues; kept
+	// separate so that subscribers that never read cannot stop the socket
+	// from receiving) + per connection its read buffer
+	// (Guard.ReadBufferSize, grown only while the peer keeps it full) and
+	// write buffer (Guard.WriteBufferSize). A message body must also
+	// arrive within Guard.BodyTimeout (default 10 s) of its first header.
+	MemoryBudget int64
+	// BudgetWait is how long a connection stalled by MemoryBudget waits
+	// before the largest holder is closed. Default 2 s.
+	BudgetWait time.Duration
+	// XPubMaxTopics and XPubMaxTopicBytes bound an XPUB's subscriptions
+	// across all subscribers (counted once per subscriber and topic), beside
+	// the per-subscriber MaxTopicsPerPeer and MaxTopicBytesPerPeer. Past
+	// them, a new topic is refused (ReasonPolicy, Stats.TopicRefusals) from
+	// a subscriber holding at least its fair share (the limit divided by the
+	// subscribers), never from one below it: a subscription flood costs the
+	// flooding subscriber's own allowance. A departed subscriber's topics
+	// are freed at once. Defaults 100,000 topics and 16 MiB; negative means
+	// no socket-wide bound.
+	XPubMaxTopics     int
+	XPubMaxTopicBytes int64
+	// ReclaimBytes: once connections that left have released at least this
+	// many bytes of buffers (read buffers, partly received messages), the
+	// socket asks the Go runtime for a collection (runtime.GC, in the
+	// background, 200 ms after the threshold is passed so that one
+	// collection takes a burst of departures, at most once a second across
+	// the process), so that the
+	// heap returns to its baseline within seconds of an attack ending
+	// instead of at the runtime's two-minute forced collection: a process
+	// that allocates nothing after the attack never reaches its next GC
+	// target. Default 8 MiB; negative never asks.
+	ReclaimBytes int64
 	// RouterDropUnroutable, for a ROUTER, makes Send to an identity that is
 	// not connected drop the message (counted in Stats.DroppedUnroutable)
 	// instead of returning an *UnroutableError.
@@ -215,6 +279,29 @@ func (o Options) withDefaults() Options {
 	if o.RecvQueueBytes == 0 {
 		o.RecvQueueBytes = DefaultRecvQueueBytes
 	}
+	if o.MemoryBudget == 0 {
+		o.MemoryBudget = DefaultMemoryBudget
+		if mm := o.Guard.MaxMessageSize; 2*mm > o.MemoryBudget {
+			// Room for two max-size messages: a large MaxMessageSize is
+			// never undone by the default budget.
+			o.MemoryBudget = 2 * mm
+		}
+	}
+	if o.BudgetWait == 0 {
+		o.BudgetWait = zmtpguard.DefaultBudgetWait
+	}
+	if o.XPubMaxTopics == 0 {
+		o.XPubMaxTopics = DefaultXPubMaxTopics
+	}
+	if o.XPubMaxTopicBytes == 0 {
+		o.XPubMaxTopicBytes = DefaultXPubMaxTopicBytes
+	}
+	if o.ReclaimBytes == 0 {
+		o.ReclaimBytes = DefaultReclaimBytes
+	}
+	if o.Guard.BodyTimeout == 0 {
+		o.Guard.BodyTimeout = zmtpguard.DefaultBodyTimeout
+	}
 	if o.Guard.ReadBufferSize == 0 {
 		o.Guard.ReadBufferSize = DefaultReadBufferSize
 	}
@@ -262,6 +349,14 @@ func (o *Options) Verify() error {
 	}
 	if o.ReconnectMin < 0 || o.ReconnectMax < 0 {
 		errs = append(errs, errors.New("socket: reconnect delays must not be negative"))
+	}
+	if mm := o.Guard.MaxMessageSize; o.MemoryBudget > 0 && o.MemoryBudget < mm {
+		errs = append(errs, fmt.Errorf("socket: MemoryBudget %d is below Guard.MaxMessageSize %d", o.MemoryBudget, mm))
+	} else if mm == 0 && o.MemoryBudget > 0 && o.MemoryBudget < zmtpguard.DefaultMaxMessageSize {
+		errs = append(errs, fmt.Errorf("socket: MemoryBudget %d is below the default MaxMessageSize %d", o.MemoryBudget, zmtpguard.DefaultMaxMessageSize))
+	}
+	if o.BudgetWait < 0 {
+		errs = append(errs, fmt.Errorf("socket: BudgetWait must not be negative (got %v)", o.BudgetWait))
 	}
 	if o.WriteTimeout < 0 {
 		errs = append(errs, errors.New("socket: WriteTimeout must not be negative"))
@@ -442,4 +537,24 @@ type Stats struct {
 	// queues and for Recv when the snapshot was taken.
 	QueuedSendBytes int64 `json:"queued_send_bytes"`
 	QueuedRecvBytes int64 `json:"queued_recv_bytes"`
+	// BudgetBytes is the bytes charged to MemoryBudget when the snapshot
+	// was taken (unfinished message bodies and messages waiting for Recv).
+	BudgetBytes int64 `json:"budget_bytes"`
+	// BudgetStalls counts reads paused because MemoryBudget was spent and
+	// the connection held more than its fair share; BudgetEvictions counts
+	// connections closed as the largest holder (also in Violations as
+	// ReasonPolicy).
+	BudgetStalls    uint64 `json:"budget_stalls"`
+	BudgetEvictions uint64 `json:"budget_evictions"`
+	// Topics and TopicBytes are an XPUB's subscriptions held now (one per
+	// subscriber and topic) and their bytes; TopicRefusals counts
+	// subscriptions refused by the per-subscriber or socket-wide limits
+	// (also in Violations as ReasonPolicy).
+	Topics        int    `json:"topics"`
+	TopicBytes    int64  `json:"topic_bytes"`
+	TopicRefusals uint64 `json:"topic_refusals"`
+	// Reclaims counts the collections this socket asked the runtime for
+	// after departed connections released ReclaimBytes (see
+	// Options.ReclaimBytes).
+	Reclaims uint64 `json:"reclaims"`
 }

@@ -87,11 +87,10 @@ type peerConn struct {
 	qclosed   bool
 	wake      chan struct{}
 
-	// XPUB subscriber topics (guarded by tmu).
-	tmu        sync.Mutex
-	topics     map[string]int
+	// XPUB subscriber topics and their bytes (guarded by s.topicIdx.mu;
+	// see topics.go). nil once the subscriber departed.
+	topics     map[string]topicRef
 	topicBytes int
-	all        int // count of "" subscriptions
 
 	closeOnce sync.Once
 	done      chan struct{}
@@ -123,7 +122,7 @@ func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerCon
 	p := &peerConn{s: s, conn: c, info: info, gone: gone, hwm: s.opts.HWM, maxBytes: s.opts.SendQueueBytes,
 		wake: make(chan struct{}, 1), done: make(chan struct{}), dtaken: make(chan struct{}, 1)}
 	if s.kind == kXPub {
-		p.topics = make(map[string]int)
+		p.topics = make(map[string]topicRef)
 	}
 	return p
 }
@@ -379,6 +378,7 @@ func (p *peerConn) readLoop() {
 		}
 	}
 	p.close(err)
+	s.noteReleased(p.releasedBytes(b))
 	// Messages read before the connection failed are still delivered.
 	if b != nil && (b.n == 0 || !p.deliver(b)) {
 		s.putBatch(b)
@@ -464,83 +464,6 @@ func (p *peerConn) process(sl *slot) (bool, error) {
 	}
 	sl.out = m.Frames
 	return true, nil
-}
-
-// applySub applies an XPUB subscription message ("\x01topic" or
-// "\x00topic") to p's topics. It returns false when the subscription is
-// refused by the per-peer limits (counted as ReasonPolicy).
-func (p *peerConn) applySub(msg []byte) bool {
-	topic := msg[1:]
-	p.tmu.Lock()
-	defer p.tmu.Unlock()
-	if msg[0] == 1 {
-		if len(topic) == 0 {
-			p.all++
-			return true
-		}
-		if c, ok := p.topics[string(topic)]; ok {
-			p.topics[string(topic)] = c + 1
-			return true
-		}
-		if len(p.topics) >= MaxTopicsPerPeer || p.topicBytes+len(topic) > MaxTopicBytesPerPeer {
-			p.s.viol[decodeguard.ReasonPolicy].Add(1)
-			return false
-		}
-		p.topics[string(topic)] = 1
-		p.topicBytes += len(topic)
-		return true
-	}
-	if len(topic) == 0 {
-		if p.all > 0 {
-			p.all--
-		}
-		return true
-	}
-	if c, ok := p.topics[string(topic)]; ok {
-		if c <= 1 {
-			delete(p.topics, string(topic))
-			p.topicBytes -= len(topic)
-		} else {
-			p.topics[string(topic)] = c - 1
-		}
-	}
-	return true
-}
-
-// matches reports whether an XPUB subscriber wants a message whose first
-// frame is f.
-func (p *peerConn) matches(f []byte) bool {
-	p.tmu.Lock()
-	defer p.tmu.Unlock()
-	if p.all > 0 {
-		return true
-	}
-	if len(p.topics) == 0 {
-		return false
-	}
-	if c, ok := p.topics[string(f)]; ok && c > 0 {
-		return true
-	}
-	for t := range p.topics {
-		if len(t) <= len(f) && string(f[:len(t)]) == t {
-			return true
-		}
-	}
-	return false
-}
-
-// topicList returns p's subscribed topics ("" included if subscribed).
-func (p *peerConn) topicList() []string {
-	p.tmu.Lock()
-	defer p.tmu.Unlock()
-	out := make([]string, 0, len(p.topics)+1)
-	if p.all > 0 {
-		out = append(out, "")
-	}
-	for t := range p.topics {
-		out = append(out, t)
-	}
-	return out
 }
 
 // close shuts p down once: closes the connection, stops the writer,

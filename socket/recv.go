@@ -149,26 +149,17 @@ func (s *Socket) tryHandOff(b *batch) bool {
 	}
 }
 
-// deliverDeparted hands Recv an "\x00topic" for every topic a departed XPUB
-// subscriber held that no remaining subscriber holds, as libzmq's XPUB does.
+// deliverDeparted unregisters a departed XPUB subscriber's topics and
+// hands Recv an "\x00topic" for every one that no remaining subscriber
+// holds, as libzmq's XPUB does. Its cost is the departed subscriber's own
+// topics.
 func (s *Socket) deliverDeparted(p *peerConn) {
-	topics := p.topicList()
+	topics := p.dropTopics()
 	if len(topics) == 0 || s.closed.Load() {
 		return
 	}
-	others := *s.snap.Load()
 	var b *batch
 	for _, t := range topics {
-		held := false
-		for _, q := range others {
-			if q != p && q.holds(t) {
-				held = true
-				break
-			}
-		}
-		if held {
-			continue
-		}
 		if b == nil {
 			b = s.getBatch(p)
 		}
@@ -190,16 +181,6 @@ func (s *Socket) deliverDeparted(p *peerConn) {
 			s.putBatch(b)
 		}
 	}
-}
-
-// holds reports whether an XPUB subscriber is subscribed to exactly t.
-func (p *peerConn) holds(t string) bool {
-	p.tmu.Lock()
-	defer p.tmu.Unlock()
-	if t == "" {
-		return p.all > 0
-	}
-	return p.topics[t] > 0
 }
 
 // Recv returns the next message, waiting until one arrives, ctx is done

@@ -158,10 +158,22 @@ func (s *Socket) tryRR(req bool, frames [][]byte) bool {
 // fanOut queues frames on every peer (XPUB: every matching subscriber),
 // dropping and counting for peers whose queue is full.
 func (s *Socket) fanOut(frames [][]byte, filter bool) {
-	for _, p := range *s.snap.Load() {
-		if filter && !p.matches(frames[0]) {
-			continue
-		}
+	peers := *s.snap.Load()
+	var scratch *[]*peerConn
+	if filter {
+		// The index finds the matching subscribers at a cost that does
+		// not grow with the number of topics (see topicIndex).
+		scratch = s.matchPool.Get().(*[]*peerConn)
+		peers = s.topicIdx.match(frames[0], (*scratch)[:0])
+		defer func() {
+			clear(peers)
+			if cap(peers) <= 4096 {
+				*scratch = peers[:0]
+				s.matchPool.Put(scratch)
+			}
+		}()
+	}
+	for _, p := range peers {
 		if p.enqueue(nil, false, frames) {
 			s.sent.Add(1)
 		} else if !p.isClosed() {

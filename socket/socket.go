@@ -112,9 +112,17 @@ type Socket struct {
 	listeners []*listener
 	subs      []subEntry // SUB/XSUB subscriptions, in order of first subscription
 	snap      atomic.Pointer[[]*peerConn]
-	subIdx    atomic.Pointer[subIndex] // SUB receive filter
-	peerSeq   atomic.Uint64
-	rr        atomic.Uint64
+	// XPUB subscriptions (topics.go) and the scratch slices of fan-out
+	// matching.
+	topicIdx      *topicIndex
+	matchPool     sync.Pool
+	topicRefusals atomic.Uint64
+	// budget is MemoryBudget, shared by every connection (nil: none).
+	budget   *zmtpguard.Budget
+	reclaims atomic.Uint64
+	subIdx   atomic.Pointer[subIndex] // SUB receive filter
+	peerSeq  atomic.Uint64
+	rr       atomic.Uint64
 
 	// receive side
 	inbox chan *batch
@@ -179,8 +187,16 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 		free:      make(chan *batch, freeBatches),
 		recvSpace: make(chan struct{}),
 	}
+	if o.MemoryBudget > 0 {
+		if s.guard.Budget == nil {
+			s.guard.Budget = zmtpguard.NewBudget(o.MemoryBudget, o.BudgetWait)
+		}
+		s.budget = s.guard.Budget
+	}
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.estab = make(map[string]int)
+	s.topicIdx = newTopicIndex()
+	s.matchPool.New = func() any { return new([]*peerConn) }
 	if k == kRouter {
 		s.byID = make(map[string]*peerConn)
 		s.nextID = 1
@@ -282,6 +298,17 @@ func (s *Socket) Stats() Stats {
 		DroppedBytes:      s.dropBytes.Load(),
 		QueuedSendBytes:   s.sendBytes.Load(),
 		QueuedRecvBytes:   s.recvBytes.Load(),
+		TopicRefusals:     s.topicRefusals.Load(),
+		Reclaims:          s.reclaims.Load(),
+	}
+	if b := s.budget; b != nil {
+		bs := b.Stats()
+		st.BudgetBytes, st.BudgetStalls, st.BudgetEvictions = bs.Used, bs.Stalls, bs.Evictions
+	}
+	if s.kind == kXPub {
+		s.topicIdx.mu.RLock()
+		st.Topics, st.TopicBytes = s.topicIdx.count, s.topicIdx.bytes
+		s.topicIdx.mu.RUnlock()
 	}
 	for i := range s.viol {
 		st.Violations[i] = s.viol[i].Load()

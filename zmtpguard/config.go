@@ -97,12 +97,31 @@ type Config struct {
 	// it, so idle connections stay small and busy ones read many messages
 	// per system call. Default 16 KiB.
 	ReadBufferSize int
-	// WriteBufferSize is the size of each connection's write buffer, allocated
-	// on first write. Default 16 KiB.
+	// WriteBufferSize is the largest size of each connection's write
+	// buffer. It is allocated on first write at 4 KiB (or WriteBufferSize if
+	// smaller) and grows fourfold, up to WriteBufferSize, after each Flush
+	// that followed at least a buffer's worth of writes, so a connection
+	// that is only sent heartbeats costs 4 KiB. Default 16 KiB.
 	WriteBufferSize int
 	// OnViolation, if set, is called for every violation (from the
 	// connection's own goroutine: keep it fast and never block).
 	OnViolation func(Violation)
+	// BodyTimeout bounds how long a message may take to arrive once its
+	// first frame header has: a peer that sends a header and then dribbles
+	// the body (one byte every few seconds) is closed when it passes, as a
+	// ReasonPolicy violation. It is armed only when a read inside a message
+	// must wait on the network, so whole messages already received cost
+	// nothing. Time a connection spends stalled by its Budget does not
+	// count (the deadline restarts after the stall). Default 10 s
+	// (DefaultBodyTimeout: 1 MiB at 100 KiB/s); raise it with
+	// MaxMessageSize for large messages over slow links; negative turns it
+	// off.
+	BodyTimeout time.Duration
+	// Budget, when set, is the byte budget this connection's unfinished
+	// messages are charged to, shared with the other connections holding
+	// the same *Budget (see [Budget]). Nil means no budget beyond
+	// MaxMessageSize per connection.
+	Budget *Budget
 	// Curve, when set, makes every connection use the CURVE security
 	// mechanism (RFC 25/26) instead of NULL: a peer whose greeting offers
 	// another mechanism is refused at the greeting (ReasonAuth). Nil means
@@ -150,6 +169,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.WriteBufferSize == 0 {
 		c.WriteBufferSize = DefaultWriteBufferSize
+	}
+	if c.BodyTimeout == 0 {
+		c.BodyTimeout = DefaultBodyTimeout
 	}
 	return c
 }

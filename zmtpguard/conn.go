@@ -160,6 +160,10 @@ type Conn struct {
 	hdr       [9]byte
 	// onClose, when set (by a Listener), runs once after the first Close.
 	onClose func()
+	// body is the message-body deadline and budget state (body.go).
+	body bodyClock
+	// wrote counts the bytes written since the last Flush (growWriter).
+	wrote int
 }
 
 // Handshake runs a guarded ZMTP 3 handshake on nc for a local socket of type
@@ -544,6 +548,10 @@ func (c *Conn) Config() Config { return c.cfg }
 func (c *Conn) Close() error {
 	c.closeOnce.Do(func() {
 		c.closeErr = c.nc.Close()
+		c.body.closed.Store(true)
+		if c.cfg.Budget != nil {
+			c.cfg.Budget.wakeIfWaiting() // a reader stalled on the budget
+		}
 		if c.onClose != nil {
 			c.onClose()
 		}
@@ -572,7 +580,7 @@ func (c *Conn) ReadMessage(m *Message) error {
 	}
 	m.Reset()
 	if c.cz != nil {
-		return c.readCurve(m)
+		return c.endMessage(m, c.readCurve(m))
 	}
 	if c.readBuffered(m) {
 		return nil
@@ -586,6 +594,12 @@ func (c *Conn) ReadMessage(m *Message) error {
 			return nil
 		}
 	}
+	return c.endMessage(m, c.readMessage(m))
+}
+
+// readMessage is ReadMessage's general path: frame by frame, each header
+// checked before its body is read.
+func (c *Conn) readMessage(m *Message) error {
 	var total int64
 	for nframes := 0; ; nframes++ {
 		var b []byte
@@ -595,6 +609,9 @@ func (c *Conn) ReadMessage(m *Message) error {
 			// Peek of buffered bytes never blocks.
 			b, _ = c.br.Peek(n)
 		} else {
+			if nframes > 0 {
+				c.bodyWait(2)
+			}
 			b, err = c.br.Peek(1)
 			if err != nil {
 				if nframes > 0 && err == io.EOF {
@@ -771,6 +788,9 @@ func (c *Conn) oversize(verr error, nframes int, total int64) *Violation {
 func (c *Conn) readBody(m *Message, n int64) error {
 	for n > 0 {
 		step := min(n, readChunk)
+		if err := c.bodyReserve(len(m.buf), int(step)); err != nil {
+			return err
+		}
 		start := len(m.buf)
 		m.buf = slices.Grow(m.buf, int(step))[:start+int(step)]
 		if _, err := io.ReadFull(c.br, m.buf[start:]); err != nil {
@@ -806,7 +826,8 @@ func (c *Conn) command(m *Message) error {
 
 func (c *Conn) writer() *bufio.Writer {
 	if c.bw == nil {
-		c.bw = bufio.NewWriterSize(c.nc, c.cfg.WriteBufferSize)
+		// Small first (see initialWriteBuffer); Flush grows it.
+		c.bw = bufio.NewWriterSize(c.nc, min(initialWriteBuffer, c.cfg.WriteBufferSize))
 	}
 	return c.bw
 }
@@ -816,6 +837,7 @@ func (c *Conn) writeFrame(flags byte, body []byte) error {
 		return c.writeCurve(flags&FlagMore, nil, body)
 	}
 	w := c.writer()
+	c.wrote += len(body)
 	h := c.hdr[:]
 	if len(body) > 255 {
 		h[0] = flags | FlagLong
@@ -864,6 +886,7 @@ func (c *Conn) WriteCommand(name string, data []byte) error {
 	}
 	w := c.writer()
 	size := 1 + len(name) + len(data)
+	c.wrote += size
 	h := c.hdr[:]
 	if size > 255 {
 		h[0] = FlagCommand | FlagLong
@@ -910,7 +933,9 @@ func (c *Conn) Flush() error {
 	if c.bw == nil {
 		return nil
 	}
-	return c.bw.Flush()
+	err := c.bw.Flush()
+	c.growWriter()
+	return err
 }
 
 // ReadBuffered returns how many received bytes wait in the read buffer, so a

@@ -47,6 +47,7 @@ func (c *Conn) writeCurve(flags byte, name, data []byte) error {
 	out = binary.BigEndian.AppendUint64(out, cs.sendNonce)
 	out = cs.sendBox.seal(out, p, cs.sendNonce)
 	w := c.writer()
+	c.wrote += len(out)
 	h := c.hdr[:]
 	if len(out) > 255 {
 		h[0] = curveOuterFlags | FlagLong
@@ -81,6 +82,9 @@ func (c *Conn) readCurve(m *Message) error {
 	cs := c.cz
 	var total int64
 	for nframes := 0; ; nframes++ {
+		if nframes > 0 {
+			c.bodyWait(2)
+		}
 		b, err := c.br.Peek(1)
 		if err != nil {
 			if nframes > 0 && err == io.EOF {
@@ -177,6 +181,10 @@ func (c *Conn) readCurveBody(n int) ([]byte, error) {
 	buf := cs.rbuf[:0]
 	for len(buf) < n {
 		step := min(n-len(buf), readChunk)
+		if err := c.bodyReserve(len(buf), step); err != nil {
+			cs.rbuf = buf[:0]
+			return nil, err
+		}
 		start := len(buf)
 		buf = slices.Grow(buf, step)[:start+step]
 		if _, err := io.ReadFull(c.br, buf[start:]); err != nil {

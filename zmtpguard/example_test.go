@@ -106,3 +106,23 @@ func ExampleRegisterTransport() {
 	// Output:
 	// through the guard
 }
+
+// One Budget shared by every connection of a listener bounds the bytes of
+// messages they are receiving together; BodyTimeout bounds how long one
+// message may take once its header arrived.
+func ExampleNewBudget() {
+	budget := zmtpguard.NewBudget(64<<20, 2*time.Second)
+	cfg := zmtpguard.Config{Budget: budget, BodyTimeout: 10 * time.Second}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	gl, err := zmtpguard.NewListener(ln, zmq4.Pull, &cfg)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer gl.Close()
+	st := budget.Stats()
+	fmt.Println(st.Limit>>20, "MiB,", st.Used, "used,", st.Holders, "holders")
+	// Output: 64 MiB, 0 used, 0 holders
+}
