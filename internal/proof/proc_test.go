@@ -250,33 +250,39 @@ type socketCounters struct {
 
 // coordCounters is the line `zmqguard coordinator` prints at SIGTERM.
 type coordCounters struct {
-	Started          bool              `json:"started"`
-	Subscribed       int               `json:"subscribed"`
-	Engines          int               `json:"engines"`
-	Wave             int64             `json:"wave"`
-	Running          bool              `json:"running"`
-	Received         uint64            `json:"received"`
-	Accepted         uint64            `json:"accepted"`
-	Dropped          uint64            `json:"dropped"`
-	Drops            map[string]uint64 `json:"drops"`
-	Violations       map[string]uint64 `json:"violations"`
-	StatsPublished   uint64            `json:"stats_published"`
-	WavePublished    uint64            `json:"wave_published"`
-	ReadySent        uint64            `json:"ready_sent"`
-	ReadyCoalesced   uint64            `json:"ready_coalesced"`
-	StartWaveCoal    uint64            `json:"start_wave_coalesced"`
-	ControlDropped   uint64            `json:"control_dropped"`
-	StatsResyncs     uint64            `json:"stats_resyncs"`
-	WaveJumps        uint64            `json:"wave_jumps"`
-	WaveResyncs      uint64            `json:"wave_resyncs"`
-	StartWaveSent    uint64            `json:"start_wave_sent"`
-	StatsApplied     uint64            `json:"stats_applied"`
-	StaleStats       uint64            `json:"stale_stats"`
-	Resizes          uint64            `json:"resizes"`
-	BackUnsubscribed uint64            `json:"back_unsubscribed"`
-	Front            socketCounters    `json:"front"`
-	BackOutput       socketCounters    `json:"back_output"`
-	BackPublish      socketCounters    `json:"back_publish"`
+	Started        bool              `json:"started"`
+	Subscribed     int               `json:"subscribed"`
+	Engines        int               `json:"engines"`
+	Wave           int64             `json:"wave"`
+	Running        bool              `json:"running"`
+	Received       uint64            `json:"received"`
+	Accepted       uint64            `json:"accepted"`
+	Dropped        uint64            `json:"dropped"`
+	Drops          map[string]uint64 `json:"drops"`
+	Violations     map[string]uint64 `json:"violations"`
+	StatsPublished uint64            `json:"stats_published"`
+	WavePublished  uint64            `json:"wave_published"`
+	ReadySent      uint64            `json:"ready_sent"`
+	ReadyCoalesced uint64            `json:"ready_coalesced"`
+	StartWaveCoal  uint64            `json:"start_wave_coalesced"`
+	ControlDropped uint64            `json:"control_dropped"`
+	SilentEngines  []struct {
+		EngineIndex int    `json:"engine_index"`
+		BackOutput  uint64 `json:"back_output"`
+		BackPublish uint64 `json:"back_publish"`
+	} `json:"silent_engines"`
+	SilentUnknown    uint64         `json:"silent_unknown"`
+	StatsResyncs     uint64         `json:"stats_resyncs"`
+	WaveJumps        uint64         `json:"wave_jumps"`
+	WaveResyncs      uint64         `json:"wave_resyncs"`
+	StartWaveSent    uint64         `json:"start_wave_sent"`
+	StatsApplied     uint64         `json:"stats_applied"`
+	StaleStats       uint64         `json:"stale_stats"`
+	Resizes          uint64         `json:"resizes"`
+	BackUnsubscribed uint64         `json:"back_unsubscribed"`
+	Front            socketCounters `json:"front"`
+	BackOutput       socketCounters `json:"back_output"`
+	BackPublish      socketCounters `json:"back_publish"`
 	// AcceptErrors sums failed accepts over the three sockets; Goroutines
 	// is the count left after shutdown.
 	AcceptErrors uint64 `json:"accept_errors"`
