@@ -119,6 +119,8 @@ var (
 		"ROUTER identities taken over by a new connection (RouterHandover).", LabelSocket)
 	SocketSendQueueBytes = &Family{Name: "zmqguard_socket_send_queue_bytes", Kind: Gauge, Unit: "By",
 		Help: "Bytes waiting in the socket's per-peer send queues.", Labels: []string{LabelSocket}}
+	SocketSendQueueMessages = family("zmqguard_socket_send_queue_messages", Gauge, "{message}",
+		"Messages waiting in the socket's per-peer send queues.", LabelSocket)
 	SocketReceiveQueueBytes = &Family{Name: "zmqguard_socket_receive_queue_bytes", Kind: Gauge, Unit: "By",
 		Help: "Bytes of received messages waiting for Recv.", Labels: []string{LabelSocket}}
 
@@ -191,7 +193,7 @@ var families = []*Family{
 	LoopReceived, LoopDelivered, LoopDropped, LoopHandlerErrors, LoopLastDrop,
 	SocketReceived, SocketSent, SocketDroppedHWM, SocketDroppedUnroutable, SocketDroppedFiltered,
 	SocketViolations, SocketPeers, SocketConnects, SocketDisconnects, SocketAcceptErrors,
-	SocketHeartbeatTimeouts, SocketHandovers, SocketSendQueueBytes, SocketReceiveQueueBytes,
+	SocketHeartbeatTimeouts, SocketHandovers, SocketSendQueueBytes, SocketSendQueueMessages, SocketReceiveQueueBytes,
 	ZMTPAccepted, ZMTPHandshakes, ZMTPAcceptErrors, ZMTPViolations, ZMTPEvicted, ZMTPOpen, ZMTPPending,
 	HandshakeServed, HandshakeErrorReplies,
 	CoordEngines, CoordWave, CoordRunning, CoordStarted, CoordStatsPublished, CoordWavePublished,

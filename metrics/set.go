@@ -324,6 +324,7 @@ func (e emitter) socket(name string, st socket.Stats) {
 	e.emit(SocketHeartbeatTimeouts, float64(st.HeartbeatTimeouts), name)
 	e.emit(SocketHandovers, float64(st.Handovers), name)
 	e.emit(SocketSendQueueBytes, float64(st.QueuedSendBytes), name)
+	e.emit(SocketSendQueueMessages, float64(st.QueuedSendMessages), name)
 	e.emit(SocketReceiveQueueBytes, float64(st.QueuedRecvBytes), name)
 }
 

@@ -305,6 +305,11 @@ func TestSendQueueByteBound(t *testing.T) {
 	if st.QueuedSendBytes > 64<<10 {
 		t.Fatalf("%d bytes queued, over SendQueueBytes 65536", st.QueuedSendBytes)
 	}
+	// The queue is full (the peer reads nothing): at least one 32 KiB
+	// message waits, at most the two the byte bound allows.
+	if st.QueuedSendMessages < 1 || st.QueuedSendMessages > 2 {
+		t.Fatalf("%d messages queued, want 1 or 2 (QueuedSendBytes %d)", st.QueuedSendMessages, st.QueuedSendBytes)
+	}
 }
 
 func TestSendTotalBytesBound(t *testing.T) {

@@ -537,6 +537,9 @@ type Stats struct {
 	// queues and for Recv when the snapshot was taken.
 	QueuedSendBytes int64 `json:"queued_send_bytes"`
 	QueuedRecvBytes int64 `json:"queued_recv_bytes"`
+	// QueuedSendMessages is the number of messages waiting in the peers'
+	// send queues when the snapshot was taken (control messages excluded).
+	QueuedSendMessages int64 `json:"queued_send_messages"`
 	// BudgetBytes is the bytes charged to MemoryBudget when the snapshot
 	// was taken (unfinished message bodies and messages waiting for Recv).
 	BudgetBytes int64 `json:"budget_bytes"`

@@ -301,6 +301,13 @@ func (s *Socket) Stats() Stats {
 		TopicRefusals:     s.topicRefusals.Load(),
 		Reclaims:          s.reclaims.Load(),
 	}
+	for _, p := range *s.snap.Load() {
+		p.qmu.Lock()
+		if !p.qclosed {
+			st.QueuedSendMessages += int64(p.n)
+		}
+		p.qmu.Unlock()
+	}
 	if b := s.budget; b != nil {
 		bs := b.Stats()
 		st.BudgetBytes, st.BudgetStalls, st.BudgetEvictions = bs.Used, bs.Stalls, bs.Evictions
