@@ -58,21 +58,28 @@ func addDebugFlags(fs *flag.FlagSet) *debugOptions {
 // --debug-allow-remote). An empty host means every interface and is not
 // loopback.
 func (o *debugOptions) check() error {
-	if o.addr == "" {
+	return checkLocalAddr("--debug-addr", o.addr, "127.0.0.1:6060", "the debug endpoint serves heap profiles", o.allowRemote)
+}
+
+// checkLocalAddr validates an HTTP endpoint flag: empty (off), or host:port
+// whose host is loopback unless allowRemote (the flag "--X-allow-remote").
+// exposure says what a remote reader would get.
+func checkLocalAddr(flagName, addr, example, exposure string, allowRemote bool) error {
+	if addr == "" {
 		return nil
 	}
-	host, port, err := net.SplitHostPort(o.addr)
+	host, port, err := net.SplitHostPort(addr)
 	if err != nil {
-		return usagef("--debug-addr %q: want host:port, e.g. 127.0.0.1:6060 (%v)", o.addr, err)
+		return usagef("%s %q: want host:port, e.g. %s (%v)", flagName, addr, example, err)
 	}
 	if _, err := net.LookupPort("tcp", port); err != nil {
-		return usagef("--debug-addr %q: bad port", o.addr)
+		return usagef("%s %q: bad port", flagName, addr)
 	}
-	if o.allowRemote || isLoopbackHost(host) {
+	if allowRemote || isLoopbackHost(host) {
 		return nil
 	}
-	return usagef("--debug-addr %q is not a loopback address: the debug endpoint serves heap profiles "+
-		"to anyone who reaches it; use 127.0.0.1, ::1 or localhost, or add --debug-allow-remote", o.addr)
+	return usagef("%s %q is not a loopback address: %s to anyone who reaches it; use 127.0.0.1, ::1 or "+
+		"localhost, or add %s", flagName, addr, exposure, strings.TrimSuffix(flagName, "-addr")+"-allow-remote")
 }
 
 // isLoopbackHost reports whether host (from host:port) is "localhost" or a

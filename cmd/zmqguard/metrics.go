@@ -56,21 +56,7 @@ func addMetricsFlags(fs *flag.FlagSet) *metricsOptions {
 // (off) or host:port with a loopback host (or any host with
 // --metrics-allow-remote).
 func (o *metricsOptions) check() error {
-	if o.addr == "" {
-		return nil
-	}
-	host, port, err := net.SplitHostPort(o.addr)
-	if err != nil {
-		return usagef("--metrics-addr %q: want host:port, e.g. 127.0.0.1:9100 (%v)", o.addr, err)
-	}
-	if _, err := net.LookupPort("tcp", port); err != nil {
-		return usagef("--metrics-addr %q: bad port", o.addr)
-	}
-	if o.allowRemote || isLoopbackHost(host) {
-		return nil
-	}
-	return usagef("--metrics-addr %q is not a loopback address: the metrics endpoint describes this process "+
-		"to anyone who reaches it; use 127.0.0.1, ::1 or localhost, or add --metrics-allow-remote", o.addr)
+	return checkLocalAddr("--metrics-addr", o.addr, "127.0.0.1:9100", "the metrics endpoint describes this process", o.allowRemote)
 }
 
 // metricsServer is the HTTP endpoint --metrics-addr starts.
