@@ -127,6 +127,15 @@ func dialFront(t *testing.T, h *harness) *FrontEnd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
+	// Wake and Scale refuse to send before the connection is up: wait for
+	// it, so a test's first wake is never lost to a slow start.
+	deadline := time.Now().Add(20 * time.Second)
+	for !f.Connected() {
+		if time.Now().After(deadline) {
+			t.Fatal("front-end not connected to the coordinator after 20 s")
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
 	return f
 }
 
