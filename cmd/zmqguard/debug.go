@@ -1,9 +1,7 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -93,11 +91,7 @@ func isLoopbackHost(host string) bool {
 }
 
 // debugServer is the HTTP endpoint --debug-addr starts.
-type debugServer struct {
-	srv  *http.Server
-	addr string
-	done chan struct{} // closed when Serve has returned
-}
+type debugServer = httpEndpoint
 
 // debugVars is what /debug/zmqguard serves. Goroutines comes first so that a
 // shell script can take the first "goroutines" of the body.
@@ -171,66 +165,14 @@ func startDebug(o *debugOptions, command string, counters func() any, logger *sl
 	if err != nil {
 		return nil, fmt.Errorf("--debug-addr: %w", err)
 	}
-	d := &debugServer{
-		srv: &http.Server{
-			Handler:           newDebugMux(command, counters),
-			ReadHeaderTimeout: 5 * time.Second,
-			IdleTimeout:       30 * time.Second,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		},
-		addr: ln.Addr().String(),
-		done: make(chan struct{}),
-	}
-	go func() {
-		defer close(d.done)
-		if err := d.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("debug endpoint stopped", "debug_addr", d.addr, "err", err)
-		}
-	}()
-	if !isLoopbackHost(hostOf(d.addr)) {
-		logger.Warn("debug endpoint serving on a non-loopback address (--debug-allow-remote)", "debug_addr", d.addr)
-	}
-	logger.Info("debug endpoint serving", "debug_addr", d.addr,
-		"url", "http://"+d.addr+"/debug/zmqguard", "pprof", "http://"+d.addr+"/debug/pprof/")
-	return d, nil
+	addr := ln.Addr().String()
+	return serveEndpoint(ln, &http.Server{Handler: newDebugMux(command, counters)}, "debug", "debug_addr",
+		"--debug-allow-remote", debugShutdownTimeout, logger,
+		"url", "http://"+addr+"/debug/zmqguard", "pprof", "http://"+addr+"/debug/pprof/"), nil
 }
 
 // hostOf returns the host of a host:port address.
 func hostOf(addr string) string {
 	h, _, _ := net.SplitHostPort(addr)
 	return h
-}
-
-// Addr returns the address the endpoint listens on, with the actual port.
-// It is "" for a nil server (--debug-addr off).
-func (d *debugServer) Addr() string {
-	if d == nil {
-		return ""
-	}
-	return d.addr
-}
-
-// logAttrs returns the start line's debug_addr attribute, or nothing when
-// the endpoint is off.
-func (d *debugServer) logAttrs() []any {
-	if d == nil {
-		return nil
-	}
-	return []any{"debug_addr", d.addr}
-}
-
-// Close stops the endpoint: it stops accepting, lets requests in flight
-// finish for up to debugShutdownTimeout, then closes their connections, and
-// waits for the server goroutine to end. It is safe on a nil server and
-// idempotent.
-func (d *debugServer) Close() {
-	if d == nil {
-		return
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), debugShutdownTimeout)
-	defer cancel()
-	if err := d.srv.Shutdown(ctx); err != nil {
-		d.srv.Close()
-	}
-	<-d.done
 }

@@ -1,8 +1,6 @@
 package main
 
 import (
-	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"log/slog"
@@ -61,10 +59,8 @@ func (o *metricsOptions) check() error {
 
 // metricsServer is the HTTP endpoint --metrics-addr starts.
 type metricsServer struct {
-	col  *zgprom.Collector
-	srv  *http.Server
-	addr string
-	done chan struct{} // closed when Serve has returned
+	col *zgprom.Collector
+	ep  *httpEndpoint
 }
 
 // newMetricsHandler returns the /metrics handler for c plus the Go runtime
@@ -109,29 +105,10 @@ func startMetrics(o *metricsOptions, logger *slog.Logger, add func(*zgprom.Colle
 	if err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
-	m := &metricsServer{
-		col: c,
-		srv: &http.Server{
-			Handler:           h,
-			ReadHeaderTimeout: 5 * time.Second,
-			WriteTimeout:      metricsScrapeTimeout + 5*time.Second,
-			IdleTimeout:       30 * time.Second,
-			ErrorLog:          slog.NewLogLogger(logger.Handler(), slog.LevelWarn),
-		},
-		addr: ln.Addr().String(),
-		done: make(chan struct{}),
-	}
-	go func() {
-		defer close(m.done)
-		if err := m.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
-			logger.Error("metrics endpoint stopped", "metrics_addr", m.addr, "err", err)
-		}
-	}()
-	if !isLoopbackHost(hostOf(m.addr)) {
-		logger.Warn("metrics endpoint serving on a non-loopback address (--metrics-allow-remote)", "metrics_addr", m.addr)
-	}
-	logger.Info("metrics endpoint serving", "metrics_addr", m.addr, "url", "http://"+m.addr+"/metrics")
-	return m, nil
+	srv := &http.Server{Handler: h, WriteTimeout: metricsScrapeTimeout + 5*time.Second}
+	ep := serveEndpoint(ln, srv, "metrics", "metrics_addr", "--metrics-allow-remote", metricsShutdownTimeout, logger,
+		"url", "http://"+ln.Addr().String()+"/metrics")
+	return &metricsServer{col: c, ep: ep}, nil
 }
 
 // addLoop adds a loop created after the endpoint started; a no-op when the
@@ -148,7 +125,7 @@ func (m *metricsServer) Addr() string {
 	if m == nil {
 		return ""
 	}
-	return m.addr
+	return m.ep.Addr()
 }
 
 // logAttrs returns the start line's metrics_addr attribute, or nothing when
@@ -157,20 +134,14 @@ func (m *metricsServer) logAttrs() []any {
 	if m == nil {
 		return nil
 	}
-	return []any{"metrics_addr", m.addr}
+	return m.ep.logAttrs()
 }
 
-// Close stops the endpoint, lets scrapes in flight finish for up to
-// metricsShutdownTimeout, and waits for the server goroutine. It is safe on
-// a nil server and idempotent.
+// Close stops the endpoint (see httpEndpoint.Close). It is safe on a nil
+// server and idempotent.
 func (m *metricsServer) Close() {
 	if m == nil {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), metricsShutdownTimeout)
-	defer cancel()
-	if err := m.srv.Shutdown(ctx); err != nil {
-		m.srv.Close()
-	}
-	<-m.done
+	m.ep.Close()
 }

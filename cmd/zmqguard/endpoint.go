@@ -1,0 +1,80 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+)
+
+// httpEndpoint is one of the CLI's own HTTP endpoints (--debug-addr,
+// --metrics-addr): served in the background from start to Close. A nil
+// *httpEndpoint is an endpoint that is off; every method is safe on it.
+type httpEndpoint struct {
+	srv     *http.Server
+	addr    string        // the address listened on, with the actual port
+	attr    string        // its log attribute, e.g. "debug_addr"
+	timeout time.Duration // how long Close lets requests in flight finish
+	done    chan struct{} // closed when Serve has returned
+}
+
+// serveEndpoint serves srv on ln in the background and logs the start line
+// "<what> endpoint serving" with attr and the extra attributes, warning
+// first when the address is not loopback (allowFlag made that legal).
+// Close waits up to shutdown for requests in flight.
+func serveEndpoint(ln net.Listener, srv *http.Server, what, attr, allowFlag string, shutdown time.Duration,
+	logger *slog.Logger, extra ...any) *httpEndpoint {
+	if srv.ReadHeaderTimeout == 0 {
+		srv.ReadHeaderTimeout = 5 * time.Second
+	}
+	if srv.IdleTimeout == 0 {
+		srv.IdleTimeout = 30 * time.Second
+	}
+	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
+	h := &httpEndpoint{srv: srv, addr: ln.Addr().String(), attr: attr, timeout: shutdown, done: make(chan struct{})}
+	go func() {
+		defer close(h.done)
+		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+			logger.Error(what+" endpoint stopped", attr, h.addr, "err", err)
+		}
+	}()
+	if !isLoopbackHost(hostOf(h.addr)) {
+		logger.Warn(what+" endpoint serving on a non-loopback address ("+allowFlag+")", attr, h.addr)
+	}
+	logger.Info(what+" endpoint serving", append([]any{attr, h.addr}, extra...)...)
+	return h
+}
+
+// Addr returns the address the endpoint listens on ("" when off).
+func (h *httpEndpoint) Addr() string {
+	if h == nil {
+		return ""
+	}
+	return h.addr
+}
+
+// logAttrs returns the endpoint's attribute for a start line, or nothing
+// when it is off.
+func (h *httpEndpoint) logAttrs() []any {
+	if h == nil {
+		return nil
+	}
+	return []any{h.attr, h.addr}
+}
+
+// Close stops the endpoint: it stops accepting, lets requests in flight
+// finish for up to its shutdown timeout, then closes their connections,
+// and waits for the server goroutine to end. It is idempotent.
+func (h *httpEndpoint) Close() {
+	if h == nil {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), h.timeout)
+	defer cancel()
+	if err := h.srv.Shutdown(ctx); err != nil {
+		h.srv.Close()
+	}
+	<-h.done
+}
