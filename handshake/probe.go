@@ -15,6 +15,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -243,7 +244,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 		if err != nil || m.Command == "" {
 			break
 		}
-		if m.Command == zmtpguard.CmdPing {
+		if m.Command == zmtpwire.CmdPing {
 			if conn.Pong(&m) == nil {
 				conn.Flush()
 			}

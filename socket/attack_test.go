@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -48,7 +50,7 @@ func sendRaw(t *testing.T, addr string, chunks ...[]byte) []net.Conn {
 }
 
 func greeting() []byte {
-	g := zmtpguard.LocalGreeting()
+	g := zmtpwire.LocalGreeting()
 	return g[:]
 }
 
@@ -63,13 +65,13 @@ func greetingWithMechanism(mech string) []byte {
 func command(name string, body []byte) []byte {
 	data := append([]byte{byte(len(name))}, name...)
 	data = append(data, body...)
-	return frame(zmtpguard.FlagCommand, data)
+	return frame(zmtpwire.FlagCommand, data)
 }
 
 func frame(flags byte, body []byte) []byte {
 	if len(body) > 255 {
 		h := make([]byte, 9)
-		h[0] = flags | zmtpguard.FlagLong
+		h[0] = flags | zmtpwire.FlagLong
 		binary.BigEndian.PutUint64(h[1:], uint64(len(body)))
 		return append(h, body...)
 	}
@@ -84,7 +86,7 @@ func prop(name string, value []byte) []byte {
 
 func longHeader(flags byte, size uint64) []byte {
 	h := make([]byte, 9)
-	h[0] = flags | zmtpguard.FlagLong
+	h[0] = flags | zmtpwire.FlagLong
 	binary.BigEndian.PutUint64(h[1:], size)
 	return h
 }
@@ -98,12 +100,12 @@ func handshaken(t *testing.T, ctx context.Context, addr string, peerType zmq4.So
 		t.Fatalf("attack handshake: %v", err)
 	}
 	for _, r := range raw {
-		c.NetConn().SetWriteDeadline(time.Now().Add(2 * time.Second))
-		if _, err := c.NetConn().Write(r); err != nil {
+		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(2 * time.Second))
+		if _, err := zmtpaccess.NetConn(c).Write(r); err != nil {
 			break
 		}
 	}
-	return []net.Conn{c.NetConn()}
+	return []net.Conn{zmtpaccess.NetConn(c)}
 }
 
 var hugeSizes = []uint64{1 << 31, 1 << 40, 1 << 62, 1<<64 - 1}
@@ -152,7 +154,7 @@ func attacks() []attack {
 	for _, size := range hugeSizes {
 		as = append(as,
 			attack{"before-ready-command-claims-" + formatUint(size), func(t *testing.T, _ context.Context, addr string, _ zmq4.SocketType) []net.Conn {
-				return sendRaw(t, addr, greeting(), longHeader(zmtpguard.FlagCommand, size))
+				return sendRaw(t, addr, greeting(), longHeader(zmtpwire.FlagCommand, size))
 			}},
 			attack{"before-ready-data-claims-" + formatUint(size), func(t *testing.T, _ context.Context, addr string, _ zmq4.SocketType) []net.Conn {
 				return sendRaw(t, addr, greeting(), longHeader(0, size))
@@ -161,10 +163,10 @@ func attacks() []attack {
 				return handshaken(t, ctx, addr, pt, longHeader(0, size))
 			}},
 			attack{"after-ready-more-claims-" + formatUint(size), func(t *testing.T, ctx context.Context, addr string, pt zmq4.SocketType) []net.Conn {
-				return handshaken(t, ctx, addr, pt, frame(zmtpguard.FlagMore, []byte("x")), longHeader(0, size))
+				return handshaken(t, ctx, addr, pt, frame(zmtpwire.FlagMore, []byte("x")), longHeader(0, size))
 			}},
 			attack{"after-ready-command-claims-" + formatUint(size), func(t *testing.T, ctx context.Context, addr string, pt zmq4.SocketType) []net.Conn {
-				return handshaken(t, ctx, addr, pt, longHeader(zmtpguard.FlagCommand, size))
+				return handshaken(t, ctx, addr, pt, longHeader(zmtpwire.FlagCommand, size))
 			}},
 		)
 	}
@@ -179,7 +181,7 @@ func attacks() []attack {
 			body := append([]byte{5}, "READY"...)
 			body = append(body, byte(len(body)+30))
 			body = append(body, bytes.Repeat([]byte("a"), 29)...)
-			return frame(zmtpguard.FlagCommand, body)
+			return frame(zmtpwire.FlagCommand, body)
 		},
 		"ready-value-length-huge": func(pt zmq4.SocketType) []byte {
 			b := append([]byte{11}, "Socket-Type"...)
@@ -230,7 +232,7 @@ func attacks() []attack {
 			return cs
 		}},
 		attack{"10000-frame-message", func(t *testing.T, ctx context.Context, addr string, pt zmq4.SocketType) []net.Conn {
-			msg := bytes.Repeat([]byte{zmtpguard.FlagMore, 0}, 9999)
+			msg := bytes.Repeat([]byte{zmtpwire.FlagMore, 0}, 9999)
 			msg = append(msg, 0, 0)
 			return handshaken(t, ctx, addr, pt, msg)
 		}},

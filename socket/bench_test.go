@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -45,7 +47,7 @@ func preEncodedSender(ctx context.Context, addr string, n, size int) <-chan erro
 			for i := 0; i < per; i++ {
 				chunk = append(chunk, msg...)
 			}
-			w := c.NetConn()
+			w := zmtpaccess.NetConn(c)
 			for n > 0 {
 				k := min(n, per)
 				if _, err := w.Write(chunk[:k*len(msg)]); err != nil {
@@ -201,7 +203,7 @@ func BenchmarkPushSend100(b *testing.B) {
 		buf := make([]byte, 256<<10)
 		var n int64
 		for n < want {
-			k, err := c.NetConn().Read(buf)
+			k, err := zmtpaccess.NetConn(c).Read(buf)
 			n += int64(k)
 			if err != nil {
 				break
@@ -238,7 +240,7 @@ func BenchmarkPushSend100(b *testing.B) {
 func BenchmarkIdlePeers(b *testing.B) {
 	const peers = 200
 	b.ReportAllocs()
-	g := zmtpguard.LocalGreeting()
+	g := zmtpwire.LocalGreeting()
 	hello := append(g[:], readyCommand("PUSH")...)
 	for range b.N {
 		func() {
@@ -302,7 +304,7 @@ func readyCommand(t string) []byte {
 	body = append(body, "Socket-Type"...)
 	body = append(body, 0, 0, 0, byte(len(t)))
 	body = append(body, t...)
-	return append([]byte{zmtpguard.FlagCommand, byte(len(body))}, body...)
+	return append([]byte{zmtpwire.FlagCommand, byte(len(body))}, body...)
 }
 
 // BenchmarkRecvBuffered measures Recv alone on a PULL socket whose batches

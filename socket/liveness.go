@@ -9,7 +9,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/zmtpguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
 // Liveness errors.
@@ -93,7 +94,7 @@ func (p *peerConn) heartbeatTick() {
 	}
 	now := time.Now()
 	// A reader stalled by MemoryBudget is paused by us too.
-	paused := p.paused.Load() || (p.conn != nil && p.conn.Stalled())
+	paused := p.paused.Load() || (p.conn != nil && zmtpaccess.Stalled(p.conn))
 	if rx := p.rx.Load(); rx != h.seenRx || paused {
 		// While the reader waits for Recv we cannot see the peer's bytes:
 		// it is not the peer that is slow, so it is not timed out.
@@ -146,7 +147,7 @@ func (p *peerConn) heartbeatTick() {
 		for i := range 8 {
 			data[2+i] = byte(seq >> (56 - 8*i))
 		}
-		if p.queueCtrl(zmtpguard.CmdPing, data[:]) {
+		if p.queueCtrl(zmtpwire.CmdPing, data[:]) {
 			p.s.pings.Add(1)
 		}
 	}

@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -86,7 +88,7 @@ func TestHeartbeatTimeoutDisconnectsFrozenPeerAndRedials(t *testing.T) {
 	if err := c.ReadMessage(&m); err != nil {
 		t.Fatal(err)
 	}
-	if m.Command != zmtpguard.CmdPing || len(m.Frames) != 1 || len(m.Frames[0]) != 10 {
+	if m.Command != zmtpwire.CmdPing || len(m.Frames) != 1 || len(m.Frames[0]) != 10 {
 		t.Fatalf("first message from an idle DEALER: command %q frames %q, want a PING with TTL and 8-byte context", m.Command, m.Frames)
 	}
 	if ttl := int(m.Frames[0][0])<<8 | int(m.Frames[0][1]); ttl != 5 {
@@ -152,7 +154,7 @@ func TestPeerTTLEnforcedWithOwnHeartbeatsOff(t *testing.T) {
 	c := accept(t, ctx, l)
 	// PING with TTL 2 ds (200 ms) and context "ab": we must PONG "ab", then
 	// drop the peer once it is silent past 200 ms.
-	if err := c.WriteCommand(zmtpguard.CmdPing, []byte{0, 2, 'a', 'b'}); err != nil {
+	if err := zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 2, 'a', 'b'}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Flush(); err != nil {
@@ -162,7 +164,7 @@ func TestPeerTTLEnforcedWithOwnHeartbeatsOff(t *testing.T) {
 	if err := c.ReadMessage(&m); err != nil {
 		t.Fatal(err)
 	}
-	if m.Command != zmtpguard.CmdPong || len(m.Frames) != 1 || string(m.Frames[0]) != "ab" {
+	if m.Command != zmtpwire.CmdPong || len(m.Frames) != 1 || string(m.Frames[0]) != "ab" {
 		t.Fatalf("answer to PING: command %q frames %q, want PONG echoing the context", m.Command, m.Frames)
 	}
 	waitFor(t, ctx, "TTL disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
@@ -198,18 +200,18 @@ func TestPingsAnsweredWhileRecvPaused(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for i := range 3 {
-		if err := c.WriteCommand(zmtpguard.CmdPing, []byte{0, 0, byte(i)}); err != nil {
+		if err := zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 0, byte(i)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		c.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
+		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(20 * time.Second))
 		var m zmtpguard.Message
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("PING %d not answered while Recv is not called: %v", i, err)
 		}
-		if m.Command != zmtpguard.CmdPong || string(m.Frames[0]) != string([]byte{byte(i)}) {
+		if m.Command != zmtpwire.CmdPong || string(m.Frames[0]) != string([]byte{byte(i)}) {
 			t.Fatalf("got %q %q, want PONG %d", m.Command, m.Frames, i)
 		}
 	}
@@ -470,11 +472,11 @@ func TestTTLKeepsPingingAChattyPeer(t *testing.T) {
 	pings := 0
 	for pings < 5 {
 		var m zmtpguard.Message
-		c.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
+		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(20 * time.Second))
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("after %d PINGs: %v", pings, err)
 		}
-		if m.Command == zmtpguard.CmdPing {
+		if m.Command == zmtpwire.CmdPing {
 			if ttl := int(m.Frames[0][0])<<8 | int(m.Frames[0][1]); ttl != 3 {
 				t.Fatalf("PING TTL %d ds, want 3", ttl)
 			}

@@ -4,6 +4,8 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 )
 
 // reclaimer asks the runtime for a collection once departed connections
@@ -61,7 +63,7 @@ func reclaim() {
 // read buffers, the message it was reading when the connection failed, and
 // the slot it keeps between batches.
 func (p *peerConn) releasedBytes(b *batch) int64 {
-	n := p.conn.ReadBufferBytes() + p.first.footprint()
+	n := zmtpaccess.ReadBufferBytes(p.conn) + p.first.footprint()
 	if b != nil && b.n < len(b.slots) {
 		n += b.slots[b.n].footprint()
 	}

@@ -10,6 +10,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -188,7 +190,7 @@ func (p *peerConn) growRing() {
 func (p *peerConn) queueCtrl(cmd string, data []byte) bool {
 	p.qmu.Lock()
 	defer p.qmu.Unlock()
-	if p.qclosed || ((cmd == zmtpguard.CmdPong || cmd == zmtpguard.CmdPing) && len(p.ctrl) >= maxCtrl) {
+	if p.qclosed || ((cmd == zmtpwire.CmdPong || cmd == zmtpwire.CmdPing) && len(p.ctrl) >= maxCtrl) {
 		return false
 	}
 	var m outMsg
@@ -220,7 +222,7 @@ func (p *peerConn) writeLoop() {
 	defer p.s.wg.Done()
 	var frames [][]byte
 	wt := p.s.opts.WriteTimeout
-	nc := p.conn.NetConn()
+	nc := zmtpaccess.NetConn(p.conn)
 	for {
 		p.qmu.Lock()
 		for p.n == 0 && len(p.ctrl) == 0 && !p.qclosed {
@@ -248,7 +250,7 @@ func (p *peerConn) writeLoop() {
 		for i := range ctrl {
 			m := &ctrl[i]
 			if m.cmd != "" {
-				err = p.conn.WriteCommand(m.cmd, m.buf)
+				err = zmtpaccess.WriteCommand(p.conn, m.cmd, m.buf)
 			} else {
 				frames = m.frames(frames)
 				err = p.conn.WriteMessage(frames...)
@@ -357,7 +359,7 @@ func (p *peerConn) readLoop() {
 			b.bytes += size
 			b.charged += int64(size)
 			over = s.chargeRecv(int64(size))
-		} else if b.n == 0 && !p.conn.MessageBuffered() {
+		} else if b.n == 0 && !zmtpaccess.MessageBuffered(p.conn) {
 			// A command (PING) with nothing delivered: do not sit idle
 			// holding an empty batch.
 			b.slots[0], p.first = p.first, b.slots[0]
@@ -368,7 +370,7 @@ func (p *peerConn) readLoop() {
 		// Hand the batch on unless the next message is already here: a
 		// message must never wait for a later one (or for a non-delivered
 		// command) to arrive.
-		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || !p.conn.MessageBuffered()) {
+		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || !zmtpaccess.MessageBuffered(p.conn)) {
 			if !p.deliver(b) {
 				b = nil
 				err = ErrClosed
@@ -399,7 +401,7 @@ func (p *peerConn) process(sl *slot) (bool, error) {
 	m := &sl.m
 	if m.Command != "" {
 		switch m.Command {
-		case zmtpguard.CmdPing:
+		case zmtpwire.CmdPing:
 			if len(m.Frames) == 1 {
 				var ctxData []byte
 				d := m.Frames[0]
@@ -410,20 +412,20 @@ func (p *peerConn) process(sl *slot) (bool, error) {
 					// RFC 37: the TTL is in deciseconds; 0 means none.
 					p.peerTTL.Store(int64(uint16(d[0])<<8|uint16(d[1])) * int64(100*time.Millisecond))
 				}
-				p.queueCtrl(zmtpguard.CmdPong, ctxData)
+				p.queueCtrl(zmtpwire.CmdPong, ctxData)
 			}
 			return false, nil
-		case zmtpguard.CmdPong:
+		case zmtpwire.CmdPong:
 			s.pongs.Add(1)
 			return false, nil
-		case zmtpguard.CmdError:
+		case zmtpwire.CmdError:
 			return false, decodeguard.WrapError(decodeguard.ReasonTransport, "peer sent an ERROR command", io.EOF)
-		case zmtpguard.CmdSubscribe, zmtpguard.CmdCancel:
+		case zmtpwire.CmdSubscribe, zmtpwire.CmdCancel:
 			if s.kind != kXPub || len(m.Frames) != 1 {
 				return false, nil
 			}
 			flag := byte(1)
-			if m.Command == zmtpguard.CmdCancel {
+			if m.Command == zmtpwire.CmdCancel {
 				flag = 0
 			}
 			sl.scratch = append(append(sl.scratch[:0], flag), m.Frames[0]...)
@@ -475,7 +477,7 @@ func (p *peerConn) close(err error) {
 		}
 		p.closeErr = err
 		p.hb.stop()
-		p.conn.NetConn().SetDeadline(time.Unix(1, 0))
+		zmtpaccess.NetConn(p.conn).SetDeadline(time.Unix(1, 0))
 		p.conn.Close()
 		p.qmu.Lock()
 		p.qclosed = true

@@ -109,7 +109,7 @@ func BenchmarkParseFrameHeader(b *testing.B) {
 		b.Run(tc.name, func(b *testing.B) {
 			b.ReportAllocs()
 			for range b.N {
-				if _, ok, err := ParseFrameHeader(tc.hdr, 1<<20); !ok || err != nil {
+				if _, ok, err := parseFrameHeader(tc.hdr, 1<<20); !ok || err != nil {
 					b.Fatal(ok, err)
 				}
 			}
@@ -122,7 +122,7 @@ func BenchmarkCheckGreeting(b *testing.B) {
 	g := greetingWith(3, 1, "NULL")
 	b.ReportAllocs()
 	for range b.N {
-		if err := CheckGreeting(g); err != nil {
+		if err := checkGreeting(g, nil); err != nil {
 			b.Fatal(err)
 		}
 	}

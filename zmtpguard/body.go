@@ -319,16 +319,16 @@ func (b *Budget) release(c *Conn) {
 	b.mu.Unlock()
 }
 
-// Stalled reports whether c's reader is waiting for its Budget (it has
+// stalled reports whether c's reader is waiting for its Budget (it has
 // stopped reading the connection because the budget is spent). A caller
 // with a liveness rule should not hold that silence against the peer: it
 // is ours.
-func (c *Conn) Stalled() bool { return c.body.stalled.Load() }
+func (c *Conn) stalled() bool { return c.body.stalled.Load() }
 
-// ReadBufferBytes returns the bytes of read buffers c holds now: its
+// readBufferBytes returns the bytes of read buffers c holds now: its
 // buffered reader and, under CURVE, its scratch buffer for large messages.
 // Call it from the goroutine that reads c (or after reading stopped).
-func (c *Conn) ReadBufferBytes() int {
+func (c *Conn) readBufferBytes() int {
 	n := c.br.Size()
 	if c.cz != nil {
 		n += cap(c.cz.rbuf)

@@ -202,10 +202,10 @@ func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
 	var m Message
 	ch := readResult(c, &m)
 	go nc.Write(dataFrame(false, make([]byte, 100<<10)))
-	waitFor(t, 20*time.Second, "the reader to stall", c.Stalled)
+	waitFor(t, 20*time.Second, "the reader to stall", c.stalled)
 	time.Sleep(500 * time.Millisecond) // several Waits: no eviction
-	if st := bud.Stats(); st.Evictions != 0 || !c.Stalled() {
-		t.Fatalf("stats %+v, stalled %v: want a stall and no eviction", st, c.Stalled())
+	if st := bud.Stats(); st.Evictions != 0 || !c.stalled() {
+		t.Fatalf("stats %+v, stalled %v: want a stall and no eviction", st, c.stalled())
 	}
 	bud.Charge(-2 * limit)
 	select {
@@ -216,7 +216,7 @@ func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("message not completed after the charge was released: %+v", bud.Stats())
 	}
-	if c.Stalled() || bud.Used() != 0 {
-		t.Fatalf("stalled %v, used %d after the message", c.Stalled(), bud.Used())
+	if c.stalled() || bud.Used() != 0 {
+		t.Fatalf("stalled %v, used %d after the message", c.stalled(), bud.Used())
 	}
 }

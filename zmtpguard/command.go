@@ -6,21 +6,22 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
 // Command names zmtpguard recognises after the handshake.
 const (
-	CmdPing      = "PING"
-	CmdPong      = "PONG"
-	CmdSubscribe = "SUBSCRIBE"
-	CmdCancel    = "CANCEL"
-	CmdError     = "ERROR"
-	CmdReady     = "READY"
+	cmdPing      = zmtpwire.CmdPing
+	cmdPong      = zmtpwire.CmdPong
+	cmdSubscribe = zmtpwire.CmdSubscribe
+	cmdCancel    = zmtpwire.CmdCancel
+	cmdError     = zmtpwire.CmdError
+	cmdReady     = zmtpwire.CmdReady
 )
 
-// ParseCommand splits a command frame body into its name and data. The name
+// parseCommand splits a command frame body into its name and data. The name
 // is 1..255 bytes of printable ASCII.
-func ParseCommand(body []byte) (name, data []byte, err error) {
+func parseCommand(body []byte) (name, data []byte, err error) {
 	if len(body) < 1 {
 		return nil, nil, violation(decodeguard.ReasonTransport, "empty command frame", 0, nil)
 	}
@@ -84,7 +85,7 @@ func zmq4Key(name []byte, canon string) bool {
 	return true
 }
 
-// ParseReady validates the body of a peer's READY command (the property list
+// parseReady validates the body of a peer's READY command (the property list
 // after the name) for a local socket of type local, under cfg's limits
 // (zero fields mean defaults). Every length is checked against the bytes
 // present and a cap; Socket-Type must be present, known and compatible;
@@ -94,7 +95,7 @@ func zmq4Key(name []byte, canon string) bool {
 // them under their canonical keys: "socket-type" and "Socket-Type" pass,
 // "SOCKET-TYPE" is refused. A local of "" skips the compatibility check (the
 // type must still be known).
-func ParseReady(props []byte, local zmq4.SocketType, cfg *Config) (Metadata, error) {
+func parseReady(props []byte, local zmq4.SocketType, cfg *Config) (Metadata, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -167,10 +168,10 @@ func ParseReady(props []byte, local zmq4.SocketType, cfg *Config) (Metadata, err
 	if !haveType {
 		return bad("READY has no Socket-Type")
 	}
-	if !KnownSocketType(md.SocketType) {
+	if !knownSocketType(md.SocketType) {
 		return bad("READY Socket-Type is unknown")
 	}
-	if local != "" && !Compatible(local, md.SocketType) {
+	if local != "" && !compatible(local, md.SocketType) {
 		return bad("peer socket type " + string(md.SocketType) + " is not compatible with " + string(local))
 	}
 	return md, nil

@@ -100,7 +100,8 @@ type Message struct {
 	// Frames are the message's frame bodies. For a command, Frames holds a
 	// single frame: the command's data (its name removed).
 	Frames [][]byte
-	// Command is the command's name (one of the Cmd constants) when the
+	// Command is the command's name ("PING", "PONG", "SUBSCRIBE", "CANCEL" or
+	// "ERROR"; answer a PING with [Conn.Pong]) when the
 	// message is a ZMTP command, and "" for a data message.
 	Command string
 
@@ -222,7 +223,7 @@ func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 		}
 		return nil, err
 	}
-	if !KnownSocketType(local) {
+	if !knownSocketType(local) {
 		nc.Close()
 		return nil, errors.New("zmtpguard: unknown local socket type " + string(local))
 	}
@@ -247,7 +248,7 @@ func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 	if _, err := nc.Write(mine[:]); err != nil {
 		return fail(handshakeIOError("sending greeting", err, 0, nil))
 	}
-	var greet [GreetingSize]byte
+	var greet [greetingSize]byte
 	if err := readGreeting(br, &greet, dl.greetingTimeout, dl.grace(ctx, nc), c.Curve); err != nil {
 		return fail(err)
 	}
@@ -373,11 +374,11 @@ func (d *handshakeDeadlines) grace(ctx context.Context, nc net.Conn) func() bool
 }
 
 // readGreeting reads the peer's greeting from br into g, validating each
-// byte as it arrives (CheckGreeting), so a wrong first byte is refused
+// byte as it arrives (checkGreeting), so a wrong first byte is refused
 // without waiting for 63 more. A read deadline passing is reported as the
 // greeting deadline when greetingTimeout is not 0 (see handshakeDeadlines).
-func readGreeting(br *bufio.Reader, g *[GreetingSize]byte, greetingTimeout time.Duration, grace func() bool, cc *CurveConfig) error {
-	for _, n := range [...]int{1, 10, 11, 33, GreetingSize} {
+func readGreeting(br *bufio.Reader, g *[greetingSize]byte, greetingTimeout time.Duration, grace func() bool, cc *CurveConfig) error {
+	for _, n := range [...]int{1, 10, 11, 33, greetingSize} {
 		b, err := br.Peek(n)
 		if err != nil && grace != nil && errors.Is(err, os.ErrDeadlineExceeded) && grace() {
 			grace = nil
@@ -406,8 +407,8 @@ func readReadyFrame(br *bufio.Reader, local zmq4.SocketType, cfg *Config) ([]byt
 	if err != nil {
 		return nil, Metadata{}, handshakeIOError("reading READY", err, len(b), b)
 	}
-	b, err = br.Peek(HeaderLen(b[0]))
-	hdr, ok, verr := ParseFrameHeader(b, int64(cfg.MaxHandshakeSize))
+	b, err = br.Peek(headerLen(b[0]))
+	hdr, ok, verr := parseFrameHeader(b, int64(cfg.MaxHandshakeSize))
 	if verr != nil {
 		var v *Violation
 		if errors.As(verr, &v) {
@@ -427,7 +428,7 @@ func readReadyFrame(br *bufio.Reader, local zmq4.SocketType, cfg *Config) ([]byt
 	if n, err := io.ReadFull(br, frame); err != nil {
 		return nil, Metadata{}, handshakeIOError("reading READY", err, n, frame[:n])
 	}
-	name, props, verr := ParseCommand(frame[hdr.Len:])
+	name, props, verr := parseCommand(frame[hdr.Len:])
 	if verr != nil {
 		var v *Violation
 		if errors.As(verr, &v) {
@@ -435,13 +436,13 @@ func readReadyFrame(br *bufio.Reader, local zmq4.SocketType, cfg *Config) ([]byt
 		}
 		return nil, Metadata{}, verr
 	}
-	if string(name) != CmdReady {
-		if string(name) == CmdError {
+	if string(name) != cmdReady {
+		if string(name) == cmdError {
 			return nil, Metadata{}, violation(decodeguard.ReasonHandshake, "peer refused the handshake with ERROR", int64(len(frame)), frame)
 		}
 		return nil, Metadata{}, violation(decodeguard.ReasonHandshake, "expected READY (only NULL security is supported)", int64(len(frame)), frame)
 	}
-	md, verr := ParseReady(props, local, cfg)
+	md, verr := parseReady(props, local, cfg)
 	if verr != nil {
 		return nil, Metadata{}, verr
 	}
@@ -531,17 +532,18 @@ func (c *Conn) LocalType() zmq4.SocketType { return c.local }
 // RemoteAddr returns the peer's network address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
-// NetConn returns the underlying connection, for deadlines. Reading or
-// writing it directly corrupts the stream.
-func (c *Conn) NetConn() net.Conn { return c.nc }
+// LocalAddr returns the local network address.
+func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
 
-// ZMQ returns the zmq4 connection that completed the handshake. It is for
-// inspection only (its Peer metadata): all I/O goes through c. It is nil
-// for a CURVE connection, whose handshake the guard runs alone.
-func (c *Conn) ZMQ() *zmq4.Conn { return c.zc }
+// SetDeadline sets the read and write deadline of the connection (as
+// net.Conn's SetDeadline): a ReadMessage or Flush still waiting at t fails
+// with an error wrapping os.ErrDeadlineExceeded. The zero time clears it.
+func (c *Conn) SetDeadline(t time.Time) error { return c.nc.SetDeadline(t) }
 
-// Config returns the limits c enforces, defaults filled in.
-func (c *Conn) Config() Config { return c.cfg }
+// netConn returns the underlying connection (for the socket layer and
+// tests, through internal/zmtpaccess). Reading or writing it directly
+// corrupts the stream.
+func (c *Conn) netConn() net.Conn { return c.nc }
 
 // Close closes the connection. It is safe to call more than once and from
 // any goroutine; later calls return the first call's result.
@@ -619,17 +621,17 @@ func (c *Conn) readMessage(m *Message) error {
 				}
 				return err
 			}
-			b, err = c.br.Peek(HeaderLen(b[0]))
+			b, err = c.br.Peek(headerLen(b[0]))
 		}
-		hdr, ok, verr := ParseFrameHeader(b, c.cfg.MaxMessageSize-total)
+		hdr, ok, verr := parseFrameHeader(b, c.cfg.MaxMessageSize-total)
 		if verr != nil {
 			return c.fail(c.oversize(verr, nframes, total))
 		}
 		if !ok {
 			if len(b) >= 2 && err == nil {
 				// Fast path found a long header not wholly buffered yet.
-				b, err = c.br.Peek(HeaderLen(b[0]))
-				hdr, ok, verr = ParseFrameHeader(b, c.cfg.MaxMessageSize-total)
+				b, err = c.br.Peek(headerLen(b[0]))
+				hdr, ok, verr = parseFrameHeader(b, c.cfg.MaxMessageSize-total)
 				if verr != nil {
 					return c.fail(c.oversize(verr, nframes, total))
 				}
@@ -686,10 +688,10 @@ func (c *Conn) readBuffered(m *Message) bool {
 		flags := b[off]
 		var size uint64
 		hl := 2
-		switch flags &^ FlagMore {
+		switch flags &^ flagMore {
 		case 0:
 			size = uint64(b[off+1])
-		case FlagLong:
+		case flagLong:
 			hl = 9
 			if len(b)-off < hl {
 				break
@@ -703,7 +705,7 @@ func (c *Conn) readBuffered(m *Message) bool {
 		if hl == 0 || len(b)-off < hl || size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
 			break
 		}
-		if nframes == 0 && flags&FlagMore != 0 {
+		if nframes == 0 && flags&flagMore != 0 {
 			// A multipart message: size m's buffers once for all of it,
 			// instead of growing them frame by frame (a cold Message would
 			// reallocate each a few times for a message of many frames).
@@ -720,7 +722,7 @@ func (c *Conn) readBuffered(m *Message) bool {
 		m.ends = append(m.ends, len(m.buf))
 		off += int(size)
 		total += size
-		if flags&FlagMore == 0 {
+		if flags&flagMore == 0 {
 			c.br.Discard(off)
 			start := 0
 			for _, end := range m.ends {
@@ -750,10 +752,10 @@ func (c *Conn) bufferedExtent(b []byte) (frames, bytes int, ok bool) {
 		flags := b[off]
 		var size uint64
 		hl := 2
-		switch flags &^ FlagMore {
+		switch flags &^ flagMore {
 		case 0:
 			size = uint64(b[off+1])
-		case FlagLong:
+		case flagLong:
 			hl = 9
 			if len(b)-off < hl {
 				return 0, 0, false
@@ -767,7 +769,7 @@ func (c *Conn) bufferedExtent(b []byte) (frames, bytes int, ok bool) {
 		}
 		off += hl + int(size)
 		total += size
-		if flags&FlagMore == 0 {
+		if flags&flagMore == 0 {
 			return n + 1, int(total), true
 		}
 	}
@@ -805,10 +807,10 @@ func (c *Conn) readBody(m *Message, n int64) error {
 	return nil
 }
 
-var commandNames = [...]string{CmdPing, CmdPong, CmdSubscribe, CmdCancel, CmdError}
+var commandNames = [...]string{cmdPing, cmdPong, cmdSubscribe, cmdCancel, cmdError}
 
 func (c *Conn) command(m *Message) error {
-	name, data, err := ParseCommand(m.buf)
+	name, data, err := parseCommand(m.buf)
 	if err != nil {
 		var v *Violation
 		errors.As(err, &v)
@@ -834,13 +836,13 @@ func (c *Conn) writer() *bufio.Writer {
 
 func (c *Conn) writeFrame(flags byte, body []byte) error {
 	if c.cz != nil {
-		return c.writeCurve(flags&FlagMore, nil, body)
+		return c.writeCurve(flags&flagMore, nil, body)
 	}
 	w := c.writer()
 	c.wrote += len(body)
 	h := c.hdr[:]
 	if len(body) > 255 {
-		h[0] = flags | FlagLong
+		h[0] = flags | flagLong
 		putUint64(h[1:9], uint64(len(body)))
 		h = h[:9]
 	} else {
@@ -867,7 +869,7 @@ func (c *Conn) WriteMessage(frames ...[]byte) error {
 	for i, f := range frames {
 		var flags byte
 		if i < last {
-			flags = FlagMore
+			flags = flagMore
 		}
 		if err := c.writeFrame(flags, f); err != nil {
 			return err
@@ -876,8 +878,8 @@ func (c *Conn) WriteMessage(frames ...[]byte) error {
 	return nil
 }
 
-// WriteCommand buffers one command frame (name and data). Call Flush to send.
-func (c *Conn) WriteCommand(name string, data []byte) error {
+// writeCommand buffers one command frame (name and data). Call Flush to send.
+func (c *Conn) writeCommand(name string, data []byte) error {
 	if len(name) == 0 || len(name) > 255 {
 		return errors.New("zmtpguard: command name must be 1..255 bytes")
 	}
@@ -889,11 +891,11 @@ func (c *Conn) WriteCommand(name string, data []byte) error {
 	c.wrote += size
 	h := c.hdr[:]
 	if size > 255 {
-		h[0] = FlagCommand | FlagLong
+		h[0] = flagCommand | flagLong
 		putUint64(h[1:9], uint64(size))
 		h = h[:9]
 	} else {
-		h[0] = FlagCommand
+		h[0] = flagCommand
 		h[1] = byte(size)
 		h = h[:2]
 	}
@@ -907,7 +909,7 @@ func (c *Conn) WriteCommand(name string, data []byte) error {
 // Pong answers a PING message m (as returned by ReadMessage) with the PONG
 // ZMTP 3.1 prescribes, echoing the ping's context. It buffers; call Flush.
 func (c *Conn) Pong(m *Message) error {
-	if m.Command != CmdPing || len(m.Frames) != 1 {
+	if m.Command != cmdPing || len(m.Frames) != 1 {
 		return errors.New("zmtpguard: Pong needs a PING message")
 	}
 	var ctxData []byte
@@ -917,15 +919,7 @@ func (c *Conn) Pong(m *Message) error {
 			ctxData = ctxData[:16]
 		}
 	}
-	return c.WriteCommand(CmdPong, ctxData)
-}
-
-// Buffered returns the number of bytes written but not yet flushed.
-func (c *Conn) Buffered() int {
-	if c.bw == nil {
-		return 0
-	}
-	return c.bw.Buffered()
+	return c.writeCommand(cmdPong, ctxData)
 }
 
 // Flush sends buffered writes.
@@ -938,23 +932,19 @@ func (c *Conn) Flush() error {
 	return err
 }
 
-// ReadBuffered returns how many received bytes wait in the read buffer, so a
-// reader can batch without blocking.
-func (c *Conn) ReadBuffered() int { return c.br.Buffered() }
-
-// MessageBuffered reports whether the read buffer already holds at least one
+// messageBuffered reports whether the read buffer already holds at least one
 // whole message, so that the next ReadMessage will not wait on the network.
 // A reader that batches messages uses it to hand a batch on instead of
 // holding it while a peer's next message is still arriving. It only looks at
 // frame headers already received and never blocks or allocates. (A message
 // larger than the read buffer is never reported as buffered.)
-func (c *Conn) MessageBuffered() bool {
+func (c *Conn) messageBuffered() bool {
 	if c.cz != nil {
 		return c.curveMessageBuffered()
 	}
 	b, _ := c.br.Peek(c.br.Buffered())
 	for off := 0; off < len(b); {
-		hl := HeaderLen(b[off])
+		hl := headerLen(b[off])
 		if len(b)-off < hl {
 			return false
 		}
@@ -970,7 +960,7 @@ func (c *Conn) MessageBuffered() bool {
 			return false
 		}
 		off += hl + int(size)
-		if flags&FlagMore == 0 || flags&FlagCommand != 0 {
+		if flags&flagMore == 0 || flags&flagCommand != 0 {
 			return true
 		}
 	}

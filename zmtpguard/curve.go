@@ -25,10 +25,10 @@ const mechanismCURVE = "CURVE"
 
 // CURVE command names (RFC 25 ZMTP-CURVE).
 const (
-	CmdHello    = "HELLO"
-	CmdWelcome  = "WELCOME"
-	CmdInitiate = "INITIATE"
-	CmdMessage  = "MESSAGE"
+	cmdHello    = "HELLO"
+	cmdWelcome  = "WELCOME"
+	cmdInitiate = "INITIATE"
+	cmdMessage  = "MESSAGE"
 )
 
 // Sizes of the CURVE commands (bodies, command name included).
@@ -141,7 +141,7 @@ func (cc *CurveConfig) logger() *slog.Logger {
 }
 
 // curveGreeting returns the greeting for the CURVE mechanism in role server.
-func curveGreeting(server bool) [GreetingSize]byte {
+func curveGreeting(server bool) [greetingSize]byte {
 	g := localGreeting
 	clear(g[12:32])
 	copy(g[12:32], mechanismCURVE)
@@ -264,8 +264,8 @@ func (s *curveStep) readCommand(during string, max int) (string, []byte, error) 
 	if err != nil {
 		return "", nil, handshakeIOError("reading "+during, err, len(b), b)
 	}
-	b, err = s.br.Peek(HeaderLen(b[0]))
-	hdr, ok, verr := ParseFrameHeader(b, int64(max))
+	b, err = s.br.Peek(headerLen(b[0]))
+	hdr, ok, verr := parseFrameHeader(b, int64(max))
 	if verr != nil {
 		var v *Violation
 		if errors.As(verr, &v) {
@@ -287,7 +287,7 @@ func (s *curveStep) readCommand(during string, max int) (string, []byte, error) 
 		return "", nil, handshakeIOError("reading "+during, err, n, frame[:n])
 	}
 	body := frame[hdr.Len:]
-	name, _, verr := ParseCommand(body)
+	name, _, verr := parseCommand(body)
 	if verr != nil {
 		var v *Violation
 		if errors.As(verr, &v) {
@@ -295,7 +295,7 @@ func (s *curveStep) readCommand(during string, max int) (string, []byte, error) 
 		}
 		return "", nil, verr
 	}
-	if string(name) == CmdError {
+	if string(name) == cmdError {
 		return "", nil, violation(decodeguard.ReasonHandshake, "peer refused the CURVE handshake with ERROR", int64(len(body)), body)
 	}
 	if string(name) != during {
@@ -307,11 +307,11 @@ func (s *curveStep) readCommand(during string, max int) (string, []byte, error) 
 func (s *curveStep) writeCommand(body []byte) error {
 	h := s.hdr[:]
 	if len(body) > 255 {
-		h[0] = FlagCommand | FlagLong
+		h[0] = flagCommand | flagLong
 		putUint64(h[1:9], uint64(len(body)))
 		h = h[:9]
 	} else {
-		h[0] = FlagCommand
+		h[0] = flagCommand
 		h[1] = byte(len(body))
 		h = h[:2]
 	}
@@ -349,7 +349,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 	}
 
 	// HELLO: version, padding, C', short nonce, Box[64 zeros](C'->S).
-	_, hello, err := st.readCommand(CmdHello, curveHelloSize)
+	_, hello, err := st.readCommand(cmdHello, curveHelloSize)
 	if err != nil {
 		return nil, Metadata{}, err
 	}
@@ -387,7 +387,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 	}
 
 	// INITIATE: cookie, short nonce, Box[C + vouch + metadata](C'->S').
-	_, init, err := st.readCommand(CmdInitiate, curveInitiateMin+cfg.MaxHandshakeSize)
+	_, init, err := st.readCommand(cmdInitiate, curveInitiateMin+cfg.MaxHandshakeSize)
 	if err != nil {
 		return nil, Metadata{}, err
 	}
@@ -434,7 +434,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 	if subtle.ConstantTimeCompare(vouch[:32], clientShort[:]) != 1 || subtle.ConstantTimeCompare(vouch[32:], public[:]) != 1 {
 		return nil, Metadata{}, violation(decodeguard.ReasonAuth, "INITIATE vouch names another short-term key or server", -1, nil)
 	}
-	md, err := ParseReady(plain[128:], local, cfg)
+	md, err := parseReady(plain[128:], local, cfg)
 	if err != nil {
 		var v *Violation
 		if errors.As(err, &v) {
@@ -536,7 +536,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 		return nil, Metadata{}, err
 	}
 
-	_, welcome, err := st.readCommand(CmdWelcome, max(curveWelcomeSize, curveErrorMax))
+	_, welcome, err := st.readCommand(cmdWelcome, max(curveWelcomeSize, curveErrorMax))
 	if err != nil {
 		return nil, Metadata{}, err
 	}
@@ -582,7 +582,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 		return nil, Metadata{}, err
 	}
 
-	_, ready, err := st.readCommand(CmdReady, max(curveReadyMin+cfg.MaxHandshakeSize, curveErrorMax))
+	_, ready, err := st.readCommand(cmdReady, max(curveReadyMin+cfg.MaxHandshakeSize, curveErrorMax))
 	if err != nil {
 		var v *Violation
 		if errors.As(err, &v) && v.Detail == "peer refused the CURVE handshake with ERROR" {
@@ -600,7 +600,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4
 	if !ok {
 		return nil, Metadata{}, violation(decodeguard.ReasonAuth, "READY box does not open (forged)", int64(len(ready)), nil)
 	}
-	md, err := ParseReady(props, local, cfg)
+	md, err := parseReady(props, local, cfg)
 	if err != nil {
 		return nil, Metadata{}, err
 	}

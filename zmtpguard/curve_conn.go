@@ -50,7 +50,7 @@ func (c *Conn) writeCurve(flags byte, name, data []byte) error {
 	c.wrote += len(out)
 	h := c.hdr[:]
 	if len(out) > 255 {
-		h[0] = curveOuterFlags | FlagLong
+		h[0] = curveOuterFlags | flagLong
 		putUint64(h[1:9], uint64(len(out)))
 		h = h[:9]
 	} else {
@@ -92,8 +92,8 @@ func (c *Conn) readCurve(m *Message) error {
 			}
 			return err
 		}
-		b, err = c.br.Peek(HeaderLen(b[0]))
-		hdr, ok, verr := ParseFrameHeader(b, c.cfg.MaxMessageSize-total+curveMessageOverhead)
+		b, err = c.br.Peek(headerLen(b[0]))
+		hdr, ok, verr := parseFrameHeader(b, c.cfg.MaxMessageSize-total+curveMessageOverhead)
 		if verr != nil {
 			return c.fail(c.oversize(verr, nframes, total))
 		}
@@ -199,7 +199,7 @@ func (c *Conn) readCurveBody(n int) ([]byte, error) {
 	return buf, nil
 }
 
-// curveMessageBuffered is MessageBuffered under CURVE, where a frame's MORE
+// curveMessageBuffered is messageBuffered under CURVE, where a frame's MORE
 // flag travels inside its box: it decrypts the flags byte of each buffered
 // MESSAGE (one Salsa20 block, no authentication: it is a hint) to find
 // where the next message ends. A frame ReadMessage will refuse at once (a
@@ -210,7 +210,7 @@ func (c *Conn) curveMessageBuffered() bool {
 	b, _ := c.br.Peek(c.br.Buffered())
 	last := cs.recvNonce
 	for off := 0; off < len(b); {
-		hl := HeaderLen(b[off])
+		hl := headerLen(b[off])
 		if len(b)-off < hl {
 			return false
 		}
@@ -220,7 +220,7 @@ func (c *Conn) curveMessageBuffered() bool {
 		} else {
 			size = binary.BigEndian.Uint64(b[off+1 : off+9])
 		}
-		if size < curveMessageOverhead || b[off]&FlagMore != 0 {
+		if size < curveMessageOverhead || b[off]&flagMore != 0 {
 			return true // refused as soon as it is read
 		}
 		if size > uint64(len(b)-off-hl) {

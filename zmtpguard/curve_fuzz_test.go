@@ -54,13 +54,13 @@ func fuzzCurveServerConfig() *Config {
 // this connection's cookie no input can complete it; every failure is a
 // Violation or an I/O error, and memory follows the bytes present.
 func FuzzCurveServerHandshake(f *testing.F) {
-	hello := frameOf(FlagCommand, fuzzHelloBody())
+	hello := frameOf(flagCommand, fuzzHelloBody())
 	f.Add(hello)
 	f.Add(append(append([]byte{}, hello...), "\x04\x05GARBAGE"...))
-	f.Add(append(append([]byte{}, hello...), frameOf(FlagCommand, append([]byte("\x08INITIATE"), make([]byte, 300)...))...))
-	f.Add(append(append([]byte{}, hello...), longHeader(FlagCommand, 1<<40)...))
-	f.Add(longHeader(FlagCommand, 200))
-	f.Add(frameOf(FlagCommand, []byte("\x05ERROR\x03400")))
+	f.Add(append(append([]byte{}, hello...), frameOf(flagCommand, append([]byte("\x08INITIATE"), make([]byte, 300)...))...))
+	f.Add(append(append([]byte{}, hello...), longHeader(flagCommand, 1<<40)...))
+	f.Add(longHeader(flagCommand, 200))
+	f.Add(frameOf(flagCommand, []byte("\x05ERROR\x03400")))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg := fuzzCurveServerConfig()
 		nc := newBytesConn(data)
@@ -76,10 +76,10 @@ func FuzzCurveServerHandshake(f *testing.F) {
 // (WELCOME, READY, ERROR) to the CURVE client handshake.
 func FuzzCurveClientHandshake(f *testing.F) {
 	welcome := append([]byte("\x07WELCOME"), make([]byte, 160)...)
-	f.Add(frameOf(FlagCommand, welcome))
-	f.Add(frameOf(FlagCommand, []byte("\x05ERROR\x03400")))
-	f.Add(append(frameOf(FlagCommand, welcome), frameOf(FlagCommand, append([]byte("\x05READY"), make([]byte, 40)...))...))
-	f.Add(longHeader(FlagCommand, 1<<33))
+	f.Add(frameOf(flagCommand, welcome))
+	f.Add(frameOf(flagCommand, []byte("\x05ERROR\x03400")))
+	f.Add(append(frameOf(flagCommand, welcome), frameOf(flagCommand, append([]byte("\x05READY"), make([]byte, 40)...))...))
+	f.Add(longHeader(flagCommand, 1<<33))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := Config{Curve: &CurveConfig{SecretKey: CurveKey(fuzzShortSecret), ServerKey: fuzzServerPublic}}.withDefaults()
 		nc := newBytesConn(data)
@@ -148,7 +148,7 @@ func FuzzCurveMessageBuffered(f *testing.F) {
 		c := &Conn{nc: rc, br: bufio.NewReaderSize(rc, 1024), cfg: cfg, local: zmq4.Pull, cz: cs}
 		var m Message
 		for {
-			whole := c.MessageBuffered()
+			whole := c.messageBuffered()
 			before := rc.reads
 			err := c.ReadMessage(&m)
 			if whole && rc.reads != before {

@@ -97,7 +97,7 @@ func curveServeOne(c *Conn, n int) (int, error) {
 		if err := c.ReadMessage(&m); err != nil {
 			return pings, fmt.Errorf("after %d messages: %w", i, err)
 		}
-		if m.Command == CmdPing {
+		if m.Command == cmdPing {
 			pings++
 			c.Pong(&m)
 			c.Flush()

@@ -287,7 +287,7 @@ func TestCurveGoToGo(t *testing.T) {
 		if err := cli.WriteMessage([]byte("a"), []byte{}, big); err != nil {
 			t.Fatal(err)
 		}
-		cli.WriteCommand(CmdPing, []byte("\x00\x0actx"))
+		cli.writeCommand(cmdPing, []byte("\x00\x0actx"))
 		if err := cli.Flush(); err != nil {
 			t.Fatal(err)
 		}
@@ -297,7 +297,7 @@ func TestCurveGoToGo(t *testing.T) {
 		if len(m.Frames) != 3 || string(m.Frames[0]) != "a" || len(m.Frames[1]) != 0 || !bytes.Equal(m.Frames[2], big) || m.Size() != 1+len(big) {
 			t.Fatalf("server read %d frames, size %d", len(m.Frames), m.Size())
 		}
-		if err := srv.ReadMessage(&m); err != nil || m.Command != CmdPing {
+		if err := srv.ReadMessage(&m); err != nil || m.Command != cmdPing {
 			t.Fatalf("expected PING: %v %q", err, m.Command)
 		}
 		srv.Pong(&m)
@@ -305,7 +305,7 @@ func TestCurveGoToGo(t *testing.T) {
 		if err := srv.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		if err := cli.ReadMessage(&m); err != nil || m.Command != CmdPong || string(m.Frames[0]) != "ctx" {
+		if err := cli.ReadMessage(&m); err != nil || m.Command != cmdPong || string(m.Frames[0]) != "ctx" {
 			t.Fatalf("expected PONG ctx: %v %q %q", err, m.Command, m.Frames)
 		}
 		if err := cli.ReadMessage(&m); err != nil || string(m.Frames[0]) != "reply" {
@@ -340,7 +340,7 @@ func dialRawCurve(t *testing.T, p *curvePair) *rawCurve {
 	r.shortPub, r.shortSec, _ = box.GenerateKey(rand.Reader)
 	g := greetingWith(3, 0, "CURVE")
 	nc.Write(g)
-	var peer [GreetingSize]byte
+	var peer [greetingSize]byte
 	if _, err := io.ReadFull(nc, peer[:]); err != nil {
 		t.Fatal("reading server greeting:", err)
 	}
@@ -358,7 +358,7 @@ func (r *rawCurve) helloFrame() []byte {
 	var n [24]byte
 	shortNonce(&n, noncePrefixHello, r.nonce)
 	hello = box.Seal(hello, make([]byte, 64), &n, &r.srvPub, r.shortSec)
-	return append(appendFrameHeader(nil, FlagCommand, len(hello)), hello...)
+	return append(appendFrameHeader(nil, flagCommand, len(hello)), hello...)
 }
 
 func readRawFrame(nc net.Conn) (byte, []byte, error) {
@@ -366,7 +366,7 @@ func readRawFrame(nc net.Conn) (byte, []byte, error) {
 	if _, err := io.ReadFull(nc, h[:1]); err != nil {
 		return 0, nil, err
 	}
-	hl := HeaderLen(h[0])
+	hl := headerLen(h[0])
 	if _, err := io.ReadFull(nc, h[1:hl]); err != nil {
 		return 0, nil, err
 	}
@@ -411,7 +411,7 @@ func (r *rawCurve) initiateFrame(cookie, metadata []byte) []byte {
 	init = binary.BigEndian.AppendUint64(init, r.nonce)
 	shortNonce(&n, noncePrefixInitiate, r.nonce)
 	init = box.SealAfterPrecomputation(init, plain, &n, &r.session)
-	return append(appendFrameHeader(nil, FlagCommand, len(init)), init...)
+	return append(appendFrameHeader(nil, flagCommand, len(init)), init...)
 }
 
 func (r *rawCurve) ready() {
@@ -462,7 +462,7 @@ func TestCurveHostile(t *testing.T) {
 			r.nc.Write(r.helloFrame())
 		}, A, "wrong server key"},
 		{"HELLO claiming 1 GiB", func(r *rawCurve, _ *curvePair) {
-			r.nc.Write(longHeader(FlagCommand, 1<<30))
+			r.nc.Write(longHeader(flagCommand, 1<<30))
 		}, O, ""},
 		{"HELLO padding not zero", func(r *rawCurve, _ *curvePair) {
 			h := r.helloFrame()
@@ -755,7 +755,7 @@ func TestCurveMessageBuffered(t *testing.T) {
 			if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "first" {
 				t.Fatalf("first message: %v", err)
 			}
-			if got := c.MessageBuffered(); got != tc.want {
+			if got := c.messageBuffered(); got != tc.want {
 				t.Fatalf("MessageBuffered = %v, want %v", got, tc.want)
 			}
 			if tc.want && tc.name == "whole three frames" {

@@ -262,7 +262,7 @@ func TestGreetingTimeoutHalves(t *testing.T) {
 	}
 	// Read the listener's greeting and READY: once its READY arrives, the
 	// listener has read our whole greeting.
-	if _, err := readUntilCommand(c, CmdReady, 15*time.Second); err != nil {
+	if _, err := readUntilCommand(c, cmdReady, 15*time.Second); err != nil {
 		t.Fatalf("listener READY: %v", err)
 	}
 	// Stalling past GreetingTimeout after the greeting is within the rules:

@@ -4,18 +4,19 @@ import (
 	"encoding/binary"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
 // ZMTP frame flag bits.
 const (
-	FlagMore    = 0x01
-	FlagLong    = 0x02
-	FlagCommand = 0x04
+	flagMore    = zmtpwire.FlagMore
+	flagLong    = zmtpwire.FlagLong
+	flagCommand = zmtpwire.FlagCommand
 	flagReserve = 0xF8
 )
 
-// FrameHeader is a parsed ZMTP frame header.
-type FrameHeader struct {
+// frameHeader is a parsed ZMTP frame header.
+type frameHeader struct {
 	Flags byte
 	// Size is the body length the header claims. It has been checked
 	// against the caller's limit, not against the bytes present.
@@ -25,26 +26,26 @@ type FrameHeader struct {
 }
 
 // More reports whether another frame of the same message follows.
-func (h FrameHeader) More() bool { return h.Flags&FlagMore != 0 }
+func (h frameHeader) More() bool { return h.Flags&flagMore != 0 }
 
 // Command reports whether the frame is a command.
-func (h FrameHeader) Command() bool { return h.Flags&FlagCommand != 0 }
+func (h frameHeader) Command() bool { return h.Flags&flagCommand != 0 }
 
-// HeaderLen returns how many header bytes a frame whose first byte is flags
+// headerLen returns how many header bytes a frame whose first byte is flags
 // has: 2 or 9.
-func HeaderLen(flags byte) int {
-	if flags&FlagLong != 0 {
+func headerLen(flags byte) int {
+	if flags&flagLong != 0 {
 		return 9
 	}
 	return 2
 }
 
-// ParseFrameHeader parses the frame header at the start of b and checks the
+// parseFrameHeader parses the frame header at the start of b and checks the
 // claimed size against max (a limit on this frame's body). It returns
 // ok=false with a nil error when b does not yet hold the whole header.
 // Reserved flag bits, a command with MORE set, and a size over max (or over
 // 2^63-1) are violations; nothing is allocated.
-func ParseFrameHeader(b []byte, max int64) (h FrameHeader, ok bool, err error) {
+func parseFrameHeader(b []byte, max int64) (h frameHeader, ok bool, err error) {
 	if len(b) < 1 {
 		return h, false, nil
 	}
@@ -52,10 +53,10 @@ func ParseFrameHeader(b []byte, max int64) (h FrameHeader, ok bool, err error) {
 	if f&flagReserve != 0 {
 		return h, false, violation(decodeguard.ReasonTransport, "frame flags have reserved bits set", -1, b[:min(len(b), 9)])
 	}
-	if f&FlagCommand != 0 && f&FlagMore != 0 {
+	if f&flagCommand != 0 && f&flagMore != 0 {
 		return h, false, violation(decodeguard.ReasonTransport, "command frame has MORE set", -1, b[:min(len(b), 9)])
 	}
-	hl := HeaderLen(f)
+	hl := headerLen(f)
 	if len(b) < hl {
 		return h, false, nil
 	}
@@ -73,7 +74,7 @@ func ParseFrameHeader(b []byte, max int64) (h FrameHeader, ok bool, err error) {
 			Prefix: append([]byte(nil), b[:hl]...),
 		}
 	}
-	return FrameHeader{Flags: f, Size: int64(size), Len: hl}, true, nil
+	return frameHeader{Flags: f, Size: int64(size), Len: hl}, true, nil
 }
 
 func formatSize(u uint64) string {

@@ -45,7 +45,7 @@ func mustViolation(t *testing.T, err error) *Violation {
 	if !errors.As(err, &v) || !v.Reason.Valid() || decodeguard.ReasonOf(err) != v.Reason {
 		t.Fatalf("error is not a classified violation: %T %v", err, err)
 	}
-	if len(v.Prefix) > MaxPrefix {
+	if len(v.Prefix) > maxPrefix {
 		t.Fatalf("violation prefix of %d bytes", len(v.Prefix))
 	}
 	return v
@@ -76,14 +76,14 @@ func handshakeSeeds() [][]byte {
 	return [][]byte{
 		hs,
 		cat(hs, dataFrame(false, []byte("hello"))),
-		cat(hs, commandFrame(CmdPing, []byte{0, 1, 'c'})),
+		cat(hs, commandFrame(cmdPing, []byte{0, 1, 'c'})),
 		cat(hs, longHeader(0, 1<<40)),
-		cat(null, longHeader(FlagCommand, 1<<31)),
+		cat(null, longHeader(flagCommand, 1<<31)),
 		cat(null, readyFrame(st[:len(st)-2])),
 		cat(null, readyFrame(prop("SOCKET-TYPE", "PUSH"))),
 		cat(null, readyFrame(prop("Socket-Type", "BOGUS"))),
 		cat(null, readyFrame(prop("Identity", string(make([]byte, 256))), st)),
-		cat(null, commandFrame(CmdError, []byte("\x05nope!"))),
+		cat(null, commandFrame(cmdError, []byte("\x05nope!"))),
 		cat(null, dataFrame(false, []byte("READY"))),
 		cat(greetingWith(3, 1, "NULL"), readyFrame(prop("socket-type", "DEALER"), prop("X-Custom", "v"))),
 	}
@@ -120,13 +120,13 @@ func streamSeeds() [][]byte {
 		longHeader(0, 1<<40),
 		longHeader(0, 1<<64-1),
 		cat(dataFrame(true, nil), longHeader(0, 1<<20)),
-		commandFrame(CmdPing, []byte{0, 1, 'c', 't', 'x'}),
-		commandFrame(CmdPong, []byte("ctx")),
-		commandFrame(CmdSubscribe, []byte("topic")),
-		commandFrame(CmdCancel, []byte("topic")),
-		commandFrame(CmdError, []byte("\x03bad")),
+		commandFrame(cmdPing, []byte{0, 1, 'c', 't', 'x'}),
+		commandFrame(cmdPong, []byte("ctx")),
+		commandFrame(cmdSubscribe, []byte("topic")),
+		commandFrame(cmdCancel, []byte("topic")),
+		commandFrame(cmdError, []byte("\x03bad")),
 		commandFrame("HELLO", nil),
-		cat(dataFrame(true, []byte("a")), commandFrame(CmdPing, []byte{0, 1})),
+		cat(dataFrame(true, []byte("a")), commandFrame(cmdPing, []byte{0, 1})),
 		{0x40, 0x01, 'x'},
 		{0x05, 0x00},
 		tenK,
@@ -145,7 +145,7 @@ func frameHeaderSeeds() [][]byte {
 		longHeader(0, 1<<40),
 		longHeader(0, 1<<62),
 		longHeader(0, 1<<64-1),
-		longHeader(FlagCommand, 1<<63),
+		longHeader(flagCommand, 1<<63),
 		{0x02, 0x00, 0x00},
 	}
 }
@@ -157,20 +157,20 @@ func FuzzCheckGreeting(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := CheckGreeting(b)
+		err := checkGreeting(b, nil)
 		if err != nil {
 			mustViolation(t, err)
 		}
 		// A refused prefix is never accepted once longer.
-		for k := 0; k < len(b) && k <= GreetingSize; k++ {
-			if CheckGreeting(b[:k]) != nil && err == nil {
+		for k := 0; k < len(b) && k <= greetingSize; k++ {
+			if checkGreeting(b[:k], nil) != nil && err == nil {
 				t.Fatalf("prefix of %d bytes refused, whole accepted", k)
 			}
 		}
-		if err == nil && len(b) >= GreetingSize {
+		if err == nil && len(b) >= greetingSize {
 			if b[0] != 0xFF || b[9] != 0x7F || b[10] < 3 || b[32] > 1 ||
 				!bytes.Equal(b[12:32], append([]byte("NULL"), make([]byte, 16)...)) {
-				t.Fatalf("accepted a greeting zmq4 would refuse: % x", b[:GreetingSize])
+				t.Fatalf("accepted a greeting zmq4 would refuse: % x", b[:greetingSize])
 			}
 		}
 	})
@@ -192,7 +192,7 @@ func FuzzHandshake(f *testing.F) {
 			return
 		}
 		defer c.Close()
-		if !Compatible(local, c.PeerType()) || len(c.Peer().Identity) > MaxIdentity {
+		if !compatible(local, c.PeerType()) || len(c.Peer().Identity) > MaxIdentity {
 			t.Fatalf("accepted peer %q for local %q", c.PeerType(), local)
 		}
 		readAll(t, c, len(data))
@@ -237,12 +237,12 @@ func FuzzParseReady(f *testing.F) {
 	}
 	f.Fuzz(func(t *testing.T, props []byte, lt byte) {
 		local := fuzzType(lt)
-		md, err := ParseReady(props, local, &Config{MaxPropertySize: 512, MaxProperties: 8})
+		md, err := parseReady(props, local, &Config{MaxPropertySize: 512, MaxProperties: 8})
 		if err != nil {
 			mustViolation(t, err)
 			return
 		}
-		if !Compatible(local, md.SocketType) || len(md.Identity) > MaxIdentity || len(md.Properties) > 8 {
+		if !compatible(local, md.SocketType) || len(md.Identity) > MaxIdentity || len(md.Properties) > 8 {
 			t.Fatalf("accepted %+v for %q", md, local)
 		}
 		zm := make(zmq4.Metadata)
@@ -277,7 +277,7 @@ func FuzzParseFrameHeader(f *testing.F) {
 		f.Add(s, int64(1<<20))
 	}
 	f.Fuzz(func(t *testing.T, b []byte, max int64) {
-		h, ok, err := ParseFrameHeader(b, max)
+		h, ok, err := parseFrameHeader(b, max)
 		if err != nil {
 			if ok {
 				t.Fatal("ok with an error")
@@ -286,12 +286,12 @@ func FuzzParseFrameHeader(f *testing.F) {
 			return
 		}
 		if !ok {
-			if len(b) >= 1 && len(b) >= HeaderLen(b[0]) {
+			if len(b) >= 1 && len(b) >= headerLen(b[0]) {
 				t.Fatalf("incomplete with %d bytes", len(b))
 			}
 			return
 		}
-		if h.Len != HeaderLen(b[0]) || h.Len > len(b) || h.Size < 0 || h.Size > max || h.Flags&flagReserve != 0 {
+		if h.Len != headerLen(b[0]) || h.Len > len(b) || h.Size < 0 || h.Size > max || h.Flags&flagReserve != 0 {
 			t.Fatalf("header %+v from % x (max %d)", h, b, max)
 		}
 		if h.Command() && h.More() {
@@ -346,7 +346,7 @@ func checkStream(t *testing.T, out []byte, maxSize int64, maxFrames int) {
 	t.Helper()
 	frames, total := 0, int64(0)
 	for len(out) > 0 {
-		h, ok, err := ParseFrameHeader(out, maxSize-total)
+		h, ok, err := parseFrameHeader(out, maxSize-total)
 		if err != nil {
 			t.Fatalf("scanner released a bad header: %v", err)
 		}

@@ -3,10 +3,11 @@ package zmtpguard
 import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
-// GreetingSize is the length of a ZMTP 3.x greeting.
-const GreetingSize = 64
+// greetingSize is the length of a ZMTP 3.x greeting.
+const greetingSize = zmtpwire.GreetingSize
 
 // mechanismNULL is the only mechanism zmtpguard accepts.
 const mechanismNULL = "NULL"
@@ -14,33 +15,20 @@ const mechanismNULL = "NULL"
 // localGreeting is the greeting zmtpguard sends: ZMTP 3.0, NULL mechanism,
 // as-server 0. It is byte for byte what zmq4.Open sends for NULL security,
 // which is what lets Handshake write it first and swallow zmq4's copy.
-var localGreeting = func() (g [GreetingSize]byte) {
-	g[0] = 0xFF
-	g[9] = 0x7F
-	g[10] = 3
-	g[11] = 0
-	copy(g[12:32], mechanismNULL)
-	return g
-}()
+var localGreeting = zmtpwire.LocalGreeting()
 
-// LocalGreeting returns the 64-byte greeting zmtpguard sends.
-func LocalGreeting() [GreetingSize]byte { return localGreeting }
-
-// CheckGreeting validates a prefix of a peer's greeting, as much of it as is
-// present. It returns nil while b is a valid prefix (more bytes may still be
-// needed: len(b) < GreetingSize), and a *Violation as soon as any present
+// checkGreeting validates a prefix of a peer's greeting, as much of it as
+// is present. It returns nil while b is a valid prefix (more bytes may still
+// be needed: len(b) < greetingSize), and a *Violation as soon as any present
 // byte is wrong, so a peer speaking HTTP or ZMTP 1.0 is refused after its
-// first byte. Bytes past GreetingSize are ignored.
-func CheckGreeting(b []byte) error { return checkGreeting(b, nil) }
-
-// checkGreeting is CheckGreeting for a connection whose mechanism is NULL
-// (cc nil) or CURVE: a CURVE connection's peer must offer CURVE. The
+// first byte. Bytes past greetingSize are ignored. The mechanism must be
+// NULL (cc nil) or CURVE (a CURVE connection's peer must offer CURVE). The
 // as-server byte is not compared with the expected role: libzmq 4.3.4 sends
 // 0 there from a CURVE server too (seen in the interop tests); a peer in
 // the wrong role fails at the first handshake command instead.
 func checkGreeting(b []byte, cc *CurveConfig) error {
-	if len(b) > GreetingSize {
-		b = b[:GreetingSize]
+	if len(b) > greetingSize {
+		b = b[:greetingSize]
 	}
 	n := len(b)
 	if n >= 1 && b[0] != 0xFF {
@@ -83,31 +71,13 @@ func checkGreeting(b []byte, cc *CurveConfig) error {
 	return nil
 }
 
-// knownTypes are the socket types ZMTP defines, as sent in Socket-Type.
-var knownTypes = [...]zmq4.SocketType{
-	zmq4.Pair, zmq4.Pub, zmq4.Sub, zmq4.Req, zmq4.Rep, zmq4.Dealer,
-	zmq4.Router, zmq4.Pull, zmq4.Push, zmq4.XPub, zmq4.XSub,
-}
+// knownSocketType reports whether t is one of ZMTP's socket types.
+func knownSocketType(t zmq4.SocketType) bool { return zmtpwire.KnownSocketType(t) }
 
-// KnownSocketType reports whether t is one of ZMTP's socket types.
-func KnownSocketType(t zmq4.SocketType) bool {
-	for _, k := range knownTypes {
-		if k == t {
-			return true
-		}
-	}
-	return false
-}
-
-// Compatible reports whether a local socket of type local may talk to a peer
-// of type peer, per ZMTP's compatibility table (RFC 23/37). Unknown types are
-// never compatible (zmq4's own check panics on them).
-func Compatible(local, peer zmq4.SocketType) bool {
-	if !KnownSocketType(local) || !KnownSocketType(peer) {
-		return false
-	}
-	return local.IsCompatible(peer)
-}
+// compatible reports whether a local socket of type local may talk to a
+// peer of type peer, per ZMTP's compatibility table (RFC 23/37). Unknown
+// types are never compatible (zmq4's own check panics on them).
+func compatible(local, peer zmq4.SocketType) bool { return zmtpwire.Compatible(local, peer) }
 
 func itoa(i int) string {
 	if i == 0 {

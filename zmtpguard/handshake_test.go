@@ -76,7 +76,7 @@ func TestHandshakeWithZmq4Push(t *testing.T) {
 // validator is bypassed here (ready already set) to reach zmq4 with a
 // READY it panics on.
 func TestOpenZMQRecover(t *testing.T) {
-	g := LocalGreeting()
+	g := localGreeting
 	bad := readyFrame(prop("SOCKET-TYPE", "PUSH")) // zmq4 files it under another key and panics
 	nc := newBytesConn(nil)
 	hs := &handshakeConn{Conn: nc, cfg: &Config{}, local: zmq4.Pull, replay: append(g[:], bad...), swallow: true, ready: true}

@@ -24,7 +24,7 @@ import (
 // greetingWith returns a 64-byte ZMTP greeting with the given version and
 // mechanism (copied raw into the 20-byte field).
 func greetingWith(major, minor byte, mech string) []byte {
-	g := make([]byte, GreetingSize)
+	g := make([]byte, greetingSize)
 	g[0] = 0xFF
 	g[9] = 0x7F
 	g[10] = major
@@ -45,7 +45,7 @@ func prop(name string, value string) []byte {
 func commandFrame(name string, data []byte) []byte {
 	body := append([]byte{byte(len(name))}, name...)
 	body = append(body, data...)
-	return append(appendFrameHeader(nil, FlagCommand, len(body)), body...)
+	return append(appendFrameHeader(nil, flagCommand, len(body)), body...)
 }
 
 // readyFrame encodes a READY command with the given raw property bytes.
@@ -54,21 +54,21 @@ func readyFrame(props ...[]byte) []byte {
 	for _, x := range props {
 		p = append(p, x...)
 	}
-	return commandFrame(CmdReady, p)
+	return commandFrame(cmdReady, p)
 }
 
 // dataFrame encodes one data frame.
 func dataFrame(more bool, body []byte) []byte {
 	var f byte
 	if more {
-		f = FlagMore
+		f = flagMore
 	}
 	return append(appendFrameHeader(nil, f, len(body)), body...)
 }
 
 // longHeader encodes a long frame header claiming size bytes.
 func longHeader(flags byte, size uint64) []byte {
-	h := []byte{flags | FlagLong}
+	h := []byte{flags | flagLong}
 	return binary.BigEndian.AppendUint64(h, size)
 }
 
@@ -160,7 +160,7 @@ func readUntilCommand(c net.Conn, name string, within time.Duration) ([]byte, er
 	c.SetReadDeadline(time.Now().Add(within))
 	defer c.SetReadDeadline(time.Time{})
 	br := bufio.NewReader(c)
-	if _, err := br.Discard(GreetingSize); err != nil {
+	if _, err := br.Discard(greetingSize); err != nil {
 		return nil, err
 	}
 	for {
@@ -169,7 +169,7 @@ func readUntilCommand(c net.Conn, name string, within time.Duration) ([]byte, er
 			return nil, err
 		}
 		var size uint64
-		if flags&FlagLong != 0 {
+		if flags&flagLong != 0 {
 			var b [8]byte
 			if _, err := io.ReadFull(br, b[:]); err != nil {
 				return nil, err
@@ -189,8 +189,8 @@ func readUntilCommand(c net.Conn, name string, within time.Duration) ([]byte, er
 		if _, err := io.ReadFull(br, body); err != nil {
 			return nil, err
 		}
-		if flags&FlagCommand != 0 {
-			n, d, err := ParseCommand(body)
+		if flags&flagCommand != 0 {
+			n, d, err := parseCommand(body)
 			if err != nil {
 				return nil, err
 			}
@@ -252,7 +252,7 @@ func (s *sink) serve(c *Conn) {
 			case s.cmds <- m.Command:
 			default:
 			}
-			if m.Command == CmdPing {
+			if m.Command == cmdPing {
 				c.Pong(&m)
 				c.Flush()
 			}

@@ -60,12 +60,12 @@ func hostileAttacks() []attack {
 	for i := 0; i+8 <= len(random); i += 8 {
 		binary.LittleEndian.PutUint64(random[i:], rng.Uint64())
 	}
-	randomReason := decodeguard.ReasonOf(CheckGreeting(random))
+	randomReason := decodeguard.ReasonOf(checkGreeting(random, nil))
 
 	st := prop("Socket-Type", "PUSH")
 	truncated := st[:len(st)-2]
 	nameEqFrame := append([]byte(nil), st...)
-	nameEqFrame[0] = byte(1 + len(CmdReady) + len(nameEqFrame)) // the whole READY body
+	nameEqFrame[0] = byte(1 + len(cmdReady) + len(nameEqFrame)) // the whole READY body
 	near4G := []byte{11}
 	near4G = append(near4G, "Socket-Type"...)
 	near4G = binary.BigEndian.AppendUint32(near4G, 0xFFFFFFF0)
@@ -90,7 +90,7 @@ func hostileAttacks() []attack {
 		n    uint64
 	}{{"2^31", 1 << 31}, {"2^40", 1 << 40}, {"2^62", 1 << 62}, {"2^64-1", 1<<64 - 1}} {
 		list = append(list,
-			attack{name: "ready-header-claims-" + size.name, send: writeAll(cat(null, longHeader(FlagCommand, size.n))), close: true, want: H},
+			attack{name: "ready-header-claims-" + size.name, send: writeAll(cat(null, longHeader(flagCommand, size.n))), close: true, want: H},
 			attack{name: "frame-header-claims-" + size.name + "-after-ready", send: writeAll(cat(hs, longHeader(0, size.n))), close: true, want: O},
 		)
 	}
@@ -107,7 +107,7 @@ func hostileAttacks() []attack {
 		attack{name: "mechanism-garbage", send: writeAll(greetingWith(3, 0, "\x1b[31mNULL\x00X")), close: true, want: H},
 		attack{name: "zmtp-1.0-greeting", send: writeAll([]byte{0x01, 0x00}), close: true, want: T},
 		attack{name: "zmtp-2.0-greeting", send: writeAll([]byte{0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 0x01, 0x08, 0x00, 0x00}), close: true, want: H},
-		attack{name: "ping", send: writeAll(cat(hs, commandFrame(CmdPing, []byte{0, 10, 'c', 't', 'x'}))), hold: true, pong: true},
+		attack{name: "ping", send: writeAll(cat(hs, commandFrame(cmdPing, []byte{0, 10, 'c', 't', 'x'}))), hold: true, pong: true},
 		attack{name: "10000-frame-message", send: writeAll(tenThousand), close: true, want: O},
 		attack{name: "reserved-flag-bits-after-ready", send: writeAll(cat(hs, []byte{0x40, 0x01, 'x'})), close: true, want: T},
 		attack{name: "unknown-command-after-ready", send: writeAll(cat(hs, commandFrame("HELLO", nil))), close: true, want: T},
@@ -168,7 +168,7 @@ func runHostileSuite(t *testing.T, tg guardTarget) {
 			}
 			if a.pong {
 				for _, c := range conns {
-					data, err := readUntilCommand(c, CmdPong, 5*time.Second)
+					data, err := readUntilCommand(c, cmdPong, 5*time.Second)
 					if err != nil {
 						t.Errorf("no PONG: %v", err)
 					} else if string(data) != "ctx" {

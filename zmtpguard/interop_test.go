@@ -91,7 +91,7 @@ func TestInteropPyzmqDealer(t *testing.T) {
 	if err := c.ReadMessage(&m); err != nil {
 		t.Fatal(err)
 	}
-	for m.Command == CmdPing {
+	for m.Command == cmdPing {
 		c.Pong(&m)
 		c.Flush()
 		if err := c.ReadMessage(&m); err != nil {
@@ -112,7 +112,7 @@ func TestInteropPyzmqDealer(t *testing.T) {
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("reading until bye: %v", err)
 		}
-		if m.Command == CmdPing {
+		if m.Command == cmdPing {
 			pings++
 			c.Pong(&m)
 			c.Flush()
@@ -221,7 +221,7 @@ func TestInteropPyzmqSub(t *testing.T) {
 			switch {
 			case m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == "\x01topic":
 				t.Logf("subscription arrived as the ZMTP 3.0 message %q", m.Frames[0])
-			case m.Command == CmdSubscribe && string(m.Frames[0]) == "topic":
+			case m.Command == cmdSubscribe && string(m.Frames[0]) == "topic":
 				t.Logf("subscription arrived as a SUBSCRIBE command")
 			default:
 				t.Fatalf("subscription: command %q frames %q", m.Command, m.Frames)

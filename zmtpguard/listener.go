@@ -54,7 +54,7 @@ func Listen(ctx context.Context, network, addr string, local zmq4.SocketType, cf
 }
 
 func checkListenArgs(local zmq4.SocketType, cfg *Config) error {
-	if !KnownSocketType(local) {
+	if !knownSocketType(local) {
 		return errors.New("zmtpguard: unknown local socket type " + string(local))
 	}
 	if cfg != nil {

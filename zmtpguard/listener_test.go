@@ -382,7 +382,7 @@ func TestViolationHookFields(t *testing.T) {
 	if over.Remote != c.LocalAddr().String() || over.Length != 1<<40 || !bytes.Equal(over.Prefix, hdr) {
 		t.Fatalf("oversize violation %+v", *over)
 	}
-	if junk.Remote != h.LocalAddr().String() || len(junk.Prefix) == 0 || len(junk.Prefix) > MaxPrefix || junk.Prefix[0] != 0x1b {
+	if junk.Remote != h.LocalAddr().String() || len(junk.Prefix) == 0 || len(junk.Prefix) > maxPrefix || junk.Prefix[0] != 0x1b {
 		t.Fatalf("junk violation %+v", *junk)
 	}
 	if msg := junk.Error(); strings.ContainsRune(msg, 0x1b) || !strings.Contains(msg, "hex=1b") {

@@ -212,7 +212,7 @@ func (t *Transport) prevalidate(ctx context.Context, nc net.Conn, release func()
 	if _, err := nc.Write(localGreeting[:]); err != nil {
 		return fail(handshakeIOError("sending greeting", err, 0, nil))
 	}
-	var greet [GreetingSize]byte
+	var greet [greetingSize]byte
 	if err := readGreeting(br, &greet, dl.greetingTimeout, dl.grace(ctx, nc), nil); err != nil {
 		return fail(err)
 	}
@@ -416,7 +416,7 @@ func (g *guardConn) Read(p []byte) (int, error) {
 		}
 		switch g.rphase {
 		case rGreeting:
-			var greet [GreetingSize]byte
+			var greet [greetingSize]byte
 			if err := readGreeting(g.br, &greet, 0, nil, nil); err != nil {
 				g.rerr = g.violate("read", err)
 				continue
@@ -473,9 +473,9 @@ func (g *guardConn) advance() error {
 		if err != nil {
 			return err
 		}
-		b, err = g.br.Peek(HeaderLen(b[0]))
+		b, err = g.br.Peek(headerLen(b[0]))
 	}
-	hdr, ok, verr := ParseFrameHeader(b, g.cfg.MaxMessageSize-g.total)
+	hdr, ok, verr := parseFrameHeader(b, g.cfg.MaxMessageSize-g.total)
 	if verr != nil {
 		var v *Violation
 		if errors.As(verr, &v) && v.Reason == decodeguard.ReasonOversize {
@@ -531,21 +531,21 @@ func (g *guardConn) advance() error {
 
 // command handles one command frame body after the handshake.
 func (g *guardConn) command(body []byte) error {
-	name, data, err := ParseCommand(body)
+	name, data, err := parseCommand(body)
 	if err != nil {
 		return g.violate("read", err)
 	}
 	switch string(name) {
-	case CmdPing:
+	case cmdPing:
 		var pingCtx []byte
 		if len(data) > 2 {
 			pingCtx = data[2:min(len(data), 18)]
 		}
 		g.queuePong(pingCtx)
 		return nil
-	case CmdPong:
+	case cmdPong:
 		return nil
-	case CmdSubscribe, CmdCancel:
+	case cmdSubscribe, cmdCancel:
 		if lt := g.localType(); lt != zmq4.Pub && lt != zmq4.XPub {
 			return g.violate("read", violation(decodeguard.ReasonTransport,
 				string(name)+" command sent to a "+string(lt)+" socket", int64(len(body)), body))
@@ -553,7 +553,7 @@ func (g *guardConn) command(body []byte) error {
 		// zmq4 knows only ZMTP 3.0 subscriptions: a one-frame message
 		// starting with 1 (subscribe) or 0 (cancel).
 		op := byte(1)
-		if string(name) == CmdCancel {
+		if string(name) == cmdCancel {
 			op = 0
 		}
 		g.stage = appendFrameHeader(g.stage[:0], 0, 1+len(data))
@@ -561,7 +561,7 @@ func (g *guardConn) command(body []byte) error {
 		g.stage = append(g.stage, data...)
 		g.replay = g.stage
 		return nil
-	case CmdError:
+	case cmdError:
 		g.Close()
 		return io.EOF
 	}
@@ -573,7 +573,7 @@ func (g *guardConn) command(body []byte) error {
 func appendFrameHeader(b []byte, flags byte, n int) []byte {
 	if n > 255 {
 		var h [9]byte
-		h[0] = flags | FlagLong
+		h[0] = flags | flagLong
 		putUint64(h[1:], uint64(n))
 		return append(b, h[:]...)
 	}
@@ -584,9 +584,9 @@ func appendFrameHeader(b []byte, flags byte, n int) []byte {
 // message boundary of zmq4's output, without ever blocking the reader on a
 // writer: if zmq4 is mid-write, the writer sends it when it is done.
 func (g *guardConn) queuePong(ctx []byte) {
-	frame := appendFrameHeader(nil, FlagCommand, 1+len(CmdPong)+len(ctx))
-	frame = append(frame, byte(len(CmdPong)))
-	frame = append(frame, CmdPong...)
+	frame := appendFrameHeader(nil, flagCommand, 1+len(cmdPong)+len(ctx))
+	frame = append(frame, byte(len(cmdPong)))
+	frame = append(frame, cmdPong...)
 	frame = append(frame, ctx...)
 	g.pong.Store(&frame)
 	if g.wmu.TryLock() {
@@ -669,7 +669,7 @@ func (g *guardConn) writeReady(p []byte) (int, error) {
 		return fail(errors.New("zmtpguard: zmq4's READY is too large"))
 	}
 	g.wbuf = append(g.wbuf, p...)
-	hdr, ok, err := ParseFrameHeader(g.wbuf, maxLocalReady)
+	hdr, ok, err := parseFrameHeader(g.wbuf, maxLocalReady)
 	if err != nil || (ok && !hdr.Command()) {
 		return fail(errors.New("zmtpguard: zmq4 did not write a READY command"))
 	}
@@ -677,17 +677,17 @@ func (g *guardConn) writeReady(p []byte) (int, error) {
 		return len(p), nil // the rest of the frame is still to come
 	}
 	end := hdr.Len + int(hdr.Size)
-	name, props, err := ParseCommand(g.wbuf[hdr.Len:end])
-	if err != nil || string(name) != CmdReady {
+	name, props, err := parseCommand(g.wbuf[hdr.Len:end])
+	if err != nil || string(name) != cmdReady {
 		return fail(errors.New("zmtpguard: zmq4 did not write a READY command"))
 	}
-	own, err := ParseReady(props, "", g.cfg)
+	own, err := parseReady(props, "", g.cfg)
 	if err != nil {
 		return fail(errors.New("zmtpguard: zmq4's own READY metadata is not valid"))
 	}
 	lt := own.SocketType
 	g.local.Store(&lt)
-	if g.server && !Compatible(lt, g.peer.SocketType) {
+	if g.server && !compatible(lt, g.peer.SocketType) {
 		v := violation(decodeguard.ReasonHandshake,
 			"peer socket type "+string(g.peer.SocketType)+" is not compatible with "+string(lt), -1, nil)
 		err := g.violate("write", v)
@@ -738,7 +738,7 @@ func (o *outTracker) track(b []byte) {
 			o.hn = 1
 			b = b[1:]
 		}
-		need := HeaderLen(o.hdr[0])
+		need := headerLen(o.hdr[0])
 		k := copy(o.hdr[o.hn:need], b)
 		o.hn += k
 		b = b[k:]
@@ -751,7 +751,7 @@ func (o *outTracker) track(b []byte) {
 			o.remain = int64(uint64(o.hdr[1])<<56 | uint64(o.hdr[2])<<48 | uint64(o.hdr[3])<<40 | uint64(o.hdr[4])<<32 |
 				uint64(o.hdr[5])<<24 | uint64(o.hdr[6])<<16 | uint64(o.hdr[7])<<8 | uint64(o.hdr[8]))
 		}
-		o.more = o.hdr[0]&FlagMore != 0
+		o.more = o.hdr[0]&flagMore != 0
 		o.hn = 0
 	}
 }

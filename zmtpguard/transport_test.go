@@ -190,11 +190,11 @@ func TestTransportSubscribeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write(cat(handshakeAs(zmq4.Sub), commandFrame(CmdSubscribe, []byte("weather")), commandFrame(CmdSubscribe, []byte("news"))))
+	c.Write(cat(handshakeAs(zmq4.Sub), commandFrame(cmdSubscribe, []byte("weather")), commandFrame(cmdSubscribe, []byte("news"))))
 	waitFor(t, 5*time.Second, "the subscriptions", func() bool {
 		return slices.Equal(topics.Topics(), []string{"news", "weather"})
 	})
-	c.Write(commandFrame(CmdCancel, []byte("news")))
+	c.Write(commandFrame(cmdCancel, []byte("news")))
 	waitFor(t, 5*time.Second, "the cancel", func() bool {
 		return slices.Equal(topics.Topics(), []string{"weather"})
 	})
@@ -250,7 +250,7 @@ func TestOutTracker(t *testing.T) {
 	ends := []int{len(stream)}
 	stream = append(stream, dataFrame(false, nil)...)
 	ends = append(ends, len(stream))
-	stream = append(stream, commandFrame(CmdPing, []byte{0, 1})...)
+	stream = append(stream, commandFrame(cmdPing, []byte{0, 1})...)
 	ends = append(ends, len(stream))
 	for chunk := 1; chunk <= len(stream); chunk++ {
 		var o outTracker

@@ -7,8 +7,8 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// MaxPrefix is the number of offending bytes a Violation keeps for logs.
-const MaxPrefix = 64
+// maxPrefix is the number of offending bytes a Violation keeps for logs.
+const maxPrefix = 64
 
 // Violation describes one way a peer broke the rules. It is both the value
 // given to [Config.OnViolation] and the error returned by [Handshake] and
@@ -24,7 +24,7 @@ type Violation struct {
 	// Length is the length involved: a claimed frame size, a frame count, or
 	// the number of bytes seen. -1 when not applicable.
 	Length int64
-	// Prefix is a copy of at most MaxPrefix offending bytes, for hex logging.
+	// Prefix is a copy of at most 64 offending bytes, for hex logging.
 	Prefix []byte
 }
 
@@ -48,8 +48,8 @@ func (v *Violation) Unwrap() error { return decodeguard.Sentinel(v.Reason) }
 
 func violation(r decodeguard.Reason, detail string, length int64, prefix []byte) *Violation {
 	v := &Violation{Reason: r, Detail: detail, Length: length}
-	if len(prefix) > MaxPrefix {
-		prefix = prefix[:MaxPrefix]
+	if len(prefix) > maxPrefix {
+		prefix = prefix[:maxPrefix]
 	}
 	if len(prefix) > 0 {
 		v.Prefix = append([]byte(nil), prefix...)

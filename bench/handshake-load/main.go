@@ -29,6 +29,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -138,7 +139,7 @@ func client(ctx context.Context, endpoint string, req []byte, wait time.Duration
 	defer stop()
 	var m zmtpguard.Message
 	for i := 0; ; i++ {
-		c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
+		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(5 * time.Second))
 		t0 := time.Now()
 		err := c.WriteMessage(nil, req)
 		if err == nil {

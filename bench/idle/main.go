@@ -26,6 +26,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/bench/internal/load"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -43,7 +44,7 @@ func main() {
 	wait := flag.Duration("wait", 20*time.Second, "how long to retry the first connection while the target starts")
 	flag.Parse()
 	st := zmq4.SocketType(strings.ToUpper(*typ))
-	if *connect == "" || *conns < 1 || *parallel < 1 || !zmtpguard.KnownSocketType(st) {
+	if *connect == "" || *conns < 1 || *parallel < 1 || !zmtpwire.KnownSocketType(st) {
 		flag.Usage()
 		os.Exit(2)
 	}

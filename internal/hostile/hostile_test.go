@@ -14,6 +14,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"go.uber.org/goleak"
 
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -306,10 +307,10 @@ func TestScanBadEndpoint(t *testing.T) {
 func TestLocalForIsCompatible(t *testing.T) {
 	for _, typ := range []zmq4.SocketType{zmq4.Pair, zmq4.Pub, zmq4.Sub, zmq4.Req, zmq4.Rep, zmq4.Dealer,
 		zmq4.Router, zmq4.Pull, zmq4.Push, zmq4.XPub, zmq4.XSub} {
-		if l := LocalFor(typ); !zmtpguard.Compatible(l, typ) {
+		if l := LocalFor(typ); !zmtpwire.Compatible(l, typ) {
 			t.Errorf("LocalFor(%s) = %q, not compatible", typ, l)
 		}
-		if l := envelopeLocal(typ); !zmtpguard.Compatible(l, typ) {
+		if l := envelopeLocal(typ); !zmtpwire.Compatible(l, typ) {
 			t.Errorf("envelopeLocal(%s) = %q, not compatible", typ, l)
 		}
 	}

@@ -15,6 +15,10 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/zmtpguard"
+
+	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
 // SplitEndpoint turns a ZeroMQ endpoint into a network and an address for
@@ -87,7 +91,7 @@ func LocalFor(peer zmq4.SocketType) zmq4.SocketType {
 // takes one (ROUTER, REP, DEALER), since a DEALER sends frames exactly as
 // given, else LocalFor's.
 func envelopeLocal(peer zmq4.SocketType) zmq4.SocketType {
-	if zmtpguard.Compatible(zmq4.Dealer, peer) {
+	if zmtpwire.Compatible(zmq4.Dealer, peer) {
 		return zmq4.Dealer
 	}
 	return LocalFor(peer)
@@ -116,51 +120,51 @@ func Discover(ctx context.Context, ep string, timeout time.Duration) (zmq4.Socke
 
 // discoverConn is Discover on an open connection whose deadline is set.
 func discoverConn(nc net.Conn) (zmq4.SocketType, error) {
-	g := zmtpguard.LocalGreeting()
+	g := zmtpwire.LocalGreeting()
 	if _, err := nc.Write(g[:]); err != nil {
 		return "", fmt.Errorf("hostile: sending greeting: %w", err)
 	}
-	var peer [zmtpguard.GreetingSize]byte
+	var peer [zmtpwire.GreetingSize]byte
 	if _, err := io.ReadFull(nc, peer[:]); err != nil {
 		return "", fmt.Errorf("hostile: reading the peer's greeting: %w", err)
 	}
 	if string(bytes.TrimRight(peer[12:32], "\x00")) == "CURVE" {
 		return "", ErrDemandsCurve
 	}
-	if err := zmtpguard.CheckGreeting(peer[:]); err != nil {
+	if err := zmtpaccess.CheckGreeting(peer[:]); err != nil {
 		return "", err
 	}
 	var hdr [9]byte
 	if _, err := io.ReadFull(nc, hdr[:1]); err != nil {
 		return "", fmt.Errorf("hostile: reading the peer's READY: %w", err)
 	}
-	if hdr[0]&zmtpguard.FlagCommand == 0 {
+	if hdr[0]&zmtpwire.FlagCommand == 0 {
 		return "", errors.New("hostile: the peer's first frame after the greeting is not a command")
 	}
-	hl := zmtpguard.HeaderLen(hdr[0])
+	hl := zmtpwire.HeaderLen(hdr[0])
 	if _, err := io.ReadFull(nc, hdr[1:hl]); err != nil {
 		return "", fmt.Errorf("hostile: reading the peer's READY: %w", err)
 	}
-	h, ok, err := zmtpguard.ParseFrameHeader(hdr[:hl], zmtpguard.DefaultMaxHandshakeSize)
+	size, ok, err := zmtpaccess.ParseFrameHeader(hdr[:hl], zmtpguard.DefaultMaxHandshakeSize)
 	if err != nil || !ok {
 		return "", fmt.Errorf("hostile: the peer's READY header is not acceptable: %v", err)
 	}
-	body := make([]byte, h.Size)
+	body := make([]byte, size)
 	if _, err := io.ReadFull(nc, body); err != nil {
 		return "", fmt.Errorf("hostile: reading the peer's READY: %w", err)
 	}
-	name, data, err := zmtpguard.ParseCommand(body)
+	name, data, err := zmtpaccess.ParseCommand(body)
 	if err != nil {
 		return "", err
 	}
-	if string(name) != zmtpguard.CmdReady {
-		return "", fmt.Errorf("hostile: the peer sent command %q, not READY", zmtpguard.CmdReady)
+	if string(name) != zmtpwire.CmdReady {
+		return "", fmt.Errorf("hostile: the peer sent command %q, not READY", zmtpwire.CmdReady)
 	}
-	md, err := zmtpguard.ParseReady(data, "", nil)
+	typ, err := zmtpaccess.ReadyType(data)
 	if err != nil {
 		return "", err
 	}
-	return md.SocketType, nil
+	return zmq4.SocketType(typ), nil
 }
 
 // Alive reports, as a nil error, that ep still answers: a fresh ZMTP 3
@@ -225,10 +229,10 @@ func command(name string, data []byte) []byte {
 	var b []byte
 	if size > 255 {
 		b = make([]byte, 9, 9+size)
-		b[0] = zmtpguard.FlagCommand | zmtpguard.FlagLong
+		b[0] = zmtpwire.FlagCommand | zmtpwire.FlagLong
 		binary.BigEndian.PutUint64(b[1:], uint64(size))
 	} else {
-		b = append(make([]byte, 0, 2+size), zmtpguard.FlagCommand, byte(size))
+		b = append(make([]byte, 0, 2+size), zmtpwire.FlagCommand, byte(size))
 	}
 	b = append(b, byte(len(name)))
 	b = append(b, name...)
@@ -246,7 +250,7 @@ func property(name, value string) []byte {
 
 // greetingWith returns the local greeting with another mechanism name.
 func greetingWith(mechanism string) []byte {
-	g := zmtpguard.LocalGreeting()
+	g := zmtpwire.LocalGreeting()
 	b := g[:]
 	clear(b[12:32])
 	copy(b[12:32], mechanism)

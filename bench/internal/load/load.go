@@ -22,6 +22,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -63,11 +64,11 @@ func Body(size int) []byte {
 func AppendFrame(dst, body []byte, more bool) []byte {
 	var flags byte
 	if more {
-		flags = zmtpguard.FlagMore
+		flags = zmtpwire.FlagMore
 	}
 	if len(body) > 255 {
 		n := uint64(len(body))
-		dst = append(dst, flags|zmtpguard.FlagLong,
+		dst = append(dst, flags|zmtpwire.FlagLong,
 			byte(n>>56), byte(n>>48), byte(n>>40), byte(n>>32), byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	} else {
 		dst = append(dst, flags, byte(len(body)))
@@ -148,7 +149,7 @@ func ReadyCommand(t zmq4.SocketType) []byte {
 	n := len(t)
 	body = append(body, byte(n>>24), byte(n>>16), byte(n>>8), byte(n))
 	body = append(body, t...)
-	return append([]byte{zmtpguard.FlagCommand, byte(len(body))}, body...)
+	return append([]byte{zmtpwire.FlagCommand, byte(len(body))}, body...)
 }
 
 // ReadFrameHeader reads one ZMTP frame header from r: the flags and the
@@ -160,7 +161,7 @@ func ReadFrameHeader(r io.ByteReader, max uint64) (flags byte, size uint64, err 
 		return 0, 0, err
 	}
 	n := 1
-	if flags&zmtpguard.FlagLong != 0 {
+	if flags&zmtpwire.FlagLong != 0 {
 		n = 8
 	}
 	for range n {

@@ -1,0 +1,119 @@
+// Package zmtpwire holds the ZMTP 3 wire constants and pure helpers that
+// zmqguard's own packages share (zmtpguard, socket, the hostile corpus, the
+// benchmarks and their tests), so that they are not part of zmtpguard's
+// public API: frame flag bits, command names, the greeting, and the socket
+// type table of RFC 23/37. It also carries the hook through which package
+// zmtpaccess reaches zmtpguard's project-only Conn methods (see Access).
+package zmtpwire
+
+import (
+	"net"
+	"sync/atomic"
+
+	"github.com/go-zeromq/zmq4"
+)
+
+// ZMTP frame flag bits (RFC 23 §2.3 and RFC 37).
+const (
+	FlagMore    = 0x01
+	FlagLong    = 0x02
+	FlagCommand = 0x04
+)
+
+// Command names zmtpguard recognises after the handshake, and READY.
+const (
+	CmdPing      = "PING"
+	CmdPong      = "PONG"
+	CmdSubscribe = "SUBSCRIBE"
+	CmdCancel    = "CANCEL"
+	CmdError     = "ERROR"
+	CmdReady     = "READY"
+)
+
+// GreetingSize is the length of a ZMTP 3.x greeting.
+const GreetingSize = 64
+
+// LocalGreeting returns the 64-byte greeting zmtpguard sends: ZMTP 3.0,
+// the NULL mechanism, as-server 0.
+func LocalGreeting() (g [GreetingSize]byte) {
+	g[0] = 0xFF
+	g[9] = 0x7F
+	g[10] = 3
+	g[11] = 0
+	copy(g[12:32], "NULL")
+	return g
+}
+
+// HeaderLen returns how many header bytes a frame whose first byte is flags
+// has: 2 or 9.
+func HeaderLen(flags byte) int {
+	if flags&FlagLong != 0 {
+		return 9
+	}
+	return 2
+}
+
+// knownTypes are the socket types ZMTP defines, as sent in Socket-Type.
+var knownTypes = [...]string{
+	string(zmq4.Pair), string(zmq4.Pub), string(zmq4.Sub), string(zmq4.Req), string(zmq4.Rep),
+	string(zmq4.Dealer), string(zmq4.Router), string(zmq4.Pull), string(zmq4.Push),
+	string(zmq4.XPub), string(zmq4.XSub),
+}
+
+// KnownSocketType reports whether t is one of ZMTP's socket types. T is
+// zmtpguard.SocketType or zmq4.SocketType.
+func KnownSocketType[T ~string](t T) bool {
+	for _, k := range knownTypes {
+		if k == string(t) {
+			return true
+		}
+	}
+	return false
+}
+
+// Compatible reports whether a local socket of type local may talk to a
+// peer of type peer, per ZMTP's compatibility table (RFC 23/37). Unknown
+// types are never compatible (zmq4's own check panics on them).
+func Compatible[T ~string](local, peer T) bool {
+	if !KnownSocketType(local) || !KnownSocketType(peer) {
+		return false
+	}
+	return zmq4.SocketType(local).IsCompatible(zmq4.SocketType(peer))
+}
+
+// Access is what package zmtpguard lends zmqguard's own packages beyond its
+// public API: Conn methods the socket layer and the tools need, and its
+// parsers. C is *zmtpguard.Conn. zmtpguard sets it in its init with
+// SetAccess; package zmtpaccess wraps it in typed functions.
+type Access[C any] struct {
+	// NetConn returns the connection under c (for deadlines and raw writes
+	// in tests).
+	NetConn func(c C) net.Conn
+	// WriteCommand buffers one command frame.
+	WriteCommand func(c C, name string, data []byte) error
+	// MessageBuffered reports whether the read buffer holds a whole message.
+	MessageBuffered func(c C) bool
+	// ReadBufferBytes returns the bytes of read buffers c holds.
+	ReadBufferBytes func(c C) int
+	// Stalled reports whether c's reader waits for its Budget.
+	Stalled func(c C) bool
+	// CheckGreeting validates a prefix of a NULL-mechanism greeting.
+	CheckGreeting func(b []byte) error
+	// ParseFrameHeader parses a frame header against the limit max and
+	// returns the size it claims.
+	ParseFrameHeader func(b []byte, max int64) (size int64, ok bool, err error)
+	// ParseCommand splits a command body into its name and data.
+	ParseCommand func(body []byte) (name, data []byte, err error)
+	// ReadyType validates a READY property list (defaults, no local type)
+	// and returns the peer's Socket-Type.
+	ReadyType func(props []byte) (string, error)
+}
+
+var access atomic.Value
+
+// SetAccess records a; zmtpguard calls it once, in its init.
+func SetAccess[C any](a Access[C]) { access.Store(a) }
+
+// GetAccess returns what SetAccess recorded. It panics when zmtpguard is not
+// linked in (zmtpaccess imports it, so that cannot happen there).
+func GetAccess[C any]() Access[C] { return access.Load().(Access[C]) }
