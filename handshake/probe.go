@@ -12,8 +12,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -43,7 +41,7 @@ type ProbeReport struct {
 	ConnectTime, HandshakeTime, RTT time.Duration
 	// PeerType is the socket type the peer announced in its READY (ROUTER
 	// for a vLLM listener); nil before the ZMTP step succeeded.
-	PeerType zmq4.SocketType
+	PeerType zmtpguard.SocketType
 	// ReplyFrames holds the size of each reply frame, delimiter included.
 	ReplyFrames []int
 	// CompatibilityHash is the payload's hash (V2/V3), EngineID the
@@ -188,7 +186,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	// zmtp
 	t0 = time.Now()
 	cfg := zmtpguard.Config{HandshakeTimeout: timeout, Curve: p.curve}
-	conn, err := zmtpguard.Handshake(ctx, nc, zmq4.Req, nil, &cfg)
+	conn, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Req, nil, &cfg)
 	p.rep.HandshakeTime = time.Since(t0)
 	if err != nil {
 		var v *zmtpguard.Violation
@@ -213,7 +211,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	defer conn.Close()
 	p.rep.PeerType = conn.PeerType()
 	note := ""
-	if p.rep.PeerType != zmq4.Router {
+	if p.rep.PeerType != zmtpguard.Router {
 		note = " (vLLM's listener is a ROUTER)"
 	}
 	if p.curve != nil {

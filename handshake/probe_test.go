@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -46,7 +44,7 @@ func TestProbeLiveListener(t *testing.T) {
 		if err != nil || !rep.OK {
 			t.Fatalf("%v: probe failed: %v", req.Variant, err)
 		}
-		if len(rep.Steps) != 5 || rep.PeerType != zmq4.Router || rep.EngineID != "prefill-7" || rep.Metadata == nil {
+		if len(rep.Steps) != 5 || rep.PeerType != zmtpguard.Router || rep.EngineID != "prefill-7" || rep.Metadata == nil {
 			t.Errorf("%v: report %+v", req.Variant, rep)
 		}
 		wantFrames := map[Variant]int{V1: 2, V2: 2, V3: 3}[req.Variant]

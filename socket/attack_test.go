@@ -95,7 +95,7 @@ func longHeader(flags byte, size uint64) []byte {
 // raw bytes.
 func handshaken(t *testing.T, ctx context.Context, addr string, peerType zmq4.SocketType, raw ...[]byte) []net.Conn {
 	nc := dialRaw(t, addr)
-	c, err := zmtpguard.Handshake(ctx, nc, peerType, nil, nil)
+	c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.SocketType(peerType), nil, nil)
 	if err != nil {
 		t.Fatalf("attack handshake: %v", err)
 	}

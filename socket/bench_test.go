@@ -27,7 +27,7 @@ func preEncodedSender(ctx context.Context, addr string, n, size int) <-chan erro
 			if err != nil {
 				return err
 			}
-			c, err := zmtpguard.Handshake(ctx, nc, zmq4.Push, nil, nil)
+			c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Push, nil, nil)
 			if err != nil {
 				return err
 			}
@@ -194,7 +194,7 @@ func BenchmarkPushSend100(b *testing.B) {
 			got <- -1
 			return
 		}
-		c, err := zmtpguard.Handshake(ctx, nc, zmq4.Pull, nil, nil)
+		c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Pull, nil, nil)
 		if err != nil {
 			got <- -1
 			return

@@ -21,7 +21,7 @@ import (
 // test tells it to (the kernel still ACKs).
 func rawRouter(t *testing.T, typ zmq4.SocketType) (*zmtpguard.Listener, string) {
 	t.Helper()
-	l, err := zmtpguard.Listen(context.Background(), "tcp", "127.0.0.1:0", typ, nil)
+	l, err := zmtpguard.Listen(context.Background(), "tcp", "127.0.0.1:0", zmtpguard.SocketType(typ), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,7 +183,7 @@ func TestPingsAnsweredWhileRecvPaused(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pull := mustSocket(t, NewPull, func(o *Options) { o.HeartbeatInterval = -1 })
 	ep := mustBind(t, pull)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmq4.Push, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Push, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -243,7 +243,7 @@ func TestRouterHandoverAndRefusal(t *testing.T) {
 			ep := mustBind(t, r)
 			addr := strings.TrimPrefix(ep, "tcp://")
 			// The "frozen" first engine: handshaken, then silent.
-			old, err := zmtpguard.Dial(ctx, "tcp", addr, zmq4.Dealer, []byte("rank-0"), nil)
+			old, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.Dealer, []byte("rank-0"), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

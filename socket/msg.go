@@ -3,7 +3,7 @@ package socket
 import (
 	"net"
 
-	"github.com/go-zeromq/zmq4"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Msg is one message received by a Socket.
@@ -26,7 +26,7 @@ type Peer struct {
 	id       uint64
 	addr     net.Addr
 	addrText string
-	typ      zmq4.SocketType
+	typ      zmtpguard.SocketType
 	identity []byte
 	endpoint string
 }
@@ -56,7 +56,7 @@ func (p *Peer) NetAddr() net.Addr {
 }
 
 // Type returns the peer's ZMTP socket type.
-func (p *Peer) Type() zmq4.SocketType {
+func (p *Peer) Type() zmtpguard.SocketType {
 	if p == nil {
 		return ""
 	}

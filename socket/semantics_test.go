@@ -200,7 +200,7 @@ func TestPushWaitsForPeerWithContext(t *testing.T) {
 		}
 		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer hcancel()
-		c, err := zmtpguard.Handshake(hctx, nc, zmq4.Pull, nil, nil)
+		c, err := zmtpguard.Handshake(hctx, nc, zmtpguard.Pull, nil, nil)
 		if err != nil {
 			close(accepted)
 			return
@@ -437,7 +437,7 @@ func rawPeer(t testing.TB, ctx context.Context, ep string, typ zmq4.SocketType, 
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := zmtpguard.Handshake(ctx, nc, typ, identity, nil)
+	c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.SocketType(typ), identity, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

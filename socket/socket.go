@@ -10,7 +10,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -76,9 +75,9 @@ const (
 	kXSub
 )
 
-var kindTypes = [...]zmq4.SocketType{
-	kRouter: zmq4.Router, kDealer: zmq4.Dealer, kReq: zmq4.Req, kPull: zmq4.Pull,
-	kPush: zmq4.Push, kXPub: zmq4.XPub, kSub: zmq4.Sub, kXSub: zmq4.XSub,
+var kindTypes = [...]zmtpguard.SocketType{
+	kRouter: zmtpguard.Router, kDealer: zmtpguard.Dealer, kReq: zmtpguard.Req, kPull: zmtpguard.Pull,
+	kPush: zmtpguard.Push, kXPub: zmtpguard.XPub, kSub: zmtpguard.Sub, kXSub: zmtpguard.XSub,
 }
 
 // receives reports whether the socket type delivers messages to Recv.
@@ -95,7 +94,7 @@ const (
 // buffers reused by the next Recv (see [Msg]).
 type Socket struct {
 	kind  kind
-	typ   zmq4.SocketType
+	typ   zmtpguard.SocketType
 	opts  Options
 	guard zmtpguard.Config
 
@@ -239,7 +238,7 @@ func NewSub(opts Options) (*Socket, error) { return newSocket(kSub, opts) }
 func NewXSub(opts Options) (*Socket, error) { return newSocket(kXSub, opts) }
 
 // Type returns the socket's ZMTP type.
-func (s *Socket) Type() zmq4.SocketType { return s.typ }
+func (s *Socket) Type() zmtpguard.SocketType { return s.typ }
 
 // Options returns the socket's options, defaults filled in.
 func (s *Socket) Options() Options { return s.opts }

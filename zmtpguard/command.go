@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"strings"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
@@ -45,7 +44,7 @@ func parseCommand(body []byte) (name, data []byte, err error) {
 // Metadata is a peer's validated READY properties.
 type Metadata struct {
 	// SocketType is the peer's Socket-Type, known and compatible.
-	SocketType zmq4.SocketType
+	SocketType SocketType
 	// Identity is the peer's Identity property (0..255 bytes), "" if absent.
 	Identity string
 	// Properties holds every property by its name as sent (Socket-Type and
@@ -95,7 +94,7 @@ func zmq4Key(name []byte, canon string) bool {
 // them under their canonical keys: "socket-type" and "Socket-Type" pass,
 // "SOCKET-TYPE" is refused. A local of "" skips the compatibility check (the
 // type must still be known).
-func parseReady(props []byte, local zmq4.SocketType, cfg *Config) (Metadata, error) {
+func parseReady(props []byte, local SocketType, cfg *Config) (Metadata, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -153,7 +152,7 @@ func parseReady(props []byte, local zmq4.SocketType, cfg *Config) (Metadata, err
 				return bad("Socket-Type property name is in a letter case zmq4 cannot read")
 			}
 			haveType = true
-			md.SocketType = zmq4.SocketType(value)
+			md.SocketType = SocketType(value)
 		case strings.EqualFold(key, "Identity"):
 			if !zmq4Key(name, "Identity") {
 				return bad("Identity property name is in a letter case zmq4 cannot read")

@@ -150,7 +150,7 @@ type Conn struct {
 	cr     *connReader // under br; grows it
 	bw     *bufio.Writer
 	cfg    Config
-	local  zmq4.SocketType
+	local  SocketType
 	peer   Metadata
 	remote string
 	zc     *zmq4.Conn
@@ -178,13 +178,13 @@ type Conn struct {
 //
 // On failure nc is closed and the error is a *Violation (bad peer, deadline
 // passed) or ctx's error. Violations are also reported to cfg.OnViolation.
-func Handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
+func Handshake(ctx context.Context, nc net.Conn, local SocketType, identity []byte, cfg *Config) (*Conn, error) {
 	return reportedHandshake(ctx, nc, local, identity, cfg, true)
 }
 
 // reportedHandshake is Handshake, with the greeting deadline applied only if
 // greeting is true.
-func reportedHandshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity []byte, cfg *Config, greeting bool) (*Conn, error) {
+func reportedHandshake(ctx context.Context, nc net.Conn, local SocketType, identity []byte, cfg *Config, greeting bool) (*Conn, error) {
 	var c Config
 	if cfg != nil {
 		c = *cfg
@@ -208,7 +208,7 @@ func reportedHandshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, 
 // greeting deadline optional, and without reporting: a failure's *Violation
 // (Remote set) is returned only, for the caller to report (a Listener does
 // not report a handshake it evicted).
-func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity []byte, cfg *Config, greeting bool) (*Conn, error) {
+func handshake(ctx context.Context, nc net.Conn, local SocketType, identity []byte, cfg *Config, greeting bool) (*Conn, error) {
 	c := *cfg
 	remote := remoteString(nc)
 	fail := func(err error) (*Conn, error) {
@@ -223,9 +223,9 @@ func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 		}
 		return nil, err
 	}
-	if !knownSocketType(local) {
+	if err := local.Valid(); err != nil {
 		nc.Close()
-		return nil, errors.New("zmtpguard: unknown local socket type " + string(local))
+		return nil, err
 	}
 	if len(identity) > MaxIdentity {
 		nc.Close()
@@ -301,7 +301,7 @@ func handshake(ctx context.Context, nc net.Conn, local zmq4.SocketType, identity
 // openZMQ runs zmq4.Open over the guarded stream. The validator is meant to
 // make every zmq4 panic impossible; the recover is a second line, so that a
 // gap in it costs one connection, never the process.
-func openZMQ(hs *handshakeConn, local zmq4.SocketType, identity []byte) (zc *zmq4.Conn, err error) {
+func openZMQ(hs *handshakeConn, local SocketType, identity []byte) (zc *zmq4.Conn, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			zc = nil
@@ -309,7 +309,7 @@ func openZMQ(hs *handshakeConn, local zmq4.SocketType, identity []byte) (zc *zmq
 			err = violation(decodeguard.ReasonDecoderPanic, "zmq4 panicked during the handshake", -1, nil)
 		}
 	}()
-	return zmq4.Open(hs, null.Security(), local, zmq4.SocketIdentity(identity), false, nil)
+	return zmq4.Open(hs, null.Security(), zmq4.SocketType(local), zmq4.SocketIdentity(identity), false, nil)
 }
 
 // remoteString returns nc's remote address as text, "" when unknown.
@@ -402,7 +402,7 @@ func readGreeting(br *bufio.Reader, g *[greetingSize]byte, greetingTimeout time.
 // readReadyFrame reads the peer's READY command frame from br and validates
 // it in full for a local socket of type local ("" skips the compatibility
 // check). It returns the whole frame, header included, for replay.
-func readReadyFrame(br *bufio.Reader, local zmq4.SocketType, cfg *Config) ([]byte, Metadata, error) {
+func readReadyFrame(br *bufio.Reader, local SocketType, cfg *Config) ([]byte, Metadata, error) {
 	b, err := br.Peek(1)
 	if err != nil {
 		return nil, Metadata{}, handshakeIOError("reading READY", err, len(b), b)
@@ -473,7 +473,7 @@ type handshakeConn struct {
 	net.Conn
 	br      *bufio.Reader
 	cfg     *Config
-	local   zmq4.SocketType
+	local   SocketType
 	replay  []byte
 	swallow bool
 	ready   bool
@@ -524,10 +524,10 @@ func (h *handshakeConn) readReady() error {
 func (c *Conn) Peer() Metadata { return c.peer }
 
 // PeerType returns the peer's socket type.
-func (c *Conn) PeerType() zmq4.SocketType { return c.peer.SocketType }
+func (c *Conn) PeerType() SocketType { return c.peer.SocketType }
 
 // LocalType returns the local socket type the handshake was made for.
-func (c *Conn) LocalType() zmq4.SocketType { return c.local }
+func (c *Conn) LocalType() SocketType { return c.local }
 
 // RemoteAddr returns the peer's network address.
 func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }

@@ -12,7 +12,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
@@ -69,7 +68,7 @@ type AuthRequest struct {
 	// Remote is the client's network address.
 	Remote net.Addr
 	// SocketType is the client's socket type, from its INITIATE metadata.
-	SocketType zmq4.SocketType
+	SocketType SocketType
 }
 
 // Authorizer admits or refuses a CURVE client once its handshake has proven
@@ -323,7 +322,7 @@ func (s *curveStep) writeCommand(body []byte) error {
 }
 
 // appendProperties appends ZMTP metadata properties (as in READY).
-func appendProperties(b []byte, local zmq4.SocketType, identity []byte) []byte {
+func appendProperties(b []byte, local SocketType, identity []byte) []byte {
 	prop := func(b []byte, name string, value []byte) []byte {
 		b = append(b, byte(len(name)))
 		b = append(b, name...)
@@ -339,7 +338,7 @@ func appendProperties(b []byte, local zmq4.SocketType, identity []byte) []byte {
 
 // curveServerHandshake runs the server side of the CURVE handshake after
 // the greetings: HELLO, WELCOME, INITIATE, READY.
-func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4.SocketType, identity []byte) (*curveState, Metadata, error) {
+func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local SocketType, identity []byte) (*curveState, Metadata, error) {
 	cc := cfg.Curve
 	st := &curveStep{nc: nc, br: br, cfg: cfg}
 	secret := [32]byte(cc.SecretKey)
@@ -505,7 +504,7 @@ func parseHello(hello []byte, secret *[32]byte) (key [32]byte, nonce uint64, err
 
 // curveClientHandshake runs the client side of the CURVE handshake after
 // the greetings: HELLO, WELCOME, INITIATE, READY.
-func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local zmq4.SocketType, identity []byte) (*curveState, Metadata, error) {
+func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local SocketType, identity []byte) (*curveState, Metadata, error) {
 	cc := cfg.Curve
 	st := &curveStep{nc: nc, br: br, cfg: cfg}
 	secret := [32]byte(cc.SecretKey)

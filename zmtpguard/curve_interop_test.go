@@ -11,7 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/pypeer"
 )
@@ -107,14 +106,14 @@ func curveServeOne(c *Conn, n int) (int, error) {
 			continue
 		}
 		switch c.LocalType() {
-		case zmq4.Rep, zmq4.Router, zmq4.Dealer:
+		case Rep, Router, Dealer:
 			if err := c.WriteMessage(m.Frames...); err != nil {
 				return pings, err
 			}
 			if err := c.Flush(); err != nil {
 				return pings, err
 			}
-		case zmq4.Pull:
+		case Pull:
 			if want := fmt.Sprintf("msg-%d", i); string(m.Frames[0]) != want || len(m.Frames) != 2 || len(m.Frames[1]) != 300 {
 				return pings, fmt.Errorf("message %d is %q (%d frames), want %q", i, m.Frames[0], len(m.Frames), want)
 			}
@@ -131,9 +130,9 @@ func TestCurveInteropPyzmqClients(t *testing.T) {
 	cliPub, cliSec := mustKeyPair(t)
 	for _, tc := range []struct {
 		client string
-		local  zmq4.SocketType
+		local  SocketType
 	}{
-		{"REQ", zmq4.Rep}, {"DEALER", zmq4.Router}, {"PUSH", zmq4.Pull}, {"SUB", zmq4.Pub}, {"XSUB", zmq4.XPub},
+		{"REQ", Rep}, {"DEALER", Router}, {"PUSH", Pull}, {"SUB", Pub}, {"XSUB", XPub},
 	} {
 		t.Run(tc.client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -156,7 +155,7 @@ func TestCurveInteropPyzmqClients(t *testing.T) {
 				t.Errorf("peer key %s, want %s", c.Peer().CurveKey, cliPub)
 			}
 			var serr error
-			if tc.local == zmq4.Pub || tc.local == zmq4.XPub {
+			if tc.local == Pub || tc.local == XPub {
 				// Wait for the subscription, then publish n messages.
 				var m Message
 				if err := c.ReadMessage(&m); err != nil {
@@ -202,10 +201,10 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		server string
-		local  zmq4.SocketType
+		local  SocketType
 		allow  string
 	}{
-		{"REP", zmq4.Req, "-"}, {"ROUTER", zmq4.Dealer, dir}, {"PULL", zmq4.Push, dir}, {"PUB", zmq4.Sub, "-"},
+		{"REP", Req, "-"}, {"ROUTER", Dealer, dir}, {"PULL", Push, dir}, {"PUB", Sub, "-"},
 	} {
 		t.Run(tc.server+"/allow="+filepath.Base(tc.allow), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -222,7 +221,7 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 			defer c.Close()
 			var m Message
 			switch tc.local {
-			case zmq4.Sub:
+			case Sub:
 				c.WriteMessage([]byte("\x01"))
 				c.Flush()
 				for i := 0; i < n; i++ {
@@ -237,9 +236,9 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 				for i := 0; i < n; i++ {
 					body := []byte(fmt.Sprintf("msg-%d", i))
 					var frames [][]byte
-					if tc.local == zmq4.Req {
+					if tc.local == Req {
 						frames = [][]byte{{}, body}
-					} else if tc.local == zmq4.Dealer {
+					} else if tc.local == Dealer {
 						frames = [][]byte{body, []byte("two")}
 					} else {
 						frames = [][]byte{body}
@@ -250,7 +249,7 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 					if err := c.Flush(); err != nil {
 						t.Fatal(err)
 					}
-					if tc.local == zmq4.Push {
+					if tc.local == Push {
 						continue
 					}
 					if err := c.ReadMessage(&m); err != nil {
@@ -283,7 +282,7 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		viol := make(chan Violation, 4)
 		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: AllowAnyClient},
 			OnViolation: func(v Violation) { viol <- v }}
-		l, err := Listen(ctx, "tcp", "127.0.0.1:0", zmq4.Pull, cfg)
+		l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -312,7 +311,7 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		viol := make(chan Violation, 4)
 		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(otherPub).Authorize},
 			OnViolation: func(v Violation) { viol <- v }}
-		l, err := Listen(ctx, "tcp", "127.0.0.1:0", zmq4.Pull, cfg)
+		l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -349,7 +348,7 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 			p := startCurvePeer(t, ctx, "server", "PULL", "tcp://127.0.0.1", srvSec.String(), allow, "0")
 			port := p.port(t)
 			cfg := &Config{Curve: &CurveConfig{SecretKey: cliSec, ServerKey: serverKey}, HandshakeTimeout: 10 * time.Second}
-			c, err := Dial(ctx, "tcp", "127.0.0.1:"+port, zmq4.Push, nil, cfg)
+			c, err := Dial(ctx, "tcp", "127.0.0.1:"+port, Push, nil, cfg)
 			if err == nil {
 				c.Close()
 				t.Fatal("handshake succeeded")

@@ -17,7 +17,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/pypeer"
 	"golang.org/x/crypto/nacl/box"
@@ -205,7 +204,7 @@ type curvePair struct {
 	viol           chan Violation
 }
 
-func newCurvePair(t *testing.T, ctx context.Context, local zmq4.SocketType, mod func(*Config)) *curvePair {
+func newCurvePair(t *testing.T, ctx context.Context, local SocketType, mod func(*Config)) *curvePair {
 	t.Helper()
 	p := &curvePair{viol: make(chan Violation, 64)}
 	var srvSec CurveKey
@@ -255,7 +254,7 @@ func (p *curvePair) expect(t *testing.T, want decodeguard.Reason, detail string)
 func TestCurveGoToGo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, zmq4.Router, nil)
+	p := newCurvePair(t, ctx, Router, nil)
 	accepted := make(chan *Conn, 1)
 	go func() {
 		c, err := p.l.Accept(ctx)
@@ -265,7 +264,7 @@ func TestCurveGoToGo(t *testing.T) {
 		}
 		accepted <- c
 	}()
-	cli, err := Dial(ctx, "tcp", p.l.Addr().String(), zmq4.Dealer, []byte("me"), p.clientConfig())
+	cli, err := Dial(ctx, "tcp", p.l.Addr().String(), Dealer, []byte("me"), p.clientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -275,10 +274,10 @@ func TestCurveGoToGo(t *testing.T) {
 		t.Fatal("accept failed")
 	}
 	defer srv.Close()
-	if md := srv.Peer(); md.CurveKey != p.cliPub || md.Identity != "me" || md.UserID != "user-"+p.cliPub.Fingerprint() || md.SocketType != zmq4.Dealer {
+	if md := srv.Peer(); md.CurveKey != p.cliPub || md.Identity != "me" || md.UserID != "user-"+p.cliPub.Fingerprint() || md.SocketType != Dealer {
 		t.Errorf("server sees %+v", md)
 	}
-	if md := cli.Peer(); md.CurveKey != p.srvPub || md.SocketType != zmq4.Router {
+	if md := cli.Peer(); md.CurveKey != p.srvPub || md.SocketType != Router {
 		t.Errorf("client sees %+v", md)
 	}
 	big := bytes.Repeat([]byte("z"), 200<<10) // larger than the read buffer
@@ -545,7 +544,7 @@ func TestCurveHostile(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			p := newCurvePair(t, ctx, zmq4.Pull, nil)
+			p := newCurvePair(t, ctx, Pull, nil)
 			sink := startSink(t, p.l)
 			defer sink.close()
 			if s.run == nil {
@@ -562,7 +561,7 @@ func TestCurveHostile(t *testing.T) {
 				case "TLS ClientHello":
 					nc.Write(tlsClientHello)
 				default:
-					nc.Write(handshakeAs(zmq4.Push))
+					nc.Write(handshakeAs(Push))
 				}
 				p.expect(t, s.reason, s.detail)
 				if err := waitClosed(nc, 20*time.Second); err != nil {
@@ -588,7 +587,7 @@ func TestCurveHostile(t *testing.T) {
 func TestCurveCookieReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, zmq4.Pull, nil)
+	p := newCurvePair(t, ctx, Pull, nil)
 	sink := startSink(t, p.l)
 	defer sink.close()
 	first := dialRawCurve(t, p)
@@ -617,7 +616,7 @@ func TestCurveCookieReplay(t *testing.T) {
 func TestCurveSilentAfterGreeting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, zmq4.Pull, func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
+	p := newCurvePair(t, ctx, Pull, func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
 	sink := startSink(t, p.l)
 	defer sink.close()
 	r := dialRawCurve(t, p)
@@ -698,7 +697,7 @@ func TestMessageBoxMatchesNaCl(t *testing.T) {
 func TestCurvePendingPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, zmq4.Pull, func(c *Config) {
+	p := newCurvePair(t, ctx, Pull, func(c *Config) {
 		c.MaxPendingHandshakes = 2
 		c.GreetingTimeout = 20 * time.Second
 		c.HandshakeTimeout = 20 * time.Second
@@ -714,7 +713,7 @@ func TestCurvePendingPool(t *testing.T) {
 		nc.Write(greetingWith(3, 0, "CURVE")[:20]) // a partial greeting, then silence
 	}
 	waitFor(t, 20*time.Second, "evictions", func() bool { return p.l.Stats().Evicted >= 4 })
-	c, err := Dial(ctx, "tcp", p.l.Addr().String(), zmq4.Push, nil, p.clientConfig())
+	c, err := Dial(ctx, "tcp", p.l.Addr().String(), Push, nil, p.clientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -750,7 +749,7 @@ func TestCurveMessageBuffered(t *testing.T) {
 			nc := newBytesConn(data)
 			cs := newCurveState(&fuzzSession, true)
 			cs.recvNonce = 2
-			c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 4096), cfg: Config{}.withDefaults(), local: zmq4.Pull, cz: cs}
+			c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 4096), cfg: Config{}.withDefaults(), local: Pull, cz: cs}
 			var m Message
 			if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "first" {
 				t.Fatalf("first message: %v", err)

@@ -33,10 +33,10 @@ func (c *bytesConn) SetReadDeadline(t time.Time) error  { return nil }
 func (c *bytesConn) SetWriteDeadline(t time.Time) error { return nil }
 
 // fuzzTypes maps a fuzzer byte to a local socket type.
-var fuzzTypes = []zmq4.SocketType{zmq4.Pull, zmq4.Router, zmq4.Dealer, zmq4.Rep, zmq4.Req,
-	zmq4.Pub, zmq4.XPub, zmq4.Sub, zmq4.XSub, zmq4.Push, zmq4.Pair}
+var fuzzTypes = []SocketType{Pull, Router, Dealer, Rep, Req,
+	Pub, XPub, Sub, XSub, Push, Pair}
 
-func fuzzType(b byte) zmq4.SocketType { return fuzzTypes[int(b)%len(fuzzTypes)] }
+func fuzzType(b byte) SocketType { return fuzzTypes[int(b)%len(fuzzTypes)] }
 
 // mustViolation fails unless err is a classified *Violation.
 func mustViolation(t *testing.T, err error) *Violation {
@@ -71,7 +71,7 @@ func greetingSeeds() [][]byte {
 
 func handshakeSeeds() [][]byte {
 	null := greetingWith(3, 0, "NULL")
-	hs := handshakeAs(zmq4.Push)
+	hs := handshakeAs(Push)
 	st := prop("Socket-Type", "PUSH")
 	return [][]byte{
 		hs,
@@ -249,11 +249,11 @@ func FuzzParseReady(f *testing.F) {
 		if err := zm.UnmarshalZMTP(props); err != nil {
 			t.Fatalf("zmq4 refuses metadata the guard accepted: %v", err)
 		}
-		if zmq4.SocketType(zm["Socket-Type"]) != md.SocketType || zm["Identity"] != md.Identity {
+		if SocketType(zm["Socket-Type"]) != md.SocketType || zm["Identity"] != md.Identity {
 			t.Fatalf("zmq4 reads Socket-Type %q Identity %q, guard %q %q",
 				zm["Socket-Type"], zm["Identity"], md.SocketType, md.Identity)
 		}
-		if !md.SocketType.IsCompatible(local) { // zmq4's own check, which panics on unknown types
+		if !zmq4.SocketType(md.SocketType).IsCompatible(zmq4.SocketType(local)) { // zmq4's own check, which panics on unknown types
 			t.Fatalf("zmq4 finds %q incompatible with %q", md.SocketType, local)
 		}
 	})
@@ -267,7 +267,7 @@ func FuzzReadMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg := Config{}.withDefaults()
 		nc := newBytesConn(data)
-		c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64), cfg: cfg, local: zmq4.Pull}
+		c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64), cfg: cfg, local: Pull}
 		readAll(t, c, len(data))
 	})
 }
@@ -313,9 +313,9 @@ func FuzzScanStream(f *testing.F) {
 		nc := newBytesConn(data)
 		g := newGuardConn(nc, bufio.NewReaderSize(nc, 64), &cfg, &ctr, true)
 		g.rphase, g.wphase = rStream, wStream
-		lt := zmq4.Pull
+		lt := Pull
 		if pub&1 == 1 {
-			lt = zmq4.XPub
+			lt = XPub
 		}
 		g.local.Store(&lt)
 		var out []byte

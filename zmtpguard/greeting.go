@@ -1,7 +1,6 @@
 package zmtpguard
 
 import (
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
@@ -72,12 +71,12 @@ func checkGreeting(b []byte, cc *CurveConfig) error {
 }
 
 // knownSocketType reports whether t is one of ZMTP's socket types.
-func knownSocketType(t zmq4.SocketType) bool { return zmtpwire.KnownSocketType(t) }
+func knownSocketType(t SocketType) bool { return t.Valid() == nil }
 
 // compatible reports whether a local socket of type local may talk to a
 // peer of type peer, per ZMTP's compatibility table (RFC 23/37). Unknown
 // types are never compatible (zmq4's own check panics on them).
-func compatible(local, peer zmq4.SocketType) bool { return zmtpwire.Compatible(local, peer) }
+func compatible(local, peer SocketType) bool { return local.CompatibleWith(peer) }
 
 func itoa(i int) string {
 	if i == 0 {

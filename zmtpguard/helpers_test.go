@@ -73,7 +73,7 @@ func longHeader(flags byte, size uint64) []byte {
 }
 
 // handshakeAs returns a valid NULL greeting and READY for a peer of type st.
-func handshakeAs(st zmq4.SocketType) []byte {
+func handshakeAs(st SocketType) []byte {
 	b := greetingWith(3, 0, "NULL")
 	return append(b, readyFrame(prop("Socket-Type", string(st)), prop("Identity", ""))...)
 }

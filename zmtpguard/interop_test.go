@@ -76,7 +76,7 @@ func TestInteropPyzmqDealer(t *testing.T) {
 	requirePyzmq(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", zmq4.Router, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Router, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestInteropPyzmqDealer(t *testing.T) {
 	done := runPython(t, ctx, pyDealer, "tcp://"+l.Addr().String())
 	c := acceptOne(t, ctx, l)
 	defer c.Close()
-	if c.PeerType() != zmq4.Dealer || c.Peer().Identity != "py-dealer" {
+	if c.PeerType() != Dealer || c.Peer().Identity != "py-dealer" {
 		t.Fatalf("peer %q identity %q", c.PeerType(), c.Peer().Identity)
 	}
 	var m Message
@@ -154,7 +154,7 @@ func TestInteropPyzmqPush(t *testing.T) {
 	requirePyzmq(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", zmq4.Pull, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestInteropPyzmqPush(t *testing.T) {
 	done := runPython(t, ctx, pyPush, "tcp://"+l.Addr().String())
 	c := acceptOne(t, ctx, l)
 	defer c.Close()
-	if c.PeerType() != zmq4.Push {
+	if c.PeerType() != Push {
 		t.Fatalf("peer %q", c.PeerType())
 	}
 	var m Message
@@ -196,7 +196,7 @@ print("sub ok")
 
 func TestInteropPyzmqSub(t *testing.T) {
 	requirePyzmq(t)
-	for _, local := range []zmq4.SocketType{zmq4.XPub, zmq4.Pub} {
+	for _, local := range []SocketType{XPub, Pub} {
 		t.Run(string(local), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -208,7 +208,7 @@ func TestInteropPyzmqSub(t *testing.T) {
 			done := runPython(t, ctx, pySub, "tcp://"+l.Addr().String())
 			c := acceptOne(t, ctx, l)
 			defer c.Close()
-			if c.PeerType() != zmq4.Sub {
+			if c.PeerType() != Sub {
 				t.Fatalf("peer %q", c.PeerType())
 			}
 			var m Message

@@ -4,8 +4,6 @@ import (
 	"context"
 	"errors"
 	"net"
-
-	"github.com/go-zeromq/zmq4"
 )
 
 // ErrListenerClosed is returned by [Listener.Accept] after [Listener.Close].
@@ -31,7 +29,7 @@ var ErrListenerClosed = errors.New("zmtpguard: listener closed")
 // is called: the caller must Close every Conn it accepts, also after the peer
 // went away.
 type Listener struct {
-	local zmq4.SocketType
+	local SocketType
 	cfg   Config
 	ctr   counters
 	loop  *acceptLoop[*Conn]
@@ -41,7 +39,7 @@ type Listener struct {
 // "tcp6" or "unix") and returns a guarded Listener for a local socket of type
 // local, under cfg's limits (nil means defaults). ctx bounds the listen call
 // only; the Listener runs until Close.
-func Listen(ctx context.Context, network, addr string, local zmq4.SocketType, cfg *Config) (*Listener, error) {
+func Listen(ctx context.Context, network, addr string, local SocketType, cfg *Config) (*Listener, error) {
 	if err := checkListenArgs(local, cfg); err != nil {
 		return nil, err
 	}
@@ -53,9 +51,9 @@ func Listen(ctx context.Context, network, addr string, local zmq4.SocketType, cf
 	return NewListener(ln, local, cfg)
 }
 
-func checkListenArgs(local zmq4.SocketType, cfg *Config) error {
-	if !knownSocketType(local) {
-		return errors.New("zmtpguard: unknown local socket type " + string(local))
+func checkListenArgs(local SocketType, cfg *Config) error {
+	if err := local.Valid(); err != nil {
+		return err
 	}
 	if cfg != nil {
 		if err := cfg.Verify(); err != nil {
@@ -67,7 +65,7 @@ func checkListenArgs(local zmq4.SocketType, cfg *Config) error {
 
 // NewListener guards an existing net.Listener, which it takes over: closing
 // the Listener closes ln. See [Listen].
-func NewListener(ln net.Listener, local zmq4.SocketType, cfg *Config) (*Listener, error) {
+func NewListener(ln net.Listener, local SocketType, cfg *Config) (*Listener, error) {
 	l, err := newListener(ln, local, cfg)
 	if err != nil {
 		return nil, err
@@ -77,7 +75,7 @@ func NewListener(ln net.Listener, local zmq4.SocketType, cfg *Config) (*Listener
 }
 
 // newListener builds a Listener without starting it (tests adjust the loop).
-func newListener(ln net.Listener, local zmq4.SocketType, cfg *Config) (*Listener, error) {
+func newListener(ln net.Listener, local SocketType, cfg *Config) (*Listener, error) {
 	if err := checkListenArgs(local, cfg); err != nil {
 		ln.Close()
 		return nil, err
@@ -140,7 +138,7 @@ func (l *Listener) Close() error {
 func (l *Listener) Addr() net.Addr { return l.loop.ln.Addr() }
 
 // LocalType returns the socket type the Listener handshakes as.
-func (l *Listener) LocalType() zmq4.SocketType { return l.local }
+func (l *Listener) LocalType() SocketType { return l.local }
 
 // Stats returns a snapshot of the Listener's counters. Violations on
 // accepted connections (oversize frames, ...) are included.
@@ -151,13 +149,13 @@ func (l *Listener) Stats() Stats { return l.ctr.snapshot() }
 // under cfg's limits (nil means defaults). ctx bounds the connect and the
 // handshake (which HandshakeTimeout bounds as well). GreetingTimeout does not
 // apply: the wait for the server's greeting includes its accept latency.
-func Dial(ctx context.Context, network, addr string, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
+func Dial(ctx context.Context, network, addr string, local SocketType, identity []byte, cfg *Config) (*Conn, error) {
 	return DialWith(ctx, &net.Dialer{}, network, addr, local, identity, cfg)
 }
 
 // DialWith is [Dial] connecting through d (for its TCP keepalive, local
 // address, and so on); d's Timeout and Deadline apply besides ctx.
-func DialWith(ctx context.Context, d *net.Dialer, network, addr string, local zmq4.SocketType, identity []byte, cfg *Config) (*Conn, error) {
+func DialWith(ctx context.Context, d *net.Dialer, network, addr string, local SocketType, identity []byte, cfg *Config) (*Conn, error) {
 	if err := checkListenArgs(local, cfg); err != nil {
 		return nil, err
 	}

@@ -11,8 +11,6 @@ import (
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/go-zeromq/zmq4"
 )
 
 // dialRaw connects to addr and writes a PUSH handshake by hand.
@@ -23,7 +21,7 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	if _, err := nc.Write(handshakeAs(zmq4.Push)); err != nil {
+	if _, err := nc.Write(handshakeAs(Push)); err != nil {
 		t.Fatal(err)
 	}
 	return nc
@@ -60,7 +58,7 @@ func growBody(i int) []byte {
 // held are carried over).
 func TestReadBufferGrows(t *testing.T) {
 	cfg := &Config{ReadBufferSize: 64 << 10}
-	addr, result, errs := serveOne(t, zmq4.Pull, cfg)
+	addr, result, errs := serveOne(t, Pull, cfg)
 	nc := dialRaw(t, addr)
 	c := acceptConn(t, result, errs)
 	if got := c.br.Size(); got != initialReadBuffer {
@@ -97,7 +95,7 @@ func TestReadBufferGrows(t *testing.T) {
 // TestReadBufferStaysSmall: a peer whose messages never fill the buffer
 // keeps the small one.
 func TestReadBufferStaysSmall(t *testing.T) {
-	addr, result, errs := serveOne(t, zmq4.Pull, &Config{ReadBufferSize: 1 << 20})
+	addr, result, errs := serveOne(t, Pull, &Config{ReadBufferSize: 1 << 20})
 	nc := dialRaw(t, addr)
 	c := acceptConn(t, result, errs)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
@@ -120,7 +118,7 @@ func TestReadBufferStaysSmall(t *testing.T) {
 // TestReadBufferSmallConfig: a ReadBufferSize below the initial size is the
 // size used from the start, and never grows.
 func TestReadBufferSmallConfig(t *testing.T) {
-	addr, result, errs := serveOne(t, zmq4.Pull, &Config{ReadBufferSize: 1024})
+	addr, result, errs := serveOne(t, Pull, &Config{ReadBufferSize: 1024})
 	nc := dialRaw(t, addr)
 	c := acceptConn(t, result, errs)
 	if got := c.br.Size(); got != 1024 {
@@ -183,8 +181,8 @@ func FuzzReadMessagePaths(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, maxSize uint16, maxFrames uint8) {
 		cfg := Config{MaxMessageSize: int64(maxSize) + 1, MaxFrames: int(maxFrames)%16 + 1}.withDefaults()
 		whole := newBytesConn(data)
-		fast := &Conn{nc: whole, br: bufio.NewReaderSize(whole, 64<<10), cfg: cfg, local: zmq4.Pull}
-		slow := &Conn{nc: &trickleConn{*newBytesConn(data)}, cfg: cfg, local: zmq4.Pull}
+		fast := &Conn{nc: whole, br: bufio.NewReaderSize(whole, 64<<10), cfg: cfg, local: Pull}
+		slow := &Conn{nc: &trickleConn{*newBytesConn(data)}, cfg: cfg, local: Pull}
 		slow.br = bufio.NewReaderSize(slow.nc, 16)
 		a, b := readOutcome(fast), readOutcome(slow)
 		if !slices.Equal(a, b) {

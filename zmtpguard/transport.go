@@ -344,7 +344,7 @@ type guardConn struct {
 	out    outTracker
 	werr   error
 	// local is the local socket type, learnt from zmq4's READY.
-	local atomic.Pointer[zmq4.SocketType]
+	local atomic.Pointer[SocketType]
 	// pong is a PONG frame waiting for a message boundary of zmq4's output.
 	pong atomic.Pointer[[]byte]
 
@@ -393,7 +393,7 @@ func (g *guardConn) violate(op string, err error) error {
 	return &net.OpError{Op: op, Net: "zmtpguard", Source: g.Conn.LocalAddr(), Addr: g.Conn.RemoteAddr(), Err: err}
 }
 
-func (g *guardConn) localType() zmq4.SocketType {
+func (g *guardConn) localType() SocketType {
 	if p := g.local.Load(); p != nil {
 		return *p
 	}
@@ -546,7 +546,7 @@ func (g *guardConn) command(body []byte) error {
 	case cmdPong:
 		return nil
 	case cmdSubscribe, cmdCancel:
-		if lt := g.localType(); lt != zmq4.Pub && lt != zmq4.XPub {
+		if lt := g.localType(); lt != Pub && lt != XPub {
 			return g.violate("read", violation(decodeguard.ReasonTransport,
 				string(name)+" command sent to a "+string(lt)+" socket", int64(len(body)), body))
 		}

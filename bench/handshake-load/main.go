@@ -26,7 +26,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
@@ -130,7 +129,7 @@ func sum(c []atomic.Uint64) uint64 {
 // CPU per request as a REQ can. It signals ready after its first reply.
 func client(ctx context.Context, endpoint string, req []byte, wait time.Duration, checkEvery int,
 	measuring *atomic.Bool, count *atomic.Uint64, lat *[]time.Duration, errs *atomic.Uint64, ready chan<- struct{}) error {
-	c, err := load.DialRetry(endpoint, zmq4.Req, wait)
+	c, err := load.DialRetry(endpoint, zmtpguard.Req, wait)
 	if err != nil {
 		return err
 	}

@@ -53,7 +53,7 @@ func main() {
 		load.Fatal(err)
 	}
 	start := time.Now()
-	first, err := load.DialRetry(*connect, st, *wait)
+	first, err := load.DialRetry(*connect, zmtpguard.SocketType(st), *wait)
 	if err != nil {
 		load.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func main() {
 			defer func() { <-sem }()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
-			c, err := zmtpguard.Dial(ctx, "tcp", addr, st, nil, nil)
+			c, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.SocketType(st), nil, nil)
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {

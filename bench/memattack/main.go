@@ -35,7 +35,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
@@ -243,7 +242,7 @@ func attack(addr string, conns, size int, hold time.Duration) {
 		go func() {
 			defer wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			c, err := zmtpguard.Dial(ctx, "tcp", addr, zmq4.Push, nil, nil)
+			c, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.Push, nil, nil)
 			cancel()
 			<-sem
 			if err != nil {

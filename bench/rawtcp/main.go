@@ -21,9 +21,9 @@ import (
 	"net"
 	"os"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
@@ -82,7 +82,7 @@ func main() {
 // peer's greeting and READY without checking them.
 func handshake(nc net.Conn, br *bufio.Reader) error {
 	g := zmtpwire.LocalGreeting()
-	out := append(g[:], load.ReadyCommand(zmq4.Pull)...)
+	out := append(g[:], load.ReadyCommand(zmtpguard.Pull)...)
 	if _, err := nc.Write(out); err != nil {
 		return err
 	}

@@ -24,7 +24,6 @@ import (
 	"path/filepath"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -94,7 +93,7 @@ func main() {
 		sendCurve(*connect, *curveDir, *count, *wait, *linger, *outputs, body)
 		return
 	}
-	c, err := load.DialRetry(*connect, zmq4.Push, *wait)
+	c, err := load.DialRetry(*connect, zmtpguard.Push, *wait)
 	if err != nil {
 		load.Fatal(err)
 	}
@@ -143,7 +142,7 @@ func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, ou
 		load.Fatal(err)
 	}
 	cfg := &zmtpguard.Config{Curve: &zmtpguard.CurveConfig{SecretKey: client.Secret, ServerKey: server.Public}}
-	c, err := load.DialRetryConfig(connect, zmq4.Push, wait, cfg)
+	c, err := load.DialRetryConfig(connect, zmtpguard.Push, wait, cfg)
 	if err != nil {
 		load.Fatal(err)
 	}

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -79,7 +78,7 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 		"--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
 	backOut := p.logField("coordinator running", "back_output", 20*time.Second)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), zmq4.Push, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), zmtpguard.Push, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -115,7 +114,7 @@ func TestListenerDropsSilentClient(t *testing.T) {
 	p := start(t, ctx, "handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "prefill-7", "--log-format", "json",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
 	ep := p.logField("handshake listener serving", "endpoint", 20*time.Second)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmq4.Req, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Req, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

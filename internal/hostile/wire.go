@@ -184,7 +184,7 @@ func Alive(ctx context.Context, ep string, peer zmq4.SocketType, timeout time.Du
 	defer cancel()
 	cfg := zmtpguard.Config{HandshakeTimeout: timeout}
 	for {
-		c, err := zmtpguard.Dial(ctx, network, address, local, nil, &cfg)
+		c, err := zmtpguard.Dial(ctx, network, address, zmtpguard.SocketType(local), nil, &cfg)
 		if err == nil {
 			c.Close()
 			return nil
@@ -207,7 +207,7 @@ func handshakeAs(ctx context.Context, ep string, local zmq4.SocketType, timeout 
 		return nil, err
 	}
 	cfg := zmtpguard.Config{HandshakeTimeout: timeout, MaxMessageSize: 4 << 20, MaxFrames: 1024}
-	return zmtpguard.Dial(ctx, network, address, local, nil, &cfg)
+	return zmtpguard.Dial(ctx, network, address, zmtpguard.SocketType(local), nil, &cfg)
 }
 
 // drain reads and discards what the peer sends until it closes the

@@ -45,7 +45,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/hostile"
@@ -672,7 +671,7 @@ func runIdle(ctx context.Context, args []string) (any, error) {
 			switch *mode {
 			case "zmtp":
 				hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				zc, err := zmtpguard.Dial(hctx, network, addr, zmq4.Dealer, nil, nil)
+				zc, err := zmtpguard.Dial(hctx, network, addr, zmtpguard.Dealer, nil, nil)
 				cancel()
 				if err != nil {
 					failed.Add(1)
@@ -737,7 +736,7 @@ func runStall(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, err := zmtpguard.Dial(hctx, network, addr, zmq4.Dealer, nil, nil)
+	c, err := zmtpguard.Dial(hctx, network, addr, zmtpguard.Dealer, nil, nil)
 	cancel()
 	if err != nil {
 		return nil, err

@@ -21,7 +21,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -114,12 +113,12 @@ func TCPAddr(endpoint string) (string, error) {
 // DialRetry dials endpoint with the guarded ZMTP handshake as a socket of
 // type local, retrying every 10 ms until it succeeds or wait passes (the
 // receiver may still be starting).
-func DialRetry(endpoint string, local zmq4.SocketType, wait time.Duration) (*zmtpguard.Conn, error) {
+func DialRetry(endpoint string, local zmtpguard.SocketType, wait time.Duration) (*zmtpguard.Conn, error) {
 	return DialRetryConfig(endpoint, local, wait, nil)
 }
 
 // DialRetryConfig is DialRetry with a connection config (CURVE, say).
-func DialRetryConfig(endpoint string, local zmq4.SocketType, wait time.Duration, cfg *zmtpguard.Config) (*zmtpguard.Conn, error) {
+func DialRetryConfig(endpoint string, local zmtpguard.SocketType, wait time.Duration, cfg *zmtpguard.Config) (*zmtpguard.Conn, error) {
 	addr, err := TCPAddr(endpoint)
 	if err != nil {
 		return nil, err
@@ -141,7 +140,7 @@ func DialRetryConfig(endpoint string, local zmq4.SocketType, wait time.Duration,
 
 // ReadyCommand returns the READY command frame (header included) a socket
 // of type t with no identity sends.
-func ReadyCommand(t zmq4.SocketType) []byte {
+func ReadyCommand(t zmtpguard.SocketType) []byte {
 	body := []byte{5}
 	body = append(body, "READY"...)
 	body = append(body, byte(len("Socket-Type")))
