@@ -61,7 +61,7 @@ func BenchmarkParseFrontWake(b *testing.B) {
 // BenchmarkStateStats is one decoded stats message through the state
 // machine plus a tick.
 func BenchmarkStateStats(b *testing.B) {
-	s, _ := NewState(8, StateConfig{})
+	s, _ := newStateMachine(8, stateConfig{})
 	for i := 0; i < 8; i++ {
 		s.OnBackSubscribe()
 	}
@@ -81,7 +81,7 @@ func BenchmarkStateStats(b *testing.B) {
 // BenchmarkAppendStatsPublish encodes the publication for 64 engines into a
 // reused buffer.
 func BenchmarkAppendStatsPublish(b *testing.B) {
-	s, _ := NewState(64, StateConfig{})
+	s, _ := newStateMachine(64, stateConfig{})
 	buf := make([]byte, 0, 1024)
 	b.ReportAllocs()
 	for b.Loop() {
@@ -138,7 +138,7 @@ func BenchmarkCoordinatorStats(b *testing.B) {
 }
 
 func BenchmarkParsePublication(b *testing.B) {
-	s, _ := NewState(64, StateConfig{})
+	s, _ := newStateMachine(64, stateConfig{})
 	frame := s.AppendStatsPublish(nil)
 	var p Publication
 	b.ReportAllocs()

@@ -7,11 +7,13 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -92,7 +94,7 @@ type Config struct {
 	MaxEngines int
 	// Release is the vLLM release the engines and front-ends run (the zero
 	// value is vllm.Latest): it selects the stats publication layout, the
-	// wake rule and the scale-up rule. See StateConfig.Release.
+	// wake rule and the scale-up rule (see the package documentation).
 	Release vllm.Release
 	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False.
 	DisableWaveCoordination bool
@@ -148,10 +150,10 @@ const (
 var loopNames = [numLoops]string{LoopFront, LoopBackOutput, LoopBackPublish}
 
 // Coordinator is a running vLLM-compatible DP coordinator: three bound
-// sockets, a SafeLoop on each, and one goroutine that owns the [State] and
+// sockets, a SafeLoop on each, and one goroutine that owns the state machine and
 // selects over the loops and a publication timer. Create it with [New],
 // start it with [Coordinator.Run], stop it by cancelling Run's context or
-// with [Coordinator.Close]. Snapshot, Stats, the endpoint methods and Close
+// with [Coordinator.Close]. Stats, the endpoint methods and Close
 // are safe for concurrent use.
 type Coordinator struct {
 	cfg Config
@@ -169,7 +171,7 @@ type Coordinator struct {
 	startupEach time.Duration
 
 	mu    sync.Mutex // guards state's mutation by Run and reads by Snapshot/Stats
-	state *State
+	state *stateMachine
 
 	// Drops by the state machine, per loop and reason (loop drops are in
 	// the loops' own Stats; a message is counted in exactly one place).
@@ -222,7 +224,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if cfg.StartupDeadline < 0 || cfg.MaxMessageSize < 0 || cfg.LogInterval < 0 {
 		return nil, errors.New("coordinator: negative StartupDeadline, MaxMessageSize or LogInterval")
 	}
-	state, err := NewState(cfg.Engines, StateConfig{
+	state, err := newStateMachine(cfg.Engines, stateConfig{
 		StatsInterval:           cfg.StatsInterval,
 		IdleInterval:            cfg.IdleInterval,
 		MaxEngines:              cfg.MaxEngines,
@@ -374,7 +376,7 @@ func (c *Coordinator) makeLoops() error {
 			if len(*frames) != 1 {
 				return errOneFrame
 			}
-			return CheckBackMessage((*frames)[0])
+			return enginecore.CheckBackMessage((*frames)[0])
 		},
 	})
 	return err
@@ -390,13 +392,13 @@ func (c *Coordinator) BackOutputEndpoint() string { return c.backOut.Endpoint() 
 // BackPublishEndpoint returns the back publish socket's bound endpoint.
 func (c *Coordinator) BackPublishEndpoint() string { return c.backPub.Endpoint() }
 
-// Snapshot returns a copy of the coordinator's state: each engine's counts,
+// stateSnapshot returns a copy of the coordinator's state: each engine's counts,
 // the current wave, whether the engines run, whether start-up is over and
 // how many engines subscribed during it.
-func (c *Coordinator) Snapshot() Snapshot {
+func (c *Coordinator) stateSnapshot() stateSnapshot {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return c.state.Snapshot()
+	return c.state.stateSnapshot()
 }
 
 // Close stops Run (which then returns ErrClosed), waits for it to return and
@@ -552,7 +554,9 @@ func (c *Coordinator) serve(ctx context.Context, ch *loopChans) error {
 				}
 				return ctx.Err()
 			}
-			return fmt.Errorf("coordinator: %s loop: %w", loopNames[end.idx], end.err)
+			// "coordinator: back-output socket: loop: receive: ...", not
+			// "coordinator: coordinator-back-output loop: loop: ...".
+			return fmt.Errorf("coordinator: %s socket: %w", strings.TrimPrefix(loopNames[end.idx], "coordinator-"), end.err)
 		case d := <-ch.pub:
 			err = c.onBackPublish(ctx, d)
 		case d := <-frontC:
@@ -567,13 +571,13 @@ func (c *Coordinator) serve(ctx context.Context, ch *loopChans) error {
 			err = c.sendPendingReady(ctx)
 		case <-startupTickC:
 			c.mu.Lock()
-			sub := c.state.Snapshot().Subscribed
+			sub := c.state.stateSnapshot().Subscribed
 			c.mu.Unlock()
 			c.log.Warn("coordinator: still waiting for engines to subscribe",
 				"missing", expected-sub, "subscribed", sub, "engines", expected)
 		case <-deadlineC:
 			c.mu.Lock()
-			sub := c.state.Snapshot().Subscribed
+			sub := c.state.stateSnapshot().Subscribed
 			c.mu.Unlock()
 			return &StartupTimeoutError{Deadline: c.cfg.StartupDeadline, Expected: expected, Subscribed: sub}
 		}
@@ -721,7 +725,7 @@ func (c *Coordinator) readyInterval() time.Duration {
 	return c.cfg.ReadyInterval
 }
 
-func (c *Coordinator) act(ctx context.Context, a *Actions) error {
+func (c *Coordinator) act(ctx context.Context, a *stateActions) error {
 	if a.SendReady {
 		now := time.Now()
 		if iv := c.readyInterval(); iv > 0 && !c.lastReady.IsZero() && now.Sub(c.lastReady) < iv {

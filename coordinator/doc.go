@@ -15,7 +15,7 @@
 // EngineCoreOutputs) and the back publish XPUB (engines subscribe, receive
 // READY and START_DP_WAVE). [Coordinator.Run] puts a SafeLoop (package
 // loop) on each socket in Deliver mode and selects over their deliveries and
-// a publication timer in one goroutine that owns the [State]:
+// a publication timer in one goroutine that owns the state machine:
 //
 //	front XPUB   loop: ParseFrontMessage        --+
 //	back PULL    loop: DecodeEngineCoreOutputs  --+--> State --> sends
@@ -48,24 +48,31 @@
 //     exactly what the pre-scan plus the decode refuse) and classifies every
 //     failure:
 //     the message engines push to the coordinator's back-output socket.
-//     [AppendEngineCoreOutputs] writes it exactly as vLLM lays it out.
+//     [enginecore.AppendHeader] writes it exactly as vLLM lays it out.
 //   - [ParseFrontMessage]: what API front-ends send on the front publish
 //     socket (subscriptions, wake-ups, elastic-EP scale notices).
-//   - [AppendStatsPublish], [AppendStatsPublishKV], [AppendWavePublish],
-//     [AppendStartDPWave] and [ReadyFrame]: what the coordinator sends.
+//   - [ParseStartDPWave] and [ParsePublication]: what the coordinator sends
+//     (its frames are [ReadyFrame] and [StartDPWaveFrame]). The encoders of
+//     the protocol's messages live in package enginecore beside the engine
+//     wire types: [enginecore.AppendStatsPublish],
+//     [enginecore.AppendStatsPublishKV], [enginecore.AppendWavePublish],
+//     [enginecore.AppendStartDPWave], [enginecore.AppendWake],
+//     [enginecore.AppendWakeIdentity], [enginecore.AppendScaleElasticEP] and
+//     [enginecore.CheckBackMessage].
 //
 // # State machine
 //
-// [State] is single-threaded and pure: each input (an engine output, a
-// front-end message, a back-publish subscription, a clock tick) goes in and
-// the [Actions] to take come out. It follows vLLM's coordinator
+// The coordinator's state machine (internal to the package) is
+// single-threaded and pure: each input (an engine output, a front-end
+// message, a back-publish subscription, a clock tick) goes in and the
+// actions to take come out. It follows vLLM's coordinator
 // (vllm/v1/engine/coordinator.py) transition for transition, except where
-// vLLM could be killed or misled by one bad message; the differences are
-// listed on [State].
+// vLLM could be killed or misled by one bad message (see "No single message
+// wedges it" below; [Stats] counts each case).
 //
 // # vLLM releases
 //
-// Config.Release (and StateConfig.Release) names the vLLM release the
+// Config.Release names the vLLM release the
 // engines and front-ends run, as a [vllm.Release]; the zero value is
 // vllm.Latest, current vLLM main. Its rules select three behaviours:
 //
@@ -84,7 +91,7 @@
 // # No single message wedges it
 //
 // Beyond dropping malformed input, the state machine bounds what a
-// well-formed message can do (see [State]): a stats message with an
+// well-formed message can do: a stats message with an
 // implausible (current_wave, step_counter) hides at most StatsResync-1 real
 // ones; a wave notice may not move the wave more than MaxWaveJump (unless
 // WaveResync in a row agree), and the wave never reaches the range guard;

@@ -4,6 +4,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 )
 
 // Frames and commands of the coordinator protocol.
@@ -14,7 +15,7 @@ const (
 	ReadyFrame = "READY"
 	// StartDPWaveFrame is the first frame of a START_DP_WAVE message on the
 	// back publish socket: vLLM's EngineCoreRequestType.START_DP_WAVE, the
-	// single byte 0x02. The second frame is [AppendStartDPWave]'s.
+	// single byte 0x02. The second frame is [enginecore.AppendStartDPWave]'s.
 	StartDPWaveFrame = "\x02"
 	// ScaleElasticEP is the command string of a front-end's elastic-EP scale
 	// notice ("SCALE_ELASTIC_EP", n).
@@ -63,7 +64,7 @@ type FrontMsg struct {
 	// Engines is the new engine count of a FrontScale, in [1, MaxEngines].
 	Engines int
 	// Wave is the wave of a FrontWake: the front-end's view of the current
-	// wave, in [0, MaxWave].
+	// wave, in [0, enginecore.MaxWave].
 	Wave int64
 	// HasExclude reports whether a FrontWake names an engine to leave out of
 	// the START_DP_WAVE broadcast (the one the request is going to); Exclude
@@ -173,7 +174,7 @@ func ParseFrontMessage(b []byte) (FrontMsg, error) {
 		if err != nil {
 			return FrontMsg{}, intError(b, at, "wake: wave", err)
 		}
-		if m.Wave < 0 || m.Wave > MaxWave {
+		if m.Wave < 0 || m.Wave > enginecore.MaxWave {
 			return FrontMsg{}, frontError(decodeguard.ReasonValidate, b, at, "wake: wave out of range", nil)
 		}
 	}
@@ -192,67 +193,15 @@ func intError(b, at []byte, what string, err error) error {
 	return frontError(decodeguard.ReasonDecode, b, at, what+": want an int", err)
 }
 
-// AppendScaleElasticEP appends the front-end's elastic-EP scale notice
-// ("SCALE_ELASTIC_EP", n).
-func AppendScaleElasticEP(dst []byte, n int) []byte {
-	dst = msgp.AppendArrayHeader(dst, 2)
-	dst = msgp.AppendString(dst, ScaleElasticEP)
-	return appendInt(dst, int64(n))
-}
+// EngineLoad is one engine's entry in the coordinator's stats publication
+// ([enginecore.EngineLoad]).
+type EngineLoad = enginecore.EngineLoad
 
-// AppendWake appends a front-end's wake-up (engine_to_exclude, wave) with the
-// excluded engine as an int, or nil when exclude is nil (vLLM releases before
-// the 2-byte identities sent ints).
-func AppendWake(dst []byte, exclude *int, wave int) []byte {
-	dst = msgp.AppendArrayHeader(dst, 2)
-	if exclude == nil {
-		dst = msgp.AppendNil(dst)
-	} else {
-		dst = appendInt(dst, int64(*exclude))
-	}
-	return appendInt(dst, int64(wave))
-}
-
-// AppendWakeIdentity appends a front-end's wake-up (engine_to_exclude, wave)
-// as current vLLM front-ends send it: the excluded engine as its 2-byte
-// little-endian identity, a msgpack bin.
-func AppendWakeIdentity(dst []byte, engine uint16, wave int) []byte {
-	dst = msgp.AppendArrayHeader(dst, 2)
-	dst = msgp.AppendBytes(dst, []byte{byte(engine), byte(engine >> 8)})
-	return appendInt(dst, int64(wave))
-}
-
-// EngineLoad is one engine's entry in the coordinator's stats publication.
-type EngineLoad struct {
-	Waiting      int64
-	Running      int64
-	KVCacheUsage float64
-}
-
-// AppendStatsPublish appends the coordinator's periodic publication to
-// front-ends, (counts, current_wave, engines_running), with counts a list of
-// [waiting, running] per engine, as vLLM releases up to the one that added
-// KV cache usage send it. ([[5,3],[0,1]], 7, True) is 939292050392000107c3.
-func AppendStatsPublish(dst []byte, counts [][2]int, wave int, running bool) []byte {
-	dst = msgp.AppendArrayHeader(dst, 3)
-	dst = msgp.AppendArrayHeader(dst, uint32(len(counts)))
-	for _, c := range counts {
-		dst = msgp.AppendArrayHeader(dst, 2)
-		dst = appendInt(dst, int64(c[0]))
-		dst = appendInt(dst, int64(c[1]))
-	}
-	dst = appendInt(dst, int64(wave))
-	return msgp.AppendBool(dst, running)
-}
-
-// AppendStatsPublishKV appends the publication as current vLLM sends it and
-// its front-ends unpack it: counts is a list of [waiting, running,
-// kv_cache_usage] per engine, the usage a float64. A front-end of either
-// generation fails to unpack the other's layout, so a coordinator must use
-// the one its front-ends expect (see Config.Release; vLLM PR #49204).
-func AppendStatsPublishKV(dst []byte, loads []EngineLoad, wave int, running bool) []byte {
-	return appendStats(dst, loads, true, int64(wave), running)
-}
+// The coordinator's own encoders of what it sends: the stats publication
+// streamed from its engine table, the wave publication and START_DP_WAVE's
+// second frame. They write what [enginecore.AppendStatsPublishKV],
+// [enginecore.AppendWavePublish] and [enginecore.AppendStartDPWave] write
+// (the tests compare them).
 
 func appendStats(dst []byte, loads []EngineLoad, kv bool, wave int64, running bool) []byte {
 	dst = appendStatsHeader(dst, len(loads))
@@ -284,28 +233,11 @@ func appendStatsTrailer(dst []byte, wave int64, running bool) []byte {
 	return msgp.AppendBool(dst, running)
 }
 
-// AppendWavePublish appends the publication sent to front-ends at once when
-// the wave or the running state changes: (nil, current_wave,
-// engines_running). (nil, 7, False) is 93c007c2.
-func AppendWavePublish(dst []byte, wave int, running bool) []byte {
-	return appendWavePublish(dst, int64(wave), running)
-}
-
 func appendWavePublish(dst []byte, wave int64, running bool) []byte {
 	dst = msgp.AppendArrayHeader(dst, 3)
 	dst = msgp.AppendNil(dst)
 	dst = appendInt(dst, wave)
 	return msgp.AppendBool(dst, running)
-}
-
-// AppendStartDPWave appends the second frame of a START_DP_WAVE broadcast,
-// (wave, exclude_engine_index), with exclude nil when no engine is left out;
-// the first frame is [StartDPWaveFrame]. (7, 2) is 920702.
-func AppendStartDPWave(dst []byte, wave int, exclude *int) []byte {
-	if exclude == nil {
-		return appendStartDPWave(dst, int64(wave), 0, false)
-	}
-	return appendStartDPWave(dst, int64(wave), int64(*exclude), true)
 }
 
 func appendStartDPWave(dst []byte, wave, exclude int64, hasExclude bool) []byte {

@@ -8,6 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 )
 
 // docs/protocol.md §2 front-end and publication vectors.
@@ -33,7 +34,7 @@ func TestParseFrontVectors(t *testing.T) {
 		{"wake identity 2 7", unhex(t, vecWakeIdentity), FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2, ExcludeIdentity: true}},
 		{"wake identity 0x0105", unhex(t, "92c40205010a"), FrontMsg{Kind: FrontWake, Wave: 10, HasExclude: true, Exclude: 0x105, ExcludeIdentity: true}},
 		{"wake wide ints", unhex(t, "92cd0100cf0000000100000000"), FrontMsg{Kind: FrontWake, Wave: 1 << 32, HasExclude: true, Exclude: 256}},
-		{"wake max wave", unhex(t, "92c0cf7ffffffffffffffe"), FrontMsg{Kind: FrontWake, Wave: MaxWave}},
+		{"wake max wave", unhex(t, "92c0cf7ffffffffffffffe"), FrontMsg{Kind: FrontWake, Wave: enginecore.MaxWave}},
 		{"scale max", unhex(t, "92b05343414c455f454c41535449435f4550ce00010000"), FrontMsg{Kind: FrontScale, Engines: MaxEngines}},
 		{"scale str8 header", append(append([]byte{0x92, 0xd9, 16}, ScaleElasticEP...), 0x03), FrontMsg{Kind: FrontScale, Engines: 3}},
 	}
@@ -159,19 +160,19 @@ func TestFrontEncoders(t *testing.T) {
 		got  []byte
 		want string
 	}{
-		{"stats publish", AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), vecStatsPublish},
-		{"stats publish empty", AppendStatsPublish(nil, nil, 0, false), "939000c2"},
-		{"stats publish wide", AppendStatsPublish(nil, [][2]int{{300, 70000}}, 1<<33, false), "9391" + "92cd012cce00011170" + "cf0000000200000000" + "c2"},
-		{"stats publish kv", AppendStatsPublishKV(nil, []EngineLoad{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Running: 1}}, 7, true),
+		{"stats publish", enginecore.AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), vecStatsPublish},
+		{"stats publish empty", enginecore.AppendStatsPublish(nil, nil, 0, false), "939000c2"},
+		{"stats publish wide", enginecore.AppendStatsPublish(nil, [][2]int{{300, 70000}}, 1<<33, false), "9391" + "92cd012cce00011170" + "cf0000000200000000" + "c2"},
+		{"stats publish kv", enginecore.AppendStatsPublishKV(nil, []EngineLoad{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Running: 1}}, 7, true),
 			"9392" + "930503cb3fd0000000000000" + "930001cb0000000000000000" + "07c3"},
-		{"wave publish", AppendWavePublish(nil, 7, false), vecWavePublish},
-		{"start dp wave", AppendStartDPWave(nil, 7, &two), vecStartDPWave72},
-		{"start dp wave nil", AppendStartDPWave(nil, 7, nil), "9207c0"},
-		{"scale", AppendScaleElasticEP(nil, 4), vecScale4},
-		{"wake nil", AppendWake(nil, nil, 7), vecWakeNil7},
-		{"wake int", AppendWake(nil, &two, 7), vecWake2_7},
-		{"wake identity", AppendWakeIdentity(nil, 2, 7), vecWakeIdentity},
-		{"wake int 5 wave 0", AppendWake(nil, &five, 0), "920500"},
+		{"wave publish", enginecore.AppendWavePublish(nil, 7, false), vecWavePublish},
+		{"start dp wave", enginecore.AppendStartDPWave(nil, 7, &two), vecStartDPWave72},
+		{"start dp wave nil", enginecore.AppendStartDPWave(nil, 7, nil), "9207c0"},
+		{"scale", enginecore.AppendScaleElasticEP(nil, 4), vecScale4},
+		{"wake nil", enginecore.AppendWake(nil, nil, 7), vecWakeNil7},
+		{"wake int", enginecore.AppendWake(nil, &two, 7), vecWake2_7},
+		{"wake identity", enginecore.AppendWakeIdentity(nil, 2, 7), vecWakeIdentity},
+		{"wake int 5 wave 0", enginecore.AppendWake(nil, &five, 0), "920500"},
 	}
 	for _, tt := range tests {
 		if got := hex.EncodeToString(tt.got); got != tt.want {
@@ -185,18 +186,18 @@ func TestFrontEncoders(t *testing.T) {
 
 func TestFrontRoundTrip(t *testing.T) {
 	for n := 1; n <= MaxEngines; n = n*3 + 1 {
-		m, err := ParseFrontMessage(AppendScaleElasticEP(nil, n))
+		m, err := ParseFrontMessage(enginecore.AppendScaleElasticEP(nil, n))
 		if err != nil || m.Kind != FrontScale || m.Engines != n {
 			t.Fatalf("scale %d: %+v %v", n, m, err)
 		}
 	}
 	for _, wave := range []int{0, 1, 127, 128, 255, 256, 65535, 65536, 1 << 40} {
 		for _, ex := range []int{0, 3, 200, 65535} {
-			m, err := ParseFrontMessage(AppendWake(nil, &ex, wave))
+			m, err := ParseFrontMessage(enginecore.AppendWake(nil, &ex, wave))
 			if err != nil || m.Kind != FrontWake || m.Wave != int64(wave) || !m.HasExclude || m.Exclude != int64(ex) || m.ExcludeIdentity {
 				t.Fatalf("wake (%d,%d): %+v %v", ex, wave, m, err)
 			}
-			m, err = ParseFrontMessage(AppendWakeIdentity(nil, uint16(ex), wave))
+			m, err = ParseFrontMessage(enginecore.AppendWakeIdentity(nil, uint16(ex), wave))
 			if err != nil || m.Wave != int64(wave) || m.Exclude != int64(ex) || !m.ExcludeIdentity {
 				t.Fatalf("wake identity (%d,%d): %+v %v", ex, wave, m, err)
 			}

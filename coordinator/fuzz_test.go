@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 )
 
 // fuzzSeedsECO are seeds added with f.Add besides the committed corpus in
@@ -79,7 +80,7 @@ func FuzzDecodeEngineCoreOutputs(f *testing.F) {
 		}
 		// Coordinator messages re-encode to the same view.
 		if m.OutputsLen == 0 && !m.HasUtilityOutput && !m.HasFinishedRequests {
-			enc := AppendEngineCoreOutputs(nil, &m)
+			enc := enginecore.AppendHeader(nil, &m)
 			var again EngineCoreOutputs
 			if err := DecodeEngineCoreOutputs(enc, &again); err != nil {
 				t.Fatalf("re-encoded %x does not decode: %v", enc, err)
@@ -90,7 +91,7 @@ func FuzzDecodeEngineCoreOutputs(f *testing.F) {
 			}
 		}
 		// The state machine takes it or drops it with a classified error.
-		s, _ := NewState(4, StateConfig{})
+		s, _ := newStateMachine(4, stateConfig{})
 		s.OnBackSubscribe()
 		s.OnBackSubscribe()
 		s.OnBackSubscribe()
@@ -129,9 +130,9 @@ func FuzzParseFrontMessage(f *testing.F) {
 			if m.Engines < 1 || m.Engines > MaxEngines {
 				t.Fatalf("engine count %d accepted", m.Engines)
 			}
-			re = AppendScaleElasticEP(nil, m.Engines)
+			re = enginecore.AppendScaleElasticEP(nil, m.Engines)
 		case FrontWake:
-			if m.Wave < 0 || m.Wave > MaxWave || m.Exclude < 0 || (!m.HasExclude && (m.Exclude != 0 || m.ExcludeIdentity)) {
+			if m.Wave < 0 || m.Wave > enginecore.MaxWave || m.Exclude < 0 || (!m.HasExclude && (m.Exclude != 0 || m.ExcludeIdentity)) {
 				t.Fatalf("wake %+v accepted", m)
 			}
 			switch {
@@ -139,12 +140,12 @@ func FuzzParseFrontMessage(f *testing.F) {
 				if m.Exclude >= MaxEngines {
 					t.Fatalf("identity %d beyond 2 bytes", m.Exclude)
 				}
-				re = AppendWakeIdentity(nil, uint16(m.Exclude), int(m.Wave))
+				re = enginecore.AppendWakeIdentity(nil, uint16(m.Exclude), int(m.Wave))
 			case m.HasExclude:
 				ex := int(m.Exclude)
-				re = AppendWake(nil, &ex, int(m.Wave))
+				re = enginecore.AppendWake(nil, &ex, int(m.Wave))
 			default:
-				re = AppendWake(nil, nil, int(m.Wave))
+				re = enginecore.AppendWake(nil, nil, int(m.Wave))
 			}
 		default:
 			t.Fatalf("kind %v", m.Kind)
@@ -156,7 +157,7 @@ func FuzzParseFrontMessage(f *testing.F) {
 				t.Fatalf("round trip of %+v via %x: %+v %v", m, re, again, err)
 			}
 		}
-		s, _ := NewState(3, StateConfig{})
+		s, _ := newStateMachine(3, stateConfig{})
 		s.OnBackSubscribe()
 		s.OnBackSubscribe()
 		s.OnBackSubscribe()

@@ -147,7 +147,7 @@ func waitCounts(t *testing.T, ctx context.Context, h *harness, f *FrontEnd, want
 		p, err := f.Next(ctx)
 		if err != nil {
 			h.failIfEnded(t)
-			t.Fatalf("waiting for counts %v: %v (snapshot %+v)", want, err, h.c.Snapshot())
+			t.Fatalf("waiting for counts %v: %v (snapshot %+v)", want, err, h.c.stateSnapshot())
 		}
 		if !p.HasCounts {
 			continue
@@ -170,7 +170,7 @@ func waitWave(t *testing.T, ctx context.Context, h *harness, f *FrontEnd, wave i
 		p, err := f.Next(ctx)
 		if err != nil {
 			h.failIfEnded(t)
-			t.Fatalf("waiting for wave publication (%d, %v): %v (snapshot %+v)", wave, running, err, h.c.Snapshot())
+			t.Fatalf("waiting for wave publication (%d, %v): %v (snapshot %+v)", wave, running, err, h.c.stateSnapshot())
 		}
 		if !p.HasCounts && int(p.Wave) == wave && p.Running == running {
 			return

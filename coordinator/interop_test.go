@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/internal/pypeer"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -90,7 +91,7 @@ func TestPythonBuiltMessages(t *testing.T) {
 					// The state machine takes it, or drops a front-end
 					// message (or a wave notice that jumps more than
 					// MaxWaveJump past wave 0) with a classified error.
-					s := newStarted(t, 256, StateConfig{})
+					s := newStarted(t, 256, stateConfig{})
 					_, err := s.OnEngineOutput(&got)
 					jump := (got.HasWaveComplete && got.WaveComplete+1 > MaxWaveJump) ||
 						(!got.HasWaveComplete && got.HasStartWave && got.StartWave > MaxWaveJump)
@@ -143,7 +144,7 @@ func TestPythonBuiltMessages(t *testing.T) {
 func TestPythonReadsGoEncodings(t *testing.T) {
 	requirePythonMsgpack(t)
 	two, big := 2, 300
-	state := newStarted(t, 2, StateConfig{Release: vllm.Latest})
+	state := newStarted(t, 2, stateConfig{Release: vllm.Latest})
 	m := statsMsg(1, 4, 9, 0, 3)
 	m.Stats.KVCacheUsage = 0.5
 	if _, err := state.OnEngineOutput(m); err != nil {
@@ -154,21 +155,21 @@ func TestPythonReadsGoEncodings(t *testing.T) {
 		b    []byte
 		repr string
 	}{
-		{"stats publish", AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), "[[[5, 3], [0, 1]], 7, True]"},
-		{"stats publish kv", AppendStatsPublishKV(nil, []EngineLoad{{5, 3, 0.25}, {0, 1, 0}}, 7, true), "[[[5, 3, 0.25], [0, 1, 0.0]], 7, True]"},
+		{"stats publish", enginecore.AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), "[[[5, 3], [0, 1]], 7, True]"},
+		{"stats publish kv", enginecore.AppendStatsPublishKV(nil, []EngineLoad{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Waiting: 0, Running: 1, KVCacheUsage: 0}}, 7, true), "[[[5, 3, 0.25], [0, 1, 0.0]], 7, True]"},
 		{"state publish kv", state.AppendStatsPublish(nil), "[[[0, 0, 0.0], [4, 9, 0.5]], 0, False]"},
-		{"wave publish", AppendWavePublish(nil, 7, false), "[None, 7, False]"},
-		{"start dp wave", AppendStartDPWave(nil, 7, &two), "[7, 2]"},
-		{"start dp wave nil", AppendStartDPWave(nil, 1<<40, nil), "[1099511627776, None]"},
-		{"scale", AppendScaleElasticEP(nil, 4), "['SCALE_ELASTIC_EP', 4]"},
-		{"wake identity", AppendWakeIdentity(nil, 2, 7), `[b'\x02\x00', 7]`},
-		{"wake int", AppendWake(nil, &big, 1<<33), "[300, 8589934592]"},
-		{"eco minimal stats", AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: ts,
+		{"wave publish", enginecore.AppendWavePublish(nil, 7, false), "[None, 7, False]"},
+		{"start dp wave", enginecore.AppendStartDPWave(nil, 7, &two), "[7, 2]"},
+		{"start dp wave nil", enginecore.AppendStartDPWave(nil, 1<<40, nil), "[1099511627776, None]"},
+		{"scale", enginecore.AppendScaleElasticEP(nil, 4), "['SCALE_ELASTIC_EP', 4]"},
+		{"wake identity", enginecore.AppendWakeIdentity(nil, 2, 7), `[b'\x02\x00', 7]`},
+		{"wake int", enginecore.AppendWake(nil, &big, 1<<33), "[300, 8589934592]"},
+		{"eco minimal stats", enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: ts,
 			Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}),
 			"[1, [], {'num_running_reqs': 3, 'num_waiting_reqs': 5, 'step_counter': 42, 'current_wave': 7}, 12345.678]"},
-		{"eco wave complete", AppendEngineCoreOutputs(nil, &EngineCoreOutputs{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}),
+		{"eco wave complete", enginecore.AppendHeader(nil, &EngineCoreOutputs{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}),
 			"[0, [], None, 12345.678, None, None, 7]"},
-		{"eco wide", AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 200, HasStats: true, Timestamp: 5e9,
+		{"eco wide", enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 200, HasStats: true, Timestamp: 5e9,
 			Stats: SchedulerStats{NumRunningReqs: 70000, NumWaitingReqs: 300, NumSkippedWaitingReqs: 2, StepCounter: 1 << 40,
 				CurrentWave: 65536, KVCacheUsage: 1, EncoderCacheUsage: 0.5}}),
 			"[200, [], {'num_running_reqs': 70000, 'num_waiting_reqs': 300, 'num_skipped_waiting_reqs': 2, " +
@@ -309,7 +310,7 @@ func runPythonPeers(t *testing.T, mode string, release vllm.Release) {
 	if st.Dropped != 0 || st.StatsApplied != 2 || st.StartWaveSent != wantStarts || st.ReadySent != 1 {
 		t.Fatalf("coordinator stats %+v drops %v", st, dropsOf(st.Drops))
 	}
-	if s := h.c.Snapshot(); s.Wave != 2 || !s.Running || s.Loads[1] != (EngineLoad{Waiting: 6, Running: 3, KVCacheUsage: 0.25}) {
+	if s := h.c.stateSnapshot(); s.Wave != 2 || !s.Running || s.Loads[1] != (EngineLoad{Waiting: 6, Running: 3, KVCacheUsage: 0.25}) {
 		t.Fatalf("snapshot %+v", s)
 	}
 }

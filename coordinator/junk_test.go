@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 )
 
 // The seed reports' hazards, as frames.
@@ -143,16 +144,16 @@ func TestJunkOnEverySocket(t *testing.T) {
 		send(backPub, b)
 		send(backOut, b)
 	}
-	send(front, []byte{0x92, 0xc0}, []byte{0x07})            // two frames
-	send(front, AppendScaleElasticEP(nil, junkMaxEngines+1)) // parses, refused by the state machine
-	send(front, []byte{0x93, 0xc0, 0x07, 0x07})              // wrong arity
-	send(front, []byte{0x92, 0xc0, 0xff})                    // negative wave
-	send(backPub, []byte("\x01probe"))                       // a subscription to a topic
-	send(backPub, []byte{0x01}, []byte("x"))                 // two frames
-	send(backOut, []byte{})                                  // empty frame
-	send(backOut, []byte{0x91, 0x00}, []byte{0x90})          // two frames
-	send(backOut, AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 7, HasStats: true, Timestamp: ts}))
-	send(backOut, AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 1, HasStartWave: true, StartWave: -3}))
+	send(front, []byte{0x92, 0xc0}, []byte{0x07})                       // two frames
+	send(front, enginecore.AppendScaleElasticEP(nil, junkMaxEngines+1)) // parses, refused by the state machine
+	send(front, []byte{0x93, 0xc0, 0x07, 0x07})                         // wrong arity
+	send(front, []byte{0x92, 0xc0, 0xff})                               // negative wave
+	send(backPub, []byte("\x01probe"))                                  // a subscription to a topic
+	send(backPub, []byte{0x01}, []byte("x"))                            // two frames
+	send(backOut, []byte{})                                             // empty frame
+	send(backOut, []byte{0x91, 0x00}, []byte{0x90})                     // two frames
+	send(backOut, enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 7, HasStats: true, Timestamp: ts}))
+	send(backOut, enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 1, HasStartWave: true, StartWave: -3}))
 
 	wantFront := reasons{decodeguard.ReasonDecode: 5, decodeguard.ReasonOversize: 1, decodeguard.ReasonEnvelope: 1, decodeguard.ReasonValidate: 2}
 	wantPub := reasons{decodeguard.ReasonDecode: 5, decodeguard.ReasonValidate: 1, decodeguard.ReasonEnvelope: 1}

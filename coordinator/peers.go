@@ -7,6 +7,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -173,7 +174,7 @@ func (e *Engine) NextStartWave(ctx context.Context) (wave int, exclude *int, err
 }
 
 // SendOutputs pushes m to the coordinator, encoded as vLLM's engine core
-// encodes EngineCoreOutputs (see [AppendEngineCoreOutputs]). A zero
+// encodes EngineCoreOutputs (see [enginecore.AppendHeader]). A zero
 // Timestamp is replaced by a monotonic clock reading, as vLLM stamps every
 // message. It waits (honouring ctx) while the coordinator is not connected
 // or its queue is full.
@@ -186,7 +187,7 @@ func (e *Engine) SendOutputs(ctx context.Context, m *EngineCoreOutputs) error {
 	}
 	mm := *m
 	mm.Timestamp = ts
-	e.buf = AppendEngineCoreOutputs(e.buf[:0], &mm)
+	e.buf = enginecore.AppendHeader(e.buf[:0], &mm)
 	return e.push.Send(ctx, e.buf)
 }
 
@@ -307,16 +308,16 @@ func (f *FrontEnd) send(ctx context.Context, build func([]byte) []byte) error {
 // The exclusion goes as an int, as vLLM releases before the 2-byte engine
 // identities sent it; see WakeIdentity.
 func (f *FrontEnd) Wake(ctx context.Context, exclude *int, wave int) error {
-	return f.send(ctx, func(b []byte) []byte { return AppendWake(b, exclude, wave) })
+	return f.send(ctx, func(b []byte) []byte { return enginecore.AppendWake(b, exclude, wave) })
 }
 
 // WakeIdentity sends the wake-up as current vLLM front-ends do, naming the
 // excluded engine by its 2-byte little-endian identity.
 func (f *FrontEnd) WakeIdentity(ctx context.Context, engine uint16, wave int) error {
-	return f.send(ctx, func(b []byte) []byte { return AppendWakeIdentity(b, engine, wave) })
+	return f.send(ctx, func(b []byte) []byte { return enginecore.AppendWakeIdentity(b, engine, wave) })
 }
 
 // Scale sends ("SCALE_ELASTIC_EP", n): the engine count is now n.
 func (f *FrontEnd) Scale(ctx context.Context, n int) error {
-	return f.send(ctx, func(b []byte) []byte { return AppendScaleElasticEP(b, n) })
+	return f.send(ctx, func(b []byte) []byte { return enginecore.AppendScaleElasticEP(b, n) })
 }

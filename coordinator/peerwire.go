@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"github.com/tinylib/msgp/msgp"
+	"github.com/zmqguard/zmqguard/enginecore"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
@@ -31,7 +32,7 @@ func ParseStartDPWave(b []byte) (StartDPWave, error) {
 	if err != nil {
 		return StartDPWave{}, intError(b, at, "START_DP_WAVE: wave", err)
 	}
-	if sw.Wave < 0 || sw.Wave > MaxWave {
+	if sw.Wave < 0 || sw.Wave > enginecore.MaxWave {
 		return StartDPWave{}, frontError(decodeguard.ReasonValidate, b, at, "START_DP_WAVE: wave out of range", nil)
 	}
 	at = rest

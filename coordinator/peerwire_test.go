@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -41,7 +42,7 @@ func TestParseStartDPWave(t *testing.T) {
 		{"92ff02", decodeguard.ReasonValidate},                 // negative wave
 		{"9207ff", decodeguard.ReasonValidate},                 // negative exclude
 		{"92cfffffffffffffffff02", decodeguard.ReasonValidate}, // wave beyond int64
-		{"92cf7fffffffffffffffc0", decodeguard.ReasonValidate}, // wave MaxInt64 > MaxWave
+		{"92cf7fffffffffffffffc0", decodeguard.ReasonValidate}, // wave MaxInt64 > enginecore.MaxWave
 		{"a3e08080", decodeguard.ReasonDecode},
 		{"9291919191910102", decodeguard.ReasonOversize},
 	} {
@@ -54,8 +55,8 @@ func TestParseStartDPWave(t *testing.T) {
 		}
 	}
 	// What the coordinator sends parses back.
-	for _, sw := range []StartDPWave{{Wave: 3}, {Wave: MaxWave, HasExclude: true, Exclude: MaxEngines - 1}} {
-		a := Actions{StartWave: sw}
+	for _, sw := range []StartDPWave{{Wave: 3}, {Wave: enginecore.MaxWave, HasExclude: true, Exclude: MaxEngines - 1}} {
+		a := stateActions{StartWave: sw}
 		if got, err := ParseStartDPWave(a.AppendStartDPWave(nil)); err != nil || got != sw {
 			t.Errorf("round trip %+v: %+v %v", sw, got, err)
 		}
@@ -76,7 +77,7 @@ func TestParsePublication(t *testing.T) {
 	if err := ParsePublication(unhex(t, "93c007c2"), &p); err != nil || p.HasCounts || p.Wave != 7 || p.Running || len(p.Loads) != 0 || p.Counts() != nil {
 		t.Fatalf("wave vector: %+v %v", p, err)
 	}
-	kv := AppendStatsPublishKV(nil, []EngineLoad{{5, 3, 0.25}, {0, 1, 1}}, 9, false)
+	kv := enginecore.AppendStatsPublishKV(nil, []EngineLoad{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Waiting: 0, Running: 1, KVCacheUsage: 1}}, 9, false)
 	if err := ParsePublication(kv, &p); err != nil || !p.KV || p.Loads[0].KVCacheUsage != 0.25 || p.Loads[1].KVCacheUsage != 1 || p.Wave != 9 {
 		t.Fatalf("kv layout: %+v %v", p, err)
 	}
@@ -239,10 +240,10 @@ func FuzzParseStartDPWave(f *testing.F) {
 			checkSafeText(t, err.Error())
 			return
 		}
-		if sw.Wave < 0 || sw.Wave > MaxWave || sw.Exclude < 0 || (!sw.HasExclude && sw.Exclude != 0) {
+		if sw.Wave < 0 || sw.Wave > enginecore.MaxWave || sw.Exclude < 0 || (!sw.HasExclude && sw.Exclude != 0) {
 			t.Fatalf("accepted %+v", sw)
 		}
-		a := Actions{StartWave: sw}
+		a := stateActions{StartWave: sw}
 		again, err := ParseStartDPWave(a.AppendStartDPWave(nil))
 		if err != nil || again != sw {
 			t.Fatalf("round trip %+v: %+v %v", sw, again, err)
@@ -276,9 +277,9 @@ func FuzzParsePublication(f *testing.F) {
 		var re []byte
 		switch {
 		case !p.HasCounts:
-			re = AppendWavePublish(nil, int(p.Wave), p.Running)
+			re = enginecore.AppendWavePublish(nil, int(p.Wave), p.Running)
 		case p.KV:
-			re = AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running)
+			re = enginecore.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running)
 		default:
 			re = appendStats(nil, p.Loads, false, p.Wave, p.Running)
 		}

@@ -34,7 +34,7 @@ func TestReleaseVectors(t *testing.T) {
 	}
 	for _, v := range releaseVectors {
 		t.Run(v.release.String(), func(t *testing.T) {
-			s := newStarted(t, 2, StateConfig{Release: v.release})
+			s := newStarted(t, 2, stateConfig{Release: v.release})
 			setWave(t, s, 7, true)
 			a, b := statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1)
 			a.Stats.KVCacheUsage = 0.25
@@ -47,7 +47,7 @@ func TestReleaseVectors(t *testing.T) {
 				t.Fatalf("stats publication %s, want %s", got, v.stats)
 			}
 
-			p := newStarted(t, 2, StateConfig{Release: v.release})
+			p := newStarted(t, 2, stateConfig{Release: v.release})
 			setWave(t, p, 7, false)
 			act, err := p.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 7})
 			if err != nil || !act.SendStartWave {
@@ -73,7 +73,7 @@ func TestReleaseVectors(t *testing.T) {
 // 0's start_wave does; a pause (wave_complete) after the wave leaves
 // running false, and later wakes still broadcast START_DP_WAVE.
 func TestLatestWakeNeverLatchesRunning(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, stateConfig{})
 	setWave(t, s, 4, false)
 	now := time.Unix(1000, 0)
 	for i := range 5 {
@@ -114,7 +114,7 @@ func TestLatestWakeNeverLatchesRunning(t *testing.T) {
 // TestScaleUpLatest: the newest vLLM coordinator no longer marks the
 // engines paused when it grows.
 func TestScaleUpLatest(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, stateConfig{})
 	setWave(t, s, 3, true)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 4})
 	if err != nil || a.PublishWave || !a.Running || !s.Running() || s.Engines() != 4 {

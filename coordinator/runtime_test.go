@@ -12,6 +12,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -94,7 +95,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 	waitFor(t, ctx, "the junk to be dropped", func() bool {
 		return h.c.Stats().BackPublish.Dropped == 5
 	})
-	if snap := h.c.Snapshot(); snap.Started || snap.Subscribed != 0 {
+	if snap := h.c.stateSnapshot(); snap.Started || snap.Subscribed != 0 {
 		t.Fatalf("stray messages counted as engines: %+v", snap)
 	}
 
@@ -110,7 +111,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 	if err := ghost.Dial(h.c.BackPublishEndpoint()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the ghost's subscription", func() bool { return h.c.Snapshot().Subscribed == 1 })
+	waitFor(t, ctx, "the ghost's subscription", func() bool { return h.c.stateSnapshot().Subscribed == 1 })
 	ghost.Close()
 	waitFor(t, ctx, "the ghost's unsubscription", func() bool { return h.c.Stats().BackUnsubscribed == 1 })
 
@@ -169,7 +170,7 @@ func TestStatsFlow(t *testing.T) {
 	if p.KV || p.Wave != 0 || p.Running {
 		t.Fatalf("publication %+v", p)
 	}
-	snap := h.c.Snapshot()
+	snap := h.c.stateSnapshot()
 	if len(snap.Loads) != 2 || snap.Loads[0].Waiting != 5 || snap.Loads[1].Running != 1 || !snap.Started {
 		t.Fatalf("snapshot %+v", snap)
 	}
@@ -248,7 +249,7 @@ func TestWaveRoundTrip(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitWave(t, ctx, h, f, 1, false)
-	if s := h.c.Snapshot(); s.Wave != 1 || s.Running {
+	if s := h.c.stateSnapshot(); s.Wave != 1 || s.Running {
 		t.Fatalf("after wave_complete: %+v", s)
 	}
 
@@ -346,7 +347,7 @@ func TestEngineIndexAndShapeLive(t *testing.T) {
 		}
 	}
 	stats := func(idx int64) []byte {
-		return AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: idx, HasStats: true, Timestamp: ts,
+		return enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: idx, HasStats: true, Timestamp: ts,
 			Stats: SchedulerStats{NumWaitingReqs: 9, NumRunningReqs: 9}})
 	}
 	send(stats(2))     // engine_index == engine count: unknown-rank
@@ -370,7 +371,7 @@ func TestEngineIndexAndShapeLive(t *testing.T) {
 	send(utility)
 	send(stats(0), stats(1))                           // two frames: envelope
 	send(unhex(t, "94a1789092c0c0cb40c81cd6c8b43958")) // engine_index a str: decode
-	send(AppendEngineCoreOutputs(nil, &EngineCoreOutputs{EngineIndex: 1, HasWaveComplete: true, WaveComplete: -1}))
+	send(enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 1, HasWaveComplete: true, WaveComplete: -1}))
 	if err := e.SendStats(ctx, 1, 4, 2, 0, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +386,7 @@ func TestEngineIndexAndShapeLive(t *testing.T) {
 	if !sameDrops(st.BackOutput.Drops, want) || st.BackOutput.StateDrops.Total() != 2 || st.BackOutput.Accepted != 1 {
 		t.Fatalf("back output %+v drops %v", st.BackOutput, dropsOf(st.BackOutput.Drops))
 	}
-	if s := h.c.Snapshot(); s.Wave != 0 || s.Running {
+	if s := h.c.stateSnapshot(); s.Wave != 0 || s.Running {
 		t.Fatalf("a refused notice moved the wave: %+v", s)
 	}
 }
@@ -417,7 +418,7 @@ func TestStartupDeadline(t *testing.T) {
 	h := &harness{c: c2}
 	e := dialEngine(t, h)
 	err = c2.Run(ctx)
-	if !errors.As(err, &se) || se.Expected != 2 || se.Subscribed != c2.Snapshot().Subscribed ||
+	if !errors.As(err, &se) || se.Expected != 2 || se.Subscribed != c2.stateSnapshot().Subscribed ||
 		!strings.Contains(err.Error(), " of 2 engines missing") {
 		t.Fatalf("Run: %v", err)
 	}

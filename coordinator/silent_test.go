@@ -140,7 +140,7 @@ func TestSilentEngineNamed(t *testing.T) {
 	waitFor(t, ctx, "both engines' stats", func() bool {
 		e0.SendStats(ctx, 0, 3, 1, 0, 1)
 		e1.SendStats(ctx, 1, 5, 1, 0, 1)
-		l := h.c.Snapshot().Loads
+		l := h.c.stateSnapshot().Loads
 		return len(l) == 2 && l[0].Waiting == 3 && l[1].Waiting == 5
 	})
 
@@ -158,7 +158,7 @@ func TestSilentEngineNamed(t *testing.T) {
 	})
 	// Engine 0 keeps being served.
 	e0.SendStats(ctx, 0, 7, 1, 0, 2)
-	waitFor(t, ctx, "engine 0's stats after the silence", func() bool { return h.c.Snapshot().Loads[0].Waiting == 7 })
+	waitFor(t, ctx, "engine 0's stats after the silence", func() bool { return h.c.stateSnapshot().Loads[0].Waiting == 7 })
 	st := h.c.Stats()
 	want := EngineSilence{EngineIndex: 1, BackOutput: 1, BackPublish: 1}
 	wantUnknown := uint64(0)

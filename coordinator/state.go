@@ -5,10 +5,11 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
-// Defaults of [StateConfig] and [Config].
+// Defaults of [Config] (and of the state machine it configures).
 const (
 	// DefaultStatsInterval is how often stats are published while they keep
 	// changing (vLLM's min_stats_update_interval_ms, 100 ms).
@@ -16,10 +17,10 @@ const (
 	// DefaultIdleInterval is how often stats are published when nothing
 	// changed (vLLM: 5 s).
 	DefaultIdleInterval = 5 * time.Second
-	// DefaultMaxEngines is the largest engine count a State accepts when
-	// StateConfig.MaxEngines is zero, at start and from SCALE_ELASTIC_EP.
+	// DefaultMaxEngines is the largest engine count accepted when
+	// Config.MaxEngines is zero, at start and from SCALE_ELASTIC_EP.
 	DefaultMaxEngines = 4096
-	// DefaultScaleFactor: when StateConfig.MaxEngines is zero, a
+	// DefaultScaleFactor: when Config.MaxEngines is zero, a
 	// SCALE_ELASTIC_EP notice may grow the engine list to at most
 	// DefaultScaleFactor times the starting engine count (at least
 	// DefaultMinMaxEngines, at most DefaultMaxEngines), so that one notice
@@ -30,12 +31,12 @@ const (
 	DefaultMinMaxEngines = 8
 	// StatsResync is how many consecutive stale stats messages from one
 	// engine make the coordinator take the newest of them anyway and start
-	// its ordering again from there (see [State]): one message with an
+	// its ordering again from there: one message with an
 	// implausible (current_wave, step_counter) can hide at most
 	// StatsResync-1 real ones.
 	StatsResync = 3
 	// MaxWaveJump bounds how far past the current wave a wave_complete or
-	// start_wave notice may move it (see [State]). DP rank 0 reports the
+	// start_wave notice may move it. DP rank 0 reports the
 	// wave it is in, which is the coordinator's current wave or, after a
 	// lost notice, one or two past it.
 	MaxWaveJump = 4
@@ -46,8 +47,8 @@ const (
 	WaveResync = 3
 )
 
-// StateConfig configures a [State]. The zero value means the defaults.
-type StateConfig struct {
+// stateConfig configures a [stateMachine]. The zero value means the defaults.
+type stateConfig struct {
 	// StatsInterval is the publication period while stats change; zero or
 	// negative means DefaultStatsInterval.
 	StatsInterval time.Duration
@@ -68,7 +69,7 @@ type StateConfig struct {
 	// since vLLM PR #49204, else [waiting, running]; a front-end fails to
 	// unpack the other layout), what a front-end wake does
 	// (WakeSetsRunning, before vLLM PR #51481) and whether an elastic-EP
-	// scale-up marks the engines paused (ScaleUpPauses). See [State].
+	// scale-up marks the engines paused (ScaleUpPauses). See [stateMachine].
 	Release vllm.Release
 	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False
 	// (used when the engines do not run in lockstep): front-end wake-ups and
@@ -77,7 +78,7 @@ type StateConfig struct {
 	DisableWaveCoordination bool
 }
 
-func (c StateConfig) withDefaults(engines int) StateConfig {
+func (c stateConfig) withDefaults(engines int) stateConfig {
 	if c.StatsInterval <= 0 {
 		c.StatsInterval = DefaultStatsInterval
 	}
@@ -104,22 +105,22 @@ type StartDPWave struct {
 	Exclude    int64
 }
 
-// Actions is what the runtime must do after one input to [State]. Several
+// stateActions is what the runtime must do after one input to [stateMachine]. Several
 // may be set at once; their order does not matter, as they go to different
 // sockets. The zero value means nothing to do.
-type Actions struct {
+type stateActions struct {
 	// SendReady: send [ReadyFrame] on the back publish socket.
 	SendReady bool
 	// SendStartWave: send START_DP_WAVE(StartWave) on the back publish
 	// socket, as the two frames [StartDPWaveFrame] and
-	// [Actions.AppendStartDPWave].
+	// [stateActions.AppendStartDPWave].
 	SendStartWave bool
 	StartWave     StartDPWave
 	// PublishWave: publish (nil, Wave, Running) to the front-ends at once
-	// ([Actions.AppendWavePublish]).
+	// ([stateActions.AppendWavePublish]).
 	PublishWave bool
 	// PublishStats: publish (counts, Wave, Running) to the front-ends
-	// ([State.AppendStatsPublish], called before the next input).
+	// (stateMachine.AppendStatsPublish, called before the next input).
 	PublishStats bool
 	// Wave and Running are the coordinator's wave and running state after
 	// the input.
@@ -128,28 +129,28 @@ type Actions struct {
 }
 
 // None reports whether a requires nothing.
-func (a Actions) None() bool {
+func (a stateActions) None() bool {
 	return !a.SendReady && !a.SendStartWave && !a.PublishWave && !a.PublishStats
 }
 
 // AppendStartDPWave appends the second frame of a's START_DP_WAVE,
 // (wave, exclude_engine_index).
-func (a *Actions) AppendStartDPWave(dst []byte) []byte {
+func (a *stateActions) AppendStartDPWave(dst []byte) []byte {
 	return appendStartDPWave(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
 }
 
 // AppendWavePublish appends (nil, Wave, Running).
-func (a *Actions) AppendWavePublish(dst []byte) []byte {
+func (a *stateActions) AppendWavePublish(dst []byte) []byte {
 	return appendWavePublish(dst, a.Wave, a.Running)
 }
 
-// Counters are a [State]'s event counts since it was made.
-type Counters struct {
+// stateCounters are a [stateMachine]'s event counts since it was made.
+type stateCounters struct {
 	// StatsApplied counts stats messages whose counts were taken.
 	StatsApplied uint64
 	// StaleStats counts stats messages ignored because their
 	// (current_wave, step_counter) was older than the newest already taken
-	// from the same engine (see [State]).
+	// from the same engine (see [stateMachine]).
 	StaleStats uint64
 	// StartWaves counts START_DP_WAVE broadcasts.
 	StartWaves uint64
@@ -167,8 +168,8 @@ type Counters struct {
 	WaveResyncs uint64
 }
 
-// Snapshot is a copy of a [State]'s published view.
-type Snapshot struct {
+// stateSnapshot is a copy of a [stateMachine]'s published view.
+type stateSnapshot struct {
 	// Loads holds each engine's [waiting, running, kv_cache_usage], by
 	// engine index.
 	Loads []EngineLoad
@@ -192,15 +193,15 @@ type engineState struct {
 	stale    int
 }
 
-// State is the DP coordinator's state machine: single-threaded, pure (no
+// stateMachine is the DP coordinator's state machine: single-threaded, pure (no
 // I/O, no clock of its own), one method per input, each returning the
-// [Actions] to take. It follows vLLM's DPCoordinatorProc:
+// [stateActions] to take. It follows vLLM's DPCoordinatorProc:
 //
 //   - Start-up: one "\x01" subscription per engine on the back publish socket
-//     ([State.OnBackMessage]), then READY. A runtime should not feed engine
-//     outputs or front-end messages before [State.Started], as vLLM does not
+//     (stateMachine.OnBackMessage), then READY. A runtime should not feed engine
+//     outputs or front-end messages before stateMachine.Started, as vLLM does not
 //     poll those sockets until then.
-//   - Stats ([State.OnEngineOutput]): engines[engine_index] =
+//   - Stats (stateMachine.OnEngineOutput): engines[engine_index] =
 //     [num_waiting_reqs, num_running_reqs, kv_cache_usage], published with
 //     or without kv_cache_usage as the release's StatsKVCacheUsage says.
 //   - wave_complete = w, when current_wave <= w: current_wave = w+1,
@@ -208,7 +209,7 @@ type engineState struct {
 //     there is no wave_complete field, start_wave = w, when w > current_wave
 //     or (w == current_wave and not running): current_wave = w, running =
 //     true, START_DP_WAVE(w, exclude = engine_index), publish.
-//   - Front-end wake (exclude, wave) ([State.OnFrontMessage]), when not
+//   - Front-end wake (exclude, wave) (stateMachine.OnFrontMessage), when not
 //     running: START_DP_WAVE(current_wave, exclude), with the exclusion
 //     dropped when wave < current_wave. current_wave is not taken from the
 //     wake. Under releases whose rules have WakeSetsRunning (before vLLM PR
@@ -224,7 +225,7 @@ type engineState struct {
 //     alone.
 //   - A back-publish "\x01" after start-up (an engine re-subscribing, as new
 //     elastic-EP engines do): READY again.
-//   - [State.Tick]: stats are published every StatsInterval while they
+//   - stateMachine.Tick: stats are published every StatsInterval while they
 //     change and every IdleInterval otherwise.
 //
 // Where it departs from vLLM, on purpose:
@@ -254,7 +255,7 @@ type engineState struct {
 //     the current wave) is a ReasonValidate drop, counted in WaveJumps, and
 //     changes nothing (its stats included); WaveResync such notices in a
 //     row are followed anyway (a coordinator that fell behind catches up).
-//     The wave never exceeds MaxWave: a wave_complete at MaxWave pauses the
+//     The wave never exceeds enginecore.MaxWave: a wave_complete at enginecore.MaxWave pauses the
 //     engines and keeps the wave, so every later notice and wake at the
 //     current wave stays in range. One forged notice can therefore neither
 //     move the wave out of the engines' reach nor stop wakes; after a jump
@@ -266,7 +267,7 @@ type engineState struct {
 //     stats (vLLM skips such a message too, for elastic EP); a stats-less
 //     wave notice from such an engine is handled, as in vLLM, because an
 //     engine started by a scale-up may report start_wave before the scale
-//     notice arrives. An index >= StateConfig.MaxEngines is always
+//     notice arrives. An index >= stateConfig.MaxEngines is always
 //     ReasonUnknownRank.
 //   - vLLM's asserts: a message with request outputs or a utility output is
 //     a ReasonValidate drop instead of a dead coordinator.
@@ -276,7 +277,7 @@ type engineState struct {
 //     engine is never actually left out (harmless: it gets the request
 //     anyway). An exclusion that names no current engine is dropped, so
 //     every engine is woken.
-//   - SCALE_ELASTIC_EP takes n in [1, StateConfig.MaxEngines] only (by
+//   - SCALE_ELASTIC_EP takes n in [1, stateConfig.MaxEngines] only (by
 //     default DefaultScaleFactor times the starting engine count), and
 //     marks the stats as changed so front-ends see the new length within
 //     StatsInterval (vLLM waits for the next periodic publication). vLLM
@@ -289,8 +290,8 @@ type engineState struct {
 //   - Publication timing is driven by Tick alone. vLLM publishes only when
 //     its poll times out, so a steady stream of input can hold its
 //     publication back indefinitely.
-type State struct {
-	cfg        StateConfig
+type stateMachine struct {
+	cfg        stateConfig
 	rules      vllm.Rules
 	jumps      int // consecutive wave notices beyond MaxWaveJump
 	engines    []engineState
@@ -301,27 +302,27 @@ type State struct {
 	subscribed int
 	published  bool
 	lastPub    time.Time
-	counters   Counters
+	counters   stateCounters
 }
 
-// NewState returns the state of a coordinator for engines engines, waiting
+// newStateMachine returns the state of a coordinator for engines engines, waiting
 // for their start-up subscriptions. It fails (with an unclassified error:
 // this is configuration, not peer input) when engines is not in
 // [1, cfg.MaxEngines] or cfg.MaxEngines is out of [1, MaxEngines].
-func NewState(engines int, cfg StateConfig) (*State, error) {
+func newStateMachine(engines int, cfg stateConfig) (*stateMachine, error) {
 	cfg = cfg.withDefaults(engines)
 	if cfg.MaxEngines < 1 || cfg.MaxEngines > MaxEngines {
-		return nil, errors.New("coordinator: StateConfig.MaxEngines out of range")
+		return nil, errors.New("coordinator: stateConfig.MaxEngines out of range")
 	}
 	if engines < 1 || engines > cfg.MaxEngines {
 		return nil, errors.New("coordinator: engine count out of range")
 	}
-	return &State{cfg: cfg, rules: cfg.Release.Rules(), engines: make([]engineState, engines, max(engines, 8))}, nil
+	return &stateMachine{cfg: cfg, rules: cfg.Release.Rules(), engines: make([]engineState, engines, max(engines, 8))}, nil
 }
 
-func (s *State) actions() Actions { return Actions{Wave: s.wave, Running: s.running} }
+func (s *stateMachine) actions() stateActions { return stateActions{Wave: s.wave, Running: s.running} }
 
-func (s *State) startWave(a *Actions, wave, exclude int64, hasExclude bool) {
+func (s *stateMachine) startWave(a *stateActions, wave, exclude int64, hasExclude bool) {
 	a.SendStartWave = true
 	a.StartWave = StartDPWave{Wave: wave, Exclude: exclude, HasExclude: hasExclude}
 	if !hasExclude {
@@ -334,14 +335,11 @@ var (
 	errOutputs       = decodeguard.NewError(decodeguard.ReasonValidate, "engine output carries request outputs: not a coordinator message")
 	errUtility       = decodeguard.NewError(decodeguard.ReasonValidate, "engine output carries a utility output: not a coordinator message")
 	errUnknownEngine = decodeguard.NewError(decodeguard.ReasonUnknownRank, "stats from an engine index beyond the engine count")
-	errUnknownIndex  = decodeguard.NewError(decodeguard.ReasonUnknownRank, "engine index beyond StateConfig.MaxEngines")
+	errUnknownIndex  = decodeguard.NewError(decodeguard.ReasonUnknownRank, "engine index beyond stateConfig.MaxEngines")
 	errScaleRange    = decodeguard.NewError(decodeguard.ReasonValidate, "SCALE_ELASTIC_EP engine count out of range")
 	errWaveRange     = decodeguard.NewError(decodeguard.ReasonValidate, "wake: wave or exclusion out of range")
 	errWaveJump      = decodeguard.NewError(decodeguard.ReasonValidate, "wave notice moves the wave more than MaxWaveJump past the current wave")
 	errFrontKind     = decodeguard.NewError(decodeguard.ReasonDecode, "unknown front-end message kind")
-	errBackEmpty     = decodeguard.NewError(decodeguard.ReasonDecode, "empty back-publish message")
-	errBackTopic     = decodeguard.NewError(decodeguard.ReasonValidate, "back-publish subscription with a topic: not an engine")
-	errBackOther     = decodeguard.NewError(decodeguard.ReasonDecode, "back-publish message is not a subscription")
 )
 
 // OnEngineOutput applies one decoded back-output message (see
@@ -351,28 +349,28 @@ var (
 // ReasonValidate for request outputs, a utility output, a value out of
 // range ([EngineCoreOutputs.Validate]) or a wave notice beyond MaxWaveJump,
 // ReasonUnknownRank for an engine index the coordinator does not have (see
-// [State] for the exact rules). The returned errors are shared values: compare them with errors.Is
+// [stateMachine] for the exact rules). The returned errors are shared values: compare them with errors.Is
 // or [decodeguard.ReasonOf], do not modify them.
-func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
+func (s *stateMachine) OnEngineOutput(m *EngineCoreOutputs) (stateActions, error) {
 	switch {
 	case m.OutputsLen != 0:
-		return Actions{}, errOutputs
+		return stateActions{}, errOutputs
 	case m.HasUtilityOutput:
-		return Actions{}, errUtility
+		return stateActions{}, errUtility
 	}
 	if err := m.Validate(); err != nil {
-		return Actions{}, err
+		return stateActions{}, err
 	}
 	idx := m.EngineIndex
 	switch {
 	case idx >= int64(s.cfg.MaxEngines):
-		return Actions{}, errUnknownIndex
+		return stateActions{}, errUnknownIndex
 	case m.HasStats && idx >= int64(len(s.engines)):
-		return Actions{}, errUnknownEngine
+		return stateActions{}, errUnknownEngine
 	}
 	if !s.cfg.DisableWaveCoordination && !s.waveNoticeOK(m) {
 		s.counters.WaveJumps++
-		return Actions{}, errWaveJump
+		return stateActions{}, errWaveJump
 	}
 	if m.HasStats {
 		s.applyStats(&s.engines[idx], &m.Stats)
@@ -397,19 +395,19 @@ func (s *State) OnEngineOutput(m *EngineCoreOutputs) (Actions, error) {
 	return a, nil
 }
 
-// nextWave is the wave after wave_complete = w: w+1, but at most MaxWave,
+// nextWave is the wave after wave_complete = w: w+1, but at most enginecore.MaxWave,
 // so that the wave never leaves the range every notice and wake is checked
-// against (a wave_complete at MaxWave pauses the engines and keeps the wave).
+// against (a wave_complete at enginecore.MaxWave pauses the engines and keeps the wave).
 func nextWave(w int64) int64 {
-	if w >= MaxWave {
-		return MaxWave
+	if w >= enginecore.MaxWave {
+		return enginecore.MaxWave
 	}
 	return w + 1
 }
 
 // waveNoticeOK applies the wave-jump rule (see State) to m's wave notice,
 // if any: true when m may be applied.
-func (s *State) waveNoticeOK(m *EngineCoreOutputs) bool {
+func (s *stateMachine) waveNoticeOK(m *EngineCoreOutputs) bool {
 	var w int64
 	switch {
 	case m.HasWaveComplete:
@@ -433,7 +431,7 @@ func (s *State) waveNoticeOK(m *EngineCoreOutputs) bool {
 }
 
 // applyStats takes st for engine e unless it is stale (see State).
-func (s *State) applyStats(e *engineState, st *SchedulerStats) {
+func (s *stateMachine) applyStats(e *engineState, st *SchedulerStats) {
 	w, step := st.CurrentWave, st.StepCounter
 	if e.seen && (w < e.lastWave || (w == e.lastWave && step < e.lastStep)) {
 		s.counters.StaleStats++
@@ -454,16 +452,16 @@ func (s *State) applyStats(e *engineState, st *SchedulerStats) {
 // OnFrontMessage applies one parsed front-end message (see
 // [ParseFrontMessage]). Subscriptions and unsubscriptions change nothing.
 // A scale notice resizes the engine list; a wake-up starts a wave when the
-// engines are paused (see [State]). It returns a ReasonValidate error, and
-// changes nothing, for an engine count outside [1, StateConfig.MaxEngines] or a
+// engines are paused (see [stateMachine]). It returns a ReasonValidate error, and
+// changes nothing, for an engine count outside [1, stateConfig.MaxEngines] or a
 // wave or exclusion out of range, and ReasonDecode for an unknown Kind.
-func (s *State) OnFrontMessage(msg FrontMsg) (Actions, error) {
+func (s *stateMachine) OnFrontMessage(msg FrontMsg) (stateActions, error) {
 	switch msg.Kind {
 	case FrontSubscribe, FrontUnsubscribe:
 		return s.actions(), nil
 	case FrontScale:
 		if msg.Engines < 1 || msg.Engines > s.cfg.MaxEngines {
-			return Actions{}, errScaleRange
+			return stateActions{}, errScaleRange
 		}
 		grow := msg.Engines > len(s.engines)
 		s.resize(msg.Engines)
@@ -480,8 +478,8 @@ func (s *State) OnFrontMessage(msg FrontMsg) (Actions, error) {
 		s.checkStartup(&a)
 		return a, nil
 	case FrontWake:
-		if msg.Wave < 0 || msg.Wave > MaxWave || (msg.HasExclude && msg.Exclude < 0) {
-			return Actions{}, errWaveRange
+		if msg.Wave < 0 || msg.Wave > enginecore.MaxWave || (msg.HasExclude && msg.Exclude < 0) {
+			return stateActions{}, errWaveRange
 		}
 		a := s.actions()
 		if s.cfg.DisableWaveCoordination || s.running {
@@ -495,12 +493,12 @@ func (s *State) OnFrontMessage(msg FrontMsg) (Actions, error) {
 		}
 		return a, nil
 	}
-	return Actions{}, errFrontKind
+	return stateActions{}, errFrontKind
 }
 
 // resize cuts the engine list to n or grows it with zeroed engines; the
 // survivors keep their counts and their stats ordering.
-func (s *State) resize(n int) {
+func (s *stateMachine) resize(n int) {
 	if n <= len(s.engines) {
 		clear(s.engines[n:])
 		s.engines = s.engines[:n]
@@ -512,14 +510,14 @@ func (s *State) resize(n int) {
 }
 
 // OnBackMessage applies one frame received on the back publish (XPUB)
-// socket: "\x01" is an engine's subscription ([State.OnBackSubscribe]),
+// socket: "\x01" is an engine's subscription (stateMachine.OnBackSubscribe),
 // "\x00" an unsubscription (ignored). A subscription with a topic is a
 // ReasonValidate error (engines subscribe to everything; this is some other
 // peer) and any other frame a ReasonDecode error; neither changes anything,
 // during start-up or after.
-func (s *State) OnBackMessage(b []byte) (Actions, error) {
-	if err := CheckBackMessage(b); err != nil {
-		return Actions{}, err
+func (s *stateMachine) OnBackMessage(b []byte) (stateActions, error) {
+	if err := enginecore.CheckBackMessage(b); err != nil {
+		return stateActions{}, err
 	}
 	if b[0] == 0x01 {
 		return s.OnBackSubscribe(), nil
@@ -527,28 +525,11 @@ func (s *State) OnBackMessage(b []byte) (Actions, error) {
 	return s.actions(), nil
 }
 
-// CheckBackMessage is [State.OnBackMessage]'s classification without the
-// state: nil for an engine's subscription "\x01" or unsubscription "\x00",
-// a ReasonValidate error for a (un)subscription with a topic and a
-// ReasonDecode error for anything else. A runtime can run it in the receive
-// loop's Validate hook, so that every refused frame is counted there.
-func CheckBackMessage(b []byte) error {
-	switch {
-	case len(b) == 0:
-		return errBackEmpty
-	case len(b) == 1 && (b[0] == 0x01 || b[0] == 0x00):
-		return nil
-	case b[0] == 0x01 || b[0] == 0x00:
-		return errBackTopic
-	}
-	return errBackOther
-}
-
 // OnBackSubscribe applies an engine's subscription on the back publish
 // socket. During start-up it counts it and, with one per engine, sends
 // READY; after start-up (an engine re-subscribing, or a new elastic-EP
 // engine) it sends READY again.
-func (s *State) OnBackSubscribe() Actions {
+func (s *stateMachine) OnBackSubscribe() stateActions {
 	a := s.actions()
 	if s.started {
 		a.SendReady = true
@@ -560,7 +541,7 @@ func (s *State) OnBackSubscribe() Actions {
 	return a
 }
 
-func (s *State) checkStartup(a *Actions) {
+func (s *stateMachine) checkStartup(a *stateActions) {
 	if !s.started && s.subscribed >= len(s.engines) {
 		s.started = true
 		a.SendReady = true
@@ -571,10 +552,10 @@ func (s *State) checkStartup(a *Actions) {
 // Tick tells the state the time is now and returns PublishStats when a stats
 // publication is due: at the first Tick after start-up, then StatsInterval
 // after the last publication if stats changed since, else IdleInterval
-// after it. Nothing is published before [State.Started]. now should come
+// after it. Nothing is published before stateMachine.Started. now should come
 // from a monotonic clock (time.Now() has one); a now earlier than the last
 // publication publishes nothing.
-func (s *State) Tick(now time.Time) Actions {
+func (s *stateMachine) Tick(now time.Time) stateActions {
 	a := s.actions()
 	if !s.started {
 		return a
@@ -590,14 +571,14 @@ func (s *State) Tick(now time.Time) Actions {
 // NextTick returns when the next stats publication is due (the zero Time
 // when it is due at once), assuming no new stats arrive: the runtime's
 // timer should fire then, and again after any input that changed stats.
-func (s *State) NextTick() time.Time {
+func (s *stateMachine) NextTick() time.Time {
 	if !s.published {
 		return time.Time{}
 	}
 	return s.nextTick()
 }
 
-func (s *State) nextTick() time.Time {
+func (s *stateMachine) nextTick() time.Time {
 	if s.changed {
 		return s.lastPub.Add(s.cfg.StatsInterval)
 	}
@@ -605,9 +586,9 @@ func (s *State) nextTick() time.Time {
 }
 
 // AppendStatsPublish appends the stats publication (counts, current_wave,
-// engines_running) in the layout StateConfig.Release selects, with
+// engines_running) in the layout stateConfig.Release selects, with
 // the current counts, wave and running state.
-func (s *State) AppendStatsPublish(dst []byte) []byte {
+func (s *stateMachine) AppendStatsPublish(dst []byte) []byte {
 	return appendStatsState(dst, s.engines, s.rules.StatsKVCacheUsage, s.wave, s.running)
 }
 
@@ -620,29 +601,29 @@ func appendStatsState(dst []byte, engines []engineState, kv bool, wave int64, ru
 }
 
 // Wave returns the current wave.
-func (s *State) Wave() int64 { return s.wave }
+func (s *stateMachine) Wave() int64 { return s.wave }
 
 // Running reports whether the engines are running.
-func (s *State) Running() bool { return s.running }
+func (s *stateMachine) Running() bool { return s.running }
 
 // Started reports whether READY has been sent after start-up.
-func (s *State) Started() bool { return s.started }
+func (s *stateMachine) Started() bool { return s.started }
 
 // Engines returns the current engine count.
-func (s *State) Engines() int { return len(s.engines) }
+func (s *stateMachine) Engines() int { return len(s.engines) }
 
-// MaxEngines returns the largest engine count accepted (StateConfig.MaxEngines
+// MaxEngines returns the largest engine count accepted (stateConfig.MaxEngines
 // after defaults).
-func (s *State) MaxEngines() int { return s.cfg.MaxEngines }
+func (s *stateMachine) MaxEngines() int { return s.cfg.MaxEngines }
 
-// Counters returns the event counts.
-func (s *State) Counters() Counters { return s.counters }
+// stateCounters returns the event counts.
+func (s *stateMachine) stateCounters() stateCounters { return s.counters }
 
-// Snapshot returns a copy of the published view.
-func (s *State) Snapshot() Snapshot {
+// stateSnapshot returns a copy of the published view.
+func (s *stateMachine) stateSnapshot() stateSnapshot {
 	loads := make([]EngineLoad, len(s.engines))
 	for i := range s.engines {
 		loads[i] = s.engines[i].load
 	}
-	return Snapshot{Loads: loads, Wave: s.wave, Running: s.running, Started: s.started, Subscribed: s.subscribed}
+	return stateSnapshot{Loads: loads, Wave: s.wave, Running: s.running, Started: s.started, Subscribed: s.subscribed}
 }

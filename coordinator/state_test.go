@@ -27,9 +27,9 @@ func startWaveMsg(engine, w int64) *EngineCoreOutputs {
 
 // newStarted returns a State for n engines after its start-up
 // subscriptions, checking that READY comes with the last one only.
-func newStarted(t *testing.T, n int, cfg StateConfig) *State {
+func newStarted(t *testing.T, n int, cfg stateConfig) *stateMachine {
 	t.Helper()
-	s, err := NewState(n, cfg)
+	s, err := newStateMachine(n, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -46,7 +46,7 @@ func newStarted(t *testing.T, n int, cfg StateConfig) *State {
 }
 
 // setWave puts s in (wave, running) through engine notices.
-func setWave(t *testing.T, s *State, wave int64, running bool) {
+func setWave(t *testing.T, s *stateMachine, wave int64, running bool) {
 	t.Helper()
 	// One wave at a time, as the engines report them (a jump of more than
 	// MaxWaveJump is refused).
@@ -66,11 +66,11 @@ func setWave(t *testing.T, s *State, wave int64, running bool) {
 }
 
 func TestStartup(t *testing.T) {
-	s, err := NewState(3, StateConfig{})
+	s, err := newStateMachine(3, stateConfig{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	feed := func(b string) (Actions, error) { return s.OnBackMessage([]byte(b)) }
+	feed := func(b string) (stateActions, error) { return s.OnBackMessage([]byte(b)) }
 	// Stray frames before and between the engines' subscriptions are
 	// dropped with a classified error and do not count (vLLM returned).
 	strays := []struct {
@@ -99,8 +99,8 @@ func TestStartup(t *testing.T) {
 			t.Fatalf("subscription %d: %+v %v", i, a, err)
 		}
 	}
-	if !s.Started() || s.Counters().Readies != 1 {
-		t.Fatalf("not started: %+v", s.Counters())
+	if !s.Started() || s.stateCounters().Readies != 1 {
+		t.Fatalf("not started: %+v", s.stateCounters())
 	}
 	// Re-subscription after start-up: READY again, every time.
 	for i := 0; i < 2; i++ {
@@ -108,10 +108,10 @@ func TestStartup(t *testing.T) {
 			t.Fatal("no READY on re-subscription")
 		}
 	}
-	if s.Counters().Readies != 3 {
-		t.Fatalf("Readies = %d", s.Counters().Readies)
+	if s.stateCounters().Readies != 3 {
+		t.Fatalf("Readies = %d", s.stateCounters().Readies)
 	}
-	if snap := s.Snapshot(); !snap.Started || snap.Subscribed != 3 {
+	if snap := s.stateSnapshot(); !snap.Started || snap.Subscribed != 3 {
 		t.Fatalf("snapshot %+v", snap)
 	}
 }
@@ -119,7 +119,7 @@ func TestStartup(t *testing.T) {
 func TestWaveTransitions(t *testing.T) {
 	tests := []struct {
 		name        string
-		cfg         StateConfig
+		cfg         stateConfig
 		wave        int64
 		running     bool
 		engineMsg   *EngineCoreOutputs
@@ -167,11 +167,11 @@ func TestWaveTransitions(t *testing.T) {
 			wantWave: 3, wantRunning: true},
 		{name: "subscribe", wave: 3, front: &FrontMsg{Kind: FrontSubscribe}, wantWave: 3},
 		{name: "unsubscribe", wave: 3, running: true, front: &FrontMsg{Kind: FrontUnsubscribe, Topic: []byte("x")}, wantWave: 3, wantRunning: true},
-		{name: "disabled: wake ignored", cfg: StateConfig{DisableWaveCoordination: true}, wave: 0,
+		{name: "disabled: wake ignored", cfg: stateConfig{DisableWaveCoordination: true}, wave: 0,
 			front: &FrontMsg{Kind: FrontWake, Wave: 0}, wantWave: 0},
-		{name: "disabled: wave_complete ignored", cfg: StateConfig{DisableWaveCoordination: true}, wave: 0,
+		{name: "disabled: wave_complete ignored", cfg: stateConfig{DisableWaveCoordination: true}, wave: 0,
 			engineMsg: waveCompleteMsg(0, 0), wantWave: 0},
-		{name: "disabled: start_wave ignored", cfg: StateConfig{DisableWaveCoordination: true}, wave: 0,
+		{name: "disabled: start_wave ignored", cfg: stateConfig{DisableWaveCoordination: true}, wave: 0,
 			engineMsg: startWaveMsg(0, 4), wantWave: 0},
 	}
 	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
@@ -189,10 +189,10 @@ func TestWaveTransitions(t *testing.T) {
 	}
 }
 
-func runWaveTransition(t *testing.T, name string, cfg StateConfig, wave int64, running bool, engineMsg *EngineCoreOutputs,
+func runWaveTransition(t *testing.T, name string, cfg stateConfig, wave int64, running bool, engineMsg *EngineCoreOutputs,
 	front *FrontMsg, wantStart *StartDPWave, wantPublish bool, wantWave int64, wantRunning bool) {
 	tt := struct {
-		cfg         StateConfig
+		cfg         stateConfig
 		wave        int64
 		running     bool
 		engineMsg   *EngineCoreOutputs
@@ -212,8 +212,8 @@ func runWaveTransition(t *testing.T, name string, cfg StateConfig, wave int64, r
 			} else {
 				setWave(t, s, tt.wave, tt.running)
 			}
-			before := s.Counters().StartWaves
-			var a Actions
+			before := s.stateCounters().StartWaves
+			var a stateActions
 			var err error
 			if tt.engineMsg != nil {
 				a, err = s.OnEngineOutput(tt.engineMsg)
@@ -233,7 +233,7 @@ func runWaveTransition(t *testing.T, name string, cfg StateConfig, wave int64, r
 				if a.StartWave != *tt.wantStart {
 					t.Fatalf("StartWave %+v, want %+v", a.StartWave, *tt.wantStart)
 				}
-				if s.Counters().StartWaves != before+1 {
+				if s.stateCounters().StartWaves != before+1 {
 					t.Fatal("StartWaves not counted")
 				}
 			}
@@ -248,7 +248,7 @@ func runWaveTransition(t *testing.T, name string, cfg StateConfig, wave int64, r
 }
 
 func TestActionEncoders(t *testing.T) {
-	s := newStarted(t, 4, StateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 4, stateConfig{Release: vllm.Oldest})
 	setWave(t, s, 7, false)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2})
 	if err != nil {
@@ -265,7 +265,7 @@ func TestActionEncoders(t *testing.T) {
 		t.Fatalf("stale wave_complete: %+v %v", a, err)
 	}
 	// wave_complete=6 in wave 6 moves to (7, paused): (nil, 7, False).
-	s2 := newStarted(t, 2, StateConfig{})
+	s2 := newStarted(t, 2, stateConfig{})
 	setWave(t, s2, 6, true)
 	a, err = s2.OnEngineOutput(waveCompleteMsg(0, 6))
 	if err != nil || !a.PublishWave {
@@ -277,7 +277,7 @@ func TestActionEncoders(t *testing.T) {
 }
 
 func TestStatsPublishVector(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 2, stateConfig{Release: vllm.Oldest})
 	setWave(t, s, 7, true)
 	for _, m := range []*EngineCoreOutputs{statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1)} {
 		if _, err := s.OnEngineOutput(m); err != nil {
@@ -292,7 +292,7 @@ func TestStatsPublishVector(t *testing.T) {
 		t.Fatalf("publication %s, want %s", got, vecStatsPublish)
 	}
 
-	kv := newStarted(t, 2, StateConfig{Release: vllm.Latest})
+	kv := newStarted(t, 2, stateConfig{Release: vllm.Latest})
 	m := statsMsg(0, 5, 3, 0, 1)
 	m.Stats.KVCacheUsage = 0.25
 	if _, err := kv.OnEngineOutput(m); err != nil {
@@ -305,14 +305,14 @@ func TestStatsPublishVector(t *testing.T) {
 }
 
 func TestStatsOrdering(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, stateConfig{})
 	apply := func(m *EngineCoreOutputs) {
 		t.Helper()
 		if _, err := s.OnEngineOutput(m); err != nil {
 			t.Fatal(err)
 		}
 	}
-	load := func(i int) EngineLoad { return s.Snapshot().Loads[i] }
+	load := func(i int) EngineLoad { return s.stateSnapshot().Loads[i] }
 
 	apply(statsMsg(0, 5, 3, 2, 10))
 	if l := load(0); l.Waiting != 5 || l.Running != 3 {
@@ -330,7 +330,7 @@ func TestStatsOrdering(t *testing.T) {
 	if l := load(0); l.Waiting != 6 || l.Running != 3 {
 		t.Fatalf("stale stats taken: %+v", l)
 	}
-	if c := s.Counters(); c.StaleStats != 2 || c.StatsApplied != 2 {
+	if c := s.stateCounters(); c.StaleStats != 2 || c.StatsApplied != 2 {
 		t.Fatalf("counters %+v", c)
 	}
 	// Newer wave, step reset to 0 (as engines do when a wave ends): taken.
@@ -343,7 +343,7 @@ func TestStatsOrdering(t *testing.T) {
 	apply(statsMsg(1, 9, 9, 3, 40))
 	apply(statsMsg(0, 2, 2, 3, 1))
 	if load(0).Waiting != 2 || load(1).Waiting != 9 {
-		t.Fatalf("engines not independent: %+v", s.Snapshot().Loads)
+		t.Fatalf("engines not independent: %+v", s.stateSnapshot().Loads)
 	}
 	// A stale stats message's wave notice is still handled.
 	m := statsMsg(0, 7, 7, 0, 0)
@@ -355,15 +355,15 @@ func TestStatsOrdering(t *testing.T) {
 	if load(0).Waiting != 2 {
 		t.Fatal("stale counts taken along with the wave notice")
 	}
-	if c := s.Counters(); c.StaleStats != 3 {
+	if c := s.stateCounters(); c.StaleStats != 3 {
 		t.Fatalf("counters %+v", c)
 	}
 }
 
 func TestEngineIndexAndShape(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{MaxEngines: 16})
+	s := newStarted(t, 2, stateConfig{MaxEngines: 16})
 	setWave(t, s, 3, false)
-	snap := s.Snapshot()
+	snap := s.stateSnapshot()
 	tests := []struct {
 		name   string
 		m      *EngineCoreOutputs
@@ -391,7 +391,7 @@ func TestEngineIndexAndShape(t *testing.T) {
 			t.Fatalf("%s: actions %+v on a drop", tt.name, a)
 		}
 	}
-	after := s.Snapshot()
+	after := s.stateSnapshot()
 	if after.Wave != snap.Wave || after.Running != snap.Running || after.Loads[0] != snap.Loads[0] || after.Loads[1] != snap.Loads[1] {
 		t.Fatalf("a dropped message changed the state: %+v -> %+v", snap, after)
 	}
@@ -404,7 +404,7 @@ func TestEngineIndexAndShape(t *testing.T) {
 }
 
 func TestElasticResize(t *testing.T) {
-	s := newStarted(t, 3, StateConfig{MaxEngines: 8, Release: vllm.Oldest})
+	s := newStarted(t, 3, stateConfig{MaxEngines: 8, Release: vllm.Oldest})
 	for i := int64(0); i < 3; i++ {
 		if _, err := s.OnEngineOutput(statsMsg(i, 10+i, 20+i, 1, 5)); err != nil {
 			t.Fatal(err)
@@ -418,7 +418,7 @@ func TestElasticResize(t *testing.T) {
 	if err != nil || a.SendReady || a.SendStartWave || a.PublishWave {
 		t.Fatalf("grow: %+v %v", a, err)
 	}
-	loads := s.Snapshot().Loads
+	loads := s.stateSnapshot().Loads
 	if len(loads) != 5 || loads[2] != (EngineLoad{Waiting: 12, Running: 22}) || loads[4] != (EngineLoad{}) {
 		t.Fatalf("after grow %+v", loads)
 	}
@@ -433,7 +433,7 @@ func TestElasticResize(t *testing.T) {
 	if _, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2}); err != nil {
 		t.Fatal(err)
 	}
-	if loads := s.Snapshot().Loads; len(loads) != 2 || loads[1] != (EngineLoad{Waiting: 11, Running: 21}) {
+	if loads := s.stateSnapshot().Loads; len(loads) != 2 || loads[1] != (EngineLoad{Waiting: 11, Running: 21}) {
 		t.Fatalf("after shrink %+v", loads)
 	}
 	if _, err := s.OnEngineOutput(statsMsg(2, 1, 1, 9, 9)); decodeguard.ReasonOf(err) != decodeguard.ReasonUnknownRank {
@@ -444,20 +444,20 @@ func TestElasticResize(t *testing.T) {
 	if _, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 3}); err != nil {
 		t.Fatal(err)
 	}
-	if l := s.Snapshot().Loads[2]; l != (EngineLoad{}) {
+	if l := s.stateSnapshot().Loads[2]; l != (EngineLoad{}) {
 		t.Fatalf("re-created engine inherited %+v", l)
 	}
 	if _, err := s.OnEngineOutput(statsMsg(2, 4, 4, 0, 0)); err != nil {
 		t.Fatal(err)
 	}
-	if l := s.Snapshot().Loads[2]; l.Waiting != 4 {
+	if l := s.stateSnapshot().Loads[2]; l.Waiting != 4 {
 		t.Fatalf("restarted engine's stats not taken: %+v", l)
 	}
 	// Survivors keep their ordering state.
 	if _, err := s.OnEngineOutput(statsMsg(0, 99, 99, 1, 4)); err != nil {
 		t.Fatal(err)
 	}
-	if l := s.Snapshot().Loads[0]; l.Waiting != 10 {
+	if l := s.stateSnapshot().Loads[0]; l.Waiting != 10 {
 		t.Fatalf("survivor lost its ordering state: %+v", l)
 	}
 	// Out-of-range counts are drops that change nothing.
@@ -466,8 +466,8 @@ func TestElasticResize(t *testing.T) {
 			t.Fatalf("scale to %d: %v", n, err)
 		}
 	}
-	if s.Engines() != 3 || s.Counters().Resizes != 3 {
-		t.Fatalf("engines %d, counters %+v", s.Engines(), s.Counters())
+	if s.Engines() != 3 || s.stateCounters().Resizes != 3 {
+		t.Fatalf("engines %d, counters %+v", s.Engines(), s.stateCounters())
 	}
 	// The publication follows the new length.
 	if got := hex.EncodeToString(s.AppendStatsPublish(nil)); got != "9393"+"920a14"+"920b15"+"920404"+"00c2" {
@@ -476,7 +476,7 @@ func TestElasticResize(t *testing.T) {
 }
 
 func TestScaleDuringStartup(t *testing.T) {
-	s, _ := NewState(3, StateConfig{})
+	s, _ := newStateMachine(3, stateConfig{})
 	s.OnBackSubscribe()
 	s.OnBackSubscribe()
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2})
@@ -486,7 +486,7 @@ func TestScaleDuringStartup(t *testing.T) {
 }
 
 func TestFrontMessageErrors(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, stateConfig{})
 	for _, m := range []FrontMsg{
 		{},
 		{Kind: 99},
@@ -504,7 +504,7 @@ func TestFrontMessageErrors(t *testing.T) {
 }
 
 func TestTick(t *testing.T) {
-	s, _ := NewState(1, StateConfig{StatsInterval: 100 * time.Millisecond, IdleInterval: 5 * time.Second})
+	s, _ := newStateMachine(1, stateConfig{StatsInterval: 100 * time.Millisecond, IdleInterval: 5 * time.Second})
 	t0 := time.Unix(5000, 0)
 	if a := s.Tick(t0); a.PublishStats {
 		t.Fatal("published before start-up")
@@ -563,20 +563,20 @@ func TestTick(t *testing.T) {
 func TestNewStateErrors(t *testing.T) {
 	for _, tc := range []struct {
 		n   int
-		cfg StateConfig
+		cfg stateConfig
 	}{
-		{0, StateConfig{}},
-		{-1, StateConfig{}},
-		{DefaultMaxEngines + 1, StateConfig{}},
-		{5, StateConfig{MaxEngines: 4}},
-		{1, StateConfig{MaxEngines: MaxEngines + 1}},
-		{1, StateConfig{MaxEngines: -3}},
+		{0, stateConfig{}},
+		{-1, stateConfig{}},
+		{DefaultMaxEngines + 1, stateConfig{}},
+		{5, stateConfig{MaxEngines: 4}},
+		{1, stateConfig{MaxEngines: MaxEngines + 1}},
+		{1, stateConfig{MaxEngines: -3}},
 	} {
-		if s, err := NewState(tc.n, tc.cfg); err == nil || decodeguard.IsBadInput(err) {
+		if s, err := newStateMachine(tc.n, tc.cfg); err == nil || decodeguard.IsBadInput(err) {
 			t.Fatalf("NewState(%d, %+v) = %v, %v", tc.n, tc.cfg, s, err)
 		}
 	}
-	if s, err := NewState(MaxEngines, StateConfig{MaxEngines: MaxEngines}); err != nil || s.Engines() != MaxEngines {
+	if s, err := newStateMachine(MaxEngines, stateConfig{MaxEngines: MaxEngines}); err != nil || s.Engines() != MaxEngines {
 		t.Fatalf("NewState(MaxEngines): %v", err)
 	}
 }
@@ -589,8 +589,8 @@ func TestNewStateErrors(t *testing.T) {
 func TestStateProperties(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(1, 6).Draw(rt, "engines")
-		cfg := StateConfig{MaxEngines: 8, DisableWaveCoordination: rapid.Bool().Draw(rt, "disabled")}
-		s, err := NewState(n, cfg)
+		cfg := stateConfig{MaxEngines: 8, DisableWaveCoordination: rapid.Bool().Draw(rt, "disabled")}
+		s, err := newStateMachine(n, cfg)
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -599,7 +599,7 @@ func TestStateProperties(t *testing.T) {
 		now := time.Unix(0, 0)
 		lastWave := int64(0)
 		for i := 0; i < 200; i++ {
-			var a Actions
+			var a stateActions
 			var err error
 			switch rapid.IntRange(0, 6).Draw(rt, "input") {
 			case 0, 1:
@@ -626,7 +626,7 @@ func TestStateProperties(t *testing.T) {
 					p := pair{m.Stats.CurrentWave, m.Stats.StepCounter}
 					if old, ok := taken[idx]; !ok || p.wave > old.wave || (p.wave == old.wave && p.step >= old.step) {
 						taken[idx] = p
-						if s.Snapshot().Loads[idx].Waiting != m.Stats.NumWaitingReqs {
+						if s.stateSnapshot().Loads[idx].Waiting != m.Stats.NumWaitingReqs {
 							rt.Fatalf("newer stats for engine %d not taken", idx)
 						}
 					}
@@ -673,7 +673,7 @@ func TestStateProperties(t *testing.T) {
 			if a.Wave != s.Wave() && (err == nil) {
 				rt.Fatalf("actions report wave %d, state %d", a.Wave, s.Wave())
 			}
-			if s.Engines() < 1 || s.Engines() > 8 || len(s.Snapshot().Loads) != s.Engines() {
+			if s.Engines() < 1 || s.Engines() > 8 || len(s.stateSnapshot().Loads) != s.Engines() {
 				rt.Fatalf("engine count %d", s.Engines())
 			}
 			if cfg.DisableWaveCoordination && (s.Wave() != 0 || s.Running() || a.SendStartWave || a.PublishWave) {
@@ -688,7 +688,7 @@ func TestStateProperties(t *testing.T) {
 // the new engines start at wave 0) and publishes the wave state; shrinking
 // does not. Under latest neither does (TestScaleUpLatest).
 func TestScaleUpWhileRunning(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 2, stateConfig{Release: vllm.Oldest})
 	setWave(t, s, 3, true)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 1})
 	if err != nil || a.PublishWave || !s.Running() {
@@ -702,7 +702,7 @@ func TestScaleUpWhileRunning(t *testing.T) {
 		t.Fatalf("publication %s", got)
 	}
 	// Disabled wave coordination: never running, nothing published.
-	d := newStarted(t, 1, StateConfig{DisableWaveCoordination: true})
+	d := newStarted(t, 1, stateConfig{DisableWaveCoordination: true})
 	if a, err := d.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2}); err != nil || a.PublishWave {
 		t.Fatalf("disabled: %+v %v", a, err)
 	}

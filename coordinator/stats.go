@@ -84,12 +84,17 @@ type Stats struct {
 	StartWaveCoalesced uint64 `json:"start_wave_coalesced"`
 	ControlDropped     uint64 `json:"control_dropped"`
 
-	// The state machine's counters: stats taken, stale stats ignored (see
-	// State), SCALE_ELASTIC_EP notices applied.
+	// The state machine's counters: stats taken, stale stats ignored (older
+	// (current_wave, step_counter) than the newest taken from the same
+	// engine), SCALE_ELASTIC_EP notices applied.
 	StatsApplied uint64 `json:"stats_applied"`
 	StaleStats   uint64 `json:"stale_stats"`
 	Resizes      uint64 `json:"resizes"`
-	// StatsResyncs, WaveJumps and WaveResyncs: see [Counters].
+	// StatsResyncs counts engines whose stats ordering was restarted after
+	// StatsResync consecutive stale messages; WaveJumps wave notices
+	// refused for moving the wave more than MaxWaveJump (or to the last
+	// representable wave); WaveResyncs the times WaveResync such notices in
+	// a row were followed anyway.
 	StatsResyncs uint64 `json:"stats_resyncs"`
 	WaveJumps    uint64 `json:"wave_jumps"`
 	WaveResyncs  uint64 `json:"wave_resyncs"`
@@ -116,8 +121,8 @@ type Stats struct {
 // call at any time, also after Close.
 func (c *Coordinator) Stats() Stats {
 	c.mu.Lock()
-	snap := c.state.Snapshot()
-	counters := c.state.Counters()
+	snap := c.state.stateSnapshot()
+	counters := c.state.stateCounters()
 	engines := c.state.Engines()
 	c.mu.Unlock()
 	s := Stats{

@@ -12,6 +12,7 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -21,7 +22,7 @@ import (
 // so front-ends saw 424242 for ever. Now the real engine's counts are taken
 // again by its StatsResync-th message.
 func TestStatsFreezeRecovers(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, stateConfig{})
 	if _, err := s.OnEngineOutput(statsMsg(1, 3, 1, 0, 10)); err != nil {
 		t.Fatal(err)
 	}
@@ -32,7 +33,7 @@ func TestStatsFreezeRecovers(t *testing.T) {
 		if _, err := s.OnEngineOutput(statsMsg(1, int64(i), 2, 0, int64(10+i))); err != nil {
 			t.Fatal(err)
 		}
-		got := s.Snapshot().Loads[1].Waiting
+		got := s.stateSnapshot().Loads[1].Waiting
 		if i < StatsResync && got != 424242 {
 			t.Fatalf("message %d taken before the resync: %d", i, got)
 		}
@@ -41,10 +42,10 @@ func TestStatsFreezeRecovers(t *testing.T) {
 		}
 	}
 	// From then on every real message is taken at once.
-	if _, err := s.OnEngineOutput(statsMsg(1, 77, 2, 0, 20)); err != nil || s.Snapshot().Loads[1].Waiting != 77 {
-		t.Fatalf("next real message not taken: %v %+v", err, s.Snapshot().Loads[1])
+	if _, err := s.OnEngineOutput(statsMsg(1, 77, 2, 0, 20)); err != nil || s.stateSnapshot().Loads[1].Waiting != 77 {
+		t.Fatalf("next real message not taken: %v %+v", err, s.stateSnapshot().Loads[1])
 	}
-	if c := s.Counters(); c.StatsResyncs != 1 || c.StaleStats != StatsResync {
+	if c := s.stateCounters(); c.StatsResyncs != 1 || c.StaleStats != StatsResync {
 		t.Fatalf("counters %+v", c)
 	}
 }
@@ -55,16 +56,16 @@ func TestStatsFreezeRecovers(t *testing.T) {
 // jump is refused, and the real rank 0 and front-ends go on.
 func TestWaveStuckRefused(t *testing.T) {
 	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
-		s := newStarted(t, 2, StateConfig{Release: rel})
+		s := newStarted(t, 2, stateConfig{Release: rel})
 		setWave(t, s, 3, true)
 		// Fewer than WaveResync in a row: each is refused.
-		for _, m := range []*EngineCoreOutputs{waveCompleteMsg(0, MaxWave-1), startWaveMsg(1, 4+MaxWaveJump)} {
+		for _, m := range []*EngineCoreOutputs{waveCompleteMsg(0, enginecore.MaxWave-1), startWaveMsg(1, 4+MaxWaveJump)} {
 			if a, err := s.OnEngineOutput(m); decodeguard.ReasonOf(err) != decodeguard.ReasonValidate || !a.None() {
 				t.Fatalf("%s: jump %+v: %+v %v", rel, m, a, err)
 			}
 		}
-		if s.Wave() != 3 || !s.Running() || s.Counters().WaveJumps != 2 {
-			t.Fatalf("%s: state (%d, %v) counters %+v", rel, s.Wave(), s.Running(), s.Counters())
+		if s.Wave() != 3 || !s.Running() || s.stateCounters().WaveJumps != 2 {
+			t.Fatalf("%s: state (%d, %v) counters %+v", rel, s.Wave(), s.Running(), s.stateCounters())
 		}
 		// Rank 0 ends the wave; a wake starts the next.
 		if a, err := s.OnEngineOutput(waveCompleteMsg(0, 3)); err != nil || s.Running() || s.Wave() != 4 || !a.PublishWave {
@@ -77,29 +78,29 @@ func TestWaveStuckRefused(t *testing.T) {
 }
 
 // TestWaveResyncAndCeiling: WaveResync jumps in a row are followed, and the
-// wave then stays in range: at MaxWave a wave_complete pauses without
+// wave then stays in range: at enginecore.MaxWave a wave_complete pauses without
 // overflowing and every wake is accepted.
 func TestWaveResyncAndCeiling(t *testing.T) {
-	s := newStarted(t, 2, StateConfig{})
+	s := newStarted(t, 2, stateConfig{})
 	for i := 1; i <= WaveResync; i++ {
-		_, err := s.OnEngineOutput(startWaveMsg(0, MaxWave))
+		_, err := s.OnEngineOutput(startWaveMsg(0, enginecore.MaxWave))
 		if i < WaveResync && err == nil {
 			t.Fatalf("jump %d followed", i)
 		}
-		if i == WaveResync && (err != nil || s.Wave() != MaxWave || !s.Running()) {
+		if i == WaveResync && (err != nil || s.Wave() != enginecore.MaxWave || !s.Running()) {
 			t.Fatalf("resync: %v (%d, %v)", err, s.Wave(), s.Running())
 		}
 	}
-	if a, err := s.OnEngineOutput(waveCompleteMsg(0, MaxWave)); err != nil || s.Running() || s.Wave() != MaxWave || !a.PublishWave {
-		t.Fatalf("wave_complete at MaxWave: %+v %v (%d, %v)", a, err, s.Wave(), s.Running())
+	if a, err := s.OnEngineOutput(waveCompleteMsg(0, enginecore.MaxWave)); err != nil || s.Running() || s.Wave() != enginecore.MaxWave || !a.PublishWave {
+		t.Fatalf("wave_complete at enginecore.MaxWave: %+v %v (%d, %v)", a, err, s.Wave(), s.Running())
 	}
-	if a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: MaxWave}); err != nil || !a.SendStartWave {
-		t.Fatalf("wake at MaxWave: %+v %v", a, err)
+	if a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: enginecore.MaxWave}); err != nil || !a.SendStartWave {
+		t.Fatalf("wake at enginecore.MaxWave: %+v %v", a, err)
 	}
-	if a, err := s.OnEngineOutput(startWaveMsg(0, MaxWave)); err != nil || !s.Running() || !a.SendStartWave {
-		t.Fatalf("start_wave at MaxWave: %+v %v", a, err)
+	if a, err := s.OnEngineOutput(startWaveMsg(0, enginecore.MaxWave)); err != nil || !s.Running() || !a.SendStartWave {
+		t.Fatalf("start_wave at enginecore.MaxWave: %+v %v", a, err)
 	}
-	if c := s.Counters(); c.WaveResyncs != 1 || c.WaveJumps != WaveResync-1 {
+	if c := s.stateCounters(); c.WaveResyncs != 1 || c.WaveJumps != WaveResync-1 {
 		t.Fatalf("counters %+v", c)
 	}
 }
@@ -115,7 +116,7 @@ func TestStateNeverLatches(t *testing.T) {
 	rapid.Check(t, func(rt *rapid.T) {
 		n := rapid.IntRange(1, 4).Draw(rt, "engines")
 		rel := rapid.SampledFrom(vllm.Releases()).Draw(rt, "release")
-		s, err := NewState(n, StateConfig{MaxEngines: 8, Release: rel})
+		s, err := newStateMachine(n, stateConfig{MaxEngines: 8, Release: rel})
 		if err != nil {
 			rt.Fatal(err)
 		}
@@ -123,7 +124,7 @@ func TestStateNeverLatches(t *testing.T) {
 			s.OnBackSubscribe()
 		}
 		anyInt := rapid.OneOf(rapid.Int64Range(0, 10), rapid.Int64Range(0, math.MaxInt64),
-			rapid.SampledFrom([]int64{MaxWave - 1, MaxWave, math.MaxInt64, math.MaxInt64 - 2}))
+			rapid.SampledFrom([]int64{enginecore.MaxWave - 1, enginecore.MaxWave, math.MaxInt64, math.MaxInt64 - 2}))
 		for range rapid.IntRange(0, 60).Draw(rt, "hostile") {
 			switch rapid.IntRange(0, 3).Draw(rt, "kind") {
 			case 0:
@@ -137,7 +138,7 @@ func TestStateNeverLatches(t *testing.T) {
 			case 3:
 				_, _ = s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: anyInt.Draw(rt, "wake")})
 			}
-			if s.Wave() < 0 || s.Wave() > MaxWave {
+			if s.Wave() < 0 || s.Wave() > enginecore.MaxWave {
 				rt.Fatalf("wave %d out of range", s.Wave())
 			}
 		}
@@ -148,7 +149,7 @@ func TestStateNeverLatches(t *testing.T) {
 					rt.Fatalf("real stats refused: %v", err)
 				}
 			}
-			if l := s.Snapshot().Loads[e]; l.Waiting != 100+StatsResync || l.Running != StatsResync {
+			if l := s.stateSnapshot().Loads[e]; l.Waiting != 100+StatsResync || l.Running != StatsResync {
 				rt.Fatalf("engine %d shows %+v after %d real messages", e, l, StatsResync)
 			}
 		}
@@ -196,7 +197,7 @@ func TestScaleBoundedLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := waitCounts(t, ctx, h, f, [][2]int{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}}, nil)
-	if b := AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running); len(b) > 128 {
+	if b := enginecore.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running); len(b) > 128 {
 		t.Fatalf("publication of %d bytes for 8 engines", len(b))
 	}
 	if st := h.c.Stats(); st.Engines != 8 || st.Resizes != 1 {

@@ -13,21 +13,12 @@ import (
 // The engine wire types live in package enginecore, their one home; the
 // coordinator's names for them are aliases.
 
-// EngineCoreOutputsFields is the number of fields of vLLM's EngineCoreOutputs
-// struct: engine_index, outputs, scheduler_stats, timestamp, utility_output,
-// finished_requests, wave_complete, start_wave.
-const EngineCoreOutputsFields = enginecore.OutputsFields
-
-// MaxWave is the largest wave number accepted from the wire. A wave_complete
-// of w moves the coordinator to wave w+1, so w must leave room for that.
-const MaxWave = enginecore.MaxWave
-
 // EngineCoreOutputs is the coordinator's view of vLLM's EngineCoreOutputs,
 // the message every engine core pushes to the coordinator's back-output
 // socket: [enginecore.Header], which keeps every top-level field and only
 // counts or flags the request outputs, the utility output and the finished
 // request ids. A coordinator message has no request outputs and no utility
-// output ([State.OnEngineOutput] drops one that has). Decoding into a
+// output (the coordinator drops one that has). Decoding into a
 // reused value allocates nothing.
 type EngineCoreOutputs = enginecore.Header
 
@@ -51,20 +42,6 @@ func DecodeEngineCoreOutputs(b []byte, dst *EngineCoreOutputs) error {
 // lim (nil means decodeguard's defaults).
 func DecodeEngineCoreOutputsLimits(b []byte, lim *decodeguard.Limits, dst *EngineCoreOutputs) error {
 	return enginecore.DecodeHeader(b, lim, dst)
-}
-
-// AppendEngineCoreOutputs appends m encoded as vLLM's engine core encodes
-// EngineCoreOutputs (msgspec, array_like, omit_defaults), with no request
-// outputs, utility output or finished requests: see
-// [enginecore.AppendHeader]. The bytes equal vLLM's for the same values.
-func AppendEngineCoreOutputs(dst []byte, m *EngineCoreOutputs) []byte {
-	return enginecore.AppendHeader(dst, m)
-}
-
-// AppendSchedulerStats appends s as a map in vLLM's field order; see
-// [enginecore.AppendSchedulerStats].
-func AppendSchedulerStats(dst []byte, s *SchedulerStats) []byte {
-	return enginecore.AppendSchedulerStats(dst, s)
 }
 
 // readFloat reads a msgpack float64 or float32 or, as msgspec accepts for a

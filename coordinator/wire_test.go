@@ -11,6 +11,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 )
 
 // docs/protocol.md §2 vectors.
@@ -68,7 +69,7 @@ func TestVectorsDecode(t *testing.T) {
 				t.Fatalf("decoded\n got %+v\nwant %+v", got, tt.want)
 			}
 			// Re-encoding gives the exact vLLM bytes.
-			if enc := AppendEngineCoreOutputs(nil, &got); !bytes.Equal(enc, b) {
+			if enc := enginecore.AppendHeader(nil, &got); !bytes.Equal(enc, b) {
 				t.Fatalf("re-encoded\n got %x\nwant %x", enc, b)
 			}
 		})
@@ -99,7 +100,7 @@ func TestEncodeVectors(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := hex.EncodeToString(AppendEngineCoreOutputs(nil, &tt.m)); got != tt.want {
+			if got := hex.EncodeToString(enginecore.AppendHeader(nil, &tt.m)); got != tt.want {
 				t.Fatalf("got  %s\nwant %s", got, tt.want)
 			}
 		})
@@ -113,7 +114,7 @@ func TestArrayLengths(t *testing.T) {
 		func(b []byte) []byte { return msgp.AppendInt64(b, 2) },
 		func(b []byte) []byte { return msgp.AppendArrayHeader(b, 0) },
 		func(b []byte) []byte {
-			return AppendSchedulerStats(b, &SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: 2, StepCounter: 3, CurrentWave: 4})
+			return enginecore.AppendSchedulerStats(b, &SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: 2, StepCounter: 3, CurrentWave: 4})
 		},
 		func(b []byte) []byte { return msgp.AppendFloat64(b, 1.5) },
 		msgp.AppendNil,
@@ -448,7 +449,7 @@ func TestDecodeZeroAllocs(t *testing.T) {
 }
 
 func TestValidateDirect(t *testing.T) {
-	ok := EngineCoreOutputs{EngineIndex: 0, HasWaveComplete: true, WaveComplete: MaxWave}
+	ok := EngineCoreOutputs{EngineIndex: 0, HasWaveComplete: true, WaveComplete: enginecore.MaxWave}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -430,7 +431,7 @@ func TestSink(t *testing.T) {
 	}
 	m := coordinator.EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
 		Stats: coordinator.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}
-	valid := coordinator.AppendEngineCoreOutputs(nil, &m)
+	valid := enginecore.AppendHeader(nil, &m)
 	for i := range n {
 		if err := push.Send(ctx, valid); err != nil {
 			t.Fatalf("send %d: %v", i, err)

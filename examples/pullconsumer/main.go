@@ -26,6 +26,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -131,7 +132,7 @@ func demo(ctx context.Context, ep string) {
 			EngineIndex: int64(step % 2), HasStats: true, Timestamp: float64(step),
 			Stats: coordinator.SchedulerStats{NumWaitingReqs: int64(step % 7), NumRunningReqs: int64(step % 3), StepCounter: int64(step)},
 		}
-		buf = coordinator.AppendEngineCoreOutputs(buf[:0], &m)
+		buf = enginecore.AppendHeader(buf[:0], &m)
 		push.Send(ctx, buf)
 		push.Send(ctx, hostile[step%len(hostile)])
 		select {
