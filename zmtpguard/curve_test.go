@@ -33,11 +33,11 @@ const (
 func TestZ85(t *testing.T) {
 	// RFC 32's test vector.
 	in := []byte{0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B}
-	s, err := Z85Encode(in)
+	s, err := z85Encode(in)
 	if err != nil || s != "HelloWorld" {
 		t.Fatalf("Z85Encode = %q, %v; want HelloWorld", s, err)
 	}
-	b, err := Z85Decode("HelloWorld")
+	b, err := z85Decode("HelloWorld")
 	if err != nil || !bytes.Equal(b, in) {
 		t.Fatalf("Z85Decode = %x, %v", b, err)
 	}
@@ -50,14 +50,14 @@ func TestZ85(t *testing.T) {
 		}
 	}
 	for _, bad := range []string{"Hell", "Hello Worl", "HelloWorl\"", "%nSc1"} {
-		if _, err := Z85Decode(bad); err == nil {
+		if _, err := z85Decode(bad); err == nil {
 			t.Errorf("Z85Decode(%q) succeeded", bad)
 		}
 	}
-	if _, err := Z85Decode("%nSc0"); err != nil { // 0xFFFFFFFF, the largest group
+	if _, err := z85Decode("%nSc0"); err != nil { // 0xFFFFFFFF, the largest group
 		t.Errorf("Z85Decode of the largest group: %v", err)
 	}
-	if _, err := Z85Encode([]byte{1, 2, 3}); err == nil {
+	if _, err := z85Encode([]byte{1, 2, 3}); err == nil {
 		t.Error("Z85Encode of 3 bytes succeeded")
 	}
 	if _, err := ParseCurveKey("short"); err == nil || !strings.Contains(err.Error(), "5 characters") {

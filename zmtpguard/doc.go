@@ -41,6 +41,13 @@
 // scheme ("zmqguard://host:port"): the same checks then run under zmq4's
 // socket layer. [Transport] documents what that mode cannot fix.
 //
-// Only the NULL security mechanism is supported: it is what vLLM uses, and its
-// single-command handshake is what the validator understands.
+// Socket types are [SocketType] values ([Pull], [Push], [XPub], ...), the
+// strings ZMTP sends in READY; an unknown type is refused with an error
+// naming it. A [Conn] offers what a user of one connection needs: whole
+// messages in ([Conn.ReadMessage]) and out ([Conn.WriteMessage],
+// [Conn.Flush]), a PONG for a peer's PING ([Conn.Pong]), deadlines, the
+// addresses and the peer's validated metadata ([Conn.Peer]).
+//
+// Security is NULL, what vLLM uses, or CURVE ([CurveConfig]: encryption and
+// client keys admitted by an [Authorizer] such as a [KeySet]).
 package zmtpguard

@@ -22,9 +22,9 @@ var z85Digits = func() (d [256]byte) {
 	return d
 }()
 
-// Z85Encode encodes b in Z85 (RFC 32): five characters per four bytes. The
+// z85Encode encodes b in Z85 (RFC 32): five characters per four bytes. The
 // length of b must be a multiple of 4.
-func Z85Encode(b []byte) (string, error) {
+func z85Encode(b []byte) (string, error) {
 	if len(b)%4 != 0 {
 		return "", errors.New("zmtpguard: Z85 input length " + strconv.Itoa(len(b)) + " is not a multiple of 4")
 	}
@@ -41,10 +41,10 @@ func Z85Encode(b []byte) (string, error) {
 	return string(out), nil
 }
 
-// Z85Decode decodes the Z85 text s (RFC 32). The length of s must be a
+// z85Decode decodes the Z85 text s (RFC 32). The length of s must be a
 // multiple of 5; a character outside the alphabet, or a group whose value
 // exceeds 32 bits, is an error naming its offset.
-func Z85Decode(s string) ([]byte, error) {
+func z85Decode(s string) ([]byte, error) {
 	if len(s)%5 != 0 {
 		return nil, errors.New("zmtpguard: Z85 text length " + strconv.Itoa(len(s)) + " is not a multiple of 5")
 	}
@@ -76,7 +76,7 @@ type CurveKey [CurveKeySize]byte
 // String returns k in Z85 (40 characters). For a secret key, the caller is
 // responsible for where the text goes.
 func (k CurveKey) String() string {
-	s, _ := Z85Encode(k[:]) // 32 bytes: a multiple of 4
+	s, _ := z85Encode(k[:]) // 32 bytes: a multiple of 4
 	return s
 }
 
@@ -110,7 +110,7 @@ func ParseCurveKey(s string) (CurveKey, error) {
 	var k CurveKey
 	switch len(s) {
 	case 40:
-		b, err := Z85Decode(s)
+		b, err := z85Decode(s)
 		if err != nil {
 			return k, err
 		}
