@@ -1,6 +1,6 @@
 module github.com/zmqguard/zmqguard/bench/kvbaseline
 
-go 1.26
+go 1.26.0
 
 require (
 	github.com/go-zeromq/zmq4 v0.17.0
@@ -13,8 +13,10 @@ require (
 	github.com/philhofer/fwd v1.2.0 // indirect
 	github.com/tinylib/msgp v1.6.5 // indirect
 	github.com/vmihailenco/tagparser/v2 v2.0.0 // indirect
-	golang.org/x/sync v0.7.0 // indirect
-	golang.org/x/text v0.15.0 // indirect
+	golang.org/x/crypto v0.36.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
 )
 
 replace github.com/zmqguard/zmqguard => ../..
