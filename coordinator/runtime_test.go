@@ -2,6 +2,7 @@ package coordinator
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"log/slog"
 	"strings"
@@ -177,6 +178,13 @@ func TestStatsFlow(t *testing.T) {
 	st := h.c.Stats()
 	if st.StatsApplied != 2 || st.StatsPublished < 2 || st.Dropped != 0 || st.Engines != 2 {
 		t.Fatalf("stats %+v", st)
+	}
+	// Stats carries the per-engine loads, the same the publication carries.
+	if len(st.Loads) != 2 || st.Loads[0] != (EngineLoad{Waiting: 5, Running: 3}) || st.Loads[1] != (EngineLoad{Running: 1}) {
+		t.Fatalf("Stats().Loads %+v", st.Loads)
+	}
+	if j, err := json.Marshal(st.Loads[0]); err != nil || string(j) != `{"waiting":5,"running":3,"kv_cache_usage":0}` {
+		t.Fatalf("loads JSON %s %v", j, err)
 	}
 }
 

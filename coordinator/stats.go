@@ -56,9 +56,13 @@ type Stats struct {
 	Started    bool `json:"started"`
 	Subscribed int  `json:"subscribed"`
 	// Engines is the current engine count; Wave and Running the wave state.
-	Engines int   `json:"engines"`
-	Wave    int64 `json:"wave"`
-	Running bool  `json:"running"`
+	Engines int `json:"engines"`
+	// Loads is each engine's last applied load (waiting, running,
+	// kv_cache_usage), by engine index: what the next stats publication
+	// carries. A copy; the caller may keep it.
+	Loads   []EngineLoad `json:"loads"`
+	Wave    int64        `json:"wave"`
+	Running bool         `json:"running"`
 
 	// Received, Accepted and Dropped sum the three sockets' counts; Drops
 	// sums their drops by reason and Violations their refused connections.
@@ -128,6 +132,7 @@ func (c *Coordinator) Stats() Stats {
 	s := Stats{
 		Started: snap.Started, Subscribed: snap.Subscribed,
 		Engines: engines, Wave: snap.Wave, Running: snap.Running,
+		Loads:          snap.Loads,
 		StatsPublished: c.statsPublished.Load(),
 		WavePublished:  c.wavePublished.Load(),
 		ReadySent:      c.readySent.Load(),

@@ -50,9 +50,9 @@ func AppendWakeIdentity(dst []byte, engine uint16, wave int) []byte {
 // EngineLoad is one engine's entry in the DP coordinator's stats
 // publication.
 type EngineLoad struct {
-	Waiting      int64
-	Running      int64
-	KVCacheUsage float64
+	Waiting      int64   `json:"waiting"`
+	Running      int64   `json:"running"`
+	KVCacheUsage float64 `json:"kv_cache_usage"`
 }
 
 // AppendStatsPublish appends the coordinator's periodic publication to
