@@ -321,21 +321,29 @@ func (p *peerConn) readLoop() {
 	defer s.wg.Done()
 	var b *batch
 	var err error
+	// pending: sl already holds a message, read by TryReadMessage while
+	// deciding whether to hand the batch on (one walk of its headers).
+	var sl *slot
+	pending := false
 	for {
-		// Between batches the reader waits in p.first and takes a batch
-		// only once a message has arrived: a batch is 128 slots, and an
-		// idle peer should cost as little as its connection.
-		sl := &p.first
-		if b != nil {
-			sl = &b.slots[b.n]
+		if !pending {
+			// Between batches the reader waits in p.first and takes a
+			// batch only once a message has arrived: a batch is 128
+			// slots, and an idle peer should cost as little as its
+			// connection.
+			sl = &p.first
+			if b != nil {
+				sl = &b.slots[b.n]
+			}
+			if b == nil && !p.waitRecvBudget() {
+				err = ErrClosed
+				break
+			}
+			if err = p.conn.ReadMessage(&sl.m); err != nil {
+				break
+			}
 		}
-		if b == nil && !p.waitRecvBudget() {
-			err = ErrClosed
-			break
-		}
-		if err = p.conn.ReadMessage(&sl.m); err != nil {
-			break
-		}
+		pending = false
 		p.rx.Add(1)
 		if b == nil {
 			b = s.getBatch(p)
@@ -357,7 +365,29 @@ func (p *peerConn) readLoop() {
 			b.bytes += size
 			b.charged += int64(size)
 			over = s.chargeRecv(int64(size))
-		} else if b.n == 0 && !p.conn.MessageBuffered() {
+		}
+		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes) {
+			if !p.deliver(b) {
+				b = nil
+				err = ErrClosed
+				break
+			}
+			b = nil
+			continue
+		}
+		// Read the next message now if it is already here; otherwise hand
+		// the batch on: a message must never wait for a later one (or for
+		// a non-delivered command) to arrive.
+		next := &b.slots[b.n]
+		var got bool
+		if got, err = p.conn.TryReadMessage(&next.m); err != nil {
+			break
+		}
+		if got {
+			sl, pending = next, true
+			continue
+		}
+		if b.n == 0 {
 			// A command (PING) with nothing delivered: do not sit idle
 			// holding an empty batch.
 			b.slots[0], p.first = p.first, b.slots[0]
@@ -365,17 +395,12 @@ func (p *peerConn) readLoop() {
 			b = nil
 			continue
 		}
-		// Hand the batch on unless the next message is already here: a
-		// message must never wait for a later one (or for a non-delivered
-		// command) to arrive.
-		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || !p.conn.MessageBuffered()) {
-			if !p.deliver(b) {
-				b = nil
-				err = ErrClosed
-				break
-			}
+		if !p.deliver(b) {
 			b = nil
+			err = ErrClosed
+			break
 		}
+		b = nil
 	}
 	p.close(err)
 	s.noteReleased(p.releasedBytes(b))
