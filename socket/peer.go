@@ -45,6 +45,19 @@ func (m *outMsg) set(prefix []byte, hasPrefix bool, frames [][]byte) {
 	m.cmd = ""
 	m.buf = m.buf[:0]
 	m.ends = m.ends[:0]
+	// Size the slot once for the whole message: a fresh slot (or one whose
+	// oversized buffer was released) then costs one allocation per table
+	// rather than one per growth step; a reused slot costs none.
+	size := len(prefix)
+	for _, f := range frames {
+		size += len(f)
+	}
+	if cap(m.buf) < size {
+		m.buf = make([]byte, 0, (size+63)&^63)
+	}
+	if n := len(frames) + 1; cap(m.ends) < n {
+		m.ends = make([]int, 0, max(n, 4))
+	}
 	if hasPrefix {
 		m.buf = append(m.buf, prefix...)
 		m.ends = append(m.ends, len(m.buf))
