@@ -150,3 +150,24 @@ func BenchmarkTryReadMessage100(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkMessageBufferedThenRead100 is the pattern TryReadMessage
+// replaces, for comparison with BenchmarkTryReadMessage100: MessageBuffered
+// to decide, then ReadMessage (two walks of each message's headers).
+func BenchmarkMessageBufferedThenRead100(b *testing.B) {
+	nc := &loopConn{b: stream100()}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: zmq4.Pull}
+	var m Message
+	if err := c.ReadMessage(&m); err != nil { // warm the buffers
+		b.Fatal(err)
+	}
+	b.SetBytes(102)
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		_ = c.MessageBuffered()
+		if err := c.ReadMessage(&m); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
