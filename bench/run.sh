@@ -16,6 +16,9 @@
 #   outputs    157-frame EngineCoreOutputs (256 request outputs, logprobs in aux
 #              frames): zmqguard's outputs receiver (full decode) vs pyzmq and
 #              pebbe/zmq4 reading whole messages without decoding
+#   kvevents   live KV-event batches (20 events, 6.7 KB) from a PUB: zmqguard's
+#              kvevents.Subscriber (guard, sequence tracking, full decode) vs a pyzmq
+#              SUB recv_multipart() loop
 #   curve      the stats vector over CURVE: zmqguard sink (decode) vs pyzmq recv()
 #   frame4k    4 KiB frames: zmqguard (no decode), raw TCP, pyzmq
 #   push100    PUSH 100-byte messages to a pyzmq PULL: zmqguard vs zmq4
@@ -31,7 +34,7 @@ set -euo pipefail
 
 MODE=full
 if [ "${1:-}" = quick ]; then MODE=quick; shift; fi
-ONLY=" ${*:-stats100 outputs curve frame4k push100 handshake junk memory} "
+ONLY=" ${*:-stats100 outputs kvevents curve frame4k push100 handshake junk memory} "
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-bench.XXXXXX")
@@ -51,11 +54,11 @@ trap cleanup EXIT
 if [ $MODE = quick ]; then
 	ROUNDS=${ROUNDS:-1}
 	N_STATS=200000 N_ZMQ4=20000 N_4K=50000 N_PUSH=200000 N_PUSH_ZMQ4=20000
-	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1 N_OUT=2000 N_CURVE=50000
+	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1 N_OUT=2000 N_CURVE=50000 N_KV=5000
 else
 	ROUNDS=${ROUNDS:-5}
 	N_STATS=4000000 N_ZMQ4=200000 N_4K=500000 N_PUSH=2000000 N_PUSH_ZMQ4=100000
-	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3 N_OUT=20000 N_CURVE=1000000
+	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3 N_OUT=20000 N_CURVE=1000000 N_KV=200000
 fi
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -114,7 +117,7 @@ have_python() { "$PY" -c 'import zmq, msgpack' 2>/dev/null; }
 # ---------------------------------------------------------------- build
 log "building into $BIN"
 mkdir -p "$BIN"
-(cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv ./bench/outputsrx \
+(cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv ./bench/outputsrx ./bench/kvrx \
 	./bench/pushsend ./bench/handshake-load ./bench/idle ./bench/tabulate)
 # pebbe/zmq4 (libzmq through cgo) is its own module, so that the main one
 # stays pure Go; it needs libzmq's headers (Debian: libzmq3-dev).
@@ -148,6 +151,9 @@ rx() {
 	pebbe-mp) exec "$BIN/pebberecv" --bind "$ep" --count "$3" --multipart ;;
 	pyzmq-mp) exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" multipart ;;
 	outputsrx) exec "$BIN/outputsrx" --bind "$ep" --count "$3" ;;
+	kvrx) exec "$BIN/kvrx" --bind "$ep" --count "$3" ;;
+	pyzmq-sub) exec "$PY" "$ROOT/bench/py/sub.py" "$ep" "$3" ;;
+	pyzmq-sub-decode) exec "$PY" "$ROOT/bench/py/sub.py" "$ep" "$3" decode ;;
 	sink-curve) exec /usr/bin/time -f '%U %S' -o "$TIMEFILE" "$BIN/zmqguard" sink --bind "$ep" --decode stats --count "$3" --log-format text \
 		--curve-secret-key-file "$WORK/curve/server.key_secret" --curve-allow "$WORK/curve/clients" ;;
 	pyzmq-curve) PULL_CURVE_SECRET=$WORK/curve/server.key_secret exec "$PY" "$ROOT/bench/py/pull.py" "$ep" "$3" ;;
@@ -237,6 +243,34 @@ if want outputs; then
 			rec outputs-cpu $v $r "$(jf cpu_ns_per_msg "$out.rx")"
 			[ $v = pyzmq ] || rec outputs-allocs $v $r "$(jf allocs_per_msg "$out.rx")"
 			log "outputs round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+		done
+	done
+fi
+
+# ---------------------------------------------------------------- kvevents
+if want kvevents; then
+	rec '#cmp' kvevents 'msgs/s' "KV-event subscriber, live batches [topic, seq, payload] from one PUB (20 map-form events: 16 BlockStored of 4 blocks and 64 tokens, 4 BlockRemoved; 6.7 KB), $N_KV batches"
+	rec '#ratio' kvevents zmqguard pyzmq
+	rec '#ratio' kvevents zmqguard pyzmq-decode
+	rec '#note' kvevents "zmqguard = bench/kvrx: kvevents.Subscriber, one source with its SUB bound (guarded SUB + SafeLoop + envelope + sequence tracking + guarded decode of every event), handler counting; pyzmq = bench/py/sub.py, SUB bound, recv_multipart() only (no decode, no sequence check); pyzmq-decode = the same plus msgpack.unpackb of each payload (no validation); publisher = bench/sender --kvevents (guarded ZMTP as PUB, pre-encoded messages renumbered per write)."
+	rec '#cmp' kvevents-cpu 'CPU ns/msg' "Same runs: CPU time per batch of the receiving process (lower is better)"
+	rec '#ratio' kvevents-cpu pyzmq zmqguard
+	rec '#ratio' kvevents-cpu pyzmq-decode zmqguard
+	rec '#cmp' kvevents-allocs 'allocs/msg' "Same runs: heap allocations per batch in the receiving process"
+	variants="zmqguard pyzmq pyzmq-decode"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		for v in $(order $r $variants); do
+			[ $v != zmqguard ] && [ $PYOK = 0 ] && continue
+			out=$WORK/kvevents.$v.$r
+			case $v in
+			zmqguard) pair "$out" kvrx $N_KV --kvevents ;;
+			pyzmq) pair "$out" pyzmq-sub $N_KV --kvevents ;;
+			pyzmq-decode) pair "$out" pyzmq-sub-decode $N_KV --kvevents ;;
+			esac
+			rec kvevents $v $r "$(jf msgs_per_sec "$out.rx")"
+			rec kvevents-cpu $v $r "$(jf cpu_ns_per_msg "$out.rx")"
+			[ $v = zmqguard ] && rec kvevents-allocs $v $r "$(jf allocs_per_msg "$out.rx")"
+			log "kvevents round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
 		done
 	done
 fi

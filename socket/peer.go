@@ -47,6 +47,19 @@ func (m *outMsg) set(prefix []byte, hasPrefix bool, frames [][]byte) {
 	m.cmd = ""
 	m.buf = m.buf[:0]
 	m.ends = m.ends[:0]
+	// Size the slot once for the whole message: a fresh slot (or one whose
+	// oversized buffer was released) then costs one allocation per table
+	// rather than one per growth step; a reused slot costs none.
+	size := len(prefix)
+	for _, f := range frames {
+		size += len(f)
+	}
+	if cap(m.buf) < size {
+		m.buf = make([]byte, 0, (size+63)&^63)
+	}
+	if n := len(frames) + 1; cap(m.ends) < n {
+		m.ends = make([]int, 0, max(n, 4))
+	}
 	if hasPrefix {
 		m.buf = append(m.buf, prefix...)
 		m.ends = append(m.ends, len(m.buf))
@@ -323,21 +336,29 @@ func (p *peerConn) readLoop() {
 	defer s.wg.Done()
 	var b *batch
 	var err error
+	// pending: sl already holds a message, read by TryReadMessage while
+	// deciding whether to hand the batch on (one walk of its headers).
+	var sl *slot
+	pending := false
 	for {
-		// Between batches the reader waits in p.first and takes a batch
-		// only once a message has arrived: a batch is 128 slots, and an
-		// idle peer should cost as little as its connection.
-		sl := &p.first
-		if b != nil {
-			sl = &b.slots[b.n]
+		if !pending {
+			// Between batches the reader waits in p.first and takes a
+			// batch only once a message has arrived: a batch is 128
+			// slots, and an idle peer should cost as little as its
+			// connection.
+			sl = &p.first
+			if b != nil {
+				sl = &b.slots[b.n]
+			}
+			if b == nil && !p.waitRecvBudget() {
+				err = ErrClosed
+				break
+			}
+			if err = p.conn.ReadMessage(&sl.m); err != nil {
+				break
+			}
 		}
-		if b == nil && !p.waitRecvBudget() {
-			err = ErrClosed
-			break
-		}
-		if err = p.conn.ReadMessage(&sl.m); err != nil {
-			break
-		}
+		pending = false
 		p.rx.Add(1)
 		if b == nil {
 			b = s.getBatch(p)
@@ -359,7 +380,29 @@ func (p *peerConn) readLoop() {
 			b.bytes += size
 			b.charged += int64(size)
 			over = s.chargeRecv(int64(size))
-		} else if b.n == 0 && !zmtpaccess.MessageBuffered(p.conn) {
+		}
+		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes) {
+			if !p.deliver(b) {
+				b = nil
+				err = ErrClosed
+				break
+			}
+			b = nil
+			continue
+		}
+		// Read the next message now if it is already here; otherwise hand
+		// the batch on: a message must never wait for a later one (or for
+		// a non-delivered command) to arrive.
+		next := &b.slots[b.n]
+		var got bool
+		if got, err = zmtpaccess.TryReadMessage(p.conn, &next.m); err != nil {
+			break
+		}
+		if got {
+			sl, pending = next, true
+			continue
+		}
+		if b.n == 0 {
 			// A command (PING) with nothing delivered: do not sit idle
 			// holding an empty batch.
 			b.slots[0], p.first = p.first, b.slots[0]
@@ -367,17 +410,12 @@ func (p *peerConn) readLoop() {
 			b = nil
 			continue
 		}
-		// Hand the batch on unless the next message is already here: a
-		// message must never wait for a later one (or for a non-delivered
-		// command) to arrive.
-		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || !zmtpaccess.MessageBuffered(p.conn)) {
-			if !p.deliver(b) {
-				b = nil
-				err = ErrClosed
-				break
-			}
+		if !p.deliver(b) {
 			b = nil
+			err = ErrClosed
+			break
 		}
+		b = nil
 	}
 	p.close(err)
 	s.noteReleased(p.releasedBytes(b))

@@ -7,10 +7,11 @@ import (
 // init lends zmqguard's own packages (through internal/zmtpaccess) the
 // Conn methods and parsers that are not part of the public API.
 func init() {
-	zmtpwire.SetAccess(zmtpwire.Access[*Conn]{
+	zmtpwire.SetAccess(zmtpwire.Access[*Conn, *Message]{
 		NetConn:         (*Conn).netConn,
 		WriteCommand:    (*Conn).writeCommand,
 		MessageBuffered: (*Conn).messageBuffered,
+		TryReadMessage:  (*Conn).tryReadMessage,
 		ReadBufferBytes: (*Conn).readBufferBytes,
 		Stalled:         (*Conn).stalled,
 		CheckGreeting:   func(b []byte) error { return checkGreeting(b, nil) },

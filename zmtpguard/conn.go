@@ -967,6 +967,29 @@ func (c *Conn) messageBuffered() bool {
 	return false
 }
 
+// tryReadMessage is ReadMessage for a reader that batches: when the read
+// buffer already holds the next whole message it reads it into m as
+// ReadMessage would (same checks, same violations) and reports true;
+// otherwise it consumes nothing, leaves m reset and reports false, without
+// waiting on the network. It replaces a MessageBuffered call followed by
+// ReadMessage, which walks the message's frame headers twice: here the
+// common case (a data message within the limits) is found whole and copied
+// out in one walk.
+func (c *Conn) tryReadMessage(m *Message) (bool, error) {
+	m.Reset()
+	if c.cz == nil && (c.cr == nil || !c.cr.full) {
+		if c.readBuffered(m) {
+			return true, nil
+		}
+	}
+	// Anything else that is whole (a command, a message the general path
+	// refuses, a buffer about to grow, CURVE) goes through ReadMessage.
+	if !c.messageBuffered() {
+		return false, nil
+	}
+	return true, c.ReadMessage(m)
+}
+
 func putUint64(b []byte, v uint64) {
 	_ = b[7]
 	b[0] = byte(v >> 56)

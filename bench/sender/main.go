@@ -13,6 +13,10 @@
 // are junk; --count counts valid frames. After the last byte it half-closes
 // the connection and waits for the receiver to close its side, then prints
 // one JSON line: frames and bytes sent and the rate it sent them at.
+//
+// --kvevents connects as a PUB instead and sends live KV-event messages
+// [topic, seq, payload] (load.KVBatch, seq numbered from 0), for a bound
+// SUB: kvevents.Subscriber with Source.Bind, or bench/py/sub.py.
 package main
 
 import (
@@ -47,6 +51,8 @@ func main() {
 	junk := flag.Bool("junk", false, "follow every valid frame with a junk frame")
 	curveDir := flag.String("curve", "", "speak CURVE as a client: a `dir` with server.key (the server's public certificate) and clients/client.key_secret; every message is encrypted and written through the connection")
 	outputs := flag.Bool("outputs", false, "send 157-frame EngineCoreOutputs messages (256 outputs, logprobs in aux frames); --count counts messages")
+	kv := flag.Bool("kvevents", false, "connect as a PUB and send live KV-event messages [topic, seq, payload] (load.KVBatch, seq from 0); --count counts messages")
+	topic := flag.String("topic", "", "the topic frame of --kvevents messages")
 	chunk := flag.Int("chunk", 64<<10, "bytes per write")
 	wait := flag.Duration("wait", 20*time.Second, "how long to retry connecting while the receiver starts")
 	linger := flag.Duration("linger", 2*time.Minute, "how long to wait for the receiver to close after the last byte")
@@ -91,6 +97,14 @@ func main() {
 			os.Exit(2)
 		}
 		sendCurve(*connect, *curveDir, *count, *wait, *linger, *outputs, body)
+		return
+	}
+	if *kv {
+		if *junk || *outputs || *curveDir != "" {
+			fmt.Fprintln(os.Stderr, "sender: --kvevents combines with no other payload flag")
+			os.Exit(2)
+		}
+		sendKV(*connect, *topic, *count, *chunk, *wait, *linger)
 		return
 	}
 	c, err := load.DialRetry(*connect, zmtpguard.Push, *wait)
@@ -172,6 +186,54 @@ func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, ou
 		rep.FramesPerSec = float64(rep.Frames) / elapsed.Seconds()
 	}
 	nc := zmtpaccess.NetConn(c)
+	if tc, ok := nc.(*net.TCPConn); ok {
+		tc.CloseWrite()
+	}
+	nc.SetReadDeadline(time.Now().Add(linger))
+	io.Copy(io.Discard, nc)
+	c.Close()
+	load.PrintJSON(rep)
+}
+
+// sendKV is the KV-event publisher: a guarded ZMTP connection announcing
+// PUB (to a bound SUB, as vLLM's publisher connects when its endpoint names
+// a host), then count live messages [topic, seq, payload] with seq 0, 1, ...,
+// written in chunks renumbered before each write. What the subscriber sends
+// (its subscription) is read only at the end.
+func sendKV(connect, topic string, count uint64, chunk int, wait, linger time.Duration) {
+	payload := load.KVBatch()
+	one, _ := load.KVChunk(topic, payload, 1)
+	per := uint64(max(1, chunk/len(one)))
+	c, err := load.DialRetry(connect, zmtpguard.Pub, wait)
+	if err != nil {
+		load.Fatal(err)
+	}
+	nc := zmtpaccess.NetConn(c)
+	rep := report{Program: "sender"}
+	full, fullAt := load.KVChunk(topic, payload, int(per))
+	var seq uint64
+	start := time.Now()
+	for left := count; left > 0; {
+		buf, at := full, fullAt
+		if left < per {
+			buf, at = load.KVChunk(topic, payload, int(left))
+		}
+		seq = load.SetSeqs(buf, at, seq)
+		n := uint64(len(at))
+		if _, err := nc.Write(buf); err != nil {
+			rep.Note = "receiver closed early: " + err.Error()
+			break
+		}
+		left -= n
+		rep.Frames += 3 * n
+		rep.Valid += n
+		rep.Bytes += uint64(len(buf))
+	}
+	elapsed := time.Since(start)
+	rep.Seconds = elapsed.Seconds()
+	if elapsed > 0 {
+		rep.FramesPerSec = float64(rep.Frames) / elapsed.Seconds()
+	}
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	}

@@ -14,7 +14,7 @@ import (
 
 // a is set by zmtpguard's init, which runs before this package's variables
 // are initialised (zmtpaccess imports zmtpguard).
-var a = zmtpwire.GetAccess[*zmtpguard.Conn]()
+var a = zmtpwire.GetAccess[*zmtpguard.Conn, *zmtpguard.Message]()
 
 // NetConn returns the connection under c, for deadlines and for tests that
 // write raw bytes. Reading or writing it directly corrupts the ZMTP stream.
@@ -30,6 +30,13 @@ func WriteCommand(c *zmtpguard.Conn, name string, data []byte) error {
 // message, so that the next ReadMessage will not wait on the network. It
 // never blocks or allocates.
 func MessageBuffered(c *zmtpguard.Conn) bool { return a.MessageBuffered(c) }
+
+// TryReadMessage reads c's next message into m when it is whole in the read
+// buffer, with ReadMessage's checks; otherwise it consumes nothing and
+// reports false without waiting.
+func TryReadMessage(c *zmtpguard.Conn, m *zmtpguard.Message) (bool, error) {
+	return a.TryReadMessage(c, m)
+}
 
 // ReadBufferBytes returns the bytes of read buffers c holds now. Call it
 // from the goroutine that reads c.

@@ -83,9 +83,9 @@ func Compatible[T ~string](local, peer T) bool {
 
 // Access is what package zmtpguard lends zmqguard's own packages beyond its
 // public API: Conn methods the socket layer and the tools need, and its
-// parsers. C is *zmtpguard.Conn. zmtpguard sets it in its init with
+// parsers. C is *zmtpguard.Conn, M is *zmtpguard.Message. zmtpguard sets it in its init with
 // SetAccess; package zmtpaccess wraps it in typed functions.
-type Access[C any] struct {
+type Access[C, M any] struct {
 	// NetConn returns the connection under c (for deadlines and raw writes
 	// in tests).
 	NetConn func(c C) net.Conn
@@ -93,6 +93,10 @@ type Access[C any] struct {
 	WriteCommand func(c C, name string, data []byte) error
 	// MessageBuffered reports whether the read buffer holds a whole message.
 	MessageBuffered func(c C) bool
+	// TryReadMessage reads the next message into m when it is whole in the
+	// read buffer (same checks as ReadMessage); otherwise it consumes
+	// nothing and reports false without waiting.
+	TryReadMessage func(c C, m M) (bool, error)
 	// ReadBufferBytes returns the bytes of read buffers c holds.
 	ReadBufferBytes func(c C) int
 	// Stalled reports whether c's reader waits for its Budget.
@@ -112,8 +116,8 @@ type Access[C any] struct {
 var access atomic.Value
 
 // SetAccess records a; zmtpguard calls it once, in its init.
-func SetAccess[C any](a Access[C]) { access.Store(a) }
+func SetAccess[C, M any](a Access[C, M]) { access.Store(a) }
 
 // GetAccess returns what SetAccess recorded. It panics when zmtpguard is not
 // linked in (zmtpaccess imports it, so that cannot happen there).
-func GetAccess[C any]() Access[C] { return access.Load().(Access[C]) }
+func GetAccess[C, M any]() Access[C, M] { return access.Load().(Access[C, M]) }
