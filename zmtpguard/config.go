@@ -95,13 +95,17 @@ type Config struct {
 	// A connection starts with 4 KiB (or ReadBufferSize if smaller) and
 	// grows the buffer fourfold, up to ReadBufferSize, each time a read fills
 	// it, so idle connections stay small and busy ones read many messages
-	// per system call. Default 16 KiB.
+	// per system call. A grown buffer is given back (replaced by a 4 KiB
+	// one) when the connection, between two messages, has waited a second
+	// for its next byte. Default 16 KiB.
 	ReadBufferSize int
 	// WriteBufferSize is the largest size of each connection's write
 	// buffer. It is allocated on first write at 4 KiB (or WriteBufferSize if
 	// smaller) and grows fourfold, up to WriteBufferSize, after each Flush
 	// that followed at least a buffer's worth of writes, so a connection
-	// that is only sent heartbeats costs 4 KiB. Default 16 KiB.
+	// that is only sent heartbeats costs 4 KiB; it shrinks back to 4 KiB
+	// after four Flushes in a row that each wrote under a quarter of it.
+	// Default 16 KiB.
 	WriteBufferSize int
 	// OnViolation, if set, is called for every violation (from the
 	// connection's own goroutine: keep it fast and never block).
@@ -120,7 +124,8 @@ type Config struct {
 	// Budget, when set, is the byte budget this connection's unfinished
 	// messages are charged to, shared with the other connections holding
 	// the same *Budget (see [Budget]). Nil means no budget beyond
-	// MaxMessageSize per connection.
+	// MaxMessageSize per connection. The Transport applies it too, with
+	// one limit (see [Transport]).
 	Budget *Budget
 	// Curve, when set, makes every connection use the CURVE security
 	// mechanism (RFC 25/26) instead of NULL: a peer whose greeting offers
