@@ -96,8 +96,8 @@ type Config struct {
 	// grows the buffer fourfold, up to ReadBufferSize, each time a read fills
 	// it, so idle connections stay small and busy ones read many messages
 	// per system call. A grown buffer is given back (replaced by a 4 KiB
-	// one) when the connection, between two messages, has waited a second
-	// for its next byte. Default 16 KiB.
+	// one) when the connection, between two messages, has waited one to two
+	// seconds for its next byte. Default 16 KiB.
 	ReadBufferSize int
 	// WriteBufferSize is the largest size of each connection's write
 	// buffer. It is allocated on first write at 4 KiB (or WriteBufferSize if

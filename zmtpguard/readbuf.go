@@ -6,11 +6,13 @@ import (
 	"time"
 )
 
-// readIdleAfter is how long a connection whose read buffer has grown may
-// wait between messages for its next byte before the buffer is given back
+// readIdleAfter is the period of a grown read buffer's idle check: a
+// connection that has waited, between messages, for its next byte across
+// one whole period (so for one to two periods) gives the buffer back
 // (replaced by an initial-size one). A peer that keeps sending, even with
 // pauses shorter than this, keeps the large buffer and its batching; one
-// that sent a burst and went quiet costs a few KiB again a second later.
+// that sent a burst and went quiet costs a few KiB again a second or two
+// later.
 const readIdleAfter = time.Second
 
 // writeSmallFlushes is how many consecutive Flushes that each wrote less
@@ -25,29 +27,35 @@ const writeSmallFlushes = 4
 type readIdle struct {
 	mu     sync.Mutex
 	parked bool
+	// parks counts the idle waits begun; seen is parks as the previous
+	// tick found it while parked (0: not parked then).
+	parks, seen uint64
+	// ticking is set while the check timer t runs (once a second while
+	// the buffer is grown and the connection open).
+	ticking bool
+	t       *time.Timer
 	// shrunk is set by the timer when it gave the buffer back during the
 	// current wait.
 	shrunk bool
-	t      *time.Timer
 	// park is what the idle wait reads into: the grown buffer is not
 	// passed to a read that may block for ever, so the timer can let it go.
 	park []byte
-	// parks and shrinks count the idle waits and the buffers given back
-	// (tests).
-	parks, shrinks int
+	// shrinks counts the buffers given back (tests).
+	shrinks int
 }
 
 // parkIdle runs at the start of ReadMessage. When the read buffer has grown
 // past its initial size and is empty, the next read would block with the
 // grown buffer pinned for as long as the peer stays silent (1,000 peers
 // that each sent one burst would pin 1,000 × ReadBufferSize). Instead the
-// wait for the next bytes reads into a small park buffer, and a timer armed
-// for readIdleAfter replaces the grown buffer by an initial-size one if the
-// wait is still going on then. The bytes the park read got are handed to
-// the buffered reader first (connReader.carry), its error after them, so
-// the stream is unchanged. A busy peer whose bytes arrive within
-// readIdleAfter keeps its buffer; the cost of the wait is one read of at
-// most the initial size, a timer reset and two uncontended locks.
+// wait for the next bytes reads into a small park buffer, and a timer that
+// ticks every readIdleAfter while the buffer is grown replaces the buffer
+// by an initial-size one when it finds the same wait going on at two ticks
+// in a row. The bytes the park read got are handed to the buffered reader
+// first (connReader.carry), its error after them, so the stream is
+// unchanged. A busy peer whose bytes arrive within readIdleAfter keeps its
+// buffer; what the wait costs it is one read of at most the initial size
+// and two uncontended locks.
 func (c *Conn) parkIdle() {
 	cr := c.cr
 	if cr == nil || c.br.Buffered() > 0 || len(cr.carry) > 0 || cr.err != nil {
@@ -64,10 +72,13 @@ func (c *Conn) parkIdle() {
 	id.mu.Lock()
 	id.parked, id.shrunk = true, false
 	id.parks++
-	if id.t == nil {
-		id.t = time.AfterFunc(readIdleAfter, c.idleFire)
-	} else {
-		id.t.Reset(readIdleAfter)
+	if !id.ticking {
+		id.ticking, id.seen = true, 0
+		if id.t == nil {
+			id.t = time.AfterFunc(readIdleAfter, c.idleTick)
+		} else {
+			id.t.Reset(readIdleAfter)
+		}
 	}
 	id.mu.Unlock()
 
@@ -75,7 +86,6 @@ func (c *Conn) parkIdle() {
 
 	id.mu.Lock()
 	id.parked = false
-	id.t.Stop()
 	shrunk := id.shrunk
 	id.mu.Unlock()
 	if n > 0 {
@@ -88,31 +98,44 @@ func (c *Conn) parkIdle() {
 	}
 }
 
-// idleFire runs on the idle timer: the connection has waited readIdleAfter
-// for its next byte with an empty buffer. It gives back the grown read
-// buffer (and, under CURVE, the scratch buffer for large messages).
-func (c *Conn) idleFire() {
+// idleTick runs on the idle timer. When the reader is in the same idle
+// wait as at the previous tick, it gives back the grown read buffer (and,
+// under CURVE, the scratch buffer for large messages) and stops ticking;
+// otherwise it ticks again, while the connection is open.
+func (c *Conn) idleTick() {
 	cr := c.cr
 	id := &cr.idle
 	id.mu.Lock()
 	defer id.mu.Unlock()
-	if !id.parked {
+	if !id.ticking {
 		return
 	}
-	small := min(initialReadBuffer, c.cfg.ReadBufferSize)
+	if c.body.closed.Load() {
+		id.ticking = false
+		return
+	}
+	if !id.parked || id.seen != id.parks {
+		id.seen = 0
+		if id.parked {
+			id.seen = id.parks
+		}
+		id.t.Reset(readIdleAfter)
+		return
+	}
+	id.ticking = false
 	if c.cz != nil {
 		c.cz.rbuf = nil
 	}
-	if c.br.Size() <= small {
-		return
-	}
-	// The buffer is empty (parkIdle parks only then) and the carry too:
-	// nothing to carry over.
-	c.br = bufio.NewReaderSize(cr, small)
-	cr.full = false
-	cr.min = 0
-	if small < c.cfg.ReadBufferSize {
-		cr.min = small / 2
+	small := min(initialReadBuffer, c.cfg.ReadBufferSize)
+	if c.br.Size() > small {
+		// The buffer is empty (parkIdle parks only then) and so is the
+		// carry: nothing to carry over.
+		c.br = bufio.NewReaderSize(cr, small)
+		cr.full = false
+		cr.min = 0
+		if small < c.cfg.ReadBufferSize {
+			cr.min = small / 2
+		}
 	}
 	id.shrunk = true
 	id.shrinks++
@@ -137,7 +160,7 @@ func (c *Conn) readIdleCounts() (parks, shrinks int) {
 	}
 	c.cr.idle.mu.Lock()
 	defer c.cr.idle.mu.Unlock()
-	return c.cr.idle.parks, c.cr.idle.shrinks
+	return int(c.cr.idle.parks), c.cr.idle.shrinks
 }
 
 // shrinkWriter, called by growWriter after a Flush that did not grow the
