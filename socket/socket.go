@@ -193,6 +193,7 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 		}
 		s.budget = s.guard.Budget
 	}
+	s.guard.OnRelease = s.releaseHook(s.guard.OnRelease)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.estab = make(map[string]int)
 	s.topicIdx = newTopicIndex()

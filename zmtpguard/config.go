@@ -132,6 +132,15 @@ type Config struct {
 	// another mechanism is refused at the greeting (ReasonAuth). Nil means
 	// NULL. The Transport (zmq4 socket mode) supports NULL only.
 	Curve *CurveConfig
+	// OnRelease, if set, is called with the bytes of buffers a connection
+	// gives back while it stays open: a grown read buffer (and CURVE's
+	// scratch buffer) once the connection is idle, from a timer goroutine,
+	// and a grown write buffer, from the writing goroutine. The bytes
+	// become garbage; a process that then allocates little may want to
+	// collect them sooner than its next garbage collection would (the
+	// socket package does, see its Options.ReclaimBytes). Keep it fast and
+	// never block in it.
+	OnRelease func(bytes int)
 }
 
 // DefaultConfig returns a Config with every default filled in.

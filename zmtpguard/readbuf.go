@@ -103,16 +103,24 @@ func (c *Conn) parkIdle() {
 // under CURVE, the scratch buffer for large messages) and stops ticking;
 // otherwise it ticks again, while the connection is open.
 func (c *Conn) idleTick() {
+	if freed := c.idleCheck(); freed > 0 && c.cfg.OnRelease != nil {
+		c.cfg.OnRelease(freed)
+	}
+}
+
+// idleCheck is idleTick's work under the lock; it returns the bytes given
+// back.
+func (c *Conn) idleCheck() (freed int) {
 	cr := c.cr
 	id := &cr.idle
 	id.mu.Lock()
 	defer id.mu.Unlock()
 	if !id.ticking {
-		return
+		return 0
 	}
 	if c.body.closed.Load() {
 		id.ticking = false
-		return
+		return 0
 	}
 	if !id.parked || id.seen != id.parks {
 		id.seen = 0
@@ -120,14 +128,16 @@ func (c *Conn) idleTick() {
 			id.seen = id.parks
 		}
 		id.t.Reset(readIdleAfter)
-		return
+		return 0
 	}
 	id.ticking = false
 	if c.cz != nil {
+		freed += cap(c.cz.rbuf)
 		c.cz.rbuf = nil
 	}
 	small := min(initialReadBuffer, c.cfg.ReadBufferSize)
 	if c.br.Size() > small {
+		freed += c.br.Size() - small
 		// The buffer is empty (parkIdle parks only then) and so is the
 		// carry: nothing to carry over.
 		c.br = bufio.NewReaderSize(cr, small)
@@ -139,6 +149,7 @@ func (c *Conn) idleTick() {
 	}
 	id.shrunk = true
 	id.shrinks++
+	return freed
 }
 
 // readBufferSize returns the size of c's read buffer now; safe while
@@ -184,16 +195,23 @@ func (c *Conn) shrinkWriter(n int) {
 		return
 	}
 	c.smallFlushes = 0
+	freed := 0
 	if size > small {
+		freed += size - small
 		c.bw = bufio.NewWriterSize(c.nc, small)
 	}
 	if cs := c.cz; cs != nil {
 		if cap(cs.wplain) > small {
+			freed += cap(cs.wplain)
 			cs.wplain = nil
 		}
 		if cap(cs.wbox) > small {
+			freed += cap(cs.wbox)
 			cs.wbox = nil
 		}
+	}
+	if freed > 0 && c.cfg.OnRelease != nil {
+		c.cfg.OnRelease(freed)
 	}
 }
 
