@@ -14,6 +14,12 @@ var reclaimer struct {
 	pending atomic.Int64
 	running atomic.Bool
 	last    atomic.Int64 // UnixNano of the last collection it asked for
+	// gen numbers the collections scheduled, so that each socket whose
+	// bytes one takes counts it once.
+	gen atomic.Uint64
+	// tail is set when the last collection was asked for by the
+	// threshold: bytes let go soon after may ask for one more.
+	tail atomic.Bool
 }
 
 // reclaimEvery is the shortest time between two collections the reclaimer
@@ -45,18 +51,34 @@ func (s *Socket) noteReleased(n int64) {
 		return
 	}
 	// Past the threshold, or the tail of a burst: bytes let go within
-	// reclaimTail of the last collection get one more (at most one per
-	// reclaimEvery), so that the part of a burst of departures that came
-	// after its collection is not left for the runtime's two-minute one.
-	tail := time.Since(time.Unix(0, reclaimer.last.Load())) < reclaimTail
-	if (reclaimer.pending.Add(n) < lim && !tail) || !reclaimer.running.CompareAndSwap(false, true) {
+	// reclaimTail of a collection the threshold asked for get one more (a
+	// single one, at least reclaimEvery later), so that the part of a
+	// burst of departures that came after its collection is not left for
+	// the runtime's two-minute one.
+	full := reclaimer.pending.Add(n) >= lim
+	tail := !full && reclaimer.tail.Load() && time.Since(time.Unix(0, reclaimer.last.Load())) < reclaimTail
+	if !full && !tail {
 		return
 	}
-	s.reclaims.Add(1)
+	if !reclaimer.running.CompareAndSwap(false, true) {
+		// A collection is scheduled (by this socket or another): it
+		// takes these bytes too.
+		s.countReclaim(reclaimer.gen.Load())
+		return
+	}
+	reclaimer.tail.Store(full) // a tail collection has no tail
+	s.countReclaim(reclaimer.gen.Add(1))
 	// Departures come in bursts (an attacker leaving closes all its
 	// connections): wait reclaimDelay so one collection takes the burst.
 	wait := max(reclaimDelay, time.Until(time.Unix(0, reclaimer.last.Load()).Add(reclaimEvery)))
 	time.AfterFunc(wait, reclaim)
+}
+
+// countReclaim counts collection gen in s's Stats.Reclaims, once.
+func (s *Socket) countReclaim(gen uint64) {
+	if s.reclaimGen.Swap(gen) != gen {
+		s.reclaims.Add(1)
+	}
 }
 
 // releaseHook returns the zmtpguard OnRelease hook of s's connections:

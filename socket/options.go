@@ -560,6 +560,8 @@ type Stats struct {
 	TopicRefusals uint64 `json:"topic_refusals"`
 	// Reclaims counts the collections this socket asked the runtime for
 	// after departed connections released ReclaimBytes (see
-	// Options.ReclaimBytes).
+	// Options.ReclaimBytes), including one another socket had asked for
+	// already when this socket's bytes passed the threshold (it takes
+	// them too).
 	Reclaims uint64 `json:"reclaims"`
 }

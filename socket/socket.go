@@ -124,6 +124,9 @@ type Socket struct {
 	peerSeq  atomic.Uint64
 	rr       atomic.Uint64
 
+	// reclaimGen is the reclaimer generation last counted in reclaims.
+	reclaimGen atomic.Uint64
+
 	// receive side
 	inbox chan *batch
 	free  chan *batch

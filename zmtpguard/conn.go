@@ -92,7 +92,7 @@ func (c *Conn) growReader() {
 		b, _ := c.br.Peek(n) // buffered: never blocks
 		c.cr.carry = append(make([]byte, 0, n), b...)
 	}
-	c.cr.idle.mu.Lock() // readBufferSize may look
+	c.cr.idle.mu.Lock() // the idle timer and readBufferSize read c.br under it
 	c.br = bufio.NewReaderSize(c.cr, size)
 	c.cr.idle.mu.Unlock()
 	c.cr.min = size / 2
