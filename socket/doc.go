@@ -38,9 +38,11 @@
 // message's first header, so a dribbled body is closed, not held. Send
 // queues are bounded apart (SendQueueBytes, SendTotalBytes), so that
 // subscribers that never read cannot stop the socket from receiving. Read
-// and write buffers start at 4 KiB and grow only while a peer keeps them
-// full. When departed connections released Options.ReclaimBytes (8 MiB) of
-// buffers, the socket asks the runtime for a collection, so the heap
+// and write buffers start at 4 KiB, grow only while a peer keeps them
+// full, and go back to 4 KiB once the peer is idle (a read buffer after one
+// to two seconds without a byte between messages). When departed or idle
+// connections released Options.ReclaimBytes (8 MiB) of buffers, the socket
+// asks the runtime for a collection, so the heap
 // returns to its baseline within a second of an attack ending (otherwise
 // an idle process keeps it until the runtime's two-minute forced
 // collection). XPUB subscriptions are bounded per subscriber

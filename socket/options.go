@@ -189,7 +189,8 @@ type Options struct {
 	// 2 × MemoryBudget (receiving) + SendTotalBytes (send queues; kept
 	// separate so that subscribers that never read cannot stop the socket
 	// from receiving) + per connection its read buffer
-	// (Guard.ReadBufferSize, grown only while the peer keeps it full) and
+	// (Guard.ReadBufferSize, grown only while the peer keeps it full,
+	// given back when it is idle) and
 	// write buffer (Guard.WriteBufferSize). A message body must also
 	// arrive within Guard.BodyTimeout (default 10 s) of its first header.
 	MemoryBudget int64
@@ -208,7 +209,8 @@ type Options struct {
 	XPubMaxTopics     int
 	XPubMaxTopicBytes int64
 	// ReclaimBytes: once connections that left have released at least this
-	// many bytes of buffers (read buffers, partly received messages), the
+	// many bytes of buffers (read buffers, partly received messages; and
+	// grown buffers that idle connections gave back), the
 	// socket asks the Go runtime for a collection (runtime.GC, in the
 	// background, 200 ms after the threshold is passed so that one
 	// collection takes a burst of departures, at most once a second across
@@ -558,6 +560,8 @@ type Stats struct {
 	TopicRefusals uint64 `json:"topic_refusals"`
 	// Reclaims counts the collections this socket asked the runtime for
 	// after departed connections released ReclaimBytes (see
-	// Options.ReclaimBytes).
+	// Options.ReclaimBytes), including one another socket had asked for
+	// already when this socket's bytes passed the threshold (it takes
+	// them too).
 	Reclaims uint64 `json:"reclaims"`
 }

@@ -123,6 +123,9 @@ type Socket struct {
 	peerSeq  atomic.Uint64
 	rr       atomic.Uint64
 
+	// reclaimGen is the reclaimer generation last counted in reclaims.
+	reclaimGen atomic.Uint64
+
 	// receive side
 	inbox chan *batch
 	free  chan *batch
@@ -192,6 +195,7 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 		}
 		s.budget = s.guard.Budget
 	}
+	s.guard.OnRelease = s.releaseHook(s.guard.OnRelease)
 	s.ctx, s.cancel = context.WithCancel(context.Background())
 	s.estab = make(map[string]int)
 	s.topicIdx = newTopicIndex()

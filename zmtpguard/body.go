@@ -2,6 +2,7 @@ package zmtpguard
 
 import (
 	"bufio"
+	"net"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -34,6 +35,9 @@ type bodyClock struct {
 	// the reading goroutine changes it (inside ReadMessage), under the
 	// Budget's mutex; others read it under that mutex.
 	held int64
+	// nc is the connection the deadline and the budget close: set by the
+	// reading goroutine before the clock is first armed or charged.
+	nc net.Conn
 }
 
 // bodyWait is called before a read inside a message that may block (the
@@ -43,17 +47,42 @@ func (c *Conn) bodyWait(need int) {
 	if c.cfg.BodyTimeout <= 0 || c.br.Buffered() >= need {
 		return
 	}
-	bc := &c.body
+	c.clock().arm(c.cfg.BodyTimeout)
+}
+
+// clock returns c's body clock, its connection set.
+func (c *Conn) clock() *bodyClock {
+	if c.body.nc == nil {
+		c.body.nc = c.nc
+	}
+	return &c.body
+}
+
+// arm starts the deadline d from now unless it is running or has passed.
+func (bc *bodyClock) arm(d time.Duration) {
 	bc.mu.Lock()
 	if !bc.armed && !bc.expired {
 		bc.armed = true
 		if bc.t == nil {
-			bc.t = time.AfterFunc(c.cfg.BodyTimeout, c.bodyFire)
+			bc.t = time.AfterFunc(d, bc.fire)
 		} else {
-			bc.t.Reset(c.cfg.BodyTimeout)
+			bc.t.Reset(d)
 		}
 	}
 	bc.mu.Unlock()
+}
+
+// disarm stops the deadline (the message is complete) and reports whether
+// it had passed.
+func (bc *bodyClock) disarm() (expired bool) {
+	bc.mu.Lock()
+	if bc.armed {
+		bc.armed = false
+		bc.t.Stop()
+	}
+	expired = bc.expired
+	bc.mu.Unlock()
+	return expired
 }
 
 // bodyReserve is called before reading step more body bytes into a
@@ -66,7 +95,7 @@ func (c *Conn) bodyReserve(have, step int) error {
 	}
 	if b := c.cfg.Budget; b != nil {
 		if more := int64(have+step) - c.body.held; more > 0 {
-			if err := b.acquire(c, more); err != nil {
+			if err := b.acquire(c.clock(), more); err != nil {
 				return err
 			}
 		}
@@ -75,24 +104,22 @@ func (c *Conn) bodyReserve(have, step int) error {
 	return nil
 }
 
-// bodyFire runs on the timer: the message did not complete in time. The
-// past read deadline makes the blocked read return at once.
-func (c *Conn) bodyFire() {
-	bc := &c.body
+// fire runs on the timer: the message did not complete in time. The past
+// read deadline makes the blocked read return at once.
+func (bc *bodyClock) fire() {
 	bc.mu.Lock()
 	if bc.armed {
 		bc.armed = false
 		bc.expired = true
-		c.nc.SetReadDeadline(time.Unix(1, 0))
+		bc.nc.SetReadDeadline(time.Unix(1, 0))
 	}
 	bc.mu.Unlock()
 }
 
-// bodyPause disarms the deadline without judging the peer: the wait that
-// follows (for the budget) is ours, not the peer's. The next bodyWait arms a
+// pause disarms the deadline without judging the peer: the wait that
+// follows (for the budget) is ours, not the peer's. The next arm starts a
 // fresh deadline.
-func (c *Conn) bodyPause() {
-	bc := &c.body
+func (bc *bodyClock) pause() {
 	bc.mu.Lock()
 	if bc.armed && bc.t.Stop() {
 		bc.armed = false
@@ -106,17 +133,11 @@ func (c *Conn) bodyPause() {
 func (c *Conn) endMessage(m *Message, err error) error {
 	bc := &c.body
 	if c.cfg.Budget != nil && bc.held != 0 {
-		c.cfg.Budget.release(c)
+		c.cfg.Budget.release(bc)
 	}
 	var expired bool
 	if c.cfg.BodyTimeout > 0 {
-		bc.mu.Lock()
-		if bc.armed {
-			bc.armed = false
-			bc.t.Stop()
-		}
-		expired = bc.expired
-		bc.mu.Unlock()
+		expired = bc.disarm()
 	}
 	if _, ok := err.(*Violation); ok {
 		return err // reported already
@@ -163,7 +184,7 @@ type Budget struct {
 	outside atomic.Int64
 
 	mu      sync.Mutex
-	holders map[*Conn]struct{}
+	holders map[*bodyClock]struct{}
 	waiters int
 	freed   chan struct{} // closed and replaced when bytes are released
 
@@ -182,7 +203,7 @@ func NewBudget(limit int64, wait time.Duration) *Budget {
 	if wait <= 0 {
 		wait = DefaultBudgetWait
 	}
-	return &Budget{limit: max(limit, 1), wait: wait, holders: make(map[*Conn]struct{}), freed: make(chan struct{})}
+	return &Budget{limit: max(limit, 1), wait: wait, holders: make(map[*bodyClock]struct{}), freed: make(chan struct{})}
 }
 
 // BudgetStats is a snapshot of a Budget.
@@ -230,18 +251,17 @@ func (b *Budget) wakeIfWaiting() {
 	b.mu.Unlock()
 }
 
-// acquire charges n more bytes to c, waiting while the budget is spent and
-// c holds more than its fair share (see Budget). It returns an error when c
-// is closed or evicted meanwhile.
-func (b *Budget) acquire(c *Conn, n int64) error {
-	bc := &c.body
+// acquire charges n more bytes to the connection of bc, waiting while the
+// budget is spent and it holds more than its fair share (see Budget). It
+// returns an error when the connection is closed or evicted meanwhile.
+func (b *Budget) acquire(bc *bodyClock, n int64) error {
 	b.mu.Lock()
-	b.holders[c] = struct{}{}
+	b.holders[bc] = struct{}{}
 	var deadline time.Time
 	for {
 		if bc.closed.Load() || bc.evicted.Load() {
 			if bc.held == 0 {
-				delete(b.holders, c) // endMessage releases only a holder
+				delete(b.holders, bc) // endMessage releases only a holder
 			}
 			b.mu.Unlock()
 			return ErrClosed
@@ -258,28 +278,28 @@ func (b *Budget) acquire(c *Conn, n int64) error {
 		if deadline.IsZero() {
 			b.stalls.Add(1)
 			deadline = now.Add(b.wait)
-			c.bodyPause()
+			bc.pause()
 		} else if !now.Before(deadline) {
-			var big *Conn
+			var big *bodyClock
 			for h := range b.holders {
-				if h.body.evicted.Load() {
+				if h.evicted.Load() {
 					continue // closed already; its reader is releasing
 				}
-				if big == nil || h.body.held > big.body.held {
+				if big == nil || h.held > big.held {
 					big = h
 				}
 			}
 			// A budget spent mostly by Charge (messages the application
 			// has not taken yet) only stalls: the application is behind,
 			// not a peer.
-			if big != nil && big.body.held >= fair && b.outside.Load() < b.limit/2 {
+			if big != nil && big.held >= fair && b.outside.Load() < b.limit/2 {
 				b.evictions.Add(1)
-				big.body.evicted.Store(true)
+				big.evicted.Store(true)
 				b.mu.Unlock()
 				// Its reader, wherever it waits, fails with the eviction
 				// violation (endMessage).
 				big.nc.Close()
-				if big != c {
+				if big != bc {
 					b.wakeIfWaiting()
 				}
 				b.mu.Lock()
@@ -304,18 +324,18 @@ func (b *Budget) acquire(c *Conn, n int64) error {
 	}
 }
 
-// release returns every byte c holds.
-func (b *Budget) release(c *Conn) {
+// release returns every byte the connection of bc holds.
+func (b *Budget) release(bc *bodyClock) {
 	b.mu.Lock()
-	if n := c.body.held; n != 0 {
-		c.body.held = 0
+	if n := bc.held; n != 0 {
+		bc.held = 0
 		b.used.Add(-n)
 		if b.waiters > 0 {
 			close(b.freed)
 			b.freed = make(chan struct{})
 		}
 	}
-	delete(b.holders, c)
+	delete(b.holders, bc)
 	b.mu.Unlock()
 }
 
@@ -330,6 +350,9 @@ func (c *Conn) stalled() bool { return c.body.stalled.Load() }
 // Call it from the goroutine that reads c (or after reading stopped).
 func (c *Conn) readBufferBytes() int {
 	n := c.br.Size()
+	if c.cr != nil {
+		n += cap(c.cr.idle.park)
+	}
 	if c.cz != nil {
 		n += cap(c.cz.rbuf)
 	}
@@ -346,11 +369,15 @@ const initialWriteBuffer = 4 << 10
 // growWriter, called after a Flush, replaces the (now empty) write buffer
 // by one four times larger, up to WriteBufferSize, when more than a
 // buffer's worth was written since the previous Flush: a busy connection
-// soon gets the full buffer and its batching.
+// soon gets the full buffer and its batching. Otherwise shrinkWriter may
+// give a grown buffer back.
 func (c *Conn) growWriter() {
 	n := c.wrote
 	c.wrote = 0
 	if size := c.bw.Size(); n >= size && size < c.cfg.WriteBufferSize && c.bw.Buffered() == 0 {
 		c.bw = bufio.NewWriterSize(c.nc, min(4*size, c.cfg.WriteBufferSize))
+		c.smallFlushes = 0
+		return
 	}
+	c.shrinkWriter(n)
 }

@@ -95,13 +95,17 @@ type Config struct {
 	// A connection starts with 4 KiB (or ReadBufferSize if smaller) and
 	// grows the buffer fourfold, up to ReadBufferSize, each time a read fills
 	// it, so idle connections stay small and busy ones read many messages
-	// per system call. Default 16 KiB.
+	// per system call. A grown buffer is given back (replaced by a 4 KiB
+	// one) when the connection, between two messages, has waited one to two
+	// seconds for its next byte. Default 16 KiB.
 	ReadBufferSize int
 	// WriteBufferSize is the largest size of each connection's write
 	// buffer. It is allocated on first write at 4 KiB (or WriteBufferSize if
 	// smaller) and grows fourfold, up to WriteBufferSize, after each Flush
 	// that followed at least a buffer's worth of writes, so a connection
-	// that is only sent heartbeats costs 4 KiB. Default 16 KiB.
+	// that is only sent heartbeats costs 4 KiB; it shrinks back to 4 KiB
+	// after four Flushes in a row that each wrote under a quarter of it.
+	// Default 16 KiB.
 	WriteBufferSize int
 	// OnViolation, if set, is called for every violation (from the
 	// connection's own goroutine: keep it fast and never block).
@@ -120,13 +124,23 @@ type Config struct {
 	// Budget, when set, is the byte budget this connection's unfinished
 	// messages are charged to, shared with the other connections holding
 	// the same *Budget (see [Budget]). Nil means no budget beyond
-	// MaxMessageSize per connection.
+	// MaxMessageSize per connection. The Transport applies it too, with
+	// one limit (see [Transport]).
 	Budget *Budget
 	// Curve, when set, makes every connection use the CURVE security
 	// mechanism (RFC 25/26) instead of NULL: a peer whose greeting offers
 	// another mechanism is refused at the greeting (ReasonAuth). Nil means
 	// NULL. The Transport (zmq4 socket mode) supports NULL only.
 	Curve *CurveConfig
+	// OnRelease, if set, is called with the bytes of buffers a connection
+	// gives back while it stays open: a grown read buffer (and CURVE's
+	// scratch buffer) once the connection is idle, from a timer goroutine,
+	// and a grown write buffer, from the writing goroutine. The bytes
+	// become garbage; a process that then allocates little may want to
+	// collect them sooner than its next garbage collection would (the
+	// socket package does, see its Options.ReclaimBytes). Keep it fast and
+	// never block in it.
+	OnRelease func(bytes int)
 }
 
 // DefaultConfig returns a Config with every default filled in.

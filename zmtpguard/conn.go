@@ -42,6 +42,11 @@ type connReader struct {
 	// space bufio offered; 0 once the buffer is as large as it may grow.
 	min  int
 	full bool
+	// err is the error the idle wait (parkIdle, readbuf.go) met, returned
+	// after carry.
+	err error
+	// idle is the idle-wait state that gives a grown buffer back (readbuf.go).
+	idle readIdle
 }
 
 func (r *connReader) Read(p []byte) (int, error) {
@@ -51,6 +56,10 @@ func (r *connReader) Read(p []byte) (int, error) {
 			r.carry = nil
 		}
 		return n, nil
+	}
+	if err := r.err; err != nil {
+		r.err = nil
+		return 0, err
 	}
 	n, err := r.nc.Read(p)
 	if n == len(p) && r.min > 0 && n >= r.min {
@@ -83,7 +92,9 @@ func (c *Conn) growReader() {
 		b, _ := c.br.Peek(n) // buffered: never blocks
 		c.cr.carry = append(make([]byte, 0, n), b...)
 	}
+	c.cr.idle.mu.Lock() // the idle timer and readBufferSize read c.br under it
 	c.br = bufio.NewReaderSize(c.cr, size)
+	c.cr.idle.mu.Unlock()
 	c.cr.min = size / 2
 	if size == c.cfg.ReadBufferSize {
 		c.cr.min = 0
@@ -165,6 +176,8 @@ type Conn struct {
 	body bodyClock
 	// wrote counts the bytes written since the last Flush (growWriter).
 	wrote int
+	// smallFlushes counts consecutive Flushes that wrote little (shrinkWriter).
+	smallFlushes int
 }
 
 // Handshake runs a guarded ZMTP 3 handshake on nc for a local socket of type
@@ -580,6 +593,7 @@ func (c *Conn) ReadMessage(m *Message) error {
 	if c.cr != nil && c.cr.full {
 		c.growReader()
 	}
+	c.parkIdle()
 	m.Reset()
 	if c.cz != nil {
 		return c.endMessage(m, c.readCurve(m))

@@ -49,6 +49,25 @@ const DefaultScheme = "zmqguard"
 // messages zmq4 understands when the local socket is PUB or XPUB (and are a
 // violation otherwise), anything else is a violation.
 //
+// Config.BodyTimeout applies as on a [Conn]: once a message's first frame
+// header has been handed to zmq4, the message must be complete within
+// BodyTimeout (armed only when a read inside the message waits on the
+// network); a peer that dribbles a body is closed as a ReasonPolicy
+// violation. Config.Budget, when set, is shared by every connection of the
+// Transport (every socket bound or connected on its scheme). zmq4 allocates
+// a frame whole when it reads the frame's header, so the frame's size is
+// charged before its header is handed to zmq4: a connection over its fair
+// share of a spent budget is not read any further there (zmq4 has not
+// allocated, TCP flow control slows the peer), and past the budget's wait
+// the largest holder is closed (ReasonPolicy), as for a Conn. A complete
+// message stays charged, as the budget's outside charge (which only stalls,
+// never evicts, while it holds half of the limit), until zmq4 asks that
+// connection for its next message, which it does once the message is in
+// the socket's receive queue. The budget cannot cover that queue: zmq4
+// keeps up to 10 received messages per socket before Recv takes them, so a
+// socket may hold up to 10 × MaxMessageSize beyond the budget, and the guard
+// cannot see when Recv takes them.
+//
 // The dialing side does the same checks passively on the stream zmq4 drives:
 // the peer's greeting and READY are validated before zmq4 reads them (the
 // local type, for the compatibility check, comes from the READY zmq4 writes),
@@ -336,6 +355,13 @@ type guardConn struct {
 	cmd    []byte // command body buffer
 	rerr   error
 	peer   Metadata
+	// last is set while the current frame is its message's last.
+	last bool
+	// body is the message-body deadline and budget state (transportbody.go).
+	body bodyClock
+	// done is the bytes of the last complete message, charged to the
+	// Budget outside any holder until zmq4 asks for the next message.
+	done atomic.Int64
 
 	// Write side, under wmu.
 	wmu    sync.Mutex
@@ -357,7 +383,9 @@ type guardConn struct {
 }
 
 func newGuardConn(nc net.Conn, br *bufio.Reader, cfg *Config, ctr *counters, server bool) *guardConn {
-	return &guardConn{Conn: nc, br: br, cfg: cfg, ctr: ctr, remote: remoteString(nc), server: server}
+	g := &guardConn{Conn: nc, br: br, cfg: cfg, ctr: ctr, remote: remoteString(nc), server: server}
+	g.body.nc = nc
+	return g
 }
 
 // Close closes the connection and releases its MaxConns slot.
@@ -372,6 +400,7 @@ func (g *guardConn) Close() error {
 
 func (g *guardConn) shut() error {
 	err := g.Conn.Close()
+	g.closeBody()
 	g.closeOnce.Do(func() {
 		if g.release != nil {
 			g.release()
@@ -446,15 +475,21 @@ func (g *guardConn) Read(p []byte) (int, error) {
 				}
 			}
 			if g.remain > 0 {
+				g.bodyWait(1)
 				n, err := g.br.Read(p[:min(int64(len(p)), g.remain)])
 				g.remain -= int64(n)
 				if err != nil && n == 0 {
+					err = g.readErr(err)
 					g.rerr = err
+					return 0, err
+				}
+				if g.remain == 0 && g.last {
+					g.messageDone()
 				}
 				return n, err
 			}
 			if err := g.advance(); err != nil {
-				g.rerr = err
+				g.rerr = g.readErr(err)
 			}
 		}
 	}
@@ -464,11 +499,15 @@ func (g *guardConn) Read(p []byte) (int, error) {
 // and staged for zmq4 (its body then passes through as it arrives); a
 // command is read whole and handled here.
 func (g *guardConn) advance() error {
+	g.nextMessage()
 	var b []byte
 	var err error
 	if n := g.br.Buffered(); n >= 9 {
 		b, _ = g.br.Peek(9) // buffered: never blocks
 	} else {
+		if g.frames > 0 {
+			g.bodyWait(2)
+		}
 		b, err = g.br.Peek(1)
 		if err != nil {
 			return err
@@ -516,15 +555,24 @@ func (g *guardConn) advance() error {
 		return g.violate("read", violation(decodeguard.ReasonOversize,
 			"message has more than MaxFrames="+itoa(g.cfg.MaxFrames)+" frames", int64(n), nil))
 	}
+	// zmq4 allocates the whole frame when it reads this header: the
+	// budget is asked first (it may stall here, before zmq4 sees it).
+	if err := g.charge(hdr.Size); err != nil {
+		return err
+	}
 	copy(g.hdr[:], b[:hdr.Len])
 	g.br.Discard(hdr.Len)
 	g.replay = g.hdr[:hdr.Len]
 	g.remain = hdr.Size
+	g.last = !hdr.More()
 	if hdr.More() {
 		g.frames = n
 		g.total += hdr.Size
 	} else {
 		g.frames, g.total = 0, 0
+		if hdr.Size == 0 {
+			g.messageDone()
+		}
 	}
 	return nil
 }

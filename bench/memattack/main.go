@@ -12,8 +12,11 @@
 // -hold, and then the child exits (closing every connection at once). With
 // -attack flood each attacker completes its message and sends more, as
 // fast as the target reads them, while the target's application takes one
-// message per millisecond. The
-// target samples every 250 ms: seconds since start, RSS, heap in use, heap
+// message per millisecond. With -attack burst each attacker sends -size
+// bytes of complete 8 KiB messages (enough to grow the connection's read
+// buffer to its 256 KiB maximum) and then stays connected and silent,
+// answering the socket's PINGs, for -hold: memory a live idle peer pins.
+// The target samples every 250 ms: seconds since start, RSS, heap in use, heap
 // allocated, peers, bytes charged to the socket's MemoryBudget, budget
 // stalls and evictions, and policy violations. Mode "unbounded" turns off
 // the issue-18 defences (MemoryBudget, ReclaimBytes and BodyTimeout set
@@ -49,15 +52,16 @@ func main() {
 	hold := flag.Duration("hold", 8*time.Second, "how long the attackers hold their connections")
 	after := flag.Duration("after", 10*time.Second, "how long to keep sampling after the attackers left")
 	out := flag.String("out", "", "CSV file to write (default standard output)")
-	kind := flag.String("attack", "partial", "partial (a 1 MiB message minus its last byte per peer) or flood (complete messages, as fast as the target takes them, to an application that takes 1 per ms)")
+	kind := flag.String("attack", "partial", "partial (a 1 MiB message minus its last byte per peer), flood (complete messages, as fast as the target takes them, to an application that takes 1 per ms) or burst (-size bytes of 8 KiB messages, then idle, answering PINGs)")
 	child := flag.Bool("child", false, "internal: run as the attacker process")
 	connect := flag.String("connect", "", "internal: the target's address (child)")
 	flag.Parse()
-	if *kind != "partial" && *kind != "flood" {
-		fmt.Fprintln(os.Stderr, "memattack: -attack must be partial or flood, got", decodeguard.EscapeText(*kind, 40))
+	if *kind != "partial" && *kind != "flood" && *kind != "burst" {
+		fmt.Fprintln(os.Stderr, "memattack: -attack must be partial, flood or burst, got", decodeguard.EscapeText(*kind, 40))
 		os.Exit(2)
 	}
 	flood = *kind == "flood"
+	burst = *kind == "burst"
 	if *child {
 		attack(*connect, *conns, *size, *hold)
 		return
@@ -72,8 +76,8 @@ func main() {
 	}
 }
 
-// flood selects the flood attack (-attack flood).
-var flood bool
+// flood and burst select the flood and burst attacks (-attack).
+var flood, burst bool
 
 func run(mode string, conns, size int, hold, after time.Duration, out string) error {
 	o := socket.DefaultOptions()
@@ -129,6 +133,9 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	if flood {
 		mode += "-flood"
 	}
+	if burst {
+		mode += "-burst"
+	}
 	fmt.Fprintln(bw, "mode,seconds,phase,rss_mib,heap_inuse_mib,heap_alloc_mib,peers,budget_mib,budget_stalls,budget_evictions,policy_violations")
 
 	// The application keeps receiving (nothing arrives: no attacker ever
@@ -176,6 +183,9 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	if flood {
 		attackName = "flood"
 	}
+	if burst {
+		attackName = "burst"
+	}
 	cmd := exec.Command(os.Args[0], "-child", "-attack", attackName, "-connect", s.Addr().String(), "-conns", fmt.Sprint(conns), "-size", fmt.Sprint(size), "-hold", hold.String())
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
@@ -201,6 +211,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	fmt.Fprintf(os.Stderr, "memattack: connects %d, disconnects %d, violations %v, heartbeat timeouts %d, budget stalls %d, evictions %d\n",
 		st.Connects, st.Disconnects, st.Violations, st.HeartbeatTimeouts, st.BudgetStalls, st.BudgetEvictions)
 	wait(after)
+	fmt.Fprintf(os.Stderr, "memattack: at the end: reclaims %d, peers %d\n", s.Stats().Reclaims, s.Stats().Peers)
 	return nil
 }
 
@@ -253,6 +264,10 @@ func attack(addr string, conns, size int, hold time.Duration) {
 			held = append(held, c)
 			mu.Unlock()
 			zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(hold))
+			if burst {
+				burstThenIdle(c, size, hold)
+				return
+			}
 			zmtpaccess.NetConn(c).Write(hdr)
 			zmtpaccess.NetConn(c).Write(body)
 			for flood {
@@ -273,4 +288,26 @@ func attack(addr string, conns, size int, hold time.Duration) {
 	fmt.Fprintf(os.Stderr, "memattack: %d of %d attackers connected\n", open, conns)
 	runtime.KeepAlive(held)
 	mu.Unlock()
+}
+
+// burstThenIdle sends size bytes of complete 8 KiB messages on c, then
+// reads it until hold has passed, answering PINGs as a live idle peer does.
+func burstThenIdle(c *zmtpguard.Conn, size int, hold time.Duration) {
+	msg := make([]byte, 8<<10)
+	for sent := 0; sent < size; sent += len(msg) {
+		if err := c.WriteMessage(msg); err != nil {
+			return
+		}
+	}
+	if err := c.Flush(); err != nil {
+		return
+	}
+	zmtpaccess.NetConn(c).SetDeadline(time.Now().Add(hold))
+	var m zmtpguard.Message
+	for c.ReadMessage(&m) == nil {
+		if m.Command == zmtpwire.CmdPing {
+			c.Pong(&m)
+			c.Flush()
+		}
+	}
 }

@@ -25,6 +25,8 @@ def main():
         mode = rows[0]["mode"]
         if mode.endswith("-flood"):
             title = "PULL socket, 1,000 peers flooding 1 MiB messages, application takes 1/ms"
+        if mode.endswith("-burst"):
+            title = "PULL socket, 1,000 peers each sending a 512 KiB burst, then idle"
         t = [float(r["seconds"]) for r in rows]
         ax1.plot(t, [float(r["rss_mib"]) for r in rows], label=mode)
         ax2.plot(t, [float(r["heap_inuse_mib"]) for r in rows], label=mode)
