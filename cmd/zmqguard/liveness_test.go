@@ -57,10 +57,15 @@ func TestReportsCountHeartbeatTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"heartbeat_timeouts":3`, `"back_output":2`, `"front":1`, `"back_publish":0`} {
+	for _, want := range []string{`"heartbeat_timeouts":3`, `"back_output":2`, `"front":1`, `"back_publish":0`, `"silent_engines":[]`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("coordinator report %s lacks %s", b, want)
 		}
+	}
+	st.SilentEngines = []coordinator.EngineSilence{{EngineIndex: 3, BackOutput: 1, BackPublish: 2}}
+	if b, _ := json.Marshal(newCoordinatorReport(st)); !strings.Contains(string(b),
+		`"silent_engines":[{"engine_index":3,"back_output":1,"back_publish":2}]`) {
+		t.Errorf("coordinator report %s lacks silent_engines", b)
 	}
 	var ls handshake.ListenerStats
 	ls.Socket.HeartbeatTimeouts = 4
@@ -79,11 +84,39 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 		"--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
 	backOut := p.logField("coordinator running", "back_output", 20*time.Second)
+	backPub := p.logField("coordinator running", "back_publish", 20*time.Second)
+	// The engine subscribes on back publish (start-up needs it before
+	// outputs are read), then pushes one EngineCoreOutputs naming itself
+	// engine 0 (msgpack [0]: every later field at its default), so that
+	// its silence is tied to engine_index 0; then it says nothing.
+	sub, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backPub, "tcp://"), zmq4.XSub, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer sub.Close()
+	if err := writeFlush(sub, []byte{0x01}); err != nil {
+		t.Fatal(err)
+	}
+	// READY: start-up is over, so the output below is taken at once, long
+	// before its connection can time out (which would leave it unknown).
+	sub.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
+	for {
+		var m zmtpguard.Message
+		if err := sub.ReadMessage(&m); err != nil {
+			t.Fatalf("no READY on back publish: %v\n%s", err, p.stderr)
+		}
+		if m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == coordinator.ReadyFrame {
+			break
+		}
+	}
 	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), zmq4.Push, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if err := writeFlush(c, []byte{0x91, 0x00}); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(p.stderr.String(), "silent past the heartbeat timeout") {
 		if time.Now().After(deadline) {
@@ -100,6 +133,20 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 	m := p.jsonLine()
 	if num(m, "heartbeat_timeouts") < 1 || num(m, "heartbeat_timeouts_by_socket.back_output") < 1 {
 		t.Fatalf("exit line does not count the heartbeat timeout: %s", p.stdout)
+	}
+	// The exit line names the engine: silent_engines holds engine 0 with
+	// its back output disconnect.
+	var line struct {
+		SilentEngines []coordinator.EngineSilence `json:"silent_engines"`
+	}
+	if err := json.Unmarshal([]byte(p.stdout.String()), &line); err != nil {
+		t.Fatal(err)
+	}
+	if len(line.SilentEngines) != 1 || line.SilentEngines[0].EngineIndex != 0 || line.SilentEngines[0].BackOutput < 1 {
+		t.Fatalf("exit line's silent_engines %+v, want engine 0 with a back_output disconnect: %s", line.SilentEngines, p.stdout)
+	}
+	if !strings.Contains(p.stderr.String(), "engine went silent") {
+		t.Errorf("no \"engine went silent\" warning:\n%s", p.stderr)
 	}
 	if _, stdout, stderr := runBin(t, 20*time.Second, "coordinator", "-h"); !strings.Contains(stdout+stderr, "-heartbeat-interval") ||
 		!strings.Contains(stdout+stderr, "-heartbeat-timeout") {
@@ -133,4 +180,12 @@ func TestListenerDropsSilentClient(t *testing.T) {
 	if m := p.jsonLine(); num(m, "heartbeat_timeouts") < 1 {
 		t.Fatalf("exit line does not count the heartbeat timeout: %s", p.stdout)
 	}
+}
+
+// writeFlush writes one message and sends it.
+func writeFlush(c *zmtpguard.Conn, frames ...[]byte) error {
+	if err := c.WriteMessage(frames...); err != nil {
+		return err
+	}
+	return c.Flush()
 }

@@ -344,10 +344,14 @@ func stopBoth(t *testing.T, l *listenerProc, c *coordProc) (listenerCounters, co
 	return lc, cc
 }
 
-// check is checkExit for the coordinator's line.
+// check is checkExit for the coordinator's line, which must also name the
+// engines that went silent: silent_engines is always present ([] when none).
 func (c coordCounters) check(t *testing.T) {
 	t.Helper()
 	checkExit(t, "coordinator", c.Goroutines, c.AcceptErrors)
+	if c.SilentEngines == nil {
+		t.Error("coordinator: exit line lacks silent_engines")
+	}
 }
 
 // check is checkExit for the listener's line.
