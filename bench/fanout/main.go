@@ -364,12 +364,19 @@ type Result struct {
 	Phases []Phase `json:"phases"`
 	// AttachSeconds: from the first subscriber's dial until the coordinator
 	// had received every subscription. DepartSeconds: from the first close
-	// until it counted only the front-end; NormalSeconds: until the first
+	// until it counted only the front-end (and its subscription, when
+	// reported); NormalSeconds: until the first
 	// of 10 publications in a row no older than NormalAge.
 	AttachSeconds float64 `json:"attach_s"`
 	DepartSeconds float64 `json:"depart_s"`
+	// QuietSeconds: from the first close until the coordinator's CPU rate
+	// was back near its baseline (the departure phase's end).
+	QuietSeconds  float64 `json:"quiet_after_depart_s"`
 	NormalSeconds float64 `json:"normal_after_depart_s"`
 	NormalAgeMS   float64 `json:"normal_age_ms"`
+	// PeersLeft: subscribers the coordinator still counted when the
+	// departure's bound ran out (0 when it completed).
+	PeersLeft int `json:"peers_left"`
 	// TopicsHeld is the subscribers' subscriptions the front socket held
 	// after attach (-1 when the coordinator does not report them); PeakRSSMiB the child's VmHWM.
 	TopicsHeld int     `json:"topics_held"`
@@ -600,8 +607,13 @@ func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result,
 	})
 	phase("steady", sleep(cfg.Steady))
 
-	// Departure: every subscriber closes at once.
+	// Departure: every subscriber closes at once. It ends when the
+	// coordinator counts only the front-end (and, when it reports them,
+	// only the front-end's subscription) and then spends a whole second at
+	// about its baseline CPU rate (twice it plus 5 %): departure work done
+	// in the background counts too.
 	var closedAt time.Duration
+	quietRate := 2*base.CPU/base.Wall + 0.05
 	phase("departure", func() bool {
 		t0 := time.Now()
 		closedAt = time.Since(start)
@@ -610,18 +622,39 @@ func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result,
 				c.Close()
 			}
 		}
+		var gone bool
+		var lastCPU float64
+		var lastT time.Time
 		for time.Since(t0) < cfg.DepartTimeout {
 			st, err := ch.stats()
 			if err != nil {
 				return false
 			}
-			if st.Peers <= 1 && st.Topics <= st0.Topics {
-				res.DepartSeconds = time.Since(t0).Seconds()
-				return true
+			now := time.Now()
+			if !gone && st.Peers <= 1 && st.Topics <= st0.Topics {
+				gone = true
+				res.DepartSeconds = now.Sub(t0).Seconds()
+				lastCPU, _ = ch.cpu()
+				lastT = now
+			}
+			if gone && now.Sub(lastT) >= time.Second {
+				c, _ := ch.cpu()
+				if (c-lastCPU)/now.Sub(lastT).Seconds() <= quietRate {
+					res.QuietSeconds = lastT.Sub(t0).Seconds()
+					return true
+				}
+				lastCPU, lastT = c, now
 			}
 			time.Sleep(50 * time.Millisecond)
 		}
-		res.DepartSeconds = time.Since(t0).Seconds()
+		if !gone {
+			res.DepartSeconds = time.Since(t0).Seconds()
+		}
+		res.QuietSeconds = time.Since(t0).Seconds()
+		if st, err := ch.stats(); err == nil {
+			res.PeersLeft = st.Peers - 1
+			logf("departure: %d subscribers still counted when the bound ran out", res.PeersLeft)
+		}
 		return false
 	})
 	phase("after", sleep(cfg.After))
