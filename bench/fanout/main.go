@@ -8,7 +8,8 @@
 // with FANOUT_ROLE=coordinator: package coordinator's New and Run on
 // loopback, one engine, the socket-wide topic bounds lifted and heartbeats
 // off so that every subscription is held), and plays, over raw ZMTP
-// (zmtpguard.Dial), bytes built here:
+// (zmtpguard.Dial), bytes built here (FANOUT_CPUPROFILE=FILE makes the
+// child write a CPU profile of its whole run there):
 //
 //   - one engine: it subscribes on back publish, waits for READY, then
 //     pushes EngineCoreOutputs with scheduler stats every 10 ms whose
@@ -42,6 +43,7 @@ import (
 	"os"
 	"os/exec"
 	"reflect"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -149,6 +151,17 @@ func runChild(in io.Reader, out io.Writer) error {
 	si, err := time.ParseDuration(os.Getenv("FANOUT_STATS_INTERVAL"))
 	if err != nil {
 		return err
+	}
+	if path := os.Getenv("FANOUT_CPUPROFILE"); path != "" {
+		f, err := os.Create(path)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			return err
+		}
+		defer pprof.StopCPUProfile()
 	}
 	var opts socket.Options
 	setIfExists(&opts, "XPubMaxTopics", -1)

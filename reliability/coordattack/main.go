@@ -5,6 +5,8 @@
 //	go run ./reliability/coordattack -bin PATH slowbody [-conns 3000] [-drip 3s] [-hold 40s]
 //	go run ./reliability/coordattack -bin PATH scale [-subs 200] [-n 4096] [-watch 60s]
 //
+// (-coord-flags "..." passes more flags to the coordinator.)
+//
 // Both start PATH coordinator --engines 1 on free loopback ports with
 // --debug-addr, play the engine over raw ZMTP (zmtpguard.Dial; a back
 // publish subscription, then EngineCoreOutputs with changing stats every
@@ -139,6 +141,14 @@ func (p *proc) sample() {
 		case <-t.C:
 		}
 	}
+}
+
+// kill ends sampling and the process.
+func (p *proc) kill() {
+	close(p.stopSampling)
+	<-p.doneSampling
+	p.cmd.Process.Kill()
+	p.cmd.Wait()
 }
 
 // stop ends sampling, sends SIGTERM and returns the exit line.
@@ -413,55 +423,65 @@ func scale(ctx context.Context, p *proc, subs, n int, watch time.Duration) (any,
 }
 
 func main() {
-	bin := flag.String("bin", "", "the zmqguard binary (required)")
-	conns := flag.Int("conns", 3000, "slowbody: peers")
-	drip := flag.Duration("drip", 3*time.Second, "slowbody: one body byte every")
-	hold := flag.Duration("hold", 40*time.Second, "slowbody: how long a peer keeps dripping at most")
-	subs := flag.Int("subs", 200, "scale: never-reading subscribers")
-	n := flag.Int("n", 4096, "scale: the engine count asked for")
-	watch := flag.Duration("watch", 60*time.Second, "scale: how long to watch afterwards")
-	flag.Parse()
-	if *bin == "" || flag.NArg() != 1 {
-		fmt.Fprintln(os.Stderr, "usage: coordattack -bin PATH slowbody|scale [flags]")
-		os.Exit(2)
-	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
-	p, err := startProc(*bin)
-	if err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "coordattack:", err)
 		os.Exit(1)
 	}
+}
+
+// run parses args, runs one attack against a process it starts and writes
+// the result (JSON) to stdout.
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("coordattack", flag.ContinueOnError)
+	bin := fs.String("bin", "", "the zmqguard binary (required)")
+	conns := fs.Int("conns", 3000, "slowbody: peers")
+	drip := fs.Duration("drip", 3*time.Second, "slowbody: one body byte every")
+	hold := fs.Duration("hold", 40*time.Second, "slowbody: how long a peer keeps dripping at most")
+	subs := fs.Int("subs", 200, "scale: never-reading subscribers")
+	n := fs.Int("n", 4096, "scale: the engine count asked for")
+	watch := fs.Duration("watch", 60*time.Second, "scale: how long to watch afterwards")
+	extra := fs.String("coord-flags", "", "more flags for the coordinator, space-separated (e.g. \"--heartbeat-interval 0\")")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *bin == "" || fs.NArg() != 1 {
+		return fmt.Errorf("usage: coordattack -bin PATH slowbody|scale [flags]")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	p, err := startProc(*bin, strings.Fields(*extra)...)
+	if err != nil {
+		return err
+	}
 	ectx, stopEngine := context.WithCancel(ctx)
+	defer stopEngine()
 	if err := engine(ectx, p); err != nil {
-		fmt.Fprintln(os.Stderr, "coordattack: engine:", err)
-		p.cmd.Process.Kill()
-		os.Exit(1)
+		p.kill()
+		return fmt.Errorf("engine: %w", err)
 	}
 	time.Sleep(time.Second)
 	var res any
-	switch flag.Arg(0) {
+	switch fs.Arg(0) {
 	case "slowbody":
 		res, err = slowbody(ctx, p, *conns, *drip, *hold)
 	case "scale":
 		res, err = scale(ctx, p, *subs, *n, *watch)
 	default:
-		err = fmt.Errorf("unknown attack %q", flag.Arg(0))
+		err = fmt.Errorf("unknown attack %q", fs.Arg(0))
 	}
 	stopEngine()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "coordattack:", err)
-		p.cmd.Process.Kill()
-		os.Exit(1)
+		p.kill()
+		return err
 	}
 	exit, err := p.stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "coordattack:", err)
-		os.Exit(1)
+		return err
 	}
 	p.mu.Lock()
-	out := map[string]any{"attack": flag.Arg(0), "result": res, "samples": p.samples, "exit_line": exit}
+	out := map[string]any{"attack": fs.Arg(0), "result": res, "samples": p.samples, "exit_line": exit}
 	p.mu.Unlock()
 	b, _ := json.MarshalIndent(out, "", "  ")
-	fmt.Println(string(b))
+	_, err = fmt.Fprintln(stdout, string(b))
+	return err
 }
