@@ -5,7 +5,8 @@
 //	go run ./reliability/coordattack -bin PATH slowbody [-conns 3000] [-drip 3s] [-hold 40s]
 //	go run ./reliability/coordattack -bin PATH scale [-subs 200] [-n 4096] [-watch 60s]
 //
-// (-coord-flags "..." passes more flags to the coordinator.)
+// (-coord-flags "..." passes more flags to the coordinator; -after 5s is how
+// long it keeps sampling once the attack is over.)
 //
 // Both start PATH coordinator --engines 1 on free loopback ports with
 // --debug-addr, play the engine over raw ZMTP (zmtpguard.Dial; a back
@@ -440,6 +441,7 @@ func run(args []string, stdout io.Writer) error {
 	subs := fs.Int("subs", 200, "scale: never-reading subscribers")
 	n := fs.Int("n", 4096, "scale: the engine count asked for")
 	watch := fs.Duration("watch", 60*time.Second, "scale: how long to watch afterwards")
+	after := fs.Duration("after", 5*time.Second, "keep sampling the process this long after the attack")
 	extra := fs.String("coord-flags", "", "more flags for the coordinator, space-separated (e.g. \"--heartbeat-interval 0\")")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -469,11 +471,13 @@ func run(args []string, stdout io.Writer) error {
 	default:
 		err = fmt.Errorf("unknown attack %q", fs.Arg(0))
 	}
-	stopEngine()
 	if err != nil {
+		stopEngine()
 		p.kill()
 		return err
 	}
+	time.Sleep(*after)
+	stopEngine()
 	exit, err := p.stop()
 	if err != nil {
 		return err

@@ -34,7 +34,7 @@ func buildBin(t *testing.T) string {
 func TestAttacksQuick(t *testing.T) {
 	bin := buildBin(t)
 	var out bytes.Buffer
-	if err := run([]string{"-bin", bin, "-conns", "5", "-drip", "1s", "-coord-flags", "--heartbeat-interval 0", "slowbody"}, &out); err != nil {
+	if err := run([]string{"-bin", bin, "-conns", "5", "-drip", "1s", "-after", "0s", "-coord-flags", "--heartbeat-interval 0", "slowbody"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var sb struct {
@@ -58,7 +58,7 @@ func TestAttacksQuick(t *testing.T) {
 		t.Errorf("slowbody: back_output violations %v, want 5 policy", sb.Exit.BackOutput.Violations)
 	}
 	out.Reset()
-	if err := run([]string{"-bin", bin, "-subs", "3", "-watch", "2s", "scale"}, &out); err != nil {
+	if err := run([]string{"-bin", bin, "-subs", "3", "-watch", "2s", "-after", "0s", "scale"}, &out); err != nil {
 		t.Fatal(err)
 	}
 	var sc struct {
