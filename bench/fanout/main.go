@@ -35,7 +35,6 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -280,11 +279,36 @@ func (ch *child) stop() {
 	ch.cmd.Wait()
 }
 
+// The socket types the peers dial as, in one place: zmtpguard.Dial takes
+// zmq4's socket type here (the project's own type replaces it later, and
+// with it these lines).
+type socketType = zmq4.SocketType
+
+var (
+	typeXSub socketType = zmq4.XSub
+	typePush socketType = zmq4.Push
+)
+
 // dial connects a raw ZMTP peer of type t to endpoint tcp://host:port.
-func dial(ctx context.Context, ep string, t zmq4.SocketType) (*zmtpguard.Conn, error) {
+func dial(ctx context.Context, ep string, t socketType) (*zmtpguard.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	return zmtpguard.Dial(dctx, "tcp", strings.TrimPrefix(ep, "tcp://"), t, nil, nil)
+}
+
+// awaitReady reads c until READY, closing it if that takes longer than d.
+func awaitReady(c *zmtpguard.Conn, d time.Duration) error {
+	t := time.AfterFunc(d, func() { c.Close() })
+	defer t.Stop()
+	for {
+		var m zmtpguard.Message
+		if err := c.ReadMessage(&m); err != nil {
+			return fmt.Errorf("no READY within %v: %w", d, err)
+		}
+		if m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == coordinator.ReadyFrame {
+			return nil
+		}
+	}
 }
 
 func send(c *zmtpguard.Conn, frames ...[]byte) error {
@@ -420,7 +444,7 @@ func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result,
 	res := &Result{Label: cfg.Label, Config: cfg, TopicsHeld: -1}
 
 	// The engine: subscribe on back publish, wait for READY.
-	bpub, err := dial(ctx, ch.eps["back_publish"], zmq4.XSub)
+	bpub, err := dial(ctx, ch.eps["back_publish"], typeXSub)
 	if err != nil {
 		return nil, err
 	}
@@ -428,22 +452,15 @@ func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result,
 	if err := send(bpub, []byte{0x01}); err != nil {
 		return nil, err
 	}
-	bpub.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
-	for {
-		var m zmtpguard.Message
-		if err := bpub.ReadMessage(&m); err != nil {
-			return nil, fmt.Errorf("no READY: %w", err)
-		}
-		if m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == coordinator.ReadyFrame {
-			break
-		}
+	if err := awaitReady(bpub, 20*time.Second); err != nil {
+		return nil, err
 	}
-	bout, err := dial(ctx, ch.eps["back_output"], zmq4.Push)
+	bout, err := dial(ctx, ch.eps["back_output"], typePush)
 	if err != nil {
 		return nil, err
 	}
 	defer bout.Close()
-	front, err := dial(ctx, ch.eps["front"], zmq4.XSub)
+	front, err := dial(ctx, ch.eps["front"], typeXSub)
 	if err != nil {
 		return nil, err
 	}
@@ -557,10 +574,25 @@ func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result,
 
 	// Attach: the subscribers dial (8 at a time) and send their topics.
 	subs := make([]*zmtpguard.Conn, cfg.Subs)
+	var subsMu sync.Mutex // subs, against the attach bound's closer
 	var attachErr atomic.Value
+	var expired atomic.Bool // the attach bound ran out
 	phase("attach", func() bool {
 		t0 := time.Now()
 		deadline := t0.Add(cfg.AttachTimeout)
+		// A subscriber still writing when the bound runs out is closed
+		// (its writes then fail).
+		bound := time.AfterFunc(cfg.AttachTimeout, func() {
+			subsMu.Lock()
+			defer subsMu.Unlock()
+			expired.Store(true)
+			for _, c := range subs {
+				if c != nil {
+					c.Close()
+				}
+			}
+		})
+		defer bound.Stop()
 		sem := make(chan struct{}, 8)
 		var awg sync.WaitGroup
 		for i := range subs {
@@ -568,13 +600,17 @@ func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result,
 			awg.Add(1)
 			go func() {
 				defer func() { <-sem; awg.Done() }()
-				c, err := dial(ctx, ch.eps["front"], zmq4.XSub)
+				c, err := dial(ctx, ch.eps["front"], typeXSub)
 				if err != nil {
 					attachErr.CompareAndSwap(nil, err)
 					return
 				}
+				subsMu.Lock()
 				subs[i] = c
-				c.NetConn().SetWriteDeadline(deadline)
+				if expired.Load() {
+					c.Close()
+				}
+				subsMu.Unlock()
 				topic := make([]byte, 0, 32)
 				for k := range cfg.Topics {
 					topic = fmt.Appendf(topic[:0], "\x01t%d.%d", i, k)
@@ -689,7 +725,7 @@ func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result,
 		}
 	}
 	smu.Unlock()
-	if err, _ := attachErr.Load().(error); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+	if err, _ := attachErr.Load().(error); err != nil && !expired.Load() {
 		return res, fmt.Errorf("attach: %w", err)
 	}
 	return res, nil

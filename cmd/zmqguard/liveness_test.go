@@ -83,32 +83,13 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 	p := start(t, ctx, "coordinator", "--engines", "1", "--log-format", "json",
 		"--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
+	// A live engine (coordinator.Engine: subscribed, READY, answering
+	// PINGs) so that start-up is over; then a bare PUSH that pushes one
+	// EngineCoreOutputs naming engine 0 (msgpack [0]: every later field at
+	// its default) and says nothing more: its silence is engine 0's.
+	eng := engineReady(t, ctx, p)
+	defer eng.Close()
 	backOut := p.logField("coordinator running", "back_output", 20*time.Second)
-	backPub := p.logField("coordinator running", "back_publish", 20*time.Second)
-	// The engine subscribes on back publish (start-up needs it before
-	// outputs are read), then pushes one EngineCoreOutputs naming itself
-	// engine 0 (msgpack [0]: every later field at its default), so that
-	// its silence is tied to engine_index 0; then it says nothing.
-	sub, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backPub, "tcp://"), zmq4.XSub, nil, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer sub.Close()
-	if err := writeFlush(sub, []byte{0x01}); err != nil {
-		t.Fatal(err)
-	}
-	// READY: start-up is over, so the output below is taken at once, long
-	// before its connection can time out (which would leave it unknown).
-	sub.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
-	for {
-		var m zmtpguard.Message
-		if err := sub.ReadMessage(&m); err != nil {
-			t.Fatalf("no READY on back publish: %v\n%s", err, p.stderr)
-		}
-		if m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == coordinator.ReadyFrame {
-			break
-		}
-	}
 	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), zmq4.Push, nil, nil)
 	if err != nil {
 		t.Fatal(err)
@@ -180,6 +161,26 @@ func TestListenerDropsSilentClient(t *testing.T) {
 	if m := p.jsonLine(); num(m, "heartbeat_timeouts") < 1 {
 		t.Fatalf("exit line does not count the heartbeat timeout: %s", p.stdout)
 	}
+}
+
+// engineReady dials a coordinator.Engine to p's back sockets and waits for
+// its READY.
+func engineReady(t *testing.T, ctx context.Context, p *proc) *coordinator.Engine {
+	t.Helper()
+	eng, err := coordinator.DialEngine(coordinator.EngineConfig{
+		BackPublish: p.logField("coordinator running", "back_publish", 20*time.Second),
+		BackOutput:  p.logField("coordinator running", "back_output", 20*time.Second),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := eng.WaitReady(rctx); err != nil {
+		eng.Close()
+		t.Fatalf("no READY: %v\n%s", err, p.stderr)
+	}
+	return eng
 }
 
 // writeFlush writes one message and sends it.

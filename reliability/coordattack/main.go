@@ -16,7 +16,8 @@
 // it with SIGTERM and print one JSON object: the samples, what the attack
 // saw, and the process's exit line.
 //
-// slowbody: -conns PUSH peers on back output complete the ZMTP handshake,
+// slowbody: -conns PUSH peers on back output complete the ZMTP handshake
+// (by hand, on a bare TCP connection),
 // send a long-frame header announcing 4096 bytes, then one byte of body
 // every -drip; it records for each when the process closed it, counted from
 // its header.
@@ -172,7 +173,73 @@ func (p *proc) stop() (json.RawMessage, error) {
 	return json.RawMessage(lines[len(lines)-1]), nil
 }
 
-func dial(ctx context.Context, addr string, t zmq4.SocketType) (*zmtpguard.Conn, error) {
+// The socket types the peers dial as, in one place: zmtpguard.Dial takes
+// zmq4's socket type here (the project's own type replaces it later, and
+// with it these lines).
+type socketType = zmq4.SocketType
+
+var (
+	typeXSub socketType = zmq4.XSub
+	typePush socketType = zmq4.Push
+)
+
+// cmdPing is the ZMTP 3.1 PING command's name (zmtpguard.Message.Command).
+const cmdPing = "PING"
+
+// rawPush connects to addr over TCP and completes a ZMTP 3.1 NULL handshake
+// as a PUSH by hand (greeting, READY with Socket-Type PUSH; the peer's
+// greeting and READY read and not checked), leaving the bare connection
+// for bytes no well-behaved peer would send.
+func rawPush(ctx context.Context, addr string) (net.Conn, error) {
+	d := net.Dialer{Timeout: 20 * time.Second}
+	nc, err := d.DialContext(ctx, "tcp", addr)
+	if err != nil {
+		return nil, err
+	}
+	g := make([]byte, 64)
+	g[0], g[9], g[10], g[11] = 0xff, 0x7f, 3, 1
+	copy(g[12:], "NULL")
+	ready := []byte{0x04, 26, 5, 'R', 'E', 'A', 'D', 'Y', 11}
+	ready = append(ready, "Socket-Type"...)
+	ready = append(ready, 0, 0, 0, 4)
+	ready = append(ready, "PUSH"...)
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	if _, err := nc.Write(append(g, ready...)); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	buf := make([]byte, 64)
+	if _, err := io.ReadFull(nc, buf); err != nil { // the peer's greeting
+		nc.Close()
+		return nil, err
+	}
+	hdr := buf[:2]
+	if _, err := io.ReadFull(nc, hdr); err != nil { // its READY command
+		nc.Close()
+		return nil, err
+	}
+	size := int(hdr[1])
+	if hdr[0]&0x02 != 0 {
+		long := make([]byte, 7)
+		if _, err := io.ReadFull(nc, long); err != nil {
+			nc.Close()
+			return nil, err
+		}
+		size = int(binary.BigEndian.Uint64(append([]byte{hdr[1]}, long...)))
+	}
+	if hdr[0]&0x04 == 0 || size > 4096 {
+		nc.Close()
+		return nil, fmt.Errorf("unexpected handshake frame (flags %#x, %d bytes)", hdr[0], size)
+	}
+	if _, err := io.ReadFull(nc, make([]byte, size)); err != nil {
+		nc.Close()
+		return nil, err
+	}
+	nc.SetDeadline(time.Time{})
+	return nc, nil
+}
+
+func dial(ctx context.Context, addr string, t socketType) (*zmtpguard.Conn, error) {
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Second)
 	defer cancel()
 	return zmtpguard.Dial(dctx, "tcp", addr, t, nil, nil)
@@ -188,14 +255,14 @@ func send(c *zmtpguard.Conn, frames ...[]byte) error {
 // engine subscribes on back publish and pushes stats every 10 ms until ctx
 // ends; it answers the process's PINGs on both connections.
 func engine(ctx context.Context, p *proc) error {
-	sub, err := dial(ctx, p.backPub, zmq4.XSub)
+	sub, err := dial(ctx, p.backPub, typeXSub)
 	if err != nil {
 		return err
 	}
 	if err := send(sub, []byte{0x01}); err != nil {
 		return err
 	}
-	out, err := dial(ctx, p.backOut, zmq4.Push)
+	out, err := dial(ctx, p.backOut, typePush)
 	if err != nil {
 		return err
 	}
@@ -207,7 +274,7 @@ func engine(ctx context.Context, p *proc) error {
 			if c.ReadMessage(&m) != nil {
 				return
 			}
-			if m.Command == zmtpguard.CmdPing {
+			if m.Command == cmdPing {
 				if lock != nil {
 					lock.Lock()
 				}
@@ -279,14 +346,14 @@ func slowbody(ctx context.Context, p *proc, conns int, drip, hold time.Duration)
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			c, err := dial(ctx, p.backOut, zmq4.Push)
+			nc, err := rawPush(ctx, p.backOut)
 			if err != nil {
 				mu.Lock()
 				dialErrs++
 				mu.Unlock()
 				return
 			}
-			nc := c.NetConn()
+			c := nc
 			// A long frame header (flags 0x02, 8-byte size 4096), no body.
 			hdr := make([]byte, 9)
 			hdr[0] = 0x02
@@ -351,7 +418,7 @@ func scale(ctx context.Context, p *proc, subs, n int, watch time.Duration) (any,
 		}
 	}()
 	for range subs {
-		c, err := dial(ctx, p.front, zmq4.XSub)
+		c, err := dial(ctx, p.front, typeXSub)
 		if err != nil {
 			return nil, err
 		}
@@ -360,7 +427,7 @@ func scale(ctx context.Context, p *proc, subs, n int, watch time.Duration) (any,
 			return nil, err
 		}
 	}
-	live, err := dial(ctx, p.front, zmq4.XSub)
+	live, err := dial(ctx, p.front, typeXSub)
 	if err != nil {
 		return nil, err
 	}
@@ -382,7 +449,7 @@ func scale(ctx context.Context, p *proc, subs, n int, watch time.Duration) (any,
 			if live.ReadMessage(&m) != nil {
 				return
 			}
-			if m.Command == zmtpguard.CmdPing {
+			if m.Command == cmdPing {
 				wmu.Lock()
 				live.Pong(&m)
 				live.Flush()
