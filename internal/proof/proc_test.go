@@ -290,6 +290,13 @@ type coordCounters struct {
 	// Peers dropped by the heartbeat rules, in total and by socket.
 	HeartbeatTimeouts         uint64            `json:"heartbeat_timeouts"`
 	HeartbeatTimeoutsBySocket map[string]uint64 `json:"heartbeat_timeouts_by_socket"`
+	// Loads is each engine's last stats (coordinator.Stats.Loads, in
+	// binaries that have it).
+	Loads []struct {
+		Waiting      int     `json:"waiting"`
+		Running      int     `json:"running"`
+		KVCacheUsage float64 `json:"kv_cache_usage"`
+	} `json:"loads"`
 }
 
 // listenerCounters is the line `zmqguard handshake-listener` prints at
