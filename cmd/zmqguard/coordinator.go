@@ -30,7 +30,10 @@ On SIGINT or SIGTERM it exits 0 after printing its counters (drops by reason
 included) as one JSON line on stdout: the totals, the same figures per socket
 (front, back_output, back_publish, each with dropped_hwm: publications
 dropped for a subscriber whose queue was full), failed accepts summed over
-the three sockets (accept_errors, e.g. EMFILE) and goroutines.
+the three sockets (accept_errors, e.g. EMFILE), engines that went silent
+(silent_engines: heartbeat disconnects per engine_index on back_output and
+back_publish, [] when none; silent_unknown: those not tied to one engine)
+and goroutines.
 
 ` + debugHelp + "\n\n" + metricsHelp,
 }
@@ -47,6 +50,11 @@ type coordinatorReport struct {
 	// socket (front, back_output, back_publish).
 	HeartbeatTimeouts         uint64            `json:"heartbeat_timeouts"`
 	HeartbeatTimeoutsBySocket map[string]uint64 `json:"heartbeat_timeouts_by_socket"`
+	// SilentEngines is Stats.SilentEngines, always present in the line
+	// ([] when no engine went silent) so that a reader can tell "none"
+	// from a binary that does not report it; it shadows the embedded
+	// field, which is omitted when empty.
+	SilentEngines []coordinator.EngineSilence `json:"silent_engines"`
 	// Goroutines is runtime.NumGoroutine() when the report was made: at
 	// exit, after the coordinator and the debug endpoint were closed.
 	Goroutines int `json:"goroutines"`
@@ -54,9 +62,14 @@ type coordinatorReport struct {
 
 // newCoordinatorReport wraps st; the caller sets Goroutines.
 func newCoordinatorReport(st coordinator.Stats) coordinatorReport {
+	silent := st.SilentEngines
+	if silent == nil {
+		silent = []coordinator.EngineSilence{}
+	}
 	return coordinatorReport{
-		Stats:        st,
-		AcceptErrors: st.Front.Socket.AcceptErrors + st.BackOutput.Socket.AcceptErrors + st.BackPublish.Socket.AcceptErrors,
+		Stats:         st,
+		SilentEngines: silent,
+		AcceptErrors:  st.Front.Socket.AcceptErrors + st.BackOutput.Socket.AcceptErrors + st.BackPublish.Socket.AcceptErrors,
 		HeartbeatTimeouts: st.Front.Socket.HeartbeatTimeouts + st.BackOutput.Socket.HeartbeatTimeouts +
 			st.BackPublish.Socket.HeartbeatTimeouts,
 		HeartbeatTimeoutsBySocket: map[string]uint64{

@@ -56,10 +56,15 @@ func TestReportsCountHeartbeatTimeouts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`"heartbeat_timeouts":3`, `"back_output":2`, `"front":1`, `"back_publish":0`} {
+	for _, want := range []string{`"heartbeat_timeouts":3`, `"back_output":2`, `"front":1`, `"back_publish":0`, `"silent_engines":[]`} {
 		if !strings.Contains(string(b), want) {
 			t.Errorf("coordinator report %s lacks %s", b, want)
 		}
+	}
+	st.SilentEngines = []coordinator.EngineSilence{{EngineIndex: 3, BackOutput: 1, BackPublish: 2}}
+	if b, _ := json.Marshal(newCoordinatorReport(st)); !strings.Contains(string(b),
+		`"silent_engines":[{"engine_index":3,"back_output":1,"back_publish":2}]`) {
+		t.Errorf("coordinator report %s lacks silent_engines", b)
 	}
 	var ls handshake.ListenerStats
 	ls.Socket.HeartbeatTimeouts = 4
@@ -77,12 +82,21 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 	p := start(t, ctx, "coordinator", "--engines", "1", "--log-format", "json",
 		"--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
+	// A live engine (coordinator.Engine: subscribed, READY, answering
+	// PINGs) so that start-up is over; then a bare PUSH that pushes one
+	// EngineCoreOutputs naming engine 0 (msgpack [0]: every later field at
+	// its default) and says nothing more: its silence is engine 0's.
+	eng := engineReady(t, ctx, p)
+	defer eng.Close()
 	backOut := p.logField("coordinator running", "back_output", 20*time.Second)
 	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), zmtpguard.Push, nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	if err := writeFlush(c, []byte{0x91, 0x00}); err != nil {
+		t.Fatal(err)
+	}
 	deadline := time.Now().Add(20 * time.Second)
 	for !strings.Contains(p.stderr.String(), "silent past the heartbeat timeout") {
 		if time.Now().After(deadline) {
@@ -99,6 +113,20 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 	m := p.jsonLine()
 	if num(m, "heartbeat_timeouts") < 1 || num(m, "heartbeat_timeouts_by_socket.back_output") < 1 {
 		t.Fatalf("exit line does not count the heartbeat timeout: %s", p.stdout)
+	}
+	// The exit line names the engine: silent_engines holds engine 0 with
+	// its back output disconnect.
+	var line struct {
+		SilentEngines []coordinator.EngineSilence `json:"silent_engines"`
+	}
+	if err := json.Unmarshal([]byte(p.stdout.String()), &line); err != nil {
+		t.Fatal(err)
+	}
+	if len(line.SilentEngines) != 1 || line.SilentEngines[0].EngineIndex != 0 || line.SilentEngines[0].BackOutput < 1 {
+		t.Fatalf("exit line's silent_engines %+v, want engine 0 with a back_output disconnect: %s", line.SilentEngines, p.stdout)
+	}
+	if !strings.Contains(p.stderr.String(), "engine went silent") {
+		t.Errorf("no \"engine went silent\" warning:\n%s", p.stderr)
 	}
 	if _, stdout, stderr := runBin(t, 20*time.Second, "coordinator", "-h"); !strings.Contains(stdout+stderr, "-heartbeat-interval") ||
 		!strings.Contains(stdout+stderr, "-heartbeat-timeout") {
@@ -132,4 +160,32 @@ func TestListenerDropsSilentClient(t *testing.T) {
 	if m := p.jsonLine(); num(m, "heartbeat_timeouts") < 1 {
 		t.Fatalf("exit line does not count the heartbeat timeout: %s", p.stdout)
 	}
+}
+
+// engineReady dials a coordinator.Engine to p's back sockets and waits for
+// its READY.
+func engineReady(t *testing.T, ctx context.Context, p *proc) *coordinator.Engine {
+	t.Helper()
+	eng, err := coordinator.DialEngine(coordinator.EngineConfig{
+		BackPublish: p.logField("coordinator running", "back_publish", 20*time.Second),
+		BackOutput:  p.logField("coordinator running", "back_output", 20*time.Second),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	if err := eng.WaitReady(rctx); err != nil {
+		eng.Close()
+		t.Fatalf("no READY: %v\n%s", err, p.stderr)
+	}
+	return eng
+}
+
+// writeFlush writes one message and sends it.
+func writeFlush(c *zmtpguard.Conn, frames ...[]byte) error {
+	if err := c.WriteMessage(frames...); err != nil {
+		return err
+	}
+	return c.Flush()
 }

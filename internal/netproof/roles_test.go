@@ -59,9 +59,10 @@ type event struct {
 	HBTimeouts map[string]uint64 `json:"hb_timeouts,omitempty"`
 	// RTT is a decode client's handshake round trip (ns).
 	RTT int64 `json:"rtt,omitempty"`
-	// Seq is a KV-event batch's sequence number (Replayed: it came from the
-	// replay endpoint); From and To bound a lost range; N counts the
-	// batches a publisher published.
+	// Seq is a KV-event batch's sequence number, or an engine's stats
+	// message's (Replayed: the batch came from the replay endpoint); From
+	// and To bound a lost range; N counts the batches a publisher
+	// published.
 	Seq      uint64 `json:"seq,omitempty"`
 	Replayed bool   `json:"replayed,omitempty"`
 	From     uint64 `json:"from,omitempty"`
@@ -240,7 +241,11 @@ func runRouter(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 				emit(event{Ev: "hello", ID: id})
 				r.Send(rctx, m.Frames[0], []byte("READY"))
 			case "stats":
-				emit(event{Ev: "stats", ID: id})
+				var seq uint64
+				if len(m.Frames) > 2 {
+					seq, _ = strconv.ParseUint(string(m.Frames[2]), 10, 64)
+				}
+				emit(event{Ev: "stats", ID: id, Seq: seq})
 			}
 		}
 	}()
@@ -255,7 +260,8 @@ func runRouter(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 
 // runEngine is an engine host: a DEALER with identity NETPROOF_ID dialing
 // NETPROOF_EP, saying "hello" on every connection, reporting "READY", and
-// sending "stats" every 100 ms.
+// sending "stats" with a sequence number every 100 ms (each queued one
+// reported as "sent" with its Seq).
 func runEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
 	o := roleOptions()
 	o.Identity = []byte(os.Getenv("NETPROOF_ID"))
@@ -297,19 +303,25 @@ func runEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 		defer wg.Done()
 		tick := time.NewTicker(100 * time.Millisecond)
 		defer tick.Stop()
-		send := func(what string) {
+		send := func(frames ...[]byte) error {
 			sctx, c := context.WithTimeout(ectx, 50*time.Millisecond)
-			d.Send(sctx, []byte(what))
-			c()
+			defer c()
+			return d.Send(sctx, frames...)
 		}
+		var seq uint64
 		for {
 			select {
 			case <-ectx.Done():
 				return
 			case <-connected:
-				send("hello")
+				send([]byte("hello"))
 			case <-tick.C:
-				send("stats")
+				// Numbered, and reported once queued ("sent"), so that a
+				// test can check that every one queued arrives.
+				seq++
+				if send([]byte("stats"), strconv.AppendUint(nil, seq, 10)) == nil {
+					emit(event{Ev: "sent", Seq: seq})
+				}
 			}
 		}
 	}()

@@ -290,6 +290,13 @@ type coordCounters struct {
 	// Peers dropped by the heartbeat rules, in total and by socket.
 	HeartbeatTimeouts         uint64            `json:"heartbeat_timeouts"`
 	HeartbeatTimeoutsBySocket map[string]uint64 `json:"heartbeat_timeouts_by_socket"`
+	// Loads is each engine's last stats (coordinator.Stats.Loads, in
+	// binaries that have it).
+	Loads []struct {
+		Waiting      int     `json:"waiting"`
+		Running      int     `json:"running"`
+		KVCacheUsage float64 `json:"kv_cache_usage"`
+	} `json:"loads"`
 }
 
 // listenerCounters is the line `zmqguard handshake-listener` prints at
@@ -344,10 +351,14 @@ func stopBoth(t *testing.T, l *listenerProc, c *coordProc) (listenerCounters, co
 	return lc, cc
 }
 
-// check is checkExit for the coordinator's line.
+// check is checkExit for the coordinator's line, which must also name the
+// engines that went silent: silent_engines is always present ([] when none).
 func (c coordCounters) check(t *testing.T) {
 	t.Helper()
 	checkExit(t, "coordinator", c.Goroutines, c.AcceptErrors)
+	if c.SilentEngines == nil {
+		t.Error("coordinator: exit line lacks silent_engines")
+	}
 }
 
 // check is checkExit for the listener's line.
