@@ -50,7 +50,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/coordinator"
@@ -279,14 +278,12 @@ func (ch *child) stop() {
 	ch.cmd.Wait()
 }
 
-// The socket types the peers dial as, in one place: zmtpguard.Dial takes
-// zmq4's socket type here (the project's own type replaces it later, and
-// with it these lines).
-type socketType = zmq4.SocketType
+// The socket types the peers dial as, in one place.
+type socketType = zmtpguard.SocketType
 
-var (
-	typeXSub socketType = zmq4.XSub
-	typePush socketType = zmq4.Push
+const (
+	typeXSub = zmtpguard.XSub
+	typePush = zmtpguard.Push
 )
 
 // dial connects a raw ZMTP peer of type t to endpoint tcp://host:port.

@@ -45,7 +45,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -173,14 +172,12 @@ func (p *proc) stop() (json.RawMessage, error) {
 	return json.RawMessage(lines[len(lines)-1]), nil
 }
 
-// The socket types the peers dial as, in one place: zmtpguard.Dial takes
-// zmq4's socket type here (the project's own type replaces it later, and
-// with it these lines).
-type socketType = zmq4.SocketType
+// The socket types the peers dial as, in one place.
+type socketType = zmtpguard.SocketType
 
-var (
-	typeXSub socketType = zmq4.XSub
-	typePush socketType = zmq4.Push
+const (
+	typeXSub = zmtpguard.XSub
+	typePush = zmtpguard.Push
 )
 
 // cmdPing is the ZMTP 3.1 PING command's name (zmtpguard.Message.Command).
