@@ -45,7 +45,6 @@ import (
 	"syscall"
 	"time"
 
-
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
