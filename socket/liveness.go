@@ -168,26 +168,51 @@ func (s *Socket) reserveSend(size int) bool {
 	}
 }
 
-// chargeRecv counts size received bytes against RecvQueueBytes and reports
-// whether the budget is now spent (the reader then hands its batch over and
-// waits before reading more).
-func (s *Socket) chargeRecv(size int64) bool {
+// budgetStep is how far ahead the reader charges the MemoryBudget (see
+// batch.reserved): small against any budget (1,000 peers assembling
+// batches at once over-count 4 MiB at most), large against a stats message.
+const budgetStep = 4 << 10
+
+// chargeRecv counts size received bytes of b against RecvQueueBytes (exact,
+// per message) and the MemoryBudget (ahead, in budgetStep steps), and reports
+// whether RecvQueueBytes is now spent (the reader then hands its batch over
+// and waits before reading more).
+func (s *Socket) chargeRecv(b *batch, size int64) bool {
+	b.charged += size
 	n := s.recvBytes.Add(size)
-	if s.budget != nil {
-		s.budget.Charge(size)
+	if s.budget != nil && b.reserved < b.charged {
+		// A batch's first message is charged exactly (a ROUTER or REQ
+		// batch usually holds one); later ones ahead.
+		step := b.charged - b.reserved
+		if b.n > 1 {
+			step = max(step, budgetStep)
+		}
+		s.budget.Charge(step)
+		b.reserved += step
 	}
 	return s.opts.RecvQueueBytes > 0 && n >= s.opts.RecvQueueBytes
 }
 
+// trimReserve gives the MemoryBudget back what the reader charged ahead for
+// b and did not use: called when b is handed over, so a queued batch is
+// charged exactly its bytes.
+func (s *Socket) trimReserve(b *batch) {
+	if extra := b.reserved - b.charged; extra > 0 && s.budget != nil {
+		s.budget.Charge(-extra)
+		b.reserved = b.charged
+	}
+}
+
 // uncharge returns a batch's bytes to the receive budget.
 func (s *Socket) uncharge(b *batch) {
+	if b.reserved > 0 && s.budget != nil {
+		s.budget.Charge(-b.reserved)
+	}
+	b.reserved = 0
 	if b.charged == 0 {
 		return
 	}
 	s.recvBytes.Add(-b.charged)
-	if s.budget != nil {
-		s.budget.Charge(-b.charged)
-	}
 	b.charged = 0
 	if s.recvWaiters.Load() > 0 {
 		s.recvSpaceMu.Lock()
@@ -238,6 +263,7 @@ func (p *peerConn) waitRecvBudget() bool {
 // first.
 func (p *peerConn) deliver(b *batch) bool {
 	s := p.s
+	s.trimReserve(b)
 	for {
 		p.dmu.Lock()
 		if !p.draining {
@@ -268,7 +294,8 @@ func (p *peerConn) deliver(b *batch) bool {
 			q.hw = max(q.hw, q.n)
 			q.bytes += b.bytes
 			q.charged += b.charged
-			b.charged = 0
+			q.reserved += b.reserved
+			b.charged, b.reserved = 0, 0
 			b.hw = max(b.hw, b.n)
 			b.n = 0
 			p.dmu.Unlock()

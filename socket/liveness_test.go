@@ -504,3 +504,52 @@ func TestTTLKeepsPingingAChattyPeer(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// TestBudgetReserveExactWhenQueued: the reader charges MemoryBudget ahead in
+// budgetStep steps while it assembles a batch, and gives back what it did not
+// use when it hands the batch over. So with messages waiting for Recv the
+// budget holds exactly their bytes (never fewer: it must not under-count), and
+// nothing once they are received.
+func TestBudgetReserveExactWhenQueued(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	pull := mustSocket(t, NewPull)
+	ep := mustBind(t, pull)
+	push := mustSocket(t, NewPush)
+	mustDial(t, push, ep)
+	const n = 1000 // 100-byte messages: many per batch, all within the socket's receive bounds
+	msg := make([]byte, 100)
+	for i := range n {
+		msg[0] = byte(i)
+		if err := push.Send(ctx, msg); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, ctx, "all messages queued for Recv", func() bool { return pull.Stats().QueuedRecvBytes == n*100 })
+	// The reader has handed every batch over: no reserve is left.
+	waitFor(t, ctx, "budget equal to the queued bytes", func() bool {
+		st := pull.Stats()
+		if st.BudgetBytes < st.QueuedRecvBytes {
+			t.Fatalf("budget %d under the %d bytes queued for Recv", st.BudgetBytes, st.QueuedRecvBytes)
+		}
+		return st.BudgetBytes == st.QueuedRecvBytes
+	})
+	for i := range n {
+		m, err := pull.Recv(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if m.Frames[0][0] != byte(i) {
+			t.Fatalf("message %d out of order", i)
+		}
+	}
+	// The last message stays valid until the next Recv, and with it its
+	// batch: the next Recv (here one that times out) releases it.
+	rctx, cancel := context.WithTimeout(ctx, 50*time.Millisecond)
+	defer cancel()
+	if _, err := pull.Recv(rctx); err == nil {
+		t.Fatal("a message after the last one sent")
+	}
+	if st := pull.Stats(); st.BudgetBytes != 0 || st.QueuedRecvBytes != 0 {
+		t.Fatalf("budget %d, queued %d after every message was received", st.BudgetBytes, st.QueuedRecvBytes)
+	}
+}

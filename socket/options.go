@@ -183,7 +183,12 @@ type Options struct {
 	// (DefaultMemoryBudget) or twice Guard.MaxMessageSize if that is more;
 	// negative means no budget (each connection then holds up to
 	// MaxMessageSize). A budget set below Guard.MaxMessageSize is refused
-	// by Verify: a lone max-size message would be evicted.
+	// by Verify: a lone max-size message would be evicted. A reader
+	// assembling a batch of messages charges the budget up to 4 KiB ahead
+	// (so it touches the shared counters once per 4 KiB, not once per
+	// small message) and gives back the unused part when it hands the
+	// batch over: the budget may over-count by that much per reading
+	// connection, never under-count.
 	//
 	// The socket's memory under attack is then bounded by about
 	// 2 × MemoryBudget (receiving) + SendTotalBytes (send queues; kept

@@ -378,8 +378,7 @@ func (p *peerConn) readLoop() {
 			b.n++
 			size := sl.m.Size()
 			b.bytes += size
-			b.charged += int64(size)
-			over = s.chargeRecv(int64(size))
+			over = s.chargeRecv(b, int64(size))
 		}
 		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes) {
 			if !p.deliver(b) {

@@ -51,7 +51,13 @@ type batch struct {
 	kept int
 	// charged is the bytes of this batch counted against RecvQueueBytes.
 	charged int64
-	slots   [batchMsgs]slot
+	// reserved is the bytes charged to the MemoryBudget for this batch:
+	// charged plus at most budgetStep taken ahead, so that the reader
+	// touches the budget's shared counters once per budgetStep bytes, not
+	// once per message. The budget over-counts by the unused part (never
+	// under-counts), and only while the batch is being assembled.
+	reserved int64
+	slots    [batchMsgs]slot
 }
 
 // footprint returns the buffer bytes sl keeps for reuse.
