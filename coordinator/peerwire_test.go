@@ -281,7 +281,11 @@ func FuzzParsePublication(f *testing.F) {
 		case p.KV:
 			re = enginecore.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running)
 		default:
-			re = appendStats(nil, p.Loads, false, p.Wave, p.Running)
+			counts := make([][2]int, len(p.Loads))
+			for i, l := range p.Loads {
+				counts[i] = [2]int{int(l.Waiting), int(l.Running)}
+			}
+			re = enginecore.AppendStatsPublish(nil, counts, int(p.Wave), p.Running)
 		}
 		var q Publication
 		if err := ParsePublication(re, &q); err != nil || q.HasCounts != p.HasCounts || q.KV != p.KV || q.Wave != p.Wave ||

@@ -6,6 +6,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -136,12 +137,12 @@ func (a stateActions) None() bool {
 // AppendStartDPWave appends the second frame of a's START_DP_WAVE,
 // (wave, exclude_engine_index).
 func (a *stateActions) AppendStartDPWave(dst []byte) []byte {
-	return appendStartDPWave(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
+	return dpwire.AppendStartDPWave(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
 }
 
 // AppendWavePublish appends (nil, Wave, Running).
 func (a *stateActions) AppendWavePublish(dst []byte) []byte {
-	return appendWavePublish(dst, a.Wave, a.Running)
+	return dpwire.AppendWavePublish(dst, a.Wave, a.Running)
 }
 
 // stateCounters are a [stateMachine]'s event counts since it was made.
@@ -593,11 +594,12 @@ func (s *stateMachine) AppendStatsPublish(dst []byte) []byte {
 }
 
 func appendStatsState(dst []byte, engines []engineState, kv bool, wave int64, running bool) []byte {
-	dst = appendStatsHeader(dst, len(engines))
+	dst = dpwire.AppendStatsHeader(dst, len(engines))
 	for i := range engines {
-		dst = appendLoad(dst, &engines[i].load, kv)
+		l := &engines[i].load
+		dst = dpwire.AppendLoad(dst, l.Waiting, l.Running, l.KVCacheUsage, kv)
 	}
-	return appendStatsTrailer(dst, wave, running)
+	return dpwire.AppendStatsTrailer(dst, wave, running)
 }
 
 // Wave returns the current wave.

@@ -67,23 +67,5 @@ func readFloat(b []byte) (float64, []byte, error) {
 	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
 }
 
-// appendInt appends i with the smallest msgpack integer encoding, as
-// Python's msgpack and msgspec choose it: positive fixint or uint 8/16/32/64
-// for non-negative values, negative fixint or int 8/16/32/64 for negative
-// ones.
-func appendInt(dst []byte, i int64) []byte {
-	if i >= 0 {
-		return msgp.AppendUint64(dst, uint64(i))
-	}
-	return msgp.AppendInt64(dst, i)
-}
-
-func appendOptInt(dst []byte, v int64, present bool) []byte {
-	if !present {
-		return msgp.AppendNil(dst)
-	}
-	return appendInt(dst, v)
-}
-
 // usageOK reports whether a cache usage is a finite non-negative number.
 func usageOK(f float64) bool { return f >= 0 && f <= math.MaxFloat64 }

@@ -4,6 +4,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
 // The DP coordinator protocol's messages besides EngineCoreOutputs: what
@@ -81,47 +82,19 @@ func AppendStatsPublishKV(dst []byte, loads []EngineLoad, wave int, running bool
 }
 
 func appendStats(dst []byte, loads []EngineLoad, kv bool, wave int64, running bool) []byte {
-	dst = appendStatsHeader(dst, len(loads))
+	dst = dpwire.AppendStatsHeader(dst, len(loads))
 	for i := range loads {
-		dst = appendLoad(dst, &loads[i], kv)
+		l := &loads[i]
+		dst = dpwire.AppendLoad(dst, l.Waiting, l.Running, l.KVCacheUsage, kv)
 	}
-	return appendStatsTrailer(dst, wave, running)
-}
-
-func appendStatsHeader(dst []byte, engines int) []byte {
-	dst = msgp.AppendArrayHeader(dst, 3)
-	return msgp.AppendArrayHeader(dst, uint32(engines))
-}
-
-func appendLoad(dst []byte, l *EngineLoad, kv bool) []byte {
-	if !kv {
-		dst = msgp.AppendArrayHeader(dst, 2)
-		dst = appendInt(dst, l.Waiting)
-		return appendInt(dst, l.Running)
-	}
-	dst = msgp.AppendArrayHeader(dst, 3)
-	dst = appendInt(dst, l.Waiting)
-	dst = appendInt(dst, l.Running)
-	return msgp.AppendFloat64(dst, l.KVCacheUsage)
-}
-
-func appendStatsTrailer(dst []byte, wave int64, running bool) []byte {
-	dst = appendInt(dst, wave)
-	return msgp.AppendBool(dst, running)
+	return dpwire.AppendStatsTrailer(dst, wave, running)
 }
 
 // AppendWavePublish appends the publication sent to front-ends at once when
 // the wave or the running state changes: (nil, current_wave,
 // engines_running). (nil, 7, False) is 93c007c2.
 func AppendWavePublish(dst []byte, wave int, running bool) []byte {
-	return appendWavePublish(dst, int64(wave), running)
-}
-
-func appendWavePublish(dst []byte, wave int64, running bool) []byte {
-	dst = msgp.AppendArrayHeader(dst, 3)
-	dst = msgp.AppendNil(dst)
-	dst = appendInt(dst, wave)
-	return msgp.AppendBool(dst, running)
+	return dpwire.AppendWavePublish(dst, int64(wave), running)
 }
 
 // AppendStartDPWave appends the second frame of a START_DP_WAVE broadcast,
@@ -130,15 +103,9 @@ func appendWavePublish(dst []byte, wave int64, running bool) []byte {
 // EngineCoreRequestType.START_DP_WAVE). (7, 2) is 920702.
 func AppendStartDPWave(dst []byte, wave int, exclude *int) []byte {
 	if exclude == nil {
-		return appendStartDPWave(dst, int64(wave), 0, false)
+		return dpwire.AppendStartDPWave(dst, int64(wave), 0, false)
 	}
-	return appendStartDPWave(dst, int64(wave), int64(*exclude), true)
-}
-
-func appendStartDPWave(dst []byte, wave, exclude int64, hasExclude bool) []byte {
-	dst = msgp.AppendArrayHeader(dst, 2)
-	dst = appendInt(dst, wave)
-	return appendOptInt(dst, exclude, hasExclude)
+	return dpwire.AppendStartDPWave(dst, int64(wave), int64(*exclude), true)
 }
 
 var (

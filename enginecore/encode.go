@@ -4,6 +4,8 @@ import (
 	"math"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
 // DefaultZeroCopyThreshold is vLLM's VLLM_MSGPACK_ZERO_COPY_THRESHOLD: an
@@ -342,18 +344,10 @@ func appendUtility(dst []byte, u *UtilityOutput) []byte {
 // for non-negative values, negative fixint or int 8/16/32/64 for negative
 // ones. (msgp.AppendInt64 uses signed widths for positive values, which
 // decode the same but are not byte-identical to what vLLM sends.)
-func appendInt(dst []byte, i int64) []byte {
-	if i >= 0 {
-		return msgp.AppendUint64(dst, uint64(i))
-	}
-	return msgp.AppendInt64(dst, i)
-}
+func appendInt(dst []byte, i int64) []byte { return dpwire.AppendInt(dst, i) }
 
 func appendOptInt(dst []byte, v int64, present bool) []byte {
-	if !present {
-		return msgp.AppendNil(dst)
-	}
-	return appendInt(dst, v)
+	return dpwire.AppendOptInt(dst, v, present)
 }
 
 // AppendSchedulerStats appends s as a map in vLLM's field order. The four
