@@ -38,6 +38,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
@@ -240,54 +241,30 @@ func attack(addr string, conns, size int, hold time.Duration) {
 	hdr := make([]byte, 9)
 	hdr[0] = zmtpwire.FlagLong
 	binary.BigEndian.PutUint64(hdr[1:], uint64(size))
-	sem := make(chan struct{}, 32)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	open := 0
-	// Held until the process exits: an unreachable connection would be
-	// closed by its finalizer.
-	var held []*zmtpguard.Conn
-	for range conns {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			c, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.Push, nil, nil)
-			cancel()
-			<-sem
-			if err != nil {
+	swarm := load.NewSwarm(addr, conns, func(c *zmtpguard.Conn) {
+		nc := zmtpaccess.NetConn(c)
+		nc.SetWriteDeadline(time.Now().Add(hold))
+		if burst {
+			burstThenIdle(c, size, hold)
+			return
+		}
+		nc.Write(hdr)
+		nc.Write(body)
+		for flood {
+			// Complete the message and send more, until the target
+			// stops taking them or the hold ends.
+			if _, err := nc.Write(last); err != nil {
 				return
 			}
-			mu.Lock()
-			open++
-			held = append(held, c)
-			mu.Unlock()
-			zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(hold))
-			if burst {
-				burstThenIdle(c, size, hold)
+			nc.Write(hdr)
+			if _, err := nc.Write(body); err != nil {
 				return
 			}
-			zmtpaccess.NetConn(c).Write(hdr)
-			zmtpaccess.NetConn(c).Write(body)
-			for flood {
-				// Complete the message and send more, until the target
-				// stops taking them or the hold ends.
-				if _, err := zmtpaccess.NetConn(c).Write(last); err != nil {
-					return
-				}
-				zmtpaccess.NetConn(c).Write(hdr)
-				if _, err := zmtpaccess.NetConn(c).Write(body); err != nil {
-					return
-				}
-			}
-		}()
-	}
+		}
+	})
 	time.Sleep(hold)
-	mu.Lock()
-	fmt.Fprintf(os.Stderr, "memattack: %d of %d attackers connected\n", open, conns)
-	runtime.KeepAlive(held)
-	mu.Unlock()
+	fmt.Fprintf(os.Stderr, "memattack: %d of %d attackers connected\n", swarm.Connected(), conns)
+	runtime.KeepAlive(swarm)
 }
 
 // burstThenIdle sends size bytes of complete 8 KiB messages on c, then

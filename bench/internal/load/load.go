@@ -18,6 +18,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"sync"
 	"syscall"
 	"time"
 
@@ -268,3 +269,48 @@ func progName() string {
 
 // ErrUsage is returned for a bad command line.
 var ErrUsage = errors.New("bad usage")
+
+// Swarm is a set of attacking connections made by NewSwarm.
+type Swarm struct {
+	wg   sync.WaitGroup
+	mu   sync.Mutex
+	held []*zmtpguard.Conn // reachable while the Swarm is: a lost Conn is closed by its finalizer
+}
+
+// NewSwarm dials conns guarded PUSH connections to addr (host:port), at
+// most 32 handshakes at a time, each within 10 s, and runs attack on each
+// connection made, in its own goroutine. It returns once every dial was
+// started; the connections stay open until the process exits.
+func NewSwarm(addr string, conns int, attack func(c *zmtpguard.Conn)) *Swarm {
+	s := &Swarm{}
+	sem := make(chan struct{}, 32)
+	for range conns {
+		sem <- struct{}{}
+		s.wg.Add(1)
+		go func() {
+			defer s.wg.Done()
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+			c, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.Push, nil, nil)
+			cancel()
+			<-sem
+			if err != nil {
+				return
+			}
+			s.mu.Lock()
+			s.held = append(s.held, c)
+			s.mu.Unlock()
+			attack(c)
+		}()
+	}
+	return s
+}
+
+// Wait waits for every dial and attack to end.
+func (s *Swarm) Wait() { s.wg.Wait() }
+
+// Connected returns how many connections were made so far.
+func (s *Swarm) Connected() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.held)
+}

@@ -38,8 +38,10 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
+	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
@@ -309,44 +311,22 @@ func attack(addr string, conns, size int, d time.Duration) {
 	binary.BigEndian.PutUint64(hdr[1:], uint64(size))
 	msg := append(hdr, body...)
 	end := time.Now().Add(d)
-	sem := make(chan struct{}, 32)
-	var wg sync.WaitGroup
-	var mu sync.Mutex
-	var held []*zmtpguard.Conn // reachable until exit (finalizers close)
-	var sentMsgs int
-	for range conns {
-		sem <- struct{}{}
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			c, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.Push, nil, nil)
-			cancel()
-			<-sem
-			if err != nil {
-				return
+	var sentMsgs atomic.Int64
+	swarm := load.NewSwarm(addr, conns, func(c *zmtpguard.Conn) {
+		nc := zmtpaccess.NetConn(c)
+		nc.SetWriteDeadline(end)
+		n := int64(0)
+		for time.Now().Before(end) {
+			if _, err := nc.Write(msg); err != nil {
+				break
 			}
-			mu.Lock()
-			held = append(held, c)
-			mu.Unlock()
-			zmtpaccess.NetConn(c).SetWriteDeadline(end)
-			n := 0
-			for time.Now().Before(end) {
-				if _, err := zmtpaccess.NetConn(c).Write(msg); err != nil {
-					break
-				}
-				n++
-			}
-			mu.Lock()
-			sentMsgs += n
-			mu.Unlock()
-		}()
-	}
-	wg.Wait()
-	mu.Lock()
-	fmt.Fprintf(os.Stderr, "frontflood: %d of %d attackers connected, %d messages written\n", len(held), conns, sentMsgs)
-	runtime.KeepAlive(held)
-	mu.Unlock()
+			n++
+		}
+		sentMsgs.Add(n)
+	})
+	swarm.Wait()
+	fmt.Fprintf(os.Stderr, "frontflood: %d of %d attackers connected, %d messages written\n", swarm.Connected(), conns, sentMsgs.Load())
+	runtime.KeepAlive(swarm)
 }
 
 // rssBytes reads this process's resident set size from /proc.
