@@ -71,11 +71,17 @@ func (r *connReader) Read(p []byte) (int, error) {
 // newConnReader returns the buffered reader a connection starts with.
 func newConnReader(nc net.Conn, max int) (*bufio.Reader, *connReader) {
 	size := min(initialReadBuffer, max)
-	cr := &connReader{nc: nc}
-	if size < max {
-		cr.min = size / 2
-	}
+	cr := &connReader{nc: nc, min: growAt(size, max)}
 	return bufio.NewReaderSize(cr, size), cr
+}
+
+// growAt is connReader.min for a buffer of size bytes that may grow to max:
+// half of it, or 0 once it may not grow.
+func growAt(size, max int) int {
+	if size < max {
+		return size / 2
+	}
+	return 0
 }
 
 // growReader replaces c's read buffer by one four times larger (at most
@@ -95,10 +101,7 @@ func (c *Conn) growReader() {
 	c.cr.idle.mu.Lock() // the idle timer and readBufferSize read c.br under it
 	c.br = bufio.NewReaderSize(c.cr, size)
 	c.cr.idle.mu.Unlock()
-	c.cr.min = size / 2
-	if size == c.cfg.ReadBufferSize {
-		c.cr.min = 0
-	}
+	c.cr.min = growAt(size, c.cfg.ReadBufferSize)
 }
 
 // ErrClosed is returned by operations on a closed Conn.

@@ -142,10 +142,7 @@ func (c *Conn) idleCheck() (freed int) {
 		// carry: nothing to carry over.
 		c.br = bufio.NewReaderSize(cr, small)
 		cr.full = false
-		cr.min = 0
-		if small < c.cfg.ReadBufferSize {
-			cr.min = small / 2
-		}
+		cr.min = growAt(small, c.cfg.ReadBufferSize)
 	}
 	id.shrunk = true
 	id.shrinks++
