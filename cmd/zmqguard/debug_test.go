@@ -261,24 +261,34 @@ func FuzzDebugOptionsCheck(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, addr string) {
-		err := (&debugOptions{addr: addr}).check()
-		remoteErr := (&debugOptions{addr: addr, allowRemote: true}).check()
-		if err != nil {
-			var ue *usageError
-			if !errors.As(err, &ue) {
-				t.Fatalf("check(%q) = %v, not a usage error", addr, err)
-			}
-			return
-		}
-		if remoteErr != nil {
-			t.Fatalf("check(%q) accepted without --debug-allow-remote, refused with it: %v", addr, remoteErr)
-		}
-		if addr == "" {
-			return
-		}
-		host, _, serr := net.SplitHostPort(addr)
-		if serr != nil || !isLoopbackHost(host) {
-			t.Fatalf("check(%q) accepted a host that is not loopback (%q, %v)", addr, host, serr)
-		}
+		checkLoopbackProperty(t, addr, "--debug-allow-remote", func(remote bool) error {
+			return (&debugOptions{addr: addr, allowRemote: remote}).check()
+		})
 	})
+}
+
+// checkLoopbackProperty is the property both HTTP-flag fuzz targets check of
+// the one loopback rule behind --debug-addr and --metrics-addr: a refusal is
+// a usage error; an address accepted without allowFlag is accepted with it
+// too, and is "" or host:port with a loopback host.
+func checkLoopbackProperty(t *testing.T, addr, allowFlag string, check func(remote bool) error) {
+	err := check(false)
+	remoteErr := check(true)
+	if err != nil {
+		var ue *usageError
+		if !errors.As(err, &ue) {
+			t.Fatalf("check(%q) = %v, not a usage error", addr, err)
+		}
+		return
+	}
+	if remoteErr != nil {
+		t.Fatalf("check(%q) accepted without %s, refused with it: %v", addr, allowFlag, remoteErr)
+	}
+	if addr == "" {
+		return
+	}
+	host, _, serr := net.SplitHostPort(addr)
+	if serr != nil || !isLoopbackHost(host) {
+		t.Fatalf("check(%q) accepted a host that is not loopback (%q, %v)", addr, host, serr)
+	}
 }

@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"log/slog"
-	"net"
 	"net/http"
 	"strings"
 	"testing"
@@ -262,25 +261,9 @@ func FuzzMetricsOptionsCheck(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, addr string) {
-		err := (&metricsOptions{addr: addr}).check()
-		remoteErr := (&metricsOptions{addr: addr, allowRemote: true}).check()
-		if err != nil {
-			var ue *usageError
-			if !errors.As(err, &ue) {
-				t.Fatalf("check(%q) = %v, not a usage error", addr, err)
-			}
-			return
-		}
-		if remoteErr != nil {
-			t.Fatalf("check(%q) accepted without --metrics-allow-remote, refused with it: %v", addr, remoteErr)
-		}
-		if addr == "" {
-			return
-		}
-		host, _, serr := net.SplitHostPort(addr)
-		if serr != nil || !isLoopbackHost(host) {
-			t.Fatalf("check(%q) accepted a host that is not loopback (%q, %v)", addr, host, serr)
-		}
+		checkLoopbackProperty(t, addr, "--metrics-allow-remote", func(remote bool) error {
+			return (&metricsOptions{addr: addr, allowRemote: remote}).check()
+		})
 	})
 }
 
