@@ -4,16 +4,11 @@ import (
 	"context"
 	"encoding/hex"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
-	"github.com/go-zeromq/zmq4"
-
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/pypeer"
-	"github.com/zmqguard/zmqguard/internal/vllmwire"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestPythonProducersLeaveZMQ4 is the "wrap" migration path against real
@@ -23,25 +18,10 @@ import (
 // are still delivered, and the junk is counted.
 func TestPythonProducersLeaveZMQ4(t *testing.T) {
 	py := pypeer.Require(t, "zmq")
-	const scheme = "zmqguard-loop-test"
-	if !slices.Contains(zmq4.Transports(), scheme) {
-		if err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	pull := zmq4.NewPull(context.Background())
-	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	rcv := FromZMQ4(pull)
+	pull, rcv, l, got := guardedZMQ4Loop(t, 8)
 	defer rcv.Close()
-	got := make(chan struct{}, 8)
-	l := newStatsLoop(t, rcv, func(context.Context, Delivery[vllmwire.Message]) error {
-		got <- struct{}{}
-		return nil
-	}, nil)
 	runErr := make(chan error, 1)
 	go func() { runErr <- l.Run(ctx) }()
 

@@ -273,25 +273,10 @@ func (p *rawPush) abort(t *testing.T) {
 // guard closes that connection (one transport drop), nothing is allocated,
 // and the loop goes on delivering another peer's messages.
 func TestZMQ4ReceiverGuardedOversize(t *testing.T) {
-	const scheme = "zmqguard-loop-test"
-	if !slices.Contains(zmq4.Transports(), scheme) {
-		if err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
-			t.Fatal(err)
-		}
-	}
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	pull := zmq4.NewPull(context.Background())
-	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
-		t.Fatal(err)
-	}
-	rcv := FromZMQ4(pull)
+	pull, rcv, l, got := guardedZMQ4Loop(t, 4)
 	defer rcv.Close()
-	got := make(chan struct{}, 4)
-	l := newStatsLoop(t, rcv, func(context.Context, Delivery[vllmwire.Message]) error {
-		got <- struct{}{}
-		return nil
-	}, nil)
 	runErr := make(chan error, 1)
 	go func() { runErr <- l.Run(ctx) }()
 
@@ -328,4 +313,29 @@ func TestZMQ4ReceiverGuardedOversize(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
+}
+
+// guardedZMQ4Loop is the "wrap" migration path set up for a test: a zmq4
+// PULL bound on the guarded transport (registered once under a test
+// scheme), wrapped by FromZMQ4 under a stats loop whose handler signals got
+// (buffered buf) per delivery. The caller runs the loop and closes rcv.
+func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, *ZMQ4Receiver, *Loop[vllmwire.Message], chan struct{}) {
+	t.Helper()
+	const scheme = "zmqguard-loop-test"
+	if !slices.Contains(zmq4.Transports(), scheme) {
+		if err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pull := zmq4.NewPull(context.Background())
+	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	rcv := FromZMQ4(pull)
+	got := make(chan struct{}, buf)
+	l := newStatsLoop(t, rcv, func(context.Context, Delivery[vllmwire.Message]) error {
+		got <- struct{}{}
+		return nil
+	}, nil)
+	return pull, rcv, l, got
 }
