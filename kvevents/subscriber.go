@@ -240,10 +240,10 @@ type Subscriber struct {
 	// them.
 	removing map[*source]struct{}
 	running  bool
-	closed  bool
-	ctx     context.Context
-	cancel  context.CancelFunc
-	err     error
+	closed   bool
+	ctx      context.Context
+	cancel   context.CancelFunc
+	err      error
 }
 
 // NewSubscriber returns a Subscriber; it starts nothing until Add or Run.
