@@ -29,8 +29,8 @@ func describe(e *Event) string {
 	for _, k := range e.ExtraKeys {
 		fmt.Fprintf(&b, "%x,", k)
 	}
-	fmt.Fprintf(&b, " group=%v kind=%v win=%v loc=%v own=%v", e.GroupIdx, e.KVCacheSpecKind,
-		e.KVCacheSpecSlidingWindow, e.Locality, e.Ownership)
+	fmt.Fprintf(&b, " group=%v kind=%v win=%v loc=%v own=%v session=%v", e.GroupIdx, e.KVCacheSpecKind,
+		e.KVCacheSpecSlidingWindow, e.Locality, e.Ownership, e.SessionID)
 	return b.String()
 }
 
@@ -240,7 +240,7 @@ func TestInteropPythonSubscriber(t *testing.T) {
 			if r.KVEventsMapForm {
 				wantPayload = hex.EncodeToString(batchOf(t, vecStoredMap, vecRemovedMap, vecClearedMap))
 			} else {
-				wantPayload = "93cb41d954fc4020000093" + hex.EncodeToString(appendEventArray(nil, &evs[0])) + vecRemovedArr + vecClearedArr + "00"
+				wantPayload = "93cb41d954fc4020000093" + hex.EncodeToString(appendEventArray(nil, &evs[0])) + vecRemovedArrFull + vecClearedArr + "00"
 			}
 			topic := hex.EncodeToString([]byte("kv@p@m"))
 			var live, replay []string
