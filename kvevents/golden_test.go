@@ -447,4 +447,3 @@ func TestGoldenKVShapes(t *testing.T) {
 		}
 	})
 }
-
