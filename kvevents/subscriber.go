@@ -410,6 +410,10 @@ type SourceStats struct {
 	Dropped decodeguard.Counts `json:"dropped"`
 	// DroppedEvents counts events left out of delivered batches by reason.
 	DroppedEvents decodeguard.Counts `json:"dropped_events"`
+	// UnsupportedTypes counts the events dropped as unsupported (a type
+	// this release does not know, such as a newer vLLM's) by type name,
+	// escaped: at most MaxUnsupportedTypes names, then "other" for the rest.
+	UnsupportedTypes map[string]uint64 `json:"unsupported_types,omitempty"`
 	// Refused counts connections of the live socket refused by the
 	// transport guards (bad greeting, handshake, oversize frames, caps).
 	Refused decodeguard.Counts `json:"refused"`
@@ -455,6 +459,9 @@ func (s *Subscriber) Stats() Stats {
 		t.BufferOverflows += x.BufferOverflows
 		t.Dropped.Add(&x.Dropped)
 		t.DroppedEvents.Add(&x.DroppedEvents)
+		for name, n := range x.UnsupportedTypes {
+			t.UnsupportedTypes = countType(t.UnsupportedTypes, name, n)
+		}
 		t.Refused.Add(&x.Refused)
 		if x.Connected {
 			t.ConnectedSources++
@@ -617,6 +624,12 @@ func (so *source) stats() SourceStats {
 	so.smu.Lock()
 	st := so.st
 	st.LostRanges = append([]Range(nil), so.st.LostRanges...)
+	if so.st.UnsupportedTypes != nil {
+		st.UnsupportedTypes = make(map[string]uint64, len(so.st.UnsupportedTypes))
+		for k, v := range so.st.UnsupportedTypes {
+			st.UnsupportedTypes[k] = v
+		}
+	}
 	so.smu.Unlock()
 	ls := so.lp.Stats()
 	st.Dropped.Add(&ls.Dropped)
@@ -762,8 +775,34 @@ func (so *source) deliver(seq uint64, payload []byte, replayed bool) error {
 
 func (so *source) onEventDrop(d EventDrop) {
 	r := decodeguard.ReasonOf(d.Err)
-	so.count(func(st *SourceStats) { st.DroppedEvents[r]++ })
+	so.count(func(st *SourceStats) {
+		st.DroppedEvents[r]++
+		if r == decodeguard.ReasonUnsupported {
+			st.UnsupportedTypes = countType(st.UnsupportedTypes, decodeguard.EscapeText(d.Type, 64), 1)
+		}
+	})
 	so.sub.log.drop(r, so.src.Name, so.next-1, d.Err, nil)
+}
+
+// MaxUnsupportedTypes is how many distinct unsupported event type names
+// SourceStats.UnsupportedTypes keeps; further names count under "other".
+const MaxUnsupportedTypes = 16
+
+// countType adds n to name's count in m, or to "other" when m already holds
+// MaxUnsupportedTypes names (and not this one).
+func countType(m map[string]uint64, name string, n uint64) map[string]uint64 {
+	if m == nil {
+		m = make(map[string]uint64)
+	}
+	named := len(m)
+	if _, ok := m["other"]; ok {
+		named--
+	}
+	if _, ok := m[name]; !ok && name != "other" && named >= MaxUnsupportedTypes {
+		name = "other"
+	}
+	m[name] += n
+	return m
 }
 
 // lose reports [from, to) lost (so.mu held).
