@@ -318,7 +318,7 @@ type kvCounters struct {
 	DroppedEvents decodeguard.Counts   `json:"dropped_events"`
 	// UnsupportedTypes counts events of types this release does not know,
 	// by (escaped) name.
-	UnsupportedTypes map[string]uint64 `json:"unsupported_types,omitempty"`
+	UnsupportedTypes map[string]uint64  `json:"unsupported_types,omitempty"`
 	Refused          decodeguard.Counts `json:"refused"`
 	Connected        bool               `json:"connected"`
 }
