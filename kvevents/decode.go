@@ -8,13 +8,25 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// Decode limits.
+// Decode limits. vLLM publishes one batch per scheduler step with every
+// event of that step (vllm/v1/core/sched/scheduler.py), so a batch grows
+// with the step: one store per scheduled request and KV-cache group, one
+// removal per evicted block, the connector's offloading events. In the
+// "full" report mode (vLLM PR #45261) each request that hits the prefix
+// cache also re-announces its whole cached prefix in one store: a step
+// admitting many requests that share a long prompt carries that prompt's
+// tokens once per request (64 requests × 32k tokens is about 10 MiB of
+// token ids, at up to 5 bytes each).
 const (
 	// DefaultMaxPayload is the default cap on one batch payload, checked
-	// before anything is decoded: a vLLM engine step storing a few long
-	// prompts stays well below it.
-	DefaultMaxPayload = 8 << 20
-	// DefaultMaxEvents is the default cap on the events of one batch.
+	// before anything is decoded: 64 MiB, about 13 million token ids, such
+	// as a "full" report-mode step admitting 100 requests with 128k-token
+	// cached prefixes. It also sizes the live socket's message limit.
+	DefaultMaxPayload = 64 << 20
+	// DefaultMaxEvents is the default cap on the events of one batch:
+	// 65,536, above what a step of vLLM's server defaults can produce (up
+	// to 1,024 scheduled requests, 8,192 batched tokens, so at most a few
+	// thousand stores and evictions per KV-cache group).
 	DefaultMaxEvents = 1 << 16
 )
 

@@ -34,7 +34,7 @@ const (
 	// DefaultMaxBuffered bounds the live batches one source buffers while
 	// its replay runs; DefaultMaxBufferedBytes bounds their payload bytes.
 	DefaultMaxBuffered      = 4096
-	DefaultMaxBufferedBytes = 32 << 20
+	DefaultMaxBufferedBytes = 64 << 20 // one batch of DefaultMaxPayload
 	// ReplayAhead is how far past the highest live sequence number seen a
 	// replayed batch may be; one further ahead is refused.
 	ReplayAhead = 1024
