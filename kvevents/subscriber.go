@@ -156,7 +156,9 @@ type Config struct {
 	Limits Limits
 	// Socket is the options of every source's SUB and replay DEALER
 	// (transport limits, reconnect pacing). MaxMessageSize is raised to
-	// hold Limits.MaxPayload when left smaller; a zero write buffer is set
+	// hold Limits.MaxPayload when left smaller, and a positive MemoryBudget
+	// then to at least twice it (the socket's default rule, so that
+	// socket.DefaultOptions() works as given); a zero write buffer is set
 	// small (4 KiB), since a subscriber writes only subscriptions and
 	// replay requests.
 	Socket socket.Options
@@ -200,6 +202,11 @@ func (c *Config) fill() error {
 	}
 	if need := int64(c.Limits.MaxPayload) + 64<<10; c.Socket.Guard.MaxMessageSize < need {
 		c.Socket.Guard.MaxMessageSize = need
+		// The socket's own rule for its default budget: twice the
+		// largest message (a budget below it would refuse the options).
+		if b := c.Socket.MemoryBudget; b > 0 && b < 2*need {
+			c.Socket.MemoryBudget = 2 * need
+		}
 	}
 	if c.Socket.Guard.WriteBufferSize == 0 {
 		c.Socket.Guard.WriteBufferSize = 4 << 10
