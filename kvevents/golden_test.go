@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"bytes"
+	"context"
 	"encoding/binary"
 	"encoding/hex"
 	"encoding/json"
@@ -9,9 +10,11 @@ import (
 	"math"
 	"strconv"
 	"testing"
+	"time"
 
 	"github.com/tinylib/msgp/msgp"
 	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/socket"
 )
 
 // Tests against the golden vectors: bytes vLLM's own code wrote
@@ -446,4 +449,84 @@ func TestGoldenKVShapes(t *testing.T) {
 			t.Fatalf("rank %v", b.DataParallelRank)
 		}
 	})
+}
+
+// TestGoldenPublisherReplay: the Publisher's replay service answers a
+// request with exactly the frames vLLM's ZmqEventPublisher sent in the
+// golden vectors (kv-replay-reply-seq1, -seq2, kv-replay-end), for the same
+// values published under the same topic; the request is kv-replay-request.
+func TestGoldenPublisherReplay(t *testing.T) {
+	byID := map[string]golden.Vector{}
+	for _, v := range golden.Load(t, "kv-events") {
+		byID[v.ID] = v
+	}
+	want := [][][]byte{}
+	p, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0",
+		Topic: "kv-events", Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Close()
+	if err := p.PublishBatch(0, nil, Int(0)); err != nil { // seq 0, not asked for
+		t.Fatal(err)
+	}
+	for _, id := range []string{"kv-replay-reply-seq1", "kv-replay-reply-seq2", "kv-replay-end"} {
+		v, ok := byID[id]
+		if !ok {
+			t.Fatalf("vector %s missing", id)
+		}
+		frames, err := v.Frames()
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, frames)
+		if id == "kv-replay-end" {
+			break
+		}
+		var val goldenKV
+		var gb goldenBatch
+		if err := jsonDecode(v.Values, &val); err != nil {
+			t.Fatal(err)
+		}
+		if err := jsonDecode(val.Decoded, &gb); err != nil {
+			t.Fatal(err)
+		}
+		evs := make([]Event, len(gb.Events))
+		for i, m := range gb.Events {
+			if evs[i], err = goldenEvent(m); err != nil {
+				t.Fatal(err)
+			}
+		}
+		r, _ := gb.Rank.Int64()
+		if err := p.PublishBatch(gb.TS, evs, Int(r)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "3 batches sent", func() bool { return p.Stats().Published == 3 })
+	req, err := byID["kv-replay-request"].Frames()
+	if err != nil {
+		t.Fatal(err)
+	}
+	d, err := socket.NewDealer(socket.DefaultOptions())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer d.Close()
+	if err := d.Dial(p.ReplayEndpoint()); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := d.Send(ctx, req...); err != nil {
+		t.Fatal(err)
+	}
+	for i, w := range want {
+		msg, err := d.Recv(ctx)
+		if err != nil {
+			t.Fatalf("reply %d: %v", i, err)
+		}
+		if !framesEqual(msg.Frames, w) {
+			t.Fatalf("reply %d:\n got %x\nwant %x (vLLM's)", i, msg.Frames, w)
+		}
+	}
 }
