@@ -15,11 +15,17 @@ import (
 	"github.com/tinylib/msgp/msgp"
 	"github.com/zmqguard/zmqguard/internal/golden"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // Tests against the golden vectors: bytes vLLM's own code wrote
 // (ZmqEventPublisher framing, msgspec payloads of vLLM's structs), with the
 // values they decode to. See internal/golden.
+
+// goldenRelease is the vLLM release profile of the vectors' commit (vLLM main
+// of 2026-08-07, after #49230, before #50620 and #51481); its KV rules are
+// those of "latest" too.
+var goldenRelease = vllm.MustParse("main-pre-51481")
 
 // goldenKV is the values object of one kv-events vector.
 type goldenKV struct {
@@ -336,7 +342,7 @@ func TestGoldenKVEvents(t *testing.T) {
 				}
 			}
 
-			enc := AppendBatch(nil, gb.TS, want, rank, true)
+			enc := AppendBatch(nil, gb.TS, want, rank, goldenRelease.Rules().KVEventsMapForm)
 			if !bytes.Equal(enc, payload) {
 				t.Fatalf("AppendBatch differs from vLLM's bytes:\n got %x\nwant %x", enc, payload)
 			}
@@ -461,8 +467,8 @@ func TestGoldenPublisherReplay(t *testing.T) {
 		byID[v.ID] = v
 	}
 	want := [][][]byte{}
-	p, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0",
-		Topic: "kv-events", Logger: quiet})
+	p, err := NewPublisher(PublisherConfig{Release: goldenRelease, Endpoint: "tcp://127.0.0.1:0", Bind: true,
+		ReplayEndpoint: "tcp://127.0.0.1:0", Topic: "kv-events", Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -192,7 +192,7 @@ func TestInteropPythonPublisher(t *testing.T) {
 func TestInteropPythonSubscriber(t *testing.T) {
 	py := pypeer.Require(t, "zmq")
 	gts, gevs, granks, gpay := goldenLive(t)
-	for _, name := range []string{"latest", "0.25"} {
+	for _, name := range []string{goldenRelease.String(), "0.25"} {
 		t.Run(name, func(t *testing.T) {
 			rel, _ := vllm.Parse(name)
 			r := rel.Rules()
