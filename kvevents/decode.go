@@ -504,6 +504,12 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 		ev.ParentBlockHash.V, b, err = readHash(b)
 		ev.ParentBlockHash.Valid = err == nil
 	case fTokenIDs:
+		if msgp.IsNil(b) {
+			// vLLM's MooncakeStoreConnector sends None when its request
+			// metadata has no tokens: no tokens, as a placeholder.
+			ev.TokenIDs = ev.TokenIDs[:0]
+			return b[1:], nil
+		}
 		ev.TokenIDs, b, err = readTokens(b, ev.TokenIDs[:0])
 	case fBlockSize:
 		ev.BlockSize, b, err = readInt(b)

@@ -207,6 +207,17 @@ func TestDecodeDrops(t *testing.T) {
 		"removed":      {Event{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1)}}, false, 0},
 		"all cleared":  {Event{Type: AllBlocksCleared}, false, 0},
 	}
+	// token_ids nil (vLLM's MooncakeStoreConnector without tokens) reads as
+	// no tokens.
+	nilTokens := appendEventMap(nil, &Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 16, TokenIDs: []int64{}})
+	nilTokens = bytes.Replace(nilTokens, []byte("\xa9token_ids\x90"), []byte("\xa9token_ids\xc0"), 1)
+	if !bytes.Contains(nilTokens, []byte("\xa9token_ids\xc0")) {
+		t.Fatalf("no nil token_ids in %x", nilTokens)
+	}
+	var nb Batch
+	if err := DecodeBatch(batchOf(t, hex.EncodeToString(nilTokens)), Limits{}, &nb, nil); err != nil || len(nb.Events) != 1 || !nb.Events[0].Placeholder() {
+		t.Errorf("token_ids nil: %v %+v", err, nb)
+	}
 	for name, c := range ok {
 		var b Batch
 		if err := DecodeBatch(AppendBatch(nil, 1, []Event{c.ev}, OptInt{}, true), Limits{}, &b, nil); err != nil || len(b.Events) != 1 {
