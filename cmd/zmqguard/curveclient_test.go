@@ -143,7 +143,8 @@ func TestKVEventsCurve(t *testing.T) {
 	rep := pub.logField("kv-publish", "replay", 20*time.Second)
 	time.Sleep(500 * time.Millisecond) // batches to replay
 
-	// 40 events: 20 batches of one BlockStored and one BlockRemoved.
+	// 40 events: batch 0's BlockStored, then batches of one BlockStored and
+	// one BlockRemoved (of the previous batch's block).
 	p := start(t, ctx, "kv-events", "--connect", ep, "--replay", rep, "--topic", "kv@", "--from-start", "--count", "40",
 		"--curve-server-key", srvPub, "--curve-secret-key-file", cliSecret, "--log-format", "json")
 	if code := p.wait(30 * time.Second); code != 0 {
@@ -154,8 +155,8 @@ func TestKVEventsCurve(t *testing.T) {
 		t.Fatalf("%d lines:\n%s", len(lines), p.stdout)
 	}
 	for i, l := range lines[:40] {
-		if l["seq"] != float64(i/2) {
-			t.Fatalf("line %d: %v (want seq %d)", i, l, i/2)
+		if l["seq"] != float64((i+1)/2) {
+			t.Fatalf("line %d: %v (want seq %d)", i, l, (i+1)/2)
 		}
 	}
 	if c := lines[40]; num(c, "counters.total.replayed") < 1 || num(c, "counters.total.lost") != 0 {
