@@ -275,6 +275,9 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			if err != nil {
 				return orig, rebase(err, orig, at)
 			}
+			if full != nil && full.m != nil {
+				full.m.StatsRaw = Raw(at[:len(at)-len(b)])
+			}
 		case 3:
 			detail = "EngineCoreOutputs.timestamp: want a float"
 			h.Timestamp, b, err = readFloat(b)
