@@ -815,3 +815,63 @@ func appendNode(t *testing.T, b []byte, n node) []byte {
 	t.Fatalf("appendNode: kind %c", n.kind)
 	return nil
 }
+
+// TestGoldenSpecialCallIDs: the elastic-EP notifications (call id -1) and
+// fault-tolerance status pushes (call id -2) vLLM sends decode to their
+// typed values.
+func TestGoldenSpecialCallIDs(t *testing.T) {
+	want := map[string]any{
+		"eo-eep-reconfigure-finished": EEPNotification{Type: EEPReconfigureFinished, DPRank: 1},
+		"eo-eep-shutdown-complete":    EEPNotification{Type: EEPShutdownComplete, DPRank: 1},
+		"eo-ft-status-unhealthy":      FTStatus{Engine: 0, Status: "unhealthy", HasFaultInfo: true, FaultInfo: "RuntimeError"},
+		"eo-ft-status-healthy":        FTStatus{Engine: 0, Status: "healthy"},
+		"eo-utility-result-dict":      nil,
+	}
+	seen := 0
+	for _, v := range golden.Load(t, "engine-outputs") {
+		w, ok := want[v.ID]
+		if !ok {
+			continue
+		}
+		seen++
+		frames, err := v.Frames()
+		mustOK(t, err)
+		var m Message
+		if err := Decode(frames, &m, nil); err != nil {
+			t.Fatalf("%s: %v", v.ID, err)
+		}
+		got, ok, err := m.Utility.SpecialValue()
+		if err != nil || got != w || ok != (w != nil) {
+			t.Errorf("%s: SpecialValue = %#v, %v, %v; want %#v", v.ID, got, ok, err, w)
+		}
+		if w == nil && (m.Utility.Special != 0 || m.Utility.CallID != 1967554867335598546) {
+			t.Errorf("%s: call id %d / special %d", v.ID, m.Utility.CallID, m.Utility.Special)
+		}
+	}
+	if seen != len(want) {
+		t.Fatalf("found %d of the %d vectors", seen, len(want))
+	}
+}
+
+func TestSpecialValueRefusesWrongShapes(t *testing.T) {
+	for _, tc := range []struct {
+		special int64
+		result  string
+	}{
+		{CallIDEEPNotification, "\x91\xa1x"},               // one element
+		{CallIDEEPNotification, "\x92\x01\x01"},            // type not a str
+		{CallIDEEPNotification, "\x92\xa1x\xff"},           // negative rank
+		{CallIDFTStatus, "\x81\xa2id\x00"},                 // no status
+		{CallIDFTStatus, "\x82\xa2id\xa1x\xa6status\xa1y"}, // id not an int
+		{CallIDFTStatus, "\x92\x00\x00"},                   // not a map
+	} {
+		u := UtilityOutput{Special: tc.special, HasResult: true, Result: Raw(tc.result)}
+		if v, ok, err := u.SpecialValue(); ok || err == nil {
+			t.Errorf("%d %x: accepted %#v", tc.special, tc.result, v)
+		}
+	}
+	u := UtilityOutput{Special: -3, HasResult: true, Result: Raw{0xc0}}
+	if v, ok, err := u.SpecialValue(); ok || err != nil || v != nil {
+		t.Errorf("unknown call id -3: %v %v %v", v, ok, err)
+	}
+}
