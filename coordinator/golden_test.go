@@ -8,6 +8,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // goldenValues is the part of a coordinator vector's values these tests
@@ -254,4 +255,89 @@ func goldenEngineOutputs(t *testing.T, frames [][]byte, decoded json.RawMessage)
 	if got := enginecore.AppendHeader(nil, &h); !bytes.Equal(got, frames[0]) {
 		t.Fatalf("AppendHeader %x\nvLLM %x", got, frames[0])
 	}
+}
+
+// TestGoldenSession replays, under the main-pre-50620 profile (the
+// vectors' commit), the session the coordinator vectors were captured in,
+// through the coordinator's state machine: every START_DP_WAVE and
+// publication it produces is byte for byte what vLLM's coordinator sent.
+func TestGoldenSession(t *testing.T) {
+	byID := map[string][][]byte{}
+	for _, v := range golden.Load(t, "coordinator") {
+		f, err := v.Frames()
+		if err != nil {
+			t.Fatal(err)
+		}
+		byID[v.ID] = f
+	}
+	frame := func(id string, i int) []byte {
+		t.Helper()
+		f, ok := byID[id]
+		if !ok || len(f) <= i {
+			t.Fatalf("vector %s frame %d missing", id, i)
+		}
+		return f[i]
+	}
+	engine := func(id string) *EngineCoreOutputs {
+		t.Helper()
+		var h EngineCoreOutputs
+		if err := DecodeEngineCoreOutputs(frame(id, 0), &h); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return &h
+	}
+	front := func(id string) FrontMsg {
+		t.Helper()
+		m, err := ParseFrontMessage(frame(id, 0))
+		if err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+		return m
+	}
+	same := func(what string, got []byte, id string, i int) {
+		t.Helper()
+		if want := frame(id, i); !bytes.Equal(got, want) {
+			t.Fatalf("%s: coordinator writes %x, vLLM wrote %x (%s)", what, got, want, id)
+		}
+	}
+	s := newStarted(t, 2, stateConfig{Release: vllm.MustParse("main-pre-50620")})
+	same("first publication", s.AppendStatsPublish(nil), "co-pub-initial", 0)
+
+	for _, id := range []string{"co-engine-stats-lockstep", "co-engine-stats-engine1"} {
+		if _, err := s.OnEngineOutput(engine(id)); err != nil {
+			t.Fatalf("%s: %v", id, err)
+		}
+	}
+	same("stats publication", s.AppendStatsPublish(nil), "co-pub-stats", 0)
+
+	a, err := s.OnFrontMessage(front("co-front-wake"))
+	if err != nil || !a.SendStartWave || !a.PublishWave {
+		t.Fatalf("wake: %+v %v", a, err)
+	}
+	same("START_DP_WAVE after the wake", a.AppendStartDPWave(nil), "co-start-dp-wave-bytes", 1)
+	same("publication after the wake", a.AppendWavePublish(nil), "co-pub-wave-running", 0)
+
+	a, err = s.OnEngineOutput(engine("co-engine-wave-complete"))
+	if err != nil || !a.PublishWave || a.SendStartWave {
+		t.Fatalf("wave_complete: %+v %v", a, err)
+	}
+	same("publication after wave_complete", a.AppendWavePublish(nil), "co-pub-wave-complete", 0)
+
+	a, err = s.OnEngineOutput(engine("co-engine-start-wave"))
+	if err != nil || !a.SendStartWave || !a.PublishWave {
+		t.Fatalf("start_wave: %+v %v", a, err)
+	}
+	same("START_DP_WAVE after start_wave", a.AppendStartDPWave(nil), "co-start-dp-wave-int", 1)
+	same("publication after start_wave", a.AppendWavePublish(nil), "co-pub-start-wave", 0)
+
+	// Wave 1 completes; a front-end still at wave 1 wakes the engines: the
+	// exclusion is dropped for a stale wave.
+	if _, err := s.OnEngineOutput(waveCompleteMsg(0, 1)); err != nil {
+		t.Fatal(err)
+	}
+	a, err = s.OnFrontMessage(front("co-front-wake-stale"))
+	if err != nil || !a.SendStartWave {
+		t.Fatalf("stale wake: %+v %v", a, err)
+	}
+	same("START_DP_WAVE after a stale wake", a.AppendStartDPWave(nil), "co-start-dp-wave-none", 1)
 }
