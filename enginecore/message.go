@@ -46,8 +46,9 @@ const (
 )
 
 // Output is one EngineCoreOutput: the new tokens (and whatever else) of one
-// request in one engine step. On the wire it is an array_like,
-// omit_defaults msgspec struct; only request_id and new_token_ids are
+// request in one engine step. On the wire it is an array_like msgspec
+// struct, which vLLM writes with every field (14 at vLLM main of
+// 2026-08-07); when decoding only request_id and new_token_ids are
 // required, and fields after the 17 known here are skipped.
 type Output struct {
 	// Fields is the number of array elements on the wire. Encoders ignore
