@@ -160,3 +160,25 @@ func TestGoldenReplayPython(t *testing.T) {
 	}
 	g.check(t, vs)
 }
+
+// TestGoldenEngineCoreDead: vLLM's death notice is the single frame
+// EngineCoreDead.
+func TestGoldenEngineCoreDead(t *testing.T) {
+	n := 0
+	for _, v := range golden.Load(t, "engine-outputs") {
+		if v.Message() != "engine_core_dead" {
+			continue
+		}
+		n++
+		f, err := v.Frames()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(f) != 1 || !bytes.Equal(f[0], EngineCoreDead) {
+			t.Fatalf("%s: frames %x, EngineCoreDead %x", v.ID, f, EngineCoreDead)
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d engine_core_dead vectors, want 1", n)
+	}
+}

@@ -16,6 +16,15 @@
 // is nil, ends Run with an *[EngineDeadError] (errors.Is(err,
 // ErrEngineDead)), which is what vLLM's client does.
 //
+// A utility output under a negative call id, which an engine sends unasked
+// (an elastic-EP notification, -1, or a fault-tolerance status, -2), also
+// reaches Config.OnNotification as a typed [Notification].
+//
+// The default limits (DefaultMaxFrames, DefaultMaxMessageSize) are sized for
+// one engine step of a large engine, max_num_seqs 1024 with logprobs,
+// pooling outputs and routed experts in aux frames; see DefaultMaxFrames
+// for the arithmetic.
+//
 // A message is attributed to an engine by its engine_index; a junk message
 // or the sentinel, which carry none, by the connection it came on, once that
 // connection has sent one valid message. Drops from connections that never
