@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -160,7 +162,21 @@ func TestDemoData(t *testing.T) {
 	if r := releaseFlag(flag.NewFlagSet("y", flag.ContinueOnError)); *r != rel {
 		t.Fatalf("default release %v, want latest", r)
 	}
-	ps, err := demoPayloads("e", documented, 2, 3)
+	// Profiles up to main-pre-50620 write vLLM's 11-field NixlAgentMetadata.
+	for r, keys := range map[string]uint32{"main-pre-50620": 11, "0.25": 11, "latest": 19} {
+		ps, err := demoPayloads("e", documented, vllm.MustParse(r), 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := handshake.DecodePayload(ps[handshake.Rank{}])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _, err := msgp.ReadMapHeaderBytes(p.AgentMetadataBytes); err != nil || n != keys {
+			t.Errorf("%s: agent metadata with %d keys, want %d (%v)", r, n, keys, err)
+		}
+	}
+	ps, err := demoPayloads("e", documented, vllm.Latest, 2, 3)
 	if err != nil || len(ps) != 6 {
 		t.Fatalf("%d payloads, %v", len(ps), err)
 	}
