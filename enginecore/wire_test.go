@@ -442,3 +442,40 @@ func TestAppendHeaderNoAlloc(t *testing.T) {
 		t.Errorf("%v allocations per Encode into a warm Encoder", n)
 	}
 }
+
+// TestSignedCallIDs: negative call ids (vLLM's notifications) decode into
+// Special and re-encode as negative fixints; a signed width holding a
+// non-negative id is an ordinary id; uint64 ids above 2^63 stay CallID.
+func TestSignedCallIDs(t *testing.T) {
+	var e Encoder
+	for _, tc := range []struct {
+		name    string
+		id      string // msgpack of call_id
+		callID  uint64
+		special int64
+	}{
+		{"eep -1", "ff", 0, CallIDEEPNotification},
+		{"ft -2", "fe", 0, CallIDFTStatus},
+		{"int8 -100", "d09c", 0, -100},
+		{"int64 min", "d38000000000000000", 0, math.MinInt64},
+		{"int8 5", "d005", 5, 0},
+		{"uint64 high", "cfab54a98ceb1f0ad2", 0xab54a98ceb1f0ad2, 0},
+	} {
+		body := unhex(t, "980090c0cb40c81cd6c8b4395893"+tc.id+"c092c0c0c0c0c0")
+		var m Message
+		if err := Decode([][]byte{body}, &m, nil); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !m.HasUtilityOutput || m.Utility.CallID != tc.callID || m.Utility.Special != tc.special {
+			t.Fatalf("%s: call id %d special %d", tc.name, m.Utility.CallID, m.Utility.Special)
+		}
+		again := e.Encode(&m)[0]
+		var m2 Message
+		if err := Decode([][]byte{again}, &m2, nil); err != nil || m2.Utility.CallID != tc.callID || m2.Utility.Special != tc.special {
+			t.Fatalf("%s: re-encoded %x: %+v %v", tc.name, again, m2.Utility, err)
+		}
+		if tc.special < 0 && tc.special >= -32 && !bytes.Contains(again, []byte{0x93, byte(tc.special)}) {
+			t.Fatalf("%s: not a negative fixint: %x", tc.name, again)
+		}
+	}
+}

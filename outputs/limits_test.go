@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -127,5 +128,67 @@ func TestDefaultLimits(t *testing.T) {
 	}
 	if d := socket.DefaultOptions().Guard; d.MaxFrames == DefaultMaxFrames || d.MaxMessageSize == DefaultMaxMessageSize {
 		t.Fatalf("socket.DefaultOptions changed: %+v", d)
+	}
+}
+
+// TestNotifications: utility outputs under call ids -1 and -2 reach
+// OnNotification typed (and the handler), an unknown negative id reaches it
+// untyped, and a -1 whose result is not vLLM's shape is dropped (validate).
+func TestNotifications(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	var mu sync.Mutex
+	var notes []Notification
+	handled := 0
+	r, wait := start(t, rctx, Config{
+		Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
+			mu.Lock()
+			defer mu.Unlock()
+			handled++
+			if string(m.Outputs[0].RequestID) == "last" {
+				done()
+			}
+			return nil
+		},
+		OnNotification: func(n Notification) {
+			mu.Lock()
+			notes = append(notes, n)
+			mu.Unlock()
+		},
+	})
+	p := pusher(t, r.Endpoint())
+	defer p.Close()
+	util := func(special int64, result string) [][]byte {
+		m := simple(1, "x", 1)
+		m.HasUtilityOutput = true
+		m.Utility = enginecore.UtilityOutput{Special: special, HasResult: true, ResultType: enginecore.Raw{0xc0}, Result: enginecore.Raw(result)}
+		return encode(m)
+	}
+	send(t, ctx, p, util(-1, "\x92\xb4RECONFIGURE_FINISHED\x03")...)
+	send(t, ctx, p, util(-2, "\x82\xa2id\x01\xa6status\xa4dead")...)
+	send(t, ctx, p, util(-7, "\xc0")...)
+	send(t, ctx, p, util(-1, "\x91\x01")...) // wrong shape: dropped
+	send(t, ctx, p, encode(simple(1, "last", 2))...)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notes) != 3 || handled != 4 {
+		t.Fatalf("%d notifications, %d handled", len(notes), handled)
+	}
+	if n := notes[0]; n.CallID != -1 || n.Engine != 1 || n.EEP == nil || *n.EEP != (enginecore.EEPNotification{Type: enginecore.EEPReconfigureFinished, DPRank: 3}) {
+		t.Errorf("notification 0: %+v", n)
+	}
+	if n := notes[1]; n.CallID != -2 || n.FT == nil || *n.FT != (enginecore.FTStatus{Engine: 1, Status: "dead"}) {
+		t.Errorf("notification 1: %+v", n)
+	}
+	if n := notes[2]; n.CallID != -7 || n.EEP != nil || n.FT != nil {
+		t.Errorf("notification 2: %+v", n)
+	}
+	if st := r.Stats(); st.Dropped[decodeguard.ReasonValidate] != 1 {
+		t.Errorf("dropped %v, want one validate", st.Dropped)
 	}
 }
