@@ -54,7 +54,7 @@ func TestProbeCurve(t *testing.T) {
 		OK       bool   `json:"ok"`
 		EngineID string `json:"engine_id"`
 	}
-	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.OK || rep.EngineID != `"prefill-c"` {
+	if err := json.Unmarshal([]byte(out), &rep); err != nil || code != 0 || !rep.OK || rep.EngineID != "prefill-c" { // no literal quotes inside the JSON string
 		t.Fatalf("probe --json with CURVE: exit %d, %v\n%s", code, err, out)
 	}
 
