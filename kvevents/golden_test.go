@@ -25,7 +25,7 @@ import (
 // goldenRelease is the vLLM release profile of the vectors' commit (vLLM main
 // of 2026-08-07, after #49230, before #50620 and #51481); its KV rules are
 // those of "latest" too.
-var goldenRelease = vllm.MustParse("main-pre-51481")
+var goldenRelease = vllm.MustParse("main-pre-50620")
 
 // goldenKV is the values object of one kv-events vector.
 type goldenKV struct {
