@@ -516,6 +516,11 @@ type Stats struct {
 	Violations decodeguard.Counts `json:"violations"`
 	// Peers is the number of currently connected peers.
 	Peers int `json:"peers"`
+	// ZMTP30Peers is how many of them announced ZMTP 3.0 in their greeting
+	// (go-zeromq/zmq4 v0.17 does): they are sent no PING and are not timed
+	// out by heartbeat; TCP keepalive watches them (see Liveness in the
+	// package doc). Peer.ZMTPVersion tells which ones.
+	ZMTP30Peers int `json:"zmtp30_peers"`
 	// Connects and Disconnects count established peers joining and leaving.
 	Connects    uint64 `json:"connects"`
 	Disconnects uint64 `json:"disconnects"`

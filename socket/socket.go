@@ -305,6 +305,9 @@ func (s *Socket) Stats() Stats {
 		Reclaims:          s.reclaims.Load(),
 	}
 	for _, p := range *s.snap.Load() {
+		if !p.heartbeats() {
+			st.ZMTP30Peers++
+		}
 		p.qmu.Lock()
 		if !p.qclosed {
 			st.QueuedSendMessages += int64(p.n)
@@ -370,6 +373,8 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	if md.Identity != "" {
 		info.identity = []byte(md.Identity)
 	}
+	major, minor := c.PeerVersion()
+	info.version = [2]byte{byte(major), byte(minor)}
 	p := newPeerConn(s, c, info, gone)
 	p.accepted = accepted
 
