@@ -169,8 +169,8 @@ type Conn struct {
 	remote string
 	// version is the ZMTP version (major, minor) of the peer's greeting.
 	version [2]byte
-	zc     *zmq4.Conn
-	cz     *curveState // CURVE session; nil under NULL
+	zc      *zmq4.Conn
+	cz      *curveState // CURVE session; nil under NULL
 
 	closeOnce sync.Once
 	closeErr  error
