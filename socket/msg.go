@@ -84,7 +84,7 @@ func (p *Peer) Endpoint() string {
 }
 
 // ZMTPVersion returns the ZMTP version the peer's greeting announced: 3.0
-// for go-zeromq/zmq4 v0.17, 3.1 for libzmq (4.2 and later) and zmqguard.
+// for go-zeromq/zmq4 v0.17, 3.1 for libzmq (4.3.4 checked) and zmqguard.
 // A 3.0 peer does not know PING (it would take one for a data message), so
 // the socket never sends it one and never times it out by heartbeat: see
 // Liveness in the package doc, and Stats.ZMTP30Peers.

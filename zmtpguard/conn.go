@@ -543,7 +543,7 @@ func (h *handshakeConn) readReady() error {
 func (c *Conn) Peer() Metadata { return c.peer }
 
 // PeerVersion returns the ZMTP version the peer's greeting announced:
-// 3.0 for go-zeromq/zmq4 v0.17, 3.1 for libzmq 4.2 and later and for
+// 3.0 for go-zeromq/zmq4 v0.17, 3.1 for libzmq (4.3.4 checked) and for
 // zmqguard. Only a peer at 3.1 or later understands PING (RFC 37); a 3.0 peer
 // would take one for a data message, so a zmqguard socket sends PINGs, and
 // applies its heartbeat timeout, only to peers at 3.1 or later.
