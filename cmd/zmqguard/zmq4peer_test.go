@@ -162,6 +162,7 @@ func checkPeers(t *testing.T, p *proc, want int) {
 		t.Fatalf("%v: %d connections (want %d, each zmq4 peer once) and %d disconnects (want 0) logged:\n%s",
 			p.cmd.Args[1], conn, want, disc, strings.Join(lines, "\n"))
 	}
+	t.Logf("%s after the idle spell: %d zmq4 peer connections, 0 disconnects, no heartbeat timeout", p.cmd.Args[1], conn)
 }
 
 // waitStdout waits until p's stdout contains s.
@@ -331,6 +332,9 @@ func TestZMQ4Peers(t *testing.T) {
 		if m := p.jsonLine(); num(m, "stats.subscribers") != 1 {
 			t.Errorf("exit line: want 1 subscriber still connected at the end: %s", p.stdout)
 		}
+		got, _ := subR.count()
+		t.Logf("zmq4 SUB: %d batches, all 3-frame, seqs consecutive up to %d; zmq4 DEALER: %d replayed batches + 1 end marker, nothing unasked",
+			got, next-1, replayed)
 	})
 
 	t.Run("kv-events", func(t *testing.T) {
@@ -402,6 +406,7 @@ func TestZMQ4Peers(t *testing.T) {
 				t.Errorf("source %s: %+v (want connected, 2 batches, no gap, loss or reset)\n%s", src, c, out)
 			}
 		}
+		t.Logf("kv-events: both zmq4 PUBs (bound and dialing) still connected, batches 0 and 1 from each, no gap, loss or reset")
 	})
 
 	// pushTo runs a zmq4 PUSH into a PULL the CLI binds.
@@ -442,6 +447,7 @@ func TestZMQ4Peers(t *testing.T) {
 		if c := lines[len(lines)-1]; num(c, "counters.outputs") != 2 || num(c, "counters.messages") != 2 {
 			t.Fatalf("counters: %v", c)
 		}
+		t.Logf("outputs: 2 outputs from the zmq4 PUSH, before and after the idle spell")
 	})
 
 	t.Run("sink", func(t *testing.T) {
@@ -474,6 +480,7 @@ func TestZMQ4Peers(t *testing.T) {
 		if r := p.jsonLine(); num(r, "messages") != 2*n || num(r, "dropped") != 0 {
 			t.Fatalf("sink report: %s", p.stdout)
 		}
+		t.Logf("sink: %d valid messages from the zmq4 PUSH, 0 dropped", 2*n)
 	})
 
 	t.Run("coordinator", func(t *testing.T) {
@@ -609,6 +616,8 @@ func TestZMQ4Peers(t *testing.T) {
 		if ready < 1 {
 			t.Fatal("no READY")
 		}
+		t.Logf("coordinator: front zmq4 SUB got %d publications (all parse), back-publish zmq4 SUB %d READY and START_DP_WAVE %v; exit line heartbeat_timeouts 0",
+			len(pubs), ready, waves)
 	})
 
 	t.Run("handshake-listener", func(t *testing.T) {
@@ -661,5 +670,6 @@ func TestZMQ4Peers(t *testing.T) {
 		if m := p.jsonLine(); num(m, "heartbeat_timeouts") != 0 || num(m, "served.V3") != 2 {
 			t.Fatalf("exit line: %s", p.stdout)
 		}
+		t.Logf("handshake-listener: 2 V3 fetches by the zmq4 REQ answered (before and after the idle spell), no stray reply; heartbeat_timeouts 0")
 	})
 }
