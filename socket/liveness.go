@@ -3,6 +3,7 @@ package socket
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -63,6 +64,19 @@ func heartbeatTick(ivl, tmo time.Duration) time.Duration {
 // and is not timed out by heartbeat.
 func (p *peerConn) heartbeats() bool {
 	return zmtpwire.Heartbeats(p.info.version[0], p.info.version[1])
+}
+
+// noteZMTP30 logs, once per socket, that a peer announcing ZMTP 3.0 joined
+// while heartbeats are on: an operator then knows why that peer is never
+// PINGed (Stats.ZMTP30Peers counts them all).
+func (p *peerConn) noteZMTP30() {
+	s := p.s
+	if p.heartbeats() || s.opts.HeartbeatInterval <= 0 || !s.zmtp30Noted.CompareAndSwap(false, true) {
+		return
+	}
+	s.log(decodeguard.ReasonNone, slog.LevelInfo,
+		"zmqguard: socket peer speaks ZMTP 3.0: no PING and no heartbeat timeout for it, TCP keepalive watches it (logged once per socket; Stats.ZMTP30Peers counts them)",
+		"socket", string(s.typ), "remote", p.info.addrText, "endpoint", p.info.endpoint)
 }
 
 // startHeartbeat arms p's liveness timer. It is always armed: even with our

@@ -161,11 +161,13 @@ func TestZMTP30PeerNotHeartbeated(t *testing.T) {
 			t.Parallel()
 			ctx := testCtx(t, 30*time.Second)
 			var log hbLog
+			var logBuf syncBuffer
 			r := mustSocket(t, NewRouter, func(o *Options) {
 				o.HeartbeatInterval, o.HeartbeatTimeout = ivl, tmo
 				o.OnEvent = log.add
-				o.Logger = quietLogger()
+				o.Logger = slog.New(slog.NewTextHandler(&logBuf, &slog.HandlerOptions{Level: slog.LevelInfo}))
 			})
+			const note = "socket peer speaks ZMTP 3.0"
 			var nc net.Conn
 			if tc.bind {
 				ep := mustBind(t, r)
@@ -200,10 +202,19 @@ func TestZMTP30PeerNotHeartbeated(t *testing.T) {
 				if st := r.Stats(); st.HeartbeatTimeouts < 1 || st.PingsSent < 1 {
 					t.Fatalf("stats %+v: want a PING and a heartbeat timeout", st)
 				}
+				if strings.Contains(logBuf.String(), note) {
+					t.Fatalf("a 3.1 peer was logged as 3.0:\n%s", logBuf.String())
+				}
 				return
 			}
 			if st := r.Stats(); st.ZMTP30Peers != 1 {
 				t.Fatalf("ZMTP30Peers = %d, want 1", st.ZMTP30Peers)
+			}
+			// The operator is told once why this peer is not heartbeated
+			// (the line follows the peer's registration).
+			waitFor(t, ctx, "the ZMTP 3.0 info line", func() bool { return strings.Contains(logBuf.String(), note) })
+			if l := logBuf.String(); strings.Count(l, note) != 1 || !strings.Contains(l, "level=INFO") {
+				t.Fatalf("want one info line %q, got:\n%s", note, l)
 			}
 			// Bounded by the clock, not a condition: the test is that
 			// nothing happens for this long.
