@@ -77,8 +77,9 @@
 // never answer it. Such a peer is never sent a PING and never timed out by
 // HeartbeatInterval + HeartbeatTimeout, however long it stays idle; its own
 // PINGs are still answered and a TTL they announce is still enforced.
-// Stats.ZMTP30Peers counts the connected 3.0 peers and [Peer.ZMTPVersion]
-// names them. What detects a 3.0 peer that went away:
+// Stats.ZMTP30Peers counts the connected 3.0 peers, [Peer.ZMTPVersion]
+// names them, and the first one to join a socket with heartbeats on is
+// logged once at info level. What detects a 3.0 peer that went away:
 //
 //   - a vanished host, a pulled cable, a silent partition (its kernel no
 //     longer answers): TCP keepalive ends the connection once it has been
