@@ -35,7 +35,7 @@ const (
 	// DefaultMaxBuffered bounds the live batches one source buffers while
 	// its replay runs; DefaultMaxBufferedBytes bounds their payload bytes.
 	DefaultMaxBuffered      = 4096
-	DefaultMaxBufferedBytes = 32 << 20
+	DefaultMaxBufferedBytes = 64 << 20 // one batch of DefaultMaxPayload
 	// ReplayAhead is how far past the highest live sequence number seen a
 	// replayed batch may be; one further ahead is refused.
 	ReplayAhead = 1024
@@ -175,7 +175,9 @@ type Config struct {
 	Limits Limits
 	// Socket is the options of every source's SUB and replay DEALER
 	// (transport limits, reconnect pacing). MaxMessageSize is raised to
-	// hold Limits.MaxPayload when left smaller; a zero write buffer is set
+	// hold Limits.MaxPayload when left smaller, and a positive MemoryBudget
+	// then to at least twice it (the socket's default rule, so that
+	// socket.DefaultOptions() works as given); a zero write buffer is set
 	// small (4 KiB), since a subscriber writes only subscriptions and
 	// replay requests.
 	Socket socket.Options
@@ -219,6 +221,11 @@ func (c *Config) fill() error {
 	}
 	if need := int64(c.Limits.MaxPayload) + 64<<10; c.Socket.Guard.MaxMessageSize < need {
 		c.Socket.Guard.MaxMessageSize = need
+		// The socket's own rule for its default budget: twice the
+		// largest message (a budget below it would refuse the options).
+		if b := c.Socket.MemoryBudget; b > 0 && b < 2*need {
+			c.Socket.MemoryBudget = 2 * need
+		}
 	}
 	if c.Socket.Guard.WriteBufferSize == 0 {
 		c.Socket.Guard.WriteBufferSize = 4 << 10
@@ -492,6 +499,10 @@ type SourceStats struct {
 	Dropped decodeguard.Counts `json:"dropped"`
 	// DroppedEvents counts events left out of delivered batches by reason.
 	DroppedEvents decodeguard.Counts `json:"dropped_events"`
+	// UnsupportedTypes counts the events dropped as unsupported (a type
+	// this release does not know, such as a newer vLLM's) by type name,
+	// escaped: at most MaxUnsupportedTypes names, then "other" for the rest.
+	UnsupportedTypes map[string]uint64 `json:"unsupported_types,omitempty"`
 	// Refused counts connections of the live socket refused by the
 	// transport guards (bad greeting, handshake, oversize frames, caps).
 	Refused decodeguard.Counts `json:"refused"`
@@ -537,6 +548,9 @@ func (s *Subscriber) Stats() Stats {
 		t.BufferOverflows += x.BufferOverflows
 		t.Dropped.Add(&x.Dropped)
 		t.DroppedEvents.Add(&x.DroppedEvents)
+		for name, n := range x.UnsupportedTypes {
+			t.UnsupportedTypes = countType(t.UnsupportedTypes, name, n)
+		}
 		t.Refused.Add(&x.Refused)
 		if x.Connected {
 			t.ConnectedSources++
@@ -700,6 +714,12 @@ func (so *source) stats() SourceStats {
 	so.smu.Lock()
 	st := so.st
 	st.LostRanges = append([]Range(nil), so.st.LostRanges...)
+	if so.st.UnsupportedTypes != nil {
+		st.UnsupportedTypes = make(map[string]uint64, len(so.st.UnsupportedTypes))
+		for k, v := range so.st.UnsupportedTypes {
+			st.UnsupportedTypes[k] = v
+		}
+	}
 	so.smu.Unlock()
 	ls := so.lp.Stats()
 	st.Dropped.Add(&ls.Dropped)
@@ -848,8 +868,34 @@ func (so *source) deliver(seq uint64, payload []byte, replayed bool) error {
 
 func (so *source) onEventDrop(d EventDrop) {
 	r := decodeguard.ReasonOf(d.Err)
-	so.count(func(st *SourceStats) { st.DroppedEvents[r]++ })
+	so.count(func(st *SourceStats) {
+		st.DroppedEvents[r]++
+		if r == decodeguard.ReasonUnsupported {
+			st.UnsupportedTypes = countType(st.UnsupportedTypes, decodeguard.EscapeText(d.Type, 64), 1)
+		}
+	})
 	so.sub.log.drop(r, so.src.Name, so.next-1, d.Err, nil)
+}
+
+// MaxUnsupportedTypes is how many distinct unsupported event type names
+// SourceStats.UnsupportedTypes keeps; further names count under "other".
+const MaxUnsupportedTypes = 16
+
+// countType adds n to name's count in m, or to "other" when m already holds
+// MaxUnsupportedTypes names (and not this one).
+func countType(m map[string]uint64, name string, n uint64) map[string]uint64 {
+	if m == nil {
+		m = make(map[string]uint64)
+	}
+	named := len(m)
+	if _, ok := m["other"]; ok {
+		named--
+	}
+	if _, ok := m[name]; !ok && name != "other" && named >= MaxUnsupportedTypes {
+		name = "other"
+	}
+	m[name] += n
+	return m
 }
 
 // lose reports [from, to) lost (so.mu held).

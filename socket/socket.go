@@ -157,7 +157,9 @@ type Socket struct {
 	connects atomic.Uint64
 	discons  atomic.Uint64
 
-	// liveness and byte bounds (liveness.go)
+	// liveness and byte bounds (liveness.go); zmtp30Noted: the first ZMTP
+	// 3.0 peer was logged
+	zmtp30Noted atomic.Bool
 	hbTimeouts  atomic.Uint64
 	pings       atomic.Uint64
 	pongs       atomic.Uint64
@@ -308,6 +310,9 @@ func (s *Socket) Stats() Stats {
 		Reclaims:          s.reclaims.Load(),
 	}
 	for _, p := range *s.snap.Load() {
+		if !p.heartbeats() {
+			st.ZMTP30Peers++
+		}
 		p.qmu.Lock()
 		if !p.qclosed {
 			st.QueuedSendMessages += int64(p.n)
@@ -396,6 +401,8 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	if md.Identity != "" {
 		info.identity = []byte(md.Identity)
 	}
+	major, minor := c.PeerVersion()
+	info.version = [2]byte{byte(major), byte(minor)}
 	p := newPeerConn(s, c, info, gone)
 	p.accepted = accepted
 
@@ -456,6 +463,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 		old.close(handoverErr(info))
 	}
 	s.connects.Add(1)
+	p.noteZMTP30()
 	p.startHeartbeat()
 	go p.readLoop()
 	go p.writeLoop()

@@ -32,7 +32,7 @@ func TestHelp(t *testing.T) {
 		"probe":              {"-pp", "-tp", "-variant", "-timeout"},
 		"scan":               {"-duration"},
 		"sink":               {"-bind", "-decode", "-count"},
-		"outputs":            {"-bind", "-count", "-engines", "-vllm-version", "-max-message-size", "-heartbeat-interval", "-metrics-addr"},
+		"outputs":            {"-bind", "-count", "-engines", "-vllm-version", "-max-message-size", "-max-frames", "-heartbeat-interval", "-metrics-addr"},
 	}
 	for name, flags := range want {
 		code, out, _ := runBin(t, 20*time.Second, name, "-h")

@@ -48,7 +48,10 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) {
 		os.RemoveAll(dir)
 		os.Exit(code)
-	}))
+	}),
+		// zmq4 v0.17's PUB leaks its writer goroutine past Close
+		// (docs/zmq4-findings.md); zmq4peer_test.go runs plain zmq4 PUBs.
+		goleak.IgnoreAnyFunction("github.com/go-zeromq/zmq4.(*pubMWriter).run"))
 }
 
 // syncBuffer is a bytes.Buffer safe for a process writing while a test reads.

@@ -178,8 +178,8 @@ def draw(rows, out):
                  % (len(times), step), fontsize=12)
     # One colour per reason in both drop panels, one line style per component.
     reasons = ["transport", "handshake", "oversize", "envelope", "decode", "validate", "unknown-rank",
-               "decoder-panic", "policy"]
-    colour = {r: plt.get_cmap("tab10")(i) for i, r in enumerate(reasons)}
+               "decoder-panic", "policy", "auth", "unsupported"]
+    colour = {r: plt.get_cmap("tab20")(i) for i, r in enumerate(reasons)}
     styles = ["-", "--", ":", "-."]
 
     ax = axes[0][0]
