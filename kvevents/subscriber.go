@@ -127,9 +127,10 @@ type Update struct {
 // do not wait for Handler calls to return (the caller's own call is one of
 // them): see [Subscriber.Remove] and [Subscriber.Close]. None of them
 // deadlocks from a Handler. The Handler's ctx is cancelled as soon as its
-// source is removed or the Subscriber closes (or Run's ctx ends). A Handler must not wait for another
-// goroutine that calls Remove or Close (that goroutine is not recognised as
-// being inside the Handler, and waits for it).
+// source is removed or the Subscriber closes (or Run's ctx ends). A Handler
+// must not wait for another goroutine that calls Remove or Close (that
+// goroutine is not recognised as being inside the Handler, and waits for
+// it).
 type Handler func(ctx context.Context, u Update) error
 
 // callHandler is the one place a Handler is called: Remove and Close look
