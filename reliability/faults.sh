@@ -233,7 +233,7 @@ fd_256() {
   echo "$(ts) listener limit: $(grep 'Max open files' /proc/"$lpid"/limits | tr -s ' ')"
   "$LOADGEN" idle --target "$listener" --conns 400 --mode zmtp --hold 12s >"$d/idle.json" 2>"$d/idle.log" &
   local i=$!
-  wait_line "$d/idle.log" "idle:" >/dev/null
+  wait_until 15 "the listener at its fd limit" fds_at_least "$lpid" 250
   local c0; c0=$(cpu "$lpid")
   echo "$(ts) listener fds: $(fds "$lpid") (limit 256)"
   "$LOADGEN" fetch --listener "$listener" --interval 100ms --timeout 1s --duration 5s >"$d/fetch1.json" 2>"$d/fetch1.log"
