@@ -11,10 +11,23 @@
 // where the connection is known, and hands each valid message to the
 // handler in the order its engine sent it.
 //
+// Attribution: an engine index is bound to the first connection that sends
+// a valid message claiming it. A valid message from any other connection
+// claiming that engine is dropped (ReasonPolicy, counted in
+// Stats.ClaimsRefused, logged rate-limited): no peer speaks for an engine
+// that another connection holds. The binding is released once the owning
+// connection has disconnected, so that a restarted engine (a new
+// connection) claims its index again with its first message. Whoever
+// connects first wins an unbound index: where peers are not trusted, serve
+// CURVE (Config.Socket.Guard.Curve) and admit only the engines' keys.
+//
 // ENGINE_CORE_DEAD, the single frame an engine sends when it fails, is not
-// junk: it is a real signal. It reaches Config.OnEngineDead, or, when that
-// is nil, ends Run with an *[EngineDeadError] (errors.Is(err,
-// ErrEngineDead)), which is what vLLM's client does.
+// junk, but any peer can send it: it never ends Run. From a connection
+// that holds an engine index it marks that engine dead and reaches
+// Config.OnEngineDead as a typed [EngineDeadError] (with Engine set); from
+// a connection that holds none it is dropped (ReasonPolicy), counted in
+// Stats.UnattributedDead and logged rate-limited, and no callback runs.
+// vLLM's client stops on it; to do the same, call Close from OnEngineDead.
 //
 // A utility output under a negative call id, which an engine sends unasked
 // (an elastic-EP notification, -1, or a fault-tolerance status, -2), also
@@ -25,10 +38,10 @@
 // pooling outputs and routed experts in aux frames; see DefaultMaxFrames
 // for the arithmetic.
 //
-// A message is attributed to an engine by its engine_index; a junk message
-// or the sentinel, which carry none, by the connection it came on, once that
-// connection has sent one valid message. Drops from connections that never
-// did are counted as unattributed.
+// A valid message is attributed to the engine it claims (see above); a junk
+// message or the sentinel, which carry none, to the engine its connection
+// holds. Drops from connections that hold no engine are counted as
+// unattributed.
 package outputs
 
 import (
@@ -57,10 +70,12 @@ var EngineCoreDead = []byte("ENGINE_CORE_DEAD")
 // ErrEngineDead matches, under errors.Is, every *[EngineDeadError].
 var ErrEngineDead = errors.New("outputs: engine core died (ENGINE_CORE_DEAD)")
 
-// EngineDeadError reports an engine's ENGINE_CORE_DEAD.
+// EngineDeadError reports an engine's ENGINE_CORE_DEAD. It reaches
+// Config.OnEngineDead only for a connection that holds an engine index;
+// Run never returns it.
 type EngineDeadError struct {
-	// Engine is the engine's index, or -1 when its connection had not sent
-	// a valid message before.
+	// Engine is the engine's index (always set for an event that reaches
+	// OnEngineDead; -1 only in errors built by older callers).
 	Engine int64
 	// Peer is the connection's address.
 	Peer string
@@ -130,9 +145,13 @@ type Config struct {
 	// message also reaches Handler. A -1 or -2 whose result does not have
 	// vLLM's shape is dropped (ReasonValidate) before either.
 	OnNotification func(Notification)
-	// OnEngineDead is called for each ENGINE_CORE_DEAD. When nil, the
-	// sentinel ends Run with an *EngineDeadError. It may call Stats and
-	// Close, like Handler.
+	// OnEngineDead is called for each ENGINE_CORE_DEAD from a connection
+	// that holds an engine index, once per engine it holds (see the
+	// package doc). A sentinel from any other connection is dropped and
+	// counted (Stats.UnattributedDead) without a call. The sentinel never
+	// ends Run, with or without OnEngineDead; to stop as vLLM's client
+	// does, call Close from here. It may call Stats and Close, like
+	// Handler.
 	OnEngineDead func(EngineDeadError)
 	// OnDrop, if set, is called for every dropped message (synchronously;
 	// it must not block). It may call Stats and Close, like Handler.
@@ -203,8 +222,12 @@ type EngineStats struct {
 	Outputs  uint64 `json:"outputs"`
 	// Dropped counts drops by reason from this engine's connections.
 	Dropped decodeguard.Counts `json:"dropped"`
-	// Dead reports that the engine sent ENGINE_CORE_DEAD.
+	// Dead reports that the engine sent ENGINE_CORE_DEAD (cleared when a
+	// new connection claims the index: a restarted engine).
 	Dead bool `json:"dead"`
+	// Peer is the address of the connection that holds the engine index
+	// ("" when none does yet).
+	Peer string `json:"peer,omitempty"`
 }
 
 // Stats is a snapshot of a Receiver's counters.
@@ -216,8 +239,14 @@ type Stats struct {
 	// Outputs the request outputs in them.
 	Messages uint64 `json:"messages"`
 	Outputs  uint64 `json:"outputs"`
-	// EngineDead counts ENGINE_CORE_DEAD sentinels.
-	EngineDead uint64 `json:"engine_dead"`
+	// EngineDead counts ENGINE_CORE_DEAD sentinels from connections that
+	// hold an engine index; UnattributedDead those from connections that
+	// hold none (dropped, ReasonPolicy).
+	EngineDead       uint64 `json:"engine_dead"`
+	UnattributedDead uint64 `json:"unattributed_dead"`
+	// ClaimsRefused counts valid messages dropped (ReasonPolicy) because
+	// their engine index is held by another connection.
+	ClaimsRefused uint64 `json:"claims_refused"`
 	// Dropped counts dropped messages by reason (all engines).
 	Dropped decodeguard.Counts `json:"dropped"`
 	// Unattributed counts the drops from connections that had not sent a
@@ -245,12 +274,21 @@ type Receiver struct {
 
 	mu           sync.Mutex
 	engines      map[int64]*EngineStats
-	peers        map[uint64]int64    // connection id -> engine index
+	owner        map[int64]binding   // engine index -> the connection holding it
+	peers        map[uint64]int64    // connection id -> the first engine index it holds
 	gone         map[uint64]struct{} // connections in peers that have disconnected
 	messages     uint64
 	outputs      uint64
 	dead         uint64
+	deadUnattr   uint64
+	refused      uint64
 	unattributed decodeguard.Counts
+}
+
+// binding is the connection that holds an engine index.
+type binding struct {
+	id   uint64
+	addr string
 }
 
 // New returns a Receiver with a PULL socket configured by cfg. It binds
@@ -297,7 +335,8 @@ func New(cfg Config) (*Receiver, error) {
 		return nil, err
 	}
 	r = &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
-		engines: make(map[int64]*EngineStats), peers: make(map[uint64]int64), gone: make(map[uint64]struct{})}
+		engines: make(map[int64]*EngineStats), owner: make(map[int64]binding),
+		peers: make(map[uint64]int64), gone: make(map[uint64]struct{})}
 	if r.lim.Scan.MaxBytes <= 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
 	}
@@ -328,9 +367,9 @@ func (r *Receiver) Bind(endpoint string) error { return r.sock.Bind(endpoint) }
 // Endpoint returns the first bound endpoint with its actual port.
 func (r *Receiver) Endpoint() string { return r.sock.Endpoint() }
 
-// Run receives until ctx ends (nil), Close (loop.ErrLoopClosed), an
-// ENGINE_CORE_DEAD without OnEngineDead (an error matching ErrEngineDead),
-// or a handler error that is not classified.
+// Run receives until ctx ends (nil), Close (loop.ErrLoopClosed) or a
+// handler error that is not classified. No peer's message ends it: not
+// junk, and not ENGINE_CORE_DEAD (see the package doc).
 func (r *Receiver) Run(ctx context.Context) error { return r.lp.Run(ctx) }
 
 // Close closes the socket; a running Run returns. It may be called from
@@ -393,41 +432,18 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	it := d.Value
 	peer := d.Peer()
 	if it.dead {
-		ev := EngineDeadError{Engine: -1, Peer: peer.Addr(), Time: time.Now()}
-		r.mu.Lock()
-		r.dead++
-		if e, ok := r.peers[peer.ID()]; ok {
-			ev.Engine = e
-			if st := r.engine(e); st != nil {
-				st.Dead = true
-			}
-		}
-		r.mu.Unlock()
-		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", ev.Engine, "peer", ev.Peer)
-		if r.cfg.OnEngineDead == nil {
-			return &ev
-		}
-		r.cfg.OnEngineDead(ev)
-		return nil
+		return r.sentinel(peer)
 	}
 	m := &it.m
+	if err := r.claim(m.EngineIndex, peer); err != nil {
+		return err
+	}
 	r.mu.Lock()
 	r.messages++
 	r.outputs += uint64(len(m.Outputs))
 	if st := r.engine(m.EngineIndex); st != nil {
 		st.Messages++
 		st.Outputs += uint64(len(m.Outputs))
-	}
-	if _, ok := r.peers[peer.ID()]; !ok && len(r.peers) >= maxTrackedPeers {
-		// Forget departed connections only now: a sentinel can still be
-		// queued behind a disconnect, and it needs its engine.
-		for id := range r.gone {
-			delete(r.peers, id)
-		}
-		clear(r.gone)
-	}
-	if _, ok := r.peers[peer.ID()]; ok || len(r.peers) < maxTrackedPeers {
-		r.peers[peer.ID()] = m.EngineIndex
 	}
 	r.mu.Unlock()
 	if m.HasUtilityOutput && m.Utility.Special != 0 && r.cfg.OnNotification != nil {
@@ -436,7 +452,108 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	return r.cfg.Handler(ctx, m, peer)
 }
 
-// departed records that a connection left (socket goroutine).
+// claim checks that engine e is held by peer's connection, binding it when
+// no connection holds it or its holder has disconnected. A refusal is a
+// classified error (the loop drops the message under ReasonPolicy).
+func (r *Receiver) claim(e int64, peer *socket.Peer) error {
+	id := peer.ID()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, held := r.owner[e]
+	if held && b.id == id {
+		return nil
+	}
+	if held {
+		if _, left := r.gone[b.id]; !left {
+			r.refused++
+			return decodeguard.NewError(decodeguard.ReasonPolicy,
+				"engine_index "+strconv.FormatInt(e, 10)+" is held by another connection ("+b.addr+")")
+		}
+	}
+	if len(r.owner) >= maxTrackedPeers && !held {
+		r.forgetGone()
+		if len(r.owner) >= maxTrackedPeers {
+			r.refused++
+			return decodeguard.NewError(decodeguard.ReasonPolicy,
+				"engine_index "+strconv.FormatInt(e, 10)+": "+strconv.Itoa(maxTrackedPeers)+" engine indices are held already")
+		}
+	}
+	// Unbound, or its holder left: a restarted engine claims it again.
+	r.owner[e] = binding{id: id, addr: peer.Addr()}
+	if _, ok := r.peers[id]; !ok {
+		r.peers[id] = e
+	}
+	if st := r.engine(e); st != nil {
+		st.Dead = false
+		st.Peer = peer.Addr()
+	}
+	if held {
+		r.cfg.Logger.Info("engine index claimed by a new connection (its previous one disconnected)",
+			"loop", r.cfg.Name, "engine", e, "peer", peer.Addr(), "previous", b.addr)
+	}
+	return nil
+}
+
+// forgetGone drops the bindings of connections that have disconnected.
+// r.mu is held.
+func (r *Receiver) forgetGone() {
+	for e, b := range r.owner {
+		if _, left := r.gone[b.id]; left {
+			delete(r.owner, e)
+		}
+	}
+	for id := range r.gone {
+		delete(r.peers, id)
+	}
+	clear(r.gone)
+}
+
+// sentinel handles an ENGINE_CORE_DEAD from peer.
+func (r *Receiver) sentinel(peer *socket.Peer) error {
+	id := peer.ID()
+	now := time.Now()
+	var evs []EngineDeadError
+	var first []int64
+	r.mu.Lock()
+	if _, ok := r.peers[id]; ok {
+		for e, b := range r.owner {
+			if b.id != id {
+				continue
+			}
+			evs = append(evs, EngineDeadError{Engine: e, Peer: peer.Addr(), Time: now})
+			if st := r.engine(e); st != nil {
+				if !st.Dead {
+					first = append(first, e)
+				}
+				st.Dead = true
+			}
+		}
+	}
+	if len(evs) == 0 {
+		r.deadUnattr++
+	} else {
+		r.dead++
+	}
+	r.mu.Unlock()
+	if len(evs) == 0 {
+		return decodeguard.NewError(decodeguard.ReasonPolicy,
+			"ENGINE_CORE_DEAD from a connection that holds no engine index (ignored)")
+	}
+	slices.SortFunc(evs, func(a, b EngineDeadError) int { return cmp.Compare(a.Engine, b.Engine) })
+	for _, e := range first {
+		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", e, "peer", peer.Addr())
+	}
+	if r.cfg.OnEngineDead != nil {
+		for _, ev := range evs {
+			r.cfg.OnEngineDead(ev)
+		}
+	}
+	return nil
+}
+
+// departed records that a connection left (socket goroutine). Its engine
+// indices stay bound to it, so that what it sent before leaving is still
+// attributed, until a new connection claims them.
 func (r *Receiver) departed(id uint64) {
 	r.mu.Lock()
 	if _, ok := r.peers[id]; ok {
@@ -474,6 +591,7 @@ func (r *Receiver) Stats() Stats {
 	}
 	r.mu.Lock()
 	st.Messages, st.Outputs, st.EngineDead, st.Unattributed = r.messages, r.outputs, r.dead, r.unattributed
+	st.UnattributedDead, st.ClaimsRefused = r.deadUnattr, r.refused
 	st.Engines = make([]EngineStats, 0, len(r.engines))
 	for _, e := range r.engines {
 		st.Engines = append(st.Engines, *e)
