@@ -21,7 +21,7 @@ import (
 
 var outputsSpec = commandSpec{
 	name:     "outputs",
-	synopsis: "--bind ADDR [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT]",
+	synopsis: "--bind ADDR [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT] [--curve-secret-key-file F --curve-allow PATH]",
 	summary:  "a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines",
 	help: `Binds a guarded PULL socket where vLLM engine cores (or any engine speaking
 their output wire) connect and push EngineCoreOutputs, decodes each message
@@ -37,10 +37,17 @@ request output on stdout:
    "kv_transfer_params": ...|null}
 
 Arrays are nested JSON lists following their shape (NaN and infinities as
-null). An engine's ENGINE_CORE_DEAD prints {"engine": E, "type":
-"engine_dead"} (E null when its connection never sent a valid message)
-and the receiver goes on. Junk is dropped and counted by reason, per
-engine. After --count request outputs (or, with --count 0, on SIGINT or
+null). An engine index belongs to the first connection that sends a valid
+message claiming it (until that connection disconnects); another
+connection's messages claiming it are dropped and counted
+(claims_refused). An engine's ENGINE_CORE_DEAD prints {"engine": E,
+"type": "engine_dead"} and the receiver goes on; a sentinel from a
+connection that holds no engine index prints nothing and is counted
+(unattributed_dead). Junk is dropped and counted by reason, per engine.
+
+--curve-secret-key-file and --curve-allow serve CURVE only: engines must
+present a listed client key (vLLM's engines speak NULL; use CURVE where
+the engines' side is a zmqguard or libzmq peer configured for it). After --count request outputs (or, with --count 0, on SIGINT or
 SIGTERM) the last line is {"counters": {...}} and the exit code is 0.
 
 The limits default to one step of a large engine (max_num_seqs 1024, each
@@ -61,6 +68,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 	maxMsg := sizeValue(outputs.DefaultMaxMessageSize)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
 	maxFrames := fs.Int("max-frames", outputs.DefaultMaxFrames, "most frames in one message (the body and its aux arrays)")
+	curve := addCurveServerFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -81,6 +89,11 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		if err := mo.check(); err != nil {
 			return err
 		}
+		cc, stopCurve, err := curve.config(ctx, e.logger)
+		if err != nil {
+			return err
+		}
+		defer stopCurve()
 		rel := *release
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -91,6 +104,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		so.Logger = e.logger
 		lo := live.options()
 		so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
+		so.Guard.Curve = cc
 		var n uint64
 		r, err := outputs.New(outputs.Config{
 			Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: *engines,
