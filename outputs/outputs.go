@@ -58,6 +58,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -96,16 +97,24 @@ func (e *EngineDeadError) Error() string {
 func (e *EngineDeadError) Is(target error) bool { return target == ErrEngineDead }
 
 // Handler receives each valid message. m and everything in it (request
-// ids, array data) alias the frames and are valid only until it returns.
-// A nil return goes on; a classified *decodeguard.Error drops the message
-// under its reason; any other error ends Run.
+// ids, array data) alias the receiver's copy of the frames and are valid
+// only until it returns. A nil return goes on; a classified
+// *decodeguard.Error drops the message under its reason; any other error
+// ends Run.
 //
-// The Handler, OnEngineDead and OnDrop run in Run's goroutine, holding no
-// lock of the Receiver: each may call the Receiver's Stats, Endpoint and
-// Close (Close from inside makes Run return loop.ErrLoopClosed once the
-// callback has returned). Config.Socket.OnEvent runs on the socket's
-// goroutines and may call the same (see socket.Options.OnEvent). A callback
-// must not wait for Run to return: Run waits for it.
+// Concurrency: each connection (engine) has a worker goroutine of its own
+// that calls Handler, OnNotification and OnEngineDead for that
+// connection's messages, one at a time and in the order it sent them;
+// calls for different connections may run at the same time, so that one
+// engine's huge messages do not hold the others' up (see ConnQueueBytes).
+// A Handler that shares state across engines must lock it. OnDrop runs in
+// Run's receive goroutine, or in a worker for a message its Handler
+// dropped. No callback holds a lock of the Receiver: each may call the
+// Receiver's Stats, Endpoint and Close (Close from inside makes Run return
+// loop.ErrLoopClosed once the callback has returned). Config.Socket.OnEvent
+// runs on the socket's goroutines and may call the same (see
+// socket.Options.OnEvent). A callback must not wait for Run to return: Run
+// waits for it.
 type Handler func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error
 
 // Config configures a [Receiver]. The zero value of every field is a safe
@@ -156,6 +165,19 @@ type Config struct {
 	// OnDrop, if set, is called for every dropped message (synchronously;
 	// it must not block). It may call Stats and Close, like Handler.
 	OnDrop func(loop.Drop)
+	// ConnQueueBytes bounds the bytes of valid messages one connection
+	// may have waiting for its handler (zero means the default: the
+	// socket's MaxMessageSize, 64 MiB unless changed). Once a connection's
+	// queue holds this much, its reader is held (TCP flow control slows
+	// that engine alone) until its handler has caught up; a message it had
+	// read already is still queued. Negative is an error.
+	ConnQueueBytes int64
+	// QueueBytes bounds the bytes of valid messages all connections have
+	// waiting for their handlers together (zero means the default: four
+	// times the socket's MaxMessageSize, 256 MiB unless changed). Beyond
+	// it the receive loop waits for the handlers, which slows every
+	// engine. It must not be below ConnQueueBytes; negative is an error.
+	QueueBytes int64
 }
 
 // Notification is a message an engine sent unasked under a negative
@@ -247,6 +269,13 @@ type Stats struct {
 	// ClaimsRefused counts valid messages dropped (ReasonPolicy) because
 	// their engine index is held by another connection.
 	ClaimsRefused uint64 `json:"claims_refused"`
+	// QueuedBytes is the bytes of valid messages waiting for their
+	// handlers now; Holds counts the times a connection's reader was held
+	// because its queue reached ConnQueueBytes; QueueWaits counts the
+	// times the receive loop waited because all queues held QueueBytes.
+	QueuedBytes int64  `json:"queued_bytes"`
+	Holds       uint64 `json:"holds"`
+	QueueWaits  uint64 `json:"queue_waits"`
 	// Dropped counts dropped messages by reason (all engines).
 	Dropped decodeguard.Counts `json:"dropped"`
 	// Unattributed counts the drops from connections that had not sent a
@@ -283,6 +312,24 @@ type Receiver struct {
 	deadUnattr   uint64
 	refused      uint64
 	unattributed decodeguard.Counts
+	lateDropped  decodeguard.Counts // drops by a worker (Handler's classified errors)
+	dropLog      *ratelog.Limiter
+
+	// Per-connection queues (fair.go).
+	qmu        sync.Mutex
+	queues     map[uint64]*connQueue
+	queued     int64
+	holds      uint64
+	queueWaits uint64
+	connLimit  int64
+	queueLimit int64
+	space      chan struct{}
+	stop       chan struct{}
+	stopOnce   sync.Once
+	workers    sync.WaitGroup
+	failOnce   sync.Once
+	failErr    error
+	cancelRun  context.CancelFunc
 }
 
 // binding is the connection that holds an engine index.
@@ -299,6 +346,9 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	if cfg.Engines < 0 {
 		return nil, fmt.Errorf("outputs: Config.Engines must not be negative (got %d)", cfg.Engines)
+	}
+	if cfg.ConnQueueBytes < 0 || cfg.QueueBytes < 0 {
+		return nil, fmt.Errorf("outputs: Config.ConnQueueBytes (%d) and Config.QueueBytes (%d) must not be negative", cfg.ConnQueueBytes, cfg.QueueBytes)
 	}
 	if cfg.Name == "" {
 		cfg.Name = "outputs"
@@ -336,7 +386,21 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	r = &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
 		engines: make(map[int64]*EngineStats), owner: make(map[int64]binding),
-		peers: make(map[uint64]int64), gone: make(map[uint64]struct{})}
+		peers: make(map[uint64]int64), gone: make(map[uint64]struct{}),
+		queues: make(map[uint64]*connQueue), space: make(chan struct{}, 1), stop: make(chan struct{})}
+	maxMsg := s.Options().Guard.MaxMessageSize
+	r.connLimit, r.queueLimit = cfg.ConnQueueBytes, cfg.QueueBytes
+	if r.connLimit == 0 {
+		r.connLimit = maxMsg
+	}
+	if r.queueLimit == 0 {
+		r.queueLimit = max(4*maxMsg, r.connLimit)
+	}
+	if r.queueLimit < r.connLimit {
+		s.Close()
+		return nil, fmt.Errorf("outputs: Config.QueueBytes (%d) must not be below ConnQueueBytes (%d)", r.queueLimit, r.connLimit)
+	}
+	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Attrs: []slog.Attr{slog.String("loop", cfg.Name)}})
 	if r.lim.Scan.MaxBytes <= 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
 	}
@@ -370,12 +434,24 @@ func (r *Receiver) Endpoint() string { return r.sock.Endpoint() }
 // Run receives until ctx ends (nil), Close (loop.ErrLoopClosed) or a
 // handler error that is not classified. No peer's message ends it: not
 // junk, and not ENGINE_CORE_DEAD (see the package doc).
-func (r *Receiver) Run(ctx context.Context) error { return r.lp.Run(ctx) }
+func (r *Receiver) Run(ctx context.Context) error {
+	rctx, cancel := context.WithCancel(ctx)
+	r.cancelRun = cancel
+	err := r.lp.Run(rctx)
+	cancel()
+	r.workers.Wait()
+	r.dropLog.Flush(time.Now())
+	if r.failErr != nil {
+		return r.failErr
+	}
+	return err
+}
 
 // Close closes the socket; a running Run returns. It may be called from
 // inside any of the Receiver's callbacks (see Handler).
 func (r *Receiver) Close() error {
 	err := r.lp.Close()
+	r.stopOnce.Do(func() { close(r.stop) })
 	if e := r.sock.Close(); err == nil {
 		err = e
 	}
@@ -432,24 +508,13 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	it := d.Value
 	peer := d.Peer()
 	if it.dead {
-		return r.sentinel(peer)
+		return r.sentinel(ctx, peer)
 	}
-	m := &it.m
-	if err := r.claim(m.EngineIndex, peer); err != nil {
+	if err := r.claim(it.m.EngineIndex, peer); err != nil {
 		return err
 	}
-	r.mu.Lock()
-	r.messages++
-	r.outputs += uint64(len(m.Outputs))
-	if st := r.engine(m.EngineIndex); st != nil {
-		st.Messages++
-		st.Outputs += uint64(len(m.Outputs))
-	}
-	r.mu.Unlock()
-	if m.HasUtilityOutput && m.Utility.Special != 0 && r.cfg.OnNotification != nil {
-		r.cfg.OnNotification(notification(m, peer))
-	}
-	return r.cfg.Handler(ctx, m, peer)
+	frames, size := copyFrames(d.Msg.Frames)
+	return r.enqueue(ctx, job{frames: frames, size: size, peer: peer})
 }
 
 // claim checks that engine e is held by peer's connection, binding it when
@@ -508,37 +573,48 @@ func (r *Receiver) forgetGone() {
 	clear(r.gone)
 }
 
-// sentinel handles an ENGINE_CORE_DEAD from peer.
-func (r *Receiver) sentinel(peer *socket.Peer) error {
+// sentinel handles an ENGINE_CORE_DEAD from peer in the receive loop: from
+// a connection holding an engine index it is queued behind that
+// connection's messages (deadEvent); from any other it is dropped.
+func (r *Receiver) sentinel(ctx context.Context, peer *socket.Peer) error {
+	r.mu.Lock()
+	_, attributed := r.peers[peer.ID()]
+	if !attributed {
+		r.deadUnattr++
+	}
+	r.mu.Unlock()
+	if !attributed {
+		return decodeguard.NewError(decodeguard.ReasonPolicy,
+			"ENGINE_CORE_DEAD from a connection that holds no engine index (ignored)")
+	}
+	return r.enqueue(ctx, job{dead: true, peer: peer, at: time.Now()})
+}
+
+// deadEvent marks the engines peer's connection holds dead and calls
+// OnEngineDead for each (in the connection's worker).
+func (r *Receiver) deadEvent(peer *socket.Peer, at time.Time) {
 	id := peer.ID()
-	now := time.Now()
 	var evs []EngineDeadError
 	var first []int64
 	r.mu.Lock()
-	if _, ok := r.peers[id]; ok {
-		for e, b := range r.owner {
-			if b.id != id {
-				continue
+	for e, b := range r.owner {
+		if b.id != id {
+			continue
+		}
+		evs = append(evs, EngineDeadError{Engine: e, Peer: peer.Addr(), Time: at})
+		if st := r.engine(e); st != nil {
+			if !st.Dead {
+				first = append(first, e)
 			}
-			evs = append(evs, EngineDeadError{Engine: e, Peer: peer.Addr(), Time: now})
-			if st := r.engine(e); st != nil {
-				if !st.Dead {
-					first = append(first, e)
-				}
-				st.Dead = true
-			}
+			st.Dead = true
 		}
 	}
 	if len(evs) == 0 {
-		r.deadUnattr++
+		r.deadUnattr++ // its engines were claimed by a new connection meanwhile
 	} else {
 		r.dead++
 	}
 	r.mu.Unlock()
-	if len(evs) == 0 {
-		return decodeguard.NewError(decodeguard.ReasonPolicy,
-			"ENGINE_CORE_DEAD from a connection that holds no engine index (ignored)")
-	}
 	slices.SortFunc(evs, func(a, b EngineDeadError) int { return cmp.Compare(a.Engine, b.Engine) })
 	for _, e := range first {
 		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", e, "peer", peer.Addr())
@@ -548,7 +624,6 @@ func (r *Receiver) sentinel(peer *socket.Peer) error {
 			r.cfg.OnEngineDead(ev)
 		}
 	}
-	return nil
 }
 
 // departed records that a connection left (socket goroutine). Its engine
@@ -589,7 +664,11 @@ func (r *Receiver) Stats() Stats {
 		Dropped:    ls.Dropped,
 		Violations: r.sock.Stats().Violations,
 	}
+	r.queueStats(&st)
 	r.mu.Lock()
+	for i, n := range r.lateDropped {
+		st.Dropped[i] += n
+	}
 	st.Messages, st.Outputs, st.EngineDead, st.Unattributed = r.messages, r.outputs, r.dead, r.unattributed
 	st.UnattributedDead, st.ClaimsRefused = r.deadUnattr, r.refused
 	st.Engines = make([]EngineStats, 0, len(r.engines))
