@@ -239,7 +239,12 @@ type Options struct {
 	WriteTimeout time.Duration
 	// OnEvent, if set, is called for every peer event (connected, handshake
 	// failed, rejected, disconnected). It runs on the connection's own
-	// goroutine: keep it fast and never block in it.
+	// goroutine: keep it fast and never block in it (a Send that waits for
+	// queue space may wait for this very goroutine). It may call the
+	// socket's Stats, Peers, Endpoint and Close: Close from inside it
+	// closes the socket at once and finishes in the background without
+	// waiting for the callback (see [Socket.Close]). The Guard hooks
+	// OnViolation and OnRelease follow the same rules.
 	OnEvent func(Event)
 	// Logger receives the socket's log lines; nil means slog.Default().
 	// Refused connections and closed ones (a reason in Stats.Violations)

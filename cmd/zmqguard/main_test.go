@@ -150,6 +150,26 @@ func (p *proc) logField(msg, key string, timeout time.Duration) string {
 	return ""
 }
 
+// waitStderr waits (timeout at most) until the process's stderr holds s;
+// it fails the test if the process exits first or the time runs out.
+func (p *proc) waitStderr(s string, timeout time.Duration) {
+	p.t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !strings.Contains(p.stderr.String(), s) {
+		if time.Now().After(deadline) {
+			p.t.Fatalf("%v did not write %q within %s\nstderr:\n%s", p.cmd.Args, s, timeout, p.stderr)
+		}
+		select {
+		case <-p.done:
+			if strings.Contains(p.stderr.String(), s) {
+				return
+			}
+			p.t.Fatalf("%v exited before writing %q\nstderr:\n%s", p.cmd.Args, s, p.stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
 // jsonLine parses the single JSON line the process printed on stdout.
 func (p *proc) jsonLine() map[string]any {
 	p.t.Helper()
