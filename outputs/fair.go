@@ -28,12 +28,28 @@ import (
 
 // job is one message (or sentinel) queued for its connection's worker.
 type job struct {
-	dead   bool
-	frames [][]byte // an owned copy of the message
-	size   int64
-	peer   *socket.Peer
-	at     time.Time
+	dead bool
+	cp   *frameCopy // an owned copy of the message
+	size int64
+	peer *socket.Peer
+	at   time.Time
 }
+
+// frameCopy is a message copied out of the socket's buffers. Copies are
+// recycled (Receiver.free), so that a warm receiver allocates nothing per
+// message; one that grew past copyRetain bytes is left to the collector.
+type frameCopy struct {
+	buf    []byte
+	frames [][]byte
+}
+
+// copyRetain bounds the buffer a recycled copy keeps, freeCopies the
+// copies kept and freeBytes their buffers together.
+const (
+	copyRetain = 1 << 20
+	freeCopies = 256
+	freeBytes  = 16 << 20
+)
 
 // connQueue is one connection's queue.
 type connQueue struct {
@@ -43,22 +59,62 @@ type connQueue struct {
 	head    int
 	bytes   int64
 	running bool // a worker serves it
+	idle    bool // the worker waits for wake
 	held    bool // its reader is held (socket.HoldRecv)
+	wake    chan struct{}
 }
 
+// workerIdle is how long a worker waits for its connection's next message
+// before it ends (a busy engine keeps its worker; a quiet one costs none).
+const workerIdle = 2 * time.Second
+
 // copyFrames copies frames into one buffer.
-func copyFrames(frames [][]byte) ([][]byte, int64) {
+func (r *Receiver) copyFrames(frames [][]byte) (*frameCopy, int64) {
 	n := 0
 	for _, f := range frames {
 		n += len(f)
 	}
-	buf := make([]byte, 0, n)
-	out := make([][]byte, len(frames))
-	for i, f := range frames {
-		buf = append(buf, f...)
-		out[i] = buf[len(buf)-len(f) : len(buf) : len(buf)]
+	var c *frameCopy
+	r.fmu.Lock()
+	if k := len(r.free); k > 0 {
+		c = r.free[k-1]
+		r.free[k-1] = nil
+		r.free = r.free[:k-1]
+		r.freeBytes -= cap(c.buf)
 	}
-	return out, int64(n)
+	r.fmu.Unlock()
+	if c == nil {
+		c = new(frameCopy)
+	}
+	if cap(c.buf) < n {
+		c.buf = make([]byte, 0, n)
+	}
+	if cap(c.frames) < len(frames) {
+		c.frames = make([][]byte, 0, len(frames))
+	}
+	buf := c.buf[:0]
+	out := c.frames[:0]
+	for _, f := range frames {
+		buf = append(buf, f...)
+		out = append(out, buf[len(buf)-len(f):len(buf):len(buf)])
+	}
+	c.buf, c.frames = buf, out
+	return c, int64(n)
+}
+
+// recycle keeps c for reuse unless it grew large or enough are kept.
+func (r *Receiver) recycle(c *frameCopy) {
+	if c == nil || cap(c.buf) > copyRetain || cap(c.frames) > 4096 {
+		return
+	}
+	clear(c.frames)
+	c.frames = c.frames[:0]
+	r.fmu.Lock()
+	if len(r.free) < freeCopies && r.freeBytes+cap(c.buf) <= freeBytes {
+		r.free = append(r.free, c)
+		r.freeBytes += cap(c.buf)
+	}
+	r.fmu.Unlock()
 }
 
 // enqueue queues j for its connection's worker, starting the worker if
@@ -70,7 +126,7 @@ func (r *Receiver) enqueue(ctx context.Context, j job) error {
 	r.qmu.Lock()
 	q := r.queues[id]
 	if q == nil {
-		q = &connQueue{id: id, peer: j.peer}
+		q = &connQueue{id: id, peer: j.peer, wake: make(chan struct{}, 1)}
 		r.queues[id] = q
 	}
 	q.jobs = append(q.jobs, j)
@@ -78,6 +134,13 @@ func (r *Receiver) enqueue(ctx context.Context, j job) error {
 	r.queued += j.size
 	start := !q.running
 	q.running = true
+	if q.idle {
+		q.idle = false
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
 	hold := !q.held && q.bytes >= r.connLimit
 	if hold {
 		q.held = true
@@ -121,14 +184,38 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 	defer r.workers.Done()
 	lim := r.lim
 	var m enginecore.Message
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
 	for {
 		r.qmu.Lock()
+		if q.head == len(q.jobs) && !r.stopped() && ctx.Err() == nil {
+			// Empty: wait a while for the connection's next message.
+			q.jobs, q.head = q.jobs[:0], 0
+			q.idle = true
+			r.qmu.Unlock()
+			idle.Reset(workerIdle)
+			timedOut := false
+			select {
+			case <-q.wake:
+			case <-idle.C:
+				timedOut = true
+			case <-ctx.Done():
+			case <-r.stop:
+			}
+			r.qmu.Lock()
+			q.idle = false
+			if !timedOut || q.head < len(q.jobs) {
+				r.qmu.Unlock()
+				continue
+			}
+		}
 		if q.head == len(q.jobs) || r.stopped() || ctx.Err() != nil {
 			q.running = false
 			release := q.held
 			q.held = false
 			for i := q.head; i < len(q.jobs); i++ {
 				r.queued -= q.jobs[i].size
+				r.recycle(q.jobs[i].cp)
 			}
 			q.jobs, q.head, q.bytes = nil, 0, 0
 			delete(r.queues, q.id)
@@ -149,6 +236,7 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 		r.qmu.Unlock()
 
 		err := r.serve(ctx, &j, &m, &lim)
+		r.recycle(j.cp)
 
 		r.qmu.Lock()
 		q.bytes -= j.size
@@ -201,7 +289,7 @@ func (r *Receiver) serve(ctx context.Context, j *job, m *enginecore.Message, lim
 		r.deadEvent(j.peer, j.at)
 		return nil
 	}
-	if err := enginecore.Decode(j.frames, m, lim); err != nil {
+	if err := enginecore.Decode(j.cp.frames, m, lim); err != nil {
 		// The receive loop decoded the same bytes: unreachable.
 		r.lateDrop(j, err)
 		return nil
@@ -245,11 +333,11 @@ func (r *Receiver) lateDrop(j *job, err error) {
 	r.lateDropped[reason]++
 	r.mu.Unlock()
 	d := loop.Drop{Loop: r.cfg.Name, Reason: reason, Stage: loop.StageHandler, Peer: j.peer,
-		Frames: len(j.frames), Length: int(j.size), Err: err, Time: now}
+		Frames: len(j.cp.frames), Length: int(j.size), Err: err, Time: now}
 	if r.dropLog.Drop(reason, j.peer.Addr(), now) == ratelog.First {
 		r.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "zmqguard: dropped a message (first from this peer)",
 			slog.String("loop", r.cfg.Name), slog.String("reason", reason.String()), slog.String("stage", loop.StageHandler.String()),
-			slog.String("peer", j.peer.Addr()), slog.Int("frames", len(j.frames)), slog.Int64("len", j.size),
+			slog.String("peer", j.peer.Addr()), slog.Int("frames", len(j.cp.frames)), slog.Int64("len", j.size),
 			slog.String("err", decodeguard.EscapeText(err.Error(), 256)))
 	}
 	r.onDrop(d)

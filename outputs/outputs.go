@@ -318,6 +318,9 @@ type Receiver struct {
 	// Per-connection queues (fair.go).
 	qmu        sync.Mutex
 	queues     map[uint64]*connQueue
+	fmu        sync.Mutex
+	free       []*frameCopy // recycled copies (fair.go)
+	freeBytes  int
 	queued     int64
 	holds      uint64
 	queueWaits uint64
@@ -513,8 +516,8 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	if err := r.claim(it.m.EngineIndex, peer); err != nil {
 		return err
 	}
-	frames, size := copyFrames(d.Msg.Frames)
-	return r.enqueue(ctx, job{frames: frames, size: size, peer: peer})
+	cp, size := r.copyFrames(d.Msg.Frames)
+	return r.enqueue(ctx, job{cp: cp, size: size, peer: peer})
 }
 
 // claim checks that engine e is held by peer's connection, binding it when
