@@ -384,7 +384,7 @@ func (p *peerConn) readLoop() {
 			b.bytes += size
 			over = s.chargeRecv(b, int64(size))
 		}
-		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes) {
+		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || p.held.Load()) {
 			if !p.deliver(b) {
 				b = nil
 				err = ErrClosed
