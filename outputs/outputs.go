@@ -235,6 +235,12 @@ const MaxTrackedEngines = 1024
 // tests).
 var maxTrackedPeers = 4096
 
+// MaxClaimsPerConnection bounds the engine indices one connection may hold
+// (a vLLM engine core holds one on its own connection): beyond it, a
+// claim of another index is dropped (ReasonPolicy), so that one
+// connection cannot take every free index.
+const MaxClaimsPerConnection = 64
+
 // EngineStats are one engine's counters.
 type EngineStats struct {
 	Engine int64 `json:"engine"`
@@ -305,6 +311,7 @@ type Receiver struct {
 	engines      map[int64]*EngineStats
 	owner        map[int64]binding   // engine index -> the connection holding it
 	peers        map[uint64]int64    // connection id -> the first engine index it holds
+	claims       map[uint64]int      // connection id -> how many engine indices it holds
 	gone         map[uint64]struct{} // connections in peers that have disconnected
 	messages     uint64
 	outputs      uint64
@@ -389,7 +396,7 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	r = &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
 		engines: make(map[int64]*EngineStats), owner: make(map[int64]binding),
-		peers: make(map[uint64]int64), gone: make(map[uint64]struct{}),
+		peers: make(map[uint64]int64), claims: make(map[uint64]int), gone: make(map[uint64]struct{}),
 		queues: make(map[uint64]*connQueue), space: make(chan struct{}, 1), stop: make(chan struct{})}
 	maxMsg := s.Options().Guard.MaxMessageSize
 	r.connLimit, r.queueLimit = cfg.ConnQueueBytes, cfg.QueueBytes
@@ -538,6 +545,11 @@ func (r *Receiver) claim(e int64, peer *socket.Peer) error {
 				"engine_index "+strconv.FormatInt(e, 10)+" is held by another connection ("+b.addr+")")
 		}
 	}
+	if r.claims[id] >= MaxClaimsPerConnection {
+		r.refused++
+		return decodeguard.NewError(decodeguard.ReasonPolicy,
+			"engine_index "+strconv.FormatInt(e, 10)+": this connection holds "+strconv.Itoa(MaxClaimsPerConnection)+" engine indices already")
+	}
 	if len(r.owner) >= maxTrackedPeers && !held {
 		r.forgetGone()
 		if len(r.owner) >= maxTrackedPeers {
@@ -547,7 +559,11 @@ func (r *Receiver) claim(e int64, peer *socket.Peer) error {
 		}
 	}
 	// Unbound, or its holder left: a restarted engine claims it again.
+	if held {
+		r.claims[b.id]--
+	}
 	r.owner[e] = binding{id: id, addr: peer.Addr()}
+	r.claims[id]++
 	if _, ok := r.peers[id]; !ok {
 		r.peers[id] = e
 	}
@@ -572,6 +588,7 @@ func (r *Receiver) forgetGone() {
 	}
 	for id := range r.gone {
 		delete(r.peers, id)
+		delete(r.claims, id)
 	}
 	clear(r.gone)
 }

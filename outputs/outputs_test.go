@@ -449,3 +449,35 @@ func TestManyAuxFrames(t *testing.T) {
 		t.Fatalf("delivered %d messages, stats %+v", len(c.msgs), st)
 	}
 }
+
+// TestClaimsPerConnectionBounded: one connection cannot hold more than
+// MaxClaimsPerConnection engine indices; a later connection still claims a
+// free one.
+func TestClaimsPerConnectionBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var c collected
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	r, wait := start(t, rctx, Config{Handler: c.handler(MaxClaimsPerConnection+1, done)})
+	greedy := pusher(t, r.Endpoint())
+	defer greedy.Close()
+	for e := 0; e < MaxClaimsPerConnection+10; e++ {
+		send(t, ctx, greedy, encode(simple(int64(e), "g", 1))...)
+	}
+	waitFor(t, ctx, "the greedy claims taken off the socket", func() bool {
+		return r.Stats().Received == MaxClaimsPerConnection+10
+	})
+	other := pusher(t, r.Endpoint())
+	defer other.Close()
+	send(t, ctx, other, encode(simple(1000, "other", 1))...)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the other connection's claim was not delivered in time")
+	}
+	if st := r.Stats(); st.ClaimsRefused != 10 || st.Messages != MaxClaimsPerConnection+1 {
+		t.Fatalf("stats: refused %d, messages %d", st.ClaimsRefused, st.Messages)
+	}
+}
