@@ -17,7 +17,8 @@
 // Stats.ClaimsRefused, logged rate-limited): no peer speaks for an engine
 // that another connection holds. The binding is released once the owning
 // connection has disconnected, so that a restarted engine (a new
-// connection) claims its index again with its first message. Whoever
+// connection) claims its index again with its first message. One
+// connection holds at most MaxClaimsPerConnection indices. Whoever
 // connects first wins an unbound index: where peers are not trusted, serve
 // CURVE (Config.Socket.Guard.Curve) and admit only the engines' keys.
 //
