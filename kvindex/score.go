@@ -91,8 +91,8 @@ func LoraExtraKeys(loraName string, blocks int) [][]byte {
 }
 
 type run struct {
-	engine        uint32
-	medium        uint16
+	engine         uint32
+	medium         uint16
 	maybe, certain int32
 }
 

@@ -35,10 +35,10 @@ type Stats struct {
 
 type counters struct {
 	batches, events, stores, removals, clears, resets, losses atomic.Uint64
-	placeholders, unknownParents, unknownPlaceholders, hybrid  atomic.Uint64
-	refused, scores, errors                                    atomic.Uint64
-	added, refreshed, removed, unknownRemovals, cleared        atomic.Uint64
-	remapped, evicted                                          atomic.Uint64
+	placeholders, unknownParents, unknownPlaceholders, hybrid atomic.Uint64
+	refused, scores, errors                                   atomic.Uint64
+	added, refreshed, removed, unknownRemovals, cleared       atomic.Uint64
+	remapped, evicted                                         atomic.Uint64
 }
 
 func (c *counters) add(o Counts) {
