@@ -73,8 +73,8 @@ func NewMemory(cfg MemoryConfig) (Backend, error) {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultCapacity
 	}
-	if cfg.Capacity > 1<<31 {
-		return nil, fmt.Errorf("kvindex: MemoryConfig.Capacity %d is over 2^31", cfg.Capacity)
+	if cfg.Capacity > MaxCapacity {
+		return nil, fmt.Errorf("kvindex: MemoryConfig.Capacity %d is over MaxCapacity (%d)", cfg.Capacity, MaxCapacity)
 	}
 	m := &memory{capacity: int64(cfg.Capacity), engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
 	m.blocks.init(m)
