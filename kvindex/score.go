@@ -222,37 +222,50 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 			continue
 		}
 		sc.reset()
-		err := x.be.Holders(sc.keys, func(i int, hs []Holder) bool {
-			ext := false
-			for _, h := range hs {
-				if sc.step(int32(i), h.Engine, h.Medium, h.Trusted) {
-					ext = true
+		var err error
+		if mem, ok := x.be.(*memory); ok {
+			err = mem.walk(sc.keys, sc)
+		} else {
+			err = x.be.Holders(sc.keys, func(i int, hs []Holder) bool {
+				ext := false
+				for _, h := range hs {
+					if sc.step(int32(i), h.Engine, h.Medium, h.Trusted) {
+						ext = true
+					}
 				}
-			}
-			return ext
-		})
+				return ext
+			})
+		}
 		if err != nil {
 			x.st.errors.Add(1)
 			return ScoreResult{}, err
 		}
-		// Engines first (their any-medium runs), then their tiers.
-		first := len(res.Engines)
-		byEngine := map[uint32]int{}
+		// One EngineScore per any-medium run, its tiers from one slab.
+		nEng, nTier := 0, 0
 		for _, r := range sc.runs {
 			if r.medium == anyMedium {
-				byEngine[r.engine] = len(res.Engines)
-				res.Engines = append(res.Engines, EngineScore{Engine: x.be.EngineName(r.engine), BlockSize: bs,
-					Prefix: prefix(r, bs)})
+				nEng++
+			} else {
+				nTier++
 			}
 		}
+		res.Engines = slices.Grow(res.Engines, nEng)
+		tiers := make([]Tier, 0, nTier)
 		for _, r := range sc.runs {
 			if r.medium != anyMedium {
-				e := &res.Engines[byEngine[r.engine]]
-				e.Tiers = append(e.Tiers, Tier{Medium: x.be.MediumName(r.medium), Prefix: prefix(r, bs)})
+				continue
 			}
-		}
-		for i := first; i < len(res.Engines); i++ {
-			slices.SortFunc(res.Engines[i].Tiers, func(a, b Tier) int { return cmp.Compare(a.Medium, b.Medium) })
+			first := len(tiers)
+			for k := r.next; k >= 0; k = sc.runs[k].next {
+				mr := sc.runs[k]
+				if mr.maybe > 0 {
+					tiers = append(tiers, Tier{Medium: x.be.MediumName(mr.medium), Prefix: prefix(mr, bs)})
+				}
+			}
+			ts := tiers[first:len(tiers):len(tiers)]
+			slices.SortFunc(ts, func(a, b Tier) int { return cmp.Compare(a.Medium, b.Medium) })
+			res.Engines = append(res.Engines, EngineScore{Engine: x.be.EngineName(r.engine), BlockSize: bs,
+				Prefix: prefix(r, bs), Tiers: ts})
 		}
 	}
 	sc.reset()
