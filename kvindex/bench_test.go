@@ -127,10 +127,10 @@ func BenchmarkBlockKeys8k(b *testing.B) {
 // goroutine (one core) while another goroutine scores 8k-token prompts
 // without pause. events/s is wall time; events/cpu-s divides by the CPU
 // time of the ingest goroutine's own thread (locked to it), the rate of one
-// core on a machine shared with other work. 16 engines each keep 60,000 blocks (16-token blocks)
-// against a capacity of 1M entries; batches of 32 events, 3 of 4 a
-// one-block BlockStored chained to the engine's previous block, 1 in 4 a
-// BlockRemoved of its oldest.
+// core on a machine shared with other work. 16 engines each keep 60,000
+// blocks (16-token blocks) against a capacity of 1M entries; batches of 32
+// events, alternately a one-block BlockStored chained to the engine's
+// previous block and a BlockRemoved of its oldest.
 func BenchmarkIngest(b *testing.B) {
 	for _, queries := range []bool{false, true} {
 		b.Run(fmt.Sprint("queries=", queries), func(b *testing.B) {
@@ -145,7 +145,7 @@ func BenchmarkIngest(b *testing.B) {
 				streams[i] = kvload.NewStream(kvload.EngineName(i), uint64(i+1), 16, 60000)
 			}
 			// Warm up to the steady state (removals running).
-			for r := 0; r < 60000*4/3/batch+10; r++ {
+			for r := 0; r < 60000/batch+10; r++ {
 				for _, s := range streams {
 					if err := x.ApplyEvents(s.Engine(), s.Batch(batch)); err != nil {
 						b.Fatal(err)

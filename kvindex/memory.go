@@ -147,6 +147,11 @@ func (m *memory) Resolve(engine string, hashes []uint64, keys []Key, found []boo
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	return m.resolveLocked(engine, hashes, keys, found)
+}
+
+// resolveLocked is Resolve with m.mu held.
+func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found []bool) error {
 	if m.closed {
 		return ErrClosed
 	}
@@ -164,9 +169,14 @@ func (m *memory) Resolve(engine string, hashes []uint64, keys []Key, found []boo
 }
 
 func (m *memory) Apply(engine string, ops []Op) (Counts, error) {
-	var c Counts
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.applyLocked(engine, ops)
+}
+
+// applyLocked is Apply with m.mu held for writing.
+func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
+	var c Counts
 	if m.closed {
 		return c, ErrClosed
 	}

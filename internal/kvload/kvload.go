@@ -148,9 +148,9 @@ func NewStream(engine string, seed uint64, bs, live int) *Stream {
 func (s *Stream) Engine() string { return s.name }
 
 // Batch returns the next batch of n events: each a BlockStored of one
-// block chained to the previous one, or (once live blocks are cached,
-// every fourth event) a BlockRemoved of the oldest. The events are valid
-// until the next call.
+// block chained to the previous one, or, once live blocks are cached,
+// every other event a BlockRemoved of the oldest (a full cache: each new
+// block evicts one). The events are valid until the next call.
 func (s *Stream) Batch(n int) []kvevents.Event {
 	if cap(s.toks) < n*s.bs {
 		s.toks = make([]int64, n*s.bs)
@@ -158,7 +158,7 @@ func (s *Stream) Batch(n int) []kvevents.Event {
 	}
 	s.evs = s.evs[:0]
 	for i := 0; i < n; i++ {
-		if i%4 == 3 && s.next-s.oldest > s.removeGap {
+		if i%2 == 1 && s.next-s.oldest > s.removeGap {
 			s.hs[i] = kvevents.IntHash(s.oldest)
 			s.evs = append(s.evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"),
 				BlockHashes: s.hs[i : i+1]})
