@@ -160,9 +160,9 @@ func main() {
 		"engines": *engines, "entries": n, "block_size": *bs, "prompt_blocks": *promptBlocks, "holders": *holders,
 		"shared": *shared, "build_seconds": build.Seconds(), "bytes_per_entry": bytesPerEntry,
 		"table_bytes_per_entry": float64(st.Backend.Bytes) / float64(st.Backend.Entries),
-		"score_p50_us": us(lat[len(lat)/2]), "score_p99_us": us(lat[len(lat)*99/100]),
+		"score_p50_us":          us(lat[len(lat)/2]), "score_p99_us": us(lat[len(lat)*99/100]),
 		"engines_matched": len(r.Engines),
-		"ingest": alone, "ingest_with_queries": withQueries,
+		"ingest":          alone, "ingest_with_queries": withQueries,
 		"ingest_events_per_sec": withQueries.EventsPerSec, "ingest_events_per_cpu_sec": withQueries.EventsPerCPUSec,
 		"entries_after": st.Backend.Entries, "evicted": st.Evicted,
 	}
