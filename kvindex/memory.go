@@ -457,6 +457,10 @@ func (m *memory) walk(keys []Key, sc *scoreScratch) error {
 	if m.closed {
 		return ErrClosed
 	}
+	chunks, engines := m.chunks, m.engines
+	if len(sc.byEngine) < len(engines) {
+		sc.byEngine = append(sc.byEngine, make([]int32, len(engines)-len(sc.byEngine))...)
+	}
 	for i, k := range keys {
 		head, ok := m.blocks.find(k)
 		if !ok {
@@ -464,8 +468,8 @@ func (m *memory) walk(keys []Key, sc *scoreScratch) error {
 		}
 		ext := false
 		for id := head; id != 0; {
-			e := m.e(id)
-			if sc.step(int32(i), uint32(e.engine), uint16(e.medium), e.epoch == m.engines[e.engine].epoch) {
+			e := &chunks[id>>chunkBits][id&(chunkLen-1)]
+			if sc.step(int32(i), uint32(e.engine), uint16(e.medium), e.epoch == engines[e.engine].epoch) {
 				ext = true
 			}
 			id = e.bnext

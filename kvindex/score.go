@@ -123,6 +123,17 @@ type scoreScratch struct {
 // step extends engine's runs (any medium, and medium) with block i; it
 // reports whether the any-medium run reached i+1.
 func (sc *scoreScratch) step(i int32, engine uint32, medium uint16, trusted bool) bool {
+	if i > 0 {
+		// The common case after the first block: an engine with no run,
+		// or one that already stopped, costs two loads.
+		if int(engine) >= len(sc.byEngine) {
+			return false
+		}
+		j := sc.byEngine[engine] - 1
+		if j < 0 || sc.runs[j].maybe < i {
+			return false
+		}
+	}
 	if int(engine) >= len(sc.byEngine) {
 		if i != 0 {
 			return false
