@@ -112,6 +112,9 @@ func (m *Model) ApplyEvents(engine string, evs []kvevents.Event) {
 		if !usable && ev.Type != kvevents.AllBlocksCleared {
 			continue
 		}
+		if ev.Type != kvevents.AllBlocksCleared && kvindex.PartialGroup(ev) {
+			continue
+		}
 		switch ev.Type {
 		case kvevents.BlockStored:
 			if len(ev.TokenIDs) == 0 { // tier-only
