@@ -1,8 +1,9 @@
 // Package kvindex is the KV-cache index a router embeds: from the KV events
 // of a fleet of vLLM engines (package kvevents, or any feed of
 // kvevents.Event) it knows which engine holds which prefix blocks, on which
-// medium (GPU, CPU, disk, ...), and answers [Index.Score]: per engine and
-// medium, the longest cached prefix of a prompt, in blocks and tokens. It
+// medium (GPU, CPU, disk, ...), and answers [Index.Score]: per engine, the
+// longest cached prefix of a prompt on any medium and on each, in blocks
+// and tokens, certain and maybe. It
 // stays exact when events are lost and publishers restart, because the
 // subscriber reports both (kvevents.UpdateLost, kvevents.UpdateReset) and
 // the index acts on them.
