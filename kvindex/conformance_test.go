@@ -1,0 +1,23 @@
+package kvindex_test
+
+import (
+	"testing"
+
+	"github.com/zmqguard/zmqguard/kvindex"
+	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
+)
+
+func newMemory(t *testing.T, capacity int) kvindex.Backend {
+	b, err := kvindex.NewMemory(kvindex.MemoryConfig{Capacity: capacity})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { b.Close() })
+	return b
+}
+
+// TestMemoryConformance runs the backend conformance suite (hand-written
+// rules and the model-based property test) against the memory backend.
+func TestMemoryConformance(t *testing.T) {
+	kvindextest.Run(t, newMemory)
+}
