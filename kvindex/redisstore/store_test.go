@@ -1,0 +1,147 @@
+package redisstore
+
+import (
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/zmqguard/zmqguard/internal/redistest"
+	"github.com/zmqguard/zmqguard/kvindex"
+)
+
+func trusted(t *testing.T, s *Store, k kvindex.Key) []bool {
+	t.Helper()
+	var out []bool
+	if err := s.Holders([]kvindex.Key{k}, func(_ int, hs []kvindex.Holder) bool {
+		for _, h := range hs {
+			out = append(out, h.Trusted)
+		}
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestWriterLease: with WriterIDs one indexer writes an engine at a time;
+// the other's Apply writes nothing; when the lease lapses the other takes
+// it over and the engine's entries become uncertain until stored again.
+func TestWriterLease(t *testing.T) {
+	prefix := "{" + redistest.Prefix(t) + "}"
+	const ttl = 300 * time.Millisecond
+	a := newStore(t, Config{Prefix: prefix, WriterID: "a", LeaseTTL: ttl})
+	b := newStore(t, Config{Prefix: prefix, WriterID: "b", LeaseTTL: ttl})
+	store := kvindex.Op{Kind: kvindex.OpStore, Hash: 1, Key: 11, Medium: "GPU"}
+	if _, err := a.Apply("e", []kvindex.Op{store}); err != nil {
+		t.Fatal(err)
+	}
+	c, err := b.Apply("e", []kvindex.Op{{Kind: kvindex.OpClear}})
+	if !errors.Is(err, ErrNotWriter) || c != (kvindex.Counts{}) {
+		t.Fatalf("second writer: %+v %v, want ErrNotWriter and nothing done", c, err)
+	}
+	if got := trusted(t, a, 11); len(got) != 1 || !got[0] {
+		t.Fatalf("after refused clear: %v, want one trusted holder", got)
+	}
+	// a keeps its lease alive by renewal alone, well past the TTL.
+	deadline := time.Now().Add(3 * ttl)
+	for time.Now().Before(deadline) {
+		if _, err := b.Apply("e", nil); !errors.Is(err, ErrNotWriter) {
+			t.Fatalf("b became writer while a renews: %v", err)
+		}
+		time.Sleep(ttl / 5)
+	}
+	// a stops (Close ends renewal); b takes over once the lease lapses.
+	a.Close()
+	bound := time.Now().Add(20 * ttl)
+	for {
+		_, err := b.Apply("e", nil)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, ErrNotWriter) || time.Now().After(bound) {
+			t.Fatalf("takeover: %v", err)
+		}
+		time.Sleep(ttl / 5)
+	}
+	if st := b.StoreStats(); st.Takeovers != 1 || st.NotWriter == 0 {
+		t.Fatalf("stats %+v, want 1 takeover and refusals", st)
+	}
+	if got := trusted(t, b, 11); len(got) != 1 || got[0] {
+		t.Fatalf("after takeover: %v, want one uncertain holder", got)
+	}
+	if c, err := b.Apply("e", []kvindex.Op{store}); err != nil || c.Refreshed != 1 {
+		t.Fatalf("re-store: %+v %v", c, err)
+	}
+	if got := trusted(t, b, 11); len(got) != 1 || !got[0] {
+		t.Fatalf("after re-store: %v, want trusted", got)
+	}
+}
+
+func TestRefusedAndErrors(t *testing.T) {
+	s := newStore(t, Config{})
+	c, err := s.Apply("e", []kvindex.Op{
+		{Kind: kvindex.OpStore, Hash: 1, Key: 1, Medium: "GPU"},
+		{Kind: kvindex.OpStore, Hash: 2, Key: 2, Medium: strings.Repeat("x", 65)},
+		{Kind: kvindex.OpStore, Hash: 3, Key: 3, Medium: "GPU"},
+	})
+	if err == nil || !strings.Contains(err.Error(), "op 1") || c.Added != 1 {
+		t.Fatalf("refused op: %+v %v", c, err)
+	}
+	if _, err := s.Apply("e", []kvindex.Op{{Kind: kvindex.OpStore, Hash: 4, Key: 4, Medium: "GPU", Group: 256}}); err == nil {
+		t.Fatal("group 256 accepted")
+	}
+	keys, found := make([]kvindex.Key, 3), make([]bool, 3)
+	if err := s.Resolve("e", []uint64{1, 2, 3}, keys, found); err != nil || !found[0] || found[1] || found[2] || keys[0] != 1 {
+		t.Fatalf("Resolve: %v %v %v", keys, found, err)
+	}
+	if err := s.Resolve("nobody", []uint64{1}, keys[:1], found[:1]); err != nil || found[0] {
+		t.Fatalf("Resolve of an unknown engine: %v %v", found, err)
+	}
+	if err := s.Resolve("e", []uint64{1}, keys, found); err == nil {
+		t.Fatal("Resolve with mismatched lengths accepted")
+	}
+	if _, err := New(Config{}); err == nil {
+		t.Fatal("New without URL or Client accepted")
+	}
+	if _, err := New(Config{URL: "unix:///nonexistent/redis.sock", Timeout: time.Second}); err == nil {
+		t.Fatal("New on a missing socket accepted")
+	}
+	s.Close()
+	if _, err := s.Apply("e", nil); !errors.Is(err, kvindex.ErrClosed) {
+		t.Fatalf("Apply after Close: %v", err)
+	}
+	if err := s.Holders([]kvindex.Key{1}, func(int, []kvindex.Holder) bool { return true }); !errors.Is(err, kvindex.ErrClosed) {
+		t.Fatalf("Holders after Close: %v", err)
+	}
+}
+
+// TestHoldersStopsAtGap: the script stops after the first empty key, and
+// a caller that goes on past it still sees every later key.
+func TestHoldersStopsAtGap(t *testing.T) {
+	s := newStore(t, Config{})
+	if _, err := s.Apply("e", []kvindex.Op{
+		{Kind: kvindex.OpStore, Hash: 1, Key: 1, Medium: "GPU"},
+		{Kind: kvindex.OpStore, Hash: 3, Key: 3, Medium: "CPU"},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	calls := s.StoreStats().Calls
+	var seen []int
+	if err := s.Holders([]kvindex.Key{1, 2, 3, 4}, func(i int, hs []kvindex.Holder) bool {
+		seen = append(seen, i*10+len(hs))
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if want := []int{1, 10, 21, 30}; !slices.Equal(seen, want) {
+		t.Fatalf("visits %v, want %v", seen, want)
+	}
+	if n := s.StoreStats().Calls - calls; n != 2 {
+		t.Fatalf("%d round trips, want 2 (one stops at the gap, one reads the rest)", n)
+	}
+	if s.MediumName(0) != "" || s.EngineName(999) != "" {
+		t.Fatal("names of unknown ids")
+	}
+}
