@@ -210,29 +210,18 @@ return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], status, 0}
 `
 
 // holdersScript reads the holders of ARGV[2..] in order, stopping after
-// the first key nobody holds. ARGV[1] is the prefix. Returns one flat array
-// per key: eid, mid, trusted (1/0), eid, mid, trusted, ...
+// the first key nobody holds. ARGV[1] is the prefix. It parses nothing
+// (Lua string work is the slow part of a script): it returns the engines'
+// epochs as one string "E,epoch,E,epoch…", then one string per key,
+// "E:hash:M:G,epoch,E:hash:M:G,epoch…" ("" for a key nobody holds). The
+// caller computes trust (an entry's epoch equals its engine's).
 const holdersScript = `
 local P = ARGV[1]
-local EP = P .. 'ep'
-local epochs = {}
-local out = {}
+local out = {table.concat(redis.call('HGETALL', P .. 'ep'), ',')}
 for i = 2, #ARGV do
   local all = redis.call('HGETALL', P .. 'b:' .. ARGV[i])
-  local hs = {}
-  for j = 1, #all, 2 do
-    local e, mid = string.match(all[j], '^(%d+):%d+:(%d+):%d+$')
-    local ep = epochs[e]
-    if not ep then
-      ep = redis.call('HGET', EP, e) or ''
-      epochs[e] = ep
-    end
-    hs[#hs + 1] = e
-    hs[#hs + 1] = mid
-    hs[#hs + 1] = (ep == all[j + 1]) and 1 or 0
-  end
-  out[#out + 1] = hs
-  if #hs == 0 then break end
+  out[#out + 1] = table.concat(all, ',')
+  if #all == 0 then break end
 end
 return out
 `

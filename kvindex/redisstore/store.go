@@ -339,6 +339,7 @@ func (s *Store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 		return kvindex.ErrClosed
 	}
 	var hs []kvindex.Holder
+	var epochs []string
 	args := make([]string, 0, 1+len(keys))
 	for base := 0; base < len(keys); {
 		args = append(args[:0], s.prefix)
@@ -351,25 +352,77 @@ func (s *Store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 		if err := s.count(err); err != nil {
 			return fmt.Errorf("redisstore: Holders: %w", err)
 		}
-		if len(res) == 0 || len(res) > len(keys)-base {
-			return fmt.Errorf("redisstore: Holders: %d answers for %d keys", len(res), len(keys)-base)
+		if len(res) < 2 || len(res)-1 > len(keys)-base {
+			return fmt.Errorf("redisstore: Holders: %d answers for %d keys", len(res)-1, len(keys)-base)
 		}
-		for j, r := range res {
-			flat, err := r.AsIntSlice()
-			if err != nil || len(flat)%3 != 0 {
-				return fmt.Errorf("redisstore: Holders: bad answer for key %d: %v", base+j, err)
+		ep, err := res[0].ToString()
+		if err != nil {
+			return fmt.Errorf("redisstore: Holders: epochs: %v", err)
+		}
+		if epochs, err = parseEpochs(ep, epochs[:0]); err != nil {
+			return err
+		}
+		for j, r := range res[1:] {
+			flat, err := r.ToString()
+			if err != nil {
+				return fmt.Errorf("redisstore: Holders: key %d: %v", base+j, err)
 			}
-			hs = hs[:0]
-			for x := 0; x < len(flat); x += 3 {
-				hs = append(hs, kvindex.Holder{Engine: uint32(flat[x]), Medium: uint16(flat[x+1]), Trusted: flat[x+2] == 1})
+			if hs, err = parseHolders(flat, epochs, hs[:0]); err != nil {
+				return fmt.Errorf("redisstore: Holders: key %d: %v", base+j, err)
 			}
 			if !visit(base+j, hs) {
 				return nil
 			}
 		}
-		base += len(res)
+		base += len(res) - 1
 	}
 	return nil
+}
+
+// next returns the part of *s before sep and moves *s past it.
+func next(s *string, sep byte) string {
+	for i := 0; i < len(*s); i++ {
+		if (*s)[i] == sep {
+			v := (*s)[:i]
+			*s = (*s)[i+1:]
+			return v
+		}
+	}
+	v := *s
+	*s = ""
+	return v
+}
+
+// parseEpochs reads "E,epoch,E,epoch…" into epochs indexed by engine id.
+func parseEpochs(s string, epochs []string) ([]string, error) {
+	for s != "" {
+		id, err := strconv.ParseUint(next(&s, ','), 10, 32)
+		if err != nil || id > 1<<24 {
+			return epochs, fmt.Errorf("redisstore: bad engine id in the epochs (%v)", err)
+		}
+		ep := next(&s, ',')
+		for uint64(len(epochs)) <= id {
+			epochs = append(epochs, "")
+		}
+		epochs[id] = ep
+	}
+	return epochs, nil
+}
+
+// parseHolders reads "E:hash:M:G,epoch,…" into holders.
+func parseHolders(s string, epochs []string, hs []kvindex.Holder) ([]kvindex.Holder, error) {
+	for s != "" {
+		field := next(&s, ',')
+		ep := next(&s, ',')
+		e, err1 := strconv.ParseUint(next(&field, ':'), 10, 32)
+		next(&field, ':')
+		m, err2 := strconv.ParseUint(next(&field, ':'), 10, 16)
+		if err1 != nil || err2 != nil {
+			return hs, fmt.Errorf("bad entry field")
+		}
+		hs = append(hs, kvindex.Holder{Engine: uint32(e), Medium: uint16(m), Trusted: e < uint64(len(epochs)) && epochs[e] == ep})
+	}
+	return hs, nil
 }
 
 // EngineName implements kvindex.Backend (one HGET the first time an id is
