@@ -152,6 +152,22 @@ func Require(t testing.TB) *Server {
 	return srv
 }
 
+// StartT starts a private server for t alone, closed when t ends; like
+// Require, it skips t loudly, or fails it under $CI, when none can run.
+func StartT(t testing.TB) *Server {
+	t.Helper()
+	s, err := Start()
+	if err != nil {
+		msg := "REDIS-SERVER UNAVAILABLE: " + err.Error() + "; tests against a real Redis did not run"
+		if os.Getenv("CI") != "" {
+			t.Fatal(msg)
+		}
+		t.Skip(msg)
+	}
+	t.Cleanup(s.Close)
+	return s
+}
+
 // Prefix returns a key prefix no other test of this binary uses, so tests
 // can share the server.
 func Prefix(t testing.TB) string {
