@@ -232,3 +232,24 @@ func testKVIndexServes(t *testing.T, extra []string) {
 		t.Fatalf("no Redis calls counted: %s", p.stdout)
 	}
 }
+
+// TestDemoKVIndexStage: the demo's kv-index stage routes both prompts,
+// goes through the restart and the lost range, and says so.
+func TestDemoKVIndexStage(t *testing.T) {
+	code, out, errOut := runBin(t, 90*time.Second, "demo", "--duration", "2s", "--log-format", "json")
+	if code != 0 {
+		t.Fatalf("demo: exit %d\n%s\n%s", code, out, errOut)
+	}
+	for _, line := range strings.Split(out, "\n") {
+		if strings.HasPrefix(line, "kv-index:") {
+			for _, want := range []string{"doc1 -> engine-a 8/8", "engine-a restarted: doc1 -> no engine", "0 certain/8 maybe",
+				"(1 resets, ", "routed correctly throughout: yes"} {
+				if !strings.Contains(line, want) {
+					t.Fatalf("kv-index stage lacks %q: %q", want, line)
+				}
+			}
+			return
+		}
+	}
+	t.Fatalf("no kv-index line:\n%s", out)
+}
