@@ -64,12 +64,12 @@ type Op struct {
 	Group  int
 }
 
-// MaxGroup is the highest KV-cache group index the index accepts; a store
-// or removal naming a higher one is refused (counted in Stats.Refused).
+// MaxGroup is the highest KV-cache group index the index accepts; an event
+// naming a higher one is refused (counted in Stats.Refused).
 const MaxGroup = 255
 
-// MaxMediums is how many distinct medium names an index keeps; stores on
-// further mediums are refused (counted in Stats.Refused). vLLM knows a
+// MaxMediums is how many distinct medium names a backend keeps; stores on
+// further mediums are refused (counted in Counts.Rejected). vLLM knows a
 // handful (GPU, CPU, disk/STORAGE, connector names).
 const MaxMediums = 64
 
@@ -91,6 +91,11 @@ type Counts struct {
 	Remapped uint64
 	// Evicted counts entries removed to stay within the capacity.
 	Evicted uint64
+	// Rejected counts OpStore the backend could not hold: a group outside
+	// 0..MaxGroup, an empty or over-long medium name, or a medium past
+	// MaxMediums distinct ones. Never an error: a peer's bytes must not
+	// stop the index.
+	Rejected uint64
 }
 
 // Add adds o to c.
@@ -102,6 +107,7 @@ func (c *Counts) Add(o Counts) {
 	c.Cleared += o.Cleared
 	c.Remapped += o.Remapped
 	c.Evicted += o.Evicted
+	c.Rejected += o.Rejected
 }
 
 // Holder is one (engine, medium) holding a block, as [Backend.Holders]

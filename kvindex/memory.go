@@ -172,9 +172,14 @@ func (m *memory) Apply(engine string, ops []Op) (Counts, error) {
 		op := &ops[i]
 		switch op.Kind {
 		case OpStore:
+			if op.Group < 0 || op.Group > MaxGroup {
+				c.Rejected++
+				continue
+			}
 			med, ok := m.mediumID(op.Medium)
-			if !ok || op.Group < 0 || op.Group > MaxGroup {
-				return c, fmt.Errorf("kvindex: store on medium %q group %d refused", op.Medium, op.Group)
+			if !ok {
+				c.Rejected++
+				continue
 			}
 			m.store(eid, op.Hash, op.Key, med, uint8(op.Group), &c)
 		case OpRemove:

@@ -28,20 +28,31 @@ type ScoreRequest struct {
 	BlockSize int
 }
 
-// Match is one engine's cached prefix of the prompt on one medium.
-type Match struct {
-	// Engine is the engine (source) name, Medium the tier.
-	Engine string
-	Medium string
-	// BlockSize is the block size of the match.
-	BlockSize int
-	// Blocks is the longest prefix of the prompt the engine certainly
-	// holds on Medium, in blocks; Tokens the same in tokens.
-	Blocks, Tokens int
-	// MaybeBlocks (≥ Blocks) counts as well blocks whose entries are
-	// uncertain (stored before a lost range and not stored since): the
-	// engine may no longer hold them. MaybeTokens in tokens.
+// Prefix is a cached prefix of the prompt: Blocks (and Tokens) the
+// leading blocks certainly held, MaybeBlocks (≥ Blocks, and MaybeTokens)
+// counting as well blocks whose entries are uncertain (stored before a lost
+// range and not stored since): the engine may no longer hold those.
+type Prefix struct {
+	Blocks, Tokens           int
 	MaybeBlocks, MaybeTokens int
+}
+
+// Tier is an engine's cached prefix on one medium.
+type Tier struct {
+	Medium string
+	Prefix
+}
+
+// EngineScore is one engine's cached prefix of the prompt. Its Prefix
+// counts a block when the engine holds it on any medium (vLLM's offloading
+// connector continues a GPU prefix hit from CPU or storage); Tiers has the
+// prefix on each medium alone, by medium name.
+type EngineScore struct {
+	Engine string
+	// BlockSize is the block size the prefix is counted in.
+	BlockSize int
+	Prefix
+	Tiers []Tier
 }
 
 // ScoreResult is what Score finds.
@@ -49,19 +60,20 @@ type ScoreResult struct {
 	// PromptBlocks is the number of full blocks of the prompt, at the
 	// smallest block size scored.
 	PromptBlocks int
-	// Matches holds every (engine, medium, block size) with a prefix of at
-	// least one block, certain or not: most certain tokens first, then
-	// most maybe tokens, then by engine and medium name.
-	Matches []Match
+	// Engines holds every engine with a prefix of at least one block,
+	// certain or not: most certain tokens first, then most maybe tokens,
+	// then by engine name and block size.
+	Engines []EngineScore
 }
 
-// Best returns the match with the most certain tokens (ties: most maybe
-// tokens), and false when there is none with a certain block.
-func (r ScoreResult) Best() (Match, bool) {
-	if len(r.Matches) == 0 || r.Matches[0].Blocks == 0 {
-		return Match{}, false
+// Best returns the engine with the most certain tokens (ties: most maybe
+// tokens, then by name), and false when no engine certainly holds a
+// block.
+func (r ScoreResult) Best() (EngineScore, bool) {
+	if len(r.Engines) == 0 || r.Engines[0].Blocks == 0 {
+		return EngineScore{}, false
 	}
-	return r.Matches[0], true
+	return r.Engines[0], true
 }
 
 // LoraExtraKeys returns the extra keys vLLM attaches to each of blocks
@@ -92,9 +104,11 @@ func LoraExtraKeys(loraName string, blocks int) [][]byte {
 
 type run struct {
 	engine         uint32
-	medium         uint16
+	medium         uint16 // anyMedium: the engine's run on any medium
 	maybe, certain int32
 }
+
+const anyMedium = 0xffff
 
 type scoreScratch struct {
 	keys []Key
@@ -102,10 +116,34 @@ type scoreScratch struct {
 	at   map[uint64]int32
 }
 
+func (sc *scoreScratch) extend(i int32, engine uint32, medium uint16, trusted bool) bool {
+	id := uint64(engine)<<16 | uint64(medium)
+	j, ok := sc.at[id]
+	if !ok {
+		if i != 0 {
+			return false
+		}
+		j = int32(len(sc.runs))
+		sc.runs = append(sc.runs, run{engine: engine, medium: medium})
+		sc.at[id] = j
+	}
+	r := &sc.runs[j]
+	if r.maybe == i {
+		r.maybe++
+	}
+	if r.maybe != i+1 {
+		return false
+	}
+	if trusted && r.certain == i {
+		r.certain++
+	}
+	return true
+}
+
 // Score returns, for every engine holding a prefix of the prompt, the
-// longest prefix it holds on each medium, certain and maybe. A block
-// counts for an (engine, medium) when the engine holds it there in any
-// KV-cache group.
+// longest prefix it holds (on any medium, and on each medium), certain and
+// maybe. A block counts for an (engine, medium) when the engine holds it
+// there in any KV-cache group.
 func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 	var res ScoreResult
 	if x.closed.Load() {
@@ -147,25 +185,9 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		err := x.be.Holders(sc.keys, func(i int, hs []Holder) bool {
 			ext := false
 			for _, h := range hs {
-				id := uint64(h.Engine)<<16 | uint64(h.Medium)
-				j, ok := sc.at[id]
-				if !ok {
-					if i != 0 {
-						continue
-					}
-					j = int32(len(sc.runs))
-					sc.runs = append(sc.runs, run{engine: h.Engine, medium: h.Medium})
-					sc.at[id] = j
-				}
-				r := &sc.runs[j]
-				if r.maybe == int32(i) {
-					r.maybe++
-				}
-				if r.maybe == int32(i)+1 {
+				if sc.extend(int32(i), h.Engine, anyMedium, h.Trusted) {
 					ext = true
-					if h.Trusted && r.certain == int32(i) {
-						r.certain++
-					}
+					sc.extend(int32(i), h.Engine, h.Medium, h.Trusted)
 				}
 			}
 			return ext
@@ -174,16 +196,40 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 			x.st.errors.Add(1)
 			return ScoreResult{}, err
 		}
+		// Engines first (their any-medium runs), then their tiers.
+		first := len(res.Engines)
+		byEngine := map[uint32]int{}
 		for _, r := range sc.runs {
-			res.Matches = append(res.Matches, Match{Engine: x.be.EngineName(r.engine), Medium: x.be.MediumName(r.medium),
-				BlockSize: bs, Blocks: int(r.certain), Tokens: int(r.certain) * bs,
-				MaybeBlocks: int(r.maybe), MaybeTokens: int(r.maybe) * bs})
+			if r.medium == anyMedium {
+				byEngine[r.engine] = len(res.Engines)
+				res.Engines = append(res.Engines, EngineScore{Engine: x.be.EngineName(r.engine), BlockSize: bs,
+					Prefix: prefix(r, bs)})
+			}
+		}
+		for _, r := range sc.runs {
+			if r.medium != anyMedium {
+				e := &res.Engines[byEngine[r.engine]]
+				e.Tiers = append(e.Tiers, Tier{Medium: x.be.MediumName(r.medium), Prefix: prefix(r, bs)})
+			}
+		}
+		for i := first; i < len(res.Engines); i++ {
+			slices.SortFunc(res.Engines[i].Tiers, func(a, b Tier) int { return cmp.Compare(a.Medium, b.Medium) })
 		}
 	}
 	if len(sc.at) > 1<<12 {
 		sc.at = map[uint64]int32{}
 	}
-	slices.SortFunc(res.Matches, func(a, b Match) int {
+	SortEngines(res.Engines)
+	return res, nil
+}
+
+func prefix(r run, bs int) Prefix {
+	return Prefix{Blocks: int(r.certain), Tokens: int(r.certain) * bs, MaybeBlocks: int(r.maybe), MaybeTokens: int(r.maybe) * bs}
+}
+
+// SortEngines sorts engine scores in Score's order.
+func SortEngines(es []EngineScore) {
+	slices.SortFunc(es, func(a, b EngineScore) int {
 		if c := cmp.Compare(b.Tokens, a.Tokens); c != 0 {
 			return c
 		}
@@ -193,10 +239,6 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		if c := cmp.Compare(a.Engine, b.Engine); c != 0 {
 			return c
 		}
-		if c := cmp.Compare(a.Medium, b.Medium); c != 0 {
-			return c
-		}
 		return cmp.Compare(a.BlockSize, b.BlockSize)
 	})
-	return res, nil
 }

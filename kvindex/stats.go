@@ -38,7 +38,7 @@ type counters struct {
 	placeholders, unknownParents, unknownPlaceholders, hybrid atomic.Uint64
 	refused, scores, errors                                   atomic.Uint64
 	added, refreshed, removed, unknownRemovals, cleared       atomic.Uint64
-	remapped, evicted                                         atomic.Uint64
+	remapped, evicted, backendRefused                         atomic.Uint64
 }
 
 func (c *counters) add(o Counts) {
@@ -49,6 +49,7 @@ func (c *counters) add(o Counts) {
 	c.cleared.Add(o.Cleared)
 	c.remapped.Add(o.Remapped)
 	c.evicted.Add(o.Evicted)
+	c.backendRefused.Add(o.Rejected)
 }
 
 // Stats returns the index's counters now.
@@ -62,7 +63,7 @@ func (x *Index) Stats() Stats {
 		Hybrid: c.hybrid.Load(), Refused: c.refused.Load(),
 		Counts: Counts{Added: c.added.Load(), Refreshed: c.refreshed.Load(), Removed: c.removed.Load(),
 			UnknownRemovals: c.unknownRemovals.Load(), Cleared: c.cleared.Load(), Remapped: c.remapped.Load(),
-			Evicted: c.evicted.Load()},
+			Evicted: c.evicted.Load(), Rejected: c.backendRefused.Load()},
 		Scores: c.scores.Load(), Errors: c.errors.Load(),
 		Backend: x.be.Stats(),
 	}

@@ -212,8 +212,45 @@ func (m *Model) Score(req kvindex.ScoreRequest, blockSize int) kvindex.ScoreResu
 				// saves work.
 				continue
 			}
-			// per medium: held[i], trusted[i]
-			type st struct{ maybe, certain int }
+			// held reports whether e holds key k on medium (any medium
+			// when med is ""), and whether certainly.
+			held := func(k kvindex.Key, med string) (bool, bool) {
+				h, tr := false, false
+				for _, g := range e.hashes {
+					if g.key != k {
+						continue
+					}
+					for t, ep := range g.tiers {
+						if med == "" || t.medium == med {
+							h = true
+							tr = tr || ep == e.epoch
+						}
+					}
+				}
+				return h, tr
+			}
+			pre := func(med string) kvindex.Prefix {
+				var p kvindex.Prefix
+				certainRun := true
+				for _, k := range keys {
+					h, tr := held(k, med)
+					if !h {
+						break
+					}
+					p.MaybeBlocks++
+					if certainRun && tr {
+						p.Blocks++
+					} else {
+						certainRun = false
+					}
+				}
+				p.Tokens, p.MaybeTokens = p.Blocks*bs, p.MaybeBlocks*bs
+				return p
+			}
+			es := kvindex.EngineScore{Engine: name, BlockSize: bs, Prefix: pre("")}
+			if es.MaybeBlocks == 0 {
+				continue
+			}
 			media := map[string]bool{}
 			for _, g := range e.hashes {
 				for t := range g.tiers {
@@ -221,57 +258,14 @@ func (m *Model) Score(req kvindex.ScoreRequest, blockSize int) kvindex.ScoreResu
 				}
 			}
 			for med := range media {
-				var s st
-				certainRun := true
-				for _, k := range keys {
-					held, trusted := false, false
-					for _, g := range e.hashes {
-						if g.key != k {
-							continue
-						}
-						for t, ep := range g.tiers {
-							if t.medium == med {
-								held = true
-								trusted = trusted || ep == e.epoch
-							}
-						}
-					}
-					if !held {
-						break
-					}
-					s.maybe++
-					if certainRun && trusted {
-						s.certain++
-					} else {
-						certainRun = false
-					}
-				}
-				if s.maybe > 0 {
-					res.Matches = append(res.Matches, kvindex.Match{Engine: name, Medium: med, BlockSize: bs,
-						Blocks: s.certain, Tokens: s.certain * bs, MaybeBlocks: s.maybe, MaybeTokens: s.maybe * bs})
+				if p := pre(med); p.MaybeBlocks > 0 {
+					es.Tiers = append(es.Tiers, kvindex.Tier{Medium: med, Prefix: p})
 				}
 			}
+			slices.SortFunc(es.Tiers, func(a, b kvindex.Tier) int { return cmp.Compare(a.Medium, b.Medium) })
+			res.Engines = append(res.Engines, es)
 		}
 	}
-	SortMatches(res.Matches)
+	kvindex.SortEngines(res.Engines)
 	return res
-}
-
-// SortMatches sorts matches in Score's order.
-func SortMatches(ms []kvindex.Match) {
-	slices.SortFunc(ms, func(a, b kvindex.Match) int {
-		if c := cmp.Compare(b.Tokens, a.Tokens); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(b.MaybeTokens, a.MaybeTokens); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.Engine, b.Engine); c != 0 {
-			return c
-		}
-		if c := cmp.Compare(a.Medium, b.Medium); c != 0 {
-			return c
-		}
-		return cmp.Compare(a.BlockSize, b.BlockSize)
-	})
 }

@@ -140,24 +140,33 @@ func score(t *testing.T, x *kvindex.Index, req kvindex.ScoreRequest) kvindex.Sco
 	return r
 }
 
-// find returns the match of engine on medium (zero Match when none).
-func find(r kvindex.ScoreResult, engine, med string) kvindex.Match {
-	for _, m := range r.Matches {
-		if m.Engine == engine && m.Medium == med {
-			return m
+// find returns engine's prefix on medium ("": any medium), zero when
+// none.
+func find(r kvindex.ScoreResult, engine, med string) kvindex.Prefix {
+	for _, e := range r.Engines {
+		if e.Engine != engine {
+			continue
+		}
+		if med == "" {
+			return e.Prefix
+		}
+		for _, t := range e.Tiers {
+			if t.Medium == med {
+				return t.Prefix
+			}
 		}
 	}
-	return kvindex.Match{}
+	return kvindex.Prefix{}
 }
 
 func expect(t *testing.T, r kvindex.ScoreResult, engine, med string, blocks, maybe int) {
 	t.Helper()
-	m := find(r, engine, med)
-	if m.Blocks != blocks || m.MaybeBlocks != maybe {
-		t.Fatalf("%s/%s: %d certain, %d maybe blocks; want %d, %d (all: %+v)", engine, med, m.Blocks, m.MaybeBlocks, blocks, maybe, r.Matches)
+	p := find(r, engine, med)
+	if p.Blocks != blocks || p.MaybeBlocks != maybe {
+		t.Fatalf("%s/%s: %d certain, %d maybe blocks; want %d, %d (all: %+v)", engine, med, p.Blocks, p.MaybeBlocks, blocks, maybe, r.Engines)
 	}
-	if m.Blocks > 0 && m.Tokens != m.Blocks*m.BlockSize {
-		t.Fatalf("%s/%s: %d tokens for %d blocks of %d", engine, med, m.Tokens, m.Blocks, m.BlockSize)
+	if p.Tokens%max(p.Blocks, 1) != 0 || p.MaybeTokens < p.Tokens {
+		t.Fatalf("%s/%s: tokens %+v", engine, med, p)
 	}
 }
 
@@ -184,15 +193,15 @@ func testStoreAndScore(t *testing.T, nb Factory, _ Options) {
 	// blocks are equal.
 	diff := append([]int64{}, toks...)
 	diff[3]++
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: diff}); len(r.Matches) != 0 {
-		t.Fatalf("changed first block: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: diff}); len(r.Engines) != 0 {
+		t.Fatalf("changed first block: %+v", r.Engines)
 	}
 	// Another block size is another key space.
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks, BlockSize: 32}); len(r.Matches) != 0 {
-		t.Fatalf("block size 32: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks, BlockSize: 32}); len(r.Engines) != 0 {
+		t.Fatalf("block size 32: %+v", r.Engines)
 	}
 	// Fewer tokens than a block: nothing to match.
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks[:15]}); len(r.Matches) != 0 || r.PromptBlocks != 0 {
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks[:15]}); len(r.Engines) != 0 || r.PromptBlocks != 0 {
 		t.Fatalf("partial block: %+v", r)
 	}
 	st := x.Stats()
@@ -224,11 +233,11 @@ func testUnknownParent(t *testing.T, nb Factory, _ Options) {
 	// (it would chain to a wrong prefix) and its children neither.
 	apply(t, x, "e0", Store([]uint64{13, 14}, 12, toks[32:], 16, "GPU", 0))
 	apply(t, x, "e0", Store([]uint64{15}, 14, Tokens(5, 16), 16, "GPU", 0))
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks[32:]}); len(r.Matches) != 0 {
-		t.Fatalf("unknown parent indexed as a first block: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks[32:]}); len(r.Engines) != 0 {
+		t.Fatalf("unknown parent indexed as a first block: %+v", r.Engines)
 	}
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks}); len(r.Matches) != 0 {
-		t.Fatalf("unknown parent matched: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks}); len(r.Engines) != 0 {
+		t.Fatalf("unknown parent matched: %+v", r.Engines)
 	}
 	if st := x.Stats(); st.UnknownParents != 2 || st.Backend.Entries != 0 {
 		t.Fatalf("stats %+v", st)
@@ -254,6 +263,13 @@ func testPlaceholder(t *testing.T, nb Factory, _ Options) {
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e0", "GPU", 3, 3)
 	expect(t, r, "e0", "CPU", 2, 2)
+	// A prefix may span media: GPU holds blocks 0-1, CPU block 2 only.
+	apply(t, x, "e1", Store([]uint64{121, 122, 123}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e1", Placeholder([]uint64{123}, "CPU", 0), Remove([]uint64{123}, "GPU", 0))
+	r = score(t, x, kvindex.ScoreRequest{Tokens: toks})
+	expect(t, r, "e1", "", 3, 3)
+	expect(t, r, "e1", "GPU", 2, 2)
+	expect(t, r, "e1", "CPU", 0, 0)
 	// GPU evicts them; CPU keeps them.
 	apply(t, x, "e0", Remove([]uint64{21, 22, 23}, "GPU", 0))
 	r = score(t, x, kvindex.ScoreRequest{Tokens: toks})
@@ -262,16 +278,16 @@ func testPlaceholder(t *testing.T, nb Factory, _ Options) {
 	// A placeholder for a hash the engine never stored with tokens has no
 	// key: counted, not indexed.
 	apply(t, x, "e0", Placeholder([]uint64{999}, "CPU", 0))
-	if st := x.Stats(); st.UnknownPlaceholders != 1 || st.Placeholders != 3 {
+	if st := x.Stats(); st.UnknownPlaceholders != 1 || st.Placeholders != 4 {
 		t.Fatalf("stats %+v", st)
 	}
 	// CPU removal.
 	apply(t, x, "e0", Remove([]uint64{21}, "CPU", 0))
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks}); len(r.Matches) != 0 {
-		t.Fatalf("after CPU removal: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks}); len(r.Engines) != 1 {
+		t.Fatalf("after CPU removal: %+v", r.Engines)
 	}
-	if st := x.Stats(); st.Backend.Entries != 1 {
-		t.Fatalf("entries %d, want 1", st.Backend.Entries)
+	if st := x.Stats(); st.Backend.Entries != 4 {
+		t.Fatalf("entries %d, want 4", st.Backend.Entries)
 	}
 }
 
@@ -316,8 +332,8 @@ func testClearAndReset(t *testing.T, nb Factory, _ Options) {
 	if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateReset, Source: "e1"}); err != nil {
 		t.Fatal(err)
 	}
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks}); len(r.Matches) != 0 {
-		t.Fatalf("after reset: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks}); len(r.Engines) != 0 {
+		t.Fatalf("after reset: %+v", r.Engines)
 	}
 	if st := x.Stats(); st.Resets != 1 || st.Backend.Entries != 0 || st.Backend.Mappings != 0 || st.Backend.Blocks != 0 {
 		t.Fatalf("stats %+v", st)
@@ -442,11 +458,11 @@ func testLoraAndExtraKeys(t *testing.T, nb Factory, _ Options) {
 	// Another adapter, or the name without vLLM's extra keys, is another
 	// prefix.
 	r = score(t, x, kvindex.ScoreRequest{Tokens: toks, LoraName: "other", ExtraKeys: kvindex.LoraExtraKeys("other", 2)})
-	if len(r.Matches) != 0 {
-		t.Fatalf("other adapter: %+v", r.Matches)
+	if len(r.Engines) != 0 {
+		t.Fatalf("other adapter: %+v", r.Engines)
 	}
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks, LoraName: "sql-lora"}); len(r.Matches) != 0 {
-		t.Fatalf("LoRA name without extra keys: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks, LoraName: "sql-lora"}); len(r.Engines) != 0 {
+		t.Fatalf("LoRA name without extra keys: %+v", r.Engines)
 	}
 	// Extra keys (a cache salt on the first block) separate prefixes.
 	salted := Store([]uint64{5, 6}, -1, toks, 16, "GPU", 0)
@@ -464,18 +480,18 @@ func testModels(t *testing.T, nb Factory, _ Options) {
 	apply(t, x, "b0", Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0))
 	apply(t, x, "b1", Store([]uint64{7}, -1, toks[:8], 8, "GPU", 0))
 	r := score(t, x, kvindex.ScoreRequest{Model: "m-a", Tokens: toks})
-	if len(r.Matches) != 1 || r.Matches[0].Engine != "a0" || r.Matches[0].Blocks != 2 {
-		t.Fatalf("m-a: %+v", r.Matches)
+	if len(r.Engines) != 1 || r.Engines[0].Engine != "a0" || r.Engines[0].Blocks != 2 {
+		t.Fatalf("m-a: %+v", r.Engines)
 	}
 	// Model m-b has engines of block sizes 16 and 8: both are scored.
 	r = score(t, x, kvindex.ScoreRequest{Model: "m-b", Tokens: toks})
-	if len(r.Matches) != 2 || r.PromptBlocks != 4 {
+	if len(r.Engines) != 2 || r.PromptBlocks != 4 {
 		t.Fatalf("m-b: %+v", r)
 	}
 	expect(t, r, "b0", "GPU", 2, 2)
 	expect(t, r, "b1", "GPU", 1, 1)
-	if r := score(t, x, kvindex.ScoreRequest{Model: "m-c", Tokens: toks}); len(r.Matches) != 0 {
-		t.Fatalf("m-c: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Model: "m-c", Tokens: toks}); len(r.Engines) != 0 {
+		t.Fatalf("m-c: %+v", r.Engines)
 	}
 }
 
@@ -486,8 +502,8 @@ func testRemap(t *testing.T, nb Factory, _ Options) {
 	// not see with a fixed seed): the hash now means the new block.
 	apply(t, x, "e0", Store([]uint64{5}, -1, a, 16, "GPU", 0), Placeholder([]uint64{5}, "CPU", 0))
 	apply(t, x, "e0", Store([]uint64{5}, -1, b, 16, "GPU", 0))
-	if r := score(t, x, kvindex.ScoreRequest{Tokens: a}); len(r.Matches) != 0 {
-		t.Fatalf("old content still indexed: %+v", r.Matches)
+	if r := score(t, x, kvindex.ScoreRequest{Tokens: a}); len(r.Engines) != 0 {
+		t.Fatalf("old content still indexed: %+v", r.Engines)
 	}
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: b}), "e0", "GPU", 1, 1)
 	if st := x.Stats(); st.Remapped != 1 || st.Backend.Entries != 1 {
@@ -537,8 +553,8 @@ func testCapacity(t *testing.T, nb Factory, o Options) {
 	if !o.SkipExactEviction {
 		for i := 0; i < 6; i++ {
 			r := score(t, x, kvindex.ScoreRequest{Tokens: Tokens(30+i, 16)})
-			if got, want := len(r.Matches), 1; i < 2 && got != 0 || i >= 2 && got != want {
-				t.Fatalf("prompt %d: %+v (the 2 oldest entries go first)", i, r.Matches)
+			if got, want := len(r.Engines), 1; i < 2 && got != 0 || i >= 2 && got != want {
+				t.Fatalf("prompt %d: %+v (the 2 oldest entries go first)", i, r.Engines)
 			}
 		}
 	}
@@ -585,7 +601,7 @@ func testConcurrent(t *testing.T, nb Factory, _ Options) {
 				errs <- err
 				return
 			}
-			for _, m := range res.Matches {
+			for _, m := range res.Engines {
 				if m.Blocks < 4 || m.Blocks > 8 {
 					errs <- fmt.Errorf("torn state: %+v", m)
 					return
@@ -599,7 +615,7 @@ func testConcurrent(t *testing.T, nb Factory, _ Options) {
 		t.Fatal(err)
 	}
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
-	if len(r.Matches) != engines {
-		t.Fatalf("matches %+v", r.Matches)
+	if len(r.Engines) != engines {
+		t.Fatalf("matches %+v", r.Engines)
 	}
 }
