@@ -38,12 +38,17 @@ picks a free port, logged as http_addr) serves:
 
   POST /score    {"tokens": [ids...], "lora": "name"?, "model": "m"?,
                   "block_size": N?}
-                 -> {"model", "prompt_blocks", "best": {...}|null,
-                     "engines": [{"engine", "tiers": [{"medium",
-                     "block_size", "blocks", "tokens", "maybe_blocks",
-                     "maybe_tokens"}]}]}
-                 engines ordered by their best tier; blocks/tokens are the
-                 certain prefix, maybe_* include uncertain blocks.
+                 -> {"model", "prompt_blocks", "best": ENGINE|null,
+                     "engines": [ENGINE...]}
+                 ENGINE = {"engine", "block_size", "blocks", "tokens",
+                   "maybe_blocks", "maybe_tokens", "tiers": [{"medium",
+                   "blocks", "tokens", "maybe_blocks", "maybe_tokens"}]}
+                 blocks/tokens: the prefix the engine certainly holds on
+                 any medium (a GPU hit continued from CPU or storage) and,
+                 under tiers, on each medium alone; maybe_* also count
+                 blocks that may be gone (stored before a lost range).
+                 Engines by most certain tokens; best is the first when it
+                 certainly holds a block.
   GET /stats     the index's and the sources' counters (JSON)
   GET /metrics   Prometheus text: the subscriber's source families
                  (zmqguard_source_*{loop="kv-index"}), zmqguard_kvindex_*
@@ -76,52 +81,55 @@ type kvScoreRequest struct {
 	BlockSize int     `json:"block_size,omitempty"`
 }
 
-// kvTier is one engine's prefix on one tier.
+// kvPrefix is a cached prefix: certain blocks and tokens, and with the
+// uncertain ones (maybe).
+type kvPrefix struct {
+	Blocks      int `json:"blocks"`
+	Tokens      int `json:"tokens"`
+	MaybeBlocks int `json:"maybe_blocks"`
+	MaybeTokens int `json:"maybe_tokens"`
+}
+
+// kvTier is one engine's prefix on one medium alone.
 type kvTier struct {
-	Medium      string `json:"medium"`
-	BlockSize   int    `json:"block_size"`
-	Blocks      int    `json:"blocks"`
-	Tokens      int    `json:"tokens"`
-	MaybeBlocks int    `json:"maybe_blocks"`
-	MaybeTokens int    `json:"maybe_tokens"`
+	Medium string `json:"medium"`
+	kvPrefix
 }
 
+// kvEngineScore is one engine's prefix on any medium, and per medium.
 type kvEngineScore struct {
-	Engine string   `json:"engine"`
-	Tiers  []kvTier `json:"tiers"`
-}
-
-type kvBest struct {
-	Engine string `json:"engine"`
-	kvTier
+	Engine    string `json:"engine"`
+	BlockSize int    `json:"block_size"`
+	kvPrefix
+	Tiers []kvTier `json:"tiers"`
 }
 
 // kvScoreResponse is the body POST /score answers.
 type kvScoreResponse struct {
 	Model        string          `json:"model"`
 	PromptBlocks int             `json:"prompt_blocks"`
-	Best         *kvBest         `json:"best"`
+	Best         *kvEngineScore  `json:"best"`
 	Engines      []kvEngineScore `json:"engines"`
 }
 
-// toScoreResponse groups Score's matches by engine, keeping Score's order
-// (an engine's place is that of its best match).
+func toPrefix(p kvindex.Prefix) kvPrefix {
+	return kvPrefix{Blocks: p.Blocks, Tokens: p.Tokens, MaybeBlocks: p.MaybeBlocks, MaybeTokens: p.MaybeTokens}
+}
+
+// toScoreResponse renders Score's answer (its order kept: most certain
+// tokens first).
 func toScoreResponse(model string, r kvindex.ScoreResult) kvScoreResponse {
-	out := kvScoreResponse{Model: model, PromptBlocks: r.PromptBlocks, Engines: []kvEngineScore{}}
-	at := map[string]int{}
-	for _, m := range r.Matches {
-		i, ok := at[m.Engine]
-		if !ok {
-			i = len(out.Engines)
-			at[m.Engine] = i
-			out.Engines = append(out.Engines, kvEngineScore{Engine: m.Engine})
+	out := kvScoreResponse{Model: model, PromptBlocks: r.PromptBlocks, Engines: make([]kvEngineScore, 0, len(r.Engines))}
+	for _, e := range r.Engines {
+		es := kvEngineScore{Engine: e.Engine, BlockSize: e.BlockSize, kvPrefix: toPrefix(e.Prefix), Tiers: make([]kvTier, 0, len(e.Tiers))}
+		for _, t := range e.Tiers {
+			es.Tiers = append(es.Tiers, kvTier{Medium: t.Medium, kvPrefix: toPrefix(t.Prefix)})
 		}
-		out.Engines[i].Tiers = append(out.Engines[i].Tiers, kvTier{Medium: m.Medium, BlockSize: m.BlockSize,
-			Blocks: m.Blocks, Tokens: m.Tokens, MaybeBlocks: m.MaybeBlocks, MaybeTokens: m.MaybeTokens})
+		out.Engines = append(out.Engines, es)
 	}
-	if b, ok := r.Best(); ok {
-		out.Best = &kvBest{Engine: b.Engine, kvTier: kvTier{Medium: b.Medium, BlockSize: b.BlockSize,
-			Blocks: b.Blocks, Tokens: b.Tokens, MaybeBlocks: b.MaybeBlocks, MaybeTokens: b.MaybeTokens}}
+	if _, ok := r.Best(); ok {
+		b := out.Engines[0]
+		out.Best = &b
 	}
 	return out
 }

@@ -141,15 +141,17 @@ func (k *demoKVIndex) run(sockOpts socket.Options) error {
 	go func() { runDone <- sub.Run(ctx) }()
 	defer func() { cancel(); <-runDone }()
 
-	best := func(tokens []int64) (kvindex.Match, kvindex.Match) {
+	// best returns the best engine (zero when none certainly holds a
+	// block) and the first engine listed (certain or not).
+	best := func(tokens []int64) (kvindex.EngineScore, kvindex.EngineScore) {
 		r, err := x.Score(kvindex.ScoreRequest{Tokens: tokens})
 		if err != nil {
-			return kvindex.Match{}, kvindex.Match{}
+			return kvindex.EngineScore{}, kvindex.EngineScore{}
 		}
 		m, _ := r.Best()
-		var top kvindex.Match
-		if len(r.Matches) > 0 {
-			top = r.Matches[0]
+		var top kvindex.EngineScore
+		if len(r.Engines) > 0 {
+			top = r.Engines[0]
 		}
 		return m, top
 	}

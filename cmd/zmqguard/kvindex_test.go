@@ -144,7 +144,8 @@ func testKVIndexServes(t *testing.T, extra []string) {
 		time.Sleep(20 * time.Millisecond)
 	}
 	r := waitBest(t, addr, doc1, a.Endpoint(), 8)
-	if r.PromptBlocks != 8 || r.Best.Tokens != 8*bs || r.Best.Medium != "GPU" || len(r.Engines) != 1 {
+	if r.PromptBlocks != 8 || r.Best.Tokens != 8*bs || len(r.Best.Tiers) != 1 || r.Best.Tiers[0].Medium != "GPU" ||
+		r.Best.Tiers[0].Blocks != 8 || len(r.Engines) != 1 {
 		t.Fatalf("doc1: %+v", r)
 	}
 	waitBest(t, addr, doc2, b.Endpoint(), 4)

@@ -8,8 +8,10 @@ package redisstore
 // applyScript applies one engine's batch of ops atomically.
 // ARGV: prefix, engine name, capacity, writer id ("" = no lease), lease ms,
 // then 5 per op: kind, hash, key, medium, group.
+// A store on an unusable medium or group is skipped and counted as rejected.
 // Returns {eid, added, refreshed, removed, unknown, cleared, remapped,
-// evicted, status, detail}: status 0 ok, 1 refused at op index detail,
+// evicted, rejected, status, detail}: status 0 ok, 1 an unknown op kind at
+// op index detail,
 // 2 not the engine's writer (nothing applied), 3 ok after taking the lease
 // over (the engine's entries were made uncertain first).
 const applyScript = `
@@ -19,7 +21,7 @@ local cap = tonumber(ARGV[3])
 local writer = ARGV[4]
 local ttl = tonumber(ARGV[5])
 local EP, ST, FIFO = P .. 'ep', P .. 'st', P .. 'fifo'
-local c = {0, 0, 0, 0, 0, 0, 0} -- added refreshed removed unknown cleared remapped evicted
+local c = {0, 0, 0, 0, 0, 0, 0, 0} -- added refreshed removed unknown cleared remapped evicted rejected
 local status = 0
 
 local eid = redis.call('HGET', P .. 'eid', name)
@@ -34,7 +36,7 @@ if writer ~= '' then
   local own = P .. 'own:' .. eid
   local cur = redis.call('GET', own)
   if cur and cur ~= writer then
-    return {eid, 0, 0, 0, 0, 0, 0, 0, 2, 0}
+    return {eid, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0}
   end
   if not cur then
     redis.call('SET', own, writer, 'PX', ttl)
@@ -194,7 +196,7 @@ for i = 0, n - 1 do
   local kind = ARGV[b]
   if kind == '1' then
     if not store(ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]) then
-      return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], 1, i}
+      c[8] = c[8] + 1
     end
   elseif kind == '2' then
     remove(ARGV[b + 1], ARGV[b + 3], ARGV[b + 4])
@@ -203,10 +205,10 @@ for i = 0, n - 1 do
   elseif kind == '4' then
     epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
   else
-    return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], 1, i}
+    return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], 1, i}
   end
 end
-return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], status, 0}
+return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], status, 0}
 `
 
 // holdersScript reads the holders of ARGV[2..] in order, stopping after

@@ -296,31 +296,31 @@ func (s *Store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	if err := s.count(err); err != nil {
 		return c, fmt.Errorf("redisstore: Apply %q (%d ops): %w", engine, len(ops), err)
 	}
-	if len(res) != 10 {
+	if len(res) != 11 {
 		return c, fmt.Errorf("redisstore: Apply %q: script answered %d values", engine, len(res))
 	}
 	eid := uint32(res[0])
 	s.learnEngine(engine, eid)
 	c = kvindex.Counts{Added: uint64(res[1]), Refreshed: uint64(res[2]), Removed: uint64(res[3]),
-		UnknownRemovals: uint64(res[4]), Cleared: uint64(res[5]), Remapped: uint64(res[6]), Evicted: uint64(res[7])}
-	switch res[8] {
+		UnknownRemovals: uint64(res[4]), Cleared: uint64(res[5]), Remapped: uint64(res[6]), Evicted: uint64(res[7]),
+		Rejected: uint64(res[8])}
+	switch res[9] {
 	case 0, 3:
 		if s.cfg.WriterID != "" {
 			s.mu.Lock()
 			s.leased[eid] = true
 			s.mu.Unlock()
 		}
-		if res[8] == 3 {
+		if res[9] == 3 {
 			s.takeovers.Add(1)
 		}
 		return c, nil
 	case 1:
-		i := res[9]
+		i := res[10]
 		if i >= 0 && int(i) < len(ops) {
-			op := ops[i]
-			return c, fmt.Errorf("redisstore: op %d (%s on medium %q group %d) refused", i, op.Kind, op.Medium, op.Group)
+			return c, fmt.Errorf("redisstore: op %d has unknown kind %d", i, ops[i].Kind)
 		}
-		return c, fmt.Errorf("redisstore: op %d refused", i)
+		return c, fmt.Errorf("redisstore: op %d has an unknown kind", i)
 	case 2:
 		s.notWriter.Add(1)
 		s.mu.Lock()
@@ -328,7 +328,7 @@ func (s *Store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 		s.mu.Unlock()
 		return c, fmt.Errorf("%w (engine %q)", ErrNotWriter, engine)
 	}
-	return c, fmt.Errorf("redisstore: Apply %q: script status %d", engine, res[8])
+	return c, fmt.Errorf("redisstore: Apply %q: script status %d", engine, res[9])
 }
 
 // Holders implements kvindex.Backend: one script call reads the keys in

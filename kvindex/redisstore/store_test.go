@@ -84,16 +84,17 @@ func TestRefusedAndErrors(t *testing.T) {
 	c, err := s.Apply("e", []kvindex.Op{
 		{Kind: kvindex.OpStore, Hash: 1, Key: 1, Medium: "GPU"},
 		{Kind: kvindex.OpStore, Hash: 2, Key: 2, Medium: strings.Repeat("x", 65)},
+		{Kind: kvindex.OpStore, Hash: 5, Key: 5, Medium: "GPU", Group: 256},
 		{Kind: kvindex.OpStore, Hash: 3, Key: 3, Medium: "GPU"},
 	})
-	if err == nil || !strings.Contains(err.Error(), "op 1") || c.Added != 1 {
-		t.Fatalf("refused op: %+v %v", c, err)
+	if err != nil || c.Added != 2 || c.Rejected != 2 {
+		t.Fatalf("unusable stores: %+v %v (want 2 added, 2 rejected, no error)", c, err)
 	}
-	if _, err := s.Apply("e", []kvindex.Op{{Kind: kvindex.OpStore, Hash: 4, Key: 4, Medium: "GPU", Group: 256}}); err == nil {
-		t.Fatal("group 256 accepted")
+	if _, err := s.Apply("e", []kvindex.Op{{Kind: 99}}); err == nil || !strings.Contains(err.Error(), "unknown kind 99") {
+		t.Fatalf("unknown op kind: %v", err)
 	}
 	keys, found := make([]kvindex.Key, 3), make([]bool, 3)
-	if err := s.Resolve("e", []uint64{1, 2, 3}, keys, found); err != nil || !found[0] || found[1] || found[2] || keys[0] != 1 {
+	if err := s.Resolve("e", []uint64{1, 2, 3}, keys, found); err != nil || !found[0] || found[1] || !found[2] || keys[0] != 1 {
 		t.Fatalf("Resolve: %v %v %v", keys, found, err)
 	}
 	if err := s.Resolve("nobody", []uint64{1}, keys[:1], found[:1]); err != nil || found[0] {
