@@ -186,14 +186,24 @@ func (k *demoKVIndex) run(sockOpts socket.Options) error {
 	}
 	k.steps = append(k.steps, "doc1 -> engine-a 8/8 blocks, doc2 -> engine-b 8/8")
 
-	// 2. A restarts (seq back to 0) and holds doc3 only. Its seq is first
-	// taken past where the new one can get while the subscriber
-	// reconnects, so the restart shows as a reset (not as a lost range,
-	// which would be safe as well).
-	for a.Stats().Published < 2000 && ctx.Err() == nil {
-		if a.Publish() != nil {
-			time.Sleep(time.Millisecond)
+	// 2. A restarts (seq back to 0) and holds doc3 only. The subscriber is
+	// first taken past seq 500 (empty batches), where the new publisher
+	// cannot get while the subscriber reconnects, so the restart shows as
+	// a reset (not as a lost range, which would be safe as well).
+	aBatches := func() uint64 {
+		for _, s := range sub.Stats().Sources {
+			if s.Name == "engine-a" {
+				return s.Batches
+			}
 		}
+		return 0
+	}
+	if err := until("seq", func() {
+		for range 50 {
+			a.Publish()
+		}
+	}, func() bool { return aBatches() >= 500 }); err != nil {
+		return err
 	}
 	resets := x.Stats().Resets
 	a.Close()

@@ -116,6 +116,7 @@ func testKVIndexServes(t *testing.T, extra []string) {
 		"--http", "127.0.0.1:0", "--from-start", "--log-format", "json"}, extra...)
 	p := start(t, ctx, args...)
 	addr := p.logField("kv-index endpoint serving", "http_addr", 20*time.Second)
+	hc := &http.Client{Timeout: 10 * time.Second}
 
 	const bs = 16
 	doc1, doc2, doc3 := kvindextest.Tokens(1, 8*bs), kvindextest.Tokens(2, 8*bs), kvindextest.Tokens(3, 8*bs)
@@ -153,18 +154,32 @@ func testKVIndexServes(t *testing.T, extra []string) {
 	// Publisher A restarts on the same endpoint (seq back to 0) and now
 	// holds doc3 only: doc1 must stop routing to it. A restart is only
 	// seen as one when the new publisher's first seq to arrive is below the
-	// last one seen: A's seq is first taken well past what it can reach
-	// while the subscriber reconnects (empty batches change nothing).
-	// Otherwise it looks like a lost range, which is safe too (doc1 would
-	// be a maybe, never a certain hit), but this test wants the reset.
-	deadline = time.Now().Add(20 * time.Second)
-	for a.Stats().Published < 3000 {
-		if a.Publish() != nil {
-			time.Sleep(time.Millisecond)
+	// last one seen: the index is first taken well past what the new
+	// publisher can reach while the subscriber reconnects (empty batches
+	// change nothing). Otherwise it looks like a lost range, which is safe
+	// too (doc1 would be a maybe, never a certain hit), but this test wants
+	// the reset.
+	batchesOf := func(src string) float64 {
+		resp, err := hc.Get("http://" + addr + "/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var st map[string]any
+		json.NewDecoder(resp.Body).Decode(&st)
+		srcs, _ := st["sources"].(map[string]any)
+		one, _ := srcs[src].(map[string]any)
+		return num(one, "batches")
+	}
+	deadline = time.Now().Add(30 * time.Second)
+	for batchesOf(a.Endpoint()) < 500 {
+		for range 50 {
+			a.Publish()
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("publisher stuck at %+v", a.Stats())
+			t.Fatalf("the index never saw 500 batches of A: %+v", a.Stats())
 		}
+		time.Sleep(5 * time.Millisecond)
 	}
 	aEP := a.Endpoint()
 	a.Close()
@@ -189,7 +204,6 @@ func testKVIndexServes(t *testing.T, extra []string) {
 			t.Errorf("body %q: %d %s (want 400 with an error)", body, code, raw)
 		}
 	}
-	hc := &http.Client{Timeout: 10 * time.Second}
 	if resp, err := hc.Get("http://" + addr + "/score"); err != nil || resp.StatusCode != http.StatusMethodNotAllowed {
 		t.Errorf("GET /score: %v %v", resp, err)
 	} else {

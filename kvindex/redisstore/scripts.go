@@ -54,6 +54,12 @@ end
 
 local M = P .. 'm:' .. eid
 local epoch = redis.call('HGET', EP, eid)
+-- Gauges kept in st change by these deltas, written once at the end; the
+-- entry count is tracked here instead of asking ZCARD after every store.
+local dblocks, dmaps, devicted = 0, 0, 0
+local nent = redis.call('ZCARD', FIFO)
+local seq0 = tonumber(redis.call('GET', P .. 'seq') or '0')
+local seq = seq0
 
 local function split(v)
   local key, rest = string.match(v, '^(%d+)|?(.*)$')
@@ -72,15 +78,15 @@ local function delEntry(key, e, h, mg)
   local B = P .. 'b:' .. key
   local field = e .. ':' .. h .. ':' .. mg
   redis.call('HDEL', B, field)
-  if redis.call('EXISTS', B) == 0 then redis.call('HINCRBY', ST, 'blocks', -1) end
-  redis.call('ZREM', FIFO, key .. ':' .. field)
+  if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
+  nent = nent - redis.call('ZREM', FIFO, key .. ':' .. field)
 end
 
 -- dropGroup removes every entry of engine e's hash h (mapped to key).
 local function dropGroup(e, h, key, mgs)
   for _, mg in ipairs(mgs) do delEntry(key, e, h, mg) end
   redis.call('HDEL', P .. 'm:' .. e, h)
-  redis.call('HINCRBY', ST, 'mappings', -1)
+  dmaps = dmaps - 1
   return #mgs
 end
 
@@ -95,23 +101,24 @@ local function unmapOne(e, h, mg)
   end
   if #mgs == 0 then
     redis.call('HDEL', MM, h)
-    redis.call('HINCRBY', ST, 'mappings', -1)
+    dmaps = dmaps - 1
   else
     redis.call('HSET', MM, h, join(key, mgs))
   end
 end
 
 local function evict()
-  while redis.call('ZCARD', FIFO) > cap do
+  while nent > cap do
     local m = redis.call('ZPOPMIN', FIFO)
     if #m == 0 then return end
+    nent = nent - 1
     local key, e, h, mg = string.match(m[1], '^(%d+):(%d+):(%d+):(%d+:%d+)$')
     local B = P .. 'b:' .. key
     redis.call('HDEL', B, e .. ':' .. h .. ':' .. mg)
-    if redis.call('EXISTS', B) == 0 then redis.call('HINCRBY', ST, 'blocks', -1) end
+    if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
     unmapOne(e, h, mg)
     c[7] = c[7] + 1
-    redis.call('HINCRBY', ST, 'evicted', 1)
+    devicted = devicted + 1
   end
 end
 
@@ -154,11 +161,13 @@ local function store(h, key, med, grp)
     redis.call('HSET', M, h, join(key, mgs))
   else
     redis.call('HSET', M, h, key .. '|' .. mg)
-    redis.call('HINCRBY', ST, 'mappings', 1)
+    dmaps = dmaps + 1
   end
-  if redis.call('EXISTS', B) == 0 then redis.call('HINCRBY', ST, 'blocks', 1) end
+  if redis.call('EXISTS', B) == 0 then dblocks = dblocks + 1 end
   redis.call('HSET', B, field, epoch)
-  redis.call('ZADD', FIFO, redis.call('INCR', P .. 'seq'), key .. ':' .. field)
+  seq = seq + 1
+  redis.call('ZADD', FIFO, seq, key .. ':' .. field)
+  nent = nent + 1
   c[1] = c[1] + 1
   evict()
   return true
@@ -190,6 +199,13 @@ local function clear()
   epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
 end
 
+local function flush()
+  if dblocks ~= 0 then redis.call('HINCRBY', ST, 'blocks', dblocks) end
+  if dmaps ~= 0 then redis.call('HINCRBY', ST, 'mappings', dmaps) end
+  if devicted ~= 0 then redis.call('HINCRBY', ST, 'evicted', devicted) end
+  if seq ~= seq0 then redis.call('SET', P .. 'seq', seq) end
+end
+
 local n = (#ARGV - 5) / 5
 for i = 0, n - 1 do
   local b = 6 + i * 5
@@ -205,9 +221,11 @@ for i = 0, n - 1 do
   elseif kind == '4' then
     epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
   else
+    flush()
     return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], 1, i}
   end
 end
+flush()
 return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], status, 0}
 `
 
