@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -394,11 +395,16 @@ func next(s *string, sep byte) string {
 }
 
 // parseEpochs reads "E,epoch,E,epoch…" into epochs indexed by engine id.
+// Engine ids are handed out one by one and never forgotten, so none is
+// above the number of engines listed; a larger one is refused rather than
+// allocated for.
 func parseEpochs(s string, epochs []string) ([]string, error) {
+	limit := uint64(strings.Count(s, ",")/2 + 1)
 	for s != "" {
-		id, err := strconv.ParseUint(next(&s, ','), 10, 32)
-		if err != nil || id > 1<<24 {
-			return epochs, fmt.Errorf("redisstore: bad engine id in the epochs (%v)", err)
+		field := next(&s, ',')
+		id, err := strconv.ParseUint(field, 10, 32)
+		if err != nil || id > limit {
+			return epochs, fmt.Errorf("redisstore: engine id %.20q in the epochs is not in 0..%d", field, limit)
 		}
 		ep := next(&s, ',')
 		for uint64(len(epochs)) <= id {
