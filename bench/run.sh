@@ -25,6 +25,8 @@
 #   handshake  NIXL handshake listener, 16 REQ clients: zmqguard vs pyzmq ROUTER
 #   junk       50/50 junk and valid stats frames vs a clean run: throughput, RSS, log lines
 #   memory     RSS of an idle coordinator and of listeners with idle peers
+#   kvindex    the in-memory KV-cache index (bench/kvindexbench) at fleet scale: ingest
+#              events/s while Score runs, Score p50 of an 8k-token prompt, bytes per entry
 #
 # quick: 1 round and small counts (for tests and CI; the numbers mean little).
 # Environment: ROUNDS (default 5, quick 1), PYTHON (default /usr/bin/python3),
@@ -34,7 +36,7 @@ set -euo pipefail
 
 MODE=full
 if [ "${1:-}" = quick ]; then MODE=quick; shift; fi
-ONLY=" ${*:-stats100 outputs kvevents curve frame4k push100 handshake junk memory} "
+ONLY=" ${*:-stats100 outputs kvevents curve frame4k push100 handshake junk memory kvindex} "
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-bench.XXXXXX")
@@ -55,10 +57,12 @@ if [ $MODE = quick ]; then
 	ROUNDS=${ROUNDS:-1}
 	N_STATS=200000 N_ZMQ4=20000 N_4K=50000 N_PUSH=200000 N_PUSH_ZMQ4=20000
 	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1 N_OUT=2000 N_CURVE=50000 N_KV=5000
+	KVI_ROUNDS=1 KVI_BLOCKS=200000 KVI_EVENTS=200000 KVI_SCORES=2000
 else
 	ROUNDS=${ROUNDS:-5}
 	N_STATS=4000000 N_ZMQ4=200000 N_4K=500000 N_PUSH=2000000 N_PUSH_ZMQ4=100000
 	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3 N_OUT=20000 N_CURVE=1000000 N_KV=200000
+	KVI_ROUNDS=3 KVI_BLOCKS=10000000 KVI_EVENTS=4000000 KVI_SCORES=20000
 fi
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
@@ -118,7 +122,7 @@ have_python() { "$PY" -c 'import zmq, msgpack' 2>/dev/null; }
 log "building into $BIN"
 mkdir -p "$BIN"
 (cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv ./bench/outputsrx ./bench/kvrx \
-	./bench/pushsend ./bench/handshake-load ./bench/idle ./bench/tabulate)
+	./bench/pushsend ./bench/handshake-load ./bench/idle ./bench/kvindexbench ./bench/tabulate)
 # pebbe/zmq4 (libzmq through cgo) is its own module, so that the main one
 # stays pure Go; it needs libzmq's headers (Debian: libzmq3-dev).
 PEBBEOK=0
@@ -482,6 +486,32 @@ if want memory; then
 			rec memory-peer $v $r "$(awk -v a="$MEM_AFTER" -v b="$MEM_BEFORE" -v n=$IDLE_CONNS 'BEGIN {printf "%.1f", (a - b) / n}')"
 			log "memory round $r $v: RSS $MEM_BEFORE -> $MEM_AFTER KiB with $IDLE_CONNS idle peers"
 		done
+	done
+fi
+
+# ---------------------------------------------------------------- kvindex
+if want kvindex; then
+	rec '#cmp' kvindex-ingest 'events/s' "KV-cache index (in memory), ingest into a 1,000-engine index of $KVI_BLOCKS blocks: 16 engines' streams, batches of 32 events (one-block BlockStored chained to the previous, BlockRemoved of the oldest, alternately), one goroutine locked to its thread"
+	rec '#target' kvindex-ingest cpu-with-queries '>=' 1000000
+	rec '#note' kvindex-ingest "with-queries / alone = events per wall second while another goroutine scores the 8k-token prompt without pause / with nothing else running; cpu-* = events per CPU second of the ingest thread (RUSAGE_THREAD), what one core does however loaded the machine is. bench/kvindexbench, $KVI_EVENTS events per run."
+	rec '#cmp' kvindex-score 'µs' "KV-cache index (in memory), Score of an 8k-token prompt (128 blocks of 64) against 1,000 engines and $KVI_BLOCKS indexed blocks, 32 engines holding prefixes of it (1..128 blocks): median and p99 wall time of $KVI_SCORES calls, and their mean CPU time (the scoring thread's RUSAGE_THREAD ÷ calls, not inflated by other processes)"
+	rec '#target' kvindex-score p50 '<=' 20
+	rec '#cmp' kvindex-bytes 'B/entry' "KV-cache index (in memory), heap bytes per (block, engine, medium) entry: runtime.MemStats HeapAlloc after a GC, before and after building the $KVI_BLOCKS-block index, ÷ entries"
+	rec '#target' kvindex-bytes heap '<=' 64
+	for (( r = 1; r <= KVI_ROUNDS; r++ )); do
+		out=$WORK/kvindex.$r
+		"$BIN/kvindexbench" -blocks $KVI_BLOCKS -events $KVI_EVENTS -scores $KVI_SCORES >"$out.json" 2>"$out.err" ||
+			log "kvindexbench failed: $(head -c 300 "$out.err")"
+		rec kvindex-ingest with-queries $r "$(jf ingest_events_per_sec "$out.json")"
+		rec kvindex-ingest cpu-with-queries $r "$(jf ingest_events_per_cpu_sec "$out.json")"
+		rec kvindex-ingest alone $r "$(jf alone_events_per_sec "$out.json")"
+		rec kvindex-ingest cpu-alone $r "$(jf alone_events_per_cpu_sec "$out.json")"
+		rec kvindex-score p50 $r "$(jf score_p50_us "$out.json")"
+		rec kvindex-score p99 $r "$(jf score_p99_us "$out.json")"
+		rec kvindex-score cpu-mean $r "$(jf score_cpu_us "$out.json")"
+		rec kvindex-bytes heap $r "$(jf bytes_per_entry "$out.json")"
+		rec kvindex-bytes tables $r "$(jf table_bytes_per_entry "$out.json")"
+		log "kvindex round $r: $(jf ingest_events_per_cpu_sec "$out.json") events/cpu-s with queries, Score p50 $(jf score_p50_us "$out.json") µs, $(jf bytes_per_entry "$out.json") B/entry"
 	done
 fi
 

@@ -21,3 +21,16 @@ func newMemory(t *testing.T, capacity int) kvindex.Backend {
 func TestMemoryConformance(t *testing.T) {
 	kvindextest.Run(t, newMemory)
 }
+
+// opaque hides the memory backend's type, so the index takes the generic
+// path (Backend.Holders) a remote backend takes.
+type opaque struct{ kvindex.Backend }
+
+// TestGenericPathConformance runs the suite on the memory backend through
+// the Backend interface alone (Score's generic Holders walk, not the
+// in-memory fast path).
+func TestGenericPathConformance(t *testing.T) {
+	kvindextest.Run(t, func(t *testing.T, capacity int) kvindex.Backend {
+		return opaque{newMemory(t, capacity)}
+	})
+}

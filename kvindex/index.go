@@ -263,8 +263,21 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 	}
 	st.keys = slices.Grow(st.keys[:0], len(st.hashes))[:len(st.hashes)]
 	st.found = slices.Grow(st.found[:0], len(st.hashes))[:len(st.hashes)]
+	// The in-memory backend resolves and applies under one write lock (a
+	// Score waiting between the two would cost a lock hand-off per batch).
+	mem, _ := x.be.(*memory)
+	if mem != nil {
+		mem.mu.Lock()
+		defer mem.mu.Unlock()
+	}
 	if len(st.hashes) > 0 {
-		if err := x.be.Resolve(engine, st.hashes, st.keys, st.found); err != nil {
+		var err error
+		if mem != nil {
+			err = mem.resolveLocked(engine, st.hashes, st.keys, st.found)
+		} else {
+			err = x.be.Resolve(engine, st.hashes, st.keys, st.found)
+		}
+		if err != nil {
 			x.st.errors.Add(1)
 			x.log.Error("kvindex: backend resolve failed", "engine", safeName(engine), "err", err)
 			return err
@@ -369,7 +382,19 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 			x.st.refused.Add(1)
 		}
 	}
-	err := x.apply(engine, st.ops)
+	var err error
+	if mem != nil {
+		if len(st.ops) > 0 {
+			var c Counts
+			c, err = mem.applyLocked(engine, st.ops)
+			x.st.add(c)
+			if err != nil {
+				x.st.errors.Add(1)
+			}
+		}
+	} else {
+		err = x.apply(engine, st.ops)
+	}
 	if cap(st.ops) > 1<<16 {
 		st.ops = nil
 	}

@@ -3,6 +3,7 @@ package kvindex
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 )
 
 // DefaultCapacity is the entry capacity of a memory backend made with
@@ -59,6 +60,9 @@ type memory struct {
 	engineIDs map[string]uint16
 	mediums   []string
 	mediumIDs map[string]uint8
+	// Copies of the names, replaced (never changed) when a name is added,
+	// so EngineName and MediumName need no lock.
+	engineNames, mediumNames atomic.Pointer[[]string]
 
 	entries, nblocks, mappings int64
 	evicted                    uint64
@@ -73,8 +77,8 @@ func NewMemory(cfg MemoryConfig) (Backend, error) {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = DefaultCapacity
 	}
-	if cfg.Capacity > 1<<31 {
-		return nil, fmt.Errorf("kvindex: MemoryConfig.Capacity %d is over 2^31", cfg.Capacity)
+	if cfg.Capacity > MaxCapacity {
+		return nil, fmt.Errorf("kvindex: MemoryConfig.Capacity %d is over MaxCapacity (%d)", cfg.Capacity, MaxCapacity)
 	}
 	m := &memory{capacity: int64(cfg.Capacity), engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
 	m.blocks.init(m)
@@ -119,6 +123,7 @@ func (m *memory) engineID(name string, create bool) (uint16, bool, error) {
 	id := uint16(len(m.engines))
 	m.engines = append(m.engines, memEngine{name: name})
 	m.engineIDs[name] = id
+	publish(&m.engineNames, name)
 	return id, true, nil
 }
 
@@ -132,6 +137,7 @@ func (m *memory) mediumID(name string) (uint8, bool) {
 	id := uint8(len(m.mediums))
 	m.mediums = append(m.mediums, name)
 	m.mediumIDs[name] = id
+	publish(&m.mediumNames, name)
 	return id, true
 }
 
@@ -141,6 +147,11 @@ func (m *memory) Resolve(engine string, hashes []uint64, keys []Key, found []boo
 	}
 	m.mu.RLock()
 	defer m.mu.RUnlock()
+	return m.resolveLocked(engine, hashes, keys, found)
+}
+
+// resolveLocked is Resolve with m.mu held.
+func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found []bool) error {
 	if m.closed {
 		return ErrClosed
 	}
@@ -158,9 +169,14 @@ func (m *memory) Resolve(engine string, hashes []uint64, keys []Key, found []boo
 }
 
 func (m *memory) Apply(engine string, ops []Op) (Counts, error) {
-	var c Counts
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	return m.applyLocked(engine, ops)
+}
+
+// applyLocked is Apply with m.mu held for writing.
+func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
+	var c Counts
 	if m.closed {
 		return c, ErrClosed
 	}
@@ -382,20 +398,31 @@ func (m *memory) Holders(keys []Key, visit func(i int, holders []Holder) bool) e
 	return nil
 }
 
+// publish appends name to the names p holds: in place when the backing
+// array has room (readers of the old slice never look past its length),
+// else in a copy of twice the size.
+func publish(p *atomic.Pointer[[]string], name string) {
+	var cur []string
+	if old := p.Load(); old != nil {
+		cur = *old
+	}
+	if len(cur) == cap(cur) {
+		cur = append(make([]string, 0, 2*cap(cur)+8), cur...)
+	}
+	cur = append(cur, name)
+	p.Store(&cur)
+}
+
 func (m *memory) EngineName(id uint32) string {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if int(id) < len(m.engines) {
-		return m.engines[id].name
+	if p := m.engineNames.Load(); p != nil && int(id) < len(*p) {
+		return (*p)[id]
 	}
 	return ""
 }
 
 func (m *memory) MediumName(id uint16) string {
-	m.mu.RLock()
-	defer m.mu.RUnlock()
-	if int(id) < len(m.mediums) {
-		return m.mediums[id]
+	if p := m.mediumNames.Load(); p != nil && int(id) < len(*p) {
+		return (*p)[id]
 	}
 	return ""
 }
@@ -418,5 +445,38 @@ func (m *memory) Close() error {
 	m.chunks, m.engines = nil, nil
 	m.blocks.init(m)
 	m.maps.init(m)
+	return nil
+}
+
+// walk is Holders fused with Score's prefix walk (the in-memory fast path:
+// no Holder slices, no callback per key). It extends sc's runs with every
+// entry of keys[0], keys[1], ... until a key extends no engine's run.
+func (m *memory) walk(keys []Key, sc *scoreScratch) error {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	chunks, engines := m.chunks, m.engines
+	if len(sc.byEngine) < len(engines) {
+		sc.byEngine = append(sc.byEngine, make([]int32, len(engines)-len(sc.byEngine))...)
+	}
+	for i, k := range keys {
+		head, ok := m.blocks.find(k)
+		if !ok {
+			return nil
+		}
+		ext := false
+		for id := head; id != 0; {
+			e := &chunks[id>>chunkBits][id&(chunkLen-1)]
+			if sc.step(int32(i), uint32(e.engine), uint16(e.medium), e.epoch == engines[e.engine].epoch) {
+				ext = true
+			}
+			id = e.bnext
+		}
+		if !ext {
+			return nil
+		}
+	}
 	return nil
 }

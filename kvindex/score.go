@@ -105,29 +105,72 @@ func LoraExtraKeys(loraName string, blocks int) [][]byte {
 type run struct {
 	engine         uint32
 	medium         uint16 // anyMedium: the engine's run on any medium
+	next           int32  // the engine's next medium run, -1 for none
 	maybe, certain int32
 }
 
 const anyMedium = 0xffff
 
+// scoreScratch is one Score's working memory, pooled. byEngine[e] is 1 +
+// the index in runs of engine e's any-medium run (0: none yet); an
+// engine's medium runs follow it through next.
 type scoreScratch struct {
-	keys []Key
-	runs []run
-	at   map[uint64]int32
+	keys     []Key
+	runs     []run
+	byEngine []int32
 }
 
-func (sc *scoreScratch) extend(i int32, engine uint32, medium uint16, trusted bool) bool {
-	id := uint64(engine)<<16 | uint64(medium)
-	j, ok := sc.at[id]
-	if !ok {
+// step extends engine's runs (any medium, and medium) with block i; it
+// reports whether the any-medium run reached i+1.
+func (sc *scoreScratch) step(i int32, engine uint32, medium uint16, trusted bool) bool {
+	if i > 0 {
+		// The common case after the first block: an engine with no run,
+		// or one that already stopped, costs two loads.
+		if int(engine) >= len(sc.byEngine) {
+			return false
+		}
+		j := sc.byEngine[engine] - 1
+		if j < 0 || sc.runs[j].maybe < i {
+			return false
+		}
+	}
+	if int(engine) >= len(sc.byEngine) {
+		if i != 0 {
+			return false
+		}
+		sc.byEngine = append(sc.byEngine, make([]int32, int(engine)+1-len(sc.byEngine))...)
+	}
+	j := sc.byEngine[engine] - 1
+	if j < 0 {
 		if i != 0 {
 			return false
 		}
 		j = int32(len(sc.runs))
-		sc.runs = append(sc.runs, run{engine: engine, medium: medium})
-		sc.at[id] = j
+		sc.runs = append(sc.runs, run{engine: engine, medium: anyMedium, next: -1})
+		sc.byEngine[engine] = j + 1
 	}
-	r := &sc.runs[j]
+	if !extend(&sc.runs[j], i, trusted) {
+		return false
+	}
+	// The medium's run: in the engine's short list.
+	k := sc.runs[j].next
+	for k >= 0 && sc.runs[k].medium != medium {
+		k = sc.runs[k].next
+	}
+	if k < 0 {
+		if i != 0 {
+			return true
+		}
+		k = int32(len(sc.runs))
+		sc.runs = append(sc.runs, run{engine: engine, medium: medium, next: sc.runs[j].next})
+		sc.runs[j].next = k
+	}
+	extend(&sc.runs[k], i, trusted)
+	return true
+}
+
+// extend adds block i to r if r holds blocks 0..i-1 (or already i).
+func extend(r *run, i int32, trusted bool) bool {
 	if r.maybe == i {
 		r.maybe++
 	}
@@ -138,6 +181,15 @@ func (sc *scoreScratch) extend(i int32, engine uint32, medium uint16, trusted bo
 		r.certain++
 	}
 	return true
+}
+
+func (sc *scoreScratch) reset() {
+	for _, r := range sc.runs {
+		if int(r.engine) < len(sc.byEngine) {
+			sc.byEngine[r.engine] = 0
+		}
+	}
+	sc.runs = sc.runs[:0]
 }
 
 // Score returns, for every engine holding a prefix of the prompt, the
@@ -169,7 +221,7 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 	}
 	sc, _ := x.scratch.Get().(*scoreScratch)
 	if sc == nil {
-		sc = &scoreScratch{at: map[uint64]int32{}}
+		sc = &scoreScratch{}
 	}
 	defer x.scratch.Put(sc)
 	res.PromptBlocks = len(req.Tokens) / sizes[0]
@@ -180,45 +232,54 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		if len(sc.keys) == 0 {
 			continue
 		}
-		sc.runs = sc.runs[:0]
-		clear(sc.at)
-		err := x.be.Holders(sc.keys, func(i int, hs []Holder) bool {
-			ext := false
-			for _, h := range hs {
-				if sc.extend(int32(i), h.Engine, anyMedium, h.Trusted) {
-					ext = true
-					sc.extend(int32(i), h.Engine, h.Medium, h.Trusted)
+		sc.reset()
+		var err error
+		if mem, ok := x.be.(*memory); ok {
+			err = mem.walk(sc.keys, sc)
+		} else {
+			err = x.be.Holders(sc.keys, func(i int, hs []Holder) bool {
+				ext := false
+				for _, h := range hs {
+					if sc.step(int32(i), h.Engine, h.Medium, h.Trusted) {
+						ext = true
+					}
 				}
-			}
-			return ext
-		})
+				return ext
+			})
+		}
 		if err != nil {
 			x.st.errors.Add(1)
 			return ScoreResult{}, err
 		}
-		// Engines first (their any-medium runs), then their tiers.
-		first := len(res.Engines)
-		byEngine := map[uint32]int{}
+		// One EngineScore per any-medium run, its tiers from one slab.
+		nEng, nTier := 0, 0
 		for _, r := range sc.runs {
 			if r.medium == anyMedium {
-				byEngine[r.engine] = len(res.Engines)
-				res.Engines = append(res.Engines, EngineScore{Engine: x.be.EngineName(r.engine), BlockSize: bs,
-					Prefix: prefix(r, bs)})
+				nEng++
+			} else {
+				nTier++
 			}
 		}
+		res.Engines = slices.Grow(res.Engines, nEng)
+		tiers := make([]Tier, 0, nTier)
 		for _, r := range sc.runs {
 			if r.medium != anyMedium {
-				e := &res.Engines[byEngine[r.engine]]
-				e.Tiers = append(e.Tiers, Tier{Medium: x.be.MediumName(r.medium), Prefix: prefix(r, bs)})
+				continue
 			}
-		}
-		for i := first; i < len(res.Engines); i++ {
-			slices.SortFunc(res.Engines[i].Tiers, func(a, b Tier) int { return cmp.Compare(a.Medium, b.Medium) })
+			first := len(tiers)
+			for k := r.next; k >= 0; k = sc.runs[k].next {
+				mr := sc.runs[k]
+				if mr.maybe > 0 {
+					tiers = append(tiers, Tier{Medium: x.be.MediumName(mr.medium), Prefix: prefix(mr, bs)})
+				}
+			}
+			ts := tiers[first:len(tiers):len(tiers)]
+			slices.SortFunc(ts, func(a, b Tier) int { return cmp.Compare(a.Medium, b.Medium) })
+			res.Engines = append(res.Engines, EngineScore{Engine: x.be.EngineName(r.engine), BlockSize: bs,
+				Prefix: prefix(r, bs), Tiers: ts})
 		}
 	}
-	if len(sc.at) > 1<<12 {
-		sc.at = map[uint64]int32{}
-	}
+	sc.reset()
 	SortEngines(res.Engines)
 	return res, nil
 }
