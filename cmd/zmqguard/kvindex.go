@@ -51,8 +51,10 @@ picks a free port, logged as http_addr) serves:
                  certainly holds a block.
   GET /stats     the index's and the sources' counters (JSON)
   GET /metrics   Prometheus text: the subscriber's source families
-                 (zmqguard_source_*{loop="kv-index"}), zmqguard_kvindex_*
-                 and the Go runtime's and the process's
+                 (zmqguard_source_*) and the index's (zmqguard_kvindex_*),
+                 both under loop="kv-index", the /score request counts
+                 (zmqguard_http_score_requests_total{result}) and the Go
+                 runtime's and the process's
 
 --model names the model every engine serves (requests without "model" get
 it); --block-size is the block size scored before any store names one.
@@ -262,8 +264,11 @@ func (s *kvIndexServer) handler() (http.Handler, error) {
 	if err := c.AddKVEvents("kv-index", 0, s.sub); err != nil {
 		return nil, err
 	}
+	if err := c.AddKVIndex("kv-index", s.x); err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
-	for _, col := range []prometheus.Collector{c, newKVIndexCollector(s),
+	for _, col := range []prometheus.Collector{c, newKVIndexHTTPCollector(s),
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
 		if err := reg.Register(col); err != nil {
 			return nil, err
@@ -281,80 +286,29 @@ func (s *kvIndexServer) handler() (http.Handler, error) {
 	return mux, nil
 }
 
-// kvIndexCollector exports the index's counters and gauges.
-type kvIndexCollector struct {
-	s     *kvIndexServer
-	descs map[string]*prometheus.Desc
+// kvIndexHTTPCollector exports the /score request counts (the index's own
+// families come from metrics.Set.AddKVIndex).
+type kvIndexHTTPCollector struct {
+	s    *kvIndexServer
+	desc *prometheus.Desc
 }
 
-var kvIndexMetricHelp = map[string]string{
-	"zmqguard_kvindex_events_total":        "KV events applied to the index, by type (stored, removed, cleared)",
-	"zmqguard_kvindex_engine_resets_total": "engines cleared by a publisher restart",
-	"zmqguard_kvindex_lost_ranges_total":   "lost ranges that made an engine's entries uncertain",
-	"zmqguard_kvindex_not_indexed_total":   "stores not indexed, by reason (unknown_parent, unknown_placeholder, hybrid, refused)",
-	"zmqguard_kvindex_entries_total":       "entry changes, by what (added, refreshed, removed, unknown_removal, cleared, remapped, evicted)",
-	"zmqguard_kvindex_scores_total":        "Score calls",
-	"zmqguard_kvindex_errors_total":        "backend failures",
-	"zmqguard_kvindex_entries":             "(block, engine, medium, group) entries held",
-	"zmqguard_kvindex_blocks":              "distinct blocks held",
-	"zmqguard_kvindex_capacity":            "entry capacity",
-	"zmqguard_kvindex_http_requests_total": "POST /score requests, by result (scored, bad_request, failed)",
-}
-
-func newKVIndexCollector(s *kvIndexServer) *kvIndexCollector {
-	c := &kvIndexCollector{s: s, descs: map[string]*prometheus.Desc{}}
-	labels := map[string][]string{
-		"zmqguard_kvindex_events_total":        {"type"},
-		"zmqguard_kvindex_not_indexed_total":   {"reason"},
-		"zmqguard_kvindex_entries_total":       {"what"},
-		"zmqguard_kvindex_http_requests_total": {"result"},
-	}
-	for name, help := range kvIndexMetricHelp {
-		c.descs[name] = prometheus.NewDesc(name, help, labels[name], nil)
-	}
-	return c
+func newKVIndexHTTPCollector(s *kvIndexServer) *kvIndexHTTPCollector {
+	return &kvIndexHTTPCollector{s: s, desc: prometheus.NewDesc("zmqguard_http_score_requests_total",
+		"kv-index POST /score requests, by result (scored, bad_request, failed)", []string{"result"}, nil)}
 }
 
 // Describe implements prometheus.Collector.
-func (c *kvIndexCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range c.descs {
-		ch <- d
-	}
-}
+func (c *kvIndexHTTPCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
 
 // Collect implements prometheus.Collector.
-func (c *kvIndexCollector) Collect(ch chan<- prometheus.Metric) {
-	st := c.s.x.Stats()
-	counter := func(name string, v uint64, labels ...string) {
-		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.CounterValue, float64(v), labels...)
+func (c *kvIndexHTTPCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range []struct {
+		result string
+		v      uint64
+	}{{"scored", c.s.scores.Load()}, {"bad_request", c.s.bad.Load()}, {"failed", c.s.failures.Load()}} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(r.v), r.result)
 	}
-	gauge := func(name string, v int64) {
-		ch <- prometheus.MustNewConstMetric(c.descs[name], prometheus.GaugeValue, float64(v))
-	}
-	counter("zmqguard_kvindex_events_total", st.Stores, "stored")
-	counter("zmqguard_kvindex_events_total", st.Removals, "removed")
-	counter("zmqguard_kvindex_events_total", st.Clears, "cleared")
-	counter("zmqguard_kvindex_engine_resets_total", st.Resets)
-	counter("zmqguard_kvindex_lost_ranges_total", st.Losses)
-	counter("zmqguard_kvindex_not_indexed_total", st.UnknownParents, "unknown_parent")
-	counter("zmqguard_kvindex_not_indexed_total", st.UnknownPlaceholders, "unknown_placeholder")
-	counter("zmqguard_kvindex_not_indexed_total", st.Hybrid, "hybrid")
-	counter("zmqguard_kvindex_not_indexed_total", st.Refused, "refused")
-	for _, kv := range []struct {
-		what string
-		v    uint64
-	}{{"added", st.Added}, {"refreshed", st.Refreshed}, {"removed", st.Removed}, {"unknown_removal", st.UnknownRemovals},
-		{"cleared", st.Cleared}, {"remapped", st.Remapped}, {"evicted", st.Evicted}} {
-		counter("zmqguard_kvindex_entries_total", kv.v, kv.what)
-	}
-	counter("zmqguard_kvindex_scores_total", st.Scores)
-	counter("zmqguard_kvindex_errors_total", st.Errors)
-	gauge("zmqguard_kvindex_entries", st.Backend.Entries)
-	gauge("zmqguard_kvindex_blocks", st.Backend.Blocks)
-	gauge("zmqguard_kvindex_capacity", st.Backend.Capacity)
-	counter("zmqguard_kvindex_http_requests_total", c.s.scores.Load(), "scored")
-	counter("zmqguard_kvindex_http_requests_total", c.s.bad.Load(), "bad_request")
-	counter("zmqguard_kvindex_http_requests_total", c.s.failures.Load(), "failed")
 }
 
 func runKVIndex(ctx context.Context, e *env, args []string) int {

@@ -219,7 +219,8 @@ func testKVIndexServes(t *testing.T, extra []string) {
 	}
 	metrics, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	for _, want := range []string{"zmqguard_kvindex_entries ", `zmqguard_kvindex_events_total{type="stored"}`, "zmqguard_kvindex_engine_resets_total 1", `zmqguard_source_messages_received_total{loop="kv-index"`} {
+	for _, want := range []string{`zmqguard_kvindex_entries{loop="kv-index"}`, `zmqguard_kvindex_engine_resets_total{loop="kv-index"} 1`,
+		`zmqguard_source_messages_received_total{loop="kv-index"`, `zmqguard_http_score_requests_total{result="bad_request"} 5`} {
 		if !strings.Contains(string(metrics), want) {
 			t.Errorf("/metrics lacks %q", want)
 		}
