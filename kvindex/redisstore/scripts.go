@@ -30,6 +30,7 @@ if not eid then
   redis.call('HSET', P .. 'eid', name, eid)
   redis.call('HSET', P .. 'ename', eid, name)
   redis.call('HSET', EP, eid, 0)
+  redis.call('INCR', P .. 'epv')
 end
 
 if writer ~= '' then
@@ -44,6 +45,7 @@ if writer ~= '' then
       -- Another writer left this engine's entries: what it missed since is
       -- unknown, so they are uncertain until stored again.
       redis.call('HINCRBY', EP, eid, 1)
+      redis.call('INCR', P .. 'epv')
       redis.call('HINCRBY', ST, 'takeovers', 1)
       status = 3
     end
@@ -197,6 +199,7 @@ local function clear()
     c[5] = c[5] + dropGroup(eid, all[i], key, mgs)
   end
   epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
+  redis.call('INCR', P .. 'epv')
 end
 
 local function flush()
@@ -220,6 +223,7 @@ for i = 0, n - 1 do
     clear()
   elseif kind == '4' then
     epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
+    redis.call('INCR', P .. 'epv')
   else
     flush()
     return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], 1, i}
@@ -229,16 +233,21 @@ flush()
 return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], status, 0}
 `
 
-// holdersScript reads the holders of ARGV[2..] in order, stopping after
-// the first key nobody holds. ARGV[1] is the prefix. It parses nothing
-// (Lua string work is the slow part of a script): it returns the engines'
-// epochs as one string "E,epoch,E,epoch…", then one string per key,
-// "E:hash:M:G,epoch,E:hash:M:G,epoch…" ("" for a key nobody holds). The
-// caller computes trust (an entry's epoch equals its engine's).
+// holdersScript reads the holders of ARGV[3..] in order, stopping after
+// the first key nobody holds. ARGV[1] is the prefix, ARGV[2] the version of
+// the engines' epochs the caller holds (epv, bumped at every epoch change
+// and new engine). It parses nothing (Lua string work is the slow part of a
+// script): it returns the current version, the epochs as one string
+// "E,epoch,E,epoch…" only when the caller's version is not current (else
+// false), then one string per key, "E:hash:M:G,epoch,E:hash:M:G,epoch…"
+// ("" for a key nobody holds). The caller computes trust (an entry's epoch
+// equals its engine's).
 const holdersScript = `
 local P = ARGV[1]
-local out = {table.concat(redis.call('HGETALL', P .. 'ep'), ',')}
-for i = 2, #ARGV do
+local v = redis.call('GET', P .. 'epv') or '0'
+local out = {v, false}
+if v ~= ARGV[2] then out[2] = table.concat(redis.call('HGETALL', P .. 'ep'), ',') end
+for i = 3, #ARGV do
   local all = redis.call('HGETALL', P .. 'b:' .. ARGV[i])
   out[#out + 1] = table.concat(all, ',')
   if #all == 0 then break end

@@ -97,6 +97,15 @@ type Store struct {
 	stopped chan struct{}
 
 	calls, errs, notWriter, takeovers atomic.Uint64
+
+	// ep caches the engines' epochs at a version of the epv counter.
+	ep atomic.Pointer[epochCache]
+}
+
+// epochCache is the engines' epochs by id, as of version ver.
+type epochCache struct {
+	ver    string
+	epochs []string
 }
 
 var _ kvindex.Backend = (*Store)(nil)
@@ -340,10 +349,13 @@ func (s *Store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 		return kvindex.ErrClosed
 	}
 	var hs []kvindex.Holder
-	var epochs []string
-	args := make([]string, 0, 1+len(keys))
+	args := make([]string, 0, 2+len(keys))
 	for base := 0; base < len(keys); {
-		args = append(args[:0], s.prefix)
+		cache := s.ep.Load()
+		if cache == nil {
+			cache = &epochCache{}
+		}
+		args = append(args[:0], s.prefix, cache.ver)
 		for _, k := range keys[base:] {
 			args = append(args, strconv.FormatUint(uint64(k), 10))
 		}
@@ -353,29 +365,38 @@ func (s *Store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 		if err := s.count(err); err != nil {
 			return fmt.Errorf("redisstore: Holders: %w", err)
 		}
-		if len(res) < 2 || len(res)-1 > len(keys)-base {
-			return fmt.Errorf("redisstore: Holders: %d answers for %d keys", len(res)-1, len(keys)-base)
+		if len(res) < 3 || len(res)-2 > len(keys)-base {
+			return fmt.Errorf("redisstore: Holders: %d answers for %d keys", len(res)-2, len(keys)-base)
 		}
-		ep, err := res[0].ToString()
+		ver, err := res[0].ToString()
 		if err != nil {
-			return fmt.Errorf("redisstore: Holders: epochs: %v", err)
+			return fmt.Errorf("redisstore: Holders: epoch version: %v", err)
 		}
-		if epochs, err = parseEpochs(ep, epochs[:0]); err != nil {
-			return err
+		if ver != cache.ver {
+			ep, err := res[1].ToString()
+			if err != nil {
+				return fmt.Errorf("redisstore: Holders: epochs: %v", err)
+			}
+			epochs, err := parseEpochs(ep, nil)
+			if err != nil {
+				return err
+			}
+			cache = &epochCache{ver: ver, epochs: epochs}
+			s.ep.Store(cache)
 		}
-		for j, r := range res[1:] {
+		for j, r := range res[2:] {
 			flat, err := r.ToString()
 			if err != nil {
 				return fmt.Errorf("redisstore: Holders: key %d: %v", base+j, err)
 			}
-			if hs, err = parseHolders(flat, epochs, hs[:0]); err != nil {
+			if hs, err = parseHolders(flat, cache.epochs, hs[:0]); err != nil {
 				return fmt.Errorf("redisstore: Holders: key %d: %v", base+j, err)
 			}
 			if !visit(base+j, hs) {
 				return nil
 			}
 		}
-		base += len(res) - 1
+		base += len(res) - 2
 	}
 	return nil
 }

@@ -146,3 +146,30 @@ func TestHoldersStopsAtGap(t *testing.T) {
 		t.Fatal("names of unknown ids")
 	}
 }
+
+// TestEpochCacheAcrossStores: a reader's cached engine epochs follow
+// another process's writes: a lost range makes its entries uncertain, a
+// new engine's entries are trusted.
+func TestEpochCacheAcrossStores(t *testing.T) {
+	prefix := "{" + redistest.Prefix(t) + "}"
+	w := newStore(t, Config{Prefix: prefix})
+	r := newStore(t, Config{Prefix: prefix})
+	if _, err := w.Apply("e1", []kvindex.Op{{Kind: kvindex.OpStore, Hash: 1, Key: 10, Medium: "GPU"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := trusted(t, r, 10); !slices.Equal(got, []bool{true}) {
+		t.Fatalf("before: %v", got)
+	}
+	if _, err := w.Apply("e1", []kvindex.Op{{Kind: kvindex.OpLost}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := trusted(t, r, 10); !slices.Equal(got, []bool{false}) {
+		t.Fatalf("after the other store's lost range: %v, want uncertain", got)
+	}
+	if _, err := w.Apply("e2", []kvindex.Op{{Kind: kvindex.OpStore, Hash: 2, Key: 20, Medium: "GPU"}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := trusted(t, r, 20); !slices.Equal(got, []bool{true}) {
+		t.Fatalf("a new engine of the other store: %v, want trusted", got)
+	}
+}
