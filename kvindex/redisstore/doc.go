@@ -14,7 +14,8 @@
 // indexer's writes. Resolve is one HMGET. Holders is one read-only script
 // call that walks the keys in order and stops after the first key nobody
 // holds (a prefix walk needs nothing past it; if the caller goes on anyway,
-// the rest is read the same way). Calls from many goroutines share one
+// the rest is read the same way); it returns raw strings that Go parses,
+// and the engines' epochs only when they changed since the last call. Calls from many goroutines share one
 // connection through the client's auto-pipelining.
 //
 // # Key layout
@@ -27,6 +28,9 @@
 //	eid, ename   HASH   engine name → E, and E → name
 //	mid, mname   HASH   medium name → M, and M → name (at most 64 mediums)
 //	ep           HASH   E → the engine's loss epoch
+//	epv          STRING the version of ep, bumped at every epoch change and
+//	                    new engine: readers cache ep and re-read it only
+//	                    when epv moved
 //	m:E          HASH   engine hash → "key|M:G|M:G…": the local key the
 //	                    engine's hash maps to, and the (medium, group)
 //	                    entries the engine holds under it
