@@ -15,8 +15,9 @@
 // call that walks the keys in order and stops after the first key nobody
 // holds (a prefix walk needs nothing past it; if the caller goes on anyway,
 // the rest is read the same way); it returns raw strings that Go parses,
-// and the engines' epochs only when they changed since the last call. Calls from many goroutines share one
-// connection through the client's auto-pipelining.
+// and the engines' epochs only when they changed since the last call.
+// Calls from many goroutines share one connection through the client's
+// auto-pipelining.
 //
 // # Key layout
 //
