@@ -98,18 +98,6 @@ type Counts struct {
 	Rejected uint64
 }
 
-// Add adds o to c.
-func (c *Counts) Add(o Counts) {
-	c.Added += o.Added
-	c.Refreshed += o.Refreshed
-	c.Removed += o.Removed
-	c.UnknownRemovals += o.UnknownRemovals
-	c.Cleared += o.Cleared
-	c.Remapped += o.Remapped
-	c.Evicted += o.Evicted
-	c.Rejected += o.Rejected
-}
-
 // Holder is one (engine, medium) holding a block, as [Backend.Holders]
 // reports it. Engine and Medium are the backend's small numbers for names
 // (EngineName, MediumName give the names); an engine holding a block in

@@ -16,7 +16,8 @@
 // unset), so two engines' hashes of one prompt need not agree and a router
 // cannot recompute them. A local key is a 64-bit chained hash of (parent
 // block's key, the block's token ids, the block size, the LoRA name, the
-// block's extra keys as the engine published them, the model): equal keys
+// block's extra keys as the engine published them (extra_keys, vLLM PR
+// #33304: LoRA name, multimodal hashes, cache salt), the model): equal keys
 // mean equal prefixes. It is this package's own multiply-mix hash (no
 // crypto on the Score path: an 8k-token prompt is keyed in a few
 // microseconds), deterministic across processes (router replicas sharing a
@@ -31,11 +32,20 @@
 // # Entries
 //
 // An entry is (block, engine, engine hash, medium, KV-cache group). A
-// missing medium is GPU (releases before the medium field had no other); a
-// missing group is 0. Score counts a block for an (engine, medium) when any
-// of the engine's groups holds it there: hybrid models publish one store
-// per group, and their sliding-window groups drop old blocks the
-// full-attention group still holds.
+// missing medium is GPU (releases before the medium field, vLLM PR #19737,
+// had no other); a missing group is 0 (before vLLM PR #37688 published
+// group_idx). Hybrid models publish one store per KV-cache group, and vLLM
+// evicts sliding-window blocks while keeping the full-attention ones (the
+// reason #37688 gave). Events of groups whose blocks do not hold a whole
+// prefix — sliding-window, chunked-local, Mamba, encoder-only and
+// cross-attention groups, as kv_cache_spec_kind names them (vLLM PR #40984)
+// — are left out ([PartialGroup], Stats.PartialGroups): a prefix counts
+// where the full-attention (or MLA) group holds it, and a sliding-window
+// group's copy of a block the full-attention group dropped is not a hit.
+// (A model with sliding-window layers only is therefore not indexed; a
+// window-aware hit rule is future work.) Without a kind, as from releases
+// before #40984, Score counts a block for an (engine, medium) when any of
+// the engine's groups holds it there.
 //
 // # Rules
 //
@@ -55,9 +65,12 @@
 // remote backend resolve a whole batch in one round trip.
 //
 // Tier-only stores. An offloading connector's BlockStored with no tokens
-// (block_size 0) says a block the engine knows by its hash is now also on
-// another medium: it is indexed under the key the hash maps to. A hash with
-// no key is counted (Stats.UnknownPlaceholders) and dropped.
+// (vLLM PR #19737; block_size 0 since PR #36644) says a block the engine
+// knows by its hash is now also on another medium: it is indexed under the
+// key the hash maps to. A hash with no key is counted
+// (Stats.UnknownPlaceholders) and dropped. (Since PR #43468 the offloading
+// connector can also publish self-describing stores, with tokens and
+// parents: those are ordinary stores here.)
 //
 // Hybrid stores. A store with more tokens than hashes × block size (vLLM
 // skips null blocks' hashes but keeps their tokens, vLLM issue #44451) does

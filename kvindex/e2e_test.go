@@ -470,6 +470,9 @@ func TestGoldenEndToEnd(t *testing.T) {
 	}
 	st := x.Stats()
 	t.Logf("after %d vectors: %+v", len(batches), st)
+	if st.PartialGroups != 3 {
+		t.Errorf("partial groups %d; want 3 (the sliding-window and Mamba groups of kv-gpu-hybrid-swa, kv-gpu-mla-mamba, kv-stored-every-field)", st.PartialGroups)
+	}
 	if st.Resets != 3 || st.Losses != 2 {
 		t.Errorf("resets %d, losses %d; want 3 (seq back to 0 three times) and 2 (25..999999, 1..4)", st.Resets, st.Losses)
 	}

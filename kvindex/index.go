@@ -212,6 +212,26 @@ func isHybrid(ev *kvevents.Event) bool {
 	return ev.BlockSize > 0 && int64(len(ev.TokenIDs)) > int64(len(ev.BlockHashes))*ev.BlockSize
 }
 
+// partialKinds are the KV-cache group kinds whose blocks do not hold a
+// whole prefix (vLLM's KVCacheSpecKind, vllm/v1/kv_cache_interface.py; sent
+// since vLLM PR #40984): a sliding-window or chunked-local group drops the
+// blocks before its window, a Mamba group keeps a state, not the prefix's
+// KV, and encoder-only and cross-attention caches are not prompt prefixes.
+// Events of these groups are not indexed (Stats.PartialGroups): a prefix
+// counts where the full-attention (or MLA) group holds it, as vLLM's hybrid
+// manager needs the full-attention blocks of every prefix block.
+var partialKinds = map[string]bool{
+	"sliding_window": true, "sliding_window_mla": true, "mamba": true, "chunked_local_attention": true,
+	"encoder_only_attention": true, "cross_attention": true,
+}
+
+// PartialGroup reports whether ev belongs to a KV-cache group whose blocks
+// do not hold a whole prefix (a sliding-window, chunked-local, Mamba,
+// encoder-only or cross-attention group): the index leaves such events out.
+func PartialGroup(ev *kvevents.Event) bool {
+	return ev.KVCacheSpecKind.Valid && partialKinds[ev.KVCacheSpecKind.V]
+}
+
 func medium(ev *kvevents.Event) string {
 	if ev.Medium.Valid {
 		return ev.Medium.V
@@ -300,6 +320,20 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 	st.ops = st.ops[:0]
 	for i := range evs {
 		ev := &evs[i]
+		if ev.Type != kvevents.AllBlocksCleared && PartialGroup(ev) {
+			x.st.partialGroups.Add(1)
+			if ev.Type == kvevents.BlockStored {
+				x.st.stores.Add(1)
+				if isPlaceholder(ev) {
+					next += len(ev.BlockHashes)
+				} else if ev.ParentBlockHash.Valid {
+					next++
+				}
+			} else if ev.Type == kvevents.BlockRemoved {
+				x.st.removals.Add(1)
+			}
+			continue
+		}
 		switch ev.Type {
 		case kvevents.BlockStored:
 			x.st.stores.Add(1)

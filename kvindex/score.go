@@ -280,7 +280,7 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		}
 	}
 	sc.reset()
-	SortEngines(res.Engines)
+	sortEngines(res.Engines)
 	return res, nil
 }
 
@@ -288,8 +288,8 @@ func prefix(r run, bs int) Prefix {
 	return Prefix{Blocks: int(r.certain), Tokens: int(r.certain) * bs, MaybeBlocks: int(r.maybe), MaybeTokens: int(r.maybe) * bs}
 }
 
-// SortEngines sorts engine scores in Score's order.
-func SortEngines(es []EngineScore) {
+// sortEngines sorts engine scores in Score's order.
+func sortEngines(es []EngineScore) {
 	slices.SortFunc(es, func(a, b EngineScore) int {
 		if c := cmp.Compare(b.Tokens, a.Tokens); c != 0 {
 			return c

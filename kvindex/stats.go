@@ -20,6 +20,10 @@ type Stats struct {
 	// indexed because the hash was unknown; Hybrid counts hybrid stores
 	// (more tokens than blocks) not indexed.
 	UnknownParents, UnknownPlaceholders, Hybrid uint64
+	// PartialGroups counts stores and removals of KV-cache groups that do
+	// not hold whole prefixes (sliding window, Mamba, ...; see
+	// PartialGroup), left out.
+	PartialGroups uint64
 	// Refused counts events refused: a block size out of range, tokens not
 	// a whole number of blocks, an unusable medium or group, an unknown
 	// event type.
@@ -36,6 +40,7 @@ type Stats struct {
 type counters struct {
 	batches, events, stores, removals, clears, resets, losses atomic.Uint64
 	placeholders, unknownParents, unknownPlaceholders, hybrid atomic.Uint64
+	partialGroups                                             atomic.Uint64
 	refused, scores, errors                                   atomic.Uint64
 	added, refreshed, removed, unknownRemovals, cleared       atomic.Uint64
 	remapped, evicted, backendRefused                         atomic.Uint64
@@ -60,7 +65,7 @@ func (x *Index) Stats() Stats {
 		Stores: c.stores.Load(), Removals: c.removals.Load(), Clears: c.clears.Load(),
 		Resets: c.resets.Load(), Losses: c.losses.Load(), Placeholders: c.placeholders.Load(),
 		UnknownParents: c.unknownParents.Load(), UnknownPlaceholders: c.unknownPlaceholders.Load(),
-		Hybrid: c.hybrid.Load(), Refused: c.refused.Load(),
+		Hybrid: c.hybrid.Load(), PartialGroups: c.partialGroups.Load(), Refused: c.refused.Load(),
 		Counts: Counts{Added: c.added.Load(), Refreshed: c.refreshed.Load(), Removed: c.removed.Load(),
 			UnknownRemovals: c.unknownRemovals.Load(), Cleared: c.cleared.Load(), Remapped: c.remapped.Load(),
 			Evicted: c.evicted.Load(), Rejected: c.backendRefused.Load()},

@@ -23,7 +23,8 @@ var (
 		"Lost ranges that made an engine's entries uncertain.", LabelLoop)
 	KVIndexNotIndexed = family("zmqguard_kvindex_not_indexed_total", Counter, "{event}",
 		"Stores (or tier-only hashes) not indexed, by reason: unknown_parent, unknown_placeholder, hybrid, "+
-			"refused (an unusable event), rejected (the backend could not hold it).", LabelLoop, LabelReason)
+			"partial_group (a sliding-window or Mamba group's event), refused (an unusable event), "+
+			"rejected (the backend could not hold it).", LabelLoop, LabelReason)
 	KVIndexEntriesAdded = family("zmqguard_kvindex_entries_added_total", Counter, "{entry}",
 		"(block, engine, medium, group) entries added.", LabelLoop)
 	KVIndexEntriesRemoved = family("zmqguard_kvindex_entries_removed_total", Counter, "{entry}",
@@ -49,7 +50,7 @@ var (
 
 // The reason label values of KVIndexNotIndexed and KVIndexEntriesRemoved.
 var (
-	kvNotIndexedReasons = []string{"unknown_parent", "unknown_placeholder", "hybrid", "refused", "rejected"}
+	kvNotIndexedReasons = []string{"unknown_parent", "unknown_placeholder", "hybrid", "partial_group", "refused", "rejected"}
 	kvRemovedReasons    = []string{"removed", "cleared", "evicted"}
 )
 
@@ -90,7 +91,7 @@ func (e emitter) kvindex(name string, st kvindex.Stats) {
 	e.emit(KVIndexCleared, f(st.Clears), name)
 	e.emit(KVIndexResets, f(st.Resets), name)
 	e.emit(KVIndexLostRanges, f(st.Losses), name)
-	for i, v := range []uint64{st.UnknownParents, st.UnknownPlaceholders, st.Hybrid, st.Refused, st.Rejected} {
+	for i, v := range []uint64{st.UnknownParents, st.UnknownPlaceholders, st.Hybrid, st.PartialGroups, st.Refused, st.Rejected} {
 		e.emit(KVIndexNotIndexed, f(v), name, kvNotIndexedReasons[i])
 	}
 	e.emit(KVIndexEntriesAdded, f(st.Added), name)

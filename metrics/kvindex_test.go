@@ -14,7 +14,7 @@ func (f *fakeKVIndex) Stats() kvindex.Stats { return f.st }
 // kvStats has a distinct value in every field the families report.
 func kvStats() kvindex.Stats {
 	return kvindex.Stats{Batches: 1, Events: 2, Stores: 3, Removals: 4, Clears: 5, Resets: 6, Losses: 7,
-		Placeholders: 8, UnknownParents: 9, UnknownPlaceholders: 10, Hybrid: 11, Refused: 12,
+		Placeholders: 8, UnknownParents: 9, UnknownPlaceholders: 10, Hybrid: 11, PartialGroups: 29, Refused: 12,
 		Counts: kvindex.Counts{Added: 13, Refreshed: 14, Removed: 15, UnknownRemovals: 16, Cleared: 17,
 			Remapped: 18, Evicted: 19, Rejected: 20},
 		Scores: 21, Errors: 22,
@@ -69,7 +69,7 @@ func TestAddKVIndexMapsEveryField(t *testing.T) {
 	} {
 		want(t, got, k, v)
 	}
-	if len(got) != 23 {
-		t.Errorf("%d samples, want 23", len(got))
+	if len(got) != 24 {
+		t.Errorf("%d samples, want 24", len(got))
 	}
 }

@@ -112,6 +112,9 @@ func (m *Model) ApplyEvents(engine string, evs []kvevents.Event) {
 		if !usable && ev.Type != kvevents.AllBlocksCleared {
 			continue
 		}
+		if ev.Type != kvevents.AllBlocksCleared && kvindex.PartialGroup(ev) {
+			continue
+		}
 		switch ev.Type {
 		case kvevents.BlockStored:
 			if len(ev.TokenIDs) == 0 { // tier-only
@@ -266,6 +269,11 @@ func (m *Model) Score(req kvindex.ScoreRequest, blockSize int) kvindex.ScoreResu
 			res.Engines = append(res.Engines, es)
 		}
 	}
-	kvindex.SortEngines(res.Engines)
+	// Score's order: most certain tokens, most maybe tokens, engine name,
+	// block size.
+	slices.SortFunc(res.Engines, func(a, b kvindex.EngineScore) int {
+		return cmp.Or(cmp.Compare(b.Tokens, a.Tokens), cmp.Compare(b.MaybeTokens, a.MaybeTokens),
+			cmp.Compare(a.Engine, b.Engine), cmp.Compare(a.BlockSize, b.BlockSize))
+	})
 	return res
 }

@@ -405,7 +405,23 @@ func testGroupsAndMedia(t *testing.T, nb Factory, _ Options) {
 	if st := x.Stats(); st.Backend.Entries != 4 || st.Backend.Blocks != 2 || st.Backend.Mappings != 2 {
 		t.Fatalf("stats %+v", st.Backend)
 	}
-	// A block counts while any group holds it.
+	// Groups that do not hold whole prefixes (sliding window, Mamba) are
+	// left out: a prefix counts where the full-attention group holds it.
+	swa := Store([]uint64{85, 86}, -1, Tokens(22, 32), 16, "GPU", 1)
+	swa.KVCacheSpecKind = kvevents.String("sliding_window")
+	fa := Store([]uint64{85}, -1, Tokens(22, 16), 16, "GPU", 0)
+	fa.KVCacheSpecKind = kvevents.String("full_attention")
+	apply(t, x, "e3", swa, fa)
+	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: Tokens(22, 32)}), "e3", "GPU", 1, 1)
+	swaRm := Remove([]uint64{85}, "GPU", 1)
+	swaRm.KVCacheSpecKind = kvevents.String("sliding_window")
+	apply(t, x, "e3", swaRm)
+	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: Tokens(22, 32)}), "e3", "GPU", 1, 1)
+	if st := x.Stats(); st.PartialGroups != 2 {
+		t.Fatalf("PartialGroups %d, want 2", st.PartialGroups)
+	}
+	// Without a kind (releases before it was sent), a block counts while
+	// any group holds it.
 	apply(t, x, "e0", Remove([]uint64{82}, "GPU", 1))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 2, 2)
 	apply(t, x, "e0", Remove([]uint64{82}, "GPU", 0))
