@@ -2,6 +2,20 @@
 // deployments whose KV-cache index keys blocks by the hashes the engines
 // publish ("vLLM-key mode") instead of hashes of its own.
 //
+// # vLLM-key mode
+//
+// [Index] is a KV-cache index keyed by those hashes: a block's key is the
+// hash its engine publishes (the KV-event int form), and Score hashes the
+// prompt with the [Hasher] to find it. It runs on any kvindex.Backend
+// (in memory, or Redis through kvindex/redisstore) under kvindex's rules (a
+// reset clears an engine, a lost range makes its entries uncertain until
+// stored again). It needs neither token ids nor parent hashes on the event
+// side, but every engine must run with the Hasher's function,
+// PYTHONHASHSEED and block size. package kvindex's default, keying blocks
+// by its own hashes of the token ids each BlockStored carries, has no such
+// requirement and is the one to use unless the deployment already keys by
+// vLLM's hashes.
+//
 // # What vLLM hashes
 //
 // vLLM's hash_block_tokens (vllm/v1/core/kv_cache_utils.py) digests the
