@@ -58,8 +58,8 @@ type Index struct {
 	closed atomic.Bool
 
 	batches, events, notIndexed, resets, losses, scores, errs atomic.Uint64
-	cmu                                                        sync.Mutex
-	counts                                                     kvindex.Counts
+	cmu                                                       sync.Mutex
+	counts                                                    kvindex.Counts
 }
 
 // NewIndex returns a vLLM-key mode Index.
