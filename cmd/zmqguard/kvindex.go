@@ -18,6 +18,7 @@ import (
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/kvindex/redisstore"
+	"github.com/zmqguard/zmqguard/kvindex/vllmhash"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 )
 
@@ -58,6 +59,13 @@ picks a free port, logged as http_addr) serves:
 
 --model names the model every engine serves (requests without "model" get
 it); --block-size is the block size scored before any store names one.
+
+--vllm-hash sha256_cbor|sha256 --pythonhashseed S --block-size N is
+vLLM-key mode (package kvindex/vllmhash): blocks are keyed by the hashes
+the engines publish, and /score hashes the prompt with vLLM's function, so
+every engine must run with that --prefix-caching-hash-algo, PYTHONHASHSEED
+and block size (one model). The default keys blocks by the index's own
+hashes of the token ids in each BlockStored and has no such requirement.
 
 --redis URL (redis://host:port/db or unix:///path/redis.sock) keeps the
 index in Redis/Valkey instead of memory, shared with other kv-index
@@ -145,7 +153,9 @@ type kvIndexHTTP struct {
 
 // kvIndexServer is the --http endpoint's handlers.
 type kvIndexServer struct {
-	x                     *kvindex.Index
+	x                     *kvindex.Index  // nil in vLLM-key mode
+	vx                    *vllmhash.Index // vLLM-key mode (--vllm-hash)
+	vxBlockSize           int
 	sub                   *kvevents.Subscriber
 	store                 *redisstore.Store // nil: memory
 	model                 string
@@ -204,8 +214,18 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 	if req.Model != nil {
 		model = *req.Model
 	}
-	sr := kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: req.BlockSize}
-	res, err := s.x.Score(sr)
+	var res kvindex.ScoreResult
+	var err error
+	if s.vx != nil {
+		// vLLM-key mode: one model, the engines' block size.
+		if model != s.model || req.BlockSize != 0 && req.BlockSize != s.vxBlockSize {
+			s.fail(w, http.StatusBadRequest, fmt.Sprintf("vLLM-key mode indexes model %q in blocks of %d only", s.model, s.vxBlockSize))
+			return
+		}
+		res, err = s.vx.Score(&vllmhash.Request{TokenIDs: req.Tokens, LoRAName: req.Lora})
+	} else {
+		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: req.BlockSize})
+	}
 	if err != nil {
 		if errors.Is(err, kvindex.ErrClosed) {
 			s.fail(w, http.StatusServiceUnavailable, "index closed")
@@ -221,7 +241,8 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 
 // kvIndexCounters is the exit line's and /stats' body.
 type kvIndexCounters struct {
-	Index       kvindex.Stats         `json:"index"`
+	Index       *kvindex.Stats        `json:"index,omitempty"`
+	VLLMKeys    *vllmhash.IndexStats  `json:"vllm_key_index,omitempty"`
 	ApplyErrors uint64                `json:"apply_errors"`
 	HTTP        kvIndexHTTP           `json:"http"`
 	Redis       *redisstore.Stats     `json:"redis,omitempty"`
@@ -230,8 +251,15 @@ type kvIndexCounters struct {
 }
 
 func (s *kvIndexServer) counters() kvIndexCounters {
-	c := kvIndexCounters{Index: s.x.Stats(), ApplyErrors: s.applyErrors.Load(),
+	c := kvIndexCounters{ApplyErrors: s.applyErrors.Load(),
 		HTTP: kvIndexHTTP{Scores: s.scores.Load(), BadRequests: s.bad.Load(), Failures: s.failures.Load()}}
+	if s.vx != nil {
+		st := s.vx.Stats()
+		c.VLLMKeys = &st
+	} else {
+		st := s.x.Stats()
+		c.Index = &st
+	}
 	if s.store != nil {
 		st := s.store.StoreStats()
 		c.Redis = &st
@@ -249,10 +277,16 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 // engine's entries in doubt: they are made uncertain (best effort) and
 // counted; the subscriber goes on.
 func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
-	if err := s.x.Apply(u); err != nil && !errors.Is(err, kvindex.ErrClosed) {
+	apply := func(u kvevents.Update) error {
+		if s.vx != nil {
+			return s.vx.Apply(u)
+		}
+		return s.x.Apply(u)
+	}
+	if err := apply(u); err != nil && !errors.Is(err, kvindex.ErrClosed) {
 		s.applyErrors.Add(1)
 		if !errors.Is(err, redisstore.ErrNotWriter) {
-			s.x.Lost(u.Source)
+			apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: u.Source})
 		}
 	}
 	return nil
@@ -264,8 +298,10 @@ func (s *kvIndexServer) handler() (http.Handler, error) {
 	if err := c.AddKVEvents("kv-index", 0, s.sub); err != nil {
 		return nil, err
 	}
-	if err := c.AddKVIndex("kv-index", s.x); err != nil {
-		return nil, err
+	if s.x != nil {
+		if err := c.AddKVIndex("kv-index", s.x); err != nil {
+			return nil, err
+		}
 	}
 	reg := prometheus.NewRegistry()
 	for _, col := range []prometheus.Collector{c, newKVIndexHTTPCollector(s),
@@ -330,6 +366,8 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 	redisURL := fs.String("redis", "", "keep the index in Redis/Valkey: redis://host:port/db or unix:///path/redis.sock (default: in memory)")
 	redisPrefix := fs.String("redis-prefix", redisstore.DefaultPrefix, "key prefix of the index in Redis")
 	redisLease := fs.Bool("redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
+	vllmHash := fs.String("vllm-hash", "", "vLLM-key mode: key blocks by the engines' own hashes, computed for /score with this `function` (sha256_cbor or sha256; needs --block-size and --pythonhashseed)")
+	hashSeed := fs.String("pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
 	live := addLivenessFlags(fs)
 	curve := addCurveClientFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
@@ -342,6 +380,19 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 		}
 		if len(srcs.list) == 0 {
 			return usagef("at least one --connect or --bind is required")
+		}
+		var hasher *vllmhash.Hasher
+		if *vllmHash != "" {
+			if *blockSize == 0 || *hashSeed == "" {
+				return usagef("--vllm-hash needs --block-size (the engines') and --pythonhashseed (the engines' PYTHONHASHSEED)")
+			}
+			h, err := vllmhash.New(vllmhash.Algo(*vllmHash), *hashSeed)
+			if err != nil {
+				return usagef("--vllm-hash: %v", err)
+			}
+			hasher = h
+		} else if *hashSeed != "" {
+			return usagef("--pythonhashseed belongs to --vllm-hash")
 		}
 		if *httpAddr == "" {
 			return usagef("--http is required, e.g. --http 127.0.0.1:8080")
@@ -376,13 +427,22 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 			defer st.Close()
 			srv.store, be = st, st
 		}
-		x, err := kvindex.New(kvindex.Config{Backend: be, Capacity: *capacity, Seed: *seed, Model: *model,
-			BlockSize: *blockSize, Logger: e.logger})
-		if err != nil {
-			return err
+		if hasher != nil {
+			vx, err := vllmhash.NewIndex(vllmhash.IndexConfig{Hasher: hasher, BlockSize: *blockSize, Backend: be, Capacity: *capacity})
+			if err != nil {
+				return err
+			}
+			defer vx.Close()
+			srv.vx, srv.vxBlockSize = vx, *blockSize
+		} else {
+			x, err := kvindex.New(kvindex.Config{Backend: be, Capacity: *capacity, Seed: *seed, Model: *model,
+				BlockSize: *blockSize, Logger: e.logger})
+			if err != nil {
+				return err
+			}
+			defer x.Close()
+			srv.x = x
 		}
-		defer x.Close()
-		srv.x = x
 		sopts := live.options()
 		sopts.Guard.Curve = cc
 		sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: srv.handle, Topic: *topic,

@@ -13,6 +13,7 @@ import (
 	"github.com/zmqguard/zmqguard/internal/redistest"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
+	"github.com/zmqguard/zmqguard/kvindex/vllmhash"
 )
 
 // postScore posts body to /score and decodes the answer.
@@ -268,4 +269,73 @@ func TestDemoKVIndexStage(t *testing.T) {
 		}
 	}
 	t.Fatalf("no kv-index line:\n%s", out)
+}
+
+// TestKVIndexVLLMKeys: kv-index in vLLM-key mode routes a prompt to the
+// engine that published vLLM's own sha256_cbor hashes of its blocks.
+func TestKVIndexVLLMKeys(t *testing.T) {
+	for _, args := range [][]string{
+		{"kv-index", "--connect", "tcp://127.0.0.1:2", "--http", "127.0.0.1:0", "--vllm-hash", "sha256_cbor"},
+		{"kv-index", "--connect", "tcp://127.0.0.1:2", "--http", "127.0.0.1:0", "--vllm-hash", "xxhash", "--block-size", "16", "--pythonhashseed", "0"},
+		{"kv-index", "--connect", "tcp://127.0.0.1:2", "--http", "127.0.0.1:0", "--pythonhashseed", "0"},
+	} {
+		if code, _, stderr := runBin(t, 20*time.Second, args...); code != 2 {
+			t.Errorf("%v: exit %d (want 2)\n%s", args, code, stderr)
+		}
+	}
+	const bs = 16
+	h, err := vllmhash.New(vllmhash.SHA256CBOR, "0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := kvindextest.Tokens(5, 6*bs)
+	ds, err := h.Request(&vllmhash.Request{TokenIDs: doc, LoRAName: "sql-lora"}, bs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: doc, BlockSize: bs, Medium: kvevents.String("GPU"),
+		LoraName: kvevents.String("sql-lora")}
+	for _, d := range ds {
+		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(d.Uint64()))
+	}
+	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true,
+		ReplayEndpoint: "tcp://127.0.0.1:0", Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	p := start(t, ctx, "kv-index", "--connect", pub.Endpoint(), "--replay", pub.ReplayEndpoint(), "--from-start",
+		"--http", "127.0.0.1:0", "--vllm-hash", "sha256_cbor", "--pythonhashseed", "0", "--block-size", "16", "--log-format", "json")
+	addr := p.logField("kv-index endpoint serving", "http_addr", 20*time.Second)
+	body := func(lora string, blockSize int) string {
+		b, _ := json.Marshal(map[string]any{"tokens": doc, "lora": lora, "block_size": blockSize})
+		return string(b)
+	}
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		pub.Publish(ev) // until the subscriber is connected (stores are idempotent)
+		code, r, raw := postScore(t, addr, body("sql-lora", 0))
+		if code == http.StatusOK && r.Best != nil && r.Best.Engine == pub.Endpoint() && r.Best.Blocks == 6 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("never routed in vLLM-key mode: %d %s\nstderr:\n%s", code, raw, p.stderr)
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	// Without the LoRA the hashes differ: no engine.
+	if code, r, raw := postScore(t, addr, body("", 0)); code != http.StatusOK || len(r.Engines) != 0 {
+		t.Fatalf("no-LoRA request: %d %s", code, raw)
+	}
+	if code, _, raw := postScore(t, addr, body("sql-lora", 32)); code != http.StatusBadRequest {
+		t.Fatalf("other block size: %d %s (want 400)", code, raw)
+	}
+	if code := p.terminate(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, p.stderr)
+	}
+	if m := p.jsonLine(); num(m, "counters.vllm_key_index.Added") != 6 || num(m, "counters.http.scores") < 2 {
+		t.Fatalf("counters: %s", p.stdout)
+	}
 }
