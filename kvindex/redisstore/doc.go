@@ -53,6 +53,16 @@
 // at noeviction (Redis evicting keys on its own would break the layout; the
 // index evicts by itself).
 //
+// # Failures
+//
+// Every call is bounded by Config.Timeout. A batch whose call fails may or
+// may not have been applied (a timeout after the server ran it, a
+// connection lost on the way), so the engine's state is in doubt, as after
+// a lost range: the engine's next batch that gets through starts with a
+// lost-range operation, and its entries read as uncertain until stored
+// again (counted in Stats.Recovered). A Redis outage therefore costs
+// certainty, never correctness.
+//
 // # Many indexers writing one Redis
 //
 // Replicas that only read (Score) need nothing: reads are scripts and

@@ -75,6 +75,9 @@ type Stats struct {
 	// the engine's lease; Takeovers counts leases this Store took over
 	// from another writer (the engine's entries became uncertain).
 	NotWriter, Takeovers uint64
+	// Recovered counts engines whose Apply had failed and whose next
+	// applied batch started with OpLost (their entries made uncertain).
+	Recovered uint64
 }
 
 // Store is a kvindex.Backend on Redis or Valkey.
@@ -92,11 +95,12 @@ type Store struct {
 	enames  map[uint32]string
 	mnames  map[uint16]string
 	leased  map[uint32]bool // engines whose lease this Store holds
+	doubt   map[string]bool // engines whose last Apply failed
 	closed  bool
 	stop    chan struct{}
 	stopped chan struct{}
 
-	calls, errs, notWriter, takeovers atomic.Uint64
+	calls, errs, notWriter, takeovers, recovered atomic.Uint64
 
 	// ep caches the engines' epochs at a version of the epv counter.
 	ep atomic.Pointer[epochCache]
@@ -140,7 +144,7 @@ func New(cfg Config) (*Store, error) {
 		apply:   rueidis.NewLuaScript(applyScript),
 		holders: rueidis.NewLuaScriptReadOnly(holdersScript),
 		renew:   rueidis.NewLuaScript(renewScript),
-		eids:    map[string]uint32{}, enames: map[uint32]string{}, mnames: map[uint16]string{}, leased: map[uint32]bool{},
+		eids:    map[string]uint32{}, enames: map[uint32]string{}, mnames: map[uint16]string{}, leased: map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
 		opt, err := rueidis.ParseURL(cfg.URL)
@@ -293,9 +297,20 @@ func (s *Store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	if s.isClosed() {
 		return c, kvindex.ErrClosed
 	}
-	args := make([]string, 0, 5+5*len(ops))
+	// A batch whose call failed may or may not have been applied (a
+	// timeout after the server ran it, a connection lost on the way): the
+	// engine's state in Redis is in doubt, as after a lost range. The next
+	// batch of the engine that gets through starts with OpLost, so its
+	// entries read as uncertain until stored again, never as certain hits.
+	s.mu.RLock()
+	doubt := s.doubt[engine]
+	s.mu.RUnlock()
+	args := make([]string, 0, 10+5*len(ops))
 	args = append(args, s.prefix, engine, strconv.Itoa(s.cfg.Capacity), s.cfg.WriterID,
 		strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10))
+	if doubt {
+		args = append(args, strconv.Itoa(int(kvindex.OpLost)), "0", "0", "", "0")
+	}
 	for _, op := range ops {
 		args = append(args, strconv.Itoa(int(op.Kind)), strconv.FormatUint(op.Hash, 10),
 			strconv.FormatUint(uint64(op.Key), 10), op.Medium, strconv.Itoa(op.Group))
@@ -304,10 +319,19 @@ func (s *Store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	defer cancel()
 	res, err := s.apply.Exec(ctx, s.client, nil, args).AsIntSlice()
 	if err := s.count(err); err != nil {
+		s.mu.Lock()
+		s.doubt[engine] = true
+		s.mu.Unlock()
 		return c, fmt.Errorf("redisstore: Apply %q (%d ops): %w", engine, len(ops), err)
 	}
 	if len(res) != 11 {
 		return c, fmt.Errorf("redisstore: Apply %q: script answered %d values", engine, len(res))
+	}
+	if doubt && res[9] != 2 { // applied (not refused as another writer's engine)
+		s.mu.Lock()
+		delete(s.doubt, engine)
+		s.mu.Unlock()
+		s.recovered.Add(1)
 	}
 	eid := uint32(res[0])
 	s.learnEngine(engine, eid)
@@ -327,6 +351,9 @@ func (s *Store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 		return c, nil
 	case 1:
 		i := res[10]
+		if doubt {
+			i-- // the OpLost put first
+		}
 		if i >= 0 && int(i) < len(ops) {
 			return c, fmt.Errorf("redisstore: op %d has unknown kind %d", i, ops[i].Kind)
 		}
@@ -529,7 +556,8 @@ func (s *Store) Stats() kvindex.BackendStats {
 
 // StoreStats returns the Store's own counters.
 func (s *Store) StoreStats() Stats {
-	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), NotWriter: s.notWriter.Load(), Takeovers: s.takeovers.Load()}
+	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), NotWriter: s.notWriter.Load(), Takeovers: s.takeovers.Load(),
+		Recovered: s.recovered.Load()}
 }
 
 // Close stops the lease renewal and closes the client it dialed. The data

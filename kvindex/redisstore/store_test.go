@@ -1,6 +1,7 @@
 package redisstore
 
 import (
+	"context"
 	"errors"
 	"slices"
 	"strings"
@@ -171,5 +172,48 @@ func TestEpochCacheAcrossStores(t *testing.T) {
 	}
 	if got := trusted(t, r, 20); !slices.Equal(got, []bool{true}) {
 		t.Fatalf("a new engine of the other store: %v, want trusted", got)
+	}
+}
+
+// TestFailedApplyLeavesDoubt: a batch whose call fails (here: the server
+// pauses writes past the Store's timeout, so the batch may still run
+// after the error) leaves the engine in doubt; its next batch that gets
+// through first makes its entries uncertain.
+func TestFailedApplyLeavesDoubt(t *testing.T) {
+	srv := redistest.StartT(t)
+	s := newStore(t, Config{URL: srv.URL(), Timeout: 200 * time.Millisecond})
+	admin := newStore(t, Config{URL: srv.URL()})
+	if _, err := s.Apply("e", []kvindex.Op{{Kind: kvindex.OpStore, Hash: 1, Key: 10, Medium: "GPU"}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := admin.client.Do(ctx, admin.client.B().ClientPause().Timeout(1500).Write().Build()).Error(); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Apply("e", []kvindex.Op{{Kind: kvindex.OpStore, Hash: 3, Key: 30, Medium: "GPU"}}); err == nil {
+		t.Fatal("Apply during a write pause longer than the timeout succeeded")
+	}
+	// After the pause, the next batch goes through and starts with OpLost.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		_, err := s.Apply("e", []kvindex.Op{{Kind: kvindex.OpStore, Hash: 2, Key: 20, Medium: "GPU"}})
+		if err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("Apply never went through after the pause: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	// Block 10 was not in the failed batch, but what else that batch (or
+	// one the client could not confirm) changed is unknown.
+	if got := trusted(t, s, 10); !slices.Equal(got, []bool{false}) {
+		t.Fatalf("block 10 after a failed batch: %v, want uncertain", got)
+	}
+	if got := trusted(t, s, 20); !slices.Equal(got, []bool{true}) {
+		t.Fatalf("block 20 stored after recovery: %v, want trusted", got)
+	}
+	if st := s.StoreStats(); st.Recovered != 1 || st.Errors == 0 {
+		t.Fatalf("stats %+v", st)
 	}
 }
