@@ -124,13 +124,18 @@ local function evict()
   end
 end
 
+local mids = {}
 local function mediumID(med, create)
-  local id = redis.call('HGET', P .. 'mid', med)
+  local id = mids[med]
+  if id then return id end
+  id = redis.call('HGET', P .. 'mid', med)
+  if id then mids[med] = id end
   if id or not create then return id end
   if med == '' or #med > 64 or redis.call('HLEN', P .. 'mid') >= 64 then return nil end
   id = tostring(redis.call('HINCRBY', ST, 'mediums', 1))
   redis.call('HSET', P .. 'mid', med, id)
   redis.call('HSET', P .. 'mname', id, med)
+  mids[med] = id
   return id
 end
 
