@@ -285,9 +285,7 @@ func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
 	}
 	if err := apply(u); err != nil && !errors.Is(err, kvindex.ErrClosed) {
 		s.applyErrors.Add(1)
-		if !errors.Is(err, redisstore.ErrNotWriter) {
-			apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: u.Source})
-		}
+		apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: u.Source})
 	}
 	return nil
 }

@@ -80,7 +80,8 @@
 // With WriterID (NewWriterID: one per process), each engine has one writer
 // at a time: the first Apply for an engine takes a lease (own:E, LeaseTTL,
 // renewed on every Apply and every LeaseTTL/3), and Apply by anyone else
-// returns ErrNotWriter without writing. When a lease expires (its writer
+// writes nothing and reports nothing done (no error: the writer applies
+// the same events; counted in Stats.NotWriter). When a lease expires (its writer
 // died or stalled) the next indexer to Apply takes it over, and its first
 // act is to bump the engine's epoch: what the old writer missed is unknown,
 // so every entry becomes uncertain until stored again, exactly like a lost

@@ -28,10 +28,6 @@ const DefaultTimeout = 5 * time.Second
 // LeaseTTL 0.
 const DefaultLeaseTTL = 10 * time.Second
 
-// ErrNotWriter is returned by Apply when another writer holds the engine's
-// lease: nothing was applied (see the package doc).
-var ErrNotWriter = errors.New("redisstore: another indexer is the engine's writer")
-
 // Config configures [New]. Exactly one of URL and Client is set.
 type Config struct {
 	// URL is the server's address: redis://[user:pass@]host:port[/db] or
@@ -363,7 +359,7 @@ func (s *Store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 		s.mu.Lock()
 		delete(s.leased, eid)
 		s.mu.Unlock()
-		return c, fmt.Errorf("%w (engine %q)", ErrNotWriter, engine)
+		return c, nil // the writer applies it; counted in Stats.NotWriter
 	}
 	return c, fmt.Errorf("redisstore: Apply %q: script status %d", engine, res[9])
 }

@@ -39,8 +39,8 @@ func TestWriterLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := b.Apply("e", []kvindex.Op{{Kind: kvindex.OpClear}})
-	if !errors.Is(err, ErrNotWriter) || c != (kvindex.Counts{}) {
-		t.Fatalf("second writer: %+v %v, want ErrNotWriter and nothing done", c, err)
+	if err != nil || c != (kvindex.Counts{}) || b.StoreStats().NotWriter != 1 {
+		t.Fatalf("second writer: %+v %v %+v, want nothing done, no error, counted", c, err, b.StoreStats())
 	}
 	if got := trusted(t, a, 11); len(got) != 1 || !got[0] {
 		t.Fatalf("after refused clear: %v, want one trusted holder", got)
@@ -48,8 +48,9 @@ func TestWriterLease(t *testing.T) {
 	// a keeps its lease alive by renewal alone, well past the TTL.
 	deadline := time.Now().Add(3 * ttl)
 	for time.Now().Before(deadline) {
-		if _, err := b.Apply("e", nil); !errors.Is(err, ErrNotWriter) {
-			t.Fatalf("b became writer while a renews: %v", err)
+		before := b.StoreStats().NotWriter
+		if _, err := b.Apply("e", nil); err != nil || b.StoreStats().NotWriter != before+1 {
+			t.Fatalf("b became writer while a renews: %v %+v", err, b.StoreStats())
 		}
 		time.Sleep(ttl / 5)
 	}
@@ -57,12 +58,15 @@ func TestWriterLease(t *testing.T) {
 	a.Close()
 	bound := time.Now().Add(20 * ttl)
 	for {
-		_, err := b.Apply("e", nil)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, ErrNotWriter) || time.Now().After(bound) {
+		before := b.StoreStats().NotWriter
+		if _, err := b.Apply("e", nil); err != nil {
 			t.Fatalf("takeover: %v", err)
+		}
+		if b.StoreStats().NotWriter == before {
+			break // applied as the writer
+		}
+		if time.Now().After(bound) {
+			t.Fatalf("b never took the lease over: %+v", b.StoreStats())
 		}
 		time.Sleep(ttl / 5)
 	}
