@@ -72,7 +72,7 @@ index in Redis/Valkey instead of memory, shared with other kv-index
 processes using the same --redis-prefix and --seed. --redis-lease makes this
 process take a writer lease per engine: another process following the same
 engines then only reads, and takes over (entries made uncertain first) when
-this one stops renewing.
+this one stops renewing for --redis-lease-ttl.
 
 On SIGINT/SIGTERM the last stdout line is {"counters": {...}} with the
 index's counters, the backend's gauges, per-source counters and the HTTP
@@ -364,6 +364,7 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 	redisURL := fs.String("redis", "", "keep the index in Redis/Valkey: redis://host:port/db or unix:///path/redis.sock (default: in memory)")
 	redisPrefix := fs.String("redis-prefix", redisstore.DefaultPrefix, "key prefix of the index in Redis")
 	redisLease := fs.Bool("redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
+	leaseTTL := fs.Duration("redis-lease-ttl", redisstore.DefaultLeaseTTL, "how long a writer lease outlives its last renewal")
 	vllmHash := fs.String("vllm-hash", "", "vLLM-key mode: key blocks by the engines' own hashes, computed for /score with this `function` (sha256_cbor or sha256; needs --block-size and --pythonhashseed)")
 	hashSeed := fs.String("pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
 	live := addLivenessFlags(fs)
@@ -414,7 +415,7 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 		srv := &kvIndexServer{model: *model, logger: e.logger}
 		var be kvindex.Backend
 		if *redisURL != "" {
-			rc := redisstore.Config{URL: *redisURL, Prefix: *redisPrefix, Capacity: *capacity}
+			rc := redisstore.Config{URL: *redisURL, Prefix: *redisPrefix, Capacity: *capacity, LeaseTTL: *leaseTTL}
 			if *redisLease {
 				rc.WriterID = redisstore.NewWriterID()
 			}

@@ -339,3 +339,84 @@ func TestKVIndexVLLMKeys(t *testing.T) {
 		t.Fatalf("counters: %s", p.stdout)
 	}
 }
+
+// TestKVIndexRedisLeases: two kv-index processes share one Redis index and
+// follow the same engine with --redis-lease. Both score correctly; one is
+// the writer and the other a counted no-op; when the writer stops, the
+// other takes the engine over (its entries uncertain first) and indexes
+// what comes next.
+func TestKVIndexRedisLeases(t *testing.T) {
+	srv := redistest.StartT(t)
+	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	defer cancel()
+	var procs []*proc
+	var addrs []string
+	for range 2 {
+		p := start(t, ctx, "kv-index", "--connect", pub.Endpoint(), "--http", "127.0.0.1:0", "--redis", srv.URL(),
+			"--redis-lease", "--redis-lease-ttl", "500ms", "--log-format", "json")
+		procs = append(procs, p)
+		addrs = append(addrs, p.logField("kv-index endpoint serving", "http_addr", 20*time.Second))
+	}
+	const bs = 16
+	doc1, doc2 := kvindextest.Tokens(11, 4*bs), kvindextest.Tokens(12, 4*bs)
+	hashes := func(base uint64) []uint64 { return []uint64{base, base + 1, base + 2, base + 3} }
+	until := func(what string, step func(), ok func() bool) {
+		t.Helper()
+		deadline := time.Now().Add(30 * time.Second)
+		for !ok() {
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: not within the bound", what)
+			}
+			step()
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	routes := func(addr string, doc []int64, blocks int) bool {
+		_, r, _ := postScore(t, addr, tokensJSON(doc))
+		return r.Best != nil && r.Best.Engine == pub.Endpoint() && r.Best.Blocks == blocks
+	}
+	until("both route doc1", func() { pub.Publish(kvindextest.Store(hashes(100), -1, doc1, bs, "GPU", 0)) },
+		func() bool { return routes(addrs[0], doc1, 4) && routes(addrs[1], doc1, 4) })
+	stats := func(addr string) map[string]any {
+		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addr + "/stats")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var m map[string]any
+		json.NewDecoder(resp.Body).Decode(&m)
+		return m
+	}
+	// Exactly one is the standby (its applies are counted no-ops).
+	standby := -1
+	for i, a := range addrs {
+		if num(stats(a), "redis.NotWriter") > 0 {
+			standby = i
+		}
+	}
+	if standby < 0 || num(stats(addrs[1-standby]), "redis.NotWriter") != 0 {
+		t.Fatalf("no single standby: %v / %v", stats(addrs[0]), stats(addrs[1]))
+	}
+	writer := 1 - standby
+	if code := procs[writer].terminate(20 * time.Second); code != 0 {
+		t.Fatalf("writer exit %d\n%s", code, procs[writer].stderr)
+	}
+	// The standby takes over: doc1 is now only a maybe (what the old writer
+	// missed is unknown), and doc2, stored afterwards, routes.
+	until("takeover", func() { pub.Publish(kvindextest.Store(hashes(200), -1, doc2, bs, "GPU", 0)) },
+		func() bool { return routes(addrs[standby], doc2, 4) })
+	if num(stats(addrs[standby]), "redis.Takeovers") != 1 {
+		t.Fatalf("standby stats: %v", stats(addrs[standby]))
+	}
+	if _, r, raw := postScore(t, addrs[standby], tokensJSON(doc1)); r.Best != nil || len(r.Engines) != 1 || r.Engines[0].MaybeBlocks != 4 {
+		t.Fatalf("doc1 after the takeover: %s (want 4 maybe blocks, none certain)", raw)
+	}
+	if code := procs[standby].terminate(20 * time.Second); code != 0 {
+		t.Fatalf("standby exit %d\n%s", code, procs[standby].stderr)
+	}
+}
