@@ -70,7 +70,9 @@ const MaxGroup = 255
 
 // MaxMediums is how many distinct medium names a backend keeps; stores on
 // further mediums are refused (counted in Counts.Rejected). vLLM knows a
-// handful (GPU, CPU, disk/STORAGE, connector names).
+// handful (GPU, CPU, disk/STORAGE, connector names). Names are kept for the
+// backend's life: a publisher inventing names uses the slots up, and the
+// rejections show it.
 const MaxMediums = 64
 
 // MaxMediumLen bounds a medium name; a longer one is refused.

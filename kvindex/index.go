@@ -287,7 +287,7 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 	// Score waiting between the two would cost a lock hand-off per batch).
 	mem, _ := x.be.(*memory)
 	if mem != nil {
-		mem.mu.Lock()
+		mem.lock()
 		defer mem.mu.Unlock()
 	}
 	if len(st.hashes) > 0 {

@@ -2,6 +2,7 @@ package kvindex
 
 import (
 	"fmt"
+	"runtime"
 	"sync"
 	"sync/atomic"
 )
@@ -145,7 +146,7 @@ func (m *memory) Resolve(engine string, hashes []uint64, keys []Key, found []boo
 	if len(keys) != len(hashes) || len(found) != len(hashes) {
 		return fmt.Errorf("kvindex: Resolve: %d hashes, %d keys, %d found", len(hashes), len(keys), len(found))
 	}
-	m.mu.RLock()
+	m.rlock()
 	defer m.mu.RUnlock()
 	return m.resolveLocked(engine, hashes, keys, found)
 }
@@ -168,8 +169,37 @@ func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found
 	return nil
 }
 
-func (m *memory) Apply(engine string, ops []Op) (Counts, error) {
+// spinTries bounds how often lock and rlock yield and retry before they
+// sleep on the lock.
+const spinTries = 16
+
+// lock takes the write lock, yielding and retrying a few times first: a
+// Score holds the read lock for microseconds to tens of microseconds, and
+// sleeping on it (a futex wait and wake per batch, on both sides) cost
+// more than half the ingest rate while queries ran (BENCHMARKS.md).
+func (m *memory) lock() {
+	for i := 0; i < spinTries; i++ {
+		if m.mu.TryLock() {
+			return
+		}
+		runtime.Gosched()
+	}
 	m.mu.Lock()
+}
+
+// rlock takes the read lock the same way.
+func (m *memory) rlock() {
+	for i := 0; i < spinTries; i++ {
+		if m.mu.TryRLock() {
+			return
+		}
+		runtime.Gosched()
+	}
+	m.mu.RLock()
+}
+
+func (m *memory) Apply(engine string, ops []Op) (Counts, error) {
+	m.lock()
 	defer m.mu.Unlock()
 	return m.applyLocked(engine, ops)
 }
@@ -375,7 +405,7 @@ func (m *memory) unlink(id uint32) {
 
 func (m *memory) Holders(keys []Key, visit func(i int, holders []Holder) bool) error {
 	var buf [32]Holder
-	m.mu.RLock()
+	m.rlock()
 	defer m.mu.RUnlock()
 	if m.closed {
 		return ErrClosed
@@ -452,7 +482,7 @@ func (m *memory) Close() error {
 // no Holder slices, no callback per key). It extends sc's runs with every
 // entry of keys[0], keys[1], ... until a key extends no engine's run.
 func (m *memory) walk(keys []Key, sc *scoreScratch) error {
-	m.mu.RLock()
+	m.rlock()
 	defer m.mu.RUnlock()
 	if m.closed {
 		return ErrClosed
