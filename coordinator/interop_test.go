@@ -141,6 +141,13 @@ func TestPythonBuiltMessages(t *testing.T) {
 // TestPythonReadsGoEncodings has Python's msgpack decode what the Go
 // encoders produce, checks the value, and checks that Python re-encodes it
 // to the identical bytes (so the Go encoders pick Python's encodings).
+// defaultStatsRepr is Python's repr of the SchedulerStats fields zmqguard
+// writes at their defaults (vLLM main of 2026-08-07).
+const defaultStatsRepr = "'iteration_details': None, 'prefix_cache_stats': {'reset': False, 'requests': 0, 'queries': 0, " +
+	"'hits': 0, 'preempted_requests': 0, 'preempted_queries': 0, 'preempted_hits': 0}, 'connector_prefix_cache_stats': None, " +
+	"'kv_cache_eviction_events': [], 'spec_decoding_stats': None, 'kv_connector_stats': None, 'waiting_lora_adapters': {}, " +
+	"'running_lora_adapters': {}, 'cudagraph_stats': None, 'perf_stats': None"
+
 func TestPythonReadsGoEncodings(t *testing.T) {
 	requirePythonMsgpack(t)
 	two, big := 2, 300
@@ -166,14 +173,16 @@ func TestPythonReadsGoEncodings(t *testing.T) {
 		{"wake int", enginecore.AppendWake(nil, &big, 1<<33), "[300, 8589934592]"},
 		{"eco minimal stats", enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: ts,
 			Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}),
-			"[1, [], {'num_running_reqs': 3, 'num_waiting_reqs': 5, 'step_counter': 42, 'current_wave': 7}, 12345.678]"},
+			"[1, [], {'num_running_reqs': 3, 'num_waiting_reqs': 5, 'num_skipped_waiting_reqs': 0, 'step_counter': 42, " +
+				"'current_wave': 7, 'kv_cache_usage': 0.0, " + defaultStatsRepr + "}, 12345.678, None, None, None, None]"},
 		{"eco wave complete", enginecore.AppendHeader(nil, &EngineCoreOutputs{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}),
-			"[0, [], None, 12345.678, None, None, 7]"},
+			"[0, [], None, 12345.678, None, None, 7, None]"},
 		{"eco wide", enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 200, HasStats: true, Timestamp: 5e9,
 			Stats: SchedulerStats{NumRunningReqs: 70000, NumWaitingReqs: 300, NumSkippedWaitingReqs: 2, StepCounter: 1 << 40,
 				CurrentWave: 65536, KVCacheUsage: 1, EncoderCacheUsage: 0.5}}),
 			"[200, [], {'num_running_reqs': 70000, 'num_waiting_reqs': 300, 'num_skipped_waiting_reqs': 2, " +
-				"'step_counter': 1099511627776, 'current_wave': 65536, 'kv_cache_usage': 1.0, 'encoder_cache_usage': 0.5}, 5000000000.0]"},
+				"'step_counter': 1099511627776, 'current_wave': 65536, 'kv_cache_usage': 1.0, " + defaultStatsRepr +
+				", 'encoder_cache_usage': 0.5}, 5000000000.0, None, None, None, None]"},
 	}
 	var in bytes.Buffer
 	want := map[string]string{}
@@ -282,7 +291,7 @@ func runPythonPeers(t *testing.T, mode string, release vllm.Release) {
 	checks := []struct{ name, got, want string }{
 		{"ready", text(got.Ready), `[["READY"],["READY"]]`},
 		{"stats", text(got.Stats), stats},
-		{"wake START_DP_WAVE", text(got.WakeStart), `[[0,1],[0,1]]`},
+		{"wake START_DP_WAVE", text(got.WakeStart), `[[0,{"hex":"0100"}],[0,{"hex":"0100"}]]`},
 		{"wake publication", text(got.WakePub), `[null,0,true]`},
 		{"wave_complete publication", text(got.CompletePub), `[null,1,false]`},
 		{"start_wave START_DP_WAVE", text(got.EngineStart), `[[2,1],[2,1]]`},

@@ -143,7 +143,10 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 }
 
 // NextStartWave returns the next START_DP_WAVE broadcast: the wave to start
-// and the engine left out (nil when none). READY messages received
+// and the engine left out (nil when none). When the coordinator forwarded a
+// front-end's 2-byte identity (as vLLM's does), exclude is the index that
+// identity encodes; vLLM's engines compare the identity with their int
+// index and so never skip such a wave. READY messages received
 // meanwhile are kept for WaitReady. A malformed broadcast yields a
 // classified error.
 func (e *Engine) NextStartWave(ctx context.Context) (wave int, exclude *int, err error) {

@@ -12,8 +12,10 @@ import (
 var startWaveLimits = decodeguard.Limits{MaxDepth: 2, MaxElements: 8, MaxBytes: 256}
 
 // ParseStartDPWave parses the second frame of a START_DP_WAVE broadcast,
-// msgpack (wave, exclude_engine_index) with exclude nil or an int, as an
-// engine receives it. Errors are classified *[decodeguard.Error]s:
+// msgpack (wave, exclude_engine_index) with exclude nil, an int, or the
+// engine's 2-byte little-endian ZMQ identity as a bin (what vLLM's
+// coordinator forwards from a current front-end's wake; StartDPWave.
+// ExcludeIdentity is then set), as an engine receives it. Errors are classified *[decodeguard.Error]s:
 // ReasonDecode for malformed msgpack or a wrong shape or type,
 // ReasonOversize for a frame over 256 bytes, ReasonValidate for a negative
 // or too large wave or a negative exclusion. It allocates nothing on
@@ -38,6 +40,14 @@ func ParseStartDPWave(b []byte) (StartDPWave, error) {
 	at = rest
 	if msgp.IsNil(rest) {
 		rest = rest[1:]
+	} else if msgp.NextType(rest) == msgp.BinType {
+		var id []byte
+		id, rest, err = msgp.ReadBytesZC(rest)
+		if err != nil || len(id) != 2 {
+			return StartDPWave{}, frontError(decodeguard.ReasonDecode, b, at, "START_DP_WAVE: exclude engine identity is not 2 bytes", nil)
+		}
+		sw.HasExclude, sw.ExcludeIdentity = true, true
+		sw.Exclude = int64(id[0]) | int64(id[1])<<8
 	} else {
 		sw.HasExclude = true
 		sw.Exclude, rest, err = msgp.ReadInt64Bytes(rest)

@@ -104,6 +104,14 @@ type StartDPWave struct {
 	Wave       int64
 	HasExclude bool
 	Exclude    int64
+	// ExcludeIdentity reports that the exclusion travels as the engine's
+	// 2-byte little-endian ZMQ identity (a msgpack bin), as current vLLM
+	// front-ends name the engine in their wake message and vLLM's
+	// coordinator forwards it unchanged; Exclude is then the index that
+	// identity encodes. vLLM's engines compare it with their int index, so
+	// no engine skips such a wave (vLLM main at the golden vectors'
+	// commit).
+	ExcludeIdentity bool
 }
 
 // stateActions is what the runtime must do after one input to [stateMachine]. Several
@@ -137,6 +145,9 @@ func (a stateActions) None() bool {
 // AppendStartDPWave appends the second frame of a's START_DP_WAVE,
 // (wave, exclude_engine_index).
 func (a *stateActions) AppendStartDPWave(dst []byte) []byte {
+	if a.StartWave.HasExclude && a.StartWave.ExcludeIdentity {
+		return dpwire.AppendStartDPWaveIdentity(dst, a.StartWave.Wave, uint16(a.StartWave.Exclude))
+	}
 	return dpwire.AppendStartDPWave(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
 }
 
@@ -323,9 +334,9 @@ func newStateMachine(engines int, cfg stateConfig) (*stateMachine, error) {
 
 func (s *stateMachine) actions() stateActions { return stateActions{Wave: s.wave, Running: s.running} }
 
-func (s *stateMachine) startWave(a *stateActions, wave, exclude int64, hasExclude bool) {
+func (s *stateMachine) startWave(a *stateActions, wave, exclude int64, hasExclude, identity bool) {
 	a.SendStartWave = true
-	a.StartWave = StartDPWave{Wave: wave, Exclude: exclude, HasExclude: hasExclude}
+	a.StartWave = StartDPWave{Wave: wave, Exclude: exclude, HasExclude: hasExclude, ExcludeIdentity: hasExclude && identity}
 	if !hasExclude {
 		a.StartWave.Exclude = 0
 	}
@@ -388,7 +399,7 @@ func (s *stateMachine) OnEngineOutput(m *EngineCoreOutputs) (stateActions, error
 	} else if m.HasStartWave {
 		if w := m.StartWave; w > s.wave || (w == s.wave && !s.running) {
 			s.wave, s.running = w, true
-			s.startWave(&a, w, idx, true)
+			s.startWave(&a, w, idx, true, false)
 			a.PublishWave = true
 		}
 	}
@@ -487,7 +498,7 @@ func (s *stateMachine) OnFrontMessage(msg FrontMsg) (stateActions, error) {
 			return a, nil
 		}
 		exclude := msg.HasExclude && msg.Wave >= s.wave && msg.Exclude < int64(len(s.engines))
-		s.startWave(&a, s.wave, msg.Exclude, exclude)
+		s.startWave(&a, s.wave, msg.Exclude, exclude, msg.ExcludeIdentity)
 		if s.rules.WakeSetsRunning {
 			s.running = true
 			a.PublishWave, a.Running = true, true

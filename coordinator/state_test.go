@@ -160,7 +160,7 @@ func TestWaveTransitions(t *testing.T) {
 		{name: "wake without exclusion", wave: 0, front: &FrontMsg{Kind: FrontWake, Wave: 0},
 			wantStart: &StartDPWave{Wave: 0}, wantPublish: true, wantWave: 0, wantRunning: true},
 		{name: "wake identity", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 2, ExcludeIdentity: true},
-			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 2}, wantPublish: true, wantWave: 3, wantRunning: true},
+			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 2, ExcludeIdentity: true}, wantPublish: true, wantWave: 3, wantRunning: true},
 		{name: "wake exclusion beyond engines", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 4},
 			wantStart: &StartDPWave{Wave: 3}, wantPublish: true, wantWave: 3, wantRunning: true},
 		{name: "wake while running", wave: 3, running: true, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 1},

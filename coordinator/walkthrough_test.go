@@ -52,6 +52,8 @@ func TestStateWalkthrough(t *testing.T) {
 		t.Fatal(err)
 	}
 	a, _ := s.OnFrontMessage(msg)
+	// The identity is forwarded as it came (bin 0000), as vLLM's
+	// coordinator does (golden vector co-start-dp-wave-bytes).
 	fmt.Fprintf(&out, "START_DP_WAVE %x | %x\n", StartDPWaveFrame, a.AppendStartDPWave(nil))
 	// Current vLLM (PR #51481): the wake proves nothing, as a paused engine
 	// discards START_DP_WAVE; running waits for DP rank 0's start_wave.
@@ -68,7 +70,7 @@ func TestStateWalkthrough(t *testing.T) {
 back "\x01probe": ready=false drop=validate
 back "\x01": ready=true drop=none
 junk frame: decode
-START_DP_WAVE 02 | 920000
+START_DP_WAVE 02 | 9200c4020000
 running after the wake: false publish: false
 rank 0 start_wave: START_DP_WAVE 920000, to front-ends: 93c000c3
 stats: 9392930000cb0000000000000000930503cb000000000000000000c3

@@ -23,6 +23,7 @@ const (
 	ReasonDecoderPanic               // a decoder panicked on the input (caught at the frame boundary)
 	ReasonPolicy                     // refused by local policy: source allowlist, connection caps, slow peer
 	ReasonAuth                       // authentication failed: unknown or refused key, wrong mechanism, forged or replayed encrypted frame
+	ReasonUnsupported                // well-formed, but of a kind this release does not know (a newer peer's message or event type)
 	numReasons
 )
 
@@ -42,6 +43,7 @@ var reasonNames = [numReasons]string{
 	ReasonDecoderPanic: "decoder-panic",
 	ReasonPolicy:       "policy",
 	ReasonAuth:         "auth",
+	ReasonUnsupported:  "unsupported",
 }
 
 // String returns the reason's stable, lower-case, dash-separated name, suitable

@@ -30,6 +30,9 @@ func TestReasonNames(t *testing.T) {
 	if ReasonNone.Valid() || Reason(NumReasons).Valid() {
 		t.Error("ReasonNone or out-of-range reason is valid")
 	}
+	if got := ReasonUnsupported.String(); got != "unsupported" {
+		t.Errorf("ReasonUnsupported = %q", got)
+	}
 	if got := Reason(200).String(); got != "reason(200)" {
 		t.Errorf("Reason(200) = %q", got)
 	}

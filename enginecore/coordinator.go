@@ -97,6 +97,14 @@ func AppendWavePublish(dst []byte, wave int, running bool) []byte {
 	return dpwire.AppendWavePublish(dst, int64(wave), running)
 }
 
+// AppendStartDPWaveIdentity appends the second frame of a START_DP_WAVE
+// broadcast whose excluded engine is named by its 2-byte little-endian ZMQ
+// identity (a bin), as vLLM's coordinator forwards a current front-end's
+// wake: (0, identity of engine 0) is 9200c4020000.
+func AppendStartDPWaveIdentity(dst []byte, wave int, engine uint16) []byte {
+	return dpwire.AppendStartDPWaveIdentity(dst, int64(wave), engine)
+}
+
 // AppendStartDPWave appends the second frame of a START_DP_WAVE broadcast,
 // (wave, exclude_engine_index), with exclude nil when no engine is left out;
 // the first frame is the single byte 0x02 (vLLM's

@@ -132,6 +132,9 @@ func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (err er
 	if !dst.HasUtilityOutput {
 		dst.Utility = UtilityOutput{}
 	}
+	if !dst.HasStats {
+		dst.StatsRaw = nil
+	}
 	if !dst.HasFinishedRequests {
 		dst.FinishedRequestIDs = dst.FinishedRequestIDs[:0]
 	}
@@ -675,7 +678,21 @@ func (d *decoder) utility(orig, b []byte) ([]byte, error) {
 		var detail string
 		switch i {
 		case 0:
-			detail = what + ".call_id: want an unsigned int"
+			detail = what + ".call_id: want an int"
+			if len(b) > 0 && (b[0] >= 0xe0 || (b[0] >= 0xd0 && b[0] <= 0xd3)) {
+				// A negative call id (a signed msgpack int): vLLM's
+				// notifications. A signed width holding a non-negative
+				// value is an ordinary id.
+				var v int64
+				if v, b, err = msgp.ReadInt64Bytes(b); err == nil {
+					if v < 0 {
+						u.Special = v
+					} else {
+						u.CallID = uint64(v)
+					}
+				}
+				break
+			}
 			u.CallID, b, err = msgp.ReadUint64Bytes(b)
 		case 1:
 			detail = what + ".failure_message: want nil or a str"

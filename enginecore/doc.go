@@ -21,11 +21,21 @@
 // # Wire
 //
 // EngineCoreOutputs and EngineCoreOutput are msgspec structs with
-// array_like and omit_defaults: arrays in field order with trailing fields
-// equal to their defaults dropped. The decoder accepts any length (missing
+// array_like: arrays in field order with every field, defaults included
+// (msgspec ignores omit_defaults for array-like structs), so vLLM sends
+// EngineCoreOutputs as 8 elements and EngineCoreOutput as 14 (vLLM main of
+// 2026-08-07); UtilityOutput is always 3 elements, the NamedTuples 4, and
+// the dataclasses (SchedulerStats, PrefillStats) maps of every field. The
+// [Encoder] writes exactly that; its tests compare it byte for byte with
+// bytes written by vLLM's own code. The decoder accepts any length (missing
 // fields take their defaults, fields after the ones it knows are skipped),
 // so every release's shape decodes. docs/engine-outputs.md has the field
 // list with the vLLM pull request each field comes from.
+//
+// A utility output's call_id is the uint64 id of the call it answers
+// ([UtilityOutput.CallID]), or a negative id for a message the engine sends
+// unasked ([UtilityOutput.Special]): -1 an elastic-EP notification, -2 a
+// fault-tolerance status, typed by [UtilityOutput.SpecialValue].
 //
 // An array or tensor is [dtype, shape, data]: dtype is numpy's dtype.str
 // ("<i4", "<f4", "<i8"...) or torch's dtype name ("float32", "bfloat16",

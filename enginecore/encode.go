@@ -12,9 +12,13 @@ import (
 // array of this many bytes or more travels in an aux frame of its own.
 const DefaultZeroCopyThreshold = 256
 
-// Encoder writes EngineCoreOutputs messages as vLLM's engine core does
-// (msgspec with array_like and omit_defaults, its numpy/torch array
-// encoding and aux frames), for Go engines, simulators and tests. The zero
+// Encoder writes EngineCoreOutputs messages byte for byte as vLLM's engine
+// core does (msgspec, its numpy/torch array encoding and aux frames), for
+// Go engines, simulators and tests: EngineCoreOutputs as an array of all 8
+// fields and each EngineCoreOutput as an array of every field
+// (OutputFields), defaults included, because msgspec ignores omit_defaults
+// for array_like structs; UtilityOutput as 3 elements; SchedulerStats as a
+// map of every dataclass field. The zero
 // value is ready to use with vLLM's default threshold.
 //
 // An Encoder reuses its buffers: the frames Encode returns are valid until
@@ -24,6 +28,13 @@ type Encoder struct {
 	// aux frame; 0 means DefaultZeroCopyThreshold, a negative value keeps
 	// every array inline. Scalars (shape []) are always inline, as in vLLM.
 	Threshold int
+	// OutputFields is the number of fields each EngineCoreOutput is written
+	// with: msgspec writes every field of an array_like struct, so this is
+	// the field count of the engine's release. 0 means OutputFieldsDefault
+	// (14); values are clamped to [OutputFieldsDefault, OutputFieldsMax].
+	// A field after the 14th that is set (MMCacheMissHashes,
+	// NewSamplingMask, SpecDecodeMetrics) widens the array to hold it.
+	OutputFields int
 
 	buf    []byte
 	frames [][]byte
@@ -40,6 +51,23 @@ func (e *Encoder) Encode(m *Message) [][]byte {
 	return e.frames
 }
 
+// OutputFieldsDefault is the number of fields of vLLM's EngineCoreOutput
+// at the commit of zmqguard's golden vectors (vLLM main of 2026-08-07):
+// request_id through num_nans_in_logits. OutputFieldsMax counts the three
+// later fields the decoder also knows (mm_cache_miss_hashes,
+// new_sampling_mask, spec_decode_metrics).
+const (
+	OutputFieldsDefault = 14
+	OutputFieldsMax     = 17
+)
+
+func (e *Encoder) outputFields() int {
+	if e.OutputFields <= OutputFieldsDefault {
+		return OutputFieldsDefault
+	}
+	return min(e.OutputFields, OutputFieldsMax)
+}
+
 func (e *Encoder) threshold() int {
 	switch {
 	case e.Threshold == 0:
@@ -52,7 +80,7 @@ func (e *Encoder) threshold() int {
 
 // AppendHeader appends h as a one-frame EngineCoreOutputs with no request
 // outputs, no utility output and no finished requests (the coordinator's
-// messages): fields up to the last one that differs from its default.
+// messages), as vLLM writes it: all 8 fields, defaults included.
 // OutputsLen, HasUtilityOutput and FinishedRequests are ignored; Fields too.
 func AppendHeader(dst []byte, h *Header) []byte {
 	var e Encoder
@@ -66,95 +94,53 @@ func headerOnly(h *Header) Header {
 }
 
 func (e *Encoder) appendMessage(dst []byte, m *Message) []byte {
-	n := 0
-	if m.EngineIndex != 0 {
-		n = 1
+	// msgspec writes an array_like struct with every field, defaults
+	// included: omit_defaults does not shorten arrays.
+	dst = msgp.AppendArrayHeader(dst, OutputsFields)
+	dst = appendInt(dst, m.EngineIndex)
+	dst = msgp.AppendArrayHeader(dst, uint32(len(m.Outputs)))
+	for j := range m.Outputs {
+		dst = e.appendOutput(dst, &m.Outputs[j])
 	}
-	if len(m.Outputs) > 0 {
-		n = 2
+	switch {
+	case !m.HasStats:
+		dst = msgp.AppendNil(dst)
+	case m.StatsRaw != nil:
+		dst = append(dst, m.StatsRaw...)
+	default:
+		dst = AppendSchedulerStats(dst, &m.Stats)
 	}
-	if m.HasStats {
-		n = 3
-	}
-	if m.Timestamp != 0 {
-		n = 4
-	}
+	dst = msgp.AppendFloat64(dst, m.Timestamp)
 	if m.HasUtilityOutput {
-		n = 5
+		dst = appendUtility(dst, &m.Utility)
+	} else {
+		dst = msgp.AppendNil(dst)
 	}
 	if m.HasFinishedRequests {
-		n = 6
-	}
-	if m.HasWaveComplete {
-		n = 7
-	}
-	if m.HasStartWave {
-		n = 8
-	}
-	dst = msgp.AppendArrayHeader(dst, uint32(n))
-	for i := range n {
-		switch i {
-		case 0:
-			dst = appendInt(dst, m.EngineIndex)
-		case 1:
-			dst = msgp.AppendArrayHeader(dst, uint32(len(m.Outputs)))
-			for j := range m.Outputs {
-				dst = e.appendOutput(dst, &m.Outputs[j])
-			}
-		case 2:
-			if m.HasStats {
-				dst = AppendSchedulerStats(dst, &m.Stats)
-			} else {
-				dst = msgp.AppendNil(dst)
-			}
-		case 3:
-			dst = msgp.AppendFloat64(dst, m.Timestamp)
-		case 4:
-			if m.HasUtilityOutput {
-				dst = appendUtility(dst, &m.Utility)
-			} else {
-				dst = msgp.AppendNil(dst)
-			}
-		case 5:
-			if m.HasFinishedRequests {
-				dst = msgp.AppendArrayHeader(dst, uint32(len(m.FinishedRequestIDs)))
-				for _, id := range m.FinishedRequestIDs {
-					dst = msgp.AppendStringFromBytes(dst, id)
-				}
-			} else {
-				dst = msgp.AppendNil(dst)
-			}
-		case 6:
-			dst = appendOptInt(dst, m.WaveComplete, m.HasWaveComplete)
-		case 7:
-			dst = appendOptInt(dst, m.StartWave, m.HasStartWave)
+		dst = msgp.AppendArrayHeader(dst, uint32(len(m.FinishedRequestIDs)))
+		for _, id := range m.FinishedRequestIDs {
+			dst = msgp.AppendStringFromBytes(dst, id)
 		}
+	} else {
+		dst = msgp.AppendNil(dst)
 	}
-	return dst
+	dst = appendOptInt(dst, m.WaveComplete, m.HasWaveComplete)
+	return appendOptInt(dst, m.StartWave, m.HasStartWave)
 }
 
 func (e *Encoder) appendOutput(dst []byte, o *Output) []byte {
-	n := 2
-	set := func(present bool, field int) {
-		if present {
-			n = field + 1
-		}
+	// Every field of the struct, as msgspec writes an array_like struct;
+	// the fields after the vectors' commit only when asked for or set.
+	n := e.outputFields()
+	if o.MMCacheMissHashes != nil {
+		n = max(n, 15)
 	}
-	set(o.NewLogprobs.Present, 2)
-	set(o.NewPromptLogprobs.Present, 3)
-	set(!o.PoolingOutput.IsNil(), 4)
-	set(o.HasFinishReason, 5)
-	set(o.StopReason.Kind != StopNone, 6)
-	set(o.HasEvents, 7)
-	set(o.KVTransferParams != nil, 8)
-	set(o.ECTransferParams != nil, 9)
-	set(o.TraceHeaders != nil, 10)
-	set(o.PrefillStats != nil, 11)
-	set(!o.RoutedExperts.IsNil(), 12)
-	set(o.NumNaNsInLogits != 0, 13)
-	set(o.MMCacheMissHashes != nil, 14)
-	set(o.NewSamplingMask.Present, 15)
-	set(o.SpecDecodeMetrics != nil, 16)
+	if o.NewSamplingMask.Present {
+		n = max(n, 16)
+	}
+	if o.SpecDecodeMetrics != nil {
+		n = max(n, 17)
+	}
 	dst = msgp.AppendArrayHeader(dst, uint32(n))
 	for i := range n {
 		switch i {
@@ -325,7 +311,11 @@ func appendExt(dst []byte, typ int8, data []byte) []byte {
 
 func appendUtility(dst []byte, u *UtilityOutput) []byte {
 	dst = msgp.AppendArrayHeader(dst, 3)
-	dst = msgp.AppendUint64(dst, u.CallID)
+	if u.Special < 0 {
+		dst = appendInt(dst, u.Special)
+	} else {
+		dst = msgp.AppendUint64(dst, u.CallID)
+	}
 	if u.HasFailure {
 		dst = msgp.AppendStringFromBytes(dst, u.FailureMessage)
 	} else {
@@ -350,21 +340,54 @@ func appendOptInt(dst []byte, v int64, present bool) []byte {
 	return dpwire.AppendOptInt(dst, v, present)
 }
 
-// AppendSchedulerStats appends s as a map in vLLM's field order. The four
-// keys the coordinator needs (num_running_reqs, num_waiting_reqs,
-// step_counter, current_wave) are always written; num_skipped_waiting_reqs,
-// kv_cache_usage and encoder_cache_usage only when non-zero. vLLM's engine
-// writes every dataclass field; any SchedulerStats decoder, vLLM's
-// included, fills missing keys with the dataclass defaults, so the shorter
-// map means the same.
+// statsDefaultsTail is the msgpack of the SchedulerStats fields zmqguard
+// does not model, at their dataclass defaults, in vLLM's field order (vLLM
+// main of 2026-08-07): iteration_details nil, prefix_cache_stats a
+// PrefixCacheStats of zeros, connector_prefix_cache_stats nil,
+// kv_cache_eviction_events [], spec_decoding_stats nil, kv_connector_stats
+// nil, waiting_lora_adapters {}, running_lora_adapters {}, cudagraph_stats
+// nil, perf_stats nil.
+var statsDefaultsTail = func() []byte {
+	b := msgp.AppendString(nil, "iteration_details")
+	b = msgp.AppendNil(b)
+	b = msgp.AppendString(b, "prefix_cache_stats")
+	b = msgp.AppendMapHeader(b, 7)
+	b = msgp.AppendString(b, "reset")
+	b = msgp.AppendBool(b, false)
+	for _, k := range []string{"requests", "queries", "hits", "preempted_requests", "preempted_queries", "preempted_hits"} {
+		b = msgp.AppendString(b, k)
+		b = appendInt(b, 0)
+	}
+	for _, k := range []string{"connector_prefix_cache_stats", "kv_cache_eviction_events", "spec_decoding_stats",
+		"kv_connector_stats", "waiting_lora_adapters", "running_lora_adapters", "cudagraph_stats", "perf_stats"} {
+		b = msgp.AppendString(b, k)
+		switch k {
+		case "kv_cache_eviction_events":
+			b = msgp.AppendArrayHeader(b, 0)
+		case "waiting_lora_adapters", "running_lora_adapters":
+			b = msgp.AppendMapHeader(b, 0)
+		default:
+			b = msgp.AppendNil(b)
+		}
+	}
+	return b
+}()
+
+// statsFields is the number of SchedulerStats fields at vLLM main of
+// 2026-08-07: the six typed ones and the ten of statsDefaultsTail.
+const statsFields = 16
+
+// AppendSchedulerStats appends s as vLLM's engine writes its SchedulerStats
+// dataclass: a map of every field in declaration order (16 at vLLM main of
+// 2026-08-07), the six zmqguard models (num_running_reqs,
+// num_waiting_reqs, num_skipped_waiting_reqs, step_counter, current_wave,
+// kv_cache_usage) from s and the others (prefix-cache, spec-decoding,
+// connector, LoRA, cudagraph and perf stats) at their defaults. It is byte
+// for byte what vLLM sends for SchedulerStats() with those six fields set.
+// EncoderCacheUsage, a field of older releases only, is written (as a
+// 17th key, encoder_cache_usage) only when non-zero.
 func AppendSchedulerStats(dst []byte, s *SchedulerStats) []byte {
-	n := uint32(4)
-	if s.NumSkippedWaitingReqs != 0 {
-		n++
-	}
-	if s.KVCacheUsage != 0 {
-		n++
-	}
+	n := uint32(statsFields)
 	if s.EncoderCacheUsage != 0 {
 		n++
 	}
@@ -373,18 +396,15 @@ func AppendSchedulerStats(dst []byte, s *SchedulerStats) []byte {
 	dst = appendInt(dst, s.NumRunningReqs)
 	dst = msgp.AppendString(dst, keyNumWaitingReqs)
 	dst = appendInt(dst, s.NumWaitingReqs)
-	if s.NumSkippedWaitingReqs != 0 {
-		dst = msgp.AppendString(dst, keyNumSkippedWaitingReqs)
-		dst = appendInt(dst, s.NumSkippedWaitingReqs)
-	}
+	dst = msgp.AppendString(dst, keyNumSkippedWaitingReqs)
+	dst = appendInt(dst, s.NumSkippedWaitingReqs)
 	dst = msgp.AppendString(dst, keyStepCounter)
 	dst = appendInt(dst, s.StepCounter)
 	dst = msgp.AppendString(dst, keyCurrentWave)
 	dst = appendInt(dst, s.CurrentWave)
-	if s.KVCacheUsage != 0 {
-		dst = msgp.AppendString(dst, keyKVCacheUsage)
-		dst = msgp.AppendFloat64(dst, s.KVCacheUsage)
-	}
+	dst = msgp.AppendString(dst, keyKVCacheUsage)
+	dst = msgp.AppendFloat64(dst, s.KVCacheUsage)
+	dst = append(dst, statsDefaultsTail...)
 	if s.EncoderCacheUsage != 0 {
 		dst = msgp.AppendString(dst, keyEncoderCacheUsage)
 		dst = msgp.AppendFloat64(dst, s.EncoderCacheUsage)

@@ -98,3 +98,22 @@ func FuzzDecode(f *testing.F) {
 		}
 	})
 }
+
+// FuzzSpecialValue: a utility result under call id -1 or -2 never panics
+// the typed decoders; what they accept re-decodes to itself.
+func FuzzSpecialValue(f *testing.F) {
+	f.Add(int8(-1), []byte("\x92\xb4RECONFIGURE_FINISHED\x01"))
+	f.Add(int8(-2), []byte("\x83\xa2id\x00\xa6status\xa9unhealthy\xaafault_info\xacRuntimeError"))
+	f.Add(int8(-2), []byte("\x82\xa2id\x00\xa6status\xa7healthy"))
+	f.Add(int8(-1), []byte("\x92\x01\xa1x"))
+	f.Fuzz(func(t *testing.T, special int8, result []byte) {
+		u := UtilityOutput{Special: int64(special), HasResult: true, ResultType: Raw{0xc0}, Result: result}
+		v, ok, err := u.SpecialValue()
+		if ok != (err == nil && v != nil) {
+			t.Fatalf("ok %v with value %v, err %v", ok, v, err)
+		}
+		if err != nil && decodeguard.ReasonOf(err) != decodeguard.ReasonValidate {
+			t.Fatalf("unclassified error %v", err)
+		}
+	})
+}

@@ -26,15 +26,17 @@ const MaxWave = math.MaxInt64 - 1
 // finished request ids counted or flagged rather than kept. [Message]
 // embeds it and keeps them.
 //
-// On the wire EngineCoreOutputs is a msgspec Struct with array_like=True
-// and omit_defaults=True: an array in field order,
+// On the wire EngineCoreOutputs is a msgspec Struct with array_like=True:
+// an array of every field in order (msgspec ignores omit_defaults for
+// array-like structs),
 //
 //	[engine_index int = 0, outputs [EngineCoreOutput] = [],
 //	 scheduler_stats SchedulerStats|nil = nil, timestamp float = 0.0,
 //	 utility_output UtilityOutput|nil = nil, finished_requests [str]|nil = nil,
 //	 wave_complete int|nil = nil, start_wave int|nil = nil]
 //
-// from which trailing fields equal to their defaults are dropped.
+// which vLLM always sends with all 8 elements. Shorter arrays (fields
+// missing at the end take their defaults) and longer ones decode too.
 //
 // The zero value is the message with every field at its default. Decoding
 // into a reused value allocates nothing.
@@ -274,6 +276,9 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			b, err = h.Stats.unmarshal(b, full)
 			if err != nil {
 				return orig, rebase(err, orig, at)
+			}
+			if full != nil && full.m != nil {
+				full.m.StatsRaw = Raw(at[:len(at)-len(b)])
 			}
 		case 3:
 			detail = "EngineCoreOutputs.timestamp: want a float"

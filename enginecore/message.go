@@ -17,6 +17,12 @@ type Message struct {
 	// FinishedRequestIDs are finished_requests' ids, when
 	// HasFinishedRequests is set.
 	FinishedRequestIDs [][]byte
+	// StatsRaw is scheduler_stats as received (the whole map, every field
+	// of the engine's release), set by [Decode] when HasStats is set and
+	// pointing into the frame. The [Encoder] writes it verbatim when it is
+	// non-nil and HasStats is set, else it writes Stats with
+	// [AppendSchedulerStats].
+	StatsRaw Raw
 
 	used []uint64 // aux frames referenced so far, one bit per frame
 }
@@ -40,8 +46,9 @@ const (
 )
 
 // Output is one EngineCoreOutput: the new tokens (and whatever else) of one
-// request in one engine step. On the wire it is an array_like,
-// omit_defaults msgspec struct; only request_id and new_token_ids are
+// request in one engine step. On the wire it is an array_like msgspec
+// struct, which vLLM writes with every field (14 at vLLM main of
+// 2026-08-07); when decoding only request_id and new_token_ids are
 // required, and fields after the 17 known here are skipped.
 type Output struct {
 	// Fields is the number of array elements on the wire. Encoders ignore
@@ -154,10 +161,27 @@ type StopReason struct {
 	Str  []byte
 }
 
-// UtilityOutput is the reply to a utility call: [call_id, failure_message
+// The negative call ids vLLM uses for utility outputs nobody called for
+// (vllm/v1/engine/__init__.py): an elastic-EP notification (vLLM PR #34861,
+// EEP_NOTIFICATION_CALL_ID) and a fault-tolerance status push (vLLM PR
+// #44428, FT_STATUS_CALL_ID). Replies to calls carry uuid1().int >> 64, a
+// uint64.
+const (
+	CallIDEEPNotification int64 = -1
+	CallIDFTStatus        int64 = -2
+)
+
+// UtilityOutput is the reply to a utility call, or a message the engine
+// sends unasked under a negative call id: [call_id, failure_message
 // str|nil, result [type_info, value]|nil], all three always on the wire.
 type UtilityOutput struct {
+	// CallID is the id of the call this replies to (when Special is 0).
 	CallID uint64
+	// Special is a negative call_id: [CallIDEEPNotification],
+	// [CallIDFTStatus], or another negative value a later vLLM may use. It
+	// is 0 for a reply to a call (CallID then holds the id). The encoder
+	// writes Special when it is negative, else CallID.
+	Special int64
 	// HasFailure reports that failure_message was set: the call failed.
 	HasFailure     bool
 	FailureMessage []byte

@@ -65,16 +65,30 @@ func twoOutputs() *Message {
 	}
 }
 
+// TestEncodeVectors: the short hand-built vectors (trailing defaults
+// dropped, as Python's msgpack was told to write them) decode to the same
+// message the encoder writes at full length, as msgspec does (every field of
+// an array_like struct). The byte-exact comparison with vLLM's own bytes is
+// TestGoldenEngineOutputs.
 func TestEncodeVectors(t *testing.T) {
 	var e Encoder
-	check := func(name string, m *Message, want string) {
+	check := func(name string, m *Message, short string) {
 		t.Helper()
 		frames := e.Encode(m)
 		if len(frames) != 1 {
 			t.Fatalf("%s: %d frames, want 1", name, len(frames))
 		}
-		if got := hex.EncodeToString(frames[0]); got != want {
-			t.Errorf("%s:\n got %s\nwant %s", name, got, want)
+		got := append([]byte(nil), frames[0]...)
+		if got[0] != 0x98 {
+			t.Errorf("%s: array header %#x, want 0x98 (all 8 fields)", name, got[0])
+		}
+		var d Message
+		if err := Decode([][]byte{unhex(t, short)}, &d, nil); err != nil {
+			t.Fatalf("%s: short form: %v", name, err)
+		}
+		d.StatsRaw = nil // re-encode from the typed fields, not the bytes received
+		if again := e.Encode(&d)[0]; !bytes.Equal(again, got) {
+			t.Errorf("%s: short form re-encoded\n got %x\nwant %x", name, again, got)
 		}
 	}
 	check("two outputs", twoOutputs(), vecOutputs)
@@ -85,13 +99,17 @@ func TestEncodeVectors(t *testing.T) {
 	check("utility", &Message{Header: Header{Timestamp: ts, HasUtilityOutput: true},
 		Utility: UtilityOutput{CallID: 0xab54a98ceb1f0ad2, HasResult: true, ResultType: Raw{0xc0}, Result: Raw{0xc3}}}, vecUtilityTrue)
 
-	// Single outputs and arrays, through the internal appenders.
-	if got := hex.EncodeToString(e.appendOutput(nil, &twoOutputs().Outputs[0])); got != vecOutput1 {
+	// Single outputs: 14 fields, the defaults included.
+	const full1 = "9ea57265712d31920b0cc0c0c0c0c0c0c0c0c0c0c000"
+	if got := hex.EncodeToString(e.appendOutput(nil, &twoOutputs().Outputs[0])); got != full1 {
 		t.Errorf("output 1: %s", got)
 	}
-	if got := hex.EncodeToString(e.appendOutput(nil, &twoOutputs().Outputs[1])); got != vecOutput2 {
-		t.Errorf("output 2: %s", got)
+	e.OutputFields = OutputFieldsMax
+	if got := hex.EncodeToString(e.appendOutput(nil, &twoOutputs().Outputs[0])); got != "dc0011"+full1[2:]+"c0c0c0" {
+		t.Errorf("output 1 with 17 fields: %s", got)
 	}
+	e.OutputFields = 0
+	// Arrays, through the internal appenders.
 	e.frames = e.frames[:1]
 	if got := hex.EncodeToString(e.appendArray(nil, &Array{DType: Int32, Shape: []int{3}, Data: i32s(1, 2, 3)})); got != vecInlineI4 {
 		t.Errorf("inline <i4: %s", got)
@@ -111,8 +129,10 @@ func TestEncodeVectors(t *testing.T) {
 func TestAppendHeaderVectors(t *testing.T) {
 	h := Header{EngineIndex: 1, HasStats: true, Timestamp: ts, OutputsLen: 9, HasUtilityOutput: true,
 		Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}
-	if got := hex.EncodeToString(AppendHeader(nil, &h)); got != vecStats {
-		t.Errorf("got %s", got)
+	var e Encoder
+	want := e.Encode(&Message{Header: Header{EngineIndex: 1, HasStats: true, Timestamp: ts, Stats: h.Stats}})[0]
+	if got := AppendHeader(nil, &h); !bytes.Equal(got, want) {
+		t.Errorf("got %x\nwant %x", got, want)
 	}
 }
 
@@ -420,5 +440,42 @@ func TestAppendHeaderNoAlloc(t *testing.T) {
 	e.Encode(m)
 	if n := testing.AllocsPerRun(100, func() { e.Encode(m) }); n != 0 {
 		t.Errorf("%v allocations per Encode into a warm Encoder", n)
+	}
+}
+
+// TestSignedCallIDs: negative call ids (vLLM's notifications) decode into
+// Special and re-encode as negative fixints; a signed width holding a
+// non-negative id is an ordinary id; uint64 ids above 2^63 stay CallID.
+func TestSignedCallIDs(t *testing.T) {
+	var e Encoder
+	for _, tc := range []struct {
+		name    string
+		id      string // msgpack of call_id
+		callID  uint64
+		special int64
+	}{
+		{"eep -1", "ff", 0, CallIDEEPNotification},
+		{"ft -2", "fe", 0, CallIDFTStatus},
+		{"int8 -100", "d09c", 0, -100},
+		{"int64 min", "d38000000000000000", 0, math.MinInt64},
+		{"int8 5", "d005", 5, 0},
+		{"uint64 high", "cfab54a98ceb1f0ad2", 0xab54a98ceb1f0ad2, 0},
+	} {
+		body := unhex(t, "980090c0cb40c81cd6c8b4395893"+tc.id+"c092c0c0c0c0c0")
+		var m Message
+		if err := Decode([][]byte{body}, &m, nil); err != nil {
+			t.Fatalf("%s: %v", tc.name, err)
+		}
+		if !m.HasUtilityOutput || m.Utility.CallID != tc.callID || m.Utility.Special != tc.special {
+			t.Fatalf("%s: call id %d special %d", tc.name, m.Utility.CallID, m.Utility.Special)
+		}
+		again := e.Encode(&m)[0]
+		var m2 Message
+		if err := Decode([][]byte{again}, &m2, nil); err != nil || m2.Utility.CallID != tc.callID || m2.Utility.Special != tc.special {
+			t.Fatalf("%s: re-encoded %x: %+v %v", tc.name, again, m2.Utility, err)
+		}
+		if tc.special < 0 && tc.special >= -32 && !bytes.Contains(again, []byte{0x93, byte(tc.special)}) {
+			t.Fatalf("%s: not a negative fixint: %x", tc.name, again)
+		}
 	}
 }

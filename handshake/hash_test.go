@@ -359,12 +359,16 @@ def spec(c):
     s = dict(s)
     s["auxiliary_layer_ids"] = tuple(s["auxiliary_layer_ids"]) if s["auxiliary_layer_ids"] is not None else None
     return s
+def v6(c):  # vLLM PR #49230 (speculative_config, version 6)
+    f = base(c, 6)
+    f["speculative_config"] = spec(c)
+    return f
 def v7(c):  # vLLM PR #49230 (speculative_config) and #50620 (transfer_mode, version 7)
     f = base(c, 7)
     f["speculative_config"] = spec(c)
     f["transfer_mode"] = c["transfer_mode"] or "pull"
     return f
-profiles = {"0.25": lambda c: base(c, 5), "0.26": lambda c: base(c, 5), "main-pre-51481": v7, "latest": v7}
+profiles = {"0.25": lambda c: base(c, 5), "0.26": lambda c: base(c, 5), "main-pre-50620": v6, "main-pre-51481": v7, "latest": v7}
 for line in sys.stdin:
     name, cfg = line.split(" ", 1)
     print(hashlib.sha256(json.dumps(profiles[name](json.loads(cfg)), sort_keys=True).encode()).hexdigest())
@@ -428,9 +432,9 @@ func TestCompatibilityHashReleases(t *testing.T) {
 		}
 		seen[h] = true
 	}
-	// 0.25 and 0.26 hash alike, as do main-pre-51481 and latest; the two
-	// rule sets and the four factor sets give eight distinct hashes.
-	if want := 2 * len(sets); len(seen) != want {
+	// 0.25 and 0.26 hash alike, as do main-pre-51481 and latest; the three
+	// rule sets and the four factor sets give twelve distinct hashes.
+	if want := 3 * len(sets); len(seen) != want {
 		t.Errorf("%d distinct hashes, want %d", len(seen), want)
 	}
 }

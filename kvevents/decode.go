@@ -8,13 +8,25 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// Decode limits.
+// Decode limits. vLLM publishes one batch per scheduler step with every
+// event of that step (vllm/v1/core/sched/scheduler.py), so a batch grows
+// with the step: one store per scheduled request and KV-cache group, one
+// removal per evicted block, the connector's offloading events. In the
+// "full" report mode (vLLM PR #45261) each request that hits the prefix
+// cache also re-announces its whole cached prefix in one store: a step
+// admitting many requests that share a long prompt carries that prompt's
+// tokens once per request (64 requests × 32k tokens is about 10 MiB of
+// token ids, at up to 5 bytes each).
 const (
 	// DefaultMaxPayload is the default cap on one batch payload, checked
-	// before anything is decoded: a vLLM engine step storing a few long
-	// prompts stays well below it.
-	DefaultMaxPayload = 8 << 20
-	// DefaultMaxEvents is the default cap on the events of one batch.
+	// before anything is decoded: 64 MiB, about 13 million token ids, such
+	// as a "full" report-mode step admitting 100 requests with 128k-token
+	// cached prefixes. It also sizes the live socket's message limit.
+	DefaultMaxPayload = 64 << 20
+	// DefaultMaxEvents is the default cap on the events of one batch:
+	// 65,536, above what a step of vLLM's server defaults can produce (up
+	// to 1,024 scheduled requests, 8,192 batched tokens, so at most a few
+	// thousand stores and evictions per KV-cache group).
 	DefaultMaxEvents = 1 << 16
 )
 
@@ -40,8 +52,13 @@ func (l Limits) withDefaults() Limits {
 type EventDrop struct {
 	// Index is the event's position in the batch.
 	Index int
-	// Err is the classified error (ReasonDecode or ReasonValidate).
+	// Err is the classified error: ReasonDecode, ReasonValidate, or
+	// ReasonUnsupported for a well-formed event of a type this release does
+	// not know.
 	Err error
+	// Type is, for ReasonUnsupported, the event's type tag as sent (raw
+	// peer text: escape it before printing, decodeguard.EscapeText).
+	Type string
 }
 
 // DecodeBatch decodes one KVEventBatch payload into b, reusing b's slices.
@@ -106,7 +123,7 @@ func decodeEvents(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) ([]byt
 		}
 		ev := &b.Events[len(b.Events)-1]
 		ev.reset()
-		after, err := decodeEvent(rest, ev)
+		after, tag, err := decodeEvent(rest, ev)
 		if err == nil {
 			b.Index = append(b.Index, i)
 			rest = after
@@ -115,7 +132,7 @@ func decodeEvents(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) ([]byt
 		b.Events = b.Events[:len(b.Events)-1]
 		b.DroppedEvents++
 		if onDrop != nil {
-			onDrop(EventDrop{Index: i, Err: err})
+			onDrop(EventDrop{Index: i, Err: err, Type: string(tag)})
 		}
 		if decodeguard.ReasonOf(err) != decodeguard.ReasonValidate {
 			// A decode error may stop anywhere inside the event: find its
@@ -397,7 +414,8 @@ func parseTag(tag []byte) (EventType, error) {
 	case "AllBlocksCleared":
 		return AllBlocksCleared, nil
 	}
-	return 0, decodeErr("kvevents: unknown event tag %s", decodeguard.EscapeText(string(tag), 64))
+	return 0, decodeguard.NewError(decodeguard.ReasonUnsupported,
+		"kvevents: event type "+decodeguard.EscapeText(string(tag), 64)+" unknown to this release")
 }
 
 // field names, in vLLM's declaration order.
@@ -415,6 +433,7 @@ const (
 	fSpecWindow
 	fLocality
 	fOwnership
+	fSessionID
 	fUnknown
 )
 
@@ -446,21 +465,30 @@ func fieldOf(key []byte) int {
 		return fLocality
 	case "ownership":
 		return fOwnership
+	case "session_id":
+		return fSessionID
 	}
 	return fUnknown
 }
 
-// Legacy array positions after the tag (vLLM v0.9–v0.25, array_like=True:
-// fields in declaration order, trailing defaults omitted).
+// Fields in vLLM's declaration order: storedFields and removedFields are
+// what the map form may carry (vllm/distributed/kv_events.py, with ownership
+// and session_id of later main), and also the positions after the tag that
+// the array form is read with (vLLM v0.9–v0.25, array_like=True).
+// storedArray and removedArray are the fields the last array-form release
+// declared (before vLLM PR #42892): msgspec writes an array_like struct with
+// every one of them, defaults included.
 var (
-	storedFields  = []int{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoraID, fMedium, fLoraName, fExtraKeys, fGroupIdx, fSpecKind, fSpecWindow, fLocality, fOwnership}
+	storedFields  = []int{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoraID, fMedium, fLoraName, fExtraKeys, fGroupIdx, fSpecKind, fSpecWindow, fLocality, fOwnership, fSessionID}
 	removedFields = []int{fBlockHashes, fMedium, fGroupIdx, fLocality, fOwnership}
+	storedArray   = storedFields[:fLocality]
+	removedArray  = removedFields[:3]
 )
 
 func fieldName(f int) string {
 	return [...]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
 		"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
-		"locality", "ownership", "unknown"}[f]
+		"locality", "ownership", "session_id", "unknown"}[f]
 }
 
 func readField(f int, b []byte, ev *Event) ([]byte, error) {
@@ -476,6 +504,12 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 		ev.ParentBlockHash.V, b, err = readHash(b)
 		ev.ParentBlockHash.Valid = err == nil
 	case fTokenIDs:
+		if msgp.IsNil(b) {
+			// vLLM's MooncakeStoreConnector sends None when its request
+			// metadata has no tokens: no tokens, as a placeholder.
+			ev.TokenIDs = ev.TokenIDs[:0]
+			return b[1:], nil
+		}
 		ev.TokenIDs, b, err = readTokens(b, ev.TokenIDs[:0])
 	case fBlockSize:
 		ev.BlockSize, b, err = readInt(b)
@@ -498,6 +532,8 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 		ev.Locality, b, err = readOptString(b)
 	case fOwnership:
 		ev.Ownership, b, err = readOptString(b)
+	case fSessionID:
+		ev.SessionID, b, err = readOptString(b)
 	default:
 		b, err = msgp.Skip(b)
 	}
@@ -505,59 +541,64 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 }
 
 // decodeEvent decodes the event at the start of raw into ev, validates it,
-// and returns the bytes after it (also after a validation error).
-func decodeEvent(raw []byte, ev *Event) ([]byte, error) {
-	var (
-		seen uint16
-		rest []byte
-	)
+// and returns the bytes after it (also after a validation error). For an
+// event of a type this release does not know it returns the tag with a
+// ReasonUnsupported error.
+func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
+	var seen uint16
 	switch msgp.NextType(raw) {
 	case msgp.MapType:
-		n, r, err := msgp.ReadMapHeaderBytes(raw)
-		rest = r
+		var n uint32
+		n, rest, err = msgp.ReadMapHeaderBytes(raw)
 		if err != nil {
-			return nil, decodeErr("kvevents: event map: %v", err)
+			return nil, nil, decodeErr("kvevents: event map: %v", err)
 		}
-		// The tag may stand anywhere in the map: read the fields first,
-		// then check them against the type.
+		// The tag may stand anywhere in the map (msgspec writes it first):
+		// read the fields, then check them against the type.
 		for i := uint32(0); i < n; i++ {
 			var key []byte
 			if key, rest, err = msgp.ReadMapKeyZC(rest); err != nil {
-				return nil, decodeErr("kvevents: event map key: %v", err)
+				return nil, nil, decodeErr("kvevents: event map key: %v", err)
 			}
 			if string(key) == "type" {
 				var tag []byte
 				if tag, rest, err = msgp.ReadStringZC(rest); err != nil {
-					return nil, decodeErr("kvevents: event type is a %s, not a str", msgp.NextType(rest))
+					return nil, nil, decodeErr("kvevents: event type is a %s, not a str", msgp.NextType(rest))
 				}
 				if ev.Type, err = parseTag(tag); err != nil {
-					return nil, err
+					return nil, tag, err
 				}
 				continue
 			}
 			f := fieldOf(key)
 			if rest, err = readField(f, rest, ev); err != nil {
-				return nil, decodeErr("kvevents: field %s: %v", fieldName(f), err)
+				if tag, ok := mapTag(raw); ok && ev.Type == 0 {
+					// The fields of a type this release does not know.
+					if _, terr := parseTag(tag); terr != nil {
+						return nil, tag, terr
+					}
+				}
+				return nil, nil, decodeErr("kvevents: field %s: %v", fieldName(f), err)
 			}
 			if f != fUnknown {
 				seen |= 1 << f
 			}
 		}
 		if ev.Type == 0 {
-			return nil, decodeErr("kvevents: event map without a type")
+			return nil, nil, decodeErr("kvevents: event map without a type")
 		}
 	case msgp.ArrayType:
-		n, r, err := msgp.ReadArrayHeaderBytes(raw)
-		rest = r
+		var n uint32
+		n, rest, err = msgp.ReadArrayHeaderBytes(raw)
 		if err != nil || n == 0 {
-			return nil, decodeErr("kvevents: empty event array")
+			return nil, nil, decodeErr("kvevents: empty event array")
 		}
 		var tag []byte
 		if tag, rest, err = msgp.ReadStringZC(rest); err != nil {
-			return nil, decodeErr("kvevents: event tag is a %s, not a str", msgp.NextType(rest))
+			return nil, nil, decodeErr("kvevents: event tag is a %s, not a str", msgp.NextType(rest))
 		}
 		if ev.Type, err = parseTag(tag); err != nil {
-			return nil, err
+			return nil, tag, err
 		}
 		var fields []int
 		switch ev.Type {
@@ -572,20 +613,42 @@ func decodeEvent(raw []byte, ev *Event) ([]byte, error) {
 				f = fields[i-1]
 			}
 			if rest, err = readField(f, rest, ev); err != nil {
-				return nil, decodeErr("kvevents: field %s: %v", fieldName(f), err)
+				return nil, nil, decodeErr("kvevents: field %s: %v", fieldName(f), err)
 			}
 			if f != fUnknown {
 				seen |= 1 << f
 			}
 		}
 	default:
-		return nil, decodeErr("kvevents: event is a %s, not a map or array", msgp.NextType(raw))
+		return nil, nil, decodeErr("kvevents: event is a %s, not a map or array", msgp.NextType(raw))
 	}
-	return rest, validate(ev, seen)
+	return rest, nil, validate(ev, seen)
 }
 
-// validate applies the rules vLLM's own publisher guarantees (see the
-// package documentation for their sources).
+// mapTag finds the "type" string of the event map at the start of raw.
+func mapTag(raw []byte) ([]byte, bool) {
+	n, rest, err := msgp.ReadMapHeaderBytes(raw)
+	if err != nil {
+		return nil, false
+	}
+	for i := uint32(0); i < n; i++ {
+		var key []byte
+		if key, rest, err = msgp.ReadMapKeyZC(rest); err != nil {
+			return nil, false
+		}
+		if string(key) == "type" {
+			tag, _, err := msgp.ReadStringZC(rest)
+			return tag, err == nil
+		}
+		if rest, err = msgp.Skip(rest); err != nil {
+			return nil, false
+		}
+	}
+	return nil, false
+}
+
+// validate applies the rules vLLM's own publishers guarantee (see the
+// package documentation and docs/kv-events.md for their sources).
 func validate(ev *Event, seen uint16) error {
 	switch ev.Type {
 	case BlockStored:
@@ -593,15 +656,21 @@ func validate(ev *Event, seen uint16) error {
 		if seen&required != required {
 			return decodeErr("kvevents: BlockStored without block_hashes, token_ids or block_size")
 		}
-		if ev.BlockSize <= 0 {
-			return validateErr("kvevents: BlockStored block_size %d (must be positive)", ev.BlockSize)
-		}
-		if nt := len(ev.TokenIDs); nt != 0 {
-			nh := int64(len(ev.BlockHashes))
-			if ev.BlockSize > int64(nt) || nh*ev.BlockSize != int64(nt) {
-				return validateErr("kvevents: BlockStored has %d token_ids for %d block_hashes of block_size %d (want 0 or block_hashes × block_size)",
-					nt, nh, ev.BlockSize)
-			}
+		nt, nh, bs := int64(len(ev.TokenIDs)), int64(len(ev.BlockHashes)), ev.BlockSize
+		switch {
+		case bs < 0:
+			return validateErr("kvevents: BlockStored block_size %d (negative)", bs)
+		case bs == 0 && nt != 0:
+			// Only the offloading placeholder has block_size 0, and it
+			// never carries tokens (vLLM PR #36644).
+			return validateErr("kvevents: BlockStored block_size 0 with %d token_ids (a block_size 0 store carries none)", nt)
+		case bs == 0 && nh == 0:
+			return validateErr("kvevents: BlockStored placeholder (block_size 0) without a block hash")
+		case nt != 0 && (nt%bs != 0 || nt/bs < nh):
+			// Full blocks only; null blocks of hybrid models keep their
+			// tokens but lose their hash (vLLM issue #44451).
+			return validateErr("kvevents: BlockStored has %d token_ids for %d block_hashes of block_size %d (want 0, or a multiple of block_size of at least block_hashes × block_size)",
+				nt, nh, bs)
 		}
 		if ev.HasExtraKeys && len(ev.ExtraKeys) != len(ev.BlockHashes) {
 			return validateErr("kvevents: BlockStored has %d extra_keys for %d block_hashes",

@@ -40,13 +40,23 @@
 // Both event forms, in any mix: tagged maps {"type": name, field: value...}
 // (vLLM PR #42892, v0.26.0; keys in any order, unknown keys ignored, missing
 // optional keys default) and the tagged arrays [name, fields...] of v0.9 to
-// v0.25 (trailing defaults may be missing). Both replay framings: ["", topic,
+// v0.25 (shorter arrays too). Every field vLLM main defines, including
+// locality (PR #48281), ownership (PR #52067) and session_id (PR #51381).
+// Every shape vLLM's producers send, flagged where an index needs care:
+// offloading placeholders ([Event.Placeholder]) and hybrid-model stores
+// whose token_ids cover blocks left out of block_hashes
+// ([Event.SkippedBlocks]). Both replay framings: ["", topic,
 // seq, payload] (vLLM PR #45177, v0.26.0) and ["", seq, payload] before (and
 // SGLang). Both hash forms: unsigned integers (the default) and raw digests
 // as msgpack bin (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0), with
 // [Hash.Uint64] folding a digest exactly as vLLM would have
 // (maybe_convert_block_hash: the low 64 bits, big-endian). The batch itself
-// is accepted as an array (what vLLM sends) or a map.
+// is accepted as an array (what vLLM sends, with every field: a nil rank is
+// nil) or a map.
+//
+// The default [Limits] are sized for vLLM's largest batches (one per
+// scheduler step; the "full" report mode of PR #45261 re-announces whole
+// cached prefixes): 64 MiB and 65,536 events, see docs/kv-events.md.
 //
 // # What is dropped, and why
 //
@@ -62,18 +72,24 @@
 //   - payload not well-formed msgpack (decodeguard's pre-scan: lengths
 //     checked against the bytes present before anything is read), not a
 //     batch, ts not a number, events not an array: decode;
-//   - event: unknown tag, not a map or array, wrong field types, a bin hash
-//     of more than [MaxHashBytes] bytes, BlockStored or BlockRemoved without
-//     block_hashes: decode;
-//   - BlockStored with block_size ≤ 0: validate. vLLM always publishes its
-//     cache config's block size (a positive integer); Go consumers looped
-//     forever on 0 and panicked on negative values;
-//   - BlockStored whose token_ids are neither empty nor exactly
-//     len(block_hashes) × block_size: validate. vLLM's block pool publishes
-//     the tokens of full blocks only (vllm/v1/core/block_pool.py), and its
-//     offloading connector publishes stores to other media with no tokens
-//     (token_ids=[], vllm/distributed/kv_transfer/kv_connector/v1/offloading/
-//     scheduler.py), so both shapes are valid and nothing else is;
+//   - event of a type this release does not know (a newer vLLM's, such as
+//     the BlockInactive proposed in vLLM PR #50732): unsupported, with its
+//     name counted in SourceStats.UnsupportedTypes (escaped, bounded) — not
+//     decode, which would read as hostile traffic;
+//   - event not a map or array, without a type, wrong field types, a bin
+//     hash of more than [MaxHashBytes] bytes, BlockStored or BlockRemoved
+//     without block_hashes: decode;
+//   - BlockStored with a negative block_size, or block_size 0 with
+//     token_ids or without a hash: validate. Only the offloading
+//     connector's placeholder has block_size 0 (vLLM PR #36644), and it
+//     carries no tokens and one hash; Go consumers looped forever on 0 and
+//     panicked on negative values;
+//   - BlockStored whose token_ids are neither empty nor a whole number of
+//     blocks, at least len(block_hashes) × block_size: validate. vLLM's
+//     block pool publishes the tokens of full blocks only, and leaves null
+//     and masked blocks (hybrid models: PRs #30166, #30877, #42258) out of
+//     block_hashes while keeping their tokens (vLLM issue #44451);
+//     offloading stores carry no tokens;
 //   - BlockStored whose extra_keys is present but not one entry per block
 //     hash: validate (the field's contract in vllm/distributed/kv_events.py,
 //     since vLLM PR #33304);

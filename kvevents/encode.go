@@ -4,22 +4,27 @@ import (
 	"github.com/tinylib/msgp/msgp"
 )
 
-// AppendBatch appends the KVEventBatch payload vLLM's publisher would send
-// for these events to dst: the batch as an array [ts, events,
-// data_parallel_rank] (data_parallel_rank left out when not Valid, as
-// msgspec's omit_defaults does), each event as a tagged map in declaration
-// order when mapForm (vLLM PR #42892, v0.26.0) or as a tagged array [tag,
-// fields...] before it, fields equal to their default (nil) left out —
-// trailing ones only, in the array form. Integers take msgpack's smallest
-// encoding (unsigned for non-negative values), floats float64, as msgspec
-// writes them. ExtraKeys entries are written as given (raw msgpack, nil when
-// empty).
+// AppendBatch appends to dst the KVEventBatch payload vLLM's publisher
+// sends for these events, byte for byte what msgspec writes for the same
+// values (proven against bytes vLLM's own encoder wrote):
+//
+//   - the batch is an array_like struct, so always the 3-array [ts, events,
+//     data_parallel_rank], a rank not Valid written as nil (msgspec ignores
+//     omit_defaults for arrays);
+//   - with mapForm (vLLM PR #42892, v0.26.0) each event is a map, "type"
+//     first, then the fields in declaration order: the required ones always
+//     (BlockStored's first seven, BlockRemoved's block_hashes and medium,
+//     nil included), the optional ones only when set (omit_defaults);
+//   - without it (v0.9 to v0.25) each event is the array [tag, fields...]
+//     with every field the last array-form release declared (BlockStored 11,
+//     BlockRemoved 3), defaults included; fields added later (Locality,
+//     Ownership, SessionID) do not exist in that form and are not written.
+//
+// Integers take msgpack's smallest encoding (unsigned for non-negative
+// values), floats float64, strings str, bin hashes bin. ExtraKeys entries
+// are written as given (raw msgpack; an empty entry as nil).
 func AppendBatch(dst []byte, ts float64, events []Event, dpRank OptInt, mapForm bool) []byte {
-	if dpRank.Valid {
-		dst = msgp.AppendArrayHeader(dst, 3)
-	} else {
-		dst = msgp.AppendArrayHeader(dst, 2)
-	}
+	dst = msgp.AppendArrayHeader(dst, 3)
 	dst = msgp.AppendFloat64(dst, ts)
 	dst = msgp.AppendArrayHeader(dst, uint32(len(events)))
 	for i := range events {
@@ -29,10 +34,7 @@ func AppendBatch(dst []byte, ts float64, events []Event, dpRank OptInt, mapForm 
 			dst = appendEventArray(dst, &events[i])
 		}
 	}
-	if dpRank.Valid {
-		dst = appendInt(dst, dpRank.V)
-	}
-	return dst
+	return appendOptInt(dst, dpRank)
 }
 
 func appendInt(b []byte, v int64) []byte {
@@ -83,12 +85,14 @@ func appendExtraKeys(b []byte, ev *Event) []byte {
 	return b
 }
 
-// fieldSet reports, per field, whether it differs from its default and
-// must be written (required fields always are).
+// fieldSet reports whether a map-form event writes field f: required
+// fields always, optional ones when they differ from their default (nil).
 func fieldSet(ev *Event, f int) bool {
 	switch f {
-	case fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoraID, fMedium, fLoraName:
+	case fBlockHashes, fMedium:
 		return true
+	case fParent, fTokenIDs, fBlockSize, fLoraID, fLoraName:
+		return ev.Type == BlockStored
 	case fExtraKeys:
 		return ev.HasExtraKeys
 	case fGroupIdx:
@@ -101,15 +105,10 @@ func fieldSet(ev *Event, f int) bool {
 		return ev.Locality.Valid
 	case fOwnership:
 		return ev.Ownership.Valid
+	case fSessionID:
+		return ev.SessionID.Valid
 	}
 	return false
-}
-
-func removedSet(ev *Event, f int) bool {
-	if f == fBlockHashes || f == fMedium {
-		return true
-	}
-	return fieldSet(ev, f)
 }
 
 func appendField(b []byte, ev *Event, f int) []byte {
@@ -150,25 +149,23 @@ func appendField(b []byte, ev *Event, f int) []byte {
 		return appendOptString(b, ev.Locality)
 	case fOwnership:
 		return appendOptString(b, ev.Ownership)
+	case fSessionID:
+		return appendOptString(b, ev.SessionID)
 	}
 	return msgp.AppendNil(b)
 }
 
-func eventFields(ev *Event) ([]int, func(*Event, int) bool) {
+func appendEventMap(b []byte, ev *Event) []byte {
+	var fields []int
 	switch ev.Type {
 	case BlockStored:
-		return storedFields, fieldSet
+		fields = storedFields
 	case BlockRemoved:
-		return removedFields, removedSet
+		fields = removedFields
 	}
-	return nil, nil
-}
-
-func appendEventMap(b []byte, ev *Event) []byte {
-	fields, set := eventFields(ev)
 	n := uint32(1)
 	for _, f := range fields {
-		if set(ev, f) {
+		if fieldSet(ev, f) {
 			n++
 		}
 	}
@@ -176,7 +173,7 @@ func appendEventMap(b []byte, ev *Event) []byte {
 	b = msgp.AppendString(b, "type")
 	b = msgp.AppendString(b, ev.Type.String())
 	for _, f := range fields {
-		if set(ev, f) {
+		if fieldSet(ev, f) {
 			b = msgp.AppendString(b, fieldName(f))
 			b = appendField(b, ev, f)
 		}
@@ -185,16 +182,16 @@ func appendEventMap(b []byte, ev *Event) []byte {
 }
 
 func appendEventArray(b []byte, ev *Event) []byte {
-	fields, set := eventFields(ev)
-	last := -1
-	for i, f := range fields {
-		if set(ev, f) {
-			last = i
-		}
+	var fields []int
+	switch ev.Type {
+	case BlockStored:
+		fields = storedArray
+	case BlockRemoved:
+		fields = removedArray
 	}
-	b = msgp.AppendArrayHeader(b, uint32(2+last))
+	b = msgp.AppendArrayHeader(b, uint32(1+len(fields)))
 	b = msgp.AppendString(b, ev.Type.String())
-	for _, f := range fields[:last+1] {
+	for _, f := range fields {
 		b = appendField(b, ev, f)
 	}
 	return b

@@ -135,23 +135,67 @@ type OptHash struct {
 // tuple, or nil): their contents are engine-specific (multi-modal hashes,
 // LoRA name, cache salt) and left to the consumer. In a delivered Batch the
 // ExtraKeys slices alias the received frame.
+//
+// Two BlockStored shapes need care from an index (see [Event.Placeholder]
+// and [Event.SkippedBlocks]): offloading placeholders that say only where a
+// block now lives, and hybrid-model stores whose token_ids also cover
+// blocks that have no hash in BlockHashes.
 type Event struct {
 	Type            EventType
 	BlockHashes     []Hash
 	ParentBlockHash OptHash
 	TokenIDs        []int64
-	BlockSize       int64
-	LoraID          OptInt
-	Medium          OptString
-	LoraName        OptString
-	HasExtraKeys    bool
-	ExtraKeys       [][]byte
+	// BlockSize is the tokens per block; 0 only in an offloading
+	// placeholder (no token_ids, vLLM PR #36644).
+	BlockSize    int64
+	LoraID       OptInt
+	Medium       OptString
+	LoraName     OptString
+	HasExtraKeys bool
+	ExtraKeys    [][]byte
 
 	GroupIdx                 OptInt
 	KVCacheSpecKind          OptString
 	KVCacheSpecSlidingWindow OptInt
-	Locality                 OptString
-	Ownership                OptString
+	// Locality is "LOCAL" or "REMOTE" relative to the publisher (vLLM PR
+	// #48281), when the tier says.
+	Locality OptString
+	// Ownership names the tier that owns the blocks (BlockStored and
+	// BlockRemoved, later vLLM main), when sent.
+	Ownership OptString
+	// SessionID is the session a BlockStored's request belongs to (vLLM PR
+	// #51381), when sent.
+	SessionID OptString
+}
+
+// Placeholder reports a BlockStored that says only which tier (Medium,
+// Locality, GroupIdx) now holds its blocks: it carries no token_ids, so
+// nothing about the prefix they cache. vLLM's offloading connector
+// publishes these by default for every block it offloads to CPU or storage
+// (block_size 0 and one hash, the offload key's, since vLLM PR #36644;
+// releases before it sent the cache's block size with no tokens). A
+// consumer should record the location for hashes it already knows and not
+// treat the event as a new prefix.
+func (e *Event) Placeholder() bool {
+	return e.Type == BlockStored && len(e.TokenIDs) == 0
+}
+
+// SkippedBlocks returns how many blocks a BlockStored's token_ids cover
+// beyond its block hashes: len(TokenIDs)/BlockSize - len(BlockHashes), and
+// 0 for every other event. vLLM leaves null and masked-out blocks (hybrid
+// models: Mamba groups in "align" prefix-caching mode, sliding-window
+// groups) out of block_hashes and extra_keys but keeps their tokens
+// (vllm/v1/core/block_pool.py cache_full_blocks; vLLM issue #44451). When it
+// is above 0, the hashes cannot be paired with token blocks by position.
+func (e *Event) SkippedBlocks() int {
+	if e.Type != BlockStored || e.BlockSize <= 0 || len(e.TokenIDs) == 0 {
+		return 0
+	}
+	n := int64(len(e.TokenIDs))/e.BlockSize - int64(len(e.BlockHashes))
+	if n < 0 {
+		return 0
+	}
+	return int(n)
 }
 
 // retainElems caps the slice capacity a reused Event keeps between

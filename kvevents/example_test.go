@@ -63,3 +63,31 @@ func Example() {
 	// seq 1 replayed=true BlockStored 101
 	// seq 2 replayed=true BlockStored 102
 }
+
+// How an index reads the two BlockStored shapes that need care: an
+// offloading placeholder (where a block now lives, no tokens) and a hybrid
+// model's store whose tokens cover a block vLLM left out of block_hashes.
+func ExampleEvent_Placeholder() {
+	events := []kvevents.Event{
+		{Type: kvevents.BlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(7)},
+			Medium: kvevents.String("CPU")}, // block_size 0, no token_ids
+		{Type: kvevents.BlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(9)}, BlockSize: 2,
+			TokenIDs: []int64{1, 2, 3, 4}, Medium: kvevents.String("GPU")},
+	}
+	p := kvevents.AppendBatch(nil, 1, events, kvevents.Int(0), true)
+	var b kvevents.Batch
+	if err := kvevents.DecodeBatch(p, kvevents.Limits{}, &b, nil); err != nil {
+		panic(err)
+	}
+	for _, e := range b.Events {
+		switch {
+		case e.Placeholder():
+			fmt.Println("location only:", e.BlockHashes[0], "now on", e.Medium.V)
+		case e.SkippedBlocks() > 0:
+			fmt.Println("tokens of", e.SkippedBlocks(), "block(s) without a hash: do not pair hashes with tokens by position")
+		}
+	}
+	// Output:
+	// location only: 7 now on CPU
+	// tokens of 1 block(s) without a hash: do not pair hashes with tokens by position
+}

@@ -225,7 +225,7 @@ func TestHostilePayloads(t *testing.T) {
 		}
 		cases = append(cases, junk{frames: [][]byte{[]byte("t"), nil, p.Bytes}, reason: r})
 	}
-	bad := Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 0}
+	bad := Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: -1}
 	cases = append(cases, junk{frames: [][]byte{[]byte("t"), nil, AppendBatch(nil, 1, []Event{bad, storedEvent(2)}, OptInt{}, true)},
 		reason: decodeguard.ReasonValidate, event: true})
 	for i, c := range cases {

@@ -8,11 +8,14 @@ import (
 	"fmt"
 	"io"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/golden"
 	"github.com/zmqguard/zmqguard/internal/pypeer"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -29,44 +32,46 @@ func describe(e *Event) string {
 	for _, k := range e.ExtraKeys {
 		fmt.Fprintf(&b, "%x,", k)
 	}
-	fmt.Fprintf(&b, " group=%v kind=%v win=%v loc=%v own=%v", e.GroupIdx, e.KVCacheSpecKind,
-		e.KVCacheSpecSlidingWindow, e.Locality, e.Ownership)
+	fmt.Fprintf(&b, " group=%v kind=%v win=%v loc=%v own=%v session=%v", e.GroupIdx, e.KVCacheSpecKind,
+		e.KVCacheSpecSlidingWindow, e.Locality, e.Ownership, e.SessionID)
 	return b.String()
 }
 
-// pyBatch is what testdata/vllm_publisher.py publishes for (run, seq).
-func pyBatch(run, seq uint64) (float64, []Event) {
-	base := run*1000 + seq
-	var hashes []Hash
-	if seq%2 == 0 {
-		hashes = []Hash{IntHash(base), IntHash(1<<63 + base)}
-	} else {
-		d := append(bytes.Repeat([]byte{byte(base % 256)}, 31), byte(seq))
-		h, _ := BytesHash(d)
-		hashes = []Hash{h}
-	}
-	n := int64(len(hashes))
-	st := Event{Type: BlockStored, BlockHashes: hashes, BlockSize: 2, Medium: String("GPU")}
-	if seq != 0 {
-		st.ParentBlockHash = OptHash{V: IntHash(base - 1), Valid: true}
-	}
-	for i := int64(0); i < 2*n; i++ {
-		st.TokenIDs = append(st.TokenIDs, int64(base)+i)
-	}
-	if seq%3 == 0 {
-		st.HasExtraKeys = true
-		for i := int64(0); i < n; i++ {
-			st.ExtraKeys = append(st.ExtraKeys, append([]byte{0x92, 0xa4, 's', 'a', 'l', 't'}, byte(seq)))
+// goldenLive returns the values of the golden live-batch vectors, in file
+// order: what testdata/vllm_publisher.py sends, as vLLM's own bytes.
+func goldenLive(t *testing.T) (ts []float64, events [][]Event, ranks []OptInt, payloads [][]byte) {
+	t.Helper()
+	for _, v := range golden.Load(t, "kv-events") {
+		var val goldenKV
+		if err := jsonDecode(v.Values, &val); err != nil {
+			t.Fatal(err)
 		}
+		if val.Message != "kv_event_batch" {
+			continue
+		}
+		var gb goldenBatch
+		if err := jsonDecode(val.Decoded, &gb); err != nil {
+			t.Fatal(err)
+		}
+		evs := make([]Event, len(gb.Events))
+		for i, m := range gb.Events {
+			var err error
+			if evs[i], err = goldenEvent(m); err != nil {
+				t.Fatalf("%s event %d: %v", v.ID, i, err)
+			}
+		}
+		var rank OptInt
+		if gb.Rank != nil {
+			r, _ := gb.Rank.Int64()
+			rank = Int(r)
+		}
+		frames, err := v.Frames()
+		if err != nil {
+			t.Fatal(err)
+		}
+		ts, events, ranks, payloads = append(ts, gb.TS), append(events, evs), append(ranks, rank), append(payloads, frames[2])
 	}
-	if seq%2 == 1 {
-		st.GroupIdx = Int(0)
-	}
-	evs := []Event{st, {Type: BlockRemoved, BlockHashes: []Hash{IntHash(base)}, Medium: String("CPU")}}
-	if seq == 5 {
-		evs = append(evs, Event{Type: AllBlocksCleared})
-	}
-	return 1700000000.0 + float64(base), evs
+	return ts, events, ranks, payloads
 }
 
 type lineRecorder struct {
@@ -98,37 +103,39 @@ func (r *lineRecorder) get() []string {
 	return append([]string(nil), r.lines...)
 }
 
-// TestInteropPythonPublisher: a pyzmq publisher sending vLLM's exact bytes,
-// with gaps recovered by replay and a restart, in both event forms and both
-// replay framings; the Go subscriber delivers exactly what was published.
+// TestInteropPythonPublisher: a pyzmq publisher sending vLLM's own bytes
+// (the golden vectors' payloads, in vLLM's framing), with gaps recovered by
+// replay and a restart, in both replay framings; the Go subscriber delivers
+// exactly the values the vectors hold.
 func TestInteropPythonPublisher(t *testing.T) {
-	py := pypeer.Require(t, "zmq", "msgpack")
+	py := pypeer.Require(t, "zmq")
+	gts, gevs, granks, _ := goldenLive(t)
 	var want []string
-	for run, n := range []uint64{10, 5} {
+	for run, n := range []int{20, 14} {
 		if run == 1 {
 			want = append(want, "reset 0")
 		}
-		for seq := uint64(0); seq < n; seq++ {
-			ts, evs := pyBatch(uint64(run), seq)
-			s := fmt.Sprintf("batch %d ts=%v dp=%v", seq, ts, Int(0))
-			for i := range evs {
-				s += fmt.Sprintf(" [%d %s]", i, describe(&evs[i]))
+		for seq := 0; seq < n; seq++ {
+			k := (run*20 + seq) % len(gts)
+			s := fmt.Sprintf("batch %d ts=%v dp=%v", seq, gts[k], granks[k])
+			for i := range gevs[k] {
+				s += fmt.Sprintf(" [%d %s]", i, describe(&gevs[k][i]))
 			}
 			want = append(want, s)
 		}
 	}
-	for _, c := range [][3]string{{"map", "topic", ""}, {"array", "legacy", ""}, {"map", "topic", "connect"}} {
-		t.Run(strings.TrimSuffix(c[0]+"-"+c[1]+"-"+c[2], "-"), func(t *testing.T) {
+	for _, c := range [][2]string{{"topic", ""}, {"legacy", ""}, {"topic", "connect"}} {
+		t.Run(strings.TrimSuffix(c[0]+"-"+c[1], "-"), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			rec := &lineRecorder{}
-			sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Topic: "kv@pod-1", ReplayTimeout: 20 * time.Second})
+			sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Topic: "kv-", ReplayTimeout: 20 * time.Second})
 			if err != nil {
 				t.Fatal(err)
 			}
-			args := []string{"testdata/vllm_publisher.py", c[0], c[1]}
-			if c[2] != "" {
-				args = append(args, c[2])
+			args := []string{"testdata/vllm_publisher.py", filepath.Join(golden.Dir(), "kv-events.jsonl"), c[0]}
+			if c[1] != "" {
+				args = append(args, c[1])
 			}
 			cmd := exec.CommandContext(ctx, py, args...)
 			stdin, _ := cmd.StdinPipe()
@@ -144,7 +151,7 @@ func TestInteropPythonPublisher(t *testing.T) {
 				t.Fatalf("publisher: %v %s", err, stderr.String())
 			}
 			eps := strings.Fields(line)
-			if c[2] == "connect" {
+			if c[1] == "connect" {
 				// vLLM connects its PUB when the endpoint names a host:
 				// the subscriber binds, and tells the publisher where.
 				if err := sub.Add(Source{Name: "py", Live: "tcp://127.0.0.1:0", Bind: true, Replay: eps[1]}); err != nil {
@@ -177,19 +184,33 @@ func TestInteropPythonPublisher(t *testing.T) {
 }
 
 // TestInteropPythonSubscriber: the Go publisher's live messages and replay
-// replies, read by pyzmq (SUB and DEALER) and msgpack, are vLLM's bytes.
+// replies, read by pyzmq (SUB and DEALER), are vLLM's bytes: for vLLM main
+// each payload equals the golden vector (written by vLLM's encoder) whose
+// values were published. The 0.25 profile (array form, replies without the
+// topic frame) has no golden vectors: there the framing is checked and the
+// payload is the array form of the same values.
 func TestInteropPythonSubscriber(t *testing.T) {
-	py := pypeer.Require(t, "zmq", "msgpack")
-	for _, name := range []string{"latest", "0.25"} {
+	py := pypeer.Require(t, "zmq")
+	gts, gevs, granks, gpay := goldenLive(t)
+	for _, name := range []string{goldenRelease.String(), "0.25"} {
 		t.Run(name, func(t *testing.T) {
 			rel, _ := vllm.Parse(name)
 			r := rel.Rules()
 			p, err := NewPublisher(PublisherConfig{Release: rel, Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0",
-				Topic: "kv@p@m", Logger: quiet, Now: func() time.Time { return time.Unix(1700000000, 5e8) }})
+				Topic: "kv-events", Logger: quiet})
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer p.Close()
+			// wantPayload is what batch seq must carry: batch seq has the
+			// values of golden live vector seq mod their count.
+			wantPayload := func(seq uint64) string {
+				k := int(seq % uint64(len(gts)))
+				if r.KVEventsMapForm {
+					return hex.EncodeToString(gpay[k])
+				}
+				return hex.EncodeToString(AppendBatch(nil, gts[k], gevs[k], granks[k], false))
+			}
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 			defer cancel()
 			cmd := exec.CommandContext(ctx, py, "testdata/py_subscriber.py", loopback(p.Endpoint()), p.ReplayEndpoint(), "3")
@@ -219,14 +240,15 @@ func TestInteropPythonSubscriber(t *testing.T) {
 					mu.Unlock()
 				}
 			}()
-			evs := []Event{vecStored(), vecRemoved(), {Type: AllBlocksCleared}}
-			if !r.KVEventsMapForm {
-				evs[1].GroupIdx = OptInt{}
-			}
 			// Publish until pyzmq's subscription is in (slow joiner), then
 			// the replay shows every batch the buffer holds.
+			var next int
 			waitFor(t, "python to read 3 live messages", func() bool {
-				p.Publish(evs...)
+				k := next % len(gts)
+				next++
+				if err := p.PublishBatch(gts[k], gevs[k], granks[k]); err != nil {
+					t.Errorf("publish: %v", err)
+				}
 				time.Sleep(20 * time.Millisecond)
 				mu.Lock()
 				defer mu.Unlock()
@@ -236,21 +258,16 @@ func TestInteropPythonSubscriber(t *testing.T) {
 			if err := cmd.Wait(); err != nil {
 				t.Fatalf("python: %v %s", err, stderr.String())
 			}
-			var wantPayload string
-			if r.KVEventsMapForm {
-				wantPayload = hex.EncodeToString(batchOf(t, vecStoredMap, vecRemovedMap, vecClearedMap))
-			} else {
-				wantPayload = "93cb41d954fc4020000093" + hex.EncodeToString(appendEventArray(nil, &evs[0])) + vecRemovedArr + vecClearedArr + "00"
-			}
-			topic := hex.EncodeToString([]byte("kv@p@m"))
+			topic := hex.EncodeToString([]byte("kv-events"))
 			var live, replay []string
 			for _, l := range lines {
 				f := strings.Fields(l)
 				switch f[0] {
 				case "live":
 					live = append(live, l)
-					if f[1] != topic || f[3] != wantPayload {
-						t.Fatalf("live line %q\nwant payload %s", l, wantPayload)
+					seq, err := strconv.ParseUint(f[2], 16, 64)
+					if err != nil || f[1] != topic || f[3] != wantPayload(seq) {
+						t.Fatalf("live line %q\nwant payload %s", l, wantPayload(seq))
 					}
 				case "replay":
 					replay = append(replay, f[1])
@@ -263,10 +280,10 @@ func TestInteropPythonSubscriber(t *testing.T) {
 				fr := strings.Split(rp, "|")
 				seq := fmt.Sprintf("%016x", i)
 				if r.KVReplayTopicFrame {
-					if len(fr) != 4 || fr[0] != "" || fr[1] != topic || fr[2] != seq || fr[3] != wantPayload {
+					if len(fr) != 4 || fr[0] != "" || fr[1] != topic || fr[2] != seq || fr[3] != wantPayload(uint64(i)) {
 						t.Fatalf("replay %d: %q", i, rp)
 					}
-				} else if len(fr) != 3 || fr[0] != "" || fr[1] != seq || fr[2] != wantPayload {
+				} else if len(fr) != 3 || fr[0] != "" || fr[1] != seq || fr[2] != wantPayload(uint64(i)) {
 					t.Fatalf("replay %d: %q", i, rp)
 				}
 			}

@@ -269,8 +269,8 @@ func (p *Publisher) Publish(events ...Event) error {
 }
 
 // PublishBatch is Publish with the timestamp and data_parallel_rank given
-// (a rank not Valid is left out of the batch, as vLLM's omit_defaults
-// does).
+// (a rank not Valid is written as nil: msgspec writes an array_like struct
+// with every field).
 func (p *Publisher) PublishBatch(ts float64, events []Event, dpRank OptInt) error {
 	if p.closed.Load() {
 		return ErrClosed

@@ -11,13 +11,15 @@ import (
 
 // Vectors from vLLM's encoder (msgspec), see docs/kv-events.md.
 const (
-	vecClearedMap  = "81a474797065b0416c6c426c6f636b73436c6561726564"
-	vecRemovedMap  = "84a474797065ac426c6f636b52656d6f766564ac626c6f636b5f68617368657391cf1122334455667788a66d656469756da3475055a967726f75705f69647800"
-	vecStoredMap   = "88a474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657391cf1122334455667788b1706172656e745f626c6f636b5f6861736807a9746f6b656e5f6964739109aa626c6f636b5f73697a6501a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c0"
-	vecBatch       = "93cb41d954fc402000009181a474797065b0416c6c426c6f636b73436c656172656400"
-	vecRemovedArr  = "93ac426c6f636b52656d6f76656491cf1122334455667788a3475055"
-	vecClearedArr  = "91b0416c6c426c6f636b73436c6561726564"
-	vecEndOfReplay = "ffffffffffffffff"
+	vecClearedMap = "81a474797065b0416c6c426c6f636b73436c6561726564"
+	vecRemovedMap = "84a474797065ac426c6f636b52656d6f766564ac626c6f636b5f68617368657391cf1122334455667788a66d656469756da3475055a967726f75705f69647800"
+	vecStoredMap  = "88a474797065ab426c6f636b53746f726564ac626c6f636b5f68617368657391cf1122334455667788b1706172656e745f626c6f636b5f6861736807a9746f6b656e5f6964739109aa626c6f636b5f73697a6501a76c6f72615f6964c0a66d656469756da3475055a96c6f72615f6e616d65c0"
+	vecBatch      = "93cb41d954fc402000009181a474797065b0416c6c426c6f636b73436c656172656400"
+	vecRemovedArr = "93ac426c6f636b52656d6f76656491cf1122334455667788a3475055"
+	// msgspec writes an array_like struct with every field: group_idx nil.
+	vecRemovedArrFull = "94ac426c6f636b52656d6f76656491cf1122334455667788a3475055c0"
+	vecClearedArr     = "91b0416c6c426c6f636b73436c6561726564"
+	vecEndOfReplay    = "ffffffffffffffff"
 )
 
 func unhex(t testing.TB, s string) []byte {
@@ -61,7 +63,7 @@ func TestEncodeVectors(t *testing.T) {
 		{"removed map", vecRemoved(), true, vecRemovedMap},
 		{"stored map", vecStored(), true, vecStoredMap},
 		{"cleared array", Event{Type: AllBlocksCleared}, false, vecClearedArr},
-		{"removed array", Event{Type: BlockRemoved, BlockHashes: []Hash{IntHash(0x1122334455667788)}, Medium: String("GPU")}, false, vecRemovedArr},
+		{"removed array", Event{Type: BlockRemoved, BlockHashes: []Hash{IntHash(0x1122334455667788)}, Medium: String("GPU")}, false, vecRemovedArrFull},
 	}
 	for _, c := range cases {
 		got := AppendBatch(nil, 1700000000.5, []Event{c.ev}, Int(0), c.mapForm)
@@ -113,7 +115,7 @@ func TestRoundTripBothForms(t *testing.T) {
 	full := Event{Type: BlockStored, BlockHashes: []Hash{bh, IntHash(1 << 63)}, TokenIDs: []int64{1, 2, 3, 4},
 		BlockSize: 2, LoraID: Int(3), Medium: String("CPU"), LoraName: String("l"), HasExtraKeys: true,
 		ExtraKeys: [][]byte{extra, nil}, GroupIdx: Int(1), KVCacheSpecKind: String("full_attention"),
-		KVCacheSpecSlidingWindow: Int(-1), Locality: String("local"), Ownership: String("own")}
+		KVCacheSpecSlidingWindow: Int(-1), Locality: String("local"), Ownership: String("own"), SessionID: String("s")}
 	for _, mapForm := range []bool{true, false} {
 		p := AppendBatch(nil, 12.25, []Event{full, {Type: AllBlocksCleared}}, OptInt{}, mapForm)
 		var b Batch
@@ -124,12 +126,17 @@ func TestRoundTripBothForms(t *testing.T) {
 			t.Fatalf("batch %+v", b)
 		}
 		e := b.Events[0]
+		later := String("local") == e.Locality && String("own") == e.Ownership && String("s") == e.SessionID
+		if mapForm != later {
+			// The array form (v0.25 and before) has no field after
+			// kv_cache_spec_sliding_window.
+			t.Errorf("mapForm=%v: locality/ownership/session_id %v %v %v", mapForm, e.Locality, e.Ownership, e.SessionID)
+		}
 		if !e.BlockHashes[0].IsBytes() || e.BlockHashes[0].String() != hex.EncodeToString(digest) ||
 			e.BlockHashes[0].Uint64() != 0xabababababababab&^0xff|0x01 || e.BlockHashes[1].Uint64() != 1<<63 ||
 			e.LoraID != Int(3) || e.Medium != String("CPU") || e.LoraName != String("l") || !e.HasExtraKeys ||
 			len(e.ExtraKeys) != 2 || !bytes.Equal(e.ExtraKeys[0], extra) || !bytes.Equal(e.ExtraKeys[1], []byte{0xc0}) ||
-			e.GroupIdx != Int(1) || e.KVCacheSpecKind != String("full_attention") || e.KVCacheSpecSlidingWindow != Int(-1) ||
-			e.Locality != String("local") || e.Ownership != String("own") {
+			e.GroupIdx != Int(1) || e.KVCacheSpecKind != String("full_attention") || e.KVCacheSpecSlidingWindow != Int(-1) {
 			t.Errorf("mapForm=%v: %+v", mapForm, e)
 		}
 	}
@@ -142,16 +149,21 @@ func TestDecodeDrops(t *testing.T) {
 		raw    string
 		reason decodeguard.Reason
 	}{
-		"block_size 0":     {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 0}, reason: decodeguard.ReasonValidate},
-		"block_size -1":    {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: -1}, reason: decodeguard.ReasonValidate},
-		"tokens mismatch":  {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 2, TokenIDs: []int64{1}}, reason: decodeguard.ReasonValidate},
-		"tokens huge size": {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 1 << 62, TokenIDs: []int64{1}}, reason: decodeguard.ReasonValidate},
-		"extra_keys len":   {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, BlockSize: 1, HasExtraKeys: true, ExtraKeys: [][]byte{nil}}, reason: decodeguard.ReasonValidate},
-		"unknown tag":      {raw: "81a474797065a3466f6f", reason: decodeguard.ReasonDecode},
-		"no type":          {raw: "81a16101", reason: decodeguard.ReasonDecode},
-		"hash is str":      {raw: "83a474797065ac426c6f636b52656d6f766564ac626c6f636b5f686173686573" + "91a178" + "", reason: decodeguard.ReasonDecode},
-		"bare int":         {raw: "07", reason: decodeguard.ReasonDecode},
-		"tag is int":       {raw: "9107", reason: decodeguard.ReasonDecode},
+		"block_size 0 with tokens": {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 0, TokenIDs: []int64{1}}, reason: decodeguard.ReasonValidate},
+		"placeholder no hash":      {ev: Event{Type: BlockStored, BlockSize: 0}, reason: decodeguard.ReasonValidate},
+		"tokens not a multiple":    {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 2, TokenIDs: []int64{1, 2, 3}}, reason: decodeguard.ReasonValidate},
+		"tokens fewer than hashes": {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, BlockSize: 2, TokenIDs: []int64{1, 2}}, reason: decodeguard.ReasonValidate},
+		"block_size -1":            {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: -1}, reason: decodeguard.ReasonValidate},
+		"tokens mismatch":          {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 2, TokenIDs: []int64{1}}, reason: decodeguard.ReasonValidate},
+		"tokens huge size":         {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 1 << 62, TokenIDs: []int64{1}}, reason: decodeguard.ReasonValidate},
+		"extra_keys len":           {ev: Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, BlockSize: 1, HasExtraKeys: true, ExtraKeys: [][]byte{nil}}, reason: decodeguard.ReasonValidate},
+		"unknown tag":              {raw: "81a474797065a3466f6f", reason: decodeguard.ReasonUnsupported},
+		"unknown tag late":         {raw: "82ac626c6f636b5f68617368657301a474797065a3466f6f", reason: decodeguard.ReasonUnsupported},
+		"unknown array":            {raw: "92a3466f6f01", reason: decodeguard.ReasonUnsupported},
+		"no type":                  {raw: "81a16101", reason: decodeguard.ReasonDecode},
+		"hash is str":              {raw: "83a474797065ac426c6f636b52656d6f766564ac626c6f636b5f686173686573" + "91a178" + "", reason: decodeguard.ReasonDecode},
+		"bare int":                 {raw: "07", reason: decodeguard.ReasonDecode},
+		"tag is int":               {raw: "9107", reason: decodeguard.ReasonDecode},
 	}
 	for name, c := range bad {
 		raw := c.raw
@@ -174,12 +186,47 @@ func TestDecodeDrops(t *testing.T) {
 		if r := decodeguard.ReasonOf(drops[0].Err); r != c.reason {
 			t.Errorf("%s: reason %v want %v (%v)", name, r, c.reason, drops[0].Err)
 		}
+		if wantTag := c.reason == decodeguard.ReasonUnsupported; wantTag != (drops[0].Type == "Foo") {
+			t.Errorf("%s: drop type %q", name, drops[0].Type)
+		}
 	}
-	// An offloaded store carries no token ids: valid.
-	off := Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, BlockSize: 256, Medium: String("CPU")}
-	var b Batch
-	if err := DecodeBatch(AppendBatch(nil, 1, []Event{off}, OptInt{}, true), Limits{}, &b, nil); err != nil || len(b.Events) != 1 {
-		t.Errorf("offloaded store: %v %+v", err, b)
+	// Shapes vLLM sends, accepted and flagged.
+	ok := map[string]struct {
+		ev          Event
+		placeholder bool
+		skipped     int
+	}{
+		// Offloading placeholders: block_size 0, no tokens (vLLM PR
+		// #36644); before it, the block size with no tokens.
+		"placeholder":     {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, Medium: String("CPU")}, true, 0},
+		"offload no toks": {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, BlockSize: 256, Medium: String("CPU")}, true, 0},
+		// Null blocks keep their tokens, lose their hash (#44451).
+		"hybrid align": {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 2, TokenIDs: []int64{1, 2, 3, 4, 5, 6}}, false, 2},
+		"all null":     {Event{Type: BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2}}, false, 1},
+		"full blocks":  {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 2, TokenIDs: []int64{1, 2}}, false, 0},
+		"removed":      {Event{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1)}}, false, 0},
+		"all cleared":  {Event{Type: AllBlocksCleared}, false, 0},
+	}
+	// token_ids nil (vLLM's MooncakeStoreConnector without tokens) reads as
+	// no tokens.
+	nilTokens := appendEventMap(nil, &Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 16, TokenIDs: []int64{}})
+	nilTokens = bytes.Replace(nilTokens, []byte("\xa9token_ids\x90"), []byte("\xa9token_ids\xc0"), 1)
+	if !bytes.Contains(nilTokens, []byte("\xa9token_ids\xc0")) {
+		t.Fatalf("no nil token_ids in %x", nilTokens)
+	}
+	var nb Batch
+	if err := DecodeBatch(batchOf(t, hex.EncodeToString(nilTokens)), Limits{}, &nb, nil); err != nil || len(nb.Events) != 1 || !nb.Events[0].Placeholder() {
+		t.Errorf("token_ids nil: %v %+v", err, nb)
+	}
+	for name, c := range ok {
+		var b Batch
+		if err := DecodeBatch(AppendBatch(nil, 1, []Event{c.ev}, OptInt{}, true), Limits{}, &b, nil); err != nil || len(b.Events) != 1 {
+			t.Errorf("%s: %v %+v", name, err, b)
+			continue
+		}
+		if e := &b.Events[0]; e.Placeholder() != c.placeholder || e.SkippedBlocks() != c.skipped {
+			t.Errorf("%s: Placeholder %v SkippedBlocks %d, want %v %d", name, e.Placeholder(), e.SkippedBlocks(), c.placeholder, c.skipped)
+		}
 	}
 }
 

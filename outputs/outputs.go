@@ -16,6 +16,15 @@
 // is nil, ends Run with an *[EngineDeadError] (errors.Is(err,
 // ErrEngineDead)), which is what vLLM's client does.
 //
+// A utility output under a negative call id, which an engine sends unasked
+// (an elastic-EP notification, -1, or a fault-tolerance status, -2), also
+// reaches Config.OnNotification as a typed [Notification].
+//
+// The default limits (DefaultMaxFrames, DefaultMaxMessageSize) are sized for
+// one engine step of a large engine, max_num_seqs 1024 with logprobs,
+// pooling outputs and routed experts in aux frames; see DefaultMaxFrames
+// for the arithmetic.
+//
 // A message is attributed to an engine by its engine_index; a junk message
 // or the sentinel, which carry none, by the connection it came on, once that
 // connection has sent one valid message. Drops from connections that never
@@ -75,6 +84,13 @@ func (e *EngineDeadError) Is(target error) bool { return target == ErrEngineDead
 // ids, array data) alias the frames and are valid only until it returns.
 // A nil return goes on; a classified *decodeguard.Error drops the message
 // under its reason; any other error ends Run.
+//
+// The Handler, OnEngineDead and OnDrop run in Run's goroutine, holding no
+// lock of the Receiver: each may call the Receiver's Stats, Endpoint and
+// Close (Close from inside makes Run return loop.ErrLoopClosed once the
+// callback has returned). Config.Socket.OnEvent runs on the socket's
+// goroutines and may call the same (see socket.Options.OnEvent). A callback
+// must not wait for Run to return: Run waits for it.
 type Handler func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error
 
 // Config configures a [Receiver]. The zero value of every field is a safe
@@ -90,32 +106,83 @@ type Config struct {
 	// depends on it today; it is reported in Stats.
 	Release vllm.Release
 	// Socket configures the PULL socket: start from [DefaultSocketOptions].
-	// Zero fields take socket's defaults, except Guard.MaxFrames, which
-	// defaults to enginecore.DefaultMaxFrames (vLLM sends one aux frame per
-	// large array; socket.DefaultOptions' 64 frames refuses a busy step
-	// with logprobs, and New logs a warning for a limit that low).
+	// Zero fields take socket's defaults, except Guard.MaxFrames and
+	// Guard.MaxMessageSize, which default to [DefaultMaxFrames] (4096) and
+	// [DefaultMaxMessageSize] (64 MiB), sized for one engine step of a
+	// large engine (see DefaultMaxFrames); New logs a warning for a frame
+	// limit lower than that. The socket's MemoryBudget (default twice
+	// MaxMessageSize) still bounds what all connections hold together.
 	Socket socket.Options
-	// Limits bounds the decode. Zero fields take enginecore's defaults;
-	// Limits.Scan.MaxBytes 0 means the socket's message size limit.
+	// Limits bounds the decode. Zero fields take enginecore's defaults,
+	// except: Limits.MaxFrames 0 means the socket's frame limit,
+	// Limits.Scan.MaxBytes 0 the socket's message size limit, and
+	// Limits.Scan.MaxElements 0 means DefaultMaxElements.
 	Limits enginecore.Limits
 	// Engines, when positive, is the number of engines: a message whose
 	// engine_index is not in [0, Engines) is dropped (ReasonUnknownRank).
 	Engines int
 	// Handler receives each valid message (required).
 	Handler Handler
+	// OnNotification, if set, is called (from Run's goroutine, before
+	// Handler) for each message whose utility output carries a negative
+	// call id: an elastic-EP notification (-1) or a fault-tolerance status
+	// (-2), typed, or another negative id from a later vLLM, untyped. The
+	// message also reaches Handler. A -1 or -2 whose result does not have
+	// vLLM's shape is dropped (ReasonValidate) before either.
+	OnNotification func(Notification)
 	// OnEngineDead is called for each ENGINE_CORE_DEAD. When nil, the
-	// sentinel ends Run with an *EngineDeadError.
+	// sentinel ends Run with an *EngineDeadError. It may call Stats and
+	// Close, like Handler.
 	OnEngineDead func(EngineDeadError)
 	// OnDrop, if set, is called for every dropped message (synchronously;
-	// it must not block).
+	// it must not block). It may call Stats and Close, like Handler.
 	OnDrop func(loop.Drop)
 }
 
-// DefaultSocketOptions returns socket.DefaultOptions with the frame limit
-// raised to enginecore.DefaultMaxFrames, as an engine output socket needs.
+// Notification is a message an engine sent unasked under a negative
+// utility call id (see Config.OnNotification).
+type Notification struct {
+	// Engine is the message's engine_index; Peer the connection's address.
+	Engine int64
+	Peer   string
+	// CallID is the negative call id: enginecore.CallIDEEPNotification,
+	// enginecore.CallIDFTStatus or another.
+	CallID int64
+	// EEP is set for an elastic-EP notification (CallID -1), FT for a
+	// fault-tolerance status (CallID -2); both are nil for another id.
+	EEP *enginecore.EEPNotification
+	FT  *enginecore.FTStatus
+}
+
+// The receiver's limits, sized for what one engine step of a large engine
+// sends. vLLM's max_num_seqs defaults to 1024 on large GPUs, so one
+// EngineCoreOutputs carries up to 1024 request outputs, and each may hold
+// arrays that travel in aux frames of their own once they reach 256 bytes:
+// new_logprobs (3 arrays), new_prompt_logprobs_tensors (3),
+// pooling_output (1) and routed_experts (1). A step with logprobs on every
+// sequence needs 1 + 1024 × 3 = 3073 frames, so DefaultMaxFrames is 4096.
+// Sizes: 1024 pooling outputs of 4096 float32 are 1024 × 16 KiB = 16 MiB;
+// prompt logprobs of one 32k-token prompt with 20 logprobs are 32768 × 21 ×
+// (8 + 4) + 32768 × 8 bytes ≈ 8.5 MB; routed experts of one 8192-token
+// prefill chunk of a 61-layer, top-8 model are 8192 × 61 × 8 × 2 bytes ≈
+// 8 MB. DefaultMaxMessageSize (64 MiB) leaves room for these together; a
+// step beyond it is refused (ReasonOversize) rather than buffered.
+// DefaultMaxElements bounds the msgpack objects of the body (frame 0): a
+// step of 1024 outputs has about 100 each.
+const (
+	DefaultMaxFrames      = 4096
+	DefaultMaxMessageSize = 64 << 20
+	DefaultMaxElements    = 1 << 22
+)
+
+// DefaultSocketOptions returns socket.DefaultOptions with the frame and
+// message size limits raised to DefaultMaxFrames and
+// DefaultMaxMessageSize, as an engine output socket needs. Only this
+// receiver's socket is raised: the package defaults elsewhere stay.
 func DefaultSocketOptions() socket.Options {
 	o := socket.DefaultOptions()
-	o.Guard.MaxFrames = enginecore.DefaultMaxFrames
+	o.Guard.MaxFrames = DefaultMaxFrames
+	o.Guard.MaxMessageSize = DefaultMaxMessageSize
 	return o
 }
 
@@ -203,14 +270,17 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	so := cfg.Socket
 	if so.Guard.MaxFrames == 0 {
-		so.Guard.MaxFrames = enginecore.DefaultMaxFrames
+		so.Guard.MaxFrames = DefaultMaxFrames
+	}
+	if so.Guard.MaxMessageSize == 0 {
+		so.Guard.MaxMessageSize = DefaultMaxMessageSize
 	}
 	if so.Logger == nil {
 		so.Logger = cfg.Logger
 	}
-	if so.Guard.MaxFrames < enginecore.DefaultMaxFrames {
+	if so.Guard.MaxFrames < DefaultMaxFrames {
 		cfg.Logger.Warn("outputs: the socket's frame limit is low for engine outputs; messages with more aux frames are refused",
-			"loop", cfg.Name, "max_frames", so.Guard.MaxFrames, "suggested", enginecore.DefaultMaxFrames)
+			"loop", cfg.Name, "max_frames", so.Guard.MaxFrames, "suggested", DefaultMaxFrames)
 	}
 	var r *Receiver
 	userEvent := so.OnEvent
@@ -233,6 +303,9 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	if r.lim.MaxFrames <= 0 {
 		r.lim.MaxFrames = s.Options().Guard.MaxFrames
+	}
+	if r.lim.Scan.MaxElements <= 0 {
+		r.lim.Scan.MaxElements = DefaultMaxElements
 	}
 	r.lp, err = loop.New(s, loop.Config[item]{
 		Name:    cfg.Name,
@@ -260,7 +333,8 @@ func (r *Receiver) Endpoint() string { return r.sock.Endpoint() }
 // or a handler error that is not classified.
 func (r *Receiver) Run(ctx context.Context) error { return r.lp.Run(ctx) }
 
-// Close closes the socket; a running Run returns.
+// Close closes the socket; a running Run returns. It may be called from
+// inside any of the Receiver's callbacks (see Handler).
 func (r *Receiver) Close() error {
 	err := r.lp.Close()
 	if e := r.sock.Close(); err == nil {
@@ -282,7 +356,26 @@ func (r *Receiver) decode(frames [][]byte, dst *item) error {
 		return decodeguard.NewError(decodeguard.ReasonUnknownRank,
 			"EngineCoreOutputs.engine_index "+strconv.FormatInt(dst.m.EngineIndex, 10)+" is not below "+strconv.Itoa(r.cfg.Engines))
 	}
+	if dst.m.HasUtilityOutput && dst.m.Utility.Special != 0 {
+		if _, _, err := dst.m.Utility.SpecialValue(); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+// notification builds the Notification of m's utility output (a negative
+// call id, checked by decode).
+func notification(m *enginecore.Message, peer *socket.Peer) Notification {
+	n := Notification{Engine: m.EngineIndex, Peer: peer.Addr(), CallID: m.Utility.Special}
+	v, _, _ := m.Utility.SpecialValue()
+	switch x := v.(type) {
+	case enginecore.EEPNotification:
+		n.EEP = &x
+	case enginecore.FTStatus:
+		n.FT = &x
+	}
+	return n
 }
 
 // engine returns the stats of engine e, or nil when too many are tracked.
@@ -337,6 +430,9 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 		r.peers[peer.ID()] = m.EngineIndex
 	}
 	r.mu.Unlock()
+	if m.HasUtilityOutput && m.Utility.Special != 0 && r.cfg.OnNotification != nil {
+		r.cfg.OnNotification(notification(m, peer))
+	}
 	return r.cfg.Handler(ctx, m, peer)
 }
 

@@ -19,5 +19,5 @@ func Example() {
 	// Output:
 	// 0.26 stats with kv_cache_usage: false wake sets running: true
 	// latest stats with kv_cache_usage: true wake sets running: false NIXL connector version: 7
-	// [0.25 0.26 main-pre-51481 latest]
+	// [0.25 0.26 main-pre-50620 main-pre-51481 latest]
 }

@@ -17,13 +17,15 @@
 //	profile         stats per engine                 wake sets running  scale-up pauses  NIXL version
 //	0.25            [waiting, running]               yes                yes              5
 //	0.26            [waiting, running]               yes                yes              5
+//	main-pre-50620  [waiting, running, kv_cache_usage] yes              no               6
 //	main-pre-51481  [waiting, running, kv_cache_usage] yes              no               7
 //	latest          [waiting, running, kv_cache_usage] no (#51481)      no               7
 //
 // KV events are tagged arrays without a replay topic frame in 0.25, tagged
 // maps with the topic frame from 0.26 on. The NIXL compatibility hash of
-// every profile hashes cross_layers_blocks; main-pre-51481 and latest add
-// speculative_config (#49230) and transfer_mode (#50620).
+// every profile hashes cross_layers_blocks; main-pre-50620 adds
+// speculative_config (#49230), main-pre-51481 and latest add transfer_mode
+// (#50620) too.
 //
 // "0.25" and "0.26" are release tags: v0.26.0 is the first release with
 // map-form KV events (#42892) and the replay topic frame (#45177). The
@@ -31,7 +33,11 @@
 // stored vLLM sources older than #49204 (merged 2026-07-20); whether a
 // v0.26.x tag already contains #49204 could not be established, so a
 // deployment on such a build whose front-ends unpack three values needs
-// "main-pre-51481". "main-pre-51481" is vLLM main after #49204, #49230 and
+// "main-pre-51481" (or "main-pre-50620" for a build between #49230 and
+// #50620). "main-pre-50620" is vLLM main at the commit of zmqguard's golden
+// vectors (2026-08-07, after #49204 and #49230, before #50620: NIXL
+// connector version 6); each of its rules is checked against the bytes
+// vLLM's own code wrote there. "main-pre-51481" is vLLM main after #49204, #49230 and
 // #50620 and before #51481 (merged 2026-08-08), which is probably what the
 // v0.27.x tags ship (unverified). docs/vllm-releases.md in the repository
 // has the full table with the evidence for each rule and what could not be
@@ -129,6 +135,18 @@ var legacy = Rules{
 var profiles = []profile{
 	{"0.25", legacy},
 	{"0.26", with(legacy, func(r *Rules) { r.KVEventsMapForm, r.KVReplayTopicFrame = true, true })},
+	// vLLM main after #49230 and before #50620 (connector version 6), the
+	// commit of zmqguard's golden vectors (2026-08-07): every rule checked
+	// on vLLM's own bytes and on its sources at that commit.
+	{"main-pre-50620", Rules{
+		StatsKVCacheUsage:         true,
+		WakeSetsRunning:           true,
+		NixlConnectorVersion:      6,
+		NixlHashCrossLayersBlocks: true,
+		KVEventsMapForm:           true,
+		KVReplayTopicFrame:        true,
+		NixlHashSpeculativeConfig: true,
+	}},
 	{"main-pre-51481", Rules{
 		StatsKVCacheUsage:         true,
 		WakeSetsRunning:           true,

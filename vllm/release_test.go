@@ -13,7 +13,7 @@ func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 func TestParse(t *testing.T) {
 	for in, want := range map[string]string{
 		"": "latest", "latest": "latest", " latest ": "latest", "0.25": "0.25", "v0.26": "0.26",
-		"0.26.1": "0.26", "v0.25.0": "0.25", "main-pre-51481": "main-pre-51481",
+		"0.26.1": "0.26", "v0.25.0": "0.25", "main-pre-51481": "main-pre-51481", "main-pre-50620": "main-pre-50620",
 	} {
 		r, err := Parse(in)
 		if err != nil || r.String() != want {
@@ -22,7 +22,7 @@ func TestParse(t *testing.T) {
 	}
 	for _, in := range []string{"0.24", "1", "0.26.1.2", "latest2", "0.2x"} {
 		_, err := Parse(in)
-		if err == nil || !strings.Contains(err.Error(), "known: 0.25, 0.26, main-pre-51481, latest") {
+		if err == nil || !strings.Contains(err.Error(), "known: 0.25, 0.26, main-pre-50620, main-pre-51481, latest") {
 			t.Errorf("Parse(%q): error %v", in, err)
 		}
 	}
@@ -44,6 +44,9 @@ func TestRules(t *testing.T) {
 		"0.25": {WakeSetsRunning: true, ScaleUpPauses: true, NixlConnectorVersion: 5, NixlHashCrossLayersBlocks: true},
 		"0.26": {WakeSetsRunning: true, ScaleUpPauses: true, NixlConnectorVersion: 5, NixlHashCrossLayersBlocks: true,
 			KVEventsMapForm: true, KVReplayTopicFrame: true},
+		"main-pre-50620": {StatsKVCacheUsage: true, WakeSetsRunning: true, NixlConnectorVersion: 6,
+			NixlHashCrossLayersBlocks: true, KVEventsMapForm: true, KVReplayTopicFrame: true,
+			NixlHashSpeculativeConfig: true},
 		"main-pre-51481": {StatsKVCacheUsage: true, WakeSetsRunning: true, NixlConnectorVersion: 7,
 			NixlHashCrossLayersBlocks: true, KVEventsMapForm: true, KVReplayTopicFrame: true,
 			NixlHashSpeculativeConfig: true, NixlHashTransferMode: true},

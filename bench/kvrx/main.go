@@ -8,7 +8,10 @@
 //
 // Usage:
 //
-//	kvrx --bind tcp://127.0.0.1:PORT --count N
+//	kvrx --bind tcp://127.0.0.1:0 --count N
+//
+// Once bound, it writes "bound endpoint=tcp://127.0.0.1:PORT" on stderr with
+// the port the kernel chose (bench/run.sh reads it; load.Bound).
 //
 // Feed it with `bench/sender --kvevents`. It exits after N batches and
 // prints one JSON line (msgs/s, CPU ns and allocations per batch from the
@@ -64,6 +67,7 @@ func main() {
 	if err := sub.Add(kvevents.Source{Name: "bench", Live: *bind, Bind: true}); err != nil {
 		load.Fatal(err)
 	}
+	load.Bound(sub.Endpoint("bench"))
 	if err := sub.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		load.Fatal(err)
 	}

@@ -145,7 +145,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		return err
 	}
 	defer coord.Close()
-	payloads, err := demoPayloads(demoEngineID, hash, 1, demoTP)
+	payloads, err := demoPayloads(demoEngineID, hash, release, 1, demoTP)
 	if err != nil {
 		return err
 	}

@@ -77,13 +77,14 @@ func demoMetadata(engineID string, pp, tp int) handshake.NixlAgentMetadata {
 }
 
 // demoPayloads returns the encoded payload of every (pp, tp) rank in
-// [0, ppSize) x [0, tpSize).
-func demoPayloads(engineID, hash string, ppSize, tpSize int) (map[handshake.Rank][]byte, error) {
+// [0, ppSize) x [0, tpSize), the agent metadata laid out as release r's vLLM
+// writes it (NixlAgentMetadata.MarshalRelease).
+func demoPayloads(engineID, hash string, r vllm.Release, ppSize, tpSize int) (map[handshake.Rank][]byte, error) {
 	out := make(map[handshake.Rank][]byte, ppSize*tpSize)
 	for pp := range ppSize {
 		for tp := range tpSize {
 			m := demoMetadata(engineID, pp, tp)
-			p, err := handshake.NewPayload(hash, &m)
+			p, err := handshake.NewPayloadRelease(hash, &m, r)
 			if err != nil {
 				return nil, err
 			}

@@ -12,6 +12,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -125,6 +127,7 @@ func TestDemoData(t *testing.T) {
 	hashes := map[string]string{
 		"0.25":           "4480df8ae49c48c4492bfd9b3f592a78ee5d1b7ce7f5debbc0ad39887a26e488",
 		"0.26":           "a37489c55b0d4d79cc4406c006ed530c635eac50fa2321428025e98b89ed0c19",
+		"main-pre-50620": "bbf48972d7404f422b56e7689e4c7fdb18cb1684d0c4a525422c478eac81375d",
 		"main-pre-51481": "8389d13ede802fc72f1fe8a496e6d5929527e8b12ea02fb669b0cc1857930361",
 		"latest":         "07a87dd029ee52418003e86624b5e0688526b22465e157c4ade516fe804a909c",
 	}
@@ -159,7 +162,21 @@ func TestDemoData(t *testing.T) {
 	if r := releaseFlag(flag.NewFlagSet("y", flag.ContinueOnError)); *r != rel {
 		t.Fatalf("default release %v, want latest", r)
 	}
-	ps, err := demoPayloads("e", documented, 2, 3)
+	// Profiles up to main-pre-50620 write vLLM's 11-field NixlAgentMetadata.
+	for r, keys := range map[string]uint32{"main-pre-50620": 11, "0.25": 11, "latest": 19} {
+		ps, err := demoPayloads("e", documented, vllm.MustParse(r), 1, 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		p, err := handshake.DecodePayload(ps[handshake.Rank{}])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n, _, err := msgp.ReadMapHeaderBytes(p.AgentMetadataBytes); err != nil || n != keys {
+			t.Errorf("%s: agent metadata with %d keys, want %d (%v)", r, n, keys, err)
+		}
+	}
+	ps, err := demoPayloads("e", documented, vllm.Latest, 2, 3)
 	if err != nil || len(ps) != 6 {
 		t.Fatalf("%d payloads, %v", len(ps), err)
 	}

@@ -52,7 +52,8 @@ without it, a fresh key pair that only a publisher admitting any key lets in.
 
 After --count events (or on SIGINT/SIGTERM) the last stdout line is
 {"counters": {...}} with per-source and total batches, events, gaps,
-replayed, lost, resets and drops by reason; the exit code is 0.`,
+replayed, lost, resets, drops by reason, and the names of event types this
+release does not know (dropped as "unsupported"); the exit code is 0.`,
 }
 
 var kvPublishSpec = commandSpec{
@@ -61,8 +62,11 @@ var kvPublishSpec = commandSpec{
 	summary:  "publish synthetic vLLM KV-event batches (demos and load)",
 	help: `Publishes synthetic KV-event batches with the bytes vLLM's ZmqEventPublisher
 sends for --vllm-version (tagged-map events and topic-framed replay since
-0.26): each batch holds --stored BlockStored events of 4 block hashes and 64
-token ids, and one BlockRemoved. --replay-bind serves the replay buffer
+0.26): each batch holds --stored BlockStored events of 4 blocks (64 token
+ids, block size 16) chained as one request's blocks are (each event's
+parent_block_hash is the previous event's last hash; hashes are
+random-looking uint64s, as vLLM's are), and, from the second batch on, one
+BlockRemoved of the previous batch's first block. --replay-bind serves the replay buffer
 (the last 10,000 batches). Publishing never blocks: batches beyond the
 queue are dropped and counted.
 
@@ -235,6 +239,9 @@ func appendEventJSON(b []byte, u kvevents.Update, i int) []byte {
 		b = appendOptS(b, "locality", e.Locality)
 		b = appendOptS(b, "ownership", e.Ownership)
 	}
+	if e.Type == kvevents.BlockStored {
+		b = appendOptS(b, "session_id", e.SessionID)
+	}
 	return append(b, '}')
 }
 
@@ -309,8 +316,11 @@ type kvCounters struct {
 	Resets        uint64               `json:"resets"`
 	Dropped       decodeguard.Counts   `json:"dropped"`
 	DroppedEvents decodeguard.Counts   `json:"dropped_events"`
-	Refused       decodeguard.Counts   `json:"refused"`
-	Connected     bool                 `json:"connected"`
+	// UnsupportedTypes counts events of types this release does not know,
+	// by (escaped) name.
+	UnsupportedTypes map[string]uint64  `json:"unsupported_types,omitempty"`
+	Refused          decodeguard.Counts `json:"refused"`
+	Connected        bool               `json:"connected"`
 }
 
 type kvCountersLine struct {
@@ -323,7 +333,8 @@ type kvCountersLine struct {
 func toCounters(s kvevents.SourceStats) kvCounters {
 	return kvCounters{Batches: s.Batches, Events: s.Events.BlockStored + s.Events.BlockRemoved + s.Events.AllBlocksCleared,
 		EventsByType: s.Events, Gaps: s.Gaps, Replayed: s.Replayed, Lost: s.Lost, Resets: s.Resets,
-		Dropped: s.Dropped, DroppedEvents: s.DroppedEvents, Refused: s.Refused, Connected: s.Connected}
+		Dropped: s.Dropped, DroppedEvents: s.DroppedEvents, UnsupportedTypes: s.UnsupportedTypes, Refused: s.Refused,
+		Connected: s.Connected}
 }
 
 func runKVEvents(ctx context.Context, e *env, args []string) int {
@@ -414,28 +425,42 @@ func runKVEvents(ctx context.Context, e *env, args []string) int {
 	return finish(e, fs, spec, err)
 }
 
-// kvSynthetic builds the events of synthetic batch n: stored blocks
-// chained by parent hash, 4 hashes and 64 token ids each (block size 16),
-// plus one removal.
+// kvSynthetic builds the events of synthetic batch n: stored events of 4
+// blocks and 64 token ids each (block size 16), each block's hash a
+// random-looking uint64 like vLLM's int hashes (the low 64 bits of a
+// digest), the events of a batch one request's chain (each event's
+// parent_block_hash the previous event's last block hash, nil for the
+// first), then one removal of the previous batch's first block.
 func kvSynthetic(n uint64, stored int, evs []kvevents.Event) []kvevents.Event {
 	evs = evs[:0]
 	for i := 0; i < stored; i++ {
 		base := n*uint64(stored)*4 + uint64(i)*4
 		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.String("GPU")}
 		if i > 0 {
-			ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(base - 1), Valid: true}
+			ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(kvBlockHash(base - 1)), Valid: true}
 		}
 		for j := uint64(0); j < 4; j++ {
-			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash((base+j)*0x9e3779b97f4a7c15))
+			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(kvBlockHash(base+j)))
 		}
 		for j := int64(0); j < 64; j++ {
-			ev.TokenIDs = append(ev.TokenIDs, (int64(base)*64+j)%150000)
+			ev.TokenIDs = append(ev.TokenIDs, (int64(base)*16+j)%150000)
 		}
 		evs = append(evs, ev)
 	}
-	evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"),
-		BlockHashes: []kvevents.Hash{kvevents.IntHash(n * 0x9e3779b97f4a7c15)}})
+	if n > 0 {
+		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"),
+			BlockHashes: []kvevents.Hash{kvevents.IntHash(kvBlockHash((n - 1) * uint64(stored) * 4))}})
+	}
 	return evs
+}
+
+// kvBlockHash is synthetic block k's hash: splitmix64's finalizer, a
+// bijection, so distinct blocks never share a hash.
+func kvBlockHash(k uint64) uint64 {
+	z := k + 0x9e3779b97f4a7c15
+	z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+	z = (z ^ z>>27) * 0x94d049bb133111eb
+	return z ^ z>>31
 }
 
 func runKVPublish(ctx context.Context, e *env, args []string) int {

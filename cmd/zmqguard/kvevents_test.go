@@ -74,7 +74,8 @@ func TestKVEventsReplayAndCount(t *testing.T) {
 	bin, _ := kvevents.BytesHash(digest)
 	evs := []kvevents.Event{
 		{Type: kvevents.BlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(1 << 63), bin}, TokenIDs: []int64{1, 2, 3, 4},
-			BlockSize: 2, Medium: kvevents.String("GPU"), GroupIdx: kvevents.Int(1)},
+			BlockSize: 2, Medium: kvevents.String("GPU"), GroupIdx: kvevents.Int(1), Ownership: kvevents.String("obj"),
+			SessionID: kvevents.String("conv-1")},
 		{Type: kvevents.BlockRemoved, BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}, Medium: kvevents.String("CPU")},
 		{Type: kvevents.AllBlocksCleared},
 	}
@@ -108,7 +109,7 @@ func TestKVEventsReplayAndCount(t *testing.T) {
 		}
 	}
 	raw := strings.Split(p.stdout.String(), "\n")
-	wantStored := fmt.Sprintf(`{"source": %q, "seq": 0, "ts": 12.5, "dp_rank": 0, "index": 0, "type": "BlockStored", "block_hashes": [9223372036854775808, "%x"], "parent_block_hash": null, "token_ids": [1, 2, 3, 4], "block_size": 2, "lora_id": null, "medium": "GPU", "lora_name": null, "group_idx": 1}`, src, digest)
+	wantStored := fmt.Sprintf(`{"source": %q, "seq": 0, "ts": 12.5, "dp_rank": 0, "index": 0, "type": "BlockStored", "block_hashes": [9223372036854775808, "%x"], "parent_block_hash": null, "token_ids": [1, 2, 3, 4], "block_size": 2, "lora_id": null, "medium": "GPU", "lora_name": null, "group_idx": 1, "ownership": "obj", "session_id": "conv-1"}`, src, digest)
 	wantRemoved := fmt.Sprintf(`{"source": %q, "seq": 0, "ts": 12.5, "dp_rank": 0, "index": 1, "type": "BlockRemoved", "block_hashes": [7], "medium": "CPU"}`, src)
 	wantCleared := fmt.Sprintf(`{"source": %q, "seq": 0, "ts": 12.5, "dp_rank": 0, "index": 2, "type": "AllBlocksCleared", "block_hashes": []}`, src)
 	if raw[0] != wantStored || raw[1] != wantRemoved || raw[2] != wantCleared {
@@ -204,7 +205,8 @@ func TestKVPublish(t *testing.T) {
 	sub, err := kvevents.NewSubscriber(kvevents.Config{Logger: quietLogger(), FromStart: true, Topic: "kv@",
 		Handler: func(_ context.Context, u kvevents.Update) error {
 			if u.Kind == kvevents.UpdateBatch {
-				got <- kvevents.Update{Kind: u.Kind, Seq: u.Seq, From: uint64(len(u.Batch.Events))}
+				// To: 1 when every event chains as vLLM's do.
+				got <- kvevents.Update{Kind: u.Kind, Seq: u.Seq, From: uint64(len(u.Batch.Events)), To: kvChained(u.Batch.Events)}
 			}
 			return nil
 		}})
@@ -218,8 +220,12 @@ func TestKVPublish(t *testing.T) {
 	for i := uint64(0); i < 20; i++ {
 		select {
 		case u := <-got:
-			if u.Seq != i || u.From != 17 {
-				t.Fatalf("batch %d: seq %d with %d events", i, u.Seq, u.From)
+			want := uint64(17) // 16 stores and, after the first batch, a removal
+			if i == 0 {
+				want = 16
+			}
+			if u.Seq != i || u.From != want || u.To != 1 {
+				t.Fatalf("batch %d: seq %d with %d events (chained %d)", i, u.Seq, u.From, u.To)
 			}
 		case <-ctx.Done():
 			t.Fatal("no batches")
@@ -232,6 +238,75 @@ func TestKVPublish(t *testing.T) {
 	}
 	if r := p.jsonLine(); num(r, "batches") < 20 || num(r, "stats.published") < 20 {
 		t.Fatalf("report %s", p.stdout)
+	}
+}
+
+// kvChained returns 1 when a batch's stores chain as one request's blocks
+// do in vLLM (each store's parent_block_hash is the previous store's last
+// block hash, the first has none) and every hash is distinct, else 0.
+func kvChained(evs []kvevents.Event) uint64 {
+	seen := map[uint64]bool{}
+	var last kvevents.OptHash
+	for _, e := range evs {
+		if e.Type != kvevents.BlockStored {
+			continue
+		}
+		if e.ParentBlockHash != last {
+			return 0
+		}
+		for _, h := range e.BlockHashes {
+			if seen[h.Uint64()] {
+				return 0
+			}
+			seen[h.Uint64()] = true
+		}
+		last = kvevents.OptHash{V: e.BlockHashes[len(e.BlockHashes)-1], Valid: true}
+	}
+	return 1
+}
+
+// TestKVSyntheticHashes: kv-publish's blocks look like vLLM's: 64-bit
+// hashes spread over the whole range, parents that name the previous block,
+// removals of blocks that were stored, and events the decoder accepts.
+func TestKVSyntheticHashes(t *testing.T) {
+	stored := map[uint64]bool{}
+	var high, evs int
+	for n := uint64(0); n < 50; n++ {
+		batch := kvSynthetic(n, 16, nil)
+		if kvChained(batch) != 1 {
+			t.Fatalf("batch %d does not chain", n)
+		}
+		for _, e := range batch {
+			evs++
+			switch e.Type {
+			case kvevents.BlockStored:
+				if len(e.TokenIDs) != len(e.BlockHashes)*int(e.BlockSize) {
+					t.Fatalf("batch %d: %d tokens", n, len(e.TokenIDs))
+				}
+				for _, h := range e.BlockHashes {
+					if stored[h.Uint64()] {
+						t.Fatalf("batch %d: hash %d stored twice", n, h.Uint64())
+					}
+					stored[h.Uint64()] = true
+					if h.Uint64() >= 1<<63 {
+						high++
+					}
+				}
+			case kvevents.BlockRemoved:
+				if !stored[e.BlockHashes[0].Uint64()] {
+					t.Fatalf("batch %d removes a block never stored", n)
+				}
+			}
+		}
+		var b kvevents.Batch
+		if err := kvevents.DecodeBatch(kvevents.AppendBatch(nil, 1, batch, kvevents.Int(0), true), kvevents.Limits{}, &b, nil); err != nil || b.DroppedEvents != 0 {
+			t.Fatalf("batch %d: %v, %d dropped", n, err, b.DroppedEvents)
+		}
+	}
+	// A counter would never reach the top half; random-looking hashes do
+	// about half the time.
+	if high < len(stored)/4 {
+		t.Fatalf("%d of %d hashes at or above 2^63", high, len(stored))
 	}
 }
 

@@ -136,7 +136,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		if err := live.check(); err != nil {
 			return err
 		}
-		payloads, err := demoPayloads(*engineID, hash, *ppSize, *tpSize)
+		payloads, err := demoPayloads(*engineID, hash, *release, *ppSize, *tpSize)
 		if err != nil {
 			return err
 		}

@@ -21,7 +21,7 @@ import (
 
 var outputsSpec = commandSpec{
 	name:     "outputs",
-	synopsis: "--bind ADDR [--count N] [--engines N] [--vllm-version latest] [--max-message-size 1MiB] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT]",
+	synopsis: "--bind ADDR [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT]",
 	summary:  "a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines",
 	help: `Binds a guarded PULL socket where vLLM engine cores (or any engine speaking
 their output wire) connect and push EngineCoreOutputs, decodes each message
@@ -41,7 +41,12 @@ null). An engine's ENGINE_CORE_DEAD prints {"engine": E, "type":
 "engine_dead"} (E null when its connection never sent a valid message)
 and the receiver goes on. Junk is dropped and counted by reason, per
 engine. After --count request outputs (or, with --count 0, on SIGINT or
-SIGTERM) the last line is {"counters": {...}} and the exit code is 0.`,
+SIGTERM) the last line is {"counters": {...}} and the exit code is 0.
+
+The limits default to one step of a large engine (max_num_seqs 1024, each
+sequence with logprobs, pooling output or routed experts in aux frames):
+4096 frames and 64 MiB per message; a larger message is refused and
+counted, the receiver goes on.`,
 }
 
 func runOutputs(ctx context.Context, e *env, args []string) int {
@@ -53,8 +58,9 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 	release := releaseFlag(fs)
 	live := addLivenessFlags(fs)
 	mo := addMetricsFlags(fs)
-	maxMsg := sizeValue(1 << 20)
-	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 1MiB or 64KiB")
+	maxMsg := sizeValue(outputs.DefaultMaxMessageSize)
+	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
+	maxFrames := fs.Int("max-frames", outputs.DefaultMaxFrames, "most frames in one message (the body and its aux arrays)")
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -66,8 +72,8 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		if *bind == "" {
 			return usagef("--bind is required")
 		}
-		if *engines < 0 || maxMsg < 64 {
-			return usagef("--engines must not be negative and --max-message-size at least 64 bytes")
+		if *engines < 0 || maxMsg < 64 || *maxFrames < 1 {
+			return usagef("--engines must not be negative, --max-message-size at least 64 bytes and --max-frames at least 1")
 		}
 		if err := live.check(); err != nil {
 			return err
@@ -81,6 +87,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		w := &outputsWriter{w: e.stdout}
 		so := outputs.DefaultSocketOptions()
 		so.Guard.MaxMessageSize = int64(maxMsg)
+		so.Guard.MaxFrames = *maxFrames
 		so.Logger = e.logger
 		lo := live.options()
 		so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout

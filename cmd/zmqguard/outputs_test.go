@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/binary"
 	"encoding/json"
+	"fmt"
 	"math"
 	"reflect"
 	"strings"
@@ -187,5 +188,52 @@ func TestOutputsManyFrames(t *testing.T) {
 	lines := outputLines(t, p.stdout.String())
 	if len(lines) != 101 || !reflect.DeepEqual(lines[99]["routed_experts"], asJSON(t, `{"dtype":"<i4","shape":[1],"data":[99]}`)) {
 		t.Fatalf("%d lines; line 99: %v", len(lines), lines[min(99, len(lines)-1)])
+	}
+}
+
+// TestOutputsRealSizeStep: by default `zmqguard outputs` takes one step of a
+// large engine whole: 1365 outputs with logprobs and routed experts in 4095
+// aux frames (4096 frames, about 2 MiB), over the receiver's old 1024-frame
+// and 1 MiB limits.
+func TestOutputsRealSizeStep(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "1365", "--log-format", "json")
+	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
+	push, err := socket.NewPush(quietSocket())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer push.Close()
+	push.Dial(ep)
+	m := &enginecore.Message{Header: enginecore.Header{Timestamp: 3}}
+	arr := make([]byte, 512)
+	for i := range 1365 {
+		m.Outputs = append(m.Outputs, enginecore.Output{
+			RequestID: []byte(fmt.Sprintf("cmpl-%d", i)), NewTokenIDs: []int64{int64(i)},
+			NewLogprobs: enginecore.Logprobs{Present: true, Fields: 4,
+				TokenIDs:     enginecore.Array{DType: enginecore.Int32, Shape: []int{1, 128}, Data: arr},
+				Logprobs:     enginecore.Array{DType: enginecore.Float32, Shape: []int{1, 128}, Data: arr},
+				SampledRanks: enginecore.Array{DType: enginecore.Int32, Shape: []int{1}, Data: arr[:4]}},
+			RoutedExperts: enginecore.Array{DType: enginecore.Int16, Shape: []int{32, 8}, Data: arr},
+		})
+	}
+	var enc enginecore.Encoder
+	frames := enc.Encode(m)
+	size := 0
+	for _, f := range frames {
+		size += len(f)
+	}
+	if len(frames) != outputs.DefaultMaxFrames || size < 2<<20-64<<10 {
+		t.Fatalf("%d frames, %d bytes", len(frames), size)
+	}
+	if err := push.Send(ctx, frames...); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("outputs exit %d\nstderr:\n%s", code, p.stderr)
+	}
+	if lines := outputLines(t, p.stdout.String()); len(lines) != 1366 || lines[1364]["request_id"] != "cmpl-1364" {
+		t.Fatalf("%d lines", len(lines))
 	}
 }

@@ -3,13 +3,15 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 
 	"github.com/zmqguard/zmqguard/handshake"
 )
 
 // probeReportJSON is the --json form of a probe report: named fields,
-// durations as Go duration strings, peer-sent strings as handshake.SafeText
-// renders them.
+// durations as Go duration strings, peer-sent strings as they are when
+// handshake.SafeText finds them safe, else as its length and hex prefix
+// (see jsonText).
 type probeReportJSON struct {
 	Endpoint          string          `json:"endpoint"`
 	Variant           string          `json:"variant"`
@@ -36,6 +38,18 @@ type probeStepJSON struct {
 	Duration string `json:"duration"`
 }
 
+// jsonText renders a peer-sent string for a JSON field: the string itself
+// when handshake.SafeText finds it safe (at most 128 bytes of printable
+// ASCII; json.Marshal does the escaping, so no quotes of SafeText's own end
+// up inside the JSON string), else SafeText's length and hex prefix.
+func jsonText(s string) string {
+	q := handshake.SafeText(s)
+	if u, err := strconv.Unquote(q); err == nil && u == s {
+		return s
+	}
+	return q
+}
+
 // probeJSON runs the probe and prints its report as one JSON line.
 func probeJSON(ctx context.Context, e *env, ep string, req handshake.Request, opts handshake.ProbeOptions) error {
 	rep, err := handshake.ProbeWith(ctx, ep, req, opts)
@@ -46,10 +60,10 @@ func probeJSON(ctx context.Context, e *env, ep string, req handshake.Request, op
 		RemoteTime: rep.RemoteTime, Steps: []probeStepJSON{},
 	}
 	if rep.CompatibilityHash != "" {
-		out.CompatibilityHash = handshake.SafeText(rep.CompatibilityHash)
+		out.CompatibilityHash = jsonText(rep.CompatibilityHash)
 	}
 	if rep.EngineID != "" {
-		out.EngineID = handshake.SafeText(rep.EngineID)
+		out.EngineID = jsonText(rep.EngineID)
 	}
 	for _, s := range rep.Steps {
 		out.Steps = append(out.Steps, probeStepJSON{Name: s.Name, OK: s.OK, Detail: s.Detail, Duration: s.Duration.String()})

@@ -149,7 +149,12 @@ def main():
                 frames = recv(sub, "%s at engine %d" % (what, i))
             if len(frames) != 2 or frames[0] != b"\x02":
                 fail("engine %d: unexpected message %r" % (i, frames[:1]))
-            got.append(msgpack.unpackb(frames[1], raw=False))
+            wave, exclude = msgpack.unpackb(frames[1], raw=False)
+            if isinstance(exclude, bytes):
+                # The identity a front-end sent, forwarded as it came
+                # (vLLM's coordinator does not convert it).
+                exclude = {"hex": exclude.hex()}
+            got.append([wave, exclude])
         return got
 
     # A front-end sends a request to engine 1 while the engines are paused

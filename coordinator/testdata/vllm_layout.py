@@ -9,11 +9,13 @@ coordinator package's interop test.
                         Python's view of the decoded value and same tells
                         whether Python re-encodes it to the identical bytes
 
-Layouts (PROTOCOL.md section 2, vllm/v1/engine/__init__.py,
-vllm/v1/metrics/stats.py): EngineCoreOutputs is a msgspec Struct with
-array_like=True and omit_defaults=True, so an array in field order without
-trailing fields equal to their defaults; SchedulerStats is a dataclass, which
-msgspec encodes as a map of every field in declaration order.
+Layouts (vllm/v1/engine/__init__.py, vllm/v1/metrics/stats.py at vLLM main of
+2026-08-07, checked against bytes vLLM's own code wrote there): EngineCoreOutputs
+is a msgspec Struct with array_like=True, which msgspec writes as an array of
+all 8 fields (omit_defaults does not shorten array-like structs);
+SchedulerStats is a dataclass, which msgspec encodes as a map of every field in
+declaration order. The request outputs and utility output inside the
+front-end-message cases are short stand-ins: the coordinator only skips them.
 """
 
 import json
@@ -21,7 +23,6 @@ import sys
 
 import msgpack
 
-ECO_DEFAULTS = [0, [], None, 0.0, None, None, None, None]
 TS = 81234.5678  # an engine's time.monotonic()
 
 
@@ -32,13 +33,8 @@ def pack(v):
 def eco(engine_index=0, outputs=(), scheduler_stats=None, timestamp=TS,
         utility_output=None, finished_requests=None, wave_complete=None,
         start_wave=None):
-    fields = [engine_index, list(outputs), scheduler_stats, timestamp,
-              utility_output, finished_requests, wave_complete, start_wave]
-    n = len(fields)
-    while n and type(fields[n - 1]) is type(ECO_DEFAULTS[n - 1]) \
-            and fields[n - 1] == ECO_DEFAULTS[n - 1]:
-        n -= 1
-    return pack(fields[:n])
+    return pack([engine_index, list(outputs), scheduler_stats, timestamp,
+                 utility_output, finished_requests, wave_complete, start_wave])
 
 
 def prefix_cache_stats(requests=0, queries=0, hits=0, reset=False):
@@ -57,7 +53,7 @@ def scheduler_stats(running=0, waiting=0, skipped=0, step=0, wave=0, kv=0.0,
         "step_counter": step,
         "current_wave": wave,
         "kv_cache_usage": kv,
-        "encoder_cache_usage": 0.0,
+        "iteration_details": None,
         "prefix_cache_stats": prefix_cache_stats(),
         "connector_prefix_cache_stats": None,
         "kv_cache_eviction_events": [],
@@ -112,7 +108,7 @@ def gen():
     add("eco", "engine stats, current release",
         eco(3, scheduler_stats=scheduler_stats(running=4, waiting=2, step=17,
                                                wave=5, kv=0.375)),
-        want(4, engine=3, stats=go_stats(4, 2, step=17, wave=5, kv=0.375)))
+        want(8, engine=3, stats=go_stats(4, 2, step=17, wave=5, kv=0.375)))
 
     busy = scheduler_stats(
         running=70000, waiting=300, skipped=2, step=2 ** 40, wave=65536,
@@ -136,7 +132,7 @@ def gen():
     )
     add("eco", "busy stats, every field populated",
         eco(200, scheduler_stats=busy, timestamp=5.0e9),
-        want(4, engine=200, ts=5.0e9,
+        want(8, engine=200, ts=5.0e9,
              stats=go_stats(70000, 300, 2, 2 ** 40, 65536, 1.0, 0.5)))
 
     # About vLLM 0.9: no step_counter/current_wave, gpu_cache_usage.
@@ -144,7 +140,7 @@ def gen():
            "gpu_cache_usage": 0.5, "prefix_cache_stats": prefix_cache_stats(),
            "spec_decoding_stats": None}
     add("eco", "stats, older release", eco(1, scheduler_stats=old),
-        want(4, engine=1, stats=go_stats(1, 6)))
+        want(8, engine=1, stats=go_stats(1, 6)))
 
     # A fork adding keys the coordinator does not know.
     fork = scheduler_stats(running=2, waiting=1, step=3, wave=1,
@@ -153,15 +149,15 @@ def gen():
                            prefill_alignment_ack_generation=-1,
                            prefill_deferred=True)
     add("eco", "stats with unknown fork keys", eco(2, scheduler_stats=fork),
-        want(4, engine=2, stats=go_stats(2, 1, step=3, wave=1)))
+        want(8, engine=2, stats=go_stats(2, 1, step=3, wave=1)))
 
     add("eco", "wave_complete from rank 0", eco(wave_complete=12),
-        want(7, wave_complete=12))
+        want(8, wave_complete=12))
     add("eco", "start_wave from engine 5", eco(5, start_wave=13),
         want(8, engine=5, start_wave=13))
     add("eco", "start_wave 0", eco(1, start_wave=0),
         want(8, engine=1, start_wave=0))
-    add("eco", "empty message", eco(), want(4))
+    add("eco", "empty message", eco(), want(8))
     add("eco", "engine 0, no timestamp", pack([]), want(0, ts=0.0))
 
     # A front-end's message: request outputs and finished request ids.
@@ -169,10 +165,10 @@ def gen():
                ["req-2", [44], None, None, None, 0, None, None, None, None, 5]]
     add("eco", "request outputs (front-end message)",
         eco(1, outputs=outputs, finished_requests=sorted({"req-2", "req-0"})),
-        want(6, engine=1, outputs=2, finished=2))
+        want(8, engine=1, outputs=2, finished=2))
     add("eco", "utility output",
         eco(1, utility_output=[7, None, [None]]),
-        want(5, engine=1, utility=True))
+        want(8, engine=1, utility=True))
 
     # Hazards.
     add("eco", "scanner int", pack(0x45), reason="decode")

@@ -8,7 +8,10 @@ handshake: a request msgpack (GET_META_MSG, pp_rank, tp_rank) gets
 [identity, b"", payload, msgpack(time.perf_counter())], where payload is a
 NixlHandshakePayload map holding the compatibility hash and the msgpack of
 that rank's NixlAgentMetadata (a map in field order, as msgspec encodes a
-dataclass). Like vLLM's listener it unpacks exactly three frames and three
+dataclass; the larger field set of later connector sources, which a
+receiver of the 11-field form of connector versions 3 to 6 skips: the exact
+bytes vLLM main of 2026-08-07 writes are checked in golden_test.go). Like
+vLLM's listener it unpacks exactly three frames and three
 request elements; this stand-in is for well-behaved clients only.
 """
 import sys

@@ -71,3 +71,14 @@ func AppendStartDPWave(dst []byte, wave, exclude int64, hasExclude bool) []byte 
 	dst = AppendInt(dst, wave)
 	return AppendOptInt(dst, exclude, hasExclude)
 }
+
+// AppendStartDPWaveIdentity appends (wave, exclude) with exclude the
+// engine's 2-byte little-endian ZMQ identity as a msgpack bin: what vLLM's
+// coordinator forwards when a front-end's wake named the engine that way
+// (vLLM main at the golden vectors' commit: (0, b"\x00\x00") is
+// 9200c4020000).
+func AppendStartDPWaveIdentity(dst []byte, wave int64, engine uint16) []byte {
+	dst = msgp.AppendArrayHeader(dst, 2)
+	dst = AppendInt(dst, wave)
+	return msgp.AppendBytes(dst, []byte{byte(engine), byte(engine >> 8)})
+}

@@ -44,5 +44,5 @@ func Example() {
 			fmt.Println(m.Name, m.Unit, len(s.DataPoints), "reasons")
 		}
 	}
-	// Output: zmqguard.loop.messages_dropped {message} 10 reasons
+	// Output: zmqguard.loop.messages_dropped {message} 11 reasons
 }

@@ -42,6 +42,6 @@ func Example() {
 	// zmqguard_loop_handler_errors_total COUNTER 1 series
 	// zmqguard_loop_last_drop_timestamp_seconds GAUGE 1 series
 	// zmqguard_loop_messages_delivered_total COUNTER 1 series
-	// zmqguard_loop_messages_dropped_total COUNTER 10 series
+	// zmqguard_loop_messages_dropped_total COUNTER 11 series
 	// zmqguard_loop_messages_received_total COUNTER 1 series
 }

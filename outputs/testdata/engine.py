@@ -2,11 +2,16 @@
 """A vLLM-shaped engine core and front-end for zmqguard's interop tests.
 
 push ENDPOINT: connect a PUSH socket, send a scenario of EngineCoreOutputs
-  encoded as vLLM's engine core encodes them (msgspec array_like structs with
-  trailing defaults dropped; numpy arrays as [dtype.str, shape, data] and
+  laid out as vLLM's engine core lays them out (array_like structs with every
+  field, as msgspec writes them: EngineCoreOutputs 8, EngineCoreOutput 14;
+  numpy arrays as [dtype.str, shape, data] and
   torch tensors as [dtype name, shape, data], data inline as ext 3 below 256
   bytes, else an aux frame index), a junk frame first and ENGINE_CORE_DEAD
   last; print one JSON line per valid message with the values sent.
+replay ENDPOINT FILE: connect a PUSH socket and send, through libzmq, the
+  frames of every engine_core_outputs vector of FILE (vLLM's golden
+  engine-outputs.jsonl: bytes written by vLLM's own engine core), a junk
+  frame first and ENGINE_CORE_DEAD last; print each vector's id.
 pull N: bind a PULL socket on loopback, print its endpoint, decode N
   messages as vLLM's front-end does (ext 3 views, aux frames by index) and
   print one JSON line per message with the values received.
@@ -40,27 +45,16 @@ class Enc:
         return [dtype, list(a.shape), d]
 
 
-def trim(fields, defaults):
-    """omit_defaults for an array_like struct: drop trailing defaults."""
-    n = len(fields)
-    while n > 0 and n > len(fields) - len(defaults) and fields[n - 1] == defaults[n - 1 - (len(fields) - len(defaults))]:
-        n -= 1
-    return fields[:n]
-
-
-OUT_DEFAULTS = [None] * 11 + [0, None, None, None]  # fields 2..16 (num_nans default 0 at index 13)
-
-
 def output(req, toks, logprobs=None, prompt_lp=None, pooling=None, finish=None, stop=None,
            events=None, kv=None, routed=None, nans=0):
-    f = [req, toks, logprobs, prompt_lp, pooling, finish, stop, events, kv, None, None, None,
-         routed, nans, None, None, None]
-    return trim(f, OUT_DEFAULTS)
+    """EngineCoreOutput: all 14 fields (msgspec ignores omit_defaults for array_like)."""
+    return [req, toks, logprobs, prompt_lp, pooling, finish, stop, events, kv, None, None, None,
+            routed, nans]
 
 
 def outputs_msg(engine, outs, ts, stats=None, utility=None, finished=None, wave_complete=None, start_wave=None):
-    f = [engine, outs, stats, ts, utility, finished, wave_complete, start_wave]
-    return trim(f, [0, [], None, 0.0, None, None, None, None])
+    """EngineCoreOutputs: all 8 fields."""
+    return [engine, outs, stats, ts, utility, finished, wave_complete, start_wave]
 
 
 def jarr(dtype, a):
@@ -138,6 +132,26 @@ def push(endpoint):
     ctx.term()
 
 
+def replay(endpoint, path):
+    vectors = []
+    with open(path) as f:
+        for line in f:
+            v = json.loads(line)
+            if v["values"].get("message") == "engine_core_outputs":
+                vectors.append(v)
+    ctx = zmq.Context()
+    s = ctx.socket(zmq.PUSH)
+    s.setsockopt(zmq.LINGER, 5000)
+    s.connect(endpoint)
+    s.send(b"\x45")  # the seed's junk frame
+    for v in vectors:
+        s.send_multipart([bytes.fromhex(h) for h in v["frames"]])
+        print(v["id"], flush=True)
+    s.send(b"ENGINE_CORE_DEAD")
+    s.close()
+    ctx.term()
+
+
 def decode_arr(a, aux):
     dtype, shape, data = a
     if isinstance(data, int):
@@ -204,5 +218,7 @@ def pull(n):
 if __name__ == "__main__":
     if sys.argv[1] == "push":
         push(sys.argv[2])
+    elif sys.argv[1] == "replay":
+        replay(sys.argv[2], sys.argv[3])
     else:
         pull(int(sys.argv[2]))

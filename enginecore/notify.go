@@ -1,0 +1,133 @@
+package enginecore
+
+import (
+	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// EEPNotification is an elastic-EP notification: the utility output an
+// engine sends unasked under call id [CallIDEEPNotification] (-1) when it
+// has switched to a new parallel setup or is shutting down in a scale-down
+// (vLLM's DPEngineCoreProc._eep_send_engine_core_notification, PR #34861).
+// Its result is the tuple (notification type, data-parallel rank).
+type EEPNotification struct {
+	// Type is the EEPNotificationType value: EEPReconfigureFinished or
+	// EEPShutdownComplete (other values from a later vLLM are kept as sent).
+	Type string
+	// DPRank is the sending engine's data-parallel rank.
+	DPRank int64
+}
+
+// vLLM's EEPNotificationType values.
+const (
+	EEPReconfigureFinished = "RECONFIGURE_FINISHED"
+	EEPShutdownComplete    = "SHUTDOWN_COMPLETE"
+)
+
+// FTStatus is a fault-tolerance status push: the utility output an engine's
+// sentinel sends unasked under call id [CallIDFTStatus] (-2) when its
+// health changes (vLLM's EngineCoreSentinel._push_status, PR #44428). Its
+// result is the map {"id": engine index, "status": "healthy" | "dead" |
+// "unhealthy", "fault_info": str (unhealthy only)}.
+type FTStatus struct {
+	// Engine is the "id" key: the engine's index.
+	Engine int64
+	// Status is EngineStatusType's name in lower case.
+	Status string
+	// FaultInfo is "fault_info", sent with an unhealthy status.
+	HasFaultInfo bool
+	FaultInfo    string
+}
+
+// SpecialValue returns the typed value of a utility output sent under a
+// negative call id: an [EEPNotification] for -1, an [FTStatus] for -2. ok
+// is false for a reply to a call (Special 0) and for a negative call id
+// this package does not know; err is a ReasonValidate *decodeguard.Error
+// when the result does not have the shape vLLM gives it. Strings are
+// copied: the values outlive the frames.
+func (u *UtilityOutput) SpecialValue() (v any, ok bool, err error) {
+	switch u.Special {
+	case CallIDEEPNotification:
+		n, err := u.EEPNotification()
+		return n, err == nil, err
+	case CallIDFTStatus:
+		s, err := u.FTStatus()
+		return s, err == nil, err
+	}
+	return nil, false, nil
+}
+
+func badSpecial(what string) error {
+	return decodeguard.NewError(decodeguard.ReasonValidate, "utility_output call_id "+what)
+}
+
+// EEPNotification decodes the result of an elastic-EP notification
+// (Special == CallIDEEPNotification): [type str, dp_rank int].
+func (u *UtilityOutput) EEPNotification() (EEPNotification, error) {
+	const what = "-1 (elastic-EP notification): result is not [type str, dp_rank int]"
+	if u.Special != CallIDEEPNotification || !u.HasResult {
+		return EEPNotification{}, badSpecial(what)
+	}
+	b := []byte(u.Result)
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil || n != 2 {
+		return EEPNotification{}, badSpecial(what)
+	}
+	typ, b, err := msgp.ReadStringZC(b)
+	if err != nil {
+		return EEPNotification{}, badSpecial(what)
+	}
+	rank, _, err := readInt(b)
+	if err != nil || rank < 0 {
+		return EEPNotification{}, badSpecial(what)
+	}
+	return EEPNotification{Type: string(typ), DPRank: rank}, nil
+}
+
+// FTStatus decodes the result of a fault-tolerance status push (Special ==
+// CallIDFTStatus): a map with str keys "id" (int), "status" (str) and
+// optionally "fault_info" (str); other keys are skipped.
+func (u *UtilityOutput) FTStatus() (FTStatus, error) {
+	const what = "-2 (fault-tolerance status): result is not {id int, status str[, fault_info str]}"
+	if u.Special != CallIDFTStatus || !u.HasResult {
+		return FTStatus{}, badSpecial(what)
+	}
+	b := []byte(u.Result)
+	n, b, err := readMapHeader(b)
+	if err != nil {
+		return FTStatus{}, badSpecial(what)
+	}
+	var s FTStatus
+	var hasID, hasStatus bool
+	for range n {
+		var k, v []byte
+		if k, b, err = msgp.ReadStringZC(b); err != nil {
+			return FTStatus{}, badSpecial(what)
+		}
+		switch string(k) {
+		case "id":
+			s.Engine, b, err = readInt(b)
+			hasID = true
+		case "status":
+			v, b, err = msgp.ReadStringZC(b)
+			s.Status, hasStatus = string(v), true
+		case "fault_info":
+			if msgp.IsNil(b) {
+				b = b[1:]
+				break
+			}
+			v, b, err = msgp.ReadStringZC(b)
+			s.FaultInfo, s.HasFaultInfo = string(v), true
+		default:
+			b, err = msgp.Skip(b)
+		}
+		if err != nil {
+			return FTStatus{}, badSpecial(what)
+		}
+	}
+	if !hasID || !hasStatus || s.Engine < 0 {
+		return FTStatus{}, badSpecial(what)
+	}
+	return s, nil
+}
