@@ -77,6 +77,12 @@ func TestKVIndexHelpAndUsage(t *testing.T) {
 			t.Errorf("%v: exit %d (want 2)\n%s", args, code, stderr)
 		}
 	}
+	// An unreachable Redis: exit 1 with a line naming it.
+	code, _, stderr := runBin(t, 30*time.Second, "kv-index", "--connect", "tcp://127.0.0.1:2", "--http", "127.0.0.1:0",
+		"--redis", "unix:///nonexistent/redis.sock")
+	if code != 1 || !strings.Contains(stderr, "/nonexistent/redis.sock") {
+		t.Errorf("unreachable --redis: exit %d (want 1)\n%s", code, stderr)
+	}
 }
 
 // TestKVIndexServes runs kv-index against two Go publishers, on memory and
