@@ -478,9 +478,24 @@ func (m *memory) Close() error {
 	return nil
 }
 
+// walkLanes is how many blocks' chains walk follows at once.
+const walkLanes = 4
+
+// walkHolder is one entry as walk buffers it.
+type walkHolder struct {
+	engine  uint16
+	medium  uint8
+	trusted bool
+}
+
 // walk is Holders fused with Score's prefix walk (the in-memory fast path:
-// no Holder slices, no callback per key). It extends sc's runs with every
-// entry of keys[0], keys[1], ... until a key extends no engine's run.
+// no callback per key). It extends sc's runs with every entry of keys[0],
+// keys[1], ... until a key extends no engine's run. The chains of
+// walkLanes consecutive blocks are followed together, so that their
+// pointer chases overlap instead of waiting on one another (a block held
+// by a thousand engines is a chain of a thousand entries stored at
+// different times, each a cache miss); then the blocks are applied in
+// order.
 func (m *memory) walk(keys []Key, sc *scoreScratch) error {
 	m.rlock()
 	defer m.mu.RUnlock()
@@ -491,21 +506,36 @@ func (m *memory) walk(keys []Key, sc *scoreScratch) error {
 	if len(sc.byEngine) < len(engines) {
 		sc.byEngine = append(sc.byEngine, make([]int32, len(engines)-len(sc.byEngine))...)
 	}
-	for i, k := range keys {
-		head, ok := m.blocks.find(k)
-		if !ok {
-			return nil
+	for base := 0; base < len(keys); base += walkLanes {
+		n := min(walkLanes, len(keys)-base)
+		var cur [walkLanes]uint32
+		for l := 0; l < n; l++ {
+			cur[l], _ = m.blocks.find(keys[base+l])
+			sc.lanes[l] = sc.lanes[l][:0]
 		}
-		ext := false
-		for id := head; id != 0; {
-			e := &chunks[id>>chunkBits][id&(chunkLen-1)]
-			if sc.step(int32(i), uint32(e.engine), uint16(e.medium), e.epoch == engines[e.engine].epoch) {
-				ext = true
+		for live := n; live > 0; {
+			live = 0
+			for l := 0; l < n; l++ {
+				if id := cur[l]; id != 0 {
+					e := &chunks[id>>chunkBits][id&(chunkLen-1)]
+					sc.lanes[l] = append(sc.lanes[l], walkHolder{engine: e.engine, medium: e.medium,
+						trusted: e.epoch == engines[e.engine].epoch})
+					cur[l] = e.bnext
+					live++
+				}
 			}
-			id = e.bnext
 		}
-		if !ext {
-			return nil
+		for l := 0; l < n; l++ {
+			i := int32(base + l)
+			ext := false
+			for _, h := range sc.lanes[l] {
+				if sc.step(i, uint32(h.engine), uint16(h.medium), h.trusted) {
+					ext = true
+				}
+			}
+			if !ext {
+				return nil
+			}
 		}
 	}
 	return nil

@@ -118,6 +118,7 @@ type scoreScratch struct {
 	keys     []Key
 	runs     []run
 	byEngine []int32
+	lanes    [walkLanes][]walkHolder // the memory backend's walk buffers
 }
 
 // step extends engine's runs (any medium, and medium) with block i; it
