@@ -201,13 +201,15 @@ func (x *Index) ApplyEvent(engine string, ev *kvevents.Event) error {
 // BlockStored with no tokens (block_size 0), which says a block the engine
 // already knows by its hash is now also on another medium.
 func isPlaceholder(ev *kvevents.Event) bool {
-	return len(ev.TokenIDs) == 0
+	return ev.Placeholder()
 }
 
 // isHybrid reports a hybrid-model store whose tokens outnumber its hashes'
 // blocks (vLLM drops null blocks' hashes but keeps their tokens, vLLM issue
 // #44451): which tokens belong to which hash cannot be known, so it is not
-// chainable.
+// chainable. It is kvevents' Event.SkippedBlocks above 0, widened to any
+// token surplus, since a feed other than kvevents' decoder may hand over a
+// partial block that the decoder would have refused.
 func isHybrid(ev *kvevents.Event) bool {
 	return ev.BlockSize > 0 && int64(len(ev.TokenIDs)) > int64(len(ev.BlockHashes))*ev.BlockSize
 }
