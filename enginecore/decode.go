@@ -1,6 +1,7 @@
 package enginecore
 
 import (
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 
@@ -283,16 +284,21 @@ func (d *decoder) outputs(orig, b []byte, k int) ([]byte, error) {
 // the next time, so only present ones are cleared (an Output is large).
 //
 // o.clean records that the decoder left every field after new_token_ids
-// clear (the output had two fields), so the common output with only
-// request_id and new_token_ids costs a few stores. A value built by hand
-// has clean unset and is cleared in full.
+// clear (each was absent or nil, num_nans_in_logits 0), so the common
+// output, request_id and new_token_ids with the rest nil, costs a few
+// stores. A value built by hand, or one whose decode failed, has clean
+// unset and is cleared in full.
 func (o *Output) reset() {
 	o.Fields = 0
 	o.RequestID = nil
 	o.NewTokenIDs = o.NewTokenIDs[:0]
-	if o.clean {
-		return
+	if !o.clean {
+		o.resetRest()
 	}
+}
+
+// resetRest is reset's clearing of every field after new_token_ids.
+func (o *Output) resetRest() {
 	o.clean = true
 	if o.NewLogprobs.Present {
 		o.NewLogprobs = o.NewLogprobs.kept()
@@ -339,35 +345,73 @@ func (s *SamplingMask) kept() SamplingMask {
 func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 	o.reset()
 	at := b
-	n, b, err := readArrayHeader(b)
-	if err != nil {
+	var n uint32
+	var err error
+	if len(b) > 0 && b[0]&0xf0 == 0x90 { // fixarray, inline
+		n, b = uint32(b[0]&0x0f), b[1:]
+	} else if n, b, err = readArrayHeader(b); err != nil {
 		return b, fail(orig, at, "EngineCoreOutput: want an array", err)
 	}
 	if n < 2 {
 		return b, failf(orig, at, decodeguard.ReasonDecode, "EngineCoreOutput: want at least request_id and new_token_ids, got "+strconv.Itoa(int(n))+" fields")
 	}
 	o.Fields = int(n)
-	o.clean = n <= 2
+	o.clean = false // until the output is whole: a failed decode leaves it to a full reset
 	if err := d.take(orig, at, int(n), len(b)); err != nil {
 		return b, err
 	}
+	// dirty records whether a field after new_token_ids was given a value:
+	// vLLM writes the full 14-field struct, and in the common output every
+	// field after new_token_ids is nil (num_nans_in_logits 0), so those
+	// skip the per-field decode and leave the output clean for reset.
+	dirty := false
 	for i := uint32(0); i < n; i++ {
+		if i == 2 && n > 12 && len(b) >= 11 && binary.LittleEndian.Uint64(b) == allNil8 &&
+			b[8] == 0xc0 && b[9] == 0xc0 && b[10] == 0xc0 {
+			// Fields 2 to 12 all nil, as vLLM sends most outputs: the
+			// same as eleven turns of the nil case below.
+			i, b = 12, b[11:]
+			continue
+		}
+		if i >= 2 && i != 13 && len(b) > 0 && b[0] == 0xc0 {
+			// nil, which every field after new_token_ids but
+			// num_nans_in_logits accepts as "absent", exactly as the
+			// cases below do for a nil (they leave the reset field as is).
+			b = b[1:]
+			continue
+		}
+		dirty = dirty || (i >= 2 && i != 13)
 		at = b
 		var detail string
 		switch i {
 		case 0:
 			detail = "EngineCoreOutput.request_id: want a str"
-			o.RequestID, b, err = str(orig, b, detail)
+			// A fixstr of ASCII, the common request id, inline; anything
+			// else through str (the same checks).
+			if len(b) > 0 && b[0]&0xe0 == 0xa0 && len(b) > int(b[0]&0x1f) && asciiOnly(b[1:1+int(b[0]&0x1f)]) {
+				k := 1 + int(b[0]&0x1f)
+				o.RequestID, b = b[1:k], b[k:]
+			} else {
+				o.RequestID, b, err = str(orig, b, detail)
+			}
 		case 1:
 			detail = "EngineCoreOutput.new_token_ids: want an array of int"
 			var k uint32
-			k, b, err = readArrayHeader(b)
+			if len(b) > 0 && b[0]&0xf0 == 0x90 {
+				k, b = uint32(b[0]&0x0f), b[1:]
+			} else {
+				k, b, err = readArrayHeader(b)
+			}
 			if err == nil {
 				err = d.take(orig, at, int(k), len(b))
 			}
 			for j := uint32(0); err == nil && j < k; j++ {
 				var v int64
-				v, b, err = readInt(b)
+				if len(b) > 0 && b[0] <= 0x7f {
+					v, b = int64(b[0]), b[1:]
+				} else {
+					v, b, err = readInt(b)
+				}
 				o.NewTokenIDs = append(o.NewTokenIDs, v)
 			}
 		case 2:
@@ -423,6 +467,7 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 		case 13:
 			detail = "EngineCoreOutput.num_nans_in_logits: want an int"
 			o.NumNaNsInLogits, b, err = readInt(b)
+			dirty = dirty || o.NumNaNsInLogits != 0
 		case 14:
 			detail = "EngineCoreOutput.mm_cache_miss_hashes: want nil or an array"
 			o.MMCacheMissHashes, b, err = d.raw(orig, b)
@@ -446,7 +491,28 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			return b, fail(orig, at, detail, err)
 		}
 	}
+	o.clean = !dirty
 	return b, nil
+}
+
+// allNil8 is eight msgpack nils read as a little-endian word.
+const allNil8 = 0xc0c0c0c0c0c0c0c0
+
+// asciiOnly reports whether s is all ASCII (and so valid UTF-8), eight
+// bytes at a time.
+func asciiOnly(s []byte) bool {
+	for len(s) >= 8 {
+		if binary.LittleEndian.Uint64(s)&0x8080808080808080 != 0 {
+			return false
+		}
+		s = s[8:]
+	}
+	for _, c := range s {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // trailingDetail is decodeguard.Scan's detail for bytes after an object:
@@ -807,13 +873,22 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		return b[1:], nil
 	}
 	at := b
-	n, b, err := readArrayHeader(b)
+	var n uint32
+	var err error
+	if len(b) > 0 && b[0] == 0x93 { // fixarray of 3, inline
+		n, b = 3, b[1:]
+	} else {
+		n, b, err = readArrayHeader(b)
+	}
 	if err != nil || n != 3 {
 		return b, fail(orig, at, what+": want nil or [dtype, shape, data]", err)
 	}
 	dsAt := b
-	ds, b, err := readStr(b)
-	if err != nil {
+	var ds []byte
+	if len(b) > 0 && b[0]&0xe0 == 0xa0 && len(b) > int(b[0]&0x1f) { // fixstr, inline
+		k := 1 + int(b[0]&0x1f)
+		ds, b = b[1:k], b[k:]
+	} else if ds, b, err = readStr(b); err != nil {
 		return b, fail(orig, dsAt, what+".dtype: want a str", err)
 	}
 	dt, torch, ok := parseDType(ds)
@@ -821,7 +896,12 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		return b, failf(orig, dsAt, decodeguard.ReasonDecode, what+": unknown dtype "+strconv.Quote(decodeguard.EscapeText(string(ds), 32)))
 	}
 	shAt := b
-	k, b, err := readArrayHeader(b)
+	var k uint32
+	if len(b) > 0 && b[0]&0xf0 == 0x90 { // fixarray, inline
+		k, b = uint32(b[0]&0x0f), b[1:]
+	} else {
+		k, b, err = readArrayHeader(b)
+	}
 	if err != nil {
 		return b, fail(orig, shAt, what+".shape: want an array of int", err)
 	}
@@ -834,8 +914,9 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	shape := a.Shape[:0]
 	for j := uint32(0); j < k; j++ {
 		var v int64
-		v, b, err = readInt(b)
-		if err != nil {
+		if len(b) > 0 && b[0] <= 0x7f { // positive fixint, inline
+			v, b = int64(b[0]), b[1:]
+		} else if v, b, err = readInt(b); err != nil {
 			return b, fail(orig, shAt, what+".shape: want an array of int", err)
 		}
 		if int64(int(v)) != v {
