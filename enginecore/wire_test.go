@@ -479,3 +479,68 @@ func TestSignedCallIDs(t *testing.T) {
 		}
 	}
 }
+
+// TestDecodeReuseFieldByField decodes, into one reused Message, outputs
+// that set one field after new_token_ids at a time (vLLM's full-length
+// struct with the others nil), each followed by the common all-nil output,
+// and checks every decode against a fresh one: the decoder's nil fast
+// paths and clean-output reset leave nothing stale and miss nothing.
+func TestDecodeReuseFieldByField(t *testing.T) {
+	full := fullMessage().Outputs[0]
+	plain := Output{RequestID: []byte("cmpl-1"), NewTokenIDs: []int64{300}}
+	only := func(i int) Output {
+		o := plain
+		switch i {
+		case 2:
+			o.NewLogprobs = full.NewLogprobs
+		case 3:
+			o.NewPromptLogprobs = full.NewPromptLogprobs
+		case 4:
+			o.PoolingOutput = full.PoolingOutput
+		case 5:
+			o.HasFinishReason, o.FinishReason = true, full.FinishReason
+		case 6:
+			o.StopReason = full.StopReason
+		case 7:
+			o.HasEvents, o.Events = true, full.Events
+		case 8:
+			o.KVTransferParams = full.KVTransferParams
+		case 9:
+			o.ECTransferParams = Raw{0x80}
+		case 10:
+			o.TraceHeaders = full.TraceHeaders
+		case 11:
+			o.PrefillStats = Raw{0x80}
+		case 12:
+			o.RoutedExperts = full.RoutedExperts
+		case 13:
+			o.NumNaNsInLogits = full.NumNaNsInLogits
+		case 14:
+			o.MMCacheMissHashes = full.MMCacheMissHashes
+		case 15:
+			o.NewSamplingMask = full.NewSamplingMask
+		case 16:
+			o.SpecDecodeMetrics = full.SpecDecodeMetrics
+		}
+		return o
+	}
+	var reused Message
+	for i := 2; i <= 16; i++ {
+		for _, outs := range [][]Output{{only(i), plain}, {plain, only(i)}, {plain, plain}} {
+			m := &Message{Header: Header{EngineIndex: 1, Timestamp: ts}, Outputs: outs}
+			m.OutputsLen = len(outs)
+			frames := append([][]byte(nil), (&Encoder{}).Encode(m)...)
+			var fresh Message
+			if err := Decode(frames, &fresh, nil); err != nil {
+				t.Fatalf("field %d: %v", i, err)
+			}
+			if err := Decode(frames, &reused, nil); err != nil {
+				t.Fatalf("field %d, reused: %v", i, err)
+			}
+			assertSameEncoding(t, &fresh, &reused)
+			if n := fresh.Outputs[0].Fields; i < 14 && n != 14 {
+				t.Fatalf("field %d: the encoder wrote %d fields, want vLLM's 14", i, n)
+			}
+		}
+	}
+}
