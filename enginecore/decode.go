@@ -91,7 +91,8 @@ func Decode(frames [][]byte, dst *Message, lim *Limits) error {
 	}
 	dst.used = dst.used[:words]
 	clear(dst.used)
-	if err := decodeFull(frames, dst, &scan); err != nil {
+	firstInvalid, err := decodeFull(frames, dst, &scan)
+	if err != nil {
 		return err
 	}
 	for i := 1; i < len(frames); i++ {
@@ -100,7 +101,15 @@ func Decode(frames [][]byte, dst *Message, lim *Limits) error {
 				"EngineCoreOutputs: aux frame "+strconv.Itoa(i)+" is not referenced by any array")
 		}
 	}
-	return dst.Validate()
+	// dst.Validate(), with the per-output checks made while decoding: the
+	// first output that fails them, if any, is firstInvalid.
+	if err := dst.Header.Validate(); err != nil {
+		return err
+	}
+	if firstInvalid >= 0 {
+		return dst.Outputs[firstInvalid].validate(firstInvalid)
+	}
+	return nil
 }
 
 func scanMaxBytes(l *decodeguard.Limits) int {
@@ -115,9 +124,10 @@ func scanMaxBytes(l *decodeguard.Limits) int {
 // uninterpreted sub-object may nest MaxDepth minus this.
 const typedDepth = 6
 
-func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (err error) {
+func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (firstInvalid int, err error) {
 	defer recoverPanic(&err)
-	d := decoder{m: dst, frames: frames, rawLim: *scan}
+	d := decoder{m: dst, frames: frames, rawLim: *scan, firstInvalid: -1}
+	defer func() { firstInvalid = d.firstInvalid }()
 	d.budget = scan.MaxElements
 	if d.budget <= 0 {
 		d.budget = decodeguard.DefaultMaxElements
@@ -142,7 +152,7 @@ func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (err er
 	if err == nil && len(dst.Outputs) != dst.OutputsLen {
 		dst.Outputs = dst.Outputs[:0]
 	}
-	return err
+	return d.firstInvalid, err
 }
 
 // Validate checks the values a front-end relies on: [Header.Validate], and
@@ -152,13 +162,25 @@ func (m *Message) Validate() error {
 		return err
 	}
 	for i := range m.Outputs {
-		o := &m.Outputs[i]
-		if o.HasFinishReason && o.FinishReason < 0 {
-			return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutput.finish_reason is negative (output "+strconv.Itoa(i)+")")
+		if o := &m.Outputs[i]; o.invalid() {
+			return o.validate(i)
 		}
-		if o.NumNaNsInLogits < 0 {
-			return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutput.num_nans_in_logits is negative (output "+strconv.Itoa(i)+")")
-		}
+	}
+	return nil
+}
+
+// invalid reports whether o fails Validate's per-output checks.
+func (o *Output) invalid() bool {
+	return (o.HasFinishReason && o.FinishReason < 0) || o.NumNaNsInLogits < 0
+}
+
+// validate returns Validate's error for o, output i (nil if it passes).
+func (o *Output) validate(i int) error {
+	if o.HasFinishReason && o.FinishReason < 0 {
+		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutput.finish_reason is negative (output "+strconv.Itoa(i)+")")
+	}
+	if o.NumNaNsInLogits < 0 {
+		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutput.num_nans_in_logits is negative (output "+strconv.Itoa(i)+")")
 	}
 	return nil
 }
@@ -177,6 +199,10 @@ type decoder struct {
 	// are checked by sub at the depth of their position, and rawLim holds
 	// the caller's limits with MaxDepth resolved.
 	exact bool
+
+	// firstInvalid is the index of the first output that fails
+	// Message.Validate's per-output checks, -1 if none (full decode).
+	firstInvalid int
 }
 
 // sub checks the uninterpreted object at the front of b, at nesting depth
@@ -270,9 +296,13 @@ func (d *decoder) outputs(orig, b []byte, k int) ([]byte, error) {
 	m.Outputs = m.Outputs[:k]
 	var err error
 	for j := range k {
-		b, err = d.output(orig, b, &m.Outputs[j])
+		o := &m.Outputs[j]
+		b, err = d.output(orig, b, o)
 		if err != nil {
 			return b, err
+		}
+		if o.invalid() && d.firstInvalid < 0 {
+			d.firstInvalid = j
 		}
 	}
 	return b, nil
@@ -283,23 +313,35 @@ func (d *decoder) outputs(orig, b []byte, k int) ([]byte, error) {
 // the decoder only fills one after marking it present, and resets it here
 // the next time, so only present ones are cleared (an Output is large).
 //
-// o.clean records that the decoder left every field after new_token_ids
-// clear (each was absent or nil, num_nans_in_logits 0), so the common
-// output, request_id and new_token_ids with the rest nil, costs a few
-// stores. A value built by hand, or one whose decode failed, has clean
-// unset and is cleared in full.
+// o.left records what the decoder left set after new_token_ids, so the
+// common output, request_id and new_token_ids with the rest nil
+// (num_nans_in_logits 0), costs a few stores, and one with new_logprobs
+// only clears that. A value built by hand, or one whose decode failed, has
+// left unset (leftUnknown) and is cleared in full.
 func (o *Output) reset() {
 	o.Fields = 0
 	o.RequestID = nil
 	o.NewTokenIDs = o.NewTokenIDs[:0]
-	if !o.clean {
+	switch o.left {
+	case leftNothing:
+	case leftLogprobs:
+		o.NewLogprobs = o.NewLogprobs.kept()
+		o.left = leftNothing
+	default:
 		o.resetRest()
 	}
 }
 
+// The values of Output.left.
+const (
+	leftUnknown  uint8 = iota // clear every field
+	leftNothing               // every field after new_token_ids is clear
+	leftLogprobs              // only new_logprobs may be set
+)
+
 // resetRest is reset's clearing of every field after new_token_ids.
 func (o *Output) resetRest() {
-	o.clean = true
+	o.left = leftNothing
 	if o.NewLogprobs.Present {
 		o.NewLogprobs = o.NewLogprobs.kept()
 	}
@@ -356,15 +398,16 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 		return b, failf(orig, at, decodeguard.ReasonDecode, "EngineCoreOutput: want at least request_id and new_token_ids, got "+strconv.Itoa(int(n))+" fields")
 	}
 	o.Fields = int(n)
-	o.clean = false // until the output is whole: a failed decode leaves it to a full reset
+	o.left = leftUnknown // until the output is whole: a failed decode leaves it to a full reset
 	if err := d.take(orig, at, int(n), len(b)); err != nil {
 		return b, err
 	}
-	// dirty records whether a field after new_token_ids was given a value:
-	// vLLM writes the full 14-field struct, and in the common output every
-	// field after new_token_ids is nil (num_nans_in_logits 0), so those
-	// skip the per-field decode and leave the output clean for reset.
-	dirty := false
+	// dirty records whether a field after new_logprobs was given a value,
+	// lp whether new_logprobs was: vLLM writes the full 14-field struct,
+	// and in the common output every field after new_token_ids is nil
+	// (num_nans_in_logits 0), so those skip the per-field decode and leave
+	// little for reset.
+	dirty, lp := false, false
 	for i := uint32(0); i < n; i++ {
 		if i == 2 && n > 12 && len(b) >= 11 && binary.LittleEndian.Uint64(b) == allNil8 &&
 			b[8] == 0xc0 && b[9] == 0xc0 && b[10] == 0xc0 {
@@ -380,7 +423,8 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			b = b[1:]
 			continue
 		}
-		dirty = dirty || (i >= 2 && i != 13)
+		lp = lp || i == 2
+		dirty = dirty || (i >= 3 && i != 13)
 		at = b
 		var detail string
 		switch i {
@@ -466,7 +510,11 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			}
 		case 13:
 			detail = "EngineCoreOutput.num_nans_in_logits: want an int"
-			o.NumNaNsInLogits, b, err = readInt(b)
+			if len(b) > 0 && b[0] <= 0x7f { // positive fixint (0, the common value), inline
+				o.NumNaNsInLogits, b = int64(b[0]), b[1:]
+			} else {
+				o.NumNaNsInLogits, b, err = readInt(b)
+			}
 			dirty = dirty || o.NumNaNsInLogits != 0
 		case 14:
 			detail = "EngineCoreOutput.mm_cache_miss_hashes: want nil or an array"
@@ -491,7 +539,14 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			return b, fail(orig, at, detail, err)
 		}
 	}
-	o.clean = !dirty
+	switch {
+	case dirty:
+		o.left = leftUnknown
+	case lp:
+		o.left = leftLogprobs
+	default:
+		o.left = leftNothing
+	}
 	return b, nil
 }
 

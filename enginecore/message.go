@@ -93,7 +93,10 @@ type Output struct {
 	// SpecDecodeMetrics is spec_decode_metrics, uninterpreted.
 	SpecDecodeMetrics Raw
 
-	clean bool // the decoder left every field after new_token_ids clear
+	// left records what the decoder left set after new_token_ids, for
+	// reset: leftUnknown (a value built by hand, or a failed decode: clear
+	// everything), leftNothing, or leftLogprobs (new_logprobs only).
+	left uint8
 }
 
 // Logprobs is LogprobsLists (new_logprobs) or LogprobsTensors
