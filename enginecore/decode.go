@@ -407,8 +407,45 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 	// and in the common output every field after new_token_ids is nil
 	// (num_nans_in_logits 0), so those skip the per-field decode and leave
 	// little for reset.
+	// request_id and new_token_ids, the two fields every output has.
+	at = b
+	// A fixstr of ASCII, the common request id, inline; anything else
+	// through str (the same checks).
+	if len(b) > 0 && b[0]&0xe0 == 0xa0 && len(b) > int(b[0]&0x1f) && asciiOnly(b[1:1+int(b[0]&0x1f)]) {
+		k := 1 + int(b[0]&0x1f)
+		o.RequestID, b = b[1:k], b[k:]
+	} else if o.RequestID, b, err = str(orig, b, "EngineCoreOutput.request_id: want a str"); err != nil {
+		return b, fail(orig, at, "EngineCoreOutput.request_id: want a str", err)
+	}
+	at = b
+	var k uint32
+	if len(b) > 0 && b[0]&0xf0 == 0x90 {
+		k, b = uint32(b[0]&0x0f), b[1:]
+	} else {
+		k, b, err = readArrayHeader(b)
+	}
+	if err == nil {
+		err = d.take(orig, at, int(k), len(b))
+	}
+	for j := uint32(0); err == nil && j < k; j++ {
+		var v int64
+		if len(b) > 0 && b[0] <= 0x7f {
+			v, b = int64(b[0]), b[1:]
+		} else {
+			v, b, err = readInt(b)
+		}
+		o.NewTokenIDs = append(o.NewTokenIDs, v)
+	}
+	if err != nil {
+		return b, fail(orig, at, "EngineCoreOutput.new_token_ids: want an array of int", err)
+	}
+	// dirty records whether a field after new_logprobs was given a value,
+	// lp whether new_logprobs was: vLLM writes the full 14-field struct,
+	// and in the common output every field after new_token_ids is nil
+	// (num_nans_in_logits 0), so those skip the per-field decode and leave
+	// little for reset.
 	dirty, lp := false, false
-	for i := uint32(0); i < n; i++ {
+	for i := uint32(2); i < n; i++ {
 		if i == 2 && n > 12 && len(b) >= 11 && binary.LittleEndian.Uint64(b) == allNil8 &&
 			b[8] == 0xc0 && b[9] == 0xc0 && b[10] == 0xc0 {
 			// Fields 2 to 12 all nil, as vLLM sends most outputs: the
@@ -416,7 +453,7 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			i, b = 12, b[11:]
 			continue
 		}
-		if i >= 2 && i != 13 && len(b) > 0 && b[0] == 0xc0 {
+		if i != 13 && len(b) > 0 && b[0] == 0xc0 {
 			// nil, which every field after new_token_ids but
 			// num_nans_in_logits accepts as "absent", exactly as the
 			// cases below do for a nil (they leave the reset field as is).
@@ -428,36 +465,6 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 		at = b
 		var detail string
 		switch i {
-		case 0:
-			detail = "EngineCoreOutput.request_id: want a str"
-			// A fixstr of ASCII, the common request id, inline; anything
-			// else through str (the same checks).
-			if len(b) > 0 && b[0]&0xe0 == 0xa0 && len(b) > int(b[0]&0x1f) && asciiOnly(b[1:1+int(b[0]&0x1f)]) {
-				k := 1 + int(b[0]&0x1f)
-				o.RequestID, b = b[1:k], b[k:]
-			} else {
-				o.RequestID, b, err = str(orig, b, detail)
-			}
-		case 1:
-			detail = "EngineCoreOutput.new_token_ids: want an array of int"
-			var k uint32
-			if len(b) > 0 && b[0]&0xf0 == 0x90 {
-				k, b = uint32(b[0]&0x0f), b[1:]
-			} else {
-				k, b, err = readArrayHeader(b)
-			}
-			if err == nil {
-				err = d.take(orig, at, int(k), len(b))
-			}
-			for j := uint32(0); err == nil && j < k; j++ {
-				var v int64
-				if len(b) > 0 && b[0] <= 0x7f {
-					v, b = int64(b[0]), b[1:]
-				} else {
-					v, b, err = readInt(b)
-				}
-				o.NewTokenIDs = append(o.NewTokenIDs, v)
-			}
 		case 2:
 			b, err = d.logprobs(orig, b, &o.NewLogprobs, &newLogprobsNames)
 			if err != nil {
