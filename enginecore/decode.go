@@ -301,7 +301,9 @@ func (d *decoder) outputs(orig, b []byte, k int) ([]byte, error) {
 		if err != nil {
 			return b, err
 		}
-		if o.invalid() && d.firstInvalid < 0 {
+		// An output left clear after new_logprobs has finish_reason unset
+		// and num_nans_in_logits 0: only others can fail the checks.
+		if o.left == leftUnknown && o.invalid() && d.firstInvalid < 0 {
 			d.firstInvalid = j
 		}
 	}
@@ -518,7 +520,10 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 		case 13:
 			detail = "EngineCoreOutput.num_nans_in_logits: want an int"
 			if len(b) > 0 && b[0] <= 0x7f { // positive fixint (0, the common value), inline
-				o.NumNaNsInLogits, b = int64(b[0]), b[1:]
+				if b[0] != 0 { // reset left it 0: spare the store (and its cache line)
+					o.NumNaNsInLogits = int64(b[0])
+				}
+				b = b[1:]
 			} else {
 				o.NumNaNsInLogits, b, err = readInt(b)
 			}
@@ -996,7 +1001,11 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	case c <= 0x7f || c == 0xcc || c == 0xcd || c == 0xce || c == 0xcf || c >= 0xe0 ||
 		c == 0xd0 || c == 0xd1 || c == 0xd2 || c == 0xd3: // an int: an aux frame index
 		var idx int64
-		idx, b, err = readInt(b)
+		if c <= 0x7f { // positive fixint, inline
+			idx, b = int64(c), b[1:]
+		} else {
+			idx, b, err = readInt(b)
+		}
 		if err != nil || idx < 1 || idx >= int64(len(d.frames)) {
 			return b, failf(orig, dataAt, decodeguard.ReasonDecode,
 				what+".data: aux frame index out of range [1, "+strconv.Itoa(len(d.frames))+")")
