@@ -98,7 +98,6 @@ type Output struct {
 	NewSamplingMask SamplingMask
 	// SpecDecodeMetrics is spec_decode_metrics, uninterpreted.
 	SpecDecodeMetrics Raw
-
 }
 
 // Logprobs is LogprobsLists (new_logprobs) or LogprobsTensors
