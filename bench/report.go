@@ -408,14 +408,16 @@ func rangeCell(s Summary) string {
 	return "[" + format(s.Min) + ".." + format(s.Max) + "]"
 }
 
-// format renders x compactly: 2.31M, 845k, 1.23, 0.081.
+// format renders x compactly: 2.31M, 845k, 10.3k, 1.23, 0.081.
 func format(x float64) string {
 	a := math.Abs(x)
 	switch {
 	case a >= 1e6:
 		return strconv.FormatFloat(x/1e6, 'f', 2, 64) + "M"
-	case a >= 1e4:
+	case a >= 1e5:
 		return strconv.FormatFloat(x/1e3, 'f', 0, 64) + "k"
+	case a >= 1e4:
+		return strconv.FormatFloat(x/1e3, 'f', 1, 64) + "k"
 	case a >= 100:
 		return strconv.FormatFloat(x, 'f', 0, 64)
 	case a >= 10:
