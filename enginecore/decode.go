@@ -327,7 +327,7 @@ func (o *Output) reset() {
 	switch o.left {
 	case leftNothing:
 	case leftLogprobs:
-		o.NewLogprobs = o.NewLogprobs.kept()
+		o.NewLogprobs.clearKeep()
 		o.left = leftNothing
 	default:
 		o.resetRest()
@@ -345,10 +345,10 @@ const (
 func (o *Output) resetRest() {
 	o.left = leftNothing
 	if o.NewLogprobs.Present {
-		o.NewLogprobs = o.NewLogprobs.kept()
+		o.NewLogprobs.clearKeep()
 	}
 	if o.NewPromptLogprobs.Present {
-		o.NewPromptLogprobs = o.NewPromptLogprobs.kept()
+		o.NewPromptLogprobs.clearKeep()
 	}
 	if !o.PoolingOutput.IsNil() {
 		o.PoolingOutput = Array{Shape: o.PoolingOutput.Shape[:0]}
@@ -368,13 +368,19 @@ func (o *Output) resetRest() {
 	o.SpecDecodeMetrics = nil
 }
 
-func (l *Logprobs) kept() Logprobs {
-	return Logprobs{
-		TokenIDs:       Array{Shape: l.TokenIDs.Shape[:0]},
-		Logprobs:       Array{Shape: l.Logprobs.Shape[:0]},
-		SampledRanks:   Array{Shape: l.SampledRanks.Shape[:0]},
-		CuNumGenerated: l.CuNumGenerated[:0],
-	}
+// clearKeep clears l in place, keeping its slices' capacity (no
+// temporary: an Output is large, and this runs per output with logprobs).
+func (l *Logprobs) clearKeep() {
+	l.Present, l.Fields = false, 0
+	l.TokenIDs.clearKeep()
+	l.Logprobs.clearKeep()
+	l.SampledRanks.clearKeep()
+	l.HasCuNumGenerated, l.CuNumGenerated = false, l.CuNumGenerated[:0]
+}
+
+// clearKeep clears a in place, keeping its shape's capacity.
+func (a *Array) clearKeep() {
+	*a = Array{Shape: a.Shape[:0]}
 }
 
 func (s *SamplingMask) kept() SamplingMask {

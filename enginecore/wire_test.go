@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -542,5 +543,35 @@ func TestDecodeReuseFieldByField(t *testing.T) {
 				t.Fatalf("field %d: the encoder wrote %d fields, want vLLM's 14", i, n)
 			}
 		}
+	}
+}
+
+// TestClearKeep: Logprobs.clearKeep leaves every field zero (slices empty,
+// capacity kept), so a field added to Logprobs later and not cleared there
+// fails here.
+func TestClearKeep(t *testing.T) {
+	l := fullMessage().Outputs[0].NewLogprobs
+	l.HasCuNumGenerated, l.CuNumGenerated = true, []int64{1, 2}
+	l.clearKeep()
+	var walk func(path string, v reflect.Value)
+	walk = func(path string, v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Struct:
+			for i := range v.NumField() {
+				walk(path+"."+v.Type().Field(i).Name, v.Field(i))
+			}
+		case reflect.Slice:
+			if v.Len() != 0 {
+				t.Errorf("%s: %d elements left", path, v.Len())
+			}
+		default:
+			if !v.IsZero() {
+				t.Errorf("%s: %v left", path, v)
+			}
+		}
+	}
+	walk("Logprobs", reflect.ValueOf(l))
+	if cap(l.TokenIDs.Shape) == 0 || cap(l.CuNumGenerated) == 0 {
+		t.Error("capacity not kept")
 	}
 }
