@@ -464,8 +464,16 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 		if i != 13 && len(b) > 0 && b[0] == 0xc0 {
 			// nil, which every field after new_token_ids but
 			// num_nans_in_logits accepts as "absent", exactly as the
-			// cases below do for a nil (they leave the reset field as is).
+			// cases below do for a nil (they leave the reset field as is);
+			// and the nils that follow it, up to num_nans_in_logits.
+			end := n
+			if i < 13 {
+				end = min(n, 13)
+			}
 			b = b[1:]
+			for i+1 < end && len(b) > 0 && b[0] == 0xc0 {
+				i, b = i+1, b[1:]
+			}
 			continue
 		}
 		lp = lp || i == 2
