@@ -393,6 +393,14 @@ func (s *SamplingMask) kept() SamplingMask {
 }
 
 func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
+	// An output that had new_logprobs only keeps them through reset: a new
+	// new_logprobs overwrites every part of them (logprobs), and they are
+	// cleared after the loop if this output has none. A failed decode
+	// leaves left unknown, so the next reset clears everything.
+	staleLP := o.left == leftLogprobs
+	if staleLP {
+		o.left = leftNothing
+	}
 	o.reset()
 	at := b
 	var n uint32
@@ -565,6 +573,9 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			return b, fail(orig, at, detail, err)
 		}
 	}
+	if staleLP && !lp {
+		o.NewLogprobs.clearKeep()
+	}
 	switch {
 	case dirty:
 		o.left = leftUnknown
@@ -665,6 +676,9 @@ func (d *decoder) logprobs(orig, b []byte, l *Logprobs, names *logprobsNames) ([
 		return b, fail(orig, at, names.what, err)
 	}
 	l.Present, l.Fields = true, int(n)
+	if n < 4 { // no cu_num_generated_tokens: clear a previous decode's (see output)
+		l.HasCuNumGenerated, l.CuNumGenerated = false, l.CuNumGenerated[:0]
+	}
 	if b, err = d.array(orig, b, &l.TokenIDs, names.ids); err != nil {
 		return b, err
 	}

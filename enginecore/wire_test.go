@@ -526,6 +526,26 @@ func TestDecodeReuseFieldByField(t *testing.T) {
 		return o
 	}
 	var reused Message
+	// new_logprobs with cu_num_generated_tokens, then without it (three
+	// fields), then none, in the same output slot.
+	lpCu, lp3 := plain, plain
+	lpCu.NewLogprobs = full.NewLogprobs
+	lpCu.NewLogprobs.Fields, lpCu.NewLogprobs.HasCuNumGenerated, lpCu.NewLogprobs.CuNumGenerated = 4, true, []int64{0, 1}
+	lp3.NewLogprobs = full.NewLogprobs
+	lp3.NewLogprobs.Fields = 3
+	for _, o := range []Output{lpCu, lp3, lpCu, plain, lpCu, only(5), lp3} {
+		m := &Message{Header: Header{EngineIndex: 1, Timestamp: ts}, Outputs: []Output{o}}
+		m.OutputsLen = 1
+		frames := append([][]byte(nil), (&Encoder{}).Encode(m)...)
+		var fresh Message
+		if err := Decode(frames, &fresh, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := Decode(frames, &reused, nil); err != nil {
+			t.Fatal(err)
+		}
+		assertSameEncoding(t, &fresh, &reused)
+	}
 	for i := 2; i <= 16; i++ {
 		for _, outs := range [][]Output{{only(i), plain}, {plain, only(i)}, {plain, plain}} {
 			m := &Message{Header: Header{EngineIndex: 1, Timestamp: ts}, Outputs: outs}
