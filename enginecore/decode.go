@@ -443,15 +443,20 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 	if err == nil {
 		err = d.take(orig, at, int(k), len(b))
 	}
+	toks := o.NewTokenIDs // emptied by reset; appended in a local, stored once
 	for j := uint32(0); err == nil && j < k; j++ {
 		var v int64
-		if len(b) > 0 && b[0] <= 0x7f {
+		switch {
+		case len(b) > 0 && b[0] <= 0x7f:
 			v, b = int64(b[0]), b[1:]
-		} else {
+		case len(b) >= 3 && b[0] == 0xcd: // uint16, most vocabularies' ids
+			v, b = int64(binary.BigEndian.Uint16(b[1:3])), b[3:]
+		default:
 			v, b, err = readInt(b)
 		}
-		o.NewTokenIDs = append(o.NewTokenIDs, v)
+		toks = append(toks, v)
 	}
+	o.NewTokenIDs = toks
 	if err != nil {
 		return b, fail(orig, at, "EngineCoreOutput.new_token_ids: want an array of int", err)
 	}
