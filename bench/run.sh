@@ -183,11 +183,15 @@ mkdir -p "$BIN"
 # pebbe/zmq4 (libzmq through cgo) is its own module, so that the main one
 # stays pure Go; it needs libzmq's headers (Debian: libzmq3-dev).
 PEBBEOK=0
-if [ ! -f /usr/include/zmq.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if ! want stats100 && ! want outputs; then
+	: # no comparison selected has a pebbe variant: no cgo build
+elif [ ! -f /usr/include/zmq.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 	log "libzmq3-dev missing: installing it for the pebbe/zmq4 comparison"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev >/dev/null 2>&1 || true
 fi
-if command -v gcc >/dev/null && [ -f /usr/include/zmq.h ] &&
+if ! want stats100 && ! want outputs; then
+	:
+elif command -v gcc >/dev/null && [ -f /usr/include/zmq.h ] &&
 	(cd "$ROOT/bench/pebbe" && CGO_ENABLED=1 go build -o "$BIN/pebberecv" .) 2>"$WORK/pebbe.err"; then
 	PEBBEOK=1
 else
