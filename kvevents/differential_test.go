@@ -221,3 +221,44 @@ func mustBytesHash(t testing.TB, b []byte) Hash {
 	}
 	return h
 }
+
+// TestDecodeBatchNoAllocs requires DecodeBatch to allocate nothing once its
+// Batch is warm: a realistic batch, and one that uses every field (LoRA
+// names, session ids, ownership, bin hashes, extra_keys) in both forms.
+func TestDecodeBatchNoAllocs(t *testing.T) {
+	full := []Event{
+		{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, TokenIDs: make([]int64, 32), BlockSize: 16,
+			LoraID: Int(3), LoraName: String("adapter-a"), Medium: String("GPU"), HasExtraKeys: true,
+			ExtraKeys: [][]byte{{0x91, 0xa1, 'x'}, nil}, GroupIdx: Int(0), KVCacheSpecKind: String("full_attention"),
+			Locality: String("LOCAL"), Ownership: String("kv-tier"), SessionID: String("session-17")},
+		{Type: BlockStored, BlockHashes: []Hash{mustBytesHash(t, bytes.Repeat([]byte{9}, 32))}, Medium: String("CPU")},
+		{Type: BlockStored, BlockHashes: []Hash{IntHash(5)}, TokenIDs: make([]int64, 16), BlockSize: 16,
+			LoraID: Int(4), LoraName: String("adapter-b"), SessionID: String("session-18")},
+		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1)}, Medium: String("GPU"), Ownership: String("kv-tier")},
+		{Type: AllBlocksCleared},
+	}
+	real, n := realisticBatch(1)
+	for _, c := range []struct {
+		name   string
+		p      []byte
+		events int
+	}{
+		{"realistic", real, n},
+		{"every-field-map", AppendBatch(nil, 2, full, Int(1), true), len(full)},
+		{"every-field-array", AppendBatch(nil, 2, full, OptInt{}, false), len(full)},
+	} {
+		var b Batch
+		decode := func() {
+			if err := DecodeBatch(c.p, Limits{}, &b, nil); err != nil || len(b.Events) != c.events {
+				t.Fatalf("%s: %v, %d events", c.name, err, len(b.Events))
+			}
+		}
+		decode()
+		if !fastBatch(c.p, Limits{}.withDefaults(), &b) {
+			t.Fatalf("%s: not taken by the one-pass decoder", c.name)
+		}
+		if a := testing.AllocsPerRun(200, decode); a != 0 {
+			t.Errorf("%s: %v allocations per batch once warm, want 0", c.name, a)
+		}
+	}
+}
