@@ -444,14 +444,19 @@ func (b *Batch) fastField(f int, p []byte, i int, ev *Event) (int, bool) {
 		}
 		hs := ev.BlockHashes[:0]
 		if cap(hs) < n {
-			hs = make([]Hash, 0, n)
+			hs = make([]Hash, n)
 		}
-		for k := 0; k < n; k++ {
-			var h Hash
-			if h, j, ok = hashAt(p, j); !ok {
+		hs = hs[:n]
+		for k := range hs {
+			// vLLM's integer hashes are 64-bit digests: nearly all uint64.
+			if j <= len(p)-9 && p[j] == 0xcf {
+				hs[k] = Hash{u: binary.BigEndian.Uint64(p[j+1:])}
+				j += 9
+				continue
+			}
+			if hs[k], j, ok = hashAt(p, j); !ok {
 				return i, false
 			}
-			hs = append(hs, h)
 		}
 		ev.BlockHashes = hs
 	case fParent:

@@ -11,7 +11,8 @@
 //	kvrx --bind tcp://127.0.0.1:PORT --count N
 //	kvrx --sources 1000 --endpoints FILE --count N
 //
-// --cpuprofile FILE writes a CPU profile of the run (go tool pprof).
+// --cpuprofile FILE writes a CPU profile of the run and --memprofile FILE
+// its allocations (go tool pprof).
 //
 // Feed it with `bench/sender --kvevents`. With --sources (the fleet case: a
 // router following many engines) it binds that many sources, each on a port
@@ -32,6 +33,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"strings"
 	"sync"
@@ -46,7 +48,21 @@ func main() {
 	sources := flag.Int("sources", 1, "sources to follow, each bound on 127.0.0.1 at a port the kernel picks (with --endpoints)")
 	endpoints := flag.String("endpoints", "", "with --sources: the file to write the sources' endpoints to")
 	cpuprof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
+	memprof := flag.String("memprofile", "", "write a heap profile (allocations sampled every 512 bytes) at the end to this file")
 	flag.Parse()
+	if *memprof != "" {
+		runtime.MemProfileRate = 512
+		defer func() {
+			f, err := os.Create(*memprof)
+			if err != nil {
+				load.Fatal(err)
+			}
+			defer f.Close()
+			if err := pprof.Lookup("allocs").WriteTo(f, 0); err != nil {
+				load.Fatal(err)
+			}
+		}()
+	}
 	if *cpuprof != "" {
 		f, err := os.Create(*cpuprof)
 		if err != nil {
