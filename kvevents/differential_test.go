@@ -188,6 +188,9 @@ func TestDifferentialShapes(t *testing.T) {
 		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1 << 40)}, Medium: String("DISK"), GroupIdx: Int(2)},
 		{Type: AllBlocksCleared},
 		{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, TokenIDs: []int64{1, 2, 3}, BlockSize: 2}, // fails validation
+		// A negative integer: the fast reader leaves this event to the
+		// general one, and the rest of the batch stays on the fast path.
+		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(3)}, GroupIdx: Int(-2)},
 	}
 	for i := range events[0].TokenIDs {
 		events[0].TokenIDs[i] = int64(i) * 70001

@@ -48,10 +48,10 @@ func main() {
 	sources := flag.Int("sources", 1, "sources to follow, each bound on 127.0.0.1 at a port the kernel picks (with --endpoints)")
 	endpoints := flag.String("endpoints", "", "with --sources: the file to write the sources' endpoints to")
 	cpuprof := flag.String("cpuprofile", "", "write a CPU profile of the whole run to this file")
-	memprof := flag.String("memprofile", "", "write a heap profile (allocations sampled every 512 bytes) at the end to this file")
+	memprof := flag.String("memprofile", "", "write a heap profile (allocations sampled every 4 KiB) at the end to this file")
 	flag.Parse()
 	if *memprof != "" {
-		runtime.MemProfileRate = 512
+		runtime.MemProfileRate = 4096
 		defer func() {
 			f, err := os.Create(*memprof)
 			if err != nil {

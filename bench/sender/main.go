@@ -277,19 +277,45 @@ func sendKVFleet(file, topic string, count uint64, wait, linger time.Duration) {
 		load.Fatal(fmt.Errorf("%s lists no endpoint", file))
 	}
 	conns := make([]net.Conn, len(eps))
+	zconns := make([]*zmtpguard.Conn, len(eps))
 	left := make([]uint64, len(eps))
 	seqs := make([]uint64, len(eps))
+	// Dial 64 at a time: the receiver drops a connection that stays
+	// silent past its heartbeat timeout (8 s by default), and this writer
+	// answers no heartbeat, so every connection must start receiving
+	// batches soon after it is made.
+	var (
+		dialWG  sync.WaitGroup
+		dialErr error
+		dialMu  sync.Mutex
+		gate    = make(chan struct{}, 64)
+	)
 	for i, ep := range eps {
-		c, err := load.DialRetry(ep, zmtpguard.Pub, wait)
-		if err != nil {
-			load.Fatal(err)
-		}
-		defer c.Close()
-		conns[i] = zmtpaccess.NetConn(c)
+		dialWG.Add(1)
+		gate <- struct{}{}
+		go func() {
+			defer func() { <-gate; dialWG.Done() }()
+			c, err := load.DialRetry(ep, zmtpguard.Pub, wait)
+			dialMu.Lock()
+			defer dialMu.Unlock()
+			if err != nil {
+				dialErr = err
+				return
+			}
+			zconns[i] = c
+		}()
 		left[i] = count / uint64(len(eps))
 		if uint64(i) < count%uint64(len(eps)) {
 			left[i]++
 		}
+	}
+	dialWG.Wait()
+	if dialErr != nil {
+		load.Fatal(dialErr)
+	}
+	for i, c := range zconns {
+		defer c.Close()
+		conns[i] = zmtpaccess.NetConn(c)
 	}
 	payload := load.KVBatch()
 	burst, burstAt := load.KVChunk(topic, payload, fleetBurst)
