@@ -29,9 +29,14 @@
 #
 # quick: 1 round and small counts (for tests and CI; the numbers mean little).
 # Environment: ROUNDS (default 5, quick 1), PYTHON (default /usr/bin/python3),
-# BENCH_BIN (build directory, default a temporary one), BENCH_PORT (first port),
-# BENCH_KEEP=1 keeps the work directory (raw outputs) and prints its path,
-# KV_FLEET the sources of the kvevents fleet row (default 1000).
+# BENCH_BIN (build directory, default a temporary one), BENCH_KEEP=1 keeps the
+# work directory (raw outputs) and prints its path, KV_FLEET the sources of the
+# kvevents fleet row (default 1000).
+#
+# Ports: no port is ever picked here. Every receiver binds port 0 (pyzmq:
+# port *), the kernel chooses a free one, the receiver writes
+# "endpoint=tcp://127.0.0.1:PORT" on stderr, and the sender is started on
+# that endpoint; so the harness shares a machine with anything else.
 set -euo pipefail
 
 MODE=full
@@ -42,7 +47,9 @@ PY=${PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-bench.XXXXXX")
 BIN=${BENCH_BIN:-$WORK/bin}
 RESULTS=$WORK/results.tsv
-PORT=${BENCH_PORT:-$((20000 + $$ % 9000))}
+# Receivers bind these; the kernel chooses the port (see bound_ep).
+EP0=tcp://127.0.0.1:0
+PYEP0='tcp://127.0.0.1:*'
 KV_FLEET=${KV_FLEET:-1000}
 PIDS=()
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
@@ -66,7 +73,6 @@ fi
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 want() { [[ "$ONLY" == *" $1 "* ]]; }
-next_port() { PORT=$((PORT + 1)); }
 rec() { (IFS=$'\t'; echo "$*") >>"$RESULTS"; }
 # jf FIELD FILE: a numeric field of the JSON line in FILE, or NaN.
 jf() {
@@ -103,6 +109,33 @@ wait_for() {
 		sleep 0.05
 	done
 	return 1
+}
+# bound_ep FILE [KEY]: the endpoint a process bound, from the
+# "KEY=tcp://HOST:PORT" it writes on stderr (FILE) once bound (KEY:
+# endpoint by default; zmqguard's text log, load.Bound, bench/py/*); waits
+# 30 s at most, and returns 1 (printing nothing) if the line never comes.
+bound_ep() {
+	local key=${2:-endpoint} i ep
+	for (( i = 0; i < 600; i++ )); do
+		ep=$(sed -n "s|.*[[:space:]]$key=\(tcp://[^[:space:]\"]*\).*|\1|p" "$1" 2>/dev/null | head -n1)
+		if [ -n "$ep" ]; then echo "$ep"; return 0; fi
+		sleep 0.05
+	done
+	return 1
+}
+# rss_settled PID: the RSS of PID (KiB) once it has stopped moving: three
+# samples 200 ms apart within 1% of each other, 10 s at most.
+rss_settled() {
+	local pid=$1 i a b c
+	a=$(rss_kib "$pid"); sleep 0.2; b=$(rss_kib "$pid"); c=$b
+	for (( i = 0; i < 50; i++ )); do
+		sleep 0.2
+		c=$(rss_kib "$pid")
+		awk -v a="$a" -v b="$b" -v c="$c" 'function d(x, y) { return x > y ? x - y : y - x }
+			BEGIN { exit !(c > 0 && d(a, c) <= c / 100 && d(b, c) <= c / 100) }' && break
+		a=$b b=$c
+	done
+	echo "$c"
 }
 # cpu_ns OUT N: CPU ns per message of a receiver: from OUT.time (GNU time's
 # "user system" seconds for the whole process, start-up included) when
@@ -142,9 +175,12 @@ if ! have_python; then
 fi
 
 # ---------------------------------------------------------------- receivers
-# rx KIND PORT N: run a receiver in the foreground.
+# rx KIND N: run a receiver in the foreground, bound on a port the kernel
+# chooses (it writes the endpoint on stderr; see bound_ep).
 rx() {
-	local ep=tcp://127.0.0.1:$2
+	local ep=$EP0 n=$2
+	case $1 in py*) ep=$PYEP0 ;; esac
+	set -- "$1" "$ep" "$n"
 	case $1 in
 	sink-stats) exec /usr/bin/time -f '%U %S' -o "$TIMEFILE" "$BIN/zmqguard" sink --bind "$ep" --decode stats --count "$3" --log-format text ;;
 	sink-none) exec /usr/bin/time -f '%U %S' -o "$TIMEFILE" "$BIN/zmqguard" sink --bind "$ep" --decode none --count "$3" --log-format text ;;
@@ -166,17 +202,20 @@ rx() {
 }
 
 # pair OUT KIND N SENDER-ARGS...: one receiver process and one sender
-# process; the receiver's JSON line ends up in OUT.rx (and, for the sink,
-# its CPU time in OUT.time).
+# process (started on the endpoint the receiver reports); the receiver's
+# JSON line ends up in OUT.rx (and, for the sink, its CPU time in OUT.time).
 pair() {
-	local out=$1 kind=$2 n=$3; shift 3
-	next_port
-	local port=$PORT
-	TIMEFILE=$out.time rx "$kind" "$port" "$n" >"$out.rx" 2>"$out.rx.err" &
+	local out=$1 kind=$2 n=$3 ep; shift 3
+	TIMEFILE=$out.time rx "$kind" "$n" >"$out.rx" 2>"$out.rx.err" &
 	local rp=$!
 	PIDS+=("$rp")
-	timeout 300 "$BIN/sender" --connect "tcp://127.0.0.1:$port" --count "$n" "$@" >"$out.tx" 2>"$out.tx.err" || true
-	finish "$rp" 30
+	if ep=$(bound_ep "$out.rx.err"); then
+		timeout 300 "$BIN/sender" --connect "$ep" --count "$n" "$@" >"$out.tx" 2>"$out.tx.err" || true
+		finish "$rp" 30
+	else
+		log "  $kind reported no bound endpoint"
+		finish "$rp" 0
+	fi
 	if [ ! -s "$out.rx" ]; then log "  $kind failed: $(tail -n 3 "$out.rx.err" "$out.tx.err" 2>/dev/null | tr '\n' ' ')"; fi
 }
 
@@ -369,11 +408,14 @@ if want push100 && [ $PYOK = 1 ]; then
 		for v in $(order $r zmqguard zmq4); do
 			out=$WORK/push100.$v.$r
 			n=$N_PUSH; [ $v = zmq4 ] && n=$N_PUSH_ZMQ4
-			next_port
-			"$PY" "$ROOT/bench/py/pull_sink.py" "tcp://127.0.0.1:$PORT" $n 100 >"$out.rx" 2>"$out.rx.err" &
+			"$PY" "$ROOT/bench/py/pull_sink.py" "$PYEP0" $n 100 >"$out.rx" 2>"$out.rx.err" &
 			rp=$!
 			PIDS+=("$rp")
-			timeout 300 "$BIN/pushsend" --connect "tcp://127.0.0.1:$PORT" --count $n --impl $v >"$out.tx" 2>"$out.tx.err" || true
+			if ep=$(bound_ep "$out.rx.err"); then
+				timeout 300 "$BIN/pushsend" --connect "$ep" --count $n --impl $v >"$out.tx" 2>"$out.tx.err" || true
+			else
+				log "  pull_sink.py reported no bound endpoint: $(tail -n 3 "$out.rx.err")"
+			fi
 			finish "$rp" 30
 			rec push100 $v $r "$(jf msgs_per_sec "$out.rx")"
 			log "push100 round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
@@ -391,16 +433,18 @@ if want handshake && [ $PYOK = 1 ]; then
 	for (( r = 1; r <= ROUNDS; r++ )); do
 		for v in $(order $r zmqguard pyzmq); do
 			out=$WORK/handshake.$v.$r
-			next_port
-			ep=tcp://127.0.0.1:$PORT
 			if [ $v = zmqguard ]; then
-				/usr/bin/time -f '%U %S' -o "$out.time" "$BIN/zmqguard" handshake-listener --bind "$ep" --engine-id bench --log-format text >"$out.srv" 2>"$out.srv.err" &
+				/usr/bin/time -f '%U %S' -o "$out.time" "$BIN/zmqguard" handshake-listener --bind "$EP0" --engine-id bench --log-format text >"$out.srv" 2>"$out.srv.err" &
 			else
-				/usr/bin/time -f '%U %S' -o "$out.time" "$PY" "$ROOT/bench/py/router_listener.py" "$ep" bench >"$out.srv" 2>"$out.srv.err" &
+				/usr/bin/time -f '%U %S' -o "$out.time" "$PY" "$ROOT/bench/py/router_listener.py" "$PYEP0" bench >"$out.srv" 2>"$out.srv.err" &
 			fi
 			sp=$!
 			PIDS+=("$sp")
-			timeout 120 "$BIN/handshake-load" --connect "$ep" --clients 16 --duration $HS_DURATION >"$out.rx" 2>"$out.rx.err" || true
+			if ep=$(bound_ep "$out.srv.err"); then
+				timeout 120 "$BIN/handshake-load" --connect "$ep" --clients 16 --duration $HS_DURATION >"$out.rx" 2>"$out.rx.err" || true
+			else
+				log "  $v listener reported no bound endpoint: $(tail -n 3 "$out.srv.err")"
+			fi
 			pkill -TERM -P "$sp" 2>/dev/null || true # the listener, not GNU time
 			finish "$sp" 10
 			rec handshake $v $r "$(jf req_per_sec "$out.rx")"
@@ -433,12 +477,15 @@ if want junk; then
 	for (( r = 1; r <= ROUNDS; r++ )); do
 		for v in $(order $r clean junk50); do
 			out=$WORK/junk.$v.$r
-			next_port
-			/usr/bin/time -f '%M' -o "$out.rss" "$BIN/zmqguard" sink --bind "tcp://127.0.0.1:$PORT" --decode stats --count $N_JUNK --log-format text >"$out.rx" 2>"$out.rx.err" &
+			/usr/bin/time -f '%M' -o "$out.rss" "$BIN/zmqguard" sink --bind "$EP0" --decode stats --count $N_JUNK --log-format text >"$out.rx" 2>"$out.rx.err" &
 			rp=$!
 			PIDS+=("$rp")
 			args=(--stats); [ $v = junk50 ] && args+=(--junk)
-			timeout 300 "$BIN/sender" --connect "tcp://127.0.0.1:$PORT" --count $N_JUNK "${args[@]}" >"$out.tx" 2>"$out.tx.err" || true
+			if ep=$(bound_ep "$out.rx.err"); then
+				timeout 300 "$BIN/sender" --connect "$ep" --count $N_JUNK "${args[@]}" >"$out.tx" 2>"$out.tx.err" || true
+			else
+				log "  sink reported no bound endpoint: $(tail -n 3 "$out.rx.err")"
+			fi
 			finish "$rp" 30
 			valid=$(jf msgs_per_sec "$out.rx")
 			secs=$(jf seconds "$out.rx")
@@ -455,29 +502,28 @@ if want junk; then
 fi
 
 # ---------------------------------------------------------------- memory
-# mem_run OUT KIND TYPE: start a target, measure its RSS, connect
-# IDLE_CONNS idle peers of TYPE, measure again.
+# mem_run OUT KIND TYPE: start a target, measure its RSS once it has
+# settled, connect IDLE_CONNS idle peers of TYPE, measure again once settled.
 mem_run() {
-	local out=$1 kind=$2 typ=$3
-	next_port
-	local ep=tcp://127.0.0.1:$PORT pattern
+	local out=$1 kind=$2 typ=$3 ep
 	case $kind in
-	sink) "$BIN/zmqguard" sink --bind "$ep" --count 0 --log-format text >"$out.srv" 2>"$out.srv.err" & pattern="sink receiving" ;;
-	listener) "$BIN/zmqguard" handshake-listener --bind "$ep" --engine-id bench --log-format text >"$out.srv" 2>"$out.srv.err" & pattern="serving" ;;
-	pyrouter) "$PY" "$ROOT/bench/py/router_listener.py" "$ep" bench >"$out.srv" 2>"$out.srv.err" & pattern="listening" ;;
+	sink) "$BIN/zmqguard" sink --bind "$EP0" --count 0 --log-format text >"$out.srv" 2>"$out.srv.err" & ;;
+	listener) "$BIN/zmqguard" handshake-listener --bind "$EP0" --engine-id bench --log-format text >"$out.srv" 2>"$out.srv.err" & ;;
+	pyrouter) "$PY" "$ROOT/bench/py/router_listener.py" "$PYEP0" bench >"$out.srv" 2>"$out.srv.err" & ;;
 	esac
 	local sp=$!
 	PIDS+=("$sp")
-	wait_for "$out.srv.err" "$pattern" 20 || log "  $kind did not start"
-	sleep 1
-	local before after
-	before=$(rss_kib $sp)
-	"$BIN/idle" --connect "$ep" --conns $IDLE_CONNS --type "$typ" >"$out.idle" 2>"$out.idle.err" &
-	local ip=$!
-	PIDS+=("$ip")
-	wait_for "$out.idle" connected 60 || log "  idle peers did not connect: $(cat "$out.idle.err")"
-	sleep 2
-	after=$(rss_kib $sp)
+	local before=NaN after=NaN
+	if ep=$(bound_ep "$out.srv.err"); then
+		before=$(rss_settled $sp)
+		"$BIN/idle" --connect "$ep" --conns $IDLE_CONNS --type "$typ" >"$out.idle" 2>"$out.idle.err" &
+		local ip=$!
+		PIDS+=("$ip")
+		wait_for "$out.idle" connected 60 || log "  idle peers did not connect: $(cat "$out.idle.err")"
+		after=$(rss_settled $sp)
+	else
+		log "  $kind did not start: $(tail -n 3 "$out.srv.err")"
+	fi
 	kill -TERM "$ip" 2>/dev/null || true
 	finish "$ip" 10
 	kill -TERM "$sp" 2>/dev/null || true
@@ -491,15 +537,16 @@ if want memory; then
 	rec '#cmp' memory-base 'MiB' "RSS of an idle process (bound, no peers)"
 	rec '#note' memory-peer "zmqguard-router = \`zmqguard handshake-listener\` with idle REQ peers; zmqguard-pull = \`zmqguard sink\` with idle PUSH peers; pyzmq-router = bench/py/router_listener.py with idle REQ peers. Peers: bench/idle (guarded handshake, then silence)."
 	for (( r = 1; r <= MEM_ROUNDS; r++ )); do
-		next_port; p1=$PORT; next_port; p2=$PORT; next_port; p3=$PORT
 		out=$WORK/memory.coord.$r
-		"$BIN/zmqguard" coordinator --front tcp://127.0.0.1:$p1 --back-output tcp://127.0.0.1:$p2 \
-			--back-publish tcp://127.0.0.1:$p3 --engines 2 --log-format text >"$out.srv" 2>"$out.srv.err" &
+		"$BIN/zmqguard" coordinator --front "$EP0" --back-output "$EP0" \
+			--back-publish "$EP0" --engines 2 --log-format text >"$out.srv" 2>"$out.srv.err" &
 		cp=$!
 		PIDS+=("$cp")
-		wait_for "$out.srv.err" "coordinator running" 20 || log "  coordinator did not start"
-		sleep 1
-		rec memory-base zmqguard-coordinator $r "$(awk -v k="$(rss_kib $cp)" 'BEGIN {printf "%.1f", k / 1024}')"
+		if bound_ep "$out.srv.err" front >/dev/null; then
+			rec memory-base zmqguard-coordinator $r "$(awk -v k="$(rss_settled $cp)" 'BEGIN {printf "%.1f", k / 1024}')"
+		else
+			log "  coordinator did not start: $(tail -n 3 "$out.srv.err")"
+		fi
 		kill -TERM "$cp" 2>/dev/null || true
 		finish "$cp" 10
 		for v in zmqguard-router zmqguard-pull pyzmq-router; do

@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -127,8 +128,10 @@ type Config struct {
 	LogInterval time.Duration
 	// OnDrop, if set, is called for every dropped message, whichever stage
 	// dropped it (decode, validation or the state machine). It runs on the
-	// coordinator's goroutines: keep it fast, never block in it and do not
-	// call Close from it (Close waits for those goroutines).
+	// coordinator's goroutines: keep it fast and never block in it. It may
+	// call Stats and Close: Close from inside OnDrop does not wait for Run
+	// (which waits for OnDrop); Run returns ErrClosed once OnDrop has
+	// returned, and the sockets are closed then.
 	OnDrop func(loop.Drop)
 }
 
@@ -324,7 +327,7 @@ func (c *Coordinator) makeLoops() error {
 		Name:        LoopFront,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
-		OnDrop:      c.cfg.OnDrop,
+		OnDrop:      c.onDrop(),
 		Decode: func(frames [][]byte, dst *FrontMsg) error {
 			if len(frames) != 1 {
 				*dst = FrontMsg{}
@@ -342,7 +345,7 @@ func (c *Coordinator) makeLoops() error {
 		Name:        LoopBackOutput,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
-		OnDrop:      c.cfg.OnDrop,
+		OnDrop:      c.onDrop(),
 		Decode: func(frames [][]byte, dst *EngineCoreOutputs) error {
 			if len(frames) != 1 {
 				*dst = EngineCoreOutputs{}
@@ -370,7 +373,7 @@ func (c *Coordinator) makeLoops() error {
 		Name:        LoopBackPublish,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
-		OnDrop:      c.cfg.OnDrop,
+		OnDrop:      c.onDrop(),
 		Decode:      loop.RawDecoder,
 		Validate: func(frames *[][]byte) error {
 			if len(*frames) != 1 {
@@ -403,7 +406,8 @@ func (c *Coordinator) stateSnapshot() stateSnapshot {
 
 // Close stops Run (which then returns ErrClosed), waits for it to return and
 // closes the three sockets. It is idempotent and safe to call concurrently
-// with Run; Run called after Close returns ErrClosed at once.
+// with Run; Run called after Close returns ErrClosed at once. From inside
+// Config.OnDrop it returns without waiting (see OnDrop).
 func (c *Coordinator) Close() error {
 	c.runMu.Lock()
 	c.closed = true
@@ -415,6 +419,12 @@ func (c *Coordinator) Close() error {
 		c.outLoop.Close()
 		c.pubLoop.Close()
 	})
+	if done != nil && reentry.Within(onDropMarker) {
+		// Inside OnDrop, on a goroutine Run waits for: Run ends once
+		// OnDrop returns; close the sockets after it.
+		go func() { <-done; c.closeSockets() }()
+		return nil
+	}
 	if done != nil {
 		<-done
 	}
@@ -830,7 +840,7 @@ func (c *Coordinator) stateDrop(idx int, msg socket.Msg, err error) {
 		d.Prefix, last = f[:p:p], len(f)
 	}
 	if c.cfg.OnDrop != nil {
-		c.cfg.OnDrop(d)
+		callOnDrop(c.cfg.OnDrop, d)
 	}
 	st := &c.dropLog[idx][r]
 	if !st.last.IsZero() && now.Sub(st.last) < c.logInterval() {

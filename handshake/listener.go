@@ -61,7 +61,10 @@ type ListenerConfig struct {
 	// listener may still send them (Send copies them before returning). A
 	// V1 request is answered with the agent_metadata_bytes found inside the
 	// payload Lookup returns; if that payload is not a NixlHandshakePayload,
-	// Serve ends with an error, since that is a bug in the caller.
+	// Serve ends with an error, since that is a bug in the caller. It may
+	// call the Listener's Stats, Endpoint and Close (Serve then returns
+	// ErrListenerClosed once Lookup has returned); it must not wait for
+	// Serve to return.
 	Lookup func(pp, tp int) ([]byte, bool)
 
 	// V1Rank is the rank a V1 request (the raw bytes "get_meta_msg", which
@@ -125,7 +128,8 @@ type ListenerConfig struct {
 	// Socket.Logger is set). Nil means slog.Default().
 	Logger *slog.Logger
 	// OnDrop, if set, is called synchronously for every dropped request,
-	// with its reason (see [loop.Drop]). It must not block.
+	// with its reason (see [loop.Drop]). It must not block. It may call
+	// Stats and Close, like Lookup.
 	OnDrop func(loop.Drop)
 }
 

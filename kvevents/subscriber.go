@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -120,7 +121,26 @@ type Update struct {
 // never concurrently; for different sources it is called concurrently, from
 // the sources' own goroutines. It must return promptly (it holds up only
 // its own source). A non-nil error ends Run with it.
+//
+// What a Handler may call on its Subscriber: Stats, Endpoint and Add, as
+// anywhere; Remove, of its own source or any other, and Close, which then
+// do not wait for Handler calls to return (the caller's own call is one of
+// them): see [Subscriber.Remove] and [Subscriber.Close]. None of them
+// deadlocks from a Handler. The Handler's ctx is cancelled as soon as its
+// source is removed or the Subscriber closes (or Run's ctx ends). A Handler
+// must not wait for another goroutine that calls Remove or Close (that
+// goroutine is not recognised as being inside the Handler, and waits for
+// it).
 type Handler func(ctx context.Context, u Update) error
+
+// callHandler is the one place a Handler is called: Remove and Close look
+// for it on their caller's stack (reentry.Within) to know that they run
+// inside a Handler and must not wait for it.
+//
+//go:noinline
+func callHandler(h Handler, ctx context.Context, u Update) error { return h(ctx, u) }
+
+var handlerMarker = reentry.NewMarker(callHandler)
 
 // Config configures a Subscriber. Handler is required; zero fields take the
 // defaults.
@@ -223,11 +243,15 @@ type Subscriber struct {
 
 	mu      sync.Mutex
 	sources map[string]*source
-	running bool
-	closed  bool
-	ctx     context.Context
-	cancel  context.CancelFunc
-	err     error
+	// removing holds the sources removed from inside a Handler whose
+	// stop is still under way in its own goroutine; Run and Close wait for
+	// them.
+	removing map[*source]struct{}
+	running  bool
+	closed   bool
+	ctx      context.Context
+	cancel   context.CancelFunc
+	err      error
 }
 
 // NewSubscriber returns a Subscriber; it starts nothing until Add or Run.
@@ -237,7 +261,8 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Subscriber{cfg: cfg, sem: make(chan struct{}, cfg.MaxReplays),
-		log: newRateLog(cfg.Logger, cfg.LogInterval), sources: make(map[string]*source), ctx: ctx, cancel: cancel}, nil
+		log: newRateLog(cfg.Logger, cfg.LogInterval), sources: make(map[string]*source), removing: make(map[*source]struct{}),
+		ctx: ctx, cancel: cancel}, nil
 }
 
 // Add starts following src. Its sockets connect (or bind) at once; its
@@ -263,7 +288,7 @@ func (s *Subscriber) Add(src Source) error {
 	}
 	s.sources[src.Name] = so
 	if s.running {
-		so.start(s.ctx)
+		so.start()
 	}
 	return nil
 }
@@ -271,13 +296,37 @@ func (s *Subscriber) Add(src Source) error {
 // Remove stops following the named source and closes its sockets; it
 // returns once the source's goroutines (and an in-flight Handler call for
 // it) have finished.
+//
+// Called from inside a Handler (of this source or another), Remove does not
+// wait, since the Handler that called it is one of the calls it would wait
+// for: it marks the source removed, so that no further Handler call for it
+// begins on its own goroutines, and returns; the source's context is
+// cancelled, its sockets closed and its goroutines ended in the background
+// once its in-flight call has returned (Run and Close wait for that). For
+// the caller's own source nothing more is delivered after Remove returns;
+// for another source, a call that had already begun may still be running.
 func (s *Subscriber) Remove(name string) error {
+	inside := reentry.Within(handlerMarker)
 	s.mu.Lock()
 	so, ok := s.sources[name]
 	delete(s.sources, name)
+	if ok && inside {
+		s.removing[so] = struct{}{}
+	}
 	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %s", ErrUnknownSource, decodeguard.EscapeText(name, 128))
+	}
+	so.removed.Store(true)
+	so.cancel()
+	if inside {
+		go func() {
+			so.stop()
+			s.mu.Lock()
+			delete(s.removing, so)
+			s.mu.Unlock()
+		}()
+		return nil
 	}
 	so.stop()
 	return nil
@@ -314,7 +363,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	s.running = true
 	stop := context.AfterFunc(ctx, s.cancel)
 	for _, so := range s.sources {
-		so.start(s.ctx)
+		so.start()
 	}
 	s.mu.Unlock()
 	<-s.ctx.Done()
@@ -339,27 +388,61 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	return ErrClosed
 }
 
-// Close stops Run and every source. It is idempotent.
+// Close stops Run and every source, and returns once their goroutines have
+// ended. It is idempotent.
+//
+// Called from inside a Handler, Close does not wait (it would wait for the
+// Handler that called it): every source is marked stopped, so that no
+// further Handler call begins on the sources' goroutines, Run is told to
+// return, and the sources are stopped in the background; Run returns
+// ErrClosed once they have all ended.
 func (s *Subscriber) Close() error {
 	s.cancel()
+	if reentry.Within(handlerMarker) {
+		s.shutdownNoWait()
+		return nil
+	}
 	s.shutdown()
 	return nil
 }
 
-func (s *Subscriber) shutdown() {
+// closeAll marks the Subscriber closed and returns every source, removed
+// ones still stopping included, each marked removed.
+func (s *Subscriber) closeAll() []*source {
 	s.mu.Lock()
 	s.closed = true
-	list := make([]*source, 0, len(s.sources))
+	list := make([]*source, 0, len(s.sources)+len(s.removing))
 	for _, so := range s.sources {
 		list = append(list, so)
 	}
+	for so := range s.removing {
+		list = append(list, so)
+	}
 	s.mu.Unlock()
+	for _, so := range list {
+		so.removed.Store(true)
+		so.cancel()
+	}
+	return list
+}
+
+// shutdown stops every source and waits for them all.
+func (s *Subscriber) shutdown() {
+	list := s.closeAll()
 	var wg sync.WaitGroup
 	for _, so := range list {
 		wg.Add(1)
 		go func() { defer wg.Done(); so.stop() }()
 	}
 	wg.Wait()
+}
+
+// shutdownNoWait is shutdown from inside a Handler: the sources stop in the
+// background (their stopOnce makes a later shutdown, Run's, wait for them).
+func (s *Subscriber) shutdownNoWait() {
+	for _, so := range s.closeAll() {
+		go so.stop()
+	}
 }
 
 // fail records the first fatal error and ends Run.
@@ -501,14 +584,17 @@ type source struct {
 
 	peers    atomic.Int32
 	lastSeen atomic.Int64
+	// removed is set by Remove and Close: no Handler call begins once it
+	// is (emit checks it, under mu).
+	removed atomic.Bool
 	// frozen, once set, holds 1 + whether the source was connected when
 	// Run ended.
 	frozen atomic.Int32
 
 	startOnce sync.Once
 	stopOnce  sync.Once
-	ctx       context.Context
-	cancel    context.CancelFunc
+	ctx       context.Context    // set by newSource, never changed
+	cancel    context.CancelFunc // cancels ctx; safe from any goroutine
 	wg        sync.WaitGroup
 
 	// mu serializes delivery and guards the sequence state.
@@ -533,6 +619,9 @@ type source struct {
 
 func newSource(s *Subscriber, src Source) (*source, error) {
 	so := &source{sub: s, src: src}
+	// The source's context is the Subscriber's, from the start: Remove and
+	// Close cancel it without taking so.mu (which a Handler's caller holds).
+	so.ctx, so.cancel = context.WithCancel(s.ctx)
 	so.st.Name, so.st.Live, so.st.Replay = src.Name, src.Live, src.Replay
 	so.batch.Source = src.Name
 	opts := s.cfg.Socket
@@ -587,11 +676,8 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 	return so, nil
 }
 
-func (so *source) start(parent context.Context) {
+func (so *source) start() {
 	so.startOnce.Do(func() {
-		so.mu.Lock()
-		so.ctx, so.cancel = context.WithCancel(parent)
-		so.mu.Unlock()
 		so.wg.Add(1)
 		go func() {
 			defer so.wg.Done()
@@ -605,10 +691,8 @@ func (so *source) start(parent context.Context) {
 
 func (so *source) stop() {
 	so.stopOnce.Do(func() {
+		so.cancel()
 		so.mu.Lock()
-		if so.cancel != nil {
-			so.cancel()
-		}
 		if so.cancelReplay != nil {
 			so.cancelReplay()
 		}
@@ -658,11 +742,14 @@ func (so *source) count(f func(st *SourceStats)) {
 	so.smu.Unlock()
 }
 
-// emit calls the handler (so.mu held).
+// emit calls the handler (so.mu held), unless the source was removed.
 func (so *source) emit(u Update) error {
+	if so.removed.Load() {
+		return nil
+	}
 	u.Source = so.src.Name
 	ctx := so.ctx
-	if err := so.sub.cfg.Handler(ctx, u); err != nil {
+	if err := callHandler(so.sub.cfg.Handler, ctx, u); err != nil {
 		if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
 			so.sub.fail(err)
 		}

@@ -284,16 +284,26 @@ type Config[T any] struct {
 	// Handler is called by Run for each valid message, in Run's goroutine.
 	// A nil return goes on; a classified error drops the message under its
 	// reason; any other error ends Run (see OnError).
+	//
+	// The Handler, OnDrop, OnError, Validate and the Decoder all run in
+	// the goroutine of Run (or Deliver, or Next), holding no lock of the
+	// Loop: each may call the Loop's Stats, Name and Close (Close never
+	// waits; Run then returns ErrLoopClosed once the callback has
+	// returned). Run, Deliver or Next called on the same Loop from inside
+	// returns ErrBusy; none of them may wait for Run to return (Run waits
+	// for them).
 	Handler func(ctx context.Context, d Delivery[T]) error
 
 	// OnDrop, if set, is called synchronously for every drop, after the
-	// counters are updated: feed metrics from it. It must not block.
+	// counters are updated: feed metrics from it. It must not block. It may
+	// call Stats and Close (see Handler).
 	OnDrop func(Drop)
 	// OnError, if set, is called with every error that would end Run (an
 	// *Error), except the end of the context, Close and a closed receiver
 	// (net.ErrClosed or socket.ErrClosed). Returning nil drops that message
 	// and goes on; returning an error ends Run with it. Beware of returning
-	// nil for a receive error that repeats: the loop would spin on it.
+	// nil for a receive error that repeats: the loop would spin on it. It
+	// may call Stats and Close (see Handler).
 	OnError func(error) error
 	// RecoverHandlerPanics turns a handler panic into a
 	// *HandlerPanicError treated as a handler error, instead of letting it

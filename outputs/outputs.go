@@ -84,6 +84,13 @@ func (e *EngineDeadError) Is(target error) bool { return target == ErrEngineDead
 // ids, array data) alias the frames and are valid only until it returns.
 // A nil return goes on; a classified *decodeguard.Error drops the message
 // under its reason; any other error ends Run.
+//
+// The Handler, OnEngineDead and OnDrop run in Run's goroutine, holding no
+// lock of the Receiver: each may call the Receiver's Stats, Endpoint and
+// Close (Close from inside makes Run return loop.ErrLoopClosed once the
+// callback has returned). Config.Socket.OnEvent runs on the socket's
+// goroutines and may call the same (see socket.Options.OnEvent). A callback
+// must not wait for Run to return: Run waits for it.
 type Handler func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error
 
 // Config configures a [Receiver]. The zero value of every field is a safe
@@ -124,10 +131,11 @@ type Config struct {
 	// vLLM's shape is dropped (ReasonValidate) before either.
 	OnNotification func(Notification)
 	// OnEngineDead is called for each ENGINE_CORE_DEAD. When nil, the
-	// sentinel ends Run with an *EngineDeadError.
+	// sentinel ends Run with an *EngineDeadError. It may call Stats and
+	// Close, like Handler.
 	OnEngineDead func(EngineDeadError)
 	// OnDrop, if set, is called for every dropped message (synchronously;
-	// it must not block).
+	// it must not block). It may call Stats and Close, like Handler.
 	OnDrop func(loop.Drop)
 }
 
@@ -325,7 +333,8 @@ func (r *Receiver) Endpoint() string { return r.sock.Endpoint() }
 // or a handler error that is not classified.
 func (r *Receiver) Run(ctx context.Context) error { return r.lp.Run(ctx) }
 
-// Close closes the socket; a running Run returns.
+// Close closes the socket; a running Run returns. It may be called from
+// inside any of the Receiver's callbacks (see Handler).
 func (r *Receiver) Close() error {
 	err := r.lp.Close()
 	if e := r.sock.Close(); err == nil {

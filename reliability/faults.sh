@@ -20,7 +20,7 @@ cd "$(dirname "$0")/.."
 export PATH="$PATH:/usr/local/go/bin"
 renice -n 19 $$ >/dev/null
 . reliability/lib.sh
-tmp=$(mktemp -d /tmp/zmqguard-faults.XXXXXX)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-faults.XXXXXX")
 go build -o "$tmp/zmqguard" ./cmd/zmqguard || exit 1
 go build -o "$tmp/loadgen" ./reliability/loadgen || exit 1
 ZMQGUARD=$tmp/zmqguard
@@ -82,12 +82,12 @@ engine_kill() {
   local killed; killed=$(ts)
   kill -9 "$e1"; echo "$killed kill -9 engine 1 (pid $e1) right after START_DP_WAVE wave=2"
   wait "$e1" 2>/dev/null
-  sleep 2
+  sleep 2 # 2 s with the engine gone (a scenario step)
   "$LOADGEN" engine --back-publish "$backpub" --back-output "$backout" --index 1 2>"$d/engine1b.log" >/dev/null &
   local e1b=$!; echo "$(ts) engine 1 restarted (pid $e1b)"
   wait_line "$d/engine1b.log" "READY" && echo "$(ts) restarted engine 1: $(grep -m1 READY "$d/engine1b.log")"
   wait_line "$d/engine1b.log" "START_DP_WAVE" && echo "$(ts) restarted engine 1: $(grep -m1 START_DP_WAVE "$d/engine1b.log")"
-  sleep 2
+  sleep 2 # the restarted engine runs for 2 s (an observation window)
   kill -0 "$cpid" && echo "OBSERVED: coordinator alive"
   echo "front-end's view from the kill until the restarted engine's first wave:"
   awk -v from="$killed" -v to="$(grep -m1 START_DP_WAVE "$d/engine1b.log" | cut -d' ' -f1)" \
@@ -106,9 +106,9 @@ listener_restart() {
   local port=${listener##*:}
   "$LOADGEN" fetch --listener "$listener" --clients 2 --interval 20ms --timeout 1s --duration 14s >"$d/fetch.json" 2>"$d/fetch.log" &
   local f=$!
-  sleep 4
+  sleep 4 # the listener serves under load for 4 s (a scenario step, not a wait on a condition)
   kill -TERM "$lpid"; wait "$lpid" 2>/dev/null; echo "$(ts) listener stopped (SIGTERM); first one served $(counters_of "$d/listener.out" served goroutines)"
-  sleep 3
+  sleep 3 # 3 s of downtime (a scenario step)
   start_listener "$d" restart-engine "tcp://127.0.0.1:$port" listener2
   echo "$(ts) listener restarted on the same port $port"
   wait "$f"
@@ -169,7 +169,8 @@ idle_1000() {
   expect "at most 128 wait in the handshake at once (MaxPendingHandshakes); when the pool is full each new connection evicts the oldest pending one of the busiest source host (a policy violation, evicted); each idle one is closed at the latest at the 2 s greeting deadline; fds return to the baseline; a real client's handshakes keep succeeding throughout (its handshake takes about a millisecond, the pool turns over far more slowly)."
   local d=$tmp/idle; mkdir -p "$d"
   start_listener "$d" idle-engine
-  echo "$(ts) listener fds before: $(fds "$lpid")"
+  local base; base=$(fds "$lpid")
+  echo "$(ts) listener fds before: $base"
   "$LOADGEN" fetch --listener "$listener" --interval 50ms --timeout 1s --duration 16s >"$d/fetch.json" 2>"$d/fetch.log" &
   local f=$!
   # The idle connections come from 127.0.0.2, the real client from 127.0.0.1:
@@ -179,8 +180,9 @@ idle_1000() {
   # in a run that way.)
   "$LOADGEN" idle --target "$listener" --conns 1000 --mode tcp --hold 12s --source 127.0.0.2 >"$d/idle.json" 2>"$d/idle.log" &
   local i=$!
-  sleep 1; echo "$(ts) listener fds with the idle connections: $(fds "$lpid")"
-  sleep 7; echo "$(ts) listener fds 8 s later (greeting deadline 2 s): $(fds "$lpid")"
+  wait_line "$d/idle.log" "idle:" >/dev/null; echo "$(ts) listener fds with the idle connections: $(fds "$lpid")"
+  wait_until 15 "the listener's fds back near $base" fds_at_most "$lpid" $((base + 16))
+  echo "$(ts) listener fds once the greeting deadline (2 s) has closed them: $(fds "$lpid")"
   wait "$i" "$f"
   echo "OBSERVED: idle client: $(cat "$d/idle.json")"
   echo "real client, per second:"; sed 's/^/  /' "$d/fetch.log"
@@ -197,15 +199,20 @@ idle_1000() {
   expect "all 1,000 are accepted (MaxConns 4096) and held; fds grow by about 1,000 and return to the baseline when they close; a real client's handshakes succeed throughout."
   d=$tmp/idle-zmtp; mkdir -p "$d"
   start_listener "$d" idle-engine
-  echo "$(ts) listener fds before: $(fds "$lpid"), RSS $(rss "$lpid") kB"
+  base=$(fds "$lpid")
+  echo "$(ts) listener fds before: $base, RSS $(rss "$lpid") kB"
   "$LOADGEN" fetch --listener "$listener" --interval 50ms --timeout 1s --duration 16s >"$d/fetch.json" 2>"$d/fetch.log" &
   f=$!
   "$LOADGEN" idle --target "$listener" --conns 1000 --mode zmtp --hold 10s >"$d/idle.json" 2>"$d/idle.log" &
   i=$!
-  sleep 5; echo "$(ts) listener fds with 1,000 idle ZMTP peers: $(fds "$lpid"), RSS $(rss "$lpid") kB, threads $(threads "$lpid")"
-  wait "$i"; sleep 1
+  wait_line "$d/idle.log" "idle:" >/dev/null
+  wait_until 15 "1,000 more fds in the listener" fds_at_least "$lpid" $((base + 1000))
+  echo "$(ts) listener fds with 1,000 idle ZMTP peers: $(fds "$lpid"), RSS $(rss "$lpid") kB, threads $(threads "$lpid")"
+  wait "$i"
+  wait_until 15 "the listener's fds back near $base" fds_at_most "$lpid" $((base + 16))
   echo "$(ts) listener fds after they closed: $(fds "$lpid"), RSS $(rss "$lpid") kB"
-  sleep 10; echo "$(ts) 10 s later: fds $(fds "$lpid"), RSS $(rss "$lpid") kB (Go returns freed heap to the OS gradually)"
+  sleep 10 # an observation window, not a condition: RSS over 10 s
+  echo "$(ts) 10 s later: fds $(fds "$lpid"), RSS $(rss "$lpid") kB (Go returns freed heap to the OS gradually)"
   wait "$f"
   echo "OBSERVED: idle client: $(cat "$d/idle.json")"
   echo "real client summary: $(cat "$d/fetch.json")"
@@ -226,7 +233,7 @@ fd_256() {
   echo "$(ts) listener limit: $(grep 'Max open files' /proc/"$lpid"/limits | tr -s ' ')"
   "$LOADGEN" idle --target "$listener" --conns 400 --mode zmtp --hold 12s >"$d/idle.json" 2>"$d/idle.log" &
   local i=$!
-  sleep 3
+  wait_until 15 "the listener at its fd limit" fds_at_least "$lpid" 250
   local c0; c0=$(cpu "$lpid")
   echo "$(ts) listener fds: $(fds "$lpid") (limit 256)"
   "$LOADGEN" fetch --listener "$listener" --interval 100ms --timeout 1s --duration 5s >"$d/fetch1.json" 2>"$d/fetch1.log"

@@ -24,7 +24,7 @@ out=${2:-reliability/fuzz-results.tsv}
 only=${3:-.}
 jobs=${JOBS:-1}
 workers=${WORKERS:-$(( $(nproc) / jobs > 0 ? $(nproc) / jobs : 1 ))}
-logdir=$(mktemp -d /tmp/zmqguard-fuzz.XXXXXX)
+logdir=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-fuzz.XXXXXX")
 printf 'package\ttarget\tfuzztime\tworkers\texecs\tnew_interesting\tcorpus_total\tresult\n' >"$out"
 start=$(date +%s)
 

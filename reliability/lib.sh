@@ -41,6 +41,23 @@ wait_line() {
   echo "timed out waiting for $2 in $1:"; cat "$1"; return 1
 }
 
+# wait_until SECONDS DESCRIPTION CMD...: runs CMD every 100 ms until it
+# succeeds, SECONDS at most (a wait on a condition, never a bare sleep);
+# prints DESCRIPTION and returns 1 on timeout.
+wait_until() {
+  local secs=$1 what=$2 i; shift 2
+  for (( i = 0; i < secs * 10; i++ )); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  echo "timed out after ${secs}s waiting for: $what"; return 1
+}
+
+# fds_at_least PID N / fds_at_most PID N: PID has at least / at most N open
+# descriptors (for wait_until).
+fds_at_least() { [ "$(fds "$1")" -ge "$2" ]; }
+fds_at_most() { [ "$(fds "$1")" -le "$2" ]; }
+
 # json_field FILE KEY: the first string value of KEY in FILE's JSON lines.
 json_field() {
   grep -o "\"$2\":\"[^\"]*\"" "$1" | head -n 1 | cut -d'"' -f4

@@ -25,7 +25,7 @@ export PATH="$PATH:/usr/local/go/bin"
 duration=${1:-10m}
 out=${2:-reliability}
 mkdir -p "$out"
-tmp=$(mktemp -d /tmp/zmqguard-soak.XXXXXX)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-soak.XXXXXX")
 renice -n 19 $$ >/dev/null
 . reliability/lib.sh
 

@@ -55,7 +55,9 @@
 //
 // # Liveness
 //
-// Sockets speak ZMTP 3.1 heartbeats (RFC 37), as libzmq does: a connection
+// Sockets speak ZMTP 3.1 heartbeats (RFC 37), as libzmq does, with every
+// peer whose greeting announces ZMTP 3.1 or later (libzmq: 4.3.4 checked;
+// zmqguard itself: the socket's own greeting announces 3.1): a connection
 // that has received nothing for Options.HeartbeatInterval (default 2 s) is
 // sent a PING carrying Options.HeartbeatTTL (deciseconds) and an 8-byte
 // context; any received message counts as life; a peer silent for
@@ -69,6 +71,36 @@
 // Reconnect delays double from ReconnectMin to ReconnectMax, each spread by
 // ReconnectJitter (default ±20 %), so that many dialers losing one server
 // do not come back in lock-step.
+//
+// A peer whose greeting announces ZMTP 3.0 (go-zeromq/zmq4 v0.17 does) does
+// not know PING: it would hand one to its application as a data message and
+// never answer it. Such a peer is never sent a PING and never timed out by
+// HeartbeatInterval + HeartbeatTimeout, however long it stays idle; its own
+// PINGs are still answered and a TTL they announce is still enforced.
+// Stats.ZMTP30Peers counts the connected 3.0 peers, [Peer.ZMTPVersion]
+// names them, and the first one to join a socket with heartbeats on is
+// logged once at info level. What detects a 3.0 peer that went away:
+//
+//   - a vanished host, a pulled cable, a silent partition (its kernel no
+//     longer answers): TCP keepalive ends the connection once it has been
+//     idle for TCPKeepAlive.Idle + Count × Interval, 150 s with the
+//     defaults. While data we sent it is still unacknowledged, keepalive
+//     does not probe and the kernel's retransmission limit applies instead
+//     (on Linux, net.ipv4.tcp_retries2: about 15 minutes by default);
+//     Options.WriteTimeout, when set, disconnects it sooner, once its
+//     connection has accepted no bytes for that long while data waits;
+//   - a peer that closes or resets its connection, or whose process dies
+//     (its kernel closes the socket): at once, by the read error;
+//   - a frozen process whose kernel still ACKs: nothing, as with any idle
+//     3.0 peer; it costs its connection (read and write buffers back to
+//     4 KiB when idle) and a send queue bounded by HWM, SendQueueBytes and
+//     SendTotalBytes, whose full-queue rule applies (a drop for XPUB and
+//     ROUTER, the other peers for PUSH and DEALER); WriteTimeout, when set,
+//     disconnects it once its kernel buffers are full.
+//
+// A deployment that needs a frozen peer caught within seconds uses a peer
+// that speaks 3.1 (libzmq, zmqguard), or a shorter TCPKeepAlive and a
+// WriteTimeout for the rest.
 //
 // # Receiving
 //

@@ -138,7 +138,7 @@ func (s *Socket) violationHook(accepted bool, endpoint string) func(zmtpguard.Vi
 			s.viol[v.Reason].Add(1)
 		}
 		if user != nil {
-			user(v)
+			callOnViolation(user, v)
 		}
 		if !accepted {
 			return

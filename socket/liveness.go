@@ -3,6 +3,7 @@ package socket
 import (
 	"errors"
 	"fmt"
+	"log/slog"
 	"math/rand/v2"
 	"net"
 	"sync"
@@ -17,8 +18,9 @@ import (
 var (
 	// ErrHeartbeatTimeout is matched (errors.Is) by the disconnect cause of
 	// a peer that sent nothing, not even a PONG, for HeartbeatInterval +
-	// HeartbeatTimeout, or for the TTL its own PINGs announced. The cause's
-	// text says how long the peer was silent and which rule applied.
+	// HeartbeatTimeout (peers announcing ZMTP 3.1 or later only), or for the
+	// TTL its own PINGs announced. The cause's text says how long the peer
+	// was silent and which rule applied.
 	ErrHeartbeatTimeout = errors.New("socket: peer silent past the heartbeat timeout")
 	// ErrHandover is the disconnect cause of a ROUTER peer whose identity a
 	// new connection took over (Options.RouterHandover).
@@ -56,8 +58,30 @@ func heartbeatTick(ivl, tmo time.Duration) time.Duration {
 	return min(max(d/4, 5*time.Millisecond), 500*time.Millisecond)
 }
 
+// heartbeats reports whether p's greeting announced ZMTP 3.1 or later, the
+// versions that know PING (RFC 37). A 3.0 peer (go-zeromq/zmq4 v0.17) would
+// take a PING for a data message and never answers one, so it is sent none
+// and is not timed out by heartbeat.
+func (p *peerConn) heartbeats() bool {
+	return zmtpwire.Heartbeats(p.info.version[0], p.info.version[1])
+}
+
+// noteZMTP30 logs, once per socket, that a peer announcing ZMTP 3.0 joined
+// while heartbeats are on: an operator then knows why that peer is never
+// PINGed (Stats.ZMTP30Peers counts them all).
+func (p *peerConn) noteZMTP30() {
+	s := p.s
+	if p.heartbeats() || s.opts.HeartbeatInterval <= 0 || !s.zmtp30Noted.CompareAndSwap(false, true) {
+		return
+	}
+	s.log(decodeguard.ReasonNone, slog.LevelInfo,
+		"zmqguard: socket peer speaks ZMTP 3.0: no PING and no heartbeat timeout for it, TCP keepalive watches it (logged once per socket; Stats.ZMTP30Peers counts them)",
+		"socket", string(s.typ), "remote", p.info.addrText, "endpoint", p.info.endpoint)
+}
+
 // startHeartbeat arms p's liveness timer. It is always armed: even with our
-// heartbeats off, a TTL the peer announces is enforced.
+// heartbeats off, or for a ZMTP 3.0 peer, a TTL the peer announces is
+// enforced.
 func (p *peerConn) startHeartbeat() {
 	o := &p.s.opts
 	h := &p.hb
@@ -109,7 +133,7 @@ func (p *peerConn) heartbeatTick() {
 	var cause error
 	var ping bool
 	ivl, tmo := o.HeartbeatInterval, o.HeartbeatTimeout
-	if ivl > 0 {
+	if ivl > 0 && p.heartbeats() {
 		// A TTL in our PINGs asks the peer to drop us once we have sent it
 		// nothing for that long (libzmq arms it on each PING and clears it
 		// on any message), so with a TTL we also PING after an interval in

@@ -29,6 +29,8 @@ type Peer struct {
 	typ      zmtpguard.SocketType
 	identity []byte
 	endpoint string
+	// version is the ZMTP version (major, minor) of the peer's greeting.
+	version [2]byte
 }
 
 // ID returns a number unique to this connection within its socket.
@@ -79,6 +81,18 @@ func (p *Peer) Endpoint() string {
 		return ""
 	}
 	return p.endpoint
+}
+
+// ZMTPVersion returns the ZMTP version the peer's greeting announced: 3.0
+// for go-zeromq/zmq4 v0.17, 3.1 for libzmq (4.3.4 checked) and zmqguard.
+// A 3.0 peer does not know PING (it would take one for a data message), so
+// the socket never sends it one and never times it out by heartbeat: see
+// Liveness in the package doc, and Stats.ZMTP30Peers.
+func (p *Peer) ZMTPVersion() (major, minor int) {
+	if p == nil {
+		return 0, 0
+	}
+	return int(p.version[0]), int(p.version[1])
 }
 
 // String returns the peer's address, for logs.

@@ -31,8 +31,8 @@ const (
 	// asks zmtpguard for when Options.Guard.WriteBufferSize is zero.
 	DefaultWriteBufferSize = 64 << 10
 
-	// DefaultHeartbeatInterval is how long a connection may be silent (no
-	// message received) before the socket sends it a ZMTP 3.1 PING.
+	// DefaultHeartbeatInterval is how long a connection to a ZMTP 3.1 peer
+	// may be silent (no message received) before the socket sends it a PING.
 	DefaultHeartbeatInterval = 2 * time.Second
 	// DefaultHeartbeatTimeout is how long after that PING a peer that still
 	// sent nothing is disconnected with ErrHeartbeatTimeout.
@@ -120,7 +120,10 @@ type Options struct {
 	// PING, PONG, subscription) counts as the peer being alive, as in
 	// libzmq. Default 2 s; negative turns
 	// heartbeats off (the peer's own PINGs are still answered, and a TTL
-	// its PINGs announce is still enforced).
+	// its PINGs announce is still enforced). Heartbeats (and
+	// HeartbeatTimeout) apply only to peers whose greeting announces ZMTP
+	// 3.1 or later; a 3.0 peer such as go-zeromq/zmq4 never gets a PING
+	// (see Liveness in the package doc).
 	HeartbeatInterval time.Duration
 	// HeartbeatTimeout: a peer that sends nothing for HeartbeatTimeout after
 	// our PING (that is, silent for HeartbeatInterval + HeartbeatTimeout) is
@@ -236,7 +239,12 @@ type Options struct {
 	WriteTimeout time.Duration
 	// OnEvent, if set, is called for every peer event (connected, handshake
 	// failed, rejected, disconnected). It runs on the connection's own
-	// goroutine: keep it fast and never block in it.
+	// goroutine: keep it fast and never block in it (a Send that waits for
+	// queue space may wait for this very goroutine). It may call the
+	// socket's Stats, Peers, Endpoint and Close: Close from inside it
+	// closes the socket at once and finishes in the background without
+	// waiting for the callback (see [Socket.Close]). The Guard hooks
+	// OnViolation and OnRelease follow the same rules.
 	OnEvent func(Event)
 	// Logger receives the socket's log lines; nil means slog.Default().
 	// Refused connections and closed ones (a reason in Stats.Violations)
@@ -516,6 +524,11 @@ type Stats struct {
 	Violations decodeguard.Counts `json:"violations"`
 	// Peers is the number of currently connected peers.
 	Peers int `json:"peers"`
+	// ZMTP30Peers is how many of them announced ZMTP 3.0 in their greeting
+	// (go-zeromq/zmq4 v0.17 does): they are sent no PING and are not timed
+	// out by heartbeat; TCP keepalive watches them (see Liveness in the
+	// package doc). Peer.ZMTPVersion tells which ones.
+	ZMTP30Peers int `json:"zmtp30_peers"`
 	// Connects and Disconnects count established peers joining and leaving.
 	Connects    uint64 `json:"connects"`
 	Disconnects uint64 `json:"disconnects"`

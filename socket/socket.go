@@ -102,6 +102,8 @@ type Socket struct {
 	cancel context.CancelFunc
 	closed atomic.Bool
 	wg     sync.WaitGroup
+	// closeDone is closed once Close has seen every goroutine end.
+	closeDone chan struct{}
 
 	mu        sync.RWMutex
 	peers     []*peerConn
@@ -155,7 +157,9 @@ type Socket struct {
 	connects atomic.Uint64
 	discons  atomic.Uint64
 
-	// liveness and byte bounds (liveness.go)
+	// liveness and byte bounds (liveness.go); zmtp30Noted: the first ZMTP
+	// 3.0 peer was logged
+	zmtp30Noted atomic.Bool
 	hbTimeouts  atomic.Uint64
 	pings       atomic.Uint64
 	pongs       atomic.Uint64
@@ -188,6 +192,7 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 		inbox:     make(chan *batch, inboxBatches),
 		free:      make(chan *batch, freeBatches),
 		recvSpace: make(chan struct{}),
+		closeDone: make(chan struct{}),
 	}
 	if o.MemoryBudget > 0 {
 		if s.guard.Budget == nil {
@@ -305,6 +310,9 @@ func (s *Socket) Stats() Stats {
 		Reclaims:          s.reclaims.Load(),
 	}
 	for _, p := range *s.snap.Load() {
+		if !p.heartbeats() {
+			st.ZMTP30Peers++
+		}
 		p.qmu.Lock()
 		if !p.qclosed {
 			st.QueuedSendMessages += int64(p.n)
@@ -333,12 +341,35 @@ func (s *Socket) Stats() Stats {
 
 // Close disconnects every peer, stops every listener and dialer, and waits
 // for all of the socket's goroutines to end. Messages not yet written are
-// discarded. Recv and Send then return ErrClosed. Close is idempotent.
+// discarded. Recv and Send then return ErrClosed. Close is idempotent: a
+// later call waits like the first.
+//
+// Called from inside Options.OnEvent or a Guard hook (OnViolation,
+// OnRelease), which run on the socket's goroutines, Close does not wait
+// for them (the caller is one): the socket is closed at once (Recv and
+// Send return ErrClosed) and the rest of the shutdown finishes in the
+// background once the callback has returned. A Close from outside the
+// callbacks still waits for all of it.
 func (s *Socket) Close() error {
+	inside := insideCallback()
 	if !s.closed.CompareAndSwap(false, true) {
+		if !inside {
+			<-s.closeDone
+		}
 		return nil
 	}
 	s.cancel()
+	if inside {
+		go s.finishClose()
+		return nil
+	}
+	s.finishClose()
+	return nil
+}
+
+// finishClose is the rest of Close: it closes listeners and peers, waits
+// for every goroutine and writes the pending log summaries.
+func (s *Socket) finishClose() {
 	s.mu.Lock()
 	lns := s.listeners
 	peers := append([]*peerConn(nil), s.peers...)
@@ -351,7 +382,7 @@ func (s *Socket) Close() error {
 	}
 	s.wg.Wait()
 	s.flushLog()
-	return nil
+	close(s.closeDone)
 }
 
 // addPeer registers a connection that passed its handshake and starts its
@@ -370,6 +401,8 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	if md.Identity != "" {
 		info.identity = []byte(md.Identity)
 	}
+	major, minor := c.PeerVersion()
+	info.version = [2]byte{byte(major), byte(minor)}
 	p := newPeerConn(s, c, info, gone)
 	p.accepted = accepted
 
@@ -430,6 +463,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 		old.close(handoverErr(info))
 	}
 	s.connects.Add(1)
+	p.noteZMTP30()
 	p.startHeartbeat()
 	go p.readLoop()
 	go p.writeLoop()

@@ -167,8 +167,10 @@ type Conn struct {
 	local  SocketType
 	peer   Metadata
 	remote string
-	zc     *zmq4.Conn
-	cz     *curveState // CURVE session; nil under NULL
+	// version is the ZMTP version (major, minor) of the peer's greeting.
+	version [2]byte
+	zc      *zmq4.Conn
+	cz      *curveState // CURVE session; nil under NULL
 
 	closeOnce sync.Once
 	closeErr  error
@@ -311,7 +313,8 @@ func handshake(ctx context.Context, nc net.Conn, local SocketType, identity []by
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return fail(err)
 	}
-	return &Conn{nc: nc, br: br, cr: cr, cfg: c, local: local, peer: md, remote: remote, zc: zc, cz: cz}, nil
+	return &Conn{nc: nc, br: br, cr: cr, cfg: c, local: local, peer: md, remote: remote, zc: zc, cz: cz,
+		version: [2]byte{greet[10], greet[11]}}, nil
 }
 
 // openZMQ runs zmq4.Open over the guarded stream. The validator is meant to
@@ -482,7 +485,7 @@ func handshakeIOError(during string, err error, n int, seen []byte) error {
 }
 
 // handshakeConn is the stream zmq4.Open runs over: it swallows zmq4's
-// greeting (the guard already sent the same bytes), replays the validated
+// greeting (the guard already sent its own), replays the validated
 // peer greeting, and hands zmq4 the peer's READY only after validating it.
 // zmq4 can never read a byte the guard has not checked.
 type handshakeConn struct {
@@ -502,7 +505,7 @@ var errOverread = errors.New("zmtpguard: zmq4 read past the handshake")
 func (h *handshakeConn) Write(p []byte) (int, error) {
 	if h.swallow {
 		h.swallow = false
-		if bytes.Equal(p, localGreeting[:]) {
+		if bytes.Equal(p, zmq4Greeting[:]) {
 			return len(p), nil
 		}
 		return 0, errors.New("zmtpguard: zmq4 greeting differs from the guard's")
@@ -538,6 +541,13 @@ func (h *handshakeConn) readReady() error {
 
 // Peer returns the peer's validated READY metadata.
 func (c *Conn) Peer() Metadata { return c.peer }
+
+// PeerVersion returns the ZMTP version the peer's greeting announced:
+// 3.0 for go-zeromq/zmq4 v0.17, 3.1 for libzmq (4.3.4 checked) and for
+// zmqguard. Only a peer at 3.1 or later understands PING (RFC 37); a 3.0 peer
+// would take one for a data message, so a zmqguard socket sends PINGs, and
+// applies its heartbeat timeout, only to peers at 3.1 or later.
+func (c *Conn) PeerVersion() (major, minor int) { return int(c.version[0]), int(c.version[1]) }
 
 // PeerType returns the peer's socket type.
 func (c *Conn) PeerType() SocketType { return c.peer.SocketType }

@@ -161,7 +161,11 @@ func TestCurveInteropPyzmqClients(t *testing.T) {
 				if err := c.ReadMessage(&m); err != nil {
 					t.Fatal(err)
 				}
-				if len(m.Frames) != 1 || len(m.Frames[0]) < 1 || m.Frames[0][0] != 1 {
+				// Our greeting announces ZMTP 3.1, so libzmq subscribes
+				// with a SUBSCRIBE command (a 3.0 peer gets "\x01topic").
+				sub := m.Command == cmdSubscribe && len(m.Frames) == 1
+				msg := m.Command == "" && len(m.Frames) == 1 && len(m.Frames[0]) >= 1 && m.Frames[0][0] == 1
+				if !sub && !msg {
 					t.Fatalf("expected a subscription, got %q (command %q)", m.Frames, m.Command)
 				}
 				for i := 0; i < n; i++ {

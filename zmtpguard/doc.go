@@ -46,7 +46,14 @@
 // naming it. A [Conn] offers what a user of one connection needs: whole
 // messages in ([Conn.ReadMessage]) and out ([Conn.WriteMessage],
 // [Conn.Flush]), a PONG for a peer's PING ([Conn.Pong]), deadlines, the
-// addresses and the peer's validated metadata ([Conn.Peer]).
+// addresses, the peer's validated metadata ([Conn.Peer]) and the ZMTP
+// version its greeting announced ([Conn.PeerVersion]).
+//
+// zmtpguard's own greeting announces ZMTP 3.1 (RFC 37), where zmq4.Open's
+// says 3.0: zmtpguard answers PING and takes SUBSCRIBE/CANCEL commands, and
+// a 3.1 greeting is how a zmqguard peer learns that PINGs are welcome.
+// Peers at 3.0 (go-zeromq/zmq4 v0.17, which would take a PING for a data
+// message) and at 3.1 are both accepted.
 //
 // Security is NULL, what vLLM uses, or CURVE ([CurveConfig]: encryption and
 // client keys admitted by an [Authorizer] such as a [KeySet]).

@@ -11,10 +11,17 @@ const greetingSize = zmtpwire.GreetingSize
 // mechanismNULL is the only mechanism zmtpguard accepts.
 const mechanismNULL = "NULL"
 
-// localGreeting is the greeting zmtpguard sends: ZMTP 3.0, NULL mechanism,
-// as-server 0. It is byte for byte what zmq4.Open sends for NULL security,
-// which is what lets Handshake write it first and swallow zmq4's copy.
+// localGreeting is the greeting zmtpguard sends: ZMTP 3.1, NULL mechanism,
+// as-server 0. It announces 3.1 because zmtpguard answers PING and takes
+// SUBSCRIBE/CANCEL commands, and because a zmqguard socket PINGs only peers
+// that announce 3.1 (two zmqguard peers heartbeat each other).
 var localGreeting = zmtpwire.LocalGreeting()
+
+// zmq4Greeting is what zmq4.Open writes for NULL security (ZMTP 3.0, as
+// localGreeting otherwise): Handshake writes localGreeting first and
+// swallows zmq4's greeting in its place; only its version byte differs, and
+// zmq4 accepts a peer at a higher minor version.
+var zmq4Greeting = zmtpwire.ZMQ4Greeting()
 
 // checkGreeting validates a prefix of a peer's greeting, as much of it as
 // is present. It returns nil while b is a valid prefix (more bytes may still

@@ -165,6 +165,10 @@ func TestInteropPyzmqPush(t *testing.T) {
 	if c.PeerType() != Push {
 		t.Fatalf("peer %q", c.PeerType())
 	}
+	// libzmq 4.3.4 announces ZMTP 3.1: it is sent PINGs.
+	if major, minor := c.PeerVersion(); major != 3 || minor != 1 {
+		t.Errorf("libzmq announced ZMTP %d.%d, want 3.1", major, minor)
+	}
 	var m Message
 	for i := range 100 {
 		if err := c.ReadMessage(&m); err != nil {

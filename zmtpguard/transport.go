@@ -35,7 +35,8 @@ const DefaultScheme = "zmqguard"
 // net.Listener's Accept return it, so zmq4's accept goroutine —
 // which runs zmq4.Open inline and would otherwise wait forever on a silent
 // peer — never blocks on a peer. The returned net.Conn swallows zmq4's
-// greeting (the guard already sent the identical bytes), replays the
+// greeting (the guard already sent its own, which announces ZMTP 3.1 where
+// zmq4's says 3.0: the guard answers PINGs for zmq4), replays the
 // validated peer bytes to zmq4's reads, and learns the local socket type from
 // the READY zmq4 writes: an incompatible peer is refused there, before zmq4
 // checks (zmq4 would leave the connection open).
@@ -656,9 +657,10 @@ func (g *guardConn) flushPongLocked() {
 	}
 }
 
-// Write passes zmq4's output on, except its greeting on the listening side
-// (the guard sent it already); zmq4's READY is read for the local socket
-// type on its way out.
+// Write passes zmq4's output on, except its greeting: on the listening side
+// the guard sent its own already, on the dialing side the guard's goes out
+// in its place (both announce ZMTP 3.1); zmq4's READY is read for the local
+// socket type on its way out.
 func (g *guardConn) Write(p []byte) (int, error) {
 	n, err := g.write(p)
 	// A PONG queued while this write held the lock is sent now (the reader's
@@ -678,8 +680,8 @@ func (g *guardConn) write(p []byte) (int, error) {
 	}
 	switch g.wphase {
 	case wGreeting:
-		if !bytes.Equal(p, localGreeting[:]) {
-			g.werr = errors.New("zmtpguard: zmq4's greeting is not the guard's (only the NULL mechanism is supported)")
+		if !bytes.Equal(p, zmq4Greeting[:]) {
+			g.werr = errors.New("zmtpguard: zmq4's greeting is not the one the guard replaces (only the NULL mechanism is supported)")
 			g.Close()
 			return 0, g.werr
 		}
@@ -687,12 +689,14 @@ func (g *guardConn) write(p []byte) (int, error) {
 		if g.server {
 			return len(p), nil
 		}
-		n, err := g.Conn.Write(p)
-		if err != nil {
+		// The guard's greeting goes out in place of zmq4's: ZMTP 3.1, since
+		// the guard answers PINGs and converts SUBSCRIBE/CANCEL for zmq4.
+		if _, err := g.Conn.Write(localGreeting[:]); err != nil {
 			g.werr = err
 			g.Close()
+			return 0, err
 		}
-		return n, err
+		return len(p), nil
 	case wReady:
 		return g.writeReady(p)
 	}

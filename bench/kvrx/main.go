@@ -8,8 +8,11 @@
 //
 // Usage:
 //
-//	kvrx --bind tcp://127.0.0.1:PORT --count N
+//	kvrx --bind tcp://127.0.0.1:0 --count N
 //	kvrx --sources 1000 --endpoints FILE --count N
+//
+// Once bound, it writes "bound endpoint=tcp://127.0.0.1:PORT" on stderr with
+// the port the kernel chose (bench/run.sh reads it; load.Bound).
 //
 // --cpuprofile FILE writes a CPU profile of the run and --memprofile FILE
 // its allocations (go tool pprof).
@@ -112,6 +115,7 @@ func main() {
 		if err := sub.Add(kvevents.Source{Name: "bench", Live: *bind, Bind: true}); err != nil {
 			load.Fatal(err)
 		}
+		load.Bound(sub.Endpoint("bench"))
 	} else {
 		var eps strings.Builder
 		for i := range *sources {

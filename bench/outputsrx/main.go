@@ -5,7 +5,10 @@
 //
 // Usage:
 //
-//	outputsrx --bind tcp://127.0.0.1:PORT --count N
+//	outputsrx --bind tcp://127.0.0.1:0 --count N
+//
+// Once bound, it writes "bound endpoint=tcp://127.0.0.1:PORT" on stderr with
+// the port the kernel chose (bench/run.sh reads it; load.Bound).
 //
 // It exits after N messages and prints one JSON line (msgs/s, CPU ns and
 // allocations per message from the first to the last message); the
@@ -63,6 +66,7 @@ func main() {
 	if err := r.Bind(*bind); err != nil {
 		load.Fatal(err)
 	}
+	load.Bound(r.Endpoint())
 	if err := r.Run(ctx); err != nil && !errors.Is(err, context.Canceled) {
 		load.Fatal(err)
 	}

@@ -10,7 +10,10 @@
 //
 // Usage:
 //
-//	pebberecv --bind tcp://127.0.0.1:PORT --count N [--multipart]
+//	pebberecv --bind tcp://127.0.0.1:0 --count N [--multipart]
+//
+// Once bound, it writes "bound endpoint=tcp://127.0.0.1:PORT" on stderr with
+// the port the kernel chose (bench/run.sh reads it; load.Bound).
 //
 // With --multipart each message is read whole with RecvMessageBytes.
 //
@@ -45,6 +48,11 @@ func main() {
 	// Socket options stay libzmq's defaults, as in bench/py's pyzmq loop.
 	if err := s.Bind(*bind); err != nil {
 		load.Fatal(err)
+	}
+	if ep, err := s.GetLastEndpoint(); err != nil {
+		load.Fatal(err)
+	} else {
+		load.Bound(ep)
 	}
 	var m load.Meter
 	for m.N() < *count {

@@ -2,6 +2,10 @@
 
 Usage: pull.py ENDPOINT COUNT [multipart]
 
+ENDPOINT may name port * (tcp://127.0.0.1:*): the kernel chooses a free port,
+and once bound the script writes "bound endpoint=tcp://127.0.0.1:PORT" (the
+socket's LAST_ENDPOINT) on stderr; bench/run.sh reads the port from it.
+
 Binds a PULL socket (libzmq through pyzmq) on ENDPOINT, receives COUNT
 messages with sock.recv() and nothing else (no decode), and prints one JSON
 line: msgs/s from the first to the last message, and the process's CPU
@@ -33,6 +37,7 @@ def main():
         public, secret = zmq.auth.load_certificate(os.environ["PULL_CURVE_SECRET"])
         sock.curve_secretkey, sock.curve_publickey, sock.curve_server = secret, public, True
     sock.bind(endpoint)
+    print("bound endpoint=%s" % sock.getsockopt_string(zmq.LAST_ENDPOINT), file=sys.stderr, flush=True)
     recv = sock.recv_multipart if multipart else sock.recv
     recv()
     first, cpu0, th0 = time.perf_counter(), time.process_time(), time.thread_time()

@@ -2,6 +2,10 @@
 
 Usage: pull_sink.py ENDPOINT COUNT SIZE
 
+ENDPOINT may name port * (tcp://127.0.0.1:*): the kernel chooses a free port,
+and once bound the script writes "bound endpoint=tcp://127.0.0.1:PORT" (the
+socket's LAST_ENDPOINT) on stderr; bench/run.sh reads the port from it.
+
 Binds a PULL socket on ENDPOINT, receives COUNT messages, checks that each is
 one frame of SIZE bytes (counting the ones that are not), and prints one JSON
 line: msgs/s from the first to the last message and the number of
@@ -20,6 +24,7 @@ def main():
     sock = ctx.socket(zmq.PULL)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(endpoint)
+    print("bound endpoint=%s" % sock.getsockopt_string(zmq.LAST_ENDPOINT), file=sys.stderr, flush=True)
     recv = sock.recv
     bad = 0
     if len(recv()) != size:

@@ -2,6 +2,10 @@
 
 Usage: router_listener.py ENDPOINT [ENGINE_ID [PP_SIZE TP_SIZE [COMPAT_HASH]]]
 
+ENDPOINT may name port * (tcp://127.0.0.1:*): the kernel chooses a free port,
+and once bound the script writes "bound endpoint=tcp://127.0.0.1:PORT" (the
+socket's LAST_ENDPOINT) on stderr; bench/run.sh reads the port from it.
+
 Does in Python what vLLM's V3 NIXL side-channel listener does per request:
 receive [identity, b"", request] on a ROUTER, decode the msgpack request
 (GET_META_MSG, pp_rank, tp_rank), look the rank's pre-encoded
@@ -78,7 +82,7 @@ def main():
     sock = ctx.socket(zmq.ROUTER)
     sock.setsockopt(zmq.LINGER, 0)
     sock.bind(endpoint)
-    print("listening on %s" % endpoint, file=sys.stderr, flush=True)
+    print("listening bound endpoint=%s" % sock.getsockopt_string(zmq.LAST_ENDPOINT), file=sys.stderr, flush=True)
     served = bad = 0
     try:
         while True:

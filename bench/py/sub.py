@@ -2,6 +2,10 @@
 
 Usage: sub.py ENDPOINT COUNT [decode]
 
+ENDPOINT may name port * (tcp://127.0.0.1:*): the kernel chooses a free port,
+and once bound the script writes "bound endpoint=tcp://127.0.0.1:PORT" (the
+socket's LAST_ENDPOINT) on stderr; bench/run.sh reads the port from it.
+
 Binds a SUB socket (libzmq through pyzmq) on ENDPOINT subscribed to every
 topic, so that a publisher connects to it, receives COUNT messages with
 sock.recv_multipart() and nothing else (no decode, no sequence check), and
@@ -26,6 +30,7 @@ def main():
     sock.setsockopt(zmq.LINGER, 0)
     sock.setsockopt(zmq.SUBSCRIBE, b"")
     sock.bind(endpoint)
+    print("bound endpoint=%s" % sock.getsockopt_string(zmq.LAST_ENDPOINT), file=sys.stderr, flush=True)
     recv = sock.recv_multipart
     if decode:
         def recv():

@@ -7,7 +7,10 @@
 //
 // Usage:
 //
-//	rawtcp --bind tcp://127.0.0.1:PORT --count N
+//	rawtcp --bind tcp://127.0.0.1:0 --count N
+//
+// Once bound, it writes "bound endpoint=tcp://127.0.0.1:PORT" on stderr with
+// the port the kernel chose (bench/run.sh reads it; load.Bound).
 //
 // It accepts one connection, exits after N messages and prints one JSON line
 // (msgs/s from the first to the last message, allocations per message).
@@ -43,6 +46,7 @@ func main() {
 	if err != nil {
 		load.Fatal(err)
 	}
+	load.Bound("tcp://" + ln.Addr().String())
 	nc, err := ln.Accept()
 	ln.Close()
 	if err != nil {

@@ -4,7 +4,10 @@
 //
 // Usage:
 //
-//	zmq4recv --bind tcp://127.0.0.1:PORT --count N
+//	zmq4recv --bind tcp://127.0.0.1:0 --count N
+//
+// Once bound, it writes "bound endpoint=tcp://127.0.0.1:PORT" on stderr with
+// the port the kernel chose (bench/run.sh reads it; load.Bound).
 //
 // It exits after N messages and prints one JSON line (msgs/s from the first
 // to the last message, allocations per message).
@@ -34,6 +37,7 @@ func main() {
 	if err := s.Listen(*bind); err != nil {
 		load.Fatal(err)
 	}
+	load.Bound("tcp://" + s.Addr().String())
 	var m load.Meter
 	for m.N() < *count {
 		if _, err := s.Recv(); err != nil {

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"log/slog"
-	"net"
 	"strings"
 	"testing"
 	"time"
@@ -133,12 +132,7 @@ func TestVersion(t *testing.T) {
 // TestScanJSONDeadPort: a dead port is reported as not answering at the
 // start, as JSON with --json, without per-probe verdicts.
 func TestScanJSONDeadPort(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := "tcp://" + ln.Addr().String()
-	ln.Close()
+	ep := closedEndpoint(t)
 	code, out, _ := runBin(t, 30*time.Second, "scan", ep, "--json", "--duration", "1s")
 	var rep struct {
 		OK      bool `json:"ok"`
@@ -392,12 +386,7 @@ func TestHandshakeListener(t *testing.T) {
 // TestProbeClosedPort: nothing listening, probe exits non-zero and names the
 // failing step.
 func TestProbeClosedPort(t *testing.T) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	ep := "tcp://" + ln.Addr().String()
-	ln.Close()
+	ep := closedEndpoint(t)
 	code, out, errOut := runBin(t, 20*time.Second, "probe", ep, "--timeout", "1s")
 	if code == 0 || !strings.Contains(out, "connect:") || !strings.Contains(out, "FAIL") {
 		t.Fatalf("probe of a closed port: exit %d\nstdout:\n%s\nstderr:\n%s", code, out, errOut)

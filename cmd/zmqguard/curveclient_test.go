@@ -141,7 +141,13 @@ func TestKVEventsCurve(t *testing.T) {
 		"--rate", "100", "--stored", "1", "--curve-secret-key-file", srvSecret, "--curve-allow", cliDir, "--log-format", "json")
 	ep := pub.logField("kv-publish", "endpoint", 20*time.Second)
 	rep := pub.logField("kv-publish", "replay", 20*time.Second)
-	time.Sleep(500 * time.Millisecond) // batches to replay
+	// Batches to replay: a first live subscriber that has seen one batch
+	// proves kv-publish has published (the one below then joins later).
+	first := start(t, ctx, "kv-events", "--connect", ep, "--topic", "kv@", "--count", "2",
+		"--curve-server-key", srvPub, "--curve-secret-key-file", cliSecret, "--log-format", "json")
+	if code := first.wait(30 * time.Second); code != 0 {
+		t.Fatalf("first kv-events with CURVE: exit %d\n%s\n%s", code, first.stdout, first.stderr)
+	}
 
 	// 40 events: batch 0's BlockStored, then batches of one BlockStored and
 	// one BlockRemoved (of the previous batch's block).
@@ -166,7 +172,10 @@ func TestKVEventsCurve(t *testing.T) {
 	wrongPub, _, _ := zmtpguard.GenerateCurveKeyPair()
 	w := start(t, ctx, "kv-events", "--connect", ep, "--replay", rep, "--from-start",
 		"--curve-server-key", wrongPub.String(), "--curve-secret-key-file", cliSecret, "--log-format", "json")
-	time.Sleep(2 * time.Second)
+	// The condition, not a time: the publisher has refused this client's
+	// HELLO (live) and the client has seen its handshake fail.
+	pub.waitStderr("the client has a wrong server key", 20*time.Second)
+	w.waitStderr(`"event":"handshake-failed"`, 20*time.Second)
 	if code := w.terminate(20 * time.Second); code != 0 {
 		t.Fatalf("kv-events with a wrong key: exit %d\n%s", code, w.stderr)
 	}

@@ -18,9 +18,9 @@ type livenessFlags struct {
 func addLivenessFlags(fs *flag.FlagSet) *livenessFlags {
 	return &livenessFlags{
 		interval: fs.Duration("heartbeat-interval", socket.DefaultHeartbeatInterval,
-			"send a ZMTP PING to a peer silent this long (0 turns heartbeats off; peers' PINGs are still answered)"),
+			"send a ZMTP PING to a peer silent this long (ZMTP 3.1 peers only: a 3.0 peer such as go-zeromq/zmq4 is never PINGed; 0 turns heartbeats off; peers' PINGs are still answered)"),
 		timeout: fs.Duration("heartbeat-timeout", socket.DefaultHeartbeatTimeout,
-			"disconnect a peer still silent this long after our PING (counted as heartbeat_timeouts)"),
+			"disconnect a peer still silent this long after our PING (counted as heartbeat_timeouts; never a ZMTP 3.0 peer)"),
 	}
 }
 

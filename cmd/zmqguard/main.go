@@ -1,21 +1,26 @@
 // Command zmqguard runs zmqguard's references and tools without writing Go:
 // a demo of the references under attack, the DP coordinator, a NIXL handshake
-// listener, the handshake probe, the hostile scanner and a measuring sink.
+// listener, the handshake probe, the hostile scanner, a measuring sink, an
+// engine output receiver, KV-event tools and CURVE key generation.
 //
 // Usage:
 //
 //	zmqguard [global flags] COMMAND [flags] [ARGS]
 //
-// Commands:
+// Commands (the same list as 'zmqguard help', from the one command table;
+// TestPackageDocListsEveryCommand keeps them equal, and
+// `go test ./cmd/zmqguard -run TestPackageDocListsEveryCommand -update-doc`
+// rewrites this list from the table):
 //
-//	demo                the product tour: coordinator, engines, a front-end, a handshake
-//	                    listener and decode clients on loopback, attacked by the scanner
+//	demo                the product tour: the references on loopback under attack, counters at the end
 //	coordinator         run a vLLM-compatible DP coordinator until SIGINT/SIGTERM
 //	handshake-listener  serve demo NIXL handshake metadata until SIGINT/SIGTERM
 //	probe ADDR          triage a NIXL handshake listener step by step
 //	scan ADDR...        replay the built-in hostile corpus at your own services
 //	sink                a guarded PULL that counts valid messages, for measuring a machine
 //	version             print the module version and VCS revision (also --version)
+//	keygen              make a CURVE key pair (Z85) or a pair of ZPL certificate files
+//	outputs             a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines
 //	kv-events           follow vLLM KV-cache event publishers, one JSON line per event
 //	kv-publish          publish synthetic vLLM KV-event batches (demos and load)
 //
@@ -39,6 +44,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 )
 
@@ -109,12 +115,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, term bool
 	return 2
 }
 
+// commandLines is the command list of 'zmqguard help' and of the package
+// documentation, one line per entry of the commands table: the name, with
+// the arguments its synopsis starts with (probe ADDR), and the summary.
+func commandLines() []string {
+	out := make([]string, 0, len(commands))
+	for _, c := range commands {
+		name := c.spec.name
+		for _, w := range strings.Fields(c.spec.synopsis) {
+			if strings.HasPrefix(w, "-") || strings.HasPrefix(w, "[") {
+				break
+			}
+			name += " " + w
+		}
+		out = append(out, fmt.Sprintf("%-19s %s", name, c.spec.summary))
+	}
+	return out
+}
+
 func writeMainUsage(w io.Writer, fs *flag.FlagSet) {
 	fmt.Fprintln(w, "usage: zmqguard [global flags] COMMAND [flags] [ARGS]")
 	fmt.Fprintln(w, "\nZeroMQ receive loops that no peer can kill: references and tools.")
 	fmt.Fprintln(w, "\nCommands:")
-	for _, c := range commands {
-		fmt.Fprintf(w, "  %-20s %s\n", c.spec.name, c.spec.summary)
+	for _, l := range commandLines() {
+		fmt.Fprintf(w, "  %s\n", l)
 	}
 	fmt.Fprintln(w, "\nADDR is a ZeroMQ endpoint such as tcp://127.0.0.1:5600.")
 	fmt.Fprintln(w, "Run 'zmqguard COMMAND -h' for a command's flags. Global flags (accepted by every command):")

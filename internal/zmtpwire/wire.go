@@ -33,9 +33,21 @@ const (
 // GreetingSize is the length of a ZMTP 3.x greeting.
 const GreetingSize = 64
 
-// LocalGreeting returns the 64-byte greeting zmtpguard sends: ZMTP 3.0,
-// the NULL mechanism, as-server 0.
+// LocalGreeting returns the 64-byte greeting zmtpguard sends: ZMTP 3.1,
+// the NULL mechanism, as-server 0. zmqguard speaks what 3.1 adds to 3.0 (it
+// answers PING with PONG, takes SUBSCRIBE and CANCEL commands), and the
+// minor version is how a peer learns it may PING us: a zmqguard socket
+// PINGs only peers whose greeting says 3.1 or later (RFC 37).
 func LocalGreeting() (g [GreetingSize]byte) {
+	g = ZMQ4Greeting()
+	g[11] = 1
+	return g
+}
+
+// ZMQ4Greeting returns the greeting go-zeromq/zmq4 v0.17's zmq4.Open writes
+// for the NULL mechanism: ZMTP 3.0, as-server 0. zmtpguard recognises it
+// when it swallows zmq4's greeting (it has sent its own in its place).
+func ZMQ4Greeting() (g [GreetingSize]byte) {
 	g[0] = 0xFF
 	g[9] = 0x7F
 	g[10] = 3
@@ -43,6 +55,11 @@ func LocalGreeting() (g [GreetingSize]byte) {
 	copy(g[12:32], "NULL")
 	return g
 }
+
+// Heartbeats reports whether a peer whose greeting announced ZMTP
+// major.minor understands PING (RFC 37: ZMTP 3.1 and later). A 3.0 peer,
+// go-zeromq/zmq4 v0.17 for one, would surface a PING as a data message.
+func Heartbeats(major, minor byte) bool { return major > 3 || (major == 3 && minor >= 1) }
 
 // HeaderLen returns how many header bytes a frame whose first byte is flags
 // has: 2 or 9.

@@ -9,13 +9,29 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestLocalGreeting pins the greeting's bytes: signature, version 3.0,
-// mechanism NULL, as-server 0, zero filler.
+// TestLocalGreeting pins the greeting's bytes: signature, version 3.1,
+// mechanism NULL, as-server 0, zero filler; and zmq4's: the same at 3.0.
 func TestLocalGreeting(t *testing.T) {
 	g := LocalGreeting()
-	want := [GreetingSize]byte{0: 0xFF, 9: 0x7F, 10: 3, 12: 'N', 13: 'U', 14: 'L', 15: 'L'}
+	want := [GreetingSize]byte{0: 0xFF, 9: 0x7F, 10: 3, 11: 1, 12: 'N', 13: 'U', 14: 'L', 15: 'L'}
 	if g != want {
 		t.Fatalf("greeting % x, want % x", g, want)
+	}
+	want[11] = 0
+	if g := ZMQ4Greeting(); g != want {
+		t.Fatalf("zmq4 greeting % x, want % x", g, want)
+	}
+}
+
+// TestHeartbeats: PING is for ZMTP 3.1 and later only.
+func TestHeartbeats(t *testing.T) {
+	for _, c := range []struct {
+		major, minor byte
+		want         bool
+	}{{3, 0, false}, {3, 1, true}, {3, 2, true}, {4, 0, true}, {2, 9, false}} {
+		if got := Heartbeats(c.major, c.minor); got != c.want {
+			t.Errorf("Heartbeats(%d, %d) = %v, want %v", c.major, c.minor, got, c.want)
+		}
 	}
 }
 

@@ -1,12 +1,14 @@
 #!/usr/bin/python3
 """Render the README's metrics picture from a real `zmqguard demo` run.
 
-Runs `zmqguard demo --metrics-addr 127.0.0.1:PORT` (building the binary
-unless --bin is given), scrapes /metrics every --interval seconds while it
-runs, saves the samples as CSV (--samples) and draws four panels with
-matplotlib: message drops by reason per component, refused connections by
-reason, handshakes per second, and queue depth in bytes per socket (send
-queues and receive queue, with the HWM drops at the end).
+Runs `zmqguard demo --metrics-addr 127.0.0.1:0` (building the binary into a
+temporary directory unless --bin is given), reads the port the kernel chose
+from the demo's "metrics endpoint serving" log line, scrapes /metrics every
+--interval seconds while it runs, saves the samples as CSV (--samples) and
+draws four panels with matplotlib: message drops by reason per component,
+refused connections by reason, handshakes per second, and queue depth in
+bytes per socket (send queues and receive queue, with the HWM drops at the
+end).
 --from-samples re-draws a saved CSV without running anything.
 
 Needs Debian's python3-matplotlib and python3-prometheus-client (the
@@ -26,20 +28,30 @@ import csv
 import gzip
 import json
 import os
-import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+def read_metrics_addr(stream, found):
+    """Reads the demo's JSON log lines (stderr) until they end; puts the
+    address of the "metrics endpoint serving" line in found["addr"] and
+    sets found["event"]. The demo binds 127.0.0.1:0: the kernel chooses the
+    port, none is picked here."""
+    for line in stream:
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if rec.get("msg") == "metrics endpoint serving" and "metrics_addr" in rec:
+            found["addr"] = rec["metrics_addr"]
+            found["event"].set()
+    found["event"].set()  # stderr closed: the demo is gone
 
 
 def scrape(url):
@@ -63,16 +75,21 @@ def record(args):
         tmp = tempfile.mkdtemp(prefix="zmqguard-render-")
         bin_path = os.path.join(tmp, "zmqguard")
         subprocess.run(["go", "build", "-o", bin_path, "./cmd/zmqguard"], cwd=REPO, check=True, timeout=600)
-    port = free_port()
-    url = "http://127.0.0.1:%d/metrics" % port
-    cmd = [bin_path, "demo", "--duration", "%ds" % args.duration, "--metrics-addr", "127.0.0.1:%d" % port,
-           "--log-format", "text", "--log-level", "warn"]
+    cmd = [bin_path, "demo", "--duration", "%ds" % args.duration, "--metrics-addr", "127.0.0.1:0",
+           "--log-format", "json", "--log-level", "info"]
     print("running:", " ".join(cmd), file=sys.stderr)
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    found = {"addr": None, "event": threading.Event()}
+    reader = threading.Thread(target=read_metrics_addr, args=(proc.stderr, found), daemon=True)
+    reader.start()
     rows = []
     t0 = time.monotonic()
     deadline = t0 + args.duration + 60
+    url = None
     try:
+        if not found["event"].wait(timeout=60) or not found["addr"]:
+            raise SystemExit("the demo logged no metrics endpoint within 60 s")
+        url = "http://%s/metrics" % found["addr"]
         while proc.poll() is None and time.monotonic() < deadline:
             t = time.monotonic() - t0
             try:

@@ -8,7 +8,8 @@
 // (-coord-flags "..." passes more flags to the coordinator; -after 5s is how
 // long it keeps sampling once the attack is over.)
 //
-// Both start PATH coordinator --engines 1 on free loopback ports with
+// Both start PATH coordinator --engines 1 on loopback port 0 (the kernel
+// chooses; the ports are read from its start line) with
 // --debug-addr, play the engine over raw ZMTP (zmtpguard.Dial; a back
 // publish subscription, then EngineCoreOutputs with changing stats every
 // 10 ms so that stats are published every --stats-interval), sample the
@@ -49,15 +50,6 @@ import (
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		panic(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // proc is the coordinator process under attack.
 type proc struct {
 	cmd                        *exec.Cmd
@@ -68,6 +60,7 @@ type proc struct {
 	mu                         sync.Mutex
 	samples                    []Sample
 	stopSampling, doneSampling chan struct{}
+	exited                     chan error // Wait's result, once
 }
 
 // Sample is one reading of the process.
@@ -77,27 +70,92 @@ type Sample struct {
 	RSSMiB     float64 `json:"rss_mib"`
 }
 
-func startProc(bin string, extra ...string) (*proc, error) {
-	p := &proc{
-		front: fmt.Sprintf("127.0.0.1:%d", freePort()), backOut: fmt.Sprintf("127.0.0.1:%d", freePort()),
-		backPub: fmt.Sprintf("127.0.0.1:%d", freePort()), debug: fmt.Sprintf("127.0.0.1:%d", freePort()),
-		stopSampling: make(chan struct{}), doneSampling: make(chan struct{}),
+// startLine is the coordinator's "coordinator running" log line: the
+// endpoints it bound (every one on port 0, chosen by the kernel).
+type startLine struct {
+	Msg         string `json:"msg"`
+	Front       string `json:"front"`
+	BackOutput  string `json:"back_output"`
+	BackPublish string `json:"back_publish"`
+	DebugAddr   string `json:"debug_addr"`
+}
+
+// stderrLines receives the coordinator's JSON log lines: it hands the
+// start line over once and passes errors (and any line that is not JSON)
+// on to os.Stderr.
+type stderrLines struct {
+	mu      sync.Mutex
+	partial []byte
+	started chan startLine
+}
+
+func (w *stderrLines) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.partial = append(w.partial, b...)
+	for {
+		i := slices.Index(w.partial, '\n')
+		if i < 0 {
+			return len(b), nil
+		}
+		line := w.partial[:i+1]
+		var l struct {
+			startLine
+			Level string `json:"level"`
+		}
+		err := json.Unmarshal(line, &l)
+		switch {
+		case err == nil && l.Msg == "coordinator running":
+			select {
+			case w.started <- l.startLine:
+			default:
+			}
+		case err != nil || l.Level == "ERROR":
+			// Errors, and anything that is not a log line (a panic),
+			// as --log-level error showed them before.
+			os.Stderr.Write(line)
+		}
+		w.partial = w.partial[i+1:]
 	}
-	args := append([]string{"coordinator", "--front", "tcp://" + p.front, "--back-output", "tcp://" + p.backOut,
-		"--back-publish", "tcp://" + p.backPub, "--engines", "1", "--debug-addr", p.debug, "--log-level", "error"}, extra...)
+}
+
+// startProc starts the coordinator on ports the kernel chooses (port 0
+// everywhere) and reads them from its start line: no port is picked here,
+// so that other programs and tests on the machine cannot take one first.
+func startProc(bin string, extra ...string) (*proc, error) {
+	p := &proc{stopSampling: make(chan struct{}), doneSampling: make(chan struct{})}
+	args := append([]string{"coordinator", "--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0",
+		"--back-publish", "tcp://127.0.0.1:0", "--engines", "1", "--debug-addr", "127.0.0.1:0",
+		"--log-format", "json", "--log-level", "info"}, extra...)
 	p.cmd = exec.Command(bin, args...)
 	p.cmd.Stdout = &p.stdout
-	p.cmd.Stderr = os.Stderr
+	lines := &stderrLines{started: make(chan startLine, 1)}
+	p.cmd.Stderr = lines
+	exited := make(chan error, 1)
 	if err := p.cmd.Start(); err != nil {
 		return nil, err
 	}
 	p.start = time.Now()
-	for range 100 {
-		if c, err := net.Dial("tcp", p.backPub); err == nil {
-			c.Close()
-			break
-		}
-		time.Sleep(50 * time.Millisecond)
+	go func() { exited <- p.cmd.Wait() }()
+	select {
+	case l := <-lines.started:
+		p.front = strings.TrimPrefix(l.Front, "tcp://")
+		p.backOut = strings.TrimPrefix(l.BackOutput, "tcp://")
+		p.backPub = strings.TrimPrefix(l.BackPublish, "tcp://")
+		p.debug = l.DebugAddr
+		p.exited = exited
+	case err := <-exited:
+		return nil, fmt.Errorf("coordinator exited before it was running: %v", err)
+	case <-time.After(30 * time.Second):
+		p.cmd.Process.Kill()
+		<-exited
+		return nil, fmt.Errorf("coordinator did not log its start line within 30 s")
+	}
+	if p.front == "" || p.backOut == "" || p.backPub == "" || p.debug == "" {
+		p.cmd.Process.Kill()
+		<-exited
+		return nil, fmt.Errorf("coordinator start line without every endpoint: front %q back output %q back publish %q debug %q",
+			p.front, p.backOut, p.backPub, p.debug)
 	}
 	go p.sample()
 	return p, nil
@@ -148,7 +206,7 @@ func (p *proc) kill() {
 	close(p.stopSampling)
 	<-p.doneSampling
 	p.cmd.Process.Kill()
-	p.cmd.Wait()
+	<-p.exited
 }
 
 // stop ends sampling, sends SIGTERM and returns the exit line.
@@ -156,10 +214,8 @@ func (p *proc) stop() (json.RawMessage, error) {
 	close(p.stopSampling)
 	<-p.doneSampling
 	p.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan error, 1)
-	go func() { done <- p.cmd.Wait() }()
 	select {
-	case err := <-done:
+	case err := <-p.exited:
 		if err != nil {
 			return nil, err
 		}
@@ -459,7 +515,21 @@ func scale(ctx context.Context, p *proc, subs, n int, watch time.Duration) (any,
 			}
 		}
 	}()
-	time.Sleep(2 * time.Second)
+	// Wait for the live front-end's first publication (its size is the
+	// "before"), not for a time.
+	first := time.Now().Add(30 * time.Second)
+	for {
+		mu.Lock()
+		n0 := len(pubs)
+		mu.Unlock()
+		if n0 > 0 {
+			break
+		}
+		if time.Now().After(first) {
+			return nil, fmt.Errorf("scale: no publication reached the live front-end within 30 s")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
 	// ("SCALE_ELASTIC_EP", n) in msgpack: fixarray 2, str 16, uint16.
 	msg := append([]byte{0x92, 0xb0}, "SCALE_ELASTIC_EP"...)
 	msg = append(msg, 0xcd, byte(n>>8), byte(n))

@@ -253,6 +253,14 @@ func PrintJSON(v any) {
 	fmt.Printf("%s\n", b)
 }
 
+// Bound tells the harness where a receiver listens, once it is bound: one
+// line on stderr, "PROG: bound endpoint=tcp://HOST:PORT". bench/run.sh
+// binds every receiver on port 0 (the kernel chooses a free port) and reads
+// the chosen port from this line before it starts the sender.
+func Bound(endpoint string) {
+	fmt.Fprintf(os.Stderr, "%s: bound endpoint=%s\n", progName(), endpoint)
+}
+
 // Fatal prints err on stderr and exits 1.
 func Fatal(err error) {
 	fmt.Fprintf(os.Stderr, "%s: %v\n", progName(), err)

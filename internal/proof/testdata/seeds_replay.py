@@ -69,12 +69,20 @@ class Replay:
         j = self.sent[target]["junk"]
         j[kind] = j.get(kind, 0) + 1
 
-    def socket(self, kind, endpoint):
+    def socket(self, kind, endpoint, monitor_events=None):
+        """A connected socket; with monitor_events, (socket, monitor), the
+        monitor attached before the connect so that no event can come
+        before it (a loaded machine may finish the handshake first)."""
         s = self.ctx.socket(kind)
         s.setsockopt(zmq.LINGER, 2000)
         s.setsockopt(zmq.RCVTIMEO, TIMEOUT_MS)
         s.setsockopt(zmq.SNDTIMEO, TIMEOUT_MS)
+        mon = None
+        if monitor_events is not None:
+            mon = s.get_monitor_socket(monitor_events)
         s.connect(endpoint)
+        if mon is not None:
+            return s, mon
         return s
 
     # --- listener helpers ------------------------------------------------
@@ -186,8 +194,7 @@ class Replay:
 
     # --- the scenarios ---------------------------------------------------
     def s8_stray_subscription_at_startup(self):
-        stray = self.socket(zmq.SUB, self.args.back_publish)
-        mon = stray.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+        stray, mon = self.socket(zmq.SUB, self.args.back_publish, zmq.EVENT_HANDSHAKE_SUCCEEDED)
         stray.setsockopt(zmq.SUBSCRIBE, b"probe")
         self.junk("back_publish", "subscribe-topic")
         if not mon.poll(TIMEOUT_MS):

@@ -1,0 +1,106 @@
+package outputs
+
+import (
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+// TestCallbacksMayCloseAndStat: every callback of a Receiver (Handler,
+// OnEngineDead, OnDrop, and the socket's OnEvent given in Config.Socket)
+// may call Stats and Close from inside. Each returns (a bounded wait fails
+// the test on a deadlock), Run then returns loop.ErrLoopClosed, and every
+// goroutine ends (goleak in TestMain).
+func TestCallbacksMayCloseAndStat(t *testing.T) {
+	const bound = 10 * time.Second
+	type result struct {
+		stats Stats
+		err   error
+	}
+	valid := encode(simple(0, "req-0", 1, 2, 3))
+	cases := []struct {
+		name    string
+		install func(cfg *Config, act func())
+		send    [][]byte // what the pusher sends to trigger the callback (nil: nothing)
+	}{
+		{"Handler", func(cfg *Config, act func()) {
+			cfg.Handler = func(context.Context, *enginecore.Message, *socket.Peer) error { act(); return nil }
+		}, valid},
+		{"OnEngineDead", func(cfg *Config, act func()) {
+			cfg.OnEngineDead = func(EngineDeadError) { act() }
+		}, [][]byte{EngineCoreDead}},
+		{"OnDrop", func(cfg *Config, act func()) {
+			cfg.OnDrop = func(loop.Drop) { act() }
+		}, [][]byte{{0x45}}},
+		{"Socket.OnEvent", func(cfg *Config, act func()) {
+			cfg.Socket.OnEvent = func(e socket.Event) {
+				if e.Kind == socket.EventConnected {
+					act()
+				}
+			}
+		}, nil}, // the connection is the trigger; a Send could wait for a peer forever once the receiver is closed
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
+			defer cancel()
+			var r *Receiver
+			res := make(chan result, 1)
+			act := func() {
+				x := result{stats: r.Stats()}
+				x.err = r.Close()
+				select {
+				case res <- x:
+				default:
+				}
+			}
+			cfg := Config{Name: "reentry", Logger: quiet, Socket: DefaultSocketOptions(),
+				Handler: func(context.Context, *enginecore.Message, *socket.Peer) error { return nil }}
+			cfg.Socket.Logger = quiet
+			tc.install(&cfg, act)
+			var err error
+			r, err = New(cfg)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer r.Close()
+			if err := r.Bind("tcp://127.0.0.1:0"); err != nil {
+				t.Fatal(err)
+			}
+			runErr := make(chan error, 1)
+			go func() { runErr <- r.Run(ctx) }()
+			p := pusher(t, r.Endpoint())
+			defer p.Close()
+			if tc.send != nil {
+				if err := p.Send(ctx, tc.send...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			var x result
+			select {
+			case x = <-res:
+			case <-time.After(bound):
+				t.Fatalf("Stats and Close from %s: no return within %s (deadlock?)", tc.name, bound)
+			}
+			if x.err != nil {
+				t.Fatalf("Close from %s: %v", tc.name, x.err)
+			}
+			select {
+			case err := <-runErr:
+				if !errors.Is(err, loop.ErrLoopClosed) {
+					t.Fatalf("Run after Close from %s: %v, want loop.ErrLoopClosed", tc.name, err)
+				}
+			case <-time.After(bound):
+				t.Fatalf("Run did not return within %s of Close from %s", bound, tc.name)
+			}
+			if err := r.Close(); err != nil {
+				t.Fatalf("second Close: %v", err)
+			}
+		})
+	}
+}
