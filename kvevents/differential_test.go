@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math"
 	"reflect"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -263,5 +264,57 @@ func TestDecodeBatchNoAllocs(t *testing.T) {
 		if a := testing.AllocsPerRun(200, decode); a != 0 {
 			t.Errorf("%s: %v allocations per batch once warm, want 0", c.name, a)
 		}
+	}
+}
+
+// TestLyingHeaders sends batches whose events, block hashes, token ids or
+// extra_keys claim 2^32-1 elements over a few bytes: each is refused as a
+// decode error before anything is allocated for what the header claims.
+func TestLyingHeaders(t *testing.T) {
+	huge := []byte{0xdd, 0xff, 0xff, 0xff, 0xff}
+	event := func(field string) []byte {
+		b := []byte{0x84, 0xa4, 't', 'y', 'p', 'e', 0xab}
+		b = append(b, "BlockStored"...)
+		for _, f := range []string{"block_hashes", "token_ids", "block_size"} {
+			b = append(b, 0xa0|byte(len(f)))
+			b = append(b, f...)
+			switch {
+			case f == field:
+				b = append(b, huge...)
+				b = append(b, 1, 2, 3)
+			case f == "block_size":
+				b = append(b, 16)
+			default:
+				b = append(b, 0x90)
+			}
+		}
+		return b
+	}
+	batch := func(events ...[]byte) []byte {
+		b := []byte{0x93, 0x01, 0x90 | byte(len(events))}
+		for _, e := range events {
+			b = append(b, e...)
+		}
+		return append(b, 0xc0)
+	}
+	cases := map[string][]byte{
+		"events":       append(append([]byte{0x93, 0x01}, huge...), 0xc0),
+		"block_hashes": batch(event("block_hashes")),
+		"token_ids":    batch(event("token_ids")),
+		"extra_keys":   batch(append(append(append([]byte{0x82, 0xa4, 't', 'y', 'p', 'e', 0xb0}, "AllBlocksCleared"...), 0xaa), append([]byte("extra_keys"), huge...)...)),
+	}
+	for name, p := range cases {
+		var b Batch
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := DecodeBatch(p, Limits{}, &b, nil)
+		runtime.ReadMemStats(&after)
+		if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
+			t.Errorf("%s: %v, want a decode error", name, err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+			t.Errorf("%s: %d bytes allocated for a refused batch", name, n)
+		}
+		checkDifferential(t, p, Limits{})
 	}
 }
