@@ -678,8 +678,11 @@ if want outputs; then
 fi
 if want kvevents; then
 	rec '#summary' 'KV-event subscriber (20-event batches) vs pyzmq recv + msgpack.unpackb, batches/s' kvevents zmqguard pyzmq-decode
-	rec '#summary' '… CPU per batch (pyzmq-decode ÷ zmqguard)' kvevents-cpu pyzmq-decode zmqguard
-	rec '#summary' '… vs pyzmq recv only, CPU per batch (pyzmq ÷ zmqguard)' kvevents-cpu pyzmq zmqguard
+	rec '#summary' '… CPU per batch (pyzmq-decode ÷ zmqguard)' kvevents-cpu pyzmq-decode zmqguard '>=' 5.0
+	rec '#summary' '… vs pyzmq recv only, CPU per batch (pyzmq ÷ zmqguard)' kvevents-cpu pyzmq zmqguard '>=' 1.0
+	rec '#summary' 'KV-event subscriber, CPU ns per event (socket, sequence tracking, decode, handler), one source' kvevents-event zmqguard - '<=' 250
+	rec '#summary' '… events/s, one source' kvevents-events zmqguard - '>=' 3000000
+	rec '#summary' "… CPU ns per event, $KV_FLEET sources (the fleet case)" kvevents-event zmqguard-fleet -
 fi
 if want micro; then
 	rec '#summary' 'SafeLoop ÷ hand-written loop, zmqguard socket (go test -bench)' safeloop socket - '>=' 0.95
