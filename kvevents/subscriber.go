@@ -37,7 +37,7 @@ const (
 	DefaultReplayAttempts = 3
 	// DefaultMemoryBudget bounds, across all sources, the bytes a
 	// Subscriber holds (Config.MemoryBudget).
-	DefaultMemoryBudget = 256 << 20
+	DefaultMemoryBudget = 128 << 20
 	// DefaultReplayBackoff is the first pause before a source's next replay
 	// after one failed; it doubles per failure up to DefaultReplayBackoffMax.
 	DefaultReplayBackoff    = 500 * time.Millisecond
@@ -227,7 +227,7 @@ type Config struct {
 	// the sources followed, and at most MaxBufferedBytes), and is the
 	// receive budget shared by every source's live and replay sockets
 	// (Socket.Guard.Budget, unless set; fair per connection, see
-	// zmtpguard.Budget). Default 256 MiB (DefaultMemoryBudget); raised to
+	// zmtpguard.Budget). Default 128 MiB (DefaultMemoryBudget); raised to
 	// twice the largest message if smaller. The Subscriber's memory under
 	// attack is then about 3 × MemoryBudget plus per-connection buffers,
 	// however many sources it follows.
