@@ -2,6 +2,7 @@
 // kvevents library on loopback (kernel-chosen ports, bounded in count and
 // time), for RELIABILITY.md's "Fair shares (issue 29)" table:
 //
+//	go run ./reliability/fairshare/sub row3 [-clients 20] [-for 10s]
 //	go run ./reliability/fairshare/sub row5 [-hostile 16] [-gaps 20] [-window 30s]
 //	go run ./reliability/fairshare/sub row6 [-trials 20]
 //	go run ./reliability/fairshare/sub row7 [-for 10s]
@@ -12,6 +13,12 @@
 // replay servers raw ROUTERs driven by this program; the subscriber is
 // kvevents.Subscriber with its default Config (only fields every version
 // has), so the same program measures the code before and after the fix.
+//
+// row3: a kvevents.Publisher (replay buffer, 1,000 batches/s) and -clients
+// replay clients that ask for replays and never read; after 5 s an honest
+// FromStart subscriber joins and runs for -for. It reports the batches
+// the subscriber reported lost (the publisher held all of them: its buffer
+// holds 10,000) and delivered.
 //
 // row5: -hostile sources whose replay servers trickle (one junk reply a
 // second, never an end) keep asking for replays; an honest source, whose
@@ -75,10 +82,13 @@ func main() {
 	trials := fs.Int("trials", 20, "row6, row12: trials")
 	dur := fs.Duration("for", 0, "row7, row8: attack duration (default 10s / 20s)")
 	sources := fs.Int("sources", 8, "row8: sources")
+	clients := fs.Int("clients", 20, "row3: replay clients that never read")
 	fs.Parse(os.Args[2:])
 	var out any
 	var err error
 	switch cmd {
+	case "row3":
+		out, err = row3(*clients, orDefault(*dur, 10*time.Second))
 	case "row5":
 		out, err = row5(*hostile, *gaps, *window)
 	case "row6":
@@ -706,4 +716,65 @@ func hwm() int64 {
 		}
 	}
 	return 0
+}
+
+func row3(nClients int, d time.Duration) (any, error) {
+	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true,
+		ReplayEndpoint: "tcp://127.0.0.1:0", Logger: quiet})
+	if err != nil {
+		return nil, err
+	}
+	defer pub.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		tk := time.NewTicker(time.Millisecond)
+		defer tk.Stop()
+		for ctx.Err() == nil {
+			pub.Publish(kvevents.Event{Type: kvevents.AllBlocksCleared})
+			select {
+			case <-ctx.Done():
+			case <-tk.C:
+			}
+		}
+	}()
+	// Replay clients that never read: each asks for the whole buffer, again
+	// every 100 ms.
+	for range nClients {
+		d, err := socket.NewDealer(socket.DefaultOptions())
+		if err != nil {
+			return nil, err
+		}
+		defer d.Close()
+		if err := d.Dial(pub.ReplayEndpoint()); err != nil {
+			return nil, err
+		}
+		go func() {
+			for ctx.Err() == nil {
+				sctx, c := context.WithTimeout(ctx, 100*time.Millisecond)
+				d.Send(sctx, []byte{}, seq8(0))
+				c()
+				select {
+				case <-ctx.Done():
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+		}()
+	}
+	time.Sleep(5 * time.Second) // 5,000 batches held before the honest subscriber joins (the scenario's set-up)
+	tr := newTracker()
+	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: tr.handle, Logger: quiet, FromStart: true})
+	if err != nil {
+		return nil, err
+	}
+	if err := sub.Add(kvevents.Source{Name: "s", Live: pub.Endpoint(), Replay: pub.ReplayEndpoint()}); err != nil {
+		return nil, err
+	}
+	sctx, scancel := context.WithTimeout(context.Background(), d)
+	defer scancel()
+	sub.Run(sctx)
+	st := sub.Stats().Total
+	ps := pub.Stats()
+	return map[string]any{"row": 3, "replay_clients": nClients, "seconds": d.Seconds(), "published": ps.Published,
+		"delivered": st.Batches, "replayed": st.Replayed, "lost": st.Lost, "replays": st.Replays, "lost_ranges": st.LostRanges}, nil
 }
