@@ -211,7 +211,9 @@ type Config struct {
 	// ReplayAttempts is how many replays in a row may fail to make
 	// progress on a hole (no end marker, the error marker, replies missing
 	// or out of order, or no new batch) before the rest of the hole is
-	// reported lost (DefaultReplayAttempts, 3). A replay that delivered
+	// reported lost (DefaultReplayAttempts, 3), or fewer if ReplayDeadline
+	// has passed since the last progress (so a source whose replay server
+	// is gone is not held back for long). A replay that delivered
 	// something resets the count; a hole left after a complete replay (a
 	// batch the live stream dropped while the replay ran) starts another
 	// replay at once.
@@ -1091,6 +1093,10 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 	// such a replay is asked once more before [next, first reply) is
 	// reported lost (replies dropped at the start, not a bounded buffer).
 	leadFrom, leadSeen := uint64(0), false
+	// lastProgress bounds the retries in time too: a source whose replay
+	// server is gone is not kept stale for ReplayAttempts × (back-off +
+	// ReplayTimeout) when that passes ReplayDeadline.
+	lastProgress := time.Now()
 	for {
 		so.mu.Lock()
 		wait := time.Until(so.replayAfter)
@@ -1151,6 +1157,7 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 		case lead:
 		case progress || preempted:
 			attempts = 0
+			lastProgress = time.Now()
 		default:
 			attempts++
 		}
@@ -1160,7 +1167,7 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 			so.mu.Unlock()
 			return
 		}
-		if attempts >= cfg.ReplayAttempts {
+		if attempts >= cfg.ReplayAttempts || attempts > 0 && time.Since(lastProgress) >= cfg.ReplayDeadline {
 			_ = so.finishReplay()
 			so.mu.Unlock()
 			return

@@ -21,7 +21,8 @@
 // holds 10,000) and delivered.
 //
 // row5: -hostile sources whose replay servers trickle (one junk reply a
-// second, never an end) keep asking for replays; an honest source, whose
+// second, never an end), or with -down are a closed port, keep asking for
+// replays; an honest source, whose
 // replay server answers at once, opens -gaps gaps, one every 500 ms. It
 // reports each gap's recovery time (the missing batch delivered), p50/p99,
 // and what was reported lost; a gap not recovered within -window counts as
@@ -79,6 +80,7 @@ func main() {
 	hostile := fs.Int("hostile", 16, "row5: hostile sources")
 	gaps := fs.Int("gaps", 20, "row5: honest gaps")
 	window := fs.Duration("window", 30*time.Second, "row5: longest wait for one gap")
+	down := fs.Bool("down", false, "row5: the hostile sources' replay servers are down (a closed port), not trickling")
 	trials := fs.Int("trials", 20, "row6, row12: trials")
 	dur := fs.Duration("for", 0, "row7, row8: attack duration (default 10s / 20s)")
 	sources := fs.Int("sources", 8, "row8: sources")
@@ -90,7 +92,7 @@ func main() {
 	case "row3":
 		out, err = row3(*clients, orDefault(*dur, 10*time.Second))
 	case "row5":
-		out, err = row5(*hostile, *gaps, *window)
+		out, err = row5(*hostile, *gaps, *window, *down)
 	case "row6":
 		out, err = row6(*trials, false)
 	case "row12":
@@ -309,7 +311,7 @@ func pct(ds []time.Duration, p float64) time.Duration {
 	return s[min(len(s)-1, int(p*float64(len(s))))]
 }
 
-func row5(nHostile, nGaps int, window time.Duration) (any, error) {
+func row5(nHostile, nGaps int, window time.Duration, down bool) (any, error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	tr := newTracker()
@@ -321,6 +323,18 @@ func row5(nHostile, nGaps int, window time.Duration) (any, error) {
 	bad, err := replaySrv(ctx, trickle)
 	if err != nil {
 		return nil, err
+	}
+	if down {
+		// A port that was bound and is closed: nobody answers there.
+		r, err := socket.NewRouter(socket.DefaultOptions())
+		if err != nil {
+			return nil, err
+		}
+		if err := r.Bind("tcp://127.0.0.1:0"); err != nil {
+			return nil, err
+		}
+		bad = r.Endpoint()
+		r.Close()
 	}
 	var honestHigh atomic.Uint64
 	good, err := replaySrv(ctx, func(ctx context.Context, r *socket.Socket, id []byte, from uint64) {
@@ -404,7 +418,7 @@ func row5(nHostile, nGaps int, window time.Duration) (any, error) {
 	}
 	lost := tr.lost["honest"]
 	tr.mu.Unlock()
-	return map[string]any{"row": 5, "hostile_sources": nHostile, "gaps": nGaps, "recovered": recovered,
+	return map[string]any{"row": 5, "hostile_down": down, "hostile_sources": nHostile, "gaps": nGaps, "recovered": recovered,
 		"recovery_p50_ms": pct(rec, 0.5).Milliseconds(), "recovery_p99_ms": pct(rec, 0.99).Milliseconds(),
 		"honest_lost": lost, "window_s": window.Seconds()}, nil
 }
