@@ -407,16 +407,17 @@ func TestHostileReplayServers(t *testing.T) {
 				t.Fatalf("got  %s\nwant %s", g, want)
 			}
 			st := sub.Stats().Total
-			// Three replays without progress (never-ends makes progress
-			// once: batch 3).
+			// At most three replays without progress (never-ends makes
+			// progress once: batch 3); fewer once ReplayDeadline has passed
+			// since the last progress (junk-flood's first replay runs to it).
 			wantReplays := uint64(DefaultReplayAttempts)
 			if name == "never-ends" {
 				wantReplays++
 			}
-			if st.Replays != wantReplays || st.Gaps != 1 {
-				t.Fatalf("stats %+v, want %d replays", st, wantReplays)
+			if st.Replays < 1 || st.Replays > wantReplays || st.Gaps != 1 {
+				t.Fatalf("stats %+v, want 1..%d replays", st, wantReplays)
 			}
-			if name == "far-ahead" && st.Dropped[decodeguard.ReasonValidate] != wantReplays {
+			if name == "far-ahead" && st.Dropped[decodeguard.ReasonValidate] != st.Replays {
 				t.Fatalf("far-ahead batch not refused: %+v", st.Dropped)
 			}
 			if name == "junk-flood" && st.Dropped[decodeguard.ReasonEnvelope] == 0 {
