@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,8 +213,10 @@ type Config struct {
 	// progress on a hole (no end marker, the error marker, replies missing
 	// or out of order, or no new batch) before the rest of the hole is
 	// reported lost (DefaultReplayAttempts, 3), or fewer if ReplayDeadline
-	// has passed since the last progress (so a source whose replay server
-	// is gone is not held back for long). A replay that delivered
+	// has passed since the last progress; a replay server that cannot be
+	// reached at all (the request not sent within ReplayTimeout) is not
+	// asked again for that hole, so a source whose replay server is gone
+	// is not held back for longer than before. A replay that delivered
 	// something resets the count; a hole left after a complete replay (a
 	// batch the live stream dropped while the replay ran) starts another
 	// replay at once.
@@ -1080,6 +1083,10 @@ func (so *source) finishReplay() error {
 	return nil
 }
 
+// whyUnreachable starts the reason of a replay whose request could not be
+// sent: no replay server answered the connection within ReplayTimeout.
+const whyUnreachable = "no replay server: "
+
 // replay recovers the source's hole(s) for gen, off the receive path: one
 // replay session after another, each waiting out the source's back-off
 // before it asks for a slot, until nothing seen live is missing, the
@@ -1167,7 +1174,11 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 			so.mu.Unlock()
 			return
 		}
-		if attempts >= cfg.ReplayAttempts || attempts > 0 && time.Since(lastProgress) >= cfg.ReplayDeadline {
+		// A replay server that cannot be reached at all is not asked
+		// again for this hole (nothing can be recovered from it, and
+		// retrying would hold the source's delivery back): as before.
+		unreachable := !preempted && strings.HasPrefix(why, whyUnreachable)
+		if unreachable || attempts >= cfg.ReplayAttempts || attempts > 0 && time.Since(lastProgress) >= cfg.ReplayDeadline {
 			_ = so.finishReplay()
 			so.mu.Unlock()
 			return
@@ -1205,7 +1216,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 	err = d.Send(sctx, []byte{}, req[:])
 	scancel()
 	if err != nil {
-		return false, "no replay server: " + err.Error(), false
+		return false, whyUnreachable + err.Error(), false
 	}
 	topic := cfg.Topic
 	first, last := true, uint64(0)
