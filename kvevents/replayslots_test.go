@@ -23,7 +23,19 @@ func TestReplaySlotsFIFOAndPreempt(t *testing.T) {
 	go func() { _, err := s.acquire(gone); gerr <- err }()
 	got := make(chan *slotHold, 1)
 	go func() {
-		waitFor(t, "the first waiter queued", func() bool { s.mu.Lock(); defer s.mu.Unlock(); return len(s.waiters) == 1 })
+		for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(time.Millisecond) {
+			s.mu.Lock()
+			n := len(s.waiters)
+			s.mu.Unlock()
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Error("the first waiter never queued")
+				got <- nil
+				return
+			}
+		}
 		gcancel()
 		if err := <-gerr; err == nil {
 			t.Error("a cancelled waiter got a slot")
