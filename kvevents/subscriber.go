@@ -232,7 +232,8 @@ type Config struct {
 	// the sources followed, and at most MaxBufferedBytes), and is the
 	// receive budget shared by every source's live and replay sockets
 	// (Socket.Guard.Budget, unless set; fair per connection, see
-	// zmtpguard.Budget). Default 128 MiB (DefaultMemoryBudget); raised to
+	// zmtpguard.Budget; Socket.MemoryBudget then only turns it off when
+	// negative). Default 128 MiB (DefaultMemoryBudget); raised to
 	// twice the largest message if smaller. The Subscriber's memory under
 	// attack is then about 3 × MemoryBudget plus per-connection buffers,
 	// however many sources it follows.
