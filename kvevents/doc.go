@@ -21,13 +21,20 @@
 //
 //   - a gap (a live seq above the next one expected) starts a replay over a
 //     DEALER to the source's replay endpoint, in its own goroutine, under a
-//     cap on concurrent replays (Config.MaxReplays), with an idle deadline
+//     cap on concurrent replays shared fairly among sources
+//     (Config.MaxReplays, Config.ReplaySlice), with an idle deadline
 //     (Config.ReplayTimeout, default 10 s), a total deadline and back-off
-//     after failures; live batches arriving meanwhile are buffered (bounded)
-//     and delivered after the replayed ones;
-//   - what the replay cannot supply (the publisher no longer holds it, the
-//     replay failed, the source has no replay endpoint) is reported as an
-//     [UpdateLost] range [From, To);
+//     after failures, waited out before a slot is taken; live batches
+//     arriving meanwhile are buffered (bounded per source and across
+//     sources by Config.MemoryBudget) and delivered after the replayed ones;
+//   - a replay that ends incomplete (the error marker [ReplayErrorSeq], no
+//     end marker, replies missing or out of order) is retried, and a hole
+//     left after a whole replay starts another one; replies above the
+//     highest live seq seen are refused;
+//   - what the replays cannot supply (the publisher no longer holds it,
+//     Config.ReplayAttempts replays in a row made no progress, the source
+//     has no replay endpoint) is reported as an [UpdateLost] range
+//     [From, To);
 //   - a seq not above the last live one means the publisher restarted: the
 //     Handler gets an [UpdateReset] (clear that source's index), then
 //     delivery resumes from the new run's first batch (replaying from 0 if

@@ -14,6 +14,7 @@ const (
 	logGap
 	logLost
 	logReplay
+	logOverflow
 	logDrop
 	numLogKinds = logDrop + decodeguard.NumReasons
 )

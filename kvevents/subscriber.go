@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -16,6 +17,7 @@ import (
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Defaults for Config.
@@ -28,6 +30,15 @@ const (
 	DefaultReplayDeadline = 60 * time.Second
 	// DefaultMaxReplays caps the replays running at once across all sources.
 	DefaultMaxReplays = 16
+	// DefaultReplaySlice is how long a replay keeps its slot while another
+	// source waits for one (see Config.ReplaySlice).
+	DefaultReplaySlice = time.Second
+	// DefaultReplayAttempts is how many replays in a row may fail to make
+	// progress on a hole before it is reported lost (Config.ReplayAttempts).
+	DefaultReplayAttempts = 3
+	// DefaultMemoryBudget bounds, across all sources, the bytes a
+	// Subscriber holds (Config.MemoryBudget).
+	DefaultMemoryBudget = 128 << 20
 	// DefaultReplayBackoff is the first pause before a source's next replay
 	// after one failed; it doubles per failure up to DefaultReplayBackoffMax.
 	DefaultReplayBackoff    = 500 * time.Millisecond
@@ -36,13 +47,27 @@ const (
 	// its replay runs; DefaultMaxBufferedBytes bounds their payload bytes.
 	DefaultMaxBuffered      = 4096
 	DefaultMaxBufferedBytes = 64 << 20 // one batch of DefaultMaxPayload
-	// ReplayAhead is how far past the highest live sequence number seen a
-	// replayed batch may be; one further ahead is refused.
+	// ReplayAhead was how far past the highest live sequence number seen a
+	// replayed batch could be.
+	//
+	// Deprecated: a replayed batch beyond the highest live sequence number
+	// seen is now always refused (the publisher cannot have held it when
+	// the replay was asked for); the live stream brings it. Kept for
+	// compatibility; unused.
 	ReplayAhead = 1024
 	// MaxLostRanges is how many recent lost ranges SourceStats keeps.
 	MaxLostRanges = 16
 	// endSeq is the replay end marker's sequence number (-1 as 8 bytes).
 	endSeq = ^uint64(0)
+	// ReplayErrorSeq is the sequence number of the replay error marker
+	// (-2 as 8 bytes): a zmqguard publisher sends it, in the end marker's
+	// place and layout (empty payload), when it dropped some of a replay's
+	// replies, so that the subscriber retries instead of taking the replay
+	// as complete. It is a zmqguard extension, not vLLM's wire: vLLM's
+	// publisher never sends it, and a consumer that ends a replay on an
+	// empty payload or a negative sequence number stops on it as on the
+	// end marker.
+	ReplayErrorSeq = ^uint64(1)
 )
 
 // Errors.
@@ -68,6 +93,15 @@ type Source struct {
 	Live string
 	// Bind makes the Subscriber bind Live and let the publisher connect
 	// (vLLM connects its PUB when its endpoint names a host, not "*").
+	// A bound source accepts one connection at a time: a second one,
+	// pending or established, is refused while the first is open (counted
+	// in SourceStats.Refused as a policy violation), so no other peer can
+	// interleave its sequence numbers with the engine's (each jump back a
+	// reset) or speak for it. Refused rather than replacing the first: a
+	// replacing rule would let any peer that can reach the port take the
+	// engine's stream over at will. The engine's PUB reconnects on its
+	// own once a dead connection is closed (heartbeat or TCP); use
+	// Socket.Guard.Allow or CURVE so that only the engine can be first.
 	Bind bool
 	// Replay is the publisher's replay endpoint (its ROUTER, always bound
 	// by the publisher), or "" if it has none: gaps are then reported lost
@@ -163,15 +197,47 @@ type Config struct {
 	ReplayTimeout  time.Duration
 	ReplayDeadline time.Duration
 	// MaxReplays caps concurrent replays across sources (DefaultMaxReplays).
+	// A source runs one replay at a time, so it holds at most one of these
+	// slots; sources waiting for one are served in arrival order.
 	MaxReplays int
+	// ReplaySlice is how long a replay keeps its slot once another source
+	// is waiting for one (DefaultReplaySlice, 1 s): it is then stopped,
+	// keeps what it applied, and its source queues again (counted in
+	// SourceStats.Preempted), so slow or hung replay servers cannot hold
+	// the slots from an honest source for longer than one slice.
+	ReplaySlice time.Duration
 	// ReplayBackoff and ReplayBackoffMax pace a source's replays after
-	// failures.
+	// failures. A source waits out its back-off before it asks for a slot.
 	ReplayBackoff, ReplayBackoffMax time.Duration
+	// ReplayAttempts is how many replays in a row may fail to make
+	// progress on a hole (no end marker, the error marker, replies missing
+	// or out of order, or no new batch) before the rest of the hole is
+	// reported lost (DefaultReplayAttempts, 3), or fewer if ReplayDeadline
+	// has passed since the last progress; a replay server that cannot be
+	// reached at all (the request not sent within ReplayTimeout) is not
+	// asked again for that hole, so a source whose replay server is gone
+	// is not held back for longer than before. A replay that delivered
+	// something resets the count; a hole left after a complete replay (a
+	// batch the live stream dropped while the replay ran) starts another
+	// replay at once.
+	ReplayAttempts int
 	// MaxBuffered and MaxBufferedBytes bound the live batches one source
-	// holds while it replays; past them a live batch is not buffered
-	// (counted in BufferOverflows) and is recovered from the replay or
-	// reported lost.
+	// holds while it replays; past them (or past the source's share of
+	// MemoryBudget) a live batch is not buffered (counted in
+	// BufferOverflows) and is recovered from the replay, or reported lost
+	// once the replay attempts are spent.
 	MaxBuffered, MaxBufferedBytes int
+	// MemoryBudget bounds, across all sources, the bytes of live batches
+	// buffered during replays (each source may use MemoryBudget divided by
+	// the sources followed, and at most MaxBufferedBytes), and is the
+	// receive budget shared by every source's live and replay sockets
+	// (Socket.Guard.Budget, unless set; fair per connection, see
+	// zmtpguard.Budget; Socket.MemoryBudget then only turns it off when
+	// negative). Default 128 MiB (DefaultMemoryBudget); raised to
+	// twice the largest message if smaller. The Subscriber's memory under
+	// attack is then about 3 × MemoryBudget plus per-connection buffers,
+	// however many sources it follows.
+	MemoryBudget int64
 	// Limits bounds each payload (size before decode, event count).
 	Limits Limits
 	// Socket is the options of every source's SUB and replay DEALER
@@ -194,7 +260,8 @@ func (c *Config) fill() error {
 	if c.Handler == nil {
 		return errors.New("kvevents: Config.Handler is required")
 	}
-	if c.ReplayTimeout < 0 || c.ReplayDeadline < 0 || c.MaxReplays < 0 || c.MaxBuffered < 0 || c.MaxBufferedBytes < 0 {
+	if c.ReplayTimeout < 0 || c.ReplayDeadline < 0 || c.MaxReplays < 0 || c.MaxBuffered < 0 || c.MaxBufferedBytes < 0 ||
+		c.ReplaySlice < 0 || c.ReplayAttempts < 0 || c.MemoryBudget < 0 {
 		return errors.New("kvevents: negative limit in Config")
 	}
 	def := func(d *time.Duration, v time.Duration) {
@@ -207,8 +274,15 @@ func (c *Config) fill() error {
 	def(&c.ReplayBackoff, DefaultReplayBackoff)
 	def(&c.ReplayBackoffMax, DefaultReplayBackoffMax)
 	def(&c.LogInterval, time.Second)
+	def(&c.ReplaySlice, DefaultReplaySlice)
 	if c.MaxReplays == 0 {
 		c.MaxReplays = DefaultMaxReplays
+	}
+	if c.ReplayAttempts == 0 {
+		c.ReplayAttempts = DefaultReplayAttempts
+	}
+	if c.MemoryBudget == 0 {
+		c.MemoryBudget = DefaultMemoryBudget
 	}
 	if c.MaxBuffered == 0 {
 		c.MaxBuffered = DefaultMaxBuffered
@@ -231,15 +305,28 @@ func (c *Config) fill() error {
 	if c.Socket.Guard.WriteBufferSize == 0 {
 		c.Socket.Guard.WriteBufferSize = 4 << 10
 	}
+	if min2 := 2 * c.Socket.Guard.MaxMessageSize; c.MemoryBudget < min2 {
+		c.MemoryBudget = min2
+	}
+	if c.Socket.Guard.Budget == nil && c.Socket.MemoryBudget >= 0 {
+		// One receive budget for every source's sockets: n sources no
+		// longer mean n budgets.
+		c.Socket.Guard.Budget = zmtpguard.NewBudget(c.MemoryBudget, c.Socket.BudgetWait)
+	}
 	return c.Socket.Verify()
 }
 
 // Subscriber follows many KV-event publishers at once. Create it with
 // NewSubscriber, add sources with Add (before or during Run), and call Run.
 type Subscriber struct {
-	cfg Config
-	sem chan struct{}
-	log *rateLog
+	cfg   Config
+	slots *replaySlots
+	log   *rateLog
+	// buffered is the bytes of live batches buffered by all sources;
+	// nsources the sources followed (for each one's share of
+	// MemoryBudget).
+	buffered atomic.Int64
+	nsources atomic.Int64
 
 	mu      sync.Mutex
 	sources map[string]*source
@@ -260,7 +347,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 		return nil, err
 	}
 	ctx, cancel := context.WithCancel(context.Background())
-	return &Subscriber{cfg: cfg, sem: make(chan struct{}, cfg.MaxReplays),
+	return &Subscriber{cfg: cfg, slots: newReplaySlots(cfg.MaxReplays, cfg.ReplaySlice),
 		log: newRateLog(cfg.Logger, cfg.LogInterval), sources: make(map[string]*source), removing: make(map[*source]struct{}),
 		ctx: ctx, cancel: cancel}, nil
 }
@@ -287,6 +374,7 @@ func (s *Subscriber) Add(src Source) error {
 		return err
 	}
 	s.sources[src.Name] = so
+	s.nsources.Add(1)
 	if s.running {
 		so.start()
 	}
@@ -310,6 +398,9 @@ func (s *Subscriber) Remove(name string) error {
 	s.mu.Lock()
 	so, ok := s.sources[name]
 	delete(s.sources, name)
+	if ok {
+		s.nsources.Add(-1)
+	}
 	if ok && inside {
 		s.removing[so] = struct{}{}
 	}
@@ -493,6 +584,9 @@ type SourceStats struct {
 	Duplicates uint64 `json:"duplicates"`
 	// BufferOverflows counts live batches not buffered during a replay.
 	BufferOverflows uint64 `json:"buffer_overflows"`
+	// Preempted counts replays stopped after Config.ReplaySlice because
+	// another source waited for a slot (they resume from where they were).
+	Preempted uint64 `json:"preempted"`
 	// LostRanges are the latest lost ranges (at most MaxLostRanges).
 	LostRanges []Range `json:"lost_ranges,omitempty"`
 	// Dropped counts refused messages and batches by reason (frames,
@@ -547,6 +641,7 @@ func (s *Subscriber) Stats() Stats {
 		t.Resets += x.Resets
 		t.Duplicates += x.Duplicates
 		t.BufferOverflows += x.BufferOverflows
+		t.Preempted += x.Preempted
 		t.Dropped.Add(&x.Dropped)
 		t.DroppedEvents.Add(&x.DroppedEvents)
 		for name, n := range x.UnsupportedTypes {
@@ -625,6 +720,11 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 	so.st.Name, so.st.Live, so.st.Replay = src.Name, src.Live, src.Replay
 	so.batch.Source = src.Name
 	opts := s.cfg.Socket
+	if src.Bind {
+		// One publisher per bound source: a second connection is
+		// refused while the first is open (see Source.Bind).
+		opts.Guard.MaxConns = 1
+	}
 	user := opts.OnEvent
 	opts.OnEvent = func(e socket.Event) {
 		switch e.Kind {
@@ -700,6 +800,9 @@ func (so *source) stop() {
 		so.lp.Close()
 		so.sock.Close()
 		so.wg.Wait()
+		so.mu.Lock()
+		so.dropBuf()
+		so.mu.Unlock()
 	})
 }
 
@@ -807,7 +910,7 @@ func (so *source) onLive(ctx context.Context, seq uint64, payload []byte) error 
 	rctx, cancel := context.WithCancel(so.ctx)
 	so.cancelReplay = cancel
 	so.wg.Add(1)
-	go so.replay(rctx, so.gen, so.next)
+	go so.replay(rctx, so.gen)
 	_ = ctx
 	return nil
 }
@@ -820,16 +923,32 @@ func (so *source) abortReplay() {
 	so.gen++
 	so.cancelReplay()
 	so.replaying = false
-	so.buf = nil
-	so.bufBytes = 0
+	so.dropBuf()
 }
 
+// dropBuf empties the buffer and gives its bytes back to the Subscriber's
+// budget (so.mu held).
+func (so *source) dropBuf() {
+	so.sub.buffered.Add(-int64(so.bufBytes))
+	so.buf, so.bufBytes = nil, 0
+}
+
+// bufferLive keeps one live batch while a replay runs (so.mu held), within
+// MaxBuffered, MaxBufferedBytes, the source's share of MemoryBudget and
+// MemoryBudget itself; past them the batch is left to the replay.
 func (so *source) bufferLive(seq uint64, payload []byte) {
 	cfg := &so.sub.cfg
-	if len(so.buf) >= cfg.MaxBuffered || so.bufBytes+len(payload) > cfg.MaxBufferedBytes {
+	n := int64(len(payload))
+	share := cfg.MemoryBudget / max(so.sub.nsources.Load(), 1)
+	if len(so.buf) >= cfg.MaxBuffered || so.bufBytes+len(payload) > cfg.MaxBufferedBytes ||
+		int64(so.bufBytes)+n > share || so.sub.buffered.Load()+n > cfg.MemoryBudget {
 		so.count(func(st *SourceStats) { st.BufferOverflows++ })
+		so.sub.log.line(logOverflow, cfg.Logger, "kvevents: live batch not buffered during a replay (left to the replay)",
+			"source", so.src.Name, "seq", seq, "bytes", n, "buffered", so.bufBytes, "share", share,
+			"max_buffered", cfg.MaxBuffered, "max_buffered_bytes", cfg.MaxBufferedBytes, "memory_budget", cfg.MemoryBudget)
 		return
 	}
+	so.sub.buffered.Add(n)
 	so.buf = append(so.buf, buffered{seq: seq, payload: append([]byte(nil), payload...)})
 	so.bufBytes += len(payload)
 }
@@ -926,6 +1045,7 @@ func (so *source) advance() error {
 		}
 		so.buf = so.buf[1:]
 		so.bufBytes -= len(h.payload)
+		so.sub.buffered.Add(-int64(len(h.payload)))
 		if h.seq < so.next {
 			so.count(func(st *SourceStats) { st.Duplicates++ })
 			continue
@@ -937,32 +1057,11 @@ func (so *source) advance() error {
 	return nil
 }
 
-// applyReplayed places one replayed batch (so.mu held).
-func (so *source) applyReplayed(seq uint64, payload []byte) error {
-	for {
-		if err := so.advance(); err != nil {
-			return err
-		}
-		if seq < so.next {
-			so.count(func(st *SourceStats) { st.Duplicates++ })
-			return nil
-		}
-		if seq == so.next {
-			return so.deliver(seq, payload, true)
-		}
-		// The replay skipped [next, seq): the publisher no longer holds it.
-		to := seq
-		if len(so.buf) > 0 && so.buf[0].seq < to {
-			to = so.buf[0].seq
-		}
-		if err := so.lose(so.next, to); err != nil {
-			return err
-		}
-	}
-}
+// caughtUp reports whether nothing seen live is still missing (so.mu held).
+func (so *source) caughtUp() bool { return so.next > so.maxSeen && len(so.buf) == 0 }
 
 // finishReplay delivers what the buffer holds and reports what is still
-// missing as lost (so.mu held).
+// missing as lost, once the replay attempts are spent (so.mu held).
 func (so *source) finishReplay() error {
 	for {
 		if err := so.advance(); err != nil {
@@ -981,65 +1080,134 @@ func (so *source) finishReplay() error {
 		}
 	}
 	so.replaying = false
-	so.buf, so.bufBytes = nil, 0
+	so.dropBuf()
 	return nil
 }
 
-// replay runs one replay session for gen, off the receive path.
-func (so *source) replay(ctx context.Context, gen, from uint64) {
+// whyUnreachable starts the reason of a replay whose request could not be
+// sent: no replay server answered the connection within ReplayTimeout.
+const whyUnreachable = "no replay server: "
+
+// replay recovers the source's hole(s) for gen, off the receive path: one
+// replay session after another, each waiting out the source's back-off
+// before it asks for a slot, until nothing seen live is missing, the
+// attempts are spent (the rest is then reported lost), or the source stops
+// or restarts (gen changes).
+func (so *source) replay(ctx context.Context, gen uint64) {
 	defer so.wg.Done()
 	cfg := &so.sub.cfg
-	select {
-	case so.sub.sem <- struct{}{}:
-	case <-ctx.Done():
-		return
-	}
-	defer func() { <-so.sub.sem }()
-	so.mu.Lock()
-	wait := time.Until(so.replayAfter)
-	so.mu.Unlock()
-	if wait > 0 {
-		t := time.NewTimer(wait)
-		select {
-		case <-t.C:
-		case <-ctx.Done():
-			t.Stop()
+	attempts := 0
+	// leadFrom is the start of the last replay that began past next:
+	// such a replay is asked once more before [next, first reply) is
+	// reported lost (replies dropped at the start, not a bounded buffer).
+	leadFrom, leadSeen := uint64(0), false
+	// lastProgress bounds the retries in time too: a source whose replay
+	// server is gone is not kept stale for ReplayAttempts × (back-off +
+	// ReplayTimeout) when that passes ReplayDeadline.
+	lastProgress := time.Now()
+	for {
+		so.mu.Lock()
+		wait := time.Until(so.replayAfter)
+		so.mu.Unlock()
+		if wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+				return
+			}
+		}
+		hold, err := so.sub.slots.acquire(ctx)
+		if err != nil {
 			return
 		}
+		so.mu.Lock()
+		if so.gen != gen {
+			so.mu.Unlock()
+			hold.release()
+			return
+		}
+		from := so.next
+		so.mu.Unlock()
+		so.count(func(st *SourceStats) { st.Replays++ })
+		ok, why, lead := so.session(hold.ctx, gen, from, leadSeen && leadFrom == from)
+		preempted := hold.wasPreempted() && ctx.Err() == nil
+		hold.release()
+		so.mu.Lock()
+		if so.gen != gen || ctx.Err() != nil {
+			so.mu.Unlock()
+			return
+		}
+		if err := so.advance(); err != nil {
+			so.mu.Unlock()
+			return
+		}
+		progress := so.next > from
+		switch {
+		case lead:
+			leadFrom, leadSeen = from, true
+		case preempted:
+			so.count(func(st *SourceStats) { st.Preempted++ })
+		case ok && progress:
+			so.failures = 0
+		default:
+			if ok {
+				why = "the replay ended without the batches seen live (" + fmt.Sprint(from) + " on)"
+			}
+			so.failures++
+			d := cfg.ReplayBackoff << min(so.failures-1, 16)
+			so.replayAfter = time.Now().Add(min(d, cfg.ReplayBackoffMax))
+			so.sub.log.line(logReplay, cfg.Logger, "kvevents: replay incomplete", "source", so.src.Name,
+				"endpoint", so.src.Replay, "from", from, "why", why, "attempt", attempts+1, "of", cfg.ReplayAttempts)
+		}
+		switch {
+		case lead:
+		case progress || preempted:
+			attempts = 0
+			lastProgress = time.Now()
+		default:
+			attempts++
+		}
+		if so.caughtUp() {
+			so.replaying = false
+			so.dropBuf()
+			so.mu.Unlock()
+			return
+		}
+		// A replay server that cannot be reached at all is not asked
+		// again for this hole (nothing can be recovered from it, and
+		// retrying would hold the source's delivery back): as before.
+		unreachable := !preempted && strings.HasPrefix(why, whyUnreachable)
+		if unreachable || attempts >= cfg.ReplayAttempts || attempts > 0 && time.Since(lastProgress) >= cfg.ReplayDeadline {
+			_ = so.finishReplay()
+			so.mu.Unlock()
+			return
+		}
+		so.mu.Unlock()
 	}
-	so.count(func(st *SourceStats) { st.Replays++ })
-	ended, why := so.session(ctx, gen, from)
-	so.mu.Lock()
-	defer so.mu.Unlock()
-	if so.gen != gen || ctx.Err() != nil && so.ctx.Err() != nil {
-		return
-	}
-	if ended {
-		so.failures = 0
-	} else {
-		so.failures++
-		d := cfg.ReplayBackoff << min(so.failures-1, 16)
-		so.replayAfter = time.Now().Add(min(d, cfg.ReplayBackoffMax))
-		so.sub.log.line(logReplay, cfg.Logger, "kvevents: replay ended without its end marker", "source", so.src.Name,
-			"endpoint", so.src.Replay, "why", why)
-	}
-	_ = so.finishReplay()
 }
 
-// session sends the replay request and applies the replies. It reports
-// whether the replay ended properly (end marker, or caught up with the live
-// stream) and, if not, why.
-func (so *source) session(ctx context.Context, gen, from uint64) (bool, string) {
+// session sends one replay request for [from, ...) and applies the
+// replies. It reports whether the replay ended properly (the end marker,
+// or caught up with the live stream, with no reply missing on the way)
+// and, if not, why. Replies beyond the highest live sequence number seen,
+// or at or below the previous reply's, are refused and never move next.
+//
+// A replay whose first reply is past next ends with lead set, unless
+// acceptLead: the caller asks once more, and only a second replay that
+// starts past the same next makes [next, first reply) lost.
+func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool) (ok bool, why string, lead bool) {
 	cfg := &so.sub.cfg
 	opts := cfg.Socket
 	opts.OnEvent = nil
 	d, err := socket.NewDealer(opts)
 	if err != nil {
-		return false, err.Error()
+		return false, err.Error(), false
 	}
 	defer d.Close()
 	if err := d.Dial(so.src.Replay); err != nil {
-		return false, err.Error()
+		return false, err.Error(), false
 	}
 	total, cancel := context.WithTimeout(ctx, cfg.ReplayDeadline)
 	defer cancel()
@@ -1049,18 +1217,22 @@ func (so *source) session(ctx context.Context, gen, from uint64) (bool, string) 
 	err = d.Send(sctx, []byte{}, req[:])
 	scancel()
 	if err != nil {
-		return false, "no replay server: " + err.Error()
+		return false, whyUnreachable + err.Error(), false
 	}
 	topic := cfg.Topic
+	first, last := true, uint64(0)
 	for {
 		rctx, rcancel := context.WithTimeout(total, cfg.ReplayTimeout)
 		msg, err := d.Recv(rctx)
 		rcancel()
 		if err != nil {
-			if total.Err() != nil && ctx.Err() == nil {
-				return false, "past the replay deadline"
+			switch {
+			case ctx.Err() != nil:
+				return false, "stopped: " + context.Cause(ctx).Error(), false
+			case total.Err() != nil:
+				return false, "past the replay deadline " + cfg.ReplayDeadline.String(), false
 			}
-			return false, "silent for the replay timeout: " + err.Error()
+			return false, "silent for the replay timeout " + cfg.ReplayTimeout.String(), false
 		}
 		seq, payload, end, err := parseReply(msg.Frames, topic, cfg.Limits.MaxPayload)
 		if err != nil {
@@ -1068,30 +1240,69 @@ func (so *source) session(ctx context.Context, gen, from uint64) (bool, string) 
 			continue
 		}
 		if end {
-			return true, ""
+			if seq == ReplayErrorSeq {
+				return false, "the publisher sent the replay error marker (it dropped replies)", false
+			}
+			return true, "", false
 		}
 		so.mu.Lock()
 		if so.gen != gen {
 			so.mu.Unlock()
-			return true, ""
+			return true, "", false
 		}
-		if seq > so.maxSeen+ReplayAhead {
-			// A replayed batch far beyond the live stream would make every
-			// live batch up to it look like a duplicate: refuse it (if it
+		if ms := so.maxSeen; seq > ms {
+			// The publisher cannot have held a batch newer than the live
+			// stream has shown when it answered: taking it would make every
+			// live batch up to it look like a duplicate. Refuse it (if it
 			// is real, the live stream brings it).
-			ms := so.maxSeen
 			so.mu.Unlock()
-			so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d more than %d past the live stream's %d", seq, ReplayAhead, ms), msg.Frames)
+			so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d past the live stream's %d", seq, ms), msg.Frames)
 			continue
 		}
-		err = so.applyReplayed(seq, payload)
-		caught := so.next > so.maxSeen
-		so.mu.Unlock()
-		if err != nil {
-			return true, ""
+		if !first && seq <= last {
+			so.mu.Unlock()
+			so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d not after the previous reply's %d", seq, last), msg.Frames)
+			return false, fmt.Sprintf("replies out of order (%d after %d)", seq, last), false
 		}
-		if caught {
-			return true, ""
+		if err := so.advance(); err != nil {
+			so.mu.Unlock()
+			return true, "", false
+		}
+		switch {
+		case seq < so.next:
+			so.count(func(st *SourceStats) { st.Duplicates++ })
+		case seq == so.next:
+			err = so.deliver(seq, payload, true)
+		case first && !acceptLead:
+			so.mu.Unlock()
+			return false, "", true
+		case first:
+			// The replay starts past next: the publisher no longer holds
+			// [next, seq) (its buffer is bounded); that much is lost.
+			to := seq
+			if len(so.buf) > 0 && so.buf[0].seq < to {
+				to = so.buf[0].seq
+			}
+			if err = so.lose(so.next, to); err == nil {
+				if err = so.advance(); err == nil && seq == so.next {
+					err = so.deliver(seq, payload, true)
+				}
+			}
+		default:
+			// A hole inside the replies: the publisher dropped some (its
+			// queue for us was full). Retry from next; nothing is lost.
+			n := so.next
+			so.mu.Unlock()
+			return false, fmt.Sprintf("replies missing from %d (next reply %d)", n, seq), false
+		}
+		first, last = false, seq
+		if err == nil {
+			err = so.advance()
+		}
+		caught := so.caughtUp()
+		so.mu.Unlock()
+		if err != nil || caught {
+			return true, "", false
 		}
 	}
 }
@@ -1128,7 +1339,8 @@ func parseLive(frames [][]byte, maxPayload int) (uint64, []byte, error) {
 
 // parseReply checks one replay reply as a DEALER receives it: ["", topic,
 // seq, payload] since vLLM PR #45177 (v0.26.0), ["", seq, payload] before;
-// end reports the end marker (seq 0xffffffffffffffff). A topic frame must
+// end reports the end marker (seq 0xffffffffffffffff) or the error marker
+// (ReplayErrorSeq, returned as seq). A topic frame must
 // be prefixed by the subscription topic.
 func parseReply(f [][]byte, topic string, maxPayload int) (seq uint64, payload []byte, end bool, err error) {
 	var seqb, tp []byte
@@ -1146,7 +1358,7 @@ func parseReply(f [][]byte, topic string, maxPayload int) (seq uint64, payload [
 			fmt.Sprintf("kvevents: replay sequence frame of %d bytes, want 8", len(seqb)))
 	}
 	seq = binary.BigEndian.Uint64(seqb)
-	if seq == endSeq {
+	if seq == endSeq || seq == ReplayErrorSeq {
 		return seq, nil, true, nil
 	}
 	if tp != nil && (len(tp) < len(topic) || string(tp[:len(topic)]) != topic) {
