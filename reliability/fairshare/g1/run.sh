@@ -4,7 +4,7 @@
 # 1r is row 1 on kv-publish's replay port)
 # Each row starts its own CLI process (kernel-chosen ports, read from its
 # JSON start line), runs one bounded attack, prints the attack's JSON line
-# and stops the process.
+# and stops the process. G1_HB sets row 10's --heartbeat-interval (default 0: off).
 set -euo pipefail
 bin=$1 atk=$2
 shift 2
@@ -67,7 +67,7 @@ for row in $rows; do
     "$bin" keygen --out "$tmp/srv" --name s >/dev/null
     "$bin" keygen --out "$tmp/cli" --name c >/dev/null
     mkdir -p "$tmp/allow" && cp "$tmp/cli/c.key" "$tmp/allow/"
-    "$bin" handshake-listener --bind tcp://127.0.0.1:0 --engine-id e --log-format json --heartbeat-interval 0 \
+    "$bin" handshake-listener --bind tcp://127.0.0.1:0 --engine-id e --log-format json --heartbeat-interval "${G1_HB:-0}" \
       --curve-secret-key-file "$tmp/srv/s.key_secret" --curve-allow "$tmp/allow" 2>"$tmp/l10.log" >/dev/null &
     pid=$!
     ep=$(field "$tmp/l10.log" "handshake listener serving" endpoint)
