@@ -260,7 +260,11 @@ func TestRouterHandoverAndRefusal(t *testing.T) {
 				return
 			}
 			waitFor(t, ctx, "handover", func() bool { return r.Stats().Handovers == 1 })
-			e, ok := log.find(func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, ErrHandover) })
+			// The counter moves before the displaced peer's disconnect event
+			// is emitted: wait for the event, then check what it says.
+			isHandover := func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, ErrHandover) }
+			waitFor(t, ctx, "handover disconnect event", func() bool { _, ok := log.find(isHandover); return ok })
+			e, ok := log.find(isHandover)
 			if !ok || !strings.Contains(e.Err.Error(), "72616e6b2d30") {
 				t.Fatalf("no handover disconnect naming the identity: %+v", e)
 			}
