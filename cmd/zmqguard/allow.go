@@ -57,8 +57,11 @@ func parseAllow(f string) (netip.Prefix, error) {
 		if err != nil {
 			return netip.Prefix{}, fmt.Errorf("%q is not a CIDR prefix (e.g. 10.0.0.0/8)", f)
 		}
-		if p.Addr().Is4In6() {
-			p = netip.PrefixFrom(p.Addr().Unmap(), max(0, p.Bits()-96))
+		if p.Addr().Is4In6() && p.Bits() >= 96 {
+			// An IPv4-mapped prefix is its IPv4 prefix (peers' addresses
+			// are unmapped before matching); a shorter one stays IPv6 and
+			// never matches an IPv4 peer (never wider than written).
+			p = netip.PrefixFrom(p.Addr().Unmap(), p.Bits()-96)
 		}
 		return p.Masked(), nil
 	}

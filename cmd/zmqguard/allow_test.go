@@ -83,3 +83,24 @@ func TestAllowFlag(t *testing.T) {
 		}
 	}
 }
+
+// FuzzAllowFlag: --allow never panics on any value, and a value it accepts
+// prints as a list that parses back to itself.
+func FuzzAllowFlag(f *testing.F) {
+	for _, s := range []string{"10.0.0.0/8,127.0.0.1", "::1", "fd00::/8, ::ffff:10.0.0.1/104", ",,", "1.2.3.4/0", "x/y"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, v string) {
+		var a allowFlag
+		if err := a.Set(v); err != nil {
+			return
+		}
+		var b allowFlag
+		if err := b.Set(a.String()); err != nil {
+			t.Fatalf("%q parsed, but its String %q does not: %v", v, a.String(), err)
+		}
+		if b.String() != a.String() {
+			t.Fatalf("%q: String %q reparses as %q", v, a.String(), b.String())
+		}
+	})
+}
