@@ -6,7 +6,9 @@
 //
 // This package itself holds the statistics behind those tables: run.sh
 // writes one line per measurement to a results file (see [Parse] for the
-// format) and bench/tabulate turns it into markdown with [Report.WriteMarkdown].
+// format) and bench/tabulate turns it into markdown with [Report.WriteMarkdown],
+// and, for `bench/run.sh summary`, into the one summary table of BENCHMARKS.md
+// with [Report.WriteSummary] (its rows declared by #summary lines).
 // Nothing here asserts on timing; the harness test only checks that the
 // quick mode runs end to end.
 package bench

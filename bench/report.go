@@ -86,7 +86,21 @@ type Comparison struct {
 // Report is a parsed results file.
 type Report struct {
 	Comparisons []*Comparison
-	byID        map[string]*Comparison
+	// Rows are the summary table's rows, in the order declared.
+	Rows []SummaryRow
+	// Meta holds the run's #meta lines (such as the load average), in order.
+	Meta [][2]string
+	byID map[string]*Comparison
+}
+
+// SummaryRow is one row of the summary table ([Report.WriteSummary]): the
+// median of variant A of comparison Cmp against variant B's and their
+// per-round ratio A÷B, or, when B is empty, A's median alone, each against
+// an optional goal. Any section of the harness may declare rows, so a new
+// comparison adds its own rows to the one table.
+type SummaryRow struct {
+	Label, Cmp, A, B string
+	Goal             *Target
 }
 
 func (r *Report) get(id string) *Comparison {
@@ -106,6 +120,9 @@ func (r *Report) get(id string) *Comparison {
 //	#ratio   ID A B [OP VALUE]        a per-round ratio A÷B, with an optional target
 //	#target  ID VARIANT OP VALUE      a target for a variant's median
 //	#note    ID TEXT                  a line printed under the table
+//	#summary LABEL ID A B [OP VALUE]  a row of the summary table: A÷B of comparison ID
+//	                                  (B "-": A's median alone), with an optional goal
+//	#meta    KEY TEXT                 a fact about the run (load average, machine)
 //	ID VARIANT ROUND VALUE            one measurement
 //
 // OP is ">=" or "<=". A value that is not a number (a failed run) is kept
@@ -153,6 +170,27 @@ func Parse(rd io.Reader) (*Report, error) {
 			c := r.get(f[1])
 			c.Targets[f[2]] = t
 			c.addVariant(f[2])
+		case "#summary":
+			if len(f) != 5 && len(f) != 7 {
+				return nil, bad("#summary needs LABEL, ID, A, B and optionally OP, VALUE")
+			}
+			row := SummaryRow{Label: f[1], Cmp: f[2], A: f[3], B: f[4]}
+			if row.B == "-" {
+				row.B = ""
+			}
+			if len(f) == 7 {
+				t, err := parseTarget(f[5], f[6])
+				if err != nil {
+					return nil, bad(err.Error())
+				}
+				row.Goal = t
+			}
+			r.Rows = append(r.Rows, row)
+		case "#meta":
+			if len(f) < 3 {
+				return nil, bad("#meta needs KEY and TEXT")
+			}
+			r.Meta = append(r.Meta, [2]string{f[1], strings.Join(f[2:], " ")})
 		case "#note":
 			if len(f) < 3 {
 				return nil, bad("#note needs ID and TEXT")
@@ -287,6 +325,65 @@ func (r *Report) WriteMarkdown(w io.Writer) error {
 	return bw.Flush()
 }
 
+// WriteSummary writes the summary table: one row per #summary line, each
+// variant's median with its unit and the median [min..max] of the
+// per-round ratio (or the one variant's median [min..max]) against the
+// row's goal, then the run's #meta lines. Rows whose comparison was not run
+// are left out, so a partial run prints a partial table.
+func (r *Report) WriteSummary(w io.Writer) error {
+	bw := bufio.NewWriter(w)
+	bw.WriteString("| measure | A | B | A ÷ B (A alone when no B), median [min..max] | goal | met |\n|---|---|---|---|---|---|\n")
+	for _, row := range r.Rows {
+		c, ok := r.byID[row.Cmp]
+		if !ok || len(c.Values[row.A]) == 0 {
+			continue
+		}
+		a := c.Summary(row.A)
+		unit := ""
+		if c.Unit != "" {
+			unit = " " + c.Unit
+		}
+		aCell := row.A + " " + cell(a, a.Median) + unit
+		bCell, s := "", a
+		if row.B != "" {
+			b := c.Summary(row.B)
+			bCell = row.B + " " + cell(b, b.Median) + unit
+			s = Summarize(c.RatioValues(Ratio{A: row.A, B: row.B}))
+		}
+		val := cell(s, s.Median)
+		if row.B != "" && s.N > 0 {
+			val += "×"
+		}
+		val += " " + rangeCell(s) + fmt.Sprintf(" (%d rounds)", s.N)
+		tgt, met := "", ""
+		if row.Goal != nil {
+			tgt, met = row.Goal.String(), verdict(s, row.Goal)
+			if row.B != "" {
+				tgt += "×"
+			}
+		}
+		fmt.Fprintf(bw, "| %s (`%s`) | %s | %s | %s | %s | %s |\n", row.Label, row.Cmp, aCell, bCell, val, tgt, met)
+	}
+	if len(r.Meta) > 0 {
+		bw.WriteString("\n")
+		for _, m := range r.Meta {
+			fmt.Fprintf(bw, "- %s: %s\n", m[0], m[1])
+		}
+	}
+	if c, ok := r.byID["load"]; ok {
+		bw.WriteString("\nLoad average (1-minute) when each comparison's rounds started, median [min..max]: ")
+		for i, v := range c.Variants {
+			if i > 0 {
+				bw.WriteString(", ")
+			}
+			s := c.Summary(v)
+			fmt.Fprintf(bw, "%s %s %s", v, cell(s, s.Median), rangeCell(s))
+		}
+		bw.WriteString("\n")
+	}
+	return bw.Flush()
+}
+
 func verdict(s Summary, t *Target) string {
 	switch {
 	case s.N == 0:
@@ -311,14 +408,16 @@ func rangeCell(s Summary) string {
 	return "[" + format(s.Min) + ".." + format(s.Max) + "]"
 }
 
-// format renders x compactly: 2.31M, 845k, 1.23, 0.081.
+// format renders x compactly: 2.31M, 845k, 10.3k, 1.23, 0.081.
 func format(x float64) string {
 	a := math.Abs(x)
 	switch {
 	case a >= 1e6:
 		return strconv.FormatFloat(x/1e6, 'f', 2, 64) + "M"
-	case a >= 1e4:
+	case a >= 1e5:
 		return strconv.FormatFloat(x/1e3, 'f', 0, 64) + "k"
+	case a >= 1e4:
+		return strconv.FormatFloat(x/1e3, 'f', 1, 64) + "k"
 	case a >= 100:
 		return strconv.FormatFloat(x, 'f', 0, 64)
 	case a >= 10:

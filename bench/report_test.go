@@ -140,3 +140,41 @@ func FuzzParse(f *testing.F) {
 		}
 	})
 }
+
+// TestWriteSummary: #summary rows become one table (ratio rows, one-value
+// rows, rows of comparisons that were not run left out), with #meta lines
+// and the per-comparison load average.
+func TestWriteSummary(t *testing.T) {
+	in := sample +
+		"#summary\tx beats b\tx\ta\tb\t>=\t1.5\n" +
+		"#summary\ty alone\ty\tc\t-\t<=\t1\n" +
+		"#summary\tnot run\tz\ta\tb\t>=\t2\n" +
+		"#meta\tload average at the start\t0.50 0.40 0.30\n" +
+		"load\tx\t1\t0.5\n" +
+		"load\tx\t2\t1.5\n"
+	r, err := Parse(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := r.WriteSummary(&b); err != nil {
+		t.Fatal(err)
+	}
+	out := b.String()
+	for _, want := range []string{
+		"| x beats b (`x`) | a 105 msgs/s | b 50.0 msgs/s | 1.73× [1.20..2.25] (2 rounds) | ≥ 1.50× | yes |",
+		"| y alone (`y`) | c 0.50 |  | 0.50 [0.50..0.50] (1 rounds) | ≤ 1.00 | yes |",
+		"- load average at the start: 0.50 0.40 0.30",
+		"x 1.00 [0.50..1.50]",
+	} {
+		if !strings.Contains(out, want) {
+			t.Errorf("summary lacks %q:\n%s", want, out)
+		}
+	}
+	if strings.Contains(out, "not run") {
+		t.Errorf("a row of a comparison that was not run is printed:\n%s", out)
+	}
+	if _, err := Parse(strings.NewReader("#summary\tl\tx\ta\n")); err == nil {
+		t.Error("a short #summary line parsed")
+	}
+}

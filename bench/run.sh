@@ -25,6 +25,19 @@
 #   handshake  NIXL handshake listener, 16 REQ clients: zmqguard vs pyzmq ROUTER
 #   junk       50/50 junk and valid stats frames vs a clean run: throughput, RSS, log lines
 #   memory     RSS of an idle coordinator and of listeners with idle peers
+#   kvindex    the in-memory KV-cache index (bench/kvindexbench) at fleet scale: ingest
+#              events/s while Score runs, Score p50 of an 8k-token prompt, bytes per entry
+#   micro      go test -bench figures, one test binary run per round: SafeLoop ÷
+#              a hand-written loop (loop BenchmarkRatioSocket, BenchmarkRatioFake)
+#              and enginecore BenchmarkDecode256's CPU per 157-frame message
+#
+#   bench/run.sh [quick] summary [COMPARISON...]
+#
+# summary: the comparisons behind BENCHMARKS.md's summary table (default
+# stats100 frame4k handshake outputs kvevents micro), their tables, then the
+# summary table itself (tabulate -summary: every row declared with #summary
+# below, the load average at the start and end and when each comparison's
+# rounds began). One command regenerates every figure of that table.
 #
 # quick: 1 round and small counts (for tests and CI; the numbers mean little).
 # Environment: ROUNDS (default 5, quick 1), PYTHON (default /usr/bin/python3),
@@ -39,7 +52,14 @@ set -euo pipefail
 
 MODE=full
 if [ "${1:-}" = quick ]; then MODE=quick; shift; fi
-ONLY=" ${*:-stats100 outputs kvevents curve frame4k push100 handshake junk memory} "
+SUMMARY=0
+if [ "${1:-}" = summary ]; then
+	SUMMARY=1
+	shift
+	ONLY=" ${*:-stats100 frame4k handshake outputs kvevents micro} "
+else
+	ONLY=" ${*:-stats100 outputs kvevents curve frame4k push100 handshake junk memory kvindex micro} "
+fi
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 PY=${PYTHON:-/usr/bin/python3}
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/zmqguard-bench.XXXXXX")
@@ -62,15 +82,21 @@ if [ $MODE = quick ]; then
 	ROUNDS=${ROUNDS:-1}
 	N_STATS=200000 N_ZMQ4=20000 N_4K=50000 N_PUSH=200000 N_PUSH_ZMQ4=20000
 	N_JUNK=400000 HS_DURATION=500ms IDLE_CONNS=100 MEM_ROUNDS=1 N_OUT=2000 N_CURVE=50000 N_KV=5000
+	KVI_ROUNDS=1 KVI_BLOCKS=200000 KVI_EVENTS=200000 KVI_SCORES=2000
+	MICRO_LOOP=20x MICRO_DECODE=200x
 else
 	ROUNDS=${ROUNDS:-5}
 	N_STATS=4000000 N_ZMQ4=200000 N_4K=500000 N_PUSH=2000000 N_PUSH_ZMQ4=100000
 	N_JUNK=6000000 HS_DURATION=3s IDLE_CONNS=1000 MEM_ROUNDS=3 N_OUT=20000 N_CURVE=1000000 N_KV=200000
+	KVI_ROUNDS=3 KVI_BLOCKS=10000000 KVI_EVENTS=4000000 KVI_SCORES=20000
+	MICRO_LOOP=300x MICRO_DECODE=20000x
 fi
 
 log() { printf '%s %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 want() { [[ "$ONLY" == *" $1 "* ]]; }
 rec() { (IFS=$'\t'; echo "$*") >>"$RESULTS"; }
+# round_load CMP ROUND: the 1-minute load average as a comparison's round starts.
+round_load() { rec load "$1" "$2" "$(cut -d' ' -f1 /proc/loadavg)"; }
 # jf FIELD FILE: a numeric field of the JSON line in FILE, or NaN.
 jf() {
 	local v
@@ -147,11 +173,13 @@ cpu_ns() {
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$1/status" 2>/dev/null || echo NaN; }
 have_python() { "$PY" -c 'import zmq, msgpack' 2>/dev/null; }
 
+rec '#cmp' load '1-min load' "Load average (1 minute) as each comparison's rounds started (the machine's other work; every variant of a round shares it)"
+
 # ---------------------------------------------------------------- build
 log "building into $BIN"
 mkdir -p "$BIN"
 (cd "$ROOT" && go build -o "$BIN/" ./cmd/zmqguard ./bench/sender ./bench/rawtcp ./bench/zmq4recv ./bench/outputsrx ./bench/kvrx \
-	./bench/pushsend ./bench/handshake-load ./bench/idle ./bench/tabulate)
+	./bench/pushsend ./bench/handshake-load ./bench/idle ./bench/kvindexbench ./bench/tabulate)
 # pebbe/zmq4 (libzmq through cgo) is its own module, so that the main one
 # stays pure Go; it needs libzmq's headers (Debian: libzmq3-dev).
 PEBBEOK=0
@@ -236,6 +264,7 @@ if want stats100; then
 	rec '#target' stats100-allocs zmqguard '<=' 2
 	variants="zmqguard zmqguard-nodecode pyzmq pebbe zmq4 rawtcp"
 	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load stats100 $r
 		for v in $(order $r $variants); do
 			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
 			[ $v = pebbe ] && [ $PEBBEOK = 0 ] && continue
@@ -269,6 +298,7 @@ if want outputs; then
 	rec '#cmp' outputs-allocs 'allocs/msg' "Same runs: heap allocations per 157-frame message in the receiving process"
 	variants="zmqguard pyzmq pebbe"
 	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load outputs $r
 		for v in $(order $r $variants); do
 			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
 			[ $v = pebbe ] && [ $PEBBEOK = 0 ] && continue
@@ -298,6 +328,7 @@ if want kvevents; then
 	rec '#cmp' kvevents-allocs 'allocs/msg' "Same runs: heap allocations per batch in the receiving process"
 	variants="zmqguard pyzmq pyzmq-decode"
 	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load kvevents $r
 		for v in $(order $r $variants); do
 			[ $v != zmqguard ] && [ $PYOK = 0 ] && continue
 			out=$WORK/kvevents.$v.$r
@@ -326,6 +357,7 @@ if want curve; then
 	rec '#ratio' curve-cpu pyzmq zmqguard
 	variants="zmqguard pyzmq"
 	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load curve $r
 		for v in $(order $r $variants); do
 			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
 			out=$WORK/curve.$v.$r
@@ -351,6 +383,7 @@ if want frame4k; then
 	rec '#ratio' frame4k-cpu pyzmq zmqguard
 	variants="zmqguard rawtcp pyzmq"
 	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load frame4k $r
 		for v in $(order $r $variants); do
 			[ $v = pyzmq ] && [ $PYOK = 0 ] && continue
 			out=$WORK/frame4k.$v.$r
@@ -373,6 +406,7 @@ if want push100 && [ $PYOK = 1 ]; then
 	rec '#ratio' push100 zmqguard zmq4
 	rec '#note' push100 "zmqguard = bench/pushsend on socket.NewPush ($N_PUSH messages); zmq4 = the same program on go-zeromq/zmq4's PUSH ($N_PUSH_ZMQ4 messages); receiver bench/py/pull_sink.py."
 	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load push100 $r
 		for v in $(order $r zmqguard zmq4); do
 			out=$WORK/push100.$v.$r
 			n=$N_PUSH; [ $v = zmq4 ] && n=$N_PUSH_ZMQ4
@@ -399,6 +433,7 @@ if want handshake && [ $PYOK = 1 ]; then
 	rec '#ratio' handshake-cpu pyzmq zmqguard '>=' 3.0
 	rec '#note' handshake "zmqguard = \`zmqguard handshake-listener\` (hardened ROUTER + SafeLoop + guarded decode); pyzmq = bench/py/router_listener.py (recv_multipart, msgpack.unpackb, dict lookup, send_multipart with msgpack.packb(time.perf_counter()), as vLLM's V3 listener); load = bench/handshake-load, 16 REQ connections (guarded ZMTP, framed by hand, one goroutine each) in one process."
 	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load handshake $r
 		for v in $(order $r zmqguard pyzmq); do
 			out=$WORK/handshake.$v.$r
 			if [ $v = zmqguard ]; then
@@ -443,6 +478,7 @@ if want junk; then
 	rec '#target' junk-log junk50 '<=' 1
 	rec '#note' junk "Receiver: \`zmqguard sink --decode stats\` until $N_JUNK valid messages; junk50: every valid frame is followed by a junk frame, alternately \`45\` (a msgpack int, vLLM's crash seed) and \`a3e08080\` (a str with invalid UTF-8), each dropped and counted as reason decode. frames/s = valid msgs/s × 2 in the junk run."
 	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load junk $r
 		for v in $(order $r clean junk50); do
 			out=$WORK/junk.$v.$r
 			/usr/bin/time -f '%M' -o "$out.rss" "$BIN/zmqguard" sink --bind "$EP0" --decode stats --count $N_JUNK --log-format text >"$out.rx" 2>"$out.rx.err" &
@@ -532,11 +568,110 @@ if want memory; then
 	done
 fi
 
+# ---------------------------------------------------------------- kvindex
+if want kvindex; then
+	rec '#cmp' kvindex-ingest 'events/s' "KV-cache index (in memory), ingest into a 1,000-engine index of $KVI_BLOCKS blocks: 16 engines' streams, batches of 32 events (one-block BlockStored chained to the previous, BlockRemoved of the oldest, alternately), one goroutine locked to its thread"
+	rec '#target' kvindex-ingest cpu-with-queries '>=' 1000000
+	rec '#note' kvindex-ingest "with-queries / alone = events per wall second while another goroutine scores the 8k-token prompt without pause / with nothing else running; cpu-* = events per CPU second of the ingest thread (RUSAGE_THREAD), what one core does however loaded the machine is. bench/kvindexbench, $KVI_EVENTS events per run."
+	rec '#cmp' kvindex-score 'µs' "KV-cache index (in memory), Score of an 8k-token prompt (128 blocks of 64) against 1,000 engines and $KVI_BLOCKS indexed blocks, 32 engines holding prefixes of it (1..128 blocks): median and p99 wall time of $KVI_SCORES calls, and their mean CPU time (the scoring thread's RUSAGE_THREAD ÷ calls, not inflated by other processes)"
+	rec '#target' kvindex-score p50 '<=' 20
+	rec '#cmp' kvindex-bytes 'B/entry' "KV-cache index (in memory), heap bytes per (block, engine, medium) entry: runtime.MemStats HeapAlloc after a GC, before and after building the $KVI_BLOCKS-block index, ÷ entries"
+	rec '#target' kvindex-bytes heap '<=' 64
+	for (( r = 1; r <= KVI_ROUNDS; r++ )); do
+		out=$WORK/kvindex.$r
+		"$BIN/kvindexbench" -blocks $KVI_BLOCKS -events $KVI_EVENTS -scores $KVI_SCORES >"$out.json" 2>"$out.err" ||
+			log "kvindexbench failed: $(head -c 300 "$out.err")"
+		rec kvindex-ingest with-queries $r "$(jf ingest_events_per_sec "$out.json")"
+		rec kvindex-ingest cpu-with-queries $r "$(jf ingest_events_per_cpu_sec "$out.json")"
+		rec kvindex-ingest alone $r "$(jf alone_events_per_sec "$out.json")"
+		rec kvindex-ingest cpu-alone $r "$(jf alone_events_per_cpu_sec "$out.json")"
+		rec kvindex-score p50 $r "$(jf score_p50_us "$out.json")"
+		rec kvindex-score p99 $r "$(jf score_p99_us "$out.json")"
+		rec kvindex-score cpu-mean $r "$(jf score_cpu_us "$out.json")"
+		rec kvindex-bytes heap $r "$(jf bytes_per_entry "$out.json")"
+		rec kvindex-bytes tables $r "$(jf table_bytes_per_entry "$out.json")"
+		log "kvindex round $r: $(jf ingest_events_per_cpu_sec "$out.json") events/cpu-s with queries, Score p50 $(jf score_p50_us "$out.json") µs, $(jf bytes_per_entry "$out.json") B/entry"
+	done
+fi
+
+# ---------------------------------------------------------------- micro
+if want micro; then
+	log "building the micro-benchmark test binaries"
+	(cd "$ROOT" && go test -c -o "$BIN/loop.test" ./loop && go test -c -o "$BIN/enginecore.test" ./enginecore)
+	rec '#cmp' safeloop 'ratio' "SafeLoop ÷ hand-written loop (go test -bench, interleaved chunks of the same Receiver, fastest chunk of each; 1.0 = no overhead)"
+	rec '#target' safeloop socket '>=' 0.95
+	rec '#note' safeloop "socket = loop BenchmarkRatioSocket (zmqguard PUSH → PULL on loopback, 2,000-message chunks); fake = BenchmarkRatioFake (an I/O-free Receiver handing back the stats vector, 5,000-message chunks); -benchtime $MICRO_LOOP. Both loops decode the 101-byte stats vector with decodeguard.DecodeMsgp into a reused value."
+	rec '#cmp' outputs-decode 'CPU ns/msg' "enginecore.Decode of the 256-output, 157-frame EngineCoreOutputs message (vLLM's full-length structs, every check), into a reused Message (go test -bench Decode256, -benchtime $MICRO_DECODE)"
+	rec '#target' outputs-decode zmqguard '<=' 8000
+	rec '#cmp' outputs-decode-wall 'ns/msg' "Same runs: wall time per decode"
+	for (( r = 1; r <= ROUNDS; r++ )); do
+		round_load micro $r
+		out=$WORK/micro.$r
+		(cd "$ROOT/loop" && "$BIN/loop.test" -test.run '^$' -test.bench '^Benchmark(RatioSocket|RatioFake)$' -test.benchtime "$MICRO_LOOP") >"$out.loop" 2>&1 || true
+		(cd "$ROOT/enginecore" && "$BIN/enginecore.test" -test.run '^$' -test.bench '^BenchmarkDecode256$' -test.benchtime "$MICRO_DECODE") >"$out.ec" 2>&1 || true
+		# metric VALUE-BEFORE-UNIT: the number before " UNIT" on the line of BENCH.
+		for v in socket fake; do
+			b=BenchmarkRatioSocket; [ $v = fake ] && b=BenchmarkRatioFake
+			rec safeloop $v $r "$(awk -v b="$b" '$1 ~ "^"b"(-[0-9]+)?$" {for (i = 2; i < NF; i++) if ($(i+1) == "ratio") print $i}' "$out.loop" | head -n1)"
+		done
+		rec outputs-decode zmqguard $r "$(awk '$1 ~ /^BenchmarkDecode256(-[0-9]+)?$/ {for (i = 2; i < NF; i++) if ($(i+1) == "cpu-ns/msg") print $i}' "$out.ec" | head -n1)"
+		rec outputs-decode-wall zmqguard $r "$(awk '$1 ~ /^BenchmarkDecode256(-[0-9]+)?$/ {for (i = 2; i < NF; i++) if ($(i+1) == "ns/op") print $i}' "$out.ec" | head -n1)"
+		log "micro round $r: $(grep -h -o '[0-9.]* ratio' "$out.loop" | tr '\n' ' ') decode $(grep -o '[0-9]* cpu-ns/msg' "$out.ec")"
+	done
+fi
+
+# ---------------------------------------------------------------- summary rows
+# The rows of the summary table (tabulate -summary), each comparison's
+# declared here: #summary LABEL COMPARISON A B [OP GOAL] is A÷B per round
+# (B "-": A's value alone). Rows of comparisons not run are left out, so a
+# comparison adds its rows here and they appear whenever it runs.
+if want stats100; then
+	rec '#summary' 'stats100 receive + decode vs pyzmq recv-only, msgs/s' stats100 zmqguard pyzmq '>=' 2.0
+	rec '#summary' '… CPU per message (pyzmq ÷ zmqguard)' stats100-cpu pyzmq zmqguard '>=' 2.0
+	rec '#summary' 'stats100 vs libzmq through cgo (pebbe), msgs/s' stats100 zmqguard pebbe '>=' 2.0
+	rec '#summary' '… CPU per message (pebbe ÷ zmqguard)' stats100-cpu pebbe zmqguard '>=' 2.0
+	rec '#summary' 'stats100 without decode vs raw TCP, msgs/s' stats100 zmqguard-nodecode rawtcp
+	rec '#summary' '… CPU per message (rawtcp ÷ zmqguard without decode)' stats100-cpu rawtcp zmqguard-nodecode
+fi
+if want frame4k; then
+	rec '#summary' '4 KiB frames, CPU per message (rawtcp ÷ zmqguard; ≥ 0.8 is zmqguard ≤ 1.25× raw TCP)' frame4k-cpu rawtcp zmqguard '>=' 0.8
+	rec '#summary' '4 KiB frames, msgs/s vs raw TCP' frame4k zmqguard rawtcp '>=' 0.9
+fi
+if want handshake; then
+	rec '#summary' 'NIXL handshake listener, 16 REQ clients, req/s vs pyzmq ROUTER' handshake zmqguard pyzmq '>=' 1.9
+	rec '#summary' '… CPU per request (pyzmq ÷ zmqguard)' handshake-cpu pyzmq zmqguard
+fi
+if want outputs; then
+	rec '#summary' 'Engine output receiver end to end (157 frames, full decode) vs pyzmq recv_multipart only, CPU per message (pyzmq ÷ zmqguard)' outputs-cpu pyzmq zmqguard
+fi
+if want kvevents; then
+	rec '#summary' 'KV-event subscriber (20-event batches) vs pyzmq recv + msgpack.unpackb, batches/s' kvevents zmqguard pyzmq-decode
+	rec '#summary' '… CPU per batch (pyzmq-decode ÷ zmqguard)' kvevents-cpu pyzmq-decode zmqguard
+	rec '#summary' '… vs pyzmq recv only, CPU per batch (pyzmq ÷ zmqguard)' kvevents-cpu pyzmq zmqguard
+fi
+if want micro; then
+	rec '#summary' 'SafeLoop ÷ hand-written loop, zmqguard socket (go test -bench)' safeloop socket - '>=' 0.95
+	rec '#summary' '… I/O-free Receiver' safeloop fake - '>=' 0.95
+	rec '#summary' 'enginecore.Decode, 256 outputs / 157 frames, CPU ns per message (go test -bench)' outputs-decode zmqguard - '<=' 8000
+fi
+
 # ---------------------------------------------------------------- report
+LOAD_END=$(cut -d' ' -f1-3 /proc/loadavg)
+MACHINE="$(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), Linux $(uname -r), $(go version | awk '{print $3}')"
+rec '#meta' 'command' "bench/run.sh $([ $MODE = quick ] && echo 'quick ')$([ $SUMMARY = 1 ] && echo 'summary ')$(echo $ONLY) (ROUNDS=$ROUNDS)"
+rec '#meta' 'machine' "$MACHINE"
+rec '#meta' 'load average (1, 5, 15 min) at the start' "$LOAD_START"
+rec '#meta' 'load average (1, 5, 15 min) at the end' "$LOAD_END"
 echo
 echo "zmqguard benchmarks — $(date -u +%Y-%m-%dT%H:%MZ), mode $MODE, $ROUNDS round(s), variants interleaved"
 echo
-echo "Machine: $(nproc) CPUs, $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | head -n1), Linux $(uname -r), $(go version | awk '{print $3}'), load average at the start: $LOAD_START, at the end: $(cut -d' ' -f1-3 /proc/loadavg)"
+echo "Machine: $MACHINE, load average at the start: $LOAD_START, at the end: $LOAD_END"
 echo
 "$BIN/tabulate" "$RESULTS"
+if [ $SUMMARY = 1 ]; then
+	echo
+	echo "## Summary"
+	echo
+	"$BIN/tabulate" -summary "$RESULTS"
+fi
 if [ "${BENCH_KEEP:-0}" = 1 ]; then cp "$RESULTS" "$WORK/results.keep.tsv"; fi

@@ -1,6 +1,7 @@
 package enginecore
 
 import (
+	"encoding/binary"
 	"strconv"
 	"unicode/utf8"
 
@@ -90,7 +91,8 @@ func Decode(frames [][]byte, dst *Message, lim *Limits) error {
 	}
 	dst.used = dst.used[:words]
 	clear(dst.used)
-	if err := decodeFull(frames, dst, &scan); err != nil {
+	firstInvalid, err := decodeFull(frames, dst, &scan)
+	if err != nil {
 		return err
 	}
 	for i := 1; i < len(frames); i++ {
@@ -99,7 +101,15 @@ func Decode(frames [][]byte, dst *Message, lim *Limits) error {
 				"EngineCoreOutputs: aux frame "+strconv.Itoa(i)+" is not referenced by any array")
 		}
 	}
-	return dst.Validate()
+	// dst.Validate(), with the per-output checks made while decoding: the
+	// first output that fails them, if any, is firstInvalid.
+	if err := dst.Header.Validate(); err != nil {
+		return err
+	}
+	if firstInvalid >= 0 {
+		return dst.Outputs[firstInvalid].validate(firstInvalid)
+	}
+	return nil
 }
 
 func scanMaxBytes(l *decodeguard.Limits) int {
@@ -114,9 +124,10 @@ func scanMaxBytes(l *decodeguard.Limits) int {
 // uninterpreted sub-object may nest MaxDepth minus this.
 const typedDepth = 6
 
-func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (err error) {
+func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (firstInvalid int, err error) {
 	defer recoverPanic(&err)
-	d := decoder{m: dst, frames: frames, rawLim: *scan}
+	d := decoder{m: dst, frames: frames, rawLim: *scan, firstInvalid: -1}
+	defer func() { firstInvalid = d.firstInvalid }()
 	d.budget = scan.MaxElements
 	if d.budget <= 0 {
 		d.budget = decodeguard.DefaultMaxElements
@@ -141,7 +152,7 @@ func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (err er
 	if err == nil && len(dst.Outputs) != dst.OutputsLen {
 		dst.Outputs = dst.Outputs[:0]
 	}
-	return err
+	return d.firstInvalid, err
 }
 
 // Validate checks the values a front-end relies on: [Header.Validate], and
@@ -151,13 +162,25 @@ func (m *Message) Validate() error {
 		return err
 	}
 	for i := range m.Outputs {
-		o := &m.Outputs[i]
-		if o.HasFinishReason && o.FinishReason < 0 {
-			return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutput.finish_reason is negative (output "+strconv.Itoa(i)+")")
+		if o := &m.Outputs[i]; o.invalid() {
+			return o.validate(i)
 		}
-		if o.NumNaNsInLogits < 0 {
-			return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutput.num_nans_in_logits is negative (output "+strconv.Itoa(i)+")")
-		}
+	}
+	return nil
+}
+
+// invalid reports whether o fails Validate's per-output checks.
+func (o *Output) invalid() bool {
+	return (o.HasFinishReason && o.FinishReason < 0) || o.NumNaNsInLogits < 0
+}
+
+// validate returns Validate's error for o, output i (nil if it passes).
+func (o *Output) validate(i int) error {
+	if o.HasFinishReason && o.FinishReason < 0 {
+		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutput.finish_reason is negative (output "+strconv.Itoa(i)+")")
+	}
+	if o.NumNaNsInLogits < 0 {
+		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutput.num_nans_in_logits is negative (output "+strconv.Itoa(i)+")")
 	}
 	return nil
 }
@@ -176,6 +199,10 @@ type decoder struct {
 	// are checked by sub at the depth of their position, and rawLim holds
 	// the caller's limits with MaxDepth resolved.
 	exact bool
+
+	// firstInvalid is the index of the first output that fails
+	// Message.Validate's per-output checks, -1 if none (full decode).
+	firstInvalid int
 }
 
 // sub checks the uninterpreted object at the front of b, at nesting depth
@@ -269,9 +296,15 @@ func (d *decoder) outputs(orig, b []byte, k int) ([]byte, error) {
 	m.Outputs = m.Outputs[:k]
 	var err error
 	for j := range k {
-		b, err = d.output(orig, b, &m.Outputs[j])
+		o := &m.Outputs[j]
+		b, err = d.output(orig, b, o)
 		if err != nil {
 			return b, err
+		}
+		// An output left clear after new_logprobs has finish_reason unset
+		// and num_nans_in_logits 0: only others can fail the checks.
+		if o.left == leftUnknown && o.invalid() && d.firstInvalid < 0 {
+			d.firstInvalid = j
 		}
 	}
 	return b, nil
@@ -282,23 +315,40 @@ func (d *decoder) outputs(orig, b []byte, k int) ([]byte, error) {
 // the decoder only fills one after marking it present, and resets it here
 // the next time, so only present ones are cleared (an Output is large).
 //
-// o.clean records that the decoder left every field after new_token_ids
-// clear (the output had two fields), so the common output with only
-// request_id and new_token_ids costs a few stores. A value built by hand
-// has clean unset and is cleared in full.
+// o.left records what the decoder left set after new_token_ids, so the
+// common output, request_id and new_token_ids with the rest nil
+// (num_nans_in_logits 0), costs a few stores, and one with new_logprobs
+// only clears that. A value built by hand, or one whose decode failed, has
+// left unset (leftUnknown) and is cleared in full.
 func (o *Output) reset() {
 	o.Fields = 0
 	o.RequestID = nil
 	o.NewTokenIDs = o.NewTokenIDs[:0]
-	if o.clean {
-		return
+	switch o.left {
+	case leftNothing:
+	case leftLogprobs:
+		o.NewLogprobs.clearKeep()
+		o.left = leftNothing
+	default:
+		o.resetRest()
 	}
-	o.clean = true
+}
+
+// The values of Output.left.
+const (
+	leftUnknown  uint8 = iota // clear every field
+	leftNothing               // every field after new_token_ids is clear
+	leftLogprobs              // only new_logprobs may be set
+)
+
+// resetRest is reset's clearing of every field after new_token_ids.
+func (o *Output) resetRest() {
+	o.left = leftNothing
 	if o.NewLogprobs.Present {
-		o.NewLogprobs = o.NewLogprobs.kept()
+		o.NewLogprobs.clearKeep()
 	}
 	if o.NewPromptLogprobs.Present {
-		o.NewPromptLogprobs = o.NewPromptLogprobs.kept()
+		o.NewPromptLogprobs.clearKeep()
 	}
 	if !o.PoolingOutput.IsNil() {
 		o.PoolingOutput = Array{Shape: o.PoolingOutput.Shape[:0]}
@@ -318,13 +368,19 @@ func (o *Output) reset() {
 	o.SpecDecodeMetrics = nil
 }
 
-func (l *Logprobs) kept() Logprobs {
-	return Logprobs{
-		TokenIDs:       Array{Shape: l.TokenIDs.Shape[:0]},
-		Logprobs:       Array{Shape: l.Logprobs.Shape[:0]},
-		SampledRanks:   Array{Shape: l.SampledRanks.Shape[:0]},
-		CuNumGenerated: l.CuNumGenerated[:0],
-	}
+// clearKeep clears l in place, keeping its slices' capacity (no
+// temporary: an Output is large, and this runs per output with logprobs).
+func (l *Logprobs) clearKeep() {
+	l.Present, l.Fields = false, 0
+	l.TokenIDs.clearKeep()
+	l.Logprobs.clearKeep()
+	l.SampledRanks.clearKeep()
+	l.HasCuNumGenerated, l.CuNumGenerated = false, l.CuNumGenerated[:0]
+}
+
+// clearKeep clears a in place, keeping its shape's capacity.
+func (a *Array) clearKeep() {
+	*a = Array{Shape: a.Shape[:0]}
 }
 
 func (s *SamplingMask) kept() SamplingMask {
@@ -337,39 +393,107 @@ func (s *SamplingMask) kept() SamplingMask {
 }
 
 func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
+	// An output that had new_logprobs only keeps them through reset: a new
+	// new_logprobs overwrites every part of them (logprobs), and they are
+	// cleared after the loop if this output has none. A failed decode
+	// leaves left unknown, so the next reset clears everything.
+	staleLP := o.left == leftLogprobs
+	if staleLP {
+		o.left = leftNothing
+	}
 	o.reset()
 	at := b
-	n, b, err := readArrayHeader(b)
-	if err != nil {
+	var n uint32
+	var err error
+	if len(b) > 0 && b[0]&0xf0 == 0x90 { // fixarray, inline
+		n, b = uint32(b[0]&0x0f), b[1:]
+	} else if n, b, err = readArrayHeader(b); err != nil {
 		return b, fail(orig, at, "EngineCoreOutput: want an array", err)
 	}
 	if n < 2 {
 		return b, failf(orig, at, decodeguard.ReasonDecode, "EngineCoreOutput: want at least request_id and new_token_ids, got "+strconv.Itoa(int(n))+" fields")
 	}
 	o.Fields = int(n)
-	o.clean = n <= 2
+	o.left = leftUnknown // until the output is whole: a failed decode leaves it to a full reset
 	if err := d.take(orig, at, int(n), len(b)); err != nil {
 		return b, err
 	}
-	for i := uint32(0); i < n; i++ {
+	// dirty records whether a field after new_logprobs was given a value,
+	// lp whether new_logprobs was: vLLM writes the full 14-field struct,
+	// and in the common output every field after new_token_ids is nil
+	// (num_nans_in_logits 0), so those skip the per-field decode and leave
+	// little for reset.
+	// request_id and new_token_ids, the two fields every output has.
+	at = b
+	// A fixstr of ASCII, the common request id, inline; anything else
+	// through str (the same checks).
+	if len(b) > 0 && b[0]&0xe0 == 0xa0 && len(b) > int(b[0]&0x1f) && asciiOnly(b[1:1+int(b[0]&0x1f)]) {
+		k := 1 + int(b[0]&0x1f)
+		o.RequestID, b = b[1:k], b[k:]
+	} else if o.RequestID, b, err = str(orig, b, "EngineCoreOutput.request_id: want a str"); err != nil {
+		return b, fail(orig, at, "EngineCoreOutput.request_id: want a str", err)
+	}
+	at = b
+	var k uint32
+	if len(b) > 0 && b[0]&0xf0 == 0x90 {
+		k, b = uint32(b[0]&0x0f), b[1:]
+	} else {
+		k, b, err = readArrayHeader(b)
+	}
+	if err == nil {
+		err = d.take(orig, at, int(k), len(b))
+	}
+	toks := o.NewTokenIDs // emptied by reset; appended in a local, stored once
+	for j := uint32(0); err == nil && j < k; j++ {
+		var v int64
+		switch {
+		case len(b) > 0 && b[0] <= 0x7f:
+			v, b = int64(b[0]), b[1:]
+		case len(b) >= 3 && b[0] == 0xcd: // uint16, most vocabularies' ids
+			v, b = int64(binary.BigEndian.Uint16(b[1:3])), b[3:]
+		default:
+			v, b, err = readInt(b)
+		}
+		toks = append(toks, v)
+	}
+	o.NewTokenIDs = toks
+	if err != nil {
+		return b, fail(orig, at, "EngineCoreOutput.new_token_ids: want an array of int", err)
+	}
+	// dirty records whether a field after new_logprobs was given a value,
+	// lp whether new_logprobs was: vLLM writes the full 14-field struct,
+	// and in the common output every field after new_token_ids is nil
+	// (num_nans_in_logits 0), so those skip the per-field decode and leave
+	// little for reset.
+	dirty, lp := false, false
+	for i := uint32(2); i < n; i++ {
+		if i == 2 && n > 12 && len(b) >= 11 && binary.LittleEndian.Uint64(b) == allNil8 &&
+			b[8] == 0xc0 && b[9] == 0xc0 && b[10] == 0xc0 {
+			// Fields 2 to 12 all nil, as vLLM sends most outputs: the
+			// same as eleven turns of the nil case below.
+			i, b = 12, b[11:]
+			continue
+		}
+		if i != 13 && len(b) > 0 && b[0] == 0xc0 {
+			// nil, which every field after new_token_ids but
+			// num_nans_in_logits accepts as "absent", exactly as the
+			// cases below do for a nil (they leave the reset field as is);
+			// and the nils that follow it, up to num_nans_in_logits.
+			end := n
+			if i < 13 {
+				end = min(n, 13)
+			}
+			b = b[1:]
+			for i+1 < end && len(b) > 0 && b[0] == 0xc0 {
+				i, b = i+1, b[1:]
+			}
+			continue
+		}
+		lp = lp || i == 2
+		dirty = dirty || (i >= 3 && i != 13)
 		at = b
 		var detail string
 		switch i {
-		case 0:
-			detail = "EngineCoreOutput.request_id: want a str"
-			o.RequestID, b, err = str(orig, b, detail)
-		case 1:
-			detail = "EngineCoreOutput.new_token_ids: want an array of int"
-			var k uint32
-			k, b, err = readArrayHeader(b)
-			if err == nil {
-				err = d.take(orig, at, int(k), len(b))
-			}
-			for j := uint32(0); err == nil && j < k; j++ {
-				var v int64
-				v, b, err = readInt(b)
-				o.NewTokenIDs = append(o.NewTokenIDs, v)
-			}
 		case 2:
 			b, err = d.logprobs(orig, b, &o.NewLogprobs, &newLogprobsNames)
 			if err != nil {
@@ -422,7 +546,15 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			}
 		case 13:
 			detail = "EngineCoreOutput.num_nans_in_logits: want an int"
-			o.NumNaNsInLogits, b, err = readInt(b)
+			if len(b) > 0 && b[0] <= 0x7f { // positive fixint (0, the common value), inline
+				if b[0] != 0 { // reset left it 0: spare the store (and its cache line)
+					o.NumNaNsInLogits = int64(b[0])
+				}
+				b = b[1:]
+			} else {
+				o.NumNaNsInLogits, b, err = readInt(b)
+			}
+			dirty = dirty || o.NumNaNsInLogits != 0
 		case 14:
 			detail = "EngineCoreOutput.mm_cache_miss_hashes: want nil or an array"
 			o.MMCacheMissHashes, b, err = d.raw(orig, b)
@@ -446,7 +578,38 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 			return b, fail(orig, at, detail, err)
 		}
 	}
+	if staleLP && !lp {
+		o.NewLogprobs.clearKeep()
+	}
+	switch {
+	case dirty:
+		o.left = leftUnknown
+	case lp:
+		o.left = leftLogprobs
+	default:
+		o.left = leftNothing
+	}
 	return b, nil
+}
+
+// allNil8 is eight msgpack nils read as a little-endian word.
+const allNil8 = 0xc0c0c0c0c0c0c0c0
+
+// asciiOnly reports whether s is all ASCII (and so valid UTF-8), eight
+// bytes at a time.
+func asciiOnly(s []byte) bool {
+	for len(s) >= 8 {
+		if binary.LittleEndian.Uint64(s)&0x8080808080808080 != 0 {
+			return false
+		}
+		s = s[8:]
+	}
+	for _, c := range s {
+		if c >= 0x80 {
+			return false
+		}
+	}
+	return true
 }
 
 // trailingDetail is decodeguard.Scan's detail for bytes after an object:
@@ -518,6 +681,9 @@ func (d *decoder) logprobs(orig, b []byte, l *Logprobs, names *logprobsNames) ([
 		return b, fail(orig, at, names.what, err)
 	}
 	l.Present, l.Fields = true, int(n)
+	if n < 4 { // no cu_num_generated_tokens: clear a previous decode's (see output)
+		l.HasCuNumGenerated, l.CuNumGenerated = false, l.CuNumGenerated[:0]
+	}
 	if b, err = d.array(orig, b, &l.TokenIDs, names.ids); err != nil {
 		return b, err
 	}
@@ -807,13 +973,22 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		return b[1:], nil
 	}
 	at := b
-	n, b, err := readArrayHeader(b)
+	var n uint32
+	var err error
+	if len(b) > 0 && b[0] == 0x93 { // fixarray of 3, inline
+		n, b = 3, b[1:]
+	} else {
+		n, b, err = readArrayHeader(b)
+	}
 	if err != nil || n != 3 {
 		return b, fail(orig, at, what+": want nil or [dtype, shape, data]", err)
 	}
 	dsAt := b
-	ds, b, err := readStr(b)
-	if err != nil {
+	var ds []byte
+	if len(b) > 0 && b[0]&0xe0 == 0xa0 && len(b) > int(b[0]&0x1f) { // fixstr, inline
+		k := 1 + int(b[0]&0x1f)
+		ds, b = b[1:k], b[k:]
+	} else if ds, b, err = readStr(b); err != nil {
 		return b, fail(orig, dsAt, what+".dtype: want a str", err)
 	}
 	dt, torch, ok := parseDType(ds)
@@ -821,7 +996,12 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		return b, failf(orig, dsAt, decodeguard.ReasonDecode, what+": unknown dtype "+strconv.Quote(decodeguard.EscapeText(string(ds), 32)))
 	}
 	shAt := b
-	k, b, err := readArrayHeader(b)
+	var k uint32
+	if len(b) > 0 && b[0]&0xf0 == 0x90 { // fixarray, inline
+		k, b = uint32(b[0]&0x0f), b[1:]
+	} else {
+		k, b, err = readArrayHeader(b)
+	}
 	if err != nil {
 		return b, fail(orig, shAt, what+".shape: want an array of int", err)
 	}
@@ -834,8 +1014,9 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	shape := a.Shape[:0]
 	for j := uint32(0); j < k; j++ {
 		var v int64
-		v, b, err = readInt(b)
-		if err != nil {
+		if len(b) > 0 && b[0] <= 0x7f { // positive fixint, inline
+			v, b = int64(b[0]), b[1:]
+		} else if v, b, err = readInt(b); err != nil {
 			return b, fail(orig, shAt, what+".shape: want an array of int", err)
 		}
 		if int64(int(v)) != v {
@@ -853,7 +1034,11 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	case c <= 0x7f || c == 0xcc || c == 0xcd || c == 0xce || c == 0xcf || c >= 0xe0 ||
 		c == 0xd0 || c == 0xd1 || c == 0xd2 || c == 0xd3: // an int: an aux frame index
 		var idx int64
-		idx, b, err = readInt(b)
+		if c <= 0x7f { // positive fixint, inline
+			idx, b = int64(c), b[1:]
+		} else {
+			idx, b, err = readInt(b)
+		}
 		if err != nil || idx < 1 || idx >= int64(len(d.frames)) {
 			return b, failf(orig, dataAt, decodeguard.ReasonDecode,
 				what+".data: aux frame index out of range [1, "+strconv.Itoa(len(d.frames))+")")

@@ -37,7 +37,17 @@ func fuzzSeeds(t testing.TB) [][][]byte {
 	full := (&Encoder{}).Encode(fullMessage())
 	full = append([][]byte(nil), full...)
 	aux := make([]byte, 2048)
+	// vLLM's full-length outputs (14 fields, most nil), one with logprobs
+	// in aux frames, one with num_nans_in_logits set.
+	short := &Message{Header: Header{EngineIndex: 1, Timestamp: ts}, Outputs: []Output{
+		{RequestID: []byte("cmpl-1"), NewTokenIDs: []int64{1, 1000, 70000}},
+		{RequestID: []byte("cmpl-2"), NewTokenIDs: []int64{5}, NewLogprobs: fullMessage().Outputs[0].NewLogprobs},
+		{RequestID: []byte("cmpl-3"), NewTokenIDs: []int64{}, NumNaNsInLogits: 1},
+	}}
+	short.OutputsLen = len(short.Outputs)
+	full14 := append([][]byte(nil), (&Encoder{Threshold: 1}).Encode(short)...)
 	return [][][]byte{
+		full14,
 		{unhex(t, vecOutputs)},
 		{unhex(t, vecUtilityTrue)},
 		{unhex(t, vecStats)},
@@ -67,6 +77,17 @@ func FuzzDecode(f *testing.F) {
 		frames := splitFrames(in)
 		var m Message
 		err := Decode(frames, &m, nil)
+		// The same input decoded into a Message reused after a message with
+		// every field set (reset keeps capacity and skips clean outputs):
+		// the same outcome and, if accepted, the same re-encoding.
+		reused := reusedAfterFull(t)
+		rerr := Decode(frames, reused, nil)
+		if (err == nil) != (rerr == nil) || decodeguard.ReasonOf(err) != decodeguard.ReasonOf(rerr) {
+			t.Fatalf("fresh decode: %v; into a reused message: %v", err, rerr)
+		}
+		if err == nil {
+			assertSameEncoding(t, &m, reused)
+		}
 		if err != nil {
 			if r := decodeguard.ReasonOf(err); !r.Valid() || r == decodeguard.ReasonDecoderPanic {
 				t.Fatalf("unclassified or panic: %v", err)
@@ -116,4 +137,42 @@ func FuzzSpecialValue(f *testing.F) {
 			t.Fatalf("unclassified error %v", err)
 		}
 	})
+}
+
+// reusedAfterFull returns a Message into which fullMessage's frames (every
+// field set, in both outputs' worth of slots) were decoded.
+func reusedAfterFull(t testing.TB) *Message {
+	t.Helper()
+	frames := append([][]byte(nil), (&Encoder{}).Encode(fullMessage())...)
+	var m Message
+	if err := Decode(frames, &m, nil); err != nil {
+		t.Fatal(err)
+	}
+	// The reuse must see slots decoded dirty: make more of them, each a
+	// copy of the full output.
+	big := fullMessage()
+	for len(big.Outputs) < 8 {
+		big.Outputs = append(big.Outputs, big.Outputs[0])
+	}
+	big.OutputsLen = len(big.Outputs)
+	if err := Decode(append([][]byte(nil), (&Encoder{}).Encode(big)...), &m, nil); err != nil {
+		t.Fatal(err)
+	}
+	return &m
+}
+
+// assertSameEncoding fails unless a and b encode to the same frames.
+func assertSameEncoding(t testing.TB, a, b *Message) {
+	t.Helper()
+	var ea, eb Encoder
+	fa := append([][]byte(nil), ea.Encode(a)...)
+	fb := eb.Encode(b)
+	if len(fa) != len(fb) {
+		t.Fatalf("fresh decode encodes to %d frames, reused decode to %d", len(fa), len(fb))
+	}
+	for i := range fa {
+		if !bytes.Equal(fa[i], fb[i]) {
+			t.Fatalf("frame %d: fresh decode and reused decode differ:\n%x\n%x", i, fa[i], fb[i])
+		}
+	}
 }

@@ -174,8 +174,19 @@ func readMapHeader(b []byte) (uint32, []byte, error) {
 
 // readInt reads an integer (any msgpack width, not bool, not float).
 func readInt(b []byte) (int64, []byte, error) {
-	if len(b) > 0 && b[0] <= 0x7f { // positive fixint, the common case
-		return int64(b[0]), b[1:], nil
+	if len(b) > 0 {
+		// The widths a token id, an index or a count takes, read here
+		// rather than through msgp's general reader (same results).
+		switch c := b[0]; {
+		case c <= 0x7f: // positive fixint, the common case
+			return int64(c), b[1:], nil
+		case c == 0xcd && len(b) >= 3: // uint16
+			return int64(binary.BigEndian.Uint16(b[1:3])), b[3:], nil
+		case c == 0xce && len(b) >= 5: // uint32
+			return int64(binary.BigEndian.Uint32(b[1:5])), b[5:], nil
+		case c == 0xcc && len(b) >= 2: // uint8
+			return int64(b[1]), b[2:], nil
+		}
 	}
 	return msgp.ReadInt64Bytes(b)
 }

@@ -58,6 +58,12 @@ type Output struct {
 	RequestID []byte
 	// NewTokenIDs is new_token_ids.
 	NewTokenIDs []int64
+	// left records what the decoder left set after new_token_ids, for
+	// reset: leftUnknown (a value built by hand, or a failed decode: clear
+	// everything), leftNothing, or leftLogprobs (new_logprobs only). It
+	// sits beside the fields every decode writes: an Output is over a
+	// kilobyte, and a common output then touches one cache line of it.
+	left uint8
 	// NewLogprobs is new_logprobs (LogprobsLists), when Present.
 	NewLogprobs Logprobs
 	// NewPromptLogprobs is new_prompt_logprobs_tensors (LogprobsTensors),
@@ -92,8 +98,6 @@ type Output struct {
 	NewSamplingMask SamplingMask
 	// SpecDecodeMetrics is spec_decode_metrics, uninterpreted.
 	SpecDecodeMetrics Raw
-
-	clean bool // the decoder left every field after new_token_ids clear
 }
 
 // Logprobs is LogprobsLists (new_logprobs) or LogprobsTensors

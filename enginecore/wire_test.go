@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"math"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -477,5 +478,120 @@ func TestSignedCallIDs(t *testing.T) {
 		if tc.special < 0 && tc.special >= -32 && !bytes.Contains(again, []byte{0x93, byte(tc.special)}) {
 			t.Fatalf("%s: not a negative fixint: %x", tc.name, again)
 		}
+	}
+}
+
+// TestDecodeReuseFieldByField decodes, into one reused Message, outputs
+// that set one field after new_token_ids at a time (vLLM's full-length
+// struct with the others nil), each followed by the common all-nil output,
+// and checks every decode against a fresh one: the decoder's nil fast
+// paths and clean-output reset leave nothing stale and miss nothing.
+func TestDecodeReuseFieldByField(t *testing.T) {
+	full := fullMessage().Outputs[0]
+	plain := Output{RequestID: []byte("cmpl-1"), NewTokenIDs: []int64{300}}
+	only := func(i int) Output {
+		o := plain
+		switch i {
+		case 2:
+			o.NewLogprobs = full.NewLogprobs
+		case 3:
+			o.NewPromptLogprobs = full.NewPromptLogprobs
+		case 4:
+			o.PoolingOutput = full.PoolingOutput
+		case 5:
+			o.HasFinishReason, o.FinishReason = true, full.FinishReason
+		case 6:
+			o.StopReason = full.StopReason
+		case 7:
+			o.HasEvents, o.Events = true, full.Events
+		case 8:
+			o.KVTransferParams = full.KVTransferParams
+		case 9:
+			o.ECTransferParams = Raw{0x80}
+		case 10:
+			o.TraceHeaders = full.TraceHeaders
+		case 11:
+			o.PrefillStats = Raw{0x80}
+		case 12:
+			o.RoutedExperts = full.RoutedExperts
+		case 13:
+			o.NumNaNsInLogits = full.NumNaNsInLogits
+		case 14:
+			o.MMCacheMissHashes = full.MMCacheMissHashes
+		case 15:
+			o.NewSamplingMask = full.NewSamplingMask
+		case 16:
+			o.SpecDecodeMetrics = full.SpecDecodeMetrics
+		}
+		return o
+	}
+	var reused Message
+	// new_logprobs with cu_num_generated_tokens, then without it (three
+	// fields), then none, in the same output slot.
+	lpCu, lp3 := plain, plain
+	lpCu.NewLogprobs = full.NewLogprobs
+	lpCu.NewLogprobs.Fields, lpCu.NewLogprobs.HasCuNumGenerated, lpCu.NewLogprobs.CuNumGenerated = 4, true, []int64{0, 1}
+	lp3.NewLogprobs = full.NewLogprobs
+	lp3.NewLogprobs.Fields = 3
+	for _, o := range []Output{lpCu, lp3, lpCu, plain, lpCu, only(5), lp3} {
+		m := &Message{Header: Header{EngineIndex: 1, Timestamp: ts}, Outputs: []Output{o}}
+		m.OutputsLen = 1
+		frames := append([][]byte(nil), (&Encoder{}).Encode(m)...)
+		var fresh Message
+		if err := Decode(frames, &fresh, nil); err != nil {
+			t.Fatal(err)
+		}
+		if err := Decode(frames, &reused, nil); err != nil {
+			t.Fatal(err)
+		}
+		assertSameEncoding(t, &fresh, &reused)
+	}
+	for i := 2; i <= 16; i++ {
+		for _, outs := range [][]Output{{only(i), plain}, {plain, only(i)}, {plain, plain}} {
+			m := &Message{Header: Header{EngineIndex: 1, Timestamp: ts}, Outputs: outs}
+			m.OutputsLen = len(outs)
+			frames := append([][]byte(nil), (&Encoder{}).Encode(m)...)
+			var fresh Message
+			if err := Decode(frames, &fresh, nil); err != nil {
+				t.Fatalf("field %d: %v", i, err)
+			}
+			if err := Decode(frames, &reused, nil); err != nil {
+				t.Fatalf("field %d, reused: %v", i, err)
+			}
+			assertSameEncoding(t, &fresh, &reused)
+			if n := fresh.Outputs[0].Fields; i < 14 && n != 14 {
+				t.Fatalf("field %d: the encoder wrote %d fields, want vLLM's 14", i, n)
+			}
+		}
+	}
+}
+
+// TestClearKeep: Logprobs.clearKeep leaves every field zero (slices empty,
+// capacity kept), so a field added to Logprobs later and not cleared there
+// fails here.
+func TestClearKeep(t *testing.T) {
+	l := fullMessage().Outputs[0].NewLogprobs
+	l.HasCuNumGenerated, l.CuNumGenerated = true, []int64{1, 2}
+	l.clearKeep()
+	var walk func(path string, v reflect.Value)
+	walk = func(path string, v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Struct:
+			for i := range v.NumField() {
+				walk(path+"."+v.Type().Field(i).Name, v.Field(i))
+			}
+		case reflect.Slice:
+			if v.Len() != 0 {
+				t.Errorf("%s: %d elements left", path, v.Len())
+			}
+		default:
+			if !v.IsZero() {
+				t.Errorf("%s: %v left", path, v)
+			}
+		}
+	}
+	walk("Logprobs", reflect.ValueOf(l))
+	if cap(l.TokenIDs.Shape) == 0 || cap(l.CuNumGenerated) == 0 {
+		t.Error("capacity not kept")
 	}
 }

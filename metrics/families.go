@@ -202,6 +202,9 @@ var families = []*Family{
 	SourceReceived, SourceDropped, SourceConnected, Sources, SourcesFolded,
 }
 
+// The kvindex families (kvindex.go) follow the others.
+func init() { families = append(families, kvindexFamilies...) }
+
 // Families returns every metric family a [Set] can report, in a fixed
 // order. The slice is a copy; the families are shared and must not be
 // modified.

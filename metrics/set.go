@@ -87,6 +87,7 @@ type Set struct {
 	coordinator CoordinatorStats
 	coordPrefix string
 	sourceSets  []*sourceSet
+	kvindexes   []namedKVIndex
 	names       map[string]bool // "kind\x00name" taken
 }
 
@@ -436,6 +437,9 @@ func (s *Set) Collect(emit func(Sample)) {
 	}
 	for _, ss := range s.sourceSets {
 		e.sources(ss)
+	}
+	for _, k := range s.kvindexes {
+		e.kvindex(k.name, k.x.Stats())
 	}
 }
 

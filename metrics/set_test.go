@@ -93,6 +93,7 @@ func TestCollectMapsEveryField(t *testing.T) {
 		s.AddSources("kv", 0, func() []Source {
 			return []Source{{Name: "tcp://a", Received: 50, Dropped: drops, Connected: true}}
 		}),
+		s.AddKVIndex("kv", &fakeKVIndex{st: kvStats()}),
 	} {
 		if err != nil {
 			t.Fatal(err)

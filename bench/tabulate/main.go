@@ -4,7 +4,8 @@
 //
 // Usage:
 //
-//	tabulate RESULTS.tsv
+//	tabulate RESULTS.tsv            every comparison's table
+//	tabulate -summary RESULTS.tsv   the summary table only (its #summary rows)
 //
 // The file format is documented on bench.Parse.
 package main
@@ -17,11 +18,16 @@ import (
 )
 
 func main() {
-	if len(os.Args) != 2 {
-		fmt.Fprintln(os.Stderr, "usage: tabulate RESULTS.tsv")
+	args := os.Args[1:]
+	summary := len(args) == 2 && args[0] == "-summary"
+	if summary {
+		args = args[1:]
+	}
+	if len(args) != 1 {
+		fmt.Fprintln(os.Stderr, "usage: tabulate [-summary] RESULTS.tsv")
 		os.Exit(2)
 	}
-	f, err := os.Open(os.Args[1])
+	f, err := os.Open(args[0])
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tabulate:", err)
 		os.Exit(1)
@@ -32,7 +38,11 @@ func main() {
 		fmt.Fprintln(os.Stderr, "tabulate:", err)
 		os.Exit(1)
 	}
-	if err := r.WriteMarkdown(os.Stdout); err != nil {
+	write := r.WriteMarkdown
+	if summary {
+		write = r.WriteSummary
+	}
+	if err := write(os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "tabulate:", err)
 		os.Exit(1)
 	}

@@ -32,12 +32,15 @@ var demoSpec = commandSpec{
 API front-end, and a NIXL handshake listener with decode clients fetching
 metadata in a loop; and the built-in hostile scanner attacking all four bound
 ports (coordinator front, back output and back publish; handshake listener)
-for the whole duration. A live one-line status goes to stderr.
+for the whole duration. Beside them, a KV-cache index (kv-index) follows
+two engines' KV-event publishers and must route each prompt to the engine
+holding its prefix through a publisher restart and a lost range. A live
+one-line status goes to stderr.
 
 At the end it checks that every component still answers, and prints a table
 on stdout: messages served per component, drops by reason, handshakes
-completed, crashes. Exits 0 when every component still answers and nothing
-crashed.
+completed, crashes, and the KV-event and kv-index lines. Exits 0 when every
+component still answers, nothing crashed and the index routed correctly.
 
 ` + metricsHelp,
 }
@@ -172,6 +175,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		return err
 	}
 	defer kv.close()
+	kvi := startDemoKVIndex(logger.With("component", "kv-index"), sockOpts)
 
 	// running reports whether a component's Run/Serve is still going.
 	var coordRunning, lisRunning atomic.Bool
@@ -296,6 +300,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 	}
 	stillRunning := coordRunning.Load() && lisRunning.Load()
 	kvOK := kv.check()
+	kviOK := kvi.wait()
 
 	cst, lst := coord.Stats(), lis.Stats()
 	compCancel()
@@ -303,8 +308,9 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 
 	writeDemoTable(e.stdout, elapsed, targets[0].ep, targets[1].ep, targets[2].ep, targets[3].ep, answers, cst, lst, &c, scanRep)
 	kv.writeLine(e.stdout, kvOK)
+	kvi.writeLine(e.stdout, kviOK)
 
-	ok := ferr == nil && stillRunning && kvOK && c.crashes.Load() == 0 && c.deaths.Load() == 0
+	ok := ferr == nil && stillRunning && kvOK && kviOK && c.crashes.Load() == 0 && c.deaths.Load() == 0
 	for _, a := range answers {
 		ok = ok && a
 	}

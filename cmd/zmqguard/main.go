@@ -23,6 +23,7 @@
 //	outputs             a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines
 //	kv-events           follow vLLM KV-cache event publishers, one JSON line per event
 //	kv-publish          publish synthetic vLLM KV-event batches (demos and load)
+//	kv-index            a KV-cache index of vLLM engines, scored over HTTP (POST /score)
 //
 // ADDR is a ZeroMQ endpoint such as tcp://127.0.0.1:5600. Flags use Go's
 // style (-flag or --flag, -flag=value or -flag value) and may stand before or
@@ -71,6 +72,7 @@ var commands = []struct {
 	{outputsSpec, runOutputs},
 	{kvEventsSpec, runKVEvents},
 	{kvPublishSpec, runKVPublish},
+	{kvIndexSpec, runKVIndex},
 }
 
 // run is the whole program: it parses the global flags and the command name

@@ -16,6 +16,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics"
 	"github.com/zmqguard/zmqguard/metrics/zgotel"
@@ -37,6 +38,13 @@ func (f *fakeSocket) Stats() socket.Stats               { return socket.Stats(*f
 func (f *fakeZMTP) Stats() zmtpguard.Stats              { return zmtpguard.Stats(*f) }
 func (f *fakeHandshake) Stats() handshake.ListenerStats { return handshake.ListenerStats(*f) }
 func (f *fakeCoord) Stats() coordinator.Stats           { return coordinator.Stats(*f) }
+
+type fakeKVIndex struct{}
+
+func (fakeKVIndex) Stats() kvindex.Stats {
+	return kvindex.Stats{Batches: 1, Stores: 2, UnknownParents: 3, Counts: kvindex.Counts{Added: 4, Evicted: 5},
+		Backend: kvindex.BackendStats{Entries: 6, Capacity: 7, Bytes: 8}}
+}
 
 // fullSet has one component of every kind with distinct non-zero values,
 // so that every family has samples.
@@ -62,6 +70,7 @@ func fullSet(t *testing.T) *metrics.Set {
 		s.AddSources("src", 1, func() []metrics.Source {
 			return []metrics.Source{{Name: "a", Received: 9, Dropped: d, Connected: true}, {Name: "b", Received: 8}}
 		}),
+		s.AddKVIndex("kv", fakeKVIndex{}),
 	} {
 		if err != nil {
 			t.Fatal(err)

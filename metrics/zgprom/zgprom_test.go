@@ -18,6 +18,8 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/kvevents"
+	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
@@ -104,6 +106,20 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	if err := c.AddSocket("jobs", pull); err != nil {
+		t.Fatal(err)
+	}
+	// A KV-cache index holding one block, for the zmqguard_kvindex_
+	// families.
+	x, err := kvindex.New(kvindex.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { x.Close() })
+	if err := x.ApplyEvent("engine-0", &kvevents.Event{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2},
+		BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddKVIndex("kv", x); err != nil {
 		t.Fatal(err)
 	}
 	return &fixture{c: c}
@@ -213,7 +229,8 @@ func TestPromtool(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if !strings.Contains(buf.String(), "zmqguard_loop_messages_dropped_total{") {
+	if !strings.Contains(buf.String(), "zmqguard_loop_messages_dropped_total{") ||
+		!strings.Contains(buf.String(), "zmqguard_kvindex_entries{loop=\"kv\"} 1") {
 		t.Fatalf("exposition lacks the loop drops:\n%s", buf.String())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -1,0 +1,491 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/zmqguard/zmqguard/kvevents"
+	"github.com/zmqguard/zmqguard/kvindex"
+	"github.com/zmqguard/zmqguard/kvindex/redisstore"
+	"github.com/zmqguard/zmqguard/kvindex/vllmhash"
+	"github.com/zmqguard/zmqguard/metrics/zgprom"
+)
+
+var kvIndexSpec = commandSpec{
+	name:     "kv-index",
+	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--redis URL] --http HOST:PORT [--model M] [--capacity N]",
+	summary:  "a KV-cache index of vLLM engines, scored over HTTP (POST /score)",
+	help: `Follows the KV-event publishers of vLLM engines like kv-events (same
+--connect/--bind/--replay/--topic/--from-start flags; each source is one
+engine, named by its endpoint) and keeps an index of which engine holds
+which prefix of which prompt, on which tier (package kvindex). A publisher
+restart clears its engine; a range of events that could not be recovered
+makes its engine's entries uncertain until stored again, so they are never
+reported as certain hits.
+
+--http HOST:PORT (required; loopback unless --http-allow-remote; port 0
+picks a free port, logged as http_addr) serves:
+
+  POST /score    {"tokens": [ids...], "lora": "name"?, "model": "m"?,
+                  "block_size": N?}
+                 -> {"model", "prompt_blocks", "best": ENGINE|null,
+                     "engines": [ENGINE...]}
+                 ENGINE = {"engine", "block_size", "blocks", "tokens",
+                   "maybe_blocks", "maybe_tokens", "tiers": [{"medium",
+                   "blocks", "tokens", "maybe_blocks", "maybe_tokens"}]}
+                 blocks/tokens: the prefix the engine certainly holds on
+                 any medium (a GPU hit continued from CPU or storage) and,
+                 under tiers, on each medium alone; maybe_* also count
+                 blocks that may be gone (stored before a lost range).
+                 Engines by most certain tokens; best is the first when it
+                 certainly holds a block.
+  GET /stats     the index's and the sources' counters (JSON)
+  GET /metrics   Prometheus text: the subscriber's source families
+                 (zmqguard_source_*) and the index's (zmqguard_kvindex_*),
+                 both under loop="kv-index", the /score request counts
+                 (zmqguard_http_score_requests_total{result}) and the Go
+                 runtime's and the process's
+
+--model names the model every engine serves (requests without "model" get
+it); --block-size is the block size scored before any store names one.
+
+--vllm-hash sha256_cbor|sha256 --pythonhashseed S --block-size N is
+vLLM-key mode (package kvindex/vllmhash): blocks are keyed by the hashes
+the engines publish, and /score hashes the prompt with vLLM's function, so
+every engine must run with that --prefix-caching-hash-algo, PYTHONHASHSEED
+and block size (one model). The default keys blocks by the index's own
+hashes of the token ids in each BlockStored and has no such requirement.
+
+--redis URL (redis://host:port/db or unix:///path/redis.sock) keeps the
+index in Redis/Valkey instead of memory, shared with other kv-index
+processes using the same --redis-prefix and --seed. --redis-lease makes this
+process take a writer lease per engine: another process following the same
+engines then only reads, and takes over (entries made uncertain first) when
+this one stops renewing for --redis-lease-ttl.
+
+On SIGINT/SIGTERM the last stdout line is {"counters": {...}} with the
+index's counters, the backend's gauges, per-source counters and the HTTP
+request counts; the exit code is 0.`,
+}
+
+// kvIndexMaxBody bounds a /score request body: kvindex.MaxScoreTokens
+// token ids of up to 7 digits and a separator each, and the rest.
+const kvIndexMaxBody = 8<<20 + 4096
+
+// kvScoreRequest is the body of POST /score.
+type kvScoreRequest struct {
+	Tokens    []int64 `json:"tokens"`
+	Lora      string  `json:"lora,omitempty"`
+	Model     *string `json:"model,omitempty"`
+	BlockSize int     `json:"block_size,omitempty"`
+}
+
+// kvPrefix is a cached prefix: certain blocks and tokens, and with the
+// uncertain ones (maybe).
+type kvPrefix struct {
+	Blocks      int `json:"blocks"`
+	Tokens      int `json:"tokens"`
+	MaybeBlocks int `json:"maybe_blocks"`
+	MaybeTokens int `json:"maybe_tokens"`
+}
+
+// kvTier is one engine's prefix on one medium alone.
+type kvTier struct {
+	Medium string `json:"medium"`
+	kvPrefix
+}
+
+// kvEngineScore is one engine's prefix on any medium, and per medium.
+type kvEngineScore struct {
+	Engine    string `json:"engine"`
+	BlockSize int    `json:"block_size"`
+	kvPrefix
+	Tiers []kvTier `json:"tiers"`
+}
+
+// kvScoreResponse is the body POST /score answers.
+type kvScoreResponse struct {
+	Model        string          `json:"model"`
+	PromptBlocks int             `json:"prompt_blocks"`
+	Best         *kvEngineScore  `json:"best"`
+	Engines      []kvEngineScore `json:"engines"`
+}
+
+func toPrefix(p kvindex.Prefix) kvPrefix {
+	return kvPrefix{Blocks: p.Blocks, Tokens: p.Tokens, MaybeBlocks: p.MaybeBlocks, MaybeTokens: p.MaybeTokens}
+}
+
+// toScoreResponse renders Score's answer (its order kept: most certain
+// tokens first).
+func toScoreResponse(model string, r kvindex.ScoreResult) kvScoreResponse {
+	out := kvScoreResponse{Model: model, PromptBlocks: r.PromptBlocks, Engines: make([]kvEngineScore, 0, len(r.Engines))}
+	for _, e := range r.Engines {
+		es := kvEngineScore{Engine: e.Engine, BlockSize: e.BlockSize, kvPrefix: toPrefix(e.Prefix), Tiers: make([]kvTier, 0, len(e.Tiers))}
+		for _, t := range e.Tiers {
+			es.Tiers = append(es.Tiers, kvTier{Medium: t.Medium, kvPrefix: toPrefix(t.Prefix)})
+		}
+		out.Engines = append(out.Engines, es)
+	}
+	if _, ok := r.Best(); ok {
+		b := out.Engines[0]
+		out.Best = &b
+	}
+	return out
+}
+
+// kvIndexHTTP counts the HTTP side.
+type kvIndexHTTP struct {
+	Scores      uint64 `json:"scores"`
+	BadRequests uint64 `json:"bad_requests"`
+	Failures    uint64 `json:"failures"`
+}
+
+// kvIndexServer is the --http endpoint's handlers.
+type kvIndexServer struct {
+	x                     *kvindex.Index  // nil in vLLM-key mode
+	vx                    *vllmhash.Index // vLLM-key mode (--vllm-hash)
+	vxBlockSize           int
+	sub                   *kvevents.Subscriber
+	store                 *redisstore.Store // nil: memory
+	model                 string
+	logger                *slog.Logger
+	applyErrors           atomic.Uint64
+	scores, bad, failures atomic.Uint64
+}
+
+func (s *kvIndexServer) writeJSON(w http.ResponseWriter, code int, v any) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		code, b = http.StatusInternalServerError, []byte(`{"error":"encoding the answer failed"}`)
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(code)
+	w.Write(append(b, '\n'))
+}
+
+func (s *kvIndexServer) fail(w http.ResponseWriter, code int, msg string) {
+	if code == http.StatusBadRequest {
+		s.bad.Add(1)
+	} else {
+		s.failures.Add(1)
+	}
+	s.writeJSON(w, code, map[string]string{"error": msg})
+}
+
+// score serves POST /score.
+func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
+	body := http.MaxBytesReader(w, r.Body, kvIndexMaxBody)
+	dec := json.NewDecoder(body)
+	dec.DisallowUnknownFields()
+	var req kvScoreRequest
+	if err := dec.Decode(&req); err != nil {
+		var tooBig *http.MaxBytesError
+		if errors.As(err, &tooBig) {
+			s.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", kvIndexMaxBody))
+			return
+		}
+		s.fail(w, http.StatusBadRequest, "bad JSON body: "+err.Error())
+		return
+	}
+	if dec.More() {
+		s.fail(w, http.StatusBadRequest, "bad JSON body: more than one value")
+		return
+	}
+	if len(req.Tokens) > kvindex.MaxScoreTokens {
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf("%d tokens, over %d", len(req.Tokens), kvindex.MaxScoreTokens))
+		return
+	}
+	if req.BlockSize < 0 || req.BlockSize > kvindex.MaxBlockSize {
+		s.fail(w, http.StatusBadRequest, fmt.Sprintf("block_size %d out of range 0..%d", req.BlockSize, kvindex.MaxBlockSize))
+		return
+	}
+	model := s.model
+	if req.Model != nil {
+		model = *req.Model
+	}
+	var res kvindex.ScoreResult
+	var err error
+	if s.vx != nil {
+		// vLLM-key mode: one model, the engines' block size.
+		if model != s.model || req.BlockSize != 0 && req.BlockSize != s.vxBlockSize {
+			s.fail(w, http.StatusBadRequest, fmt.Sprintf("vLLM-key mode indexes model %q in blocks of %d only", s.model, s.vxBlockSize))
+			return
+		}
+		res, err = s.vx.Score(&vllmhash.Request{TokenIDs: req.Tokens, LoRAName: req.Lora})
+	} else {
+		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: req.BlockSize})
+	}
+	if err != nil {
+		if errors.Is(err, kvindex.ErrClosed) {
+			s.fail(w, http.StatusServiceUnavailable, "index closed")
+			return
+		}
+		s.logger.Warn("kv-index score failed", "err", err)
+		s.fail(w, http.StatusServiceUnavailable, "score failed: "+err.Error())
+		return
+	}
+	s.scores.Add(1)
+	s.writeJSON(w, http.StatusOK, toScoreResponse(model, res))
+}
+
+// kvIndexCounters is the exit line's and /stats' body.
+type kvIndexCounters struct {
+	Index       *kvindex.Stats        `json:"index,omitempty"`
+	VLLMKeys    *vllmhash.IndexStats  `json:"vllm_key_index,omitempty"`
+	ApplyErrors uint64                `json:"apply_errors"`
+	HTTP        kvIndexHTTP           `json:"http"`
+	Redis       *redisstore.Stats     `json:"redis,omitempty"`
+	Sources     map[string]kvCounters `json:"sources"`
+	Total       kvCounters            `json:"total"`
+}
+
+func (s *kvIndexServer) counters() kvIndexCounters {
+	c := kvIndexCounters{ApplyErrors: s.applyErrors.Load(),
+		HTTP: kvIndexHTTP{Scores: s.scores.Load(), BadRequests: s.bad.Load(), Failures: s.failures.Load()}}
+	if s.vx != nil {
+		st := s.vx.Stats()
+		c.VLLMKeys = &st
+	} else {
+		st := s.x.Stats()
+		c.Index = &st
+	}
+	if s.store != nil {
+		st := s.store.StoreStats()
+		c.Redis = &st
+	}
+	st := s.sub.Stats()
+	c.Sources = make(map[string]kvCounters, len(st.Sources))
+	for _, so := range st.Sources {
+		c.Sources[so.Name] = toCounters(so)
+	}
+	c.Total = toCounters(st.Total)
+	return c
+}
+
+// handle feeds the index. A failed apply (a Redis error) leaves the
+// engine's entries in doubt: they are made uncertain (best effort) and
+// counted; the subscriber goes on.
+func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
+	apply := func(u kvevents.Update) error {
+		if s.vx != nil {
+			return s.vx.Apply(u)
+		}
+		return s.x.Apply(u)
+	}
+	if err := apply(u); err != nil && !errors.Is(err, kvindex.ErrClosed) {
+		s.applyErrors.Add(1)
+		apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: u.Source})
+	}
+	return nil
+}
+
+// handler returns the --http mux.
+func (s *kvIndexServer) handler() (http.Handler, error) {
+	c := zgprom.NewCollector()
+	if err := c.AddKVEvents("kv-index", 0, s.sub); err != nil {
+		return nil, err
+	}
+	if s.x != nil {
+		if err := c.AddKVIndex("kv-index", s.x); err != nil {
+			return nil, err
+		}
+	}
+	reg := prometheus.NewRegistry()
+	for _, col := range []prometheus.Collector{c, newKVIndexHTTPCollector(s),
+		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+		if err := reg.Register(col); err != nil {
+			return nil, err
+		}
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("POST /score", s.score)
+	mux.HandleFunc("GET /stats", func(w http.ResponseWriter, _ *http.Request) { s.writeJSON(w, http.StatusOK, s.counters()) })
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{
+		ErrorLog:            slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		ErrorHandling:       promhttp.ContinueOnError,
+		MaxRequestsInFlight: 4,
+		Timeout:             metricsScrapeTimeout,
+	}))
+	return mux, nil
+}
+
+// kvIndexHTTPCollector exports the /score request counts (the index's own
+// families come from metrics.Set.AddKVIndex).
+type kvIndexHTTPCollector struct {
+	s    *kvIndexServer
+	desc *prometheus.Desc
+}
+
+func newKVIndexHTTPCollector(s *kvIndexServer) *kvIndexHTTPCollector {
+	return &kvIndexHTTPCollector{s: s, desc: prometheus.NewDesc("zmqguard_http_score_requests_total",
+		"kv-index POST /score requests, by result (scored, bad_request, failed)", []string{"result"}, nil)}
+}
+
+// Describe implements prometheus.Collector.
+func (c *kvIndexHTTPCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+// Collect implements prometheus.Collector.
+func (c *kvIndexHTTPCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, r := range []struct {
+		result string
+		v      uint64
+	}{{"scored", c.s.scores.Load()}, {"bad_request", c.s.bad.Load()}, {"failed", c.s.failures.Load()}} {
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(r.v), r.result)
+	}
+}
+
+func runKVIndex(ctx context.Context, e *env, args []string) int {
+	spec := kvIndexSpec
+	fs := newFlagSet(e, spec)
+	var srcs kvSourcesFlag
+	fs.Var(kvSourceFlag{f: &srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
+	fs.Var(kvSourceFlag{f: &srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
+	fs.Var(kvReplayFlag{f: &srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
+	topic := fs.String("topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
+	fromStart := fs.Bool("from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
+	replayTimeout := fs.Duration("replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
+	httpAddr := fs.String("http", "", "serve POST /score, /stats and /metrics over HTTP on this `host:port` (required; loopback only)")
+	httpRemote := fs.Bool("http-allow-remote", false, "allow an --http host that is not loopback")
+	model := fs.String("model", "", "the model every engine serves (a /score request without \"model\" gets it)")
+	blockSize := fs.Int("block-size", 0, "block size to score with before any store names one (0: kvindex's default, 16)")
+	capacity := fs.Int("capacity", 0, "most (block, engine, tier, group) entries held; the oldest are evicted (0: kvindex.DefaultCapacity)")
+	seed := fs.Uint64("seed", 0, "local-key seed; every process sharing a --redis index must use the same (0: kvindex's default)")
+	redisURL := fs.String("redis", "", "keep the index in Redis/Valkey: redis://host:port/db or unix:///path/redis.sock (default: in memory)")
+	redisPrefix := fs.String("redis-prefix", redisstore.DefaultPrefix, "key prefix of the index in Redis")
+	redisLease := fs.Bool("redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
+	leaseTTL := fs.Duration("redis-lease-ttl", redisstore.DefaultLeaseTTL, "how long a writer lease outlives its last renewal")
+	vllmHash := fs.String("vllm-hash", "", "vLLM-key mode: key blocks by the engines' own hashes, computed for /score with this `function` (sha256_cbor or sha256; needs --block-size and --pythonhashseed)")
+	hashSeed := fs.String("pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
+	live := addLivenessFlags(fs)
+	curve := addCurveClientFlags(fs)
+	pos, code, done := parseCommand(e, fs, spec, args)
+	if done {
+		return code
+	}
+	err := func() error {
+		if len(pos) > 0 {
+			return usagef("unexpected argument %q", pos[0])
+		}
+		if len(srcs.list) == 0 {
+			return usagef("at least one --connect or --bind is required")
+		}
+		var hasher *vllmhash.Hasher
+		if *vllmHash != "" {
+			if *blockSize == 0 || *hashSeed == "" {
+				return usagef("--vllm-hash needs --block-size (the engines') and --pythonhashseed (the engines' PYTHONHASHSEED)")
+			}
+			h, err := vllmhash.New(vllmhash.Algo(*vllmHash), *hashSeed)
+			if err != nil {
+				return usagef("--vllm-hash: %v", err)
+			}
+			hasher = h
+		} else if *hashSeed != "" {
+			return usagef("--pythonhashseed belongs to --vllm-hash")
+		}
+		if *httpAddr == "" {
+			return usagef("--http is required, e.g. --http 127.0.0.1:8080")
+		}
+		if err := checkLocalAddr("--http", *httpAddr, "127.0.0.1:8080", "anyone who reaches it can read which engine caches which prompt", *httpRemote); err != nil {
+			return err
+		}
+		if *replayTimeout <= 0 {
+			return usagef("--replay-timeout must be positive")
+		}
+		if *capacity < 0 || *blockSize < 0 || *blockSize > kvindex.MaxBlockSize {
+			return usagef("--capacity must not be negative and --block-size must be in 0..%d", kvindex.MaxBlockSize)
+		}
+		if err := live.check(); err != nil {
+			return err
+		}
+		cc, err := curve.config(e.logger)
+		if err != nil {
+			return err
+		}
+		srv := &kvIndexServer{model: *model, logger: e.logger}
+		var be kvindex.Backend
+		if *redisURL != "" {
+			rc := redisstore.Config{URL: *redisURL, Prefix: *redisPrefix, Capacity: *capacity, LeaseTTL: *leaseTTL}
+			if *redisLease {
+				rc.WriterID = redisstore.NewWriterID()
+			}
+			st, err := redisstore.New(rc)
+			if err != nil {
+				return err
+			}
+			defer st.Close()
+			srv.store, be = st, st
+		}
+		if hasher != nil {
+			vx, err := vllmhash.NewIndex(vllmhash.IndexConfig{Hasher: hasher, BlockSize: *blockSize, Backend: be, Capacity: *capacity})
+			if err != nil {
+				return err
+			}
+			defer vx.Close()
+			srv.vx, srv.vxBlockSize = vx, *blockSize
+		} else {
+			x, err := kvindex.New(kvindex.Config{Backend: be, Capacity: *capacity, Seed: *seed, Model: *model,
+				BlockSize: *blockSize, Logger: e.logger})
+			if err != nil {
+				return err
+			}
+			defer x.Close()
+			srv.x = x
+		}
+		sopts := live.options()
+		sopts.Guard.Curve = cc
+		sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: srv.handle, Topic: *topic,
+			FromStart: *fromStart, ReplayTimeout: *replayTimeout, Logger: e.logger, Socket: sopts})
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		srv.sub = sub
+		for _, s := range srcs.list {
+			if err := sub.Add(s); err != nil {
+				return err
+			}
+			e.logger.Info("kv-index following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay)
+		}
+		h, err := srv.handler()
+		if err != nil {
+			return err
+		}
+		ln, err := net.Listen("tcp", *httpAddr)
+		if err != nil {
+			return fmt.Errorf("--http: %w", err)
+		}
+		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+			WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
+		backend := "memory"
+		if *redisURL != "" {
+			backend = "redis"
+		}
+		ep := serveEndpoint(ln, hs, "kv-index", "http_addr", "--http-allow-remote", 5*time.Second, e.logger,
+			"url", "http://"+ln.Addr().String()+"/score", "backend", backend, "model", *model)
+		defer ep.Close()
+		if err := sub.Run(ctx); err != nil {
+			return err
+		}
+		ep.Close()
+		out, err := json.Marshal(struct {
+			Counters kvIndexCounters `json:"counters"`
+		}{srv.counters()})
+		if err != nil {
+			return err
+		}
+		_, err = fmt.Fprintf(e.stdout, "%s\n", out)
+		return err
+	}()
+	return finish(e, fs, spec, err)
+}

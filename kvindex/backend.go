@@ -1,0 +1,159 @@
+package kvindex
+
+// Key is a block's local key: a 64-bit chained hash of the block's
+// keyspace (model and block size), its parent's key, its token ids, its
+// LoRA name and its extra keys, computed by [BlockKeys]. Equal keys mean
+// equal prefixes (up to a 2⁻⁶⁴ collision chance per pair).
+type Key uint64
+
+// OpKind says what an [Op] does.
+type OpKind uint8
+
+// The operations a [Backend] applies. Every one concerns the engine named
+// in the Apply call.
+const (
+	// OpStore: the engine holds block Key (its own hash Hash) on Medium,
+	// KV-cache group Group, as of now. It maps Hash to Key for the engine
+	// (replacing, and removing the entries of, another key Hash mapped
+	// to), adds the (Key, engine, Medium, Group) entry if new (counting it
+	// against the capacity, evicting the oldest entries past it) and marks
+	// the entry trusted (stored at the engine's current loss epoch). A
+	// duplicate store changes nothing but trust.
+	OpStore OpKind = iota + 1
+	// OpRemove: the engine no longer holds the block it knows as Hash on
+	// Medium, Group. Removes that entry; once the engine holds the block in
+	// no medium and group, the Hash mapping goes too. A hash not mapped, or
+	// an entry not held, is a no-op counted in Counts.UnknownRemovals.
+	OpRemove
+	// OpClear: the engine holds nothing (AllBlocksCleared, or its publisher
+	// restarted). Removes every entry and mapping of the engine, eagerly
+	// (the memory is reclaimed), and starts a new loss epoch.
+	OpClear
+	// OpLost: the engine's events were lost for a while. Its entries stored
+	// before now become uncertain: Holders reports them with Trusted false
+	// until they are stored again (OpStore) or cleared. Implemented as a
+	// per-engine loss epoch: an entry is trusted while its epoch equals the
+	// engine's.
+	OpLost
+)
+
+// String returns the kind's lower-case name.
+func (k OpKind) String() string {
+	switch k {
+	case OpStore:
+		return "store"
+	case OpRemove:
+		return "remove"
+	case OpClear:
+		return "clear"
+	case OpLost:
+		return "lost"
+	}
+	return "unknown"
+}
+
+// Op is one storage operation. Hash is the engine's block hash
+// (kvevents.Hash.Uint64), Key the local key (OpStore only), Medium the tier
+// ("GPU", "CPU", ...; never empty for OpStore and OpRemove), Group the
+// KV-cache group (0 ≤ Group ≤ MaxGroup).
+type Op struct {
+	Kind   OpKind
+	Hash   uint64
+	Key    Key
+	Medium string
+	Group  int
+}
+
+// MaxGroup is the highest KV-cache group index the index accepts; an event
+// naming a higher one is refused (counted in Stats.Refused).
+const MaxGroup = 255
+
+// MaxMediums is how many distinct medium names a backend keeps; stores on
+// further mediums are refused (counted in Counts.Rejected). vLLM knows a
+// handful (GPU, CPU, disk/STORAGE, connector names). Names are kept for the
+// backend's life: a publisher inventing names uses the slots up, and the
+// rejections show it.
+const MaxMediums = 64
+
+// MaxMediumLen bounds a medium name; a longer one is refused.
+const MaxMediumLen = 64
+
+// Counts is what one Apply did, summed into the index's Stats.
+type Counts struct {
+	// Added counts entries that did not exist; Refreshed counts stores of
+	// entries that did (duplicates, replays, re-stores after a loss).
+	Added, Refreshed uint64
+	// Removed counts entries removed by OpRemove; UnknownRemovals counts
+	// OpRemove of an entry the backend does not hold.
+	Removed, UnknownRemovals uint64
+	// Cleared counts entries removed by OpClear.
+	Cleared uint64
+	// Remapped counts OpStore of a Hash the engine had mapped to another
+	// Key (the old key's entries of the engine are removed).
+	Remapped uint64
+	// Evicted counts entries removed to stay within the capacity.
+	Evicted uint64
+	// Rejected counts OpStore the backend could not hold: a group outside
+	// 0..MaxGroup, an empty or over-long medium name, or a medium past
+	// MaxMediums distinct ones. Never an error: a peer's bytes must not
+	// stop the index.
+	Rejected uint64
+}
+
+// Holder is one (engine, medium) holding a block, as [Backend.Holders]
+// reports it. Engine and Medium are the backend's small numbers for names
+// (EngineName, MediumName give the names); an engine holding a block in
+// several KV-cache groups of one medium may appear once per group.
+type Holder struct {
+	Engine  uint32
+	Medium  uint16
+	Trusted bool
+}
+
+// BackendStats are a backend's gauges and totals.
+type BackendStats struct {
+	// Entries is the number of (block, engine, medium, group) entries held;
+	// Blocks the number of distinct local keys; Mappings the number of
+	// (engine, engine hash) mappings; Engines the engines known.
+	Entries, Blocks, Mappings, Engines int64
+	// Capacity is the entry capacity.
+	Capacity int64
+	// Evicted counts entries evicted since the backend was made.
+	Evicted uint64
+	// Bytes estimates the memory the backend holds (0 when unknown, e.g.
+	// a remote store).
+	Bytes int64
+}
+
+// Backend is the index's storage: every stateful piece of the index lives
+// behind it, so an in-memory backend ([NewMemory]) and a shared one (Redis)
+// give the same answers for the same operations. The conformance suite in
+// package kvindextest checks a Backend against these rules.
+//
+// Calls for one engine are made one at a time, in order (the index
+// serialises them per engine); calls for different engines, and Holders,
+// may run concurrently. A Backend must be safe for that.
+type Backend interface {
+	// Resolve looks up the keys the engine's hashes map to, as of now:
+	// keys[i], found[i] for hashes[i] (len(keys) == len(found) ==
+	// len(hashes)). One call per batch (a remote backend makes one round
+	// trip).
+	Resolve(engine string, hashes []uint64, keys []Key, found []bool) error
+	// Apply applies ops for one engine, in order, and reports what they
+	// did. One call per batch (one round trip, one lock). A Holders call
+	// running meanwhile sees the state before or after each op (the
+	// in-memory backend: before or after the whole call).
+	Apply(engine string, ops []Op) (Counts, error)
+	// Holders reports, for keys[0], keys[1], ... in order, who holds each
+	// key, calling visit(i, holders) once per key until visit returns
+	// false (a prefix walk stops at the first key nobody extends). The
+	// holders slice is valid only during the call.
+	Holders(keys []Key, visit func(i int, holders []Holder) bool) error
+	// EngineName and MediumName return the names of a Holder's numbers.
+	EngineName(id uint32) string
+	MediumName(id uint16) string
+	// Stats returns the backend's gauges.
+	Stats() BackendStats
+	// Close releases the backend.
+	Close() error
+}

@@ -1,0 +1,241 @@
+package kvindex_test
+
+import (
+	"flag"
+	"fmt"
+	"runtime"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/zmqguard/zmqguard/internal/kvload"
+	"github.com/zmqguard/zmqguard/kvindex"
+)
+
+// The scale of the Score benchmarks: BENCHMARKS.md's figures use
+// -kvindex.blocks=10000000 (10M indexed blocks over 1,000 engines); the
+// default keeps `go test -bench .` small.
+var (
+	benchEngines = flag.Int("kvindex.engines", 1000, "engines in the Score benchmarks' fleet")
+	benchBlocks  = flag.Int("kvindex.blocks", 1_000_000, "indexed blocks in the Score benchmarks' fleet")
+)
+
+type builtFleet struct {
+	x      *kvindex.Index
+	prompt []int64
+	n      int
+	bytes  float64 // heap bytes per entry after building
+}
+
+var (
+	fleetMu sync.Mutex
+	fleets  = map[kvload.Fleet]*builtFleet{}
+)
+
+// fleet builds (once per process) an index holding f.
+func fleet(b *testing.B, f kvload.Fleet) *builtFleet {
+	fleetMu.Lock()
+	defer fleetMu.Unlock()
+	if bf := fleets[f]; bf != nil {
+		return bf
+	}
+	// Drop the other fleets first: one at a time fits in memory.
+	for k, bf := range fleets {
+		bf.x.Close()
+		delete(fleets, k)
+	}
+	runtime.GC()
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	x, err := kvindex.New(kvindex.Config{Capacity: f.Blocks + f.Engines*f.PromptBlocks})
+	if err != nil {
+		b.Fatal(err)
+	}
+	start := time.Now()
+	n, err := f.Build(x)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("built %d entries over %d engines in %v", n, f.Engines, time.Since(start).Round(time.Millisecond))
+	runtime.GC()
+	runtime.ReadMemStats(&after)
+	bf := &builtFleet{x: x, prompt: f.Prompt(), n: n, bytes: float64(after.HeapAlloc-before.HeapAlloc) / float64(n)}
+	fleets[f] = bf
+	return bf
+}
+
+func scoreFleet(b *testing.B, f kvload.Fleet) {
+	bf := fleet(b, f)
+	req := kvindex.ScoreRequest{Tokens: bf.prompt}
+	r, err := bf.x.Score(req)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if best, ok := r.Best(); !ok || best.Blocks != f.PromptBlocks || len(r.Engines) < f.Holders {
+		b.Fatalf("fleet scored wrong: %d engines, best %+v", len(r.Engines), best)
+	}
+	lat := make([]time.Duration, 0, b.N)
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0, cpuOK := threadCPU()
+	for i := 0; i < b.N; i++ {
+		t0 := time.Now()
+		if _, err := bf.x.Score(req); err != nil {
+			b.Fatal(err)
+		}
+		lat = append(lat, time.Since(t0))
+	}
+	cpu1, _ := threadCPU()
+	b.StopTimer()
+	if cpuOK {
+		// Mean CPU time per Score of this thread: unlike wall-clock
+		// percentiles, not inflated by other processes' load.
+		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/1e3/float64(b.N), "cpu-µs/op")
+	}
+	slices.Sort(lat)
+	b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
+	b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
+	b.ReportMetric(float64(bf.n), "entries")
+	b.ReportMetric(bf.bytes, "heap-B/entry")
+	b.ReportMetric(float64(len(r.Engines)), "engines-matched")
+}
+
+// BenchmarkScore8k: Score of an 8k-token prompt (128 blocks of 64) against
+// a fleet of -kvindex.engines engines holding -kvindex.blocks blocks, 32
+// of which hold prefixes of the prompt (lengths spread over 1..128).
+func BenchmarkScore8k(b *testing.B) {
+	scoreFleet(b, kvload.Fleet{Engines: *benchEngines, Blocks: *benchBlocks, BlockSize: 64, PromptBlocks: 128,
+		Holders: 32, ChainBlocks: 128})
+}
+
+// BenchmarkScore8kSharedPrefix: the same with a fleet-wide system prompt:
+// every engine also holds the prompt's first 8 blocks, so each of them
+// has 1,000 holders.
+func BenchmarkScore8kSharedPrefix(b *testing.B) {
+	scoreFleet(b, kvload.Fleet{Engines: *benchEngines, Blocks: *benchBlocks, BlockSize: 64, PromptBlocks: 128,
+		Holders: 32, Shared: 8, ChainBlocks: 128})
+}
+
+// BenchmarkBlockKeys8k: keying an 8k-token prompt (128 blocks of 64), the
+// hashing part of Score.
+func BenchmarkBlockKeys8k(b *testing.B) {
+	toks := kvload.Fleet{BlockSize: 64, PromptBlocks: 128}.Prompt()
+	keys := make([]kvindex.Key, 0, 128)
+	b.SetBytes(int64(len(toks) * 8))
+	b.ReportAllocs()
+	for i := 0; i < b.N; i++ {
+		keys = kvindex.BlockKeys(kvindex.KeyParams{BlockSize: 64}, toks, keys[:0])
+	}
+}
+
+// BenchmarkIngest: events per second into a memory index on one
+// goroutine (one core) while another goroutine scores 8k-token prompts
+// without pause. events/s is wall time; events/cpu-s divides by the CPU
+// time of the ingest goroutine's own thread (locked to it), the rate of one
+// core on a machine shared with other work. 16 engines each keep 60,000
+// blocks (16-token blocks) against a capacity of 1M entries; batches of 32
+// events, alternately a one-block BlockStored chained to the engine's
+// previous block and a BlockRemoved of its oldest.
+func BenchmarkIngest(b *testing.B) {
+	for _, queries := range []bool{false, true} {
+		b.Run(fmt.Sprint("queries=", queries), func(b *testing.B) {
+			x, err := kvindex.New(kvindex.Config{Capacity: 1 << 20})
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer x.Close()
+			const engines, batch = 16, 32
+			streams := make([]*kvload.Stream, engines)
+			for i := range streams {
+				streams[i] = kvload.NewStream(kvload.EngineName(i), uint64(i+1), 16, 60000)
+			}
+			// Warm up to the steady state (removals running).
+			for r := 0; r < 60000/batch+10; r++ {
+				for _, s := range streams {
+					if err := x.ApplyEvents(s.Engine(), s.Batch(batch)); err != nil {
+						b.Fatal(err)
+					}
+				}
+			}
+			prompt := make([]int64, 8192)
+			copy(prompt, kvload.Fleet{BlockSize: 16, PromptBlocks: 512}.Prompt())
+			var stop atomic.Bool
+			var scores atomic.Int64
+			var wg sync.WaitGroup
+			if queries {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					for !stop.Load() {
+						if _, err := x.Score(kvindex.ScoreRequest{Tokens: prompt}); err != nil {
+							panic(err)
+						}
+						scores.Add(1)
+					}
+				}()
+			}
+			runtime.LockOSThread()
+			defer runtime.UnlockOSThread()
+			b.ReportAllocs()
+			b.ResetTimer()
+			cpu0, cpuOK := threadCPU()
+			start := time.Now()
+			events := 0
+			for events < b.N {
+				for _, s := range streams {
+					if err := x.ApplyEvents(s.Engine(), s.Batch(batch)); err != nil {
+						b.Fatal(err)
+					}
+				}
+				events += engines * batch
+			}
+			el := time.Since(start)
+			cpu1, _ := threadCPU()
+			b.StopTimer()
+			stop.Store(true)
+			wg.Wait()
+			b.ReportMetric(float64(events)/el.Seconds(), "events/s")
+			if cpuOK && cpu1 > cpu0 {
+				// The ingest thread's own CPU time: what one core does,
+				// however loaded the machine is.
+				b.ReportMetric(float64(events)/(cpu1-cpu0).Seconds(), "events/cpu-s")
+			}
+			b.ReportMetric(float64(scores.Load())/el.Seconds(), "scores/s")
+			st := x.Stats()
+			b.ReportMetric(float64(st.Backend.Entries), "entries")
+		})
+	}
+}
+
+// BenchmarkBytesPerEntry: heap bytes per (block, engine, medium) entry
+// of a memory index (runtime.MemStats before and after, after a GC), for
+// 1M entries of 1,000 engines: tables, arena and all. Run with
+// -benchtime=1x.
+func BenchmarkBytesPerEntry(b *testing.B) {
+	for _, n := range []int{1_000_000} {
+		b.Run(fmt.Sprint("entries=", n), func(b *testing.B) {
+			f := kvload.Fleet{Engines: 1000, Blocks: n, BlockSize: 16, PromptBlocks: 8, ChainBlocks: 128}
+			runtime.GC()
+			var before, after runtime.MemStats
+			runtime.ReadMemStats(&before)
+			x, err := kvindex.New(kvindex.Config{Capacity: n})
+			if err != nil {
+				b.Fatal(err)
+			}
+			got, err := f.Build(x)
+			if err != nil {
+				b.Fatal(err)
+			}
+			runtime.GC()
+			runtime.ReadMemStats(&after)
+			b.ReportMetric(float64(after.HeapAlloc-before.HeapAlloc)/float64(got), "heap-B/entry")
+			b.ReportMetric(float64(x.Stats().Backend.Bytes)/float64(got), "table-B/entry")
+			runtime.KeepAlive(x)
+			x.Close()
+		})
+	}
+}

@@ -1,0 +1,136 @@
+// Package kvindex is the KV-cache index a router embeds: from the KV events
+// of a fleet of vLLM engines (package kvevents, or any feed of
+// kvevents.Event) it knows which engine holds which prefix blocks, on which
+// medium (GPU, CPU, disk, ...), and answers [Index.Score]: per engine, the
+// longest cached prefix of a prompt on any medium and on each, in blocks
+// and tokens, certain and maybe. It
+// stays exact when events are lost and publishers restart, because the
+// subscriber reports both (kvevents.UpdateLost, kvevents.UpdateReset) and
+// the index acts on them.
+//
+// # Keys
+//
+// Blocks are keyed by local keys ([Key]) the index computes itself from
+// each BlockStored's token ids, not by the engine's hashes. vLLM's hashes
+// depend on its hash function, its release and, for the default
+// pickle-based one, on PYTHONHASHSEED (a random seed per process when
+// unset), so two engines' hashes of one prompt need not agree and a router
+// cannot recompute them. A local key is a 64-bit chained hash of (parent
+// block's key, the block's token ids, the block size, the LoRA name, the
+// block's extra keys as the engine published them (extra_keys, vLLM PR
+// #33304: LoRA name, multimodal hashes, cache salt), the model): equal keys
+// mean equal prefixes. It is this package's own multiply-mix hash (no
+// crypto on the Score path: an 8k-token prompt is keyed in a few
+// microseconds), deterministic across processes (router replicas sharing a
+// Redis index agree), seeded by Config.Seed. Each engine's own hashes are
+// mapped to local keys, for BlockRemoved and for tier-only stores.
+//
+// One keyspace per (model, block size): the model an engine serves comes
+// from Config.ModelOf (e.g. from the topic, as llm-d deployments name it),
+// the block size from its stores; Score tries every block size seen for the
+// request's model.
+//
+// # Entries
+//
+// An entry is (block, engine, engine hash, medium, KV-cache group). A
+// missing medium is GPU (releases before the medium field, vLLM PR #19737,
+// had no other); a missing group is 0 (before vLLM PR #37688 published
+// group_idx). Hybrid models publish one store per KV-cache group, and vLLM
+// evicts sliding-window blocks while keeping the full-attention ones (the
+// reason #37688 gave). Events of groups whose blocks do not hold a whole
+// prefix — sliding-window, chunked-local, Mamba, encoder-only and
+// cross-attention groups, as kv_cache_spec_kind names them (vLLM PR #40984)
+// — are left out ([PartialGroup], Stats.PartialGroups): a prefix counts
+// where the full-attention (or MLA) group holds it, and a sliding-window
+// group's copy of a block the full-attention group dropped is not a hit.
+// (A model with sliding-window layers only is therefore not indexed; a
+// window-aware hit rule is future work.) Without a kind, as from releases
+// before #40984, Score counts a block for an (engine, medium) when any of
+// the engine's groups holds it there.
+//
+// # Rules
+//
+// Unknown parent. A BlockStored whose parent hash the engine has no key for
+// (the index joined late, the parent was removed or evicted, or it was in a
+// lost range) is not indexed at all, and counted in Stats.UnknownParents.
+// Its key would depend on a prefix the index does not know; indexing it as
+// a first block would chain it to the wrong prefix. Its children are then
+// unknown parents too, until the engine stores the prefix again (vLLM
+// re-stores a prompt's blocks when it recomputes them).
+//
+// Batches. A parent or a tier-only store resolves against the engine's
+// mapping as the batch began plus the batch's own earlier stores; after an
+// AllBlocksCleared in the batch, only the latter. A mapping is a fact about
+// content (engine hash h means these tokens after that prefix), so using
+// one removed earlier in the batch never builds a wrong key; it lets a
+// remote backend resolve a whole batch in one round trip.
+//
+// Tier-only stores. An offloading connector's BlockStored with no tokens
+// (vLLM PR #19737; block_size 0 since PR #36644) says a block the engine
+// knows by its hash is now also on another medium: it is indexed under the
+// key the hash maps to. A hash with no key is counted
+// (Stats.UnknownPlaceholders) and dropped. (Since PR #43468 the offloading
+// connector can also publish self-describing stores, with tokens and
+// parents: those are ordinary stores here.)
+//
+// Hybrid stores. A store with more tokens than hashes × block size (vLLM
+// skips null blocks' hashes but keeps their tokens, vLLM issue #44451) does
+// not say which tokens belong to which hash: it is counted (Stats.Hybrid)
+// and not indexed.
+//
+// Removal. BlockRemoved removes the (engine, hash, medium, group) entry;
+// when the engine holds the block in no medium and group, its hash mapping
+// goes too. Removing what is not held is counted
+// (Counts.UnknownRemovals), never an error.
+//
+// Clear and reset. AllBlocksCleared and a publisher reset (the publisher
+// restarted: a new process, an empty cache, perhaps a new hash seed) remove
+// every entry and mapping of the engine at once, eagerly, so the memory is
+// reclaimed.
+//
+// Lost range. Events lost (kvevents.UpdateLost) may have removed blocks the
+// index still lists. The engine's loss epoch goes up; an entry is trusted
+// while its epoch (set when last stored) equals its engine's. Score reports
+// uncertain entries apart: Match.Blocks counts only the leading blocks the
+// engine certainly holds (trusted), Match.MaybeBlocks those it may hold. So
+// a block the engine may no longer hold is never a certain hit. An entry
+// becomes trusted again when the engine stores it again (vLLM publishes a
+// store whenever a block is cached again), and everything is trusted after
+// a clear or reset. The rule is per entry, not per engine: one lost batch
+// does not blind the index to the engine's next stores, and nothing needs
+// a timer. (Dropping the engine's entries instead would lose the many
+// blocks it still holds; a per-engine flag would keep everything uncertain
+// until some arbitrary rebuild.)
+//
+// Duplicates and replays. A store of an entry held refreshes its epoch and
+// changes nothing else; a removal of an entry not held is a no-op; a batch
+// applied twice leaves the index as applying it once did. (The subscriber
+// delivers each batch once anyway.)
+//
+// Remap. A store of a hash the engine had mapped to another key (a
+// collision, or a restart the index did not see with a fixed seed) removes
+// the engine's entries under the old key first (Counts.Remapped).
+//
+// Capacity. The memory backend holds at most MemoryConfig.Capacity entries
+// (Config.Capacity for the default one). Past it the oldest entries by
+// first store are evicted (Counts.Evicted): O(1), deterministic, easy to
+// reproduce in a shared store, and vLLM's own eviction is of blocks unused
+// longest, which the oldest stores approximate without a write on every
+// Score.
+//
+// # Storage
+//
+// Every stateful piece lives behind [Backend]: the in-memory one
+// ([NewMemory]: ≤ 64 bytes per entry, a read-write lock, one write lock
+// per batch) and shared ones (a Redis backend, in a subpackage so that
+// importing kvindex never builds a Redis client). A batch costs one
+// Backend.Resolve (parents and tier-only hashes) and one Backend.Apply; a
+// Score one Backend.Holders. Package kvindextest is the conformance suite
+// every backend passes.
+//
+// # Speed and size
+//
+// BENCHMARKS.md has the figures and how they were measured: ingest rate
+// with concurrent queries, Score latency of an 8k-token prompt with 1,000
+// engines and 10M blocks, bytes per entry.
+package kvindex

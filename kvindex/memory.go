@@ -1,0 +1,542 @@
+package kvindex
+
+import (
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+)
+
+// DefaultCapacity is the entry capacity of a memory backend made with
+// Capacity 0: about 256 MiB of index at ≤ 64 bytes per entry.
+const DefaultCapacity = 1 << 22
+
+// MaxEngines is how many engines one memory backend tracks.
+const MaxEngines = 1 << 16
+
+// MemoryConfig configures [NewMemory].
+type MemoryConfig struct {
+	// Capacity is the most (block, engine, medium, group) entries held
+	// (0: DefaultCapacity). Past it the oldest entries (by first store)
+	// are evicted, and counted.
+	Capacity int
+}
+
+// memEntry is one (block, engine, medium, group) entry: 40 bytes.
+type memEntry struct {
+	key          Key
+	hash         uint64 // the engine's hash of the block
+	bnext, bprev uint32 // the block's chain of entries (0: none)
+	fnext, fprev uint32 // store order, oldest first (eviction)
+	epoch        uint32 // the engine's loss epoch when last stored
+	engine       uint16
+	medium       uint8
+	group        uint8
+}
+
+const chunkBits = 16
+const chunkLen = 1 << chunkBits
+
+type memEngine struct {
+	name  string
+	epoch uint32
+	n     int64 // entries
+}
+
+// memory is the in-memory Backend.
+type memory struct {
+	mu       sync.RWMutex
+	capacity int64
+
+	chunks [][]memEntry // entry id i is chunks[i>>chunkBits][i&(chunkLen-1)]; id 0 is nil
+	next   uint32       // next never-used id
+	free   uint32       // free list through bnext
+	head   uint32       // oldest entry
+	tail   uint32       // newest entry
+
+	blocks blockTable // key → first entry of the block's chain
+	maps   mapTable   // (engine, hash) → first entry of that group
+
+	engines   []memEngine
+	engineIDs map[string]uint16
+	mediums   []string
+	mediumIDs map[string]uint8
+	// Copies of the names, replaced (never changed) when a name is added,
+	// so EngineName and MediumName need no lock.
+	engineNames, mediumNames atomic.Pointer[[]string]
+
+	entries, nblocks, mappings int64
+	evicted                    uint64
+	closed                     bool
+}
+
+// NewMemory returns the in-memory Backend.
+func NewMemory(cfg MemoryConfig) (Backend, error) {
+	if cfg.Capacity < 0 {
+		return nil, fmt.Errorf("kvindex: MemoryConfig.Capacity %d is negative", cfg.Capacity)
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = DefaultCapacity
+	}
+	if cfg.Capacity > MaxCapacity {
+		return nil, fmt.Errorf("kvindex: MemoryConfig.Capacity %d is over MaxCapacity (%d)", cfg.Capacity, MaxCapacity)
+	}
+	m := &memory{capacity: int64(cfg.Capacity), engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
+	m.blocks.init(m)
+	m.maps.init(m)
+	return m, nil
+}
+
+func (m *memory) e(id uint32) *memEntry {
+	return &m.chunks[id>>chunkBits][id&(chunkLen-1)]
+}
+
+func (m *memory) alloc() uint32 {
+	if id := m.free; id != 0 {
+		m.free = m.e(id).bnext
+		*m.e(id) = memEntry{}
+		return id
+	}
+	id := m.next
+	if int(id>>chunkBits) == len(m.chunks) {
+		m.chunks = append(m.chunks, make([]memEntry, chunkLen))
+	}
+	m.next++
+	return id
+}
+
+func (m *memory) release(id uint32) {
+	e := m.e(id)
+	*e = memEntry{bnext: m.free}
+	m.free = id
+}
+
+func (m *memory) engineID(name string, create bool) (uint16, bool, error) {
+	if id, ok := m.engineIDs[name]; ok {
+		return id, true, nil
+	}
+	if !create {
+		return 0, false, nil
+	}
+	if len(m.engines) >= MaxEngines {
+		return 0, false, fmt.Errorf("kvindex: more than %d engines", MaxEngines)
+	}
+	id := uint16(len(m.engines))
+	m.engines = append(m.engines, memEngine{name: name})
+	m.engineIDs[name] = id
+	publish(&m.engineNames, name)
+	return id, true, nil
+}
+
+func (m *memory) mediumID(name string) (uint8, bool) {
+	if id, ok := m.mediumIDs[name]; ok {
+		return id, true
+	}
+	if len(m.mediums) >= MaxMediums || len(name) > MaxMediumLen || name == "" {
+		return 0, false
+	}
+	id := uint8(len(m.mediums))
+	m.mediums = append(m.mediums, name)
+	m.mediumIDs[name] = id
+	publish(&m.mediumNames, name)
+	return id, true
+}
+
+func (m *memory) Resolve(engine string, hashes []uint64, keys []Key, found []bool) error {
+	if len(keys) != len(hashes) || len(found) != len(hashes) {
+		return fmt.Errorf("kvindex: Resolve: %d hashes, %d keys, %d found", len(hashes), len(keys), len(found))
+	}
+	m.rlock()
+	defer m.mu.RUnlock()
+	return m.resolveLocked(engine, hashes, keys, found)
+}
+
+// resolveLocked is Resolve with m.mu held.
+func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found []bool) error {
+	if m.closed {
+		return ErrClosed
+	}
+	eid, ok, _ := m.engineID(engine, false)
+	for i, h := range hashes {
+		keys[i], found[i] = 0, false
+		if !ok {
+			continue
+		}
+		if id := m.maps.find(eid, h); id != 0 {
+			keys[i], found[i] = m.e(id).key, true
+		}
+	}
+	return nil
+}
+
+// spinTries bounds how often lock and rlock yield and retry before they
+// sleep on the lock.
+const spinTries = 16
+
+// lock takes the write lock, yielding and retrying a few times first: a
+// Score holds the read lock for microseconds to tens of microseconds, and
+// sleeping on it (a futex wait and wake per batch, on both sides) cost
+// more than half the ingest rate while queries ran (BENCHMARKS.md).
+func (m *memory) lock() {
+	for i := 0; i < spinTries; i++ {
+		if m.mu.TryLock() {
+			return
+		}
+		runtime.Gosched()
+	}
+	m.mu.Lock()
+}
+
+// rlock takes the read lock the same way.
+func (m *memory) rlock() {
+	for i := 0; i < spinTries; i++ {
+		if m.mu.TryRLock() {
+			return
+		}
+		runtime.Gosched()
+	}
+	m.mu.RLock()
+}
+
+func (m *memory) Apply(engine string, ops []Op) (Counts, error) {
+	m.lock()
+	defer m.mu.Unlock()
+	return m.applyLocked(engine, ops)
+}
+
+// applyLocked is Apply with m.mu held for writing.
+func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
+	var c Counts
+	if m.closed {
+		return c, ErrClosed
+	}
+	eid, _, err := m.engineID(engine, true)
+	if err != nil {
+		return c, err
+	}
+	for i := range ops {
+		op := &ops[i]
+		switch op.Kind {
+		case OpStore:
+			if op.Group < 0 || op.Group > MaxGroup {
+				c.Rejected++
+				continue
+			}
+			med, ok := m.mediumID(op.Medium)
+			if !ok {
+				c.Rejected++
+				continue
+			}
+			m.store(eid, op.Hash, op.Key, med, uint8(op.Group), &c)
+		case OpRemove:
+			med, ok := m.mediumIDs[op.Medium]
+			if !ok || op.Group < 0 || op.Group > MaxGroup {
+				c.UnknownRemovals++
+				continue
+			}
+			m.remove(eid, op.Hash, med, uint8(op.Group), &c)
+		case OpClear:
+			c.Cleared += uint64(m.clear(eid))
+			m.engines[eid].epoch++
+		case OpLost:
+			m.engines[eid].epoch++
+		default:
+			return c, fmt.Errorf("kvindex: unknown op kind %d", op.Kind)
+		}
+	}
+	return c, nil
+}
+
+// store applies OpStore.
+func (m *memory) store(eid uint16, h uint64, k Key, med, group uint8, c *Counts) {
+	first := m.maps.find(eid, h)
+	if first != 0 && m.e(first).key != k {
+		c.Remapped++
+		c.Removed += uint64(m.dropGroup(first))
+		first = 0
+	}
+	epoch := m.engines[eid].epoch
+	if first != 0 {
+		for id := first; id != 0; {
+			e := m.e(id)
+			if e.engine != eid || e.hash != h {
+				break
+			}
+			if e.medium == med && e.group == group {
+				e.epoch = epoch
+				c.Refreshed++
+				return
+			}
+			id = e.bnext
+		}
+	}
+	id := m.alloc()
+	e := m.e(id)
+	*e = memEntry{key: k, hash: h, epoch: epoch, engine: eid, medium: med, group: group}
+	if first != 0 {
+		// Join the group right after its first entry: a group stays
+		// contiguous in its block's chain.
+		f := m.e(first)
+		e.bprev, e.bnext = first, f.bnext
+		if f.bnext != 0 {
+			m.e(f.bnext).bprev = id
+		}
+		f.bnext = id
+	} else {
+		head, ok := m.blocks.find(k)
+		if ok {
+			e.bnext = head
+			m.e(head).bprev = id
+			m.blocks.set(k, id)
+		} else {
+			m.blocks.insert(k, id)
+			m.nblocks++
+		}
+		m.maps.insert(eid, h, id)
+		m.mappings++
+	}
+	// Newest at the tail of the store order.
+	e.fprev = m.tail
+	if m.tail != 0 {
+		m.e(m.tail).fnext = id
+	} else {
+		m.head = id
+	}
+	m.tail = id
+	m.entries++
+	m.engines[eid].n++
+	c.Added++
+	for m.entries > m.capacity && m.head != 0 {
+		m.unlink(m.head)
+		c.Evicted++
+		m.evicted++
+	}
+}
+
+// remove applies OpRemove.
+func (m *memory) remove(eid uint16, h uint64, med, group uint8, c *Counts) {
+	for id := m.maps.find(eid, h); id != 0; {
+		e := m.e(id)
+		if e.engine != eid || e.hash != h {
+			break
+		}
+		if e.medium == med && e.group == group {
+			m.unlink(id)
+			c.Removed++
+			return
+		}
+		id = e.bnext
+	}
+	c.UnknownRemovals++
+}
+
+// dropGroup removes every entry of the group starting at first; it returns
+// how many.
+func (m *memory) dropGroup(first uint32) int {
+	e := m.e(first)
+	eid, h := e.engine, e.hash
+	n := 0
+	for id := first; id != 0; {
+		e := m.e(id)
+		if e.engine != eid || e.hash != h {
+			break
+		}
+		nx := e.bnext
+		m.unlink(id)
+		n++
+		// unlink moved the mapping to nx if nx is of the group.
+		id = nx
+	}
+	return n
+}
+
+// clear removes every entry of the engine; it returns how many.
+func (m *memory) clear(eid uint16) int {
+	n := 0
+	var firsts []uint32
+	m.maps.each(eid, func(id uint32) { firsts = append(firsts, id) })
+	for _, id := range firsts {
+		n += m.dropGroup(id)
+	}
+	return n
+}
+
+// unlink removes entry id from its block chain, its group mapping and the
+// store order, and frees it.
+func (m *memory) unlink(id uint32) {
+	e := m.e(id)
+	// Group mapping: if id is its group's first entry, the next entry of
+	// the group (if any) becomes first.
+	if e.bprev == 0 || m.e(e.bprev).engine != e.engine || m.e(e.bprev).hash != e.hash {
+		if e.bnext != 0 && m.e(e.bnext).engine == e.engine && m.e(e.bnext).hash == e.hash {
+			m.maps.repoint(e.engine, e.hash, e.bnext)
+		} else {
+			m.maps.remove(e.engine, e.hash)
+			m.mappings--
+		}
+	}
+	// Block chain.
+	if e.bprev != 0 {
+		m.e(e.bprev).bnext = e.bnext
+	} else if e.bnext != 0 {
+		m.blocks.set(e.key, e.bnext)
+	} else {
+		m.blocks.remove(e.key)
+		m.nblocks--
+	}
+	if e.bnext != 0 {
+		m.e(e.bnext).bprev = e.bprev
+	}
+	// Store order.
+	if e.fprev != 0 {
+		m.e(e.fprev).fnext = e.fnext
+	} else {
+		m.head = e.fnext
+	}
+	if e.fnext != 0 {
+		m.e(e.fnext).fprev = e.fprev
+	} else {
+		m.tail = e.fprev
+	}
+	m.entries--
+	m.engines[e.engine].n--
+	m.release(id)
+}
+
+func (m *memory) Holders(keys []Key, visit func(i int, holders []Holder) bool) error {
+	var buf [32]Holder
+	m.rlock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	for i, k := range keys {
+		hs := buf[:0]
+		head, ok := m.blocks.find(k)
+		if ok {
+			for id := head; id != 0; {
+				e := m.e(id)
+				hs = append(hs, Holder{Engine: uint32(e.engine), Medium: uint16(e.medium),
+					Trusted: e.epoch == m.engines[e.engine].epoch})
+				id = e.bnext
+			}
+		}
+		if !visit(i, hs) {
+			return nil
+		}
+	}
+	return nil
+}
+
+// publish appends name to the names p holds: in place when the backing
+// array has room (readers of the old slice never look past its length),
+// else in a copy of twice the size.
+func publish(p *atomic.Pointer[[]string], name string) {
+	var cur []string
+	if old := p.Load(); old != nil {
+		cur = *old
+	}
+	if len(cur) == cap(cur) {
+		cur = append(make([]string, 0, 2*cap(cur)+8), cur...)
+	}
+	cur = append(cur, name)
+	p.Store(&cur)
+}
+
+func (m *memory) EngineName(id uint32) string {
+	if p := m.engineNames.Load(); p != nil && int(id) < len(*p) {
+		return (*p)[id]
+	}
+	return ""
+}
+
+func (m *memory) MediumName(id uint16) string {
+	if p := m.mediumNames.Load(); p != nil && int(id) < len(*p) {
+		return (*p)[id]
+	}
+	return ""
+}
+
+func (m *memory) Stats() BackendStats {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return BackendStats{Entries: m.entries, Blocks: m.nblocks, Mappings: m.mappings, Engines: int64(len(m.engines)),
+		Capacity: m.capacity, Evicted: m.evicted, Bytes: m.bytes()}
+}
+
+func (m *memory) bytes() int64 {
+	return int64(len(m.chunks))*chunkLen*40 + m.blocks.bytes() + m.maps.bytes()
+}
+
+func (m *memory) Close() error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.closed = true
+	m.chunks, m.engines = nil, nil
+	m.blocks.init(m)
+	m.maps.init(m)
+	return nil
+}
+
+// walkLanes is how many blocks' chains walk follows at once.
+const walkLanes = 4
+
+// walkHolder is one entry as walk buffers it.
+type walkHolder struct {
+	engine  uint16
+	medium  uint8
+	trusted bool
+}
+
+// walk is Holders fused with Score's prefix walk (the in-memory fast path:
+// no callback per key). It extends sc's runs with every entry of keys[0],
+// keys[1], ... until a key extends no engine's run. The chains of
+// walkLanes consecutive blocks are followed together, so that their
+// pointer chases overlap instead of waiting on one another (a block held
+// by a thousand engines is a chain of a thousand entries stored at
+// different times, each a cache miss); then the blocks are applied in
+// order.
+func (m *memory) walk(keys []Key, sc *scoreScratch) error {
+	m.rlock()
+	defer m.mu.RUnlock()
+	if m.closed {
+		return ErrClosed
+	}
+	chunks, engines := m.chunks, m.engines
+	if len(sc.byEngine) < len(engines) {
+		sc.byEngine = append(sc.byEngine, make([]int32, len(engines)-len(sc.byEngine))...)
+	}
+	for base := 0; base < len(keys); base += walkLanes {
+		n := min(walkLanes, len(keys)-base)
+		var cur [walkLanes]uint32
+		for l := 0; l < n; l++ {
+			cur[l], _ = m.blocks.find(keys[base+l])
+			sc.lanes[l] = sc.lanes[l][:0]
+		}
+		for live := n; live > 0; {
+			live = 0
+			for l := 0; l < n; l++ {
+				if id := cur[l]; id != 0 {
+					e := &chunks[id>>chunkBits][id&(chunkLen-1)]
+					sc.lanes[l] = append(sc.lanes[l], walkHolder{engine: e.engine, medium: e.medium,
+						trusted: e.epoch == engines[e.engine].epoch})
+					cur[l] = e.bnext
+					live++
+				}
+			}
+		}
+		for l := 0; l < n; l++ {
+			i := int32(base + l)
+			ext := false
+			for _, h := range sc.lanes[l] {
+				if sc.step(i, uint32(h.engine), uint16(h.medium), h.trusted) {
+					ext = true
+				}
+			}
+			if !ext {
+				return nil
+			}
+		}
+	}
+	return nil
+}

@@ -1,0 +1,17 @@
+package redisstore
+
+import (
+	"testing"
+
+	"github.com/zmqguard/zmqguard/kvindex"
+	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
+)
+
+// TestRedisConformance runs kvindex's backend conformance suite (the
+// hand-written rules and the model-based property test) against a Store on
+// a real redis-server: the same suite the in-memory backend passes.
+func TestRedisConformance(t *testing.T) {
+	kvindextest.Run(t, func(t *testing.T, capacity int) kvindex.Backend {
+		return newStore(t, Config{Capacity: capacity})
+	})
+}

@@ -1,0 +1,107 @@
+package redisstore
+
+import (
+	"fmt"
+	"slices"
+	"testing"
+
+	"pgregory.net/rapid"
+
+	"github.com/zmqguard/zmqguard/kvindex"
+)
+
+// holderSet renders who holds each key, by names, sorted: the backends'
+// numbers differ, their answers must not.
+func holderSet(t *rapid.T, b kvindex.Backend, keys []kvindex.Key) []string {
+	var out []string
+	err := b.Holders(keys, func(i int, hs []kvindex.Holder) bool {
+		var row []string
+		for _, h := range hs {
+			row = append(row, fmt.Sprintf("%s/%s/%v", b.EngineName(h.Engine), b.MediumName(h.Medium), h.Trusted))
+		}
+		slices.Sort(row)
+		out = append(out, fmt.Sprintf("%d:%v", i, row))
+		return true
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+// TestDifferentialMemory drives the Redis store and the in-memory backend
+// with the same random batches (stores, duplicates, remaps, removals,
+// clears, losses, refused mediums, a small capacity that evicts) and
+// requires the same Counts, Resolve answers, holders and gauges after each.
+func TestDifferentialMemory(t *testing.T) {
+	rs := newStore(t, Config{Capacity: 1})
+	srvURL := rs.cfg.URL
+	rs.Close()
+	rapid.Check(t, func(t *rapid.T) {
+		capacity := rapid.IntRange(3, 40).Draw(t, "capacity")
+		mem, err := kvindex.NewMemory(kvindex.MemoryConfig{Capacity: capacity})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer mem.Close()
+		red, err := New(Config{URL: srvURL, Prefix: "{" + NewWriterID() + "}", Capacity: capacity})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer red.Close()
+		engines := []string{"e0", "e1", "e2"}
+		mediums := []string{"GPU", "CPU", "disk", ""}
+		keyOf := func(h uint64) kvindex.Key { return kvindex.Key(h*0x9e3779b97f4a7c15 + 1) }
+		allKeys := make([]kvindex.Key, 0, 12)
+		for h := uint64(0); h < 12; h++ {
+			allKeys = append(allKeys, keyOf(h), keyOf(h)+1)
+		}
+		steps := rapid.IntRange(1, 25).Draw(t, "steps")
+		for s := 0; s < steps; s++ {
+			eng := rapid.SampledFrom(engines).Draw(t, "engine")
+			n := rapid.IntRange(0, 8).Draw(t, "ops")
+			ops := make([]kvindex.Op, n)
+			for i := range ops {
+				h := rapid.Uint64Range(0, 11).Draw(t, "hash")
+				k := keyOf(h)
+				if rapid.IntRange(0, 9).Draw(t, "remap") == 0 {
+					k++
+				}
+				ops[i] = kvindex.Op{Kind: kvindex.OpKind(rapid.SampledFrom([]int{1, 1, 1, 1, 2, 2, 3, 4}).Draw(t, "kind")),
+					Hash: h ^ 0xfedcba9876543210, Key: k,
+					Medium: rapid.SampledFrom(mediums).Draw(t, "medium"), Group: rapid.IntRange(0, 1).Draw(t, "group")}
+			}
+			cm, errM := mem.Apply(eng, ops)
+			cr, errR := red.Apply(eng, ops)
+			if (errM == nil) != (errR == nil) || cm != cr {
+				t.Fatalf("step %d %s %v:\nmemory %+v %v\nredis  %+v %v", s, eng, ops, cm, errM, cr, errR)
+			}
+			for _, e := range engines {
+				hashes := make([]uint64, 12)
+				for i := range hashes {
+					hashes[i] = uint64(i) ^ 0xfedcba9876543210
+				}
+				km, fm := make([]kvindex.Key, 12), make([]bool, 12)
+				kr, fr := make([]kvindex.Key, 12), make([]bool, 12)
+				if err := mem.Resolve(e, hashes, km, fm); err != nil {
+					t.Fatal(err)
+				}
+				if err := red.Resolve(e, hashes, kr, fr); err != nil {
+					t.Fatal(err)
+				}
+				if !slices.Equal(km, kr) || !slices.Equal(fm, fr) {
+					t.Fatalf("step %d Resolve %s:\nmemory %v %v\nredis  %v %v", s, e, km, fm, kr, fr)
+				}
+			}
+			hm, hr := holderSet(t, mem, allKeys), holderSet(t, red, allKeys)
+			if !slices.Equal(hm, hr) {
+				t.Fatalf("step %d holders:\nmemory %v\nredis  %v", s, hm, hr)
+			}
+			sm, sr := mem.Stats(), red.Stats()
+			sm.Bytes, sr.Bytes = 0, 0
+			if sm != sr {
+				t.Fatalf("step %d stats:\nmemory %+v\nredis  %+v", s, sm, sr)
+			}
+		}
+	})
+}

@@ -1,0 +1,276 @@
+package redisstore
+
+// The Lua scripts. Every name a script builds starts with the prefix
+// (ARGV[1]); engine hashes and local keys travel as decimal strings and are
+// never used as Lua numbers (doubles cannot hold a uint64). Layout: see the
+// package doc.
+
+// applyScript applies one engine's batch of ops atomically.
+// ARGV: prefix, engine name, capacity, writer id ("" = no lease), lease ms,
+// then 5 per op: kind, hash, key, medium, group.
+// A store on an unusable medium or group is skipped and counted as rejected.
+// Returns {eid, added, refreshed, removed, unknown, cleared, remapped,
+// evicted, rejected, status, detail}: status 0 ok, 1 an unknown op kind at
+// op index detail,
+// 2 not the engine's writer (nothing applied), 3 ok after taking the lease
+// over (the engine's entries were made uncertain first).
+const applyScript = `
+local P = ARGV[1]
+local name = ARGV[2]
+local cap = tonumber(ARGV[3])
+local writer = ARGV[4]
+local ttl = tonumber(ARGV[5])
+local EP, ST, FIFO = P .. 'ep', P .. 'st', P .. 'fifo'
+local c = {0, 0, 0, 0, 0, 0, 0, 0} -- added refreshed removed unknown cleared remapped evicted rejected
+local status = 0
+
+local eid = redis.call('HGET', P .. 'eid', name)
+if not eid then
+  eid = tostring(redis.call('HINCRBY', ST, 'engines', 1))
+  redis.call('HSET', P .. 'eid', name, eid)
+  redis.call('HSET', P .. 'ename', eid, name)
+  redis.call('HSET', EP, eid, 0)
+  redis.call('INCR', P .. 'epv')
+end
+
+if writer ~= '' then
+  local own = P .. 'own:' .. eid
+  local cur = redis.call('GET', own)
+  if cur and cur ~= writer then
+    return {eid, 0, 0, 0, 0, 0, 0, 0, 0, 2, 0}
+  end
+  if not cur then
+    redis.call('SET', own, writer, 'PX', ttl)
+    if redis.call('EXISTS', P .. 'm:' .. eid) == 1 then
+      -- Another writer left this engine's entries: what it missed since is
+      -- unknown, so they are uncertain until stored again.
+      redis.call('HINCRBY', EP, eid, 1)
+      redis.call('INCR', P .. 'epv')
+      redis.call('HINCRBY', ST, 'takeovers', 1)
+      status = 3
+    end
+  else
+    redis.call('PEXPIRE', own, ttl)
+  end
+end
+
+local M = P .. 'm:' .. eid
+local epoch = redis.call('HGET', EP, eid)
+-- Gauges kept in st change by these deltas, written once at the end; the
+-- entry count is tracked here instead of asking ZCARD after every store.
+local dblocks, dmaps, devicted = 0, 0, 0
+local nent = redis.call('ZCARD', FIFO)
+local seq0 = tonumber(redis.call('GET', P .. 'seq') or '0')
+local seq = seq0
+
+local function split(v)
+  local key, rest = string.match(v, '^(%d+)|?(.*)$')
+  local mgs = {}
+  for mg in string.gmatch(rest, '[^|]+') do mgs[#mgs + 1] = mg end
+  return key, mgs
+end
+
+local function join(key, mgs)
+  if #mgs == 0 then return key end
+  return key .. '|' .. table.concat(mgs, '|')
+end
+
+-- delEntry removes one entry's block field and store-order member.
+local function delEntry(key, e, h, mg)
+  local B = P .. 'b:' .. key
+  local field = e .. ':' .. h .. ':' .. mg
+  redis.call('HDEL', B, field)
+  if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
+  nent = nent - redis.call('ZREM', FIFO, key .. ':' .. field)
+end
+
+-- dropGroup removes every entry of engine e's hash h (mapped to key).
+local function dropGroup(e, h, key, mgs)
+  for _, mg in ipairs(mgs) do delEntry(key, e, h, mg) end
+  redis.call('HDEL', P .. 'm:' .. e, h)
+  dmaps = dmaps - 1
+  return #mgs
+end
+
+-- unmapOne takes mg out of engine e's mapping of h (the entry is gone).
+local function unmapOne(e, h, mg)
+  local MM = P .. 'm:' .. e
+  local v = redis.call('HGET', MM, h)
+  if not v then return end
+  local key, mgs = split(v)
+  for i, x in ipairs(mgs) do
+    if x == mg then table.remove(mgs, i) break end
+  end
+  if #mgs == 0 then
+    redis.call('HDEL', MM, h)
+    dmaps = dmaps - 1
+  else
+    redis.call('HSET', MM, h, join(key, mgs))
+  end
+end
+
+local function evict()
+  while nent > cap do
+    local m = redis.call('ZPOPMIN', FIFO)
+    if #m == 0 then return end
+    nent = nent - 1
+    local key, e, h, mg = string.match(m[1], '^(%d+):(%d+):(%d+):(%d+:%d+)$')
+    local B = P .. 'b:' .. key
+    redis.call('HDEL', B, e .. ':' .. h .. ':' .. mg)
+    if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
+    unmapOne(e, h, mg)
+    c[7] = c[7] + 1
+    devicted = devicted + 1
+  end
+end
+
+local mids = {}
+local function mediumID(med, create)
+  local id = mids[med]
+  if id then return id end
+  id = redis.call('HGET', P .. 'mid', med)
+  if id then mids[med] = id end
+  if id or not create then return id end
+  if med == '' or #med > 64 or redis.call('HLEN', P .. 'mid') >= 64 then return nil end
+  id = tostring(redis.call('HINCRBY', ST, 'mediums', 1))
+  redis.call('HSET', P .. 'mid', med, id)
+  redis.call('HSET', P .. 'mname', id, med)
+  mids[med] = id
+  return id
+end
+
+local function store(h, key, med, grp)
+  local mid = mediumID(med, true)
+  local g = tonumber(grp)
+  if not mid or not g or g < 0 or g > 255 then return false end
+  local mg = mid .. ':' .. grp
+  local v = redis.call('HGET', M, h)
+  local mkey, mgs
+  if v then
+    mkey, mgs = split(v)
+    if mkey ~= key then
+      c[6] = c[6] + 1
+      c[3] = c[3] + dropGroup(eid, h, mkey, mgs)
+      v = nil
+    end
+  end
+  local B = P .. 'b:' .. key
+  local field = eid .. ':' .. h .. ':' .. mg
+  if v then
+    for _, x in ipairs(mgs) do
+      if x == mg then
+        redis.call('HSET', B, field, epoch)
+        c[2] = c[2] + 1
+        return true
+      end
+    end
+    mgs[#mgs + 1] = mg
+    redis.call('HSET', M, h, join(key, mgs))
+  else
+    redis.call('HSET', M, h, key .. '|' .. mg)
+    dmaps = dmaps + 1
+  end
+  if redis.call('EXISTS', B) == 0 then dblocks = dblocks + 1 end
+  redis.call('HSET', B, field, epoch)
+  seq = seq + 1
+  redis.call('ZADD', FIFO, seq, key .. ':' .. field)
+  nent = nent + 1
+  c[1] = c[1] + 1
+  evict()
+  return true
+end
+
+local function remove(h, med, grp)
+  local mid = mediumID(med, false)
+  local v = redis.call('HGET', M, h)
+  if not mid or not v then c[4] = c[4] + 1 return end
+  local mg = mid .. ':' .. grp
+  local key, mgs = split(v)
+  for _, x in ipairs(mgs) do
+    if x == mg then
+      delEntry(key, eid, h, mg)
+      unmapOne(eid, h, mg)
+      c[3] = c[3] + 1
+      return
+    end
+  end
+  c[4] = c[4] + 1
+end
+
+local function clear()
+  local all = redis.call('HGETALL', M)
+  for i = 1, #all, 2 do
+    local key, mgs = split(all[i + 1])
+    c[5] = c[5] + dropGroup(eid, all[i], key, mgs)
+  end
+  epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
+  redis.call('INCR', P .. 'epv')
+end
+
+local function flush()
+  if dblocks ~= 0 then redis.call('HINCRBY', ST, 'blocks', dblocks) end
+  if dmaps ~= 0 then redis.call('HINCRBY', ST, 'mappings', dmaps) end
+  if devicted ~= 0 then redis.call('HINCRBY', ST, 'evicted', devicted) end
+  if seq ~= seq0 then redis.call('SET', P .. 'seq', seq) end
+end
+
+local n = (#ARGV - 5) / 5
+for i = 0, n - 1 do
+  local b = 6 + i * 5
+  local kind = ARGV[b]
+  if kind == '1' then
+    if not store(ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]) then
+      c[8] = c[8] + 1
+    end
+  elseif kind == '2' then
+    remove(ARGV[b + 1], ARGV[b + 3], ARGV[b + 4])
+  elseif kind == '3' then
+    clear()
+  elseif kind == '4' then
+    epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
+    redis.call('INCR', P .. 'epv')
+  else
+    flush()
+    return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], 1, i}
+  end
+end
+flush()
+return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], status, 0}
+`
+
+// holdersScript reads the holders of ARGV[3..] in order, stopping after
+// the first key nobody holds. ARGV[1] is the prefix, ARGV[2] the version of
+// the engines' epochs the caller holds (epv, bumped at every epoch change
+// and new engine). It parses nothing (Lua string work is the slow part of a
+// script): it returns the current version, the epochs as one string
+// "E,epoch,E,epoch…" only when the caller's version is not current (else
+// false), then one string per key, "E:hash:M:G,epoch,E:hash:M:G,epoch…"
+// ("" for a key nobody holds). The caller computes trust (an entry's epoch
+// equals its engine's).
+const holdersScript = `
+local P = ARGV[1]
+local v = redis.call('GET', P .. 'epv') or '0'
+local out = {v, false}
+if v ~= ARGV[2] then out[2] = table.concat(redis.call('HGETALL', P .. 'ep'), ',') end
+for i = 3, #ARGV do
+  local all = redis.call('HGETALL', P .. 'b:' .. ARGV[i])
+  out[#out + 1] = table.concat(all, ',')
+  if #all == 0 then break end
+end
+return out
+`
+
+// renewScript renews, for ARGV[1]-prefixed keys, the leases of the engine
+// ids ARGV[4..] that writer ARGV[2] still holds, to ARGV[3] ms.
+const renewScript = `
+local P, writer, ttl = ARGV[1], ARGV[2], ARGV[3]
+local n = 0
+for i = 4, #ARGV do
+  local own = P .. 'own:' .. ARGV[i]
+  if redis.call('GET', own) == writer then
+    redis.call('PEXPIRE', own, ttl)
+    n = n + 1
+  end
+end
+return n
+`

@@ -1,0 +1,75 @@
+package kvindex
+
+import "sync/atomic"
+
+// Stats are an index's counters and its backend's gauges.
+type Stats struct {
+	// Batches and Events count what Apply/ApplyEvents took.
+	Batches, Events uint64
+	// Stores, Removals and Clears count events by type (BlockStored,
+	// BlockRemoved, AllBlocksCleared).
+	Stores, Removals, Clears uint64
+	// Resets counts engine resets (publisher restarts, Clear); Losses
+	// counts lost ranges (Lost).
+	Resets, Losses uint64
+	// Placeholders counts tier-only stores (no tokens) applied.
+	Placeholders uint64
+	// UnknownParents counts stores not indexed because their parent hash
+	// was unknown (the engine joined late, the parent was removed or
+	// evicted); UnknownPlaceholders counts tier-only store hashes not
+	// indexed because the hash was unknown; Hybrid counts hybrid stores
+	// (more tokens than blocks) not indexed.
+	UnknownParents, UnknownPlaceholders, Hybrid uint64
+	// PartialGroups counts stores and removals of KV-cache groups that do
+	// not hold whole prefixes (sliding window, Mamba, ...; see
+	// PartialGroup), left out.
+	PartialGroups uint64
+	// Refused counts events refused: a block size out of range, tokens not
+	// a whole number of blocks, an unusable medium or group, an unknown
+	// event type.
+	Refused uint64
+	// Counts sums what the backend did (entries added, refreshed, removed,
+	// evicted, ...).
+	Counts
+	// Scores counts Score calls; Errors counts backend failures.
+	Scores, Errors uint64
+	// Backend holds the backend's gauges.
+	Backend BackendStats
+}
+
+type counters struct {
+	batches, events, stores, removals, clears, resets, losses atomic.Uint64
+	placeholders, unknownParents, unknownPlaceholders, hybrid atomic.Uint64
+	partialGroups                                             atomic.Uint64
+	refused, scores, errors                                   atomic.Uint64
+	added, refreshed, removed, unknownRemovals, cleared       atomic.Uint64
+	remapped, evicted, backendRefused                         atomic.Uint64
+}
+
+func (c *counters) add(o Counts) {
+	c.added.Add(o.Added)
+	c.refreshed.Add(o.Refreshed)
+	c.removed.Add(o.Removed)
+	c.unknownRemovals.Add(o.UnknownRemovals)
+	c.cleared.Add(o.Cleared)
+	c.remapped.Add(o.Remapped)
+	c.evicted.Add(o.Evicted)
+	c.backendRefused.Add(o.Rejected)
+}
+
+// Stats returns the index's counters now.
+func (x *Index) Stats() Stats {
+	c := &x.st
+	return Stats{
+		Batches: c.batches.Load(), Events: c.events.Load(),
+		Stores: c.stores.Load(), Removals: c.removals.Load(), Clears: c.clears.Load(),
+		Resets: c.resets.Load(), Losses: c.losses.Load(), Placeholders: c.placeholders.Load(),
+		UnknownParents: c.unknownParents.Load(), UnknownPlaceholders: c.unknownPlaceholders.Load(),
+		Hybrid: c.hybrid.Load(), PartialGroups: c.partialGroups.Load(), Refused: c.refused.Load(),
+		Counts: Counts{Added: c.added.Load(), Refreshed: c.refreshed.Load(), Removed: c.removed.Load(),
+			UnknownRemovals: c.unknownRemovals.Load(), Cleared: c.cleared.Load(), Remapped: c.remapped.Load(),
+			Evicted: c.evicted.Load(), Rejected: c.backendRefused.Load()},
+		Scores: c.scores.Load(), Errors: c.errors.Load(),
+		Backend: x.be.Stats(),
+	}
+}
