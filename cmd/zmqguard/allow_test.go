@@ -59,7 +59,7 @@ func greetingFrom(t *testing.T, src, addr string) bool {
 // TestAllowFlag: a listening command given --allow closes connections from
 // other source addresses at accept and serves the listed ones. Every
 // listening command takes the flag (handshake-listener, sink, coordinator,
-// kv-publish, kv-events --bind, outputs).
+// kv-publish, kv-events and kv-index with --bind, outputs).
 func TestAllowFlag(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 50*time.Second)
 	defer cancel()
@@ -76,7 +76,7 @@ func TestAllowFlag(t *testing.T) {
 	if code := p.terminate(20 * time.Second); code != 0 {
 		t.Fatalf("exit %d\n%s", code, p.stderr)
 	}
-	for _, cmd := range []string{"handshake-listener", "sink", "coordinator", "kv-publish", "kv-events", "outputs"} {
+	for _, cmd := range []string{"handshake-listener", "sink", "coordinator", "kv-publish", "kv-events", "kv-index", "outputs"} {
 		code, stdout, stderr := runBin(t, 20*time.Second, cmd, "--help")
 		if !strings.Contains(stdout+stderr, "-allow CIDR") {
 			t.Errorf("%s --help (exit %d) lists no --allow", cmd, code)

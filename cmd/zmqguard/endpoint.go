@@ -28,6 +28,12 @@ type httpEndpoint struct {
 // most httpMaxConns connections are served at once.
 func serveEndpoint(ln net.Listener, srv *http.Server, what, attr, allowFlag string, shutdown time.Duration,
 	logger *slog.Logger, extra ...any) *httpEndpoint {
+	return serveEndpointCapped(ln, srv, httpMaxConns, what, attr, allowFlag, shutdown, logger, extra...)
+}
+
+// serveEndpointCapped is serveEndpoint with a connection cap of maxConns.
+func serveEndpointCapped(ln net.Listener, srv *http.Server, maxConns int, what, attr, allowFlag string, shutdown time.Duration,
+	logger *slog.Logger, extra ...any) *httpEndpoint {
 	if srv.ReadHeaderTimeout == 0 {
 		srv.ReadHeaderTimeout = httpReadHeaderTimeout
 	}
@@ -45,7 +51,7 @@ func serveEndpoint(ln net.Listener, srv *http.Server, what, attr, allowFlag stri
 	}
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	h := &httpEndpoint{srv: srv, addr: ln.Addr().String(), attr: attr, timeout: shutdown, done: make(chan struct{})}
-	ln = newLimitListener(ln, httpMaxConns, what, logger)
+	ln = newLimitListener(ln, maxConns, what, logger)
 	go func() {
 		defer close(h.done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

@@ -17,8 +17,11 @@ import (
 // httpMaxConns connections at once (a connection beyond it is closed at
 // accept), and a profile of at most maxProfileSeconds.
 const (
-	httpMaxHeaderBytes    = 32 << 10
-	httpMaxConns          = 64
+	httpMaxHeaderBytes = 32 << 10
+	httpMaxConns       = 64
+	// kvIndexMaxConns is kv-index's --http cap: a query service for
+	// routers, which may hold many keep-alive connections.
+	kvIndexMaxConns       = 1024
 	httpReadHeaderTimeout = 5 * time.Second
 	httpReadTimeout       = 10 * time.Second
 	httpWriteTimeout      = 30 * time.Second
