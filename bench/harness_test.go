@@ -21,7 +21,10 @@ func TestHarnessQuick(t *testing.T) {
 	if _, err := exec.LookPath("bash"); err != nil {
 		t.Fatalf("bash is needed for bench/run.sh: %v", err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	// The bound covers a cold build of the harness's programs on a 2-CPU
+	// machine that also runs every other package's tests (measured: over 4
+	// minutes at load 27 with an empty build cache).
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Minute)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, "bash", "run.sh", "quick", "frame4k")
 	cmd.Env = append(os.Environ(),

@@ -17,8 +17,9 @@
 #              frames): zmqguard's outputs receiver (full decode) vs pyzmq and
 #              pebbe/zmq4 reading whole messages without decoding
 #   kvevents   live KV-event batches (20 events, 6.7 KB) from a PUB: zmqguard's
-#              kvevents.Subscriber (guard, sequence tracking, full decode) vs a pyzmq
-#              SUB recv_multipart() loop
+#              kvevents.Subscriber (guard, sequence tracking, full decode) with one
+#              source and with KV_FLEET (1,000) sources, vs a pyzmq SUB
+#              recv_multipart() loop, with and without msgpack.unpackb
 #   curve      the stats vector over CURVE: zmqguard sink (decode) vs pyzmq recv()
 #   frame4k    4 KiB frames: zmqguard (no decode), raw TCP, pyzmq
 #   push100    PUSH 100-byte messages to a pyzmq PULL: zmqguard vs zmq4
@@ -42,7 +43,8 @@
 # quick: 1 round and small counts (for tests and CI; the numbers mean little).
 # Environment: ROUNDS (default 5, quick 1), PYTHON (default /usr/bin/python3),
 # BENCH_BIN (build directory, default a temporary one), BENCH_KEEP=1 keeps the
-# work directory (raw outputs) and prints its path.
+# work directory (raw outputs) and prints its path, KV_FLEET the sources of the
+# kvevents fleet row (default 1000).
 #
 # Ports: no port is ever picked here. Every receiver binds port 0 (pyzmq:
 # port *), the kernel chooses a free one, the receiver writes
@@ -68,6 +70,7 @@ RESULTS=$WORK/results.tsv
 # Receivers bind these; the kernel chooses the port (see bound_ep).
 EP0=tcp://127.0.0.1:0
 PYEP0='tcp://127.0.0.1:*'
+KV_FLEET=${KV_FLEET:-1000}
 PIDS=()
 LOAD_START=$(cut -d' ' -f1-3 /proc/loadavg)
 
@@ -183,11 +186,15 @@ mkdir -p "$BIN"
 # pebbe/zmq4 (libzmq through cgo) is its own module, so that the main one
 # stays pure Go; it needs libzmq's headers (Debian: libzmq3-dev).
 PEBBEOK=0
-if [ ! -f /usr/include/zmq.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+if ! want stats100 && ! want outputs; then
+	: # no comparison selected has a pebbe variant: no cgo build
+elif [ ! -f /usr/include/zmq.h ] && [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
 	log "libzmq3-dev missing: installing it for the pebbe/zmq4 comparison"
 	DEBIAN_FRONTEND=noninteractive apt-get install -y -qq libzmq3-dev >/dev/null 2>&1 || true
 fi
-if command -v gcc >/dev/null && [ -f /usr/include/zmq.h ] &&
+if ! want stats100 && ! want outputs; then
+	:
+elif command -v gcc >/dev/null && [ -f /usr/include/zmq.h ] &&
 	(cd "$ROOT/bench/pebbe" && CGO_ENABLED=1 go build -o "$BIN/pebberecv" .) 2>"$WORK/pebbe.err"; then
 	PEBBEOK=1
 else
@@ -317,30 +324,59 @@ if want outputs; then
 fi
 
 # ---------------------------------------------------------------- kvevents
+# pair_fleet OUT N: bench/kvrx following KV_FLEET sources (each bound on a
+# port the kernel picks, listed in a file) and one bench/sender connected to
+# all of them as their publishers, N batches in all.
+pair_fleet() {
+	local out=$1 n=$2
+	rm -f "$out.eps"
+	"$BIN/kvrx" --sources "$KV_FLEET" --endpoints "$out.eps" --count "$n" >"$out.rx" 2>"$out.rx.err" &
+	local rp=$!
+	PIDS+=("$rp")
+	timeout 300 "$BIN/sender" --kvevents --connect-file "$out.eps" --count "$n" --wait 60s >"$out.tx" 2>"$out.tx.err" || true
+	finish "$rp" 60
+	if [ ! -s "$out.rx" ]; then log "  kvrx fleet failed: $(tail -n 3 "$out.rx.err" "$out.tx.err" 2>/dev/null | tr '\n' ' ')"; fi
+}
+# per_event VALUE: VALUE (per batch) divided among the batch's events; times
+# for rates (events/s).
+per_event() { awk -v v="$1" -v n="$KV_EVENTS" 'BEGIN {if (v == "NaN" || v == "") print "NaN"; else printf "%.1f", v / n}'; }
+times_events() { awk -v v="$1" -v n="$KV_EVENTS" 'BEGIN {if (v == "NaN" || v == "") print "NaN"; else printf "%.0f", v * n}'; }
 if want kvevents; then
-	rec '#cmp' kvevents 'msgs/s' "KV-event subscriber, live batches [topic, seq, payload] from one PUB (20 map-form events: 16 BlockStored of 4 blocks and 64 tokens, 4 BlockRemoved; 6.7 KB), $N_KV batches"
+	KV_EVENTS=20
+	rec '#cmp' kvevents 'msgs/s' "KV-event subscriber, live batches [topic, seq, payload] (20 map-form events: 16 BlockStored of 4 blocks and 64 tokens, 4 BlockRemoved; 6.7 KB), $N_KV batches"
 	rec '#ratio' kvevents zmqguard pyzmq
 	rec '#ratio' kvevents zmqguard pyzmq-decode
-	rec '#note' kvevents "zmqguard = bench/kvrx: kvevents.Subscriber, one source with its SUB bound (guarded SUB + SafeLoop + envelope + sequence tracking + guarded decode of every event), handler counting; pyzmq = bench/py/sub.py, SUB bound, recv_multipart() only (no decode, no sequence check); pyzmq-decode = the same plus msgpack.unpackb of each payload (no validation); publisher = bench/sender --kvevents (guarded ZMTP as PUB, pre-encoded messages renumbered per write)."
-	rec '#cmp' kvevents-cpu 'CPU ns/msg' "Same runs: CPU time per batch of the receiving process (lower is better)"
-	rec '#ratio' kvevents-cpu pyzmq zmqguard
-	rec '#ratio' kvevents-cpu pyzmq-decode zmqguard
+	rec '#ratio' kvevents zmqguard-fleet zmqguard
+	rec '#note' kvevents "zmqguard = bench/kvrx: kvevents.Subscriber, one source with its SUB bound (guarded SUB + SafeLoop + envelope + sequence tracking + one-pass validating decode of every event), handler counting; zmqguard-fleet = the same Subscriber following $KV_FLEET sources (each its own bound SUB; bench/sender --connect-file connects to all of them and writes 4 batches to each in turn, every connection with its own sequence), the same $N_KV batches in all; pyzmq = bench/py/sub.py, SUB bound, recv_multipart() only (no decode, no sequence check); pyzmq-decode = the same plus msgpack.unpackb of each payload (no validation); publisher = bench/sender --kvevents (guarded ZMTP as PUB, pre-encoded messages renumbered per write)."
+	rec '#cmp' kvevents-cpu 'CPU ns/msg' "Same runs: CPU time per batch of the receiving process, every thread, first to last batch (lower is better; ratios > 1 favour zmqguard: the reference's CPU per batch ÷ zmqguard's, i.e. batches per CPU-second)"
+	rec '#ratio' kvevents-cpu pyzmq zmqguard '>=' 1.0
+	rec '#ratio' kvevents-cpu pyzmq-decode zmqguard '>=' 5.0
+	rec '#ratio' kvevents-cpu zmqguard zmqguard-fleet
+	rec '#cmp' kvevents-event 'CPU ns/event' "Same runs: CPU time per event (per batch ÷ $KV_EVENTS): socket, envelope, sequence tracking, decode and handler call"
+	rec '#target' kvevents-event zmqguard '<=' 250
+	rec '#target' kvevents-event zmqguard-fleet '<=' 250
+	rec '#cmp' kvevents-events 'events/s' "Same runs: events per second (batches/s × $KV_EVENTS)"
+	rec '#target' kvevents-events zmqguard '>=' 3000000
 	rec '#cmp' kvevents-allocs 'allocs/msg' "Same runs: heap allocations per batch in the receiving process"
-	variants="zmqguard pyzmq pyzmq-decode"
+	variants="zmqguard zmqguard-fleet pyzmq pyzmq-decode"
 	for (( r = 1; r <= ROUNDS; r++ )); do
 		round_load kvevents $r
 		for v in $(order $r $variants); do
-			[ $v != zmqguard ] && [ $PYOK = 0 ] && continue
+			case $v in pyzmq*) [ $PYOK = 0 ] && continue ;; esac
 			out=$WORK/kvevents.$v.$r
 			case $v in
 			zmqguard) pair "$out" kvrx $N_KV --kvevents ;;
+			zmqguard-fleet) pair_fleet "$out" $N_KV ;;
 			pyzmq) pair "$out" pyzmq-sub $N_KV --kvevents ;;
 			pyzmq-decode) pair "$out" pyzmq-sub-decode $N_KV --kvevents ;;
 			esac
-			rec kvevents $v $r "$(jf msgs_per_sec "$out.rx")"
-			rec kvevents-cpu $v $r "$(jf cpu_ns_per_msg "$out.rx")"
-			[ $v = zmqguard ] && rec kvevents-allocs $v $r "$(jf allocs_per_msg "$out.rx")"
-			log "kvevents round $r $v: $(jf msgs_per_sec "$out.rx") msgs/s"
+			rate=$(jf msgs_per_sec "$out.rx") cpu=$(jf cpu_ns_per_msg "$out.rx")
+			rec kvevents $v $r "$rate"
+			rec kvevents-cpu $v $r "$cpu"
+			rec kvevents-event $v $r "$(per_event "$cpu")"
+			rec kvevents-events $v $r "$(times_events "$rate")"
+			case $v in zmqguard*) rec kvevents-allocs $v $r "$(jf allocs_per_msg "$out.rx")" ;; esac
+			log "kvevents round $r $v: $rate msgs/s, $cpu CPU ns/msg"
 		done
 	done
 fi
@@ -646,8 +682,11 @@ if want outputs; then
 fi
 if want kvevents; then
 	rec '#summary' 'KV-event subscriber (20-event batches) vs pyzmq recv + msgpack.unpackb, batches/s' kvevents zmqguard pyzmq-decode
-	rec '#summary' '… CPU per batch (pyzmq-decode ÷ zmqguard)' kvevents-cpu pyzmq-decode zmqguard
-	rec '#summary' '… vs pyzmq recv only, CPU per batch (pyzmq ÷ zmqguard)' kvevents-cpu pyzmq zmqguard
+	rec '#summary' '… CPU per batch (pyzmq-decode ÷ zmqguard)' kvevents-cpu pyzmq-decode zmqguard '>=' 5.0
+	rec '#summary' '… vs pyzmq recv only, CPU per batch (pyzmq ÷ zmqguard)' kvevents-cpu pyzmq zmqguard '>=' 1.0
+	rec '#summary' 'KV-event subscriber, CPU ns per event (socket, sequence tracking, decode, handler), one source' kvevents-event zmqguard - '<=' 250
+	rec '#summary' '… events/s, one source' kvevents-events zmqguard - '>=' 3000000
+	rec '#summary' "… CPU ns per event, $KV_FLEET sources (the fleet case)" kvevents-event zmqguard-fleet -
 fi
 if want micro; then
 	rec '#summary' 'SafeLoop ÷ hand-written loop, zmqguard socket (go test -bench)' safeloop socket - '>=' 0.95

@@ -77,11 +77,42 @@ type EventDrop struct {
 // media names are interned, so they cost nothing).
 func DecodeBatch(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
 	lim = lim.withDefaults()
+	// One validating pass (decode.go's fast path) decodes every well-formed
+	// batch; anything it does not accept as a whole (a refusal, or a rare
+	// encoding it leaves to the general decoder) takes the checked path:
+	// structural scan, then decode. The two agree on every input
+	// (FuzzDecodeDifferential).
+	if len(p) <= lim.MaxPayload && fastBatch(p, lim, b) {
+		if onDrop != nil {
+			for i := range b.drops {
+				onDrop(b.drops[i])
+			}
+		}
+		clear(b.drops)
+		b.drops = b.drops[:0]
+		return nil
+	}
+	return decodeChecked(p, lim, b, onDrop)
+}
+
+// reuse empties b for a new batch, keeping its slices (up to retainElems).
+func (b *Batch) reuse() {
 	b.TS, b.DataParallelRank, b.DroppedEvents = 0, OptInt{}, 0
 	if cap(b.Events) > retainElems {
 		b.Events, b.Index = nil, nil
 	}
 	b.Events, b.Index = b.Events[:0], b.Index[:0]
+	clear(b.drops)
+	b.drops = b.drops[:0]
+}
+
+// decodeChecked is the two-pass path: the size check, the structural
+// pre-scan of the whole payload (decodeguard.ScanOffset), then the decode.
+// It is DecodeBatch as it was before the one-pass decoder, and still
+// decides every payload the fast path does not accept.
+func decodeChecked(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
+	lim = lim.withDefaults()
+	b.reuse()
 	if len(p) > lim.MaxPayload {
 		return decodeguard.NewError(decodeguard.ReasonOversize,
 			fmt.Sprintf("kvevents: payload of %d bytes over the %d-byte limit", len(p), lim.MaxPayload))

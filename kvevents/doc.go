@@ -69,8 +69,10 @@
 //   - live message not of 3 frames, sequence frame not 8 bytes: envelope;
 //   - payload over Limits.MaxPayload (checked before decoding): oversize;
 //     more events than Limits.MaxEvents: oversize;
-//   - payload not well-formed msgpack (decodeguard's pre-scan: lengths
-//     checked against the bytes present before anything is read), not a
+//   - payload not well-formed msgpack (lengths checked against the bytes
+//     present before anything is read or allocated, nesting at most 32
+//     deep, strings UTF-8, no ext types, no trailing bytes: the rules of
+//     decodeguard's pre-scan, applied while decoding in one pass), not a
 //     batch, ts not a number, events not an array: decode;
 //   - event of a type this release does not know (a newer vLLM's, such as
 //     the BlockInactive proposed in vLLM PR #50732): unsupported, with its

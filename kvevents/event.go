@@ -241,4 +241,15 @@ type Batch struct {
 	Replayed bool
 	// DroppedEvents is how many events of this batch failed validation.
 	DroppedEvents int
+
+	// drops holds the fast path's event drops until the whole batch is
+	// accepted (a batch refused later reports none).
+	drops []EventDrop
+	// strs are recently decoded strings that are not constants (lora
+	// names, session ids, ...), reused when the same bytes come again.
+	strs    [stringCache]string
+	strNext uint8
 }
+
+// stringCache is how many recent strings a Batch keeps for reuse.
+const stringCache = 8

@@ -19,6 +19,12 @@ import (
 // goldenReceived is what the handler kept of each message: the Encoder's
 // frames for it (proven byte-identical to vLLM's by enginecore's golden
 // test, so equal frames mean every value was decoded).
+// goldenEngines is how many engine indices the vectors claim (0 and 1). They
+// are replayed over one connection, which therefore holds both, and the
+// ENGINE_CORE_DEAD sent after them marks both dead (issue 29: a sentinel
+// speaks for the engines its connection has claimed).
+const goldenEngines = 2
+
 type goldenReceived struct {
 	mu     sync.Mutex
 	frames [][][]byte
@@ -48,8 +54,11 @@ func (g *goldenReceived) config(done context.CancelFunc, want int) Config {
 		OnEngineDead: func(EngineDeadError) {
 			g.mu.Lock()
 			g.dead++
+			all := g.dead == goldenEngines
 			g.mu.Unlock()
-			done()
+			if all {
+				done()
+			}
 		},
 	}
 }
@@ -58,8 +67,8 @@ func (g *goldenReceived) check(t *testing.T, vs []golden.Vector) {
 	t.Helper()
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if len(g.frames) != len(vs) || g.dead != 1 {
-		t.Fatalf("delivered %d messages and %d ENGINE_CORE_DEAD, want %d and 1", len(g.frames), g.dead, len(vs))
+	if len(g.frames) != len(vs) || g.dead != goldenEngines {
+		t.Fatalf("delivered %d messages and %d engine deaths, want %d and %d", len(g.frames), g.dead, len(vs), goldenEngines)
 	}
 	for i, v := range vs {
 		want, err := v.Frames()

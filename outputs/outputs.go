@@ -11,10 +11,24 @@
 // where the connection is known, and hands each valid message to the
 // handler in the order its engine sent it.
 //
+// Attribution: an engine index is bound to the first connection that sends
+// a valid message claiming it. A valid message from any other connection
+// claiming that engine is dropped (ReasonPolicy, counted in
+// Stats.ClaimsRefused, logged rate-limited): no peer speaks for an engine
+// that another connection holds. The binding is released once the owning
+// connection has disconnected, so that a restarted engine (a new
+// connection) claims its index again with its first message. One
+// connection holds at most MaxClaimsPerConnection indices. Whoever
+// connects first wins an unbound index: where peers are not trusted, serve
+// CURVE (Config.Socket.Guard.Curve) and admit only the engines' keys.
+//
 // ENGINE_CORE_DEAD, the single frame an engine sends when it fails, is not
-// junk: it is a real signal. It reaches Config.OnEngineDead, or, when that
-// is nil, ends Run with an *[EngineDeadError] (errors.Is(err,
-// ErrEngineDead)), which is what vLLM's client does.
+// junk, but any peer can send it: it never ends Run. From a connection
+// that holds an engine index it marks that engine dead and reaches
+// Config.OnEngineDead as a typed [EngineDeadError] (with Engine set); from
+// a connection that holds none it is dropped (ReasonPolicy), counted in
+// Stats.UnattributedDead and logged rate-limited, and no callback runs.
+// vLLM's client stops on it; to do the same, call Close from OnEngineDead.
 //
 // A utility output under a negative call id, which an engine sends unasked
 // (an elastic-EP notification, -1, or a fault-tolerance status, -2), also
@@ -25,10 +39,10 @@
 // pooling outputs and routed experts in aux frames; see DefaultMaxFrames
 // for the arithmetic.
 //
-// A message is attributed to an engine by its engine_index; a junk message
-// or the sentinel, which carry none, by the connection it came on, once that
-// connection has sent one valid message. Drops from connections that never
-// did are counted as unattributed.
+// A valid message is attributed to the engine it claims (see above); a junk
+// message or the sentinel, which carry none, to the engine its connection
+// holds. Drops from connections that hold no engine are counted as
+// unattributed.
 package outputs
 
 import (
@@ -45,6 +59,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -57,10 +72,12 @@ var EngineCoreDead = []byte("ENGINE_CORE_DEAD")
 // ErrEngineDead matches, under errors.Is, every *[EngineDeadError].
 var ErrEngineDead = errors.New("outputs: engine core died (ENGINE_CORE_DEAD)")
 
-// EngineDeadError reports an engine's ENGINE_CORE_DEAD.
+// EngineDeadError reports an engine's ENGINE_CORE_DEAD. It reaches
+// Config.OnEngineDead only for a connection that holds an engine index;
+// Run never returns it.
 type EngineDeadError struct {
-	// Engine is the engine's index, or -1 when its connection had not sent
-	// a valid message before.
+	// Engine is the engine's index (always set for an event that reaches
+	// OnEngineDead; -1 only in errors built by older callers).
 	Engine int64
 	// Peer is the connection's address.
 	Peer string
@@ -81,16 +98,24 @@ func (e *EngineDeadError) Error() string {
 func (e *EngineDeadError) Is(target error) bool { return target == ErrEngineDead }
 
 // Handler receives each valid message. m and everything in it (request
-// ids, array data) alias the frames and are valid only until it returns.
-// A nil return goes on; a classified *decodeguard.Error drops the message
-// under its reason; any other error ends Run.
+// ids, array data) alias the receiver's copy of the frames and are valid
+// only until it returns. A nil return goes on; a classified
+// *decodeguard.Error drops the message under its reason; any other error
+// ends Run.
 //
-// The Handler, OnEngineDead and OnDrop run in Run's goroutine, holding no
-// lock of the Receiver: each may call the Receiver's Stats, Endpoint and
-// Close (Close from inside makes Run return loop.ErrLoopClosed once the
-// callback has returned). Config.Socket.OnEvent runs on the socket's
-// goroutines and may call the same (see socket.Options.OnEvent). A callback
-// must not wait for Run to return: Run waits for it.
+// Concurrency: each connection (engine) has a worker goroutine of its own
+// that calls Handler, OnNotification and OnEngineDead for that
+// connection's messages, one at a time and in the order it sent them;
+// calls for different connections may run at the same time, so that one
+// engine's huge messages do not hold the others' up (see ConnQueueBytes).
+// A Handler that shares state across engines must lock it. OnDrop runs in
+// Run's receive goroutine, or in a worker for a message its Handler
+// dropped. No callback holds a lock of the Receiver: each may call the
+// Receiver's Stats, Endpoint and Close (Close from inside makes Run return
+// loop.ErrLoopClosed once the callback has returned). Config.Socket.OnEvent
+// runs on the socket's goroutines and may call the same (see
+// socket.Options.OnEvent). A callback must not wait for Run to return: Run
+// waits for it.
 type Handler func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error
 
 // Config configures a [Receiver]. The zero value of every field is a safe
@@ -130,13 +155,30 @@ type Config struct {
 	// message also reaches Handler. A -1 or -2 whose result does not have
 	// vLLM's shape is dropped (ReasonValidate) before either.
 	OnNotification func(Notification)
-	// OnEngineDead is called for each ENGINE_CORE_DEAD. When nil, the
-	// sentinel ends Run with an *EngineDeadError. It may call Stats and
-	// Close, like Handler.
+	// OnEngineDead is called for each ENGINE_CORE_DEAD from a connection
+	// that holds an engine index, once per engine it holds (see the
+	// package doc). A sentinel from any other connection is dropped and
+	// counted (Stats.UnattributedDead) without a call. The sentinel never
+	// ends Run, with or without OnEngineDead; to stop as vLLM's client
+	// does, call Close from here. It may call Stats and Close, like
+	// Handler.
 	OnEngineDead func(EngineDeadError)
 	// OnDrop, if set, is called for every dropped message (synchronously;
 	// it must not block). It may call Stats and Close, like Handler.
 	OnDrop func(loop.Drop)
+	// ConnQueueBytes bounds the bytes of valid messages one connection
+	// may have waiting for its handler (zero means the default: the
+	// socket's MaxMessageSize, 64 MiB unless changed). Once a connection's
+	// queue holds this much, its reader is held (TCP flow control slows
+	// that engine alone) until its handler has caught up; a message it had
+	// read already is still queued. Negative is an error.
+	ConnQueueBytes int64
+	// QueueBytes bounds the bytes of valid messages all connections have
+	// waiting for their handlers together (zero means the default: four
+	// times the socket's MaxMessageSize, 256 MiB unless changed). Beyond
+	// it the receive loop waits for the handlers, which slows every
+	// engine. It must not be below ConnQueueBytes; negative is an error.
+	QueueBytes int64
 }
 
 // Notification is a message an engine sent unasked under a negative
@@ -194,6 +236,12 @@ const MaxTrackedEngines = 1024
 // tests).
 var maxTrackedPeers = 4096
 
+// MaxClaimsPerConnection bounds the engine indices one connection may hold
+// (a vLLM engine core holds one on its own connection): beyond it, a
+// claim of another index is dropped (ReasonPolicy), so that one
+// connection cannot take every free index.
+const MaxClaimsPerConnection = 64
+
 // EngineStats are one engine's counters.
 type EngineStats struct {
 	Engine int64 `json:"engine"`
@@ -203,8 +251,12 @@ type EngineStats struct {
 	Outputs  uint64 `json:"outputs"`
 	// Dropped counts drops by reason from this engine's connections.
 	Dropped decodeguard.Counts `json:"dropped"`
-	// Dead reports that the engine sent ENGINE_CORE_DEAD.
+	// Dead reports that the engine sent ENGINE_CORE_DEAD (cleared when a
+	// new connection claims the index: a restarted engine).
 	Dead bool `json:"dead"`
+	// Peer is the address of the connection that holds the engine index
+	// ("" when none does yet).
+	Peer string `json:"peer,omitempty"`
 }
 
 // Stats is a snapshot of a Receiver's counters.
@@ -216,8 +268,21 @@ type Stats struct {
 	// Outputs the request outputs in them.
 	Messages uint64 `json:"messages"`
 	Outputs  uint64 `json:"outputs"`
-	// EngineDead counts ENGINE_CORE_DEAD sentinels.
-	EngineDead uint64 `json:"engine_dead"`
+	// EngineDead counts ENGINE_CORE_DEAD sentinels from connections that
+	// hold an engine index; UnattributedDead those from connections that
+	// hold none (dropped, ReasonPolicy).
+	EngineDead       uint64 `json:"engine_dead"`
+	UnattributedDead uint64 `json:"unattributed_dead"`
+	// ClaimsRefused counts valid messages dropped (ReasonPolicy) because
+	// their engine index is held by another connection.
+	ClaimsRefused uint64 `json:"claims_refused"`
+	// QueuedBytes is the bytes of valid messages waiting for their
+	// handlers now; Holds counts the times a connection's reader was held
+	// because its queue reached ConnQueueBytes; QueueWaits counts the
+	// times the receive loop waited because all queues held QueueBytes.
+	QueuedBytes int64  `json:"queued_bytes"`
+	Holds       uint64 `json:"holds"`
+	QueueWaits  uint64 `json:"queue_waits"`
 	// Dropped counts dropped messages by reason (all engines).
 	Dropped decodeguard.Counts `json:"dropped"`
 	// Unattributed counts the drops from connections that had not sent a
@@ -245,12 +310,43 @@ type Receiver struct {
 
 	mu           sync.Mutex
 	engines      map[int64]*EngineStats
-	peers        map[uint64]int64    // connection id -> engine index
+	owner        map[int64]binding   // engine index -> the connection holding it
+	peers        map[uint64]int64    // connection id -> the first engine index it holds
+	claims       map[uint64]int      // connection id -> how many engine indices it holds
 	gone         map[uint64]struct{} // connections in peers that have disconnected
 	messages     uint64
 	outputs      uint64
 	dead         uint64
+	deadUnattr   uint64
+	refused      uint64
 	unattributed decodeguard.Counts
+	lateDropped  decodeguard.Counts // drops by a worker (Handler's classified errors)
+	dropLog      *ratelog.Limiter
+
+	// Per-connection queues (fair.go).
+	qmu        sync.Mutex
+	queues     map[uint64]*connQueue
+	fmu        sync.Mutex
+	free       []*frameCopy // recycled copies (fair.go)
+	freeBytes  int
+	queued     int64
+	holds      uint64
+	queueWaits uint64
+	connLimit  int64
+	queueLimit int64
+	space      chan struct{}
+	stop       chan struct{}
+	stopOnce   sync.Once
+	workers    sync.WaitGroup
+	failOnce   sync.Once
+	failErr    error
+	cancelRun  context.CancelFunc
+}
+
+// binding is the connection that holds an engine index.
+type binding struct {
+	id   uint64
+	addr string
 }
 
 // New returns a Receiver with a PULL socket configured by cfg. It binds
@@ -261,6 +357,9 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	if cfg.Engines < 0 {
 		return nil, fmt.Errorf("outputs: Config.Engines must not be negative (got %d)", cfg.Engines)
+	}
+	if cfg.ConnQueueBytes < 0 || cfg.QueueBytes < 0 {
+		return nil, fmt.Errorf("outputs: Config.ConnQueueBytes (%d) and Config.QueueBytes (%d) must not be negative", cfg.ConnQueueBytes, cfg.QueueBytes)
 	}
 	if cfg.Name == "" {
 		cfg.Name = "outputs"
@@ -297,7 +396,22 @@ func New(cfg Config) (*Receiver, error) {
 		return nil, err
 	}
 	r = &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
-		engines: make(map[int64]*EngineStats), peers: make(map[uint64]int64), gone: make(map[uint64]struct{})}
+		engines: make(map[int64]*EngineStats), owner: make(map[int64]binding),
+		peers: make(map[uint64]int64), claims: make(map[uint64]int), gone: make(map[uint64]struct{}),
+		queues: make(map[uint64]*connQueue), space: make(chan struct{}, 1), stop: make(chan struct{})}
+	maxMsg := s.Options().Guard.MaxMessageSize
+	r.connLimit, r.queueLimit = cfg.ConnQueueBytes, cfg.QueueBytes
+	if r.connLimit == 0 {
+		r.connLimit = maxMsg
+	}
+	if r.queueLimit == 0 {
+		r.queueLimit = max(4*maxMsg, r.connLimit)
+	}
+	if r.queueLimit < r.connLimit {
+		s.Close()
+		return nil, fmt.Errorf("outputs: Config.QueueBytes (%d) must not be below ConnQueueBytes (%d)", r.queueLimit, r.connLimit)
+	}
+	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Attrs: []slog.Attr{slog.String("loop", cfg.Name)}})
 	if r.lim.Scan.MaxBytes <= 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
 	}
@@ -328,15 +442,27 @@ func (r *Receiver) Bind(endpoint string) error { return r.sock.Bind(endpoint) }
 // Endpoint returns the first bound endpoint with its actual port.
 func (r *Receiver) Endpoint() string { return r.sock.Endpoint() }
 
-// Run receives until ctx ends (nil), Close (loop.ErrLoopClosed), an
-// ENGINE_CORE_DEAD without OnEngineDead (an error matching ErrEngineDead),
-// or a handler error that is not classified.
-func (r *Receiver) Run(ctx context.Context) error { return r.lp.Run(ctx) }
+// Run receives until ctx ends (nil), Close (loop.ErrLoopClosed) or a
+// handler error that is not classified. No peer's message ends it: not
+// junk, and not ENGINE_CORE_DEAD (see the package doc).
+func (r *Receiver) Run(ctx context.Context) error {
+	rctx, cancel := context.WithCancel(ctx)
+	r.cancelRun = cancel
+	err := r.lp.Run(rctx)
+	cancel()
+	r.workers.Wait()
+	r.dropLog.Flush(time.Now())
+	if r.failErr != nil {
+		return r.failErr
+	}
+	return err
+}
 
 // Close closes the socket; a running Run returns. It may be called from
 // inside any of the Receiver's callbacks (see Handler).
 func (r *Receiver) Close() error {
 	err := r.lp.Close()
+	r.stopOnce.Do(func() { close(r.stop) })
 	if e := r.sock.Close(); err == nil {
 		err = e
 	}
@@ -393,50 +519,137 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	it := d.Value
 	peer := d.Peer()
 	if it.dead {
-		ev := EngineDeadError{Engine: -1, Peer: peer.Addr(), Time: time.Now()}
-		r.mu.Lock()
-		r.dead++
-		if e, ok := r.peers[peer.ID()]; ok {
-			ev.Engine = e
-			if st := r.engine(e); st != nil {
-				st.Dead = true
-			}
-		}
-		r.mu.Unlock()
-		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", ev.Engine, "peer", ev.Peer)
-		if r.cfg.OnEngineDead == nil {
-			return &ev
-		}
-		r.cfg.OnEngineDead(ev)
-		return nil
+		return r.sentinel(ctx, peer)
 	}
-	m := &it.m
-	r.mu.Lock()
-	r.messages++
-	r.outputs += uint64(len(m.Outputs))
-	if st := r.engine(m.EngineIndex); st != nil {
-		st.Messages++
-		st.Outputs += uint64(len(m.Outputs))
+	if err := r.claim(it.m.EngineIndex, peer); err != nil {
+		return err
 	}
-	if _, ok := r.peers[peer.ID()]; !ok && len(r.peers) >= maxTrackedPeers {
-		// Forget departed connections only now: a sentinel can still be
-		// queued behind a disconnect, and it needs its engine.
-		for id := range r.gone {
-			delete(r.peers, id)
-		}
-		clear(r.gone)
-	}
-	if _, ok := r.peers[peer.ID()]; ok || len(r.peers) < maxTrackedPeers {
-		r.peers[peer.ID()] = m.EngineIndex
-	}
-	r.mu.Unlock()
-	if m.HasUtilityOutput && m.Utility.Special != 0 && r.cfg.OnNotification != nil {
-		r.cfg.OnNotification(notification(m, peer))
-	}
-	return r.cfg.Handler(ctx, m, peer)
+	cp, size := r.copyFrames(d.Msg.Frames)
+	return r.enqueue(ctx, job{cp: cp, size: size, peer: peer})
 }
 
-// departed records that a connection left (socket goroutine).
+// claim checks that engine e is held by peer's connection, binding it when
+// no connection holds it or its holder has disconnected. A refusal is a
+// classified error (the loop drops the message under ReasonPolicy).
+func (r *Receiver) claim(e int64, peer *socket.Peer) error {
+	id := peer.ID()
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	b, held := r.owner[e]
+	if held && b.id == id {
+		return nil
+	}
+	if held {
+		if _, left := r.gone[b.id]; !left {
+			r.refused++
+			return decodeguard.NewError(decodeguard.ReasonPolicy,
+				"engine_index "+strconv.FormatInt(e, 10)+" is held by another connection ("+b.addr+")")
+		}
+	}
+	if r.claims[id] >= MaxClaimsPerConnection {
+		r.refused++
+		return decodeguard.NewError(decodeguard.ReasonPolicy,
+			"engine_index "+strconv.FormatInt(e, 10)+": this connection holds "+strconv.Itoa(MaxClaimsPerConnection)+" engine indices already")
+	}
+	if len(r.owner) >= maxTrackedPeers && !held {
+		r.forgetGone()
+		if len(r.owner) >= maxTrackedPeers {
+			r.refused++
+			return decodeguard.NewError(decodeguard.ReasonPolicy,
+				"engine_index "+strconv.FormatInt(e, 10)+": "+strconv.Itoa(maxTrackedPeers)+" engine indices are held already")
+		}
+	}
+	// Unbound, or its holder left: a restarted engine claims it again.
+	if held {
+		r.claims[b.id]--
+	}
+	r.owner[e] = binding{id: id, addr: peer.Addr()}
+	r.claims[id]++
+	if _, ok := r.peers[id]; !ok {
+		r.peers[id] = e
+	}
+	if st := r.engine(e); st != nil {
+		st.Dead = false
+		st.Peer = peer.Addr()
+	}
+	if held {
+		r.cfg.Logger.Info("engine index claimed by a new connection (its previous one disconnected)",
+			"loop", r.cfg.Name, "engine", e, "peer", peer.Addr(), "previous", b.addr)
+	}
+	return nil
+}
+
+// forgetGone drops the bindings of connections that have disconnected.
+// r.mu is held.
+func (r *Receiver) forgetGone() {
+	for e, b := range r.owner {
+		if _, left := r.gone[b.id]; left {
+			delete(r.owner, e)
+		}
+	}
+	for id := range r.gone {
+		delete(r.peers, id)
+		delete(r.claims, id)
+	}
+	clear(r.gone)
+}
+
+// sentinel handles an ENGINE_CORE_DEAD from peer in the receive loop: from
+// a connection holding an engine index it is queued behind that
+// connection's messages (deadEvent); from any other it is dropped.
+func (r *Receiver) sentinel(ctx context.Context, peer *socket.Peer) error {
+	r.mu.Lock()
+	_, attributed := r.peers[peer.ID()]
+	if !attributed {
+		r.deadUnattr++
+	}
+	r.mu.Unlock()
+	if !attributed {
+		return decodeguard.NewError(decodeguard.ReasonPolicy,
+			"ENGINE_CORE_DEAD from a connection that holds no engine index (ignored)")
+	}
+	return r.enqueue(ctx, job{dead: true, peer: peer, at: time.Now()})
+}
+
+// deadEvent marks the engines peer's connection holds dead and calls
+// OnEngineDead for each (in the connection's worker).
+func (r *Receiver) deadEvent(peer *socket.Peer, at time.Time) {
+	id := peer.ID()
+	var evs []EngineDeadError
+	var first []int64
+	r.mu.Lock()
+	for e, b := range r.owner {
+		if b.id != id {
+			continue
+		}
+		evs = append(evs, EngineDeadError{Engine: e, Peer: peer.Addr(), Time: at})
+		if st := r.engine(e); st != nil {
+			if !st.Dead {
+				first = append(first, e)
+			}
+			st.Dead = true
+		}
+	}
+	if len(evs) == 0 {
+		r.deadUnattr++ // its engines were claimed by a new connection meanwhile
+	} else {
+		r.dead++
+	}
+	r.mu.Unlock()
+	slices.SortFunc(evs, func(a, b EngineDeadError) int { return cmp.Compare(a.Engine, b.Engine) })
+	for _, e := range first {
+		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", e, "peer", peer.Addr())
+	}
+	if r.cfg.OnEngineDead != nil {
+		for _, ev := range evs {
+			r.cfg.OnEngineDead(ev)
+		}
+	}
+}
+
+// departed records that a connection left (socket goroutine). Its engine
+// indices stay bound to it, so that what it sent before leaving is still
+// attributed, until a new connection claims them.
 func (r *Receiver) departed(id uint64) {
 	r.mu.Lock()
 	if _, ok := r.peers[id]; ok {
@@ -472,8 +685,13 @@ func (r *Receiver) Stats() Stats {
 		Dropped:    ls.Dropped,
 		Violations: r.sock.Stats().Violations,
 	}
+	r.queueStats(&st)
 	r.mu.Lock()
+	for i, n := range r.lateDropped {
+		st.Dropped[i] += n
+	}
 	st.Messages, st.Outputs, st.EngineDead, st.Unattributed = r.messages, r.outputs, r.dead, r.unattributed
+	st.UnattributedDead, st.ClaimsRefused = r.deadUnattr, r.refused
 	st.Engines = make([]EngineStats, 0, len(r.engines))
 	for _, e := range r.engines {
 		st.Engines = append(st.Engines, *e)

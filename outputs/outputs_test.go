@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -171,18 +172,137 @@ func TestEngineDeadCallbackAndPerEngineDrops(t *testing.T) {
 	}
 }
 
-func TestEngineDeadEndsRun(t *testing.T) {
+// TestEngineDeadNeverEndsRun (issue 29 row 4): a raw peer that never sent
+// a valid message sends ENGINE_CORE_DEAD. Run goes on (it used to return
+// an *EngineDeadError), no OnEngineDead runs, the sentinel is counted and
+// dropped, and the next valid message is delivered.
+func TestEngineDeadNeverEndsRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var c collected
-	r, wait := start(t, ctx, Config{Handler: c.handler(0, nil)})
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	var calls atomic.Int64
+	r, wait := start(t, rctx, Config{Handler: c.handler(1, done),
+		OnEngineDead: func(EngineDeadError) { calls.Add(1) }})
 	p := pusher(t, r.Endpoint())
 	defer p.Close()
 	send(t, ctx, p, EngineCoreDead)
-	err := wait()
-	var de *EngineDeadError
-	if !errors.Is(err, ErrEngineDead) || !errors.As(err, &de) || de.Engine != -1 {
+	send(t, ctx, p, encode(simple(0, "after", 1))...)
+	if err := wait(); err != nil {
+		t.Fatalf("Run returned %v, want nil after the valid message", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the valid message after the sentinel was not delivered in time")
+	}
+	st := r.Stats()
+	if calls.Load() != 0 || st.EngineDead != 0 || st.UnattributedDead != 1 || st.Messages != 1 ||
+		st.Dropped[decodeguard.ReasonPolicy] != 1 || st.Unattributed[decodeguard.ReasonPolicy] != 1 {
+		t.Fatalf("OnEngineDead calls %d, stats %+v", calls.Load(), st)
+	}
+	if len(st.Engines) != 1 || st.Engines[0].Dead {
+		t.Fatalf("engines %+v", st.Engines)
+	}
+}
+
+// TestEngineDeadWithoutCallbackGoesOn: with OnEngineDead nil, the sentinel
+// of an engine that holds its index marks it dead and Run goes on.
+func TestEngineDeadWithoutCallbackGoesOn(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var c collected
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	r, wait := start(t, rctx, Config{Handler: c.handler(2, done)})
+	p := pusher(t, r.Endpoint())
+	defer p.Close()
+	send(t, ctx, p, encode(simple(3, "a", 1))...)
+	send(t, ctx, p, EngineCoreDead)
+	send(t, ctx, p, encode(simple(3, "b", 2))...)
+	if err := wait(); err != nil {
 		t.Fatalf("Run returned %v", err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("messages not delivered in time")
+	}
+	st := r.Stats()
+	if st.EngineDead != 1 || len(st.Engines) != 1 || !st.Engines[0].Dead || st.Messages != 2 {
+		t.Fatalf("stats %+v", st)
+	}
+}
+
+// TestEngineIndexBoundToFirstConnection (issue 29 row 4): engine 0 is
+// held by the first connection that claims it. A second connection's
+// valid messages claiming engine 0 are dropped (ReasonPolicy,
+// ClaimsRefused), its sentinel does not mark engine 0 dead and reaches no
+// callback. Once the first connection has disconnected, the second claims
+// the index (a restarted engine).
+func TestEngineIndexBoundToFirstConnection(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var c collected
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	deadc := make(chan EngineDeadError, 4)
+	r, wait := start(t, rctx, Config{Handler: c.handler(3, done), OnEngineDead: func(e EngineDeadError) { deadc <- e }})
+	honest := pusher(t, r.Endpoint())
+	defer honest.Close()
+	send(t, ctx, honest, encode(simple(0, "honest-1", 1))...)
+	waitFor(t, ctx, "the honest engine's first message", func() bool { return r.Stats().Messages == 1 })
+	evil := pusher(t, r.Endpoint())
+	defer evil.Close()
+	send(t, ctx, evil, encode(simple(0, "forged", 666))...)
+	send(t, ctx, evil, EngineCoreDead)
+	waitFor(t, ctx, "the forged claim and sentinel counted", func() bool {
+		st := r.Stats()
+		return st.ClaimsRefused == 1 && st.UnattributedDead == 1
+	})
+	send(t, ctx, honest, encode(simple(0, "honest-2", 2))...)
+	waitFor(t, ctx, "the honest engine's second message", func() bool { return r.Stats().Messages == 2 })
+	st := r.Stats()
+	if st.EngineDead != 0 || len(st.Engines) != 1 || st.Engines[0].Dead || st.Engines[0].Messages != 2 ||
+		st.Dropped[decodeguard.ReasonPolicy] != 2 || st.Unattributed[decodeguard.ReasonPolicy] != 2 {
+		t.Fatalf("after the forged claim: stats %+v", st)
+	}
+	select {
+	case ev := <-deadc:
+		t.Fatalf("OnEngineDead for a forged sentinel: %+v", ev)
+	default:
+	}
+	// The honest engine goes away; the index is free for its successor.
+	honest.Close()
+	waitFor(t, ctx, "the honest connection's departure", func() bool {
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return len(r.gone) == 1
+	})
+	send(t, ctx, evil, encode(simple(0, "restarted", 3))...)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the restarted engine's message was not delivered in time")
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	var ids []string
+	for _, g := range c.msgs {
+		ids = append(ids, g.ids...)
+	}
+	if fmt.Sprint(ids) != "[honest-1 honest-2 restarted]" {
+		t.Fatalf("delivered %v", ids)
+	}
+}
+
+// waitFor polls cond until it holds or ctx ends (then the test fails).
+func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
+	t.Helper()
+	for !cond() {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("no %s before the deadline", what)
+		case <-time.After(5 * time.Millisecond):
+		}
 	}
 }
 
@@ -327,5 +447,37 @@ func TestManyAuxFrames(t *testing.T) {
 	st := r.Stats()
 	if len(c.msgs) != 1 || len(c.msgs[0].ids) != 256 || st.Dropped.Total() != 0 {
 		t.Fatalf("delivered %d messages, stats %+v", len(c.msgs), st)
+	}
+}
+
+// TestClaimsPerConnectionBounded: one connection cannot hold more than
+// MaxClaimsPerConnection engine indices; a later connection still claims a
+// free one.
+func TestClaimsPerConnectionBounded(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	var c collected
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	r, wait := start(t, rctx, Config{Handler: c.handler(MaxClaimsPerConnection+1, done)})
+	greedy := pusher(t, r.Endpoint())
+	defer greedy.Close()
+	for e := 0; e < MaxClaimsPerConnection+10; e++ {
+		send(t, ctx, greedy, encode(simple(int64(e), "g", 1))...)
+	}
+	waitFor(t, ctx, "the greedy claims taken off the socket", func() bool {
+		return r.Stats().Received == MaxClaimsPerConnection+10
+	})
+	other := pusher(t, r.Endpoint())
+	defer other.Close()
+	send(t, ctx, other, encode(simple(1000, "other", 1))...)
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+	if ctx.Err() != nil {
+		t.Fatal("the other connection's claim was not delivered in time")
+	}
+	if st := r.Stats(); st.ClaimsRefused != 10 || st.Messages != MaxClaimsPerConnection+1 {
+		t.Fatalf("stats: refused %d, messages %d", st.ClaimsRefused, st.Messages)
 	}
 }

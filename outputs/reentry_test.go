@@ -27,23 +27,24 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 		name    string
 		install func(cfg *Config, act func())
 		send    [][]byte // what the pusher sends to trigger the callback (nil: nothing)
+		pre     [][]byte // sent before it (a sentinel reaches OnEngineDead only from a connection holding an engine)
 	}{
 		{"Handler", func(cfg *Config, act func()) {
 			cfg.Handler = func(context.Context, *enginecore.Message, *socket.Peer) error { act(); return nil }
-		}, valid},
+		}, valid, nil},
 		{"OnEngineDead", func(cfg *Config, act func()) {
 			cfg.OnEngineDead = func(EngineDeadError) { act() }
-		}, [][]byte{EngineCoreDead}},
+		}, [][]byte{EngineCoreDead}, valid},
 		{"OnDrop", func(cfg *Config, act func()) {
 			cfg.OnDrop = func(loop.Drop) { act() }
-		}, [][]byte{{0x45}}},
+		}, [][]byte{{0x45}}, nil},
 		{"Socket.OnEvent", func(cfg *Config, act func()) {
 			cfg.Socket.OnEvent = func(e socket.Event) {
 				if e.Kind == socket.EventConnected {
 					act()
 				}
 			}
-		}, nil}, // the connection is the trigger; a Send could wait for a peer forever once the receiver is closed
+		}, nil, nil}, // the connection is the trigger; a Send could wait for a peer forever once the receiver is closed
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -76,6 +77,11 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 			go func() { runErr <- r.Run(ctx) }()
 			p := pusher(t, r.Endpoint())
 			defer p.Close()
+			if tc.pre != nil {
+				if err := p.Send(ctx, tc.pre...); err != nil {
+					t.Fatal(err)
+				}
+			}
 			if tc.send != nil {
 				if err := p.Send(ctx, tc.send...); err != nil {
 					t.Fatal(err)

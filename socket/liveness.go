@@ -247,10 +247,23 @@ func (s *Socket) uncharge(b *batch) {
 }
 
 // waitRecvBudget waits, before a reader with no batch starts reading, while
-// the receive budget is spent. It reports false when the peer or socket
+// the peer is held (HoldRecv) or the receive budget is spent. It reports false when the peer or socket
 // closed meanwhile.
 func (p *peerConn) waitRecvBudget() bool {
 	s := p.s
+	for p.held.Load() {
+		p.paused.Store(true)
+		select {
+		case <-p.unheld:
+		case <-p.done:
+			p.paused.Store(false)
+			return false
+		case <-s.ctx.Done():
+			p.paused.Store(false)
+			return false
+		}
+		p.paused.Store(false)
+	}
 	lim := s.opts.RecvQueueBytes
 	if lim <= 0 || s.recvBytes.Load() < lim {
 		return true
@@ -438,4 +451,37 @@ func (s *Socket) dialer() *net.Dialer {
 		return &net.Dialer{KeepAlive: -1}
 	}
 	return &net.Dialer{KeepAliveConfig: cfg}
+}
+
+// HoldRecv stops (hold true) or resumes (false) reading from the
+// connection of peer, for a receiving socket whose consumer queues
+// messages per connection: while held, the connection's reader reads no
+// new message (TCP flow control slows that peer alone; like a reader
+// waiting for Recv, it is not counted as a dead peer by the heartbeat),
+// and the other connections go on. A message it had already read is still
+// delivered. It does nothing for a peer that has disconnected or belongs
+// to another socket. It is safe for concurrent use.
+func (s *Socket) HoldRecv(peer *Peer, hold bool) {
+	if peer == nil {
+		return
+	}
+	s.mu.Lock()
+	var p *peerConn
+	for _, q := range s.peers {
+		if q.info == peer {
+			p = q
+			break
+		}
+	}
+	s.mu.Unlock()
+	if p == nil {
+		return
+	}
+	p.held.Store(hold)
+	if !hold {
+		select {
+		case p.unheld <- struct{}{}:
+		default:
+		}
+	}
 }

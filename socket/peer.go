@@ -131,11 +131,15 @@ type peerConn struct {
 	dq       *batch
 	draining bool
 	dtaken   chan struct{}
+	// held is set by Socket.HoldRecv: the reader reads no new batch until
+	// it is cleared (unheld is signalled then).
+	held   atomic.Bool
+	unheld chan struct{}
 }
 
 func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerConn {
 	p := &peerConn{s: s, conn: c, info: info, gone: gone, hwm: s.opts.HWM, maxBytes: s.opts.SendQueueBytes,
-		wake: make(chan struct{}, 1), done: make(chan struct{}), dtaken: make(chan struct{}, 1)}
+		wake: make(chan struct{}, 1), done: make(chan struct{}), dtaken: make(chan struct{}, 1), unheld: make(chan struct{}, 1)}
 	if s.kind == kXPub {
 		p.topics = make(map[string]topicRef)
 	}
@@ -380,7 +384,7 @@ func (p *peerConn) readLoop() {
 			b.bytes += size
 			over = s.chargeRecv(b, int64(size))
 		}
-		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes) {
+		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || p.held.Load()) {
 			if !p.deliver(b) {
 				b = nil
 				err = ErrClosed

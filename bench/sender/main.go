@@ -16,7 +16,11 @@
 //
 // --kvevents connects as a PUB instead and sends live KV-event messages
 // [topic, seq, payload] (load.KVBatch, seq numbered from 0), for a bound
-// SUB: kvevents.Subscriber with Source.Bind, or bench/py/sub.py.
+// SUB: kvevents.Subscriber with Source.Bind, or bench/py/sub.py. With
+// --connect-file it connects as a PUB to every endpoint listed in that file
+// (one a line; it waits for the file to appear), as a fleet of engines
+// would, and spreads --count messages over them, a few at a time to each in
+// turn, every connection with its own sequence.
 package main
 
 import (
@@ -26,6 +30,8 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
@@ -53,10 +59,15 @@ func main() {
 	outputs := flag.Bool("outputs", false, "send 157-frame EngineCoreOutputs messages (256 outputs, logprobs in aux frames); --count counts messages")
 	kv := flag.Bool("kvevents", false, "connect as a PUB and send live KV-event messages [topic, seq, payload] (load.KVBatch, seq from 0); --count counts messages")
 	topic := flag.String("topic", "", "the topic frame of --kvevents messages")
+	connectFile := flag.String("connect-file", "", "with --kvevents: a file listing the endpoints to connect to, one a line (replaces --connect)")
 	chunk := flag.Int("chunk", 64<<10, "bytes per write")
 	wait := flag.Duration("wait", 20*time.Second, "how long to retry connecting while the receiver starts")
 	linger := flag.Duration("linger", 2*time.Minute, "how long to wait for the receiver to close after the last byte")
 	flag.Parse()
+	if *kv && *connectFile != "" {
+		sendKVFleet(*connectFile, *topic, *count, *wait, *linger)
+		return
+	}
 	if *connect == "" || *count == 0 || (*size <= 0 && !*stats) || *chunk <= 0 {
 		flag.Usage()
 		os.Exit(2)
@@ -240,5 +251,115 @@ func sendKV(connect, topic string, count uint64, chunk int, wait, linger time.Du
 	nc.SetReadDeadline(time.Now().Add(linger))
 	io.Copy(io.Discard, nc)
 	c.Close()
+	load.PrintJSON(rep)
+}
+
+// sendKVFleet is sendKV to every endpoint listed in file: it connects to
+// all of them, then writes fleetBurst messages to each in turn, each
+// connection numbering its own messages from 0, until count messages are
+// written in all.
+func sendKVFleet(file, topic string, count uint64, wait, linger time.Duration) {
+	const fleetBurst = 4
+	var eps []string
+	deadline := time.Now().Add(wait)
+	for {
+		b, err := os.ReadFile(file)
+		if err == nil {
+			eps = strings.Fields(string(b))
+			break
+		}
+		if time.Now().After(deadline) {
+			load.Fatal(fmt.Errorf("no endpoint file %s after %v: %w", file, wait, err))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if len(eps) == 0 {
+		load.Fatal(fmt.Errorf("%s lists no endpoint", file))
+	}
+	conns := make([]net.Conn, len(eps))
+	zconns := make([]*zmtpguard.Conn, len(eps))
+	left := make([]uint64, len(eps))
+	seqs := make([]uint64, len(eps))
+	// Dial 64 at a time: the receiver drops a connection that stays
+	// silent past its heartbeat timeout (8 s by default), and this writer
+	// answers no heartbeat, so every connection must start receiving
+	// batches soon after it is made.
+	var (
+		dialWG  sync.WaitGroup
+		dialErr error
+		dialMu  sync.Mutex
+		gate    = make(chan struct{}, 64)
+	)
+	for i, ep := range eps {
+		dialWG.Add(1)
+		gate <- struct{}{}
+		go func() {
+			defer func() { <-gate; dialWG.Done() }()
+			c, err := load.DialRetry(ep, zmtpguard.Pub, wait)
+			dialMu.Lock()
+			defer dialMu.Unlock()
+			if err != nil {
+				dialErr = err
+				return
+			}
+			zconns[i] = c
+		}()
+		left[i] = count / uint64(len(eps))
+		if uint64(i) < count%uint64(len(eps)) {
+			left[i]++
+		}
+	}
+	dialWG.Wait()
+	if dialErr != nil {
+		load.Fatal(dialErr)
+	}
+	for i, c := range zconns {
+		defer c.Close()
+		conns[i] = zmtpaccess.NetConn(c)
+	}
+	payload := load.KVBatch()
+	burst, burstAt := load.KVChunk(topic, payload, fleetBurst)
+	rep := report{Program: "sender", Note: fmt.Sprintf("%d connections", len(conns))}
+	start := time.Now()
+	for sent := uint64(0); sent < count; {
+		for i, nc := range conns {
+			if left[i] == 0 {
+				continue
+			}
+			buf, at := burst, burstAt
+			if left[i] < fleetBurst {
+				buf, at = load.KVChunk(topic, payload, int(left[i]))
+			}
+			seqs[i] = load.SetSeqs(buf, at, seqs[i])
+			if _, err := nc.Write(buf); err != nil {
+				load.Fatal(fmt.Errorf("connection %d: %w", i, err))
+			}
+			n := uint64(len(at))
+			left[i] -= n
+			sent += n
+			rep.Frames += 3 * n
+			rep.Valid += n
+			rep.Bytes += uint64(len(buf))
+		}
+	}
+	elapsed := time.Since(start)
+	rep.Seconds = elapsed.Seconds()
+	if elapsed > 0 {
+		rep.FramesPerSec = float64(rep.Frames) / elapsed.Seconds()
+	}
+	// Half-close every connection, then wait for the receiver to close.
+	var wg sync.WaitGroup
+	for _, nc := range conns {
+		if tc, ok := nc.(*net.TCPConn); ok {
+			tc.CloseWrite()
+		}
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			nc.SetReadDeadline(time.Now().Add(linger))
+			io.Copy(io.Discard, nc)
+		}()
+	}
+	wg.Wait()
 	load.PrintJSON(rep)
 }

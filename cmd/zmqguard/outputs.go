@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"sync"
 
 	"github.com/tinylib/msgp/msgp"
 
@@ -21,7 +22,7 @@ import (
 
 var outputsSpec = commandSpec{
 	name:     "outputs",
-	synopsis: "--bind ADDR [--allow CIDR,...] [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT]",
+	synopsis: "--bind ADDR [--allow CIDR,...] [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT] [--curve-secret-key-file F --curve-allow PATH]",
 	summary:  "a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines",
 	help: `Binds a guarded PULL socket where vLLM engine cores (or any engine speaking
 their output wire) connect and push EngineCoreOutputs, decodes each message
@@ -37,11 +38,23 @@ request output on stdout:
    "kv_transfer_params": ...|null}
 
 Arrays are nested JSON lists following their shape (NaN and infinities as
-null). An engine's ENGINE_CORE_DEAD prints {"engine": E, "type":
-"engine_dead"} (E null when its connection never sent a valid message)
-and the receiver goes on. Junk is dropped and counted by reason, per
-engine. After --count request outputs (or, with --count 0, on SIGINT or
+null). An engine index belongs to the first connection that sends a valid
+message claiming it (until that connection disconnects); another
+connection's messages claiming it are dropped and counted
+(claims_refused). An engine's ENGINE_CORE_DEAD prints {"engine": E,
+"type": "engine_dead"} and the receiver goes on; a sentinel from a
+connection that holds no engine index prints nothing and is counted
+(unattributed_dead). Junk is dropped and counted by reason, per engine.
+
+--curve-secret-key-file and --curve-allow serve CURVE only: engines must
+present a listed client key (vLLM's engines speak NULL; use CURVE where
+the engines' side is a zmqguard or libzmq peer configured for it). After --count request outputs (or, with --count 0, on SIGINT or
 SIGTERM) the last line is {"counters": {...}} and the exit code is 0.
+
+Each engine connection is handled by its own worker: one engine's lines
+keep its order, different engines' lines may interleave, and an engine
+sending huge messages delays only its own lines (its connection is held
+once 64 MiB of its messages wait).
 
 The limits default to one step of a large engine (max_num_seqs 1024, each
 sequence with logprobs, pooling output or routed experts in aux frames):
@@ -62,6 +75,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 	maxMsg := sizeValue(outputs.DefaultMaxMessageSize)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
 	maxFrames := fs.Int("max-frames", outputs.DefaultMaxFrames, "most frames in one message (the body and its aux arrays)")
+	curve := addCurveServerFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -82,10 +96,15 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		if err := mo.check(); err != nil {
 			return err
 		}
+		cc, stopCurve, err := curve.config(ctx, e.logger)
+		if err != nil {
+			return err
+		}
+		defer stopCurve()
 		rel := *release
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
-		w := &outputsWriter{w: e.stdout}
+		w := &outputsWriter{w: e.stdout, limit: *count}
 		so := outputs.DefaultSocketOptions()
 		so.Guard.MaxMessageSize = int64(maxMsg)
 		so.Guard.MaxFrames = *maxFrames
@@ -93,26 +112,36 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		so.Logger = e.logger
 		lo := live.options()
 		so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
-		var n uint64
+		so.Guard.Curve = cc
+		// The handler runs in one goroutine per engine connection (see
+		// outputs.Handler): each renders its lines into a buffer of its
+		// own and only the write of a finished line is serialized, so an
+		// engine's huge outputs do not hold the others' lines up.
+		bufs := sync.Pool{New: func() any { return new([]byte) }}
 		r, err := outputs.New(outputs.Config{
 			Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: *engines,
 			Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
-				for i := range m.Outputs {
-					if *count > 0 && n >= *count {
-						break
+				bp := bufs.Get().(*[]byte)
+				defer func() {
+					if cap(*bp) <= 1<<20 {
+						bufs.Put(bp)
 					}
-					if err := w.output(m.EngineIndex, &m.Outputs[i]); err != nil {
+				}()
+				for i := range m.Outputs {
+					*bp = appendOutput((*bp)[:0], m.EngineIndex, &m.Outputs[i])
+					reached, err := w.emit(*bp, true)
+					if err != nil {
 						return err
 					}
-					n++
-				}
-				if *count > 0 && n >= *count {
-					cancel()
+					if reached {
+						cancel()
+						break
+					}
 				}
 				return nil
 			},
 			OnEngineDead: func(d outputs.EngineDeadError) {
-				w.dead(d.Engine)
+				w.emit(appendDead(nil, d.Engine), false)
 			},
 		})
 		if err != nil {
@@ -147,7 +176,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		if _, err := fmt.Fprintf(e.stdout, "%s\n", line); err != nil {
 			return err
 		}
-		if *count > 0 && n < *count {
+		if n := w.written(); *count > 0 && n < *count {
 			e.logger.Info("outputs interrupted", "outputs", n, "count", *count)
 		}
 		return nil
@@ -155,33 +184,55 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 	return finish(e, fs, spec, err)
 }
 
-// outputsWriter writes the JSON lines, reusing one buffer.
+// outputsWriter writes finished JSON lines, one at a time, and counts the
+// request outputs among them against limit (0: no limit). It is safe for
+// concurrent use.
 type outputsWriter struct {
-	w   io.Writer
-	buf []byte
-	err error
+	mu    sync.Mutex
+	w     io.Writer
+	err   error
+	n     uint64
+	limit uint64
 }
 
-func (w *outputsWriter) flush() error {
-	if w.err == nil {
-		_, w.err = w.w.Write(w.buf)
+// emit writes line (a request output when output is set). It reports
+// whether the limit is reached: then a request output beyond it is not
+// written.
+func (w *outputsWriter) emit(line []byte, output bool) (reached bool, err error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if output && w.limit > 0 && w.n >= w.limit {
+		return true, w.err
 	}
-	return w.err
+	if w.err == nil {
+		_, w.err = w.w.Write(line)
+	}
+	if output && w.err == nil {
+		w.n++
+	}
+	return output && w.limit > 0 && w.n >= w.limit, w.err
 }
 
-func (w *outputsWriter) dead(engine int64) {
-	b := append(w.buf[:0], `{"engine":`...)
+// written returns the request outputs written.
+func (w *outputsWriter) written() uint64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.n
+}
+
+func appendDead(b []byte, engine int64) []byte {
+	b = append(b, `{"engine":`...)
 	if engine < 0 {
 		b = append(b, "null"...)
 	} else {
 		b = strconv.AppendInt(b, engine, 10)
 	}
-	w.buf = append(b, ",\"type\":\"engine_dead\"}\n"...)
-	w.flush()
+	return append(b, ",\"type\":\"engine_dead\"}\n"...)
 }
 
-func (w *outputsWriter) output(engine int64, o *enginecore.Output) error {
-	b := append(w.buf[:0], `{"engine":`...)
+// appendOutput appends the JSON line of one request output.
+func appendOutput(b []byte, engine int64, o *enginecore.Output) []byte {
+	b = append(b, `{"engine":`...)
 	b = strconv.AppendInt(b, engine, 10)
 	b = append(b, `,"request_id":`...)
 	b = appendJSONString(b, o.RequestID)
@@ -236,8 +287,7 @@ func (w *outputsWriter) output(engine int64, o *enginecore.Output) error {
 	b = strconv.AppendInt(b, o.NumNaNsInLogits, 10)
 	b = append(b, `,"kv_transfer_params":`...)
 	b = appendJSONRaw(b, o.KVTransferParams)
-	w.buf = append(b, "}\n"...)
-	return w.flush()
+	return append(b, "}\n"...)
 }
 
 func appendJSONFloat(b []byte, f float64, bits int) []byte {

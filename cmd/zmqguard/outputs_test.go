@@ -14,6 +14,7 @@ import (
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func f32le(v ...float32) []byte {
@@ -235,5 +236,79 @@ func TestOutputsRealSizeStep(t *testing.T) {
 	}
 	if lines := outputLines(t, p.stdout.String()); len(lines) != 1366 || lines[1364]["request_id"] != "cmpl-1364" {
 		t.Fatalf("%d lines", len(lines))
+	}
+}
+
+// TestOutputsCurve (issue 29 row 4): `zmqguard outputs` serves CURVE with
+// --curve-secret-key-file and --curve-allow. An engine with a listed key
+// is heard; an engine with an unlisted key pair is refused by the
+// authorizer before any of its messages counts, and a NULL peer cannot
+// connect at all.
+func TestOutputsCurve(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	srvPub, srvSecret, cliSecret, cliDir := curveCerts(t)
+	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "1",
+		"--curve-secret-key-file", srvSecret, "--curve-allow", cliDir, "--log-format", "json")
+	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
+	server, err := zmtpguard.ParseCurveKey(srvPub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var enc enginecore.Encoder
+	msg := func(id string) [][]byte {
+		return enc.Encode(&enginecore.Message{Header: enginecore.Header{EngineIndex: 0, Timestamp: 1},
+			Outputs: []enginecore.Output{{RequestID: []byte(id), NewTokenIDs: []int64{1}}}})
+	}
+
+	// An unlisted key pair: the authorizer refuses it (the condition the
+	// test waits for), so its message is never received.
+	_, freshSecret, _ := zmtpguard.GenerateCurveKeyPair()
+	o := quietSocket()
+	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: freshSecret, ServerKey: server}
+	evil, err := socket.NewPush(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer evil.Close()
+	evil.Dial(ep)
+	evilCtx, evilCancel := context.WithTimeout(ctx, 2*time.Second)
+	_ = evil.Send(evilCtx, msg("forged")...) // no connection ever completes: the send times out
+	evilCancel()
+	p.waitStderr("refused by the authorizer", 20*time.Second)
+
+	cert, err := zmtpguard.LoadCertificate(cliSecret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	o = quietSocket()
+	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cert.Secret, ServerKey: server}
+	engine, err := socket.NewPush(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer engine.Close()
+	engine.Dial(ep)
+	if err := engine.Send(ctx, msg("honest")...); err != nil {
+		t.Fatal(err)
+	}
+	if code := p.wait(30 * time.Second); code != 0 {
+		t.Fatalf("outputs exit %d\nstdout:\n%s\nstderr:\n%s", code, p.stdout, p.stderr)
+	}
+	lines := outputLines(t, p.stdout.String())
+	if len(lines) != 2 || lines[0]["request_id"] != "honest" {
+		t.Fatalf("stdout:\n%s", p.stdout)
+	}
+	c, _ := lines[1]["counters"].(map[string]any)
+	if c == nil || c["received"] != 1.0 || c["outputs"] != 1.0 {
+		t.Fatalf("counters: %v", lines[1])
+	}
+	for _, args := range [][]string{
+		{"--curve-secret-key-file", srvSecret},
+		{"--curve-allow", cliDir},
+	} {
+		if code, _, errOut := runBin(t, 20*time.Second, append([]string{"outputs", "--bind", "tcp://127.0.0.1:0"}, args...)...); code != 2 {
+			t.Errorf("outputs %v: exit %d, want 2 (usage)\n%s", args, code, errOut)
+		}
 	}
 }

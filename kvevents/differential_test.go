@@ -1,0 +1,320 @@
+package kvevents
+
+import (
+	"bytes"
+	"fmt"
+	"math"
+	"reflect"
+	"runtime"
+	"slices"
+	"testing"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/golden"
+)
+
+// decodeResult is what one decode yields, for comparing two decoders.
+type decodeResult struct {
+	err   error
+	b     *Batch
+	drops []EventDrop
+}
+
+func decodeWith(dec func([]byte, Limits, *Batch, func(EventDrop)) error, p []byte, lim Limits, b *Batch) decodeResult {
+	r := decodeResult{b: b}
+	r.err = dec(p, lim, b, func(d EventDrop) { r.drops = append(r.drops, d) })
+	return r
+}
+
+// sameResult reports how two decodes differ ("" when they agree): the same
+// refusal (reason and text), or the same batch and the same event drops.
+func sameResult(x, y decodeResult) string {
+	if (x.err == nil) != (y.err == nil) {
+		return fmt.Sprintf("errors differ: %v / %v", x.err, y.err)
+	}
+	if x.err != nil {
+		if x.err.Error() != y.err.Error() || decodeguard.ReasonOf(x.err) != decodeguard.ReasonOf(y.err) {
+			return fmt.Sprintf("errors differ: %v / %v", x.err, y.err)
+		}
+		return sameDrops(x.drops, y.drops)
+	}
+	a, b := x.b, y.b
+	if math.Float64bits(a.TS) != math.Float64bits(b.TS) || a.DataParallelRank != b.DataParallelRank ||
+		a.DroppedEvents != b.DroppedEvents || !slices.Equal(a.Index, b.Index) || len(a.Events) != len(b.Events) {
+		return fmt.Sprintf("batch differs: ts %v/%v rank %v/%v dropped %d/%d index %v/%v",
+			a.TS, b.TS, a.DataParallelRank, b.DataParallelRank, a.DroppedEvents, b.DroppedEvents, a.Index, b.Index)
+	}
+	for i := range a.Events {
+		if d := sameEvent(&a.Events[i], &b.Events[i]); d != "" {
+			return fmt.Sprintf("event %d: %s", i, d)
+		}
+	}
+	return sameDrops(x.drops, y.drops)
+}
+
+// sameDrops compares the event drops two decodes reported (the two-pass
+// path reports the drops before a batch-level refusal found after them, and
+// DecodeBatch, which then decides the batch with it, does the same).
+func sameDrops(x, y []EventDrop) string {
+	if len(x) != len(y) {
+		return fmt.Sprintf("%d / %d drops", len(x), len(y))
+	}
+	for i := range x {
+		p, q := x[i], y[i]
+		if p.Index != q.Index || p.Type != q.Type || p.Err.Error() != q.Err.Error() ||
+			decodeguard.ReasonOf(p.Err) != decodeguard.ReasonOf(q.Err) {
+			return fmt.Sprintf("drop %d differs: %+v / %+v", i, p, q)
+		}
+	}
+	return ""
+}
+
+// sameEvent compares two events field by field (a nil and an empty slice
+// are the same).
+func sameEvent(a, b *Event) string {
+	if !slices.Equal(a.BlockHashes, b.BlockHashes) {
+		return fmt.Sprintf("block_hashes %v / %v", a.BlockHashes, b.BlockHashes)
+	}
+	if !slices.Equal(a.TokenIDs, b.TokenIDs) {
+		return fmt.Sprintf("token_ids %v / %v", a.TokenIDs, b.TokenIDs)
+	}
+	if !slices.EqualFunc(a.ExtraKeys, b.ExtraKeys, bytes.Equal) {
+		return fmt.Sprintf("extra_keys %x / %x", a.ExtraKeys, b.ExtraKeys)
+	}
+	x, y := *a, *b
+	x.BlockHashes, x.TokenIDs, x.ExtraKeys = nil, nil, nil
+	y.BlockHashes, y.TokenIDs, y.ExtraKeys = nil, nil, nil
+	if !reflect.DeepEqual(x, y) {
+		return fmt.Sprintf("%+v / %+v", x, y)
+	}
+	return ""
+}
+
+// fastOnly is DecodeBatch restricted to the one-pass decoder: it refuses
+// what fastBatch does not take.
+func fastOnly(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
+	lim = lim.withDefaults()
+	if len(p) > lim.MaxPayload || !fastBatch(p, lim, b) {
+		return errNotFast
+	}
+	for _, d := range b.drops {
+		onDrop(d)
+	}
+	b.drops = b.drops[:0]
+	return nil
+}
+
+var errNotFast = decodeguard.NewError(decodeguard.ReasonDecode, "not taken by the fast path")
+
+// checkDifferential decodes p with the two-pass path (decodeChecked: the
+// pre-scan then the decoder, as DecodeBatch did before the one-pass
+// decoder), with DecodeBatch and with the fast path alone, each into a
+// Batch that already held another batch, and fails on any difference. It
+// reports whether the fast path took p.
+func checkDifferential(t testing.TB, p []byte, lim Limits) bool {
+	t.Helper()
+	warm, _ := realisticBatch(7)
+	var b1, b2, b3 Batch
+	for _, b := range []*Batch{&b1, &b2, &b3} {
+		if err := DecodeBatch(warm, Limits{}, b, nil); err != nil {
+			t.Fatal(err)
+		}
+	}
+	old := decodeWith(decodeChecked, p, lim, &b1)
+	now := decodeWith(DecodeBatch, p, lim, &b2)
+	if d := sameResult(old, now); d != "" {
+		t.Fatalf("DecodeBatch differs from pre-scan + decode on %x: %s", p, d)
+	}
+	fast := decodeWith(fastOnly, p, lim, &b3)
+	if fast.err != nil {
+		return false
+	}
+	if d := sameResult(old, fast); d != "" {
+		t.Fatalf("the fast path took %x differently from pre-scan + decode: %s", p, d)
+	}
+	return true
+}
+
+// FuzzDecodeDifferential proves the one-pass decoder refuses exactly what
+// the pre-scan + decode path refused (same reason, same text) and yields the
+// same batch and event drops for what it accepts, with the default limits
+// and with small ones.
+func FuzzDecodeDifferential(f *testing.F) {
+	f.Add(batchOf(f, vecStoredMap, vecRemovedMap, vecClearedMap), false)
+	f.Add(unhex(f, vecBatch), true)
+	p, _ := realisticBatch(3)
+	f.Add(p, false)
+	f.Fuzz(func(t *testing.T, p []byte, small bool) {
+		lim := Limits{}
+		if small {
+			lim = Limits{MaxPayload: 2048, MaxEvents: 4}
+		}
+		checkDifferential(t, p, lim)
+	})
+}
+
+// TestDifferentialGolden runs the differential check over vLLM's own
+// batches and requires the one-pass decoder to take every one of them.
+func TestDifferentialGolden(t *testing.T) {
+	n := 0
+	for _, v := range golden.Load(t, "kv-events") {
+		frames, err := v.Frames()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(frames) != 3 {
+			continue
+		}
+		if !checkDifferential(t, frames[2], Limits{}) {
+			t.Errorf("vector %s: the fast path does not take vLLM's batch", v.ID)
+		}
+		n++
+	}
+	if n == 0 {
+		t.Fatal("no kv-events batch among the golden vectors")
+	}
+}
+
+// TestDifferentialShapes runs the differential check over the encoder's
+// batches in both forms and over hand-made edge cases, and requires the
+// fast path to take the encoder's output.
+func TestDifferentialShapes(t *testing.T) {
+	ek := []byte{0x92, 0xa1, 'x', 0x01}
+	events := []Event{
+		{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(math.MaxUint64)}, TokenIDs: make([]int64, 32), BlockSize: 16,
+			LoraID: Int(3), LoraName: String("adapter-α"), Medium: String("GPU"), HasExtraKeys: true, ExtraKeys: [][]byte{ek, nil},
+			GroupIdx: Int(1), KVCacheSpecKind: String("sliding_window"), KVCacheSpecSlidingWindow: Int(4096),
+			Locality: String("LOCAL"), Ownership: String("tier-x"), SessionID: String("sess-1")},
+		{Type: BlockStored, BlockHashes: []Hash{mustBytesHash(t, bytes.Repeat([]byte{7}, 32))}, BlockSize: 0, Medium: String("CPU")},
+		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1 << 40)}, Medium: String("DISK"), GroupIdx: Int(2)},
+		{Type: AllBlocksCleared},
+		{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, TokenIDs: []int64{1, 2, 3}, BlockSize: 2}, // fails validation
+		// A negative integer: the fast reader leaves this event to the
+		// general one, and the rest of the batch stays on the fast path.
+		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(3)}, GroupIdx: Int(-2)},
+	}
+	for i := range events[0].TokenIDs {
+		events[0].TokenIDs[i] = int64(i) * 70001
+	}
+	for _, mapForm := range []bool{true, false} {
+		p := AppendBatch(nil, 1.5, events, Int(0), mapForm)
+		if !checkDifferential(t, p, Limits{}) {
+			t.Errorf("mapForm=%v: the fast path does not take the encoder's batch", mapForm)
+		}
+		checkDifferential(t, append(append([]byte(nil), p...), 0xc0), Limits{})
+		checkDifferential(t, p, Limits{MaxEvents: 2})
+		checkDifferential(t, p, Limits{MaxPayload: len(p) - 1})
+		for cut := 0; cut < len(p); cut++ {
+			checkDifferential(t, p[:cut], Limits{})
+		}
+		// Every byte replaced by type bytes that change the structure.
+		for i := range p {
+			for _, c := range []byte{0x00, 0x7f, 0x80, 0x91, 0xa3, 0xc0, 0xc1, 0xc4, 0xcb, 0xcd, 0xd0, 0xd4, 0xd9, 0xdc, 0xdf, 0xff} {
+				q := append([]byte(nil), p...)
+				q[i] = c
+				checkDifferential(t, q, Limits{})
+			}
+		}
+	}
+}
+
+func mustBytesHash(t testing.TB, b []byte) Hash {
+	h, ok := BytesHash(b)
+	if !ok {
+		t.Fatal("bad hash")
+	}
+	return h
+}
+
+// TestDecodeBatchNoAllocs requires DecodeBatch to allocate nothing once its
+// Batch is warm: a realistic batch, and one that uses every field (LoRA
+// names, session ids, ownership, bin hashes, extra_keys) in both forms.
+func TestDecodeBatchNoAllocs(t *testing.T) {
+	full := []Event{
+		{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, TokenIDs: make([]int64, 32), BlockSize: 16,
+			LoraID: Int(3), LoraName: String("adapter-a"), Medium: String("GPU"), HasExtraKeys: true,
+			ExtraKeys: [][]byte{{0x91, 0xa1, 'x'}, nil}, GroupIdx: Int(0), KVCacheSpecKind: String("full_attention"),
+			Locality: String("LOCAL"), Ownership: String("kv-tier"), SessionID: String("session-17")},
+		{Type: BlockStored, BlockHashes: []Hash{mustBytesHash(t, bytes.Repeat([]byte{9}, 32))}, Medium: String("CPU")},
+		{Type: BlockStored, BlockHashes: []Hash{IntHash(5)}, TokenIDs: make([]int64, 16), BlockSize: 16,
+			LoraID: Int(4), LoraName: String("adapter-b"), SessionID: String("session-18")},
+		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1)}, Medium: String("GPU"), Ownership: String("kv-tier")},
+		{Type: AllBlocksCleared},
+	}
+	real, n := realisticBatch(1)
+	for _, c := range []struct {
+		name   string
+		p      []byte
+		events int
+	}{
+		{"realistic", real, n},
+		{"every-field-map", AppendBatch(nil, 2, full, Int(1), true), len(full)},
+		{"every-field-array", AppendBatch(nil, 2, full, OptInt{}, false), len(full)},
+	} {
+		var b Batch
+		decode := func() {
+			if err := DecodeBatch(c.p, Limits{}, &b, nil); err != nil || len(b.Events) != c.events {
+				t.Fatalf("%s: %v, %d events", c.name, err, len(b.Events))
+			}
+		}
+		decode()
+		if !fastBatch(c.p, Limits{}.withDefaults(), &b) {
+			t.Fatalf("%s: not taken by the one-pass decoder", c.name)
+		}
+		if a := testing.AllocsPerRun(200, decode); a != 0 {
+			t.Errorf("%s: %v allocations per batch once warm, want 0", c.name, a)
+		}
+	}
+}
+
+// TestLyingHeaders sends batches whose events, block hashes, token ids or
+// extra_keys claim 2^32-1 elements over a few bytes: each is refused as a
+// decode error before anything is allocated for what the header claims.
+func TestLyingHeaders(t *testing.T) {
+	huge := []byte{0xdd, 0xff, 0xff, 0xff, 0xff}
+	event := func(field string) []byte {
+		b := []byte{0x84, 0xa4, 't', 'y', 'p', 'e', 0xab}
+		b = append(b, "BlockStored"...)
+		for _, f := range []string{"block_hashes", "token_ids", "block_size"} {
+			b = append(b, 0xa0|byte(len(f)))
+			b = append(b, f...)
+			switch {
+			case f == field:
+				b = append(b, huge...)
+				b = append(b, 1, 2, 3)
+			case f == "block_size":
+				b = append(b, 16)
+			default:
+				b = append(b, 0x90)
+			}
+		}
+		return b
+	}
+	batch := func(events ...[]byte) []byte {
+		b := []byte{0x93, 0x01, 0x90 | byte(len(events))}
+		for _, e := range events {
+			b = append(b, e...)
+		}
+		return append(b, 0xc0)
+	}
+	cases := map[string][]byte{
+		"events":       append(append([]byte{0x93, 0x01}, huge...), 0xc0),
+		"block_hashes": batch(event("block_hashes")),
+		"token_ids":    batch(event("token_ids")),
+		"extra_keys":   batch(append(append(append([]byte{0x82, 0xa4, 't', 'y', 'p', 'e', 0xb0}, "AllBlocksCleared"...), 0xaa), append([]byte("extra_keys"), huge...)...)),
+	}
+	for name, p := range cases {
+		var b Batch
+		var before, after runtime.MemStats
+		runtime.ReadMemStats(&before)
+		err := DecodeBatch(p, Limits{}, &b, nil)
+		runtime.ReadMemStats(&after)
+		if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
+			t.Errorf("%s: %v, want a decode error", name, err)
+		}
+		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
+			t.Errorf("%s: %d bytes allocated for a refused batch", name, n)
+		}
+		checkDifferential(t, p, Limits{})
+	}
+}

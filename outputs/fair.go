@@ -1,0 +1,351 @@
+package outputs
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+// Per-connection fairness (issue 29 row 11). Run's receive loop checks each
+// message in full (decode, engine binding) and copies the valid ones into
+// the queue of the connection they came on; each connection's queue has a
+// worker goroutine of its own that decodes its messages again (from the
+// copy) and calls the callbacks in the order the connection sent them. An
+// engine's huge messages therefore occupy its own worker, not the receive
+// loop: the other engines' messages are received, checked and handed to
+// their handlers meanwhile. A connection whose queue holds
+// ConnQueueBytes or more is held (socket.HoldRecv: its reader stops, TCP
+// flow control slows that engine alone) until its worker has caught up; all
+// queues together hold at most QueueBytes (the receive loop waits beyond
+// it).
+
+// job is one message (or sentinel) queued for its connection's worker.
+type job struct {
+	dead bool
+	cp   *frameCopy // an owned copy of the message
+	size int64
+	peer *socket.Peer
+	at   time.Time
+}
+
+// frameCopy is a message copied out of the socket's buffers. Copies are
+// recycled (Receiver.free), so that a warm receiver allocates nothing per
+// message; one that grew past copyRetain bytes is left to the collector.
+type frameCopy struct {
+	buf    []byte
+	frames [][]byte
+}
+
+// copyRetain bounds the buffer a recycled copy keeps, freeCopies the
+// copies kept and freeBytes their buffers together.
+const (
+	copyRetain = 1 << 20
+	freeCopies = 256
+	freeBytes  = 16 << 20
+)
+
+// connQueue is one connection's queue.
+type connQueue struct {
+	id      uint64
+	peer    *socket.Peer
+	jobs    []job
+	head    int
+	bytes   int64
+	running bool // a worker serves it
+	idle    bool // the worker waits for wake
+	held    bool // its reader is held (socket.HoldRecv)
+	wake    chan struct{}
+}
+
+// workerIdle is how long a worker waits for its connection's next message
+// before it ends (a busy engine keeps its worker; a quiet one costs none).
+const workerIdle = 2 * time.Second
+
+// copyFrames copies frames into one buffer.
+func (r *Receiver) copyFrames(frames [][]byte) (*frameCopy, int64) {
+	n := 0
+	for _, f := range frames {
+		n += len(f)
+	}
+	var c *frameCopy
+	r.fmu.Lock()
+	if k := len(r.free); k > 0 {
+		c = r.free[k-1]
+		r.free[k-1] = nil
+		r.free = r.free[:k-1]
+		r.freeBytes -= cap(c.buf)
+	}
+	r.fmu.Unlock()
+	if c == nil {
+		c = new(frameCopy)
+	}
+	if cap(c.buf) < n {
+		c.buf = make([]byte, 0, n)
+	}
+	if cap(c.frames) < len(frames) {
+		c.frames = make([][]byte, 0, len(frames))
+	}
+	buf := c.buf[:0]
+	out := c.frames[:0]
+	for _, f := range frames {
+		buf = append(buf, f...)
+		out = append(out, buf[len(buf)-len(f):len(buf):len(buf)])
+	}
+	c.buf, c.frames = buf, out
+	return c, int64(n)
+}
+
+// recycle keeps c for reuse unless it grew large or enough are kept.
+func (r *Receiver) recycle(c *frameCopy) {
+	if c == nil || cap(c.buf) > copyRetain || cap(c.frames) > 4096 {
+		return
+	}
+	clear(c.frames)
+	c.frames = c.frames[:0]
+	r.fmu.Lock()
+	if len(r.free) < freeCopies && r.freeBytes+cap(c.buf) <= freeBytes {
+		r.free = append(r.free, c)
+		r.freeBytes += cap(c.buf)
+	}
+	r.fmu.Unlock()
+}
+
+// enqueue queues j for its connection's worker, starting the worker if
+// none runs, holds the connection once its queue reaches ConnQueueBytes,
+// and waits while all queues together hold more than QueueBytes. It
+// returns ctx's error or loop.ErrLoopClosed when those end the wait.
+func (r *Receiver) enqueue(ctx context.Context, j job) error {
+	id := j.peer.ID()
+	r.qmu.Lock()
+	q := r.queues[id]
+	if q == nil {
+		q = &connQueue{id: id, peer: j.peer, wake: make(chan struct{}, 1)}
+		r.queues[id] = q
+	}
+	q.jobs = append(q.jobs, j)
+	q.bytes += j.size
+	r.queued += j.size
+	start := !q.running
+	q.running = true
+	if q.idle {
+		q.idle = false
+		select {
+		case q.wake <- struct{}{}:
+		default:
+		}
+	}
+	hold := !q.held && q.bytes >= r.connLimit
+	if hold {
+		q.held = true
+		r.holds++
+	}
+	if start {
+		r.workers.Add(1)
+	}
+	r.qmu.Unlock()
+	if hold {
+		r.sock.HoldRecv(j.peer, true)
+	}
+	if start {
+		go r.work(ctx, q)
+	}
+	for {
+		r.qmu.Lock()
+		over := r.queued > r.queueLimit
+		if over {
+			r.queueWaits++
+		}
+		r.qmu.Unlock()
+		if !over {
+			return nil
+		}
+		select {
+		case <-r.space:
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-r.stop:
+			if err := ctx.Err(); err != nil {
+				return err
+			}
+			return loop.ErrLoopClosed
+		}
+	}
+}
+
+// work serves q until it is empty (or the receiver stops).
+func (r *Receiver) work(ctx context.Context, q *connQueue) {
+	defer r.workers.Done()
+	lim := r.lim
+	var m enginecore.Message
+	idle := time.NewTimer(workerIdle)
+	defer idle.Stop()
+	for {
+		r.qmu.Lock()
+		if q.head == len(q.jobs) && !r.stopped() && ctx.Err() == nil {
+			// Empty: wait a while for the connection's next message.
+			q.jobs, q.head = q.jobs[:0], 0
+			q.idle = true
+			r.qmu.Unlock()
+			idle.Reset(workerIdle)
+			timedOut := false
+			select {
+			case <-q.wake:
+			case <-idle.C:
+				timedOut = true
+			case <-ctx.Done():
+			case <-r.stop:
+			}
+			r.qmu.Lock()
+			q.idle = false
+			if !timedOut || q.head < len(q.jobs) {
+				r.qmu.Unlock()
+				continue
+			}
+		}
+		if q.head == len(q.jobs) || r.stopped() || ctx.Err() != nil {
+			q.running = false
+			release := q.held
+			q.held = false
+			for i := q.head; i < len(q.jobs); i++ {
+				r.queued -= q.jobs[i].size
+				r.recycle(q.jobs[i].cp)
+			}
+			q.jobs, q.head, q.bytes = nil, 0, 0
+			delete(r.queues, q.id)
+			r.qmu.Unlock()
+			if release {
+				r.sock.HoldRecv(q.peer, false)
+			}
+			r.signalSpace()
+			return
+		}
+		j := q.jobs[q.head]
+		q.jobs[q.head] = job{}
+		q.head++
+		if q.head > 64 && q.head*2 > len(q.jobs) {
+			q.jobs = append(q.jobs[:0], q.jobs[q.head:]...)
+			q.head = 0
+		}
+		r.qmu.Unlock()
+
+		err := r.serve(ctx, &j, &m, &lim)
+		r.recycle(j.cp)
+
+		r.qmu.Lock()
+		q.bytes -= j.size
+		r.queued -= j.size
+		release := q.held && q.bytes < r.connLimit
+		if release {
+			q.held = false
+		}
+		r.qmu.Unlock()
+		if release {
+			r.sock.HoldRecv(q.peer, false)
+		}
+		r.signalSpace()
+		if err != nil {
+			r.fail(err)
+		}
+	}
+}
+
+// signalSpace wakes a receive loop waiting for queue space.
+func (r *Receiver) signalSpace() {
+	select {
+	case r.space <- struct{}{}:
+	default:
+	}
+}
+
+// stopped reports whether the receiver is closing or failed.
+func (r *Receiver) stopped() bool {
+	select {
+	case <-r.stop:
+		return true
+	default:
+		return false
+	}
+}
+
+// fail records the first unclassified handler error and stops Run.
+func (r *Receiver) fail(err error) {
+	r.failOnce.Do(func() {
+		r.failErr = err
+		r.cancelRun()
+	})
+}
+
+// serve delivers one job: the sentinel's event, or the message to the
+// handler. An unclassified handler error is returned (it ends Run).
+func (r *Receiver) serve(ctx context.Context, j *job, m *enginecore.Message, lim *enginecore.Limits) error {
+	if j.dead {
+		r.deadEvent(j.peer, j.at)
+		return nil
+	}
+	if err := enginecore.Decode(j.cp.frames, m, lim); err != nil {
+		// The receive loop decoded the same bytes: unreachable.
+		r.lateDrop(j, err)
+		return nil
+	}
+	r.mu.Lock()
+	r.messages++
+	r.outputs += uint64(len(m.Outputs))
+	if st := r.engine(m.EngineIndex); st != nil {
+		st.Messages++
+		st.Outputs += uint64(len(m.Outputs))
+	}
+	r.mu.Unlock()
+	if m.HasUtilityOutput && m.Utility.Special != 0 && r.cfg.OnNotification != nil {
+		r.cfg.OnNotification(notification(m, j.peer))
+	}
+	err := r.cfg.Handler(ctx, m, j.peer)
+	if err == nil {
+		return nil
+	}
+	if cerr := ctx.Err(); cerr != nil && errors.Is(err, cerr) {
+		return nil
+	}
+	var de *decodeguard.Error
+	if errors.As(err, &de) && de.Reason.Valid() {
+		r.lateDrop(j, err)
+		return nil
+	}
+	return &loop.Error{Loop: r.cfg.Name, Stage: loop.StageHandler, Peer: j.peer.Addr(), Err: err}
+}
+
+// lateDrop counts, logs (rate-limited) and reports a message dropped by
+// its worker (a classified handler error).
+func (r *Receiver) lateDrop(j *job, err error) {
+	reason := decodeguard.ReasonDecode
+	var de *decodeguard.Error
+	if errors.As(err, &de) && de.Reason.Valid() {
+		reason = de.Reason
+	}
+	now := time.Now()
+	r.mu.Lock()
+	r.lateDropped[reason]++
+	r.mu.Unlock()
+	d := loop.Drop{Loop: r.cfg.Name, Reason: reason, Stage: loop.StageHandler, Peer: j.peer,
+		Frames: len(j.cp.frames), Length: int(j.size), Err: err, Time: now}
+	if r.dropLog.Drop(reason, j.peer.Addr(), now) == ratelog.First {
+		r.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "zmqguard: dropped a message (first from this peer)",
+			slog.String("loop", r.cfg.Name), slog.String("reason", reason.String()), slog.String("stage", loop.StageHandler.String()),
+			slog.String("peer", j.peer.Addr()), slog.Int("frames", len(j.cp.frames)), slog.Int64("len", j.size),
+			slog.String("err", decodeguard.EscapeText(err.Error(), 256)))
+	}
+	r.onDrop(d)
+}
+
+// queueStats are the fairness counters (see Stats).
+func (r *Receiver) queueStats(st *Stats) {
+	r.qmu.Lock()
+	st.QueuedBytes, st.Holds, st.QueueWaits = r.queued, r.holds, r.queueWaits
+	r.qmu.Unlock()
+}

@@ -1,0 +1,508 @@
+// Command outputs re-measures issue 29's rows 4 and 11 (the engine output
+// receiver) from outside, on loopback only, bounded in count and time, for
+// RELIABILITY.md's "Fair shares (issue 29)" table:
+//
+//	go run ./reliability/fairshare/outputs row4
+//	go run ./reliability/fairshare/outputs -bin PATH row11 [-for 20s] [-huge 1024x4096] [-rate 50]
+//
+// row4 runs an outputs.Receiver in this process with the library's
+// defaults (OnEngineDead nil) on 127.0.0.1 port 0 and plays three peers: an
+// honest engine 0 that sends one valid message every 10 ms, a raw PUSH
+// peer that sends only ENGINE_CORE_DEAD, and a second connection that
+// claims engine 0 with forged outputs and then sends ENGINE_CORE_DEAD. It
+// prints one JSON object: whether Run ended and with what, how many forged
+// outputs reached the handler as engine 0's, whether OnEngineDead ran (it
+// is set only to count; the default behaviour is what matters, so the
+// receiver is run twice: once with OnEngineDead nil, once with it set) and
+// how many honest messages were delivered after the attack.
+//
+// row11 starts PATH outputs --bind tcp://127.0.0.1:0 (the kernel chooses
+// the port; it is read from the start line), then for -for: an attacking
+// engine 1 sends valid EngineCoreOutputs of -huge request outputs, each
+// with a float32 pooling output of the given width in its own aux frame
+// (1024x4096: 16 MiB a message), back to back; an honest engine 0 sends one
+// small message every 1/-rate s with its send time in the request id. The
+// harness reads the process's stdout and, for each honest line, the delay
+// from send to line. It prints one JSON object: honest messages sent and
+// printed, delay p50/p99/max, attacker messages printed, the process's
+// peak RSS (/proc), and the load average.
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/outputs"
+	"github.com/zmqguard/zmqguard/socket"
+)
+
+var quiet = slog.New(slog.DiscardHandler)
+
+func main() {
+	bin := flag.String("bin", "", "zmqguard binary (row11)")
+	dur := flag.Duration("for", 20*time.Second, "attack duration (row11)")
+	huge := flag.String("huge", "1024x4096", "attacker's message: OUTPUTSxWIDTH float32 pooling outputs (row11)")
+	rate := flag.Float64("rate", 50, "honest messages per second (row11)")
+	flag.Parse()
+	var err error
+	switch flag.Arg(0) {
+	case "row4":
+		err = row4()
+	case "row11":
+		err = row11(*bin, *dur, *huge, *rate)
+	default:
+		err = errors.New("usage: outputs row4 | -bin PATH row11")
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "outputs:", err)
+		os.Exit(1)
+	}
+}
+
+func pusher(ep string) (*socket.Socket, error) {
+	o := socket.DefaultOptions()
+	o.Logger = quiet
+	p, err := socket.NewPush(o)
+	if err != nil {
+		return nil, err
+	}
+	if err := p.Dial(ep); err != nil {
+		p.Close()
+		return nil, err
+	}
+	return p, nil
+}
+
+func message(engine int64, id string, tokens ...int64) [][]byte {
+	var enc enginecore.Encoder
+	f := enc.Encode(&enginecore.Message{Header: enginecore.Header{EngineIndex: engine, Timestamp: 1},
+		Outputs: []enginecore.Output{{RequestID: []byte(id), NewTokenIDs: tokens}}})
+	return append([][]byte(nil), f...)
+}
+
+type row4Result struct {
+	OnEngineDead      bool    `json:"on_engine_dead_set"`
+	RunEnded          bool    `json:"run_ended"`
+	RunErr            string  `json:"run_err,omitempty"`
+	DeadEvents        int     `json:"dead_events"`
+	DeadEventEngines  []int64 `json:"dead_event_engines"`
+	ForgedDelivered   int     `json:"forged_delivered_as_engine_0"`
+	HonestAfterAttack int     `json:"honest_delivered_after_attack"`
+	Engine0MarkedDead bool    `json:"engine_0_marked_dead"`
+}
+
+func row4() error {
+	var out []row4Result
+	for _, withCallback := range []bool{false, true} {
+		res, err := row4Once(withCallback)
+		if err != nil {
+			return err
+		}
+		out = append(out, res)
+	}
+	return json.NewEncoder(os.Stdout).Encode(out)
+}
+
+func row4Once(withCallback bool) (row4Result, error) {
+	res := row4Result{OnEngineDead: withCallback}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	var mu sync.Mutex
+	var attackDone atomic.Bool
+	cfg := outputs.Config{Logger: quiet, Socket: outputs.DefaultSocketOptions(),
+		Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
+			mu.Lock()
+			defer mu.Unlock()
+			for _, o := range m.Outputs {
+				switch {
+				case bytes.HasPrefix(o.RequestID, []byte("forged")):
+					res.ForgedDelivered++
+				case attackDone.Load():
+					res.HonestAfterAttack++
+				}
+			}
+			return nil
+		}}
+	cfg.Socket.Logger = quiet
+	if withCallback {
+		cfg.OnEngineDead = func(e outputs.EngineDeadError) {
+			mu.Lock()
+			res.DeadEvents++
+			res.DeadEventEngines = append(res.DeadEventEngines, e.Engine)
+			mu.Unlock()
+		}
+	}
+	r, err := outputs.New(cfg)
+	if err != nil {
+		return res, err
+	}
+	defer r.Close()
+	if err := r.Bind("tcp://127.0.0.1:0"); err != nil {
+		return res, err
+	}
+	runc := make(chan error, 1)
+	go func() { runc <- r.Run(ctx) }()
+	honest, err := pusher(r.Endpoint())
+	if err != nil {
+		return res, err
+	}
+	defer honest.Close()
+	if err := honest.Send(ctx, message(0, "honest-first", 1)...); err != nil {
+		return res, err
+	}
+	for r.Stats().Messages < 1 && ctx.Err() == nil {
+		time.Sleep(5 * time.Millisecond)
+	}
+	raw, err := pusher(r.Endpoint())
+	if err != nil {
+		return res, err
+	}
+	defer raw.Close()
+	if err := raw.Send(ctx, outputs.EngineCoreDead); err != nil {
+		return res, err
+	}
+	claim, err := pusher(r.Endpoint())
+	if err != nil {
+		return res, err
+	}
+	defer claim.Close()
+	for i := 0; i < 10; i++ {
+		if err := claim.Send(ctx, message(0, "forged-"+strconv.Itoa(i), 666)...); err != nil {
+			return res, err
+		}
+	}
+	if err := claim.Send(ctx, outputs.EngineCoreDead); err != nil {
+		return res, err
+	}
+	// Every attack message taken off the socket (1 + 12 + 1 honest).
+	for r.Stats().Received < 13 && ctx.Err() == nil {
+		select {
+		case err := <-runc:
+			runc <- err
+			goto sent
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+sent:
+	attackDone.Store(true)
+	for i := 0; i < 100; i++ {
+		if err := honest.Send(ctx, message(0, "honest-"+strconv.Itoa(i), 1)...); err != nil {
+			return res, err
+		}
+		time.Sleep(10 * time.Millisecond) // the honest engine's pace, not a wait for a condition
+	}
+	// Wait (bounded) for the honest messages, or Run's end.
+	deadline := time.After(5 * time.Second)
+wait:
+	for {
+		mu.Lock()
+		n := res.HonestAfterAttack
+		mu.Unlock()
+		if n >= 100 {
+			break
+		}
+		select {
+		case err := <-runc:
+			runc <- err
+			break wait
+		case <-deadline:
+			break wait
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+	select {
+	case err := <-runc:
+		res.RunEnded = true
+		if err != nil {
+			res.RunErr = err.Error()
+		}
+	default:
+	}
+	for _, e := range r.Stats().Engines {
+		if e.Engine == 0 {
+			res.Engine0MarkedDead = e.Dead
+		}
+	}
+	r.Close()
+	if !res.RunEnded {
+		<-runc
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	return res, nil
+}
+
+type row11Result struct {
+	Huge          string  `json:"huge"`
+	HugeBytes     int     `json:"huge_message_bytes"`
+	For           string  `json:"for"`
+	HonestSent    int     `json:"honest_sent"`
+	HonestPrinted int     `json:"honest_printed"`
+	HonestPct     float64 `json:"honest_printed_pct"`
+	P50ms         float64 `json:"honest_delay_p50_ms"`
+	P99ms         float64 `json:"honest_delay_p99_ms"`
+	Maxms         float64 `json:"honest_delay_max_ms"`
+	AttackSent    int     `json:"attack_sent"`
+	AttackPrinted int     `json:"attack_lines_printed"`
+	PeakRSSMiB    float64 `json:"peak_rss_mib"`
+	LoadAvg       string  `json:"loadavg"`
+	ExitLine      string  `json:"counters_line_prefix"`
+}
+
+func row11(bin string, dur time.Duration, huge string, rate float64) error {
+	if bin == "" {
+		return errors.New("row11 needs -bin")
+	}
+	var nOut, width int
+	if _, err := fmt.Sscanf(huge, "%dx%d", &nOut, &width); err != nil || nOut < 1 || width < 1 {
+		return fmt.Errorf("-huge %q: want OUTPUTSxWIDTH", huge)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur+90*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, bin, "outputs", "--bind", "tcp://127.0.0.1:0", "--log-format", "json")
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return err
+	}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return err
+	}
+	if err := cmd.Start(); err != nil {
+		return err
+	}
+	defer cmd.Process.Kill()
+	epc := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 64<<10), 1<<20)
+		for sc.Scan() {
+			var l map[string]any
+			if json.Unmarshal(sc.Bytes(), &l) == nil && l["msg"] == "outputs receiving" {
+				if ep, ok := l["endpoint"].(string); ok {
+					select {
+					case epc <- ep:
+					default:
+					}
+				}
+			}
+		}
+	}()
+	var ep string
+	select {
+	case ep = <-epc:
+	case <-time.After(20 * time.Second):
+		return errors.New("no start line within 20 s")
+	}
+
+	// The reader: honest lines' delays (the send time is in the id).
+	var mu sync.Mutex
+	var delays []time.Duration
+	var attackLines int
+	var lastLine string
+	readDone := make(chan struct{})
+	go func() {
+		defer close(readDone)
+		br := bufio.NewReaderSize(stdout, 1<<20)
+		start := true
+		for {
+			line, err := br.ReadSlice('\n')
+			if start && len(line) > 0 {
+				now := time.Now()
+				s := string(line[:min(len(line), 96)])
+				mu.Lock()
+				if i := strings.Index(s, `"request_id":"h-`); i >= 0 {
+					rest := s[i+len(`"request_id":"h-`):]
+					if j := strings.IndexByte(rest, '"'); j > 0 {
+						if ns, err := strconv.ParseInt(rest[:j], 10, 64); err == nil {
+							delays = append(delays, now.Sub(time.Unix(0, ns)))
+						}
+					}
+				} else if strings.Contains(s, `"request_id":"a-`) {
+					attackLines++
+				} else if strings.HasPrefix(s, `{"counters"`) {
+					lastLine = s
+				}
+				mu.Unlock()
+			}
+			start = err == nil
+			if err != nil && err != bufio.ErrBufferFull {
+				return
+			}
+		}
+	}()
+	// RSS sampler.
+	var peakKiB atomic.Int64
+	stopRSS := make(chan struct{})
+	rssDone := make(chan struct{})
+	go func() {
+		defer close(rssDone)
+		t := time.NewTicker(200 * time.Millisecond)
+		defer t.Stop()
+		for {
+			if kib := rssKiB(cmd.Process.Pid); kib > peakKiB.Load() {
+				peakKiB.Store(kib)
+			}
+			select {
+			case <-t.C:
+			case <-stopRSS:
+				return
+			}
+		}
+	}()
+
+	// The attacker: valid huge messages back to back.
+	attack, err := hugeMessage(nOut, width)
+	if err != nil {
+		return err
+	}
+	size := 0
+	for _, f := range attack {
+		size += len(f)
+	}
+	actx, acancel := context.WithTimeout(ctx, dur)
+	defer acancel()
+	ap, err := pusher(ep)
+	if err != nil {
+		return err
+	}
+	defer ap.Close()
+	var attackSent atomic.Int64
+	attackDone := make(chan struct{})
+	go func() {
+		defer close(attackDone)
+		for actx.Err() == nil {
+			if ap.Send(actx, attack...) == nil {
+				attackSent.Add(1)
+			}
+		}
+	}()
+	// The honest engine, at its own pace.
+	hp, err := pusher(ep)
+	if err != nil {
+		return err
+	}
+	defer hp.Close()
+	honestSent := 0
+	tick := time.NewTicker(time.Duration(float64(time.Second) / rate))
+	for actx.Err() == nil {
+		select {
+		case <-tick.C:
+		case <-actx.Done():
+		}
+		if actx.Err() != nil {
+			break
+		}
+		id := "h-" + strconv.FormatInt(time.Now().UnixNano(), 10)
+		if err := hp.Send(actx, message(0, id, 1)...); err == nil {
+			honestSent++
+		}
+	}
+	tick.Stop()
+	<-attackDone
+	ap.Close()
+	// Let what was sent be printed (bounded), then stop the process.
+	grace := time.Now().Add(30 * time.Second)
+	for time.Now().Before(grace) {
+		mu.Lock()
+		n := len(delays)
+		mu.Unlock()
+		if n >= honestSent {
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	cmd.Process.Signal(os.Interrupt)
+	select {
+	case <-readDone:
+	case <-time.After(30 * time.Second):
+	}
+	cmd.Wait()
+	close(stopRSS)
+	<-rssDone
+
+	mu.Lock()
+	defer mu.Unlock()
+	res := row11Result{Huge: huge, HugeBytes: size, For: dur.String(), HonestSent: honestSent, HonestPrinted: len(delays),
+		AttackSent: int(attackSent.Load()), AttackPrinted: attackLines, PeakRSSMiB: float64(peakKiB.Load()) / 1024}
+	if honestSent > 0 {
+		res.HonestPct = math.Round(1000*float64(len(delays))/float64(honestSent)) / 10
+	}
+	if len(delays) > 0 {
+		slices.Sort(delays)
+		q := func(p float64) float64 {
+			i := int(math.Ceil(p*float64(len(delays)))) - 1
+			return float64(delays[max(i, 0)].Microseconds()) / 1000
+		}
+		res.P50ms, res.P99ms, res.Maxms = q(0.50), q(0.99), q(1)
+	}
+	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
+		res.LoadAvg = strings.TrimSpace(string(b))
+	}
+	res.ExitLine = lastLine[:min(len(lastLine), 80)]
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// hugeMessage is one valid EngineCoreOutputs of engine 1 with n request
+// outputs, each with a float32 pooling output of width elements (an aux
+// frame each once it reaches 256 bytes).
+func hugeMessage(n, width int) ([][]byte, error) {
+	data := make([]byte, 4*width)
+	for i := 0; i < width; i++ {
+		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(i)/7))
+	}
+	m := &enginecore.Message{Header: enginecore.Header{EngineIndex: 1, Timestamp: 1}}
+	for i := 0; i < n; i++ {
+		m.Outputs = append(m.Outputs, enginecore.Output{RequestID: []byte("a-" + strconv.Itoa(i)),
+			PoolingOutput: enginecore.Array{DType: enginecore.Float32, Shape: []int{width}, Data: data}})
+	}
+	var enc enginecore.Encoder
+	f := enc.Encode(m)
+	out := make([][]byte, len(f))
+	for i := range f {
+		out[i] = append([]byte(nil), f[i]...)
+	}
+	if err := enginecore.Decode(out, new(enginecore.Message), &enginecore.Limits{MaxFrames: outputs.DefaultMaxFrames,
+		Scan: decodeguard.Limits{MaxBytes: outputs.DefaultMaxMessageSize, MaxElements: outputs.DefaultMaxElements}}); err != nil {
+		return nil, fmt.Errorf("the attack message does not decode: %w", err)
+	}
+	return out, nil
+}
+
+func rssKiB(pid int) int64 {
+	f, err := os.Open("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return 0
+	}
+	defer f.Close()
+	b, _ := io.ReadAll(f)
+	for _, l := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(l, "VmRSS:") {
+			fs := strings.Fields(l)
+			if len(fs) >= 2 {
+				n, _ := strconv.ParseInt(fs[1], 10, 64)
+				return n
+			}
+		}
+	}
+	return 0
+}
