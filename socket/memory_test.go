@@ -3,12 +3,14 @@ package socket
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
 	"net"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -174,12 +176,14 @@ func TestSlowBodyClosed(t *testing.T) {
 		return s.Stats().Violations[decodeguard.ReasonPolicy] == 1
 	})
 	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
-	if _, err := io.Copy(io.Discard, nc); err != nil {
+	// Closed: EOF, or a reset when the socket closed with our dribbled
+	// bytes unread.
+	if _, err := io.Copy(io.Discard, nc); err != nil && !errors.Is(err, syscall.ECONNRESET) {
 		t.Fatalf("connection not closed: %v", err)
 	}
-	if st := s.Stats(); st.Disconnects != 1 {
-		t.Fatalf("stats %+v", st)
-	}
+	// The disconnect is counted once the peer's reader has ended, which
+	// may be just after the close the client saw.
+	waitFor(t, ctx, "the disconnect to be counted", func() bool { return s.Stats().Disconnects == 1 })
 }
 
 // xpubSubscriber dials an XPUB at addr as a SUB and sends the given

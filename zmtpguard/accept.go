@@ -37,6 +37,11 @@ type Stats struct {
 	// when MaxPendingHandshakes was reached (see [Config]); each is also one
 	// policy violation in Violations.
 	Evicted uint64
+	// ConnsEvicted counts open connections (pending or established)
+	// closed to admit a connection from a host under its fair share of a
+	// full MaxConns (see [Config.MaxConns]); each is also one policy
+	// violation in Violations.
+	ConnsEvicted uint64
 	// Open is the number of connections counted against MaxConns: pending
 	// handshakes plus established connections not yet closed.
 	Open int64
@@ -60,6 +65,7 @@ type counters struct {
 	handshakes   atomic.Uint64
 	acceptErrors atomic.Uint64
 	evicted      atomic.Uint64
+	connsEvicted atomic.Uint64
 	violations   [decodeguard.NumReasons]atomic.Uint64
 	open         atomic.Int64
 	pending      atomic.Int64
@@ -71,6 +77,7 @@ func (c *counters) snapshot() Stats {
 		Handshakes:   c.handshakes.Load(),
 		AcceptErrors: c.acceptErrors.Load(),
 		Evicted:      c.evicted.Load(),
+		ConnsEvicted: c.connsEvicted.Load(),
 		Open:         c.open.Load(),
 		Pending:      c.pending.Load(),
 	}
@@ -144,6 +151,7 @@ type acceptLoop[T any] struct {
 	wait func(d time.Duration, done <-chan struct{})
 
 	pending pendingPool
+	shares  hostShares
 
 	ready   chan T
 	done    chan struct{} // closed by close
@@ -240,28 +248,71 @@ func (a *acceptLoop[T]) refuse(nc net.Conn, detail string, length int64) {
 	a.cfg.OnViolation(*v)
 }
 
-// admit applies the allowlist and MaxConns, then starts nc's handshake,
-// evicting a pending one if MaxPendingHandshakes is reached. Only the accept
-// goroutine increments the counters it checks, so a check cannot be raced
-// past.
+// admit applies the allowlist, MaxConnsPerHost and the fair share of
+// MaxConns, then starts nc's handshake, evicting a pending one if
+// MaxPendingHandshakes is reached. Only the accept goroutine increments the
+// counters it checks, so a check cannot be raced past.
 func (a *acceptLoop[T]) admit(nc net.Conn) {
 	ra := nc.RemoteAddr()
 	if !allowed(a.cfg.Allow, ra) {
 		a.refuse(nc, "source address not in the allowlist", -1)
 		return
 	}
-	if open := a.ctr.open.Load(); open >= int64(a.cfg.MaxConns) {
-		a.refuse(nc, "connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached", open)
+	key := sourceHost(ra)
+	hc := &hostConn{nc: nc, key: key}
+	perHost := a.cfg.MaxConnsPerHost
+	if perHost <= 0 {
+		perHost = a.cfg.MaxConns
+	}
+	open := a.ctr.open.Load()
+	verdict, victim, held := a.shares.admit(hc, open, a.cfg.MaxConns, perHost)
+	switch verdict {
+	case sharePerHost:
+		if perHost == a.cfg.MaxConns {
+			a.refuse(nc, "connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached by its source host alone", int64(held))
+		} else {
+			a.refuse(nc, "per-host connection cap MaxConnsPerHost="+itoa(perHost)+" reached by its source host", int64(held))
+		}
+		return
+	case shareFull:
+		a.refuse(nc, "connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached; its source host holds "+itoa(held)+
+			", at or over its fair share", open)
 		return
 	}
-	e := &pendingEntry{nc: nc}
-	victim, hostPending := a.pending.admit(e, sourceHost(ra), a.cfg.MaxPendingHandshakes)
+	e := &pendingEntry{nc: nc, conn: hc}
+	victimPending, hostPending := a.pending.admit(e, key, a.cfg.MaxPendingHandshakes)
 	a.ctr.open.Add(1)
 	a.wg.Add(1)
 	go a.handshake(e)
 	if victim != nil {
-		a.evict(victim, hostPending)
+		a.evictConn(victim, held)
 	}
+	if victimPending != nil {
+		a.evict(victimPending, hostPending)
+	}
+}
+
+// release gives back hc's MaxConns slot, once.
+func (a *acceptLoop[T]) release(hc *hostConn) {
+	hc.once.Do(func() {
+		a.shares.remove(hc)
+		a.ctr.open.Add(-1)
+	})
+}
+
+// evictConn closes an open connection the fair share of MaxConns chose, and
+// reports it (the connection's own handshake, if still running, reports
+// nothing more; an established connection's reader sees it closed).
+func (a *acceptLoop[T]) evictConn(hc *hostConn, held int) {
+	remote := remoteString(hc.nc)
+	hc.nc.Close()
+	a.release(hc)
+	a.ctr.connsEvicted.Add(1)
+	v := violation(decodeguard.ReasonPolicy,
+		"evicted: connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached; its source host held "+itoa(held)+
+			" connections, the most, over its fair share", int64(held), nil)
+	v.Remote = remote
+	a.cfg.OnViolation(*v)
 }
 
 // evict aborts the handshake of an entry the pool evicted, and reports it as
@@ -280,12 +331,13 @@ func (a *acceptLoop[T]) evict(e *pendingEntry, hostPending int) {
 
 func (a *acceptLoop[T]) handshake(e *pendingEntry) {
 	defer a.wg.Done()
-	var once sync.Once
-	release := func() { once.Do(func() { a.ctr.open.Add(-1) }) }
+	hc := e.conn
+	release := func() { a.release(hc) }
 	t, err := a.hs(a.ctx, e.nc, release)
 	// Exactly one of remove and the eviction takes e out of the pool: the
-	// loser's end is the winner's to account for.
-	evicted := !a.pending.remove(e)
+	// loser's end is the winner's to account for. A connection the fair
+	// share of MaxConns closed was reported as such.
+	evicted := !a.pending.remove(e) || a.shares.wasEvicted(hc)
 	if err != nil {
 		release()
 		var v *Violation

@@ -84,10 +84,25 @@ type Config struct {
 	// most pending handshakes and MaxPendingHandshakes newer ones arrive
 	// from it before it completes. Default 128.
 	MaxPendingHandshakes int
-	// MaxConns bounds a Listener's open connections (pending and established):
-	// a connection beyond it is closed at once (a policy violation).
-	// Default 4096.
+	// MaxConns bounds a Listener's open connections (pending and
+	// established), shared fairly by source host (keyed as for
+	// MaxPendingHandshakes: an IPv4 address, an IPv6 /64, "unix"). When a
+	// connection arrives while MaxConns are open, its host's share is
+	// MaxConns divided by the number of hosts holding connections (its own
+	// included): a host at or over its share is refused (the new
+	// connection closed at once, a policy violation); a host under it is
+	// admitted and one connection of the host holding the most is closed
+	// instead (a policy violation "evicted: ...", counted in
+	// Stats.ConnsEvicted), so one host that opens connections without end
+	// can fill an idle listener but never keep another host out. Default
+	// 4096.
 	MaxConns int
+	// MaxConnsPerHost, when positive, also bounds the open connections of
+	// one source host at any time, full listener or not: a connection from
+	// a host holding MaxConnsPerHost is refused (a policy violation naming
+	// the value). Default 0: no fixed per-host bound beyond the fair share
+	// of MaxConns above.
+	MaxConnsPerHost int
 	// Allow, when non-empty, is the source allowlist checked at accept:
 	// a connection whose remote address is in none of the prefixes is closed.
 	Allow []netip.Prefix
@@ -210,6 +225,7 @@ func (c *Config) Verify() error {
 	neg("MaxProperties", int64(c.MaxProperties))
 	neg("MaxPendingHandshakes", int64(c.MaxPendingHandshakes))
 	neg("MaxConns", int64(c.MaxConns))
+	neg("MaxConnsPerHost", int64(c.MaxConnsPerHost))
 	neg("ReadBufferSize", int64(c.ReadBufferSize))
 	neg("WriteBufferSize", int64(c.WriteBufferSize))
 	if c.MaxMessageSize > 1<<40 {

@@ -118,7 +118,10 @@ func (c *Conn) readCurve(m *Message) error {
 		var body []byte
 		peeked := n <= c.br.Size()
 		if peeked {
-			// The whole MESSAGE fits in the read buffer: open it there.
+			// The whole MESSAGE fits in the read buffer: open it there. A
+			// body not yet buffered is waited for under BodyTimeout, as on
+			// NULL (readBody): its header has arrived.
+			c.bodyWait(n)
 			if body, err = c.br.Peek(n); err != nil {
 				if err == io.EOF {
 					err = io.ErrUnexpectedEOF

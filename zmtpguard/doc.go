@@ -26,8 +26,9 @@
 // (the peer's greeting within GreetingTimeout, the whole handshake within
 // HandshakeTimeout); the resulting [Conn] reads and writes whole messages.
 // [Listener] (from [Listen] or [NewListener]) accepts with back-off, runs
-// each handshake in its own goroutine, enforces MaxConns and an optional
-// source allowlist, bounds the handshakes in progress by evicting, when
+// each handshake in its own goroutine, enforces MaxConns (shared fairly by
+// source host: when full, a host under its share evicts a connection of the
+// host holding the most) and an optional source allowlist, bounds the handshakes in progress by evicting, when
 // MaxPendingHandshakes is reached, the oldest pending handshake of the
 // source host that holds the most (so one host's idle connections cannot
 // lock out the others), counts every violation by reason ([Listener.Stats])

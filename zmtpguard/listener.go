@@ -15,8 +15,11 @@ var ErrListenerClosed = errors.New("zmtpguard: listener closed")
 // One goroutine accepts from the OS listener; a failed accept is retried
 // after a back-off (5 ms doubling to 1 s, reset by a success) so descriptor
 // exhaustion never spins a CPU. Each connection is checked against the
-// source allowlist and MaxConns at once — a refused one is closed
-// immediately and counted as a policy violation — and then runs its
+// source allowlist, MaxConnsPerHost and MaxConns at once — a refused one is
+// closed immediately and counted as a policy violation; when MaxConns is
+// reached, a connection from a host under its fair share is admitted and one
+// of the host holding the most is closed instead (Stats.ConnsEvicted; see
+// [Config.MaxConns]) — and then runs its
 // handshake in its own goroutine (greeting under GreetingTimeout, the whole
 // handshake under HandshakeTimeout), so a stalled peer never delays anyone
 // else. When MaxPendingHandshakes handshakes are already in progress, the

@@ -46,7 +46,9 @@ type pendingHost struct {
 // pendingEntry is one pending handshake. Its fields other than nc belong to
 // the pool (under its mutex).
 type pendingEntry struct {
-	nc         net.Conn
+	nc net.Conn
+	// conn is the connection's record for MaxConns (read-only).
+	conn       *hostConn
 	host       *pendingHost
 	prev, next *pendingEntry
 	seq        uint64

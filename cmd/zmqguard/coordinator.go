@@ -16,7 +16,7 @@ import (
 
 var coordinatorSpec = commandSpec{
 	name: "coordinator",
-	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N " +
+	synopsis: "--front ADDR --back-output ADDR --back-publish ADDR --engines N [--allow CIDR,...] " +
 		"[--stats-interval 100ms] [--idle-interval 5s] [--max-message-size 1MiB] [--vllm-version latest] " +
 		"[--max-engines N] [--scale-from IP,...] [--ready-interval 100ms] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
 	summary: "run a vLLM-compatible DP coordinator until SIGINT/SIGTERM",
@@ -99,6 +99,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	dbg := addDebugFlags(fs)
 	mo := addMetricsFlags(fs)
 	curve := addCurveServerFlags(fs)
+	allow := addAllowFlag(fs)
 	live := addLivenessFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
@@ -149,6 +150,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		defer stopCurve()
 		sopts := live.options()
 		sopts.Guard.Curve = cc
+		sopts.Guard.Allow = allow.prefixes
 		c, err := coordinator.New(coordinator.Config{
 			Socket:          sopts,
 			MaxEngines:      *maxEngines,

@@ -135,11 +135,13 @@ func snapshotVars(command string, counters func() any) debugVars {
 // too).
 func newDebugMux(command string, counters func() any) *http.ServeMux {
 	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index) // the index and every named profile (heap, goroutine, ...)
+	// The index and every named profile (heap, goroutine, ...); seconds=
+	// (CPU profile, trace, delta profiles) is bounded by maxProfileSeconds.
+	mux.Handle("/debug/pprof/", boundProfiles(http.HandlerFunc(pprof.Index), maxProfileSeconds))
 	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.Handle("/debug/pprof/profile", boundProfiles(http.HandlerFunc(pprof.Profile), maxProfileSeconds))
 	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	mux.Handle("/debug/pprof/trace", boundProfiles(http.HandlerFunc(pprof.Trace), maxProfileSeconds))
 	mux.HandleFunc("GET /debug/zmqguard", func(w http.ResponseWriter, _ *http.Request) {
 		b, err := json.Marshal(snapshotVars(command, counters))
 		if err != nil {
@@ -166,7 +168,9 @@ func startDebug(o *debugOptions, command string, counters func() any, logger *sl
 		return nil, fmt.Errorf("--debug-addr: %w", err)
 	}
 	addr := ln.Addr().String()
-	return serveEndpoint(ln, &http.Server{Handler: newDebugMux(command, counters)}, "debug", "debug_addr",
+	// WriteTimeout above the longest profile: an accepted one is written.
+	srv := &http.Server{Handler: newDebugMux(command, counters), WriteTimeout: (maxProfileSeconds + 15) * time.Second}
+	return serveEndpoint(ln, srv, "debug", "debug_addr",
 		"--debug-allow-remote", debugShutdownTimeout, logger,
 		"url", "http://"+addr+"/debug/zmqguard", "pprof", "http://"+addr+"/debug/pprof/"), nil
 }

@@ -23,17 +23,35 @@ type httpEndpoint struct {
 // serveEndpoint serves srv on ln in the background and logs the start line
 // "<what> endpoint serving" with attr and the extra attributes, warning
 // first when the address is not loopback (allowFlag made that legal).
-// Close waits up to shutdown for requests in flight.
+// Close waits up to shutdown for requests in flight. Every limit srv leaves
+// zero is set (see httpMaxHeaderBytes and the other http* limits), and at
+// most httpMaxConns connections are served at once.
 func serveEndpoint(ln net.Listener, srv *http.Server, what, attr, allowFlag string, shutdown time.Duration,
 	logger *slog.Logger, extra ...any) *httpEndpoint {
+	return serveEndpointCapped(ln, srv, httpMaxConns, what, attr, allowFlag, shutdown, logger, extra...)
+}
+
+// serveEndpointCapped is serveEndpoint with a connection cap of maxConns.
+func serveEndpointCapped(ln net.Listener, srv *http.Server, maxConns int, what, attr, allowFlag string, shutdown time.Duration,
+	logger *slog.Logger, extra ...any) *httpEndpoint {
 	if srv.ReadHeaderTimeout == 0 {
-		srv.ReadHeaderTimeout = 5 * time.Second
+		srv.ReadHeaderTimeout = httpReadHeaderTimeout
+	}
+	if srv.ReadTimeout == 0 {
+		srv.ReadTimeout = httpReadTimeout
+	}
+	if srv.WriteTimeout == 0 {
+		srv.WriteTimeout = httpWriteTimeout
 	}
 	if srv.IdleTimeout == 0 {
-		srv.IdleTimeout = 30 * time.Second
+		srv.IdleTimeout = httpIdleTimeout
+	}
+	if srv.MaxHeaderBytes == 0 {
+		srv.MaxHeaderBytes = httpMaxHeaderBytes
 	}
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	h := &httpEndpoint{srv: srv, addr: ln.Addr().String(), attr: attr, timeout: shutdown, done: make(chan struct{})}
+	ln = newLimitListener(ln, maxConns, what, logger)
 	go func() {
 		defer close(h.done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

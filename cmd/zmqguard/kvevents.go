@@ -22,7 +22,7 @@ import (
 
 var kvEventsSpec = commandSpec{
 	name:     "kv-events",
-	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
+	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "follow vLLM KV-cache event publishers, one JSON line per event",
 	help: `Subscribes to the KV-event publishers of vLLM engines (or anything speaking
 their wire) through hardened SUB sockets, and prints one JSON object per
@@ -58,7 +58,7 @@ release does not know (dropped as "unsupported"); the exit code is 0.`,
 
 var kvPublishSpec = commandSpec{
 	name:     "kv-publish",
-	synopsis: "--bind ADDR [--replay-bind ADDR] [--topic T] [--rate R] [--count N] [--curve-secret-key-file F --curve-allow PATH]",
+	synopsis: "--bind ADDR [--replay-bind ADDR] [--allow CIDR,...] [--topic T] [--rate R] [--count N] [--curve-secret-key-file F --curve-allow PATH]",
 	summary:  "publish synthetic vLLM KV-event batches (demos and load)",
 	help: `Publishes synthetic KV-event batches with the bytes vLLM's ZmqEventPublisher
 sends for --vllm-version (tagged-map events and topic-framed replay since
@@ -352,6 +352,7 @@ func runKVEvents(ctx context.Context, e *env, args []string) int {
 	live := addLivenessFlags(fs)
 	mo := addMetricsFlags(fs)
 	curve := addCurveClientFlags(fs)
+	allow := addAllowFlag(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -378,6 +379,7 @@ func runKVEvents(ctx context.Context, e *env, args []string) int {
 		}
 		sopts := live.options()
 		sopts.Guard.Curve = cc
+		sopts.Guard.Allow = allow.prefixes // a --bind source's accepted publishers
 		rel := *version
 		rctx, cancel := context.WithCancel(ctx)
 		defer cancel()
@@ -475,6 +477,7 @@ func runKVPublish(ctx context.Context, e *env, args []string) int {
 	dp := fs.Int("dp-rank", 0, "data_parallel_rank (offsets the ports as vLLM does)")
 	version := releaseFlag(fs)
 	curve := addCurveServerFlags(fs)
+	allow := addAllowFlag(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -496,6 +499,7 @@ func runKVPublish(ctx context.Context, e *env, args []string) int {
 		defer stopCurve()
 		var sopts socket.Options
 		sopts.Guard.Curve = cc
+		sopts.Guard.Allow = allow.prefixes // live and replay ports
 		rel := *version
 		pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Release: rel, Endpoint: *bind, Bind: true,
 			ReplayEndpoint: *replayBind, Topic: *topic, DataParallelRank: *dp, Logger: e.logger, Socket: sopts})

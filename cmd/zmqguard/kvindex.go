@@ -24,7 +24,7 @@ import (
 
 var kvIndexSpec = commandSpec{
 	name:     "kv-index",
-	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--redis URL] --http HOST:PORT [--model M] [--capacity N]",
+	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--redis URL] --http HOST:PORT [--model M] [--capacity N]",
 	summary:  "a KV-cache index of vLLM engines, scored over HTTP (POST /score)",
 	help: `Follows the KV-event publishers of vLLM engines like kv-events (same
 --connect/--bind/--replay/--topic/--from-start flags; each source is one
@@ -369,6 +369,7 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 	hashSeed := fs.String("pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
 	live := addLivenessFlags(fs)
 	curve := addCurveClientFlags(fs)
+	allow := addAllowFlag(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -444,6 +445,7 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 		}
 		sopts := live.options()
 		sopts.Guard.Curve = cc
+		sopts.Guard.Allow = allow.prefixes // a --bind source's accepted publishers
 		sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: srv.handle, Topic: *topic,
 			FromStart: *fromStart, ReplayTimeout: *replayTimeout, Logger: e.logger, Socket: sopts})
 		if err != nil {
@@ -471,7 +473,7 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 		if *redisURL != "" {
 			backend = "redis"
 		}
-		ep := serveEndpoint(ln, hs, "kv-index", "http_addr", "--http-allow-remote", 5*time.Second, e.logger,
+		ep := serveEndpointCapped(ln, hs, kvIndexMaxConns, "kv-index", "http_addr", "--http-allow-remote", 5*time.Second, e.logger,
 			"url", "http://"+ln.Addr().String()+"/score", "backend", backend, "model", *model)
 		defer ep.Close()
 		if err := sub.Run(ctx); err != nil {

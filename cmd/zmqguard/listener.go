@@ -16,7 +16,7 @@ import (
 
 var listenerSpec = commandSpec{
 	name:     "handshake-listener",
-	synopsis: "--bind ADDR --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX] [--vllm-version latest] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
+	synopsis: "--bind ADDR [--allow CIDR,...] --engine-id ID [--pp-size 1] [--tp-size 1] [--compat-hash HEX] [--vllm-version latest] [--debug-addr HOST:PORT] [--metrics-addr HOST:PORT]",
 	summary:  "serve demo NIXL handshake metadata until SIGINT/SIGTERM",
 	help: `Serves vLLM's NIXL side channel (V1, V2 and V3 requests) on a hardened ROUTER,
 answering every (pp, tp) rank in [0, pp-size) x [0, tp-size) with a demo
@@ -106,6 +106,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 	dbg := addDebugFlags(fs)
 	mo := addMetricsFlags(fs)
 	curve := addCurveServerFlags(fs)
+	allow := addAllowFlag(fs)
 	live := addLivenessFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
@@ -147,6 +148,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		defer stopCurve()
 		sopts := live.options()
 		sopts.Guard.Curve = cc
+		sopts.Guard.Allow = allow.prefixes
 		l, err := handshake.NewListener(handshake.ListenerConfig{
 			Endpoint:     *bind,
 			Payloads:     payloads,

@@ -22,7 +22,7 @@ import (
 
 var outputsSpec = commandSpec{
 	name:     "outputs",
-	synopsis: "--bind ADDR [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT] [--curve-secret-key-file F --curve-allow PATH]",
+	synopsis: "--bind ADDR [--allow CIDR,...] [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT] [--curve-secret-key-file F --curve-allow PATH]",
 	summary:  "a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines",
 	help: `Binds a guarded PULL socket where vLLM engine cores (or any engine speaking
 their output wire) connect and push EngineCoreOutputs, decodes each message
@@ -71,6 +71,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 	release := releaseFlag(fs)
 	live := addLivenessFlags(fs)
 	mo := addMetricsFlags(fs)
+	allow := addAllowFlag(fs)
 	maxMsg := sizeValue(outputs.DefaultMaxMessageSize)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
 	maxFrames := fs.Int("max-frames", outputs.DefaultMaxFrames, "most frames in one message (the body and its aux arrays)")
@@ -107,6 +108,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		so := outputs.DefaultSocketOptions()
 		so.Guard.MaxMessageSize = int64(maxMsg)
 		so.Guard.MaxFrames = *maxFrames
+		so.Guard.Allow = allow.prefixes
 		so.Logger = e.logger
 		lo := live.options()
 		so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout

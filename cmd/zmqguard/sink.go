@@ -17,7 +17,7 @@ import (
 
 var sinkSpec = commandSpec{
 	name:     "sink",
-	synopsis: "--bind ADDR [--decode none|stats] [--count N] [--metrics-addr HOST:PORT]",
+	synopsis: "--bind ADDR [--allow CIDR,...] [--decode none|stats] [--count N] [--metrics-addr HOST:PORT]",
 	summary:  "a guarded PULL that counts valid messages, for measuring a machine",
 	help: `Binds a hardened PULL socket under a SafeLoop and counts valid messages:
 with --decode none every message is valid; with --decode stats a message is
@@ -84,6 +84,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 	hwm := fs.Int("hwm", 0, "per-peer queue bound in messages (0: the socket default)")
 	mo := addMetricsFlags(fs)
 	curve := addCurveServerFlags(fs)
+	allow := addAllowFlag(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
 		return code
@@ -116,6 +117,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 		}
 		defer stopCurve()
 		opts.Guard.Curve = cc
+		opts.Guard.Allow = allow.prefixes
 		s, err := socket.NewPull(opts)
 		if err != nil {
 			return err
