@@ -260,8 +260,15 @@ func TestRouterHandoverAndRefusal(t *testing.T) {
 				return
 			}
 			waitFor(t, ctx, "handover", func() bool { return r.Stats().Handovers == 1 })
-			e, ok := log.find(func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, ErrHandover) })
-			if !ok || !strings.Contains(e.Err.Error(), "72616e6b2d30") {
+			// Handovers is counted before the old connection's
+			// disconnect event is emitted: wait for the event.
+			var e Event
+			waitFor(t, ctx, "the handover disconnect event", func() bool {
+				var ok bool
+				e, ok = log.find(func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, ErrHandover) })
+				return ok
+			})
+			if !strings.Contains(e.Err.Error(), "72616e6b2d30") {
 				t.Fatalf("no handover disconnect naming the identity: %+v", e)
 			}
 			// The new connection holds the identity: a reply reaches it.
