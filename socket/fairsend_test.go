@@ -126,3 +126,53 @@ func TestXPubDefaultWriteDeadlineIgnoresPings(t *testing.T) {
 		t.Fatalf("disconnect event %+v, want a ReasonPolicy one", e)
 	}
 }
+
+// A subscriber that filled the whole SendTotalBytes while it was alone is
+// over its share once an honest one joins: the honest subscriber, within its
+// share, finds the total spent, and the silent one is disconnected to make
+// room (SendEvictions), instead of the honest one being refused for as long
+// as the silent one stays.
+func TestXPubEvictsOverShareWhenTotalSpent(t *testing.T) {
+	ctx := testCtx(t, 60*time.Second)
+	xpub := mustSocket(t, NewXPub, func(o *Options) {
+		o.SendTotalBytes = 1 << 20
+		o.SendQueueBytes = -1
+		o.HWM = 1 << 20
+		o.WriteTimeout = -1
+		o.HeartbeatInterval = -1
+	})
+	ep := mustBind(t, xpub)
+	hog := rawPeer(t, ctx, ep, zmq4.Sub, nil)
+	zmtpaccess.WriteCommand(hog, zmtpwire.CmdSubscribe, nil)
+	hog.Flush()
+	waitFor(t, ctx, "the silent subscription", func() bool { return xpub.Stats().Topics == 1 })
+	payload := make([]byte, 16<<10)
+	// Alone, the silent subscriber's share is the whole total: fill it.
+	waitFor(t, ctx, "the total spent", func() bool {
+		xpub.Send(ctx, payload)
+		return xpub.Stats().QueuedSendBytes > 1<<20-int64(len(payload))
+	})
+	sub := mustSocket(t, NewSub)
+	mustDial(t, sub, ep)
+	if err := sub.Subscribe(nil); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, ctx, "the honest subscription", func() bool { return xpub.Stats().Topics == 2 })
+	binary.BigEndian.PutUint64(payload, 42)
+	if err := xpub.Send(ctx, payload); err != nil {
+		t.Fatal(err)
+	}
+	rctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	m, err := sub.Recv(rctx)
+	if err != nil {
+		t.Fatalf("honest subscriber refused while the silent one holds the total: %v (%+v)", err, xpub.Stats())
+	}
+	if binary.BigEndian.Uint64(m.Frames[0]) != 42 {
+		t.Fatal("wrong message")
+	}
+	waitFor(t, ctx, "the silent subscriber gone", func() bool { return xpub.Stats().Peers == 1 })
+	if st := xpub.Stats(); st.SendEvictions != 1 || st.Violations[decodeguard.ReasonPolicy] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+}

@@ -176,7 +176,9 @@ type Options struct {
 	// peer within its share is never refused for the total: when the
 	// total is spent by peers over their shares (shares shrink as peers
 	// join), the one holding the most is disconnected (ReasonPolicy,
-	// Stats.SendEvictions) to make room.
+	// Stats.SendEvictions) to make room — with XPUB, ROUTER and XSUB,
+	// whose full queues drop anyway; PUSH and DEALER never throw a queue
+	// away, they use another peer or wait.
 	SendTotalBytes int64
 	// RecvQueueBytes bounds the bytes of received messages that wait for
 	// Recv, across all peers (default 64 MiB; negative means no bound).

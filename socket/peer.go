@@ -234,11 +234,14 @@ func (p *peerConn) overShare(size int) bool {
 // are returned to the total before evictOverShare returns; the rest of its
 // close (events, callbacks) runs in its own goroutine, so that a Send never
 // runs another peer's callbacks. It reports whether a peer was evicted.
+// Only the types whose full queue already means a drop (XPUB, ROUTER,
+// XSUB) evict: a PUSH or DEALER within its share waits, or tries the next
+// peer, and what it queued for a slow peer is never thrown away.
 // Call without any qmu held.
 func (s *Socket) evictOverShare(p *peerConn) bool {
 	lim := s.opts.SendTotalBytes
 	peers := *s.snap.Load()
-	if lim <= 0 || len(peers) < 2 {
+	if lim <= 0 || len(peers) < 2 || (s.kind != kXPub && s.kind != kRouter && s.kind != kXSub) {
 		return false
 	}
 	share := lim / int64(len(peers))

@@ -67,7 +67,7 @@ type result struct {
 	// silent-subs, replay-flood
 	HonestBatches   int64   `json:"honest_batches,omitempty"`
 	HonestPerSecond float64 `json:"honest_per_second,omitempty"`
-	HonestMissed    int64   `json:"honest_missed,omitempty"`
+	HonestMissed    int64   `json:"honest_missed"`
 	BaselinePerSec  float64 `json:"baseline_per_second,omitempty"`
 	FloodRequests   int64   `json:"flood_requests,omitempty"`
 	// silent-replay
