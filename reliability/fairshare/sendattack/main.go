@@ -388,4 +388,3 @@ func newSub(ep string) *honestSub {
 }
 
 func (h *honestSub) counts() (int64, int64) { return h.batches.Load(), h.missed.Load() }
-
