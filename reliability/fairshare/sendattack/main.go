@@ -250,6 +250,7 @@ func silent(ctx context.Context, ep string, typ zmtpguard.SocketType, first []by
 			time.Sleep(100 * time.Millisecond)
 			continue
 		}
+		stop := context.AfterFunc(ctx, func() { c.Close() })
 		if typ == zmtpguard.Dealer {
 			err = c.WriteMessage(nil, first)
 		} else {
@@ -267,6 +268,7 @@ func silent(ctx context.Context, ep string, typ zmtpguard.SocketType, first []by
 				err = c.Flush()
 			}
 		}
+		stop()
 		c.Close()
 		if ctx.Err() == nil {
 			reconnects.Add(1)
@@ -290,6 +292,10 @@ func flood(ctx context.Context, ep string, reqs, reconnects *atomic.Int64) {
 			for c.ReadMessage(&m) == nil {
 			}
 		}()
+		// A write blocked by a publisher that no longer reads ends with
+		// the attack.
+		stop := context.AfterFunc(ctx, func() { c.Close() })
+		defer stop()
 		req := make([]byte, 8)
 		for ctx.Err() == nil {
 			if c.WriteMessage(nil, req) != nil || c.Flush() != nil {
