@@ -168,9 +168,10 @@ func TestReplayIncompleteEndsWithErrorMarker(t *testing.T) {
 }
 
 // Issue 29 row 12: a replay-request flood from one connection is served at
-// most once per ReplayInterval (the rest answered with the error marker, at
-// the cost of one small reply each); another connection's replay is served
-// in full meanwhile. Before, every request was a whole replay.
+// most once per ReplayInterval; the requests refused are answered with the
+// error marker, and past ReplayFloodLimit refusals in a row the connection
+// is closed. Another connection's replay is served in full meanwhile.
+// Before, every request was a whole replay.
 func TestReplayRequestFloodRateLimited(t *testing.T) {
 	pub := newTestPublisher(t, vllm.Latest, true)
 	for i := range 10 {
@@ -179,34 +180,43 @@ func TestReplayRequestFloodRateLimited(t *testing.T) {
 	waitFor(t, "published", func() bool { return pub.Stats().Published == 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	flood, _ := socket.NewDealer(socket.Options{Logger: quiet})
-	defer flood.Close()
-	flood.Dial(pub.ReplayEndpoint())
+	flood := rawReplayClient(t, ctx, pub.ReplayEndpoint())
 	start := time.Now()
 	const n = 300
+	var req [8]byte
 	for range n {
-		if err := flood.Send(ctx, nil, make([]byte, 8)); err != nil {
-			t.Fatal(err)
+		if flood.WriteMessage(nil, req[:]) != nil {
+			break // closed by the publisher already
 		}
 	}
+	flood.Flush()
 	honest := rawReplayClient(t, ctx, pub.ReplayEndpoint())
 	requestReplay(t, honest, 0)
 	seqs, marker := readReplay(t, honest)
 	if marker != ReplayEndSeq || len(seqs) != 10 {
 		t.Fatalf("honest replay during the flood: %d batches, marker %x", len(seqs), marker)
 	}
-	waitFor(t, "every flood request handled", func() bool {
-		st := pub.Stats()
-		return st.Replays+st.ReplaysRefused >= n+1
-	})
+	waitFor(t, "the flooding connection closed", func() bool { return pub.Stats().ReplayFloods == 1 })
 	st := pub.Stats()
 	// One replay per interval at most, plus the honest one and the first.
 	limit := uint64(time.Since(start)/DefaultReplayInterval) + 2
 	if st.Replays > limit {
 		t.Fatalf("%d replays served to a flood of %d in %v (limit %d): %+v", st.Replays, n, time.Since(start), limit, st)
 	}
-	if st.ReplaysRefused == 0 {
-		t.Fatalf("no request refused: %+v", st)
+	if st.ReplaysRefused < DefaultReplayFloodLimit {
+		t.Fatalf("%d requests refused, want at least %d: %+v", st.ReplaysRefused, DefaultReplayFloodLimit, st)
+	}
+	// The flooder got its replay, error markers, then its connection
+	// closed.
+	var m zmtpguard.Message
+	for {
+		zmtpaccess.NetConn(flood).SetReadDeadline(time.Now().Add(10 * time.Second))
+		if err := flood.ReadMessage(&m); err != nil {
+			if ne, ok := err.(net.Error); ok && ne.Timeout() {
+				t.Fatal("flooding connection still open")
+			}
+			break
+		}
 	}
 }
 

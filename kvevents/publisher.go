@@ -45,6 +45,9 @@ const (
 	// after its back-off. vLLM's and zmqguard's subscribers ask for one
 	// replay per gap and wait for its end, far below this rate.
 	DefaultReplayInterval = 100 * time.Millisecond
+	// DefaultReplayFloodLimit is PublisherConfig.ReplayFloodLimit's
+	// default.
+	DefaultReplayFloodLimit = 16
 	// ReplayInFlight bounds the replies queued for one replay client (the
 	// replay ROUTER's HWM); the replay waits for the client to read before
 	// it queues more.
@@ -115,6 +118,13 @@ type PublisherConfig struct {
 	// PublisherStats.ReplaysRefused. Zero means DefaultReplayInterval;
 	// negative means no limit.
 	ReplayInterval time.Duration
+	// ReplayFloodLimit: a replay connection whose requests are refused by
+	// ReplayInterval more than this many times in a row is disconnected
+	// (ReasonPolicy in the replay ROUTER's violations, counted in
+	// PublisherStats.ReplayFloods), so a request flood costs a connection,
+	// not one reply per request. Zero means DefaultReplayFloodLimit (16);
+	// negative means never.
+	ReplayFloodLimit int
 	// Logger receives lines about bad replay requests (nil:
 	// slog.Default()).
 	Logger *slog.Logger
@@ -144,6 +154,9 @@ type PublisherStats struct {
 	// in Replays).
 	ReplaysIncomplete uint64 `json:"replays_incomplete"`
 	ReplaysRefused    uint64 `json:"replays_refused"`
+	// ReplayFloods counts replay connections disconnected for passing
+	// ReplayFloodLimit.
+	ReplayFloods uint64 `json:"replay_floods"`
 	// BadRequests counts malformed replay requests by reason.
 	BadRequests decodeguard.Counts `json:"bad_requests"`
 	// Subscribers is the number of connected live subscribers.
@@ -183,6 +196,10 @@ type Publisher struct {
 	replayedBatches atomic.Uint64
 	replaysIncompl  atomic.Uint64
 	replaysRefused  atomic.Uint64
+	replayFloods    atomic.Uint64
+	// refusedRun counts each replay connection's refusals in a row
+	// (ReplayFloodLimit); owned by serveReplay.
+	refusedRun map[uint64]int
 	// lastReplay is when each replay connection (socket.Peer.ID) was last
 	// served, for ReplayInterval; owned by serveReplay.
 	lastReplay map[uint64]time.Time
@@ -249,6 +266,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	if cfg.ReplayInterval == 0 {
 		cfg.ReplayInterval = DefaultReplayInterval
+	}
+	if cfg.ReplayFloodLimit == 0 {
+		cfg.ReplayFloodLimit = DefaultReplayFloodLimit
 	}
 	live, err := OffsetPort(cfg.Endpoint, cfg.DataParallelRank)
 	if err != nil {
@@ -420,6 +440,7 @@ func (p *Publisher) badRequest(r decodeguard.Reason, msg string, n int) {
 func (p *Publisher) serveReplay() {
 	defer p.wg.Done()
 	p.lastReplay = make(map[uint64]time.Time)
+	p.refusedRun = make(map[uint64]int)
 	lastPrune := time.Now()
 	for {
 		msg, err := p.rep.Recv(p.ctx)
@@ -436,30 +457,38 @@ func (p *Publisher) serveReplay() {
 		p.amu.Lock()
 		busy := p.active[conn]
 		p.amu.Unlock()
-		if busy {
-			// The connection's replay is still running and will end with
-			// its own marker: a second request meanwhile is refused
-			// without one (a marker now would land inside that replay).
-			p.replaysRefused.Add(1)
-			continue
-		}
 		now := time.Now()
-		if iv := p.cfg.ReplayInterval; iv > 0 {
-			if now.Sub(lastPrune) > time.Minute {
-				p.pruneReplayConns(now)
-				lastPrune = now
-			}
-			if last, ok := p.lastReplay[conn]; ok && now.Sub(last) < iv {
-				// A flood of requests from one connection costs one
-				// small reply each, not one replay each. The marker is
-				// not waited for: a flooder that does not read misses
-				// it.
-				p.replaysRefused.Add(1)
-				p.sendMarker(id, ReplayErrorSeq)
+		if now.Sub(lastPrune) > time.Minute {
+			p.pruneReplayConns(now)
+			lastPrune = now
+		}
+		iv := p.cfg.ReplayInterval
+		last, seen := p.lastReplay[conn]
+		if busy || (iv > 0 && seen && now.Sub(last) < iv) {
+			// A flood of requests from one connection costs one small
+			// reply each, not one replay each, and past
+			// ReplayFloodLimit refusals in a row its connection.
+			p.replaysRefused.Add(1)
+			p.refusedRun[conn]++
+			if lim := p.cfg.ReplayFloodLimit; lim > 0 && p.refusedRun[conn] > lim {
+				// Requests it sent before the close may still come:
+				// they find it closed and are dropped here.
+				if p.rep.Disconnect(msg.Peer, decodeguard.NewError(decodeguard.ReasonPolicy,
+					fmt.Sprintf("kvevents: replay client sent more than ReplayFloodLimit %d requests in a row while its replay ran or within ReplayInterval %v of it", lim, iv))) {
+					p.replayFloods.Add(1)
+				}
 				continue
 			}
-			p.lastReplay[conn] = now
+			if !busy {
+				// Not waited for: a flooder that does not read misses
+				// it. While the connection's replay runs, no marker (it
+				// would land inside that replay, which ends with its own).
+				p.sendMarker(id, ReplayErrorSeq)
+			}
+			continue
 		}
+		delete(p.refusedRun, conn)
+		p.lastReplay[conn] = now
 		p.replays.Add(1)
 		p.amu.Lock()
 		p.active[conn] = true
@@ -470,12 +499,13 @@ func (p *Publisher) serveReplay() {
 }
 
 // pruneReplayConns forgets the replay connections not served within the
-// last ReplayInterval, so the map holds at most the connections served
-// lately (bounded by the ROUTER's connection cap).
+// last minute (or ReplayInterval, if longer), so the maps hold only the
+// connections served lately.
 func (p *Publisher) pruneReplayConns(now time.Time) {
 	for id, t := range p.lastReplay {
-		if now.Sub(t) >= p.cfg.ReplayInterval {
+		if now.Sub(t) >= max(p.cfg.ReplayInterval, time.Minute) {
 			delete(p.lastReplay, id)
+			delete(p.refusedRun, id)
 		}
 	}
 }
@@ -580,7 +610,8 @@ func (p *Publisher) Stats() PublisherStats {
 	st := PublisherStats{Published: p.published.Load(), Seq: p.seq.Load(), QueueFull: p.queueFull.Load(),
 		DroppedHWM: ps.DroppedHWM, Replays: p.replays.Load(), ReplayedBatches: p.replayedBatches.Load(),
 		ReplaysIncomplete: p.replaysIncompl.Load(), ReplaysRefused: p.replaysRefused.Load(),
-		Subscribers: ps.Peers}
+		ReplayFloods: p.replayFloods.Load(),
+		Subscribers:  ps.Peers}
 	if p.rep != nil {
 		st.DroppedHWM += p.rep.Stats().DroppedHWM
 	}

@@ -292,6 +292,28 @@ func (s *Socket) Peers() []*Peer {
 	return out
 }
 
+// Disconnect closes the connection of peer (from Msg.Peer or Peers) with
+// cause, a policy decision of the caller (for example a peer flooding
+// requests): it is reported as EventDisconnected with cause, counted under
+// cause's reason (decodeguard.ReasonOf) in Stats.Violations, and a dialed
+// connection reconnects. It reports whether peer was still connected. It
+// never waits for the peer.
+func (s *Socket) Disconnect(peer *Peer, cause error) bool {
+	if peer == nil {
+		return false
+	}
+	for _, p := range *s.snap.Load() {
+		if p.info == peer {
+			if p.isClosed() {
+				return false
+			}
+			p.close(cause)
+			return true
+		}
+	}
+	return false
+}
+
 // Stats returns a snapshot of the socket's counters.
 func (s *Socket) Stats() Stats {
 	st := Stats{
