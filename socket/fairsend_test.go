@@ -176,3 +176,33 @@ func TestXPubEvictsOverShareWhenTotalSpent(t *testing.T) {
 		t.Fatalf("stats %+v", st)
 	}
 }
+
+// Disconnect closes the named peer with the caller's cause, counted under
+// its reason, and reports false for a peer already gone.
+func TestDisconnect(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	var log eventLog
+	router := mustSocket(t, NewRouter, func(o *Options) { o.OnEvent = log.add })
+	ep := mustBind(t, router)
+	c := rawPeer(t, ctx, ep, zmq4.Dealer, nil)
+	c.WriteMessage([]byte("hi"))
+	c.Flush()
+	m, err := router.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cause := decodeguard.NewError(decodeguard.ReasonPolicy, "flooding")
+	if !router.Disconnect(m.Peer, cause) {
+		t.Fatal("Disconnect of a connected peer reported false")
+	}
+	waitPeers(t, ctx, router, 0)
+	if router.Disconnect(m.Peer, cause) {
+		t.Fatal("Disconnect of a departed peer reported true")
+	}
+	if st := router.Stats(); st.Violations[decodeguard.ReasonPolicy] != 1 {
+		t.Fatalf("stats %+v", st)
+	}
+	if e, ok := log.find(EventDisconnected); !ok || e.Err != cause {
+		t.Fatalf("event %+v", e)
+	}
+}
