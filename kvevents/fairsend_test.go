@@ -82,7 +82,7 @@ func readReplay(t *testing.T, c *zmtpguard.Conn) (seqs []uint64, marker uint64) 
 func TestReplayStalledClientsDoNotStarveHonest(t *testing.T) {
 	const steps = 3000
 	pub, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0",
-		BufferSteps: steps, Logger: quiet,
+		BufferSteps: steps, Logger: quiet, ReplaysPerHost: -1, // every client is on 127.0.0.1
 		Socket: socket.Options{SendTotalBytes: 4 << 20, HeartbeatInterval: -1, Logger: quiet}})
 	if err != nil {
 		t.Fatal(err)
@@ -217,6 +217,37 @@ func TestReplayRequestFloodRateLimited(t *testing.T) {
 			}
 			break
 		}
+	}
+}
+
+// Issue 29 row 12: reconnecting for a fresh connection's first replay, or
+// asking from many connections, is bounded per host by ReplaysPerHost.
+func TestReplaysPerHost(t *testing.T) {
+	pub, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0",
+		Logger: quiet, ReplaysPerHost: 5, Socket: socket.Options{Logger: quiet}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pub.Close()
+	pub.PublishRaw(payloadOf(0))
+	waitFor(t, "published", func() bool { return pub.Stats().Published == 1 })
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	start := time.Now()
+	const conns = 40
+	markers := map[uint64]int{}
+	for range conns {
+		c := rawReplayClient(t, ctx, pub.ReplayEndpoint())
+		requestReplay(t, c, 0)
+		_, m := readReplay(t, c)
+		markers[m]++
+		c.Close()
+	}
+	// A bucket of 5, refilled at 5 a second.
+	limit := 5 + int(time.Since(start).Seconds()*5) + 1
+	if markers[ReplayEndSeq] > limit || markers[ReplayErrorSeq] == 0 {
+		t.Fatalf("%d connections from one host in %v: %d replays, %d refused (limit %d)", conns, time.Since(start),
+			markers[ReplayEndSeq], markers[ReplayErrorSeq], limit)
 	}
 }
 

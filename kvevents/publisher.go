@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -45,6 +46,8 @@ const (
 	// after its back-off. vLLM's and zmqguard's subscribers ask for one
 	// replay per gap and wait for its end, far below this rate.
 	DefaultReplayInterval = 100 * time.Millisecond
+	// DefaultReplaysPerHost is PublisherConfig.ReplaysPerHost's default.
+	DefaultReplaysPerHost = 10
 	// DefaultReplayFloodLimit is PublisherConfig.ReplayFloodLimit's
 	// default.
 	DefaultReplayFloodLimit = 16
@@ -125,6 +128,15 @@ type PublisherConfig struct {
 	// not one reply per request. Zero means DefaultReplayFloodLimit (16);
 	// negative means never.
 	ReplayFloodLimit int
+	// ReplaysPerHost bounds the replays started per second for the
+	// connections of one remote host together (a token bucket holding
+	// one second's worth), so that a client reconnecting to get a fresh
+	// connection's first replay each time, or many connections from one
+	// host, cannot make the publisher replay its buffer without end; a
+	// request past it is refused as by ReplayInterval (error marker,
+	// ReplaysRefused, ReplayFloodLimit). Zero means DefaultReplaysPerHost
+	// (10); negative means no limit.
+	ReplaysPerHost int
 	// Logger receives lines about bad replay requests (nil:
 	// slog.Default()).
 	Logger *slog.Logger
@@ -200,6 +212,9 @@ type Publisher struct {
 	// refusedRun counts each replay connection's refusals in a row
 	// (ReplayFloodLimit); owned by serveReplay.
 	refusedRun map[uint64]int
+	// hostTokens is each remote host's ReplaysPerHost bucket; owned by
+	// serveReplay.
+	hostTokens map[string]*hostBucket
 	// lastReplay is when each replay connection (socket.Peer.ID) was last
 	// served, for ReplayInterval; owned by serveReplay.
 	lastReplay map[uint64]time.Time
@@ -266,6 +281,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	if cfg.ReplayInterval == 0 {
 		cfg.ReplayInterval = DefaultReplayInterval
+	}
+	if cfg.ReplaysPerHost == 0 {
+		cfg.ReplaysPerHost = DefaultReplaysPerHost
 	}
 	if cfg.ReplayFloodLimit == 0 {
 		cfg.ReplayFloodLimit = DefaultReplayFloodLimit
@@ -441,6 +459,7 @@ func (p *Publisher) serveReplay() {
 	defer p.wg.Done()
 	p.lastReplay = make(map[uint64]time.Time)
 	p.refusedRun = make(map[uint64]int)
+	p.hostTokens = make(map[string]*hostBucket)
 	lastPrune := time.Now()
 	for {
 		msg, err := p.rep.Recv(p.ctx)
@@ -464,7 +483,7 @@ func (p *Publisher) serveReplay() {
 		}
 		iv := p.cfg.ReplayInterval
 		last, seen := p.lastReplay[conn]
-		if busy || (iv > 0 && seen && now.Sub(last) < iv) {
+		if busy || (iv > 0 && seen && now.Sub(last) < iv) || !p.hostAllows(msg.Peer, now) {
 			// A flood of requests from one connection costs one small
 			// reply each, not one replay each, and past
 			// ReplayFloodLimit refusals in a row its connection.
@@ -508,6 +527,43 @@ func (p *Publisher) pruneReplayConns(now time.Time) {
 			delete(p.refusedRun, id)
 		}
 	}
+	for h, b := range p.hostTokens {
+		if now.Sub(b.last) >= time.Minute {
+			delete(p.hostTokens, h)
+		}
+	}
+}
+
+// hostBucket is one remote host's ReplaysPerHost token bucket.
+type hostBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// hostAllows takes one of peer's host's ReplaysPerHost tokens, reporting
+// false when there is none. Only a request that passes the other checks
+// takes one (it is the last in the condition that calls it).
+func (p *Publisher) hostAllows(peer *socket.Peer, now time.Time) bool {
+	rate := float64(p.cfg.ReplaysPerHost)
+	if rate <= 0 {
+		return true
+	}
+	host := peer.Addr()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	b := p.hostTokens[host]
+	if b == nil {
+		b = &hostBucket{tokens: rate, last: now}
+		p.hostTokens[host] = b
+	}
+	b.tokens = min(rate, b.tokens+now.Sub(b.last).Seconds()*rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
 }
 
 // entry returns the buffered batch seq, or ok false with the oldest
