@@ -116,5 +116,13 @@
 // full, vLLM issue #53859), Publish never blocks: a full queue drops the
 // batch and counts it. A slow live subscriber misses messages (counted); a
 // stalled replay client holds up neither live publishing nor other replay
-// clients.
+// clients: each replay runs in its own goroutine and waits for its client
+// (at most [ReplayInFlight] replies queued), both sockets have a write
+// deadline by default ([DefaultReplayWriteTimeout],
+// socket.DefaultXPubWriteTimeout), and the send budget is shared fairly
+// among the peers (socket.Options.SendTotalBytes). A replay that cannot
+// send every batch ends with the error marker ([ReplayErrorSeq]) instead of
+// the end marker, never with a silent hole; so does a request that comes
+// sooner than PublisherConfig.ReplayInterval after the same connection's
+// previous replay.
 package kvevents

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -31,6 +32,51 @@ const (
 	// DefaultMaxReplayClients bounds the replay ROUTER's connections when
 	// PublisherConfig.Socket.Guard.MaxConns is zero.
 	DefaultMaxReplayClients = 256
+	// DefaultReplayWriteTimeout is the replay ROUTER's write deadline when
+	// PublisherConfig.Socket.WriteTimeout is zero: a replay client whose
+	// connection accepts no bytes for that long while replies wait is
+	// disconnected (counted in the ROUTER's violations as ReasonPolicy), so
+	// a client that never reads holds its share of the send budget for
+	// that long at most. The live XPUB has socket.DefaultXPubWriteTimeout.
+	DefaultReplayWriteTimeout = 10 * time.Second
+	// DefaultReplayInterval is the shortest time between two replays
+	// served to one replay connection when PublisherConfig.ReplayInterval
+	// is zero. A request that comes sooner is answered with the error
+	// marker (ReplayErrorSeq) at once, without a replay: the client retries
+	// after its back-off. vLLM's and zmqguard's subscribers ask for one
+	// replay per gap and wait for its end, far below this rate.
+	DefaultReplayInterval = 100 * time.Millisecond
+	// DefaultReplaysPerHost is PublisherConfig.ReplaysPerHost's default.
+	DefaultReplaysPerHost = 10
+	// DefaultReplayFloodLimit is PublisherConfig.ReplayFloodLimit's
+	// default.
+	DefaultReplayFloodLimit = 16
+	// ReplayInFlight bounds the replies queued for one replay client (the
+	// replay ROUTER's HWM); the replay waits for the client to read before
+	// it queues more.
+	ReplayInFlight = 1024
+)
+
+// ReplayEndSeq is the sequence number of the replay end marker
+// (["", topic, ffffffffffffffff, ""], -1 as a signed 8-byte big-endian
+// number; vLLM PR #45177): every buffered batch from start_seq on was sent.
+//
+// ReplayErrorSeq is the sequence number of the replay error marker, sent
+// with the same layout (["", topic, fffffffffffffffe, ""], or without the
+// topic frame for releases before #45177) instead of the end marker when the
+// replay is incomplete: a reply was dropped (the client's queue was full or
+// past its fair share of the send budget, or the client left), or the
+// request came sooner than PublisherConfig.ReplayInterval after the
+// connection's previous replay. Replies stop at the first drop, so what the
+// client received before the error marker is contiguous from start_seq; it
+// should ask again from the next sequence it needs. This marker is
+// zmqguard's own: vLLM's publisher never sends it, and vLLM's example
+// subscriber, which ends a replay on an empty payload, stops on it as on
+// the end marker. If even the error marker cannot be queued, nothing is
+// sent and the client's replay timeout applies.
+const (
+	ReplayEndSeq   uint64 = 0xffffffffffffffff
+	ReplayErrorSeq uint64 = 0xfffffffffffffffe
 )
 
 // ErrQueueFull is returned by Publish when the send queue is full: the
@@ -63,11 +109,34 @@ type PublisherConfig struct {
 	// QueueSize bounds the batches waiting to be sent (DefaultQueueSize).
 	QueueSize int
 	// HWM bounds each live subscriber's queue (DefaultPubHWM); the replay
-	// ROUTER's per-client queue holds BufferSteps+1 messages, a whole
-	// replay and its end marker.
+	// ROUTER's per-client queue holds ReplayInFlight messages.
 	HWM int
-	// Socket holds the sockets' transport options.
+	// Socket holds the sockets' transport options. A zero
+	// Socket.WriteTimeout gives the live XPUB socket.DefaultXPubWriteTimeout
+	// and the replay ROUTER DefaultReplayWriteTimeout; negative means none.
 	Socket socket.Options
+	// ReplayInterval is the shortest time between two replays served to
+	// one replay connection; a request that comes sooner gets the error
+	// marker (ReplayErrorSeq) and no replay, counted in
+	// PublisherStats.ReplaysRefused. Zero means DefaultReplayInterval;
+	// negative means no limit.
+	ReplayInterval time.Duration
+	// ReplayFloodLimit: a replay connection whose requests are refused by
+	// ReplayInterval more than this many times in a row is disconnected
+	// (ReasonPolicy in the replay ROUTER's violations, counted in
+	// PublisherStats.ReplayFloods), so a request flood costs a connection,
+	// not one reply per request. Zero means DefaultReplayFloodLimit (16);
+	// negative means never.
+	ReplayFloodLimit int
+	// ReplaysPerHost bounds the replays started per second for the
+	// connections of one remote host together (a token bucket holding
+	// one second's worth), so that a client reconnecting to get a fresh
+	// connection's first replay each time, or many connections from one
+	// host, cannot make the publisher replay its buffer without end; a
+	// request past it is refused as by ReplayInterval (error marker,
+	// ReplaysRefused, ReplayFloodLimit). Zero means DefaultReplaysPerHost
+	// (10); negative means no limit.
+	ReplaysPerHost int
 	// Logger receives lines about bad replay requests (nil:
 	// slog.Default()).
 	Logger *slog.Logger
@@ -90,6 +159,16 @@ type PublisherStats struct {
 	// sent in reply.
 	Replays         uint64 `json:"replays"`
 	ReplayedBatches uint64 `json:"replayed_batches"`
+	// ReplaysIncomplete counts replays ended with the error marker
+	// (ReplayErrorSeq) because a reply was dropped; ReplaysRefused counts
+	// requests answered with it at once because they came sooner than
+	// ReplayInterval after the connection's previous replay (not counted
+	// in Replays).
+	ReplaysIncomplete uint64 `json:"replays_incomplete"`
+	ReplaysRefused    uint64 `json:"replays_refused"`
+	// ReplayFloods counts replay connections disconnected for passing
+	// ReplayFloodLimit.
+	ReplayFloods uint64 `json:"replay_floods"`
 	// BadRequests counts malformed replay requests by reason.
 	BadRequests decodeguard.Counts `json:"bad_requests"`
 	// Subscribers is the number of connected live subscribers.
@@ -127,8 +206,26 @@ type Publisher struct {
 	queueFull       atomic.Uint64
 	replays         atomic.Uint64
 	replayedBatches atomic.Uint64
-	smu             sync.Mutex
-	bad             decodeguard.Counts
+	replaysIncompl  atomic.Uint64
+	replaysRefused  atomic.Uint64
+	replayFloods    atomic.Uint64
+	// refusedRun counts each replay connection's refusals in a row
+	// (ReplayFloodLimit); owned by serveReplay.
+	refusedRun map[uint64]int
+	// hostTokens is each remote host's ReplaysPerHost bucket; owned by
+	// serveReplay.
+	hostTokens map[string]*hostBucket
+	// lastReplay is when each replay connection (socket.Peer.ID) was last
+	// served, for ReplayInterval; owned by serveReplay.
+	lastReplay map[uint64]time.Time
+	// active marks the replay connections whose replay goroutine runs.
+	amu    sync.Mutex
+	active map[uint64]bool
+	// replayWait bounds one reply's wait for room (the ROUTER's write
+	// deadline, or DefaultReplayWriteTimeout when it has none).
+	replayWait time.Duration
+	smu        sync.Mutex
+	bad        decodeguard.Counts
 }
 
 // OffsetPort returns endpoint with its port raised by rank, as vLLM does
@@ -182,6 +279,15 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
+	if cfg.ReplayInterval == 0 {
+		cfg.ReplayInterval = DefaultReplayInterval
+	}
+	if cfg.ReplaysPerHost == 0 {
+		cfg.ReplaysPerHost = DefaultReplaysPerHost
+	}
+	if cfg.ReplayFloodLimit == 0 {
+		cfg.ReplayFloodLimit = DefaultReplayFloodLimit
+	}
 	live, err := OffsetPort(cfg.Endpoint, cfg.DataParallelRank)
 	if err != nil {
 		return nil, err
@@ -213,19 +319,27 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	}
 	if replay != "" {
 		ropts := opts
-		ropts.HWM = cfg.BufferSteps + 1
+		// A replay waits for room in its client's queue (one goroutine
+		// per client), so the queue need not hold a whole buffer: each
+		// client has at most ReplayInFlight replies (and the socket's
+		// SendQueueBytes, and its fair share of SendTotalBytes) queued.
+		ropts.HWM = ReplayInFlight
 		ropts.RouterDropUnroutable = true
-		if ropts.SendQueueBytes == 0 {
-			// A replay client's queue holds a whole buffer at once (the
-			// replay never waits for one client): let it hold up to the
-			// socket's total byte bound instead of a live peer's share.
-			ropts.SendQueueBytes = int(socket.DefaultSendTotalBytes)
+		if ropts.WriteTimeout == 0 {
+			// A replay client that never reads would otherwise hold its
+			// share of the send budget for as long as TCP keeps it.
+			ropts.WriteTimeout = DefaultReplayWriteTimeout
 		}
 		if ropts.Guard.MaxConns == 0 {
 			// Each replay client may hold a whole buffer in its queue:
 			// bound how many can.
 			ropts.Guard.MaxConns = DefaultMaxReplayClients
 		}
+		p.replayWait = ropts.WriteTimeout
+		if p.replayWait <= 0 {
+			p.replayWait = DefaultReplayWriteTimeout
+		}
+		p.active = make(map[uint64]bool)
 		if p.rep, err = socket.NewRouter(ropts); err == nil {
 			err = p.rep.Bind(replay)
 		}
@@ -334,20 +448,6 @@ func (p *Publisher) sendLoop() {
 	}
 }
 
-// snapshot returns the buffered batches with seq >= start, oldest first.
-func (p *Publisher) snapshot(start uint64) []pubEntry {
-	p.bmu.Lock()
-	defer p.bmu.Unlock()
-	out := make([]pubEntry, 0, len(p.ring))
-	for i := range p.ring {
-		e := p.ring[(p.head+i)%len(p.ring)]
-		if e.seq >= start {
-			out = append(out, e)
-		}
-	}
-	return out
-}
-
 func (p *Publisher) badRequest(r decodeguard.Reason, msg string, n int) {
 	p.smu.Lock()
 	p.bad[r]++
@@ -357,8 +457,10 @@ func (p *Publisher) badRequest(r decodeguard.Reason, msg string, n int) {
 
 func (p *Publisher) serveReplay() {
 	defer p.wg.Done()
-	var seqb [8]byte
-	end := []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff}
+	p.lastReplay = make(map[uint64]time.Time)
+	p.refusedRun = make(map[uint64]int)
+	p.hostTokens = make(map[string]*hostBucket)
+	lastPrune := time.Now()
 	for {
 		msg, err := p.rep.Recv(p.ctx)
 		if err != nil {
@@ -370,31 +472,192 @@ func (p *Publisher) serveReplay() {
 			continue
 		}
 		id = append([]byte(nil), id...)
+		conn := msg.Peer.ID()
+		p.amu.Lock()
+		busy := p.active[conn]
+		p.amu.Unlock()
+		now := time.Now()
+		if now.Sub(lastPrune) > time.Minute {
+			p.pruneReplayConns(now)
+			lastPrune = now
+		}
+		iv := p.cfg.ReplayInterval
+		last, seen := p.lastReplay[conn]
+		if busy || (iv > 0 && seen && now.Sub(last) < iv) || !p.hostAllows(msg.Peer, now) {
+			// A flood of requests from one connection costs one small
+			// reply each, not one replay each, and past
+			// ReplayFloodLimit refusals in a row its connection.
+			p.replaysRefused.Add(1)
+			p.refusedRun[conn]++
+			if lim := p.cfg.ReplayFloodLimit; lim > 0 && p.refusedRun[conn] > lim {
+				// Requests it sent before the close may still come:
+				// they find it closed and are dropped here.
+				if p.rep.Disconnect(msg.Peer, decodeguard.NewError(decodeguard.ReasonPolicy,
+					fmt.Sprintf("kvevents: replay client sent more than ReplayFloodLimit %d requests in a row while its replay ran or within ReplayInterval %v of it", lim, iv))) {
+					p.replayFloods.Add(1)
+				}
+				continue
+			}
+			if !busy {
+				// Not waited for: a flooder that does not read misses
+				// it. While the connection's replay runs, no marker (it
+				// would land inside that replay, which ends with its own).
+				p.sendMarker(id, ReplayErrorSeq)
+			}
+			continue
+		}
+		delete(p.refusedRun, conn)
+		p.lastReplay[conn] = now
 		p.replays.Add(1)
-		// The ROUTER never waits for one client (a full queue drops for
-		// it), so a stalled client holds up neither live publishing (its
-		// own goroutine) nor the other replay clients.
-		for _, e := range p.snapshot(start) {
-			binary.BigEndian.PutUint64(seqb[:], e.seq)
-			if p.topicRep {
-				err = p.rep.Send(p.ctx, id, nil, p.topic, seqb[:], e.payload)
-			} else {
-				err = p.rep.Send(p.ctx, id, nil, seqb[:], e.payload)
-			}
-			if err != nil {
-				break
-			}
-			p.replayedBatches.Add(1)
-		}
-		if p.topicRep {
-			err = p.rep.Send(p.ctx, id, nil, nil, end, nil)
-		} else {
-			err = p.rep.Send(p.ctx, id, nil, end, nil)
-		}
-		if errors.Is(err, socket.ErrClosed) {
-			return
+		p.amu.Lock()
+		p.active[conn] = true
+		p.amu.Unlock()
+		p.wg.Add(1)
+		go p.replay(conn, id, start, p.seq.Load())
+	}
+}
+
+// pruneReplayConns forgets the replay connections not served within the
+// last minute (or ReplayInterval, if longer), so the maps hold only the
+// connections served lately.
+func (p *Publisher) pruneReplayConns(now time.Time) {
+	for id, t := range p.lastReplay {
+		if now.Sub(t) >= max(p.cfg.ReplayInterval, time.Minute) {
+			delete(p.lastReplay, id)
+			delete(p.refusedRun, id)
 		}
 	}
+	for h, b := range p.hostTokens {
+		if now.Sub(b.last) >= time.Minute {
+			delete(p.hostTokens, h)
+		}
+	}
+}
+
+// hostBucket is one remote host's ReplaysPerHost token bucket.
+type hostBucket struct {
+	tokens float64
+	last   time.Time
+}
+
+// hostAllows takes one of peer's host's ReplaysPerHost tokens, reporting
+// false when there is none. Only a request that passes the other checks
+// takes one (it is the last in the condition that calls it).
+func (p *Publisher) hostAllows(peer *socket.Peer, now time.Time) bool {
+	rate := float64(p.cfg.ReplaysPerHost)
+	if rate <= 0 {
+		return true
+	}
+	host := peer.Addr()
+	if h, _, err := net.SplitHostPort(host); err == nil {
+		host = h
+	}
+	b := p.hostTokens[host]
+	if b == nil {
+		b = &hostBucket{tokens: rate, last: now}
+		p.hostTokens[host] = b
+	}
+	b.tokens = min(rate, b.tokens+now.Sub(b.last).Seconds()*rate)
+	b.last = now
+	if b.tokens < 1 {
+		return false
+	}
+	b.tokens--
+	return true
+}
+
+// entry returns the buffered batch seq, or ok false with the oldest
+// sequence number the buffer still holds.
+func (p *Publisher) entry(seq uint64) (e pubEntry, ok bool, oldest uint64) {
+	p.bmu.Lock()
+	defer p.bmu.Unlock()
+	if len(p.ring) == 0 {
+		return pubEntry{}, false, p.seq.Load()
+	}
+	oldest = p.ring[p.head].seq
+	if seq < oldest || seq-oldest >= uint64(len(p.ring)) {
+		return pubEntry{}, false, oldest
+	}
+	return p.ring[(p.head+int(seq-oldest))%len(p.ring)], true, oldest
+}
+
+// replay sends one client the buffered batches from start up to end (the
+// next sequence number when the request came), in order, then the end
+// marker. It runs in its own goroutine, one per replay connection at a
+// time, and waits for room in that client's queue (socket.SendWait): the
+// client's in-flight replies are bounded by the ROUTER's HWM and byte
+// bounds (its fair share of SendTotalBytes among the replay clients), a
+// client that reads slowly gets its replay slowly, and one that never
+// reads holds only its own goroutine until the ROUTER's write deadline
+// disconnects it — never another client's replay or the live stream. A
+// start older than the buffer yields what is left (as vLLM does: the client
+// checks the first sequence number). If the replay cannot be completed
+// (a batch left the buffer before it was sent, or a reply waited longer
+// than the write deadline) it ends with the error marker (ReplayErrorSeq)
+// instead, so a client never takes a replay with a hole for a complete one.
+func (p *Publisher) replay(conn uint64, id []byte, start, end uint64) {
+	defer p.wg.Done()
+	defer func() {
+		p.amu.Lock()
+		delete(p.active, conn)
+		p.amu.Unlock()
+	}()
+	var seqb [8]byte
+	marker := ReplayEndSeq
+	for seq := start; seq < end; seq++ {
+		e, ok, oldest := p.entry(seq)
+		if !ok {
+			if seq == start && seq < oldest && oldest < end {
+				seq = oldest - 1 // older than the buffer: what is left
+				continue
+			}
+			marker = ReplayErrorSeq // it left the buffer mid-replay
+			break
+		}
+		binary.BigEndian.PutUint64(seqb[:], e.seq)
+		var err error
+		if p.topicRep {
+			err = p.sendWait(id, nil, p.topic, seqb[:], e.payload)
+		} else {
+			err = p.sendWait(id, nil, seqb[:], e.payload)
+		}
+		if errors.Is(err, context.DeadlineExceeded) {
+			marker = ReplayErrorSeq
+			break
+		}
+		if err != nil {
+			return // the client left, or the publisher closes
+		}
+		p.replayedBatches.Add(1)
+	}
+	if marker == ReplayErrorSeq {
+		p.replaysIncompl.Add(1)
+	}
+	binary.BigEndian.PutUint64(seqb[:], marker)
+	if p.topicRep {
+		p.sendWait(id, nil, nil, seqb[:], nil)
+	} else {
+		p.sendWait(id, nil, seqb[:], nil)
+	}
+}
+
+// sendWait queues one reply to id, waiting for room at most replayWait.
+func (p *Publisher) sendWait(id []byte, frames ...[]byte) error {
+	ctx, cancel := context.WithTimeout(p.ctx, p.replayWait)
+	defer cancel()
+	return p.rep.SendWait(ctx, append([][]byte{id}, frames...)...)
+}
+
+// sendMarker sends the end (ReplayEndSeq) or error (ReplayErrorSeq) marker
+// to id in the release's layout, without waiting (dropped, counted, if the
+// client's queue is full).
+func (p *Publisher) sendMarker(id []byte, seq uint64) error {
+	var seqb [8]byte
+	binary.BigEndian.PutUint64(seqb[:], seq)
+	if p.topicRep {
+		return p.rep.Send(p.ctx, id, nil, nil, seqb[:], nil)
+	}
+	return p.rep.Send(p.ctx, id, nil, seqb[:], nil)
 }
 
 // Stats returns a snapshot of the publisher's counters.
@@ -402,7 +665,9 @@ func (p *Publisher) Stats() PublisherStats {
 	ps := p.pub.Stats()
 	st := PublisherStats{Published: p.published.Load(), Seq: p.seq.Load(), QueueFull: p.queueFull.Load(),
 		DroppedHWM: ps.DroppedHWM, Replays: p.replays.Load(), ReplayedBatches: p.replayedBatches.Load(),
-		Subscribers: ps.Peers}
+		ReplaysIncomplete: p.replaysIncompl.Load(), ReplaysRefused: p.replaysRefused.Load(),
+		ReplayFloods: p.replayFloods.Load(),
+		Subscribers:  ps.Peers}
 	if p.rep != nil {
 		st.DroppedHWM += p.rep.Stats().DroppedHWM
 	}

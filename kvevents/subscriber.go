@@ -47,27 +47,11 @@ const (
 	// its replay runs; DefaultMaxBufferedBytes bounds their payload bytes.
 	DefaultMaxBuffered      = 4096
 	DefaultMaxBufferedBytes = 64 << 20 // one batch of DefaultMaxPayload
-	// ReplayAhead was how far past the highest live sequence number seen a
-	// replayed batch could be.
-	//
-	// Deprecated: a replayed batch beyond the highest live sequence number
-	// seen is now always refused (the publisher cannot have held it when
-	// the replay was asked for); the live stream brings it. Kept for
-	// compatibility; unused.
-	ReplayAhead = 1024
 	// MaxLostRanges is how many recent lost ranges SourceStats keeps.
 	MaxLostRanges = 16
-	// endSeq is the replay end marker's sequence number (-1 as 8 bytes).
-	endSeq = ^uint64(0)
-	// ReplayErrorSeq is the sequence number of the replay error marker
-	// (-2 as 8 bytes): a zmqguard publisher sends it, in the end marker's
-	// place and layout (empty payload), when it dropped some of a replay's
-	// replies, so that the subscriber retries instead of taking the replay
-	// as complete. It is a zmqguard extension, not vLLM's wire: vLLM's
-	// publisher never sends it, and a consumer that ends a replay on an
-	// empty payload or a negative sequence number stops on it as on the
-	// end marker.
-	ReplayErrorSeq = ^uint64(1)
+	// endSeq is the replay end marker's sequence number (-1 as 8 bytes),
+	// ReplayEndSeq; ReplayErrorSeq (publisher.go) is the error marker's.
+	endSeq = ReplayEndSeq
 )
 
 // Errors.

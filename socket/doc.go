@@ -13,7 +13,10 @@
 //   - each peer has a reader goroutine and a writer goroutine draining a
 //     bounded queue (Options.HWM messages, default 1000, and
 //     Options.SendQueueBytes, default 4 MiB; all queues together at most
-//     Options.SendTotalBytes, default 256 MiB); no socket-wide
+//     Options.SendTotalBytes, default 256 MiB, shared fairly: a peer past
+//     SendTotalBytes divided by the peers is refused before one within its
+//     share, and an XPUB disconnects a subscriber that accepts no bytes for
+//     DefaultXPubWriteTimeout, 10 s, while data waits); no socket-wide
 //     lock is held across a blocking write, and Send never waits for one
 //     slow peer except where the type's semantics say so (PUSH, DEALER, REQ
 //     wait for room on some peer, honouring ctx);

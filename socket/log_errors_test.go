@@ -23,8 +23,8 @@ func TestEndpointErrorOneLine(t *testing.T) {
 			t.Errorf("Bind(%q) stutters: %q", ep, err)
 		}
 	}
-	_, err = NewPull(Options{HWM: -1, WriteTimeout: -1})
-	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "HWM") || !strings.Contains(err.Error(), "WriteTimeout") {
+	_, err = NewPull(Options{HWM: -1, BudgetWait: -1})
+	if err == nil || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), "HWM") || !strings.Contains(err.Error(), "BudgetWait") {
 		t.Errorf("bad Options: %q", err)
 	}
 }

@@ -44,6 +44,10 @@ const (
 	// the HWM in messages (1000 messages of 1 MiB would be 1 GiB for one
 	// peer).
 	DefaultSendQueueBytes = 4 << 20
+	// DefaultXPubWriteTimeout is an XPUB's WriteTimeout when
+	// Options.WriteTimeout is zero: a subscriber whose connection accepts
+	// no bytes for that long while data waits is disconnected.
+	DefaultXPubWriteTimeout = 10 * time.Second
 	// DefaultSendTotalBytes bounds the bytes queued for all peers of one
 	// socket together: a 1 MiB-message socket with 1,000 peers holds at
 	// most 256 MiB in its send queues, not 1,000 × HWM messages.
@@ -162,7 +166,19 @@ type Options struct {
 	SendQueueBytes int
 	// SendTotalBytes bounds the bytes queued for all peers together
 	// (default 256 MiB; negative means no bound). A message that does not
-	// fit is treated as if its peer's queue were full.
+	// fit is treated as if its peer's queue were full. It is shared fairly:
+	// a peer whose queue would pass SendTotalBytes divided by the connected
+	// peers (its fair share) is refused the message, whatever room is left,
+	// exactly as if its queue were full (a drop for that peer with XPUB,
+	// ROUTER and XSUB; the next peer with PUSH and DEALER), counted in
+	// Stats.DroppedFairShare; a queue always takes one message when empty.
+	// So peers that never read hold at most their shares together, and a
+	// peer within its share is never refused for the total: when the
+	// total is spent by peers over their shares (shares shrink as peers
+	// join), the one holding the most is disconnected (ReasonPolicy,
+	// Stats.SendEvictions) to make room — with XPUB, ROUTER and XSUB,
+	// whose full queues drop anyway; PUSH and DEALER never throw a queue
+	// away, they use another peer or wait.
 	SendTotalBytes int64
 	// RecvQueueBytes bounds the bytes of received messages that wait for
 	// Recv, across all peers (default 64 MiB; negative means no bound).
@@ -233,9 +249,14 @@ type Options struct {
 	// instead of returning an *UnroutableError.
 	RouterDropUnroutable bool
 	// WriteTimeout, when positive, disconnects a peer whose connection
-	// accepts no bytes for that long while data waits to be written. Zero
-	// (the default) keeps a slow peer connected: its queue fills and the
-	// socket type's full-queue policy applies.
+	// accepts no bytes for that long while data waits to be written (a
+	// ReasonPolicy violation; the peer's PINGs do not keep it connected:
+	// only bytes it reads do). Zero means the default: DefaultXPubWriteTimeout
+	// (10 s) for XPUB, whose subscribers that never read would otherwise
+	// hold their share of SendTotalBytes for as long as TCP keeps them;
+	// none for the other types, where a slow peer stays connected, its
+	// queue fills and the socket type's full-queue policy applies. Negative
+	// means none.
 	WriteTimeout time.Duration
 	// OnEvent, if set, is called for every peer event (connected, handshake
 	// failed, rejected, disconnected). It runs on the connection's own
@@ -372,9 +393,6 @@ func (o *Options) Verify() error {
 	}
 	if o.BudgetWait < 0 {
 		errs = append(errs, fmt.Errorf("socket: BudgetWait must not be negative (got %v)", o.BudgetWait))
-	}
-	if o.WriteTimeout < 0 {
-		errs = append(errs, errors.New("socket: WriteTimeout must not be negative"))
 	}
 	if o.ReconnectJitter > 1 || o.ReconnectJitter != o.ReconnectJitter {
 		errs = append(errs, fmt.Errorf("socket: ReconnectJitter %v is over 1 (want 0..1, negative for none)", o.ReconnectJitter))
@@ -553,6 +571,15 @@ type Stats struct {
 	// bound (SendQueueBytes or SendTotalBytes) was reached; they are
 	// included in DroppedHWM as well.
 	DroppedBytes uint64 `json:"dropped_bytes"`
+	// DroppedFairShare counts the messages of DroppedBytes refused because
+	// their peer's queue was past its fair share of SendTotalBytes
+	// (SendTotalBytes divided by the connected peers; see
+	// Options.SendTotalBytes).
+	DroppedFairShare uint64 `json:"dropped_fair_share"`
+	// SendEvictions counts peers disconnected because SendTotalBytes was
+	// spent while their queue held more than its fair share and a peer
+	// within its share needed room (also in Violations as ReasonPolicy).
+	SendEvictions uint64 `json:"send_evictions"`
 	// QueuedSendBytes and QueuedRecvBytes are the bytes waiting in send
 	// queues and for Recv when the snapshot was taken.
 	QueuedSendBytes int64 `json:"queued_send_bytes"`

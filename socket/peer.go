@@ -2,6 +2,7 @@ package socket
 
 import (
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -150,23 +151,53 @@ func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerCon
 // queue is at its HWM or byte bound, the socket's SendTotalBytes would be
 // passed, or the peer is closed.
 func (p *peerConn) enqueue(prefix []byte, hasPrefix bool, frames [][]byte) bool {
+	return p.enqueueCounted(prefix, hasPrefix, frames, true)
+}
+
+// enqueueCounted is enqueue; count false leaves a refusal uncounted (a
+// SendWait that will wait and retry has dropped nothing).
+func (p *peerConn) enqueueCounted(prefix []byte, hasPrefix bool, frames [][]byte, count bool) bool {
 	size := len(prefix)
 	for _, f := range frames {
 		size += len(f)
 	}
+	evicted := false
 	p.qmu.Lock()
+again:
 	if p.qclosed || p.n >= p.hwm {
 		p.qmu.Unlock()
 		return false
 	}
 	if p.n > 0 && p.maxBytes > 0 && p.qbytes+size > p.maxBytes {
 		p.qmu.Unlock()
-		p.s.dropBytes.Add(1)
+		if count {
+			p.s.dropBytes.Add(1)
+		}
+		return false
+	}
+	if p.n > 0 && p.overShare(size) {
+		// Over its fair share of SendTotalBytes: refused (dropped for this
+		// peer, counted) so that a peer within its share always finds room.
+		p.qmu.Unlock()
+		if count {
+			p.s.dropBytes.Add(1)
+			p.s.dropShare.Add(1)
+		}
 		return false
 	}
 	if !p.s.reserveSend(size) {
 		p.qmu.Unlock()
-		p.s.dropBytes.Add(1)
+		// Within its share but the total is spent: peers over their
+		// (smaller, since more peers came) shares hold it. The largest
+		// of them is disconnected and the message tried once more.
+		if !evicted && p.s.evictOverShare(p) {
+			evicted = true
+			p.qmu.Lock()
+			goto again
+		}
+		if count {
+			p.s.dropBytes.Add(1)
+		}
 		return false
 	}
 	p.qbytes += size
@@ -181,6 +212,74 @@ func (p *peerConn) enqueue(prefix []byte, hasPrefix bool, frames [][]byte) bool 
 	p.n++
 	p.kick()
 	p.qmu.Unlock()
+	return true
+}
+
+// overShare reports whether queueing size more bytes would take p past its
+// fair share of SendTotalBytes: the total divided by the connected peers.
+// The shares add up to the total, so while every peer keeps within its own
+// the total never refuses one that does: a subscriber that never reads holds
+// at most its share, not the whole budget. Call with qmu held.
+func (p *peerConn) overShare(size int) bool {
+	lim := p.s.opts.SendTotalBytes
+	if lim <= 0 {
+		return false
+	}
+	n := int64(len(*p.s.snap.Load()))
+	if n <= 1 {
+		return false
+	}
+	return int64(p.qbytes+size) > lim/n
+}
+
+// evictOverShare disconnects the peer (other than p) whose send queue holds
+// the most bytes, if that is more than its fair share of SendTotalBytes (a
+// ReasonPolicy violation, counted in Stats.SendEvictions). Its queued bytes
+// are returned to the total before evictOverShare returns; the rest of its
+// close (events, callbacks) runs in its own goroutine, so that a Send never
+// runs another peer's callbacks. It reports whether a peer was evicted.
+// Only the types whose full queue already means a drop (XPUB, ROUTER,
+// XSUB) evict: a PUSH or DEALER within its share waits, or tries the next
+// peer, and what it queued for a slow peer is never thrown away.
+// Call without any qmu held.
+func (s *Socket) evictOverShare(p *peerConn) bool {
+	lim := s.opts.SendTotalBytes
+	peers := *s.snap.Load()
+	if lim <= 0 || len(peers) < 2 || (s.kind != kXPub && s.kind != kRouter && s.kind != kXSub) {
+		return false
+	}
+	share := lim / int64(len(peers))
+	var victim *peerConn
+	var most int64
+	for _, o := range peers {
+		if o == p {
+			continue
+		}
+		o.qmu.Lock()
+		q := int64(o.qbytes)
+		closed := o.qclosed
+		o.qmu.Unlock()
+		if !closed && q > share && q > most {
+			victim, most = o, q
+		}
+	}
+	if victim == nil {
+		return false
+	}
+	victim.qmu.Lock()
+	if victim.qclosed {
+		victim.qmu.Unlock()
+		return true // closing already: its bytes are back
+	}
+	victim.qclosed = true
+	s.sendBytes.Add(-int64(victim.qbytes))
+	victim.qbytes = 0
+	victim.kick()
+	victim.qmu.Unlock()
+	s.sendEvictions.Add(1)
+	err := decodeguard.NewError(decodeguard.ReasonPolicy,
+		fmt.Sprintf("send queue of %d bytes over its fair share %d of SendTotalBytes %d while the total was spent", most, share, lim))
+	go victim.close(err)
 	return true
 }
 

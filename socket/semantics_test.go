@@ -675,7 +675,7 @@ func TestOptionsVerify(t *testing.T) {
 		{HWM: -1},
 		{Identity: make([]byte, 256)},
 		{ReconnectMin: -1},
-		{WriteTimeout: -time.Second},
+		{BudgetWait: -time.Second},
 		{Guard: zmtpguard.Config{MaxFrames: -1}},
 	}
 	for i, o := range bad {

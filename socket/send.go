@@ -77,6 +77,60 @@ func (s *Socket) sendRouter(frames [][]byte) error {
 	return nil
 }
 
+// SendWait is Send for a ROUTER that waits, rather than drops, when the
+// destination peer's queue is full (its HWM, SendQueueBytes or its fair
+// share of SendTotalBytes): it returns once the message is queued, when ctx
+// is done (ctx's error), when the socket closes (ErrClosed), or, when the
+// identity is not connected or disconnects while SendWait waits, with an
+// *UnroutableError (whatever Options.RouterDropUnroutable says: the caller
+// asked to know). It waits only for that one peer: a caller serving many
+// peers runs one SendWait per peer (package kvevents' replay runs one
+// goroutine per replay client), and bounds the wait with ctx or with
+// Options.WriteTimeout, which disconnects a peer that reads nothing. Other
+// socket types return ErrNotSupported.
+func (s *Socket) SendWait(ctx context.Context, frames ...[]byte) error {
+	if s.kind != kRouter {
+		return ErrNotSupported
+	}
+	if len(frames) < 2 {
+		return ErrRouterFrames
+	}
+	for {
+		if s.closed.Load() {
+			return ErrClosed
+		}
+		s.mu.RLock()
+		p := s.byID[string(frames[0])]
+		s.mu.RUnlock()
+		if p == nil || p.isClosed() {
+			return &UnroutableError{Identity: slices.Clone(frames[0])}
+		}
+		if p.enqueueCounted(nil, false, frames[1:], false) {
+			s.sent.Add(1)
+			return nil
+		}
+		ch := s.spaceChan()
+		s.waiters.Add(1)
+		if p.enqueueCounted(nil, false, frames[1:], false) {
+			s.waiters.Add(-1)
+			s.sent.Add(1)
+			return nil
+		}
+		select {
+		case <-ch:
+			s.waiters.Add(-1)
+		case <-p.done:
+			s.waiters.Add(-1)
+		case <-ctx.Done():
+			s.waiters.Add(-1)
+			return ctx.Err()
+		case <-s.ctx.Done():
+			s.waiters.Add(-1)
+			return ErrClosed
+		}
+	}
+}
+
 func (s *Socket) unroutable(id []byte) error {
 	if s.opts.RouterDropUnroutable {
 		s.dropUnr.Add(1)

@@ -159,19 +159,21 @@ type Socket struct {
 
 	// liveness and byte bounds (liveness.go); zmtp30Noted: the first ZMTP
 	// 3.0 peer was logged
-	zmtp30Noted atomic.Bool
-	hbTimeouts  atomic.Uint64
-	pings       atomic.Uint64
-	pongs       atomic.Uint64
-	handovers   atomic.Uint64
-	idRefusals  atomic.Uint64
-	dropBytes   atomic.Uint64
-	sendBytes   atomic.Int64 // bytes queued for every peer (SendTotalBytes)
-	recvBytes   atomic.Int64 // bytes received, not yet released by Recv
-	recvWaiters atomic.Int32
-	recvSpaceMu sync.Mutex
-	recvSpace   chan struct{} // closed when Recv releases bytes
-	viol        [decodeguard.NumReasons]atomic.Uint64
+	zmtp30Noted   atomic.Bool
+	hbTimeouts    atomic.Uint64
+	pings         atomic.Uint64
+	pongs         atomic.Uint64
+	handovers     atomic.Uint64
+	idRefusals    atomic.Uint64
+	dropBytes     atomic.Uint64
+	dropShare     atomic.Uint64 // refused over the peer's fair share (peer.go)
+	sendEvictions atomic.Uint64 // peers closed over their share (evictOverShare)
+	sendBytes     atomic.Int64  // bytes queued for every peer (SendTotalBytes)
+	recvBytes     atomic.Int64  // bytes received, not yet released by Recv
+	recvWaiters   atomic.Int32
+	recvSpaceMu   sync.Mutex
+	recvSpace     chan struct{} // closed when Recv releases bytes
+	viol          [decodeguard.NumReasons]atomic.Uint64
 
 	logOnce sync.Once        // see log.go
 	lim     *ratelog.Limiter // drop lines, shared rules with package loop
@@ -182,6 +184,9 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 		return nil, err
 	}
 	o := opts.withDefaults()
+	if k == kXPub && o.WriteTimeout == 0 {
+		o.WriteTimeout = DefaultXPubWriteTimeout
+	}
 	o.Identity = append([]byte(nil), o.Identity...)
 	s := &Socket{
 		kind:      k,
@@ -287,6 +292,28 @@ func (s *Socket) Peers() []*Peer {
 	return out
 }
 
+// Disconnect closes the connection of peer (from Msg.Peer or Peers) with
+// cause, a policy decision of the caller (for example a peer flooding
+// requests): it is reported as EventDisconnected with cause, counted under
+// cause's reason (decodeguard.ReasonOf) in Stats.Violations, and a dialed
+// connection reconnects. It reports whether peer was still connected. It
+// never waits for the peer.
+func (s *Socket) Disconnect(peer *Peer, cause error) bool {
+	if peer == nil {
+		return false
+	}
+	for _, p := range *s.snap.Load() {
+		if p.info == peer {
+			if p.isClosed() {
+				return false
+			}
+			p.close(cause)
+			return true
+		}
+	}
+	return false
+}
+
 // Stats returns a snapshot of the socket's counters.
 func (s *Socket) Stats() Stats {
 	st := Stats{
@@ -304,6 +331,8 @@ func (s *Socket) Stats() Stats {
 		Handovers:         s.handovers.Load(),
 		IdentityRefusals:  s.idRefusals.Load(),
 		DroppedBytes:      s.dropBytes.Load(),
+		DroppedFairShare:  s.dropShare.Load(),
+		SendEvictions:     s.sendEvictions.Load(),
 		QueuedSendBytes:   s.sendBytes.Load(),
 		QueuedRecvBytes:   s.recvBytes.Load(),
 		TopicRefusals:     s.topicRefusals.Load(),
