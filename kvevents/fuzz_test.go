@@ -94,6 +94,7 @@ func FuzzReplayReply(f *testing.F) {
 	f.Add(joinFrames(nil, nil, end, nil))
 	f.Add(joinFrames(nil, end, nil))
 	f.Add(joinFrames([]byte{1}, end, nil))
+	f.Add(joinFrames(nil, []byte("kv@p"), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe}, nil))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		frames := splitFrames(in)
 		seq, payload, isEnd, err := parseReply(frames, "kv@", 1<<10)
@@ -103,7 +104,9 @@ func FuzzReplayReply(f *testing.F) {
 			}
 			return
 		}
-		if isEnd != (seq == endSeq) || len(payload) > 1<<10 || len(frames[0]) != 0 {
+		// Both markers end a replay: the end marker (-1) and zmqguard's
+		// error marker (-2, ReplayErrorSeq).
+		if isEnd != (seq == endSeq || seq == ReplayErrorSeq) || len(payload) > 1<<10 || len(frames[0]) != 0 {
 			t.Fatalf("accepted %v %d %d", isEnd, seq, len(payload))
 		}
 	})

@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	wake := fs.Bool("wake", true, "wake the engines whenever a publication says they are paused")
 	withDemo := fs.Bool("demo", false, "run an in-process coordinator with two engines and subscribe to it")
 	runFor := fs.Duration("for", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+	untilWaves := fs.Int("waves", 0, "stop after this many wave publications (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -93,6 +94,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		} else {
 			waves++
 			logger.Info("wave changed", "wave", p.Wave, "running", p.Running)
+			if *untilWaves > 0 && waves >= *untilWaves {
+				break
+			}
 		}
 		if *wake && !p.Running && p.Wave != woken {
 			if err := fe.Wake(ctx, nil, int(p.Wave)); err == nil {
