@@ -66,8 +66,8 @@ func (l *limitListener) Accept() (net.Conn, error) {
 		}
 		if l.open.Add(1) > l.max {
 			l.open.Add(-1)
+			l.refuse() // counted before the peer can see the close
 			c.Close()
-			l.refuse()
 			continue
 		}
 		return &limitConn{Conn: c, l: l}, nil
