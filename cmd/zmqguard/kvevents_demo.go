@@ -83,11 +83,19 @@ func (k *demoKV) handle(_ context.Context, u kvevents.Update) error {
 // boundEndpoint is the attacked source's listening endpoint.
 func (k *demoKV) boundEndpoint() string { return k.sub.Endpoint(demoKVBound) }
 
+// demoKVFirstProbeWait bounds how long the stage keeps attacking after its
+// run ends when no probe has completed yet: the line it prints claims an
+// attack, so at least one probe must have finished on a loaded machine too.
+const demoKVFirstProbeWait = 15 * time.Second
+
 // run publishes synthetic batches and attacks the bound source until ctx
-// ends.
+// ends and at least one probe has completed (bounded by
+// demoKVFirstProbeWait).
 func (k *demoKV) run(ctx context.Context) {
+	scanCtx, scanCancel := context.WithCancel(context.Background())
+	defer scanCancel()
 	k.wg.Go(func() {
-		hostile.Scan(ctx, []string{k.boundEndpoint()}, hostile.ScanConfig{
+		hostile.Scan(scanCtx, []string{k.boundEndpoint()}, hostile.ScanConfig{
 			Duration: 24 * time.Hour,
 			Options:  hostile.Options{Hold: 300 * time.Millisecond, Timeout: 5 * time.Second},
 			OnProbe: func(ev hostile.Event) {
@@ -105,6 +113,11 @@ func (k *demoKV) run(ctx context.Context) {
 	for n := uint64(0); ; n++ {
 		select {
 		case <-ctx.Done():
+			deadline := time.Now().Add(demoKVFirstProbeWait)
+			for k.probes.Load() == 0 && time.Now().Before(deadline) {
+				time.Sleep(20 * time.Millisecond)
+			}
+			scanCancel()
 			k.wg.Wait()
 			return
 		case <-t.C:
