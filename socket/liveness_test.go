@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -154,7 +153,7 @@ func TestPeerTTLEnforcedWithOwnHeartbeatsOff(t *testing.T) {
 	c := accept(t, ctx, l)
 	// PING with TTL 2 ds (200 ms) and context "ab": we must PONG "ab", then
 	// drop the peer once it is silent past 200 ms.
-	if err := zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 2, 'a', 'b'}); err != nil {
+	if err := c.WriteCommand(zmtpwire.CmdPing, []byte{0, 2, 'a', 'b'}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Flush(); err != nil {
@@ -200,13 +199,13 @@ func TestPingsAnsweredWhileRecvPaused(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for i := range 3 {
-		if err := zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 0, byte(i)}); err != nil {
+		if err := c.WriteCommand(zmtpwire.CmdPing, []byte{0, 0, byte(i)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(20 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
 		var m zmtpguard.Message
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("PING %d not answered while Recv is not called: %v", i, err)
@@ -493,7 +492,7 @@ func TestTTLKeepsPingingAChattyPeer(t *testing.T) {
 	pings := 0
 	for pings < 5 {
 		var m zmtpguard.Message
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(20 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("after %d PINGs: %v", pings, err)
 		}

@@ -339,16 +339,17 @@ func (b *Budget) release(bc *bodyClock) {
 	b.mu.Unlock()
 }
 
-// stalled reports whether c's reader is waiting for its Budget (it has
+// Stalled reports whether c's reader is waiting for its Budget (it has
 // stopped reading the connection because the budget is spent). A caller
-// with a liveness rule should not hold that silence against the peer: it
-// is ours.
-func (c *Conn) stalled() bool { return c.body.stalled.Load() }
+// with a liveness rule (a heartbeat timeout) should not hold that silence
+// against the peer: it is ours. It is safe to call from any goroutine.
+func (c *Conn) Stalled() bool { return c.body.stalled.Load() }
 
-// readBufferBytes returns the bytes of read buffers c holds now: its
-// buffered reader and, under CURVE, its scratch buffer for large messages.
-// Call it from the goroutine that reads c (or after reading stopped).
-func (c *Conn) readBufferBytes() int {
+// ReadBufferBytes returns the bytes of read buffers c holds now: its
+// buffered reader and, under CURVE, its scratch buffer for large messages;
+// a receiver that accounts for its memory adds it to what its Messages
+// hold. Call it from the goroutine that reads c (or after reading stopped).
+func (c *Conn) ReadBufferBytes() int {
 	n := c.br.Size()
 	if c.cr != nil {
 		n += cap(c.cr.idle.park)

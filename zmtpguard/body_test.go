@@ -201,10 +201,10 @@ func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
 	var m Message
 	ch := readResult(c, &m)
 	go nc.Write(dataFrame(false, make([]byte, 100<<10)))
-	waitFor(t, 20*time.Second, "the reader to stall", c.stalled)
+	waitFor(t, 20*time.Second, "the reader to stall", c.Stalled)
 	time.Sleep(500 * time.Millisecond) // several Waits: no eviction
-	if st := bud.Stats(); st.Evictions != 0 || !c.stalled() {
-		t.Fatalf("stats %+v, stalled %v: want a stall and no eviction", st, c.stalled())
+	if st := bud.Stats(); st.Evictions != 0 || !c.Stalled() {
+		t.Fatalf("stats %+v, stalled %v: want a stall and no eviction", st, c.Stalled())
 	}
 	bud.Charge(-2 * limit)
 	select {
@@ -215,7 +215,7 @@ func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("message not completed after the charge was released: %+v", bud.Stats())
 	}
-	if c.stalled() || bud.Used() != 0 {
-		t.Fatalf("stalled %v, used %d after the message", c.stalled(), bud.Used())
+	if c.Stalled() || bud.Used() != 0 {
+		t.Fatalf("stalled %v, used %d after the message", c.Stalled(), bud.Used())
 	}
 }

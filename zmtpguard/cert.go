@@ -11,6 +11,8 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
 // MaxCertificateSize bounds a certificate file read by [LoadCertificate]:
@@ -128,7 +130,7 @@ func validZPLName(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if !validNameChar(s[i]) && s[i] != '/' && s[i] != '*' && s[i] != '@' && s[i] != '$' {
+		if !zmtpwire.NameChar(s[i]) && s[i] != '/' && s[i] != '*' && s[i] != '@' && s[i] != '$' {
 			return false
 		}
 	}

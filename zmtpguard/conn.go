@@ -566,10 +566,11 @@ func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
 // with an error wrapping os.ErrDeadlineExceeded. The zero time clears it.
 func (c *Conn) SetDeadline(t time.Time) error { return c.nc.SetDeadline(t) }
 
-// netConn returns the underlying connection (for the socket layer and
-// tests, through internal/zmtpaccess). Reading or writing it directly
-// corrupts the stream.
-func (c *Conn) netConn() net.Conn { return c.nc }
+// NetConn returns the connection under c, as crypto/tls's Conn.NetConn
+// does: for deadlines (SetDeadline), addresses and socket options. Reading
+// from or writing to it directly corrupts the ZMTP stream (tests that play
+// a hostile peer do exactly that).
+func (c *Conn) NetConn() net.Conn { return c.nc }
 
 // Close closes the connection. It is safe to call more than once and from
 // any goroutine; later calls return the first call's result.
@@ -905,8 +906,11 @@ func (c *Conn) WriteMessage(frames ...[]byte) error {
 	return nil
 }
 
-// writeCommand buffers one command frame (name and data). Call Flush to send.
-func (c *Conn) writeCommand(name string, data []byte) error {
+// WriteCommand buffers one ZMTP command (name, 1..255 bytes, and data), for
+// example a PING of ZMTP 3.1 (RFC 37) or a SUBSCRIBE; call Flush to send.
+// Send PING only to a peer whose greeting announced 3.1 or later
+// (Metadata.Minor): a 3.0 peer takes it for a data message.
+func (c *Conn) WriteCommand(name string, data []byte) error {
 	if len(name) == 0 || len(name) > 255 {
 		return errors.New("zmtpguard: command name must be 1..255 bytes")
 	}
@@ -946,7 +950,7 @@ func (c *Conn) Pong(m *Message) error {
 			ctxData = ctxData[:16]
 		}
 	}
-	return c.writeCommand(cmdPong, ctxData)
+	return c.WriteCommand(cmdPong, ctxData)
 }
 
 // Flush sends buffered writes.
@@ -994,15 +998,13 @@ func (c *Conn) messageBuffered() bool {
 	return false
 }
 
-// tryReadMessage is ReadMessage for a reader that batches: when the read
+// TryReadMessage is ReadMessage for a reader that batches: when the read
 // buffer already holds the next whole message it reads it into m as
 // ReadMessage would (same checks, same violations) and reports true;
 // otherwise it consumes nothing, leaves m reset and reports false, without
-// waiting on the network. It replaces a MessageBuffered call followed by
-// ReadMessage, which walks the message's frame headers twice: here the
-// common case (a data message within the limits) is found whole and copied
-// out in one walk.
-func (c *Conn) tryReadMessage(m *Message) (bool, error) {
+// waiting on the network. It never blocks, so a reader can hand on what it
+// has instead of holding it while the peer's next message is arriving.
+func (c *Conn) TryReadMessage(m *Message) (bool, error) {
 	m.Reset()
 	if c.cz == nil && (c.cr == nil || !c.cr.full) {
 		if c.readBuffered(m) {

@@ -303,7 +303,7 @@ func (s *curveStep) readCommand(during string, max int) (string, []byte, error) 
 	return string(name), body, nil
 }
 
-func (s *curveStep) writeCommand(body []byte) error {
+func (s *curveStep) WriteCommand(body []byte) error {
 	h := s.hdr[:]
 	if len(body) > 255 {
 		h[0] = flagCommand | flagLong
@@ -381,7 +381,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	welcomePlain := append(append(make([]byte, 0, 128), serverShortPub[:]...), cookie...)
 	longNonce(&nonce, noncePrefixWelcome, longs[16:])
 	welcome := append(append([]byte("\x07WELCOME"), longs[16:]...), box.SealAfterPrecomputation(nil, welcomePlain, &nonce, &cst)...)
-	if err := st.writeCommand(welcome); err != nil {
+	if err := st.WriteCommand(welcome); err != nil {
 		return nil, Metadata{}, err
 	}
 
@@ -448,7 +448,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 		// RFC 25: the server answers a refused INITIATE with ERROR; the
 		// reason is the ZAP status code 400, which libzmq clients report
 		// as an authentication failure.
-		st.writeCommand([]byte("\x05ERROR\x03400"))
+		st.WriteCommand([]byte("\x05ERROR\x03400"))
 		ra := ""
 		if remote != nil {
 			ra = remote.String()
@@ -464,7 +464,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	shortNonce(&nonce, noncePrefixReady, cs.sendNonce)
 	ready := binary.BigEndian.AppendUint64([]byte("\x05READY"), cs.sendNonce)
 	ready = box.SealAfterPrecomputation(ready, appendProperties(nil, local, identity), &nonce, &session)
-	if err := st.writeCommand(ready); err != nil {
+	if err := st.WriteCommand(ready); err != nil {
 		return nil, Metadata{}, err
 	}
 	return cs, md, nil
@@ -531,7 +531,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	hello = binary.BigEndian.AppendUint64(hello, helloNonce)
 	shortNonce(&nonce, noncePrefixHello, helloNonce)
 	hello = box.SealAfterPrecomputation(hello, make([]byte, 64), &nonce, &helloKey)
-	if err := st.writeCommand(hello); err != nil {
+	if err := st.WriteCommand(hello); err != nil {
 		return nil, Metadata{}, err
 	}
 
@@ -577,7 +577,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	initiate = binary.BigEndian.AppendUint64(initiate, cs.sendNonce)
 	shortNonce(&nonce, noncePrefixInitiate, cs.sendNonce)
 	initiate = box.SealAfterPrecomputation(initiate, plain, &nonce, &cs.key)
-	if err := st.writeCommand(initiate); err != nil {
+	if err := st.WriteCommand(initiate); err != nil {
 		return nil, Metadata{}, err
 	}
 

@@ -286,7 +286,7 @@ func TestCurveGoToGo(t *testing.T) {
 		if err := cli.WriteMessage([]byte("a"), []byte{}, big); err != nil {
 			t.Fatal(err)
 		}
-		cli.writeCommand(cmdPing, []byte("\x00\x0actx"))
+		cli.WriteCommand(cmdPing, []byte("\x00\x0actx"))
 		if err := cli.Flush(); err != nil {
 			t.Fatal(err)
 		}

@@ -74,7 +74,7 @@ func TestReadBufferGrows(t *testing.T) {
 		_, err := nc.Write(stream)
 		werr <- err
 	}()
-	c.netConn().SetReadDeadline(time.Now().Add(30 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(30 * time.Second))
 	var m Message
 	for i := range n {
 		if err := c.ReadMessage(&m); err != nil {
@@ -100,7 +100,7 @@ func TestReadBufferStaysSmall(t *testing.T) {
 	c := acceptConn(t, result, errs)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c.netConn().SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 	var m Message
 	for i := range 50 {
 		if _, err := nc.Write(dataFrame(false, growBody(i%3))); err != nil {
@@ -125,7 +125,7 @@ func TestReadBufferSmallConfig(t *testing.T) {
 		t.Fatalf("read buffer %d bytes, want 1024", got)
 	}
 	go nc.Write(bytes.Repeat(dataFrame(false, make([]byte, 200)), 100))
-	c.netConn().SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 	var m Message
 	for i := range 100 {
 		if err := c.ReadMessage(&m); err != nil {

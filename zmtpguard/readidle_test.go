@@ -317,7 +317,7 @@ func TestWriteBufferShrinks(t *testing.T) {
 			}
 		}
 	}()
-	c.netConn().SetWriteDeadline(time.Now().Add(20 * time.Second))
+	c.NetConn().SetWriteDeadline(time.Now().Add(20 * time.Second))
 	grow := func() {
 		for range 4 {
 			for range 40 {
@@ -338,7 +338,7 @@ func TestWriteBufferShrinks(t *testing.T) {
 			if got := c.bw.Size(); got != cfg.WriteBufferSize {
 				t.Fatalf("write buffer %d bytes after %d small Flushes, want it kept (%d)", got, i, cfg.WriteBufferSize)
 			}
-			if err := c.writeCommand(cmdPing, []byte("\x00\x00")); err != nil {
+			if err := c.WriteCommand(cmdPing, []byte("\x00\x00")); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.Flush(); err != nil {

@@ -44,7 +44,7 @@ func tryReadOutcome(t *testing.T, c *Conn) []string {
 		out = append(out, fmt.Sprintf("%q %q", m.Command, m.Frames))
 		for {
 			before := c.br.Buffered()
-			got, err := c.tryReadMessage(&m)
+			got, err := c.TryReadMessage(&m)
 			if err != nil {
 				return end(err)
 			}
@@ -95,19 +95,19 @@ func TestTryReadMessage(t *testing.T) {
 	nc := newBytesConn(stream)
 	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), cfg: Config{}.withDefaults(), local: Pull}
 	var m Message
-	if got, err := c.tryReadMessage(&m); got || err != nil {
+	if got, err := c.TryReadMessage(&m); got || err != nil {
 		t.Fatalf("empty buffer: got %v, %v", got, err)
 	}
 	if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "one" {
 		t.Fatalf("ReadMessage = %v %q", err, m.Frames)
 	}
-	if got, err := c.tryReadMessage(&m); !got || err != nil || m.Command != cmdPing {
+	if got, err := c.TryReadMessage(&m); !got || err != nil || m.Command != cmdPing {
 		t.Fatalf("PING: got %v, %v, %q", got, err, m.Command)
 	}
-	if got, err := c.tryReadMessage(&m); !got || err != nil || len(m.Frames) != 2 || string(m.Frames[1]) != "b" {
+	if got, err := c.TryReadMessage(&m); !got || err != nil || len(m.Frames) != 2 || string(m.Frames[1]) != "b" {
 		t.Fatalf("multipart: got %v, %v, %q", got, err, m.Frames)
 	}
-	if got, err := c.tryReadMessage(&m); got || err != nil {
+	if got, err := c.TryReadMessage(&m); got || err != nil {
 		t.Fatalf("end of buffer: got %v, %v", got, err)
 	}
 
@@ -117,7 +117,7 @@ func TestTryReadMessage(t *testing.T) {
 	if err := c.ReadMessage(&m); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.tryReadMessage(&m)
+	got, err := c.TryReadMessage(&m)
 	var v *Violation
 	if !got || !errors.As(err, &v) {
 		t.Fatalf("reserved bits: got %v, %v, want a violation", got, err)
@@ -137,7 +137,7 @@ func BenchmarkTryReadMessage100(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		got, err := c.tryReadMessage(&m)
+		got, err := c.TryReadMessage(&m)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -28,7 +28,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -138,7 +137,7 @@ func client(ctx context.Context, endpoint string, req []byte, wait time.Duration
 	defer stop()
 	var m zmtpguard.Message
 	for i := 0; ; i++ {
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
 		t0 := time.Now()
 		err := c.WriteMessage(nil, req)
 		if err == nil {

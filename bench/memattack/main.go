@@ -40,7 +40,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -242,7 +241,7 @@ func attack(addr string, conns, size int, hold time.Duration) {
 	hdr[0] = zmtpwire.FlagLong
 	binary.BigEndian.PutUint64(hdr[1:], uint64(size))
 	swarm := load.NewSwarm(addr, conns, func(c *zmtpguard.Conn) {
-		nc := zmtpaccess.NetConn(c)
+		nc := c.NetConn()
 		nc.SetWriteDeadline(time.Now().Add(hold))
 		if burst {
 			burstThenIdle(c, size, hold)
@@ -279,7 +278,7 @@ func burstThenIdle(c *zmtpguard.Conn, size int, hold time.Duration) {
 	if err := c.Flush(); err != nil {
 		return
 	}
-	zmtpaccess.NetConn(c).SetDeadline(time.Now().Add(hold))
+	c.NetConn().SetDeadline(time.Now().Add(hold))
 	var m zmtpguard.Message
 	for c.ReadMessage(&m) == nil {
 		if m.Command == zmtpwire.CmdPing {

@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -122,7 +121,7 @@ func main() {
 	if err != nil {
 		load.Fatal(err)
 	}
-	nc := zmtpaccess.NetConn(c)
+	nc := c.NetConn()
 	rep := report{Program: "sender"}
 	start := time.Now()
 	for left := groups; left > 0; {
@@ -196,7 +195,7 @@ func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, ou
 	if elapsed > 0 {
 		rep.FramesPerSec = float64(rep.Frames) / elapsed.Seconds()
 	}
-	nc := zmtpaccess.NetConn(c)
+	nc := c.NetConn()
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	}
@@ -219,7 +218,7 @@ func sendKV(connect, topic string, count uint64, chunk int, wait, linger time.Du
 	if err != nil {
 		load.Fatal(err)
 	}
-	nc := zmtpaccess.NetConn(c)
+	nc := c.NetConn()
 	rep := report{Program: "sender"}
 	full, fullAt := load.KVChunk(topic, payload, int(per))
 	var seq uint64
@@ -315,7 +314,7 @@ func sendKVFleet(file, topic string, count uint64, wait, linger time.Duration) {
 	}
 	for i, c := range zconns {
 		defer c.Close()
-		conns[i] = zmtpaccess.NetConn(c)
+		conns[i] = c.NetConn()
 	}
 	payload := load.KVBatch()
 	burst, burstAt := load.KVChunk(topic, payload, fleetBurst)

@@ -48,7 +48,6 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/hostile"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -677,7 +676,7 @@ func runIdle(ctx context.Context, args []string) (any, error) {
 					failed.Add(1)
 					return
 				}
-				c, nc = zc, zmtpaccess.NetConn(zc)
+				c, nc = zc, zc.NetConn()
 			default:
 				tc, err := dialer.DialContext(ctx, network, addr)
 				if err != nil {
@@ -745,7 +744,7 @@ func runStall(ctx context.Context, args []string) (any, error) {
 	req := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3})
 	start := time.Now()
 	sent := 0
-	zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(60 * time.Second))
+	c.NetConn().SetWriteDeadline(time.Now().Add(60 * time.Second))
 	var werr error
 	for ; sent < *requests && ctx.Err() == nil; sent++ {
 		if werr = c.WriteMessage([]byte{}, req); werr != nil {

@@ -51,7 +51,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -266,7 +265,7 @@ func silent(ctx context.Context, ep string, typ zmtpguard.SocketType, first []by
 			case <-ctx.Done():
 			case <-time.After(time.Second):
 			}
-			if err = zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 0}); err == nil {
+			if err = c.WriteCommand(zmtpwire.CmdPing, []byte{0, 0}); err == nil {
 				err = c.Flush()
 			}
 		}
@@ -344,13 +343,13 @@ func honestReplay(ctx context.Context, ep string) (got int, marker string, conti
 	var prev uint64
 	var m zmtpguard.Message
 	for {
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(10 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 		if err := c.ReadMessage(&m); err != nil {
 			return got, "none", contiguous
 		}
 		if m.Command != "" {
 			if m.Command == zmtpwire.CmdPing {
-				zmtpaccess.WriteCommand(c, zmtpwire.CmdPong, nil)
+				c.WriteCommand(zmtpwire.CmdPong, nil)
 				c.Flush()
 			}
 			continue
