@@ -72,4 +72,3 @@ func TestConnAccess(t *testing.T) {
 		t.Fatal("stalled without a budget")
 	}
 }
-
