@@ -333,7 +333,7 @@ func (e emitter) zmtp(name string, st zmtpguard.Stats) {
 	e.emit(ZMTPAccepted, float64(st.Accepted), name)
 	e.emit(ZMTPHandshakes, float64(st.Handshakes), name)
 	e.emit(ZMTPAcceptErrors, float64(st.AcceptErrors), name)
-	e.counts(ZMTPViolations, &st.Violations, name)
+	e.counts(ZMTPViolations, &st.Refused, name)
 	e.emit(ZMTPEvicted, float64(st.Evicted), name)
 	e.emit(ZMTPOpen, float64(st.Open), name)
 	e.emit(ZMTPPending, float64(st.Pending), name)

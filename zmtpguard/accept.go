@@ -29,18 +29,18 @@ type Stats struct {
 	Handshakes uint64
 	// AcceptErrors counts failed accepts (each followed by a back-off).
 	AcceptErrors uint64
-	// Violations counts violations by reason: refusals at accept and
+	// Refused counts peer input refused, by reason: refusals at accept and
 	// evictions (policy), handshake failures and violations on established
-	// connections. Each connection's handshake ends in at most one violation.
-	Violations decodeguard.Counts
+	// connections. Each connection's handshake ends in at most one.
+	Refused decodeguard.Counts
 	// Evicted counts pending handshakes aborted to admit a newer connection
 	// when MaxPendingHandshakes was reached (see [Config]); each is also one
-	// policy violation in Violations.
+	// policy refusal in Refused.
 	Evicted uint64
 	// ConnsEvicted counts open connections (pending or established)
 	// closed to admit a connection from a host under its fair share of a
 	// full MaxConns (see [Config.MaxConns]); each is also one policy
-	// violation in Violations.
+	// refusal in Refused.
 	ConnsEvicted uint64
 	// Open is the number of connections counted against MaxConns: pending
 	// handshakes plus established connections not yet closed.
@@ -48,15 +48,6 @@ type Stats struct {
 	// Pending is the number of handshakes in progress (evicted ones no
 	// longer count): at most MaxPendingHandshakes per listener.
 	Pending int64
-}
-
-// TotalViolations returns the sum of s.Violations.
-func (s Stats) TotalViolations() uint64 {
-	var n uint64
-	for _, v := range s.Violations {
-		n += v
-	}
-	return n
 }
 
 // counters are the live values behind Stats.
@@ -81,8 +72,8 @@ func (c *counters) snapshot() Stats {
 		Open:         c.open.Load(),
 		Pending:      c.pending.Load(),
 	}
-	for i := range s.Violations {
-		s.Violations[i] = c.violations[i].Load()
+	for i := range s.Refused {
+		s.Refused[i] = c.violations[i].Load()
 	}
 	return s
 }

@@ -304,8 +304,8 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		if out, err := p.wait(t); err != nil {
 			t.Fatalf("python: %v\n%s", err, out)
 		}
-		if st := l.Stats(); st.Violations[decodeguard.ReasonAuth] == 0 {
-			t.Errorf("auth refusal not counted: %+v", st.Violations)
+		if st := l.Stats(); st.Refused[decodeguard.ReasonAuth] == 0 {
+			t.Errorf("auth refusal not counted: %+v", st.Refused)
 		}
 	})
 

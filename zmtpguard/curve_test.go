@@ -575,8 +575,8 @@ func TestCurveHostile(t *testing.T) {
 			if err := waitClosed(r.nc, 20*time.Second); err != nil {
 				t.Error(err)
 			}
-			if st := p.l.Stats(); st.Violations[s.reason] == 0 {
-				t.Errorf("violation not counted: %+v", st.Violations)
+			if st := p.l.Stats(); st.Refused[s.reason] == 0 {
+				t.Errorf("violation not counted: %+v", st.Refused)
 			}
 		})
 	}

@@ -99,7 +99,7 @@ func TestSlowloris(t *testing.T) {
 		if err != nil {
 			st := l.Stats()
 			t.Fatalf("real dial %d of %d failed while the pool was full: %v (stats: accepted %d handshakes %d pending %d violations %s)",
-				i+1, realDials, err, st.Accepted, st.Handshakes, st.Pending, formatDelta(st.Violations))
+				i+1, realDials, err, st.Accepted, st.Handshakes, st.Pending, formatDelta(st.Refused))
 		}
 		body := fmt.Sprintf("real %d", i)
 		if err = c.WriteMessage([]byte(body)); err == nil {
@@ -126,7 +126,7 @@ func TestSlowloris(t *testing.T) {
 	}
 	st := l.Stats()
 	t.Logf("attacker opened %d idle connections; stats: accepted %d handshakes %d evicted %d violations %s",
-		opened, st.Accepted, st.Handshakes, st.Evicted, formatDelta(st.Violations))
+		opened, st.Accepted, st.Handshakes, st.Evicted, formatDelta(st.Refused))
 	if st.Handshakes != realDials {
 		t.Errorf("%d handshakes completed, want exactly the %d real ones", st.Handshakes, realDials)
 	}
@@ -135,8 +135,8 @@ func TestSlowloris(t *testing.T) {
 	}
 	// No allowlist and MaxConns not reached: every policy violation is an
 	// eviction, counted once.
-	if st.Violations[decodeguard.ReasonPolicy] != st.Evicted {
-		t.Errorf("policy violations %d, want exactly the %d evictions", st.Violations[decodeguard.ReasonPolicy], st.Evicted)
+	if st.Refused[decodeguard.ReasonPolicy] != st.Evicted {
+		t.Errorf("policy violations %d, want exactly the %d evictions", st.Refused[decodeguard.ReasonPolicy], st.Evicted)
 	}
 }
 
@@ -212,7 +212,7 @@ func TestEvictPerHost(t *testing.T) {
 		t.Fatalf("third eviction hit %s, want the oldest overall %s", got[2], a2.LocalAddr())
 	}
 	st := l.Stats()
-	if st.Evicted != 3 || st.Violations[decodeguard.ReasonPolicy] != 3 || st.TotalViolations() != 3 || st.Pending != 4 {
+	if st.Evicted != 3 || st.Refused[decodeguard.ReasonPolicy] != 3 || st.Refused.Total() != 3 || st.Pending != 4 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -274,7 +274,7 @@ func TestGreetingTimeoutHalves(t *testing.T) {
 	if err := expectMsg(s.msgs, "halves", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if st := l.Stats(); st.Handshakes != 1 || st.TotalViolations() != 0 {
+	if st := l.Stats(); st.Handshakes != 1 || st.Refused.Total() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -387,7 +387,7 @@ func TestEvictRaces(t *testing.T) {
 		return st.Pending == 0 && st.Open == 0
 	})
 	st := ctr.snapshot()
-	if st.Evicted != 2 || st.Handshakes != 1 || st.TotalViolations() != 2 || st.Violations[decodeguard.ReasonPolicy] != 2 {
+	if st.Evicted != 2 || st.Handshakes != 1 || st.Refused.Total() != 2 || st.Refused[decodeguard.ReasonPolicy] != 2 {
 		t.Fatalf("stats %+v, violations %+v", st, log.all())
 	}
 	if loop.pending.len() != 0 || loop.pending.hostCount() != 0 {

@@ -65,7 +65,7 @@ func ExampleListen() {
 		log.Fatal(err)
 	}
 	fmt.Printf("from %s: %s %s\n", c.PeerType(), m.Frames[0], m.Frames[1])
-	fmt.Println("transport violations:", l.Stats().Violations[decodeguard.ReasonTransport])
+	fmt.Println("transport violations:", l.Stats().Refused[decodeguard.ReasonTransport])
 	// Output:
 	// refused: transport first byte 0x47
 	// from PUSH: hello guard

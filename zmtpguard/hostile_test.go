@@ -192,9 +192,9 @@ func runHostileSuite(t *testing.T, tg guardTarget) {
 			after := tg.stats()
 			var delta [decodeguard.NumReasons]uint64
 			for r := range delta {
-				delta[r] = after.Violations[r] - before.Violations[r]
+				delta[r] = after.Refused[r] - before.Refused[r]
 			}
-			total := after.TotalViolations() - before.TotalViolations()
+			total := after.Refused.Total() - before.Refused.Total()
 			switch {
 			case a.mixed != nil:
 				var sum uint64

@@ -271,7 +271,7 @@ func TestInteropPyzmqPushTransport(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st := tr.Stats(); st.Handshakes != 1 || st.TotalViolations() != 0 {
+	if st := tr.Stats(); st.Handshakes != 1 || st.Refused.Total() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -143,7 +143,7 @@ func (l *Listener) Addr() net.Addr { return l.loop.ln.Addr() }
 // LocalType returns the socket type the Listener handshakes as.
 func (l *Listener) LocalType() SocketType { return l.local }
 
-// Stats returns a snapshot of the Listener's counters. Violations on
+// Stats returns a snapshot of the Listener's counters. Refusals on
 // accepted connections (oversize frames, ...) are included.
 func (l *Listener) Stats() Stats { return l.ctr.snapshot() }
 

@@ -101,7 +101,7 @@ func TestPendingHandshakeCap(t *testing.T) {
 		waitFor(t, 5*time.Second, "the accept", func() bool { return l.Stats().Accepted == uint64(i+1) })
 	}
 	waitFor(t, 5*time.Second, "6 evictions", func() bool {
-		return l.Stats().Violations[decodeguard.ReasonPolicy] == 6
+		return l.Stats().Refused[decodeguard.ReasonPolicy] == 6
 	})
 	// The 6 oldest were evicted, in arrival order, and closed.
 	for i, v := range log.all() {
@@ -125,10 +125,10 @@ func TestPendingHandshakeCap(t *testing.T) {
 	// The 3 idle connections left end as handshake violations (peer closed).
 	waitFor(t, 10*time.Second, "the idle handshakes to end", func() bool {
 		st := l.Stats()
-		return st.Pending == 0 && st.Violations[decodeguard.ReasonHandshake] == 3
+		return st.Pending == 0 && st.Refused[decodeguard.ReasonHandshake] == 3
 	})
-	if st := l.Stats(); st.Violations[decodeguard.ReasonPolicy] != 7 || st.Evicted != 7 || st.Accepted != 11 ||
-		st.Handshakes != 1 || st.TotalViolations() != 10 {
+	if st := l.Stats(); st.Refused[decodeguard.ReasonPolicy] != 7 || st.Evicted != 7 || st.Accepted != 11 ||
+		st.Handshakes != 1 || st.Refused.Total() != 10 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -169,7 +169,7 @@ func TestMaxConnsCap(t *testing.T) {
 		t.Fatalf("third connection over MaxConns: %v", err)
 	}
 	waitFor(t, 5*time.Second, "the policy refusal", func() bool {
-		return l.Stats().Violations[decodeguard.ReasonPolicy] == 1
+		return l.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 	// Closing one accepted Conn frees its slot.
 	accepted[0].Close()
@@ -205,7 +205,7 @@ func TestAllowlist(t *testing.T) {
 	if v.Reason != decodeguard.ReasonPolicy || v.Remote != c.LocalAddr().String() {
 		t.Fatalf("violation %+v", v)
 	}
-	if st := deny.Stats(); st.Violations[decodeguard.ReasonPolicy] != 1 || st.Handshakes != 0 {
+	if st := deny.Stats(); st.Refused[decodeguard.ReasonPolicy] != 1 || st.Handshakes != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 
@@ -392,7 +392,7 @@ func TestViolationHookFields(t *testing.T) {
 		t.Fatalf("ReasonOf = %v", got)
 	}
 	st := l.Stats()
-	if st.Violations[decodeguard.ReasonOversize] != 1 || st.Violations[decodeguard.ReasonTransport] != 1 || st.TotalViolations() != 2 {
+	if st.Refused[decodeguard.ReasonOversize] != 1 || st.Refused[decodeguard.ReasonTransport] != 1 || st.Refused.Total() != 2 {
 		t.Fatalf("each violation must be counted once: %+v", st)
 	}
 	roundTrip(t, l, s, "after hook")
@@ -552,6 +552,6 @@ func TestUnixAllowlistRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the refusal", func() bool {
-		return l.Stats().Violations[decodeguard.ReasonPolicy] == 1
+		return l.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 }

@@ -93,7 +93,7 @@ func TestTransportDialSide(t *testing.T) {
 			t.Fatalf("got %d frames", len(m.Frames))
 		}
 	}
-	if st := tr.Stats(); st.Handshakes != 1 || st.TotalViolations() != 0 {
+	if st := tr.Stats(); st.Handshakes != 1 || st.Refused.Total() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -141,7 +141,7 @@ func TestTransportDialOversize(t *testing.T) {
 		t.Fatal("Recv succeeded on an oversize frame")
 	}
 	waitFor(t, 5*time.Second, "the oversize violation", func() bool {
-		return tr.Stats().Violations[decodeguard.ReasonOversize] == 1
+		return tr.Stats().Refused[decodeguard.ReasonOversize] == 1
 	})
 }
 
@@ -151,7 +151,7 @@ func TestTransportDialOversize(t *testing.T) {
 func TestTransportDialSilentServer(t *testing.T) {
 	tr, scheme := registerTestTransport(t, "tcp", &Config{HandshakeTimeout: 200 * time.Millisecond})
 	dialSilentServer(t, scheme)
-	if st := tr.Stats(); st.Violations[decodeguard.ReasonHandshake] != 1 {
+	if st := tr.Stats(); st.Refused[decodeguard.ReasonHandshake] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -168,7 +168,7 @@ func TestTransportDialIncompatible(t *testing.T) {
 	if err := push.Dial(scheme + "://" + addr); err == nil {
 		t.Fatal("PUSH to a PUB accepted")
 	}
-	if st := tr.Stats(); st.Violations[decodeguard.ReasonHandshake] != 1 {
+	if st := tr.Stats(); st.Refused[decodeguard.ReasonHandshake] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -218,7 +218,7 @@ func TestTransportAllowlist(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the refusal", func() bool {
-		return tr.Stats().Violations[decodeguard.ReasonPolicy] == 1
+		return tr.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 }
 
@@ -301,7 +301,7 @@ func TestTransportEvictAndGreeting(t *testing.T) {
 	if err := waitClosed(conns[0], 5*time.Second); err != nil {
 		t.Fatalf("oldest idle connection not evicted: %v", err)
 	}
-	if st := tr.Stats(); st.Evicted != 1 || st.Violations[decodeguard.ReasonPolicy] != 1 || st.Pending != 2 {
+	if st := tr.Stats(); st.Evicted != 1 || st.Refused[decodeguard.ReasonPolicy] != 1 || st.Pending != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 	// The other two are closed at GreetingTimeout (2 s), long before the
@@ -312,9 +312,9 @@ func TestTransportEvictAndGreeting(t *testing.T) {
 		}
 	}
 	waitFor(t, 5*time.Second, "the greeting violations", func() bool {
-		return tr.Stats().Violations[decodeguard.ReasonHandshake] == 2
+		return tr.Stats().Refused[decodeguard.ReasonHandshake] == 2
 	})
-	if st := tr.Stats(); st.TotalViolations() != 3 || st.Pending != 0 || st.Open != 0 {
+	if st := tr.Stats(); st.Refused.Total() != 3 || st.Pending != 0 || st.Open != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }

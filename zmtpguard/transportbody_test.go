@@ -92,7 +92,7 @@ func TestTransportSlowBody(t *testing.T) {
 	}
 	took := time.Since(start)
 	waitFor(t, 10*time.Second, "the violation to be counted", func() bool {
-		return tr.Stats().Violations[decodeguard.ReasonPolicy] == 1 && vs.with("BodyTimeout") == 1
+		return tr.Stats().Refused[decodeguard.ReasonPolicy] == 1 && vs.with("BodyTimeout") == 1
 	})
 	if took < timeout/2 {
 		t.Fatalf("closed after %v, before the deadline could pass (%+v)", took, vs.vs)
@@ -189,7 +189,7 @@ func TestTransportBudget(t *testing.T) {
 	st := budget.Stats()
 	waitFor(t, 10*time.Second, "the evictions to be reported", func() bool {
 		return vs.with("byte budget") >= int(st.Evictions) &&
-			tr.Stats().Violations[decodeguard.ReasonPolicy] >= st.Evictions
+			tr.Stats().Refused[decodeguard.ReasonPolicy] >= st.Evictions
 	})
 	for _, c := range conns {
 		c.Close()
