@@ -186,7 +186,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	// zmtp
 	t0 = time.Now()
 	cfg := zmtpguard.Config{HandshakeTimeout: timeout, Curve: p.curve}
-	conn, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Req, nil, &cfg)
+	conn, err := zmtpguard.Handshake(ctx, nc, "REQ", nil, &cfg)
 	p.rep.HandshakeTime = time.Since(t0)
 	if err != nil {
 		var v *zmtpguard.Violation
@@ -211,7 +211,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	defer conn.Close()
 	p.rep.PeerType = conn.PeerType()
 	note := ""
-	if p.rep.PeerType != zmtpguard.Router {
+	if p.rep.PeerType != "ROUTER" {
 		note = " (vLLM's listener is a ROUTER)"
 	}
 	if p.curve != nil {

@@ -23,7 +23,7 @@ func rawReplayClient(t *testing.T, ctx context.Context, ep string) *zmtpguard.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Dealer, nil, nil)
+	c, err := zmtpguard.Handshake(ctx, nc, "DEALER", nil, nil)
 	if err != nil {
 		nc.Close()
 		t.Fatal(err)

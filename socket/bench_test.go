@@ -26,7 +26,7 @@ func preEncodedSender(ctx context.Context, addr string, n, size int) <-chan erro
 			if err != nil {
 				return err
 			}
-			c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Push, nil, nil)
+			c, err := zmtpguard.Handshake(ctx, nc, "PUSH", nil, nil)
 			if err != nil {
 				return err
 			}
@@ -193,7 +193,7 @@ func BenchmarkPushSend100(b *testing.B) {
 			got <- -1
 			return
 		}
-		c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Pull, nil, nil)
+		c, err := zmtpguard.Handshake(ctx, nc, "PULL", nil, nil)
 		if err != nil {
 			got <- -1
 			return

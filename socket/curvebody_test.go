@@ -27,7 +27,7 @@ func TestCurveBodyTimeoutHeartbeatsOn(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	var cli Options
 	k.client(&cli)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Push, nil, &cli.Guard)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), "PUSH", nil, &cli.Guard)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -182,7 +182,7 @@ func TestPingsAnsweredWhileRecvPaused(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pull := mustSocket(t, NewPull, func(o *Options) { o.HeartbeatInterval = -1 })
 	ep := mustBind(t, pull)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Push, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +242,7 @@ func TestRouterHandoverAndRefusal(t *testing.T) {
 			ep := mustBind(t, r)
 			addr := strings.TrimPrefix(ep, "tcp://")
 			// The "frozen" first engine: handshaken, then silent.
-			old, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.Dealer, []byte("rank-0"), nil)
+			old, err := zmtpguard.Dial(ctx, "tcp", addr, "DEALER", []byte("rank-0"), nil)
 			if err != nil {
 				t.Fatal(err)
 			}

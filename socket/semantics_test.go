@@ -199,7 +199,7 @@ func TestPushWaitsForPeerWithContext(t *testing.T) {
 		}
 		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer hcancel()
-		c, err := zmtpguard.Handshake(hctx, nc, zmtpguard.Pull, nil, nil)
+		c, err := zmtpguard.Handshake(hctx, nc, "PULL", nil, nil)
 		if err != nil {
 			close(accepted)
 			return

@@ -76,8 +76,8 @@ const (
 )
 
 var kindTypes = [...]zmtpguard.SocketType{
-	kRouter: zmtpguard.Router, kDealer: zmtpguard.Dealer, kReq: zmtpguard.Req, kPull: zmtpguard.Pull,
-	kPush: zmtpguard.Push, kXPub: zmtpguard.XPub, kSub: zmtpguard.Sub, kXSub: zmtpguard.XSub,
+	kRouter: "ROUTER", kDealer: "DEALER", kReq: "REQ", kPull: "PULL",
+	kPush: "PUSH", kXPub: "XPUB", kSub: "SUB", kXSub: "XSUB",
 }
 
 // receives reports whether the socket type delivers messages to Recv.

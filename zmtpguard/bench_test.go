@@ -36,7 +36,7 @@ func stream100() []byte {
 // reused Message. Goal: no allocation.
 func BenchmarkReadMessage100(b *testing.B) {
 	nc := &loopConn{b: stream100()}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil { // warm the buffers
 		b.Fatal(err)
@@ -61,7 +61,7 @@ func BenchmarkReadMessage100x8(b *testing.B) {
 		}
 	}
 	nc := &loopConn{b: s}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil {
 		b.Fatal(err)
@@ -155,7 +155,7 @@ func BenchmarkRawRead100(b *testing.B) {
 func BenchmarkListenerHandshake(b *testing.B) {
 	ctx := context.Background()
 	cfg := &Config{GreetingTimeout: 10 * time.Second, HandshakeTimeout: 10 * time.Second}
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, cfg)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func BenchmarkListenerHandshake(b *testing.B) {
 	addr := l.Addr().String()
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := Dial(ctx, "tcp", addr, Push, nil, cfg)
+		c, err := Dial(ctx, "tcp", addr, "PUSH", nil, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -13,13 +13,13 @@ import (
 // connection and the server's Conn.
 func rawPeer(t *testing.T, cfg *Config) (net.Conn, *Conn) {
 	t.Helper()
-	addr, result, errs := serveOne(t, Pull, cfg)
+	addr, result, errs := serveOne(t, "PULL", cfg)
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	if _, err := nc.Write(handshakeAs(Push)); err != nil {
+	if _, err := nc.Write(handshakeAs("PUSH")); err != nil {
 		t.Fatal(err)
 	}
 	select {

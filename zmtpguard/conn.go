@@ -241,7 +241,7 @@ func handshake(ctx context.Context, nc net.Conn, local SocketType, identity []by
 		}
 		return nil, err
 	}
-	if err := local.Valid(); err != nil {
+	if err := validType(local); err != nil {
 		nc.Close()
 		return nil, err
 	}

@@ -13,14 +13,14 @@ import (
 func TestConnAccess(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
 	dialed := make(chan *Conn, 1)
 	go func() {
-		c, err := Dial(ctx, "tcp", l.Addr().String(), Push, nil, nil)
+		c, err := Dial(ctx, "tcp", l.Addr().String(), "PUSH", nil, nil)
 		if err != nil {
 			t.Error(err)
 		}

@@ -16,7 +16,7 @@ func ExampleCurveConfig() {
 	clientPub, clientSec, _ := zmtpguard.GenerateCurveKeyPair()
 
 	allowed := zmtpguard.NewKeySet(clientPub) // or zmtpguard.LoadKeySet("certs/")
-	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", zmtpguard.Pull, &zmtpguard.Config{
+	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", "PULL", &zmtpguard.Config{
 		Curve: &zmtpguard.CurveConfig{Server: true, SecretKey: serverSec, Authorize: allowed.Authorize},
 	})
 	if err != nil {
@@ -26,7 +26,7 @@ func ExampleCurveConfig() {
 	defer l.Close()
 
 	go func() {
-		c, err := zmtpguard.Dial(ctx, "tcp", l.Addr().String(), zmtpguard.Push, nil, &zmtpguard.Config{
+		c, err := zmtpguard.Dial(ctx, "tcp", l.Addr().String(), "PUSH", nil, &zmtpguard.Config{
 			Curve: &zmtpguard.CurveConfig{SecretKey: clientSec, ServerKey: serverPub},
 		})
 		if err != nil {

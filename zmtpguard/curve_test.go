@@ -254,7 +254,7 @@ func (p *curvePair) expect(t *testing.T, want decodeguard.Reason, detail string)
 func TestCurveGoToGo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Router, nil)
+	p := newCurvePair(t, ctx, "ROUTER", nil)
 	accepted := make(chan *Conn, 1)
 	go func() {
 		c, err := p.l.Accept(ctx)
@@ -264,7 +264,7 @@ func TestCurveGoToGo(t *testing.T) {
 		}
 		accepted <- c
 	}()
-	cli, err := Dial(ctx, "tcp", p.l.Addr().String(), Dealer, []byte("me"), p.clientConfig())
+	cli, err := Dial(ctx, "tcp", p.l.Addr().String(), "DEALER", []byte("me"), p.clientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,10 +274,10 @@ func TestCurveGoToGo(t *testing.T) {
 		t.Fatal("accept failed")
 	}
 	defer srv.Close()
-	if md := srv.Peer(); md.CurveKey != p.cliPub || md.Identity != "me" || md.UserID != "user-"+p.cliPub.Fingerprint() || md.SocketType != Dealer {
+	if md := srv.Peer(); md.CurveKey != p.cliPub || md.Identity != "me" || md.UserID != "user-"+p.cliPub.Fingerprint() || md.SocketType != "DEALER" {
 		t.Errorf("server sees %+v", md)
 	}
-	if md := cli.Peer(); md.CurveKey != p.srvPub || md.SocketType != Router {
+	if md := cli.Peer(); md.CurveKey != p.srvPub || md.SocketType != "ROUTER" {
 		t.Errorf("client sees %+v", md)
 	}
 	big := bytes.Repeat([]byte("z"), 200<<10) // larger than the read buffer
@@ -544,7 +544,7 @@ func TestCurveHostile(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			p := newCurvePair(t, ctx, Pull, nil)
+			p := newCurvePair(t, ctx, "PULL", nil)
 			sink := startSink(t, p.l)
 			defer sink.close()
 			if s.run == nil {
@@ -561,7 +561,7 @@ func TestCurveHostile(t *testing.T) {
 				case "TLS ClientHello":
 					nc.Write(tlsClientHello)
 				default:
-					nc.Write(handshakeAs(Push))
+					nc.Write(handshakeAs("PUSH"))
 				}
 				p.expect(t, s.reason, s.detail)
 				if err := waitClosed(nc, 20*time.Second); err != nil {
@@ -587,7 +587,7 @@ func TestCurveHostile(t *testing.T) {
 func TestCurveCookieReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Pull, nil)
+	p := newCurvePair(t, ctx, "PULL", nil)
 	sink := startSink(t, p.l)
 	defer sink.close()
 	first := dialRawCurve(t, p)
@@ -616,7 +616,7 @@ func TestCurveCookieReplay(t *testing.T) {
 func TestCurveSilentAfterGreeting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Pull, func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
+	p := newCurvePair(t, ctx, "PULL", func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
 	sink := startSink(t, p.l)
 	defer sink.close()
 	r := dialRawCurve(t, p)
@@ -697,7 +697,7 @@ func TestMessageBoxMatchesNaCl(t *testing.T) {
 func TestCurvePendingPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Pull, func(c *Config) {
+	p := newCurvePair(t, ctx, "PULL", func(c *Config) {
 		c.MaxPendingHandshakes = 2
 		c.GreetingTimeout = 20 * time.Second
 		c.HandshakeTimeout = 20 * time.Second
@@ -713,7 +713,7 @@ func TestCurvePendingPool(t *testing.T) {
 		nc.Write(greetingWith(3, 0, "CURVE")[:20]) // a partial greeting, then silence
 	}
 	waitFor(t, 20*time.Second, "evictions", func() bool { return p.l.Stats().Evicted >= 4 })
-	c, err := Dial(ctx, "tcp", p.l.Addr().String(), Push, nil, p.clientConfig())
+	c, err := Dial(ctx, "tcp", p.l.Addr().String(), "PUSH", nil, p.clientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,7 +749,7 @@ func TestCurveMessageBuffered(t *testing.T) {
 			nc := newBytesConn(data)
 			cs := newCurveState(&fuzzSession, true)
 			cs.recvNonce = 2
-			c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 4096), cfg: Config{}.withDefaults(), local: Pull, cz: cs}
+			c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 4096), cfg: Config{}.withDefaults(), local: "PULL", cz: cs}
 			var m Message
 			if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "first" {
 				t.Fatalf("first message: %v", err)

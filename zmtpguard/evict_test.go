@@ -94,7 +94,7 @@ func TestSlowloris(t *testing.T) {
 		})
 		lastEvicted = l.Stats().Evicted
 		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := Dial(dctx, "tcp", addr, Push, nil, nil)
+		c, err := Dial(dctx, "tcp", addr, "PUSH", nil, nil)
 		dcancel()
 		if err != nil {
 			st := l.Stats()
@@ -290,12 +290,12 @@ func TestGreetingTimeoutDialSide(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The 10 s context is correctness: HandshakeTimeout is 20 s.
-	_, err = Handshake(ctx, nc, Push, nil, &Config{GreetingTimeout: 100 * time.Millisecond, HandshakeTimeout: 20 * time.Second})
+	_, err = Handshake(ctx, nc, "PUSH", nil, &Config{GreetingTimeout: 100 * time.Millisecond, HandshakeTimeout: 20 * time.Second})
 	var v *Violation
 	if !errors.As(err, &v) || v.Reason != decodeguard.ReasonHandshake || !strings.Contains(v.Detail, "GreetingTimeout") {
 		t.Fatalf("Handshake with a silent server: %v", err)
 	}
-	_, err = Dial(ctx, "tcp", hostileServer(t, "", nil), Push, nil,
+	_, err = Dial(ctx, "tcp", hostileServer(t, "", nil), "PUSH", nil,
 		&Config{GreetingTimeout: 100 * time.Millisecond, HandshakeTimeout: 300 * time.Millisecond})
 	if !errors.As(err, &v) || v.Reason != decodeguard.ReasonHandshake || strings.Contains(v.Detail, "GreetingTimeout") ||
 		!strings.Contains(v.Detail, "handshake deadline") {
@@ -465,7 +465,7 @@ func TestGreetingTimeoutServerStalled(t *testing.T) {
 	const greetTimeout = 50 * time.Millisecond
 	dialed := make(chan error, 1)
 	go func() {
-		c, err := Dial(ctx, "tcp", ln.Addr().String(), Push, nil, nil)
+		c, err := Dial(ctx, "tcp", ln.Addr().String(), "PUSH", nil, nil)
 		if err == nil {
 			c.Close()
 		}
@@ -476,7 +476,7 @@ func TestGreetingTimeoutServerStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := &stalledConn{Conn: nc, stall: 4 * greetTimeout}
-	c, err := Handshake(ctx, sc, Pull, nil, &Config{GreetingTimeout: greetTimeout, HandshakeTimeout: 8 * time.Second})
+	c, err := Handshake(ctx, sc, "PULL", nil, &Config{GreetingTimeout: greetTimeout, HandshakeTimeout: 8 * time.Second})
 	if err != nil {
 		t.Fatalf("handshake after a stall of 4× GreetingTimeout, with the greeting already received: %v", err)
 	}

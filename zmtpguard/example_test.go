@@ -30,7 +30,7 @@ func ExampleListen() {
 			}
 		},
 	}
-	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", zmtpguard.Pull, cfg)
+	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -117,7 +117,7 @@ func ExampleNewBudget() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	gl, err := zmtpguard.NewListener(ln, zmtpguard.Pull, &cfg)
+	gl, err := zmtpguard.NewListener(ln, "PULL", &cfg)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -53,7 +53,7 @@ const httpRequest = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: curl/8.5.0
 func hostileAttacks() []attack {
 	H, T, O := decodeguard.ReasonHandshake, decodeguard.ReasonTransport, decodeguard.ReasonOversize
 	null := greetingWith(3, 0, "NULL")
-	hs := handshakeAs(Push)
+	hs := handshakeAs("PUSH")
 
 	random := make([]byte, 1<<20)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -241,7 +241,7 @@ func formatDelta(d [decodeguard.NumReasons]uint64) string {
 // read by Go code, as zmqguard's socket layer uses it.
 func TestHostileListener(t *testing.T) {
 	ctx := context.Background()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, hostileConfig())
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", hostileConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

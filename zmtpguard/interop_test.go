@@ -76,7 +76,7 @@ func TestInteropPyzmqDealer(t *testing.T) {
 	requirePyzmq(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Router, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "ROUTER", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -84,7 +84,7 @@ func TestInteropPyzmqDealer(t *testing.T) {
 	done := runPython(t, ctx, pyDealer, "tcp://"+l.Addr().String())
 	c := acceptOne(t, ctx, l)
 	defer c.Close()
-	if c.PeerType() != Dealer || c.Peer().Identity != "py-dealer" {
+	if c.PeerType() != "DEALER" || c.Peer().Identity != "py-dealer" {
 		t.Fatalf("peer %q identity %q", c.PeerType(), c.Peer().Identity)
 	}
 	var m Message
@@ -154,7 +154,7 @@ func TestInteropPyzmqPush(t *testing.T) {
 	requirePyzmq(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,7 +162,7 @@ func TestInteropPyzmqPush(t *testing.T) {
 	done := runPython(t, ctx, pyPush, "tcp://"+l.Addr().String())
 	c := acceptOne(t, ctx, l)
 	defer c.Close()
-	if c.PeerType() != Push {
+	if c.PeerType() != "PUSH" {
 		t.Fatalf("peer %q", c.PeerType())
 	}
 	// libzmq 4.3.4 announces ZMTP 3.1: it is sent PINGs.
@@ -200,7 +200,7 @@ print("sub ok")
 
 func TestInteropPyzmqSub(t *testing.T) {
 	requirePyzmq(t)
-	for _, local := range []SocketType{XPub, Pub} {
+	for _, local := range []SocketType{"XPUB", "PUB"} {
 		t.Run(string(local), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
@@ -212,7 +212,7 @@ func TestInteropPyzmqSub(t *testing.T) {
 			done := runPython(t, ctx, pySub, "tcp://"+l.Addr().String())
 			c := acceptOne(t, ctx, l)
 			defer c.Close()
-			if c.PeerType() != Sub {
+			if c.PeerType() != "SUB" {
 				t.Fatalf("peer %q", c.PeerType())
 			}
 			var m Message

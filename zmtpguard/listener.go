@@ -55,7 +55,7 @@ func Listen(ctx context.Context, network, addr string, local SocketType, cfg *Co
 }
 
 func checkListenArgs(local SocketType, cfg *Config) error {
-	if err := local.Valid(); err != nil {
+	if err := validType(local); err != nil {
 		return err
 	}
 	if cfg != nil {

@@ -19,7 +19,7 @@ import (
 
 func listenPull(t *testing.T, cfg *Config) (*Listener, *sink) {
 	t.Helper()
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, cfg)
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -134,7 +134,7 @@ func TestPendingHandshakeCap(t *testing.T) {
 }
 
 func TestMaxConnsCap(t *testing.T) {
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, &Config{MaxConns: 2})
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", &Config{MaxConns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestMaxConnsCap(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		nc.Write(handshakeAs(Push))
+		nc.Write(handshakeAs("PUSH"))
 		c, err := l.Accept(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -181,7 +181,7 @@ func TestMaxConnsCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fourth.Close()
-	fourth.Write(handshakeAs(Push))
+	fourth.Write(handshakeAs("PUSH"))
 	c, err := l.Accept(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -288,7 +288,7 @@ func TestAcceptBackoffSequence(t *testing.T) {
 		script = append(script, syscall.EMFILE)
 	}
 	fl := newFakeListener(script)
-	l, err := newListener(fl, Pull, nil)
+	l, err := newListener(fl, "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestAcceptBackoffSequence(t *testing.T) {
 func TestAcceptBackoffNoSpin(t *testing.T) {
 	fl := newFakeListener(nil)
 	fl.forever = tempErr{}
-	l, err := NewListener(fl, Pull, nil)
+	l, err := NewListener(fl, "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestViolationHookFields(t *testing.T) {
 	}
 	defer c.Close()
 	hdr := longHeader(0, 1<<40)
-	c.Write(cat(handshakeAs(Push), hdr))
+	c.Write(cat(handshakeAs("PUSH"), hdr))
 	if err := waitClosed(c, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -399,7 +399,7 @@ func TestViolationHookFields(t *testing.T) {
 }
 
 func TestListenerClose(t *testing.T) {
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestListenerClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer done.Close()
-	done.Write(handshakeAs(Push))
+	done.Write(handshakeAs("PUSH"))
 	waitFor(t, 5*time.Second, "the handshakes to start", func() bool {
 		st := l.Stats()
 		return st.Accepted == 6 && st.Handshakes == 1
@@ -444,7 +444,7 @@ func TestListenerClose(t *testing.T) {
 }
 
 func TestAcceptContext(t *testing.T) {
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func TestListenBadArgs(t *testing.T) {
 	if _, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "BOGUS", nil); err == nil {
 		t.Fatal("unknown local type accepted")
 	}
-	if _, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, &Config{MaxFrames: -1}); err == nil {
+	if _, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", &Config{MaxFrames: -1}); err == nil {
 		t.Fatal("negative limit accepted")
 	}
 }
@@ -473,12 +473,12 @@ func TestDialGuarded(t *testing.T) {
 	if err := pull.Listen("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Dial(ctx, "tcp", pull.Addr().String(), Push, nil, nil)
+	c, err := Dial(ctx, "tcp", pull.Addr().String(), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if c.PeerType() != Pull {
+	if c.PeerType() != "PULL" {
 		t.Fatalf("peer type %q", c.PeerType())
 	}
 	if err := c.WriteMessage([]byte("dialed"), []byte("two")); err != nil {
@@ -512,7 +512,7 @@ func TestDialSilentServer(t *testing.T) {
 		}
 		close(accepted)
 	}()
-	_, err = Dial(context.Background(), "tcp", ln.Addr().String(), Push, nil, &Config{HandshakeTimeout: 200 * time.Millisecond})
+	_, err = Dial(context.Background(), "tcp", ln.Addr().String(), "PUSH", nil, &Config{HandshakeTimeout: 200 * time.Millisecond})
 	if decodeguard.ReasonOf(err) != decodeguard.ReasonHandshake {
 		t.Fatalf("Dial to a silent server: %v", err)
 	}
@@ -523,7 +523,7 @@ func TestDialSilentServer(t *testing.T) {
 
 func TestUnixListener(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "guard.sock")
-	l, err := Listen(context.Background(), "unix", path, Pull, nil)
+	l, err := Listen(context.Background(), "unix", path, "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +538,7 @@ func TestUnixListener(t *testing.T) {
 // allowlist refuses it.
 func TestUnixAllowlistRefuses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "guard.sock")
-	l, err := Listen(context.Background(), "unix", path, Pull, &Config{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}})
+	l, err := Listen(context.Background(), "unix", path, "PULL", &Config{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -595,7 +595,7 @@ func (g *guardConn) command(body []byte) error {
 	case cmdPong:
 		return nil
 	case cmdSubscribe, cmdCancel:
-		if lt := g.localType(); lt != Pub && lt != XPub {
+		if lt := g.localType(); lt != "PUB" && lt != "XPUB" {
 			return g.violate("read", violation(decodeguard.ReasonTransport,
 				string(name)+" command sent to a "+string(lt)+" socket", int64(len(body)), body))
 		}

@@ -129,7 +129,7 @@ func hostileServer(t *testing.T, st SocketType, extra []byte) string {
 // to a zmq4 PULL dialing on the guarded scheme costs one connection.
 func TestTransportDialOversize(t *testing.T) {
 	tr, scheme := registerTestTransport(t, "tcp", nil)
-	addr := hostileServer(t, Push, longHeader(0, 1<<40))
+	addr := hostileServer(t, "PUSH", longHeader(0, 1<<40))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pull := zmq4.NewPull(ctx, zmq4.WithLogger(quietLogger()))
@@ -160,7 +160,7 @@ func TestTransportDialSilentServer(t *testing.T) {
 // side uses the local type read from zmq4's own READY.
 func TestTransportDialIncompatible(t *testing.T) {
 	tr, scheme := registerTestTransport(t, "tcp", nil)
-	addr := hostileServer(t, Pub, nil)
+	addr := hostileServer(t, "PUB", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	push := zmq4.NewPush(ctx, zmq4.WithLogger(quietLogger()))
@@ -190,7 +190,7 @@ func TestTransportSubscribeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write(cat(handshakeAs(Sub), commandFrame(cmdSubscribe, []byte("weather")), commandFrame(cmdSubscribe, []byte("news"))))
+	c.Write(cat(handshakeAs("SUB"), commandFrame(cmdSubscribe, []byte("weather")), commandFrame(cmdSubscribe, []byte("news"))))
 	waitFor(t, 5*time.Second, "the subscriptions", func() bool {
 		return slices.Equal(topics.Topics(), []string{"news", "weather"})
 	})

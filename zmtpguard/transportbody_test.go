@@ -65,7 +65,7 @@ func TestTransportSlowBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if _, err := nc.Write(append(handshakeAs(Push), longHeader(0, 1000)...)); err != nil {
+	if _, err := nc.Write(append(handshakeAs("PUSH"), longHeader(0, 1000)...)); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -166,7 +166,7 @@ func TestTransportBudget(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			nc.Write(append(handshakeAs(Push), longHeader(0, size)...))
+			nc.Write(append(handshakeAs("PUSH"), longHeader(0, size)...))
 			nc.Write(body)
 		}()
 	}

@@ -28,7 +28,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 	defer cancel()
 
 	// A raw peer reads the greeting Handshake writes first.
-	addr, result, errs := serveOne(t, Pull, nil)
+	addr, result, errs := serveOne(t, "PULL", nil)
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 	// scheme reaches a Listener as a 3.1 peer (the guard's greeting went
 	// out in place of zmq4's).
 	_, scheme := registerTestTransport(t, "tcp", nil)
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -90,7 +90,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	dc, err := Dial(ctx, "tcp", pull.Addr().String(), Push, nil, nil)
+	dc, err := Dial(ctx, "tcp", pull.Addr().String(), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,7 +105,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 func TestPeerVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -123,7 +123,7 @@ func TestPeerVersion(t *testing.T) {
 	if major, minor := c.PeerVersion(); major != 3 || minor != 0 {
 		t.Fatalf("zmq4 PUSH announced %d.%d, want 3.0", major, minor)
 	}
-	d, err := Dial(ctx, "tcp", l.Addr().String(), Push, nil, nil)
+	d, err := Dial(ctx, "tcp", l.Addr().String(), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -128,7 +128,7 @@ func sum(c []atomic.Uint64) uint64 {
 // CPU per request as a REQ can. It signals ready after its first reply.
 func client(ctx context.Context, endpoint string, req []byte, wait time.Duration, checkEvery int,
 	measuring *atomic.Bool, count *atomic.Uint64, lat *[]time.Duration, errs *atomic.Uint64, ready chan<- struct{}) error {
-	c, err := load.DialRetry(endpoint, zmtpguard.Req, wait)
+	c, err := load.DialRetry(endpoint, "REQ", wait)
 	if err != nil {
 		return err
 	}

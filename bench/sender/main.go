@@ -117,7 +117,7 @@ func main() {
 		sendKV(*connect, *topic, *count, *chunk, *wait, *linger)
 		return
 	}
-	c, err := load.DialRetry(*connect, zmtpguard.Push, *wait)
+	c, err := load.DialRetry(*connect, "PUSH", *wait)
 	if err != nil {
 		load.Fatal(err)
 	}
@@ -166,7 +166,7 @@ func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, ou
 		load.Fatal(err)
 	}
 	cfg := &zmtpguard.Config{Curve: &zmtpguard.CurveConfig{SecretKey: client.Secret, ServerKey: server.Public}}
-	c, err := load.DialRetryConfig(connect, zmtpguard.Push, wait, cfg)
+	c, err := load.DialRetryConfig(connect, "PUSH", wait, cfg)
 	if err != nil {
 		load.Fatal(err)
 	}
@@ -214,7 +214,7 @@ func sendKV(connect, topic string, count uint64, chunk int, wait, linger time.Du
 	payload := load.KVBatch()
 	one, _ := load.KVChunk(topic, payload, 1)
 	per := uint64(max(1, chunk/len(one)))
-	c, err := load.DialRetry(connect, zmtpguard.Pub, wait)
+	c, err := load.DialRetry(connect, "PUB", wait)
 	if err != nil {
 		load.Fatal(err)
 	}
@@ -294,7 +294,7 @@ func sendKVFleet(file, topic string, count uint64, wait, linger time.Duration) {
 		gate <- struct{}{}
 		go func() {
 			defer func() { <-gate; dialWG.Done() }()
-			c, err := load.DialRetry(ep, zmtpguard.Pub, wait)
+			c, err := load.DialRetry(ep, "PUB", wait)
 			dialMu.Lock()
 			defer dialMu.Unlock()
 			if err != nil {

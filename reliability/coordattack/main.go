@@ -231,8 +231,8 @@ func (p *proc) stop() (json.RawMessage, error) {
 type socketType = zmtpguard.SocketType
 
 const (
-	typeXSub = zmtpguard.XSub
-	typePush = zmtpguard.Push
+	typeXSub = "XSUB"
+	typePush = "PUSH"
 )
 
 // cmdPing is the ZMTP 3.1 PING command's name (zmtpguard.Message.Command).

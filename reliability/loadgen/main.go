@@ -670,7 +670,7 @@ func runIdle(ctx context.Context, args []string) (any, error) {
 			switch *mode {
 			case "zmtp":
 				hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				zc, err := zmtpguard.Dial(hctx, network, addr, zmtpguard.Dealer, nil, nil)
+				zc, err := zmtpguard.Dial(hctx, network, addr, "DEALER", nil, nil)
 				cancel()
 				if err != nil {
 					failed.Add(1)
@@ -735,7 +735,7 @@ func runStall(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, err := zmtpguard.Dial(hctx, network, addr, zmtpguard.Dealer, nil, nil)
+	c, err := zmtpguard.Dial(hctx, network, addr, "DEALER", nil, nil)
 	cancel()
 	if err != nil {
 		return nil, err
