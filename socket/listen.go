@@ -73,7 +73,7 @@ func (l *listener) run() {
 	for {
 		c, err := l.gl.Accept(s.ctx)
 		if err != nil {
-			if s.ctx.Err() == nil && !errors.Is(err, zmtpguard.ErrListenerClosed) {
+			if s.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				s.log(decodeguard.ReasonNone, slogError, "zmqguard socket listener stopped", "endpoint", l.endpoint, "err", err.Error())
 			}
 			return

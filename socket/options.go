@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -323,9 +324,6 @@ func (o Options) withDefaults() Options {
 			o.MemoryBudget = 2 * mm
 		}
 	}
-	if o.BudgetWait == 0 {
-		o.BudgetWait = zmtpguard.DefaultBudgetWait
-	}
 	if o.XPubMaxTopics == 0 {
 		o.XPubMaxTopics = DefaultXPubMaxTopics
 	}
@@ -335,8 +333,9 @@ func (o Options) withDefaults() Options {
 	if o.ReclaimBytes == 0 {
 		o.ReclaimBytes = DefaultReclaimBytes
 	}
+	g := zmtpguard.DefaultConfig()
 	if o.Guard.BodyTimeout == 0 {
-		o.Guard.BodyTimeout = zmtpguard.DefaultBodyTimeout
+		o.Guard.BodyTimeout = g.BodyTimeout
 	}
 	if o.Guard.ReadBufferSize == 0 {
 		o.Guard.ReadBufferSize = DefaultReadBufferSize
@@ -344,7 +343,6 @@ func (o Options) withDefaults() Options {
 	if o.Guard.WriteBufferSize == 0 {
 		o.Guard.WriteBufferSize = DefaultWriteBufferSize
 	}
-	g := zmtpguard.DefaultConfig()
 	if o.Guard.MaxFrames == 0 {
 		o.Guard.MaxFrames = g.MaxFrames
 	}
@@ -380,7 +378,7 @@ func (o *Options) Verify() error {
 	if o.HWM > 1<<24 {
 		errs = append(errs, fmt.Errorf("socket: HWM %d is over 16M messages", o.HWM))
 	}
-	if len(o.Identity) > zmtpguard.MaxIdentity {
+	if len(o.Identity) > zmtpwire.MaxIdentity {
 		errs = append(errs, fmt.Errorf("socket: Identity of %d bytes is over 255", len(o.Identity)))
 	}
 	if o.ReconnectMin < 0 || o.ReconnectMax < 0 {
@@ -388,8 +386,8 @@ func (o *Options) Verify() error {
 	}
 	if mm := o.Guard.MaxMessageSize; o.MemoryBudget > 0 && o.MemoryBudget < mm {
 		errs = append(errs, fmt.Errorf("socket: MemoryBudget %d is below Guard.MaxMessageSize %d", o.MemoryBudget, mm))
-	} else if mm == 0 && o.MemoryBudget > 0 && o.MemoryBudget < zmtpguard.DefaultMaxMessageSize {
-		errs = append(errs, fmt.Errorf("socket: MemoryBudget %d is below the default MaxMessageSize %d", o.MemoryBudget, zmtpguard.DefaultMaxMessageSize))
+	} else if mm == 0 && o.MemoryBudget > 0 && o.MemoryBudget < zmtpguard.DefaultConfig().MaxMessageSize {
+		errs = append(errs, fmt.Errorf("socket: MemoryBudget %d is below the default MaxMessageSize %d", o.MemoryBudget, zmtpguard.DefaultConfig().MaxMessageSize))
 	}
 	if o.BudgetWait < 0 {
 		errs = append(errs, fmt.Errorf("socket: BudgetWait must not be negative (got %v)", o.BudgetWait))

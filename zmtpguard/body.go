@@ -10,10 +10,10 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// DefaultBodyTimeout is the default of [Config.BodyTimeout]: a message whose
+// defaultBodyTimeout is the default of [Config.BodyTimeout]: a message whose
 // first frame header has arrived must be complete within it. 10 s is a
-// 1 MiB message (DefaultMaxMessageSize) at 100 KiB/s.
-const DefaultBodyTimeout = 10 * time.Second
+// 1 MiB message (defaultMaxMessageSize) at 100 KiB/s.
+const defaultBodyTimeout = 10 * time.Second
 
 // bodyClock is a connection's message-body deadline: armed when a read
 // inside a message (after its first header) may wait on the network,
@@ -192,16 +192,16 @@ type Budget struct {
 	evictions atomic.Uint64
 }
 
-// DefaultBudgetWait is the default wait of a stalled connection before the
+// defaultBudgetWait is the default wait of a stalled connection before the
 // largest holder is closed (see [NewBudget]).
-const DefaultBudgetWait = 2 * time.Second
+const defaultBudgetWait = 2 * time.Second
 
 // NewBudget returns a budget of limit bytes (at least 1); wait is how long
 // a stalled connection waits before the largest holder is closed (0 means
-// DefaultBudgetWait).
+// defaultBudgetWait).
 func NewBudget(limit int64, wait time.Duration) *Budget {
 	if wait <= 0 {
-		wait = DefaultBudgetWait
+		wait = defaultBudgetWait
 	}
 	return &Budget{limit: max(limit, 1), wait: wait, holders: make(map[*bodyClock]struct{}), freed: make(chan struct{})}
 }
@@ -264,7 +264,7 @@ func (b *Budget) acquire(bc *bodyClock, n int64) error {
 				delete(b.holders, bc) // endMessage releases only a holder
 			}
 			b.mu.Unlock()
-			return ErrClosed
+			return errClosed
 		}
 		fair := b.limit / int64(len(b.holders))
 		used := b.used.Load()

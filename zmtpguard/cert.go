@@ -15,13 +15,13 @@ import (
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
-// MaxCertificateSize bounds a certificate file read by [LoadCertificate]:
+// maxCertificateSize bounds a certificate file read by [LoadCertificate]:
 // real ones are a few hundred bytes.
-const MaxCertificateSize = 64 << 10
+const maxCertificateSize = 64 << 10
 
-// MaxCertificates bounds how many certificates [LoadPublicKeys] reads from
+// maxCertificates bounds how many certificates [LoadPublicKeys] reads from
 // one directory.
-const MaxCertificates = 65536
+const maxCertificates = 65536
 
 // Certificate is a CURVE certificate in the ZPL text format czmq and pyzmq's
 // zmq.auth write: a "curve" section with public-key (and, in a secret
@@ -39,23 +39,23 @@ type Certificate struct {
 func (c *Certificate) HasSecret() bool { return !c.Secret.IsZero() }
 
 // ReadCertificate parses a ZPL certificate from r (at most
-// MaxCertificateSize bytes). It reads what czmq's zcert and pyzmq's
+// maxCertificateSize bytes). It reads what czmq's zcert and pyzmq's
 // zmq.auth write: '#' comments, sections by 4-space indentation, values
 // quoted or bare. A public-key is required; a secret-key, if present, must
 // yield that public key.
 func ReadCertificate(r io.Reader) (Certificate, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxCertificateSize+1))
+	data, err := io.ReadAll(io.LimitReader(r, maxCertificateSize+1))
 	if err != nil {
 		return Certificate{}, err
 	}
-	if len(data) > MaxCertificateSize {
-		return Certificate{}, fmt.Errorf("zmtpguard: certificate is over %d bytes", MaxCertificateSize)
+	if len(data) > maxCertificateSize {
+		return Certificate{}, fmt.Errorf("zmtpguard: certificate is over %d bytes", maxCertificateSize)
 	}
 	var c Certificate
 	var havePub, haveSec bool
 	var path []string // section names by depth
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), MaxCertificateSize)
+	sc.Buffer(make([]byte, 0, 4096), maxCertificateSize)
 	for lineNo := 1; sc.Scan(); lineNo++ {
 		line := strings.TrimRight(sc.Text(), " \t\r")
 		trimmed := strings.TrimLeft(line, " ")
@@ -176,8 +176,8 @@ func LoadPublicKeys(path string) (map[CurveKey]string, error) {
 			return nil, err
 		}
 		sort.Strings(files)
-		if len(files) > MaxCertificates {
-			return nil, fmt.Errorf("zmtpguard: %s holds %d certificates, over %d", path, len(files), MaxCertificates)
+		if len(files) > maxCertificates {
+			return nil, fmt.Errorf("zmtpguard: %s holds %d certificates, over %d", path, len(files), maxCertificates)
 		}
 	}
 	keys := make(map[CurveKey]string, len(files))

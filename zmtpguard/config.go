@@ -9,24 +9,24 @@ import (
 
 // Defaults for [Config]. A zero field in Config means its default.
 const (
-	DefaultMaxMessageSize   = 1 << 20 // bytes, all frames of one message together
-	DefaultMaxFrames        = 64
-	DefaultHandshakeTimeout = 5 * time.Second
-	DefaultGreetingTimeout  = 2 * time.Second
-	DefaultMaxHandshakeSize = 16 << 10 // bytes of one handshake command (READY)
-	DefaultMaxPropertySize  = 1024     // bytes of one READY property value
-	DefaultMaxProperties    = 32
-	// DefaultMaxPendingHandshakes is the default size of a listener's pool
+	defaultMaxMessageSize   = 1 << 20 // bytes, all frames of one message together
+	defaultMaxFrames        = 64
+	defaultHandshakeTimeout = 5 * time.Second
+	defaultGreetingTimeout  = 2 * time.Second
+	defaultMaxHandshakeSize = 16 << 10 // bytes of one handshake command (READY)
+	defaultMaxPropertySize  = 1024     // bytes of one READY property value
+	defaultMaxProperties    = 32
+	// defaultMaxPendingHandshakes is the default size of a listener's pool
 	// of handshakes in progress. A connection that arrives when it is full
 	// is admitted and evicts a pending one, from the source host with the
 	// most pending (see Config.MaxPendingHandshakes): a flood of idle
 	// connections from one host only ever evicts its own.
-	DefaultMaxPendingHandshakes = 128
-	DefaultMaxConns             = 4096
-	DefaultReadBufferSize       = 16 << 10
-	DefaultWriteBufferSize      = 16 << 10
-	// MaxIdentity is ZMTP's limit on a peer identity.
-	MaxIdentity = 255
+	defaultMaxPendingHandshakes = 128
+	defaultMaxConns             = 4096
+	defaultReadBufferSize       = 16 << 10
+	defaultWriteBufferSize      = 16 << 10
+	// maxIdentity is ZMTP's limit on a peer identity.
+	maxIdentity = 255
 )
 
 // Config holds the limits a guarded connection or listener enforces. The zero
@@ -132,7 +132,7 @@ type Config struct {
 	// must wait on the network, so whole messages already received cost
 	// nothing. Time a connection spends stalled by its Budget does not
 	// count (the deadline restarts after the stall). Default 10 s
-	// (DefaultBodyTimeout: 1 MiB at 100 KiB/s); raise it with
+	// (defaultBodyTimeout: 1 MiB at 100 KiB/s); raise it with
 	// MaxMessageSize for large messages over slow links; negative turns it
 	// off.
 	BodyTimeout time.Duration
@@ -166,41 +166,41 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	if c.MaxMessageSize == 0 {
-		c.MaxMessageSize = DefaultMaxMessageSize
+		c.MaxMessageSize = defaultMaxMessageSize
 	}
 	if c.MaxFrames == 0 {
-		c.MaxFrames = DefaultMaxFrames
+		c.MaxFrames = defaultMaxFrames
 	}
 	if c.HandshakeTimeout == 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
+		c.HandshakeTimeout = defaultHandshakeTimeout
 	}
 	if c.GreetingTimeout == 0 {
-		c.GreetingTimeout = DefaultGreetingTimeout
+		c.GreetingTimeout = defaultGreetingTimeout
 	}
 	c.GreetingTimeout = min(c.GreetingTimeout, c.HandshakeTimeout)
 	if c.MaxHandshakeSize == 0 {
-		c.MaxHandshakeSize = DefaultMaxHandshakeSize
+		c.MaxHandshakeSize = defaultMaxHandshakeSize
 	}
 	if c.MaxPropertySize == 0 {
-		c.MaxPropertySize = DefaultMaxPropertySize
+		c.MaxPropertySize = defaultMaxPropertySize
 	}
 	if c.MaxProperties == 0 {
-		c.MaxProperties = DefaultMaxProperties
+		c.MaxProperties = defaultMaxProperties
 	}
 	if c.MaxPendingHandshakes == 0 {
-		c.MaxPendingHandshakes = DefaultMaxPendingHandshakes
+		c.MaxPendingHandshakes = defaultMaxPendingHandshakes
 	}
 	if c.MaxConns == 0 {
-		c.MaxConns = DefaultMaxConns
+		c.MaxConns = defaultMaxConns
 	}
 	if c.ReadBufferSize == 0 {
-		c.ReadBufferSize = DefaultReadBufferSize
+		c.ReadBufferSize = defaultReadBufferSize
 	}
 	if c.WriteBufferSize == 0 {
-		c.WriteBufferSize = DefaultWriteBufferSize
+		c.WriteBufferSize = defaultWriteBufferSize
 	}
 	if c.BodyTimeout == 0 {
-		c.BodyTimeout = DefaultBodyTimeout
+		c.BodyTimeout = defaultBodyTimeout
 	}
 	return c
 }

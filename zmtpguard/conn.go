@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -104,8 +105,9 @@ func (c *Conn) growReader() {
 	c.cr.min = growAt(size, c.cfg.ReadBufferSize)
 }
 
-// ErrClosed is returned by operations on a closed Conn.
-var ErrClosed = errors.New("zmtpguard: connection closed")
+// errClosed is returned by operations on a closed Conn; it wraps
+// net.ErrClosed, which callers test for.
+var errClosed = fmt.Errorf("zmtpguard: connection closed: %w", net.ErrClosed)
 
 // Message is one ZMTP message read by [Conn.ReadMessage]. Its frames alias a
 // buffer owned by the Message: they are valid until the next ReadMessage into
@@ -245,7 +247,7 @@ func handshake(ctx context.Context, nc net.Conn, local SocketType, identity []by
 		nc.Close()
 		return nil, err
 	}
-	if len(identity) > MaxIdentity {
+	if len(identity) > maxIdentity {
 		nc.Close()
 		return nil, errors.New("zmtpguard: local identity is longer than 255 bytes")
 	}
@@ -885,13 +887,13 @@ func (c *Conn) writeFrame(flags byte, body []byte) error {
 	return err
 }
 
-// ErrEmptyMessage is returned when asked to write a message with no frames.
-var ErrEmptyMessage = errors.New("zmtpguard: a message needs at least one frame")
+// errEmptyMessage is returned when asked to write a message with no frames.
+var errEmptyMessage = errors.New("zmtpguard: a message needs at least one frame")
 
 // WriteMessage buffers one message of the given frames. Call Flush to send.
 func (c *Conn) WriteMessage(frames ...[]byte) error {
 	if len(frames) == 0 {
-		return ErrEmptyMessage
+		return errEmptyMessage
 	}
 	last := len(frames) - 1
 	for i, f := range frames {

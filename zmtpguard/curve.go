@@ -105,14 +105,14 @@ type CurveConfig struct {
 	// without ZAP).
 	Authorize Authorizer
 	// Logger receives a line for each refused client, rate-limited per
-	// client-key fingerprint (at most one per RefusalLogInterval). Nil
+	// client-key fingerprint (at most one per refusalLogInterval). Nil
 	// means slog.Default().
 	Logger *slog.Logger
 }
 
-// RefusalLogInterval is the least time between two log lines about
+// refusalLogInterval is the least time between two log lines about
 // refused clients with the same key fingerprint.
-const RefusalLogInterval = 10 * time.Second
+const refusalLogInterval = 10 * time.Second
 
 func (cc *CurveConfig) verify() error {
 	var errs []error
@@ -150,11 +150,11 @@ func curveGreeting(server bool) [greetingSize]byte {
 	return g
 }
 
-// RefusalLogBurst bounds the refusal log lines of all keys together per
-// RefusalLogInterval, so that a client making a fresh key per connection
+// refusalLogBurst bounds the refusal log lines of all keys together per
+// refusalLogInterval, so that a client making a fresh key per connection
 // cannot flood the log; the refusals it holds back are counted in the next
 // line.
-const RefusalLogBurst = 20
+const refusalLogBurst = 20
 
 // refusals rate-limits the log lines about refused clients, by key
 // fingerprint and overall, process-wide.
@@ -167,7 +167,7 @@ var refusals struct {
 }
 
 // logRefusal logs a refused client unless one with the same key was logged
-// within RefusalLogInterval, or RefusalLogBurst lines were already logged
+// within refusalLogInterval, or refusalLogBurst lines were already logged
 // in the current interval.
 func logRefusal(cc *CurveConfig, key CurveKey, remote, why string) {
 	now := time.Now()
@@ -175,11 +175,11 @@ func logRefusal(cc *CurveConfig, key CurveKey, remote, why string) {
 	if refusals.last == nil || len(refusals.last) >= 4096 {
 		refusals.last = make(map[CurveKey]time.Time)
 	}
-	if now.Sub(refusals.window) >= RefusalLogInterval {
+	if now.Sub(refusals.window) >= refusalLogInterval {
 		refusals.window, refusals.lines = now, 0
 	}
 	t, seen := refusals.last[key]
-	log := (!seen || now.Sub(t) >= RefusalLogInterval) && refusals.lines < RefusalLogBurst
+	log := (!seen || now.Sub(t) >= refusalLogInterval) && refusals.lines < refusalLogBurst
 	held := 0
 	if log {
 		refusals.last[key] = now

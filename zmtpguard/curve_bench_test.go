@@ -44,7 +44,7 @@ func BenchmarkCurveReadMessage100(b *testing.B) {
 	stream := curveStream(&key, 1, n)
 	nc := &loopConn{b: stream}
 	cs := newCurveState(&key, true)
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL", cz: cs}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL", cz: cs}
 	var m Message
 	read := 0
 	b.SetBytes(100)

@@ -112,7 +112,7 @@ func TestCertificates(t *testing.T) {
 		"mismatch":      "curve\n    public-key = \"" + manServerPublic + "\"\n    secret-key = \"" + manClientSecret + "\"\n",
 		"deep":          "curve\n        public-key = \"" + pub.String() + "\"\n",
 		"binary name":   "cur\x00ve\n",
-		"oversize file": strings.Repeat("#", MaxCertificateSize+1),
+		"oversize file": strings.Repeat("#", maxCertificateSize+1),
 	} {
 		if _, err := ReadCertificate(strings.NewReader(text)); err == nil {
 			t.Errorf("%s: ReadCertificate succeeded", name)
@@ -191,7 +191,7 @@ func TestCurveConfigVerify(t *testing.T) {
 			t.Errorf("%s: Verify passed", name)
 		}
 	}
-	if _, err := NewTransport("tcp", &Config{Curve: &CurveConfig{Server: true, SecretKey: sec, Authorize: AllowAnyClient}}); err == nil {
+	if _, err := newTransport("tcp", &Config{Curve: &CurveConfig{Server: true, SecretKey: sec, Authorize: AllowAnyClient}}); err == nil {
 		t.Error("NewTransport accepted a CURVE config it cannot honour")
 	}
 }
@@ -629,7 +629,7 @@ func TestCurveSilentAfterGreeting(t *testing.T) {
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // TestCurveRefusalLog: a refused key is logged by fingerprint, at most once
-// per RefusalLogInterval, and never as raw key bytes.
+// per refusalLogInterval, and never as raw key bytes.
 func TestCurveRefusalLog(t *testing.T) {
 	refusals.mu.Lock() // other tests' refusals count against the same limits
 	refusals.last, refusals.window, refusals.lines, refusals.suppressed = nil, time.Time{}, 0, 0
@@ -647,14 +647,14 @@ func TestCurveRefusalLog(t *testing.T) {
 	if strings.Contains(out, k.String()) {
 		t.Fatal("log holds the key itself")
 	}
-	// A fresh key per refusal is held to RefusalLogBurst lines per interval.
+	// A fresh key per refusal is held to refusalLogBurst lines per interval.
 	buf.Reset()
-	for i := 0; i < 3*RefusalLogBurst; i++ {
+	for i := 0; i < 3*refusalLogBurst; i++ {
 		k, _ := mustKeyPair(t)
 		logRefusal(cc, k, "127.0.0.1:1", "refused by the authorizer")
 	}
-	if n := strings.Count(buf.String(), "CURVE client refused"); n > RefusalLogBurst {
-		t.Fatalf("%d lines for %d fresh keys in one interval, want at most %d", n, 3*RefusalLogBurst, RefusalLogBurst)
+	if n := strings.Count(buf.String(), "CURVE client refused"); n > refusalLogBurst {
+		t.Fatalf("%d lines for %d fresh keys in one interval, want at most %d", n, 3*refusalLogBurst, refusalLogBurst)
 	}
 }
 

@@ -410,7 +410,7 @@ func (r *releaseConn) Close() error {
 // TestGreetingTimeoutConfig: the default, the clamp to HandshakeTimeout, and
 // Verify's refusal of a negative value.
 func TestGreetingTimeoutConfig(t *testing.T) {
-	if d := DefaultConfig(); d.GreetingTimeout != DefaultGreetingTimeout || d.GreetingTimeout > d.HandshakeTimeout {
+	if d := DefaultConfig(); d.GreetingTimeout != defaultGreetingTimeout || d.GreetingTimeout > d.HandshakeTimeout {
 		t.Fatalf("default GreetingTimeout %v (HandshakeTimeout %v)", d.GreetingTimeout, d.HandshakeTimeout)
 	}
 	for _, c := range []struct {
@@ -418,7 +418,7 @@ func TestGreetingTimeoutConfig(t *testing.T) {
 		want time.Duration
 	}{
 		{Config{HandshakeTimeout: 300 * time.Millisecond}, 300 * time.Millisecond},
-		{Config{GreetingTimeout: 10 * time.Second}, DefaultHandshakeTimeout},
+		{Config{GreetingTimeout: 10 * time.Second}, defaultHandshakeTimeout},
 		{Config{GreetingTimeout: 50 * time.Millisecond}, 50 * time.Millisecond},
 		{Config{GreetingTimeout: 2 * time.Second, HandshakeTimeout: 3 * time.Second}, 2 * time.Second},
 	} {

@@ -76,7 +76,7 @@ func ExampleListen() {
 func ExampleRegisterTransport() {
 	// zmq4's transport registry is global: register once per process.
 	if !slices.Contains(zmq4.Transports(), "zmqguard-example") {
-		if err := zmtpguard.RegisterTransport("zmqguard-example", &zmtpguard.Config{HandshakeTimeout: 2 * time.Second}); err != nil {
+		if _, err := zmtpguard.RegisterTransport("zmqguard-example", &zmtpguard.Config{HandshakeTimeout: 2 * time.Second}); err != nil {
 			log.Fatal(err)
 		}
 	}

@@ -192,7 +192,7 @@ func FuzzHandshake(f *testing.F) {
 			return
 		}
 		defer c.Close()
-		if !compatible(local, c.PeerType()) || len(c.Peer().Identity) > MaxIdentity {
+		if !compatible(local, c.PeerType()) || len(c.Peer().Identity) > maxIdentity {
 			t.Fatalf("accepted peer %q for local %q", c.PeerType(), local)
 		}
 		readAll(t, c, len(data))
@@ -242,7 +242,7 @@ func FuzzParseReady(f *testing.F) {
 			mustViolation(t, err)
 			return
 		}
-		if !compatible(local, md.SocketType) || len(md.Identity) > MaxIdentity || len(md.Properties) > 8 {
+		if !compatible(local, md.SocketType) || len(md.Identity) > maxIdentity || len(md.Properties) > 8 {
 			t.Fatalf("accepted %+v for %q", md, local)
 		}
 		zm := make(zmq4.Metadata)

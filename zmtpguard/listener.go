@@ -3,11 +3,13 @@ package zmtpguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 )
 
-// ErrListenerClosed is returned by [Listener.Accept] after [Listener.Close].
-var ErrListenerClosed = errors.New("zmtpguard: listener closed")
+// errListenerClosed is returned by [Listener.Accept] after [Listener.Close];
+// it wraps net.ErrClosed, which callers test for.
+var errListenerClosed = fmt.Errorf("zmtpguard: listener closed: %w", net.ErrClosed)
 
 // Listener accepts ZMTP connections and hands out only those whose guarded
 // handshake completed.
@@ -99,20 +101,20 @@ func newListener(ln net.Listener, local SocketType, cfg *Config) (*Listener, err
 }
 
 // Accept waits for the next connection whose handshake completed. It
-// returns [ErrListenerClosed] after Close, ctx's error when ctx ends first,
+// returns [errListenerClosed] after Close, ctx's error when ctx ends first,
 // and the OS listener's error if that listener was closed from outside.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	if l.loop.isClosed() {
-		return nil, ErrListenerClosed
+		return nil, errListenerClosed
 	}
 	select {
 	case c := <-l.loop.ready:
 		return c, nil
 	case <-l.loop.done:
-		return nil, ErrListenerClosed
+		return nil, errListenerClosed
 	case <-l.loop.stopped:
 		if l.loop.isClosed() {
-			return nil, ErrListenerClosed
+			return nil, errListenerClosed
 		}
 		// Handshakes started before the OS listener failed may still finish.
 		select {

@@ -432,7 +432,7 @@ func TestListenerClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.Accept(context.Background()); !errors.Is(err, ErrListenerClosed) {
+	if _, err := l.Accept(context.Background()); !errors.Is(err, errListenerClosed) {
 		t.Fatalf("Accept after Close: %v", err)
 	}
 	if err := l.Close(); err != nil {

@@ -21,7 +21,7 @@ func TestReadBufferedSizesOnce(t *testing.T) {
 		s = append(s, dataFrame(i < 156, body)...)
 	}
 	nc := &loopConn{b: s}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{MaxFrames: 1024}.withDefaults(), local: "PULL"}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{MaxFrames: 1024}.withDefaults(), local: "PULL"}
 	var warm Message
 	if err := c.ReadMessage(&warm); err != nil { // fills the read buffer
 		t.Fatal(err)
@@ -68,7 +68,7 @@ func BenchmarkReadMessage157Cold(b *testing.B) {
 		s = append(s, dataFrame(i < 156, make([]byte, 24))...)
 	}
 	nc := &loopConn{b: s}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{MaxFrames: 1024}.withDefaults(), local: "PULL"}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{MaxFrames: 1024}.withDefaults(), local: "PULL"}
 	b.ReportAllocs()
 	for b.Loop() {
 		var m Message

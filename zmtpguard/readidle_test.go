@@ -408,7 +408,7 @@ func TestCurveBuffersShrink(t *testing.T) {
 		}
 	}
 	send(big)
-	small := min(initialReadBuffer, DefaultReadBufferSize)
+	small := min(initialReadBuffer, defaultReadBufferSize)
 	waitFor(t, 20*time.Second, "the idle CURVE reader's buffers to shrink", func() bool {
 		return srv.idleReadBytes() == small
 	})

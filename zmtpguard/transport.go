@@ -7,6 +7,7 @@ import (
 	"errors"
 	"io"
 	"net"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -17,14 +18,45 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// DefaultScheme is the endpoint scheme suggested for [RegisterTransport]:
-// a zmq4 socket bound on "zmqguard://127.0.0.1:5555" gets the guard.
-const DefaultScheme = "zmqguard"
+// guardTransport is the zmq4 transport (github.com/go-zeromq/zmq4/transport)
+// that RegisterTransport registers: see RegisterTransport for what it checks.
+type guardTransport struct {
+	network string
+	cfg     Config
+	ctr     counters
+}
 
-// Transport is a zmq4 transport (github.com/go-zeromq/zmq4/transport) that
-// puts the guard under an unmodified zmq4.Socket. Register it with
-// zmq4.RegisterTransport (or use [RegisterTransport]) and bind or connect
-// the socket on its scheme.
+var _ transport.Transport = (*guardTransport)(nil)
+
+// newTransport returns a guarded transport over network ("tcp" or "unix")
+// with cfg's limits (nil means defaults).
+func newTransport(network string, cfg *Config) (*guardTransport, error) {
+	switch network {
+	case "tcp", "tcp4", "tcp6", "unix":
+	default:
+		return nil, errors.New("zmtpguard: transport network must be tcp, tcp4, tcp6 or unix")
+	}
+	if cfg != nil {
+		if err := cfg.Verify(); err != nil {
+			return nil, err
+		}
+		if cfg.Curve != nil {
+			return nil, errors.New("zmtpguard: the Transport supports NULL security only (Config.Curve is set)")
+		}
+	}
+	t := &guardTransport{network: network}
+	t.cfg = countingConfig(cfg, &t.ctr)
+	return t, nil
+}
+
+// RegisterTransport registers with zmq4, under scheme (for example
+// "zmqguard"), a TCP transport that puts the guard under an unmodified
+// zmq4.Socket: a socket that listens on or dials "scheme://host:port" gets
+// the checks below, under cfg's limits (nil means defaults). zmq4's
+// registry is global and refuses to replace a scheme ("tcp" included), so
+// register once per process. stats returns a snapshot of the counters of
+// every listener of the transport (and the refusals and handshakes of its
+// dialed connections).
 //
 // On the listening side, each accepted connection is validated in a
 // background goroutine before zmq4 sees it: source allowlist, MaxConns, the
@@ -55,7 +87,7 @@ const DefaultScheme = "zmqguard"
 // BodyTimeout (armed only when a read inside the message waits on the
 // network); a peer that dribbles a body is closed as a ReasonPolicy
 // violation. Config.Budget, when set, is shared by every connection of the
-// Transport (every socket bound or connected on its scheme). zmq4 allocates
+// transport (every socket bound or connected on its scheme). zmq4 allocates
 // a frame whole when it reads the frame's header, so the frame's size is
 // charged before its header is handed to zmq4: a connection over its fair
 // share of a spent budget is not read any further there (zmq4 has not
@@ -97,60 +129,28 @@ const DefaultScheme = "zmqguard"
 //
 // The socket package of zmqguard owns those layers and has none of these
 // limits; this transport is for code that must keep a zmq4.Socket.
-type Transport struct {
-	network string
-	cfg     Config
-	ctr     counters
-}
-
-var _ transport.Transport = (*Transport)(nil)
-
-// NewTransport returns a guarded transport over network ("tcp" or "unix")
-// with cfg's limits (nil means defaults).
-func NewTransport(network string, cfg *Config) (*Transport, error) {
-	switch network {
-	case "tcp", "tcp4", "tcp6", "unix":
-	default:
-		return nil, errors.New("zmtpguard: transport network must be tcp, tcp4, tcp6 or unix")
-	}
-	if cfg != nil {
-		if err := cfg.Verify(); err != nil {
-			return nil, err
-		}
-		if cfg.Curve != nil {
-			return nil, errors.New("zmtpguard: the Transport supports NULL security only (Config.Curve is set)")
-		}
-	}
-	t := &Transport{network: network}
-	t.cfg = countingConfig(cfg, &t.ctr)
-	return t, nil
-}
-
-// RegisterTransport registers a guarded TCP transport with zmq4 under
-// scheme (for example [DefaultScheme]): a zmq4.Socket that listens on or
-// dials "scheme://host:port" gets the guard. zmq4 refuses to replace an
-// existing scheme ("tcp" included). Use [NewTransport] and
-// zmq4.RegisterTransport directly to keep the Transport for its Stats, or
-// for a unix-socket transport.
-func RegisterTransport(scheme string, cfg *Config) error {
+func RegisterTransport(scheme string, cfg *Config) (stats func() Stats, err error) {
 	if scheme == "" || strings.Contains(scheme, "://") {
-		return errors.New("zmtpguard: invalid transport scheme")
+		return nil, errors.New("zmtpguard: invalid transport scheme " + strconv.Quote(scheme))
 	}
-	t, err := NewTransport("tcp", cfg)
+	t, err := newTransport("tcp", cfg)
 	if err != nil {
-		return err
+		return nil, err
 	}
-	return zmq4.RegisterTransport(scheme, t)
+	if err := zmq4.RegisterTransport(scheme, t); err != nil {
+		return nil, err
+	}
+	return t.Stats, nil
 }
 
 // Stats returns a snapshot of the counters of every listener of t (and the
 // violations and handshakes of its dialed connections).
-func (t *Transport) Stats() Stats { return t.ctr.snapshot() }
+func (t *guardTransport) Stats() Stats { return t.ctr.snapshot() }
 
 // Addr turns the part of an endpoint after "scheme://" into a network
 // address, as zmq4's own tcp and ipc transports do: "*" as host means all
 // interfaces, "*" as port means any port.
-func (t *Transport) Addr(ep string) (string, error) {
+func (t *guardTransport) Addr(ep string) (string, error) {
 	if t.network == "unix" {
 		return ep, nil
 	}
@@ -172,7 +172,7 @@ func (t *Transport) Addr(ep string) (string, error) {
 // Listen announces on addr and returns a net.Listener whose Accept yields
 // only connections whose greeting and READY passed the guard. ctx is the
 // zmq4 socket's context: when it ends, the listener closes.
-func (t *Transport) Listen(ctx context.Context, addr string) (net.Listener, error) {
+func (t *guardTransport) Listen(ctx context.Context, addr string) (net.Listener, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, t.network, addr)
 	if err != nil {
@@ -190,7 +190,7 @@ func (t *Transport) Listen(ctx context.Context, addr string) (net.Listener, erro
 // Dial connects to addr and returns a connection that checks the peer's
 // greeting, READY and frames as zmq4 drives the handshake over it, all under
 // HandshakeTimeout.
-func (t *Transport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
+func (t *guardTransport) Dial(ctx context.Context, d transport.Dialer, addr string) (net.Conn, error) {
 	nc, err := d.DialContext(ctx, t.network, addr)
 	if err != nil {
 		return nil, err
@@ -206,7 +206,7 @@ func (t *Transport) Dial(ctx context.Context, d transport.Dialer, addr string) (
 
 // prevalidate runs the listening side's checks on nc before zmq4 sees it.
 // Like handshake, it does not report its violation (the accept loop does).
-func (t *Transport) prevalidate(ctx context.Context, nc net.Conn, release func()) (*guardConn, error) {
+func (t *guardTransport) prevalidate(ctx context.Context, nc net.Conn, release func()) (*guardConn, error) {
 	cfg := &t.cfg
 	remote := remoteString(nc)
 	fail := func(err error) (*guardConn, error) {
@@ -281,7 +281,7 @@ func (t *Transport) prevalidate(ctx context.Context, nc net.Conn, release func()
 
 // guardListener is the net.Listener the transport gives zmq4.
 type guardListener struct {
-	t    *Transport
+	t    *guardTransport
 	loop *acceptLoop[*guardConn]
 	mu   sync.Mutex
 	stop func() bool

@@ -16,31 +16,31 @@ import (
 
 func TestRegisterTransport(t *testing.T) {
 	scheme := "zmqguardreg" + itoa(int(schemeSeq.Add(1)))
-	if err := RegisterTransport(scheme, nil); err != nil {
+	if _, err := RegisterTransport(scheme, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := RegisterTransport(scheme, nil); err == nil {
+	if _, err := RegisterTransport(scheme, nil); err == nil {
 		t.Fatal("duplicate scheme accepted")
 	}
-	if err := RegisterTransport("tcp", nil); err == nil {
+	if _, err := RegisterTransport("tcp", nil); err == nil {
 		t.Fatal("tcp replaced")
 	}
-	if err := RegisterTransport("", nil); err == nil {
+	if _, err := RegisterTransport("", nil); err == nil {
 		t.Fatal("empty scheme accepted")
 	}
-	if err := RegisterTransport("x"+itoa(int(schemeSeq.Add(1))), &Config{MaxConns: -1}); err == nil {
+	if _, err := RegisterTransport("x"+itoa(int(schemeSeq.Add(1))), &Config{MaxConns: -1}); err == nil {
 		t.Fatal("invalid config accepted")
 	}
 	if !slices.Contains(zmq4.Transports(), scheme) {
 		t.Fatalf("scheme %q not in %v", scheme, zmq4.Transports())
 	}
-	if _, err := NewTransport("udp", nil); err == nil {
+	if _, err := newTransport("udp", nil); err == nil {
 		t.Fatal("udp transport accepted")
 	}
 }
 
 func TestTransportAddr(t *testing.T) {
-	tr, err := NewTransport("tcp", nil)
+	tr, err := newTransport("tcp", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestTransportAddr(t *testing.T) {
 	if _, err := tr.Addr("no-port"); err == nil {
 		t.Error("Addr without port accepted")
 	}
-	ux, _ := NewTransport("unix", nil)
+	ux, _ := newTransport("unix", nil)
 	if got, _ := ux.Addr("/tmp/x.sock"); got != "/tmp/x.sock" {
 		t.Errorf("unix Addr = %q", got)
 	}

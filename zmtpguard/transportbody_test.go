@@ -37,7 +37,7 @@ func (v *violations) with(detail string) int {
 }
 
 // guardedPull binds a zmq4 PULL on a fresh guarded scheme.
-func guardedPull(t *testing.T, ctx context.Context, cfg *Config) (*Transport, zmq4.Socket) {
+func guardedPull(t *testing.T, ctx context.Context, cfg *Config) (*guardTransport, zmq4.Socket) {
 	t.Helper()
 	tr, scheme := registerTestTransport(t, "tcp", cfg)
 	pull := zmq4.NewPull(ctx, zmq4.WithLogger(quietLogger()))

@@ -128,7 +128,7 @@ func TestTryReadMessage(t *testing.T) {
 // way: every message after the first of a read comes from TryReadMessage.
 func BenchmarkTryReadMessage100(b *testing.B) {
 	nc := &loopConn{b: stream100()}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil { // warm the buffers
 		b.Fatal(err)
@@ -154,7 +154,7 @@ func BenchmarkTryReadMessage100(b *testing.B) {
 // to decide, then ReadMessage (two walks of each message's headers).
 func BenchmarkMessageBufferedThenRead100(b *testing.B) {
 	nc := &loopConn{b: stream100()}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil { // warm the buffers
 		b.Fatal(err)

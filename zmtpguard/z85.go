@@ -66,12 +66,12 @@ func z85Decode(s string) ([]byte, error) {
 	return out, nil
 }
 
-// CurveKeySize is the size of a CURVE (Curve25519) key in bytes.
-const CurveKeySize = 32
+// curveKeySize is the size of a CURVE (Curve25519) key in bytes.
+const curveKeySize = 32
 
 // CurveKey is a Curve25519 public or secret key, as CURVE uses them. Its
 // text form is the 40-character Z85 encoding libzmq and pyzmq use.
-type CurveKey [CurveKeySize]byte
+type CurveKey [curveKeySize]byte
 
 // String returns k in Z85 (40 characters). For a secret key, the caller is
 // responsible for where the text goes.
