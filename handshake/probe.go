@@ -209,7 +209,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 		return p.fail("zmtp", p.rep.HandshakeTime, kind, hint, err)
 	}
 	defer conn.Close()
-	p.rep.PeerType = conn.PeerType()
+	p.rep.PeerType = conn.Peer().SocketType
 	note := ""
 	if p.rep.PeerType != "ROUTER" {
 		note = " (vLLM's listener is a ROUTER)"

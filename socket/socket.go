@@ -420,7 +420,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	md := c.Peer()
 	info := &Peer{
 		id:       s.peerSeq.Add(1),
-		addr:     c.RemoteAddr(),
+		addr:     c.NetConn().RemoteAddr(),
 		typ:      md.SocketType,
 		endpoint: ep,
 	}
@@ -430,7 +430,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	if md.Identity != "" {
 		info.identity = []byte(md.Identity)
 	}
-	major, minor := c.PeerVersion()
+	major, minor := c.Peer().Major, c.Peer().Minor
 	info.version = [2]byte{byte(major), byte(minor)}
 	p := newPeerConn(s, c, info, gone)
 	p.accepted = accepted

@@ -36,6 +36,13 @@ type Metadata struct {
 	// UserID is the user id a CURVE server's Authorizer assigned to the
 	// client, "" if none.
 	UserID string
+	// Major and Minor are the ZMTP version the peer's greeting announced:
+	// 3.0 for go-zeromq/zmq4 v0.17, 3.1 for libzmq (4.3.4 checked) and for
+	// zmqguard. Only a peer at 3.1 or later understands PING (RFC 37); a
+	// 3.0 peer would take one for a data message, so a zmqguard socket
+	// sends PINGs, and applies its heartbeat timeout, only to peers at 3.1
+	// or later.
+	Major, Minor int
 }
 
 // parseReady validates the body of a peer's READY command (the property list

@@ -169,8 +169,6 @@ type Conn struct {
 	local  SocketType
 	peer   Metadata
 	remote string
-	// version is the ZMTP version (major, minor) of the peer's greeting.
-	version [2]byte
 	zc      *zmq4.Conn
 	cz      *curveState // CURVE session; nil under NULL
 
@@ -315,8 +313,8 @@ func handshake(ctx context.Context, nc net.Conn, local SocketType, identity []by
 	if err := nc.SetDeadline(time.Time{}); err != nil {
 		return fail(err)
 	}
-	return &Conn{nc: nc, br: br, cr: cr, cfg: c, local: local, peer: md, remote: remote, zc: zc, cz: cz,
-		version: [2]byte{greet[10], greet[11]}}, nil
+	md.Major, md.Minor = int(greet[10]), int(greet[11])
+	return &Conn{nc: nc, br: br, cr: cr, cfg: c, local: local, peer: md, remote: remote, zc: zc, cz: cz}, nil
 }
 
 // openZMQ runs zmq4.Open over the guarded stream. The validator is meant to
@@ -544,29 +542,11 @@ func (h *handshakeConn) readReady() error {
 // Peer returns the peer's validated READY metadata.
 func (c *Conn) Peer() Metadata { return c.peer }
 
-// PeerVersion returns the ZMTP version the peer's greeting announced:
-// 3.0 for go-zeromq/zmq4 v0.17, 3.1 for libzmq (4.3.4 checked) and for
-// zmqguard. Only a peer at 3.1 or later understands PING (RFC 37); a 3.0 peer
-// would take one for a data message, so a zmqguard socket sends PINGs, and
-// applies its heartbeat timeout, only to peers at 3.1 or later.
-func (c *Conn) PeerVersion() (major, minor int) { return int(c.version[0]), int(c.version[1]) }
 
-// PeerType returns the peer's socket type.
-func (c *Conn) PeerType() SocketType { return c.peer.SocketType }
 
-// LocalType returns the local socket type the handshake was made for.
-func (c *Conn) LocalType() SocketType { return c.local }
 
-// RemoteAddr returns the peer's network address.
-func (c *Conn) RemoteAddr() net.Addr { return c.nc.RemoteAddr() }
 
-// LocalAddr returns the local network address.
-func (c *Conn) LocalAddr() net.Addr { return c.nc.LocalAddr() }
 
-// SetDeadline sets the read and write deadline of the connection (as
-// net.Conn's SetDeadline): a ReadMessage or Flush still waiting at t fails
-// with an error wrapping os.ErrDeadlineExceeded. The zero time clears it.
-func (c *Conn) SetDeadline(t time.Time) error { return c.nc.SetDeadline(t) }
 
 // NetConn returns the connection under c, as crypto/tls's Conn.NetConn
 // does: for deadlines (SetDeadline), addresses and socket options. Reading

@@ -37,7 +37,7 @@ func TestConnAccess(t *testing.T) {
 	}
 	defer cli.Close()
 
-	if cli.NetConn().LocalAddr().String() != cli.LocalAddr().String() {
+	if cli.NetConn().LocalAddr().String() != cli.NetConn().LocalAddr().String() {
 		t.Fatal("NetConn is not the connection under the Conn")
 	}
 	if srv.messageBuffered() {
@@ -52,7 +52,7 @@ func TestConnAccess(t *testing.T) {
 	if err := cli.Flush(); err != nil {
 		t.Fatal(err)
 	}
-	srv.SetDeadline(time.Now().Add(20 * time.Second))
+	srv.NetConn().SetDeadline(time.Now().Add(20 * time.Second))
 	var m Message
 	if err := srv.ReadMessage(&m); err != nil || m.Command != cmdPing {
 		t.Fatalf("read %q %v, want a PING", m.Command, err)

@@ -105,7 +105,7 @@ func curveServeOne(c *Conn, n int) (int, error) {
 		if m.Command != "" {
 			continue
 		}
-		switch c.LocalType() {
+		switch c.local {
 		case "REP", "ROUTER", "DEALER":
 			if err := c.WriteMessage(m.Frames...); err != nil {
 				return pings, err

@@ -64,7 +64,7 @@ func ExampleListen() {
 	if err := c.ReadMessage(&m); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("from %s: %s %s\n", c.PeerType(), m.Frames[0], m.Frames[1])
+	fmt.Printf("from %s: %s %s\n", c.Peer().SocketType, m.Frames[0], m.Frames[1])
 	fmt.Println("transport violations:", l.Stats().Refused[decodeguard.ReasonTransport])
 	// Output:
 	// refused: transport first byte 0x47

@@ -192,8 +192,8 @@ func FuzzHandshake(f *testing.F) {
 			return
 		}
 		defer c.Close()
-		if !compatible(local, c.PeerType()) || len(c.Peer().Identity) > maxIdentity {
-			t.Fatalf("accepted peer %q for local %q", c.PeerType(), local)
+		if !compatible(local, c.Peer().SocketType) || len(c.Peer().Identity) > maxIdentity {
+			t.Fatalf("accepted peer %q for local %q", c.Peer().SocketType, local)
 		}
 		readAll(t, c, len(data))
 	})

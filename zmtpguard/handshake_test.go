@@ -56,8 +56,8 @@ func TestHandshakeWithZmq4Push(t *testing.T) {
 		t.Fatal("timeout")
 	}
 	defer c.Close()
-	if c.PeerType() != "PUSH" {
-		t.Fatalf("peer type %q", c.PeerType())
+	if c.Peer().SocketType != "PUSH" {
+		t.Fatalf("peer type %q", c.Peer().SocketType)
 	}
 	if err := push.Send(zmq4.NewMsgFrom([]byte("hello"), []byte("world"))); err != nil {
 		t.Fatal(err)

@@ -84,8 +84,8 @@ func TestInteropPyzmqDealer(t *testing.T) {
 	done := runPython(t, ctx, pyDealer, "tcp://"+l.Addr().String())
 	c := acceptOne(t, ctx, l)
 	defer c.Close()
-	if c.PeerType() != "DEALER" || c.Peer().Identity != "py-dealer" {
-		t.Fatalf("peer %q identity %q", c.PeerType(), c.Peer().Identity)
+	if c.Peer().SocketType != "DEALER" || c.Peer().Identity != "py-dealer" {
+		t.Fatalf("peer %q identity %q", c.Peer().SocketType, c.Peer().Identity)
 	}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil {
@@ -162,11 +162,11 @@ func TestInteropPyzmqPush(t *testing.T) {
 	done := runPython(t, ctx, pyPush, "tcp://"+l.Addr().String())
 	c := acceptOne(t, ctx, l)
 	defer c.Close()
-	if c.PeerType() != "PUSH" {
-		t.Fatalf("peer %q", c.PeerType())
+	if c.Peer().SocketType != "PUSH" {
+		t.Fatalf("peer %q", c.Peer().SocketType)
 	}
 	// libzmq 4.3.4 announces ZMTP 3.1: it is sent PINGs.
-	if major, minor := c.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := c.Peer().Major, c.Peer().Minor; major != 3 || minor != 1 {
 		t.Errorf("libzmq announced ZMTP %d.%d, want 3.1", major, minor)
 	}
 	var m Message
@@ -212,8 +212,8 @@ func TestInteropPyzmqSub(t *testing.T) {
 			done := runPython(t, ctx, pySub, "tcp://"+l.Addr().String())
 			c := acceptOne(t, ctx, l)
 			defer c.Close()
-			if c.PeerType() != "SUB" {
-				t.Fatalf("peer %q", c.PeerType())
+			if c.Peer().SocketType != "SUB" {
+				t.Fatalf("peer %q", c.Peer().SocketType)
 			}
 			var m Message
 			if err := c.ReadMessage(&m); err != nil {

@@ -478,8 +478,8 @@ func TestDialGuarded(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if c.PeerType() != "PULL" {
-		t.Fatalf("peer type %q", c.PeerType())
+	if c.Peer().SocketType != "PULL" {
+		t.Fatalf("peer type %q", c.Peer().SocketType)
 	}
 	if err := c.WriteMessage([]byte("dialed"), []byte("two")); err != nil {
 		t.Fatal(err)

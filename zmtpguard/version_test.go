@@ -70,7 +70,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if major, minor := c.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := c.Peer().Major, c.Peer().Minor; major != 3 || minor != 1 {
 		t.Fatalf("transport-dialed zmq4 PUSH announced %d.%d, want 3.1", major, minor)
 	}
 	// The zmq4 PUSH still works through it.
@@ -78,7 +78,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m Message
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.NetConn().SetDeadline(time.Now().Add(5 * time.Second))
 	if err := c.ReadMessage(&m); err != nil || len(m.Frames) != 1 || string(m.Frames[0]) != "hi" {
 		t.Fatalf("read %q, %v", m.Frames, err)
 	}
@@ -95,7 +95,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	if major, minor := dc.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := dc.Peer().Major, dc.Peer().Minor; major != 3 || minor != 1 {
 		t.Fatalf("transport-bound zmq4 PULL announced %d.%d, want 3.1", major, minor)
 	}
 }
@@ -120,7 +120,7 @@ func TestPeerVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if major, minor := c.PeerVersion(); major != 3 || minor != 0 {
+	if major, minor := c.Peer().Major, c.Peer().Minor; major != 3 || minor != 0 {
 		t.Fatalf("zmq4 PUSH announced %d.%d, want 3.0", major, minor)
 	}
 	d, err := Dial(ctx, "tcp", l.Addr().String(), "PUSH", nil, nil)
@@ -133,10 +133,10 @@ func TestPeerVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	if major, minor := c2.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := c2.Peer().Major, c2.Peer().Minor; major != 3 || minor != 1 {
 		t.Fatalf("zmtpguard Dial announced %d.%d, want 3.1", major, minor)
 	}
-	if major, minor := d.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := d.Peer().Major, d.Peer().Minor; major != 3 || minor != 1 {
 		t.Fatalf("zmtpguard Listener announced %d.%d, want 3.1", major, minor)
 	}
 }
