@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -20,12 +21,16 @@ import (
 // test tells it to (the kernel still ACKs).
 func rawRouter(t *testing.T, typ zmq4.SocketType) (*zmtpguard.Listener, string) {
 	t.Helper()
-	l, err := zmtpguard.Listen(context.Background(), "tcp", "127.0.0.1:0", zmtpguard.SocketType(typ), nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := zmtpguard.NewListener(ln, zmtpguard.SocketType(typ), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	return l, "tcp://" + l.Addr().String()
+	return l, "tcp://" + ln.Addr().String()
 }
 
 func accept(t *testing.T, ctx context.Context, l *zmtpguard.Listener) *zmtpguard.Conn {

@@ -264,7 +264,7 @@ func (s *Socket) Addr() net.Addr {
 	if len(s.listeners) == 0 {
 		return nil
 	}
-	return s.listeners[0].gl.Addr()
+	return s.listeners[0].addr
 }
 
 // Endpoint returns the first bound endpoint with the port actually chosen,

@@ -17,16 +17,6 @@ type KeySet struct {
 	keys map[CurveKey]string
 }
 
-// NewKeySet returns a KeySet of the given keys (no file behind it: Reload
-// is an error).
-func NewKeySet(keys ...CurveKey) *KeySet {
-	m := make(map[CurveKey]string, len(keys))
-	for _, k := range keys {
-		m[k] = ""
-	}
-	return &KeySet{keys: m}
-}
-
 // LoadKeySet reads the public keys at path (a directory of NAME.key
 // certificates or one certificate file) into a new KeySet.
 func LoadKeySet(path string) (*KeySet, error) {
@@ -43,7 +33,7 @@ func (ks *KeySet) Reload() error {
 	if ks.path == "" {
 		return errors.New("zmtpguard: KeySet has no path to reload")
 	}
-	keys, err := LoadPublicKeys(ks.path)
+	keys, err := loadPublicKeys(ks.path)
 	if err != nil {
 		return err
 	}
@@ -61,7 +51,7 @@ func (ks *KeySet) Len() int {
 }
 
 // Contains reports whether k is admitted.
-func (ks *KeySet) Contains(k CurveKey) bool {
+func (ks *KeySet) contains(k CurveKey) bool {
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
 	_, ok := ks.keys[k]
@@ -71,5 +61,5 @@ func (ks *KeySet) Contains(k CurveKey) bool {
 // Authorize is an [Authorizer] that admits the keys in the set. It assigns
 // no user id.
 func (ks *KeySet) Authorize(req AuthRequest) (bool, string) {
-	return ks.Contains(req.Key), ""
+	return ks.contains(req.Key), ""
 }

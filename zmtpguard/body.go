@@ -228,9 +228,6 @@ func (b *Budget) Stats() BudgetStats {
 	return BudgetStats{Limit: b.limit, Used: b.used.Load(), Holders: h, Stalls: b.stalls.Load(), Evictions: b.evictions.Load()}
 }
 
-// Used returns the bytes charged now.
-func (b *Budget) Used() int64 { return b.used.Load() }
-
 // Charge adds n bytes held outside any connection (negative n releases
 // them). Charges never wait or fail: a charge past the limit makes
 // connections over their fair share stall.

@@ -144,7 +144,7 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	evicted := 0
 	for evicted < 2 && time.Now().Before(deadline) {
-		if u := bud.Used(); u > 2*limit {
+		if u := bud.used.Load(); u > 2*limit {
 			t.Fatalf("budget holds %d bytes, over 2 x %d", u, limit)
 		}
 		for i, ch := range res {
@@ -185,7 +185,7 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 	for _, nc := range atk {
 		nc.Close()
 	}
-	waitFor(t, 20*time.Second, "budget released", func() bool { return bud.Used() == 0 && bud.Stats().Holders == 0 })
+	waitFor(t, 20*time.Second, "budget released", func() bool { return bud.used.Load() == 0 && bud.Stats().Holders == 0 })
 }
 
 // TestBudgetStallNotEvictedWhenChargedOutside: a budget spent by Charge
@@ -215,7 +215,7 @@ func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("message not completed after the charge was released: %+v", bud.Stats())
 	}
-	if c.Stalled() || bud.Used() != 0 {
-		t.Fatalf("stalled %v, used %d after the message", c.Stalled(), bud.Used())
+	if c.Stalled() || bud.used.Load() != 0 {
+		t.Fatalf("stalled %v, used %d after the message", c.Stalled(), bud.used.Load())
 	}
 }

@@ -19,7 +19,7 @@ import (
 // real ones are a few hundred bytes.
 const maxCertificateSize = 64 << 10
 
-// maxCertificates bounds how many certificates [LoadPublicKeys] reads from
+// maxCertificates bounds how many certificates [loadPublicKeys] reads from
 // one directory.
 const maxCertificates = 65536
 
@@ -35,15 +35,12 @@ type Certificate struct {
 	Metadata map[string]string
 }
 
-// HasSecret reports whether c carries a secret key.
-func (c *Certificate) HasSecret() bool { return !c.Secret.IsZero() }
-
-// ReadCertificate parses a ZPL certificate from r (at most
+// readCertificate parses a ZPL certificate from r (at most
 // maxCertificateSize bytes). It reads what czmq's zcert and pyzmq's
 // zmq.auth write: '#' comments, sections by 4-space indentation, values
 // quoted or bare. A public-key is required; a secret-key, if present, must
 // yield that public key.
-func ReadCertificate(r io.Reader) (Certificate, error) {
+func readCertificate(r io.Reader) (Certificate, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxCertificateSize+1))
 	if err != nil {
 		return Certificate{}, err
@@ -114,7 +111,7 @@ func ReadCertificate(r io.Reader) (Certificate, error) {
 		return Certificate{}, errors.New("zmtpguard: certificate has no curve/public-key")
 	}
 	if haveSec {
-		pub, err := CurvePublicKey(c.Secret)
+		pub, err := curvePublicKey(c.Secret)
 		if err != nil {
 			return Certificate{}, err
 		}
@@ -153,18 +150,18 @@ func LoadCertificate(path string) (Certificate, error) {
 		return Certificate{}, err
 	}
 	defer f.Close()
-	c, err := ReadCertificate(f)
+	c, err := readCertificate(f)
 	if err != nil {
 		return Certificate{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
 }
 
-// LoadPublicKeys reads the public keys at path: every NAME.key certificate
+// loadPublicKeys reads the public keys at path: every NAME.key certificate
 // in a directory (as pyzmq's zmq.auth.load_certificates reads them; secret
 // certificates are not read), or one certificate file. The map's values are
 // the certificate file names.
-func LoadPublicKeys(path string) (map[CurveKey]string, error) {
+func loadPublicKeys(path string) (map[CurveKey]string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -191,9 +188,9 @@ func LoadPublicKeys(path string) (map[CurveKey]string, error) {
 	return keys, nil
 }
 
-// WriteCertificate writes c in the ZPL format pyzmq and czmq read, with
+// writeCertificate writes c in the ZPL format pyzmq and czmq read, with
 // header as comment lines. A secret key is written only when c has one.
-func WriteCertificate(w io.Writer, c Certificate, header string) error {
+func writeCertificate(w io.Writer, c Certificate, header string) error {
 	var b strings.Builder
 	for _, l := range strings.Split(header, "\n") {
 		b.WriteString("#   " + l + "\n")
@@ -211,7 +208,7 @@ func WriteCertificate(w io.Writer, c Certificate, header string) error {
 		b.WriteString("    " + k + " = \"" + c.Metadata[k] + "\"\n")
 	}
 	b.WriteString("curve\n    public-key = \"" + c.Public.String() + "\"\n")
-	if c.HasSecret() {
+	if !c.Secret.isZero() {
 		b.WriteString("    secret-key = \"" + c.Secret.String() + "\"\n")
 	}
 	_, err := io.WriteString(w, b.String())
@@ -238,7 +235,7 @@ func CreateCertificates(dir, name string) (publicPath, secretPath string, public
 		if err != nil {
 			return err
 		}
-		if err := WriteCertificate(f, c, header); err != nil {
+		if err := writeCertificate(f, c, header); err != nil {
 			f.Close()
 			return err
 		}

@@ -3,6 +3,7 @@ package zmtpguard
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"time"
 )
@@ -156,6 +157,10 @@ type Config struct {
 	// socket package does, see its Options.ReclaimBytes). Keep it fast and
 	// never block in it.
 	OnRelease func(bytes int)
+	// Dialer, when set, is what Dial connects with (its TCP keepalive,
+	// local address, Timeout and Deadline apply besides Dial's context).
+	// Nil means a zero net.Dialer. Listeners and Handshake ignore it.
+	Dialer *net.Dialer
 }
 
 // DefaultConfig returns a Config with every default filled in.

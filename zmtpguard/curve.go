@@ -60,8 +60,8 @@ const (
 	noncePrefixMsgS     = "CurveZMQMESSAGES" // server to client
 )
 
-// AuthRequest is what an [Authorizer] decides on: a CURVE client that
-// proved it holds the secret key of Key.
+// AuthRequest is what a CurveConfig's Authorize function decides on: a
+// CURVE client that proved it holds the secret key of Key.
 type AuthRequest struct {
 	// Key is the client's long-term public key, proven by its vouch.
 	Key CurveKey
@@ -70,20 +70,6 @@ type AuthRequest struct {
 	// SocketType is the client's socket type, from its INITIATE metadata.
 	SocketType SocketType
 }
-
-// Authorizer admits or refuses a CURVE client once its handshake has proven
-// its long-term key. It returns whether the client is admitted and, if so,
-// an optional user id assigned to the connection ([Metadata.UserID]). It
-// runs on the handshake's goroutine, for every client: keep it fast and
-// never block in it.
-type Authorizer func(AuthRequest) (ok bool, userID string)
-
-// AllowAnyClient is the Authorizer that admits every client which knows the
-// server's public key, as a libzmq CURVE server without a ZAP handler does:
-// the traffic is encrypted and the server authenticated, but any client key
-// is accepted. It must be chosen explicitly (CurveConfig.Authorize is never
-// defaulted to it).
-func AllowAnyClient(AuthRequest) (bool, string) { return true, "" }
 
 // CurveConfig selects the CURVE security mechanism (ZeroMQ RFC 25 and 26)
 // for a connection, a Listener or a Socket (through Config.Curve). Either
@@ -99,11 +85,15 @@ type CurveConfig struct {
 	// ServerKey is the server's long-term public key, which a client must
 	// know in advance. Required for a client; ignored for a server.
 	ServerKey CurveKey
-	// Authorize decides, for a server, which clients get in. Required for
-	// a server: use a [KeySet]'s Authorize method to admit listed keys
-	// only, or [AllowAnyClient] to admit any key (libzmq's behaviour
-	// without ZAP).
-	Authorize Authorizer
+	// Authorize admits or refuses a CURVE client once its handshake has
+	// proven its long-term key: it returns whether the client is admitted
+	// and, if so, an optional user id assigned to the connection
+	// ([Metadata.UserID]). Required for a server: use a [KeySet]'s
+	// Authorize method to admit listed keys only, or a function that
+	// returns true to admit any key (libzmq's behaviour without ZAP). It
+	// runs on the handshake's goroutine, for every client: keep it fast and
+	// never block in it.
+	Authorize func(AuthRequest) (ok bool, userID string)
 	// Logger receives a line for each refused client, rate-limited per
 	// client-key fingerprint (at most one per refusalLogInterval). Nil
 	// means slog.Default().
@@ -119,14 +109,14 @@ func (cc *CurveConfig) verify() error {
 	// The public key is derived per handshake (an X25519 operation each
 	// time Verify runs would double the cost of a Dial); the handshake
 	// refuses the rare secret whose public key is degenerate.
-	if cc.SecretKey.IsZero() {
+	if cc.SecretKey.isZero() {
 		errs = append(errs, errors.New("zmtpguard: Curve.SecretKey is not set"))
 	}
 	if cc.Server {
 		if cc.Authorize == nil {
-			errs = append(errs, errors.New("zmtpguard: Curve.Authorize is nil: use a KeySet's Authorize or AllowAnyClient"))
+			errs = append(errs, errors.New("zmtpguard: Config.Curve.Authorize is nil (a CURVE server needs one: a KeySet's Authorize, or a function admitting any key)"))
 		}
-	} else if cc.ServerKey.IsZero() {
+	} else if cc.ServerKey.isZero() {
 		errs = append(errs, errors.New("zmtpguard: Curve.ServerKey is not set (a CURVE client needs the server's public key)"))
 	}
 	return errors.Join(errs...)
@@ -190,7 +180,7 @@ func logRefusal(cc *CurveConfig, key CurveKey, remote, why string) {
 	}
 	refusals.mu.Unlock()
 	if log {
-		cc.logger().Warn("zmtpguard: CURVE client refused", "key_fingerprint", key.Fingerprint(), "remote", remote, "why", why,
+		cc.logger().Warn("zmtpguard: CURVE client refused", "key_fingerprint", key.fingerprint(), "remote", remote, "why", why,
 			"refusals_not_logged", held)
 	}
 }
@@ -303,7 +293,7 @@ func (s *curveStep) readCommand(during string, max int) (string, []byte, error) 
 	return string(name), body, nil
 }
 
-func (s *curveStep) WriteCommand(body []byte) error {
+func (s *curveStep) writeCommand(body []byte) error {
 	h := s.hdr[:]
 	if len(body) > 255 {
 		h[0] = flagCommand | flagLong
@@ -342,7 +332,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	cc := cfg.Curve
 	st := &curveStep{nc: nc, br: br, cfg: cfg}
 	secret := [32]byte(cc.SecretKey)
-	public, err := CurvePublicKey(cc.SecretKey)
+	public, err := curvePublicKey(cc.SecretKey)
 	if err != nil {
 		return nil, Metadata{}, err
 	}
@@ -381,7 +371,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	welcomePlain := append(append(make([]byte, 0, 128), serverShortPub[:]...), cookie...)
 	longNonce(&nonce, noncePrefixWelcome, longs[16:])
 	welcome := append(append([]byte("\x07WELCOME"), longs[16:]...), box.SealAfterPrecomputation(nil, welcomePlain, &nonce, &cst)...)
-	if err := st.WriteCommand(welcome); err != nil {
+	if err := st.writeCommand(welcome); err != nil {
 		return nil, Metadata{}, err
 	}
 
@@ -448,13 +438,13 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 		// RFC 25: the server answers a refused INITIATE with ERROR; the
 		// reason is the ZAP status code 400, which libzmq clients report
 		// as an authentication failure.
-		st.WriteCommand([]byte("\x05ERROR\x03400"))
+		st.writeCommand([]byte("\x05ERROR\x03400"))
 		ra := ""
 		if remote != nil {
 			ra = remote.String()
 		}
 		logRefusal(cc, md.CurveKey, ra, "refused by the authorizer")
-		return nil, Metadata{}, violation(decodeguard.ReasonAuth, "client key "+md.CurveKey.Fingerprint()+" refused by the authorizer", -1, nil)
+		return nil, Metadata{}, violation(decodeguard.ReasonAuth, "client key "+md.CurveKey.fingerprint()+" refused by the authorizer", -1, nil)
 	}
 	md.UserID = userID
 
@@ -464,7 +454,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	shortNonce(&nonce, noncePrefixReady, cs.sendNonce)
 	ready := binary.BigEndian.AppendUint64([]byte("\x05READY"), cs.sendNonce)
 	ready = box.SealAfterPrecomputation(ready, appendProperties(nil, local, identity), &nonce, &session)
-	if err := st.WriteCommand(ready); err != nil {
+	if err := st.writeCommand(ready); err != nil {
 		return nil, Metadata{}, err
 	}
 	return cs, md, nil
@@ -508,7 +498,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	cc := cfg.Curve
 	st := &curveStep{nc: nc, br: br, cfg: cfg}
 	secret := [32]byte(cc.SecretKey)
-	public, err := CurvePublicKey(cc.SecretKey)
+	public, err := curvePublicKey(cc.SecretKey)
 	if err != nil {
 		return nil, Metadata{}, err
 	}
@@ -531,7 +521,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	hello = binary.BigEndian.AppendUint64(hello, helloNonce)
 	shortNonce(&nonce, noncePrefixHello, helloNonce)
 	hello = box.SealAfterPrecomputation(hello, make([]byte, 64), &nonce, &helloKey)
-	if err := st.WriteCommand(hello); err != nil {
+	if err := st.writeCommand(hello); err != nil {
 		return nil, Metadata{}, err
 	}
 
@@ -577,7 +567,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	initiate = binary.BigEndian.AppendUint64(initiate, cs.sendNonce)
 	shortNonce(&nonce, noncePrefixInitiate, cs.sendNonce)
 	initiate = box.SealAfterPrecomputation(initiate, plain, &nonce, &cs.key)
-	if err := st.WriteCommand(initiate); err != nil {
+	if err := st.writeCommand(initiate); err != nil {
 		return nil, Metadata{}, err
 	}
 

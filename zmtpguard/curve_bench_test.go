@@ -93,7 +93,7 @@ func BenchmarkCurveHandshake(b *testing.B) {
 	srvPub, srvSec, _ := GenerateCurveKeyPair()
 	cliPub, cliSec, _ := GenerateCurveKeyPair()
 	scfg := &Config{GreetingTimeout: 10 * time.Second, HandshakeTimeout: 10 * time.Second,
-		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(cliPub).Authorize}}
+		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: newKeySet(cliPub).Authorize}}
 	ccfg := &Config{HandshakeTimeout: 10 * time.Second, Curve: &CurveConfig{SecretKey: cliSec, ServerKey: srvPub}}
 	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", scfg)
 	if err != nil {
@@ -134,7 +134,7 @@ func BenchmarkCurvePyzmqPush100(b *testing.B) {
 	defer cancel()
 	srvPub, srvSec, _ := GenerateCurveKeyPair()
 	cliPub, cliSec, _ := GenerateCurveKeyPair()
-	cfg := &Config{ReadBufferSize: 256 << 10, Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(cliPub).Authorize}}
+	cfg := &Config{ReadBufferSize: 256 << 10, Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: newKeySet(cliPub).Authorize}}
 	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 	if err != nil {
 		b.Fatal(err)

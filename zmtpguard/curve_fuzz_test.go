@@ -19,7 +19,7 @@ var (
 
 // fuzzHelloBody is a valid HELLO body for the fuzz server key.
 func fuzzHelloBody() []byte {
-	pub, _ := CurvePublicKey(CurveKey(fuzzShortSecret))
+	pub, _ := curvePublicKey(CurveKey(fuzzShortSecret))
 	hello := append([]byte("\x05HELLO\x01\x00"), make([]byte, 72)...)
 	hello = append(hello, pub[:]...)
 	hello = binary.BigEndian.AppendUint64(hello, 1)
@@ -43,7 +43,7 @@ func fuzzMessage(nonce uint64, flags byte, data []byte) []byte {
 }
 
 func fuzzCurveServerConfig() *Config {
-	c := Config{Curve: &CurveConfig{Server: true, SecretKey: fuzzServerSecret, Authorize: AllowAnyClient, Logger: discardLogger()},
+	c := Config{Curve: &CurveConfig{Server: true, SecretKey: fuzzServerSecret, Authorize: allowAnyClient, Logger: discardLogger()},
 		MaxHandshakeSize: 1024}.withDefaults()
 	return &c
 }

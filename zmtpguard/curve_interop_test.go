@@ -137,7 +137,7 @@ func TestCurveInteropPyzmqClients(t *testing.T) {
 		t.Run(tc.client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 			defer cancel()
-			cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(cliPub).Authorize}}
+			cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: newKeySet(cliPub).Authorize}}
 			l, err := Listen(ctx, "tcp", "127.0.0.1:0", tc.local, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -284,7 +284,7 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 		defer cancel()
 		viol := make(chan Violation, 4)
-		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: AllowAnyClient},
+		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: allowAnyClient},
 			OnViolation: func(v Violation) { viol <- v }}
 		l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 		if err != nil {
@@ -313,7 +313,7 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 		defer cancel()
 		viol := make(chan Violation, 4)
-		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(otherPub).Authorize},
+		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: newKeySet(otherPub).Authorize},
 			OnViolation: func(v Violation) { viol <- v }}
 		l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 		if err != nil {
@@ -323,7 +323,7 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		p := startCurvePeer(t, ctx, "client", "PUSH", "tcp://"+l.Addr().String(), srvPub.String(), cliPub.String(), cliSec.String(), "0")
 		select {
 		case v := <-viol:
-			if v.Reason != decodeguard.ReasonAuth || !strings.Contains(v.Detail, cliPub.Fingerprint()) {
+			if v.Reason != decodeguard.ReasonAuth || !strings.Contains(v.Detail, cliPub.fingerprint()) {
 				t.Errorf("violation %v, want reason auth naming the key's fingerprint", &v)
 			}
 		case <-ctx.Done():

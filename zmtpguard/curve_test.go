@@ -71,7 +71,7 @@ func TestCurveManPageKeys(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		pub, err := CurvePublicKey(sec)
+		pub, err := curvePublicKey(sec)
 		if err != nil || pub.String() != kp[0] {
 			t.Errorf("public key of %s = %s, %v; want %s", kp[1], pub, err, kp[0])
 		}
@@ -94,16 +94,16 @@ func TestCertificates(t *testing.T) {
 		t.Errorf("secret certificate mode: %v %v", st.Mode(), err)
 	}
 	pc, err := LoadCertificate(pubPath)
-	if err != nil || pc.Public != pub || pc.HasSecret() {
+	if err != nil || pc.Public != pub || !pc.Secret.isZero() {
 		t.Fatalf("public certificate: %+v %v", pc, err)
 	}
 	sc, err := LoadCertificate(secPath)
-	if err != nil || sc.Public != pub || !sc.HasSecret() {
+	if err != nil || sc.Public != pub || sc.Secret.isZero() {
 		t.Fatalf("secret certificate: %v", err)
 	}
-	keys, err := LoadPublicKeys(dir)
+	keys, err := loadPublicKeys(dir)
 	if err != nil || len(keys) != 1 || keys[pub] != "node.key" {
-		t.Fatalf("LoadPublicKeys(dir) = %v, %v (the .key_secret must not count)", keys, err)
+		t.Fatalf("loadPublicKeys(dir) = %v, %v (the .key_secret must not count)", keys, err)
 	}
 	for name, text := range map[string]string{
 		"no key":        "curve\n",
@@ -114,31 +114,31 @@ func TestCertificates(t *testing.T) {
 		"binary name":   "cur\x00ve\n",
 		"oversize file": strings.Repeat("#", maxCertificateSize+1),
 	} {
-		if _, err := ReadCertificate(strings.NewReader(text)); err == nil {
-			t.Errorf("%s: ReadCertificate succeeded", name)
+		if _, err := readCertificate(strings.NewReader(text)); err == nil {
+			t.Errorf("%s: readCertificate succeeded", name)
 		}
 	}
 	// czmq style: metadata, bare values.
-	c, err := ReadCertificate(strings.NewReader("metadata\n    name = \"n1\"\ncurve\n    public-key = " + manServerPublic + "\n    secret-key = '" + manServerSecret + "'\n"))
+	c, err := readCertificate(strings.NewReader("metadata\n    name = \"n1\"\ncurve\n    public-key = " + manServerPublic + "\n    secret-key = '" + manServerSecret + "'\n"))
 	if err != nil || c.Metadata["name"] != "n1" || c.Public.String() != manServerPublic {
 		t.Fatalf("czmq-style certificate: %+v %v", c, err)
 	}
 	ks, err := LoadKeySet(dir)
-	if err != nil || !ks.Contains(pub) || ks.Len() != 1 {
+	if err != nil || !ks.contains(pub) || ks.Len() != 1 {
 		t.Fatal("LoadKeySet", err)
 	}
 	_, _, pub2, err := CreateCertificates(dir, "second")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if ks.Contains(pub2) {
+	if ks.contains(pub2) {
 		t.Fatal("key present before Reload")
 	}
-	if err := ks.Reload(); err != nil || !ks.Contains(pub2) {
+	if err := ks.Reload(); err != nil || !ks.contains(pub2) {
 		t.Fatal("Reload did not pick up the new certificate", err)
 	}
 	os.WriteFile(filepath.Join(dir, "broken.key"), []byte("junk"), 0o644)
-	if err := ks.Reload(); err == nil || !ks.Contains(pub2) {
+	if err := ks.Reload(); err == nil || !ks.contains(pub2) {
 		t.Fatal("a failed Reload must keep the old set", err)
 	}
 }
@@ -170,12 +170,12 @@ print(pub.decode())
 		t.Fatalf("pyzmq read key %q, want %s", out, ours)
 	}
 	theirs, err := LoadCertificate(filepath.Join(dir, "theirs.key_secret"))
-	if err != nil || !theirs.HasSecret() {
+	if err != nil || theirs.Secret.isZero() {
 		t.Fatalf("pyzmq secret certificate: %v", err)
 	}
-	keys, err := LoadPublicKeys(dir)
+	keys, err := loadPublicKeys(dir)
 	if err != nil || len(keys) != 2 {
-		t.Fatalf("LoadPublicKeys: %v %v", keys, err)
+		t.Fatalf("loadPublicKeys: %v %v", keys, err)
 	}
 }
 
@@ -183,7 +183,7 @@ func TestCurveConfigVerify(t *testing.T) {
 	_, sec := mustKeyPair(t)
 	for name, cc := range map[string]*CurveConfig{
 		"server without authorizer": {Server: true, SecretKey: sec},
-		"server without key":        {Server: true, Authorize: AllowAnyClient},
+		"server without key":        {Server: true, Authorize: allowAnyClient},
 		"client without server key": {SecretKey: sec},
 	} {
 		cfg := Config{Curve: cc}
@@ -191,7 +191,7 @@ func TestCurveConfigVerify(t *testing.T) {
 			t.Errorf("%s: Verify passed", name)
 		}
 	}
-	if _, err := newTransport("tcp", &Config{Curve: &CurveConfig{Server: true, SecretKey: sec, Authorize: AllowAnyClient}}); err == nil {
+	if _, err := newTransport("tcp", &Config{Curve: &CurveConfig{Server: true, SecretKey: sec, Authorize: allowAnyClient}}); err == nil {
 		t.Error("NewTransport accepted a CURVE config it cannot honour")
 	}
 }
@@ -212,7 +212,7 @@ func newCurvePair(t *testing.T, ctx context.Context, local SocketType, mod func(
 	p.cliPub, p.cliSec = mustKeyPair(t)
 	cfg := &Config{
 		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Logger: discardLogger(), Authorize: func(r AuthRequest) (bool, string) {
-			return r.Key == p.cliPub, "user-" + r.Key.Fingerprint()
+			return r.Key == p.cliPub, "user-" + r.Key.fingerprint()
 		}},
 		OnViolation: func(v Violation) {
 			select {
@@ -274,7 +274,7 @@ func TestCurveGoToGo(t *testing.T) {
 		t.Fatal("accept failed")
 	}
 	defer srv.Close()
-	if md := srv.Peer(); md.CurveKey != p.cliPub || md.Identity != "me" || md.UserID != "user-"+p.cliPub.Fingerprint() || md.SocketType != "DEALER" {
+	if md := srv.Peer(); md.CurveKey != p.cliPub || md.Identity != "me" || md.UserID != "user-"+p.cliPub.fingerprint() || md.SocketType != "DEALER" {
 		t.Errorf("server sees %+v", md)
 	}
 	if md := cli.Peer(); md.CurveKey != p.srvPub || md.SocketType != "ROUTER" {
@@ -495,7 +495,7 @@ func TestCurveHostile(t *testing.T) {
 		{"unlisted client key", func(r *rawCurve, _ *curvePair) {
 			_, sec, _ := box.GenerateKey(rand.Reader)
 			r.cliSec = *sec
-			pub, _ := CurvePublicKey(CurveKey(*sec))
+			pub, _ := curvePublicKey(CurveKey(*sec))
 			r.cliPub = pub
 			r.nc.Write(r.helloFrame())
 			r.welcome()
@@ -641,7 +641,7 @@ func TestCurveRefusalLog(t *testing.T) {
 		logRefusal(cc, k, "127.0.0.1:1", "refused by the authorizer")
 	}
 	out := buf.String()
-	if strings.Count(out, "CURVE client refused") != 1 || !strings.Contains(out, "key_fingerprint="+k.Fingerprint()) {
+	if strings.Count(out, "CURVE client refused") != 1 || !strings.Contains(out, "key_fingerprint="+k.fingerprint()) {
 		t.Fatalf("log: %q", out)
 	}
 	if strings.Contains(out, k.String()) {

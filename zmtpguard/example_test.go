@@ -15,7 +15,7 @@ import (
 
 // A guarded PULL listener: a zmq4 PUSH peer gets through, an HTTP client is
 // refused after its first byte and counted.
-func ExampleListen() {
+func ExampleNewListener() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -30,14 +30,18 @@ func ExampleListen() {
 			}
 		},
 	}
-	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := zmtpguard.NewListener(ln, "PULL", cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Close()
 
 	// A hostile client: the guard answers with its greeting and closes.
-	hc, err := net.Dial("tcp", l.Addr().String())
+	hc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,7 +53,7 @@ func ExampleListen() {
 	// A real ZeroMQ peer.
 	push := zmq4.NewPush(ctx)
 	defer push.Close()
-	if err := push.Dial("tcp://" + l.Addr().String()); err != nil {
+	if err := push.Dial("tcp://" + ln.Addr().String()); err != nil {
 		log.Fatal(err)
 	}
 	c, err := l.Accept(ctx)

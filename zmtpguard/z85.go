@@ -80,27 +80,14 @@ func (k CurveKey) String() string {
 	return s
 }
 
-// IsZero reports whether k is all zero bytes (no key set).
-func (k CurveKey) IsZero() bool { return k == CurveKey{} }
+// isZero reports whether k is all zero bytes (no key set).
+func (k CurveKey) isZero() bool { return k == CurveKey{} }
 
-// Fingerprint returns a short, stable, non-reversible name for a public
+// fingerprint returns a short, stable, non-reversible name for a public
 // key: the first 8 bytes of its SHA-256, in hex. Logs name keys by it.
-func (k CurveKey) Fingerprint() string {
+func (k CurveKey) fingerprint() string {
 	h := sha256.Sum256(k[:])
 	return hex.EncodeToString(h[:8])
-}
-
-// MarshalText implements encoding.TextMarshaler (Z85).
-func (k CurveKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler (see [ParseCurveKey]).
-func (k *CurveKey) UnmarshalText(b []byte) error {
-	v, err := ParseCurveKey(string(b))
-	if err != nil {
-		return err
-	}
-	*k = v
-	return nil
 }
 
 // ParseCurveKey decodes a key from its 40-character Z85 text (as
@@ -125,8 +112,8 @@ func ParseCurveKey(s string) (CurveKey, error) {
 	return k, errors.New("zmtpguard: CURVE key text is " + strconv.Itoa(len(s)) + " characters (want 40 Z85 or 64 hex)")
 }
 
-// CurvePublicKey returns the public key of the secret key secret.
-func CurvePublicKey(secret CurveKey) (CurveKey, error) {
+// curvePublicKey returns the public key of the secret key secret.
+func curvePublicKey(secret CurveKey) (CurveKey, error) {
 	var pub CurveKey
 	p, err := curve25519.X25519(secret[:], curve25519.Basepoint)
 	if err != nil {
@@ -141,6 +128,6 @@ func GenerateCurveKeyPair() (public, secret CurveKey, err error) {
 	if _, err = rand.Read(secret[:]); err != nil {
 		return public, secret, err
 	}
-	public, err = CurvePublicKey(secret)
+	public, err = curvePublicKey(secret)
 	return public, secret, err
 }

@@ -109,7 +109,7 @@ func TestProbeCurveFreshKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := quietSocket()
-	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: sec, Authorize: zmtpguard.AllowAnyClient, Logger: o.Logger}
+	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: sec, Authorize: func(zmtpguard.AuthRequest) (bool, string) { return true, "" }, Logger: o.Logger}
 	l, err := handshake.NewListener(handshake.ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Payloads: map[handshake.Rank][]byte{{}: b},
 		Socket: o, Logger: o.Logger})
 	if err != nil {

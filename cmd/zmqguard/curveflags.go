@@ -39,7 +39,7 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 	if err != nil {
 		return nil, noop, err
 	}
-	if !cert.HasSecret() {
+	if cert.Secret == (zmtpguard.CurveKey{}) {
 		return nil, noop, usagef("--curve-secret-key-file %s holds no secret key (give the .key_secret file)", *f.secretFile)
 	}
 	ks, err := zmtpguard.LoadKeySet(*f.allow)
@@ -107,7 +107,7 @@ func (f *curveClientFlags) config(logger *slog.Logger) (*zmtpguard.CurveConfig, 
 		if err != nil {
 			return nil, err
 		}
-		if !cert.HasSecret() {
+		if cert.Secret == (zmtpguard.CurveKey{}) {
 			return nil, usagef("--curve-secret-key-file %s holds no secret key (give the .key_secret file)", *f.secretFile)
 		}
 		secret = cert.Secret
