@@ -169,8 +169,8 @@ type Conn struct {
 	local  SocketType
 	peer   Metadata
 	remote string
-	zc      *zmq4.Conn
-	cz      *curveState // CURVE session; nil under NULL
+	zc     *zmq4.Conn
+	cz     *curveState // CURVE session; nil under NULL
 
 	closeOnce sync.Once
 	closeErr  error
@@ -541,12 +541,6 @@ func (h *handshakeConn) readReady() error {
 
 // Peer returns the peer's validated READY metadata.
 func (c *Conn) Peer() Metadata { return c.peer }
-
-
-
-
-
-
 
 // NetConn returns the connection under c, as crypto/tls's Conn.NetConn
 // does: for deadlines (SetDeadline), addresses and socket options. Reading
