@@ -295,29 +295,31 @@ func (a *acceptLoop[T]) release(hc *hostConn) {
 // reports it (the connection's own handshake, if still running, reports
 // nothing more; an established connection's reader sees it closed).
 func (a *acceptLoop[T]) evictConn(hc *hostConn, held int) {
-	remote := remoteString(hc.nc)
-	hc.nc.Close()
-	a.release(hc)
+	// Count and report before closing: a peer that sees the close may look
+	// at the counters at once.
 	a.ctr.connsEvicted.Add(1)
 	v := violation(decodeguard.ReasonPolicy,
 		"evicted: connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached; its source host held "+itoa(held)+
 			" connections, the most, over its fair share", int64(held), nil)
-	v.Remote = remote
+	v.Remote = remoteString(hc.nc)
 	a.cfg.OnViolation(*v)
+	hc.nc.Close()
+	a.release(hc)
 }
 
 // evict aborts the handshake of an entry the pool evicted, and reports it as
 // the one violation of that handshake. Its goroutine sees the closed
 // connection, finds the entry evicted, and reports nothing more.
 func (a *acceptLoop[T]) evict(e *pendingEntry, hostPending int) {
-	remote := remoteString(e.nc)
-	e.nc.Close()
+	// Count and report before closing: a peer that sees the close may look
+	// at the counters at once.
 	a.ctr.evicted.Add(1)
 	v := violation(decodeguard.ReasonPolicy,
 		"evicted: MaxPendingHandshakes="+itoa(a.cfg.MaxPendingHandshakes)+" reached; its source host had "+
 			itoa(hostPending)+" pending, the most", int64(hostPending), nil)
-	v.Remote = remote
+	v.Remote = remoteString(e.nc)
 	a.cfg.OnViolation(*v)
+	e.nc.Close()
 }
 
 func (a *acceptLoop[T]) handshake(e *pendingEntry) {
