@@ -105,21 +105,20 @@ type CurveConfig struct {
 const refusalLogInterval = 10 * time.Second
 
 func (cc *CurveConfig) verify() error {
-	var errs []error
 	// The public key is derived per handshake (an X25519 operation each
 	// time Verify runs would double the cost of a Dial); the handshake
 	// refuses the rare secret whose public key is degenerate.
 	if cc.SecretKey.isZero() {
-		errs = append(errs, errors.New("zmtpguard: Curve.SecretKey is not set"))
+		return errors.New("zmtpguard: Config.Curve.SecretKey is not set")
 	}
 	if cc.Server {
 		if cc.Authorize == nil {
-			errs = append(errs, errors.New("zmtpguard: Config.Curve.Authorize is nil (a CURVE server needs one: a KeySet's Authorize, or a function admitting any key)"))
+			return errors.New("zmtpguard: Config.Curve.Authorize is nil (a CURVE server needs one: a KeySet's Authorize, or a function admitting any key)")
 		}
 	} else if cc.ServerKey.isZero() {
-		errs = append(errs, errors.New("zmtpguard: Curve.ServerKey is not set (a CURVE client needs the server's public key)"))
+		return errors.New("zmtpguard: Config.Curve.ServerKey is not set (a CURVE client needs the server's public key)")
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (cc *CurveConfig) logger() *slog.Logger {
