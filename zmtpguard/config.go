@@ -134,7 +134,7 @@ type Config struct {
 	// must wait on the network, so whole messages already received cost
 	// nothing. Time a connection spends stalled by its Budget does not
 	// count (the deadline restarts after the stall). Zero means 10 s
-	// (defaultBodyTimeout: 1 MiB at 100 KiB/s); raise it with
+	// (1 MiB at 100 KiB/s); raise it with
 	// MaxMessageSize for large messages over slow links; negative turns it
 	// off.
 	BodyTimeout time.Duration
