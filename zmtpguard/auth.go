@@ -6,7 +6,7 @@ import (
 )
 
 // KeySet is a reloadable set of admitted CURVE client keys: its Authorize
-// method is an [Authorizer] that admits exactly the listed keys. Load it
+// method, as [CurveConfig].Authorize, admits exactly the listed keys. Load it
 // from a directory of public certificates (NAME.key, as pyzmq's
 // zmq.auth.create_certificates writes them and configure_curve(location=…)
 // reads them) or from one certificate file. A KeySet is safe for
@@ -58,7 +58,7 @@ func (ks *KeySet) contains(k CurveKey) bool {
 	return ok
 }
 
-// Authorize is an [Authorizer] that admits the keys in the set. It assigns
+// Authorize, as [CurveConfig].Authorize, admits the keys in the set. It assigns
 // no user id.
 func (ks *KeySet) Authorize(req AuthRequest) (bool, string) {
 	return ks.contains(req.Key), ""

@@ -19,7 +19,7 @@ import (
 // real ones are a few hundred bytes.
 const maxCertificateSize = 64 << 10
 
-// maxCertificates bounds how many certificates [loadPublicKeys] reads from
+// maxCertificates bounds how many certificates loadPublicKeys reads from
 // one directory.
 const maxCertificates = 65536
 

@@ -33,7 +33,7 @@ type Metadata struct {
 	// handshake (the client's key on a CURVE server, the server's on a
 	// client); zero under NULL.
 	CurveKey CurveKey
-	// UserID is the user id a CURVE server's Authorizer assigned to the
+	// UserID is the user id a CURVE server's Authorize function assigned to the
 	// client, "" if none.
 	UserID string
 	// Major and Minor are the ZMTP version the peer's greeting announced:

@@ -142,7 +142,7 @@ type Config struct {
 	// messages are charged to, shared with the other connections holding
 	// the same *Budget (see [Budget]). Nil means no budget beyond
 	// MaxMessageSize per connection. The Transport applies it too, with
-	// one limit (see [Transport]).
+	// one limit (see [RegisterTransport]).
 	Budget *Budget
 	// Curve, when set, makes every connection use the CURVE security
 	// mechanism (RFC 25/26) instead of NULL: a peer whose greeting offers

@@ -87,8 +87,9 @@ func newListener(ln net.Listener, local SocketType, cfg *Config) (*Listener, err
 }
 
 // Accept waits for the next connection whose handshake completed. It
-// returns [errListenerClosed] after Close, ctx's error when ctx ends first,
-// and the OS listener's error if that listener was closed from outside.
+// returns an error wrapping net.ErrClosed after Close, ctx's error when
+// ctx ends first, and the OS listener's error if that listener was closed
+// from outside.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	if l.loop.isClosed() {
 		return nil, errListenerClosed
