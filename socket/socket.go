@@ -201,7 +201,7 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 	}
 	if o.MemoryBudget > 0 {
 		if s.guard.Budget == nil {
-			s.guard.Budget = zmtpguard.NewBudget(o.MemoryBudget, o.BudgetWait)
+			s.guard.Budget = &zmtpguard.Budget{Limit: o.MemoryBudget, Wait: o.BudgetWait}
 		}
 		s.budget = s.guard.Budget
 	}
@@ -349,8 +349,7 @@ func (s *Socket) Stats() Stats {
 		p.qmu.Unlock()
 	}
 	if b := s.budget; b != nil {
-		bs := b.Stats()
-		st.BudgetBytes, st.BudgetStalls, st.BudgetEvictions = bs.Used, bs.Stalls, bs.Evictions
+		st.BudgetBytes, st.BudgetStalls, st.BudgetEvictions = b.Stats()
 	}
 	if s.kind == kXPub {
 		s.topicIdx.mu.RLock()

@@ -114,8 +114,8 @@ func ExampleRegisterTransport() {
 // One Budget shared by every connection of a listener bounds the bytes of
 // messages they are receiving together; BodyTimeout bounds how long one
 // message may take once its header arrived.
-func ExampleNewBudget() {
-	budget := zmtpguard.NewBudget(64<<20, 2*time.Second)
+func ExampleBudget() {
+	budget := &zmtpguard.Budget{Limit: 64 << 20, Wait: 2 * time.Second}
 	cfg := zmtpguard.Config{Budget: budget, BodyTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -126,7 +126,7 @@ func ExampleNewBudget() {
 		log.Fatal(err)
 	}
 	defer gl.Close()
-	st := budget.Stats()
-	fmt.Println(st.Limit>>20, "MiB,", st.Used, "used,", st.Holders, "holders")
-	// Output: 64 MiB, 0 used, 0 holders
+	used, stalls, evictions := budget.Stats()
+	fmt.Println(budget.Limit>>20, "MiB,", used, "used,", stalls, "stalls,", evictions, "evictions")
+	// Output: 64 MiB, 0 used, 0 stalls, 0 evictions
 }

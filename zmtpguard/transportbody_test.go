@@ -132,7 +132,7 @@ func TestTransportBudget(t *testing.T) {
 	const limit = 4 << 20
 	const size = 1 << 20
 	var vs violations
-	budget := NewBudget(limit, 200*time.Millisecond)
+	budget := &Budget{Limit: limit, Wait: 200 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tr, pull := guardedPull(t, ctx, &Config{Budget: budget, BodyTimeout: -1, OnViolation: vs.add})
@@ -173,7 +173,7 @@ func TestTransportBudget(t *testing.T) {
 	var peak int64
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st := budget.Stats()
+		st := budget.stats()
 		peak = max(peak, st.Used)
 		if st.Used > 2*limit {
 			t.Fatalf("budget holds %d bytes, over twice its %d-byte limit (%+v)", st.Used, limit, st)
@@ -186,7 +186,7 @@ func TestTransportBudget(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	st := budget.Stats()
+	st := budget.stats()
 	waitFor(t, 10*time.Second, "the evictions to be reported", func() bool {
 		return vs.with("byte budget") >= int(st.Evictions) &&
 			tr.Stats().Refused[decodeguard.ReasonPolicy] >= st.Evictions
@@ -195,7 +195,7 @@ func TestTransportBudget(t *testing.T) {
 		c.Close()
 	}
 	waitFor(t, 20*time.Second, "the budget to be returned", func() bool {
-		s := budget.Stats()
+		s := budget.stats()
 		return s.Used == 0 && s.Holders == 0
 	})
 	for i := range len(conns) {
