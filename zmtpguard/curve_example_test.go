@@ -16,7 +16,7 @@ func ExampleCurveConfig() {
 	serverPub, serverSec, _ := zmtpguard.GenerateCurveKeyPair()
 	clientPub, clientSec, _ := zmtpguard.GenerateCurveKeyPair()
 
-	// Admit one key (a KeySet from zmtpguard.LoadKeySet("certs/") admits a
+	// Admit one key (a KeySet{Path: "certs/"}, once reloaded, admits a
 	// directory of public certificates).
 	admit := func(r zmtpguard.AuthRequest) (bool, string) { return r.Key == clientPub, "" }
 	ln, err := net.Listen("tcp", "127.0.0.1:0")

@@ -42,11 +42,12 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 	if cert.Secret == (zmtpguard.CurveKey{}) {
 		return nil, noop, usagef("--curve-secret-key-file %s holds no secret key (give the .key_secret file)", *f.secretFile)
 	}
-	ks, err := zmtpguard.LoadKeySet(*f.allow)
+	ks := &zmtpguard.KeySet{Path: *f.allow}
+	n, err := ks.Reload()
 	if err != nil {
 		return nil, noop, err
 	}
-	logger.Info("CURVE on: only listed client keys are admitted", "public_key", cert.Public.String(), "allowed_keys", ks.Len(), "allow", *f.allow)
+	logger.Info("CURVE on: only listed client keys are admitted", "public_key", cert.Public.String(), "allowed_keys", n, "allow", *f.allow)
 	rctx, cancel := context.WithCancel(ctx)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -58,10 +59,10 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 			case <-rctx.Done():
 				return
 			case <-hup:
-				if err := ks.Reload(); err != nil {
+				if n, err := ks.Reload(); err != nil {
 					logger.Error("CURVE allowlist reload failed; the previous set stays in force", "allow", *f.allow, "err", err)
 				} else {
-					logger.Info("CURVE allowlist reloaded", "allow", *f.allow, "allowed_keys", ks.Len())
+					logger.Info("CURVE allowlist reloaded", "allow", *f.allow, "allowed_keys", n)
 				}
 			}
 		}
