@@ -23,10 +23,10 @@ const maxCertificateSize = 64 << 10
 // one directory.
 const maxCertificates = 65536
 
-// Certificate is a CURVE certificate in the ZPL text format czmq and pyzmq's
+// certificate is a CURVE certificate in the ZPL text format czmq and pyzmq's
 // zmq.auth write: a "curve" section with public-key (and, in a secret
 // certificate, secret-key) in Z85, and an optional "metadata" section.
-type Certificate struct {
+type certificate struct {
 	// Public is the certificate's public key.
 	Public CurveKey
 	// Secret is the secret key; zero in a public certificate.
@@ -40,15 +40,15 @@ type Certificate struct {
 // zmq.auth write: '#' comments, sections by 4-space indentation, values
 // quoted or bare. A public-key is required; a secret-key, if present, must
 // yield that public key.
-func readCertificate(r io.Reader) (Certificate, error) {
+func readCertificate(r io.Reader) (certificate, error) {
 	data, err := io.ReadAll(io.LimitReader(r, maxCertificateSize+1))
 	if err != nil {
-		return Certificate{}, err
+		return certificate{}, err
 	}
 	if len(data) > maxCertificateSize {
-		return Certificate{}, fmt.Errorf("zmtpguard: certificate is over %d bytes", maxCertificateSize)
+		return certificate{}, fmt.Errorf("zmtpguard: certificate is over %d bytes", maxCertificateSize)
 	}
-	var c Certificate
+	var c certificate
 	var havePub, haveSec bool
 	var path []string // section names by depth
 	sc := bufio.NewScanner(bytes.NewReader(data))
@@ -61,17 +61,17 @@ func readCertificate(r io.Reader) (Certificate, error) {
 		}
 		indent := len(line) - len(trimmed)
 		if indent%4 != 0 || strings.HasPrefix(trimmed, "\t") {
-			return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: indentation is not a multiple of 4 spaces", lineNo)
+			return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: indentation is not a multiple of 4 spaces", lineNo)
 		}
 		depth := indent / 4
 		if depth > len(path) {
-			return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: indented deeper than its section", lineNo)
+			return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: indented deeper than its section", lineNo)
 		}
 		path = path[:depth]
 		name, value, isValue := strings.Cut(trimmed, "=")
 		name = strings.TrimSpace(name)
 		if !validZPLName(name) {
-			return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: name %s is not a ZPL name", lineNo, quoteText(name))
+			return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: name %s is not a ZPL name", lineNo, quoteText(name))
 		}
 		if !isValue {
 			path = append(path, name)
@@ -86,13 +86,13 @@ func readCertificate(r io.Reader) (Certificate, error) {
 		case "curve/public-key":
 			k, err := ParseCurveKey(value)
 			if err != nil {
-				return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: public-key: %w", lineNo, err)
+				return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: public-key: %w", lineNo, err)
 			}
 			c.Public, havePub = k, true
 		case "curve/secret-key":
 			k, err := ParseCurveKey(value)
 			if err != nil {
-				return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: secret-key: %w", lineNo, err)
+				return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: secret-key: %w", lineNo, err)
 			}
 			c.Secret, haveSec = k, true
 		default:
@@ -105,18 +105,18 @@ func readCertificate(r io.Reader) (Certificate, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return Certificate{}, err
+		return certificate{}, err
 	}
 	if !havePub {
-		return Certificate{}, errors.New("zmtpguard: certificate has no curve/public-key")
+		return certificate{}, errors.New("zmtpguard: certificate has no curve/public-key")
 	}
 	if haveSec {
 		pub, err := curvePublicKey(c.Secret)
 		if err != nil {
-			return Certificate{}, err
+			return certificate{}, err
 		}
 		if pub != c.Public {
-			return Certificate{}, errors.New("zmtpguard: certificate secret-key does not match its public-key")
+			return certificate{}, errors.New("zmtpguard: certificate secret-key does not match its public-key")
 		}
 	}
 	return c, nil
@@ -142,17 +142,26 @@ func quoteText(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// LoadCertificate reads the certificate file at path (a NAME.key public or
-// NAME.key_secret secret certificate).
-func LoadCertificate(path string) (Certificate, error) {
+// LoadCertificate reads the CURVE certificate file at path, in the ZPL text
+// format czmq and pyzmq's zmq.auth write (a NAME.key public or a
+// NAME.key_secret secret certificate), and returns its keys: secret is zero
+// in a public certificate. A secret key, when present, must yield the
+// public key.
+func LoadCertificate(path string) (public, secret CurveKey, err error) {
+	c, err := loadCertificate(path)
+	return c.Public, c.Secret, err
+}
+
+// loadCertificate reads the certificate file at path.
+func loadCertificate(path string) (certificate, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return Certificate{}, err
+		return certificate{}, err
 	}
 	defer f.Close()
 	c, err := readCertificate(f)
 	if err != nil {
-		return Certificate{}, fmt.Errorf("%s: %w", path, err)
+		return certificate{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
 }
@@ -179,7 +188,7 @@ func loadPublicKeys(path string) (map[CurveKey]string, error) {
 	}
 	keys := make(map[CurveKey]string, len(files))
 	for _, f := range files {
-		c, err := LoadCertificate(f)
+		c, err := loadCertificate(f)
 		if err != nil {
 			return nil, err
 		}
@@ -190,7 +199,7 @@ func loadPublicKeys(path string) (map[CurveKey]string, error) {
 
 // writeCertificate writes c in the ZPL format pyzmq and czmq read, with
 // header as comment lines. A secret key is written only when c has one.
-func writeCertificate(w io.Writer, c Certificate, header string) error {
+func writeCertificate(w io.Writer, c certificate, header string) error {
 	var b strings.Builder
 	for _, l := range strings.Split(header, "\n") {
 		b.WriteString("#   " + l + "\n")
@@ -230,7 +239,7 @@ func CreateCertificates(dir, name string) (publicPath, secretPath string, public
 	publicPath = filepath.Join(dir, name+".key")
 	secretPath = filepath.Join(dir, name+".key_secret")
 	stamp := "****  Generated on " + time.Now().UTC().Format("2006-01-02 15:04:05") + " by zmqguard  ****"
-	write := func(path string, mode os.FileMode, c Certificate, header string) error {
+	write := func(path string, mode os.FileMode, c certificate, header string) error {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 		if err != nil {
 			return err
@@ -241,11 +250,11 @@ func CreateCertificates(dir, name string) (publicPath, secretPath string, public
 		}
 		return f.Close()
 	}
-	if err := write(publicPath, 0o644, Certificate{Public: pub}, stamp+"\nZeroMQ CURVE Public Certificate\n"+
+	if err := write(publicPath, 0o644, certificate{Public: pub}, stamp+"\nZeroMQ CURVE Public certificate\n"+
 		"Exchange securely, or use a secure mechanism to verify the contents\nof this file after exchange."); err != nil {
 		return "", "", public, err
 	}
-	if err := write(secretPath, 0o600, Certificate{Public: pub, Secret: sec}, stamp+"\nZeroMQ CURVE **Secret** Certificate\n"+
+	if err := write(secretPath, 0o600, certificate{Public: pub, Secret: sec}, stamp+"\nZeroMQ CURVE **Secret** certificate\n"+
 		"DO NOT PROVIDE THIS FILE TO OTHER USERS nor change its permissions."); err != nil {
 		os.Remove(publicPath)
 		return "", "", public, err

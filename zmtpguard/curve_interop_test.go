@@ -199,7 +199,7 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = pubPath
-	cert, err := LoadCertificate(secPath)
+	cert, err := loadCertificate(secPath)
 	if err != nil || cert.Public != cliPub {
 		t.Fatalf("load secret certificate: %v", err)
 	}

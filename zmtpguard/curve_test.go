@@ -93,11 +93,11 @@ func TestCertificates(t *testing.T) {
 	if st, err := os.Stat(secPath); err != nil || st.Mode().Perm() != 0o600 {
 		t.Errorf("secret certificate mode: %v %v", st.Mode(), err)
 	}
-	pc, err := LoadCertificate(pubPath)
+	pc, err := loadCertificate(pubPath)
 	if err != nil || pc.Public != pub || !pc.Secret.isZero() {
 		t.Fatalf("public certificate: %+v %v", pc, err)
 	}
-	sc, err := LoadCertificate(secPath)
+	sc, err := loadCertificate(secPath)
 	if err != nil || sc.Public != pub || sc.Secret.isZero() {
 		t.Fatalf("secret certificate: %v", err)
 	}
@@ -170,7 +170,7 @@ print(pub.decode())
 	if strings.TrimSpace(string(out)) != ours.String() {
 		t.Fatalf("pyzmq read key %q, want %s", out, ours)
 	}
-	theirs, err := LoadCertificate(filepath.Join(dir, "theirs.key_secret"))
+	theirs, err := loadCertificate(filepath.Join(dir, "theirs.key_secret"))
 	if err != nil || theirs.Secret.isZero() {
 		t.Fatalf("pyzmq secret certificate: %v", err)
 	}

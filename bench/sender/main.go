@@ -157,15 +157,15 @@ func main() {
 // count messages (the stats vector or the outputs message) through the
 // connection's encrypting writer, flushed every 64 messages.
 func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, outputs bool, body []byte) {
-	server, err := zmtpguard.LoadCertificate(filepath.Join(dir, "server.key"))
+	serverPublic, _, err := zmtpguard.LoadCertificate(filepath.Join(dir, "server.key"))
 	if err != nil {
 		load.Fatal(err)
 	}
-	client, err := zmtpguard.LoadCertificate(filepath.Join(dir, "clients", "client.key_secret"))
+	_, clientSecret, err := zmtpguard.LoadCertificate(filepath.Join(dir, "clients", "client.key_secret"))
 	if err != nil {
 		load.Fatal(err)
 	}
-	cfg := &zmtpguard.Config{Curve: &zmtpguard.CurveConfig{SecretKey: client.Secret, ServerKey: server.Public}}
+	cfg := &zmtpguard.Config{Curve: &zmtpguard.CurveConfig{SecretKey: clientSecret, ServerKey: serverPublic}}
 	c, err := load.DialRetryConfig(connect, "PUSH", wait, cfg)
 	if err != nil {
 		load.Fatal(err)

@@ -25,11 +25,11 @@ func curveCerts(t *testing.T) (srvPub, srvSecret, cliSecret, cliDir string) {
 		}
 	}
 	srvSecret = filepath.Join(srvDir, "server.key_secret")
-	cert, err := zmtpguard.LoadCertificate(filepath.Join(srvDir, "server.key"))
+	certPublic, _, err := zmtpguard.LoadCertificate(filepath.Join(srvDir, "server.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cert.Public.String(), srvSecret, filepath.Join(cliDir, "client.key_secret"), cliDir
+	return certPublic.String(), srvSecret, filepath.Join(cliDir, "client.key_secret"), cliDir
 }
 
 // TestProbeCurve: probe against a CURVE-only handshake-listener succeeds

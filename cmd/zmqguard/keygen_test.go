@@ -36,8 +36,8 @@ func TestKeygen(t *testing.T) {
 	if code := run(ctx, []string{"keygen", "--out", dir, "--name", "srv"}, &out, &errb, false); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	c, err := zmtpguard.LoadCertificate(filepath.Join(dir, "srv.key_secret"))
-	if err != nil || c.Secret == (zmtpguard.CurveKey{}) || !strings.Contains(out.String(), c.Public.String()) {
+	cPublic, cSecret, err := zmtpguard.LoadCertificate(filepath.Join(dir, "srv.key_secret"))
+	if err != nil || cSecret == (zmtpguard.CurveKey{}) || !strings.Contains(out.String(), cPublic.String()) {
 		t.Fatalf("certificate: %v, output %q", err, out.String())
 	}
 	errb.Reset()
@@ -63,7 +63,7 @@ func TestSinkCurve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := zmtpguard.LoadCertificate(cliSecretPath)
+	_, cliSecret, err := zmtpguard.LoadCertificate(cliSecretPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestSinkCurve(t *testing.T) {
 	stranger.Dial(ep)
 
 	o := quietSocket()
-	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cli.Secret, ServerKey: srvPub}
+	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cliSecret, ServerKey: srvPub}
 	push, err := socket.NewPush(o)
 	if err != nil {
 		t.Fatal(err)
