@@ -221,7 +221,7 @@ func TestProbeWithCurve(t *testing.T) {
 	_, strangerSec, _ := zmtpguard.GenerateCurveKeyPair()
 	wrongPub, _, _ := zmtpguard.GenerateCurveKeyPair()
 	o := fastOpts()
-	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: srvSec, Authorize: func(r zmtpguard.AuthRequest) (bool, string) { return r.Key == cliPub, "" }, Logger: quiet}
+	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: srvSec, Authorize: func(key zmtpguard.CurveKey, _ net.Addr) (bool, string) { return key == cliPub, "" }, Logger: quiet}
 	o.Logger = quiet
 	l := startListener(t, ListenerConfig{Socket: o})
 	req := Request{Variant: V3}

@@ -2,6 +2,7 @@ package zmtpguard
 
 import (
 	"errors"
+	"net"
 	"sync"
 )
 
@@ -51,6 +52,6 @@ func (ks *KeySet) contains(k CurveKey) bool {
 
 // Authorize, as [CurveConfig].Authorize, admits the keys in the set. It assigns
 // no user id.
-func (ks *KeySet) Authorize(req AuthRequest) (bool, string) {
-	return ks.contains(req.Key), ""
+func (ks *KeySet) Authorize(key CurveKey, _ net.Addr) (bool, string) {
+	return ks.contains(key), ""
 }

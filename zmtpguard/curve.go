@@ -60,17 +60,6 @@ const (
 	noncePrefixMsgS     = "CurveZMQMESSAGES" // server to client
 )
 
-// AuthRequest is what a CurveConfig's Authorize function decides on: a
-// CURVE client that proved it holds the secret key of Key.
-type AuthRequest struct {
-	// Key is the client's long-term public key, proven by its vouch.
-	Key CurveKey
-	// Remote is the client's network address.
-	Remote net.Addr
-	// SocketType is the client's socket type, from its INITIATE metadata.
-	SocketType SocketType
-}
-
 // CurveConfig selects the CURVE security mechanism (ZeroMQ RFC 25 and 26)
 // for a connection, a Listener or a Socket (through Config.Curve). Either
 // side of a connection may be the CURVE server, independently of which one
@@ -86,14 +75,15 @@ type CurveConfig struct {
 	// know in advance. Required for a client; ignored for a server.
 	ServerKey CurveKey
 	// Authorize admits or refuses a CURVE client once its handshake has
-	// proven its long-term key: it returns whether the client is admitted
-	// and, if so, an optional user id assigned to the connection
+	// proven that it holds the secret of key, its long-term public key;
+	// remote is its network address. It returns whether the client is
+	// admitted and, if so, an optional user id assigned to the connection
 	// ([Metadata.UserID]). Required for a server: use a [KeySet]'s
 	// Authorize method to admit listed keys only, or a function that
 	// returns true to admit any key (libzmq's behaviour without ZAP). It
 	// runs on the handshake's goroutine, for every client: keep it fast and
 	// never block in it.
-	Authorize func(AuthRequest) (ok bool, userID string)
+	Authorize func(key CurveKey, remote net.Addr) (ok bool, userID string)
 	// Logger receives a line for each refused client, rate-limited per
 	// client-key fingerprint (at most one per refusalLogInterval). Nil
 	// means slog.Default().
@@ -432,7 +422,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	}
 	md.CurveKey = CurveKey(clientKey)
 	remote := nc.RemoteAddr()
-	admit, userID := cc.Authorize(AuthRequest{Key: md.CurveKey, Remote: remote, SocketType: md.SocketType})
+	admit, userID := cc.Authorize(md.CurveKey, remote)
 	if !admit {
 		// RFC 25: the server answers a refused INITIATE with ERROR; the
 		// reason is the ZAP status code 400, which libzmq clients report

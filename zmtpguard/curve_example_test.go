@@ -18,7 +18,7 @@ func ExampleCurveConfig() {
 
 	// Admit one key (a KeySet{Path: "certs/"}, once reloaded, admits a
 	// directory of public certificates).
-	admit := func(r zmtpguard.AuthRequest) (bool, string) { return r.Key == clientPub, "" }
+	admit := func(key zmtpguard.CurveKey, _ net.Addr) (bool, string) { return key == clientPub, "" }
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		fmt.Println(err)

@@ -212,8 +212,8 @@ func newCurvePair(t *testing.T, ctx context.Context, local SocketType, mod func(
 	p.srvPub, srvSec = mustKeyPair(t)
 	p.cliPub, p.cliSec = mustKeyPair(t)
 	cfg := &Config{
-		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Logger: discardLogger(), Authorize: func(r AuthRequest) (bool, string) {
-			return r.Key == p.cliPub, "user-" + r.Key.fingerprint()
+		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Logger: discardLogger(), Authorize: func(key CurveKey, _ net.Addr) (bool, string) {
+			return key == p.cliPub, "user-" + key.fingerprint()
 		}},
 		OnViolation: func(v Violation) {
 			select {

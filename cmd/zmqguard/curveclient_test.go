@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -109,7 +110,7 @@ func TestProbeCurveFreshKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := quietSocket()
-	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: sec, Authorize: func(zmtpguard.AuthRequest) (bool, string) { return true, "" }, Logger: o.Logger}
+	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: sec, Authorize: func(zmtpguard.CurveKey, net.Addr) (bool, string) { return true, "" }, Logger: o.Logger}
 	l, err := handshake.NewListener(handshake.ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Payloads: map[handshake.Rank][]byte{{}: b},
 		Socket: o, Logger: o.Logger})
 	if err != nil {
