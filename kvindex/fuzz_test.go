@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
-	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 )
 
 // fuzzEvents turns bytes into batches of events for 3 engines, five bytes
@@ -53,7 +53,7 @@ func fuzzEvents(data []byte, apply func(engine string, evs []kvevents.Event), co
 			for i := range hs {
 				hs[i] = h + uint64(i)
 			}
-			ev := kvindextest.Store(hs, -1, toks, 4, med, 0)
+			ev := kvmodel.Store(hs, -1, toks, 4, med, 0)
 			ev.BlockSize, ev.GroupIdx = bs, kvevents.Int(group)
 			if b[4]&1 != 0 {
 				ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(uint64(b[4] >> 3 % 32)), Valid: true}
@@ -67,15 +67,15 @@ func fuzzEvents(data []byte, apply func(engine string, evs []kvevents.Event), co
 			}
 			batch = append(batch, ev)
 		case 3:
-			ev := kvindextest.Placeholder([]uint64{h}, med, 0)
+			ev := kvmodel.Placeholder([]uint64{h}, med, 0)
 			ev.GroupIdx = kvevents.Int(group)
 			batch = append(batch, ev)
 		case 4:
-			ev := kvindextest.Remove([]uint64{h, h + 1}[:n%2+1], med, 0)
+			ev := kvmodel.Remove([]uint64{h, h + 1}[:n%2+1], med, 0)
 			ev.GroupIdx = kvevents.Int(group)
 			batch = append(batch, ev)
 		case 5:
-			batch = append(batch, kvindextest.Cleared())
+			batch = append(batch, kvmodel.Cleared())
 		case 6:
 			flush()
 			control(e, b[4]&1 == 0)
@@ -101,7 +101,7 @@ func FuzzApplyEvents(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer x.Close()
-		m := kvindextest.NewModel(0, nil)
+		m := kvmodel.NewModel(0, nil)
 		fuzzEvents(data, func(engine string, evs []kvevents.Event) {
 			if err := x.ApplyEvents(engine, evs); err != nil {
 				t.Fatalf("ApplyEvents: %v", err)
@@ -109,10 +109,10 @@ func FuzzApplyEvents(f *testing.F) {
 			m.ApplyEvents(engine, evs)
 		}, func(engine string, reset bool) {
 			if reset {
-				x.Clear(engine)
+				x.Apply(kvevents.Update{Kind: kvevents.UpdateReset, Source: engine})
 				m.Clear(engine)
 			} else {
-				x.Lost(engine)
+				x.Apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: engine})
 				m.Lost(engine)
 			}
 		})
