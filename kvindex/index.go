@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/zmqguard/zmqguard/internal/kvkey"
 	"github.com/zmqguard/zmqguard/kvevents"
@@ -83,6 +84,10 @@ type Index struct {
 
 	st     counters
 	closed atomic.Bool
+
+	logMu    sync.Mutex
+	lastLog  time.Time // when the last backend-failure line was written
+	heldBack int       // failures not written since
 }
 
 type engineState struct {
@@ -186,7 +191,7 @@ func (x *Index) apply(engine string, ops []Op) error {
 	x.st.add(c)
 	if err != nil {
 		x.st.errors.Add(1)
-		x.log.Error("kvindex: backend apply failed", "engine", safeName(engine), "err", err)
+		x.logFailure("apply", engine, err)
 	}
 	return err
 }
@@ -281,7 +286,7 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 		}
 		if err != nil {
 			x.st.errors.Add(1)
-			x.log.Error("kvindex: backend resolve failed", "engine", safeName(engine), "err", err)
+			x.logFailure("resolve", engine, err)
 			return err
 		}
 	}
@@ -457,6 +462,27 @@ func (x *Index) Close() error {
 		return x.be.Close()
 	}
 	return nil
+}
+
+// logInterval bounds backend-failure lines: one per second at most (a
+// backend outage fails every batch of every engine).
+const logInterval = time.Second
+
+// logFailure writes a backend failure, at most one line per logInterval;
+// held_back counts the failures not written since the previous line.
+func (x *Index) logFailure(op, engine string, err error) {
+	x.logMu.Lock()
+	now := time.Now()
+	if !x.lastLog.IsZero() && now.Sub(x.lastLog) < logInterval {
+		x.heldBack++
+		x.logMu.Unlock()
+		return
+	}
+	held := x.heldBack
+	x.lastLog, x.heldBack = now, 0
+	x.logMu.Unlock()
+	x.log.Error("kvindex: backend "+op+" failed", "component", "kvindex", "engine", safeName(engine),
+		"held_back", held, "err", err)
 }
 
 // safeName renders an engine name for a log line (printable, capped).

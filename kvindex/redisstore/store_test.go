@@ -114,6 +114,23 @@ func TestRefusedAndErrors(t *testing.T) {
 	if _, err := New(Config{URL: "unix:///nonexistent/redis.sock", Timeout: time.Second}); err == nil {
 		t.Fatal("New on a missing socket accepted")
 	}
+	// The config convention: a negative field is refused, naming the
+	// field and the value, before any connection is tried.
+	for cfg, want := range map[*Config]string{
+		{URL: "unix:///nonexistent/redis.sock", Capacity: -3}:           "Config.Capacity -3",
+		{URL: "unix:///nonexistent/redis.sock", Timeout: -time.Second}:  "Config.Timeout -1s",
+		{URL: "unix:///nonexistent/redis.sock", LeaseTTL: -time.Second}: "Config.LeaseTTL -1s",
+	} {
+		if _, err := New(*cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New(%+v): %v, want an error naming %q", *cfg, err, want)
+		}
+	}
+	if st, ok := StatsOf(s); !ok || st.Calls == 0 {
+		t.Errorf("StatsOf(a store): %+v %v", st, ok)
+	}
+	if _, ok := StatsOf(nil); ok {
+		t.Error("StatsOf(nil) reports a store")
+	}
 	s.Close()
 	if _, err := s.Apply("e", nil); !errors.Is(err, kvindex.ErrClosed) {
 		t.Fatalf("Apply after Close: %v", err)
