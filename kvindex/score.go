@@ -236,7 +236,8 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 	lora := kvkey.Lora(x.seed, req.LoraName)
 	for _, bs := range sizes {
 		if x.cfg.Keys != nil {
-			keys, err := x.cfg.Keys(&req, bs, sc.keys[:0])
+			r := req // a copy: &req would move every Score's request to the heap
+			keys, err := x.cfg.Keys(&r, bs, sc.keys[:0])
 			if err != nil {
 				return ScoreResult{}, err
 			}
