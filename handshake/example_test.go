@@ -36,7 +36,7 @@ func Example() {
 	// cross_layers_blocks, speculative_config and transfer_mode); set
 	// Release to hash an older release's set.
 	factors := handshake.Factors{
-		Release: vllm.Latest, VLLMVersion: "0.11.1",
+		Release: vllm.Latest(), VLLMVersion: "0.11.1",
 		Model: "meta-llama/Llama-3.1-8B-Instruct", Dtype: "torch.bfloat16",
 		NumKVHeads: 8, HeadSize: 128, NumHiddenLayers: 32, AttnBackendName: "FLASH_ATTN",
 		CacheDtype: "auto", IsHMAEnabled: true, TransferMode: "pull",

@@ -19,7 +19,7 @@ import (
 // when their hashes are equal (unless the check is disabled on the
 // receiving side), so the key set and the connector version must be
 // exactly those of the vLLM release on the other side: Release selects
-// them (see [vllm.Rules.NixlFactorKeys]). TP size, block size and KV cache
+// them (see [vllm.Rules]). TP size, block size and KV cache
 // layout are deliberately not factors: vLLM checks them after the
 // handshake, so heterogeneous deployments can pair.
 //
@@ -84,7 +84,7 @@ type Factors struct {
 }
 
 // Map returns a new map of the factors as the dict the release's vLLM
-// hashes: exactly the keys of Release.Rules().NixlFactorKeys(), then
+// hashes: exactly the keys of nixlFactorKeys(Release.Rules()), then
 // Extra's keys.
 func (f *Factors) Map() map[string]any {
 	rules := f.Release.Rules()
@@ -125,6 +125,25 @@ func (f *Factors) Map() map[string]any {
 		m[k] = v
 	}
 	return m
+}
+
+// nixlFactorKeys returns the keys of the dict the release of rules r
+// hashes in compute_nixl_compatibility_hash, sorted as Python's
+// json.dumps(sort_keys=True) writes them.
+func nixlFactorKeys(r vllm.Rules) []string {
+	keys := []string{"attn_backend_name", "cache_dtype"}
+	if r.NixlHashCrossLayersBlocks {
+		keys = append(keys, "cross_layers_blocks")
+	}
+	keys = append(keys, "dtype", "head_size", "is_hma_enabled", "model", "nixl_connector_version",
+		"num_hidden_layers", "num_kv_heads")
+	if r.NixlHashSpeculativeConfig {
+		keys = append(keys, "speculative_config")
+	}
+	if r.NixlHashTransferMode {
+		keys = append(keys, "transfer_mode")
+	}
+	return append(keys, "vllm_version")
 }
 
 // Hash returns the compatibility hash of f, as [CompatibilityHash] of

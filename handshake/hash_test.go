@@ -317,7 +317,7 @@ func TestFactorsKeys(t *testing.T) {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		if want := r.Rules().NixlFactorKeys(); !slices.Equal(keys, want) {
+		if want := nixlFactorKeys(r.Rules()); !slices.Equal(keys, want) {
 			t.Errorf("%s: keys %v, want %v", r, keys, want)
 		}
 		if m["nixl_connector_version"] != r.Rules().NixlConnectorVersion {
@@ -436,5 +436,25 @@ func TestCompatibilityHashReleases(t *testing.T) {
 	// rule sets and the four factor sets give twelve distinct hashes.
 	if want := 3 * len(sets); len(seen) != want {
 		t.Errorf("%d distinct hashes, want %d", len(seen), want)
+	}
+}
+
+func TestNixlFactorKeys(t *testing.T) {
+	latest := nixlFactorKeys(vllm.Latest().Rules())
+	want := []string{"attn_backend_name", "cache_dtype", "cross_layers_blocks", "dtype", "head_size", "is_hma_enabled",
+		"model", "nixl_connector_version", "num_hidden_layers", "num_kv_heads", "speculative_config", "transfer_mode",
+		"vllm_version"}
+	if !slices.Equal(latest, want) {
+		t.Fatalf("latest keys %v", latest)
+	}
+	old := nixlFactorKeys(vllm.Releases()[0].Rules())
+	if len(old) != 11 || slices.Contains(old, "transfer_mode") || slices.Contains(old, "speculative_config") ||
+		!slices.Contains(old, "cross_layers_blocks") {
+		t.Fatalf("0.25 keys %v", old)
+	}
+	for _, r := range vllm.Releases() {
+		if k := nixlFactorKeys(r.Rules()); !slices.IsSorted(k) {
+			t.Errorf("%s: keys not sorted: %v", r, k)
+		}
 	}
 }

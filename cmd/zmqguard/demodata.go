@@ -39,7 +39,7 @@ func demoFactors(r vllm.Release) handshake.Factors {
 
 // demoHash returns the compatibility hash of the latest release's demo
 // factor set.
-func demoHash() string { return demoHashFor(vllm.Latest) }
+func demoHash() string { return demoHashFor(vllm.Latest()) }
 
 // demoHashFor returns the compatibility hash of demoFactors(r).
 func demoHashFor(r vllm.Release) string {

@@ -176,7 +176,7 @@ func TestDemoData(t *testing.T) {
 			t.Errorf("%s: agent metadata with %d keys, want %d (%v)", r, n, keys, err)
 		}
 	}
-	ps, err := demoPayloads("e", documented, vllm.Latest, 2, 3)
+	ps, err := demoPayloads("e", documented, vllm.Latest(), 2, 3)
 	if err != nil || len(ps) != 6 {
 		t.Fatalf("%d payloads, %v", len(ps), err)
 	}
