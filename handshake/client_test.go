@@ -296,3 +296,45 @@ func TestFetchOversizeReplyCause(t *testing.T) {
 		t.Errorf("message: %s", msg)
 	}
 }
+
+// TestConfigConvention: a zero field means its documented default, and a
+// negative timeout is an error that names the field and the value, made
+// before anything is dialed (issue 30's one config convention). The old
+// code took a negative timeout for the default.
+func TestConfigConvention(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	_, err := Fetch(ctx, closedPort(t), Request{}, ClientOptions{Timeout: -time.Second, SkipHashCheck: true})
+	if err == nil || err.Error() != "handshake: ClientOptions.Timeout -1s is negative" {
+		t.Fatalf("Fetch with a negative timeout: %v", err)
+	}
+	rep, err := Probe(ctx, closedPort(t), Request{}, ProbeOptions{Timeout: -time.Millisecond})
+	if err == nil || err.Error() != "handshake: ProbeOptions.Timeout -1ms is negative" || len(rep.Steps) != 0 {
+		t.Fatalf("Probe with a negative timeout: %v, steps %v", err, rep.Steps)
+	}
+	_, err = NewListener(ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Payloads: testPayloads(t), V1Rank: Rank{PP: -1}})
+	if err == nil || err.Error() != "handshake: ListenerConfig.V1Rank pp_rank=-1 tp_rank=0 is negative" {
+		t.Fatalf("NewListener with a negative V1Rank: %v", err)
+	}
+
+	// The zero values work: the listener's Name, Clock, Logger and socket
+	// options, the client's Timeout (5 s) and socket options.
+	l, err := NewListener(ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Payloads: testPayloads(t), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	sctx, cancel := context.WithCancel(ctx)
+	go func() { served <- l.Serve(sctx) }()
+	defer func() {
+		cancel()
+		<-served
+		l.Close()
+	}()
+	r, err := Fetch(ctx, l.Endpoint(), Request{Variant: V3}, ClientOptions{ExpectedHash: testHash})
+	if err != nil || r.CompatibilityHash != testHash || r.RemoteTime <= 0 {
+		t.Fatalf("Fetch with zero options: %+v, %v", r, err)
+	}
+	if rep, err := Probe(ctx, l.Endpoint(), Request{}, ProbeOptions{}); err != nil || !rep.OK {
+		t.Fatalf("Probe with zero options: %+v, %v", rep, err)
+	}
+}

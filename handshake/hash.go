@@ -142,4 +142,4 @@ func nixlFactorKeys(r vllm.Rules) []string {
 // SpeculativeConfig or Extra holds a value Python's json.dumps would refuse
 // or this package cannot render (bytes, a map with non-string keys, a
 // channel, nesting deeper than 100 levels, invalid UTF-8).
-func (f *Factors) Hash() (string, error) { return nixlwire.CompatibilityHash(f.dict()) }
+func (f Factors) Hash() (string, error) { return nixlwire.CompatibilityHash(f.dict()) }
