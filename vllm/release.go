@@ -5,8 +5,8 @@
 //		return err
 //	}
 //	fmt.Println(r, r.Rules().KVEventsMapForm) // "0.26 true": the wire rules that release follows
-//	for _, r := range vllm.Releases() {       // every profile, oldest first, ending with latest
-//		fmt.Println(r)
+//	for _, p := range vllm.Releases() {       // every profile, oldest first, ending with latest
+//		fmt.Println(p)
 //	}
 //
 // Every reference's Config has a Release field; its zero value is [Latest].
