@@ -55,10 +55,10 @@ type NixlAgentMetadata struct {
 	RegionNames *[]string
 	// RegionMemTypes is the memory type of each region, or nil (None).
 	RegionMemTypes *[]string
-	// DCPSize is the decode context-parallel size. Zero is sent as 0; the
-	// value a release that omits the key means is 1.
+	// DCPSize is the decode context-parallel size. Zero means 1 (what a
+	// release that omits the key means too).
 	DCPSize int64
-	// PCPSize is the prefill context-parallel size (as DCPSize).
+	// PCPSize is the prefill context-parallel size. Zero means 1.
 	PCPSize int64
 	// RegionMembers lists the layer names sharing each region, in region
 	// order (a nil slice encodes as an empty list).
@@ -128,9 +128,17 @@ func optInt64s(v *[]nixlwire.Int) *[]int64 {
 	return &out
 }
 
-// toWire returns m as its wire type. Slices of strings and bytes are
-// shared, not copied.
+// toWire returns m as its wire type, with a zero DCPSize and PCPSize
+// sent as their default, 1. Slices of strings and bytes are shared, not
+// copied.
 func toWire(m *NixlAgentMetadata) nixlwire.NixlAgentMetadata {
+	dcp, pcp := m.DCPSize, m.PCPSize
+	if dcp == 0 {
+		dcp = 1
+	}
+	if pcp == 0 {
+		pcp = 1
+	}
 	return nixlwire.NixlAgentMetadata{
 		EngineID:                        m.EngineID,
 		AgentMetadata:                   m.AgentMetadata,
@@ -148,8 +156,8 @@ func toWire(m *NixlAgentMetadata) nixlwire.NixlAgentMetadata {
 		RegionGroupIDs:                  optInts(m.RegionGroupIDs),
 		RegionNames:                     m.RegionNames,
 		RegionMemTypes:                  m.RegionMemTypes,
-		DCPSize:                         nixlwire.Int(m.DCPSize),
-		PCPSize:                         nixlwire.Int(m.PCPSize),
+		DCPSize:                         nixlwire.Int(dcp),
+		PCPSize:                         nixlwire.Int(pcp),
 		RegionMembers:                   m.RegionMembers,
 	}
 }

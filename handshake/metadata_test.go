@@ -63,3 +63,21 @@ func TestEncodePayloadRoundTrip(t *testing.T) {
 		t.Fatalf("main-pre-50620 decoded: %+v", got)
 	}
 }
+
+// TestEncodePayloadZeroSizes: a zero DCPSize or PCPSize means 1, vLLM's
+// default, on the wire.
+func TestEncodePayloadZeroSizes(t *testing.T) {
+	m := NixlAgentMetadata{EngineID: "e", KVCacheLayout: "HND"}
+	b, err := EncodePayload(testHash, &m, vllm.Latest())
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := nixlwire.DecodePayload(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := p.AgentMetadata()
+	if err != nil || w.DCPSize != 1 || w.PCPSize != 1 {
+		t.Fatalf("decoded dcp_size %d, pcp_size %d, %v; want 1, 1", w.DCPSize, w.PCPSize, err)
+	}
+}
