@@ -65,7 +65,7 @@ type ClientOptions struct {
 	// 5 s, vLLM's receive timeout; a negative value is an error.
 	Timeout time.Duration
 	// ExpectedHash is the local compatibility hash (see
-	// [CompatibilityHash]); the payload's must equal it. It is required for
+	// [Factors.Hash]); the payload's must equal it. It is required for
 	// V2 and V3 requests: an empty ExpectedHash without SkipHashCheck makes
 	// Fetch fail with a configuration error before it connects, so a
 	// forgotten hash never quietly turns the check off. V1 replies carry no
