@@ -153,7 +153,7 @@ type ListenerStats struct {
 	// by reason (envelope, decode, validate, unknown-rank, ...).
 	Loop loop.Stats `json:"loop"`
 	// Socket holds the ROUTER's counters: connections, transport and
-	// handshake violations, replies dropped because the client had gone.
+	// handshake refusals, replies dropped because the client had gone.
 	Socket socket.Stats `json:"socket"`
 }
 
