@@ -37,7 +37,9 @@ func TestConnAccess(t *testing.T) {
 	}
 	defer cli.Close()
 
-	if cli.NetConn().LocalAddr().String() != cli.NetConn().LocalAddr().String() {
+	// The client's NetConn is the TCP connection the server accepted: its
+	// local address is the address the server's NetConn sees as remote.
+	if cli.NetConn().LocalAddr().String() != srv.NetConn().RemoteAddr().String() {
 		t.Fatal("NetConn is not the connection under the Conn")
 	}
 	if srv.messageBuffered() {

@@ -38,9 +38,6 @@ func fromWire(err error) error {
 	return err
 }
 
-// knownSocketType reports whether t is one of ZMTP's socket types.
-func knownSocketType(t SocketType) bool { return validType(t) == nil }
-
 // compatible reports whether a local socket of type local may talk to a
 // peer of type peer, per ZMTP's compatibility table (RFC 23/37). Unknown
 // types are never compatible (zmq4's own check panics on them).
