@@ -124,7 +124,7 @@ var (
 	SocketReceiveQueueBytes = &Family{Name: "zmqguard_socket_receive_queue_bytes", Kind: Gauge, Unit: "By",
 		Help: "Bytes of received messages waiting for Recv.", Labels: []string{LabelSocket}}
 
-	// Guarded listeners (zmtpguard.Listener, zmtpguard.Transport).
+	// Guarded listeners (zmtpguard.Listener, zmtpguard.RegisterTransport's stats).
 	ZMTPAccepted = family("zmqguard_zmtp_connections_accepted_total", Counter, "{connection}",
 		"Connections taken from the OS listener, refused ones included.", LabelSocket)
 	ZMTPHandshakes = family("zmqguard_zmtp_handshakes_total", Counter, "{handshake}",

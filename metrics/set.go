@@ -25,8 +25,9 @@ type LoopStats interface{ Stats() loop.Stats }
 // SocketStats is what a socket offers: *socket.Socket.
 type SocketStats interface{ Stats() socket.Stats }
 
-// ZMTPStats is what a guarded listener offers: *zmtpguard.Listener or
-// *zmtpguard.Transport.
+// ZMTPStats is what a guarded listener offers: *zmtpguard.Listener (for
+// the zmq4 transport, wrap the stats function zmtpguard.RegisterTransport
+// returns).
 type ZMTPStats interface{ Stats() zmtpguard.Stats }
 
 // HandshakeStats is what a NIXL handshake listener offers:
