@@ -244,7 +244,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 			break
 		}
 		if m.Command == zmtpwire.CmdPing {
-			if conn.Pong(&m) == nil {
+			if conn.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0])) == nil {
 				conn.Flush()
 			}
 		}

@@ -107,7 +107,7 @@ type Message struct {
 	// single frame: the command's data (its name removed).
 	Frames [][]byte
 	// Command is the command's name ("PING", "PONG", "SUBSCRIBE", "CANCEL" or
-	// "ERROR"; answer a PING with [Conn.Pong]) when the
+	// "ERROR"; answer a PING with a PONG, see [Conn.WriteCommand]) when the
 	// message is a ZMTP command, and "" for a data message.
 	Command string
 

@@ -70,8 +70,8 @@
 // error naming it. A [Conn] offers what a user of one connection needs:
 // whole messages in ([Conn.ReadMessage], and [Conn.TryReadMessage] for a
 // reader that must not wait) and out ([Conn.WriteMessage],
-// [Conn.WriteCommand], [Conn.Flush]), a PONG for a peer's PING
-// ([Conn.Pong]), the peer's validated metadata and ZMTP version
+// [Conn.WriteCommand], which also answers a peer's PING, [Conn.Flush]),
+// the peer's validated metadata and ZMTP version
 // ([Conn.Peer]), and the connection underneath ([Conn.NetConn]) for
 // deadlines and addresses. [Conn.ReadBufferBytes] and [Conn.Stalled] are
 // for a receiver that accounts for its memory and judges its peers'

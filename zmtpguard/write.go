@@ -63,7 +63,9 @@ func (c *Conn) WriteMessage(frames ...[]byte) error {
 // WriteCommand buffers one ZMTP command (name, 1..255 bytes, and data), for
 // example a PING of ZMTP 3.1 (RFC 37) or a SUBSCRIBE; call Flush to send.
 // Send PING only to a peer whose greeting announced 3.1 or later
-// (Metadata.Minor): a 3.0 peer takes it for a data message.
+// (Metadata.Minor): a 3.0 peer takes it for a data message. A peer's PING
+// (a Message whose Command is "PING") is answered with a "PONG" whose data
+// is the PING's context: Frames[0] after its 2-byte TTL, at most 16 bytes.
 func (c *Conn) WriteCommand(name string, data []byte) error {
 	if len(name) == 0 || len(name) > 255 {
 		return errors.New("zmtpguard: command name must be 1..255 bytes")
@@ -89,22 +91,6 @@ func (c *Conn) WriteCommand(name string, data []byte) error {
 	w.WriteString(name)
 	_, err := w.Write(data)
 	return err
-}
-
-// Pong answers a PING message m (as returned by ReadMessage) with the PONG
-// ZMTP 3.1 prescribes, echoing the ping's context. It buffers; call Flush.
-func (c *Conn) Pong(m *Message) error {
-	if m.Command != cmdPing || len(m.Frames) != 1 {
-		return errors.New("zmtpguard: Pong needs a PING message")
-	}
-	var ctxData []byte
-	if d := m.Frames[0]; len(d) > 2 {
-		ctxData = d[2:]
-		if len(ctxData) > 16 {
-			ctxData = ctxData[:16]
-		}
-	}
-	return c.WriteCommand(cmdPong, ctxData)
 }
 
 // Flush sends buffered writes.

@@ -282,7 +282,7 @@ func burstThenIdle(c *zmtpguard.Conn, size int, hold time.Duration) {
 	var m zmtpguard.Message
 	for c.ReadMessage(&m) == nil {
 		if m.Command == zmtpwire.CmdPing {
-			c.Pong(&m)
+			c.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0]))
 			c.Flush()
 		}
 	}

@@ -60,6 +60,17 @@ func ZMQ4Greeting() (g [GreetingSize]byte) {
 // go-zeromq/zmq4 v0.17 for one, would surface a PING as a data message.
 func Heartbeats(major, minor byte) bool { return major > 3 || (major == 3 && minor >= 1) }
 
+// PongContext returns what the PONG answering a PING carries (RFC 37):
+// the PING's context, which follows its 2-byte TTL, at most 16 bytes. ping
+// is the PING command's data (the command name removed); the result aliases
+// it.
+func PongContext(ping []byte) []byte {
+	if len(ping) <= 2 {
+		return nil
+	}
+	return ping[2:min(len(ping), 18)]
+}
+
 // HeaderLen returns how many header bytes a frame whose first byte is flags
 // has: 2 or 9.
 func HeaderLen(flags byte) int {

@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -330,7 +331,7 @@ func engine(ctx context.Context, p *proc) error {
 				if lock != nil {
 					lock.Lock()
 				}
-				c.Pong(&m)
+				c.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0]))
 				c.Flush()
 				if lock != nil {
 					lock.Unlock()
@@ -503,7 +504,7 @@ func scale(ctx context.Context, p *proc, subs, n int, watch time.Duration) (any,
 			}
 			if m.Command == cmdPing {
 				wmu.Lock()
-				live.Pong(&m)
+				live.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0]))
 				live.Flush()
 				wmu.Unlock()
 				continue
