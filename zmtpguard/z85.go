@@ -71,7 +71,7 @@ const curveKeySize = 32
 
 // CurveKey is a Curve25519 public or secret key, as CURVE uses them. Its
 // text form is the 40-character Z85 encoding libzmq and pyzmq use.
-type CurveKey [curveKeySize]byte
+type CurveKey [32]byte
 
 // String returns k in Z85 (40 characters). For a secret key, the caller is
 // responsible for where the text goes.
