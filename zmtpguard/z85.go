@@ -66,9 +66,6 @@ func z85Decode(s string) ([]byte, error) {
 	return out, nil
 }
 
-// curveKeySize is the size of a CURVE (Curve25519) key in bytes.
-const curveKeySize = 32
-
 // CurveKey is a Curve25519 public or secret key, as CURVE uses them. Its
 // text form is the 40-character Z85 encoding libzmq and pyzmq use.
 type CurveKey [32]byte
