@@ -1,8 +1,6 @@
 package zmtpguard
 
 import (
-	"errors"
-
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
@@ -31,8 +29,10 @@ func checkGreeting(b []byte, cc *CurveConfig) error {
 // fromWire turns a wire parser's *zmtpwire.Error into a *Violation (other
 // errors, and nil, pass unchanged).
 func fromWire(err error) error {
-	var e *zmtpwire.Error
-	if errors.As(err, &e) {
+	// A type assertion, not errors.As: the parsers return *zmtpwire.Error
+	// itself, and errors.As's target would escape to the heap on every
+	// call, the successful ones included.
+	if e, ok := err.(*zmtpwire.Error); ok {
 		return &Violation{Reason: e.Reason, Detail: e.Detail, Length: e.Length, Prefix: e.Prefix}
 	}
 	return err

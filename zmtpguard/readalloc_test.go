@@ -77,3 +77,33 @@ func BenchmarkReadMessage157Cold(b *testing.B) {
 		}
 	}
 }
+
+// TestParsersDoNotAllocate: the wire parsers zmtpguard reads through
+// (internal/zmtpwire, behind the wrappers that turn their refusals into
+// Violations) allocate nothing on valid input: the general read path and
+// CURVE parse every frame header through them.
+func TestParsersDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("race detector on: allocation counts are not checked")
+	}
+	short, long := []byte{0x01, 100}, longHeader(0, 70000)
+	g := greetingWith(3, 1, "NULL")
+	cmd := append([]byte{4}, "PING\x00\x01x"...)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, ok, err := parseFrameHeader(short, 1<<20); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if _, ok, err := parseFrameHeader(long, 1<<20); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if err := checkGreeting(g[:], nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := parseCommand(cmd); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per round of valid headers, greeting and command, want 0", allocs)
+	}
+}
