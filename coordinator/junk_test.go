@@ -256,7 +256,7 @@ func TestJunkOnEverySocket(t *testing.T) {
 	}
 	waitFor(t, ctx, "every probe to be refused", func() bool {
 		st := h.c.Stats()
-		return st.Front.Violations.Total() == 3 && st.BackOutput.Violations.Total() == 3 && st.BackPublish.Violations.Total() == 3
+		return st.Front.Refused.Total() == 3 && st.BackOutput.Refused.Total() == 3 && st.BackPublish.Refused.Total() == 3
 	})
 
 	// Valid stats still arrive, and nothing was counted twice.
@@ -270,7 +270,7 @@ func TestJunkOnEverySocket(t *testing.T) {
 	waitCounts(t, ctx, h, f, [][2]int{{777, 7}, {778, 8}}, nil)
 	checkDrops("final")
 	st := h.c.Stats()
-	if st.Violations.Total() != 9 || st.Dropped != st.Front.Dropped+st.BackOutput.Dropped+st.BackPublish.Dropped {
+	if st.Refused.Total() != 9 || st.Dropped != st.Front.Dropped+st.BackOutput.Dropped+st.BackPublish.Dropped {
 		t.Fatalf("totals %+v", st)
 	}
 	for name, ss := range map[string]SocketStats{"front": st.Front, "back output": st.BackOutput, "back publish": st.BackPublish} {
@@ -282,5 +282,5 @@ func TestJunkOnEverySocket(t *testing.T) {
 	if err != nil || !bytes.Contains(line, []byte(`"drops":{"`)) || !bytes.Contains(line, []byte(`"violations":{"`)) {
 		t.Fatalf("JSON %s: %v", line, err)
 	}
-	t.Logf("junk accounted: %d dropped (%v), %d connections refused; %d stats applied", st.Dropped, dropsOf(st.Drops), st.Violations.Total(), st.StatsApplied)
+	t.Logf("junk accounted: %d dropped (%v), %d connections refused; %d stats applied", st.Dropped, dropsOf(st.Drops), st.Refused.Total(), st.StatsApplied)
 }

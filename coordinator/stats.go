@@ -28,10 +28,10 @@ type SocketStats struct {
 	// StateDrops is the part of Drops refused by the state machine (an
 	// engine index it does not have, a scale count beyond MaxEngines).
 	StateDrops Drops `json:"state_drops"`
-	// Violations counts connections and streams the socket layer refused
+	// Refused counts connections and streams the socket layer refused
 	// (raw TCP probes, bad handshakes, oversize messages), by reason; they
 	// never reach the loop.
-	Violations Drops `json:"violations"`
+	Refused Drops `json:"violations"`
 	// Peers is the number of connected peers; Connects and Disconnects
 	// count peers joining and leaving.
 	Peers       int    `json:"peers"`
@@ -65,12 +65,12 @@ type Stats struct {
 	Running bool         `json:"running"`
 
 	// Received, Accepted and Dropped sum the three sockets' counts; Drops
-	// sums their drops by reason and Violations their refused connections.
-	Received   uint64 `json:"received"`
-	Accepted   uint64 `json:"accepted"`
-	Dropped    uint64 `json:"dropped"`
-	Drops      Drops  `json:"drops"`
-	Violations Drops  `json:"violations"`
+	// sums their drops by reason and Refused their refused connections.
+	Received uint64 `json:"received"`
+	Accepted uint64 `json:"accepted"`
+	Dropped  uint64 `json:"dropped"`
+	Drops    Drops  `json:"drops"`
+	Refused  Drops  `json:"violations"`
 
 	// What the coordinator sent: stats publications and wave publications
 	// to the front-ends, READY and START_DP_WAVE broadcasts to the engines.
@@ -159,7 +159,7 @@ func (c *Coordinator) Stats() Stats {
 		s.Accepted += ss.Accepted
 		s.Dropped += ss.Dropped
 		s.Drops.Add(&ss.Drops)
-		s.Violations.Add(&ss.Violations)
+		s.Refused.Add(&ss.Refused)
 	}
 	return s
 }
@@ -174,7 +174,7 @@ func (c *Coordinator) socketStats(dst *SocketStats, idx int, sock *socket.Socket
 		Received:    ls.Received,
 		Drops:       ls.Dropped,
 		StateDrops:  dst.StateDrops,
-		Violations:  ss.Violations,
+		Refused:     ss.Violations,
 		Peers:       ss.Peers,
 		Connects:    ss.Connects,
 		Disconnects: ss.Disconnects,

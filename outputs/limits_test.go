@@ -71,7 +71,7 @@ func TestRealSizeStep(t *testing.T) {
 	// The refused message closes its connection: wait for the violation,
 	// then a small message goes through on the redialed one.
 	for {
-		v := r.Stats().Violations
+		v := r.Stats().Refused
 		if v.Total() > 0 {
 			break
 		}

@@ -288,8 +288,8 @@ type Stats struct {
 	// Unattributed counts the drops from connections that had not sent a
 	// valid message.
 	Unattributed decodeguard.Counts `json:"unattributed"`
-	// Violations counts refused connections by reason (the socket's).
-	Violations decodeguard.Counts `json:"violations"`
+	// Refused counts refused connections by reason (the socket's).
+	Refused decodeguard.Counts `json:"violations"`
 	// Engines are the per-engine counters, by engine index.
 	Engines []EngineStats `json:"engines"`
 }
@@ -680,10 +680,10 @@ func (r *Receiver) onDrop(d loop.Drop) {
 func (r *Receiver) Stats() Stats {
 	ls := r.lp.Stats()
 	st := Stats{
-		Release:    r.cfg.Release.String(),
-		Received:   ls.Received,
-		Dropped:    ls.Dropped,
-		Violations: r.sock.Stats().Violations,
+		Release:  r.cfg.Release.String(),
+		Received: ls.Received,
+		Dropped:  ls.Dropped,
+		Refused:  r.sock.Stats().Violations,
 	}
 	r.queueStats(&st)
 	r.mu.Lock()
