@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
@@ -67,7 +68,7 @@ type Config struct {
 	// Coordinator.FrontEndpoint) or "ipc://path".
 	Front string
 	// BackOutput is the endpoint the back output (PULL) socket binds; the
-	// engines push their EngineCoreOutputs to it.
+	// engines push their enginecore.Header to it.
 	BackOutput string
 	// BackPublish is the endpoint the back publish (XPUB) socket binds; the
 	// engines subscribe to it and receive READY and START_DP_WAVE.
@@ -167,8 +168,8 @@ type Coordinator struct {
 
 	front, backOut, backPub *socket.Socket
 
-	frontLoop   *loop.Loop[FrontMsg]
-	outLoop     *loop.Loop[EngineCoreOutputs]
+	frontLoop   *loop.Loop[dpwire.FrontMsg]
+	outLoop     *loop.Loop[enginecore.Header]
 	pubLoop     *loop.Loop[[][]byte]
 	outLimits   decodeguard.Limits
 	startupEach time.Duration
@@ -191,7 +192,7 @@ type Coordinator struct {
 	// went out, whether a READY is owed, and the last START_DP_WAVE.
 	lastReady, lastStartAt time.Time
 	readyPending           bool
-	lastStart              StartDPWave
+	lastStart              dpwire.StartDPWave
 	controlLogged          time.Time
 	// Unsubscriptions received on the back publish socket (ignored).
 	backUnsubs atomic.Uint64
@@ -218,7 +219,7 @@ type dropLogState struct {
 
 // New binds the coordinator's three sockets and returns it, ready to Run.
 // It fails on a bad Config (an empty endpoint, an engine count out of
-// [1, MaxEngines], invalid socket options) or when a socket cannot bind;
+// [1, 65536], invalid socket options) or when a socket cannot bind;
 // nothing is left open then.
 func New(cfg Config) (*Coordinator, error) {
 	if cfg.Front == "" || cfg.BackOutput == "" || cfg.BackPublish == "" {
@@ -323,17 +324,17 @@ var errOneFrame = decodeguard.NewError(decodeguard.ReasonEnvelope, "coordinator 
 
 func (c *Coordinator) makeLoops() error {
 	var err error
-	c.frontLoop, err = loop.New(c.front, loop.Config[FrontMsg]{
+	c.frontLoop, err = loop.New(c.front, loop.Config[dpwire.FrontMsg]{
 		Name:        LoopFront,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
 		OnDrop:      c.onDrop(),
-		Decode: func(frames [][]byte, dst *FrontMsg) error {
+		Decode: func(frames [][]byte, dst *dpwire.FrontMsg) error {
 			if len(frames) != 1 {
-				*dst = FrontMsg{}
+				*dst = dpwire.FrontMsg{}
 				return errOneFrame
 			}
-			m, err := ParseFrontMessage(frames[0])
+			m, err := dpwire.ParseFrontMessage(frames[0])
 			*dst = m
 			return err
 		},
@@ -341,22 +342,22 @@ func (c *Coordinator) makeLoops() error {
 	if err != nil {
 		return err
 	}
-	c.outLoop, err = loop.New(c.backOut, loop.Config[EngineCoreOutputs]{
+	c.outLoop, err = loop.New(c.backOut, loop.Config[enginecore.Header]{
 		Name:        LoopBackOutput,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
 		OnDrop:      c.onDrop(),
-		Decode: func(frames [][]byte, dst *EngineCoreOutputs) error {
+		Decode: func(frames [][]byte, dst *enginecore.Header) error {
 			if len(frames) != 1 {
-				*dst = EngineCoreOutputs{}
+				*dst = enginecore.Header{}
 				return errOneFrame
 			}
-			return DecodeEngineCoreOutputsLimits(frames[0], &c.outLimits, dst)
+			return enginecore.DecodeHeader(frames[0], &c.outLimits, dst)
 		},
 		// The stateless checks of State.OnEngineOutput run here, so they are
 		// counted by the loop; only the engine-index checks, which need the
 		// engine count, are left to the state machine.
-		Validate: func(m *EngineCoreOutputs) error {
+		Validate: func(m *enginecore.Header) error {
 			switch {
 			case m.OutputsLen != 0:
 				return errOutputs
@@ -379,7 +380,7 @@ func (c *Coordinator) makeLoops() error {
 			if len(*frames) != 1 {
 				return errOneFrame
 			}
-			return enginecore.CheckBackMessage((*frames)[0])
+			return dpwire.CheckBackMessage((*frames)[0])
 		},
 	})
 	return err
@@ -471,8 +472,8 @@ func (c *Coordinator) Run(parent context.Context) error {
 
 	ctx, cancel := context.WithCancel(parent)
 	chans := loopChans{
-		front: make(chan loop.Delivery[FrontMsg]),
-		out:   make(chan loop.Delivery[EngineCoreOutputs]),
+		front: make(chan loop.Delivery[dpwire.FrontMsg]),
+		out:   make(chan loop.Delivery[enginecore.Header]),
 		pub:   make(chan loop.Delivery[[][]byte]),
 		errs:  make(chan loopEnd, numLoops),
 	}
@@ -508,8 +509,8 @@ type loopEnd struct {
 }
 
 type loopChans struct {
-	front chan loop.Delivery[FrontMsg]
-	out   chan loop.Delivery[EngineCoreOutputs]
+	front chan loop.Delivery[dpwire.FrontMsg]
+	out   chan loop.Delivery[enginecore.Header]
 	pub   chan loop.Delivery[[][]byte]
 	errs  chan loopEnd
 }
@@ -545,8 +546,8 @@ func (c *Coordinator) serve(ctx context.Context, ch *loopChans) error {
 		// Front-end messages and engine outputs wait (in their loops, then
 		// in the sockets) until start-up is over, as vLLM polls those
 		// sockets only then.
-		var frontC chan loop.Delivery[FrontMsg]
-		var outC chan loop.Delivery[EngineCoreOutputs]
+		var frontC chan loop.Delivery[dpwire.FrontMsg]
+		var outC chan loop.Delivery[enginecore.Header]
 		if started {
 			frontC, outC = ch.front, ch.out
 		}
@@ -669,8 +670,8 @@ func (c *Coordinator) scaleAllowed(peer *socket.Peer) bool {
 	return err == nil && c.scaleFrom[ip.Unmap().String()]
 }
 
-func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[FrontMsg]) error {
-	if d.Value.Kind == FrontScale && !c.scaleAllowed(d.Msg.Peer) {
+func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[dpwire.FrontMsg]) error {
+	if d.Value.Kind == dpwire.FrontScale && !c.scaleAllowed(d.Msg.Peer) {
 		c.stateDrop(idxFront, d.Msg, errScaleFrom)
 		d.Done()
 		return nil
@@ -685,7 +686,7 @@ func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[FrontMsg]) er
 	return c.act(ctx, &a)
 }
 
-func (c *Coordinator) onBackOutput(ctx context.Context, d loop.Delivery[EngineCoreOutputs]) error {
+func (c *Coordinator) onBackOutput(ctx context.Context, d loop.Delivery[enginecore.Header]) error {
 	c.mu.Lock()
 	a, err := c.state.OnEngineOutput(d.Value)
 	c.mu.Unlock()
@@ -716,8 +717,8 @@ func (c *Coordinator) tick(ctx context.Context) error {
 }
 
 var (
-	readyFrame       = []byte(ReadyFrame)
-	startDPWaveFrame = []byte(StartDPWaveFrame)
+	readyFrame       = []byte(dpwire.ReadyFrame)
+	startDPWaveFrame = []byte(dpwire.StartDPWaveFrame)
 )
 
 // act performs what one input called for. Stats publications come from tick

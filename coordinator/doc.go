@@ -12,12 +12,12 @@
 // [New] binds the three sockets of docs/protocol.md §2 with zmqguard's hardened
 // socket package: the front publish XPUB (API front-ends subscribe, receive
 // stats, send wake-ups), the back output PULL (engines push
-// EngineCoreOutputs) and the back publish XPUB (engines subscribe, receive
+// enginecore.Header) and the back publish XPUB (engines subscribe, receive
 // READY and START_DP_WAVE). [Coordinator.Run] puts a SafeLoop (package
 // loop) on each socket in Deliver mode and selects over their deliveries and
 // a publication timer in one goroutine that owns the state machine:
 //
-//	front XPUB   loop: ParseFrontMessage        --+
+//	front XPUB   loop: dpwire.ParseFrontMessage        --+
 //	back PULL    loop: DecodeEngineCoreOutputs  --+--> State --> sends
 //	back XPUB    loop: CheckBackMessage         --+
 //	timer        StatsInterval / IdleInterval   --+
@@ -38,27 +38,27 @@
 //
 // [Engine] and [FrontEnd] speak the engine's and the front-end's side of
 // the protocol over the same sockets, for tests, examples and Go programs;
-// [ParseStartDPWave] and [ParsePublication] decode what they receive.
+// [dpwire.ParseStartDPWave] and [dpwire.ParsePublication] decode what they receive.
 //
 // # Wire layer
 //
-//   - [EngineCoreOutputs] with a hand-written [EngineCoreOutputs.UnmarshalMsg]
+//   - [enginecore.Header] with a hand-written [enginecore.Header.UnmarshalMsg]
 //     on msgp's primitives, and [DecodeEngineCoreOutputs], which makes
 //     decodeguard's structural checks in its decoding pass (it refuses
 //     exactly what the pre-scan plus the decode refuse) and classifies every
 //     failure:
 //     the message engines push to the coordinator's back-output socket.
-//     [enginecore.AppendHeader] writes it exactly as vLLM lays it out.
-//   - [ParseFrontMessage]: what API front-ends send on the front publish
+//     [dpwire.AppendHeader] writes it exactly as vLLM lays it out.
+//   - [dpwire.ParseFrontMessage]: what API front-ends send on the front publish
 //     socket (subscriptions, wake-ups, elastic-EP scale notices).
-//   - [ParseStartDPWave] and [ParsePublication]: what the coordinator sends
-//     (its frames are [ReadyFrame] and [StartDPWaveFrame]). The encoders of
+//   - [dpwire.ParseStartDPWave] and [dpwire.ParsePublication]: what the coordinator sends
+//     (its frames are [dpwire.ReadyFrame] and [dpwire.StartDPWaveFrame]). The encoders of
 //     the protocol's messages live in package enginecore beside the engine
-//     wire types: [enginecore.AppendStatsPublish],
-//     [enginecore.AppendStatsPublishKV], [enginecore.AppendWavePublish],
-//     [enginecore.AppendStartDPWave], [enginecore.AppendWake],
-//     [enginecore.AppendWakeIdentity], [enginecore.AppendScaleElasticEP] and
-//     [enginecore.CheckBackMessage].
+//     wire types: [dpwire.AppendStatsPublish],
+//     [dpwire.AppendStatsPublishKV], [dpwire.AppendWavePublish],
+//     [dpwire.AppendStartDPWave], [dpwire.AppendWake],
+//     [dpwire.AppendWakeIdentity], [dpwire.AppendScaleElasticEP] and
+//     [dpwire.CheckBackMessage].
 //
 // # State machine
 //
@@ -121,6 +121,6 @@
 // *[decodeguard.Error] (see [decodeguard.ReasonOf]) and never a panic,
 // lengths read from the wire are checked against the bytes present before
 // anything is allocated, and no error text carries raw peer bytes.
-// Decoding a valid frame into a reused [EngineCoreOutputs] and parsing a
+// Decoding a valid frame into a reused [enginecore.Header] and parsing a
 // valid front-end message allocate nothing.
 package coordinator

@@ -8,7 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
 // docs/protocol.md §2 front-end and publication vectors.
@@ -26,21 +26,21 @@ func TestParseFrontVectors(t *testing.T) {
 	tests := []struct {
 		name string
 		in   []byte
-		want FrontMsg
+		want dpwire.FrontMsg
 	}{
-		{"scale 4", unhex(t, vecScale4), FrontMsg{Kind: FrontScale, Engines: 4}},
-		{"wake nil 7", unhex(t, vecWakeNil7), FrontMsg{Kind: FrontWake, Wave: 7}},
-		{"wake 2 7", unhex(t, vecWake2_7), FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2}},
-		{"wake identity 2 7", unhex(t, vecWakeIdentity), FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2, ExcludeIdentity: true}},
-		{"wake identity 0x0105", unhex(t, "92c40205010a"), FrontMsg{Kind: FrontWake, Wave: 10, HasExclude: true, Exclude: 0x105, ExcludeIdentity: true}},
-		{"wake wide ints", unhex(t, "92cd0100cf0000000100000000"), FrontMsg{Kind: FrontWake, Wave: 1 << 32, HasExclude: true, Exclude: 256}},
-		{"wake max wave", unhex(t, "92c0cf7ffffffffffffffe"), FrontMsg{Kind: FrontWake, Wave: enginecore.MaxWave}},
-		{"scale max", unhex(t, "92b05343414c455f454c41535449435f4550ce00010000"), FrontMsg{Kind: FrontScale, Engines: MaxEngines}},
-		{"scale str8 header", append(append([]byte{0x92, 0xd9, 16}, ScaleElasticEP...), 0x03), FrontMsg{Kind: FrontScale, Engines: 3}},
+		{"scale 4", unhex(t, vecScale4), dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 4}},
+		{"wake nil 7", unhex(t, vecWakeNil7), dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 7}},
+		{"wake 2 7", unhex(t, vecWake2_7), dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 7, HasExclude: true, Exclude: 2}},
+		{"wake identity 2 7", unhex(t, vecWakeIdentity), dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 7, HasExclude: true, Exclude: 2, ExcludeIdentity: true}},
+		{"wake identity 0x0105", unhex(t, "92c40205010a"), dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 10, HasExclude: true, Exclude: 0x105, ExcludeIdentity: true}},
+		{"wake wide ints", unhex(t, "92cd0100cf0000000100000000"), dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 1 << 32, HasExclude: true, Exclude: 256}},
+		{"wake max wave", unhex(t, "92c0cf7ffffffffffffffe"), dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: dpwire.MaxWave}},
+		{"scale max", unhex(t, "92b05343414c455f454c41535449435f4550ce00010000"), dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: dpwire.MaxEngines}},
+		{"scale str8 header", append(append([]byte{0x92, 0xd9, 16}, dpwire.ScaleElasticEP...), 0x03), dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 3}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := ParseFrontMessage(tt.in)
+			got, err := dpwire.ParseFrontMessage(tt.in)
 			if err != nil {
 				t.Fatalf("parse %x: %v", tt.in, err)
 			}
@@ -56,16 +56,16 @@ func TestParseFrontVectors(t *testing.T) {
 func TestParseSubscriptions(t *testing.T) {
 	tests := []struct {
 		in    string
-		kind  FrontKind
+		kind  dpwire.FrontKind
 		topic string
 	}{
-		{"\x01", FrontSubscribe, ""},
-		{"\x00", FrontUnsubscribe, ""},
-		{"\x01stats", FrontSubscribe, "stats"},
-		{"\x00\x1b[31m", FrontUnsubscribe, "\x1b[31m"},
+		{"\x01", dpwire.FrontSubscribe, ""},
+		{"\x00", dpwire.FrontUnsubscribe, ""},
+		{"\x01stats", dpwire.FrontSubscribe, "stats"},
+		{"\x00\x1b[31m", dpwire.FrontUnsubscribe, "\x1b[31m"},
 	}
 	for _, tt := range tests {
-		m, err := ParseFrontMessage([]byte(tt.in))
+		m, err := dpwire.ParseFrontMessage([]byte(tt.in))
 		if err != nil {
 			t.Fatalf("%q: %v", tt.in, err)
 		}
@@ -73,8 +73,8 @@ func TestParseSubscriptions(t *testing.T) {
 			t.Fatalf("%q: got %+v", tt.in, m)
 		}
 	}
-	if FrontSubscribe.String() != "subscribe" || FrontWake.String() != "wake" || FrontKind(0).String() != "invalid" || FrontKind(99).String() != "invalid" {
-		t.Fatal("FrontKind.String")
+	if dpwire.FrontSubscribe.String() != "subscribe" || dpwire.FrontWake.String() != "wake" || dpwire.FrontKind(0).String() != "invalid" || dpwire.FrontKind(99).String() != "invalid" {
+		t.Fatal("dpwire.FrontKind.String")
 	}
 }
 
@@ -113,19 +113,19 @@ func TestParseFrontRejects(t *testing.T) {
 			return msgp.AppendInt64(msgp.AppendString(msgp.AppendArrayHeader(b, 2), "FIRST_REQ"), 1)
 		}), decodeguard.ReasonDecode},
 		{"command as bin", pack(func(b []byte) []byte {
-			return msgp.AppendInt64(msgp.AppendBytes(msgp.AppendArrayHeader(b, 2), []byte(ScaleElasticEP)), 1)
+			return msgp.AppendInt64(msgp.AppendBytes(msgp.AppendArrayHeader(b, 2), []byte(dpwire.ScaleElasticEP)), 1)
 		}), decodeguard.ReasonDecode},
 		{"scale lower case", pack(func(b []byte) []byte {
 			return msgp.AppendInt64(msgp.AppendString(msgp.AppendArrayHeader(b, 2), "scale_elastic_ep"), 1)
 		}), decodeguard.ReasonDecode},
 		{"scale count str", pack(func(b []byte) []byte {
-			return msgp.AppendString(msgp.AppendString(msgp.AppendArrayHeader(b, 2), ScaleElasticEP), "4")
+			return msgp.AppendString(msgp.AppendString(msgp.AppendArrayHeader(b, 2), dpwire.ScaleElasticEP), "4")
 		}), decodeguard.ReasonDecode},
 		{"scale count nil", pack(func(b []byte) []byte {
-			return msgp.AppendNil(msgp.AppendString(msgp.AppendArrayHeader(b, 2), ScaleElasticEP))
+			return msgp.AppendNil(msgp.AppendString(msgp.AppendArrayHeader(b, 2), dpwire.ScaleElasticEP))
 		}), decodeguard.ReasonDecode},
 		{"scale count float", pack(func(b []byte) []byte {
-			return msgp.AppendFloat64(msgp.AppendString(msgp.AppendArrayHeader(b, 2), ScaleElasticEP), 4)
+			return msgp.AppendFloat64(msgp.AppendString(msgp.AppendArrayHeader(b, 2), dpwire.ScaleElasticEP), 4)
 		}), decodeguard.ReasonDecode},
 		{"scale 0", unhex(t, "92b05343414c455f454c41535449435f455000"), decodeguard.ReasonValidate},
 		{"scale -1", unhex(t, "92b05343414c455f454c41535449435f4550ff"), decodeguard.ReasonValidate},
@@ -141,7 +141,7 @@ func TestParseFrontRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			m, err := ParseFrontMessage(tt.in)
+			m, err := dpwire.ParseFrontMessage(tt.in)
 			if err == nil {
 				t.Fatalf("accepted %x as %+v", tt.in, m)
 			}
@@ -160,44 +160,44 @@ func TestFrontEncoders(t *testing.T) {
 		got  []byte
 		want string
 	}{
-		{"stats publish", enginecore.AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), vecStatsPublish},
-		{"stats publish empty", enginecore.AppendStatsPublish(nil, nil, 0, false), "939000c2"},
-		{"stats publish wide", enginecore.AppendStatsPublish(nil, [][2]int{{300, 70000}}, 1<<33, false), "9391" + "92cd012cce00011170" + "cf0000000200000000" + "c2"},
-		{"stats publish kv", enginecore.AppendStatsPublishKV(nil, []EngineLoad{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Running: 1}}, 7, true),
+		{"stats publish", dpwire.AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), vecStatsPublish},
+		{"stats publish empty", dpwire.AppendStatsPublish(nil, nil, 0, false), "939000c2"},
+		{"stats publish wide", dpwire.AppendStatsPublish(nil, [][2]int{{300, 70000}}, 1<<33, false), "9391" + "92cd012cce00011170" + "cf0000000200000000" + "c2"},
+		{"stats publish kv", dpwire.AppendStatsPublishKV(nil, []dpwire.Load{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Running: 1}}, 7, true),
 			"9392" + "930503cb3fd0000000000000" + "930001cb0000000000000000" + "07c3"},
-		{"wave publish", enginecore.AppendWavePublish(nil, 7, false), vecWavePublish},
-		{"start dp wave", enginecore.AppendStartDPWave(nil, 7, &two), vecStartDPWave72},
-		{"start dp wave nil", enginecore.AppendStartDPWave(nil, 7, nil), "9207c0"},
-		{"scale", enginecore.AppendScaleElasticEP(nil, 4), vecScale4},
-		{"wake nil", enginecore.AppendWake(nil, nil, 7), vecWakeNil7},
-		{"wake int", enginecore.AppendWake(nil, &two, 7), vecWake2_7},
-		{"wake identity", enginecore.AppendWakeIdentity(nil, 2, 7), vecWakeIdentity},
-		{"wake int 5 wave 0", enginecore.AppendWake(nil, &five, 0), "920500"},
+		{"wave publish", dpwire.AppendWavePublish(nil, 7, false), vecWavePublish},
+		{"start dp wave", dpwire.AppendStartDPWave(nil, 7, &two), vecStartDPWave72},
+		{"start dp wave nil", dpwire.AppendStartDPWave(nil, 7, nil), "9207c0"},
+		{"scale", dpwire.AppendScaleElasticEP(nil, 4), vecScale4},
+		{"wake nil", dpwire.AppendWake(nil, nil, 7), vecWakeNil7},
+		{"wake int", dpwire.AppendWake(nil, &two, 7), vecWake2_7},
+		{"wake identity", dpwire.AppendWakeIdentity(nil, 2, 7), vecWakeIdentity},
+		{"wake int 5 wave 0", dpwire.AppendWake(nil, &five, 0), "920500"},
 	}
 	for _, tt := range tests {
 		if got := hex.EncodeToString(tt.got); got != tt.want {
 			t.Errorf("%s: got %s, want %s", tt.name, got, tt.want)
 		}
 	}
-	if ReadyFrame != "READY" || hex.EncodeToString([]byte(ReadyFrame)) != "5245414459" || StartDPWaveFrame != "\x02" {
+	if dpwire.ReadyFrame != "READY" || hex.EncodeToString([]byte(dpwire.ReadyFrame)) != "5245414459" || dpwire.StartDPWaveFrame != "\x02" {
 		t.Fatal("frame constants")
 	}
 }
 
 func TestFrontRoundTrip(t *testing.T) {
-	for n := 1; n <= MaxEngines; n = n*3 + 1 {
-		m, err := ParseFrontMessage(enginecore.AppendScaleElasticEP(nil, n))
-		if err != nil || m.Kind != FrontScale || m.Engines != n {
+	for n := 1; n <= dpwire.MaxEngines; n = n*3 + 1 {
+		m, err := dpwire.ParseFrontMessage(dpwire.AppendScaleElasticEP(nil, n))
+		if err != nil || m.Kind != dpwire.FrontScale || m.Engines != n {
 			t.Fatalf("scale %d: %+v %v", n, m, err)
 		}
 	}
 	for _, wave := range []int{0, 1, 127, 128, 255, 256, 65535, 65536, 1 << 40} {
 		for _, ex := range []int{0, 3, 200, 65535} {
-			m, err := ParseFrontMessage(enginecore.AppendWake(nil, &ex, wave))
-			if err != nil || m.Kind != FrontWake || m.Wave != int64(wave) || !m.HasExclude || m.Exclude != int64(ex) || m.ExcludeIdentity {
+			m, err := dpwire.ParseFrontMessage(dpwire.AppendWake(nil, &ex, wave))
+			if err != nil || m.Kind != dpwire.FrontWake || m.Wave != int64(wave) || !m.HasExclude || m.Exclude != int64(ex) || m.ExcludeIdentity {
 				t.Fatalf("wake (%d,%d): %+v %v", ex, wave, m, err)
 			}
-			m, err = ParseFrontMessage(enginecore.AppendWakeIdentity(nil, uint16(ex), wave))
+			m, err = dpwire.ParseFrontMessage(dpwire.AppendWakeIdentity(nil, uint16(ex), wave))
 			if err != nil || m.Wave != int64(wave) || m.Exclude != int64(ex) || !m.ExcludeIdentity {
 				t.Fatalf("wake identity (%d,%d): %+v %v", ex, wave, m, err)
 			}
@@ -212,7 +212,7 @@ func TestParseFrontZeroAllocs(t *testing.T) {
 	}
 	allocs := testing.AllocsPerRun(100, func() {
 		for _, f := range frames {
-			if _, err := ParseFrontMessage(f); err != nil {
+			if _, err := dpwire.ParseFrontMessage(f); err != nil {
 				t.Fatal(err)
 			}
 		}

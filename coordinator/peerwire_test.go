@@ -9,21 +9,22 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
 func TestParseStartDPWave(t *testing.T) {
 	for _, c := range []struct {
 		hex  string
-		want StartDPWave
+		want dpwire.StartDPWave
 	}{
-		{"920702", StartDPWave{Wave: 7, HasExclude: true, Exclude: 2}}, // docs/protocol.md's (7, 2)
-		{"9207c0", StartDPWave{Wave: 7}},
-		{"92cf0000010000000000c0", StartDPWave{Wave: 1 << 40}},
-		{"9200cd0100", StartDPWave{HasExclude: true, Exclude: 256}},
+		{"920702", dpwire.StartDPWave{Wave: 7, HasExclude: true, Exclude: 2}}, // docs/protocol.md's (7, 2)
+		{"9207c0", dpwire.StartDPWave{Wave: 7}},
+		{"92cf0000010000000000c0", dpwire.StartDPWave{Wave: 1 << 40}},
+		{"9200cd0100", dpwire.StartDPWave{HasExclude: true, Exclude: 256}},
 	} {
-		got, err := ParseStartDPWave(unhex(t, c.hex))
+		got, err := dpwire.ParseStartDPWave(unhex(t, c.hex))
 		if err != nil || got != c.want {
 			t.Errorf("%s: %+v %v, want %+v", c.hex, got, err, c.want)
 		}
@@ -42,11 +43,11 @@ func TestParseStartDPWave(t *testing.T) {
 		{"92ff02", decodeguard.ReasonValidate},                 // negative wave
 		{"9207ff", decodeguard.ReasonValidate},                 // negative exclude
 		{"92cfffffffffffffffff02", decodeguard.ReasonValidate}, // wave beyond int64
-		{"92cf7fffffffffffffffc0", decodeguard.ReasonValidate}, // wave MaxInt64 > enginecore.MaxWave
+		{"92cf7fffffffffffffffc0", decodeguard.ReasonValidate}, // wave MaxInt64 > dpwire.MaxWave
 		{"a3e08080", decodeguard.ReasonDecode},
 		{"9291919191910102", decodeguard.ReasonOversize},
 	} {
-		_, err := ParseStartDPWave(unhex(t, c.hex))
+		_, err := dpwire.ParseStartDPWave(unhex(t, c.hex))
 		if decodeguard.ReasonOf(err) != c.reason {
 			t.Errorf("%s: %v, want %v", c.hex, err, c.reason)
 		}
@@ -55,30 +56,30 @@ func TestParseStartDPWave(t *testing.T) {
 		}
 	}
 	// What the coordinator sends parses back.
-	for _, sw := range []StartDPWave{{Wave: 3}, {Wave: enginecore.MaxWave, HasExclude: true, Exclude: MaxEngines - 1}} {
+	for _, sw := range []dpwire.StartDPWave{{Wave: 3}, {Wave: dpwire.MaxWave, HasExclude: true, Exclude: dpwire.MaxEngines - 1}} {
 		a := stateActions{StartWave: sw}
-		if got, err := ParseStartDPWave(a.AppendStartDPWave(nil)); err != nil || got != sw {
+		if got, err := dpwire.ParseStartDPWave(a.AppendStartDPWave(nil)); err != nil || got != sw {
 			t.Errorf("round trip %+v: %+v %v", sw, got, err)
 		}
 	}
 }
 
 func TestParsePublication(t *testing.T) {
-	var p Publication
+	var p dpwire.Publication
 	// docs/protocol.md's vectors.
-	if err := ParsePublication(unhex(t, "939292050392000107c3"), &p); err != nil || !p.HasCounts || p.KV || p.Wave != 7 || !p.Running ||
-		len(p.Loads) != 2 || p.Loads[0] != (EngineLoad{Waiting: 5, Running: 3}) || p.Loads[1] != (EngineLoad{Running: 1}) {
+	if err := dpwire.ParsePublication(unhex(t, "939292050392000107c3"), &p); err != nil || !p.HasCounts || p.KV || p.Wave != 7 || !p.Running ||
+		len(p.Loads) != 2 || p.Loads[0] != (dpwire.Load{Waiting: 5, Running: 3}) || p.Loads[1] != (dpwire.Load{Running: 1}) {
 		t.Fatalf("stats vector: %+v %v", p, err)
 	}
 	if c := p.Counts(); len(c) != 2 || c[0] != [2]int{5, 3} || c[1] != [2]int{0, 1} {
 		t.Fatalf("counts %v", c)
 	}
 	loads := p.Loads
-	if err := ParsePublication(unhex(t, "93c007c2"), &p); err != nil || p.HasCounts || p.Wave != 7 || p.Running || len(p.Loads) != 0 || p.Counts() != nil {
+	if err := dpwire.ParsePublication(unhex(t, "93c007c2"), &p); err != nil || p.HasCounts || p.Wave != 7 || p.Running || len(p.Loads) != 0 || p.Counts() != nil {
 		t.Fatalf("wave vector: %+v %v", p, err)
 	}
-	kv := enginecore.AppendStatsPublishKV(nil, []EngineLoad{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Waiting: 0, Running: 1, KVCacheUsage: 1}}, 9, false)
-	if err := ParsePublication(kv, &p); err != nil || !p.KV || p.Loads[0].KVCacheUsage != 0.25 || p.Loads[1].KVCacheUsage != 1 || p.Wave != 9 {
+	kv := dpwire.AppendStatsPublishKV(nil, []dpwire.Load{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Waiting: 0, Running: 1, KVCacheUsage: 1}}, 9, false)
+	if err := dpwire.ParsePublication(kv, &p); err != nil || !p.KV || p.Loads[0].KVCacheUsage != 0.25 || p.Loads[1].KVCacheUsage != 1 || p.Wave != 9 {
 		t.Fatalf("kv layout: %+v %v", p, err)
 	}
 	if &p.Loads[0] != &loads[0] {
@@ -105,7 +106,7 @@ func TestParsePublication(t *testing.T) {
 	} {
 		h := string(bytes.ReplaceAll([]byte(c.hex), []byte(" "), nil))
 		p.Loads = loads
-		err := ParsePublication(unhex(t, h), &p)
+		err := dpwire.ParsePublication(unhex(t, h), &p)
 		if decodeguard.ReasonOf(err) != c.reason {
 			t.Errorf("%s: %v, want %v", h, err, c.reason)
 		}
@@ -121,15 +122,15 @@ func TestParsePublication(t *testing.T) {
 func TestParsePeerZeroAllocs(t *testing.T) {
 	sw := unhex(t, "920702")
 	pub := unhex(t, "939292050392000107c3")
-	var p Publication
-	if err := ParsePublication(pub, &p); err != nil {
+	var p dpwire.Publication
+	if err := dpwire.ParsePublication(pub, &p); err != nil {
 		t.Fatal(err)
 	}
 	if n := testing.AllocsPerRun(100, func() {
-		if _, err := ParseStartDPWave(sw); err != nil {
+		if _, err := dpwire.ParseStartDPWave(sw); err != nil {
 			t.Fatal(err)
 		}
-		if err := ParsePublication(pub, &p); err != nil {
+		if err := dpwire.ParsePublication(pub, &p); err != nil {
 			t.Fatal(err)
 		}
 	}); n != 0 {
@@ -142,7 +143,7 @@ func TestParsePeerZeroAllocs(t *testing.T) {
 // START_DP_WAVE for the other method, a malformed START_DP_WAVE.
 func TestPeerHelpers(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
-	f, err := DialFrontEnd(FrontEndConfig{Front: "tcp://127.0.0.1:1", Socket: testSocketOptions()})
+	f, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: "tcp://127.0.0.1:1", Socket: testSocketOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -150,7 +151,7 @@ func TestPeerHelpers(t *testing.T) {
 		t.Fatal("connected to nothing")
 	}
 	for _, err := range []error{f.Wake(ctx, nil, 0), f.WakeIdentity(ctx, 1, 0), f.Scale(ctx, 2)} {
-		if !errors.Is(err, ErrNotConnected) {
+		if !errors.Is(err, dppeer.ErrNotConnected) {
 			t.Fatalf("send while unconnected: %v", err)
 		}
 	}
@@ -160,19 +161,19 @@ func TestPeerHelpers(t *testing.T) {
 	}
 	cancel()
 	f.Close()
-	if _, err := DialFrontEnd(FrontEndConfig{Front: "bogus"}); err == nil {
-		t.Fatal("DialFrontEnd accepted a bad endpoint")
+	if _, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: "bogus"}); err == nil {
+		t.Fatal("dppeer.DialFrontEnd accepted a bad endpoint")
 	}
-	if _, err := DialEngine(EngineConfig{BackPublish: "bogus", BackOutput: "tcp://127.0.0.1:1"}); err == nil {
-		t.Fatal("DialEngine accepted a bad endpoint")
+	if _, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: "bogus", BackOutput: "tcp://127.0.0.1:1"}); err == nil {
+		t.Fatal("dppeer.DialEngine accepted a bad endpoint")
 	}
-	if _, err := DialEngine(EngineConfig{BackPublish: "tcp://127.0.0.1:1", BackOutput: "bogus"}); err == nil {
-		t.Fatal("DialEngine accepted a bad endpoint")
+	if _, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: "tcp://127.0.0.1:1", BackOutput: "bogus"}); err == nil {
+		t.Fatal("dppeer.DialEngine accepted a bad endpoint")
 	}
 
 	// A fake coordinator: an XPUB the engine subscribes to.
 	pub := junkPubFor(t)
-	e, err := DialEngine(EngineConfig{BackPublish: pub.Endpoint(), BackOutput: "tcp://127.0.0.1:1", Socket: testSocketOptions()})
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: pub.Endpoint(), BackOutput: "tcp://127.0.0.1:1", Socket: testSocketOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -184,8 +185,8 @@ func TestPeerHelpers(t *testing.T) {
 	for _, frames := range [][][]byte{
 		{[]byte("RECOVERY")},                 // unknown: skipped
 		{[]byte("\x02"), unhex(t, "920501")}, // START_DP_WAVE(5, 1) before READY
-		{[]byte(ReadyFrame)},
-		{[]byte(ReadyFrame)},                 // kept for the next WaitReady
+		{[]byte(dpwire.ReadyFrame)},
+		{[]byte(dpwire.ReadyFrame)},          // kept for the next WaitReady
 		{[]byte("\x02"), unhex(t, "9206c0")}, // START_DP_WAVE(6, nil)
 		{[]byte("\x02"), unhex(t, "45")},     // malformed
 	} {
@@ -232,7 +233,7 @@ func FuzzParseStartDPWave(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		sw, err := ParseStartDPWave(b)
+		sw, err := dpwire.ParseStartDPWave(b)
 		if err != nil {
 			if !decodeguard.IsBadInput(err) {
 				t.Fatalf("unclassified error %v", err)
@@ -240,11 +241,11 @@ func FuzzParseStartDPWave(f *testing.F) {
 			checkSafeText(t, err.Error())
 			return
 		}
-		if sw.Wave < 0 || sw.Wave > enginecore.MaxWave || sw.Exclude < 0 || (!sw.HasExclude && sw.Exclude != 0) {
+		if sw.Wave < 0 || sw.Wave > dpwire.MaxWave || sw.Exclude < 0 || (!sw.HasExclude && sw.Exclude != 0) {
 			t.Fatalf("accepted %+v", sw)
 		}
 		a := stateActions{StartWave: sw}
-		again, err := ParseStartDPWave(a.AppendStartDPWave(nil))
+		again, err := dpwire.ParseStartDPWave(a.AppendStartDPWave(nil))
 		if err != nil || again != sw {
 			t.Fatalf("round trip %+v: %+v %v", sw, again, err)
 		}
@@ -258,9 +259,9 @@ func FuzzParsePublication(f *testing.F) {
 		b, _ := hex.DecodeString(string(bytes.ReplaceAll([]byte(s), []byte(" "), nil)))
 		f.Add(b)
 	}
-	var p Publication
+	var p dpwire.Publication
 	f.Fuzz(func(t *testing.T, b []byte) {
-		err := ParsePublication(b, &p)
+		err := dpwire.ParsePublication(b, &p)
 		if err != nil {
 			if !decodeguard.IsBadInput(err) {
 				t.Fatalf("unclassified error %v", err)
@@ -277,18 +278,18 @@ func FuzzParsePublication(f *testing.F) {
 		var re []byte
 		switch {
 		case !p.HasCounts:
-			re = enginecore.AppendWavePublish(nil, int(p.Wave), p.Running)
+			re = dpwire.AppendWavePublish(nil, p.Wave, p.Running)
 		case p.KV:
-			re = enginecore.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running)
+			re = dpwire.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running)
 		default:
 			counts := make([][2]int, len(p.Loads))
 			for i, l := range p.Loads {
 				counts[i] = [2]int{int(l.Waiting), int(l.Running)}
 			}
-			re = enginecore.AppendStatsPublish(nil, counts, int(p.Wave), p.Running)
+			re = dpwire.AppendStatsPublish(nil, counts, int(p.Wave), p.Running)
 		}
-		var q Publication
-		if err := ParsePublication(re, &q); err != nil || q.HasCounts != p.HasCounts || q.KV != p.KV || q.Wave != p.Wave ||
+		var q dpwire.Publication
+		if err := dpwire.ParsePublication(re, &q); err != nil || q.HasCounts != p.HasCounts || q.KV != p.KV || q.Wave != p.Wave ||
 			q.Running != p.Running || len(q.Loads) != len(p.Loads) {
 			t.Fatalf("round trip %+v: %+v %v", p, q, err)
 		}

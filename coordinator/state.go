@@ -60,7 +60,7 @@ type stateConfig struct {
 	// SCALE_ELASTIC_EP. Zero means DefaultScaleFactor times the starting
 	// engine count, at least DefaultMinMaxEngines and at most
 	// DefaultMaxEngines (the starting count itself may not exceed
-	// DefaultMaxEngines then); it may not exceed MaxEngines. A publication
+	// DefaultMaxEngines then); it may not exceed dpwire.MaxEngines. A publication
 	// carries one entry per engine, so this also bounds its size (about 13
 	// bytes per engine).
 	MaxEngines int
@@ -98,33 +98,17 @@ func (c stateConfig) withDefaults(engines int) stateConfig {
 	return c
 }
 
-// StartDPWave is a START_DP_WAVE broadcast to the engines: every engine
-// except Exclude (when HasExclude) moves to Wave and starts running.
-type StartDPWave struct {
-	Wave       int64
-	HasExclude bool
-	Exclude    int64
-	// ExcludeIdentity reports that the exclusion travels as the engine's
-	// 2-byte little-endian ZMQ identity (a msgpack bin), as current vLLM
-	// front-ends name the engine in their wake message and vLLM's
-	// coordinator forwards it unchanged; Exclude is then the index that
-	// identity encodes. vLLM's engines compare it with their int index, so
-	// no engine skips such a wave (vLLM main at the golden vectors'
-	// commit).
-	ExcludeIdentity bool
-}
-
 // stateActions is what the runtime must do after one input to [stateMachine]. Several
 // may be set at once; their order does not matter, as they go to different
 // sockets. The zero value means nothing to do.
 type stateActions struct {
-	// SendReady: send [ReadyFrame] on the back publish socket.
+	// SendReady: send [dpwire.ReadyFrame] on the back publish socket.
 	SendReady bool
 	// SendStartWave: send START_DP_WAVE(StartWave) on the back publish
-	// socket, as the two frames [StartDPWaveFrame] and
+	// socket, as the two frames [dpwire.StartDPWaveFrame] and
 	// [stateActions.AppendStartDPWave].
 	SendStartWave bool
-	StartWave     StartDPWave
+	StartWave     dpwire.StartDPWave
 	// PublishWave: publish (nil, Wave, Running) to the front-ends at once
 	// ([stateActions.AppendWavePublish]).
 	PublishWave bool
@@ -148,7 +132,7 @@ func (a *stateActions) AppendStartDPWave(dst []byte) []byte {
 	if a.StartWave.HasExclude && a.StartWave.ExcludeIdentity {
 		return dpwire.AppendStartDPWaveIdentity(dst, a.StartWave.Wave, uint16(a.StartWave.Exclude))
 	}
-	return dpwire.AppendStartDPWave(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
+	return dpwire.AppendStartDPWaveIndex(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
 }
 
 // AppendWavePublish appends (nil, Wave, Running).
@@ -267,7 +251,7 @@ type engineState struct {
 //     the current wave) is a ReasonValidate drop, counted in WaveJumps, and
 //     changes nothing (its stats included); WaveResync such notices in a
 //     row are followed anyway (a coordinator that fell behind catches up).
-//     The wave never exceeds enginecore.MaxWave: a wave_complete at enginecore.MaxWave pauses the
+//     The wave never exceeds dpwire.MaxWave: a wave_complete at dpwire.MaxWave pauses the
 //     engines and keeps the wave, so every later notice and wake at the
 //     current wave stays in range. One forged notice can therefore neither
 //     move the wave out of the engines' reach nor stop wakes; after a jump
@@ -320,10 +304,10 @@ type stateMachine struct {
 // newStateMachine returns the state of a coordinator for engines engines, waiting
 // for their start-up subscriptions. It fails (with an unclassified error:
 // this is configuration, not peer input) when engines is not in
-// [1, cfg.MaxEngines] or cfg.MaxEngines is out of [1, MaxEngines].
+// [1, cfg.MaxEngines] or cfg.MaxEngines is out of [1, dpwire.MaxEngines].
 func newStateMachine(engines int, cfg stateConfig) (*stateMachine, error) {
 	cfg = cfg.withDefaults(engines)
-	if cfg.MaxEngines < 1 || cfg.MaxEngines > MaxEngines {
+	if cfg.MaxEngines < 1 || cfg.MaxEngines > dpwire.MaxEngines {
 		return nil, errors.New("coordinator: stateConfig.MaxEngines out of range")
 	}
 	if engines < 1 || engines > cfg.MaxEngines {
@@ -336,7 +320,7 @@ func (s *stateMachine) actions() stateActions { return stateActions{Wave: s.wave
 
 func (s *stateMachine) startWave(a *stateActions, wave, exclude int64, hasExclude, identity bool) {
 	a.SendStartWave = true
-	a.StartWave = StartDPWave{Wave: wave, Exclude: exclude, HasExclude: hasExclude, ExcludeIdentity: hasExclude && identity}
+	a.StartWave = dpwire.StartDPWave{Wave: wave, Exclude: exclude, HasExclude: hasExclude, ExcludeIdentity: hasExclude && identity}
 	if !hasExclude {
 		a.StartWave.Exclude = 0
 	}
@@ -359,11 +343,11 @@ var (
 // classified error when the message must be dropped (and then nothing was
 // changed, except the wave-jump rule's count of refusals in a row):
 // ReasonValidate for request outputs, a utility output, a value out of
-// range ([EngineCoreOutputs.Validate]) or a wave notice beyond MaxWaveJump,
+// range ([enginecore.Header.Validate]) or a wave notice beyond MaxWaveJump,
 // ReasonUnknownRank for an engine index the coordinator does not have (see
 // [stateMachine] for the exact rules). The returned errors are shared values: compare them with errors.Is
 // or [decodeguard.ReasonOf], do not modify them.
-func (s *stateMachine) OnEngineOutput(m *EngineCoreOutputs) (stateActions, error) {
+func (s *stateMachine) OnEngineOutput(m *enginecore.Header) (stateActions, error) {
 	switch {
 	case m.OutputsLen != 0:
 		return stateActions{}, errOutputs
@@ -407,19 +391,19 @@ func (s *stateMachine) OnEngineOutput(m *EngineCoreOutputs) (stateActions, error
 	return a, nil
 }
 
-// nextWave is the wave after wave_complete = w: w+1, but at most enginecore.MaxWave,
+// nextWave is the wave after wave_complete = w: w+1, but at most dpwire.MaxWave,
 // so that the wave never leaves the range every notice and wake is checked
-// against (a wave_complete at enginecore.MaxWave pauses the engines and keeps the wave).
+// against (a wave_complete at dpwire.MaxWave pauses the engines and keeps the wave).
 func nextWave(w int64) int64 {
-	if w >= enginecore.MaxWave {
-		return enginecore.MaxWave
+	if w >= dpwire.MaxWave {
+		return dpwire.MaxWave
 	}
 	return w + 1
 }
 
 // waveNoticeOK applies the wave-jump rule (see State) to m's wave notice,
 // if any: true when m may be applied.
-func (s *stateMachine) waveNoticeOK(m *EngineCoreOutputs) bool {
+func (s *stateMachine) waveNoticeOK(m *enginecore.Header) bool {
 	var w int64
 	switch {
 	case m.HasWaveComplete:
@@ -443,7 +427,7 @@ func (s *stateMachine) waveNoticeOK(m *EngineCoreOutputs) bool {
 }
 
 // applyStats takes st for engine e unless it is stale (see State).
-func (s *stateMachine) applyStats(e *engineState, st *SchedulerStats) {
+func (s *stateMachine) applyStats(e *engineState, st *enginecore.SchedulerStats) {
 	w, step := st.CurrentWave, st.StepCounter
 	if e.seen && (w < e.lastWave || (w == e.lastWave && step < e.lastStep)) {
 		s.counters.StaleStats++
@@ -462,16 +446,16 @@ func (s *stateMachine) applyStats(e *engineState, st *SchedulerStats) {
 }
 
 // OnFrontMessage applies one parsed front-end message (see
-// [ParseFrontMessage]). Subscriptions and unsubscriptions change nothing.
+// [dpwire.ParseFrontMessage]). Subscriptions and unsubscriptions change nothing.
 // A scale notice resizes the engine list; a wake-up starts a wave when the
 // engines are paused (see [stateMachine]). It returns a ReasonValidate error, and
 // changes nothing, for an engine count outside [1, stateConfig.MaxEngines] or a
 // wave or exclusion out of range, and ReasonDecode for an unknown Kind.
-func (s *stateMachine) OnFrontMessage(msg FrontMsg) (stateActions, error) {
+func (s *stateMachine) OnFrontMessage(msg dpwire.FrontMsg) (stateActions, error) {
 	switch msg.Kind {
-	case FrontSubscribe, FrontUnsubscribe:
+	case dpwire.FrontSubscribe, dpwire.FrontUnsubscribe:
 		return s.actions(), nil
-	case FrontScale:
+	case dpwire.FrontScale:
 		if msg.Engines < 1 || msg.Engines > s.cfg.MaxEngines {
 			return stateActions{}, errScaleRange
 		}
@@ -489,8 +473,8 @@ func (s *stateMachine) OnFrontMessage(msg FrontMsg) (stateActions, error) {
 		}
 		s.checkStartup(&a)
 		return a, nil
-	case FrontWake:
-		if msg.Wave < 0 || msg.Wave > enginecore.MaxWave || (msg.HasExclude && msg.Exclude < 0) {
+	case dpwire.FrontWake:
+		if msg.Wave < 0 || msg.Wave > dpwire.MaxWave || (msg.HasExclude && msg.Exclude < 0) {
 			return stateActions{}, errWaveRange
 		}
 		a := s.actions()
@@ -528,7 +512,7 @@ func (s *stateMachine) resize(n int) {
 // peer) and any other frame a ReasonDecode error; neither changes anything,
 // during start-up or after.
 func (s *stateMachine) OnBackMessage(b []byte) (stateActions, error) {
-	if err := enginecore.CheckBackMessage(b); err != nil {
+	if err := dpwire.CheckBackMessage(b); err != nil {
 		return stateActions{}, err
 	}
 	if b[0] == 0x01 {

@@ -26,7 +26,7 @@ type SocketStats struct {
 	Dropped  uint64 `json:"dropped"`
 	Drops    Drops  `json:"drops"`
 	// StateDrops is the part of Drops refused by the state machine (an
-	// engine index it does not have, a scale count beyond MaxEngines).
+	// engine index it does not have, a scale count beyond Config.MaxEngines).
 	StateDrops Drops `json:"state_drops"`
 	// Refused counts connections and streams the socket layer refused
 	// (raw TCP probes, bad handshakes, oversize messages), by reason; they
@@ -189,4 +189,12 @@ func (c *Coordinator) socketStats(dst *SocketStats, idx int, sock *socket.Socket
 	if ls.Delivered >= state {
 		dst.Accepted = ls.Delivered - state
 	}
+}
+
+// EngineLoad is one engine's load as its last stats reported it, and as
+// the coordinator's stats publication carries it to the front-ends.
+type EngineLoad struct {
+	Waiting      int64   `json:"waiting"`
+	Running      int64   `json:"running"`
+	KVCacheUsage float64 `json:"kv_cache_usage"`
 }

@@ -13,10 +13,11 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
-// TestStatsFreezeRecovers is issue 23's "stats freeze": one EngineCoreOutputs
+// TestStatsFreezeRecovers is issue 23's "stats freeze": one enginecore.Header
 // for engine 1 with current_wave = step_counter = 2^63-1 (and 424242
 // waiting) used to make every later real stats message from engine 1 stale,
 // so front-ends saw 424242 for ever. Now the real engine's counts are taken
@@ -59,7 +60,7 @@ func TestWaveStuckRefused(t *testing.T) {
 		s := newStarted(t, 2, stateConfig{Release: rel})
 		setWave(t, s, 3, true)
 		// Fewer than WaveResync in a row: each is refused.
-		for _, m := range []*EngineCoreOutputs{waveCompleteMsg(0, enginecore.MaxWave-1), startWaveMsg(1, 4+MaxWaveJump)} {
+		for _, m := range []*enginecore.Header{waveCompleteMsg(0, dpwire.MaxWave-1), startWaveMsg(1, 4+MaxWaveJump)} {
 			if a, err := s.OnEngineOutput(m); decodeguard.ReasonOf(err) != decodeguard.ReasonValidate || !a.None() {
 				t.Fatalf("%s: jump %+v: %+v %v", rel, m, a, err)
 			}
@@ -71,34 +72,34 @@ func TestWaveStuckRefused(t *testing.T) {
 		if a, err := s.OnEngineOutput(waveCompleteMsg(0, 3)); err != nil || s.Running() || s.Wave() != 4 || !a.PublishWave {
 			t.Fatalf("%s: real wave_complete: %+v %v", rel, a, err)
 		}
-		if a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 4}); err != nil || !a.SendStartWave || a.StartWave.Wave != 4 {
+		if a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 4}); err != nil || !a.SendStartWave || a.StartWave.Wave != 4 {
 			t.Fatalf("%s: wake: %+v %v", rel, a, err)
 		}
 	}
 }
 
 // TestWaveResyncAndCeiling: WaveResync jumps in a row are followed, and the
-// wave then stays in range: at enginecore.MaxWave a wave_complete pauses without
+// wave then stays in range: at dpwire.MaxWave a wave_complete pauses without
 // overflowing and every wake is accepted.
 func TestWaveResyncAndCeiling(t *testing.T) {
 	s := newStarted(t, 2, stateConfig{})
 	for i := 1; i <= WaveResync; i++ {
-		_, err := s.OnEngineOutput(startWaveMsg(0, enginecore.MaxWave))
+		_, err := s.OnEngineOutput(startWaveMsg(0, dpwire.MaxWave))
 		if i < WaveResync && err == nil {
 			t.Fatalf("jump %d followed", i)
 		}
-		if i == WaveResync && (err != nil || s.Wave() != enginecore.MaxWave || !s.Running()) {
+		if i == WaveResync && (err != nil || s.Wave() != dpwire.MaxWave || !s.Running()) {
 			t.Fatalf("resync: %v (%d, %v)", err, s.Wave(), s.Running())
 		}
 	}
-	if a, err := s.OnEngineOutput(waveCompleteMsg(0, enginecore.MaxWave)); err != nil || s.Running() || s.Wave() != enginecore.MaxWave || !a.PublishWave {
-		t.Fatalf("wave_complete at enginecore.MaxWave: %+v %v (%d, %v)", a, err, s.Wave(), s.Running())
+	if a, err := s.OnEngineOutput(waveCompleteMsg(0, dpwire.MaxWave)); err != nil || s.Running() || s.Wave() != dpwire.MaxWave || !a.PublishWave {
+		t.Fatalf("wave_complete at dpwire.MaxWave: %+v %v (%d, %v)", a, err, s.Wave(), s.Running())
 	}
-	if a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: enginecore.MaxWave}); err != nil || !a.SendStartWave {
-		t.Fatalf("wake at enginecore.MaxWave: %+v %v", a, err)
+	if a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: dpwire.MaxWave}); err != nil || !a.SendStartWave {
+		t.Fatalf("wake at dpwire.MaxWave: %+v %v", a, err)
 	}
-	if a, err := s.OnEngineOutput(startWaveMsg(0, enginecore.MaxWave)); err != nil || !s.Running() || !a.SendStartWave {
-		t.Fatalf("start_wave at enginecore.MaxWave: %+v %v", a, err)
+	if a, err := s.OnEngineOutput(startWaveMsg(0, dpwire.MaxWave)); err != nil || !s.Running() || !a.SendStartWave {
+		t.Fatalf("start_wave at dpwire.MaxWave: %+v %v", a, err)
 	}
 	if c := s.stateCounters(); c.WaveResyncs != 1 || c.WaveJumps != WaveResync-1 {
 		t.Fatalf("counters %+v", c)
@@ -124,7 +125,7 @@ func TestStateNeverLatches(t *testing.T) {
 			s.OnBackSubscribe()
 		}
 		anyInt := rapid.OneOf(rapid.Int64Range(0, 10), rapid.Int64Range(0, math.MaxInt64),
-			rapid.SampledFrom([]int64{enginecore.MaxWave - 1, enginecore.MaxWave, math.MaxInt64, math.MaxInt64 - 2}))
+			rapid.SampledFrom([]int64{dpwire.MaxWave - 1, dpwire.MaxWave, math.MaxInt64, math.MaxInt64 - 2}))
 		for range rapid.IntRange(0, 60).Draw(rt, "hostile") {
 			switch rapid.IntRange(0, 3).Draw(rt, "kind") {
 			case 0:
@@ -136,9 +137,9 @@ func TestStateNeverLatches(t *testing.T) {
 			case 2:
 				_, _ = s.OnEngineOutput(startWaveMsg(rapid.Int64Range(0, int64(n)-1).Draw(rt, "e"), anyInt.Draw(rt, "sw")))
 			case 3:
-				_, _ = s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: anyInt.Draw(rt, "wake")})
+				_, _ = s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: anyInt.Draw(rt, "wake")})
 			}
-			if s.Wave() < 0 || s.Wave() > enginecore.MaxWave {
+			if s.Wave() < 0 || s.Wave() > dpwire.MaxWave {
 				rt.Fatalf("wave %d out of range", s.Wave())
 			}
 		}
@@ -161,7 +162,7 @@ func TestStateNeverLatches(t *testing.T) {
 			}
 		}
 		w = s.Wave()
-		a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: w})
+		a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: w})
 		if err != nil || !a.SendStartWave || a.StartWave.Wave != w {
 			rt.Fatalf("wake at %d: %+v %v", w, a, err)
 		}
@@ -197,7 +198,7 @@ func TestScaleBoundedLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := waitCounts(t, ctx, h, f, [][2]int{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}}, nil)
-	if b := enginecore.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running); len(b) > 128 {
+	if b := dpwire.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running); len(b) > 128 {
 		t.Fatalf("publication of %d bytes for 8 engines", len(b))
 	}
 	if st := h.c.Stats(); st.Engines != 8 || st.Resizes != 1 {

@@ -10,60 +10,60 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// DType is an array's element type. The zero value DTypeNone marks an
+// DType is an array's element type. The zero value dtNone marks an
 // absent array (a nil field on the wire).
 type DType uint8
 
 // The element types vLLM sends. Every one is little-endian on the wire.
 const (
-	DTypeNone DType = iota
-	Bool
-	Int8
-	Uint8
-	Int16
-	Uint16
-	Int32
-	Uint32
-	Int64
-	Uint64
-	Float16
-	BFloat16
-	Float32
-	Float64
+	dtNone DType = iota
+	dtBool
+	dtInt8
+	dtUint8
+	dtInt16
+	dtUint16
+	dtInt32
+	dtUint32
+	dtInt64
+	dtUint64
+	dtFloat16
+	dtBFloat16
+	dtFloat32
+	dtFloat64
 	numDTypes
 )
 
-// MaxDims is the most dimensions an array may have. vLLM's arrays have at
+// maxDims is the most dimensions an array may have. vLLM's arrays have at
 // most three.
-const MaxDims = 8
+const maxDims = 8
 
-// MaxEmptyExtent bounds the product of the non-zero dimensions of an array
+// maxEmptyExtent bounds the product of the non-zero dimensions of an array
 // with no elements (such as shape [0, 6]), so that walking its shape is
 // cheap.
-const MaxEmptyExtent = 1 << 16
+const maxEmptyExtent = 1 << 16
 
 var dtypeInfo = [numDTypes]struct {
 	numpy, torch string
 	size         int
 }{
-	DTypeNone: {"", "", 0},
-	Bool:      {"|b1", "bool", 1},
-	Int8:      {"|i1", "int8", 1},
-	Uint8:     {"|u1", "uint8", 1},
-	Int16:     {"<i2", "int16", 2},
-	Uint16:    {"<u2", "uint16", 2},
-	Int32:     {"<i4", "int32", 4},
-	Uint32:    {"<u4", "uint32", 4},
-	Int64:     {"<i8", "int64", 8},
-	Uint64:    {"<u8", "uint64", 8},
-	Float16:   {"<f2", "float16", 2},
-	BFloat16:  {"", "bfloat16", 2}, // numpy has no bfloat16
-	Float32:   {"<f4", "float32", 4},
-	Float64:   {"<f8", "float64", 8},
+	dtNone:     {"", "", 0},
+	dtBool:     {"|b1", "bool", 1},
+	dtInt8:     {"|i1", "int8", 1},
+	dtUint8:    {"|u1", "uint8", 1},
+	dtInt16:    {"<i2", "int16", 2},
+	dtUint16:   {"<u2", "uint16", 2},
+	dtInt32:    {"<i4", "int32", 4},
+	dtUint32:   {"<u4", "uint32", 4},
+	dtInt64:    {"<i8", "int64", 8},
+	dtUint64:   {"<u8", "uint64", 8},
+	dtFloat16:  {"<f2", "float16", 2},
+	dtBFloat16: {"", "bfloat16", 2}, // numpy has no bfloat16
+	dtFloat32:  {"<f4", "float32", 4},
+	dtFloat64:  {"<f8", "float64", 8},
 }
 
-// Size returns the size of one element in bytes (0 for DTypeNone).
-func (d DType) Size() int {
+// Size returns the size of one element in bytes (0 for dtNone).
+func (d DType) size() int {
 	if d >= numDTypes {
 		return 0
 	}
@@ -72,7 +72,7 @@ func (d DType) Size() int {
 
 // String returns the torch-style name ("int32", "bfloat16"...), or "none".
 func (d DType) String() string {
-	if d == DTypeNone || d >= numDTypes {
+	if d == dtNone || d >= numDTypes {
 		return "none"
 	}
 	return dtypeInfo[d].torch
@@ -80,7 +80,7 @@ func (d DType) String() string {
 
 // Numpy returns numpy's dtype.str for d ("<i4"...), or "" when numpy has
 // no such type (bfloat16).
-func (d DType) Numpy() string {
+func (d DType) numpy() string {
 	if d >= numDTypes {
 		return ""
 	}
@@ -88,70 +88,70 @@ func (d DType) Numpy() string {
 }
 
 // IsFloat reports whether d is a floating-point type.
-func (d DType) IsFloat() bool { return d >= Float16 && d <= Float64 }
+func (d DType) isFloat() bool { return d >= dtFloat16 && d <= dtFloat64 }
 
 // parseDType maps a wire dtype name (numpy's dtype.str or a torch dtype
 // name) to a DType; torch reports which spelling it was.
 func parseDType(s []byte) (d DType, torch bool, ok bool) {
 	switch string(s) {
 	case "<i4":
-		return Int32, false, true
+		return dtInt32, false, true
 	case "<f4":
-		return Float32, false, true
+		return dtFloat32, false, true
 	case "<i8":
-		return Int64, false, true
+		return dtInt64, false, true
 	case "float32":
-		return Float32, true, true
+		return dtFloat32, true, true
 	case "int64":
-		return Int64, true, true
+		return dtInt64, true, true
 	case "bfloat16":
-		return BFloat16, true, true
+		return dtBFloat16, true, true
 	case "int32":
-		return Int32, true, true
+		return dtInt32, true, true
 	case "<f2":
-		return Float16, false, true
+		return dtFloat16, false, true
 	case "<f8":
-		return Float64, false, true
+		return dtFloat64, false, true
 	case "<i2":
-		return Int16, false, true
+		return dtInt16, false, true
 	case "<u2":
-		return Uint16, false, true
+		return dtUint16, false, true
 	case "<u4":
-		return Uint32, false, true
+		return dtUint32, false, true
 	case "<u8":
-		return Uint64, false, true
+		return dtUint64, false, true
 	case "|b1", "<b1":
-		return Bool, false, true
+		return dtBool, false, true
 	case "|i1", "<i1":
-		return Int8, false, true
+		return dtInt8, false, true
 	case "|u1", "<u1":
-		return Uint8, false, true
+		return dtUint8, false, true
 	case "bool":
-		return Bool, true, true
+		return dtBool, true, true
 	case "int8":
-		return Int8, true, true
+		return dtInt8, true, true
 	case "uint8":
-		return Uint8, true, true
+		return dtUint8, true, true
 	case "int16":
-		return Int16, true, true
+		return dtInt16, true, true
 	case "uint16":
-		return Uint16, true, true
+		return dtUint16, true, true
 	case "uint32":
-		return Uint32, true, true
+		return dtUint32, true, true
 	case "uint64":
-		return Uint64, true, true
+		return dtUint64, true, true
 	case "float16":
-		return Float16, true, true
+		return dtFloat16, true, true
 	case "float64":
-		return Float64, true, true
+		return dtFloat64, true, true
 	}
 	// numpy spells one-byte types with "|" (dtype.str never uses "=");
 	// anything else, big-endian ">" included, is refused.
-	return DTypeNone, false, false
+	return dtNone, false, false
 }
 
 // Array is one numpy array or torch tensor from the wire: vLLM encodes it
-// as [dtype, shape, data]. DType is DTypeNone for an absent (nil) array.
+// as [dtype, shape, data]. DType is dtNone for an absent (nil) array.
 //
 // Data holds the raw little-endian elements, row-major, and after
 // [Decode] points into the frame it came from (inline in frame 0 or a
@@ -175,15 +175,15 @@ type Array struct {
 }
 
 // IsNil reports whether the array is absent.
-func (a *Array) IsNil() bool { return a.DType == DTypeNone }
+func (a *Array) IsNil() bool { return a.DType == dtNone }
 
 // Len returns the number of elements (the product of Shape; 1 for a
 // scalar, shape []).
 func (a *Array) Len() int {
-	if a.DType == DTypeNone || a.DType.Size() == 0 {
+	if a.DType == dtNone || a.DType.size() == 0 {
 		return 0
 	}
-	return len(a.Data) / a.DType.Size()
+	return len(a.Data) / a.DType.size()
 }
 
 // Int returns element i (row-major) as an int64: integers and bool as is,
@@ -191,19 +191,19 @@ func (a *Array) Len() int {
 // slice index.
 func (a *Array) Int(i int) int64 {
 	switch a.DType {
-	case Bool, Uint8:
+	case dtBool, dtUint8:
 		return int64(a.Data[i])
-	case Int8:
+	case dtInt8:
 		return int64(int8(a.Data[i]))
-	case Int16:
+	case dtInt16:
 		return int64(int16(binary.LittleEndian.Uint16(a.Data[2*i:])))
-	case Uint16:
+	case dtUint16:
 		return int64(binary.LittleEndian.Uint16(a.Data[2*i:]))
-	case Int32:
+	case dtInt32:
 		return int64(int32(binary.LittleEndian.Uint32(a.Data[4*i:])))
-	case Uint32:
+	case dtUint32:
 		return int64(binary.LittleEndian.Uint32(a.Data[4*i:]))
-	case Int64, Uint64:
+	case dtInt64, dtUint64:
 		return int64(binary.LittleEndian.Uint64(a.Data[8*i:]))
 	}
 	return int64(a.Float(i))
@@ -213,32 +213,32 @@ func (a *Array) Int(i int) int64 {
 // are widened exactly. It panics if i is out of range.
 func (a *Array) Float(i int) float64 {
 	switch a.DType {
-	case Float16:
+	case dtFloat16:
 		return half(binary.LittleEndian.Uint16(a.Data[2*i:]))
-	case BFloat16:
+	case dtBFloat16:
 		return float64(math.Float32frombits(uint32(binary.LittleEndian.Uint16(a.Data[2*i:])) << 16))
-	case Float32:
+	case dtFloat32:
 		return float64(math.Float32frombits(binary.LittleEndian.Uint32(a.Data[4*i:])))
-	case Float64:
+	case dtFloat64:
 		return math.Float64frombits(binary.LittleEndian.Uint64(a.Data[8*i:]))
-	case Uint64:
+	case dtUint64:
 		return float64(binary.LittleEndian.Uint64(a.Data[8*i:]))
-	case DTypeNone:
+	case dtNone:
 		panic("enginecore: Float on a nil array")
 	}
 	return float64(a.Int(i))
 }
 
-// AppendInts appends every element as an int64 (see [Array.Int]) to dst.
-func (a *Array) AppendInts(dst []int64) []int64 {
+// appendInts appends every element as an int64 (see [Array.Int]) to dst.
+func (a *Array) appendInts(dst []int64) []int64 {
 	for i, n := 0, a.Len(); i < n; i++ {
 		dst = append(dst, a.Int(i))
 	}
 	return dst
 }
 
-// AppendFloats appends every element as a float64 (see [Array.Float]) to dst.
-func (a *Array) AppendFloats(dst []float64) []float64 {
+// appendFloats appends every element as a float64 (see [Array.Float]) to dst.
+func (a *Array) appendFloats(dst []float64) []float64 {
 	for i, n := 0, a.Len(); i < n; i++ {
 		dst = append(dst, a.Float(i))
 	}
@@ -266,29 +266,29 @@ func (a *Array) view(d DType, sz uintptr) (unsafe.Pointer, int, bool) {
 	return p, len(a.Data) / int(sz), true
 }
 
-// Int32s returns Data as a []int32 sharing its memory, when DType is Int32,
+// int32s returns Data as a []int32 sharing its memory, when DType is dtInt32,
 // Data is 4-byte aligned and the machine is little-endian; ok is false
 // otherwise (use [Array.Int]). Do not modify the result.
-func (a *Array) Int32s() (v []int32, ok bool) {
-	p, n, ok := a.view(Int32, 4)
+func (a *Array) int32s() (v []int32, ok bool) {
+	p, n, ok := a.view(dtInt32, 4)
 	if !ok || p == nil {
 		return nil, ok
 	}
 	return unsafe.Slice((*int32)(p), n), true
 }
 
-// Int64s is [Array.Int32s] for Int64 data (8-byte aligned).
-func (a *Array) Int64s() (v []int64, ok bool) {
-	p, n, ok := a.view(Int64, 8)
+// int64s is int32s for dtInt64 data (8-byte aligned).
+func (a *Array) int64s() (v []int64, ok bool) {
+	p, n, ok := a.view(dtInt64, 8)
 	if !ok || p == nil {
 		return nil, ok
 	}
 	return unsafe.Slice((*int64)(p), n), true
 }
 
-// Float32s is [Array.Int32s] for Float32 data (4-byte aligned).
-func (a *Array) Float32s() (v []float32, ok bool) {
-	p, n, ok := a.view(Float32, 4)
+// float32s is int32s for dtFloat32 data (4-byte aligned).
+func (a *Array) float32s() (v []float32, ok bool) {
+	p, n, ok := a.view(dtFloat32, 4)
 	if !ok || p == nil {
 		return nil, ok
 	}
@@ -337,8 +337,8 @@ func checkShape(shape []int, size, n int) *decodeguard.Error {
 			if d == 0 {
 				continue
 			}
-			if d > MaxEmptyExtent/prod {
-				return decodeguard.NewError(decodeguard.ReasonOversize, "empty array with a shape over MaxEmptyExtent")
+			if d > maxEmptyExtent/prod {
+				return decodeguard.NewError(decodeguard.ReasonOversize, "empty array with a shape over maxEmptyExtent")
 			}
 			prod *= d
 		}
@@ -348,4 +348,16 @@ func checkShape(shape []int, size, n int) *decodeguard.Error {
 			"array data is "+strconv.Itoa(n)+" bytes but its shape and dtype need "+strconv.Itoa(total))
 	}
 	return nil
+}
+
+// DTypeOf returns the DType a wire dtype names: numpy's dtype.str ("<i4",
+// "|b1"...) or torch's dtype name ("int32", "bfloat16"...). It returns the
+// zero DType, an absent array's, for a name vLLM does not send. The name
+// [DType.String] returns maps back to the same DType.
+func DTypeOf(name string) DType {
+	d, _, ok := parseDType([]byte(name))
+	if !ok {
+		return dtNone
+	}
+	return d
 }

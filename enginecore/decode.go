@@ -10,20 +10,20 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// ExtRawView is the msgpack extension type vLLM uses for a buffer's raw
+// extRawView is the msgpack extension type vLLM uses for a buffer's raw
 // bytes inline (CUSTOM_TYPE_RAW_VIEW). Types 1 and 2 are pickle and
 // cloudpickle, which zmqguard refuses.
-const ExtRawView int8 = 3
+const extRawView int8 = 3
 
-// DefaultMaxFrames is the default bound on the frames of one message
+// defaultMaxFrames is the default bound on the frames of one message
 // (the body and its aux buffers). vLLM sends one aux frame per array of
 // 256 bytes or more, so a large batch with logprobs needs hundreds.
-const DefaultMaxFrames = 1024
+const defaultMaxFrames = 1024
 
 // Limits bounds what [Decode] accepts. The zero value means the defaults.
 type Limits struct {
 	// MaxFrames bounds the number of frames (body and aux buffers
-	// together). 0 means DefaultMaxFrames.
+	// together). 0 means defaultMaxFrames.
 	MaxFrames int
 	// Scan are the limits decodeguard.Scan applies to the body (frame 0).
 	// Its AllowExt is ignored: the body may hold ext type 3 only.
@@ -32,7 +32,7 @@ type Limits struct {
 
 var (
 	errNoFrames   = decodeguard.NewError(decodeguard.ReasonEnvelope, "EngineCoreOutputs: a message with no frames")
-	rawViewOnly   = decodeguard.ExtTypes{}.With(ExtRawView)
+	rawViewOnly   = decodeguard.ExtTypes{}.With(extRawView)
 	errAuxTwiceAt = "EngineCoreOutputs: aux frame referenced twice: "
 )
 
@@ -53,7 +53,7 @@ var (
 // of every uninterpreted sub-object are charged to one MaxElements budget
 // (an upper bound on what Scan counts). Arrays are checked as the package
 // doc describes. Finally every aux frame must have been referenced exactly
-// once, and [Message.Validate] must pass.
+// once, and the checks of [Header.Validate] and of each output must pass.
 //
 // Errors are classified *[decodeguard.Error]s (ReasonOversize, ReasonDecode,
 // ReasonValidate, ReasonDecoderPanic) whose detail names the field and never
@@ -63,7 +63,7 @@ func Decode(frames [][]byte, dst *Message, lim *Limits) error {
 	if dst == nil {
 		return errNilDestination
 	}
-	maxFrames, scan := DefaultMaxFrames, decodeguard.Limits{}
+	maxFrames, scan := defaultMaxFrames, decodeguard.Limits{}
 	if lim != nil {
 		scan = lim.Scan
 		if lim.MaxFrames > 0 {
@@ -155,9 +155,9 @@ func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (firstI
 	return d.firstInvalid, err
 }
 
-// Validate checks the values a front-end relies on: [Header.Validate], and
+// validate checks the values a front-end relies on: [Header.Validate], and
 // per output a non-negative finish_reason and num_nans_in_logits.
-func (m *Message) Validate() error {
+func (m *Message) validate() error {
 	if err := m.Header.Validate(); err != nil {
 		return err
 	}
@@ -967,7 +967,7 @@ func readStr(b []byte) ([]byte, []byte, error) {
 // array decodes one array or tensor (or nil) at the front of b into a.
 func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	if msgp.IsNil(b) {
-		if a.DType != DTypeNone {
+		if a.DType != dtNone {
 			*a = Array{Shape: a.Shape[:0]}
 		}
 		return b[1:], nil
@@ -1005,8 +1005,8 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	if err != nil {
 		return b, fail(orig, shAt, what+".shape: want an array of int", err)
 	}
-	if k > MaxDims {
-		return b, failf(orig, shAt, decodeguard.ReasonOversize, what+".shape: "+strconv.Itoa(int(k))+" dimensions, over the limit of "+strconv.Itoa(MaxDims))
+	if k > maxDims {
+		return b, failf(orig, shAt, decodeguard.ReasonOversize, what+".shape: "+strconv.Itoa(int(k))+" dimensions, over the limit of "+strconv.Itoa(maxDims))
 	}
 	if d.budget -= 4 + int(k); d.budget < 0 { // the array, its three parts, the dims
 		return b, failf(orig, at, decodeguard.ReasonOversize, errBudget)
@@ -1054,7 +1054,7 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 		if !ok {
 			return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: malformed ext")
 		}
-		if typ != ExtRawView {
+		if typ != extRawView {
 			return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: ext type "+strconv.Itoa(int(typ))+", want 3 (raw bytes)")
 		}
 		data, b = payload, rest
@@ -1066,7 +1066,7 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	default:
 		return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: want ext 3 or an aux frame index")
 	}
-	if e := checkShape(shape, dt.Size(), len(data)); e != nil {
+	if e := checkShape(shape, dt.size(), len(data)); e != nil {
 		e.Detail = what + ": " + e.Detail
 		e.Offset = len(orig) - len(at)
 		return b, e

@@ -52,7 +52,7 @@
 // in the decoding pass: UTF-8 of every str, container lengths against the
 // bytes left, one element budget, depth; uninterpreted sub-objects go
 // through Scan itself, with ext type 3 the only extension allowed); an
-// unknown or big-endian dtype; more than [MaxDims] dimensions; a negative
+// unknown or big-endian dtype; more than [maxDims] dimensions; a negative
 // dimension; a shape whose element count times the item size overflows or
 // differs from the data length; an aux index out of range or used twice; an
 // aux frame no array references.
@@ -62,8 +62,6 @@
 // Every []byte in a decoded Message (request ids, raw sub-objects, array
 // data) points into the frames it was decoded from and is valid only as
 // long as they are. Array data may sit at any address (inline data follows
-// a msgpack header), so typed access goes through accessors ([Array.Int],
-// [Array.Float], [Array.AppendInts], [Array.AppendFloats]) that read
-// little-endian bytes; [Array.Int32s] and friends return a reinterpreted
-// slice only when the data is aligned and the machine is little-endian.
+// a msgpack header), so typed access goes through the accessors [Array.Int] and
+// [Array.Float], which read little-endian bytes of any dtype.
 package enginecore

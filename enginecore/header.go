@@ -12,14 +12,14 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// OutputsFields is the number of fields of vLLM's EngineCoreOutputs struct
+// outputsFields is the number of fields of vLLM's EngineCoreOutputs struct
 // the decoders know: engine_index, outputs, scheduler_stats, timestamp,
 // utility_output, finished_requests, wave_complete, start_wave.
-const OutputsFields = 8
+const outputsFields = 8
 
-// MaxWave is the largest wave number accepted from the wire. A wave_complete
+// maxWave is the largest wave number accepted from the wire. A wave_complete
 // of w moves the coordinator to wave w+1, so w must leave room for that.
-const MaxWave = math.MaxInt64 - 1
+const maxWave = math.MaxInt64 - 1
 
 // Header is the coordinator's view of vLLM's EngineCoreOutputs: every
 // top-level field, with the request outputs, the utility output and the
@@ -377,13 +377,13 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	return b, nil
 }
 
-// UnmarshalMsg decodes one SchedulerStats map from the front of b and returns
+// unmarshalMsg decodes one SchedulerStats map from the front of b and returns
 // the bytes after it. It resets s first. Keys must be str (msgspec decodes
 // a dataclass from str keys only); the counts are integers and the usages
 // floats or integers, as msgspec checks them; other keys' values are skipped
 // unread. Errors are classified as by [Header.UnmarshalMsg], with offsets
 // relative to b.
-func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
+func (s *SchedulerStats) unmarshalMsg(b []byte) ([]byte, error) {
 	return s.unmarshal(b, nil)
 }
 
@@ -465,25 +465,25 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 // Validate checks the values the coordinator and front-ends rely on and
 // returns a ReasonValidate *[decodeguard.Error] for the first one out of
 // range: a negative engine_index, a wave_complete or start_wave outside
-// [0, MaxWave], or scheduler stats that fail [SchedulerStats.Validate].
+// [0, maxWave], or scheduler stats that fail [SchedulerStats.Validate].
 func (h *Header) Validate() error {
 	switch {
 	case h.EngineIndex < 0:
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.engine_index is negative")
-	case h.HasWaveComplete && (h.WaveComplete < 0 || h.WaveComplete > MaxWave):
+	case h.HasWaveComplete && (h.WaveComplete < 0 || h.WaveComplete > maxWave):
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.wave_complete out of range")
-	case h.HasStartWave && (h.StartWave < 0 || h.StartWave > MaxWave):
+	case h.HasStartWave && (h.StartWave < 0 || h.StartWave > maxWave):
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.start_wave out of range")
 	case h.HasStats:
-		return h.Stats.Validate()
+		return h.Stats.validate()
 	}
 	return nil
 }
 
-// Validate returns a ReasonValidate *[decodeguard.Error] when a count, the
+// validate returns a ReasonValidate *[decodeguard.Error] when a count, the
 // step counter or the wave is negative, or a cache usage is NaN, infinite or
 // negative.
-func (s *SchedulerStats) Validate() error {
+func (s *SchedulerStats) validate() error {
 	switch {
 	case s.NumRunningReqs < 0, s.NumWaitingReqs < 0, s.NumSkippedWaitingReqs < 0:
 		return decodeguard.NewError(decodeguard.ReasonValidate, "SchedulerStats: negative request count")

@@ -21,7 +21,7 @@ type Message struct {
 	// of the engine's release), set by [Decode] when HasStats is set and
 	// pointing into the frame. The [Encoder] writes it verbatim when it is
 	// non-nil and HasStats is set, else it writes Stats with
-	// [AppendSchedulerStats].
+	// [appendSchedulerStats].
 	StatsRaw Raw
 
 	used []uint64 // aux frames referenced so far, one bit per frame
@@ -171,8 +171,8 @@ type StopReason struct {
 // #44428, FT_STATUS_CALL_ID). Replies to calls carry uuid1().int >> 64, a
 // uint64.
 const (
-	CallIDEEPNotification int64 = -1
-	CallIDFTStatus        int64 = -2
+	callIDEEPNotification int64 = -1
+	callIDFTStatus        int64 = -2
 )
 
 // UtilityOutput is the reply to a utility call, or a message the engine
@@ -181,8 +181,8 @@ const (
 type UtilityOutput struct {
 	// CallID is the id of the call this replies to (when Special is 0).
 	CallID uint64
-	// Special is a negative call_id: [CallIDEEPNotification],
-	// [CallIDFTStatus], or another negative value a later vLLM may use. It
+	// Special is a negative call_id: -1 (an elastic-EP notification),
+	// -2 (a fault-tolerance status), or another negative value a later vLLM may use. It
 	// is 0 for a reply to a call (CallID then holds the id). The encoder
 	// writes Special when it is negative, else CallID.
 	Special int64

@@ -7,13 +7,13 @@ import (
 )
 
 // EEPNotification is an elastic-EP notification: the utility output an
-// engine sends unasked under call id [CallIDEEPNotification] (-1) when it
+// engine sends unasked under call id -1 when it
 // has switched to a new parallel setup or is shutting down in a scale-down
 // (vLLM's DPEngineCoreProc._eep_send_engine_core_notification, PR #34861).
 // Its result is the tuple (notification type, data-parallel rank).
 type EEPNotification struct {
-	// Type is the EEPNotificationType value: EEPReconfigureFinished or
-	// EEPShutdownComplete (other values from a later vLLM are kept as sent).
+	// Type is the EEPNotificationType value: "RECONFIGURE_FINISHED" or
+	// "SHUTDOWN_COMPLETE" (other values from a later vLLM are kept as sent).
 	Type string
 	// DPRank is the sending engine's data-parallel rank.
 	DPRank int64
@@ -21,12 +21,12 @@ type EEPNotification struct {
 
 // vLLM's EEPNotificationType values.
 const (
-	EEPReconfigureFinished = "RECONFIGURE_FINISHED"
-	EEPShutdownComplete    = "SHUTDOWN_COMPLETE"
+	eepReconfigureFinished = "RECONFIGURE_FINISHED"
+	eepShutdownComplete    = "SHUTDOWN_COMPLETE"
 )
 
 // FTStatus is a fault-tolerance status push: the utility output an engine's
-// sentinel sends unasked under call id [CallIDFTStatus] (-2) when its
+// sentinel sends unasked under call id -2 when its
 // health changes (vLLM's EngineCoreSentinel._push_status, PR #44428). Its
 // result is the map {"id": engine index, "status": "healthy" | "dead" |
 // "unhealthy", "fault_info": str (unhealthy only)}.
@@ -48,11 +48,11 @@ type FTStatus struct {
 // copied: the values outlive the frames.
 func (u *UtilityOutput) SpecialValue() (v any, ok bool, err error) {
 	switch u.Special {
-	case CallIDEEPNotification:
-		n, err := u.EEPNotification()
+	case callIDEEPNotification:
+		n, err := u.eepNotification()
 		return n, err == nil, err
-	case CallIDFTStatus:
-		s, err := u.FTStatus()
+	case callIDFTStatus:
+		s, err := u.ftStatus()
 		return s, err == nil, err
 	}
 	return nil, false, nil
@@ -62,11 +62,11 @@ func badSpecial(what string) error {
 	return decodeguard.NewError(decodeguard.ReasonValidate, "utility_output call_id "+what)
 }
 
-// EEPNotification decodes the result of an elastic-EP notification
-// (Special == CallIDEEPNotification): [type str, dp_rank int].
-func (u *UtilityOutput) EEPNotification() (EEPNotification, error) {
+// eepNotification decodes the result of an elastic-EP notification
+// (Special == callIDEEPNotification): [type str, dp_rank int].
+func (u *UtilityOutput) eepNotification() (EEPNotification, error) {
 	const what = "-1 (elastic-EP notification): result is not [type str, dp_rank int]"
-	if u.Special != CallIDEEPNotification || !u.HasResult {
+	if u.Special != callIDEEPNotification || !u.HasResult {
 		return EEPNotification{}, badSpecial(what)
 	}
 	b := []byte(u.Result)
@@ -85,12 +85,12 @@ func (u *UtilityOutput) EEPNotification() (EEPNotification, error) {
 	return EEPNotification{Type: string(typ), DPRank: rank}, nil
 }
 
-// FTStatus decodes the result of a fault-tolerance status push (Special ==
-// CallIDFTStatus): a map with str keys "id" (int), "status" (str) and
+// ftStatus decodes the result of a fault-tolerance status push (Special ==
+// callIDFTStatus): a map with str keys "id" (int), "status" (str) and
 // optionally "fault_info" (str); other keys are skipped.
-func (u *UtilityOutput) FTStatus() (FTStatus, error) {
+func (u *UtilityOutput) ftStatus() (FTStatus, error) {
 	const what = "-2 (fault-tolerance status): result is not {id int, status str[, fault_info str]}"
-	if u.Special != CallIDFTStatus || !u.HasResult {
+	if u.Special != callIDFTStatus || !u.HasResult {
 		return FTStatus{}, badSpecial(what)
 	}
 	b := []byte(u.Result)

@@ -87,8 +87,8 @@ func (g *goldenReceived) check(t *testing.T, vs []golden.Vector) {
 		}
 	}
 	wantNotes := []Notification{
-		{Engine: 1, CallID: -1, EEP: &enginecore.EEPNotification{Type: enginecore.EEPReconfigureFinished, DPRank: 1}},
-		{Engine: 1, CallID: -1, EEP: &enginecore.EEPNotification{Type: enginecore.EEPShutdownComplete, DPRank: 1}},
+		{Engine: 1, CallID: -1, EEP: &enginecore.EEPNotification{Type: "RECONFIGURE_FINISHED", DPRank: 1}},
+		{Engine: 1, CallID: -1, EEP: &enginecore.EEPNotification{Type: "SHUTDOWN_COMPLETE", DPRank: 1}},
 		{Engine: 0, CallID: -2, FT: &enginecore.FTStatus{Status: "unhealthy", HasFaultInfo: true, FaultInfo: "RuntimeError"}},
 		{Engine: 0, CallID: -2, FT: &enginecore.FTStatus{Status: "healthy"}},
 	}

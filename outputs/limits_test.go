@@ -24,10 +24,10 @@ func realStep(n int) [][]byte {
 			RequestID:   []byte("cmpl-" + strconv.Itoa(100000+i)),
 			NewTokenIDs: []int64{int64(i)},
 			NewLogprobs: enginecore.Logprobs{Present: true, Fields: 4,
-				TokenIDs:     enginecore.Array{DType: enginecore.Int32, Shape: []int{1, 128}, Data: ids},
-				Logprobs:     enginecore.Array{DType: enginecore.Float32, Shape: []int{1, 128}, Data: lps},
-				SampledRanks: enginecore.Array{DType: enginecore.Int32, Shape: []int{1}, Data: make([]byte, 4)}},
-			RoutedExperts: enginecore.Array{DType: enginecore.Int16, Shape: []int{32, 8}, Data: routed},
+				TokenIDs:     enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1, 128}, Data: ids},
+				Logprobs:     enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{1, 128}, Data: lps},
+				SampledRanks: enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1}, Data: make([]byte, 4)}},
+			RoutedExperts: enginecore.Array{DType: enginecore.DTypeOf("int16"), Shape: []int{32, 8}, Data: routed},
 		})
 	}
 	var e enginecore.Encoder
@@ -179,7 +179,7 @@ func TestNotifications(t *testing.T) {
 	if len(notes) != 3 || handled != 4 {
 		t.Fatalf("%d notifications, %d handled", len(notes), handled)
 	}
-	if n := notes[0]; n.CallID != -1 || n.Engine != 1 || n.EEP == nil || *n.EEP != (enginecore.EEPNotification{Type: enginecore.EEPReconfigureFinished, DPRank: 3}) {
+	if n := notes[0]; n.CallID != -1 || n.Engine != 1 || n.EEP == nil || *n.EEP != (enginecore.EEPNotification{Type: "RECONFIGURE_FINISHED", DPRank: 3}) {
 		t.Errorf("notification 0: %+v", n)
 	}
 	if n := notes[1]; n.CallID != -2 || n.FT == nil || *n.FT != (enginecore.FTStatus{Engine: 1, Status: "dead"}) {

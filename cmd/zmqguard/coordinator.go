@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 )
 
@@ -121,8 +122,8 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if maxMsg < 64 {
 			return usagef("--max-message-size must be at least 64 bytes")
 		}
-		if *maxEngines != 0 && (*maxEngines < *engines || *maxEngines > coordinator.MaxEngines) {
-			return usagef("--max-engines must be in [--engines, %d]", coordinator.MaxEngines)
+		if *maxEngines != 0 && (*maxEngines < *engines || *maxEngines > dpwire.MaxEngines) {
+			return usagef("--max-engines must be in [--engines, %d]", dpwire.MaxEngines)
 		}
 		var scaleHosts []string
 		for _, h := range strings.Split(*scaleFrom, ",") {

@@ -26,8 +26,8 @@ func TestVectors(t *testing.T) {
 	}{
 		{"stats ([[5,3],[0,1]], 7, True)", stats, "939292050392000107c3"},
 		{"wave (nil, 7, False)", dpwire.AppendWavePublish(nil, 7, false), "93c007c2"},
-		{"START_DP_WAVE (7, 2)", dpwire.AppendStartDPWave(nil, 7, 2, true), "920702"},
-		{"START_DP_WAVE (7, None)", dpwire.AppendStartDPWave(nil, 7, 0, false), "9207c0"},
+		{"START_DP_WAVE (7, 2)", dpwire.AppendStartDPWaveIndex(nil, 7, 2, true), "920702"},
+		{"START_DP_WAVE (7, None)", dpwire.AppendStartDPWaveIndex(nil, 7, 0, false), "9207c0"},
 		{"int -1", dpwire.AppendInt(nil, -1), "ff"},
 		{"int 300", dpwire.AppendInt(nil, 300), "cd012c"},
 	} {

@@ -473,7 +473,7 @@ func hugeMessage(n, width int) ([][]byte, error) {
 	m := &enginecore.Message{Header: enginecore.Header{EngineIndex: 1, Timestamp: 1}}
 	for i := 0; i < n; i++ {
 		m.Outputs = append(m.Outputs, enginecore.Output{RequestID: []byte("a-" + strconv.Itoa(i)),
-			PoolingOutput: enginecore.Array{DType: enginecore.Float32, Shape: []int{width}, Data: data}})
+			PoolingOutput: enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{width}, Data: data}})
 	}
 	var enc enginecore.Encoder
 	f := enc.Encode(m)
