@@ -25,20 +25,6 @@ func BenchmarkDecodeStats(b *testing.B) {
 	}
 }
 
-// BenchmarkDecodeStatsBare is UnmarshalMsg alone (no pre-scan, no
-// validation), to show what the guard costs.
-func BenchmarkDecodeStatsBare(b *testing.B) {
-	frame := unhex(b, vecStatsKV)
-	var m enginecore.Header
-	b.ReportAllocs()
-	b.SetBytes(int64(len(frame)))
-	for b.Loop() {
-		if _, err := m.UnmarshalMsg(frame); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
 // BenchmarkDecodeReject measures the drop path for a scanner's junk frame.
 func BenchmarkDecodeReject(b *testing.B) {
 	frame := []byte{0x45}

@@ -42,7 +42,7 @@
 //
 // # Wire layer
 //
-//   - [enginecore.Header] with a hand-written [enginecore.Header.UnmarshalMsg]
+//   - [enginecore.Header] with a hand-written decoder
 //     on msgp's primitives, and [DecodeEngineCoreOutputs], which makes
 //     decodeguard's structural checks in its decoding pass (it refuses
 //     exactly what the pre-scan plus the decode refuse) and classifies every

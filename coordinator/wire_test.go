@@ -401,26 +401,6 @@ func TestErrorOffsets(t *testing.T) {
 	}
 }
 
-func TestUnmarshalWithoutScan(t *testing.T) {
-	// UnmarshalMsg on its own (no Scan) still fails cleanly on short input
-	// and header claims.
-	for _, in := range []string{"", "dd", "ddffffffff", "980190", "9801dcffff", "93009084", "930090de", "9300908fa1", "98019100"} {
-		var m enginecore.Header
-		if _, err := m.UnmarshalMsg(unhex(t, in)); err == nil {
-			t.Fatalf("%s: accepted", in)
-		} else if decodeguard.ReasonOf(err) == decodeguard.ReasonNone {
-			t.Fatalf("%s: unclassified error %v", in, err)
-		}
-	}
-	// Leftover bytes are returned, msgp style.
-	b := append(unhex(t, vecWaveComplete), 0xc0)
-	var m enginecore.Header
-	rest, err := m.UnmarshalMsg(b)
-	if err != nil || !bytes.Equal(rest, []byte{0xc0}) {
-		t.Fatalf("rest %x err %v", rest, err)
-	}
-}
-
 func TestDecodeNilDestination(t *testing.T) {
 	err := enginecore.DecodeHeader(unhex(t, vecWaveComplete), nil, nil)
 	if err == nil || decodeguard.IsBadInput(err) {

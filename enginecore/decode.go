@@ -619,7 +619,7 @@ const trailingDetail = "trailing bytes after the top-level object"
 // raw returns the object at the front of b, checked by decodeguard.Scan
 // under d.rawLim, as a view (nil for msgpack nil), and charges its length
 // to the element budget.
-func (d *decoder) raw(orig, b []byte) (Raw, []byte, error) {
+func (d *decoder) raw(orig, b []byte) ([]byte, []byte, error) {
 	if msgp.IsNil(b) {
 		return nil, b[1:], nil
 	}
@@ -645,7 +645,7 @@ func (d *decoder) raw(orig, b []byte) (Raw, []byte, error) {
 	if d.budget -= n; d.budget < 0 {
 		return nil, b, failf(orig, b, decodeguard.ReasonOversize, errBudget)
 	}
-	return Raw(b[:n]), b[n:], nil
+	return []byte(b[:n]), b[n:], nil
 }
 
 // logprobsNames names a logprobs field's parts in errors (constants, so
@@ -884,10 +884,10 @@ func (d *decoder) utility(orig, b []byte) ([]byte, error) {
 				u.ResultType, b, err = d.raw(orig, b)
 			}
 			if err == nil {
-				var v Raw
+				var v []byte
 				v, b, err = d.raw(orig, b)
 				if v == nil {
-					v = Raw(nilRaw)
+					v = []byte(nilRaw)
 				}
 				u.Result = v
 			}

@@ -57,6 +57,14 @@
 // differs from the data length; an aux index out of range or used twice; an
 // aux frame no array references.
 //
+// # Uninterpreted fields
+//
+// A field zmqguard does not interpret (kv_transfer_params, trace_headers,
+// prefill_stats, a utility result...) is a []byte holding the msgpack
+// encoding of the sub-object, checked by decodeguard.Scan and pointing into
+// the frame; nil means the field was absent (msgpack nil on the wire). The
+// encoder writes such a field verbatim.
+//
 // # Aliasing and alignment
 //
 // Every []byte in a decoded Message (request ids, raw sub-objects, array

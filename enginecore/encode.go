@@ -202,7 +202,7 @@ func (e *Encoder) appendOutput(dst []byte, o *Output) []byte {
 	return dst
 }
 
-func appendRaw(dst []byte, r Raw) []byte {
+func appendRaw(dst []byte, r []byte) []byte {
 	if r == nil {
 		return msgp.AppendNil(dst)
 	}

@@ -128,7 +128,7 @@ func FuzzSpecialValue(f *testing.F) {
 	f.Add(int8(-2), []byte("\x82\xa2id\x00\xa6status\xa7healthy"))
 	f.Add(int8(-1), []byte("\x92\x01\xa1x"))
 	f.Fuzz(func(t *testing.T, special int8, result []byte) {
-		u := UtilityOutput{Special: int64(special), HasResult: true, ResultType: Raw{0xc0}, Result: result}
+		u := UtilityOutput{Special: int64(special), HasResult: true, ResultType: []byte{0xc0}, Result: result}
 		v, ok, err := u.SpecialValue()
 		if ok != (err == nil && v != nil) {
 			t.Fatalf("ok %v with value %v, err %v", ok, v, err)

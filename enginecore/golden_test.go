@@ -306,7 +306,7 @@ func show(n node) string {
 	return string(n.kind)
 }
 
-// msgpackNode renders one msgpack object (a Raw sub-object) as a node.
+// msgpackNode renders one msgpack object (an uninterpreted sub-object) as a node.
 func msgpackNode(t *testing.T, b []byte) (node, []byte) {
 	t.Helper()
 	if len(b) == 0 {
@@ -375,7 +375,7 @@ func mustOK(t *testing.T, err error) {
 	}
 }
 
-func rawNode(t *testing.T, r Raw) node {
+func rawNode(t *testing.T, r []byte) node {
 	t.Helper()
 	if r == nil {
 		return nullNode
@@ -574,7 +574,7 @@ func messageFromNode(t *testing.T, n node) *Message {
 		}
 		if r := u.must(t, "result"); r.kind != 'n' {
 			m.Utility.HasResult = true
-			m.Utility.ResultType = Raw{0xc0}
+			m.Utility.ResultType = []byte{0xc0}
 			m.Utility.Result = appendNode(t, nil, r.must(t, "result"))
 		}
 	}
@@ -619,7 +619,7 @@ func outputFromNode(t *testing.T, n node) Output {
 			o.Events = append(o.Events, Event{Type: EventType(nodeInt(t, e.must(t, "type"))), Timestamp: nodeFloat(t, e.must(t, "timestamp"))})
 		}
 	}
-	raw := func(k string) Raw {
+	raw := func(k string) []byte {
 		v := n.must(t, k)
 		if v.kind == 'n' {
 			return nil
@@ -865,12 +865,12 @@ func TestSpecialValueRefusesWrongShapes(t *testing.T) {
 		{callIDFTStatus, "\x82\xa2id\xa1x\xa6status\xa1y"}, // id not an int
 		{callIDFTStatus, "\x92\x00\x00"},                   // not a map
 	} {
-		u := UtilityOutput{Special: tc.special, HasResult: true, Result: Raw(tc.result)}
+		u := UtilityOutput{Special: tc.special, HasResult: true, Result: []byte(tc.result)}
 		if v, ok, err := u.SpecialValue(); ok || err == nil {
 			t.Errorf("%d %x: accepted %#v", tc.special, tc.result, v)
 		}
 	}
-	u := UtilityOutput{Special: -3, HasResult: true, Result: Raw{0xc0}}
+	u := UtilityOutput{Special: -3, HasResult: true, Result: []byte{0xc0}}
 	if v, ok, err := u.SpecialValue(); ok || err != nil || v != nil {
 		t.Errorf("unknown call id -3: %v %v %v", v, ok, err)
 	}

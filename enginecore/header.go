@@ -200,7 +200,7 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 	return v, err == nil, o, err
 }
 
-// UnmarshalMsg decodes one EngineCoreOutputs from the front of b and returns
+// unmarshalMsg decodes one EngineCoreOutputs from the front of b and returns
 // the bytes after it. It resets h first, so fields the frame omits read as
 // vLLM's defaults rather than the previous message's values.
 //
@@ -210,7 +210,7 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 // engine_index, wave_complete and start_wave are integers (any msgpack
 // width, not bool, not float); timestamp is a float or an integer; outputs
 // is an array (its elements are skipped); scheduler_stats is nil or a map
-// decoded by [SchedulerStats.UnmarshalMsg]; utility_output is nil or any
+// decoded by SchedulerStats.unmarshalMsg; utility_output is nil or any
 // object (skipped); finished_requests is nil or an array of str.
 //
 // Errors are *[decodeguard.Error]s: ReasonDecode for a wrong shape or type,
@@ -218,7 +218,7 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 // here; see [Header.Validate]. UnmarshalMsg does not check str contents for
 // valid UTF-8: [DecodeHeader] runs decodeguard.Scan, which does. On error,
 // h is partly filled and the returned slice is b.
-func (h *Header) UnmarshalMsg(b []byte) ([]byte, error) {
+func (h *Header) unmarshalMsg(b []byte) ([]byte, error) {
 	return h.unmarshal(b, nil)
 }
 
@@ -289,7 +289,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 				return orig, rebase(err, orig, at)
 			}
 			if full != nil && full.m != nil {
-				full.m.StatsRaw = Raw(at[:len(at)-len(b)])
+				full.m.StatsRaw = []byte(at[:len(at)-len(b)])
 			}
 		case 3:
 			detail = "EngineCoreOutputs.timestamp: want a float"
@@ -381,7 +381,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 // the bytes after it. It resets s first. Keys must be str (msgspec decodes
 // a dataclass from str keys only); the counts are integers and the usages
 // floats or integers, as msgspec checks them; other keys' values are skipped
-// unread. Errors are classified as by [Header.UnmarshalMsg], with offsets
+// unread. Errors are classified as by Header.unmarshalMsg, with offsets
 // relative to b.
 func (s *SchedulerStats) unmarshalMsg(b []byte) ([]byte, error) {
 	return s.unmarshal(b, nil)
@@ -513,7 +513,7 @@ var errNilDestination = errors.New("enginecore: decode called with a nil destina
 // them; and every sub-object it does not interpret (the request outputs,
 // the utility output, unknown stats values, extra trailing fields) is
 // checked by decodeguard.ScanPrefix at the depth of its position. So it
-// accepts exactly what decodeguard.Scan followed by [Header.UnmarshalMsg]
+// accepts exactly what decodeguard.Scan followed by Header.unmarshalMsg
 // and Validate accepts (FuzzDecodeHeaderOnePass checks this), in about half
 // the time. It returns nil or a classified *[decodeguard.Error]:
 //
@@ -571,7 +571,7 @@ func decodeHeaderOnePass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 }
 
 // decodeHeaderTwoPass is the reference [DecodeHeader] is measured and
-// fuzzed against: decodeguard.Scan under lim, then [Header.UnmarshalMsg]
+// fuzzed against: decodeguard.Scan under lim, then Header.unmarshalMsg
 // (which must consume the frame), then [Header.Validate].
 func decodeHeaderTwoPass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 	if dst == nil {

@@ -22,16 +22,10 @@ type Message struct {
 	// pointing into the frame. The [Encoder] writes it verbatim when it is
 	// non-nil and HasStats is set, else it writes Stats with
 	// [appendSchedulerStats].
-	StatsRaw Raw
+	StatsRaw []byte
 
 	used []uint64 // aux frames referenced so far, one bit per frame
 }
-
-// Raw is the msgpack encoding of a sub-object zmqguard does not interpret
-// (kv_transfer_params, trace_headers, a utility result...), validated by
-// decodeguard.Scan and pointing into the frame. nil means the field was
-// absent (msgpack nil on the wire).
-type Raw []byte
 
 // FinishReason is vLLM's FinishReason (an IntEnum on the wire).
 type FinishReason int64
@@ -84,20 +78,20 @@ type Output struct {
 	// KVTransferParams, ECTransferParams, TraceHeaders and PrefillStats are
 	// kv_transfer_params, ec_transfer_params, trace_headers and
 	// prefill_stats, uninterpreted.
-	KVTransferParams Raw
-	ECTransferParams Raw
-	TraceHeaders     Raw
-	PrefillStats     Raw
+	KVTransferParams []byte
+	ECTransferParams []byte
+	TraceHeaders     []byte
+	PrefillStats     []byte
 	// RoutedExperts is routed_experts (an ndarray), unless IsNil.
 	RoutedExperts Array
 	// NumNaNsInLogits is num_nans_in_logits (default 0).
 	NumNaNsInLogits int64
 	// MMCacheMissHashes is mm_cache_miss_hashes ([str]), uninterpreted.
-	MMCacheMissHashes Raw
+	MMCacheMissHashes []byte
 	// NewSamplingMask is new_sampling_mask, when Present.
 	NewSamplingMask SamplingMask
 	// SpecDecodeMetrics is spec_decode_metrics, uninterpreted.
-	SpecDecodeMetrics Raw
+	SpecDecodeMetrics []byte
 }
 
 // Logprobs is LogprobsLists (new_logprobs) or LogprobsTensors
@@ -192,6 +186,6 @@ type UtilityOutput struct {
 	// HasResult reports that result was set; ResultType is its type_info
 	// (nil or a type description) and Result the value, both uninterpreted.
 	HasResult  bool
-	ResultType Raw
-	Result     Raw
+	ResultType []byte
+	Result     []byte
 }

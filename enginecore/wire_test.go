@@ -98,7 +98,7 @@ func TestEncodeVectors(t *testing.T) {
 	check("wave complete", &Message{Header: Header{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}}, vecWaveDone)
 	check("start wave", &Message{Header: Header{EngineIndex: 1, Timestamp: ts, HasStartWave: true, StartWave: 8}}, vecStartWave)
 	check("utility", &Message{Header: Header{Timestamp: ts, HasUtilityOutput: true},
-		Utility: UtilityOutput{CallID: 0xab54a98ceb1f0ad2, HasResult: true, ResultType: Raw{0xc0}, Result: Raw{0xc3}}}, vecUtilityTrue)
+		Utility: UtilityOutput{CallID: 0xab54a98ceb1f0ad2, HasResult: true, ResultType: []byte{0xc0}, Result: []byte{0xc3}}}, vecUtilityTrue)
 
 	// Single outputs: 14 fields, the defaults included.
 	const full1 = "9ea57265712d31920b0cc0c0c0c0c0c0c0c0c0c0c000"
@@ -307,12 +307,12 @@ func fullMessage() *Message {
 			HasFinishReason: true, FinishReason: FinishStop,
 			StopReason: StopReason{Kind: StopStr, Str: []byte("</s>")},
 			HasEvents:  true, Events: []Event{{EventQueued, 1.5}, {EventScheduled, 2.5}},
-			KVTransferParams: Raw{0x81, 0xa1, 'k', 0x01}, TraceHeaders: Raw{0x80},
+			KVTransferParams: []byte{0x81, 0xa1, 'k', 0x01}, TraceHeaders: []byte{0x80},
 			RoutedExperts:   Array{DType: dtInt16, Shape: []int{1, 2}, Data: []byte{1, 0, 2, 0}},
-			NumNaNsInLogits: 2, MMCacheMissHashes: Raw{0x91, 0xa1, 'h'},
+			NumNaNsInLogits: 2, MMCacheMissHashes: []byte{0x91, 0xa1, 'h'},
 			NewSamplingMask: SamplingMask{Present: true, TokenIDs: Array{DType: dtInt64, Shape: []int{1}, Data: make([]byte, 8)},
 				HasCuNumGenerated: true, CuNumGenerated: []int64{0, 1}},
-			SpecDecodeMetrics: Raw{0x90},
+			SpecDecodeMetrics: []byte{0x90},
 		}, {
 			RequestID: []byte("r2"), NewTokenIDs: []int64{}, StopReason: StopReason{Kind: StopInt, Int: 7},
 		}},
@@ -507,11 +507,11 @@ func TestDecodeReuseFieldByField(t *testing.T) {
 		case 8:
 			o.KVTransferParams = full.KVTransferParams
 		case 9:
-			o.ECTransferParams = Raw{0x80}
+			o.ECTransferParams = []byte{0x80}
 		case 10:
 			o.TraceHeaders = full.TraceHeaders
 		case 11:
-			o.PrefillStats = Raw{0x80}
+			o.PrefillStats = []byte{0x80}
 		case 12:
 			o.RoutedExperts = full.RoutedExperts
 		case 13:

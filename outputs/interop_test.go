@@ -55,7 +55,7 @@ func jsonLogprobs(l *enginecore.Logprobs) any {
 		"ranks": jsonArray(&l.SampledRanks), "cu": cu}
 }
 
-func rawValue(t testing.TB, r enginecore.Raw) any {
+func rawValue(t testing.TB, r []byte) any {
 	if r == nil {
 		return nil
 	}
@@ -281,6 +281,6 @@ func goScenario() []*enginecore.Message {
 				NumNaNsInLogits: 1,
 			}}},
 		{Header: enginecore.Header{EngineIndex: 1, Timestamp: 5.5, HasUtilityOutput: true},
-			Utility: enginecore.UtilityOutput{CallID: 42, HasResult: true, ResultType: enginecore.Raw{0xc0}, Result: enginecore.Raw{0x93, 1, 2, 3}}},
+			Utility: enginecore.UtilityOutput{CallID: 42, HasResult: true, ResultType: []byte{0xc0}, Result: []byte{0x93, 1, 2, 3}}},
 	}
 }

@@ -163,7 +163,7 @@ func TestNotifications(t *testing.T) {
 	util := func(special int64, result string) [][]byte {
 		m := simple(1, "x", 1)
 		m.HasUtilityOutput = true
-		m.Utility = enginecore.UtilityOutput{Special: special, HasResult: true, ResultType: enginecore.Raw{0xc0}, Result: enginecore.Raw(result)}
+		m.Utility = enginecore.UtilityOutput{Special: special, HasResult: true, ResultType: []byte{0xc0}, Result: []byte(result)}
 		return encode(m)
 	}
 	send(t, ctx, p, util(-1, "\x92\xb4RECONFIGURE_FINISHED\x03")...)

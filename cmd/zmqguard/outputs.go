@@ -300,7 +300,7 @@ func appendJSONFloat(b []byte, f float64, bits int) []byte {
 
 // appendJSONRaw renders an uninterpreted msgpack sub-object as JSON, or as
 // {"msgpack_hex": ...} when it has no JSON form.
-func appendJSONRaw(b []byte, r enginecore.Raw) []byte {
+func appendJSONRaw(b []byte, r []byte) []byte {
 	if r == nil {
 		return append(b, "null"...)
 	}
