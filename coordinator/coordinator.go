@@ -18,16 +18,15 @@ import (
 	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/vllm"
 )
 
-// DefaultStartupLogInterval is how often a coordinator waiting for its
+// startupLogInterval is how often a coordinator waiting for its
 // engines' subscriptions logs how many are still missing.
-const DefaultStartupLogInterval = 10 * time.Second
+const startupLogInterval = 10 * time.Second
 
-// DefaultReadyInterval is Config.ReadyInterval's default: READY goes out
+// defaultReadyInterval is Config.ReadyInterval's default: READY goes out
 // at most once per 100 ms after start-up.
-const DefaultReadyInterval = 100 * time.Millisecond
+const defaultReadyInterval = 100 * time.Millisecond
 
 // Errors returned by a [Coordinator].
 var (
@@ -59,82 +58,6 @@ func (e *StartupTimeoutError) Error() string {
 
 // Is makes errors.Is(err, ErrStartupTimeout) true.
 func (e *StartupTimeoutError) Is(target error) bool { return target == ErrStartupTimeout }
-
-// Config configures a [Coordinator]. Front, BackOutput, BackPublish and
-// Engines are required; every other zero field means its default.
-type Config struct {
-	// Front is the endpoint the front publish (XPUB) socket binds, for the
-	// API front-ends: "tcp://host:port" (port 0 picks a free port, see
-	// Coordinator.FrontEndpoint) or "ipc://path".
-	Front string
-	// BackOutput is the endpoint the back output (PULL) socket binds; the
-	// engines push their enginecore.Header to it.
-	BackOutput string
-	// BackPublish is the endpoint the back publish (XPUB) socket binds; the
-	// engines subscribe to it and receive READY and START_DP_WAVE.
-	BackPublish string
-	// Engines is the data-parallel size: how many engine subscriptions
-	// start-up waits for.
-	Engines int
-
-	// StatsInterval is the stats publication period while stats change
-	// (default 100 ms); IdleInterval the period when they do not (default
-	// 5 s).
-	StatsInterval time.Duration
-	IdleInterval  time.Duration
-	// StartupDeadline, when positive, bounds start-up: if the engines have
-	// not all subscribed by then, Run returns a *StartupTimeoutError. Zero
-	// waits as long as it takes, as vLLM does, logging every 10 s how many
-	// engines are still missing.
-	StartupDeadline time.Duration
-	// MaxMessageSize bounds one message on every socket (and the decode of
-	// one engine output); default 1 MiB. A peer that exceeds it is
-	// disconnected by the socket layer.
-	MaxMessageSize int64
-	// MaxEngines bounds the engine count, at start and from
-	// SCALE_ELASTIC_EP (default DefaultMaxEngines).
-	MaxEngines int
-	// Release is the vLLM release the engines and front-ends run (the zero
-	// value is vllm.Latest): it selects the stats publication layout, the
-	// wake rule and the scale-up rule (see the package documentation).
-	Release vllm.Release
-	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False.
-	DisableWaveCoordination bool
-	// ReadyInterval is the shortest time between two READY broadcasts after
-	// start-up (default DefaultReadyInterval). Every engine subscription
-	// ("\x01") asks for READY; the ones that arrive within ReadyInterval of
-	// the last READY share one, sent when the interval is over, so a newly
-	// subscribed engine gets READY within ReadyInterval and a flood of
-	// subscriptions cannot fill the engines' queues with READY (where it
-	// would crowd out START_DP_WAVE). Negative: every subscription gets its
-	// own READY at once, as in vLLM.
-	ReadyInterval time.Duration
-	// ScaleFrom, when not empty, lists the hosts (IP addresses, e.g.
-	// "10.0.0.7" or "::1") whose front-end connections may send
-	// SCALE_ELASTIC_EP; a notice from any other peer is a ReasonPolicy
-	// drop. Empty (the default) takes it from any front-end, as vLLM does;
-	// MaxEngines bounds it either way.
-	ScaleFrom []string
-
-	// Socket holds the options of the three sockets (limits, HWM, handshake
-	// deadline, allowlist, events). Socket.Guard.MaxMessageSize is
-	// overridden by MaxMessageSize when that is set, and Socket.Logger
-	// defaults to Logger.
-	Socket socket.Options
-	// Logger receives start-up progress and rate-limited drop lines; nil
-	// means slog.Default().
-	Logger *slog.Logger
-	// LogInterval is the shortest time between two summary lines of one
-	// drop reason on one socket (default 1 s).
-	LogInterval time.Duration
-	// OnDrop, if set, is called for every dropped message, whichever stage
-	// dropped it (decode, validation or the state machine). It runs on the
-	// coordinator's goroutines: keep it fast and never block in it. It may
-	// call Stats and Close: Close from inside OnDrop does not wait for Run
-	// (which waits for OnDrop); Run returns ErrClosed once OnDrop has
-	// returned, and the sockets are closed then.
-	OnDrop func(loop.Drop)
-}
 
 // The names of the three receive loops, as they appear in logs, Drop.Loop
 // and errors.
@@ -222,11 +145,10 @@ type dropLogState struct {
 // [1, 65536], invalid socket options) or when a socket cannot bind;
 // nothing is left open then.
 func New(cfg Config) (*Coordinator, error) {
-	if cfg.Front == "" || cfg.BackOutput == "" || cfg.BackPublish == "" {
-		return nil, errors.New("coordinator: Config needs the Front, BackOutput and BackPublish endpoints")
-	}
-	if cfg.StartupDeadline < 0 || cfg.MaxMessageSize < 0 || cfg.LogInterval < 0 {
-		return nil, errors.New("coordinator: negative StartupDeadline, MaxMessageSize or LogInterval")
+	cfg = cfg.withDefaults()
+	scaleFrom, err := cfg.verify()
+	if err != nil {
+		return nil, err
 	}
 	state, err := newStateMachine(cfg.Engines, stateConfig{
 		StatsInterval:           cfg.StatsInterval,
@@ -238,29 +160,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	var scaleFrom map[string]bool
-	for _, h := range cfg.ScaleFrom {
-		ip, err := netip.ParseAddr(h)
-		if err != nil {
-			return nil, fmt.Errorf("coordinator: Config.ScaleFrom: %q is not an IP address", h)
-		}
-		if scaleFrom == nil {
-			scaleFrom = map[string]bool{}
-		}
-		scaleFrom[ip.Unmap().String()] = true
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	opts := cfg.Socket
-	if cfg.MaxMessageSize > 0 {
-		opts.Guard.MaxMessageSize = cfg.MaxMessageSize
-	}
-	if opts.Logger == nil {
-		opts.Logger = cfg.Logger
-	}
-	if err := opts.Verify(); err != nil {
-		return nil, fmt.Errorf("coordinator: socket options: %w", err)
+	opts, err := cfg.socketOptions()
+	if err != nil {
+		return nil, err
 	}
 	c := &Coordinator{
 		cfg:         cfg,
@@ -268,10 +170,10 @@ func New(cfg Config) (*Coordinator, error) {
 		scaleFrom:   scaleFrom,
 		state:       state,
 		closeCh:     make(chan struct{}),
-		startupEach: DefaultStartupLogInterval,
+		startupEach: startupLogInterval,
 	}
-	if cfg.MaxMessageSize > 0 {
-		c.outLimits.MaxBytes = int(min(cfg.MaxMessageSize, int64(^uint(0)>>1)))
+	if mm := opts.Guard.MaxMessageSize; mm > 0 {
+		c.outLimits.MaxBytes = int(min(mm, int64(^uint(0)>>1)))
 	}
 	if err := c.bind(opts); err != nil {
 		c.closeSockets()
@@ -731,7 +633,7 @@ func (c *Coordinator) readyInterval() time.Duration {
 	case c.cfg.ReadyInterval < 0:
 		return 0
 	case c.cfg.ReadyInterval == 0:
-		return DefaultReadyInterval
+		return defaultReadyInterval
 	}
 	return c.cfg.ReadyInterval
 }

@@ -216,7 +216,7 @@ func ptrText(p *int) any {
 func intp(i int) *int { return &i }
 
 // dropsOf returns the non-zero counts of d, keyed by reason.
-func dropsOf(d Drops) map[decodeguard.Reason]uint64 {
+func dropsOf(d decodeguard.Counts) map[decodeguard.Reason]uint64 {
 	m := map[decodeguard.Reason]uint64{}
 	for r, v := range d {
 		if v != 0 {
@@ -226,7 +226,7 @@ func dropsOf(d Drops) map[decodeguard.Reason]uint64 {
 	return m
 }
 
-func sameDrops(d Drops, want map[decodeguard.Reason]uint64) bool {
+func sameDrops(d decodeguard.Counts, want map[decodeguard.Reason]uint64) bool {
 	got := dropsOf(d)
 	if len(got) != len(want) {
 		return false

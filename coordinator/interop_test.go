@@ -91,11 +91,11 @@ func TestPythonBuiltMessages(t *testing.T) {
 					}
 					// The state machine takes it, or drops a front-end
 					// message (or a wave notice that jumps more than
-					// MaxWaveJump past wave 0) with a classified error.
+					// maxWaveJump past wave 0) with a classified error.
 					s := newStarted(t, 256, stateConfig{})
 					_, err := s.OnEngineOutput(&got)
-					jump := (got.HasWaveComplete && got.WaveComplete+1 > MaxWaveJump) ||
-						(!got.HasWaveComplete && got.HasStartWave && got.StartWave > MaxWaveJump)
+					jump := (got.HasWaveComplete && got.WaveComplete+1 > maxWaveJump) ||
+						(!got.HasWaveComplete && got.HasStartWave && got.StartWave > maxWaveJump)
 					if frontEnd := got.OutputsLen > 0 || got.HasUtilityOutput; (frontEnd || jump) != (err != nil) {
 						t.Fatalf("OnEngineOutput: %v", err)
 					}

@@ -63,8 +63,8 @@ func predictBackOutput(b []byte, engines int) decodeguard.Reason {
 	case m.EngineIndex >= junkMaxEngines, m.HasStats && m.EngineIndex >= int64(engines):
 		return decodeguard.ReasonUnknownRank
 	// The wave-jump rule, at wave 0 (the junk test starts no wave; a run of
-	// WaveResync such random notices in a row is not expected).
-	case m.HasWaveComplete && m.WaveComplete+1 > MaxWaveJump, !m.HasWaveComplete && m.HasStartWave && m.StartWave > MaxWaveJump:
+	// waveResync such random notices in a row is not expected).
+	case m.HasWaveComplete && m.WaveComplete+1 > maxWaveJump, !m.HasWaveComplete && m.HasStartWave && m.StartWave > maxWaveJump:
 		return decodeguard.ReasonValidate
 	}
 	return decodeguard.ReasonNone
@@ -72,7 +72,7 @@ func predictBackOutput(b []byte, engines int) decodeguard.Reason {
 
 // junkMaxEngines is the default engine bound of the junk test's
 // two-engine coordinator (StateConfig.MaxEngines zero).
-const junkMaxEngines = max(DefaultScaleFactor*2, DefaultMinMaxEngines)
+const junkMaxEngines = max(defaultScaleFactor*2, defaultMinMaxEngines)
 
 // TestJunkOnEverySocket sends the seeds' hazards, malformed shapes, random
 // frames and raw TCP probes to all three sockets of a running coordinator

@@ -574,7 +574,7 @@ func TestNewErrors(t *testing.T) {
 	for name, mod := range map[string]func(*Config){
 		"no front":          func(c *Config) { c.Front = "" },
 		"no engines":        func(c *Config) { c.Engines = 0 },
-		"too many engines":  func(c *Config) { c.Engines = DefaultMaxEngines + 1 },
+		"too many engines":  func(c *Config) { c.Engines = defaultMaxEngines + 1 },
 		"negative deadline": func(c *Config) { c.StartupDeadline = -1 },
 		"bad endpoint":      func(c *Config) { c.BackOutput = "udp://127.0.0.1:0" },
 		"bad socket opts":   func(c *Config) { c.Socket.HWM = -1 },

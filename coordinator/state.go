@@ -12,55 +12,55 @@ import (
 
 // Defaults of [Config] (and of the state machine it configures).
 const (
-	// DefaultStatsInterval is how often stats are published while they keep
+	// defaultStatsInterval is how often stats are published while they keep
 	// changing (vLLM's min_stats_update_interval_ms, 100 ms).
-	DefaultStatsInterval = 100 * time.Millisecond
-	// DefaultIdleInterval is how often stats are published when nothing
+	defaultStatsInterval = 100 * time.Millisecond
+	// defaultIdleInterval is how often stats are published when nothing
 	// changed (vLLM: 5 s).
-	DefaultIdleInterval = 5 * time.Second
-	// DefaultMaxEngines is the largest engine count accepted when
+	defaultIdleInterval = 5 * time.Second
+	// defaultMaxEngines is the largest engine count accepted when
 	// Config.MaxEngines is zero, at start and from SCALE_ELASTIC_EP.
-	DefaultMaxEngines = 4096
-	// DefaultScaleFactor: when Config.MaxEngines is zero, a
+	defaultMaxEngines = 4096
+	// defaultScaleFactor: when Config.MaxEngines is zero, a
 	// SCALE_ELASTIC_EP notice may grow the engine list to at most
-	// DefaultScaleFactor times the starting engine count (at least
-	// DefaultMinMaxEngines, at most DefaultMaxEngines), so that one notice
+	// defaultScaleFactor times the starting engine count (at least
+	// defaultMinMaxEngines, at most defaultMaxEngines), so that one notice
 	// from any front-end cannot make every later publication huge.
-	DefaultScaleFactor = 4
-	// DefaultMinMaxEngines is the smallest default bound (see
-	// DefaultScaleFactor).
-	DefaultMinMaxEngines = 8
-	// StatsResync is how many consecutive stale stats messages from one
+	defaultScaleFactor = 4
+	// defaultMinMaxEngines is the smallest default bound (see
+	// defaultScaleFactor).
+	defaultMinMaxEngines = 8
+	// statsResync is how many consecutive stale stats messages from one
 	// engine make the coordinator take the newest of them anyway and start
 	// its ordering again from there: one message with an
 	// implausible (current_wave, step_counter) can hide at most
-	// StatsResync-1 real ones.
-	StatsResync = 3
-	// MaxWaveJump bounds how far past the current wave a wave_complete or
+	// statsResync-1 real ones.
+	statsResync = 3
+	// maxWaveJump bounds how far past the current wave a wave_complete or
 	// start_wave notice may move it. DP rank 0 reports the
 	// wave it is in, which is the coordinator's current wave or, after a
 	// lost notice, one or two past it.
-	MaxWaveJump = 4
-	// WaveResync is how many consecutive wave notices beyond MaxWaveJump
+	maxWaveJump = 4
+	// waveResync is how many consecutive wave notices beyond maxWaveJump
 	// make the coordinator follow the engines anyway (the newest of them):
 	// a coordinator that really fell behind catches up, one forged notice
 	// cannot move the wave.
-	WaveResync = 3
+	waveResync = 3
 )
 
 // stateConfig configures a [stateMachine]. The zero value means the defaults.
 type stateConfig struct {
 	// StatsInterval is the publication period while stats change; zero or
-	// negative means DefaultStatsInterval.
+	// negative means defaultStatsInterval.
 	StatsInterval time.Duration
 	// IdleInterval is the publication period when they do not; zero or
-	// negative means DefaultIdleInterval.
+	// negative means defaultIdleInterval.
 	IdleInterval time.Duration
 	// MaxEngines is the largest engine count accepted, at start or from
-	// SCALE_ELASTIC_EP. Zero means DefaultScaleFactor times the starting
-	// engine count, at least DefaultMinMaxEngines and at most
-	// DefaultMaxEngines (the starting count itself may not exceed
-	// DefaultMaxEngines then); it may not exceed dpwire.MaxEngines. A publication
+	// SCALE_ELASTIC_EP. Zero means defaultScaleFactor times the starting
+	// engine count, at least defaultMinMaxEngines and at most
+	// defaultMaxEngines (the starting count itself may not exceed
+	// defaultMaxEngines then); it may not exceed dpwire.MaxEngines. A publication
 	// carries one entry per engine, so this also bounds its size (about 13
 	// bytes per engine).
 	MaxEngines int
@@ -81,18 +81,18 @@ type stateConfig struct {
 
 func (c stateConfig) withDefaults(engines int) stateConfig {
 	if c.StatsInterval <= 0 {
-		c.StatsInterval = DefaultStatsInterval
+		c.StatsInterval = defaultStatsInterval
 	}
 	if c.IdleInterval <= 0 {
-		c.IdleInterval = DefaultIdleInterval
+		c.IdleInterval = defaultIdleInterval
 	}
 	if c.MaxEngines == 0 {
-		c.MaxEngines = DefaultMaxEngines
-		if engines <= DefaultMaxEngines/DefaultScaleFactor {
-			c.MaxEngines = max(DefaultScaleFactor*engines, DefaultMinMaxEngines)
+		c.MaxEngines = defaultMaxEngines
+		if engines <= defaultMaxEngines/defaultScaleFactor {
+			c.MaxEngines = max(defaultScaleFactor*engines, defaultMinMaxEngines)
 		}
-		if engines > DefaultMaxEngines {
-			c.MaxEngines = DefaultMaxEngines // refused below
+		if engines > defaultMaxEngines {
+			c.MaxEngines = defaultMaxEngines // refused below
 		}
 	}
 	return c
@@ -155,11 +155,11 @@ type stateCounters struct {
 	// Resizes counts SCALE_ELASTIC_EP notices applied.
 	Resizes uint64
 	// StatsResyncs counts engines whose stats ordering was restarted after
-	// StatsResync consecutive stale messages.
+	// statsResync consecutive stale messages.
 	StatsResyncs uint64
 	// WaveJumps counts wave notices refused for moving the wave more than
-	// MaxWaveJump (or to the last representable wave); WaveResyncs the
-	// times WaveResync such notices in a row were followed anyway.
+	// maxWaveJump (or to the last representable wave); WaveResyncs the
+	// times waveResync such notices in a row were followed anyway.
 	WaveJumps   uint64
 	WaveResyncs uint64
 }
@@ -240,16 +240,16 @@ type engineState struct {
 //     the counts anyway; it also publishes a copy of the counts taken at the last step
 //     boundary, which is not reproduced here. A restarted engine process
 //     starts again at (0, 0): see the resynchronisation rule below.
-//   - Stats ordering resynchronises. StatsResync consecutive stale messages
+//   - Stats ordering resynchronises. statsResync consecutive stale messages
 //     from one engine restart its ordering from the newest of them (counted
 //     in StatsResyncs): one message with an implausible pair (a forged
 //     (2^63-1, 2^63-1), or an engine process that restarted at (0, 0)) can
-//     hide at most StatsResync-1 real messages, never all later ones. vLLM
+//     hide at most statsResync-1 real messages, never all later ones. vLLM
 //     applies every message, in or out of order.
 //   - Wave jumps. A wave_complete = w or start_wave = w that would move the
-//     wave more than MaxWaveJump past the current wave (w+1 resp. w, minus
+//     wave more than maxWaveJump past the current wave (w+1 resp. w, minus
 //     the current wave) is a ReasonValidate drop, counted in WaveJumps, and
-//     changes nothing (its stats included); WaveResync such notices in a
+//     changes nothing (its stats included); waveResync such notices in a
 //     row are followed anyway (a coordinator that fell behind catches up).
 //     The wave never exceeds dpwire.MaxWave: a wave_complete at dpwire.MaxWave pauses the
 //     engines and keeps the wave, so every later notice and wake at the
@@ -274,7 +274,7 @@ type engineState struct {
 //     anyway). An exclusion that names no current engine is dropped, so
 //     every engine is woken.
 //   - SCALE_ELASTIC_EP takes n in [1, stateConfig.MaxEngines] only (by
-//     default DefaultScaleFactor times the starting engine count), and
+//     default defaultScaleFactor times the starting engine count), and
 //     marks the stats as changed so front-ends see the new length within
 //     StatsInterval (vLLM waits for the next periodic publication). vLLM
 //     takes any count from any front-end; Config.ScaleFrom can restrict
@@ -289,7 +289,7 @@ type engineState struct {
 type stateMachine struct {
 	cfg        stateConfig
 	rules      vllm.Rules
-	jumps      int // consecutive wave notices beyond MaxWaveJump
+	jumps      int // consecutive wave notices beyond maxWaveJump
 	engines    []engineState
 	wave       int64
 	running    bool
@@ -334,7 +334,7 @@ var (
 	errUnknownIndex  = decodeguard.NewError(decodeguard.ReasonUnknownRank, "engine index beyond stateConfig.MaxEngines")
 	errScaleRange    = decodeguard.NewError(decodeguard.ReasonValidate, "SCALE_ELASTIC_EP engine count out of range")
 	errWaveRange     = decodeguard.NewError(decodeguard.ReasonValidate, "wake: wave or exclusion out of range")
-	errWaveJump      = decodeguard.NewError(decodeguard.ReasonValidate, "wave notice moves the wave more than MaxWaveJump past the current wave")
+	errWaveJump      = decodeguard.NewError(decodeguard.ReasonValidate, "wave notice moves the wave more than maxWaveJump past the current wave")
 	errFrontKind     = decodeguard.NewError(decodeguard.ReasonDecode, "unknown front-end message kind")
 )
 
@@ -343,7 +343,7 @@ var (
 // classified error when the message must be dropped (and then nothing was
 // changed, except the wave-jump rule's count of refusals in a row):
 // ReasonValidate for request outputs, a utility output, a value out of
-// range ([enginecore.Header.Validate]) or a wave notice beyond MaxWaveJump,
+// range ([enginecore.Header.Validate]) or a wave notice beyond maxWaveJump,
 // ReasonUnknownRank for an engine index the coordinator does not have (see
 // [stateMachine] for the exact rules). The returned errors are shared values: compare them with errors.Is
 // or [decodeguard.ReasonOf], do not modify them.
@@ -413,12 +413,12 @@ func (s *stateMachine) waveNoticeOK(m *enginecore.Header) bool {
 	default:
 		return true
 	}
-	if w <= s.wave || w-s.wave <= MaxWaveJump {
+	if w <= s.wave || w-s.wave <= maxWaveJump {
 		s.jumps = 0
 		return true
 	}
 	s.jumps++
-	if s.jumps >= WaveResync {
+	if s.jumps >= waveResync {
 		s.jumps = 0
 		s.counters.WaveResyncs++
 		return true
@@ -431,10 +431,10 @@ func (s *stateMachine) applyStats(e *engineState, st *enginecore.SchedulerStats)
 	w, step := st.CurrentWave, st.StepCounter
 	if e.seen && (w < e.lastWave || (w == e.lastWave && step < e.lastStep)) {
 		s.counters.StaleStats++
-		if e.stale++; e.stale < StatsResync {
+		if e.stale++; e.stale < statsResync {
 			return
 		}
-		// StatsResync stale messages in a row: the pair taken before was
+		// statsResync stale messages in a row: the pair taken before was
 		// implausible (forged, or an engine process that restarted).
 		// Start again from this one.
 		s.counters.StatsResyncs++

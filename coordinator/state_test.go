@@ -51,7 +51,7 @@ func newStarted(t *testing.T, n int, cfg stateConfig) *stateMachine {
 func setWave(t *testing.T, s *stateMachine, wave int64, running bool) {
 	t.Helper()
 	// One wave at a time, as the engines report them (a jump of more than
-	// MaxWaveJump is refused).
+	// maxWaveJump is refused).
 	for w := s.Wave(); w < wave; w++ {
 		if _, err := s.OnEngineOutput(waveCompleteMsg(0, w)); err != nil {
 			t.Fatal(err)
@@ -424,7 +424,7 @@ func TestElasticResize(t *testing.T) {
 	if len(loads) != 5 || loads[2] != (EngineLoad{Waiting: 12, Running: 22}) || loads[4] != (EngineLoad{}) {
 		t.Fatalf("after grow %+v", loads)
 	}
-	if !s.NextTick().Equal(now.Add(DefaultStatsInterval)) {
+	if !s.NextTick().Equal(now.Add(defaultStatsInterval)) {
 		t.Fatalf("resize not published promptly: next tick %v", s.NextTick())
 	}
 	// New engines take stats.
@@ -569,7 +569,7 @@ func TestNewStateErrors(t *testing.T) {
 	}{
 		{0, stateConfig{}},
 		{-1, stateConfig{}},
-		{DefaultMaxEngines + 1, stateConfig{}},
+		{defaultMaxEngines + 1, stateConfig{}},
 		{5, stateConfig{MaxEngines: 4}},
 		{1, stateConfig{MaxEngines: dpwire.MaxEngines + 1}},
 		{1, stateConfig{MaxEngines: -3}},
