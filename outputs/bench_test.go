@@ -48,7 +48,7 @@ func BenchmarkReceiver(b *testing.B) {
 	target := b.N + 1
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	so := DefaultSocketOptions()
+	so := socket.Options{}
 	so.Logger = quiet
 	r, err := New(Config{Logger: quiet, Socket: so, Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
 		if len(m.Outputs) != 256 {

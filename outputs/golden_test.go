@@ -136,7 +136,7 @@ func TestGoldenReplayGo(t *testing.T) {
 		}
 		send(t, ctx, p, f...)
 	}
-	send(t, ctx, p, EngineCoreDead)
+	send(t, ctx, p, []byte(engineCoreDead))
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,8 +183,8 @@ func TestGoldenEngineCoreDead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(f) != 1 || !bytes.Equal(f[0], EngineCoreDead) {
-			t.Fatalf("%s: frames %x, EngineCoreDead %x", v.ID, f, EngineCoreDead)
+		if len(f) != 1 || !bytes.Equal(f[0], []byte(engineCoreDead)) {
+			t.Fatalf("%s: frames %x, engineCoreDead %x", v.ID, f, engineCoreDead)
 		}
 	}
 	if n != 1 {

@@ -62,7 +62,7 @@ func TestRealSizeStep(t *testing.T) {
 	for _, f := range fit {
 		total += len(f)
 	}
-	if len(fit) != DefaultMaxFrames || total <= 2<<20-64<<10 {
+	if len(fit) != defaultMaxFrames || total <= 2<<20-64<<10 {
 		t.Fatalf("step of %d frames, %d bytes", len(fit), total)
 	}
 	send(t, ctx, p, fit...)
@@ -117,16 +117,16 @@ func TestDefaultLimits(t *testing.T) {
 	}
 	defer r.Close()
 	g := r.sock.Options().Guard
-	if g.MaxFrames != DefaultMaxFrames || g.MaxMessageSize != DefaultMaxMessageSize {
+	if g.MaxFrames != defaultMaxFrames || g.MaxMessageSize != defaultMaxMessageSize {
 		t.Fatalf("socket limits %d frames, %d bytes", g.MaxFrames, g.MaxMessageSize)
 	}
-	if r.lim.MaxFrames != DefaultMaxFrames || r.lim.Scan.MaxBytes != DefaultMaxMessageSize || r.lim.Scan.MaxElements != DefaultMaxElements {
+	if r.lim.MaxFrames != defaultMaxFrames || r.lim.Scan.MaxBytes != defaultMaxMessageSize || r.lim.Scan.MaxElements != defaultMaxElements {
 		t.Fatalf("decode limits %+v", r.lim)
 	}
-	if mb := r.sock.Options().MemoryBudget; mb <= 0 || mb < DefaultMaxMessageSize {
+	if mb := r.sock.Options().MemoryBudget; mb <= 0 || mb < defaultMaxMessageSize {
 		t.Fatalf("MemoryBudget %d: not bounded or below one message", mb)
 	}
-	if d := socket.DefaultOptions().Guard; d.MaxFrames == DefaultMaxFrames || d.MaxMessageSize == DefaultMaxMessageSize {
+	if d := socket.DefaultOptions().Guard; d.MaxFrames == defaultMaxFrames || d.MaxMessageSize == defaultMaxMessageSize {
 		t.Fatalf("socket.DefaultOptions changed: %+v", d)
 	}
 }

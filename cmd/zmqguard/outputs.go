@@ -73,9 +73,9 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 	live := addLivenessFlags(fs)
 	mo := addMetricsFlags(fs)
 	allow := addAllowFlag(fs)
-	maxMsg := sizeValue(outputs.DefaultMaxMessageSize)
+	maxMsg := sizeValue(64 << 20)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
-	maxFrames := fs.Int("max-frames", outputs.DefaultMaxFrames, "most frames in one message (the body and its aux arrays)")
+	maxFrames := fs.Int("max-frames", 4096, "most frames in one message (the body and its aux arrays)")
 	curve := addCurveServerFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
 	if done {
@@ -106,7 +106,7 @@ func runOutputs(ctx context.Context, e *env, args []string) int {
 		lctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		w := &outputsWriter{w: e.stdout, limit: *count}
-		so := outputs.DefaultSocketOptions()
+		so := socket.Options{}
 		so.Guard.MaxMessageSize = int64(maxMsg)
 		so.Guard.MaxFrames = *maxFrames
 		so.Guard.Allow = allow.prefixes
