@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"unsafe"
 
+	"github.com/tinylib/msgp/msgp"
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
@@ -360,4 +361,115 @@ func DTypeOf(name string) DType {
 		return dtNone
 	}
 	return d
+}
+
+// array decodes one array or tensor (or nil) at the front of b into a.
+func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
+	if msgp.IsNil(b) {
+		if a.DType != dtNone {
+			*a = Array{Shape: a.Shape[:0]}
+		}
+		return b[1:], nil
+	}
+	at := b
+	var n uint32
+	var err error
+	if len(b) > 0 && b[0] == 0x93 { // fixarray of 3, inline
+		n, b = 3, b[1:]
+	} else {
+		n, b, err = readArrayHeader(b)
+	}
+	if err != nil || n != 3 {
+		return b, fail(orig, at, what+": want nil or [dtype, shape, data]", err)
+	}
+	dsAt := b
+	var ds []byte
+	if len(b) > 0 && b[0]&0xe0 == 0xa0 && len(b) > int(b[0]&0x1f) { // fixstr, inline
+		k := 1 + int(b[0]&0x1f)
+		ds, b = b[1:k], b[k:]
+	} else if ds, b, err = readStr(b); err != nil {
+		return b, fail(orig, dsAt, what+".dtype: want a str", err)
+	}
+	dt, torch, ok := parseDType(ds)
+	if !ok {
+		return b, failf(orig, dsAt, decodeguard.ReasonDecode, what+": unknown dtype "+strconv.Quote(decodeguard.EscapeText(string(ds), 32)))
+	}
+	shAt := b
+	var k uint32
+	if len(b) > 0 && b[0]&0xf0 == 0x90 { // fixarray, inline
+		k, b = uint32(b[0]&0x0f), b[1:]
+	} else {
+		k, b, err = readArrayHeader(b)
+	}
+	if err != nil {
+		return b, fail(orig, shAt, what+".shape: want an array of int", err)
+	}
+	if k > maxDims {
+		return b, failf(orig, shAt, decodeguard.ReasonOversize, what+".shape: "+strconv.Itoa(int(k))+" dimensions, over the limit of "+strconv.Itoa(maxDims))
+	}
+	if d.budget -= 4 + int(k); d.budget < 0 { // the array, its three parts, the dims
+		return b, failf(orig, at, decodeguard.ReasonOversize, errBudget)
+	}
+	shape := a.Shape[:0]
+	for j := uint32(0); j < k; j++ {
+		var v int64
+		if len(b) > 0 && b[0] <= 0x7f { // positive fixint, inline
+			v, b = int64(b[0]), b[1:]
+		} else if v, b, err = readInt(b); err != nil {
+			return b, fail(orig, shAt, what+".shape: want an array of int", err)
+		}
+		if int64(int(v)) != v {
+			return b, failf(orig, shAt, decodeguard.ReasonOversize, what+".shape: dimension out of range")
+		}
+		shape = append(shape, int(v))
+	}
+	dataAt := b
+	if len(b) == 0 {
+		return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: missing")
+	}
+	var data []byte
+	frame := 0
+	switch c := b[0]; {
+	case c <= 0x7f || c == 0xcc || c == 0xcd || c == 0xce || c == 0xcf || c >= 0xe0 ||
+		c == 0xd0 || c == 0xd1 || c == 0xd2 || c == 0xd3: // an int: an aux frame index
+		var idx int64
+		if c <= 0x7f { // positive fixint, inline
+			idx, b = int64(c), b[1:]
+		} else {
+			idx, b, err = readInt(b)
+		}
+		if err != nil || idx < 1 || idx >= int64(len(d.frames)) {
+			return b, failf(orig, dataAt, decodeguard.ReasonDecode,
+				what+".data: aux frame index out of range [1, "+strconv.Itoa(len(d.frames))+")")
+		}
+		i := int(idx)
+		if d.m.used[i/64]&(1<<(i%64)) != 0 {
+			return b, failf(orig, dataAt, decodeguard.ReasonDecode, errAuxTwiceAt+strconv.Itoa(i))
+		}
+		d.m.used[i/64] |= 1 << (i % 64)
+		data, frame = d.frames[i], i
+	case (c >= 0xd4 && c <= 0xd8) || (c >= 0xc7 && c <= 0xc9): // ext
+		typ, payload, rest, ok := readExt(b)
+		if !ok {
+			return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: malformed ext")
+		}
+		if typ != extRawView {
+			return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: ext type "+strconv.Itoa(int(typ))+", want 3 (raw bytes)")
+		}
+		data, b = payload, rest
+	case c == 0xc4 || c == 0xc5 || c == 0xc6: // bin, as older releases sent
+		data, b, err = msgp.ReadBytesZC(b)
+		if err != nil {
+			return b, fail(orig, dataAt, what+".data: malformed bin", err)
+		}
+	default:
+		return b, failf(orig, dataAt, decodeguard.ReasonDecode, what+".data: want ext 3 or an aux frame index")
+	}
+	if e := checkShape(shape, dt.size(), len(data)); e != nil {
+		e.Detail = what + ": " + e.Detail
+		e.Offset = len(orig) - len(at)
+		return b, e
+	}
+	a.DType, a.Torch, a.Shape, a.Data, a.Frame = dt, torch, shape, data, frame
+	return b, nil
 }

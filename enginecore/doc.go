@@ -1,8 +1,22 @@
-// Package enginecore is zmqguard's one home for vLLM's engine wire types:
-// the EngineCoreOutputs messages an engine core pushes to its API
-// front-ends and to the data-parallel coordinator, with their parts
-// (EngineCoreOutput, logprobs, events, the utility output, scheduler stats)
-// and the arrays and tensors inside them.
+// Package enginecore decodes and encodes vLLM's EngineCoreOutputs, the
+// message an engine core pushes to its API front-ends and to the
+// data-parallel coordinator, refusing any bad input before it allocates.
+//
+//	var m enginecore.Message // reuse it: later decodes allocate nothing
+//	if err := enginecore.Decode(frames, &m, nil); err != nil {
+//		return err // a classified *decodeguard.Error, never a panic
+//	}
+//	for i := range m.Outputs {
+//		o := &m.Outputs[i]
+//		fmt.Println(string(o.RequestID), o.NewTokenIDs)
+//		if lp := &o.NewLogprobs; lp.Present {
+//			fmt.Println(lp.TokenIDs.Shape, lp.TokenIDs.Int(0))
+//		}
+//	}
+//
+// Its types cover every part of the message (EngineCoreOutput, logprobs,
+// events, the utility output, scheduler stats) and the arrays and tensors
+// inside them.
 //
 // # Two views of one message
 //

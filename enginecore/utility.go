@@ -131,3 +131,79 @@ func (u *UtilityOutput) ftStatus() (FTStatus, error) {
 	}
 	return s, nil
 }
+
+func (d *decoder) utility(orig, b []byte) ([]byte, error) {
+	const what = "EngineCoreOutputs.utility_output"
+	u := &d.m.Utility
+	*u = UtilityOutput{}
+	at := b
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil || n < 1 {
+		return b, fail(orig, at, what+": want [call_id, failure_message, result]", err)
+	}
+	for i := uint32(0); i < n; i++ {
+		at = b
+		var detail string
+		switch i {
+		case 0:
+			detail = what + ".call_id: want an int"
+			if len(b) > 0 && (b[0] >= 0xe0 || (b[0] >= 0xd0 && b[0] <= 0xd3)) {
+				// A negative call id (a signed msgpack int): vLLM's
+				// notifications. A signed width holding a non-negative
+				// value is an ordinary id.
+				var v int64
+				if v, b, err = msgp.ReadInt64Bytes(b); err == nil {
+					if v < 0 {
+						u.Special = v
+					} else {
+						u.CallID = uint64(v)
+					}
+				}
+				break
+			}
+			u.CallID, b, err = msgp.ReadUint64Bytes(b)
+		case 1:
+			detail = what + ".failure_message: want nil or a str"
+			if msgp.IsNil(b) {
+				b = b[1:]
+				break
+			}
+			u.HasFailure = true
+			u.FailureMessage, b, err = str(orig, b, detail)
+		case 2:
+			detail = what + ".result: want nil or [type_info, value]"
+			if msgp.IsNil(b) {
+				b = b[1:]
+				break
+			}
+			var k uint32
+			k, b, err = msgp.ReadArrayHeaderBytes(b)
+			if err == nil && k != 2 {
+				return b, failf(orig, at, decodeguard.ReasonDecode, detail)
+			}
+			if err == nil {
+				u.HasResult = true
+				u.ResultType, b, err = d.raw(orig, b)
+			}
+			if err == nil {
+				var v []byte
+				v, b, err = d.raw(orig, b)
+				if v == nil {
+					v = nilRaw
+				}
+				u.Result = v
+			}
+		default:
+			detail = what + ": malformed extra field"
+			_, b, err = d.raw(orig, b)
+		}
+		if err != nil {
+			return b, fail(orig, at, detail, err)
+		}
+	}
+	return b, nil
+}
+
+// nilRaw is the msgpack encoding of nil, for a utility result whose value
+// is None (Result stays non-nil so that HasResult round-trips).
+var nilRaw = []byte{0xc0}
