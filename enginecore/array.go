@@ -159,9 +159,8 @@ func parseDType(s []byte) (d DType, torch bool, ok bool) {
 // whole aux frame); Frame says which (0 for inline). Shape's backing array
 // is reused by later decodes into the same value.
 //
-// Data need not be aligned: use the accessors for typed reads, or the
-// Int32s/Int64s/Float32s views, which succeed only on aligned data on a
-// little-endian machine.
+// Data need not be aligned: [Array.Int] and [Array.Float] read any element
+// of any dtype.
 type Array struct {
 	DType DType
 	// Torch reports that the dtype was spelled the torch way ("float32")
@@ -238,14 +237,6 @@ func (a *Array) appendInts(dst []int64) []int64 {
 	return dst
 }
 
-// appendFloats appends every element as a float64 (see [Array.Float]) to dst.
-func (a *Array) appendFloats(dst []float64) []float64 {
-	for i, n := 0, a.Len(); i < n; i++ {
-		dst = append(dst, a.Float(i))
-	}
-	return dst
-}
-
 var littleEndian = func() bool {
 	x := uint16(1)
 	return *(*byte)(unsafe.Pointer(&x)) == 1
@@ -276,15 +267,6 @@ func (a *Array) int32s() (v []int32, ok bool) {
 		return nil, ok
 	}
 	return unsafe.Slice((*int32)(p), n), true
-}
-
-// int64s is int32s for dtInt64 data (8-byte aligned).
-func (a *Array) int64s() (v []int64, ok bool) {
-	p, n, ok := a.view(dtInt64, 8)
-	if !ok || p == nil {
-		return nil, ok
-	}
-	return unsafe.Slice((*int64)(p), n), true
 }
 
 // float32s is int32s for dtFloat32 data (4-byte aligned).

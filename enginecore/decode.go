@@ -155,20 +155,6 @@ func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (firstI
 	return d.firstInvalid, err
 }
 
-// validate checks the values a front-end relies on: [Header.Validate], and
-// per output a non-negative finish_reason and num_nans_in_logits.
-func (m *Message) validate() error {
-	if err := m.Header.Validate(); err != nil {
-		return err
-	}
-	for i := range m.Outputs {
-		if o := &m.Outputs[i]; o.invalid() {
-			return o.validate(i)
-		}
-	}
-	return nil
-}
-
 // invalid reports whether o fails Validate's per-output checks.
 func (o *Output) invalid() bool {
 	return (o.HasFinishReason && o.FinishReason < 0) || o.NumNaNsInLogits < 0

@@ -210,7 +210,7 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 // engine_index, wave_complete and start_wave are integers (any msgpack
 // width, not bool, not float); timestamp is a float or an integer; outputs
 // is an array (its elements are skipped); scheduler_stats is nil or a map
-// decoded by SchedulerStats.unmarshalMsg; utility_output is nil or any
+// decoded by SchedulerStats's decoder; utility_output is nil or any
 // object (skipped); finished_requests is nil or an array of str.
 //
 // Errors are *[decodeguard.Error]s: ReasonDecode for a wrong shape or type,
@@ -222,7 +222,7 @@ func (h *Header) unmarshalMsg(b []byte) ([]byte, error) {
 	return h.unmarshal(b, nil)
 }
 
-// unmarshal is UnmarshalMsg; with a non-nil full it also decodes the
+// unmarshal is unmarshalMsg; with a non-nil full it also decodes the
 // outputs, the utility output and the finished request ids into full.
 func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*h = Header{}
@@ -377,17 +377,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	return b, nil
 }
 
-// unmarshalMsg decodes one SchedulerStats map from the front of b and returns
-// the bytes after it. It resets s first. Keys must be str (msgspec decodes
-// a dataclass from str keys only); the counts are integers and the usages
-// floats or integers, as msgspec checks them; other keys' values are skipped
-// unread. Errors are classified as by Header.unmarshalMsg, with offsets
-// relative to b.
-func (s *SchedulerStats) unmarshalMsg(b []byte) ([]byte, error) {
-	return s.unmarshal(b, nil)
-}
-
-// unmarshal is UnmarshalMsg; with a non-nil full (whose input was not
+// unmarshal decodes one SchedulerStats map; with a non-nil full (whose input was not
 // pre-scanned) keys are checked for UTF-8 and skipped values are scanned.
 func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*s = SchedulerStats{}
