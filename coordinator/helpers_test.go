@@ -238,3 +238,14 @@ func sameDrops(d decodeguard.Counts, want map[decodeguard.Reason]uint64) bool {
 	}
 	return true
 }
+
+// docs/protocol.md §2 front-end and publication vectors.
+const (
+	vecScale4        = "92b05343414c455f454c41535449435f455004"
+	vecWakeNil7      = "92c007"
+	vecWake2_7       = "920207"
+	vecWakeIdentity  = "92c402020007"
+	vecStatsPublish  = "939292050392000107c3"
+	vecWavePublish   = "93c007c2"
+	vecStartDPWave72 = "920702"
+)

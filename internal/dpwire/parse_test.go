@@ -1,8 +1,9 @@
-package coordinator
+package dpwire_test
 
 import (
 	"bytes"
 	"encoding/hex"
+	"strings"
 	"testing"
 
 	"github.com/tinylib/msgp/msgp"
@@ -10,6 +11,9 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
+
+// The parsers' vectors (docs/protocol.md §2); package coordinator's tests
+// run the same messages through the running coordinator.
 
 // docs/protocol.md §2 front-end and publication vectors.
 const (
@@ -220,4 +224,147 @@ func TestParseFrontZeroAllocs(t *testing.T) {
 	if allocs != 0 {
 		t.Fatalf("%v allocations per parse of valid messages, want 0", allocs)
 	}
+}
+
+func TestParsePublication(t *testing.T) {
+	var p dpwire.Publication
+	// docs/protocol.md's vectors.
+	if err := dpwire.ParsePublication(unhex(t, "939292050392000107c3"), &p); err != nil || !p.HasCounts || p.KV || p.Wave != 7 || !p.Running ||
+		len(p.Loads) != 2 || p.Loads[0] != (dpwire.Load{Waiting: 5, Running: 3}) || p.Loads[1] != (dpwire.Load{Running: 1}) {
+		t.Fatalf("stats vector: %+v %v", p, err)
+	}
+	if c := p.Counts(); len(c) != 2 || c[0] != [2]int{5, 3} || c[1] != [2]int{0, 1} {
+		t.Fatalf("counts %v", c)
+	}
+	loads := p.Loads
+	if err := dpwire.ParsePublication(unhex(t, "93c007c2"), &p); err != nil || p.HasCounts || p.Wave != 7 || p.Running || len(p.Loads) != 0 || p.Counts() != nil {
+		t.Fatalf("wave vector: %+v %v", p, err)
+	}
+	kv := dpwire.AppendStatsPublishKV(nil, []dpwire.Load{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Waiting: 0, Running: 1, KVCacheUsage: 1}}, 9, false)
+	if err := dpwire.ParsePublication(kv, &p); err != nil || !p.KV || p.Loads[0].KVCacheUsage != 0.25 || p.Loads[1].KVCacheUsage != 1 || p.Wave != 9 {
+		t.Fatalf("kv layout: %+v %v", p, err)
+	}
+	if &p.Loads[0] != &loads[0] {
+		t.Error("Loads' capacity not reused")
+	}
+	for _, c := range []struct {
+		hex    string
+		reason decodeguard.Reason
+	}{
+		{"", decodeguard.ReasonDecode},
+		{"45", decodeguard.ReasonDecode},
+		{"92c007", decodeguard.ReasonDecode},                             // arity
+		{"93a17807c3", decodeguard.ReasonDecode},                         // counts a str
+		{"93919105 07c3", decodeguard.ReasonDecode},                      // entry of 1
+		{"93929205039305030007c3", decodeguard.ReasonDecode},             // mixed layouts
+		{"93919205a17807c3", decodeguard.ReasonDecode},                   // running a str
+		{"939192ff0307c3", decodeguard.ReasonValidate},                   // negative waiting
+		{"9391930503cb7ff800000000000007c3", decodeguard.ReasonValidate}, // NaN usage
+		{"93c0ffc3", decodeguard.ReasonValidate},                         // negative wave
+		{"93c00701", decodeguard.ReasonDecode},                           // running an int
+		{"93c007c3c0", decodeguard.ReasonDecode},                         // trailing
+		{"93c0cfffffffffffffffffc3", decodeguard.ReasonValidate},         // wave beyond int64
+		{"93919191919101", decodeguard.ReasonOversize},                   // too deep
+	} {
+		h := string(bytes.ReplaceAll([]byte(c.hex), []byte(" "), nil))
+		p.Loads = loads
+		err := dpwire.ParsePublication(unhex(t, h), &p)
+		if decodeguard.ReasonOf(err) != c.reason {
+			t.Errorf("%s: %v, want %v", h, err, c.reason)
+		}
+		if err != nil {
+			checkSafeText(t, err.Error())
+			if p.HasCounts || p.Wave != 0 || len(p.Loads) != 0 {
+				t.Errorf("%s: dst not reset: %+v", h, p)
+			}
+		}
+	}
+}
+
+func TestParsePeerZeroAllocs(t *testing.T) {
+	sw := unhex(t, "920702")
+	pub := unhex(t, "939292050392000107c3")
+	var p dpwire.Publication
+	if err := dpwire.ParsePublication(pub, &p); err != nil {
+		t.Fatal(err)
+	}
+	if n := testing.AllocsPerRun(100, func() {
+		if _, err := dpwire.ParseStartDPWave(sw); err != nil {
+			t.Fatal(err)
+		}
+		if err := dpwire.ParsePublication(pub, &p); err != nil {
+			t.Fatal(err)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per parse", n)
+	}
+}
+
+func unhex(t testing.TB, s string) []byte {
+	t.Helper()
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// checkSafeText fails when an error text carries a byte that is not
+// printable ASCII (peer bytes must never reach a log raw).
+func checkSafeText(t testing.TB, s string) {
+	t.Helper()
+	for _, r := range strings.ReplaceAll(s, "…", "") {
+		if r < 0x20 || r > 0x7e {
+			t.Fatalf("error text carries a non-printable byte %q: %q", r, s)
+		}
+	}
+}
+
+// FuzzParsePublication checks the front-end-side parser the same way, with
+// a reused destination.
+func FuzzParsePublication(f *testing.F) {
+	for _, s := range []string{"939292050392000107c3", "93c007c2", "93919305 03cb3fd0000000000000 07c3", "", "45", "939192ff0307c3", "93929205039305030007c3", "93c0ffc3"} {
+		b, _ := hex.DecodeString(string(bytes.ReplaceAll([]byte(s), []byte(" "), nil)))
+		f.Add(b)
+	}
+	var p dpwire.Publication
+	f.Fuzz(func(t *testing.T, b []byte) {
+		err := dpwire.ParsePublication(b, &p)
+		if err != nil {
+			if !decodeguard.IsBadInput(err) {
+				t.Fatalf("unclassified error %v", err)
+			}
+			checkSafeText(t, err.Error())
+			if p.HasCounts || len(p.Loads) != 0 || p.Wave != 0 || p.Running || p.KV {
+				t.Fatalf("dst not reset: %+v", p)
+			}
+			return
+		}
+		if p.Wave < 0 || (!p.HasCounts && (len(p.Loads) != 0 || p.KV)) {
+			t.Fatalf("accepted %+v", p)
+		}
+		var re []byte
+		switch {
+		case !p.HasCounts:
+			re = dpwire.AppendWavePublish(nil, p.Wave, p.Running)
+		case p.KV:
+			re = dpwire.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running)
+		default:
+			counts := make([][2]int, len(p.Loads))
+			for i, l := range p.Loads {
+				counts[i] = [2]int{int(l.Waiting), int(l.Running)}
+			}
+			re = dpwire.AppendStatsPublish(nil, counts, int(p.Wave), p.Running)
+		}
+		var q dpwire.Publication
+		if err := dpwire.ParsePublication(re, &q); err != nil || q.HasCounts != p.HasCounts || q.KV != p.KV || q.Wave != p.Wave ||
+			q.Running != p.Running || len(q.Loads) != len(p.Loads) {
+			t.Fatalf("round trip %+v: %+v %v", p, q, err)
+		}
+		for i := range q.Loads {
+			if q.Loads[i] != p.Loads[i] {
+				t.Fatalf("round trip load %d: %+v vs %+v", i, q.Loads[i], p.Loads[i])
+			}
+		}
+	})
 }
