@@ -114,7 +114,7 @@ func (c Config) withDefaults() Config {
 		c.ReadyInterval = defaultReadyInterval
 	}
 	if c.LogInterval == 0 {
-		c.LogInterval = loop.DefaultLogInterval
+		c.LogInterval = time.Second
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
