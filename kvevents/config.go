@@ -1,12 +1,14 @@
 package kvevents
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"strconv"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -14,40 +16,40 @@ import (
 
 // Defaults for Config.
 const (
-	// DefaultReplayTimeout is how long a replay may stay silent (no reply
+	// defaultReplayTimeout is how long a replay may stay silent (no reply
 	// message at all) before it is given up.
-	DefaultReplayTimeout = 10 * time.Second
-	// DefaultReplayDeadline bounds a whole replay, however chatty the
+	defaultReplayTimeout = 10 * time.Second
+	// defaultReplayDeadline bounds a whole replay, however chatty the
 	// replay server is.
-	DefaultReplayDeadline = 60 * time.Second
-	// DefaultMaxReplays caps the replays running at once across all sources.
-	DefaultMaxReplays = 16
-	// DefaultReplaySlice is how long a replay keeps its slot while another
+	defaultReplayDeadline = 60 * time.Second
+	// defaultMaxReplays caps the replays running at once across all sources.
+	defaultMaxReplays = 16
+	// defaultReplaySlice is how long a replay keeps its slot while another
 	// source waits for one (see Config.ReplaySlice).
-	DefaultReplaySlice = time.Second
-	// DefaultReplayAttempts is how many replays in a row may fail to make
+	defaultReplaySlice = time.Second
+	// defaultReplayAttempts is how many replays in a row may fail to make
 	// progress on a hole before it is reported lost (Config.ReplayAttempts).
-	DefaultReplayAttempts = 3
-	// DefaultMemoryBudget bounds, across all sources, the bytes a
+	defaultReplayAttempts = 3
+	// defaultMemoryBudget bounds, across all sources, the bytes a
 	// Subscriber holds (Config.MemoryBudget).
-	DefaultMemoryBudget = 128 << 20
-	// DefaultReplayBackoff is the first pause before a source's next replay
-	// after one failed; it doubles per failure up to DefaultReplayBackoffMax.
-	DefaultReplayBackoff    = 500 * time.Millisecond
-	DefaultReplayBackoffMax = 30 * time.Second
-	// DefaultMaxBuffered bounds the live batches one source buffers while
-	// its replay runs; DefaultMaxBufferedBytes bounds their payload bytes.
-	DefaultMaxBuffered      = 4096
-	DefaultMaxBufferedBytes = 64 << 20 // one batch of DefaultMaxPayload
-	// MaxLostRanges is how many recent lost ranges SourceStats keeps.
-	MaxLostRanges = 16
+	defaultMemoryBudget = 128 << 20
+	// defaultReplayBackoff is the first pause before a source's next replay
+	// after one failed; it doubles per failure up to defaultReplayBackoffMax.
+	defaultReplayBackoff    = 500 * time.Millisecond
+	defaultReplayBackoffMax = 30 * time.Second
+	// defaultMaxBuffered bounds the live batches one source buffers while
+	// its replay runs; defaultMaxBufferedBytes bounds their payload bytes.
+	defaultMaxBuffered      = 4096
+	defaultMaxBufferedBytes = 64 << 20 // one batch of defaultMaxPayload
+	// maxLostRanges is how many recent lost ranges SourceStats keeps.
+	maxLostRanges = 16
 	// endSeq is the replay end marker's sequence number (-1 as 8 bytes),
-	// ReplayEndSeq; ReplayErrorSeq (publisher.go) is the error marker's.
-	endSeq = ReplayEndSeq
+	// replayEndSeq; replayErrorSeq (publisher.go) is the error marker's.
+	endSeq = replayEndSeq
 )
 
 // Source is one publisher to follow: one engine, or one DP rank of an engine
-// (each rank publishes on its own port, see OffsetPort).
+// (each rank publishes on its own port, see offsetPort).
 type Source struct {
 	// Name identifies the source in updates and stats (default: Live).
 	Name string
@@ -79,36 +81,53 @@ type Config struct {
 	// The Subscriber accepts both event forms and both replay framings
 	// whatever it says; it is kept for stats and future rules.
 	Release vllm.Release
-	// Handler receives every update.
-	Handler Handler
+	// Handler receives every update. For one source it is called in sequence order,
+	// never concurrently; for different sources it is called concurrently, from
+	// the sources' own goroutines. It must return promptly (it holds up only
+	// its own source). A non-nil error ends Run with it.
+	//
+	// What a Handler may call on its Subscriber: Stats, Endpoint and Add, as
+	// anywhere; Remove, of its own source or any other, and Close, which then
+	// do not wait for Handler calls to return (the caller's own call is one of
+	// them): see [Subscriber.Remove] and [Subscriber.Close]. None of them
+	// deadlocks from a Handler. The Handler's ctx is cancelled as soon as its
+	// source is removed or the Subscriber closes (or Run's ctx ends). A Handler
+	// must not wait for another goroutine that calls Remove or Close (that
+	// goroutine is not recognised as being inside the Handler, and waits for
+	// it).
+	Handler func(ctx context.Context, u Update) error
 	// Topic is the subscription prefix sent to every publisher ("" = all),
 	// and replayed batches must carry a topic it prefixes.
 	Topic string
 	// FromStart makes a source joined mid-stream replay from sequence 0;
 	// by default delivery starts at the first batch seen.
 	FromStart bool
-	// ReplayTimeout is the longest a replay may stay silent
-	// (DefaultReplayTimeout); ReplayDeadline bounds it as a whole
-	// (DefaultReplayDeadline).
-	ReplayTimeout  time.Duration
+	// ReplayTimeout is the longest a replay may stay silent (no reply at
+	// all). Zero means 10 s.
+	ReplayTimeout time.Duration
+	// ReplayDeadline bounds a whole replay, however chatty the replay
+	// server is. Zero means 60 s.
 	ReplayDeadline time.Duration
-	// MaxReplays caps concurrent replays across sources (DefaultMaxReplays).
+	// MaxReplays caps concurrent replays across sources. Zero means 16.
 	// A source runs one replay at a time, so it holds at most one of these
 	// slots; sources waiting for one are served in arrival order.
 	MaxReplays int
 	// ReplaySlice is how long a replay keeps its slot once another source
-	// is waiting for one (DefaultReplaySlice, 1 s): it is then stopped,
+	// is waiting for one (zero means 1 s): it is then stopped,
 	// keeps what it applied, and its source queues again (counted in
 	// SourceStats.Preempted), so slow or hung replay servers cannot hold
 	// the slots from an honest source for longer than one slice.
 	ReplaySlice time.Duration
-	// ReplayBackoff and ReplayBackoffMax pace a source's replays after
-	// failures. A source waits out its back-off before it asks for a slot.
-	ReplayBackoff, ReplayBackoffMax time.Duration
+	// ReplayBackoff is a source's pause before its next replay after one
+	// failed; it doubles per failure up to ReplayBackoffMax. A source waits
+	// out its back-off before it asks for a slot. Zero means 500 ms.
+	ReplayBackoff time.Duration
+	// ReplayBackoffMax caps ReplayBackoff's doubling. Zero means 30 s.
+	ReplayBackoffMax time.Duration
 	// ReplayAttempts is how many replays in a row may fail to make
 	// progress on a hole (no end marker, the error marker, replies missing
 	// or out of order, or no new batch) before the rest of the hole is
-	// reported lost (DefaultReplayAttempts, 3), or fewer if ReplayDeadline
+	// reported lost (zero means 3), or fewer if ReplayDeadline
 	// has passed since the last progress; a replay server that cannot be
 	// reached at all (the request not sent within ReplayTimeout) is not
 	// asked again for that hole, so a source whose replay server is gone
@@ -121,7 +140,8 @@ type Config struct {
 	// holds while it replays; past them (or past the source's share of
 	// MemoryBudget) a live batch is not buffered (counted in
 	// BufferOverflows) and is recovered from the replay, or reported lost
-	// once the replay attempts are spent.
+	// once the replay attempts are spent. Zero means 4096 batches and
+	// 64 MiB.
 	MaxBuffered, MaxBufferedBytes int
 	// MemoryBudget bounds, across all sources, the bytes of live batches
 	// buffered during replays (each source may use MemoryBudget divided by
@@ -129,77 +149,106 @@ type Config struct {
 	// receive budget shared by every source's live and replay sockets
 	// (Socket.Guard.Budget, unless set; fair per connection, see
 	// zmtpguard.Budget; Socket.MemoryBudget then only turns it off when
-	// negative). Default 128 MiB (DefaultMemoryBudget); raised to
-	// twice the largest message if smaller. The Subscriber's memory under
+	// negative). Zero means 128 MiB; a value under twice the largest
+	// message (Socket.Guard.MaxMessageSize) is raised to it. The Subscriber's memory under
 	// attack is then about 3 × MemoryBudget plus per-connection buffers,
 	// however many sources it follows.
 	MemoryBudget int64
-	// Limits bounds each payload (size before decode, event count).
-	Limits Limits
+	// MaxPayload is the longest batch payload accepted, checked before
+	// anything is decoded. Zero means 64 MiB: about 13 million token ids,
+	// such as a "full" report-mode step (vLLM PR #45261) admitting 100
+	// requests with 128k-token cached prefixes.
+	MaxPayload int
+	// MaxEvents is the most events one batch may hold. Zero means 65,536,
+	// above what a step of vLLM's server defaults can produce.
+	MaxEvents int
 	// Socket is the options of every source's SUB and replay DEALER
-	// (transport limits, reconnect pacing). MaxMessageSize is raised to
-	// hold Limits.MaxPayload when left smaller, and a positive MemoryBudget
-	// then to at least twice it (the socket's default rule, so that
-	// socket.DefaultOptions() works as given); a zero write buffer is set
-	// small (4 KiB), since a subscriber writes only subscriptions and
-	// replay requests.
+	// (transport limits, reconnect pacing). A zero Guard.WriteBufferSize
+	// means 4 KiB (a subscriber writes only subscriptions and replay
+	// requests). Guard.MaxMessageSize is raised to hold MaxPayload (plus
+	// 64 KiB of framing) when it is smaller, with a line logged if the
+	// value was set, and a positive MemoryBudget then to twice it. A bound
+	// source's Guard.MaxConns is always 1 (see Source.Bind).
 	Socket socket.Options
 	// Logger receives rate-limited lines about drops, gaps, lost ranges
-	// and resets (nil: slog.Default()). Peer bytes appear only as hex.
+	// and resets. Nil means slog.Default(). Peer bytes appear only
+	// escaped.
 	Logger *slog.Logger
-	// LogInterval is the shortest time between two lines of one kind
-	// (default 1 s).
+	// LogInterval is the shortest time between two lines of one kind.
+	// Zero means 1 s.
 	LogInterval time.Duration
 }
 
+// fill fills c's defaults, then verifies the filled values (the
+// constructor's order: the values checked are the values used).
 func (c *Config) fill() error {
 	if c.Handler == nil {
 		return errors.New("kvevents: Config.Handler is required")
-	}
-	if c.ReplayTimeout < 0 || c.ReplayDeadline < 0 || c.MaxReplays < 0 || c.MaxBuffered < 0 || c.MaxBufferedBytes < 0 ||
-		c.ReplaySlice < 0 || c.ReplayAttempts < 0 || c.MemoryBudget < 0 {
-		return errors.New("kvevents: negative limit in Config")
 	}
 	def := func(d *time.Duration, v time.Duration) {
 		if *d == 0 {
 			*d = v
 		}
 	}
-	def(&c.ReplayTimeout, DefaultReplayTimeout)
-	def(&c.ReplayDeadline, DefaultReplayDeadline)
-	def(&c.ReplayBackoff, DefaultReplayBackoff)
-	def(&c.ReplayBackoffMax, DefaultReplayBackoffMax)
+	def(&c.ReplayTimeout, defaultReplayTimeout)
+	def(&c.ReplayDeadline, defaultReplayDeadline)
+	def(&c.ReplayBackoff, defaultReplayBackoff)
+	def(&c.ReplayBackoffMax, defaultReplayBackoffMax)
 	def(&c.LogInterval, time.Second)
-	def(&c.ReplaySlice, DefaultReplaySlice)
-	if c.MaxReplays == 0 {
-		c.MaxReplays = DefaultMaxReplays
+	def(&c.ReplaySlice, defaultReplaySlice)
+	defInt := func(d *int, v int) {
+		if *d == 0 {
+			*d = v
+		}
 	}
-	if c.ReplayAttempts == 0 {
-		c.ReplayAttempts = DefaultReplayAttempts
-	}
+	defInt(&c.MaxReplays, defaultMaxReplays)
+	defInt(&c.ReplayAttempts, defaultReplayAttempts)
+	defInt(&c.MaxBuffered, defaultMaxBuffered)
+	defInt(&c.MaxBufferedBytes, defaultMaxBufferedBytes)
+	defInt(&c.MaxPayload, defaultMaxPayload)
+	defInt(&c.MaxEvents, defaultMaxEvents)
 	if c.MemoryBudget == 0 {
-		c.MemoryBudget = DefaultMemoryBudget
+		c.MemoryBudget = defaultMemoryBudget
 	}
-	if c.MaxBuffered == 0 {
-		c.MaxBuffered = DefaultMaxBuffered
-	}
-	if c.MaxBufferedBytes == 0 {
-		c.MaxBufferedBytes = DefaultMaxBufferedBytes
-	}
-	c.Limits = c.Limits.withDefaults()
 	if c.Logger == nil {
 		c.Logger = slog.Default()
 	}
-	if need := int64(c.Limits.MaxPayload) + 64<<10; c.Socket.Guard.MaxMessageSize < need {
-		c.Socket.Guard.MaxMessageSize = need
-		// The socket's own rule for its default budget: twice the
-		// largest message (a budget below it would refuse the options).
-		if b := c.Socket.MemoryBudget; b > 0 && b < 2*need {
-			c.Socket.MemoryBudget = 2 * need
+	for _, f := range []struct {
+		name string
+		v    int64
+		show string
+	}{
+		{"ReplayTimeout", int64(c.ReplayTimeout), c.ReplayTimeout.String()},
+		{"ReplayDeadline", int64(c.ReplayDeadline), c.ReplayDeadline.String()},
+		{"ReplaySlice", int64(c.ReplaySlice), c.ReplaySlice.String()},
+		{"ReplayBackoff", int64(c.ReplayBackoff), c.ReplayBackoff.String()},
+		{"ReplayBackoffMax", int64(c.ReplayBackoffMax), c.ReplayBackoffMax.String()},
+		{"LogInterval", int64(c.LogInterval), c.LogInterval.String()},
+		{"MaxReplays", int64(c.MaxReplays), strconv.Itoa(c.MaxReplays)},
+		{"ReplayAttempts", int64(c.ReplayAttempts), strconv.Itoa(c.ReplayAttempts)},
+		{"MaxBuffered", int64(c.MaxBuffered), strconv.Itoa(c.MaxBuffered)},
+		{"MaxBufferedBytes", int64(c.MaxBufferedBytes), strconv.Itoa(c.MaxBufferedBytes)},
+		{"MaxPayload", int64(c.MaxPayload), strconv.Itoa(c.MaxPayload)},
+		{"MaxEvents", int64(c.MaxEvents), strconv.Itoa(c.MaxEvents)},
+		{"MemoryBudget", c.MemoryBudget, strconv.FormatInt(c.MemoryBudget, 10)},
+	} {
+		if f.v < 0 {
+			return fmt.Errorf("kvevents: Config.%s %s is negative", f.name, f.show)
 		}
 	}
-	if c.Socket.Guard.WriteBufferSize == 0 {
-		c.Socket.Guard.WriteBufferSize = 4 << 10
+	if c.ReplayBackoffMax < c.ReplayBackoff {
+		return fmt.Errorf("kvevents: Config.ReplayBackoffMax %v is below ReplayBackoff %v", c.ReplayBackoffMax, c.ReplayBackoff)
+	}
+	// The socket: a message must hold a whole payload plus framing (a
+	// floor, logged when it raises the user's value), and a subscriber
+	// writes little.
+	user := c.Socket.Guard.MaxMessageSize
+	need := int64(c.MaxPayload) + 64<<10
+	var raised bool
+	c.Socket, raised = sockopt.Apply(c.Socket, sockopt.Overrides{MinMessageSize: need, WriteBufferSize: 4 << 10})
+	if raised {
+		c.Logger.Warn("kvevents: Config.Socket.Guard.MaxMessageSize raised to hold Config.MaxPayload",
+			"component", "kvevents", "from", user, "to", need)
 	}
 	if min2 := 2 * c.Socket.Guard.MaxMessageSize; c.MemoryBudget < min2 {
 		c.MemoryBudget = min2
@@ -212,9 +261,12 @@ func (c *Config) fill() error {
 	return c.Socket.Verify()
 }
 
+// lim is the decoder's limits (c filled).
+func (c *Config) lim() limits { return limits{MaxPayload: c.MaxPayload, MaxEvents: c.MaxEvents} }
+
 // DPSources returns one Source per data-parallel rank of one engine, as
 // vLLM lays them out: rank r publishes on live's and replay's ports + r
-// (OffsetPort), and each rank is its own source, named "name/dp<r>", with
+// (offsetPort), and each rank is its own source, named "name/dp<r>", with
 // its own sequence — never one identity for the whole pod.
 func DPSources(name, live, replay string, ranks int) ([]Source, error) {
 	if ranks < 1 {
@@ -222,11 +274,11 @@ func DPSources(name, live, replay string, ranks int) ([]Source, error) {
 	}
 	out := make([]Source, 0, ranks)
 	for r := range ranks {
-		l, err := OffsetPort(live, r)
+		l, err := offsetPort(live, r)
 		if err != nil {
 			return nil, err
 		}
-		rp, err := OffsetPort(replay, r)
+		rp, err := offsetPort(replay, r)
 		if err != nil {
 			return nil, err
 		}

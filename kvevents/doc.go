@@ -27,7 +27,7 @@
 //     after failures, waited out before a slot is taken; live batches
 //     arriving meanwhile are buffered (bounded per source and across
 //     sources by Config.MemoryBudget) and delivered after the replayed ones;
-//   - a replay that ends incomplete (the error marker [ReplayErrorSeq], no
+//   - a replay that ends incomplete (the error marker [replayErrorSeq], no
 //     end marker, replies missing or out of order) is retried, and a hole
 //     left after a whole replay starts another one; replies above the
 //     highest live seq seen are refused;
@@ -86,7 +86,7 @@
 //     name counted in SourceStats.UnsupportedTypes (escaped, bounded) — not
 //     decode, which would read as hostile traffic;
 //   - event not a map or array, without a type, wrong field types, a bin
-//     hash of more than [MaxHashBytes] bytes, BlockStored or BlockRemoved
+//     hash of more than [maxHashBytes] bytes, BlockStored or BlockRemoved
 //     without block_hashes: decode;
 //   - BlockStored with a negative block_size, or block_size 0 with
 //     token_ids or without a hash: validate. Only the offloading
@@ -109,7 +109,7 @@
 //
 // [Publisher] binds (or, by vLLM's rule, dials) its live socket and binds a
 // replay ROUTER, keeps the last PublisherConfig.BufferSteps batches, and
-// offsets both ports by the DP rank ([OffsetPort]). PublisherConfig.Release
+// offsets both ports by the DP rank ([offsetPort]). PublisherConfig.Release
 // chooses the bytes: tagged maps and topic-framed replies for vLLM ≥ 0.26
 // (vllm.Rules KVEventsMapForm, KVReplayTopicFrame), arrays and bare replies
 // before. Unlike vLLM's publisher (whose queue put blocks the engine when
@@ -117,11 +117,11 @@
 // batch and counts it. A slow live subscriber misses messages (counted); a
 // stalled replay client holds up neither live publishing nor other replay
 // clients: each replay runs in its own goroutine and waits for its client
-// (at most [ReplayInFlight] replies queued), both sockets have a write
-// deadline by default ([DefaultReplayWriteTimeout],
+// (at most [replayInFlight] replies queued), both sockets have a write
+// deadline by default ([defaultReplayWriteTimeout],
 // socket.DefaultXPubWriteTimeout), and the send budget is shared fairly
 // among the peers (socket.Options.SendTotalBytes). A replay that cannot
-// send every batch ends with the error marker ([ReplayErrorSeq]) instead of
+// send every batch ends with the error marker ([replayErrorSeq]) instead of
 // the end marker, never with a silent hole; so does a request that comes
 // sooner than PublisherConfig.ReplayInterval after the same connection's
 // previous replay.

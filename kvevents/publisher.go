@@ -16,41 +16,41 @@ import (
 
 // Publisher defaults, vLLM's KVEventsConfig defaults where it has one.
 const (
-	// DefaultBufferSteps is how many past batches the replay buffer keeps
+	// defaultBufferSteps is how many past batches the replay buffer keeps
 	// (KVEventsConfig.buffer_steps).
-	DefaultBufferSteps = 10000
-	// DefaultQueueSize bounds the batches waiting to be sent; a Publish
+	defaultBufferSteps = 10000
+	// defaultQueueSize bounds the batches waiting to be sent; a Publish
 	// beyond it is dropped and counted, never waited for.
-	DefaultQueueSize = 10000
-	// DefaultPubHWM is the live socket's per-subscriber queue bound
+	defaultQueueSize = 10000
+	// defaultPubHWM is the live socket's per-subscriber queue bound
 	// (KVEventsConfig.hwm).
-	DefaultPubHWM = 100000
-	// DefaultMaxReplayClients bounds the replay ROUTER's connections when
+	defaultPubHWM = 100000
+	// defaultMaxReplayClients bounds the replay ROUTER's connections when
 	// PublisherConfig.Socket.Guard.MaxConns is zero.
-	DefaultMaxReplayClients = 256
-	// DefaultReplayWriteTimeout is the replay ROUTER's write deadline when
+	defaultMaxReplayClients = 256
+	// defaultReplayWriteTimeout is the replay ROUTER's write deadline when
 	// PublisherConfig.Socket.WriteTimeout is zero: a replay client whose
 	// connection accepts no bytes for that long while replies wait is
 	// disconnected (counted in the ROUTER's violations as ReasonPolicy), so
 	// a client that never reads holds its share of the send budget for
 	// that long at most. The live XPUB has socket.DefaultXPubWriteTimeout.
-	DefaultReplayWriteTimeout = 10 * time.Second
-	// DefaultReplayInterval is the shortest time between two replays
+	defaultReplayWriteTimeout = 10 * time.Second
+	// defaultReplayInterval is the shortest time between two replays
 	// served to one replay connection when PublisherConfig.ReplayInterval
 	// is zero. A request that comes sooner is answered with the error
-	// marker (ReplayErrorSeq) at once, without a replay: the client retries
+	// marker (replayErrorSeq) at once, without a replay: the client retries
 	// after its back-off. vLLM's and zmqguard's subscribers ask for one
 	// replay per gap and wait for its end, far below this rate.
-	DefaultReplayInterval = 100 * time.Millisecond
-	// DefaultReplaysPerHost is PublisherConfig.ReplaysPerHost's default.
-	DefaultReplaysPerHost = 10
-	// DefaultReplayFloodLimit is PublisherConfig.ReplayFloodLimit's
+	defaultReplayInterval = 100 * time.Millisecond
+	// defaultReplaysPerHost is PublisherConfig.ReplaysPerHost's default.
+	defaultReplaysPerHost = 10
+	// defaultReplayFloodLimit is PublisherConfig.ReplayFloodLimit's
 	// default.
-	DefaultReplayFloodLimit = 16
-	// ReplayInFlight bounds the replies queued for one replay client (the
+	defaultReplayFloodLimit = 16
+	// replayInFlight bounds the replies queued for one replay client (the
 	// replay ROUTER's HWM); the replay waits for the client to read before
 	// it queues more.
-	ReplayInFlight = 1024
+	replayInFlight = 1024
 )
 
 // ErrQueueFull is returned by Publish when the send queue is full: the
@@ -75,31 +75,31 @@ type PublisherConfig struct {
 	ReplayEndpoint string
 	// Topic is sent as every live message's first frame.
 	Topic string
-	// DataParallelRank offsets both endpoints' ports (OffsetPort) and is
+	// DataParallelRank offsets both endpoints' ports (offsetPort) and is
 	// the data_parallel_rank of every batch published without one.
 	DataParallelRank int
-	// BufferSteps is the replay buffer's length (DefaultBufferSteps).
+	// BufferSteps is the replay buffer's length (defaultBufferSteps).
 	BufferSteps int
-	// QueueSize bounds the batches waiting to be sent (DefaultQueueSize).
+	// QueueSize bounds the batches waiting to be sent (defaultQueueSize).
 	QueueSize int
-	// HWM bounds each live subscriber's queue (DefaultPubHWM); the replay
-	// ROUTER's per-client queue holds ReplayInFlight messages.
+	// HWM bounds each live subscriber's queue (defaultPubHWM); the replay
+	// ROUTER's per-client queue holds replayInFlight messages.
 	HWM int
 	// Socket holds the sockets' transport options. A zero
 	// Socket.WriteTimeout gives the live XPUB socket.DefaultXPubWriteTimeout
-	// and the replay ROUTER DefaultReplayWriteTimeout; negative means none.
+	// and the replay ROUTER defaultReplayWriteTimeout; negative means none.
 	Socket socket.Options
 	// ReplayInterval is the shortest time between two replays served to
 	// one replay connection; a request that comes sooner gets the error
-	// marker (ReplayErrorSeq) and no replay, counted in
-	// PublisherStats.ReplaysRefused. Zero means DefaultReplayInterval;
+	// marker (replayErrorSeq) and no replay, counted in
+	// PublisherStats.ReplaysRefused. Zero means defaultReplayInterval;
 	// negative means no limit.
 	ReplayInterval time.Duration
 	// ReplayFloodLimit: a replay connection whose requests are refused by
 	// ReplayInterval more than this many times in a row is disconnected
 	// (ReasonPolicy in the replay ROUTER's violations, counted in
 	// PublisherStats.ReplayFloods), so a request flood costs a connection,
-	// not one reply per request. Zero means DefaultReplayFloodLimit (16);
+	// not one reply per request. Zero means defaultReplayFloodLimit (16);
 	// negative means never.
 	ReplayFloodLimit int
 	// ReplaysPerHost bounds the replays started per second for the
@@ -108,7 +108,7 @@ type PublisherConfig struct {
 	// connection's first replay each time, or many connections from one
 	// host, cannot make the publisher replay its buffer without end; a
 	// request past it is refused as by ReplayInterval (error marker,
-	// ReplaysRefused, ReplayFloodLimit). Zero means DefaultReplaysPerHost
+	// ReplaysRefused, ReplayFloodLimit). Zero means defaultReplaysPerHost
 	// (10); negative means no limit.
 	ReplaysPerHost int
 	// Logger receives lines about bad replay requests (nil:
@@ -134,7 +134,7 @@ type PublisherStats struct {
 	Replays         uint64 `json:"replays"`
 	ReplayedBatches uint64 `json:"replayed_batches"`
 	// ReplaysIncomplete counts replays ended with the error marker
-	// (ReplayErrorSeq) because a reply was dropped; ReplaysRefused counts
+	// (replayErrorSeq) because a reply was dropped; ReplaysRefused counts
 	// requests answered with it at once because they came sooner than
 	// ReplayInterval after the connection's previous replay (not counted
 	// in Replays).
@@ -196,7 +196,7 @@ type Publisher struct {
 	amu    sync.Mutex
 	active map[uint64]bool
 	// replayWait bounds one reply's wait for room (the ROUTER's write
-	// deadline, or DefaultReplayWriteTimeout when it has none).
+	// deadline, or defaultReplayWriteTimeout when it has none).
 	replayWait time.Duration
 	smu        sync.Mutex
 	bad        decodeguard.Counts
@@ -208,13 +208,13 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		cfg.Endpoint = "tcp://*:5557"
 	}
 	if cfg.BufferSteps <= 0 {
-		cfg.BufferSteps = DefaultBufferSteps
+		cfg.BufferSteps = defaultBufferSteps
 	}
 	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = DefaultQueueSize
+		cfg.QueueSize = defaultQueueSize
 	}
 	if cfg.HWM <= 0 {
-		cfg.HWM = DefaultPubHWM
+		cfg.HWM = defaultPubHWM
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -223,19 +223,19 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.ReplayInterval == 0 {
-		cfg.ReplayInterval = DefaultReplayInterval
+		cfg.ReplayInterval = defaultReplayInterval
 	}
 	if cfg.ReplaysPerHost == 0 {
-		cfg.ReplaysPerHost = DefaultReplaysPerHost
+		cfg.ReplaysPerHost = defaultReplaysPerHost
 	}
 	if cfg.ReplayFloodLimit == 0 {
-		cfg.ReplayFloodLimit = DefaultReplayFloodLimit
+		cfg.ReplayFloodLimit = defaultReplayFloodLimit
 	}
-	live, err := OffsetPort(cfg.Endpoint, cfg.DataParallelRank)
+	live, err := offsetPort(cfg.Endpoint, cfg.DataParallelRank)
 	if err != nil {
 		return nil, err
 	}
-	replay, err := OffsetPort(cfg.ReplayEndpoint, cfg.DataParallelRank)
+	replay, err := offsetPort(cfg.ReplayEndpoint, cfg.DataParallelRank)
 	if err != nil {
 		return nil, err
 	}
@@ -264,23 +264,23 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		ropts := opts
 		// A replay waits for room in its client's queue (one goroutine
 		// per client), so the queue need not hold a whole buffer: each
-		// client has at most ReplayInFlight replies (and the socket's
+		// client has at most replayInFlight replies (and the socket's
 		// SendQueueBytes, and its fair share of SendTotalBytes) queued.
-		ropts.HWM = ReplayInFlight
+		ropts.HWM = replayInFlight
 		ropts.RouterDropUnroutable = true
 		if ropts.WriteTimeout == 0 {
 			// A replay client that never reads would otherwise hold its
 			// share of the send budget for as long as TCP keeps it.
-			ropts.WriteTimeout = DefaultReplayWriteTimeout
+			ropts.WriteTimeout = defaultReplayWriteTimeout
 		}
 		if ropts.Guard.MaxConns == 0 {
 			// Each replay client may hold a whole buffer in its queue:
 			// bound how many can.
-			ropts.Guard.MaxConns = DefaultMaxReplayClients
+			ropts.Guard.MaxConns = defaultMaxReplayClients
 		}
 		p.replayWait = ropts.WriteTimeout
 		if p.replayWait <= 0 {
-			p.replayWait = DefaultReplayWriteTimeout
+			p.replayWait = defaultReplayWriteTimeout
 		}
 		p.active = make(map[uint64]bool)
 		if p.rep, err = socket.NewRouter(ropts); err == nil {
@@ -322,13 +322,13 @@ func (p *Publisher) ReplayEndpoint() string {
 // before Publish returns, so the caller may reuse them.
 func (p *Publisher) Publish(events ...Event) error {
 	ts := float64(p.cfg.Now().UnixNano()) / 1e9
-	return p.PublishBatch(ts, events, Int(int64(p.cfg.DataParallelRank)))
+	return p.publishBatch(ts, events, Some[int64](int64(p.cfg.DataParallelRank)))
 }
 
-// PublishBatch is Publish with the timestamp and data_parallel_rank given
+// publishBatch is Publish with the timestamp and data_parallel_rank given
 // (a rank not Valid is written as nil: msgspec writes an array_like struct
 // with every field).
-func (p *Publisher) PublishBatch(ts float64, events []Event, dpRank OptInt) error {
+func (p *Publisher) publishBatch(ts float64, events []Event, dpRank Opt[int64]) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}

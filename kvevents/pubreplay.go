@@ -66,7 +66,7 @@ func (p *Publisher) serveReplay() {
 				// Not waited for: a flooder that does not read misses
 				// it. While the connection's replay runs, no marker (it
 				// would land inside that replay, which ends with its own).
-				p.sendMarker(id, ReplayErrorSeq)
+				p.sendMarker(id, replayErrorSeq)
 			}
 			continue
 		}
@@ -157,7 +157,7 @@ func (p *Publisher) entry(seq uint64) (e pubEntry, ok bool, oldest uint64) {
 // start older than the buffer yields what is left (as vLLM does: the client
 // checks the first sequence number). If the replay cannot be completed
 // (a batch left the buffer before it was sent, or a reply waited longer
-// than the write deadline) it ends with the error marker (ReplayErrorSeq)
+// than the write deadline) it ends with the error marker (replayErrorSeq)
 // instead, so a client never takes a replay with a hole for a complete one.
 func (p *Publisher) replay(conn uint64, id []byte, start, end uint64) {
 	defer p.wg.Done()
@@ -167,7 +167,7 @@ func (p *Publisher) replay(conn uint64, id []byte, start, end uint64) {
 		p.amu.Unlock()
 	}()
 	var seqb [8]byte
-	marker := ReplayEndSeq
+	marker := replayEndSeq
 	for seq := start; seq < end; seq++ {
 		e, ok, oldest := p.entry(seq)
 		if !ok {
@@ -175,7 +175,7 @@ func (p *Publisher) replay(conn uint64, id []byte, start, end uint64) {
 				seq = oldest - 1 // older than the buffer: what is left
 				continue
 			}
-			marker = ReplayErrorSeq // it left the buffer mid-replay
+			marker = replayErrorSeq // it left the buffer mid-replay
 			break
 		}
 		binary.BigEndian.PutUint64(seqb[:], e.seq)
@@ -186,7 +186,7 @@ func (p *Publisher) replay(conn uint64, id []byte, start, end uint64) {
 			err = p.sendWait(id, nil, seqb[:], e.payload)
 		}
 		if errors.Is(err, context.DeadlineExceeded) {
-			marker = ReplayErrorSeq
+			marker = replayErrorSeq
 			break
 		}
 		if err != nil {
@@ -194,7 +194,7 @@ func (p *Publisher) replay(conn uint64, id []byte, start, end uint64) {
 		}
 		p.replayedBatches.Add(1)
 	}
-	if marker == ReplayErrorSeq {
+	if marker == replayErrorSeq {
 		p.replaysIncompl.Add(1)
 	}
 	binary.BigEndian.PutUint64(seqb[:], marker)
@@ -212,7 +212,7 @@ func (p *Publisher) sendWait(id []byte, frames ...[]byte) error {
 	return p.rep.SendWait(ctx, append([][]byte{id}, frames...)...)
 }
 
-// sendMarker sends the end (ReplayEndSeq) or error (ReplayErrorSeq) marker
+// sendMarker sends the end (replayEndSeq) or error (replayErrorSeq) marker
 // to id in the release's layout, without waiting (dropped, counted, if the
 // client's queue is full).
 func (p *Publisher) sendMarker(id []byte, seq uint64) error {

@@ -185,13 +185,13 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			}
 			return false, "silent for the replay timeout " + cfg.ReplayTimeout.String(), false
 		}
-		seq, payload, end, err := parseReply(msg.Frames, topic, cfg.Limits.MaxPayload)
+		seq, payload, end, err := parseReply(msg.Frames, topic, cfg.MaxPayload)
 		if err != nil {
 			so.replayDrop(decodeguard.ReasonOf(err), err, msg.Frames)
 			continue
 		}
 		if end {
-			if seq == ReplayErrorSeq {
+			if seq == replayErrorSeq {
 				return false, "the publisher sent the replay error marker (it dropped replies)", false
 			}
 			return true, "", false

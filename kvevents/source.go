@@ -108,7 +108,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 		sock.Close()
 		return nil, fmt.Errorf("kvevents: source %s: %w", decodeguard.EscapeText(src.Name, 128), err)
 	}
-	maxPayload := s.cfg.Limits.MaxPayload
+	maxPayload := s.cfg.MaxPayload
 	lp, err := loop.New(sock, loop.Config[liveMsg]{
 		Name:        "kvevents " + src.Name,
 		Logger:      s.cfg.Logger,
@@ -282,7 +282,7 @@ func (so *source) bufferLive(seq uint64, payload []byte) {
 func (so *source) deliver(seq uint64, payload []byte, replayed bool) error {
 	so.next = seq + 1
 	b := &so.batch
-	err := DecodeBatch(payload, so.sub.cfg.Limits, b, so.onEventDrop)
+	err := decodeBatch(payload, so.sub.cfg.lim(), b, so.onEventDrop)
 	if err != nil {
 		r := decodeguard.ReasonOf(err)
 		so.count(func(st *SourceStats) { st.Dropped[r]++ })
@@ -309,7 +309,7 @@ func (so *source) deliver(seq uint64, payload []byte, replayed bool) error {
 	return so.emit(Update{Kind: UpdateBatch, Batch: b, Seq: seq})
 }
 
-func (so *source) onEventDrop(d EventDrop) {
+func (so *source) onEventDrop(d eventDrop) {
 	r := decodeguard.ReasonOf(d.Err)
 	so.count(func(st *SourceStats) {
 		st.DroppedEvents[r]++
@@ -327,9 +327,9 @@ func (so *source) lose(from, to uint64) error {
 	}
 	so.count(func(st *SourceStats) {
 		st.Lost += to - from
-		if len(st.LostRanges) == MaxLostRanges {
+		if len(st.LostRanges) == maxLostRanges {
 			copy(st.LostRanges, st.LostRanges[1:])
-			st.LostRanges = st.LostRanges[:MaxLostRanges-1]
+			st.LostRanges = st.LostRanges[:maxLostRanges-1]
 		}
 		st.LostRanges = append(st.LostRanges, Range{From: from, To: to})
 	})

@@ -13,15 +13,9 @@ type Range struct {
 	To   uint64 `json:"to"`
 }
 
-// EventCounts counts delivered events by type.
-type EventCounts struct {
-	BlockStored      uint64 `json:"block_stored"`
-	BlockRemoved     uint64 `json:"block_removed"`
-	AllBlocksCleared uint64 `json:"all_blocks_cleared"`
-}
-
-// SourceStats is a snapshot of one source's counters (or, in Stats.Total,
-// their sums).
+// SourceStats is a snapshot of one source's counters, or, as
+// Subscriber.Stats returns it, their sums over every source with each
+// source's own in Sources.
 type SourceStats struct {
 	Name   string `json:"name,omitempty"`
 	Live   string `json:"live,omitempty"`
@@ -31,9 +25,13 @@ type SourceStats struct {
 	Connected bool `json:"connected"`
 	// LastSeen is when the last live message arrived (zero if none).
 	LastSeen time.Time `json:"last_seen"`
-	// Batches and Events count what was delivered.
-	Batches uint64      `json:"batches"`
-	Events  EventCounts `json:"events"`
+	// Batches and Events count what was delivered (events by type).
+	Batches uint64 `json:"batches"`
+	Events  struct {
+		BlockStored      uint64 `json:"block_stored"`
+		BlockRemoved     uint64 `json:"block_removed"`
+		AllBlocksCleared uint64 `json:"all_blocks_cleared"`
+	} `json:"events"`
 	// Gaps counts detected gaps; Replays replay sessions; Replayed the
 	// batches delivered from replay; Lost the batches reported lost;
 	// Resets publisher restarts; Duplicates batches already delivered.
@@ -48,7 +46,7 @@ type SourceStats struct {
 	// Preempted counts replays stopped after Config.ReplaySlice because
 	// another source waited for a slot (they resume from where they were).
 	Preempted uint64 `json:"preempted"`
-	// LostRanges are the latest lost ranges (at most MaxLostRanges).
+	// LostRanges are the latest lost ranges (at most maxLostRanges).
 	LostRanges []Range `json:"lost_ranges,omitempty"`
 	// Dropped counts refused messages and batches by reason (frames,
 	// sequence frame, payload size and decode, replay replies).
@@ -57,39 +55,34 @@ type SourceStats struct {
 	DroppedEvents decodeguard.Counts `json:"dropped_events"`
 	// UnsupportedTypes counts the events dropped as unsupported (a type
 	// this release does not know, such as a newer vLLM's) by type name,
-	// escaped: at most MaxUnsupportedTypes names, then "other" for the rest.
+	// escaped: at most maxUnsupportedTypes names, then "other" for the rest.
 	UnsupportedTypes map[string]uint64 `json:"unsupported_types,omitempty"`
 	// Refused counts connections of the live socket refused by the
 	// transport guards (bad greeting, handshake, oversize frames, caps).
 	Refused decodeguard.Counts `json:"refused"`
-	// ConnectedSources is, in Stats.Total, how many sources are connected.
+	// ConnectedSources is, in the sums, how many sources are connected.
 	ConnectedSources int `json:"connected_sources,omitempty"`
+	// Sources holds, in the sums, one entry per followed source, by name
+	// (nil in the entries themselves).
+	Sources []SourceStats `json:"sources,omitempty"`
 }
 
-// Stats is a snapshot of a Subscriber's counters.
-type Stats struct {
-	// Sources holds one entry per followed source, by name.
-	Sources []SourceStats `json:"sources"`
-	// Total sums the sources' counters.
-	Total SourceStats `json:"total"`
-}
-
-// Stats returns a snapshot of every source's counters and their sums. After
-// Run has returned, Connected says whether a source was connected when Run
-// ended.
-func (s *Subscriber) Stats() Stats {
+// Stats returns the counters summed over every source, with each source's
+// own in Sources. After Run has returned, Connected says whether a source
+// was connected when Run ended.
+func (s *Subscriber) Stats() SourceStats {
 	s.mu.Lock()
 	list := make([]*source, 0, len(s.sources))
 	for _, so := range s.sources {
 		list = append(list, so)
 	}
 	s.mu.Unlock()
-	st := Stats{Sources: make([]SourceStats, 0, len(list))}
+	st := SourceStats{Sources: make([]SourceStats, 0, len(list))}
 	for _, so := range list {
 		st.Sources = append(st.Sources, so.stats())
 	}
 	sort.Slice(st.Sources, func(i, j int) bool { return st.Sources[i].Name < st.Sources[j].Name })
-	t := &st.Total
+	t := &st
 	for _, x := range st.Sources {
 		t.Batches += x.Batches
 		t.Events.BlockStored += x.Events.BlockStored
@@ -151,12 +144,12 @@ func (so *source) count(f func(st *SourceStats)) {
 	so.smu.Unlock()
 }
 
-// MaxUnsupportedTypes is how many distinct unsupported event type names
+// maxUnsupportedTypes is how many distinct unsupported event type names
 // SourceStats.UnsupportedTypes keeps; further names count under "other".
-const MaxUnsupportedTypes = 16
+const maxUnsupportedTypes = 16
 
 // countType adds n to name's count in m, or to "other" when m already holds
-// MaxUnsupportedTypes names (and not this one).
+// maxUnsupportedTypes names (and not this one).
 func countType(m map[string]uint64, name string, n uint64) map[string]uint64 {
 	if m == nil {
 		m = make(map[string]uint64)
@@ -165,7 +158,7 @@ func countType(m map[string]uint64, name string, n uint64) map[string]uint64 {
 	if _, ok := m["other"]; ok {
 		named--
 	}
-	if _, ok := m[name]; !ok && name != "other" && named >= MaxUnsupportedTypes {
+	if _, ok := m[name]; !ok && name != "other" && named >= maxUnsupportedTypes {
 		name = "other"
 	}
 	m[name] += n

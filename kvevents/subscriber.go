@@ -16,45 +16,30 @@ var (
 	// ErrClosed is returned by a Subscriber or Publisher used after Close
 	// (or after Run returned).
 	ErrClosed = errors.New("kvevents: closed")
-	// ErrDuplicateSource is returned by Add for a name already followed.
-	ErrDuplicateSource = errors.New("kvevents: a source with that name is already followed")
-	// ErrUnknownSource is returned by Remove for a name not followed.
-	ErrUnknownSource = errors.New("kvevents: no source with that name")
-	// ErrRunning is returned by a second concurrent Run.
-	ErrRunning = errors.New("kvevents: Run already called")
+	// errDuplicateSource is returned by Add for a name already followed.
+	errDuplicateSource = errors.New("kvevents: a source with that name is already followed")
+	// errUnknownSource is returned by Remove for a name not followed.
+	errUnknownSource = errors.New("kvevents: no source with that name")
+	// errRunning is returned by a second concurrent Run.
+	errRunning = errors.New("kvevents: Run already called")
 )
 
-// UpdateKind says what an Update reports.
-type UpdateKind uint8
-
-// The update kinds.
+// The kinds of Update, the values of [Update.Kind].
 const (
 	// UpdateBatch delivers one batch, in order, exactly once.
-	UpdateBatch UpdateKind = iota + 1
+	UpdateBatch = "batch"
 	// UpdateReset: the source's sequence went back, so its publisher
 	// restarted; what the index holds for this source is stale. Seq is the
 	// first sequence number of the new run.
-	UpdateReset
+	UpdateReset = "reset"
 	// UpdateLost: the batches [From, To) could not be recovered.
-	UpdateLost
+	UpdateLost = "lost"
 )
-
-// String returns the kind's lower-case name.
-func (k UpdateKind) String() string {
-	switch k {
-	case UpdateBatch:
-		return "batch"
-	case UpdateReset:
-		return "reset"
-	case UpdateLost:
-		return "lost"
-	}
-	return "unknown"
-}
 
 // Update is what a Handler receives: a batch, a restart or a lost range.
 type Update struct {
-	Kind   UpdateKind
+	// Kind is UpdateBatch, UpdateReset or UpdateLost.
+	Kind   string
 	Source string
 	// Batch is the delivered batch (UpdateBatch). Valid only until the
 	// Handler returns.
@@ -66,28 +51,14 @@ type Update struct {
 	From, To uint64
 }
 
-// Handler receives updates. For one source it is called in sequence order,
-// never concurrently; for different sources it is called concurrently, from
-// the sources' own goroutines. It must return promptly (it holds up only
-// its own source). A non-nil error ends Run with it.
-//
-// What a Handler may call on its Subscriber: Stats, Endpoint and Add, as
-// anywhere; Remove, of its own source or any other, and Close, which then
-// do not wait for Handler calls to return (the caller's own call is one of
-// them): see [Subscriber.Remove] and [Subscriber.Close]. None of them
-// deadlocks from a Handler. The Handler's ctx is cancelled as soon as its
-// source is removed or the Subscriber closes (or Run's ctx ends). A Handler
-// must not wait for another goroutine that calls Remove or Close (that
-// goroutine is not recognised as being inside the Handler, and waits for
-// it).
-type Handler func(ctx context.Context, u Update) error
-
-// callHandler is the one place a Handler is called: Remove and Close look
+// callHandler is the one place Config.Handler is called: Remove and Close look
 // for it on their caller's stack (reentry.Within) to know that they run
 // inside a Handler and must not wait for it.
 //
 //go:noinline
-func callHandler(h Handler, ctx context.Context, u Update) error { return h(ctx, u) }
+func callHandler(h func(context.Context, Update) error, ctx context.Context, u Update) error {
+	return h(ctx, u)
+}
 
 var handlerMarker = reentry.NewMarker(callHandler)
 
@@ -142,7 +113,7 @@ func (s *Subscriber) Add(src Source) error {
 		return ErrClosed
 	}
 	if _, ok := s.sources[src.Name]; ok {
-		return fmt.Errorf("%w: %s", ErrDuplicateSource, decodeguard.EscapeText(src.Name, 128))
+		return fmt.Errorf("%w: %s", errDuplicateSource, decodeguard.EscapeText(src.Name, 128))
 	}
 	so, err := newSource(s, src)
 	if err != nil {
@@ -181,7 +152,7 @@ func (s *Subscriber) Remove(name string) error {
 	}
 	s.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownSource, decodeguard.EscapeText(name, 128))
+		return fmt.Errorf("%w: %s", errUnknownSource, decodeguard.EscapeText(name, 128))
 	}
 	so.removed.Store(true)
 	so.cancel()
@@ -224,7 +195,7 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	}
 	if s.running {
 		s.mu.Unlock()
-		return ErrRunning
+		return errRunning
 	}
 	s.running = true
 	stop := context.AfterFunc(ctx, s.cancel)

@@ -9,11 +9,11 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// ReplayEndSeq is the sequence number of the replay end marker
+// replayEndSeq is the sequence number of the replay end marker
 // (["", topic, ffffffffffffffff, ""], -1 as a signed 8-byte big-endian
 // number; vLLM PR #45177): every buffered batch from start_seq on was sent.
 //
-// ReplayErrorSeq is the sequence number of the replay error marker, sent
+// replayErrorSeq is the sequence number of the replay error marker, sent
 // with the same layout (["", topic, fffffffffffffffe, ""], or without the
 // topic frame for releases before #45177) instead of the end marker when the
 // replay is incomplete: a reply was dropped (the client's queue was full or
@@ -27,15 +27,15 @@ import (
 // the end marker. If even the error marker cannot be queued, nothing is
 // sent and the client's replay timeout applies.
 const (
-	ReplayEndSeq   uint64 = 0xffffffffffffffff
-	ReplayErrorSeq uint64 = 0xfffffffffffffffe
+	replayEndSeq   uint64 = 0xffffffffffffffff
+	replayErrorSeq uint64 = 0xfffffffffffffffe
 )
 
-// OffsetPort returns endpoint with its port raised by rank, as vLLM does
+// offsetPort returns endpoint with its port raised by rank, as vLLM does
 // for each DP rank's publisher (ZmqEventPublisher.offset_endpoint_port):
 // tcp endpoints get port+rank, inproc ones a "_dp<rank>" suffix; rank 0 and
 // "" are returned unchanged.
-func OffsetPort(endpoint string, rank int) (string, error) {
+func offsetPort(endpoint string, rank int) (string, error) {
 	if endpoint == "" || rank == 0 {
 		return endpoint, nil
 	}
@@ -98,7 +98,7 @@ func parseLive(frames [][]byte, maxPayload int) (uint64, []byte, error) {
 // parseReply checks one replay reply as a DEALER receives it: ["", topic,
 // seq, payload] since vLLM PR #45177 (v0.26.0), ["", seq, payload] before;
 // end reports the end marker (seq 0xffffffffffffffff) or the error marker
-// (ReplayErrorSeq, returned as seq). A topic frame must
+// (replayErrorSeq, returned as seq). A topic frame must
 // be prefixed by the subscription topic.
 func parseReply(f [][]byte, topic string, maxPayload int) (seq uint64, payload []byte, end bool, err error) {
 	var seqb, tp []byte
@@ -116,7 +116,7 @@ func parseReply(f [][]byte, topic string, maxPayload int) (seq uint64, payload [
 			fmt.Sprintf("kvevents: replay sequence frame of %d bytes, want 8", len(seqb)))
 	}
 	seq = binary.BigEndian.Uint64(seqb)
-	if seq == endSeq || seq == ReplayErrorSeq {
+	if seq == endSeq || seq == replayErrorSeq {
 		return seq, nil, true, nil
 	}
 	if tp != nil && (len(tp) < len(topic) || string(tp[:len(topic)]) != topic) {
