@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -57,7 +59,9 @@ const (
 // batch is dropped (and counted) instead of blocking the caller.
 var ErrQueueFull = errors.New("kvevents: publisher queue full, batch dropped")
 
-// PublisherConfig configures a Publisher. Zero fields take the defaults.
+// PublisherConfig configures a Publisher. Zero fields take the defaults
+// their docs state; a negative value is an error except where a field's doc
+// says it turns something off.
 type PublisherConfig struct {
 	// Release selects the bytes: Rules().KVEventsMapForm chooses tagged
 	// maps (vLLM PR #42892) or arrays, Rules().KVReplayTopicFrame whether
@@ -66,7 +70,7 @@ type PublisherConfig struct {
 	Release vllm.Release
 	// Endpoint is the live endpoint, vLLM's rule deciding bind or connect:
 	// bound when it contains "*" or "::" or is ipc://, dialed otherwise.
-	// Default "tcp://*:5557".
+	// Empty means "tcp://*:5557".
 	Endpoint string
 	// Bind binds Endpoint whatever vLLM's rule says (for example
 	// "tcp://127.0.0.1:0", which the rule would dial).
@@ -75,32 +79,44 @@ type PublisherConfig struct {
 	ReplayEndpoint string
 	// Topic is sent as every live message's first frame.
 	Topic string
-	// DataParallelRank offsets both endpoints' ports (offsetPort) and is
-	// the data_parallel_rank of every batch published without one.
+	// DataParallelRank offsets both endpoints as vLLM does for each DP
+	// rank (tcp ports + rank, inproc names + "_dp<rank>") and is the
+	// data_parallel_rank of every batch Publish sends.
 	DataParallelRank int
-	// BufferSteps is the replay buffer's length (defaultBufferSteps).
+	// BufferSteps is the replay buffer's length in batches. Zero means
+	// 10,000 (vLLM's KVEventsConfig.buffer_steps).
 	BufferSteps int
-	// QueueSize bounds the batches waiting to be sent (defaultQueueSize).
+	// QueueSize bounds the batches waiting to be sent; a Publish beyond it
+	// is dropped and counted, never waited for. Zero means 10,000.
 	QueueSize int
-	// HWM bounds each live subscriber's queue (defaultPubHWM); the replay
-	// ROUTER's per-client queue holds replayInFlight messages.
+	// HWM bounds each live subscriber's queue in messages. Zero means
+	// 100,000 (vLLM's KVEventsConfig.hwm). The replay ROUTER's per-client
+	// queue holds 1,024 replies; a replay waits for its client to read
+	// before it queues more.
 	HWM int
 	// Socket holds the sockets' transport options. A zero
-	// Socket.WriteTimeout gives the live XPUB socket.DefaultXPubWriteTimeout
-	// and the replay ROUTER defaultReplayWriteTimeout; negative means none.
+	// Guard.MaxMessageSize means 64 KiB (a publisher receives only
+	// subscriptions and replay requests). A zero Guard.MaxConns bounds the
+	// replay ROUTER's connections at 256 (each replay client may hold a
+	// whole buffer in its queue). A zero WriteTimeout gives the live XPUB
+	// the socket's XPUB default and the replay ROUTER 10 s: a replay client
+	// whose connection accepts no bytes for that long while replies wait is
+	// disconnected (ReasonPolicy), so a client that never reads holds its
+	// share of the send budget for that long at most; negative means none.
 	Socket socket.Options
 	// ReplayInterval is the shortest time between two replays served to
 	// one replay connection; a request that comes sooner gets the error
 	// marker (replayErrorSeq) and no replay, counted in
-	// PublisherStats.ReplaysRefused. Zero means defaultReplayInterval;
+	// PublisherStats.ReplaysRefused: the client retries after its
+	// back-off (vLLM's and zmqguard's subscribers ask for one replay per
+	// gap and wait for its end, far below this rate). Zero means 100 ms;
 	// negative means no limit.
 	ReplayInterval time.Duration
 	// ReplayFloodLimit: a replay connection whose requests are refused by
 	// ReplayInterval more than this many times in a row is disconnected
 	// (ReasonPolicy in the replay ROUTER's violations, counted in
 	// PublisherStats.ReplayFloods), so a request flood costs a connection,
-	// not one reply per request. Zero means defaultReplayFloodLimit (16);
-	// negative means never.
+	// not one reply per request. Zero means 16; negative means never.
 	ReplayFloodLimit int
 	// ReplaysPerHost bounds the replays started per second for the
 	// connections of one remote host together (a token bucket holding
@@ -108,13 +124,13 @@ type PublisherConfig struct {
 	// connection's first replay each time, or many connections from one
 	// host, cannot make the publisher replay its buffer without end; a
 	// request past it is refused as by ReplayInterval (error marker,
-	// ReplaysRefused, ReplayFloodLimit). Zero means defaultReplaysPerHost
-	// (10); negative means no limit.
+	// ReplaysRefused, ReplayFloodLimit). Zero means 10; negative means no
+	// limit.
 	ReplaysPerHost int
-	// Logger receives lines about bad replay requests (nil:
-	// slog.Default()).
+	// Logger receives lines about bad replay requests. Nil means
+	// slog.Default().
 	Logger *slog.Logger
-	// Now is the clock for batch timestamps (nil: time.Now).
+	// Now is the clock for batch timestamps. Nil means time.Now.
 	Now func() time.Time
 }
 
@@ -202,18 +218,18 @@ type Publisher struct {
 	bad        decodeguard.Counts
 }
 
-// NewPublisher binds (or dials) its sockets and starts publishing.
-func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+// fill fills cfg's defaults, then verifies the filled values.
+func (cfg *PublisherConfig) fill() error {
 	if cfg.Endpoint == "" {
 		cfg.Endpoint = "tcp://*:5557"
 	}
-	if cfg.BufferSteps <= 0 {
+	if cfg.BufferSteps == 0 {
 		cfg.BufferSteps = defaultBufferSteps
 	}
-	if cfg.QueueSize <= 0 {
+	if cfg.QueueSize == 0 {
 		cfg.QueueSize = defaultQueueSize
 	}
-	if cfg.HWM <= 0 {
+	if cfg.HWM == 0 {
 		cfg.HWM = defaultPubHWM
 	}
 	if cfg.Logger == nil {
@@ -231,6 +247,22 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if cfg.ReplayFloodLimit == 0 {
 		cfg.ReplayFloodLimit = defaultReplayFloodLimit
 	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"BufferSteps", cfg.BufferSteps}, {"QueueSize", cfg.QueueSize}, {"HWM", cfg.HWM}, {"DataParallelRank", cfg.DataParallelRank}} {
+		if f.v < 0 {
+			return fmt.Errorf("kvevents: PublisherConfig.%s %d is negative", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// NewPublisher binds (or dials) its sockets and starts publishing.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
 	live, err := offsetPort(cfg.Endpoint, cfg.DataParallelRank)
 	if err != nil {
 		return nil, err
@@ -243,11 +275,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	p := &Publisher{cfg: cfg, mapForm: rules.KVEventsMapForm, topicRep: rules.KVReplayTopicFrame,
 		topic: []byte(cfg.Topic), queue: make(chan []byte, cfg.QueueSize)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	opts := cfg.Socket
+	// Subscriptions and replay requests only.
+	opts, _ := sockopt.Apply(cfg.Socket, sockopt.Overrides{MaxMessageSize: 64 << 10})
 	opts.HWM = cfg.HWM
-	if opts.Guard.MaxMessageSize == 0 {
-		opts.Guard.MaxMessageSize = 64 << 10 // subscriptions and requests only
-	}
 	if p.pub, err = socket.NewXPub(opts); err != nil {
 		return nil, err
 	}
@@ -273,11 +303,9 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 			// share of the send budget for as long as TCP keeps it.
 			ropts.WriteTimeout = defaultReplayWriteTimeout
 		}
-		if ropts.Guard.MaxConns == 0 {
-			// Each replay client may hold a whole buffer in its queue:
-			// bound how many can.
-			ropts.Guard.MaxConns = defaultMaxReplayClients
-		}
+		// Each replay client may hold a whole buffer in its queue: bound
+		// how many can.
+		ropts, _ = sockopt.Apply(ropts, sockopt.Overrides{MaxConns: defaultMaxReplayClients})
 		p.replayWait = ropts.WriteTimeout
 		if p.replayWait <= 0 {
 			p.replayWait = defaultReplayWriteTimeout
