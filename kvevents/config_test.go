@@ -33,7 +33,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"ReplayAttempts", c.ReplayAttempts, 3},
 		{"MaxBuffered", c.MaxBuffered, 4096},
 		{"MaxBufferedBytes", c.MaxBufferedBytes, 64 << 20},
-		{"MemoryBudget", c.MemoryBudget, int64(128 << 20) + 2*(64<<10)},
+		{"MemoryBudget", c.MemoryBudget, int64(128<<20) + 2*(64<<10)},
 		{"MaxPayload", c.MaxPayload, 64 << 20},
 		{"MaxEvents", c.MaxEvents, 65536},
 		{"LogInterval", c.LogInterval, time.Second},
