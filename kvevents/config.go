@@ -49,7 +49,7 @@ const (
 )
 
 // Source is one publisher to follow: one engine, or one DP rank of an engine
-// (each rank publishes on its own port, see offsetPort).
+// (each rank publishes on its own port, see DPSources).
 type Source struct {
 	// Name identifies the source in updates and stats (default: Live).
 	Name string
@@ -265,9 +265,10 @@ func (c *Config) fill() error {
 func (c *Config) lim() limits { return limits{MaxPayload: c.MaxPayload, MaxEvents: c.MaxEvents} }
 
 // DPSources returns one Source per data-parallel rank of one engine, as
-// vLLM lays them out: rank r publishes on live's and replay's ports + r
-// (offsetPort), and each rank is its own source, named "name/dp<r>", with
-// its own sequence — never one identity for the whole pod.
+// vLLM lays them out: rank r publishes on live's and replay's endpoints
+// offset by r (tcp ports + r, inproc names + "_dp<r>"), and each rank is
+// its own source, named "name/dp<r>", with its own sequence — never one
+// identity for the whole pod.
 func DPSources(name, live, replay string, ranks int) ([]Source, error) {
 	if ranks < 1 {
 		return nil, fmt.Errorf("kvevents: %d DP ranks", ranks)

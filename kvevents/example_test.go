@@ -4,11 +4,32 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"time"
 
 	"github.com/zmqguard/zmqguard/kvevents"
 )
+
+// Follow one engine: the Handler sees its batches in order, exactly once,
+// and is told when the engine restarted or what could not be recovered.
+func ExampleSubscriber() {
+	sub, err := kvevents.NewSubscriber(kvevents.Config{
+		Handler: func(ctx context.Context, u kvevents.Update) error {
+			switch u.Kind {
+			case kvevents.UpdateBatch: // u.Batch.Events, in order, exactly once
+			case kvevents.UpdateReset: // the engine restarted: forget what u.Source said
+			case kvevents.UpdateLost: // batches [u.From, u.To) cannot be recovered
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	sub.Add(kvevents.Source{Name: "engine-0", Live: "tcp://10.0.0.5:5557", Replay: "tcp://10.0.0.5:5558"})
+	log.Fatal(sub.Run(context.Background()))
+}
 
 // A Go publisher with vLLM's bytes and a Subscriber that joins late: the
 // batches it missed come back through the replay endpoint, in order, before

@@ -46,7 +46,7 @@ type SourceStats struct {
 	// Preempted counts replays stopped after Config.ReplaySlice because
 	// another source waited for a slot (they resume from where they were).
 	Preempted uint64 `json:"preempted"`
-	// LostRanges are the latest lost ranges (at most maxLostRanges).
+	// LostRanges are the latest lost ranges (at most 16).
 	LostRanges []Range `json:"lost_ranges,omitempty"`
 	// Dropped counts refused messages and batches by reason (frames,
 	// sequence frame, payload size and decode, replay replies).
@@ -55,7 +55,7 @@ type SourceStats struct {
 	DroppedEvents decodeguard.Counts `json:"dropped_events"`
 	// UnsupportedTypes counts the events dropped as unsupported (a type
 	// this release does not know, such as a newer vLLM's) by type name,
-	// escaped: at most maxUnsupportedTypes names, then "other" for the rest.
+	// escaped: at most 16 names, then "other" for the rest.
 	UnsupportedTypes map[string]uint64 `json:"unsupported_types,omitempty"`
 	// Refused counts connections of the live socket refused by the
 	// transport guards (bad greeting, handshake, oversize frames, caps).
