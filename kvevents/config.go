@@ -67,6 +67,8 @@ type Source struct {
 	// engine's stream over at will. The engine's PUB reconnects on its
 	// own once a dead connection is closed (heartbeat or TCP); use
 	// Socket.Guard.Allow or CURVE so that only the engine can be first.
+	// Config.Socket.Guard.MaxConns does not apply to a bound source: this
+	// rule is not a default a user value replaces.
 	Bind bool
 	// Replay is the publisher's replay endpoint (its ROUTER, always bound
 	// by the publisher), or "" if it has none: gaps are then reported lost

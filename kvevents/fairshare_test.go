@@ -395,10 +395,23 @@ func TestBackoffBeforeSlot(t *testing.T) {
 
 // TestBindSourceOnePublisher (row 7): a second publisher connecting to a
 // bound source is refused while the first is connected: no reset, and
-// nothing it sends is delivered as the source's.
+// nothing it sends is delivered as the source's. The rule holds with an
+// explicit Config.Socket.Guard.MaxConns too (it is not a default a user
+// value replaces).
 func TestBindSourceOnePublisher(t *testing.T) {
+	explicit := socket.DefaultOptions()
+	explicit.Guard.MaxConns = 64
+	for _, c := range []struct {
+		name string
+		opts socket.Options
+	}{{"zero options", socket.Options{}}, {"explicit MaxConns", explicit}} {
+		t.Run(c.name, func(t *testing.T) { testBindSourceOnePublisher(t, c.opts) })
+	}
+}
+
+func testBindSourceOnePublisher(t *testing.T, opts socket.Options) {
 	rec := newRecorder()
-	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
