@@ -471,7 +471,7 @@ func (s *Set) AddOutputs(name string, r OutputsStats) error {
 
 // KVEventsStats is what AddKVEvents reads: a KV-event subscriber
 // (*kvevents.Subscriber).
-type KVEventsStats interface{ Stats() kvevents.Stats }
+type KVEventsStats interface{ Stats() kvevents.SourceStats }
 
 // AddKVEvents adds a KV-event subscriber as a source set under loop=name,
 // one source per followed publisher (received = batches delivered plus

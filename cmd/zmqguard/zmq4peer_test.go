@@ -362,7 +362,7 @@ func TestZMQ4Peers(t *testing.T) {
 		publish := func(seq uint64) {
 			t.Helper()
 			payload := kvevents.AppendBatch(nil, float64(seq), []kvevents.Event{{Type: kvevents.BlockRemoved,
-				BlockHashes: []kvevents.Hash{kvevents.IntHash(1000 + seq)}}}, kvevents.OptInt{}, true)
+				BlockHashes: []kvevents.Hash{kvevents.IntHash(1000 + seq)}}}, kvevents.Opt[int64]{}, true)
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], seq)
 			for _, pub := range pubs {

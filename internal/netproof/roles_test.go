@@ -757,7 +757,7 @@ func runKVSubscriber(ctx context.Context, stop <-chan struct{}) error {
 	cancel()
 	err = <-done
 	s.Close()
-	st := s.Stats().Total
+	st := s.Stats()
 	emit(event{Ev: "kvstats", KV: &st})
 	return err
 }
