@@ -429,7 +429,7 @@ func (s *Set) Collect(emit func(Sample)) {
 		st := h.s.Stats()
 		e.loop(h.name, st.Loop)
 		e.socket(h.name, st.Socket)
-		e.emit(HandshakeServed, float64(st.TotalServed()), h.name)
+		e.emit(HandshakeServed, float64(st.Served[handshake.V1]+st.Served[handshake.V2]+st.Served[handshake.V3]), h.name)
 		e.emit(HandshakeErrorReplies, float64(st.ErrorReplies), h.name)
 	}
 	if s.coordinator != nil {
@@ -471,7 +471,7 @@ func (s *Set) AddOutputs(name string, r OutputsStats) error {
 
 // KVEventsStats is what AddKVEvents reads: a KV-event subscriber
 // (*kvevents.Subscriber).
-type KVEventsStats interface{ Stats() kvevents.Stats }
+type KVEventsStats interface{ Stats() kvevents.SourceStats }
 
 // AddKVEvents adds a KV-event subscriber as a source set under loop=name,
 // one source per followed publisher (received = batches delivered plus

@@ -306,9 +306,9 @@ func TestAddOutputsOneSourcePerEngine(t *testing.T) {
 	}
 }
 
-type fakeKV struct{ st kvevents.Stats }
+type fakeKV struct{ st kvevents.SourceStats }
 
-func (f *fakeKV) Stats() kvevents.Stats { return f.st }
+func (f *fakeKV) Stats() kvevents.SourceStats { return f.st }
 
 func TestAddKVEventsCapsSources(t *testing.T) {
 	f := &fakeKV{}

@@ -48,6 +48,7 @@ import (
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -332,12 +333,12 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 		wak.Add(1)
 	})
 	for i := 0; i < *fetchers; i++ {
-		run(func() { fetchLoop(ctx, *listener, *fetchInterval, handshake.DefaultTimeout, &hsOK, &hsFail) })
+		run(func() { fetchLoop(ctx, *listener, *fetchInterval, 5*time.Second, &hsOK, &hsFail) })
 	}
 
 	// Junk, at full rate on established connections.
-	v3 := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3})
-	unknownRank := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, TP: 7})
+	v3 := nixlwire.AppendRequest(nil, 3, 0, 0)
+	unknownRank := nixlwire.AppendRequest(nil, 3, 0, 7)
 	hazards := hostile.Payloads()
 	run(func() { // the listener: a DEALER sending bad requests, reading the error replies
 		d, err := socket.NewDealer(quiet())
@@ -742,7 +743,7 @@ func runStall(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	defer c.Close()
-	req := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3})
+	req := nixlwire.AppendRequest(nil, 3, 0, 0)
 	start := time.Now()
 	sent := 0
 	zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(60 * time.Second))
