@@ -8,6 +8,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestOnDropMayCloseAndStat: OnDrop (here for a junk frame on the back
@@ -40,7 +41,7 @@ func TestOnDropMayCloseAndStat(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	p, err := socket.NewPush(testSocketOptions())
+	p, err := socket.New(zmtpguard.Push, testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

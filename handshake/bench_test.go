@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // BenchmarkHandshakeListener measures handshakes per second served by one
@@ -25,7 +26,7 @@ func BenchmarkHandshakeListener(b *testing.B) {
 	socks := make([]*socket.Socket, clients)
 	bodies := make([][]byte, clients)
 	for i := range socks {
-		s, err := socket.NewReq(socket.DefaultOptions())
+		s, err := socket.New(zmtpguard.Req, socket.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // DefaultTimeout is the default [ClientOptions.Timeout]: vLLM's 5000 ms
@@ -315,7 +316,7 @@ func (ev *events) observe(e socket.Event) {
 // zero values.
 //
 // Errors: [ErrNoExpectedHash] for a V2/V3 request without ExpectedHash or
-// SkipHashCheck; a malformed endpoint wraps socket.ErrBadEndpoint; when ctx ends
+// SkipHashCheck; a malformed endpoint gives socket.New's "socket: bad endpoint" error; when ctx ends
 // first, its error is returned (wrapped); every other failure matches one of
 // ErrTimeout, ErrRefused, ErrBadReplyShape, ErrUndecodablePayload,
 // ErrRejected, ErrHashMismatch and ErrEngineIDMismatch under errors.Is.
@@ -344,7 +345,7 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 			user(e)
 		}
 	}
-	sock, err := socket.NewReq(sopts)
+	sock, err := socket.New(zmtpguard.Req, sopts)
 	if err != nil {
 		return Reply{}, fmt.Errorf("handshake: client socket: %w", err)
 	}

@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/zmqguard/zmqguard/envelope"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Rank identifies the worker a handshake asks for: its pipeline-parallel
@@ -215,7 +217,7 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	if opts.Logger == nil {
 		opts.Logger = cfg.Logger
 	}
-	sock, err := socket.NewRouter(opts)
+	sock, err := socket.New(zmtpguard.Router, opts)
 	if err != nil {
 		return nil, fmt.Errorf("handshake: listener socket: %w", err)
 	}
@@ -439,7 +441,15 @@ func (l *Listener) Addr() net.Addr {
 	if l.sock == nil {
 		return nil
 	}
-	return l.sock.Addr()
+	ep := l.sock.Endpoint()
+	if path, ok := strings.CutPrefix(ep, "ipc://"); ok {
+		return &net.UnixAddr{Name: path, Net: "unix"}
+	}
+	a, err := net.ResolveTCPAddr("tcp", strings.TrimPrefix(ep, "tcp://"))
+	if err != nil {
+		return nil
+	}
+	return a
 }
 
 // Stats returns a snapshot of the listener's counters.

@@ -18,6 +18,7 @@ import (
 	"github.com/zmqguard/zmqguard/envelope"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // testCtx returns a context bounded by d, cancelled at test end.
@@ -138,7 +139,7 @@ func mustFetch(t testing.TB, ep string, req Request, want Rank) Reply {
 func rawExchange(t testing.TB, ep string, body []byte) [][]byte {
 	t.Helper()
 	ctx := testCtx(t, 10*time.Second)
-	s, err := socket.NewReq(fastOpts())
+	s, err := socket.New(zmtpguard.Req, fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -222,7 +223,7 @@ func TestListenerSurvivesBareDealer(t *testing.T) {
 	}})
 	ctx := testCtx(t, 20*time.Second)
 
-	d, err := socket.NewDealer(fastOpts())
+	d, err := socket.New(zmtpguard.Dealer, fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -287,7 +288,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	var want [decodeguard.NumReasons]uint64
 	for i, c := range cases {
-		s, err := socket.NewReq(fastOpts())
+		s, err := socket.New(zmtpguard.Req, fastOpts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -442,7 +443,7 @@ func TestListenerAcceptBareDealer(t *testing.T) {
 	payloads := testPayloads(t)
 	l := startListener(t, ListenerConfig{Payloads: payloads, AcceptBareDealer: true})
 	ctx := testCtx(t, 20*time.Second)
-	d, err := socket.NewDealer(fastOpts())
+	d, err := socket.New(zmtpguard.Dealer, fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +474,7 @@ func TestListenerConcurrentClientsUnderJunk(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d, err := socket.NewDealer(fastOpts())
+		d, err := socket.New(zmtpguard.Dealer, fastOpts())
 		if err != nil {
 			t.Error(err)
 			return

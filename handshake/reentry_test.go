@@ -8,6 +8,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestHooksMayCloseAndStat: Lookup and OnDrop run in Serve's goroutine and
@@ -61,7 +62,7 @@ func TestHooksMayCloseAndStat(t *testing.T) {
 			defer cancel()
 			served := make(chan error, 1)
 			go func() { served <- l.Serve(ctx) }()
-			c, err := socket.NewReq(fastOpts())
+			c, err := socket.New(zmtpguard.Req, fastOpts())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -16,6 +16,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Publisher defaults, vLLM's KVEventsConfig defaults where it has one.
@@ -305,7 +306,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if opts.Guard.MaxMessageSize == 0 {
 		opts.Guard.MaxMessageSize = 64 << 10 // subscriptions and requests only
 	}
-	if p.pub, err = socket.NewXPub(opts); err != nil {
+	if p.pub, err = socket.New(zmtpguard.XPub, opts); err != nil {
 		return nil, err
 	}
 	if cfg.Bind || bindsByRule(live) {
@@ -340,7 +341,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 			p.replayWait = DefaultReplayWriteTimeout
 		}
 		p.active = make(map[uint64]bool)
-		if p.rep, err = socket.NewRouter(ropts); err == nil {
+		if p.rep, err = socket.New(zmtpguard.Router, ropts); err == nil {
 			err = p.rep.Bind(replay)
 		}
 		if err != nil {
@@ -548,7 +549,7 @@ func (p *Publisher) hostAllows(peer *socket.Peer, now time.Time) bool {
 	if rate <= 0 {
 		return true
 	}
-	host := peer.Addr()
+	host := peer.String()
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/reentry"
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -297,7 +298,7 @@ func (c *Config) fill() error {
 		// longer mean n budgets.
 		c.Socket.Guard.Budget = zmtpguard.NewBudget(c.MemoryBudget, c.Socket.BudgetWait)
 	}
-	return c.Socket.Verify()
+	return sockopt.Verify(c.Socket)
 }
 
 // Subscriber follows many KV-event publishers at once. Create it with
@@ -721,7 +722,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 			user(e)
 		}
 	}
-	sock, err := socket.NewSub(opts)
+	sock, err := socket.New(zmtpguard.Sub, opts)
 	if err != nil {
 		return nil, err
 	}
@@ -812,7 +813,7 @@ func (so *source) stats() SourceStats {
 	ls := so.lp.Stats()
 	st.Dropped.Add(&ls.Dropped)
 	ss := so.sock.Stats()
-	st.Refused = ss.Violations
+	st.Refused = ss.Refused
 	st.Connected = so.peers.Load() > 0
 	if f := so.frozen.Load(); f != 0 {
 		st.Connected = f == 2
@@ -1185,7 +1186,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 	cfg := &so.sub.cfg
 	opts := cfg.Socket
 	opts.OnEvent = nil
-	d, err := socket.NewDealer(opts)
+	d, err := socket.New(zmtpguard.Dealer, opts)
 	if err != nil {
 		return false, err.Error(), false
 	}

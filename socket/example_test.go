@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // A PULL socket binds a free port, a PUSH socket dials it, and one message
@@ -15,7 +16,7 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New(zmtpguard.Pull, socket.Options{})
 	if err != nil {
 		panic(err)
 	}
@@ -24,7 +25,7 @@ func Example() {
 		panic(err)
 	}
 
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New(zmtpguard.Push, socket.Options{})
 	if err != nil {
 		panic(err)
 	}
@@ -40,21 +41,21 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%s %s from a %s peer\n", m.Frames[0], m.Frames[1], m.Peer.Type())
-	// Output: hello world from a PUSH peer
+	fmt.Printf("%s %s\n", m.Frames[0], m.Frames[1])
+	// Output: hello world
 }
 
 // A ROUTER answers each request on the connection it came from; a send to
 // an identity that is not connected is an error naming it.
-func ExampleNewRouter() {
+func ExampleNew_router() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	router, _ := socket.NewRouter(socket.DefaultOptions())
+	router, _ := socket.New(zmtpguard.Router, socket.Options{})
 	defer router.Close()
 	router.Bind("tcp://127.0.0.1:0")
 
-	req, _ := socket.NewReq(socket.DefaultOptions())
+	req, _ := socket.New(zmtpguard.Req, socket.Options{})
 	defer req.Close()
 	req.Dial(router.Endpoint())
 
@@ -83,7 +84,7 @@ func ExampleOptions_liveness() {
 			fmt.Println("silent peer dropped:", e.Remote)
 		}
 	}
-	r, err := socket.NewRouter(o)
+	r, err := socket.New(zmtpguard.Router, o)
 	if err != nil {
 		panic(err)
 	}

@@ -43,6 +43,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
@@ -131,7 +132,7 @@ func publish(n int, idle bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i := range socks {
-		s, err := socket.NewXPub(opts)
+		s, err := socket.New(zmtpguard.XPub, opts)
 		if err != nil {
 			return err
 		}

@@ -25,6 +25,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
@@ -42,7 +43,7 @@ func main() {
 	if *rbuf > 0 {
 		opts.Guard.ReadBufferSize = *rbuf
 	}
-	s, err := socket.NewPull(opts)
+	s, err := socket.New(zmtpguard.Pull, opts)
 	if err != nil {
 		load.Fatal(err)
 	}

@@ -13,6 +13,7 @@ import (
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // demoKVIndex is the demo's kv-index stage: two engines hold different
@@ -42,7 +43,7 @@ type demoRawPub struct {
 }
 
 func newDemoRawPub(opts socket.Options) (*demoRawPub, error) {
-	s, err := socket.NewXPub(opts)
+	s, err := socket.New(zmtpguard.XPub, opts)
 	if err != nil {
 		return nil, err
 	}

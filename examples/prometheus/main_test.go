@@ -14,6 +14,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -91,7 +92,7 @@ func TestScrapeAfterJunk(t *testing.T) {
 		}
 	}()
 
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New(zmtpguard.Push, socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -29,6 +29,7 @@ import (
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
@@ -58,7 +59,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	opts := socket.DefaultOptions()
 	opts.Logger = logger
-	pull, err := socket.NewPull(opts)
+	pull, err := socket.New(zmtpguard.Pull, opts)
 	if err != nil {
 		return err
 	}
@@ -119,7 +120,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func demo(ctx context.Context, ep string) {
 	opts := socket.DefaultOptions()
 	opts.Logger = slog.New(slog.DiscardHandler)
-	push, err := socket.NewPush(opts)
+	push, err := socket.New(zmtpguard.Push, opts)
 	if err != nil {
 		return
 	}

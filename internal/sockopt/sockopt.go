@@ -12,6 +12,7 @@ import (
 	"log/slog"
 
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Overrides are one reference's defaults for socket.Options. A zero field
@@ -61,4 +62,17 @@ func Apply(o socket.Options, ov Overrides) (out socket.Options, raised bool) {
 		o.Logger = ov.Logger
 	}
 	return o, raised
+}
+
+// Verify reports whether socket.New accepts o, for a reference that checks
+// its user's options when it is configured, before it creates a socket. It
+// creates a socket with o that never binds or dials and closes it at once
+// (no goroutine, listener or descriptor outlives the call), so the error is
+// exactly socket.New's: "socket: Options.Field <value> <what is wrong>".
+func Verify(o socket.Options) error {
+	s, err := socket.New(zmtpguard.Dealer, o)
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }
