@@ -19,7 +19,6 @@ import (
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // DefaultStartupLogInterval is how often a coordinator waiting for its
@@ -300,13 +299,13 @@ func (c *Coordinator) withEvents(opts socket.Options, sock int) socket.Options {
 
 func (c *Coordinator) bind(opts socket.Options) error {
 	var err error
-	if c.front, err = socket.New(zmtpguard.XPub, opts); err != nil {
+	if c.front, err = socket.New("XPUB", opts); err != nil {
 		return fmt.Errorf("coordinator: front publish socket: %w", err)
 	}
-	if c.backOut, err = socket.New(zmtpguard.Pull, c.withEvents(opts, idxBackOutput)); err != nil {
+	if c.backOut, err = socket.New("PULL", c.withEvents(opts, idxBackOutput)); err != nil {
 		return fmt.Errorf("coordinator: back output socket: %w", err)
 	}
-	if c.backPub, err = socket.New(zmtpguard.XPub, c.withEvents(opts, idxBackPublish)); err != nil {
+	if c.backPub, err = socket.New("XPUB", c.withEvents(opts, idxBackPublish)); err != nil {
 		return fmt.Errorf("coordinator: back publish socket: %w", err)
 	}
 	if err := c.front.Bind(c.cfg.Front); err != nil {

@@ -11,7 +11,6 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // ExampleParseFrontMessage parses the three kinds of front-end message.
@@ -75,7 +74,7 @@ func ExampleCoordinator() {
 	fmt.Println("engine 0: READY")
 
 	// A port scanner pushes an int to the back output socket.
-	scanner, err := socket.New(zmtpguard.Push, socket.Options{Logger: quiet})
+	scanner, err := socket.New("PUSH", socket.Options{Logger: quiet})
 	if err != nil {
 		panic(err)
 	}

@@ -9,7 +9,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // ErrNotConnected is returned by a [FrontEnd]'s Wake and Scale while it has
@@ -61,11 +60,11 @@ type Engine struct {
 // background: the XSUB subscribes to everything ("\x01") as soon as it
 // reaches the coordinator, as vLLM's engines do. Call WaitReady next.
 func DialEngine(cfg EngineConfig) (*Engine, error) {
-	sub, err := socket.New(zmtpguard.XSub, cfg.Socket)
+	sub, err := socket.New("XSUB", cfg.Socket)
 	if err != nil {
 		return nil, err
 	}
-	push, err := socket.New(zmtpguard.Push, cfg.Socket)
+	push, err := socket.New("PUSH", cfg.Socket)
 	if err != nil {
 		sub.Close()
 		return nil, err
@@ -247,7 +246,7 @@ type FrontEnd struct {
 // DialFrontEnd creates the front-end's XSUB, subscribes to everything and
 // connects it in the background.
 func DialFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
-	sub, err := socket.New(zmtpguard.XSub, cfg.Socket)
+	sub, err := socket.New("XSUB", cfg.Socket)
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,6 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func TestParseStartDPWave(t *testing.T) {
@@ -213,7 +212,7 @@ func TestPeerHelpers(t *testing.T) {
 // junkPubFor returns a bound XPUB standing in for a coordinator.
 func junkPubFor(t *testing.T) *socket.Socket {
 	t.Helper()
-	s, err := socket.New(zmtpguard.XPub, testSocketOptions())
+	s, err := socket.New("XPUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

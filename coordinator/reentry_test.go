@@ -8,7 +8,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestOnDropMayCloseAndStat: OnDrop (here for a junk frame on the back
@@ -41,7 +40,7 @@ func TestOnDropMayCloseAndStat(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	p, err := socket.New(zmtpguard.Push, testSocketOptions())
+	p, err := socket.New("PUSH", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,6 @@ import (
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestSeedUndecodableEngineFrame is the seed's first coordinator test: a
@@ -70,7 +69,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	h := startCoordinator(t, testConfig(3))
 
-	stray, err := socket.New(zmtpguard.Sub, testSocketOptions())
+	stray, err := socket.New("SUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -103,7 +102,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 
 	// A subscriber that leaves during start-up: its subscription still
 	// counts (as in vLLM; the XPUB's "\x00" for it is ignored).
-	ghost, err := socket.New(zmtpguard.Sub, testSocketOptions())
+	ghost, err := socket.New("SUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,7 +128,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 // an XPUB as data (or, for "\x01..." / "\x00...", as subscriptions).
 func junkXSub(t *testing.T, ctx context.Context, endpoint string) *socket.Socket {
 	t.Helper()
-	s, err := socket.New(zmtpguard.XSub, testSocketOptions())
+	s, err := socket.New("XSUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -144,7 +143,7 @@ func junkXSub(t *testing.T, ctx context.Context, endpoint string) *socket.Socket
 // junkPush returns a PUSH connected to endpoint.
 func junkPush(t *testing.T, endpoint string) *socket.Socket {
 	t.Helper()
-	s, err := socket.New(zmtpguard.Push, testSocketOptions())
+	s, err := socket.New("PUSH", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

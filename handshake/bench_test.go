@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // BenchmarkHandshakeListener measures handshakes per second served by one
@@ -26,7 +25,7 @@ func BenchmarkHandshakeListener(b *testing.B) {
 	socks := make([]*socket.Socket, clients)
 	bodies := make([][]byte, clients)
 	for i := range socks {
-		s, err := socket.New(zmtpguard.Req, socket.DefaultOptions())
+		s, err := socket.New("REQ", socket.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

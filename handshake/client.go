@@ -13,7 +13,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // DefaultTimeout is the default [ClientOptions.Timeout]: vLLM's 5000 ms
@@ -345,7 +344,7 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 			user(e)
 		}
 	}
-	sock, err := socket.New(zmtpguard.Req, sopts)
+	sock, err := socket.New("REQ", sopts)
 	if err != nil {
 		return Reply{}, fmt.Errorf("handshake: client socket: %w", err)
 	}

@@ -14,14 +14,13 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // scriptedRouter is a ROUTER that answers every request with reply(body)
 // (frames after the delimiter), or not at all when reply returns nil.
 func scriptedRouter(t testing.TB, reply func(body []byte) [][]byte) string {
 	t.Helper()
-	r, err := socket.New(zmtpguard.Router, socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -20,7 +20,6 @@ import (
 	"github.com/zmqguard/zmqguard/envelope"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Rank identifies the worker a handshake asks for: its pipeline-parallel
@@ -217,7 +216,7 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	if opts.Logger == nil {
 		opts.Logger = cfg.Logger
 	}
-	sock, err := socket.New(zmtpguard.Router, opts)
+	sock, err := socket.New("ROUTER", opts)
 	if err != nil {
 		return nil, fmt.Errorf("handshake: listener socket: %w", err)
 	}

@@ -18,7 +18,6 @@ import (
 	"github.com/zmqguard/zmqguard/envelope"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // testCtx returns a context bounded by d, cancelled at test end.
@@ -139,7 +138,7 @@ func mustFetch(t testing.TB, ep string, req Request, want Rank) Reply {
 func rawExchange(t testing.TB, ep string, body []byte) [][]byte {
 	t.Helper()
 	ctx := testCtx(t, 10*time.Second)
-	s, err := socket.New(zmtpguard.Req, fastOpts())
+	s, err := socket.New("REQ", fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -223,7 +222,7 @@ func TestListenerSurvivesBareDealer(t *testing.T) {
 	}})
 	ctx := testCtx(t, 20*time.Second)
 
-	d, err := socket.New(zmtpguard.Dealer, fastOpts())
+	d, err := socket.New("DEALER", fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -288,7 +287,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	var want [decodeguard.NumReasons]uint64
 	for i, c := range cases {
-		s, err := socket.New(zmtpguard.Req, fastOpts())
+		s, err := socket.New("REQ", fastOpts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -443,7 +442,7 @@ func TestListenerAcceptBareDealer(t *testing.T) {
 	payloads := testPayloads(t)
 	l := startListener(t, ListenerConfig{Payloads: payloads, AcceptBareDealer: true})
 	ctx := testCtx(t, 20*time.Second)
-	d, err := socket.New(zmtpguard.Dealer, fastOpts())
+	d, err := socket.New("DEALER", fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -474,7 +473,7 @@ func TestListenerConcurrentClientsUnderJunk(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d, err := socket.New(zmtpguard.Dealer, fastOpts())
+		d, err := socket.New("DEALER", fastOpts())
 		if err != nil {
 			t.Error(err)
 			return

@@ -8,7 +8,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestHooksMayCloseAndStat: Lookup and OnDrop run in Serve's goroutine and
@@ -62,7 +61,7 @@ func TestHooksMayCloseAndStat(t *testing.T) {
 			defer cancel()
 			served := make(chan error, 1)
 			go func() { served <- l.Serve(ctx) }()
-			c, err := socket.New(zmtpguard.Req, fastOpts())
+			c, err := socket.New("REQ", fastOpts())
 			if err != nil {
 				t.Fatal(err)
 			}

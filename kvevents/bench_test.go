@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // realisticBatch is one vLLM map-form batch: 16 BlockStored events of 4
@@ -96,7 +95,7 @@ func BenchmarkSubscriber(b *testing.B) {
 	delivered := map[string]*atomic.Int64{}
 	var pubs []*socket.Socket
 	for i := 0; i < sources; i++ {
-		xp, err := socket.New(zmtpguard.XPub, socket.DefaultOptions())
+		xp, err := socket.New("XPUB", socket.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -119,7 +119,7 @@
 // clients: each replay runs in its own goroutine and waits for its client
 // (at most [ReplayInFlight] replies queued), both sockets have a write
 // deadline by default ([DefaultReplayWriteTimeout],
-// socket.DefaultXPubWriteTimeout), and the send budget is shared fairly
+// 10 s for the live XPUB: socket.Options.WriteTimeout), and the send budget is shared fairly
 // among the peers (socket.Options.SendTotalBytes). A replay that cannot
 // send every batch ends with the error marker ([ReplayErrorSeq]) instead of
 // the end marker, never with a silent hole; so does a request that comes

@@ -12,7 +12,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Issue 29's subscriber rows: no silent loss (3, 6), fair replay slots (5),
@@ -27,7 +26,7 @@ type rawPub struct {
 
 func newRawPub(t *testing.T) *rawPub {
 	t.Helper()
-	xp, err := socket.New(zmtpguard.XPub, socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,7 +78,7 @@ type fakeReplay struct {
 
 func newFakeReplay(t *testing.T, serve func(ctx context.Context, f *fakeReplay, id []byte, n int, from uint64)) string {
 	t.Helper()
-	r, err := socket.New(zmtpguard.Router, socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -356,7 +355,7 @@ func (c *capture) count(sub string) int {
 // source's replay runs meanwhile.
 func TestBackoffBeforeSlot(t *testing.T) {
 	// A replay endpoint nobody answers on: the request cannot be sent.
-	down, err := socket.New(zmtpguard.Router, socket.DefaultOptions())
+	down, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -410,7 +409,7 @@ func TestBindSourceOnePublisher(t *testing.T) {
 	defer stop()
 	ep := sub.Endpoint("b")
 	dial := func() *socket.Socket {
-		xp, err := socket.New(zmtpguard.XPub, fastSocket())
+		xp, err := socket.New("XPUB", fastSocket())
 		if err != nil {
 			t.Fatal(err)
 		}

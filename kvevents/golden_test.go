@@ -16,7 +16,6 @@ import (
 	"github.com/zmqguard/zmqguard/internal/golden"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Tests against the golden vectors: bytes vLLM's own code wrote
@@ -514,7 +513,7 @@ func TestGoldenPublisherReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := socket.New(zmtpguard.Dealer, socket.DefaultOptions())
+	d, err := socket.New("DEALER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

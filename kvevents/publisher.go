@@ -16,7 +16,6 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Publisher defaults, vLLM's KVEventsConfig defaults where it has one.
@@ -38,7 +37,7 @@ const (
 	// connection accepts no bytes for that long while replies wait is
 	// disconnected (counted in the ROUTER's violations as ReasonPolicy), so
 	// a client that never reads holds its share of the send budget for
-	// that long at most. The live XPUB has socket.DefaultXPubWriteTimeout.
+	// that long at most. The live XPUB has the socket default for an XPUB (10 s).
 	DefaultReplayWriteTimeout = 10 * time.Second
 	// DefaultReplayInterval is the shortest time between two replays
 	// served to one replay connection when PublisherConfig.ReplayInterval
@@ -113,7 +112,7 @@ type PublisherConfig struct {
 	// ROUTER's per-client queue holds ReplayInFlight messages.
 	HWM int
 	// Socket holds the sockets' transport options. A zero
-	// Socket.WriteTimeout gives the live XPUB socket.DefaultXPubWriteTimeout
+	// Socket.WriteTimeout gives the live XPUB an XPUB's socket default (10 s)
 	// and the replay ROUTER DefaultReplayWriteTimeout; negative means none.
 	Socket socket.Options
 	// ReplayInterval is the shortest time between two replays served to
@@ -306,7 +305,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if opts.Guard.MaxMessageSize == 0 {
 		opts.Guard.MaxMessageSize = 64 << 10 // subscriptions and requests only
 	}
-	if p.pub, err = socket.New(zmtpguard.XPub, opts); err != nil {
+	if p.pub, err = socket.New("XPUB", opts); err != nil {
 		return nil, err
 	}
 	if cfg.Bind || bindsByRule(live) {
@@ -341,7 +340,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 			p.replayWait = DefaultReplayWriteTimeout
 		}
 		p.active = make(map[uint64]bool)
-		if p.rep, err = socket.New(zmtpguard.Router, ropts); err == nil {
+		if p.rep, err = socket.New("ROUTER", ropts); err == nil {
 			err = p.rep.Bind(replay)
 		}
 		if err != nil {

@@ -722,7 +722,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 			user(e)
 		}
 	}
-	sock, err := socket.New(zmtpguard.Sub, opts)
+	sock, err := socket.New("SUB", opts)
 	if err != nil {
 		return nil, err
 	}
@@ -1186,7 +1186,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 	cfg := &so.sub.cfg
 	opts := cfg.Socket
 	opts.OnEvent = nil
-	d, err := socket.New(zmtpguard.Dealer, opts)
+	d, err := socket.New("DEALER", opts)
 	if err != nil {
 		return false, err.Error(), false
 	}

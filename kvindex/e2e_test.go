@@ -19,7 +19,6 @@ import (
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
@@ -427,7 +426,7 @@ func TestGoldenEndToEnd(t *testing.T) {
 		return nil
 	}
 
-	pub, err := socket.New(zmtpguard.XPub, socket.Options{})
+	pub, err := socket.New("XPUB", socket.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

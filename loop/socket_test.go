@@ -36,11 +36,11 @@ func newSocket(t testing.TB, typ zmtpguard.SocketType) *socket.Socket {
 func TestSocketPull(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	pull := newSocket(t, zmtpguard.Pull)
+	pull := newSocket(t, "PULL")
 	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	push := newSocket(t, zmtpguard.Push)
+	push := newSocket(t, "PUSH")
 	if err := push.Dial(pull.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
@@ -102,11 +102,11 @@ func TestSocketPull(t *testing.T) {
 func TestSocketRouter(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	router := newSocket(t, zmtpguard.Router)
+	router := newSocket(t, "ROUTER")
 	if err := router.Bind("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	dealer := newSocket(t, zmtpguard.Dealer)
+	dealer := newSocket(t, "DEALER")
 	if err := dealer.Dial(router.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
@@ -151,7 +151,7 @@ func TestSocketRouter(t *testing.T) {
 // probes) appear in the loop's Stats.Refused, and its JSON names reasons.
 func TestSocketRefusedInStats(t *testing.T) {
 	ctx := testCtx(t)
-	pull := newSocket(t, zmtpguard.Pull)
+	pull := newSocket(t, "PULL")
 	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}

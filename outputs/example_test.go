@@ -9,7 +9,6 @@ import (
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // A front-end's output socket: engines connect and push; a junk frame is
@@ -43,7 +42,7 @@ func Example() {
 	// An engine (here a Go one; a vLLM engine core sends the same bytes).
 	opts := socket.DefaultOptions()
 	opts.Logger = quiet
-	engine, _ := socket.New(zmtpguard.Push, opts)
+	engine, _ := socket.New("PUSH", opts)
 	defer engine.Close()
 	_ = engine.Dial(r.Endpoint())
 	var enc enginecore.Encoder

@@ -63,7 +63,6 @@ import (
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // EngineCoreDead is the frame an engine core sends on its output socket
@@ -392,7 +391,7 @@ func New(cfg Config) (*Receiver, error) {
 			userEvent(ev)
 		}
 	}
-	s, err := socket.New(zmtpguard.Pull, so)
+	s, err := socket.New("PULL", so)
 	if err != nil {
 		return nil, err
 	}

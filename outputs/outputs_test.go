@@ -13,7 +13,6 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -80,7 +79,7 @@ func pusher(t testing.TB, endpoint string) *socket.Socket {
 	t.Helper()
 	o := socket.DefaultOptions()
 	o.Logger = quiet
-	p, err := socket.New(zmtpguard.Push, o)
+	p, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -37,11 +37,11 @@ func TestConfigTrap(t *testing.T) {
 		var fromZero socket.Options
 		fromZero.Guard.MaxMessageSize = size
 
-		a, err := newOpts(t, zmtpguard.Pull, fromDefaults)
+		a, err := newOpts(t, "PULL", fromDefaults)
 		if err != nil {
 			t.Fatalf("DefaultOptions with MaxMessageSize %d refused: %v", size, err)
 		}
-		b, err := newOpts(t, zmtpguard.Pull, fromZero)
+		b, err := newOpts(t, "PULL", fromZero)
 		if err != nil {
 			t.Fatalf("Options{} with MaxMessageSize %d refused: %v", size, err)
 		}
@@ -64,7 +64,7 @@ func TestConfigTrap(t *testing.T) {
 	var o socket.Options
 	o.Guard.MaxMessageSize = 128 << 20
 	o.MemoryBudget = 64 << 20
-	_, err := newOpts(t, zmtpguard.Pull, o)
+	_, err := newOpts(t, "PULL", o)
 	if want := "socket: Options.MemoryBudget 67108864 is below Guard.MaxMessageSize 134217728"; err == nil || err.Error() != want {
 		t.Errorf("explicit small budget: %v, want %q", err, want)
 	}
@@ -99,10 +99,10 @@ func TestConfigFields(t *testing.T) {
 		{"RecvQueueBytes", "", func(o socket.Options) any { return o.RecvQueueBytes }, func(o *socket.Options, v float64) { o.RecvQueueBytes = int64(v) }, int64(64 << 20), off, 1 << 20},
 		{"MemoryBudget", "", func(o socket.Options) any { return o.MemoryBudget }, func(o *socket.Options, v float64) { o.MemoryBudget = int64(v) }, int64(64 << 20), off, 8 << 20},
 		{"BudgetWait", "", func(o socket.Options) any { return o.BudgetWait }, func(o *socket.Options, v float64) { o.BudgetWait = dur(v) }, 2 * time.Second, "Options.BudgetWait -1ns is negative", float64(time.Second)},
-		{"XPubMaxTopics", zmtpguard.XPub, func(o socket.Options) any { return o.XPubMaxTopics }, func(o *socket.Options, v float64) { o.XPubMaxTopics = int(v) }, 100_000, off, 10},
-		{"XPubMaxTopicBytes", zmtpguard.XPub, func(o socket.Options) any { return o.XPubMaxTopicBytes }, func(o *socket.Options, v float64) { o.XPubMaxTopicBytes = int64(v) }, int64(16 << 20), off, 1 << 10},
+		{"XPubMaxTopics", "XPUB", func(o socket.Options) any { return o.XPubMaxTopics }, func(o *socket.Options, v float64) { o.XPubMaxTopics = int(v) }, 100_000, off, 10},
+		{"XPubMaxTopicBytes", "XPUB", func(o socket.Options) any { return o.XPubMaxTopicBytes }, func(o *socket.Options, v float64) { o.XPubMaxTopicBytes = int64(v) }, int64(16 << 20), off, 1 << 10},
 		{"ReclaimBytes", "", func(o socket.Options) any { return o.ReclaimBytes }, func(o *socket.Options, v float64) { o.ReclaimBytes = int64(v) }, int64(8 << 20), off, 1 << 20},
-		{"WriteTimeout/XPUB", zmtpguard.XPub, func(o socket.Options) any { return o.WriteTimeout }, func(o *socket.Options, v float64) { o.WriteTimeout = dur(v) }, 10 * time.Second, off, float64(time.Second)},
+		{"WriteTimeout/XPUB", "XPUB", func(o socket.Options) any { return o.WriteTimeout }, func(o *socket.Options, v float64) { o.WriteTimeout = dur(v) }, 10 * time.Second, off, float64(time.Second)},
 		{"WriteTimeout/DEALER", "", func(o socket.Options) any { return o.WriteTimeout }, func(o *socket.Options, v float64) { o.WriteTimeout = dur(v) }, time.Duration(0), off, float64(time.Second)},
 		{"Guard.ReadBufferSize", "", func(o socket.Options) any { return o.Guard.ReadBufferSize }, func(o *socket.Options, v float64) { o.Guard.ReadBufferSize = int(v) }, 256 << 10, "ReadBufferSize", 64 << 10},
 		{"Guard.WriteBufferSize", "", func(o socket.Options) any { return o.Guard.WriteBufferSize }, func(o *socket.Options, v float64) { o.Guard.WriteBufferSize = int(v) }, 64 << 10, "WriteBufferSize", 4 << 10},
@@ -113,7 +113,7 @@ func TestConfigFields(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			typ := c.typ
 			if typ == "" {
-				typ = zmtpguard.Dealer
+				typ = "DEALER"
 			}
 			// Zero: the documented default.
 			got, err := newOpts(t, typ, socket.Options{})
@@ -184,20 +184,20 @@ func TestConfigOtherFields(t *testing.T) {
 		{socket.Options{TCPKeepAlive: net.KeepAliveConfig{Enable: true, Idle: -2}}, "socket: Options.TCPKeepAlive"},
 	}
 	for _, c := range refused {
-		_, err := newOpts(t, zmtpguard.Dealer, c.o)
+		_, err := newOpts(t, "DEALER", c.o)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) {
 			t.Errorf("%+v: %v, want %q", c.o, err, c.want)
 		}
 	}
 	// Two errors at once: both named, on one line.
-	_, err := newOpts(t, zmtpguard.Dealer, socket.Options{HWM: -1, BudgetWait: -1})
+	_, err := newOpts(t, "DEALER", socket.Options{HWM: -1, BudgetWait: -1})
 	if err == nil || !strings.Contains(err.Error(), "HWM -1") || !strings.Contains(err.Error(), "BudgetWait -1ns") || strings.Contains(err.Error(), "\n") {
 		t.Errorf("two bad fields: %q", err)
 	}
 
 	// TCPKeepAlive: zero is the default; Enable false with a field set is
 	// off; an explicit config is kept.
-	got, err := newOpts(t, zmtpguard.Dealer, socket.Options{})
+	got, err := newOpts(t, "DEALER", socket.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestConfigOtherFields(t *testing.T) {
 		t.Errorf("TCPKeepAlive default %+v, want %+v", got.TCPKeepAlive, want)
 	}
 	for _, ka := range []net.KeepAliveConfig{{Idle: -1}, {Enable: true, Idle: time.Minute, Interval: -1, Count: 3}} {
-		got, err := newOpts(t, zmtpguard.Dealer, socket.Options{TCPKeepAlive: ka})
+		got, err := newOpts(t, "DEALER", socket.Options{TCPKeepAlive: ka})
 		if err != nil || got.TCPKeepAlive != ka {
 			t.Errorf("TCPKeepAlive %+v became %+v, %v", ka, got.TCPKeepAlive, err)
 		}
@@ -213,18 +213,18 @@ func TestConfigOtherFields(t *testing.T) {
 
 	// ReconnectMax below ReconnectMin is raised to it; the derived
 	// MemoryBudget follows the final MaxMessageSize.
-	got, err = newOpts(t, zmtpguard.Dealer, socket.Options{ReconnectMin: 10 * time.Second})
+	got, err = newOpts(t, "DEALER", socket.Options{ReconnectMin: 10 * time.Second})
 	if err != nil || got.ReconnectMax != 10*time.Second {
 		t.Errorf("ReconnectMin 10s: ReconnectMax %v, %v", got.ReconnectMax, err)
 	}
 	var o socket.Options
 	o.Guard.MaxMessageSize = 100 << 20
-	if got, err := newOpts(t, zmtpguard.Dealer, o); err != nil || got.MemoryBudget != 200<<20 {
+	if got, err := newOpts(t, "DEALER", o); err != nil || got.MemoryBudget != 200<<20 {
 		t.Errorf("MaxMessageSize 100 MiB: MemoryBudget %d, %v", got.MemoryBudget, err)
 	}
 
 	// Unsupported socket types are refused by name.
-	if _, err := socket.New(zmtpguard.Pub, socket.Options{}); err == nil || !strings.Contains(err.Error(), `"PUB"`) {
+	if _, err := socket.New("PUB", socket.Options{}); err == nil || !strings.Contains(err.Error(), `"PUB"`) {
 		t.Errorf("PUB: %v", err)
 	}
 }

@@ -2,11 +2,11 @@
 // XPUB, SUB, XSUB) that no single peer can crash, wedge or starve.
 //
 //	ctx := context.Background()
-//	pull, _ := socket.New(zmtpguard.Pull, socket.Options{}) // zero fields: defaults
+//	pull, _ := socket.New("PULL", socket.Options{}) // zero fields: defaults
 //	defer pull.Close()
 //	pull.Bind("tcp://127.0.0.1:0") // port 0: the kernel picks one
 //
-//	push, _ := socket.New(zmtpguard.Push, socket.Options{})
+//	push, _ := socket.New("PUSH", socket.Options{})
 //	defer push.Close()
 //	push.Dial(pull.Endpoint()) // returns at once, connects in the background
 //	push.Send(ctx, []byte("hello"), []byte("world"))
@@ -16,8 +16,7 @@
 //
 // (The package Example runs the same with every error checked.) The
 // sockets speak ZMTP 3 through go-zeromq/zmq4's codec over connections
-// that zmtpguard has checked. No single peer can crash, wedge or starve a
-// Socket:
+// that zmtpguard has checked. How no peer can break a Socket:
 //
 //   - every connection, accepted ([Socket.Bind]) or dialed ([Socket.Dial]),
 //     goes through zmtpguard: handshakes run in their own goroutines under a
@@ -95,9 +94,9 @@
 // never answer it. Such a peer is never sent a PING and never timed out by
 // HeartbeatInterval + HeartbeatTimeout, however long it stays idle; its own
 // PINGs are still answered and a TTL they announce is still enforced.
-// Stats.ZMTP30Peers counts the connected 3.0 peers, [Peer.ZMTPVersion]
-// names them, and the first one to join a socket with heartbeats on is
-// logged once at info level. What detects a 3.0 peer that went away:
+// Stats.ZMTP30Peers counts the connected 3.0 peers, and the first one to
+// join a socket with heartbeats on is logged once at info level, with its
+// address. What detects a 3.0 peer that went away:
 //
 //   - a vanished host, a pulled cable, a silent partition (its kernel no
 //     longer answers): TCP keepalive ends the connection once it has been

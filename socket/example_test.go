@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // A PULL socket binds a free port, a PUSH socket dials it, and one message
@@ -16,7 +15,7 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	pull, err := socket.New(zmtpguard.Pull, socket.Options{})
+	pull, err := socket.New("PULL", socket.Options{})
 	if err != nil {
 		panic(err)
 	}
@@ -25,7 +24,7 @@ func Example() {
 		panic(err)
 	}
 
-	push, err := socket.New(zmtpguard.Push, socket.Options{})
+	push, err := socket.New("PUSH", socket.Options{})
 	if err != nil {
 		panic(err)
 	}
@@ -51,11 +50,11 @@ func ExampleNew_router() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	router, _ := socket.New(zmtpguard.Router, socket.Options{})
+	router, _ := socket.New("ROUTER", socket.Options{})
 	defer router.Close()
 	router.Bind("tcp://127.0.0.1:0")
 
-	req, _ := socket.New(zmtpguard.Req, socket.Options{})
+	req, _ := socket.New("REQ", socket.Options{})
 	defer req.Close()
 	req.Dial(router.Endpoint())
 
@@ -84,7 +83,7 @@ func ExampleOptions_liveness() {
 			fmt.Println("silent peer dropped:", e.Remote)
 		}
 	}
-	r, err := socket.New(zmtpguard.Router, o)
+	r, err := socket.New("ROUTER", o)
 	if err != nil {
 		panic(err)
 	}

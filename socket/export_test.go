@@ -10,14 +10,14 @@ import (
 // tests assert on but users do not need (Stats, Event and Msg carry what
 // they do need).
 
-func NewRouter(o Options) (*Socket, error) { return New(zmtpguard.Router, o) }
-func NewDealer(o Options) (*Socket, error) { return New(zmtpguard.Dealer, o) }
-func NewReq(o Options) (*Socket, error)    { return New(zmtpguard.Req, o) }
-func NewPull(o Options) (*Socket, error)   { return New(zmtpguard.Pull, o) }
-func NewPush(o Options) (*Socket, error)   { return New(zmtpguard.Push, o) }
-func NewXPub(o Options) (*Socket, error)   { return New(zmtpguard.XPub, o) }
-func NewSub(o Options) (*Socket, error)    { return New(zmtpguard.Sub, o) }
-func NewXSub(o Options) (*Socket, error)   { return New(zmtpguard.XSub, o) }
+func NewRouter(o Options) (*Socket, error) { return New("ROUTER", o) }
+func NewDealer(o Options) (*Socket, error) { return New("DEALER", o) }
+func NewReq(o Options) (*Socket, error)    { return New("REQ", o) }
+func NewPull(o Options) (*Socket, error)   { return New("PULL", o) }
+func NewPush(o Options) (*Socket, error)   { return New("PUSH", o) }
+func NewXPub(o Options) (*Socket, error)   { return New("XPUB", o) }
+func NewSub(o Options) (*Socket, error)    { return New("SUB", o) }
+func NewXSub(o Options) (*Socket, error)   { return New("XSUB", o) }
 
 func (s *Socket) Type() zmtpguard.SocketType { return s.sockType() }
 func (s *Socket) Addr() net.Addr             { return s.addr() }

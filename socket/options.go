@@ -39,6 +39,8 @@ const (
 	// defaultWriteBufferSize is the per-connection write buffer a Socket
 	// asks zmtpguard for when Guard.WriteBufferSize is zero.
 	defaultWriteBufferSize = 64 << 10
+	// maxIdentity is ZMTP's limit on a routing identity.
+	maxIdentity = 255
 	// maxHWM bounds HWM (16M messages).
 	maxHWM = 1 << 24
 	// maxHeartbeatTTL is the largest TTL a PING can announce (16 bits of
@@ -394,7 +396,7 @@ func (o *Options) verify() error {
 	} else if o.HWM > maxHWM {
 		bad("HWM", o.HWM, "is over 16M messages")
 	}
-	if len(o.Identity) > zmtpguard.MaxIdentity {
+	if len(o.Identity) > maxIdentity {
 		bad("Identity", fmt.Sprintf("of %d bytes", len(o.Identity)), "is over 255 bytes")
 	}
 	if o.ReconnectMin < 0 {

@@ -185,23 +185,23 @@ type Socket struct {
 	lim     *ratelog.Limiter // drop lines, shared rules with package loop
 }
 
-// New returns a socket of type typ, configured by opts (zero fields mean
-// their defaults; see [Options]). The types and what Send and Recv do for
-// each:
+// New returns a socket of type typ (its ZMTP name, for example "PULL"),
+// configured by opts (zero fields mean their defaults; see [Options]). The
+// types and what Send and Recv do for each:
 //
-//   - zmtpguard.Router: Recv returns [identity, frames...];
+//   - "ROUTER": Recv returns [identity, frames...];
 //     Send(ctx, identity, frames...) routes to that peer.
-//   - zmtpguard.Dealer: Send round-robins over peers with room, Recv
+//   - "DEALER": Send round-robins over peers with room, Recv
 //     fair-queues.
-//   - zmtpguard.Req: strict Send/Recv alternation, the empty delimiter
+//   - "REQ": strict Send/Recv alternation, the empty delimiter
 //     added and stripped for the caller.
-//   - zmtpguard.Pull: Recv fair-queues messages from every peer.
-//   - zmtpguard.Push: Send round-robins over peers with room.
-//   - zmtpguard.XPub: Send publishes to matching subscribers, Recv returns
+//   - "PULL": Recv fair-queues messages from every peer.
+//   - "PUSH": Send round-robins over peers with room.
+//   - "XPUB": Send publishes to matching subscribers, Recv returns
 //     every subscription, unsubscription and other message.
-//   - zmtpguard.Sub: Subscribe/Unsubscribe choose the topics, Recv returns
+//   - "SUB": Subscribe/Unsubscribe choose the topics, Recv returns
 //     matching data messages.
-//   - zmtpguard.XSub: like SUB, but Send passes messages ("\x01topic" /
+//   - "XSUB": like SUB, but Send passes messages ("\x01topic" /
 //     "\x00topic" subscriptions or data) to every publisher and Recv is
 //     not filtered.
 //

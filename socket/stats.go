@@ -31,7 +31,7 @@ type Stats struct {
 	// ZMTP30Peers is how many of them announced ZMTP 3.0 in their greeting
 	// (go-zeromq/zmq4 v0.17 does): they are sent no PING and are not timed
 	// out by heartbeat; TCP keepalive watches them (see Liveness in the
-	// package doc). Peer.ZMTPVersion tells which ones.
+	// package doc).
 	ZMTP30Peers int `json:"zmtp30_peers"`
 	// Connects and Disconnects count established peers joining and leaving.
 	Connects    uint64 `json:"connects"`

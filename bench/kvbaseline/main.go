@@ -43,7 +43,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
@@ -132,7 +131,7 @@ func publish(n int, idle bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i := range socks {
-		s, err := socket.New(zmtpguard.XPub, opts)
+		s, err := socket.New("XPUB", opts)
 		if err != nil {
 			return err
 		}

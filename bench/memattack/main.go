@@ -112,7 +112,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 		o.ReclaimBytes = -1
 		o.Guard.BodyTimeout = -1
 	}
-	s, err := socket.New(zmtpguard.Pull, o)
+	s, err := socket.New("PULL", o)
 	if err != nil {
 		return err
 	}

@@ -25,7 +25,6 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
@@ -43,7 +42,7 @@ func main() {
 	if *rbuf > 0 {
 		opts.Guard.ReadBufferSize = *rbuf
 	}
-	s, err := socket.New(zmtpguard.Pull, opts)
+	s, err := socket.New("PULL", opts)
 	if err != nil {
 		load.Fatal(err)
 	}

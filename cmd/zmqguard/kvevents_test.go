@@ -12,7 +12,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
@@ -128,7 +127,7 @@ func TestKVEventsReplayAndCount(t *testing.T) {
 // TestKVEventsLostAndReset: without a replay endpoint a gap prints its lost
 // range, and a lower sequence number a reset; SIGTERM ends with counters.
 func TestKVEventsLostAndReset(t *testing.T) {
-	xp, err := socket.New(zmtpguard.XPub, quietSocket())
+	xp, err := socket.New("XPUB", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}

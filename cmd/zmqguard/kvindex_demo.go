@@ -13,7 +13,6 @@ import (
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // demoKVIndex is the demo's kv-index stage: two engines hold different
@@ -43,7 +42,7 @@ type demoRawPub struct {
 }
 
 func newDemoRawPub(opts socket.Options) (*demoRawPub, error) {
-	s, err := socket.New(zmtpguard.XPub, opts)
+	s, err := socket.New("XPUB", opts)
 	if err != nil {
 		return nil, err
 	}

@@ -13,7 +13,6 @@ import (
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 var sinkSpec = commandSpec{
@@ -119,7 +118,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 		defer stopCurve()
 		opts.Guard.Curve = cc
 		opts.Guard.Allow = allow.prefixes
-		s, err := socket.New(zmtpguard.Pull, opts)
+		s, err := socket.New("PULL", opts)
 		if err != nil {
 			return err
 		}

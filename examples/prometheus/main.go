@@ -34,7 +34,6 @@ import (
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // maxPeers caps the per-peer series; the collector folds later hosts into
@@ -101,7 +100,7 @@ var demoFrames = [][]byte{{0x92, 0xc0, 0x07}, {0x45}, {0xa2, 0xff, 0xfe}, {0xdd,
 
 // demo pushes demoFrames to ep once a second until ctx ends.
 func demo(ctx context.Context, ep string) error {
-	push, err := socket.New(zmtpguard.Push, socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		return err
 	}
@@ -133,7 +132,7 @@ type config struct {
 // run serves until ctx ends.
 func run(ctx context.Context, cfg config, logw io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	pull, err := socket.New(zmtpguard.Pull, socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -92,7 +91,7 @@ func TestScrapeAfterJunk(t *testing.T) {
 		}
 	}()
 
-	push, err := socket.New(zmtpguard.Push, socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

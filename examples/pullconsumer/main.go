@@ -29,7 +29,6 @@ import (
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
@@ -59,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	opts := socket.DefaultOptions()
 	opts.Logger = logger
-	pull, err := socket.New(zmtpguard.Pull, opts)
+	pull, err := socket.New("PULL", opts)
 	if err != nil {
 		return err
 	}
@@ -120,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func demo(ctx context.Context, ep string) {
 	opts := socket.DefaultOptions()
 	opts.Logger = slog.New(slog.DiscardHandler)
-	push, err := socket.New(zmtpguard.Push, opts)
+	push, err := socket.New("PUSH", opts)
 	if err != nil {
 		return
 	}

@@ -9,7 +9,6 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Replay the payload hazards at a hardened PULL socket on loopback and check
@@ -17,7 +16,7 @@ import (
 func Example() {
 	opts := socket.DefaultOptions()
 	opts.Logger = slog.New(slog.DiscardHandler)
-	pull, _ := socket.New(zmtpguard.Pull, opts)
+	pull, _ := socket.New("PULL", opts)
 	defer pull.Close()
 	pull.Bind("tcp://127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

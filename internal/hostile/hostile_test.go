@@ -82,9 +82,9 @@ func TestDiscoverAndAlive(t *testing.T) {
 		ctor zmtpguard.SocketType
 		want zmq4.SocketType
 	}{
-		{zmtpguard.Router, zmq4.Router},
-		{zmtpguard.Pull, zmq4.Pull},
-		{zmtpguard.XPub, zmq4.XPub},
+		{"ROUTER", zmq4.Router},
+		{"PULL", zmq4.Pull},
+		{"XPUB", zmq4.XPub},
 	} {
 		s, ep := target(t, c.ctor)
 		got, err := Discover(ctx, ep, time.Second)
@@ -164,9 +164,9 @@ func TestCorpusShape(t *testing.T) {
 func TestScanHardenedSockets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	router, r := target(t, zmtpguard.Router)
-	pull, p := target(t, zmtpguard.Pull)
-	xpub, x := target(t, zmtpguard.XPub)
+	router, r := target(t, "ROUTER")
+	pull, p := target(t, "PULL")
+	xpub, x := target(t, "XPUB")
 	var mu sync.Mutex
 	events := 0
 	rep, err := Scan(ctx, []string{r, p, x}, ScanConfig{
@@ -282,7 +282,7 @@ func TestScanDetectsWedgedListener(t *testing.T) {
 }
 
 func TestScanStopsWithContext(t *testing.T) {
-	_, ep := target(t, zmtpguard.Pull)
+	_, ep := target(t, "PULL")
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -326,7 +326,7 @@ func TestLocalForIsCompatible(t *testing.T) {
 func TestScanGivesUpOnDeadTarget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sock, ep := target(t, zmtpguard.Pull)
+	sock, ep := target(t, "PULL")
 	var once sync.Once
 	opts := Options{Hold: 100 * time.Millisecond, Timeout: 300 * time.Millisecond}
 	rep, err := Scan(ctx, []string{ep}, ScanConfig{Options: opts, Duration: time.Hour,

@@ -24,7 +24,6 @@ import (
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // The roles below run in child processes (this test binary re-executed
@@ -215,7 +214,7 @@ func runRouter(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 		}
 		o.Guard.MaxPendingHandshakes = n
 	}
-	r, err := socket.New(zmtpguard.Router, o)
+	r, err := socket.New("ROUTER", o)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +276,7 @@ func runEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 			}
 		}
 	}
-	d, err := socket.New(zmtpguard.Dealer, o)
+	d, err := socket.New("DEALER", o)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +342,7 @@ func runDialers(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, er
 	o.OnEvent = nil
 	var socks []*socket.Socket
 	for range n {
-		d, err := socket.New(zmtpguard.Dealer, o)
+		d, err := socket.New("DEALER", o)
 		if err != nil {
 			return socks, err
 		}

@@ -12,7 +12,6 @@ import (
 	"log/slog"
 
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Overrides are one reference's defaults for socket.Options. A zero field
@@ -70,7 +69,7 @@ func Apply(o socket.Options, ov Overrides) (out socket.Options, raised bool) {
 // (no goroutine, listener or descriptor outlives the call), so the error is
 // exactly socket.New's: "socket: Options.Field <value> <what is wrong>".
 func Verify(o socket.Options) error {
-	s, err := socket.New(zmtpguard.Dealer, o)
+	s, err := socket.New("DEALER", o)
 	if err != nil {
 		return err
 	}

@@ -14,7 +14,6 @@ import (
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestGoldenRedisMatchesMemory sends every KV-event batch of vLLM's own
@@ -66,7 +65,7 @@ func TestGoldenRedisMatchesMemory(t *testing.T) {
 		t.Fatalf("%d batches, %d stores in the vectors", len(payloads), total)
 	}
 
-	pub, err := socket.New(zmtpguard.XPub, socket.Options{Logger: quiet})
+	pub, err := socket.New("XPUB", socket.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

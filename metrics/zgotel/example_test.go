@@ -12,14 +12,13 @@ import (
 	"github.com/zmqguard/zmqguard/metrics"
 	"github.com/zmqguard/zmqguard/metrics/zgotel"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // A loop's counters as OpenTelemetry instruments. A program would use its
 // own MeterProvider (otel.GetMeterProvider(), with an OTLP or Prometheus
 // exporter); a ManualReader shows what any exporter receives.
 func Example() {
-	pull, _ := socket.New(zmtpguard.Pull, socket.DefaultOptions())
+	pull, _ := socket.New("PULL", socket.DefaultOptions())
 	defer pull.Close()
 	l, _ := loop.New(pull, loop.Config[any]{
 		Name:    "jobs",

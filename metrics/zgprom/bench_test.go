@@ -12,13 +12,12 @@ import (
 	"github.com/zmqguard/zmqguard/metrics"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // BenchmarkGather is one full scrape through a registry: a loop, its
 // socket and a source set of 1,000 sources (cap 100).
 func BenchmarkGather(b *testing.B) {
-	pull, err := socket.New(zmtpguard.Pull, socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -11,13 +11,12 @@ import (
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // A guarded PULL and its loop as Prometheus metrics. In a program, serve the
 // registry with promhttp.HandlerFor(reg, promhttp.HandlerOpts{}) on /metrics.
 func Example() {
-	pull, _ := socket.New(zmtpguard.Pull, socket.DefaultOptions())
+	pull, _ := socket.New("PULL", socket.DefaultOptions())
 	defer pull.Close()
 	l, _ := loop.New(pull, loop.Config[any]{
 		Name:    "jobs",

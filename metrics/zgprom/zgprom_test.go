@@ -23,7 +23,6 @@ import (
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
@@ -42,7 +41,7 @@ var junk = [][]byte{{0x92, 0xc0, 0x07}, {0x45}, {0xa2, 0xff, 0xfe}, {0xdd, 0xff,
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	pull, err := socket.New(zmtpguard.Pull, socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +72,7 @@ func newFixture(t *testing.T) *fixture {
 		pull.Close()
 	})
 
-	push, err := socket.New(zmtpguard.Push, socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

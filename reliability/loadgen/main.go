@@ -340,7 +340,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	unknownRank := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, TP: 7})
 	hazards := hostile.Payloads()
 	run(func() { // the listener: a DEALER sending bad requests, reading the error replies
-		d, err := socket.New(zmtpguard.Dealer, quiet())
+		d, err := socket.New("DEALER", quiet())
 		if err != nil {
 			return
 		}
@@ -391,9 +391,9 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	}
 	none := func([]byte) bool { return false }
 	notForXSub := func(b []byte) bool { return len(b) == 0 || b[0] <= 1 } // would be (un)subscriptions
-	run(func() { pushJunk("back-output", *backOut, zmtpguard.Push, none) })
-	run(func() { pushJunk("front", *front, zmtpguard.XSub, notForXSub) })
-	run(func() { pushJunk("back-publish", *backPub, zmtpguard.XSub, notForXSub) })
+	run(func() { pushJunk("back-output", *backOut, "PUSH", none) })
+	run(func() { pushJunk("front", *front, "XSUB", notForXSub) })
+	run(func() { pushJunk("back-publish", *backPub, "XSUB", notForXSub) })
 	run(func() { // raw TCP garbage at every port, paced (each costs a TIME_WAIT socket)
 		targets := []string{*listener, *front, *backOut, *backPub}
 		for i := 0; ctx.Err() == nil; i++ {

@@ -53,7 +53,6 @@ import (
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 var quiet = slog.New(slog.DiscardHandler)
@@ -82,7 +81,7 @@ func main() {
 func pusher(ep string) (*socket.Socket, error) {
 	o := socket.DefaultOptions()
 	o.Logger = quiet
-	p, err := socket.New(zmtpguard.Push, o)
+	p, err := socket.New("PUSH", o)
 	if err != nil {
 		return nil, err
 	}
