@@ -268,9 +268,9 @@ type Options struct {
 // not depend on another field, for reading or changing. It leaves the
 // derived fields zero: MemoryBudget (worked out from Guard.MaxMessageSize
 // when the socket is created) and WriteTimeout (its default depends on the
-// socket type). So changing any field of it, Guard.MaxMessageSize
+// socket type). So changing a field of it, Guard.MaxMessageSize
 // included, configures the same socket as making the same change to
-// Options{}.
+// Options{} (TCPKeepAlive is one value: set it whole).
 func DefaultOptions() Options {
 	var o Options
 	o.fillIndependent()
