@@ -6,6 +6,8 @@
 // left the field zero, so an explicit user value always wins, except a
 // floor the reference cannot work under, which Apply raises and reports.
 // The socket fills its own defaults for everything else when it is created.
+// Verify checks a user's options as socket.New will, for a reference that
+// refuses a bad configuration before it creates any socket.
 package sockopt
 
 import (
