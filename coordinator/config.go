@@ -163,7 +163,7 @@ func (c *Config) verify() (map[string]bool, error) {
 // MaxMessageSize and Logger where the user left them zero, verified.
 func (c *Config) socketOptions() (socket.Options, error) {
 	opts, _ := sockopt.Apply(c.Socket, sockopt.Overrides{MaxMessageSize: c.MaxMessageSize, Logger: c.Logger})
-	if err := opts.Verify(); err != nil {
+	if err := sockopt.Verify(opts); err != nil {
 		return opts, fmt.Errorf("coordinator: Config.Socket: %w", err)
 	}
 	return opts, nil

@@ -201,13 +201,13 @@ func (c *Coordinator) withEvents(opts socket.Options, sock int) socket.Options {
 
 func (c *Coordinator) bind(opts socket.Options) error {
 	var err error
-	if c.front, err = socket.NewXPub(opts); err != nil {
+	if c.front, err = socket.New("XPUB", opts); err != nil {
 		return fmt.Errorf("coordinator: front publish socket: %w", err)
 	}
-	if c.backOut, err = socket.NewPull(c.withEvents(opts, idxBackOutput)); err != nil {
+	if c.backOut, err = socket.New("PULL", c.withEvents(opts, idxBackOutput)); err != nil {
 		return fmt.Errorf("coordinator: back output socket: %w", err)
 	}
-	if c.backPub, err = socket.NewXPub(c.withEvents(opts, idxBackPublish)); err != nil {
+	if c.backPub, err = socket.New("XPUB", c.withEvents(opts, idxBackPublish)); err != nil {
 		return fmt.Errorf("coordinator: back publish socket: %w", err)
 	}
 	if err := c.front.Bind(c.cfg.Front); err != nil {
@@ -564,7 +564,7 @@ func (c *Coordinator) scaleAllowed(peer *socket.Peer) bool {
 	if peer == nil {
 		return false
 	}
-	host, _, err := net.SplitHostPort(peer.Addr())
+	host, _, err := net.SplitHostPort(peer.String())
 	if err != nil {
 		return false
 	}

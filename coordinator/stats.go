@@ -168,7 +168,7 @@ func (c *Coordinator) socketStats(dst *SocketStats, idx int, sock *socket.Socket
 		Received:    ls.Received,
 		Drops:       ls.Dropped,
 		StateDrops:  dst.StateDrops,
-		Refused:     ss.Violations,
+		Refused:     ss.Refused,
 		Peers:       ss.Peers,
 		Connects:    ss.Connects,
 		Disconnects: ss.Disconnects,

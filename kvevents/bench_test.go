@@ -95,7 +95,7 @@ func BenchmarkSubscriber(b *testing.B) {
 	delivered := map[string]*atomic.Int64{}
 	var pubs []*socket.Socket
 	for i := 0; i < sources; i++ {
-		xp, err := socket.NewXPub(socket.DefaultOptions())
+		xp, err := socket.New("XPUB", socket.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -260,7 +260,7 @@ func (c *Config) fill() error {
 		// longer mean n budgets.
 		c.Socket.Guard.Budget = zmtpguard.NewBudget(c.MemoryBudget, c.Socket.BudgetWait)
 	}
-	return c.Socket.Verify()
+	return sockopt.Verify(c.Socket)
 }
 
 // lim is the decoder's limits (c filled).

@@ -26,7 +26,7 @@ type rawPub struct {
 
 func newRawPub(t *testing.T) *rawPub {
 	t.Helper()
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ type fakeReplay struct {
 
 func newFakeReplay(t *testing.T, serve func(ctx context.Context, f *fakeReplay, id []byte, n int, from uint64)) string {
 	t.Helper()
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -355,7 +355,7 @@ func (c *capture) count(sub string) int {
 // source's replay runs meanwhile.
 func TestBackoffBeforeSlot(t *testing.T) {
 	// A replay endpoint nobody answers on: the request cannot be sent.
-	down, err := socket.NewRouter(socket.DefaultOptions())
+	down, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -422,7 +422,7 @@ func testBindSourceOnePublisher(t *testing.T, opts socket.Options) {
 	defer stop()
 	ep := sub.Endpoint("b")
 	dial := func() *socket.Socket {
-		xp, err := socket.NewXPub(fastSocket())
+		xp, err := socket.New("XPUB", fastSocket())
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -513,7 +513,7 @@ func TestGoldenPublisherReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := socket.NewDealer(socket.DefaultOptions())
+	d, err := socket.New("DEALER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -172,7 +172,7 @@ func TestHostilePublisherDialed(t *testing.T) {
 // every frame position; each costs one drop of the right reason, and the
 // same source's next valid batch is delivered.
 func TestHostilePayloads(t *testing.T) {
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -289,7 +289,7 @@ func TestHostileCorpusAtBoundSource(t *testing.T) {
 
 // replayServer is a hostile replay endpoint.
 func replayServer(t *testing.T, serve func(ctx context.Context, r *socket.Socket, id []byte)) string {
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestHostileReplayServers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rep := replayServer(t, serve)
-			xp, err := socket.NewXPub(socket.DefaultOptions())
+			xp, err := socket.New("XPUB", socket.DefaultOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -431,7 +431,7 @@ func TestHostileReplayServers(t *testing.T) {
 // silent server returns promptly and leaves nothing running.
 func TestRemoveDuringReplay(t *testing.T) {
 	rep := replayServer(t, func(ctx context.Context, r *socket.Socket, id []byte) { <-ctx.Done() })
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -35,7 +35,7 @@ const (
 	// connection accepts no bytes for that long while replies wait is
 	// disconnected (counted in the ROUTER's violations as ReasonPolicy), so
 	// a client that never reads holds its share of the send budget for
-	// that long at most. The live XPUB has socket.DefaultXPubWriteTimeout.
+	// that long at most. The live XPUB has an XPUB's socket default (10 s).
 	defaultReplayWriteTimeout = 10 * time.Second
 	// defaultReplayInterval is the shortest time between two replays
 	// served to one replay connection when PublisherConfig.ReplayInterval
@@ -278,7 +278,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	// Subscriptions and replay requests only.
 	opts, _ := sockopt.Apply(cfg.Socket, sockopt.Overrides{MaxMessageSize: 64 << 10})
 	opts.HWM = cfg.HWM
-	if p.pub, err = socket.NewXPub(opts); err != nil {
+	if p.pub, err = socket.New("XPUB", opts); err != nil {
 		return nil, err
 	}
 	if cfg.Bind || bindsByRule(live) {
@@ -311,7 +311,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 			p.replayWait = defaultReplayWriteTimeout
 		}
 		p.active = make(map[uint64]bool)
-		if p.rep, err = socket.NewRouter(ropts); err == nil {
+		if p.rep, err = socket.New("ROUTER", ropts); err == nil {
 			err = p.rep.Bind(replay)
 		}
 		if err != nil {

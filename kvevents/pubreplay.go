@@ -112,7 +112,7 @@ func (p *Publisher) hostAllows(peer *socket.Peer, now time.Time) bool {
 	if rate <= 0 {
 		return true
 	}
-	host := peer.Addr()
+	host := peer.String()
 	if h, _, err := net.SplitHostPort(host); err == nil {
 		host = h
 	}

@@ -235,14 +235,14 @@ func TestStalledReplayClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := make([]byte, 8)
-	stalled, _ := socket.NewDealer(socket.DefaultOptions())
+	stalled, _ := socket.New("DEALER", socket.DefaultOptions())
 	defer stalled.Close()
 	stalled.Dial(pub.ReplayEndpoint())
 	if err := stalled.Send(ctx, nil, req); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the stalled client's replay", func() bool { return pub.Stats().Replays == 1 })
-	healthy, _ := socket.NewDealer(socket.DefaultOptions())
+	healthy, _ := socket.New("DEALER", socket.DefaultOptions())
 	defer healthy.Close()
 	healthy.Dial(pub.ReplayEndpoint())
 	if err := healthy.Send(ctx, nil, req); err != nil {

@@ -152,7 +152,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 	cfg := &so.sub.cfg
 	opts := cfg.Socket
 	opts.OnEvent = nil
-	d, err := socket.NewDealer(opts)
+	d, err := socket.New("DEALER", opts)
 	if err != nil {
 		return false, err.Error(), false
 	}

@@ -91,7 +91,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 			user(e)
 		}
 	}
-	sock, err := socket.NewSub(opts)
+	sock, err := socket.New("SUB", opts)
 	if err != nil {
 		return nil, err
 	}

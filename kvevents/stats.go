@@ -127,7 +127,7 @@ func (so *source) stats() SourceStats {
 	ls := so.lp.Stats()
 	st.Dropped.Add(&ls.Dropped)
 	ss := so.sock.Stats()
-	st.Refused = ss.Violations
+	st.Refused = ss.Refused
 	st.Connected = so.peers.Load() > 0
 	if f := so.frozen.Load(); f != 0 {
 		st.Connected = f == 2

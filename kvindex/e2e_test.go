@@ -426,7 +426,7 @@ func TestGoldenEndToEnd(t *testing.T) {
 		return nil
 	}
 
-	pub, err := socket.NewXPub(socket.Options{})
+	pub, err := socket.New("XPUB", socket.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

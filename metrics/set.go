@@ -317,7 +317,7 @@ func (e emitter) socket(name string, st socket.Stats) {
 	e.emit(SocketDroppedHWM, float64(st.DroppedHWM), name)
 	e.emit(SocketDroppedUnroutable, float64(st.DroppedUnroutable), name)
 	e.emit(SocketDroppedFiltered, float64(st.DroppedFiltered), name)
-	e.counts(SocketViolations, &st.Violations, name)
+	e.counts(SocketViolations, &st.Refused, name)
 	e.emit(SocketPeers, float64(st.Peers), name)
 	e.emit(SocketConnects, float64(st.Connects), name)
 	e.emit(SocketDisconnects, float64(st.Disconnects), name)

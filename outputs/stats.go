@@ -66,7 +66,7 @@ func (r *Receiver) Stats() Stats {
 		Release:  r.cfg.Release.String(),
 		Received: ls.Received,
 		Dropped:  ls.Dropped,
-		Refused:  r.sock.Stats().Violations,
+		Refused:  r.sock.Stats().Refused,
 	}
 	r.queueStats(&st)
 	r.mu.Lock()

@@ -131,7 +131,7 @@ func publish(n int, idle bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i := range socks {
-		s, err := socket.NewXPub(opts)
+		s, err := socket.New("XPUB", opts)
 		if err != nil {
 			return err
 		}

@@ -456,7 +456,7 @@ func demoClient(ctx context.Context, ep string, i, n int, opts handshake.ClientO
 
 // demoStatus renders the live one-line status.
 func demoStatus(elapsed, total time.Duration, cs coordinator.Stats, ls handshake.ListenerStats, c *demoCounters) string {
-	lsViol := decodeguard.Counts(ls.Socket.Violations)
+	lsViol := decodeguard.Counts(ls.Socket.Refused)
 	drops := cs.Dropped + cs.Refused.Total() + ls.Loop.TotalDropped() + lsViol.Total()
 	return fmt.Sprintf("demo %s/%s | coordinator %d outputs, %d pubs, wave %d | handshakes %d | scanner %d probes, %d deaths | drops %d | crashes %d",
 		elapsed.Truncate(time.Second), total, cs.BackOutput.Accepted, cs.StatsPublished+cs.WavePublished, cs.Wave,
@@ -481,7 +481,7 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 	row := func(name, ep string, served, sent, dropped, refused uint64, ans bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", name, ep, served, sent, dropped, refused, yes(ans))
 	}
-	lsViol := decodeguard.Counts(ls.Socket.Violations)
+	lsViol := decodeguard.Counts(ls.Socket.Refused)
 	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Refused.Total(), answers[0])
 	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Refused.Total(), answers[1])
 	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Refused.Total(), answers[2])

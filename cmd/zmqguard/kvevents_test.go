@@ -127,7 +127,7 @@ func TestKVEventsReplayAndCount(t *testing.T) {
 // TestKVEventsLostAndReset: without a replay endpoint a gap prints its lost
 // range, and a lower sequence number a reset; SIGTERM ends with counters.
 func TestKVEventsLostAndReset(t *testing.T) {
-	xp, err := socket.NewXPub(quietSocket())
+	xp, err := socket.New("XPUB", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}

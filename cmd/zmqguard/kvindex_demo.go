@@ -42,7 +42,7 @@ type demoRawPub struct {
 }
 
 func newDemoRawPub(opts socket.Options) (*demoRawPub, error) {
-	s, err := socket.NewXPub(opts)
+	s, err := socket.New("XPUB", opts)
 	if err != nil {
 		return nil, err
 	}

@@ -84,7 +84,7 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		Delivered:         st.Loop.Delivered,
 		Dropped:           st.Loop.TotalDropped(),
 		Drops:             decodeguard.Counts(st.Loop.Dropped),
-		Violations:        decodeguard.Counts(st.Socket.Violations),
+		Violations:        decodeguard.Counts(st.Socket.Refused),
 		Connects:          st.Socket.Connects,
 		Disconnects:       st.Socket.Disconnects,
 		DroppedUnroutable: st.Socket.DroppedUnroutable,

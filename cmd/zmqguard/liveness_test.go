@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"io"
 	"strings"
 	"testing"
@@ -39,8 +40,8 @@ func TestLivenessFlags(t *testing.T) {
 	if o := l.options(); o.HeartbeatInterval >= 0 {
 		t.Fatalf("--heartbeat-interval 0 gave %v, want heartbeats off (negative)", o.HeartbeatInterval)
 	}
-	if o := l.options(); o.Verify() != nil {
-		t.Fatal(o.Verify())
+	if err := sockopt.Verify(l.options()); err != nil {
+		t.Fatal(err)
 	}
 	for _, bad := range [][]string{{"--heartbeat-interval", "-1s"}, {"--heartbeat-timeout", "0"}} {
 		if _, err := parse(bad...); err == nil || !strings.Contains(err.Error(), "heartbeat") {

@@ -65,7 +65,7 @@ func TestGoldenRedisMatchesMemory(t *testing.T) {
 		t.Fatalf("%d batches, %d stores in the vectors", len(payloads), total)
 	}
 
-	pub, err := socket.NewXPub(socket.Options{Logger: quiet})
+	pub, err := socket.New("XPUB", socket.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -132,7 +132,7 @@ type live struct {
 }
 
 func newLive() (*live, error) {
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -178,7 +178,7 @@ func (l *live) send(s uint64, payload []byte) {
 
 // replaySrv is a raw replay ROUTER; serve runs per request.
 func replaySrv(ctx context.Context, serve func(ctx context.Context, r *socket.Socket, id []byte, from uint64)) (string, error) {
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		return "", err
 	}
@@ -326,7 +326,7 @@ func row5(nHostile, nGaps int, window time.Duration, down bool) (any, error) {
 	}
 	if down {
 		// A port that was bound and is closed: nobody answers there.
-		r, err := socket.NewRouter(socket.DefaultOptions())
+		r, err := socket.New("ROUTER", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -565,7 +565,7 @@ func row7(d time.Duration) (any, error) {
 	}
 	ep := sub.Endpoint("b")
 	dial := func() (*socket.Socket, error) {
-		xp, err := socket.NewXPub(socket.DefaultOptions())
+		xp, err := socket.New("XPUB", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -755,7 +755,7 @@ func row3(nClients int, d time.Duration) (any, error) {
 	// Replay clients that never read: each asks for the whole buffer, again
 	// every 100 ms.
 	for range nClients {
-		d, err := socket.NewDealer(socket.DefaultOptions())
+		d, err := socket.New("DEALER", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}
