@@ -54,6 +54,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -69,6 +70,10 @@ type Config struct {
 	DepartTimeout time.Duration
 	Label         string
 }
+
+// maxTopicsPerPeer is the socket package's fixed limit on one XPUB
+// subscriber's distinct topics (see socket.Options.XPubMaxTopics).
+const maxTopicsPerPeer = 10000
 
 func defaults(quick bool) Config {
 	if quick {
@@ -89,7 +94,7 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "10 subscribers x 100 topics, 1 s phases (seconds in all)")
 	subs := flag.Int("subs", 0, "subscribers (default 1000; quick 10)")
-	topics := flag.Int("topics", 0, "distinct topics per subscriber (default 10000, at most socket.MaxTopicsPerPeer; quick 100)")
+	topics := flag.Int("topics", 0, "distinct topics per subscriber (default 10000, at most 10000, the socket's per-subscriber limit; quick 100)")
 	label := flag.String("label", "", "a name for the run, copied into the result")
 	out := flag.String("out", "", "also write the result (JSON) to this file")
 	flag.Parse()
@@ -302,7 +307,7 @@ func awaitReady(c *zmtpguard.Conn, d time.Duration) error {
 		if err := c.ReadMessage(&m); err != nil {
 			return fmt.Errorf("no READY within %v: %w", d, err)
 		}
-		if m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == coordinator.ReadyFrame {
+		if m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == dpwire.ReadyFrame {
 			return nil
 		}
 	}
@@ -319,7 +324,7 @@ func send(c *zmtpguard.Conn, frames ...[]byte) error {
 // running request, waiting = ms (the send time), step_counter = step. The
 // one call into the project's encoder, so that a rename touches one line.
 func engineStats(dst []byte, ms, step int64) []byte {
-	return enginecore.AppendHeader(dst, &enginecore.Header{EngineIndex: 0, HasStats: true,
+	return dpwire.AppendHeader(dst, &enginecore.Header{EngineIndex: 0, HasStats: true,
 		Stats: enginecore.SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: ms, StepCounter: step}})
 }
 
@@ -428,8 +433,8 @@ func held(n, own int) int {
 
 // Run measures one coordinator (self re-executed as the child).
 func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result, error) {
-	if cfg.Topics > socket.MaxTopicsPerPeer {
-		return nil, fmt.Errorf("-topics %d is over socket.MaxTopicsPerPeer (%d)", cfg.Topics, socket.MaxTopicsPerPeer)
+	if cfg.Topics > maxTopicsPerPeer {
+		return nil, fmt.Errorf("-topics %d is over the socket's per-subscriber limit (%d)", cfg.Topics, maxTopicsPerPeer)
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(logw, "fanout: "+format+"\n", a...) }
 	ch, err := startChild(ctx, self, cfg, logw)

@@ -79,7 +79,7 @@ func TestSinkCurve(t *testing.T) {
 	_, strangerSec, _ := zmtpguard.GenerateCurveKeyPair()
 	so := quietSocket()
 	so.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: strangerSec, ServerKey: srvPub}
-	stranger, err := socket.NewPush(so)
+	stranger, err := socket.New("PUSH", so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,7 +88,7 @@ func TestSinkCurve(t *testing.T) {
 
 	o := quietSocket()
 	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cliSecret, ServerKey: srvPub}
-	push, err := socket.NewPush(o)
+	push, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -269,7 +269,7 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 	for _, so := range st.Sources {
 		c.Sources[so.Name] = toCounters(so)
 	}
-	c.Total = toCounters(st.Total)
+	c.Total = toCounters(st)
 	return c
 }
 
@@ -351,7 +351,7 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 	fs.Var(kvReplayFlag{f: &srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
 	topic := fs.String("topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 	fromStart := fs.Bool("from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
-	replayTimeout := fs.Duration("replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
+	replayTimeout := fs.Duration("replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
 	httpAddr := fs.String("http", "", "serve POST /score, /stats and /metrics over HTTP on this `host:port` (required; loopback only)")
 	httpRemote := fs.Bool("http-allow-remote", false, "allow an --http host that is not loopback")
 	model := fs.String("model", "", "the model every engine serves (a /score request without \"model\" gets it)")

@@ -45,8 +45,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/socket"
@@ -265,7 +265,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	// Valid: the engine (the coordinator's only one), its stats at full rate
 	// and its wave notices; a front-end reading publications and waking the
 	// engines; handshakes.
-	eng, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
+	eng, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -306,7 +306,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 			}
 		}
 	})
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: *front, Socket: quiet()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: *front, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -340,7 +340,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	unknownRank := nixlwire.AppendRequest(nil, 3, 0, 7)
 	hazards := hostile.Payloads()
 	run(func() { // the listener: a DEALER sending bad requests, reading the error replies
-		d, err := socket.NewDealer(quiet())
+		d, err := socket.New("DEALER", quiet())
 		if err != nil {
 			return
 		}
@@ -371,8 +371,8 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 			}
 		}
 	})
-	pushJunk := func(name, ep string, newSock func(socket.Options) (*socket.Socket, error), skip func([]byte) bool) {
-		s, err := newSock(quiet())
+	pushJunk := func(name, ep string, typ zmtpguard.SocketType, skip func([]byte) bool) {
+		s, err := socket.New(typ, quiet())
 		if err != nil {
 			return
 		}
@@ -391,9 +391,9 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	}
 	none := func([]byte) bool { return false }
 	notForXSub := func(b []byte) bool { return len(b) == 0 || b[0] <= 1 } // would be (un)subscriptions
-	run(func() { pushJunk("back-output", *backOut, socket.NewPush, none) })
-	run(func() { pushJunk("front", *front, socket.NewXSub, notForXSub) })
-	run(func() { pushJunk("back-publish", *backPub, socket.NewXSub, notForXSub) })
+	run(func() { pushJunk("back-output", *backOut, "PUSH", none) })
+	run(func() { pushJunk("front", *front, "XSUB", notForXSub) })
+	run(func() { pushJunk("back-publish", *backPub, "XSUB", notForXSub) })
 	run(func() { // raw TCP garbage at every port, paced (each costs a TIME_WAIT socket)
 		targets := []string{*listener, *front, *backOut, *backPub}
 		for i := 0; ctx.Err() == nil; i++ {
@@ -471,7 +471,7 @@ func runEngine(ctx context.Context, args []string) (any, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	e, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -549,7 +549,7 @@ func runFrontend(ctx context.Context, args []string) (any, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: *front, Socket: quiet()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: *front, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
