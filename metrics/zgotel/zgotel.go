@@ -27,9 +27,6 @@ import (
 	"github.com/zmqguard/zmqguard/metrics"
 )
 
-// Source is one source of a source set; see [metrics.Source].
-type Source = metrics.Source
-
 // Register creates the instruments on m and a callback reporting set.
 // Unregister the returned Registration to stop reporting.
 func Register(m metric.Meter, set *metrics.Set) (metric.Registration, error) {

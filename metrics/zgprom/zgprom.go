@@ -3,7 +3,7 @@
 // add components to it, register it, and every scrape reads their Stats
 // snapshots (nothing is counted twice, nothing runs on the hot path).
 //
-//	c := zgprom.NewCollector()
+//	c := zgprom.NewCollector(nil)
 //	c.AddLoop("jobs", l)          // a loop.Loop[T]
 //	c.AddSocket("jobs", pull)     // its socket.Socket
 //	reg := prometheus.NewRegistry()
@@ -20,12 +20,9 @@ import (
 	"github.com/zmqguard/zmqguard/metrics"
 )
 
-// Source is one source of a source set; see [metrics.Source].
-type Source = metrics.Source
-
 // Collector is a prometheus.Collector over a [metrics.Set]. Its Add methods
-// (AddLoop, AddSocket, AddZMTPListener, AddHandshakeListener,
-// AddCoordinator, AddSources) are the Set's. It is safe for concurrent use.
+// (AddLoop, AddSocket, AddSources and the others) are the Set's. It is safe
+// for concurrent use.
 type Collector struct {
 	*metrics.Set
 	descs map[*metrics.Family]*prometheus.Desc
@@ -33,12 +30,12 @@ type Collector struct {
 
 var _ prometheus.Collector = (*Collector)(nil)
 
-// NewCollector returns a Collector over a new, empty Set.
-func NewCollector() *Collector { return NewCollectorFor(metrics.NewSet()) }
-
-// NewCollectorFor returns a Collector over set, which may be shared with
-// other adapters (zgotel).
-func NewCollectorFor(set *metrics.Set) *Collector {
+// NewCollector returns a Collector over set, which may be shared with other
+// adapters (zgotel); nil means a new, empty Set.
+func NewCollector(set *metrics.Set) *Collector {
+	if set == nil {
+		set = metrics.NewSet()
+	}
 	c := &Collector{Set: set, descs: map[*metrics.Family]*prometheus.Desc{}}
 	for _, f := range metrics.Families() {
 		c.descs[f] = prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)
