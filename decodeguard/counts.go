@@ -4,6 +4,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // Counts counts drops (or refused connections) by reason, indexed by
@@ -13,7 +15,7 @@ import (
 type Counts [NumReasons]uint64
 
 // Total returns the sum of the counts.
-func (c *Counts) Total() uint64 {
+func (c Counts) Total() uint64 {
 	var n uint64
 	for _, v := range c {
 		n += v
@@ -57,7 +59,7 @@ func (c *Counts) UnmarshalJSON(b []byte) error {
 	for k, v := range m {
 		r, ok := ParseReason(k)
 		if !ok {
-			return fmt.Errorf("decodeguard: unknown drop reason %q", EscapeText(k, 64))
+			return fmt.Errorf("decodeguard: unknown drop reason %q", ratelog.Escape(k, 64))
 		}
 		c[r] = v
 	}

@@ -6,6 +6,8 @@ import (
 	"runtime/debug"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // maxCauseText caps the text a decoder's error or a panic value contributes
@@ -101,7 +103,7 @@ type PanicError struct {
 // bytes escaped and capped at 256 bytes, so that a panic message quoting
 // input cannot put raw bytes into a log.
 func (p *PanicError) Error() string {
-	return "panic: " + EscapeText(fmt.Sprint(p.Value), maxCauseText)
+	return "panic: " + ratelog.Escape(fmt.Sprint(p.Value), maxCauseText)
 }
 
 // Unwrap returns the panic value if it is an error (a runtime.Error, say).
@@ -125,39 +127,5 @@ func newPanicError(r any) *Error {
 // errors.Is and errors.As still reach the original.
 type safeCause struct{ err error }
 
-func (c safeCause) Error() string { return EscapeText(c.err.Error(), maxCauseText) }
+func (c safeCause) Error() string { return ratelog.Escape(c.err.Error(), maxCauseText) }
 func (c safeCause) Unwrap() error { return c.err }
-
-// EscapeText returns s with every byte outside printable ASCII escaped as
-// \xNN, cut to at most limit bytes followed by "…" when longer. Use it for
-// any text that may carry peer bytes (a decoder's error, a panic value, a
-// peer-supplied name) before it reaches a log or an error string: nothing in
-// the result can drive a terminal.
-func EscapeText(s string, limit int) string {
-	clean := len(s) <= limit
-	for i := 0; clean && i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e {
-			clean = false
-		}
-	}
-	if clean {
-		return s
-	}
-	out := make([]byte, 0, limit+len("…"))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		w := 1
-		if c < 0x20 || c > 0x7e {
-			w = 4
-		}
-		if len(out)+w > limit {
-			return string(append(out, "…"...))
-		}
-		if w == 1 {
-			out = append(out, c)
-		} else {
-			out = append(out, '\\', 'x', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-	}
-	return string(out)
-}

@@ -176,19 +176,3 @@ func TestDecodeUntyped(t *testing.T) {
 		t.Errorf("bad utf8: %v", err)
 	}
 }
-
-func TestSafeText(t *testing.T) {
-	cases := []struct{ in, want string }{
-		{"plain", "plain"},
-		{"a\x1bb", `a\x1bb`},
-		{"é", `\xc3\xa9`},
-		{strings.Repeat("x", 300), strings.Repeat("x", 256) + "…"},
-		{strings.Repeat("x", 254) + "\x00", strings.Repeat("x", 254) + "…"},
-		{"", ""},
-	}
-	for _, c := range cases {
-		if got := EscapeText(c.in, 256); got != c.want {
-			t.Errorf("EscapeText(%q) = %q, want %q", c.in, got, c.want)
-		}
-	}
-}

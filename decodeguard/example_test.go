@@ -4,8 +4,6 @@ import (
 	"bytes"
 	"encoding/hex"
 	"fmt"
-	"log/slog"
-	"os"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
@@ -43,30 +41,6 @@ func ExampleScanOffset() {
 	}
 	fmt.Println("decode drops:", dropped[decodeguard.ReasonDecode])
 	// Output: decode drops: 3
-}
-
-func ExampleRender() {
-	frame := []byte("\x1b[31mnot a msgpack frame\x1b[0m")
-	fmt.Println(decodeguard.Render(frame))
-	fmt.Println(decodeguard.Render(bytes.Repeat([]byte{0xff}, 100)))
-	// Output:
-	// len=28 hex=1b5b33316d6e6f742061206d73677061636b206672616d651b5b306d
-	// len=100 hex=ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff…
-}
-
-func ExampleHex() {
-	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{} // keep the output stable
-			}
-			return a
-		},
-	}))
-	frame := []byte{0xa3, 0xe0, 0x80, 0x80}
-	err := decodeguard.Scan(frame, nil)
-	logger.Warn("dropped frame", "reason", decodeguard.ReasonOf(err), "frame", decodeguard.Hex(frame))
-	// Output: level=WARN msg="dropped frame" reason=decode frame.len=4 frame.hex=a3e08080
 }
 
 func ExampleDecodeUntyped() {

@@ -8,6 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 	"pgregory.net/rapid"
 
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
@@ -108,7 +109,7 @@ func TestRandomFrames(t *testing.T) {
 		b := randomFrame(r, pool)
 		scanErr := Scan(b, nil)
 		if scanErr != nil && !IsBadInput(scanErr) {
-			t.Fatalf("frame %d %s: unclassified scan error %v", i, Render(b), scanErr)
+			t.Fatalf("frame %d %s: unclassified scan error %v", i, ratelog.Render(b), scanErr)
 		}
 		if scanErr == nil {
 			scanOK++
@@ -119,13 +120,13 @@ func TestRandomFrames(t *testing.T) {
 		case err == nil:
 			untypedOK++
 			if scanErr != nil {
-				t.Fatalf("frame %d %s: untyped decode succeeded after scan refused", i, Render(b))
+				t.Fatalf("frame %d %s: untyped decode succeeded after scan refused", i, ratelog.Render(b))
 			}
 			_ = v
 		case !IsBadInput(err):
-			t.Fatalf("frame %d %s: unclassified untyped error %v", i, Render(b), err)
+			t.Fatalf("frame %d %s: unclassified untyped error %v", i, ratelog.Render(b), err)
 		case ReasonOf(err) == ReasonDecoderPanic:
-			t.Fatalf("frame %d %s: untyped decoder panicked: %v", i, Render(b), err)
+			t.Fatalf("frame %d %s: untyped decoder panicked: %v", i, ratelog.Render(b), err)
 		}
 
 		var out vllmwire.EngineCoreOutputs
@@ -134,12 +135,12 @@ func TestRandomFrames(t *testing.T) {
 		case err == nil:
 			typedOK++
 			if scanErr != nil {
-				t.Fatalf("frame %d %s: typed decode succeeded after scan refused", i, Render(b))
+				t.Fatalf("frame %d %s: typed decode succeeded after scan refused", i, ratelog.Render(b))
 			}
 		case !IsBadInput(err):
-			t.Fatalf("frame %d %s: unclassified typed error %v", i, Render(b), err)
+			t.Fatalf("frame %d %s: unclassified typed error %v", i, ratelog.Render(b), err)
 		case ReasonOf(err) == ReasonDecoderPanic:
-			t.Fatalf("frame %d %s: typed decoder panicked: %v", i, Render(b), err)
+			t.Fatalf("frame %d %s: typed decoder panicked: %v", i, ratelog.Render(b), err)
 		default:
 			typedBad++
 		}
@@ -222,7 +223,7 @@ func TestPropertyValidValues(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := genValue(t, nil, rapid.IntRange(0, 6).Draw(t, "depth"))
 		if err := Scan(b, permissiveExt); err != nil {
-			t.Fatalf("Scan(%s) = %v", Render(b), err)
+			t.Fatalf("Scan(%s) = %v", ratelog.Render(b), err)
 		}
 		if rest, err := msgp.Skip(b); err != nil || len(rest) != 0 {
 			t.Fatalf("msgp.Skip: %d left, %v", len(rest), err)
@@ -257,7 +258,7 @@ func TestPropertyDepthAndKeys(t *testing.T) {
 		isContainer := t0 == msgp.ArrayType || t0 == msgp.MapType
 		e, _ := err.(*Error)
 		if isContainer != (e != nil && e.Detail == errCompositeKey.Detail) || !isContainer && err != nil {
-			t.Fatalf("key %s: Scan = %v (container %v)", Render(v), err, isContainer)
+			t.Fatalf("key %s: Scan = %v (container %v)", ratelog.Render(v), err, isContainer)
 		}
 		m.CompositeKeys = true
 		if err := Scan(keyed, m); err != nil {

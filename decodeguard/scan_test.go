@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // checkScan asserts that Scan and ScanOffset agree and return want (nil for
@@ -19,16 +21,16 @@ func checkScan(t *testing.T, name string, b []byte, lim *Limits, want *Error, of
 	gotOff, shared := ScanOffset(b, lim)
 	if want == nil {
 		if err != nil || shared != nil {
-			t.Errorf("%s: Scan(%s) = %v / %v, want nil", name, Render(b), err, shared)
+			t.Errorf("%s: Scan(%s) = %v / %v, want nil", name, ratelog.Render(b), err, shared)
 		}
 		return
 	}
 	var e *Error
 	if !errors.As(err, &e) {
-		t.Fatalf("%s: Scan(%s) = %v, want *Error %q", name, Render(b), err, want.Detail)
+		t.Fatalf("%s: Scan(%s) = %v, want *Error %q", name, ratelog.Render(b), err, want.Detail)
 	}
 	if e.Reason != want.Reason || e.Detail != want.Detail || e.Offset != off {
-		t.Errorf("%s: Scan(%s) = {%v %q %d}, want {%v %q %d}", name, Render(b),
+		t.Errorf("%s: Scan(%s) = {%v %q %d}, want {%v %q %d}", name, ratelog.Render(b),
 			e.Reason, e.Detail, e.Offset, want.Reason, want.Detail, off)
 	}
 	if !IsBadInput(err) {
@@ -269,10 +271,10 @@ func TestScanZeroAllocs(t *testing.T) {
 	bad := [][]byte{nil, hx("a3e08080"), hx("818001"), deepArrays(20000, []byte{1}), hx("0102"), hx("c1"), hx("9201")}
 	for _, b := range bad {
 		if n := testing.AllocsPerRun(100, func() { _, _ = ScanOffset(b, nil) }); n != 0 {
-			t.Errorf("ScanOffset(%s) allocates %v times", Render(b), n)
+			t.Errorf("ScanOffset(%s) allocates %v times", ratelog.Render(b), n)
 		}
 		if n := testing.AllocsPerRun(100, func() { _ = Scan(b, nil) }); n != 1 {
-			t.Errorf("Scan(%s) allocates %v times, want 1 (the *Error)", Render(b), n)
+			t.Errorf("Scan(%s) allocates %v times, want 1 (the *Error)", ratelog.Render(b), n)
 		}
 	}
 }
@@ -310,6 +312,36 @@ func TestValidUTF8MatchesStdlib(t *testing.T) {
 			frame := append([]byte{0xa0 | byte(len(s))}, s...)
 			if got := Scan(frame, nil) == nil; got != want {
 				t.Fatalf("Scan(% x) accepted = %v, want %v", frame, got, want)
+			}
+		}
+	}
+}
+
+// TestScanErrorNoPeerBytes: a refused frame's error text, as it reaches a
+// log line, carries no byte of the frame (terminal escapes included).
+func TestScanErrorNoPeerBytes(t *testing.T) {
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	for _, b := range [][]byte{
+		[]byte("\x1b[31mred\x1b[0m"),
+		[]byte("\x1b]0;title\x07\x1b[2J\r\n\x00\x7f\x9b"),
+		all,
+		append([]byte("\xa9\x1b[31m"), all...),
+	} {
+		err := Scan(b, nil)
+		if err == nil {
+			t.Fatalf("Scan(%s) accepted", ratelog.Render(b))
+		}
+		s := err.Error()
+		if strings.Contains(s, "\x1b") || strings.Contains(s, "[31m") {
+			t.Errorf("error text carries an escape sequence: %q", s)
+		}
+		for _, r := range s {
+			if r < 0x20 || r == 0x7f || r >= 0x80 {
+				t.Errorf("error text contains %U: %q", r, s)
+				break
 			}
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // ExtRawView is the msgpack extension type vLLM uses for a buffer's raw
@@ -993,7 +994,7 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	}
 	dt, torch, ok := parseDType(ds)
 	if !ok {
-		return b, failf(orig, dsAt, decodeguard.ReasonDecode, what+": unknown dtype "+strconv.Quote(decodeguard.EscapeText(string(ds), 32)))
+		return b, failf(orig, dsAt, decodeguard.ReasonDecode, what+": unknown dtype "+strconv.Quote(ratelog.Escape(string(ds), 32)))
 	}
 	shAt := b
 	var k uint32

@@ -12,6 +12,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -258,16 +259,16 @@ func (e *EngineIDMismatchError) Is(target error) bool { return target == ErrEngi
 const maxSafeText = 128
 
 // SafeText returns s quoted when it is at most 128 bytes of printable ASCII
-// (nothing in it can drive a terminal), and as decodeguard.Render's length
+// (nothing in it can drive a terminal), and as ratelog.Render's length
 // and hex prefix otherwise. Error texts here show peer-supplied strings
 // (hashes, engine ids, error replies) only through it.
 func SafeText(s string) string {
 	if len(s) > maxSafeText {
-		return decodeguard.Render([]byte(s))
+		return ratelog.Render([]byte(s))
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] > 0x7e {
-			return decodeguard.Render([]byte(s))
+			return ratelog.Render([]byte(s))
 		}
 	}
 	return strconv.Quote(s)

@@ -199,7 +199,7 @@ func TestListenerServesAllVariants(t *testing.T) {
 	if st.Served[V1] != 2 || st.Served[V2] != 2 || st.Served[V3] != 2 || st.TotalServed() != 6 {
 		t.Errorf("served %v", st.Served)
 	}
-	if st.Loop.TotalDropped() != 0 || st.Loop.Delivered != 6 {
+	if st.Loop.Dropped.Total() != 0 || st.Loop.Delivered != 6 {
 		t.Errorf("loop stats %+v", st.Loop)
 	}
 }
@@ -252,7 +252,7 @@ func TestListenerSurvivesBareDealer(t *testing.T) {
 			t.Errorf("drop %+v", dr)
 		}
 	}
-	if st := l.Stats(); st.Served[V3] != 1 || st.Loop.TotalDropped() != 3 {
+	if st := l.Stats(); st.Served[V3] != 1 || st.Loop.Dropped.Total() != 3 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -298,7 +298,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 			t.Fatal(err)
 		}
 		want[c.reason]++
-		waitFor(t, ctx, c.name+" dropped", func() bool { return l.Stats().Loop.TotalDropped() == uint64(i+1) })
+		waitFor(t, ctx, c.name+" dropped", func() bool { return l.Stats().Loop.Dropped.Total() == uint64(i+1) })
 		s.Close()
 		if got := l.Stats().Loop.Dropped; got != want {
 			t.Fatalf("%s: dropped %v, want %v", c.name, got, want)

@@ -6,7 +6,9 @@ import (
 	"strconv"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // GetMetaMsg is the request message of every handshake variant: sent raw by
@@ -130,7 +132,7 @@ func ParseRequest(body []byte) (Request, error) {
 	if string(msg) != GetMetaMsg {
 		return Request{}, &decodeguard.Error{
 			Reason: decodeguard.ReasonValidate,
-			Detail: "element 0 (message) is not get_meta_msg: " + decodeguard.Render(msg),
+			Detail: "element 0 (message) is not get_meta_msg: " + ratelog.Render(msg),
 			Offset: off,
 		}
 	}

@@ -5,7 +5,9 @@ import (
 	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // Decode limits. vLLM publishes one batch per scheduler step with every
@@ -57,7 +59,7 @@ type EventDrop struct {
 	// not know.
 	Err error
 	// Type is, for ReasonUnsupported, the event's type tag as sent (raw
-	// peer text: escape it before printing, decodeguard.EscapeText).
+	// peer text: quote it, with strconv.Quote or %q, before printing).
 	Type string
 }
 
@@ -232,7 +234,7 @@ func batchMap(p []byte, b *Batch) ([]byte, error) {
 			rest, err = msgp.Skip(rest)
 		}
 		if err != nil {
-			return nil, decodeErr("kvevents: batch field %s: %v", decodeguard.EscapeText(string(key), 64), err)
+			return nil, decodeErr("kvevents: batch field %s: %v", ratelog.Escape(string(key), 64), err)
 		}
 	}
 	if !haveTS || events == nil {
@@ -446,7 +448,7 @@ func parseTag(tag []byte) (EventType, error) {
 		return AllBlocksCleared, nil
 	}
 	return 0, decodeguard.NewError(decodeguard.ReasonUnsupported,
-		"kvevents: event type "+decodeguard.EscapeText(string(tag), 64)+" unknown to this release")
+		"kvevents: event type "+ratelog.Escape(string(tag), 64)+" unknown to this release")
 }
 
 // field names, in vLLM's declaration order.

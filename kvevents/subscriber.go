@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
@@ -235,14 +236,18 @@ type Config struct {
 	// Logger receives rate-limited lines about drops, gaps, lost ranges
 	// and resets (nil: slog.Default()). Peer bytes appear only as hex.
 	Logger *slog.Logger
-	// LogInterval is the shortest time between two lines of one kind
-	// (default 1 s).
+	// LogInterval is the shortest time between two lines of one kind.
+	// Zero means 1 s; a negative value is an error (rate limiting cannot
+	// be turned off).
 	LogInterval time.Duration
 }
 
 func (c *Config) fill() error {
 	if c.Handler == nil {
 		return errors.New("kvevents: Config.Handler is required")
+	}
+	if c.LogInterval < 0 {
+		return fmt.Errorf("kvevents: Config.LogInterval %v is negative", c.LogInterval)
 	}
 	if c.ReplayTimeout < 0 || c.ReplayDeadline < 0 || c.MaxReplays < 0 || c.MaxBuffered < 0 || c.MaxBufferedBytes < 0 ||
 		c.ReplaySlice < 0 || c.ReplayAttempts < 0 || c.MemoryBudget < 0 {
@@ -351,7 +356,7 @@ func (s *Subscriber) Add(src Source) error {
 		return ErrClosed
 	}
 	if _, ok := s.sources[src.Name]; ok {
-		return fmt.Errorf("%w: %s", ErrDuplicateSource, decodeguard.EscapeText(src.Name, 128))
+		return fmt.Errorf("%w: %s", ErrDuplicateSource, ratelog.Escape(src.Name, 128))
 	}
 	so, err := newSource(s, src)
 	if err != nil {
@@ -390,7 +395,7 @@ func (s *Subscriber) Remove(name string) error {
 	}
 	s.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%w: %s", ErrUnknownSource, decodeguard.EscapeText(name, 128))
+		return fmt.Errorf("%w: %s", ErrUnknownSource, ratelog.Escape(name, 128))
 	}
 	so.removed.Store(true)
 	so.cancel()
@@ -736,7 +741,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 	}
 	if err != nil {
 		sock.Close()
-		return nil, fmt.Errorf("kvevents: source %s: %w", decodeguard.EscapeText(src.Name, 128), err)
+		return nil, fmt.Errorf("kvevents: source %s: %w", ratelog.Escape(src.Name, 128), err)
 	}
 	maxPayload := s.cfg.Limits.MaxPayload
 	lp, err := loop.New(sock, loop.Config[liveMsg]{
@@ -975,7 +980,7 @@ func (so *source) onEventDrop(d EventDrop) {
 	so.count(func(st *SourceStats) {
 		st.DroppedEvents[r]++
 		if r == decodeguard.ReasonUnsupported {
-			st.UnsupportedTypes = countType(st.UnsupportedTypes, decodeguard.EscapeText(d.Type, 64), 1)
+			st.UnsupportedTypes = countType(st.UnsupportedTypes, ratelog.Escape(d.Type, 64), 1)
 		}
 	})
 	so.sub.log.drop(r, so.src.Name, so.next-1, d.Err, nil)

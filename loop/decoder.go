@@ -22,11 +22,10 @@ import (
 // a closure over a hand-written parser or one of the helpers below all fit.
 type Decoder[T any] func(frames [][]byte, dst *T) error
 
-// Resetter is implemented by message types that know how to return
-// themselves to their zero state while keeping allocations (slice capacity,
-// nested structs) for the next decode. [MsgpDecoder] calls Reset before each
-// decode when *T implements it, and zeroes the value otherwise.
-type Resetter interface {
+// resetter is implemented by message types that know how to return
+// themselves to their zero state while keeping allocated capacity (a
+// Reset() method): MsgpDecoder calls it before each decode.
+type resetter interface {
 	Reset()
 }
 
@@ -65,7 +64,7 @@ func inheritSize(lim decodeguard.Limits) *decodeguard.Limits {
 // decodeguard.ReasonEnvelope.
 //
 // Before each decode the destination is reset: with (*T).Reset when *T
-// implements [Resetter], else by zeroing it. msgp-generated code leaves
+// implements a Reset() method, else by zeroing it. msgp-generated code leaves
 // fields whose keys are missing from a map (or that a short variable-length
 // tuple omits) untouched, so decoding into a reused value without a reset
 // would leak the previous message's values into this one. Zeroing also
@@ -97,10 +96,10 @@ func msgpFrameDecoder[T any, PT interface {
 	msgp.Unmarshaler
 }](lim decodeguard.Limits, index int, exactlyOne bool) Decoder[T] {
 	limits := inheritSize(lim)
-	_, resettable := any(PT(new(T))).(Resetter)
+	_, resettable := any(PT(new(T))).(resetter)
 	// A dynamic type assertion per message costs a few nanoseconds, a
 	// visible share of a ~140 ns decode; a loop always decodes into the
-	// same destination, so the first destination's Resetter is kept (set
+	// same destination, so the first destination's resetter is kept (set
 	// once, never replaced: no allocation after the first message).
 	var cache atomic.Pointer[resetEntry[T]]
 	return func(frames [][]byte, dst *T) error {
@@ -126,7 +125,7 @@ func msgpFrameDecoder[T any, PT interface {
 		case c != nil && c.dst == dst:
 			c.r.Reset()
 		default:
-			r := any(p).(Resetter)
+			r := any(p).(resetter)
 			if c == nil {
 				cache.CompareAndSwap(nil, &resetEntry[T]{dst: dst, r: r})
 			}
@@ -136,10 +135,10 @@ func msgpFrameDecoder[T any, PT interface {
 	}
 }
 
-// resetEntry is a decoder's cached Resetter for one destination.
+// resetEntry is a decoder's cached resetter for one destination.
 type resetEntry[T any] struct {
 	dst *T
-	r   Resetter
+	r   resetter
 }
 
 // UntypedDecoder returns a Decoder for messages of exactly one body frame

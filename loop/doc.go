@@ -35,7 +35,7 @@
 // address with its port, so peers behind one NAT or on loopback are told
 // apart) gets a detail line: the loop's name, the reason, the peer's
 // address, the frame count, the message length and a hex prefix of at most
-// [LogPrefix] bytes of the message's last frame (at most [FirstWarnings]
+// 32 bytes of the message's last frame (at most 4
 // such lines per reason per interval). Every other drop goes into its
 // reason's summary line, at most one per Config.LogInterval (1 s by
 // default): the number of drops and of distinct connections, and no single

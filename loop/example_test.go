@@ -50,7 +50,7 @@ func Example() {
 			return nil
 		},
 		OnDrop: func(d loop.Drop) {
-			fmt.Printf("dropped %s: len=%d hex=%s\n", d.Reason, d.Length, d.Hex())
+			fmt.Printf("dropped %s: len=%d hex=%x\n", d.Reason, d.Length, d.Prefix)
 		},
 	})
 	if err != nil {
@@ -115,8 +115,8 @@ func ExampleLoop_Deliver() {
 			running--
 		}
 	}
-	fmt.Println("front:", fromFront, "dropped", front.Stats().TotalDropped())
-	fmt.Println("back:", fromBack, "dropped", back.Stats().TotalDropped())
+	fmt.Println("front:", fromFront, "dropped", front.Stats().Dropped.Total())
+	fmt.Println("back:", fromBack, "dropped", back.Stats().Dropped.Total())
 	// Output:
 	// loop ended: true
 	// loop ended: true

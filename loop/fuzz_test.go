@@ -33,7 +33,7 @@ func FuzzLoop(f *testing.F) {
 			t.Fatalf("typed Run = %v", err)
 		}
 		st := l.Stats()
-		if st.Received != 2 || st.Delivered+st.TotalDropped() != 2 || last == nil {
+		if st.Received != 2 || st.Delivered+st.Dropped.Total() != 2 || last == nil {
 			t.Fatalf("typed stats %+v", st)
 		}
 		checkStats(t, last)
@@ -59,7 +59,7 @@ func FuzzLoop(f *testing.F) {
 		if err := rl.Run(ctx); !errors.Is(err, ErrReceiverClosed) {
 			t.Fatalf("router Run = %v", err)
 		}
-		if st := rl.Stats(); st.Received != 2 || st.Delivered+st.TotalDropped() != 2 || n < 1 {
+		if st := rl.Stats(); st.Received != 2 || st.Delivered+st.Dropped.Total() != 2 || n < 1 {
 			t.Fatalf("router stats %+v", st)
 		}
 	})

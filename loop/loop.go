@@ -15,6 +15,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -22,42 +23,31 @@ import (
 // net/http's ErrServerClosed.
 var ErrLoopClosed = errors.New("loop: closed")
 
-// ErrBusy is returned by Run, Deliver and Next when one of them is already
+// errBusy is returned by Run, Deliver and Next when one of them is already
 // running on the same Loop: a Loop has a single receiving goroutine.
-var ErrBusy = errors.New("loop: Run, Deliver or Next already in progress")
+var errBusy = errors.New("loop: Run, Deliver or Next already in progress")
 
 // errStopped is the internal signal that the context ended.
 var errStopped = errors.New("loop: context done")
 
-// Stage is where in the pipeline a message was dropped or an error arose.
-type Stage uint8
-
-// The pipeline stages, in order.
+// The pipeline stages, in order: the values of Drop.Stage and Error.Stage.
 const (
-	StageReceive  Stage = iota + 1 // the Receiver's Recv
-	StageEnvelope                  // envelope.Parse (Config.Envelope)
-	StageDecode                    // Config.Decode
-	StageValidate                  // Config.Validate
-	StageHandler                   // Config.Handler, or the Deliver consumer
+	stageReceive  = "receive"  // the Receiver's Recv
+	stageEnvelope = "envelope" // envelope.Parse (Config.Envelope)
+	stageDecode   = "decode"   // Config.Decode
+	stageValidate = "validate" // Config.Validate
+	stageHandler  = "handler"  // Config.Handler, or the Deliver consumer
 )
-
-var stageNames = [...]string{"", "receive", "envelope", "decode", "validate", "handler"}
-
-// String returns the stage's lower-case name.
-func (s Stage) String() string {
-	if int(s) < len(stageNames) && s != 0 {
-		return stageNames[s]
-	}
-	return "unknown"
-}
 
 // Error is a failure that ended, or was offered to Config.OnError by, a
 // Loop: which loop, at which stage, for a message from which peer, and the
 // cause. Its text never contains raw peer bytes from this package; the
 // cause's text is escaped and capped.
 type Error struct {
-	Loop  string
-	Stage Stage
+	Loop string
+	// Stage is where the error arose: "receive", "envelope", "decode",
+	// "validate" or "handler".
+	Stage string
 	// Peer is the sending peer's address ("" if unknown).
 	Peer string
 	Err  error
@@ -65,12 +55,12 @@ type Error struct {
 
 // Error implements error.
 func (e *Error) Error() string {
-	s := "loop " + e.Loop + ": " + e.Stage.String()
+	s := "loop " + e.Loop + ": " + e.Stage
 	if e.Loop == "" || e.Loop == "loop" {
-		s = "loop: " + e.Stage.String() // not "loop loop:"
+		s = "loop: " + e.Stage // not "loop loop:"
 	}
 	if e.Peer != "" {
-		s += " (peer " + decodeguard.EscapeText(e.Peer, 128) + ")"
+		s += " (peer " + ratelog.Escape(e.Peer, 128) + ")"
 	}
 	// The cause's own "loop: " prefix (ErrReceiverClosed and the like)
 	// would repeat the one above.
@@ -89,7 +79,7 @@ type HandlerPanicError struct {
 
 // Error implements error.
 func (p *HandlerPanicError) Error() string {
-	return "handler panicked: " + decodeguard.EscapeText(anyText(p.Value), maxErrText)
+	return "handler panicked: " + ratelog.Escape(anyText(p.Value), maxErrText)
 }
 
 // Unwrap returns the panic value if it is an error.
@@ -112,7 +102,8 @@ func anyText(v any) string {
 // until the handler returns (Run), Done is called (Deliver) or the next
 // call (Next): see the package documentation on aliasing.
 type Delivery[T any] struct {
-	// Msg is the message as received: all its frames, and the peer.
+	// Msg is the message as received: all its frames, and the peer
+	// (Msg.Peer, nil if the receiver does not say).
 	Msg socket.Msg
 	// Envelope is the parsed routing envelope when Config.Envelope is set
 	// (reply with Envelope.Reply), nil otherwise.
@@ -132,10 +123,6 @@ func (d Delivery[T]) Body() [][]byte {
 	}
 	return d.Msg.Frames
 }
-
-// Peer returns the peer the message came from (nil if the receiver does not
-// say).
-func (d Delivery[T]) Peer() *socket.Peer { return d.Msg.Peer }
 
 // Done tells a loop running [Loop.Deliver] that the consumer has finished
 // with this delivery, so the loop may receive the next message (which
@@ -185,16 +172,17 @@ type Drop struct {
 	Loop string
 	// Reason is why the message was dropped.
 	Reason decodeguard.Reason
-	// Stage is where it was dropped.
-	Stage Stage
+	// Stage is where it was dropped: "receive", "envelope", "decode",
+	// "validate" or "handler".
+	Stage string
 	// Peer is the sending peer (nil if the receiver does not say).
 	Peer *socket.Peer
 	// Frames is the message's frame count, Length its total size in bytes.
 	Frames int
 	Length int
-	// Prefix is at most LogPrefix leading bytes of the message's last
-	// frame. It aliases the frame: valid only during the OnDrop call, and
-	// raw peer bytes — render it with Hex before logging it.
+	// Prefix is at most 32 leading bytes of the message's last frame. It
+	// aliases the frame: valid only during the OnDrop call, and raw peer
+	// bytes: log it as hex (encoding/hex), never as text.
 	Prefix []byte
 	// Err is the classified error, a *decodeguard.Error in its chain.
 	Err error
@@ -202,20 +190,6 @@ type Drop struct {
 	Time time.Time
 
 	lastLen int
-}
-
-// Hex returns Prefix as lower-case hex, followed by "…" when the last frame
-// was longer than the prefix: safe to log.
-func (d Drop) Hex() string {
-	s := make([]byte, 0, 2*LogPrefix+len("…"))
-	const digits = "0123456789abcdef"
-	for _, c := range d.Prefix {
-		s = append(s, digits[c>>4], digits[c&0xf])
-	}
-	if d.lastLen > len(d.Prefix) {
-		s = append(s, "…"...)
-	}
-	return string(s)
 }
 
 // Stats is a snapshot of a Loop's counters. It marshals to JSON as an
@@ -243,24 +217,16 @@ type Stats struct {
 	LastDrop time.Time `json:"last_drop,omitzero"`
 }
 
-// TotalDropped returns the sum of Dropped.
-func (s Stats) TotalDropped() uint64 {
-	var n uint64
-	for _, c := range s.Dropped {
-		n += c
-	}
-	return n
-}
-
 // Config configures a Loop. Decode is required, and Handler for Run.
 type Config[T any] struct {
-	// Name identifies the loop in logs, errors and Drop (default "loop").
+	// Name identifies the loop in logs, errors and Drop. Empty means
+	// "loop".
 	Name string
 	// Logger receives the drop lines; nil means slog.Default(). Pass
 	// slog.New(slog.DiscardHandler) to silence it.
 	Logger *slog.Logger
 	// LogInterval is the shortest time between two summary lines of one
-	// reason (default DefaultLogInterval, 1 s).
+	// reason. Zero means 1 s; a negative value is an error.
 	LogInterval time.Duration
 
 	// Envelope, when set, makes this a ROUTER loop: every message is
@@ -274,7 +240,7 @@ type Config[T any] struct {
 	// reaches Decode; a longer one is dropped as decodeguard.ReasonOversize.
 	// Zero means the Receiver's own limit when it is a *socket.Socket (its
 	// Options().Guard.MaxMessageSize: one size from the socket to the
-	// decoder), else decodeguard.DefaultMaxBytes (1 MiB). New refuses a
+	// decoder), else 1 MiB. New refuses a
 	// value above a socket's limit, which would never see such a message.
 	// The helper decoders take this limit when their Limits.MaxBytes is 0.
 	MaxMessageSize int64
@@ -290,7 +256,7 @@ type Config[T any] struct {
 	// Loop: each may call the Loop's Stats, Name and Close (Close never
 	// waits; Run then returns ErrLoopClosed once the callback has
 	// returned). Run, Deliver or Next called on the same Loop from inside
-	// returns ErrBusy; none of them may wait for Run to return (Run waits
+	// returns errBusy; none of them may wait for Run to return (Run waits
 	// for them).
 	Handler func(ctx context.Context, d Delivery[T]) error
 
@@ -345,8 +311,8 @@ type Loop[T any] struct {
 	dropped       [decodeguard.NumReasons]atomic.Uint64
 	lastDrop      atomic.Int64
 
-	phase uint8 // phaseIdle, phaseDecode or phaseHandler; loop goroutine only
-	stage Stage // StageDecode or StageValidate while phase is phaseDecode
+	phase uint8  // phaseIdle, phaseDecode or phaseHandler; loop goroutine only
+	stage string // stageDecode or stageValidate while phase is phaseDecode
 
 	busy   atomic.Bool
 	closed atomic.Bool
@@ -374,6 +340,9 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 	if cfg.MaxMessageSize < 0 {
 		return nil, fmt.Errorf("loop %s: Config.MaxMessageSize %d is negative", cfg.Name, cfg.MaxMessageSize)
 	}
+	if cfg.LogInterval < 0 {
+		return nil, fmt.Errorf("loop %s: Config.LogInterval %v is negative", cfg.Name, cfg.LogInterval)
+	}
 	check := true
 	if s, ok := r.(*socket.Socket); ok {
 		sockMax := s.Options().Guard.MaxMessageSize
@@ -386,13 +355,13 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 		}
 	}
 	if cfg.MaxMessageSize == 0 {
-		cfg.MaxMessageSize = decodeguard.DefaultMaxBytes
+		cfg.MaxMessageSize = defaultMaxMessageSize
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
 	}
-	if cfg.LogInterval <= 0 {
-		cfg.LogInterval = DefaultLogInterval
+	if cfg.LogInterval == 0 {
+		cfg.LogInterval = defaultLogInterval
 	}
 	l := &Loop[T]{recv: r, cfg: cfg, now: cfg.Now}
 	if check {
@@ -491,7 +460,7 @@ func (l *Loop[T]) Deliver(ctx context.Context, ch chan<- Delivery[T]) error {
 // and otherwise an error as Run would end with. Config.Handler is not used.
 func (l *Loop[T]) Next(ctx context.Context) (Delivery[T], error) {
 	if !l.busy.CompareAndSwap(false, true) {
-		return Delivery[T]{}, ErrBusy
+		return Delivery[T]{}, errBusy
 	}
 	defer l.busy.Store(false)
 	if l.closed.Load() {
@@ -517,7 +486,7 @@ func (l *Loop[T]) Next(ctx context.Context) (Delivery[T], error) {
 // serve is Run and Deliver.
 func (l *Loop[T]) serve(parent context.Context, h func(context.Context, Delivery[T]) error) error {
 	if !l.busy.CompareAndSwap(false, true) {
-		return ErrBusy
+		return errBusy
 	}
 	defer l.busy.Store(false)
 	ctx, cancel := context.WithCancel(parent)
@@ -589,7 +558,7 @@ func (l *Loop[T]) pump(ctx context.Context, h func(context.Context, Delivery[T])
 		d.Msg = msg
 		body := msg.Frames
 		if l.maxBytes > 0 && tooLong(msg.Frames, l.maxBytes) {
-			if err = l.reject(StageDecode, msg, errTooLong); err != nil {
+			if err = l.reject(stageDecode, msg, errTooLong); err != nil {
 				normal = true
 				return err
 			}
@@ -598,7 +567,7 @@ func (l *Loop[T]) pump(ctx context.Context, h func(context.Context, Delivery[T])
 		if envOpts != nil {
 			env, eerr := envelope.Parse(msg.Frames, envOpts)
 			if eerr != nil {
-				if err = l.reject(StageEnvelope, msg, eerr); err != nil {
+				if err = l.reject(stageEnvelope, msg, eerr); err != nil {
 					normal = true
 					return err
 				}
@@ -608,10 +577,10 @@ func (l *Loop[T]) pump(ctx context.Context, h func(context.Context, Delivery[T])
 			d.Envelope, body = &l.env, env.Body
 		}
 
-		l.phase, l.stage = phaseDecode, StageDecode
+		l.phase, l.stage = phaseDecode, stageDecode
 		derr := decode(body, value)
 		if derr == nil && validate != nil {
-			l.stage = StageValidate
+			l.stage = stageValidate
 			if derr = validate(value); derr != nil && reasonOf(derr) == decodeguard.ReasonNone {
 				derr = &decodeguard.Error{Reason: decodeguard.ReasonValidate, Detail: "validation failed", Offset: -1, Err: derr}
 			}
@@ -683,7 +652,7 @@ func (l *Loop[T]) settle(d *Delivery[T], errp *error, normal *bool) {
 		if r == nil {
 			return // runtime.Goexit
 		}
-		err := l.fail(StageHandler, d.Msg.Peer, &HandlerPanicError{Value: r, Stack: debug.Stack()})
+		err := l.fail(stageHandler, d.Msg.Peer, &HandlerPanicError{Value: r, Stack: debug.Stack()})
 		if err == nil {
 			err = errRecovered
 		}
@@ -707,9 +676,9 @@ func (l *Loop[T]) recvFailed(ctx context.Context, msg socket.Msg, err error) err
 		return serr
 	}
 	if errors.Is(err, net.ErrClosed) || errors.Is(err, socket.ErrClosed) {
-		return &Error{Loop: l.cfg.Name, Stage: StageReceive, Err: err}
+		return &Error{Loop: l.cfg.Name, Stage: stageReceive, Err: err}
 	}
-	return l.reject(StageReceive, msg, err)
+	return l.reject(stageReceive, msg, err)
 }
 
 // handlerFailed applies the policy to a handler's error: nil to go on,
@@ -719,22 +688,26 @@ func (l *Loop[T]) handlerFailed(ctx context.Context, d *Delivery[T], err error) 
 		return errStopped
 	}
 	if r := reasonOf(err); r != decodeguard.ReasonNone {
-		l.drop(r, StageHandler, d.Msg, err)
+		l.drop(r, stageHandler, d.Msg, err)
 		return nil
 	}
 	l.handlerErrors.Add(1)
-	return l.fail(StageHandler, d.Msg.Peer, err)
+	return l.fail(stageHandler, d.Msg.Peer, err)
 }
 
 // reject applies the drop policy to an error at stage: bad input is dropped
 // (nil), anything else goes to fail.
-func (l *Loop[T]) reject(stage Stage, msg socket.Msg, err error) error {
+func (l *Loop[T]) reject(stage string, msg socket.Msg, err error) error {
 	if r := reasonOf(err); r != decodeguard.ReasonNone {
 		l.drop(r, stage, msg, err)
 		return nil
 	}
 	return l.fail(stage, msg.Peer, err)
 }
+
+// defaultMaxMessageSize is what a zero Config.MaxMessageSize means when the
+// Receiver is not a *socket.Socket.
+const defaultMaxMessageSize = 1 << 20
 
 // errTooLong is the shared drop error of a message over MaxMessageSize.
 var errTooLong = &decodeguard.Error{Reason: decodeguard.ReasonOversize,
@@ -762,7 +735,7 @@ func reasonOf(err error) decodeguard.Reason {
 }
 
 // fail wraps an error that is not bad input and lets OnError decide.
-func (l *Loop[T]) fail(stage Stage, peer *socket.Peer, err error) error {
+func (l *Loop[T]) fail(stage string, peer *socket.Peer, err error) error {
 	e := &Error{Loop: l.cfg.Name, Stage: stage, Peer: peer.Addr(), Err: err}
 	if l.cfg.OnError != nil {
 		return l.cfg.OnError(e)
@@ -771,11 +744,11 @@ func (l *Loop[T]) fail(stage Stage, peer *socket.Peer, err error) error {
 }
 
 // drop counts, reports and logs one dropped message.
-func (l *Loop[T]) drop(r decodeguard.Reason, stage Stage, msg socket.Msg, err error) {
+func (l *Loop[T]) drop(r decodeguard.Reason, stage string, msg socket.Msg, err error) {
 	if r < decodeguard.Reason(decodeguard.NumReasons) {
 		l.dropped[r].Add(1)
 	}
-	if stage == StageEnvelope || stage == StageDecode || stage == StageValidate {
+	if stage == stageEnvelope || stage == stageDecode || stage == stageValidate {
 		l.preHandler.Add(1)
 	}
 	now := l.now()
@@ -787,7 +760,7 @@ func (l *Loop[T]) drop(r decodeguard.Reason, stage Stage, msg socket.Msg, err er
 	}
 	if n := len(msg.Frames); n > 0 {
 		last := msg.Frames[n-1]
-		p := min(len(last), LogPrefix)
+		p := min(len(last), logPrefix)
 		d.lastLen, d.Prefix = len(last), last[:p:p]
 	}
 	if l.cfg.OnDrop != nil {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -89,7 +90,7 @@ func TestSeedScenarios(t *testing.T) {
 				t.Fatalf("Run = %v, want the receiver's end", err)
 			}
 			st := l.Stats()
-			if got != 1 || st.Delivered != 1 || st.Received != 2 || st.TotalDropped() != 1 ||
+			if got != 1 || st.Delivered != 1 || st.Received != 2 || st.Dropped.Total() != 1 ||
 				st.Dropped[sd.reason] != 1 || len(drops) != 1 || drops[0].Reason != sd.reason {
 				t.Fatalf("delivered %d, stats %+v, drops %+v", got, st, drops)
 			}
@@ -127,7 +128,7 @@ func TestSeedScenariosUntyped(t *testing.T) {
 				t.Fatal(err)
 			}
 			st := l.Stats()
-			if len(got) != 1 || fmt.Sprint(got[0]) != "[<nil> 7]" || st.Dropped[sd.reason] != 1 || st.TotalDropped() != 1 {
+			if len(got) != 1 || fmt.Sprint(got[0]) != "[<nil> 7]" || st.Dropped[sd.reason] != 1 || st.Dropped.Total() != 1 {
 				t.Fatalf("got %v, stats %+v", got, st)
 			}
 		})
@@ -229,7 +230,7 @@ func TestHandlerErrorSurfaces(t *testing.T) {
 	l := newStatsLoop(t, r, func(context.Context, Delivery[vllmwire.Message]) error { return boom }, nil)
 	err := l.Run(testCtx(t))
 	var le *Error
-	if !errors.Is(err, boom) || !errors.As(err, &le) || le.Stage != StageHandler || le.Loop != "stats" {
+	if !errors.Is(err, boom) || !errors.As(err, &le) || le.Stage != stageHandler || le.Loop != "stats" {
 		t.Fatalf("Run = %v", err)
 	}
 	if st := l.Stats(); st.HandlerErrors != 1 || st.Delivered != 1 || r.i != 1 {
@@ -391,7 +392,7 @@ func TestUnclassifiedDecoderErrorEndsRun(t *testing.T) {
 	}
 	err = l.Run(testCtx(t))
 	var le *Error
-	if !errors.Is(err, bug) || !errors.As(err, &le) || le.Stage != StageDecode {
+	if !errors.Is(err, bug) || !errors.As(err, &le) || le.Stage != stageDecode {
 		t.Fatalf("Run = %v", err)
 	}
 }
@@ -421,7 +422,7 @@ func TestValidate(t *testing.T) {
 	if st.Dropped[decodeguard.ReasonValidate] != 1 || st.Dropped[decodeguard.ReasonUnknownRank] != 1 || st.Delivered != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	if drops[0].Stage != StageValidate || !strings.Contains(drops[0].Err.Error(), "out of range") {
+	if drops[0].Stage != stageValidate || !strings.Contains(drops[0].Err.Error(), "out of range") {
 		t.Fatalf("drop %+v", drops[0])
 	}
 }
@@ -434,7 +435,7 @@ func TestReceiveErrors(t *testing.T) {
 	l := newStatsLoop(t, r, func(context.Context, Delivery[vllmwire.Message]) error { return nil }, nil)
 	err := l.Run(testCtx(t))
 	var le *Error
-	if !errors.As(err, &le) || le.Stage != StageReceive || le.Err.Error() != "socket bug" {
+	if !errors.As(err, &le) || le.Stage != stageReceive || le.Err.Error() != "socket bug" {
 		t.Fatalf("Run = %v", err)
 	}
 	if st := l.Stats(); st.Dropped[decodeguard.ReasonOversize] != 1 || st.Received != 1 || st.Delivered != 1 {
@@ -592,13 +593,13 @@ func TestBusy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
 	<-inside
-	if _, err := l.Next(ctx); !errors.Is(err, ErrBusy) {
+	if _, err := l.Next(ctx); !errors.Is(err, errBusy) {
 		t.Fatal(err)
 	}
-	if err := l.Deliver(ctx, make(chan Delivery[vllmwire.Message])); !errors.Is(err, ErrBusy) {
+	if err := l.Deliver(ctx, make(chan Delivery[vllmwire.Message])); !errors.Is(err, errBusy) {
 		t.Fatal(err)
 	}
-	if err := l.Run(ctx); !errors.Is(err, ErrBusy) {
+	if err := l.Run(ctx); !errors.Is(err, errBusy) {
 		t.Fatal(err)
 	}
 	close(release)
@@ -631,20 +632,22 @@ func TestNext(t *testing.T) {
 }
 
 func TestErrorText(t *testing.T) {
-	e := &Error{Loop: "x", Stage: StageDecode, Peer: "1.2.3.4:5", Err: errors.New("bad \x1b[31m byte")}
+	e := &Error{Loop: "x", Stage: stageDecode, Peer: "1.2.3.4:5", Err: errors.New("bad \x1b[31m byte")}
 	if got := e.Error(); got != `loop x: decode (peer 1.2.3.4:5): bad \x1b[31m byte` {
 		t.Fatalf("%q", got)
 	}
-	if Stage(0).String() != "unknown" || Stage(99).String() != "unknown" {
-		t.Fatal("stage names")
+	for _, st := range []string{stageReceive, stageEnvelope, stageDecode, stageValidate, stageHandler} {
+		if e := (&Error{Loop: "x", Stage: st, Err: io.EOF}); !strings.HasPrefix(e.Error(), "loop x: "+st+": ") {
+			t.Fatalf("stage %q: %q", st, e.Error())
+		}
 	}
 	long := strings.Repeat("\xff", 1000)
 	if got := errText(errors.New(long)); len(got) > maxErrText+len("…") || !strings.HasSuffix(got, "…") {
 		t.Fatalf("%d %q", len(got), got[:20])
 	}
 	d := Drop{Prefix: []byte{0x1b, 0x5b}, lastLen: 100}
-	if d.Hex() != "1b5b…" {
-		t.Fatal(d.Hex())
+	if d.hex() != "1b5b…" {
+		t.Fatal(d.hex())
 	}
 	hp := &HandlerPanicError{Value: errors.New("x")}
 	if hp.Unwrap() == nil || hp.Error() != "handler panicked: x" {
@@ -662,9 +665,9 @@ func TestErrorNoStutter(t *testing.T) {
 		e    *Error
 		want string
 	}{
-		{&Error{Loop: "loop", Stage: StageReceive, Err: ErrReceiverClosed}, "loop: receive: receiver closed: use of closed network connection"},
-		{&Error{Stage: StageHandler, Err: errors.New("boom")}, "loop: handler: boom"},
-		{&Error{Loop: "jobs", Stage: StageReceive, Err: ErrReceiverClosed}, "loop jobs: receive: receiver closed: use of closed network connection"},
+		{&Error{Loop: "loop", Stage: stageReceive, Err: ErrReceiverClosed}, "loop: receive: receiver closed: use of closed network connection"},
+		{&Error{Stage: stageHandler, Err: errors.New("boom")}, "loop: handler: boom"},
+		{&Error{Loop: "jobs", Stage: stageReceive, Err: ErrReceiverClosed}, "loop jobs: receive: receiver closed: use of closed network connection"},
 	} {
 		if got := c.e.Error(); got != c.want {
 			t.Errorf("got %q, want %q", got, c.want)

@@ -57,8 +57,8 @@ func TestSocketPull(t *testing.T) {
 	var peers []string
 	l := newStatsLoop(t, pull, func(_ context.Context, d Delivery[vllmwire.Message]) error {
 		checkStats(t, d.Value)
-		if !strings.HasPrefix(d.Peer().Addr(), "127.0.0.1:") {
-			t.Errorf("peer %q", d.Peer().Addr())
+		if !strings.HasPrefix(d.Msg.Peer.Addr(), "127.0.0.1:") {
+			t.Errorf("peer %q", d.Msg.Peer.Addr())
 		}
 		cancel()
 		return nil

@@ -48,7 +48,7 @@ func TestZMQ4Receiver(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 	st := l.Stats()
-	if st.Delivered != 1 || st.TotalDropped() != uint64(len(typedSeeds)-1) ||
+	if st.Delivered != 1 || st.Dropped.Total() != uint64(len(typedSeeds)-1) ||
 		st.Dropped[decodeguard.ReasonOversize] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -206,7 +206,7 @@ func TestZMQ4ReceiverPeerLeaves(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	if st := l.Stats(); st.Delivered != 4 || st.Dropped[decodeguard.ReasonTransport] != 1 || st.TotalDropped() != 1 {
+	if st := l.Stats(); st.Delivered != 4 || st.Dropped[decodeguard.ReasonTransport] != 1 || st.Dropped.Total() != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	if n := rcv.Disconnects(); n != 1 {

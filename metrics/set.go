@@ -12,6 +12,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/outputs"
@@ -102,14 +103,14 @@ func checkName(what, name string) error {
 	}
 	if len(name) > maxNameLen {
 		return fmt.Errorf("metrics: %s name %q is %d bytes, over %d", what,
-			decodeguard.EscapeText(name, 32), len(name), maxNameLen)
+			ratelog.Escape(name, 32), len(name), maxNameLen)
 	}
 	if !utf8.ValidString(name) {
-		return fmt.Errorf("metrics: %s name %q is not valid UTF-8", what, decodeguard.EscapeText(name, 64))
+		return fmt.Errorf("metrics: %s name %q is not valid UTF-8", what, ratelog.Escape(name, 64))
 	}
 	for _, r := range name {
 		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("metrics: %s name %q has a control character", what, decodeguard.EscapeText(name, 64))
+			return fmt.Errorf("metrics: %s name %q has a control character", what, ratelog.Escape(name, 64))
 		}
 	}
 	return nil

@@ -411,7 +411,7 @@ func New(cfg Config) (*Receiver, error) {
 		s.Close()
 		return nil, fmt.Errorf("outputs: Config.QueueBytes (%d) must not be below ConnQueueBytes (%d)", r.queueLimit, r.connLimit)
 	}
-	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Attrs: []slog.Attr{slog.String("loop", cfg.Name)}})
+	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: cfg.Name})
 	if r.lim.Scan.MaxBytes <= 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
 	}
@@ -517,7 +517,7 @@ func (r *Receiver) engine(e int64) *EngineStats {
 
 func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	it := d.Value
-	peer := d.Peer()
+	peer := d.Msg.Peer
 	if it.dead {
 		return r.sentinel(ctx, peer)
 	}

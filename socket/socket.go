@@ -455,7 +455,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 				s.idRefusals.Add(1)
 				s.viol[decodeguard.ReasonPolicy].Add(1)
 				err := decodeguard.WrapError(decodeguard.ReasonPolicy,
-					"ROUTER identity "+decodeguard.Render(info.identity)+" already connected", ErrDuplicateIdentity)
+					"ROUTER identity "+ratelog.Render(info.identity)+" already connected", ErrDuplicateIdentity)
 				s.emit(Event{Kind: EventRejected, Peer: info, Remote: info.addrText, Endpoint: ep, Err: err, Reason: decodeguard.ReasonPolicy})
 				return nil, err
 			}

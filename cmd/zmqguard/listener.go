@@ -81,7 +81,7 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		ErrorReplies:      st.ErrorReplies,
 		Received:          st.Loop.Received,
 		Delivered:         st.Loop.Delivered,
-		Dropped:           st.Loop.TotalDropped(),
+		Dropped:           st.Loop.Dropped.Total(),
 		Drops:             coordinator.Drops(st.Loop.Dropped),
 		Violations:        coordinator.Drops(st.Socket.Violations),
 		Connects:          st.Socket.Connects,
