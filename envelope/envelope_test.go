@@ -49,7 +49,7 @@ func sameFrames(a, b [][]byte) bool {
 }
 
 func TestParseMalformed(t *testing.T) {
-	tooMany := withShape(DefaultMaxFrames - 1) // 65 frames
+	tooMany := withShape(defaultMaxFrames - 1) // 65 frames
 	tests := []struct {
 		name   string
 		frames [][]byte

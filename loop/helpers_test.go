@@ -170,3 +170,12 @@ func zmq4Pair(t *testing.T, ctx context.Context) (pull, push zmq4.Socket) {
 	}
 	return pull, push
 }
+
+// deliveryBody returns the frames the decoder saw: Envelope.Body when
+// Config.Envelope is set, else Msg.Frames.
+func deliveryBody[T any](d Delivery[T]) [][]byte {
+	if d.Envelope != nil {
+		return d.Envelope.Body
+	}
+	return d.Msg.Frames
+}

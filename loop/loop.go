@@ -8,14 +8,12 @@ import (
 	"math"
 	"net"
 	"runtime/debug"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -29,262 +27,6 @@ var errBusy = errors.New("loop: Run, Deliver or Next already in progress")
 
 // errStopped is the internal signal that the context ended.
 var errStopped = errors.New("loop: context done")
-
-// The pipeline stages, in order: the values of Drop.Stage and Error.Stage.
-const (
-	stageReceive  = "receive"  // the Receiver's Recv
-	stageEnvelope = "envelope" // envelope.Parse (Config.Envelope)
-	stageDecode   = "decode"   // Config.Decode
-	stageValidate = "validate" // Config.Validate
-	stageHandler  = "handler"  // Config.Handler, or the Deliver consumer
-)
-
-// Error is a failure that ended, or was offered to Config.OnError by, a
-// Loop: which loop, at which stage, for a message from which peer, and the
-// cause. Its text never contains raw peer bytes from this package; the
-// cause's text is escaped and capped.
-type Error struct {
-	Loop string
-	// Stage is where the error arose: "receive", "envelope", "decode",
-	// "validate" or "handler".
-	Stage string
-	// Peer is the sending peer's address ("" if unknown).
-	Peer string
-	Err  error
-}
-
-// Error implements error.
-func (e *Error) Error() string {
-	s := "loop " + e.Loop + ": " + e.Stage
-	if e.Loop == "" || e.Loop == "loop" {
-		s = "loop: " + e.Stage // not "loop loop:"
-	}
-	if e.Peer != "" {
-		s += " (peer " + ratelog.Escape(e.Peer, 128) + ")"
-	}
-	// The cause's own "loop: " prefix (ErrReceiverClosed and the like)
-	// would repeat the one above.
-	return s + ": " + strings.TrimPrefix(errText(e.Err), "loop: ")
-}
-
-// Unwrap returns the cause.
-func (e *Error) Unwrap() error { return e.Err }
-
-// HandlerPanicError is the error a handler panic becomes under
-// Config.RecoverHandlerPanics.
-type HandlerPanicError struct {
-	Value any    // what the handler passed to panic
-	Stack []byte // the handler goroutine's stack at the panic
-}
-
-// Error implements error.
-func (p *HandlerPanicError) Error() string {
-	return "handler panicked: " + ratelog.Escape(anyText(p.Value), maxErrText)
-}
-
-// Unwrap returns the panic value if it is an error.
-func (p *HandlerPanicError) Unwrap() error {
-	err, _ := p.Value.(error)
-	return err
-}
-
-func anyText(v any) string {
-	switch v := v.(type) {
-	case error:
-		return v.Error()
-	case string:
-		return v
-	}
-	return fmt.Sprint(v)
-}
-
-// Delivery is one valid message, decoded. Everything in it is valid only
-// until the handler returns (Run), Done is called (Deliver) or the next
-// call (Next): see the package documentation on aliasing.
-type Delivery[T any] struct {
-	// Msg is the message as received: all its frames, and the peer
-	// (Msg.Peer, nil if the receiver does not say).
-	Msg socket.Msg
-	// Envelope is the parsed routing envelope when Config.Envelope is set
-	// (reply with Envelope.Reply), nil otherwise.
-	Envelope *envelope.Envelope
-	// Value is the decoded value, owned and reused by the Loop.
-	Value *T
-
-	ack *ack
-	seq uint64
-}
-
-// Body returns the frames the decoder saw: Envelope.Body when
-// Config.Envelope is set, else Msg.Frames.
-func (d Delivery[T]) Body() [][]byte {
-	if d.Envelope != nil {
-		return d.Envelope.Body
-	}
-	return d.Msg.Frames
-}
-
-// Done tells a loop running [Loop.Deliver] that the consumer has finished
-// with this delivery, so the loop may receive the next message (which
-// reuses the frames and the value). Done is safe to call more than once and
-// on deliveries from Run or Next, where it does nothing.
-func (d Delivery[T]) Done() {
-	if d.ack != nil {
-		d.ack.done(d.seq)
-	}
-}
-
-// ack is the hand-back of Deliver: the consumer raises done to the
-// delivery's sequence number and wakes the loop.
-type ack struct {
-	seq  uint64 // last sequence number sent; used by the loop goroutine only
-	acks atomic.Uint64
-	wake chan struct{}
-}
-
-func (a *ack) done(seq uint64) {
-	for {
-		cur := a.acks.Load()
-		if cur >= seq || a.acks.CompareAndSwap(cur, seq) {
-			break
-		}
-	}
-	select {
-	case a.wake <- struct{}{}:
-	default: // a wake-up is already pending; the loop rereads acks
-	}
-}
-
-func (a *ack) wait(ctx context.Context, seq uint64) error {
-	for a.acks.Load() < seq {
-		select {
-		case <-a.wake:
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-	}
-	return nil
-}
-
-// Drop describes one dropped message, as given to Config.OnDrop.
-type Drop struct {
-	// Loop is the loop's Config.Name.
-	Loop string
-	// Reason is why the message was dropped.
-	Reason decodeguard.Reason
-	// Stage is where it was dropped: "receive", "envelope", "decode",
-	// "validate" or "handler".
-	Stage string
-	// Peer is the sending peer (nil if the receiver does not say).
-	Peer *socket.Peer
-	// Frames is the message's frame count, Length its total size in bytes.
-	Frames int
-	Length int
-	// Prefix is at most 32 leading bytes of the message's last frame. It
-	// aliases the frame: valid only during the OnDrop call, and raw peer
-	// bytes: log it as hex (encoding/hex), never as text.
-	Prefix []byte
-	// Err is the classified error, a *decodeguard.Error in its chain.
-	Err error
-	// Time is when the drop happened (Config.Now).
-	Time time.Time
-
-	lastLen int
-}
-
-// Stats is a snapshot of a Loop's counters. It marshals to JSON as an
-// object of named counters (Dropped and Refused as objects keyed by reason
-// name), the project's one stats vocabulary.
-type Stats struct {
-	// Received counts messages the Receiver returned.
-	Received uint64 `json:"received"`
-	// Delivered counts messages that passed every check and were handed to
-	// the handler, the Deliver channel or Next's caller.
-	Delivered uint64 `json:"delivered"`
-	// Dropped counts drops by reason (index decodeguard.Reason); it
-	// includes messages the Receiver refused itself and handler drops.
-	Dropped decodeguard.Counts `json:"dropped"`
-	// Refused counts, by reason, what the socket under the loop refused
-	// before a message reached the loop: connections that failed their
-	// handshake or broke a policy, connections closed for an oversize or
-	// malformed message (its Stats().Violations). It is filled only when
-	// the Receiver is a *socket.Socket; for a zmq4 socket on the guarded
-	// transport, the refusals are in that zmtpguard.Transport's Stats.
-	Refused decodeguard.Counts `json:"refused"`
-	// HandlerErrors counts unclassified handler errors and handler panics.
-	HandlerErrors uint64 `json:"handler_errors"`
-	// LastDrop is the time of the latest drop, the zero Time if none.
-	LastDrop time.Time `json:"last_drop,omitzero"`
-}
-
-// Config configures a Loop. Decode is required, and Handler for Run.
-type Config[T any] struct {
-	// Name identifies the loop in logs, errors and Drop. Empty means
-	// "loop".
-	Name string
-	// Logger receives the drop lines; nil means slog.Default(). Pass
-	// slog.New(slog.DiscardHandler) to silence it.
-	Logger *slog.Logger
-	// LogInterval is the shortest time between two summary lines of one
-	// reason. Zero means 1 s; a negative value is an error.
-	LogInterval time.Duration
-
-	// Envelope, when set, makes this a ROUTER loop: every message is
-	// checked by envelope.Parse with these options, the decoder sees the
-	// body frames, and Delivery.Envelope carries the identity to reply to.
-	Envelope *envelope.Options
-	// Decode decodes the body frames into the loop's reused value. See
-	// MsgpDecoder, UntypedDecoder and RawDecoder.
-	Decode Decoder[T]
-	// MaxMessageSize is the largest message, all frames together, that
-	// reaches Decode; a longer one is dropped as decodeguard.ReasonOversize.
-	// Zero means the Receiver's own limit when it is a *socket.Socket (its
-	// Options().Guard.MaxMessageSize: one size from the socket to the
-	// decoder), else 1 MiB. New refuses a
-	// value above a socket's limit, which would never see such a message.
-	// The helper decoders take this limit when their Limits.MaxBytes is 0.
-	MaxMessageSize int64
-	// Validate, if set, checks a decoded value. An error that is not
-	// already classified is counted as decodeguard.ReasonValidate.
-	Validate func(*T) error
-	// Handler is called by Run for each valid message, in Run's goroutine.
-	// A nil return goes on; a classified error drops the message under its
-	// reason; any other error ends Run (see OnError).
-	//
-	// The Handler, OnDrop, OnError, Validate and the Decoder all run in
-	// the goroutine of Run (or Deliver, or Next), holding no lock of the
-	// Loop: each may call the Loop's Stats, Name and Close (Close never
-	// waits; Run then returns ErrLoopClosed once the callback has
-	// returned). Run, Deliver or Next called on the same Loop from inside
-	// returns errBusy; none of them may wait for Run to return (Run waits
-	// for them).
-	Handler func(ctx context.Context, d Delivery[T]) error
-
-	// OnDrop, if set, is called synchronously for every drop, after the
-	// counters are updated: feed metrics from it. It must not block. It may
-	// call Stats and Close (see Handler).
-	OnDrop func(Drop)
-	// OnError, if set, is called with every error that would end Run (an
-	// *Error), except the end of the context, Close and a closed receiver
-	// (net.ErrClosed or socket.ErrClosed). Returning nil drops that message
-	// and goes on; returning an error ends Run with it. Beware of returning
-	// nil for a receive error that repeats: the loop would spin on it. It
-	// may call Stats and Close (see Handler).
-	OnError func(error) error
-	// RecoverHandlerPanics turns a handler panic into a
-	// *HandlerPanicError treated as a handler error, instead of letting it
-	// propagate out of Run.
-	RecoverHandlerPanics bool
-	// PropagateDecoderPanics lets a panic in Decode or Validate propagate
-	// instead of being recovered and counted as
-	// decodeguard.ReasonDecoderPanic. (The helper decoders recover panics
-	// of msgp code themselves either way.)
-	PropagateDecoderPanics bool
-
-	// Now is the clock for drop times and log rate limiting; nil means
-	// time.Now. Tests inject a fake clock here.
-	Now func() time.Time
-}
 
 // Loop is a SafeLoop: the resilient receive loop over one Receiver. Create
 // it with [New]. Stats and Close may be called from any goroutine; Run,
@@ -375,8 +117,8 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 	return l, nil
 }
 
-// Name returns the loop's name.
-func (l *Loop[T]) Name() string { return l.cfg.Name }
+// name returns the loop's name.
+func (l *Loop[T]) name() string { return l.cfg.Name }
 
 // Stats returns a snapshot of the loop's counters.
 func (l *Loop[T]) Stats() Stats {
@@ -616,7 +358,7 @@ func (l *Loop[T]) pump(ctx context.Context, h func(context.Context, Delivery[T])
 // panic policy of the phase it happened in: a decode-stage panic becomes a
 // ReasonDecoderPanic drop and *errp = errRecovered, unless
 // PropagateDecoderPanics; a handler panic is counted as a handler error and
-// propagates, unless RecoverHandlerPanics makes it a *HandlerPanicError that
+// propagates, unless RecoverHandlerPanics makes it a *handlerPanicError that
 // goes through OnError like any handler error. Panics anywhere else
 // propagate. settle must be the deferred function itself, so that its
 // recover calls stop the panic.
@@ -652,7 +394,7 @@ func (l *Loop[T]) settle(d *Delivery[T], errp *error, normal *bool) {
 		if r == nil {
 			return // runtime.Goexit
 		}
-		err := l.fail(stageHandler, d.Msg.Peer, &HandlerPanicError{Value: r, Stack: debug.Stack()})
+		err := l.fail(stageHandler, d.Msg.Peer, &handlerPanicError{Value: r, Stack: debug.Stack()})
 		if err == nil {
 			err = errRecovered
 		}

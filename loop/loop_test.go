@@ -153,8 +153,8 @@ func TestRouterBareDealer(t *testing.T) {
 		Handler: func(_ context.Context, d Delivery[any]) error {
 			ids = append(ids, string(d.Envelope.Identity))
 			reply := d.Envelope.Reply(nil, []byte("payload"))
-			if len(reply) != 3 || string(reply[0]) != "req-peer" || len(d.Body()) != 1 {
-				t.Errorf("reply %q body %q", reply, d.Body())
+			if len(reply) != 3 || string(reply[0]) != "req-peer" || len(deliveryBody(d)) != 1 {
+				t.Errorf("reply %q body %q", reply, deliveryBody(d))
 			}
 			return nil
 		},
@@ -219,8 +219,8 @@ func TestNewRejects(t *testing.T) {
 	if err := l.Deliver(testCtx(t), nil); err == nil {
 		t.Fatal("Deliver without channel succeeded")
 	}
-	if l.Name() != "loop" {
-		t.Fatalf("default name %q", l.Name())
+	if l.name() != "loop" {
+		t.Fatalf("default name %q", l.name())
 	}
 }
 
@@ -307,7 +307,7 @@ func TestRecoverHandlerPanics(t *testing.T) {
 	l := newStatsLoop(t, r, func(context.Context, Delivery[vllmwire.Message]) error { panic("handler bug") },
 		func(c *Config[vllmwire.Message]) { c.RecoverHandlerPanics = true })
 	err := l.Run(testCtx(t))
-	var pe *HandlerPanicError
+	var pe *handlerPanicError
 	if !errors.As(err, &pe) || pe.Value != "handler bug" || len(pe.Stack) == 0 {
 		t.Fatalf("Run = %v", err)
 	}
@@ -649,11 +649,11 @@ func TestErrorText(t *testing.T) {
 	if d.hex() != "1b5b…" {
 		t.Fatal(d.hex())
 	}
-	hp := &HandlerPanicError{Value: errors.New("x")}
+	hp := &handlerPanicError{Value: errors.New("x")}
 	if hp.Unwrap() == nil || hp.Error() != "handler panicked: x" {
 		t.Fatal(hp)
 	}
-	if (&HandlerPanicError{Value: 3}).Error() != "handler panicked: 3" {
+	if (&handlerPanicError{Value: 3}).Error() != "handler panicked: 3" {
 		t.Fatal("panic text")
 	}
 	_ = time.Second

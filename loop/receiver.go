@@ -55,7 +55,7 @@ var ErrReceiverClosed = fmt.Errorf("loop: receiver closed: %w", net.ErrClosed)
 // a peer that disconnects (EOF), a TCP reset, a frame the guarded
 // transport refused. Those end one connection, not the socket, so the
 // adapter never returns them as fatal: a clean disconnect (io.EOF) is
-// counted in [ZMQ4Receiver.Disconnects] and Recv goes on receiving; any
+// counted (not as a drop) and Recv goes on receiving; any
 // other per-connection error is returned as a *decodeguard.Error with
 // decodeguard.ReasonTransport, which a Loop counts as a drop (zmq4 closes
 // that connection; the others keep delivering). After Close, zmq4 sockets either fail Recv with a context
@@ -83,9 +83,9 @@ type ZMQ4Receiver struct {
 	disconnects atomic.Uint64
 }
 
-// Disconnects returns how many times a peer of the zmq4 socket closed its
+// disconnects returns how many times a peer of the zmq4 socket closed its
 // connection cleanly (zmq4 reported io.EOF). Those are not drops.
-func (r *ZMQ4Receiver) Disconnects() uint64 { return r.disconnects.Load() }
+func (r *ZMQ4Receiver) disconnectCount() uint64 { return r.disconnects.Load() }
 
 // FromZMQ4 returns a Receiver that reads from s. See [ZMQ4Receiver] for how
 // cancellation works.

@@ -189,12 +189,12 @@ func TestZMQ4ReceiverPeerLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	reset.abort(t)
-	for rcv.Disconnects() == 0 || l.Stats().Dropped[decodeguard.ReasonTransport] == 0 {
+	for rcv.disconnectCount() == 0 || l.Stats().Dropped[decodeguard.ReasonTransport] == 0 {
 		select {
 		case err := <-runErr:
 			t.Fatalf("Run ended after a peer left: %v", err)
 		case <-ctx.Done():
-			t.Fatalf("disconnects %d, stats %+v", rcv.Disconnects(), l.Stats())
+			t.Fatalf("disconnects %d, stats %+v", rcv.disconnectCount(), l.Stats())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -209,7 +209,7 @@ func TestZMQ4ReceiverPeerLeaves(t *testing.T) {
 	if st := l.Stats(); st.Delivered != 4 || st.Dropped[decodeguard.ReasonTransport] != 1 || st.Dropped.Total() != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	if n := rcv.Disconnects(); n != 1 {
+	if n := rcv.disconnectCount(); n != 1 {
 		t.Fatalf("Disconnects = %d, want 1", n)
 	}
 }
