@@ -179,7 +179,7 @@ type Coordinator struct {
 
 	// Drops by the state machine, per loop and reason (loop drops are in
 	// the loops' own Stats; a message is counted in exactly one place).
-	stateDrops [numLoops][decodeguard.NumReasons]atomic.Uint64
+	stateDrops [numLoops][len(decodeguard.Counts{})]atomic.Uint64
 	// What Run sent.
 	statsPublished, wavePublished, readySent, startWaveSent atomic.Uint64
 	// readyCoalesced counts READY requests folded into another READY;

@@ -5,6 +5,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // Frames and commands of the coordinator protocol.
@@ -116,7 +117,7 @@ func ParseFrontMessage(b []byte) (FrontMsg, error) {
 	case 0x00:
 		return FrontMsg{Kind: FrontUnsubscribe, Topic: b[1:]}, nil
 	}
-	if err := decodeguard.Scan(b, &frontLimits); err != nil {
+	if err := msgpscan.Scan(b, &frontLimits); err != nil {
 		return FrontMsg{}, err
 	}
 	n, rest, err := msgp.ReadArrayHeaderBytes(b)

@@ -2,7 +2,9 @@ package coordinator
 
 import (
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
@@ -21,7 +23,7 @@ var startWaveLimits = decodeguard.Limits{MaxDepth: 2, MaxElements: 8, MaxBytes: 
 // or too large wave or a negative exclusion. It allocates nothing on
 // success.
 func ParseStartDPWave(b []byte) (StartDPWave, error) {
-	if err := decodeguard.Scan(b, &startWaveLimits); err != nil {
+	if err := msgpscan.Scan(b, &startWaveLimits); err != nil {
 		return StartDPWave{}, err
 	}
 	n, rest, err := msgp.ReadArrayHeaderBytes(b)
@@ -117,7 +119,7 @@ func ParsePublication(b []byte, dst *Publication) error {
 }
 
 func parsePublication(b []byte, dst *Publication, loads []EngineLoad) error {
-	if err := decodeguard.Scan(b, &publicationLimits); err != nil {
+	if err := msgpscan.Scan(b, &publicationLimits); err != nil {
 		return err
 	}
 	n, rest, err := msgp.ReadArrayHeaderBytes(b)

@@ -29,7 +29,7 @@ type SchedulerStats = enginecore.SchedulerStats
 // DecodeEngineCoreOutputs is the guarded decode of one back-output frame into
 // dst (which it resets): [enginecore.DecodeHeader] with decodeguard's default
 // limits (which refuse every ext type, so a message carrying arrays is
-// refused), one pass that accepts exactly what decodeguard.Scan followed by
+// refused), one pass that accepts exactly what msgpscan.Scan followed by
 // [enginecore.Header.UnmarshalMsg] and [enginecore.Header.Validate] accept,
 // with the same errors. It returns nil or a classified *[decodeguard.Error]. A valid frame into a reused dst allocates
 // nothing. A nil dst is a programming error and yields an unclassified

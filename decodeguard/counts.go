@@ -12,7 +12,7 @@ import (
 // [Reason]. It is the one vocabulary every zmqguard component reports drops
 // in, and what metrics adapters read. It marshals to JSON as an object of
 // the non-zero counts keyed by reason name, such as {"decode":3,"oversize":1}.
-type Counts [NumReasons]uint64
+type Counts [numReasons]uint64
 
 // Total returns the sum of the counts.
 func (c Counts) Total() uint64 {
@@ -57,7 +57,7 @@ func (c *Counts) UnmarshalJSON(b []byte) error {
 	}
 	*c = Counts{}
 	for k, v := range m {
-		r, ok := ParseReason(k)
+		r, ok := parseReason(k)
 		if !ok {
 			return fmt.Errorf("decodeguard: unknown drop reason %q", ratelog.Escape(k, 64))
 		}

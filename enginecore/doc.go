@@ -48,7 +48,7 @@
 //
 // [Decode] refuses, with a classified *decodeguard.Error, before it
 // allocates or builds a view: more frames than Limits.MaxFrames; a body over
-// MaxBytes; anything decodeguard.Scan would refuse (it makes Scan's checks
+// MaxBytes; anything msgpscan.Scan would refuse (it makes Scan's checks
 // in the decoding pass: UTF-8 of every str, container lengths against the
 // bytes left, one element budget, depth; uninterpreted sub-objects go
 // through Scan itself, with ext type 3 the only extension allowed); an

@@ -29,7 +29,7 @@ type Message struct {
 
 // Raw is the msgpack encoding of a sub-object zmqguard does not interpret
 // (kv_transfer_params, trace_headers, a utility result...), validated by
-// decodeguard.Scan and pointing into the frame. nil means the field was
+// msgpscan.Scan and pointing into the frame. nil means the field was
 // absent (msgpack nil on the wire).
 type Raw []byte
 

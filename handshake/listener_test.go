@@ -285,7 +285,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 		{"empty body", "", decodeguard.ReasonDecode},
 	}
 	ctx := testCtx(t, 30*time.Second)
-	var want [decodeguard.NumReasons]uint64
+	var want [len(decodeguard.Counts{})]uint64
 	for i, c := range cases {
 		s, err := socket.NewReq(fastOpts())
 		if err != nil {

@@ -8,6 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
@@ -73,7 +74,7 @@ var getMetaMsg = []byte(GetMetaMsg)
 // envelope) without allocating when it is valid.
 //
 // The body is V1 when it is exactly the 12 bytes "get_meta_msg". Otherwise
-// it must pass [decodeguard.Scan] with the default limits and be a msgpack
+// it must pass [msgpscan.Scan] with the default limits and be a msgpack
 // array of 2 (V2: message, tp_rank) or 3 (V3: message, pp_rank, tp_rank)
 // elements, whose message is "get_meta_msg" as bin (what vLLM sends) or str,
 // and whose ranks are integers in [0, MaxRank].
@@ -95,7 +96,7 @@ func ParseRequest(body []byte) (Request, error) {
 	if string(body) == GetMetaMsg {
 		return Request{Variant: V1}, nil
 	}
-	if err := decodeguard.Scan(body, nil); err != nil {
+	if err := msgpscan.Scan(body, nil); err != nil {
 		return Request{}, err
 	}
 	// Scan guarantees exactly one well-formed object, so the reads below
@@ -264,7 +265,7 @@ func AppendTimestamp(dst []byte, seconds float64) []byte {
 // Anything else is ReasonDecode (or ReasonOversize from the pre-scan); NaN
 // and infinities are ReasonValidate, as no clock reads them.
 func ParseTimestamp(b []byte) (float64, error) {
-	if err := decodeguard.Scan(b, nil); err != nil {
+	if err := msgpscan.Scan(b, nil); err != nil {
 		return 0, err
 	}
 	var f float64

@@ -7,6 +7,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
@@ -109,7 +110,7 @@ func (b *Batch) reuse() {
 }
 
 // decodeChecked is the two-pass path: the size check, the structural
-// pre-scan of the whole payload (decodeguard.ScanOffset), then the decode.
+// pre-scan of the whole payload (msgpscan.ScanOffset), then the decode.
 // It is DecodeBatch as it was before the one-pass decoder, and still
 // decides every payload the fast path does not accept.
 func decodeChecked(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
@@ -120,7 +121,7 @@ func decodeChecked(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error
 			fmt.Sprintf("kvevents: payload of %d bytes over the %d-byte limit", len(p), lim.MaxPayload))
 	}
 	scanLim := decodeguard.Limits{MaxBytes: lim.MaxPayload, MaxElements: lim.MaxPayload}
-	if _, err := decodeguard.ScanOffset(p, &scanLim); err != nil {
+	if _, err := msgpscan.ScanOffset(p, &scanLim); err != nil {
 		return err
 	}
 	switch msgp.NextType(p) {

@@ -9,12 +9,13 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
 // The benchmarks compare a SafeLoop with the loop one writes by hand on the
-// same Receiver and the same decoder (decodeguard.DecodeMsgp into a reused,
+// same Receiver and the same decoder (msgpscan.DecodeMsgp into a reused,
 // Reset value), on the 101-byte vLLM stats message. See BENCHMARKS.md.
 
 var errBenchDone = errors.New("bench done")
@@ -40,7 +41,7 @@ func handLoop(b *testing.B, r Receiver, n int) {
 			continue
 		}
 		v.Reset()
-		if err := decodeguard.DecodeMsgp(m.Frames[0], &lim, &v); err != nil {
+		if err := msgpscan.DecodeMsgp(m.Frames[0], &lim, &v); err != nil {
 			continue
 		}
 		sink += v.SchedulerStats.NumRunningReqs
@@ -222,7 +223,7 @@ func handUntilClosed(ctx context.Context, r Receiver) {
 			continue
 		}
 		v.Reset()
-		if err := decodeguard.DecodeMsgp(m.Frames[0], &lim, &v); err != nil {
+		if err := msgpscan.DecodeMsgp(m.Frames[0], &lim, &v); err != nil {
 			continue
 		}
 		sink += v.SchedulerStats.NumRunningReqs

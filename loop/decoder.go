@@ -7,6 +7,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // Decoder decodes the body frames of one message into dst, which the loop
@@ -56,7 +57,7 @@ func inheritSize(lim decodeguard.Limits) *decodeguard.Limits {
 
 // MsgpDecoder returns a Decoder for messages of exactly one body frame that
 // holds a msgpack object of type T, decoded by T's msgp-generated (or
-// hand-written) UnmarshalMsg through [decodeguard.DecodeMsgp]: the frame is
+// hand-written) UnmarshalMsg through [msgpscan.DecodeMsgp]: the frame is
 // pre-scanned against lim first, msgp errors are classified as
 // decodeguard.ReasonDecode, a panic in UnmarshalMsg as
 // decodeguard.ReasonDecoderPanic, and bytes left after the object are an
@@ -131,7 +132,7 @@ func msgpFrameDecoder[T any, PT interface {
 			}
 			r.Reset()
 		}
-		return decodeguard.DecodeMsgp(b, limits, p)
+		return msgpscan.DecodeMsgp(b, limits, p)
 	}
 }
 
@@ -142,7 +143,7 @@ type resetEntry[T any] struct {
 }
 
 // UntypedDecoder returns a Decoder for messages of exactly one body frame
-// holding any msgpack object, decoded by [decodeguard.DecodeUntyped] (pre-scan
+// holding any msgpack object, decoded by [msgpscan.DecodeUntyped] (pre-scan
 // against lim, then msgp.ReadIntfBytes) into map[string]any, []any, int64,
 // string and so on. It allocates the decoded tree on every message; prefer a
 // typed decoder where the shape is known.
@@ -153,7 +154,7 @@ func UntypedDecoder(lim decodeguard.Limits) Decoder[any] {
 		if len(frames) != 1 {
 			return errNotOneFrame
 		}
-		v, err := decodeguard.DecodeUntyped(frames[0], limits)
+		v, err := msgpscan.DecodeUntyped(frames[0], limits)
 		if err != nil {
 			return err
 		}

@@ -6,8 +6,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
@@ -44,7 +44,7 @@ func FuzzLoop(f *testing.F) {
 			Logger:   discard(),
 			Envelope: &envelope.Options{Lenient: true},
 			Decode: func(body [][]byte, dst *any) error {
-				v, err := decodeguard.DecodeUntyped(body[len(body)-1], nil) // Envelope ensures a body
+				v, err := msgpscan.DecodeUntyped(body[len(body)-1], nil) // Envelope ensures a body
 				*dst = v
 				return err
 			},

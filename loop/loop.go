@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -50,7 +51,7 @@ type Loop[T any] struct {
 	delivered     atomic.Uint64
 	preHandler    atomic.Uint64 // drops at the envelope, decode and validate stages
 	handlerErrors atomic.Uint64
-	dropped       [decodeguard.NumReasons]atomic.Uint64
+	dropped       [len(decodeguard.Counts{})]atomic.Uint64
 	lastDrop      atomic.Int64
 
 	phase uint8  // phaseIdle, phaseDecode or phaseHandler; loop goroutine only
@@ -381,7 +382,7 @@ func (l *Loop[T]) settle(d *Delivery[T], errp *error, normal *bool) {
 			Reason: decodeguard.ReasonDecoderPanic,
 			Detail: "decoder panicked",
 			Offset: -1,
-			Err:    &decodeguard.PanicError{Value: r, Stack: debug.Stack()},
+			Err:    &msgpscan.PanicError{Value: r, Stack: debug.Stack()},
 		}
 		l.drop(decodeguard.ReasonDecoderPanic, l.stage, d.Msg, err)
 		*errp = errRecovered
@@ -487,7 +488,7 @@ func (l *Loop[T]) fail(stage string, peer *socket.Peer, err error) error {
 
 // drop counts, reports and logs one dropped message.
 func (l *Loop[T]) drop(r decodeguard.Reason, stage string, msg socket.Msg, err error) {
-	if r < decodeguard.Reason(decodeguard.NumReasons) {
+	if r < decodeguard.Reason(len(decodeguard.Counts{})) {
 		l.dropped[r].Add(1)
 	}
 	if stage == stageEnvelope || stage == stageDecode || stage == stageValidate {

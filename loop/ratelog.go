@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
@@ -76,7 +77,7 @@ func (rl *rateLog) flush(now time.Time) { rl.lim.Flush(now) }
 // panic's stack.
 func (rl *rateLog) logPanic(d *Drop, addr string) {
 	var stack string
-	var pe *decodeguard.PanicError
+	var pe *msgpscan.PanicError
 	if errors.As(d.Err, &pe) {
 		stack = string(pe.Stack)
 	}

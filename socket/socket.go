@@ -173,7 +173,7 @@ type Socket struct {
 	recvWaiters   atomic.Int32
 	recvSpaceMu   sync.Mutex
 	recvSpace     chan struct{} // closed when Recv releases bytes
-	viol          [decodeguard.NumReasons]atomic.Uint64
+	viol          [len(decodeguard.Counts{})]atomic.Uint64
 
 	logOnce sync.Once        // see log.go
 	lim     *ratelog.Limiter // drop lines, shared rules with package loop

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
@@ -54,7 +55,7 @@ func ExampleHex() {
 		},
 	}))
 	frame := []byte{0xa3, 0xe0, 0x80, 0x80}
-	err := decodeguard.Scan(frame, nil)
+	err := msgpscan.Scan(frame, nil)
 	logger.Warn("dropped frame", "reason", decodeguard.ReasonOf(err), "frame", ratelog.Hex(frame))
 	// Output: level=WARN msg="dropped frame" reason=decode frame.len=4 frame.hex=a3e08080
 }

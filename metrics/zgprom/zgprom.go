@@ -1,7 +1,5 @@
 // Package zgprom exposes zmqguard's counters as a Prometheus collector
-// (github.com/prometheus/client_golang). A [Collector] is a [metrics.Set]:
-// add components to it, register it, and every scrape reads their Stats
-// snapshots (nothing is counted twice, nothing runs on the hot path).
+// (github.com/prometheus/client_golang).
 //
 //	c := zgprom.NewCollector(nil)
 //	c.AddLoop("jobs", l)          // a loop.Loop[T]
@@ -9,6 +7,10 @@
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(c)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// A [Collector] is a [metrics.Set]: add components to it, register it, and
+// every scrape reads their Stats snapshots (nothing is counted twice,
+// nothing runs on the hot path).
 //
 // The metric names, units and labels are those of package metrics
 // (zmqguard_loop_messages_dropped_total{loop,reason} and so on).

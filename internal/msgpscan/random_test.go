@@ -1,4 +1,4 @@
-package decodeguard
+package msgpscan
 
 import (
 	"math/rand/v2"
@@ -8,6 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 	"pgregory.net/rapid"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
@@ -108,7 +109,7 @@ func TestRandomFrames(t *testing.T) {
 	for i := 0; i < frames; i++ {
 		b := randomFrame(r, pool)
 		scanErr := Scan(b, nil)
-		if scanErr != nil && !IsBadInput(scanErr) {
+		if scanErr != nil && !decodeguard.IsBadInput(scanErr) {
 			t.Fatalf("frame %d %s: unclassified scan error %v", i, ratelog.Render(b), scanErr)
 		}
 		if scanErr == nil {
@@ -123,9 +124,9 @@ func TestRandomFrames(t *testing.T) {
 				t.Fatalf("frame %d %s: untyped decode succeeded after scan refused", i, ratelog.Render(b))
 			}
 			_ = v
-		case !IsBadInput(err):
+		case !decodeguard.IsBadInput(err):
 			t.Fatalf("frame %d %s: unclassified untyped error %v", i, ratelog.Render(b), err)
-		case ReasonOf(err) == ReasonDecoderPanic:
+		case decodeguard.ReasonOf(err) == decodeguard.ReasonDecoderPanic:
 			t.Fatalf("frame %d %s: untyped decoder panicked: %v", i, ratelog.Render(b), err)
 		}
 
@@ -137,9 +138,9 @@ func TestRandomFrames(t *testing.T) {
 			if scanErr != nil {
 				t.Fatalf("frame %d %s: typed decode succeeded after scan refused", i, ratelog.Render(b))
 			}
-		case !IsBadInput(err):
+		case !decodeguard.IsBadInput(err):
 			t.Fatalf("frame %d %s: unclassified typed error %v", i, ratelog.Render(b), err)
-		case ReasonOf(err) == ReasonDecoderPanic:
+		case decodeguard.ReasonOf(err) == decodeguard.ReasonDecoderPanic:
 			t.Fatalf("frame %d %s: typed decoder panicked: %v", i, ratelog.Render(b), err)
 		default:
 			typedBad++
@@ -215,7 +216,7 @@ func genValue(t *rapid.T, b []byte, depth int) []byte {
 	}
 }
 
-var permissiveExt = &Limits{AllowExt: AllExtTypes()}
+var permissiveExt = &decodeguard.Limits{AllowExt: AllExtTypes()}
 
 // Scan accepts every valid value; every proper prefix and any trailing byte
 // are refused; msgp.Skip agrees on the object's extent.
@@ -230,8 +231,8 @@ func TestPropertyValidValues(t *testing.T) {
 		}
 		for i := 0; i < len(b); i++ {
 			err := Scan(b[:i], permissiveExt)
-			if ReasonOf(err) != ReasonDecode {
-				t.Fatalf("prefix of %d/%d bytes: Scan = %v, want ReasonDecode", i, len(b), err)
+			if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
+				t.Fatalf("prefix of %d/%d bytes: Scan = %v, want decodeguard.ReasonDecode", i, len(b), err)
 			}
 		}
 		extra := append(b[:len(b):len(b)], rapid.Byte().Draw(t, "extra"))
@@ -246,7 +247,7 @@ func TestPropertyValidValues(t *testing.T) {
 func TestPropertyDepthAndKeys(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		v := genValue(t, nil, 3)
-		m := &Limits{AllowExt: AllExtTypes(), MaxDepth: 8}
+		m := &decodeguard.Limits{AllowExt: AllExtTypes(), MaxDepth: 8}
 		lvl := 8 - 3 // genValue(…, 3) nests at most 3 levels
 		wrapped := append(deepArrays(lvl, nil), v...)
 		if err := Scan(wrapped, m); err != nil {
@@ -256,7 +257,7 @@ func TestPropertyDepthAndKeys(t *testing.T) {
 		err := Scan(keyed, m)
 		t0 := msgp.NextType(v)
 		isContainer := t0 == msgp.ArrayType || t0 == msgp.MapType
-		e, _ := err.(*Error)
+		e, _ := err.(*decodeguard.Error)
 		if isContainer != (e != nil && e.Detail == errCompositeKey.Detail) || !isContainer && err != nil {
 			t.Fatalf("key %s: Scan = %v (container %v)", ratelog.Render(v), err, isContainer)
 		}

@@ -1,4 +1,4 @@
-package decodeguard
+package msgpscan
 
 import (
 	"bytes"
