@@ -57,7 +57,7 @@ func inheritSize(lim decodeguard.Limits) *decodeguard.Limits {
 
 // MsgpDecoder returns a Decoder for messages of exactly one body frame that
 // holds a msgpack object of type T, decoded by T's msgp-generated (or
-// hand-written) UnmarshalMsg through [msgpscan.DecodeMsgp]: the frame is
+// hand-written) UnmarshalMsg through the project's guarded decode: the frame is
 // pre-scanned against lim first, msgp errors are classified as
 // decodeguard.ReasonDecode, a panic in UnmarshalMsg as
 // decodeguard.ReasonDecoderPanic, and bytes left after the object are an
@@ -143,7 +143,7 @@ type resetEntry[T any] struct {
 }
 
 // UntypedDecoder returns a Decoder for messages of exactly one body frame
-// holding any msgpack object, decoded by [msgpscan.DecodeUntyped] (pre-scan
+// holding any msgpack object, decoded by the guarded untyped decode (pre-scan
 // against lim, then msgp.ReadIntfBytes) into map[string]any, []any, int64,
 // string and so on. It allocates the decoded tree on every message; prefer a
 // typed decoder where the shape is known.

@@ -138,7 +138,7 @@ func TestDeliverCancelWhileHeld(t *testing.T) {
 	d.Done()
 	d = <-ch
 	d.Done()
-	if err := <-done; !errors.Is(err, ErrReceiverClosed) {
+	if err := <-done; !errors.Is(err, errReceiverClosed) {
 		t.Fatalf("Deliver = %v", err)
 	}
 	if l.Stats().Delivered != 3 {

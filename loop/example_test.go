@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
@@ -17,7 +18,7 @@ type frames [][]byte
 
 func (f *frames) Recv(ctx context.Context) (socket.Msg, error) {
 	if len(*f) == 0 {
-		return socket.Msg{}, loop.ErrReceiverClosed
+		return socket.Msg{}, net.ErrClosed
 	}
 	m := (*f)[0]
 	*f = (*f)[1:]
@@ -57,7 +58,7 @@ func Example() {
 		panic(err)
 	}
 	err = l.Run(context.Background())
-	fmt.Println("receiver closed:", errors.Is(err, loop.ErrReceiverClosed))
+	fmt.Println("receiver closed:", errors.Is(err, net.ErrClosed))
 	st := l.Stats()
 	fmt.Println("received", st.Received, "delivered", st.Delivered,
 		"decode", st.Dropped[decodeguard.ReasonDecode], "validate", st.Dropped[decodeguard.ReasonValidate])
@@ -111,7 +112,7 @@ func ExampleLoop_Deliver() {
 		case <-timer.C:
 			// publish stats
 		case err := <-ended:
-			fmt.Println("loop ended:", errors.Is(err, loop.ErrReceiverClosed))
+			fmt.Println("loop ended:", errors.Is(err, net.ErrClosed))
 			running--
 		}
 	}

@@ -29,7 +29,7 @@ func FuzzLoop(f *testing.F) {
 				last = d.Value
 				return nil
 			}, nil)
-		if err := l.Run(ctx); !errors.Is(err, ErrReceiverClosed) {
+		if err := l.Run(ctx); !errors.Is(err, errReceiverClosed) {
 			t.Fatalf("typed Run = %v", err)
 		}
 		st := l.Stats()
@@ -56,7 +56,7 @@ func FuzzLoop(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rl.Run(ctx); !errors.Is(err, ErrReceiverClosed) {
+		if err := rl.Run(ctx); !errors.Is(err, errReceiverClosed) {
 			t.Fatalf("router Run = %v", err)
 		}
 		if st := rl.Stats(); st.Received != 2 || st.Delivered+st.Dropped.Total() != 2 || n < 1 {

@@ -144,7 +144,7 @@ func (l *Loop[T]) Stats() Stats {
 // Close stops a running Run or Deliver, which return ErrLoopClosed once the
 // in-flight handler has returned, and makes every later Run, Deliver and
 // Next return ErrLoopClosed. It does not close the Receiver (but see
-// ZMQ4Receiver, which must close its socket to stop) and does not interrupt
+// zmq4Receiver, which must close its socket to stop) and does not interrupt
 // a Next blocked in Recv: cancel Next's context for that. Close always
 // returns nil.
 func (l *Loop[T]) Close() error {

@@ -86,7 +86,7 @@ func TestSeedScenarios(t *testing.T) {
 				c.OnDrop = func(d Drop) { drops = append(drops, d) }
 			})
 			err := l.Run(testCtx(t))
-			if !errors.Is(err, ErrReceiverClosed) {
+			if !errors.Is(err, errReceiverClosed) {
 				t.Fatalf("Run = %v, want the receiver's end", err)
 			}
 			st := l.Stats()
@@ -124,7 +124,7 @@ func TestSeedScenariosUntyped(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+			if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 				t.Fatal(err)
 			}
 			st := l.Stats()
@@ -162,7 +162,7 @@ func TestRouterBareDealer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -186,7 +186,7 @@ func TestRouterBareDealer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) || l.Stats().Delivered != 1 {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) || l.Stats().Delivered != 1 {
 		t.Fatal(err, l.Stats())
 	}
 }
@@ -251,7 +251,7 @@ func TestHandlerClassifiedErrorIsADrop(t *testing.T) {
 		}
 		return nil
 	}, nil)
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	if st := l.Stats(); st.Dropped[decodeguard.ReasonUnknownRank] != 1 || st.Delivered != 2 || st.HandlerErrors != 0 {
@@ -297,7 +297,7 @@ func TestHandlerPanicPropagates(t *testing.T) {
 	// The loop is usable again: the panic released it.
 	r.msgs = append(r.msgs, [][]byte{statsFrame})
 	l.cfg.Handler = func(context.Context, Delivery[vllmwire.Message]) error { return nil }
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 }
@@ -337,7 +337,7 @@ func TestDecoderPanicIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -415,7 +415,7 @@ func TestValidate(t *testing.T) {
 			}
 			c.OnDrop = func(d Drop) { drops = append(drops, d) }
 		})
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -453,7 +453,7 @@ func TestValueReset(t *testing.T) {
 		seen = append(seen, fmt.Sprintf("%d %v %v", d.Value.EngineIndex, d.Value.SchedulerStats != nil, d.Value.Timestamp))
 		return nil
 	}, nil)
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	if want := []string{"1 true 12345.678", "0 false 0"}; fmt.Sprint(seen) != fmt.Sprint(want) {
@@ -618,7 +618,7 @@ func TestNext(t *testing.T) {
 	}
 	checkStats(t, d.Value)
 	d.Done() // a no-op outside Deliver
-	if _, err := l.Next(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if _, err := l.Next(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	if st := l.Stats(); st.Dropped[decodeguard.ReasonDecode] != 2 || st.Delivered != 1 {
@@ -665,9 +665,9 @@ func TestErrorNoStutter(t *testing.T) {
 		e    *Error
 		want string
 	}{
-		{&Error{Loop: "loop", Stage: stageReceive, Err: ErrReceiverClosed}, "loop: receive: receiver closed: use of closed network connection"},
+		{&Error{Loop: "loop", Stage: stageReceive, Err: errReceiverClosed}, "loop: receive: receiver closed: use of closed network connection"},
 		{&Error{Stage: stageHandler, Err: errors.New("boom")}, "loop: handler: boom"},
-		{&Error{Loop: "jobs", Stage: stageReceive, Err: ErrReceiverClosed}, "loop jobs: receive: receiver closed: use of closed network connection"},
+		{&Error{Loop: "jobs", Stage: stageReceive, Err: errReceiverClosed}, "loop jobs: receive: receiver closed: use of closed network connection"},
 	} {
 		if got := c.e.Error(); got != c.want {
 			t.Errorf("got %q, want %q", got, c.want)

@@ -59,7 +59,7 @@ func TestLogFlood(t *testing.T) {
 		c.Now = clock.Now
 		c.OnDrop = func(Drop) { observed++ }
 	})
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -111,7 +111,7 @@ func TestLogFloodMixed(t *testing.T) {
 			c.Logger = slog.New(h)
 			c.Now = newFakeClock(0).Now
 		})
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -181,7 +181,7 @@ func TestLoggerDisabled(t *testing.T) {
 		func(c *Config[vllmwire.Message]) {
 			c.Logger = slog.New(slog.NewTextHandler(failWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 		})
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	if l.Stats().Dropped[decodeguard.ReasonDecode] != 2 {

@@ -48,7 +48,7 @@ func (e *Error) Error() string {
 	if e.Peer != "" {
 		s += " (peer " + ratelog.Escape(e.Peer, 128) + ")"
 	}
-	// The cause's own "loop: " prefix (ErrReceiverClosed and the like)
+	// The cause's own "loop: " prefix (errReceiverClosed and the like)
 	// would repeat the one above.
 	return s + ": " + strings.TrimPrefix(errText(e.Err), "loop: ")
 }

@@ -25,7 +25,7 @@ func TestZMQ4Receiver(t *testing.T) {
 	defer cancel()
 	pull, push := zmq4Pair(t, context.Background())
 	defer push.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	defer rcv.Close()
 
 	for _, sd := range typedSeeds {
@@ -66,7 +66,7 @@ func TestZMQ4Receiver(t *testing.T) {
 func TestZMQ4ReceiverCancelBlocked(t *testing.T) {
 	pull, push := zmq4Pair(t, context.Background())
 	defer push.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	defer rcv.Close()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	done := make(chan error, 1)
@@ -88,7 +88,7 @@ func TestZMQ4ReceiverCancelBlocked(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Recv = %v", err)
 	}
-	if _, err := rcv.Recv(context.Background()); !errors.Is(err, ErrReceiverClosed) {
+	if _, err := rcv.Recv(context.Background()); !errors.Is(err, errReceiverClosed) {
 		t.Fatalf("Recv after cancel = %v", err)
 	}
 }
@@ -98,7 +98,7 @@ func TestZMQ4ReceiverCancelBlocked(t *testing.T) {
 func TestZMQ4ReceiverClosed(t *testing.T) {
 	pull, push := zmq4Pair(t, context.Background())
 	defer push.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	if err := push.Send(zmq4.NewMsg(statsFrame)); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +107,7 @@ func TestZMQ4ReceiverClosed(t *testing.T) {
 		return nil
 	}, nil)
 	err := l.Run(testCtx(t))
-	if !errors.Is(err, net.ErrClosed) || !errors.Is(err, ErrReceiverClosed) {
+	if !errors.Is(err, net.ErrClosed) || !errors.Is(err, errReceiverClosed) {
 		t.Fatalf("Run = %v", err)
 	}
 	if err := rcv.Close(); err != nil {
@@ -126,11 +126,11 @@ func TestZMQ4ReceiverClosed(t *testing.T) {
 func TestZMQ4ReceiverExternalClose(t *testing.T) {
 	pull, push := zmq4Pair(t, context.Background())
 	defer push.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	if err := pull.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rcv.Recv(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if _, err := rcv.Recv(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatalf("Recv = %v", err)
 	}
 	_ = rcv.Close()
@@ -145,7 +145,7 @@ func TestZMQ4ReceiverPeerLeaves(t *testing.T) {
 	defer cancel()
 	pull, stay := zmq4Pair(t, context.Background())
 	defer stay.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	defer rcv.Close()
 
 	leave := zmq4.NewPush(context.Background())
@@ -319,7 +319,7 @@ func TestZMQ4ReceiverGuardedOversize(t *testing.T) {
 // PULL bound on the guarded transport (registered once under a test
 // scheme), wrapped by FromZMQ4 under a stats loop whose handler signals got
 // (buffered buf) per delivery. The caller runs the loop and closes rcv.
-func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, *ZMQ4Receiver, *Loop[vllmwire.Message], chan struct{}) {
+func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, *zmq4Receiver, *Loop[vllmwire.Message], chan struct{}) {
 	t.Helper()
 	const scheme = "zmqguard-loop-test"
 	if !slices.Contains(zmq4.Transports(), scheme) {
@@ -331,7 +331,7 @@ func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, *ZMQ4Receiver, *Loop[v
 	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	got := make(chan struct{}, buf)
 	l := newStatsLoop(t, rcv, func(context.Context, Delivery[vllmwire.Message]) error {
 		got <- struct{}{}
