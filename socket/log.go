@@ -51,8 +51,9 @@ func (s *Socket) emit(e Event) {
 	log := s.logger()
 	if e.Reason == decodeguard.ReasonNone && errors.Is(e.Err, ErrHeartbeatTimeout) {
 		// A peer gone silent (a vanished host, a frozen process) is worth
-		// a warning, like a misbehaving one.
-		if log.Enabled(ctx, slog.LevelWarn) {
+		// a warning, like a misbehaving one, under the same limiter: a
+		// detail line for the first from each connection, then summaries.
+		if s.limiter().Drop("silent", e.Remote, time.Now()) == ratelog.First && log.Enabled(ctx, slog.LevelWarn) {
 			log.LogAttrs(ctx, slog.LevelWarn, "zmqguard: socket dropped a silent peer",
 				slog.String(ratelog.KeyComponent, string(s.typ)), slog.String("event", e.Kind.String()), slog.String(ratelog.KeyPeer, ratelog.Escape(e.Remote, maxLogErr)),
 				slog.String("endpoint", e.Endpoint), slog.String(ratelog.KeyErr, logErr(e.Err)))

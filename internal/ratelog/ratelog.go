@@ -39,7 +39,9 @@
 //	           socket's type, "kvevents", "coordinator", "zmtpguard"
 //	peer       the peer's address (host:port), or a peer's key where a key
 //	           is what identifies it (CURVE), always escaped
-//	reason     a decodeguard.Reason name ("decode", "policy", ...)
+//	reason     a decodeguard.Reason name ("decode", "policy", ...), or
+//	           for a line that is no refusal a fixed word for the
+//	           condition ("silent": a peer dropped for silence)
 //	count      how many drops a line stands for (1 for a detail line)
 //	conns      how many distinct connections a summary counts
 //	held_back  lines of this kind not written since the previous one
