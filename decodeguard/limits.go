@@ -1,18 +1,5 @@
 package decodeguard
 
-// ExtTypes is a set of msgpack extension types (a 256-bit set indexed by
-// the type byte). The zero value is the empty set.
-type ExtTypes [4]uint64
-
-// With returns a copy of s with types added.
-func (s ExtTypes) With(types ...int8) ExtTypes {
-	for _, t := range types {
-		u := uint8(t)
-		s[u>>6] |= 1 << (u & 63)
-	}
-	return s
-}
-
 // Limits configures the structural msgpack pre-scan every zmqguard decode
 // runs before a decoder allocates anything a header claims (the loop
 // package's MsgpDecoder and UntypedDecoder, the references' own decoders).
@@ -39,9 +26,9 @@ type Limits struct {
 	// Off by default: Go (and Python) decoders cannot key on them, and no
 	// vLLM message uses them.
 	CompositeKeys bool
-	// AllowExt lists the extension types accepted; any other ext is
-	// refused. The default is the empty set: none of the vLLM messages
+	// AllowExt lists the extension types accepted (each at most once
+	// matters; order does not); any other ext is refused. The default is the empty set: none of the vLLM messages
 	// zmqguard speaks uses an extension type (not even the timestamp, -1).
 	// The payload of an allowed ext is not inspected.
-	AllowExt ExtTypes
+	AllowExt []int8
 }

@@ -34,7 +34,7 @@ type Limits struct {
 
 var (
 	errNoFrames   = decodeguard.NewError(decodeguard.ReasonEnvelope, "EngineCoreOutputs: a message with no frames")
-	rawViewOnly   = decodeguard.ExtTypes{}.With(ExtRawView)
+	rawViewOnly   = []int8{ExtRawView}
 	errAuxTwiceAt = "EngineCoreOutputs: aux frame referenced twice: "
 )
 

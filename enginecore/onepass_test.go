@@ -30,7 +30,7 @@ func onePassLimits(sel byte) *decodeguard.Limits {
 	case 6:
 		return &decodeguard.Limits{MaxBytes: 16 + int(sel>>3)*4}
 	}
-	return &decodeguard.Limits{MaxDepth: 4, AllowExt: decodeguard.ExtTypes{}.With(3), CompositeKeys: true}
+	return &decodeguard.Limits{MaxDepth: 4, AllowExt: []int8{3}, CompositeKeys: true}
 }
 
 // onePassSeeds are stats, outputs and hazard frames, hex.

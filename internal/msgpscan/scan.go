@@ -28,18 +28,32 @@ const (
 // ExtTimestamp is the msgpack extension type of the standard timestamp.
 const ExtTimestamp int8 = -1
 
-// AllExtTypes returns the set of all 256 extension types.
-func AllExtTypes() decodeguard.ExtTypes {
-	return decodeguard.ExtTypes{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)}
+// AllExtTypes returns all 256 extension types, for Limits.AllowExt.
+func AllExtTypes() []int8 {
+	all := make([]int8, 256)
+	for i := range all {
+		all[i] = int8(i - 128)
+	}
+	return all
 }
 
-// hasExt reports whether t is in s.
-func hasExt(s *decodeguard.ExtTypes, t int8) bool {
+// extSet is a set of extension types, a 256-bit set indexed by the type
+// byte, built once per scan from Limits.AllowExt.
+type extSet [4]uint64
+
+func newExtSet(types []int8) (s extSet) {
+	for _, t := range types {
+		u := uint8(t)
+		s[u>>6] |= 1 << (u & 63)
+	}
+	return s
+}
+
+// has reports whether t is in s.
+func (s *extSet) has(t int8) bool {
 	u := uint8(t)
 	return s[u>>6]&(1<<(u&63)) != 0
 }
-
-var noExt decodeguard.ExtTypes
 
 // DefaultLimits returns the default limits with every field spelled out.
 // Scanning with it is the same as scanning with nil or decodeguard.Limits{}.
@@ -161,7 +175,7 @@ func ScanPrefix(b []byte, lim *decodeguard.Limits) (n, objects int, err error) {
 func scan(b []byte, lim *decodeguard.Limits, prefix bool) (int, int, *decodeguard.Error) {
 	maxDepth, maxElems, maxBytes := DefaultMaxDepth, DefaultMaxElements, DefaultMaxBytes
 	var keyBit uint64 = 1 // map keys must be scalars
-	allow := &noExt
+	var allow extSet
 	if lim != nil {
 		if lim.MaxDepth > 0 {
 			maxDepth = lim.MaxDepth
@@ -175,7 +189,7 @@ func scan(b []byte, lim *decodeguard.Limits, prefix bool) (int, int, *decodeguar
 		if lim.CompositeKeys {
 			keyBit = 0
 		}
-		allow = &lim.AllowExt
+		allow = newExtSet(lim.AllowExt)
 	}
 
 	if len(b) == 0 {
@@ -363,7 +377,7 @@ func scan(b []byte, lim *decodeguard.Limits, prefix bool) (int, int, *decodeguar
 		if start > len(b) {
 			return pos, 0, errTruncated
 		}
-		if !hasExt(allow, int8(b[start-1])) {
+		if !allow.has(int8(b[start-1])) {
 			return pos, 0, errExtType
 		}
 		if l > uint64(len(b)-start) {
