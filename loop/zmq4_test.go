@@ -27,6 +27,9 @@ func TestZMQ4Receiver(t *testing.T) {
 	defer push.Close()
 	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	defer rcv.Close()
+	if _, ok := FromZMQ4(pull).(io.Closer); !ok {
+		t.Fatal("FromZMQ4's Receiver is not an io.Closer, as its doc says")
+	}
 
 	for _, sd := range typedSeeds {
 		if len(sd.frame) == 0 {
