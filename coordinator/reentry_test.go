@@ -40,7 +40,7 @@ func TestOnDropMayCloseAndStat(t *testing.T) {
 	defer cancel()
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
-	p, err := socket.NewPush(testSocketOptions())
+	p, err := socket.New("PUSH", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -61,7 +61,7 @@ func TestHooksMayCloseAndStat(t *testing.T) {
 			defer cancel()
 			served := make(chan error, 1)
 			go func() { served <- l.Serve(ctx) }()
-			c, err := socket.NewReq(fastOpts())
+			c, err := socket.New("REQ", fastOpts())
 			if err != nil {
 				t.Fatal(err)
 			}

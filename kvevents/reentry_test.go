@@ -90,7 +90,7 @@ func waitRemoved(t *testing.T, sub *Subscriber) {
 }
 
 type removeResult struct {
-	stats  Stats
+	stats  SourceStats
 	err    error
 	ctxErr error
 }
@@ -103,7 +103,7 @@ type removeResult struct {
 // even batches already received when the Handler returns), Stats no longer
 // lists it, and Run ends normally.
 func TestHandlerRemovesOwnSource(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	var sub *Subscriber
 	var gone atomic.Bool
 	var after atomic.Int32
@@ -157,7 +157,7 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 	if n := after.Load(); n != 0 {
 		t.Fatalf("%d Handler calls for the source after its Remove returned", n)
 	}
-	if err := sub.Remove("e0"); !errors.Is(err, ErrUnknownSource) {
+	if err := sub.Remove("e0"); !errors.Is(err, errUnknownSource) {
 		t.Fatalf("second Remove: %v", err)
 	}
 	cancel()
@@ -170,7 +170,7 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 // waiting for that Handler, no Handler call follows, Run returns ErrClosed,
 // and every goroutine ends (goleak in TestMain).
 func TestHandlerClosesSubscriber(t *testing.T) {
-	pubs := []*Publisher{newTestPublisher(t, vllm.Latest, false), newTestPublisher(t, vllm.Latest, false)}
+	pubs := []*Publisher{newTestPublisher(t, vllm.Latest(), false), newTestPublisher(t, vllm.Latest(), false)}
 	var sub *Subscriber
 	var closed atomic.Bool
 	var after atomic.Int32
@@ -216,7 +216,7 @@ func TestHandlerClosesSubscriber(t *testing.T) {
 // at once, each Remove the other source. Neither waits for the other (the
 // old Subscriber deadlocked: each Remove waited for the other's Handler).
 func TestHandlersRemoveEachOther(t *testing.T) {
-	pubs := []*Publisher{newTestPublisher(t, vllm.Latest, false), newTestPublisher(t, vllm.Latest, false)}
+	pubs := []*Publisher{newTestPublisher(t, vllm.Latest(), false), newTestPublisher(t, vllm.Latest(), false)}
 	var sub *Subscriber
 	var arrived sync.WaitGroup
 	arrived.Add(2)
@@ -270,7 +270,7 @@ func TestHandlersRemoveEachOther(t *testing.T) {
 // TestHandlerRemovesOwnSourceDuringReplay: the Remove comes from a Handler
 // called by the replay goroutine (a replayed batch), not the receive loop.
 func TestHandlerRemovesOwnSourceDuringReplay(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
+	pub := newTestPublisher(t, vllm.Latest(), true)
 	for i := 0; i < 50; i++ {
 		if err := pub.Publish(storedEvent(uint64(i))); err != nil {
 			t.Fatal(err)
@@ -308,7 +308,7 @@ func TestHandlerRemovesOwnSourceDuringReplay(t *testing.T) {
 // ctx before it waits for the in-flight Handler call, so a Handler blocked
 // on its ctx returns and Remove with it.
 func TestRemoveCancelsBlockedHandler(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	inside := make(chan struct{}, 1)
 	how := make(chan string, 1)
 	sub, err := NewSubscriber(Config{Logger: quiet, Handler: func(ctx context.Context, u Update) error {

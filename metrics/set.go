@@ -310,7 +310,7 @@ func (e emitter) socket(name string, st socket.Stats) {
 	e.emit(socketDroppedHWM, float64(st.DroppedHWM), name)
 	e.emit(socketDroppedUnroutable, float64(st.DroppedUnroutable), name)
 	e.emit(socketDroppedFiltered, float64(st.DroppedFiltered), name)
-	e.counts(socketRefused, &st.Violations, name)
+	e.counts(socketRefused, &st.Refused, name)
 	e.emit(socketPeers, float64(st.Peers), name)
 	e.emit(socketConnects, float64(st.Connects), name)
 	e.emit(socketDisconnects, float64(st.Disconnects), name)
@@ -432,7 +432,7 @@ func (s *Set) Collect(emit func(Sample)) {
 		st := h.s.Stats()
 		e.loop(h.name, st.Loop)
 		e.socket(h.name, st.Socket)
-		e.emit(handshakeServed, float64(st.TotalServed()), h.name)
+		e.emit(handshakeServed, float64(st.Served[handshake.V1]+st.Served[handshake.V2]+st.Served[handshake.V3]), h.name)
 		e.emit(handshakeErrorReplies, float64(st.ErrorReplies), h.name)
 	}
 	if s.coordinator != nil {
@@ -482,7 +482,7 @@ func (s *Set) AddOutputs(name string, r interface{ Stats() outputs.Stats }) erro
 // messages dropped; dropped = message and event drops by reason). At most
 // maxSources (zero means 100) sources get a label of their own; the
 // rest are summed under source="other".
-func (s *Set) AddKVEvents(name string, maxSources int, sub interface{ Stats() kvevents.Stats }) error {
+func (s *Set) AddKVEvents(name string, maxSources int, sub interface{ Stats() kvevents.SourceStats }) error {
 	if isNil(sub) {
 		return errors.New("metrics: AddKVEvents: nil subscriber")
 	}

@@ -131,20 +131,20 @@ func appendJSONString[S string | []byte](b []byte, s S) []byte {
 }
 
 func appendHashJSON(b []byte, h kvevents.Hash) []byte {
-	if h.IsBytes() {
+	if h.Bytes() != nil {
 		return append(append(append(b, '"'), h.String()...), '"')
 	}
 	return strconv.AppendUint(b, h.Uint64(), 10)
 }
 
-func appendOptIntJSON(b []byte, v kvevents.OptInt) []byte {
+func appendOptIntJSON(b []byte, v kvevents.Opt[int64]) []byte {
 	if !v.Valid {
 		return append(b, "null"...)
 	}
 	return strconv.AppendInt(b, v.V, 10)
 }
 
-func appendOptStringJSON(b []byte, v kvevents.OptString) []byte {
+func appendOptStringJSON(b []byte, v kvevents.Opt[string]) []byte {
 	if !v.Valid {
 		return append(b, "null"...)
 	}
@@ -176,7 +176,7 @@ func appendEventJSON(b []byte, u kvevents.Update, i int) []byte {
 	b = appendField(b, "index")
 	b = strconv.AppendInt(b, int64(bt.Index[i]), 10)
 	b = appendField(b, "type")
-	b = appendJSONString(b, e.Type.String())
+	b = appendJSONString(b, e.Type)
 	b = appendField(b, "block_hashes")
 	b = append(b, '[')
 	for j, h := range e.BlockHashes {
@@ -246,14 +246,14 @@ func appendEventJSON(b []byte, u kvevents.Update, i int) []byte {
 }
 
 // appendOpt and appendOptS write an optional field only when it was sent.
-func appendOpt(b []byte, name string, v kvevents.OptInt) []byte {
+func appendOpt(b []byte, name string, v kvevents.Opt[int64]) []byte {
 	if !v.Valid {
 		return b
 	}
 	return appendOptIntJSON(appendField(b, name), v)
 }
 
-func appendOptS(b []byte, name string, v kvevents.OptString) []byte {
+func appendOptS(b []byte, name string, v kvevents.Opt[string]) []byte {
 	if !v.Valid {
 		return b
 	}
@@ -307,15 +307,19 @@ func (p *kvPrinter) handle(_ context.Context, u kvevents.Update) error {
 
 // kvCounters is one source's (or the total's) part of the counters line.
 type kvCounters struct {
-	Batches       uint64               `json:"batches"`
-	Events        uint64               `json:"events"`
-	EventsByType  kvevents.EventCounts `json:"events_by_type"`
-	Gaps          uint64               `json:"gaps"`
-	Replayed      uint64               `json:"replayed"`
-	Lost          uint64               `json:"lost"`
-	Resets        uint64               `json:"resets"`
-	Dropped       decodeguard.Counts   `json:"dropped"`
-	DroppedEvents decodeguard.Counts   `json:"dropped_events"`
+	Batches      uint64 `json:"batches"`
+	Events       uint64 `json:"events"`
+	EventsByType struct {
+		BlockStored      uint64 `json:"block_stored"`
+		BlockRemoved     uint64 `json:"block_removed"`
+		AllBlocksCleared uint64 `json:"all_blocks_cleared"`
+	} `json:"events_by_type"`
+	Gaps          uint64             `json:"gaps"`
+	Replayed      uint64             `json:"replayed"`
+	Lost          uint64             `json:"lost"`
+	Resets        uint64             `json:"resets"`
+	Dropped       decodeguard.Counts `json:"dropped"`
+	DroppedEvents decodeguard.Counts `json:"dropped_events"`
 	// UnsupportedTypes counts events of types this release does not know,
 	// by (escaped) name.
 	UnsupportedTypes map[string]uint64  `json:"unsupported_types,omitempty"`
@@ -347,7 +351,7 @@ func runKVEvents(ctx context.Context, e *env, args []string) int {
 	topic := fs.String("topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 	fromStart := fs.Bool("from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
 	count := fs.Uint64("count", 0, "exit after this many events (0: on SIGINT/SIGTERM)")
-	replayTimeout := fs.Duration("replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
+	replayTimeout := fs.Duration("replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
 	version := releaseFlag(fs) // both event forms and replay framings are always accepted
 	live := addLivenessFlags(fs)
 	mo := addMetricsFlags(fs)
@@ -410,7 +414,7 @@ func runKVEvents(ctx context.Context, e *env, args []string) int {
 		for _, s := range st.Sources {
 			line.Counters.Sources[s.Name] = toCounters(s)
 		}
-		line.Counters.Total = toCounters(st.Total)
+		line.Counters.Total = toCounters(st)
 		out, err := json.Marshal(line)
 		if err != nil {
 			return err
@@ -437,9 +441,9 @@ func kvSynthetic(n uint64, stored int, evs []kvevents.Event) []kvevents.Event {
 	evs = evs[:0]
 	for i := 0; i < stored; i++ {
 		base := n*uint64(stored)*4 + uint64(i)*4
-		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.String("GPU")}
+		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.Some("GPU")}
 		if i > 0 {
-			ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(kvBlockHash(base - 1)), Valid: true}
+			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(kvBlockHash(base - 1)), Valid: true}
 		}
 		for j := uint64(0); j < 4; j++ {
 			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(kvBlockHash(base+j)))
@@ -450,7 +454,7 @@ func kvSynthetic(n uint64, stored int, evs []kvevents.Event) []kvevents.Event {
 		evs = append(evs, ev)
 	}
 	if n > 0 {
-		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"),
+		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"),
 			BlockHashes: []kvevents.Hash{kvevents.IntHash(kvBlockHash((n - 1) * uint64(stored) * 4))}})
 	}
 	return evs

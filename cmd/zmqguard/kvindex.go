@@ -153,11 +153,11 @@ type kvIndexHTTP struct {
 
 // kvIndexServer is the --http endpoint's handlers.
 type kvIndexServer struct {
-	x                     *kvindex.Index  // nil in vLLM-key mode
-	vx                    *vllmhash.Index // vLLM-key mode (--vllm-hash)
+	x                     *kvindex.Index
+	vllmKeys              bool // vLLM-key mode (--vllm-hash)
 	vxBlockSize           int
 	sub                   *kvevents.Subscriber
-	store                 *redisstore.Store // nil: memory
+	store                 kvindex.Backend // nil: memory
 	model                 string
 	logger                *slog.Logger
 	applyErrors           atomic.Uint64
@@ -216,13 +216,13 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 	}
 	var res kvindex.ScoreResult
 	var err error
-	if s.vx != nil {
+	if s.vllmKeys {
 		// vLLM-key mode: one model, the engines' block size.
 		if model != s.model || req.BlockSize != 0 && req.BlockSize != s.vxBlockSize {
 			s.fail(w, http.StatusBadRequest, fmt.Sprintf("vLLM-key mode indexes model %q in blocks of %d only", s.model, s.vxBlockSize))
 			return
 		}
-		res, err = s.vx.Score(&vllmhash.Request{TokenIDs: req.Tokens, LoRAName: req.Lora})
+		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: s.vxBlockSize})
 	} else {
 		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: req.BlockSize})
 	}
@@ -242,7 +242,7 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 // kvIndexCounters is the exit line's and /stats' body.
 type kvIndexCounters struct {
 	Index       *kvindex.Stats        `json:"index,omitempty"`
-	VLLMKeys    *vllmhash.IndexStats  `json:"vllm_key_index,omitempty"`
+	VLLMKeys    *kvindex.Stats        `json:"vllm_key_index,omitempty"`
 	ApplyErrors uint64                `json:"apply_errors"`
 	HTTP        kvIndexHTTP           `json:"http"`
 	Redis       *redisstore.Stats     `json:"redis,omitempty"`
@@ -253,15 +253,15 @@ type kvIndexCounters struct {
 func (s *kvIndexServer) counters() kvIndexCounters {
 	c := kvIndexCounters{ApplyErrors: s.applyErrors.Load(),
 		HTTP: kvIndexHTTP{Scores: s.scores.Load(), BadRequests: s.bad.Load(), Failures: s.failures.Load()}}
-	if s.vx != nil {
-		st := s.vx.Stats()
+	if s.vllmKeys {
+		st := s.x.Stats()
 		c.VLLMKeys = &st
 	} else {
 		st := s.x.Stats()
 		c.Index = &st
 	}
 	if s.store != nil {
-		st := s.store.StoreStats()
+		st, _ := redisstore.StatsOf(s.store)
 		c.Redis = &st
 	}
 	st := s.sub.Stats()
@@ -269,7 +269,7 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 	for _, so := range st.Sources {
 		c.Sources[so.Name] = toCounters(so)
 	}
-	c.Total = toCounters(st.Total)
+	c.Total = toCounters(st)
 	return c
 }
 
@@ -278,9 +278,6 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 // counted; the subscriber goes on.
 func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
 	apply := func(u kvevents.Update) error {
-		if s.vx != nil {
-			return s.vx.Apply(u)
-		}
 		return s.x.Apply(u)
 	}
 	if err := apply(u); err != nil && !errors.Is(err, kvindex.ErrClosed) {
@@ -354,17 +351,17 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 	fs.Var(kvReplayFlag{f: &srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
 	topic := fs.String("topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 	fromStart := fs.Bool("from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
-	replayTimeout := fs.Duration("replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
+	replayTimeout := fs.Duration("replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
 	httpAddr := fs.String("http", "", "serve POST /score, /stats and /metrics over HTTP on this `host:port` (required; loopback only)")
 	httpRemote := fs.Bool("http-allow-remote", false, "allow an --http host that is not loopback")
 	model := fs.String("model", "", "the model every engine serves (a /score request without \"model\" gets it)")
 	blockSize := fs.Int("block-size", 0, "block size to score with before any store names one (0: kvindex's default, 16)")
-	capacity := fs.Int("capacity", 0, "most (block, engine, tier, group) entries held; the oldest are evicted (0: kvindex.DefaultCapacity)")
+	capacity := fs.Int("capacity", 0, "most (block, engine, tier, group) entries held; the oldest are evicted (0: 4194304)")
 	seed := fs.Uint64("seed", 0, "local-key seed; every process sharing a --redis index must use the same (0: kvindex's default)")
 	redisURL := fs.String("redis", "", "keep the index in Redis/Valkey: redis://host:port/db or unix:///path/redis.sock (default: in memory)")
-	redisPrefix := fs.String("redis-prefix", redisstore.DefaultPrefix, "key prefix of the index in Redis")
+	redisPrefix := fs.String("redis-prefix", "", "key prefix of the index in Redis (empty: {zmqguard-kvindex}:)")
 	redisLease := fs.Bool("redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
-	leaseTTL := fs.Duration("redis-lease-ttl", redisstore.DefaultLeaseTTL, "how long a writer lease outlives its last renewal")
+	leaseTTL := fs.Duration("redis-lease-ttl", 0, "how long a writer lease outlives its last renewal (0: 10s)")
 	vllmHash := fs.String("vllm-hash", "", "vLLM-key mode: key blocks by the engines' own hashes, computed for /score with this `function` (sha256_cbor or sha256; needs --block-size and --pythonhashseed)")
 	hashSeed := fs.String("pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
 	live := addLivenessFlags(fs)
@@ -386,7 +383,7 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 			if *blockSize == 0 || *hashSeed == "" {
 				return usagef("--vllm-hash needs --block-size (the engines') and --pythonhashseed (the engines' PYTHONHASHSEED)")
 			}
-			h, err := vllmhash.New(vllmhash.Algo(*vllmHash), *hashSeed)
+			h, err := vllmhash.New(*vllmHash, *hashSeed)
 			if err != nil {
 				return usagef("--vllm-hash: %v", err)
 			}
@@ -427,22 +424,18 @@ func runKVIndex(ctx context.Context, e *env, args []string) int {
 			defer st.Close()
 			srv.store, be = st, st
 		}
+		cfg := kvindex.Config{Backend: be, Capacity: *capacity, Seed: *seed, Model: *model,
+			BlockSize: *blockSize, Logger: e.logger}
 		if hasher != nil {
-			vx, err := vllmhash.NewIndex(vllmhash.IndexConfig{Hasher: hasher, BlockSize: *blockSize, Backend: be, Capacity: *capacity})
-			if err != nil {
-				return err
-			}
-			defer vx.Close()
-			srv.vx, srv.vxBlockSize = vx, *blockSize
-		} else {
-			x, err := kvindex.New(kvindex.Config{Backend: be, Capacity: *capacity, Seed: *seed, Model: *model,
-				BlockSize: *blockSize, Logger: e.logger})
-			if err != nil {
-				return err
-			}
-			defer x.Close()
-			srv.x = x
+			cfg.Keys = hasher.Keys
+			srv.vllmKeys, srv.vxBlockSize = true, *blockSize
 		}
+		x, err := kvindex.New(cfg)
+		if err != nil {
+			return err
+		}
+		defer x.Close()
+		srv.x = x
 		sopts := live.options()
 		sopts.Guard.Curve = cc
 		sopts.Guard.Allow = allow.prefixes // a --bind source's accepted publishers

@@ -11,6 +11,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 )
 
@@ -83,7 +84,7 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		Delivered:         st.Loop.Delivered,
 		Dropped:           st.Loop.Dropped.Total(),
 		Drops:             coordinator.Drops(st.Loop.Dropped),
-		Violations:        coordinator.Drops(st.Socket.Violations),
+		Violations:        coordinator.Drops(st.Socket.Refused),
 		Connects:          st.Socket.Connects,
 		Disconnects:       st.Socket.Disconnects,
 		DroppedUnroutable: st.Socket.DroppedUnroutable,
@@ -119,7 +120,7 @@ func runListener(ctx context.Context, e *env, args []string) int {
 		if *bind == "" || *engineID == "" {
 			return usagef("--bind and --engine-id are required")
 		}
-		if *ppSize < 1 || *tpSize < 1 || *ppSize > handshake.MaxRank || *tpSize > handshake.MaxRank || *ppSize**tpSize > 1<<16 {
+		if *ppSize < 1 || *tpSize < 1 || *ppSize > nixlwire.MaxRank || *tpSize > nixlwire.MaxRank || *ppSize**tpSize > 1<<16 {
 			return usagef("--pp-size and --tp-size must be at least 1 (and serve at most 65536 ranks)")
 		}
 		hash := strings.ToLower(*compat)

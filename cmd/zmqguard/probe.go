@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -61,7 +63,7 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 	tp := fs.Int("tp", 0, "tensor-parallel rank to ask for (v3 and v2)")
 	variant := fs.String("variant", "", "request form: v3 (current vLLM), v2 (since 0.13) or v1 (0.9-0.10) (default: the --vllm-version release's, v3)")
 	release := releaseFlag(fs)
-	timeout := fs.Duration("timeout", handshake.DefaultTimeout, "bound on each network step")
+	timeout := fs.Duration("timeout", 5*time.Second, "bound on each network step")
 	asJSON := fs.Bool("json", false, "print the report as one JSON object instead of one line per step")
 	curve := addCurveClientFlags(fs)
 	pos, code, done := parseCommand(e, fs, spec, args)
@@ -79,8 +81,8 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 		if !ok {
 			return usagef("--variant %q: want v3, v2 or v1", *variant)
 		}
-		if *pp < 0 || *tp < 0 || *pp > handshake.MaxRank || *tp > handshake.MaxRank {
-			return usagef("--pp and --tp must be in [0, %d]", handshake.MaxRank)
+		if *pp < 0 || *tp < 0 || *pp > nixlwire.MaxRank || *tp > nixlwire.MaxRank {
+			return usagef("--pp and --tp must be in [0, %d]", nixlwire.MaxRank)
 		}
 		if v == handshake.V2 && *pp != 0 {
 			return usagef("a v2 request names no pipeline-parallel rank: --pp must be 0")
@@ -102,7 +104,7 @@ func runProbe(ctx context.Context, e *env, args []string) int {
 			opts.Out = nil
 			return probeJSON(ctx, e, pos[0], req, opts)
 		}
-		_, err = handshake.ProbeWith(ctx, pos[0], req, opts)
+		_, err = handshake.Probe(ctx, pos[0], req, opts)
 		if err != nil {
 			e.logger.Debug("probe failed", "endpoint", pos[0], "err", err)
 		}

@@ -118,7 +118,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 		defer stopCurve()
 		opts.Guard.Curve = cc
 		opts.Guard.Allow = allow.prefixes
-		s, err := socket.NewPull(opts)
+		s, err := socket.New("PULL", opts)
 		if err != nil {
 			return err
 		}
@@ -163,7 +163,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 			Received:   st.Received,
 			Dropped:    st.Dropped.Total(),
 			Drops:      coordinator.Drops(st.Dropped),
-			Violations: coordinator.Drops(s.Stats().Violations),
+			Violations: coordinator.Drops(s.Stats().Refused),
 		}
 		if c.n > 1 {
 			span := c.last.Sub(c.first)

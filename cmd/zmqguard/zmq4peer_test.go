@@ -21,7 +21,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -244,11 +244,12 @@ func recvZMQ4(ctx context.Context, s zmq4.Socket) (zmq4.Msg, error) {
 // 65 s under CI or with -zmq4soak.
 func TestZMQ4Peers(t *testing.T) {
 	soak := zmq4SoakDuration()
-	if hb := socket.DefaultHeartbeatInterval + socket.DefaultHeartbeatTimeout; soak < hb+5*time.Second {
+	def := socket.DefaultOptions()
+	if hb := def.HeartbeatInterval + def.HeartbeatTimeout; soak < hb+5*time.Second {
 		t.Fatalf("soak %v does not outlast the default heartbeat interval + timeout %v", soak, hb)
 	}
 	t.Logf("zmq4 peers idle for %v against the CLI's default heartbeats (%v + %v)", soak,
-		socket.DefaultHeartbeatInterval, socket.DefaultHeartbeatTimeout)
+		def.HeartbeatInterval, def.HeartbeatTimeout)
 	budget := soak + 90*time.Second
 	debug := []string{"--log-format", "json", "--log-level", "debug"}
 
@@ -362,7 +363,7 @@ func TestZMQ4Peers(t *testing.T) {
 		publish := func(seq uint64) {
 			t.Helper()
 			payload := kvevents.AppendBatch(nil, float64(seq), []kvevents.Event{{Type: kvevents.BlockRemoved,
-				BlockHashes: []kvevents.Hash{kvevents.IntHash(1000 + seq)}}}, kvevents.OptInt{}, true)
+				BlockHashes: []kvevents.Hash{kvevents.IntHash(1000 + seq)}}}, kvevents.Opt[int64]{}, true)
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], seq)
 			for _, pub := range pubs {
@@ -635,7 +636,7 @@ func TestZMQ4Peers(t *testing.T) {
 		}
 		fetch := func(when string) {
 			t.Helper()
-			body := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, PP: 0, TP: 1})
+			body := nixlwire.AppendRequest(nil, 3, 0, 1)
 			if err := req.Send(zmq4.NewMsg(body)); err != nil {
 				t.Fatal(err)
 			}
@@ -648,14 +649,14 @@ func TestZMQ4Peers(t *testing.T) {
 			if err := notACommand(m.Frames); err != nil || len(m.Frames) != 2 {
 				t.Fatalf("%s: reply %s: want [payload, timestamp] (%v)", when, renderFrames(m.Frames), err)
 			}
-			pl, err := handshake.DecodePayload(m.Frames[0])
+			pl, err := nixlwire.DecodePayload(m.Frames[0])
 			if err != nil {
 				t.Fatalf("%s: payload: %v", when, err)
 			}
-			if _, err := handshake.ParseTimestamp(m.Frames[1]); err != nil {
+			if _, err := nixlwire.ParseTimestamp(m.Frames[1]); err != nil {
 				t.Fatalf("%s: timestamp: %v", when, err)
 			}
-			md, err := handshake.DecodeAgentMetadata(pl.AgentMetadataBytes)
+			md, err := nixlwire.DecodeAgentMetadata(pl.AgentMetadataBytes)
 			if err != nil || md.EngineID != "prefill-7" {
 				t.Fatalf("%s: metadata %+v, %v", when, md, err)
 			}

@@ -48,6 +48,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -332,15 +333,15 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 		wak.Add(1)
 	})
 	for i := 0; i < *fetchers; i++ {
-		run(func() { fetchLoop(ctx, *listener, *fetchInterval, handshake.DefaultTimeout, &hsOK, &hsFail) })
+		run(func() { fetchLoop(ctx, *listener, *fetchInterval, 5*time.Second, &hsOK, &hsFail) })
 	}
 
 	// Junk, at full rate on established connections.
-	v3 := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3})
-	unknownRank := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, TP: 7})
+	v3 := nixlwire.AppendRequest(nil, 3, 0, 0)
+	unknownRank := nixlwire.AppendRequest(nil, 3, 0, 7)
 	hazards := hostile.Payloads()
 	run(func() { // the listener: a DEALER sending bad requests, reading the error replies
-		d, err := socket.NewDealer(quiet())
+		d, err := socket.New("DEALER", quiet())
 		if err != nil {
 			return
 		}
@@ -371,8 +372,8 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 			}
 		}
 	})
-	pushJunk := func(name, ep string, newSock func(socket.Options) (*socket.Socket, error), skip func([]byte) bool) {
-		s, err := newSock(quiet())
+	pushJunk := func(name, ep string, typ zmtpguard.SocketType, skip func([]byte) bool) {
+		s, err := socket.New(typ, quiet())
 		if err != nil {
 			return
 		}
@@ -391,9 +392,9 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	}
 	none := func([]byte) bool { return false }
 	notForXSub := func(b []byte) bool { return len(b) == 0 || b[0] <= 1 } // would be (un)subscriptions
-	run(func() { pushJunk("back-output", *backOut, socket.NewPush, none) })
-	run(func() { pushJunk("front", *front, socket.NewXSub, notForXSub) })
-	run(func() { pushJunk("back-publish", *backPub, socket.NewXSub, notForXSub) })
+	run(func() { pushJunk("back-output", *backOut, "PUSH", none) })
+	run(func() { pushJunk("front", *front, "XSUB", notForXSub) })
+	run(func() { pushJunk("back-publish", *backPub, "XSUB", notForXSub) })
 	run(func() { // raw TCP garbage at every port, paced (each costs a TIME_WAIT socket)
 		targets := []string{*listener, *front, *backOut, *backPub}
 		for i := 0; ctx.Err() == nil; i++ {
@@ -742,7 +743,7 @@ func runStall(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	defer c.Close()
-	req := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3})
+	req := nixlwire.AppendRequest(nil, 3, 0, 0)
 	start := time.Now()
 	sent := 0
 	zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(60 * time.Second))

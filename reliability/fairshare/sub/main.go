@@ -132,7 +132,7 @@ type live struct {
 }
 
 func newLive() (*live, error) {
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +169,7 @@ func (l *live) wait() error {
 func seq8(s uint64) []byte { return binary.BigEndian.AppendUint64(nil, s) }
 
 func batch(ts float64) []byte {
-	return kvevents.AppendBatch(nil, ts, []kvevents.Event{{Type: kvevents.AllBlocksCleared}}, kvevents.OptInt{}, true)
+	return kvevents.AppendBatch(nil, ts, []kvevents.Event{{Type: kvevents.AllBlocksCleared}}, kvevents.Opt[int64]{}, true)
 }
 
 func (l *live) send(s uint64, payload []byte) {
@@ -178,7 +178,7 @@ func (l *live) send(s uint64, payload []byte) {
 
 // replaySrv is a raw replay ROUTER; serve runs per request.
 func replaySrv(ctx context.Context, serve func(ctx context.Context, r *socket.Socket, id []byte, from uint64)) (string, error) {
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		return "", err
 	}
@@ -291,7 +291,7 @@ func (t *tracker) until(d time.Duration, cond func() bool) bool {
 	}
 }
 
-func startSub(h kvevents.Handler) (*kvevents.Subscriber, func(), error) {
+func startSub(h func(context.Context, kvevents.Update) error) (*kvevents.Subscriber, func(), error) {
 	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: h, Logger: quiet})
 	if err != nil {
 		return nil, nil, err
@@ -326,7 +326,7 @@ func row5(nHostile, nGaps int, window time.Duration, down bool) (any, error) {
 	}
 	if down {
 		// A port that was bound and is closed: nobody answers there.
-		r, err := socket.NewRouter(socket.DefaultOptions())
+		r, err := socket.New("ROUTER", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -536,7 +536,7 @@ func row6(trials int, hostile bool) (any, error) {
 	}
 	last := s
 	tr.until(5*time.Second, func() bool { _, ok := tr.delivered["s"][last]; return ok })
-	st := sub.Stats().Total
+	st := sub.Stats()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	after := 0
@@ -565,7 +565,7 @@ func row7(d time.Duration) (any, error) {
 	}
 	ep := sub.Endpoint("b")
 	dial := func() (*socket.Socket, error) {
-		xp, err := socket.NewXPub(socket.DefaultOptions())
+		xp, err := socket.New("XPUB", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -616,7 +616,7 @@ func row7(d time.Duration) (any, error) {
 	}
 	last := sent - 1
 	tr.until(5*time.Second, func() bool { _, ok := tr.delivered["b"][last]; return ok })
-	st := sub.Stats().Total
+	st := sub.Stats()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	delivered := 0
@@ -667,7 +667,7 @@ func row8(n int, d time.Duration) (any, error) {
 		}
 	}
 	time.Sleep(d) // the attack's duration (the measurement window)
-	st := sub.Stats().Total
+	st := sub.Stats()
 	return map[string]any{"row": 8, "sources": n, "seconds": d.Seconds(), "rss_before_mib": base >> 20,
 		"peak_rss_mib": hwm() >> 20, "buffer_overflows": st.BufferOverflows, "replays": st.Replays, "lost": st.Lost}, nil
 }
@@ -755,7 +755,7 @@ func row3(nClients int, d time.Duration) (any, error) {
 	// Replay clients that never read: each asks for the whole buffer, again
 	// every 100 ms.
 	for range nClients {
-		d, err := socket.NewDealer(socket.DefaultOptions())
+		d, err := socket.New("DEALER", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -787,7 +787,7 @@ func row3(nClients int, d time.Duration) (any, error) {
 	sctx, scancel := context.WithTimeout(context.Background(), d)
 	defer scancel()
 	sub.Run(sctx)
-	st := sub.Stats().Total
+	st := sub.Stats()
 	ps := pub.Stats()
 	return map[string]any{"row": 3, "replay_clients": nClients, "seconds": d.Seconds(), "published": ps.Published,
 		"delivered": st.Batches, "replayed": st.Replayed, "lost": st.Lost, "replays": st.Replays, "lost_ranges": st.LostRanges}, nil
