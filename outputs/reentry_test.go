@@ -34,7 +34,7 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 		}, valid, nil},
 		{"OnEngineDead", func(cfg *Config, act func()) {
 			cfg.OnEngineDead = func(EngineDeadError) { act() }
-		}, [][]byte{EngineCoreDead}, valid},
+		}, [][]byte{[]byte(engineCoreDead)}, valid},
 		{"OnDrop", func(cfg *Config, act func()) {
 			cfg.OnDrop = func(loop.Drop) { act() }
 		}, [][]byte{{0x45}}, nil},
@@ -60,7 +60,7 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 				default:
 				}
 			}
-			cfg := Config{Name: "reentry", Logger: quiet, Socket: DefaultSocketOptions(),
+			cfg := Config{Name: "reentry", Logger: quiet, Socket: socket.Options{},
 				Handler: func(context.Context, *enginecore.Message, *socket.Peer) error { return nil }}
 			cfg.Socket.Logger = quiet
 			tc.install(&cfg, act)

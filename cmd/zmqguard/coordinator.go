@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 )
 
@@ -87,13 +88,13 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	backOut := fs.String("back-output", "", "back output (PULL) endpoint to bind, for engine outputs (required)")
 	backPub := fs.String("back-publish", "", "back publish (XPUB) endpoint to bind, for READY and START_DP_WAVE (required)")
 	engines := fs.Int("engines", 0, "data-parallel size: the number of engines (required)")
-	statsInterval := fs.Duration("stats-interval", coordinator.DefaultStatsInterval, "stats publication period while stats change")
-	idleInterval := fs.Duration("idle-interval", coordinator.DefaultIdleInterval, "stats publication period when nothing changes")
+	statsInterval := fs.Duration("stats-interval", 100*time.Millisecond, "stats publication period while stats change")
+	idleInterval := fs.Duration("idle-interval", 5*time.Second, "stats publication period when nothing changes")
 	maxMsg := sizeValue(1 << 20)
 	fs.Var(&maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
 	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
 	release := releaseFlag(fs)
-	readyInterval := fs.Duration("ready-interval", coordinator.DefaultReadyInterval, "shortest time between two READY broadcasts after start-up (negative: one READY per subscription, as vLLM)")
+	readyInterval := fs.Duration("ready-interval", 100*time.Millisecond, "shortest time between two READY broadcasts after start-up (negative: one READY per subscription, as vLLM)")
 	maxEngines := fs.Int("max-engines", 0, "largest engine count SCALE_ELASTIC_EP may set (0: 4 x --engines, at least 8)")
 	scaleFrom := fs.String("scale-from", "", "comma-separated IP addresses of the only front-ends allowed to send SCALE_ELASTIC_EP (default: any)")
 	dbg := addDebugFlags(fs)
@@ -112,8 +113,8 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if *front == "" || *backOut == "" || *backPub == "" {
 			return usagef("--front, --back-output and --back-publish are required")
 		}
-		if *engines < 1 || *engines > coordinator.DefaultMaxEngines {
-			return usagef("--engines must be in [1, %d]", coordinator.DefaultMaxEngines)
+		if *engines < 1 || *engines > maxStartEngines {
+			return usagef("--engines must be in [1, %d]", maxStartEngines)
 		}
 		if *statsInterval <= 0 || *idleInterval <= 0 || *startup < 0 {
 			return usagef("intervals must be positive")
@@ -121,8 +122,8 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 		if maxMsg < 64 {
 			return usagef("--max-message-size must be at least 64 bytes")
 		}
-		if *maxEngines != 0 && (*maxEngines < *engines || *maxEngines > coordinator.MaxEngines) {
-			return usagef("--max-engines must be in [--engines, %d]", coordinator.MaxEngines)
+		if *maxEngines != 0 && (*maxEngines < *engines || *maxEngines > dpwire.MaxEngines) {
+			return usagef("--max-engines must be in [--engines, %d]", dpwire.MaxEngines)
 		}
 		var scaleHosts []string
 		for _, h := range strings.Split(*scaleFrom, ",") {
@@ -209,3 +210,7 @@ func runCoordinator(ctx context.Context, e *env, args []string) int {
 	}()
 	return finish(e, fs, spec, err)
 }
+
+// maxStartEngines is the largest --engines the coordinator accepts when
+// --max-engines is not set (coordinator.Config.MaxEngines' zero value).
+const maxStartEngines = 4096

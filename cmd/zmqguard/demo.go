@@ -18,6 +18,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
@@ -209,7 +210,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 
 	// Engines and the front-end.
 	for i := range demoEngines {
-		eng, err := coordinator.DialEngine(coordinator.EngineConfig{
+		eng, err := dppeer.DialEngine(dppeer.EngineConfig{
 			BackPublish: coord.BackPublishEndpoint(), BackOutput: coord.BackOutputEndpoint(), Socket: sockOpts,
 		})
 		if err != nil {
@@ -218,7 +219,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		defer eng.Close()
 		helperWG.Go(func() { demoEngine(runCtx, eng, i, release, &c) })
 	}
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: coord.FrontEndpoint(), Socket: sockOpts})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: coord.FrontEndpoint(), Socket: sockOpts})
 	if err != nil {
 		return err
 	}
@@ -339,7 +340,7 @@ func guarded(f func() error) (err error) {
 // Under releases where a wake no longer sets running (vLLM PR #51481),
 // engine 0 also reports each wave's start with start_wave, as DP rank 0
 // does.
-func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, release vllm.Release, c *demoCounters) {
+func demoEngine(ctx context.Context, eng *dppeer.Engine, idx int, release vllm.Release, c *demoCounters) {
 	reportStart := idx == 0 && !release.Rules().WakeSetsRunning
 	reported := int64(-1)
 	if err := eng.WaitReady(ctx); err != nil {
@@ -396,7 +397,7 @@ func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, release v
 
 // demoFrontEnd plays the API front-end: it reads every publication and wakes
 // the engines whenever they are paused.
-func demoFrontEnd(ctx context.Context, fe *coordinator.FrontEnd, c *demoCounters) {
+func demoFrontEnd(ctx context.Context, fe *dppeer.FrontEnd, c *demoCounters) {
 	woken := int64(-1)
 	for {
 		p, err := fe.Next(ctx)
@@ -455,8 +456,8 @@ func demoClient(ctx context.Context, ep string, i, n int, opts handshake.ClientO
 
 // demoStatus renders the live one-line status.
 func demoStatus(elapsed, total time.Duration, cs coordinator.Stats, ls handshake.ListenerStats, c *demoCounters) string {
-	lsViol := coordinator.Drops(ls.Socket.Refused)
-	drops := cs.Dropped + cs.Violations.Total() + ls.Loop.Dropped.Total() + lsViol.Total()
+	lsViol := decodeguard.Counts(ls.Socket.Refused)
+	drops := cs.Dropped + cs.Refused.Total() + ls.Loop.Dropped.Total() + lsViol.Total()
 	return fmt.Sprintf("demo %s/%s | coordinator %d outputs, %d pubs, wave %d | handshakes %d | scanner %d probes, %d deaths | drops %d | crashes %d",
 		elapsed.Truncate(time.Second), total, cs.BackOutput.Accepted, cs.StatsPublished+cs.WavePublished, cs.Wave,
 		c.fetchOK.Load(), c.probes.Load(), c.deaths.Load(), drops, c.crashes.Load())
@@ -480,21 +481,21 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 	row := func(name, ep string, served, sent, dropped, refused uint64, ans bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", name, ep, served, sent, dropped, refused, yes(ans))
 	}
-	lsViol := coordinator.Drops(ls.Socket.Refused)
-	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Violations.Total(), answers[0])
-	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Violations.Total(), answers[1])
-	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Violations.Total(), answers[2])
+	lsViol := decodeguard.Counts(ls.Socket.Refused)
+	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Refused.Total(), answers[0])
+	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Refused.Total(), answers[1])
+	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Refused.Total(), answers[2])
 	row("handshake listener (ROUTER)", hs, ls.Served[handshake.V1]+ls.Served[handshake.V2]+ls.Served[handshake.V3], ls.Socket.Sent, ls.Loop.Dropped.Total(), lsViol.Total(), answers[3])
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nDrops by reason (messages dropped + connections refused):")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REASON\tFRONT\tBACK-OUTPUT\tBACK-PUBLISH\tHANDSHAKE\tTOTAL")
-	cols := []coordinator.Drops{
-		sumDrops(cs.Front.Drops, cs.Front.Violations),
-		sumDrops(cs.BackOutput.Drops, cs.BackOutput.Violations),
-		sumDrops(cs.BackPublish.Drops, cs.BackPublish.Violations),
-		sumDrops(coordinator.Drops(ls.Loop.Dropped), lsViol),
+	cols := []decodeguard.Counts{
+		sumDrops(cs.Front.Drops, cs.Front.Refused),
+		sumDrops(cs.BackOutput.Drops, cs.BackOutput.Refused),
+		sumDrops(cs.BackPublish.Drops, cs.BackPublish.Refused),
+		sumDrops(decodeguard.Counts(ls.Loop.Dropped), lsViol),
 	}
 	var grand uint64
 	for _, r := range decodeguard.Reasons() {
@@ -542,7 +543,7 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 	}
 }
 
-func sumDrops(a, b coordinator.Drops) coordinator.Drops {
+func sumDrops(a, b decodeguard.Counts) decodeguard.Counts {
 	for i := range a {
 		a[i] += b[i]
 	}

@@ -45,8 +45,8 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
@@ -266,7 +266,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	// Valid: the engine (the coordinator's only one), its stats at full rate
 	// and its wave notices; a front-end reading publications and waking the
 	// engines; handshakes.
-	eng, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
+	eng, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -307,7 +307,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 			}
 		}
 	})
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: *front, Socket: quiet()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: *front, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -472,7 +472,7 @@ func runEngine(ctx context.Context, args []string) (any, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	e, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -550,7 +550,7 @@ func runFrontend(ctx context.Context, args []string) (any, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: *front, Socket: quiet()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: *front, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
