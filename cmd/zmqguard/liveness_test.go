@@ -4,11 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"flag"
-	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"io"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"

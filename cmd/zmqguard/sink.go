@@ -161,7 +161,7 @@ func runSink(ctx context.Context, e *env, args []string) int {
 			Decode:     *decode,
 			Messages:   c.n,
 			Received:   st.Received,
-			Dropped:    st.TotalDropped(),
+			Dropped:    st.Dropped.Total(),
 			Drops:      decodeguard.Counts(st.Dropped),
 			Violations: decodeguard.Counts(s.Stats().Refused),
 		}

@@ -53,7 +53,7 @@ func (e *Error) Error() string {
 }
 
 // Unwrap exposes the classification so decodeguard.IsBadInput(err) is true.
-func (e *Error) Unwrap() error { return decodeguard.Sentinel(e.Reason) }
+func (e *Error) Unwrap() error { return &decodeguard.Error{Reason: e.Reason, Offset: -1} }
 
 func fault(r decodeguard.Reason, detail string, length int64, prefix []byte) *Error {
 	e := &Error{Reason: r, Detail: detail, Length: length}
