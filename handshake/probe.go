@@ -187,7 +187,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	// zmtp
 	t0 = time.Now()
 	cfg := zmtpguard.Config{HandshakeTimeout: timeout, Curve: p.curve}
-	conn, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Req, nil, &cfg)
+	conn, err := zmtpguard.Handshake(ctx, nc, "REQ", nil, &cfg)
 	p.rep.HandshakeTime = time.Since(t0)
 	if err != nil {
 		var v *zmtpguard.Violation
@@ -210,9 +210,9 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 		return p.fail("zmtp", p.rep.HandshakeTime, kind, hint, err)
 	}
 	defer conn.Close()
-	p.rep.PeerType = conn.PeerType()
+	p.rep.PeerType = conn.Peer().SocketType
 	note := ""
-	if p.rep.PeerType != zmtpguard.Router {
+	if p.rep.PeerType != "ROUTER" {
 		note = " (vLLM's listener is a ROUTER)"
 	}
 	if p.curve != nil {
@@ -244,7 +244,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 			break
 		}
 		if m.Command == zmtpwire.CmdPing {
-			if conn.Pong(&m) == nil {
+			if conn.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0])) == nil {
 				conn.Flush()
 			}
 		}

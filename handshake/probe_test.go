@@ -44,7 +44,7 @@ func TestProbeLiveListener(t *testing.T) {
 		if err != nil || !rep.OK {
 			t.Fatalf("%v: probe failed: %v", req.Variant, err)
 		}
-		if len(rep.Steps) != 5 || rep.PeerType != zmtpguard.Router || rep.EngineID != "prefill-7" || rep.Metadata == nil {
+		if len(rep.Steps) != 5 || rep.PeerType != "ROUTER" || rep.EngineID != "prefill-7" || rep.Metadata == nil {
 			t.Errorf("%v: report %+v", req.Variant, rep)
 		}
 		wantFrames := map[Variant]int{V1: 2, V2: 2, V3: 3}[req.Variant]
@@ -221,7 +221,7 @@ func TestProbeWithCurve(t *testing.T) {
 	_, strangerSec, _ := zmtpguard.GenerateCurveKeyPair()
 	wrongPub, _, _ := zmtpguard.GenerateCurveKeyPair()
 	o := fastOpts()
-	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: srvSec, Authorize: zmtpguard.NewKeySet(cliPub).Authorize, Logger: quiet}
+	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: srvSec, Authorize: func(key zmtpguard.CurveKey, _ net.Addr) (bool, string) { return key == cliPub, "" }, Logger: quiet}
 	o.Logger = quiet
 	l := startListener(t, ListenerConfig{Socket: o})
 	req := Request{Variant: V3}

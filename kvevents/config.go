@@ -258,7 +258,7 @@ func (c *Config) fill() error {
 	if c.Socket.Guard.Budget == nil && c.Socket.MemoryBudget >= 0 {
 		// One receive budget for every source's sockets: n sources no
 		// longer mean n budgets.
-		c.Socket.Guard.Budget = zmtpguard.NewBudget(c.MemoryBudget, c.Socket.BudgetWait)
+		c.Socket.Guard.Budget = &zmtpguard.Budget{Limit: c.MemoryBudget, Wait: c.Socket.BudgetWait}
 	}
 	return sockopt.Verify(c.Socket)
 }

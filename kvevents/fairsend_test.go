@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -24,7 +23,7 @@ func rawReplayClient(t *testing.T, ctx context.Context, ep string) *zmtpguard.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Dealer, nil, nil)
+	c, err := zmtpguard.Handshake(ctx, nc, "DEALER", nil, nil)
 	if err != nil {
 		nc.Close()
 		t.Fatal(err)
@@ -52,7 +51,7 @@ func readReplay(t *testing.T, c *zmtpguard.Conn) (seqs []uint64, marker uint64) 
 	t.Helper()
 	var m zmtpguard.Message
 	for {
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(10 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("after %d replies, no marker: %v", len(seqs), err)
 		}
@@ -210,7 +209,7 @@ func TestReplayRequestFloodRateLimited(t *testing.T) {
 	// closed.
 	var m zmtpguard.Message
 	for {
-		zmtpaccess.NetConn(flood).SetReadDeadline(time.Now().Add(10 * time.Second))
+		flood.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 		if err := flood.ReadMessage(&m); err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				t.Fatal("flooding connection still open")

@@ -23,8 +23,8 @@ import (
 // frames. A peer that leaves ends only its own connection.
 func ExampleFromZMQ4() {
 	// zmq4's transport registry is global: register once per process.
-	if !slices.Contains(zmq4.Transports(), zmtpguard.DefaultScheme) {
-		if err := zmtpguard.RegisterTransport(zmtpguard.DefaultScheme, nil); err != nil {
+	if !slices.Contains(zmq4.Transports(), "zmqguard") {
+		if _, err := zmtpguard.RegisterTransport("zmqguard", nil); err != nil {
 			log.Fatal(err)
 		}
 	}

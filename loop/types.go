@@ -186,7 +186,8 @@ type Stats struct {
 	// handshake or broke a policy, connections closed for an oversize or
 	// malformed message (its Stats().Violations). It is filled only when
 	// the Receiver is a *socket.Socket; for a zmq4 socket on the guarded
-	// transport, the refusals are in that zmtpguard.Transport's Stats.
+	// transport, the refusals are in the stats zmtpguard.RegisterTransport
+	// returned.
 	Refused decodeguard.Counts `json:"refused"`
 	// HandlerErrors counts unclassified handler errors and handler panics.
 	HandlerErrors uint64 `json:"handler_errors"`

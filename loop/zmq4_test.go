@@ -326,7 +326,7 @@ func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, *zmq4Receiver, *Loop[v
 	t.Helper()
 	const scheme = "zmqguard-loop-test"
 	if !slices.Contains(zmq4.Transports(), scheme) {
-		if err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
+		if _, err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
 			t.Fatal(err)
 		}
 	}

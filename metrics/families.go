@@ -137,7 +137,7 @@ var (
 	socketBudgetEvictions = family("zmqguard_socket_budget_evictions_total", Counter, "{connection}",
 		"Connections closed as the largest holder of a spent MemoryBudget.", labelSocket)
 
-	// Guarded listeners (zmtpguard.Listener, zmtpguard.Transport).
+	// Guarded listeners (zmtpguard.Listener, zmtpguard.RegisterTransport's stats).
 	zmtpAccepted = family("zmqguard_zmtp_connections_accepted_total", Counter, "{connection}",
 		"Connections taken from the OS listener, refused ones included.", labelSocket)
 	zmtpHandshakes = family("zmqguard_zmtp_handshakes_total", Counter, "{handshake}",

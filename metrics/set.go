@@ -332,7 +332,7 @@ func (e emitter) zmtp(name string, st zmtpguard.Stats) {
 	e.emit(zmtpAccepted, float64(st.Accepted), name)
 	e.emit(zmtpHandshakes, float64(st.Handshakes), name)
 	e.emit(zmtpAcceptErrors, float64(st.AcceptErrors), name)
-	e.counts(zmtpRefused, &st.Violations, name)
+	e.counts(zmtpRefused, &st.Refused, name)
 	e.emit(zmtpEvicted, float64(st.Evicted), name)
 	e.emit(zmtpConnsEvicted, float64(st.ConnsEvicted), name)
 	e.emit(zmtpOpen, float64(st.Open), name)

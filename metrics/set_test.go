@@ -81,7 +81,7 @@ func TestCollectMapsEveryField(t *testing.T) {
 	sk := &fakeSocket{Received: 11, Sent: 12, DroppedHWM: 13, DroppedUnroutable: 14, DroppedFiltered: 15,
 		Refused: viol, Peers: 4, Connects: 16, Disconnects: 17, AcceptErrors: 18,
 		ZMTP30Peers: 3, DroppedFairShare: 60, SendEvictions: 61, BudgetBytes: 62, BudgetStalls: 63, BudgetEvictions: 64}
-	z := &fakeZMTP{Accepted: 20, Handshakes: 21, AcceptErrors: 22, Violations: viol, Evicted: 23, Open: 24, Pending: 25,
+	z := &fakeZMTP{Accepted: 20, Handshakes: 21, AcceptErrors: 22, Refused: viol, Evicted: 23, Open: 24, Pending: 25,
 		ConnsEvicted: 26}
 	o := &fakeOutputs{st: outputs.Stats{ClaimsRefused: 70, EngineDead: 71, UnattributedDead: 72, QueuedBytes: 73,
 		Holds: 74, QueueWaits: 75, Engines: []outputs.EngineStats{{Engine: 0, Messages: 76}}}}

@@ -15,7 +15,6 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -101,12 +100,12 @@ func handshaken(t *testing.T, ctx context.Context, addr string, peerType zmq4.So
 		t.Fatalf("attack handshake: %v", err)
 	}
 	for _, r := range raw {
-		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(2 * time.Second))
-		if _, err := zmtpaccess.NetConn(c).Write(r); err != nil {
+		c.NetConn().SetWriteDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.NetConn().Write(r); err != nil {
 			break
 		}
 	}
-	return []net.Conn{zmtpaccess.NetConn(c)}
+	return []net.Conn{c.NetConn()}
 }
 
 var hugeSizes = []uint64{1 << 31, 1 << 40, 1 << 62, 1<<64 - 1}

@@ -9,7 +9,6 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
@@ -33,7 +32,7 @@ func TestXPubFairSendShare(t *testing.T) {
 	const hogs = 4
 	for range hogs {
 		c := rawPeer(t, ctx, ep, zmq4.Sub, nil)
-		zmtpaccess.WriteCommand(c, zmtpwire.CmdSubscribe, nil)
+		c.WriteCommand(zmtpwire.CmdSubscribe, nil)
 		c.Flush()
 	}
 	sub := mustSocket(t, NewSub)
@@ -88,7 +87,7 @@ func TestXPubDefaultWriteDeadlineIgnoresPings(t *testing.T) {
 	}
 	ep := mustBind(t, xpub)
 	c := rawPeer(t, ctx, ep, zmq4.Sub, nil)
-	zmtpaccess.WriteCommand(c, zmtpwire.CmdSubscribe, nil)
+	c.WriteCommand(zmtpwire.CmdSubscribe, nil)
 	c.Flush()
 	waitFor(t, ctx, "the subscription", func() bool { return xpub.Stats().Topics == 1 })
 	// The silent subscriber PINGs every 100 ms (TTL 0) and never reads.
@@ -99,7 +98,7 @@ func TestXPubDefaultWriteDeadlineIgnoresPings(t *testing.T) {
 		tk := time.NewTicker(100 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			if zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 0}) != nil || c.Flush() != nil {
+			if c.WriteCommand(zmtpwire.CmdPing, []byte{0, 0}) != nil || c.Flush() != nil {
 				return
 			}
 			select {
@@ -144,7 +143,7 @@ func TestXPubEvictsOverShareWhenTotalSpent(t *testing.T) {
 	})
 	ep := mustBind(t, xpub)
 	hog := rawPeer(t, ctx, ep, zmq4.Sub, nil)
-	zmtpaccess.WriteCommand(hog, zmtpwire.CmdSubscribe, nil)
+	hog.WriteCommand(zmtpwire.CmdSubscribe, nil)
 	hog.Flush()
 	waitFor(t, ctx, "the silent subscription", func() bool { return xpub.Stats().Topics == 1 })
 	payload := make([]byte, 16<<10)

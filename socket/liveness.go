@@ -11,7 +11,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
@@ -119,7 +118,7 @@ func (p *peerConn) heartbeatTick() {
 	}
 	now := time.Now()
 	// A reader stalled by MemoryBudget is paused by us too.
-	paused := p.paused.Load() || (p.conn != nil && zmtpaccess.Stalled(p.conn))
+	paused := p.paused.Load() || (p.conn != nil && p.conn.Stalled())
 	if rx := p.rx.Load(); rx != h.seenRx || paused {
 		// While the reader waits for Recv we cannot see the peer's bytes:
 		// it is not the peer that is slow, so it is not timed out.

@@ -15,7 +15,6 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -201,12 +200,12 @@ func TestPushWaitsForPeerWithContext(t *testing.T) {
 		}
 		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer hcancel()
-		c, err := zmtpguard.Handshake(hctx, nc, zmtpguard.Pull, nil, nil)
+		c, err := zmtpguard.Handshake(hctx, nc, "PULL", nil, nil)
 		if err != nil {
 			close(accepted)
 			return
 		}
-		accepted <- zmtpaccess.NetConn(c) // never read from
+		accepted <- c.NetConn() // never read from
 	}()
 	mustDial(t, push, "tcp://"+ln.Addr().String())
 	waitPeers(t, ctx, push, 1)
@@ -453,8 +452,8 @@ func TestXPubVerboseSubscriptions(t *testing.T) {
 	c := rawPeer(t, ctx, ep, zmq4.XSub, nil)
 	c.WriteMessage([]byte("\x01t"))
 	c.WriteMessage([]byte("\x01t")) // again: verbose, delivered again
-	zmtpaccess.WriteCommand(c, zmtpwire.CmdSubscribe, []byte("cmd"))
-	zmtpaccess.WriteCommand(c, zmtpwire.CmdCancel, []byte("cmd"))
+	c.WriteCommand(zmtpwire.CmdSubscribe, []byte("cmd"))
+	c.WriteCommand(zmtpwire.CmdCancel, []byte("cmd"))
 	c.WriteMessage([]byte("\x00t"))
 	c.WriteMessage([]byte("hello"), []byte("data"))
 	c.Flush()
@@ -467,7 +466,7 @@ func TestXPubVerboseSubscriptions(t *testing.T) {
 	// Still subscribed once to "t": a publication reaches the peer.
 	xpub.Send(ctx, []byte("tx"))
 	var m zmtpguard.Message
-	zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
 	if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "tx" {
 		t.Fatalf("subscriber read %q, %v", m.Frames, err)
 	}
@@ -507,11 +506,11 @@ func TestPingAnsweredWithPong(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	pull := mustSocket(t, NewPull)
 	c := rawPeer(t, ctx, mustBind(t, pull), zmq4.Push, nil)
-	zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 10, 'c', 't', 'x'})
+	c.WriteCommand(zmtpwire.CmdPing, []byte{0, 10, 'c', 't', 'x'})
 	c.WriteMessage([]byte("after-ping"))
 	c.Flush()
 	var m zmtpguard.Message
-	zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
 	if err := c.ReadMessage(&m); err != nil {
 		t.Fatal(err)
 	}
@@ -601,7 +600,7 @@ func TestEventsHandshakeFailure(t *testing.T) {
 	}
 	// A violation after the handshake is a disconnect with its reason.
 	c := rawPeer(t, ctx, ep, zmq4.Push, nil)
-	zmtpaccess.NetConn(c).Write([]byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	c.NetConn().Write([]byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	waitFor(t, ctx, "disconnect event", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
@@ -740,7 +739,7 @@ func TestPullDeliversBeforeSplitMessage(t *testing.T) {
 	defer c.Close()
 	// Frame 1: "first" complete. Frame 2: header claims 100 bytes, 3 sent.
 	raw := []byte{0, 5, 'f', 'i', 'r', 's', 't', 0, 100, 'a', 'b', 'c'}
-	if _, err := zmtpaccess.NetConn(c).Write(raw); err != nil {
+	if _, err := c.NetConn().Write(raw); err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)

@@ -82,8 +82,8 @@ const (
 )
 
 var kindTypes = [...]zmtpguard.SocketType{
-	kRouter: zmtpguard.Router, kDealer: zmtpguard.Dealer, kReq: zmtpguard.Req, kPull: zmtpguard.Pull,
-	kPush: zmtpguard.Push, kXPub: zmtpguard.XPub, kSub: zmtpguard.Sub, kXSub: zmtpguard.XSub,
+	kRouter: "ROUTER", kDealer: "DEALER", kReq: "REQ", kPull: "PULL",
+	kPush: "PUSH", kXPub: "XPUB", kSub: "SUB", kXSub: "XSUB",
 }
 
 // receives reports whether the socket type delivers messages to Recv.
@@ -244,7 +244,7 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 	}
 	if o.MemoryBudget > 0 {
 		if s.guard.Budget == nil {
-			s.guard.Budget = zmtpguard.NewBudget(o.MemoryBudget, o.BudgetWait)
+			s.guard.Budget = &zmtpguard.Budget{Limit: o.MemoryBudget, Wait: o.BudgetWait}
 		}
 		s.budget = s.guard.Budget
 	}
@@ -280,7 +280,7 @@ func (s *Socket) addr() net.Addr {
 	if len(s.listeners) == 0 {
 		return nil
 	}
-	return s.listeners[0].gl.Addr()
+	return s.listeners[0].addr
 }
 
 // Endpoint returns the first bound endpoint with the port actually chosen,
@@ -366,8 +366,7 @@ func (s *Socket) Stats() Stats {
 		p.qmu.Unlock()
 	}
 	if b := s.budget; b != nil {
-		bs := b.Stats()
-		st.BudgetBytes, st.BudgetStalls, st.BudgetEvictions = bs.Used, bs.Stalls, bs.Evictions
+		st.BudgetBytes, st.BudgetStalls, st.BudgetEvictions = b.Stats()
 	}
 	if s.kind == kXPub {
 		s.topicIdx.mu.RLock()
@@ -437,7 +436,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	md := c.Peer()
 	info := &Peer{
 		id:       s.peerSeq.Add(1),
-		addr:     c.RemoteAddr(),
+		addr:     c.NetConn().RemoteAddr(),
 		typ:      md.SocketType,
 		endpoint: ep,
 	}
@@ -447,7 +446,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	if md.Identity != "" {
 		info.identity = []byte(md.Identity)
 	}
-	major, minor := c.PeerVersion()
+	major, minor := c.Peer().Major, c.Peer().Minor
 	info.version = [2]byte{byte(major), byte(minor)}
 	p := newPeerConn(s, c, info, gone)
 	p.accepted = accepted

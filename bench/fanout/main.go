@@ -287,8 +287,8 @@ func (ch *child) stop() {
 type socketType = zmtpguard.SocketType
 
 const (
-	typeXSub = zmtpguard.XSub
-	typePush = zmtpguard.Push
+	typeXSub = "XSUB"
+	typePush = "PUSH"
 )
 
 // dial connects a raw ZMTP peer of type t to endpoint tcp://host:port.

@@ -28,7 +28,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -129,7 +128,7 @@ func sum(c []atomic.Uint64) uint64 {
 // CPU per request as a REQ can. It signals ready after its first reply.
 func client(ctx context.Context, endpoint string, req []byte, wait time.Duration, checkEvery int,
 	measuring *atomic.Bool, count *atomic.Uint64, lat *[]time.Duration, errs *atomic.Uint64, ready chan<- struct{}) error {
-	c, err := load.DialRetry(endpoint, zmtpguard.Req, wait)
+	c, err := load.DialRetry(endpoint, "REQ", wait)
 	if err != nil {
 		return err
 	}
@@ -138,7 +137,7 @@ func client(ctx context.Context, endpoint string, req []byte, wait time.Duration
 	defer stop()
 	var m zmtpguard.Message
 	for i := 0; ; i++ {
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
 		t0 := time.Now()
 		err := c.WriteMessage(nil, req)
 		if err == nil {

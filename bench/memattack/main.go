@@ -41,7 +41,6 @@ import (
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -243,7 +242,7 @@ func attack(addr string, conns, size int, hold time.Duration) {
 	hdr[0] = zmtpwire.FlagLong
 	binary.BigEndian.PutUint64(hdr[1:], uint64(size))
 	swarm := load.NewSwarm(addr, conns, func(c *zmtpguard.Conn) {
-		nc := zmtpaccess.NetConn(c)
+		nc := c.NetConn()
 		nc.SetWriteDeadline(time.Now().Add(hold))
 		if burst {
 			burstThenIdle(c, size, hold)
@@ -280,11 +279,11 @@ func burstThenIdle(c *zmtpguard.Conn, size int, hold time.Duration) {
 	if err := c.Flush(); err != nil {
 		return
 	}
-	zmtpaccess.NetConn(c).SetDeadline(time.Now().Add(hold))
+	c.NetConn().SetDeadline(time.Now().Add(hold))
 	var m zmtpguard.Message
 	for c.ReadMessage(&m) == nil {
 		if m.Command == zmtpwire.CmdPing {
-			c.Pong(&m)
+			c.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0]))
 			c.Flush()
 		}
 	}

@@ -26,7 +26,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
@@ -86,7 +85,7 @@ func main() {
 // peer's greeting and READY without checking them.
 func handshake(nc net.Conn, br *bufio.Reader) error {
 	g := zmtpwire.LocalGreeting()
-	out := append(g[:], load.ReadyCommand(zmtpguard.Pull)...)
+	out := append(g[:], load.ReadyCommand("PULL")...)
 	if _, err := nc.Write(out); err != nil {
 		return err
 	}

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,11 +27,11 @@ func curveCerts(t *testing.T) (srvPub, srvSecret, cliSecret, cliDir string) {
 		}
 	}
 	srvSecret = filepath.Join(srvDir, "server.key_secret")
-	cert, err := zmtpguard.LoadCertificate(filepath.Join(srvDir, "server.key"))
+	certPublic, _, err := zmtpguard.LoadCertificate(filepath.Join(srvDir, "server.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cert.Public.String(), srvSecret, filepath.Join(cliDir, "client.key_secret"), cliDir
+	return certPublic.String(), srvSecret, filepath.Join(cliDir, "client.key_secret"), cliDir
 }
 
 // TestProbeCurve: probe against a CURVE-only handshake-listener succeeds
@@ -106,7 +107,7 @@ func TestProbeCurveFreshKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	o := quietSocket()
-	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: sec, Authorize: zmtpguard.AllowAnyClient, Logger: o.Logger}
+	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: sec, Authorize: func(zmtpguard.CurveKey, net.Addr) (bool, string) { return true, "" }, Logger: o.Logger}
 	l, err := handshake.NewListener(handshake.ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Payloads: map[handshake.Rank][]byte{{}: b},
 		Socket: o, Logger: o.Logger})
 	if err != nil {

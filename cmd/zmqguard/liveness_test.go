@@ -92,7 +92,7 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 	eng := engineReady(t, ctx, p)
 	defer eng.Close()
 	backOut := p.logField("coordinator running", "back_output", 20*time.Second)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), zmtpguard.Push, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +145,7 @@ func TestListenerDropsSilentClient(t *testing.T) {
 	p := start(t, ctx, "handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "prefill-7", "--log-format", "json",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
 	ep := p.logField("handshake listener serving", "endpoint", 20*time.Second)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Req, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), "REQ", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -276,12 +276,12 @@ func TestOutputsCurve(t *testing.T) {
 	evilCancel()
 	p.waitStderr("refused by the authorizer", 20*time.Second)
 
-	cert, err := zmtpguard.LoadCertificate(cliSecret)
+	_, certSecret, err := zmtpguard.LoadCertificate(cliSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o = quietSocket()
-	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cert.Secret, ServerKey: server}
+	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: certSecret, ServerKey: server}
 	engine, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)

@@ -233,7 +233,7 @@ func wedgeable(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, nc)
 			mu.Unlock()
-			c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Router, nil, &zmtpguard.Config{HandshakeTimeout: time.Hour, GreetingTimeout: time.Hour})
+			c, err := zmtpguard.Handshake(ctx, nc, "ROUTER", nil, &zmtpguard.Config{HandshakeTimeout: time.Hour, GreetingTimeout: time.Hour})
 			if err == nil {
 				c.Close()
 			}

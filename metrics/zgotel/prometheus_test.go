@@ -64,7 +64,7 @@ func fullSet(t *testing.T) *metrics.Set {
 	for _, err := range []error{
 		s.AddLoop("l", (*fakeLoop)(&ls)),
 		s.AddSocket("s", (*fakeSocket)(&ss)),
-		s.AddZMTPListener("z", &fakeZMTP{Accepted: 1, Handshakes: 2, AcceptErrors: 3, Violations: d, Evicted: 4, Open: 5, Pending: 6}),
+		s.AddZMTPListener("z", &fakeZMTP{Accepted: 1, Handshakes: 2, AcceptErrors: 3, Refused: d, Evicted: 4, Open: 5, Pending: 6}),
 		s.AddHandshakeListener("h", &fakeHandshake{Served: [4]uint64{0, 1, 2, 3}, ErrorReplies: 4, Loop: ls, Socket: ss}),
 		s.AddCoordinator("", (*fakeCoord)(&cs)),
 		s.AddSources("src", 1, func() []metrics.Source {

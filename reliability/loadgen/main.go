@@ -49,7 +49,6 @@ import (
 	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -672,13 +671,13 @@ func runIdle(ctx context.Context, args []string) (any, error) {
 			switch *mode {
 			case "zmtp":
 				hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-				zc, err := zmtpguard.Dial(hctx, network, addr, zmtpguard.Dealer, nil, nil)
+				zc, err := zmtpguard.Dial(hctx, network, addr, "DEALER", nil, nil)
 				cancel()
 				if err != nil {
 					failed.Add(1)
 					return
 				}
-				c, nc = zc, zmtpaccess.NetConn(zc)
+				c, nc = zc, zc.NetConn()
 			default:
 				tc, err := dialer.DialContext(ctx, network, addr)
 				if err != nil {
@@ -737,7 +736,7 @@ func runStall(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	hctx, cancel := context.WithTimeout(ctx, 10*time.Second)
-	c, err := zmtpguard.Dial(hctx, network, addr, zmtpguard.Dealer, nil, nil)
+	c, err := zmtpguard.Dial(hctx, network, addr, "DEALER", nil, nil)
 	cancel()
 	if err != nil {
 		return nil, err
@@ -746,7 +745,7 @@ func runStall(ctx context.Context, args []string) (any, error) {
 	req := nixlwire.AppendRequest(nil, 3, 0, 0)
 	start := time.Now()
 	sent := 0
-	zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(60 * time.Second))
+	c.NetConn().SetWriteDeadline(time.Now().Add(60 * time.Second))
 	var werr error
 	for ; sent < *requests && ctx.Err() == nil; sent++ {
 		if werr = c.WriteMessage([]byte{}, req); werr != nil {

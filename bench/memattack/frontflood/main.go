@@ -44,7 +44,6 @@ import (
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/internal/dppeer"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -314,7 +313,7 @@ func attack(addr string, conns, size int, d time.Duration) {
 	end := time.Now().Add(d)
 	var sentMsgs atomic.Int64
 	swarm := load.NewSwarm(addr, conns, func(c *zmtpguard.Conn) {
-		nc := zmtpaccess.NetConn(c)
+		nc := c.NetConn()
 		nc.SetWriteDeadline(end)
 		n := int64(0)
 		for time.Now().Before(end) {
