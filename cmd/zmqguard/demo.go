@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"log/slog"
@@ -65,33 +66,42 @@ const (
 	demoTP       = 2
 )
 
-func runDemo(ctx context.Context, e *env, args []string) int {
-	spec := demoSpec
-	fs := newFlagSet(e, spec)
-	duration := fs.Duration("duration", 10*time.Second, "how long the demo runs")
-	clients := fs.Int("clients", 3, "number of decode clients fetching handshake metadata in a loop (1-8)")
-	mo := addMetricsFlags(fs)
-	release := releaseFlag(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// demoFlags are the flags of demo.
+type demoFlags struct {
+	duration time.Duration
+	clients  int
+	mo       *metricsOptions
+	release  *vllm.Release
+}
+
+// demoCmd is the demo command.
+var demoCmd = command[demoFlags]{
+	spec: demoSpec,
+	register: func(fs *flag.FlagSet, fl *demoFlags) {
+		fs.DurationVar(&fl.duration, "duration", 10*time.Second, "how long the demo runs")
+		fs.IntVar(&fl.clients, "clients", 3, "number of decode clients fetching handshake metadata in a loop (1-8)")
+		fl.mo = addMetricsFlags(fs)
+		fl.release = releaseFlag(fs)
+	},
+	run: runDemo,
+}
+
+// runDemo is the run function of demo: it checks the flags and
+// the arguments (e.args), then does the work.
+func runDemo(ctx context.Context, fl *demoFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if *duration <= 0 {
-			return usagef("--duration must be positive")
-		}
-		if *clients < 1 || *clients > 8 {
-			return usagef("--clients must be in [1, 8]")
-		}
-		if err := mo.check(); err != nil {
-			return err
-		}
-		return demo(ctx, e, *duration, *clients, mo, *release)
-	}()
-	return finish(e, fs, spec, err)
+	if fl.duration <= 0 {
+		return usagef("--duration must be positive")
+	}
+	if fl.clients < 1 || fl.clients > 8 {
+		return usagef("--clients must be in [1, 8]")
+	}
+	if err := fl.mo.check(); err != nil {
+		return err
+	}
+	return demo(ctx, e, fl.duration, fl.clients, fl.mo, *fl.release)
 }
 
 // demo runs the tour and prints the final table.

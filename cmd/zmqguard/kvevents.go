@@ -6,6 +6,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"math"
 	"strconv"
@@ -18,6 +19,7 @@ import (
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var kvEventsSpec = commandSpec{
@@ -337,94 +339,108 @@ func toCounters(s kvevents.SourceStats) kvCounters {
 		Connected: s.Connected}
 }
 
-func runKVEvents(ctx context.Context, e *env, args []string) int {
-	spec := kvEventsSpec
-	fs := newFlagSet(e, spec)
-	var srcs kvSourcesFlag
-	fs.Var(kvSourceFlag{f: &srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
-	fs.Var(kvSourceFlag{f: &srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
-	fs.Var(kvReplayFlag{f: &srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
-	topic := fs.String("topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
-	fromStart := fs.Bool("from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
-	count := fs.Uint64("count", 0, "exit after this many events (0: on SIGINT/SIGTERM)")
-	replayTimeout := fs.Duration("replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
-	version := releaseFlag(fs) // both event forms and replay framings are always accepted
-	live := addLivenessFlags(fs)
-	mo := addMetricsFlags(fs)
-	curve := addCurveClientFlags(fs)
-	allow := addAllowFlag(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// kvEventsFlags are the flags of kvEvents.
+type kvEventsFlags struct {
+	srcs          kvSourcesFlag
+	topic         string
+	fromStart     bool
+	count         uint64
+	replayTimeout time.Duration
+	version       *vllm.Release // both event forms and replay framings are always accepted
+	live          *livenessFlags
+	mo            *metricsOptions
+	curve         *curveClientFlags
+	allow         *allowFlag
+}
+
+// kvEventsCmd is the kvEvents command.
+var kvEventsCmd = command[kvEventsFlags]{
+	spec: kvEventsSpec,
+	register: func(fs *flag.FlagSet, fl *kvEventsFlags) {
+		fs.Var(kvSourceFlag{f: &fl.srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
+		fs.Var(kvSourceFlag{f: &fl.srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
+		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
+		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
+		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
+		fs.Uint64Var(&fl.count, "count", 0, "exit after this many events (0: on SIGINT/SIGTERM)")
+		fs.DurationVar(&fl.replayTimeout, "replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
+		fl.version = releaseFlag(fs)
+		fl.live = addLivenessFlags(fs)
+		fl.mo = addMetricsFlags(fs)
+		fl.curve = addCurveClientFlags(fs)
+		fl.allow = addAllowFlag(fs)
+	},
+	run: runKVEvents,
+}
+
+// runKVEvents is the run function of kvEvents: it checks the flags and
+// the arguments (e.args), then does the work.
+func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if len(srcs.list) == 0 {
-			return usagef("at least one --connect or --bind is required")
-		}
-		if *replayTimeout <= 0 {
-			return usagef("--replay-timeout must be positive")
-		}
-		if err := live.check(); err != nil {
+	if len(fl.srcs.list) == 0 {
+		return usagef("at least one --connect or --bind is required")
+	}
+	if fl.replayTimeout <= 0 {
+		return usagef("--replay-timeout must be positive")
+	}
+	if err := fl.live.check(); err != nil {
+		return err
+	}
+	if err := fl.mo.check(); err != nil {
+		return err
+	}
+	cc, err := fl.curve.config(e.logger)
+	if err != nil {
+		return err
+	}
+	sopts := fl.live.options()
+	sopts.Guard.Curve = cc
+	sopts.Guard.Allow = fl.allow.prefixes // a --bind source's accepted publishers
+	rel := *fl.version
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	pr := &kvPrinter{w: bufio.NewWriterSize(e.stdout, 64<<10), count: fl.count, done: cancel}
+	sub, err := kvevents.NewSubscriber(kvevents.Config{Release: rel, Handler: pr.handle, Topic: fl.topic,
+		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	for _, s := range fl.srcs.list {
+		if err := sub.Add(s); err != nil {
 			return err
 		}
-		if err := mo.check(); err != nil {
-			return err
-		}
-		cc, err := curve.config(e.logger)
-		if err != nil {
-			return err
-		}
-		sopts := live.options()
-		sopts.Guard.Curve = cc
-		sopts.Guard.Allow = allow.prefixes // a --bind source's accepted publishers
-		rel := *version
-		rctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		pr := &kvPrinter{w: bufio.NewWriterSize(e.stdout, 64<<10), count: *count, done: cancel}
-		sub, err := kvevents.NewSubscriber(kvevents.Config{Release: rel, Handler: pr.handle, Topic: *topic,
-			FromStart: *fromStart, ReplayTimeout: *replayTimeout, Logger: e.logger, Socket: sopts})
-		if err != nil {
-			return err
-		}
-		defer sub.Close()
-		for _, s := range srcs.list {
-			if err := sub.Add(s); err != nil {
-				return err
-			}
-			e.logger.Info("kv-events following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay)
-		}
-		ms, err := startMetrics(mo, e.logger, func(c *zgprom.Collector) error { return c.AddKVEvents("kv-events", 0, sub) })
-		if err != nil {
-			return err
-		}
-		defer ms.Close()
-		if err := sub.Run(rctx); err != nil {
-			return err
-		}
-		st := sub.Stats()
-		var line kvCountersLine
-		line.Counters.Sources = make(map[string]kvCounters, len(st.Sources))
-		for _, s := range st.Sources {
-			line.Counters.Sources[s.Name] = toCounters(s)
-		}
-		line.Counters.Total = toCounters(st.Total)
-		out, err := json.Marshal(line)
-		if err != nil {
-			return err
-		}
-		pr.mu.Lock()
-		defer pr.mu.Unlock()
-		pr.w.Write(out)
-		pr.w.WriteByte('\n')
-		if err := pr.w.Flush(); err != nil {
-			return err
-		}
-		return pr.err
-	}()
-	return finish(e, fs, spec, err)
+		e.logger.Info("kv-events following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay)
+	}
+	ms, err := startMetrics(fl.mo, e.logger, func(c *zgprom.Collector) error { return c.AddKVEvents("kv-events", 0, sub) })
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	if err := sub.Run(rctx); err != nil {
+		return err
+	}
+	st := sub.Stats()
+	var line kvCountersLine
+	line.Counters.Sources = make(map[string]kvCounters, len(st.Sources))
+	for _, s := range st.Sources {
+		line.Counters.Sources[s.Name] = toCounters(s)
+	}
+	line.Counters.Total = toCounters(st.Total)
+	out, err := json.Marshal(line)
+	if err != nil {
+		return err
+	}
+	pr.mu.Lock()
+	defer pr.mu.Unlock()
+	pr.w.Write(out)
+	pr.w.WriteByte('\n')
+	if err := pr.w.Flush(); err != nil {
+		return err
+	}
+	return pr.err
 }
 
 // kvSynthetic builds the events of synthetic batch n: stored events of 4
@@ -465,95 +481,110 @@ func kvBlockHash(k uint64) uint64 {
 	return z ^ z>>31
 }
 
-func runKVPublish(ctx context.Context, e *env, args []string) int {
-	spec := kvPublishSpec
-	fs := newFlagSet(e, spec)
-	bind := fs.String("bind", "", "live endpoint to bind, e.g. tcp://127.0.0.1:5557 (required)")
-	replayBind := fs.String("replay-bind", "", "replay endpoint to bind, e.g. tcp://127.0.0.1:5558")
-	topic := fs.String("topic", "", "topic frame of every message")
-	rate := fs.Float64("rate", 100, "batches per second (0: as fast as possible)")
-	count := fs.Uint64("count", 0, "batches to publish (0: until SIGINT/SIGTERM)")
-	stored := fs.Int("stored", 16, "BlockStored events per batch")
-	dp := fs.Int("dp-rank", 0, "data_parallel_rank (offsets the ports as vLLM does)")
-	version := releaseFlag(fs)
-	curve := addCurveServerFlags(fs)
-	allow := addAllowFlag(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// kvPublishFlags are the flags of kvPublish.
+type kvPublishFlags struct {
+	bind       string
+	replayBind string
+	topic      string
+	rate       float64
+	count      uint64
+	stored     int
+	dp         int
+	version    *vllm.Release
+	curve      *curveServerFlags
+	allow      *allowFlag
+}
+
+// kvPublishCmd is the kvPublish command.
+var kvPublishCmd = command[kvPublishFlags]{
+	spec: kvPublishSpec,
+	register: func(fs *flag.FlagSet, fl *kvPublishFlags) {
+		fs.StringVar(&fl.bind, "bind", "", "live endpoint to bind, e.g. tcp://127.0.0.1:5557 (required)")
+		fs.StringVar(&fl.replayBind, "replay-bind", "", "replay endpoint to bind, e.g. tcp://127.0.0.1:5558")
+		fs.StringVar(&fl.topic, "topic", "", "topic frame of every message")
+		fs.Float64Var(&fl.rate, "rate", 100, "batches per second (0: as fast as possible)")
+		fs.Uint64Var(&fl.count, "count", 0, "batches to publish (0: until SIGINT/SIGTERM)")
+		fs.IntVar(&fl.stored, "stored", 16, "BlockStored events per batch")
+		fs.IntVar(&fl.dp, "dp-rank", 0, "data_parallel_rank (offsets the ports as vLLM does)")
+		fl.version = releaseFlag(fs)
+		fl.curve = addCurveServerFlags(fs)
+		fl.allow = addAllowFlag(fs)
+	},
+	run: runKVPublish,
+}
+
+// runKVPublish is the run function of kvPublish: it checks the flags and
+// the arguments (e.args), then does the work.
+func runKVPublish(ctx context.Context, fl *kvPublishFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if *bind == "" {
-			return usagef("--bind is required")
-		}
-		if *rate < 0 || *stored < 0 || *dp < 0 {
-			return usagef("--rate, --stored and --dp-rank must not be negative")
-		}
-		cc, stopCurve, err := curve.config(ctx, e.logger)
-		if err != nil {
-			return err
-		}
-		defer stopCurve()
-		var sopts socket.Options
-		sopts.Guard.Curve = cc
-		sopts.Guard.Allow = allow.prefixes // live and replay ports
-		rel := *version
-		pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Release: rel, Endpoint: *bind, Bind: true,
-			ReplayEndpoint: *replayBind, Topic: *topic, DataParallelRank: *dp, Logger: e.logger, Socket: sopts})
-		if err != nil {
-			return err
-		}
-		defer pub.Close()
-		e.logger.Info("kv-publish", "endpoint", pub.Endpoint(), "replay", pub.ReplayEndpoint(), "rate", *rate,
-			"count", *count, "vllm", rel.String())
-		var tick <-chan time.Time
-		if *rate > 0 {
-			t := time.NewTicker(time.Duration(float64(time.Second) / *rate))
-			defer t.Stop()
-			tick = t.C
-		}
-		var evs []kvevents.Event
-		var n uint64
-	publish:
-		for *count == 0 || n < *count {
-			if tick != nil {
-				select {
-				case <-tick:
-				case <-ctx.Done():
-					break publish
-				}
-			} else if ctx.Err() != nil {
-				break
+	if fl.bind == "" {
+		return usagef("--bind is required")
+	}
+	if fl.rate < 0 || fl.stored < 0 || fl.dp < 0 {
+		return usagef("--rate, --stored and --dp-rank must not be negative")
+	}
+	cc, stopCurve, err := fl.curve.config(ctx, e.logger)
+	if err != nil {
+		return err
+	}
+	defer stopCurve()
+	var sopts socket.Options
+	sopts.Guard.Curve = cc
+	sopts.Guard.Allow = fl.allow.prefixes // live and replay ports
+	rel := *fl.version
+	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Release: rel, Endpoint: fl.bind, Bind: true,
+		ReplayEndpoint: fl.replayBind, Topic: fl.topic, DataParallelRank: fl.dp, Logger: e.logger, Socket: sopts})
+	if err != nil {
+		return err
+	}
+	defer pub.Close()
+	e.logger.Info("kv-publish", "endpoint", pub.Endpoint(), "replay", pub.ReplayEndpoint(), "rate", fl.rate,
+		"count", fl.count, "vllm", rel.String())
+	var tick <-chan time.Time
+	if fl.rate > 0 {
+		t := time.NewTicker(time.Duration(float64(time.Second) / fl.rate))
+		defer t.Stop()
+		tick = t.C
+	}
+	var evs []kvevents.Event
+	var n uint64
+publish:
+	for fl.count == 0 || n < fl.count {
+		if tick != nil {
+			select {
+			case <-tick:
+			case <-ctx.Done():
+				break publish
 			}
-			evs = kvSynthetic(n, *stored, evs)
-			if err := pub.Publish(evs...); errors.Is(err, kvevents.ErrQueueFull) {
-				if tick == nil {
-					time.Sleep(time.Millisecond)
-				}
-				continue
-			} else if err != nil {
-				return err
+		} else if ctx.Err() != nil {
+			break
+		}
+		evs = kvSynthetic(n, fl.stored, evs)
+		if err := pub.Publish(evs...); errors.Is(err, kvevents.ErrQueueFull) {
+			if tick == nil {
+				time.Sleep(time.Millisecond)
 			}
-			n++
-		}
-		// Let the queue drain before reporting (bounded).
-		deadline := time.Now().Add(5 * time.Second)
-		for pub.Stats().Published < n && time.Now().Before(deadline) && ctx.Err() == nil {
-			time.Sleep(10 * time.Millisecond)
-		}
-		out, err := json.Marshal(struct {
-			Endpoint string                  `json:"endpoint"`
-			Batches  uint64                  `json:"batches"`
-			Stats    kvevents.PublisherStats `json:"stats"`
-		}{pub.Endpoint(), n, pub.Stats()})
-		if err != nil {
+			continue
+		} else if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "%s\n", out)
-		return nil
-	}()
-	return finish(e, fs, spec, err)
+		n++
+	}
+	// Let the queue drain before reporting (bounded).
+	deadline := time.Now().Add(5 * time.Second)
+	for pub.Stats().Published < n && time.Now().Before(deadline) && ctx.Err() == nil {
+		time.Sleep(10 * time.Millisecond)
+	}
+	out, err := json.Marshal(struct {
+		Endpoint string                  `json:"endpoint"`
+		Batches  uint64                  `json:"batches"`
+		Stats    kvevents.PublisherStats `json:"stats"`
+	}{pub.Endpoint(), n, pub.Stats()})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s\n", out)
+	return nil
 }
