@@ -2,8 +2,10 @@ package apicheck
 
 import (
 	"flag"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -79,6 +81,24 @@ const surfaceBudget = 400
 // At merge the lead sets surfaceLimit = surfaceBudget.
 const surfaceLimit = 947
 
+// pkgBudget is issue 30's share of surfaceBudget per package (a group of
+// packages shares one line's share: kvindex and its three subpackages).
+// TestSurfaceBudget logs the packages over their share, to say where the
+// names are; only the total is enforced.
+var pkgBudget = map[string]int{
+	"zmtpguard": 45, "socket": 35, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
+	"handshake": 40, "vllm": 8, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 45,
+	"kvindex": 55, "metrics/zgprom": 4, "metrics/zgotel": 2,
+}
+
+// budgetGroup is the pkgBudget key a package counts under.
+func budgetGroup(pkg string) string {
+	if strings.HasPrefix(pkg, "kvindex/") {
+		return "kvindex"
+	}
+	return pkg
+}
+
 // TestSurfaceBudget fails when the public surface has more entries than
 // surfaceLimit, and reports how far it is from surfaceBudget.
 func TestSurfaceBudget(t *testing.T) {
@@ -88,7 +108,16 @@ func TestSurfaceBudget(t *testing.T) {
 	}
 	perPkg := map[string]int{}
 	for _, n := range names {
-		perPkg[n.Pkg]++
+		perPkg[budgetGroup(n.Pkg)]++
+	}
+	for _, p := range slices.Sorted(maps.Keys(perPkg)) {
+		b, ok := pkgBudget[p]
+		switch {
+		case !ok:
+			t.Logf("%s: %d exported names, no share of the budget (0)", p, perPkg[p])
+		case perPkg[p] > b:
+			t.Logf("%s: %d exported names, over its share of %d", p, perPkg[p], b)
+		}
 	}
 	if len(names) > surfaceLimit {
 		t.Errorf("the public surface has %d exported names, more than the limit %d (budget %d); per package: %v",
@@ -97,6 +126,39 @@ func TestSurfaceBudget(t *testing.T) {
 	if len(names) > surfaceBudget {
 		t.Logf("the public surface has %d exported names, %d over issue 30's budget of %d (limit enforced today: %d)",
 			len(names), len(names)-surfaceBudget, surfaceBudget, surfaceLimit)
+	}
+}
+
+// mutableVarsPending are the packages that still export variables other
+// than sentinel errors; issue 30's helpers are turning them into constants
+// or functions. The lead empties the list at merge; a listed package with
+// no such variable fails the test, so the list only shrinks.
+var mutableVarsPending = []string{"metrics", "outputs", "socket", "vllm"}
+
+// TestNoMutableVars fails when a public package exports a variable that is
+// not a sentinel error: anyone could assign it, for every user of the
+// package at once. A value meant to be read is a constant or a function.
+func TestNoMutableVars(t *testing.T) {
+	names, err := Surface(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := map[string]bool{}
+	for _, n := range names {
+		if n.Kind != "var" || n.Sig == "error" {
+			continue
+		}
+		found[n.Pkg] = true
+		if slices.Contains(mutableVarsPending, n.Pkg) {
+			t.Logf("%s (pending): exported variable %s %s", n.Pkg, n.Name, n.Sig)
+			continue
+		}
+		t.Errorf("%s: exported variable %s %s: make it a constant or a function", n.Pkg, n.Name, n.Sig)
+	}
+	for _, p := range mutableVarsPending {
+		if !found[p] {
+			t.Errorf("%s exports no mutable variable now: remove it from mutableVarsPending", p)
+		}
 	}
 }
 
