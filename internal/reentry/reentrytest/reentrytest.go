@@ -21,16 +21,23 @@ package reentrytest
 
 import (
 	"context"
-	"testing"
 	"time"
 )
+
+// TB is the part of testing.TB the helpers use; a *testing.T is one.
+type TB interface {
+	Helper()
+	Fatalf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Cleanup(func())
+}
 
 // Bound bounds every wait of a re-entrancy test: a call that deadlocks
 // fails the test after it instead of hanging it.
 const Bound = 10 * time.Second
 
 // Receive waits for one value on ch and returns it, failing t after Bound.
-func Receive[T any](t testing.TB, what string, ch <-chan T) T {
+func Receive[T any](t TB, what string, ch <-chan T) T {
 	t.Helper()
 	select {
 	case v := <-ch:
@@ -76,7 +83,7 @@ func (p *Probe[S]) Act() {
 
 // Wait returns the result of the first Act, failing t if Stats and Close
 // did not both return within Bound.
-func (p *Probe[S]) Wait(t testing.TB, from string) Result[S] {
+func (p *Probe[S]) Wait(t TB, from string) Result[S] {
 	t.Helper()
 	select {
 	case r := <-p.ch:
@@ -89,7 +96,7 @@ func (p *Probe[S]) Wait(t testing.TB, from string) Result[S] {
 
 // Closed is Wait followed by the check that Close returned nil; it returns
 // the Stats the callback saw.
-func (p *Probe[S]) Closed(t testing.TB, from string) S {
+func (p *Probe[S]) Closed(t TB, from string) S {
 	t.Helper()
 	r := p.Wait(t, from)
 	if r.Err != nil {
@@ -107,7 +114,7 @@ type Run struct {
 
 // Start runs run in a goroutine with a context that ends after 6 Bounds.
 // A cleanup cancels that context and waits, bounded, for run to return.
-func Start(t testing.TB, run func(context.Context) error) *Run {
+func Start(t TB, run func(context.Context) error) *Run {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 6*Bound)
 	r := &Run{done: make(chan struct{}), cancel: cancel}
@@ -128,7 +135,7 @@ func (r *Run) Cancel() { r.cancel() }
 
 // Result waits for the run function to return, failing t after Bound, and
 // returns its error.
-func (r *Run) Result(t testing.TB, what string) error {
+func (r *Run) Result(t TB, what string) error {
 	t.Helper()
 	select {
 	case <-r.done:
@@ -142,7 +149,7 @@ func (r *Run) Result(t testing.TB, what string) error {
 // CloseAgain checks that a Close from outside, after a Close from a
 // callback, returns nil within Bound (it waits for what the callback's
 // Close left to finish in the background).
-func CloseAgain(t testing.TB, close func() error) {
+func CloseAgain(t TB, close func() error) {
 	t.Helper()
 	done := make(chan error, 1)
 	go func() { done <- close() }()
