@@ -85,7 +85,7 @@
 //   - the scale-up rule: older coordinators mark the engines paused when
 //     SCALE_ELASTIC_EP grows the engine list; the newest does not.
 //
-// The oldest profile, vllm.Oldest, keeps every old behaviour; the
+// The oldest profile, vllm.Releases()[0], keeps every old behaviour; the
 // project's docs/vllm-releases.md lists the profiles and their evidence.
 //
 // # No single message wedges it

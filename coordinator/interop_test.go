@@ -151,7 +151,7 @@ const defaultStatsRepr = "'iteration_details': None, 'prefix_cache_stats': {'res
 func TestPythonReadsGoEncodings(t *testing.T) {
 	requirePythonMsgpack(t)
 	two, big := 2, 300
-	state := newStarted(t, 2, stateConfig{Release: vllm.Latest})
+	state := newStarted(t, 2, stateConfig{Release: vllm.Latest()})
 	m := statsMsg(1, 4, 9, 0, 3)
 	m.Stats.KVCacheUsage = 0.5
 	if _, err := state.OnEngineOutput(m); err != nil {
@@ -244,7 +244,7 @@ func TestPythonPeersInterop(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		release vllm.Release
-	}{{"old", vllm.Oldest}, {"latest", vllm.Latest}} {
+	}{{"old", vllm.Releases()[0]}, {"latest", vllm.Latest()}} {
 		t.Run(tc.name, func(t *testing.T) { runPythonPeers(t, tc.name, tc.release) })
 	}
 }

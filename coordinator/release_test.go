@@ -22,11 +22,11 @@ var releaseVectors = []struct {
 	// START_DP_WAVE's body, and the publication it triggers ("" = none).
 	wakeStart, wakePub string
 }{
-	{vllm.Oldest, "939292050392000107c3", "9207c0", "93c007c3"},
+	{vllm.Releases()[0], "939292050392000107c3", "9207c0", "93c007c3"},
 	{vllm.MustParse("0.26"), "939292050392000107c3", "9207c0", "93c007c3"},
 	{vllm.MustParse("main-pre-50620"), "9392930503cb3fd0000000000000930001cb000000000000000007c3", "9207c0", "93c007c3"},
 	{vllm.MustParse("main-pre-51481"), "9392930503cb3fd0000000000000930001cb000000000000000007c3", "9207c0", "93c007c3"},
-	{vllm.Latest, "9392930503cb3fd0000000000000930001cb000000000000000007c3", "9207c0", ""},
+	{vllm.Latest(), "9392930503cb3fd0000000000000930001cb000000000000000007c3", "9207c0", ""},
 }
 
 func TestReleaseVectors(t *testing.T) {

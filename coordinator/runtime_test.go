@@ -192,7 +192,7 @@ func TestStatsFlow(t *testing.T) {
 func TestLatestStatsLayoutLive(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	cfg := testConfig(1)
-	cfg.Release = vllm.Latest
+	cfg.Release = vllm.Latest()
 	h := startCoordinator(t, cfg)
 	f := dialFront(t, h)
 	e := readyEngines(t, ctx, h, 1)[0]
@@ -603,6 +603,6 @@ func TestNewErrors(t *testing.T) {
 // sets running and whose stats carry two values per engine.
 func oldestConfig(engines int) Config {
 	cfg := testConfig(engines)
-	cfg.Release = vllm.Oldest
+	cfg.Release = vllm.Releases()[0]
 	return cfg
 }

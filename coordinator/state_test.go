@@ -174,7 +174,7 @@ func TestWaveTransitions(t *testing.T) {
 		{name: "disabled: start_wave ignored", cfg: stateConfig{DisableWaveCoordination: true}, wave: 0,
 			engineMsg: startWaveMsg(0, 4), wantWave: 0},
 	}
-	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
+	for _, rel := range []vllm.Release{vllm.Releases()[0], vllm.Latest()} {
 		for _, tt := range tests {
 			tt.cfg.Release = rel
 			if !rel.Rules().WakeSetsRunning && tt.front != nil && tt.front.Kind == FrontWake && !tt.running &&
@@ -248,7 +248,7 @@ func runWaveTransition(t *testing.T, name string, cfg stateConfig, wave int64, r
 }
 
 func TestActionEncoders(t *testing.T) {
-	s := newStarted(t, 4, stateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 4, stateConfig{Release: vllm.Releases()[0]})
 	setWave(t, s, 7, false)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2})
 	if err != nil {
@@ -277,7 +277,7 @@ func TestActionEncoders(t *testing.T) {
 }
 
 func TestStatsPublishVector(t *testing.T) {
-	s := newStarted(t, 2, stateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 2, stateConfig{Release: vllm.Releases()[0]})
 	setWave(t, s, 7, true)
 	for _, m := range []*EngineCoreOutputs{statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1)} {
 		if _, err := s.OnEngineOutput(m); err != nil {
@@ -292,7 +292,7 @@ func TestStatsPublishVector(t *testing.T) {
 		t.Fatalf("publication %s, want %s", got, vecStatsPublish)
 	}
 
-	kv := newStarted(t, 2, stateConfig{Release: vllm.Latest})
+	kv := newStarted(t, 2, stateConfig{Release: vllm.Latest()})
 	m := statsMsg(0, 5, 3, 0, 1)
 	m.Stats.KVCacheUsage = 0.25
 	if _, err := kv.OnEngineOutput(m); err != nil {
@@ -404,7 +404,7 @@ func TestEngineIndexAndShape(t *testing.T) {
 }
 
 func TestElasticResize(t *testing.T) {
-	s := newStarted(t, 3, stateConfig{MaxEngines: 8, Release: vllm.Oldest})
+	s := newStarted(t, 3, stateConfig{MaxEngines: 8, Release: vllm.Releases()[0]})
 	for i := int64(0); i < 3; i++ {
 		if _, err := s.OnEngineOutput(statsMsg(i, 10+i, 20+i, 1, 5)); err != nil {
 			t.Fatal(err)
@@ -688,7 +688,7 @@ func TestStateProperties(t *testing.T) {
 // the new engines start at wave 0) and publishes the wave state; shrinking
 // does not. Under latest neither does (TestScaleUpLatest).
 func TestScaleUpWhileRunning(t *testing.T) {
-	s := newStarted(t, 2, stateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 2, stateConfig{Release: vllm.Releases()[0]})
 	setWave(t, s, 3, true)
 	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 1})
 	if err != nil || a.PublishWave || !s.Running() {

@@ -55,7 +55,7 @@ func TestStatsFreezeRecovers(t *testing.T) {
 // that wave were out of range and the coordinator stayed running. Now the
 // jump is refused, and the real rank 0 and front-ends go on.
 func TestWaveStuckRefused(t *testing.T) {
-	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
+	for _, rel := range []vllm.Release{vllm.Releases()[0], vllm.Latest()} {
 		s := newStarted(t, 2, stateConfig{Release: rel})
 		setWave(t, s, 3, true)
 		// Fewer than WaveResync in a row: each is refused.

@@ -173,7 +173,7 @@ func TestReplayIncompleteEndsWithErrorMarker(t *testing.T) {
 // is closed. Another connection's replay is served in full meanwhile.
 // Before, every request was a whole replay.
 func TestReplayRequestFloodRateLimited(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
+	pub := newTestPublisher(t, vllm.Latest(), true)
 	for i := range 10 {
 		pub.PublishRaw(payloadOf(uint64(i)))
 	}
@@ -253,7 +253,7 @@ func TestReplaysPerHost(t *testing.T) {
 
 // Issue 29 row 2/3: both publisher sockets have a write deadline by default.
 func TestPublisherDefaultWriteDeadlines(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
+	pub := newTestPublisher(t, vllm.Latest(), true)
 	if got := pub.pub.Options().WriteTimeout; got != socket.DefaultXPubWriteTimeout {
 		t.Errorf("live XPUB WriteTimeout %v, want %v", got, socket.DefaultXPubWriteTimeout)
 	}

@@ -147,7 +147,7 @@ func checkHealthy(t *testing.T, pub *Publisher, rec *recorder, name string, n in
 // keeps delivering, and so does the subscriber.
 func TestHostilePublisherDialed(t *testing.T) {
 	h := newHostileListener(t)
-	good := newTestPublisher(t, vllm.Latest, false)
+	good := newTestPublisher(t, vllm.Latest(), false)
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: fastSocket()})
 	if err != nil {
@@ -259,7 +259,7 @@ func TestHostilePayloads(t *testing.T) {
 // subscriber) takes the whole transport, envelope and payload corpus, and
 // still answers; a healthy source keeps delivering.
 func TestHostileCorpusAtBoundSource(t *testing.T) {
-	good := newTestPublisher(t, vllm.Latest, false)
+	good := newTestPublisher(t, vllm.Latest(), false)
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
 	if err != nil {

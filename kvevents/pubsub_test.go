@@ -103,7 +103,7 @@ func TestPublisherToSubscriberReplay(t *testing.T) {
 
 // TestAddRemoveWhileRunning adds and removes sources during Run.
 func TestAddRemoveWhileRunning(t *testing.T) {
-	pubs := []*Publisher{newTestPublisher(t, vllm.Latest, false), newTestPublisher(t, vllm.Latest, false)}
+	pubs := []*Publisher{newTestPublisher(t, vllm.Latest(), false), newTestPublisher(t, vllm.Latest(), false)}
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
 	if err != nil {
@@ -145,7 +145,7 @@ func TestAddRemoveWhileRunning(t *testing.T) {
 
 // TestHandlerErrorEndsRun: a handler error is returned by Run.
 func TestHandlerErrorEndsRun(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	boom := errors.New("boom")
 	sub, err := NewSubscriber(Config{Logger: quiet, Handler: func(context.Context, Update) error { return boom }})
 	if err != nil {

@@ -64,7 +64,7 @@ type removeResult struct {
 // even batches already received when the Handler returns), Stats no longer
 // lists it, and Run ends normally.
 func TestHandlerRemovesOwnSource(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	var sub *Subscriber
 	var gone atomic.Bool
 	var after atomic.Int32
@@ -131,7 +131,7 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 // waiting for that Handler, no Handler call follows, Run returns ErrClosed,
 // and every goroutine ends (goleak in TestMain).
 func TestHandlerClosesSubscriber(t *testing.T) {
-	pubs := []*Publisher{newTestPublisher(t, vllm.Latest, false), newTestPublisher(t, vllm.Latest, false)}
+	pubs := []*Publisher{newTestPublisher(t, vllm.Latest(), false), newTestPublisher(t, vllm.Latest(), false)}
 	var sub *Subscriber
 	var closed atomic.Bool
 	var after atomic.Int32
@@ -177,7 +177,7 @@ func TestHandlerClosesSubscriber(t *testing.T) {
 // at once, each Remove the other source. Neither waits for the other (the
 // old Subscriber deadlocked: each Remove waited for the other's Handler).
 func TestHandlersRemoveEachOther(t *testing.T) {
-	pubs := []*Publisher{newTestPublisher(t, vllm.Latest, false), newTestPublisher(t, vllm.Latest, false)}
+	pubs := []*Publisher{newTestPublisher(t, vllm.Latest(), false), newTestPublisher(t, vllm.Latest(), false)}
 	var sub *Subscriber
 	var arrived sync.WaitGroup
 	arrived.Add(2)
@@ -231,7 +231,7 @@ func TestHandlersRemoveEachOther(t *testing.T) {
 // TestHandlerRemovesOwnSourceDuringReplay: the Remove comes from a Handler
 // called by the replay goroutine (a replayed batch), not the receive loop.
 func TestHandlerRemovesOwnSourceDuringReplay(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
+	pub := newTestPublisher(t, vllm.Latest(), true)
 	for i := 0; i < 50; i++ {
 		if err := pub.Publish(storedEvent(uint64(i))); err != nil {
 			t.Fatal(err)
@@ -269,7 +269,7 @@ func TestHandlerRemovesOwnSourceDuringReplay(t *testing.T) {
 // ctx before it waits for the in-flight Handler call, so a Handler blocked
 // on its ctx returns and Remove with it.
 func TestRemoveCancelsBlockedHandler(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	inside := make(chan struct{}, 1)
 	how := make(chan string, 1)
 	sub, err := NewSubscriber(Config{Logger: quiet, Handler: func(ctx context.Context, u Update) error {

@@ -16,7 +16,7 @@ func TestThousandSources(t *testing.T) {
 		t.Skip("1,000 sockets")
 	}
 	const n = 1000
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
 	if err != nil {

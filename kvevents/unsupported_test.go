@@ -28,7 +28,7 @@ func unknownEvent(tag string) []byte {
 // count as unsupported (not decode: they are not hostile), and their names
 // are counted in a bounded, escaped map.
 func TestUnsupportedEventTypes(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
+	pub := newTestPublisher(t, vllm.Latest(), true)
 	const batches = 20
 	for i := 0; i < batches; i++ {
 		// [ts, [stored, unknown, cleared], 0]

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
-	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -245,7 +245,7 @@ func TestGoldenEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	model := kvindextest.NewModel(0, nil)
+	model := kvmodel.NewModel(0, nil)
 
 	// Prompts, and the chains behind each hash.
 	links := map[uint64]chainLink{}

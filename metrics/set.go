@@ -429,7 +429,7 @@ func (s *Set) Collect(emit func(Sample)) {
 		st := h.s.Stats()
 		e.loop(h.name, st.Loop)
 		e.socket(h.name, st.Socket)
-		e.emit(HandshakeServed, float64(st.TotalServed()), h.name)
+		e.emit(HandshakeServed, float64(st.Served[handshake.V1]+st.Served[handshake.V2]+st.Served[handshake.V3]), h.name)
 		e.emit(HandshakeErrorReplies, float64(st.ErrorReplies), h.name)
 	}
 	if s.coordinator != nil {

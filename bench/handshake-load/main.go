@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
-	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -57,7 +57,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	req := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, PP: *pp, TP: *tp})
+	req := nixlwire.AppendRequest(nil, 3, *pp, *tp)
 
 	var measuring atomic.Bool
 	var errs atomic.Uint64
@@ -162,7 +162,7 @@ func client(ctx context.Context, endpoint string, req []byte, wait time.Duration
 		if len(m.Frames) != 3 || len(m.Frames[0]) != 0 {
 			errs.Add(1)
 		} else if i%checkEvery == 0 {
-			if _, err := handshake.DecodePayload(m.Frames[1]); err != nil {
+			if _, err := nixlwire.DecodePayload(m.Frames[1]); err != nil {
 				errs.Add(1)
 			}
 		}

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/vllm"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -97,14 +98,10 @@ func TestProbeCurveFreshKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := handshake.NixlAgentMetadata{EngineID: "prefill-any", AgentMetadata: []byte("a"), KVCachesBaseAddr: []uint64{1},
-		NumBlocks: 1, BlockLens: []handshake.Int{16}, BlockStrides: []handshake.Int{16}, KVCacheLayout: "HND",
+		NumBlocks: 1, BlockLens: []int64{16}, BlockStrides: []int64{16}, KVCacheLayout: "HND",
 		BlockSize: 16, AttnBackendName: "FLASH_ATTN", PhysicalBlocksPerLogicalKVBlock: 1, DCPSize: 1, PCPSize: 1}
 	hash := strings.Repeat("ab", 32)
-	pl, err := handshake.NewPayload(hash, &m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := pl.MarshalMsg(nil)
+	b, err := handshake.EncodePayload(hash, &m, vllm.Latest())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -44,7 +44,7 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Violations.Total(), answers[0])
 	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Violations.Total(), answers[1])
 	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Violations.Total(), answers[2])
-	row("handshake listener (ROUTER)", hs, ls.TotalServed(), ls.Socket.Sent, ls.Loop.TotalDropped(), lsViol.Total(), answers[3])
+	row("handshake listener (ROUTER)", hs, ls.Served[handshake.V1]+ls.Served[handshake.V2]+ls.Served[handshake.V3], ls.Socket.Sent, ls.Loop.TotalDropped(), lsViol.Total(), answers[3])
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nDrops by reason (messages dropped + connections refused):")

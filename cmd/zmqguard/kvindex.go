@@ -154,11 +154,11 @@ type kvIndexHTTP struct {
 
 // kvIndexServer is the --http endpoint's handlers.
 type kvIndexServer struct {
-	x                     *kvindex.Index  // nil in vLLM-key mode
-	vx                    *vllmhash.Index // vLLM-key mode (--vllm-hash)
+	x                     *kvindex.Index
+	vllmKeys              bool // vLLM-key mode (--vllm-hash)
 	vxBlockSize           int
 	sub                   *kvevents.Subscriber
-	store                 *redisstore.Store // nil: memory
+	store                 kvindex.Backend // nil: memory
 	model                 string
 	logger                *slog.Logger
 	applyErrors           atomic.Uint64
@@ -217,13 +217,13 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 	}
 	var res kvindex.ScoreResult
 	var err error
-	if s.vx != nil {
+	if s.vllmKeys {
 		// vLLM-key mode: one model, the engines' block size.
 		if model != s.model || req.BlockSize != 0 && req.BlockSize != s.vxBlockSize {
 			s.fail(w, http.StatusBadRequest, fmt.Sprintf("vLLM-key mode indexes model %q in blocks of %d only", s.model, s.vxBlockSize))
 			return
 		}
-		res, err = s.vx.Score(&vllmhash.Request{TokenIDs: req.Tokens, LoRAName: req.Lora})
+		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: s.vxBlockSize})
 	} else {
 		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: req.BlockSize})
 	}
@@ -243,7 +243,7 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 // kvIndexCounters is the exit line's and /stats' body.
 type kvIndexCounters struct {
 	Index       *kvindex.Stats        `json:"index,omitempty"`
-	VLLMKeys    *vllmhash.IndexStats  `json:"vllm_key_index,omitempty"`
+	VLLMKeys    *kvindex.Stats        `json:"vllm_key_index,omitempty"`
 	ApplyErrors uint64                `json:"apply_errors"`
 	HTTP        kvIndexHTTP           `json:"http"`
 	Redis       *redisstore.Stats     `json:"redis,omitempty"`
@@ -254,15 +254,15 @@ type kvIndexCounters struct {
 func (s *kvIndexServer) counters() kvIndexCounters {
 	c := kvIndexCounters{ApplyErrors: s.applyErrors.Load(),
 		HTTP: kvIndexHTTP{Scores: s.scores.Load(), BadRequests: s.bad.Load(), Failures: s.failures.Load()}}
-	if s.vx != nil {
-		st := s.vx.Stats()
+	if s.vllmKeys {
+		st := s.x.Stats()
 		c.VLLMKeys = &st
 	} else {
 		st := s.x.Stats()
 		c.Index = &st
 	}
 	if s.store != nil {
-		st := s.store.StoreStats()
+		st, _ := redisstore.StatsOf(s.store)
 		c.Redis = &st
 	}
 	st := s.sub.Stats()
@@ -279,9 +279,6 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 // counted; the subscriber goes on.
 func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
 	apply := func(u kvevents.Update) error {
-		if s.vx != nil {
-			return s.vx.Apply(u)
-		}
 		return s.x.Apply(u)
 	}
 	if err := apply(u); err != nil && !errors.Is(err, kvindex.ErrClosed) {
@@ -383,12 +380,12 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.BoolVar(&fl.httpRemote, "http-allow-remote", false, "allow an --http host that is not loopback")
 		fs.StringVar(&fl.model, "model", "", "the model every engine serves (a /score request without \"model\" gets it)")
 		fs.IntVar(&fl.blockSize, "block-size", 0, "block size to score with before any store names one (0: kvindex's default, 16)")
-		fs.IntVar(&fl.capacity, "capacity", 0, "most (block, engine, tier, group) entries held; the oldest are evicted (0: kvindex.DefaultCapacity)")
+		fs.IntVar(&fl.capacity, "capacity", 0, "most (block, engine, tier, group) entries held; the oldest are evicted (0: 4194304)")
 		fs.Uint64Var(&fl.seed, "seed", 0, "local-key seed; every process sharing a --redis index must use the same (0: kvindex's default)")
 		fs.StringVar(&fl.redisURL, "redis", "", "keep the index in Redis/Valkey: redis://host:port/db or unix:///path/redis.sock (default: in memory)")
-		fs.StringVar(&fl.redisPrefix, "redis-prefix", redisstore.DefaultPrefix, "key prefix of the index in Redis")
+		fs.StringVar(&fl.redisPrefix, "redis-prefix", "", "key prefix of the index in Redis (empty: {zmqguard-kvindex}:)")
 		fs.BoolVar(&fl.redisLease, "redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
-		fs.DurationVar(&fl.leaseTTL, "redis-lease-ttl", redisstore.DefaultLeaseTTL, "how long a writer lease outlives its last renewal")
+		fs.DurationVar(&fl.leaseTTL, "redis-lease-ttl", 0, "how long a writer lease outlives its last renewal (0: 10s)")
 		fs.StringVar(&fl.vllmHash, "vllm-hash", "", "vLLM-key mode: key blocks by the engines' own hashes, computed for /score with this `function` (sha256_cbor or sha256; needs --block-size and --pythonhashseed)")
 		fs.StringVar(&fl.hashSeed, "pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
 		fl.live = addLivenessFlags(fs)
@@ -412,7 +409,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 		if fl.blockSize == 0 || fl.hashSeed == "" {
 			return usagef("--vllm-hash needs --block-size (the engines') and --pythonhashseed (the engines' PYTHONHASHSEED)")
 		}
-		h, err := vllmhash.New(vllmhash.Algo(fl.vllmHash), fl.hashSeed)
+		h, err := vllmhash.New(fl.vllmHash, fl.hashSeed)
 		if err != nil {
 			return usagef("--vllm-hash: %v", err)
 		}
@@ -453,22 +450,18 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 		defer st.Close()
 		srv.store, be = st, st
 	}
+	cfg := kvindex.Config{Backend: be, Capacity: fl.capacity, Seed: fl.seed, Model: fl.model,
+		BlockSize: fl.blockSize, Logger: e.logger}
 	if hasher != nil {
-		vx, err := vllmhash.NewIndex(vllmhash.IndexConfig{Hasher: hasher, BlockSize: fl.blockSize, Backend: be, Capacity: fl.capacity})
-		if err != nil {
-			return err
-		}
-		defer vx.Close()
-		srv.vx, srv.vxBlockSize = vx, fl.blockSize
-	} else {
-		x, err := kvindex.New(kvindex.Config{Backend: be, Capacity: fl.capacity, Seed: fl.seed, Model: fl.model,
-			BlockSize: fl.blockSize, Logger: e.logger})
-		if err != nil {
-			return err
-		}
-		defer x.Close()
-		srv.x = x
+		cfg.Keys = hasher.Keys
+		srv.vllmKeys, srv.vxBlockSize = true, fl.blockSize
 	}
+	x, err := kvindex.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
+	srv.x = x
 	sopts := fl.live.options()
 	sopts.Guard.Curve = cc
 	sopts.Guard.Allow = fl.allow.prefixes // a --bind source's accepted publishers

@@ -12,6 +12,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -139,7 +140,7 @@ func runListener(ctx context.Context, fl *listenerFlags, e *env) error {
 	if fl.bind == "" || fl.engineID == "" {
 		return usagef("--bind and --engine-id are required")
 	}
-	if fl.ppSize < 1 || fl.tpSize < 1 || fl.ppSize > handshake.MaxRank || fl.tpSize > handshake.MaxRank || fl.ppSize*fl.tpSize > 1<<16 {
+	if fl.ppSize < 1 || fl.tpSize < 1 || fl.ppSize > nixlwire.MaxRank || fl.tpSize > nixlwire.MaxRank || fl.ppSize*fl.tpSize > 1<<16 {
 		return usagef("--pp-size and --tp-size must be at least 1 (and serve at most 65536 ranks)")
 	}
 	hash := strings.ToLower(fl.compat)

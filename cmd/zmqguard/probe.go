@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -75,7 +76,7 @@ var probeCmd = command[probeFlags]{
 		fs.IntVar(&fl.tp, "tp", 0, "tensor-parallel rank to ask for (v3 and v2)")
 		fs.StringVar(&fl.variant, "variant", "", "request form: v3 (current vLLM), v2 (since 0.13) or v1 (0.9-0.10) (default: the --vllm-version release's, v3)")
 		fl.release = releaseFlag(fs)
-		fs.DurationVar(&fl.timeout, "timeout", handshake.DefaultTimeout, "bound on each network step")
+		fs.DurationVar(&fl.timeout, "timeout", 5*time.Second, "bound on each network step")
 		fs.BoolVar(&fl.asJSON, "json", false, "print the report as one JSON object instead of one line per step")
 		fl.curve = addCurveClientFlags(fs)
 	},
@@ -95,8 +96,8 @@ func runProbe(ctx context.Context, fl *probeFlags, e *env) error {
 	if !ok {
 		return usagef("--variant %q: want v3, v2 or v1", fl.variant)
 	}
-	if fl.pp < 0 || fl.tp < 0 || fl.pp > handshake.MaxRank || fl.tp > handshake.MaxRank {
-		return usagef("--pp and --tp must be in [0, %d]", handshake.MaxRank)
+	if fl.pp < 0 || fl.tp < 0 || fl.pp > nixlwire.MaxRank || fl.tp > nixlwire.MaxRank {
+		return usagef("--pp and --tp must be in [0, %d]", nixlwire.MaxRank)
 	}
 	if v == handshake.V2 && fl.pp != 0 {
 		return usagef("a v2 request names no pipeline-parallel rank: --pp must be 0")
@@ -118,7 +119,7 @@ func runProbe(ctx context.Context, fl *probeFlags, e *env) error {
 		opts.Out = nil
 		return probeJSON(ctx, e, e.args[0], req, opts)
 	}
-	_, err = handshake.ProbeWith(ctx, e.args[0], req, opts)
+	_, err = handshake.Probe(ctx, e.args[0], req, opts)
 	if err != nil {
 		e.logger.Debug("probe failed", "endpoint", e.args[0], "err", err)
 	}

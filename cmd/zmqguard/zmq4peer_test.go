@@ -21,7 +21,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -635,7 +635,7 @@ func TestZMQ4Peers(t *testing.T) {
 		}
 		fetch := func(when string) {
 			t.Helper()
-			body := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, PP: 0, TP: 1})
+			body := nixlwire.AppendRequest(nil, 3, 0, 1)
 			if err := req.Send(zmq4.NewMsg(body)); err != nil {
 				t.Fatal(err)
 			}
@@ -648,14 +648,14 @@ func TestZMQ4Peers(t *testing.T) {
 			if err := notACommand(m.Frames); err != nil || len(m.Frames) != 2 {
 				t.Fatalf("%s: reply %s: want [payload, timestamp] (%v)", when, renderFrames(m.Frames), err)
 			}
-			pl, err := handshake.DecodePayload(m.Frames[0])
+			pl, err := nixlwire.DecodePayload(m.Frames[0])
 			if err != nil {
 				t.Fatalf("%s: payload: %v", when, err)
 			}
-			if _, err := handshake.ParseTimestamp(m.Frames[1]); err != nil {
+			if _, err := nixlwire.ParseTimestamp(m.Frames[1]); err != nil {
 				t.Fatalf("%s: timestamp: %v", when, err)
 			}
-			md, err := handshake.DecodeAgentMetadata(pl.AgentMetadataBytes)
+			md, err := nixlwire.DecodeAgentMetadata(pl.AgentMetadataBytes)
 			if err != nil || md.EngineID != "prefill-7" {
 				t.Fatalf("%s: metadata %+v, %v", when, md, err)
 			}

@@ -24,6 +24,7 @@ import (
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // The roles below run in child processes (this test binary re-executed
@@ -604,15 +605,11 @@ func runHandshakeListener(ctx context.Context, stop <-chan struct{}) error {
 	const blockLen = 16 * 8 * 128 * 2
 	m := handshake.NixlAgentMetadata{
 		EngineID: "prefill-0", AgentMetadata: []byte("netproof-agent"), KVCachesBaseAddr: []uint64{0x7f0000000000},
-		NumBlocks: 1000, BlockLens: []handshake.Int{blockLen}, BlockStrides: []handshake.Int{blockLen},
+		NumBlocks: 1000, BlockLens: []int64{blockLen}, BlockStrides: []int64{blockLen},
 		KVCacheLayout: "HND", BlockSize: 16, AttnBackendName: "FLASH_ATTN", PhysicalBlocksPerLogicalKVBlock: 1,
 		DCPSize: 1, PCPSize: 1,
 	}
-	p, err := handshake.NewPayload(hsHash, &m)
-	if err != nil {
-		return err
-	}
-	b, err := p.MarshalMsg(nil)
+	b, err := handshake.EncodePayload(hsHash, &m, vllm.Latest())
 	if err != nil {
 		return err
 	}

@@ -115,8 +115,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { x.Close() })
-	if err := x.ApplyEvent("engine-0", &kvevents.Event{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2},
-		BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}}); err != nil {
+	if err := x.ApplyEvents("engine-0", []kvevents.Event{{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2},
+		BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.AddKVIndex("kv", x); err != nil {

@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -128,7 +128,7 @@ func runStall(ctx context.Context, args []string) (any, error) {
 		return nil, err
 	}
 	defer c.Close()
-	req := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3})
+	req := nixlwire.AppendRequest(nil, 3, 0, 0)
 	start := time.Now()
 	sent := 0
 	zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(60 * time.Second))

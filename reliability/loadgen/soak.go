@@ -12,8 +12,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
-	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -158,12 +158,12 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 		wak.Add(1)
 	})
 	for i := 0; i < *fetchers; i++ {
-		run(func() { fetchLoop(ctx, *listener, *fetchInterval, handshake.DefaultTimeout, &hsOK, &hsFail) })
+		run(func() { fetchLoop(ctx, *listener, *fetchInterval, 5*time.Second, &hsOK, &hsFail) })
 	}
 
 	// Junk, at full rate on established connections.
-	v3 := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3})
-	unknownRank := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, TP: 7})
+	v3 := nixlwire.AppendRequest(nil, 3, 0, 0)
+	unknownRank := nixlwire.AppendRequest(nil, 3, 0, 7)
 	hazards := hostile.Payloads()
 	run(func() { // the listener: a DEALER sending bad requests, reading the error replies
 		d, err := socket.NewDealer(quiet())

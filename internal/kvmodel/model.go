@@ -1,9 +1,13 @@
-package kvindextest
+// Package kvmodel is the reference package kvindex is checked against
+// (the rules written plainly, as a Model) and the event builders its tests
+// share.
+package kvmodel
 
 import (
 	"cmp"
 	"slices"
 
+	"github.com/zmqguard/zmqguard/internal/kvkey"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
@@ -32,6 +36,9 @@ type modelEngine struct {
 	epoch  int
 	hashes map[uint64]*modelGroup
 }
+
+// BlockSize is the index's default block size (Config.BlockSize zero).
+const BlockSize = 16
 
 // NewModel returns an empty Model with the index's key seed (0: the
 // default) and model naming (nil: every engine serves model "").
@@ -79,7 +86,7 @@ func medium(ev *kvevents.Event) string {
 	if ev.Medium.Valid {
 		return ev.Medium.V
 	}
-	return kvindex.DefaultMedium
+	return kvkey.Medium
 }
 
 // ApplyEvents applies one batch of an engine's events. Parent and
@@ -105,14 +112,14 @@ func (m *Model) ApplyEvents(engine string, evs []kvevents.Event) {
 		ev := &evs[i]
 		g := 0
 		if ev.GroupIdx.Valid {
-			g = int(min(max(ev.GroupIdx.V, -1), kvindex.MaxGroup+1))
+			g = int(min(max(ev.GroupIdx.V, -1), kvkey.MaxGroup+1))
 		}
 		med := medium(ev)
-		usable := g >= 0 && g <= kvindex.MaxGroup && med != "" && len(med) <= kvindex.MaxMediumLen
+		usable := g >= 0 && g <= kvkey.MaxGroup && med != "" && len(med) <= kvkey.MaxMediumLen
 		if !usable && ev.Type != kvevents.AllBlocksCleared {
 			continue
 		}
-		if ev.Type != kvevents.AllBlocksCleared && kvindex.PartialGroup(ev) {
+		if ev.Type != kvevents.AllBlocksCleared && kvkey.PartialGroup(ev) {
 			continue
 		}
 		switch ev.Type {
@@ -125,7 +132,7 @@ func (m *Model) ApplyEvents(engine string, evs []kvevents.Event) {
 				}
 				continue
 			}
-			p := kvindex.KeyParams{Seed: m.seed, Model: model, BlockSize: int(ev.BlockSize)}
+			p := kvkey.Params[kvindex.Key]{Seed: m.seed, Model: model, BlockSize: int(ev.BlockSize)}
 			if ev.ParentBlockHash.Valid {
 				k, ok := resolve(ev.ParentBlockHash.V.Uint64())
 				if !ok {
@@ -147,7 +154,7 @@ func (m *Model) ApplyEvents(engine string, evs []kvevents.Event) {
 				m.spaces[model] = append(m.spaces[model], p.BlockSize)
 				slices.Sort(m.spaces[model])
 			}
-			keys := kvindex.BlockKeys(p, ev.TokenIDs, nil)
+			keys := kvkey.BlockKeys(p, ev.TokenIDs, nil)
 			for j, h := range ev.BlockHashes {
 				m.store(e, h.Uint64(), keys[j], tier{med, g})
 				overlay[h.Uint64()] = keys[j]
@@ -207,7 +214,7 @@ func (m *Model) Score(req kvindex.ScoreRequest, blockSize int) kvindex.ScoreResu
 	}
 	res.PromptBlocks = len(req.Tokens) / sizes[0]
 	for _, bs := range sizes {
-		keys := kvindex.BlockKeys(kvindex.KeyParams{Seed: m.seed, Model: req.Model, BlockSize: bs,
+		keys := kvkey.BlockKeys(kvkey.Params[kvindex.Key]{Seed: m.seed, Model: req.Model, BlockSize: bs,
 			LoraName: req.LoraName, ExtraKeys: req.ExtraKeys}, req.Tokens, nil)
 		for name, e := range m.engines {
 			if m.modelOf(name) != req.Model {
@@ -277,3 +284,45 @@ func (m *Model) Score(req kvindex.ScoreRequest, blockSize int) kvindex.ScoreResu
 	})
 	return res
 }
+
+// Tokens returns n deterministic token ids of document doc (documents
+// differ from their first token on).
+func Tokens(doc, n int) []int64 {
+	out := make([]int64, n)
+	for i := range out {
+		out[i] = int64(doc*100003+i*7919) % 150000
+	}
+	return out
+}
+
+// Store builds a BlockStored of tokens (whole blocks of bs), with hashes
+// and an optional parent hash (parent < 0: none).
+func Store(hashes []uint64, parent int64, tokens []int64, bs int, med string, group int) kvevents.Event {
+	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens, BlockSize: int64(bs),
+		Medium: kvevents.String(med), GroupIdx: kvevents.Int(int64(group))}
+	for _, h := range hashes {
+		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(h))
+	}
+	if parent >= 0 {
+		ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(uint64(parent)), Valid: true}
+	}
+	return ev
+}
+
+// Placeholder builds a tier-only BlockStored (no tokens, block size 0),
+// as vLLM's offloading connector publishes it.
+func Placeholder(hashes []uint64, med string, group int) kvevents.Event {
+	return Store(hashes, -1, nil, 0, med, group)
+}
+
+// Remove builds a BlockRemoved.
+func Remove(hashes []uint64, med string, group int) kvevents.Event {
+	ev := kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String(med), GroupIdx: kvevents.Int(int64(group))}
+	for _, h := range hashes {
+		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(h))
+	}
+	return ev
+}
+
+// Cleared builds an AllBlocksCleared.
+func Cleared() kvevents.Event { return kvevents.Event{Type: kvevents.AllBlocksCleared} }

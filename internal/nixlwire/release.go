@@ -1,4 +1,4 @@
-package handshake
+package nixlwire
 
 import (
 	"github.com/tinylib/msgp/msgp"

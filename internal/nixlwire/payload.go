@@ -1,4 +1,4 @@
-package handshake
+package nixlwire
 
 //go:generate go run github.com/tinylib/msgp -tests=false
 
@@ -6,14 +6,6 @@ import (
 	"github.com/tinylib/msgp/msgp"
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
-
-// ConnectorVersion is NIXL_CONNECTOR_VERSION of vllm.Latest (7 since vLLM
-// PR #50620), the version [Factors] hashes when its ConnectorVersion is zero
-// and its Release is the latest. Older releases hash their own version (see
-// vllm.Rules.NixlConnectorVersion). The payload codecs accept the
-// NixlAgentMetadata field sets of every release (unknown keys are skipped,
-// missing ones take their defaults).
-const ConnectorVersion = 7
 
 // Int is an integer field of a vLLM message. It encodes the way Python's
 // msgpack and msgspec encode a Python int: a non-negative value in the
@@ -81,8 +73,8 @@ func Nullable[T any](v []T) *[]T { return &v }
 // with its own, and only then decodes the metadata, so that a schema change
 // shows up as a hash mismatch rather than a decode error.
 type NixlHandshakePayload struct {
-	// CompatibilityHash is the sender's [CompatibilityHash]: 64 lower-case
-	// hex digits (msgpack str).
+	// CompatibilityHash is the sender's compatibility hash ([CompatibilityHash]):
+	// 64 lower-case hex digits (msgpack str).
 	CompatibilityHash string `msg:"compatibility_hash"`
 	// AgentMetadataBytes is the msgpack encoding of the sender's
 	// NixlAgentMetadata (msgpack bin).
@@ -94,9 +86,9 @@ type NixlHandshakePayload struct {
 // so call Reset first ([DecodePayload] does).
 func (p *NixlHandshakePayload) Reset() { *p = NixlHandshakePayload{} }
 
-// NixlAgentMetadata describes one prefill worker's KV cache to a decode
-// worker: its NIXL agent, the base addresses and geometry of its KV cache
-// regions. It is a msgpack map keyed by the Python field names, in
+// NixlAgentMetadata is the wire form of handshake.NixlAgentMetadata (which
+// has the same fields with int64 for Int): one prefill worker's KV cache
+// described to a decode worker. It is a msgpack map keyed by the Python field names, in
 // declaration order (connector version 12).
 //
 // Releases before version 12 send fewer keys (the oldest still decodable:
