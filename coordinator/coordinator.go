@@ -15,6 +15,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/internal/reentry"
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -258,7 +259,7 @@ func New(cfg Config) (*Coordinator, error) {
 	if opts.Logger == nil {
 		opts.Logger = cfg.Logger
 	}
-	if err := opts.Verify(); err != nil {
+	if err := sockopt.Verify(opts); err != nil {
 		return nil, fmt.Errorf("coordinator: socket options: %w", err)
 	}
 	c := &Coordinator{
@@ -298,13 +299,13 @@ func (c *Coordinator) withEvents(opts socket.Options, sock int) socket.Options {
 
 func (c *Coordinator) bind(opts socket.Options) error {
 	var err error
-	if c.front, err = socket.NewXPub(opts); err != nil {
+	if c.front, err = socket.New("XPUB", opts); err != nil {
 		return fmt.Errorf("coordinator: front publish socket: %w", err)
 	}
-	if c.backOut, err = socket.NewPull(c.withEvents(opts, idxBackOutput)); err != nil {
+	if c.backOut, err = socket.New("PULL", c.withEvents(opts, idxBackOutput)); err != nil {
 		return fmt.Errorf("coordinator: back output socket: %w", err)
 	}
-	if c.backPub, err = socket.NewXPub(c.withEvents(opts, idxBackPublish)); err != nil {
+	if c.backPub, err = socket.New("XPUB", c.withEvents(opts, idxBackPublish)); err != nil {
 		return fmt.Errorf("coordinator: back publish socket: %w", err)
 	}
 	if err := c.front.Bind(c.cfg.Front); err != nil {
@@ -661,7 +662,7 @@ func (c *Coordinator) scaleAllowed(peer *socket.Peer) bool {
 	if peer == nil {
 		return false
 	}
-	host, _, err := net.SplitHostPort(peer.Addr())
+	host, _, err := net.SplitHostPort(peer.String())
 	if err != nil {
 		return false
 	}

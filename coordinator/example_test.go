@@ -74,7 +74,7 @@ func ExampleCoordinator() {
 	fmt.Println("engine 0: READY")
 
 	// A port scanner pushes an int to the back output socket.
-	scanner, err := socket.NewPush(socket.Options{Logger: quiet})
+	scanner, err := socket.New("PUSH", socket.Options{Logger: quiet})
 	if err != nil {
 		panic(err)
 	}

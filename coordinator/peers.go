@@ -60,11 +60,11 @@ type Engine struct {
 // background: the XSUB subscribes to everything ("\x01") as soon as it
 // reaches the coordinator, as vLLM's engines do. Call WaitReady next.
 func DialEngine(cfg EngineConfig) (*Engine, error) {
-	sub, err := socket.NewXSub(cfg.Socket)
+	sub, err := socket.New("XSUB", cfg.Socket)
 	if err != nil {
 		return nil, err
 	}
-	push, err := socket.NewPush(cfg.Socket)
+	push, err := socket.New("PUSH", cfg.Socket)
 	if err != nil {
 		sub.Close()
 		return nil, err
@@ -246,7 +246,7 @@ type FrontEnd struct {
 // DialFrontEnd creates the front-end's XSUB, subscribes to everything and
 // connects it in the background.
 func DialFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
-	sub, err := socket.NewXSub(cfg.Socket)
+	sub, err := socket.New("XSUB", cfg.Socket)
 	if err != nil {
 		return nil, err
 	}
@@ -266,7 +266,7 @@ func DialFrontEnd(cfg FrontEndConfig) (*FrontEnd, error) {
 func (f *FrontEnd) Close() error { return f.sub.Close() }
 
 // Connected reports whether the front-end is connected to the coordinator.
-func (f *FrontEnd) Connected() bool { return len(f.sub.Peers()) > 0 }
+func (f *FrontEnd) Connected() bool { return f.sub.Stats().Peers > 0 }
 
 // Next returns the next publication. A malformed one yields a classified
 // error (and the next call goes on with the following message).

@@ -212,7 +212,7 @@ func TestPeerHelpers(t *testing.T) {
 // junkPubFor returns a bound XPUB standing in for a coordinator.
 func junkPubFor(t *testing.T) *socket.Socket {
 	t.Helper()
-	s, err := socket.NewXPub(testSocketOptions())
+	s, err := socket.New("XPUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestOnDropMayCloseAndStat(t *testing.T) {
 		t.Fatal(err)
 	}
 	run := reentrytest.Start(t, c.Run)
-	p, err := socket.NewPush(testSocketOptions())
+	p, err := socket.New("PUSH", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

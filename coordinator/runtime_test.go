@@ -69,7 +69,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	h := startCoordinator(t, testConfig(3))
 
-	stray, err := socket.NewSub(testSocketOptions())
+	stray, err := socket.New("SUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +102,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 
 	// A subscriber that leaves during start-up: its subscription still
 	// counts (as in vLLM; the XPUB's "\x00" for it is ignored).
-	ghost, err := socket.NewSub(testSocketOptions())
+	ghost, err := socket.New("SUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +128,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 // an XPUB as data (or, for "\x01..." / "\x00...", as subscriptions).
 func junkXSub(t *testing.T, ctx context.Context, endpoint string) *socket.Socket {
 	t.Helper()
-	s, err := socket.NewXSub(testSocketOptions())
+	s, err := socket.New("XSUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,14 +136,14 @@ func junkXSub(t *testing.T, ctx context.Context, endpoint string) *socket.Socket
 	if err := s.Dial(endpoint); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the junk XSUB to connect", func() bool { return len(s.Peers()) == 1 })
+	waitFor(t, ctx, "the junk XSUB to connect", func() bool { return s.Stats().Peers == 1 })
 	return s
 }
 
 // junkPush returns a PUSH connected to endpoint.
 func junkPush(t *testing.T, endpoint string) *socket.Socket {
 	t.Helper()
-	s, err := socket.NewPush(testSocketOptions())
+	s, err := socket.New("PUSH", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

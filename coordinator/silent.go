@@ -66,7 +66,7 @@ func (s *silence) learn(idx int64, p *socket.Peer) {
 	if s.engines == nil {
 		s.engines = map[int64]enginePeer{}
 	}
-	s.engines[idx] = enginePeer{id: id, host: peerHost(p.Addr())}
+	s.engines[idx] = enginePeer{id: id, host: peerHost(p.String())}
 }
 
 // match returns the engine indexes a silent connection of socket idx
@@ -75,7 +75,7 @@ func (s *silence) match(sock int, e socket.Event) []int64 {
 	var out []int64
 	addr := e.Remote
 	if e.Peer != nil {
-		addr = e.Peer.Addr()
+		addr = e.Peer.String()
 	}
 	host := peerHost(addr)
 	for i, ep := range s.engines {

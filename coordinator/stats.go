@@ -174,7 +174,7 @@ func (c *Coordinator) socketStats(dst *SocketStats, idx int, sock *socket.Socket
 		Received:    ls.Received,
 		Drops:       ls.Dropped,
 		StateDrops:  dst.StateDrops,
-		Violations:  ss.Violations,
+		Violations:  ss.Refused,
 		Peers:       ss.Peers,
 		Connects:    ss.Connects,
 		Disconnects: ss.Disconnects,

@@ -25,7 +25,7 @@ func BenchmarkHandshakeListener(b *testing.B) {
 	socks := make([]*socket.Socket, clients)
 	bodies := make([][]byte, clients)
 	for i := range socks {
-		s, err := socket.NewReq(socket.DefaultOptions())
+		s, err := socket.New("REQ", socket.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -299,7 +299,7 @@ func (ev *events) observe(e socket.Event) {
 // does).
 //
 // Errors: a configuration error for a V2/V3 request without ExpectedHash
-// or SkipHashCheck, or for a negative Timeout; a malformed endpoint wraps socket.ErrBadEndpoint; when ctx ends
+// or SkipHashCheck, or for a negative Timeout; a malformed endpoint gives socket.New's "socket: bad endpoint" error; when ctx ends
 // first, its error is returned (wrapped); every other failure matches one of
 // ErrTimeout, ErrRefused, ErrBadReplyShape, ErrUndecodablePayload,
 // ErrRejected, ErrHashMismatch and ErrEngineIDMismatch under errors.Is.
@@ -331,7 +331,7 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 			user(e)
 		}
 	}
-	sock, err := socket.NewReq(sopts)
+	sock, err := socket.New("REQ", sopts)
 	if err != nil {
 		return Reply{}, fmt.Errorf("handshake: client socket: %w", err)
 	}

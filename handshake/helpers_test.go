@@ -129,7 +129,7 @@ func mustFetch(t testing.TB, ep string, req Request, want Rank) Reply {
 func rawExchange(t testing.TB, ep string, body []byte) [][]byte {
 	t.Helper()
 	ctx := testCtx(t, 10*time.Second)
-	s, err := socket.NewReq(fastOpts())
+	s, err := socket.New("REQ", fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}

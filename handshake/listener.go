@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -212,7 +213,7 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	}
 	opts, _ := sockopt.Apply(cfg.Socket, sockopt.Overrides{Logger: cfg.Logger})
 	opts.RouterDropUnroutable = true
-	sock, err := socket.NewRouter(opts)
+	sock, err := socket.New("ROUTER", opts)
 	if err != nil {
 		return nil, fmt.Errorf("handshake: listener socket: %w", err)
 	}
@@ -444,7 +445,15 @@ func (l *Listener) Addr() net.Addr {
 	if l.sock == nil {
 		return nil
 	}
-	return l.sock.Addr()
+	ep := l.sock.Endpoint()
+	if path, ok := strings.CutPrefix(ep, "ipc://"); ok {
+		return &net.UnixAddr{Name: path, Net: "unix"}
+	}
+	a, err := net.ResolveTCPAddr("tcp", strings.TrimPrefix(ep, "tcp://"))
+	if err != nil {
+		return nil
+	}
+	return a
 }
 
 // Stats returns a snapshot of the listener's counters.

@@ -82,7 +82,7 @@ func TestListenerSurvivesBareDealer(t *testing.T) {
 	}})
 	ctx := testCtx(t, 20*time.Second)
 
-	d, err := socket.NewDealer(fastOpts())
+	d, err := socket.New("DEALER", fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	var want [decodeguard.NumReasons]uint64
 	for i, c := range cases {
-		s, err := socket.NewReq(fastOpts())
+		s, err := socket.New("REQ", fastOpts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -302,7 +302,7 @@ func TestListenerAcceptBareDealer(t *testing.T) {
 	payloads := testPayloads(t)
 	l := startListener(t, ListenerConfig{Payloads: payloads, AcceptBareDealer: true})
 	ctx := testCtx(t, 20*time.Second)
-	d, err := socket.NewDealer(fastOpts())
+	d, err := socket.New("DEALER", fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestListenerConcurrentClientsUnderJunk(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d, err := socket.NewDealer(fastOpts())
+		d, err := socket.New("DEALER", fastOpts())
 		if err != nil {
 			t.Error(err)
 			return

@@ -45,7 +45,7 @@ func TestHooksMayCloseAndStat(t *testing.T) {
 			defer l.Close()
 			ctx := testCtx(t, 2*reentrytest.Bound)
 			served := reentrytest.Start(t, l.Serve)
-			c, err := socket.NewReq(fastOpts())
+			c, err := socket.New("REQ", fastOpts())
 			if err != nil {
 				t.Fatal(err)
 			}

@@ -18,7 +18,7 @@ func TestListenerStatsJSON(t *testing.T) {
 	}
 	s := string(b)
 	for _, want := range []string{`"served":{"v1":2,"v2":0,"v3":5}`, `"error_replies":0`, `"loop":{`, `"socket":{`,
-		`"dropped":{`, `"violations":{`, `"dropped_hwm":0`} {
+		`"dropped":{`, `"refused":{`, `"dropped_hwm":0`} {
 		if !strings.Contains(s, want) {
 			t.Errorf("JSON lacks %s:\n%s", want, s)
 		}

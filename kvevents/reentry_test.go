@@ -51,7 +51,7 @@ func waitRemoved(t *testing.T, sub *Subscriber) {
 }
 
 type removeResult struct {
-	stats  Stats
+	stats  SourceStats
 	err    error
 	ctxErr error
 }
@@ -118,7 +118,7 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 	if n := after.Load(); n != 0 {
 		t.Fatalf("%d Handler calls for the source after its Remove returned", n)
 	}
-	if err := sub.Remove("e0"); !errors.Is(err, ErrUnknownSource) {
+	if err := sub.Remove("e0"); !errors.Is(err, errUnknownSource) {
 		t.Fatalf("second Remove: %v", err)
 	}
 	run.Cancel()

@@ -67,14 +67,14 @@ func TestUnsupportedEventTypes(t *testing.T) {
 	waitFor(t, "delivery", func() bool {
 		pub.Publish(storedEvent(1000))
 		time.Sleep(5 * time.Millisecond)
-		return sub.Stats().Total.DroppedEvents[decodeguard.ReasonUnsupported] == batches
+		return sub.Stats().DroppedEvents[decodeguard.ReasonUnsupported] == batches
 	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	st := sub.Stats()
-	tot := st.Total
+	tot := st
 	if tot.DroppedEvents[decodeguard.ReasonDecode] != 0 || tot.DroppedEvents[decodeguard.ReasonValidate] != 0 || tot.Dropped.Total() != 0 {
 		t.Fatalf("dropped %v, events %v", tot.Dropped, tot.DroppedEvents)
 	}
@@ -82,7 +82,7 @@ func TestUnsupportedEventTypes(t *testing.T) {
 		t.Fatalf("the rest of each batch was not delivered: %+v", tot.Events)
 	}
 	u := st.Sources[0].UnsupportedTypes
-	if len(u) != MaxUnsupportedTypes+1 || u["BlockInactive"] != 1 || u["other"] != batches-MaxUnsupportedTypes {
+	if len(u) != maxUnsupportedTypes+1 || u["BlockInactive"] != 1 || u["other"] != batches-maxUnsupportedTypes {
 		t.Fatalf("unsupported types %v", u)
 	}
 	for name := range u {
@@ -92,7 +92,7 @@ func TestUnsupportedEventTypes(t *testing.T) {
 			}
 		}
 	}
-	if len(tot.UnsupportedTypes) != MaxUnsupportedTypes+1 {
+	if len(tot.UnsupportedTypes) != maxUnsupportedTypes+1 {
 		t.Fatalf("total unsupported types %v", tot.UnsupportedTypes)
 	}
 }

@@ -54,25 +54,25 @@ func fuzzEvents(data []byte, apply func(engine string, evs []kvevents.Event), co
 				hs[i] = h + uint64(i)
 			}
 			ev := kvmodel.Store(hs, -1, toks, 4, med, 0)
-			ev.BlockSize, ev.GroupIdx = bs, kvevents.Int(group)
+			ev.BlockSize, ev.GroupIdx = bs, kvevents.Some[int64](group)
 			if b[4]&1 != 0 {
-				ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(uint64(b[4] >> 3 % 32)), Valid: true}
+				ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(uint64(b[4] >> 3 % 32)), Valid: true}
 			}
 			if b[4]&2 != 0 {
-				ev.LoraName = kvevents.String("L")
+				ev.LoraName = kvevents.Some("L")
 				ev.HasExtraKeys, ev.ExtraKeys = true, kvindex.LoraExtraKeys("L", n)
 			}
 			if b[4]&4 != 0 {
-				ev.Medium = kvevents.OptString{}
+				ev.Medium = kvevents.Opt[string]{}
 			}
 			batch = append(batch, ev)
 		case 3:
 			ev := kvmodel.Placeholder([]uint64{h}, med, 0)
-			ev.GroupIdx = kvevents.Int(group)
+			ev.GroupIdx = kvevents.Some[int64](group)
 			batch = append(batch, ev)
 		case 4:
 			ev := kvmodel.Remove([]uint64{h, h + 1}[:n%2+1], med, 0)
-			ev.GroupIdx = kvevents.Int(group)
+			ev.GroupIdx = kvevents.Some[int64](group)
 			batch = append(batch, ev)
 		case 5:
 			batch = append(batch, kvmodel.Cleared())

@@ -153,7 +153,7 @@ func (x *Index) engine(name string) *engineState {
 
 // Apply applies one update of a kvevents.Subscriber: a batch's events, a
 // publisher reset (the engine is cleared) or a lost range (the engine's
-// entries become uncertain). Its signature fits a kvevents.Handler with
+// entries become uncertain). Its signature fits kvevents.Config.Handler with
 // the context dropped.
 func (x *Index) Apply(u kvevents.Update) error {
 	switch u.Kind {
@@ -206,7 +206,7 @@ func (x *Index) chained(ev *kvevents.Event) bool {
 // BlockStored with no tokens (block_size 0), which says a block the engine
 // already knows by its hash is now also on another medium.
 func isPlaceholder(ev *kvevents.Event) bool {
-	return ev.Placeholder()
+	return ev.Type == kvevents.BlockStored && len(ev.TokenIDs) == 0
 }
 
 // isHybrid reports a hybrid-model store whose tokens outnumber its hashes'

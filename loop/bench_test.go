@@ -315,14 +315,14 @@ func BenchmarkRatioZMQ4(b *testing.B) {
 // socketPair returns a zmqguard PULL bound on 127.0.0.1 and a PUSH dialled
 // to it, and a function that closes both.
 func socketPair(b *testing.B) (pull, push *socket.Socket, closeAll func()) {
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
 		b.Fatal(err)
 	}
-	push, err = socket.NewPush(socket.DefaultOptions())
+	push, err = socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -89,7 +89,7 @@ func ExampleFromZMQ4_switchToSocket() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	pull, err := socket.NewPull(socket.DefaultOptions()) // was zmq4.NewPull(ctx)
+	pull, err := socket.New("PULL", socket.DefaultOptions()) // was zmq4.NewPull(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

@@ -424,7 +424,7 @@ func (l *Loop[T]) Stats() Stats {
 		s.LastDrop = time.Unix(0, ns)
 	}
 	if sock, ok := l.recv.(*socket.Socket); ok {
-		s.Refused = sock.Stats().Violations
+		s.Refused = sock.Stats().Refused
 	}
 	return s
 }
@@ -763,7 +763,7 @@ func reasonOf(err error) decodeguard.Reason {
 
 // fail wraps an error that is not bad input and lets OnError decide.
 func (l *Loop[T]) fail(stage Stage, peer *socket.Peer, err error) error {
-	e := &Error{Loop: l.cfg.Name, Stage: stage, Peer: peer.Addr(), Err: err}
+	e := &Error{Loop: l.cfg.Name, Stage: stage, Peer: peer.String(), Err: err}
 	if l.cfg.OnError != nil {
 		return l.cfg.OnError(e)
 	}

@@ -53,7 +53,7 @@ func newRateLog(log *slog.Logger, name string, interval time.Duration) *rateLog 
 // drop records d and writes its detail line if it is the first of its
 // reason from its connection.
 func (rl *rateLog) drop(d *Drop) {
-	addr := d.Peer.Addr()
+	addr := d.Peer.String()
 	if d.Reason == decodeguard.ReasonDecoderPanic && rl.stackLogged.CompareAndSwap(false, true) {
 		rl.logPanic(d, addr)
 	}

@@ -317,7 +317,7 @@ func (e emitter) socket(name string, st socket.Stats) {
 	e.emit(SocketDroppedHWM, float64(st.DroppedHWM), name)
 	e.emit(SocketDroppedUnroutable, float64(st.DroppedUnroutable), name)
 	e.emit(SocketDroppedFiltered, float64(st.DroppedFiltered), name)
-	e.counts(SocketViolations, &st.Violations, name)
+	e.counts(SocketViolations, &st.Refused, name)
 	e.emit(SocketPeers, float64(st.Peers), name)
 	e.emit(SocketConnects, float64(st.Connects), name)
 	e.emit(SocketDisconnects, float64(st.Disconnects), name)
@@ -471,7 +471,7 @@ func (s *Set) AddOutputs(name string, r OutputsStats) error {
 
 // KVEventsStats is what AddKVEvents reads: a KV-event subscriber
 // (*kvevents.Subscriber).
-type KVEventsStats interface{ Stats() kvevents.Stats }
+type KVEventsStats interface{ Stats() kvevents.SourceStats }
 
 // AddKVEvents adds a KV-event subscriber as a source set under loop=name,
 // one source per followed publisher (received = batches delivered plus

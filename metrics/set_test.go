@@ -79,7 +79,7 @@ func TestCollectMapsEveryField(t *testing.T) {
 	var viol decodeguard.Counts
 	viol[decodeguard.ReasonHandshake] = 7
 	sk := &fakeSocket{Received: 11, Sent: 12, DroppedHWM: 13, DroppedUnroutable: 14, DroppedFiltered: 15,
-		Violations: viol, Peers: 4, Connects: 16, Disconnects: 17, AcceptErrors: 18}
+		Refused: viol, Peers: 4, Connects: 16, Disconnects: 17, AcceptErrors: 18}
 	z := &fakeZMTP{Accepted: 20, Handshakes: 21, AcceptErrors: 22, Violations: viol, Evicted: 23, Open: 24, Pending: 25}
 	h := &fakeHandshake{Served: [4]uint64{0, 1, 2, 3}, ErrorReplies: 5, Loop: loop.Stats(*l), Socket: socket.Stats(*sk)}
 	c := &fakeCoord{Engines: 2, Wave: 9, Running: true, Started: true, StatsPublished: 30, WavePublished: 31,
@@ -306,9 +306,9 @@ func TestAddOutputsOneSourcePerEngine(t *testing.T) {
 	}
 }
 
-type fakeKV struct{ st kvevents.Stats }
+type fakeKV struct{ st kvevents.SourceStats }
 
-func (f *fakeKV) Stats() kvevents.Stats { return f.st }
+func (f *fakeKV) Stats() kvevents.SourceStats { return f.st }
 
 func TestAddKVEventsCapsSources(t *testing.T) {
 	f := &fakeKV{}

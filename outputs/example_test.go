@@ -42,7 +42,7 @@ func Example() {
 	// An engine (here a Go one; a vLLM engine core sends the same bytes).
 	opts := socket.DefaultOptions()
 	opts.Logger = quiet
-	engine, _ := socket.NewPush(opts)
+	engine, _ := socket.New("PUSH", opts)
 	defer engine.Close()
 	_ = engine.Dial(r.Endpoint())
 	var enc enginecore.Encoder

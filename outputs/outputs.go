@@ -391,7 +391,7 @@ func New(cfg Config) (*Receiver, error) {
 			userEvent(ev)
 		}
 	}
-	s, err := socket.NewPull(so)
+	s, err := socket.New("PULL", so)
 	if err != nil {
 		return nil, err
 	}
@@ -493,7 +493,7 @@ func (r *Receiver) decode(frames [][]byte, dst *item) error {
 // notification builds the Notification of m's utility output (a negative
 // call id, checked by decode).
 func notification(m *enginecore.Message, peer *socket.Peer) Notification {
-	n := Notification{Engine: m.EngineIndex, Peer: peer.Addr(), CallID: m.Utility.Special}
+	n := Notification{Engine: m.EngineIndex, Peer: peer.String(), CallID: m.Utility.Special}
 	v, _, _ := m.Utility.SpecialValue()
 	switch x := v.(type) {
 	case enginecore.EEPNotification:
@@ -563,18 +563,18 @@ func (r *Receiver) claim(e int64, peer *socket.Peer) error {
 	if held {
 		r.claims[b.id]--
 	}
-	r.owner[e] = binding{id: id, addr: peer.Addr()}
+	r.owner[e] = binding{id: id, addr: peer.String()}
 	r.claims[id]++
 	if _, ok := r.peers[id]; !ok {
 		r.peers[id] = e
 	}
 	if st := r.engine(e); st != nil {
 		st.Dead = false
-		st.Peer = peer.Addr()
+		st.Peer = peer.String()
 	}
 	if held {
 		r.cfg.Logger.Info("engine index claimed by a new connection (its previous one disconnected)",
-			"loop", r.cfg.Name, "engine", e, "peer", peer.Addr(), "previous", b.addr)
+			"loop", r.cfg.Name, "engine", e, "peer", peer.String(), "previous", b.addr)
 	}
 	return nil
 }
@@ -622,7 +622,7 @@ func (r *Receiver) deadEvent(peer *socket.Peer, at time.Time) {
 		if b.id != id {
 			continue
 		}
-		evs = append(evs, EngineDeadError{Engine: e, Peer: peer.Addr(), Time: at})
+		evs = append(evs, EngineDeadError{Engine: e, Peer: peer.String(), Time: at})
 		if st := r.engine(e); st != nil {
 			if !st.Dead {
 				first = append(first, e)
@@ -638,7 +638,7 @@ func (r *Receiver) deadEvent(peer *socket.Peer, at time.Time) {
 	r.mu.Unlock()
 	slices.SortFunc(evs, func(a, b EngineDeadError) int { return cmp.Compare(a.Engine, b.Engine) })
 	for _, e := range first {
-		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", e, "peer", peer.Addr())
+		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", e, "peer", peer.String())
 	}
 	if r.cfg.OnEngineDead != nil {
 		for _, ev := range evs {
@@ -683,7 +683,7 @@ func (r *Receiver) Stats() Stats {
 		Release:    r.cfg.Release.String(),
 		Received:   ls.Received,
 		Dropped:    ls.Dropped,
-		Violations: r.sock.Stats().Violations,
+		Violations: r.sock.Stats().Refused,
 	}
 	r.queueStats(&st)
 	r.mu.Lock()

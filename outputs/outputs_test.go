@@ -79,7 +79,7 @@ func pusher(t testing.TB, endpoint string) *socket.Socket {
 	t.Helper()
 	o := socket.DefaultOptions()
 	o.Logger = quiet
-	p, err := socket.NewPush(o)
+	p, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}

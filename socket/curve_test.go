@@ -124,7 +124,7 @@ func TestCurveSocketRefusals(t *testing.T) {
 	other := mustSocket(t, NewPush, stranger.client)
 	mustDial(t, other, ep)
 	waitFor(t, ctx, "two auth refusals", func() bool {
-		return pull.Stats().Violations[decodeguard.ReasonAuth] >= 2
+		return pull.Stats().Refused[decodeguard.ReasonAuth] >= 2
 	})
 	good := mustSocket(t, NewPush, k.client)
 	mustDial(t, good, ep)

@@ -68,7 +68,7 @@ func TestCurveBodyTimeoutHeartbeatsOn(t *testing.T) {
 		t.Fatal("timed out")
 	}
 	waitFor(t, ctx, "the body-timeout policy violation", func() bool {
-		return pull.Stats().Violations[decodeguard.ReasonPolicy] >= 1
+		return pull.Stats().Refused[decodeguard.ReasonPolicy] >= 1
 	})
 	if n := pull.Stats().HeartbeatTimeouts; n != 0 {
 		t.Errorf("%d heartbeat timeouts: the heartbeat, not BodyTimeout, ended the peer", n)

@@ -104,7 +104,7 @@ func listenNet(ep endpoint) (net.Listener, error) {
 
 // ipcNamer gives every accepted unix connection a distinct remote name
 // ("path#n"): unix peers are otherwise all unnamed, and events, logs and
-// Peer.Addr need to tell them apart.
+// Peer.String need to tell them apart.
 type ipcNamer struct {
 	net.Listener
 	path string

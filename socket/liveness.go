@@ -22,15 +22,15 @@ var (
 	// TTL its own PINGs announced. The cause's text says how long the peer
 	// was silent and which rule applied.
 	ErrHeartbeatTimeout = errors.New("socket: peer silent past the heartbeat timeout")
-	// ErrHandover is the disconnect cause of a ROUTER peer whose identity a
+	// errHandover is the disconnect cause of a ROUTER peer whose identity a
 	// new connection took over (Options.RouterHandover).
-	ErrHandover = errors.New("socket: ROUTER identity taken over by a new connection")
+	errHandover = errors.New("socket: ROUTER identity taken over by a new connection")
 )
 
 // handoverErr is the disconnect cause of the connection p's identity was
 // taken from.
 func handoverErr(p *Peer) error {
-	return fmt.Errorf("%w: identity %s now held by %s", ErrHandover, decodeguard.Render(p.identity), p.addrText)
+	return fmt.Errorf("%w: identity %s now held by %s", errHandover, decodeguard.Render(p.identity), p.addrText)
 }
 
 // heartbeat is one peer's liveness state, run from a timer that fires every

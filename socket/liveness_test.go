@@ -262,7 +262,7 @@ func TestRouterHandoverAndRefusal(t *testing.T) {
 			waitFor(t, ctx, "handover", func() bool { return r.Stats().Handovers == 1 })
 			// The counter moves before the displaced peer's disconnect event
 			// is emitted: wait for the event, then check what it says.
-			isHandover := func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, ErrHandover) }
+			isHandover := func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, errHandover) }
 			waitFor(t, ctx, "handover disconnect event", func() bool { _, ok := log.find(isHandover); return ok })
 			e, ok := log.find(isHandover)
 			if !ok || !strings.Contains(e.Err.Error(), "72616e6b2d30") {
@@ -425,21 +425,21 @@ func TestLivenessOptionsVerify(t *testing.T) {
 		want string
 	}{
 		{func(o *Options) { o.ReconnectJitter = 1.5 }, "ReconnectJitter 1.5"},
-		{func(o *Options) { o.HeartbeatTimeout = -time.Second }, "HeartbeatTimeout must not be negative"},
+		{func(o *Options) { o.HeartbeatTimeout = -time.Second }, "Options.HeartbeatTimeout -1s is negative"},
 		{func(o *Options) { o.HeartbeatTTL = 2 * time.Hour }, "HeartbeatTTL 2h0m0s"},
 		{func(o *Options) { o.HeartbeatInterval = time.Second; o.HeartbeatTTL = time.Second }, "must exceed HeartbeatInterval"},
 		{func(o *Options) { o.HeartbeatInterval = time.Microsecond }, "HeartbeatInterval 1µs"},
 	} {
 		o := DefaultOptions()
 		c.mod(&o)
-		err := o.Verify()
+		err := checkOptions(o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Verify: %v, want %q", err, c.want)
 		}
 	}
 	o := DefaultOptions()
-	if o.HeartbeatInterval != DefaultHeartbeatInterval || o.HeartbeatTimeout != DefaultHeartbeatTimeout ||
-		!o.TCPKeepAlive.Enable || o.SendQueueBytes != DefaultSendQueueBytes || o.RecvQueueBytes != DefaultRecvQueueBytes {
+	if o.HeartbeatInterval != defaultHeartbeatInterval || o.HeartbeatTimeout != defaultHeartbeatTimeout ||
+		!o.TCPKeepAlive.Enable || o.SendQueueBytes != defaultSendQueueBytes || o.RecvQueueBytes != defaultRecvQueueBytes {
 		t.Fatalf("defaults %+v", o)
 	}
 }

@@ -57,7 +57,7 @@ func TestRefusedConnectionLogsAreRateLimited(t *testing.T) {
 	}
 	waitFor(t, ctx, "every probe counted", func() bool {
 		var n uint64
-		for _, v := range pull.Stats().Violations {
+		for _, v := range pull.Stats().Refused {
 			n += v
 		}
 		return n >= floods

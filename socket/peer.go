@@ -18,13 +18,13 @@ import (
 
 // Limits on what one XPUB subscriber may hold.
 const (
-	// MaxTopicsPerPeer bounds the distinct topics one XPUB subscriber may
+	// maxTopicsPerPeer bounds the distinct topics one XPUB subscriber may
 	// subscribe to; further subscriptions are dropped and counted as
 	// ReasonPolicy.
-	MaxTopicsPerPeer = 10000
-	// MaxTopicBytesPerPeer bounds the total bytes of one XPUB subscriber's
+	maxTopicsPerPeer = 10000
+	// maxTopicBytesPerPeer bounds the total bytes of one XPUB subscriber's
 	// distinct topics.
-	MaxTopicBytesPerPeer = 1 << 20
+	maxTopicBytesPerPeer = 1 << 20
 	// maxCtrl bounds queued PONGs per peer (a peer that pings without
 	// reading gets no more answers).
 	maxCtrl = 16

@@ -52,6 +52,10 @@ type Config struct {
 	Label         string
 }
 
+// maxTopicsPerPeer is the socket package's fixed limit on one XPUB
+// subscriber's distinct topics (see socket.Options.XPubMaxTopics).
+const maxTopicsPerPeer = 10000
+
 func defaults(quick bool) Config {
 	if quick {
 		return Config{Subs: 10, Topics: 100, StatsInterval: 100 * time.Millisecond, Baseline: time.Second,
@@ -71,7 +75,7 @@ func main() {
 	}
 	quick := flag.Bool("quick", false, "10 subscribers x 100 topics, 1 s phases (seconds in all)")
 	subs := flag.Int("subs", 0, "subscribers (default 1000; quick 10)")
-	topics := flag.Int("topics", 0, "distinct topics per subscriber (default 10000, at most socket.MaxTopicsPerPeer; quick 100)")
+	topics := flag.Int("topics", 0, "distinct topics per subscriber (default 10000, at most 10000, the socket's per-subscriber limit; quick 100)")
 	label := flag.String("label", "", "a name for the run, copied into the result")
 	out := flag.String("out", "", "also write the result (JSON) to this file")
 	flag.Parse()

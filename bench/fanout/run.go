@@ -9,7 +9,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -92,8 +91,8 @@ func held(n, own int) int {
 
 // Run measures one coordinator (self re-executed as the child).
 func Run(ctx context.Context, self string, cfg Config, logw io.Writer) (*Result, error) {
-	if cfg.Topics > socket.MaxTopicsPerPeer {
-		return nil, fmt.Errorf("-topics %d is over socket.MaxTopicsPerPeer (%d)", cfg.Topics, socket.MaxTopicsPerPeer)
+	if cfg.Topics > maxTopicsPerPeer {
+		return nil, fmt.Errorf("-topics %d is over the socket's per-subscriber limit (%d)", cfg.Topics, maxTopicsPerPeer)
 	}
 	logf := func(format string, a ...any) { fmt.Fprintf(logw, "fanout: "+format+"\n", a...) }
 	ch, err := startChild(ctx, self, cfg, logw)

@@ -112,7 +112,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 		o.ReclaimBytes = -1
 		o.Guard.BodyTimeout = -1
 	}
-	s, err := socket.NewPull(o)
+	s, err := socket.New("PULL", o)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 		mu.Unlock()
 		fmt.Fprintf(bw, "%s,%.2f,%s,%.1f,%.1f,%.1f,%d,%.1f,%d,%d,%d\n", mode, time.Since(start).Seconds(), ph,
 			float64(rssBytes())/(1<<20), float64(ms.HeapInuse)/(1<<20), float64(ms.HeapAlloc)/(1<<20),
-			st.Peers, float64(st.BudgetBytes)/(1<<20), st.BudgetStalls, st.BudgetEvictions, st.Violations[decodeguard.ReasonPolicy])
+			st.Peers, float64(st.BudgetBytes)/(1<<20), st.BudgetStalls, st.BudgetEvictions, st.Refused[decodeguard.ReasonPolicy])
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -187,7 +187,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	if burst {
 		attackName = "burst"
 	}
-	cmd := exec.Command(os.Args[0], "-child", "-attack", attackName, "-connect", s.Addr().String(), "-conns", fmt.Sprint(conns), "-size", fmt.Sprint(size), "-hold", hold.String())
+	cmd := exec.Command(os.Args[0], "-child", "-attack", attackName, "-connect", strings.TrimPrefix(s.Endpoint(), "tcp://"), "-conns", fmt.Sprint(conns), "-size", fmt.Sprint(size), "-hold", hold.String())
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
@@ -210,7 +210,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	mu.Unlock()
 	st := s.Stats()
 	fmt.Fprintf(os.Stderr, "memattack: connects %d, disconnects %d, violations %v, heartbeat timeouts %d, budget stalls %d, evictions %d\n",
-		st.Connects, st.Disconnects, st.Violations, st.HeartbeatTimeouts, st.BudgetStalls, st.BudgetEvictions)
+		st.Connects, st.Disconnects, st.Refused, st.HeartbeatTimeouts, st.BudgetStalls, st.BudgetEvictions)
 	wait(after)
 	fmt.Fprintf(os.Stderr, "memattack: at the end: reclaims %d, peers %d\n", s.Stats().Reclaims, s.Stats().Peers)
 	return nil

@@ -42,7 +42,7 @@ func main() {
 	if *rbuf > 0 {
 		opts.Guard.ReadBufferSize = *rbuf
 	}
-	s, err := socket.NewPull(opts)
+	s, err := socket.New("PULL", opts)
 	if err != nil {
 		load.Fatal(err)
 	}

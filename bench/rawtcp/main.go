@@ -32,7 +32,7 @@ import (
 func main() {
 	bind := flag.String("bind", "", "endpoint to listen on, tcp://host:port (required)")
 	count := flag.Uint64("count", 1_000_000, "messages to receive")
-	bufSize := flag.Int("buffer", 256<<10, "read buffer size (default: zmqguard socket's largest read buffer, socket.DefaultReadBufferSize)")
+	bufSize := flag.Int("buffer", 256<<10, "read buffer size (default: zmqguard socket's largest read buffer, 256 KiB: socket.Options.Guard.ReadBufferSize)")
 	flag.Parse()
 	if *bind == "" || *count < 2 {
 		flag.Usage()

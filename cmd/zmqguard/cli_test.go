@@ -268,7 +268,7 @@ func TestCoordinator(t *testing.T) {
 	}
 	// Junk on the back output: a bare int (the seed that killed vLLM's
 	// client), then stats from both engines.
-	junk, err := socket.NewPush(quietSocket())
+	junk, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -406,7 +406,7 @@ func TestSink(t *testing.T) {
 	const n = 200
 	p := start(t, ctx, "sink", "--decode", "stats", "--bind", "tcp://127.0.0.1:0", "--count", "200", "--log-format", "json")
 	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -445,7 +445,7 @@ func TestSinkRaw(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "sink", "--bind", "tcp://127.0.0.1:0", "--log-format=json", "--count=10")
 	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -15,7 +15,7 @@ import (
 
 // demoStatus renders the live one-line status.
 func demoStatus(elapsed, total time.Duration, cs coordinator.Stats, ls handshake.ListenerStats, c *demoCounters) string {
-	lsViol := coordinator.Drops(ls.Socket.Violations)
+	lsViol := coordinator.Drops(ls.Socket.Refused)
 	drops := cs.Dropped + cs.Violations.Total() + ls.Loop.TotalDropped() + lsViol.Total()
 	return fmt.Sprintf("demo %s/%s | coordinator %d outputs, %d pubs, wave %d | handshakes %d | scanner %d probes, %d deaths | drops %d | crashes %d",
 		elapsed.Truncate(time.Second), total, cs.BackOutput.Accepted, cs.StatsPublished+cs.WavePublished, cs.Wave,
@@ -40,7 +40,7 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 	row := func(name, ep string, served, sent, dropped, refused uint64, ans bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", name, ep, served, sent, dropped, refused, yes(ans))
 	}
-	lsViol := coordinator.Drops(ls.Socket.Violations)
+	lsViol := coordinator.Drops(ls.Socket.Refused)
 	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Violations.Total(), answers[0])
 	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Violations.Total(), answers[1])
 	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Violations.Total(), answers[2])

@@ -78,7 +78,7 @@ func TestSinkCurve(t *testing.T) {
 	_, strangerSec, _ := zmtpguard.GenerateCurveKeyPair()
 	so := quietSocket()
 	so.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: strangerSec, ServerKey: srvPub}
-	stranger, err := socket.NewPush(so)
+	stranger, err := socket.New("PUSH", so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -87,7 +87,7 @@ func TestSinkCurve(t *testing.T) {
 
 	o := quietSocket()
 	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cli.Secret, ServerKey: srvPub}
-	push, err := socket.NewPush(o)
+	push, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}

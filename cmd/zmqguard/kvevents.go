@@ -147,15 +147,19 @@ func (p *kvPrinter) handle(_ context.Context, u kvevents.Update) error {
 
 // kvCounters is one source's (or the total's) part of the counters line.
 type kvCounters struct {
-	Batches       uint64               `json:"batches"`
-	Events        uint64               `json:"events"`
-	EventsByType  kvevents.EventCounts `json:"events_by_type"`
-	Gaps          uint64               `json:"gaps"`
-	Replayed      uint64               `json:"replayed"`
-	Lost          uint64               `json:"lost"`
-	Resets        uint64               `json:"resets"`
-	Dropped       decodeguard.Counts   `json:"dropped"`
-	DroppedEvents decodeguard.Counts   `json:"dropped_events"`
+	Batches      uint64 `json:"batches"`
+	Events       uint64 `json:"events"`
+	EventsByType struct {
+		BlockStored      uint64 `json:"block_stored"`
+		BlockRemoved     uint64 `json:"block_removed"`
+		AllBlocksCleared uint64 `json:"all_blocks_cleared"`
+	} `json:"events_by_type"`
+	Gaps          uint64             `json:"gaps"`
+	Replayed      uint64             `json:"replayed"`
+	Lost          uint64             `json:"lost"`
+	Resets        uint64             `json:"resets"`
+	Dropped       decodeguard.Counts `json:"dropped"`
+	DroppedEvents decodeguard.Counts `json:"dropped_events"`
 	// UnsupportedTypes counts events of types this release does not know,
 	// by (escaped) name.
 	UnsupportedTypes map[string]uint64  `json:"unsupported_types,omitempty"`
@@ -201,7 +205,7 @@ var kvEventsCmd = command[kvEventsFlags]{
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
 		fs.Uint64Var(&fl.count, "count", 0, "exit after this many events (0: on SIGINT/SIGTERM)")
-		fs.DurationVar(&fl.replayTimeout, "replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
+		fs.DurationVar(&fl.replayTimeout, "replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
 		fl.version = releaseFlag(fs)
 		fl.live = addLivenessFlags(fs)
 		fl.mo = addMetricsFlags(fs)
@@ -266,7 +270,7 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 	for _, s := range st.Sources {
 		line.Counters.Sources[s.Name] = toCounters(s)
 	}
-	line.Counters.Total = toCounters(st.Total)
+	line.Counters.Total = toCounters(st)
 	out, err := json.Marshal(line)
 	if err != nil {
 		return err

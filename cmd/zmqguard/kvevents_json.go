@@ -19,20 +19,20 @@ func appendJSONString[S string | []byte](b []byte, s S) []byte {
 }
 
 func appendHashJSON(b []byte, h kvevents.Hash) []byte {
-	if h.IsBytes() {
+	if h.Bytes() != nil {
 		return append(append(append(b, '"'), h.String()...), '"')
 	}
 	return strconv.AppendUint(b, h.Uint64(), 10)
 }
 
-func appendOptIntJSON(b []byte, v kvevents.OptInt) []byte {
+func appendOptIntJSON(b []byte, v kvevents.Opt[int64]) []byte {
 	if !v.Valid {
 		return append(b, "null"...)
 	}
 	return strconv.AppendInt(b, v.V, 10)
 }
 
-func appendOptStringJSON(b []byte, v kvevents.OptString) []byte {
+func appendOptStringJSON(b []byte, v kvevents.Opt[string]) []byte {
 	if !v.Valid {
 		return append(b, "null"...)
 	}
@@ -64,7 +64,7 @@ func appendEventJSON(b []byte, u kvevents.Update, i int) []byte {
 	b = appendField(b, "index")
 	b = strconv.AppendInt(b, int64(bt.Index[i]), 10)
 	b = appendField(b, "type")
-	b = appendJSONString(b, e.Type.String())
+	b = appendJSONString(b, e.Type)
 	b = appendField(b, "block_hashes")
 	b = append(b, '[')
 	for j, h := range e.BlockHashes {
@@ -134,14 +134,14 @@ func appendEventJSON(b []byte, u kvevents.Update, i int) []byte {
 }
 
 // appendOpt and appendOptS write an optional field only when it was sent.
-func appendOpt(b []byte, name string, v kvevents.OptInt) []byte {
+func appendOpt(b []byte, name string, v kvevents.Opt[int64]) []byte {
 	if !v.Valid {
 		return b
 	}
 	return appendOptIntJSON(appendField(b, name), v)
 }
 
-func appendOptS(b []byte, name string, v kvevents.OptString) []byte {
+func appendOptS(b []byte, name string, v kvevents.Opt[string]) []byte {
 	if !v.Valid {
 		return b
 	}

@@ -270,7 +270,7 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 	for _, so := range st.Sources {
 		c.Sources[so.Name] = toCounters(so)
 	}
-	c.Total = toCounters(st.Total)
+	c.Total = toCounters(st)
 	return c
 }
 
@@ -375,7 +375,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
-		fs.DurationVar(&fl.replayTimeout, "replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
+		fs.DurationVar(&fl.replayTimeout, "replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
 		fs.StringVar(&fl.httpAddr, "http", "", "serve POST /score, /stats and /metrics over HTTP on this `host:port` (required; loopback only)")
 		fs.BoolVar(&fl.httpRemote, "http-allow-remote", false, "allow an --http host that is not loopback")
 		fs.StringVar(&fl.model, "model", "", "the model every engine serves (a /score request without \"model\" gets it)")

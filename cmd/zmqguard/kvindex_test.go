@@ -299,8 +299,8 @@ func TestKVIndexVLLMKeys(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: doc, BlockSize: bs, Medium: kvevents.String("GPU"),
-		LoraName: kvevents.String("sql-lora")}
+	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: doc, BlockSize: bs, Medium: kvevents.Some("GPU"),
+		LoraName: kvevents.Some("sql-lora")}
 	for _, d := range ds {
 		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(d.Uint64()))
 	}

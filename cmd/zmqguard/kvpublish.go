@@ -43,9 +43,9 @@ func kvSynthetic(n uint64, stored int, evs []kvevents.Event) []kvevents.Event {
 	evs = evs[:0]
 	for i := 0; i < stored; i++ {
 		base := n*uint64(stored)*4 + uint64(i)*4
-		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.String("GPU")}
+		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.Some("GPU")}
 		if i > 0 {
-			ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(kvBlockHash(base - 1)), Valid: true}
+			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(kvBlockHash(base - 1)), Valid: true}
 		}
 		for j := uint64(0); j < 4; j++ {
 			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(kvBlockHash(base+j)))
@@ -56,7 +56,7 @@ func kvSynthetic(n uint64, stored int, evs []kvevents.Event) []kvevents.Event {
 		evs = append(evs, ev)
 	}
 	if n > 0 {
-		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"),
+		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"),
 			BlockHashes: []kvevents.Hash{kvevents.IntHash(kvBlockHash((n - 1) * uint64(stored) * 4))}})
 	}
 	return evs

@@ -86,7 +86,7 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		Delivered:         st.Loop.Delivered,
 		Dropped:           st.Loop.TotalDropped(),
 		Drops:             coordinator.Drops(st.Loop.Dropped),
-		Violations:        coordinator.Drops(st.Socket.Violations),
+		Violations:        coordinator.Drops(st.Socket.Refused),
 		Connects:          st.Socket.Connects,
 		Disconnects:       st.Socket.Disconnects,
 		DroppedUnroutable: st.Socket.DroppedUnroutable,

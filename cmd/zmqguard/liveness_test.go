@@ -9,6 +9,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/sockopt"
+
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -38,8 +40,8 @@ func TestLivenessFlags(t *testing.T) {
 	if o := l.options(); o.HeartbeatInterval >= 0 {
 		t.Fatalf("--heartbeat-interval 0 gave %v, want heartbeats off (negative)", o.HeartbeatInterval)
 	}
-	if o := l.options(); o.Verify() != nil {
-		t.Fatal(o.Verify())
+	if err := sockopt.Verify(l.options()); err != nil {
+		t.Fatal(err)
 	}
 	for _, bad := range [][]string{{"--heartbeat-interval", "-1s"}, {"--heartbeat-timeout", "0"}} {
 		if _, err := parse(bad...); err == nil || !strings.Contains(err.Error(), "heartbeat") {

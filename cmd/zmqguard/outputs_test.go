@@ -64,7 +64,7 @@ func TestOutputs(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "3", "--log-format", "json")
 	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -164,7 +164,7 @@ func TestOutputsManyFrames(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "100", "--log-format", "json")
 	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestOutputsRealSizeStep(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "1365", "--log-format", "json")
 	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -266,7 +266,7 @@ func TestOutputsCurve(t *testing.T) {
 	_, freshSecret, _ := zmtpguard.GenerateCurveKeyPair()
 	o := quietSocket()
 	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: freshSecret, ServerKey: server}
-	evil, err := socket.NewPush(o)
+	evil, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestOutputsCurve(t *testing.T) {
 	}
 	o = quietSocket()
 	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cert.Secret, ServerKey: server}
-	engine, err := socket.NewPush(o)
+	engine, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}

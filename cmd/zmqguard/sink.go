@@ -134,7 +134,7 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 	defer stopCurve()
 	opts.Guard.Curve = cc
 	opts.Guard.Allow = fl.allow.prefixes
-	s, err := socket.NewPull(opts)
+	s, err := socket.New("PULL", opts)
 	if err != nil {
 		return err
 	}
@@ -179,7 +179,7 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 		Received:   st.Received,
 		Dropped:    st.TotalDropped(),
 		Drops:      coordinator.Drops(st.Dropped),
-		Violations: coordinator.Drops(s.Stats().Violations),
+		Violations: coordinator.Drops(s.Stats().Refused),
 	}
 	if c.n > 1 {
 		span := c.last.Sub(c.first)

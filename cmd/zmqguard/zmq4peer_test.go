@@ -244,11 +244,12 @@ func recvZMQ4(ctx context.Context, s zmq4.Socket) (zmq4.Msg, error) {
 // 65 s under CI or with -zmq4soak.
 func TestZMQ4Peers(t *testing.T) {
 	soak := zmq4SoakDuration()
-	if hb := socket.DefaultHeartbeatInterval + socket.DefaultHeartbeatTimeout; soak < hb+5*time.Second {
+	def := socket.DefaultOptions()
+	if hb := def.HeartbeatInterval + def.HeartbeatTimeout; soak < hb+5*time.Second {
 		t.Fatalf("soak %v does not outlast the default heartbeat interval + timeout %v", soak, hb)
 	}
 	t.Logf("zmq4 peers idle for %v against the CLI's default heartbeats (%v + %v)", soak,
-		socket.DefaultHeartbeatInterval, socket.DefaultHeartbeatTimeout)
+		def.HeartbeatInterval, def.HeartbeatTimeout)
 	budget := soak + 90*time.Second
 	debug := []string{"--log-format", "json", "--log-level", "debug"}
 
@@ -362,7 +363,7 @@ func TestZMQ4Peers(t *testing.T) {
 		publish := func(seq uint64) {
 			t.Helper()
 			payload := kvevents.AppendBatch(nil, float64(seq), []kvevents.Event{{Type: kvevents.BlockRemoved,
-				BlockHashes: []kvevents.Hash{kvevents.IntHash(1000 + seq)}}}, kvevents.OptInt{}, true)
+				BlockHashes: []kvevents.Hash{kvevents.IntHash(1000 + seq)}}}, kvevents.Opt[int64]{}, true)
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], seq)
 			for _, pub := range pubs {

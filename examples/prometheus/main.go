@@ -49,7 +49,7 @@ type peers struct {
 // source returns host's entry; hosts beyond 4×maxPeers share one, so a
 // scanner cycling through addresses cannot grow the map without bound.
 func (p *peers) source(peer *socket.Peer) *zgprom.Source {
-	host, _, err := net.SplitHostPort(peer.Addr())
+	host, _, err := net.SplitHostPort(peer.String())
 	if err != nil {
 		host = "unknown"
 	}
@@ -100,7 +100,7 @@ var demoFrames = [][]byte{{0x92, 0xc0, 0x07}, {0x45}, {0xa2, 0xff, 0xfe}, {0xdd,
 
 // demo pushes demoFrames to ep once a second until ctx ends.
 func demo(ctx context.Context, ep string) error {
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		return err
 	}
@@ -132,7 +132,7 @@ type config struct {
 // run serves until ctx ends.
 func run(ctx context.Context, cfg config, logw io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		return err
 	}

@@ -91,7 +91,7 @@ func TestScrapeAfterJunk(t *testing.T) {
 		}
 	}()
 
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

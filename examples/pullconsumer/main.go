@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	opts := socket.DefaultOptions()
 	opts.Logger = logger
-	pull, err := socket.NewPull(opts)
+	pull, err := socket.New("PULL", opts)
 	if err != nil {
 		return err
 	}
@@ -119,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func demo(ctx context.Context, ep string) {
 	opts := socket.DefaultOptions()
 	opts.Logger = slog.New(slog.DiscardHandler)
-	push, err := socket.NewPush(opts)
+	push, err := socket.New("PUSH", opts)
 	if err != nil {
 		return
 	}

@@ -24,9 +24,6 @@ var oneJob = map[string]string{}
 var sizePending = []string{
 	"coordinator/coordinator.go",
 	"enginecore/decode.go",
-	"kvevents/decode.go",
-	"kvevents/publisher.go",
-	"kvevents/subscriber.go",
 	"loop/loop.go",
 	"outputs/outputs.go",
 	"zmtpguard/conn.go",

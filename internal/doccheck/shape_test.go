@@ -18,13 +18,11 @@ var shapePending = []string{
 	"decodeguard",
 	"enginecore",
 	"envelope",
-	"kvevents",
 	"loop",
 	"metrics",
 	"metrics/zgotel",
 	"metrics/zgprom",
 	"outputs",
-	"socket",
 	"zmtpguard",
 }
 

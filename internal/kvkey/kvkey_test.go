@@ -20,7 +20,7 @@ func TestPartialGroup(t *testing.T) {
 		"encoder_only_attention": true, "cross_attention": true,
 		"full_attention": false, "mla_attention": false, "": false,
 	} {
-		ev := kvevents.Event{Type: kvevents.BlockStored, KVCacheSpecKind: kvevents.String(kind)}
+		ev := kvevents.Event{Type: kvevents.BlockStored, KVCacheSpecKind: kvevents.Some(kind)}
 		if got := kvkey.PartialGroup(&ev); got != want {
 			t.Errorf("kind %q: partial %v, want %v", kind, got, want)
 		}

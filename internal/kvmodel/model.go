@@ -299,12 +299,12 @@ func Tokens(doc, n int) []int64 {
 // and an optional parent hash (parent < 0: none).
 func Store(hashes []uint64, parent int64, tokens []int64, bs int, med string, group int) kvevents.Event {
 	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens, BlockSize: int64(bs),
-		Medium: kvevents.String(med), GroupIdx: kvevents.Int(int64(group))}
+		Medium: kvevents.Some(med), GroupIdx: kvevents.Some[int64](int64(group))}
 	for _, h := range hashes {
 		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(h))
 	}
 	if parent >= 0 {
-		ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(uint64(parent)), Valid: true}
+		ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(uint64(parent)), Valid: true}
 	}
 	return ev
 }
@@ -317,7 +317,7 @@ func Placeholder(hashes []uint64, med string, group int) kvevents.Event {
 
 // Remove builds a BlockRemoved.
 func Remove(hashes []uint64, med string, group int) kvevents.Event {
-	ev := kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String(med), GroupIdx: kvevents.Int(int64(group))}
+	ev := kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some(med), GroupIdx: kvevents.Some[int64](int64(group))}
 	for _, h := range hashes {
 		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(h))
 	}

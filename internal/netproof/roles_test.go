@@ -40,7 +40,7 @@ type event struct {
 	// process of the machine).
 	T int64 `json:"t"`
 	// HB: a disconnect whose cause is socket.ErrHeartbeatTimeout;
-	// Handover: one whose cause is socket.ErrHandover.
+	// Handover: one whose cause says a ROUTER identity was taken over.
 	HB       bool   `json:"hb,omitempty"`
 	Handover bool   `json:"handover,omitempty"`
 	Err      string `json:"err,omitempty"`
@@ -119,7 +119,7 @@ func roleOptions() socket.Options {
 			emit(event{Ev: "connected", ID: hex.EncodeToString(e.Peer.Identity()), Endpoint: e.Endpoint})
 		case socket.EventDisconnected:
 			emit(event{Ev: "disconnected", ID: hex.EncodeToString(e.Peer.Identity()), Endpoint: e.Endpoint,
-				HB: errors.Is(e.Err, socket.ErrHeartbeatTimeout), Handover: errors.Is(e.Err, socket.ErrHandover), Err: e.Err.Error()})
+				HB: errors.Is(e.Err, socket.ErrHeartbeatTimeout), Handover: strings.Contains(e.Err.Error(), "identity taken over by a new connection"), Err: e.Err.Error()})
 		case socket.EventRejected:
 			emit(event{Ev: "rejected", Err: e.Err.Error()})
 		}
@@ -215,7 +215,7 @@ func runRouter(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 		}
 		o.Guard.MaxPendingHandshakes = n
 	}
-	r, err := socket.NewRouter(o)
+	r, err := socket.New("ROUTER", o)
 	if err != nil {
 		return nil, err
 	}
@@ -277,7 +277,7 @@ func runEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 			}
 		}
 	}
-	d, err := socket.NewDealer(o)
+	d, err := socket.New("DEALER", o)
 	if err != nil {
 		return nil, err
 	}
@@ -343,7 +343,7 @@ func runDialers(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, er
 	o.OnEvent = nil
 	var socks []*socket.Socket
 	for range n {
-		d, err := socket.NewDealer(o)
+		d, err := socket.New("DEALER", o)
 		if err != nil {
 			return socks, err
 		}
@@ -757,7 +757,7 @@ func runKVSubscriber(ctx context.Context, stop <-chan struct{}) error {
 	cancel()
 	err = <-done
 	s.Close()
-	st := s.Stats().Total
+	st := s.Stats()
 	emit(event{Ev: "kvstats", KV: &st})
 	return err
 }

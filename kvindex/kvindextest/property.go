@@ -136,13 +136,13 @@ func (w *world) event(e string) kvevents.Event {
 		ev := kvmodel.Store(hashes, parent, propDoc(d)[a*propBS:b*propBS], propBS, med, group)
 		if group == 1 && rapid.IntRange(0, 3).Draw(t, "swa") == 0 {
 			// A sliding-window group's store: left out of the index.
-			ev.KVCacheSpecKind = kvevents.String("sliding_window")
+			ev.KVCacheSpecKind = kvevents.Some("sliding_window")
 		}
 		if a > 0 {
-			ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(w.hash(e, contentOf(d, a-1, lora))), Valid: true}
+			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(w.hash(e, contentOf(d, a-1, lora))), Valid: true}
 		}
 		if lora != "" {
-			ev.LoraName = kvevents.String(lora)
+			ev.LoraName = kvevents.Some(lora)
 			ev.HasExtraKeys, ev.ExtraKeys = true, kvindex.LoraExtraKeys(lora, b-a)
 		}
 		return ev

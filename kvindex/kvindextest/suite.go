@@ -376,13 +376,13 @@ func testGroupsAndMedia(t *testing.T, nb Factory, _ Options) {
 	// Groups that do not hold whole prefixes (sliding window, Mamba) are
 	// left out: a prefix counts where the full-attention group holds it.
 	swa := kvmodel.Store([]uint64{85, 86}, -1, kvmodel.Tokens(22, 32), 16, "GPU", 1)
-	swa.KVCacheSpecKind = kvevents.String("sliding_window")
+	swa.KVCacheSpecKind = kvevents.Some("sliding_window")
 	fa := kvmodel.Store([]uint64{85}, -1, kvmodel.Tokens(22, 16), 16, "GPU", 0)
-	fa.KVCacheSpecKind = kvevents.String("full_attention")
+	fa.KVCacheSpecKind = kvevents.Some("full_attention")
 	apply(t, x, "e3", swa, fa)
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(22, 32)}), "e3", "GPU", 1, 1)
 	swaRm := kvmodel.Remove([]uint64{85}, "GPU", 1)
-	swaRm.KVCacheSpecKind = kvevents.String("sliding_window")
+	swaRm.KVCacheSpecKind = kvevents.Some("sliding_window")
 	apply(t, x, "e3", swaRm)
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(22, 32)}), "e3", "GPU", 1, 1)
 	if st := x.Stats(); st.PartialGroups != 2 {
@@ -396,11 +396,11 @@ func testGroupsAndMedia(t *testing.T, nb Factory, _ Options) {
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 1, 1)
 	// A medium left unset is GPU; a group left unset is 0.
 	ev := kvmodel.Store([]uint64{91}, -1, kvmodel.Tokens(14, 16), 16, "", 0)
-	ev.Medium, ev.GroupIdx = kvevents.OptString{}, kvevents.OptInt{}
+	ev.Medium, ev.GroupIdx = kvevents.Opt[string]{}, kvevents.Opt[int64]{}
 	apply(t, x, "e1", ev)
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(14, 16)}), "e1", "GPU", 1, 1)
 	rm := kvmodel.Remove([]uint64{91}, "", 0)
-	rm.Medium, rm.GroupIdx = kvevents.OptString{}, kvevents.OptInt{}
+	rm.Medium, rm.GroupIdx = kvevents.Opt[string]{}, kvevents.Opt[int64]{}
 	apply(t, x, "e1", rm)
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(14, 16)}), "e1", "GPU", 0, 0)
 	// Unusable groups and media are refused, counted.
@@ -427,7 +427,7 @@ func testLoraAndExtraKeys(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
 	toks := kvmodel.Tokens(17, 32)
 	ev := kvmodel.Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0)
-	ev.LoraName = kvevents.String("sql-lora")
+	ev.LoraName = kvevents.Some("sql-lora")
 	ev.HasExtraKeys, ev.ExtraKeys = true, kvindex.LoraExtraKeys("sql-lora", 2)
 	apply(t, x, "e0", ev)
 	base := kvmodel.Store([]uint64{3, 4}, -1, toks, 16, "GPU", 0)

@@ -30,7 +30,7 @@ func TestVLLMKeyModeOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := func(n int) kvevents.Event {
-		ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens[:n*bs], BlockSize: bs, Medium: kvevents.String("GPU")}
+		ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens[:n*bs], BlockSize: bs, Medium: kvevents.Some("GPU")}
 		for _, d := range ds[:n] {
 			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(d.Uint64()))
 		}

@@ -12,7 +12,7 @@ import (
 
 // storedOf is a BlockStored of the given digests (int form) and tokens.
 func storedOf(ds []Digest, tokens []int64, bs int, med string) kvevents.Event {
-	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens, BlockSize: int64(bs), Medium: kvevents.String(med)}
+	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens, BlockSize: int64(bs), Medium: kvevents.Some(med)}
 	for _, d := range ds {
 		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(d.Uint64()))
 	}
@@ -89,7 +89,7 @@ func runIndexRules(t *testing.T, be kvindex.Backend) {
 	}
 	// b offloads its blocks to CPU (placeholders): its any-medium prefix
 	// stays 3, with a CPU tier of 3.
-	ph := kvevents.Event{Type: kvevents.BlockStored, Medium: kvevents.String("CPU")}
+	ph := kvevents.Event{Type: kvevents.BlockStored, Medium: kvevents.Some("CPU")}
 	for _, d := range ds[:3] {
 		ph.BlockHashes = append(ph.BlockHashes, kvevents.IntHash(d.Uint64()))
 	}
@@ -100,7 +100,7 @@ func runIndexRules(t *testing.T, be kvindex.Backend) {
 		t.Fatalf("b with a CPU tier: %+v", e)
 	}
 	// a evicts block 4 from GPU: its prefix is 4.
-	apply("a", kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"), BlockHashes: []kvevents.Hash{kvevents.IntHash(ds[4].Uint64())}})
+	apply("a", kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"), BlockHashes: []kvevents.Hash{kvevents.IntHash(ds[4].Uint64())}})
 	want(score(&Request{TokenIDs: tokens}), "a", 4, 4)
 	// a lost range: a's blocks are only maybe; stored again, certain.
 	if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: "a", From: 3, To: 5}); err != nil {
@@ -152,7 +152,7 @@ func TestIndexGoldenKVEvents(t *testing.T) {
 			t.Fatalf("%s: %d frames %v", v.ID, len(frames), err)
 		}
 		var b kvevents.Batch
-		if err := kvevents.DecodeBatch(frames[2], kvevents.Limits{}, &b, nil); err != nil {
+		if err := kvevents.DecodeBatch(frames[2], &b); err != nil {
 			t.Fatalf("%s: %v", v.ID, err)
 		}
 		for _, ev := range b.Events {

@@ -56,7 +56,7 @@ func fullSet(t *testing.T) *metrics.Set {
 	}
 	ls := loop.Stats{Received: 100, Delivered: 50, Dropped: d, HandlerErrors: 3, LastDrop: time.Unix(1700000000, 0)}
 	ss := socket.Stats{Received: 101, Sent: 102, DroppedHWM: 103, DroppedUnroutable: 104, DroppedFiltered: 105,
-		Violations: d, Peers: 6, Connects: 107, Disconnects: 108, AcceptErrors: 109}
+		Refused: d, Peers: 6, Connects: 107, Disconnects: 108, AcceptErrors: 109}
 	cs := coordinator.Stats{Engines: 2, Wave: 7, Running: true, Started: true, StatsPublished: 1, WavePublished: 2,
 		ReadySent: 3, StartWaveSent: 4, StatsApplied: 5, StaleStats: 6, Resizes: 7, BackUnsubscribed: 8}
 	cs.Front.Loop, cs.Front.Socket, cs.Front.StateDrops = ls, ss, d

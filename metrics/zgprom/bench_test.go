@@ -17,7 +17,7 @@ import (
 // BenchmarkGather is one full scrape through a registry: a loop, its
 // socket and a source set of 1,000 sources (cap 100).
 func BenchmarkGather(b *testing.B) {
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 type soakSummary struct {
@@ -166,7 +167,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	unknownRank := nixlwire.AppendRequest(nil, 3, 0, 7)
 	hazards := hostile.Payloads()
 	run(func() { // the listener: a DEALER sending bad requests, reading the error replies
-		d, err := socket.NewDealer(quiet())
+		d, err := socket.New("DEALER", quiet())
 		if err != nil {
 			return
 		}
@@ -197,8 +198,8 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 			}
 		}
 	})
-	pushJunk := func(name, ep string, newSock func(socket.Options) (*socket.Socket, error), skip func([]byte) bool) {
-		s, err := newSock(quiet())
+	pushJunk := func(name, ep string, typ zmtpguard.SocketType, skip func([]byte) bool) {
+		s, err := socket.New(typ, quiet())
 		if err != nil {
 			return
 		}
@@ -217,9 +218,9 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	}
 	none := func([]byte) bool { return false }
 	notForXSub := func(b []byte) bool { return len(b) == 0 || b[0] <= 1 } // would be (un)subscriptions
-	run(func() { pushJunk("back-output", *backOut, socket.NewPush, none) })
-	run(func() { pushJunk("front", *front, socket.NewXSub, notForXSub) })
-	run(func() { pushJunk("back-publish", *backPub, socket.NewXSub, notForXSub) })
+	run(func() { pushJunk("back-output", *backOut, "PUSH", none) })
+	run(func() { pushJunk("front", *front, "XSUB", notForXSub) })
+	run(func() { pushJunk("back-publish", *backPub, "XSUB", notForXSub) })
 	run(func() { // raw TCP garbage at every port, paced (each costs a TIME_WAIT socket)
 		targets := []string{*listener, *front, *backOut, *backPub}
 		for i := 0; ctx.Err() == nil; i++ {

@@ -81,7 +81,7 @@ func main() {
 func pusher(ep string) (*socket.Socket, error) {
 	o := socket.DefaultOptions()
 	o.Logger = quiet
-	p, err := socket.NewPush(o)
+	p, err := socket.New("PUSH", o)
 	if err != nil {
 		return nil, err
 	}

@@ -380,7 +380,7 @@ type honestSub struct {
 }
 
 func newSub(ep string) *honestSub {
-	s, err := socket.NewSub(socket.Options{})
+	s, err := socket.New("SUB", socket.Options{})
 	if err != nil {
 		fail(err)
 	}

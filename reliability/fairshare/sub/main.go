@@ -127,7 +127,7 @@ type live struct {
 }
 
 func newLive() (*live, error) {
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -164,7 +164,7 @@ func (l *live) wait() error {
 func seq8(s uint64) []byte { return binary.BigEndian.AppendUint64(nil, s) }
 
 func batch(ts float64) []byte {
-	return kvevents.AppendBatch(nil, ts, []kvevents.Event{{Type: kvevents.AllBlocksCleared}}, kvevents.OptInt{}, true)
+	return kvevents.AppendBatch(nil, ts, []kvevents.Event{{Type: kvevents.AllBlocksCleared}}, kvevents.Opt[int64]{}, true)
 }
 
 func (l *live) send(s uint64, payload []byte) {
@@ -173,7 +173,7 @@ func (l *live) send(s uint64, payload []byte) {
 
 // replaySrv is a raw replay ROUTER; serve runs per request.
 func replaySrv(ctx context.Context, serve func(ctx context.Context, r *socket.Socket, id []byte, from uint64)) (string, error) {
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		return "", err
 	}
@@ -286,7 +286,7 @@ func (t *tracker) until(d time.Duration, cond func() bool) bool {
 	}
 }
 
-func startSub(h kvevents.Handler) (*kvevents.Subscriber, func(), error) {
+func startSub(h func(context.Context, kvevents.Update) error) (*kvevents.Subscriber, func(), error) {
 	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: h, Logger: quiet})
 	if err != nil {
 		return nil, nil, err

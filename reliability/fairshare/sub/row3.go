@@ -32,7 +32,7 @@ func row3(nClients int, d time.Duration) (any, error) {
 	// Replay clients that never read: each asks for the whole buffer, again
 	// every 100 ms.
 	for range nClients {
-		d, err := socket.NewDealer(socket.DefaultOptions())
+		d, err := socket.New("DEALER", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -64,7 +64,7 @@ func row3(nClients int, d time.Duration) (any, error) {
 	sctx, scancel := context.WithTimeout(context.Background(), d)
 	defer scancel()
 	sub.Run(sctx)
-	st := sub.Stats().Total
+	st := sub.Stats()
 	ps := pub.Stats()
 	return map[string]any{"row": 3, "replay_clients": nClients, "seconds": d.Seconds(), "published": ps.Published,
 		"delivered": st.Batches, "replayed": st.Replayed, "lost": st.Lost, "replays": st.Replays, "lost_ranges": st.LostRanges}, nil

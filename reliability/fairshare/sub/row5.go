@@ -26,7 +26,7 @@ func row5(nHostile, nGaps int, window time.Duration, down bool) (any, error) {
 	}
 	if down {
 		// A port that was bound and is closed: nobody answers there.
-		r, err := socket.NewRouter(socket.DefaultOptions())
+		r, err := socket.New("ROUTER", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}

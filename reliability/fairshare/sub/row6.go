@@ -124,7 +124,7 @@ func row6(trials int, hostile bool) (any, error) {
 	}
 	last := s
 	tr.until(5*time.Second, func() bool { _, ok := tr.delivered["s"][last]; return ok })
-	st := sub.Stats().Total
+	st := sub.Stats()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	after := 0

@@ -23,7 +23,7 @@ func row7(d time.Duration) (any, error) {
 	}
 	ep := sub.Endpoint("b")
 	dial := func() (*socket.Socket, error) {
-		xp, err := socket.NewXPub(socket.DefaultOptions())
+		xp, err := socket.New("XPUB", socket.DefaultOptions())
 		if err != nil {
 			return nil, err
 		}
@@ -74,7 +74,7 @@ func row7(d time.Duration) (any, error) {
 	}
 	last := sent - 1
 	tr.until(5*time.Second, func() bool { _, ok := tr.delivered["b"][last]; return ok })
-	st := sub.Stats().Total
+	st := sub.Stats()
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	delivered := 0

@@ -50,7 +50,7 @@ func row8(n int, d time.Duration) (any, error) {
 		}
 	}
 	time.Sleep(d) // the attack's duration (the measurement window)
-	st := sub.Stats().Total
+	st := sub.Stats()
 	return map[string]any{"row": 8, "sources": n, "seconds": d.Seconds(), "rss_before_mib": base >> 20,
 		"peak_rss_mib": hwm() >> 20, "buffer_overflows": st.BufferOverflows, "replays": st.Replays, "lost": st.Lost}, nil
 }
