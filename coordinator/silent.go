@@ -32,7 +32,7 @@ type silence struct {
 	mu sync.Mutex
 	// engines maps an engine index to the back-output connection its
 	// latest accepted output came on; at most one entry per index the
-	// state machine accepted (bounded by MaxEngines).
+	// state machine accepted (bounded by Config.MaxEngines).
 	engines map[int64]enginePeer
 	counts  map[int64]*EngineSilence
 	// unknown counts heartbeat disconnects on the back sockets that could

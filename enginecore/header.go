@@ -12,14 +12,14 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// OutputsFields is the number of fields of vLLM's EngineCoreOutputs struct
+// outputsFields is the number of fields of vLLM's EngineCoreOutputs struct
 // the decoders know: engine_index, outputs, scheduler_stats, timestamp,
 // utility_output, finished_requests, wave_complete, start_wave.
-const OutputsFields = 8
+const outputsFields = 8
 
-// MaxWave is the largest wave number accepted from the wire. A wave_complete
+// maxWave is the largest wave number accepted from the wire. A wave_complete
 // of w moves the coordinator to wave w+1, so w must leave room for that.
-const MaxWave = math.MaxInt64 - 1
+const maxWave = math.MaxInt64 - 1
 
 // Header is the coordinator's view of vLLM's EngineCoreOutputs: every
 // top-level field, with the request outputs, the utility output and the
@@ -200,7 +200,7 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 	return v, err == nil, o, err
 }
 
-// UnmarshalMsg decodes one EngineCoreOutputs from the front of b and returns
+// unmarshalMsg decodes one EngineCoreOutputs from the front of b and returns
 // the bytes after it. It resets h first, so fields the frame omits read as
 // vLLM's defaults rather than the previous message's values.
 //
@@ -210,7 +210,7 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 // engine_index, wave_complete and start_wave are integers (any msgpack
 // width, not bool, not float); timestamp is a float or an integer; outputs
 // is an array (its elements are skipped); scheduler_stats is nil or a map
-// decoded by [SchedulerStats.UnmarshalMsg]; utility_output is nil or any
+// decoded by SchedulerStats's decoder; utility_output is nil or any
 // object (skipped); finished_requests is nil or an array of str.
 //
 // Errors are *[decodeguard.Error]s: ReasonDecode for a wrong shape or type,
@@ -218,11 +218,11 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 // here; see [Header.Validate]. UnmarshalMsg does not check str contents for
 // valid UTF-8: [DecodeHeader] runs decodeguard.Scan, which does. On error,
 // h is partly filled and the returned slice is b.
-func (h *Header) UnmarshalMsg(b []byte) ([]byte, error) {
+func (h *Header) unmarshalMsg(b []byte) ([]byte, error) {
 	return h.unmarshal(b, nil)
 }
 
-// unmarshal is UnmarshalMsg; with a non-nil full it also decodes the
+// unmarshal is unmarshalMsg; with a non-nil full it also decodes the
 // outputs, the utility output and the finished request ids into full.
 func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*h = Header{}
@@ -289,7 +289,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 				return orig, rebase(err, orig, at)
 			}
 			if full != nil && full.m != nil {
-				full.m.StatsRaw = Raw(at[:len(at)-len(b)])
+				full.m.StatsRaw = []byte(at[:len(at)-len(b)])
 			}
 		case 3:
 			detail = "EngineCoreOutputs.timestamp: want a float"
@@ -377,17 +377,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	return b, nil
 }
 
-// UnmarshalMsg decodes one SchedulerStats map from the front of b and returns
-// the bytes after it. It resets s first. Keys must be str (msgspec decodes
-// a dataclass from str keys only); the counts are integers and the usages
-// floats or integers, as msgspec checks them; other keys' values are skipped
-// unread. Errors are classified as by [Header.UnmarshalMsg], with offsets
-// relative to b.
-func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
-	return s.unmarshal(b, nil)
-}
-
-// unmarshal is UnmarshalMsg; with a non-nil full (whose input was not
+// unmarshal decodes one SchedulerStats map; with a non-nil full (whose input was not
 // pre-scanned) keys are checked for UTF-8 and skipped values are scanned.
 func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*s = SchedulerStats{}
@@ -465,25 +455,25 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 // Validate checks the values the coordinator and front-ends rely on and
 // returns a ReasonValidate *[decodeguard.Error] for the first one out of
 // range: a negative engine_index, a wave_complete or start_wave outside
-// [0, MaxWave], or scheduler stats that fail [SchedulerStats.Validate].
+// [0, maxWave], or scheduler stats that fail [SchedulerStats.Validate].
 func (h *Header) Validate() error {
 	switch {
 	case h.EngineIndex < 0:
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.engine_index is negative")
-	case h.HasWaveComplete && (h.WaveComplete < 0 || h.WaveComplete > MaxWave):
+	case h.HasWaveComplete && (h.WaveComplete < 0 || h.WaveComplete > maxWave):
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.wave_complete out of range")
-	case h.HasStartWave && (h.StartWave < 0 || h.StartWave > MaxWave):
+	case h.HasStartWave && (h.StartWave < 0 || h.StartWave > maxWave):
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.start_wave out of range")
 	case h.HasStats:
-		return h.Stats.Validate()
+		return h.Stats.validate()
 	}
 	return nil
 }
 
-// Validate returns a ReasonValidate *[decodeguard.Error] when a count, the
+// validate returns a ReasonValidate *[decodeguard.Error] when a count, the
 // step counter or the wave is negative, or a cache usage is NaN, infinite or
 // negative.
-func (s *SchedulerStats) Validate() error {
+func (s *SchedulerStats) validate() error {
 	switch {
 	case s.NumRunningReqs < 0, s.NumWaitingReqs < 0, s.NumSkippedWaitingReqs < 0:
 		return decodeguard.NewError(decodeguard.ReasonValidate, "SchedulerStats: negative request count")
@@ -513,7 +503,7 @@ var errNilDestination = errors.New("enginecore: decode called with a nil destina
 // them; and every sub-object it does not interpret (the request outputs,
 // the utility output, unknown stats values, extra trailing fields) is
 // checked by decodeguard.ScanPrefix at the depth of its position. So it
-// accepts exactly what decodeguard.Scan followed by [Header.UnmarshalMsg]
+// accepts exactly what decodeguard.Scan followed by Header.unmarshalMsg
 // and Validate accepts (FuzzDecodeHeaderOnePass checks this), in about half
 // the time. It returns nil or a classified *[decodeguard.Error]:
 //
@@ -571,7 +561,7 @@ func decodeHeaderOnePass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 }
 
 // decodeHeaderTwoPass is the reference [DecodeHeader] is measured and
-// fuzzed against: decodeguard.Scan under lim, then [Header.UnmarshalMsg]
+// fuzzed against: decodeguard.Scan under lim, then Header.unmarshalMsg
 // (which must consume the frame), then [Header.Validate].
 func decodeHeaderTwoPass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 	if dst == nil {

@@ -25,6 +25,14 @@ import (
 // flow control slows that engine alone) until its worker has caught up; all
 // queues together hold at most QueueBytes (the receive loop waits beyond
 // it).
+//
+// Why each message is decoded twice (checked by the loop, decoded again by
+// its worker): queueing the decoded form instead would hold about 1 KiB of
+// Output per request output against a few dozen bytes on the wire, so
+// QueueBytes, counted in wire bytes, would no longer bound the memory
+// queued; and a decode-once variant measured with BenchmarkReceiver
+// (issue 30) went from about 2 to 70-100 allocations per message, because
+// the messages in flight outnumber the copies the recycling pool keeps.
 
 // job is one message (or sentinel) queued for its connection's worker.
 type job struct {

@@ -29,7 +29,7 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 		}, valid, nil},
 		{"OnEngineDead", func(cfg *Config, act func()) {
 			cfg.OnEngineDead = func(EngineDeadError) { act() }
-		}, [][]byte{EngineCoreDead}, valid},
+		}, [][]byte{[]byte(engineCoreDead)}, valid},
 		{"OnDrop", func(cfg *Config, act func()) {
 			cfg.OnDrop = func(loop.Drop) { act() }
 		}, [][]byte{{0x45}}, nil},
@@ -47,7 +47,7 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 			defer cancel()
 			var r *Receiver
 			probe := reentrytest.NewProbe(func() Stats { return r.Stats() }, func() error { return r.Close() })
-			cfg := Config{Name: "reentry", Logger: quiet, Socket: DefaultSocketOptions(),
+			cfg := Config{Name: "reentry", Logger: quiet, Socket: socket.Options{},
 				Handler: func(context.Context, *enginecore.Message, *socket.Peer) error { return nil }}
 			cfg.Socket.Logger = quiet
 			tc.install(&cfg, probe.Act)

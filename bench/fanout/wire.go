@@ -8,8 +8,8 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -37,7 +37,7 @@ func awaitReady(c *zmtpguard.Conn, d time.Duration) error {
 		if err := c.ReadMessage(&m); err != nil {
 			return fmt.Errorf("no READY within %v: %w", d, err)
 		}
-		if m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == coordinator.ReadyFrame {
+		if m.Command == "" && len(m.Frames) == 1 && string(m.Frames[0]) == dpwire.ReadyFrame {
 			return nil
 		}
 	}
@@ -54,7 +54,7 @@ func send(c *zmtpguard.Conn, frames ...[]byte) error {
 // running request, waiting = ms (the send time), step_counter = step. The
 // one call into the project's encoder, so that a rename touches one line.
 func engineStats(dst []byte, ms, step int64) []byte {
-	return enginecore.AppendHeader(dst, &enginecore.Header{EngineIndex: 0, HasStats: true,
+	return dpwire.AppendHeader(dst, &enginecore.Header{EngineIndex: 0, HasStats: true,
 		Stats: enginecore.SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: ms, StepCounter: step}})
 }
 

@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -247,14 +248,14 @@ func TestCoordinator(t *testing.T) {
 	backPub := p.logField("coordinator running", "back_publish", time.Second)
 	debugAddr := p.logField("coordinator running", "debug_addr", time.Second)
 
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: front, Socket: quietSocket()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: front, Socket: quietSocket()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fe.Close()
-	var engines []*coordinator.Engine
+	var engines []*dppeer.Engine
 	for range 2 {
-		e, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietSocket()})
+		e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietSocket()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -418,9 +419,9 @@ func TestSink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := coordinator.EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
-		Stats: coordinator.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}
-	valid := enginecore.AppendHeader(nil, &m)
+	m := enginecore.Header{EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
+		Stats: enginecore.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}
+	valid := dpwire.AppendHeader(nil, &m)
 	for i := range n {
 		if err := push.Send(ctx, valid); err != nil {
 			t.Fatalf("send %d: %v", i, err)

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -111,13 +112,13 @@ var coordinatorCmd = command[coordinatorFlags]{
 		fs.StringVar(&fl.backOut, "back-output", "", "back output (PULL) endpoint to bind, for engine outputs (required)")
 		fs.StringVar(&fl.backPub, "back-publish", "", "back publish (XPUB) endpoint to bind, for READY and START_DP_WAVE (required)")
 		fs.IntVar(&fl.engines, "engines", 0, "data-parallel size: the number of engines (required)")
-		fs.DurationVar(&fl.statsInterval, "stats-interval", coordinator.DefaultStatsInterval, "stats publication period while stats change")
-		fs.DurationVar(&fl.idleInterval, "idle-interval", coordinator.DefaultIdleInterval, "stats publication period when nothing changes")
+		fs.DurationVar(&fl.statsInterval, "stats-interval", 100*time.Millisecond, "stats publication period while stats change")
+		fs.DurationVar(&fl.idleInterval, "idle-interval", 5*time.Second, "stats publication period when nothing changes")
 		fl.maxMsg = sizeValue(1 << 20)
 		fs.Var(&fl.maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
 		fs.DurationVar(&fl.startup, "startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
 		fl.release = releaseFlag(fs)
-		fs.DurationVar(&fl.readyInterval, "ready-interval", coordinator.DefaultReadyInterval, "shortest time between two READY broadcasts after start-up (negative: one READY per subscription, as vLLM)")
+		fs.DurationVar(&fl.readyInterval, "ready-interval", 100*time.Millisecond, "shortest time between two READY broadcasts after start-up (negative: one READY per subscription, as vLLM)")
 		fs.IntVar(&fl.maxEngines, "max-engines", 0, "largest engine count SCALE_ELASTIC_EP may set (0: 4 x --engines, at least 8)")
 		fs.StringVar(&fl.scaleFrom, "scale-from", "", "comma-separated IP addresses of the only front-ends allowed to send SCALE_ELASTIC_EP (default: any)")
 		fl.dbg = addDebugFlags(fs)
@@ -138,8 +139,8 @@ func runCoordinator(ctx context.Context, fl *coordinatorFlags, e *env) error {
 	if fl.front == "" || fl.backOut == "" || fl.backPub == "" {
 		return usagef("--front, --back-output and --back-publish are required")
 	}
-	if fl.engines < 1 || fl.engines > coordinator.DefaultMaxEngines {
-		return usagef("--engines must be in [1, %d]", coordinator.DefaultMaxEngines)
+	if fl.engines < 1 || fl.engines > maxStartEngines {
+		return usagef("--engines must be in [1, %d]", maxStartEngines)
 	}
 	if fl.statsInterval <= 0 || fl.idleInterval <= 0 || fl.startup < 0 {
 		return usagef("intervals must be positive")
@@ -147,8 +148,8 @@ func runCoordinator(ctx context.Context, fl *coordinatorFlags, e *env) error {
 	if fl.maxMsg < 64 {
 		return usagef("--max-message-size must be at least 64 bytes")
 	}
-	if fl.maxEngines != 0 && (fl.maxEngines < fl.engines || fl.maxEngines > coordinator.MaxEngines) {
-		return usagef("--max-engines must be in [--engines, %d]", coordinator.MaxEngines)
+	if fl.maxEngines != 0 && (fl.maxEngines < fl.engines || fl.maxEngines > dpwire.MaxEngines) {
+		return usagef("--max-engines must be in [--engines, %d]", dpwire.MaxEngines)
 	}
 	var scaleHosts []string
 	for _, h := range strings.Split(fl.scaleFrom, ",") {
@@ -233,3 +234,7 @@ func runCoordinator(ctx context.Context, fl *coordinatorFlags, e *env) error {
 	fmt.Fprintf(e.stdout, "%s\n", line)
 	return rerr
 }
+
+// maxStartEngines is the largest --engines the coordinator accepts when
+// --max-engines is not set (coordinator.Config.MaxEngines' zero value).
+const maxStartEngines = 4096

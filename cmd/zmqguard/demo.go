@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
@@ -214,7 +215,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 
 	// Engines and the front-end.
 	for i := range demoEngines {
-		eng, err := coordinator.DialEngine(coordinator.EngineConfig{
+		eng, err := dppeer.DialEngine(dppeer.EngineConfig{
 			BackPublish: coord.BackPublishEndpoint(), BackOutput: coord.BackOutputEndpoint(), Socket: sockOpts,
 		})
 		if err != nil {
@@ -223,7 +224,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		defer eng.Close()
 		helperWG.Go(func() { demoEngine(runCtx, eng, i, release, &c) })
 	}
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: coord.FrontEndpoint(), Socket: sockOpts})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: coord.FrontEndpoint(), Socket: sockOpts})
 	if err != nil {
 		return err
 	}

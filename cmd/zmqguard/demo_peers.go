@@ -10,9 +10,9 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -35,7 +35,7 @@ func guarded(f func() error) (err error) {
 // Under releases where a wake no longer sets running (vLLM PR #51481),
 // engine 0 also reports each wave's start with start_wave, as DP rank 0
 // does.
-func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, release vllm.Release, c *demoCounters) {
+func demoEngine(ctx context.Context, eng *dppeer.Engine, idx int, release vllm.Release, c *demoCounters) {
 	reportStart := idx == 0 && !release.Rules().WakeSetsRunning
 	reported := int64(-1)
 	if err := eng.WaitReady(ctx); err != nil {
@@ -92,7 +92,7 @@ func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, release v
 
 // demoFrontEnd plays the API front-end: it reads every publication and wakes
 // the engines whenever they are paused.
-func demoFrontEnd(ctx context.Context, fe *coordinator.FrontEnd, c *demoCounters) {
+func demoFrontEnd(ctx context.Context, fe *dppeer.FrontEnd, c *demoCounters) {
 	woken := int64(-1)
 	for {
 		p, err := fe.Next(ctx)

@@ -15,8 +15,8 @@ import (
 
 // demoStatus renders the live one-line status.
 func demoStatus(elapsed, total time.Duration, cs coordinator.Stats, ls handshake.ListenerStats, c *demoCounters) string {
-	lsViol := coordinator.Drops(ls.Socket.Refused)
-	drops := cs.Dropped + cs.Violations.Total() + ls.Loop.TotalDropped() + lsViol.Total()
+	lsViol := decodeguard.Counts(ls.Socket.Refused)
+	drops := cs.Dropped + cs.Refused.Total() + ls.Loop.TotalDropped() + lsViol.Total()
 	return fmt.Sprintf("demo %s/%s | coordinator %d outputs, %d pubs, wave %d | handshakes %d | scanner %d probes, %d deaths | drops %d | crashes %d",
 		elapsed.Truncate(time.Second), total, cs.BackOutput.Accepted, cs.StatsPublished+cs.WavePublished, cs.Wave,
 		c.fetchOK.Load(), c.probes.Load(), c.deaths.Load(), drops, c.crashes.Load())
@@ -40,21 +40,21 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 	row := func(name, ep string, served, sent, dropped, refused uint64, ans bool) {
 		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", name, ep, served, sent, dropped, refused, yes(ans))
 	}
-	lsViol := coordinator.Drops(ls.Socket.Refused)
-	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Violations.Total(), answers[0])
-	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Violations.Total(), answers[1])
-	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Violations.Total(), answers[2])
+	lsViol := decodeguard.Counts(ls.Socket.Refused)
+	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Refused.Total(), answers[0])
+	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Refused.Total(), answers[1])
+	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Refused.Total(), answers[2])
 	row("handshake listener (ROUTER)", hs, ls.Served[handshake.V1]+ls.Served[handshake.V2]+ls.Served[handshake.V3], ls.Socket.Sent, ls.Loop.TotalDropped(), lsViol.Total(), answers[3])
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nDrops by reason (messages dropped + connections refused):")
 	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
 	fmt.Fprintln(tw, "REASON\tFRONT\tBACK-OUTPUT\tBACK-PUBLISH\tHANDSHAKE\tTOTAL")
-	cols := []coordinator.Drops{
-		sumDrops(cs.Front.Drops, cs.Front.Violations),
-		sumDrops(cs.BackOutput.Drops, cs.BackOutput.Violations),
-		sumDrops(cs.BackPublish.Drops, cs.BackPublish.Violations),
-		sumDrops(coordinator.Drops(ls.Loop.Dropped), lsViol),
+	cols := []decodeguard.Counts{
+		sumDrops(cs.Front.Drops, cs.Front.Refused),
+		sumDrops(cs.BackOutput.Drops, cs.BackOutput.Refused),
+		sumDrops(cs.BackPublish.Drops, cs.BackPublish.Refused),
+		sumDrops(decodeguard.Counts(ls.Loop.Dropped), lsViol),
 	}
 	var grand uint64
 	for _, r := range decodeguard.Reasons() {
@@ -102,7 +102,7 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 	}
 }
 
-func sumDrops(a, b coordinator.Drops) coordinator.Drops {
+func sumDrops(a, b decodeguard.Counts) decodeguard.Counts {
 	for i := range a {
 		a[i] += b[i]
 	}

@@ -10,7 +10,7 @@ import (
 	"runtime"
 	"strings"
 
-	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
@@ -48,17 +48,17 @@ goroutines.
 
 // listenerReport is the JSON line handshake-listener prints at exit.
 type listenerReport struct {
-	Endpoint          string            `json:"endpoint"`
-	Served            map[string]uint64 `json:"served"`
-	ErrorReplies      uint64            `json:"error_replies"`
-	Received          uint64            `json:"received"`
-	Delivered         uint64            `json:"delivered"`
-	Dropped           uint64            `json:"dropped"`
-	Drops             coordinator.Drops `json:"drops"`
-	Violations        coordinator.Drops `json:"violations"`
-	Connects          uint64            `json:"connects"`
-	Disconnects       uint64            `json:"disconnects"`
-	DroppedUnroutable uint64            `json:"dropped_unroutable"`
+	Endpoint          string             `json:"endpoint"`
+	Served            map[string]uint64  `json:"served"`
+	ErrorReplies      uint64             `json:"error_replies"`
+	Received          uint64             `json:"received"`
+	Delivered         uint64             `json:"delivered"`
+	Dropped           uint64             `json:"dropped"`
+	Drops             decodeguard.Counts `json:"drops"`
+	Violations        decodeguard.Counts `json:"violations"`
+	Connects          uint64             `json:"connects"`
+	Disconnects       uint64             `json:"disconnects"`
+	DroppedUnroutable uint64             `json:"dropped_unroutable"`
 	// DroppedHWM counts replies dropped because the client's queue was at
 	// its high-water mark (a client that sends and never reads).
 	DroppedHWM uint64 `json:"dropped_hwm"`
@@ -85,8 +85,8 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		Received:          st.Loop.Received,
 		Delivered:         st.Loop.Delivered,
 		Dropped:           st.Loop.TotalDropped(),
-		Drops:             coordinator.Drops(st.Loop.Dropped),
-		Violations:        coordinator.Drops(st.Socket.Refused),
+		Drops:             decodeguard.Counts(st.Loop.Dropped),
+		Violations:        decodeguard.Counts(st.Socket.Refused),
 		Connects:          st.Socket.Connects,
 		Disconnects:       st.Socket.Disconnects,
 		DroppedUnroutable: st.Socket.DroppedUnroutable,

@@ -13,6 +13,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -84,7 +85,7 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 	p := start(t, ctx, "coordinator", "--engines", "1", "--log-format", "json",
 		"--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
-	// A live engine (coordinator.Engine: subscribed, READY, answering
+	// A live engine (dppeer.Engine: subscribed, READY, answering
 	// PINGs) so that start-up is over; then a bare PUSH that pushes one
 	// EngineCoreOutputs naming engine 0 (msgpack [0]: every later field at
 	// its default) and says nothing more: its silence is engine 0's.
@@ -164,11 +165,11 @@ func TestListenerDropsSilentClient(t *testing.T) {
 	}
 }
 
-// engineReady dials a coordinator.Engine to p's back sockets and waits for
+// engineReady dials a dppeer.Engine to p's back sockets and waits for
 // its READY.
-func engineReady(t *testing.T, ctx context.Context, p *proc) *coordinator.Engine {
+func engineReady(t *testing.T, ctx context.Context, p *proc) *dppeer.Engine {
 	t.Helper()
-	eng, err := coordinator.DialEngine(coordinator.EngineConfig{
+	eng, err := dppeer.DialEngine(dppeer.EngineConfig{
 		BackPublish: p.logField("coordinator running", "back_publish", 20*time.Second),
 		BackOutput:  p.logField("coordinator running", "back_output", 20*time.Second),
 	})

@@ -9,6 +9,7 @@ import (
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/tinylib/msgp/msgp"
@@ -89,9 +90,9 @@ var outputsCmd = command[outputsFlags]{
 		fl.live = addLivenessFlags(fs)
 		fl.mo = addMetricsFlags(fs)
 		fl.allow = addAllowFlag(fs)
-		fl.maxMsg = sizeValue(outputs.DefaultMaxMessageSize)
+		fl.maxMsg = sizeValue(64 << 20)
 		fs.Var(&fl.maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
-		fs.IntVar(&fl.maxFrames, "max-frames", outputs.DefaultMaxFrames, "most frames in one message (the body and its aux arrays)")
+		fs.IntVar(&fl.maxFrames, "max-frames", 4096, "most frames in one message (the body and its aux arrays)")
 		fl.curve = addCurveServerFlags(fs)
 	},
 	run: runOutputs,
@@ -124,7 +125,7 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	lctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	w := &outputsWriter{w: e.stdout, limit: fl.count}
-	so := outputs.DefaultSocketOptions()
+	so := socket.Options{}
 	so.Guard.MaxMessageSize = int64(fl.maxMsg)
 	so.Guard.MaxFrames = fl.maxFrames
 	so.Guard.Allow = fl.allow.prefixes
@@ -316,7 +317,7 @@ func appendJSONFloat(b []byte, f float64, bits int) []byte {
 
 // appendJSONRaw renders an uninterpreted msgpack sub-object as JSON, or as
 // {"msgpack_hex": ...} when it has no JSON form.
-func appendJSONRaw(b []byte, r enginecore.Raw) []byte {
+func appendJSONRaw(b []byte, r []byte) []byte {
 	if r == nil {
 		return append(b, "null"...)
 	}
@@ -348,7 +349,7 @@ func appendJSONArrayObject(b []byte, a *enginecore.Array) []byte {
 	if a.IsNil() {
 		return append(b, "null"...)
 	}
-	name := a.DType.Numpy()
+	name := numpyNames[a.DType.String()]
 	if a.Torch || name == "" {
 		name = a.DType.String()
 	}
@@ -379,15 +380,15 @@ func appendJSONNested(b []byte, a *enginecore.Array) []byte {
 func appendDims(b []byte, a *enginecore.Array, shape []int, i *int) []byte {
 	if len(shape) == 0 {
 		switch {
-		case a.DType == enginecore.Bool:
+		case a.DType == enginecore.DTypeOf("bool"):
 			b = strconv.AppendBool(b, a.Int(*i) != 0)
-		case a.DType.IsFloat():
+		case strings.HasPrefix(a.DType.String(), "float") || a.DType.String() == "bfloat16":
 			bits := 64
-			if a.DType != enginecore.Float64 {
+			if a.DType != enginecore.DTypeOf("float64") {
 				bits = 32
 			}
 			b = appendJSONFloat(b, a.Float(*i), bits)
-		case a.DType == enginecore.Uint64:
+		case a.DType == enginecore.DTypeOf("uint64"):
 			b = strconv.AppendUint(b, uint64(a.Int(*i)), 10)
 		default:
 			b = strconv.AppendInt(b, a.Int(*i), 10)
@@ -403,4 +404,12 @@ func appendDims(b []byte, a *enginecore.Array, shape []int, i *int) []byte {
 		b = appendDims(b, a, shape[1:], i)
 	}
 	return append(b, ']')
+}
+
+// numpyNames maps a dtype's torch-style name to numpy's dtype.str, the
+// spelling vLLM uses for numpy arrays (bfloat16 has none: torch only).
+var numpyNames = map[string]string{
+	"bool": "|b1", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint16": "<u2",
+	"int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint64": "<u8",
+	"float16": "<f2", "float32": "<f4", "float64": "<f8",
 }

@@ -9,8 +9,8 @@ import (
 	"runtime"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
@@ -37,17 +37,17 @@ by reason. A human summary goes to stderr.
 
 // sinkReport is the JSON line sink prints.
 type sinkReport struct {
-	Endpoint     string            `json:"endpoint"`
-	Decode       string            `json:"decode"`
-	Messages     uint64            `json:"messages"`
-	Seconds      float64           `json:"seconds"`
-	MsgsPerSec   float64           `json:"msgs_per_sec"`
-	AllocsPerMsg float64           `json:"allocs_per_msg"`
-	BytesPerMsg  float64           `json:"bytes_per_msg"`
-	Received     uint64            `json:"received"`
-	Dropped      uint64            `json:"dropped"`
-	Drops        coordinator.Drops `json:"drops"`
-	Violations   coordinator.Drops `json:"violations"`
+	Endpoint     string             `json:"endpoint"`
+	Decode       string             `json:"decode"`
+	Messages     uint64             `json:"messages"`
+	Seconds      float64            `json:"seconds"`
+	MsgsPerSec   float64            `json:"msgs_per_sec"`
+	AllocsPerMsg float64            `json:"allocs_per_msg"`
+	BytesPerMsg  float64            `json:"bytes_per_msg"`
+	Received     uint64             `json:"received"`
+	Dropped      uint64             `json:"dropped"`
+	Drops        decodeguard.Counts `json:"drops"`
+	Violations   decodeguard.Counts `json:"violations"`
 }
 
 // sinkCounter counts valid messages in the loop's goroutine (no atomics:
@@ -157,11 +157,11 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 		st, err = sinkLoop(lctx, e, s, c, ms, loop.RawDecoder)
 	} else {
 		lim := decodeguard.Limits{MaxBytes: int(fl.maxMsg)}
-		st, err = sinkLoop(lctx, e, s, c, ms, func(frames [][]byte, dst *coordinator.EngineCoreOutputs) error {
+		st, err = sinkLoop(lctx, e, s, c, ms, func(frames [][]byte, dst *enginecore.Header) error {
 			if len(frames) != 1 {
 				return decodeguard.NewError(decodeguard.ReasonEnvelope, "expected one frame")
 			}
-			return coordinator.DecodeEngineCoreOutputsLimits(frames[0], &lim, dst)
+			return enginecore.DecodeHeader(frames[0], &lim, dst)
 		})
 	}
 	stop := time.Now()
@@ -178,8 +178,8 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 		Messages:   c.n,
 		Received:   st.Received,
 		Dropped:    st.TotalDropped(),
-		Drops:      coordinator.Drops(st.Dropped),
-		Violations: coordinator.Drops(s.Stats().Refused),
+		Drops:      decodeguard.Counts(st.Dropped),
+		Violations: decodeguard.Counts(s.Stats().Refused),
 	}
 	if c.n > 1 {
 		span := c.last.Sub(c.first)

@@ -22,6 +22,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -517,13 +518,13 @@ func runCoordinator(ctx context.Context, stop <-chan struct{}) error {
 }
 
 // runVEngine is a vLLM engine core as the coordinator sees it
-// (coordinator.Engine, index NETPROOF_INDEX, coordinator at NETPROOF_COORD):
+// (dppeer.Engine, index NETPROOF_INDEX, coordinator at NETPROOF_COORD):
 // it reports every READY and sends stats every 100 ms, its waiting count
 // rising by one each time.
 func runVEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
 	idx, _ := strconv.Atoi(os.Getenv("NETPROOF_INDEX"))
 	host := os.Getenv("NETPROOF_COORD")
-	e, err := coordinator.DialEngine(coordinator.EngineConfig{
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{
 		BackPublish: "tcp://" + host + ":5603", BackOutput: "tcp://" + host + ":5602", Socket: roleOptions(),
 	})
 	if err != nil {
@@ -562,10 +563,10 @@ func runVEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, er
 	return nil, e.Close()
 }
 
-// runVFront is a vLLM API front-end (coordinator.FrontEnd) reporting the
+// runVFront is a vLLM API front-end (dppeer.FrontEnd) reporting the
 // waiting counts of every stats publication.
 func runVFront(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
-	f, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{
+	f, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{
 		Front: "tcp://" + os.Getenv("NETPROOF_COORD") + ":5601", Socket: roleOptions(),
 	})
 	if err != nil {

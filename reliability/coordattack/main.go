@@ -47,6 +47,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -353,7 +354,7 @@ func engine(ctx context.Context, p *proc) error {
 			case <-t.C:
 			}
 			// The one call into the project's encoder.
-			buf = enginecore.AppendHeader(buf[:0], &enginecore.Header{HasStats: true,
+			buf = dpwire.AppendHeader(buf[:0], &enginecore.Header{HasStats: true,
 				Stats: enginecore.SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: step % 100, StepCounter: step}})
 			mu.Lock()
 			err := send(out, buf)

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 )
 
 func runEngine(ctx context.Context, args []string) (any, error) {
@@ -24,7 +24,7 @@ func runEngine(ctx context.Context, args []string) (any, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	e, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -102,7 +102,7 @@ func runFrontend(ctx context.Context, args []string) (any, error) {
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: *front, Socket: quiet()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: *front, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/socket"
@@ -92,7 +92,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 	// Valid: the engine (the coordinator's only one), its stats at full rate
 	// and its wave notices; a front-end reading publications and waking the
 	// engines; handshakes.
-	eng, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
+	eng, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: *backPub, BackOutput: *backOut, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}
@@ -133,7 +133,7 @@ func runSoak(ctx context.Context, args []string) (any, error) {
 			}
 		}
 	})
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: *front, Socket: quiet()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: *front, Socket: quiet()})
 	if err != nil {
 		return nil, err
 	}

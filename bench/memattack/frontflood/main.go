@@ -43,6 +43,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
@@ -219,12 +220,12 @@ func pct(v []float64) string {
 func probe(backOut, backPub, front string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietOptions()})
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietOptions()})
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	f, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: front, Socket: quietOptions()})
+	f, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: front, Socket: quietOptions()})
 	if err != nil {
 		return err
 	}

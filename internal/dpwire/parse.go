@@ -1,11 +1,29 @@
-package coordinator
+package dpwire
 
 import (
+	"encoding/binary"
+	"math"
+
 	"github.com/tinylib/msgp/msgp"
-	"github.com/zmqguard/zmqguard/enginecore"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
+
+// StartDPWave is a START_DP_WAVE broadcast to the engines: every engine
+// except Exclude (when HasExclude) moves to Wave and starts running.
+type StartDPWave struct {
+	Wave       int64
+	HasExclude bool
+	Exclude    int64
+	// ExcludeIdentity reports that the exclusion travels as the engine's
+	// 2-byte little-endian ZMQ identity (a msgpack bin), as current vLLM
+	// front-ends name the engine in their wake message and vLLM's
+	// coordinator forwards it unchanged; Exclude is then the index that
+	// identity encodes. vLLM's engines compare it with their int index, so
+	// no engine skips such a wave (vLLM main at the golden vectors'
+	// commit).
+	ExcludeIdentity bool
+}
 
 // startWaveLimits bounds the pre-scan of a START_DP_WAVE payload, (wave,
 // exclude): at most 19 bytes, one level deep.
@@ -34,7 +52,7 @@ func ParseStartDPWave(b []byte) (StartDPWave, error) {
 	if err != nil {
 		return StartDPWave{}, intError(b, at, "START_DP_WAVE: wave", err)
 	}
-	if sw.Wave < 0 || sw.Wave > enginecore.MaxWave {
+	if sw.Wave < 0 || sw.Wave > MaxWave {
 		return StartDPWave{}, frontError(decodeguard.ReasonValidate, b, at, "START_DP_WAVE: wave out of range", nil)
 	}
 	at = rest
@@ -72,7 +90,7 @@ type Publication struct {
 	// [waiting, running] (and kv_cache_usage when KV is set), by engine
 	// index. A wave publication has HasCounts false and no Loads.
 	HasCounts bool
-	Loads     []EngineLoad
+	Loads     []Load
 	// KV reports that the entries had three elements, the third the KV
 	// cache usage (the layout of releases with vllm.Rules.StatsKVCacheUsage).
 	KV bool
@@ -116,7 +134,7 @@ func ParsePublication(b []byte, dst *Publication) error {
 	return err
 }
 
-func parsePublication(b []byte, dst *Publication, loads []EngineLoad) error {
+func parsePublication(b []byte, dst *Publication, loads []Load) error {
 	if err := decodeguard.Scan(b, &publicationLimits); err != nil {
 		return err
 	}
@@ -146,7 +164,7 @@ func parsePublication(b []byte, dst *Publication, loads []EngineLoad) error {
 				return frontError(decodeguard.ReasonDecode, b, at, "publication: engine entry: want [waiting, running] or [waiting, running, kv_cache_usage] throughout", nil)
 			}
 			dst.KV = m == 3
-			var l EngineLoad
+			var l Load
 			if l.Waiting, rest, err = msgp.ReadInt64Bytes(rest); err != nil {
 				return intError(b, at, "publication: waiting", err)
 			}
@@ -181,3 +199,53 @@ func parsePublication(b []byte, dst *Publication, loads []EngineLoad) error {
 	}
 	return nil
 }
+
+var (
+	errBackEmpty = decodeguard.NewError(decodeguard.ReasonDecode, "empty back-publish message")
+	errBackTopic = decodeguard.NewError(decodeguard.ReasonValidate, "back-publish subscription with a topic: not an engine")
+	errBackOther = decodeguard.NewError(decodeguard.ReasonDecode, "back-publish message is not a subscription")
+)
+
+// CheckBackMessage classifies one frame received on the coordinator's back
+// publish socket: nil for an engine's subscription "\x01" or unsubscription
+// "\x00", a ReasonValidate error for a (un)subscription with a topic
+// (engines subscribe to everything: this is some other peer) and a
+// ReasonDecode error for anything else. A runtime can run it in the receive
+// loop's Validate hook, so that every refused frame is counted there.
+func CheckBackMessage(b []byte) error {
+	switch {
+	case len(b) == 0:
+		return errBackEmpty
+	case len(b) == 1 && (b[0] == 0x01 || b[0] == 0x00):
+		return nil
+	case b[0] == 0x01 || b[0] == 0x00:
+		return errBackTopic
+	}
+	return errBackOther
+}
+
+// readFloat reads a msgpack float64 or float32 or, as msgspec accepts for a
+// float field, an integer (the front-end publications' kv_cache_usage).
+func readFloat(b []byte) (float64, []byte, error) {
+	if len(b) >= 9 && b[0] == 0xcb {
+		return math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:], nil
+	}
+	switch msgp.NextType(b) {
+	case msgp.Float64Type, msgp.Float32Type:
+		return msgp.ReadFloat64Bytes(b)
+	case msgp.IntType:
+		i, o, err := msgp.ReadInt64Bytes(b)
+		return float64(i), o, err
+	case msgp.UintType:
+		u, o, err := msgp.ReadUint64Bytes(b)
+		return float64(u), o, err
+	case msgp.InvalidType:
+		if len(b) == 0 {
+			return 0, b, msgp.ErrShortBytes
+		}
+	}
+	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
+}
+
+// usageOK reports whether a cache usage is a finite non-negative number.
+func usageOK(f float64) bool { return f >= 0 && f <= math.MaxFloat64 }

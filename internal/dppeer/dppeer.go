@@ -1,4 +1,15 @@
-package coordinator
+// Package dppeer holds Go reference peers of vLLM's data-parallel
+// coordinator: an [Engine] (the engine core's side: subscribe, wait for
+// READY, push stats and wave notices, receive START_DP_WAVE) and a
+// [FrontEnd] (an API server's side: read publications, send wake-ups and
+// scale notices). Tests, the CLI, benchmarks and examples drive a
+// coordinator with them; they speak the wire of package dpwire.
+//
+//	eng, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: pub, BackOutput: out})
+//	defer eng.Close()
+//	err = eng.WaitReady(ctx)
+//	err = eng.SendStats(ctx, 0, 5, 3, 0, 1)
+package dppeer
 
 import (
 	"context"
@@ -7,21 +18,23 @@ import (
 	"sync"
 	"time"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
 // ErrNotConnected is returned by a [FrontEnd]'s Wake and Scale while it has
 // no connection to the coordinator (an XSUB drops messages it has nowhere to
 // send).
-var ErrNotConnected = errors.New("coordinator: front-end not connected to the coordinator")
+var ErrNotConnected = errors.New("dppeer: front-end not connected to the coordinator")
 
 // maxPendingWaves bounds the START_DP_WAVE broadcasts an [Engine] keeps
 // while WaitReady waits; older ones are discarded.
 const maxPendingWaves = 1024
 
 // epoch is the origin of the timestamps the peer helpers put in
-// EngineCoreOutputs (vLLM sends time.monotonic(); any monotonic seconds do).
+// enginecore.Header (vLLM sends time.monotonic(); any monotonic seconds do).
 var epoch = time.Now()
 
 func monotonicSeconds() float64 { return 1000 + time.Since(epoch).Seconds() }
@@ -39,7 +52,7 @@ type EngineConfig struct {
 
 // Engine is the coordinator-facing side of a vLLM DP engine core, for
 // tests, examples and Go programs: it subscribes on the coordinator's back
-// publish socket, waits for READY, pushes EngineCoreOutputs (stats and wave
+// publish socket, waits for READY, pushes enginecore.Header (stats and wave
 // notices) to the back output socket and receives START_DP_WAVE broadcasts.
 //
 // Sends may be called from any goroutine; WaitReady and NextStartWave from
@@ -51,8 +64,8 @@ type Engine struct {
 	buf    []byte
 
 	recvMu  sync.Mutex
-	readies int           // READY messages received and not yet consumed by WaitReady
-	waves   []StartDPWave // START_DP_WAVE broadcasts received by WaitReady
+	readies int                  // READY messages received and not yet consumed by WaitReady
+	waves   []dpwire.StartDPWave // START_DP_WAVE broadcasts received by WaitReady
 	skipped uint64
 }
 
@@ -99,18 +112,18 @@ func (e *Engine) Skipped() uint64 {
 }
 
 // recv returns the next READY (ready true) or START_DP_WAVE broadcast.
-func (e *Engine) recv(ctx context.Context) (ready bool, sw StartDPWave, err error) {
+func (e *Engine) recv(ctx context.Context) (ready bool, sw dpwire.StartDPWave, err error) {
 	for {
 		msg, err := e.sub.Recv(ctx)
 		if err != nil {
-			return false, StartDPWave{}, err
+			return false, dpwire.StartDPWave{}, err
 		}
 		f := msg.Frames
 		switch {
-		case len(f) == 1 && string(f[0]) == ReadyFrame:
-			return true, StartDPWave{}, nil
-		case len(f) == 2 && string(f[0]) == StartDPWaveFrame:
-			sw, err := ParseStartDPWave(f[1])
+		case len(f) == 1 && string(f[0]) == dpwire.ReadyFrame:
+			return true, dpwire.StartDPWave{}, nil
+		case len(f) == 2 && string(f[0]) == dpwire.StartDPWaveFrame:
+			sw, err := dpwire.ParseStartDPWave(f[1])
 			return false, sw, err
 		}
 		e.skipped++
@@ -152,7 +165,7 @@ func (e *Engine) WaitReady(ctx context.Context) error {
 func (e *Engine) NextStartWave(ctx context.Context) (wave int, exclude *int, err error) {
 	e.recvMu.Lock()
 	defer e.recvMu.Unlock()
-	var sw StartDPWave
+	var sw dpwire.StartDPWave
 	if len(e.waves) > 0 {
 		sw = e.waves[0]
 		e.waves = append(e.waves[:0], e.waves[1:]...)
@@ -177,11 +190,11 @@ func (e *Engine) NextStartWave(ctx context.Context) (wave int, exclude *int, err
 }
 
 // SendOutputs pushes m to the coordinator, encoded as vLLM's engine core
-// encodes EngineCoreOutputs (see [enginecore.AppendHeader]). A zero
+// encodes enginecore.Header (see [dpwire.AppendHeader]). A zero
 // Timestamp is replaced by a monotonic clock reading, as vLLM stamps every
 // message. It waits (honouring ctx) while the coordinator is not connected
 // or its queue is full.
-func (e *Engine) SendOutputs(ctx context.Context, m *EngineCoreOutputs) error {
+func (e *Engine) SendOutputs(ctx context.Context, m *enginecore.Header) error {
 	e.sendMu.Lock()
 	defer e.sendMu.Unlock()
 	ts := m.Timestamp
@@ -190,17 +203,17 @@ func (e *Engine) SendOutputs(ctx context.Context, m *EngineCoreOutputs) error {
 	}
 	mm := *m
 	mm.Timestamp = ts
-	e.buf = enginecore.AppendHeader(e.buf[:0], &mm)
+	e.buf = dpwire.AppendHeader(e.buf[:0], &mm)
 	return e.push.Send(ctx, e.buf)
 }
 
 // SendStats pushes the scheduler stats of engine index: its waiting and
 // running queue lengths at step step of wave wave.
 func (e *Engine) SendStats(ctx context.Context, index, waiting, running, wave, step int) error {
-	return e.SendOutputs(ctx, &EngineCoreOutputs{
+	return e.SendOutputs(ctx, &enginecore.Header{
 		EngineIndex: int64(index),
 		HasStats:    true,
-		Stats: SchedulerStats{
+		Stats: enginecore.SchedulerStats{
 			NumWaitingReqs: int64(waiting),
 			NumRunningReqs: int64(running),
 			CurrentWave:    int64(wave),
@@ -212,13 +225,13 @@ func (e *Engine) SendStats(ctx context.Context, index, waiting, running, wave, s
 // SendWaveComplete pushes the notice rank 0 sends when the engines have
 // paused at the end of wave: wave_complete = wave.
 func (e *Engine) SendWaveComplete(ctx context.Context, index, wave int) error {
-	return e.SendOutputs(ctx, &EngineCoreOutputs{EngineIndex: int64(index), HasWaveComplete: true, WaveComplete: int64(wave)})
+	return e.SendOutputs(ctx, &enginecore.Header{EngineIndex: int64(index), HasWaveComplete: true, WaveComplete: int64(wave)})
 }
 
 // SendStartWave pushes the notice an engine sends when it got a request for
 // wave while paused or behind: start_wave = wave.
 func (e *Engine) SendStartWave(ctx context.Context, index, wave int) error {
-	return e.SendOutputs(ctx, &EngineCoreOutputs{EngineIndex: int64(index), HasStartWave: true, StartWave: int64(wave)})
+	return e.SendOutputs(ctx, &enginecore.Header{EngineIndex: int64(index), HasStartWave: true, StartWave: int64(wave)})
 }
 
 // FrontEndConfig configures a [FrontEnd].
@@ -270,16 +283,16 @@ func (f *FrontEnd) Connected() bool { return f.sub.Stats().Peers > 0 }
 
 // Next returns the next publication. A malformed one yields a classified
 // error (and the next call goes on with the following message).
-func (f *FrontEnd) Next(ctx context.Context) (Publication, error) {
+func (f *FrontEnd) Next(ctx context.Context) (dpwire.Publication, error) {
 	msg, err := f.sub.Recv(ctx)
 	if err != nil {
-		return Publication{}, err
+		return dpwire.Publication{}, err
 	}
 	if len(msg.Frames) != 1 {
-		return Publication{}, errOneFrame
+		return dpwire.Publication{}, errOneFrame
 	}
-	var p Publication
-	err = ParsePublication(msg.Frames[0], &p)
+	var p dpwire.Publication
+	err = dpwire.ParsePublication(msg.Frames[0], &p)
 	return p, err
 }
 
@@ -311,16 +324,24 @@ func (f *FrontEnd) send(ctx context.Context, build func([]byte) []byte) error {
 // The exclusion goes as an int, as vLLM releases before the 2-byte engine
 // identities sent it; see WakeIdentity.
 func (f *FrontEnd) Wake(ctx context.Context, exclude *int, wave int) error {
-	return f.send(ctx, func(b []byte) []byte { return enginecore.AppendWake(b, exclude, wave) })
+	return f.send(ctx, func(b []byte) []byte { return dpwire.AppendWake(b, exclude, wave) })
 }
 
 // WakeIdentity sends the wake-up as current vLLM front-ends do, naming the
 // excluded engine by its 2-byte little-endian identity.
 func (f *FrontEnd) WakeIdentity(ctx context.Context, engine uint16, wave int) error {
-	return f.send(ctx, func(b []byte) []byte { return enginecore.AppendWakeIdentity(b, engine, wave) })
+	return f.send(ctx, func(b []byte) []byte { return dpwire.AppendWakeIdentity(b, engine, wave) })
 }
 
 // Scale sends ("SCALE_ELASTIC_EP", n): the engine count is now n.
 func (f *FrontEnd) Scale(ctx context.Context, n int) error {
-	return f.send(ctx, func(b []byte) []byte { return enginecore.AppendScaleElasticEP(b, n) })
+	return f.send(ctx, func(b []byte) []byte { return dpwire.AppendScaleElasticEP(b, n) })
+}
+
+var errOneFrame = decodeguard.NewError(decodeguard.ReasonEnvelope, "coordinator message must be a single frame")
+
+// SendRaw pushes frames to the back output socket as they are, for tests
+// that feed the coordinator malformed messages from a subscribed engine.
+func (e *Engine) SendRaw(ctx context.Context, frames ...[]byte) error {
+	return e.push.Send(ctx, frames...)
 }

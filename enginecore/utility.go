@@ -7,13 +7,13 @@ import (
 )
 
 // EEPNotification is an elastic-EP notification: the utility output an
-// engine sends unasked under call id [CallIDEEPNotification] (-1) when it
+// engine sends unasked under call id -1 when it
 // has switched to a new parallel setup or is shutting down in a scale-down
 // (vLLM's DPEngineCoreProc._eep_send_engine_core_notification, PR #34861).
 // Its result is the tuple (notification type, data-parallel rank).
 type EEPNotification struct {
-	// Type is the EEPNotificationType value: EEPReconfigureFinished or
-	// EEPShutdownComplete (other values from a later vLLM are kept as sent).
+	// Type is the EEPNotificationType value: "RECONFIGURE_FINISHED" or
+	// "SHUTDOWN_COMPLETE" (other values from a later vLLM are kept as sent).
 	Type string
 	// DPRank is the sending engine's data-parallel rank.
 	DPRank int64
@@ -21,12 +21,12 @@ type EEPNotification struct {
 
 // vLLM's EEPNotificationType values.
 const (
-	EEPReconfigureFinished = "RECONFIGURE_FINISHED"
-	EEPShutdownComplete    = "SHUTDOWN_COMPLETE"
+	eepReconfigureFinished = "RECONFIGURE_FINISHED"
+	eepShutdownComplete    = "SHUTDOWN_COMPLETE"
 )
 
 // FTStatus is a fault-tolerance status push: the utility output an engine's
-// sentinel sends unasked under call id [CallIDFTStatus] (-2) when its
+// sentinel sends unasked under call id -2 when its
 // health changes (vLLM's EngineCoreSentinel._push_status, PR #44428). Its
 // result is the map {"id": engine index, "status": "healthy" | "dead" |
 // "unhealthy", "fault_info": str (unhealthy only)}.
@@ -48,11 +48,11 @@ type FTStatus struct {
 // copied: the values outlive the frames.
 func (u *UtilityOutput) SpecialValue() (v any, ok bool, err error) {
 	switch u.Special {
-	case CallIDEEPNotification:
-		n, err := u.EEPNotification()
+	case callIDEEPNotification:
+		n, err := u.eepNotification()
 		return n, err == nil, err
-	case CallIDFTStatus:
-		s, err := u.FTStatus()
+	case callIDFTStatus:
+		s, err := u.ftStatus()
 		return s, err == nil, err
 	}
 	return nil, false, nil
@@ -62,11 +62,11 @@ func badSpecial(what string) error {
 	return decodeguard.NewError(decodeguard.ReasonValidate, "utility_output call_id "+what)
 }
 
-// EEPNotification decodes the result of an elastic-EP notification
-// (Special == CallIDEEPNotification): [type str, dp_rank int].
-func (u *UtilityOutput) EEPNotification() (EEPNotification, error) {
+// eepNotification decodes the result of an elastic-EP notification
+// (Special == callIDEEPNotification): [type str, dp_rank int].
+func (u *UtilityOutput) eepNotification() (EEPNotification, error) {
 	const what = "-1 (elastic-EP notification): result is not [type str, dp_rank int]"
-	if u.Special != CallIDEEPNotification || !u.HasResult {
+	if u.Special != callIDEEPNotification || !u.HasResult {
 		return EEPNotification{}, badSpecial(what)
 	}
 	b := []byte(u.Result)
@@ -85,12 +85,12 @@ func (u *UtilityOutput) EEPNotification() (EEPNotification, error) {
 	return EEPNotification{Type: string(typ), DPRank: rank}, nil
 }
 
-// FTStatus decodes the result of a fault-tolerance status push (Special ==
-// CallIDFTStatus): a map with str keys "id" (int), "status" (str) and
+// ftStatus decodes the result of a fault-tolerance status push (Special ==
+// callIDFTStatus): a map with str keys "id" (int), "status" (str) and
 // optionally "fault_info" (str); other keys are skipped.
-func (u *UtilityOutput) FTStatus() (FTStatus, error) {
+func (u *UtilityOutput) ftStatus() (FTStatus, error) {
 	const what = "-2 (fault-tolerance status): result is not {id int, status str[, fault_info str]}"
-	if u.Special != CallIDFTStatus || !u.HasResult {
+	if u.Special != callIDFTStatus || !u.HasResult {
 		return FTStatus{}, badSpecial(what)
 	}
 	b := []byte(u.Result)
@@ -131,3 +131,79 @@ func (u *UtilityOutput) FTStatus() (FTStatus, error) {
 	}
 	return s, nil
 }
+
+func (d *decoder) utility(orig, b []byte) ([]byte, error) {
+	const what = "EngineCoreOutputs.utility_output"
+	u := &d.m.Utility
+	*u = UtilityOutput{}
+	at := b
+	n, b, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil || n < 1 {
+		return b, fail(orig, at, what+": want [call_id, failure_message, result]", err)
+	}
+	for i := uint32(0); i < n; i++ {
+		at = b
+		var detail string
+		switch i {
+		case 0:
+			detail = what + ".call_id: want an int"
+			if len(b) > 0 && (b[0] >= 0xe0 || (b[0] >= 0xd0 && b[0] <= 0xd3)) {
+				// A negative call id (a signed msgpack int): vLLM's
+				// notifications. A signed width holding a non-negative
+				// value is an ordinary id.
+				var v int64
+				if v, b, err = msgp.ReadInt64Bytes(b); err == nil {
+					if v < 0 {
+						u.Special = v
+					} else {
+						u.CallID = uint64(v)
+					}
+				}
+				break
+			}
+			u.CallID, b, err = msgp.ReadUint64Bytes(b)
+		case 1:
+			detail = what + ".failure_message: want nil or a str"
+			if msgp.IsNil(b) {
+				b = b[1:]
+				break
+			}
+			u.HasFailure = true
+			u.FailureMessage, b, err = str(orig, b, detail)
+		case 2:
+			detail = what + ".result: want nil or [type_info, value]"
+			if msgp.IsNil(b) {
+				b = b[1:]
+				break
+			}
+			var k uint32
+			k, b, err = msgp.ReadArrayHeaderBytes(b)
+			if err == nil && k != 2 {
+				return b, failf(orig, at, decodeguard.ReasonDecode, detail)
+			}
+			if err == nil {
+				u.HasResult = true
+				u.ResultType, b, err = d.raw(orig, b)
+			}
+			if err == nil {
+				var v []byte
+				v, b, err = d.raw(orig, b)
+				if v == nil {
+					v = nilRaw
+				}
+				u.Result = v
+			}
+		default:
+			detail = what + ": malformed extra field"
+			_, b, err = d.raw(orig, b)
+		}
+		if err != nil {
+			return b, fail(orig, at, detail, err)
+		}
+	}
+	return b, nil
+}
+
+// nilRaw is the msgpack encoding of nil, for a utility result whose value
+// is None (Result stays non-nil so that HasResult round-trips).
+var nilRaw = []byte{0xc0}

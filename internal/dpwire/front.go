@@ -1,28 +1,9 @@
-package coordinator
+package dpwire
 
 import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/enginecore"
-)
-
-// Frames and commands of the coordinator protocol.
-const (
-	// ReadyFrame is the single frame the coordinator sends on its back
-	// publish socket once every engine has subscribed (and again whenever an
-	// engine re-subscribes later): the bytes "READY".
-	ReadyFrame = "READY"
-	// StartDPWaveFrame is the first frame of a START_DP_WAVE message on the
-	// back publish socket: vLLM's EngineCoreRequestType.START_DP_WAVE, the
-	// single byte 0x02. The second frame is [enginecore.AppendStartDPWave]'s.
-	StartDPWaveFrame = "\x02"
-	// ScaleElasticEP is the command string of a front-end's elastic-EP scale
-	// notice ("SCALE_ELASTIC_EP", n).
-	ScaleElasticEP = "SCALE_ELASTIC_EP"
-	// MaxEngines is the most engines the protocol can address: vLLM names an
-	// engine by a 2-byte little-endian identity.
-	MaxEngines = 1 << 16
 )
 
 // FrontKind is the kind of a message a front-end sends to the coordinator.
@@ -64,7 +45,7 @@ type FrontMsg struct {
 	// Engines is the new engine count of a FrontScale, in [1, MaxEngines].
 	Engines int
 	// Wave is the wave of a FrontWake: the front-end's view of the current
-	// wave, in [0, enginecore.MaxWave].
+	// wave, in [0, MaxWave].
 	Wave int64
 	// HasExclude reports whether a FrontWake names an engine to leave out of
 	// the START_DP_WAVE broadcast (the one the request is going to); Exclude
@@ -174,7 +155,7 @@ func ParseFrontMessage(b []byte) (FrontMsg, error) {
 		if err != nil {
 			return FrontMsg{}, intError(b, at, "wake: wave", err)
 		}
-		if m.Wave < 0 || m.Wave > enginecore.MaxWave {
+		if m.Wave < 0 || m.Wave > MaxWave {
 			return FrontMsg{}, frontError(decodeguard.ReasonValidate, b, at, "wake: wave out of range", nil)
 		}
 	}
@@ -192,7 +173,3 @@ func intError(b, at []byte, what string, err error) error {
 	}
 	return frontError(decodeguard.ReasonDecode, b, at, what+": want an int", err)
 }
-
-// EngineLoad is one engine's entry in the coordinator's stats publication
-// ([enginecore.EngineLoad]).
-type EngineLoad = enginecore.EngineLoad
