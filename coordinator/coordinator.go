@@ -15,6 +15,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
@@ -102,7 +103,7 @@ type Coordinator struct {
 
 	// Drops by the state machine, per loop and reason (loop drops are in
 	// the loops' own Stats; a message is counted in exactly one place).
-	stateDrops [numLoops][decodeguard.NumReasons]atomic.Uint64
+	stateDrops [numLoops][len(decodeguard.Counts{})]atomic.Uint64
 	// What Run sent.
 	statsPublished, wavePublished, readySent, startWaveSent atomic.Uint64
 	// readyCoalesced counts READY requests folded into another READY;
@@ -116,7 +117,6 @@ type Coordinator struct {
 	lastReady, lastStartAt time.Time
 	readyPending           bool
 	lastStart              dpwire.StartDPWave
-	controlLogged          time.Time
 	// Unsubscriptions received on the back publish socket (ignored).
 	backUnsubs atomic.Uint64
 	// silent names the engines whose back connections time out.
@@ -124,20 +124,16 @@ type Coordinator struct {
 
 	// Run-goroutine-only: rate limiting of state-drop log lines and
 	// encode buffers.
-	dropLog     [numLoops][decodeguard.NumReasons]dropLogState
-	unsubLogged time.Time
-	buf         []byte
+	buf []byte
+
+	limOnce sync.Once
+	lim     *ratelog.Limiter // state-drop and start-up lines
 
 	runMu     sync.Mutex
 	runDone   chan struct{}
 	closed    bool
 	closeCh   chan struct{}
 	closeOnce sync.Once
-}
-
-type dropLogState struct {
-	last       time.Time
-	suppressed uint64
 }
 
 // New binds the coordinator's three sockets and returns it, ready to Run.
@@ -534,11 +530,10 @@ func (c *Coordinator) onBackPublish(ctx context.Context, d loop.Delivery[[][]byt
 		// no other subscriber holds the topic.
 		c.backUnsubs.Add(1)
 		if !started {
-			if now := time.Now(); now.Sub(c.unsubLogged) >= c.logInterval() {
-				c.unsubLogged = now
-				c.log.Warn("coordinator: ignored an unsubscription on the back publish socket during start-up",
-					"peer", d.Msg.Peer.String(), "count", c.backUnsubs.Load())
-			}
+			c.logLim().Warn("unsubscribe", "coordinator: ignored an unsubscription on the back publish socket during start-up",
+				slog.String(ratelog.KeyComponent, LoopBackPublish),
+				slog.String(ratelog.KeyPeer, ratelog.Escape(d.Msg.Peer.String(), 256)),
+				slog.Uint64(ratelog.KeyCount, c.backUnsubs.Load()))
 		}
 	}
 	d.Done()
@@ -549,7 +544,7 @@ func (c *Coordinator) logInterval() time.Duration {
 	if c.cfg.LogInterval > 0 {
 		return c.cfg.LogInterval
 	}
-	return loop.DefaultLogInterval
+	return time.Second
 }
 
 // errScaleFrom refuses a SCALE_ELASTIC_EP notice from a peer not in
@@ -601,6 +596,10 @@ func (c *Coordinator) onBackOutput(ctx context.Context, d loop.Delivery[engineco
 	return c.act(ctx, &a)
 }
 
+// dropPrefix is how many leading bytes of a dropped message's last frame a
+// state-drop line shows, as the loops' lines do.
+const dropPrefix = 32
+
 // stateDrop counts, reports and logs (rate-limited) a message the state
 // machine refused. It runs on Run's goroutine, before the delivery is
 // released (the prefix aliases the frame).
@@ -611,27 +610,31 @@ func (c *Coordinator) stateDrop(idx int, msg socket.Msg, err error) {
 	}
 	c.stateDrops[idx][r].Add(1)
 	now := time.Now()
-	d := loop.Drop{Loop: loopNames[idx], Reason: r, Stage: loop.StageHandler, Peer: msg.Peer,
+	d := loop.Drop{Loop: loopNames[idx], Reason: r, Stage: "handler", Peer: msg.Peer,
 		Frames: len(msg.Frames), Err: err, Time: now}
-	last := 0
+	last, prefixHex := 0, ""
 	for _, f := range msg.Frames {
 		d.Length += len(f)
 	}
 	if n := len(msg.Frames); n > 0 {
 		f := msg.Frames[n-1]
-		p := min(len(f), loop.LogPrefix)
+		p := min(len(f), dropPrefix)
 		d.Prefix, last = f[:p:p], len(f)
+		prefixHex = ratelog.PrefixHex(f, dropPrefix)
 	}
 	if c.cfg.OnDrop != nil {
 		callOnDrop(c.cfg.OnDrop, d)
 	}
-	st := &c.dropLog[idx][r]
-	if !st.last.IsZero() && now.Sub(st.last) < c.logInterval() {
-		st.suppressed++
-		return
-	}
-	c.log.Warn("coordinator: dropped message", "loop", loopNames[idx], "reason", r.String(),
-		"stage", "state", "peer", msg.Peer.String(), "frames", d.Frames, "len", d.Length,
-		"last_frame_len", last, "prefix_hex", d.Hex(), "err", err.Error(), "suppressed_since_last", st.suppressed)
-	st.last, st.suppressed = now, 0
+	c.logLim().Warn(loopNames[idx]+"/"+r.String(), "coordinator: dropped message",
+		slog.String(ratelog.KeyComponent, loopNames[idx]), slog.String(ratelog.KeyReason, r.String()),
+		slog.String("stage", "state"), slog.String(ratelog.KeyPeer, ratelog.Escape(msg.Peer.String(), 256)),
+		slog.Int("frames", d.Frames), slog.Int("len", d.Length), slog.Int("last_frame_len", last),
+		slog.String(ratelog.KeyPrefixHex, prefixHex), slog.String(ratelog.KeyErr, ratelog.Escape(err.Error(), 256)))
+}
+
+// logLim returns the coordinator's limiter for its own warning lines (state
+// drops, start-up unsubscriptions), created on first use.
+func (c *Coordinator) logLim() *ratelog.Limiter {
+	c.limOnce.Do(func() { c.lim = ratelog.New(ratelog.Config{Logger: c.log, Interval: c.logInterval()}) })
+	return c.lim
 }

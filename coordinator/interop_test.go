@@ -120,8 +120,8 @@ func TestPythonBuiltMessages(t *testing.T) {
 				t.Fatalf("unknown kind %q", c.Kind)
 			}
 			if c.Reason != "" {
-				r, ok := decodeguard.ParseReason(c.Reason)
-				if !ok {
+				var r decodeguard.Reason
+				if r.UnmarshalText([]byte(c.Reason)) != nil {
 					t.Fatalf("bad reason %q", c.Reason)
 				}
 				if decodeguard.ReasonOf(gotErr) != r {

@@ -57,7 +57,7 @@ func TestSeedUndecodableEngineFrame(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(drops) != 1 || drops[0].Loop != LoopBackOutput || drops[0].Reason != decodeguard.ReasonDecode ||
-		drops[0].Stage != loop.StageDecode || drops[0].Length != 1 {
+		drops[0].Stage != "decode" || drops[0].Length != 1 {
 		t.Fatalf("OnDrop saw %+v", drops)
 	}
 }
@@ -502,7 +502,7 @@ func TestStartupLogsMissing(t *testing.T) {
 	}
 	waitFor(t, ctx, "the drop warning", func() bool {
 		return rh.find("zmqguard: dropped a message (first from this peer)",
-			map[string]string{"loop": LoopBackPublish, "reason": "decode", "hex": "45"})
+			map[string]string{"component": LoopBackPublish, "reason": "decode", "prefix_hex": "45"})
 	})
 }
 

@@ -8,9 +8,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -117,11 +119,9 @@ func (c *Coordinator) sendControl(ctx context.Context, what string, frames ...[]
 	}
 	if lost := c.backPub.Stats().DroppedHWM - before; lost > 0 {
 		total := c.controlDropped.Add(lost)
-		if now := time.Now(); now.Sub(c.controlLogged) >= c.logInterval() {
-			c.controlLogged = now
-			c.log.Error("coordinator: a control message was dropped for an engine whose queue is full",
-				"message", what, "engines_missed", lost, "control_dropped", total)
-		}
+		c.logLim().Error("control", "coordinator: a control message was dropped for an engine whose queue is full",
+			slog.String(ratelog.KeyComponent, LoopBackPublish), slog.String("message", what),
+			slog.Uint64("engines_missed", lost), slog.Uint64("control_dropped", total))
 	}
 	return nil
 }

@@ -8,7 +8,9 @@ import (
 	"unsafe"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // DType is an array's element type. The zero value dtNone marks an
@@ -374,7 +376,7 @@ func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
 	}
 	dt, torch, ok := parseDType(ds)
 	if !ok {
-		return b, failf(orig, dsAt, decodeguard.ReasonDecode, what+": unknown dtype "+strconv.Quote(decodeguard.EscapeText(string(ds), 32)))
+		return b, failf(orig, dsAt, decodeguard.ReasonDecode, what+": unknown dtype "+strconv.Quote(ratelog.Escape(string(ds), 32)))
 	}
 	shAt := b
 	var k uint32

@@ -8,6 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // extRawView is the msgpack extension type vLLM uses for a buffer's raw
@@ -25,14 +26,14 @@ type Limits struct {
 	// MaxFrames bounds the number of frames (body and aux buffers
 	// together). 0 means defaultMaxFrames.
 	MaxFrames int
-	// Scan are the limits decodeguard.Scan applies to the body (frame 0).
+	// Scan are the limits msgpscan.Scan applies to the body (frame 0).
 	// Its AllowExt is ignored: the body may hold ext type 3 only.
 	Scan decodeguard.Limits
 }
 
 var (
 	errNoFrames   = decodeguard.NewError(decodeguard.ReasonEnvelope, "EngineCoreOutputs: a message with no frames")
-	rawViewOnly   = decodeguard.ExtTypes{}.With(extRawView)
+	rawViewOnly   = []int8{extRawView}
 	errAuxTwiceAt = "EngineCoreOutputs: aux frame referenced twice: "
 )
 
@@ -42,11 +43,11 @@ var (
 //
 // It checks the frame count against Limits.MaxFrames and the body's size
 // against Limits.Scan.MaxBytes first (ReasonOversize). Then it decodes
-// every field (see [Message]) in one pass that makes decodeguard.Scan's
+// every field (see [Message]) in one pass that makes msgpscan.Scan's
 // checks as it goes rather than in a pass of its own: every str it reads
 // must be valid UTF-8; every uninterpreted sub-object (kv_transfer_params,
 // a utility result, unknown stats keys' values, unknown trailing fields)
-// is checked by decodeguard.Scan, with ext type 3 as the only extension
+// is checked by msgpscan.Scan, with ext type 3 as the only extension
 // allowed and MaxDepth reduced by the depth of its position; a container
 // header's count is checked against the bytes left before any slice grows
 // for it; and the element counts of all containers plus the byte length
@@ -116,7 +117,7 @@ func scanMaxBytes(l *decodeguard.Limits) int {
 	if l.MaxBytes > 0 {
 		return l.MaxBytes
 	}
-	return decodeguard.DefaultMaxBytes
+	return msgpscan.DefaultMaxBytes
 }
 
 // typedDepth is the deepest a typed field nests (EngineCoreOutputs >
@@ -130,10 +131,10 @@ func decodeFull(frames [][]byte, dst *Message, scan *decodeguard.Limits) (firstI
 	defer func() { firstInvalid = d.firstInvalid }()
 	d.budget = scan.MaxElements
 	if d.budget <= 0 {
-		d.budget = decodeguard.DefaultMaxElements
+		d.budget = msgpscan.DefaultMaxElements
 	}
 	if d.rawLim.MaxDepth <= 0 {
-		d.rawLim.MaxDepth = decodeguard.DefaultMaxDepth
+		d.rawLim.MaxDepth = msgpscan.DefaultMaxDepth
 	}
 	d.rawLim.MaxDepth = max(d.rawLim.MaxDepth-typedDepth, 1)
 	rest, err := dst.Header.unmarshal(frames[0], &d)
@@ -181,7 +182,7 @@ type decoder struct {
 
 	// exact is DecodeHeader's one pass: m is nil (outputs, the utility
 	// output and finished request ids are checked, not kept), budget counts
-	// objects exactly as decodeguard.Scan does, uninterpreted sub-objects
+	// objects exactly as msgpscan.Scan does, uninterpreted sub-objects
 	// are checked by sub at the depth of their position, and rawLim holds
 	// the caller's limits with MaxDepth resolved.
 	exact bool
@@ -192,7 +193,7 @@ type decoder struct {
 }
 
 // sub checks the uninterpreted object at the front of b, at nesting depth
-// `depth` of the frame, with decodeguard.ScanPrefix under the caller's
+// `depth` of the frame, with msgpscan.ScanPrefix under the caller's
 // limits (exact mode), charges the objects inside it to the budget, and
 // returns the bytes after it.
 func (d *decoder) sub(orig, b []byte, depth int) ([]byte, error) {
@@ -207,7 +208,7 @@ func (d *decoder) sub(orig, b []byte, depth int) ([]byte, error) {
 		}
 		lim.MaxDepth = 1
 	}
-	n, objs, err := decodeguard.ScanPrefix(b, &lim)
+	n, objs, err := msgpscan.ScanPrefix(b, &lim)
 	if err != nil {
 		c := decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "malformed sub-object", Offset: len(orig) - len(b)}
 		if e, ok := err.(*decodeguard.Error); ok {
@@ -291,11 +292,11 @@ func asciiOnly(s []byte) bool {
 	return true
 }
 
-// trailingDetail is decodeguard.Scan's detail for bytes after an object:
+// trailingDetail is msgpscan.Scan's detail for bytes after an object:
 // scanning a suffix of the body, it marks the end of the first object.
 const trailingDetail = "trailing bytes after the top-level object"
 
-// raw returns the object at the front of b, checked by decodeguard.Scan
+// raw returns the object at the front of b, checked by msgpscan.Scan
 // under d.rawLim, as a view (nil for msgpack nil), and charges its length
 // to the element budget.
 func (d *decoder) raw(orig, b []byte) ([]byte, []byte, error) {
@@ -306,7 +307,7 @@ func (d *decoder) raw(orig, b []byte) ([]byte, []byte, error) {
 		return nil, b, failf(orig, b, decodeguard.ReasonDecode, "EngineCoreOutputs: truncated: input ends where an object should start")
 	}
 	n := len(b)
-	off, err := decodeguard.ScanOffset(b, &d.rawLim)
+	off, err := msgpscan.ScanOffset(b, &d.rawLim)
 	if err != nil {
 		e, ok := err.(*decodeguard.Error)
 		if !ok || e.Detail != trailingDetail {

@@ -5,6 +5,7 @@ import (
 	"strconv"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 

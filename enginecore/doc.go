@@ -62,7 +62,7 @@
 //
 // [Decode] refuses, with a classified *decodeguard.Error, before it
 // allocates or builds a view: more frames than Limits.MaxFrames; a body over
-// MaxBytes; anything decodeguard.Scan would refuse (it makes Scan's checks
+// MaxBytes; anything msgpscan.Scan would refuse (it makes Scan's checks
 // in the decoding pass: UTF-8 of every str, container lengths against the
 // bytes left, one element budget, depth; uninterpreted sub-objects go
 // through Scan itself, with ext type 3 the only extension allowed); an
@@ -75,7 +75,7 @@
 //
 // A field zmqguard does not interpret (kv_transfer_params, trace_headers,
 // prefill_stats, a utility result...) is a []byte holding the msgpack
-// encoding of the sub-object, checked by decodeguard.Scan and pointing into
+// encoding of the sub-object, checked by msgpscan.Scan and pointing into
 // the frame; nil means the field was absent (msgpack nil on the wire). The
 // encoder writes such a field verbatim.
 //

@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // splitFrames turns a fuzz input into frames: a sequence of [uint16
@@ -94,10 +95,10 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		// The one-pass checks are never weaker than decodeguard.Scan's.
-		scanLim := decodeguard.Limits{AllowExt: decodeguard.ExtTypes{}.With(extRawView)}
-		if err := decodeguard.Scan(frames[0], &scanLim); err != nil {
-			t.Fatalf("Decode accepted a body decodeguard.Scan refuses: %v", err)
+		// The one-pass checks are never weaker than msgpscan.Scan's.
+		scanLim := decodeguard.Limits{AllowExt: []int8{extRawView}}
+		if err := msgpscan.Scan(frames[0], &scanLim); err != nil {
+			t.Fatalf("Decode accepted a body msgpscan.Scan refuses: %v", err)
 		}
 		if len(m.Outputs) != m.OutputsLen {
 			t.Fatalf("%d outputs, header says %d", len(m.Outputs), m.OutputsLen)

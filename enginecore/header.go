@@ -10,6 +10,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // outputsFields is the number of fields of vLLM's EngineCoreOutputs struct
@@ -216,7 +217,7 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 // Errors are *[decodeguard.Error]s: ReasonDecode for a wrong shape or type,
 // ReasonValidate for an integer beyond int64. Values are not range-checked
 // here; see [Header.Validate]. UnmarshalMsg does not check str contents for
-// valid UTF-8: [DecodeHeader] runs decodeguard.Scan, which does. On error,
+// valid UTF-8: [DecodeHeader] runs msgpscan.Scan, which does. On error,
 // h is partly filled and the returned slice is b.
 func (h *Header) unmarshalMsg(b []byte) ([]byte, error) {
 	return h.unmarshal(b, nil)
@@ -496,14 +497,14 @@ var errNilDestination = errors.New("enginecore: decode called with a nil destina
 // DecodeHeader is the guarded one-frame decode the coordinator uses: b into
 // dst (which it resets) under lim (nil means decodeguard's defaults, which
 // refuse every ext type, so a message with arrays is refused), then
-// [Header.Validate]. It decodes in one pass that makes decodeguard.Scan's
+// [Header.Validate]. It decodes in one pass that makes msgpscan.Scan's
 // checks as it goes: the frame's length against MaxBytes first; every str
 // it reads (stats keys, finished request ids) must be valid UTF-8; the
 // typed containers' depth and counts are charged exactly as Scan charges
 // them; and every sub-object it does not interpret (the request outputs,
 // the utility output, unknown stats values, extra trailing fields) is
-// checked by decodeguard.ScanPrefix at the depth of its position. So it
-// accepts exactly what decodeguard.Scan followed by Header.unmarshalMsg
+// checked by msgpscan.ScanPrefix at the depth of its position. So it
+// accepts exactly what msgpscan.Scan followed by Header.unmarshalMsg
 // and Validate accepts (FuzzDecodeHeaderOnePass checks this), in about half
 // the time. It returns nil or a classified *[decodeguard.Error]:
 //
@@ -544,10 +545,10 @@ func decodeHeaderOnePass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 		d.rawLim = *lim
 	}
 	if d.rawLim.MaxDepth <= 0 {
-		d.rawLim.MaxDepth = decodeguard.DefaultMaxDepth
+		d.rawLim.MaxDepth = msgpscan.DefaultMaxDepth
 	}
 	if d.rawLim.MaxElements <= 0 {
-		d.rawLim.MaxElements = decodeguard.DefaultMaxElements
+		d.rawLim.MaxElements = msgpscan.DefaultMaxElements
 	}
 	if len(b) > scanMaxBytes(&d.rawLim) {
 		*dst = Header{}
@@ -561,13 +562,13 @@ func decodeHeaderOnePass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 }
 
 // decodeHeaderTwoPass is the reference [DecodeHeader] is measured and
-// fuzzed against: decodeguard.Scan under lim, then Header.unmarshalMsg
+// fuzzed against: msgpscan.Scan under lim, then Header.unmarshalMsg
 // (which must consume the frame), then [Header.Validate].
 func decodeHeaderTwoPass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 	if dst == nil {
 		return errNilDestination
 	}
-	if err := decodeguard.Scan(b, lim); err != nil {
+	if err := msgpscan.Scan(b, lim); err != nil {
 		*dst = Header{}
 		return err
 	}
@@ -594,7 +595,7 @@ func recoverPanic(err *error) {
 			Reason: decodeguard.ReasonDecoderPanic,
 			Detail: "EngineCoreOutputs decoder panicked",
 			Offset: -1,
-			Err:    &decodeguard.PanicError{Value: r, Stack: debug.Stack()},
+			Err:    &msgpscan.PanicError{Value: r, Stack: debug.Stack()},
 		}
 	}
 }

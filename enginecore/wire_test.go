@@ -421,7 +421,7 @@ func TestDecodeReuseNoAlloc(t *testing.T) {
 func TestDecodeHeaderRefusesArrays(t *testing.T) {
 	var h Header
 	err := DecodeHeader(arrayMsg(t, vecInlineI4), nil, &h)
-	if !errors.Is(err, decodeguard.Sentinel(decodeguard.ReasonDecode)) {
+	if !errors.Is(err, &decodeguard.Error{Reason: decodeguard.ReasonDecode}) {
 		t.Fatalf("got %v", err)
 	}
 	n := testing.AllocsPerRun(50, func() { _ = DecodeHeader(unhex(t, vecStats), nil, &h) })

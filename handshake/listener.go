@@ -18,6 +18,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/loop"
@@ -349,7 +350,7 @@ var registrationLimits = decodeguard.Limits{}
 // 5 s for {"status": "success", ...}; a listener that serves metadata only
 // must refuse it at once rather than let it time out.
 func isRegistration(b []byte) bool {
-	if decodeguard.Scan(b, &registrationLimits) != nil {
+	if msgpscan.Scan(b, &registrationLimits) != nil {
 		return false
 	}
 	n, rest, err := msgp.ReadArrayHeaderBytes(b)
@@ -569,7 +570,7 @@ func (l *Listener) sendError(ctx context.Context, err error) error {
 // payloadMetadata returns the agent_metadata_bytes of an encoded
 // NixlHandshakePayload without copying or allocating.
 func payloadMetadata(p []byte) ([]byte, error) {
-	if err := decodeguard.Scan(p, nil); err != nil {
+	if err := msgpscan.Scan(p, nil); err != nil {
 		return nil, err
 	}
 	n, rest, err := msgp.ReadMapHeaderBytes(p)

@@ -59,7 +59,7 @@ func TestListenerServesAllVariants(t *testing.T) {
 	if st.Served[V1] != 2 || st.Served[V2] != 2 || st.Served[V3] != 2 || totalServed(st) != 6 {
 		t.Errorf("served %v", st.Served)
 	}
-	if st.Loop.TotalDropped() != 0 || st.Loop.Delivered != 6 {
+	if st.Loop.Dropped.Total() != 0 || st.Loop.Delivered != 6 {
 		t.Errorf("loop stats %+v", st.Loop)
 	}
 }
@@ -112,7 +112,7 @@ func TestListenerSurvivesBareDealer(t *testing.T) {
 			t.Errorf("drop %+v", dr)
 		}
 	}
-	if st := l.Stats(); st.Served[V3] != 1 || st.Loop.TotalDropped() != 3 {
+	if st := l.Stats(); st.Served[V3] != 1 || st.Loop.Dropped.Total() != 3 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -145,7 +145,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 		{"empty body", "", decodeguard.ReasonDecode},
 	}
 	ctx := testCtx(t, 30*time.Second)
-	var want [decodeguard.NumReasons]uint64
+	var want [len(decodeguard.Counts{})]uint64
 	for i, c := range cases {
 		s, err := socket.New("REQ", fastOpts())
 		if err != nil {
@@ -158,7 +158,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 			t.Fatal(err)
 		}
 		want[c.reason]++
-		waitFor(t, ctx, c.name+" dropped", func() bool { return l.Stats().Loop.TotalDropped() == uint64(i+1) })
+		waitFor(t, ctx, c.name+" dropped", func() bool { return l.Stats().Loop.Dropped.Total() == uint64(i+1) })
 		s.Close()
 		if got := l.Stats().Loop.Dropped; got != want {
 			t.Fatalf("%s: dropped %v, want %v", c.name, got, want)

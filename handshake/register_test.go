@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // TestPushRegistrationRefused: a push-mode decode side (vLLM PR #35264)
@@ -75,7 +75,7 @@ func FuzzIsRegistration(f *testing.F) {
 		if !isRegistration(b) {
 			return
 		}
-		if err := decodeguard.Scan(b, &registrationLimits); err != nil {
+		if err := msgpscan.Scan(b, &registrationLimits); err != nil {
 			t.Fatalf("accepted a frame the pre-scan refuses: %v", err)
 		}
 		if _, err := parseRequest(b); err == nil {

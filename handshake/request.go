@@ -7,7 +7,9 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // Variant is the form of a handshake request, which also fixes the form of
@@ -56,7 +58,7 @@ type Request struct {
 // envelope) without allocating when it is valid.
 //
 // The body is V1 when it is exactly the 12 bytes "get_meta_msg". Otherwise
-// it must pass [decodeguard.Scan] with the default limits and be a msgpack
+// it must pass [msgpscan.Scan] with the default limits and be a msgpack
 // array of 2 (V2: message, tp_rank) or 3 (V3: message, pp_rank, tp_rank)
 // elements, whose message is "get_meta_msg" as bin (what vLLM sends) or str,
 // and whose ranks are integers in [0, nixlwire.MaxRank].
@@ -78,7 +80,7 @@ func parseRequest(body []byte) (Request, error) {
 	if string(body) == nixlwire.GetMetaMsg {
 		return Request{Variant: V1}, nil
 	}
-	if err := decodeguard.Scan(body, nil); err != nil {
+	if err := msgpscan.Scan(body, nil); err != nil {
 		return Request{}, err
 	}
 	// Scan guarantees exactly one well-formed object, so the reads below
@@ -115,7 +117,7 @@ func parseRequest(body []byte) (Request, error) {
 	if string(msg) != nixlwire.GetMetaMsg {
 		return Request{}, &decodeguard.Error{
 			Reason: decodeguard.ReasonValidate,
-			Detail: "element 0 (message) is not get_meta_msg: " + decodeguard.Render(msg),
+			Detail: "element 0 (message) is not get_meta_msg: " + ratelog.Render(msg),
 			Offset: off,
 		}
 	}

@@ -5,7 +5,10 @@ import (
 	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // Decode limits. vLLM publishes one batch per scheduler step with every
@@ -56,7 +59,7 @@ type eventDrop struct {
 	// not know.
 	Err error
 	// Type is, for ReasonUnsupported, the event's type tag as sent (raw
-	// peer text: escape it before printing, decodeguard.EscapeText).
+	// peer text: quote it, with strconv.Quote or %q, before printing).
 	Type string
 }
 
@@ -111,7 +114,7 @@ func (b *Batch) reuse() {
 }
 
 // decodeChecked is the two-pass path: the size check, the structural
-// pre-scan of the whole payload (decodeguard.ScanOffset), then the decode.
+// pre-scan of the whole payload (msgpscan.ScanOffset), then the decode.
 // It is DecodeBatch as it was before the one-pass decoder, and still
 // decides every payload the fast path does not accept.
 func decodeChecked(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
@@ -122,7 +125,7 @@ func decodeChecked(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error
 			fmt.Sprintf("kvevents: payload of %d bytes over the %d-byte limit", len(p), lim.MaxPayload))
 	}
 	scanLim := decodeguard.Limits{MaxBytes: lim.MaxPayload, MaxElements: lim.MaxPayload}
-	if _, err := decodeguard.ScanOffset(p, &scanLim); err != nil {
+	if _, err := msgpscan.ScanOffset(p, &scanLim); err != nil {
 		return err
 	}
 	switch msgp.NextType(p) {
@@ -236,7 +239,7 @@ func batchMap(p []byte, b *Batch) ([]byte, error) {
 			rest, err = msgp.Skip(rest)
 		}
 		if err != nil {
-			return nil, decodeErr("kvevents: batch field %s: %v", decodeguard.EscapeText(string(key), 64), err)
+			return nil, decodeErr("kvevents: batch field %s: %v", ratelog.Escape(string(key), 64), err)
 		}
 	}
 	if !haveTS || events == nil {
@@ -450,7 +453,7 @@ func parseTag(tag []byte) (string, error) {
 		return AllBlocksCleared, nil
 	}
 	return "", decodeguard.NewError(decodeguard.ReasonUnsupported,
-		"kvevents: event type "+decodeguard.EscapeText(string(tag), 64)+" unknown to this release")
+		"kvevents: event type "+ratelog.Escape(string(tag), 64)+" unknown to this release")
 }
 
 func readField(f int, b []byte, ev *Event) ([]byte, error) {

@@ -6,15 +6,16 @@ import (
 	"unicode/utf8"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // The one-pass decoder. It reads a batch once, checking each header against
 // the bytes present before it reads or allocates what the header describes,
 // and decodes the fields it knows while it checks them. Whatever it does not
 // interpret (unknown fields and batch keys, extra_keys entries, array
-// elements after data_parallel_rank) it hands to decodeguard.ScanPrefix at
+// elements after data_parallel_rank) it hands to msgpscan.ScanPrefix at
 // the depth where it stands, so the whole payload is held to the same
-// structural rules as decodeChecked's pre-scan (decodeguard.Scan with its
+// structural rules as decodeChecked's pre-scan (msgpscan.Scan with its
 // default depth of 32, no ext types, UTF-8 strings, scalar map keys, no
 // trailing bytes).
 //
@@ -28,7 +29,7 @@ import (
 // results.
 
 // maxDepth is the nesting decodeChecked's pre-scan allows.
-const maxDepth = decodeguard.DefaultMaxDepth
+const maxDepth = msgpscan.DefaultMaxDepth
 
 // Absolute depths (a container at the top level is at depth 1) of the
 // objects the fast path skips with skipAt.
@@ -43,7 +44,7 @@ const (
 // the pre-scan would, and returns the index after it.
 func skipAt(p []byte, i, d int) (int, bool) {
 	lim := decodeguard.Limits{MaxDepth: maxDepth + 1 - d, MaxElements: math.MaxInt}
-	n, _, err := decodeguard.ScanPrefix(p[i:], &lim)
+	n, _, err := msgpscan.ScanPrefix(p[i:], &lim)
 	return i + n, err == nil
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -106,7 +107,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 	}
 	if err != nil {
 		sock.Close()
-		return nil, fmt.Errorf("kvevents: source %s: %w", decodeguard.EscapeText(src.Name, 128), err)
+		return nil, fmt.Errorf("kvevents: source %s: %w", ratelog.Escape(src.Name, 128), err)
 	}
 	maxPayload := s.cfg.MaxPayload
 	lp, err := loop.New(sock, loop.Config[liveMsg]{
@@ -314,7 +315,7 @@ func (so *source) onEventDrop(d eventDrop) {
 	so.count(func(st *SourceStats) {
 		st.DroppedEvents[r]++
 		if r == decodeguard.ReasonUnsupported {
-			st.UnsupportedTypes = countType(st.UnsupportedTypes, decodeguard.EscapeText(d.Type, 64), 1)
+			st.UnsupportedTypes = countType(st.UnsupportedTypes, ratelog.Escape(d.Type, 64), 1)
 		}
 	})
 	so.sub.log.drop(r, so.src.Name, so.next-1, d.Err, nil)

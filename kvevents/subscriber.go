@@ -7,7 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/reentry"
 )
 
@@ -113,7 +113,7 @@ func (s *Subscriber) Add(src Source) error {
 		return ErrClosed
 	}
 	if _, ok := s.sources[src.Name]; ok {
-		return fmt.Errorf("%w: %s", errDuplicateSource, decodeguard.EscapeText(src.Name, 128))
+		return fmt.Errorf("%w: %s", errDuplicateSource, ratelog.Escape(src.Name, 128))
 	}
 	so, err := newSource(s, src)
 	if err != nil {
@@ -152,7 +152,7 @@ func (s *Subscriber) Remove(name string) error {
 	}
 	s.mu.Unlock()
 	if !ok {
-		return fmt.Errorf("%w: %s", errUnknownSource, decodeguard.EscapeText(name, 128))
+		return fmt.Errorf("%w: %s", errUnknownSource, ratelog.Escape(name, 128))
 	}
 	so.removed.Store(true)
 	so.cancel()

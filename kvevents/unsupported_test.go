@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/vllm"
 )

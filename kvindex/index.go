@@ -5,12 +5,11 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/zmqguard/zmqguard/internal/kvkey"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/kvevents"
 )
 
@@ -85,9 +84,7 @@ type Index struct {
 	st     counters
 	closed atomic.Bool
 
-	logMu    sync.Mutex
-	lastLog  time.Time // when the last backend-failure line was written
-	heldBack int       // failures not written since
+	fails *ratelog.Limiter // backend-failure lines
 }
 
 type engineState struct {
@@ -125,7 +122,8 @@ func New(cfg Config) (*Index, error) {
 		return nil, fmt.Errorf("kvindex: Config.BlockSize %d out of range 1..%d", cfg.BlockSize, MaxBlockSize)
 	}
 	x := &Index{cfg: cfg, be: cfg.Backend, seed: cfg.Seed, log: cfg.Logger,
-		engines: map[string]*engineState{}, spaces: map[string][]int{}}
+		engines: map[string]*engineState{}, spaces: map[string][]int{},
+		fails: ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: "kvindex"})}
 	if x.be == nil {
 		be, err := NewMemory(cfg.Capacity)
 		if err != nil {
@@ -464,36 +462,11 @@ func (x *Index) Close() error {
 	return nil
 }
 
-// logInterval bounds backend-failure lines: one per second at most (a
-// backend outage fails every batch of every engine).
-const logInterval = time.Second
-
-// logFailure writes a backend failure, at most one line per logInterval;
-// held_back counts the failures not written since the previous line.
+// logFailure writes a backend failure under the index's limiter: at most
+// one line per second for all operations together (a backend outage fails
+// every batch of every engine), with held_back counting the failures not
+// written since the previous line.
 func (x *Index) logFailure(op, engine string, err error) {
-	x.logMu.Lock()
-	now := time.Now()
-	if !x.lastLog.IsZero() && now.Sub(x.lastLog) < logInterval {
-		x.heldBack++
-		x.logMu.Unlock()
-		return
-	}
-	held := x.heldBack
-	x.lastLog, x.heldBack = now, 0
-	x.logMu.Unlock()
-	x.log.Error("kvindex: backend "+op+" failed", "component", "kvindex", "engine", safeName(engine),
-		"held_back", held, "err", err)
-}
-
-// safeName renders an engine name for a log line (printable, capped).
-func safeName(s string) string {
-	if len(s) > 64 {
-		s = s[:64]
-	}
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return '?'
-		}
-		return r
-	}, s)
+	x.fails.Error("backend", "kvindex: backend "+op+" failed",
+		slog.String("engine", ratelog.Escape(engine, 64)), slog.Any(ratelog.KeyErr, err))
 }

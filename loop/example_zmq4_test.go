@@ -36,7 +36,7 @@ func ExampleFromZMQ4() {
 		log.Fatal(err)
 	}
 	rcv := loop.FromZMQ4(pull) // closes pull when the loop's context ends
-	defer rcv.Close()
+	defer pull.Close()
 
 	handled := make(chan any, 1)
 	l, err := loop.New(rcv, loop.Config[any]{

@@ -73,7 +73,7 @@ func TestSizeFlowsFromSocket(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st := l.Stats(); st.TotalDropped() != 0 {
+	if st := l.Stats(); st.Dropped.Total() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }

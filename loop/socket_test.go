@@ -58,8 +58,8 @@ func TestSocketPull(t *testing.T) {
 	var peers []string
 	l := newStatsLoop(t, pull, func(_ context.Context, d Delivery[vllmwire.Message]) error {
 		checkStats(t, d.Value)
-		if !strings.HasPrefix(d.Peer().String(), "127.0.0.1:") {
-			t.Errorf("peer %q", d.Peer().String())
+		if !strings.HasPrefix(d.Msg.Peer.String(), "127.0.0.1:") {
+			t.Errorf("peer %q", d.Msg.Peer.String())
 		}
 		cancel()
 		return nil

@@ -325,7 +325,7 @@ func (r *Receiver) serve(ctx context.Context, j *job, m *enginecore.Message, lim
 		r.lateDrop(j, err)
 		return nil
 	}
-	return &loop.Error{Loop: r.cfg.Name, Stage: loop.StageHandler, Peer: j.peer.String(), Err: err}
+	return &loop.Error{Loop: r.cfg.Name, Stage: "handler", Peer: j.peer.String(), Err: err}
 }
 
 // lateDrop counts, logs (rate-limited) and reports a message dropped by
@@ -340,13 +340,14 @@ func (r *Receiver) lateDrop(j *job, err error) {
 	r.mu.Lock()
 	r.lateDropped[reason]++
 	r.mu.Unlock()
-	d := loop.Drop{Loop: r.cfg.Name, Reason: reason, Stage: loop.StageHandler, Peer: j.peer,
+	d := loop.Drop{Loop: r.cfg.Name, Reason: reason, Stage: "handler", Peer: j.peer,
 		Frames: len(j.cp.frames), Length: int(j.size), Err: err, Time: now}
-	if r.dropLog.Drop(reason, j.peer.String(), now) == ratelog.First {
+	if r.dropLog.Drop(reason.String(), j.peer.String(), now) == ratelog.First {
 		r.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "zmqguard: dropped a message (first from this peer)",
-			slog.String("loop", r.cfg.Name), slog.String("reason", reason.String()), slog.String("stage", loop.StageHandler.String()),
-			slog.String("peer", j.peer.String()), slog.Int("frames", len(j.cp.frames)), slog.Int64("len", j.size),
-			slog.String("err", decodeguard.EscapeText(err.Error(), 256)))
+			slog.String(ratelog.KeyComponent, r.cfg.Name), slog.String(ratelog.KeyReason, reason.String()),
+			slog.String("stage", "handler"), slog.String(ratelog.KeyPeer, ratelog.Escape(j.peer.String(), 256)),
+			slog.Int("frames", len(j.cp.frames)), slog.Int64("len", j.size),
+			slog.String(ratelog.KeyErr, ratelog.Escape(err.Error(), 256)))
 	}
 	r.onDrop(d)
 }

@@ -65,7 +65,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -209,7 +208,7 @@ func New(cfg Config) (*Receiver, error) {
 		s.Close()
 		return nil, fmt.Errorf("outputs: Config.QueueBytes %d is below ConnQueueBytes %d", r.queueLimit, r.connLimit)
 	}
-	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Attrs: []slog.Attr{slog.String("loop", cfg.Name)}})
+	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: cfg.Name})
 	if r.lim.Scan.MaxBytes == 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
 	}
@@ -312,7 +311,7 @@ func (r *Receiver) engine(e int64) *EngineStats {
 
 func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	it := d.Value
-	peer := d.Peer()
+	peer := d.Msg.Peer
 	if it.dead {
 		return r.sentinel(ctx, peer)
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
@@ -30,7 +31,7 @@ var (
 // handoverErr is the disconnect cause of the connection p's identity was
 // taken from.
 func handoverErr(p *Peer) error {
-	return fmt.Errorf("%w: identity %s now held by %s", errHandover, decodeguard.Render(p.identity), p.addrText)
+	return fmt.Errorf("%w: identity %s now held by %s", errHandover, ratelog.Render(p.identity), p.addrText)
 }
 
 // heartbeat is one peer's liveness state, run from a timer that fires every
@@ -76,7 +77,7 @@ func (p *peerConn) noteZMTP30() {
 	}
 	s.log(decodeguard.ReasonNone, slog.LevelInfo,
 		"zmqguard: socket peer speaks ZMTP 3.0: no PING and no heartbeat timeout for it, TCP keepalive watches it (logged once per socket; Stats.ZMTP30Peers counts them)",
-		"socket", string(s.typ), "remote", p.info.addrText, "endpoint", p.info.endpoint)
+		ratelog.KeyComponent, string(s.typ), ratelog.KeyPeer, p.info.addrText, "endpoint", p.info.endpoint)
 }
 
 // startHeartbeat arms p's liveness timer. It is always armed: even with our

@@ -145,7 +145,7 @@ func TestNilLoggerLogsToDefault(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, m := range h.recs {
-		if strings.Contains(m["msg"], "summary") && (m["remote"] != "" || m["connections"] == "") {
+		if strings.Contains(m["msg"], "summary") && (m["peer"] != "" || m["conns"] == "") {
 			t.Errorf("summary %v", m)
 		}
 	}

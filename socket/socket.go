@@ -179,7 +179,7 @@ type Socket struct {
 	recvWaiters   atomic.Int32
 	recvSpaceMu   sync.Mutex
 	recvSpace     chan struct{} // closed when Recv releases bytes
-	viol          [decodeguard.NumReasons]atomic.Uint64
+	viol          [len(decodeguard.Counts{})]atomic.Uint64
 
 	logOnce sync.Once        // see log.go
 	lim     *ratelog.Limiter // drop lines, shared rules with package loop
@@ -472,7 +472,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 				s.idRefusals.Add(1)
 				s.viol[decodeguard.ReasonPolicy].Add(1)
 				err := decodeguard.WrapError(decodeguard.ReasonPolicy,
-					"ROUTER identity "+decodeguard.Render(info.identity)+" already connected", errDuplicateIdentity)
+					"ROUTER identity "+ratelog.Render(info.identity)+" already connected", errDuplicateIdentity)
 				s.emit(Event{Kind: EventRejected, Peer: info, Remote: info.addrText, Endpoint: ep, Err: err, Reason: decodeguard.ReasonPolicy})
 				return nil, err
 			}

@@ -66,7 +66,7 @@ type counters struct {
 	acceptErrors atomic.Uint64
 	evicted      atomic.Uint64
 	connsEvicted atomic.Uint64
-	violations   [decodeguard.NumReasons]atomic.Uint64
+	violations   [len(decodeguard.Counts{})]atomic.Uint64
 	open         atomic.Int64
 	pending      atomic.Int64
 }

@@ -2,6 +2,7 @@ package zmtpguard
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
@@ -9,14 +10,16 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
 	"golang.org/x/crypto/nacl/secretbox"
 	"golang.org/x/crypto/salsa20/salsa"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // mechanismCURVE is the greeting's mechanism name for CURVE (RFC 25).
@@ -104,15 +107,18 @@ type CurveConfig struct {
 	// only, or [AllowAnyClient] to admit any key (libzmq's behaviour
 	// without ZAP).
 	Authorize Authorizer
-	// Logger receives a line for each refused client, rate-limited per
-	// client-key fingerprint (at most one per RefusalLogInterval). Nil
-	// means slog.Default().
+	// Logger receives a line for the first refusal of each client key
+	// (by fingerprint), at most 4 such lines per 10 s, and a summary line
+	// that counts the others. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// refusals is the limiter of the refusal lines, one per CurveConfig,
+	// created at the first refusal.
+	refusals atomic.Pointer[ratelog.Limiter]
 }
 
-// RefusalLogInterval is the least time between two log lines about
-// refused clients with the same key fingerprint.
-const RefusalLogInterval = 10 * time.Second
+// refusalLogInterval is the limiter interval of the refusal lines.
+const refusalLogInterval = 10 * time.Second
 
 func (cc *CurveConfig) verify() error {
 	var errs []error
@@ -150,49 +156,33 @@ func curveGreeting(server bool) [greetingSize]byte {
 	return g
 }
 
-// RefusalLogBurst bounds the refusal log lines of all keys together per
-// RefusalLogInterval, so that a client making a fresh key per connection
+// refusalLogBurst bounds the refusal detail lines of all keys together per
+// refusalLogInterval, so that a client making a fresh key per connection
 // cannot flood the log; the refusals it holds back are counted in the next
-// line.
-const RefusalLogBurst = 20
+// summary line.
+const refusalLogBurst = ratelog.FirstWarnings
 
-// refusals rate-limits the log lines about refused clients, by key
-// fingerprint and overall, process-wide.
-var refusals struct {
-	mu         sync.Mutex
-	last       map[CurveKey]time.Time
-	window     time.Time // start of the current interval
-	lines      int       // lines logged in it
-	suppressed int       // refusals not logged since the last line
-}
-
-// logRefusal logs a refused client unless one with the same key was logged
-// within RefusalLogInterval, or RefusalLogBurst lines were already logged
-// in the current interval.
+// logRefusal logs a refused client through cc's limiter (internal/ratelog):
+// a detail line for the first refusal of a key fingerprint, at most
+// refusalLogBurst of them per refusalLogInterval, and summary lines that
+// count the rest.
 func logRefusal(cc *CurveConfig, key CurveKey, remote, why string) {
-	now := time.Now()
-	refusals.mu.Lock()
-	if refusals.last == nil || len(refusals.last) >= 4096 {
-		refusals.last = make(map[CurveKey]time.Time)
+	lim := cc.refusals.Load()
+	if lim == nil {
+		lim = ratelog.New(ratelog.Config{Logger: cc.logger(), Interval: refusalLogInterval, Component: "zmtpguard",
+			Message: "zmtpguard: refused CURVE clients (summary)"})
+		if !cc.refusals.CompareAndSwap(nil, lim) {
+			lim = cc.refusals.Load()
+		}
 	}
-	if now.Sub(refusals.window) >= RefusalLogInterval {
-		refusals.window, refusals.lines = now, 0
+	fp := key.Fingerprint()
+	if lim.Drop(decodeguard.ReasonAuth.String(), fp, time.Now()) != ratelog.First || !lim.Enabled() {
+		return
 	}
-	t, seen := refusals.last[key]
-	log := (!seen || now.Sub(t) >= RefusalLogInterval) && refusals.lines < RefusalLogBurst
-	held := 0
-	if log {
-		refusals.last[key] = now
-		refusals.lines++
-		held, refusals.suppressed = refusals.suppressed, 0
-	} else {
-		refusals.suppressed++
-	}
-	refusals.mu.Unlock()
-	if log {
-		cc.logger().Warn("zmtpguard: CURVE client refused", "key_fingerprint", key.Fingerprint(), "remote", remote, "why", why,
-			"refusals_not_logged", held)
-	}
+	lim.Logger().LogAttrs(context.Background(), slog.LevelWarn, "zmtpguard: CURVE client refused",
+		slog.String(ratelog.KeyComponent, "zmtpguard"), slog.String(ratelog.KeyReason, decodeguard.ReasonAuth.String()),
+		slog.String("key_fingerprint", fp), slog.String(ratelog.KeyPeer, ratelog.Escape(remote, 256)),
+		slog.Uint64(ratelog.KeyCount, 1), slog.String(ratelog.KeyErr, why))
 }
 
 // sharedKey computes the NaCl box key between pub and priv. Unlike

@@ -17,9 +17,10 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/crypto/nacl/box"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/pypeer"
-	"golang.org/x/crypto/nacl/box"
 )
 
 // Test keys from libzmq's zmq_curve(7) manual page ("TEST KEY VALUES").
@@ -629,11 +630,8 @@ func TestCurveSilentAfterGreeting(t *testing.T) {
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // TestCurveRefusalLog: a refused key is logged by fingerprint, at most once
-// per RefusalLogInterval, and never as raw key bytes.
+// per refusalLogInterval, and never as raw key bytes.
 func TestCurveRefusalLog(t *testing.T) {
-	refusals.mu.Lock() // other tests' refusals count against the same limits
-	refusals.last, refusals.window, refusals.lines, refusals.suppressed = nil, time.Time{}, 0, 0
-	refusals.mu.Unlock()
 	var buf bytes.Buffer
 	cc := &CurveConfig{Logger: slog.New(slog.NewTextHandler(&buf, nil))}
 	k, _ := mustKeyPair(t)
@@ -647,14 +645,17 @@ func TestCurveRefusalLog(t *testing.T) {
 	if strings.Contains(out, k.String()) {
 		t.Fatal("log holds the key itself")
 	}
-	// A fresh key per refusal is held to RefusalLogBurst lines per interval.
+	// A fresh key per refusal is held to refusalLogBurst lines per interval.
 	buf.Reset()
-	for i := 0; i < 3*RefusalLogBurst; i++ {
+	for i := 0; i < 3*refusalLogBurst; i++ {
 		k, _ := mustKeyPair(t)
 		logRefusal(cc, k, "127.0.0.1:1", "refused by the authorizer")
 	}
-	if n := strings.Count(buf.String(), "CURVE client refused"); n > RefusalLogBurst {
-		t.Fatalf("%d lines for %d fresh keys in one interval, want at most %d", n, 3*RefusalLogBurst, RefusalLogBurst)
+	if n := strings.Count(buf.String(), "CURVE client refused"); n > refusalLogBurst {
+		t.Fatalf("%d lines for %d fresh keys in one interval, want at most %d", n, 3*refusalLogBurst, refusalLogBurst)
+	}
+	if lim := cc.refusals.Load(); lim != nil {
+		lim.Flush(time.Now()) // the summary, and no timer left behind
 	}
 }
 

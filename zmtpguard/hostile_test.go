@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
@@ -190,7 +191,7 @@ func runHostileSuite(t *testing.T, tg guardTarget) {
 				return s.Accepted-before.Accepted >= uint64(n)+1 && s.Pending == 0 && s.Open == 0
 			})
 			after := tg.stats()
-			var delta [decodeguard.NumReasons]uint64
+			var delta [len(decodeguard.Counts{})]uint64
 			for r := range delta {
 				delta[r] = after.Violations[r] - before.Violations[r]
 			}
@@ -224,7 +225,7 @@ func runHostileSuite(t *testing.T, tg guardTarget) {
 		base.goroutines, base.fds, base.heap>>10, end.goroutines, end.fds, end.heap>>10)
 }
 
-func formatDelta(d [decodeguard.NumReasons]uint64) string {
+func formatDelta(d [len(decodeguard.Counts{})]uint64) string {
 	var parts []string
 	for r, n := range d {
 		if n > 0 {

@@ -40,6 +40,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
@@ -58,7 +59,7 @@ func main() {
 	connect := flag.String("connect", "", "internal: the target's address (child)")
 	flag.Parse()
 	if *kind != "partial" && *kind != "flood" && *kind != "burst" {
-		fmt.Fprintln(os.Stderr, "memattack: -attack must be partial, flood or burst, got", decodeguard.EscapeText(*kind, 40))
+		fmt.Fprintln(os.Stderr, "memattack: -attack must be partial, flood or burst, got", ratelog.Escape(*kind, 40))
 		os.Exit(2)
 	}
 	flood = *kind == "flood"
@@ -68,7 +69,7 @@ func main() {
 		return
 	}
 	if *mode != "guarded" && *mode != "unbounded" {
-		fmt.Fprintln(os.Stderr, "memattack: -mode must be guarded or unbounded, got", decodeguard.EscapeText(*mode, 40))
+		fmt.Fprintln(os.Stderr, "memattack: -mode must be guarded or unbounded, got", ratelog.Escape(*mode, 40))
 		os.Exit(2)
 	}
 	if err := run(*mode, *conns, *size, *hold, *after, *out); err != nil {
@@ -103,7 +104,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	defer func() {
 		evMu.Lock()
 		for k, n := range events {
-			fmt.Fprintf(os.Stderr, "memattack: %d × %s\n", n, decodeguard.EscapeText(k, 200))
+			fmt.Fprintf(os.Stderr, "memattack: %d × %s\n", n, ratelog.Escape(k, 200))
 		}
 		evMu.Unlock()
 	}()

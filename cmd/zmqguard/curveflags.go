@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -99,7 +99,7 @@ func (f *curveClientFlags) config(logger *slog.Logger) (*zmtpguard.CurveConfig, 
 	}
 	server, err := zmtpguard.ParseCurveKey(*f.serverKey)
 	if err != nil {
-		return nil, usagef("--curve-server-key %s: %v", decodeguard.EscapeText(*f.serverKey, 64), err)
+		return nil, usagef("--curve-server-key %s: %v", ratelog.Escape(*f.serverKey, 64), err)
 	}
 	var secret zmtpguard.CurveKey
 	if *f.secretFile != "" {

@@ -16,7 +16,7 @@ import (
 // demoStatus renders the live one-line status.
 func demoStatus(elapsed, total time.Duration, cs coordinator.Stats, ls handshake.ListenerStats, c *demoCounters) string {
 	lsViol := decodeguard.Counts(ls.Socket.Refused)
-	drops := cs.Dropped + cs.Refused.Total() + ls.Loop.TotalDropped() + lsViol.Total()
+	drops := cs.Dropped + cs.Refused.Total() + ls.Loop.Dropped.Total() + lsViol.Total()
 	return fmt.Sprintf("demo %s/%s | coordinator %d outputs, %d pubs, wave %d | handshakes %d | scanner %d probes, %d deaths | drops %d | crashes %d",
 		elapsed.Truncate(time.Second), total, cs.BackOutput.Accepted, cs.StatsPublished+cs.WavePublished, cs.Wave,
 		c.fetchOK.Load(), c.probes.Load(), c.deaths.Load(), drops, c.crashes.Load())
@@ -44,7 +44,7 @@ func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub,
 	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Refused.Total(), answers[0])
 	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Refused.Total(), answers[1])
 	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Refused.Total(), answers[2])
-	row("handshake listener (ROUTER)", hs, ls.Served[handshake.V1]+ls.Served[handshake.V2]+ls.Served[handshake.V3], ls.Socket.Sent, ls.Loop.TotalDropped(), lsViol.Total(), answers[3])
+	row("handshake listener (ROUTER)", hs, ls.Served[handshake.V1]+ls.Served[handshake.V2]+ls.Served[handshake.V3], ls.Socket.Sent, ls.Loop.Dropped.Total(), lsViol.Total(), answers[3])
 	tw.Flush()
 
 	fmt.Fprintln(w, "\nDrops by reason (messages dropped + connections refused):")

@@ -290,7 +290,7 @@ func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
 
 // handler returns the --http mux.
 func (s *kvIndexServer) handler() (http.Handler, error) {
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	if err := c.AddKVEvents("kv-index", 0, s.sub); err != nil {
 		return nil, err
 	}

@@ -84,7 +84,7 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		ErrorReplies:      st.ErrorReplies,
 		Received:          st.Loop.Received,
 		Delivered:         st.Loop.Delivered,
-		Dropped:           st.Loop.TotalDropped(),
+		Dropped:           st.Loop.Dropped.Total(),
 		Drops:             decodeguard.Counts(st.Loop.Dropped),
 		Violations:        decodeguard.Counts(st.Socket.Refused),
 		Connects:          st.Socket.Connects,

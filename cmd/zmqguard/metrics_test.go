@@ -322,7 +322,7 @@ func TestDemoMetrics(t *testing.T) {
 		mfs := scrapeMetrics(t, addr)
 		served, _ := sample(mfs, "zmqguard_handshake_requests_served_total", "socket", "handshake")
 		refusedConns := 0.0
-		for _, m := range mfs["zmqguard_socket_violations_total"].GetMetric() {
+		for _, m := range mfs["zmqguard_socket_refused_total"].GetMetric() {
 			refusedConns += m.GetCounter().GetValue()
 		}
 		if served > 0 && refusedConns > 0 {

@@ -14,8 +14,8 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/outputs"
@@ -328,7 +328,7 @@ func appendJSONRaw(b []byte, r []byte) []byte {
 		}
 	}
 	b = append(b, `{"msgpack_hex":"`...)
-	b = append(b, decodeguard.Render(r)...)
+	b = append(b, ratelog.Render(r)...)
 	return append(b, `"}`...)
 }
 

@@ -177,7 +177,7 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 		Decode:     fl.decode,
 		Messages:   c.n,
 		Received:   st.Received,
-		Dropped:    st.TotalDropped(),
+		Dropped:    st.Dropped.Total(),
 		Drops:      decodeguard.Counts(st.Dropped),
 		Violations: decodeguard.Counts(s.Stats().Refused),
 	}

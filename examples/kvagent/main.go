@@ -134,7 +134,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	st := l.Stats()
 	fmt.Fprintf(stdout, "served %d (V1 %d, V2 %d, V3 %d), dropped %d, refused connections %d\n",
 		st.Served[handshake.V1]+st.Served[handshake.V2]+st.Served[handshake.V3], st.Served[handshake.V1], st.Served[handshake.V2], st.Served[handshake.V3],
-		st.Loop.TotalDropped(), sum(st.Socket.Refused[:]))
+		st.Loop.Dropped.Total(), sum(st.Socket.Refused[:]))
 	if errors.Is(err, handshake.ErrListenerClosed) {
 		err = nil
 	}

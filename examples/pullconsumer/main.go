@@ -82,7 +82,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			m := d.Value
 			if m.HasStats {
 				logger.Info("engine stats", "engine", m.EngineIndex, "waiting", m.Stats.NumWaitingReqs,
-					"running", m.Stats.NumRunningReqs, "wave", m.Stats.CurrentWave, "peer", d.Peer())
+					"running", m.Stats.NumRunningReqs, "wave", m.Stats.CurrentWave, "peer", d.Msg.Peer)
 			}
 			return nil
 		},
@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger.Info("consuming EngineCoreOutputs", "endpoint", pull.Endpoint())
 	err = l.Run(ctx)
 	st := l.Stats()
-	fmt.Fprintf(stdout, "received %d, valid %d, dropped %d", st.Received, st.Delivered, st.TotalDropped())
+	fmt.Fprintf(stdout, "received %d, valid %d, dropped %d", st.Received, st.Delivered, st.Dropped.Total())
 	for _, r := range decodeguard.Reasons() {
 		if st.Dropped[r] > 0 {
 			fmt.Fprintf(stdout, " %s=%d", r, st.Dropped[r])

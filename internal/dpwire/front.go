@@ -4,6 +4,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // FrontKind is the kind of a message a front-end sends to the coordinator.
@@ -97,7 +98,7 @@ func ParseFrontMessage(b []byte) (FrontMsg, error) {
 	case 0x00:
 		return FrontMsg{Kind: FrontUnsubscribe, Topic: b[1:]}, nil
 	}
-	if err := decodeguard.Scan(b, &frontLimits); err != nil {
+	if err := msgpscan.Scan(b, &frontLimits); err != nil {
 		return FrontMsg{}, err
 	}
 	n, rest, err := msgp.ReadArrayHeaderBytes(b)

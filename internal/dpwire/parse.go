@@ -7,6 +7,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // StartDPWave is a START_DP_WAVE broadcast to the engines: every engine
@@ -39,7 +40,7 @@ var startWaveLimits = decodeguard.Limits{MaxDepth: 2, MaxElements: 8, MaxBytes: 
 // or too large wave or a negative exclusion. It allocates nothing on
 // success.
 func ParseStartDPWave(b []byte) (StartDPWave, error) {
-	if err := decodeguard.Scan(b, &startWaveLimits); err != nil {
+	if err := msgpscan.Scan(b, &startWaveLimits); err != nil {
 		return StartDPWave{}, err
 	}
 	n, rest, err := msgp.ReadArrayHeaderBytes(b)
@@ -135,7 +136,7 @@ func ParsePublication(b []byte, dst *Publication) error {
 }
 
 func parsePublication(b []byte, dst *Publication, loads []Load) error {
-	if err := decodeguard.Scan(b, &publicationLimits); err != nil {
+	if err := msgpscan.Scan(b, &publicationLimits); err != nil {
 		return err
 	}
 	n, rest, err := msgp.ReadArrayHeaderBytes(b)

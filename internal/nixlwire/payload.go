@@ -4,7 +4,9 @@ package nixlwire
 
 import (
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // Int is an integer field of a vLLM message. It encodes the way Python's
@@ -160,14 +162,14 @@ func DecodePayload(b []byte) (NixlHandshakePayload, error) {
 }
 
 // DecodePayloadLimits decodes a [NixlHandshakePayload] from one frame: it
-// runs [decodeguard.Scan] with lim (nil means the defaults), then the
+// runs [msgpscan.Scan] with lim (nil means the defaults), then the
 // generated decoder, and requires the frame to hold exactly one map. Every
 // failure is a classified *[decodeguard.Error] (ReasonDecode or
 // ReasonOversize; ReasonDecoderPanic would mean a bug in the decoder). The
 // payload's AgentMetadataBytes is a copy, not a view of b.
 func DecodePayloadLimits(b []byte, lim *decodeguard.Limits) (NixlHandshakePayload, error) {
 	var p NixlHandshakePayload
-	if err := decodeguard.DecodeMsgp(b, lim, &p); err != nil {
+	if err := msgpscan.DecodeMsgp(b, lim, &p); err != nil {
 		return NixlHandshakePayload{}, err
 	}
 	return p, nil
@@ -181,7 +183,7 @@ func DecodeAgentMetadata(b []byte) (NixlAgentMetadata, error) {
 
 // DecodeAgentMetadataLimits decodes a [NixlAgentMetadata] from b (a frame of
 // a V1 reply, or a payload's AgentMetadataBytes): it runs
-// [decodeguard.Scan] with lim (nil means the defaults), then the generated
+// [msgpscan.Scan] with lim (nil means the defaults), then the generated
 // decoder starting from [NixlAgentMetadata.Reset]'s defaults, and requires b
 // to hold exactly one map. Every failure is a classified
 // *[decodeguard.Error], as for [DecodePayloadLimits]. No check beyond types
@@ -189,7 +191,7 @@ func DecodeAgentMetadata(b []byte) (NixlAgentMetadata, error) {
 func DecodeAgentMetadataLimits(b []byte, lim *decodeguard.Limits) (NixlAgentMetadata, error) {
 	var m NixlAgentMetadata
 	m.Reset()
-	if err := decodeguard.DecodeMsgp(b, lim, &m); err != nil {
+	if err := msgpscan.DecodeMsgp(b, lim, &m); err != nil {
 		return NixlAgentMetadata{}, err
 	}
 	return m, nil

@@ -27,6 +27,8 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // GetMetaMsg is the request message of every handshake variant: sent raw by
@@ -79,7 +81,7 @@ func AppendTimestamp(dst []byte, seconds float64) []byte {
 // Anything else is ReasonDecode (or ReasonOversize from the pre-scan); NaN
 // and infinities are ReasonValidate, as no clock reads them.
 func ParseTimestamp(b []byte) (float64, error) {
-	if err := decodeguard.Scan(b, nil); err != nil {
+	if err := msgpscan.Scan(b, nil); err != nil {
 		return 0, err
 	}
 	var f float64
@@ -122,16 +124,16 @@ func TypeError(body []byte, off int, what, want string) error {
 const maxSafeText = 128
 
 // SafeText returns s quoted when it is at most 128 bytes of printable ASCII
-// (nothing in it can drive a terminal), and as decodeguard.Render's length
+// (nothing in it can drive a terminal), and as ratelog.Render's length
 // and hex prefix otherwise. Error texts show peer-supplied strings (hashes,
 // engine ids, error replies) only through it.
 func SafeText(s string) string {
 	if len(s) > maxSafeText {
-		return decodeguard.Render([]byte(s))
+		return ratelog.Render([]byte(s))
 	}
 	for i := 0; i < len(s); i++ {
 		if s[i] < 0x20 || s[i] > 0x7e {
-			return decodeguard.Render([]byte(s))
+			return ratelog.Render([]byte(s))
 		}
 	}
 	return strconv.Quote(s)

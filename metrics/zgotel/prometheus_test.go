@@ -110,7 +110,7 @@ func flatten(mfs []*dto.MetricFamily) []string {
 func TestSameSeriesThroughOTelPrometheusExporter(t *testing.T) {
 	set := fullSet(t)
 	direct := prometheus.NewPedanticRegistry()
-	direct.MustRegister(zgprom.NewCollectorFor(set))
+	direct.MustRegister(zgprom.NewCollector(set))
 	want, err := direct.Gather()
 	if err != nil {
 		t.Fatal(err)

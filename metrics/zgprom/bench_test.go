@@ -34,7 +34,7 @@ func BenchmarkGather(b *testing.B) {
 	for i := range list {
 		list[i] = metrics.Source{Name: fmt.Sprintf("tcp://10.0.%d.%d:5557", i/256, i%256), Received: uint64(i)}
 	}
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	for _, err := range []error{c.AddLoop("jobs", l), c.AddSocket("jobs", pull),
 		c.AddSources("kv", 0, func() []metrics.Source { return list })} {
 		if err != nil {

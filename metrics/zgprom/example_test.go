@@ -23,7 +23,7 @@ func Example() {
 		Decode:  loop.UntypedDecoder(decodeguard.Limits{}),
 		Handler: func(context.Context, loop.Delivery[any]) error { return nil },
 	})
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	if err := c.AddLoop("jobs", l); err != nil {
 		panic(err)
 	}

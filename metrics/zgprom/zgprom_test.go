@@ -101,7 +101,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	if err := c.AddLoop("jobs", l); err != nil {
 		t.Fatal(err)
 	}
@@ -190,7 +190,7 @@ func TestCollectorValuesAfterJunk(t *testing.T) {
 	}
 	viol := 0.0
 	for _, r := range decodeguard.Reasons() {
-		viol += value(t, mfs, "zmqguard_socket_violations_total", "socket", "jobs", "reason", r.String())
+		viol += value(t, mfs, "zmqguard_socket_refused_total", "socket", "jobs", "reason", r.String())
 	}
 	if viol < 1 {
 		t.Errorf("socket violations = %v after an HTTP probe, want >= 1", viol)

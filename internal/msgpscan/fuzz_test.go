@@ -1,4 +1,4 @@
-package decodeguard
+package msgpscan
 
 import (
 	"bytes"
@@ -6,6 +6,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
@@ -48,7 +49,7 @@ func addSeeds(f *testing.F) {
 	}
 }
 
-var permissive = &Limits{
+var permissive = &decodeguard.Limits{
 	MaxDepth:      1 << 20,
 	MaxElements:   1 << 30,
 	MaxBytes:      1 << 30,
@@ -64,14 +65,14 @@ func FuzzScan(f *testing.F) {
 	addSeeds(f)
 	f.Fuzz(func(t *testing.T, b []byte) {
 		err := Scan(b, nil)
-		if err != nil && !IsBadInput(err) {
+		if err != nil && !decodeguard.IsBadInput(err) {
 			t.Fatalf("unclassified: %v", err)
 		}
 		off, shared := ScanOffset(b, nil)
 		if (err == nil) != (shared == nil) {
 			t.Fatalf("Scan %v, ScanOffset %v", err, shared)
 		}
-		if err != nil && (err.(*Error).Offset != off || err.(*Error).Detail != shared.(*Error).Detail) {
+		if err != nil && (err.(*decodeguard.Error).Offset != off || err.(*decodeguard.Error).Detail != shared.(*decodeguard.Error).Detail) {
 			t.Fatalf("Scan %v, ScanOffset (%d, %v)", err, off, shared)
 		}
 		if off < -1 || off > len(b) {
@@ -87,7 +88,7 @@ func FuzzScan(f *testing.F) {
 		if relaxed == nil && !skipOK {
 			t.Fatalf("Scan accepts but msgp.Skip: %d left, %v", len(rest), skipErr)
 		}
-		if skipOK && relaxed != nil && relaxed.(*Error).Detail != errBadUTF8.Detail {
+		if skipOK && relaxed != nil && relaxed.(*decodeguard.Error).Detail != errBadUTF8.Detail {
 			t.Fatalf("msgp.Skip consumes all but Scan refuses: %v", relaxed)
 		}
 	})
@@ -102,13 +103,13 @@ func FuzzScanDecode(f *testing.F) {
 		scanErr := Scan(b, nil)
 		var out vllmwire.EngineCoreOutputs
 		err := DecodeMsgp(b, nil, &out)
-		if err != nil && !IsBadInput(err) {
+		if err != nil && !decodeguard.IsBadInput(err) {
 			t.Fatalf("typed: unclassified %v", err)
 		}
 		if err == nil && scanErr != nil {
 			t.Fatalf("typed decode succeeded after scan refused: %v", scanErr)
 		}
-		if ReasonOf(err) == ReasonDecoderPanic {
+		if decodeguard.ReasonOf(err) == decodeguard.ReasonDecoderPanic {
 			t.Fatalf("typed decoder panicked: %v", err)
 		}
 		if err == nil {
@@ -117,12 +118,12 @@ func FuzzScanDecode(f *testing.F) {
 			if merr != nil {
 				t.Fatalf("re-encode: %v", merr)
 			}
-			if serr := Scan(re, &Limits{MaxBytes: 1 << 30}); serr != nil {
+			if serr := Scan(re, &decodeguard.Limits{MaxBytes: 1 << 30}); serr != nil {
 				t.Fatalf("re-encoded frame refused: %v", serr)
 			}
 		}
 		_, uerr := DecodeUntyped(b, nil)
-		if uerr != nil && !IsBadInput(uerr) || ReasonOf(uerr) == ReasonDecoderPanic {
+		if uerr != nil && !decodeguard.IsBadInput(uerr) || decodeguard.ReasonOf(uerr) == decodeguard.ReasonDecoderPanic {
 			t.Fatalf("untyped: %v", uerr)
 		}
 	})

@@ -1,6 +1,10 @@
-package decodeguard
+package msgpscan
 
-import "testing"
+import (
+	"testing"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
 
 // FuzzScanPrefix is ScanPrefix's differential check against Scan: on any
 // input and limits (picked by the first byte), ScanPrefix accepts with n ==
@@ -13,14 +17,14 @@ func FuzzScanPrefix(f *testing.F) {
 	f.Add([]byte{0x92, 0x01, 0x02, 0x03})
 	f.Add([]byte{0x81, 0xa1, 'k', 0x91, 0xc0, 0xff})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		lim := &Limits{MaxDepth: 1 + len(b)%5, CompositeKeys: len(b)%3 == 0}
+		lim := &decodeguard.Limits{MaxDepth: 1 + len(b)%5, CompositeKeys: len(b)%3 == 0}
 		if len(b)%2 == 0 {
 			lim.AllowExt = AllExtTypes()
 		}
 		n, objs, err := ScanPrefix(b, lim)
 		whole := Scan(b, lim)
 		if err != nil {
-			if !IsBadInput(err) || n < 0 || n > len(b) {
+			if !decodeguard.IsBadInput(err) || n < 0 || n > len(b) {
 				t.Fatalf("ScanPrefix (%d, %v)", n, err)
 			}
 			if whole == nil {
@@ -34,7 +38,7 @@ func FuzzScanPrefix(f *testing.F) {
 		if (n == len(b)) != (whole == nil) {
 			t.Fatalf("ScanPrefix length %d of %d; Scan %v", n, len(b), whole)
 		}
-		if n < len(b) && (whole.(*Error).Detail != errTrailing.Detail || whole.(*Error).Offset != n) {
+		if n < len(b) && (whole.(*decodeguard.Error).Detail != errTrailing.Detail || whole.(*decodeguard.Error).Offset != n) {
 			t.Fatalf("ScanPrefix length %d; Scan %v", n, whole)
 		}
 		exact := *lim
@@ -66,16 +70,16 @@ func TestScanPrefix(t *testing.T) {
 			t.Errorf("% x: (%d, %d, %v), want (%d, %d, nil)", c.in, n, objs, err, c.n, c.objs)
 		}
 	}
-	if _, _, err := ScanPrefix([]byte{0x92, 0x01}, nil); ReasonOf(err) != ReasonDecode {
+	if _, _, err := ScanPrefix([]byte{0x92, 0x01}, nil); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 		t.Errorf("truncated array: %v", err)
 	}
-	if _, _, err := ScanPrefix(nil, nil); ReasonOf(err) != ReasonDecode {
+	if _, _, err := ScanPrefix(nil, nil); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 		t.Errorf("empty: %v", err)
 	}
-	if n, _, err := ScanPrefix([]byte{0x91, 0x91, 0xc0}, &Limits{MaxDepth: 1}); ReasonOf(err) != ReasonOversize || n != 1 {
+	if n, _, err := ScanPrefix([]byte{0x91, 0x91, 0xc0}, &decodeguard.Limits{MaxDepth: 1}); decodeguard.ReasonOf(err) != decodeguard.ReasonOversize || n != 1 {
 		t.Errorf("depth: (%d, %v)", n, err)
 	}
-	if _, _, err := ScanPrefix([]byte{0xd4, 0x01, 0x00}, nil); ReasonOf(err) != ReasonDecode {
+	if _, _, err := ScanPrefix([]byte{0xd4, 0x01, 0x00}, nil); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 		t.Errorf("ext: %v", err)
 	}
 }

@@ -1,4 +1,4 @@
-package decodeguard
+package msgpscan
 
 import (
 	"errors"
@@ -6,6 +6,9 @@ import (
 	"runtime/debug"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // maxCauseText caps the text a decoder's error or a panic value contributes
@@ -19,11 +22,11 @@ var errNilDestination = errors.New("decodeguard: DecodeMsgp called with a nil de
 // type), and requires the decoder to consume the whole frame. It returns nil
 // or a classified error:
 //
-//   - the Scan error (ReasonDecode or ReasonOversize);
-//   - ReasonDecode wrapping the decoder's error when UnmarshalMsg fails (the
+//   - the Scan error (decodeguard.ReasonDecode or decodeguard.ReasonOversize);
+//   - decodeguard.ReasonDecode wrapping the decoder's error when UnmarshalMsg fails (the
 //     input is well-formed msgpack but not the expected shape or types) or
 //     leaves bytes over;
-//   - ReasonDecoderPanic wrapping a *[PanicError] when UnmarshalMsg panics: the
+//   - decodeguard.ReasonDecoderPanic wrapping a *[PanicError] when UnmarshalMsg panics: the
 //     recover here is the per-frame boundary.
 //
 // The wrapped cause stays available to errors.As, but its text in Error() is
@@ -31,7 +34,7 @@ var errNilDestination = errors.New("decodeguard: DecodeMsgp called with a nil de
 // 256 bytes), because msgp puts map keys read from the wire into its error
 // context. On failure v may be partly filled. A nil v is a programming error
 // and yields an unclassified error.
-func DecodeMsgp(b []byte, lim *Limits, v msgp.Unmarshaler) error {
+func DecodeMsgp(b []byte, lim *decodeguard.Limits, v msgp.Unmarshaler) error {
 	if v == nil {
 		return errNilDestination
 	}
@@ -49,10 +52,10 @@ func unmarshalGuarded(b []byte, v msgp.Unmarshaler) (err error) {
 	}()
 	rest, uerr := v.UnmarshalMsg(b)
 	if uerr != nil {
-		return &Error{Reason: ReasonDecode, Detail: "typed decode failed", Offset: -1, Err: safeCause{uerr}}
+		return &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "typed decode failed", Offset: -1, Err: safeCause{uerr}}
 	}
 	if len(rest) != 0 {
-		return &Error{Reason: ReasonDecode, Detail: "decoder left bytes over", Offset: len(b) - len(rest)}
+		return &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "decoder left bytes over", Offset: len(b) - len(rest)}
 	}
 	return nil
 }
@@ -63,8 +66,8 @@ func unmarshalGuarded(b []byte, v msgp.Unmarshaler) (err error) {
 // map[string]any, arrays as []any, integers as int64 or uint64, str as
 // string, bin as []byte, nil as nil. msgp's untyped decoder only accepts str
 // and bin map keys, so a map keyed by anything else (an int, say) is a
-// ReasonDecode error here even when Scan accepts it.
-func DecodeUntyped(b []byte, lim *Limits) (any, error) {
+// decodeguard.ReasonDecode error here even when Scan accepts it.
+func DecodeUntyped(b []byte, lim *decodeguard.Limits) (any, error) {
 	if err := Scan(b, lim); err != nil {
 		return nil, err
 	}
@@ -79,15 +82,15 @@ func readIntfGuarded(b []byte) (v any, err error) {
 	}()
 	v, rest, uerr := msgp.ReadIntfBytes(b)
 	if uerr != nil {
-		return nil, &Error{Reason: ReasonDecode, Detail: "untyped decode failed", Offset: -1, Err: safeCause{uerr}}
+		return nil, &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "untyped decode failed", Offset: -1, Err: safeCause{uerr}}
 	}
 	if len(rest) != 0 {
-		return nil, &Error{Reason: ReasonDecode, Detail: "decoder left bytes over", Offset: len(b) - len(rest)}
+		return nil, &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "decoder left bytes over", Offset: len(b) - len(rest)}
 	}
 	return v, nil
 }
 
-// PanicError is the cause inside a [ReasonDecoderPanic] error: a decoder
+// PanicError is the cause inside a [decodeguard.ReasonDecoderPanic] error: a decoder
 // panicked on a frame, and the panic was recovered at the frame boundary.
 type PanicError struct {
 	// Value is what was passed to panic.
@@ -101,7 +104,7 @@ type PanicError struct {
 // bytes escaped and capped at 256 bytes, so that a panic message quoting
 // input cannot put raw bytes into a log.
 func (p *PanicError) Error() string {
-	return "panic: " + EscapeText(fmt.Sprint(p.Value), maxCauseText)
+	return "panic: " + ratelog.Escape(fmt.Sprint(p.Value), maxCauseText)
 }
 
 // Unwrap returns the panic value if it is an error (a runtime.Error, say).
@@ -112,9 +115,9 @@ func (p *PanicError) Unwrap() error {
 	return nil
 }
 
-func newPanicError(r any) *Error {
-	return &Error{
-		Reason: ReasonDecoderPanic,
+func newPanicError(r any) *decodeguard.Error {
+	return &decodeguard.Error{
+		Reason: decodeguard.ReasonDecoderPanic,
 		Detail: "decoder panicked",
 		Offset: -1,
 		Err:    &PanicError{Value: r, Stack: debug.Stack()},
@@ -125,39 +128,5 @@ func newPanicError(r any) *Error {
 // errors.Is and errors.As still reach the original.
 type safeCause struct{ err error }
 
-func (c safeCause) Error() string { return EscapeText(c.err.Error(), maxCauseText) }
+func (c safeCause) Error() string { return ratelog.Escape(c.err.Error(), maxCauseText) }
 func (c safeCause) Unwrap() error { return c.err }
-
-// EscapeText returns s with every byte outside printable ASCII escaped as
-// \xNN, cut to at most limit bytes followed by "…" when longer. Use it for
-// any text that may carry peer bytes (a decoder's error, a panic value, a
-// peer-supplied name) before it reaches a log or an error string: nothing in
-// the result can drive a terminal.
-func EscapeText(s string, limit int) string {
-	clean := len(s) <= limit
-	for i := 0; clean && i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e {
-			clean = false
-		}
-	}
-	if clean {
-		return s
-	}
-	out := make([]byte, 0, limit+len("…"))
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		w := 1
-		if c < 0x20 || c > 0x7e {
-			w = 4
-		}
-		if len(out)+w > limit {
-			return string(append(out, "…"...))
-		}
-		if w == 1 {
-			out = append(out, c)
-		} else {
-			out = append(out, '\\', 'x', hexDigits[c>>4], hexDigits[c&0xf])
-		}
-	}
-	return string(out)
-}

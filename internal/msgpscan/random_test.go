@@ -1,4 +1,4 @@
-package decodeguard
+package msgpscan
 
 import (
 	"math/rand/v2"
@@ -8,6 +8,8 @@ import (
 	"github.com/tinylib/msgp/msgp"
 	"pgregory.net/rapid"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
@@ -107,8 +109,8 @@ func TestRandomFrames(t *testing.T) {
 	for i := 0; i < frames; i++ {
 		b := randomFrame(r, pool)
 		scanErr := Scan(b, nil)
-		if scanErr != nil && !IsBadInput(scanErr) {
-			t.Fatalf("frame %d %s: unclassified scan error %v", i, Render(b), scanErr)
+		if scanErr != nil && !decodeguard.IsBadInput(scanErr) {
+			t.Fatalf("frame %d %s: unclassified scan error %v", i, ratelog.Render(b), scanErr)
 		}
 		if scanErr == nil {
 			scanOK++
@@ -119,13 +121,13 @@ func TestRandomFrames(t *testing.T) {
 		case err == nil:
 			untypedOK++
 			if scanErr != nil {
-				t.Fatalf("frame %d %s: untyped decode succeeded after scan refused", i, Render(b))
+				t.Fatalf("frame %d %s: untyped decode succeeded after scan refused", i, ratelog.Render(b))
 			}
 			_ = v
-		case !IsBadInput(err):
-			t.Fatalf("frame %d %s: unclassified untyped error %v", i, Render(b), err)
-		case ReasonOf(err) == ReasonDecoderPanic:
-			t.Fatalf("frame %d %s: untyped decoder panicked: %v", i, Render(b), err)
+		case !decodeguard.IsBadInput(err):
+			t.Fatalf("frame %d %s: unclassified untyped error %v", i, ratelog.Render(b), err)
+		case decodeguard.ReasonOf(err) == decodeguard.ReasonDecoderPanic:
+			t.Fatalf("frame %d %s: untyped decoder panicked: %v", i, ratelog.Render(b), err)
 		}
 
 		var out vllmwire.EngineCoreOutputs
@@ -134,12 +136,12 @@ func TestRandomFrames(t *testing.T) {
 		case err == nil:
 			typedOK++
 			if scanErr != nil {
-				t.Fatalf("frame %d %s: typed decode succeeded after scan refused", i, Render(b))
+				t.Fatalf("frame %d %s: typed decode succeeded after scan refused", i, ratelog.Render(b))
 			}
-		case !IsBadInput(err):
-			t.Fatalf("frame %d %s: unclassified typed error %v", i, Render(b), err)
-		case ReasonOf(err) == ReasonDecoderPanic:
-			t.Fatalf("frame %d %s: typed decoder panicked: %v", i, Render(b), err)
+		case !decodeguard.IsBadInput(err):
+			t.Fatalf("frame %d %s: unclassified typed error %v", i, ratelog.Render(b), err)
+		case decodeguard.ReasonOf(err) == decodeguard.ReasonDecoderPanic:
+			t.Fatalf("frame %d %s: typed decoder panicked: %v", i, ratelog.Render(b), err)
 		default:
 			typedBad++
 		}
@@ -214,7 +216,7 @@ func genValue(t *rapid.T, b []byte, depth int) []byte {
 	}
 }
 
-var permissiveExt = &Limits{AllowExt: AllExtTypes()}
+var permissiveExt = &decodeguard.Limits{AllowExt: AllExtTypes()}
 
 // Scan accepts every valid value; every proper prefix and any trailing byte
 // are refused; msgp.Skip agrees on the object's extent.
@@ -222,15 +224,15 @@ func TestPropertyValidValues(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		b := genValue(t, nil, rapid.IntRange(0, 6).Draw(t, "depth"))
 		if err := Scan(b, permissiveExt); err != nil {
-			t.Fatalf("Scan(%s) = %v", Render(b), err)
+			t.Fatalf("Scan(%s) = %v", ratelog.Render(b), err)
 		}
 		if rest, err := msgp.Skip(b); err != nil || len(rest) != 0 {
 			t.Fatalf("msgp.Skip: %d left, %v", len(rest), err)
 		}
 		for i := 0; i < len(b); i++ {
 			err := Scan(b[:i], permissiveExt)
-			if ReasonOf(err) != ReasonDecode {
-				t.Fatalf("prefix of %d/%d bytes: Scan = %v, want ReasonDecode", i, len(b), err)
+			if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
+				t.Fatalf("prefix of %d/%d bytes: Scan = %v, want decodeguard.ReasonDecode", i, len(b), err)
 			}
 		}
 		extra := append(b[:len(b):len(b)], rapid.Byte().Draw(t, "extra"))
@@ -245,7 +247,7 @@ func TestPropertyValidValues(t *testing.T) {
 func TestPropertyDepthAndKeys(t *testing.T) {
 	rapid.Check(t, func(t *rapid.T) {
 		v := genValue(t, nil, 3)
-		m := &Limits{AllowExt: AllExtTypes(), MaxDepth: 8}
+		m := &decodeguard.Limits{AllowExt: AllExtTypes(), MaxDepth: 8}
 		lvl := 8 - 3 // genValue(…, 3) nests at most 3 levels
 		wrapped := append(deepArrays(lvl, nil), v...)
 		if err := Scan(wrapped, m); err != nil {
@@ -255,9 +257,9 @@ func TestPropertyDepthAndKeys(t *testing.T) {
 		err := Scan(keyed, m)
 		t0 := msgp.NextType(v)
 		isContainer := t0 == msgp.ArrayType || t0 == msgp.MapType
-		e, _ := err.(*Error)
+		e, _ := err.(*decodeguard.Error)
 		if isContainer != (e != nil && e.Detail == errCompositeKey.Detail) || !isContainer && err != nil {
-			t.Fatalf("key %s: Scan = %v (container %v)", Render(v), err, isContainer)
+			t.Fatalf("key %s: Scan = %v (container %v)", ratelog.Render(v), err, isContainer)
 		}
 		m.CompositeKeys = true
 		if err := Scan(keyed, m); err != nil {

@@ -1,4 +1,4 @@
-package decodeguard
+package msgpscan
 
 import (
 	"bytes"
@@ -9,6 +9,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
@@ -50,8 +51,8 @@ func TestDecodeMsgpVectors(t *testing.T) {
 	// msgp's own (here outputs, an array, given as a str).
 	err := DecodeMsgp(hx("92 01 a3616263"), nil, &vllmwire.EngineCoreOutputs{})
 	var te msgp.TypeError
-	if ReasonOf(err) != ReasonDecode || !errors.As(err, &te) {
-		t.Errorf("wrong field type: DecodeMsgp = %v, want ReasonDecode wrapping msgp.TypeError", err)
+	if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode || !errors.As(err, &te) {
+		t.Errorf("wrong field type: DecodeMsgp = %v, want decodeguard.ReasonDecode wrapping msgp.TypeError", err)
 	}
 }
 
@@ -59,12 +60,12 @@ func TestDecodeMsgpVectors(t *testing.T) {
 // decode refuses it with a classified error (the engine-client seed).
 func TestSeedIntFrameTypedDecode(t *testing.T) {
 	err := DecodeMsgp(hx("45"), nil, &vllmwire.EngineCoreOutputs{})
-	var e *Error
+	var e *decodeguard.Error
 	var te msgp.TypeError
-	if !errors.As(err, &e) || e.Reason != ReasonDecode || !errors.As(err, &te) {
-		t.Fatalf("DecodeMsgp(45) = %v, want ReasonDecode wrapping msgp.TypeError", err)
+	if !errors.As(err, &e) || e.Reason != decodeguard.ReasonDecode || !errors.As(err, &te) {
+		t.Fatalf("DecodeMsgp(45) = %v, want decodeguard.ReasonDecode wrapping msgp.TypeError", err)
 	}
-	if !IsBadInput(err) {
+	if !decodeguard.IsBadInput(err) {
 		t.Error("not bad input")
 	}
 }
@@ -72,7 +73,7 @@ func TestSeedIntFrameTypedDecode(t *testing.T) {
 func TestDecodeMsgpScanFirst(t *testing.T) {
 	// The scan refuses before the decoder could make([]msgp.Raw, 4G).
 	err := DecodeMsgp(hx("98 01 ddffffffff c0 cb40c81cd6c8b43958 c0 c0 c0 c0"), nil, &vllmwire.EngineCoreOutputs{})
-	var e *Error
+	var e *decodeguard.Error
 	if !errors.As(err, &e) || e.Detail != errArrayLen.Detail || e.Offset != 2 {
 		t.Fatalf("DecodeMsgp = %v, want the scan's array-length error at 2", err)
 	}
@@ -99,12 +100,12 @@ func (f failer) UnmarshalMsg(b []byte) ([]byte, error) { return b, f.err }
 
 func TestDecodeMsgpPanicBoundary(t *testing.T) {
 	err := DecodeMsgp(hx("01"), nil, panicky{"boom \x1b[31mred\x1b[0m"})
-	var e *Error
+	var e *decodeguard.Error
 	var pe *PanicError
-	if !errors.As(err, &e) || e.Reason != ReasonDecoderPanic || !errors.As(err, &pe) {
-		t.Fatalf("DecodeMsgp = %v, want ReasonDecoderPanic with *PanicError", err)
+	if !errors.As(err, &e) || e.Reason != decodeguard.ReasonDecoderPanic || !errors.As(err, &pe) {
+		t.Fatalf("DecodeMsgp = %v, want decodeguard.ReasonDecoderPanic with *PanicError", err)
 	}
-	if !IsBadInput(err) {
+	if !decodeguard.IsBadInput(err) {
 		t.Error("not bad input")
 	}
 	if s := err.Error(); strings.ContainsRune(s, 0x1b) || !strings.Contains(s, `boom \x1b[31mred`) {
@@ -116,8 +117,8 @@ func TestDecodeMsgpPanicBoundary(t *testing.T) {
 
 	err = DecodeMsgp(hx("01"), nil, indexer{})
 	var re runtime.Error
-	if ReasonOf(err) != ReasonDecoderPanic || !errors.As(err, &re) {
-		t.Errorf("index panic: %v, want ReasonDecoderPanic wrapping runtime.Error", err)
+	if decodeguard.ReasonOf(err) != decodeguard.ReasonDecoderPanic || !errors.As(err, &re) {
+		t.Errorf("index panic: %v, want decodeguard.ReasonDecoderPanic wrapping runtime.Error", err)
 	}
 	if _, err := DecodeUntyped(hx("01"), nil); err != nil {
 		t.Errorf("DecodeUntyped(01) = %v", err)
@@ -126,8 +127,8 @@ func TestDecodeMsgpPanicBoundary(t *testing.T) {
 
 func TestDecodeMsgpErrors(t *testing.T) {
 	err := DecodeMsgp(hx("9101"), nil, leaver{})
-	var e *Error
-	if !errors.As(err, &e) || e.Reason != ReasonDecode || e.Offset != 1 {
+	var e *decodeguard.Error
+	if !errors.As(err, &e) || e.Reason != decodeguard.ReasonDecode || e.Offset != 1 {
 		t.Errorf("leftover: %v", err)
 	}
 
@@ -137,7 +138,7 @@ func TestDecodeMsgpErrors(t *testing.T) {
 	cause := msgp.WrapError(msgp.TypeError{Method: msgp.IntType, Encoded: msgp.StrType}, "Stats", key)
 	err = DecodeMsgp(hx("01"), nil, failer{cause})
 	var te msgp.TypeError
-	if ReasonOf(err) != ReasonDecode || !errors.As(err, &te) || !errors.Is(err, Sentinel(ReasonDecode)) {
+	if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode || !errors.As(err, &te) || !errors.Is(err, &decodeguard.Error{Reason: decodeguard.ReasonDecode}) {
 		t.Fatalf("DecodeMsgp = %v", err)
 	}
 	s := err.Error()
@@ -146,11 +147,11 @@ func TestDecodeMsgpErrors(t *testing.T) {
 	}
 
 	// Bad inputs from the scan are returned as is.
-	if err := DecodeMsgp(nil, nil, &vllmwire.EngineCoreOutputs{}); ReasonOf(err) != ReasonDecode {
+	if err := DecodeMsgp(nil, nil, &vllmwire.EngineCoreOutputs{}); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 		t.Errorf("empty: %v", err)
 	}
 	// A nil destination is a bug, not bad input.
-	if err := DecodeMsgp(hx("01"), nil, nil); err == nil || IsBadInput(err) {
+	if err := DecodeMsgp(hx("01"), nil, nil); err == nil || decodeguard.IsBadInput(err) {
 		t.Errorf("nil destination: %v", err)
 	}
 }
@@ -169,26 +170,10 @@ func TestDecodeUntyped(t *testing.T) {
 		t.Errorf("got %#v", v)
 	}
 	// Int keys pass the scan but not msgp's untyped decoder.
-	if _, err := DecodeUntyped(hx("810102"), nil); ReasonOf(err) != ReasonDecode {
+	if _, err := DecodeUntyped(hx("810102"), nil); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 		t.Errorf("int key: %v", err)
 	}
-	if _, err := DecodeUntyped(hx("a3e08080"), nil); ReasonOf(err) != ReasonDecode {
+	if _, err := DecodeUntyped(hx("a3e08080"), nil); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 		t.Errorf("bad utf8: %v", err)
-	}
-}
-
-func TestSafeText(t *testing.T) {
-	cases := []struct{ in, want string }{
-		{"plain", "plain"},
-		{"a\x1bb", `a\x1bb`},
-		{"é", `\xc3\xa9`},
-		{strings.Repeat("x", 300), strings.Repeat("x", 256) + "…"},
-		{strings.Repeat("x", 254) + "\x00", strings.Repeat("x", 254) + "…"},
-		{"", ""},
-	}
-	for _, c := range cases {
-		if got := EscapeText(c.in, 256); got != c.want {
-			t.Errorf("EscapeText(%q) = %q, want %q", c.in, got, c.want)
-		}
 	}
 }

@@ -1,4 +1,4 @@
-package decodeguard
+package msgpscan
 
 import (
 	"bytes"
@@ -91,23 +91,6 @@ func BenchmarkDecodeMsgp(b *testing.B) {
 			if _, err := out.UnmarshalMsg(fullStats); err != nil {
 				b.Fatal(err)
 			}
-		}
-	})
-}
-
-func BenchmarkRender(b *testing.B) {
-	frame := make([]byte, 4096)
-	b.Run("Render", func(b *testing.B) {
-		b.ReportAllocs()
-		for b.Loop() {
-			_ = Render(frame)
-		}
-	})
-	b.Run("AppendRender", func(b *testing.B) {
-		b.ReportAllocs()
-		dst := make([]byte, 0, maxRendered)
-		for b.Loop() {
-			dst = AppendRender(dst[:0], frame)
 		}
 	})
 }

@@ -1,7 +1,8 @@
-package decodeguard
+package ratelog
 
 import (
 	"bytes"
+	"encoding/hex"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -50,7 +51,7 @@ func TestRenderNoEscapes(t *testing.T) {
 	for _, b := range frames {
 		var logs bytes.Buffer
 		text := slog.New(slog.NewTextHandler(&logs, nil))
-		text.Info("drop", "frame", Hex(b), "err", Scan(b, nil))
+		text.Info("drop", "frame", Hex(b), "err", Render(b))
 		json := slog.New(slog.NewJSONHandler(&logs, nil))
 		json.Info("drop", "frame", Hex(b))
 		outs := map[string]string{
@@ -98,4 +99,28 @@ func TestAppendRenderNoAlloc(t *testing.T) {
 	if n := testing.AllocsPerRun(100, func() { _ = Render(b) }); n != 1 {
 		t.Errorf("Render allocates %v times, want 1", n)
 	}
+}
+
+func TestSafeText(t *testing.T) {
+	cases := []struct{ in, want string }{
+		{"plain", "plain"},
+		{"a\x1bb", `a\x1bb`},
+		{"é", `\xc3\xa9`},
+		{strings.Repeat("x", 300), strings.Repeat("x", 256) + "…"},
+		{strings.Repeat("x", 254) + "\x00", strings.Repeat("x", 254) + "…"},
+		{"", ""},
+	}
+	for _, c := range cases {
+		if got := Escape(c.in, 256); got != c.want {
+			t.Errorf("Escape(%q) = %q, want %q", c.in, got, c.want)
+		}
+	}
+}
+
+func hx(s string) []byte {
+	b, err := hex.DecodeString(s)
+	if err != nil {
+		panic(err)
+	}
+	return b
 }

@@ -1,11 +1,13 @@
-package decodeguard
+package msgpscan
 
 import (
 	"encoding/binary"
 	"unicode/utf8"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// Default limits used by [Scan] for every [Limits] field left at zero.
+// Default limits used by [Scan] for every [decodeguard.Limits] field left at zero.
 const (
 	// DefaultMaxDepth is the deepest nesting of arrays and maps accepted:
 	// a top-level array is at depth 1. vLLM's deepest message nests four
@@ -26,12 +28,20 @@ const (
 // ExtTimestamp is the msgpack extension type of the standard timestamp.
 const ExtTimestamp int8 = -1
 
-// ExtTypes is a set of msgpack extension types (a 256-bit set indexed by
-// the type byte). The zero value is the empty set.
-type ExtTypes [4]uint64
+// AllExtTypes returns all 256 extension types, for Limits.AllowExt.
+func AllExtTypes() []int8 {
+	all := make([]int8, 256)
+	for i := range all {
+		all[i] = int8(i - 128)
+	}
+	return all
+}
 
-// With returns a copy of s with types added.
-func (s ExtTypes) With(types ...int8) ExtTypes {
+// extSet is a set of extension types, a 256-bit set indexed by the type
+// byte, built once per scan from Limits.AllowExt.
+type extSet [4]uint64
+
+func newExtSet(types []int8) (s extSet) {
 	for _, t := range types {
 		u := uint8(t)
 		s[u>>6] |= 1 << (u & 63)
@@ -39,49 +49,16 @@ func (s ExtTypes) With(types ...int8) ExtTypes {
 	return s
 }
 
-// Has reports whether t is in s.
-func (s ExtTypes) Has(t int8) bool {
+// has reports whether t is in s.
+func (s *extSet) has(t int8) bool {
 	u := uint8(t)
 	return s[u>>6]&(1<<(u&63)) != 0
 }
 
-// AllExtTypes returns the set of all 256 extension types.
-func AllExtTypes() ExtTypes { return ExtTypes{^uint64(0), ^uint64(0), ^uint64(0), ^uint64(0)} }
-
-var noExt ExtTypes
-
-// Limits configures [Scan]. The zero value means the defaults, field by
-// field: a MaxDepth, MaxElements or MaxBytes that is zero or negative takes
-// the corresponding Default* constant, so Limits{} and [DefaultLimits] scan
-// alike, and a nil *Limits means the same.
-type Limits struct {
-	// MaxDepth is the deepest nesting of arrays and maps accepted; a
-	// top-level array or map is at depth 1. Empty containers count. Scan
-	// keeps its stack of open containers in a fixed array of
-	// DefaultMaxDepth entries; only a frame nested deeper than that, under a
-	// MaxDepth raised above it, makes Scan allocate (8 bytes per level).
-	MaxDepth int
-	// MaxElements bounds the number of msgpack objects in a frame, counted
-	// from the headers before any element is read: the top-level object plus
-	// N per array of N elements plus 2N per map of N pairs.
-	MaxElements int
-	// MaxBytes is the longest frame accepted.
-	MaxBytes int
-	// CompositeKeys allows map keys that are themselves maps or arrays.
-	// Off by default: Go (and Python) decoders cannot key on them, and no
-	// vLLM message uses them.
-	CompositeKeys bool
-	// AllowExt lists the extension types accepted; any other ext is
-	// refused. The default is the empty set: none of the vLLM messages
-	// zmqguard speaks uses an extension type (not even the timestamp, -1).
-	// The payload of an allowed ext is not inspected.
-	AllowExt ExtTypes
-}
-
 // DefaultLimits returns the default limits with every field spelled out.
-// Scanning with it is the same as scanning with nil or Limits{}.
-func DefaultLimits() Limits {
-	return Limits{
+// Scanning with it is the same as scanning with nil or decodeguard.Limits{}.
+func DefaultLimits() decodeguard.Limits {
+	return decodeguard.Limits{
 		MaxDepth:    DefaultMaxDepth,
 		MaxElements: DefaultMaxElements,
 		MaxBytes:    DefaultMaxBytes,
@@ -91,21 +68,21 @@ func DefaultLimits() Limits {
 // The shared, read-only errors ScanOffset returns. Scan returns copies with
 // Offset set. Details never contain input bytes.
 var (
-	errEmpty        = &Error{Reason: ReasonDecode, Detail: "empty frame", Offset: -1}
-	errTruncated    = &Error{Reason: ReasonDecode, Detail: "truncated: input ends inside an object", Offset: -1}
-	errTrailing     = &Error{Reason: ReasonDecode, Detail: "trailing bytes after the top-level object", Offset: -1}
-	errInvalidByte  = &Error{Reason: ReasonDecode, Detail: "invalid type byte 0xc1", Offset: -1}
-	errBadUTF8      = &Error{Reason: ReasonDecode, Detail: "str is not valid UTF-8", Offset: -1}
-	errStrLen       = &Error{Reason: ReasonDecode, Detail: "str length exceeds the bytes left", Offset: -1}
-	errBinLen       = &Error{Reason: ReasonDecode, Detail: "bin length exceeds the bytes left", Offset: -1}
-	errExtLen       = &Error{Reason: ReasonDecode, Detail: "ext length exceeds the bytes left", Offset: -1}
-	errArrayLen     = &Error{Reason: ReasonDecode, Detail: "array length exceeds the bytes left", Offset: -1}
-	errMapLen       = &Error{Reason: ReasonDecode, Detail: "map length exceeds the bytes left", Offset: -1}
-	errCompositeKey = &Error{Reason: ReasonDecode, Detail: "map key is a map or an array", Offset: -1}
-	errExtType      = &Error{Reason: ReasonDecode, Detail: "ext type not allowed", Offset: -1}
-	errDepth        = &Error{Reason: ReasonOversize, Detail: "nesting deeper than MaxDepth", Offset: -1}
-	errElements     = &Error{Reason: ReasonOversize, Detail: "more objects than MaxElements", Offset: -1}
-	errTooLong      = &Error{Reason: ReasonOversize, Detail: "frame longer than MaxBytes", Offset: -1}
+	errEmpty        = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "empty frame", Offset: -1}
+	errTruncated    = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "truncated: input ends inside an object", Offset: -1}
+	errTrailing     = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "trailing bytes after the top-level object", Offset: -1}
+	errInvalidByte  = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "invalid type byte 0xc1", Offset: -1}
+	errBadUTF8      = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "str is not valid UTF-8", Offset: -1}
+	errStrLen       = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "str length exceeds the bytes left", Offset: -1}
+	errBinLen       = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "bin length exceeds the bytes left", Offset: -1}
+	errExtLen       = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "ext length exceeds the bytes left", Offset: -1}
+	errArrayLen     = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "array length exceeds the bytes left", Offset: -1}
+	errMapLen       = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "map length exceeds the bytes left", Offset: -1}
+	errCompositeKey = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "map key is a map or an array", Offset: -1}
+	errExtType      = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "ext type not allowed", Offset: -1}
+	errDepth        = &decodeguard.Error{Reason: decodeguard.ReasonOversize, Detail: "nesting deeper than MaxDepth", Offset: -1}
+	errElements     = &decodeguard.Error{Reason: decodeguard.ReasonOversize, Detail: "more objects than MaxElements", Offset: -1}
+	errTooLong      = &decodeguard.Error{Reason: decodeguard.ReasonOversize, Detail: "frame longer than MaxBytes", Offset: -1}
 )
 
 // Scan checks that b holds exactly one well-formed msgpack object within
@@ -113,9 +90,9 @@ var (
 // describes. It walks the bytes once, iteratively (no recursion), with a
 // fixed-size stack of open containers, and refuses:
 //
-//   - with [ReasonOversize]: a frame longer than MaxBytes, nesting deeper
+//   - with [decodeguard.ReasonOversize]: a frame longer than MaxBytes, nesting deeper
 //     than MaxDepth, more objects than MaxElements;
-//   - with [ReasonDecode]: an empty frame, truncated input, bytes after the
+//   - with [decodeguard.ReasonDecode]: an empty frame, truncated input, bytes after the
 //     top-level object, the never-used type byte 0xc1, a str, bin or ext
 //     length longer than the bytes left, an array of N elements or a map of N
 //     pairs with fewer than N (2N) bytes left after the objects already
@@ -124,15 +101,15 @@ var (
 //
 // Structural problems are checked before limits on the same header, so a
 // header that both lies about the bytes present and exceeds a limit is a
-// ReasonDecode.
+// decodeguard.ReasonDecode.
 //
 // A non-nil error is an *[Error] whose Offset is the offset of the object at
 // fault (its type byte), len(b) when the input ends where an object should
 // start, the first trailing byte, or -1 for a frame over MaxBytes. Scan
 // allocates nothing when it accepts (see MaxDepth for the one exception) and
-// exactly one small *Error when it refuses; see [ScanOffset] for a variant
+// exactly one small *decodeguard.Error when it refuses; see [ScanOffset] for a variant
 // that does not allocate on refusal either.
-func Scan(b []byte, lim *Limits) error {
+func Scan(b []byte, lim *decodeguard.Limits) error {
 	off, _, e := scan(b, lim, false)
 	if e == nil {
 		return nil
@@ -144,9 +121,9 @@ func Scan(b []byte, lim *Limits) error {
 
 // ScanOffset is [Scan] without any allocation, for receive loops that count
 // floods of bad frames: it returns the offset separately and, on failure, a
-// shared *[Error] per (Reason, Detail) whose Offset is -1. The returned error
+// shared *[Error] per (decodeguard.Reason, Detail) whose Offset is -1. The returned error
 // must be treated as read-only. On success it returns (0, nil).
-func ScanOffset(b []byte, lim *Limits) (int, error) {
+func ScanOffset(b []byte, lim *decodeguard.Limits) (int, error) {
 	off, _, e := scan(b, lim, false)
 	if e == nil {
 		return 0, nil
@@ -166,8 +143,8 @@ func ScanOffset(b []byte, lim *Limits) (int, error) {
 // objects it holds, itself included (what Scan would charge to MaxElements
 // for it). On failure it returns, like [ScanOffset], the offset of the
 // fault in b and a shared read-only *[Error] (Offset -1); it allocates
-// nothing either way (see Limits.MaxDepth for the one exception).
-func ScanPrefix(b []byte, lim *Limits) (n, objects int, err error) {
+// nothing either way (see decodeguard.Limits.MaxDepth for the one exception).
+func ScanPrefix(b []byte, lim *decodeguard.Limits) (n, objects int, err error) {
 	off, objs, e := scan(b, lim, true)
 	if e != nil {
 		return off, 0, e
@@ -195,10 +172,10 @@ func ScanPrefix(b []byte, lim *Limits) (n, objects int, err error) {
 // With prefix set, bytes after the top-level object are allowed and MaxBytes
 // is not applied; on success scan then returns the object's length and its
 // object count (otherwise 0 and the count).
-func scan(b []byte, lim *Limits, prefix bool) (int, int, *Error) {
+func scan(b []byte, lim *decodeguard.Limits, prefix bool) (int, int, *decodeguard.Error) {
 	maxDepth, maxElems, maxBytes := DefaultMaxDepth, DefaultMaxElements, DefaultMaxBytes
 	var keyBit uint64 = 1 // map keys must be scalars
-	allow := &noExt
+	var allow extSet
 	if lim != nil {
 		if lim.MaxDepth > 0 {
 			maxDepth = lim.MaxDepth
@@ -212,7 +189,7 @@ func scan(b []byte, lim *Limits, prefix bool) (int, int, *Error) {
 		if lim.CompositeKeys {
 			keyBit = 0
 		}
-		allow = &lim.AllowExt
+		allow = newExtSet(lim.AllowExt)
 	}
 
 	if len(b) == 0 {
@@ -400,7 +377,7 @@ func scan(b []byte, lim *Limits, prefix bool) (int, int, *Error) {
 		if start > len(b) {
 			return pos, 0, errTruncated
 		}
-		if !allow.Has(int8(b[start-1])) {
+		if !allow.has(int8(b[start-1])) {
 			return pos, 0, errExtType
 		}
 		if l > uint64(len(b)-start) {

@@ -1,4 +1,4 @@
-package decodeguard
+package msgpscan
 
 import (
 	"bytes"
@@ -9,30 +9,33 @@ import (
 	"unicode/utf8"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // checkScan asserts that Scan and ScanOffset agree and return want (nil for
 // acceptance) at offset off.
-func checkScan(t *testing.T, name string, b []byte, lim *Limits, want *Error, off int) {
+func checkScan(t *testing.T, name string, b []byte, lim *decodeguard.Limits, want *decodeguard.Error, off int) {
 	t.Helper()
 	err := Scan(b, lim)
 	gotOff, shared := ScanOffset(b, lim)
 	if want == nil {
 		if err != nil || shared != nil {
-			t.Errorf("%s: Scan(%s) = %v / %v, want nil", name, Render(b), err, shared)
+			t.Errorf("%s: Scan(%s) = %v / %v, want nil", name, ratelog.Render(b), err, shared)
 		}
 		return
 	}
-	var e *Error
+	var e *decodeguard.Error
 	if !errors.As(err, &e) {
-		t.Fatalf("%s: Scan(%s) = %v, want *Error %q", name, Render(b), err, want.Detail)
+		t.Fatalf("%s: Scan(%s) = %v, want *decodeguard.Error %q", name, ratelog.Render(b), err, want.Detail)
 	}
 	if e.Reason != want.Reason || e.Detail != want.Detail || e.Offset != off {
-		t.Errorf("%s: Scan(%s) = {%v %q %d}, want {%v %q %d}", name, Render(b),
+		t.Errorf("%s: Scan(%s) = {%v %q %d}, want {%v %q %d}", name, ratelog.Render(b),
 			e.Reason, e.Detail, e.Offset, want.Reason, want.Detail, off)
 	}
-	if !IsBadInput(err) {
-		t.Errorf("%s: IsBadInput(%v) = false", name, err)
+	if !decodeguard.IsBadInput(err) {
+		t.Errorf("%s: decodeguard.IsBadInput(%v) = false", name, err)
 	}
 	if shared != want || gotOff != off {
 		t.Errorf("%s: ScanOffset = (%d, %v), want (%d, %v)", name, gotOff, shared, off, want)
@@ -52,8 +55,8 @@ func TestScanProtocolVectors(t *testing.T) {
 func TestSeedInvalidUTF8Str(t *testing.T) {
 	b := hx("a3e08080")
 	checkScan(t, "overlong str", b, nil, errBadUTF8, 0)
-	if _, err := DecodeUntyped(b, nil); ReasonOf(err) != ReasonDecode {
-		t.Errorf("DecodeUntyped = %v, want ReasonDecode", err)
+	if _, err := DecodeUntyped(b, nil); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
+		t.Errorf("DecodeUntyped = %v, want decodeguard.ReasonDecode", err)
 	}
 	// Nested, with a valid str before it.
 	checkScan(t, "nested", hx("92a161a3e08080"), nil, errBadUTF8, 3)
@@ -62,13 +65,13 @@ func TestSeedInvalidUTF8Str(t *testing.T) {
 func TestSeedMapKeyedByMap(t *testing.T) {
 	b := hx("818001")
 	checkScan(t, "default", b, nil, errCompositeKey, 1)
-	checkScan(t, "explicit defaults", b, &Limits{}, errCompositeKey, 1)
-	allow := &Limits{CompositeKeys: true}
+	checkScan(t, "explicit defaults", b, &decodeguard.Limits{}, errCompositeKey, 1)
+	allow := &decodeguard.Limits{CompositeKeys: true}
 	checkScan(t, "composite allowed", b, allow, nil, 0)
 	// Scan lets it through on request, but msgp's untyped decoder cannot
 	// key on a map: still a classified decode error, not a panic.
-	if _, err := DecodeUntyped(b, allow); ReasonOf(err) != ReasonDecode {
-		t.Errorf("DecodeUntyped = %v, want ReasonDecode", err)
+	if _, err := DecodeUntyped(b, allow); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
+		t.Errorf("DecodeUntyped = %v, want decodeguard.ReasonDecode", err)
 	}
 	checkScan(t, "array key", hx("81910101"), nil, errCompositeKey, 1)
 	checkScan(t, "second key", hx("82 01 02 80 03"), nil, errCompositeKey, 3)
@@ -85,12 +88,12 @@ func deepArrays(depth int, tail []byte) []byte {
 func TestSeedDeepNesting(t *testing.T) {
 	b := deepArrays(20000, []byte{0x01})
 	checkScan(t, "20000 deep", b, nil, errDepth, DefaultMaxDepth)
-	if _, err := DecodeUntyped(b, nil); ReasonOf(err) != ReasonOversize {
-		t.Errorf("DecodeUntyped = %v, want ReasonOversize", err)
+	if _, err := DecodeUntyped(b, nil); decodeguard.ReasonOf(err) != decodeguard.ReasonOversize {
+		t.Errorf("DecodeUntyped = %v, want decodeguard.ReasonOversize", err)
 	}
 	// With the limit raised the same frame is valid and the iterative scan
 	// walks all 20,000 levels.
-	deep := &Limits{MaxDepth: 1 << 20}
+	deep := &decodeguard.Limits{MaxDepth: 1 << 20}
 	checkScan(t, "20000 deep allowed", b, deep, nil, 0)
 	checkScan(t, "20000 deep truncated", b[:len(b)-1], deep, errArrayLen, len(b)-2)
 	checkScan(t, "20000 deep cut inside", append(b[:len(b)-1:len(b)-1], 0xcd, 0x01), deep, errTruncated, len(b)-1)
@@ -101,7 +104,7 @@ func TestSeedDeepNesting(t *testing.T) {
 	checkScan(t, "at limit", deepArrays(DefaultMaxDepth, []byte{0x01}), nil, nil, 0)
 	checkScan(t, "at limit, empty", deepArrays(DefaultMaxDepth-1, []byte{0x90}), nil, nil, 0)
 	checkScan(t, "over limit, empty", deepArrays(DefaultMaxDepth, []byte{0x90}), nil, errDepth, DefaultMaxDepth)
-	two := &Limits{MaxDepth: 2}
+	two := &decodeguard.Limits{MaxDepth: 2}
 	checkScan(t, "depth 2", hx("919101"), two, nil, 0)
 	checkScan(t, "depth 3", hx("91919101"), two, errDepth, 2)
 	checkScan(t, "depth 3 empty map", hx("919180"), two, errDepth, 2)
@@ -122,7 +125,7 @@ func TestScanHugeHeaders(t *testing.T) {
 	checkScan(t, "map32 4G", hx("dfffffffff"), nil, errMapLen, 0)
 	checkScan(t, "str32 4G", hx("dbffffffff"), nil, errStrLen, 0)
 	checkScan(t, "bin32 4G", hx("c6ffffffff"), nil, errBinLen, 0)
-	checkScan(t, "ext32 4G", hx("c9ffffffff01"), &Limits{AllowExt: AllExtTypes()}, errExtLen, 0)
+	checkScan(t, "ext32 4G", hx("c9ffffffff01"), &decodeguard.Limits{AllowExt: AllExtTypes()}, errExtLen, 0)
 	checkScan(t, "array16 64K", hx("dcffff01"), nil, errArrayLen, 0)
 	checkScan(t, "map needs 2N", hx("82010203"), nil, errMapLen, 0)
 	checkScan(t, "map has 2N", hx("8201020304"), nil, nil, 0)
@@ -142,7 +145,7 @@ func TestScanStructure(t *testing.T) {
 	cases := []struct {
 		name string
 		in   string
-		want *Error
+		want *decodeguard.Error
 		off  int
 	}{
 		{"0xc1", "c1", errInvalidByte, 0},
@@ -189,22 +192,22 @@ func TestScanStructure(t *testing.T) {
 }
 
 func TestScanExtAllowList(t *testing.T) {
-	ts := &Limits{AllowExt: ExtTypes{}.With(ExtTimestamp)}
+	ts := &decodeguard.Limits{AllowExt: []int8{ExtTimestamp}}
 	checkScan(t, "timestamp32", hx("d6ff00000000"), ts, nil, 0)
 	checkScan(t, "timestamp96", hx("c70cff 000000000000000000000000"), ts, nil, 0)
 	checkScan(t, "other type", hx("d40100"), ts, errExtType, 0)
-	s := ExtTypes{}.With(1, 3, -128, 127)
+	s := newExtSet([]int8{1, 3, -128, 127})
 	for _, typ := range []int8{1, 3, -128, 127} {
-		if !s.Has(typ) {
+		if !s.has(typ) {
 			t.Errorf("Has(%d) = false", typ)
 		}
 	}
 	for _, typ := range []int8{0, 2, -1, 126, -127} {
-		if s.Has(typ) {
+		if s.has(typ) {
 			t.Errorf("Has(%d) = true", typ)
 		}
 	}
-	all := &Limits{AllowExt: AllExtTypes()}
+	all := &decodeguard.Limits{AllowExt: AllExtTypes()}
 	for _, in := range []string{"d40100", "d5010000", "d601" + strings.Repeat("00", 4),
 		"d701" + strings.Repeat("00", 8), "d801" + strings.Repeat("00", 16),
 		"c70001", "c7020101 02", "c8000201 0102", "c900000002 01 0102"} {
@@ -215,7 +218,7 @@ func TestScanExtAllowList(t *testing.T) {
 }
 
 func TestScanLimits(t *testing.T) {
-	three := &Limits{MaxElements: 3}
+	three := &decodeguard.Limits{MaxElements: 3}
 	checkScan(t, "3 objects", hx("920102"), three, nil, 0)
 	checkScan(t, "4 objects", hx("93010203"), three, errElements, 0)
 	checkScan(t, "map pairs count twice", hx("810102"), three, nil, 0)
@@ -223,21 +226,21 @@ func TestScanLimits(t *testing.T) {
 	// Counted from headers, before the elements are read.
 	checkScan(t, "nested headers", hx("92 920101 01"), three, errElements, 1)
 
-	short := &Limits{MaxBytes: 4}
+	short := &decodeguard.Limits{MaxBytes: 4}
 	checkScan(t, "4 bytes", hx("93010203"), short, nil, 0)
 	checkScan(t, "5 bytes", hx("9401020304"), short, errTooLong, -1)
 	checkScan(t, "default MaxBytes", make([]byte, DefaultMaxBytes+1), nil, errTooLong, -1)
 
 	// A structural lie wins over a limit on the same header.
-	checkScan(t, "lie and over limit", hx("ddffffffff"), &Limits{MaxElements: 2}, errArrayLen, 0)
+	checkScan(t, "lie and over limit", hx("ddffffffff"), &decodeguard.Limits{MaxElements: 2}, errArrayLen, 0)
 
 	// Zero and negative fields mean the defaults.
-	for _, lim := range []*Limits{nil, {}, {MaxDepth: -1, MaxElements: -5, MaxBytes: -1}} {
+	for _, lim := range []*decodeguard.Limits{nil, {}, {MaxDepth: -1, MaxElements: -5, MaxBytes: -1}} {
 		d := DefaultLimits()
 		checkScan(t, "defaults depth", deepArrays(d.MaxDepth+1, []byte{1}), lim, errDepth, d.MaxDepth)
 	}
 	if d := DefaultLimits(); d.MaxDepth != DefaultMaxDepth || d.MaxElements != DefaultMaxElements ||
-		d.MaxBytes != DefaultMaxBytes || d.CompositeKeys || d.AllowExt != (ExtTypes{}) {
+		d.MaxBytes != DefaultMaxBytes || d.CompositeKeys || d.AllowExt != nil {
 		t.Errorf("DefaultLimits() = %+v", d)
 	}
 }
@@ -248,8 +251,8 @@ func TestScanElementCountExact(t *testing.T) {
 	for i := 0; i < 1000; i++ {
 		b = msgp.AppendNil(b)
 	}
-	checkScan(t, "1001 ok", b, &Limits{MaxElements: 1001}, nil, 0)
-	checkScan(t, "1001 over", b, &Limits{MaxElements: 1000}, errElements, 0)
+	checkScan(t, "1001 ok", b, &decodeguard.Limits{MaxElements: 1001}, nil, 0)
+	checkScan(t, "1001 over", b, &decodeguard.Limits{MaxElements: 1000}, errElements, 0)
 }
 
 func TestScanZeroAllocs(t *testing.T) {
@@ -269,10 +272,10 @@ func TestScanZeroAllocs(t *testing.T) {
 	bad := [][]byte{nil, hx("a3e08080"), hx("818001"), deepArrays(20000, []byte{1}), hx("0102"), hx("c1"), hx("9201")}
 	for _, b := range bad {
 		if n := testing.AllocsPerRun(100, func() { _, _ = ScanOffset(b, nil) }); n != 0 {
-			t.Errorf("ScanOffset(%s) allocates %v times", Render(b), n)
+			t.Errorf("ScanOffset(%s) allocates %v times", ratelog.Render(b), n)
 		}
 		if n := testing.AllocsPerRun(100, func() { _ = Scan(b, nil) }); n != 1 {
-			t.Errorf("Scan(%s) allocates %v times, want 1 (the *Error)", Render(b), n)
+			t.Errorf("Scan(%s) allocates %v times, want 1 (the *decodeguard.Error)", ratelog.Render(b), n)
 		}
 	}
 }
@@ -310,6 +313,36 @@ func TestValidUTF8MatchesStdlib(t *testing.T) {
 			frame := append([]byte{0xa0 | byte(len(s))}, s...)
 			if got := Scan(frame, nil) == nil; got != want {
 				t.Fatalf("Scan(% x) accepted = %v, want %v", frame, got, want)
+			}
+		}
+	}
+}
+
+// TestScanErrorNoPeerBytes: a refused frame's error text, as it reaches a
+// log line, carries no byte of the frame (terminal escapes included).
+func TestScanErrorNoPeerBytes(t *testing.T) {
+	all := make([]byte, 256)
+	for i := range all {
+		all[i] = byte(i)
+	}
+	for _, b := range [][]byte{
+		[]byte("\x1b[31mred\x1b[0m"),
+		[]byte("\x1b]0;title\x07\x1b[2J\r\n\x00\x7f\x9b"),
+		all,
+		append([]byte("\xa9\x1b[31m"), all...),
+	} {
+		err := Scan(b, nil)
+		if err == nil {
+			t.Fatalf("Scan(%s) accepted", ratelog.Render(b))
+		}
+		s := err.Error()
+		if strings.Contains(s, "\x1b") || strings.Contains(s, "[31m") {
+			t.Errorf("error text carries an escape sequence: %q", s)
+		}
+		for _, r := range s {
+			if r < 0x20 || r == 0x7f || r >= 0x80 {
+				t.Errorf("error text contains %U: %q", r, s)
+				break
 			}
 		}
 	}
