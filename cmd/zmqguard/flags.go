@@ -211,7 +211,7 @@ func usageLine(w io.Writer, spec commandSpec, err error) {
 
 // finish turns a command's error into an exit code, writing it (and for a
 // usage error, the usage) to stderr.
-func finish(e *env, fs *flag.FlagSet, spec commandSpec, err error) int {
+func finish(e *env, spec commandSpec, err error) int {
 	if err == nil {
 		return 0
 	}

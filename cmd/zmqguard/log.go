@@ -24,6 +24,9 @@ type env struct {
 	logFormat string
 	logLevel  string
 	logger    *slog.Logger
+
+	// args are the command's positional arguments, after its flags.
+	args []string
 }
 
 func newEnv(stdout, stderr io.Writer, term bool) *env {

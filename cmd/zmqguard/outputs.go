@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -19,6 +20,7 @@ import (
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var outputsSpec = commandSpec{
@@ -63,126 +65,141 @@ sequence with logprobs, pooling output or routed experts in aux frames):
 counted, the receiver goes on.`,
 }
 
-func runOutputs(ctx context.Context, e *env, args []string) int {
-	spec := outputsSpec
-	fs := newFlagSet(e, spec)
-	bind := fs.String("bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
-	count := fs.Uint64("count", 0, "exit after this many request outputs (0: on SIGINT/SIGTERM)")
-	engines := fs.Int("engines", 0, "number of engines; a larger engine_index is dropped (0: any)")
-	release := releaseFlag(fs)
-	live := addLivenessFlags(fs)
-	mo := addMetricsFlags(fs)
-	allow := addAllowFlag(fs)
-	maxMsg := sizeValue(64 << 20)
-	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
-	maxFrames := fs.Int("max-frames", 4096, "most frames in one message (the body and its aux arrays)")
-	curve := addCurveServerFlags(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// outputsFlags are the flags of outputs.
+type outputsFlags struct {
+	bind      string
+	count     uint64
+	engines   int
+	release   *vllm.Release
+	live      *livenessFlags
+	mo        *metricsOptions
+	allow     *allowFlag
+	maxMsg    sizeValue
+	maxFrames int
+	curve     *curveServerFlags
+}
+
+// outputsCmd is the outputs command.
+var outputsCmd = command[outputsFlags]{
+	spec: outputsSpec,
+	register: func(fs *flag.FlagSet, fl *outputsFlags) {
+		fs.StringVar(&fl.bind, "bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
+		fs.Uint64Var(&fl.count, "count", 0, "exit after this many request outputs (0: on SIGINT/SIGTERM)")
+		fs.IntVar(&fl.engines, "engines", 0, "number of engines; a larger engine_index is dropped (0: any)")
+		fl.release = releaseFlag(fs)
+		fl.live = addLivenessFlags(fs)
+		fl.mo = addMetricsFlags(fs)
+		fl.allow = addAllowFlag(fs)
+		fl.maxMsg = sizeValue(64 << 20)
+		fs.Var(&fl.maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
+		fs.IntVar(&fl.maxFrames, "max-frames", 4096, "most frames in one message (the body and its aux arrays)")
+		fl.curve = addCurveServerFlags(fs)
+	},
+	run: runOutputs,
+}
+
+// runOutputs is the run function of outputs: it checks the flags and
+// the arguments (e.args), then does the work.
+func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if *bind == "" {
-			return usagef("--bind is required")
-		}
-		if *engines < 0 || maxMsg < 64 || *maxFrames < 1 {
-			return usagef("--engines must not be negative, --max-message-size at least 64 bytes and --max-frames at least 1")
-		}
-		if err := live.check(); err != nil {
-			return err
-		}
-		if err := mo.check(); err != nil {
-			return err
-		}
-		cc, stopCurve, err := curve.config(ctx, e.logger)
-		if err != nil {
-			return err
-		}
-		defer stopCurve()
-		rel := *release
-		lctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		w := &outputsWriter{w: e.stdout, limit: *count}
-		so := socket.Options{}
-		so.Guard.MaxMessageSize = int64(maxMsg)
-		so.Guard.MaxFrames = *maxFrames
-		so.Guard.Allow = allow.prefixes
-		so.Logger = e.logger
-		lo := live.options()
-		so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
-		so.Guard.Curve = cc
-		// The handler runs in one goroutine per engine connection (see
-		// outputs.Handler): each renders its lines into a buffer of its
-		// own and only the write of a finished line is serialized, so an
-		// engine's huge outputs do not hold the others' lines up.
-		bufs := sync.Pool{New: func() any { return new([]byte) }}
-		r, err := outputs.New(outputs.Config{
-			Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: *engines,
-			Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
-				bp := bufs.Get().(*[]byte)
-				defer func() {
-					if cap(*bp) <= 1<<20 {
-						bufs.Put(bp)
-					}
-				}()
-				for i := range m.Outputs {
-					*bp = appendOutput((*bp)[:0], m.EngineIndex, &m.Outputs[i])
-					reached, err := w.emit(*bp, true)
-					if err != nil {
-						return err
-					}
-					if reached {
-						cancel()
-						break
-					}
+	if fl.bind == "" {
+		return usagef("--bind is required")
+	}
+	if fl.engines < 0 || fl.maxMsg < 64 || fl.maxFrames < 1 {
+		return usagef("--engines must not be negative, --max-message-size at least 64 bytes and --max-frames at least 1")
+	}
+	if err := fl.live.check(); err != nil {
+		return err
+	}
+	if err := fl.mo.check(); err != nil {
+		return err
+	}
+	cc, stopCurve, err := fl.curve.config(ctx, e.logger)
+	if err != nil {
+		return err
+	}
+	defer stopCurve()
+	rel := *fl.release
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &outputsWriter{w: e.stdout, limit: fl.count}
+	so := socket.Options{}
+	so.Guard.MaxMessageSize = int64(fl.maxMsg)
+	so.Guard.MaxFrames = fl.maxFrames
+	so.Guard.Allow = fl.allow.prefixes
+	so.Logger = e.logger
+	lo := fl.live.options()
+	so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
+	so.Guard.Curve = cc
+	// The handler runs in one goroutine per engine connection (see
+	// outputs.Handler): each renders its lines into a buffer of its
+	// own and only the write of a finished line is serialized, so an
+	// engine's huge outputs do not hold the others' lines up.
+	bufs := sync.Pool{New: func() any { return new([]byte) }}
+	r, err := outputs.New(outputs.Config{
+		Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: fl.engines,
+		Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
+			bp := bufs.Get().(*[]byte)
+			defer func() {
+				if cap(*bp) <= 1<<20 {
+					bufs.Put(bp)
 				}
-				return nil
-			},
-			OnEngineDead: func(d outputs.EngineDeadError) {
-				w.emit(appendDead(nil, d.Engine), false)
-			},
-		})
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		if err := r.Bind(*bind); err != nil {
-			return err
-		}
-		ms, err := startMetrics(mo, e.logger, func(c *zgprom.Collector) error { return c.AddOutputs("outputs", r) })
-		if err != nil {
-			return err
-		}
-		defer ms.Close()
-		e.logger.Info("outputs receiving", append([]any{"endpoint", r.Endpoint(), "count", *count, "vllm_version", rel.String()}, ms.logAttrs()...)...)
-		err = r.Run(lctx)
-		if errors.Is(err, loop.ErrLoopClosed) {
-			err = nil
-		}
-		if err != nil {
-			return err
-		}
-		if w.err != nil {
-			return w.err
-		}
-		line, err := json.Marshal(struct {
-			Counters outputs.Stats `json:"counters"`
-		}{r.Stats()})
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(e.stdout, "%s\n", line); err != nil {
-			return err
-		}
-		if n := w.written(); *count > 0 && n < *count {
-			e.logger.Info("outputs interrupted", "outputs", n, "count", *count)
-		}
-		return nil
-	}()
-	return finish(e, fs, spec, err)
+			}()
+			for i := range m.Outputs {
+				*bp = appendOutput((*bp)[:0], m.EngineIndex, &m.Outputs[i])
+				reached, err := w.emit(*bp, true)
+				if err != nil {
+					return err
+				}
+				if reached {
+					cancel()
+					break
+				}
+			}
+			return nil
+		},
+		OnEngineDead: func(d outputs.EngineDeadError) {
+			w.emit(appendDead(nil, d.Engine), false)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := r.Bind(fl.bind); err != nil {
+		return err
+	}
+	ms, err := startMetrics(fl.mo, e.logger, func(c *zgprom.Collector) error { return c.AddOutputs("outputs", r) })
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	e.logger.Info("outputs receiving", append([]any{"endpoint", r.Endpoint(), "count", fl.count, "vllm_version", rel.String()}, ms.logAttrs()...)...)
+	err = r.Run(lctx)
+	if errors.Is(err, loop.ErrLoopClosed) {
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	if w.err != nil {
+		return w.err
+	}
+	line, err := json.Marshal(struct {
+		Counters outputs.Stats `json:"counters"`
+	}{r.Stats()})
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(e.stdout, "%s\n", line); err != nil {
+		return err
+	}
+	if n := w.written(); fl.count > 0 && n < fl.count {
+		e.logger.Info("outputs interrupted", "outputs", n, "count", fl.count)
+	}
+	return nil
 }
 
 // outputsWriter writes finished JSON lines, one at a time, and counts the

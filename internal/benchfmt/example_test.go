@@ -1,11 +1,11 @@
-package bench_test
+package benchfmt_test
 
 import (
 	"fmt"
 	"os"
 	"strings"
 
-	"github.com/zmqguard/zmqguard/bench"
+	"github.com/zmqguard/zmqguard/internal/benchfmt"
 )
 
 // Two variants measured in three interleaved rounds, a target and a ratio,
@@ -21,13 +21,13 @@ func Example() {
 		"demo\tours\t3\t2700000",
 		"demo\ttheirs\t3\t1900000",
 	}, "\n")
-	r, err := bench.Parse(strings.NewReader(results))
+	r, err := benchfmt.Parse(strings.NewReader(results))
 	if err != nil {
 		fmt.Println(err)
 		return
 	}
 	r.WriteMarkdown(os.Stdout)
-	fmt.Println(bench.Summarize([]float64{3, 1, 2}))
+	fmt.Println(benchfmt.Summarize([]float64{3, 1, 2}))
 	// Output:
 	// **Receive loop** (`demo`)
 	//
@@ -52,7 +52,7 @@ func ExampleReport_WriteSummary() {
 		"#summary\tours alone\tdemo-cpu\tours\t-\t<=\t250",
 		"#meta\tload average at the start\t0.41 0.35 0.30",
 	}, "\n")
-	r, err := bench.Parse(strings.NewReader(results))
+	r, err := benchfmt.Parse(strings.NewReader(results))
 	if err != nil {
 		fmt.Println(err)
 		return
