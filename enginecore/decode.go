@@ -24,9 +24,9 @@ const defaultMaxFrames = 1024
 // Limits bounds what [Decode] accepts. The zero value means the defaults.
 type Limits struct {
 	// MaxFrames bounds the number of frames (body and aux buffers
-	// together). 0 means defaultMaxFrames.
+	// together). Zero means 1024.
 	MaxFrames int
-	// Scan are the limits msgpscan.Scan applies to the body (frame 0).
+	// Scan are the limits of the structural pre-scan of the body (frame 0).
 	// Its AllowExt is ignored: the body may hold ext type 3 only.
 	Scan decodeguard.Limits
 }
@@ -43,11 +43,11 @@ var (
 //
 // It checks the frame count against Limits.MaxFrames and the body's size
 // against Limits.Scan.MaxBytes first (ReasonOversize). Then it decodes
-// every field (see [Message]) in one pass that makes msgpscan.Scan's
+// every field (see [Message]) in one pass that makes the structural pre-scan's
 // checks as it goes rather than in a pass of its own: every str it reads
 // must be valid UTF-8; every uninterpreted sub-object (kv_transfer_params,
 // a utility result, unknown stats keys' values, unknown trailing fields)
-// is checked by msgpscan.Scan, with ext type 3 as the only extension
+// is checked by the pre-scan, with ext type 3 as the only extension
 // allowed and MaxDepth reduced by the depth of its position; a container
 // header's count is checked against the bytes left before any slice grows
 // for it; and the element counts of all containers plus the byte length

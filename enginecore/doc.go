@@ -62,10 +62,10 @@
 //
 // [Decode] refuses, with a classified *decodeguard.Error, before it
 // allocates or builds a view: more frames than Limits.MaxFrames; a body over
-// MaxBytes; anything msgpscan.Scan would refuse (it makes Scan's checks
+// MaxBytes; anything the structural pre-scan would refuse (it makes its checks
 // in the decoding pass: UTF-8 of every str, container lengths against the
 // bytes left, one element budget, depth; uninterpreted sub-objects go
-// through Scan itself, with ext type 3 the only extension allowed); an
+// through the pre-scan itself, with ext type 3 the only extension allowed); an
 // unknown or big-endian dtype; more than [maxDims] dimensions; a negative
 // dimension; a shape whose element count times the item size overflows or
 // differs from the data length; an aux index out of range or used twice; an
