@@ -271,7 +271,7 @@ func runReplay(t *testing.T, ctx context.Context, h *harness) replaySummary {
 // subscription with a topic on the back publish socket.
 func isStrayDrop(line string) bool {
 	var f map[string]any
-	return json.Unmarshal([]byte(line), &f) == nil && f["loop"] == "coordinator-back-publish" && f["reason"] == "validate"
+	return json.Unmarshal([]byte(line), &f) == nil && f["component"] == "coordinator-back-publish" && f["reason"] == "validate"
 }
 
 // TestSeedReplay replays the seeds' eight scenarios with libzmq peers against
