@@ -280,7 +280,7 @@ func TestJunkOnEverySocket(t *testing.T) {
 		}
 	}
 	line, err := json.Marshal(st)
-	if err != nil || !bytes.Contains(line, []byte(`"drops":{"`)) || !bytes.Contains(line, []byte(`"violations":{"`)) {
+	if err != nil || !bytes.Contains(line, []byte(`"drops":{"`)) || !bytes.Contains(line, []byte(`"refused":{"`)) {
 		t.Fatalf("JSON %s: %v", line, err)
 	}
 	t.Logf("junk accounted: %d dropped (%v), %d connections refused; %d stats applied", st.Dropped, dropsOf(st.Drops), st.Refused.Total(), st.StatsApplied)

@@ -25,7 +25,7 @@ type SocketStats struct {
 	// Refused counts connections and streams the socket layer refused
 	// (raw TCP probes, bad handshakes, oversize messages), by reason; they
 	// never reach the loop.
-	Refused decodeguard.Counts `json:"violations"`
+	Refused decodeguard.Counts `json:"refused"`
 	// Peers is the number of connected peers; Connects and Disconnects
 	// count peers joining and leaving.
 	Peers       int    `json:"peers"`
@@ -64,7 +64,7 @@ type Stats struct {
 	Accepted uint64             `json:"accepted"`
 	Dropped  uint64             `json:"dropped"`
 	Drops    decodeguard.Counts `json:"drops"`
-	Refused  decodeguard.Counts `json:"violations"`
+	Refused  decodeguard.Counts `json:"refused"`
 
 	// What the coordinator sent: stats publications and wave publications
 	// to the front-ends, READY and START_DP_WAVE broadcasts to the engines.

@@ -54,7 +54,7 @@ type Stats struct {
 	// valid message.
 	Unattributed decodeguard.Counts `json:"unattributed"`
 	// Refused counts refused connections by reason (the socket's).
-	Refused decodeguard.Counts `json:"violations"`
+	Refused decodeguard.Counts `json:"refused"`
 	// Engines are the per-engine counters, by engine index.
 	Engines []EngineStats `json:"engines"`
 }

@@ -373,7 +373,7 @@ func TestHandshakeListener(t *testing.T) {
 	}
 	m := p.jsonLine()
 	if num(m, "served.V3") < 2 || num(m, "served.V2") < 1 || num(m, "error_replies") < 2 ||
-		num(m, "drops.decode") < 1 || num(m, "drops.unknown-rank") < 2 || num(m, "violations.transport") < 1 ||
+		num(m, "drops.decode") < 1 || num(m, "drops.unknown-rank") < 2 || num(m, "refused.transport") < 1 ||
 		m["dropped_hwm"] == nil {
 		t.Fatalf("unexpected counters: %s", p.stdout)
 	}

@@ -37,7 +37,7 @@ dropped and counted; nothing a peer sends stops the listener.
 On SIGINT or SIGTERM it exits 0 after printing its counters as one JSON line
 on stdout: requests served by variant, error replies, the receive loop's
 received, delivered and dropped messages (drops by reason), refused
-connections by reason (violations), connects and disconnects, replies
+connections by reason (refused), connects and disconnects, replies
 dropped because the client had gone (dropped_unroutable) or because a
 client that does not read had its queue full (dropped_hwm), failed accepts
 (accept_errors, e.g. EMFILE; only when the socket layer reports them) and
@@ -55,7 +55,7 @@ type listenerReport struct {
 	Delivered         uint64             `json:"delivered"`
 	Dropped           uint64             `json:"dropped"`
 	Drops             decodeguard.Counts `json:"drops"`
-	Violations        decodeguard.Counts `json:"violations"`
+	Refused           decodeguard.Counts `json:"refused"`
 	Connects          uint64             `json:"connects"`
 	Disconnects       uint64             `json:"disconnects"`
 	DroppedUnroutable uint64             `json:"dropped_unroutable"`
@@ -86,7 +86,7 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		Delivered:         st.Loop.Delivered,
 		Dropped:           st.Loop.Dropped.Total(),
 		Drops:             decodeguard.Counts(st.Loop.Dropped),
-		Violations:        decodeguard.Counts(st.Socket.Refused),
+		Refused:           decodeguard.Counts(st.Socket.Refused),
 		Connects:          st.Socket.Connects,
 		Disconnects:       st.Socket.Disconnects,
 		DroppedUnroutable: st.Socket.DroppedUnroutable,

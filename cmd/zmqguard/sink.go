@@ -47,7 +47,7 @@ type sinkReport struct {
 	Received     uint64             `json:"received"`
 	Dropped      uint64             `json:"dropped"`
 	Drops        decodeguard.Counts `json:"drops"`
-	Violations   decodeguard.Counts `json:"violations"`
+	Refused      decodeguard.Counts `json:"refused"`
 }
 
 // sinkCounter counts valid messages in the loop's goroutine (no atomics:
@@ -173,13 +173,13 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 		runtime.ReadMemStats(&c.m1)
 	}
 	rep := sinkReport{
-		Endpoint:   s.Endpoint(),
-		Decode:     fl.decode,
-		Messages:   c.n,
-		Received:   st.Received,
-		Dropped:    st.Dropped.Total(),
-		Drops:      decodeguard.Counts(st.Dropped),
-		Violations: decodeguard.Counts(s.Stats().Refused),
+		Endpoint: s.Endpoint(),
+		Decode:   fl.decode,
+		Messages: c.n,
+		Received: st.Received,
+		Dropped:  st.Dropped.Total(),
+		Drops:    decodeguard.Counts(st.Dropped),
+		Refused:  decodeguard.Counts(s.Stats().Refused),
 	}
 	if c.n > 1 {
 		span := c.last.Sub(c.first)
@@ -196,7 +196,7 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 	}
 	fmt.Fprintf(e.stdout, "%s\n", line)
 	fmt.Fprintf(e.stderr, "sink: %d valid messages in %.3fs: %.0f msg/s, %.2f allocs/msg, %.0f B/msg; %d dropped, %d connections refused\n",
-		rep.Messages, rep.Seconds, rep.MsgsPerSec, rep.AllocsPerMsg, rep.BytesPerMsg, rep.Dropped, rep.Violations.Total())
+		rep.Messages, rep.Seconds, rep.MsgsPerSec, rep.AllocsPerMsg, rep.BytesPerMsg, rep.Dropped, rep.Refused.Total())
 	if fl.count > 0 && c.n < fl.count {
 		return fmt.Errorf("interrupted after %d of %d valid messages", c.n, fl.count)
 	}
