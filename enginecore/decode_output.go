@@ -7,6 +7,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // outputs decodes k EngineCoreOutputs from b into d.m.Outputs.
@@ -473,7 +474,7 @@ func (d *decoder) events(orig, b []byte, o *Output) ([]byte, error) {
 				v, b, err = readInt(b)
 				ev.Type = EventType(v)
 			case "timestamp":
-				ev.Timestamp, b, err = readFloat(b)
+				ev.Timestamp, b, err = msgpscan.ReadFloat(b)
 			default:
 				_, b, err = d.raw(orig, b)
 			}

@@ -142,29 +142,6 @@ func rebase(err error, orig, at []byte) error {
 	return err
 }
 
-// readFloat reads a msgpack float64 or float32 or, as msgspec accepts for a
-// float field, an integer.
-func readFloat(b []byte) (float64, []byte, error) {
-	if len(b) >= 9 && b[0] == 0xcb { // float64, what vLLM sends
-		return math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:], nil
-	}
-	switch msgp.NextType(b) {
-	case msgp.Float64Type, msgp.Float32Type:
-		return msgp.ReadFloat64Bytes(b)
-	case msgp.IntType:
-		i, o, err := msgp.ReadInt64Bytes(b)
-		return float64(i), o, err
-	case msgp.UintType:
-		u, o, err := msgp.ReadUint64Bytes(b)
-		return float64(u), o, err
-	case msgp.InvalidType:
-		if len(b) == 0 {
-			return 0, b, msgp.ErrShortBytes
-		}
-	}
-	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
-}
-
 // readMapHeader reads a map header, fixmap inline.
 func readMapHeader(b []byte) (uint32, []byte, error) {
 	if len(b) > 0 && b[0]&0xf0 == 0x80 {
@@ -294,7 +271,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			}
 		case 3:
 			detail = "EngineCoreOutputs.timestamp: want a float"
-			h.Timestamp, b, err = readFloat(b)
+			h.Timestamp, b, err = msgpscan.ReadFloat(b)
 		case 4:
 			detail = "EngineCoreOutputs.utility_output: malformed"
 			if msgp.IsNil(b) {
@@ -423,10 +400,10 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			s.CurrentWave, b, err = readInt(b)
 		case keyKVCacheUsage:
 			detail = "SchedulerStats.kv_cache_usage: want a float"
-			s.KVCacheUsage, b, err = readFloat(b)
+			s.KVCacheUsage, b, err = msgpscan.ReadFloat(b)
 		case keyEncoderCacheUsage:
 			detail = "SchedulerStats.encoder_cache_usage: want a float"
-			s.EncoderCacheUsage, b, err = readFloat(b)
+			s.EncoderCacheUsage, b, err = msgpscan.ReadFloat(b)
 		default:
 			detail = "SchedulerStats: malformed value"
 			if full != nil && !utf8.Valid(key) {

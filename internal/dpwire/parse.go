@@ -1,7 +1,6 @@
 package dpwire
 
 import (
-	"encoding/binary"
 	"math"
 
 	"github.com/tinylib/msgp/msgp"
@@ -173,7 +172,7 @@ func parsePublication(b []byte, dst *Publication, loads []Load) error {
 				return intError(b, at, "publication: running", err)
 			}
 			if m == 3 {
-				if l.KVCacheUsage, rest, err = readFloat(rest); err != nil {
+				if l.KVCacheUsage, rest, err = msgpscan.ReadFloat(rest); err != nil {
 					return frontError(decodeguard.ReasonDecode, b, at, "publication: kv_cache_usage: want a float", nil)
 				}
 			}
@@ -223,29 +222,6 @@ func CheckBackMessage(b []byte) error {
 		return errBackTopic
 	}
 	return errBackOther
-}
-
-// readFloat reads a msgpack float64 or float32 or, as msgspec accepts for a
-// float field, an integer (the front-end publications' kv_cache_usage).
-func readFloat(b []byte) (float64, []byte, error) {
-	if len(b) >= 9 && b[0] == 0xcb {
-		return math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:], nil
-	}
-	switch msgp.NextType(b) {
-	case msgp.Float64Type, msgp.Float32Type:
-		return msgp.ReadFloat64Bytes(b)
-	case msgp.IntType:
-		i, o, err := msgp.ReadInt64Bytes(b)
-		return float64(i), o, err
-	case msgp.UintType:
-		u, o, err := msgp.ReadUint64Bytes(b)
-		return float64(u), o, err
-	case msgp.InvalidType:
-		if len(b) == 0 {
-			return 0, b, msgp.ErrShortBytes
-		}
-	}
-	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
 }
 
 // usageOK reports whether a cache usage is a finite non-negative number.

@@ -1,8 +1,10 @@
 package msgpscan
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime/debug"
 
 	"github.com/tinylib/msgp/msgp"
@@ -130,3 +132,27 @@ type safeCause struct{ err error }
 
 func (c safeCause) Error() string { return ratelog.Escape(c.err.Error(), maxCauseText) }
 func (c safeCause) Unwrap() error { return c.err }
+
+// ReadFloat reads a msgpack float64 or float32 or, as msgspec accepts for a
+// float field, an integer (vLLM sends float64; a front-end's kv_cache_usage
+// may come as an integer).
+func ReadFloat(b []byte) (float64, []byte, error) {
+	if len(b) >= 9 && b[0] == 0xcb {
+		return math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:], nil
+	}
+	switch msgp.NextType(b) {
+	case msgp.Float64Type, msgp.Float32Type:
+		return msgp.ReadFloat64Bytes(b)
+	case msgp.IntType:
+		i, o, err := msgp.ReadInt64Bytes(b)
+		return float64(i), o, err
+	case msgp.UintType:
+		u, o, err := msgp.ReadUint64Bytes(b)
+		return float64(u), o, err
+	case msgp.InvalidType:
+		if len(b) == 0 {
+			return 0, b, msgp.ErrShortBytes
+		}
+	}
+	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
+}
