@@ -4,6 +4,10 @@ import (
 	"context"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
 // BenchmarkDecodeStats decodes the 101-byte stats frame (docs/protocol.md's
@@ -11,25 +15,11 @@ import (
 // and validation included.
 func BenchmarkDecodeStats(b *testing.B) {
 	frame := unhex(b, vecStatsKV)
-	var m EngineCoreOutputs
+	var m enginecore.Header
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
-		if err := DecodeEngineCoreOutputs(frame, &m); err != nil {
-			b.Fatal(err)
-		}
-	}
-}
-
-// BenchmarkDecodeStatsBare is UnmarshalMsg alone (no pre-scan, no
-// validation), to show what the guard costs.
-func BenchmarkDecodeStatsBare(b *testing.B) {
-	frame := unhex(b, vecStatsKV)
-	var m EngineCoreOutputs
-	b.ReportAllocs()
-	b.SetBytes(int64(len(frame)))
-	for b.Loop() {
-		if _, err := m.UnmarshalMsg(frame); err != nil {
+		if err := enginecore.DecodeHeader(frame, nil, &m); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -38,10 +28,10 @@ func BenchmarkDecodeStatsBare(b *testing.B) {
 // BenchmarkDecodeReject measures the drop path for a scanner's junk frame.
 func BenchmarkDecodeReject(b *testing.B) {
 	frame := []byte{0x45}
-	var m EngineCoreOutputs
+	var m enginecore.Header
 	b.ReportAllocs()
 	for b.Loop() {
-		if err := DecodeEngineCoreOutputs(frame, &m); err == nil {
+		if err := enginecore.DecodeHeader(frame, nil, &m); err == nil {
 			b.Fatal("accepted")
 		}
 	}
@@ -52,7 +42,7 @@ func BenchmarkParseFrontWake(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
-		if _, err := ParseFrontMessage(frame); err != nil {
+		if _, err := dpwire.ParseFrontMessage(frame); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -110,7 +100,7 @@ func BenchmarkCoordinatorStats(b *testing.B) {
 		}
 		c.Close()
 	}()
-	e, err := DialEngine(EngineConfig{BackPublish: c.BackPublishEndpoint(), BackOutput: c.BackOutputEndpoint(), Socket: testSocketOptions()})
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: c.BackPublishEndpoint(), BackOutput: c.BackOutputEndpoint(), Socket: testSocketOptions()})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -120,7 +110,7 @@ func BenchmarkCoordinatorStats(b *testing.B) {
 	if err := e.WaitReady(wctx); err != nil {
 		b.Fatal(err)
 	}
-	m := &EngineCoreOutputs{HasStats: true, Timestamp: ts, Stats: SchedulerStats{NumWaitingReqs: 5, NumRunningReqs: 3}}
+	m := &enginecore.Header{HasStats: true, Timestamp: ts, Stats: enginecore.SchedulerStats{NumWaitingReqs: 5, NumRunningReqs: 3}}
 	b.ReportAllocs()
 	b.ResetTimer()
 	for i := 0; i < b.N; i++ {
@@ -140,11 +130,11 @@ func BenchmarkCoordinatorStats(b *testing.B) {
 func BenchmarkParsePublication(b *testing.B) {
 	s, _ := newStateMachine(64, stateConfig{})
 	frame := s.AppendStatsPublish(nil)
-	var p Publication
+	var p dpwire.Publication
 	b.ReportAllocs()
 	b.SetBytes(int64(len(frame)))
 	for b.Loop() {
-		if err := ParsePublication(frame, &p); err != nil {
+		if err := dpwire.ParsePublication(frame, &p); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -154,7 +144,7 @@ func BenchmarkParseStartDPWave(b *testing.B) {
 	frame := unhex(b, "920702")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := ParseStartDPWave(frame); err != nil {
+		if _, err := dpwire.ParseStartDPWave(frame); err != nil {
 			b.Fatal(err)
 		}
 	}

@@ -14,19 +14,20 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/vllm"
 )
 
-// DefaultStartupLogInterval is how often a coordinator waiting for its
+// startupLogInterval is how often a coordinator waiting for its
 // engines' subscriptions logs how many are still missing.
-const DefaultStartupLogInterval = 10 * time.Second
+const startupLogInterval = 10 * time.Second
 
-// DefaultReadyInterval is Config.ReadyInterval's default: READY goes out
+// defaultReadyInterval is Config.ReadyInterval's default: READY goes out
 // at most once per 100 ms after start-up.
-const DefaultReadyInterval = 100 * time.Millisecond
+const defaultReadyInterval = 100 * time.Millisecond
 
 // Errors returned by a [Coordinator].
 var (
@@ -58,82 +59,6 @@ func (e *StartupTimeoutError) Error() string {
 
 // Is makes errors.Is(err, ErrStartupTimeout) true.
 func (e *StartupTimeoutError) Is(target error) bool { return target == ErrStartupTimeout }
-
-// Config configures a [Coordinator]. Front, BackOutput, BackPublish and
-// Engines are required; every other zero field means its default.
-type Config struct {
-	// Front is the endpoint the front publish (XPUB) socket binds, for the
-	// API front-ends: "tcp://host:port" (port 0 picks a free port, see
-	// Coordinator.FrontEndpoint) or "ipc://path".
-	Front string
-	// BackOutput is the endpoint the back output (PULL) socket binds; the
-	// engines push their EngineCoreOutputs to it.
-	BackOutput string
-	// BackPublish is the endpoint the back publish (XPUB) socket binds; the
-	// engines subscribe to it and receive READY and START_DP_WAVE.
-	BackPublish string
-	// Engines is the data-parallel size: how many engine subscriptions
-	// start-up waits for.
-	Engines int
-
-	// StatsInterval is the stats publication period while stats change
-	// (default 100 ms); IdleInterval the period when they do not (default
-	// 5 s).
-	StatsInterval time.Duration
-	IdleInterval  time.Duration
-	// StartupDeadline, when positive, bounds start-up: if the engines have
-	// not all subscribed by then, Run returns a *StartupTimeoutError. Zero
-	// waits as long as it takes, as vLLM does, logging every 10 s how many
-	// engines are still missing.
-	StartupDeadline time.Duration
-	// MaxMessageSize bounds one message on every socket (and the decode of
-	// one engine output); default 1 MiB. A peer that exceeds it is
-	// disconnected by the socket layer.
-	MaxMessageSize int64
-	// MaxEngines bounds the engine count, at start and from
-	// SCALE_ELASTIC_EP (default DefaultMaxEngines).
-	MaxEngines int
-	// Release is the vLLM release the engines and front-ends run (the zero
-	// value is vllm.Latest): it selects the stats publication layout, the
-	// wake rule and the scale-up rule (see the package documentation).
-	Release vllm.Release
-	// DisableWaveCoordination mirrors vLLM's enable_wave_coordination=False.
-	DisableWaveCoordination bool
-	// ReadyInterval is the shortest time between two READY broadcasts after
-	// start-up (default DefaultReadyInterval). Every engine subscription
-	// ("\x01") asks for READY; the ones that arrive within ReadyInterval of
-	// the last READY share one, sent when the interval is over, so a newly
-	// subscribed engine gets READY within ReadyInterval and a flood of
-	// subscriptions cannot fill the engines' queues with READY (where it
-	// would crowd out START_DP_WAVE). Negative: every subscription gets its
-	// own READY at once, as in vLLM.
-	ReadyInterval time.Duration
-	// ScaleFrom, when not empty, lists the hosts (IP addresses, e.g.
-	// "10.0.0.7" or "::1") whose front-end connections may send
-	// SCALE_ELASTIC_EP; a notice from any other peer is a ReasonPolicy
-	// drop. Empty (the default) takes it from any front-end, as vLLM does;
-	// MaxEngines bounds it either way.
-	ScaleFrom []string
-
-	// Socket holds the options of the three sockets (limits, HWM, handshake
-	// deadline, allowlist, events). Socket.Guard.MaxMessageSize is
-	// overridden by MaxMessageSize when that is set, and Socket.Logger
-	// defaults to Logger.
-	Socket socket.Options
-	// Logger receives start-up progress and rate-limited drop lines; nil
-	// means slog.Default().
-	Logger *slog.Logger
-	// LogInterval is the shortest time between two summary lines of one
-	// drop reason on one socket (default 1 s).
-	LogInterval time.Duration
-	// OnDrop, if set, is called for every dropped message, whichever stage
-	// dropped it (decode, validation or the state machine). It runs on the
-	// coordinator's goroutines: keep it fast and never block in it. It may
-	// call Stats and Close: Close from inside OnDrop does not wait for Run
-	// (which waits for OnDrop); Run returns ErrClosed once OnDrop has
-	// returned, and the sockets are closed then.
-	OnDrop func(loop.Drop)
-}
 
 // The names of the three receive loops, as they appear in logs, Drop.Loop
 // and errors.
@@ -167,8 +92,8 @@ type Coordinator struct {
 
 	front, backOut, backPub *socket.Socket
 
-	frontLoop   *loop.Loop[FrontMsg]
-	outLoop     *loop.Loop[EngineCoreOutputs]
+	frontLoop   *loop.Loop[dpwire.FrontMsg]
+	outLoop     *loop.Loop[enginecore.Header]
 	pubLoop     *loop.Loop[[][]byte]
 	outLimits   decodeguard.Limits
 	startupEach time.Duration
@@ -178,7 +103,7 @@ type Coordinator struct {
 
 	// Drops by the state machine, per loop and reason (loop drops are in
 	// the loops' own Stats; a message is counted in exactly one place).
-	stateDrops [numLoops][decodeguard.NumReasons]atomic.Uint64
+	stateDrops [numLoops][len(decodeguard.Counts{})]atomic.Uint64
 	// What Run sent.
 	statsPublished, wavePublished, readySent, startWaveSent atomic.Uint64
 	// readyCoalesced counts READY requests folded into another READY;
@@ -191,8 +116,7 @@ type Coordinator struct {
 	// went out, whether a READY is owed, and the last START_DP_WAVE.
 	lastReady, lastStartAt time.Time
 	readyPending           bool
-	lastStart              StartDPWave
-	controlLogged          time.Time
+	lastStart              dpwire.StartDPWave
 	// Unsubscriptions received on the back publish socket (ignored).
 	backUnsubs atomic.Uint64
 	// silent names the engines whose back connections time out.
@@ -200,9 +124,10 @@ type Coordinator struct {
 
 	// Run-goroutine-only: rate limiting of state-drop log lines and
 	// encode buffers.
-	dropLog     [numLoops][decodeguard.NumReasons]dropLogState
-	unsubLogged time.Time
-	buf         []byte
+	buf []byte
+
+	limOnce sync.Once
+	lim     *ratelog.Limiter // state-drop and start-up lines
 
 	runMu     sync.Mutex
 	runDone   chan struct{}
@@ -211,21 +136,15 @@ type Coordinator struct {
 	closeOnce sync.Once
 }
 
-type dropLogState struct {
-	last       time.Time
-	suppressed uint64
-}
-
 // New binds the coordinator's three sockets and returns it, ready to Run.
 // It fails on a bad Config (an empty endpoint, an engine count out of
-// [1, MaxEngines], invalid socket options) or when a socket cannot bind;
+// [1, 65536], invalid socket options) or when a socket cannot bind;
 // nothing is left open then.
 func New(cfg Config) (*Coordinator, error) {
-	if cfg.Front == "" || cfg.BackOutput == "" || cfg.BackPublish == "" {
-		return nil, errors.New("coordinator: Config needs the Front, BackOutput and BackPublish endpoints")
-	}
-	if cfg.StartupDeadline < 0 || cfg.MaxMessageSize < 0 || cfg.LogInterval < 0 {
-		return nil, errors.New("coordinator: negative StartupDeadline, MaxMessageSize or LogInterval")
+	cfg = cfg.withDefaults()
+	scaleFrom, err := cfg.verify()
+	if err != nil {
+		return nil, err
 	}
 	state, err := newStateMachine(cfg.Engines, stateConfig{
 		StatsInterval:           cfg.StatsInterval,
@@ -237,29 +156,9 @@ func New(cfg Config) (*Coordinator, error) {
 	if err != nil {
 		return nil, err
 	}
-	var scaleFrom map[string]bool
-	for _, h := range cfg.ScaleFrom {
-		ip, err := netip.ParseAddr(h)
-		if err != nil {
-			return nil, fmt.Errorf("coordinator: Config.ScaleFrom: %q is not an IP address", h)
-		}
-		if scaleFrom == nil {
-			scaleFrom = map[string]bool{}
-		}
-		scaleFrom[ip.Unmap().String()] = true
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	opts := cfg.Socket
-	if cfg.MaxMessageSize > 0 {
-		opts.Guard.MaxMessageSize = cfg.MaxMessageSize
-	}
-	if opts.Logger == nil {
-		opts.Logger = cfg.Logger
-	}
-	if err := opts.Verify(); err != nil {
-		return nil, fmt.Errorf("coordinator: socket options: %w", err)
+	opts, err := cfg.socketOptions()
+	if err != nil {
+		return nil, err
 	}
 	c := &Coordinator{
 		cfg:         cfg,
@@ -267,10 +166,10 @@ func New(cfg Config) (*Coordinator, error) {
 		scaleFrom:   scaleFrom,
 		state:       state,
 		closeCh:     make(chan struct{}),
-		startupEach: DefaultStartupLogInterval,
+		startupEach: startupLogInterval,
 	}
-	if cfg.MaxMessageSize > 0 {
-		c.outLimits.MaxBytes = int(min(cfg.MaxMessageSize, int64(^uint(0)>>1)))
+	if mm := opts.Guard.MaxMessageSize; mm > 0 {
+		c.outLimits.MaxBytes = int(min(mm, int64(^uint(0)>>1)))
 	}
 	if err := c.bind(opts); err != nil {
 		c.closeSockets()
@@ -298,13 +197,13 @@ func (c *Coordinator) withEvents(opts socket.Options, sock int) socket.Options {
 
 func (c *Coordinator) bind(opts socket.Options) error {
 	var err error
-	if c.front, err = socket.NewXPub(opts); err != nil {
+	if c.front, err = socket.New("XPUB", opts); err != nil {
 		return fmt.Errorf("coordinator: front publish socket: %w", err)
 	}
-	if c.backOut, err = socket.NewPull(c.withEvents(opts, idxBackOutput)); err != nil {
+	if c.backOut, err = socket.New("PULL", c.withEvents(opts, idxBackOutput)); err != nil {
 		return fmt.Errorf("coordinator: back output socket: %w", err)
 	}
-	if c.backPub, err = socket.NewXPub(c.withEvents(opts, idxBackPublish)); err != nil {
+	if c.backPub, err = socket.New("XPUB", c.withEvents(opts, idxBackPublish)); err != nil {
 		return fmt.Errorf("coordinator: back publish socket: %w", err)
 	}
 	if err := c.front.Bind(c.cfg.Front); err != nil {
@@ -323,17 +222,17 @@ var errOneFrame = decodeguard.NewError(decodeguard.ReasonEnvelope, "coordinator 
 
 func (c *Coordinator) makeLoops() error {
 	var err error
-	c.frontLoop, err = loop.New(c.front, loop.Config[FrontMsg]{
+	c.frontLoop, err = loop.New(c.front, loop.Config[dpwire.FrontMsg]{
 		Name:        LoopFront,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
 		OnDrop:      c.onDrop(),
-		Decode: func(frames [][]byte, dst *FrontMsg) error {
+		Decode: func(frames [][]byte, dst *dpwire.FrontMsg) error {
 			if len(frames) != 1 {
-				*dst = FrontMsg{}
+				*dst = dpwire.FrontMsg{}
 				return errOneFrame
 			}
-			m, err := ParseFrontMessage(frames[0])
+			m, err := dpwire.ParseFrontMessage(frames[0])
 			*dst = m
 			return err
 		},
@@ -341,22 +240,22 @@ func (c *Coordinator) makeLoops() error {
 	if err != nil {
 		return err
 	}
-	c.outLoop, err = loop.New(c.backOut, loop.Config[EngineCoreOutputs]{
+	c.outLoop, err = loop.New(c.backOut, loop.Config[enginecore.Header]{
 		Name:        LoopBackOutput,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
 		OnDrop:      c.onDrop(),
-		Decode: func(frames [][]byte, dst *EngineCoreOutputs) error {
+		Decode: func(frames [][]byte, dst *enginecore.Header) error {
 			if len(frames) != 1 {
-				*dst = EngineCoreOutputs{}
+				*dst = enginecore.Header{}
 				return errOneFrame
 			}
-			return DecodeEngineCoreOutputsLimits(frames[0], &c.outLimits, dst)
+			return enginecore.DecodeHeader(frames[0], &c.outLimits, dst)
 		},
 		// The stateless checks of State.OnEngineOutput run here, so they are
 		// counted by the loop; only the engine-index checks, which need the
 		// engine count, are left to the state machine.
-		Validate: func(m *EngineCoreOutputs) error {
+		Validate: func(m *enginecore.Header) error {
 			switch {
 			case m.OutputsLen != 0:
 				return errOutputs
@@ -379,7 +278,7 @@ func (c *Coordinator) makeLoops() error {
 			if len(*frames) != 1 {
 				return errOneFrame
 			}
-			return enginecore.CheckBackMessage((*frames)[0])
+			return dpwire.CheckBackMessage((*frames)[0])
 		},
 	})
 	return err
@@ -471,8 +370,8 @@ func (c *Coordinator) Run(parent context.Context) error {
 
 	ctx, cancel := context.WithCancel(parent)
 	chans := loopChans{
-		front: make(chan loop.Delivery[FrontMsg]),
-		out:   make(chan loop.Delivery[EngineCoreOutputs]),
+		front: make(chan loop.Delivery[dpwire.FrontMsg]),
+		out:   make(chan loop.Delivery[enginecore.Header]),
 		pub:   make(chan loop.Delivery[[][]byte]),
 		errs:  make(chan loopEnd, numLoops),
 	}
@@ -508,8 +407,8 @@ type loopEnd struct {
 }
 
 type loopChans struct {
-	front chan loop.Delivery[FrontMsg]
-	out   chan loop.Delivery[EngineCoreOutputs]
+	front chan loop.Delivery[dpwire.FrontMsg]
+	out   chan loop.Delivery[enginecore.Header]
 	pub   chan loop.Delivery[[][]byte]
 	errs  chan loopEnd
 }
@@ -545,8 +444,8 @@ func (c *Coordinator) serve(ctx context.Context, ch *loopChans) error {
 		// Front-end messages and engine outputs wait (in their loops, then
 		// in the sockets) until start-up is over, as vLLM polls those
 		// sockets only then.
-		var frontC chan loop.Delivery[FrontMsg]
-		var outC chan loop.Delivery[EngineCoreOutputs]
+		var frontC chan loop.Delivery[dpwire.FrontMsg]
+		var outC chan loop.Delivery[enginecore.Header]
 		if started {
 			frontC, outC = ch.front, ch.out
 		}
@@ -631,11 +530,10 @@ func (c *Coordinator) onBackPublish(ctx context.Context, d loop.Delivery[[][]byt
 		// no other subscriber holds the topic.
 		c.backUnsubs.Add(1)
 		if !started {
-			if now := time.Now(); now.Sub(c.unsubLogged) >= c.logInterval() {
-				c.unsubLogged = now
-				c.log.Warn("coordinator: ignored an unsubscription on the back publish socket during start-up",
-					"peer", d.Msg.Peer.String(), "count", c.backUnsubs.Load())
-			}
+			c.logLim().Warn("unsubscribe", "coordinator: ignored an unsubscription on the back publish socket during start-up",
+				slog.String(ratelog.KeyComponent, LoopBackPublish),
+				slog.String(ratelog.KeyPeer, ratelog.Escape(d.Msg.Peer.String(), 256)),
+				slog.Uint64(ratelog.KeyCount, c.backUnsubs.Load()))
 		}
 	}
 	d.Done()
@@ -646,7 +544,7 @@ func (c *Coordinator) logInterval() time.Duration {
 	if c.cfg.LogInterval > 0 {
 		return c.cfg.LogInterval
 	}
-	return loop.DefaultLogInterval
+	return time.Second
 }
 
 // errScaleFrom refuses a SCALE_ELASTIC_EP notice from a peer not in
@@ -661,7 +559,7 @@ func (c *Coordinator) scaleAllowed(peer *socket.Peer) bool {
 	if peer == nil {
 		return false
 	}
-	host, _, err := net.SplitHostPort(peer.Addr())
+	host, _, err := net.SplitHostPort(peer.String())
 	if err != nil {
 		return false
 	}
@@ -669,8 +567,8 @@ func (c *Coordinator) scaleAllowed(peer *socket.Peer) bool {
 	return err == nil && c.scaleFrom[ip.Unmap().String()]
 }
 
-func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[FrontMsg]) error {
-	if d.Value.Kind == FrontScale && !c.scaleAllowed(d.Msg.Peer) {
+func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[dpwire.FrontMsg]) error {
+	if d.Value.Kind == dpwire.FrontScale && !c.scaleAllowed(d.Msg.Peer) {
 		c.stateDrop(idxFront, d.Msg, errScaleFrom)
 		d.Done()
 		return nil
@@ -685,7 +583,7 @@ func (c *Coordinator) onFront(ctx context.Context, d loop.Delivery[FrontMsg]) er
 	return c.act(ctx, &a)
 }
 
-func (c *Coordinator) onBackOutput(ctx context.Context, d loop.Delivery[EngineCoreOutputs]) error {
+func (c *Coordinator) onBackOutput(ctx context.Context, d loop.Delivery[enginecore.Header]) error {
 	c.mu.Lock()
 	a, err := c.state.OnEngineOutput(d.Value)
 	c.mu.Unlock()
@@ -698,125 +596,9 @@ func (c *Coordinator) onBackOutput(ctx context.Context, d loop.Delivery[EngineCo
 	return c.act(ctx, &a)
 }
 
-func (c *Coordinator) tick(ctx context.Context) error {
-	c.mu.Lock()
-	a := c.state.Tick(time.Now())
-	if a.PublishStats {
-		c.buf = c.state.AppendStatsPublish(c.buf[:0])
-	}
-	c.mu.Unlock()
-	if !a.PublishStats {
-		return nil
-	}
-	c.statsPublished.Add(1) // before sending, so a peer never sees it first
-	if err := c.front.Send(ctx, c.buf); err != nil {
-		return c.sendError("front publish", err)
-	}
-	return nil
-}
-
-var (
-	readyFrame       = []byte(ReadyFrame)
-	startDPWaveFrame = []byte(StartDPWaveFrame)
-)
-
-// act performs what one input called for. Stats publications come from tick
-// only. The counters go up before each send, so that a peer that received
-// a message never reads a counter that does not include it yet.
-// readyInterval is Config.ReadyInterval with its default; zero means no
-// coalescing.
-func (c *Coordinator) readyInterval() time.Duration {
-	switch {
-	case c.cfg.ReadyInterval < 0:
-		return 0
-	case c.cfg.ReadyInterval == 0:
-		return DefaultReadyInterval
-	}
-	return c.cfg.ReadyInterval
-}
-
-func (c *Coordinator) act(ctx context.Context, a *stateActions) error {
-	if a.SendReady {
-		now := time.Now()
-		if iv := c.readyInterval(); iv > 0 && !c.lastReady.IsZero() && now.Sub(c.lastReady) < iv {
-			// Within ReadyInterval of the last READY: owed, sent by
-			// sendPendingReady when the interval is over.
-			c.readyPending = true
-			c.readyCoalesced.Add(1)
-		} else if err := c.sendReady(ctx, now); err != nil {
-			return err
-		}
-	}
-	if a.SendStartWave {
-		now := time.Now()
-		if iv := c.readyInterval(); iv > 0 && a.StartWave == c.lastStart && !c.lastStartAt.IsZero() && now.Sub(c.lastStartAt) < iv {
-			// The same broadcast again (repeated wakes while paused):
-			// the engines have it; do not let a wake flood queue copies.
-			c.startWaveCoalesced.Add(1)
-		} else {
-			c.buf = a.AppendStartDPWave(c.buf[:0])
-			c.startWaveSent.Add(1)
-			c.lastStart, c.lastStartAt = a.StartWave, now
-			if err := c.sendControl(ctx, "START_DP_WAVE", startDPWaveFrame, c.buf); err != nil {
-				return err
-			}
-		}
-	}
-	if a.PublishWave {
-		c.buf = a.AppendWavePublish(c.buf[:0])
-		c.wavePublished.Add(1)
-		if err := c.front.Send(ctx, c.buf); err != nil {
-			return c.sendError("front publish", err)
-		}
-	}
-	return nil
-}
-
-func (c *Coordinator) sendReady(ctx context.Context, now time.Time) error {
-	c.lastReady, c.readyPending = now, false
-	c.readySent.Add(1)
-	return c.sendControl(ctx, "READY", readyFrame)
-}
-
-// sendPendingReady sends the READY owed, if any, once ReadyInterval has
-// passed since the last one.
-func (c *Coordinator) sendPendingReady(ctx context.Context) error {
-	if !c.readyPending {
-		return nil
-	}
-	return c.sendReady(ctx, time.Now())
-}
-
-// sendControl broadcasts a control message on the back publish socket,
-// which carries nothing else, and reports loudly (counted in
-// Stats.ControlDropped, logged at error level, rate-limited) when the
-// socket dropped it for an engine whose queue was full: that engine missed
-// it.
-func (c *Coordinator) sendControl(ctx context.Context, what string, frames ...[]byte) error {
-	before := c.backPub.Stats().DroppedHWM
-	if err := c.backPub.Send(ctx, frames...); err != nil {
-		return c.sendError("back publish", err)
-	}
-	if lost := c.backPub.Stats().DroppedHWM - before; lost > 0 {
-		total := c.controlDropped.Add(lost)
-		if now := time.Now(); now.Sub(c.controlLogged) >= c.logInterval() {
-			c.controlLogged = now
-			c.log.Error("coordinator: a control message was dropped for an engine whose queue is full",
-				"message", what, "engines_missed", lost, "control_dropped", total)
-		}
-	}
-	return nil
-}
-
-func (c *Coordinator) sendError(which string, err error) error {
-	if errors.Is(err, socket.ErrClosed) && c.isClosed() {
-		return ErrClosed
-	}
-	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
-		return err
-	}
-	return fmt.Errorf("coordinator: send on %s: %w", which, err)
-}
+// dropPrefix is how many leading bytes of a dropped message's last frame a
+// state-drop line shows, as the loops' lines do.
+const dropPrefix = 32
 
 // stateDrop counts, reports and logs (rate-limited) a message the state
 // machine refused. It runs on Run's goroutine, before the delivery is
@@ -828,27 +610,31 @@ func (c *Coordinator) stateDrop(idx int, msg socket.Msg, err error) {
 	}
 	c.stateDrops[idx][r].Add(1)
 	now := time.Now()
-	d := loop.Drop{Loop: loopNames[idx], Reason: r, Stage: loop.StageHandler, Peer: msg.Peer,
+	d := loop.Drop{Loop: loopNames[idx], Reason: r, Stage: "handler", Peer: msg.Peer,
 		Frames: len(msg.Frames), Err: err, Time: now}
-	last := 0
+	last, prefixHex := 0, ""
 	for _, f := range msg.Frames {
 		d.Length += len(f)
 	}
 	if n := len(msg.Frames); n > 0 {
 		f := msg.Frames[n-1]
-		p := min(len(f), loop.LogPrefix)
+		p := min(len(f), dropPrefix)
 		d.Prefix, last = f[:p:p], len(f)
+		prefixHex = ratelog.PrefixHex(f, dropPrefix)
 	}
 	if c.cfg.OnDrop != nil {
 		callOnDrop(c.cfg.OnDrop, d)
 	}
-	st := &c.dropLog[idx][r]
-	if !st.last.IsZero() && now.Sub(st.last) < c.logInterval() {
-		st.suppressed++
-		return
-	}
-	c.log.Warn("coordinator: dropped message", "loop", loopNames[idx], "reason", r.String(),
-		"stage", "state", "peer", msg.Peer.String(), "frames", d.Frames, "len", d.Length,
-		"last_frame_len", last, "prefix_hex", d.Hex(), "err", err.Error(), "suppressed_since_last", st.suppressed)
-	st.last, st.suppressed = now, 0
+	c.logLim().Warn(loopNames[idx]+"/"+r.String(), "coordinator: dropped message",
+		slog.String(ratelog.KeyComponent, loopNames[idx]), slog.String(ratelog.KeyReason, r.String()),
+		slog.String("stage", "state"), slog.String(ratelog.KeyPeer, ratelog.Escape(msg.Peer.String(), 256)),
+		slog.Int("frames", d.Frames), slog.Int("len", d.Length), slog.Int("last_frame_len", last),
+		slog.String(ratelog.KeyPrefixHex, prefixHex), slog.String(ratelog.KeyErr, ratelog.Escape(err.Error(), 256)))
+}
+
+// logLim returns the coordinator's limiter for its own warning lines (state
+// drops, start-up unsubscriptions), created on first use.
+func (c *Coordinator) logLim() *ratelog.Limiter {
+	c.limOnce.Do(func() { c.lim = ratelog.New(ratelog.Config{Logger: c.log, Interval: c.logInterval()}) })
+	return c.lim
 }

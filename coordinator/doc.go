@@ -1,26 +1,37 @@
-// Package coordinator speaks vLLM's data-parallel (DP) coordinator protocol
-// (the project's docs/protocol.md §2): the process that sits between DP engine
-// cores and API front-ends, collects each engine's queue lengths, publishes
-// them for load balancing, and keeps the engines' global "request wave" in
-// step.
+// Package coordinator is a vLLM-compatible data-parallel (DP) coordinator
+// that no engine, front-end or stranger on its ports can crash or wedge.
 //
-// It has four layers: the wire formats, a pure state machine, the runtime
-// ([Coordinator]) and peer helpers ([Engine], [FrontEnd]).
+//	c, err := coordinator.New(coordinator.Config{
+//		Front:       "tcp://0.0.0.0:5570", // API front-ends
+//		BackOutput:  "tcp://0.0.0.0:5571", // engines push their outputs here
+//		BackPublish: "tcp://0.0.0.0:5572", // READY and START_DP_WAVE to engines
+//		Engines:     4,
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer c.Close()
+//	err = c.Run(ctx) // until ctx ends; c.Stats() at any time
+//
+// The coordinator sits between vLLM's DP engine cores and its API
+// front-ends: it collects each engine's queue lengths, publishes them for
+// load balancing, and keeps the engines' global "request wave" in step
+// (the project's docs/protocol.md §2 describes the wire).
 //
 // # Runtime
 //
-// [New] binds the three sockets of docs/protocol.md §2 with zmqguard's hardened
-// socket package: the front publish XPUB (API front-ends subscribe, receive
-// stats, send wake-ups), the back output PULL (engines push
-// EngineCoreOutputs) and the back publish XPUB (engines subscribe, receive
-// READY and START_DP_WAVE). [Coordinator.Run] puts a SafeLoop (package
-// loop) on each socket in Deliver mode and selects over their deliveries and
-// a publication timer in one goroutine that owns the state machine:
+// [New] binds three sockets with zmqguard's hardened socket package: the
+// front publish XPUB (API front-ends subscribe, receive stats, send
+// wake-ups and elastic-EP scale notices), the back output PULL (engines
+// push EngineCoreOutputs) and the back publish XPUB (engines subscribe,
+// receive READY and START_DP_WAVE). [Coordinator.Run] puts a SafeLoop
+// (package loop) on each socket and selects over their deliveries and a
+// publication timer in one goroutine that owns the state machine:
 //
-//	front XPUB   loop: ParseFrontMessage        --+
-//	back PULL    loop: DecodeEngineCoreOutputs  --+--> State --> sends
-//	back XPUB    loop: CheckBackMessage         --+
-//	timer        StatsInterval / IdleInterval   --+
+//	front XPUB   loop: front-end message parser    --+
+//	back PULL    loop: enginecore.DecodeHeader     --+--> state --> sends
+//	back XPUB    loop: subscription check          --+
+//	timer        StatsInterval / IdleInterval      --+
 //
 // Start-up waits for one "\x01" per engine on the back publish socket and
 // then sends READY; anything else arriving meanwhile (a subscription to a
@@ -30,35 +41,9 @@
 //
 // Everything a peer can get wrong is a drop with a reason, counted once:
 // by the socket layer (refused connections: raw TCP probes, bad handshakes,
-// oversize messages), by a loop (frame count, decode, validation) or by the
-// state machine (an engine index it does not have). [Coordinator.Stats]
-// adds them up; nothing a peer sends ends Run.
-//
-// # Peers
-//
-// [Engine] and [FrontEnd] speak the engine's and the front-end's side of
-// the protocol over the same sockets, for tests, examples and Go programs;
-// [ParseStartDPWave] and [ParsePublication] decode what they receive.
-//
-// # Wire layer
-//
-//   - [EngineCoreOutputs] with a hand-written [EngineCoreOutputs.UnmarshalMsg]
-//     on msgp's primitives, and [DecodeEngineCoreOutputs], which makes
-//     decodeguard's structural checks in its decoding pass (it refuses
-//     exactly what the pre-scan plus the decode refuse) and classifies every
-//     failure:
-//     the message engines push to the coordinator's back-output socket.
-//     [enginecore.AppendHeader] writes it exactly as vLLM lays it out.
-//   - [ParseFrontMessage]: what API front-ends send on the front publish
-//     socket (subscriptions, wake-ups, elastic-EP scale notices).
-//   - [ParseStartDPWave] and [ParsePublication]: what the coordinator sends
-//     (its frames are [ReadyFrame] and [StartDPWaveFrame]). The encoders of
-//     the protocol's messages live in package enginecore beside the engine
-//     wire types: [enginecore.AppendStatsPublish],
-//     [enginecore.AppendStatsPublishKV], [enginecore.AppendWavePublish],
-//     [enginecore.AppendStartDPWave], [enginecore.AppendWake],
-//     [enginecore.AppendWakeIdentity], [enginecore.AppendScaleElasticEP] and
-//     [enginecore.CheckBackMessage].
+// oversize messages; Stats.Refused), by a loop (frame count, decode,
+// validation) or by the state machine (an engine index it does not have).
+// [Coordinator.Stats] adds them up; nothing a peer sends ends Run.
 //
 // # State machine
 //
@@ -72,9 +57,9 @@
 //
 // # vLLM releases
 //
-// Config.Release names the vLLM release the
-// engines and front-ends run, as a [vllm.Release]; the zero value is
-// vllm.Latest, current vLLM main. Its rules select three behaviours:
+// Config.Release names the vLLM release the engines and front-ends run, as
+// a [vllm.Release]; the zero value is vllm.Latest, current vLLM main. Its
+// rules select three behaviours:
 //
 //   - the stats layout: [waiting, running, kv_cache_usage] per engine since
 //     vLLM PR #49204, [waiting, running] before (a front-end fails to unpack
@@ -85,23 +70,24 @@
 //   - the scale-up rule: older coordinators mark the engines paused when
 //     SCALE_ELASTIC_EP grows the engine list; the newest does not.
 //
-// The oldest profile, vllm.Oldest, keeps every old behaviour; the
+// The oldest profile, vllm.Releases()[0], keeps every old behaviour; the
 // project's docs/vllm-releases.md lists the profiles and their evidence.
 //
 // # No single message wedges it
 //
 // Beyond dropping malformed input, the state machine bounds what a
-// well-formed message can do: a stats message with an
-// implausible (current_wave, step_counter) hides at most StatsResync-1 real
-// ones; a wave notice may not move the wave more than MaxWaveJump (unless
-// WaveResync in a row agree), and the wave never reaches the range guard;
-// SCALE_ELASTIC_EP is bounded by Config.MaxEngines (by default
-// DefaultScaleFactor times the starting engines) and optionally restricted
-// to Config.ScaleFrom. Control messages keep their path: READY is sent at
-// most once per Config.ReadyInterval (a newly subscribed engine still gets
-// it within the interval), an identical START_DP_WAVE is not repeated within
-// it, and a control copy the back publish socket drops for a full queue is
-// counted (Stats.ControlDropped) and logged at error level.
+// well-formed message can do: a stats message with an implausible
+// (current_wave, step_counter) hides at most 2 real ones (the third stale
+// message in a row restarts that engine's ordering); a wave notice may not
+// move the wave more than 4 past the current one (unless 3 in a row
+// agree), and the wave never reaches the range guard; SCALE_ELASTIC_EP is
+// bounded by Config.MaxEngines (by default 4 times the starting engines)
+// and optionally restricted to Config.ScaleFrom. Control messages keep
+// their path: READY is sent at most once per Config.ReadyInterval (a newly
+// subscribed engine still gets it within the interval), an identical
+// START_DP_WAVE is not repeated within it, and a control copy the back
+// publish socket drops for a full queue is counted (Stats.ControlDropped)
+// and logged at error level.
 //
 // # Engines that go silent
 //
@@ -121,6 +107,6 @@
 // *[decodeguard.Error] (see [decodeguard.ReasonOf]) and never a panic,
 // lengths read from the wire are checked against the bytes present before
 // anything is allocated, and no error text carries raw peer bytes.
-// Decoding a valid frame into a reused [EngineCoreOutputs] and parsing a
-// valid front-end message allocate nothing.
+// Decoding a valid engine output and parsing a valid front-end message
+// allocate nothing.
 package coordinator

@@ -2,7 +2,6 @@ package coordinator_test
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -10,31 +9,9 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/socket"
 )
-
-// ExampleParseFrontMessage parses the three kinds of front-end message.
-func ExampleParseFrontMessage() {
-	for _, h := range []string{
-		"01",                                     // an XPUB subscription
-		"92b05343414c455f454c41535449435f455004", // ("SCALE_ELASTIC_EP", 4)
-		"92c402020007",                           // (b"\x02\x00", 7)
-		"818001",                                 // a map keyed by a map
-	} {
-		b, _ := hex.DecodeString(h)
-		m, err := coordinator.ParseFrontMessage(b)
-		if err != nil {
-			fmt.Println("drop:", decodeguard.ReasonOf(err))
-			continue
-		}
-		fmt.Printf("%v engines=%d wave=%d exclude=%v/%d\n", m.Kind, m.Engines, m.Wave, m.HasExclude, m.Exclude)
-	}
-	// Output:
-	// subscribe engines=0 wave=0 exclude=false/0
-	// scale engines=4 wave=0 exclude=false/0
-	// wake engines=0 wave=7 exclude=true/2
-	// drop: decode
-}
 
 // ExampleCoordinator runs a coordinator for one engine on loopback, with a
 // Go engine and a Go front-end: start-up, a scanner's junk frame dropped,
@@ -57,12 +34,12 @@ func ExampleCoordinator() {
 	done := make(chan error, 1)
 	go func() { done <- c.Run(ctx) }()
 
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: c.FrontEndpoint()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: c.FrontEndpoint()})
 	if err != nil {
 		panic(err)
 	}
 	defer fe.Close()
-	eng, err := coordinator.DialEngine(coordinator.EngineConfig{
+	eng, err := dppeer.DialEngine(dppeer.EngineConfig{
 		BackPublish: c.BackPublishEndpoint(), BackOutput: c.BackOutputEndpoint()})
 	if err != nil {
 		panic(err)
@@ -74,7 +51,7 @@ func ExampleCoordinator() {
 	fmt.Println("engine 0: READY")
 
 	// A port scanner pushes an int to the back output socket.
-	scanner, err := socket.NewPush(socket.Options{Logger: quiet})
+	scanner, err := socket.New("PUSH", socket.Options{Logger: quiet})
 	if err != nil {
 		panic(err)
 	}

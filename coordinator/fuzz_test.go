@@ -8,6 +8,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
 // fuzzSeedsECO are seeds added with f.Add besides the committed corpus in
@@ -30,7 +31,7 @@ func sameFloat(a, b float64) bool {
 
 // sameView compares two decoded messages, NaN timestamps included (the
 // timestamp is not validated).
-func sameView(a, b EngineCoreOutputs) bool {
+func sameView(a, b enginecore.Header) bool {
 	if !sameFloat(a.Timestamp, b.Timestamp) {
 		return false
 	}
@@ -48,19 +49,8 @@ func FuzzDecodeEngineCoreOutputs(f *testing.F) {
 	}
 	f.Add(append(bytes.Repeat([]byte{0x91}, 20000), 0x01))
 	f.Fuzz(func(t *testing.T, b []byte) {
-		// The bare decoder, without the pre-scan or the recover: it must not
-		// panic, and its errors must be classified.
-		var bare EngineCoreOutputs
-		rest, bareErr := bare.UnmarshalMsg(b)
-		if bareErr != nil && !decodeguard.IsBadInput(bareErr) {
-			t.Fatalf("UnmarshalMsg: unclassified error %v", bareErr)
-		}
-		if bareErr == nil && len(rest) > len(b) {
-			t.Fatal("UnmarshalMsg returned more bytes than it got")
-		}
-
-		var m EngineCoreOutputs
-		err := DecodeEngineCoreOutputs(b, &m)
+		var m enginecore.Header
+		err := enginecore.DecodeHeader(b, nil, &m)
 		if err != nil {
 			if !decodeguard.IsBadInput(err) {
 				t.Fatalf("unclassified error %v", err)
@@ -71,18 +61,16 @@ func FuzzDecodeEngineCoreOutputs(f *testing.F) {
 			checkSafeText(t, err.Error())
 			return
 		}
-		// Accepted: the bare decoder agrees and consumed everything.
-		if bareErr != nil || len(rest) != 0 || !sameView(bare, m) {
-			t.Fatalf("guarded and bare decoders disagree: %+v / %+v (%v, %d left)", m, bare, bareErr, len(rest))
-		}
+		// (The bare decoder's agreement on this input is
+		// enginecore's FuzzHeaderUnmarshalBare.)
 		if m.Validate() != nil {
 			t.Fatal("accepted a message that does not validate")
 		}
 		// Coordinator messages re-encode to the same view.
 		if m.OutputsLen == 0 && !m.HasUtilityOutput && !m.HasFinishedRequests {
-			enc := enginecore.AppendHeader(nil, &m)
-			var again EngineCoreOutputs
-			if err := DecodeEngineCoreOutputs(enc, &again); err != nil {
+			enc := dpwire.AppendHeader(nil, &m)
+			var again enginecore.Header
+			if err := enginecore.DecodeHeader(enc, nil, &again); err != nil {
 				t.Fatalf("re-encoded %x does not decode: %v", enc, err)
 			}
 			m.Fields, again.Fields = 0, 0
@@ -112,7 +100,7 @@ func FuzzParseFrontMessage(f *testing.F) {
 		f.Add(b)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		m, err := ParseFrontMessage(b)
+		m, err := dpwire.ParseFrontMessage(b)
 		if err != nil {
 			if !decodeguard.IsBadInput(err) {
 				t.Fatalf("unclassified error %v", err)
@@ -122,36 +110,36 @@ func FuzzParseFrontMessage(f *testing.F) {
 		}
 		var re []byte
 		switch m.Kind {
-		case FrontSubscribe, FrontUnsubscribe:
-			if (m.Kind == FrontSubscribe) != (b[0] == 1) || b[0] > 1 || !bytes.Equal(m.Topic, b[1:]) {
+		case dpwire.FrontSubscribe, dpwire.FrontUnsubscribe:
+			if (m.Kind == dpwire.FrontSubscribe) != (b[0] == 1) || b[0] > 1 || !bytes.Equal(m.Topic, b[1:]) {
 				t.Fatalf("subscription %x parsed as %+v", b, m)
 			}
-		case FrontScale:
-			if m.Engines < 1 || m.Engines > MaxEngines {
+		case dpwire.FrontScale:
+			if m.Engines < 1 || m.Engines > dpwire.MaxEngines {
 				t.Fatalf("engine count %d accepted", m.Engines)
 			}
-			re = enginecore.AppendScaleElasticEP(nil, m.Engines)
-		case FrontWake:
-			if m.Wave < 0 || m.Wave > enginecore.MaxWave || m.Exclude < 0 || (!m.HasExclude && (m.Exclude != 0 || m.ExcludeIdentity)) {
+			re = dpwire.AppendScaleElasticEP(nil, m.Engines)
+		case dpwire.FrontWake:
+			if m.Wave < 0 || m.Wave > dpwire.MaxWave || m.Exclude < 0 || (!m.HasExclude && (m.Exclude != 0 || m.ExcludeIdentity)) {
 				t.Fatalf("wake %+v accepted", m)
 			}
 			switch {
 			case m.ExcludeIdentity:
-				if m.Exclude >= MaxEngines {
+				if m.Exclude >= dpwire.MaxEngines {
 					t.Fatalf("identity %d beyond 2 bytes", m.Exclude)
 				}
-				re = enginecore.AppendWakeIdentity(nil, uint16(m.Exclude), int(m.Wave))
+				re = dpwire.AppendWakeIdentity(nil, uint16(m.Exclude), int(m.Wave))
 			case m.HasExclude:
 				ex := int(m.Exclude)
-				re = enginecore.AppendWake(nil, &ex, int(m.Wave))
+				re = dpwire.AppendWake(nil, &ex, int(m.Wave))
 			default:
-				re = enginecore.AppendWake(nil, nil, int(m.Wave))
+				re = dpwire.AppendWake(nil, nil, int(m.Wave))
 			}
 		default:
 			t.Fatalf("kind %v", m.Kind)
 		}
 		if re != nil {
-			again, err := ParseFrontMessage(re)
+			again, err := dpwire.ParseFrontMessage(re)
 			if err != nil || again.Kind != m.Kind || again.Engines != m.Engines || again.Wave != m.Wave ||
 				again.HasExclude != m.HasExclude || again.Exclude != m.Exclude || again.ExcludeIdentity != m.ExcludeIdentity {
 				t.Fatalf("round trip of %+v via %x: %+v %v", m, re, again, err)

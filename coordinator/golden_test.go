@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/internal/golden"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -49,15 +50,15 @@ func TestGoldenCoordinator(t *testing.T) {
 				if len(frames) != 1 || !bytes.Equal(frames[0], []byte{0x01}) {
 					t.Fatalf("frames %x", frames)
 				}
-				if m, err := ParseFrontMessage(frames[0]); err != nil || m.Kind != FrontSubscribe || len(m.Topic) != 0 {
+				if m, err := dpwire.ParseFrontMessage(frames[0]); err != nil || m.Kind != dpwire.FrontSubscribe || len(m.Topic) != 0 {
 					t.Fatalf("ParseFrontMessage: %+v, %v", m, err)
 				}
-				if err := enginecore.CheckBackMessage(frames[0]); err != nil {
+				if err := dpwire.CheckBackMessage(frames[0]); err != nil {
 					t.Fatalf("CheckBackMessage: %v", err)
 				}
 			case "ready":
-				if len(frames) != 1 || string(frames[0]) != ReadyFrame {
-					t.Fatalf("frames %x, ReadyFrame %x", frames, ReadyFrame)
+				if len(frames) != 1 || string(frames[0]) != dpwire.ReadyFrame {
+					t.Fatalf("frames %x, dpwire.ReadyFrame %x", frames, dpwire.ReadyFrame)
 				}
 			case "stats_publication":
 				goldenPublication(t, frames, vals.Decoded)
@@ -66,17 +67,17 @@ func TestGoldenCoordinator(t *testing.T) {
 			case "scale_elastic_ep":
 				var d [2]any
 				mustJSON(t, vals.Decoded, &d)
-				m, err := ParseFrontMessage(frames[0])
-				if err != nil || m.Kind != FrontScale || float64(m.Engines) != d[1].(float64) {
+				m, err := dpwire.ParseFrontMessage(frames[0])
+				if err != nil || m.Kind != dpwire.FrontScale || float64(m.Engines) != d[1].(float64) {
 					t.Fatalf("ParseFrontMessage: %+v, %v; want %v", m, err, d)
 				}
-				if got := enginecore.AppendScaleElasticEP(nil, m.Engines); !bytes.Equal(got, frames[0]) {
+				if got := dpwire.AppendScaleElasticEP(nil, m.Engines); !bytes.Equal(got, frames[0]) {
 					t.Fatalf("AppendScaleElasticEP %x, vLLM %x", got, frames[0])
 				}
 			case "first_req":
 				// The front-end's own inproc message, never sent to a
 				// coordinator: a coordinator receiving it drops it.
-				if _, err := ParseFrontMessage(frames[0]); err == nil {
+				if _, err := dpwire.ParseFrontMessage(frames[0]); err == nil {
 					t.Fatalf("FIRST_REQ accepted as a coordinator message")
 				}
 			case "start_dp_wave":
@@ -116,8 +117,8 @@ func goldenPublication(t *testing.T, frames [][]byte, decoded json.RawMessage) {
 	mustJSON(t, raw[0], &d.Counts)
 	mustJSON(t, raw[1], &d.Wave)
 	mustJSON(t, raw[2], &d.Running)
-	var p Publication
-	if err := ParsePublication(frames[0], &p); err != nil {
+	var p dpwire.Publication
+	if err := dpwire.ParsePublication(frames[0], &p); err != nil {
 		t.Fatal(err)
 	}
 	if p.Wave != d.Wave || p.Running != d.Running || p.HasCounts != (d.Counts != nil) || len(p.Loads) != len(d.Counts) {
@@ -128,16 +129,16 @@ func goldenPublication(t *testing.T, frames [][]byte, decoded json.RawMessage) {
 		if !p.KV {
 			t.Fatalf("entries parsed without kv_cache_usage")
 		}
-		loads := make([]enginecore.EngineLoad, len(d.Counts))
+		loads := make([]dpwire.Load, len(d.Counts))
 		for i, c := range d.Counts {
-			loads[i] = enginecore.EngineLoad{Waiting: int64(c[0]), Running: int64(c[1]), KVCacheUsage: c[2]}
+			loads[i] = dpwire.Load{Waiting: int64(c[0]), Running: int64(c[1]), KVCacheUsage: c[2]}
 			if p.Loads[i] != loads[i] {
 				t.Fatalf("engine %d: %+v, want %+v", i, p.Loads[i], loads[i])
 			}
 		}
-		enc = enginecore.AppendStatsPublishKV(nil, loads, int(d.Wave), d.Running)
+		enc = dpwire.AppendStatsPublishKV(nil, loads, int(d.Wave), d.Running)
 	} else {
-		enc = enginecore.AppendWavePublish(nil, int(d.Wave), d.Running)
+		enc = dpwire.AppendWavePublish(nil, d.Wave, d.Running)
 	}
 	if !bytes.Equal(enc, frames[0]) {
 		t.Fatalf("encoded %x, vLLM %x", enc, frames[0])
@@ -152,29 +153,29 @@ func goldenWake(t *testing.T, frames [][]byte, decoded json.RawMessage) {
 	var wave int
 	mustJSON(t, raw[0], &id)
 	mustJSON(t, raw[1], &wave)
-	m, err := ParseFrontMessage(frames[0])
-	if err != nil || m.Kind != FrontWake || !m.HasExclude || !m.ExcludeIdentity || m.Wave != int64(wave) || id.Hex != "0000" || m.Exclude != 0 {
+	m, err := dpwire.ParseFrontMessage(frames[0])
+	if err != nil || m.Kind != dpwire.FrontWake || !m.HasExclude || !m.ExcludeIdentity || m.Wave != int64(wave) || id.Hex != "0000" || m.Exclude != 0 {
 		t.Fatalf("ParseFrontMessage: %+v, %v; want identity %s wave %d", m, err, id.Hex, wave)
 	}
-	if got := enginecore.AppendWakeIdentity(nil, uint16(m.Exclude), wave); !bytes.Equal(got, frames[0]) {
+	if got := dpwire.AppendWakeIdentity(nil, uint16(m.Exclude), wave); !bytes.Equal(got, frames[0]) {
 		t.Fatalf("AppendWakeIdentity %x, vLLM %x", got, frames[0])
 	}
 }
 
 func goldenStartWave(t *testing.T, frames [][]byte, decoded json.RawMessage) {
 	t.Helper()
-	if len(frames) != 2 || string(frames[0]) != StartDPWaveFrame {
+	if len(frames) != 2 || string(frames[0]) != dpwire.StartDPWaveFrame {
 		t.Fatalf("frames %x", frames)
 	}
 	var raw [2]json.RawMessage
 	mustJSON(t, decoded, &raw)
 	var wave int
 	mustJSON(t, raw[0], &wave)
-	sw, err := ParseStartDPWave(frames[1])
+	sw, err := dpwire.ParseStartDPWave(frames[1])
 	if err != nil {
 		t.Fatalf("ParseStartDPWave: %v", err)
 	}
-	want := StartDPWave{Wave: int64(wave)}
+	want := dpwire.StartDPWave{Wave: int64(wave)}
 	switch {
 	case bytes.Equal(raw[1], []byte("null")):
 	case raw[1][0] == '{':
@@ -199,12 +200,12 @@ func goldenStartWave(t *testing.T, frames [][]byte, decoded json.RawMessage) {
 	var got []byte
 	switch {
 	case want.ExcludeIdentity:
-		got = enginecore.AppendStartDPWaveIdentity(nil, wave, uint16(want.Exclude))
+		got = dpwire.AppendStartDPWaveIdentity(nil, int64(wave), uint16(want.Exclude))
 	case want.HasExclude:
 		x := int(want.Exclude)
-		got = enginecore.AppendStartDPWave(nil, wave, &x)
+		got = dpwire.AppendStartDPWave(nil, wave, &x)
 	default:
-		got = enginecore.AppendStartDPWave(nil, wave, nil)
+		got = dpwire.AppendStartDPWave(nil, wave, nil)
 	}
 	if !bytes.Equal(got, frames[1]) {
 		t.Fatalf("enginecore writes %x, vLLM %x", got, frames[1])
@@ -231,11 +232,11 @@ func goldenEngineOutputs(t *testing.T, frames [][]byte, decoded json.RawMessage)
 		Outputs      []any   `json:"outputs"`
 	}
 	mustJSON(t, decoded, &d)
-	var h EngineCoreOutputs
-	if err := DecodeEngineCoreOutputs(frames[0], &h); err != nil {
+	var h enginecore.Header
+	if err := enginecore.DecodeHeader(frames[0], nil, &h); err != nil {
 		t.Fatal(err)
 	}
-	want := EngineCoreOutputs{Fields: 8, EngineIndex: d.EngineIndex, Timestamp: d.Timestamp}
+	want := enginecore.Header{Fields: 8, EngineIndex: d.EngineIndex, Timestamp: d.Timestamp}
 	if s := d.SchedulerStats; s != nil {
 		want.HasStats = true
 		want.Stats = enginecore.SchedulerStats{NumRunningReqs: s.Running, NumWaitingReqs: s.Waiting,
@@ -252,7 +253,7 @@ func goldenEngineOutputs(t *testing.T, frames [][]byte, decoded json.RawMessage)
 	}
 	// The peer helpers' encoder writes the same bytes (default stats
 	// fields, as these engines sent them).
-	if got := enginecore.AppendHeader(nil, &h); !bytes.Equal(got, frames[0]) {
+	if got := dpwire.AppendHeader(nil, &h); !bytes.Equal(got, frames[0]) {
 		t.Fatalf("AppendHeader %x\nvLLM %x", got, frames[0])
 	}
 }
@@ -278,17 +279,17 @@ func TestGoldenSession(t *testing.T) {
 		}
 		return f[i]
 	}
-	engine := func(id string) *EngineCoreOutputs {
+	engine := func(id string) *enginecore.Header {
 		t.Helper()
-		var h EngineCoreOutputs
-		if err := DecodeEngineCoreOutputs(frame(id, 0), &h); err != nil {
+		var h enginecore.Header
+		if err := enginecore.DecodeHeader(frame(id, 0), nil, &h); err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}
 		return &h
 	}
-	front := func(id string) FrontMsg {
+	front := func(id string) dpwire.FrontMsg {
 		t.Helper()
-		m, err := ParseFrontMessage(frame(id, 0))
+		m, err := dpwire.ParseFrontMessage(frame(id, 0))
 		if err != nil {
 			t.Fatalf("%s: %v", id, err)
 		}

@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -90,13 +92,13 @@ func (h *harness) failIfEnded(t testing.TB) {
 	}
 }
 
-func (h *harness) engineConfig() EngineConfig {
-	return EngineConfig{BackPublish: h.c.BackPublishEndpoint(), BackOutput: h.c.BackOutputEndpoint(), Socket: testSocketOptions()}
+func (h *harness) engineConfig() dppeer.EngineConfig {
+	return dppeer.EngineConfig{BackPublish: h.c.BackPublishEndpoint(), BackOutput: h.c.BackOutputEndpoint(), Socket: testSocketOptions()}
 }
 
-func dialEngine(t *testing.T, h *harness) *Engine {
+func dialEngine(t *testing.T, h *harness) *dppeer.Engine {
 	t.Helper()
-	e, err := DialEngine(h.engineConfig())
+	e, err := dppeer.DialEngine(h.engineConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -105,9 +107,9 @@ func dialEngine(t *testing.T, h *harness) *Engine {
 }
 
 // readyEngines dials n engines and waits for READY at each.
-func readyEngines(t *testing.T, ctx context.Context, h *harness, n int) []*Engine {
+func readyEngines(t *testing.T, ctx context.Context, h *harness, n int) []*dppeer.Engine {
 	t.Helper()
-	es := make([]*Engine, n)
+	es := make([]*dppeer.Engine, n)
 	for i := range es {
 		es[i] = dialEngine(t, h)
 	}
@@ -120,9 +122,9 @@ func readyEngines(t *testing.T, ctx context.Context, h *harness, n int) []*Engin
 	return es
 }
 
-func dialFront(t *testing.T, h *harness) *FrontEnd {
+func dialFront(t *testing.T, h *harness) *dppeer.FrontEnd {
 	t.Helper()
-	f, err := DialFrontEnd(FrontEndConfig{Front: h.c.FrontEndpoint(), Socket: testSocketOptions()})
+	f, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: h.c.FrontEndpoint(), Socket: testSocketOptions()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -141,7 +143,7 @@ func dialFront(t *testing.T, h *harness) *FrontEnd {
 
 // waitCounts reads publications until a stats publication with counts
 // want arrives, calling seen (if set) on every stats publication read.
-func waitCounts(t *testing.T, ctx context.Context, h *harness, f *FrontEnd, want [][2]int, seen func([][2]int)) Publication {
+func waitCounts(t *testing.T, ctx context.Context, h *harness, f *dppeer.FrontEnd, want [][2]int, seen func([][2]int)) dpwire.Publication {
 	t.Helper()
 	for {
 		p, err := f.Next(ctx)
@@ -164,7 +166,7 @@ func waitCounts(t *testing.T, ctx context.Context, h *harness, f *FrontEnd, want
 
 // waitWave reads publications until a wave publication (nil, wave,
 // running) arrives.
-func waitWave(t *testing.T, ctx context.Context, h *harness, f *FrontEnd, wave int, running bool) {
+func waitWave(t *testing.T, ctx context.Context, h *harness, f *dppeer.FrontEnd, wave int, running bool) {
 	t.Helper()
 	for {
 		p, err := f.Next(ctx)
@@ -193,7 +195,7 @@ func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
 }
 
 // expectStartWave checks the next START_DP_WAVE an engine receives.
-func expectStartWave(t *testing.T, ctx context.Context, e *Engine, i, wave int, exclude *int) {
+func expectStartWave(t *testing.T, ctx context.Context, e *dppeer.Engine, i, wave int, exclude *int) {
 	t.Helper()
 	w, x, err := e.NextStartWave(ctx)
 	if err != nil {
@@ -214,7 +216,7 @@ func ptrText(p *int) any {
 func intp(i int) *int { return &i }
 
 // dropsOf returns the non-zero counts of d, keyed by reason.
-func dropsOf(d Drops) map[decodeguard.Reason]uint64 {
+func dropsOf(d decodeguard.Counts) map[decodeguard.Reason]uint64 {
 	m := map[decodeguard.Reason]uint64{}
 	for r, v := range d {
 		if v != 0 {
@@ -224,7 +226,7 @@ func dropsOf(d Drops) map[decodeguard.Reason]uint64 {
 	return m
 }
 
-func sameDrops(d Drops, want map[decodeguard.Reason]uint64) bool {
+func sameDrops(d decodeguard.Counts, want map[decodeguard.Reason]uint64) bool {
 	got := dropsOf(d)
 	if len(got) != len(want) {
 		return false
@@ -236,3 +238,14 @@ func sameDrops(d Drops, want map[decodeguard.Reason]uint64) bool {
 	}
 	return true
 }
+
+// docs/protocol.md §2 front-end and publication vectors.
+const (
+	vecScale4        = "92b05343414c455f454c41535449435f455004"
+	vecWakeNil7      = "92c007"
+	vecWake2_7       = "920207"
+	vecWakeIdentity  = "92c402020007"
+	vecStatsPublish  = "939292050392000107c3"
+	vecWavePublish   = "93c007c2"
+	vecStartDPWave72 = "920702"
+)

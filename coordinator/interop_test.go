@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/internal/pypeer"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -75,13 +76,13 @@ func TestPythonBuiltMessages(t *testing.T) {
 			var gotErr error
 			switch c.Kind {
 			case "eco":
-				var got EngineCoreOutputs
-				gotErr = DecodeEngineCoreOutputs(raw, &got)
+				var got enginecore.Header
+				gotErr = enginecore.DecodeHeader(raw, nil, &got)
 				if c.Reason == "" {
 					if gotErr != nil {
 						t.Fatalf("decode: %v", gotErr)
 					}
-					var want EngineCoreOutputs
+					var want enginecore.Header
 					if err := json.Unmarshal(c.Want, &want); err != nil {
 						t.Fatal(err)
 					}
@@ -90,23 +91,23 @@ func TestPythonBuiltMessages(t *testing.T) {
 					}
 					// The state machine takes it, or drops a front-end
 					// message (or a wave notice that jumps more than
-					// MaxWaveJump past wave 0) with a classified error.
+					// maxWaveJump past wave 0) with a classified error.
 					s := newStarted(t, 256, stateConfig{})
 					_, err := s.OnEngineOutput(&got)
-					jump := (got.HasWaveComplete && got.WaveComplete+1 > MaxWaveJump) ||
-						(!got.HasWaveComplete && got.HasStartWave && got.StartWave > MaxWaveJump)
+					jump := (got.HasWaveComplete && got.WaveComplete+1 > maxWaveJump) ||
+						(!got.HasWaveComplete && got.HasStartWave && got.StartWave > maxWaveJump)
 					if frontEnd := got.OutputsLen > 0 || got.HasUtilityOutput; (frontEnd || jump) != (err != nil) {
 						t.Fatalf("OnEngineOutput: %v", err)
 					}
 				}
 			case "front":
-				got, err := ParseFrontMessage(raw)
+				got, err := dpwire.ParseFrontMessage(raw)
 				gotErr = err
 				if c.Reason == "" {
 					if err != nil {
 						t.Fatalf("parse: %v", err)
 					}
-					var want FrontMsg
+					var want dpwire.FrontMsg
 					if err := json.Unmarshal(c.Want, &want); err != nil {
 						t.Fatal(err)
 					}
@@ -119,8 +120,8 @@ func TestPythonBuiltMessages(t *testing.T) {
 				t.Fatalf("unknown kind %q", c.Kind)
 			}
 			if c.Reason != "" {
-				r, ok := decodeguard.ParseReason(c.Reason)
-				if !ok {
+				var r decodeguard.Reason
+				if r.UnmarshalText([]byte(c.Reason)) != nil {
 					t.Fatalf("bad reason %q", c.Reason)
 				}
 				if decodeguard.ReasonOf(gotErr) != r {
@@ -151,7 +152,7 @@ const defaultStatsRepr = "'iteration_details': None, 'prefix_cache_stats': {'res
 func TestPythonReadsGoEncodings(t *testing.T) {
 	requirePythonMsgpack(t)
 	two, big := 2, 300
-	state := newStarted(t, 2, stateConfig{Release: vllm.Latest})
+	state := newStarted(t, 2, stateConfig{Release: vllm.Latest()})
 	m := statsMsg(1, 4, 9, 0, 3)
 	m.Stats.KVCacheUsage = 0.5
 	if _, err := state.OnEngineOutput(m); err != nil {
@@ -162,23 +163,23 @@ func TestPythonReadsGoEncodings(t *testing.T) {
 		b    []byte
 		repr string
 	}{
-		{"stats publish", enginecore.AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), "[[[5, 3], [0, 1]], 7, True]"},
-		{"stats publish kv", enginecore.AppendStatsPublishKV(nil, []EngineLoad{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Waiting: 0, Running: 1, KVCacheUsage: 0}}, 7, true), "[[[5, 3, 0.25], [0, 1, 0.0]], 7, True]"},
+		{"stats publish", dpwire.AppendStatsPublish(nil, [][2]int{{5, 3}, {0, 1}}, 7, true), "[[[5, 3], [0, 1]], 7, True]"},
+		{"stats publish kv", dpwire.AppendStatsPublishKV(nil, []dpwire.Load{{Waiting: 5, Running: 3, KVCacheUsage: 0.25}, {Waiting: 0, Running: 1, KVCacheUsage: 0}}, 7, true), "[[[5, 3, 0.25], [0, 1, 0.0]], 7, True]"},
 		{"state publish kv", state.AppendStatsPublish(nil), "[[[0, 0, 0.0], [4, 9, 0.5]], 0, False]"},
-		{"wave publish", enginecore.AppendWavePublish(nil, 7, false), "[None, 7, False]"},
-		{"start dp wave", enginecore.AppendStartDPWave(nil, 7, &two), "[7, 2]"},
-		{"start dp wave nil", enginecore.AppendStartDPWave(nil, 1<<40, nil), "[1099511627776, None]"},
-		{"scale", enginecore.AppendScaleElasticEP(nil, 4), "['SCALE_ELASTIC_EP', 4]"},
-		{"wake identity", enginecore.AppendWakeIdentity(nil, 2, 7), `[b'\x02\x00', 7]`},
-		{"wake int", enginecore.AppendWake(nil, &big, 1<<33), "[300, 8589934592]"},
-		{"eco minimal stats", enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: ts,
-			Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}),
+		{"wave publish", dpwire.AppendWavePublish(nil, 7, false), "[None, 7, False]"},
+		{"start dp wave", dpwire.AppendStartDPWave(nil, 7, &two), "[7, 2]"},
+		{"start dp wave nil", dpwire.AppendStartDPWave(nil, 1<<40, nil), "[1099511627776, None]"},
+		{"scale", dpwire.AppendScaleElasticEP(nil, 4), "['SCALE_ELASTIC_EP', 4]"},
+		{"wake identity", dpwire.AppendWakeIdentity(nil, 2, 7), `[b'\x02\x00', 7]`},
+		{"wake int", dpwire.AppendWake(nil, &big, 1<<33), "[300, 8589934592]"},
+		{"eco minimal stats", dpwire.AppendHeader(nil, &enginecore.Header{EngineIndex: 1, HasStats: true, Timestamp: ts,
+			Stats: enginecore.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}),
 			"[1, [], {'num_running_reqs': 3, 'num_waiting_reqs': 5, 'num_skipped_waiting_reqs': 0, 'step_counter': 42, " +
 				"'current_wave': 7, 'kv_cache_usage': 0.0, " + defaultStatsRepr + "}, 12345.678, None, None, None, None]"},
-		{"eco wave complete", enginecore.AppendHeader(nil, &EngineCoreOutputs{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}),
+		{"eco wave complete", dpwire.AppendHeader(nil, &enginecore.Header{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}),
 			"[0, [], None, 12345.678, None, None, 7, None]"},
-		{"eco wide", enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 200, HasStats: true, Timestamp: 5e9,
-			Stats: SchedulerStats{NumRunningReqs: 70000, NumWaitingReqs: 300, NumSkippedWaitingReqs: 2, StepCounter: 1 << 40,
+		{"eco wide", dpwire.AppendHeader(nil, &enginecore.Header{EngineIndex: 200, HasStats: true, Timestamp: 5e9,
+			Stats: enginecore.SchedulerStats{NumRunningReqs: 70000, NumWaitingReqs: 300, NumSkippedWaitingReqs: 2, StepCounter: 1 << 40,
 				CurrentWave: 65536, KVCacheUsage: 1, EncoderCacheUsage: 0.5}}),
 			"[200, [], {'num_running_reqs': 70000, 'num_waiting_reqs': 300, 'num_skipped_waiting_reqs': 2, " +
 				"'step_counter': 1099511627776, 'current_wave': 65536, 'kv_cache_usage': 1.0, " + defaultStatsRepr +
@@ -244,7 +245,7 @@ func TestPythonPeersInterop(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		release vllm.Release
-	}{{"old", vllm.Oldest}, {"latest", vllm.Latest}} {
+	}{{"old", vllm.Releases()[0]}, {"latest", vllm.Latest()}} {
 		t.Run(tc.name, func(t *testing.T) { runPythonPeers(t, tc.name, tc.release) })
 	}
 }

@@ -13,6 +13,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
 // The seed reports' hazards, as frames.
@@ -31,17 +32,17 @@ type reasons = map[decodeguard.Reason]uint64
 // false for frames the test must not send (a scale notice the state would
 // apply and so change the engine count).
 func predictFront(b []byte) (r decodeguard.Reason, ok bool) {
-	m, err := ParseFrontMessage(b)
+	m, err := dpwire.ParseFrontMessage(b)
 	if err != nil {
 		return decodeguard.ReasonOf(err), true
 	}
 	switch m.Kind {
-	case FrontScale:
+	case dpwire.FrontScale:
 		if m.Engines > junkMaxEngines {
 			return decodeguard.ReasonValidate, true // the state machine's range check
 		}
 		return 0, false
-	case FrontWake:
+	case dpwire.FrontWake:
 		return 0, true
 	}
 	return 0, false // (un)subscriptions: an XSUB would not forward them as sent
@@ -50,8 +51,8 @@ func predictFront(b []byte) (r decodeguard.Reason, ok bool) {
 // predictBackOutput does the same for an engine output frame, for a
 // coordinator with engines engines.
 func predictBackOutput(b []byte, engines int) decodeguard.Reason {
-	var m EngineCoreOutputs
-	if err := DecodeEngineCoreOutputs(b, &m); err != nil {
+	var m enginecore.Header
+	if err := enginecore.DecodeHeader(b, nil, &m); err != nil {
 		return decodeguard.ReasonOf(err)
 	}
 	switch {
@@ -62,8 +63,8 @@ func predictBackOutput(b []byte, engines int) decodeguard.Reason {
 	case m.EngineIndex >= junkMaxEngines, m.HasStats && m.EngineIndex >= int64(engines):
 		return decodeguard.ReasonUnknownRank
 	// The wave-jump rule, at wave 0 (the junk test starts no wave; a run of
-	// WaveResync such random notices in a row is not expected).
-	case m.HasWaveComplete && m.WaveComplete+1 > MaxWaveJump, !m.HasWaveComplete && m.HasStartWave && m.StartWave > MaxWaveJump:
+	// waveResync such random notices in a row is not expected).
+	case m.HasWaveComplete && m.WaveComplete+1 > maxWaveJump, !m.HasWaveComplete && m.HasStartWave && m.StartWave > maxWaveJump:
 		return decodeguard.ReasonValidate
 	}
 	return decodeguard.ReasonNone
@@ -71,7 +72,7 @@ func predictBackOutput(b []byte, engines int) decodeguard.Reason {
 
 // junkMaxEngines is the default engine bound of the junk test's
 // two-engine coordinator (StateConfig.MaxEngines zero).
-const junkMaxEngines = max(DefaultScaleFactor*2, DefaultMinMaxEngines)
+const junkMaxEngines = max(defaultScaleFactor*2, defaultMinMaxEngines)
 
 // TestJunkOnEverySocket sends the seeds' hazards, malformed shapes, random
 // frames and raw TCP probes to all three sockets of a running coordinator
@@ -144,16 +145,16 @@ func TestJunkOnEverySocket(t *testing.T) {
 		send(backPub, b)
 		send(backOut, b)
 	}
-	send(front, []byte{0x92, 0xc0}, []byte{0x07})                       // two frames
-	send(front, enginecore.AppendScaleElasticEP(nil, junkMaxEngines+1)) // parses, refused by the state machine
-	send(front, []byte{0x93, 0xc0, 0x07, 0x07})                         // wrong arity
-	send(front, []byte{0x92, 0xc0, 0xff})                               // negative wave
-	send(backPub, []byte("\x01probe"))                                  // a subscription to a topic
-	send(backPub, []byte{0x01}, []byte("x"))                            // two frames
-	send(backOut, []byte{})                                             // empty frame
-	send(backOut, []byte{0x91, 0x00}, []byte{0x90})                     // two frames
-	send(backOut, enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 7, HasStats: true, Timestamp: ts}))
-	send(backOut, enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 1, HasStartWave: true, StartWave: -3}))
+	send(front, []byte{0x92, 0xc0}, []byte{0x07})                   // two frames
+	send(front, dpwire.AppendScaleElasticEP(nil, junkMaxEngines+1)) // parses, refused by the state machine
+	send(front, []byte{0x93, 0xc0, 0x07, 0x07})                     // wrong arity
+	send(front, []byte{0x92, 0xc0, 0xff})                           // negative wave
+	send(backPub, []byte("\x01probe"))                              // a subscription to a topic
+	send(backPub, []byte{0x01}, []byte("x"))                        // two frames
+	send(backOut, []byte{})                                         // empty frame
+	send(backOut, []byte{0x91, 0x00}, []byte{0x90})                 // two frames
+	send(backOut, dpwire.AppendHeader(nil, &enginecore.Header{EngineIndex: 7, HasStats: true, Timestamp: ts}))
+	send(backOut, dpwire.AppendHeader(nil, &enginecore.Header{EngineIndex: 1, HasStartWave: true, StartWave: -3}))
 
 	wantFront := reasons{decodeguard.ReasonDecode: 5, decodeguard.ReasonOversize: 1, decodeguard.ReasonEnvelope: 1, decodeguard.ReasonValidate: 2}
 	wantPub := reasons{decodeguard.ReasonDecode: 5, decodeguard.ReasonValidate: 1, decodeguard.ReasonEnvelope: 1}
@@ -256,7 +257,7 @@ func TestJunkOnEverySocket(t *testing.T) {
 	}
 	waitFor(t, ctx, "every probe to be refused", func() bool {
 		st := h.c.Stats()
-		return st.Front.Violations.Total() == 3 && st.BackOutput.Violations.Total() == 3 && st.BackPublish.Violations.Total() == 3
+		return st.Front.Refused.Total() == 3 && st.BackOutput.Refused.Total() == 3 && st.BackPublish.Refused.Total() == 3
 	})
 
 	// Valid stats still arrive, and nothing was counted twice.
@@ -270,7 +271,7 @@ func TestJunkOnEverySocket(t *testing.T) {
 	waitCounts(t, ctx, h, f, [][2]int{{777, 7}, {778, 8}}, nil)
 	checkDrops("final")
 	st := h.c.Stats()
-	if st.Violations.Total() != 9 || st.Dropped != st.Front.Dropped+st.BackOutput.Dropped+st.BackPublish.Dropped {
+	if st.Refused.Total() != 9 || st.Dropped != st.Front.Dropped+st.BackOutput.Dropped+st.BackPublish.Dropped {
 		t.Fatalf("totals %+v", st)
 	}
 	for name, ss := range map[string]SocketStats{"front": st.Front, "back output": st.BackOutput, "back publish": st.BackPublish} {
@@ -279,8 +280,8 @@ func TestJunkOnEverySocket(t *testing.T) {
 		}
 	}
 	line, err := json.Marshal(st)
-	if err != nil || !bytes.Contains(line, []byte(`"drops":{"`)) || !bytes.Contains(line, []byte(`"violations":{"`)) {
+	if err != nil || !bytes.Contains(line, []byte(`"drops":{"`)) || !bytes.Contains(line, []byte(`"refused":{"`)) {
 		t.Fatalf("JSON %s: %v", line, err)
 	}
-	t.Logf("junk accounted: %d dropped (%v), %d connections refused; %d stats applied", st.Dropped, dropsOf(st.Drops), st.Violations.Total(), st.StatsApplied)
+	t.Logf("junk accounted: %d dropped (%v), %d connections refused; %d stats applied", st.Dropped, dropsOf(st.Drops), st.Refused.Total(), st.StatsApplied)
 }

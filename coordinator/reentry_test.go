@@ -1,11 +1,10 @@
 package coordinator
 
 import (
-	"context"
 	"errors"
 	"testing"
-	"time"
 
+	"github.com/zmqguard/zmqguard/internal/reentry/reentrytest"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -15,32 +14,17 @@ import (
 // Run, which waited for OnDrop: a deadlock, documented as forbidden), Run
 // returns ErrClosed, and a later Close from outside returns too.
 func TestOnDropMayCloseAndStat(t *testing.T) {
-	const bound = 10 * time.Second
-	type result struct {
-		stats Stats
-		err   error
-	}
 	var c *Coordinator
-	res := make(chan result, 1)
+	probe := reentrytest.NewProbe(func() Stats { return c.Stats() }, func() error { return c.Close() })
 	cfg := testConfig(1)
-	cfg.OnDrop = func(loop.Drop) {
-		x := result{stats: c.Stats()}
-		x.err = c.Close()
-		select {
-		case res <- x:
-		default:
-		}
-	}
+	cfg.OnDrop = func(loop.Drop) { probe.Act() }
 	var err error
 	c, err = New(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
-	defer cancel()
-	done := make(chan error, 1)
-	go func() { done <- c.Run(ctx) }()
-	p, err := socket.NewPush(testSocketOptions())
+	run := reentrytest.Start(t, c.Run)
+	p, err := socket.New("PUSH", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -48,34 +32,13 @@ func TestOnDropMayCloseAndStat(t *testing.T) {
 	if err := p.Dial(c.BackOutputEndpoint()); err != nil {
 		t.Fatal(err)
 	}
+	ctx := testCtx(t, 2*reentrytest.Bound)
 	if err := p.Send(ctx, []byte{0x45}); err != nil {
 		t.Fatal(err)
 	}
-	var x result
-	select {
-	case x = <-res:
-	case <-time.After(bound):
-		t.Fatalf("Stats and Close from OnDrop: no return within %s (deadlock?)", bound)
+	probe.Closed(t, "OnDrop")
+	if err := run.Result(t, "Run after Close from OnDrop"); !errors.Is(err, ErrClosed) {
+		t.Fatalf("Run after Close from OnDrop: %v, want ErrClosed", err)
 	}
-	if x.err != nil {
-		t.Fatalf("Close from OnDrop: %v", x.err)
-	}
-	select {
-	case err := <-done:
-		if !errors.Is(err, ErrClosed) {
-			t.Fatalf("Run after Close from OnDrop: %v, want ErrClosed", err)
-		}
-	case <-time.After(bound):
-		t.Fatalf("Run did not return within %s of Close from OnDrop", bound)
-	}
-	closed := make(chan error, 1)
-	go func() { closed <- c.Close() }()
-	select {
-	case err := <-closed:
-		if err != nil {
-			t.Fatalf("Close from outside: %v", err)
-		}
-	case <-time.After(bound):
-		t.Fatalf("Close from outside did not return within %s", bound)
-	}
+	reentrytest.CloseAgain(t, c.Close)
 }

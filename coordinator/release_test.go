@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -22,11 +24,11 @@ var releaseVectors = []struct {
 	// START_DP_WAVE's body, and the publication it triggers ("" = none).
 	wakeStart, wakePub string
 }{
-	{vllm.Oldest, "939292050392000107c3", "9207c0", "93c007c3"},
+	{vllm.Releases()[0], "939292050392000107c3", "9207c0", "93c007c3"},
 	{vllm.MustParse("0.26"), "939292050392000107c3", "9207c0", "93c007c3"},
 	{vllm.MustParse("main-pre-50620"), "9392930503cb3fd0000000000000930001cb000000000000000007c3", "9207c0", "93c007c3"},
 	{vllm.MustParse("main-pre-51481"), "9392930503cb3fd0000000000000930001cb000000000000000007c3", "9207c0", "93c007c3"},
-	{vllm.Latest, "9392930503cb3fd0000000000000930001cb000000000000000007c3", "9207c0", ""},
+	{vllm.Latest(), "9392930503cb3fd0000000000000930001cb000000000000000007c3", "9207c0", ""},
 }
 
 func TestReleaseVectors(t *testing.T) {
@@ -39,7 +41,7 @@ func TestReleaseVectors(t *testing.T) {
 			setWave(t, s, 7, true)
 			a, b := statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1)
 			a.Stats.KVCacheUsage = 0.25
-			for _, m := range []*EngineCoreOutputs{a, b} {
+			for _, m := range []*enginecore.Header{a, b} {
 				if _, err := s.OnEngineOutput(m); err != nil {
 					t.Fatal(err)
 				}
@@ -50,7 +52,7 @@ func TestReleaseVectors(t *testing.T) {
 
 			p := newStarted(t, 2, stateConfig{Release: v.release})
 			setWave(t, p, 7, false)
-			act, err := p.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 7})
+			act, err := p.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 7})
 			if err != nil || !act.SendStartWave {
 				t.Fatalf("wake: %+v %v", act, err)
 			}
@@ -78,8 +80,8 @@ func TestLatestWakeNeverLatchesRunning(t *testing.T) {
 	setWave(t, s, 4, false)
 	now := time.Unix(1000, 0)
 	for i := range 5 {
-		a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 4, HasExclude: true, Exclude: 1})
-		if err != nil || !a.SendStartWave || a.StartWave != (StartDPWave{Wave: 4, HasExclude: true, Exclude: 1}) {
+		a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 4, HasExclude: true, Exclude: 1})
+		if err != nil || !a.SendStartWave || a.StartWave != (dpwire.StartDPWave{Wave: 4, HasExclude: true, Exclude: 1}) {
 			t.Fatalf("wake %d: %+v %v", i, a, err)
 		}
 		if a.PublishWave || a.Running || s.Running() {
@@ -96,7 +98,7 @@ func TestLatestWakeNeverLatchesRunning(t *testing.T) {
 	// Rank 0 reports the paused->running edge.
 	a, err := s.OnEngineOutput(startWaveMsg(0, 4))
 	if err != nil || !a.PublishWave || !a.Running || !s.Running() ||
-		a.StartWave != (StartDPWave{Wave: 4, HasExclude: true, Exclude: 0}) {
+		a.StartWave != (dpwire.StartDPWave{Wave: 4, HasExclude: true, Exclude: 0}) {
 		t.Fatalf("start_wave: %+v %v", a, err)
 	}
 	if got := hex.EncodeToString(a.AppendWavePublish(nil)); got != "93c004c3" {
@@ -107,7 +109,7 @@ func TestLatestWakeNeverLatchesRunning(t *testing.T) {
 	if err != nil || !a.PublishWave || a.Running || s.Running() || s.Wave() != 5 {
 		t.Fatalf("wave_complete: %+v %v", a, err)
 	}
-	if a, _ := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 5}); !a.SendStartWave || s.Running() {
+	if a, _ := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 5}); !a.SendStartWave || s.Running() {
 		t.Fatalf("wake after the pause: %+v", a)
 	}
 }
@@ -117,7 +119,7 @@ func TestLatestWakeNeverLatchesRunning(t *testing.T) {
 func TestScaleUpLatest(t *testing.T) {
 	s := newStarted(t, 2, stateConfig{})
 	setWave(t, s, 3, true)
-	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 4})
+	a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 4})
 	if err != nil || a.PublishWave || !a.Running || !s.Running() || s.Engines() != 4 {
 		t.Fatalf("grow: %+v %v", a, err)
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -38,7 +39,7 @@ func TestSeedUndecodableEngineFrame(t *testing.T) {
 	f := dialFront(t, h)
 	e := readyEngines(t, ctx, h, 1)[0]
 
-	if err := e.push.Send(ctx, []byte{0x45}); err != nil {
+	if err := e.SendRaw(ctx, []byte{0x45}); err != nil {
 		t.Fatal(err)
 	}
 	if err := e.SendStats(ctx, 0, 5, 3, 0, 1); err != nil {
@@ -56,7 +57,7 @@ func TestSeedUndecodableEngineFrame(t *testing.T) {
 	mu.Lock()
 	defer mu.Unlock()
 	if len(drops) != 1 || drops[0].Loop != LoopBackOutput || drops[0].Reason != decodeguard.ReasonDecode ||
-		drops[0].Stage != loop.StageDecode || drops[0].Length != 1 {
+		drops[0].Stage != "decode" || drops[0].Length != 1 {
 		t.Fatalf("OnDrop saw %+v", drops)
 	}
 }
@@ -69,7 +70,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	h := startCoordinator(t, testConfig(3))
 
-	stray, err := socket.NewSub(testSocketOptions())
+	stray, err := socket.New("SUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -102,7 +103,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 
 	// A subscriber that leaves during start-up: its subscription still
 	// counts (as in vLLM; the XPUB's "\x00" for it is ignored).
-	ghost, err := socket.NewSub(testSocketOptions())
+	ghost, err := socket.New("SUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -128,7 +129,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 // an XPUB as data (or, for "\x01..." / "\x00...", as subscriptions).
 func junkXSub(t *testing.T, ctx context.Context, endpoint string) *socket.Socket {
 	t.Helper()
-	s, err := socket.NewXSub(testSocketOptions())
+	s, err := socket.New("XSUB", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -136,14 +137,14 @@ func junkXSub(t *testing.T, ctx context.Context, endpoint string) *socket.Socket
 	if err := s.Dial(endpoint); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the junk XSUB to connect", func() bool { return len(s.Peers()) == 1 })
+	waitFor(t, ctx, "the junk XSUB to connect", func() bool { return s.Stats().Peers == 1 })
 	return s
 }
 
 // junkPush returns a PUSH connected to endpoint.
 func junkPush(t *testing.T, endpoint string) *socket.Socket {
 	t.Helper()
-	s, err := socket.NewPush(testSocketOptions())
+	s, err := socket.New("PUSH", testSocketOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -192,11 +193,11 @@ func TestStatsFlow(t *testing.T) {
 func TestLatestStatsLayoutLive(t *testing.T) {
 	ctx := testCtx(t, 20*time.Second)
 	cfg := testConfig(1)
-	cfg.Release = vllm.Latest
+	cfg.Release = vllm.Latest()
 	h := startCoordinator(t, cfg)
 	f := dialFront(t, h)
 	e := readyEngines(t, ctx, h, 1)[0]
-	m := &EngineCoreOutputs{HasStats: true, Stats: SchedulerStats{NumWaitingReqs: 2, NumRunningReqs: 4, KVCacheUsage: 0.25, StepCounter: 1}}
+	m := &enginecore.Header{HasStats: true, Stats: enginecore.SchedulerStats{NumWaitingReqs: 2, NumRunningReqs: 4, KVCacheUsage: 0.25, StepCounter: 1}}
 	if err := e.SendOutputs(ctx, m); err != nil {
 		t.Fatal(err)
 	}
@@ -350,13 +351,13 @@ func TestEngineIndexAndShapeLive(t *testing.T) {
 
 	send := func(b ...[]byte) {
 		t.Helper()
-		if err := e.push.Send(ctx, b...); err != nil {
+		if err := e.SendRaw(ctx, b...); err != nil {
 			t.Fatal(err)
 		}
 	}
 	stats := func(idx int64) []byte {
-		return enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: idx, HasStats: true, Timestamp: ts,
-			Stats: SchedulerStats{NumWaitingReqs: 9, NumRunningReqs: 9}})
+		return dpwire.AppendHeader(nil, &enginecore.Header{EngineIndex: idx, HasStats: true, Timestamp: ts,
+			Stats: enginecore.SchedulerStats{NumWaitingReqs: 9, NumRunningReqs: 9}})
 	}
 	send(stats(2))     // engine_index == engine count: unknown-rank
 	send(stats(70000)) // beyond MaxEngines: unknown-rank
@@ -379,7 +380,7 @@ func TestEngineIndexAndShapeLive(t *testing.T) {
 	send(utility)
 	send(stats(0), stats(1))                           // two frames: envelope
 	send(unhex(t, "94a1789092c0c0cb40c81cd6c8b43958")) // engine_index a str: decode
-	send(enginecore.AppendHeader(nil, &EngineCoreOutputs{EngineIndex: 1, HasWaveComplete: true, WaveComplete: -1}))
+	send(dpwire.AppendHeader(nil, &enginecore.Header{EngineIndex: 1, HasWaveComplete: true, WaveComplete: -1}))
 	if err := e.SendStats(ctx, 1, 4, 2, 0, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -501,7 +502,7 @@ func TestStartupLogsMissing(t *testing.T) {
 	}
 	waitFor(t, ctx, "the drop warning", func() bool {
 		return rh.find("zmqguard: dropped a message (first from this peer)",
-			map[string]string{"loop": LoopBackPublish, "reason": "decode", "hex": "45"})
+			map[string]string{"component": LoopBackPublish, "reason": "decode", "prefix_hex": "45"})
 	})
 }
 
@@ -573,7 +574,7 @@ func TestNewErrors(t *testing.T) {
 	for name, mod := range map[string]func(*Config){
 		"no front":          func(c *Config) { c.Front = "" },
 		"no engines":        func(c *Config) { c.Engines = 0 },
-		"too many engines":  func(c *Config) { c.Engines = DefaultMaxEngines + 1 },
+		"too many engines":  func(c *Config) { c.Engines = defaultMaxEngines + 1 },
 		"negative deadline": func(c *Config) { c.StartupDeadline = -1 },
 		"bad endpoint":      func(c *Config) { c.BackOutput = "udp://127.0.0.1:0" },
 		"bad socket opts":   func(c *Config) { c.Socket.HWM = -1 },
@@ -603,6 +604,6 @@ func TestNewErrors(t *testing.T) {
 // sets running and whose stats carry two values per engine.
 func oldestConfig(engines int) Config {
 	cfg := testConfig(engines)
-	cfg.Release = vllm.Oldest
+	cfg.Release = vllm.Releases()[0]
 	return cfg
 }

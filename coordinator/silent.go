@@ -32,7 +32,7 @@ type silence struct {
 	mu sync.Mutex
 	// engines maps an engine index to the back-output connection its
 	// latest accepted output came on; at most one entry per index the
-	// state machine accepted (bounded by MaxEngines).
+	// state machine accepted (bounded by Config.MaxEngines).
 	engines map[int64]enginePeer
 	counts  map[int64]*EngineSilence
 	// unknown counts heartbeat disconnects on the back sockets that could
@@ -66,7 +66,7 @@ func (s *silence) learn(idx int64, p *socket.Peer) {
 	if s.engines == nil {
 		s.engines = map[int64]enginePeer{}
 	}
-	s.engines[idx] = enginePeer{id: id, host: peerHost(p.Addr())}
+	s.engines[idx] = enginePeer{id: id, host: peerHost(p.String())}
 }
 
 // match returns the engine indexes a silent connection of socket idx
@@ -75,7 +75,7 @@ func (s *silence) match(sock int, e socket.Event) []int64 {
 	var out []int64
 	addr := e.Remote
 	if e.Peer != nil {
-		addr = e.Peer.Addr()
+		addr = e.Peer.String()
 	}
 	host := peerHost(addr)
 	for i, ep := range s.engines {

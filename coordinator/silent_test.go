@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 )
 
 // freezeProxy forwards TCP connections from a loopback listener to target,
@@ -124,12 +126,12 @@ func TestSilentEngineNamed(t *testing.T) {
 	e0 := dialEngine(t, h)
 	opts := testSocketOptions()
 	opts.HeartbeatInterval = -1 // engine 1 itself never times out the frozen link
-	e1, err := DialEngine(EngineConfig{BackOutput: out.endpoint(), BackPublish: pub.endpoint(), Socket: opts})
+	e1, err := dppeer.DialEngine(dppeer.EngineConfig{BackOutput: out.endpoint(), BackPublish: pub.endpoint(), Socket: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { e1.Close() })
-	for i, e := range []*Engine{e0, e1} {
+	for i, e := range []*dppeer.Engine{e0, e1} {
 		if err := e.WaitReady(ctx); err != nil {
 			h.failIfEnded(t)
 			t.Fatalf("engine %d: READY: %v", i, err)

@@ -12,55 +12,55 @@ import (
 
 // Defaults of [Config] (and of the state machine it configures).
 const (
-	// DefaultStatsInterval is how often stats are published while they keep
+	// defaultStatsInterval is how often stats are published while they keep
 	// changing (vLLM's min_stats_update_interval_ms, 100 ms).
-	DefaultStatsInterval = 100 * time.Millisecond
-	// DefaultIdleInterval is how often stats are published when nothing
+	defaultStatsInterval = 100 * time.Millisecond
+	// defaultIdleInterval is how often stats are published when nothing
 	// changed (vLLM: 5 s).
-	DefaultIdleInterval = 5 * time.Second
-	// DefaultMaxEngines is the largest engine count accepted when
+	defaultIdleInterval = 5 * time.Second
+	// defaultMaxEngines is the largest engine count accepted when
 	// Config.MaxEngines is zero, at start and from SCALE_ELASTIC_EP.
-	DefaultMaxEngines = 4096
-	// DefaultScaleFactor: when Config.MaxEngines is zero, a
+	defaultMaxEngines = 4096
+	// defaultScaleFactor: when Config.MaxEngines is zero, a
 	// SCALE_ELASTIC_EP notice may grow the engine list to at most
-	// DefaultScaleFactor times the starting engine count (at least
-	// DefaultMinMaxEngines, at most DefaultMaxEngines), so that one notice
+	// defaultScaleFactor times the starting engine count (at least
+	// defaultMinMaxEngines, at most defaultMaxEngines), so that one notice
 	// from any front-end cannot make every later publication huge.
-	DefaultScaleFactor = 4
-	// DefaultMinMaxEngines is the smallest default bound (see
-	// DefaultScaleFactor).
-	DefaultMinMaxEngines = 8
-	// StatsResync is how many consecutive stale stats messages from one
+	defaultScaleFactor = 4
+	// defaultMinMaxEngines is the smallest default bound (see
+	// defaultScaleFactor).
+	defaultMinMaxEngines = 8
+	// statsResync is how many consecutive stale stats messages from one
 	// engine make the coordinator take the newest of them anyway and start
 	// its ordering again from there: one message with an
 	// implausible (current_wave, step_counter) can hide at most
-	// StatsResync-1 real ones.
-	StatsResync = 3
-	// MaxWaveJump bounds how far past the current wave a wave_complete or
+	// statsResync-1 real ones.
+	statsResync = 3
+	// maxWaveJump bounds how far past the current wave a wave_complete or
 	// start_wave notice may move it. DP rank 0 reports the
 	// wave it is in, which is the coordinator's current wave or, after a
 	// lost notice, one or two past it.
-	MaxWaveJump = 4
-	// WaveResync is how many consecutive wave notices beyond MaxWaveJump
+	maxWaveJump = 4
+	// waveResync is how many consecutive wave notices beyond maxWaveJump
 	// make the coordinator follow the engines anyway (the newest of them):
 	// a coordinator that really fell behind catches up, one forged notice
 	// cannot move the wave.
-	WaveResync = 3
+	waveResync = 3
 )
 
 // stateConfig configures a [stateMachine]. The zero value means the defaults.
 type stateConfig struct {
 	// StatsInterval is the publication period while stats change; zero or
-	// negative means DefaultStatsInterval.
+	// negative means defaultStatsInterval.
 	StatsInterval time.Duration
 	// IdleInterval is the publication period when they do not; zero or
-	// negative means DefaultIdleInterval.
+	// negative means defaultIdleInterval.
 	IdleInterval time.Duration
 	// MaxEngines is the largest engine count accepted, at start or from
-	// SCALE_ELASTIC_EP. Zero means DefaultScaleFactor times the starting
-	// engine count, at least DefaultMinMaxEngines and at most
-	// DefaultMaxEngines (the starting count itself may not exceed
-	// DefaultMaxEngines then); it may not exceed MaxEngines. A publication
+	// SCALE_ELASTIC_EP. Zero means defaultScaleFactor times the starting
+	// engine count, at least defaultMinMaxEngines and at most
+	// defaultMaxEngines (the starting count itself may not exceed
+	// defaultMaxEngines then); it may not exceed dpwire.MaxEngines. A publication
 	// carries one entry per engine, so this also bounds its size (about 13
 	// bytes per engine).
 	MaxEngines int
@@ -81,50 +81,34 @@ type stateConfig struct {
 
 func (c stateConfig) withDefaults(engines int) stateConfig {
 	if c.StatsInterval <= 0 {
-		c.StatsInterval = DefaultStatsInterval
+		c.StatsInterval = defaultStatsInterval
 	}
 	if c.IdleInterval <= 0 {
-		c.IdleInterval = DefaultIdleInterval
+		c.IdleInterval = defaultIdleInterval
 	}
 	if c.MaxEngines == 0 {
-		c.MaxEngines = DefaultMaxEngines
-		if engines <= DefaultMaxEngines/DefaultScaleFactor {
-			c.MaxEngines = max(DefaultScaleFactor*engines, DefaultMinMaxEngines)
+		c.MaxEngines = defaultMaxEngines
+		if engines <= defaultMaxEngines/defaultScaleFactor {
+			c.MaxEngines = max(defaultScaleFactor*engines, defaultMinMaxEngines)
 		}
-		if engines > DefaultMaxEngines {
-			c.MaxEngines = DefaultMaxEngines // refused below
+		if engines > defaultMaxEngines {
+			c.MaxEngines = defaultMaxEngines // refused below
 		}
 	}
 	return c
-}
-
-// StartDPWave is a START_DP_WAVE broadcast to the engines: every engine
-// except Exclude (when HasExclude) moves to Wave and starts running.
-type StartDPWave struct {
-	Wave       int64
-	HasExclude bool
-	Exclude    int64
-	// ExcludeIdentity reports that the exclusion travels as the engine's
-	// 2-byte little-endian ZMQ identity (a msgpack bin), as current vLLM
-	// front-ends name the engine in their wake message and vLLM's
-	// coordinator forwards it unchanged; Exclude is then the index that
-	// identity encodes. vLLM's engines compare it with their int index, so
-	// no engine skips such a wave (vLLM main at the golden vectors'
-	// commit).
-	ExcludeIdentity bool
 }
 
 // stateActions is what the runtime must do after one input to [stateMachine]. Several
 // may be set at once; their order does not matter, as they go to different
 // sockets. The zero value means nothing to do.
 type stateActions struct {
-	// SendReady: send [ReadyFrame] on the back publish socket.
+	// SendReady: send [dpwire.ReadyFrame] on the back publish socket.
 	SendReady bool
 	// SendStartWave: send START_DP_WAVE(StartWave) on the back publish
-	// socket, as the two frames [StartDPWaveFrame] and
+	// socket, as the two frames [dpwire.StartDPWaveFrame] and
 	// [stateActions.AppendStartDPWave].
 	SendStartWave bool
-	StartWave     StartDPWave
+	StartWave     dpwire.StartDPWave
 	// PublishWave: publish (nil, Wave, Running) to the front-ends at once
 	// ([stateActions.AppendWavePublish]).
 	PublishWave bool
@@ -148,7 +132,7 @@ func (a *stateActions) AppendStartDPWave(dst []byte) []byte {
 	if a.StartWave.HasExclude && a.StartWave.ExcludeIdentity {
 		return dpwire.AppendStartDPWaveIdentity(dst, a.StartWave.Wave, uint16(a.StartWave.Exclude))
 	}
-	return dpwire.AppendStartDPWave(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
+	return dpwire.AppendStartDPWaveIndex(dst, a.StartWave.Wave, a.StartWave.Exclude, a.StartWave.HasExclude)
 }
 
 // AppendWavePublish appends (nil, Wave, Running).
@@ -171,11 +155,11 @@ type stateCounters struct {
 	// Resizes counts SCALE_ELASTIC_EP notices applied.
 	Resizes uint64
 	// StatsResyncs counts engines whose stats ordering was restarted after
-	// StatsResync consecutive stale messages.
+	// statsResync consecutive stale messages.
 	StatsResyncs uint64
 	// WaveJumps counts wave notices refused for moving the wave more than
-	// MaxWaveJump (or to the last representable wave); WaveResyncs the
-	// times WaveResync such notices in a row were followed anyway.
+	// maxWaveJump (or to the last representable wave); WaveResyncs the
+	// times waveResync such notices in a row were followed anyway.
 	WaveJumps   uint64
 	WaveResyncs uint64
 }
@@ -256,18 +240,18 @@ type engineState struct {
 //     the counts anyway; it also publishes a copy of the counts taken at the last step
 //     boundary, which is not reproduced here. A restarted engine process
 //     starts again at (0, 0): see the resynchronisation rule below.
-//   - Stats ordering resynchronises. StatsResync consecutive stale messages
+//   - Stats ordering resynchronises. statsResync consecutive stale messages
 //     from one engine restart its ordering from the newest of them (counted
 //     in StatsResyncs): one message with an implausible pair (a forged
 //     (2^63-1, 2^63-1), or an engine process that restarted at (0, 0)) can
-//     hide at most StatsResync-1 real messages, never all later ones. vLLM
+//     hide at most statsResync-1 real messages, never all later ones. vLLM
 //     applies every message, in or out of order.
 //   - Wave jumps. A wave_complete = w or start_wave = w that would move the
-//     wave more than MaxWaveJump past the current wave (w+1 resp. w, minus
+//     wave more than maxWaveJump past the current wave (w+1 resp. w, minus
 //     the current wave) is a ReasonValidate drop, counted in WaveJumps, and
-//     changes nothing (its stats included); WaveResync such notices in a
+//     changes nothing (its stats included); waveResync such notices in a
 //     row are followed anyway (a coordinator that fell behind catches up).
-//     The wave never exceeds enginecore.MaxWave: a wave_complete at enginecore.MaxWave pauses the
+//     The wave never exceeds dpwire.MaxWave: a wave_complete at dpwire.MaxWave pauses the
 //     engines and keeps the wave, so every later notice and wake at the
 //     current wave stays in range. One forged notice can therefore neither
 //     move the wave out of the engines' reach nor stop wakes; after a jump
@@ -290,7 +274,7 @@ type engineState struct {
 //     anyway). An exclusion that names no current engine is dropped, so
 //     every engine is woken.
 //   - SCALE_ELASTIC_EP takes n in [1, stateConfig.MaxEngines] only (by
-//     default DefaultScaleFactor times the starting engine count), and
+//     default defaultScaleFactor times the starting engine count), and
 //     marks the stats as changed so front-ends see the new length within
 //     StatsInterval (vLLM waits for the next periodic publication). vLLM
 //     takes any count from any front-end; Config.ScaleFrom can restrict
@@ -305,7 +289,7 @@ type engineState struct {
 type stateMachine struct {
 	cfg        stateConfig
 	rules      vllm.Rules
-	jumps      int // consecutive wave notices beyond MaxWaveJump
+	jumps      int // consecutive wave notices beyond maxWaveJump
 	engines    []engineState
 	wave       int64
 	running    bool
@@ -320,10 +304,10 @@ type stateMachine struct {
 // newStateMachine returns the state of a coordinator for engines engines, waiting
 // for their start-up subscriptions. It fails (with an unclassified error:
 // this is configuration, not peer input) when engines is not in
-// [1, cfg.MaxEngines] or cfg.MaxEngines is out of [1, MaxEngines].
+// [1, cfg.MaxEngines] or cfg.MaxEngines is out of [1, dpwire.MaxEngines].
 func newStateMachine(engines int, cfg stateConfig) (*stateMachine, error) {
 	cfg = cfg.withDefaults(engines)
-	if cfg.MaxEngines < 1 || cfg.MaxEngines > MaxEngines {
+	if cfg.MaxEngines < 1 || cfg.MaxEngines > dpwire.MaxEngines {
 		return nil, errors.New("coordinator: stateConfig.MaxEngines out of range")
 	}
 	if engines < 1 || engines > cfg.MaxEngines {
@@ -336,7 +320,7 @@ func (s *stateMachine) actions() stateActions { return stateActions{Wave: s.wave
 
 func (s *stateMachine) startWave(a *stateActions, wave, exclude int64, hasExclude, identity bool) {
 	a.SendStartWave = true
-	a.StartWave = StartDPWave{Wave: wave, Exclude: exclude, HasExclude: hasExclude, ExcludeIdentity: hasExclude && identity}
+	a.StartWave = dpwire.StartDPWave{Wave: wave, Exclude: exclude, HasExclude: hasExclude, ExcludeIdentity: hasExclude && identity}
 	if !hasExclude {
 		a.StartWave.Exclude = 0
 	}
@@ -350,7 +334,7 @@ var (
 	errUnknownIndex  = decodeguard.NewError(decodeguard.ReasonUnknownRank, "engine index beyond stateConfig.MaxEngines")
 	errScaleRange    = decodeguard.NewError(decodeguard.ReasonValidate, "SCALE_ELASTIC_EP engine count out of range")
 	errWaveRange     = decodeguard.NewError(decodeguard.ReasonValidate, "wake: wave or exclusion out of range")
-	errWaveJump      = decodeguard.NewError(decodeguard.ReasonValidate, "wave notice moves the wave more than MaxWaveJump past the current wave")
+	errWaveJump      = decodeguard.NewError(decodeguard.ReasonValidate, "wave notice moves the wave more than maxWaveJump past the current wave")
 	errFrontKind     = decodeguard.NewError(decodeguard.ReasonDecode, "unknown front-end message kind")
 )
 
@@ -359,11 +343,11 @@ var (
 // classified error when the message must be dropped (and then nothing was
 // changed, except the wave-jump rule's count of refusals in a row):
 // ReasonValidate for request outputs, a utility output, a value out of
-// range ([EngineCoreOutputs.Validate]) or a wave notice beyond MaxWaveJump,
+// range ([enginecore.Header.Validate]) or a wave notice beyond maxWaveJump,
 // ReasonUnknownRank for an engine index the coordinator does not have (see
 // [stateMachine] for the exact rules). The returned errors are shared values: compare them with errors.Is
 // or [decodeguard.ReasonOf], do not modify them.
-func (s *stateMachine) OnEngineOutput(m *EngineCoreOutputs) (stateActions, error) {
+func (s *stateMachine) OnEngineOutput(m *enginecore.Header) (stateActions, error) {
 	switch {
 	case m.OutputsLen != 0:
 		return stateActions{}, errOutputs
@@ -407,19 +391,19 @@ func (s *stateMachine) OnEngineOutput(m *EngineCoreOutputs) (stateActions, error
 	return a, nil
 }
 
-// nextWave is the wave after wave_complete = w: w+1, but at most enginecore.MaxWave,
+// nextWave is the wave after wave_complete = w: w+1, but at most dpwire.MaxWave,
 // so that the wave never leaves the range every notice and wake is checked
-// against (a wave_complete at enginecore.MaxWave pauses the engines and keeps the wave).
+// against (a wave_complete at dpwire.MaxWave pauses the engines and keeps the wave).
 func nextWave(w int64) int64 {
-	if w >= enginecore.MaxWave {
-		return enginecore.MaxWave
+	if w >= dpwire.MaxWave {
+		return dpwire.MaxWave
 	}
 	return w + 1
 }
 
 // waveNoticeOK applies the wave-jump rule (see State) to m's wave notice,
 // if any: true when m may be applied.
-func (s *stateMachine) waveNoticeOK(m *EngineCoreOutputs) bool {
+func (s *stateMachine) waveNoticeOK(m *enginecore.Header) bool {
 	var w int64
 	switch {
 	case m.HasWaveComplete:
@@ -429,12 +413,12 @@ func (s *stateMachine) waveNoticeOK(m *EngineCoreOutputs) bool {
 	default:
 		return true
 	}
-	if w <= s.wave || w-s.wave <= MaxWaveJump {
+	if w <= s.wave || w-s.wave <= maxWaveJump {
 		s.jumps = 0
 		return true
 	}
 	s.jumps++
-	if s.jumps >= WaveResync {
+	if s.jumps >= waveResync {
 		s.jumps = 0
 		s.counters.WaveResyncs++
 		return true
@@ -443,14 +427,14 @@ func (s *stateMachine) waveNoticeOK(m *EngineCoreOutputs) bool {
 }
 
 // applyStats takes st for engine e unless it is stale (see State).
-func (s *stateMachine) applyStats(e *engineState, st *SchedulerStats) {
+func (s *stateMachine) applyStats(e *engineState, st *enginecore.SchedulerStats) {
 	w, step := st.CurrentWave, st.StepCounter
 	if e.seen && (w < e.lastWave || (w == e.lastWave && step < e.lastStep)) {
 		s.counters.StaleStats++
-		if e.stale++; e.stale < StatsResync {
+		if e.stale++; e.stale < statsResync {
 			return
 		}
-		// StatsResync stale messages in a row: the pair taken before was
+		// statsResync stale messages in a row: the pair taken before was
 		// implausible (forged, or an engine process that restarted).
 		// Start again from this one.
 		s.counters.StatsResyncs++
@@ -462,16 +446,16 @@ func (s *stateMachine) applyStats(e *engineState, st *SchedulerStats) {
 }
 
 // OnFrontMessage applies one parsed front-end message (see
-// [ParseFrontMessage]). Subscriptions and unsubscriptions change nothing.
+// [dpwire.ParseFrontMessage]). Subscriptions and unsubscriptions change nothing.
 // A scale notice resizes the engine list; a wake-up starts a wave when the
 // engines are paused (see [stateMachine]). It returns a ReasonValidate error, and
 // changes nothing, for an engine count outside [1, stateConfig.MaxEngines] or a
 // wave or exclusion out of range, and ReasonDecode for an unknown Kind.
-func (s *stateMachine) OnFrontMessage(msg FrontMsg) (stateActions, error) {
+func (s *stateMachine) OnFrontMessage(msg dpwire.FrontMsg) (stateActions, error) {
 	switch msg.Kind {
-	case FrontSubscribe, FrontUnsubscribe:
+	case dpwire.FrontSubscribe, dpwire.FrontUnsubscribe:
 		return s.actions(), nil
-	case FrontScale:
+	case dpwire.FrontScale:
 		if msg.Engines < 1 || msg.Engines > s.cfg.MaxEngines {
 			return stateActions{}, errScaleRange
 		}
@@ -489,8 +473,8 @@ func (s *stateMachine) OnFrontMessage(msg FrontMsg) (stateActions, error) {
 		}
 		s.checkStartup(&a)
 		return a, nil
-	case FrontWake:
-		if msg.Wave < 0 || msg.Wave > enginecore.MaxWave || (msg.HasExclude && msg.Exclude < 0) {
+	case dpwire.FrontWake:
+		if msg.Wave < 0 || msg.Wave > dpwire.MaxWave || (msg.HasExclude && msg.Exclude < 0) {
 			return stateActions{}, errWaveRange
 		}
 		a := s.actions()
@@ -528,7 +512,7 @@ func (s *stateMachine) resize(n int) {
 // peer) and any other frame a ReasonDecode error; neither changes anything,
 // during start-up or after.
 func (s *stateMachine) OnBackMessage(b []byte) (stateActions, error) {
-	if err := enginecore.CheckBackMessage(b); err != nil {
+	if err := dpwire.CheckBackMessage(b); err != nil {
 		return stateActions{}, err
 	}
 	if b[0] == 0x01 {

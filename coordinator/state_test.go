@@ -9,20 +9,22 @@ import (
 	"pgregory.net/rapid"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
-func statsMsg(engine, waiting, running, wave, step int64) *EngineCoreOutputs {
-	return &EngineCoreOutputs{EngineIndex: engine, HasStats: true, Timestamp: ts, Stats: SchedulerStats{
+func statsMsg(engine, waiting, running, wave, step int64) *enginecore.Header {
+	return &enginecore.Header{EngineIndex: engine, HasStats: true, Timestamp: ts, Stats: enginecore.SchedulerStats{
 		NumWaitingReqs: waiting, NumRunningReqs: running, CurrentWave: wave, StepCounter: step}}
 }
 
-func waveCompleteMsg(engine, w int64) *EngineCoreOutputs {
-	return &EngineCoreOutputs{EngineIndex: engine, Timestamp: ts, HasWaveComplete: true, WaveComplete: w}
+func waveCompleteMsg(engine, w int64) *enginecore.Header {
+	return &enginecore.Header{EngineIndex: engine, Timestamp: ts, HasWaveComplete: true, WaveComplete: w}
 }
 
-func startWaveMsg(engine, w int64) *EngineCoreOutputs {
-	return &EngineCoreOutputs{EngineIndex: engine, Timestamp: ts, HasStartWave: true, StartWave: w}
+func startWaveMsg(engine, w int64) *enginecore.Header {
+	return &enginecore.Header{EngineIndex: engine, Timestamp: ts, HasStartWave: true, StartWave: w}
 }
 
 // newStarted returns a State for n engines after its start-up
@@ -49,7 +51,7 @@ func newStarted(t *testing.T, n int, cfg stateConfig) *stateMachine {
 func setWave(t *testing.T, s *stateMachine, wave int64, running bool) {
 	t.Helper()
 	// One wave at a time, as the engines report them (a jump of more than
-	// MaxWaveJump is refused).
+	// maxWaveJump is refused).
 	for w := s.Wave(); w < wave; w++ {
 		if _, err := s.OnEngineOutput(waveCompleteMsg(0, w)); err != nil {
 			t.Fatal(err)
@@ -122,9 +124,9 @@ func TestWaveTransitions(t *testing.T) {
 		cfg         stateConfig
 		wave        int64
 		running     bool
-		engineMsg   *EngineCoreOutputs
-		front       *FrontMsg
-		wantStart   *StartDPWave
+		engineMsg   *enginecore.Header
+		front       *dpwire.FrontMsg
+		wantStart   *dpwire.StartDPWave
 		wantPublish bool
 		wantWave    int64
 		wantRunning bool
@@ -138,46 +140,46 @@ func TestWaveTransitions(t *testing.T) {
 		{name: "wave_complete stale", wave: 3, running: true, engineMsg: waveCompleteMsg(0, 2),
 			wantWave: 3, wantRunning: true},
 		{name: "wave_complete hides start_wave", wave: 3, running: false,
-			engineMsg:   &EngineCoreOutputs{HasWaveComplete: true, WaveComplete: 1, HasStartWave: true, StartWave: 5},
+			engineMsg:   &enginecore.Header{HasWaveComplete: true, WaveComplete: 1, HasStartWave: true, StartWave: 5},
 			wantWave:    3,
 			wantRunning: false},
 		{name: "start_wave ahead while running", wave: 3, running: true, engineMsg: startWaveMsg(1, 5),
-			wantStart: &StartDPWave{Wave: 5, HasExclude: true, Exclude: 1}, wantPublish: true, wantWave: 5, wantRunning: true},
+			wantStart: &dpwire.StartDPWave{Wave: 5, HasExclude: true, Exclude: 1}, wantPublish: true, wantWave: 5, wantRunning: true},
 		{name: "start_wave ahead while paused", wave: 3, engineMsg: startWaveMsg(2, 4),
-			wantStart: &StartDPWave{Wave: 4, HasExclude: true, Exclude: 2}, wantPublish: true, wantWave: 4, wantRunning: true},
+			wantStart: &dpwire.StartDPWave{Wave: 4, HasExclude: true, Exclude: 2}, wantPublish: true, wantWave: 4, wantRunning: true},
 		{name: "start_wave current while paused", wave: 3, engineMsg: startWaveMsg(0, 3),
-			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 0}, wantPublish: true, wantWave: 3, wantRunning: true},
+			wantStart: &dpwire.StartDPWave{Wave: 3, HasExclude: true, Exclude: 0}, wantPublish: true, wantWave: 3, wantRunning: true},
 		{name: "start_wave current while running", wave: 3, running: true, engineMsg: startWaveMsg(0, 3),
 			wantWave: 3, wantRunning: true},
 		{name: "start_wave stale", wave: 3, engineMsg: startWaveMsg(0, 2), wantWave: 3},
 		{name: "stats only", wave: 3, engineMsg: statsMsg(1, 4, 2, 3, 10), wantWave: 3},
-		{name: "wake current wave", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 2},
-			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 2}, wantPublish: true, wantWave: 3, wantRunning: true},
-		{name: "wake newer wave keeps current_wave", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 8, HasExclude: true, Exclude: 1},
-			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 1}, wantPublish: true, wantWave: 3, wantRunning: true},
-		{name: "wake stale wave drops exclusion", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 2, HasExclude: true, Exclude: 1},
-			wantStart: &StartDPWave{Wave: 3}, wantPublish: true, wantWave: 3, wantRunning: true},
-		{name: "wake without exclusion", wave: 0, front: &FrontMsg{Kind: FrontWake, Wave: 0},
-			wantStart: &StartDPWave{Wave: 0}, wantPublish: true, wantWave: 0, wantRunning: true},
-		{name: "wake identity", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 2, ExcludeIdentity: true},
-			wantStart: &StartDPWave{Wave: 3, HasExclude: true, Exclude: 2, ExcludeIdentity: true}, wantPublish: true, wantWave: 3, wantRunning: true},
-		{name: "wake exclusion beyond engines", wave: 3, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 4},
-			wantStart: &StartDPWave{Wave: 3}, wantPublish: true, wantWave: 3, wantRunning: true},
-		{name: "wake while running", wave: 3, running: true, front: &FrontMsg{Kind: FrontWake, Wave: 3, HasExclude: true, Exclude: 1},
+		{name: "wake current wave", wave: 3, front: &dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 3, HasExclude: true, Exclude: 2},
+			wantStart: &dpwire.StartDPWave{Wave: 3, HasExclude: true, Exclude: 2}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake newer wave keeps current_wave", wave: 3, front: &dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 8, HasExclude: true, Exclude: 1},
+			wantStart: &dpwire.StartDPWave{Wave: 3, HasExclude: true, Exclude: 1}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake stale wave drops exclusion", wave: 3, front: &dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 2, HasExclude: true, Exclude: 1},
+			wantStart: &dpwire.StartDPWave{Wave: 3}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake without exclusion", wave: 0, front: &dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 0},
+			wantStart: &dpwire.StartDPWave{Wave: 0}, wantPublish: true, wantWave: 0, wantRunning: true},
+		{name: "wake identity", wave: 3, front: &dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 3, HasExclude: true, Exclude: 2, ExcludeIdentity: true},
+			wantStart: &dpwire.StartDPWave{Wave: 3, HasExclude: true, Exclude: 2, ExcludeIdentity: true}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake exclusion beyond engines", wave: 3, front: &dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 3, HasExclude: true, Exclude: 4},
+			wantStart: &dpwire.StartDPWave{Wave: 3}, wantPublish: true, wantWave: 3, wantRunning: true},
+		{name: "wake while running", wave: 3, running: true, front: &dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 3, HasExclude: true, Exclude: 1},
 			wantWave: 3, wantRunning: true},
-		{name: "subscribe", wave: 3, front: &FrontMsg{Kind: FrontSubscribe}, wantWave: 3},
-		{name: "unsubscribe", wave: 3, running: true, front: &FrontMsg{Kind: FrontUnsubscribe, Topic: []byte("x")}, wantWave: 3, wantRunning: true},
+		{name: "subscribe", wave: 3, front: &dpwire.FrontMsg{Kind: dpwire.FrontSubscribe}, wantWave: 3},
+		{name: "unsubscribe", wave: 3, running: true, front: &dpwire.FrontMsg{Kind: dpwire.FrontUnsubscribe, Topic: []byte("x")}, wantWave: 3, wantRunning: true},
 		{name: "disabled: wake ignored", cfg: stateConfig{DisableWaveCoordination: true}, wave: 0,
-			front: &FrontMsg{Kind: FrontWake, Wave: 0}, wantWave: 0},
+			front: &dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 0}, wantWave: 0},
 		{name: "disabled: wave_complete ignored", cfg: stateConfig{DisableWaveCoordination: true}, wave: 0,
 			engineMsg: waveCompleteMsg(0, 0), wantWave: 0},
 		{name: "disabled: start_wave ignored", cfg: stateConfig{DisableWaveCoordination: true}, wave: 0,
 			engineMsg: startWaveMsg(0, 4), wantWave: 0},
 	}
-	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
+	for _, rel := range []vllm.Release{vllm.Releases()[0], vllm.Latest()} {
 		for _, tt := range tests {
 			tt.cfg.Release = rel
-			if !rel.Rules().WakeSetsRunning && tt.front != nil && tt.front.Kind == FrontWake && !tt.running &&
+			if !rel.Rules().WakeSetsRunning && tt.front != nil && tt.front.Kind == dpwire.FrontWake && !tt.running &&
 				!tt.cfg.DisableWaveCoordination {
 				// vLLM PR #51481: the wake still broadcasts START_DP_WAVE
 				// but neither sets running nor publishes.
@@ -189,15 +191,15 @@ func TestWaveTransitions(t *testing.T) {
 	}
 }
 
-func runWaveTransition(t *testing.T, name string, cfg stateConfig, wave int64, running bool, engineMsg *EngineCoreOutputs,
-	front *FrontMsg, wantStart *StartDPWave, wantPublish bool, wantWave int64, wantRunning bool) {
+func runWaveTransition(t *testing.T, name string, cfg stateConfig, wave int64, running bool, engineMsg *enginecore.Header,
+	front *dpwire.FrontMsg, wantStart *dpwire.StartDPWave, wantPublish bool, wantWave int64, wantRunning bool) {
 	tt := struct {
 		cfg         stateConfig
 		wave        int64
 		running     bool
-		engineMsg   *EngineCoreOutputs
-		front       *FrontMsg
-		wantStart   *StartDPWave
+		engineMsg   *enginecore.Header
+		front       *dpwire.FrontMsg
+		wantStart   *dpwire.StartDPWave
 		wantPublish bool
 		wantWave    int64
 		wantRunning bool
@@ -248,9 +250,9 @@ func runWaveTransition(t *testing.T, name string, cfg stateConfig, wave int64, r
 }
 
 func TestActionEncoders(t *testing.T) {
-	s := newStarted(t, 4, stateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 4, stateConfig{Release: vllm.Releases()[0]})
 	setWave(t, s, 7, false)
-	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 7, HasExclude: true, Exclude: 2})
+	a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 7, HasExclude: true, Exclude: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,9 +279,9 @@ func TestActionEncoders(t *testing.T) {
 }
 
 func TestStatsPublishVector(t *testing.T) {
-	s := newStarted(t, 2, stateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 2, stateConfig{Release: vllm.Releases()[0]})
 	setWave(t, s, 7, true)
-	for _, m := range []*EngineCoreOutputs{statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1)} {
+	for _, m := range []*enginecore.Header{statsMsg(0, 5, 3, 7, 1), statsMsg(1, 0, 1, 7, 1)} {
 		if _, err := s.OnEngineOutput(m); err != nil {
 			t.Fatal(err)
 		}
@@ -292,7 +294,7 @@ func TestStatsPublishVector(t *testing.T) {
 		t.Fatalf("publication %s, want %s", got, vecStatsPublish)
 	}
 
-	kv := newStarted(t, 2, stateConfig{Release: vllm.Latest})
+	kv := newStarted(t, 2, stateConfig{Release: vllm.Latest()})
 	m := statsMsg(0, 5, 3, 0, 1)
 	m.Stats.KVCacheUsage = 0.25
 	if _, err := kv.OnEngineOutput(m); err != nil {
@@ -306,7 +308,7 @@ func TestStatsPublishVector(t *testing.T) {
 
 func TestStatsOrdering(t *testing.T) {
 	s := newStarted(t, 2, stateConfig{})
-	apply := func(m *EngineCoreOutputs) {
+	apply := func(m *enginecore.Header) {
 		t.Helper()
 		if _, err := s.OnEngineOutput(m); err != nil {
 			t.Fatal(err)
@@ -366,16 +368,16 @@ func TestEngineIndexAndShape(t *testing.T) {
 	snap := s.stateSnapshot()
 	tests := []struct {
 		name   string
-		m      *EngineCoreOutputs
+		m      *enginecore.Header
 		reason decodeguard.Reason
 		target error
 	}{
 		{"negative index", statsMsg(-1, 1, 1, 3, 1), decodeguard.ReasonValidate, nil},
 		{"stats beyond engines", statsMsg(2, 1, 1, 3, 1), decodeguard.ReasonUnknownRank, errUnknownEngine},
 		{"stats far beyond", statsMsg(1<<40, 1, 1, 3, 1), decodeguard.ReasonUnknownRank, errUnknownIndex},
-		{"notice beyond MaxEngines", startWaveMsg(16, 9), decodeguard.ReasonUnknownRank, errUnknownIndex},
-		{"request outputs", &EngineCoreOutputs{OutputsLen: 1, HasStats: true}, decodeguard.ReasonValidate, errOutputs},
-		{"utility output", &EngineCoreOutputs{HasUtilityOutput: true}, decodeguard.ReasonValidate, errUtility},
+		{"notice beyond dpwire.MaxEngines", startWaveMsg(16, 9), decodeguard.ReasonUnknownRank, errUnknownIndex},
+		{"request outputs", &enginecore.Header{OutputsLen: 1, HasStats: true}, decodeguard.ReasonValidate, errOutputs},
+		{"utility output", &enginecore.Header{HasUtilityOutput: true}, decodeguard.ReasonValidate, errUtility},
 		{"negative count", statsMsg(0, -1, 1, 3, 1), decodeguard.ReasonValidate, nil},
 		{"negative wave", startWaveMsg(0, -1), decodeguard.ReasonValidate, nil},
 	}
@@ -398,13 +400,13 @@ func TestEngineIndexAndShape(t *testing.T) {
 	// A stats-less wave notice from an engine beyond the count (a new
 	// elastic-EP engine whose scale notice has not arrived) is handled.
 	a, err := s.OnEngineOutput(startWaveMsg(5, 4))
-	if err != nil || !a.SendStartWave || a.StartWave != (StartDPWave{Wave: 4, HasExclude: true, Exclude: 5}) {
+	if err != nil || !a.SendStartWave || a.StartWave != (dpwire.StartDPWave{Wave: 4, HasExclude: true, Exclude: 5}) {
 		t.Fatalf("notice from engine 5: %+v %v", a, err)
 	}
 }
 
 func TestElasticResize(t *testing.T) {
-	s := newStarted(t, 3, stateConfig{MaxEngines: 8, Release: vllm.Oldest})
+	s := newStarted(t, 3, stateConfig{MaxEngines: 8, Release: vllm.Releases()[0]})
 	for i := int64(0); i < 3; i++ {
 		if _, err := s.OnEngineOutput(statsMsg(i, 10+i, 20+i, 1, 5)); err != nil {
 			t.Fatal(err)
@@ -414,7 +416,7 @@ func TestElasticResize(t *testing.T) {
 	s.Tick(now) // publish, so the changed flag is clear
 
 	// Grow: counts kept, new engines zero, published within StatsInterval.
-	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 5})
+	a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 5})
 	if err != nil || a.SendReady || a.SendStartWave || a.PublishWave {
 		t.Fatalf("grow: %+v %v", a, err)
 	}
@@ -422,7 +424,7 @@ func TestElasticResize(t *testing.T) {
 	if len(loads) != 5 || loads[2] != (EngineLoad{Waiting: 12, Running: 22}) || loads[4] != (EngineLoad{}) {
 		t.Fatalf("after grow %+v", loads)
 	}
-	if !s.NextTick().Equal(now.Add(DefaultStatsInterval)) {
+	if !s.NextTick().Equal(now.Add(defaultStatsInterval)) {
 		t.Fatalf("resize not published promptly: next tick %v", s.NextTick())
 	}
 	// New engines take stats.
@@ -430,7 +432,7 @@ func TestElasticResize(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Shrink: tail dropped; its stats are now unknown-rank drops.
-	if _, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2}); err != nil {
+	if _, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 2}); err != nil {
 		t.Fatal(err)
 	}
 	if loads := s.stateSnapshot().Loads; len(loads) != 2 || loads[1] != (EngineLoad{Waiting: 11, Running: 21}) {
@@ -441,7 +443,7 @@ func TestElasticResize(t *testing.T) {
 	}
 	// Grow again: re-created engines start from zero, with no memory of the
 	// old engine's (wave, step), so a restarted engine at (0, 0) is taken.
-	if _, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 3}); err != nil {
+	if _, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 3}); err != nil {
 		t.Fatal(err)
 	}
 	if l := s.stateSnapshot().Loads[2]; l != (EngineLoad{}) {
@@ -461,8 +463,8 @@ func TestElasticResize(t *testing.T) {
 		t.Fatalf("survivor lost its ordering state: %+v", l)
 	}
 	// Out-of-range counts are drops that change nothing.
-	for _, n := range []int{0, -1, 9, MaxEngines} {
-		if _, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: n}); decodeguard.ReasonOf(err) != decodeguard.ReasonValidate {
+	for _, n := range []int{0, -1, 9, dpwire.MaxEngines} {
+		if _, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: n}); decodeguard.ReasonOf(err) != decodeguard.ReasonValidate {
 			t.Fatalf("scale to %d: %v", n, err)
 		}
 	}
@@ -479,7 +481,7 @@ func TestScaleDuringStartup(t *testing.T) {
 	s, _ := newStateMachine(3, stateConfig{})
 	s.OnBackSubscribe()
 	s.OnBackSubscribe()
-	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2})
+	a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 2})
 	if err != nil || !a.SendReady || !s.Started() {
 		t.Fatalf("shrinking to the subscribed count during start-up: %+v %v", a, err)
 	}
@@ -487,11 +489,11 @@ func TestScaleDuringStartup(t *testing.T) {
 
 func TestFrontMessageErrors(t *testing.T) {
 	s := newStarted(t, 2, stateConfig{})
-	for _, m := range []FrontMsg{
+	for _, m := range []dpwire.FrontMsg{
 		{},
 		{Kind: 99},
-		{Kind: FrontWake, Wave: -1},
-		{Kind: FrontWake, Wave: 1, HasExclude: true, Exclude: -2},
+		{Kind: dpwire.FrontWake, Wave: -1},
+		{Kind: dpwire.FrontWake, Wave: 1, HasExclude: true, Exclude: -2},
 	} {
 		a, err := s.OnFrontMessage(m)
 		if err == nil || !decodeguard.IsBadInput(err) || !a.None() {
@@ -567,17 +569,17 @@ func TestNewStateErrors(t *testing.T) {
 	}{
 		{0, stateConfig{}},
 		{-1, stateConfig{}},
-		{DefaultMaxEngines + 1, stateConfig{}},
+		{defaultMaxEngines + 1, stateConfig{}},
 		{5, stateConfig{MaxEngines: 4}},
-		{1, stateConfig{MaxEngines: MaxEngines + 1}},
+		{1, stateConfig{MaxEngines: dpwire.MaxEngines + 1}},
 		{1, stateConfig{MaxEngines: -3}},
 	} {
 		if s, err := newStateMachine(tc.n, tc.cfg); err == nil || decodeguard.IsBadInput(err) {
 			t.Fatalf("NewState(%d, %+v) = %v, %v", tc.n, tc.cfg, s, err)
 		}
 	}
-	if s, err := newStateMachine(MaxEngines, stateConfig{MaxEngines: MaxEngines}); err != nil || s.Engines() != MaxEngines {
-		t.Fatalf("NewState(MaxEngines): %v", err)
+	if s, err := newStateMachine(dpwire.MaxEngines, stateConfig{MaxEngines: dpwire.MaxEngines}); err != nil || s.Engines() != dpwire.MaxEngines {
+		t.Fatalf("NewState(dpwire.MaxEngines): %v", err)
 	}
 }
 
@@ -603,11 +605,11 @@ func TestStateProperties(t *testing.T) {
 			var err error
 			switch rapid.IntRange(0, 6).Draw(rt, "input") {
 			case 0, 1:
-				m := &EngineCoreOutputs{
+				m := &enginecore.Header{
 					EngineIndex: rapid.Int64Range(-1, 9).Draw(rt, "engine"),
 					HasStats:    rapid.Bool().Draw(rt, "hasStats"),
 				}
-				m.Stats = SchedulerStats{
+				m.Stats = enginecore.SchedulerStats{
 					NumWaitingReqs: rapid.Int64Range(0, 5).Draw(rt, "waiting"),
 					NumRunningReqs: rapid.Int64Range(0, 5).Draw(rt, "running"),
 					CurrentWave:    rapid.Int64Range(0, 4).Draw(rt, "statsWave"),
@@ -632,7 +634,7 @@ func TestStateProperties(t *testing.T) {
 					}
 				}
 			case 2:
-				msg := FrontMsg{Kind: FrontWake, Wave: rapid.Int64Range(0, 6).Draw(rt, "wakeWave")}
+				msg := dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: rapid.Int64Range(0, 6).Draw(rt, "wakeWave")}
 				if rapid.Bool().Draw(rt, "exclude") {
 					msg.HasExclude, msg.Exclude = true, rapid.Int64Range(0, 9).Draw(rt, "ex")
 				}
@@ -642,7 +644,7 @@ func TestStateProperties(t *testing.T) {
 				}
 			case 3:
 				k := rapid.IntRange(-1, 10).Draw(rt, "scale")
-				a, err = s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: k})
+				a, err = s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: k})
 				if err == nil {
 					for idx := range taken {
 						if idx >= k {
@@ -656,7 +658,7 @@ func TestStateProperties(t *testing.T) {
 				now = now.Add(time.Duration(rapid.Int64Range(0, int64(6*time.Second)).Draw(rt, "dt")))
 				a = s.Tick(now)
 			case 6:
-				a, err = s.OnFrontMessage(FrontMsg{Kind: FrontSubscribe})
+				a, err = s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontSubscribe})
 			}
 			if err != nil {
 				if !decodeguard.IsBadInput(err) {
@@ -688,13 +690,13 @@ func TestStateProperties(t *testing.T) {
 // the new engines start at wave 0) and publishes the wave state; shrinking
 // does not. Under latest neither does (TestScaleUpLatest).
 func TestScaleUpWhileRunning(t *testing.T) {
-	s := newStarted(t, 2, stateConfig{Release: vllm.Oldest})
+	s := newStarted(t, 2, stateConfig{Release: vllm.Releases()[0]})
 	setWave(t, s, 3, true)
-	a, err := s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 1})
+	a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 1})
 	if err != nil || a.PublishWave || !s.Running() {
 		t.Fatalf("shrink: %+v %v", a, err)
 	}
-	a, err = s.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 4})
+	a, err = s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 4})
 	if err != nil || !a.PublishWave || a.Running || s.Running() || s.Wave() != 3 {
 		t.Fatalf("grow: %+v %v", a, err)
 	}
@@ -703,7 +705,7 @@ func TestScaleUpWhileRunning(t *testing.T) {
 	}
 	// Disabled wave coordination: never running, nothing published.
 	d := newStarted(t, 1, stateConfig{DisableWaveCoordination: true})
-	if a, err := d.OnFrontMessage(FrontMsg{Kind: FrontScale, Engines: 2}); err != nil || a.PublishWave {
+	if a, err := d.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontScale, Engines: 2}); err != nil || a.PublishWave {
 		t.Fatalf("disabled: %+v %v", a, err)
 	}
 }

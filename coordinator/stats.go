@@ -6,12 +6,6 @@ import (
 	"github.com/zmqguard/zmqguard/socket"
 )
 
-// Drops counts dropped messages (or refused connections) by reason: the
-// project's one vocabulary, [decodeguard.Counts]. It marshals to JSON as an
-// object of the non-zero counts keyed by reason name, such as
-// {"decode":3,"unknown-rank":1}.
-type Drops = decodeguard.Counts
-
 // SocketStats are the counters of one of the coordinator's sockets and the
 // receive loop on it.
 type SocketStats struct {
@@ -21,17 +15,17 @@ type SocketStats struct {
 	// that passed every check, the state machine's included; Dropped the
 	// others (decode, validation and state-machine drops), by reason in
 	// Drops. Every received message is either accepted or dropped, once.
-	Received uint64 `json:"received"`
-	Accepted uint64 `json:"accepted"`
-	Dropped  uint64 `json:"dropped"`
-	Drops    Drops  `json:"drops"`
+	Received uint64             `json:"received"`
+	Accepted uint64             `json:"accepted"`
+	Dropped  uint64             `json:"dropped"`
+	Drops    decodeguard.Counts `json:"drops"`
 	// StateDrops is the part of Drops refused by the state machine (an
-	// engine index it does not have, a scale count beyond MaxEngines).
-	StateDrops Drops `json:"state_drops"`
-	// Violations counts connections and streams the socket layer refused
+	// engine index it does not have, a scale count beyond Config.MaxEngines).
+	StateDrops decodeguard.Counts `json:"state_drops"`
+	// Refused counts connections and streams the socket layer refused
 	// (raw TCP probes, bad handshakes, oversize messages), by reason; they
 	// never reach the loop.
-	Violations Drops `json:"violations"`
+	Refused decodeguard.Counts `json:"refused"`
 	// Peers is the number of connected peers; Connects and Disconnects
 	// count peers joining and leaving.
 	Peers       int    `json:"peers"`
@@ -65,12 +59,12 @@ type Stats struct {
 	Running bool         `json:"running"`
 
 	// Received, Accepted and Dropped sum the three sockets' counts; Drops
-	// sums their drops by reason and Violations their refused connections.
-	Received   uint64 `json:"received"`
-	Accepted   uint64 `json:"accepted"`
-	Dropped    uint64 `json:"dropped"`
-	Drops      Drops  `json:"drops"`
-	Violations Drops  `json:"violations"`
+	// sums their drops by reason and Refused their refused connections.
+	Received uint64             `json:"received"`
+	Accepted uint64             `json:"accepted"`
+	Dropped  uint64             `json:"dropped"`
+	Drops    decodeguard.Counts `json:"drops"`
+	Refused  decodeguard.Counts `json:"refused"`
 
 	// What the coordinator sent: stats publications and wave publications
 	// to the front-ends, READY and START_DP_WAVE broadcasts to the engines.
@@ -95,10 +89,10 @@ type Stats struct {
 	StaleStats   uint64 `json:"stale_stats"`
 	Resizes      uint64 `json:"resizes"`
 	// StatsResyncs counts engines whose stats ordering was restarted after
-	// StatsResync consecutive stale messages; WaveJumps wave notices
-	// refused for moving the wave more than MaxWaveJump (or to the last
-	// representable wave); WaveResyncs the times WaveResync such notices in
-	// a row were followed anyway.
+	// 3 consecutive stale messages; WaveJumps wave notices refused
+	// for moving the wave more than 4 past the current one (or to the last
+	// representable wave); WaveResyncs the times 3 such notices in a row
+	// were followed anyway.
 	StatsResyncs uint64 `json:"stats_resyncs"`
 	WaveJumps    uint64 `json:"wave_jumps"`
 	WaveResyncs  uint64 `json:"wave_resyncs"`
@@ -159,7 +153,7 @@ func (c *Coordinator) Stats() Stats {
 		s.Accepted += ss.Accepted
 		s.Dropped += ss.Dropped
 		s.Drops.Add(&ss.Drops)
-		s.Violations.Add(&ss.Violations)
+		s.Refused.Add(&ss.Refused)
 	}
 	return s
 }
@@ -174,7 +168,7 @@ func (c *Coordinator) socketStats(dst *SocketStats, idx int, sock *socket.Socket
 		Received:    ls.Received,
 		Drops:       ls.Dropped,
 		StateDrops:  dst.StateDrops,
-		Violations:  ss.Violations,
+		Refused:     ss.Refused,
 		Peers:       ss.Peers,
 		Connects:    ss.Connects,
 		Disconnects: ss.Disconnects,
@@ -189,4 +183,12 @@ func (c *Coordinator) socketStats(dst *SocketStats, idx int, sock *socket.Socket
 	if ls.Delivered >= state {
 		dst.Accepted = ls.Delivered - state
 	}
+}
+
+// EngineLoad is one engine's load as its last stats reported it, and as
+// the coordinator's stats publication carries it to the front-ends.
+type EngineLoad struct {
+	Waiting      int64   `json:"waiting"`
+	Running      int64   `json:"running"`
+	KVCacheUsage float64 `json:"kv_cache_usage"`
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
 // TestStateWalkthrough walks a two-engine state machine through start-up, a
@@ -29,12 +30,12 @@ func TestStateWalkthrough(t *testing.T) {
 	}
 
 	// Engine 1 reports its queues (the frame as vLLM's engine sends it).
-	frame := enginecore.AppendHeader(nil, &EngineCoreOutputs{
+	frame := dpwire.AppendHeader(nil, &enginecore.Header{
 		EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
-		Stats: SchedulerStats{NumWaitingReqs: 5, NumRunningReqs: 3, StepCounter: 42},
+		Stats: enginecore.SchedulerStats{NumWaitingReqs: 5, NumRunningReqs: 3, StepCounter: 42},
 	})
-	var m EngineCoreOutputs
-	if err := DecodeEngineCoreOutputs(frame, &m); err != nil {
+	var m enginecore.Header
+	if err := enginecore.DecodeHeader(frame, nil, &m); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := s.OnEngineOutput(&m); err != nil {
@@ -42,23 +43,23 @@ func TestStateWalkthrough(t *testing.T) {
 	}
 
 	// A port scanner's probe on the same socket is a classified drop.
-	err = DecodeEngineCoreOutputs([]byte{0x45}, &m)
+	err = enginecore.DecodeHeader([]byte{0x45}, nil, &m)
 	fmt.Fprintln(&out, "junk frame:", decodeguard.ReasonOf(err))
 
 	// A front-end sends a request to engine 0 while the engines are paused,
 	// and asks the coordinator to wake the others.
-	msg, err := ParseFrontMessage(enginecore.AppendWakeIdentity(nil, 0, 0))
+	msg, err := dpwire.ParseFrontMessage(dpwire.AppendWakeIdentity(nil, 0, 0))
 	if err != nil {
 		t.Fatal(err)
 	}
 	a, _ := s.OnFrontMessage(msg)
 	// The identity is forwarded as it came (bin 0000), as vLLM's
 	// coordinator does (golden vector co-start-dp-wave-bytes).
-	fmt.Fprintf(&out, "START_DP_WAVE %x | %x\n", StartDPWaveFrame, a.AppendStartDPWave(nil))
+	fmt.Fprintf(&out, "START_DP_WAVE %x | %x\n", dpwire.StartDPWaveFrame, a.AppendStartDPWave(nil))
 	// Current vLLM (PR #51481): the wake proves nothing, as a paused engine
 	// discards START_DP_WAVE; running waits for DP rank 0's start_wave.
 	fmt.Fprintln(&out, "running after the wake:", a.Running, "publish:", a.PublishWave)
-	a, _ = s.OnEngineOutput(&EngineCoreOutputs{EngineIndex: 0, HasStartWave: true, StartWave: 0})
+	a, _ = s.OnEngineOutput(&enginecore.Header{EngineIndex: 0, HasStartWave: true, StartWave: 0})
 	fmt.Fprintf(&out, "rank 0 start_wave: START_DP_WAVE %x, to front-ends: %x\n", a.AppendStartDPWave(nil), a.AppendWavePublish(nil))
 
 	// The periodic publication, in the latest layout:

@@ -13,14 +13,15 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
-// TestStatsFreezeRecovers is issue 23's "stats freeze": one EngineCoreOutputs
+// TestStatsFreezeRecovers is issue 23's "stats freeze": one enginecore.Header
 // for engine 1 with current_wave = step_counter = 2^63-1 (and 424242
 // waiting) used to make every later real stats message from engine 1 stale,
 // so front-ends saw 424242 for ever. Now the real engine's counts are taken
-// again by its StatsResync-th message.
+// again by its statsResync-th message.
 func TestStatsFreezeRecovers(t *testing.T) {
 	s := newStarted(t, 2, stateConfig{})
 	if _, err := s.OnEngineOutput(statsMsg(1, 3, 1, 0, 10)); err != nil {
@@ -29,15 +30,15 @@ func TestStatsFreezeRecovers(t *testing.T) {
 	if _, err := s.OnEngineOutput(statsMsg(1, 424242, 0, math.MaxInt64, math.MaxInt64)); err != nil {
 		t.Fatal(err)
 	}
-	for i := 1; i <= StatsResync; i++ {
+	for i := 1; i <= statsResync; i++ {
 		if _, err := s.OnEngineOutput(statsMsg(1, int64(i), 2, 0, int64(10+i))); err != nil {
 			t.Fatal(err)
 		}
 		got := s.stateSnapshot().Loads[1].Waiting
-		if i < StatsResync && got != 424242 {
+		if i < statsResync && got != 424242 {
 			t.Fatalf("message %d taken before the resync: %d", i, got)
 		}
-		if i == StatsResync && got != int64(i) {
+		if i == statsResync && got != int64(i) {
 			t.Fatalf("after %d real messages the forged counts still show: %d", i, got)
 		}
 	}
@@ -45,7 +46,7 @@ func TestStatsFreezeRecovers(t *testing.T) {
 	if _, err := s.OnEngineOutput(statsMsg(1, 77, 2, 0, 20)); err != nil || s.stateSnapshot().Loads[1].Waiting != 77 {
 		t.Fatalf("next real message not taken: %v %+v", err, s.stateSnapshot().Loads[1])
 	}
-	if c := s.stateCounters(); c.StatsResyncs != 1 || c.StaleStats != StatsResync {
+	if c := s.stateCounters(); c.StatsResyncs != 1 || c.StaleStats != statsResync {
 		t.Fatalf("counters %+v", c)
 	}
 }
@@ -55,11 +56,11 @@ func TestStatsFreezeRecovers(t *testing.T) {
 // that wave were out of range and the coordinator stayed running. Now the
 // jump is refused, and the real rank 0 and front-ends go on.
 func TestWaveStuckRefused(t *testing.T) {
-	for _, rel := range []vllm.Release{vllm.Oldest, vllm.Latest} {
+	for _, rel := range []vllm.Release{vllm.Releases()[0], vllm.Latest()} {
 		s := newStarted(t, 2, stateConfig{Release: rel})
 		setWave(t, s, 3, true)
-		// Fewer than WaveResync in a row: each is refused.
-		for _, m := range []*EngineCoreOutputs{waveCompleteMsg(0, enginecore.MaxWave-1), startWaveMsg(1, 4+MaxWaveJump)} {
+		// Fewer than waveResync in a row: each is refused.
+		for _, m := range []*enginecore.Header{waveCompleteMsg(0, dpwire.MaxWave-1), startWaveMsg(1, 4+maxWaveJump)} {
 			if a, err := s.OnEngineOutput(m); decodeguard.ReasonOf(err) != decodeguard.ReasonValidate || !a.None() {
 				t.Fatalf("%s: jump %+v: %+v %v", rel, m, a, err)
 			}
@@ -71,36 +72,36 @@ func TestWaveStuckRefused(t *testing.T) {
 		if a, err := s.OnEngineOutput(waveCompleteMsg(0, 3)); err != nil || s.Running() || s.Wave() != 4 || !a.PublishWave {
 			t.Fatalf("%s: real wave_complete: %+v %v", rel, a, err)
 		}
-		if a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: 4}); err != nil || !a.SendStartWave || a.StartWave.Wave != 4 {
+		if a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: 4}); err != nil || !a.SendStartWave || a.StartWave.Wave != 4 {
 			t.Fatalf("%s: wake: %+v %v", rel, a, err)
 		}
 	}
 }
 
-// TestWaveResyncAndCeiling: WaveResync jumps in a row are followed, and the
-// wave then stays in range: at enginecore.MaxWave a wave_complete pauses without
+// TestWaveResyncAndCeiling: waveResync jumps in a row are followed, and the
+// wave then stays in range: at dpwire.MaxWave a wave_complete pauses without
 // overflowing and every wake is accepted.
 func TestWaveResyncAndCeiling(t *testing.T) {
 	s := newStarted(t, 2, stateConfig{})
-	for i := 1; i <= WaveResync; i++ {
-		_, err := s.OnEngineOutput(startWaveMsg(0, enginecore.MaxWave))
-		if i < WaveResync && err == nil {
+	for i := 1; i <= waveResync; i++ {
+		_, err := s.OnEngineOutput(startWaveMsg(0, dpwire.MaxWave))
+		if i < waveResync && err == nil {
 			t.Fatalf("jump %d followed", i)
 		}
-		if i == WaveResync && (err != nil || s.Wave() != enginecore.MaxWave || !s.Running()) {
+		if i == waveResync && (err != nil || s.Wave() != dpwire.MaxWave || !s.Running()) {
 			t.Fatalf("resync: %v (%d, %v)", err, s.Wave(), s.Running())
 		}
 	}
-	if a, err := s.OnEngineOutput(waveCompleteMsg(0, enginecore.MaxWave)); err != nil || s.Running() || s.Wave() != enginecore.MaxWave || !a.PublishWave {
-		t.Fatalf("wave_complete at enginecore.MaxWave: %+v %v (%d, %v)", a, err, s.Wave(), s.Running())
+	if a, err := s.OnEngineOutput(waveCompleteMsg(0, dpwire.MaxWave)); err != nil || s.Running() || s.Wave() != dpwire.MaxWave || !a.PublishWave {
+		t.Fatalf("wave_complete at dpwire.MaxWave: %+v %v (%d, %v)", a, err, s.Wave(), s.Running())
 	}
-	if a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: enginecore.MaxWave}); err != nil || !a.SendStartWave {
-		t.Fatalf("wake at enginecore.MaxWave: %+v %v", a, err)
+	if a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: dpwire.MaxWave}); err != nil || !a.SendStartWave {
+		t.Fatalf("wake at dpwire.MaxWave: %+v %v", a, err)
 	}
-	if a, err := s.OnEngineOutput(startWaveMsg(0, enginecore.MaxWave)); err != nil || !s.Running() || !a.SendStartWave {
-		t.Fatalf("start_wave at enginecore.MaxWave: %+v %v", a, err)
+	if a, err := s.OnEngineOutput(startWaveMsg(0, dpwire.MaxWave)); err != nil || !s.Running() || !a.SendStartWave {
+		t.Fatalf("start_wave at dpwire.MaxWave: %+v %v", a, err)
 	}
-	if c := s.stateCounters(); c.WaveResyncs != 1 || c.WaveJumps != WaveResync-1 {
+	if c := s.stateCounters(); c.WaveResyncs != 1 || c.WaveJumps != waveResync-1 {
 		t.Fatalf("counters %+v", c)
 	}
 }
@@ -108,7 +109,7 @@ func TestWaveResyncAndCeiling(t *testing.T) {
 // TestStateNeverLatches: after any sequence of messages (hostile values
 // over the whole int64 range included), the coordinator serves the real
 // engines again within a bounded number of valid messages: each engine's
-// counts are those of its StatsResync-th real stats message at the latest,
+// counts are those of its statsResync-th real stats message at the latest,
 // and the wave round trip works at the coordinator's current wave (a wake
 // while paused broadcasts START_DP_WAVE, rank 0's start_wave runs, its
 // wave_complete pauses), with no message refused as out of range.
@@ -124,7 +125,7 @@ func TestStateNeverLatches(t *testing.T) {
 			s.OnBackSubscribe()
 		}
 		anyInt := rapid.OneOf(rapid.Int64Range(0, 10), rapid.Int64Range(0, math.MaxInt64),
-			rapid.SampledFrom([]int64{enginecore.MaxWave - 1, enginecore.MaxWave, math.MaxInt64, math.MaxInt64 - 2}))
+			rapid.SampledFrom([]int64{dpwire.MaxWave - 1, dpwire.MaxWave, math.MaxInt64, math.MaxInt64 - 2}))
 		for range rapid.IntRange(0, 60).Draw(rt, "hostile") {
 			switch rapid.IntRange(0, 3).Draw(rt, "kind") {
 			case 0:
@@ -136,21 +137,21 @@ func TestStateNeverLatches(t *testing.T) {
 			case 2:
 				_, _ = s.OnEngineOutput(startWaveMsg(rapid.Int64Range(0, int64(n)-1).Draw(rt, "e"), anyInt.Draw(rt, "sw")))
 			case 3:
-				_, _ = s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: anyInt.Draw(rt, "wake")})
+				_, _ = s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: anyInt.Draw(rt, "wake")})
 			}
-			if s.Wave() < 0 || s.Wave() > enginecore.MaxWave {
+			if s.Wave() < 0 || s.Wave() > dpwire.MaxWave {
 				rt.Fatalf("wave %d out of range", s.Wave())
 			}
 		}
 		// The real engines: each reports at (its own wave 0, steps 1, 2, 3).
 		for e := range n {
-			for k := int64(1); k <= StatsResync; k++ {
+			for k := int64(1); k <= statsResync; k++ {
 				if _, err := s.OnEngineOutput(statsMsg(int64(e), 100+k, k, 0, k)); err != nil {
 					rt.Fatalf("real stats refused: %v", err)
 				}
 			}
-			if l := s.stateSnapshot().Loads[e]; l.Waiting != 100+StatsResync || l.Running != StatsResync {
-				rt.Fatalf("engine %d shows %+v after %d real messages", e, l, StatsResync)
+			if l := s.stateSnapshot().Loads[e]; l.Waiting != 100+statsResync || l.Running != statsResync {
+				rt.Fatalf("engine %d shows %+v after %d real messages", e, l, statsResync)
 			}
 		}
 		// The wave round trip at the coordinator's current wave.
@@ -161,7 +162,7 @@ func TestStateNeverLatches(t *testing.T) {
 			}
 		}
 		w = s.Wave()
-		a, err := s.OnFrontMessage(FrontMsg{Kind: FrontWake, Wave: w})
+		a, err := s.OnFrontMessage(dpwire.FrontMsg{Kind: dpwire.FrontWake, Wave: w})
 		if err != nil || !a.SendStartWave || a.StartWave.Wave != w {
 			rt.Fatalf("wake at %d: %+v %v", w, a, err)
 		}
@@ -179,7 +180,7 @@ func TestStateNeverLatches(t *testing.T) {
 // TestScaleBoundedLive is issue 23's "resize from anyone": one
 // ("SCALE_ELASTIC_EP", 4096) from any front-end peer used to make every
 // publication 12 KiB. By default the engine list grows to at most
-// DefaultScaleFactor times its starting size, so the publication stays
+// defaultScaleFactor times its starting size, so the publication stays
 // small; with Config.ScaleFrom only the named hosts may resize at all.
 func TestScaleBoundedLive(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
@@ -197,7 +198,7 @@ func TestScaleBoundedLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := waitCounts(t, ctx, h, f, [][2]int{{0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}, {0, 0}}, nil)
-	if b := enginecore.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running); len(b) > 128 {
+	if b := dpwire.AppendStatsPublishKV(nil, p.Loads, int(p.Wave), p.Running); len(b) > 128 {
 		t.Fatalf("publication of %d bytes for 8 engines", len(b))
 	}
 	if st := h.c.Stats(); st.Engines != 8 || st.Resizes != 1 {

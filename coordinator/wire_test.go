@@ -12,6 +12,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
 // docs/protocol.md §2 vectors.
@@ -41,28 +42,28 @@ func TestVectorsDecode(t *testing.T) {
 	tests := []struct {
 		name string
 		hex  string
-		want EngineCoreOutputs
+		want enginecore.Header
 	}{
-		{"minimal stats", vecMinimalStats, EngineCoreOutputs{
+		{"minimal stats", vecMinimalStats, enginecore.Header{
 			Fields: 4, EngineIndex: 1, HasStats: true, Timestamp: ts,
-			Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7},
+			Stats: enginecore.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7},
 		}},
-		{"stats with kv", vecStatsKV, EngineCoreOutputs{
+		{"stats with kv", vecStatsKV, enginecore.Header{
 			Fields: 4, EngineIndex: 1, HasStats: true, Timestamp: ts,
-			Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7, KVCacheUsage: 0.25},
+			Stats: enginecore.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7, KVCacheUsage: 0.25},
 		}},
-		{"wave complete", vecWaveComplete, EngineCoreOutputs{
+		{"wave complete", vecWaveComplete, enginecore.Header{
 			Fields: 7, Timestamp: ts, HasWaveComplete: true, WaveComplete: 7,
 		}},
-		{"start wave", vecStartWave, EngineCoreOutputs{
+		{"start wave", vecStartWave, enginecore.Header{
 			Fields: 8, EngineIndex: 1, Timestamp: ts, HasStartWave: true, StartWave: 8,
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			b := unhex(t, tt.hex)
-			var got EngineCoreOutputs
-			if err := DecodeEngineCoreOutputs(b, &got); err != nil {
+			var got enginecore.Header
+			if err := enginecore.DecodeHeader(b, nil, &got); err != nil {
 				t.Fatalf("decode: %v", err)
 			}
 			if got != tt.want {
@@ -71,9 +72,9 @@ func TestVectorsDecode(t *testing.T) {
 			// Re-encoding gives the full-length form vLLM writes (msgspec
 			// keeps every field of an array_like struct), which decodes to
 			// the same values.
-			enc := enginecore.AppendHeader(nil, &got)
-			var again EngineCoreOutputs
-			if err := DecodeEngineCoreOutputs(enc, &again); err != nil || enc[0] != 0x98 {
+			enc := dpwire.AppendHeader(nil, &got)
+			var again enginecore.Header
+			if err := enginecore.DecodeHeader(enc, nil, &again); err != nil || enc[0] != 0x98 {
 				t.Fatalf("re-encoded %x: %v", enc, err)
 			}
 			again.Fields = got.Fields
@@ -90,23 +91,23 @@ func TestVectorsDecode(t *testing.T) {
 func TestEncodeVectors(t *testing.T) {
 	tests := []struct {
 		name string
-		m    EngineCoreOutputs
+		m    enginecore.Header
 		want string
 	}{
 		// All 8 fields, as msgspec writes an array_like struct (the stats
 		// forms are checked on vLLM's own bytes by TestGoldenCoordinator).
-		{"wave complete", EngineCoreOutputs{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}, "98" + vecWaveComplete[2:] + "c0"},
-		{"start wave", EngineCoreOutputs{EngineIndex: 1, Timestamp: ts, HasStartWave: true, StartWave: 8}, vecStartWave},
-		{"all defaults", EngineCoreOutputs{}, "98" + "00" + "90c0" + "cb0000000000000000" + "c0c0c0c0"},
-		{"engine only", EngineCoreOutputs{EngineIndex: 3}, "98" + "03" + "90c0" + "cb0000000000000000" + "c0c0c0c0"},
-		{"python widths", EngineCoreOutputs{EngineIndex: 200, Timestamp: 1, HasWaveComplete: true, WaveComplete: 70000},
+		{"wave complete", enginecore.Header{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}, "98" + vecWaveComplete[2:] + "c0"},
+		{"start wave", enginecore.Header{EngineIndex: 1, Timestamp: ts, HasStartWave: true, StartWave: 8}, vecStartWave},
+		{"all defaults", enginecore.Header{}, "98" + "00" + "90c0" + "cb0000000000000000" + "c0c0c0c0"},
+		{"engine only", enginecore.Header{EngineIndex: 3}, "98" + "03" + "90c0" + "cb0000000000000000" + "c0c0c0c0"},
+		{"python widths", enginecore.Header{EngineIndex: 200, Timestamp: 1, HasWaveComplete: true, WaveComplete: 70000},
 			"98" + "ccc8" + "90c0" + "cb3ff0000000000000" + "c0c0" + "ce00011170" + "c0"},
-		{"outputs and utility are not kept", EngineCoreOutputs{EngineIndex: 1, OutputsLen: 3, HasUtilityOutput: true,
+		{"outputs and utility are not kept", enginecore.Header{EngineIndex: 1, OutputsLen: 3, HasUtilityOutput: true,
 			HasFinishedRequests: true, FinishedRequests: 2, Fields: 8}, "98" + "01" + "90c0" + "cb0000000000000000" + "c0c0c0c0"},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			if got := hex.EncodeToString(enginecore.AppendHeader(nil, &tt.m)); got != tt.want {
+			if got := hex.EncodeToString(dpwire.AppendHeader(nil, &tt.m)); got != tt.want {
 				t.Fatalf("got  %s\nwant %s", got, tt.want)
 			}
 		})
@@ -120,7 +121,7 @@ func TestArrayLengths(t *testing.T) {
 		func(b []byte) []byte { return msgp.AppendInt64(b, 2) },
 		func(b []byte) []byte { return msgp.AppendArrayHeader(b, 0) },
 		func(b []byte) []byte {
-			return enginecore.AppendSchedulerStats(b, &SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: 2, StepCounter: 3, CurrentWave: 4})
+			return dpwire.AppendSchedulerStats(b, &enginecore.SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: 2, StepCounter: 3, CurrentWave: 4})
 		},
 		func(b []byte) []byte { return msgp.AppendFloat64(b, 1.5) },
 		msgp.AppendNil,
@@ -136,19 +137,19 @@ func TestArrayLengths(t *testing.T) {
 		for _, f := range full[:n] {
 			b = f(b)
 		}
-		var m EngineCoreOutputs
+		var m enginecore.Header
 		// Pre-fill to check that decoding resets.
 		m.EngineIndex, m.HasStartWave, m.StartWave, m.Timestamp = 77, true, 77, 77
-		if err := DecodeEngineCoreOutputs(b, &m); err != nil {
+		if err := enginecore.DecodeHeader(b, nil, &m); err != nil {
 			t.Fatalf("length %d: %v", n, err)
 		}
-		want := EngineCoreOutputs{Fields: n}
+		want := enginecore.Header{Fields: n}
 		if n > 0 {
 			want.EngineIndex = 2
 		}
 		if n > 2 {
 			want.HasStats = true
-			want.Stats = SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: 2, StepCounter: 3, CurrentWave: 4}
+			want.Stats = enginecore.SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: 2, StepCounter: 3, CurrentWave: 4}
 		}
 		if n > 3 {
 			want.Timestamp = 1.5
@@ -166,18 +167,18 @@ func TestArrayLengths(t *testing.T) {
 }
 
 func TestDecodeReusesAndResets(t *testing.T) {
-	var m EngineCoreOutputs
-	if err := DecodeEngineCoreOutputs(unhex(t, vecStartWave), &m); err != nil {
+	var m enginecore.Header
+	if err := enginecore.DecodeHeader(unhex(t, vecStartWave), nil, &m); err != nil {
 		t.Fatal(err)
 	}
-	if err := DecodeEngineCoreOutputs(unhex(t, vecMinimalStats), &m); err != nil {
+	if err := enginecore.DecodeHeader(unhex(t, vecMinimalStats), nil, &m); err != nil {
 		t.Fatal(err)
 	}
 	if m.HasStartWave || m.HasWaveComplete || m.Fields != 4 {
 		t.Fatalf("fields of the previous message survived: %+v", m)
 	}
 	// A failed decode does not leave the previous message looking valid.
-	if err := DecodeEngineCoreOutputs([]byte{0x45}, &m); err == nil {
+	if err := enginecore.DecodeHeader([]byte{0x45}, nil, &m); err == nil {
 		t.Fatal("accepted a bare int")
 	}
 	if m.HasStats {
@@ -189,17 +190,17 @@ func TestDecodeAcceptedVariants(t *testing.T) {
 	tests := []struct {
 		name  string
 		build func() []byte
-		check func(*EngineCoreOutputs) bool
+		check func(*enginecore.Header) bool
 	}{
 		{"float32 timestamp", func() []byte {
 			return msgp.AppendFloat32(msgp.AppendNil(msgp.AppendArrayHeader(msgp.AppendInt64(msgp.AppendArrayHeader(nil, 4), 0), 0)), 2.5)
-		}, func(m *EngineCoreOutputs) bool { return m.Timestamp == 2.5 }},
+		}, func(m *enginecore.Header) bool { return m.Timestamp == 2.5 }},
 		{"int timestamp", func() []byte {
 			return msgp.AppendInt64(msgp.AppendNil(msgp.AppendArrayHeader(msgp.AppendInt64(msgp.AppendArrayHeader(nil, 4), 0), 0)), 12)
-		}, func(m *EngineCoreOutputs) bool { return m.Timestamp == 12 }},
+		}, func(m *enginecore.Header) bool { return m.Timestamp == 12 }},
 		{"uint64 timestamp", func() []byte {
 			return msgp.AppendUint64(msgp.AppendNil(msgp.AppendArrayHeader(msgp.AppendInt64(msgp.AppendArrayHeader(nil, 4), 0), 0)), 1<<63)
-		}, func(m *EngineCoreOutputs) bool { return m.Timestamp == 1<<63 }},
+		}, func(m *enginecore.Header) bool { return m.Timestamp == 1<<63 }},
 		{"signed widths", func() []byte {
 			b := msgp.AppendArrayHeader(nil, 8)
 			b = append(b, 0xd3, 0, 0, 0, 0, 0, 0, 0, 5) // int64 5
@@ -210,7 +211,7 @@ func TestDecodeAcceptedVariants(t *testing.T) {
 			b = msgp.AppendNil(b)
 			b = msgp.AppendNil(b)
 			return append(b, 0xcd, 0x01, 0x00) // uint16 256
-		}, func(m *EngineCoreOutputs) bool { return m.EngineIndex == 5 && m.HasStartWave && m.StartWave == 256 }},
+		}, func(m *enginecore.Header) bool { return m.EngineIndex == 5 && m.HasStartWave && m.StartWave == 256 }},
 		{"outputs, utility, finished counted", func() []byte {
 			b := msgp.AppendArrayHeader(nil, 6)
 			b = msgp.AppendInt64(b, 0)
@@ -231,7 +232,7 @@ func TestDecodeAcceptedVariants(t *testing.T) {
 				b = msgp.AppendString(b, id)
 			}
 			return b
-		}, func(m *EngineCoreOutputs) bool {
+		}, func(m *enginecore.Header) bool {
 			return m.OutputsLen == 2 && m.HasUtilityOutput && m.HasFinishedRequests && m.FinishedRequests == 3
 		}},
 		{"empty finished requests", func() []byte {
@@ -242,7 +243,7 @@ func TestDecodeAcceptedVariants(t *testing.T) {
 			b = msgp.AppendFloat64(b, 1)
 			b = msgp.AppendNil(b)
 			return msgp.AppendArrayHeader(b, 0)
-		}, func(m *EngineCoreOutputs) bool { return m.HasFinishedRequests && m.FinishedRequests == 0 }},
+		}, func(m *enginecore.Header) bool { return m.HasFinishedRequests && m.FinishedRequests == 0 }},
 		{"stats: unknown keys skipped, repeated key last wins, int usage", func() []byte {
 			b := msgp.AppendArrayHeader(nil, 3)
 			b = msgp.AppendInt64(b, 1)
@@ -262,14 +263,14 @@ func TestDecodeAcceptedVariants(t *testing.T) {
 			b = msgp.AppendArrayHeader(b, 2)
 			b = msgp.AppendNil(b)
 			return msgp.AppendBool(b, true)
-		}, func(m *EngineCoreOutputs) bool {
-			return m.HasStats && m.Stats == SchedulerStats{NumRunningReqs: 2, KVCacheUsage: 1}
+		}, func(m *enginecore.Header) bool {
+			return m.HasStats && m.Stats == enginecore.SchedulerStats{NumRunningReqs: 2, KVCacheUsage: 1}
 		}},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var m EngineCoreOutputs
-			if err := DecodeEngineCoreOutputs(tt.build(), &m); err != nil {
+			var m enginecore.Header
+			if err := enginecore.DecodeHeader(tt.build(), nil, &m); err != nil {
 				t.Fatalf("decode: %v", err)
 			}
 			if !tt.check(&m) {
@@ -279,7 +280,7 @@ func TestDecodeAcceptedVariants(t *testing.T) {
 	}
 }
 
-// buildECO builds an EngineCoreOutputs array with raw field encodings.
+// buildECO builds an enginecore.Header array with raw field encodings.
 func buildECO(fields ...string) []byte {
 	b := msgp.AppendArrayHeader(nil, uint32(len(fields)))
 	for _, f := range fields {
@@ -357,8 +358,8 @@ func TestDecodeRejects(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			var m EngineCoreOutputs
-			err := DecodeEngineCoreOutputs(tt.b, &m)
+			var m enginecore.Header
+			err := enginecore.DecodeHeader(tt.b, nil, &m)
 			if err == nil {
 				t.Fatalf("accepted %x: %+v", tt.b, m)
 			}
@@ -388,8 +389,8 @@ func TestErrorOffsets(t *testing.T) {
 	// The stats value of step_counter is a str; its offset must be reported
 	// relative to the whole frame.
 	b := buildECO("00", "90", "81"+hex.EncodeToString(msgp.AppendString(nil, "step_counter"))+"a131")
-	var m EngineCoreOutputs
-	err := DecodeEngineCoreOutputs(b, &m)
+	var m enginecore.Header
+	err := enginecore.DecodeHeader(b, nil, &m)
 	var e *decodeguard.Error
 	if !errors.As(err, &e) {
 		t.Fatalf("not a decodeguard.Error: %v", err)
@@ -400,28 +401,8 @@ func TestErrorOffsets(t *testing.T) {
 	}
 }
 
-func TestUnmarshalWithoutScan(t *testing.T) {
-	// UnmarshalMsg on its own (no Scan) still fails cleanly on short input
-	// and header claims.
-	for _, in := range []string{"", "dd", "ddffffffff", "980190", "9801dcffff", "93009084", "930090de", "9300908fa1", "98019100"} {
-		var m EngineCoreOutputs
-		if _, err := m.UnmarshalMsg(unhex(t, in)); err == nil {
-			t.Fatalf("%s: accepted", in)
-		} else if decodeguard.ReasonOf(err) == decodeguard.ReasonNone {
-			t.Fatalf("%s: unclassified error %v", in, err)
-		}
-	}
-	// Leftover bytes are returned, msgp style.
-	b := append(unhex(t, vecWaveComplete), 0xc0)
-	var m EngineCoreOutputs
-	rest, err := m.UnmarshalMsg(b)
-	if err != nil || !bytes.Equal(rest, []byte{0xc0}) {
-		t.Fatalf("rest %x err %v", rest, err)
-	}
-}
-
 func TestDecodeNilDestination(t *testing.T) {
-	err := DecodeEngineCoreOutputs(unhex(t, vecWaveComplete), nil)
+	err := enginecore.DecodeHeader(unhex(t, vecWaveComplete), nil, nil)
 	if err == nil || decodeguard.IsBadInput(err) {
 		t.Fatalf("nil destination: %v (must be an unclassified error)", err)
 	}
@@ -429,22 +410,22 @@ func TestDecodeNilDestination(t *testing.T) {
 
 func TestDecodeLimits(t *testing.T) {
 	lim := decodeguard.Limits{MaxBytes: 50}
-	var m EngineCoreOutputs
-	err := DecodeEngineCoreOutputsLimits(unhex(t, vecMinimalStats), &lim, &m)
+	var m enginecore.Header
+	err := enginecore.DecodeHeader(unhex(t, vecMinimalStats), &lim, &m)
 	if decodeguard.ReasonOf(err) != decodeguard.ReasonOversize {
 		t.Fatalf("77-byte frame under MaxBytes 50: %v", err)
 	}
-	if err := DecodeEngineCoreOutputsLimits(unhex(t, vecWaveComplete), &lim, &m); err != nil {
+	if err := enginecore.DecodeHeader(unhex(t, vecWaveComplete), &lim, &m); err != nil {
 		t.Fatal(err)
 	}
 }
 
 func TestDecodeZeroAllocs(t *testing.T) {
 	frames := [][]byte{unhex(t, vecMinimalStats), unhex(t, vecStatsKV), unhex(t, vecWaveComplete), unhex(t, vecStartWave)}
-	var m EngineCoreOutputs
+	var m enginecore.Header
 	allocs := testing.AllocsPerRun(100, func() {
 		for _, f := range frames {
-			if err := DecodeEngineCoreOutputs(f, &m); err != nil {
+			if err := enginecore.DecodeHeader(f, nil, &m); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -455,16 +436,16 @@ func TestDecodeZeroAllocs(t *testing.T) {
 }
 
 func TestValidateDirect(t *testing.T) {
-	ok := EngineCoreOutputs{EngineIndex: 0, HasWaveComplete: true, WaveComplete: enginecore.MaxWave}
+	ok := enginecore.Header{EngineIndex: 0, HasWaveComplete: true, WaveComplete: dpwire.MaxWave}
 	if err := ok.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	bad := []EngineCoreOutputs{
+	bad := []enginecore.Header{
 		{EngineIndex: -1},
 		{HasWaveComplete: true, WaveComplete: math.MaxInt64},
 		{HasStartWave: true, StartWave: -3},
-		{HasStats: true, Stats: SchedulerStats{NumRunningReqs: -1}},
-		{HasStats: true, Stats: SchedulerStats{KVCacheUsage: math.Inf(1)}},
+		{HasStats: true, Stats: enginecore.SchedulerStats{NumRunningReqs: -1}},
+		{HasStats: true, Stats: enginecore.SchedulerStats{KVCacheUsage: math.Inf(1)}},
 	}
 	for i, m := range bad {
 		if decodeguard.ReasonOf(m.Validate()) != decodeguard.ReasonValidate {

@@ -4,16 +4,18 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // Counts counts drops (or refused connections) by reason, indexed by
 // [Reason]. It is the one vocabulary every zmqguard component reports drops
 // in, and what metrics adapters read. It marshals to JSON as an object of
 // the non-zero counts keyed by reason name, such as {"decode":3,"oversize":1}.
-type Counts [NumReasons]uint64
+type Counts [numReasons]uint64
 
 // Total returns the sum of the counts.
-func (c *Counts) Total() uint64 {
+func (c Counts) Total() uint64 {
 	var n uint64
 	for _, v := range c {
 		n += v
@@ -55,9 +57,9 @@ func (c *Counts) UnmarshalJSON(b []byte) error {
 	}
 	*c = Counts{}
 	for k, v := range m {
-		r, ok := ParseReason(k)
+		r, ok := parseReason(k)
 		if !ok {
-			return fmt.Errorf("decodeguard: unknown drop reason %q", EscapeText(k, 64))
+			return fmt.Errorf("decodeguard: unknown drop reason %q", ratelog.Escape(k, 64))
 		}
 		c[r] = v
 	}

@@ -1,27 +1,28 @@
-// Package decodeguard is the payload guard every zmqguard decode goes through.
+// Package decodeguard is zmqguard's vocabulary of bad input: why a peer's
+// input was refused ([Reason]), how many times ([Counts]), and the
+// classified error that carries the reason ([Error]).
 //
-// It holds what the whole project shares about bad input:
+//	err := decodeguard.NewError(decodeguard.ReasonValidate, "negative wave number")
+//	var dropped decodeguard.Counts
+//	if decodeguard.IsBadInput(err) { // a peer's fault: drop, count, go on
+//		dropped[decodeguard.ReasonOf(err)]++
+//	}
+//	fmt.Println(dropped.Total(), decodeguard.ReasonOf(err)) // 1 validate
 //
-//   - the closed set of drop reasons ([Reason]) that every layer uses to say why
-//     a peer's input was refused;
-//   - the classified bad-input error ([Error]) and [IsBadInput], which tells such
-//     an error apart from a genuine bug;
-//   - [Scan], a structural msgpack pre-scan that refuses hostile frames (too
-//     deep, lengths longer than the bytes present, too many objects, invalid
-//     UTF-8, composite map keys, unexpected ext types, truncation, trailing
-//     bytes) in one iterative pass before any decoder allocates what a header
-//     claims;
-//   - [DecodeMsgp] and [DecodeUntyped], which run Scan and then a msgp decode,
-//     turn every decoder error into a classified [ReasonDecode] error and
-//     recover a decoder's panic into a [ReasonDecoderPanic] one;
-//   - [Render] and [Hex], which turn raw peer bytes into something safe to log
-//     (length and a capped hex prefix, never the bytes themselves).
+// Every layer of zmqguard maps each way a peer can be wrong to exactly one
+// Reason of a closed set, so counters indexed by Reason add up, and every
+// Stats of the project reports drops and refusals as Counts (JSON: an
+// object of the non-zero counts keyed by reason name). [IsBadInput] tells a
+// classified error apart from a genuine failure (a bug, a closed socket, a
+// cancelled context), which must surface instead of being dropped.
 //
-// The package imports nothing of the project. Scan allocates nothing when it
-// accepts a frame (with the default MaxDepth), and [ScanOffset] allocates
-// nothing at all, so a flood of bad frames costs no garbage. Everything here
-// is safe for concurrent use.
+// [Limits] configures the structural msgpack pre-scan that every decode of
+// the project runs before a decoder allocates anything a header claims (the
+// loop package's MsgpDecoder and UntypedDecoder take one). The zero Limits
+// means the defaults: depth 32, 262,144 objects, 1 MiB, scalar map keys
+// only, no ext types.
 //
-// Defaults ([DefaultLimits], also what a nil or zero [Limits] means): depth
-// 32, 262,144 objects, 1 MiB, scalar map keys only, no ext types.
+// Error texts never carry raw peer bytes: a decoder's error or a panic
+// value is escaped and capped before it becomes part of one. Everything
+// here is safe for concurrent use.
 package decodeguard

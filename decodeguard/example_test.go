@@ -1,81 +1,33 @@
 package decodeguard_test
 
 import (
-	"bytes"
-	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
-	"log/slog"
-	"os"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-func ExampleScan() {
-	frames := []string{
-		"920207",   // (2, 7): a front-end's wave request
-		"a3e08080", // a str holding invalid UTF-8
-		"818001",   // a map keyed by a map
-		"ddffffffff",
-		"45", // an int: well-formed msgpack (the typed decode refuses it)
+// A validator classifies what it refuses; the layer above counts the drop
+// under its reason and goes on, while any other error surfaces.
+func ExampleReasonOf() {
+	validate := func(wave int64) error {
+		if wave < 0 {
+			return decodeguard.NewError(decodeguard.ReasonValidate, "negative wave number")
+		}
+		return nil
 	}
-	for _, h := range frames {
-		b, _ := hex.DecodeString(h)
-		err := decodeguard.Scan(b, nil)
-		fmt.Printf("%-10s %-8v %v\n", h, decodeguard.ReasonOf(err), err)
-	}
-	deep := append(bytes.Repeat([]byte{0x91}, 20000), 0x01)
-	fmt.Println(decodeguard.Scan(deep, nil))
-	// Output:
-	// 920207     none     <nil>
-	// a3e08080   decode   zmqguard: decode: str is not valid UTF-8 at offset 0
-	// 818001     decode   zmqguard: decode: map key is a map or an array at offset 1
-	// ddffffffff decode   zmqguard: decode: array length exceeds the bytes left at offset 0
-	// 45         none     <nil>
-	// zmqguard: oversize: nesting deeper than MaxDepth at offset 32
-}
-
-func ExampleScanOffset() {
-	var dropped [decodeguard.NumReasons]int
-	for _, b := range [][]byte{{0x92, 0x01}, {0xc1}, {0x01, 0x02}, {0x90}} {
-		if _, err := decodeguard.ScanOffset(b, nil); err != nil {
-			dropped[decodeguard.ReasonOf(err)]++ // no allocation on this path
+	var dropped decodeguard.Counts
+	for _, err := range []error{validate(-1), validate(3), errors.New("disk full")} {
+		if decodeguard.IsBadInput(err) {
+			dropped[decodeguard.ReasonOf(err)]++
+		} else if err != nil {
+			fmt.Println("surfaces:", err)
 		}
 	}
-	fmt.Println("decode drops:", dropped[decodeguard.ReasonDecode])
-	// Output: decode drops: 3
-}
-
-func ExampleRender() {
-	frame := []byte("\x1b[31mnot a msgpack frame\x1b[0m")
-	fmt.Println(decodeguard.Render(frame))
-	fmt.Println(decodeguard.Render(bytes.Repeat([]byte{0xff}, 100)))
+	b, _ := json.Marshal(dropped)
+	fmt.Println(string(b), dropped.Total())
 	// Output:
-	// len=28 hex=1b5b33316d6e6f742061206d73677061636b206672616d651b5b306d
-	// len=100 hex=ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff…
-}
-
-func ExampleHex() {
-	logger := slog.New(slog.NewTextHandler(os.Stdout, &slog.HandlerOptions{
-		ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
-			if a.Key == slog.TimeKey {
-				return slog.Attr{} // keep the output stable
-			}
-			return a
-		},
-	}))
-	frame := []byte{0xa3, 0xe0, 0x80, 0x80}
-	err := decodeguard.Scan(frame, nil)
-	logger.Warn("dropped frame", "reason", decodeguard.ReasonOf(err), "frame", decodeguard.Hex(frame))
-	// Output: level=WARN msg="dropped frame" reason=decode frame.len=4 frame.hex=a3e08080
-}
-
-func ExampleDecodeUntyped() {
-	b, _ := hex.DecodeString("939292050392000107c3") // ([[5,3],[0,1]], 7, True)
-	v, err := decodeguard.DecodeUntyped(b, nil)
-	fmt.Println(v, err)
-	_, err = decodeguard.DecodeUntyped(append(b, 0x00), nil)
-	fmt.Println(err)
-	// Output:
-	// [[[5 3] [0 1]] 7 true] <nil>
-	// zmqguard: decode: trailing bytes after the top-level object at offset 10
+	// surfaces: disk full
+	// {"validate":1} 1
 }

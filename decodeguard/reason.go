@@ -27,10 +27,6 @@ const (
 	numReasons
 )
 
-// NumReasons is the number of distinct reasons, including ReasonNone.
-// Arrays of counters indexed by Reason have this length.
-const NumReasons = int(numReasons)
-
 var reasonNames = [numReasons]string{
 	ReasonNone:         "none",
 	ReasonTransport:    "transport",
@@ -60,15 +56,15 @@ func (r Reason) Valid() bool { return r > ReasonNone && r < numReasons }
 
 // Reasons returns every valid drop reason in declaration order.
 func Reasons() []Reason {
-	out := make([]Reason, 0, NumReasons-1)
+	out := make([]Reason, 0, numReasons-1)
 	for r := ReasonNone + 1; r < numReasons; r++ {
 		out = append(out, r)
 	}
 	return out
 }
 
-// ParseReason returns the Reason whose String is name.
-func ParseReason(name string) (Reason, bool) {
+// parseReason returns the Reason whose String is name.
+func parseReason(name string) (Reason, bool) {
 	for r := ReasonNone + 1; r < numReasons; r++ {
 		if reasonNames[r] == name {
 			return r, true
@@ -83,7 +79,7 @@ func (r Reason) MarshalText() ([]byte, error) { return []byte(r.String()), nil }
 // UnmarshalText implements encoding.TextUnmarshaler: it accepts the names
 // [Reason.String] returns for valid reasons.
 func (r *Reason) UnmarshalText(text []byte) error {
-	v, ok := ParseReason(string(text))
+	v, ok := parseReason(string(text))
 	if !ok {
 		return errors.New("decodeguard: unknown reason " + strconv.Quote(string(text)))
 	}
@@ -96,7 +92,7 @@ func (r *Reason) UnmarshalText(text []byte) error {
 // human-readable description that never contains raw peer bytes.
 //
 // Use [ReasonOf] or errors.As to get the reason, and errors.Is with
-// [Sentinel] to test for one.
+// &Error{Reason: r} to test for one.
 type Error struct {
 	Reason Reason
 	Detail string
@@ -129,27 +125,11 @@ func (e *Error) Error() string {
 func (e *Error) Unwrap() error { return e.Err }
 
 // Is reports whether target is an *Error with the same Reason (Detail and
-// Offset are ignored), so errors.Is(err, &decodeguard.Error{Reason: r}) and
-// errors.Is(err, decodeguard.Sentinel(r)) match any error of that reason.
+// Offset are ignored), so errors.Is(err, &decodeguard.Error{Reason: r})
+// matches any error of that reason.
 func (e *Error) Is(target error) bool {
 	t, ok := target.(*Error)
 	return ok && t.Reason == e.Reason && t.Detail == "" && t.Err == nil
-}
-
-var sentinels = func() (s [numReasons]*Error) {
-	for r := range s {
-		s[r] = &Error{Reason: Reason(r), Offset: -1}
-	}
-	return s
-}()
-
-// Sentinel returns a shared error value for r that matches, under errors.Is,
-// every classified error of that reason.
-func Sentinel(r Reason) error {
-	if r >= numReasons {
-		r = ReasonNone
-	}
-	return sentinels[r]
 }
 
 // NewError returns a classified bad-input error with no offset.

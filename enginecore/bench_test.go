@@ -30,9 +30,9 @@ func benchFrames(tb testing.TB) [][]byte {
 				binary.LittleEndian.PutUint32(lps[4*k:], math.Float32bits(-float32(k)/3))
 			}
 			o.NewLogprobs = Logprobs{Present: true, Fields: 4,
-				TokenIDs:     Array{DType: Int32, Shape: []int{1, 6}, Data: ids},
-				Logprobs:     Array{DType: Float32, Shape: []int{1, 6}, Data: lps},
-				SampledRanks: Array{DType: Int64, Shape: []int{1}, Data: make([]byte, 8)}}
+				TokenIDs:     Array{DType: dtInt32, Shape: []int{1, 6}, Data: ids},
+				Logprobs:     Array{DType: dtFloat32, Shape: []int{1, 6}, Data: lps},
+				SampledRanks: Array{DType: dtInt64, Shape: []int{1}, Data: make([]byte, 8)}}
 		}
 		m.Outputs = append(m.Outputs, o)
 	}
@@ -78,7 +78,7 @@ func BenchmarkDecode256(b *testing.B) {
 
 // BenchmarkDecodeHeader is the coordinator's one-frame fast path.
 func BenchmarkDecodeHeader(b *testing.B) {
-	frame := AppendHeader(nil, &Header{EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
+	frame := appendHeader(nil, &Header{EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
 		Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}})
 	var h Header
 	b.ReportAllocs()

@@ -1,8 +1,22 @@
-// Package enginecore is zmqguard's one home for vLLM's engine wire types:
-// the EngineCoreOutputs messages an engine core pushes to its API
-// front-ends and to the data-parallel coordinator, with their parts
-// (EngineCoreOutput, logprobs, events, the utility output, scheduler stats)
-// and the arrays and tensors inside them.
+// Package enginecore decodes and encodes vLLM's EngineCoreOutputs, the
+// message an engine core pushes to its API front-ends and to the
+// data-parallel coordinator, refusing any bad input before it allocates.
+//
+//	var m enginecore.Message // reuse it: later decodes allocate nothing
+//	if err := enginecore.Decode(frames, &m, nil); err != nil {
+//		return err // a classified *decodeguard.Error, never a panic
+//	}
+//	for i := range m.Outputs {
+//		o := &m.Outputs[i]
+//		fmt.Println(string(o.RequestID), o.NewTokenIDs)
+//		if lp := &o.NewLogprobs; lp.Present {
+//			fmt.Println(lp.TokenIDs.Shape, lp.TokenIDs.Int(0))
+//		}
+//	}
+//
+// Its types cover every part of the message (EngineCoreOutput, logprobs,
+// events, the utility output, scheduler stats) and the arrays and tensors
+// inside them.
 //
 // # Two views of one message
 //
@@ -48,22 +62,28 @@
 //
 // [Decode] refuses, with a classified *decodeguard.Error, before it
 // allocates or builds a view: more frames than Limits.MaxFrames; a body over
-// MaxBytes; anything decodeguard.Scan would refuse (it makes Scan's checks
+// MaxBytes; anything the structural pre-scan would refuse (it makes its checks
 // in the decoding pass: UTF-8 of every str, container lengths against the
 // bytes left, one element budget, depth; uninterpreted sub-objects go
-// through Scan itself, with ext type 3 the only extension allowed); an
-// unknown or big-endian dtype; more than [MaxDims] dimensions; a negative
+// through the pre-scan itself, with ext type 3 the only extension allowed); an
+// unknown or big-endian dtype; more than [maxDims] dimensions; a negative
 // dimension; a shape whose element count times the item size overflows or
 // differs from the data length; an aux index out of range or used twice; an
 // aux frame no array references.
+//
+// # Uninterpreted fields
+//
+// A field zmqguard does not interpret (kv_transfer_params, trace_headers,
+// prefill_stats, a utility result...) is a []byte holding the msgpack
+// encoding of the sub-object, checked by msgpscan.Scan and pointing into
+// the frame; nil means the field was absent (msgpack nil on the wire). The
+// encoder writes such a field verbatim.
 //
 // # Aliasing and alignment
 //
 // Every []byte in a decoded Message (request ids, raw sub-objects, array
 // data) points into the frames it was decoded from and is valid only as
 // long as they are. Array data may sit at any address (inline data follows
-// a msgpack header), so typed access goes through accessors ([Array.Int],
-// [Array.Float], [Array.AppendInts], [Array.AppendFloats]) that read
-// little-endian bytes; [Array.Int32s] and friends return a reinterpreted
-// slice only when the data is aligned and the machine is little-endian.
+// a msgpack header), so typed access goes through the accessors [Array.Int] and
+// [Array.Float], which read little-endian bytes of any dtype.
 package enginecore

@@ -4,13 +4,11 @@ import (
 	"math"
 
 	"github.com/tinylib/msgp/msgp"
-
-	"github.com/zmqguard/zmqguard/internal/dpwire"
 )
 
-// DefaultZeroCopyThreshold is vLLM's VLLM_MSGPACK_ZERO_COPY_THRESHOLD: an
+// defaultZeroCopyThreshold is vLLM's VLLM_MSGPACK_ZERO_COPY_THRESHOLD: an
 // array of this many bytes or more travels in an aux frame of its own.
-const DefaultZeroCopyThreshold = 256
+const defaultZeroCopyThreshold = 256
 
 // Encoder writes EngineCoreOutputs messages byte for byte as vLLM's engine
 // core does (msgspec, its numpy/torch array encoding and aux frames), for
@@ -25,13 +23,13 @@ const DefaultZeroCopyThreshold = 256
 // its next call, and aux frames are the arrays' own Data (not copied).
 type Encoder struct {
 	// Threshold is the size in bytes from which an array's data goes to an
-	// aux frame; 0 means DefaultZeroCopyThreshold, a negative value keeps
+	// aux frame; 0 means defaultZeroCopyThreshold, a negative value keeps
 	// every array inline. Scalars (shape []) are always inline, as in vLLM.
 	Threshold int
 	// OutputFields is the number of fields each EngineCoreOutput is written
 	// with: msgspec writes every field of an array_like struct, so this is
-	// the field count of the engine's release. 0 means OutputFieldsDefault
-	// (14); values are clamped to [OutputFieldsDefault, OutputFieldsMax].
+	// the field count of the engine's release. 0 means outputFieldsDefault
+	// (14); values are clamped to [outputFieldsDefault, outputFieldsMax].
 	// A field after the 14th that is set (MMCacheMissHashes,
 	// NewSamplingMask, SpecDecodeMetrics) widens the array to hold it.
 	OutputFields int
@@ -51,38 +49,38 @@ func (e *Encoder) Encode(m *Message) [][]byte {
 	return e.frames
 }
 
-// OutputFieldsDefault is the number of fields of vLLM's EngineCoreOutput
+// outputFieldsDefault is the number of fields of vLLM's EngineCoreOutput
 // at the commit of zmqguard's golden vectors (vLLM main of 2026-08-07):
-// request_id through num_nans_in_logits. OutputFieldsMax counts the three
+// request_id through num_nans_in_logits. outputFieldsMax counts the three
 // later fields the decoder also knows (mm_cache_miss_hashes,
 // new_sampling_mask, spec_decode_metrics).
 const (
-	OutputFieldsDefault = 14
-	OutputFieldsMax     = 17
+	outputFieldsDefault = 14
+	outputFieldsMax     = 17
 )
 
 func (e *Encoder) outputFields() int {
-	if e.OutputFields <= OutputFieldsDefault {
-		return OutputFieldsDefault
+	if e.OutputFields <= outputFieldsDefault {
+		return outputFieldsDefault
 	}
-	return min(e.OutputFields, OutputFieldsMax)
+	return min(e.OutputFields, outputFieldsMax)
 }
 
 func (e *Encoder) threshold() int {
 	switch {
 	case e.Threshold == 0:
-		return DefaultZeroCopyThreshold
+		return defaultZeroCopyThreshold
 	case e.Threshold < 0:
 		return math.MaxInt
 	}
 	return e.Threshold
 }
 
-// AppendHeader appends h as a one-frame EngineCoreOutputs with no request
+// appendHeader appends h as a one-frame EngineCoreOutputs with no request
 // outputs, no utility output and no finished requests (the coordinator's
 // messages), as vLLM writes it: all 8 fields, defaults included.
 // OutputsLen, HasUtilityOutput and FinishedRequests are ignored; Fields too.
-func AppendHeader(dst []byte, h *Header) []byte {
+func appendHeader(dst []byte, h *Header) []byte {
 	var e Encoder
 	return e.appendMessage(dst, &Message{Header: headerOnly(h)})
 }
@@ -96,7 +94,7 @@ func headerOnly(h *Header) Header {
 func (e *Encoder) appendMessage(dst []byte, m *Message) []byte {
 	// msgspec writes an array_like struct with every field, defaults
 	// included: omit_defaults does not shorten arrays.
-	dst = msgp.AppendArrayHeader(dst, OutputsFields)
+	dst = msgp.AppendArrayHeader(dst, outputsFields)
 	dst = appendInt(dst, m.EngineIndex)
 	dst = msgp.AppendArrayHeader(dst, uint32(len(m.Outputs)))
 	for j := range m.Outputs {
@@ -108,7 +106,7 @@ func (e *Encoder) appendMessage(dst []byte, m *Message) []byte {
 	case m.StatsRaw != nil:
 		dst = append(dst, m.StatsRaw...)
 	default:
-		dst = AppendSchedulerStats(dst, &m.Stats)
+		dst = appendSchedulerStats(dst, &m.Stats)
 	}
 	dst = msgp.AppendFloat64(dst, m.Timestamp)
 	if m.HasUtilityOutput {
@@ -204,7 +202,7 @@ func (e *Encoder) appendOutput(dst []byte, o *Output) []byte {
 	return dst
 }
 
-func appendRaw(dst []byte, r Raw) []byte {
+func appendRaw(dst []byte, r []byte) []byte {
 	if r == nil {
 		return msgp.AppendNil(dst)
 	}
@@ -265,7 +263,7 @@ func (e *Encoder) appendArray(dst []byte, a *Array) []byte {
 	if a.IsNil() {
 		return msgp.AppendNil(dst)
 	}
-	name := a.DType.Numpy()
+	name := a.DType.numpy()
 	if a.Torch || name == "" {
 		name = a.DType.String()
 	}
@@ -276,7 +274,7 @@ func (e *Encoder) appendArray(dst []byte, a *Array) []byte {
 		dst = appendInt(dst, int64(d))
 	}
 	if len(a.Shape) == 0 || len(a.Data) < e.threshold() {
-		return appendExt(dst, ExtRawView, a.Data)
+		return appendExt(dst, extRawView, a.Data)
 	}
 	dst = appendInt(dst, int64(len(e.frames)))
 	e.frames = append(e.frames, a.Data)
@@ -334,10 +332,18 @@ func appendUtility(dst []byte, u *UtilityOutput) []byte {
 // for non-negative values, negative fixint or int 8/16/32/64 for negative
 // ones. (msgp.AppendInt64 uses signed widths for positive values, which
 // decode the same but are not byte-identical to what vLLM sends.)
-func appendInt(dst []byte, i int64) []byte { return dpwire.AppendInt(dst, i) }
+func appendInt(dst []byte, i int64) []byte {
+	if i >= 0 {
+		return msgp.AppendUint64(dst, uint64(i))
+	}
+	return msgp.AppendInt64(dst, i)
+}
 
 func appendOptInt(dst []byte, v int64, present bool) []byte {
-	return dpwire.AppendOptInt(dst, v, present)
+	if !present {
+		return msgp.AppendNil(dst)
+	}
+	return appendInt(dst, v)
 }
 
 // statsDefaultsTail is the msgpack of the SchedulerStats fields zmqguard
@@ -377,7 +383,7 @@ var statsDefaultsTail = func() []byte {
 // 2026-08-07: the six typed ones and the ten of statsDefaultsTail.
 const statsFields = 16
 
-// AppendSchedulerStats appends s as vLLM's engine writes its SchedulerStats
+// appendSchedulerStats appends s as vLLM's engine writes its SchedulerStats
 // dataclass: a map of every field in declaration order (16 at vLLM main of
 // 2026-08-07), the six zmqguard models (num_running_reqs,
 // num_waiting_reqs, num_skipped_waiting_reqs, step_counter, current_wave,
@@ -386,7 +392,7 @@ const statsFields = 16
 // for byte what vLLM sends for SchedulerStats() with those six fields set.
 // EncoderCacheUsage, a field of older releases only, is written (as a
 // 17th key, encoder_cache_usage) only when non-zero.
-func AppendSchedulerStats(dst []byte, s *SchedulerStats) []byte {
+func appendSchedulerStats(dst []byte, s *SchedulerStats) []byte {
 	n := uint32(statsFields)
 	if s.EncoderCacheUsage != 0 {
 		n++

@@ -20,9 +20,9 @@ func Example() {
 			RequestID:   []byte("req-1"),
 			NewTokenIDs: []int64{100},
 			NewLogprobs: enginecore.Logprobs{Present: true, Fields: 4,
-				TokenIDs:     enginecore.Array{DType: enginecore.Int32, Shape: []int{16, 6}, Data: ids},
-				Logprobs:     enginecore.Array{DType: enginecore.Float32, Shape: []int{1, 1}, Data: make([]byte, 4)},
-				SampledRanks: enginecore.Array{DType: enginecore.Int64, Shape: []int{1}, Data: make([]byte, 8)}},
+				TokenIDs:     enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{16, 6}, Data: ids},
+				Logprobs:     enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{1, 1}, Data: make([]byte, 4)},
+				SampledRanks: enginecore.Array{DType: enginecore.DTypeOf("int64"), Shape: []int{1}, Data: make([]byte, 8)}},
 		}},
 	}
 	var enc enginecore.Encoder

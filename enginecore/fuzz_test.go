@@ -6,13 +6,14 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // splitFrames turns a fuzz input into frames: a sequence of [uint16
 // little-endian length][bytes], the rest of the input as the last frame.
 func splitFrames(b []byte) [][]byte {
 	var frames [][]byte
-	for len(b) >= 2 && len(frames) < DefaultMaxFrames+8 {
+	for len(b) >= 2 && len(frames) < defaultMaxFrames+8 {
 		n := int(binary.LittleEndian.Uint16(b))
 		if n > len(b)-2 {
 			break
@@ -60,7 +61,7 @@ func fuzzSeeds(t testing.TB) [][][]byte {
 		{{0x45}},                           // the seed's junk frame
 		{unhex(t, "91ff"), {}, {}, {}, {}}, // aux frames nobody references
 		full,
-		append([][]byte{unhex(t, vecOutputs)}, make([][]byte, DefaultMaxFrames+4)...), // aux count bomb
+		append([][]byte{unhex(t, vecOutputs)}, make([][]byte, defaultMaxFrames+4)...), // aux count bomb
 		{unhex(t, "94009199a17890c0c0c0c0c0c0d40100c0cb40c81cd6c8b43958")},            // pickle in kv_transfer_params
 	}
 }
@@ -94,10 +95,10 @@ func FuzzDecode(f *testing.F) {
 			}
 			return
 		}
-		// The one-pass checks are never weaker than decodeguard.Scan's.
-		scanLim := decodeguard.Limits{AllowExt: decodeguard.ExtTypes{}.With(ExtRawView)}
-		if err := decodeguard.Scan(frames[0], &scanLim); err != nil {
-			t.Fatalf("Decode accepted a body decodeguard.Scan refuses: %v", err)
+		// The one-pass checks are never weaker than msgpscan.Scan's.
+		scanLim := decodeguard.Limits{AllowExt: []int8{extRawView}}
+		if err := msgpscan.Scan(frames[0], &scanLim); err != nil {
+			t.Fatalf("Decode accepted a body msgpscan.Scan refuses: %v", err)
 		}
 		if len(m.Outputs) != m.OutputsLen {
 			t.Fatalf("%d outputs, header says %d", len(m.Outputs), m.OutputsLen)
@@ -128,7 +129,7 @@ func FuzzSpecialValue(f *testing.F) {
 	f.Add(int8(-2), []byte("\x82\xa2id\x00\xa6status\xa7healthy"))
 	f.Add(int8(-1), []byte("\x92\x01\xa1x"))
 	f.Fuzz(func(t *testing.T, special int8, result []byte) {
-		u := UtilityOutput{Special: int64(special), HasResult: true, ResultType: Raw{0xc0}, Result: result}
+		u := UtilityOutput{Special: int64(special), HasResult: true, ResultType: []byte{0xc0}, Result: result}
 		v, ok, err := u.SpecialValue()
 		if ok != (err == nil && v != nil) {
 			t.Fatalf("ok %v with value %v, err %v", ok, v, err)

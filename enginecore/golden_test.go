@@ -90,7 +90,7 @@ func checkGoldenOutputs(t *testing.T, v golden.Vector, encode bool) {
 		}
 	}
 	if built.HasStats && built.StatsRaw == nil {
-		t.Logf("scheduler_stats written from the typed fields (AppendSchedulerStats)")
+		t.Logf("scheduler_stats written from the typed fields (appendSchedulerStats)")
 	}
 }
 
@@ -306,7 +306,7 @@ func show(n node) string {
 	return string(n.kind)
 }
 
-// msgpackNode renders one msgpack object (a Raw sub-object) as a node.
+// msgpackNode renders one msgpack object (an uninterpreted sub-object) as a node.
 func msgpackNode(t *testing.T, b []byte) (node, []byte) {
 	t.Helper()
 	if len(b) == 0 {
@@ -375,7 +375,7 @@ func mustOK(t *testing.T, err error) {
 	}
 }
 
-func rawNode(t *testing.T, r Raw) node {
+func rawNode(t *testing.T, r []byte) node {
 	t.Helper()
 	if r == nil {
 		return nullNode
@@ -449,8 +449,8 @@ func renderMessage(t *testing.T, m *Message, frames [][]byte) node {
 
 func renderOutput(t *testing.T, o *Output, frames [][]byte) node {
 	t.Helper()
-	if o.Fields != OutputFieldsDefault {
-		t.Errorf("EngineCoreOutput with %d fields on the wire, vLLM at the vectors' commit writes %d", o.Fields, OutputFieldsDefault)
+	if o.Fields != outputFieldsDefault {
+		t.Errorf("EngineCoreOutput with %d fields on the wire, vLLM at the vectors' commit writes %d", o.Fields, outputFieldsDefault)
 	}
 	toks := node{kind: 'a', arr: []node{}}
 	for _, x := range o.NewTokenIDs {
@@ -504,7 +504,7 @@ func renderArray(t *testing.T, a *Array, frames [][]byte) node {
 	if a.IsNil() {
 		return nullNode
 	}
-	name := a.DType.Numpy()
+	name := a.DType.numpy()
 	if a.Torch || name == "" {
 		name = a.DType.String()
 	}
@@ -514,7 +514,7 @@ func renderArray(t *testing.T, a *Array, frames [][]byte) node {
 	}
 	data := node{kind: 'a', arr: []node{}}
 	for i := range a.Len() {
-		if a.DType.IsFloat() {
+		if a.DType.isFloat() {
 			data.arr = append(data.arr, floatNode(a.Float(i)))
 		} else {
 			data.arr = append(data.arr, intNode(a.Int(i)))
@@ -550,7 +550,7 @@ func messageFromNode(t *testing.T, n node) *Message {
 		st.KVCacheUsage = nodeFloat(t, s.must(t, keyKVCacheUsage))
 		// The typed encoder writes the other fields at their defaults;
 		// a map with other values travels as raw msgpack.
-		typed := AppendSchedulerStats(nil, st)
+		typed := appendSchedulerStats(nil, st)
 		full := appendNode(t, nil, s)
 		if !bytes.Equal(typed, full) {
 			m.StatsRaw = full
@@ -574,7 +574,7 @@ func messageFromNode(t *testing.T, n node) *Message {
 		}
 		if r := u.must(t, "result"); r.kind != 'n' {
 			m.Utility.HasResult = true
-			m.Utility.ResultType = Raw{0xc0}
+			m.Utility.ResultType = []byte{0xc0}
 			m.Utility.Result = appendNode(t, nil, r.must(t, "result"))
 		}
 	}
@@ -619,7 +619,7 @@ func outputFromNode(t *testing.T, n node) Output {
 			o.Events = append(o.Events, Event{Type: EventType(nodeInt(t, e.must(t, "type"))), Timestamp: nodeFloat(t, e.must(t, "timestamp"))})
 		}
 	}
-	raw := func(k string) Raw {
+	raw := func(k string) []byte {
 		v := n.must(t, k)
 		if v.kind == 'n' {
 			return nil
@@ -681,33 +681,33 @@ func arrayFromNode(t *testing.T, n node) Array {
 func appendElem(t *testing.T, b []byte, dt DType, x node) []byte {
 	t.Helper()
 	var f float64
-	if dt.IsFloat() {
+	if dt.isFloat() {
 		f = nodeFloat(t, x)
 	}
 	switch dt {
-	case Bool, Int8, Uint8:
+	case dtBool, dtInt8, dtUint8:
 		return append(b, byte(nodeInt(t, x)))
-	case Int16, Uint16:
+	case dtInt16, dtUint16:
 		return binary.LittleEndian.AppendUint16(b, uint16(nodeInt(t, x)))
-	case Int32, Uint32:
+	case dtInt32, dtUint32:
 		return binary.LittleEndian.AppendUint32(b, uint32(nodeInt(t, x)))
-	case Int64, Uint64:
+	case dtInt64, dtUint64:
 		return binary.LittleEndian.AppendUint64(b, uint64(nodeInt(t, x)))
-	case Float16:
+	case dtFloat16:
 		h := toHalf(f)
 		if half(h) != f && !math.IsNaN(f) {
 			t.Fatalf("float16 value %v is not exact", f)
 		}
 		return binary.LittleEndian.AppendUint16(b, h)
-	case BFloat16:
+	case dtBFloat16:
 		bits := math.Float32bits(float32(f))
 		if float64(math.Float32frombits(bits&0xffff0000)) != f && !math.IsNaN(f) {
 			t.Fatalf("bfloat16 value %v is not exact", f)
 		}
 		return binary.LittleEndian.AppendUint16(b, uint16(bits>>16))
-	case Float32:
+	case dtFloat32:
 		return binary.LittleEndian.AppendUint32(b, math.Float32bits(float32(f)))
-	case Float64:
+	case dtFloat64:
 		return binary.LittleEndian.AppendUint64(b, math.Float64bits(f))
 	}
 	t.Fatalf("dtype %v", dt)
@@ -821,8 +821,8 @@ func appendNode(t *testing.T, b []byte, n node) []byte {
 // typed values.
 func TestGoldenSpecialCallIDs(t *testing.T) {
 	want := map[string]any{
-		"eo-eep-reconfigure-finished": EEPNotification{Type: EEPReconfigureFinished, DPRank: 1},
-		"eo-eep-shutdown-complete":    EEPNotification{Type: EEPShutdownComplete, DPRank: 1},
+		"eo-eep-reconfigure-finished": EEPNotification{Type: eepReconfigureFinished, DPRank: 1},
+		"eo-eep-shutdown-complete":    EEPNotification{Type: eepShutdownComplete, DPRank: 1},
 		"eo-ft-status-unhealthy":      FTStatus{Engine: 0, Status: "unhealthy", HasFaultInfo: true, FaultInfo: "RuntimeError"},
 		"eo-ft-status-healthy":        FTStatus{Engine: 0, Status: "healthy"},
 		"eo-utility-result-dict":      nil,
@@ -858,19 +858,19 @@ func TestSpecialValueRefusesWrongShapes(t *testing.T) {
 		special int64
 		result  string
 	}{
-		{CallIDEEPNotification, "\x91\xa1x"},               // one element
-		{CallIDEEPNotification, "\x92\x01\x01"},            // type not a str
-		{CallIDEEPNotification, "\x92\xa1x\xff"},           // negative rank
-		{CallIDFTStatus, "\x81\xa2id\x00"},                 // no status
-		{CallIDFTStatus, "\x82\xa2id\xa1x\xa6status\xa1y"}, // id not an int
-		{CallIDFTStatus, "\x92\x00\x00"},                   // not a map
+		{callIDEEPNotification, "\x91\xa1x"},               // one element
+		{callIDEEPNotification, "\x92\x01\x01"},            // type not a str
+		{callIDEEPNotification, "\x92\xa1x\xff"},           // negative rank
+		{callIDFTStatus, "\x81\xa2id\x00"},                 // no status
+		{callIDFTStatus, "\x82\xa2id\xa1x\xa6status\xa1y"}, // id not an int
+		{callIDFTStatus, "\x92\x00\x00"},                   // not a map
 	} {
-		u := UtilityOutput{Special: tc.special, HasResult: true, Result: Raw(tc.result)}
+		u := UtilityOutput{Special: tc.special, HasResult: true, Result: []byte(tc.result)}
 		if v, ok, err := u.SpecialValue(); ok || err == nil {
 			t.Errorf("%d %x: accepted %#v", tc.special, tc.result, v)
 		}
 	}
-	u := UtilityOutput{Special: -3, HasResult: true, Result: Raw{0xc0}}
+	u := UtilityOutput{Special: -3, HasResult: true, Result: []byte{0xc0}}
 	if v, ok, err := u.SpecialValue(); ok || err != nil || v != nil {
 		t.Errorf("unknown call id -3: %v %v %v", v, ok, err)
 	}

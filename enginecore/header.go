@@ -10,16 +10,17 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
-// OutputsFields is the number of fields of vLLM's EngineCoreOutputs struct
+// outputsFields is the number of fields of vLLM's EngineCoreOutputs struct
 // the decoders know: engine_index, outputs, scheduler_stats, timestamp,
 // utility_output, finished_requests, wave_complete, start_wave.
-const OutputsFields = 8
+const outputsFields = 8
 
-// MaxWave is the largest wave number accepted from the wire. A wave_complete
+// maxWave is the largest wave number accepted from the wire. A wave_complete
 // of w moves the coordinator to wave w+1, so w must leave room for that.
-const MaxWave = math.MaxInt64 - 1
+const maxWave = math.MaxInt64 - 1
 
 // Header is the coordinator's view of vLLM's EngineCoreOutputs: every
 // top-level field, with the request outputs, the utility output and the
@@ -141,29 +142,6 @@ func rebase(err error, orig, at []byte) error {
 	return err
 }
 
-// readFloat reads a msgpack float64 or float32 or, as msgspec accepts for a
-// float field, an integer.
-func readFloat(b []byte) (float64, []byte, error) {
-	if len(b) >= 9 && b[0] == 0xcb { // float64, what vLLM sends
-		return math.Float64frombits(binary.BigEndian.Uint64(b[1:9])), b[9:], nil
-	}
-	switch msgp.NextType(b) {
-	case msgp.Float64Type, msgp.Float32Type:
-		return msgp.ReadFloat64Bytes(b)
-	case msgp.IntType:
-		i, o, err := msgp.ReadInt64Bytes(b)
-		return float64(i), o, err
-	case msgp.UintType:
-		u, o, err := msgp.ReadUint64Bytes(b)
-		return float64(u), o, err
-	case msgp.InvalidType:
-		if len(b) == 0 {
-			return 0, b, msgp.ErrShortBytes
-		}
-	}
-	return 0, b, msgp.TypeError{Method: msgp.Float64Type, Encoded: msgp.NextType(b)}
-}
-
 // readMapHeader reads a map header, fixmap inline.
 func readMapHeader(b []byte) (uint32, []byte, error) {
 	if len(b) > 0 && b[0]&0xf0 == 0x80 {
@@ -200,7 +178,7 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 	return v, err == nil, o, err
 }
 
-// UnmarshalMsg decodes one EngineCoreOutputs from the front of b and returns
+// unmarshalMsg decodes one EngineCoreOutputs from the front of b and returns
 // the bytes after it. It resets h first, so fields the frame omits read as
 // vLLM's defaults rather than the previous message's values.
 //
@@ -210,19 +188,19 @@ func readOptInt(b []byte) (v int64, present bool, o []byte, err error) {
 // engine_index, wave_complete and start_wave are integers (any msgpack
 // width, not bool, not float); timestamp is a float or an integer; outputs
 // is an array (its elements are skipped); scheduler_stats is nil or a map
-// decoded by [SchedulerStats.UnmarshalMsg]; utility_output is nil or any
+// decoded by SchedulerStats's decoder; utility_output is nil or any
 // object (skipped); finished_requests is nil or an array of str.
 //
 // Errors are *[decodeguard.Error]s: ReasonDecode for a wrong shape or type,
 // ReasonValidate for an integer beyond int64. Values are not range-checked
 // here; see [Header.Validate]. UnmarshalMsg does not check str contents for
-// valid UTF-8: [DecodeHeader] runs decodeguard.Scan, which does. On error,
+// valid UTF-8: [DecodeHeader] runs msgpscan.Scan, which does. On error,
 // h is partly filled and the returned slice is b.
-func (h *Header) UnmarshalMsg(b []byte) ([]byte, error) {
+func (h *Header) unmarshalMsg(b []byte) ([]byte, error) {
 	return h.unmarshal(b, nil)
 }
 
-// unmarshal is UnmarshalMsg; with a non-nil full it also decodes the
+// unmarshal is unmarshalMsg; with a non-nil full it also decodes the
 // outputs, the utility output and the finished request ids into full.
 func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*h = Header{}
@@ -289,11 +267,11 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 				return orig, rebase(err, orig, at)
 			}
 			if full != nil && full.m != nil {
-				full.m.StatsRaw = Raw(at[:len(at)-len(b)])
+				full.m.StatsRaw = []byte(at[:len(at)-len(b)])
 			}
 		case 3:
 			detail = "EngineCoreOutputs.timestamp: want a float"
-			h.Timestamp, b, err = readFloat(b)
+			h.Timestamp, b, err = msgpscan.ReadFloat(b)
 		case 4:
 			detail = "EngineCoreOutputs.utility_output: malformed"
 			if msgp.IsNil(b) {
@@ -377,17 +355,7 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	return b, nil
 }
 
-// UnmarshalMsg decodes one SchedulerStats map from the front of b and returns
-// the bytes after it. It resets s first. Keys must be str (msgspec decodes
-// a dataclass from str keys only); the counts are integers and the usages
-// floats or integers, as msgspec checks them; other keys' values are skipped
-// unread. Errors are classified as by [Header.UnmarshalMsg], with offsets
-// relative to b.
-func (s *SchedulerStats) UnmarshalMsg(b []byte) ([]byte, error) {
-	return s.unmarshal(b, nil)
-}
-
-// unmarshal is UnmarshalMsg; with a non-nil full (whose input was not
+// unmarshal decodes one SchedulerStats map; with a non-nil full (whose input was not
 // pre-scanned) keys are checked for UTF-8 and skipped values are scanned.
 func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 	*s = SchedulerStats{}
@@ -432,10 +400,10 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			s.CurrentWave, b, err = readInt(b)
 		case keyKVCacheUsage:
 			detail = "SchedulerStats.kv_cache_usage: want a float"
-			s.KVCacheUsage, b, err = readFloat(b)
+			s.KVCacheUsage, b, err = msgpscan.ReadFloat(b)
 		case keyEncoderCacheUsage:
 			detail = "SchedulerStats.encoder_cache_usage: want a float"
-			s.EncoderCacheUsage, b, err = readFloat(b)
+			s.EncoderCacheUsage, b, err = msgpscan.ReadFloat(b)
 		default:
 			detail = "SchedulerStats: malformed value"
 			if full != nil && !utf8.Valid(key) {
@@ -465,25 +433,25 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 // Validate checks the values the coordinator and front-ends rely on and
 // returns a ReasonValidate *[decodeguard.Error] for the first one out of
 // range: a negative engine_index, a wave_complete or start_wave outside
-// [0, MaxWave], or scheduler stats that fail [SchedulerStats.Validate].
+// [0, maxWave], or scheduler stats that fail [SchedulerStats.Validate].
 func (h *Header) Validate() error {
 	switch {
 	case h.EngineIndex < 0:
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.engine_index is negative")
-	case h.HasWaveComplete && (h.WaveComplete < 0 || h.WaveComplete > MaxWave):
+	case h.HasWaveComplete && (h.WaveComplete < 0 || h.WaveComplete > maxWave):
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.wave_complete out of range")
-	case h.HasStartWave && (h.StartWave < 0 || h.StartWave > MaxWave):
+	case h.HasStartWave && (h.StartWave < 0 || h.StartWave > maxWave):
 		return decodeguard.NewError(decodeguard.ReasonValidate, "EngineCoreOutputs.start_wave out of range")
 	case h.HasStats:
-		return h.Stats.Validate()
+		return h.Stats.validate()
 	}
 	return nil
 }
 
-// Validate returns a ReasonValidate *[decodeguard.Error] when a count, the
+// validate returns a ReasonValidate *[decodeguard.Error] when a count, the
 // step counter or the wave is negative, or a cache usage is NaN, infinite or
 // negative.
-func (s *SchedulerStats) Validate() error {
+func (s *SchedulerStats) validate() error {
 	switch {
 	case s.NumRunningReqs < 0, s.NumWaitingReqs < 0, s.NumSkippedWaitingReqs < 0:
 		return decodeguard.NewError(decodeguard.ReasonValidate, "SchedulerStats: negative request count")
@@ -506,14 +474,14 @@ var errNilDestination = errors.New("enginecore: decode called with a nil destina
 // DecodeHeader is the guarded one-frame decode the coordinator uses: b into
 // dst (which it resets) under lim (nil means decodeguard's defaults, which
 // refuse every ext type, so a message with arrays is refused), then
-// [Header.Validate]. It decodes in one pass that makes decodeguard.Scan's
+// [Header.Validate]. It decodes in one pass that makes msgpscan.Scan's
 // checks as it goes: the frame's length against MaxBytes first; every str
 // it reads (stats keys, finished request ids) must be valid UTF-8; the
 // typed containers' depth and counts are charged exactly as Scan charges
 // them; and every sub-object it does not interpret (the request outputs,
 // the utility output, unknown stats values, extra trailing fields) is
-// checked by decodeguard.ScanPrefix at the depth of its position. So it
-// accepts exactly what decodeguard.Scan followed by [Header.UnmarshalMsg]
+// checked by msgpscan.ScanPrefix at the depth of its position. So it
+// accepts exactly what msgpscan.Scan followed by Header.unmarshalMsg
 // and Validate accepts (FuzzDecodeHeaderOnePass checks this), in about half
 // the time. It returns nil or a classified *[decodeguard.Error]:
 //
@@ -554,10 +522,10 @@ func decodeHeaderOnePass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 		d.rawLim = *lim
 	}
 	if d.rawLim.MaxDepth <= 0 {
-		d.rawLim.MaxDepth = decodeguard.DefaultMaxDepth
+		d.rawLim.MaxDepth = msgpscan.DefaultMaxDepth
 	}
 	if d.rawLim.MaxElements <= 0 {
-		d.rawLim.MaxElements = decodeguard.DefaultMaxElements
+		d.rawLim.MaxElements = msgpscan.DefaultMaxElements
 	}
 	if len(b) > scanMaxBytes(&d.rawLim) {
 		*dst = Header{}
@@ -571,13 +539,13 @@ func decodeHeaderOnePass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 }
 
 // decodeHeaderTwoPass is the reference [DecodeHeader] is measured and
-// fuzzed against: decodeguard.Scan under lim, then [Header.UnmarshalMsg]
+// fuzzed against: msgpscan.Scan under lim, then Header.unmarshalMsg
 // (which must consume the frame), then [Header.Validate].
 func decodeHeaderTwoPass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 	if dst == nil {
 		return errNilDestination
 	}
-	if err := decodeguard.Scan(b, lim); err != nil {
+	if err := msgpscan.Scan(b, lim); err != nil {
 		*dst = Header{}
 		return err
 	}
@@ -604,7 +572,7 @@ func recoverPanic(err *error) {
 			Reason: decodeguard.ReasonDecoderPanic,
 			Detail: "EngineCoreOutputs decoder panicked",
 			Offset: -1,
-			Err:    &decodeguard.PanicError{Value: r, Stack: debug.Stack()},
+			Err:    &msgpscan.PanicError{Value: r, Stack: debug.Stack()},
 		}
 	}
 }

@@ -21,17 +21,11 @@ type Message struct {
 	// of the engine's release), set by [Decode] when HasStats is set and
 	// pointing into the frame. The [Encoder] writes it verbatim when it is
 	// non-nil and HasStats is set, else it writes Stats with
-	// [AppendSchedulerStats].
-	StatsRaw Raw
+	// [appendSchedulerStats].
+	StatsRaw []byte
 
 	used []uint64 // aux frames referenced so far, one bit per frame
 }
-
-// Raw is the msgpack encoding of a sub-object zmqguard does not interpret
-// (kv_transfer_params, trace_headers, a utility result...), validated by
-// decodeguard.Scan and pointing into the frame. nil means the field was
-// absent (msgpack nil on the wire).
-type Raw []byte
 
 // FinishReason is vLLM's FinishReason (an IntEnum on the wire).
 type FinishReason int64
@@ -84,20 +78,20 @@ type Output struct {
 	// KVTransferParams, ECTransferParams, TraceHeaders and PrefillStats are
 	// kv_transfer_params, ec_transfer_params, trace_headers and
 	// prefill_stats, uninterpreted.
-	KVTransferParams Raw
-	ECTransferParams Raw
-	TraceHeaders     Raw
-	PrefillStats     Raw
+	KVTransferParams []byte
+	ECTransferParams []byte
+	TraceHeaders     []byte
+	PrefillStats     []byte
 	// RoutedExperts is routed_experts (an ndarray), unless IsNil.
 	RoutedExperts Array
 	// NumNaNsInLogits is num_nans_in_logits (default 0).
 	NumNaNsInLogits int64
 	// MMCacheMissHashes is mm_cache_miss_hashes ([str]), uninterpreted.
-	MMCacheMissHashes Raw
+	MMCacheMissHashes []byte
 	// NewSamplingMask is new_sampling_mask, when Present.
 	NewSamplingMask SamplingMask
 	// SpecDecodeMetrics is spec_decode_metrics, uninterpreted.
-	SpecDecodeMetrics Raw
+	SpecDecodeMetrics []byte
 }
 
 // Logprobs is LogprobsLists (new_logprobs) or LogprobsTensors
@@ -171,8 +165,8 @@ type StopReason struct {
 // #44428, FT_STATUS_CALL_ID). Replies to calls carry uuid1().int >> 64, a
 // uint64.
 const (
-	CallIDEEPNotification int64 = -1
-	CallIDFTStatus        int64 = -2
+	callIDEEPNotification int64 = -1
+	callIDFTStatus        int64 = -2
 )
 
 // UtilityOutput is the reply to a utility call, or a message the engine
@@ -181,8 +175,8 @@ const (
 type UtilityOutput struct {
 	// CallID is the id of the call this replies to (when Special is 0).
 	CallID uint64
-	// Special is a negative call_id: [CallIDEEPNotification],
-	// [CallIDFTStatus], or another negative value a later vLLM may use. It
+	// Special is a negative call_id: -1 (an elastic-EP notification),
+	// -2 (a fault-tolerance status), or another negative value a later vLLM may use. It
 	// is 0 for a reply to a call (CallID then holds the id). The encoder
 	// writes Special when it is negative, else CallID.
 	Special int64
@@ -192,6 +186,6 @@ type UtilityOutput struct {
 	// HasResult reports that result was set; ResultType is its type_info
 	// (nil or a type description) and Result the value, both uninterpreted.
 	HasResult  bool
-	ResultType Raw
-	Result     Raw
+	ResultType []byte
+	Result     []byte
 }

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // onePassLimits derives the limits of one differential run from the
@@ -25,11 +26,11 @@ func onePassLimits(sel byte) *decodeguard.Limits {
 	case 4:
 		return &decodeguard.Limits{MaxElements: 1 + int(sel>>3)}
 	case 5:
-		return &decodeguard.Limits{AllowExt: decodeguard.AllExtTypes(), CompositeKeys: true}
+		return &decodeguard.Limits{AllowExt: msgpscan.AllExtTypes(), CompositeKeys: true}
 	case 6:
 		return &decodeguard.Limits{MaxBytes: 16 + int(sel>>3)*4}
 	}
-	return &decodeguard.Limits{MaxDepth: 4, AllowExt: decodeguard.ExtTypes{}.With(3), CompositeKeys: true}
+	return &decodeguard.Limits{MaxDepth: 4, AllowExt: []int8{3}, CompositeKeys: true}
 }
 
 // onePassSeeds are stats, outputs and hazard frames, hex.
@@ -53,7 +54,7 @@ var onePassSeeds = []string{
 }
 
 // FuzzDecodeHeaderOnePass is the differential check of DecodeHeader's one
-// pass against the two passes it replaces (decodeguard.Scan, then the typed
+// pass against the two passes it replaces (msgpscan.Scan, then the typed
 // decode and Validate), under limits picked by the first input byte: the
 // one pass alone must accept exactly the frames the two passes accept, into
 // the same Header; and DecodeHeader (the one pass plus its second look at

@@ -98,28 +98,28 @@ func TestEncodeVectors(t *testing.T) {
 	check("wave complete", &Message{Header: Header{Timestamp: ts, HasWaveComplete: true, WaveComplete: 7}}, vecWaveDone)
 	check("start wave", &Message{Header: Header{EngineIndex: 1, Timestamp: ts, HasStartWave: true, StartWave: 8}}, vecStartWave)
 	check("utility", &Message{Header: Header{Timestamp: ts, HasUtilityOutput: true},
-		Utility: UtilityOutput{CallID: 0xab54a98ceb1f0ad2, HasResult: true, ResultType: Raw{0xc0}, Result: Raw{0xc3}}}, vecUtilityTrue)
+		Utility: UtilityOutput{CallID: 0xab54a98ceb1f0ad2, HasResult: true, ResultType: []byte{0xc0}, Result: []byte{0xc3}}}, vecUtilityTrue)
 
 	// Single outputs: 14 fields, the defaults included.
 	const full1 = "9ea57265712d31920b0cc0c0c0c0c0c0c0c0c0c0c000"
 	if got := hex.EncodeToString(e.appendOutput(nil, &twoOutputs().Outputs[0])); got != full1 {
 		t.Errorf("output 1: %s", got)
 	}
-	e.OutputFields = OutputFieldsMax
+	e.OutputFields = outputFieldsMax
 	if got := hex.EncodeToString(e.appendOutput(nil, &twoOutputs().Outputs[0])); got != "dc0011"+full1[2:]+"c0c0c0" {
 		t.Errorf("output 1 with 17 fields: %s", got)
 	}
 	e.OutputFields = 0
 	// Arrays, through the internal appenders.
 	e.frames = e.frames[:1]
-	if got := hex.EncodeToString(e.appendArray(nil, &Array{DType: Int32, Shape: []int{3}, Data: i32s(1, 2, 3)})); got != vecInlineI4 {
+	if got := hex.EncodeToString(e.appendArray(nil, &Array{DType: dtInt32, Shape: []int{3}, Data: i32s(1, 2, 3)})); got != vecInlineI4 {
 		t.Errorf("inline <i4: %s", got)
 	}
-	if got := hex.EncodeToString(e.appendArray(nil, &Array{DType: Float32, Torch: true, Shape: []int{2}, Data: f32s(0.5, -1)})); got != vecTorchF32 {
+	if got := hex.EncodeToString(e.appendArray(nil, &Array{DType: dtFloat32, Torch: true, Shape: []int{2}, Data: f32s(0.5, -1)})); got != vecTorchF32 {
 		t.Errorf("torch float32: %s", got)
 	}
 	big := make([]byte, 128*4*4)
-	if got := hex.EncodeToString(e.appendArray(nil, &Array{DType: Float32, Shape: []int{128, 4}, Data: big})); got != vecAuxF4 {
+	if got := hex.EncodeToString(e.appendArray(nil, &Array{DType: dtFloat32, Shape: []int{128, 4}, Data: big})); got != vecAuxF4 {
 		t.Errorf("aux <f4: %s", got)
 	}
 	if len(e.frames) != 2 || &e.frames[1][0] != &big[0] {
@@ -132,7 +132,7 @@ func TestAppendHeaderVectors(t *testing.T) {
 		Stats: SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}
 	var e Encoder
 	want := e.Encode(&Message{Header: Header{EngineIndex: 1, HasStats: true, Timestamp: ts, Stats: h.Stats}})[0]
-	if got := AppendHeader(nil, &h); !bytes.Equal(got, want) {
+	if got := appendHeader(nil, &h); !bytes.Equal(got, want) {
 		t.Errorf("got %x\nwant %x", got, want)
 	}
 }
@@ -180,17 +180,17 @@ func TestDecodeArrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := &m.Outputs[0].PoolingOutput
-	if a.DType != Int32 || a.Torch || len(a.Shape) != 1 || a.Shape[0] != 3 || a.Len() != 3 || a.Int(2) != 3 || a.Frame != 0 {
+	if a.DType != dtInt32 || a.Torch || len(a.Shape) != 1 || a.Shape[0] != 3 || a.Len() != 3 || a.Int(2) != 3 || a.Frame != 0 {
 		t.Fatalf("inline: %+v", a)
 	}
-	if got := a.AppendInts(nil); len(got) != 3 || got[0] != 1 || got[1] != 2 {
+	if got := a.appendInts(nil); len(got) != 3 || got[0] != 1 || got[1] != 2 {
 		t.Fatalf("AppendInts: %v", got)
 	}
 	if err := Decode([][]byte{arrayMsg(t, vecTorchF32)}, &m, nil); err != nil {
 		t.Fatal(err)
 	}
 	a = &m.Outputs[0].PoolingOutput
-	if a.DType != Float32 || !a.Torch || a.Float(0) != 0.5 || a.Float(1) != -1 {
+	if a.DType != dtFloat32 || !a.Torch || a.Float(0) != 0.5 || a.Float(1) != -1 {
 		t.Fatalf("torch: %+v", a)
 	}
 	aux := f32s(make([]float32, 512)...)
@@ -202,10 +202,10 @@ func TestDecodeArrays(t *testing.T) {
 	if a.Frame != 1 || a.Len() != 512 || a.Float(511) != 2.5 || &a.Data[0] != &aux[0] {
 		t.Fatalf("aux: %+v", a.Shape)
 	}
-	if v, ok := a.Float32s(); !ok || len(v) != 512 || v[511] != 2.5 {
+	if v, ok := a.float32s(); !ok || len(v) != 512 || v[511] != 2.5 {
 		t.Fatalf("Float32s view: %v", ok)
 	}
-	if _, ok := a.Int32s(); ok {
+	if _, ok := a.int32s(); ok {
 		t.Fatal("Int32s on float32 data")
 	}
 	// Unaligned inline data: the view refuses, the accessor reads.
@@ -216,7 +216,7 @@ func TestDecodeArrays(t *testing.T) {
 		t.Fatal(err)
 	}
 	if uintptr(unsafePointer(aa.Data))%4 != 0 {
-		if _, ok := aa.Int32s(); ok {
+		if _, ok := aa.int32s(); ok {
 			t.Fatal("Int32s accepted unaligned data")
 		}
 	}
@@ -226,14 +226,14 @@ func TestDecodeArrays(t *testing.T) {
 }
 
 func TestDTypes(t *testing.T) {
-	for d := Bool; d < numDTypes; d++ {
+	for d := dtBool; d < numDTypes; d++ {
 		for _, torch := range []bool{false, true} {
-			name := d.Numpy()
+			name := d.numpy()
 			if torch || name == "" {
 				name = d.String()
 			}
 			got, gotTorch, ok := parseDType([]byte(name))
-			if !ok || got != d || gotTorch != (torch || d.Numpy() == "") {
+			if !ok || got != d || gotTorch != (torch || d.numpy() == "") {
 				t.Errorf("%q -> %v %v %v", name, got, gotTorch, ok)
 			}
 		}
@@ -243,11 +243,11 @@ func TestDTypes(t *testing.T) {
 			t.Errorf("%q accepted", bad)
 		}
 	}
-	bf := Array{DType: BFloat16, Shape: []int{2}, Data: []byte{0x80, 0x3f, 0x00, 0xc0}} // 1.0, -2.0
+	bf := Array{DType: dtBFloat16, Shape: []int{2}, Data: []byte{0x80, 0x3f, 0x00, 0xc0}} // 1.0, -2.0
 	if bf.Float(0) != 1 || bf.Float(1) != -2 {
 		t.Errorf("bfloat16: %v %v", bf.Float(0), bf.Float(1))
 	}
-	h := Array{DType: Float16, Shape: []int{3}, Data: []byte{0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00}} // 1, -2, 2^-24
+	h := Array{DType: dtFloat16, Shape: []int{3}, Data: []byte{0x00, 0x3c, 0x00, 0xc0, 0x01, 0x00}} // 1, -2, 2^-24
 	if h.Float(0) != 1 || h.Float(1) != -2 || h.Float(2) != math.Ldexp(1, -24) {
 		t.Errorf("float16: %v %v %v", h.Float(0), h.Float(1), h.Float(2))
 	}
@@ -277,7 +277,7 @@ func TestRoundTripFull(t *testing.T) {
 	if !o.NewLogprobs.Present || o.NewLogprobs.TokenIDs.Frame != 1 || o.NewLogprobs.Logprobs.Frame != 2 ||
 		o.StopReason.Kind != StopStr || string(o.StopReason.Str) != "</s>" || len(o.Events) != 2 ||
 		o.Events[1].Type != EventScheduled || o.NumNaNsInLogits != 2 || !o.NewSamplingMask.Present ||
-		o.RoutedExperts.DType != Int16 || got.Outputs[1].StopReason.Int != 7 {
+		o.RoutedExperts.DType != dtInt16 || got.Outputs[1].StopReason.Int != 7 {
 		t.Fatalf("decoded: %+v", o)
 	}
 }
@@ -296,23 +296,23 @@ func fullMessage() *Message {
 		Outputs: []Output{{
 			RequestID: []byte("cmpl-α"), NewTokenIDs: []int64{1, 300, 70000},
 			NewLogprobs: Logprobs{Present: true, Fields: 4,
-				TokenIDs:     Array{DType: Int32, Shape: []int{16, 6}, Data: i32s(ids...)},
-				Logprobs:     Array{DType: Float32, Shape: []int{16, 6}, Data: f32s(lps...)},
-				SampledRanks: Array{DType: Int64, Shape: []int{1}, Data: make([]byte, 8)}},
+				TokenIDs:     Array{DType: dtInt32, Shape: []int{16, 6}, Data: i32s(ids...)},
+				Logprobs:     Array{DType: dtFloat32, Shape: []int{16, 6}, Data: f32s(lps...)},
+				SampledRanks: Array{DType: dtInt64, Shape: []int{1}, Data: make([]byte, 8)}},
 			NewPromptLogprobs: Logprobs{Present: true, Fields: 3,
-				TokenIDs:     Array{DType: Int64, Torch: true, Shape: []int{1, 1}, Data: make([]byte, 8)},
-				Logprobs:     Array{DType: BFloat16, Torch: true, Shape: []int{1, 1}, Data: []byte{0x80, 0x3f}},
-				SampledRanks: Array{DType: Int64, Torch: true, Shape: []int{1}, Data: make([]byte, 8)}},
-			PoolingOutput:   Array{DType: Float32, Torch: true, Shape: []int{}, Data: f32s(1.5)},
+				TokenIDs:     Array{DType: dtInt64, Torch: true, Shape: []int{1, 1}, Data: make([]byte, 8)},
+				Logprobs:     Array{DType: dtBFloat16, Torch: true, Shape: []int{1, 1}, Data: []byte{0x80, 0x3f}},
+				SampledRanks: Array{DType: dtInt64, Torch: true, Shape: []int{1}, Data: make([]byte, 8)}},
+			PoolingOutput:   Array{DType: dtFloat32, Torch: true, Shape: []int{}, Data: f32s(1.5)},
 			HasFinishReason: true, FinishReason: FinishStop,
 			StopReason: StopReason{Kind: StopStr, Str: []byte("</s>")},
 			HasEvents:  true, Events: []Event{{EventQueued, 1.5}, {EventScheduled, 2.5}},
-			KVTransferParams: Raw{0x81, 0xa1, 'k', 0x01}, TraceHeaders: Raw{0x80},
-			RoutedExperts:   Array{DType: Int16, Shape: []int{1, 2}, Data: []byte{1, 0, 2, 0}},
-			NumNaNsInLogits: 2, MMCacheMissHashes: Raw{0x91, 0xa1, 'h'},
-			NewSamplingMask: SamplingMask{Present: true, TokenIDs: Array{DType: Int64, Shape: []int{1}, Data: make([]byte, 8)},
+			KVTransferParams: []byte{0x81, 0xa1, 'k', 0x01}, TraceHeaders: []byte{0x80},
+			RoutedExperts:   Array{DType: dtInt16, Shape: []int{1, 2}, Data: []byte{1, 0, 2, 0}},
+			NumNaNsInLogits: 2, MMCacheMissHashes: []byte{0x91, 0xa1, 'h'},
+			NewSamplingMask: SamplingMask{Present: true, TokenIDs: Array{DType: dtInt64, Shape: []int{1}, Data: make([]byte, 8)},
 				HasCuNumGenerated: true, CuNumGenerated: []int64{0, 1}},
-			SpecDecodeMetrics: Raw{0x90},
+			SpecDecodeMetrics: []byte{0x90},
 		}, {
 			RequestID: []byte("r2"), NewTokenIDs: []int64{}, StopReason: StopReason{Kind: StopInt, Int: 7},
 		}},
@@ -332,14 +332,14 @@ func TestHostile(t *testing.T) {
 	}{
 		{"no frames", nil, decodeguard.ReasonEnvelope, "no frames"},
 		{"bare int (the seed)", [][]byte{{0x45}}, decodeguard.ReasonDecode, "want an array"},
-		{"frame count bomb", make([][]byte, DefaultMaxFrames+1), decodeguard.ReasonOversize, "frames"},
+		{"frame count bomb", make([][]byte, defaultMaxFrames+1), decodeguard.ReasonOversize, "frames"},
 		{"aux index out of range", [][]byte{out("93a33c663492cc800405"), aux}, decodeguard.ReasonDecode, "out of range"},
 		{"aux index zero", [][]byte{out("93a33c663492cc800400"), aux}, decodeguard.ReasonDecode, "out of range"},
 		{"aux index negative", [][]byte{out("93a33c663492cc8004ff"), aux}, decodeguard.ReasonDecode, "out of range"},
 		{"aux frame unused", [][]byte{out(vecInlineI4), aux}, decodeguard.ReasonDecode, "not referenced"},
 		{"shape/len mismatch", [][]byte{out("93a33c663492cc800401"), aux[:100]}, decodeguard.ReasonDecode, "need 2048"},
 		{"shape overflow", [][]byte{out("93a33c663492cf7fffffffffffffffcf7fffffffffffffff01"), aux}, decodeguard.ReasonOversize, "overflows"},
-		{"empty array, huge extent", [][]byte{out("93a33c69349200ce40000000c403000000")}, decodeguard.ReasonOversize, "MaxEmptyExtent"},
+		{"empty array, huge extent", [][]byte{out("93a33c69349200ce40000000c403000000")}, decodeguard.ReasonOversize, "maxEmptyExtent"},
 		{"negative dim", [][]byte{out("93a33c693491ffc70c03010000000200000003000000")}, decodeguard.ReasonDecode, "negative"},
 		{"too many dims", [][]byte{out("93a33c693499010101010101010101c70c03010000000200000003000000")}, decodeguard.ReasonOversize, "dimensions"},
 		{"big-endian dtype", [][]byte{out("93a33e69349103c70c03010000000200000003000000")}, decodeguard.ReasonDecode, "unknown dtype"},
@@ -369,8 +369,8 @@ func TestHostile(t *testing.T) {
 	}
 	// The same aux frame twice.
 	m := &Message{Header: Header{Timestamp: 1}, Outputs: []Output{{RequestID: []byte("a"), NewTokenIDs: []int64{1},
-		PoolingOutput: Array{DType: Uint8, Shape: []int{300}, Data: make([]byte, 300)},
-		RoutedExperts: Array{DType: Uint8, Shape: []int{300}, Data: make([]byte, 300)}}}}
+		PoolingOutput: Array{DType: dtUint8, Shape: []int{300}, Data: make([]byte, 300)},
+		RoutedExperts: Array{DType: dtUint8, Shape: []int{300}, Data: make([]byte, 300)}}}}
 	frames := (&Encoder{}).Encode(m)
 	body := bytes.Replace(frames[0], []byte{0xcd, 0x01, 0x2c, 0x02}, []byte{0xcd, 0x01, 0x2c, 0x01}, 1)
 	if err := Decode([][]byte{body, frames[1], frames[2]}, &Message{}, nil); !strings.Contains(errString(err), "twice") {
@@ -421,7 +421,7 @@ func TestDecodeReuseNoAlloc(t *testing.T) {
 func TestDecodeHeaderRefusesArrays(t *testing.T) {
 	var h Header
 	err := DecodeHeader(arrayMsg(t, vecInlineI4), nil, &h)
-	if !errors.Is(err, decodeguard.Sentinel(decodeguard.ReasonDecode)) {
+	if !errors.Is(err, &decodeguard.Error{Reason: decodeguard.ReasonDecode}) {
 		t.Fatalf("got %v", err)
 	}
 	n := testing.AllocsPerRun(50, func() { _ = DecodeHeader(unhex(t, vecStats), nil, &h) })
@@ -433,8 +433,8 @@ func TestDecodeHeaderRefusesArrays(t *testing.T) {
 func TestAppendHeaderNoAlloc(t *testing.T) {
 	h := Header{EngineIndex: 1, HasStats: true, Timestamp: ts}
 	buf := make([]byte, 0, 256)
-	if n := testing.AllocsPerRun(100, func() { buf = AppendHeader(buf[:0], &h) }); n != 0 {
-		t.Errorf("%v allocations per AppendHeader", n)
+	if n := testing.AllocsPerRun(100, func() { buf = appendHeader(buf[:0], &h) }); n != 0 {
+		t.Errorf("%v allocations per appendHeader", n)
 	}
 	var e Encoder
 	m := fullMessage()
@@ -455,8 +455,8 @@ func TestSignedCallIDs(t *testing.T) {
 		callID  uint64
 		special int64
 	}{
-		{"eep -1", "ff", 0, CallIDEEPNotification},
-		{"ft -2", "fe", 0, CallIDFTStatus},
+		{"eep -1", "ff", 0, callIDEEPNotification},
+		{"ft -2", "fe", 0, callIDFTStatus},
 		{"int8 -100", "d09c", 0, -100},
 		{"int64 min", "d38000000000000000", 0, math.MinInt64},
 		{"int8 5", "d005", 5, 0},
@@ -507,11 +507,11 @@ func TestDecodeReuseFieldByField(t *testing.T) {
 		case 8:
 			o.KVTransferParams = full.KVTransferParams
 		case 9:
-			o.ECTransferParams = Raw{0x80}
+			o.ECTransferParams = []byte{0x80}
 		case 10:
 			o.TraceHeaders = full.TraceHeaders
 		case 11:
-			o.PrefillStats = Raw{0x80}
+			o.PrefillStats = []byte{0x80}
 		case 12:
 			o.RoutedExperts = full.RoutedExperts
 		case 13:

@@ -1,6 +1,13 @@
 // Package envelope checks the multipart shapes of ZeroMQ messages before any
 // payload decoder sees them.
 //
+//	// frames as a ROUTER receives them from a REQ peer
+//	env, err := envelope.Parse(frames, nil) // strict: [identity, "", body...]
+//	if err != nil {
+//		return err // a classified decodeguard.Error: drop and count it
+//	}
+//	reply := env.Reply(nil, []byte("ok")) // [identity, "", "ok"]
+//
 // A ROUTER socket prefixes every message it receives with the sending peer's
 // identity frame. From a REQ peer it therefore sees
 //
@@ -40,16 +47,17 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// Defaults applied to zero-valued [Options] fields.
+// Defaults applied to zero-valued [Options] fields (each field's doc states
+// its own).
 const (
-	// DefaultMaxFrames is the default limit on the number of frames in one
+	// defaultMaxFrames is the default limit on the number of frames in one
 	// message, identity and delimiter included.
-	DefaultMaxFrames = 64
-	// DefaultMaxIdentity is the default limit on the identity frame's length:
+	defaultMaxFrames = 64
+	// defaultMaxIdentity is the default limit on the identity frame's length:
 	// ZMTP routing identities are 1..255 bytes.
-	DefaultMaxIdentity = 255
-	// DefaultMinBody is the default minimum number of body frames.
-	DefaultMinBody = 1
+	defaultMaxIdentity = 255
+	// defaultMinBody is the default minimum number of body frames.
+	defaultMinBody = 1
 )
 
 // ErrInvalidOptions is wrapped by the error Parse (or CheckFrames) returns when
@@ -59,8 +67,8 @@ const (
 var ErrInvalidOptions = errors.New("envelope: invalid Options")
 
 // Options tunes [Parse]. The zero value (and a nil *Options) means: strict
-// (delimiter required), at least 1 body frame, at most DefaultMaxFrames frames
-// in all, identity at most DefaultMaxIdentity bytes.
+// (delimiter required), at least 1 body frame, at most 64 frames in all,
+// identity at most 255 bytes.
 type Options struct {
 	// Lenient accepts a message with no empty delimiter after the identity,
 	// [identity, body...], as a bare DEALER sends it. An empty second frame
@@ -69,7 +77,7 @@ type Options struct {
 	Lenient bool
 
 	// MinBody is the minimum number of body frames (frames after the
-	// identity and, if present, the delimiter). 0 means DefaultMinBody (1);
+	// identity and, if present, the delimiter). Zero means 1;
 	// -1 accepts a message with no body at all. Values below -1 are invalid.
 	MinBody int
 
@@ -79,12 +87,12 @@ type Options struct {
 	// values, and a positive value below the effective MinBody, are invalid.
 	MaxBody int
 
-	// MaxFrames is the maximum number of frames in the whole message. 0 means
-	// DefaultMaxFrames (64). Values below 2 other than 0 are invalid.
+	// MaxFrames is the maximum number of frames in the whole message. Zero means
+	// 64. Values below 2 other than 0 are invalid.
 	MaxFrames int
 
-	// MaxIdentity is the maximum identity frame length in bytes. 0 means
-	// DefaultMaxIdentity (255, the ZMTP limit). Negative values are invalid.
+	// MaxIdentity is the maximum identity frame length in bytes. Zero means
+	// 255 (the ZMTP limit). Negative values are invalid.
 	MaxIdentity int
 }
 
@@ -99,9 +107,9 @@ type limits struct {
 
 func (o *Options) limits() (limits, error) {
 	l := limits{
-		minBody:     DefaultMinBody,
-		maxFrames:   DefaultMaxFrames,
-		maxIdentity: DefaultMaxIdentity,
+		minBody:     defaultMinBody,
+		maxFrames:   defaultMaxFrames,
+		maxIdentity: defaultMaxIdentity,
 	}
 	if o == nil {
 		return l, nil

@@ -49,7 +49,7 @@ func sameFrames(a, b [][]byte) bool {
 }
 
 func TestParseMalformed(t *testing.T) {
-	tooMany := withShape(DefaultMaxFrames - 1) // 65 frames
+	tooMany := withShape(defaultMaxFrames - 1) // 65 frames
 	tests := []struct {
 		name   string
 		frames [][]byte
@@ -107,7 +107,7 @@ func TestParseMalformed(t *testing.T) {
 			if de.Reason != tc.reason {
 				t.Errorf("reason = %v, want %v (%v)", de.Reason, tc.reason, err)
 			}
-			if !decodeguard.IsBadInput(err) || !errors.Is(err, decodeguard.Sentinel(tc.reason)) {
+			if !decodeguard.IsBadInput(err) || !errors.Is(err, &decodeguard.Error{Reason: tc.reason}) {
 				t.Errorf("error %v not classified as %v bad input", err, tc.reason)
 			}
 			for _, w := range tc.want {

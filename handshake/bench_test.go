@@ -25,7 +25,7 @@ func BenchmarkHandshakeListener(b *testing.B) {
 	socks := make([]*socket.Socket, clients)
 	bodies := make([][]byte, clients)
 	for i := range socks {
-		s, err := socket.NewReq(socket.DefaultOptions())
+		s, err := socket.New("REQ", socket.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -33,7 +33,7 @@ func BenchmarkHandshakeListener(b *testing.B) {
 		if err := s.Dial(l.Endpoint()); err != nil {
 			b.Fatal(err)
 		}
-		bodies[i] = AppendRequest(nil, Request{Variant: V3, TP: i % 2})
+		bodies[i] = appendRequest(nil, Request{Variant: V3, TP: i % 2})
 		// Warm up: one exchange connects the socket.
 		if err := s.Send(ctx, bodies[i]); err != nil {
 			b.Fatal(err)
@@ -81,7 +81,7 @@ func BenchmarkHandshakeListener(b *testing.B) {
 	b.ReportMetric(float64(b.N)/elapsed.Seconds(), "handshakes/s")
 }
 
-var errShape = &FetchError{Kind: ErrBadReplyShape, Detail: "benchmark reply"}
+var errShape = &fetchError{Kind: ErrBadReplyShape, Detail: "benchmark reply"}
 
 // BenchmarkListenerHandle measures the listener's per-request work after
 // the receive: envelope and request parse, lookup, reply build and the hand
@@ -90,7 +90,7 @@ func BenchmarkListenerHandle(b *testing.B) {
 	var s nopSender
 	l := newDetachedListener(b, chanReceiver(nil), &s, ListenerConfig{})
 	var req Request
-	frames := [][]byte{{0, 0, 0, 0, 1}, {}, AppendRequest(nil, Request{Variant: V3, TP: 1})}
+	frames := [][]byte{{0, 0, 0, 0, 1}, {}, appendRequest(nil, Request{Variant: V3, TP: 1})}
 	d, err := deliveryFor(b, frames, &req)
 	if err != nil {
 		b.Fatal(err)
@@ -136,7 +136,7 @@ func BenchmarkListenerLoop(b *testing.B) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			r := &repeatReceiver{cancel: cancel, n: b.N, msg: socket.Msg{Frames: [][]byte{
-				{0, 0, 0, 0, 1}, {}, AppendRequest(nil, Request{Variant: v, TP: 1})}}}
+				{0, 0, 0, 0, 1}, {}, appendRequest(nil, Request{Variant: v, TP: 1})}}}
 			l := newDetachedListener(b, r, &s, ListenerConfig{})
 			b.ReportAllocs()
 			b.ResetTimer()
@@ -144,8 +144,8 @@ func BenchmarkListenerLoop(b *testing.B) {
 				b.Fatal(err)
 			}
 			b.StopTimer()
-			if st := l.Stats(); st.TotalServed() != uint64(b.N) {
-				b.Fatalf("served %d of %d", st.TotalServed(), b.N)
+			if st := l.Stats(); totalServed(st) != uint64(b.N) {
+				b.Fatalf("served %d of %d", totalServed(st), b.N)
 			}
 			runtime.KeepAlive(s)
 		})

@@ -12,21 +12,23 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
-// DefaultTimeout is the default [ClientOptions.Timeout]: vLLM's 5000 ms
-// receive timeout.
-const DefaultTimeout = 5 * time.Second
+// defaultTimeout is what a zero ClientOptions.Timeout or
+// ProbeOptions.Timeout means: vLLM's 5000 ms receive timeout.
+const defaultTimeout = 5 * time.Second
 
-// The kinds of handshake failure. Every error [Fetch] returns for a
-// failed handshake matches exactly one of them under errors.Is; the detail
-// types ([*TimeoutError], [*FetchError], [*HashMismatchError],
-// [*EngineIDMismatchError]) carry the particulars.
+// The kinds of handshake failure. Every error [Fetch] and [Probe] return
+// for a failed handshake matches exactly one of them under errors.Is; its
+// text carries the particulars (the endpoint, the request, what was seen,
+// peer strings only through a safe rendering).
 var (
 	// ErrTimeout: no reply within the timeout — the connection could not be
 	// made in time, or it was made and the request sent but the listener
-	// never answered. See [TimeoutError].
+	// never answered. Its text says which, and names the `zmqguard probe`
+	// command line that shows the failing step.
 	ErrTimeout = errors.New("handshake: timed out")
 	// ErrRefused: no connection was established, and at least one attempt
 	// failed outright (connection refused, no route, the peer is not a ZMTP
@@ -39,11 +41,11 @@ var (
 	// variants) does not decode. The cause is a classified
 	// *decodeguard.Error.
 	ErrUndecodablePayload = errors.New("handshake: undecodable payload")
-	// ErrHashMismatch: the compatibility hash differs from the expected one.
-	// See [HashMismatchError].
+	// ErrHashMismatch: the compatibility hash differs from the expected one
+	// (the text names both).
 	ErrHashMismatch = errors.New("handshake: compatibility hash mismatch")
 	// ErrEngineIDMismatch: the metadata names another engine than the
-	// expected one. See [EngineIDMismatchError].
+	// expected one (the text names both).
 	ErrEngineIDMismatch = errors.New("handshake: engine id mismatch")
 	// ErrRejected: the listener answered with an explicit error reply (see
 	// [ListenerConfig.ErrorReplies]), for example because it does not serve
@@ -51,20 +53,21 @@ var (
 	ErrRejected = errors.New("handshake: rejected by the listener")
 )
 
-// ErrNoExpectedHash is returned by [Fetch], before it connects, for a V2 or
+// errNoExpectedHash is returned by Fetch, before it connects, for a V2 or
 // V3 request whose ClientOptions has neither an ExpectedHash nor
 // SkipHashCheck. It is a configuration error, not a handshake failure.
-var ErrNoExpectedHash = errors.New("handshake: ClientOptions.ExpectedHash is empty: set it to the local compatibility hash, or set SkipHashCheck to skip the check")
+var errNoExpectedHash = errors.New("handshake: ClientOptions.ExpectedHash is empty: set it to the local compatibility hash, or set SkipHashCheck to skip the check")
 
-// ClientOptions configures [Fetch].
+// ClientOptions configures [Fetch]. The zero value is vLLM's client, except
+// that a V2 or V3 request needs ExpectedHash or SkipHashCheck.
 type ClientOptions struct {
-	// Timeout bounds the whole exchange, connection included (default
-	// DefaultTimeout, 5 s, as vLLM's receive timeout).
+	// Timeout bounds the whole exchange, connection included. Zero means
+	// 5 s, vLLM's receive timeout; a negative value is an error.
 	Timeout time.Duration
 	// ExpectedHash is the local compatibility hash (see
-	// [CompatibilityHash]); the payload's must equal it. It is required for
+	// [Factors.Hash]); the payload's must equal it. It is required for
 	// V2 and V3 requests: an empty ExpectedHash without SkipHashCheck makes
-	// Fetch fail with [ErrNoExpectedHash] before it connects, so a
+	// Fetch fail with a configuration error before it connects, so a
 	// forgotten hash never quietly turns the check off. V1 replies carry no
 	// hash and are never checked.
 	ExpectedHash string
@@ -86,23 +89,24 @@ type ClientOptions struct {
 type Reply struct {
 	// Request is what was asked.
 	Request Request
-	// Payload is the decoded NixlHandshakePayload (V2 and V3; zero for V1).
-	Payload NixlHandshakePayload
+	// CompatibilityHash is the listener's compatibility hash, as sent (V2
+	// and V3; empty for V1).
+	CompatibilityHash string
 	// Metadata is the decoded agent metadata.
 	Metadata NixlAgentMetadata
 	// RemoteTime is the listener's clock in seconds from a V3 reply's
 	// timestamp frame (0 for V1 and V2).
 	RemoteTime float64
-	// ClockOffset estimates RemoteTime minus [MonotonicSeconds] at the same
-	// instant, as vLLM does: the remote time minus the midpoint of the
+	// ClockOffset estimates RemoteTime minus this process's monotonic
+	// clock (the default [ListenerConfig.Clock]) at the same instant, as vLLM does: the remote time minus the midpoint of the
 	// local send and receive times (V3 only).
 	ClockOffset float64
 	// RTT is the time from sending the request to receiving the reply.
 	RTT time.Duration
 }
 
-// TimeoutError is the detail of an [ErrTimeout].
-type TimeoutError struct {
+// timeoutError is the detail of an ErrTimeout.
+type timeoutError struct {
 	// Endpoint is the remote endpoint, Request the request.
 	Endpoint string
 	Request  Request
@@ -119,11 +123,11 @@ type TimeoutError struct {
 }
 
 // Unwrap returns Cause.
-func (e *TimeoutError) Unwrap() error { return e.Cause }
+func (e *timeoutError) Unwrap() error { return e.Cause }
 
 // Error names the remote address, the rank and the variant, says what was
 // seen, and points to the probe.
-func (e *TimeoutError) Error() string {
+func (e *timeoutError) Error() string {
 	var b strings.Builder
 	b.WriteString("handshake: ")
 	switch {
@@ -145,17 +149,17 @@ func (e *TimeoutError) Error() string {
 	}
 	b.WriteString(" for ")
 	writeRequest(&b, e.Request)
-	b.WriteString("; run `" + ProbeCommand(e.Endpoint, e.Request) + "` to see which step fails")
+	b.WriteString("; run `" + probeCommand(e.Endpoint, e.Request) + "` to see which step fails")
 	return b.String()
 }
 
 // Is makes errors.Is(err, ErrTimeout) true.
-func (e *TimeoutError) Is(target error) bool { return target == ErrTimeout }
+func (e *timeoutError) Is(target error) bool { return target == ErrTimeout }
 
-// ProbeCommand returns the CLI line that triages a failed handshake with
+// probeCommand returns the CLI line that triages a failed handshake with
 // endpoint for req: `zmqguard probe ENDPOINT --pp P --tp T`, plus
 // `--variant vN` for a request other than V3.
-func ProbeCommand(endpoint string, req Request) string {
+func probeCommand(endpoint string, req Request) string {
 	s := "zmqguard probe " + endpoint + " --pp " + strconv.Itoa(req.PP) + " --tp " + strconv.Itoa(req.TP)
 	if req.Variant == V1 || req.Variant == V2 {
 		s += " --variant " + strings.ToLower(req.Variant.String())
@@ -177,9 +181,9 @@ func variantName(v Variant) string {
 	return v.String()
 }
 
-// FetchError is the detail of [ErrRefused], [ErrBadReplyShape],
-// [ErrUndecodablePayload] and [ErrRejected].
-type FetchError struct {
+// fetchError is the detail of ErrRefused, ErrBadReplyShape,
+// ErrUndecodablePayload and ErrRejected.
+type fetchError struct {
 	// Kind is the sentinel the error matches.
 	Kind error
 	// Endpoint is the remote endpoint, Request the request.
@@ -192,7 +196,7 @@ type FetchError struct {
 }
 
 // Error implements error.
-func (e *FetchError) Error() string {
+func (e *fetchError) Error() string {
 	var b strings.Builder
 	b.WriteString(e.Kind.Error())
 	b.WriteString(": " + e.Endpoint + ", ")
@@ -207,35 +211,35 @@ func (e *FetchError) Error() string {
 }
 
 // Is makes errors.Is(err, e.Kind) true.
-func (e *FetchError) Is(target error) bool { return target == e.Kind }
+func (e *fetchError) Is(target error) bool { return target == e.Kind }
 
 // Unwrap returns the cause.
-func (e *FetchError) Unwrap() error { return e.Err }
+func (e *fetchError) Unwrap() error { return e.Err }
 
-// HashMismatchError is the detail of [ErrHashMismatch].
-type HashMismatchError struct {
+// hashMismatchError is the detail of ErrHashMismatch.
+type hashMismatchError struct {
 	Endpoint string
 	Request  Request
 	// Local is the expected hash, Remote the payload's (as sent, possibly
-	// hostile: render it with [SafeText] before printing it elsewhere).
+	// hostile: render it with nixlwire.SafeText before printing it elsewhere).
 	Local, Remote string
 }
 
 // Error names both hashes.
-func (e *HashMismatchError) Error() string {
+func (e *hashMismatchError) Error() string {
 	var b strings.Builder
 	b.WriteString("handshake: compatibility hash mismatch with " + e.Endpoint + ", ")
 	writeRequest(&b, e.Request)
-	b.WriteString(": local " + SafeText(e.Local) + ", remote " + SafeText(e.Remote) +
+	b.WriteString(": local " + nixlwire.SafeText(e.Local) + ", remote " + nixlwire.SafeText(e.Remote) +
 		" (prefill and decode differ in vLLM version, model, dtype, attention backend or another factor)")
 	return b.String()
 }
 
 // Is makes errors.Is(err, ErrHashMismatch) true.
-func (e *HashMismatchError) Is(target error) bool { return target == ErrHashMismatch }
+func (e *hashMismatchError) Is(target error) bool { return target == ErrHashMismatch }
 
-// EngineIDMismatchError is the detail of [ErrEngineIDMismatch].
-type EngineIDMismatchError struct {
+// engineIDMismatchError is the detail of ErrEngineIDMismatch.
+type engineIDMismatchError struct {
 	Endpoint string
 	Request  Request
 	// Expected is the expected engine id, Got the metadata's (as sent).
@@ -243,35 +247,16 @@ type EngineIDMismatchError struct {
 }
 
 // Error names both engine ids.
-func (e *EngineIDMismatchError) Error() string {
+func (e *engineIDMismatchError) Error() string {
 	var b strings.Builder
 	b.WriteString("handshake: engine id mismatch with " + e.Endpoint + ", ")
 	writeRequest(&b, e.Request)
-	b.WriteString(": expected " + SafeText(e.Expected) + ", got " + SafeText(e.Got))
+	b.WriteString(": expected " + nixlwire.SafeText(e.Expected) + ", got " + nixlwire.SafeText(e.Got))
 	return b.String()
 }
 
 // Is makes errors.Is(err, ErrEngineIDMismatch) true.
-func (e *EngineIDMismatchError) Is(target error) bool { return target == ErrEngineIDMismatch }
-
-// maxSafeText is the longest text SafeText shows as is.
-const maxSafeText = 128
-
-// SafeText returns s quoted when it is at most 128 bytes of printable ASCII
-// (nothing in it can drive a terminal), and as decodeguard.Render's length
-// and hex prefix otherwise. Error texts here show peer-supplied strings
-// (hashes, engine ids, error replies) only through it.
-func SafeText(s string) string {
-	if len(s) > maxSafeText {
-		return decodeguard.Render([]byte(s))
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i] < 0x20 || s[i] > 0x7e {
-			return decodeguard.Render([]byte(s))
-		}
-	}
-	return strconv.Quote(s)
-}
+func (e *engineIDMismatchError) Is(target error) bool { return target == ErrEngineIDMismatch }
 
 // events records what a Fetch's REQ socket saw of its peer.
 type events struct {
@@ -311,11 +296,10 @@ func (ev *events) observe(e socket.Event) {
 // zmqguard listener is reported as such ([ErrRejected]) before the hash
 // check. A zero req.Variant means V3. Fetch also refuses a payload or
 // metadata map that lacks a key every vLLM release sends (as msgspec
-// does), although [DecodePayload] and [DecodeAgentMetadata] would fill in
-// zero values.
+// does).
 //
-// Errors: [ErrNoExpectedHash] for a V2/V3 request without ExpectedHash or
-// SkipHashCheck; a malformed endpoint wraps socket.ErrBadEndpoint; when ctx ends
+// Errors: a configuration error for a V2/V3 request without ExpectedHash
+// or SkipHashCheck, or for a negative Timeout; a malformed endpoint gives socket.New's "socket: bad endpoint" error; when ctx ends
 // first, its error is returned (wrapped); every other failure matches one of
 // ErrTimeout, ErrRefused, ErrBadReplyShape, ErrUndecodablePayload,
 // ErrRejected, ErrHashMismatch and ErrEngineIDMismatch under errors.Is.
@@ -328,12 +312,15 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 	if req.Variant < V1 || req.Variant > V3 {
 		req.Variant = V3
 	}
-	if req.Variant != V1 && opts.ExpectedHash == "" && !opts.SkipHashCheck {
-		return Reply{}, ErrNoExpectedHash
-	}
 	timeout := opts.Timeout
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+	if timeout == 0 {
+		timeout = defaultTimeout
+	}
+	if timeout < 0 {
+		return Reply{}, fmt.Errorf("handshake: ClientOptions.Timeout %v is negative", opts.Timeout)
+	}
+	if req.Variant != V1 && opts.ExpectedHash == "" && !opts.SkipHashCheck {
+		return Reply{}, errNoExpectedHash
 	}
 	var ev events
 	sopts := opts.Socket
@@ -344,7 +331,7 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 			user(e)
 		}
 	}
-	sock, err := socket.NewReq(sopts)
+	sock, err := socket.New("REQ", sopts)
 	if err != nil {
 		return Reply{}, fmt.Errorf("handshake: client socket: %w", err)
 	}
@@ -355,9 +342,9 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 
 	tctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	body := AppendRequest(make([]byte, 0, 32), req)
+	body := appendRequest(make([]byte, 0, 32), req)
 	start := time.Now()
-	startSec := MonotonicSeconds()
+	startSec := monotonicSeconds()
 	sent := false
 	err = sock.Send(tctx, body)
 	var msg socket.Msg
@@ -366,7 +353,7 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 		msg, err = sock.Recv(tctx)
 	}
 	rtt := time.Since(start)
-	endSec := MonotonicSeconds()
+	endSec := monotonicSeconds()
 	if err != nil {
 		if ctx.Err() != nil {
 			return Reply{}, fmt.Errorf("handshake: fetch from %s: %w", endpoint, ctx.Err())
@@ -381,10 +368,10 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 			if ev.handshake {
 				detail += "; the peer refused the ZMTP handshake or is not a ZMTP listener"
 			}
-			detail += "); run `" + ProbeCommand(endpoint, req) + "` to triage"
-			return Reply{}, &FetchError{Kind: ErrRefused, Endpoint: endpoint, Request: req, Detail: detail, Err: ev.lastFail}
+			detail += "); run `" + probeCommand(endpoint, req) + "` to triage"
+			return Reply{}, &fetchError{Kind: ErrRefused, Endpoint: endpoint, Request: req, Detail: detail, Err: ev.lastFail}
 		}
-		return Reply{}, &TimeoutError{Endpoint: endpoint, Request: req, Timeout: timeout,
+		return Reply{}, &timeoutError{Endpoint: endpoint, Request: req, Timeout: timeout,
 			Connected: ev.connected || sent, Sent: sent, Disconnected: ev.disconnected, Cause: ev.violation}
 	}
 	r := Reply{Request: req, RTT: rtt}
@@ -402,7 +389,7 @@ func Fetch(ctx context.Context, endpoint string, req Request, opts ClientOptions
 func decodeReply(r *Reply, frames [][]byte, endpoint string, opts ClientOptions) error {
 	req := r.Request
 	fail := func(kind error, detail string, cause error) error {
-		return &FetchError{Kind: kind, Endpoint: endpoint, Request: req, Detail: detail, Err: cause}
+		return &fetchError{Kind: kind, Endpoint: endpoint, Request: req, Detail: detail, Err: cause}
 	}
 	want := 1
 	if req.Variant == V3 {
@@ -413,7 +400,7 @@ func decodeReply(r *Reply, frames [][]byte, endpoint string, opts ClientOptions)
 			" (sizes "+frameSizes(frames)+")", nil)
 	}
 	if req.Variant == V3 {
-		ts, err := ParseTimestamp(frames[1])
+		ts, err := nixlwire.ParseTimestamp(frames[1])
 		if err != nil {
 			return fail(ErrBadReplyShape, "timestamp frame", err)
 		}
@@ -422,26 +409,26 @@ func decodeReply(r *Reply, frames [][]byte, endpoint string, opts ClientOptions)
 	metaBytes := frames[0]
 	if req.Variant == V1 {
 		if text, ok := errorReplyText(frames[0]); ok {
-			return fail(ErrRejected, SafeText(text), nil)
+			return fail(ErrRejected, nixlwire.SafeText(text), nil)
 		}
 	} else {
-		p, err := DecodePayloadLimits(frames[0], opts.Limits)
+		p, err := nixlwire.DecodePayloadLimits(frames[0], opts.Limits)
 		if err == nil {
 			err = requireKeys(frames[0], payloadKeys)
 		}
 		if err != nil {
 			return fail(ErrUndecodablePayload, "NixlHandshakePayload", err)
 		}
-		if strings.HasPrefix(p.CompatibilityHash, ErrorReplyPrefix) && len(p.AgentMetadataBytes) == 0 {
-			return fail(ErrRejected, SafeText(p.CompatibilityHash), nil)
+		if strings.HasPrefix(p.CompatibilityHash, nixlwire.ErrorReplyPrefix) && len(p.AgentMetadataBytes) == 0 {
+			return fail(ErrRejected, nixlwire.SafeText(p.CompatibilityHash), nil)
 		}
 		if !opts.SkipHashCheck && p.CompatibilityHash != opts.ExpectedHash {
-			return &HashMismatchError{Endpoint: endpoint, Request: req, Local: opts.ExpectedHash, Remote: p.CompatibilityHash}
+			return &hashMismatchError{Endpoint: endpoint, Request: req, Local: opts.ExpectedHash, Remote: p.CompatibilityHash}
 		}
-		r.Payload = p
+		r.CompatibilityHash = p.CompatibilityHash
 		metaBytes = p.AgentMetadataBytes
 	}
-	m, err := DecodeAgentMetadataLimits(metaBytes, opts.Limits)
+	m, err := nixlwire.DecodeAgentMetadataLimits(metaBytes, opts.Limits)
 	if err == nil {
 		err = requireKeys(metaBytes, metadataKeys)
 	}
@@ -449,15 +436,15 @@ func decodeReply(r *Reply, frames [][]byte, endpoint string, opts ClientOptions)
 		return fail(ErrUndecodablePayload, "NixlAgentMetadata", err)
 	}
 	if opts.ExpectedEngineID != "" && m.EngineID != opts.ExpectedEngineID {
-		return &EngineIDMismatchError{Endpoint: endpoint, Request: req, Expected: opts.ExpectedEngineID, Got: m.EngineID}
+		return &engineIDMismatchError{Endpoint: endpoint, Request: req, Expected: opts.ExpectedEngineID, Got: m.EngineID}
 	}
-	r.Metadata = m
+	r.Metadata = fromWire(&m)
 	return nil
 }
 
 // The keys without a default in every release: msgspec refuses a
 // message without them ("Object missing required field"), and so does
-// Fetch, although DecodePayload and DecodeAgentMetadata fill in zero values.
+// Fetch, although nixlwire's decoders fill in zero values.
 var (
 	payloadKeys  = []string{"compatibility_hash", "agent_metadata_bytes"}
 	metadataKeys = []string{"engine_id", "agent_metadata", "kv_caches_base_addr", "device_id", "num_blocks",
@@ -501,13 +488,13 @@ func requireKeys(b []byte, keys []string) error {
 }
 
 // errorReplyText reports whether b is a V1 error reply (a msgpack str
-// starting with ErrorReplyPrefix) and returns its text.
+// starting with nixlwire.ErrorReplyPrefix) and returns its text.
 func errorReplyText(b []byte) (string, bool) {
 	if msgp.NextType(b) != msgp.StrType {
 		return "", false
 	}
 	s, rest, err := msgp.ReadStringZC(b)
-	if err != nil || len(rest) != 0 || !strings.HasPrefix(string(s), ErrorReplyPrefix) {
+	if err != nil || len(rest) != 0 || !strings.HasPrefix(string(s), nixlwire.ErrorReplyPrefix) {
 		return "", false
 	}
 	return string(s), true

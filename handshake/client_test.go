@@ -13,6 +13,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -20,7 +21,7 @@ import (
 // (frames after the delimiter), or not at all when reply returns nil.
 func scriptedRouter(t testing.TB, reply func(body []byte) [][]byte) string {
 	t.Helper()
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,9 +73,9 @@ func TestFetchTimeoutError(t *testing.T) {
 	ep := scriptedRouter(t, func([]byte) [][]byte { return nil }) // reads, never answers
 	req := Request{Variant: V3, PP: 2, TP: 3}
 	_, err := Fetch(testCtx(t, 20*time.Second), ep, req, ClientOptions{Timeout: 300 * time.Millisecond, SkipHashCheck: true, Socket: fastOpts()})
-	var te *TimeoutError
+	var te *timeoutError
 	if !errors.As(err, &te) || !errors.Is(err, ErrTimeout) {
-		t.Fatalf("got %v, want a *TimeoutError", err)
+		t.Fatalf("got %v, want a *timeoutError", err)
 	}
 	if te.Endpoint != ep || te.Request != req || !te.Connected || !te.Sent || te.Timeout != 300*time.Millisecond {
 		t.Errorf("detail %+v", te)
@@ -91,7 +92,7 @@ func TestFetchTimeoutError(t *testing.T) {
 			t.Errorf("timeout matches %v", sentinel)
 		}
 	}
-	if got := ProbeCommand(ep, Request{Variant: V2, TP: 1}); got != "zmqguard probe "+ep+" --pp 0 --tp 1 --variant v2" {
+	if got := probeCommand(ep, Request{Variant: V2, TP: 1}); got != "zmqguard probe "+ep+" --pp 0 --tp 1 --variant v2" {
 		t.Errorf("ProbeCommand V2 = %q", got)
 	}
 }
@@ -99,7 +100,7 @@ func TestFetchTimeoutError(t *testing.T) {
 func TestFetchRefused(t *testing.T) {
 	ep := closedPort(t)
 	_, err := Fetch(testCtx(t, 20*time.Second), ep, Request{Variant: V3, TP: 1}, ClientOptions{Timeout: 300 * time.Millisecond, SkipHashCheck: true, Socket: fastOpts()})
-	var fe *FetchError
+	var fe *fetchError
 	if !errors.Is(err, ErrRefused) || !errors.As(err, &fe) || errors.Is(err, ErrTimeout) {
 		t.Fatalf("got %v, want ErrRefused", err)
 	}
@@ -140,7 +141,7 @@ func TestFetchNotZMTP(t *testing.T) {
 }
 
 func TestFetchBadEndpointAndContext(t *testing.T) {
-	if _, err := Fetch(context.Background(), "udp://x:1", Request{}, ClientOptions{SkipHashCheck: true}); !errors.Is(err, socket.ErrBadEndpoint) {
+	if _, err := Fetch(context.Background(), "udp://x:1", Request{}, ClientOptions{SkipHashCheck: true}); err == nil || !strings.Contains(err.Error(), "socket: bad endpoint") {
 		t.Errorf("bad endpoint: %v", err)
 	}
 	ep := scriptedRouter(t, func([]byte) [][]byte { return nil })
@@ -160,7 +161,7 @@ func TestFetchRequiresHash(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	for _, v := range []Variant{V2, V3} {
 		_, err := Fetch(ctx, l.Endpoint(), Request{Variant: v}, ClientOptions{Socket: fastOpts()})
-		if !errors.Is(err, ErrNoExpectedHash) || !strings.Contains(err.Error(), "SkipHashCheck") {
+		if !errors.Is(err, errNoExpectedHash) || !strings.Contains(err.Error(), "SkipHashCheck") {
 			t.Fatalf("%v without ExpectedHash: %v", v, err)
 		}
 		if _, err := Fetch(ctx, l.Endpoint(), Request{Variant: v}, ClientOptions{SkipHashCheck: true, Socket: fastOpts()}); err != nil {
@@ -180,7 +181,7 @@ func TestFetchHashAndEngineMismatch(t *testing.T) {
 
 	for _, v := range []Variant{V2, V3} {
 		_, err := Fetch(ctx, ep, Request{Variant: v}, ClientOptions{ExpectedHash: other, Socket: fastOpts()})
-		var he *HashMismatchError
+		var he *hashMismatchError
 		if !errors.As(err, &he) || !errors.Is(err, ErrHashMismatch) {
 			t.Fatalf("%v: got %v, want a hash mismatch", v, err)
 		}
@@ -198,7 +199,7 @@ func TestFetchHashAndEngineMismatch(t *testing.T) {
 	}
 	for _, v := range []Variant{V1, V2, V3} {
 		_, err := Fetch(ctx, ep, Request{Variant: v}, ClientOptions{ExpectedHash: testHash, ExpectedEngineID: "decode-\x1b[2J", Socket: fastOpts()})
-		var ee *EngineIDMismatchError
+		var ee *engineIDMismatchError
 		if !errors.As(err, &ee) || !errors.Is(err, ErrEngineIDMismatch) || errors.Is(err, ErrHashMismatch) {
 			t.Fatalf("%v: got %v, want an engine id mismatch", v, err)
 		}
@@ -210,9 +211,9 @@ func TestFetchHashAndEngineMismatch(t *testing.T) {
 
 func TestFetchBadReplies(t *testing.T) {
 	good := encodedPayload(t, "prefill-7", testHash, Rank{})
-	ts := AppendTimestamp(nil, 1.5)
+	ts := nixlwire.AppendTimestamp(nil, 1.5)
 	mismatched := encodedPayload(t, "prefill-7", strings.Repeat("f", 64), Rank{})
-	badMeta, _ := (&NixlHandshakePayload{CompatibilityHash: testHash, AgentMetadataBytes: []byte{0x92, 0x01}}).MarshalMsg(nil)
+	badMeta, _ := (&nixlwire.NixlHandshakePayload{CompatibilityHash: testHash, AgentMetadataBytes: []byte{0x92, 0x01}}).MarshalMsg(nil)
 	cases := []struct {
 		name  string
 		req   Request
@@ -230,8 +231,8 @@ func TestFetchBadReplies(t *testing.T) {
 		{"V3 bad metadata", Request{Variant: V3}, [][]byte{badMeta, ts}, ErrUndecodablePayload, "NixlAgentMetadata"},
 		{"V1 payload instead of metadata", Request{Variant: V1}, [][]byte{good}, ErrUndecodablePayload, "NixlAgentMetadata"},
 		{"V1 str", Request{Variant: V1}, [][]byte{msgp.AppendString(nil, "no")}, ErrUndecodablePayload, "NixlAgentMetadata"},
-		{"V2 error reply", Request{Variant: V2}, [][]byte{appendErrorPayload(nil, ErrorReplyPrefix+"busy\x1b")}, ErrRejected, "len="},
-		{"V1 error reply", Request{Variant: V1}, [][]byte{msgp.AppendString(nil, ErrorReplyPrefix+"nope")}, ErrRejected, `"zmqguard-error: nope"`},
+		{"V2 error reply", Request{Variant: V2}, [][]byte{appendErrorPayload(nil, nixlwire.ErrorReplyPrefix+"busy\x1b")}, ErrRejected, "len="},
+		{"V1 error reply", Request{Variant: V1}, [][]byte{msgp.AppendString(nil, nixlwire.ErrorReplyPrefix+"nope")}, ErrRejected, `"zmqguard-error: nope"`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -255,7 +256,7 @@ func TestFetchBadReplies(t *testing.T) {
 }
 
 func TestFetchClockOffset(t *testing.T) {
-	l := startListener(t, ListenerConfig{Clock: func() float64 { return MonotonicSeconds() + 1000 }})
+	l := startListener(t, ListenerConfig{Clock: func() float64 { return monotonicSeconds() + 1000 }})
 	r := mustFetch(t, l.Endpoint(), Request{Variant: V3}, Rank{0, 0})
 	// The remote clock runs 1000 s ahead; the estimate is off by at most
 	// the round trip.
@@ -272,8 +273,8 @@ func TestSafeText(t *testing.T) {
 		"é":                      "len=2 hex=c3a9",
 		strings.Repeat("a", 129): "len=129 hex=" + strings.Repeat("61", 64) + "…",
 	} {
-		if got := SafeText(in); got != want {
-			t.Errorf("SafeText(%q) = %q, want %q", in, got, want)
+		if got := nixlwire.SafeText(in); got != want {
+			t.Errorf("nixlwire.SafeText(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
@@ -287,11 +288,53 @@ func TestFetchOversizeReplyCause(t *testing.T) {
 	o.Guard.MaxMessageSize = 64
 	_, err := Fetch(testCtx(t, 20*time.Second), l.Endpoint(), Request{Variant: V3},
 		ClientOptions{Timeout: 2 * time.Second, SkipHashCheck: true, Socket: o})
-	var te *TimeoutError
+	var te *timeoutError
 	if !errors.As(err, &te) || te.Cause == nil || decodeguard.ReasonOf(err) != decodeguard.ReasonOversize {
 		t.Fatalf("got %v, want a timeout caused by an oversize reply", err)
 	}
 	if msg := err.Error(); strings.Contains(msg, "receive loop is dead") || !strings.Contains(msg, "connection was closed") {
 		t.Errorf("message: %s", msg)
+	}
+}
+
+// TestConfigConvention: a zero field means its documented default, and a
+// negative timeout is an error that names the field and the value, made
+// before anything is dialed (issue 30's one config convention). The old
+// code took a negative timeout for the default.
+func TestConfigConvention(t *testing.T) {
+	ctx := testCtx(t, 20*time.Second)
+	_, err := Fetch(ctx, closedPort(t), Request{}, ClientOptions{Timeout: -time.Second, SkipHashCheck: true})
+	if err == nil || err.Error() != "handshake: ClientOptions.Timeout -1s is negative" {
+		t.Fatalf("Fetch with a negative timeout: %v", err)
+	}
+	rep, err := Probe(ctx, closedPort(t), Request{}, ProbeOptions{Timeout: -time.Millisecond})
+	if err == nil || err.Error() != "handshake: ProbeOptions.Timeout -1ms is negative" || len(rep.Steps) != 0 {
+		t.Fatalf("Probe with a negative timeout: %v, steps %v", err, rep.Steps)
+	}
+	_, err = NewListener(ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Payloads: testPayloads(t), V1Rank: Rank{PP: -1}})
+	if err == nil || err.Error() != "handshake: ListenerConfig.V1Rank pp_rank=-1 tp_rank=0 is negative" {
+		t.Fatalf("NewListener with a negative V1Rank: %v", err)
+	}
+
+	// The zero values work: the listener's Name, Clock, Logger and socket
+	// options, the client's Timeout (5 s) and socket options.
+	l, err := NewListener(ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Payloads: testPayloads(t), Logger: quiet})
+	if err != nil {
+		t.Fatal(err)
+	}
+	served := make(chan error, 1)
+	sctx, cancel := context.WithCancel(ctx)
+	go func() { served <- l.Serve(sctx) }()
+	defer func() {
+		cancel()
+		<-served
+		l.Close()
+	}()
+	r, err := Fetch(ctx, l.Endpoint(), Request{Variant: V3}, ClientOptions{ExpectedHash: testHash})
+	if err != nil || r.CompatibilityHash != testHash || r.RemoteTime <= 0 {
+		t.Fatalf("Fetch with zero options: %+v, %v", r, err)
+	}
+	if rep, err := Probe(ctx, l.Endpoint(), Request{}, ProbeOptions{}); err != nil || !rep.OK {
+		t.Fatalf("Probe with zero options: %+v, %v", rep, err)
 	}
 }

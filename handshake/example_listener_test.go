@@ -8,6 +8,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // A Go KV-transfer agent serving its metadata on the NIXL side channel,
@@ -19,14 +20,13 @@ func ExampleListener() {
 		AgentMetadata:    []byte("nixl-agent-blob"),
 		KVCachesBaseAddr: []uint64{0x7f3a00000000},
 		NumBlocks:        1000,
-		BlockLens:        []handshake.Int{65536},
+		BlockLens:        []int64{65536},
 		KVCacheLayout:    "HND",
 		BlockSize:        16,
 		DCPSize:          1,
 		PCPSize:          1,
 	}
-	payload, _ := handshake.NewPayload(hash, &meta)
-	encoded, _ := payload.MarshalMsg(nil)
+	encoded, _ := handshake.EncodePayload(hash, &meta, vllm.Latest())
 
 	l, err := handshake.NewListener(handshake.ListenerConfig{
 		Endpoint:     "tcp://127.0.0.1:0",

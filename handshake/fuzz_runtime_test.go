@@ -7,15 +7,17 @@ import (
 	"testing"
 
 	"github.com/tinylib/msgp/msgp"
+
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 )
 
 // FuzzPayloadMetadata: payloadMetadata (the listener's zero-copy lookup of
 // agent_metadata_bytes) never panics, classifies every refusal, and agrees
 // with DecodePayload on what it accepts.
 func FuzzPayloadMetadata(f *testing.F) {
-	good, _ := (&NixlHandshakePayload{CompatibilityHash: strings.Repeat("a", 64), AgentMetadataBytes: []byte{1, 2, 3}}).MarshalMsg(nil)
+	good, _ := (&nixlwire.NixlHandshakePayload{CompatibilityHash: strings.Repeat("a", 64), AgentMetadataBytes: []byte{1, 2, 3}}).MarshalMsg(nil)
 	f.Add(good)
-	f.Add(appendErrorPayload(nil, ErrorReplyPrefix+"x"))
+	f.Add(appendErrorPayload(nil, nixlwire.ErrorReplyPrefix+"x"))
 	f.Add(mustHex(f, "81b46167656e745f6d657461646174615f6279746573a162"))     // value is a str
 	f.Add(mustHex(f, "82c0c0b46167656e745f6d657461646174615f6279746573c400")) // nil key first
 	f.Add(mustHex(f, "81b46167656e745f6d657461646174615f6279746573c4ff"))     // truncated bin
@@ -31,7 +33,7 @@ func FuzzPayloadMetadata(f *testing.F) {
 		if len(meta) > 0 && !bytes.Contains(b, meta) {
 			t.Fatalf("metadata %x not inside the payload", meta)
 		}
-		if p, err := DecodePayload(b); err == nil && !bytes.Equal(p.AgentMetadataBytes, meta) {
+		if p, err := nixlwire.DecodePayload(b); err == nil && !bytes.Equal(p.AgentMetadataBytes, meta) {
 			// DecodePayload keeps the last of duplicate keys; the lookup
 			// the first. Only a payload with one such key must agree.
 			if bytes.Count(b, []byte("agent_metadata_bytes")) == 1 {
@@ -46,15 +48,15 @@ func FuzzPayloadMetadata(f *testing.F) {
 // the documented kinds, with a log-safe text.
 func FuzzDecodeReply(f *testing.F) {
 	m := sampleMetadata()
-	p, _ := NewPayload(testHash, &m)
+	p, _ := nixlwire.NewPayload(testHash, &m)
 	payload, _ := p.MarshalMsg(nil)
 	meta, _ := m.MarshalMsg(nil)
-	ts := AppendTimestamp(nil, 12345.678)
+	ts := nixlwire.AppendTimestamp(nil, 12345.678)
 	f.Add(uint8(V3), uint8(2), payload, ts)
 	f.Add(uint8(V2), uint8(1), payload, []byte(nil))
 	f.Add(uint8(V1), uint8(1), meta, []byte(nil))
-	f.Add(uint8(V3), uint8(2), appendErrorPayload(nil, ErrorReplyPrefix+"unknown rank"), ts)
-	f.Add(uint8(V1), uint8(1), msgp.AppendString(nil, ErrorReplyPrefix+"\x1b[2J"), []byte(nil))
+	f.Add(uint8(V3), uint8(2), appendErrorPayload(nil, nixlwire.ErrorReplyPrefix+"unknown rank"), ts)
+	f.Add(uint8(V1), uint8(1), msgp.AppendString(nil, nixlwire.ErrorReplyPrefix+"\x1b[2J"), []byte(nil))
 	f.Add(uint8(V3), uint8(2), []byte{0x45}, []byte{0xc0})
 	f.Add(uint8(V2), uint8(1), []byte("\x80"), []byte(nil))
 	f.Add(uint8(V3), uint8(3), payload, ts)
@@ -65,7 +67,7 @@ func FuzzDecodeReply(f *testing.F) {
 		err := decodeReply(&r, frames, "tcp://127.0.0.1:5600",
 			ClientOptions{ExpectedHash: testHash, ExpectedEngineID: "prefill-engine-0"})
 		if err == nil {
-			if r.Metadata.EngineID != "prefill-engine-0" || (req.Variant != V1 && r.Payload.CompatibilityHash != testHash) {
+			if r.Metadata.EngineID != "prefill-engine-0" || (req.Variant != V1 && r.CompatibilityHash != testHash) {
 				t.Fatalf("accepted %+v", r)
 			}
 			return

@@ -8,6 +8,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 )
 
 // checkFuzzError fails unless err is a classified bad-input error other
@@ -43,11 +44,11 @@ func FuzzParseRequest(f *testing.F) {
 	} {
 		f.Add(mustHex(f, s))
 	}
-	f.Add([]byte(GetMetaMsg))
+	f.Add([]byte(nixlwire.GetMetaMsg))
 	f.Add([]byte("get_meta_msg\n"))
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, body []byte) {
-		req, err := ParseRequest(body)
+		req, err := parseRequest(body)
 		if err != nil {
 			checkFuzzError(t, "ParseRequest", err)
 			if req != (Request{}) {
@@ -55,27 +56,27 @@ func FuzzParseRequest(f *testing.F) {
 			}
 			return
 		}
-		if req.Variant < V1 || req.Variant > V3 || req.PP < 0 || req.PP > MaxRank || req.TP < 0 || req.TP > MaxRank {
+		if req.Variant < V1 || req.Variant > V3 || req.PP < 0 || req.PP > nixlwire.MaxRank || req.TP < 0 || req.TP > nixlwire.MaxRank {
 			t.Fatalf("accepted out-of-range request %+v", req)
 		}
 		if req.Variant != V3 && req.PP != 0 || req.Variant == V1 && req.TP != 0 {
 			t.Fatalf("ranks set for %v: %+v", req.Variant, req)
 		}
-		again, err := ParseRequest(AppendRequest(nil, req))
+		again, err := parseRequest(appendRequest(nil, req))
 		if err != nil || again != req {
 			t.Fatalf("re-encoding %+v parses as %+v, %v", req, again, err)
 		}
 	})
 }
 
-// FuzzDecodePayload decodes its input as a NixlHandshakePayload and as a
-// NixlAgentMetadata, and the payload's AgentMetadataBytes as metadata.
+// FuzzDecodePayload decodes its input as a nixlwire.NixlHandshakePayload and as a
+// nixlwire.NixlAgentMetadata, and the payload's AgentMetadataBytes as metadata.
 // Whatever decodes must re-encode to bytes that decode to the same
 // encoding.
 func FuzzDecodePayload(f *testing.F) {
 	m := sampleMetadata()
 	full, _ := m.MarshalMsg(nil)
-	p, _ := NewPayload(strings.Repeat("a", 64), &m)
+	p, _ := nixlwire.NewPayload(strings.Repeat("a", 64), &m)
 	payload, _ := p.MarshalMsg(nil)
 	key := func(k string, v []byte) []byte {
 		b := msgp.AppendMapHeader(nil, 1)
@@ -86,7 +87,7 @@ func FuzzDecodePayload(f *testing.F) {
 		mustHex(f, "82b2636f6d7061746962696c6974795f68617368d940"+strings.Repeat("61", 64)+
 			"b46167656e745f6d657461646174615f6279746573c403010203"),
 		full, payload, appendOldMetadata(nil, false), appendOldMetadata(nil, true),
-		[]byte(GetMetaMsg), mustHex(f, vecV3), mustHex(f, "80"), mustHex(f, "45"),
+		[]byte(nixlwire.GetMetaMsg), mustHex(f, vecV3), mustHex(f, "80"), mustHex(f, "45"),
 		key("engine_id", mustHex(f, "c40161")),
 		key("engine_id", mustHex(f, "a2ff1b")),
 		key("agent_metadata_bytes", mustHex(f, "a161")),
@@ -101,14 +102,14 @@ func FuzzDecodePayload(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, b []byte) {
-		if p, err := DecodePayload(b); err != nil {
+		if p, err := nixlwire.DecodePayload(b); err != nil {
 			checkFuzzError(t, "DecodePayload", err)
 		} else {
 			enc, err := p.MarshalMsg(nil)
 			if err != nil {
 				t.Fatal(err)
 			}
-			p2, err := DecodePayload(enc)
+			p2, err := nixlwire.DecodePayload(enc)
 			if err != nil || p2.CompatibilityHash != p.CompatibilityHash || !bytes.Equal(p2.AgentMetadataBytes, p.AgentMetadataBytes) {
 				t.Fatalf("payload round trip: %+v -> %+v, %v", p, p2, err)
 			}
@@ -116,7 +117,7 @@ func FuzzDecodePayload(f *testing.F) {
 				checkFuzzError(t, "AgentMetadata", err)
 			}
 		}
-		m, err := DecodeAgentMetadata(b)
+		m, err := nixlwire.DecodeAgentMetadata(b)
 		if err != nil {
 			checkFuzzError(t, "DecodeAgentMetadata", err)
 			return
@@ -125,7 +126,7 @@ func FuzzDecodePayload(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		m2, err := DecodeAgentMetadata(enc)
+		m2, err := nixlwire.DecodeAgentMetadata(enc)
 		if err != nil {
 			t.Fatalf("re-encoded metadata does not decode: %v", err)
 		}
@@ -143,12 +144,12 @@ func FuzzParseTimestamp(f *testing.F) {
 	}
 	f.Add([]byte{})
 	f.Fuzz(func(t *testing.T, b []byte) {
-		ts, err := ParseTimestamp(b)
+		ts, err := nixlwire.ParseTimestamp(b)
 		if err != nil {
 			checkFuzzError(t, "ParseTimestamp", err)
 			return
 		}
-		if again, err := ParseTimestamp(AppendTimestamp(nil, ts)); err != nil || again != ts {
+		if again, err := nixlwire.ParseTimestamp(nixlwire.AppendTimestamp(nil, ts)); err != nil || again != ts {
 			t.Fatalf("re-encoding %v parses as %v, %v", ts, again, err)
 		}
 	})

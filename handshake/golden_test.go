@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -27,7 +28,7 @@ func (h goldenHex) bytes(t *testing.T) []byte {
 	return b
 }
 
-// goldenAgent is values' rendering of NixlAgentMetadata.
+// goldenAgent is values' rendering of nixlwire.NixlAgentMetadata.
 type goldenAgent struct {
 	EngineID          string    `json:"engine_id"`
 	AgentMetadata     goldenHex `json:"agent_metadata"`
@@ -42,13 +43,13 @@ type goldenAgent struct {
 	PhysicalPerLogcal int64     `json:"physical_blocks_per_logical_kv_block"`
 }
 
-func (g *goldenAgent) metadata(t *testing.T) NixlAgentMetadata {
-	m := NixlAgentMetadata{EngineID: g.EngineID, AgentMetadata: g.AgentMetadata.bytes(t), KVCachesBaseAddr: g.KVCachesBaseAddr,
-		DeviceID: Int(g.DeviceID), NumBlocks: Int(g.NumBlocks), KVCacheLayout: g.KVCacheLayout, BlockSize: Int(g.BlockSize),
-		SSMSizes: [2]Int{Int(g.SSMSizes[0]), Int(g.SSMSizes[1])}, AttnBackendName: g.AttnBackendName,
-		PhysicalBlocksPerLogicalKVBlock: Int(g.PhysicalPerLogcal), DCPSize: 1, PCPSize: 1}
+func (g *goldenAgent) metadata(t *testing.T) nixlwire.NixlAgentMetadata {
+	m := nixlwire.NixlAgentMetadata{EngineID: g.EngineID, AgentMetadata: g.AgentMetadata.bytes(t), KVCachesBaseAddr: g.KVCachesBaseAddr,
+		DeviceID: nixlwire.Int(g.DeviceID), NumBlocks: nixlwire.Int(g.NumBlocks), KVCacheLayout: g.KVCacheLayout, BlockSize: nixlwire.Int(g.BlockSize),
+		SSMSizes: [2]nixlwire.Int{nixlwire.Int(g.SSMSizes[0]), nixlwire.Int(g.SSMSizes[1])}, AttnBackendName: g.AttnBackendName,
+		PhysicalBlocksPerLogicalKVBlock: nixlwire.Int(g.PhysicalPerLogcal), DCPSize: 1, PCPSize: 1}
 	for _, l := range g.BlockLens {
-		m.BlockLens = append(m.BlockLens, Int(l))
+		m.BlockLens = append(m.BlockLens, nixlwire.Int(l))
 	}
 	return m
 }
@@ -57,7 +58,7 @@ func (g *goldenAgent) metadata(t *testing.T) NixlAgentMetadata {
 // vectors' profile, byte for byte.
 func checkAgent(t *testing.T, b []byte, g *goldenAgent) {
 	t.Helper()
-	got, err := DecodeAgentMetadata(b)
+	got, err := nixlwire.DecodeAgentMetadata(b)
 	if err != nil {
 		t.Fatalf("DecodeAgentMetadata: %v", err)
 	}
@@ -73,10 +74,10 @@ func checkAgent(t *testing.T, b []byte, g *goldenAgent) {
 	}
 }
 
-// checkPayload decodes a NixlHandshakePayload frame and re-encodes it.
+// checkPayload decodes a nixlwire.NixlHandshakePayload frame and re-encodes it.
 func checkPayload(t *testing.T, b []byte, hash string, agentBytes []byte, agent *goldenAgent) {
 	t.Helper()
-	p, err := DecodePayload(b)
+	p, err := nixlwire.DecodePayload(b)
 	if err != nil {
 		t.Fatalf("DecodePayload: %v", err)
 	}
@@ -85,7 +86,7 @@ func checkPayload(t *testing.T, b []byte, hash string, agentBytes []byte, agent 
 	}
 	checkAgent(t, p.AgentMetadataBytes, agent)
 	m := agent.metadata(t)
-	np, err := NewPayloadRelease(hash, &m, preMain50620)
+	np, err := nixlwire.NewPayloadRelease(hash, &m, preMain50620)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -129,11 +130,11 @@ func TestGoldenNixl(t *testing.T) {
 				if len(frames) != 2 || len(frames[0]) != 0 || string(msg.bytes(t)) != "get_meta_msg" {
 					t.Fatalf("frames %x", frames)
 				}
-				req, err := ParseRequest(frames[1])
+				req, err := parseRequest(frames[1])
 				if err != nil || req.Variant != V3 || req.PP != pp || req.TP != tp {
 					t.Fatalf("ParseRequest: %+v, %v; want V3 pp %d tp %d", req, err, pp, tp)
 				}
-				if enc := AppendRequest(nil, req); !bytes.Equal(enc, frames[1]) {
+				if enc := appendRequest(nil, req); !bytes.Equal(enc, frames[1]) {
 					t.Fatalf("AppendRequest %x, vLLM %x", enc, frames[1])
 				}
 			case "nixl_handshake_reply":
@@ -153,11 +154,11 @@ func TestGoldenNixl(t *testing.T) {
 					t.Fatalf("%d frames", len(frames))
 				}
 				checkPayload(t, frames[1], d.Payload.Hash, d.Payload.Agent.bytes(t), &d.Agent)
-				ts, err := ParseTimestamp(frames[2])
+				ts, err := nixlwire.ParseTimestamp(frames[2])
 				if err != nil || ts != d.Perf {
 					t.Fatalf("ParseTimestamp %v, %v; want %v", ts, err, d.Perf)
 				}
-				if enc := AppendTimestamp(nil, d.Perf); !bytes.Equal(enc, frames[2]) {
+				if enc := nixlwire.AppendTimestamp(nil, d.Perf); !bytes.Equal(enc, frames[2]) {
 					t.Fatalf("AppendTimestamp %x, vLLM %x", enc, frames[2])
 				}
 			case "nixl_agent_metadata":
@@ -239,7 +240,7 @@ func goldenHash(t *testing.T, canonical []byte, values json.RawMessage) {
 		NumKVHeads: f.NumKVHeads, HeadSize: f.HeadSize, NumHiddenLayers: f.NumHiddenLayers, AttnBackendName: f.AttnBackendName,
 		CacheDtype: f.CacheDtype, CrossLayersBlocks: f.CrossLayersBlocks, IsHMAEnabled: f.IsHMAEnabled,
 		SpeculativeConfig: numbersToInts(f.SpeculativeConfig)}
-	js, err := PythonJSON(fs.Map())
+	js, err := nixlwire.PythonJSON(fs.dict())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -32,14 +33,14 @@ func TestPyFloatRepr(t *testing.T) {
 		{float64(float32(0.1)), "0.10000000149011612"},
 	}
 	for _, c := range cases {
-		if got := string(appendPyFloat(nil, c.f)); got != c.want {
+		if got := pyFloat(c.f); got != c.want {
 			t.Errorf("appendPyFloat(%v) = %q, want %q", c.f, got, c.want)
 		}
 	}
 }
 
 func TestPythonJSONStatic(t *testing.T) {
-	got, err := PythonJSON(map[string]any{
+	got, err := nixlwire.PythonJSON(map[string]any{
 		"b": []any{1, 2.0, "x", nil, true, false},
 		"a": map[string]int{"z": 1, "y": -2},
 		"é": "naïve 🚀 \"q\" \\ \n\t\x00\x7f\u2028",
@@ -67,11 +68,11 @@ func TestPythonJSONStatic(t *testing.T) {
 		"func":                func() {},
 		"complex":             complex(1, 2),
 	} {
-		if _, err := PythonJSON(v); err == nil {
+		if _, err := nixlwire.PythonJSON(v); err == nil {
 			t.Errorf("%s: no error", name)
 		}
 		if name == "invalid utf-8 value" {
-			if _, err := CompatibilityHash(v.(map[string]any)); err == nil {
+			if _, err := nixlwire.CompatibilityHash(v.(map[string]any)); err == nil {
 				t.Error("CompatibilityHash accepted invalid UTF-8")
 			}
 		}
@@ -81,14 +82,14 @@ func TestPythonJSONStatic(t *testing.T) {
 	for range 200 {
 		deep = []any{deep}
 	}
-	if _, err := PythonJSON(deep); err == nil {
+	if _, err := nixlwire.PythonJSON(deep); err == nil {
 		t.Error("200 levels accepted")
 	}
 	var ok any = 1
 	for range 50 {
 		ok = []any{ok}
 	}
-	if _, err := PythonJSON(ok); err != nil {
+	if _, err := nixlwire.PythonJSON(ok); err != nil {
 		t.Errorf("50 levels: %v", err)
 	}
 }
@@ -148,8 +149,8 @@ func TestCompatibilityHashPython(t *testing.T) {
 		goV  map[string]any
 		py   string
 	}{
-		{"factors", func() map[string]any { f := exampleFactors(); return f.Map() }(), pyExampleFactors},
-		{"speculative", spec.Map(), `{
+		{"factors", func() map[string]any { f := exampleFactors(); return f.dict() }(), pyExampleFactors},
+		{"speculative", spec.dict(), `{
   "vllm_version": "0.11.1", "nixl_connector_version": 7,
   "model": "/models/Qwen3-30B-A3B \u00fcn\u00efc\u00f6d\u00e9 \u6a21\u578b \U0001F680",
   "dtype": "torch.bfloat16", "num_kv_heads": 8, "head_size": 128, "num_hidden_layers": 32,
@@ -208,14 +209,14 @@ func TestCompatibilityHashPython(t *testing.T) {
 	}
 	for i, c := range cases {
 		pyHash, pyJSON, _ := strings.Cut(lines[i], " ")
-		goJSON, err := PythonJSON(c.goV)
+		goJSON, err := nixlwire.PythonJSON(c.goV)
 		if err != nil {
 			t.Fatalf("%s: %v", c.name, err)
 		}
 		if string(goJSON) != pyJSON {
 			t.Errorf("%s: JSON differs\n  go %s\n  py %s", c.name, goJSON, pyJSON)
 		}
-		h, err := CompatibilityHash(c.goV)
+		h, err := nixlwire.CompatibilityHash(c.goV)
 		if err != nil || h != pyHash {
 			t.Errorf("%s: hash %s (%v), python %s", c.name, h, err, pyHash)
 		}
@@ -263,7 +264,7 @@ for line in sys.stdin:
 		if i >= len(vals) {
 			t.Fatal("python printed too many lines")
 		}
-		got := string(appendPyFloat(nil, vals[i]))
+		got := pyFloat(vals[i])
 		if got != sc.Text() && bad < 20 {
 			bad++
 			t.Errorf("%s: go %s, python %s", strconv.FormatFloat(vals[i], 'g', -1, 64), got, sc.Text())
@@ -287,7 +288,7 @@ func BenchmarkCompatibilityHash(b *testing.B) {
 
 func TestFactorsKeys(t *testing.T) {
 	f := exampleFactors()
-	m := f.Map()
+	m := f.dict()
 	var keys []string
 	for k := range m {
 		keys = append(keys, k)
@@ -303,7 +304,7 @@ func TestFactorsKeys(t *testing.T) {
 		t.Fatalf("nil SpeculativeConfig maps to %#v, want untyped nil", m["speculative_config"])
 	}
 	f.Extra = map[string]any{"transfer_mode": "push", "cross_layers_blocks": true, "x": 1}
-	m = f.Map()
+	m = f.dict()
 	if len(m) != 14 || m["transfer_mode"] != "push" || m["cross_layers_blocks"] != true {
 		t.Fatalf("Extra not merged: %v", m)
 	}
@@ -311,13 +312,13 @@ func TestFactorsKeys(t *testing.T) {
 	for _, r := range vllm.Releases() {
 		f := exampleFactors()
 		f.Release = r
-		m := f.Map()
+		m := f.dict()
 		keys = keys[:0]
 		for k := range m {
 			keys = append(keys, k)
 		}
 		slices.Sort(keys)
-		if want := r.Rules().NixlFactorKeys(); !slices.Equal(keys, want) {
+		if want := nixlFactorKeys(r.Rules()); !slices.Equal(keys, want) {
 			t.Errorf("%s: keys %v, want %v", r, keys, want)
 		}
 		if m["nixl_connector_version"] != r.Rules().NixlConnectorVersion {
@@ -327,7 +328,7 @@ func TestFactorsKeys(t *testing.T) {
 	// An explicit ConnectorVersion wins; an empty TransferMode is pull.
 	f = exampleFactors()
 	f.ConnectorVersion, f.TransferMode = 6, ""
-	if m := f.Map(); m["nixl_connector_version"] != 6 || m["transfer_mode"] != "pull" {
+	if m := f.dict(); m["nixl_connector_version"] != 6 || m["transfer_mode"] != "pull" {
 		t.Fatalf("explicit version / default mode: %v", m)
 	}
 }
@@ -437,4 +438,33 @@ func TestCompatibilityHashReleases(t *testing.T) {
 	if want := 3 * len(sets); len(seen) != want {
 		t.Errorf("%d distinct hashes, want %d", len(seen), want)
 	}
+}
+
+func TestNixlFactorKeys(t *testing.T) {
+	latest := nixlFactorKeys(vllm.Latest().Rules())
+	want := []string{"attn_backend_name", "cache_dtype", "cross_layers_blocks", "dtype", "head_size", "is_hma_enabled",
+		"model", "nixl_connector_version", "num_hidden_layers", "num_kv_heads", "speculative_config", "transfer_mode",
+		"vllm_version"}
+	if !slices.Equal(latest, want) {
+		t.Fatalf("latest keys %v", latest)
+	}
+	old := nixlFactorKeys(vllm.Releases()[0].Rules())
+	if len(old) != 11 || slices.Contains(old, "transfer_mode") || slices.Contains(old, "speculative_config") ||
+		!slices.Contains(old, "cross_layers_blocks") {
+		t.Fatalf("0.25 keys %v", old)
+	}
+	for _, r := range vllm.Releases() {
+		if k := nixlFactorKeys(r.Rules()); !slices.IsSorted(k) {
+			t.Errorf("%s: keys not sorted: %v", r, k)
+		}
+	}
+}
+
+// pyFloat renders f as Python's json.dumps does (its float repr).
+func pyFloat(f float64) string {
+	b, err := nixlwire.PythonJSON(f)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return string(b)
 }

@@ -7,6 +7,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 )
 
 // TestPythonInterop checks the codecs against Python's msgpack (Debian's
@@ -28,14 +30,14 @@ func TestPythonInterop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p, err := NewPayload(strings.Repeat("ab", 32), &m)
+	p, err := nixlwire.NewPayload(strings.Repeat("ab", 32), &m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	goPayload, _ := p.MarshalMsg(nil)
-	goV3 := AppendRequest(nil, Request{Variant: V3, PP: 1, TP: 300})
-	goV2 := AppendRequest(nil, Request{Variant: V2, TP: 7})
-	goTS := AppendTimestamp(nil, 98765.4321)
+	goV3 := appendRequest(nil, Request{Variant: V3, PP: 1, TP: 300})
+	goV2 := appendRequest(nil, Request{Variant: V2, TP: 7})
+	goTS := nixlwire.AppendTimestamp(nil, 98765.4321)
 
 	stdin := strings.Join([]string{
 		hex.EncodeToString(goFull), hex.EncodeToString(goPayload),
@@ -90,14 +92,14 @@ print(" ".join(msgpack.packb(v).hex() for v in [` + strings.Join(intLits, ", ") 
 	if out[1] != hex.EncodeToString(goFull) {
 		t.Errorf("full metadata differs from Python's encoding:\n  go %x\n  py %s", goFull, out[1])
 	}
-	got, err := DecodeAgentMetadata(pyFull)
+	got, err := nixlwire.DecodeAgentMetadata(pyFull)
 	if err != nil {
 		t.Fatalf("decoding Python's full metadata: %v", err)
 	}
 	if !sameMetadata(t, got, m) || got.RegionGroupIDs != nil || got.RegionMemTypes == nil {
 		t.Errorf("Python's full metadata decoded as %+v", got)
 	}
-	gotOld, err := DecodeAgentMetadata(pyOld)
+	gotOld, err := nixlwire.DecodeAgentMetadata(pyOld)
 	if err != nil {
 		t.Fatalf("decoding Python's old metadata: %v", err)
 	}
@@ -129,9 +131,9 @@ print(" ".join(msgpack.packb(v).hex() for v in [` + strings.Join(intLits, ", ") 
 		t.Fatalf("python printed %d ints", len(pyInts))
 	}
 	for i, v := range ints {
-		b, _ := Int(v).MarshalMsg(nil)
+		b, _ := nixlwire.Int(v).MarshalMsg(nil)
 		if hex.EncodeToString(b) != pyInts[i] {
-			t.Errorf("Int(%d) = %x, python %s", v, b, pyInts[i])
+			t.Errorf("nixlwire.Int(%d) = %x, python %s", v, b, pyInts[i])
 		}
 	}
 }

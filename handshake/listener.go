@@ -9,6 +9,7 @@ import (
 	"net"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -17,6 +18,9 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -32,17 +36,12 @@ func (r Rank) String() string {
 	return "pp_rank=" + strconv.Itoa(r.PP) + " tp_rank=" + strconv.Itoa(r.TP)
 }
 
-// ErrorReplyPrefix starts the text of every explicit error reply a
-// [Listener] sends (see [ListenerConfig.ErrorReplies]): in the
-// compatibility_hash of a V2/V3 reply, in the msgpack str of a V1 reply.
-// A real compatibility hash is 64 hex digits, so it can never start with it.
-const ErrorReplyPrefix = "zmqguard-error: "
-
 // ErrListenerClosed is returned by [Listener.Serve] after [Listener.Close].
 var ErrListenerClosed = errors.New("handshake: listener closed")
 
 // ListenerConfig configures a [Listener]. Endpoint and exactly one of
-// Payloads and Lookup are required.
+// Payloads and Lookup are required; every other field's zero value means
+// its documented default.
 type ListenerConfig struct {
 	// Endpoint is where the listener binds its ROUTER, e.g.
 	// "tcp://0.0.0.0:5600" (port 0 picks a free port; see
@@ -50,17 +49,18 @@ type ListenerConfig struct {
 	// parallel index since the V2 handshake.
 	Endpoint string
 
-	// Payloads maps each served rank to its reply payload: the msgpack
-	// encoding of a [NixlHandshakePayload] (see [NewPayload] and
-	// [NixlHandshakePayload.MarshalMsg]). The map and the byte slices are
-	// copied by [NewListener], which also checks that each payload decodes.
+	// Payloads maps each served rank to its reply payload, as
+	// [EncodePayload] returns it. The map and the byte slices are copied by
+	// [NewListener], which also checks that each payload decodes and that
+	// each rank is in [0, 65535].
 	Payloads map[Rank][]byte
 	// Lookup, instead of Payloads, returns the payload for a rank on each
 	// request, or false when the rank is not served. It runs in the
 	// listener's goroutine; the returned bytes must not change while the
 	// listener may still send them (Send copies them before returning). A
 	// V1 request is answered with the agent_metadata_bytes found inside the
-	// payload Lookup returns; if that payload is not a NixlHandshakePayload,
+	// payload Lookup returns; if that payload is not one EncodePayload
+	// could have returned,
 	// Serve ends with an error, since that is a bug in the caller. It may
 	// call the Listener's Stats, Endpoint and Close (Serve then returns
 	// ErrListenerClosed once Lookup has returned); it must not wait for
@@ -68,7 +68,8 @@ type ListenerConfig struct {
 	Lookup func(pp, tp int) ([]byte, bool)
 
 	// V1Rank is the rank a V1 request (the raw bytes "get_meta_msg", which
-	// names no rank) is answered for; the zero value means pp 0, tp 0. vLLM
+	// names no rank) is answered for. Zero means pp 0, tp 0; a negative
+	// rank is an error. vLLM
 	// releases that sent V1 requests ran one listener per TP rank on port
 	// base+tp_rank, so a Go agent imitating one of those sets V1Rank to the
 	// rank of that port. A V1 reply is the bare msgpack NixlAgentMetadata,
@@ -84,7 +85,7 @@ type ListenerConfig struct {
 	// checks and fails in its payload checks:
 	//
 	//   - V2 and V3: a NixlHandshakePayload whose compatibility_hash is
-	//     ErrorReplyPrefix followed by the reason (for example
+	//     "zmqguard-error: " followed by the reason (for example
 	//     "zmqguard-error: unknown rank: this listener does not serve
 	//     pp_rank=0 tp_rank=5") and whose agent_metadata_bytes is empty,
 	//     followed for V3 by the usual timestamp frame. vLLM's client decodes
@@ -113,16 +114,19 @@ type ListenerConfig struct {
 
 	// Clock returns the seconds sent in a V3 reply's timestamp frame: any
 	// monotonic clock in seconds (vLLM sends time.perf_counter(), whose epoch
-	// is arbitrary; the receiver estimates a clock offset from it). The
-	// default is [MonotonicSeconds].
+	// is arbitrary; the receiver estimates a clock offset from it). Nil
+	// means the seconds since this package was initialised, read from Go's
+	// monotonic clock.
 	Clock func() float64
 
-	// Socket configures the ROUTER socket (transport limits, HWM, logger).
-	// RouterDropUnroutable is always set: a reply to a client that has gone
-	// is counted in the socket's Stats.DroppedUnroutable, not an error.
+	// Socket configures the ROUTER socket (transport limits, HWM, logger);
+	// its zero fields mean the socket package's defaults, and a nil
+	// Socket.Logger means Logger. RouterDropUnroutable is always set: a
+	// reply to a client that has gone is counted in the socket's
+	// Stats.DroppedUnroutable, not an error.
 	Socket socket.Options
-	// Name names the listener in log lines and loop errors (default
-	// "nixl-handshake").
+	// Name names the listener in log lines and loop errors. Empty means
+	// "nixl-handshake".
 	Name string
 	// Logger receives the rate-limited drop lines (and the socket's, unless
 	// Socket.Logger is set). Nil means slog.Default().
@@ -151,12 +155,9 @@ type ListenerStats struct {
 	// by reason (envelope, decode, validate, unknown-rank, ...).
 	Loop loop.Stats `json:"loop"`
 	// Socket holds the ROUTER's counters: connections, transport and
-	// handshake violations, replies dropped because the client had gone.
+	// handshake refusals, replies dropped because the client had gone.
 	Socket socket.Stats `json:"socket"`
 }
-
-// TotalServed returns the number of requests answered with metadata.
-func (s ListenerStats) TotalServed() uint64 { return s.Served.Total() }
 
 // sender is what the listener sends replies through: the ROUTER socket, or
 // a stand-in in benchmarks.
@@ -182,6 +183,7 @@ type Listener struct {
 	sock    *socket.Socket
 	loop    *loop.Loop[Request]
 	send    sender
+	name    string
 	clock   func() float64
 	lookup  func(pp, tp int) ([]byte, bool)
 	static  map[Rank][]byte // copy of Payloads (nil with Lookup)
@@ -210,12 +212,9 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	if err != nil {
 		return nil, err
 	}
-	opts := cfg.Socket
+	opts, _ := sockopt.Apply(cfg.Socket, sockopt.Overrides{Logger: cfg.Logger})
 	opts.RouterDropUnroutable = true
-	if opts.Logger == nil {
-		opts.Logger = cfg.Logger
-	}
-	sock, err := socket.NewRouter(opts)
+	sock, err := socket.New("ROUTER", opts)
 	if err != nil {
 		return nil, fmt.Errorf("handshake: listener socket: %w", err)
 	}
@@ -231,8 +230,22 @@ func NewListener(cfg ListenerConfig) (*Listener, error) {
 	return l, nil
 }
 
-// newListener validates cfg and builds everything but the socket and loop.
+// fillDefaults returns cfg with every zero field that has a default set to
+// it. NewListener fills first, then verifies the filled values.
+func fillDefaults(cfg ListenerConfig) ListenerConfig {
+	if cfg.Name == "" {
+		cfg.Name = "nixl-handshake"
+	}
+	if cfg.Clock == nil {
+		cfg.Clock = monotonicSeconds
+	}
+	return cfg
+}
+
+// newListener fills cfg's defaults, verifies the result and builds
+// everything but the socket and loop.
 func newListener(cfg ListenerConfig) (*Listener, error) {
+	cfg = fillDefaults(cfg)
 	if cfg.Endpoint == "" {
 		return nil, errors.New("handshake: ListenerConfig.Endpoint is empty")
 	}
@@ -240,17 +253,15 @@ func newListener(cfg ListenerConfig) (*Listener, error) {
 		return nil, errors.New("handshake: ListenerConfig needs exactly one of Payloads and Lookup")
 	}
 	if cfg.V1Rank.PP < 0 || cfg.V1Rank.TP < 0 {
-		return nil, errors.New("handshake: ListenerConfig.V1Rank is negative")
+		return nil, fmt.Errorf("handshake: ListenerConfig.V1Rank %v is negative", cfg.V1Rank)
 	}
 	l := &Listener{
+		name:    cfg.Name,
 		clock:   cfg.Clock,
 		v1Rank:  cfg.V1Rank,
 		errRepl: cfg.ErrorReplies,
 		reply:   make([][]byte, 0, 4),
 		ts:      make([]byte, 0, 16),
-	}
-	if l.clock == nil {
-		l.clock = MonotonicSeconds
 	}
 	if cfg.Lookup != nil {
 		l.lookup = cfg.Lookup
@@ -259,10 +270,10 @@ func newListener(cfg ListenerConfig) (*Listener, error) {
 	l.static = make(map[Rank][]byte, len(cfg.Payloads))
 	for _, r := range slices.SortedFunc(maps.Keys(cfg.Payloads), compareRank) {
 		p := cfg.Payloads[r]
-		if r.PP < 0 || r.TP < 0 || r.PP > MaxRank || r.TP > MaxRank {
-			return nil, fmt.Errorf("handshake: ListenerConfig.Payloads: rank %v out of range [0, %d]", r, MaxRank)
+		if r.PP < 0 || r.TP < 0 || r.PP > nixlwire.MaxRank || r.TP > nixlwire.MaxRank {
+			return nil, fmt.Errorf("handshake: ListenerConfig.Payloads: rank %v out of range [0, %d]", r, nixlwire.MaxRank)
 		}
-		if _, err := DecodePayload(p); err != nil {
+		if _, err := nixlwire.DecodePayload(p); err != nil {
 			return nil, fmt.Errorf("handshake: ListenerConfig.Payloads[%v] is not a NixlHandshakePayload: %w", r, err)
 		}
 		l.static[r] = slices.Clone(p)
@@ -292,13 +303,9 @@ func (l *Listener) staticLookup(pp, tp int) ([]byte, bool) {
 
 // attach builds the receive loop over r, replying through s.
 func (l *Listener) attach(r loop.Receiver, s sender, cfg ListenerConfig) error {
-	name := cfg.Name
-	if name == "" {
-		name = "nixl-handshake"
-	}
 	env := &envelope.Options{MinBody: 1, MaxBody: 1, Lenient: cfg.AcceptBareDealer}
 	lp, err := loop.New(r, loop.Config[Request]{
-		Name:     name,
+		Name:     l.name,
 		Logger:   cfg.Logger,
 		Envelope: env,
 		Decode:   decodeRequest,
@@ -313,14 +320,14 @@ func (l *Listener) attach(r loop.Receiver, s sender, cfg ListenerConfig) error {
 }
 
 // decodeRequest is the loop's decoder: one body frame, parsed by
-// ParseRequest (which does not allocate on valid input).
+// parseRequest (which does not allocate on valid input).
 func decodeRequest(frames [][]byte, dst *Request) error {
 	*dst = Request{}
 	if len(frames) != 1 {
 		return decodeguard.NewError(decodeguard.ReasonEnvelope,
 			"handshake request: expected 1 body frame, got "+strconv.Itoa(len(frames)))
 	}
-	r, err := ParseRequest(frames[0])
+	r, err := parseRequest(frames[0])
 	if err != nil && isRegistration(frames[0]) {
 		*dst = Request{Variant: variantRegister}
 		return nil
@@ -343,7 +350,7 @@ var registrationLimits = decodeguard.Limits{}
 // 5 s for {"status": "success", ...}; a listener that serves metadata only
 // must refuse it at once rather than let it time out.
 func isRegistration(b []byte) bool {
-	if decodeguard.Scan(b, &registrationLimits) != nil {
+	if msgpscan.Scan(b, &registrationLimits) != nil {
 		return false
 	}
 	n, rest, err := msgp.ReadArrayHeaderBytes(b)
@@ -388,7 +395,7 @@ func (l *Listener) refuseRegistration(ctx context.Context, d loop.Delivery[Reque
 	l.ebuf = msgp.AppendString(l.ebuf, "status")
 	l.ebuf = msgp.AppendString(l.ebuf, "error")
 	l.ebuf = msgp.AppendString(l.ebuf, "message")
-	l.ebuf = msgp.AppendString(l.ebuf, ErrorReplyPrefix+"push-mode block registration is not served here: this listener serves NIXL metadata only")
+	l.ebuf = msgp.AppendString(l.ebuf, nixlwire.ErrorReplyPrefix+"push-mode block registration is not served here: this listener serves NIXL metadata only")
 	reply := d.Envelope.Reply(l.reply[:0], l.ebuf)
 	l.reply = reply[:0]
 	l.refusedRegs.Add(1)
@@ -439,7 +446,15 @@ func (l *Listener) Addr() net.Addr {
 	if l.sock == nil {
 		return nil
 	}
-	return l.sock.Addr()
+	ep := l.sock.Endpoint()
+	if path, ok := strings.CutPrefix(ep, "ipc://"); ok {
+		return &net.UnixAddr{Name: path, Net: "unix"}
+	}
+	a, err := net.ResolveTCPAddr("tcp", strings.TrimPrefix(ep, "tcp://"))
+	if err != nil {
+		return nil
+	}
+	return a
 }
 
 // Stats returns a snapshot of the listener's counters.
@@ -488,7 +503,7 @@ func (l *Listener) handle(ctx context.Context, d loop.Delivery[Request]) error {
 	case V2:
 		reply = d.Envelope.Reply(reply, payload)
 	default: // V3
-		l.ts = AppendTimestamp(l.ts[:0], l.clock())
+		l.ts = nixlwire.AppendTimestamp(l.ts[:0], l.clock())
 		reply = d.Envelope.Reply(reply, payload, l.ts)
 	}
 	l.reply = reply[:0]
@@ -508,7 +523,7 @@ func (l *Listener) unknownRank(ctx context.Context, d loop.Delivery[Request], v 
 	msg := "unknown rank: this listener does not serve " + rank.String()
 	if l.errRepl {
 		reply := l.reply[:0]
-		text := ErrorReplyPrefix + msg
+		text := nixlwire.ErrorReplyPrefix + msg
 		if v == V1 {
 			l.ebuf = msgp.AppendString(l.ebuf[:0], text)
 			reply = d.Envelope.Reply(reply, l.ebuf)
@@ -517,7 +532,7 @@ func (l *Listener) unknownRank(ctx context.Context, d loop.Delivery[Request], v 
 			if v == V2 {
 				reply = d.Envelope.Reply(reply, l.ebuf)
 			} else {
-				l.ts = AppendTimestamp(l.ts[:0], l.clock())
+				l.ts = nixlwire.AppendTimestamp(l.ts[:0], l.clock())
 				reply = d.Envelope.Reply(reply, l.ebuf, l.ts)
 			}
 		}
@@ -555,7 +570,7 @@ func (l *Listener) sendError(ctx context.Context, err error) error {
 // payloadMetadata returns the agent_metadata_bytes of an encoded
 // NixlHandshakePayload without copying or allocating.
 func payloadMetadata(p []byte) ([]byte, error) {
-	if err := decodeguard.Scan(p, nil); err != nil {
+	if err := msgpscan.Scan(p, nil); err != nil {
 		return nil, err
 	}
 	n, rest, err := msgp.ReadMapHeaderBytes(p)
@@ -589,11 +604,11 @@ func payloadMetadata(p []byte) ([]byte, error) {
 	return nil, decodeguard.NewError(decodeguard.ReasonDecode, "payload: no agent_metadata_bytes (bin)")
 }
 
-// processStart is the epoch of MonotonicSeconds.
+// processStart is the epoch of monotonicSeconds.
 var processStart = time.Now()
 
-// MonotonicSeconds returns the seconds elapsed since this package was
+// monotonicSeconds returns the seconds elapsed since this package was
 // initialised, read from Go's monotonic clock: the default
-// [ListenerConfig.Clock], playing the part of Python's time.perf_counter()
+// ListenerConfig.Clock, playing the part of Python's time.perf_counter()
 // (whose epoch is arbitrary too).
-func MonotonicSeconds() float64 { return time.Since(processStart).Seconds() }
+func monotonicSeconds() float64 { return time.Since(processStart).Seconds() }

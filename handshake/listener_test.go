@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
-	"log/slog"
 	"net"
 	"strings"
 	"sync"
@@ -16,149 +15,10 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
-
-// testCtx returns a context bounded by d, cancelled at test end.
-func testCtx(t testing.TB, d time.Duration) context.Context {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	t.Cleanup(cancel)
-	return ctx
-}
-
-// waitFor polls cond until it holds or ctx ends.
-func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-}
-
-// fastOpts are socket options with quick reconnects, for test clients.
-func fastOpts() socket.Options {
-	o := socket.DefaultOptions()
-	o.ReconnectMin = 20 * time.Millisecond
-	o.ReconnectMax = 200 * time.Millisecond
-	return o
-}
-
-var quiet = slog.New(slog.DiscardHandler)
-
-const testHash = "c940fa5f8b20d4d98d462af8137fb052eb4827d811a4ad4dcde0138bddb6d468"
-
-// rankMetadata is sample metadata naming its engine and rank.
-func rankMetadata(engine string, r Rank) NixlAgentMetadata {
-	m := sampleMetadata()
-	m.EngineID = engine
-	m.DeviceID = Int(r.TP)
-	m.NumBlocks = Int(1000 + 100*r.PP + r.TP)
-	return m
-}
-
-// encodedPayload returns the encoded payload for rank r of engine.
-func encodedPayload(t testing.TB, engine, hash string, r Rank) []byte {
-	t.Helper()
-	m := rankMetadata(engine, r)
-	p, err := NewPayload(hash, &m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := p.MarshalMsg(nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return b
-}
-
-// testPayloads serves (0,0), (0,1) and (1,0) of engine "prefill-7".
-func testPayloads(t testing.TB) map[Rank][]byte {
-	ps := map[Rank][]byte{}
-	for _, r := range []Rank{{0, 0}, {0, 1}, {1, 0}} {
-		ps[r] = encodedPayload(t, "prefill-7", testHash, r)
-	}
-	return ps
-}
-
-// startListener binds a listener on a free loopback port and serves it
-// until the test ends; Serve's result is checked at cleanup.
-func startListener(t testing.TB, cfg ListenerConfig) *Listener {
-	t.Helper()
-	if cfg.Endpoint == "" {
-		cfg.Endpoint = "tcp://127.0.0.1:0"
-	}
-	if cfg.Payloads == nil && cfg.Lookup == nil {
-		cfg.Payloads = testPayloads(t)
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = quiet
-	}
-	l, err := NewListener(cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- l.Serve(ctx) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("Serve returned %v", err)
-		}
-		l.Close()
-	})
-	return l
-}
-
-func fetchOpts(timeout time.Duration) ClientOptions {
-	return ClientOptions{Timeout: timeout, ExpectedHash: testHash, ExpectedEngineID: "prefill-7", Socket: fastOpts()}
-}
-
-// mustFetch fetches and checks that the metadata is the one of rank want.
-func mustFetch(t testing.TB, ep string, req Request, want Rank) Reply {
-	t.Helper()
-	r, err := Fetch(testCtx(t, 20*time.Second), ep, req, fetchOpts(10*time.Second))
-	if err != nil {
-		t.Fatalf("Fetch %+v: %v", req, err)
-	}
-	wantMeta := rankMetadata("prefill-7", want)
-	if !sameMetadata(t, r.Metadata, wantMeta) {
-		t.Fatalf("Fetch %+v: got metadata %+v, want rank %v's", req, r.Metadata, want)
-	}
-	return r
-}
-
-// rawExchange sends body from a fresh REQ socket and returns the reply
-// frames (delimiter stripped), copied.
-func rawExchange(t testing.TB, ep string, body []byte) [][]byte {
-	t.Helper()
-	ctx := testCtx(t, 10*time.Second)
-	s, err := socket.NewReq(fastOpts())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	if err := s.Dial(ep); err != nil {
-		t.Fatal(err)
-	}
-	if err := s.Send(ctx, body); err != nil {
-		t.Fatal(err)
-	}
-	m, err := s.Recv(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	out := make([][]byte, len(m.Frames))
-	for i, f := range m.Frames {
-		out[i] = bytes.Clone(f)
-	}
-	return out
-}
 
 func TestListenerServesAllVariants(t *testing.T) {
 	payloads := testPayloads(t)
@@ -167,21 +27,21 @@ func TestListenerServesAllVariants(t *testing.T) {
 
 	// V1 is answered for V1Rank (0, 0) with the bare agent metadata.
 	r := mustFetch(t, ep, Request{Variant: V1}, Rank{0, 0})
-	if r.Payload.CompatibilityHash != "" || r.RemoteTime != 0 {
-		t.Errorf("V1 reply has payload fields: %+v", r.Payload)
+	if r.CompatibilityHash != "" || r.RemoteTime != 0 {
+		t.Errorf("V1 reply has payload fields: hash %q, remote time %v", r.CompatibilityHash, r.RemoteTime)
 	}
 	// V2 means pp 0.
 	r = mustFetch(t, ep, Request{Variant: V2, TP: 1}, Rank{0, 1})
-	if r.Payload.CompatibilityHash != testHash || r.RemoteTime != 0 {
-		t.Errorf("V2 reply: hash %q, remote time %v", r.Payload.CompatibilityHash, r.RemoteTime)
+	if r.CompatibilityHash != testHash || r.RemoteTime != 0 {
+		t.Errorf("V2 reply: hash %q, remote time %v", r.CompatibilityHash, r.RemoteTime)
 	}
 	r = mustFetch(t, ep, Request{Variant: V3, PP: 1, TP: 0}, Rank{1, 0})
-	if r.RemoteTime != 12345.678 || r.Payload.CompatibilityHash != testHash {
-		t.Errorf("V3 reply: remote time %v, hash %q", r.RemoteTime, r.Payload.CompatibilityHash)
+	if r.RemoteTime != 12345.678 || r.CompatibilityHash != testHash {
+		t.Errorf("V3 reply: remote time %v, hash %q", r.RemoteTime, r.CompatibilityHash)
 	}
 
 	// The frames on the wire, byte for byte.
-	v1 := rawExchange(t, ep, []byte(GetMetaMsg))
+	v1 := rawExchange(t, ep, []byte(nixlwire.GetMetaMsg))
 	wantMeta, _ := payloadMetadata(payloads[Rank{0, 0}])
 	if len(v1) != 1 || !bytes.Equal(v1[0], wantMeta) {
 		t.Errorf("V1 reply frames %d, want the metadata bytes of (0,0)", len(v1))
@@ -196,10 +56,10 @@ func TestListenerServesAllVariants(t *testing.T) {
 	}
 
 	st := l.Stats()
-	if st.Served[V1] != 2 || st.Served[V2] != 2 || st.Served[V3] != 2 || st.TotalServed() != 6 {
+	if st.Served[V1] != 2 || st.Served[V2] != 2 || st.Served[V3] != 2 || totalServed(st) != 6 {
 		t.Errorf("served %v", st.Served)
 	}
-	if st.Loop.TotalDropped() != 0 || st.Loop.Delivered != 6 {
+	if st.Loop.Dropped.Total() != 0 || st.Loop.Delivered != 6 {
 		t.Errorf("loop stats %+v", st.Loop)
 	}
 }
@@ -222,7 +82,7 @@ func TestListenerSurvivesBareDealer(t *testing.T) {
 	}})
 	ctx := testCtx(t, 20*time.Second)
 
-	d, err := socket.NewDealer(fastOpts())
+	d, err := socket.New("DEALER", fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +112,7 @@ func TestListenerSurvivesBareDealer(t *testing.T) {
 			t.Errorf("drop %+v", dr)
 		}
 	}
-	if st := l.Stats(); st.Served[V3] != 1 || st.Loop.TotalDropped() != 3 {
+	if st := l.Stats(); st.Served[V3] != 1 || st.Loop.Dropped.Total() != 3 {
 		t.Errorf("stats %+v", st)
 	}
 }
@@ -285,9 +145,9 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 		{"empty body", "", decodeguard.ReasonDecode},
 	}
 	ctx := testCtx(t, 30*time.Second)
-	var want [decodeguard.NumReasons]uint64
+	var want [len(decodeguard.Counts{})]uint64
 	for i, c := range cases {
-		s, err := socket.NewReq(fastOpts())
+		s, err := socket.New("REQ", fastOpts())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -298,7 +158,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 			t.Fatal(err)
 		}
 		want[c.reason]++
-		waitFor(t, ctx, c.name+" dropped", func() bool { return l.Stats().Loop.TotalDropped() == uint64(i+1) })
+		waitFor(t, ctx, c.name+" dropped", func() bool { return l.Stats().Loop.Dropped.Total() == uint64(i+1) })
 		s.Close()
 		if got := l.Stats().Loop.Dropped; got != want {
 			t.Fatalf("%s: dropped %v, want %v", c.name, got, want)
@@ -315,7 +175,7 @@ func TestListenerUnknownRankDropped(t *testing.T) {
 	ep := l.Endpoint()
 	ctx := testCtx(t, 20*time.Second)
 	_, err := Fetch(ctx, ep, Request{Variant: V3, PP: 2, TP: 3}, fetchOpts(300*time.Millisecond))
-	var te *TimeoutError
+	var te *timeoutError
 	if !errors.Is(err, ErrTimeout) || !errors.As(err, &te) {
 		t.Fatalf("unknown rank without error replies: %v, want a timeout", err)
 	}
@@ -343,7 +203,7 @@ func TestListenerUnknownRankErrorReplies(t *testing.T) {
 	for _, req := range []Request{{Variant: V3, PP: 0, TP: 7}, {Variant: V2, TP: 7}, {Variant: V1}} {
 		// A timeout far beyond the test's: only an explicit reply passes.
 		_, err := Fetch(ctx, ep, req, fetchOpts(time.Minute))
-		var fe *FetchError
+		var fe *fetchError
 		if !errors.Is(err, ErrRejected) || !errors.As(err, &fe) {
 			t.Fatalf("%v: got %v, want ErrRejected", req.Variant, err)
 		}
@@ -358,26 +218,26 @@ func TestListenerUnknownRankErrorReplies(t *testing.T) {
 	// The drop is counted when the handler returns, after the reply left.
 	waitFor(t, ctx, "three unknown-rank drops", func() bool { return l.Stats().Loop.Dropped[decodeguard.ReasonUnknownRank] == 3 })
 	st := l.Stats()
-	if st.ErrorReplies != 3 || st.TotalServed() != 0 {
+	if st.ErrorReplies != 3 || totalServed(st) != 0 {
 		t.Errorf("stats %+v", st)
 	}
 
 	// The error reply's shape, as a vLLM client sees it.
-	v3 := rawExchange(t, ep, AppendRequest(nil, Request{Variant: V3, PP: 4, TP: 0}))
+	v3 := rawExchange(t, ep, appendRequest(nil, Request{Variant: V3, PP: 4, TP: 0}))
 	if len(v3) != 2 || hex.EncodeToString(v3[1]) != vecTS {
 		t.Fatalf("V3 error reply: %d frames", len(v3))
 	}
-	p, err := DecodePayload(v3[0])
-	if err != nil || p.CompatibilityHash != ErrorReplyPrefix+"unknown rank: this listener does not serve pp_rank=4 tp_rank=0" ||
+	p, err := nixlwire.DecodePayload(v3[0])
+	if err != nil || p.CompatibilityHash != nixlwire.ErrorReplyPrefix+"unknown rank: this listener does not serve pp_rank=4 tp_rank=0" ||
 		len(p.AgentMetadataBytes) != 0 {
 		t.Errorf("V3 error payload %+v, %v", p, err)
 	}
-	if _, err := DecodeAgentMetadata(p.AgentMetadataBytes); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
+	if _, err := nixlwire.DecodeAgentMetadata(p.AgentMetadataBytes); decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 		t.Errorf("empty agent_metadata_bytes decodes: %v", err)
 	}
-	v1 := rawExchange(t, ep, []byte(GetMetaMsg))
+	v1 := rawExchange(t, ep, []byte(nixlwire.GetMetaMsg))
 	s, _, err := msgp.ReadStringBytes(v1[0])
-	if len(v1) != 1 || err != nil || !strings.HasPrefix(s, ErrorReplyPrefix) {
+	if len(v1) != 1 || err != nil || !strings.HasPrefix(s, nixlwire.ErrorReplyPrefix) {
 		t.Errorf("V1 error reply %q, %v", s, err)
 	}
 	// Served ranks still work.
@@ -442,7 +302,7 @@ func TestListenerAcceptBareDealer(t *testing.T) {
 	payloads := testPayloads(t)
 	l := startListener(t, ListenerConfig{Payloads: payloads, AcceptBareDealer: true})
 	ctx := testCtx(t, 20*time.Second)
-	d, err := socket.NewDealer(fastOpts())
+	d, err := socket.New("DEALER", fastOpts())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -473,7 +333,7 @@ func TestListenerConcurrentClientsUnderJunk(t *testing.T) {
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		d, err := socket.NewDealer(fastOpts())
+		d, err := socket.New("DEALER", fastOpts())
 		if err != nil {
 			t.Error(err)
 			return
@@ -508,10 +368,10 @@ func TestListenerConcurrentClientsUnderJunk(t *testing.T) {
 		t.Error(err)
 	}
 	st := l.Stats()
-	if st.TotalServed() != 40 {
-		t.Errorf("served %d of 40", st.TotalServed())
+	if totalServed(st) != 40 {
+		t.Errorf("served %d of 40", totalServed(st))
 	}
-	t.Logf("served %d, dropped %v", st.TotalServed(), st.Loop.Dropped)
+	t.Logf("served %d, dropped %v", totalServed(st), st.Loop.Dropped)
 }
 
 func TestListenerStopAndClose(t *testing.T) {
@@ -589,7 +449,7 @@ func TestListenerCopiesPayloads(t *testing.T) {
 func TestPayloadMetadata(t *testing.T) {
 	p := encodedPayload(t, "e", testHash, Rank{})
 	meta, err := payloadMetadata(p)
-	want, _ := DecodePayload(p)
+	want, _ := nixlwire.DecodePayload(p)
 	if err != nil || !bytes.Equal(meta, want.AgentMetadataBytes) {
 		t.Fatalf("payloadMetadata: %v", err)
 	}
@@ -667,7 +527,7 @@ func TestListenerHandleZeroAlloc(t *testing.T) {
 	ctx := context.Background()
 	id := []byte{0, 0, 0, 0, 1}
 	envOpts := &envelope.Options{MinBody: 1, MaxBody: 1}
-	for _, body := range []string{vecV3, vecV2, hex.EncodeToString([]byte(GetMetaMsg))} {
+	for _, body := range []string{vecV3, vecV2, hex.EncodeToString([]byte(nixlwire.GetMetaMsg))} {
 		frames := [][]byte{id, {}, mustHex(t, body)}
 		var env envelope.Envelope
 		var req Request

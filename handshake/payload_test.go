@@ -12,6 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 )
 
 func TestMain(m *testing.M) {
@@ -31,24 +32,24 @@ func mustHex(t testing.TB, s string) []byte {
 // addresses on both sides of 2^32, None and empty lists, and non-ASCII
 // text. pySampleMetadata is the same value as a Python dict literal, in
 // field order.
-func sampleMetadata() NixlAgentMetadata {
-	return NixlAgentMetadata{
+func sampleMetadata() nixlwire.NixlAgentMetadata {
+	return nixlwire.NixlAgentMetadata{
 		EngineID:                        "prefill-engine-0",
 		AgentMetadata:                   []byte{0x00, 0x01, 0xfe, 0xff, 0x1b},
 		KVCachesBaseAddr:                []uint64{0x7f3a00000000, 4096, 1<<32 - 1, 1 << 32, math.MaxUint64},
 		DeviceID:                        3,
 		NumBlocks:                       40000,
-		BlockLens:                       []Int{65536, 200, 127, 128},
-		BlockStrides:                    []Int{131072, -1, -32, -33, -200, -40000, math.MinInt64},
+		BlockLens:                       []nixlwire.Int{65536, 200, 127, 128},
+		BlockStrides:                    []nixlwire.Int{131072, -1, -32, -33, -200, -40000, math.MinInt64},
 		KVCacheLayout:                   "HND",
 		BlockSize:                       16,
-		SSMSizes:                        [2]Int{0, 300},
+		SSMSizes:                        [2]nixlwire.Int{0, 300},
 		AttnBackendName:                 "FLASH_ATTN",
 		PhysicalBlocksPerLogicalKVBlock: 1,
-		RegionNumBlocks:                 Nullable([]Int{40000, 1 << 40}),
+		RegionNumBlocks:                 nixlwire.Nullable([]nixlwire.Int{40000, 1 << 40}),
 		RegionGroupIDs:                  nil,
-		RegionNames:                     Nullable([]string{"model.layers.0.self_attn", "ε-région"}),
-		RegionMemTypes:                  Nullable([]string{}),
+		RegionNames:                     nixlwire.Nullable([]string{"model.layers.0.self_attn", "ε-région"}),
+		RegionMemTypes:                  nixlwire.Nullable([]string{}),
 		DCPSize:                         1,
 		PCPSize:                         2,
 		RegionMembers:                   [][]string{{"a", "b"}, {}},
@@ -79,14 +80,14 @@ const pySampleMetadata = `{
 
 // oldMetadata is what a release before block_strides and ssm_sizes sent:
 // the first six fields plus kv_cache_layout and block_size.
-func oldMetadata() NixlAgentMetadata {
-	m := NixlAgentMetadata{
+func oldMetadata() nixlwire.NixlAgentMetadata {
+	m := nixlwire.NixlAgentMetadata{
 		EngineID:         "old-engine",
 		AgentMetadata:    []byte("nixl"),
 		KVCachesBaseAddr: []uint64{1 << 33},
 		DeviceID:         0,
 		NumBlocks:        1000,
-		BlockLens:        []Int{4096},
+		BlockLens:        []nixlwire.Int{4096},
 		KVCacheLayout:    "NHD",
 		BlockSize:        16,
 		DCPSize:          1,
@@ -155,7 +156,7 @@ func appendOldMetadata(b []byte, extra bool) []byte {
 func TestPayloadVector(t *testing.T) {
 	want := mustHex(t, "82b2636f6d7061746962696c6974795f68617368d940"+strings.Repeat("61", 64)+
 		"b46167656e745f6d657461646174615f6279746573c403010203")
-	p := NixlHandshakePayload{CompatibilityHash: strings.Repeat("a", 64), AgentMetadataBytes: []byte{1, 2, 3}}
+	p := nixlwire.NixlHandshakePayload{CompatibilityHash: strings.Repeat("a", 64), AgentMetadataBytes: []byte{1, 2, 3}}
 	got, err := p.MarshalMsg(nil)
 	if err != nil {
 		t.Fatal(err)
@@ -174,7 +175,7 @@ func TestPayloadVector(t *testing.T) {
 	if !bytes.Equal(buf.Bytes(), want) {
 		t.Fatalf("EncodeMsg:\n got %x\nwant %x", buf.Bytes(), want)
 	}
-	dec, err := DecodePayload(want)
+	dec, err := nixlwire.DecodePayload(want)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -183,12 +184,12 @@ func TestPayloadVector(t *testing.T) {
 	}
 	// The decoded bytes are a copy, not a view of the frame.
 	frame := bytes.Clone(want)
-	dec, _ = DecodePayload(frame)
+	dec, _ = nixlwire.DecodePayload(frame)
 	frame[len(frame)-1] = 0xee
 	if dec.AgentMetadataBytes[2] != 3 {
 		t.Fatal("AgentMetadataBytes aliases the input frame")
 	}
-	var streamed NixlHandshakePayload
+	var streamed nixlwire.NixlHandshakePayload
 	if err := streamed.DecodeMsg(msgp.NewReader(bytes.NewReader(want))); err != nil || !reflect.DeepEqual(streamed, p) {
 		t.Fatalf("DecodeMsg = %+v, %v", streamed, err)
 	}
@@ -209,43 +210,43 @@ func TestIntEncoding(t *testing.T) {
 		{math.MinInt64, "d38000000000000000"},
 	}
 	for _, c := range cases {
-		b, err := Int(c.v).MarshalMsg(nil)
+		b, err := nixlwire.Int(c.v).MarshalMsg(nil)
 		if err != nil {
 			t.Fatal(err)
 		}
 		if hex.EncodeToString(b) != c.want {
-			t.Errorf("Int(%d).MarshalMsg = %x, want %s", c.v, b, c.want)
+			t.Errorf("nixlwire.Int(%d).MarshalMsg = %x, want %s", c.v, b, c.want)
 		}
 		var buf bytes.Buffer
 		w := msgp.NewWriter(&buf)
-		if err := Int(c.v).EncodeMsg(w); err != nil {
+		if err := nixlwire.Int(c.v).EncodeMsg(w); err != nil {
 			t.Fatal(err)
 		}
 		_ = w.Flush()
 		if hex.EncodeToString(buf.Bytes()) != c.want {
-			t.Errorf("Int(%d).EncodeMsg = %x, want %s", c.v, buf.Bytes(), c.want)
+			t.Errorf("nixlwire.Int(%d).EncodeMsg = %x, want %s", c.v, buf.Bytes(), c.want)
 		}
-		var got Int
+		var got nixlwire.Int
 		if rest, err := got.UnmarshalMsg(b); err != nil || len(rest) != 0 || int64(got) != c.v {
 			t.Errorf("UnmarshalMsg(%x) = %d, %x, %v", b, got, rest, err)
 		}
-		var got2 Int
+		var got2 nixlwire.Int
 		if err := got2.DecodeMsg(msgp.NewReader(bytes.NewReader(b))); err != nil || int64(got2) != c.v {
 			t.Errorf("DecodeMsg(%x) = %d, %v", b, got2, err)
 		}
-		if len(b) > Int(c.v).Msgsize() {
-			t.Errorf("Msgsize %d < len %d", Int(c.v).Msgsize(), len(b))
+		if len(b) > nixlwire.Int(c.v).Msgsize() {
+			t.Errorf("Msgsize %d < len %d", nixlwire.Int(c.v).Msgsize(), len(b))
 		}
 	}
 	// Signed encodings of non-negative values (what msgp or another
 	// encoder may write) decode too; a uint64 over MaxInt64 does not.
 	for _, s := range []string{"d000", "d10080", "d200010000", "d30000000100000000"} {
-		var i Int
+		var i nixlwire.Int
 		if _, err := i.UnmarshalMsg(mustHex(t, s)); err != nil {
 			t.Errorf("UnmarshalMsg(%s): %v", s, err)
 		}
 	}
-	var i Int
+	var i nixlwire.Int
 	if _, err := i.UnmarshalMsg(mustHex(t, "cf8000000000000000")); err == nil {
 		t.Error("uint64 2^63 decoded into an Int")
 	}
@@ -263,7 +264,7 @@ func TestAgentMetadataRoundTrip(t *testing.T) {
 	if len(b) > m.Msgsize() {
 		t.Errorf("Msgsize %d < encoded length %d", m.Msgsize(), len(b))
 	}
-	got, err := DecodeAgentMetadata(b)
+	got, err := nixlwire.DecodeAgentMetadata(b)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -284,19 +285,19 @@ func TestAgentMetadataRoundTrip(t *testing.T) {
 	if !bytes.Equal(buf.Bytes(), b) {
 		t.Fatalf("EncodeMsg differs from MarshalMsg:\n%x\n%x", buf.Bytes(), b)
 	}
-	var streamed NixlAgentMetadata
+	var streamed nixlwire.NixlAgentMetadata
 	streamed.Reset()
 	if err := streamed.DecodeMsg(msgp.NewReader(bytes.NewReader(b))); err != nil || !sameMetadata(t, streamed, m) {
 		t.Fatalf("DecodeMsg = %+v, %v", streamed, err)
 	}
 
 	// Payload wrapping and unwrapping.
-	p, err := NewPayload(strings.Repeat("0", 64), &m)
+	p, err := nixlwire.NewPayload(strings.Repeat("0", 64), &m)
 	if err != nil {
 		t.Fatal(err)
 	}
 	pb, _ := p.MarshalMsg(nil)
-	p2, err := DecodePayload(pb)
+	p2, err := nixlwire.DecodePayload(pb)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -325,7 +326,7 @@ func TestAgentMetadataEncodingDetails(t *testing.T) {
 		}
 	}
 	// A nil RegionMembers is an empty array, never nil.
-	var z NixlAgentMetadata
+	var z nixlwire.NixlAgentMetadata
 	z.Reset()
 	zb, _ := z.MarshalMsg(nil)
 	if !bytes.HasSuffix(zb, mustHex(t, "ae726567696f6e5f6d656d6265727390")) {
@@ -337,7 +338,7 @@ func TestAgentMetadataOldAndUnknownKeys(t *testing.T) {
 	want := oldMetadata()
 	for _, extra := range []bool{false, true} {
 		b := appendOldMetadata(nil, extra)
-		got, err := DecodeAgentMetadata(b)
+		got, err := nixlwire.DecodeAgentMetadata(b)
 		if err != nil {
 			t.Fatalf("extra=%v: %v", extra, err)
 		}
@@ -354,7 +355,7 @@ func TestAgentMetadataReset(t *testing.T) {
 	full, _ := func() ([]byte, error) { m := sampleMetadata(); return m.MarshalMsg(nil) }()
 	old := appendOldMetadata(nil, false)
 
-	var m NixlAgentMetadata
+	var m nixlwire.NixlAgentMetadata
 	m.Reset()
 	if _, err := m.UnmarshalMsg(full); err != nil {
 		t.Fatal(err)
@@ -376,9 +377,9 @@ func TestAgentMetadataReset(t *testing.T) {
 		t.Fatalf("after Reset:\n got %+v\nwant %+v", m, oldMetadata())
 	}
 
-	p := NixlHandshakePayload{CompatibilityHash: "x", AgentMetadataBytes: []byte{1}}
+	p := nixlwire.NixlHandshakePayload{CompatibilityHash: "x", AgentMetadataBytes: []byte{1}}
 	p.Reset()
-	if !reflect.DeepEqual(p, NixlHandshakePayload{}) {
+	if !reflect.DeepEqual(p, nixlwire.NixlHandshakePayload{}) {
 		t.Fatalf("payload Reset: %+v", p)
 	}
 }
@@ -398,13 +399,13 @@ func TestAgentMetadataAddressEncodings(t *testing.T) {
 		"cfffffffffffffff00": math.MaxUint64 - 0xff,
 		"7f":                 127,
 	} {
-		m, err := DecodeAgentMetadata(enc(mustHex(t, s)))
+		m, err := nixlwire.DecodeAgentMetadata(enc(mustHex(t, s)))
 		if err != nil || len(m.KVCachesBaseAddr) != 1 || m.KVCachesBaseAddr[0] != want {
 			t.Errorf("address %s: %v, %v", s, m.KVCachesBaseAddr, err)
 		}
 	}
 	for _, s := range []string{"ff", "d3ffffffffffffffff", "cb4000000000000000", "c0"} {
-		_, err := DecodeAgentMetadata(enc(mustHex(t, s)))
+		_, err := nixlwire.DecodeAgentMetadata(enc(mustHex(t, s)))
 		if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 			t.Errorf("address %s: err %v, want ReasonDecode", s, err)
 		}
@@ -453,9 +454,9 @@ func TestDecodeErrorsClassified(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			_, err := DecodeAgentMetadata(c.in)
+			_, err := nixlwire.DecodeAgentMetadata(c.in)
 			checkClassified(t, err, c.reason)
-			_, err = DecodePayload(c.in)
+			_, err = nixlwire.DecodePayload(c.in)
 			if c.structural {
 				checkClassified(t, err, c.reason)
 			} else if err != nil {
@@ -470,7 +471,7 @@ func TestDecodeErrorsClassified(t *testing.T) {
 		"bytes as nil": key("agent_metadata_bytes", mustHex(t, "c0")),
 		"hash as int":  key("compatibility_hash", mustHex(t, "01")),
 	} {
-		_, err := DecodePayload(in)
+		_, err := nixlwire.DecodePayload(in)
 		if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 			t.Errorf("%s: err %v, want ReasonDecode", name, err)
 		}
@@ -480,7 +481,7 @@ func TestDecodeErrorsClassified(t *testing.T) {
 // sameMetadata reports whether a and b encode alike. The encoding is
 // canonical, so this is semantic equality: it ignores what DeepEqual sees
 // but the wire does not (a decoded empty list is a nil slice).
-func sameMetadata(t testing.TB, a, b NixlAgentMetadata) bool {
+func sameMetadata(t testing.TB, a, b nixlwire.NixlAgentMetadata) bool {
 	t.Helper()
 	ab, err := a.MarshalMsg(nil)
 	if err != nil {
@@ -516,15 +517,15 @@ func checkClassified(t *testing.T, err error, want decodeguard.Reason) {
 func TestDecodeLimits(t *testing.T) {
 	m := sampleMetadata()
 	b, _ := m.MarshalMsg(nil)
-	if _, err := DecodeAgentMetadataLimits(b, &decodeguard.Limits{MaxBytes: len(b) - 1}); decodeguard.ReasonOf(err) != decodeguard.ReasonOversize {
+	if _, err := nixlwire.DecodeAgentMetadataLimits(b, &decodeguard.Limits{MaxBytes: len(b) - 1}); decodeguard.ReasonOf(err) != decodeguard.ReasonOversize {
 		t.Fatalf("MaxBytes: %v", err)
 	}
-	if _, err := DecodeAgentMetadataLimits(b, &decodeguard.Limits{MaxBytes: len(b)}); err != nil {
+	if _, err := nixlwire.DecodeAgentMetadataLimits(b, &decodeguard.Limits{MaxBytes: len(b)}); err != nil {
 		t.Fatalf("exact MaxBytes: %v", err)
 	}
-	p, _ := NewPayload("h", &m)
+	p, _ := nixlwire.NewPayload("h", &m)
 	pb, _ := p.MarshalMsg(nil)
-	if _, err := DecodePayloadLimits(pb, &decodeguard.Limits{MaxBytes: 16}); decodeguard.ReasonOf(err) != decodeguard.ReasonOversize {
+	if _, err := nixlwire.DecodePayloadLimits(pb, &decodeguard.Limits{MaxBytes: 16}); decodeguard.ReasonOf(err) != decodeguard.ReasonOversize {
 		t.Fatalf("payload MaxBytes: %v", err)
 	}
 }
@@ -533,8 +534,8 @@ func BenchmarkDecodeAgentMetadata(b *testing.B) {
 	m := sampleMetadata()
 	// A realistic size: 64 regions.
 	m.KVCachesBaseAddr = make([]uint64, 64)
-	m.BlockLens = make([]Int, 64)
-	m.BlockStrides = make([]Int, 64)
+	m.BlockLens = make([]nixlwire.Int, 64)
+	m.BlockStrides = make([]nixlwire.Int, 64)
 	for i := range m.KVCachesBaseAddr {
 		m.KVCachesBaseAddr[i] = 0x7f3a00000000 + uint64(i)<<30
 		m.BlockLens[i] = 65536
@@ -548,7 +549,7 @@ func BenchmarkDecodeAgentMetadata(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(enc)))
 	for b.Loop() {
-		if _, err := DecodeAgentMetadata(enc); err != nil {
+		if _, err := nixlwire.DecodeAgentMetadata(enc); err != nil {
 			b.Fatal(err)
 		}
 	}

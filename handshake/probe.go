@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -46,7 +47,8 @@ type ProbeReport struct {
 	ReplyFrames []int
 	// CompatibilityHash is the payload's hash (V2/V3), EngineID the
 	// metadata's engine id, RemoteTime the V3 timestamp. They are as sent
-	// by the peer: print them through SafeText.
+	// by the peer: print them through a safe rendering (quoted when short
+	// printable ASCII), never raw.
 	CompatibilityHash, EngineID string
 	RemoteTime                  float64
 	// Metadata is the decoded agent metadata, nil unless OK.
@@ -55,9 +57,11 @@ type ProbeReport struct {
 	OK bool
 }
 
-// ProbeOptions configures [ProbeWith].
+// ProbeOptions configures [Probe]. The zero value probes as vLLM's client
+// would connect: NULL security, 5 s per step, no output.
 type ProbeOptions struct {
-	// Timeout bounds each network step (0 means DefaultTimeout).
+	// Timeout bounds each network step. Zero means 5 s; a negative value is
+	// an error.
 	Timeout time.Duration
 	// Out receives one line per step (nil discards them).
 	Out io.Writer
@@ -69,7 +73,7 @@ type ProbeOptions struct {
 }
 
 // Probe triages the handshake with a listener step by step, printing one
-// line per step to w (nil discards them) and stopping at the first failure:
+// line per step to opts.Out and stopping at the first failure:
 //
 //	connect  TCP (or unix socket) connect, timed
 //	zmtp     ZMTP 3 greeting and READY under zmtpguard, as a REQ: the peer's socket type, timed
@@ -80,32 +84,29 @@ type ProbeOptions struct {
 // Each line reads "ok: ..." or "FAIL: ..." with the likely causes, so an
 // operator can tell which of the reasons a handshake timeout has (nothing
 // listening, not ZMTP, a dead receive loop, a rank not served, a payload
-// from another release) applies. timeout bounds each network step (0
-// means DefaultTimeout); ctx bounds the whole probe. A zero req.Variant
-// means V3.
+// from another release) applies. opts.Timeout bounds each network step;
+// ctx bounds the whole probe. A zero req.Variant means V3. With opts.Curve
+// set, the zmtp step is a CURVE client handshake (its line then says so,
+// and a failure names the likely causes: a wrong server key, or a client
+// key the listener does not admit); a Curve with Server set is refused
+// before anything is dialed (ErrRefused).
 //
 // The returned error is nil exactly when report.OK; otherwise it matches
 // one of ErrRefused (connect or ZMTP handshake failed), ErrTimeout,
 // ErrBadReplyShape, ErrUndecodablePayload or ErrRejected under
-// errors.Is, or is ctx's error.
-//
-// Probe is ProbeWith with ProbeOptions{Timeout: timeout, Out: w}.
-func Probe(ctx context.Context, endpoint string, req Request, timeout time.Duration, w io.Writer) (ProbeReport, error) {
-	return ProbeWith(ctx, endpoint, req, ProbeOptions{Timeout: timeout, Out: w})
-}
-
-// ProbeWith is [Probe] with options: the same steps, report and errors,
-// and, with opts.Curve set, a CURVE client handshake in the zmtp step (its
-// line then says so, and a failure names the likely causes: a wrong server
-// key, or a client key the listener does not admit). A Curve with Server
-// set is refused before anything is dialed (ErrRefused).
-func ProbeWith(ctx context.Context, endpoint string, req Request, opts ProbeOptions) (ProbeReport, error) {
+// errors.Is, or is ctx's error, or a configuration error (a negative
+// opts.Timeout) before anything is dialed.
+func Probe(ctx context.Context, endpoint string, req Request, opts ProbeOptions) (ProbeReport, error) {
 	if req.Variant < V1 || req.Variant > V3 {
 		req.Variant = V3
 	}
 	timeout, w := opts.Timeout, opts.Out
-	if timeout <= 0 {
-		timeout = DefaultTimeout
+	if timeout == 0 {
+		timeout = defaultTimeout
+	}
+	if timeout < 0 {
+		return ProbeReport{Endpoint: endpoint, Request: req},
+			fmt.Errorf("handshake: ProbeOptions.Timeout %v is negative", opts.Timeout)
 	}
 	if w == nil {
 		w = io.Discard
@@ -159,7 +160,7 @@ func (p *prober) fail(name string, d time.Duration, kind error, hint string, cau
 	if hint != "" {
 		detail += ": " + hint
 	}
-	return &FetchError{Kind: kind, Endpoint: p.rep.Endpoint, Request: p.rep.Request, Detail: detail, Err: cause}
+	return &fetchError{Kind: kind, Endpoint: p.rep.Endpoint, Request: p.rep.Request, Detail: detail, Err: cause}
 }
 
 func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout time.Duration) error {
@@ -186,7 +187,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	// zmtp
 	t0 = time.Now()
 	cfg := zmtpguard.Config{HandshakeTimeout: timeout, Curve: p.curve}
-	conn, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Req, nil, &cfg)
+	conn, err := zmtpguard.Handshake(ctx, nc, "REQ", nil, &cfg)
 	p.rep.HandshakeTime = time.Since(t0)
 	if err != nil {
 		var v *zmtpguard.Violation
@@ -209,9 +210,9 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 		return p.fail("zmtp", p.rep.HandshakeTime, kind, hint, err)
 	}
 	defer conn.Close()
-	p.rep.PeerType = conn.PeerType()
+	p.rep.PeerType = conn.Peer().SocketType
 	note := ""
-	if p.rep.PeerType != zmtpguard.Router {
+	if p.rep.PeerType != "ROUTER" {
 		note = " (vLLM's listener is a ROUTER)"
 	}
 	if p.curve != nil {
@@ -220,7 +221,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	p.ok("zmtp", p.rep.HandshakeTime, "peer is "+string(p.rep.PeerType)+note+", handshake "+p.rep.HandshakeTime.String())
 
 	// request
-	body := AppendRequest(nil, req)
+	body := appendRequest(nil, req)
 	deadline := time.Now().Add(timeout)
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
 	defer stop()
@@ -243,7 +244,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 			break
 		}
 		if m.Command == zmtpwire.CmdPing {
-			if conn.Pong(&m) == nil {
+			if conn.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0])) == nil {
 				conn.Flush()
 			}
 		}
@@ -291,7 +292,7 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 	r.Request = req
 	// The probe reports the hash rather than checking it.
 	if err := decodeReply(&r, m.Frames[1:], p.rep.Endpoint, ClientOptions{SkipHashCheck: true}); err != nil {
-		var fe *FetchError
+		var fe *fetchError
 		if !errors.As(err, &fe) {
 			return p.fail("payload", time.Since(t0), ErrUndecodablePayload, "", err)
 		}
@@ -304,16 +305,16 @@ func (p *prober) run(ctx context.Context, endpoint string, req Request, timeout 
 		}
 		return p.fail("payload", time.Since(t0), fe.Kind, hint, fe.Err)
 	}
-	p.rep.CompatibilityHash = r.Payload.CompatibilityHash
+	p.rep.CompatibilityHash = r.CompatibilityHash
 	p.rep.EngineID = r.Metadata.EngineID
 	p.rep.RemoteTime = r.RemoteTime
 	p.rep.Metadata = &r.Metadata
-	detail := "engine_id " + SafeText(r.Metadata.EngineID)
+	detail := "engine_id " + nixlwire.SafeText(r.Metadata.EngineID)
 	if req.Variant != V1 {
-		detail += ", compatibility_hash " + SafeText(r.Payload.CompatibilityHash)
+		detail += ", compatibility_hash " + nixlwire.SafeText(r.CompatibilityHash)
 	}
 	detail += ", " + strconv.Itoa(len(r.Metadata.KVCachesBaseAddr)) + " regions, " +
-		strconv.FormatInt(int64(r.Metadata.NumBlocks), 10) + " blocks, layout " + SafeText(r.Metadata.KVCacheLayout)
+		strconv.FormatInt(int64(r.Metadata.NumBlocks), 10) + " blocks, layout " + nixlwire.SafeText(r.Metadata.KVCacheLayout)
 	if req.Variant == V3 {
 		detail += ", remote clock " + strconv.FormatFloat(r.RemoteTime, 'f', 3, 64) + " s"
 	}
@@ -363,14 +364,14 @@ func dialTarget(endpoint string) (network, addr string, err error) {
 	case "tcp":
 		host, port, err := net.SplitHostPort(rest)
 		if err != nil || host == "" || host == "*" || port == "" {
-			return "", "", fmt.Errorf("bad endpoint %s: want tcp://host:port", SafeText(endpoint))
+			return "", "", fmt.Errorf("bad endpoint %s: want tcp://host:port", nixlwire.SafeText(endpoint))
 		}
 		return "tcp", rest, nil
 	case "ipc":
 		if rest == "" {
-			return "", "", fmt.Errorf("bad endpoint %s: want ipc://path", SafeText(endpoint))
+			return "", "", fmt.Errorf("bad endpoint %s: want ipc://path", nixlwire.SafeText(endpoint))
 		}
 		return "unix", rest, nil
 	}
-	return "", "", fmt.Errorf("bad endpoint %s: want tcp://host:port or ipc://path", SafeText(endpoint))
+	return "", "", fmt.Errorf("bad endpoint %s: want tcp://host:port or ipc://path", nixlwire.SafeText(endpoint))
 }

@@ -39,12 +39,12 @@ func TestProbeLiveListener(t *testing.T) {
 	l := startListener(t, ListenerConfig{Clock: func() float64 { return 12345.678 }})
 	for _, req := range []Request{{Variant: V3, TP: 1}, {Variant: V2, TP: 1}, {Variant: V1}} {
 		var out strings.Builder
-		rep, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), req, 5*time.Second, &out)
+		rep, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Timeout: 5 * time.Second, Out: &out})
 		t.Logf("probe output:\n%s", out.String())
 		if err != nil || !rep.OK {
 			t.Fatalf("%v: probe failed: %v", req.Variant, err)
 		}
-		if len(rep.Steps) != 5 || rep.PeerType != zmtpguard.Router || rep.EngineID != "prefill-7" || rep.Metadata == nil {
+		if len(rep.Steps) != 5 || rep.PeerType != "ROUTER" || rep.EngineID != "prefill-7" || rep.Metadata == nil {
 			t.Errorf("%v: report %+v", req.Variant, rep)
 		}
 		wantFrames := map[Variant]int{V1: 2, V2: 2, V3: 3}[req.Variant]
@@ -64,7 +64,7 @@ func TestProbeLiveListener(t *testing.T) {
 func TestProbeClosedPort(t *testing.T) {
 	ep := closedPort(t)
 	var out strings.Builder
-	rep, err := Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3}, 2*time.Second, &out)
+	rep, err := Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3}, ProbeOptions{Timeout: 2 * time.Second, Out: &out})
 	if !errors.Is(err, ErrRefused) || rep.OK {
 		t.Fatalf("got %v, want ErrRefused", err)
 	}
@@ -81,7 +81,7 @@ func TestProbeClosedPort(t *testing.T) {
 func TestProbeSilentListener(t *testing.T) {
 	ep := scriptedRouter(t, func([]byte) [][]byte { return nil })
 	var out strings.Builder
-	rep, err := Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3, PP: 1, TP: 2}, 300*time.Millisecond, &out)
+	rep, err := Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3, PP: 1, TP: 2}, ProbeOptions{Timeout: 300 * time.Millisecond, Out: &out})
 	if !errors.Is(err, ErrTimeout) || rep.OK {
 		t.Fatalf("got %v, want ErrTimeout", err)
 	}
@@ -95,7 +95,7 @@ func TestProbeFailures(t *testing.T) {
 	// An explicit error reply for an unknown rank.
 	l := startListener(t, ListenerConfig{ErrorReplies: true})
 	var out strings.Builder
-	rep, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), Request{Variant: V3, TP: 7}, 5*time.Second, &out)
+	rep, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), Request{Variant: V3, TP: 7}, ProbeOptions{Timeout: 5 * time.Second, Out: &out})
 	if !errors.Is(err, ErrRejected) {
 		t.Fatalf("unknown rank: %v", err)
 	}
@@ -107,7 +107,7 @@ func TestProbeFailures(t *testing.T) {
 	// A V2 listener asked for V3: the shape gives it away.
 	ep := scriptedRouter(t, func([]byte) [][]byte { return [][]byte{encodedPayload(t, "x", testHash, Rank{})} })
 	out.Reset()
-	rep, err = Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3}, 5*time.Second, &out)
+	rep, err = Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V3}, ProbeOptions{Timeout: 5 * time.Second, Out: &out})
 	if !errors.Is(err, ErrBadReplyShape) {
 		t.Fatalf("V2 reply to V3: %v", err)
 	}
@@ -119,7 +119,7 @@ func TestProbeFailures(t *testing.T) {
 	// Junk payload.
 	ep = scriptedRouter(t, func([]byte) [][]byte { return [][]byte{[]byte("\x1b[2Jjunk")} })
 	out.Reset()
-	rep, err = Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V2}, 5*time.Second, &out)
+	rep, err = Probe(testCtx(t, 20*time.Second), ep, Request{Variant: V2}, ProbeOptions{Timeout: 5 * time.Second, Out: &out})
 	if !errors.Is(err, ErrUndecodablePayload) {
 		t.Fatalf("junk payload: %v", err)
 	}
@@ -144,7 +144,7 @@ func TestProbeFailures(t *testing.T) {
 	defer wg.Wait()
 	defer ln.Close()
 	out.Reset()
-	rep, err = Probe(testCtx(t, 20*time.Second), "tcp://"+ln.Addr().String(), Request{}, 2*time.Second, &out)
+	rep, err = Probe(testCtx(t, 20*time.Second), "tcp://"+ln.Addr().String(), Request{}, ProbeOptions{Timeout: 2 * time.Second, Out: &out})
 	if !errors.Is(err, ErrRefused) || rep.Request.Variant != V3 {
 		t.Fatalf("not ZMTP: %v", err)
 	}
@@ -152,7 +152,7 @@ func TestProbeFailures(t *testing.T) {
 
 	// Bad endpoints.
 	for _, ep := range []string{"udp://1.2.3.4:5", "tcp://*:5600", "tcp://nohost", "ipc://"} {
-		if _, err := Probe(testCtx(t, 5*time.Second), ep, Request{}, time.Second, nil); !errors.Is(err, ErrRefused) ||
+		if _, err := Probe(testCtx(t, 5*time.Second), ep, Request{}, ProbeOptions{Timeout: time.Second}); !errors.Is(err, ErrRefused) ||
 			!strings.Contains(err.Error(), "bad endpoint") {
 			t.Errorf("%s: %v", ep, err)
 		}
@@ -195,11 +195,11 @@ func TestProbeNotZMTPCauseOnce(t *testing.T) {
 	}()
 	defer wg.Wait()
 	defer ln.Close()
-	_, err = Probe(testCtx(t, 20*time.Second), "tcp://"+ln.Addr().String(), Request{Variant: V3}, 2*time.Second, nil)
+	_, err = Probe(testCtx(t, 20*time.Second), "tcp://"+ln.Addr().String(), Request{Variant: V3}, ProbeOptions{Timeout: 2 * time.Second})
 	if !errors.Is(err, ErrRefused) {
 		t.Fatalf("got %v, want ErrRefused", err)
 	}
-	var fe *FetchError
+	var fe *fetchError
 	if !errors.As(err, &fe) || fe.Err == nil {
 		t.Fatalf("no cause: %v", err)
 	}
@@ -221,13 +221,13 @@ func TestProbeWithCurve(t *testing.T) {
 	_, strangerSec, _ := zmtpguard.GenerateCurveKeyPair()
 	wrongPub, _, _ := zmtpguard.GenerateCurveKeyPair()
 	o := fastOpts()
-	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: srvSec, Authorize: zmtpguard.NewKeySet(cliPub).Authorize, Logger: quiet}
+	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: srvSec, Authorize: func(key zmtpguard.CurveKey, _ net.Addr) (bool, string) { return key == cliPub, "" }, Logger: quiet}
 	o.Logger = quiet
 	l := startListener(t, ListenerConfig{Socket: o})
 	req := Request{Variant: V3}
 
 	var out strings.Builder
-	rep, err := ProbeWith(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Timeout: 5 * time.Second, Out: &out,
+	rep, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Timeout: 5 * time.Second, Out: &out,
 		Curve: &zmtpguard.CurveConfig{SecretKey: cliSec, ServerKey: srvPub}})
 	t.Logf("probe output:\n%s", out.String())
 	if err != nil || !rep.OK || rep.EngineID != "prefill-7" {
@@ -244,7 +244,7 @@ func TestProbeWithCurve(t *testing.T) {
 		"no CURVE":         nil,
 	} {
 		out.Reset()
-		rep, err := ProbeWith(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Timeout: 3 * time.Second, Out: &out, Curve: c})
+		rep, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Timeout: 3 * time.Second, Out: &out, Curve: c})
 		t.Logf("%s:\n%s", name, out.String())
 		if !errors.Is(err, ErrRefused) && !errors.Is(err, ErrTimeout) || rep.OK {
 			t.Fatalf("%s: got %v, want a refused handshake", name, err)
@@ -260,7 +260,7 @@ func TestProbeWithCurve(t *testing.T) {
 	}
 
 	// A server config is refused before dialing.
-	if _, err := ProbeWith(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Curve: o.Guard.Curve}); !errors.Is(err, ErrRefused) {
+	if _, err := Probe(testCtx(t, 20*time.Second), l.Endpoint(), req, ProbeOptions{Curve: o.Guard.Curve}); !errors.Is(err, ErrRefused) {
 		t.Errorf("server Curve config: %v, want ErrRefused", err)
 	}
 }

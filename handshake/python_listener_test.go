@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 )
 
 // TestPythonClientAgainstGoListener: pyzmq REQ clients (libzmq) handshake
@@ -69,7 +71,7 @@ func TestPythonClientAgainstGoListener(t *testing.T) {
 			t.Errorf("error reply line: %s", lines[len(want)+i])
 		}
 	}
-	if st := l.Stats(); st.TotalServed() != 5 || st.ErrorReplies != 2 {
+	if st := l.Stats(); totalServed(st) != 5 || st.ErrorReplies != 2 {
 		t.Errorf("listener stats %+v", st)
 	}
 }
@@ -86,15 +88,15 @@ func fields(line string) map[string]string {
 }
 
 // pyListenerMetadata is the metadata testdata/vllm_v3_listener.py serves.
-func pyListenerMetadata(engine string, pp, tp int) NixlAgentMetadata {
-	return NixlAgentMetadata{
+func pyListenerMetadata(engine string, pp, tp int) nixlwire.NixlAgentMetadata {
+	return nixlwire.NixlAgentMetadata{
 		EngineID:                        engine,
 		AgentMetadata:                   []byte("nixl-agent-" + strconv.Itoa(pp) + "-" + strconv.Itoa(tp)),
 		KVCachesBaseAddr:                []uint64{0x7f3a00000000 + uint64(tp)<<20, 4096 + uint64(pp)},
-		DeviceID:                        Int(tp),
-		NumBlocks:                       Int(1000 + 100*pp + tp),
-		BlockLens:                       []Int{65536, 65536},
-		BlockStrides:                    []Int{65536, 65536},
+		DeviceID:                        nixlwire.Int(tp),
+		NumBlocks:                       nixlwire.Int(1000 + 100*pp + tp),
+		BlockLens:                       []nixlwire.Int{65536, 65536},
+		BlockStrides:                    []nixlwire.Int{65536, 65536},
 		KVCacheLayout:                   "HND",
 		BlockSize:                       16,
 		AttnBackendName:                 "FLASH_ATTN",
@@ -150,22 +152,22 @@ func TestGoClientAgainstPythonListener(t *testing.T) {
 			t.Fatalf("Fetch %v from the Python listener: %v\n%s", r, err, stderr.String())
 		}
 		served++
-		if want := pyListenerMetadata(engine, r.PP, r.TP); !sameMetadata(t, rep.Metadata, want) {
+		if want := pyListenerMetadata(engine, r.PP, r.TP); !sameMetadata(t, toWire(&rep.Metadata), want) {
 			t.Errorf("%v: metadata %+v\nwant %+v", r, rep.Metadata, want)
 		}
-		if rep.Payload.CompatibilityHash != testHash || rep.RemoteTime <= 0 {
-			t.Errorf("%v: hash %q, perf counter %v", r, rep.Payload.CompatibilityHash, rep.RemoteTime)
+		if rep.CompatibilityHash != testHash || rep.RemoteTime <= 0 {
+			t.Errorf("%v: hash %q, perf counter %v", r, rep.CompatibilityHash, rep.RemoteTime)
 		}
 	}
 	// A different hash is told apart from everything else.
 	_, err = Fetch(ctx, ep, Request{Variant: V3}, ClientOptions{ExpectedHash: "0" + testHash[1:], Socket: fastOpts()})
-	if _, ok := err.(*HashMismatchError); !ok {
+	if _, ok := err.(*hashMismatchError); !ok {
 		t.Errorf("hash mismatch against Python: %v", err)
 	}
 	served++
 
 	var out strings.Builder
-	rep, err := Probe(ctx, ep, Request{Variant: V3, PP: 1, TP: 1}, 5*time.Second, &out)
+	rep, err := Probe(ctx, ep, Request{Variant: V3, PP: 1, TP: 1}, ProbeOptions{Timeout: 5 * time.Second, Out: &out})
 	t.Logf("probe of the Python listener:\n%s", out.String())
 	if err != nil || !rep.OK || rep.EngineID != engine || len(rep.ReplyFrames) != 3 || rep.ReplyFrames[2] != 9 {
 		t.Errorf("probe: %v, %+v", err, rep)

@@ -1,11 +1,10 @@
 package handshake
 
 import (
-	"context"
 	"errors"
 	"testing"
-	"time"
 
+	"github.com/zmqguard/zmqguard/internal/reentry/reentrytest"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -14,11 +13,6 @@ import (
 // may call the Listener's Stats and Close; both return (a bounded wait
 // fails the test on a deadlock) and Serve returns ErrListenerClosed.
 func TestHooksMayCloseAndStat(t *testing.T) {
-	const bound = 10 * time.Second
-	type result struct {
-		stats ListenerStats
-		err   error
-	}
 	cases := []struct {
 		name    string
 		install func(cfg *ListenerConfig, act func())
@@ -40,28 +34,18 @@ func TestHooksMayCloseAndStat(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			var l *Listener
-			res := make(chan result, 1)
-			act := func() {
-				x := result{stats: l.Stats()}
-				x.err = l.Close()
-				select {
-				case res <- x:
-				default:
-				}
-			}
+			probe := reentrytest.NewProbe(func() ListenerStats { return l.Stats() }, func() error { return l.Close() })
 			cfg := ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Logger: quiet, Socket: fastOpts()}
-			tc.install(&cfg, act)
+			tc.install(&cfg, probe.Act)
 			var err error
 			l, err = NewListener(cfg)
 			if err != nil {
 				t.Fatal(err)
 			}
 			defer l.Close()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
-			defer cancel()
-			served := make(chan error, 1)
-			go func() { served <- l.Serve(ctx) }()
-			c, err := socket.NewReq(fastOpts())
+			ctx := testCtx(t, 2*reentrytest.Bound)
+			served := reentrytest.Start(t, l.Serve)
+			c, err := socket.New("REQ", fastOpts())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -72,22 +56,9 @@ func TestHooksMayCloseAndStat(t *testing.T) {
 			if err := c.Send(ctx, tc.body); err != nil {
 				t.Fatal(err)
 			}
-			var x result
-			select {
-			case x = <-res:
-			case <-time.After(bound):
-				t.Fatalf("Stats and Close from %s: no return within %s (deadlock?)", tc.name, bound)
-			}
-			if x.err != nil {
-				t.Fatalf("Close from %s: %v", tc.name, x.err)
-			}
-			select {
-			case err := <-served:
-				if !errors.Is(err, ErrListenerClosed) {
-					t.Fatalf("Serve after Close from %s: %v, want ErrListenerClosed", tc.name, err)
-				}
-			case <-time.After(bound):
-				t.Fatalf("Serve did not return within %s of Close from %s", bound, tc.name)
+			probe.Closed(t, tc.name)
+			if err := served.Result(t, "Serve after Close from "+tc.name); !errors.Is(err, ErrListenerClosed) {
+				t.Fatalf("Serve after Close from %s: %v, want ErrListenerClosed", tc.name, err)
 			}
 		})
 	}

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // TestPushRegistrationRefused: a push-mode decode side (vLLM PR #35264)
@@ -58,7 +58,7 @@ print("meta", len(s.recv_multipart()))
 	if lines[2] != "meta 2" { // payload and timestamp
 		t.Errorf("handshake after the registrations: %q", lines[2])
 	}
-	if st := l.Stats(); st.RegistrationsRefused != 2 || st.TotalServed() != 1 || st.Loop.Dropped.Total() != 0 {
+	if st := l.Stats(); st.RegistrationsRefused != 2 || totalServed(st) != 1 || st.Loop.Dropped.Total() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -75,10 +75,10 @@ func FuzzIsRegistration(f *testing.F) {
 		if !isRegistration(b) {
 			return
 		}
-		if err := decodeguard.Scan(b, &registrationLimits); err != nil {
+		if err := msgpscan.Scan(b, &registrationLimits); err != nil {
 			t.Fatalf("accepted a frame the pre-scan refuses: %v", err)
 		}
-		if _, err := ParseRequest(b); err == nil {
+		if _, err := parseRequest(b); err == nil {
 			t.Fatal("a valid handshake request taken for a registration")
 		}
 	})

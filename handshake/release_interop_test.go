@@ -23,7 +23,7 @@ func TestReleaseHashInterop(t *testing.T) {
 	requirePython(t, "zmq, msgpack")
 	factors := Factors{VLLMVersion: "0.26.0", Model: "Qwen/Qwen3-8B", Dtype: "torch.bfloat16", NumKVHeads: 8,
 		HeadSize: 128, NumHiddenLayers: 36, AttnBackendName: "FLASH_ATTN", CacheDtype: "auto", IsHMAEnabled: true}
-	releases := []vllm.Release{vllm.Oldest, vllm.Latest}
+	releases := []vllm.Release{vllm.Releases()[0], vllm.Latest()}
 	var in bytes.Buffer
 	for _, r := range releases {
 		writePyFactors(&in, r, &factors)

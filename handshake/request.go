@@ -2,23 +2,15 @@ package handshake
 
 import (
 	"encoding/binary"
-	"math"
 	"strconv"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
-
-// GetMetaMsg is the request message of every handshake variant: sent raw by
-// V1 clients and as the first element (msgpack bin) of the V2 and V3 tuples.
-const GetMetaMsg = "get_meta_msg"
-
-// MaxRank is the largest pipeline- or tensor-parallel rank [ParseRequest]
-// accepts. Larger ranks are refused as ReasonValidate: no deployment has
-// that many ranks, and a listener should not look them up. A rank that is
-// plausible but not served by this process is the listener's
-// ReasonUnknownRank, not a parse error.
-const MaxRank = 1<<16 - 1
 
 // Variant is the form of a handshake request, which also fixes the form of
 // the reply (docs/protocol.md §1).
@@ -62,19 +54,14 @@ type Request struct {
 	TP int
 }
 
-// The message element is compared by content: vLLM encodes GET_META_MSG as
-// msgpack bin, and an encoder without a separate bin type (msgpack's old
-// "raw") would send the same 12 bytes as str. The str form is accepted too.
-var getMetaMsg = []byte(GetMetaMsg)
-
-// ParseRequest parses one handshake request body (the frame after the
+// parseRequest parses one handshake request body (the frame after the
 // envelope) without allocating when it is valid.
 //
 // The body is V1 when it is exactly the 12 bytes "get_meta_msg". Otherwise
-// it must pass [decodeguard.Scan] with the default limits and be a msgpack
+// it must pass [msgpscan.Scan] with the default limits and be a msgpack
 // array of 2 (V2: message, tp_rank) or 3 (V3: message, pp_rank, tp_rank)
 // elements, whose message is "get_meta_msg" as bin (what vLLM sends) or str,
-// and whose ranks are integers in [0, MaxRank].
+// and whose ranks are integers in [0, nixlwire.MaxRank].
 //
 // Every refusal is a classified *[decodeguard.Error] whose detail says what
 // was wrong and never contains raw peer bytes:
@@ -84,23 +71,23 @@ var getMetaMsg = []byte(GetMetaMsg)
 //     bin or str, a rank that is not an integer;
 //   - ReasonOversize: a body over Scan's default limits;
 //   - ReasonValidate: a message other than "get_meta_msg", a negative rank,
-//     a rank over MaxRank.
+//     a rank over nixlwire.MaxRank.
 //
 // vLLM's own listener only logged a message other than GET_META_MSG and
-// answered anyway; ParseRequest refuses it, because no vLLM client sends
+// answered anyway; parseRequest refuses it, because no vLLM client sends
 // anything else.
-func ParseRequest(body []byte) (Request, error) {
-	if string(body) == GetMetaMsg {
+func parseRequest(body []byte) (Request, error) {
+	if string(body) == nixlwire.GetMetaMsg {
 		return Request{Variant: V1}, nil
 	}
-	if err := decodeguard.Scan(body, nil); err != nil {
+	if err := msgpscan.Scan(body, nil); err != nil {
 		return Request{}, err
 	}
 	// Scan guarantees exactly one well-formed object, so the reads below
 	// cannot run past the end; their errors are type mismatches.
 	n, rest, err := msgp.ReadArrayHeaderBytes(body)
 	if err != nil {
-		return Request{}, typeError(body, 0, "request", "an array")
+		return Request{}, nixlwire.TypeError(body, 0, "request", "an array")
 	}
 	if n != 2 && n != 3 {
 		return Request{}, &decodeguard.Error{
@@ -122,15 +109,15 @@ func ParseRequest(body []byte) (Request, error) {
 	case msgp.StrType:
 		msg, rest, err = msgp.ReadStringZC(rest)
 	default:
-		return Request{}, typeError(body, off, "element 0 (message)", "bin")
+		return Request{}, nixlwire.TypeError(body, off, "element 0 (message)", "bin")
 	}
 	if err != nil {
-		return Request{}, typeError(body, off, "element 0 (message)", "bin")
+		return Request{}, nixlwire.TypeError(body, off, "element 0 (message)", "bin")
 	}
-	if string(msg) != GetMetaMsg {
+	if string(msg) != nixlwire.GetMetaMsg {
 		return Request{}, &decodeguard.Error{
 			Reason: decodeguard.ReasonValidate,
-			Detail: "element 0 (message) is not get_meta_msg: " + decodeguard.Render(msg),
+			Detail: "element 0 (message) is not get_meta_msg: " + ratelog.Render(msg),
 			Offset: off,
 		}
 	}
@@ -157,7 +144,7 @@ func ParseRequest(body []byte) (Request, error) {
 // readRank reads one rank at b (which starts at offset off of body).
 func readRank(body, b []byte, off int, what string) (int, []byte, error) {
 	if len(b) == 0 {
-		return 0, b, typeError(body, off, what, "an integer")
+		return 0, b, nixlwire.TypeError(body, off, what, "an integer")
 	}
 	var neg bool
 	var u uint64
@@ -170,13 +157,13 @@ func readRank(body, b []byte, off int, what string) (int, []byte, error) {
 	case c >= 0xcc && c <= 0xcf: // uint 8/16/32/64
 		w := 1 << (c - 0xcc)
 		if len(b) < 1+w {
-			return 0, b, typeError(body, off, what, "an integer")
+			return 0, b, nixlwire.TypeError(body, off, what, "an integer")
 		}
 		u, b = readBE(b[1:1+w]), b[1+w:]
 	case c >= 0xd0 && c <= 0xd3: // int 8/16/32/64
 		w := 1 << (c - 0xd0)
 		if len(b) < 1+w {
-			return 0, b, typeError(body, off, what, "an integer")
+			return 0, b, nixlwire.TypeError(body, off, what, "an integer")
 		}
 		raw := readBE(b[1 : 1+w])
 		shift := 64 - 8*uint(w)
@@ -188,15 +175,15 @@ func readRank(body, b []byte, off int, what string) (int, []byte, error) {
 		}
 		b = b[1+w:]
 	default:
-		return 0, b, typeError(body, off, what, "an integer")
+		return 0, b, nixlwire.TypeError(body, off, what, "an integer")
 	}
 	if neg {
 		return 0, b, &decodeguard.Error{Reason: decodeguard.ReasonValidate, Detail: what + " is negative", Offset: off}
 	}
-	if u > MaxRank {
+	if u > nixlwire.MaxRank {
 		return 0, b, &decodeguard.Error{
 			Reason: decodeguard.ReasonValidate,
-			Detail: what + " is " + strconv.FormatUint(u, 10) + ", over MaxRank " + strconv.Itoa(MaxRank),
+			Detail: what + " is " + strconv.FormatUint(u, 10) + ", over MaxRank " + strconv.Itoa(nixlwire.MaxRank),
 			Offset: off,
 		}
 	}
@@ -215,74 +202,9 @@ func readBE(b []byte) uint64 {
 	return binary.BigEndian.Uint64(b)
 }
 
-// typeError reports that the object at offset off of body is not of the
-// wanted type; it names the type found, never the bytes.
-func typeError(body []byte, off int, what, want string) error {
-	got := "nothing"
-	if off < len(body) {
-		got = msgp.NextType(body[off:]).String()
-	}
-	return &decodeguard.Error{
-		Reason: decodeguard.ReasonDecode,
-		Detail: what + ": expected " + want + ", got " + got,
-		Offset: off,
-	}
-}
-
-// AppendRequest appends the body of req in its variant's form to dst, as
-// vLLM's client encodes it: V1 is the raw bytes "get_meta_msg"; V2 and V3
-// are msgpack arrays of GET_META_MSG as bin and the ranks as Python's
-// msgpack encodes ints. Any other Variant, including the zero value, is
-// encoded as V3, the current form.
-func AppendRequest(dst []byte, req Request) []byte {
-	switch req.Variant {
-	case V1:
-		return append(dst, GetMetaMsg...)
-	case V2:
-		dst = msgp.AppendArrayHeader(dst, 2)
-		dst = msgp.AppendBytes(dst, getMetaMsg)
-		return appendInt(dst, int64(req.TP))
-	}
-	dst = msgp.AppendArrayHeader(dst, 3)
-	dst = msgp.AppendBytes(dst, getMetaMsg)
-	dst = appendInt(dst, int64(req.PP))
-	return appendInt(dst, int64(req.TP))
-}
-
-// AppendTimestamp appends the V3 reply's last frame: seconds (the sender's
-// perf-counter clock) as a msgpack float64, which is how Python encodes a
-// float.
-func AppendTimestamp(dst []byte, seconds float64) []byte {
-	return msgp.AppendFloat64(dst, seconds)
-}
-
-// ParseTimestamp parses the last frame of a V3 reply. It accepts a msgpack
-// float64 (what vLLM sends), a float32 or an integer, since a Python
-// receiver decoding the frame untyped would accept those as numbers too.
-// Anything else is ReasonDecode (or ReasonOversize from the pre-scan); NaN
-// and infinities are ReasonValidate, as no clock reads them.
-func ParseTimestamp(b []byte) (float64, error) {
-	if err := decodeguard.Scan(b, nil); err != nil {
-		return 0, err
-	}
-	var f float64
-	switch msgp.NextType(b) {
-	case msgp.Float64Type:
-		f, _, _ = msgp.ReadFloat64Bytes(b)
-	case msgp.Float32Type:
-		f32, _, _ := msgp.ReadFloat32Bytes(b)
-		f = float64(f32)
-	case msgp.IntType:
-		i, _, _ := msgp.ReadInt64Bytes(b)
-		f = float64(i)
-	case msgp.UintType:
-		u, _, _ := msgp.ReadUint64Bytes(b)
-		f = float64(u)
-	default:
-		return 0, typeError(b, 0, "timestamp", "a float")
-	}
-	if math.IsNaN(f) || math.IsInf(f, 0) {
-		return 0, &decodeguard.Error{Reason: decodeguard.ReasonValidate, Detail: "timestamp is not finite", Offset: 0}
-	}
-	return f, nil
+// appendRequest appends the body of req in its variant's form to dst, as
+// vLLM's client encodes it (see nixlwire.AppendRequest). Any other Variant,
+// including the zero value, is encoded as V3, the current form.
+func appendRequest(dst []byte, req Request) []byte {
+	return nixlwire.AppendRequest(dst, int(req.Variant), req.PP, req.TP)
 }

@@ -3,6 +3,7 @@ package handshake
 import (
 	"bytes"
 	"encoding/hex"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 )
 
 const (
@@ -29,17 +31,17 @@ func TestRequestVectors(t *testing.T) {
 		{Request{Variant: V3, PP: 200, TP: 65535}, mustHex(t, "93c40c6765745f6d6574615f6d7367ccc8cdffff")},
 	}
 	for _, c := range cases {
-		got := AppendRequest(nil, c.req)
+		got := appendRequest(nil, c.req)
 		if !bytes.Equal(got, c.want) {
-			t.Errorf("AppendRequest(%+v) = %x, want %x", c.req, got, c.want)
+			t.Errorf("appendRequest(%+v) = %x, want %x", c.req, got, c.want)
 		}
-		parsed, err := ParseRequest(c.want)
+		parsed, err := parseRequest(c.want)
 		if err != nil || parsed != c.req {
-			t.Errorf("ParseRequest(%x) = %+v, %v; want %+v", c.want, parsed, err, c.req)
+			t.Errorf("parseRequest(%x) = %+v, %v; want %+v", c.want, parsed, err, c.req)
 		}
 	}
 	// The zero Variant encodes as V3.
-	if got := AppendRequest([]byte("x"), Request{TP: 1}); !bytes.Equal(got, append([]byte("x"), mustHex(t, vecV3)...)) {
+	if got := appendRequest([]byte("x"), Request{TP: 1}); !bytes.Equal(got, append([]byte("x"), mustHex(t, vecV3)...)) {
 		t.Errorf("zero Variant: %x", got)
 	}
 	for v, s := range map[Variant]string{V1: "V1", V2: "V2", V3: "V3", 0: "Variant(0)", 9: "Variant(9)"} {
@@ -61,9 +63,9 @@ func TestParseRequestAccepts(t *testing.T) {
 		"93c40c6765745f6d6574615f6d7367d200000001d20000fffe": {Variant: V3, PP: 1, TP: 65534},
 	}
 	for h, want := range cases {
-		got, err := ParseRequest(mustHex(t, h))
+		got, err := parseRequest(mustHex(t, h))
 		if err != nil || got != want {
-			t.Errorf("ParseRequest(%s) = %+v, %v; want %+v", h, got, err, want)
+			t.Errorf("parseRequest(%s) = %+v, %v; want %+v", h, got, err, want)
 		}
 	}
 }
@@ -121,7 +123,7 @@ func TestParseRequestRefuses(t *testing.T) {
 			if c.in != "" {
 				in = mustHex(t, c.in)
 			}
-			req, err := ParseRequest(in)
+			req, err := parseRequest(in)
 			if err == nil {
 				t.Fatalf("accepted as %+v", req)
 			}
@@ -137,32 +139,32 @@ func TestParseRequestRefuses(t *testing.T) {
 }
 
 func TestParseRequestZeroAlloc(t *testing.T) {
-	for _, h := range []string{vecV3, vecV2, hex.EncodeToString([]byte(GetMetaMsg))} {
+	for _, h := range []string{vecV3, vecV2, hex.EncodeToString([]byte(nixlwire.GetMetaMsg))} {
 		body := mustHex(t, h)
 		allocs := testing.AllocsPerRun(100, func() {
-			if _, err := ParseRequest(body); err != nil {
+			if _, err := parseRequest(body); err != nil {
 				t.Fatal(err)
 			}
 		})
 		if allocs != 0 {
-			t.Errorf("ParseRequest(%s): %v allocs per run, want 0", h, allocs)
+			t.Errorf("parseRequest(%s): %v allocs per run, want 0", h, allocs)
 		}
 	}
 	dst := make([]byte, 0, 64)
-	if a := testing.AllocsPerRun(100, func() { dst = AppendRequest(dst[:0], Request{Variant: V3, TP: 3}) }); a != 0 {
+	if a := testing.AllocsPerRun(100, func() { dst = appendRequest(dst[:0], Request{Variant: V3, TP: 3}) }); a != 0 {
 		t.Errorf("AppendRequest: %v allocs", a)
 	}
 }
 
 func TestAppendParseRequestProperty(t *testing.T) {
-	for pp := 0; pp <= MaxRank; pp += 997 {
-		for _, tp := range []int{0, 1, 127, 128, 255, 256, MaxRank} {
+	for pp := 0; pp <= nixlwire.MaxRank; pp += 997 {
+		for _, tp := range []int{0, 1, 127, 128, 255, 256, nixlwire.MaxRank} {
 			for _, v := range []Variant{V2, V3} {
 				req := Request{Variant: v, PP: pp, TP: tp}
 				if v == V2 {
 					req.PP = 0
 				}
-				got, err := ParseRequest(AppendRequest(nil, req))
+				got, err := parseRequest(appendRequest(nil, req))
 				if err != nil || got != req {
 					t.Fatalf("round trip %+v: %+v, %v", req, got, err)
 				}
@@ -172,16 +174,16 @@ func TestAppendParseRequestProperty(t *testing.T) {
 }
 
 func TestTimestamp(t *testing.T) {
-	b := AppendTimestamp(nil, 12345.678)
+	b := nixlwire.AppendTimestamp(nil, 12345.678)
 	if hex.EncodeToString(b) != vecTS {
 		t.Fatalf("AppendTimestamp = %x, want %s", b, vecTS)
 	}
-	if f, err := ParseTimestamp(b); err != nil || f != 12345.678 {
+	if f, err := nixlwire.ParseTimestamp(b); err != nil || f != 12345.678 {
 		t.Fatalf("ParseTimestamp = %v, %v", f, err)
 	}
 	// Always float64, even for integral values.
-	if b := AppendTimestamp(nil, 0); hex.EncodeToString(b) != "cb0000000000000000" {
-		t.Fatalf("AppendTimestamp(0) = %x", b)
+	if b := nixlwire.AppendTimestamp(nil, 0); hex.EncodeToString(b) != "cb0000000000000000" {
+		t.Fatalf("nixlwire.AppendTimestamp(0) = %x", b)
 	}
 	ok := map[string]float64{
 		"ca3fc00000":         1.5,
@@ -192,8 +194,8 @@ func TestTimestamp(t *testing.T) {
 		"cb8000000000000000": 0, // -0.0
 	}
 	for h, want := range ok {
-		if f, err := ParseTimestamp(mustHex(t, h)); err != nil || f != want {
-			t.Errorf("ParseTimestamp(%s) = %v, %v; want %v", h, f, err, want)
+		if f, err := nixlwire.ParseTimestamp(mustHex(t, h)); err != nil || f != want {
+			t.Errorf("nixlwire.ParseTimestamp(%s) = %v, %v; want %v", h, f, err, want)
 		}
 	}
 	bad := map[string]decodeguard.Reason{
@@ -208,12 +210,12 @@ func TestTimestamp(t *testing.T) {
 		"cafff00000":           decodeguard.ReasonValidate, // float32 -Inf
 	}
 	for h, want := range bad {
-		_, err := ParseTimestamp(mustHex(t, h))
+		_, err := nixlwire.ParseTimestamp(mustHex(t, h))
 		if decodeguard.ReasonOf(err) != want {
-			t.Errorf("ParseTimestamp(%s): %v, want %v", h, err, want)
+			t.Errorf("nixlwire.ParseTimestamp(%s): %v, want %v", h, err, want)
 		}
 	}
-	if _, err := ParseTimestamp(msgp.AppendString(nil, "\x1b[2J")); err == nil || strings.Contains(err.Error(), "\x1b") {
+	if _, err := nixlwire.ParseTimestamp(msgp.AppendString(nil, "\x1b[2J")); err == nil || strings.Contains(err.Error(), "\x1b") {
 		t.Errorf("str timestamp: %v", err)
 	}
 }
@@ -223,7 +225,7 @@ func BenchmarkParseRequestV3(b *testing.B) {
 	b.ReportAllocs()
 	b.SetBytes(int64(len(body)))
 	for b.Loop() {
-		if _, err := ParseRequest(body); err != nil {
+		if _, err := parseRequest(body); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -233,8 +235,26 @@ func BenchmarkParseRequestBad(b *testing.B) {
 	body := mustHex(b, "94"+"c40c6765745f6d6574615f6d7367"+"000102")
 	b.ReportAllocs()
 	for b.Loop() {
-		if _, err := ParseRequest(body); err == nil {
+		if _, err := parseRequest(body); err == nil {
 			b.Fatal("accepted")
 		}
+	}
+}
+
+// TestParseRequestDetails: the classified refusals a listener logs, word
+// for word (formerly the package Example's first half).
+func TestParseRequestDetails(t *testing.T) {
+	body, _ := hex.DecodeString("93c40c6765745f6d6574615f6d73670001") // (GET_META_MSG, 0, 1)
+	req, err := parseRequest(body)
+	if got := fmt.Sprintf("%v pp=%d tp=%d err=%v", req.Variant, req.PP, req.TP, err); got != "V3 pp=0 tp=1 err=<nil>" {
+		t.Errorf("valid V3: %s", got)
+	}
+	_, err = parseRequest([]byte{0x94, 0xc0, 0, 1, 2}) // wrong arity
+	if got := fmt.Sprint(decodeguard.ReasonOf(err), " | ", err); got != "decode | zmqguard: decode: request array: expected 2 or 3 elements, got 4 at offset 0" {
+		t.Errorf("wrong arity: %s", got)
+	}
+	_, err = parseRequest([]byte{0x92, 0xc4, 0x02, 0x1b, 0x5b, 0x01}) // wrong message
+	if got := fmt.Sprint(decodeguard.ReasonOf(err), " | ", err); got != "validate | zmqguard: validate: element 0 (message) is not get_meta_msg: len=2 hex=1b5b at offset 1" {
+		t.Errorf("wrong message: %s", got)
 	}
 }

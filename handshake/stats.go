@@ -6,13 +6,11 @@ import (
 )
 
 // ServedCounts counts the requests answered with metadata, by [Variant]:
-// index it with V1, V2 or V3 (index 0 is never counted). It marshals to
-// JSON as an object keyed by variant name, {"v1":0,"v2":0,"v3":0}, like
-// decodeguard.Counts does for drop reasons, never as a positional list.
+// index it with V1, V2 or V3 (index 0 is never counted); the total is
+// c[V1]+c[V2]+c[V3]. It marshals to JSON as an object keyed by variant
+// name, {"v1":0,"v2":0,"v3":0}, like decodeguard.Counts does for drop
+// reasons, never as a positional list.
 type ServedCounts [4]uint64
-
-// Total returns the sum over the variants.
-func (c ServedCounts) Total() uint64 { return c[V1] + c[V2] + c[V3] }
 
 type servedJSON struct {
 	V1 uint64 `json:"v1"`

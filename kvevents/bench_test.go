@@ -18,8 +18,8 @@ func realisticBatch(n uint64) ([]byte, int) {
 	var evs []Event
 	for i := uint64(0); i < 16; i++ {
 		base := n*64 + i*4
-		ev := Event{Type: BlockStored, BlockSize: 16, Medium: String("GPU"),
-			ParentBlockHash: OptHash{V: IntHash(base * 0x9e3779b97f4a7c15), Valid: i > 0}}
+		ev := Event{Type: BlockStored, BlockSize: 16, Medium: Some("GPU"),
+			ParentBlockHash: Opt[Hash]{V: IntHash(base * 0x9e3779b97f4a7c15), Valid: i > 0}}
 		for j := uint64(0); j < 4; j++ {
 			ev.BlockHashes = append(ev.BlockHashes, IntHash((base+j+1)*0x9e3779b97f4a7c15))
 		}
@@ -29,15 +29,15 @@ func realisticBatch(n uint64) ([]byte, int) {
 		evs = append(evs, ev)
 	}
 	for i := uint64(0); i < 4; i++ {
-		evs = append(evs, Event{Type: BlockRemoved, Medium: String("GPU"), BlockHashes: []Hash{IntHash(n*0x9e3779b97f4a7c15 + i)}})
+		evs = append(evs, Event{Type: BlockRemoved, Medium: Some("GPU"), BlockHashes: []Hash{IntHash(n*0x9e3779b97f4a7c15 + i)}})
 	}
-	return AppendBatch(nil, 1.7e9+float64(n), evs, Int(0), true), len(evs)
+	return AppendBatch(nil, 1.7e9+float64(n), evs, Some[int64](0), true), len(evs)
 }
 
 // BenchmarkDecodeBatch decodes a realistic batch into a reused Batch.
 func BenchmarkDecodeBatch(b *testing.B) {
 	p, n := realisticBatch(1)
-	benchDecode(b, p, n, DecodeBatch)
+	benchDecode(b, p, n, decodeBatch)
 }
 
 // BenchmarkDecodeBatchTwoPass is the same batch through the two-pass path
@@ -51,7 +51,7 @@ func BenchmarkDecodeBatchTwoPass(b *testing.B) {
 // benchDecode reports, besides wall time, the CPU time of the benchmark's
 // own thread per batch and per event (cpu-ns/op, cpu-ns/event): on a shared
 // machine those stay put while wall time grows with the load.
-func benchDecode(b *testing.B, p []byte, n int, dec func([]byte, Limits, *Batch, func(EventDrop)) error) {
+func benchDecode(b *testing.B, p []byte, n int, dec func([]byte, limits, *Batch, func(eventDrop)) error) {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	var bt Batch
@@ -60,7 +60,7 @@ func benchDecode(b *testing.B, p []byte, n int, dec func([]byte, Limits, *Batch,
 	b.ResetTimer()
 	cpu0 := threadCPU()
 	for range b.N {
-		if err := dec(p, Limits{}, &bt, nil); err != nil || len(bt.Events) != n {
+		if err := dec(p, limits{}, &bt, nil); err != nil || len(bt.Events) != n {
 			b.Fatal(err)
 		}
 	}
@@ -74,7 +74,7 @@ func benchDecode(b *testing.B, p []byte, n int, dec func([]byte, Limits, *Batch,
 func BenchmarkEncodeBatch(b *testing.B) {
 	var bt Batch
 	p, _ := realisticBatch(1)
-	DecodeBatch(p, Limits{}, &bt, nil)
+	decodeBatch(p, limits{}, &bt, nil)
 	buf := make([]byte, 0, len(p))
 	b.ReportAllocs()
 	for range b.N {
@@ -95,7 +95,7 @@ func BenchmarkSubscriber(b *testing.B) {
 	delivered := map[string]*atomic.Int64{}
 	var pubs []*socket.Socket
 	for i := 0; i < sources; i++ {
-		xp, err := socket.NewXPub(socket.DefaultOptions())
+		xp, err := socket.New("XPUB", socket.DefaultOptions())
 		if err != nil {
 			b.Fatal(err)
 		}

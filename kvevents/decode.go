@@ -5,7 +5,10 @@ import (
 	"fmt"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // Decode limits. vLLM publishes one batch per scheduler step with every
@@ -18,38 +21,37 @@ import (
 // tokens once per request (64 requests × 32k tokens is about 10 MiB of
 // token ids, at up to 5 bytes each).
 const (
-	// DefaultMaxPayload is the default cap on one batch payload, checked
+	// defaultMaxPayload is the default cap on one batch payload, checked
 	// before anything is decoded: 64 MiB, about 13 million token ids, such
 	// as a "full" report-mode step admitting 100 requests with 128k-token
 	// cached prefixes. It also sizes the live socket's message limit.
-	DefaultMaxPayload = 64 << 20
-	// DefaultMaxEvents is the default cap on the events of one batch:
+	defaultMaxPayload = 64 << 20
+	// defaultMaxEvents is the default cap on the events of one batch:
 	// 65,536, above what a step of vLLM's server defaults can produce (up
 	// to 1,024 scheduled requests, 8,192 batched tokens, so at most a few
 	// thousand stores and evictions per KV-cache group).
-	DefaultMaxEvents = 1 << 16
+	defaultMaxEvents = 1 << 16
 )
 
-// Limits bounds what DecodeBatch accepts. Zero fields take the defaults.
-type Limits struct {
-	// MaxPayload is the longest payload accepted (DefaultMaxPayload).
+// limits bounds what decodeBatch accepts (Config.MaxPayload,
+// Config.MaxEvents). Zero fields take the defaults.
+type limits struct {
 	MaxPayload int
-	// MaxEvents is the most events one batch may hold (DefaultMaxEvents).
-	MaxEvents int
+	MaxEvents  int
 }
 
-func (l Limits) withDefaults() Limits {
+func (l limits) withDefaults() limits {
 	if l.MaxPayload <= 0 {
-		l.MaxPayload = DefaultMaxPayload
+		l.MaxPayload = defaultMaxPayload
 	}
 	if l.MaxEvents <= 0 {
-		l.MaxEvents = DefaultMaxEvents
+		l.MaxEvents = defaultMaxEvents
 	}
 	return l
 }
 
-// EventDrop describes one event DecodeBatch left out of a batch.
-type EventDrop struct {
+// eventDrop describes one event DecodeBatch left out of a batch.
+type eventDrop struct {
 	// Index is the event's position in the batch.
 	Index int
 	// Err is the classified error: ReasonDecode, ReasonValidate, or
@@ -57,7 +59,7 @@ type EventDrop struct {
 	// not know.
 	Err error
 	// Type is, for ReasonUnsupported, the event's type tag as sent (raw
-	// peer text: escape it before printing, decodeguard.EscapeText).
+	// peer text: quote it, with strconv.Quote or %q, before printing).
 	Type string
 }
 
@@ -65,17 +67,22 @@ type EventDrop struct {
 // It accepts both event forms (tagged maps since vLLM PR #42892, v0.26.0, and
 // the tagged arrays of v0.9–v0.25) and both hash forms, in any mix.
 //
+// The limits are the Subscriber's defaults: 64 MiB and 65,536 events.
 // An error is returned, classified for decodeguard, when the payload as a
-// whole is unusable: over MaxPayload (ReasonOversize), not well-formed
+// whole is unusable: over 64 MiB (ReasonOversize), not well-formed
 // msgpack, not a batch array or map, a ts that is not a number, events that
 // are not an array, a data_parallel_rank that is neither an integer nor nil
-// (ReasonDecode), or more events than MaxEvents (ReasonOversize). A bad event
-// costs only that event: it is left out of b.Events, b.DroppedEvents counts
-// it, and onDrop (if non-nil) is called with its index and classified error.
+// (ReasonDecode), or more than 65,536 events (ReasonOversize). A bad event
+// costs only that event: it is left out of b.Events and b.DroppedEvents
+// counts it.
 //
 // b.Events' slices and ExtraKeys alias p; strings are copied (the usual
 // media names are interned, so they cost nothing).
-func DecodeBatch(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
+func DecodeBatch(p []byte, b *Batch) error { return decodeBatch(p, limits{}, b, nil) }
+
+// decodeBatch is DecodeBatch with limits and a callback: onDrop (if
+// non-nil) is called with each dropped event's index and classified error.
+func decodeBatch(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
 	lim = lim.withDefaults()
 	// One validating pass (decode.go's fast path) decodes every well-formed
 	// batch; anything it does not accept as a whole (a refusal, or a rare
@@ -97,7 +104,7 @@ func DecodeBatch(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
 
 // reuse empties b for a new batch, keeping its slices (up to retainElems).
 func (b *Batch) reuse() {
-	b.TS, b.DataParallelRank, b.DroppedEvents = 0, OptInt{}, 0
+	b.TS, b.DataParallelRank, b.DroppedEvents = 0, Opt[int64]{}, 0
 	if cap(b.Events) > retainElems {
 		b.Events, b.Index = nil, nil
 	}
@@ -107,10 +114,10 @@ func (b *Batch) reuse() {
 }
 
 // decodeChecked is the two-pass path: the size check, the structural
-// pre-scan of the whole payload (decodeguard.ScanOffset), then the decode.
+// pre-scan of the whole payload (msgpscan.ScanOffset), then the decode.
 // It is DecodeBatch as it was before the one-pass decoder, and still
 // decides every payload the fast path does not accept.
-func decodeChecked(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
+func decodeChecked(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
 	lim = lim.withDefaults()
 	b.reuse()
 	if len(p) > lim.MaxPayload {
@@ -118,7 +125,7 @@ func decodeChecked(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error
 			fmt.Sprintf("kvevents: payload of %d bytes over the %d-byte limit", len(p), lim.MaxPayload))
 	}
 	scanLim := decodeguard.Limits{MaxBytes: lim.MaxPayload, MaxElements: lim.MaxPayload}
-	if _, err := decodeguard.ScanOffset(p, &scanLim); err != nil {
+	if _, err := msgpscan.ScanOffset(p, &scanLim); err != nil {
 		return err
 	}
 	switch msgp.NextType(p) {
@@ -137,7 +144,7 @@ func decodeChecked(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error
 
 // decodeEvents reads the events array at the start of p into b and returns
 // what follows it.
-func decodeEvents(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) ([]byte, error) {
+func decodeEvents(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) ([]byte, error) {
 	n, rest, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil {
 		return nil, decodeErr("kvevents: events is a %s, not an array", msgp.NextType(p))
@@ -163,7 +170,7 @@ func decodeEvents(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) ([]byt
 		b.Events = b.Events[:len(b.Events)-1]
 		b.DroppedEvents++
 		if onDrop != nil {
-			onDrop(EventDrop{Index: i, Err: err, Type: string(tag)})
+			onDrop(eventDrop{Index: i, Err: err, Type: string(tag)})
 		}
 		if decodeguard.ReasonOf(err) != decodeguard.ReasonValidate {
 			// A decode error may stop anywhere inside the event: find its
@@ -186,7 +193,7 @@ func validateErr(format string, args ...any) error {
 }
 
 // batchArray decodes the array form [ts, events, data_parallel_rank?].
-func batchArray(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
+func batchArray(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
 	n, rest, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil || n < 2 {
 		return decodeErr("kvevents: batch array of %d elements, want 2 or 3", n)
@@ -232,7 +239,7 @@ func batchMap(p []byte, b *Batch) ([]byte, error) {
 			rest, err = msgp.Skip(rest)
 		}
 		if err != nil {
-			return nil, decodeErr("kvevents: batch field %s: %v", decodeguard.EscapeText(string(key), 64), err)
+			return nil, decodeErr("kvevents: batch field %s: %v", ratelog.Escape(string(key), 64), err)
 		}
 	}
 	if !haveTS || events == nil {
@@ -294,23 +301,23 @@ func readInt(b []byte) (int64, []byte, error) {
 	return 0, b, fmt.Errorf("a %s, not an integer", msgp.NextType(b))
 }
 
-func readOptInt(b []byte) (OptInt, []byte, error) {
+func readOptInt(b []byte) (Opt[int64], []byte, error) {
 	if msgp.IsNil(b) {
-		return OptInt{}, b[1:], nil
+		return Opt[int64]{}, b[1:], nil
 	}
 	v, o, err := readInt(b)
-	return OptInt{V: v, Valid: err == nil}, o, err
+	return Opt[int64]{V: v, Valid: err == nil}, o, err
 }
 
-func readOptString(b []byte) (OptString, []byte, error) {
+func readOptString(b []byte) (Opt[string], []byte, error) {
 	if msgp.IsNil(b) {
-		return OptString{}, b[1:], nil
+		return Opt[string]{}, b[1:], nil
 	}
 	s, o, err := msgp.ReadStringZC(b)
 	if err != nil {
-		return OptString{}, b, err
+		return Opt[string]{}, b, err
 	}
-	return OptString{V: intern(s), Valid: true}, o, nil
+	return Opt[string]{V: intern(s), Valid: true}, o, nil
 }
 
 // intern returns s as a string without allocating for the values vLLM uses
@@ -362,8 +369,8 @@ func readHash(b []byte) (Hash, []byte, error) {
 		if err != nil {
 			return h, b, err
 		}
-		if len(v) == 0 || len(v) > MaxHashBytes {
-			return h, b, fmt.Errorf("bin hash of %d bytes (want 1 to %d)", len(v), MaxHashBytes)
+		if len(v) == 0 || len(v) > maxHashBytes {
+			return h, b, fmt.Errorf("bin hash of %d bytes (want 1 to %d)", len(v), maxHashBytes)
 		}
 		h.n = uint8(len(v))
 		copy(h.b[:], v)
@@ -436,7 +443,7 @@ func readExtraKeys(b []byte, ev *Event) ([]byte, error) {
 	return rest, nil
 }
 
-func parseTag(tag []byte) (EventType, error) {
+func parseTag(tag []byte) (string, error) {
 	switch string(tag) {
 	case "BlockStored":
 		return BlockStored, nil
@@ -445,81 +452,8 @@ func parseTag(tag []byte) (EventType, error) {
 	case "AllBlocksCleared":
 		return AllBlocksCleared, nil
 	}
-	return 0, decodeguard.NewError(decodeguard.ReasonUnsupported,
-		"kvevents: event type "+decodeguard.EscapeText(string(tag), 64)+" unknown to this release")
-}
-
-// field names, in vLLM's declaration order.
-const (
-	fBlockHashes = iota
-	fParent
-	fTokenIDs
-	fBlockSize
-	fLoraID
-	fMedium
-	fLoraName
-	fExtraKeys
-	fGroupIdx
-	fSpecKind
-	fSpecWindow
-	fLocality
-	fOwnership
-	fSessionID
-	fUnknown
-)
-
-func fieldOf(key []byte) int {
-	switch string(key) {
-	case "block_hashes":
-		return fBlockHashes
-	case "parent_block_hash":
-		return fParent
-	case "token_ids":
-		return fTokenIDs
-	case "block_size":
-		return fBlockSize
-	case "lora_id":
-		return fLoraID
-	case "medium":
-		return fMedium
-	case "lora_name":
-		return fLoraName
-	case "extra_keys":
-		return fExtraKeys
-	case "group_idx":
-		return fGroupIdx
-	case "kv_cache_spec_kind":
-		return fSpecKind
-	case "kv_cache_spec_sliding_window":
-		return fSpecWindow
-	case "locality":
-		return fLocality
-	case "ownership":
-		return fOwnership
-	case "session_id":
-		return fSessionID
-	}
-	return fUnknown
-}
-
-// Fields in vLLM's declaration order: storedFields and removedFields are
-// what the map form may carry (vllm/distributed/kv_events.py, with ownership
-// and session_id of later main), and also the positions after the tag that
-// the array form is read with (vLLM v0.9–v0.25, array_like=True).
-// storedArray and removedArray are the fields the last array-form release
-// declared (before vLLM PR #42892): msgspec writes an array_like struct with
-// every one of them, defaults included.
-var (
-	storedFields  = []int{fBlockHashes, fParent, fTokenIDs, fBlockSize, fLoraID, fMedium, fLoraName, fExtraKeys, fGroupIdx, fSpecKind, fSpecWindow, fLocality, fOwnership, fSessionID}
-	removedFields = []int{fBlockHashes, fMedium, fGroupIdx, fLocality, fOwnership}
-	storedArray   = storedFields[:fLocality]
-	removedArray  = removedFields[:3]
-)
-
-func fieldName(f int) string {
-	return [...]string{"block_hashes", "parent_block_hash", "token_ids", "block_size", "lora_id", "medium",
-		"lora_name", "extra_keys", "group_idx", "kv_cache_spec_kind", "kv_cache_spec_sliding_window",
-		"locality", "ownership", "session_id", "unknown"}[f]
+	return "", decodeguard.NewError(decodeguard.ReasonUnsupported,
+		"kvevents: event type "+ratelog.Escape(string(tag), 64)+" unknown to this release")
 }
 
 func readField(f int, b []byte, ev *Event) ([]byte, error) {
@@ -529,7 +463,7 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 		ev.BlockHashes, b, err = readHashes(b, ev.BlockHashes[:0])
 	case fParent:
 		if msgp.IsNil(b) {
-			ev.ParentBlockHash = OptHash{}
+			ev.ParentBlockHash = Opt[Hash]{}
 			return b[1:], nil
 		}
 		ev.ParentBlockHash.V, b, err = readHash(b)
@@ -603,7 +537,7 @@ func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
 			}
 			f := fieldOf(key)
 			if rest, err = readField(f, rest, ev); err != nil {
-				if tag, ok := mapTag(raw); ok && ev.Type == 0 {
+				if tag, ok := mapTag(raw); ok && ev.Type == "" {
 					// The fields of a type this release does not know.
 					if _, terr := parseTag(tag); terr != nil {
 						return nil, tag, terr
@@ -615,7 +549,7 @@ func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
 				seen |= 1 << f
 			}
 		}
-		if ev.Type == 0 {
+		if ev.Type == "" {
 			return nil, nil, decodeErr("kvevents: event map without a type")
 		}
 	case msgp.ArrayType:
@@ -676,41 +610,4 @@ func mapTag(raw []byte) ([]byte, bool) {
 		}
 	}
 	return nil, false
-}
-
-// validate applies the rules vLLM's own publishers guarantee (see the
-// package documentation and docs/kv-events.md for their sources).
-func validate(ev *Event, seen uint16) error {
-	switch ev.Type {
-	case BlockStored:
-		const required = 1<<fBlockHashes | 1<<fTokenIDs | 1<<fBlockSize
-		if seen&required != required {
-			return decodeErr("kvevents: BlockStored without block_hashes, token_ids or block_size")
-		}
-		nt, nh, bs := int64(len(ev.TokenIDs)), int64(len(ev.BlockHashes)), ev.BlockSize
-		switch {
-		case bs < 0:
-			return validateErr("kvevents: BlockStored block_size %d (negative)", bs)
-		case bs == 0 && nt != 0:
-			// Only the offloading placeholder has block_size 0, and it
-			// never carries tokens (vLLM PR #36644).
-			return validateErr("kvevents: BlockStored block_size 0 with %d token_ids (a block_size 0 store carries none)", nt)
-		case bs == 0 && nh == 0:
-			return validateErr("kvevents: BlockStored placeholder (block_size 0) without a block hash")
-		case nt != 0 && (nt%bs != 0 || nt/bs < nh):
-			// Full blocks only; null blocks of hybrid models keep their
-			// tokens but lose their hash (vLLM issue #44451).
-			return validateErr("kvevents: BlockStored has %d token_ids for %d block_hashes of block_size %d (want 0, or a multiple of block_size of at least block_hashes × block_size)",
-				nt, nh, bs)
-		}
-		if ev.HasExtraKeys && len(ev.ExtraKeys) != len(ev.BlockHashes) {
-			return validateErr("kvevents: BlockStored has %d extra_keys for %d block_hashes",
-				len(ev.ExtraKeys), len(ev.BlockHashes))
-		}
-	case BlockRemoved:
-		if seen&(1<<fBlockHashes) == 0 {
-			return decodeErr("kvevents: BlockRemoved without block_hashes")
-		}
-	}
-	return nil
 }

@@ -6,15 +6,16 @@ import (
 	"unicode/utf8"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // The one-pass decoder. It reads a batch once, checking each header against
 // the bytes present before it reads or allocates what the header describes,
 // and decodes the fields it knows while it checks them. Whatever it does not
 // interpret (unknown fields and batch keys, extra_keys entries, array
-// elements after data_parallel_rank) it hands to decodeguard.ScanPrefix at
+// elements after data_parallel_rank) it hands to msgpscan.ScanPrefix at
 // the depth where it stands, so the whole payload is held to the same
-// structural rules as decodeChecked's pre-scan (decodeguard.Scan with its
+// structural rules as decodeChecked's pre-scan (msgpscan.Scan with its
 // default depth of 32, no ext types, UTF-8 strings, scalar map keys, no
 // trailing bytes).
 //
@@ -28,7 +29,7 @@ import (
 // results.
 
 // maxDepth is the nesting decodeChecked's pre-scan allows.
-const maxDepth = decodeguard.DefaultMaxDepth
+const maxDepth = msgpscan.DefaultMaxDepth
 
 // Absolute depths (a container at the top level is at depth 1) of the
 // objects the fast path skips with skipAt.
@@ -43,7 +44,7 @@ const (
 // the pre-scan would, and returns the index after it.
 func skipAt(p []byte, i, d int) (int, bool) {
 	lim := decodeguard.Limits{MaxDepth: maxDepth + 1 - d, MaxElements: math.MaxInt}
-	n, _, err := decodeguard.ScanPrefix(p[i:], &lim)
+	n, _, err := msgpscan.ScanPrefix(p[i:], &lim)
 	return i + n, err == nil
 }
 
@@ -136,12 +137,12 @@ func intAt(p []byte, i int) (int64, int, bool) {
 	return int64(v), j, ok && v <= math.MaxInt64
 }
 
-func optIntAt(p []byte, i int) (OptInt, int, bool) {
+func optIntAt(p []byte, i int) (Opt[int64], int, bool) {
 	if i < len(p) && p[i] == 0xc0 {
-		return OptInt{}, i + 1, true
+		return Opt[int64]{}, i + 1, true
 	}
 	v, j, ok := intAt(p, i)
-	return OptInt{V: v, Valid: true}, j, ok
+	return Opt[int64]{V: v, Valid: true}, j, ok
 }
 
 // numberAt reads the batch ts: a float64 or a non-negative integer.
@@ -157,12 +158,12 @@ func hashAt(p []byte, i int) (Hash, int, bool) {
 	if v, j, ok := uintAt(p, i); ok {
 		return Hash{u: v}, j, true
 	}
-	// bin8 of 1 to MaxHashBytes bytes.
+	// bin8 of 1 to maxHashBytes bytes.
 	if i+2 > len(p) || p[i] != 0xc4 {
 		return Hash{}, i, false
 	}
 	l := int(p[i+1])
-	if l == 0 || l > MaxHashBytes || l > len(p)-i-2 {
+	if l == 0 || l > maxHashBytes || l > len(p)-i-2 {
 		return Hash{}, i, false
 	}
 	h, _ := BytesHash(p[i+2 : i+2+l])
@@ -218,21 +219,21 @@ func (b *Batch) str(s []byte) (string, bool) {
 	return v, true
 }
 
-func (b *Batch) optStrAt(p []byte, i int) (OptString, int, bool) {
+func (b *Batch) optStrAt(p []byte, i int) (Opt[string], int, bool) {
 	if i < len(p) && p[i] == 0xc0 {
-		return OptString{}, i + 1, true
+		return Opt[string]{}, i + 1, true
 	}
 	s, j, ok := strAt(p, i)
 	if !ok {
-		return OptString{}, i, false
+		return Opt[string]{}, i, false
 	}
 	v, ok := b.str(s)
-	return OptString{V: v, Valid: true}, j, ok
+	return Opt[string]{V: v, Valid: true}, j, ok
 }
 
 // fastBatch decodes p into b in one validating pass and reports whether it
 // took p as a whole; b's event drops wait in b.drops.
-func fastBatch(p []byte, lim Limits, b *Batch) bool {
+func fastBatch(p []byte, lim limits, b *Batch) bool {
 	b.reuse()
 	if len(p) == 0 {
 		return false
@@ -264,7 +265,7 @@ func fastBatch(p []byte, lim Limits, b *Batch) bool {
 }
 
 // fastBatchMap decodes the map form of a batch.
-func fastBatchMap(p []byte, lim Limits, b *Batch) bool {
+func fastBatchMap(p []byte, lim limits, b *Batch) bool {
 	n, j, ok := mapAt(p, 0)
 	if !ok {
 		return false
@@ -301,7 +302,7 @@ func fastBatchMap(p []byte, lim Limits, b *Batch) bool {
 }
 
 // fastEvents decodes the events array at p[i:].
-func (b *Batch) fastEvents(p []byte, i int, lim Limits) (int, bool) {
+func (b *Batch) fastEvents(p []byte, i int, lim limits) (int, bool) {
 	n, j, ok := arrayAt(p, i)
 	if !ok || n > lim.MaxEvents {
 		return i, false
@@ -337,7 +338,7 @@ func (b *Batch) fastEvents(p []byte, i int, lim Limits) (int, bool) {
 		}
 		b.Events = b.Events[:len(b.Events)-1]
 		b.DroppedEvents++
-		b.drops = append(b.drops, EventDrop{Index: k, Err: err, Type: string(tag)})
+		b.drops = append(b.drops, eventDrop{Index: k, Err: err, Type: string(tag)})
 	}
 	return j, true
 }
@@ -360,8 +361,8 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bo
 				return i, 0, false
 			}
 			if string(key) == "type" {
-				var t EventType
-				if t, j, ok = tagAt(p, j); !ok || ev.Type != 0 {
+				var t string
+				if t, j, ok = tagAt(p, j); !ok || ev.Type != "" {
 					return i, 0, false
 				}
 				ev.Type = t
@@ -384,7 +385,7 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bo
 				return i, 0, false
 			}
 		}
-		return j, seen, ev.Type != 0
+		return j, seen, ev.Type != ""
 	}
 	n, j, ok := arrayAt(p, i)
 	if !ok || n == 0 {
@@ -416,10 +417,10 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bo
 }
 
 // tagAt reads a known event type tag.
-func tagAt(p []byte, i int) (EventType, int, bool) {
+func tagAt(p []byte, i int) (string, int, bool) {
 	s, j, ok := strAt(p, i)
 	if !ok {
-		return 0, i, false
+		return "", i, false
 	}
 	switch string(s) {
 	case "BlockStored":
@@ -429,7 +430,7 @@ func tagAt(p []byte, i int) (EventType, int, bool) {
 	case "AllBlocksCleared":
 		return AllBlocksCleared, j, true
 	}
-	return 0, i, false
+	return "", i, false
 }
 
 // fastField decodes one known field, as readField does.
@@ -461,7 +462,7 @@ func (b *Batch) fastField(f int, p []byte, i int, ev *Event) (int, bool) {
 		ev.BlockHashes = hs
 	case fParent:
 		if i < len(p) && p[i] == 0xc0 {
-			ev.ParentBlockHash = OptHash{}
+			ev.ParentBlockHash = Opt[Hash]{}
 			return i + 1, true
 		}
 		ev.ParentBlockHash.V, j, ok = hashAt(p, i)

@@ -17,12 +17,12 @@ import (
 type decodeResult struct {
 	err   error
 	b     *Batch
-	drops []EventDrop
+	drops []eventDrop
 }
 
-func decodeWith(dec func([]byte, Limits, *Batch, func(EventDrop)) error, p []byte, lim Limits, b *Batch) decodeResult {
+func decodeWith(dec func([]byte, limits, *Batch, func(eventDrop)) error, p []byte, lim limits, b *Batch) decodeResult {
 	r := decodeResult{b: b}
-	r.err = dec(p, lim, b, func(d EventDrop) { r.drops = append(r.drops, d) })
+	r.err = dec(p, lim, b, func(d eventDrop) { r.drops = append(r.drops, d) })
 	return r
 }
 
@@ -55,7 +55,7 @@ func sameResult(x, y decodeResult) string {
 // sameDrops compares the event drops two decodes reported (the two-pass
 // path reports the drops before a batch-level refusal found after them, and
 // DecodeBatch, which then decides the batch with it, does the same).
-func sameDrops(x, y []EventDrop) string {
+func sameDrops(x, y []eventDrop) string {
 	if len(x) != len(y) {
 		return fmt.Sprintf("%d / %d drops", len(x), len(y))
 	}
@@ -92,7 +92,7 @@ func sameEvent(a, b *Event) string {
 
 // fastOnly is DecodeBatch restricted to the one-pass decoder: it refuses
 // what fastBatch does not take.
-func fastOnly(p []byte, lim Limits, b *Batch, onDrop func(EventDrop)) error {
+func fastOnly(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
 	lim = lim.withDefaults()
 	if len(p) > lim.MaxPayload || !fastBatch(p, lim, b) {
 		return errNotFast
@@ -111,17 +111,17 @@ var errNotFast = decodeguard.NewError(decodeguard.ReasonDecode, "not taken by th
 // decoder), with DecodeBatch and with the fast path alone, each into a
 // Batch that already held another batch, and fails on any difference. It
 // reports whether the fast path took p.
-func checkDifferential(t testing.TB, p []byte, lim Limits) bool {
+func checkDifferential(t testing.TB, p []byte, lim limits) bool {
 	t.Helper()
 	warm, _ := realisticBatch(7)
 	var b1, b2, b3 Batch
 	for _, b := range []*Batch{&b1, &b2, &b3} {
-		if err := DecodeBatch(warm, Limits{}, b, nil); err != nil {
+		if err := decodeBatch(warm, limits{}, b, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
 	old := decodeWith(decodeChecked, p, lim, &b1)
-	now := decodeWith(DecodeBatch, p, lim, &b2)
+	now := decodeWith(decodeBatch, p, lim, &b2)
 	if d := sameResult(old, now); d != "" {
 		t.Fatalf("DecodeBatch differs from pre-scan + decode on %x: %s", p, d)
 	}
@@ -145,9 +145,9 @@ func FuzzDecodeDifferential(f *testing.F) {
 	p, _ := realisticBatch(3)
 	f.Add(p, false)
 	f.Fuzz(func(t *testing.T, p []byte, small bool) {
-		lim := Limits{}
+		lim := limits{}
 		if small {
-			lim = Limits{MaxPayload: 2048, MaxEvents: 4}
+			lim = limits{MaxPayload: 2048, MaxEvents: 4}
 		}
 		checkDifferential(t, p, lim)
 	})
@@ -165,7 +165,7 @@ func TestDifferentialGolden(t *testing.T) {
 		if len(frames) != 3 {
 			continue
 		}
-		if !checkDifferential(t, frames[2], Limits{}) {
+		if !checkDifferential(t, frames[2], limits{}) {
 			t.Errorf("vector %s: the fast path does not take vLLM's batch", v.ID)
 		}
 		n++
@@ -182,37 +182,37 @@ func TestDifferentialShapes(t *testing.T) {
 	ek := []byte{0x92, 0xa1, 'x', 0x01}
 	events := []Event{
 		{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(math.MaxUint64)}, TokenIDs: make([]int64, 32), BlockSize: 16,
-			LoraID: Int(3), LoraName: String("adapter-α"), Medium: String("GPU"), HasExtraKeys: true, ExtraKeys: [][]byte{ek, nil},
-			GroupIdx: Int(1), KVCacheSpecKind: String("sliding_window"), KVCacheSpecSlidingWindow: Int(4096),
-			Locality: String("LOCAL"), Ownership: String("tier-x"), SessionID: String("sess-1")},
-		{Type: BlockStored, BlockHashes: []Hash{mustBytesHash(t, bytes.Repeat([]byte{7}, 32))}, BlockSize: 0, Medium: String("CPU")},
-		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1 << 40)}, Medium: String("DISK"), GroupIdx: Int(2)},
+			LoraID: Some[int64](3), LoraName: Some("adapter-α"), Medium: Some("GPU"), HasExtraKeys: true, ExtraKeys: [][]byte{ek, nil},
+			GroupIdx: Some[int64](1), KVCacheSpecKind: Some("sliding_window"), KVCacheSpecSlidingWindow: Some[int64](4096),
+			Locality: Some("LOCAL"), Ownership: Some("tier-x"), SessionID: Some("sess-1")},
+		{Type: BlockStored, BlockHashes: []Hash{mustBytesHash(t, bytes.Repeat([]byte{7}, 32))}, BlockSize: 0, Medium: Some("CPU")},
+		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1 << 40)}, Medium: Some("DISK"), GroupIdx: Some[int64](2)},
 		{Type: AllBlocksCleared},
 		{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, TokenIDs: []int64{1, 2, 3}, BlockSize: 2}, // fails validation
 		// A negative integer: the fast reader leaves this event to the
 		// general one, and the rest of the batch stays on the fast path.
-		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(3)}, GroupIdx: Int(-2)},
+		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(3)}, GroupIdx: Some[int64](-2)},
 	}
 	for i := range events[0].TokenIDs {
 		events[0].TokenIDs[i] = int64(i) * 70001
 	}
 	for _, mapForm := range []bool{true, false} {
-		p := AppendBatch(nil, 1.5, events, Int(0), mapForm)
-		if !checkDifferential(t, p, Limits{}) {
+		p := AppendBatch(nil, 1.5, events, Some[int64](0), mapForm)
+		if !checkDifferential(t, p, limits{}) {
 			t.Errorf("mapForm=%v: the fast path does not take the encoder's batch", mapForm)
 		}
-		checkDifferential(t, append(append([]byte(nil), p...), 0xc0), Limits{})
-		checkDifferential(t, p, Limits{MaxEvents: 2})
-		checkDifferential(t, p, Limits{MaxPayload: len(p) - 1})
+		checkDifferential(t, append(append([]byte(nil), p...), 0xc0), limits{})
+		checkDifferential(t, p, limits{MaxEvents: 2})
+		checkDifferential(t, p, limits{MaxPayload: len(p) - 1})
 		for cut := 0; cut < len(p); cut++ {
-			checkDifferential(t, p[:cut], Limits{})
+			checkDifferential(t, p[:cut], limits{})
 		}
 		// Every byte replaced by type bytes that change the structure.
 		for i := range p {
 			for _, c := range []byte{0x00, 0x7f, 0x80, 0x91, 0xa3, 0xc0, 0xc1, 0xc4, 0xcb, 0xcd, 0xd0, 0xd4, 0xd9, 0xdc, 0xdf, 0xff} {
 				q := append([]byte(nil), p...)
 				q[i] = c
-				checkDifferential(t, q, Limits{})
+				checkDifferential(t, q, limits{})
 			}
 		}
 	}
@@ -232,13 +232,13 @@ func mustBytesHash(t testing.TB, b []byte) Hash {
 func TestDecodeBatchNoAllocs(t *testing.T) {
 	full := []Event{
 		{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, TokenIDs: make([]int64, 32), BlockSize: 16,
-			LoraID: Int(3), LoraName: String("adapter-a"), Medium: String("GPU"), HasExtraKeys: true,
-			ExtraKeys: [][]byte{{0x91, 0xa1, 'x'}, nil}, GroupIdx: Int(0), KVCacheSpecKind: String("full_attention"),
-			Locality: String("LOCAL"), Ownership: String("kv-tier"), SessionID: String("session-17")},
-		{Type: BlockStored, BlockHashes: []Hash{mustBytesHash(t, bytes.Repeat([]byte{9}, 32))}, Medium: String("CPU")},
+			LoraID: Some[int64](3), LoraName: Some("adapter-a"), Medium: Some("GPU"), HasExtraKeys: true,
+			ExtraKeys: [][]byte{{0x91, 0xa1, 'x'}, nil}, GroupIdx: Some[int64](0), KVCacheSpecKind: Some("full_attention"),
+			Locality: Some("LOCAL"), Ownership: Some("kv-tier"), SessionID: Some("session-17")},
+		{Type: BlockStored, BlockHashes: []Hash{mustBytesHash(t, bytes.Repeat([]byte{9}, 32))}, Medium: Some("CPU")},
 		{Type: BlockStored, BlockHashes: []Hash{IntHash(5)}, TokenIDs: make([]int64, 16), BlockSize: 16,
-			LoraID: Int(4), LoraName: String("adapter-b"), SessionID: String("session-18")},
-		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1)}, Medium: String("GPU"), Ownership: String("kv-tier")},
+			LoraID: Some[int64](4), LoraName: Some("adapter-b"), SessionID: Some("session-18")},
+		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1)}, Medium: Some("GPU"), Ownership: Some("kv-tier")},
 		{Type: AllBlocksCleared},
 	}
 	real, n := realisticBatch(1)
@@ -248,17 +248,17 @@ func TestDecodeBatchNoAllocs(t *testing.T) {
 		events int
 	}{
 		{"realistic", real, n},
-		{"every-field-map", AppendBatch(nil, 2, full, Int(1), true), len(full)},
-		{"every-field-array", AppendBatch(nil, 2, full, OptInt{}, false), len(full)},
+		{"every-field-map", AppendBatch(nil, 2, full, Some[int64](1), true), len(full)},
+		{"every-field-array", AppendBatch(nil, 2, full, Opt[int64]{}, false), len(full)},
 	} {
 		var b Batch
 		decode := func() {
-			if err := DecodeBatch(c.p, Limits{}, &b, nil); err != nil || len(b.Events) != c.events {
+			if err := decodeBatch(c.p, limits{}, &b, nil); err != nil || len(b.Events) != c.events {
 				t.Fatalf("%s: %v, %d events", c.name, err, len(b.Events))
 			}
 		}
 		decode()
-		if !fastBatch(c.p, Limits{}.withDefaults(), &b) {
+		if !fastBatch(c.p, limits{}.withDefaults(), &b) {
 			t.Fatalf("%s: not taken by the one-pass decoder", c.name)
 		}
 		if a := testing.AllocsPerRun(200, decode); a != 0 {
@@ -307,7 +307,7 @@ func TestLyingHeaders(t *testing.T) {
 		var b Batch
 		var before, after runtime.MemStats
 		runtime.ReadMemStats(&before)
-		err := DecodeBatch(p, Limits{}, &b, nil)
+		err := decodeBatch(p, limits{}, &b, nil)
 		runtime.ReadMemStats(&after)
 		if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
 			t.Errorf("%s: %v, want a decode error", name, err)
@@ -315,6 +315,6 @@ func TestLyingHeaders(t *testing.T) {
 		if n := after.TotalAlloc - before.TotalAlloc; n > 64<<10 {
 			t.Errorf("%s: %d bytes allocated for a refused batch", name, n)
 		}
-		checkDifferential(t, p, Limits{})
+		checkDifferential(t, p, limits{})
 	}
 }

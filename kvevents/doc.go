@@ -1,7 +1,25 @@
-// Package kvevents speaks vLLM's KV-cache event stream: a [Subscriber] that
-// follows a whole fleet of engines and never loses its place, and a
-// [Publisher] that sends the bytes vLLM's ZmqEventPublisher sends, without
-// ever blocking its caller.
+// Package kvevents follows vLLM's KV-cache event stream from a whole fleet
+// of engines without ever losing its place, and publishes it with vLLM's
+// bytes.
+//
+//	sub, err := kvevents.NewSubscriber(kvevents.Config{
+//		Handler: func(ctx context.Context, u kvevents.Update) error {
+//			switch u.Kind {
+//			case kvevents.UpdateBatch: // u.Batch.Events, in order, exactly once
+//			case kvevents.UpdateReset: // the engine restarted: forget what u.Source said
+//			case kvevents.UpdateLost: // batches [u.From, u.To) cannot be recovered
+//			}
+//			return nil
+//		},
+//	})
+//	if err != nil {
+//		log.Fatal(err)
+//	}
+//	sub.Add(kvevents.Source{Name: "engine-0", Live: "tcp://10.0.0.5:5557", Replay: "tcp://10.0.0.5:5558"})
+//	log.Fatal(sub.Run(context.Background()))
+//
+// A [Subscriber] follows any number of engines; a [Publisher] sends the
+// bytes vLLM's ZmqEventPublisher sends, without ever blocking its caller.
 //
 // The protocol is described in the project's docs/kv-events.md; in short,
 // each engine (each data-parallel rank) publishes [topic, seq, payload] on a
@@ -16,7 +34,7 @@
 // runs. Each source has a SUB socket of package socket (so a hostile
 // publisher meets the same guards as a hostile client), a receive loop of
 // package loop, and per-source sequence tracking. For each source, the
-// [Handler] sees every batch the publisher still holds, in order and exactly
+// handler (Config.Handler) sees every batch the publisher still holds, in order and exactly
 // once:
 //
 //   - a gap (a live seq above the next one expected) starts a replay over a
@@ -27,7 +45,7 @@
 //     after failures, waited out before a slot is taken; live batches
 //     arriving meanwhile are buffered (bounded per source and across
 //     sources by Config.MemoryBudget) and delivered after the replayed ones;
-//   - a replay that ends incomplete (the error marker [ReplayErrorSeq], no
+//   - a replay that ends incomplete (the error marker, no
 //     end marker, replies missing or out of order) is retried, and a hole
 //     left after a whole replay starts another one; replies above the
 //     highest live seq seen are refused;
@@ -49,10 +67,10 @@
 // optional keys default) and the tagged arrays [name, fields...] of v0.9 to
 // v0.25 (shorter arrays too). Every field vLLM main defines, including
 // locality (PR #48281), ownership (PR #52067) and session_id (PR #51381).
-// Every shape vLLM's producers send, flagged where an index needs care:
-// offloading placeholders ([Event.Placeholder]) and hybrid-model stores
-// whose token_ids cover blocks left out of block_hashes
-// ([Event.SkippedBlocks]). Both replay framings: ["", topic,
+// Every shape vLLM's producers send, including those where an index needs
+// care: offloading placeholders (a BlockStored without token_ids, see
+// [Event]) and hybrid-model stores whose token_ids cover blocks left out of
+// block_hashes ([Event.SkippedBlocks]). Both replay framings: ["", topic,
 // seq, payload] (vLLM PR #45177, v0.26.0) and ["", seq, payload] before (and
 // SGLang). Both hash forms: unsigned integers (the default) and raw digests
 // as msgpack bin (VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=0), with
@@ -61,9 +79,10 @@
 // is accepted as an array (what vLLM sends, with every field: a nil rank is
 // nil) or a map.
 //
-// The default [Limits] are sized for vLLM's largest batches (one per
-// scheduler step; the "full" report mode of PR #45261 re-announces whole
-// cached prefixes): 64 MiB and 65,536 events, see docs/kv-events.md.
+// The default limits (Config.MaxPayload, Config.MaxEvents) are sized for
+// vLLM's largest batches (one per scheduler step; the "full" report mode of
+// PR #45261 re-announces whole cached prefixes): 64 MiB and 65,536 events,
+// see docs/kv-events.md.
 //
 // # What is dropped, and why
 //
@@ -74,8 +93,8 @@
 // delivered, and [Batch.Index] keeps each event's position.
 //
 //   - live message not of 3 frames, sequence frame not 8 bytes: envelope;
-//   - payload over Limits.MaxPayload (checked before decoding): oversize;
-//     more events than Limits.MaxEvents: oversize;
+//   - payload over Config.MaxPayload (checked before decoding): oversize;
+//     more events than Config.MaxEvents: oversize;
 //   - payload not well-formed msgpack (lengths checked against the bytes
 //     present before anything is read or allocated, nesting at most 32
 //     deep, strings UTF-8, no ext types, no trailing bytes: the rules of
@@ -86,7 +105,7 @@
 //     name counted in SourceStats.UnsupportedTypes (escaped, bounded) — not
 //     decode, which would read as hostile traffic;
 //   - event not a map or array, without a type, wrong field types, a bin
-//     hash of more than [MaxHashBytes] bytes, BlockStored or BlockRemoved
+//     hash of more than 32 bytes, BlockStored or BlockRemoved
 //     without block_hashes: decode;
 //   - BlockStored with a negative block_size, or block_size 0 with
 //     token_ids or without a hash: validate. Only the offloading
@@ -109,7 +128,8 @@
 //
 // [Publisher] binds (or, by vLLM's rule, dials) its live socket and binds a
 // replay ROUTER, keeps the last PublisherConfig.BufferSteps batches, and
-// offsets both ports by the DP rank ([OffsetPort]). PublisherConfig.Release
+// offsets both ports by the DP rank (PublisherConfig.DataParallelRank;
+// [DPSources] lays the sources out the same way). PublisherConfig.Release
 // chooses the bytes: tagged maps and topic-framed replies for vLLM ≥ 0.26
 // (vllm.Rules KVEventsMapForm, KVReplayTopicFrame), arrays and bare replies
 // before. Unlike vLLM's publisher (whose queue put blocks the engine when
@@ -117,11 +137,11 @@
 // batch and counts it. A slow live subscriber misses messages (counted); a
 // stalled replay client holds up neither live publishing nor other replay
 // clients: each replay runs in its own goroutine and waits for its client
-// (at most [ReplayInFlight] replies queued), both sockets have a write
-// deadline by default ([DefaultReplayWriteTimeout],
-// socket.DefaultXPubWriteTimeout), and the send budget is shared fairly
+// (at most 1,024 replies queued), both sockets have a write deadline by
+// default (see PublisherConfig.Socket), and the send budget is shared fairly
 // among the peers (socket.Options.SendTotalBytes). A replay that cannot
-// send every batch ends with the error marker ([ReplayErrorSeq]) instead of
+// send every batch ends with the error marker (seq 0xfffffffffffffffe, zmqguard's
+// own; vLLM's example subscriber stops on it as on the end marker) instead of
 // the end marker, never with a silent hole; so does a request that comes
 // sooner than PublisherConfig.ReplayInterval after the same connection's
 // previous replay.

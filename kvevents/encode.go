@@ -23,7 +23,7 @@ import (
 // Integers take msgpack's smallest encoding (unsigned for non-negative
 // values), floats float64, strings str, bin hashes bin. ExtraKeys entries
 // are written as given (raw msgpack; an empty entry as nil).
-func AppendBatch(dst []byte, ts float64, events []Event, dpRank OptInt, mapForm bool) []byte {
+func AppendBatch(dst []byte, ts float64, events []Event, dpRank Opt[int64], mapForm bool) []byte {
 	dst = msgp.AppendArrayHeader(dst, 3)
 	dst = msgp.AppendFloat64(dst, ts)
 	dst = msgp.AppendArrayHeader(dst, uint32(len(events)))
@@ -59,14 +59,14 @@ func appendHashes(b []byte, hs []Hash) []byte {
 	return b
 }
 
-func appendOptInt(b []byte, v OptInt) []byte {
+func appendOptInt(b []byte, v Opt[int64]) []byte {
 	if !v.Valid {
 		return msgp.AppendNil(b)
 	}
 	return appendInt(b, v.V)
 }
 
-func appendOptString(b []byte, v OptString) []byte {
+func appendOptString(b []byte, v Opt[string]) []byte {
 	if !v.Valid {
 		return msgp.AppendNil(b)
 	}
@@ -171,7 +171,7 @@ func appendEventMap(b []byte, ev *Event) []byte {
 	}
 	b = msgp.AppendMapHeader(b, n)
 	b = msgp.AppendString(b, "type")
-	b = msgp.AppendString(b, ev.Type.String())
+	b = msgp.AppendString(b, ev.Type)
 	for _, f := range fields {
 		if fieldSet(ev, f) {
 			b = msgp.AppendString(b, fieldName(f))
@@ -190,7 +190,7 @@ func appendEventArray(b []byte, ev *Event) []byte {
 		fields = removedArray
 	}
 	b = msgp.AppendArrayHeader(b, uint32(1+len(fields)))
-	b = msgp.AppendString(b, ev.Type.String())
+	b = msgp.AppendString(b, ev.Type)
 	for _, f := range fields {
 		b = appendField(b, ev, f)
 	}

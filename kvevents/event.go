@@ -6,9 +6,9 @@ import (
 	"strconv"
 )
 
-// MaxHashBytes is the longest bin-form block hash accepted: vLLM's block
+// maxHashBytes is the longest bin-form block hash accepted: vLLM's block
 // hashes are 32-byte digests (sha256, sha256_cbor) or shorter (xxhash).
-const MaxHashBytes = 32
+const maxHashBytes = 32
 
 // Hash is one block hash in either of vLLM's two forms: an unsigned 64-bit
 // integer (the default, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1) or the raw
@@ -17,17 +17,17 @@ const MaxHashBytes = 32
 type Hash struct {
 	u uint64
 	n uint8 // bin length; 0 means the integer form
-	b [MaxHashBytes]byte
+	b [maxHashBytes]byte
 }
 
 // IntHash returns the integer form of a hash.
 func IntHash(v uint64) Hash { return Hash{u: v} }
 
 // BytesHash returns the bin form of a hash; it reports false when b is empty
-// or longer than MaxHashBytes.
+// or longer than maxHashBytes.
 func BytesHash(b []byte) (Hash, bool) {
 	var h Hash
-	if len(b) == 0 || len(b) > MaxHashBytes {
+	if len(b) == 0 || len(b) > maxHashBytes {
 		return h, false
 	}
 	h.n = uint8(len(b))
@@ -35,9 +35,6 @@ func BytesHash(b []byte) (Hash, bool) {
 	h.u = foldBytes(b)
 	return h, true
 }
-
-// IsBytes reports whether the hash arrived (or is sent) in the bin form.
-func (h Hash) IsBytes() bool { return h.n != 0 }
 
 // Bytes returns the bin form's digest (a copy), or nil for the integer form.
 func (h Hash) Bytes() []byte {
@@ -75,55 +72,27 @@ func foldBytes(b []byte) uint64 {
 	return v
 }
 
-// EventType names a KV-cache event by vLLM's class name.
-type EventType uint8
-
-// The event types vLLM publishes (vllm/distributed/kv_events.py).
+// The event types vLLM publishes (vllm/distributed/kv_events.py), by its
+// class names: the values of [Event.Type].
 const (
 	// BlockStored: blocks entered the cache (or were offloaded to a medium).
-	BlockStored EventType = iota + 1
+	BlockStored = "BlockStored"
 	// BlockRemoved: blocks left the cache of a medium.
-	BlockRemoved
+	BlockRemoved = "BlockRemoved"
 	// AllBlocksCleared: the engine dropped its whole prefix cache.
-	AllBlocksCleared
+	AllBlocksCleared = "AllBlocksCleared"
 )
 
-// String returns vLLM's class name ("BlockStored", ...), or "unknown".
-func (t EventType) String() string {
-	switch t {
-	case BlockStored:
-		return "BlockStored"
-	case BlockRemoved:
-		return "BlockRemoved"
-	case AllBlocksCleared:
-		return "AllBlocksCleared"
-	}
-	return "unknown"
-}
-
-// OptInt is an integer field vLLM may send as nil (or omit).
-type OptInt struct {
-	V     int64
+// Opt is a field vLLM may send as nil or leave out (lora_id, medium,
+// parent_block_hash, data_parallel_rank, ...): V means something only when
+// Valid is set.
+type Opt[T any] struct {
+	V     T
 	Valid bool
 }
 
-// Int returns a set OptInt.
-func Int(v int64) OptInt { return OptInt{V: v, Valid: true} }
-
-// OptString is a string field vLLM may send as nil (or omit).
-type OptString struct {
-	V     string
-	Valid bool
-}
-
-// String returns a set OptString.
-func String(v string) OptString { return OptString{V: v, Valid: true} }
-
-// OptHash is a hash field vLLM may send as nil (parent_block_hash).
-type OptHash struct {
-	V     Hash
-	Valid bool
-}
+// Some returns a set Opt: Some("GPU"), Some[int64](0).
+func Some[T any](v T) Opt[T] { return Opt[T]{V: v, Valid: true} }
 
 // Event is one KV-cache event, with every field vLLM defines under its Go
 // name. Which fields mean something depends on Type: BlockStored uses all of
@@ -136,48 +105,42 @@ type OptHash struct {
 // LoRA name, cache salt) and left to the consumer. In a delivered Batch the
 // ExtraKeys slices alias the received frame.
 //
-// Two BlockStored shapes need care from an index (see [Event.Placeholder]
-// and [Event.SkippedBlocks]): offloading placeholders that say only where a
-// block now lives, and hybrid-model stores whose token_ids also cover
-// blocks that have no hash in BlockHashes.
+// Two BlockStored shapes need care from an index. An offloading
+// placeholder (no TokenIDs) says only which tier (Medium, Locality,
+// GroupIdx) now holds its blocks, nothing about the prefix they cache:
+// vLLM's offloading connector publishes one by default for every block it
+// offloads to CPU or storage (block_size 0 and one hash, the offload key's,
+// since vLLM PR #36644; releases before it sent the cache's block size with
+// no tokens); record the location for hashes already known and do not treat
+// it as a new prefix. A hybrid model's store may carry the tokens of blocks
+// left out of BlockHashes ([Event.SkippedBlocks]).
 type Event struct {
-	Type            EventType
+	// Type is BlockStored, BlockRemoved or AllBlocksCleared.
+	Type            string
 	BlockHashes     []Hash
-	ParentBlockHash OptHash
+	ParentBlockHash Opt[Hash]
 	TokenIDs        []int64
 	// BlockSize is the tokens per block; 0 only in an offloading
 	// placeholder (no token_ids, vLLM PR #36644).
 	BlockSize    int64
-	LoraID       OptInt
-	Medium       OptString
-	LoraName     OptString
+	LoraID       Opt[int64]
+	Medium       Opt[string]
+	LoraName     Opt[string]
 	HasExtraKeys bool
 	ExtraKeys    [][]byte
 
-	GroupIdx                 OptInt
-	KVCacheSpecKind          OptString
-	KVCacheSpecSlidingWindow OptInt
+	GroupIdx                 Opt[int64]
+	KVCacheSpecKind          Opt[string]
+	KVCacheSpecSlidingWindow Opt[int64]
 	// Locality is "LOCAL" or "REMOTE" relative to the publisher (vLLM PR
 	// #48281), when the tier says.
-	Locality OptString
+	Locality Opt[string]
 	// Ownership names the tier that owns the blocks (BlockStored and
 	// BlockRemoved, later vLLM main), when sent.
-	Ownership OptString
+	Ownership Opt[string]
 	// SessionID is the session a BlockStored's request belongs to (vLLM PR
 	// #51381), when sent.
-	SessionID OptString
-}
-
-// Placeholder reports a BlockStored that says only which tier (Medium,
-// Locality, GroupIdx) now holds its blocks: it carries no token_ids, so
-// nothing about the prefix they cache. vLLM's offloading connector
-// publishes these by default for every block it offloads to CPU or storage
-// (block_size 0 and one hash, the offload key's, since vLLM PR #36644;
-// releases before it sent the cache's block size with no tokens). A
-// consumer should record the location for hashes it already knows and not
-// treat the event as a new prefix.
-func (e *Event) Placeholder() bool {
-	return e.Type == BlockStored && len(e.TokenIDs) == 0
+	SessionID Opt[string]
 }
 
 // SkippedBlocks returns how many blocks a BlockStored's token_ids cover
@@ -230,7 +193,7 @@ type Batch struct {
 	// TS is the engine's timestamp (seconds since the epoch).
 	TS float64
 	// DataParallelRank is the publishing engine's DP rank, when sent.
-	DataParallelRank OptInt
+	DataParallelRank Opt[int64]
 	// Events are the batch's valid events, in publication order. An event
 	// that failed validation is left out (and counted); Index gives each
 	// remaining event's position in the batch as published.
@@ -244,7 +207,7 @@ type Batch struct {
 
 	// drops holds the fast path's event drops until the whole batch is
 	// accepted (a batch refused later reports none).
-	drops []EventDrop
+	drops []eventDrop
 	// strs are recently decoded strings that are not constants (lora
 	// names, session ids, ...), reused when the same bytes come again.
 	strs    [stringCache]string

@@ -4,11 +4,32 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log"
 	"log/slog"
 	"time"
 
 	"github.com/zmqguard/zmqguard/kvevents"
 )
+
+// Follow one engine: the Handler sees its batches in order, exactly once,
+// and is told when the engine restarted or what could not be recovered.
+func ExampleSubscriber() {
+	sub, err := kvevents.NewSubscriber(kvevents.Config{
+		Handler: func(ctx context.Context, u kvevents.Update) error {
+			switch u.Kind {
+			case kvevents.UpdateBatch: // u.Batch.Events, in order, exactly once
+			case kvevents.UpdateReset: // the engine restarted: forget what u.Source said
+			case kvevents.UpdateLost: // batches [u.From, u.To) cannot be recovered
+			}
+			return nil
+		},
+	})
+	if err != nil {
+		log.Fatal(err)
+	}
+	sub.Add(kvevents.Source{Name: "engine-0", Live: "tcp://10.0.0.5:5557", Replay: "tcp://10.0.0.5:5558"})
+	log.Fatal(sub.Run(context.Background()))
+}
 
 // A Go publisher with vLLM's bytes and a Subscriber that joins late: the
 // batches it missed come back through the replay endpoint, in order, before
@@ -23,7 +44,7 @@ func Example() {
 	defer pub.Close()
 	for i := range 3 {
 		pub.Publish(kvevents.Event{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2},
-			BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(100 + i))}, Medium: kvevents.String("GPU")})
+			BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(100 + i))}, Medium: kvevents.Some("GPU")})
 	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -67,21 +88,21 @@ func Example() {
 // How an index reads the two BlockStored shapes that need care: an
 // offloading placeholder (where a block now lives, no tokens) and a hybrid
 // model's store whose tokens cover a block vLLM left out of block_hashes.
-func ExampleEvent_Placeholder() {
+func ExampleEvent_SkippedBlocks() {
 	events := []kvevents.Event{
 		{Type: kvevents.BlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(7)},
-			Medium: kvevents.String("CPU")}, // block_size 0, no token_ids
+			Medium: kvevents.Some("CPU")}, // block_size 0, no token_ids
 		{Type: kvevents.BlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(9)}, BlockSize: 2,
-			TokenIDs: []int64{1, 2, 3, 4}, Medium: kvevents.String("GPU")},
+			TokenIDs: []int64{1, 2, 3, 4}, Medium: kvevents.Some("GPU")},
 	}
-	p := kvevents.AppendBatch(nil, 1, events, kvevents.Int(0), true)
+	p := kvevents.AppendBatch(nil, 1, events, kvevents.Some[int64](0), true)
 	var b kvevents.Batch
-	if err := kvevents.DecodeBatch(p, kvevents.Limits{}, &b, nil); err != nil {
+	if err := kvevents.DecodeBatch(p, &b); err != nil {
 		panic(err)
 	}
 	for _, e := range b.Events {
 		switch {
-		case e.Placeholder():
+		case e.Type == kvevents.BlockStored && len(e.TokenIDs) == 0: // a placeholder
 			fmt.Println("location only:", e.BlockHashes[0], "now on", e.Medium.V)
 		case e.SkippedBlocks() > 0:
 			fmt.Println("tokens of", e.SkippedBlocks(), "block(s) without a hash: do not pair hashes with tokens by position")

@@ -8,7 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -24,7 +23,7 @@ func rawReplayClient(t *testing.T, ctx context.Context, ep string) *zmtpguard.Co
 	if err != nil {
 		t.Fatal(err)
 	}
-	c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Dealer, nil, nil)
+	c, err := zmtpguard.Handshake(ctx, nc, "DEALER", nil, nil)
 	if err != nil {
 		nc.Close()
 		t.Fatal(err)
@@ -52,7 +51,7 @@ func readReplay(t *testing.T, c *zmtpguard.Conn) (seqs []uint64, marker uint64) 
 	t.Helper()
 	var m zmtpguard.Message
 	for {
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(10 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("after %d replies, no marker: %v", len(seqs), err)
 		}
@@ -63,7 +62,7 @@ func readReplay(t *testing.T, c *zmtpguard.Conn) (seqs []uint64, marker uint64) 
 			t.Fatalf("reply of %d frames", len(m.Frames))
 		}
 		seq := binary.BigEndian.Uint64(m.Frames[2])
-		if seq >= ReplayErrorSeq {
+		if seq >= replayErrorSeq {
 			if len(m.Frames[3]) != 0 {
 				t.Fatalf("marker %x with a payload", seq)
 			}
@@ -105,7 +104,7 @@ func TestReplayStalledClientsDoNotStarveHonest(t *testing.T) {
 	honest := rawReplayClient(t, ctx, pub.ReplayEndpoint())
 	requestReplay(t, honest, 0)
 	seqs, marker := readReplay(t, honest)
-	if marker != ReplayEndSeq || len(seqs) != steps {
+	if marker != replayEndSeq || len(seqs) != steps {
 		t.Fatalf("honest client got %d of %d batches and marker %x (publisher %+v)", len(seqs), steps, marker, pub.Stats())
 	}
 	for i, s := range seqs {
@@ -157,9 +156,9 @@ func TestReplayIncompleteEndsWithErrorMarker(t *testing.T) {
 		}
 	}
 	switch {
-	case marker == ReplayEndSeq && len(seqs) != steps:
+	case marker == replayEndSeq && len(seqs) != steps:
 		t.Fatalf("end marker after %d of %d batches: silent loss (publisher %+v)", len(seqs), steps, pub.Stats())
-	case marker == ReplayErrorSeq:
+	case marker == replayErrorSeq:
 		if st := pub.Stats(); st.ReplaysIncomplete != 1 {
 			t.Fatalf("error marker not counted: %+v", st)
 		}
@@ -173,7 +172,7 @@ func TestReplayIncompleteEndsWithErrorMarker(t *testing.T) {
 // is closed. Another connection's replay is served in full meanwhile.
 // Before, every request was a whole replay.
 func TestReplayRequestFloodRateLimited(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
+	pub := newTestPublisher(t, vllm.Latest(), true)
 	for i := range 10 {
 		pub.PublishRaw(payloadOf(uint64(i)))
 	}
@@ -193,24 +192,24 @@ func TestReplayRequestFloodRateLimited(t *testing.T) {
 	honest := rawReplayClient(t, ctx, pub.ReplayEndpoint())
 	requestReplay(t, honest, 0)
 	seqs, marker := readReplay(t, honest)
-	if marker != ReplayEndSeq || len(seqs) != 10 {
+	if marker != replayEndSeq || len(seqs) != 10 {
 		t.Fatalf("honest replay during the flood: %d batches, marker %x", len(seqs), marker)
 	}
 	waitFor(t, "the flooding connection closed", func() bool { return pub.Stats().ReplayFloods == 1 })
 	st := pub.Stats()
 	// One replay per interval at most, plus the honest one and the first.
-	limit := uint64(time.Since(start)/DefaultReplayInterval) + 2
+	limit := uint64(time.Since(start)/defaultReplayInterval) + 2
 	if st.Replays > limit {
 		t.Fatalf("%d replays served to a flood of %d in %v (limit %d): %+v", st.Replays, n, time.Since(start), limit, st)
 	}
-	if st.ReplaysRefused < DefaultReplayFloodLimit {
-		t.Fatalf("%d requests refused, want at least %d: %+v", st.ReplaysRefused, DefaultReplayFloodLimit, st)
+	if st.ReplaysRefused < defaultReplayFloodLimit {
+		t.Fatalf("%d requests refused, want at least %d: %+v", st.ReplaysRefused, defaultReplayFloodLimit, st)
 	}
 	// The flooder got its replay, error markers, then its connection
 	// closed.
 	var m zmtpguard.Message
 	for {
-		zmtpaccess.NetConn(flood).SetReadDeadline(time.Now().Add(10 * time.Second))
+		flood.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 		if err := flood.ReadMessage(&m); err != nil {
 			if ne, ok := err.(net.Error); ok && ne.Timeout() {
 				t.Fatal("flooding connection still open")
@@ -245,20 +244,20 @@ func TestReplaysPerHost(t *testing.T) {
 	}
 	// A bucket of 5, refilled at 5 a second.
 	limit := 5 + int(time.Since(start).Seconds()*5) + 1
-	if markers[ReplayEndSeq] > limit || markers[ReplayErrorSeq] == 0 {
+	if markers[replayEndSeq] > limit || markers[replayErrorSeq] == 0 {
 		t.Fatalf("%d connections from one host in %v: %d replays, %d refused (limit %d)", conns, time.Since(start),
-			markers[ReplayEndSeq], markers[ReplayErrorSeq], limit)
+			markers[replayEndSeq], markers[replayErrorSeq], limit)
 	}
 }
 
 // Issue 29 row 2/3: both publisher sockets have a write deadline by default.
 func TestPublisherDefaultWriteDeadlines(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
-	if got := pub.pub.Options().WriteTimeout; got != socket.DefaultXPubWriteTimeout {
-		t.Errorf("live XPUB WriteTimeout %v, want %v", got, socket.DefaultXPubWriteTimeout)
+	pub := newTestPublisher(t, vllm.Latest(), true)
+	if got := pub.pub.Options().WriteTimeout; got != 10*time.Second { // an XPUB's default (socket.Options.WriteTimeout)
+		t.Errorf("live XPUB WriteTimeout %v, want %v", got, 10*time.Second)
 	}
-	if got := pub.rep.Options().WriteTimeout; got != DefaultReplayWriteTimeout {
-		t.Errorf("replay ROUTER WriteTimeout %v, want %v", got, DefaultReplayWriteTimeout)
+	if got := pub.rep.Options().WriteTimeout; got != defaultReplayWriteTimeout {
+		t.Errorf("replay ROUTER WriteTimeout %v, want %v", got, defaultReplayWriteTimeout)
 	}
 	off, err := NewPublisher(PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, ReplayEndpoint: "tcp://127.0.0.1:0",
 		Logger: quiet, Socket: socket.Options{WriteTimeout: -1}})

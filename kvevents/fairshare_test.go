@@ -26,7 +26,7 @@ type rawPub struct {
 
 func newRawPub(t *testing.T) *rawPub {
 	t.Helper()
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +78,7 @@ type fakeReplay struct {
 
 func newFakeReplay(t *testing.T, serve func(ctx context.Context, f *fakeReplay, id []byte, n int, from uint64)) string {
 	t.Helper()
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -121,7 +121,7 @@ func (f *fakeReplay) end(ctx context.Context, id []byte) {
 }
 
 func (f *fakeReplay) errorMarker(ctx context.Context, id []byte) {
-	f.r.Send(ctx, id, nil, nil, binary.BigEndian.AppendUint64(nil, ReplayErrorSeq), nil)
+	f.r.Send(ctx, id, nil, nil, binary.BigEndian.AppendUint64(nil, replayErrorSeq), nil)
 }
 
 func seqRange(from, to uint64) []uint64 {
@@ -275,10 +275,10 @@ func TestReplayBeyondLiveRefused(t *testing.T) {
 	defer stop()
 	pub.waitSubscribed(t)
 	pub.send(0, 1, 2, 5, 6, 7)
-	waitFor(t, "batch 7", func() bool { return rec.count("s") >= 8 || sub.Stats().Total.Lost > 0 })
+	waitFor(t, "batch 7", func() bool { return rec.count("s") >= 8 || sub.Stats().Lost > 0 })
 	pub.send(8, 9, 10)
 	checkDelivered(t, sub, rec, "s", 11)
-	if d := sub.Stats().Total.Dropped[decodeguard.ReasonValidate]; d == 0 {
+	if d := sub.Stats().Dropped[decodeguard.ReasonValidate]; d == 0 {
 		t.Fatal("the reply beyond the live stream was not counted as refused")
 	}
 }
@@ -318,7 +318,7 @@ func TestReplaySlotsShared(t *testing.T) {
 	}
 	pubs[0].send(0, 2)
 	pubs[1].send(0, 2)
-	waitFor(t, "both hung replays", func() bool { return sub.Stats().Total.Replays >= 2 })
+	waitFor(t, "both hung replays", func() bool { return sub.Stats().Replays >= 2 })
 	pubs[2].send(0, 1, 2, 5, 6, 7)
 	checkDelivered(t, sub, rec, "honest", 8)
 }
@@ -355,7 +355,7 @@ func (c *capture) count(sub string) int {
 // source's replay runs meanwhile.
 func TestBackoffBeforeSlot(t *testing.T) {
 	// A replay endpoint nobody answers on: the request cannot be sent.
-	down, err := socket.NewRouter(socket.DefaultOptions())
+	down, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -395,10 +395,23 @@ func TestBackoffBeforeSlot(t *testing.T) {
 
 // TestBindSourceOnePublisher (row 7): a second publisher connecting to a
 // bound source is refused while the first is connected: no reset, and
-// nothing it sends is delivered as the source's.
+// nothing it sends is delivered as the source's. The rule holds with an
+// explicit Config.Socket.Guard.MaxConns too (it is not a default a user
+// value replaces).
 func TestBindSourceOnePublisher(t *testing.T) {
+	explicit := socket.DefaultOptions()
+	explicit.Guard.MaxConns = 64
+	for _, c := range []struct {
+		name string
+		opts socket.Options
+	}{{"zero options", socket.Options{}}, {"explicit MaxConns", explicit}} {
+		t.Run(c.name, func(t *testing.T) { testBindSourceOnePublisher(t, c.opts) })
+	}
+}
+
+func testBindSourceOnePublisher(t *testing.T, opts socket.Options) {
 	rec := newRecorder()
-	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: opts})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -409,7 +422,7 @@ func TestBindSourceOnePublisher(t *testing.T) {
 	defer stop()
 	ep := sub.Endpoint("b")
 	dial := func() *socket.Socket {
-		xp, err := socket.NewXPub(fastSocket())
+		xp, err := socket.New("XPUB", fastSocket())
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -439,15 +452,15 @@ func TestBindSourceOnePublisher(t *testing.T) {
 	// The intruder's stream starts again at 0 (each one a reset of the
 	// engine's) and carries a distinct timestamp.
 	waitFor(t, "the intruder refused or heard", func() bool {
-		intruder.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, 0), AppendBatch(nil, 424242, []Event{storedEvent(9)}, OptInt{}, true))
+		intruder.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, 0), AppendBatch(nil, 424242, []Event{storedEvent(9)}, Opt[int64]{}, true))
 		engine.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
 		seq++
 		time.Sleep(5 * time.Millisecond)
-		st := sub.Stats().Total
+		st := sub.Stats()
 		return st.Refused[decodeguard.ReasonPolicy] > 0 || st.Resets > 0
 	})
 	for range 20 {
-		intruder.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, 0), AppendBatch(nil, 424242, []Event{storedEvent(9)}, OptInt{}, true))
+		intruder.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, 0), AppendBatch(nil, 424242, []Event{storedEvent(9)}, Opt[int64]{}, true))
 	}
 	n := rec.count("b")
 	waitFor(t, "20 more engine batches", func() bool {
@@ -456,7 +469,7 @@ func TestBindSourceOnePublisher(t *testing.T) {
 		time.Sleep(2 * time.Millisecond)
 		return rec.count("b") >= n+20
 	})
-	st := sub.Stats().Total
+	st := sub.Stats()
 	if st.Resets != 0 {
 		t.Fatalf("%d resets: the second publisher was heard", st.Resets)
 	}
@@ -474,7 +487,7 @@ func TestMemoryBudgetAcrossSources(t *testing.T) {
 	hung := newFakeReplay(t, func(ctx context.Context, f *fakeReplay, id []byte, n int, from uint64) { <-ctx.Done() })
 	rec := newRecorder()
 	const budget = 8 << 20
-	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Limits: Limits{MaxPayload: 1 << 20},
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, MaxPayload: 1 << 20,
 		MemoryBudget: budget, ReplayTimeout: time.Hour, ReplayDeadline: time.Hour})
 	if err != nil {
 		t.Fatal(err)
@@ -490,7 +503,7 @@ func TestMemoryBudgetAcrossSources(t *testing.T) {
 	}
 	stop := runSub(t, sub)
 	defer stop()
-	big := AppendBatch(nil, 1, []Event{{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, TokenIDs: make([]int64, 100_000), BlockSize: 100_000}}, OptInt{}, true)
+	big := AppendBatch(nil, 1, []Event{{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, TokenIDs: make([]int64, 100_000), BlockSize: 100_000}}, Opt[int64]{}, true)
 	if len(big) < 100_000 {
 		t.Fatalf("batch of %d bytes", len(big))
 	}
@@ -510,7 +523,7 @@ func TestMemoryBudgetAcrossSources(t *testing.T) {
 				return false
 			}
 		}
-		return st.Total.Replays >= nsrc
+		return st.Replays >= nsrc
 	})
 	share := budget / nsrc
 	total := 0

@@ -40,7 +40,7 @@ func FuzzDecodeBatch(f *testing.F) {
 	f.Add([]byte{0xdd, 0xff, 0xff, 0xff, 0xff})
 	f.Fuzz(func(t *testing.T, p []byte) {
 		var a Batch
-		err := DecodeBatch(p, Limits{MaxPayload: 1 << 16, MaxEvents: 256}, &a, func(d EventDrop) {
+		err := decodeBatch(p, limits{MaxPayload: 1 << 16, MaxEvents: 256}, &a, func(d eventDrop) {
 			if !decodeguard.IsBadInput(d.Err) {
 				t.Fatalf("unclassified event drop: %v", d.Err)
 			}
@@ -58,7 +58,7 @@ func FuzzDecodeBatch(f *testing.F) {
 		for _, mapForm := range []bool{true, false} {
 			q := AppendBatch(nil, a.TS, a.Events, a.DataParallelRank, mapForm)
 			var b Batch
-			if err := DecodeBatch(q, Limits{MaxPayload: 1 << 24}, &b, nil); err != nil {
+			if err := decodeBatch(q, limits{MaxPayload: 1 << 24}, &b, nil); err != nil {
 				t.Fatalf("re-decode: %v", err)
 			}
 			if r := AppendBatch(nil, b.TS, b.Events, b.DataParallelRank, mapForm); !bytes.Equal(q, r) {
@@ -105,8 +105,8 @@ func FuzzReplayReply(f *testing.F) {
 			return
 		}
 		// Both markers end a replay: the end marker (-1) and zmqguard's
-		// error marker (-2, ReplayErrorSeq).
-		if isEnd != (seq == endSeq || seq == ReplayErrorSeq) || len(payload) > 1<<10 || len(frames[0]) != 0 {
+		// error marker (-2, replayErrorSeq).
+		if isEnd != (seq == endSeq || seq == replayErrorSeq) || len(payload) > 1<<10 || len(frames[0]) != 0 {
 			t.Fatalf("accepted %v %d %d", isEnd, seq, len(payload))
 		}
 	})

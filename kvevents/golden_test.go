@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/internal/golden"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -130,27 +131,27 @@ func goldenEvent(m map[string]json.RawMessage) (Event, error) {
 	default:
 		return ev, fmt.Errorf("type %q", tag)
 	}
-	optInt := func(k string) (OptInt, error) {
+	optInt := func(k string) (Opt[int64], error) {
 		var n *json.Number
 		if raw, ok := m[k]; !ok || string(raw) == "null" {
-			return OptInt{}, nil
+			return Opt[int64]{}, nil
 		} else if err := jsonDecode(raw, &n); err != nil {
-			return OptInt{}, err
+			return Opt[int64]{}, err
 		}
 		v, err := n.Int64()
-		return Int(v), err
+		return Some[int64](v), err
 	}
-	optStr := func(k string) (OptString, error) {
+	optStr := func(k string) (Opt[string], error) {
 		var s *string
 		if raw, ok := m[k]; ok {
 			if err := json.Unmarshal(raw, &s); err != nil {
-				return OptString{}, err
+				return Opt[string]{}, err
 			}
 		}
 		if s == nil {
-			return OptString{}, nil
+			return Opt[string]{}, nil
 		}
-		return String(*s), nil
+		return Some(*s), nil
 	}
 	var err error
 	for k, raw := range m {
@@ -232,7 +233,7 @@ func describeGolden(e *Event) string {
 		}
 		c.ExtraKeys = append(c.ExtraKeys, k)
 	}
-	return fmt.Sprintf("%s placeholder=%v skipped=%d", describe(&c), e.Placeholder(), e.SkippedBlocks())
+	return fmt.Sprintf("%s placeholder=%v skipped=%d", describe(&c), e.placeholder(), e.SkippedBlocks())
 }
 
 // TestGoldenKVEvents decodes every kv-events vector with the code paths the
@@ -265,18 +266,18 @@ func TestGoldenKVEvents(t *testing.T) {
 			var payload []byte
 			switch val.Message {
 			case "kv_event_batch":
-				if seq, payload, err = parseLive(frames, DefaultMaxPayload); err != nil {
+				if seq, payload, err = parseLive(frames, defaultMaxPayload); err != nil {
 					t.Fatal(err)
 				}
 				topic = frames[0]
 			case "kv_replay_reply":
 				var end bool
-				if seq, payload, end, err = parseReply(frames, val.Topic, DefaultMaxPayload); err != nil || end {
+				if seq, payload, end, err = parseReply(frames, val.Topic, defaultMaxPayload); err != nil || end {
 					t.Fatalf("parseReply: end %v, %v", end, err)
 				}
 				topic = frames[1]
 			case "kv_replay_end":
-				if _, _, end, err := parseReply(frames, "", DefaultMaxPayload); err != nil || !end {
+				if _, _, end, err := parseReply(frames, "", defaultMaxPayload); err != nil || !end {
 					t.Fatalf("parseReply: end %v, %v", end, err)
 				}
 				if val.Seq.String() != "-1" {
@@ -313,18 +314,18 @@ func TestGoldenKVEvents(t *testing.T) {
 					t.Fatalf("event %d: %v", i, err)
 				}
 			}
-			var rank OptInt
+			var rank Opt[int64]
 			if gb.Rank != nil {
 				r, err := gb.Rank.Int64()
 				if err != nil {
 					t.Fatal(err)
 				}
-				rank = Int(r)
+				rank = Some[int64](r)
 			}
 
 			var b Batch
-			var drops []EventDrop
-			if err := DecodeBatch(payload, Limits{}, &b, func(d EventDrop) { drops = append(drops, d) }); err != nil {
+			var drops []eventDrop
+			if err := decodeBatch(payload, limits{}, &b, func(d eventDrop) { drops = append(drops, d) }); err != nil {
 				t.Fatal(err)
 			}
 			if len(drops) != 0 || b.DroppedEvents != 0 {
@@ -388,7 +389,7 @@ func TestGoldenKVShapes(t *testing.T) {
 			t.Fatal(err)
 		}
 		b := &Batch{}
-		if err := DecodeBatch(frames[len(frames)-1], Limits{}, b, nil); err != nil || b.DroppedEvents != 0 {
+		if err := decodeBatch(frames[len(frames)-1], limits{}, b, nil); err != nil || b.DroppedEvents != 0 {
 			t.Fatalf("%s: %v, %d dropped", id, err, b.DroppedEvents)
 		}
 		return b
@@ -396,12 +397,12 @@ func TestGoldenKVShapes(t *testing.T) {
 	t.Run("offload placeholder", func(t *testing.T) {
 		for _, id := range []string{"kv-offload-placeholder-store", "kv-offload-placeholder-storage-remote"} {
 			e := decode(t, id).Events[0]
-			if !e.Placeholder() || e.BlockSize != 0 || len(e.TokenIDs) != 0 || len(e.BlockHashes) != 1 || !e.Medium.Valid {
+			if !e.placeholder() || e.BlockSize != 0 || len(e.TokenIDs) != 0 || len(e.BlockHashes) != 1 || !e.Medium.Valid {
 				t.Errorf("%s: %s", id, describeGolden(&e))
 			}
 		}
 		e := decode(t, "kv-offload-placeholder-storage-remote").Events[0]
-		if e.Medium != String("STORAGE") || e.Locality != String("REMOTE") || !e.BlockHashes[0].IsBytes() {
+		if e.Medium != Some("STORAGE") || e.Locality != Some("REMOTE") || !e.BlockHashes[0].isBytes() {
 			t.Errorf("storage placeholder: %s", describeGolden(&e))
 		}
 		rm := decode(t, "kv-offload-placeholder-remove").Events[0]
@@ -412,7 +413,7 @@ func TestGoldenKVShapes(t *testing.T) {
 	})
 	t.Run("offload self-describing", func(t *testing.T) {
 		for _, e := range decode(t, "kv-offload-self-describing-store").Events {
-			if e.Placeholder() || e.SkippedBlocks() != 0 || e.Medium != String("CPU") || e.Locality != String("LOCAL") || e.BlockSize <= 0 {
+			if e.placeholder() || e.SkippedBlocks() != 0 || e.Medium != Some("CPU") || e.Locality != Some("LOCAL") || e.BlockSize <= 0 {
 				t.Errorf("%s", describeGolden(&e))
 			}
 		}
@@ -422,7 +423,7 @@ func TestGoldenKVShapes(t *testing.T) {
 			b := decode(t, id)
 			groups := map[int64]string{}
 			for _, e := range b.Events {
-				if e.Placeholder() || !e.GroupIdx.Valid || !e.KVCacheSpecKind.Valid {
+				if e.placeholder() || !e.GroupIdx.Valid || !e.KVCacheSpecKind.Valid {
 					t.Errorf("%s: %s", id, describeGolden(&e))
 				}
 				groups[e.GroupIdx.V] = e.KVCacheSpecKind.V
@@ -435,11 +436,11 @@ func TestGoldenKVShapes(t *testing.T) {
 	})
 	t.Run("later fields", func(t *testing.T) {
 		e := decode(t, "kv-later-stored-both").Events[0]
-		if e.SessionID != String("conv-9f2c") || e.Ownership != String("obj") || e.Locality != String("REMOTE") {
+		if e.SessionID != Some("conv-9f2c") || e.Ownership != Some("obj") || e.Locality != Some("REMOTE") {
 			t.Errorf("stored-both: %s", describeGolden(&e))
 		}
 		m := decode(t, "kv-later-mixed").Events
-		if len(m) != 3 || m[0].SessionID != String("s1") || m[0].Ownership.Valid || m[1].Ownership != String("kvcr") || m[2].Type != AllBlocksCleared {
+		if len(m) != 3 || m[0].SessionID != Some("s1") || m[0].Ownership.Valid || m[1].Ownership != Some("kvcr") || m[2].Type != AllBlocksCleared {
 			t.Errorf("mixed: %v", m)
 		}
 	})
@@ -473,7 +474,7 @@ func TestGoldenPublisherReplay(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer p.Close()
-	if err := p.PublishBatch(0, nil, Int(0)); err != nil { // seq 0, not asked for
+	if err := p.publishBatch(0, nil, Some[int64](0)); err != nil { // seq 0, not asked for
 		t.Fatal(err)
 	}
 	for _, id := range []string{"kv-replay-reply-seq1", "kv-replay-reply-seq2", "kv-replay-end"} {
@@ -504,7 +505,7 @@ func TestGoldenPublisherReplay(t *testing.T) {
 			}
 		}
 		r, _ := gb.Rank.Int64()
-		if err := p.PublishBatch(gb.TS, evs, Int(r)); err != nil {
+		if err := p.publishBatch(gb.TS, evs, Some[int64](r)); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -513,7 +514,7 @@ func TestGoldenPublisherReplay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	d, err := socket.NewDealer(socket.DefaultOptions())
+	d, err := socket.New("DEALER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -147,7 +147,7 @@ func checkHealthy(t *testing.T, pub *Publisher, rec *recorder, name string, n in
 // keeps delivering, and so does the subscriber.
 func TestHostilePublisherDialed(t *testing.T) {
 	h := newHostileListener(t)
-	good := newTestPublisher(t, vllm.Latest, false)
+	good := newTestPublisher(t, vllm.Latest(), false)
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: fastSocket()})
 	if err != nil {
@@ -172,7 +172,7 @@ func TestHostilePublisherDialed(t *testing.T) {
 // every frame position; each costs one drop of the right reason, and the
 // same source's next valid batch is delivered.
 func TestHostilePayloads(t *testing.T) {
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -188,7 +188,7 @@ func TestHostilePayloads(t *testing.T) {
 		}
 	}()
 	rec := newRecorder()
-	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: fastSocket(), Limits: Limits{MaxPayload: 1 << 20}})
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: fastSocket(), MaxPayload: 1 << 20})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,20 +219,20 @@ func TestHostilePayloads(t *testing.T) {
 		// The reason is the decoder's; the test is that the pipeline
 		// counts it and goes on.
 		var b Batch
-		r := decodeguard.ReasonOf(DecodeBatch(p.Bytes, Limits{MaxPayload: 1 << 20}, &b, nil))
+		r := decodeguard.ReasonOf(decodeBatch(p.Bytes, limits{MaxPayload: 1 << 20}, &b, nil))
 		if r == decodeguard.ReasonNone {
 			t.Fatalf("%s decodes", p.Name)
 		}
 		cases = append(cases, junk{frames: [][]byte{[]byte("t"), nil, p.Bytes}, reason: r})
 	}
 	bad := Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: -1}
-	cases = append(cases, junk{frames: [][]byte{[]byte("t"), nil, AppendBatch(nil, 1, []Event{bad, storedEvent(2)}, OptInt{}, true)},
+	cases = append(cases, junk{frames: [][]byte{[]byte("t"), nil, AppendBatch(nil, 1, []Event{bad, storedEvent(2)}, Opt[int64]{}, true)},
 		reason: decodeguard.ReasonValidate, event: true})
 	for i, c := range cases {
 		if len(c.frames) > 1 && c.frames[1] == nil {
 			c.frames[1] = seq8()
 		}
-		before := sub.Stats().Total
+		before := sub.Stats()
 		if err := xp.Send(ctx, c.frames...); err != nil {
 			t.Fatal(err)
 		}
@@ -243,7 +243,7 @@ func TestHostilePayloads(t *testing.T) {
 		}
 		waitFor(t, "batch after junk", func() bool { return rec.count("x") >= want })
 		base = rec.count("x")
-		after := sub.Stats().Total
+		after := sub.Stats()
 		if c.event {
 			if after.DroppedEvents[c.reason] != before.DroppedEvents[c.reason]+1 {
 				t.Fatalf("case %d: event drops %v -> %v", i, before.DroppedEvents, after.DroppedEvents)
@@ -259,7 +259,7 @@ func TestHostilePayloads(t *testing.T) {
 // subscriber) takes the whole transport, envelope and payload corpus, and
 // still answers; a healthy source keeps delivering.
 func TestHostileCorpusAtBoundSource(t *testing.T) {
-	good := newTestPublisher(t, vllm.Latest, false)
+	good := newTestPublisher(t, vllm.Latest(), false)
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
 	if err != nil {
@@ -289,7 +289,7 @@ func TestHostileCorpusAtBoundSource(t *testing.T) {
 
 // replayServer is a hostile replay endpoint.
 func replayServer(t *testing.T, serve func(ctx context.Context, r *socket.Socket, id []byte)) string {
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -348,7 +348,7 @@ func TestHostileReplayServers(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
 			rep := replayServer(t, serve)
-			xp, err := socket.NewXPub(socket.DefaultOptions())
+			xp, err := socket.New("XPUB", socket.DefaultOptions())
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -406,11 +406,11 @@ func TestHostileReplayServers(t *testing.T) {
 			if g != want {
 				t.Fatalf("got  %s\nwant %s", g, want)
 			}
-			st := sub.Stats().Total
+			st := sub.Stats()
 			// At most three replays without progress (never-ends makes
 			// progress once: batch 3); fewer once ReplayDeadline has passed
 			// since the last progress (junk-flood's first replay runs to it).
-			wantReplays := uint64(DefaultReplayAttempts)
+			wantReplays := uint64(defaultReplayAttempts)
 			if name == "never-ends" {
 				wantReplays++
 			}
@@ -431,7 +431,7 @@ func TestHostileReplayServers(t *testing.T) {
 // silent server returns promptly and leaves nothing running.
 func TestRemoveDuringReplay(t *testing.T) {
 	rep := replayServer(t, func(ctx context.Context, r *socket.Socket, id []byte) { <-ctx.Done() })
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func TestRemoveDuringReplay(t *testing.T) {
 		xp.Send(context.Background(), []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
 		seq++
 		time.Sleep(10 * time.Millisecond)
-		return sub.Stats().Total.Replays >= 1
+		return sub.Stats().Replays >= 1
 	})
 	done := make(chan error, 1)
 	go func() { done <- sub.Remove("s") }()

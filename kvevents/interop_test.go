@@ -25,7 +25,7 @@ func describe(e *Event) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s hashes=", e.Type)
 	for _, h := range e.BlockHashes {
-		fmt.Fprintf(&b, "%s/%v,", h, h.IsBytes())
+		fmt.Fprintf(&b, "%s/%v,", h, h.isBytes())
 	}
 	fmt.Fprintf(&b, " parent=%v tokens=%v bs=%d lora=%v medium=%v name=%v extra=%v:", e.ParentBlockHash, e.TokenIDs,
 		e.BlockSize, e.LoraID, e.Medium, e.LoraName, e.HasExtraKeys)
@@ -39,7 +39,7 @@ func describe(e *Event) string {
 
 // goldenLive returns the values of the golden live-batch vectors, in file
 // order: what testdata/vllm_publisher.py sends, as vLLM's own bytes.
-func goldenLive(t *testing.T) (ts []float64, events [][]Event, ranks []OptInt, payloads [][]byte) {
+func goldenLive(t *testing.T) (ts []float64, events [][]Event, ranks []Opt[int64], payloads [][]byte) {
 	t.Helper()
 	for _, v := range golden.Load(t, "kv-events") {
 		var val goldenKV
@@ -60,10 +60,10 @@ func goldenLive(t *testing.T) (ts []float64, events [][]Event, ranks []OptInt, p
 				t.Fatalf("%s event %d: %v", v.ID, i, err)
 			}
 		}
-		var rank OptInt
+		var rank Opt[int64]
 		if gb.Rank != nil {
 			r, _ := gb.Rank.Int64()
-			rank = Int(r)
+			rank = Some[int64](r)
 		}
 		frames, err := v.Frames()
 		if err != nil {
@@ -175,7 +175,7 @@ func TestInteropPythonPublisher(t *testing.T) {
 			if strings.Join(got, "\n") != strings.Join(want, "\n") {
 				t.Fatalf("got\n%s\nwant\n%s\npublisher stderr: %s", strings.Join(got, "\n"), strings.Join(want, "\n"), stderr.String())
 			}
-			st := sub.Stats().Total
+			st := sub.Stats()
 			if st.Replayed != 4 || st.Resets != 1 || st.Gaps != 3 || st.Lost != 0 || st.Dropped.Total() != 0 || st.DroppedEvents.Total() != 0 {
 				t.Fatalf("stats %+v", st)
 			}
@@ -246,7 +246,7 @@ func TestInteropPythonSubscriber(t *testing.T) {
 			waitFor(t, "python to read 3 live messages", func() bool {
 				k := next % len(gts)
 				next++
-				if err := p.PublishBatch(gts[k], gevs[k], granks[k]); err != nil {
+				if err := p.publishBatch(gts[k], gevs[k], granks[k]); err != nil {
 					t.Errorf("publish: %v", err)
 				}
 				time.Sleep(20 * time.Millisecond)

@@ -6,84 +6,62 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
-	"net"
-	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // Publisher defaults, vLLM's KVEventsConfig defaults where it has one.
 const (
-	// DefaultBufferSteps is how many past batches the replay buffer keeps
+	// defaultBufferSteps is how many past batches the replay buffer keeps
 	// (KVEventsConfig.buffer_steps).
-	DefaultBufferSteps = 10000
-	// DefaultQueueSize bounds the batches waiting to be sent; a Publish
+	defaultBufferSteps = 10000
+	// defaultQueueSize bounds the batches waiting to be sent; a Publish
 	// beyond it is dropped and counted, never waited for.
-	DefaultQueueSize = 10000
-	// DefaultPubHWM is the live socket's per-subscriber queue bound
+	defaultQueueSize = 10000
+	// defaultPubHWM is the live socket's per-subscriber queue bound
 	// (KVEventsConfig.hwm).
-	DefaultPubHWM = 100000
-	// DefaultMaxReplayClients bounds the replay ROUTER's connections when
+	defaultPubHWM = 100000
+	// defaultMaxReplayClients bounds the replay ROUTER's connections when
 	// PublisherConfig.Socket.Guard.MaxConns is zero.
-	DefaultMaxReplayClients = 256
-	// DefaultReplayWriteTimeout is the replay ROUTER's write deadline when
+	defaultMaxReplayClients = 256
+	// defaultReplayWriteTimeout is the replay ROUTER's write deadline when
 	// PublisherConfig.Socket.WriteTimeout is zero: a replay client whose
 	// connection accepts no bytes for that long while replies wait is
 	// disconnected (counted in the ROUTER's violations as ReasonPolicy), so
 	// a client that never reads holds its share of the send budget for
-	// that long at most. The live XPUB has socket.DefaultXPubWriteTimeout.
-	DefaultReplayWriteTimeout = 10 * time.Second
-	// DefaultReplayInterval is the shortest time between two replays
+	// that long at most. The live XPUB has an XPUB's socket default (10 s).
+	defaultReplayWriteTimeout = 10 * time.Second
+	// defaultReplayInterval is the shortest time between two replays
 	// served to one replay connection when PublisherConfig.ReplayInterval
 	// is zero. A request that comes sooner is answered with the error
-	// marker (ReplayErrorSeq) at once, without a replay: the client retries
+	// marker (replayErrorSeq) at once, without a replay: the client retries
 	// after its back-off. vLLM's and zmqguard's subscribers ask for one
 	// replay per gap and wait for its end, far below this rate.
-	DefaultReplayInterval = 100 * time.Millisecond
-	// DefaultReplaysPerHost is PublisherConfig.ReplaysPerHost's default.
-	DefaultReplaysPerHost = 10
-	// DefaultReplayFloodLimit is PublisherConfig.ReplayFloodLimit's
+	defaultReplayInterval = 100 * time.Millisecond
+	// defaultReplaysPerHost is PublisherConfig.ReplaysPerHost's default.
+	defaultReplaysPerHost = 10
+	// defaultReplayFloodLimit is PublisherConfig.ReplayFloodLimit's
 	// default.
-	DefaultReplayFloodLimit = 16
-	// ReplayInFlight bounds the replies queued for one replay client (the
+	defaultReplayFloodLimit = 16
+	// replayInFlight bounds the replies queued for one replay client (the
 	// replay ROUTER's HWM); the replay waits for the client to read before
 	// it queues more.
-	ReplayInFlight = 1024
-)
-
-// ReplayEndSeq is the sequence number of the replay end marker
-// (["", topic, ffffffffffffffff, ""], -1 as a signed 8-byte big-endian
-// number; vLLM PR #45177): every buffered batch from start_seq on was sent.
-//
-// ReplayErrorSeq is the sequence number of the replay error marker, sent
-// with the same layout (["", topic, fffffffffffffffe, ""], or without the
-// topic frame for releases before #45177) instead of the end marker when the
-// replay is incomplete: a reply was dropped (the client's queue was full or
-// past its fair share of the send budget, or the client left), or the
-// request came sooner than PublisherConfig.ReplayInterval after the
-// connection's previous replay. Replies stop at the first drop, so what the
-// client received before the error marker is contiguous from start_seq; it
-// should ask again from the next sequence it needs. This marker is
-// zmqguard's own: vLLM's publisher never sends it, and vLLM's example
-// subscriber, which ends a replay on an empty payload, stops on it as on
-// the end marker. If even the error marker cannot be queued, nothing is
-// sent and the client's replay timeout applies.
-const (
-	ReplayEndSeq   uint64 = 0xffffffffffffffff
-	ReplayErrorSeq uint64 = 0xfffffffffffffffe
+	replayInFlight = 1024
 )
 
 // ErrQueueFull is returned by Publish when the send queue is full: the
 // batch is dropped (and counted) instead of blocking the caller.
 var ErrQueueFull = errors.New("kvevents: publisher queue full, batch dropped")
 
-// PublisherConfig configures a Publisher. Zero fields take the defaults.
+// PublisherConfig configures a Publisher. Zero fields take the defaults
+// their docs state; a negative value is an error except where a field's doc
+// says it turns something off.
 type PublisherConfig struct {
 	// Release selects the bytes: Rules().KVEventsMapForm chooses tagged
 	// maps (vLLM PR #42892) or arrays, Rules().KVReplayTopicFrame whether
@@ -92,7 +70,7 @@ type PublisherConfig struct {
 	Release vllm.Release
 	// Endpoint is the live endpoint, vLLM's rule deciding bind or connect:
 	// bound when it contains "*" or "::" or is ipc://, dialed otherwise.
-	// Default "tcp://*:5557".
+	// Empty means "tcp://*:5557".
 	Endpoint string
 	// Bind binds Endpoint whatever vLLM's rule says (for example
 	// "tcp://127.0.0.1:0", which the rule would dial).
@@ -101,32 +79,44 @@ type PublisherConfig struct {
 	ReplayEndpoint string
 	// Topic is sent as every live message's first frame.
 	Topic string
-	// DataParallelRank offsets both endpoints' ports (OffsetPort) and is
-	// the data_parallel_rank of every batch published without one.
+	// DataParallelRank offsets both endpoints as vLLM does for each DP
+	// rank (tcp ports + rank, inproc names + "_dp<rank>") and is the
+	// data_parallel_rank of every batch Publish sends.
 	DataParallelRank int
-	// BufferSteps is the replay buffer's length (DefaultBufferSteps).
+	// BufferSteps is the replay buffer's length in batches. Zero means
+	// 10,000 (vLLM's KVEventsConfig.buffer_steps).
 	BufferSteps int
-	// QueueSize bounds the batches waiting to be sent (DefaultQueueSize).
+	// QueueSize bounds the batches waiting to be sent; a Publish beyond it
+	// is dropped and counted, never waited for. Zero means 10,000.
 	QueueSize int
-	// HWM bounds each live subscriber's queue (DefaultPubHWM); the replay
-	// ROUTER's per-client queue holds ReplayInFlight messages.
+	// HWM bounds each live subscriber's queue in messages. Zero means
+	// 100,000 (vLLM's KVEventsConfig.hwm). The replay ROUTER's per-client
+	// queue holds 1,024 replies; a replay waits for its client to read
+	// before it queues more.
 	HWM int
 	// Socket holds the sockets' transport options. A zero
-	// Socket.WriteTimeout gives the live XPUB socket.DefaultXPubWriteTimeout
-	// and the replay ROUTER DefaultReplayWriteTimeout; negative means none.
+	// Guard.MaxMessageSize means 64 KiB (a publisher receives only
+	// subscriptions and replay requests). A zero Guard.MaxConns bounds the
+	// replay ROUTER's connections at 256 (each replay client may hold a
+	// whole buffer in its queue). A zero WriteTimeout gives the live XPUB
+	// the socket's XPUB default and the replay ROUTER 10 s: a replay client
+	// whose connection accepts no bytes for that long while replies wait is
+	// disconnected (ReasonPolicy), so a client that never reads holds its
+	// share of the send budget for that long at most; negative means none.
 	Socket socket.Options
 	// ReplayInterval is the shortest time between two replays served to
 	// one replay connection; a request that comes sooner gets the error
-	// marker (ReplayErrorSeq) and no replay, counted in
-	// PublisherStats.ReplaysRefused. Zero means DefaultReplayInterval;
+	// marker (replayErrorSeq) and no replay, counted in
+	// PublisherStats.ReplaysRefused: the client retries after its
+	// back-off (vLLM's and zmqguard's subscribers ask for one replay per
+	// gap and wait for its end, far below this rate). Zero means 100 ms;
 	// negative means no limit.
 	ReplayInterval time.Duration
 	// ReplayFloodLimit: a replay connection whose requests are refused by
 	// ReplayInterval more than this many times in a row is disconnected
 	// (ReasonPolicy in the replay ROUTER's violations, counted in
 	// PublisherStats.ReplayFloods), so a request flood costs a connection,
-	// not one reply per request. Zero means DefaultReplayFloodLimit (16);
-	// negative means never.
+	// not one reply per request. Zero means 16; negative means never.
 	ReplayFloodLimit int
 	// ReplaysPerHost bounds the replays started per second for the
 	// connections of one remote host together (a token bucket holding
@@ -134,13 +124,13 @@ type PublisherConfig struct {
 	// connection's first replay each time, or many connections from one
 	// host, cannot make the publisher replay its buffer without end; a
 	// request past it is refused as by ReplayInterval (error marker,
-	// ReplaysRefused, ReplayFloodLimit). Zero means DefaultReplaysPerHost
-	// (10); negative means no limit.
+	// ReplaysRefused, ReplayFloodLimit). Zero means 10; negative means no
+	// limit.
 	ReplaysPerHost int
-	// Logger receives lines about bad replay requests (nil:
-	// slog.Default()).
+	// Logger receives lines about bad replay requests. Nil means
+	// slog.Default().
 	Logger *slog.Logger
-	// Now is the clock for batch timestamps (nil: time.Now).
+	// Now is the clock for batch timestamps. Nil means time.Now.
 	Now func() time.Time
 }
 
@@ -160,7 +150,7 @@ type PublisherStats struct {
 	Replays         uint64 `json:"replays"`
 	ReplayedBatches uint64 `json:"replayed_batches"`
 	// ReplaysIncomplete counts replays ended with the error marker
-	// (ReplayErrorSeq) because a reply was dropped; ReplaysRefused counts
+	// (replayErrorSeq) because a reply was dropped; ReplaysRefused counts
 	// requests answered with it at once because they came sooner than
 	// ReplayInterval after the connection's previous replay (not counted
 	// in Replays).
@@ -222,56 +212,25 @@ type Publisher struct {
 	amu    sync.Mutex
 	active map[uint64]bool
 	// replayWait bounds one reply's wait for room (the ROUTER's write
-	// deadline, or DefaultReplayWriteTimeout when it has none).
+	// deadline, or defaultReplayWriteTimeout when it has none).
 	replayWait time.Duration
 	smu        sync.Mutex
 	bad        decodeguard.Counts
 }
 
-// OffsetPort returns endpoint with its port raised by rank, as vLLM does
-// for each DP rank's publisher (ZmqEventPublisher.offset_endpoint_port):
-// tcp endpoints get port+rank, inproc ones a "_dp<rank>" suffix; rank 0 and
-// "" are returned unchanged.
-func OffsetPort(endpoint string, rank int) (string, error) {
-	if endpoint == "" || rank == 0 {
-		return endpoint, nil
-	}
-	if strings.Contains(endpoint, "inproc") {
-		return endpoint + "_dp" + strconv.Itoa(rank), nil
-	}
-	if !strings.Contains(endpoint, "tcp") {
-		return "", fmt.Errorf("kvevents: cannot offset %q by a DP rank: not tcp or inproc", endpoint)
-	}
-	i := strings.LastIndexByte(endpoint, ':')
-	if i < 0 {
-		return endpoint, nil
-	}
-	port, err := strconv.Atoi(endpoint[i+1:])
-	if err != nil {
-		return "", fmt.Errorf("kvevents: endpoint %q has no numeric port", endpoint)
-	}
-	return endpoint[:i+1] + strconv.Itoa(port+rank), nil
-}
-
-// bindsByRule reports vLLM's bind-or-connect heuristic for a PUB endpoint.
-func bindsByRule(ep string) bool {
-	return strings.Contains(ep, "*") || strings.Contains(ep, "::") ||
-		strings.HasPrefix(ep, "ipc://") || strings.HasPrefix(ep, "inproc://")
-}
-
-// NewPublisher binds (or dials) its sockets and starts publishing.
-func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+// fill fills cfg's defaults, then verifies the filled values.
+func (cfg *PublisherConfig) fill() error {
 	if cfg.Endpoint == "" {
 		cfg.Endpoint = "tcp://*:5557"
 	}
-	if cfg.BufferSteps <= 0 {
-		cfg.BufferSteps = DefaultBufferSteps
+	if cfg.BufferSteps == 0 {
+		cfg.BufferSteps = defaultBufferSteps
 	}
-	if cfg.QueueSize <= 0 {
-		cfg.QueueSize = DefaultQueueSize
+	if cfg.QueueSize == 0 {
+		cfg.QueueSize = defaultQueueSize
 	}
-	if cfg.HWM <= 0 {
-		cfg.HWM = DefaultPubHWM
+	if cfg.HWM == 0 {
+		cfg.HWM = defaultPubHWM
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
@@ -280,19 +239,35 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		cfg.Now = time.Now
 	}
 	if cfg.ReplayInterval == 0 {
-		cfg.ReplayInterval = DefaultReplayInterval
+		cfg.ReplayInterval = defaultReplayInterval
 	}
 	if cfg.ReplaysPerHost == 0 {
-		cfg.ReplaysPerHost = DefaultReplaysPerHost
+		cfg.ReplaysPerHost = defaultReplaysPerHost
 	}
 	if cfg.ReplayFloodLimit == 0 {
-		cfg.ReplayFloodLimit = DefaultReplayFloodLimit
+		cfg.ReplayFloodLimit = defaultReplayFloodLimit
 	}
-	live, err := OffsetPort(cfg.Endpoint, cfg.DataParallelRank)
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"BufferSteps", cfg.BufferSteps}, {"QueueSize", cfg.QueueSize}, {"HWM", cfg.HWM}, {"DataParallelRank", cfg.DataParallelRank}} {
+		if f.v < 0 {
+			return fmt.Errorf("kvevents: PublisherConfig.%s %d is negative", f.name, f.v)
+		}
+	}
+	return nil
+}
+
+// NewPublisher binds (or dials) its sockets and starts publishing.
+func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
+	if err := cfg.fill(); err != nil {
+		return nil, err
+	}
+	live, err := offsetPort(cfg.Endpoint, cfg.DataParallelRank)
 	if err != nil {
 		return nil, err
 	}
-	replay, err := OffsetPort(cfg.ReplayEndpoint, cfg.DataParallelRank)
+	replay, err := offsetPort(cfg.ReplayEndpoint, cfg.DataParallelRank)
 	if err != nil {
 		return nil, err
 	}
@@ -300,12 +275,10 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	p := &Publisher{cfg: cfg, mapForm: rules.KVEventsMapForm, topicRep: rules.KVReplayTopicFrame,
 		topic: []byte(cfg.Topic), queue: make(chan []byte, cfg.QueueSize)}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
-	opts := cfg.Socket
+	// Subscriptions and replay requests only.
+	opts, _ := sockopt.Apply(cfg.Socket, sockopt.Overrides{MaxMessageSize: 64 << 10})
 	opts.HWM = cfg.HWM
-	if opts.Guard.MaxMessageSize == 0 {
-		opts.Guard.MaxMessageSize = 64 << 10 // subscriptions and requests only
-	}
-	if p.pub, err = socket.NewXPub(opts); err != nil {
+	if p.pub, err = socket.New("XPUB", opts); err != nil {
 		return nil, err
 	}
 	if cfg.Bind || bindsByRule(live) {
@@ -321,26 +294,24 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		ropts := opts
 		// A replay waits for room in its client's queue (one goroutine
 		// per client), so the queue need not hold a whole buffer: each
-		// client has at most ReplayInFlight replies (and the socket's
+		// client has at most replayInFlight replies (and the socket's
 		// SendQueueBytes, and its fair share of SendTotalBytes) queued.
-		ropts.HWM = ReplayInFlight
+		ropts.HWM = replayInFlight
 		ropts.RouterDropUnroutable = true
 		if ropts.WriteTimeout == 0 {
 			// A replay client that never reads would otherwise hold its
 			// share of the send budget for as long as TCP keeps it.
-			ropts.WriteTimeout = DefaultReplayWriteTimeout
+			ropts.WriteTimeout = defaultReplayWriteTimeout
 		}
-		if ropts.Guard.MaxConns == 0 {
-			// Each replay client may hold a whole buffer in its queue:
-			// bound how many can.
-			ropts.Guard.MaxConns = DefaultMaxReplayClients
-		}
+		// Each replay client may hold a whole buffer in its queue: bound
+		// how many can.
+		ropts, _ = sockopt.Apply(ropts, sockopt.Overrides{MaxConns: defaultMaxReplayClients})
 		p.replayWait = ropts.WriteTimeout
 		if p.replayWait <= 0 {
-			p.replayWait = DefaultReplayWriteTimeout
+			p.replayWait = defaultReplayWriteTimeout
 		}
 		p.active = make(map[uint64]bool)
-		if p.rep, err = socket.NewRouter(ropts); err == nil {
+		if p.rep, err = socket.New("ROUTER", ropts); err == nil {
 			err = p.rep.Bind(replay)
 		}
 		if err != nil {
@@ -379,13 +350,13 @@ func (p *Publisher) ReplayEndpoint() string {
 // before Publish returns, so the caller may reuse them.
 func (p *Publisher) Publish(events ...Event) error {
 	ts := float64(p.cfg.Now().UnixNano()) / 1e9
-	return p.PublishBatch(ts, events, Int(int64(p.cfg.DataParallelRank)))
+	return p.publishBatch(ts, events, Some[int64](int64(p.cfg.DataParallelRank)))
 }
 
-// PublishBatch is Publish with the timestamp and data_parallel_rank given
+// publishBatch is Publish with the timestamp and data_parallel_rank given
 // (a rank not Valid is written as nil: msgspec writes an array_like struct
 // with every field).
-func (p *Publisher) PublishBatch(ts float64, events []Event, dpRank OptInt) error {
+func (p *Publisher) publishBatch(ts float64, events []Event, dpRank Opt[int64]) error {
 	if p.closed.Load() {
 		return ErrClosed
 	}
@@ -448,218 +419,6 @@ func (p *Publisher) sendLoop() {
 	}
 }
 
-func (p *Publisher) badRequest(r decodeguard.Reason, msg string, n int) {
-	p.smu.Lock()
-	p.bad[r]++
-	p.smu.Unlock()
-	p.cfg.Logger.Debug("kvevents: bad replay request", "reason", r.String(), "detail", msg, "frames", n)
-}
-
-func (p *Publisher) serveReplay() {
-	defer p.wg.Done()
-	p.lastReplay = make(map[uint64]time.Time)
-	p.refusedRun = make(map[uint64]int)
-	p.hostTokens = make(map[string]*hostBucket)
-	lastPrune := time.Now()
-	for {
-		msg, err := p.rep.Recv(p.ctx)
-		if err != nil {
-			return
-		}
-		id, start, err := parseRequest(msg.Frames)
-		if err != nil {
-			p.badRequest(decodeguard.ReasonOf(err), err.Error(), len(msg.Frames))
-			continue
-		}
-		id = append([]byte(nil), id...)
-		conn := msg.Peer.ID()
-		p.amu.Lock()
-		busy := p.active[conn]
-		p.amu.Unlock()
-		now := time.Now()
-		if now.Sub(lastPrune) > time.Minute {
-			p.pruneReplayConns(now)
-			lastPrune = now
-		}
-		iv := p.cfg.ReplayInterval
-		last, seen := p.lastReplay[conn]
-		if busy || (iv > 0 && seen && now.Sub(last) < iv) || !p.hostAllows(msg.Peer, now) {
-			// A flood of requests from one connection costs one small
-			// reply each, not one replay each, and past
-			// ReplayFloodLimit refusals in a row its connection.
-			p.replaysRefused.Add(1)
-			p.refusedRun[conn]++
-			if lim := p.cfg.ReplayFloodLimit; lim > 0 && p.refusedRun[conn] > lim {
-				// Requests it sent before the close may still come:
-				// they find it closed and are dropped here.
-				if p.rep.Disconnect(msg.Peer, decodeguard.NewError(decodeguard.ReasonPolicy,
-					fmt.Sprintf("kvevents: replay client sent more than ReplayFloodLimit %d requests in a row while its replay ran or within ReplayInterval %v of it", lim, iv))) {
-					p.replayFloods.Add(1)
-				}
-				continue
-			}
-			if !busy {
-				// Not waited for: a flooder that does not read misses
-				// it. While the connection's replay runs, no marker (it
-				// would land inside that replay, which ends with its own).
-				p.sendMarker(id, ReplayErrorSeq)
-			}
-			continue
-		}
-		delete(p.refusedRun, conn)
-		p.lastReplay[conn] = now
-		p.replays.Add(1)
-		p.amu.Lock()
-		p.active[conn] = true
-		p.amu.Unlock()
-		p.wg.Add(1)
-		go p.replay(conn, id, start, p.seq.Load())
-	}
-}
-
-// pruneReplayConns forgets the replay connections not served within the
-// last minute (or ReplayInterval, if longer), so the maps hold only the
-// connections served lately.
-func (p *Publisher) pruneReplayConns(now time.Time) {
-	for id, t := range p.lastReplay {
-		if now.Sub(t) >= max(p.cfg.ReplayInterval, time.Minute) {
-			delete(p.lastReplay, id)
-			delete(p.refusedRun, id)
-		}
-	}
-	for h, b := range p.hostTokens {
-		if now.Sub(b.last) >= time.Minute {
-			delete(p.hostTokens, h)
-		}
-	}
-}
-
-// hostBucket is one remote host's ReplaysPerHost token bucket.
-type hostBucket struct {
-	tokens float64
-	last   time.Time
-}
-
-// hostAllows takes one of peer's host's ReplaysPerHost tokens, reporting
-// false when there is none. Only a request that passes the other checks
-// takes one (it is the last in the condition that calls it).
-func (p *Publisher) hostAllows(peer *socket.Peer, now time.Time) bool {
-	rate := float64(p.cfg.ReplaysPerHost)
-	if rate <= 0 {
-		return true
-	}
-	host := peer.Addr()
-	if h, _, err := net.SplitHostPort(host); err == nil {
-		host = h
-	}
-	b := p.hostTokens[host]
-	if b == nil {
-		b = &hostBucket{tokens: rate, last: now}
-		p.hostTokens[host] = b
-	}
-	b.tokens = min(rate, b.tokens+now.Sub(b.last).Seconds()*rate)
-	b.last = now
-	if b.tokens < 1 {
-		return false
-	}
-	b.tokens--
-	return true
-}
-
-// entry returns the buffered batch seq, or ok false with the oldest
-// sequence number the buffer still holds.
-func (p *Publisher) entry(seq uint64) (e pubEntry, ok bool, oldest uint64) {
-	p.bmu.Lock()
-	defer p.bmu.Unlock()
-	if len(p.ring) == 0 {
-		return pubEntry{}, false, p.seq.Load()
-	}
-	oldest = p.ring[p.head].seq
-	if seq < oldest || seq-oldest >= uint64(len(p.ring)) {
-		return pubEntry{}, false, oldest
-	}
-	return p.ring[(p.head+int(seq-oldest))%len(p.ring)], true, oldest
-}
-
-// replay sends one client the buffered batches from start up to end (the
-// next sequence number when the request came), in order, then the end
-// marker. It runs in its own goroutine, one per replay connection at a
-// time, and waits for room in that client's queue (socket.SendWait): the
-// client's in-flight replies are bounded by the ROUTER's HWM and byte
-// bounds (its fair share of SendTotalBytes among the replay clients), a
-// client that reads slowly gets its replay slowly, and one that never
-// reads holds only its own goroutine until the ROUTER's write deadline
-// disconnects it — never another client's replay or the live stream. A
-// start older than the buffer yields what is left (as vLLM does: the client
-// checks the first sequence number). If the replay cannot be completed
-// (a batch left the buffer before it was sent, or a reply waited longer
-// than the write deadline) it ends with the error marker (ReplayErrorSeq)
-// instead, so a client never takes a replay with a hole for a complete one.
-func (p *Publisher) replay(conn uint64, id []byte, start, end uint64) {
-	defer p.wg.Done()
-	defer func() {
-		p.amu.Lock()
-		delete(p.active, conn)
-		p.amu.Unlock()
-	}()
-	var seqb [8]byte
-	marker := ReplayEndSeq
-	for seq := start; seq < end; seq++ {
-		e, ok, oldest := p.entry(seq)
-		if !ok {
-			if seq == start && seq < oldest && oldest < end {
-				seq = oldest - 1 // older than the buffer: what is left
-				continue
-			}
-			marker = ReplayErrorSeq // it left the buffer mid-replay
-			break
-		}
-		binary.BigEndian.PutUint64(seqb[:], e.seq)
-		var err error
-		if p.topicRep {
-			err = p.sendWait(id, nil, p.topic, seqb[:], e.payload)
-		} else {
-			err = p.sendWait(id, nil, seqb[:], e.payload)
-		}
-		if errors.Is(err, context.DeadlineExceeded) {
-			marker = ReplayErrorSeq
-			break
-		}
-		if err != nil {
-			return // the client left, or the publisher closes
-		}
-		p.replayedBatches.Add(1)
-	}
-	if marker == ReplayErrorSeq {
-		p.replaysIncompl.Add(1)
-	}
-	binary.BigEndian.PutUint64(seqb[:], marker)
-	if p.topicRep {
-		p.sendWait(id, nil, nil, seqb[:], nil)
-	} else {
-		p.sendWait(id, nil, seqb[:], nil)
-	}
-}
-
-// sendWait queues one reply to id, waiting for room at most replayWait.
-func (p *Publisher) sendWait(id []byte, frames ...[]byte) error {
-	ctx, cancel := context.WithTimeout(p.ctx, p.replayWait)
-	defer cancel()
-	return p.rep.SendWait(ctx, append([][]byte{id}, frames...)...)
-}
-
-// sendMarker sends the end (ReplayEndSeq) or error (ReplayErrorSeq) marker
-// to id in the release's layout, without waiting (dropped, counted, if the
-// client's queue is full).
-func (p *Publisher) sendMarker(id []byte, seq uint64) error {
-	var seqb [8]byte
-	binary.BigEndian.PutUint64(seqb[:], seq)
-	if p.topicRep {
-		return p.rep.Send(p.ctx, id, nil, nil, seqb[:], nil)
-	}
-	return p.rep.Send(p.ctx, id, nil, seqb[:], nil)
-}
-
 // Stats returns a snapshot of the publisher's counters.
 func (p *Publisher) Stats() PublisherStats {
 	ps := p.pub.Stats()
@@ -690,42 +449,4 @@ func (p *Publisher) Close() error {
 	}
 	p.wg.Wait()
 	return nil
-}
-
-// parseRequest checks a replay request as the ROUTER receives it:
-// [identity, "", start_seq (8 bytes big-endian)], the only form vLLM's
-// _service_replay serves.
-func parseRequest(f [][]byte) (id []byte, start uint64, err error) {
-	if len(f) != 3 || len(f[1]) != 0 {
-		return nil, 0, decodeguard.NewError(decodeguard.ReasonEnvelope,
-			fmt.Sprintf("kvevents: replay request of %d frames, want [identity, \"\", start_seq]", len(f)))
-	}
-	if len(f[2]) != 8 {
-		return nil, 0, decodeguard.NewError(decodeguard.ReasonEnvelope,
-			fmt.Sprintf("kvevents: replay start_seq of %d bytes, want 8", len(f[2])))
-	}
-	return f[0], binary.BigEndian.Uint64(f[2]), nil
-}
-
-// DPSources returns one Source per data-parallel rank of one engine, as
-// vLLM lays them out: rank r publishes on live's and replay's ports + r
-// (OffsetPort), and each rank is its own source, named "name/dp<r>", with
-// its own sequence — never one identity for the whole pod.
-func DPSources(name, live, replay string, ranks int) ([]Source, error) {
-	if ranks < 1 {
-		return nil, fmt.Errorf("kvevents: %d DP ranks", ranks)
-	}
-	out := make([]Source, 0, ranks)
-	for r := range ranks {
-		l, err := OffsetPort(live, r)
-		if err != nil {
-			return nil, err
-		}
-		rp, err := OffsetPort(replay, r)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, Source{Name: name + "/dp" + strconv.Itoa(r), Live: l, Replay: rp})
-	}
-	return out, nil
 }

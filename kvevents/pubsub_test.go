@@ -88,8 +88,8 @@ func TestPublisherToSubscriberReplay(t *testing.T) {
 				}
 			}
 			st := sub.Stats()
-			if st.Total.Replayed < 300 || st.Total.Lost != 0 || st.Total.Gaps < 1 || st.Total.Replays < 1 {
-				t.Fatalf("stats %+v", st.Total)
+			if st.Replayed < 300 || st.Lost != 0 || st.Gaps < 1 || st.Replays < 1 {
+				t.Fatalf("stats %+v", st)
 			}
 			if len(st.Sources) != 1 || st.Sources[0].Name != "e0" {
 				t.Fatalf("sources %+v", st.Sources)
@@ -103,7 +103,7 @@ func TestPublisherToSubscriberReplay(t *testing.T) {
 
 // TestAddRemoveWhileRunning adds and removes sources during Run.
 func TestAddRemoveWhileRunning(t *testing.T) {
-	pubs := []*Publisher{newTestPublisher(t, vllm.Latest, false), newTestPublisher(t, vllm.Latest, false)}
+	pubs := []*Publisher{newTestPublisher(t, vllm.Latest(), false), newTestPublisher(t, vllm.Latest(), false)}
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
 	if err != nil {
@@ -118,7 +118,7 @@ func TestAddRemoveWhileRunning(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if err := sub.Add(Source{Name: "p0", Live: "tcp://127.0.0.1:1"}); !errors.Is(err, ErrDuplicateSource) {
+	if err := sub.Add(Source{Name: "p0", Live: "tcp://127.0.0.1:1"}); !errors.Is(err, errDuplicateSource) {
 		t.Fatalf("duplicate: %v", err)
 	}
 	waitFor(t, "both sources", func() bool {
@@ -130,7 +130,7 @@ func TestAddRemoveWhileRunning(t *testing.T) {
 	if err := sub.Remove("p0"); err != nil {
 		t.Fatal(err)
 	}
-	if err := sub.Remove("p0"); !errors.Is(err, ErrUnknownSource) {
+	if err := sub.Remove("p0"); !errors.Is(err, errUnknownSource) {
 		t.Fatalf("second remove: %v", err)
 	}
 	st := sub.Stats()
@@ -145,7 +145,7 @@ func TestAddRemoveWhileRunning(t *testing.T) {
 
 // TestHandlerErrorEndsRun: a handler error is returned by Run.
 func TestHandlerErrorEndsRun(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	boom := errors.New("boom")
 	sub, err := NewSubscriber(Config{Logger: quiet, Handler: func(context.Context, Update) error { return boom }})
 	if err != nil {
@@ -206,12 +206,12 @@ func TestOffsetPort(t *testing.T) {
 	for _, c := range [][3]string{{"tcp://*:5557", "2", "tcp://*:5559"}, {"tcp://h:5557", "0", "tcp://h:5557"},
 		{"inproc://cache", "1", "inproc://cache_dp1"}, {"", "3", ""}} {
 		r := int(c[1][0] - '0')
-		got, err := OffsetPort(c[0], r)
+		got, err := offsetPort(c[0], r)
 		if err != nil || got != c[2] {
-			t.Errorf("OffsetPort(%q, %d) = %q, %v", c[0], r, got, err)
+			t.Errorf("offsetPort(%q, %d) = %q, %v", c[0], r, got, err)
 		}
 	}
-	if _, err := OffsetPort("ipc:///tmp/x", 1); err == nil {
+	if _, err := offsetPort("ipc:///tmp/x", 1); err == nil {
 		t.Error("ipc offset accepted")
 	}
 }
@@ -235,14 +235,14 @@ func TestStalledReplayClient(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := make([]byte, 8)
-	stalled, _ := socket.NewDealer(socket.DefaultOptions())
+	stalled, _ := socket.New("DEALER", socket.DefaultOptions())
 	defer stalled.Close()
 	stalled.Dial(pub.ReplayEndpoint())
 	if err := stalled.Send(ctx, nil, req); err != nil {
 		t.Fatal(err)
 	}
 	waitFor(t, "the stalled client's replay", func() bool { return pub.Stats().Replays == 1 })
-	healthy, _ := socket.NewDealer(socket.DefaultOptions())
+	healthy, _ := socket.New("DEALER", socket.DefaultOptions())
 	defer healthy.Close()
 	healthy.Dial(pub.ReplayEndpoint())
 	if err := healthy.Send(ctx, nil, req); err != nil {

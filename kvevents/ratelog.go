@@ -2,79 +2,65 @@ package kvevents
 
 import (
 	"log/slog"
-	"sync"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // Log kinds, each rate-limited on its own; drops get one kind per reason.
 const (
-	logReset = iota
-	logGap
-	logLost
-	logReplay
-	logOverflow
-	logDrop
-	numLogKinds = logDrop + decodeguard.NumReasons
+	logReset    = "reset"
+	logGap      = "gap"
+	logLost     = "lost"
+	logReplay   = "replay"
+	logOverflow = "overflow"
+	logDrop     = "drop/"
 )
 
-// rateLog writes at most one line per kind per interval and says, in the
-// next line of that kind, how many it held back.
+// maxLogPayload is how many leading bytes of a refused payload a drop line
+// shows, as hex.
+const maxLogPayload = 32
+
+// rateLog writes the subscriber's lines through the project's one limiter
+// (internal/ratelog): at most one line per kind per interval, the next line
+// of that kind saying how many it held back (held_back).
 type rateLog struct {
-	logger   *slog.Logger
-	interval time.Duration
-	mu       sync.Mutex
-	last     [numLogKinds]time.Time
-	held     [numLogKinds]int
+	lim *ratelog.Limiter
 }
 
 func newRateLog(l *slog.Logger, interval time.Duration) *rateLog {
-	return &rateLog{logger: l, interval: interval}
+	return &rateLog{lim: ratelog.New(ratelog.Config{Logger: l, Interval: interval, Component: "kvevents"})}
 }
 
-// allow reports whether a line of kind may be written now, and how many
-// were held back since the last one.
-func (r *rateLog) allow(kind int) (bool, int) {
-	now := time.Now()
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if now.Sub(r.last[kind]) < r.interval {
-		r.held[kind]++
-		return false, 0
-	}
-	r.last[kind] = now
-	n := r.held[kind]
-	r.held[kind] = 0
-	return true, n
-}
-
-func (r *rateLog) line(kind int, _ *slog.Logger, msg string, args ...any) {
-	ok, held := r.allow(kind)
-	if !ok {
-		return
-	}
-	if held > 0 {
-		args = append(args, "similar_lines_held_back", held)
-	}
-	r.logger.Warn(msg, args...)
+// line writes a line of kind; args are key-value pairs of the caller's own
+// domain (source, from, to), never raw peer text.
+func (r *rateLog) line(kind string, _ *slog.Logger, msg string, args ...any) {
+	r.lim.Warn(kind, msg, attrs(args)...)
 }
 
 // drop logs a refused batch, event or reply; peer bytes only as hex.
 func (r *rateLog) drop(reason decodeguard.Reason, source string, seq uint64, err error, payload []byte) {
-	ok, held := r.allow(logDrop + int(reason))
-	if !ok {
-		return
+	a := []slog.Attr{slog.String("source", source), slog.String(ratelog.KeyReason, reason.String())}
+	if err != nil {
+		a = append(a, slog.String(ratelog.KeyErr, ratelog.Escape(err.Error(), 256)))
 	}
-	args := []any{"source", source, "reason", reason.String(), "err", err}
 	if seq != 0 {
-		args = append(args, "seq", seq)
+		a = append(a, slog.Uint64("seq", seq))
 	}
 	if payload != nil {
-		args = append(args, "payload", decodeguard.Hex(payload))
+		a = append(a, slog.Int("len", len(payload)),
+			slog.String(ratelog.KeyPrefixHex, ratelog.PrefixHex(payload, maxLogPayload)))
 	}
-	if held > 0 {
-		args = append(args, "similar_lines_held_back", held)
+	r.lim.Warn(logDrop+reason.String(), "kvevents: dropped", a...)
+}
+
+// attrs turns key-value pairs into attributes.
+func attrs(args []any) []slog.Attr {
+	out := make([]slog.Attr, 0, len(args)/2)
+	for i := 0; i+1 < len(args); i += 2 {
+		k, _ := args[i].(string)
+		out = append(out, slog.Any(k, args[i+1]))
 	}
-	r.logger.Warn("kvevents: dropped", args...)
+	return out
 }

@@ -8,52 +8,13 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/reentry/reentrytest"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // reentryBound bounds every wait of these tests: a call that deadlocks
 // fails the test after it instead of hanging it.
-const reentryBound = 10 * time.Second
-
-// bounded waits for one value on ch, failing the test after reentryBound.
-func bounded[T any](t *testing.T, what string, ch <-chan T) T {
-	t.Helper()
-	select {
-	case v := <-ch:
-		return v
-	case <-time.After(reentryBound):
-		t.Fatalf("%s: nothing within %s (deadlock?)", what, reentryBound)
-	}
-	var zero T
-	return zero
-}
-
-// startRun runs sub.Run; the returned channel is closed when Run has
-// returned, and *errp then holds its result. The cleanup cancels Run and
-// waits for it, bounded.
-func startRun(t *testing.T, sub *Subscriber) (<-chan struct{}, *error, context.CancelFunc) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
-	done := make(chan struct{})
-	var err error
-	go func() { err = sub.Run(ctx); close(done) }()
-	t.Cleanup(func() {
-		cancel()
-		select {
-		case <-done:
-		case <-time.After(reentryBound):
-			t.Errorf("Run did not return within %s of its ctx's end", reentryBound)
-		}
-	})
-	return done, &err, cancel
-}
-
-// runResult waits (bounded) for Run to return and returns its result.
-func runResult(t *testing.T, done <-chan struct{}, errp *error) error {
-	t.Helper()
-	bounded(t, "Run", done)
-	return *errp
-}
+const reentryBound = reentrytest.Bound
 
 // publishUntil publishes on each publisher every few milliseconds until
 // ch yields a value (bounded) and returns it.
@@ -90,7 +51,7 @@ func waitRemoved(t *testing.T, sub *Subscriber) {
 }
 
 type removeResult struct {
-	stats  Stats
+	stats  SourceStats
 	err    error
 	ctxErr error
 }
@@ -103,7 +64,7 @@ type removeResult struct {
 // even batches already received when the Handler returns), Stats no longer
 // lists it, and Run ends normally.
 func TestHandlerRemovesOwnSource(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	var sub *Subscriber
 	var gone atomic.Bool
 	var after atomic.Int32
@@ -133,7 +94,7 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 	if err := sub.Add(Source{Name: "e0", Live: loopback(pub.Endpoint())}); err != nil {
 		t.Fatal(err)
 	}
-	done, runErr, cancel := startRun(t, sub)
+	run := reentrytest.Start(t, sub.Run)
 	r := publishUntil(t, "Remove from the Handler", removed, pub)
 	if r.err != nil {
 		t.Fatalf("Remove(own source) from its Handler: %v", r.err)
@@ -157,11 +118,11 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 	if n := after.Load(); n != 0 {
 		t.Fatalf("%d Handler calls for the source after its Remove returned", n)
 	}
-	if err := sub.Remove("e0"); !errors.Is(err, ErrUnknownSource) {
+	if err := sub.Remove("e0"); !errors.Is(err, errUnknownSource) {
 		t.Fatalf("second Remove: %v", err)
 	}
-	cancel()
-	if err := runResult(t, done, runErr); err != nil {
+	run.Cancel()
+	if err := run.Result(t, "Run"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }
@@ -170,7 +131,7 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 // waiting for that Handler, no Handler call follows, Run returns ErrClosed,
 // and every goroutine ends (goleak in TestMain).
 func TestHandlerClosesSubscriber(t *testing.T) {
-	pubs := []*Publisher{newTestPublisher(t, vllm.Latest, false), newTestPublisher(t, vllm.Latest, false)}
+	pubs := []*Publisher{newTestPublisher(t, vllm.Latest(), false), newTestPublisher(t, vllm.Latest(), false)}
 	var sub *Subscriber
 	var closed atomic.Bool
 	var after atomic.Int32
@@ -194,11 +155,11 @@ func TestHandlerClosesSubscriber(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	done, runErr, _ := startRun(t, sub)
+	run := reentrytest.Start(t, sub.Run)
 	if err := publishUntil(t, "Close from the Handler", closedCh, pubs...); err != nil {
 		t.Fatalf("Close from a Handler: %v", err)
 	}
-	if err := runResult(t, done, runErr); !errors.Is(err, ErrClosed) {
+	if err := run.Result(t, "Run"); !errors.Is(err, ErrClosed) {
 		t.Fatalf("Run: %v, want ErrClosed", err)
 	}
 	if n := after.Load(); n > 1 {
@@ -216,7 +177,7 @@ func TestHandlerClosesSubscriber(t *testing.T) {
 // at once, each Remove the other source. Neither waits for the other (the
 // old Subscriber deadlocked: each Remove waited for the other's Handler).
 func TestHandlersRemoveEachOther(t *testing.T) {
-	pubs := []*Publisher{newTestPublisher(t, vllm.Latest, false), newTestPublisher(t, vllm.Latest, false)}
+	pubs := []*Publisher{newTestPublisher(t, vllm.Latest(), false), newTestPublisher(t, vllm.Latest(), false)}
 	var sub *Subscriber
 	var arrived sync.WaitGroup
 	arrived.Add(2)
@@ -251,7 +212,7 @@ func TestHandlersRemoveEachOther(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	done, runErr, cancel := startRun(t, sub)
+	run := reentrytest.Start(t, sub.Run)
 	for k := 0; k < 2; k++ {
 		if err := publishUntil(t, "Remove of the other source", results, pubs...); err != nil {
 			t.Fatalf("Remove from a Handler: %v", err)
@@ -261,8 +222,8 @@ func TestHandlersRemoveEachOther(t *testing.T) {
 	if st := sub.Stats(); len(st.Sources) != 0 {
 		t.Fatalf("sources left: %+v", st.Sources)
 	}
-	cancel()
-	if err := runResult(t, done, runErr); err != nil {
+	run.Cancel()
+	if err := run.Result(t, "Run"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }
@@ -270,7 +231,7 @@ func TestHandlersRemoveEachOther(t *testing.T) {
 // TestHandlerRemovesOwnSourceDuringReplay: the Remove comes from a Handler
 // called by the replay goroutine (a replayed batch), not the receive loop.
 func TestHandlerRemovesOwnSourceDuringReplay(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
+	pub := newTestPublisher(t, vllm.Latest(), true)
 	for i := 0; i < 50; i++ {
 		if err := pub.Publish(storedEvent(uint64(i))); err != nil {
 			t.Fatal(err)
@@ -293,13 +254,13 @@ func TestHandlerRemovesOwnSourceDuringReplay(t *testing.T) {
 	if err := sub.Add(Source{Name: "e0", Live: loopback(pub.Endpoint()), Replay: pub.ReplayEndpoint()}); err != nil {
 		t.Fatal(err)
 	}
-	done, runErr, cancel := startRun(t, sub)
+	run := reentrytest.Start(t, sub.Run)
 	if err := publishUntil(t, "Remove from a replayed batch's Handler", removed, pub); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
 	waitRemoved(t, sub)
-	cancel()
-	if err := runResult(t, done, runErr); err != nil {
+	run.Cancel()
+	if err := run.Result(t, "Run"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }
@@ -308,7 +269,7 @@ func TestHandlerRemovesOwnSourceDuringReplay(t *testing.T) {
 // ctx before it waits for the in-flight Handler call, so a Handler blocked
 // on its ctx returns and Remove with it.
 func TestRemoveCancelsBlockedHandler(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	inside := make(chan struct{}, 1)
 	how := make(chan string, 1)
 	sub, err := NewSubscriber(Config{Logger: quiet, Handler: func(ctx context.Context, u Update) error {
@@ -331,16 +292,16 @@ func TestRemoveCancelsBlockedHandler(t *testing.T) {
 	if err := sub.Add(Source{Name: "e0", Live: loopback(pub.Endpoint())}); err != nil {
 		t.Fatal(err)
 	}
-	done, runErr, cancel := startRun(t, sub)
+	run := reentrytest.Start(t, sub.Run)
 	publishUntil(t, "a Handler call", inside, pub)
 	if err := sub.Remove("e0"); err != nil {
 		t.Fatalf("Remove: %v", err)
 	}
-	if h := bounded(t, "the Handler", how); h != "canceled" {
+	if h := reentrytest.Receive(t, "the Handler", how); h != "canceled" {
 		t.Fatalf("the blocked Handler was %s", h)
 	}
-	cancel()
-	if err := runResult(t, done, runErr); err != nil {
+	run.Cancel()
+	if err := run.Result(t, "Run"); err != nil {
 		t.Fatalf("Run: %v", err)
 	}
 }

@@ -16,7 +16,7 @@ func TestThousandSources(t *testing.T) {
 		t.Skip("1,000 sockets")
 	}
 	const n = 1000
-	pub := newTestPublisher(t, vllm.Latest, false)
+	pub := newTestPublisher(t, vllm.Latest(), false)
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet})
 	if err != nil {
@@ -28,7 +28,7 @@ func TestThousandSources(t *testing.T) {
 		}
 	}
 	stop := runSub(t, sub)
-	waitFor(t, "1,000 connected", func() bool { return sub.Stats().Total.ConnectedSources == n })
+	waitFor(t, "1,000 connected", func() bool { return sub.Stats().ConnectedSources == n })
 	// Subscriptions may still be in flight: publish until every source has
 	// three batches.
 	waitFor(t, "every source delivering", func() bool {
@@ -42,8 +42,8 @@ func TestThousandSources(t *testing.T) {
 		return true
 	})
 	st := sub.Stats()
-	if len(st.Sources) != n || st.Total.Dropped.Total() != 0 {
-		t.Fatalf("%d sources, drops %v", len(st.Sources), st.Total.Dropped)
+	if len(st.Sources) != n || st.Dropped.Total() != 0 {
+		t.Fatalf("%d sources, drops %v", len(st.Sources), st.Dropped)
 	}
 	rec.mu.Lock()
 	for name, seqs := range rec.batches {

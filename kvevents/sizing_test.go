@@ -19,17 +19,17 @@ func TestDefaultLimitsHoldFullReportMode(t *testing.T) {
 	evs := make([]Event, requests)
 	for i := range evs {
 		evs[i] = Event{Type: BlockStored, BlockHashes: hashes, TokenIDs: prompt, BlockSize: bs,
-			Medium: String("GPU"), GroupIdx: Int(0), KVCacheSpecKind: String("full_attention")}
+			Medium: Some("GPU"), GroupIdx: Some[int64](0), KVCacheSpecKind: Some("full_attention")}
 	}
-	p := AppendBatch(nil, 1, evs, Int(0), true)
-	if len(p) <= 8<<20 || len(p) > DefaultMaxPayload {
-		t.Fatalf("payload of %d bytes: the test wants one between 8 MiB and DefaultMaxPayload", len(p))
+	p := AppendBatch(nil, 1, evs, Some[int64](0), true)
+	if len(p) <= 8<<20 || len(p) > defaultMaxPayload {
+		t.Fatalf("payload of %d bytes: the test wants one between 8 MiB and defaultMaxPayload", len(p))
 	}
 	var b Batch
-	if err := DecodeBatch(p, Limits{}, &b, nil); err != nil || len(b.Events) != requests || b.DroppedEvents != 0 {
+	if err := decodeBatch(p, limits{}, &b, nil); err != nil || len(b.Events) != requests || b.DroppedEvents != 0 {
 		t.Fatalf("%v: %d events, %d dropped", err, len(b.Events), b.DroppedEvents)
 	}
-	if err := DecodeBatch(p, Limits{MaxPayload: 8 << 20}, &b, nil); err == nil {
+	if err := decodeBatch(p, limits{MaxPayload: 8 << 20}, &b, nil); err == nil {
 		t.Fatal("an 8 MiB limit accepted it")
 	}
 }

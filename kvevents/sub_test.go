@@ -33,7 +33,7 @@ func (r *recorder) handle(_ context.Context, u Update) error {
 		r.events += len(u.Batch.Events)
 		s := fmt.Sprintf("%s batch %d ts=%v n=%d", u.Source, u.Seq, u.Batch.TS, len(u.Batch.Events))
 		for _, e := range u.Batch.Events {
-			s += " " + e.Type.String()
+			s += " " + e.Type
 			for _, h := range e.BlockHashes {
 				s += ":" + h.String()
 			}
@@ -77,12 +77,12 @@ func waitFor(t *testing.T, what string, cond func() bool) {
 }
 
 func storedEvent(h uint64) Event {
-	return Event{Type: BlockStored, BlockHashes: []Hash{IntHash(h)}, TokenIDs: []int64{1, 2}, BlockSize: 2, Medium: String("GPU")}
+	return Event{Type: BlockStored, BlockHashes: []Hash{IntHash(h)}, TokenIDs: []int64{1, 2}, BlockSize: 2, Medium: Some("GPU")}
 }
 
 // payloadOf encodes a one-event batch whose hash is its sequence number.
 func payloadOf(seq uint64) []byte {
-	return AppendBatch(nil, float64(seq), []Event{storedEvent(seq)}, Int(0), true)
+	return AppendBatch(nil, float64(seq), []Event{storedEvent(seq)}, Some[int64](0), true)
 }
 
 // TestSequenceStateMachine drives one source's ordering rules directly:

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/tinylib/msgp/msgp"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -28,7 +29,7 @@ func unknownEvent(tag string) []byte {
 // count as unsupported (not decode: they are not hostile), and their names
 // are counted in a bounded, escaped map.
 func TestUnsupportedEventTypes(t *testing.T) {
-	pub := newTestPublisher(t, vllm.Latest, true)
+	pub := newTestPublisher(t, vllm.Latest(), true)
 	const batches = 20
 	for i := 0; i < batches; i++ {
 		// [ts, [stored, unknown, cleared], 0]
@@ -67,14 +68,14 @@ func TestUnsupportedEventTypes(t *testing.T) {
 	waitFor(t, "delivery", func() bool {
 		pub.Publish(storedEvent(1000))
 		time.Sleep(5 * time.Millisecond)
-		return sub.Stats().Total.DroppedEvents[decodeguard.ReasonUnsupported] == batches
+		return sub.Stats().DroppedEvents[decodeguard.ReasonUnsupported] == batches
 	})
 	cancel()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
 	st := sub.Stats()
-	tot := st.Total
+	tot := st
 	if tot.DroppedEvents[decodeguard.ReasonDecode] != 0 || tot.DroppedEvents[decodeguard.ReasonValidate] != 0 || tot.Dropped.Total() != 0 {
 		t.Fatalf("dropped %v, events %v", tot.Dropped, tot.DroppedEvents)
 	}
@@ -82,7 +83,7 @@ func TestUnsupportedEventTypes(t *testing.T) {
 		t.Fatalf("the rest of each batch was not delivered: %+v", tot.Events)
 	}
 	u := st.Sources[0].UnsupportedTypes
-	if len(u) != MaxUnsupportedTypes+1 || u["BlockInactive"] != 1 || u["other"] != batches-MaxUnsupportedTypes {
+	if len(u) != maxUnsupportedTypes+1 || u["BlockInactive"] != 1 || u["other"] != batches-maxUnsupportedTypes {
 		t.Fatalf("unsupported types %v", u)
 	}
 	for name := range u {
@@ -92,7 +93,7 @@ func TestUnsupportedEventTypes(t *testing.T) {
 			}
 		}
 	}
-	if len(tot.UnsupportedTypes) != MaxUnsupportedTypes+1 {
+	if len(tot.UnsupportedTypes) != maxUnsupportedTypes+1 {
 		t.Fatalf("total unsupported types %v", tot.UnsupportedTypes)
 	}
 }

@@ -33,13 +33,13 @@ func unhex(t testing.TB, s string) []byte {
 
 func vecStored() Event {
 	return Event{Type: BlockStored, BlockHashes: []Hash{IntHash(0x1122334455667788)},
-		ParentBlockHash: OptHash{V: IntHash(7), Valid: true}, TokenIDs: []int64{9}, BlockSize: 1,
-		Medium: String("GPU")}
+		ParentBlockHash: Opt[Hash]{V: IntHash(7), Valid: true}, TokenIDs: []int64{9}, BlockSize: 1,
+		Medium: Some("GPU")}
 }
 
 func vecRemoved() Event {
 	return Event{Type: BlockRemoved, BlockHashes: []Hash{IntHash(0x1122334455667788)},
-		Medium: String("GPU"), GroupIdx: Int(0)}
+		Medium: Some("GPU"), GroupIdx: Some[int64](0)}
 }
 
 // batchOf wraps one encoded event into a batch payload.
@@ -63,16 +63,16 @@ func TestEncodeVectors(t *testing.T) {
 		{"removed map", vecRemoved(), true, vecRemovedMap},
 		{"stored map", vecStored(), true, vecStoredMap},
 		{"cleared array", Event{Type: AllBlocksCleared}, false, vecClearedArr},
-		{"removed array", Event{Type: BlockRemoved, BlockHashes: []Hash{IntHash(0x1122334455667788)}, Medium: String("GPU")}, false, vecRemovedArrFull},
+		{"removed array", Event{Type: BlockRemoved, BlockHashes: []Hash{IntHash(0x1122334455667788)}, Medium: Some("GPU")}, false, vecRemovedArrFull},
 	}
 	for _, c := range cases {
-		got := AppendBatch(nil, 1700000000.5, []Event{c.ev}, Int(0), c.mapForm)
+		got := AppendBatch(nil, 1700000000.5, []Event{c.ev}, Some[int64](0), c.mapForm)
 		want := batchOf(t, c.want)
 		if !bytes.Equal(got, want) {
 			t.Errorf("%s:\n got %x\nwant %x", c.name, got, want)
 		}
 	}
-	if got := hex.EncodeToString(AppendBatch(nil, 1700000000.5, []Event{{Type: AllBlocksCleared}}, Int(0), true)); got != vecBatch {
+	if got := hex.EncodeToString(AppendBatch(nil, 1700000000.5, []Event{{Type: AllBlocksCleared}}, Some[int64](0), true)); got != vecBatch {
 		t.Errorf("batch: got %s want %s", got, vecBatch)
 	}
 }
@@ -80,7 +80,7 @@ func TestEncodeVectors(t *testing.T) {
 func TestDecodeVectors(t *testing.T) {
 	p := batchOf(t, vecStoredMap, vecRemovedMap, vecClearedMap, vecRemovedArr, vecClearedArr)
 	var b Batch
-	if err := DecodeBatch(p, Limits{}, &b, nil); err != nil {
+	if err := decodeBatch(p, limits{}, &b, nil); err != nil {
 		t.Fatal(err)
 	}
 	if b.TS != 1700000000.5 || !b.DataParallelRank.Valid || b.DataParallelRank.V != 0 || len(b.Events) != 5 {
@@ -89,11 +89,11 @@ func TestDecodeVectors(t *testing.T) {
 	s := b.Events[0]
 	if s.Type != BlockStored || len(s.BlockHashes) != 1 || s.BlockHashes[0].Uint64() != 0x1122334455667788 ||
 		!s.ParentBlockHash.Valid || s.ParentBlockHash.V.Uint64() != 7 || len(s.TokenIDs) != 1 || s.TokenIDs[0] != 9 ||
-		s.BlockSize != 1 || s.LoraID.Valid || s.Medium != String("GPU") || s.LoraName.Valid || s.HasExtraKeys {
+		s.BlockSize != 1 || s.LoraID.Valid || s.Medium != Some("GPU") || s.LoraName.Valid || s.HasExtraKeys {
 		t.Errorf("stored %+v", s)
 	}
 	r := b.Events[1]
-	if r.Type != BlockRemoved || r.Medium != String("GPU") || r.GroupIdx != Int(0) || r.BlockHashes[0].Uint64() != 0x1122334455667788 {
+	if r.Type != BlockRemoved || r.Medium != Some("GPU") || r.GroupIdx != Some[int64](0) || r.BlockHashes[0].Uint64() != 0x1122334455667788 {
 		t.Errorf("removed %+v", r)
 	}
 	if b.Events[2].Type != AllBlocksCleared || b.Events[3].Type != BlockRemoved || b.Events[3].GroupIdx.Valid || b.Events[4].Type != AllBlocksCleared {
@@ -110,33 +110,33 @@ func TestRoundTripBothForms(t *testing.T) {
 	digest := bytes.Repeat([]byte{0xab}, 32)
 	digest[31] = 0x01
 	bh, _ := BytesHash(digest)
-	extra := AppendBatch(nil, 0, nil, OptInt{}, true)[:0]
+	extra := AppendBatch(nil, 0, nil, Opt[int64]{}, true)[:0]
 	extra = append(extra, 0x92, 0xa1, 'x', 0x05) // ("x", 5)
 	full := Event{Type: BlockStored, BlockHashes: []Hash{bh, IntHash(1 << 63)}, TokenIDs: []int64{1, 2, 3, 4},
-		BlockSize: 2, LoraID: Int(3), Medium: String("CPU"), LoraName: String("l"), HasExtraKeys: true,
-		ExtraKeys: [][]byte{extra, nil}, GroupIdx: Int(1), KVCacheSpecKind: String("full_attention"),
-		KVCacheSpecSlidingWindow: Int(-1), Locality: String("local"), Ownership: String("own"), SessionID: String("s")}
+		BlockSize: 2, LoraID: Some[int64](3), Medium: Some("CPU"), LoraName: Some("l"), HasExtraKeys: true,
+		ExtraKeys: [][]byte{extra, nil}, GroupIdx: Some[int64](1), KVCacheSpecKind: Some("full_attention"),
+		KVCacheSpecSlidingWindow: Some[int64](-1), Locality: Some("local"), Ownership: Some("own"), SessionID: Some("s")}
 	for _, mapForm := range []bool{true, false} {
-		p := AppendBatch(nil, 12.25, []Event{full, {Type: AllBlocksCleared}}, OptInt{}, mapForm)
+		p := AppendBatch(nil, 12.25, []Event{full, {Type: AllBlocksCleared}}, Opt[int64]{}, mapForm)
 		var b Batch
-		if err := DecodeBatch(p, Limits{}, &b, nil); err != nil {
+		if err := decodeBatch(p, limits{}, &b, nil); err != nil {
 			t.Fatalf("mapForm=%v: %v", mapForm, err)
 		}
 		if b.DataParallelRank.Valid || len(b.Events) != 2 {
 			t.Fatalf("batch %+v", b)
 		}
 		e := b.Events[0]
-		later := String("local") == e.Locality && String("own") == e.Ownership && String("s") == e.SessionID
+		later := Some("local") == e.Locality && Some("own") == e.Ownership && Some("s") == e.SessionID
 		if mapForm != later {
 			// The array form (v0.25 and before) has no field after
 			// kv_cache_spec_sliding_window.
 			t.Errorf("mapForm=%v: locality/ownership/session_id %v %v %v", mapForm, e.Locality, e.Ownership, e.SessionID)
 		}
-		if !e.BlockHashes[0].IsBytes() || e.BlockHashes[0].String() != hex.EncodeToString(digest) ||
+		if !e.BlockHashes[0].isBytes() || e.BlockHashes[0].String() != hex.EncodeToString(digest) ||
 			e.BlockHashes[0].Uint64() != 0xabababababababab&^0xff|0x01 || e.BlockHashes[1].Uint64() != 1<<63 ||
-			e.LoraID != Int(3) || e.Medium != String("CPU") || e.LoraName != String("l") || !e.HasExtraKeys ||
+			e.LoraID != Some[int64](3) || e.Medium != Some("CPU") || e.LoraName != Some("l") || !e.HasExtraKeys ||
 			len(e.ExtraKeys) != 2 || !bytes.Equal(e.ExtraKeys[0], extra) || !bytes.Equal(e.ExtraKeys[1], []byte{0xc0}) ||
-			e.GroupIdx != Int(1) || e.KVCacheSpecKind != String("full_attention") || e.KVCacheSpecSlidingWindow != Int(-1) {
+			e.GroupIdx != Some[int64](1) || e.KVCacheSpecKind != Some("full_attention") || e.KVCacheSpecSlidingWindow != Some[int64](-1) {
 			t.Errorf("mapForm=%v: %+v", mapForm, e)
 		}
 	}
@@ -174,8 +174,8 @@ func TestDecodeDrops(t *testing.T) {
 		}
 		p := batchOf(t, good, raw, good)
 		var b Batch
-		var drops []EventDrop
-		if err := DecodeBatch(p, Limits{}, &b, func(d EventDrop) { drops = append(drops, d) }); err != nil {
+		var drops []eventDrop
+		if err := decodeBatch(p, limits{}, &b, func(d eventDrop) { drops = append(drops, d) }); err != nil {
 			t.Errorf("%s: batch error %v", name, err)
 			continue
 		}
@@ -198,8 +198,8 @@ func TestDecodeDrops(t *testing.T) {
 	}{
 		// Offloading placeholders: block_size 0, no tokens (vLLM PR
 		// #36644); before it, the block size with no tokens.
-		"placeholder":     {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, Medium: String("CPU")}, true, 0},
-		"offload no toks": {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, BlockSize: 256, Medium: String("CPU")}, true, 0},
+		"placeholder":     {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, Medium: Some("CPU")}, true, 0},
+		"offload no toks": {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1), IntHash(2)}, BlockSize: 256, Medium: Some("CPU")}, true, 0},
 		// Null blocks keep their tokens, lose their hash (#44451).
 		"hybrid align": {Event{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, BlockSize: 2, TokenIDs: []int64{1, 2, 3, 4, 5, 6}}, false, 2},
 		"all null":     {Event{Type: BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2}}, false, 1},
@@ -215,17 +215,17 @@ func TestDecodeDrops(t *testing.T) {
 		t.Fatalf("no nil token_ids in %x", nilTokens)
 	}
 	var nb Batch
-	if err := DecodeBatch(batchOf(t, hex.EncodeToString(nilTokens)), Limits{}, &nb, nil); err != nil || len(nb.Events) != 1 || !nb.Events[0].Placeholder() {
+	if err := decodeBatch(batchOf(t, hex.EncodeToString(nilTokens)), limits{}, &nb, nil); err != nil || len(nb.Events) != 1 || !nb.Events[0].placeholder() {
 		t.Errorf("token_ids nil: %v %+v", err, nb)
 	}
 	for name, c := range ok {
 		var b Batch
-		if err := DecodeBatch(AppendBatch(nil, 1, []Event{c.ev}, OptInt{}, true), Limits{}, &b, nil); err != nil || len(b.Events) != 1 {
+		if err := decodeBatch(AppendBatch(nil, 1, []Event{c.ev}, Opt[int64]{}, true), limits{}, &b, nil); err != nil || len(b.Events) != 1 {
 			t.Errorf("%s: %v %+v", name, err, b)
 			continue
 		}
-		if e := &b.Events[0]; e.Placeholder() != c.placeholder || e.SkippedBlocks() != c.skipped {
-			t.Errorf("%s: Placeholder %v SkippedBlocks %d, want %v %d", name, e.Placeholder(), e.SkippedBlocks(), c.placeholder, c.skipped)
+		if e := &b.Events[0]; e.placeholder() != c.placeholder || e.SkippedBlocks() != c.skipped {
+			t.Errorf("%s: Placeholder %v SkippedBlocks %d, want %v %d", name, e.placeholder(), e.SkippedBlocks(), c.placeholder, c.skipped)
 		}
 	}
 }
@@ -233,7 +233,7 @@ func TestDecodeDrops(t *testing.T) {
 func TestDecodeBatchErrors(t *testing.T) {
 	cases := map[string]struct {
 		p      []byte
-		lim    Limits
+		lim    limits
 		reason decodeguard.Reason
 	}{
 		"empty":       {p: nil, reason: decodeguard.ReasonDecode},
@@ -244,13 +244,13 @@ func TestDecodeBatchErrors(t *testing.T) {
 		"rank str":    {p: []byte{0x93, 0x01, 0x90, 0xa1, 'x'}, reason: decodeguard.ReasonDecode},
 		"huge array":  {p: []byte{0xdd, 0xff, 0xff, 0xff, 0xff}, reason: decodeguard.ReasonDecode},
 		"truncated":   {p: unhex(t, vecBatch)[:20], reason: decodeguard.ReasonDecode},
-		"oversize":    {p: batchOf(t, vecClearedMap), lim: Limits{MaxPayload: 10}, reason: decodeguard.ReasonOversize},
-		"many events": {p: batchOf(t, vecClearedMap, vecClearedMap), lim: Limits{MaxEvents: 1}, reason: decodeguard.ReasonOversize},
+		"oversize":    {p: batchOf(t, vecClearedMap), lim: limits{MaxPayload: 10}, reason: decodeguard.ReasonOversize},
+		"many events": {p: batchOf(t, vecClearedMap, vecClearedMap), lim: limits{MaxEvents: 1}, reason: decodeguard.ReasonOversize},
 		"bad utf8":    {p: []byte{0x92, 0x01, 0x91, 0x81, 0xa4, 't', 'y', 'p', 'e', 0xa3, 0xe0, 0x80, 0x80}, reason: decodeguard.ReasonDecode},
 	}
 	for name, c := range cases {
 		var b Batch
-		err := DecodeBatch(c.p, c.lim, &b, nil)
+		err := decodeBatch(c.p, c.lim, &b, nil)
 		if !decodeguard.IsBadInput(err) || decodeguard.ReasonOf(err) != c.reason {
 			t.Errorf("%s: %v (reason %v, want %v)", name, err, decodeguard.ReasonOf(err), c.reason)
 		}
@@ -266,7 +266,7 @@ func TestDecodeBatchErrors(t *testing.T) {
 	p = append(p, "data_parallel_rank"...)
 	p = append(p, 0x03)
 	var b Batch
-	if err := DecodeBatch(p, Limits{}, &b, nil); err != nil || b.TS != 1 || b.DataParallelRank != Int(3) || len(b.Events) != 1 {
+	if err := decodeBatch(p, limits{}, &b, nil); err != nil || b.TS != 1 || b.DataParallelRank != Some[int64](3) || len(b.Events) != 1 {
 		t.Errorf("map batch: %v %+v", err, b)
 	}
 }
@@ -277,7 +277,7 @@ func TestHashFold(t *testing.T) {
 		d[i] = byte(i)
 	}
 	h, ok := BytesHash(d)
-	if !ok || h.Uint64() != 0x18191a1b1c1d1e1f || !h.IsBytes() || !bytes.Equal(h.Bytes(), d) {
+	if !ok || h.Uint64() != 0x18191a1b1c1d1e1f || !h.isBytes() || !bytes.Equal(h.Bytes(), d) {
 		t.Fatalf("fold %x", h.Uint64())
 	}
 	if h, _ := BytesHash([]byte{1, 2}); h.Uint64() != 0x0102 {

@@ -1,9 +1,10 @@
 package kvindex
 
-// Key is a block's local key: a 64-bit chained hash of the block's
-// keyspace (model and block size), its parent's key, its token ids, its
-// LoRA name and its extra keys, computed by [BlockKeys]. Equal keys mean
-// equal prefixes (up to a 2⁻⁶⁴ collision chance per pair).
+// Key is a block's key. A local key is a 64-bit chained hash of the
+// block's keyspace (model and block size), its parent's key, its token
+// ids, its LoRA name and its extra keys: equal keys mean equal prefixes (up
+// to a 2⁻⁶⁴ collision chance per pair). In engine-key mode (Config.Keys) a
+// key is the hash the engine publishes.
 type Key uint64
 
 // OpKind says what an [Op] does.
@@ -37,25 +38,11 @@ const (
 	OpLost
 )
 
-// String returns the kind's lower-case name.
-func (k OpKind) String() string {
-	switch k {
-	case OpStore:
-		return "store"
-	case OpRemove:
-		return "remove"
-	case OpClear:
-		return "clear"
-	case OpLost:
-		return "lost"
-	}
-	return "unknown"
-}
-
 // Op is one storage operation. Hash is the engine's block hash
 // (kvevents.Hash.Uint64), Key the local key (OpStore only), Medium the tier
-// ("GPU", "CPU", ...; never empty for OpStore and OpRemove), Group the
-// KV-cache group (0 ≤ Group ≤ MaxGroup).
+// ("GPU", "CPU", ...; never empty for OpStore and OpRemove, at most 64
+// bytes), Group the KV-cache group (0 ≤ Group ≤ 255; an event naming a
+// higher one is refused, counted in Stats.Refused).
 type Op struct {
 	Kind   OpKind
 	Hash   uint64
@@ -63,20 +50,6 @@ type Op struct {
 	Medium string
 	Group  int
 }
-
-// MaxGroup is the highest KV-cache group index the index accepts; an event
-// naming a higher one is refused (counted in Stats.Refused).
-const MaxGroup = 255
-
-// MaxMediums is how many distinct medium names a backend keeps; stores on
-// further mediums are refused (counted in Counts.Rejected). vLLM knows a
-// handful (GPU, CPU, disk/STORAGE, connector names). Names are kept for the
-// backend's life: a publisher inventing names uses the slots up, and the
-// rejections show it.
-const MaxMediums = 64
-
-// MaxMediumLen bounds a medium name; a longer one is refused.
-const MaxMediumLen = 64
 
 // Counts is what one Apply did, summed into the index's Stats.
 type Counts struct {
@@ -94,9 +67,11 @@ type Counts struct {
 	// Evicted counts entries removed to stay within the capacity.
 	Evicted uint64
 	// Rejected counts OpStore the backend could not hold: a group outside
-	// 0..MaxGroup, an empty or over-long medium name, or a medium past
-	// MaxMediums distinct ones. Never an error: a peer's bytes must not
-	// stop the index.
+	// 0..255, an empty or over-long medium name, or a medium past 64
+	// distinct ones (vLLM knows a handful: GPU, CPU, disk/STORAGE,
+	// connector names; names are kept for the backend's life, so a
+	// publisher inventing names uses the slots up, and the rejections show
+	// it). Never an error: a peer's bytes must not stop the index.
 	Rejected uint64
 }
 

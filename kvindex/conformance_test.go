@@ -8,7 +8,7 @@ import (
 )
 
 func newMemory(t *testing.T, capacity int) kvindex.Backend {
-	b, err := kvindex.NewMemory(kvindex.MemoryConfig{Capacity: capacity})
+	b, err := kvindex.NewMemory(capacity)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -19,7 +19,7 @@ func newMemory(t *testing.T, capacity int) kvindex.Backend {
 // TestMemoryConformance runs the backend conformance suite (hand-written
 // rules and the model-based property test) against the memory backend.
 func TestMemoryConformance(t *testing.T) {
-	kvindextest.Run(t, newMemory)
+	kvindextest.Run(t, newMemory, kvindextest.Options{})
 }
 
 // opaque hides the memory backend's type, so the index takes the generic
@@ -32,5 +32,5 @@ type opaque struct{ kvindex.Backend }
 func TestGenericPathConformance(t *testing.T) {
 	kvindextest.Run(t, func(t *testing.T, capacity int) kvindex.Backend {
 		return opaque{newMemory(t, capacity)}
-	})
+	}, kvindextest.Options{})
 }

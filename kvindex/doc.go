@@ -1,17 +1,33 @@
-// Package kvindex is the KV-cache index a router embeds: from the KV events
-// of a fleet of vLLM engines (package kvevents, or any feed of
-// kvevents.Event) it knows which engine holds which prefix blocks, on which
-// medium (GPU, CPU, disk, ...), and answers [Index.Score]: per engine, the
-// longest cached prefix of a prompt on any medium and on each, in blocks
-// and tokens, certain and maybe. It
-// stays exact when events are lost and publishers restart, because the
-// subscriber reports both (kvevents.UpdateLost, kvevents.UpdateReset) and
-// the index acts on them.
+// Package kvindex tells a router which vLLM engine caches the longest
+// prefix of a prompt, from the engines' KV events.
+//
+//	x, err := kvindex.New(kvindex.Config{})
+//	if err != nil {
+//		return err
+//	}
+//	defer x.Close()
+//	sub, err := kvevents.NewSubscriber(kvevents.Config{
+//		Handler: func(_ context.Context, u kvevents.Update) error { return x.Apply(u) },
+//	})
+//	// ... sub.Add(a source per engine), go sub.Run(ctx), then per request:
+//	r, err := x.Score(kvindex.ScoreRequest{Tokens: promptTokenIDs})
+//	if best, ok := r.Best(); ok {
+//		route(best.Engine) // best.Tokens are cached there
+//	}
+//
+// The index follows a fleet of engines (package kvevents, or any feed of
+// kvevents.Event): which engine holds which prefix blocks, on which medium
+// (GPU, CPU, disk, ...), and [Index.Score] answers, per engine, the longest
+// cached prefix of a prompt on any medium and on each, in blocks and
+// tokens, certain and maybe. It stays exact when events are lost and
+// publishers restart, because the subscriber reports both
+// (kvevents.UpdateLost, kvevents.UpdateReset) and the index acts on them;
+// [Index.Apply] takes either, for feeds other than a subscriber too.
 //
 // # Keys
 //
-// Blocks are keyed by local keys ([Key]) the index computes itself from
-// each BlockStored's token ids, not by the engine's hashes. vLLM's hashes
+// By default blocks are keyed by local keys ([Key]) the index computes
+// itself from each BlockStored's token ids, not by the engine's hashes. vLLM's hashes
 // depend on its hash function, its release and, for the default
 // pickle-based one, on PYTHONHASHSEED (a random seed per process when
 // unset), so two engines' hashes of one prompt need not agree and a router
@@ -30,6 +46,16 @@
 // the block size from its stores; Score tries every block size seen for the
 // request's model.
 //
+// Engine-key mode. With Config.Keys set, a block's key is the hash its
+// engine publishes, and Score computes a prompt's keys with Config.Keys:
+// package vllmhash's Hasher.Keys computes vLLM's own hashes. A store then
+// needs neither tokens nor a parent hash (a hybrid store is indexed as
+// published), but every engine must run with the key function's hash
+// function, PYTHONHASHSEED and block size, or nothing matches. The rules
+// below hold in both modes, except those about parents and hybrid stores.
+// Local keys have no such requirement and are the default to use unless
+// the deployment already keys by vLLM's hashes.
+//
 // # Entries
 //
 // An entry is (block, engine, engine hash, medium, KV-cache group). A
@@ -40,7 +66,7 @@
 // reason #37688 gave). Events of groups whose blocks do not hold a whole
 // prefix — sliding-window, chunked-local, Mamba, encoder-only and
 // cross-attention groups, as kv_cache_spec_kind names them (vLLM PR #40984)
-// — are left out ([PartialGroup], Stats.PartialGroups): a prefix counts
+// — are left out (Stats.PartialGroups): a prefix counts
 // where the full-attention (or MLA) group holds it, and a sliding-window
 // group's copy of a block the full-attention group dropped is not a hit.
 // (A model with sliding-window layers only is therefore not indexed; a
@@ -111,8 +137,8 @@
 // collision, or a restart the index did not see with a fixed seed) removes
 // the engine's entries under the old key first (Counts.Remapped).
 //
-// Capacity. The memory backend holds at most MemoryConfig.Capacity entries
-// (Config.Capacity for the default one). Past it the oldest entries by
+// Capacity. The memory backend holds at most the capacity given to
+// [NewMemory] (Config.Capacity for the default one). Past it the oldest entries by
 // first store are evicted (Counts.Evicted): O(1), deterministic, easy to
 // reproduce in a shared store, and vLLM's own eviction is of blocks unused
 // longest, which the oldest stores approximate without a write on every

@@ -15,9 +15,9 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
-	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -174,7 +174,7 @@ func jsonEvent(t *testing.T, m map[string]json.RawMessage) kvevents.Event {
 		}
 	}
 	if !isNull("parent_block_hash") {
-		ev.ParentBlockHash = kvevents.OptHash{V: jsonHash(t, m["parent_block_hash"]), Valid: true}
+		ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: jsonHash(t, m["parent_block_hash"]), Valid: true}
 	}
 	if !isNull("token_ids") {
 		if err := json.Unmarshal(m["token_ids"], &ev.TokenIDs); err != nil {
@@ -186,12 +186,12 @@ func jsonEvent(t *testing.T, m map[string]json.RawMessage) kvevents.Event {
 			t.Fatal(err)
 		}
 	}
-	str := func(k string) kvevents.OptString {
+	str := func(k string) kvevents.Opt[string] {
 		var s string
 		if isNull(k) || json.Unmarshal(m[k], &s) != nil {
-			return kvevents.OptString{}
+			return kvevents.Opt[string]{}
 		}
-		return kvevents.String(s)
+		return kvevents.Some(s)
 	}
 	ev.Medium, ev.LoraName = str("medium"), str("lora_name")
 	if !isNull("group_idx") {
@@ -199,7 +199,7 @@ func jsonEvent(t *testing.T, m map[string]json.RawMessage) kvevents.Event {
 		if err := json.Unmarshal(m["group_idx"], &g); err != nil {
 			t.Fatal(err)
 		}
-		ev.GroupIdx = kvevents.Int(g)
+		ev.GroupIdx = kvevents.Some[int64](g)
 	}
 	if !isNull("extra_keys") {
 		dec := json.NewDecoder(bytes.NewReader(m["extra_keys"]))
@@ -245,7 +245,7 @@ func TestGoldenEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer x.Close()
-	model := kvindextest.NewModel(0, nil)
+	model := kvmodel.NewModel(0, nil)
 
 	// Prompts, and the chains behind each hash.
 	links := map[uint64]chainLink{}
@@ -421,12 +421,12 @@ func TestGoldenEndToEnd(t *testing.T) {
 			}
 		default:
 			model.Apply(u)
-			check(u.Kind.String())
+			check(u.Kind)
 		}
 		return nil
 	}
 
-	pub, err := socket.NewXPub(socket.Options{})
+	pub, err := socket.New("XPUB", socket.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -22,7 +22,7 @@ func Example() {
 		prompt[i] = int64(1000 + i)
 	}
 	stored := func(tokens []int64, hashes ...uint64) kvevents.Event {
-		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, TokenIDs: tokens, Medium: kvevents.String("GPU")}
+		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, TokenIDs: tokens, Medium: kvevents.Some("GPU")}
 		for _, h := range hashes {
 			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(h))
 		}

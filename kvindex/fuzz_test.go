@@ -5,9 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
-	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 )
 
 // fuzzEvents turns bytes into batches of events for 3 engines, five bytes
@@ -53,29 +53,29 @@ func fuzzEvents(data []byte, apply func(engine string, evs []kvevents.Event), co
 			for i := range hs {
 				hs[i] = h + uint64(i)
 			}
-			ev := kvindextest.Store(hs, -1, toks, 4, med, 0)
-			ev.BlockSize, ev.GroupIdx = bs, kvevents.Int(group)
+			ev := kvmodel.Store(hs, -1, toks, 4, med, 0)
+			ev.BlockSize, ev.GroupIdx = bs, kvevents.Some[int64](group)
 			if b[4]&1 != 0 {
-				ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(uint64(b[4] >> 3 % 32)), Valid: true}
+				ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(uint64(b[4] >> 3 % 32)), Valid: true}
 			}
 			if b[4]&2 != 0 {
-				ev.LoraName = kvevents.String("L")
+				ev.LoraName = kvevents.Some("L")
 				ev.HasExtraKeys, ev.ExtraKeys = true, kvindex.LoraExtraKeys("L", n)
 			}
 			if b[4]&4 != 0 {
-				ev.Medium = kvevents.OptString{}
+				ev.Medium = kvevents.Opt[string]{}
 			}
 			batch = append(batch, ev)
 		case 3:
-			ev := kvindextest.Placeholder([]uint64{h}, med, 0)
-			ev.GroupIdx = kvevents.Int(group)
+			ev := kvmodel.Placeholder([]uint64{h}, med, 0)
+			ev.GroupIdx = kvevents.Some[int64](group)
 			batch = append(batch, ev)
 		case 4:
-			ev := kvindextest.Remove([]uint64{h, h + 1}[:n%2+1], med, 0)
-			ev.GroupIdx = kvevents.Int(group)
+			ev := kvmodel.Remove([]uint64{h, h + 1}[:n%2+1], med, 0)
+			ev.GroupIdx = kvevents.Some[int64](group)
 			batch = append(batch, ev)
 		case 5:
-			batch = append(batch, kvindextest.Cleared())
+			batch = append(batch, kvmodel.Cleared())
 		case 6:
 			flush()
 			control(e, b[4]&1 == 0)
@@ -101,7 +101,7 @@ func FuzzApplyEvents(f *testing.F) {
 			t.Fatal(err)
 		}
 		defer x.Close()
-		m := kvindextest.NewModel(0, nil)
+		m := kvmodel.NewModel(0, nil)
 		fuzzEvents(data, func(engine string, evs []kvevents.Event) {
 			if err := x.ApplyEvents(engine, evs); err != nil {
 				t.Fatalf("ApplyEvents: %v", err)
@@ -109,10 +109,10 @@ func FuzzApplyEvents(f *testing.F) {
 			m.ApplyEvents(engine, evs)
 		}, func(engine string, reset bool) {
 			if reset {
-				x.Clear(engine)
+				x.Apply(kvevents.Update{Kind: kvevents.UpdateReset, Source: engine})
 				m.Clear(engine)
 			} else {
-				x.Lost(engine)
+				x.Apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: engine})
 				m.Lost(engine)
 			}
 		})
@@ -135,6 +135,69 @@ func FuzzApplyEvents(f *testing.F) {
 				}
 				if want := m.Score(req, kvindex.DefaultBlockSize); !reflect.DeepEqual(got.Engines, want.Engines) {
 					t.Fatalf("start %d lora %q:\nindex %+v\nmodel %+v", start, lora, got.Engines, want.Engines)
+				}
+			}
+		}
+	})
+}
+
+// FuzzEngineKeys applies the same hostile batches to an index in
+// engine-key mode (Config.Keys: a block's key is its engine's hash): it
+// never panics and never fails, its entries stay within the capacity, and
+// every Score is well-formed (certain ≤ maybe ≤ the prompt's blocks, each
+// tier within the engine's any-medium prefix).
+func FuzzEngineKeys(f *testing.F) {
+	f.Add([]byte("\x00\x01\x02\x00\x00\x10\x01\x02\x00\x01\x03\x01\x00\x01\x00"))
+	f.Add([]byte("\x00\x00\x03\x00\x00\x06\x00\x00\x00\x00\x00\x04\x03\x00\x00\x01\x00\x00\x00\x00"))
+	// Keys of a prompt: block i of a prompt starting with token s is key
+	// s+i, the hashes fuzzEvents stores chains under.
+	keys := func(req *kvindex.ScoreRequest, bs int, dst []kvindex.Key) ([]kvindex.Key, error) {
+		for i := 0; i < len(req.Tokens)/bs; i++ {
+			dst = append(dst, kvindex.Key(uint64(req.Tokens[0])+uint64(i)))
+		}
+		return dst, nil
+	}
+	f.Fuzz(func(t *testing.T, data []byte) {
+		if len(data) > 4000 {
+			return
+		}
+		const capacity = 64
+		x, err := kvindex.New(kvindex.Config{Capacity: capacity, Keys: keys, BlockSize: 4})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer x.Close()
+		fuzzEvents(data, func(engine string, evs []kvevents.Event) {
+			if err := x.ApplyEvents(engine, evs); err != nil {
+				t.Fatalf("ApplyEvents: %v", err)
+			}
+		}, func(engine string, reset bool) {
+			kind := kvevents.UpdateLost
+			if reset {
+				kind = kvevents.UpdateReset
+			}
+			if err := x.Apply(kvevents.Update{Kind: kind, Source: engine}); err != nil {
+				t.Fatalf("Apply: %v", err)
+			}
+		})
+		if st := x.Stats(); st.Backend.Entries > capacity {
+			t.Fatalf("%d entries, capacity %d", st.Backend.Entries, capacity)
+		}
+		for start := int64(0); start < 32; start++ {
+			toks := make([]int64, 16)
+			toks[0] = start
+			r, err := x.Score(kvindex.ScoreRequest{Tokens: toks, BlockSize: 4})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, e := range r.Engines {
+				if e.Blocks > e.MaybeBlocks || e.MaybeBlocks > r.PromptBlocks || e.MaybeBlocks == 0 {
+					t.Fatalf("start %d: %+v of %d blocks", start, e, r.PromptBlocks)
+				}
+				for _, tr := range e.Tiers {
+					if tr.Blocks > e.Blocks || tr.MaybeBlocks > e.MaybeBlocks {
+						t.Fatalf("start %d: tier %+v beyond engine %+v", start, tr, e)
+					}
 				}
 			}
 		}

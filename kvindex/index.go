@@ -5,38 +5,37 @@ import (
 	"fmt"
 	"log/slog"
 	"slices"
-	"strings"
 	"sync"
 	"sync/atomic"
 
+	"github.com/zmqguard/zmqguard/internal/kvkey"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/kvevents"
 )
 
 // ErrClosed is returned by an Index or Backend used after Close.
 var ErrClosed = errors.New("kvindex: closed")
 
-// DefaultBlockSize is the block size Score uses for a model no store has
+// defaultBlockSize is the block size Score uses for a model no store has
 // named yet, when neither the request nor Config.BlockSize names one
 // (vLLM's default --block-size on GPUs).
-const DefaultBlockSize = 16
-
-// DefaultMedium is the medium of an event that names none: releases before
-// the medium field published GPU blocks only.
-const DefaultMedium = "GPU"
+const defaultBlockSize = 16
 
 // MaxBlockSize bounds a block size the index accepts (vLLM's largest
 // configurable block size is far below it).
-const MaxBlockSize = 1 << 16
+const MaxBlockSize = kvkey.MaxBlockSize
 
-// Config configures an Index. Zero fields take the defaults.
+// Config configures an Index. The zero value of every field means its
+// documented default; New refuses a negative number.
 type Config struct {
-	// Backend stores the index (nil: NewMemory with Capacity).
+	// Backend stores the index. Nil means an in-memory one (NewMemory)
+	// holding Capacity entries, closed by Index.Close.
 	Backend Backend
-	// Capacity is the entry capacity of the default memory backend
-	// (0: DefaultCapacity). Ignored when Backend is set.
+	// Capacity is the entry capacity of the default in-memory backend;
+	// ignored when Backend is set. Zero means 4,194,304 (about 256 MiB).
 	Capacity int
-	// Seed is the local-key seed (0: DefaultSeed). Every process sharing
-	// a backend must use the same one.
+	// Seed is the local-key seed; every process sharing a backend must
+	// use the same one. Zero means the index's fixed default seed.
 	Seed uint64
 	// Model is the model every engine serves when ModelOf is nil ("" is a
 	// valid model name: a single-model deployment needs neither).
@@ -45,9 +44,20 @@ type Config struct {
 	// the topic llm-d deployments publish under. Called once per engine.
 	ModelOf func(engine string) string
 	// BlockSize is the block size Score uses for a model no store has
-	// named yet (0: DefaultBlockSize).
+	// named yet. Zero means 16 (vLLM's default on GPUs); at most
+	// MaxBlockSize.
 	BlockSize int
-	// Logger receives a line when the backend fails (nil: slog.Default()).
+	// Keys, when set, keys blocks by the hashes the engines publish
+	// instead of the index's own hashes of their tokens ("engine-key
+	// mode"): a store needs neither tokens nor a parent, and Score asks
+	// Keys for the keys of a prompt's full blocks of blockSize tokens,
+	// appended to dst. Package vllmhash's Hasher.Keys computes vLLM's own
+	// hashes. Every engine must then hash as Keys does (vLLM: one hash
+	// function, one PYTHONHASHSEED), and Model does not separate keys.
+	// Nil means local keys (see the package documentation).
+	Keys func(req *ScoreRequest, blockSize int, dst []Key) ([]Key, error)
+	// Logger receives a line when the backend fails. Nil means
+	// slog.Default().
 	Logger *slog.Logger
 }
 
@@ -73,6 +83,8 @@ type Index struct {
 
 	st     counters
 	closed atomic.Bool
+
+	fails *ratelog.Limiter // backend-failure lines
 }
 
 type engineState struct {
@@ -88,24 +100,32 @@ type engineState struct {
 	blk     []Key
 }
 
-// New returns an Index.
+// New returns an Index. It fills the defaults of cfg's zero fields first,
+// then checks the result.
 func New(cfg Config) (*Index, error) {
-	if cfg.Capacity < 0 || cfg.BlockSize < 0 || cfg.BlockSize > MaxBlockSize {
-		return nil, fmt.Errorf("kvindex: bad Config (Capacity %d, BlockSize %d)", cfg.Capacity, cfg.BlockSize)
+	if cfg.Seed == 0 {
+		cfg.Seed = kvkey.DefaultSeed
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.Default()
+	}
+	if cfg.BlockSize == 0 {
+		cfg.BlockSize = defaultBlockSize
+	}
+	if cfg.Capacity == 0 {
+		cfg.Capacity = defaultCapacity
+	}
+	switch {
+	case cfg.Capacity < 0 || cfg.Capacity > maxCapacity:
+		return nil, fmt.Errorf("kvindex: Config.Capacity %d out of range 1..%d", cfg.Capacity, maxCapacity)
+	case cfg.BlockSize < 0 || cfg.BlockSize > MaxBlockSize:
+		return nil, fmt.Errorf("kvindex: Config.BlockSize %d out of range 1..%d", cfg.BlockSize, MaxBlockSize)
 	}
 	x := &Index{cfg: cfg, be: cfg.Backend, seed: cfg.Seed, log: cfg.Logger,
-		engines: map[string]*engineState{}, spaces: map[string][]int{}}
-	if x.seed == 0 {
-		x.seed = DefaultSeed
-	}
-	if x.log == nil {
-		x.log = slog.Default()
-	}
-	if x.cfg.BlockSize == 0 {
-		x.cfg.BlockSize = DefaultBlockSize
-	}
+		engines: map[string]*engineState{}, spaces: map[string][]int{},
+		fails: ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: "kvindex"})}
 	if x.be == nil {
-		be, err := NewMemory(MemoryConfig{Capacity: cfg.Capacity})
+		be, err := NewMemory(cfg.Capacity)
 		if err != nil {
 			return nil, err
 		}
@@ -113,9 +133,6 @@ func New(cfg Config) (*Index, error) {
 	}
 	return x, nil
 }
-
-// Backend returns the index's backend.
-func (x *Index) Backend() Backend { return x.be }
 
 func (x *Index) engine(name string) *engineState {
 	x.mu.Lock()
@@ -134,7 +151,7 @@ func (x *Index) engine(name string) *engineState {
 
 // Apply applies one update of a kvevents.Subscriber: a batch's events, a
 // publisher reset (the engine is cleared) or a lost range (the engine's
-// entries become uncertain). Its signature fits a kvevents.Handler with
+// entries become uncertain). Its signature fits kvevents.Config.Handler with
 // the context dropped.
 func (x *Index) Apply(u kvevents.Update) error {
 	switch u.Kind {
@@ -151,21 +168,6 @@ func (x *Index) Apply(u kvevents.Update) error {
 		return x.do(u.Source, OpLost)
 	}
 	return nil
-}
-
-// Clear empties what the index holds for engine, as a publisher reset
-// does (for feeds other than a kvevents.Subscriber).
-func (x *Index) Clear(engine string) error {
-	x.st.resets.Add(1)
-	return x.do(engine, OpClear)
-}
-
-// Lost tells the index that some of engine's events were lost: its
-// entries become uncertain until stored again (for feeds other than a
-// kvevents.Subscriber).
-func (x *Index) Lost(engine string) error {
-	x.st.losses.Add(1)
-	return x.do(engine, OpLost)
 }
 
 func (x *Index) do(engine string, k OpKind) error {
@@ -187,21 +189,22 @@ func (x *Index) apply(engine string, ops []Op) error {
 	x.st.add(c)
 	if err != nil {
 		x.st.errors.Add(1)
-		x.log.Error("kvindex: backend apply failed", "engine", safeName(engine), "err", err)
+		x.logFailure("apply", engine, err)
 	}
 	return err
 }
 
-// ApplyEvent applies one event of engine (for any feed of events).
-func (x *Index) ApplyEvent(engine string, ev *kvevents.Event) error {
-	return x.ApplyEvents(engine, []kvevents.Event{*ev})
+// chained reports whether a store's parent hash must be resolved: it has
+// one, and the index computes local keys (engine-key mode needs none).
+func (x *Index) chained(ev *kvevents.Event) bool {
+	return ev.ParentBlockHash.Valid && x.cfg.Keys == nil
 }
 
 // isPlaceholder reports a tier-only store: an offloading connector's
 // BlockStored with no tokens (block_size 0), which says a block the engine
 // already knows by its hash is now also on another medium.
 func isPlaceholder(ev *kvevents.Event) bool {
-	return ev.Placeholder()
+	return ev.Type == kvevents.BlockStored && len(ev.TokenIDs) == 0
 }
 
 // isHybrid reports a hybrid-model store whose tokens outnumber its hashes'
@@ -214,45 +217,25 @@ func isHybrid(ev *kvevents.Event) bool {
 	return ev.BlockSize > 0 && int64(len(ev.TokenIDs)) > int64(len(ev.BlockHashes))*ev.BlockSize
 }
 
-// partialKinds are the KV-cache group kinds whose blocks do not hold a
-// whole prefix (vLLM's KVCacheSpecKind, vllm/v1/kv_cache_interface.py; sent
-// since vLLM PR #40984): a sliding-window or chunked-local group drops the
-// blocks before its window, a Mamba group keeps a state, not the prefix's
-// KV, and encoder-only and cross-attention caches are not prompt prefixes.
-// Events of these groups are not indexed (Stats.PartialGroups): a prefix
-// counts where the full-attention (or MLA) group holds it, as vLLM's hybrid
-// manager needs the full-attention blocks of every prefix block.
-var partialKinds = map[string]bool{
-	"sliding_window": true, "sliding_window_mla": true, "mamba": true, "chunked_local_attention": true,
-	"encoder_only_attention": true, "cross_attention": true,
-}
-
-// PartialGroup reports whether ev belongs to a KV-cache group whose blocks
-// do not hold a whole prefix (a sliding-window, chunked-local, Mamba,
-// encoder-only or cross-attention group): the index leaves such events out.
-func PartialGroup(ev *kvevents.Event) bool {
-	return ev.KVCacheSpecKind.Valid && partialKinds[ev.KVCacheSpecKind.V]
-}
-
 func medium(ev *kvevents.Event) string {
 	if ev.Medium.Valid {
 		return ev.Medium.V
 	}
-	return DefaultMedium
+	return kvkey.Medium
 }
 
 func group(ev *kvevents.Event) (int, bool) {
 	if !ev.GroupIdx.Valid {
 		return 0, true
 	}
-	if ev.GroupIdx.V < 0 || ev.GroupIdx.V > MaxGroup {
+	if ev.GroupIdx.V < 0 || ev.GroupIdx.V > kvkey.MaxGroup {
 		return 0, false
 	}
 	return int(ev.GroupIdx.V), true
 }
 
 func validMedium(s string) bool {
-	return s != "" && len(s) <= MaxMediumLen
+	return s != "" && len(s) <= kvkey.MaxMediumLen
 }
 
 // ApplyEvents applies a batch of engine's events, in order, with one
@@ -279,7 +262,7 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 			for _, h := range ev.BlockHashes {
 				st.hashes = append(st.hashes, h.Uint64())
 			}
-		} else if ev.ParentBlockHash.Valid {
+		} else if x.chained(ev) {
 			st.hashes = append(st.hashes, ev.ParentBlockHash.V.Uint64())
 		}
 	}
@@ -301,7 +284,7 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 		}
 		if err != nil {
 			x.st.errors.Add(1)
-			x.log.Error("kvindex: backend resolve failed", "engine", safeName(engine), "err", err)
+			x.logFailure("resolve", engine, err)
 			return err
 		}
 	}
@@ -322,13 +305,13 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 	st.ops = st.ops[:0]
 	for i := range evs {
 		ev := &evs[i]
-		if ev.Type != kvevents.AllBlocksCleared && PartialGroup(ev) {
+		if ev.Type != kvevents.AllBlocksCleared && kvkey.PartialGroup(ev) {
 			x.st.partialGroups.Add(1)
 			if ev.Type == kvevents.BlockStored {
 				x.st.stores.Add(1)
 				if isPlaceholder(ev) {
 					next += len(ev.BlockHashes)
-				} else if ev.ParentBlockHash.Valid {
+				} else if x.chained(ev) {
 					next++
 				}
 			} else if ev.Type == kvevents.BlockRemoved {
@@ -345,7 +328,7 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 				x.st.refused.Add(1)
 				if isPlaceholder(ev) {
 					next += len(ev.BlockHashes)
-				} else if ev.ParentBlockHash.Valid {
+				} else if x.chained(ev) {
 					next++
 				}
 				continue
@@ -360,6 +343,17 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 						continue
 					}
 					st.ops = append(st.ops, Op{Kind: OpStore, Hash: h.Uint64(), Key: k, Medium: med, Group: g})
+				}
+				continue
+			}
+			if x.cfg.Keys != nil {
+				// Engine-key mode: the published hashes are the keys.
+				if ev.BlockSize > 0 && ev.BlockSize <= MaxBlockSize {
+					x.noteSpace(st.model, int(ev.BlockSize))
+				}
+				for _, h := range ev.BlockHashes {
+					st.ops = append(st.ops, Op{Kind: OpStore, Hash: h.Uint64(), Key: Key(h.Uint64()), Medium: med, Group: g})
+					st.overlay[h.Uint64()] = Key(h.Uint64())
 				}
 				continue
 			}
@@ -392,8 +386,8 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 			if ev.LoraName.Valid {
 				lora = ev.LoraName.V
 			}
-			root := keyspace(x.seed, st.model, bs)
-			st.blk = blockKeys(x.seed, root, parent, hasParent, hashLora(x.seed, lora), extra, bs, ev.TokenIDs, st.blk[:0])
+			root := kvkey.Keyspace(x.seed, st.model, bs)
+			st.blk = kvkey.Chain(x.seed, root, parent, hasParent, kvkey.Lora(x.seed, lora), extra, bs, ev.TokenIDs, st.blk[:0])
 			for j, h := range ev.BlockHashes {
 				st.ops = append(st.ops, Op{Kind: OpStore, Hash: h.Uint64(), Key: st.blk[j], Medium: med, Group: g})
 				st.overlay[h.Uint64()] = st.blk[j]
@@ -468,15 +462,11 @@ func (x *Index) Close() error {
 	return nil
 }
 
-// safeName renders an engine name for a log line (printable, capped).
-func safeName(s string) string {
-	if len(s) > 64 {
-		s = s[:64]
-	}
-	return strings.Map(func(r rune) rune {
-		if r < 0x20 || r == 0x7f {
-			return '?'
-		}
-		return r
-	}, s)
+// logFailure writes a backend failure under the index's limiter: at most
+// one line per second for all operations together (a backend outage fails
+// every batch of every engine), with held_back counting the failures not
+// written since the previous line.
+func (x *Index) logFailure(op, engine string, err error) {
+	x.fails.Error("backend", "kvindex: backend "+op+" failed",
+		slog.String("engine", ratelog.Escape(engine, 64)), slog.Any(ratelog.KeyErr, err))
 }

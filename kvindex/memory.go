@@ -5,22 +5,16 @@ import (
 	"runtime"
 	"sync"
 	"sync/atomic"
+
+	"github.com/zmqguard/zmqguard/internal/kvkey"
 )
 
-// DefaultCapacity is the entry capacity of a memory backend made with
-// Capacity 0: about 256 MiB of index at ≤ 64 bytes per entry.
-const DefaultCapacity = 1 << 22
+// defaultCapacity is the entry capacity of a memory backend made with
+// capacity 0: about 256 MiB of index at ≤ 64 bytes per entry.
+const defaultCapacity = 1 << 22
 
-// MaxEngines is how many engines one memory backend tracks.
-const MaxEngines = 1 << 16
-
-// MemoryConfig configures [NewMemory].
-type MemoryConfig struct {
-	// Capacity is the most (block, engine, medium, group) entries held
-	// (0: DefaultCapacity). Past it the oldest entries (by first store)
-	// are evicted, and counted.
-	Capacity int
-}
+// maxEngines is how many engines one memory backend tracks.
+const maxEngines = 1 << 16
 
 // memEntry is one (block, engine, medium, group) entry: 40 bytes.
 type memEntry struct {
@@ -70,17 +64,18 @@ type memory struct {
 	closed                     bool
 }
 
-// NewMemory returns the in-memory Backend.
-func NewMemory(cfg MemoryConfig) (Backend, error) {
-	if cfg.Capacity < 0 {
-		return nil, fmt.Errorf("kvindex: MemoryConfig.Capacity %d is negative", cfg.Capacity)
+// NewMemory returns the in-memory Backend, holding at most capacity
+// (block, engine, medium, group) entries: past it the oldest entries (by
+// first store) are evicted, and counted. Zero means 4,194,304 (about
+// 256 MiB at ≤ 64 bytes per entry); at most 67,108,861.
+func NewMemory(capacity int) (Backend, error) {
+	if capacity == 0 {
+		capacity = defaultCapacity
 	}
-	if cfg.Capacity == 0 {
-		cfg.Capacity = DefaultCapacity
+	if capacity < 0 || capacity > maxCapacity {
+		return nil, fmt.Errorf("kvindex: memory capacity %d out of range 1..%d", capacity, maxCapacity)
 	}
-	if cfg.Capacity > MaxCapacity {
-		return nil, fmt.Errorf("kvindex: MemoryConfig.Capacity %d is over MaxCapacity (%d)", cfg.Capacity, MaxCapacity)
-	}
+	cfg := struct{ Capacity int }{capacity}
 	m := &memory{capacity: int64(cfg.Capacity), engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
 	m.blocks.init(m)
 	m.maps.init(m)
@@ -118,8 +113,8 @@ func (m *memory) engineID(name string, create bool) (uint16, bool, error) {
 	if !create {
 		return 0, false, nil
 	}
-	if len(m.engines) >= MaxEngines {
-		return 0, false, fmt.Errorf("kvindex: more than %d engines", MaxEngines)
+	if len(m.engines) >= maxEngines {
+		return 0, false, fmt.Errorf("kvindex: more than %d engines", maxEngines)
 	}
 	id := uint16(len(m.engines))
 	m.engines = append(m.engines, memEngine{name: name})
@@ -132,7 +127,7 @@ func (m *memory) mediumID(name string) (uint8, bool) {
 	if id, ok := m.mediumIDs[name]; ok {
 		return id, true
 	}
-	if len(m.mediums) >= MaxMediums || len(name) > MaxMediumLen || name == "" {
+	if len(m.mediums) >= kvkey.MaxMediums || len(name) > kvkey.MaxMediumLen || name == "" {
 		return 0, false
 	}
 	id := uint8(len(m.mediums))
@@ -218,7 +213,7 @@ func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
 		op := &ops[i]
 		switch op.Kind {
 		case OpStore:
-			if op.Group < 0 || op.Group > MaxGroup {
+			if op.Group < 0 || op.Group > kvkey.MaxGroup {
 				c.Rejected++
 				continue
 			}
@@ -230,7 +225,7 @@ func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
 			m.store(eid, op.Hash, op.Key, med, uint8(op.Group), &c)
 		case OpRemove:
 			med, ok := m.mediumIDs[op.Medium]
-			if !ok || op.Group < 0 || op.Group > MaxGroup {
+			if !ok || op.Group < 0 || op.Group > kvkey.MaxGroup {
 				c.UnknownRemovals++
 				continue
 			}

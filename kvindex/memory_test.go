@@ -181,7 +181,7 @@ func TestMemoryRefusals(t *testing.T) {
 	if err := b.Resolve("e", []uint64{1}, nil, nil); err == nil {
 		t.Fatal("short Resolve slices accepted")
 	}
-	if _, err := kvindex.NewMemory(kvindex.MemoryConfig{Capacity: -1}); err == nil {
+	if _, err := kvindex.NewMemory(-1); err == nil {
 		t.Fatal("negative capacity accepted")
 	}
 	b.Close()

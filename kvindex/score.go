@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/zmqguard/zmqguard/internal/kvkey"
 )
 
 // MaxScoreTokens bounds the prompt Score accepts (a million tokens).
@@ -26,6 +28,11 @@ type ScoreRequest struct {
 	// default every block size the index has seen stores of for Model
 	// (or Config.BlockSize when none).
 	BlockSize int
+	// Request is handed to Config.Keys untouched: what a key function
+	// needs beyond Tokens and LoraName (package vllmhash reads a
+	// *vllmhash.Request here, for multimodal items, a cache salt or
+	// prompt embeddings). Local keys ignore it.
+	Request any
 }
 
 // Prefix is a cached prefix of the prompt: Blocks (and Tokens) the
@@ -226,10 +233,19 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 	}
 	defer x.scratch.Put(sc)
 	res.PromptBlocks = len(req.Tokens) / sizes[0]
-	lora := hashLora(x.seed, req.LoraName)
+	lora := kvkey.Lora(x.seed, req.LoraName)
 	for _, bs := range sizes {
-		root := keyspace(x.seed, req.Model, bs)
-		sc.keys = blockKeys(x.seed, root, 0, false, lora, req.ExtraKeys, bs, req.Tokens, sc.keys[:0])
+		if x.cfg.Keys != nil {
+			r := req // a copy: &req would move every Score's request to the heap
+			keys, err := x.cfg.Keys(&r, bs, sc.keys[:0])
+			if err != nil {
+				return ScoreResult{}, err
+			}
+			sc.keys = keys
+		} else {
+			root := kvkey.Keyspace(x.seed, req.Model, bs)
+			sc.keys = kvkey.Chain(x.seed, root, 0, false, lora, req.ExtraKeys, bs, req.Tokens, sc.keys[:0])
+		}
 		if len(sc.keys) == 0 {
 			continue
 		}

@@ -21,8 +21,9 @@ type Stats struct {
 	// (more tokens than blocks) not indexed.
 	UnknownParents, UnknownPlaceholders, Hybrid uint64
 	// PartialGroups counts stores and removals of KV-cache groups that do
-	// not hold whole prefixes (sliding window, Mamba, ...; see
-	// PartialGroup), left out.
+	// not hold whole prefixes (sliding window, chunked local, Mamba,
+	// encoder-only, cross-attention; see the package documentation), left
+	// out.
 	PartialGroups uint64
 	// Refused counts events refused: a block size out of range, tokens not
 	// a whole number of blocks, an unusable medium or group, an unknown

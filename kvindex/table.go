@@ -1,5 +1,7 @@
 package kvindex
 
+import "math/bits"
+
 // Two open-addressing tables (linear probing, tombstones, load at most 3/4)
 // whose 4-byte slots hold an entry id (26 bits) and 6 bits of
 // the key's hash; the key itself is read from the entry a slot names, and
@@ -11,10 +13,10 @@ const (
 	minTableBits = 10
 	idBits       = 26
 	idMask       = 1<<idBits - 1
-	// MaxCapacity is the largest entry capacity of a memory backend
+	// maxCapacity is the largest entry capacity of a memory backend
 	// (entry ids are 26 bits; one more entry than the capacity exists
 	// while the oldest is evicted).
-	MaxCapacity = idMask - 2
+	maxCapacity = idMask - 2
 	// tomb marks a deleted slot: probes go on past it, inserts reuse it.
 	// Deleting needs no arena reads (a backward shift would read the key
 	// of every slot it moves).
@@ -39,7 +41,12 @@ func (t *idTable) init(m *memory, byKey bool) {
 
 func (t *idTable) bytes() int64 { return int64(len(t.slots)) * 4 }
 
-func mapHash(eid uint16, h uint64) uint64 { return mum(h^k2, uint64(eid)^k3) }
+// mapHash mixes (engine, engine hash) with the folded 64×64→128-bit
+// multiply (the local-key hash's mixer).
+func mapHash(eid uint16, h uint64) uint64 {
+	hi, lo := bits.Mul64(h^0x8ebc6af09c88c6e3, uint64(eid)^0x589965cc75374cc3)
+	return hi ^ lo
+}
 
 // hashOf is the hash of the entry a slot names.
 func (t *idTable) hashOf(id uint32) uint64 {

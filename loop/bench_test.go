@@ -9,12 +9,13 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
 // The benchmarks compare a SafeLoop with the loop one writes by hand on the
-// same Receiver and the same decoder (decodeguard.DecodeMsgp into a reused,
+// same Receiver and the same decoder (msgpscan.DecodeMsgp into a reused,
 // Reset value), on the 101-byte vLLM stats message. See BENCHMARKS.md.
 
 var errBenchDone = errors.New("bench done")
@@ -40,7 +41,7 @@ func handLoop(b *testing.B, r Receiver, n int) {
 			continue
 		}
 		v.Reset()
-		if err := decodeguard.DecodeMsgp(m.Frames[0], &lim, &v); err != nil {
+		if err := msgpscan.DecodeMsgp(m.Frames[0], &lim, &v); err != nil {
 			continue
 		}
 		sink += v.SchedulerStats.NumRunningReqs
@@ -127,7 +128,7 @@ func BenchmarkFake(b *testing.B) {
 		l := newStatsLoop(b, r, func(context.Context, Delivery[vllmwire.Message]) error { return nil }, nil)
 		b.ReportAllocs()
 		b.ResetTimer()
-		if err := l.Run(context.Background()); !errors.Is(err, ErrReceiverClosed) {
+		if err := l.Run(context.Background()); !errors.Is(err, errReceiverClosed) {
 			b.Fatal(err)
 		}
 		if l.Stats().Dropped[decodeguard.ReasonDecode] != uint64(b.N) {
@@ -144,7 +145,7 @@ type countRecv struct {
 
 func (c *countRecv) Recv(context.Context) (socket.Msg, error) {
 	if c.n == 0 {
-		return socket.Msg{}, ErrReceiverClosed
+		return socket.Msg{}, errReceiverClosed
 	}
 	c.n--
 	return c.msg, nil
@@ -163,7 +164,7 @@ func BenchmarkZMQ4(b *testing.B) {
 		if err := push.Dial("tcp://" + pull.Addr().String()); err != nil {
 			b.Fatal(err)
 		}
-		rcv := FromZMQ4(pull)
+		rcv := FromZMQ4(pull).(*zmq4Receiver)
 		frame := []byte(vllmwire.StatsVector)
 		b.ReportAllocs()
 		b.SetBytes(int64(len(frame)))
@@ -203,7 +204,7 @@ type limitRecv struct {
 
 func (l *limitRecv) Recv(ctx context.Context) (socket.Msg, error) {
 	if l.n == 0 {
-		return socket.Msg{}, ErrReceiverClosed
+		return socket.Msg{}, errReceiverClosed
 	}
 	l.n--
 	return l.r.Recv(ctx)
@@ -222,7 +223,7 @@ func handUntilClosed(ctx context.Context, r Receiver) {
 			continue
 		}
 		v.Reset()
-		if err := decodeguard.DecodeMsgp(m.Frames[0], &lim, &v); err != nil {
+		if err := msgpscan.DecodeMsgp(m.Frames[0], &lim, &v); err != nil {
 			continue
 		}
 		sink += v.SchedulerStats.NumRunningReqs
@@ -258,7 +259,7 @@ func ratioBench(b *testing.B, r Receiver, chunk int) {
 				hand += d
 				bestHand = min(bestHand, d)
 			} else {
-				if err := l.Run(ctx); !errors.Is(err, ErrReceiverClosed) {
+				if err := l.Run(ctx); !errors.Is(err, errReceiverClosed) {
 					b.Fatal(err)
 				}
 				d := time.Since(t0)
@@ -291,7 +292,7 @@ func BenchmarkRatioZMQ4(b *testing.B) {
 	if err := push.Dial("tcp://" + pull.Addr().String()); err != nil {
 		b.Fatal(err)
 	}
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	frame := []byte(vllmwire.StatsVector)
 	sent := make(chan error, 1)
 	go func() {
@@ -315,14 +316,14 @@ func BenchmarkRatioZMQ4(b *testing.B) {
 // socketPair returns a zmqguard PULL bound on 127.0.0.1 and a PUSH dialled
 // to it, and a function that closes both.
 func socketPair(b *testing.B) (pull, push *socket.Socket, closeAll func()) {
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		b.Fatal(err)
 	}
 	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
 		b.Fatal(err)
 	}
-	push, err = socket.NewPush(socket.DefaultOptions())
+	push, err = socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -7,6 +7,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 )
 
 // Decoder decodes the body frames of one message into dst, which the loop
@@ -22,11 +23,10 @@ import (
 // a closure over a hand-written parser or one of the helpers below all fit.
 type Decoder[T any] func(frames [][]byte, dst *T) error
 
-// Resetter is implemented by message types that know how to return
-// themselves to their zero state while keeping allocations (slice capacity,
-// nested structs) for the next decode. [MsgpDecoder] calls Reset before each
-// decode when *T implements it, and zeroes the value otherwise.
-type Resetter interface {
+// resetter is implemented by message types that know how to return
+// themselves to their zero state while keeping allocated capacity (a
+// Reset() method): MsgpDecoder calls it before each decode.
+type resetter interface {
 	Reset()
 }
 
@@ -57,7 +57,7 @@ func inheritSize(lim decodeguard.Limits) *decodeguard.Limits {
 
 // MsgpDecoder returns a Decoder for messages of exactly one body frame that
 // holds a msgpack object of type T, decoded by T's msgp-generated (or
-// hand-written) UnmarshalMsg through [decodeguard.DecodeMsgp]: the frame is
+// hand-written) UnmarshalMsg through the project's guarded decode: the frame is
 // pre-scanned against lim first, msgp errors are classified as
 // decodeguard.ReasonDecode, a panic in UnmarshalMsg as
 // decodeguard.ReasonDecoderPanic, and bytes left after the object are an
@@ -65,7 +65,7 @@ func inheritSize(lim decodeguard.Limits) *decodeguard.Limits {
 // decodeguard.ReasonEnvelope.
 //
 // Before each decode the destination is reset: with (*T).Reset when *T
-// implements [Resetter], else by zeroing it. msgp-generated code leaves
+// implements a Reset() method, else by zeroing it. msgp-generated code leaves
 // fields whose keys are missing from a map (or that a short variable-length
 // tuple omits) untouched, so decoding into a reused value without a reset
 // would leak the previous message's values into this one. Zeroing also
@@ -97,10 +97,10 @@ func msgpFrameDecoder[T any, PT interface {
 	msgp.Unmarshaler
 }](lim decodeguard.Limits, index int, exactlyOne bool) Decoder[T] {
 	limits := inheritSize(lim)
-	_, resettable := any(PT(new(T))).(Resetter)
+	_, resettable := any(PT(new(T))).(resetter)
 	// A dynamic type assertion per message costs a few nanoseconds, a
 	// visible share of a ~140 ns decode; a loop always decodes into the
-	// same destination, so the first destination's Resetter is kept (set
+	// same destination, so the first destination's resetter is kept (set
 	// once, never replaced: no allocation after the first message).
 	var cache atomic.Pointer[resetEntry[T]]
 	return func(frames [][]byte, dst *T) error {
@@ -126,24 +126,24 @@ func msgpFrameDecoder[T any, PT interface {
 		case c != nil && c.dst == dst:
 			c.r.Reset()
 		default:
-			r := any(p).(Resetter)
+			r := any(p).(resetter)
 			if c == nil {
 				cache.CompareAndSwap(nil, &resetEntry[T]{dst: dst, r: r})
 			}
 			r.Reset()
 		}
-		return decodeguard.DecodeMsgp(b, limits, p)
+		return msgpscan.DecodeMsgp(b, limits, p)
 	}
 }
 
-// resetEntry is a decoder's cached Resetter for one destination.
+// resetEntry is a decoder's cached resetter for one destination.
 type resetEntry[T any] struct {
 	dst *T
-	r   Resetter
+	r   resetter
 }
 
 // UntypedDecoder returns a Decoder for messages of exactly one body frame
-// holding any msgpack object, decoded by [decodeguard.DecodeUntyped] (pre-scan
+// holding any msgpack object, decoded by the guarded untyped decode (pre-scan
 // against lim, then msgp.ReadIntfBytes) into map[string]any, []any, int64,
 // string and so on. It allocates the decoded tree on every message; prefer a
 // typed decoder where the shape is known.
@@ -154,7 +154,7 @@ func UntypedDecoder(lim decodeguard.Limits) Decoder[any] {
 		if len(frames) != 1 {
 			return errNotOneFrame
 		}
-		v, err := decodeguard.DecodeUntyped(frames[0], limits)
+		v, err := msgpscan.DecodeUntyped(frames[0], limits)
 		if err != nil {
 			return err
 		}

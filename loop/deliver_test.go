@@ -73,7 +73,7 @@ func TestDeliverFanIn(t *testing.T) {
 		if v <= *last || int64(v) != r.calls.Load() || v%3 == 0 {
 			t.Fatalf("value %d after %d, receiver at %d", v, *last, r.calls.Load())
 		}
-		if got := binary.BigEndian.Uint32(d.Body()[0][1:]); uint64(got) != v {
+		if got := binary.BigEndian.Uint32(deliveryBody(d)[0][1:]); uint64(got) != v {
 			t.Fatalf("frame changed under the consumer: %d != %d", got, v)
 		}
 		*last = v
@@ -102,7 +102,7 @@ func TestDeliverFanIn(t *testing.T) {
 	for _, l := range []*Loop[any]{la, lb} {
 		st := l.Stats()
 		if st.Delivered != per-per/3 || st.Dropped[decodeguard.ReasonDecode] != per/3 {
-			t.Fatalf("%s: %+v", l.Name(), st)
+			t.Fatalf("%s: %+v", l.name(), st)
 		}
 	}
 	if ticks != 1 {
@@ -138,7 +138,7 @@ func TestDeliverCancelWhileHeld(t *testing.T) {
 	d.Done()
 	d = <-ch
 	d.Done()
-	if err := <-done; !errors.Is(err, ErrReceiverClosed) {
+	if err := <-done; !errors.Is(err, errReceiverClosed) {
 		t.Fatalf("Deliver = %v", err)
 	}
 	if l.Stats().Delivered != 3 {

@@ -1,5 +1,18 @@
-// Package loop provides SafeLoop, the resilient receive loop zmqguard is
-// named for: a [Loop] owns one receiving socket and runs
+// Package loop provides SafeLoop, the receive loop no peer can end: bad
+// input is dropped, counted and logged (rate-limited), and the loop goes on.
+//
+//	pull, _ := socket.NewPull(socket.Options{})
+//	_ = pull.Bind("tcp://127.0.0.1:5557")
+//	l, _ := loop.New(pull, loop.Config[Job]{ // Job: a msgp-generated type
+//		Name:   "jobs",
+//		Decode: loop.MsgpDecoder[Job](decodeguard.Limits{}),
+//		Handler: func(ctx context.Context, d loop.Delivery[Job]) error {
+//			return handle(d.Value) // d.Value is reused: copy what you keep
+//		},
+//	})
+//	err := l.Run(ctx) // nil when ctx ends; l.Stats().Dropped counts by reason
+//
+// A [Loop] owns one receiving socket and runs
 //
 //	receive -> envelope check (optional) -> decode (decodeguard pre-scan +
 //	typed decode into a reused T) -> validate (optional) -> handler
@@ -35,8 +48,8 @@
 // address with its port, so peers behind one NAT or on loopback are told
 // apart) gets a detail line: the loop's name, the reason, the peer's
 // address, the frame count, the message length and a hex prefix of at most
-// [LogPrefix] bytes of the message's last frame (at most [FirstWarnings]
-// such lines per reason per interval). Every other drop goes into its
+// 32 bytes of the message's last frame (at most 4 such lines per reason
+// per interval). Every other drop goes into its
 // reason's summary line, at most one per Config.LogInterval (1 s by
 // default): the number of drops and of distinct connections, and no single
 // peer's address or bytes. A timer writes the summary of a burst that has

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
@@ -17,7 +18,7 @@ type frames [][]byte
 
 func (f *frames) Recv(ctx context.Context) (socket.Msg, error) {
 	if len(*f) == 0 {
-		return socket.Msg{}, loop.ErrReceiverClosed
+		return socket.Msg{}, net.ErrClosed
 	}
 	m := (*f)[0]
 	*f = (*f)[1:]
@@ -50,14 +51,14 @@ func Example() {
 			return nil
 		},
 		OnDrop: func(d loop.Drop) {
-			fmt.Printf("dropped %s: len=%d hex=%s\n", d.Reason, d.Length, d.Hex())
+			fmt.Printf("dropped %s: len=%d hex=%x\n", d.Reason, d.Length, d.Prefix)
 		},
 	})
 	if err != nil {
 		panic(err)
 	}
 	err = l.Run(context.Background())
-	fmt.Println("receiver closed:", errors.Is(err, loop.ErrReceiverClosed))
+	fmt.Println("receiver closed:", errors.Is(err, net.ErrClosed))
 	st := l.Stats()
 	fmt.Println("received", st.Received, "delivered", st.Delivered,
 		"decode", st.Dropped[decodeguard.ReasonDecode], "validate", st.Dropped[decodeguard.ReasonValidate])
@@ -111,12 +112,12 @@ func ExampleLoop_Deliver() {
 		case <-timer.C:
 			// publish stats
 		case err := <-ended:
-			fmt.Println("loop ended:", errors.Is(err, loop.ErrReceiverClosed))
+			fmt.Println("loop ended:", errors.Is(err, net.ErrClosed))
 			running--
 		}
 	}
-	fmt.Println("front:", fromFront, "dropped", front.Stats().TotalDropped())
-	fmt.Println("back:", fromBack, "dropped", back.Stats().TotalDropped())
+	fmt.Println("front:", fromFront, "dropped", front.Stats().Dropped.Total())
+	fmt.Println("back:", fromBack, "dropped", back.Stats().Dropped.Total())
 	// Output:
 	// loop ended: true
 	// loop ended: true

@@ -23,8 +23,8 @@ import (
 // frames. A peer that leaves ends only its own connection.
 func ExampleFromZMQ4() {
 	// zmq4's transport registry is global: register once per process.
-	if !slices.Contains(zmq4.Transports(), zmtpguard.DefaultScheme) {
-		if err := zmtpguard.RegisterTransport(zmtpguard.DefaultScheme, nil); err != nil {
+	if !slices.Contains(zmq4.Transports(), "zmqguard") {
+		if _, err := zmtpguard.RegisterTransport("zmqguard", nil); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -36,7 +36,7 @@ func ExampleFromZMQ4() {
 		log.Fatal(err)
 	}
 	rcv := loop.FromZMQ4(pull) // closes pull when the loop's context ends
-	defer rcv.Close()
+	defer pull.Close()
 
 	handled := make(chan any, 1)
 	l, err := loop.New(rcv, loop.Config[any]{
@@ -89,7 +89,7 @@ func ExampleFromZMQ4_switchToSocket() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
-	pull, err := socket.NewPull(socket.DefaultOptions()) // was zmq4.NewPull(ctx)
+	pull, err := socket.New("PULL", socket.DefaultOptions()) // was zmq4.NewPull(ctx)
 	if err != nil {
 		log.Fatal(err)
 	}

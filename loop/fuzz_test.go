@@ -6,8 +6,8 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 )
 
@@ -29,11 +29,11 @@ func FuzzLoop(f *testing.F) {
 				last = d.Value
 				return nil
 			}, nil)
-		if err := l.Run(ctx); !errors.Is(err, ErrReceiverClosed) {
+		if err := l.Run(ctx); !errors.Is(err, errReceiverClosed) {
 			t.Fatalf("typed Run = %v", err)
 		}
 		st := l.Stats()
-		if st.Received != 2 || st.Delivered+st.TotalDropped() != 2 || last == nil {
+		if st.Received != 2 || st.Delivered+st.Dropped.Total() != 2 || last == nil {
 			t.Fatalf("typed stats %+v", st)
 		}
 		checkStats(t, last)
@@ -44,7 +44,7 @@ func FuzzLoop(f *testing.F) {
 			Logger:   discard(),
 			Envelope: &envelope.Options{Lenient: true},
 			Decode: func(body [][]byte, dst *any) error {
-				v, err := decodeguard.DecodeUntyped(body[len(body)-1], nil) // Envelope ensures a body
+				v, err := msgpscan.DecodeUntyped(body[len(body)-1], nil) // Envelope ensures a body
 				*dst = v
 				return err
 			},
@@ -56,10 +56,10 @@ func FuzzLoop(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := rl.Run(ctx); !errors.Is(err, ErrReceiverClosed) {
+		if err := rl.Run(ctx); !errors.Is(err, errReceiverClosed) {
 			t.Fatalf("router Run = %v", err)
 		}
-		if st := rl.Stats(); st.Received != 2 || st.Delivered+st.TotalDropped() != 2 || n < 1 {
+		if st := rl.Stats(); st.Received != 2 || st.Delivered+st.Dropped.Total() != 2 || n < 1 {
 			t.Fatalf("router stats %+v", st)
 		}
 	})

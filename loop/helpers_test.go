@@ -34,7 +34,7 @@ func (c *chanRecv) Recv(ctx context.Context) (socket.Msg, error) {
 	select {
 	case it, ok := <-c.ch:
 		if !ok {
-			return socket.Msg{}, ErrReceiverClosed
+			return socket.Msg{}, errReceiverClosed
 		}
 		return socket.Msg{Frames: it.frames}, it.err
 	case <-ctx.Done():
@@ -56,7 +56,7 @@ func (s *sliceRecv) Recv(ctx context.Context) (socket.Msg, error) {
 		return socket.Msg{}, err
 	}
 	if s.i >= len(s.msgs) {
-		return socket.Msg{}, ErrReceiverClosed
+		return socket.Msg{}, errReceiverClosed
 	}
 	s.i++
 	return socket.Msg{Frames: s.msgs[s.i-1]}, nil
@@ -169,4 +169,13 @@ func zmq4Pair(t *testing.T, ctx context.Context) (pull, push zmq4.Socket) {
 		t.Fatal(err)
 	}
 	return pull, push
+}
+
+// deliveryBody returns the frames the decoder saw: Envelope.Body when
+// Config.Envelope is set, else Msg.Frames.
+func deliveryBody[T any](d Delivery[T]) [][]byte {
+	if d.Envelope != nil {
+		return d.Envelope.Body
+	}
+	return d.Msg.Frames
 }

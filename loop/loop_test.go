@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"strings"
 	"sync/atomic"
@@ -85,11 +86,11 @@ func TestSeedScenarios(t *testing.T) {
 				c.OnDrop = func(d Drop) { drops = append(drops, d) }
 			})
 			err := l.Run(testCtx(t))
-			if !errors.Is(err, ErrReceiverClosed) {
+			if !errors.Is(err, errReceiverClosed) {
 				t.Fatalf("Run = %v, want the receiver's end", err)
 			}
 			st := l.Stats()
-			if got != 1 || st.Delivered != 1 || st.Received != 2 || st.TotalDropped() != 1 ||
+			if got != 1 || st.Delivered != 1 || st.Received != 2 || st.Dropped.Total() != 1 ||
 				st.Dropped[sd.reason] != 1 || len(drops) != 1 || drops[0].Reason != sd.reason {
 				t.Fatalf("delivered %d, stats %+v, drops %+v", got, st, drops)
 			}
@@ -123,11 +124,11 @@ func TestSeedScenariosUntyped(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+			if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 				t.Fatal(err)
 			}
 			st := l.Stats()
-			if len(got) != 1 || fmt.Sprint(got[0]) != "[<nil> 7]" || st.Dropped[sd.reason] != 1 || st.TotalDropped() != 1 {
+			if len(got) != 1 || fmt.Sprint(got[0]) != "[<nil> 7]" || st.Dropped[sd.reason] != 1 || st.Dropped.Total() != 1 {
 				t.Fatalf("got %v, stats %+v", got, st)
 			}
 		})
@@ -152,8 +153,8 @@ func TestRouterBareDealer(t *testing.T) {
 		Handler: func(_ context.Context, d Delivery[any]) error {
 			ids = append(ids, string(d.Envelope.Identity))
 			reply := d.Envelope.Reply(nil, []byte("payload"))
-			if len(reply) != 3 || string(reply[0]) != "req-peer" || len(d.Body()) != 1 {
-				t.Errorf("reply %q body %q", reply, d.Body())
+			if len(reply) != 3 || string(reply[0]) != "req-peer" || len(deliveryBody(d)) != 1 {
+				t.Errorf("reply %q body %q", reply, deliveryBody(d))
 			}
 			return nil
 		},
@@ -161,7 +162,7 @@ func TestRouterBareDealer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -185,7 +186,7 @@ func TestRouterBareDealer(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) || l.Stats().Delivered != 1 {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) || l.Stats().Delivered != 1 {
 		t.Fatal(err, l.Stats())
 	}
 }
@@ -218,8 +219,8 @@ func TestNewRejects(t *testing.T) {
 	if err := l.Deliver(testCtx(t), nil); err == nil {
 		t.Fatal("Deliver without channel succeeded")
 	}
-	if l.Name() != "loop" {
-		t.Fatalf("default name %q", l.Name())
+	if l.name() != "loop" {
+		t.Fatalf("default name %q", l.name())
 	}
 }
 
@@ -229,7 +230,7 @@ func TestHandlerErrorSurfaces(t *testing.T) {
 	l := newStatsLoop(t, r, func(context.Context, Delivery[vllmwire.Message]) error { return boom }, nil)
 	err := l.Run(testCtx(t))
 	var le *Error
-	if !errors.Is(err, boom) || !errors.As(err, &le) || le.Stage != StageHandler || le.Loop != "stats" {
+	if !errors.Is(err, boom) || !errors.As(err, &le) || le.Stage != stageHandler || le.Loop != "stats" {
 		t.Fatalf("Run = %v", err)
 	}
 	if st := l.Stats(); st.HandlerErrors != 1 || st.Delivered != 1 || r.i != 1 {
@@ -250,7 +251,7 @@ func TestHandlerClassifiedErrorIsADrop(t *testing.T) {
 		}
 		return nil
 	}, nil)
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	if st := l.Stats(); st.Dropped[decodeguard.ReasonUnknownRank] != 1 || st.Delivered != 2 || st.HandlerErrors != 0 {
@@ -296,7 +297,7 @@ func TestHandlerPanicPropagates(t *testing.T) {
 	// The loop is usable again: the panic released it.
 	r.msgs = append(r.msgs, [][]byte{statsFrame})
 	l.cfg.Handler = func(context.Context, Delivery[vllmwire.Message]) error { return nil }
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 }
@@ -306,7 +307,7 @@ func TestRecoverHandlerPanics(t *testing.T) {
 	l := newStatsLoop(t, r, func(context.Context, Delivery[vllmwire.Message]) error { panic("handler bug") },
 		func(c *Config[vllmwire.Message]) { c.RecoverHandlerPanics = true })
 	err := l.Run(testCtx(t))
-	var pe *HandlerPanicError
+	var pe *handlerPanicError
 	if !errors.As(err, &pe) || pe.Value != "handler bug" || len(pe.Stack) == 0 {
 		t.Fatalf("Run = %v", err)
 	}
@@ -336,7 +337,7 @@ func TestDecoderPanicIsDropped(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -391,7 +392,7 @@ func TestUnclassifiedDecoderErrorEndsRun(t *testing.T) {
 	}
 	err = l.Run(testCtx(t))
 	var le *Error
-	if !errors.Is(err, bug) || !errors.As(err, &le) || le.Stage != StageDecode {
+	if !errors.Is(err, bug) || !errors.As(err, &le) || le.Stage != stageDecode {
 		t.Fatalf("Run = %v", err)
 	}
 }
@@ -414,14 +415,14 @@ func TestValidate(t *testing.T) {
 			}
 			c.OnDrop = func(d Drop) { drops = append(drops, d) }
 		})
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
 	if st.Dropped[decodeguard.ReasonValidate] != 1 || st.Dropped[decodeguard.ReasonUnknownRank] != 1 || st.Delivered != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	if drops[0].Stage != StageValidate || !strings.Contains(drops[0].Err.Error(), "out of range") {
+	if drops[0].Stage != stageValidate || !strings.Contains(drops[0].Err.Error(), "out of range") {
 		t.Fatalf("drop %+v", drops[0])
 	}
 }
@@ -434,7 +435,7 @@ func TestReceiveErrors(t *testing.T) {
 	l := newStatsLoop(t, r, func(context.Context, Delivery[vllmwire.Message]) error { return nil }, nil)
 	err := l.Run(testCtx(t))
 	var le *Error
-	if !errors.As(err, &le) || le.Stage != StageReceive || le.Err.Error() != "socket bug" {
+	if !errors.As(err, &le) || le.Stage != stageReceive || le.Err.Error() != "socket bug" {
 		t.Fatalf("Run = %v", err)
 	}
 	if st := l.Stats(); st.Dropped[decodeguard.ReasonOversize] != 1 || st.Received != 1 || st.Delivered != 1 {
@@ -452,7 +453,7 @@ func TestValueReset(t *testing.T) {
 		seen = append(seen, fmt.Sprintf("%d %v %v", d.Value.EngineIndex, d.Value.SchedulerStats != nil, d.Value.Timestamp))
 		return nil
 	}, nil)
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	if want := []string{"1 true 12345.678", "0 false 0"}; fmt.Sprint(seen) != fmt.Sprint(want) {
@@ -592,13 +593,13 @@ func TestBusy(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- l.Run(ctx) }()
 	<-inside
-	if _, err := l.Next(ctx); !errors.Is(err, ErrBusy) {
+	if _, err := l.Next(ctx); !errors.Is(err, errBusy) {
 		t.Fatal(err)
 	}
-	if err := l.Deliver(ctx, make(chan Delivery[vllmwire.Message])); !errors.Is(err, ErrBusy) {
+	if err := l.Deliver(ctx, make(chan Delivery[vllmwire.Message])); !errors.Is(err, errBusy) {
 		t.Fatal(err)
 	}
-	if err := l.Run(ctx); !errors.Is(err, ErrBusy) {
+	if err := l.Run(ctx); !errors.Is(err, errBusy) {
 		t.Fatal(err)
 	}
 	close(release)
@@ -617,7 +618,7 @@ func TestNext(t *testing.T) {
 	}
 	checkStats(t, d.Value)
 	d.Done() // a no-op outside Deliver
-	if _, err := l.Next(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if _, err := l.Next(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	if st := l.Stats(); st.Dropped[decodeguard.ReasonDecode] != 2 || st.Delivered != 1 {
@@ -631,26 +632,28 @@ func TestNext(t *testing.T) {
 }
 
 func TestErrorText(t *testing.T) {
-	e := &Error{Loop: "x", Stage: StageDecode, Peer: "1.2.3.4:5", Err: errors.New("bad \x1b[31m byte")}
+	e := &Error{Loop: "x", Stage: stageDecode, Peer: "1.2.3.4:5", Err: errors.New("bad \x1b[31m byte")}
 	if got := e.Error(); got != `loop x: decode (peer 1.2.3.4:5): bad \x1b[31m byte` {
 		t.Fatalf("%q", got)
 	}
-	if Stage(0).String() != "unknown" || Stage(99).String() != "unknown" {
-		t.Fatal("stage names")
+	for _, st := range []string{stageReceive, stageEnvelope, stageDecode, stageValidate, stageHandler} {
+		if e := (&Error{Loop: "x", Stage: st, Err: io.EOF}); !strings.HasPrefix(e.Error(), "loop x: "+st+": ") {
+			t.Fatalf("stage %q: %q", st, e.Error())
+		}
 	}
 	long := strings.Repeat("\xff", 1000)
 	if got := errText(errors.New(long)); len(got) > maxErrText+len("…") || !strings.HasSuffix(got, "…") {
 		t.Fatalf("%d %q", len(got), got[:20])
 	}
 	d := Drop{Prefix: []byte{0x1b, 0x5b}, lastLen: 100}
-	if d.Hex() != "1b5b…" {
-		t.Fatal(d.Hex())
+	if d.hex() != "1b5b…" {
+		t.Fatal(d.hex())
 	}
-	hp := &HandlerPanicError{Value: errors.New("x")}
+	hp := &handlerPanicError{Value: errors.New("x")}
 	if hp.Unwrap() == nil || hp.Error() != "handler panicked: x" {
 		t.Fatal(hp)
 	}
-	if (&HandlerPanicError{Value: 3}).Error() != "handler panicked: 3" {
+	if (&handlerPanicError{Value: 3}).Error() != "handler panicked: 3" {
 		t.Fatal("panic text")
 	}
 	_ = time.Second
@@ -662,9 +665,9 @@ func TestErrorNoStutter(t *testing.T) {
 		e    *Error
 		want string
 	}{
-		{&Error{Loop: "loop", Stage: StageReceive, Err: ErrReceiverClosed}, "loop: receive: receiver closed: use of closed network connection"},
-		{&Error{Stage: StageHandler, Err: errors.New("boom")}, "loop: handler: boom"},
-		{&Error{Loop: "jobs", Stage: StageReceive, Err: ErrReceiverClosed}, "loop jobs: receive: receiver closed: use of closed network connection"},
+		{&Error{Loop: "loop", Stage: stageReceive, Err: errReceiverClosed}, "loop: receive: receiver closed: use of closed network connection"},
+		{&Error{Stage: stageHandler, Err: errors.New("boom")}, "loop: handler: boom"},
+		{&Error{Loop: "jobs", Stage: stageReceive, Err: errReceiverClosed}, "loop jobs: receive: receiver closed: use of closed network connection"},
 	} {
 		if got := c.e.Error(); got != c.want {
 			t.Errorf("got %q, want %q", got, c.want)

@@ -2,30 +2,22 @@ package loop
 
 import (
 	"context"
-	"encoding/hex"
 	"errors"
 	"log/slog"
 	"sync/atomic"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/msgpscan"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 const (
-	// LogPrefix is how many leading bytes of a dropped message's last frame
+	// logPrefix is how many leading bytes of a dropped message's last frame
 	// a log line shows (as hex) and [Drop.Prefix] holds.
-	LogPrefix = 32
-	// FirstWarnings is how many "first drop from this connection" lines one
-	// reason may write per log interval; later first drops in the same
-	// interval are counted into the reason's summary.
-	FirstWarnings = ratelog.FirstWarnings
-	// MaxPeersRemembered bounds the set of (reason, connection) pairs a
-	// loop remembers for its first-drop lines; when it is full the loop
-	// forgets them all (FirstWarnings still bounds the lines).
-	MaxPeersRemembered = ratelog.MaxConnsRemembered
-	// DefaultLogInterval is the default Config.LogInterval.
-	DefaultLogInterval = ratelog.DefaultInterval
+	logPrefix = 32
+	// defaultLogInterval is what a zero Config.LogInterval means.
+	defaultLogInterval = time.Second
 	// maxErrText caps an error's text in a log line.
 	maxErrText = 256
 )
@@ -44,20 +36,20 @@ type rateLog struct {
 
 func newRateLog(log *slog.Logger, name string, interval time.Duration) *rateLog {
 	return &rateLog{name: name, lim: ratelog.New(ratelog.Config{
-		Logger:   log,
-		Interval: interval,
-		Attrs:    []slog.Attr{slog.String("loop", name)},
+		Logger:    log,
+		Interval:  interval,
+		Component: name,
 	})}
 }
 
 // drop records d and writes its detail line if it is the first of its
 // reason from its connection.
 func (rl *rateLog) drop(d *Drop) {
-	addr := d.Peer.Addr()
+	addr := d.Peer.String()
 	if d.Reason == decodeguard.ReasonDecoderPanic && rl.stackLogged.CompareAndSwap(false, true) {
 		rl.logPanic(d, addr)
 	}
-	if rl.lim.Drop(d.Reason, addr, d.Time) != ratelog.First {
+	if rl.lim.Drop(d.Reason.String(), addr, d.Time) != ratelog.First {
 		return
 	}
 	ctx := context.Background()
@@ -65,21 +57,16 @@ func (rl *rateLog) drop(d *Drop) {
 	if !log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
-	var buf [2*LogPrefix + len("…")]byte
-	h := hex.AppendEncode(buf[:0], d.Prefix)
-	if d.lastLen > len(d.Prefix) {
-		h = append(h, "…"...)
-	}
 	log.LogAttrs(ctx, slog.LevelWarn, "zmqguard: dropped a message (first from this peer)",
-		slog.String("loop", rl.name),
-		slog.String("reason", d.Reason.String()),
-		slog.String("stage", d.Stage.String()),
-		slog.String("peer", addr),
-		slog.Uint64("count", 1),
+		slog.String(ratelog.KeyComponent, rl.name),
+		slog.String(ratelog.KeyReason, d.Reason.String()),
+		slog.String("stage", d.Stage),
+		slog.String(ratelog.KeyPeer, ratelog.Escape(addr, maxErrText)),
+		slog.Uint64(ratelog.KeyCount, 1),
 		slog.Int("frames", d.Frames),
 		slog.Int("len", d.Length),
-		slog.String("hex", string(h)),
-		slog.String("err", errText(d.Err)),
+		slog.String(ratelog.KeyPrefixHex, d.hex()),
+		slog.String(ratelog.KeyErr, errText(d.Err)),
 	)
 }
 
@@ -90,17 +77,17 @@ func (rl *rateLog) flush(now time.Time) { rl.lim.Flush(now) }
 // panic's stack.
 func (rl *rateLog) logPanic(d *Drop, addr string) {
 	var stack string
-	var pe *decodeguard.PanicError
+	var pe *msgpscan.PanicError
 	if errors.As(d.Err, &pe) {
 		stack = string(pe.Stack)
 	}
 	rl.lim.Logger().LogAttrs(context.Background(), slog.LevelError,
 		"zmqguard: decoder panicked on a peer's message (dropped; stack logged once per loop)",
-		slog.String("loop", rl.name),
-		slog.String("peer", addr),
+		slog.String(ratelog.KeyComponent, rl.name),
+		slog.String(ratelog.KeyPeer, ratelog.Escape(addr, maxErrText)),
 		slog.Int("frames", d.Frames),
 		slog.Int("len", d.Length),
-		slog.String("err", errText(d.Err)),
+		slog.String(ratelog.KeyErr, errText(d.Err)),
 		slog.String("stack", stack),
 	)
 }
@@ -112,5 +99,17 @@ func errText(err error) string {
 	if err == nil {
 		return ""
 	}
-	return decodeguard.EscapeText(err.Error(), maxErrText)
+	return ratelog.Escape(err.Error(), maxErrText)
+}
+
+// hex returns Prefix as lower-case hex, followed by "…" when the last frame
+// was longer than the prefix: safe to log.
+func (d *Drop) hex() string {
+	// Prefix holds at most logPrefix bytes, the head of the last frame.
+	var buf [2*logPrefix + len("…")]byte
+	h := ratelog.AppendPrefixHex(buf[:0], d.Prefix, logPrefix)
+	if d.lastLen > len(d.Prefix) {
+		h = append(h, "…"...)
+	}
+	return string(h)
 }

@@ -26,7 +26,7 @@ func checkHonest(t *testing.T, recs []logRecord) {
 	t.Helper()
 	for _, r := range recs {
 		if strings.Contains(r.msg, "summary") {
-			for _, k := range []string{"peer", "hex", "len", "frames", "err"} {
+			for _, k := range []string{"peer", "prefix_hex", "len", "frames", "err"} {
 				if _, ok := r.attrs[k]; ok {
 					t.Fatalf("summary line carries %s: %v", k, r.attrs)
 				}
@@ -59,11 +59,11 @@ func TestLogFlood(t *testing.T) {
 		c.Now = clock.Now
 		c.OnDrop = func(Drop) { observed++ }
 	})
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
-	if st.Dropped[decodeguard.ReasonDecode] != junk || st.TotalDropped() != junk || st.Received != junk+1 ||
+	if st.Dropped[decodeguard.ReasonDecode] != junk || st.Dropped.Total() != junk || st.Received != junk+1 ||
 		st.Delivered != 1 || delivered != 1 || observed != junk {
 		t.Fatalf("stats %+v, delivered %d, observed %d", st, delivered, observed)
 	}
@@ -79,13 +79,13 @@ func TestLogFlood(t *testing.T) {
 		t.Fatalf("log counts add up to %d, want %d", n, junk)
 	}
 	first := recs[0]
-	if !strings.Contains(first.msg, "first") || first.attrs["reason"] != "decode" || first.attrs["loop"] != "stats" ||
-		first.attrs["hex"] != "c11b5d303b70776e6564071b5b324a" || first.attrs["len"] != "15" || first.attrs["frames"] != "1" ||
+	if !strings.Contains(first.msg, "first") || first.attrs["reason"] != "decode" || first.attrs["component"] != "stats" ||
+		first.attrs["prefix_hex"] != "c11b5d303b70776e6564071b5b324a" || first.attrs["len"] != "15" || first.attrs["frames"] != "1" ||
 		first.count != 1 {
 		t.Fatalf("first line %s %v", first.msg, first.attrs)
 	}
 	for _, r := range recs[1:] {
-		if !strings.Contains(r.msg, "summary") || r.attrs["connections"] != "1" || r.attrs["loop"] != "stats" {
+		if !strings.Contains(r.msg, "summary") || r.attrs["conns"] != "1" || r.attrs["component"] != "stats" {
 			t.Fatalf("line %s %v", r.msg, r.attrs)
 		}
 	}
@@ -111,7 +111,7 @@ func TestLogFloodMixed(t *testing.T) {
 			c.Logger = slog.New(h)
 			c.Now = newFakeClock(0).Now
 		})
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	st := l.Stats()
@@ -181,7 +181,7 @@ func TestLoggerDisabled(t *testing.T) {
 		func(c *Config[vllmwire.Message]) {
 			c.Logger = slog.New(slog.NewTextHandler(failWriter{t}, &slog.HandlerOptions{Level: slog.LevelError}))
 		})
-	if err := l.Run(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if err := l.Run(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatal(err)
 	}
 	if l.Stats().Dropped[decodeguard.ReasonDecode] != 2 {

@@ -29,17 +29,37 @@ type Receiver interface {
 	Recv(ctx context.Context) (socket.Msg, error)
 }
 
-// ErrReceiverClosed is returned by a [ZMQ4Receiver] once it, or the zmq4
+// errReceiverClosed is returned by a zmq4Receiver once it, or the zmq4
 // socket under it, is closed. It wraps net.ErrClosed.
-var ErrReceiverClosed = fmt.Errorf("loop: receiver closed: %w", net.ErrClosed)
+var errReceiverClosed = fmt.Errorf("loop: receiver closed: %w", net.ErrClosed)
 
-// ZMQ4Receiver adapts a zmq4.Socket to [Receiver]. Create it with
-// [FromZMQ4].
+// zmq4Receiver adapts a zmq4.Socket to [Receiver]; see [FromZMQ4].
+type zmq4Receiver struct {
+	s zmq4.Socket
+
+	mu        sync.Mutex
+	closed    bool
+	inRecv    bool            // a Recv is blocked in zmq4
+	recvDone  <-chan struct{} // the Done channel of that Recv's context
+	watchDone <-chan struct{}
+	stopWatch func() bool
+	closeErr  error
+	closeOnce sync.Once
+
+	disconnects atomic.Uint64
+}
+
+// disconnects returns how many times a peer of the zmq4 socket closed its
+// connection cleanly (zmq4 reported io.EOF). Those are not drops.
+func (r *zmq4Receiver) disconnectCount() uint64 { return r.disconnects.Load() }
+
+// FromZMQ4 returns a Receiver that reads from the zmq4 socket s. The
+// Receiver is also an io.Closer whose Close closes s.
 //
 // zmq4's Recv takes no context and has no timeout: the only way to unblock
 // it is to close the socket. So when the context of a Recv is cancelled
-// while that Recv is blocked in zmq4, the ZMQ4Receiver closes its zmq4
-// socket, and returns [ErrReceiverClosed] for good afterwards. A context
+// while that Recv is blocked in zmq4, the Receiver closes the zmq4
+// socket, and returns an error matching net.ErrClosed for good afterwards. A context
 // cancelled while no Recv is in progress closes nothing. Cancelling a
 // running Loop's context, or calling Loop.Close, thus closes a zmq4 socket
 // under it: do not reuse the socket afterwards, and do not give Recv a
@@ -55,12 +75,12 @@ var ErrReceiverClosed = fmt.Errorf("loop: receiver closed: %w", net.ErrClosed)
 // a peer that disconnects (EOF), a TCP reset, a frame the guarded
 // transport refused. Those end one connection, not the socket, so the
 // adapter never returns them as fatal: a clean disconnect (io.EOF) is
-// counted in [ZMQ4Receiver.Disconnects] and Recv goes on receiving; any
+// counted (not as a drop) and Recv goes on receiving; any
 // other per-connection error is returned as a *decodeguard.Error with
 // decodeguard.ReasonTransport, which a Loop counts as a drop (zmq4 closes
 // that connection; the others keep delivering). After Close, zmq4 sockets either fail Recv with a context
 // error or (XPUB) return an empty message with no error; both read as
-// ErrReceiverClosed here. The adapter starts no goroutine except the short
+// net.ErrClosed here. The adapter starts no goroutine except the short
 // one context.AfterFunc runs when a watched context ends.
 //
 // zmq4's own socket layer is not hardened (see docs/zmq4-findings.md in the
@@ -68,35 +88,14 @@ var ErrReceiverClosed = fmt.Errorf("loop: receiver closed: %w", net.ErrClosed)
 // allocator unless the socket listens on a guarded transport. Bind it on
 // the "zmqguard://" scheme after zmtpguard.RegisterTransport, or switch to
 // zmqguard's socket package (docs/migrating-from-zmq4.md shows both).
-type ZMQ4Receiver struct {
-	s zmq4.Socket
-
-	mu        sync.Mutex
-	closed    bool
-	inRecv    bool            // a Recv is blocked in zmq4
-	recvDone  <-chan struct{} // the Done channel of that Recv's context
-	watchDone <-chan struct{}
-	stopWatch func() bool
-	closeErr  error
-	closeOnce sync.Once
-
-	disconnects atomic.Uint64
-}
-
-// Disconnects returns how many times a peer of the zmq4 socket closed its
-// connection cleanly (zmq4 reported io.EOF). Those are not drops.
-func (r *ZMQ4Receiver) Disconnects() uint64 { return r.disconnects.Load() }
-
-// FromZMQ4 returns a Receiver that reads from s. See [ZMQ4Receiver] for how
-// cancellation works.
-func FromZMQ4(s zmq4.Socket) *ZMQ4Receiver {
-	return &ZMQ4Receiver{s: s}
+func FromZMQ4(s zmq4.Socket) Receiver {
+	return &zmq4Receiver{s: s}
 }
 
 // Recv receives the next message from the zmq4 socket. It returns ctx's
 // error if ctx is done, and closes the socket if ctx is cancelled while Recv
 // is blocked.
-func (r *ZMQ4Receiver) Recv(ctx context.Context) (socket.Msg, error) {
+func (r *zmq4Receiver) Recv(ctx context.Context) (socket.Msg, error) {
 	for {
 		m, err := r.recvOnce(ctx)
 		if errors.Is(err, errDisconnect) {
@@ -110,7 +109,7 @@ func (r *ZMQ4Receiver) Recv(ctx context.Context) (socket.Msg, error) {
 // errDisconnect is recvOnce's signal that one peer disconnected cleanly.
 var errDisconnect = errors.New("loop: zmq4 peer disconnected")
 
-func (r *ZMQ4Receiver) recvOnce(ctx context.Context) (socket.Msg, error) {
+func (r *zmq4Receiver) recvOnce(ctx context.Context) (socket.Msg, error) {
 	r.mu.Lock()
 	if err := ctx.Err(); err != nil {
 		r.mu.Unlock()
@@ -118,7 +117,7 @@ func (r *ZMQ4Receiver) recvOnce(ctx context.Context) (socket.Msg, error) {
 	}
 	if r.closed {
 		r.mu.Unlock()
-		return socket.Msg{}, ErrReceiverClosed
+		return socket.Msg{}, errReceiverClosed
 	}
 	if d := ctx.Done(); d != nil && d != r.watchDone {
 		if r.stopWatch != nil {
@@ -151,7 +150,7 @@ func (r *ZMQ4Receiver) recvOnce(ctx context.Context) (socket.Msg, error) {
 	case closed, err == nil, errors.Is(err, context.Canceled):
 		// zmq4 fails Recv with its own context's error after Close, and
 		// some socket types return (Msg{}, nil) forever instead.
-		return socket.Msg{}, ErrReceiverClosed
+		return socket.Msg{}, errReceiverClosed
 	case errors.Is(err, io.EOF):
 		return socket.Msg{}, errDisconnect
 	}
@@ -168,7 +167,7 @@ func (r *ZMQ4Receiver) recvOnce(ctx context.Context) (socket.Msg, error) {
 // cancelled runs when the watched context whose Done channel is d ends:
 // it closes the socket if a Recv with that context is blocked in zmq4 (not
 // if another context's Recv is: the callback runs asynchronously).
-func (r *ZMQ4Receiver) cancelled(d <-chan struct{}) {
+func (r *zmq4Receiver) cancelled(d <-chan struct{}) {
 	r.mu.Lock()
 	if r.watchDone == d {
 		r.watchDone, r.stopWatch = nil, nil
@@ -184,9 +183,9 @@ func (r *ZMQ4Receiver) cancelled(d <-chan struct{}) {
 }
 
 // Close closes the zmq4 socket and makes every later Recv return
-// [ErrReceiverClosed]. It is safe to call more than once and concurrently
+// [errReceiverClosed]. It is safe to call more than once and concurrently
 // with Recv, which it unblocks.
-func (r *ZMQ4Receiver) Close() error {
+func (r *zmq4Receiver) Close() error {
 	r.mu.Lock()
 	r.closed = true
 	stop := r.stopWatch

@@ -25,7 +25,7 @@ func TestSizeFlowsFromSocket(t *testing.T) {
 	defer cancel()
 	o := socket.DefaultOptions()
 	o.Guard.MaxMessageSize = 4 << 20
-	pull, err := socket.NewPull(o)
+	pull, err := socket.New("PULL", o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -33,7 +33,7 @@ func TestSizeFlowsFromSocket(t *testing.T) {
 	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	push, err := socket.NewPush(o)
+	push, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -73,7 +73,7 @@ func TestSizeFlowsFromSocket(t *testing.T) {
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if st := l.Stats(); st.TotalDropped() != 0 {
+	if st := l.Stats(); st.Dropped.Total() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -81,7 +81,7 @@ func TestSizeFlowsFromSocket(t *testing.T) {
 // TestSizeLimitNotOverSocket: a loop limit above the socket's would never
 // see such a message; New says so and names both values.
 func TestSizeLimitNotOverSocket(t *testing.T) {
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

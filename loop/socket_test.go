@@ -14,14 +14,15 @@ import (
 	"github.com/zmqguard/zmqguard/envelope"
 	"github.com/zmqguard/zmqguard/internal/vllmwire"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
-func newSocket(t testing.TB, ctor func(socket.Options) (*socket.Socket, error)) *socket.Socket {
+func newSocket(t testing.TB, typ zmtpguard.SocketType) *socket.Socket {
 	t.Helper()
 	o := socket.DefaultOptions()
 	o.ReconnectMin = 20 * time.Millisecond
 	o.ReconnectMax = 200 * time.Millisecond
-	s, err := ctor(o)
+	s, err := socket.New(typ, o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -35,11 +36,11 @@ func newSocket(t testing.TB, ctor func(socket.Options) (*socket.Socket, error)) 
 func TestSocketPull(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	pull := newSocket(t, socket.NewPull)
+	pull := newSocket(t, "PULL")
 	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	push := newSocket(t, socket.NewPush)
+	push := newSocket(t, "PUSH")
 	if err := push.Dial(pull.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
@@ -57,15 +58,15 @@ func TestSocketPull(t *testing.T) {
 	var peers []string
 	l := newStatsLoop(t, pull, func(_ context.Context, d Delivery[vllmwire.Message]) error {
 		checkStats(t, d.Value)
-		if !strings.HasPrefix(d.Peer().Addr(), "127.0.0.1:") {
-			t.Errorf("peer %q", d.Peer().Addr())
+		if !strings.HasPrefix(d.Msg.Peer.String(), "127.0.0.1:") {
+			t.Errorf("peer %q", d.Msg.Peer.String())
 		}
 		cancel()
 		return nil
 	}, func(c *Config[vllmwire.Message]) {
 		c.OnDrop = func(d Drop) {
 			mu.Lock()
-			peers = append(peers, d.Peer.Addr())
+			peers = append(peers, d.Peer.String())
 			mu.Unlock()
 		}
 	})
@@ -101,11 +102,11 @@ func TestSocketPull(t *testing.T) {
 func TestSocketRouter(t *testing.T) {
 	ctx, cancel := context.WithCancel(testCtx(t))
 	defer cancel()
-	router := newSocket(t, socket.NewRouter)
+	router := newSocket(t, "ROUTER")
 	if err := router.Bind("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	dealer := newSocket(t, socket.NewDealer)
+	dealer := newSocket(t, "DEALER")
 	if err := dealer.Dial(router.Endpoint()); err != nil {
 		t.Fatal(err)
 	}
@@ -150,13 +151,13 @@ func TestSocketRouter(t *testing.T) {
 // probes) appear in the loop's Stats.Refused, and its JSON names reasons.
 func TestSocketRefusedInStats(t *testing.T) {
 	ctx := testCtx(t)
-	pull := newSocket(t, socket.NewPull)
+	pull := newSocket(t, "PULL")
 	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
 	l := newStatsLoop(t, pull, func(context.Context, Delivery[vllmwire.Message]) error { return nil }, nil)
 	for range 5 {
-		c, err := net.Dial("tcp", pull.Addr().String())
+		c, err := net.Dial("tcp", strings.TrimPrefix(pull.Endpoint(), "tcp://"))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -25,8 +25,11 @@ func TestZMQ4Receiver(t *testing.T) {
 	defer cancel()
 	pull, push := zmq4Pair(t, context.Background())
 	defer push.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	defer rcv.Close()
+	if _, ok := FromZMQ4(pull).(io.Closer); !ok {
+		t.Fatal("FromZMQ4's Receiver is not an io.Closer, as its doc says")
+	}
 
 	for _, sd := range typedSeeds {
 		if len(sd.frame) == 0 {
@@ -48,7 +51,7 @@ func TestZMQ4Receiver(t *testing.T) {
 		t.Fatalf("Run = %v", err)
 	}
 	st := l.Stats()
-	if st.Delivered != 1 || st.TotalDropped() != uint64(len(typedSeeds)-1) ||
+	if st.Delivered != 1 || st.Dropped.Total() != uint64(len(typedSeeds)-1) ||
 		st.Dropped[decodeguard.ReasonOversize] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -66,7 +69,7 @@ func TestZMQ4Receiver(t *testing.T) {
 func TestZMQ4ReceiverCancelBlocked(t *testing.T) {
 	pull, push := zmq4Pair(t, context.Background())
 	defer push.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	defer rcv.Close()
 	ctx, cancel := context.WithCancel(testCtx(t))
 	done := make(chan error, 1)
@@ -88,7 +91,7 @@ func TestZMQ4ReceiverCancelBlocked(t *testing.T) {
 	if err := <-done; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Recv = %v", err)
 	}
-	if _, err := rcv.Recv(context.Background()); !errors.Is(err, ErrReceiverClosed) {
+	if _, err := rcv.Recv(context.Background()); !errors.Is(err, errReceiverClosed) {
 		t.Fatalf("Recv after cancel = %v", err)
 	}
 }
@@ -98,7 +101,7 @@ func TestZMQ4ReceiverCancelBlocked(t *testing.T) {
 func TestZMQ4ReceiverClosed(t *testing.T) {
 	pull, push := zmq4Pair(t, context.Background())
 	defer push.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	if err := push.Send(zmq4.NewMsg(statsFrame)); err != nil {
 		t.Fatal(err)
 	}
@@ -107,7 +110,7 @@ func TestZMQ4ReceiverClosed(t *testing.T) {
 		return nil
 	}, nil)
 	err := l.Run(testCtx(t))
-	if !errors.Is(err, net.ErrClosed) || !errors.Is(err, ErrReceiverClosed) {
+	if !errors.Is(err, net.ErrClosed) || !errors.Is(err, errReceiverClosed) {
 		t.Fatalf("Run = %v", err)
 	}
 	if err := rcv.Close(); err != nil {
@@ -126,11 +129,11 @@ func TestZMQ4ReceiverClosed(t *testing.T) {
 func TestZMQ4ReceiverExternalClose(t *testing.T) {
 	pull, push := zmq4Pair(t, context.Background())
 	defer push.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	if err := pull.Close(); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := rcv.Recv(testCtx(t)); !errors.Is(err, ErrReceiverClosed) {
+	if _, err := rcv.Recv(testCtx(t)); !errors.Is(err, errReceiverClosed) {
 		t.Fatalf("Recv = %v", err)
 	}
 	_ = rcv.Close()
@@ -145,7 +148,7 @@ func TestZMQ4ReceiverPeerLeaves(t *testing.T) {
 	defer cancel()
 	pull, stay := zmq4Pair(t, context.Background())
 	defer stay.Close()
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	defer rcv.Close()
 
 	leave := zmq4.NewPush(context.Background())
@@ -189,12 +192,12 @@ func TestZMQ4ReceiverPeerLeaves(t *testing.T) {
 		t.Fatal(err)
 	}
 	reset.abort(t)
-	for rcv.Disconnects() == 0 || l.Stats().Dropped[decodeguard.ReasonTransport] == 0 {
+	for rcv.disconnectCount() == 0 || l.Stats().Dropped[decodeguard.ReasonTransport] == 0 {
 		select {
 		case err := <-runErr:
 			t.Fatalf("Run ended after a peer left: %v", err)
 		case <-ctx.Done():
-			t.Fatalf("disconnects %d, stats %+v", rcv.Disconnects(), l.Stats())
+			t.Fatalf("disconnects %d, stats %+v", rcv.disconnectCount(), l.Stats())
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -206,10 +209,10 @@ func TestZMQ4ReceiverPeerLeaves(t *testing.T) {
 	if err := <-runErr; err != nil {
 		t.Fatalf("Run = %v", err)
 	}
-	if st := l.Stats(); st.Delivered != 4 || st.Dropped[decodeguard.ReasonTransport] != 1 || st.TotalDropped() != 1 {
+	if st := l.Stats(); st.Delivered != 4 || st.Dropped[decodeguard.ReasonTransport] != 1 || st.Dropped.Total() != 1 {
 		t.Fatalf("stats %+v", st)
 	}
-	if n := rcv.Disconnects(); n != 1 {
+	if n := rcv.disconnectCount(); n != 1 {
 		t.Fatalf("Disconnects = %d, want 1", n)
 	}
 }
@@ -319,11 +322,11 @@ func TestZMQ4ReceiverGuardedOversize(t *testing.T) {
 // PULL bound on the guarded transport (registered once under a test
 // scheme), wrapped by FromZMQ4 under a stats loop whose handler signals got
 // (buffered buf) per delivery. The caller runs the loop and closes rcv.
-func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, *ZMQ4Receiver, *Loop[vllmwire.Message], chan struct{}) {
+func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, *zmq4Receiver, *Loop[vllmwire.Message], chan struct{}) {
 	t.Helper()
 	const scheme = "zmqguard-loop-test"
 	if !slices.Contains(zmq4.Transports(), scheme) {
-		if err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
+		if _, err := zmtpguard.RegisterTransport(scheme, nil); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -331,7 +334,7 @@ func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, *ZMQ4Receiver, *Loop[v
 	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	rcv := FromZMQ4(pull)
+	rcv := FromZMQ4(pull).(*zmq4Receiver)
 	got := make(chan struct{}, buf)
 	l := newStatsLoop(t, rcv, func(context.Context, Delivery[vllmwire.Message]) error {
 		got <- struct{}{}

@@ -64,7 +64,7 @@ func TestDashboardQueriesKnownFamilies(t *testing.T) {
 	for _, f := range Families() {
 		known[f.Name] = true
 	}
-	labels := map[string]bool{LabelSocket: true, LabelReason: true, LabelLoop: true, LabelSource: true, "job": true, "instance": true}
+	labels := map[string]bool{labelSocket: true, labelReason: true, labelLoop: true, labelSource: true, "job": true, "instance": true}
 	used := map[string]bool{}
 	metricRE := regexp.MustCompile(`zmqguard_[a-z_]+`)
 	byRE := regexp.MustCompile(`by \(([^)]*)\)`)
@@ -83,8 +83,8 @@ func TestDashboardQueriesKnownFamilies(t *testing.T) {
 			}
 		}
 	}
-	for _, f := range []*Family{LoopDropped, SocketViolations, HandshakeServed, SocketPeers, SocketDroppedHWM, SourceDropped, ZMTPPending,
-		SocketSendQueueBytes, SocketReceiveQueueBytes, SocketHeartbeatTimeouts} {
+	for _, f := range []*Family{loopDropped, socketRefused, handshakeServed, socketPeers, socketDroppedHWM, sourceDropped, zmtpPending,
+		socketSendQueueBytes, socketReceiveQueueBytes, socketHeartbeatTimeouts} {
 		if !used[f.Name] {
 			t.Errorf("the dashboard has no panel for %s", f.Name)
 		}

@@ -1,7 +1,18 @@
-// Package metrics is the one description of zmqguard's metrics: a fixed set
-// of metric families ([Families]) and a [Set] of components (loops, sockets,
-// guarded listeners, handshake listeners, a coordinator, source sets, KV-cache
-// indexes) whose Stats snapshots it turns into samples at scrape time.
+// Package metrics turns the Stats snapshots of zmqguard's components into
+// one fixed set of metric families, read at scrape time by an adapter.
+//
+//	set := metrics.NewSet()
+//	set.AddLoop("jobs", l)    // a *loop.Loop[T]
+//	set.AddSocket("jobs", s)  // its *socket.Socket
+//	set.Collect(func(s metrics.Sample) {
+//		fmt.Println(s.Family.Name, s.Labels, s.Value)
+//	})
+//	// or: zgprom.NewCollector(set), zgotel.Register(meter, set)
+//
+// A [Set] holds components (loops, sockets, guarded listeners, handshake
+// listeners, a coordinator, engine output receivers, KV-event subscribers,
+// KV-cache indexes, source sets) and turns their snapshots into samples of
+// the families [Families] lists. Nothing runs on the hot path.
 //
 // It imports no metrics library. The adapters do: package zgprom exposes a
 // Set as a prometheus.Collector, package zgotel as OpenTelemetry observable
@@ -12,7 +23,8 @@
 //
 // Names follow Prometheus conventions: a zmqguard_ prefix, base units,
 // _total on counters, and only four label names: socket, reason, loop and
-// source. Every drop counter carries reason, one of decodeguard.Reasons();
-// the zmqguard_kvindex_ families' reason is the index's own closed set
-// (why a store was not indexed, why an entry left).
+// source. Every drop and refusal counter carries reason, one of
+// decodeguard.Reasons() (refusals are ..._refused_total); the
+// zmqguard_kvindex_ families' reason is the index's own closed set (why a
+// store was not indexed, why an entry left).
 package metrics

@@ -21,7 +21,7 @@ func ExampleSet_AddSources() {
 		}
 	})
 	set.Collect(func(s metrics.Sample) {
-		if s.Family == metrics.SourceReceived || s.Family == metrics.SourcesFolded {
+		if s.Family.Name == "zmqguard_source_messages_received_total" || s.Family.Name == "zmqguard_sources_folded" {
 			fmt.Println(s.Family.Name, s.Labels, s.Value)
 		}
 	})

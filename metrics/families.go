@@ -24,12 +24,12 @@ func (k Kind) String() string {
 }
 
 // The label names. Every family uses a subset of these four; no other label
-// name ever appears.
+// name ever appears. Family.Labels names a family's own.
 const (
-	LabelSocket = "socket" // a socket, listener or handshake listener name
-	LabelReason = "reason" // a decodeguard.Reason name such as "decode"
-	LabelLoop   = "loop"   // a receive loop (or source set) name
-	LabelSource = "source" // one source of a source set, or OtherSource
+	labelSocket = "socket" // a socket, listener or handshake listener name
+	labelReason = "reason" // a decodeguard.Reason name such as "decode"
+	labelLoop   = "loop"   // a receive loop (or source set) name
+	labelSource = "source" // one source of a source set, or OtherSource
 )
 
 // Family describes one metric: its Prometheus name and help, its kind, its
@@ -78,132 +78,167 @@ func family(name string, kind Kind, unit, help string, labels ...string) *Family
 }
 
 // The families, by component. Their names and label sets are part of the
-// package's API: dashboards and alerts refer to them.
+// package's API (dashboards and alerts refer to them); [Families] lists
+// them.
 var (
 	// Loops (loop.Loop, and the loops inside the references).
-	LoopReceived = family("zmqguard_loop_messages_received_total", Counter, "{message}",
-		"Messages the receive loop took from its socket.", LabelLoop)
-	LoopDelivered = family("zmqguard_loop_messages_delivered_total", Counter, "{message}",
-		"Messages that passed every check and reached the handler.", LabelLoop)
-	LoopDropped = family("zmqguard_loop_messages_dropped_total", Counter, "{message}",
-		"Messages the receive loop dropped, by reason.", LabelLoop, LabelReason)
-	LoopHandlerErrors = family("zmqguard_loop_handler_errors_total", Counter, "{error}",
-		"Unclassified handler errors and recovered handler panics.", LabelLoop)
-	LoopLastDrop = &Family{Name: "zmqguard_loop_last_drop_timestamp_seconds", Kind: Gauge, Unit: "s", Float: true,
-		Help: "Unix time of the loop's latest drop (0: none yet).", Labels: []string{LabelLoop}}
+	loopReceived = family("zmqguard_loop_messages_received_total", Counter, "{message}",
+		"Messages the receive loop took from its socket.", labelLoop)
+	loopDelivered = family("zmqguard_loop_messages_delivered_total", Counter, "{message}",
+		"Messages that passed every check and reached the handler.", labelLoop)
+	loopDropped = family("zmqguard_loop_messages_dropped_total", Counter, "{message}",
+		"Messages the receive loop dropped, by reason.", labelLoop, labelReason)
+	loopHandlerErrors = family("zmqguard_loop_handler_errors_total", Counter, "{error}",
+		"Unclassified handler errors and recovered handler panics.", labelLoop)
+	loopLastDrop = &Family{Name: "zmqguard_loop_last_drop_timestamp_seconds", Kind: Gauge, Unit: "s", Float: true,
+		Help: "Unix time of the loop's latest drop (0: none yet).", Labels: []string{labelLoop}}
 
 	// Sockets (socket.Socket).
-	SocketReceived = family("zmqguard_socket_messages_received_total", Counter, "{message}",
-		"Messages the socket delivered to its reader.", LabelSocket)
-	SocketSent = family("zmqguard_socket_messages_sent_total", Counter, "{message}",
-		"Messages handed to a peer's send queue (one per peer for fan-out).", LabelSocket)
-	SocketDroppedHWM = family("zmqguard_socket_hwm_dropped_messages_total", Counter, "{message}",
-		"Messages dropped because a peer's send queue was full.", LabelSocket)
-	SocketDroppedUnroutable = family("zmqguard_socket_unroutable_dropped_messages_total", Counter, "{message}",
-		"ROUTER messages dropped because their identity was not connected.", LabelSocket)
-	SocketDroppedFiltered = family("zmqguard_socket_filtered_dropped_messages_total", Counter, "{message}",
-		"Received messages dropped by the socket's own rules (REQ out of turn, SUB unsubscribed).", LabelSocket)
-	SocketViolations = family("zmqguard_socket_violations_total", Counter, "{violation}",
-		"Connections and messages the socket refused, by reason.", LabelSocket, LabelReason)
-	SocketPeers = family("zmqguard_socket_peers", Gauge, "{peer}",
-		"Peers connected now.", LabelSocket)
-	SocketConnects = family("zmqguard_socket_connects_total", Counter, "{peer}",
-		"Established peers that joined.", LabelSocket)
-	SocketDisconnects = family("zmqguard_socket_disconnects_total", Counter, "{peer}",
-		"Established peers that left.", LabelSocket)
-	SocketAcceptErrors = family("zmqguard_socket_accept_errors_total", Counter, "{error}",
-		"Failed accepts on the socket's bound endpoints.", LabelSocket)
-	SocketHeartbeatTimeouts = family("zmqguard_socket_heartbeat_timeouts_total", Counter, "{peer}",
-		"Peers disconnected because they stayed silent past the heartbeat timeout or their announced TTL.", LabelSocket)
-	SocketHandovers = family("zmqguard_socket_handovers_total", Counter, "{peer}",
-		"ROUTER identities taken over by a new connection (RouterHandover).", LabelSocket)
-	SocketSendQueueBytes = &Family{Name: "zmqguard_socket_send_queue_bytes", Kind: Gauge, Unit: "By",
-		Help: "Bytes waiting in the socket's per-peer send queues.", Labels: []string{LabelSocket}}
-	SocketSendQueueMessages = family("zmqguard_socket_send_queue_messages", Gauge, "{message}",
-		"Messages waiting in the socket's per-peer send queues.", LabelSocket)
-	SocketReceiveQueueBytes = &Family{Name: "zmqguard_socket_receive_queue_bytes", Kind: Gauge, Unit: "By",
-		Help: "Bytes of received messages waiting for Recv.", Labels: []string{LabelSocket}}
+	socketReceived = family("zmqguard_socket_messages_received_total", Counter, "{message}",
+		"Messages the socket delivered to its reader.", labelSocket)
+	socketSent = family("zmqguard_socket_messages_sent_total", Counter, "{message}",
+		"Messages handed to a peer's send queue (one per peer for fan-out).", labelSocket)
+	socketDroppedHWM = family("zmqguard_socket_hwm_dropped_messages_total", Counter, "{message}",
+		"Messages dropped because a peer's send queue was full.", labelSocket)
+	socketDroppedUnroutable = family("zmqguard_socket_unroutable_dropped_messages_total", Counter, "{message}",
+		"ROUTER messages dropped because their identity was not connected.", labelSocket)
+	socketDroppedFiltered = family("zmqguard_socket_filtered_dropped_messages_total", Counter, "{message}",
+		"Received messages dropped by the socket's own rules (REQ out of turn, SUB unsubscribed).", labelSocket)
+	socketRefused = family("zmqguard_socket_refused_total", Counter, "{refusal}",
+		"Connections and messages the socket refused, by reason.", labelSocket, labelReason)
+	socketPeers = family("zmqguard_socket_peers", Gauge, "{peer}",
+		"Peers connected now.", labelSocket)
+	socketConnects = family("zmqguard_socket_connects_total", Counter, "{peer}",
+		"Established peers that joined.", labelSocket)
+	socketDisconnects = family("zmqguard_socket_disconnects_total", Counter, "{peer}",
+		"Established peers that left.", labelSocket)
+	socketAcceptErrors = family("zmqguard_socket_accept_errors_total", Counter, "{error}",
+		"Failed accepts on the socket's bound endpoints.", labelSocket)
+	socketHeartbeatTimeouts = family("zmqguard_socket_heartbeat_timeouts_total", Counter, "{peer}",
+		"Peers disconnected because they stayed silent past the heartbeat timeout or their announced TTL.", labelSocket)
+	socketHandovers = family("zmqguard_socket_handovers_total", Counter, "{peer}",
+		"ROUTER identities taken over by a new connection (RouterHandover).", labelSocket)
+	socketSendQueueBytes = &Family{Name: "zmqguard_socket_send_queue_bytes", Kind: Gauge, Unit: "By",
+		Help: "Bytes waiting in the socket's per-peer send queues.", Labels: []string{labelSocket}}
+	socketSendQueueMessages = family("zmqguard_socket_send_queue_messages", Gauge, "{message}",
+		"Messages waiting in the socket's per-peer send queues.", labelSocket)
+	socketReceiveQueueBytes = &Family{Name: "zmqguard_socket_receive_queue_bytes", Kind: Gauge, Unit: "By",
+		Help: "Bytes of received messages waiting for Recv.", Labels: []string{labelSocket}}
+	socketZMTP30Peers = family("zmqguard_socket_zmtp30_peers", Gauge, "{peer}",
+		"Connected peers that announced ZMTP 3.0 (no heartbeat; TCP keepalive watches them).", labelSocket)
+	socketDroppedFairShare = family("zmqguard_socket_fair_share_dropped_messages_total", Counter, "{message}",
+		"Messages refused because their peer's send queue was past its fair share of SendTotalBytes.", labelSocket)
+	socketSendEvictions = family("zmqguard_socket_send_evictions_total", Counter, "{peer}",
+		"Peers disconnected because SendTotalBytes was spent while their queue held more than its fair share.", labelSocket)
+	socketBudgetBytes = &Family{Name: "zmqguard_socket_budget_bytes", Kind: Gauge, Unit: "By",
+		Help: "Bytes charged to the socket's MemoryBudget now.", Labels: []string{labelSocket}}
+	socketBudgetStalls = family("zmqguard_socket_budget_stalls_total", Counter, "{stall}",
+		"Reads paused because MemoryBudget was spent and the connection held more than its fair share.", labelSocket)
+	socketBudgetEvictions = family("zmqguard_socket_budget_evictions_total", Counter, "{connection}",
+		"Connections closed as the largest holder of a spent MemoryBudget.", labelSocket)
 
-	// Guarded listeners (zmtpguard.Listener, zmtpguard.Transport).
-	ZMTPAccepted = family("zmqguard_zmtp_connections_accepted_total", Counter, "{connection}",
-		"Connections taken from the OS listener, refused ones included.", LabelSocket)
-	ZMTPHandshakes = family("zmqguard_zmtp_handshakes_total", Counter, "{handshake}",
-		"Connections whose guarded ZMTP handshake completed.", LabelSocket)
-	ZMTPAcceptErrors = family("zmqguard_zmtp_accept_errors_total", Counter, "{error}",
-		"Failed accepts.", LabelSocket)
-	ZMTPViolations = family("zmqguard_zmtp_violations_total", Counter, "{violation}",
-		"Connections refused or closed by the stream guard, by reason.", LabelSocket, LabelReason)
-	ZMTPEvicted = family("zmqguard_zmtp_evicted_handshakes_total", Counter, "{handshake}",
-		"Pending handshakes aborted to admit a newer connection.", LabelSocket)
-	ZMTPOpen = family("zmqguard_zmtp_open_connections", Gauge, "{connection}",
-		"Connections counted against the connection cap now.", LabelSocket)
-	ZMTPPending = family("zmqguard_zmtp_pending_handshakes", Gauge, "{handshake}",
-		"Handshakes in progress now.", LabelSocket)
+	// Guarded listeners (zmtpguard.Listener, zmtpguard.RegisterTransport's stats).
+	zmtpAccepted = family("zmqguard_zmtp_connections_accepted_total", Counter, "{connection}",
+		"Connections taken from the OS listener, refused ones included.", labelSocket)
+	zmtpHandshakes = family("zmqguard_zmtp_handshakes_total", Counter, "{handshake}",
+		"Connections whose guarded ZMTP handshake completed.", labelSocket)
+	zmtpAcceptErrors = family("zmqguard_zmtp_accept_errors_total", Counter, "{error}",
+		"Failed accepts.", labelSocket)
+	zmtpRefused = family("zmqguard_zmtp_refused_total", Counter, "{refusal}",
+		"Connections refused or closed by the stream guard, by reason.", labelSocket, labelReason)
+	zmtpEvicted = family("zmqguard_zmtp_evicted_handshakes_total", Counter, "{handshake}",
+		"Pending handshakes aborted to admit a newer connection.", labelSocket)
+	zmtpConnsEvicted = family("zmqguard_zmtp_evicted_connections_total", Counter, "{connection}",
+		"Open connections closed to admit a host under its fair share of a full MaxConns.", labelSocket)
+	zmtpOpen = family("zmqguard_zmtp_open_connections", Gauge, "{connection}",
+		"Connections counted against the connection cap now.", labelSocket)
+	zmtpPending = family("zmqguard_zmtp_pending_handshakes", Gauge, "{handshake}",
+		"Handshakes in progress now.", labelSocket)
 
 	// NIXL handshake listeners (handshake.Listener).
-	HandshakeServed = family("zmqguard_handshake_requests_served_total", Counter, "{request}",
-		"Handshake requests answered with metadata.", LabelSocket)
-	HandshakeErrorReplies = family("zmqguard_handshake_error_replies_total", Counter, "{request}",
-		"Explicit error replies sent.", LabelSocket)
+	handshakeServed = family("zmqguard_handshake_requests_served_total", Counter, "{request}",
+		"Handshake requests answered with metadata.", labelSocket)
+	handshakeErrorReplies = family("zmqguard_handshake_error_replies_total", Counter, "{request}",
+		"Explicit error replies sent.", labelSocket)
 
 	// The DP coordinator (coordinator.Coordinator).
-	CoordEngines = family("zmqguard_coordinator_engines", Gauge, "{engine}",
+	coordEngines = family("zmqguard_coordinator_engines", Gauge, "{engine}",
 		"Engines the coordinator tracks.")
-	CoordWave = family("zmqguard_coordinator_wave", Gauge, "{wave}",
+	coordWave = family("zmqguard_coordinator_wave", Gauge, "{wave}",
 		"Current request wave number.")
-	CoordRunning = family("zmqguard_coordinator_running", Gauge, "", // not "1": exporters would add _ratio
+	coordRunning = family("zmqguard_coordinator_running", Gauge, "", // not "1": exporters would add _ratio
 		"1 while a wave is running, else 0.")
-	CoordStarted = family("zmqguard_coordinator_started", Gauge, "",
+	coordStarted = family("zmqguard_coordinator_started", Gauge, "",
 		"1 once start-up (every engine subscribed) is over, else 0.")
-	CoordStatsPublished = family("zmqguard_coordinator_stats_published_total", Counter, "{message}",
+	coordStatsPublished = family("zmqguard_coordinator_stats_published_total", Counter, "{message}",
 		"Stats publications sent to the front-ends.")
-	CoordWavePublished = family("zmqguard_coordinator_wave_published_total", Counter, "{message}",
+	coordWavePublished = family("zmqguard_coordinator_wave_published_total", Counter, "{message}",
 		"Wave publications sent to the front-ends.")
-	CoordReadySent = family("zmqguard_coordinator_ready_sent_total", Counter, "{message}",
+	coordReadySent = family("zmqguard_coordinator_ready_sent_total", Counter, "{message}",
 		"READY broadcasts sent to the engines.")
-	CoordStartWaveSent = family("zmqguard_coordinator_start_wave_sent_total", Counter, "{message}",
+	coordStartWaveSent = family("zmqguard_coordinator_start_wave_sent_total", Counter, "{message}",
 		"START_DP_WAVE broadcasts sent to the engines.")
-	CoordStatsApplied = family("zmqguard_coordinator_stats_applied_total", Counter, "{message}",
+	coordStatsApplied = family("zmqguard_coordinator_stats_applied_total", Counter, "{message}",
 		"Scheduler stats the state machine took.")
-	CoordStaleStats = family("zmqguard_coordinator_stale_stats_total", Counter, "{message}",
+	coordStaleStats = family("zmqguard_coordinator_stale_stats_total", Counter, "{message}",
 		"Stale scheduler stats ignored.")
-	CoordResizes = family("zmqguard_coordinator_resizes_total", Counter, "{message}",
+	coordResizes = family("zmqguard_coordinator_resizes_total", Counter, "{message}",
 		"SCALE_ELASTIC_EP notices applied.")
-	CoordBackUnsubscribed = family("zmqguard_coordinator_back_unsubscribed_total", Counter, "{message}",
+	coordBackUnsubscribed = family("zmqguard_coordinator_back_unsubscribed_total", Counter, "{message}",
 		"Unsubscriptions received on the back publish socket.")
-	CoordStateDropped = family("zmqguard_coordinator_state_dropped_messages_total", Counter, "{message}",
-		"The part of a socket's loop drops refused by the state machine, by reason.", LabelSocket, LabelReason)
+	coordStateDropped = family("zmqguard_coordinator_state_dropped_messages_total", Counter, "{message}",
+		"The part of a socket's loop drops refused by the state machine, by reason.", labelSocket, labelReason)
 
 	// Source sets (a subscriber following many publishers, an output
 	// receiver with one source per engine).
-	SourceReceived = family("zmqguard_source_messages_received_total", Counter, "{message}",
-		"Messages received from the source.", LabelLoop, LabelSource)
-	SourceDropped = family("zmqguard_source_messages_dropped_total", Counter, "{message}",
-		"Messages from the source dropped, by reason.", LabelLoop, LabelSource, LabelReason)
-	SourceConnected = family("zmqguard_source_connected", Gauge, "{source}",
-		"Sources connected now (0 or 1 per named source; a count for \"other\").", LabelLoop, LabelSource)
-	Sources = family("zmqguard_sources", Gauge, "{source}",
-		"Sources in the set, folded ones included.", LabelLoop)
-	SourcesFolded = family("zmqguard_sources_folded", Gauge, "{source}",
-		"Sources counted under source=\"other\" because the label cap was reached.", LabelLoop)
+	sourceReceived = family("zmqguard_source_messages_received_total", Counter, "{message}",
+		"Messages received from the source.", labelLoop, labelSource)
+	sourceDropped = family("zmqguard_source_messages_dropped_total", Counter, "{message}",
+		"Messages from the source dropped, by reason.", labelLoop, labelSource, labelReason)
+	sourceConnected = family("zmqguard_source_connected", Gauge, "{source}",
+		"Sources connected now (0 or 1 per named source; a count for \"other\").", labelLoop, labelSource)
+	sourceCount = family("zmqguard_sources", Gauge, "{source}",
+		"Sources in the set, folded ones included.", labelLoop)
+	sourcesFolded = family("zmqguard_sources_folded", Gauge, "{source}",
+		"Sources counted under source=\"other\" because the label cap was reached.", labelLoop)
+
+	// Engine output receivers (outputs.Receiver), under loop=name; their
+	// per-engine counters are the source families.
+	outputsClaimsRefused = family("zmqguard_outputs_claims_refused_total", Counter, "{message}",
+		"Valid messages dropped because their engine index is held by another connection.", labelLoop)
+	outputsEngineDead = family("zmqguard_outputs_engine_dead_total", Counter, "{message}",
+		"ENGINE_CORE_DEAD sentinels from connections that hold an engine index.", labelLoop)
+	outputsUnattributedDead = family("zmqguard_outputs_unattributed_dead_total", Counter, "{message}",
+		"ENGINE_CORE_DEAD sentinels from connections that hold no engine index (dropped).", labelLoop)
+	outputsQueuedBytes = &Family{Name: "zmqguard_outputs_queued_bytes", Kind: Gauge, Unit: "By",
+		Help: "Bytes of valid messages waiting for their handlers now.", Labels: []string{labelLoop}}
+	outputsHolds = family("zmqguard_outputs_holds_total", Counter, "{hold}",
+		"Times a connection's reader was held because its queue reached ConnQueueBytes.", labelLoop)
+	outputsQueueWaits = family("zmqguard_outputs_queue_waits_total", Counter, "{wait}",
+		"Times the receive loop waited because all queues held QueueBytes.", labelLoop)
 )
 
 // families lists every family, in exposition order.
 var families = []*Family{
-	LoopReceived, LoopDelivered, LoopDropped, LoopHandlerErrors, LoopLastDrop,
-	SocketReceived, SocketSent, SocketDroppedHWM, SocketDroppedUnroutable, SocketDroppedFiltered,
-	SocketViolations, SocketPeers, SocketConnects, SocketDisconnects, SocketAcceptErrors,
-	SocketHeartbeatTimeouts, SocketHandovers, SocketSendQueueBytes, SocketSendQueueMessages, SocketReceiveQueueBytes,
-	ZMTPAccepted, ZMTPHandshakes, ZMTPAcceptErrors, ZMTPViolations, ZMTPEvicted, ZMTPOpen, ZMTPPending,
-	HandshakeServed, HandshakeErrorReplies,
-	CoordEngines, CoordWave, CoordRunning, CoordStarted, CoordStatsPublished, CoordWavePublished,
-	CoordReadySent, CoordStartWaveSent, CoordStatsApplied, CoordStaleStats, CoordResizes,
-	CoordBackUnsubscribed, CoordStateDropped,
-	SourceReceived, SourceDropped, SourceConnected, Sources, SourcesFolded,
+	loopReceived, loopDelivered, loopDropped, loopHandlerErrors, loopLastDrop,
+	socketReceived, socketSent, socketDroppedHWM, socketDroppedUnroutable, socketDroppedFiltered,
+	socketRefused, socketPeers, socketConnects, socketDisconnects, socketAcceptErrors,
+	socketHeartbeatTimeouts, socketHandovers, socketSendQueueBytes, socketSendQueueMessages, socketReceiveQueueBytes,
+	socketZMTP30Peers, socketDroppedFairShare, socketSendEvictions, socketBudgetBytes, socketBudgetStalls,
+	socketBudgetEvictions,
+	zmtpAccepted, zmtpHandshakes, zmtpAcceptErrors, zmtpRefused, zmtpEvicted, zmtpConnsEvicted, zmtpOpen, zmtpPending,
+	handshakeServed, handshakeErrorReplies,
+	coordEngines, coordWave, coordRunning, coordStarted, coordStatsPublished, coordWavePublished,
+	coordReadySent, coordStartWaveSent, coordStatsApplied, coordStaleStats, coordResizes,
+	coordBackUnsubscribed, coordStateDropped,
+	sourceReceived, sourceDropped, sourceConnected, sourceCount, sourcesFolded,
+	outputsClaimsRefused, outputsEngineDead, outputsUnattributedDead, outputsQueuedBytes, outputsHolds,
+	outputsQueueWaits,
+	// The kvindex families (kvindex.go).
+	kvindexBatches, kvindexStored, kvindexRemoved, kvindexCleared, kvindexResets,
+	kvindexLostRanges, kvindexNotIndexed, kvindexEntriesAdded, kvindexEntriesRemoved, kvindexUnknownRemovals,
+	kvindexScores, kvindexErrors, kvindexEntries, kvindexBlocks, kvindexEngines, kvindexCapacity, kvindexBytes,
 }
-
-// The kvindex families (kvindex.go) follow the others.
-func init() { families = append(families, kvindexFamilies...) }
 
 // Families returns every metric family a [Set] can report, in a fixed
 // order. The slice is a copy; the families are shared and must not be

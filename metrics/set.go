@@ -12,32 +12,13 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
-
-// LoopStats is what a receive loop offers: *loop.Loop[T] for any T.
-type LoopStats interface{ Stats() loop.Stats }
-
-// SocketStats is what a socket offers: *socket.Socket.
-type SocketStats interface{ Stats() socket.Stats }
-
-// ZMTPStats is what a guarded listener offers: *zmtpguard.Listener or
-// *zmtpguard.Transport.
-type ZMTPStats interface{ Stats() zmtpguard.Stats }
-
-// HandshakeStats is what a NIXL handshake listener offers:
-// *handshake.Listener.
-type HandshakeStats interface {
-	Stats() handshake.ListenerStats
-}
-
-// CoordinatorStats is what a DP coordinator offers:
-// *coordinator.Coordinator.
-type CoordinatorStats interface{ Stats() coordinator.Stats }
 
 // Source is one source of a source set at the time of a scrape: a
 // publisher a subscriber follows, an engine an output receiver reads.
@@ -57,9 +38,9 @@ type Source struct {
 // sources beyond its label cap, summed.
 const OtherSource = "other"
 
-// DefaultMaxSources is the label cap of a source set when AddSources is
-// given 0: at most this many sources have a source label of their own.
-const DefaultMaxSources = 100
+// defaultMaxSources is the label cap of a source set given 0: at most this
+// many sources have a source label of their own.
+const defaultMaxSources = 100
 
 // maxNameLen bounds component names (label values).
 const maxNameLen = 128
@@ -84,7 +65,7 @@ type Set struct {
 	sockets     []namedSocket
 	zmtp        []namedZMTP
 	handshakes  []namedHandshake
-	coordinator CoordinatorStats
+	coordinator interface{ Stats() coordinator.Stats }
 	coordPrefix string
 	sourceSets  []*sourceSet
 	kvindexes   []namedKVIndex
@@ -94,19 +75,21 @@ type Set struct {
 type (
 	namedLoop struct {
 		name string
-		s    LoopStats
+		s    interface{ Stats() loop.Stats }
 	}
 	namedSocket struct {
 		name string
-		s    SocketStats
+		s    interface{ Stats() socket.Stats }
 	}
 	namedZMTP struct {
 		name string
-		s    ZMTPStats
+		s    interface{ Stats() zmtpguard.Stats }
 	}
 	namedHandshake struct {
 		name string
-		s    HandshakeStats
+		s    interface {
+			Stats() handshake.ListenerStats
+		}
 	}
 )
 
@@ -120,14 +103,14 @@ func checkName(what, name string) error {
 	}
 	if len(name) > maxNameLen {
 		return fmt.Errorf("metrics: %s name %q is %d bytes, over %d", what,
-			decodeguard.EscapeText(name, 32), len(name), maxNameLen)
+			ratelog.Escape(name, 32), len(name), maxNameLen)
 	}
 	if !utf8.ValidString(name) {
-		return fmt.Errorf("metrics: %s name %q is not valid UTF-8", what, decodeguard.EscapeText(name, 64))
+		return fmt.Errorf("metrics: %s name %q is not valid UTF-8", what, ratelog.Escape(name, 64))
 	}
 	for _, r := range name {
 		if r < 0x20 || r == 0x7f {
-			return fmt.Errorf("metrics: %s name %q has a control character", what, decodeguard.EscapeText(name, 64))
+			return fmt.Errorf("metrics: %s name %q has a control character", what, ratelog.Escape(name, 64))
 		}
 	}
 	return nil
@@ -160,7 +143,7 @@ func isNil(v any) bool {
 }
 
 // AddLoop adds a receive loop under the loop label name.
-func (s *Set) AddLoop(name string, l LoopStats) error {
+func (s *Set) AddLoop(name string, l interface{ Stats() loop.Stats }) error {
 	if isNil(l) {
 		return errors.New("metrics: AddLoop: nil loop")
 	}
@@ -174,7 +157,7 @@ func (s *Set) AddLoop(name string, l LoopStats) error {
 }
 
 // AddSocket adds a socket under the socket label name.
-func (s *Set) AddSocket(name string, sock SocketStats) error {
+func (s *Set) AddSocket(name string, sock interface{ Stats() socket.Stats }) error {
 	if isNil(sock) {
 		return errors.New("metrics: AddSocket: nil socket")
 	}
@@ -189,7 +172,7 @@ func (s *Set) AddSocket(name string, sock SocketStats) error {
 
 // AddZMTPListener adds a guarded listener (zmtpguard.Listener or Transport)
 // under the socket label name of the zmqguard_zmtp_ families.
-func (s *Set) AddZMTPListener(name string, l ZMTPStats) error {
+func (s *Set) AddZMTPListener(name string, l interface{ Stats() zmtpguard.Stats }) error {
 	if isNil(l) {
 		return errors.New("metrics: AddZMTPListener: nil listener")
 	}
@@ -205,7 +188,9 @@ func (s *Set) AddZMTPListener(name string, l ZMTPStats) error {
 // AddHandshakeListener adds a NIXL handshake listener: its ROUTER socket
 // under socket=name, its receive loop under loop=name, and the
 // zmqguard_handshake_ families under socket=name.
-func (s *Set) AddHandshakeListener(name string, l HandshakeStats) error {
+func (s *Set) AddHandshakeListener(name string, l interface {
+	Stats() handshake.ListenerStats
+}) error {
 	if isNil(l) {
 		return errors.New("metrics: AddHandshakeListener: nil listener")
 	}
@@ -222,7 +207,7 @@ func (s *Set) AddHandshakeListener(name string, l HandshakeStats) error {
 // the names prefix+"-front", prefix+"-back-output" and
 // prefix+"-back-publish" (prefix "" means "coordinator"), and the
 // zmqguard_coordinator_ families. A Set holds at most one coordinator.
-func (s *Set) AddCoordinator(prefix string, c CoordinatorStats) error {
+func (s *Set) AddCoordinator(prefix string, c interface{ Stats() coordinator.Stats }) error {
 	if isNil(c) {
 		return errors.New("metrics: AddCoordinator: nil coordinator")
 	}
@@ -246,13 +231,19 @@ func (s *Set) AddCoordinator(prefix string, c CoordinatorStats) error {
 var coordParts = []string{"-front", "-back-output", "-back-publish"}
 
 // AddSources adds a source set under loop=name: list is called at each
-// scrape and returns the sources now. At most maxSources (0 means
-// DefaultMaxSources) have a source label of their own; the others are
+// scrape and returns the sources now. At most maxSources (zero means 100;
+// negative is an error) have a source label of their own; the others are
 // summed under source="other" (a source actually named "other" is too).
 // A source keeps its own label while it is listed; when one leaves, the
 // next unlabelled source takes its place. Counters under "other" can
 // therefore go down when sources move; Prometheus treats that as a reset.
 func (s *Set) AddSources(name string, maxSources int, list func() []Source) error {
+	return s.addSources(name, maxSources, list, nil)
+}
+
+// addSources adds a source set; extra, if not nil, is called after each
+// scrape's list to report the families of the component behind the set.
+func (s *Set) addSources(name string, maxSources int, list func() []Source, extra func(emitter)) error {
 	if list == nil {
 		return errors.New("metrics: AddSources: nil list function")
 	}
@@ -260,14 +251,15 @@ func (s *Set) AddSources(name string, maxSources int, list func() []Source) erro
 		return fmt.Errorf("metrics: AddSources: maxSources %d is negative", maxSources)
 	}
 	if maxSources == 0 {
-		maxSources = DefaultMaxSources
+		maxSources = defaultMaxSources
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if err := s.claim("source set", []string{"sources"}, name); err != nil {
 		return err
 	}
-	s.sourceSets = append(s.sourceSets, &sourceSet{name: name, max: maxSources, list: list, labelled: map[string]bool{}})
+	s.sourceSets = append(s.sourceSets, &sourceSet{name: name, max: maxSources, list: list, extra: extra,
+		labelled: map[string]bool{}})
 	return nil
 }
 
@@ -276,6 +268,7 @@ type sourceSet struct {
 	name     string
 	max      int
 	list     func() []Source
+	extra    func(emitter)
 	labelled map[string]bool // sources with a label of their own
 }
 
@@ -300,63 +293,70 @@ func b2f(b bool) float64 {
 }
 
 func (e emitter) loop(name string, st loop.Stats) {
-	e.emit(LoopReceived, float64(st.Received), name)
-	e.emit(LoopDelivered, float64(st.Delivered), name)
-	e.counts(LoopDropped, &st.Dropped, name)
-	e.emit(LoopHandlerErrors, float64(st.HandlerErrors), name)
+	e.emit(loopReceived, float64(st.Received), name)
+	e.emit(loopDelivered, float64(st.Delivered), name)
+	e.counts(loopDropped, &st.Dropped, name)
+	e.emit(loopHandlerErrors, float64(st.HandlerErrors), name)
 	last := 0.0
 	if !st.LastDrop.IsZero() {
 		last = float64(st.LastDrop.UnixNano()) / 1e9
 	}
-	e.emit(LoopLastDrop, last, name)
+	e.emit(loopLastDrop, last, name)
 }
 
 func (e emitter) socket(name string, st socket.Stats) {
-	e.emit(SocketReceived, float64(st.Received), name)
-	e.emit(SocketSent, float64(st.Sent), name)
-	e.emit(SocketDroppedHWM, float64(st.DroppedHWM), name)
-	e.emit(SocketDroppedUnroutable, float64(st.DroppedUnroutable), name)
-	e.emit(SocketDroppedFiltered, float64(st.DroppedFiltered), name)
-	e.counts(SocketViolations, &st.Violations, name)
-	e.emit(SocketPeers, float64(st.Peers), name)
-	e.emit(SocketConnects, float64(st.Connects), name)
-	e.emit(SocketDisconnects, float64(st.Disconnects), name)
-	e.emit(SocketAcceptErrors, float64(st.AcceptErrors), name)
-	e.emit(SocketHeartbeatTimeouts, float64(st.HeartbeatTimeouts), name)
-	e.emit(SocketHandovers, float64(st.Handovers), name)
-	e.emit(SocketSendQueueBytes, float64(st.QueuedSendBytes), name)
-	e.emit(SocketSendQueueMessages, float64(st.QueuedSendMessages), name)
-	e.emit(SocketReceiveQueueBytes, float64(st.QueuedRecvBytes), name)
+	e.emit(socketReceived, float64(st.Received), name)
+	e.emit(socketSent, float64(st.Sent), name)
+	e.emit(socketDroppedHWM, float64(st.DroppedHWM), name)
+	e.emit(socketDroppedUnroutable, float64(st.DroppedUnroutable), name)
+	e.emit(socketDroppedFiltered, float64(st.DroppedFiltered), name)
+	e.counts(socketRefused, &st.Refused, name)
+	e.emit(socketPeers, float64(st.Peers), name)
+	e.emit(socketConnects, float64(st.Connects), name)
+	e.emit(socketDisconnects, float64(st.Disconnects), name)
+	e.emit(socketAcceptErrors, float64(st.AcceptErrors), name)
+	e.emit(socketHeartbeatTimeouts, float64(st.HeartbeatTimeouts), name)
+	e.emit(socketHandovers, float64(st.Handovers), name)
+	e.emit(socketSendQueueBytes, float64(st.QueuedSendBytes), name)
+	e.emit(socketSendQueueMessages, float64(st.QueuedSendMessages), name)
+	e.emit(socketReceiveQueueBytes, float64(st.QueuedRecvBytes), name)
+	e.emit(socketZMTP30Peers, float64(st.ZMTP30Peers), name)
+	e.emit(socketDroppedFairShare, float64(st.DroppedFairShare), name)
+	e.emit(socketSendEvictions, float64(st.SendEvictions), name)
+	e.emit(socketBudgetBytes, float64(st.BudgetBytes), name)
+	e.emit(socketBudgetStalls, float64(st.BudgetStalls), name)
+	e.emit(socketBudgetEvictions, float64(st.BudgetEvictions), name)
 }
 
 func (e emitter) zmtp(name string, st zmtpguard.Stats) {
-	e.emit(ZMTPAccepted, float64(st.Accepted), name)
-	e.emit(ZMTPHandshakes, float64(st.Handshakes), name)
-	e.emit(ZMTPAcceptErrors, float64(st.AcceptErrors), name)
-	e.counts(ZMTPViolations, &st.Violations, name)
-	e.emit(ZMTPEvicted, float64(st.Evicted), name)
-	e.emit(ZMTPOpen, float64(st.Open), name)
-	e.emit(ZMTPPending, float64(st.Pending), name)
+	e.emit(zmtpAccepted, float64(st.Accepted), name)
+	e.emit(zmtpHandshakes, float64(st.Handshakes), name)
+	e.emit(zmtpAcceptErrors, float64(st.AcceptErrors), name)
+	e.counts(zmtpRefused, &st.Refused, name)
+	e.emit(zmtpEvicted, float64(st.Evicted), name)
+	e.emit(zmtpConnsEvicted, float64(st.ConnsEvicted), name)
+	e.emit(zmtpOpen, float64(st.Open), name)
+	e.emit(zmtpPending, float64(st.Pending), name)
 }
 
 func (e emitter) coordinator(prefix string, st coordinator.Stats) {
-	e.emit(CoordEngines, float64(st.Engines))
-	e.emit(CoordWave, float64(st.Wave))
-	e.emit(CoordRunning, b2f(st.Running))
-	e.emit(CoordStarted, b2f(st.Started))
-	e.emit(CoordStatsPublished, float64(st.StatsPublished))
-	e.emit(CoordWavePublished, float64(st.WavePublished))
-	e.emit(CoordReadySent, float64(st.ReadySent))
-	e.emit(CoordStartWaveSent, float64(st.StartWaveSent))
-	e.emit(CoordStatsApplied, float64(st.StatsApplied))
-	e.emit(CoordStaleStats, float64(st.StaleStats))
-	e.emit(CoordResizes, float64(st.Resizes))
-	e.emit(CoordBackUnsubscribed, float64(st.BackUnsubscribed))
+	e.emit(coordEngines, float64(st.Engines))
+	e.emit(coordWave, float64(st.Wave))
+	e.emit(coordRunning, b2f(st.Running))
+	e.emit(coordStarted, b2f(st.Started))
+	e.emit(coordStatsPublished, float64(st.StatsPublished))
+	e.emit(coordWavePublished, float64(st.WavePublished))
+	e.emit(coordReadySent, float64(st.ReadySent))
+	e.emit(coordStartWaveSent, float64(st.StartWaveSent))
+	e.emit(coordStatsApplied, float64(st.StatsApplied))
+	e.emit(coordStaleStats, float64(st.StaleStats))
+	e.emit(coordResizes, float64(st.Resizes))
+	e.emit(coordBackUnsubscribed, float64(st.BackUnsubscribed))
 	for i, ss := range []*coordinator.SocketStats{&st.Front, &st.BackOutput, &st.BackPublish} {
 		name := prefix + coordParts[i]
 		e.loop(name, ss.Loop)
 		e.socket(name, ss.Socket)
-		e.counts(CoordStateDropped, &ss.StateDrops, name)
+		e.counts(coordStateDropped, &ss.StateDrops, name)
 	}
 }
 
@@ -395,17 +395,20 @@ func (e emitter) sources(ss *sourceSet) {
 			continue
 		}
 		seen[src.Name] = true
-		e.emit(SourceReceived, float64(src.Received), ss.name, src.Name)
-		e.counts(SourceDropped, &src.Dropped, ss.name, src.Name)
-		e.emit(SourceConnected, b2f(src.Connected), ss.name, src.Name)
+		e.emit(sourceReceived, float64(src.Received), ss.name, src.Name)
+		e.counts(sourceDropped, &src.Dropped, ss.name, src.Name)
+		e.emit(sourceConnected, b2f(src.Connected), ss.name, src.Name)
 	}
 	if folded > 0 {
-		e.emit(SourceReceived, float64(other.Received), ss.name, OtherSource)
-		e.counts(SourceDropped, &other.Dropped, ss.name, OtherSource)
-		e.emit(SourceConnected, float64(otherConnected), ss.name, OtherSource)
+		e.emit(sourceReceived, float64(other.Received), ss.name, OtherSource)
+		e.counts(sourceDropped, &other.Dropped, ss.name, OtherSource)
+		e.emit(sourceConnected, float64(otherConnected), ss.name, OtherSource)
 	}
-	e.emit(Sources, float64(len(list)), ss.name)
-	e.emit(SourcesFolded, float64(folded), ss.name)
+	e.emit(sourceCount, float64(len(list)), ss.name)
+	e.emit(sourcesFolded, float64(folded), ss.name)
+	if ss.extra != nil {
+		ss.extra(e)
+	}
 }
 
 // Collect reads every component's Stats now and calls emit once per sample.
@@ -429,8 +432,8 @@ func (s *Set) Collect(emit func(Sample)) {
 		st := h.s.Stats()
 		e.loop(h.name, st.Loop)
 		e.socket(h.name, st.Socket)
-		e.emit(HandshakeServed, float64(st.TotalServed()), h.name)
-		e.emit(HandshakeErrorReplies, float64(st.ErrorReplies), h.name)
+		e.emit(handshakeServed, float64(st.Served[handshake.V1]+st.Served[handshake.V2]+st.Served[handshake.V3]), h.name)
+		e.emit(handshakeErrorReplies, float64(st.ErrorReplies), h.name)
 	}
 	if s.coordinator != nil {
 		e.coordinator(s.coordPrefix, s.coordinator.Stats())
@@ -443,20 +446,18 @@ func (s *Set) Collect(emit func(Sample)) {
 	}
 }
 
-// OutputsStats is what AddOutputs reads: an engine output receiver
-// (*outputs.Receiver).
-type OutputsStats interface{ Stats() outputs.Stats }
-
 // AddOutputs adds an engine output receiver as a source set under
 // loop=name, one source per engine (named by its engine index; drops from
 // connections that never sent a valid message under "unattributed"),
-// capped at DefaultMaxSources labels.
-func (s *Set) AddOutputs(name string, r OutputsStats) error {
+// capped at 100 labels, and the zmqguard_outputs_ families under
+// loop=name.
+func (s *Set) AddOutputs(name string, r interface{ Stats() outputs.Stats }) error {
 	if isNil(r) {
 		return errors.New("metrics: AddOutputs: nil receiver")
 	}
-	return s.AddSources(name, 0, func() []Source {
-		st := r.Stats()
+	var st outputs.Stats // the latest scrape's snapshot; s.mu guards it
+	return s.addSources(name, 0, func() []Source {
+		st = r.Stats()
 		src := make([]Source, 0, len(st.Engines)+1)
 		for _, e := range st.Engines {
 			src = append(src, Source{Name: strconv.FormatInt(e.Engine, 10), Received: e.Messages + e.Dropped.Total(),
@@ -466,23 +467,26 @@ func (s *Set) AddOutputs(name string, r OutputsStats) error {
 			src = append(src, Source{Name: "unattributed", Received: st.Unattributed.Total(), Dropped: st.Unattributed})
 		}
 		return src
+	}, func(e emitter) {
+		e.emit(outputsClaimsRefused, float64(st.ClaimsRefused), name)
+		e.emit(outputsEngineDead, float64(st.EngineDead), name)
+		e.emit(outputsUnattributedDead, float64(st.UnattributedDead), name)
+		e.emit(outputsQueuedBytes, float64(st.QueuedBytes), name)
+		e.emit(outputsHolds, float64(st.Holds), name)
+		e.emit(outputsQueueWaits, float64(st.QueueWaits), name)
 	})
 }
-
-// KVEventsStats is what AddKVEvents reads: a KV-event subscriber
-// (*kvevents.Subscriber).
-type KVEventsStats interface{ Stats() kvevents.Stats }
 
 // AddKVEvents adds a KV-event subscriber as a source set under loop=name,
 // one source per followed publisher (received = batches delivered plus
 // messages dropped; dropped = message and event drops by reason). At most
-// maxSources (0: DefaultMaxSources) sources get a label of their own; the
+// maxSources (zero means 100) sources get a label of their own; the
 // rest are summed under source="other".
-func (s *Set) AddKVEvents(name string, maxSources int, sub KVEventsStats) error {
+func (s *Set) AddKVEvents(name string, maxSources int, sub interface{ Stats() kvevents.SourceStats }) error {
 	if isNil(sub) {
 		return errors.New("metrics: AddKVEvents: nil subscriber")
 	}
-	return s.AddSources(name, maxSources, func() []Source {
+	return s.addSources(name, maxSources, func() []Source {
 		st := sub.Stats()
 		src := make([]Source, 0, len(st.Sources))
 		for _, k := range st.Sources {
@@ -491,5 +495,5 @@ func (s *Set) AddKVEvents(name string, maxSources int, sub KVEventsStats) error 
 			src = append(src, Source{Name: k.Name, Received: k.Batches + k.Dropped.Total(), Dropped: d, Connected: k.Connected})
 		}
 		return src
-	})
+	}, nil)
 }

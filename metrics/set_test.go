@@ -79,8 +79,12 @@ func TestCollectMapsEveryField(t *testing.T) {
 	var viol decodeguard.Counts
 	viol[decodeguard.ReasonHandshake] = 7
 	sk := &fakeSocket{Received: 11, Sent: 12, DroppedHWM: 13, DroppedUnroutable: 14, DroppedFiltered: 15,
-		Violations: viol, Peers: 4, Connects: 16, Disconnects: 17, AcceptErrors: 18}
-	z := &fakeZMTP{Accepted: 20, Handshakes: 21, AcceptErrors: 22, Violations: viol, Evicted: 23, Open: 24, Pending: 25}
+		Refused: viol, Peers: 4, Connects: 16, Disconnects: 17, AcceptErrors: 18,
+		ZMTP30Peers: 3, DroppedFairShare: 60, SendEvictions: 61, BudgetBytes: 62, BudgetStalls: 63, BudgetEvictions: 64}
+	z := &fakeZMTP{Accepted: 20, Handshakes: 21, AcceptErrors: 22, Refused: viol, Evicted: 23, Open: 24, Pending: 25,
+		ConnsEvicted: 26}
+	o := &fakeOutputs{st: outputs.Stats{ClaimsRefused: 70, EngineDead: 71, UnattributedDead: 72, QueuedBytes: 73,
+		Holds: 74, QueueWaits: 75, Engines: []outputs.EngineStats{{Engine: 0, Messages: 76}}}}
 	h := &fakeHandshake{Served: [4]uint64{0, 1, 2, 3}, ErrorReplies: 5, Loop: loop.Stats(*l), Socket: socket.Stats(*sk)}
 	c := &fakeCoord{Engines: 2, Wave: 9, Running: true, Started: true, StatsPublished: 30, WavePublished: 31,
 		ReadySent: 32, StartWaveSent: 33, StatsApplied: 34, StaleStats: 35, Resizes: 36, BackUnsubscribed: 37}
@@ -94,6 +98,7 @@ func TestCollectMapsEveryField(t *testing.T) {
 			return []Source{{Name: "tcp://a", Received: 50, Dropped: drops, Connected: true}}
 		}),
 		s.AddKVIndex("kv", &fakeKVIndex{st: kvStats()}),
+		s.AddOutputs("out", o),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -112,7 +117,7 @@ func TestCollectMapsEveryField(t *testing.T) {
 	want(t, got, "zmqguard_socket_hwm_dropped_messages_total{jobs}", 13)
 	want(t, got, "zmqguard_socket_unroutable_dropped_messages_total{jobs}", 14)
 	want(t, got, "zmqguard_socket_filtered_dropped_messages_total{jobs}", 15)
-	want(t, got, "zmqguard_socket_violations_total{jobs,handshake}", 7)
+	want(t, got, "zmqguard_socket_refused_total{jobs,handshake}", 7)
 	want(t, got, "zmqguard_socket_peers{jobs}", 4)
 	want(t, got, "zmqguard_socket_connects_total{jobs}", 16)
 	want(t, got, "zmqguard_socket_disconnects_total{jobs}", 17)
@@ -120,10 +125,24 @@ func TestCollectMapsEveryField(t *testing.T) {
 	want(t, got, "zmqguard_zmtp_connections_accepted_total{jobs}", 20)
 	want(t, got, "zmqguard_zmtp_handshakes_total{jobs}", 21)
 	want(t, got, "zmqguard_zmtp_accept_errors_total{jobs}", 22)
-	want(t, got, "zmqguard_zmtp_violations_total{jobs,handshake}", 7)
+	want(t, got, "zmqguard_zmtp_refused_total{jobs,handshake}", 7)
 	want(t, got, "zmqguard_zmtp_evicted_handshakes_total{jobs}", 23)
 	want(t, got, "zmqguard_zmtp_open_connections{jobs}", 24)
 	want(t, got, "zmqguard_zmtp_pending_handshakes{jobs}", 25)
+	want(t, got, "zmqguard_zmtp_evicted_connections_total{jobs}", 26)
+	want(t, got, "zmqguard_socket_zmtp30_peers{jobs}", 3)
+	want(t, got, "zmqguard_socket_fair_share_dropped_messages_total{jobs}", 60)
+	want(t, got, "zmqguard_socket_send_evictions_total{jobs}", 61)
+	want(t, got, "zmqguard_socket_budget_bytes{jobs}", 62)
+	want(t, got, "zmqguard_socket_budget_stalls_total{jobs}", 63)
+	want(t, got, "zmqguard_socket_budget_evictions_total{jobs}", 64)
+	want(t, got, "zmqguard_outputs_claims_refused_total{out}", 70)
+	want(t, got, "zmqguard_outputs_engine_dead_total{out}", 71)
+	want(t, got, "zmqguard_outputs_unattributed_dead_total{out}", 72)
+	want(t, got, "zmqguard_outputs_queued_bytes{out}", 73)
+	want(t, got, "zmqguard_outputs_holds_total{out}", 74)
+	want(t, got, "zmqguard_outputs_queue_waits_total{out}", 75)
+	want(t, got, "zmqguard_source_messages_received_total{out,0}", 76)
 	want(t, got, "zmqguard_handshake_requests_served_total{nixl}", 6)
 	want(t, got, "zmqguard_handshake_error_replies_total{nixl}", 5)
 	want(t, got, "zmqguard_loop_messages_dropped_total{nixl,decode}", 3)
@@ -251,10 +270,10 @@ func TestAddRefusesBadNames(t *testing.T) {
 
 func TestOTelNames(t *testing.T) {
 	for f, w := range map[*Family]string{
-		LoopDropped:  "zmqguard.loop.messages_dropped",
-		LoopLastDrop: "zmqguard.loop.last_drop_timestamp",
-		SocketPeers:  "zmqguard.socket.peers",
-		CoordWave:    "zmqguard.coordinator.wave",
+		loopDropped:  "zmqguard.loop.messages_dropped",
+		loopLastDrop: "zmqguard.loop.last_drop_timestamp",
+		socketPeers:  "zmqguard.socket.peers",
+		coordWave:    "zmqguard.coordinator.wave",
 		{Name: "zmqguard_socket_send_queue_bytes", Unit: "By", Kind: Gauge}: "zmqguard.socket.send_queue",
 	} {
 		if g := f.OTelName(); g != w {
@@ -306,9 +325,9 @@ func TestAddOutputsOneSourcePerEngine(t *testing.T) {
 	}
 }
 
-type fakeKV struct{ st kvevents.Stats }
+type fakeKV struct{ st kvevents.SourceStats }
 
-func (f *fakeKV) Stats() kvevents.Stats { return f.st }
+func (f *fakeKV) Stats() kvevents.SourceStats { return f.st }
 
 func TestAddKVEventsCapsSources(t *testing.T) {
 	f := &fakeKV{}
@@ -329,7 +348,7 @@ func TestAddKVEventsCapsSources(t *testing.T) {
 	var validate float64
 	s.Collect(func(smp Sample) {
 		for i, l := range smp.Family.Labels {
-			if l == LabelSource {
+			if l == labelSource {
 				labels[smp.Labels[i]] = true
 			}
 		}

@@ -26,9 +26,9 @@ func benchMessage() [][]byte {
 				binary.LittleEndian.PutUint32(lps[4*k:], math.Float32bits(-float32(k)))
 			}
 			o.NewLogprobs = enginecore.Logprobs{Present: true, Fields: 4,
-				TokenIDs:     enginecore.Array{DType: enginecore.Int32, Shape: []int{1, 6}, Data: ids},
-				Logprobs:     enginecore.Array{DType: enginecore.Float32, Shape: []int{1, 6}, Data: lps},
-				SampledRanks: enginecore.Array{DType: enginecore.Int64, Shape: []int{1}, Data: make([]byte, 8)}}
+				TokenIDs:     enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1, 6}, Data: ids},
+				Logprobs:     enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{1, 6}, Data: lps},
+				SampledRanks: enginecore.Array{DType: enginecore.DTypeOf("int64"), Shape: []int{1}, Data: make([]byte, 8)}}
 		}
 		m.Outputs = append(m.Outputs, o)
 	}
@@ -48,7 +48,7 @@ func BenchmarkReceiver(b *testing.B) {
 	target := b.N + 1
 	rctx, stop := context.WithCancel(ctx)
 	defer stop()
-	so := DefaultSocketOptions()
+	so := socket.Options{}
 	so.Logger = quiet
 	r, err := New(Config{Logger: quiet, Socket: so, Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
 		if len(m.Outputs) != 256 {

@@ -42,7 +42,7 @@ func Example() {
 	// An engine (here a Go one; a vLLM engine core sends the same bytes).
 	opts := socket.DefaultOptions()
 	opts.Logger = quiet
-	engine, _ := socket.NewPush(opts)
+	engine, _ := socket.New("PUSH", opts)
 	defer engine.Close()
 	_ = engine.Dial(r.Endpoint())
 	var enc enginecore.Encoder
@@ -51,7 +51,7 @@ func Example() {
 		Header:  enginecore.Header{EngineIndex: 1, Timestamp: 1},
 		Outputs: []enginecore.Output{{RequestID: []byte("req-1"), NewTokenIDs: []int64{11, 12}}},
 	})...)
-	_ = engine.Send(ctx, outputs.EngineCoreDead)
+	_ = engine.Send(ctx, []byte("ENGINE_CORE_DEAD"))
 
 	e := <-dead
 	cancel()

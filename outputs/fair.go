@@ -25,6 +25,14 @@ import (
 // flow control slows that engine alone) until its worker has caught up; all
 // queues together hold at most QueueBytes (the receive loop waits beyond
 // it).
+//
+// Why each message is decoded twice (checked by the loop, decoded again by
+// its worker): queueing the decoded form instead would hold about 1 KiB of
+// Output per request output against a few dozen bytes on the wire, so
+// QueueBytes, counted in wire bytes, would no longer bound the memory
+// queued; and a decode-once variant measured with BenchmarkReceiver
+// (issue 30) went from about 2 to 70-100 allocations per message, because
+// the messages in flight outnumber the copies the recycling pool keeps.
 
 // job is one message (or sentinel) queued for its connection's worker.
 type job struct {
@@ -317,7 +325,7 @@ func (r *Receiver) serve(ctx context.Context, j *job, m *enginecore.Message, lim
 		r.lateDrop(j, err)
 		return nil
 	}
-	return &loop.Error{Loop: r.cfg.Name, Stage: loop.StageHandler, Peer: j.peer.Addr(), Err: err}
+	return &loop.Error{Loop: r.cfg.Name, Stage: "handler", Peer: j.peer.String(), Err: err}
 }
 
 // lateDrop counts, logs (rate-limited) and reports a message dropped by
@@ -332,13 +340,14 @@ func (r *Receiver) lateDrop(j *job, err error) {
 	r.mu.Lock()
 	r.lateDropped[reason]++
 	r.mu.Unlock()
-	d := loop.Drop{Loop: r.cfg.Name, Reason: reason, Stage: loop.StageHandler, Peer: j.peer,
+	d := loop.Drop{Loop: r.cfg.Name, Reason: reason, Stage: "handler", Peer: j.peer,
 		Frames: len(j.cp.frames), Length: int(j.size), Err: err, Time: now}
-	if r.dropLog.Drop(reason, j.peer.Addr(), now) == ratelog.First {
+	if r.dropLog.Drop(reason.String(), j.peer.String(), now) == ratelog.First {
 		r.cfg.Logger.LogAttrs(context.Background(), slog.LevelWarn, "zmqguard: dropped a message (first from this peer)",
-			slog.String("loop", r.cfg.Name), slog.String("reason", reason.String()), slog.String("stage", loop.StageHandler.String()),
-			slog.String("peer", j.peer.Addr()), slog.Int("frames", len(j.cp.frames)), slog.Int64("len", j.size),
-			slog.String("err", decodeguard.EscapeText(err.Error(), 256)))
+			slog.String(ratelog.KeyComponent, r.cfg.Name), slog.String(ratelog.KeyReason, reason.String()),
+			slog.String("stage", "handler"), slog.String(ratelog.KeyPeer, ratelog.Escape(j.peer.String(), 256)),
+			slog.Int("frames", len(j.cp.frames)), slog.Int64("len", j.size),
+			slog.String(ratelog.KeyErr, ratelog.Escape(err.Error(), 256)))
 	}
 	r.onDrop(d)
 }

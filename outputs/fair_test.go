@@ -81,7 +81,7 @@ func TestSlowEngineDoesNotHoldOthers(t *testing.T) {
 	st := r.Stats()
 	// Engine 1's queue: under ConnQueueBytes when it was held, plus what
 	// the socket had already read (its receive queue, 64 MiB at most).
-	if st.QueuedBytes > 4<<10+socket.DefaultRecvQueueBytes {
+	if st.QueuedBytes > 4<<10+socket.DefaultOptions().RecvQueueBytes {
 		t.Fatalf("queued %d bytes", st.QueuedBytes)
 	}
 	close(release)

@@ -87,8 +87,8 @@ func (g *goldenReceived) check(t *testing.T, vs []golden.Vector) {
 		}
 	}
 	wantNotes := []Notification{
-		{Engine: 1, CallID: -1, EEP: &enginecore.EEPNotification{Type: enginecore.EEPReconfigureFinished, DPRank: 1}},
-		{Engine: 1, CallID: -1, EEP: &enginecore.EEPNotification{Type: enginecore.EEPShutdownComplete, DPRank: 1}},
+		{Engine: 1, CallID: -1, EEP: &enginecore.EEPNotification{Type: "RECONFIGURE_FINISHED", DPRank: 1}},
+		{Engine: 1, CallID: -1, EEP: &enginecore.EEPNotification{Type: "SHUTDOWN_COMPLETE", DPRank: 1}},
 		{Engine: 0, CallID: -2, FT: &enginecore.FTStatus{Status: "unhealthy", HasFaultInfo: true, FaultInfo: "RuntimeError"}},
 		{Engine: 0, CallID: -2, FT: &enginecore.FTStatus{Status: "healthy"}},
 	}
@@ -136,7 +136,7 @@ func TestGoldenReplayGo(t *testing.T) {
 		}
 		send(t, ctx, p, f...)
 	}
-	send(t, ctx, p, EngineCoreDead)
+	send(t, ctx, p, []byte(engineCoreDead))
 	if err := wait(); err != nil {
 		t.Fatal(err)
 	}
@@ -183,8 +183,8 @@ func TestGoldenEngineCoreDead(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if len(f) != 1 || !bytes.Equal(f[0], EngineCoreDead) {
-			t.Fatalf("%s: frames %x, EngineCoreDead %x", v.ID, f, EngineCoreDead)
+		if len(f) != 1 || !bytes.Equal(f[0], []byte(engineCoreDead)) {
+			t.Fatalf("%s: frames %x, engineCoreDead %x", v.ID, f, engineCoreDead)
 		}
 	}
 	if n != 1 {

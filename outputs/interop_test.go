@@ -25,11 +25,22 @@ func jsonArray(a *enginecore.Array) any {
 	if a.IsNil() {
 		return nil
 	}
-	name := a.DType.Numpy()
+	name := numpyNames[a.DType.String()]
 	if a.Torch || name == "" {
 		name = a.DType.String()
 	}
-	return map[string]any{"dtype": name, "shape": append([]int{}, a.Shape...), "data": a.AppendFloats([]float64{})}
+	data := []float64{}
+	for i := range a.Len() {
+		data = append(data, a.Float(i))
+	}
+	return map[string]any{"dtype": name, "shape": append([]int{}, a.Shape...), "data": data}
+}
+
+// numpyNames maps a dtype's torch-style name to numpy's dtype.str.
+var numpyNames = map[string]string{
+	"bool": "|b1", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint16": "<u2",
+	"int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint64": "<u8",
+	"float16": "<f2", "float32": "<f4", "float64": "<f8",
 }
 
 func jsonLogprobs(l *enginecore.Logprobs) any {
@@ -44,7 +55,7 @@ func jsonLogprobs(l *enginecore.Logprobs) any {
 		"ranks": jsonArray(&l.SampledRanks), "cu": cu}
 }
 
-func rawValue(t testing.TB, r enginecore.Raw) any {
+func rawValue(t testing.TB, r []byte) any {
 	if r == nil {
 		return nil
 	}
@@ -253,9 +264,9 @@ func goScenario() []*enginecore.Message {
 			Outputs: []enginecore.Output{{
 				RequestID: []byte("g-1"), NewTokenIDs: []int64{1, 2},
 				NewLogprobs: enginecore.Logprobs{Present: true, Fields: 4,
-					TokenIDs:          enginecore.Array{DType: enginecore.Int32, Shape: []int{12, 6}, Data: i32le(ids...)},
-					Logprobs:          enginecore.Array{DType: enginecore.Float32, Shape: []int{12, 6}, Data: i32le(lps...)},
-					SampledRanks:      enginecore.Array{DType: enginecore.Int64, Shape: []int{1}, Data: make([]byte, 8)},
+					TokenIDs:          enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{12, 6}, Data: i32le(ids...)},
+					Logprobs:          enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{12, 6}, Data: i32le(lps...)},
+					SampledRanks:      enginecore.Array{DType: enginecore.DTypeOf("int64"), Shape: []int{1}, Data: make([]byte, 8)},
 					HasCuNumGenerated: true, CuNumGenerated: []int64{0, 1}},
 				HasFinishReason: true, FinishReason: enginecore.FinishStop,
 				StopReason: enginecore.StopReason{Kind: enginecore.StopStr, Str: []byte("\n\n")},
@@ -264,12 +275,12 @@ func goScenario() []*enginecore.Message {
 		{Header: enginecore.Header{Timestamp: 4.5},
 			Outputs: []enginecore.Output{{
 				RequestID:     []byte("p-1"),
-				PoolingOutput: enginecore.Array{DType: enginecore.BFloat16, Torch: true, Shape: []int{2}, Data: []byte{0x80, 0x3f, 0x00, 0xc0}},
-				RoutedExperts: enginecore.Array{DType: enginecore.Int16, Shape: []int{1, 2}, Data: []byte{7, 0, 8, 0}},
+				PoolingOutput: enginecore.Array{DType: enginecore.DTypeOf("bfloat16"), Torch: true, Shape: []int{2}, Data: []byte{0x80, 0x3f, 0x00, 0xc0}},
+				RoutedExperts: enginecore.Array{DType: enginecore.DTypeOf("int16"), Shape: []int{1, 2}, Data: []byte{7, 0, 8, 0}},
 				HasEvents:     true, Events: []enginecore.Event{{Type: enginecore.EventQueued, Timestamp: 0.5}},
 				NumNaNsInLogits: 1,
 			}}},
 		{Header: enginecore.Header{EngineIndex: 1, Timestamp: 5.5, HasUtilityOutput: true},
-			Utility: enginecore.UtilityOutput{CallID: 42, HasResult: true, ResultType: enginecore.Raw{0xc0}, Result: enginecore.Raw{0x93, 1, 2, 3}}},
+			Utility: enginecore.UtilityOutput{CallID: 42, HasResult: true, ResultType: []byte{0xc0}, Result: []byte{0x93, 1, 2, 3}}},
 	}
 }

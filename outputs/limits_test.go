@@ -24,10 +24,10 @@ func realStep(n int) [][]byte {
 			RequestID:   []byte("cmpl-" + strconv.Itoa(100000+i)),
 			NewTokenIDs: []int64{int64(i)},
 			NewLogprobs: enginecore.Logprobs{Present: true, Fields: 4,
-				TokenIDs:     enginecore.Array{DType: enginecore.Int32, Shape: []int{1, 128}, Data: ids},
-				Logprobs:     enginecore.Array{DType: enginecore.Float32, Shape: []int{1, 128}, Data: lps},
-				SampledRanks: enginecore.Array{DType: enginecore.Int32, Shape: []int{1}, Data: make([]byte, 4)}},
-			RoutedExperts: enginecore.Array{DType: enginecore.Int16, Shape: []int{32, 8}, Data: routed},
+				TokenIDs:     enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1, 128}, Data: ids},
+				Logprobs:     enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{1, 128}, Data: lps},
+				SampledRanks: enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1}, Data: make([]byte, 4)}},
+			RoutedExperts: enginecore.Array{DType: enginecore.DTypeOf("int16"), Shape: []int{32, 8}, Data: routed},
 		})
 	}
 	var e enginecore.Encoder
@@ -62,7 +62,7 @@ func TestRealSizeStep(t *testing.T) {
 	for _, f := range fit {
 		total += len(f)
 	}
-	if len(fit) != DefaultMaxFrames || total <= 2<<20-64<<10 {
+	if len(fit) != defaultMaxFrames || total <= 2<<20-64<<10 {
 		t.Fatalf("step of %d frames, %d bytes", len(fit), total)
 	}
 	send(t, ctx, p, fit...)
@@ -71,7 +71,7 @@ func TestRealSizeStep(t *testing.T) {
 	// The refused message closes its connection: wait for the violation,
 	// then a small message goes through on the redialed one.
 	for {
-		v := r.Stats().Violations
+		v := r.Stats().Refused
 		if v.Total() > 0 {
 			break
 		}
@@ -117,16 +117,16 @@ func TestDefaultLimits(t *testing.T) {
 	}
 	defer r.Close()
 	g := r.sock.Options().Guard
-	if g.MaxFrames != DefaultMaxFrames || g.MaxMessageSize != DefaultMaxMessageSize {
+	if g.MaxFrames != defaultMaxFrames || g.MaxMessageSize != defaultMaxMessageSize {
 		t.Fatalf("socket limits %d frames, %d bytes", g.MaxFrames, g.MaxMessageSize)
 	}
-	if r.lim.MaxFrames != DefaultMaxFrames || r.lim.Scan.MaxBytes != DefaultMaxMessageSize || r.lim.Scan.MaxElements != DefaultMaxElements {
+	if r.lim.MaxFrames != defaultMaxFrames || r.lim.Scan.MaxBytes != defaultMaxMessageSize || r.lim.Scan.MaxElements != defaultMaxElements {
 		t.Fatalf("decode limits %+v", r.lim)
 	}
-	if mb := r.sock.Options().MemoryBudget; mb <= 0 || mb < DefaultMaxMessageSize {
+	if mb := r.sock.Options().MemoryBudget; mb <= 0 || mb < defaultMaxMessageSize {
 		t.Fatalf("MemoryBudget %d: not bounded or below one message", mb)
 	}
-	if d := socket.DefaultOptions().Guard; d.MaxFrames == DefaultMaxFrames || d.MaxMessageSize == DefaultMaxMessageSize {
+	if d := socket.DefaultOptions().Guard; d.MaxFrames == defaultMaxFrames || d.MaxMessageSize == defaultMaxMessageSize {
 		t.Fatalf("socket.DefaultOptions changed: %+v", d)
 	}
 }
@@ -163,7 +163,7 @@ func TestNotifications(t *testing.T) {
 	util := func(special int64, result string) [][]byte {
 		m := simple(1, "x", 1)
 		m.HasUtilityOutput = true
-		m.Utility = enginecore.UtilityOutput{Special: special, HasResult: true, ResultType: enginecore.Raw{0xc0}, Result: enginecore.Raw(result)}
+		m.Utility = enginecore.UtilityOutput{Special: special, HasResult: true, ResultType: []byte{0xc0}, Result: []byte(result)}
 		return encode(m)
 	}
 	send(t, ctx, p, util(-1, "\x92\xb4RECONFIGURE_FINISHED\x03")...)
@@ -179,7 +179,7 @@ func TestNotifications(t *testing.T) {
 	if len(notes) != 3 || handled != 4 {
 		t.Fatalf("%d notifications, %d handled", len(notes), handled)
 	}
-	if n := notes[0]; n.CallID != -1 || n.Engine != 1 || n.EEP == nil || *n.EEP != (enginecore.EEPNotification{Type: enginecore.EEPReconfigureFinished, DPRank: 3}) {
+	if n := notes[0]; n.CallID != -1 || n.Engine != 1 || n.EEP == nil || *n.EEP != (enginecore.EEPNotification{Type: "RECONFIGURE_FINISHED", DPRank: 3}) {
 		t.Errorf("notification 0: %+v", n)
 	}
 	if n := notes[1]; n.CallID != -2 || n.FT == nil || *n.FT != (enginecore.FTStatus{Engine: 1, Status: "dead"}) {

@@ -1,15 +1,31 @@
 // Package outputs is the API front-end's side of vLLM's engine output
-// stream: a guarded PULL socket that engines connect to and PUSH
-// EngineCoreOutputs messages into, under a SafeLoop (package loop) that no
-// frame can end.
+// stream: a guarded PULL socket that no frame from an engine or a stranger
+// can stop.
 //
-// vLLM's front-end ends its output task on the first frame it cannot
-// decode (a port scanner's "\x45": "Expected `array`, got `int`"), and the
-// engine client with it. A [Receiver] instead decodes every message in full
-// with package enginecore (arrays as zero-copy views into the frames, aux
-// frames checked), drops and counts what is wrong by reason, per engine
-// where the connection is known, and hands each valid message to the
-// handler in the order its engine sent it.
+//	r, err := outputs.New(outputs.Config{
+//		Handler: func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error {
+//			for i := range m.Outputs {
+//				use(m.Outputs[i].RequestID, m.Outputs[i].NewTokenIDs)
+//			}
+//			return nil
+//		},
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer r.Close()
+//	err = r.Bind("tcp://0.0.0.0:5580") // engines PUSH here
+//	err = r.Run(ctx)
+//
+// Engines connect and PUSH EngineCoreOutputs messages, which a SafeLoop
+// (package loop) receives. vLLM's front-end ends its output task on the
+// first frame it cannot decode (a port scanner's "\x45": "Expected
+// `array`, got `int`"), and the engine client with it. A [Receiver]
+// instead decodes every message in full with package enginecore (arrays
+// as zero-copy views into the frames, aux frames checked), drops and
+// counts what is wrong by reason, per engine where the connection is
+// known, and hands each valid message to the handler in the order its
+// engine sent it.
 //
 // Attribution: an engine index is bound to the first connection that sends
 // a valid message claiming it. A valid message from any other connection
@@ -18,9 +34,9 @@
 // that another connection holds. The binding is released once the owning
 // connection has disconnected, so that a restarted engine (a new
 // connection) claims its index again with its first message. One
-// connection holds at most MaxClaimsPerConnection indices. Whoever
-// connects first wins an unbound index: where peers are not trusted, serve
-// CURVE (Config.Socket.Guard.Curve) and admit only the engines' keys.
+// connection holds at most 64 indices. Whoever connects first wins an
+// unbound index: where peers are not trusted, serve CURVE
+// (Config.Socket.Guard.Curve) and admit only the engines' keys.
 //
 // ENGINE_CORE_DEAD, the single frame an engine sends when it fails, is not
 // junk, but any peer can send it: it never ends Run. From a connection
@@ -34,10 +50,9 @@
 // (an elastic-EP notification, -1, or a fault-tolerance status, -2), also
 // reaches Config.OnNotification as a typed [Notification].
 //
-// The default limits (DefaultMaxFrames, DefaultMaxMessageSize) are sized for
-// one engine step of a large engine, max_num_seqs 1024 with logprobs,
-// pooling outputs and routed experts in aux frames; see DefaultMaxFrames
-// for the arithmetic.
+// The default limits (4096 frames, 64 MiB) are sized for one engine step
+// of a large engine, max_num_seqs 1024 with logprobs, pooling outputs and
+// routed experts in aux frames.
 //
 // A valid message is attributed to the engine it claims (see above); a junk
 // message or the sentinel, which carry none, to the engine its connection
@@ -46,12 +61,10 @@
 package outputs
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"log/slog"
 	"slices"
 	"strconv"
 	"sync"
@@ -60,14 +73,14 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
-	"github.com/zmqguard/zmqguard/vllm"
 )
 
-// EngineCoreDead is the frame an engine core sends on its output socket
+// engineCoreDead is the frame an engine core sends on its output socket
 // when it dies (vLLM's EngineCoreProc.ENGINE_CORE_DEAD).
-var EngineCoreDead = []byte("ENGINE_CORE_DEAD")
+const engineCoreDead = "ENGINE_CORE_DEAD"
 
 // ErrEngineDead matches, under errors.Is, every *[EngineDeadError].
 var ErrEngineDead = errors.New("outputs: engine core died (ENGINE_CORE_DEAD)")
@@ -96,203 +109,6 @@ func (e *EngineDeadError) Error() string {
 
 // Is makes errors.Is(err, ErrEngineDead) true.
 func (e *EngineDeadError) Is(target error) bool { return target == ErrEngineDead }
-
-// Handler receives each valid message. m and everything in it (request
-// ids, array data) alias the receiver's copy of the frames and are valid
-// only until it returns. A nil return goes on; a classified
-// *decodeguard.Error drops the message under its reason; any other error
-// ends Run.
-//
-// Concurrency: each connection (engine) has a worker goroutine of its own
-// that calls Handler, OnNotification and OnEngineDead for that
-// connection's messages, one at a time and in the order it sent them;
-// calls for different connections may run at the same time, so that one
-// engine's huge messages do not hold the others' up (see ConnQueueBytes).
-// A Handler that shares state across engines must lock it. OnDrop runs in
-// Run's receive goroutine, or in a worker for a message its Handler
-// dropped. No callback holds a lock of the Receiver: each may call the
-// Receiver's Stats, Endpoint and Close (Close from inside makes Run return
-// loop.ErrLoopClosed once the callback has returned). Config.Socket.OnEvent
-// runs on the socket's goroutines and may call the same (see
-// socket.Options.OnEvent). A callback must not wait for Run to return: Run
-// waits for it.
-type Handler func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error
-
-// Config configures a [Receiver]. The zero value of every field is a safe
-// default, except Handler, which is required.
-type Config struct {
-	// Name names the receiver in logs and errors (default "outputs").
-	Name string
-	// Logger receives drop and peer lines; nil means slog.Default().
-	Logger *slog.Logger
-	// Release is the vLLM release the engines run (zero value: vllm.Latest).
-	// Every release's EngineCoreOutputs shape decodes (missing trailing
-	// fields take their defaults, newer ones are skipped), so no field set
-	// depends on it today; it is reported in Stats.
-	Release vllm.Release
-	// Socket configures the PULL socket: start from [DefaultSocketOptions].
-	// Zero fields take socket's defaults, except Guard.MaxFrames and
-	// Guard.MaxMessageSize, which default to [DefaultMaxFrames] (4096) and
-	// [DefaultMaxMessageSize] (64 MiB), sized for one engine step of a
-	// large engine (see DefaultMaxFrames); New logs a warning for a frame
-	// limit lower than that. The socket's MemoryBudget (default twice
-	// MaxMessageSize) still bounds what all connections hold together.
-	Socket socket.Options
-	// Limits bounds the decode. Zero fields take enginecore's defaults,
-	// except: Limits.MaxFrames 0 means the socket's frame limit,
-	// Limits.Scan.MaxBytes 0 the socket's message size limit, and
-	// Limits.Scan.MaxElements 0 means DefaultMaxElements.
-	Limits enginecore.Limits
-	// Engines, when positive, is the number of engines: a message whose
-	// engine_index is not in [0, Engines) is dropped (ReasonUnknownRank).
-	Engines int
-	// Handler receives each valid message (required).
-	Handler Handler
-	// OnNotification, if set, is called (from Run's goroutine, before
-	// Handler) for each message whose utility output carries a negative
-	// call id: an elastic-EP notification (-1) or a fault-tolerance status
-	// (-2), typed, or another negative id from a later vLLM, untyped. The
-	// message also reaches Handler. A -1 or -2 whose result does not have
-	// vLLM's shape is dropped (ReasonValidate) before either.
-	OnNotification func(Notification)
-	// OnEngineDead is called for each ENGINE_CORE_DEAD from a connection
-	// that holds an engine index, once per engine it holds (see the
-	// package doc). A sentinel from any other connection is dropped and
-	// counted (Stats.UnattributedDead) without a call. The sentinel never
-	// ends Run, with or without OnEngineDead; to stop as vLLM's client
-	// does, call Close from here. It may call Stats and Close, like
-	// Handler.
-	OnEngineDead func(EngineDeadError)
-	// OnDrop, if set, is called for every dropped message (synchronously;
-	// it must not block). It may call Stats and Close, like Handler.
-	OnDrop func(loop.Drop)
-	// ConnQueueBytes bounds the bytes of valid messages one connection
-	// may have waiting for its handler (zero means the default: the
-	// socket's MaxMessageSize, 64 MiB unless changed). Once a connection's
-	// queue holds this much, its reader is held (TCP flow control slows
-	// that engine alone) until its handler has caught up; a message it had
-	// read already is still queued. Negative is an error.
-	ConnQueueBytes int64
-	// QueueBytes bounds the bytes of valid messages all connections have
-	// waiting for their handlers together (zero means the default: four
-	// times the socket's MaxMessageSize, 256 MiB unless changed). Beyond
-	// it the receive loop waits for the handlers, which slows every
-	// engine. It must not be below ConnQueueBytes; negative is an error.
-	QueueBytes int64
-}
-
-// Notification is a message an engine sent unasked under a negative
-// utility call id (see Config.OnNotification).
-type Notification struct {
-	// Engine is the message's engine_index; Peer the connection's address.
-	Engine int64
-	Peer   string
-	// CallID is the negative call id: enginecore.CallIDEEPNotification,
-	// enginecore.CallIDFTStatus or another.
-	CallID int64
-	// EEP is set for an elastic-EP notification (CallID -1), FT for a
-	// fault-tolerance status (CallID -2); both are nil for another id.
-	EEP *enginecore.EEPNotification
-	FT  *enginecore.FTStatus
-}
-
-// The receiver's limits, sized for what one engine step of a large engine
-// sends. vLLM's max_num_seqs defaults to 1024 on large GPUs, so one
-// EngineCoreOutputs carries up to 1024 request outputs, and each may hold
-// arrays that travel in aux frames of their own once they reach 256 bytes:
-// new_logprobs (3 arrays), new_prompt_logprobs_tensors (3),
-// pooling_output (1) and routed_experts (1). A step with logprobs on every
-// sequence needs 1 + 1024 × 3 = 3073 frames, so DefaultMaxFrames is 4096.
-// Sizes: 1024 pooling outputs of 4096 float32 are 1024 × 16 KiB = 16 MiB;
-// prompt logprobs of one 32k-token prompt with 20 logprobs are 32768 × 21 ×
-// (8 + 4) + 32768 × 8 bytes ≈ 8.5 MB; routed experts of one 8192-token
-// prefill chunk of a 61-layer, top-8 model are 8192 × 61 × 8 × 2 bytes ≈
-// 8 MB. DefaultMaxMessageSize (64 MiB) leaves room for these together; a
-// step beyond it is refused (ReasonOversize) rather than buffered.
-// DefaultMaxElements bounds the msgpack objects of the body (frame 0): a
-// step of 1024 outputs has about 100 each.
-const (
-	DefaultMaxFrames      = 4096
-	DefaultMaxMessageSize = 64 << 20
-	DefaultMaxElements    = 1 << 22
-)
-
-// DefaultSocketOptions returns socket.DefaultOptions with the frame and
-// message size limits raised to DefaultMaxFrames and
-// DefaultMaxMessageSize, as an engine output socket needs. Only this
-// receiver's socket is raised: the package defaults elsewhere stay.
-func DefaultSocketOptions() socket.Options {
-	o := socket.DefaultOptions()
-	o.Guard.MaxFrames = DefaultMaxFrames
-	o.Guard.MaxMessageSize = DefaultMaxMessageSize
-	return o
-}
-
-// MaxTrackedEngines bounds the per-engine statistics: engine indices seen
-// beyond this many distinct ones are counted in the totals only.
-const MaxTrackedEngines = 1024
-
-// maxTrackedPeers bounds the connection-to-engine map (a variable for
-// tests).
-var maxTrackedPeers = 4096
-
-// MaxClaimsPerConnection bounds the engine indices one connection may hold
-// (a vLLM engine core holds one on its own connection): beyond it, a
-// claim of another index is dropped (ReasonPolicy), so that one
-// connection cannot take every free index.
-const MaxClaimsPerConnection = 64
-
-// EngineStats are one engine's counters.
-type EngineStats struct {
-	Engine int64 `json:"engine"`
-	// Messages and Outputs count the valid messages and the request outputs
-	// in them.
-	Messages uint64 `json:"messages"`
-	Outputs  uint64 `json:"outputs"`
-	// Dropped counts drops by reason from this engine's connections.
-	Dropped decodeguard.Counts `json:"dropped"`
-	// Dead reports that the engine sent ENGINE_CORE_DEAD (cleared when a
-	// new connection claims the index: a restarted engine).
-	Dead bool `json:"dead"`
-	// Peer is the address of the connection that holds the engine index
-	// ("" when none does yet).
-	Peer string `json:"peer,omitempty"`
-}
-
-// Stats is a snapshot of a Receiver's counters.
-type Stats struct {
-	Release string `json:"release"`
-	// Received counts every message taken off the socket.
-	Received uint64 `json:"received"`
-	// Messages counts valid EngineCoreOutputs handed to the handler,
-	// Outputs the request outputs in them.
-	Messages uint64 `json:"messages"`
-	Outputs  uint64 `json:"outputs"`
-	// EngineDead counts ENGINE_CORE_DEAD sentinels from connections that
-	// hold an engine index; UnattributedDead those from connections that
-	// hold none (dropped, ReasonPolicy).
-	EngineDead       uint64 `json:"engine_dead"`
-	UnattributedDead uint64 `json:"unattributed_dead"`
-	// ClaimsRefused counts valid messages dropped (ReasonPolicy) because
-	// their engine index is held by another connection.
-	ClaimsRefused uint64 `json:"claims_refused"`
-	// QueuedBytes is the bytes of valid messages waiting for their
-	// handlers now; Holds counts the times a connection's reader was held
-	// because its queue reached ConnQueueBytes; QueueWaits counts the
-	// times the receive loop waited because all queues held QueueBytes.
-	QueuedBytes int64  `json:"queued_bytes"`
-	Holds       uint64 `json:"holds"`
-	QueueWaits  uint64 `json:"queue_waits"`
-	// Dropped counts dropped messages by reason (all engines).
-	Dropped decodeguard.Counts `json:"dropped"`
-	// Unattributed counts the drops from connections that had not sent a
-	// valid message.
-	Unattributed decodeguard.Counts `json:"unattributed"`
-	// Violations counts refused connections by reason (the socket's).
-	Violations decodeguard.Counts `json:"violations"`
-	// Engines are the per-engine counters, by engine index.
-	Engines []EngineStats `json:"engines"`
-}
 
 // item is the loop's value: a message or the sentinel.
 type item struct {
@@ -352,34 +168,15 @@ type binding struct {
 // New returns a Receiver with a PULL socket configured by cfg. It binds
 // nothing yet: call Bind.
 func New(cfg Config) (*Receiver, error) {
-	if cfg.Handler == nil {
-		return nil, errors.New("outputs: Config.Handler is required")
+	cfg = cfg.withDefaults()
+	if err := cfg.verify(); err != nil {
+		return nil, err
 	}
-	if cfg.Engines < 0 {
-		return nil, fmt.Errorf("outputs: Config.Engines must not be negative (got %d)", cfg.Engines)
-	}
-	if cfg.ConnQueueBytes < 0 || cfg.QueueBytes < 0 {
-		return nil, fmt.Errorf("outputs: Config.ConnQueueBytes (%d) and Config.QueueBytes (%d) must not be negative", cfg.ConnQueueBytes, cfg.QueueBytes)
-	}
-	if cfg.Name == "" {
-		cfg.Name = "outputs"
-	}
-	if cfg.Logger == nil {
-		cfg.Logger = slog.Default()
-	}
-	so := cfg.Socket
-	if so.Guard.MaxFrames == 0 {
-		so.Guard.MaxFrames = DefaultMaxFrames
-	}
-	if so.Guard.MaxMessageSize == 0 {
-		so.Guard.MaxMessageSize = DefaultMaxMessageSize
-	}
-	if so.Logger == nil {
-		so.Logger = cfg.Logger
-	}
-	if so.Guard.MaxFrames < DefaultMaxFrames {
+	so, _ := sockopt.Apply(cfg.Socket, sockopt.Overrides{
+		MaxFrames: defaultMaxFrames, MaxMessageSize: defaultMaxMessageSize, Logger: cfg.Logger})
+	if so.Guard.MaxFrames < defaultMaxFrames {
 		cfg.Logger.Warn("outputs: the socket's frame limit is low for engine outputs; messages with more aux frames are refused",
-			"loop", cfg.Name, "max_frames", so.Guard.MaxFrames, "suggested", DefaultMaxFrames)
+			"loop", cfg.Name, "max_frames", so.Guard.MaxFrames, "suggested", defaultMaxFrames)
 	}
 	var r *Receiver
 	userEvent := so.OnEvent
@@ -391,7 +188,7 @@ func New(cfg Config) (*Receiver, error) {
 			userEvent(ev)
 		}
 	}
-	s, err := socket.NewPull(so)
+	s, err := socket.New("PULL", so)
 	if err != nil {
 		return nil, err
 	}
@@ -409,17 +206,14 @@ func New(cfg Config) (*Receiver, error) {
 	}
 	if r.queueLimit < r.connLimit {
 		s.Close()
-		return nil, fmt.Errorf("outputs: Config.QueueBytes (%d) must not be below ConnQueueBytes (%d)", r.queueLimit, r.connLimit)
+		return nil, fmt.Errorf("outputs: Config.QueueBytes %d is below ConnQueueBytes %d", r.queueLimit, r.connLimit)
 	}
-	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Attrs: []slog.Attr{slog.String("loop", cfg.Name)}})
-	if r.lim.Scan.MaxBytes <= 0 {
+	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: cfg.Name})
+	if r.lim.Scan.MaxBytes == 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
 	}
-	if r.lim.MaxFrames <= 0 {
+	if r.lim.MaxFrames == 0 {
 		r.lim.MaxFrames = s.Options().Guard.MaxFrames
-	}
-	if r.lim.Scan.MaxElements <= 0 {
-		r.lim.Scan.MaxElements = DefaultMaxElements
 	}
 	r.lp, err = loop.New(s, loop.Config[item]{
 		Name:    cfg.Name,
@@ -471,7 +265,7 @@ func (r *Receiver) Close() error {
 
 func (r *Receiver) decode(frames [][]byte, dst *item) error {
 	dst.dead = false
-	if len(frames) == 1 && bytes.Equal(frames[0], EngineCoreDead) {
+	if len(frames) == 1 && string(frames[0]) == engineCoreDead {
 		dst.dead = true
 		return nil
 	}
@@ -493,7 +287,7 @@ func (r *Receiver) decode(frames [][]byte, dst *item) error {
 // notification builds the Notification of m's utility output (a negative
 // call id, checked by decode).
 func notification(m *enginecore.Message, peer *socket.Peer) Notification {
-	n := Notification{Engine: m.EngineIndex, Peer: peer.Addr(), CallID: m.Utility.Special}
+	n := Notification{Engine: m.EngineIndex, Peer: peer.String(), CallID: m.Utility.Special}
 	v, _, _ := m.Utility.SpecialValue()
 	switch x := v.(type) {
 	case enginecore.EEPNotification:
@@ -508,7 +302,7 @@ func notification(m *enginecore.Message, peer *socket.Peer) Notification {
 // r.mu is held.
 func (r *Receiver) engine(e int64) *EngineStats {
 	st := r.engines[e]
-	if st == nil && len(r.engines) < MaxTrackedEngines {
+	if st == nil && len(r.engines) < maxTrackedEngines {
 		st = &EngineStats{Engine: e}
 		r.engines[e] = st
 	}
@@ -517,7 +311,7 @@ func (r *Receiver) engine(e int64) *EngineStats {
 
 func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	it := d.Value
-	peer := d.Peer()
+	peer := d.Msg.Peer
 	if it.dead {
 		return r.sentinel(ctx, peer)
 	}
@@ -546,10 +340,10 @@ func (r *Receiver) claim(e int64, peer *socket.Peer) error {
 				"engine_index "+strconv.FormatInt(e, 10)+" is held by another connection ("+b.addr+")")
 		}
 	}
-	if r.claims[id] >= MaxClaimsPerConnection {
+	if r.claims[id] >= maxClaimsPerConnection {
 		r.refused++
 		return decodeguard.NewError(decodeguard.ReasonPolicy,
-			"engine_index "+strconv.FormatInt(e, 10)+": this connection holds "+strconv.Itoa(MaxClaimsPerConnection)+" engine indices already")
+			"engine_index "+strconv.FormatInt(e, 10)+": this connection holds "+strconv.Itoa(maxClaimsPerConnection)+" engine indices already")
 	}
 	if len(r.owner) >= maxTrackedPeers && !held {
 		r.forgetGone()
@@ -563,18 +357,18 @@ func (r *Receiver) claim(e int64, peer *socket.Peer) error {
 	if held {
 		r.claims[b.id]--
 	}
-	r.owner[e] = binding{id: id, addr: peer.Addr()}
+	r.owner[e] = binding{id: id, addr: peer.String()}
 	r.claims[id]++
 	if _, ok := r.peers[id]; !ok {
 		r.peers[id] = e
 	}
 	if st := r.engine(e); st != nil {
 		st.Dead = false
-		st.Peer = peer.Addr()
+		st.Peer = peer.String()
 	}
 	if held {
 		r.cfg.Logger.Info("engine index claimed by a new connection (its previous one disconnected)",
-			"loop", r.cfg.Name, "engine", e, "peer", peer.Addr(), "previous", b.addr)
+			"loop", r.cfg.Name, "engine", e, "peer", peer.String(), "previous", b.addr)
 	}
 	return nil
 }
@@ -622,7 +416,7 @@ func (r *Receiver) deadEvent(peer *socket.Peer, at time.Time) {
 		if b.id != id {
 			continue
 		}
-		evs = append(evs, EngineDeadError{Engine: e, Peer: peer.Addr(), Time: at})
+		evs = append(evs, EngineDeadError{Engine: e, Peer: peer.String(), Time: at})
 		if st := r.engine(e); st != nil {
 			if !st.Dead {
 				first = append(first, e)
@@ -638,7 +432,7 @@ func (r *Receiver) deadEvent(peer *socket.Peer, at time.Time) {
 	r.mu.Unlock()
 	slices.SortFunc(evs, func(a, b EngineDeadError) int { return cmp.Compare(a.Engine, b.Engine) })
 	for _, e := range first {
-		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", e, "peer", peer.Addr())
+		r.cfg.Logger.Warn("engine core dead", "loop", r.cfg.Name, "engine", e, "peer", peer.String())
 	}
 	if r.cfg.OnEngineDead != nil {
 		for _, ev := range evs {
@@ -674,29 +468,4 @@ func (r *Receiver) onDrop(d loop.Drop) {
 	if r.cfg.OnDrop != nil {
 		r.cfg.OnDrop(d)
 	}
-}
-
-// Stats returns a snapshot of the counters; Engines is sorted by index.
-func (r *Receiver) Stats() Stats {
-	ls := r.lp.Stats()
-	st := Stats{
-		Release:    r.cfg.Release.String(),
-		Received:   ls.Received,
-		Dropped:    ls.Dropped,
-		Violations: r.sock.Stats().Violations,
-	}
-	r.queueStats(&st)
-	r.mu.Lock()
-	for i, n := range r.lateDropped {
-		st.Dropped[i] += n
-	}
-	st.Messages, st.Outputs, st.EngineDead, st.Unattributed = r.messages, r.outputs, r.dead, r.unattributed
-	st.UnattributedDead, st.ClaimsRefused = r.deadUnattr, r.refused
-	st.Engines = make([]EngineStats, 0, len(r.engines))
-	for _, e := range r.engines {
-		st.Engines = append(st.Engines, *e)
-	}
-	r.mu.Unlock()
-	slices.SortFunc(st.Engines, func(a, b EngineStats) int { return cmp.Compare(a.Engine, b.Engine) })
-	return st
 }

@@ -29,7 +29,7 @@ type got struct {
 	tokens [][]int64
 }
 
-func (c *collected) handler(n int, done context.CancelFunc) Handler {
+func (c *collected) handler(n int, done context.CancelFunc) func(context.Context, *enginecore.Message, *socket.Peer) error {
 	return func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
 		g := got{engine: m.EngineIndex}
 		for i := range m.Outputs {
@@ -51,7 +51,7 @@ func (c *collected) handler(n int, done context.CancelFunc) Handler {
 func start(t *testing.T, ctx context.Context, cfg Config) (*Receiver, func() error) {
 	t.Helper()
 	cfg.Logger = quiet
-	cfg.Socket = DefaultSocketOptions()
+	cfg.Socket = socket.Options{}
 	cfg.Socket.Logger = quiet
 	r, err := New(cfg)
 	if err != nil {
@@ -79,7 +79,7 @@ func pusher(t testing.TB, endpoint string) *socket.Socket {
 	t.Helper()
 	o := socket.DefaultOptions()
 	o.Logger = quiet
-	p, err := socket.NewPush(o)
+	p, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestEngineDeadCallbackAndPerEngineDrops(t *testing.T) {
 	defer p.Close()
 	send(t, ctx, p, encode(simple(2, "a", 1))...)
 	send(t, ctx, p, []byte("not msgpack \xc1"))
-	send(t, ctx, p, EngineCoreDead)
+	send(t, ctx, p, []byte(engineCoreDead))
 	send(t, ctx, p, encode(simple(2, "b", 2))...)
 	var ev EngineDeadError
 	select {
@@ -187,7 +187,7 @@ func TestEngineDeadNeverEndsRun(t *testing.T) {
 		OnEngineDead: func(EngineDeadError) { calls.Add(1) }})
 	p := pusher(t, r.Endpoint())
 	defer p.Close()
-	send(t, ctx, p, EngineCoreDead)
+	send(t, ctx, p, []byte(engineCoreDead))
 	send(t, ctx, p, encode(simple(0, "after", 1))...)
 	if err := wait(); err != nil {
 		t.Fatalf("Run returned %v, want nil after the valid message", err)
@@ -217,7 +217,7 @@ func TestEngineDeadWithoutCallbackGoesOn(t *testing.T) {
 	p := pusher(t, r.Endpoint())
 	defer p.Close()
 	send(t, ctx, p, encode(simple(3, "a", 1))...)
-	send(t, ctx, p, EngineCoreDead)
+	send(t, ctx, p, []byte(engineCoreDead))
 	send(t, ctx, p, encode(simple(3, "b", 2))...)
 	if err := wait(); err != nil {
 		t.Fatalf("Run returned %v", err)
@@ -252,7 +252,7 @@ func TestEngineIndexBoundToFirstConnection(t *testing.T) {
 	evil := pusher(t, r.Endpoint())
 	defer evil.Close()
 	send(t, ctx, evil, encode(simple(0, "forged", 666))...)
-	send(t, ctx, evil, EngineCoreDead)
+	send(t, ctx, evil, []byte(engineCoreDead))
 	waitFor(t, ctx, "the forged claim and sentinel counted", func() bool {
 		st := r.Stats()
 		return st.ClaimsRefused == 1 && st.UnattributedDead == 1
@@ -451,7 +451,7 @@ func TestManyAuxFrames(t *testing.T) {
 }
 
 // TestClaimsPerConnectionBounded: one connection cannot hold more than
-// MaxClaimsPerConnection engine indices; a later connection still claims a
+// maxClaimsPerConnection engine indices; a later connection still claims a
 // free one.
 func TestClaimsPerConnectionBounded(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -459,14 +459,14 @@ func TestClaimsPerConnectionBounded(t *testing.T) {
 	var c collected
 	rctx, done := context.WithCancel(ctx)
 	defer done()
-	r, wait := start(t, rctx, Config{Handler: c.handler(MaxClaimsPerConnection+1, done)})
+	r, wait := start(t, rctx, Config{Handler: c.handler(maxClaimsPerConnection+1, done)})
 	greedy := pusher(t, r.Endpoint())
 	defer greedy.Close()
-	for e := 0; e < MaxClaimsPerConnection+10; e++ {
+	for e := 0; e < maxClaimsPerConnection+10; e++ {
 		send(t, ctx, greedy, encode(simple(int64(e), "g", 1))...)
 	}
 	waitFor(t, ctx, "the greedy claims taken off the socket", func() bool {
-		return r.Stats().Received == MaxClaimsPerConnection+10
+		return r.Stats().Received == maxClaimsPerConnection+10
 	})
 	other := pusher(t, r.Endpoint())
 	defer other.Close()
@@ -477,7 +477,7 @@ func TestClaimsPerConnectionBounded(t *testing.T) {
 	if ctx.Err() != nil {
 		t.Fatal("the other connection's claim was not delivered in time")
 	}
-	if st := r.Stats(); st.ClaimsRefused != 10 || st.Messages != MaxClaimsPerConnection+1 {
+	if st := r.Stats(); st.ClaimsRefused != 10 || st.Messages != maxClaimsPerConnection+1 {
 		t.Fatalf("stats: refused %d, messages %d", st.ClaimsRefused, st.Messages)
 	}
 }

@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"testing"
-	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/reentry/reentrytest"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -17,11 +17,6 @@ import (
 // the test on a deadlock), Run then returns loop.ErrLoopClosed, and every
 // goroutine ends (goleak in TestMain).
 func TestCallbacksMayCloseAndStat(t *testing.T) {
-	const bound = 10 * time.Second
-	type result struct {
-		stats Stats
-		err   error
-	}
 	valid := encode(simple(0, "req-0", 1, 2, 3))
 	cases := []struct {
 		name    string
@@ -34,7 +29,7 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 		}, valid, nil},
 		{"OnEngineDead", func(cfg *Config, act func()) {
 			cfg.OnEngineDead = func(EngineDeadError) { act() }
-		}, [][]byte{EngineCoreDead}, valid},
+		}, [][]byte{[]byte(engineCoreDead)}, valid},
 		{"OnDrop", func(cfg *Config, act func()) {
 			cfg.OnDrop = func(loop.Drop) { act() }
 		}, [][]byte{{0x45}}, nil},
@@ -48,22 +43,14 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*bound)
+			ctx, cancel := context.WithTimeout(context.Background(), 2*reentrytest.Bound)
 			defer cancel()
 			var r *Receiver
-			res := make(chan result, 1)
-			act := func() {
-				x := result{stats: r.Stats()}
-				x.err = r.Close()
-				select {
-				case res <- x:
-				default:
-				}
-			}
-			cfg := Config{Name: "reentry", Logger: quiet, Socket: DefaultSocketOptions(),
+			probe := reentrytest.NewProbe(func() Stats { return r.Stats() }, func() error { return r.Close() })
+			cfg := Config{Name: "reentry", Logger: quiet, Socket: socket.Options{},
 				Handler: func(context.Context, *enginecore.Message, *socket.Peer) error { return nil }}
 			cfg.Socket.Logger = quiet
-			tc.install(&cfg, act)
+			tc.install(&cfg, probe.Act)
 			var err error
 			r, err = New(cfg)
 			if err != nil {
@@ -73,8 +60,7 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 			if err := r.Bind("tcp://127.0.0.1:0"); err != nil {
 				t.Fatal(err)
 			}
-			runErr := make(chan error, 1)
-			go func() { runErr <- r.Run(ctx) }()
+			run := reentrytest.Start(t, r.Run)
 			p := pusher(t, r.Endpoint())
 			defer p.Close()
 			if tc.pre != nil {
@@ -87,26 +73,11 @@ func TestCallbacksMayCloseAndStat(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			var x result
-			select {
-			case x = <-res:
-			case <-time.After(bound):
-				t.Fatalf("Stats and Close from %s: no return within %s (deadlock?)", tc.name, bound)
+			probe.Closed(t, tc.name)
+			if err := run.Result(t, "Run after Close from "+tc.name); !errors.Is(err, loop.ErrLoopClosed) {
+				t.Fatalf("Run after Close from %s: %v, want loop.ErrLoopClosed", tc.name, err)
 			}
-			if x.err != nil {
-				t.Fatalf("Close from %s: %v", tc.name, x.err)
-			}
-			select {
-			case err := <-runErr:
-				if !errors.Is(err, loop.ErrLoopClosed) {
-					t.Fatalf("Run after Close from %s: %v, want loop.ErrLoopClosed", tc.name, err)
-				}
-			case <-time.After(bound):
-				t.Fatalf("Run did not return within %s of Close from %s", bound, tc.name)
-			}
-			if err := r.Close(); err != nil {
-				t.Fatalf("second Close: %v", err)
-			}
+			reentrytest.CloseAgain(t, r.Close)
 		})
 	}
 }

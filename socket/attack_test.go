@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -100,12 +100,12 @@ func handshaken(t *testing.T, ctx context.Context, addr string, peerType zmq4.So
 		t.Fatalf("attack handshake: %v", err)
 	}
 	for _, r := range raw {
-		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(2 * time.Second))
-		if _, err := zmtpaccess.NetConn(c).Write(r); err != nil {
+		c.NetConn().SetWriteDeadline(time.Now().Add(2 * time.Second))
+		if _, err := c.NetConn().Write(r); err != nil {
 			break
 		}
 	}
-	return []net.Conn{zmtpaccess.NetConn(c)}
+	return []net.Conn{c.NetConn()}
 }
 
 var hugeSizes = []uint64{1 << 31, 1 << 40, 1 << 62, 1<<64 - 1}
@@ -379,14 +379,14 @@ func TestHostilePeers(t *testing.T) {
 			}
 			st := s.Stats()
 			var total uint64
-			for _, v := range st.Violations {
+			for _, v := range st.Refused {
 				total += v
 			}
 			if total < 40 {
-				t.Errorf("only %d violations counted: %v", total, st.Violations)
+				t.Errorf("only %d violations counted: %v", total, st.Refused)
 			}
-			if st.Violations[decodeguard.ReasonOversize] < uint64(3*len(hugeSizes)) {
-				t.Errorf("oversize violations %d", st.Violations[decodeguard.ReasonOversize])
+			if st.Refused[decodeguard.ReasonOversize] < uint64(3*len(hugeSizes)) {
+				t.Errorf("oversize violations %d", st.Refused[decodeguard.ReasonOversize])
 			}
 			// Readers of departed peers wait for Recv to take their last
 			// batches (back pressure): drain them.
@@ -402,7 +402,7 @@ func TestHostilePeers(t *testing.T) {
 			if h := heapAlloc(); h > baseHeap+16<<20 {
 				t.Errorf("heap grew from %d to %d bytes", baseHeap, h)
 			}
-			t.Logf("violations %v; goroutines %d (base %d), fds %d (base %d)", st.Violations,
+			t.Logf("violations %v; goroutines %d (base %d), fds %d (base %d)", st.Refused,
 				runtime.NumGoroutine(), baseG, countFDs(), baseFD)
 		})
 	}

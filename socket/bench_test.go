@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -27,7 +26,7 @@ func preEncodedSender(ctx context.Context, addr string, n, size int) <-chan erro
 			if err != nil {
 				return err
 			}
-			c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Push, nil, nil)
+			c, err := zmtpguard.Handshake(ctx, nc, "PUSH", nil, nil)
 			if err != nil {
 				return err
 			}
@@ -47,7 +46,7 @@ func preEncodedSender(ctx context.Context, addr string, n, size int) <-chan erro
 			for i := 0; i < per; i++ {
 				chunk = append(chunk, msg...)
 			}
-			w := zmtpaccess.NetConn(c)
+			w := c.NetConn()
 			for n > 0 {
 				k := min(n, per)
 				if _, err := w.Write(chunk[:k*len(msg)]); err != nil {
@@ -194,7 +193,7 @@ func BenchmarkPushSend100(b *testing.B) {
 			got <- -1
 			return
 		}
-		c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Pull, nil, nil)
+		c, err := zmtpguard.Handshake(ctx, nc, "PULL", nil, nil)
 		if err != nil {
 			got <- -1
 			return
@@ -203,7 +202,7 @@ func BenchmarkPushSend100(b *testing.B) {
 		buf := make([]byte, 256<<10)
 		var n int64
 		for n < want {
-			k, err := zmtpaccess.NetConn(c).Read(buf)
+			k, err := c.NetConn().Read(buf)
 			n += int64(k)
 			if err != nil {
 				break

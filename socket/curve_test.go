@@ -2,6 +2,7 @@ package socket
 
 import (
 	"log/slog"
+	"net"
 	"testing"
 	"time"
 
@@ -27,7 +28,7 @@ func newCurveKeys(t *testing.T) curveKeys {
 
 func (k curveKeys) server(o *Options) {
 	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: k.srvSec,
-		Authorize: zmtpguard.NewKeySet(k.cliPub).Authorize, Logger: slog.New(slog.DiscardHandler)}
+		Authorize: func(key zmtpguard.CurveKey, _ net.Addr) (bool, string) { return key == k.cliPub, "" }, Logger: slog.New(slog.DiscardHandler)}
 }
 
 func (k curveKeys) client(o *Options) {
@@ -124,7 +125,7 @@ func TestCurveSocketRefusals(t *testing.T) {
 	other := mustSocket(t, NewPush, stranger.client)
 	mustDial(t, other, ep)
 	waitFor(t, ctx, "two auth refusals", func() bool {
-		return pull.Stats().Violations[decodeguard.ReasonAuth] >= 2
+		return pull.Stats().Refused[decodeguard.ReasonAuth] >= 2
 	})
 	good := mustSocket(t, NewPush, k.client)
 	mustDial(t, good, ep)

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -28,12 +27,12 @@ func TestCurveBodyTimeoutHeartbeatsOn(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	var cli Options
 	k.client(&cli)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Push, nil, &cli.Guard)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), "PUSH", nil, &cli.Guard)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	nc := zmtpaccess.NetConn(c)
+	nc := c.NetConn()
 	// A 200-byte MESSAGE frame's header and 10 bytes of it, then a byte
 	// every 50 ms: never complete within the 20 s the test waits.
 	if _, err := nc.Write(append([]byte{0, 200}, make([]byte, 10)...)); err != nil {
@@ -68,7 +67,7 @@ func TestCurveBodyTimeoutHeartbeatsOn(t *testing.T) {
 		t.Fatal("timed out")
 	}
 	waitFor(t, ctx, "the body-timeout policy violation", func() bool {
-		return pull.Stats().Violations[decodeguard.ReasonPolicy] >= 1
+		return pull.Stats().Refused[decodeguard.ReasonPolicy] >= 1
 	})
 	if n := pull.Stats().HeartbeatTimeouts; n != 0 {
 		t.Errorf("%d heartbeat timeouts: the heartbeat, not BodyTimeout, ended the peer", n)

@@ -1,22 +1,36 @@
-// Package socket provides zmqguard's hardened ZeroMQ sockets: ROUTER, DEALER,
-// REQ, PULL, PUSH, XPUB, SUB and XSUB, speaking ZMTP 3 through go-zeromq/zmq4's
-// codec over connections that zmtpguard has checked.
+// Package socket provides ZeroMQ sockets (ROUTER, DEALER, REQ, PULL, PUSH,
+// XPUB, SUB, XSUB) that no single peer can crash, wedge or starve.
 //
-// No single peer can crash, wedge or starve a Socket:
+//	ctx := context.Background()
+//	pull, _ := socket.New("PULL", socket.Options{}) // zero fields: defaults
+//	defer pull.Close()
+//	pull.Bind("tcp://127.0.0.1:0") // port 0: the kernel picks one
+//
+//	push, _ := socket.New("PUSH", socket.Options{})
+//	defer push.Close()
+//	push.Dial(pull.Endpoint()) // returns at once, connects in the background
+//	push.Send(ctx, []byte("hello"), []byte("world"))
+//
+//	m, err := pull.Recv(ctx) // m.Frames are valid until the next Recv
+//	fmt.Printf("%s %s %v\n", m.Frames[0], m.Frames[1], err)
+//
+// (The package Example runs the same with every error checked.) The
+// sockets speak ZMTP 3 through go-zeromq/zmq4's codec over connections
+// that zmtpguard has checked. How no peer can break a Socket:
 //
 //   - every connection, accepted ([Socket.Bind]) or dialed ([Socket.Dial]),
 //     goes through zmtpguard: handshakes run in their own goroutines under a
 //     deadline, frame headers are checked against MaxMessageSize and
 //     MaxFrames before anything is allocated, connection counts are capped;
 //     a violation closes that connection only, and is counted in
-//     [Stats].Violations and reported as an [Event];
+//     [Stats].Refused and reported as an [Event];
 //   - each peer has a reader goroutine and a writer goroutine draining a
 //     bounded queue (Options.HWM messages, default 1000, and
 //     Options.SendQueueBytes, default 4 MiB; all queues together at most
 //     Options.SendTotalBytes, default 256 MiB, shared fairly: a peer past
 //     SendTotalBytes divided by the peers is refused before one within its
 //     share, and an XPUB disconnects a subscriber that accepts no bytes for
-//     DefaultXPubWriteTimeout, 10 s, while data waits); no socket-wide
+//     Options.WriteTimeout, 10 s by default, while data waits); no socket-wide
 //     lock is held across a blocking write, and Send never waits for one
 //     slow peer except where the type's semantics say so (PUSH, DEALER, REQ
 //     wait for room on some peer, honouring ctx);
@@ -49,7 +63,7 @@
 // returns to its baseline within a second of an attack ending (otherwise
 // an idle process keeps it until the runtime's two-minute forced
 // collection). XPUB subscriptions are bounded per subscriber
-// (MaxTopicsPerPeer, MaxTopicBytesPerPeer) and per socket
+// (10,000 topics and 1 MiB of topic bytes) and per socket
 // (Options.XPubMaxTopics, XPubMaxTopicBytes, with the same fair-share
 // rule), freed when the subscriber leaves, and indexed by topic: matching
 // a publication costs a map lookup per distinct topic length, and a
@@ -80,9 +94,9 @@
 // never answer it. Such a peer is never sent a PING and never timed out by
 // HeartbeatInterval + HeartbeatTimeout, however long it stays idle; its own
 // PINGs are still answered and a TTL they announce is still enforced.
-// Stats.ZMTP30Peers counts the connected 3.0 peers, [Peer.ZMTPVersion]
-// names them, and the first one to join a socket with heartbeats on is
-// logged once at info level. What detects a 3.0 peer that went away:
+// Stats.ZMTP30Peers counts the connected 3.0 peers, and the first one to
+// join a socket with heartbeats on is logged once at info level, with its
+// address. What detects a 3.0 peer that went away:
 //
 //   - a vanished host, a pulled cable, a silent partition (its kernel no
 //     longer answers): TCP keepalive ends the connection once it has been
@@ -135,20 +149,20 @@
 //     an identity already connected is closed (EventRejected, counted as
 //     ReasonPolicy and in Stats.IdentityRefusals), unless
 //     Options.RouterHandover is set: then the new connection takes the
-//     identity over and the old one is closed (cause [ErrHandover], counted
+//     identity over and the old one is closed (its cause says so, counted
 //     in Stats.Handovers), as libzmq's ZMQ_ROUTER_HANDOVER. Send(ctx, identity,
-//     frames...) needs at least two frames ([ErrRouterFrames]); an unknown or
-//     departed identity gives an [*UnroutableError] naming it in hex, or a
+//     frames...) needs at least two frames; an unknown or departed identity
+//     gives an error matching [ErrUnroutable] naming it in hex, or a
 //     counted drop with Options.RouterDropUnroutable; a full peer queue drops
 //     the message for that peer (Stats.DroppedHWM).
 //   - DEALER: Send round-robins over peers with room and waits (ctx) when
 //     none has; Recv fair-queues.
 //   - REQ: Send adds the empty delimiter frame and Recv strips it; a reply
 //     without one is dropped (ReasonEnvelope). Send and Recv must alternate
-//     ([ErrState]); a reply is taken only from the peer the request went to.
+//     (an error says so otherwise); a reply is taken only from the peer the request went to.
 //     [Socket.Reset] abandons a request after a timeout by closing that
 //     connection, so a late reply can never answer the next request.
-//   - PULL: Recv fair-queues; Send is [ErrNotSupported].
+//   - PULL: Recv fair-queues; Send is an error.
 //   - PUSH: Send round-robins over peers with room (one peer gets each
 //     message, unlike zmq4's PUSH, which copies it to all) and waits (ctx)
 //     when every queue is full or no peer is connected.
@@ -159,9 +173,9 @@
 //     message from a subscriber is returned as data. Send publishes to every
 //     subscriber with a topic that prefixes frame 0 and drops (counted) for
 //     a subscriber whose queue is full. One subscriber holds at most
-//     MaxTopicsPerPeer topics of MaxTopicBytesPerPeer bytes.
+//     10,000 topics of 1 MiB of topic bytes together.
 //   - SUB: [Socket.Subscribe]/[Socket.Unsubscribe]; Recv returns only
-//     messages matching a subscription; Send is [ErrNotSupported].
+//     messages matching a subscription; Send is an error.
 //   - XSUB: as SUB, but Recv is unfiltered and Send passes "\x01topic" /
 //     "\x00topic" as subscriptions and any other message to every publisher.
 //

@@ -17,16 +17,16 @@ type endpoint struct {
 // maxEndpoint bounds the length of an endpoint string.
 const maxEndpoint = 1024
 
-// ErrBadEndpoint is wrapped by every endpoint parsing error.
-var ErrBadEndpoint = errors.New("socket: bad endpoint")
+// errBadEndpoint is wrapped by every endpoint parsing error.
+var errBadEndpoint = errors.New("socket: bad endpoint")
 
 // badEndpoint returns a one-line error naming the endpoint s (quoted and
-// capped) and what is wrong with it; it wraps ErrBadEndpoint.
+// capped) and what is wrong with it; it wraps errBadEndpoint.
 func badEndpoint(s, detail string) error {
 	if len(s) > 128 {
 		s = s[:128] + "..."
 	}
-	return fmt.Errorf("%w %s: %s", ErrBadEndpoint, strconv.Quote(s), detail)
+	return fmt.Errorf("%w %s: %s", errBadEndpoint, strconv.Quote(s), detail)
 }
 
 // parseEndpoint parses a ZeroMQ endpoint. For tcp the host may be "*" (every

@@ -15,7 +15,7 @@ func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.Options{})
 	if err != nil {
 		panic(err)
 	}
@@ -24,7 +24,7 @@ func Example() {
 		panic(err)
 	}
 
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.Options{})
 	if err != nil {
 		panic(err)
 	}
@@ -40,21 +40,21 @@ func Example() {
 	if err != nil {
 		panic(err)
 	}
-	fmt.Printf("%s %s from a %s peer\n", m.Frames[0], m.Frames[1], m.Peer.Type())
-	// Output: hello world from a PUSH peer
+	fmt.Printf("%s %s\n", m.Frames[0], m.Frames[1])
+	// Output: hello world
 }
 
 // A ROUTER answers each request on the connection it came from; a send to
 // an identity that is not connected is an error naming it.
-func ExampleNewRouter() {
+func ExampleNew_router() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
-	router, _ := socket.NewRouter(socket.DefaultOptions())
+	router, _ := socket.New("ROUTER", socket.Options{})
 	defer router.Close()
 	router.Bind("tcp://127.0.0.1:0")
 
-	req, _ := socket.NewReq(socket.DefaultOptions())
+	req, _ := socket.New("REQ", socket.Options{})
 	defer req.Close()
 	req.Dial(router.Endpoint())
 
@@ -83,7 +83,7 @@ func ExampleOptions_liveness() {
 			fmt.Println("silent peer dropped:", e.Remote)
 		}
 	}
-	r, err := socket.NewRouter(o)
+	r, err := socket.New("ROUTER", o)
 	if err != nil {
 		panic(err)
 	}

@@ -7,8 +7,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
@@ -32,7 +32,7 @@ func TestXPubFairSendShare(t *testing.T) {
 	const hogs = 4
 	for range hogs {
 		c := rawPeer(t, ctx, ep, zmq4.Sub, nil)
-		zmtpaccess.WriteCommand(c, zmtpwire.CmdSubscribe, nil)
+		c.WriteCommand(zmtpwire.CmdSubscribe, nil)
 		c.Flush()
 	}
 	sub := mustSocket(t, NewSub)
@@ -76,18 +76,18 @@ func TestXPubFairSendShare(t *testing.T) {
 // that never reads is disconnected by it even while it keeps sending PINGs
 // (which prove only that it writes, not that it reads).
 func TestXPubDefaultWriteDeadlineIgnoresPings(t *testing.T) {
-	if DefaultXPubWriteTimeout <= 0 {
+	if defaultXPubWriteTimeout <= 0 {
 		t.Fatal("no default XPUB write deadline")
 	}
 	ctx := testCtx(t, 60*time.Second)
 	var log eventLog
 	xpub := mustSocket(t, NewXPub, func(o *Options) { o.OnEvent = log.add })
-	if got := xpub.Options().WriteTimeout; got != DefaultXPubWriteTimeout {
-		t.Fatalf("XPUB WriteTimeout %v, want the default %v", got, DefaultXPubWriteTimeout)
+	if got := xpub.Options().WriteTimeout; got != defaultXPubWriteTimeout {
+		t.Fatalf("XPUB WriteTimeout %v, want the default %v", got, defaultXPubWriteTimeout)
 	}
 	ep := mustBind(t, xpub)
 	c := rawPeer(t, ctx, ep, zmq4.Sub, nil)
-	zmtpaccess.WriteCommand(c, zmtpwire.CmdSubscribe, nil)
+	c.WriteCommand(zmtpwire.CmdSubscribe, nil)
 	c.Flush()
 	waitFor(t, ctx, "the subscription", func() bool { return xpub.Stats().Topics == 1 })
 	// The silent subscriber PINGs every 100 ms (TTL 0) and never reads.
@@ -98,7 +98,7 @@ func TestXPubDefaultWriteDeadlineIgnoresPings(t *testing.T) {
 		tk := time.NewTicker(100 * time.Millisecond)
 		defer tk.Stop()
 		for {
-			if zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 0}) != nil || c.Flush() != nil {
+			if c.WriteCommand(zmtpwire.CmdPing, []byte{0, 0}) != nil || c.Flush() != nil {
 				return
 			}
 			select {
@@ -116,7 +116,7 @@ func TestXPubDefaultWriteDeadlineIgnoresPings(t *testing.T) {
 		return xpub.Stats().Peers == 0
 	})
 	took := time.Since(start)
-	if st := xpub.Stats(); st.Violations[decodeguard.ReasonPolicy] == 0 {
+	if st := xpub.Stats(); st.Refused[decodeguard.ReasonPolicy] == 0 {
 		t.Fatalf("write deadline not counted: %+v", st)
 	}
 	// Bounded by the deadline plus the time to fill the kernel's buffers;
@@ -143,7 +143,7 @@ func TestXPubEvictsOverShareWhenTotalSpent(t *testing.T) {
 	})
 	ep := mustBind(t, xpub)
 	hog := rawPeer(t, ctx, ep, zmq4.Sub, nil)
-	zmtpaccess.WriteCommand(hog, zmtpwire.CmdSubscribe, nil)
+	hog.WriteCommand(zmtpwire.CmdSubscribe, nil)
 	hog.Flush()
 	waitFor(t, ctx, "the silent subscription", func() bool { return xpub.Stats().Topics == 1 })
 	payload := make([]byte, 16<<10)
@@ -172,7 +172,7 @@ func TestXPubEvictsOverShareWhenTotalSpent(t *testing.T) {
 		t.Fatal("wrong message")
 	}
 	waitFor(t, ctx, "the silent subscriber gone", func() bool { return xpub.Stats().Peers == 1 })
-	if st := xpub.Stats(); st.SendEvictions != 1 || st.Violations[decodeguard.ReasonPolicy] != 1 {
+	if st := xpub.Stats(); st.SendEvictions != 1 || st.Refused[decodeguard.ReasonPolicy] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -199,7 +199,7 @@ func TestDisconnect(t *testing.T) {
 	if router.Disconnect(m.Peer, cause) {
 		t.Fatal("Disconnect of a departed peer reported true")
 	}
-	if st := router.Stats(); st.Violations[decodeguard.ReasonPolicy] != 1 {
+	if st := router.Stats(); st.Refused[decodeguard.ReasonPolicy] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 	if e, ok := log.find(EventDisconnected); !ok || e.Err != cause {

@@ -80,7 +80,7 @@ func FuzzXPubTopics(f *testing.F) {
 		if got := p.matches(probe); got != want {
 			t.Fatalf("matches(%q) = %v, model says %v (model %v)", probe, got, want, model)
 		}
-		if n := len(p.topicList()); n > MaxTopicsPerPeer+1 {
+		if n := len(p.topicList()); n > maxTopicsPerPeer+1 {
 			t.Fatalf("%d topics", n)
 		}
 		// The socket-wide index agrees with the subscriber's own table.

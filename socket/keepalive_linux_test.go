@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 )
 
 // sockopt reads an integer socket option of a TCP connection.
@@ -47,8 +45,8 @@ func TestTCPKeepAliveApplied(t *testing.T) {
 	waitPeers(t, ctx, off, 1)
 	for name, s := range map[string]*Socket{"accepted": r, "dialed": d} {
 		for _, p := range *s.snap.Load() {
-			nc := zmtpaccess.NetConn(p.conn)
-			if s == r && p.info.addrText == zmtpaccess.NetConn((*off.snap.Load())[0].conn).LocalAddr().String() {
+			nc := p.conn.NetConn()
+			if s == r && p.info.addrText == (*off.snap.Load())[0].conn.NetConn().LocalAddr().String() {
 				continue // the keepalive-off dialer's connection, accepted with the listener's settings
 			}
 			got := [4]int{
@@ -62,7 +60,7 @@ func TestTCPKeepAliveApplied(t *testing.T) {
 			}
 		}
 	}
-	if v := sockopt(t, zmtpaccess.NetConn((*off.snap.Load())[0].conn), syscall.SOL_SOCKET, syscall.SO_KEEPALIVE); v != 0 {
+	if v := sockopt(t, (*off.snap.Load())[0].conn.NetConn(), syscall.SOL_SOCKET, syscall.SO_KEEPALIVE); v != 0 {
 		t.Errorf("keepalive turned off, yet SO_KEEPALIVE = %d", v)
 	}
 	// Defaults: on, 15 s idle.

@@ -20,6 +20,7 @@ import (
 type listener struct {
 	s        *Socket
 	gl       *zmtpguard.Listener
+	addr     net.Addr // the OS listener's address
 	endpoint string
 }
 
@@ -53,7 +54,7 @@ func (s *Socket) Bind(endpoint string) error {
 	if err != nil {
 		return err
 	}
-	l := &listener{s: s, gl: gl, endpoint: text}
+	l := &listener{s: s, gl: gl, addr: ln.Addr(), endpoint: text}
 	s.mu.Lock()
 	if s.closed.Load() {
 		s.mu.Unlock()
@@ -73,7 +74,7 @@ func (l *listener) run() {
 	for {
 		c, err := l.gl.Accept(s.ctx)
 		if err != nil {
-			if s.ctx.Err() == nil && !errors.Is(err, zmtpguard.ErrListenerClosed) {
+			if s.ctx.Err() == nil && !errors.Is(err, net.ErrClosed) {
 				s.log(decodeguard.ReasonNone, slogError, "zmqguard socket listener stopped", "endpoint", l.endpoint, "err", err.Error())
 			}
 			return
@@ -104,7 +105,7 @@ func listenNet(ep endpoint) (net.Listener, error) {
 
 // ipcNamer gives every accepted unix connection a distinct remote name
 // ("path#n"): unix peers are otherwise all unnamed, and events, logs and
-// Peer.Addr need to tell them apart.
+// Peer.String need to tell them apart.
 type ipcNamer struct {
 	net.Listener
 	path string
@@ -195,7 +196,8 @@ func (s *Socket) dialLoop(ep endpoint, text string) {
 	}
 	for s.ctx.Err() == nil {
 		ctx, cancel := context.WithTimeout(s.ctx, 2*cfg.HandshakeTimeout)
-		c, err := zmtpguard.DialWith(ctx, dialer, ep.network, ep.address, s.typ, s.opts.Identity, &cfg)
+		cfg.Dialer = dialer
+		c, err := zmtpguard.Dial(ctx, ep.network, ep.address, s.typ, s.opts.Identity, &cfg)
 		cancel()
 		if err != nil {
 			if s.ctx.Err() != nil {

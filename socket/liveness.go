@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
@@ -22,15 +22,15 @@ var (
 	// TTL its own PINGs announced. The cause's text says how long the peer
 	// was silent and which rule applied.
 	ErrHeartbeatTimeout = errors.New("socket: peer silent past the heartbeat timeout")
-	// ErrHandover is the disconnect cause of a ROUTER peer whose identity a
+	// errHandover is the disconnect cause of a ROUTER peer whose identity a
 	// new connection took over (Options.RouterHandover).
-	ErrHandover = errors.New("socket: ROUTER identity taken over by a new connection")
+	errHandover = errors.New("socket: ROUTER identity taken over by a new connection")
 )
 
 // handoverErr is the disconnect cause of the connection p's identity was
 // taken from.
 func handoverErr(p *Peer) error {
-	return fmt.Errorf("%w: identity %s now held by %s", ErrHandover, decodeguard.Render(p.identity), p.addrText)
+	return fmt.Errorf("%w: identity %s now held by %s", errHandover, ratelog.Render(p.identity), p.addrText)
 }
 
 // heartbeat is one peer's liveness state, run from a timer that fires every
@@ -76,7 +76,7 @@ func (p *peerConn) noteZMTP30() {
 	}
 	s.log(decodeguard.ReasonNone, slog.LevelInfo,
 		"zmqguard: socket peer speaks ZMTP 3.0: no PING and no heartbeat timeout for it, TCP keepalive watches it (logged once per socket; Stats.ZMTP30Peers counts them)",
-		"socket", string(s.typ), "remote", p.info.addrText, "endpoint", p.info.endpoint)
+		ratelog.KeyComponent, string(s.typ), ratelog.KeyPeer, p.info.addrText, "endpoint", p.info.endpoint)
 }
 
 // startHeartbeat arms p's liveness timer. It is always armed: even with our
@@ -118,7 +118,7 @@ func (p *peerConn) heartbeatTick() {
 	}
 	now := time.Now()
 	// A reader stalled by MemoryBudget is paused by us too.
-	paused := p.paused.Load() || (p.conn != nil && zmtpaccess.Stalled(p.conn))
+	paused := p.paused.Load() || (p.conn != nil && p.conn.Stalled())
 	if rx := p.rx.Load(); rx != h.seenRx || paused {
 		// While the reader waits for Recv we cannot see the peer's bytes:
 		// it is not the peer that is slow, so it is not timed out.

@@ -5,13 +5,14 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -21,12 +22,16 @@ import (
 // test tells it to (the kernel still ACKs).
 func rawRouter(t *testing.T, typ zmq4.SocketType) (*zmtpguard.Listener, string) {
 	t.Helper()
-	l, err := zmtpguard.Listen(context.Background(), "tcp", "127.0.0.1:0", zmtpguard.SocketType(typ), nil)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := zmtpguard.NewListener(ln, zmtpguard.SocketType(typ), nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { l.Close() })
-	return l, "tcp://" + l.Addr().String()
+	return l, "tcp://" + ln.Addr().String()
 }
 
 func accept(t *testing.T, ctx context.Context, l *zmtpguard.Listener) *zmtpguard.Conn {
@@ -154,7 +159,7 @@ func TestPeerTTLEnforcedWithOwnHeartbeatsOff(t *testing.T) {
 	c := accept(t, ctx, l)
 	// PING with TTL 2 ds (200 ms) and context "ab": we must PONG "ab", then
 	// drop the peer once it is silent past 200 ms.
-	if err := zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 2, 'a', 'b'}); err != nil {
+	if err := c.WriteCommand(zmtpwire.CmdPing, []byte{0, 2, 'a', 'b'}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.Flush(); err != nil {
@@ -183,7 +188,7 @@ func TestPingsAnsweredWhileRecvPaused(t *testing.T) {
 	ctx := testCtx(t, 30*time.Second)
 	pull := mustSocket(t, NewPull, func(o *Options) { o.HeartbeatInterval = -1 })
 	ep := mustBind(t, pull)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Push, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,13 +205,13 @@ func TestPingsAnsweredWhileRecvPaused(t *testing.T) {
 		time.Sleep(time.Millisecond)
 	}
 	for i := range 3 {
-		if err := zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 0, byte(i)}); err != nil {
+		if err := c.WriteCommand(zmtpwire.CmdPing, []byte{0, 0, byte(i)}); err != nil {
 			t.Fatal(err)
 		}
 		if err := c.Flush(); err != nil {
 			t.Fatal(err)
 		}
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(20 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
 		var m zmtpguard.Message
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("PING %d not answered while Recv is not called: %v", i, err)
@@ -243,7 +248,7 @@ func TestRouterHandoverAndRefusal(t *testing.T) {
 			ep := mustBind(t, r)
 			addr := strings.TrimPrefix(ep, "tcp://")
 			// The "frozen" first engine: handshaken, then silent.
-			old, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.Dealer, []byte("rank-0"), nil)
+			old, err := zmtpguard.Dial(ctx, "tcp", addr, "DEALER", []byte("rank-0"), nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -262,7 +267,7 @@ func TestRouterHandoverAndRefusal(t *testing.T) {
 			waitFor(t, ctx, "handover", func() bool { return r.Stats().Handovers == 1 })
 			// The counter moves before the displaced peer's disconnect event
 			// is emitted: wait for the event, then check what it says.
-			isHandover := func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, ErrHandover) }
+			isHandover := func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, errHandover) }
 			waitFor(t, ctx, "handover disconnect event", func() bool { _, ok := log.find(isHandover); return ok })
 			e, ok := log.find(isHandover)
 			if !ok || !strings.Contains(e.Err.Error(), "72616e6b2d30") {
@@ -425,21 +430,21 @@ func TestLivenessOptionsVerify(t *testing.T) {
 		want string
 	}{
 		{func(o *Options) { o.ReconnectJitter = 1.5 }, "ReconnectJitter 1.5"},
-		{func(o *Options) { o.HeartbeatTimeout = -time.Second }, "HeartbeatTimeout must not be negative"},
+		{func(o *Options) { o.HeartbeatTimeout = -time.Second }, "Options.HeartbeatTimeout -1s is negative"},
 		{func(o *Options) { o.HeartbeatTTL = 2 * time.Hour }, "HeartbeatTTL 2h0m0s"},
 		{func(o *Options) { o.HeartbeatInterval = time.Second; o.HeartbeatTTL = time.Second }, "must exceed HeartbeatInterval"},
 		{func(o *Options) { o.HeartbeatInterval = time.Microsecond }, "HeartbeatInterval 1µs"},
 	} {
 		o := DefaultOptions()
 		c.mod(&o)
-		err := o.Verify()
+		err := checkOptions(o)
 		if err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("Verify: %v, want %q", err, c.want)
 		}
 	}
 	o := DefaultOptions()
-	if o.HeartbeatInterval != DefaultHeartbeatInterval || o.HeartbeatTimeout != DefaultHeartbeatTimeout ||
-		!o.TCPKeepAlive.Enable || o.SendQueueBytes != DefaultSendQueueBytes || o.RecvQueueBytes != DefaultRecvQueueBytes {
+	if o.HeartbeatInterval != defaultHeartbeatInterval || o.HeartbeatTimeout != defaultHeartbeatTimeout ||
+		!o.TCPKeepAlive.Enable || o.SendQueueBytes != defaultSendQueueBytes || o.RecvQueueBytes != defaultRecvQueueBytes {
 		t.Fatalf("defaults %+v", o)
 	}
 }
@@ -493,7 +498,7 @@ func TestTTLKeepsPingingAChattyPeer(t *testing.T) {
 	pings := 0
 	for pings < 5 {
 		var m zmtpguard.Message
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(20 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(20 * time.Second))
 		if err := c.ReadMessage(&m); err != nil {
 			t.Fatalf("after %d PINGs: %v", pings, err)
 		}

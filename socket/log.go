@@ -25,9 +25,9 @@ func (s *Socket) logger() *slog.Logger { return s.limiter().Logger() }
 func (s *Socket) limiter() *ratelog.Limiter {
 	s.logOnce.Do(func() {
 		s.lim = ratelog.New(ratelog.Config{
-			Logger:  s.opts.Logger,
-			Attrs:   []slog.Attr{slog.String("socket", string(s.typ))},
-			Message: "zmqguard: socket refusals (summary)",
+			Logger:    s.opts.Logger,
+			Component: string(s.typ),
+			Message:   "zmqguard: socket refusals (summary)",
 		})
 	})
 	return s.lim
@@ -51,24 +51,25 @@ func (s *Socket) emit(e Event) {
 	log := s.logger()
 	if e.Reason == decodeguard.ReasonNone && errors.Is(e.Err, ErrHeartbeatTimeout) {
 		// A peer gone silent (a vanished host, a frozen process) is worth
-		// a warning, like a misbehaving one.
-		if log.Enabled(ctx, slog.LevelWarn) {
+		// a warning, like a misbehaving one, under the same limiter: a
+		// detail line for the first from each connection, then summaries.
+		if s.limiter().Drop("silent", e.Remote, time.Now()) == ratelog.First && log.Enabled(ctx, slog.LevelWarn) {
 			log.LogAttrs(ctx, slog.LevelWarn, "zmqguard: socket dropped a silent peer",
-				slog.String("socket", string(s.typ)), slog.String("event", e.Kind.String()), slog.String("remote", e.Remote),
-				slog.String("endpoint", e.Endpoint), slog.String("err", logErr(e.Err)))
+				slog.String(ratelog.KeyComponent, string(s.typ)), slog.String("event", e.Kind.String()), slog.String(ratelog.KeyPeer, ratelog.Escape(e.Remote, maxLogErr)),
+				slog.String("endpoint", e.Endpoint), slog.String(ratelog.KeyErr, logErr(e.Err)))
 		}
 		return
 	}
 	if e.Reason == decodeguard.ReasonNone {
 		if log.Enabled(ctx, slog.LevelDebug) {
 			log.LogAttrs(ctx, slog.LevelDebug, "zmqguard: socket peer event",
-				slog.String("socket", string(s.typ)), slog.String("event", e.Kind.String()),
-				slog.String("remote", e.Remote), slog.String("endpoint", e.Endpoint),
-				slog.String("err", logErr(e.Err)))
+				slog.String(ratelog.KeyComponent, string(s.typ)), slog.String("event", e.Kind.String()),
+				slog.String(ratelog.KeyPeer, ratelog.Escape(e.Remote, maxLogErr)), slog.String("endpoint", e.Endpoint),
+				slog.String(ratelog.KeyErr, logErr(e.Err)))
 		}
 		return
 	}
-	if s.limiter().Drop(e.Reason, e.Remote, time.Now()) != ratelog.First || !log.Enabled(ctx, slog.LevelWarn) {
+	if s.limiter().Drop(e.Reason.String(), e.Remote, time.Now()) != ratelog.First || !log.Enabled(ctx, slog.LevelWarn) {
 		return
 	}
 	msg := "zmqguard: socket refused a connection (first from this peer)"
@@ -76,10 +77,10 @@ func (s *Socket) emit(e Event) {
 		msg = "zmqguard: socket closed a connection (first from this peer)"
 	}
 	log.LogAttrs(ctx, slog.LevelWarn, msg,
-		slog.String("socket", string(s.typ)), slog.String("event", e.Kind.String()),
-		slog.String("remote", e.Remote), slog.String("endpoint", e.Endpoint),
-		slog.String("reason", e.Reason.String()), slog.Uint64("count", 1),
-		slog.String("err", logErr(e.Err)))
+		slog.String(ratelog.KeyComponent, string(s.typ)), slog.String("event", e.Kind.String()),
+		slog.String(ratelog.KeyPeer, ratelog.Escape(e.Remote, maxLogErr)), slog.String("endpoint", e.Endpoint),
+		slog.String(ratelog.KeyReason, e.Reason.String()), slog.Uint64(ratelog.KeyCount, 1),
+		slog.String(ratelog.KeyErr, logErr(e.Err)))
 }
 
 const slogError = slog.LevelError
@@ -98,5 +99,5 @@ func logErr(err error) string {
 	if err == nil {
 		return ""
 	}
-	return decodeguard.EscapeText(err.Error(), maxLogErr)
+	return ratelog.Escape(err.Error(), maxLogErr)
 }

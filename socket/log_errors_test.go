@@ -16,7 +16,7 @@ func TestEndpointErrorOneLine(t *testing.T) {
 	defer s.Close()
 	for _, ep := range []string{"udp://127.0.0.1:5", "tcp://127.0.0.1", "tcp://127.0.0.1:99999", "127.0.0.1:5"} {
 		err := s.Bind(ep)
-		if !errors.Is(err, ErrBadEndpoint) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), `"`+ep+`"`) {
+		if !errors.Is(err, errBadEndpoint) || strings.Contains(err.Error(), "\n") || !strings.Contains(err.Error(), `"`+ep+`"`) {
 			t.Errorf("Bind(%q) = %q", ep, err)
 		}
 		if strings.Count(err.Error(), "socket:") != 1 {

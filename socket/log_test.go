@@ -57,7 +57,7 @@ func TestRefusedConnectionLogsAreRateLimited(t *testing.T) {
 	}
 	waitFor(t, ctx, "every probe counted", func() bool {
 		var n uint64
-		for _, v := range pull.Stats().Violations {
+		for _, v := range pull.Stats().Refused {
 			n += v
 		}
 		return n >= floods
@@ -145,7 +145,7 @@ func TestNilLoggerLogsToDefault(t *testing.T) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for _, m := range h.recs {
-		if strings.Contains(m["msg"], "summary") && (m["remote"] != "" || m["connections"] == "") {
+		if strings.Contains(m["msg"], "summary") && (m["peer"] != "" || m["conns"] == "") {
 			t.Errorf("summary %v", m)
 		}
 	}

@@ -4,8 +4,6 @@ import (
 	"runtime"
 	"sync/atomic"
 	"time"
-
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 )
 
 // reclaimer asks the runtime for a collection once departed connections
@@ -117,7 +115,7 @@ const departedOverhead = 16 << 10
 // read buffers, the message it was reading when the connection failed, the
 // slot it keeps between batches, and departedOverhead.
 func (p *peerConn) releasedBytes(b *batch) int64 {
-	n := zmtpaccess.ReadBufferBytes(p.conn) + p.first.footprint() + departedOverhead
+	n := p.conn.ReadBufferBytes() + p.first.footprint() + departedOverhead
 	if b != nil && b.n < len(b.slots) {
 		n += b.slots[b.n].footprint()
 	}

@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
@@ -136,7 +137,7 @@ func TestMemoryBudgetBoundsPartialMessages(t *testing.T) {
 			// An eviction is counted when it is decided, its violation
 			// when the evicted reader wakes up to report it.
 			waitFor(t, ctx, "every eviction reported as a policy violation", func() bool {
-				return s.Stats().Violations[decodeguard.ReasonPolicy] >= st.BudgetEvictions
+				return s.Stats().Refused[decodeguard.ReasonPolicy] >= st.BudgetEvictions
 			})
 			break
 		}
@@ -173,7 +174,7 @@ func TestSlowBodyClosed(t *testing.T) {
 		}
 	}()
 	waitFor(t, ctx, "the slow body to be refused", func() bool {
-		return s.Stats().Violations[decodeguard.ReasonPolicy] == 1
+		return s.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
 	// Closed: EOF, or a reset when the socket closed with our dribbled

@@ -41,24 +41,16 @@ func (p *Peer) ID() uint64 {
 	return p.id
 }
 
-// Addr returns the peer's network address as text ("" if unknown).
-func (p *Peer) Addr() string {
-	if p == nil {
-		return ""
-	}
-	return p.addrText
-}
-
-// NetAddr returns the peer's network address (nil if unknown).
-func (p *Peer) NetAddr() net.Addr {
+// netAddr returns the peer's network address (nil if unknown).
+func (p *Peer) netAddr() net.Addr {
 	if p == nil {
 		return nil
 	}
 	return p.addr
 }
 
-// Type returns the peer's ZMTP socket type.
-func (p *Peer) Type() zmtpguard.SocketType {
+// peerType returns the peer's ZMTP socket type.
+func (p *Peer) peerType() zmtpguard.SocketType {
 	if p == nil {
 		return ""
 	}
@@ -74,26 +66,33 @@ func (p *Peer) Identity() []byte {
 	return p.identity
 }
 
-// Endpoint returns the socket endpoint the connection came through: the
-// bound endpoint for an accepted peer, the dialed one for a dialed peer.
-func (p *Peer) Endpoint() string {
+// endpointName returns the socket endpoint the connection came through: the
+// bound endpoint for an accepted peer, the dialed one for a dialed peer
+// (Event.Endpoint gives it to users).
+func (p *Peer) endpointName() string {
 	if p == nil {
 		return ""
 	}
 	return p.endpoint
 }
 
-// ZMTPVersion returns the ZMTP version the peer's greeting announced: 3.0
+// zmtpVersion returns the ZMTP version the peer's greeting announced: 3.0
 // for go-zeromq/zmq4 v0.17, 3.1 for libzmq (4.3.4 checked) and zmqguard.
 // A 3.0 peer does not know PING (it would take one for a data message), so
 // the socket never sends it one and never times it out by heartbeat: see
 // Liveness in the package doc, and Stats.ZMTP30Peers.
-func (p *Peer) ZMTPVersion() (major, minor int) {
+func (p *Peer) zmtpVersion() (major, minor int) {
 	if p == nil {
 		return 0, 0
 	}
 	return int(p.version[0]), int(p.version[1])
 }
 
-// String returns the peer's address, for logs.
-func (p *Peer) String() string { return p.Addr() }
+// String returns the peer's network address as text ("" if unknown), for
+// logs and per-host accounting (net.SplitHostPort takes it apart).
+func (p *Peer) String() string {
+	if p == nil {
+		return ""
+	}
+	return p.addrText
+}

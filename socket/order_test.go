@@ -15,7 +15,7 @@ func TestOrderThroughBackgroundHandOff(t *testing.T) {
 	ctx := testCtx(t, 60*time.Second)
 	pull := mustSocket(t, NewPull)
 	ep := mustBind(t, pull)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Push, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -11,20 +11,19 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // Limits on what one XPUB subscriber may hold.
 const (
-	// MaxTopicsPerPeer bounds the distinct topics one XPUB subscriber may
+	// maxTopicsPerPeer bounds the distinct topics one XPUB subscriber may
 	// subscribe to; further subscriptions are dropped and counted as
 	// ReasonPolicy.
-	MaxTopicsPerPeer = 10000
-	// MaxTopicBytesPerPeer bounds the total bytes of one XPUB subscriber's
+	maxTopicsPerPeer = 10000
+	// maxTopicBytesPerPeer bounds the total bytes of one XPUB subscriber's
 	// distinct topics.
-	MaxTopicBytesPerPeer = 1 << 20
+	maxTopicBytesPerPeer = 1 << 20
 	// maxCtrl bounds queued PONGs per peer (a peer that pings without
 	// reading gets no more answers).
 	maxCtrl = 16
@@ -338,7 +337,7 @@ func (p *peerConn) writeLoop() {
 	defer p.s.wg.Done()
 	var frames [][]byte
 	wt := p.s.opts.WriteTimeout
-	nc := zmtpaccess.NetConn(p.conn)
+	nc := p.conn.NetConn()
 	for {
 		p.qmu.Lock()
 		for p.n == 0 && len(p.ctrl) == 0 && !p.qclosed {
@@ -366,7 +365,7 @@ func (p *peerConn) writeLoop() {
 		for i := range ctrl {
 			m := &ctrl[i]
 			if m.cmd != "" {
-				err = zmtpaccess.WriteCommand(p.conn, m.cmd, m.buf)
+				err = p.conn.WriteCommand(m.cmd, m.buf)
 			} else {
 				frames = m.frames(frames)
 				err = p.conn.WriteMessage(frames...)
@@ -497,7 +496,7 @@ func (p *peerConn) readLoop() {
 		// a non-delivered command) to arrive.
 		next := &b.slots[b.n]
 		var got bool
-		if got, err = zmtpaccess.TryReadMessage(p.conn, &next.m); err != nil {
+		if got, err = p.conn.TryReadMessage(&next.m); err != nil {
 			break
 		}
 		if got {
@@ -617,7 +616,7 @@ func (p *peerConn) close(err error) {
 		}
 		p.closeErr = err
 		p.hb.stop()
-		zmtpaccess.NetConn(p.conn).SetDeadline(time.Unix(1, 0))
+		p.conn.NetConn().SetDeadline(time.Unix(1, 0))
 		p.conn.Close()
 		p.qmu.Lock()
 		p.qclosed = true

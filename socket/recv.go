@@ -192,11 +192,11 @@ func (s *Socket) deliverDeparted(p *peerConn) {
 // Recv returns the next message, waiting until one arrives, ctx is done
 // (ctx.Err() is returned) or the socket is closed (ErrClosed). Messages from
 // different peers are fair-queued. The returned frames are valid until the
-// next Recv (see [Msg]). On a PUSH socket Recv returns ErrNotSupported; on a
-// REQ socket with no request outstanding, ErrState.
+// next Recv (see [Msg]). On a PUSH socket Recv returns an error, as on a
+// REQ socket with no request outstanding.
 func (s *Socket) Recv(ctx context.Context) (Msg, error) {
 	if !s.kind.receives() {
-		return Msg{}, ErrNotSupported
+		return Msg{}, errNotSupported
 	}
 	s.recvMu.Lock()
 	defer s.recvMu.Unlock()

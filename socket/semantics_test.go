@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -66,10 +66,10 @@ func TestRouterDuplicateIdentityRejected(t *testing.T) {
 	mustDial(t, second, ep)
 	waitFor(t, ctx, "rejection", func() bool { return log.count(EventRejected) > 0 })
 	e, _ := log.find(EventRejected)
-	if !errors.Is(e.Err, ErrDuplicateIdentity) || e.Reason != decodeguard.ReasonPolicy {
+	if !errors.Is(e.Err, errDuplicateIdentity) || e.Reason != decodeguard.ReasonPolicy {
 		t.Fatalf("rejection event %v reason %v", e.Err, e.Reason)
 	}
-	if router.Stats().Violations[decodeguard.ReasonPolicy] == 0 {
+	if router.Stats().Refused[decodeguard.ReasonPolicy] == 0 {
 		t.Fatal("duplicate identity not counted as policy")
 	}
 	// The first peer still owns the identity.
@@ -123,10 +123,10 @@ func TestRouterUnroutableAndFrameCount(t *testing.T) {
 	if !errors.Is(err, ErrUnroutable) || !strings.Contains(err.Error(), "6e6f626f6479") {
 		t.Fatalf("unknown identity: %v", err)
 	}
-	if err := router.Send(ctx, []byte("only-identity")); !errors.Is(err, ErrRouterFrames) {
+	if err := router.Send(ctx, []byte("only-identity")); !errors.Is(err, errRouterFrames) {
 		t.Fatalf("1 frame: %v", err)
 	}
-	if err := router.Send(ctx); !errors.Is(err, ErrEmptyMessage) {
+	if err := router.Send(ctx); !errors.Is(err, errEmptyMessage) {
 		t.Fatalf("0 frames: %v", err)
 	}
 	// A departed identity is unroutable too.
@@ -200,12 +200,12 @@ func TestPushWaitsForPeerWithContext(t *testing.T) {
 		}
 		hctx, hcancel := context.WithTimeout(context.Background(), 5*time.Second)
 		defer hcancel()
-		c, err := zmtpguard.Handshake(hctx, nc, zmtpguard.Pull, nil, nil)
+		c, err := zmtpguard.Handshake(hctx, nc, "PULL", nil, nil)
 		if err != nil {
 			close(accepted)
 			return
 		}
-		accepted <- zmtpaccess.NetConn(c) // never read from
+		accepted <- c.NetConn() // never read from
 	}()
 	mustDial(t, push, "tcp://"+ln.Addr().String())
 	waitPeers(t, ctx, push, 1)
@@ -274,13 +274,13 @@ func TestReqAlternationAndReset(t *testing.T) {
 	ep := mustBind(t, router)
 	req := mustSocket(t, NewReq)
 	mustDial(t, req, ep)
-	if _, err := req.Recv(ctx); !errors.Is(err, ErrState) {
+	if _, err := req.Recv(ctx); !errors.Is(err, errState) {
 		t.Fatalf("Recv before Send: %v", err)
 	}
 	if err := req.Send(ctx, []byte("q1")); err != nil {
 		t.Fatal(err)
 	}
-	if err := req.Send(ctx, []byte("q1b")); !errors.Is(err, ErrState) {
+	if err := req.Send(ctx, []byte("q1b")); !errors.Is(err, errState) {
 		t.Fatalf("second Send: %v", err)
 	}
 	m, err := router.Recv(ctx)
@@ -295,7 +295,7 @@ func TestReqAlternationAndReset(t *testing.T) {
 	if !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("Recv timeout: %v", err)
 	}
-	if err := req.Send(ctx, []byte("q2")); !errors.Is(err, ErrState) {
+	if err := req.Send(ctx, []byte("q2")); !errors.Is(err, errState) {
 		t.Fatalf("Send without Reset: %v", err)
 	}
 	if err := req.Reset(); err != nil {
@@ -337,8 +337,8 @@ func TestReqDropsReplyWithoutDelimiter(t *testing.T) {
 	if got := recvString(t, ctx, req); !eq(got, "good") {
 		t.Fatalf("req got %q", got)
 	}
-	if req.Stats().Violations[decodeguard.ReasonEnvelope] != 1 {
-		t.Fatalf("envelope violations %d", req.Stats().Violations[decodeguard.ReasonEnvelope])
+	if req.Stats().Refused[decodeguard.ReasonEnvelope] != 1 {
+		t.Fatalf("envelope violations %d", req.Stats().Refused[decodeguard.ReasonEnvelope])
 	}
 }
 
@@ -424,7 +424,7 @@ func TestSubFilterAndUnsubscribe(t *testing.T) {
 	if got := recvString(t, ctx, sub); !eq(got, "y2") {
 		t.Fatalf("got %q", got)
 	}
-	if err := sub.Send(ctx, []byte("x")); !errors.Is(err, ErrNotSupported) {
+	if err := sub.Send(ctx, []byte("x")); !errors.Is(err, errNotSupported) {
 		t.Fatalf("SUB Send: %v", err)
 	}
 }
@@ -452,8 +452,8 @@ func TestXPubVerboseSubscriptions(t *testing.T) {
 	c := rawPeer(t, ctx, ep, zmq4.XSub, nil)
 	c.WriteMessage([]byte("\x01t"))
 	c.WriteMessage([]byte("\x01t")) // again: verbose, delivered again
-	zmtpaccess.WriteCommand(c, zmtpwire.CmdSubscribe, []byte("cmd"))
-	zmtpaccess.WriteCommand(c, zmtpwire.CmdCancel, []byte("cmd"))
+	c.WriteCommand(zmtpwire.CmdSubscribe, []byte("cmd"))
+	c.WriteCommand(zmtpwire.CmdCancel, []byte("cmd"))
 	c.WriteMessage([]byte("\x00t"))
 	c.WriteMessage([]byte("hello"), []byte("data"))
 	c.Flush()
@@ -466,7 +466,7 @@ func TestXPubVerboseSubscriptions(t *testing.T) {
 	// Still subscribed once to "t": a publication reaches the peer.
 	xpub.Send(ctx, []byte("tx"))
 	var m zmtpguard.Message
-	zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
 	if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "tx" {
 		t.Fatalf("subscriber read %q, %v", m.Frames, err)
 	}
@@ -506,11 +506,11 @@ func TestPingAnsweredWithPong(t *testing.T) {
 	ctx := testCtx(t, 10*time.Second)
 	pull := mustSocket(t, NewPull)
 	c := rawPeer(t, ctx, mustBind(t, pull), zmq4.Push, nil)
-	zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 10, 'c', 't', 'x'})
+	c.WriteCommand(zmtpwire.CmdPing, []byte{0, 10, 'c', 't', 'x'})
 	c.WriteMessage([]byte("after-ping"))
 	c.Flush()
 	var m zmtpguard.Message
-	zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(5 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
 	if err := c.ReadMessage(&m); err != nil {
 		t.Fatal(err)
 	}
@@ -574,7 +574,7 @@ func TestRecvContextCancel(t *testing.T) {
 		t.Fatalf("Recv: %v", err)
 	}
 	push := mustSocket(t, NewPush)
-	if _, err := push.Recv(ctx); !errors.Is(err, ErrNotSupported) {
+	if _, err := push.Recv(ctx); !errors.Is(err, errNotSupported) {
 		t.Fatalf("PUSH Recv: %v", err)
 	}
 }
@@ -595,12 +595,12 @@ func TestEventsHandshakeFailure(t *testing.T) {
 	if e.Reason != decodeguard.ReasonTransport || e.Remote != nc.LocalAddr().String() {
 		t.Fatalf("event %v", e)
 	}
-	if pull.Stats().Violations[decodeguard.ReasonTransport] != 1 {
-		t.Fatalf("violations %v", pull.Stats().Violations)
+	if pull.Stats().Refused[decodeguard.ReasonTransport] != 1 {
+		t.Fatalf("violations %v", pull.Stats().Refused)
 	}
 	// A violation after the handshake is a disconnect with its reason.
 	c := rawPeer(t, ctx, ep, zmq4.Push, nil)
-	zmtpaccess.NetConn(c).Write([]byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
+	c.NetConn().Write([]byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
 	waitFor(t, ctx, "disconnect event", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
@@ -611,8 +611,8 @@ func TestEventsHandshakeFailure(t *testing.T) {
 		}
 		return false
 	})
-	if pull.Stats().Violations[decodeguard.ReasonOversize] != 1 {
-		t.Fatalf("violations %v", pull.Stats().Violations)
+	if pull.Stats().Refused[decodeguard.ReasonOversize] != 1 {
+		t.Fatalf("violations %v", pull.Stats().Refused)
 	}
 	if log.count(EventHandshakeFailed) != 1 {
 		t.Fatalf("post-handshake violation reported as handshake failure")
@@ -679,7 +679,7 @@ func TestOptionsVerify(t *testing.T) {
 		{Guard: zmtpguard.Config{MaxFrames: -1}},
 	}
 	for i, o := range bad {
-		if err := o.Verify(); err == nil {
+		if err := checkOptions(o); err == nil {
 			t.Errorf("case %d verified", i)
 		}
 		if _, err := NewPull(o); err == nil {
@@ -687,7 +687,7 @@ func TestOptionsVerify(t *testing.T) {
 		}
 	}
 	o := DefaultOptions()
-	if err := o.Verify(); err != nil {
+	if err := checkOptions(o); err != nil {
 		t.Fatal(err)
 	}
 	if o.HWM != 1000 || o.ReconnectMin != 100*time.Millisecond || o.ReconnectMax != 5*time.Second {
@@ -698,13 +698,13 @@ func TestOptionsVerify(t *testing.T) {
 func TestNotSupported(t *testing.T) {
 	ctx := testCtx(t, 5*time.Second)
 	pull := mustSocket(t, NewPull)
-	if err := pull.Send(ctx, []byte("x")); !errors.Is(err, ErrNotSupported) {
+	if err := pull.Send(ctx, []byte("x")); !errors.Is(err, errNotSupported) {
 		t.Fatal(err)
 	}
-	if err := pull.Subscribe([]byte("x")); !errors.Is(err, ErrNotSupported) {
+	if err := pull.Subscribe([]byte("x")); !errors.Is(err, errNotSupported) {
 		t.Fatal(err)
 	}
-	if err := pull.Reset(); !errors.Is(err, ErrNotSupported) {
+	if err := pull.Reset(); !errors.Is(err, errNotSupported) {
 		t.Fatal(err)
 	}
 }
@@ -724,7 +724,7 @@ func TestWriteTimeoutDisconnectsStuckPeer(t *testing.T) {
 		router.Send(ctx, []byte("stuck"), big)
 		return router.Stats().Peers == 0
 	})
-	if router.Stats().Violations[decodeguard.ReasonPolicy] == 0 {
+	if router.Stats().Refused[decodeguard.ReasonPolicy] == 0 {
 		t.Fatal("write timeout not counted")
 	}
 }
@@ -739,7 +739,7 @@ func TestPullDeliversBeforeSplitMessage(t *testing.T) {
 	defer c.Close()
 	// Frame 1: "first" complete. Frame 2: header claims 100 bytes, 3 sent.
 	raw := []byte{0, 5, 'f', 'i', 'r', 's', 't', 0, 100, 'a', 'b', 'c'}
-	if _, err := zmtpaccess.NetConn(c).Write(raw); err != nil {
+	if _, err := c.NetConn().Write(raw); err != nil {
 		t.Fatal(err)
 	}
 	rctx, cancel := context.WithTimeout(ctx, 3*time.Second)

@@ -10,8 +10,8 @@ import (
 // returns. What happens per socket type:
 //
 //   - ROUTER: frames[0] is the destination identity and at least one more
-//     frame is required (ErrRouterFrames). An identity that is not connected
-//     gives an *UnroutableError (or a counted drop with
+//     frame is required. An identity that is not connected gives an error
+//     matching ErrUnroutable (or a counted drop with
 //     Options.RouterDropUnroutable). If that peer's queue is at its HWM the
 //     message is dropped for it and counted in Stats.DroppedHWM; Send never
 //     waits for one peer.
@@ -19,19 +19,19 @@ import (
 //     room in its queue; when none has room (or no peer is connected) Send
 //     waits until one has, ctx is done or the socket closes.
 //   - REQ: as DEALER, with the empty delimiter frame added; a reply must be
-//     received (or Reset called) before the next Send, else ErrState.
+//     received (or Reset called) before the next Send, else an error.
 //   - XPUB: published to every subscriber whose topics prefix-match frames[0];
 //     a subscriber whose queue is full misses it (counted in DroppedHWM).
 //   - XSUB: a single frame "\x01topic" or "\x00topic" subscribes or
 //     unsubscribes (as Subscribe/Unsubscribe); anything else goes to every
 //     connected publisher (a full queue drops it for that publisher, counted).
-//   - PULL, SUB: ErrNotSupported.
+//   - PULL, SUB: an error (the type does not send).
 func (s *Socket) Send(ctx context.Context, frames ...[]byte) error {
 	if s.closed.Load() {
 		return ErrClosed
 	}
 	if len(frames) == 0 {
-		return ErrEmptyMessage
+		return errEmptyMessage
 	}
 	switch s.kind {
 	case kRouter:
@@ -53,12 +53,12 @@ func (s *Socket) Send(ctx context.Context, frames ...[]byte) error {
 		s.fanOut(frames, false)
 		return nil
 	}
-	return ErrNotSupported
+	return errNotSupported
 }
 
 func (s *Socket) sendRouter(frames [][]byte) error {
 	if len(frames) < 2 {
-		return ErrRouterFrames
+		return errRouterFrames
 	}
 	s.mu.RLock()
 	p := s.byID[string(frames[0])]
@@ -82,18 +82,18 @@ func (s *Socket) sendRouter(frames [][]byte) error {
 // share of SendTotalBytes): it returns once the message is queued, when ctx
 // is done (ctx's error), when the socket closes (ErrClosed), or, when the
 // identity is not connected or disconnects while SendWait waits, with an
-// *UnroutableError (whatever Options.RouterDropUnroutable says: the caller
+// error matching ErrUnroutable (whatever Options.RouterDropUnroutable says: the caller
 // asked to know). It waits only for that one peer: a caller serving many
 // peers runs one SendWait per peer (package kvevents' replay runs one
 // goroutine per replay client), and bounds the wait with ctx or with
 // Options.WriteTimeout, which disconnects a peer that reads nothing. Other
-// socket types return ErrNotSupported.
+// socket types return an error.
 func (s *Socket) SendWait(ctx context.Context, frames ...[]byte) error {
 	if s.kind != kRouter {
-		return ErrNotSupported
+		return errNotSupported
 	}
 	if len(frames) < 2 {
-		return ErrRouterFrames
+		return errRouterFrames
 	}
 	for {
 		if s.closed.Load() {
@@ -103,7 +103,7 @@ func (s *Socket) SendWait(ctx context.Context, frames ...[]byte) error {
 		p := s.byID[string(frames[0])]
 		s.mu.RUnlock()
 		if p == nil || p.isClosed() {
-			return &UnroutableError{Identity: slices.Clone(frames[0])}
+			return &unroutableError{Identity: slices.Clone(frames[0])}
 		}
 		if p.enqueueCounted(nil, false, frames[1:], false) {
 			s.sent.Add(1)
@@ -136,7 +136,7 @@ func (s *Socket) unroutable(id []byte) error {
 		s.dropUnr.Add(1)
 		return nil
 	}
-	return &UnroutableError{Identity: slices.Clone(id)}
+	return &unroutableError{Identity: slices.Clone(id)}
 }
 
 func (p *peerConn) isClosed() bool {
@@ -240,7 +240,7 @@ func (s *Socket) sendReq(ctx context.Context, frames [][]byte) error {
 	s.reqMu.Lock()
 	if s.reqWaiting || s.reqSending {
 		s.reqMu.Unlock()
-		return ErrState
+		return errState
 	}
 	s.reqSending = true
 	s.reqMu.Unlock()
@@ -269,7 +269,7 @@ func (s *Socket) reqCheckWaiting() error {
 	s.reqMu.Lock()
 	defer s.reqMu.Unlock()
 	if !s.reqWaiting {
-		return ErrState
+		return errState
 	}
 	return nil
 }
@@ -279,10 +279,10 @@ func (s *Socket) reqCheckWaiting() error {
 // to is closed (and, when dialed, reconnected after ReconnectMin), so a late
 // reply to the abandoned request can never be taken for the reply to the
 // next one. Reset on a REQ with nothing outstanding does nothing; on other
-// socket types it returns ErrNotSupported.
+// socket types it returns an error.
 func (s *Socket) Reset() error {
 	if s.kind != kReq {
-		return ErrNotSupported
+		return errNotSupported
 	}
 	s.reqMu.Lock()
 	p := s.reqPeer
@@ -291,7 +291,7 @@ func (s *Socket) Reset() error {
 	s.reqPeer = nil
 	s.reqMu.Unlock()
 	if waiting && p != nil {
-		p.close(ErrReset)
+		p.close(errReset)
 	}
 	return nil
 }
@@ -314,7 +314,7 @@ func (s *Socket) Unsubscribe(topic []byte) error {
 
 func (s *Socket) changeSub(topic []byte, add bool) error {
 	if s.kind != kSub && s.kind != kXSub {
-		return ErrNotSupported
+		return errNotSupported
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -355,8 +355,8 @@ func (s *Socket) changeSub(topic []byte, add bool) error {
 	return nil
 }
 
-// Subscriptions returns a SUB/XSUB socket's current topics.
-func (s *Socket) Subscriptions() [][]byte {
+// subscriptions returns a SUB/XSUB socket's current topics.
+func (s *Socket) subscriptions() [][]byte {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([][]byte, 0, len(s.subs))

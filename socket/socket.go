@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"net"
 	"slices"
 	"strconv"
@@ -15,39 +16,44 @@ import (
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
-// Errors returned by Socket methods.
+// ErrClosed is returned by every operation on a closed Socket.
+var ErrClosed = errors.New("socket: closed")
+
+// ErrUnroutable is matched (errors.Is) by the error a ROUTER's Send or
+// SendWait returns for an identity that is not (or no longer) connected;
+// the error's text names the identity in hex.
+var ErrUnroutable = errors.New("socket: no peer with that identity")
+
+// Errors for misuse: their text says what was wrong; a caller has nothing
+// to match them for.
 var (
-	// ErrClosed is returned by every operation on a closed Socket.
-	ErrClosed = errors.New("socket: closed")
-	// ErrNotSupported is returned by an operation the socket type does not
+	// errNotSupported is returned by an operation the socket type does not
 	// have (Send on PULL or SUB, Recv on PUSH, Subscribe on ROUTER, ...).
-	ErrNotSupported = errors.New("socket: operation not supported by this socket type")
-	// ErrEmptyMessage is returned by Send with no frames.
-	ErrEmptyMessage = errors.New("socket: a message needs at least one frame")
-	// ErrRouterFrames is returned by a ROUTER's Send with fewer than two
+	errNotSupported = errors.New("socket: operation not supported by this socket type")
+	// errEmptyMessage is returned by Send with no frames.
+	errEmptyMessage = errors.New("socket: a message needs at least one frame")
+	// errRouterFrames is returned by a ROUTER's Send with fewer than two
 	// frames (an identity and at least one frame of message).
-	ErrRouterFrames = errors.New("socket: ROUTER Send needs an identity frame and at least one message frame")
-	// ErrState is returned by a REQ socket used out of turn: Send while a
+	errRouterFrames = errors.New("socket: ROUTER Send needs an identity frame and at least one message frame")
+	// errState is returned by a REQ socket used out of turn: Send while a
 	// reply is awaited, or Recv with no request outstanding.
-	ErrState = errors.New("socket: REQ send/recv out of turn (call Reset to abandon a request)")
-	// ErrUnroutable is matched (errors.Is) by every *UnroutableError.
-	ErrUnroutable = errors.New("socket: no peer with that identity")
-	// ErrDuplicateIdentity is the cause given when a ROUTER refuses a
+	errState = errors.New("socket: REQ send/recv out of turn (call Reset to abandon a request)")
+	// errDuplicateIdentity is the cause given when a ROUTER refuses a
 	// connection announcing an identity another connected peer already has.
-	ErrDuplicateIdentity = errors.New("socket: identity already in use by another peer")
-	// ErrReset is the disconnect cause of a REQ peer dropped by Reset.
-	ErrReset = errors.New("socket: REQ request abandoned by Reset")
+	errDuplicateIdentity = errors.New("socket: identity already in use by another peer")
+	// errReset is the disconnect cause of a REQ peer dropped by Reset.
+	errReset = errors.New("socket: REQ request abandoned by Reset")
 )
 
-// UnroutableError is returned by a ROUTER's Send to an identity that is not
+// unroutableError is returned by a ROUTER's Send to an identity that is not
 // (or no longer) connected.
-type UnroutableError struct {
+type unroutableError struct {
 	// Identity is a copy of the identity the message was addressed to.
 	Identity []byte
 }
 
 // Error names the identity in hex (at most 32 bytes of it).
-func (e *UnroutableError) Error() string {
+func (e *unroutableError) Error() string {
 	id := e.Identity
 	s := "socket: ROUTER has no peer with identity "
 	if len(id) > 32 {
@@ -60,7 +66,7 @@ func (e *UnroutableError) Error() string {
 }
 
 // Is makes errors.Is(err, ErrUnroutable) true.
-func (e *UnroutableError) Is(target error) bool { return target == ErrUnroutable }
+func (e *unroutableError) Is(target error) bool { return target == ErrUnroutable }
 
 type kind uint8
 
@@ -76,8 +82,8 @@ const (
 )
 
 var kindTypes = [...]zmtpguard.SocketType{
-	kRouter: zmtpguard.Router, kDealer: zmtpguard.Dealer, kReq: zmtpguard.Req, kPull: zmtpguard.Pull,
-	kPush: zmtpguard.Push, kXPub: zmtpguard.XPub, kSub: zmtpguard.Sub, kXSub: zmtpguard.XSub,
+	kRouter: "ROUTER", kDealer: "DEALER", kReq: "REQ", kPull: "PULL",
+	kPush: "PUSH", kXPub: "XPUB", kSub: "SUB", kXSub: "XSUB",
 }
 
 // receives reports whether the socket type delivers messages to Recv.
@@ -173,19 +179,56 @@ type Socket struct {
 	recvWaiters   atomic.Int32
 	recvSpaceMu   sync.Mutex
 	recvSpace     chan struct{} // closed when Recv releases bytes
-	viol          [decodeguard.NumReasons]atomic.Uint64
+	viol          [len(decodeguard.Counts{})]atomic.Uint64
 
 	logOnce sync.Once        // see log.go
 	lim     *ratelog.Limiter // drop lines, shared rules with package loop
 }
 
-func newSocket(k kind, opts Options) (*Socket, error) {
-	if err := opts.Verify(); err != nil {
-		return nil, err
+// New returns a socket of type typ (its ZMTP name, for example "PULL"),
+// configured by opts (zero fields mean their defaults; see [Options]). The
+// types and what Send and Recv do for each:
+//
+//   - "ROUTER": Recv returns [identity, frames...];
+//     Send(ctx, identity, frames...) routes to that peer.
+//   - "DEALER": Send round-robins over peers with room, Recv
+//     fair-queues.
+//   - "REQ": strict Send/Recv alternation, the empty delimiter
+//     added and stripped for the caller.
+//   - "PULL": Recv fair-queues messages from every peer.
+//   - "PUSH": Send round-robins over peers with room.
+//   - "XPUB": Send publishes to matching subscribers, Recv returns
+//     every subscription, unsubscription and other message.
+//   - "SUB": Subscribe/Unsubscribe choose the topics, Recv returns
+//     matching data messages.
+//   - "XSUB": like SUB, but Send passes messages ("\x01topic" /
+//     "\x00topic" subscriptions or data) to every publisher and Recv is
+//     not filtered.
+//
+// Other types (PAIR, PUB, REP) are refused, as is an Options value that
+// does not verify once its defaults are filled in.
+func New(typ zmtpguard.SocketType, opts Options) (*Socket, error) {
+	k := kindOf(typ)
+	if k == 0 {
+		return nil, fmt.Errorf("socket: type %q is not supported (want ROUTER, DEALER, REQ, PULL, PUSH, XPUB, SUB or XSUB)", string(typ))
 	}
-	o := opts.withDefaults()
-	if k == kXPub && o.WriteTimeout == 0 {
-		o.WriteTimeout = DefaultXPubWriteTimeout
+	return newSocket(k, opts)
+}
+
+// kindOf returns the kind of a socket type, 0 for an unsupported one.
+func kindOf(typ zmtpguard.SocketType) kind {
+	for k, t := range kindTypes {
+		if t == typ && k != 0 {
+			return kind(k)
+		}
+	}
+	return 0
+}
+
+func newSocket(k kind, opts Options) (*Socket, error) {
+	o := opts.withDefaults(k)
+	if err := o.verify(); err != nil {
+		return nil, err
 	}
 	o.Identity = append([]byte(nil), o.Identity...)
 	s := &Socket{
@@ -201,7 +244,7 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 	}
 	if o.MemoryBudget > 0 {
 		if s.guard.Budget == nil {
-			s.guard.Budget = zmtpguard.NewBudget(o.MemoryBudget, o.BudgetWait)
+			s.guard.Budget = &zmtpguard.Budget{Limit: o.MemoryBudget, Wait: o.BudgetWait}
 		}
 		s.budget = s.guard.Budget
 	}
@@ -220,59 +263,32 @@ func newSocket(k kind, opts Options) (*Socket, error) {
 	return s, nil
 }
 
-// NewRouter returns a ROUTER socket: Recv returns [identity, frames...],
-// Send(ctx, identity, frames...) routes to that peer.
-func NewRouter(opts Options) (*Socket, error) { return newSocket(kRouter, opts) }
+// sockType returns the socket's ZMTP type.
+func (s *Socket) sockType() zmtpguard.SocketType { return s.typ }
 
-// NewDealer returns a DEALER socket: Send round-robins over peers with room,
-// Recv fair-queues.
-func NewDealer(opts Options) (*Socket, error) { return newSocket(kDealer, opts) }
-
-// NewReq returns a REQ socket: strict Send/Recv alternation, the empty
-// delimiter added and stripped for the caller.
-func NewReq(opts Options) (*Socket, error) { return newSocket(kReq, opts) }
-
-// NewPull returns a PULL socket: Recv fair-queues messages from every peer.
-func NewPull(opts Options) (*Socket, error) { return newSocket(kPull, opts) }
-
-// NewPush returns a PUSH socket: Send round-robins over peers with room.
-func NewPush(opts Options) (*Socket, error) { return newSocket(kPush, opts) }
-
-// NewXPub returns an XPUB socket: Send publishes to matching subscribers,
-// Recv returns every subscription, unsubscription and other message.
-func NewXPub(opts Options) (*Socket, error) { return newSocket(kXPub, opts) }
-
-// NewSub returns a SUB socket: Subscribe/Unsubscribe choose the topics, Recv
-// returns matching data messages.
-func NewSub(opts Options) (*Socket, error) { return newSocket(kSub, opts) }
-
-// NewXSub returns an XSUB socket: like SUB, but Send passes messages
-// ("\x01topic" / "\x00topic" subscriptions or data) to every publisher and
-// Recv is not filtered.
-func NewXSub(opts Options) (*Socket, error) { return newSocket(kXSub, opts) }
-
-// Type returns the socket's ZMTP type.
-func (s *Socket) Type() zmtpguard.SocketType { return s.typ }
-
-// Options returns the socket's options, defaults filled in.
+// Options returns the options the socket runs with: its Options with every
+// default filled in, derived ones included (MemoryBudget, an XPUB's
+// WriteTimeout). To configure another socket like this one, start from
+// the same Options value or [DefaultOptions], not from these: a derived
+// value copied here stays fixed when the field it came from changes.
 func (s *Socket) Options() Options { return s.opts }
 
-// Addr returns the address of the first bound endpoint (nil before Bind).
-func (s *Socket) Addr() net.Addr {
+// addr returns the address of the first bound endpoint (nil before Bind).
+func (s *Socket) addr() net.Addr {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	if len(s.listeners) == 0 {
 		return nil
 	}
-	return s.listeners[0].gl.Addr()
+	return s.listeners[0].addr
 }
 
 // Endpoint returns the first bound endpoint with the port actually chosen,
 // for example "tcp://127.0.0.1:41234" ("" before Bind).
-func (s *Socket) Endpoint() string { return endpointString(s.Addr()) }
+func (s *Socket) Endpoint() string { return endpointString(s.addr()) }
 
-// Endpoints returns every bound endpoint, in Bind order.
-func (s *Socket) Endpoints() []string {
+// endpoints returns every bound endpoint, in Bind order.
+func (s *Socket) endpoints() []string {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]string, 0, len(s.listeners))
@@ -282,8 +298,9 @@ func (s *Socket) Endpoints() []string {
 	return out
 }
 
-// Peers returns the currently connected peers.
-func (s *Socket) Peers() []*Peer {
+// peerList returns the currently connected peers (Stats.Peers counts them;
+// Msg.Peer and Event.Peer name them).
+func (s *Socket) peerList() []*Peer {
 	ps := *s.snap.Load()
 	out := make([]*Peer, len(ps))
 	for i, p := range ps {
@@ -292,10 +309,10 @@ func (s *Socket) Peers() []*Peer {
 	return out
 }
 
-// Disconnect closes the connection of peer (from Msg.Peer or Peers) with
+// Disconnect closes the connection of peer (from Msg.Peer or Event.Peer) with
 // cause, a policy decision of the caller (for example a peer flooding
 // requests): it is reported as EventDisconnected with cause, counted under
-// cause's reason (decodeguard.ReasonOf) in Stats.Violations, and a dialed
+// cause's reason (decodeguard.ReasonOf) in Stats.Refused, and a dialed
 // connection reconnects. It reports whether peer was still connected. It
 // never waits for the peer.
 func (s *Socket) Disconnect(peer *Peer, cause error) bool {
@@ -349,8 +366,7 @@ func (s *Socket) Stats() Stats {
 		p.qmu.Unlock()
 	}
 	if b := s.budget; b != nil {
-		bs := b.Stats()
-		st.BudgetBytes, st.BudgetStalls, st.BudgetEvictions = bs.Used, bs.Stalls, bs.Evictions
+		st.BudgetBytes, st.BudgetStalls, st.BudgetEvictions = b.Stats()
 	}
 	if s.kind == kXPub {
 		s.topicIdx.mu.RLock()
@@ -358,7 +374,7 @@ func (s *Socket) Stats() Stats {
 		s.topicIdx.mu.RUnlock()
 	}
 	for i := range s.viol {
-		st.Violations[i] = s.viol[i].Load()
+		st.Refused[i] = s.viol[i].Load()
 	}
 	s.mu.RLock()
 	for _, l := range s.listeners {
@@ -420,7 +436,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	md := c.Peer()
 	info := &Peer{
 		id:       s.peerSeq.Add(1),
-		addr:     c.RemoteAddr(),
+		addr:     c.NetConn().RemoteAddr(),
 		typ:      md.SocketType,
 		endpoint: ep,
 	}
@@ -430,7 +446,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 	if md.Identity != "" {
 		info.identity = []byte(md.Identity)
 	}
-	major, minor := c.PeerVersion()
+	major, minor := c.Peer().Major, c.Peer().Minor
 	info.version = [2]byte{byte(major), byte(minor)}
 	p := newPeerConn(s, c, info, gone)
 	p.accepted = accepted
@@ -455,7 +471,7 @@ func (s *Socket) addPeer(c *zmtpguard.Conn, ep string, accepted bool, gone func(
 				s.idRefusals.Add(1)
 				s.viol[decodeguard.ReasonPolicy].Add(1)
 				err := decodeguard.WrapError(decodeguard.ReasonPolicy,
-					"ROUTER identity "+decodeguard.Render(info.identity)+" already connected", ErrDuplicateIdentity)
+					"ROUTER identity "+ratelog.Render(info.identity)+" already connected", errDuplicateIdentity)
 				s.emit(Event{Kind: EventRejected, Peer: info, Remote: info.addrText, Endpoint: ep, Err: err, Reason: decodeguard.ReasonPolicy})
 				return nil, err
 			}

@@ -132,8 +132,8 @@ func (x *topicIndex) match(f []byte, dst []*peerConn) []*peerConn {
 
 // applySub applies an XPUB subscription message ("\x01topic" or
 // "\x00topic") to p's topics. It returns false when the subscription is
-// refused (counted as ReasonPolicy): p already holds MaxTopicsPerPeer
-// topics or MaxTopicBytesPerPeer bytes, or the socket holds
+// refused (counted as ReasonPolicy): p already holds maxTopicsPerPeer
+// topics or maxTopicBytesPerPeer bytes, or the socket holds
 // Options.XPubMaxTopics topics or XPubMaxTopicBytes bytes and p holds at
 // least its fair share of them (the limit divided by the subscribers). So a
 // subscription flood costs the flooding subscriber's own allowance: a
@@ -157,7 +157,7 @@ func (p *peerConn) applySub(msg []byte) bool {
 			p.topics[string(topic)] = ref
 			return true
 		}
-		if len(p.topics) >= MaxTopicsPerPeer || p.topicBytes+len(topic) > MaxTopicBytesPerPeer || !x.socketRoom(p, len(topic), &s.opts) {
+		if len(p.topics) >= maxTopicsPerPeer || p.topicBytes+len(topic) > maxTopicBytesPerPeer || !x.socketRoom(p, len(topic), &s.opts) {
 			s.viol[decodeguard.ReasonPolicy].Add(1)
 			s.topicRefusals.Add(1)
 			return false

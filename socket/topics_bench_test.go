@@ -28,8 +28,8 @@ func xpubIndexFixture(tb testing.TB, subs, perSub int) (*Socket, []*peerConn) {
 			tb.Fatal("stats refused")
 		}
 		n := perSub
-		if i%10 == 0 && n >= MaxTopicsPerPeer {
-			n = MaxTopicsPerPeer - 1 // "stats" is one of its topics
+		if i%10 == 0 && n >= maxTopicsPerPeer {
+			n = maxTopicsPerPeer - 1 // "stats" is one of its topics
 		}
 		for j := range n {
 			buf = fmt.Appendf(append(buf[:0], 1), "eng.%d.%d", i, j)

@@ -1,5 +1,16 @@
 // Package vllm names the vLLM release a zmqguard reference talks to.
 //
+//	r, err := vllm.Parse("0.26.1") // a patch release selects its minor profile
+//	if err != nil {
+//		return err
+//	}
+//	fmt.Println(r, r.Rules().KVEventsMapForm) // "0.26 true": the wire rules that release follows
+//	for _, p := range vllm.Releases() {       // every profile, oldest first, ending with latest
+//		fmt.Println(p)
+//	}
+//
+// Every reference's Config has a Release field; its zero value is [Latest].
+//
 // vLLM's ZeroMQ wire formats move between releases: the coordinator's stats
 // layout, what a front-end wake does, what an elastic-EP scale-up does, the
 // NIXL compatibility-hash factors and connector version, the KV-event
@@ -94,26 +105,8 @@ type Rules struct {
 	NixlHashTransferMode bool
 }
 
-// NixlFactorKeys returns the keys of the dict the release's
-// compute_nixl_compatibility_hash hashes, sorted as Python's
-// json.dumps(sort_keys=True) writes them.
-func (r Rules) NixlFactorKeys() []string {
-	keys := []string{"attn_backend_name", "cache_dtype"}
-	if r.NixlHashCrossLayersBlocks {
-		keys = append(keys, "cross_layers_blocks")
-	}
-	keys = append(keys, "dtype", "head_size", "is_hma_enabled", "model", "nixl_connector_version",
-		"num_hidden_layers", "num_kv_heads")
-	if r.NixlHashSpeculativeConfig {
-		keys = append(keys, "speculative_config")
-	}
-	if r.NixlHashTransferMode {
-		keys = append(keys, "transfer_mode")
-	}
-	return append(keys, "vllm_version")
-}
-
-// Release is one vLLM release profile. The zero value is [Latest].
+// Release is one vLLM release profile. The zero value is [Latest]; obtain
+// any other from [Parse] or [Releases]. Releases compare with ==.
 type Release struct {
 	name string
 }
@@ -173,20 +166,18 @@ func with(r Rules, f func(*Rules)) Rules {
 	return r
 }
 
-// Latest is current vLLM main as far as merged pull requests show.
-var Latest = Release{}
-
-// Oldest is the oldest profile the references support.
-var Oldest = Release{name: profiles[0].name}
+// Latest returns the profile of current vLLM main as far as merged pull
+// requests show: the zero Release.
+func Latest() Release { return Release{} }
 
 // Parse returns the release profile named s: "latest" (or ""), a profile
-// name from [Names], or a release such as "0.26.1" or "v0.26.1", which
+// name a [Releases] entry prints, or a release such as "0.26.1" or "v0.26.1", which
 // selects its minor release's profile. An unknown name is an error that
 // lists the known ones.
 func Parse(s string) (Release, error) {
 	name := strings.TrimPrefix(strings.TrimSpace(s), "v")
 	if name == "" || name == "latest" {
-		return Latest, nil
+		return Release{}, nil
 	}
 	if parts := strings.Split(name, "."); len(parts) == 3 {
 		name = parts[0] + "." + parts[1]
@@ -196,7 +187,7 @@ func Parse(s string) (Release, error) {
 			return Release{name: p.name}, nil
 		}
 	}
-	return Release{}, fmt.Errorf("vllm: unknown release %q (known: %s)", s, strings.Join(Names(), ", "))
+	return Release{}, fmt.Errorf("vllm: unknown release %q (known: %s)", s, strings.Join(names(), ", "))
 }
 
 // MustParse is [Parse] for names known to be valid; it panics otherwise.
@@ -208,8 +199,8 @@ func MustParse(s string) Release {
 	return r
 }
 
-// Names lists the known profiles, oldest first, ending with "latest".
-func Names() []string {
+// names lists the known profiles, oldest first, ending with "latest".
+func names() []string {
 	out := make([]string, len(profiles))
 	for i, p := range profiles {
 		out[i] = p.name
@@ -217,7 +208,9 @@ func Names() []string {
 	return out
 }
 
-// Releases lists the known profiles, oldest first, ending with [Latest].
+// Releases lists the known profiles, oldest first, ending with [Latest]:
+// Releases()[0] is the oldest profile the references support, and the
+// String of each is a name [Parse] accepts.
 func Releases() []Release {
 	out := make([]Release, len(profiles))
 	for i, p := range profiles[:len(profiles)-1] {
@@ -233,9 +226,6 @@ func (r Release) String() string {
 	}
 	return r.name
 }
-
-// IsLatest reports whether r is [Latest].
-func (r Release) IsLatest() bool { return r.name == "" }
 
 // Rules returns the wire rules of the release.
 func (r Release) Rules() Rules {

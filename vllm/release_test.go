@@ -1,7 +1,6 @@
 package vllm
 
 import (
-	"slices"
 	"strings"
 	"testing"
 
@@ -26,14 +25,20 @@ func TestParse(t *testing.T) {
 			t.Errorf("Parse(%q): error %v", in, err)
 		}
 	}
-	if r := MustParse("latest"); r != Latest || !r.IsLatest() {
+	if r := MustParse("latest"); r != Latest() || r != (Release{}) {
 		t.Fatal("MustParse(latest) is not Latest")
 	}
-	if Oldest.String() != "0.25" || Oldest.IsLatest() {
-		t.Fatalf("Oldest = %v", Oldest)
+	oldest := Releases()[0]
+	if oldest.String() != "0.25" || oldest == Latest() {
+		t.Fatalf("oldest = %v", oldest)
 	}
-	if got := Releases(); len(got) != len(Names()) || got[len(got)-1] != Latest || got[0] != Oldest {
+	if got := Releases(); len(got) != len(names()) || got[len(got)-1] != Latest() || got[0] != MustParse("0.25") {
 		t.Fatalf("Releases() = %v", got)
+	}
+	for i, r := range Releases() {
+		if r.String() != names()[i] {
+			t.Errorf("Releases()[%d] = %v, names()[%d] = %s", i, r, i, names()[i])
+		}
 	}
 }
 
@@ -58,30 +63,10 @@ func TestRules(t *testing.T) {
 			t.Errorf("%s: rules %+v, want %+v", r, got, want[r.String()])
 		}
 	}
-	if Latest.Rules() != want["latest"] || (Release{}).Rules() != want["latest"] {
+	if Latest().Rules() != want["latest"] || (Release{}).Rules() != want["latest"] {
 		t.Fatal("the zero Release is not latest")
 	}
 	if (Release{name: "bogus"}).Rules() != want["latest"] {
 		t.Fatal("an unknown name does not fall back to latest")
-	}
-}
-
-func TestNixlFactorKeys(t *testing.T) {
-	latest := Latest.Rules().NixlFactorKeys()
-	want := []string{"attn_backend_name", "cache_dtype", "cross_layers_blocks", "dtype", "head_size", "is_hma_enabled",
-		"model", "nixl_connector_version", "num_hidden_layers", "num_kv_heads", "speculative_config", "transfer_mode",
-		"vllm_version"}
-	if !slices.Equal(latest, want) {
-		t.Fatalf("latest keys %v", latest)
-	}
-	old := Oldest.Rules().NixlFactorKeys()
-	if len(old) != 11 || slices.Contains(old, "transfer_mode") || slices.Contains(old, "speculative_config") ||
-		!slices.Contains(old, "cross_layers_blocks") {
-		t.Fatalf("0.25 keys %v", old)
-	}
-	for _, r := range Releases() {
-		if k := r.Rules().NixlFactorKeys(); !slices.IsSorted(k) {
-			t.Errorf("%s: keys not sorted: %v", r, k)
-		}
 	}
 }

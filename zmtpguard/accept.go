@@ -29,18 +29,18 @@ type Stats struct {
 	Handshakes uint64
 	// AcceptErrors counts failed accepts (each followed by a back-off).
 	AcceptErrors uint64
-	// Violations counts violations by reason: refusals at accept and
+	// Refused counts peer input refused, by reason: refusals at accept and
 	// evictions (policy), handshake failures and violations on established
-	// connections. Each connection's handshake ends in at most one violation.
-	Violations decodeguard.Counts
+	// connections. Each connection's handshake ends in at most one.
+	Refused decodeguard.Counts
 	// Evicted counts pending handshakes aborted to admit a newer connection
 	// when MaxPendingHandshakes was reached (see [Config]); each is also one
-	// policy violation in Violations.
+	// policy refusal in Refused.
 	Evicted uint64
 	// ConnsEvicted counts open connections (pending or established)
 	// closed to admit a connection from a host under its fair share of a
 	// full MaxConns (see [Config.MaxConns]); each is also one policy
-	// violation in Violations.
+	// refusal in Refused.
 	ConnsEvicted uint64
 	// Open is the number of connections counted against MaxConns: pending
 	// handshakes plus established connections not yet closed.
@@ -50,15 +50,6 @@ type Stats struct {
 	Pending int64
 }
 
-// TotalViolations returns the sum of s.Violations.
-func (s Stats) TotalViolations() uint64 {
-	var n uint64
-	for _, v := range s.Violations {
-		n += v
-	}
-	return n
-}
-
 // counters are the live values behind Stats.
 type counters struct {
 	accepted     atomic.Uint64
@@ -66,7 +57,7 @@ type counters struct {
 	acceptErrors atomic.Uint64
 	evicted      atomic.Uint64
 	connsEvicted atomic.Uint64
-	violations   [decodeguard.NumReasons]atomic.Uint64
+	violations   [len(decodeguard.Counts{})]atomic.Uint64
 	open         atomic.Int64
 	pending      atomic.Int64
 }
@@ -81,8 +72,8 @@ func (c *counters) snapshot() Stats {
 		Open:         c.open.Load(),
 		Pending:      c.pending.Load(),
 	}
-	for i := range s.Violations {
-		s.Violations[i] = c.violations[i].Load()
+	for i := range s.Refused {
+		s.Refused[i] = c.violations[i].Load()
 	}
 	return s
 }
@@ -304,29 +295,31 @@ func (a *acceptLoop[T]) release(hc *hostConn) {
 // reports it (the connection's own handshake, if still running, reports
 // nothing more; an established connection's reader sees it closed).
 func (a *acceptLoop[T]) evictConn(hc *hostConn, held int) {
-	remote := remoteString(hc.nc)
-	hc.nc.Close()
-	a.release(hc)
+	// Count and report before closing: a peer that sees the close may look
+	// at the counters at once.
 	a.ctr.connsEvicted.Add(1)
 	v := violation(decodeguard.ReasonPolicy,
 		"evicted: connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached; its source host held "+itoa(held)+
 			" connections, the most, over its fair share", int64(held), nil)
-	v.Remote = remote
+	v.Remote = remoteString(hc.nc)
 	a.cfg.OnViolation(*v)
+	hc.nc.Close()
+	a.release(hc)
 }
 
 // evict aborts the handshake of an entry the pool evicted, and reports it as
 // the one violation of that handshake. Its goroutine sees the closed
 // connection, finds the entry evicted, and reports nothing more.
 func (a *acceptLoop[T]) evict(e *pendingEntry, hostPending int) {
-	remote := remoteString(e.nc)
-	e.nc.Close()
+	// Count and report before closing: a peer that sees the close may look
+	// at the counters at once.
 	a.ctr.evicted.Add(1)
 	v := violation(decodeguard.ReasonPolicy,
 		"evicted: MaxPendingHandshakes="+itoa(a.cfg.MaxPendingHandshakes)+" reached; its source host had "+
 			itoa(hostPending)+" pending, the most", int64(hostPending), nil)
-	v.Remote = remote
+	v.Remote = remoteString(e.nc)
 	a.cfg.OnViolation(*v)
+	e.nc.Close()
 }
 
 func (a *acceptLoop[T]) handshake(e *pendingEntry) {

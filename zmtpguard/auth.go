@@ -2,74 +2,56 @@ package zmtpguard
 
 import (
 	"errors"
+	"net"
 	"sync"
 )
 
 // KeySet is a reloadable set of admitted CURVE client keys: its Authorize
-// method is an [Authorizer] that admits exactly the listed keys. Load it
-// from a directory of public certificates (NAME.key, as pyzmq's
+// method, as [CurveConfig].Authorize, admits exactly the listed keys. Set
+// Path to a directory of public certificates (NAME.key, as pyzmq's
 // zmq.auth.create_certificates writes them and configure_curve(location=…)
-// reads them) or from one certificate file. A KeySet is safe for
-// concurrent use; Reload swaps the whole set at once.
+// reads them) or to one certificate file, and call Reload to read it:
+//
+//	ks := &zmtpguard.KeySet{Path: "certs/"}
+//	n, err := ks.Reload() // and again on SIGHUP
+//
+// A KeySet with no keys loaded admits nobody. A KeySet is safe for
+// concurrent use (Path must not change after the first Reload); Reload
+// swaps the whole set at once.
 type KeySet struct {
+	// Path is the certificate directory or file Reload reads.
+	Path string
+
 	mu   sync.RWMutex
-	path string
 	keys map[CurveKey]string
 }
 
-// NewKeySet returns a KeySet of the given keys (no file behind it: Reload
-// is an error).
-func NewKeySet(keys ...CurveKey) *KeySet {
-	m := make(map[CurveKey]string, len(keys))
-	for _, k := range keys {
-		m[k] = ""
+// Reload reads Path and replaces the set with the public keys found, and
+// returns how many are admitted now. On error the old set stays in force.
+func (ks *KeySet) Reload() (int, error) {
+	if ks.Path == "" {
+		return 0, errors.New("zmtpguard: KeySet.Path is empty")
 	}
-	return &KeySet{keys: m}
-}
-
-// LoadKeySet reads the public keys at path (a directory of NAME.key
-// certificates or one certificate file) into a new KeySet.
-func LoadKeySet(path string) (*KeySet, error) {
-	ks := &KeySet{path: path}
-	if err := ks.Reload(); err != nil {
-		return nil, err
-	}
-	return ks, nil
-}
-
-// Reload re-reads the KeySet's path and replaces the set. On error the old
-// set stays in force.
-func (ks *KeySet) Reload() error {
-	if ks.path == "" {
-		return errors.New("zmtpguard: KeySet has no path to reload")
-	}
-	keys, err := LoadPublicKeys(ks.path)
+	keys, err := loadPublicKeys(ks.Path)
 	if err != nil {
-		return err
+		return 0, err
 	}
 	ks.mu.Lock()
 	ks.keys = keys
 	ks.mu.Unlock()
-	return nil
+	return len(keys), nil
 }
 
-// Len returns the number of admitted keys.
-func (ks *KeySet) Len() int {
-	ks.mu.RLock()
-	defer ks.mu.RUnlock()
-	return len(ks.keys)
-}
-
-// Contains reports whether k is admitted.
-func (ks *KeySet) Contains(k CurveKey) bool {
+// contains reports whether k is admitted.
+func (ks *KeySet) contains(k CurveKey) bool {
 	ks.mu.RLock()
 	defer ks.mu.RUnlock()
 	_, ok := ks.keys[k]
 	return ok
 }
 
-// Authorize is an [Authorizer] that admits the keys in the set. It assigns
+// Authorize, as [CurveConfig].Authorize, admits the keys in the set. It assigns
 // no user id.
-func (ks *KeySet) Authorize(req AuthRequest) (bool, string) {
-	return ks.Contains(req.Key), ""
+func (ks *KeySet) Authorize(key CurveKey, _ net.Addr) (bool, string) {
+	return ks.contains(key), ""
 }

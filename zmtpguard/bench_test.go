@@ -36,7 +36,7 @@ func stream100() []byte {
 // reused Message. Goal: no allocation.
 func BenchmarkReadMessage100(b *testing.B) {
 	nc := &loopConn{b: stream100()}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil { // warm the buffers
 		b.Fatal(err)
@@ -61,7 +61,7 @@ func BenchmarkReadMessage100x8(b *testing.B) {
 		}
 	}
 	nc := &loopConn{b: s}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil {
 		b.Fatal(err)
@@ -82,7 +82,7 @@ func BenchmarkScanStream100(b *testing.B) {
 	var ctr counters
 	cfg := countingConfig(nil, &ctr)
 	nc := &loopConn{b: stream100()}
-	g := newGuardConn(nc, bufio.NewReaderSize(nc, DefaultReadBufferSize), &cfg, &ctr, true)
+	g := newGuardConn(nc, bufio.NewReaderSize(nc, defaultReadBufferSize), &cfg, &ctr, true)
 	g.rphase, g.wphase = rStream, wStream
 	var hdr [2]byte
 	body := make([]byte, 100)
@@ -131,7 +131,7 @@ func BenchmarkCheckGreeting(b *testing.B) {
 // then the body copied out), so the difference is the guard's own cost.
 func BenchmarkRawRead100(b *testing.B) {
 	nc := &loopConn{b: stream100()}
-	br := bufio.NewReaderSize(nc, DefaultReadBufferSize)
+	br := bufio.NewReaderSize(nc, defaultReadBufferSize)
 	var hdr [2]byte
 	body := make([]byte, 256)
 	b.SetBytes(102)
@@ -155,7 +155,7 @@ func BenchmarkRawRead100(b *testing.B) {
 func BenchmarkListenerHandshake(b *testing.B) {
 	ctx := context.Background()
 	cfg := &Config{GreetingTimeout: 10 * time.Second, HandshakeTimeout: 10 * time.Second}
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, cfg)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -163,7 +163,7 @@ func BenchmarkListenerHandshake(b *testing.B) {
 	addr := l.Addr().String()
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := Dial(ctx, "tcp", addr, Push, nil, cfg)
+		c, err := Dial(ctx, "tcp", addr, "PUSH", nil, cfg)
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -10,10 +10,10 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
-// DefaultBodyTimeout is the default of [Config.BodyTimeout]: a message whose
+// defaultBodyTimeout is the default of [Config.BodyTimeout]: a message whose
 // first frame header has arrived must be complete within it. 10 s is a
-// 1 MiB message (DefaultMaxMessageSize) at 100 KiB/s.
-const DefaultBodyTimeout = 10 * time.Second
+// 1 MiB message (defaultMaxMessageSize) at 100 KiB/s.
+const defaultBodyTimeout = 10 * time.Second
 
 // bodyClock is a connection's message-body deadline: armed when a read
 // inside a message (after its first header) may wait on the network,
@@ -163,22 +163,28 @@ func (c *Conn) endMessage(m *Message, err error) error {
 //     goes on; fair-share reads may pass Limit, never 2 × Limit, so Used
 //     stays under 2 × Limit (plus what Charge adds);
 //   - otherwise the connection stops reading (TCP flow control slows the
-//     peer), counted in [BudgetStats].Stalls, until bytes are released;
+//     peer), counted in Stats' stalls, until bytes are released;
 //   - a connection that waited Wait without room closes the connection
 //     holding the most bytes, if that one holds at least its fair share
 //     (it may be the waiting connection itself), as a ReasonPolicy
-//     violation counted in BudgetStats.Evictions, unless Charge holds
+//     violation counted in Stats' evictions, unless Charge holds
 //     half of Limit or more: a budget spent by messages the application
 //     has not taken yet only stalls (the application, not a peer, is
 //     behind). A connection holding less than its fair share is never
 //     closed by the budget.
 //
-// The zero Budget is not usable: use [NewBudget]. All methods are safe for
+// Set Limit (and Wait) before the first use and never change them; a
+// Budget must not be copied after first use. All methods are safe for
 // concurrent use.
 type Budget struct {
-	limit int64
-	wait  time.Duration
-	used  atomic.Int64
+	// Limit is the budget in bytes. Zero (or negative) means 1 byte: every
+	// read past the fair share stalls.
+	Limit int64
+	// Wait is how long a stalled connection waits before the largest
+	// holder is closed. Zero (or negative) means 2 s.
+	Wait time.Duration
+
+	used atomic.Int64
 	// outside is the part of used charged with Charge (not held by a
 	// connection).
 	outside atomic.Int64
@@ -192,44 +198,42 @@ type Budget struct {
 	evictions atomic.Uint64
 }
 
-// DefaultBudgetWait is the default wait of a stalled connection before the
-// largest holder is closed (see [NewBudget]).
-const DefaultBudgetWait = 2 * time.Second
+// defaultBudgetWait is the default wait of a stalled connection before the
+// largest holder is closed (Budget.Wait).
+const defaultBudgetWait = 2 * time.Second
 
-// NewBudget returns a budget of limit bytes (at least 1); wait is how long
-// a stalled connection waits before the largest holder is closed (0 means
-// DefaultBudgetWait).
-func NewBudget(limit int64, wait time.Duration) *Budget {
-	if wait <= 0 {
-		wait = DefaultBudgetWait
+func (b *Budget) limit() int64 { return max(b.Limit, 1) }
+
+func (b *Budget) wait() time.Duration {
+	if b.Wait <= 0 {
+		return defaultBudgetWait
 	}
-	return &Budget{limit: max(limit, 1), wait: wait, holders: make(map[*bodyClock]struct{}), freed: make(chan struct{})}
+	return b.Wait
 }
 
-// BudgetStats is a snapshot of a Budget.
-type BudgetStats struct {
-	// Limit is the budget in bytes; Used the bytes charged now.
-	Limit int64 `json:"limit"`
-	Used  int64 `json:"used"`
-	// Holders is the number of connections holding unfinished message bytes.
-	Holders int `json:"holders"`
-	// Stalls counts reads paused because the budget was spent and the
-	// connection held more than its fair share.
-	Stalls uint64 `json:"stalls"`
-	// Evictions counts connections closed as the largest holder.
-	Evictions uint64 `json:"evictions"`
+// budgetStats is a snapshot of a Budget (tests read all of it).
+type budgetStats struct {
+	Limit     int64
+	Used      int64
+	Holders   int
+	Stalls    uint64
+	Evictions uint64
 }
 
-// Stats returns a snapshot of b.
-func (b *Budget) Stats() BudgetStats {
+func (b *Budget) stats() budgetStats {
 	b.mu.Lock()
 	h := len(b.holders)
 	b.mu.Unlock()
-	return BudgetStats{Limit: b.limit, Used: b.used.Load(), Holders: h, Stalls: b.stalls.Load(), Evictions: b.evictions.Load()}
+	return budgetStats{Limit: b.limit(), Used: b.used.Load(), Holders: h, Stalls: b.stalls.Load(), Evictions: b.evictions.Load()}
 }
 
-// Used returns the bytes charged now.
-func (b *Budget) Used() int64 { return b.used.Load() }
+// Stats returns the bytes charged now (used), the reads paused so far
+// because the budget was spent and the connection held more than its fair
+// share (stalls), and the connections closed as the largest holder
+// (evictions).
+func (b *Budget) Stats() (used int64, stalls, evictions uint64) {
+	return b.used.Load(), b.stalls.Load(), b.evictions.Load()
+}
 
 // Charge adds n bytes held outside any connection (negative n releases
 // them). Charges never wait or fail: a charge past the limit makes
@@ -256,6 +260,10 @@ func (b *Budget) wakeIfWaiting() {
 // returns an error when the connection is closed or evicted meanwhile.
 func (b *Budget) acquire(bc *bodyClock, n int64) error {
 	b.mu.Lock()
+	if b.holders == nil {
+		b.holders = make(map[*bodyClock]struct{})
+		b.freed = make(chan struct{})
+	}
 	b.holders[bc] = struct{}{}
 	var deadline time.Time
 	for {
@@ -264,11 +272,11 @@ func (b *Budget) acquire(bc *bodyClock, n int64) error {
 				delete(b.holders, bc) // endMessage releases only a holder
 			}
 			b.mu.Unlock()
-			return ErrClosed
+			return errClosed
 		}
-		fair := b.limit / int64(len(b.holders))
+		fair := b.limit() / int64(len(b.holders))
 		used := b.used.Load()
-		if used+n <= b.limit || (bc.held+n <= fair && used+n <= 2*b.limit) {
+		if used+n <= b.limit() || (bc.held+n <= fair && used+n <= 2*b.limit()) {
 			bc.held += n
 			b.used.Add(n)
 			b.mu.Unlock()
@@ -277,7 +285,7 @@ func (b *Budget) acquire(bc *bodyClock, n int64) error {
 		now := time.Now()
 		if deadline.IsZero() {
 			b.stalls.Add(1)
-			deadline = now.Add(b.wait)
+			deadline = now.Add(b.wait())
 			bc.pause()
 		} else if !now.Before(deadline) {
 			var big *bodyClock
@@ -292,7 +300,7 @@ func (b *Budget) acquire(bc *bodyClock, n int64) error {
 			// A budget spent mostly by Charge (messages the application
 			// has not taken yet) only stalls: the application is behind,
 			// not a peer.
-			if big != nil && big.held >= fair && b.outside.Load() < b.limit/2 {
+			if big != nil && big.held >= fair && b.outside.Load() < b.limit()/2 {
 				b.evictions.Add(1)
 				big.evicted.Store(true)
 				b.mu.Unlock()
@@ -306,7 +314,7 @@ func (b *Budget) acquire(bc *bodyClock, n int64) error {
 				deadline = time.Time{}
 				continue
 			}
-			deadline = now.Add(b.wait)
+			deadline = now.Add(b.wait())
 		}
 		ch := b.freed
 		b.waiters++
@@ -339,16 +347,17 @@ func (b *Budget) release(bc *bodyClock) {
 	b.mu.Unlock()
 }
 
-// stalled reports whether c's reader is waiting for its Budget (it has
+// Stalled reports whether c's reader is waiting for its Budget (it has
 // stopped reading the connection because the budget is spent). A caller
-// with a liveness rule should not hold that silence against the peer: it
-// is ours.
-func (c *Conn) stalled() bool { return c.body.stalled.Load() }
+// with a liveness rule (a heartbeat timeout) should not hold that silence
+// against the peer: it is ours. It is safe to call from any goroutine.
+func (c *Conn) Stalled() bool { return c.body.stalled.Load() }
 
-// readBufferBytes returns the bytes of read buffers c holds now: its
-// buffered reader and, under CURVE, its scratch buffer for large messages.
-// Call it from the goroutine that reads c (or after reading stopped).
-func (c *Conn) readBufferBytes() int {
+// ReadBufferBytes returns the bytes of read buffers c holds now: its
+// buffered reader and, under CURVE, its scratch buffer for large messages;
+// a receiver that accounts for its memory adds it to what its Messages
+// hold. Call it from the goroutine that reads c (or after reading stopped).
+func (c *Conn) ReadBufferBytes() int {
 	n := c.br.Size()
 	if c.cr != nil {
 		n += cap(c.cr.idle.park)

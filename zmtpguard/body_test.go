@@ -13,13 +13,13 @@ import (
 // connection and the server's Conn.
 func rawPeer(t *testing.T, cfg *Config) (net.Conn, *Conn) {
 	t.Helper()
-	addr, result, errs := serveOne(t, Pull, cfg)
+	addr, result, errs := serveOne(t, "PULL", cfg)
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	if _, err := nc.Write(handshakeAs(Push)); err != nil {
+	if _, err := nc.Write(handshakeAs("PUSH")); err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -125,7 +125,7 @@ func TestBodyTimeoutIdleAndChunked(t *testing.T) {
 // plus fair shares (2 x limit).
 func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 	const limit = 256 << 10
-	bud := NewBudget(limit, 200*time.Millisecond)
+	bud := &Budget{Limit: limit, Wait: 200 * time.Millisecond}
 	cfg := &Config{Budget: bud, BodyTimeout: -1, MaxMessageSize: 1 << 20}
 	big := make([]byte, 1<<20-1)
 	var atk []net.Conn
@@ -144,7 +144,7 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 	deadline := time.Now().Add(20 * time.Second)
 	evicted := 0
 	for evicted < 2 && time.Now().Before(deadline) {
-		if u := bud.Used(); u > 2*limit {
+		if u := bud.used.Load(); u > 2*limit {
 			t.Fatalf("budget holds %d bytes, over 2 x %d", u, limit)
 		}
 		for i, ch := range res {
@@ -161,9 +161,9 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if evicted < 1 {
-		t.Fatalf("no attacker evicted within 20 s: %+v", bud.Stats())
+		t.Fatalf("no attacker evicted within 20 s: %+v", bud.stats())
 	}
-	st := bud.Stats()
+	st := bud.stats()
 	if st.Stalls == 0 || st.Evictions == 0 {
 		t.Fatalf("stats %+v: want stalls and evictions counted", st)
 	}
@@ -179,13 +179,13 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 				t.Fatalf("good message %d: %v", i, err)
 			}
 		case <-time.After(20 * time.Second):
-			t.Fatalf("good message %d not read (budget %+v)", i, bud.Stats())
+			t.Fatalf("good message %d not read (budget %+v)", i, bud.stats())
 		}
 	}
 	for _, nc := range atk {
 		nc.Close()
 	}
-	waitFor(t, 20*time.Second, "budget released", func() bool { return bud.Used() == 0 && bud.Stats().Holders == 0 })
+	waitFor(t, 20*time.Second, "budget released", func() bool { return bud.used.Load() == 0 && bud.stats().Holders == 0 })
 }
 
 // TestBudgetStallNotEvictedWhenChargedOutside: a budget spent by Charge
@@ -194,17 +194,17 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 // lets the message complete.
 func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
 	const limit = 128 << 10
-	bud := NewBudget(limit, 100*time.Millisecond)
+	bud := &Budget{Limit: limit, Wait: 100 * time.Millisecond}
 	bud.Charge(2 * limit) // past even fair-share reads
 	cfg := &Config{Budget: bud, BodyTimeout: -1}
 	nc, c := rawPeer(t, cfg)
 	var m Message
 	ch := readResult(c, &m)
 	go nc.Write(dataFrame(false, make([]byte, 100<<10)))
-	waitFor(t, 20*time.Second, "the reader to stall", c.stalled)
+	waitFor(t, 20*time.Second, "the reader to stall", c.Stalled)
 	time.Sleep(500 * time.Millisecond) // several Waits: no eviction
-	if st := bud.Stats(); st.Evictions != 0 || !c.stalled() {
-		t.Fatalf("stats %+v, stalled %v: want a stall and no eviction", st, c.stalled())
+	if st := bud.stats(); st.Evictions != 0 || !c.Stalled() {
+		t.Fatalf("stats %+v, stalled %v: want a stall and no eviction", st, c.Stalled())
 	}
 	bud.Charge(-2 * limit)
 	select {
@@ -213,9 +213,9 @@ func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
 			t.Fatalf("ReadMessage = %v, %d bytes", err, m.Size())
 		}
 	case <-time.After(20 * time.Second):
-		t.Fatalf("message not completed after the charge was released: %+v", bud.Stats())
+		t.Fatalf("message not completed after the charge was released: %+v", bud.stats())
 	}
-	if c.stalled() || bud.Used() != 0 {
-		t.Fatalf("stalled %v, used %d after the message", c.stalled(), bud.Used())
+	if c.Stalled() || bud.used.Load() != 0 {
+		t.Fatalf("stalled %v, used %d after the message", c.Stalled(), bud.used.Load())
 	}
 }

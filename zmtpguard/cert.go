@@ -11,20 +11,22 @@ import (
 	"sort"
 	"strings"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
-// MaxCertificateSize bounds a certificate file read by [LoadCertificate]:
+// maxCertificateSize bounds a certificate file read by [LoadCertificate]:
 // real ones are a few hundred bytes.
-const MaxCertificateSize = 64 << 10
+const maxCertificateSize = 64 << 10
 
-// MaxCertificates bounds how many certificates [LoadPublicKeys] reads from
+// maxCertificates bounds how many certificates loadPublicKeys reads from
 // one directory.
-const MaxCertificates = 65536
+const maxCertificates = 65536
 
-// Certificate is a CURVE certificate in the ZPL text format czmq and pyzmq's
+// certificate is a CURVE certificate in the ZPL text format czmq and pyzmq's
 // zmq.auth write: a "curve" section with public-key (and, in a secret
 // certificate, secret-key) in Z85, and an optional "metadata" section.
-type Certificate struct {
+type certificate struct {
 	// Public is the certificate's public key.
 	Public CurveKey
 	// Secret is the secret key; zero in a public certificate.
@@ -33,27 +35,24 @@ type Certificate struct {
 	Metadata map[string]string
 }
 
-// HasSecret reports whether c carries a secret key.
-func (c *Certificate) HasSecret() bool { return !c.Secret.IsZero() }
-
-// ReadCertificate parses a ZPL certificate from r (at most
-// MaxCertificateSize bytes). It reads what czmq's zcert and pyzmq's
+// readCertificate parses a ZPL certificate from r (at most
+// maxCertificateSize bytes). It reads what czmq's zcert and pyzmq's
 // zmq.auth write: '#' comments, sections by 4-space indentation, values
 // quoted or bare. A public-key is required; a secret-key, if present, must
 // yield that public key.
-func ReadCertificate(r io.Reader) (Certificate, error) {
-	data, err := io.ReadAll(io.LimitReader(r, MaxCertificateSize+1))
+func readCertificate(r io.Reader) (certificate, error) {
+	data, err := io.ReadAll(io.LimitReader(r, maxCertificateSize+1))
 	if err != nil {
-		return Certificate{}, err
+		return certificate{}, err
 	}
-	if len(data) > MaxCertificateSize {
-		return Certificate{}, fmt.Errorf("zmtpguard: certificate is over %d bytes", MaxCertificateSize)
+	if len(data) > maxCertificateSize {
+		return certificate{}, fmt.Errorf("zmtpguard: certificate is over %d bytes", maxCertificateSize)
 	}
-	var c Certificate
+	var c certificate
 	var havePub, haveSec bool
 	var path []string // section names by depth
 	sc := bufio.NewScanner(bytes.NewReader(data))
-	sc.Buffer(make([]byte, 0, 4096), MaxCertificateSize)
+	sc.Buffer(make([]byte, 0, 4096), maxCertificateSize)
 	for lineNo := 1; sc.Scan(); lineNo++ {
 		line := strings.TrimRight(sc.Text(), " \t\r")
 		trimmed := strings.TrimLeft(line, " ")
@@ -62,17 +61,17 @@ func ReadCertificate(r io.Reader) (Certificate, error) {
 		}
 		indent := len(line) - len(trimmed)
 		if indent%4 != 0 || strings.HasPrefix(trimmed, "\t") {
-			return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: indentation is not a multiple of 4 spaces", lineNo)
+			return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: indentation is not a multiple of 4 spaces", lineNo)
 		}
 		depth := indent / 4
 		if depth > len(path) {
-			return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: indented deeper than its section", lineNo)
+			return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: indented deeper than its section", lineNo)
 		}
 		path = path[:depth]
 		name, value, isValue := strings.Cut(trimmed, "=")
 		name = strings.TrimSpace(name)
 		if !validZPLName(name) {
-			return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: name %s is not a ZPL name", lineNo, quoteText(name))
+			return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: name %s is not a ZPL name", lineNo, quoteText(name))
 		}
 		if !isValue {
 			path = append(path, name)
@@ -87,13 +86,13 @@ func ReadCertificate(r io.Reader) (Certificate, error) {
 		case "curve/public-key":
 			k, err := ParseCurveKey(value)
 			if err != nil {
-				return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: public-key: %w", lineNo, err)
+				return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: public-key: %w", lineNo, err)
 			}
 			c.Public, havePub = k, true
 		case "curve/secret-key":
 			k, err := ParseCurveKey(value)
 			if err != nil {
-				return Certificate{}, fmt.Errorf("zmtpguard: certificate line %d: secret-key: %w", lineNo, err)
+				return certificate{}, fmt.Errorf("zmtpguard: certificate line %d: secret-key: %w", lineNo, err)
 			}
 			c.Secret, haveSec = k, true
 		default:
@@ -106,18 +105,18 @@ func ReadCertificate(r io.Reader) (Certificate, error) {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return Certificate{}, err
+		return certificate{}, err
 	}
 	if !havePub {
-		return Certificate{}, errors.New("zmtpguard: certificate has no curve/public-key")
+		return certificate{}, errors.New("zmtpguard: certificate has no curve/public-key")
 	}
 	if haveSec {
-		pub, err := CurvePublicKey(c.Secret)
+		pub, err := curvePublicKey(c.Secret)
 		if err != nil {
-			return Certificate{}, err
+			return certificate{}, err
 		}
 		if pub != c.Public {
-			return Certificate{}, errors.New("zmtpguard: certificate secret-key does not match its public-key")
+			return certificate{}, errors.New("zmtpguard: certificate secret-key does not match its public-key")
 		}
 	}
 	return c, nil
@@ -128,7 +127,7 @@ func validZPLName(s string) bool {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if !validNameChar(s[i]) && s[i] != '/' && s[i] != '*' && s[i] != '@' && s[i] != '$' {
+		if !zmtpwire.NameChar(s[i]) && s[i] != '/' && s[i] != '*' && s[i] != '@' && s[i] != '$' {
 			return false
 		}
 	}
@@ -143,26 +142,35 @@ func quoteText(s string) string {
 	return fmt.Sprintf("%q", s)
 }
 
-// LoadCertificate reads the certificate file at path (a NAME.key public or
-// NAME.key_secret secret certificate).
-func LoadCertificate(path string) (Certificate, error) {
+// LoadCertificate reads the CURVE certificate file at path, in the ZPL text
+// format czmq and pyzmq's zmq.auth write (a NAME.key public or a
+// NAME.key_secret secret certificate), and returns its keys: secret is zero
+// in a public certificate. A secret key, when present, must yield the
+// public key.
+func LoadCertificate(path string) (public, secret CurveKey, err error) {
+	c, err := loadCertificate(path)
+	return c.Public, c.Secret, err
+}
+
+// loadCertificate reads the certificate file at path.
+func loadCertificate(path string) (certificate, error) {
 	f, err := os.Open(path)
 	if err != nil {
-		return Certificate{}, err
+		return certificate{}, err
 	}
 	defer f.Close()
-	c, err := ReadCertificate(f)
+	c, err := readCertificate(f)
 	if err != nil {
-		return Certificate{}, fmt.Errorf("%s: %w", path, err)
+		return certificate{}, fmt.Errorf("%s: %w", path, err)
 	}
 	return c, nil
 }
 
-// LoadPublicKeys reads the public keys at path: every NAME.key certificate
+// loadPublicKeys reads the public keys at path: every NAME.key certificate
 // in a directory (as pyzmq's zmq.auth.load_certificates reads them; secret
 // certificates are not read), or one certificate file. The map's values are
 // the certificate file names.
-func LoadPublicKeys(path string) (map[CurveKey]string, error) {
+func loadPublicKeys(path string) (map[CurveKey]string, error) {
 	st, err := os.Stat(path)
 	if err != nil {
 		return nil, err
@@ -174,13 +182,13 @@ func LoadPublicKeys(path string) (map[CurveKey]string, error) {
 			return nil, err
 		}
 		sort.Strings(files)
-		if len(files) > MaxCertificates {
-			return nil, fmt.Errorf("zmtpguard: %s holds %d certificates, over %d", path, len(files), MaxCertificates)
+		if len(files) > maxCertificates {
+			return nil, fmt.Errorf("zmtpguard: %s holds %d certificates, over %d", path, len(files), maxCertificates)
 		}
 	}
 	keys := make(map[CurveKey]string, len(files))
 	for _, f := range files {
-		c, err := LoadCertificate(f)
+		c, err := loadCertificate(f)
 		if err != nil {
 			return nil, err
 		}
@@ -189,9 +197,9 @@ func LoadPublicKeys(path string) (map[CurveKey]string, error) {
 	return keys, nil
 }
 
-// WriteCertificate writes c in the ZPL format pyzmq and czmq read, with
+// writeCertificate writes c in the ZPL format pyzmq and czmq read, with
 // header as comment lines. A secret key is written only when c has one.
-func WriteCertificate(w io.Writer, c Certificate, header string) error {
+func writeCertificate(w io.Writer, c certificate, header string) error {
 	var b strings.Builder
 	for _, l := range strings.Split(header, "\n") {
 		b.WriteString("#   " + l + "\n")
@@ -209,7 +217,7 @@ func WriteCertificate(w io.Writer, c Certificate, header string) error {
 		b.WriteString("    " + k + " = \"" + c.Metadata[k] + "\"\n")
 	}
 	b.WriteString("curve\n    public-key = \"" + c.Public.String() + "\"\n")
-	if c.HasSecret() {
+	if !c.Secret.isZero() {
 		b.WriteString("    secret-key = \"" + c.Secret.String() + "\"\n")
 	}
 	_, err := io.WriteString(w, b.String())
@@ -231,22 +239,22 @@ func CreateCertificates(dir, name string) (publicPath, secretPath string, public
 	publicPath = filepath.Join(dir, name+".key")
 	secretPath = filepath.Join(dir, name+".key_secret")
 	stamp := "****  Generated on " + time.Now().UTC().Format("2006-01-02 15:04:05") + " by zmqguard  ****"
-	write := func(path string, mode os.FileMode, c Certificate, header string) error {
+	write := func(path string, mode os.FileMode, c certificate, header string) error {
 		f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_EXCL, mode)
 		if err != nil {
 			return err
 		}
-		if err := WriteCertificate(f, c, header); err != nil {
+		if err := writeCertificate(f, c, header); err != nil {
 			f.Close()
 			return err
 		}
 		return f.Close()
 	}
-	if err := write(publicPath, 0o644, Certificate{Public: pub}, stamp+"\nZeroMQ CURVE Public Certificate\n"+
+	if err := write(publicPath, 0o644, certificate{Public: pub}, stamp+"\nZeroMQ CURVE Public certificate\n"+
 		"Exchange securely, or use a secure mechanism to verify the contents\nof this file after exchange."); err != nil {
 		return "", "", public, err
 	}
-	if err := write(secretPath, 0o600, Certificate{Public: pub, Secret: sec}, stamp+"\nZeroMQ CURVE **Secret** Certificate\n"+
+	if err := write(secretPath, 0o600, certificate{Public: pub, Secret: sec}, stamp+"\nZeroMQ CURVE **Secret** certificate\n"+
 		"DO NOT PROVIDE THIS FILE TO OTHER USERS nor change its permissions."); err != nil {
 		os.Remove(publicPath)
 		return "", "", public, err

@@ -1,32 +1,34 @@
 package zmtpguard
 
 import (
-	"errors"
 	"fmt"
+	"net"
 	"net/netip"
+	"strings"
 	"time"
 )
 
-// Defaults for [Config]. A zero field in Config means its default.
+// Defaults for Config: a zero field means its default, stated in the
+// field's doc.
 const (
-	DefaultMaxMessageSize   = 1 << 20 // bytes, all frames of one message together
-	DefaultMaxFrames        = 64
-	DefaultHandshakeTimeout = 5 * time.Second
-	DefaultGreetingTimeout  = 2 * time.Second
-	DefaultMaxHandshakeSize = 16 << 10 // bytes of one handshake command (READY)
-	DefaultMaxPropertySize  = 1024     // bytes of one READY property value
-	DefaultMaxProperties    = 32
-	// DefaultMaxPendingHandshakes is the default size of a listener's pool
+	defaultMaxMessageSize   = 1 << 20 // bytes, all frames of one message together
+	defaultMaxFrames        = 64
+	defaultHandshakeTimeout = 5 * time.Second
+	defaultGreetingTimeout  = 2 * time.Second
+	defaultMaxHandshakeSize = 16 << 10 // bytes of one handshake command (READY)
+	defaultMaxPropertySize  = 1024     // bytes of one READY property value
+	defaultMaxProperties    = 32
+	// defaultMaxPendingHandshakes is the default size of a listener's pool
 	// of handshakes in progress. A connection that arrives when it is full
 	// is admitted and evicts a pending one, from the source host with the
 	// most pending (see Config.MaxPendingHandshakes): a flood of idle
 	// connections from one host only ever evicts its own.
-	DefaultMaxPendingHandshakes = 128
-	DefaultMaxConns             = 4096
-	DefaultReadBufferSize       = 16 << 10
-	DefaultWriteBufferSize      = 16 << 10
-	// MaxIdentity is ZMTP's limit on a peer identity.
-	MaxIdentity = 255
+	defaultMaxPendingHandshakes = 128
+	defaultMaxConns             = 4096
+	defaultReadBufferSize       = 16 << 10
+	defaultWriteBufferSize      = 16 << 10
+	// maxIdentity is ZMTP's limit on a peer identity.
+	maxIdentity = 255
 )
 
 // Config holds the limits a guarded connection or listener enforces. The zero
@@ -34,12 +36,12 @@ const (
 // modified, by this package; do not change one while it is in use.
 type Config struct {
 	// MaxMessageSize bounds the total body bytes of one message (all of its
-	// frames together). Default 1 MiB.
+	// frames together). Zero means 1 MiB.
 	MaxMessageSize int64
-	// MaxFrames bounds the number of frames in one message. Default 64.
+	// MaxFrames bounds the number of frames in one message. Zero means 64.
 	MaxFrames int
 	// HandshakeTimeout bounds the whole handshake (greeting and READY).
-	// Default 5 s.
+	// Zero means 5 s.
 	HandshakeTimeout time.Duration
 	// GreetingTimeout bounds the arrival of the peer's complete 64-byte
 	// greeting, counted from the start of the handshake; the rest of the
@@ -50,7 +52,7 @@ type Config struct {
 	// by this process's scheduling: when the deadline has passed, one more
 	// short read takes what the kernel already holds, so a process that did
 	// not run for a while (a loaded machine, a long pause) does not fail a
-	// peer whose greeting came in time. Default 2 s. A value larger than
+	// peer whose greeting came in time. Zero means 2 s. A value larger than
 	// HandshakeTimeout is lowered to it (the greeting is part of the
 	// handshake), so GreetingTimeout = HandshakeTimeout turns the separate
 	// greeting deadline off.
@@ -63,12 +65,12 @@ type Config struct {
 	// a server that never speaks.
 	GreetingTimeout time.Duration
 	// MaxHandshakeSize bounds the body of the peer's READY command (under
-	// CURVE, the metadata in its INITIATE or READY). Default 16 KiB.
+	// CURVE, the metadata in its INITIATE or READY). Zero means 16 KiB.
 	MaxHandshakeSize int
-	// MaxPropertySize bounds one READY property value. Default 1 KiB.
+	// MaxPropertySize bounds one READY property value. Zero means 1 KiB.
 	// Identity is always limited to 255 bytes.
 	MaxPropertySize int
-	// MaxProperties bounds the number of READY properties. Default 32.
+	// MaxProperties bounds the number of READY properties. Zero means 32.
 	MaxProperties int
 	// MaxPendingHandshakes bounds a Listener's (or a Transport listener's)
 	// concurrent unfinished handshakes. A new connection that would exceed
@@ -82,7 +84,7 @@ type Config struct {
 	// from one host only ever evict that host's own, and a real peer's
 	// handshake (about a millisecond) is evicted only if its host holds the
 	// most pending handshakes and MaxPendingHandshakes newer ones arrive
-	// from it before it completes. Default 128.
+	// from it before it completes. Zero means 128.
 	MaxPendingHandshakes int
 	// MaxConns bounds a Listener's open connections (pending and
 	// established), shared fairly by source host (keyed as for
@@ -94,13 +96,13 @@ type Config struct {
 	// admitted and one connection of the host holding the most is closed
 	// instead (a policy violation "evicted: ...", counted in
 	// Stats.ConnsEvicted), so one host that opens connections without end
-	// can fill an idle listener but never keep another host out. Default
-	// 4096.
+	// can fill an idle listener but never keep another host out. Zero
+	// means 4096.
 	MaxConns int
 	// MaxConnsPerHost, when positive, also bounds the open connections of
 	// one source host at any time, full listener or not: a connection from
 	// a host holding MaxConnsPerHost is refused (a policy violation naming
-	// the value). Default 0: no fixed per-host bound beyond the fair share
+	// the value). Zero means no fixed per-host bound beyond the fair share
 	// of MaxConns above.
 	MaxConnsPerHost int
 	// Allow, when non-empty, is the source allowlist checked at accept:
@@ -112,7 +114,7 @@ type Config struct {
 	// it, so idle connections stay small and busy ones read many messages
 	// per system call. A grown buffer is given back (replaced by a 4 KiB
 	// one) when the connection, between two messages, has waited one to two
-	// seconds for its next byte. Default 16 KiB.
+	// seconds for its next byte. Zero means 16 KiB.
 	ReadBufferSize int
 	// WriteBufferSize is the largest size of each connection's write
 	// buffer. It is allocated on first write at 4 KiB (or WriteBufferSize if
@@ -120,7 +122,7 @@ type Config struct {
 	// that followed at least a buffer's worth of writes, so a connection
 	// that is only sent heartbeats costs 4 KiB; it shrinks back to 4 KiB
 	// after four Flushes in a row that each wrote under a quarter of it.
-	// Default 16 KiB.
+	// Zero means 16 KiB.
 	WriteBufferSize int
 	// OnViolation, if set, is called for every violation (from the
 	// connection's own goroutine: keep it fast and never block).
@@ -131,8 +133,8 @@ type Config struct {
 	// ReasonPolicy violation. It is armed only when a read inside a message
 	// must wait on the network, so whole messages already received cost
 	// nothing. Time a connection spends stalled by its Budget does not
-	// count (the deadline restarts after the stall). Default 10 s
-	// (DefaultBodyTimeout: 1 MiB at 100 KiB/s); raise it with
+	// count (the deadline restarts after the stall). Zero means 10 s
+	// (1 MiB at 100 KiB/s); raise it with
 	// MaxMessageSize for large messages over slow links; negative turns it
 	// off.
 	BodyTimeout time.Duration
@@ -140,7 +142,7 @@ type Config struct {
 	// messages are charged to, shared with the other connections holding
 	// the same *Budget (see [Budget]). Nil means no budget beyond
 	// MaxMessageSize per connection. The Transport applies it too, with
-	// one limit (see [Transport]).
+	// one limit (see [RegisterTransport]).
 	Budget *Budget
 	// Curve, when set, makes every connection use the CURVE security
 	// mechanism (RFC 25/26) instead of NULL: a peer whose greeting offers
@@ -156,9 +158,15 @@ type Config struct {
 	// socket package does, see its Options.ReclaimBytes). Keep it fast and
 	// never block in it.
 	OnRelease func(bytes int)
+	// Dialer, when set, is what Dial connects with (its TCP keepalive,
+	// local address, Timeout and Deadline apply besides Dial's context).
+	// Nil means a zero net.Dialer. Listeners and Handshake ignore it.
+	Dialer *net.Dialer
 }
 
-// DefaultConfig returns a Config with every default filled in.
+// DefaultConfig returns a Config with every default filled in: what each
+// zero field of a Config means. Constructors fill a Config this way first,
+// then Verify it.
 func DefaultConfig() Config {
 	var c Config
 	return c.withDefaults()
@@ -166,83 +174,96 @@ func DefaultConfig() Config {
 
 func (c Config) withDefaults() Config {
 	if c.MaxMessageSize == 0 {
-		c.MaxMessageSize = DefaultMaxMessageSize
+		c.MaxMessageSize = defaultMaxMessageSize
 	}
 	if c.MaxFrames == 0 {
-		c.MaxFrames = DefaultMaxFrames
+		c.MaxFrames = defaultMaxFrames
 	}
 	if c.HandshakeTimeout == 0 {
-		c.HandshakeTimeout = DefaultHandshakeTimeout
+		c.HandshakeTimeout = defaultHandshakeTimeout
 	}
 	if c.GreetingTimeout == 0 {
-		c.GreetingTimeout = DefaultGreetingTimeout
+		c.GreetingTimeout = defaultGreetingTimeout
 	}
 	c.GreetingTimeout = min(c.GreetingTimeout, c.HandshakeTimeout)
 	if c.MaxHandshakeSize == 0 {
-		c.MaxHandshakeSize = DefaultMaxHandshakeSize
+		c.MaxHandshakeSize = defaultMaxHandshakeSize
 	}
 	if c.MaxPropertySize == 0 {
-		c.MaxPropertySize = DefaultMaxPropertySize
+		c.MaxPropertySize = defaultMaxPropertySize
 	}
 	if c.MaxProperties == 0 {
-		c.MaxProperties = DefaultMaxProperties
+		c.MaxProperties = defaultMaxProperties
 	}
 	if c.MaxPendingHandshakes == 0 {
-		c.MaxPendingHandshakes = DefaultMaxPendingHandshakes
+		c.MaxPendingHandshakes = defaultMaxPendingHandshakes
 	}
 	if c.MaxConns == 0 {
-		c.MaxConns = DefaultMaxConns
+		c.MaxConns = defaultMaxConns
 	}
 	if c.ReadBufferSize == 0 {
-		c.ReadBufferSize = DefaultReadBufferSize
+		c.ReadBufferSize = defaultReadBufferSize
 	}
 	if c.WriteBufferSize == 0 {
-		c.WriteBufferSize = DefaultWriteBufferSize
+		c.WriteBufferSize = defaultWriteBufferSize
 	}
 	if c.BodyTimeout == 0 {
-		c.BodyTimeout = DefaultBodyTimeout
+		c.BodyTimeout = defaultBodyTimeout
 	}
 	return c
 }
 
-// Verify reports whether c is usable: no negative limits or timeouts, and
-// limits within what the ZMTP wire format and this package support. (A
-// GreetingTimeout above HandshakeTimeout is not an error: it is lowered to
-// HandshakeTimeout.)
+// Verify reports whether c is usable once its defaults are filled in (the
+// order every constructor follows: fill, then verify): no negative limit or
+// timeout except where a field's doc gives negative a meaning, and limits
+// within what the ZMTP wire format and this package support. The error is
+// one line, "zmtpguard: Config.Field value what is wrong", for the first
+// field at fault. (A GreetingTimeout above HandshakeTimeout is not an
+// error: it is lowered to HandshakeTimeout.)
 func (c *Config) Verify() error {
-	var errs []error
-	neg := func(name string, v int64) {
-		if v < 0 {
-			errs = append(errs, fmt.Errorf("zmtpguard: %s must not be negative (got %d)", name, v))
+	f := c.withDefaults()
+	bad := func(field string, v any, what string) error {
+		return fmt.Errorf("zmtpguard: Config.%s %v %s", field, v, what)
+	}
+	for _, n := range []struct {
+		field string
+		v     int64
+	}{
+		{"MaxMessageSize", f.MaxMessageSize},
+		{"MaxFrames", int64(f.MaxFrames)},
+		{"HandshakeTimeout", int64(f.HandshakeTimeout)},
+		{"GreetingTimeout", int64(f.GreetingTimeout)},
+		{"MaxHandshakeSize", int64(f.MaxHandshakeSize)},
+		{"MaxPropertySize", int64(f.MaxPropertySize)},
+		{"MaxProperties", int64(f.MaxProperties)},
+		{"MaxPendingHandshakes", int64(f.MaxPendingHandshakes)},
+		{"MaxConns", int64(f.MaxConns)},
+		{"MaxConnsPerHost", int64(f.MaxConnsPerHost)},
+		{"ReadBufferSize", int64(f.ReadBufferSize)},
+		{"WriteBufferSize", int64(f.WriteBufferSize)},
+	} {
+		if n.v < 0 {
+			if d := time.Duration(n.v); strings.HasSuffix(n.field, "Timeout") {
+				return bad(n.field, d, "is negative")
+			}
+			return bad(n.field, n.v, "is negative")
 		}
 	}
-	neg("MaxMessageSize", c.MaxMessageSize)
-	neg("MaxFrames", int64(c.MaxFrames))
-	neg("HandshakeTimeout", int64(c.HandshakeTimeout))
-	neg("GreetingTimeout", int64(c.GreetingTimeout))
-	neg("MaxHandshakeSize", int64(c.MaxHandshakeSize))
-	neg("MaxPropertySize", int64(c.MaxPropertySize))
-	neg("MaxProperties", int64(c.MaxProperties))
-	neg("MaxPendingHandshakes", int64(c.MaxPendingHandshakes))
-	neg("MaxConns", int64(c.MaxConns))
-	neg("MaxConnsPerHost", int64(c.MaxConnsPerHost))
-	neg("ReadBufferSize", int64(c.ReadBufferSize))
-	neg("WriteBufferSize", int64(c.WriteBufferSize))
-	if c.MaxMessageSize > 1<<40 {
-		errs = append(errs, fmt.Errorf("zmtpguard: MaxMessageSize %d is over 1 TiB", c.MaxMessageSize))
+	if f.MaxMessageSize > 1<<40 {
+		return bad("MaxMessageSize", f.MaxMessageSize, "is over 1 TiB")
 	}
-	if c.ReadBufferSize != 0 && c.ReadBufferSize < 64 {
-		errs = append(errs, fmt.Errorf("zmtpguard: ReadBufferSize %d is below 64 bytes", c.ReadBufferSize))
+	if f.ReadBufferSize < 64 {
+		return bad("ReadBufferSize", f.ReadBufferSize, "is below 64 bytes")
 	}
-	if c.Curve != nil {
-		if err := c.Curve.verify(); err != nil {
-			errs = append(errs, err)
+	if f.Curve != nil {
+		if err := f.Curve.verify(); err != nil {
+			return err
 		}
 	}
-	for _, p := range c.Allow {
+	for _, p := range f.Allow {
 		if !p.IsValid() {
-			errs = append(errs, errors.New("zmtpguard: Allow holds an invalid prefix"))
+			return bad("Allow", p, "holds an invalid prefix")
 		}
 	}
-	return errors.Join(errs...)
+	return nil
 }

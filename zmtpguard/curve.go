@@ -2,6 +2,7 @@ package zmtpguard
 
 import (
 	"bufio"
+	"context"
 	"crypto/rand"
 	"crypto/subtle"
 	"encoding/binary"
@@ -9,14 +10,16 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"sync"
+	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
 	"golang.org/x/crypto/curve25519"
 	"golang.org/x/crypto/nacl/box"
 	"golang.org/x/crypto/nacl/secretbox"
 	"golang.org/x/crypto/salsa20/salsa"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // mechanismCURVE is the greeting's mechanism name for CURVE (RFC 25).
@@ -60,31 +63,6 @@ const (
 	noncePrefixMsgS     = "CurveZMQMESSAGES" // server to client
 )
 
-// AuthRequest is what an [Authorizer] decides on: a CURVE client that
-// proved it holds the secret key of Key.
-type AuthRequest struct {
-	// Key is the client's long-term public key, proven by its vouch.
-	Key CurveKey
-	// Remote is the client's network address.
-	Remote net.Addr
-	// SocketType is the client's socket type, from its INITIATE metadata.
-	SocketType SocketType
-}
-
-// Authorizer admits or refuses a CURVE client once its handshake has proven
-// its long-term key. It returns whether the client is admitted and, if so,
-// an optional user id assigned to the connection ([Metadata.UserID]). It
-// runs on the handshake's goroutine, for every client: keep it fast and
-// never block in it.
-type Authorizer func(AuthRequest) (ok bool, userID string)
-
-// AllowAnyClient is the Authorizer that admits every client which knows the
-// server's public key, as a libzmq CURVE server without a ZAP handler does:
-// the traffic is encrypted and the server authenticated, but any client key
-// is accepted. It must be chosen explicitly (CurveConfig.Authorize is never
-// defaulted to it).
-func AllowAnyClient(AuthRequest) (bool, string) { return true, "" }
-
 // CurveConfig selects the CURVE security mechanism (ZeroMQ RFC 25 and 26)
 // for a connection, a Listener or a Socket (through Config.Curve). Either
 // side of a connection may be the CURVE server, independently of which one
@@ -99,37 +77,44 @@ type CurveConfig struct {
 	// ServerKey is the server's long-term public key, which a client must
 	// know in advance. Required for a client; ignored for a server.
 	ServerKey CurveKey
-	// Authorize decides, for a server, which clients get in. Required for
-	// a server: use a [KeySet]'s Authorize method to admit listed keys
-	// only, or [AllowAnyClient] to admit any key (libzmq's behaviour
-	// without ZAP).
-	Authorize Authorizer
-	// Logger receives a line for each refused client, rate-limited per
-	// client-key fingerprint (at most one per RefusalLogInterval). Nil
-	// means slog.Default().
+	// Authorize admits or refuses a CURVE client once its handshake has
+	// proven that it holds the secret of key, its long-term public key;
+	// remote is its network address. It returns whether the client is
+	// admitted and, if so, an optional user id assigned to the connection
+	// ([Metadata.UserID]). Required for a server: use a [KeySet]'s
+	// Authorize method to admit listed keys only, or a function that
+	// returns true to admit any key (libzmq's behaviour without ZAP). It
+	// runs on the handshake's goroutine, for every client: keep it fast and
+	// never block in it.
+	Authorize func(key CurveKey, remote net.Addr) (ok bool, userID string)
+	// Logger receives a line for the first refusal of each client key
+	// (by fingerprint), at most 4 such lines per 10 s, and a summary line
+	// that counts the others. Nil means slog.Default().
 	Logger *slog.Logger
+
+	// refusals is the limiter of the refusal lines, one per CurveConfig,
+	// created at the first refusal.
+	refusals atomic.Pointer[ratelog.Limiter]
 }
 
-// RefusalLogInterval is the least time between two log lines about
-// refused clients with the same key fingerprint.
-const RefusalLogInterval = 10 * time.Second
+// refusalLogInterval is the limiter interval of the refusal lines.
+const refusalLogInterval = 10 * time.Second
 
 func (cc *CurveConfig) verify() error {
-	var errs []error
 	// The public key is derived per handshake (an X25519 operation each
 	// time Verify runs would double the cost of a Dial); the handshake
 	// refuses the rare secret whose public key is degenerate.
-	if cc.SecretKey.IsZero() {
-		errs = append(errs, errors.New("zmtpguard: Curve.SecretKey is not set"))
+	if cc.SecretKey.isZero() {
+		return errors.New("zmtpguard: Config.Curve.SecretKey is not set")
 	}
 	if cc.Server {
 		if cc.Authorize == nil {
-			errs = append(errs, errors.New("zmtpguard: Curve.Authorize is nil: use a KeySet's Authorize or AllowAnyClient"))
+			return errors.New("zmtpguard: Config.Curve.Authorize is nil (a CURVE server needs one: a KeySet's Authorize, or a function admitting any key)")
 		}
-	} else if cc.ServerKey.IsZero() {
-		errs = append(errs, errors.New("zmtpguard: Curve.ServerKey is not set (a CURVE client needs the server's public key)"))
+	} else if cc.ServerKey.isZero() {
+		return errors.New("zmtpguard: Config.Curve.ServerKey is not set (a CURVE client needs the server's public key)")
 	}
-	return errors.Join(errs...)
+	return nil
 }
 
 func (cc *CurveConfig) logger() *slog.Logger {
@@ -150,49 +135,33 @@ func curveGreeting(server bool) [greetingSize]byte {
 	return g
 }
 
-// RefusalLogBurst bounds the refusal log lines of all keys together per
-// RefusalLogInterval, so that a client making a fresh key per connection
+// refusalLogBurst bounds the refusal detail lines of all keys together per
+// refusalLogInterval, so that a client making a fresh key per connection
 // cannot flood the log; the refusals it holds back are counted in the next
-// line.
-const RefusalLogBurst = 20
+// summary line.
+const refusalLogBurst = ratelog.FirstWarnings
 
-// refusals rate-limits the log lines about refused clients, by key
-// fingerprint and overall, process-wide.
-var refusals struct {
-	mu         sync.Mutex
-	last       map[CurveKey]time.Time
-	window     time.Time // start of the current interval
-	lines      int       // lines logged in it
-	suppressed int       // refusals not logged since the last line
-}
-
-// logRefusal logs a refused client unless one with the same key was logged
-// within RefusalLogInterval, or RefusalLogBurst lines were already logged
-// in the current interval.
+// logRefusal logs a refused client through cc's limiter (internal/ratelog):
+// a detail line for the first refusal of a key fingerprint, at most
+// refusalLogBurst of them per refusalLogInterval, and summary lines that
+// count the rest.
 func logRefusal(cc *CurveConfig, key CurveKey, remote, why string) {
-	now := time.Now()
-	refusals.mu.Lock()
-	if refusals.last == nil || len(refusals.last) >= 4096 {
-		refusals.last = make(map[CurveKey]time.Time)
+	lim := cc.refusals.Load()
+	if lim == nil {
+		lim = ratelog.New(ratelog.Config{Logger: cc.logger(), Interval: refusalLogInterval, Component: "zmtpguard",
+			Message: "zmtpguard: refused CURVE clients (summary)"})
+		if !cc.refusals.CompareAndSwap(nil, lim) {
+			lim = cc.refusals.Load()
+		}
 	}
-	if now.Sub(refusals.window) >= RefusalLogInterval {
-		refusals.window, refusals.lines = now, 0
+	fp := key.fingerprint()
+	if lim.Drop(decodeguard.ReasonAuth.String(), fp, time.Now()) != ratelog.First || !lim.Enabled() {
+		return
 	}
-	t, seen := refusals.last[key]
-	log := (!seen || now.Sub(t) >= RefusalLogInterval) && refusals.lines < RefusalLogBurst
-	held := 0
-	if log {
-		refusals.last[key] = now
-		refusals.lines++
-		held, refusals.suppressed = refusals.suppressed, 0
-	} else {
-		refusals.suppressed++
-	}
-	refusals.mu.Unlock()
-	if log {
-		cc.logger().Warn("zmtpguard: CURVE client refused", "key_fingerprint", key.Fingerprint(), "remote", remote, "why", why,
-			"refusals_not_logged", held)
-	}
+	lim.Logger().LogAttrs(context.Background(), slog.LevelWarn, "zmtpguard: CURVE client refused",
+		slog.String(ratelog.KeyComponent, "zmtpguard"), slog.String(ratelog.KeyReason, decodeguard.ReasonAuth.String()),
+		slog.String("key_fingerprint", fp), slog.String(ratelog.KeyPeer, ratelog.Escape(remote, 256)),
+		slog.Uint64(ratelog.KeyCount, 1), slog.String(ratelog.KeyErr, why))
 }
 
 // sharedKey computes the NaCl box key between pub and priv. Unlike
@@ -342,7 +311,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	cc := cfg.Curve
 	st := &curveStep{nc: nc, br: br, cfg: cfg}
 	secret := [32]byte(cc.SecretKey)
-	public, err := CurvePublicKey(cc.SecretKey)
+	public, err := curvePublicKey(cc.SecretKey)
 	if err != nil {
 		return nil, Metadata{}, err
 	}
@@ -443,7 +412,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	}
 	md.CurveKey = CurveKey(clientKey)
 	remote := nc.RemoteAddr()
-	admit, userID := cc.Authorize(AuthRequest{Key: md.CurveKey, Remote: remote, SocketType: md.SocketType})
+	admit, userID := cc.Authorize(md.CurveKey, remote)
 	if !admit {
 		// RFC 25: the server answers a refused INITIATE with ERROR; the
 		// reason is the ZAP status code 400, which libzmq clients report
@@ -454,7 +423,7 @@ func curveServerHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 			ra = remote.String()
 		}
 		logRefusal(cc, md.CurveKey, ra, "refused by the authorizer")
-		return nil, Metadata{}, violation(decodeguard.ReasonAuth, "client key "+md.CurveKey.Fingerprint()+" refused by the authorizer", -1, nil)
+		return nil, Metadata{}, violation(decodeguard.ReasonAuth, "client key "+md.CurveKey.fingerprint()+" refused by the authorizer", -1, nil)
 	}
 	md.UserID = userID
 
@@ -508,7 +477,7 @@ func curveClientHandshake(nc net.Conn, br *bufio.Reader, cfg *Config, local Sock
 	cc := cfg.Curve
 	st := &curveStep{nc: nc, br: br, cfg: cfg}
 	secret := [32]byte(cc.SecretKey)
-	public, err := CurvePublicKey(cc.SecretKey)
+	public, err := curvePublicKey(cc.SecretKey)
 	if err != nil {
 		return nil, Metadata{}, err
 	}

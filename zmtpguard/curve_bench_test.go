@@ -44,7 +44,7 @@ func BenchmarkCurveReadMessage100(b *testing.B) {
 	stream := curveStream(&key, 1, n)
 	nc := &loopConn{b: stream}
 	cs := newCurveState(&key, true)
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: Pull, cz: cs}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL", cz: cs}
 	var m Message
 	read := 0
 	b.SetBytes(100)
@@ -73,7 +73,7 @@ func BenchmarkCurveReadMessage100(b *testing.B) {
 func BenchmarkCurveWriteMessage100(b *testing.B) {
 	nc := newBytesConn(nil)
 	cs := newCurveState(&[32]byte{7}, true)
-	c := &Conn{nc: nc, cfg: Config{}.withDefaults(), local: Push, cz: cs}
+	c := &Conn{nc: nc, cfg: Config{}.withDefaults(), local: "PUSH", cz: cs}
 	body := make([]byte, 100)
 	b.SetBytes(100)
 	b.ReportAllocs()
@@ -93,9 +93,9 @@ func BenchmarkCurveHandshake(b *testing.B) {
 	srvPub, srvSec, _ := GenerateCurveKeyPair()
 	cliPub, cliSec, _ := GenerateCurveKeyPair()
 	scfg := &Config{GreetingTimeout: 10 * time.Second, HandshakeTimeout: 10 * time.Second,
-		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(cliPub).Authorize}}
+		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: newKeySet(cliPub).Authorize}}
 	ccfg := &Config{HandshakeTimeout: 10 * time.Second, Curve: &CurveConfig{SecretKey: cliSec, ServerKey: srvPub}}
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, scfg)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", scfg)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -103,7 +103,7 @@ func BenchmarkCurveHandshake(b *testing.B) {
 	addr := l.Addr().String()
 	b.ReportAllocs()
 	for b.Loop() {
-		c, err := Dial(ctx, "tcp", addr, Push, nil, ccfg)
+		c, err := Dial(ctx, "tcp", addr, "PUSH", nil, ccfg)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -134,8 +134,8 @@ func BenchmarkCurvePyzmqPush100(b *testing.B) {
 	defer cancel()
 	srvPub, srvSec, _ := GenerateCurveKeyPair()
 	cliPub, cliSec, _ := GenerateCurveKeyPair()
-	cfg := &Config{ReadBufferSize: 256 << 10, Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(cliPub).Authorize}}
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, cfg)
+	cfg := &Config{ReadBufferSize: 256 << 10, Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: newKeySet(cliPub).Authorize}}
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -24,7 +24,7 @@ func TestCurveBodyTimeout(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			p := newCurvePair(t, ctx, Pull, func(c *Config) { c.BodyTimeout = 300 * time.Millisecond })
+			p := newCurvePair(t, ctx, "PULL", func(c *Config) { c.BodyTimeout = 300 * time.Millisecond })
 			sink := startSink(t, p.l)
 			defer sink.close()
 			r := dialRawCurve(t, p)

@@ -3,6 +3,7 @@ package zmtpguard_test
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -15,9 +16,16 @@ func ExampleCurveConfig() {
 	serverPub, serverSec, _ := zmtpguard.GenerateCurveKeyPair()
 	clientPub, clientSec, _ := zmtpguard.GenerateCurveKeyPair()
 
-	allowed := zmtpguard.NewKeySet(clientPub) // or zmtpguard.LoadKeySet("certs/")
-	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", zmtpguard.Pull, &zmtpguard.Config{
-		Curve: &zmtpguard.CurveConfig{Server: true, SecretKey: serverSec, Authorize: allowed.Authorize},
+	// Admit one key (a KeySet{Path: "certs/"}, once reloaded, admits a
+	// directory of public certificates).
+	admit := func(key zmtpguard.CurveKey, _ net.Addr) (bool, string) { return key == clientPub, "" }
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	l, err := zmtpguard.NewListener(ln, "PULL", &zmtpguard.Config{
+		Curve: &zmtpguard.CurveConfig{Server: true, SecretKey: serverSec, Authorize: admit},
 	})
 	if err != nil {
 		fmt.Println(err)
@@ -26,7 +34,7 @@ func ExampleCurveConfig() {
 	defer l.Close()
 
 	go func() {
-		c, err := zmtpguard.Dial(ctx, "tcp", l.Addr().String(), zmtpguard.Push, nil, &zmtpguard.Config{
+		c, err := zmtpguard.Dial(ctx, "tcp", ln.Addr().String(), "PUSH", nil, &zmtpguard.Config{
 			Curve: &zmtpguard.CurveConfig{SecretKey: clientSec, ServerKey: serverPub},
 		})
 		if err != nil {

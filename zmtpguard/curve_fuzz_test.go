@@ -19,7 +19,7 @@ var (
 
 // fuzzHelloBody is a valid HELLO body for the fuzz server key.
 func fuzzHelloBody() []byte {
-	pub, _ := CurvePublicKey(CurveKey(fuzzShortSecret))
+	pub, _ := curvePublicKey(CurveKey(fuzzShortSecret))
 	hello := append([]byte("\x05HELLO\x01\x00"), make([]byte, 72)...)
 	hello = append(hello, pub[:]...)
 	hello = binary.BigEndian.AppendUint64(hello, 1)
@@ -43,7 +43,7 @@ func fuzzMessage(nonce uint64, flags byte, data []byte) []byte {
 }
 
 func fuzzCurveServerConfig() *Config {
-	c := Config{Curve: &CurveConfig{Server: true, SecretKey: fuzzServerSecret, Authorize: AllowAnyClient, Logger: discardLogger()},
+	c := Config{Curve: &CurveConfig{Server: true, SecretKey: fuzzServerSecret, Authorize: allowAnyClient, Logger: discardLogger()},
 		MaxHandshakeSize: 1024}.withDefaults()
 	return &c
 }
@@ -63,7 +63,7 @@ func FuzzCurveServerHandshake(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg := fuzzCurveServerConfig()
 		nc := newBytesConn(data)
-		_, _, err := curveServerHandshake(nc, bufio.NewReaderSize(nc, 64), cfg, Pull, nil)
+		_, _, err := curveServerHandshake(nc, bufio.NewReaderSize(nc, 64), cfg, "PULL", nil)
 		if err == nil {
 			t.Fatal("handshake completed without this connection's cookie")
 		}
@@ -82,7 +82,7 @@ func FuzzCurveClientHandshake(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte) {
 		c := Config{Curve: &CurveConfig{SecretKey: CurveKey(fuzzShortSecret), ServerKey: fuzzServerPublic}}.withDefaults()
 		nc := newBytesConn(data)
-		_, _, err := curveClientHandshake(nc, bufio.NewReaderSize(nc, 64), &c, Push, nil)
+		_, _, err := curveClientHandshake(nc, bufio.NewReaderSize(nc, 64), &c, "PUSH", nil)
 		if err == nil {
 			t.Fatal("handshake completed with a server that holds no key")
 		}
@@ -127,7 +127,7 @@ func FuzzCurveMessage(f *testing.F) {
 		nc := newBytesConn(data)
 		cs := newCurveState(&fuzzSession, true)
 		cs.recvNonce = 2
-		c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64), cfg: cfg, local: Pull, cz: cs}
+		c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64), cfg: cfg, local: "PULL", cz: cs}
 		readAll(t, c, len(data))
 	})
 }
@@ -144,7 +144,7 @@ func FuzzCurveMessageBuffered(f *testing.F) {
 		rc := &readCounter{bytesConn: newBytesConn(data)}
 		cs := newCurveState(&fuzzSession, true)
 		cs.recvNonce = 2
-		c := &Conn{nc: rc, br: bufio.NewReaderSize(rc, 1024), cfg: cfg, local: Pull, cz: cs}
+		c := &Conn{nc: rc, br: bufio.NewReaderSize(rc, 1024), cfg: cfg, local: "PULL", cz: cs}
 		var m Message
 		for {
 			whole := c.messageBuffered()

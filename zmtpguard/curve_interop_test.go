@@ -105,15 +105,15 @@ func curveServeOne(c *Conn, n int) (int, error) {
 		if m.Command != "" {
 			continue
 		}
-		switch c.LocalType() {
-		case Rep, Router, Dealer:
+		switch c.local {
+		case "REP", "ROUTER", "DEALER":
 			if err := c.WriteMessage(m.Frames...); err != nil {
 				return pings, err
 			}
 			if err := c.Flush(); err != nil {
 				return pings, err
 			}
-		case Pull:
+		case "PULL":
 			if want := fmt.Sprintf("msg-%d", i); string(m.Frames[0]) != want || len(m.Frames) != 2 || len(m.Frames[1]) != 300 {
 				return pings, fmt.Errorf("message %d is %q (%d frames), want %q", i, m.Frames[0], len(m.Frames), want)
 			}
@@ -132,12 +132,12 @@ func TestCurveInteropPyzmqClients(t *testing.T) {
 		client string
 		local  SocketType
 	}{
-		{"REQ", Rep}, {"DEALER", Router}, {"PUSH", Pull}, {"SUB", Pub}, {"XSUB", XPub},
+		{"REQ", "REP"}, {"DEALER", "ROUTER"}, {"PUSH", "PULL"}, {"SUB", "PUB"}, {"XSUB", "XPUB"},
 	} {
 		t.Run(tc.client, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 			defer cancel()
-			cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(cliPub).Authorize}}
+			cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: newKeySet(cliPub).Authorize}}
 			l, err := Listen(ctx, "tcp", "127.0.0.1:0", tc.local, cfg)
 			if err != nil {
 				t.Fatal(err)
@@ -155,7 +155,7 @@ func TestCurveInteropPyzmqClients(t *testing.T) {
 				t.Errorf("peer key %s, want %s", c.Peer().CurveKey, cliPub)
 			}
 			var serr error
-			if tc.local == Pub || tc.local == XPub {
+			if tc.local == "PUB" || tc.local == "XPUB" {
 				// Wait for the subscription, then publish n messages.
 				var m Message
 				if err := c.ReadMessage(&m); err != nil {
@@ -199,7 +199,7 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = pubPath
-	cert, err := LoadCertificate(secPath)
+	cert, err := loadCertificate(secPath)
 	if err != nil || cert.Public != cliPub {
 		t.Fatalf("load secret certificate: %v", err)
 	}
@@ -208,7 +208,7 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 		local  SocketType
 		allow  string
 	}{
-		{"REP", Req, "-"}, {"ROUTER", Dealer, dir}, {"PULL", Push, dir}, {"PUB", Sub, "-"},
+		{"REP", "REQ", "-"}, {"ROUTER", "DEALER", dir}, {"PULL", "PUSH", dir}, {"PUB", "SUB", "-"},
 	} {
 		t.Run(tc.server+"/allow="+filepath.Base(tc.allow), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
@@ -225,7 +225,7 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 			defer c.Close()
 			var m Message
 			switch tc.local {
-			case Sub:
+			case "SUB":
 				c.WriteMessage([]byte("\x01"))
 				c.Flush()
 				for i := 0; i < n; i++ {
@@ -240,9 +240,9 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 				for i := 0; i < n; i++ {
 					body := []byte(fmt.Sprintf("msg-%d", i))
 					var frames [][]byte
-					if tc.local == Req {
+					if tc.local == "REQ" {
 						frames = [][]byte{{}, body}
-					} else if tc.local == Dealer {
+					} else if tc.local == "DEALER" {
 						frames = [][]byte{body, []byte("two")}
 					} else {
 						frames = [][]byte{body}
@@ -253,7 +253,7 @@ func TestCurveInteropPyzmqServers(t *testing.T) {
 					if err := c.Flush(); err != nil {
 						t.Fatal(err)
 					}
-					if tc.local == Push {
+					if tc.local == "PUSH" {
 						continue
 					}
 					if err := c.ReadMessage(&m); err != nil {
@@ -284,9 +284,9 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 		defer cancel()
 		viol := make(chan Violation, 4)
-		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: AllowAnyClient},
+		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: allowAnyClient},
 			OnViolation: func(v Violation) { viol <- v }}
-		l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, cfg)
+		l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -304,8 +304,8 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		if out, err := p.wait(t); err != nil {
 			t.Fatalf("python: %v\n%s", err, out)
 		}
-		if st := l.Stats(); st.Violations[decodeguard.ReasonAuth] == 0 {
-			t.Errorf("auth refusal not counted: %+v", st.Violations)
+		if st := l.Stats(); st.Refused[decodeguard.ReasonAuth] == 0 {
+			t.Errorf("auth refusal not counted: %+v", st.Refused)
 		}
 	})
 
@@ -313,9 +313,9 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		ctx, cancel := context.WithTimeout(context.Background(), 40*time.Second)
 		defer cancel()
 		viol := make(chan Violation, 4)
-		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: NewKeySet(otherPub).Authorize},
+		cfg := &Config{Curve: &CurveConfig{Server: true, SecretKey: srvSec, Authorize: newKeySet(otherPub).Authorize},
 			OnViolation: func(v Violation) { viol <- v }}
-		l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, cfg)
+		l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", cfg)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -323,7 +323,7 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 		p := startCurvePeer(t, ctx, "client", "PUSH", "tcp://"+l.Addr().String(), srvPub.String(), cliPub.String(), cliSec.String(), "0")
 		select {
 		case v := <-viol:
-			if v.Reason != decodeguard.ReasonAuth || !strings.Contains(v.Detail, cliPub.Fingerprint()) {
+			if v.Reason != decodeguard.ReasonAuth || !strings.Contains(v.Detail, cliPub.fingerprint()) {
 				t.Errorf("violation %v, want reason auth naming the key's fingerprint", &v)
 			}
 		case <-ctx.Done():
@@ -352,7 +352,7 @@ func TestCurveInteropWrongKeys(t *testing.T) {
 			p := startCurvePeer(t, ctx, "server", "PULL", "tcp://127.0.0.1", srvSec.String(), allow, "0")
 			port := p.port(t)
 			cfg := &Config{Curve: &CurveConfig{SecretKey: cliSec, ServerKey: serverKey}, HandshakeTimeout: 10 * time.Second}
-			c, err := Dial(ctx, "tcp", "127.0.0.1:"+port, Push, nil, cfg)
+			c, err := Dial(ctx, "tcp", "127.0.0.1:"+port, "PUSH", nil, cfg)
 			if err == nil {
 				c.Close()
 				t.Fatal("handshake succeeded")

@@ -10,180 +10,19 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
 	"golang.org/x/crypto/nacl/box"
 )
-
-// Test keys from libzmq's zmq_curve(7) manual page ("TEST KEY VALUES").
-const (
-	manServerPublic = "rq:rM>}U?@Lns47E1%kR.o@n%FcmmsL/@{H8]yf7"
-	manServerSecret = "JTKVSB%%)wK0E.X)V>+}o?pNmC{O&4W4b!Ni{Lh6"
-	manClientPublic = "Yne@$w-vo<fVvi]a<NY6T1ed:M$fCG*[IaLV{hID"
-	manClientSecret = "D:)Q[IlAW!ahhC2ac:9*A}h:p?([4%wOTJ%JR%cs"
-)
-
-func TestZ85(t *testing.T) {
-	// RFC 32's test vector.
-	in := []byte{0x86, 0x4F, 0xD2, 0x6F, 0xB5, 0x59, 0xF7, 0x5B}
-	s, err := z85Encode(in)
-	if err != nil || s != "HelloWorld" {
-		t.Fatalf("Z85Encode = %q, %v; want HelloWorld", s, err)
-	}
-	b, err := z85Decode("HelloWorld")
-	if err != nil || !bytes.Equal(b, in) {
-		t.Fatalf("Z85Decode = %x, %v", b, err)
-	}
-	for i := 0; i < 100; i++ {
-		var k CurveKey
-		rand.Read(k[:])
-		got, err := ParseCurveKey(k.String())
-		if err != nil || got != k {
-			t.Fatalf("round trip of %x: %x, %v", k, got, err)
-		}
-	}
-	for _, bad := range []string{"Hell", "Hello Worl", "HelloWorl\"", "%nSc1"} {
-		if _, err := z85Decode(bad); err == nil {
-			t.Errorf("Z85Decode(%q) succeeded", bad)
-		}
-	}
-	if _, err := z85Decode("%nSc0"); err != nil { // 0xFFFFFFFF, the largest group
-		t.Errorf("Z85Decode of the largest group: %v", err)
-	}
-	if _, err := z85Encode([]byte{1, 2, 3}); err == nil {
-		t.Error("Z85Encode of 3 bytes succeeded")
-	}
-	if _, err := ParseCurveKey("short"); err == nil || !strings.Contains(err.Error(), "5 characters") {
-		t.Errorf("ParseCurveKey(short): %v", err)
-	}
-}
-
-func TestCurveManPageKeys(t *testing.T) {
-	for _, kp := range [][2]string{{manServerPublic, manServerSecret}, {manClientPublic, manClientSecret}} {
-		sec, err := ParseCurveKey(kp[1])
-		if err != nil {
-			t.Fatal(err)
-		}
-		pub, err := CurvePublicKey(sec)
-		if err != nil || pub.String() != kp[0] {
-			t.Errorf("public key of %s = %s, %v; want %s", kp[1], pub, err, kp[0])
-		}
-	}
-}
-
-func TestCertificates(t *testing.T) {
-	dir := t.TempDir()
-	pubPath, secPath, pub, err := CreateCertificates(dir, "node")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, _, _, err := CreateCertificates(dir, "node"); err == nil {
-		t.Error("CreateCertificates overwrote existing files")
-	}
-	if _, _, _, err := CreateCertificates(dir, "../x"); err == nil {
-		t.Error("CreateCertificates accepted a path as name")
-	}
-	if st, err := os.Stat(secPath); err != nil || st.Mode().Perm() != 0o600 {
-		t.Errorf("secret certificate mode: %v %v", st.Mode(), err)
-	}
-	pc, err := LoadCertificate(pubPath)
-	if err != nil || pc.Public != pub || pc.HasSecret() {
-		t.Fatalf("public certificate: %+v %v", pc, err)
-	}
-	sc, err := LoadCertificate(secPath)
-	if err != nil || sc.Public != pub || !sc.HasSecret() {
-		t.Fatalf("secret certificate: %v", err)
-	}
-	keys, err := LoadPublicKeys(dir)
-	if err != nil || len(keys) != 1 || keys[pub] != "node.key" {
-		t.Fatalf("LoadPublicKeys(dir) = %v, %v (the .key_secret must not count)", keys, err)
-	}
-	for name, text := range map[string]string{
-		"no key":        "curve\n",
-		"bad indent":    "curve\n  public-key = \"" + pub.String() + "\"\n",
-		"bad key":       "curve\n    public-key = \"abc\"\n",
-		"mismatch":      "curve\n    public-key = \"" + manServerPublic + "\"\n    secret-key = \"" + manClientSecret + "\"\n",
-		"deep":          "curve\n        public-key = \"" + pub.String() + "\"\n",
-		"binary name":   "cur\x00ve\n",
-		"oversize file": strings.Repeat("#", MaxCertificateSize+1),
-	} {
-		if _, err := ReadCertificate(strings.NewReader(text)); err == nil {
-			t.Errorf("%s: ReadCertificate succeeded", name)
-		}
-	}
-	// czmq style: metadata, bare values.
-	c, err := ReadCertificate(strings.NewReader("metadata\n    name = \"n1\"\ncurve\n    public-key = " + manServerPublic + "\n    secret-key = '" + manServerSecret + "'\n"))
-	if err != nil || c.Metadata["name"] != "n1" || c.Public.String() != manServerPublic {
-		t.Fatalf("czmq-style certificate: %+v %v", c, err)
-	}
-	ks, err := LoadKeySet(dir)
-	if err != nil || !ks.Contains(pub) || ks.Len() != 1 {
-		t.Fatal("LoadKeySet", err)
-	}
-	_, _, pub2, err := CreateCertificates(dir, "second")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if ks.Contains(pub2) {
-		t.Fatal("key present before Reload")
-	}
-	if err := ks.Reload(); err != nil || !ks.Contains(pub2) {
-		t.Fatal("Reload did not pick up the new certificate", err)
-	}
-	os.WriteFile(filepath.Join(dir, "broken.key"), []byte("junk"), 0o644)
-	if err := ks.Reload(); err == nil || !ks.Contains(pub2) {
-		t.Fatal("a failed Reload must keep the old set", err)
-	}
-}
-
-// TestCertificatesPyzmq: certificates cross between pyzmq's zmq.auth and
-// this package in both directions.
-func TestCertificatesPyzmq(t *testing.T) {
-	py := pypeer.Require(t, "zmq")
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	dir := t.TempDir()
-	_, _, ours, err := CreateCertificates(dir, "ours")
-	if err != nil {
-		t.Fatal(err)
-	}
-	script := `import sys, zmq.auth
-d = sys.argv[1]
-pub, sec = zmq.auth.load_certificate(d + "/ours.key_secret")
-pub2, _ = zmq.auth.load_certificate(d + "/ours.key")
-assert pub == pub2 and zmq.curve_public(sec) == pub
-zmq.auth.create_certificates(d, "theirs")
-print(pub.decode())
-`
-	out, err := exec.CommandContext(ctx, py, "-c", script, dir).CombinedOutput()
-	if err != nil {
-		t.Fatalf("python: %v\n%s", err, out)
-	}
-	if strings.TrimSpace(string(out)) != ours.String() {
-		t.Fatalf("pyzmq read key %q, want %s", out, ours)
-	}
-	theirs, err := LoadCertificate(filepath.Join(dir, "theirs.key_secret"))
-	if err != nil || !theirs.HasSecret() {
-		t.Fatalf("pyzmq secret certificate: %v", err)
-	}
-	keys, err := LoadPublicKeys(dir)
-	if err != nil || len(keys) != 2 {
-		t.Fatalf("LoadPublicKeys: %v %v", keys, err)
-	}
-}
 
 func TestCurveConfigVerify(t *testing.T) {
 	_, sec := mustKeyPair(t)
 	for name, cc := range map[string]*CurveConfig{
 		"server without authorizer": {Server: true, SecretKey: sec},
-		"server without key":        {Server: true, Authorize: AllowAnyClient},
+		"server without key":        {Server: true, Authorize: allowAnyClient},
 		"client without server key": {SecretKey: sec},
 	} {
 		cfg := Config{Curve: cc}
@@ -191,7 +30,7 @@ func TestCurveConfigVerify(t *testing.T) {
 			t.Errorf("%s: Verify passed", name)
 		}
 	}
-	if _, err := NewTransport("tcp", &Config{Curve: &CurveConfig{Server: true, SecretKey: sec, Authorize: AllowAnyClient}}); err == nil {
+	if _, err := newTransport("tcp", &Config{Curve: &CurveConfig{Server: true, SecretKey: sec, Authorize: allowAnyClient}}); err == nil {
 		t.Error("NewTransport accepted a CURVE config it cannot honour")
 	}
 }
@@ -211,8 +50,8 @@ func newCurvePair(t *testing.T, ctx context.Context, local SocketType, mod func(
 	p.srvPub, srvSec = mustKeyPair(t)
 	p.cliPub, p.cliSec = mustKeyPair(t)
 	cfg := &Config{
-		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Logger: discardLogger(), Authorize: func(r AuthRequest) (bool, string) {
-			return r.Key == p.cliPub, "user-" + r.Key.Fingerprint()
+		Curve: &CurveConfig{Server: true, SecretKey: srvSec, Logger: discardLogger(), Authorize: func(key CurveKey, _ net.Addr) (bool, string) {
+			return key == p.cliPub, "user-" + key.fingerprint()
 		}},
 		OnViolation: func(v Violation) {
 			select {
@@ -254,7 +93,7 @@ func (p *curvePair) expect(t *testing.T, want decodeguard.Reason, detail string)
 func TestCurveGoToGo(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Router, nil)
+	p := newCurvePair(t, ctx, "ROUTER", nil)
 	accepted := make(chan *Conn, 1)
 	go func() {
 		c, err := p.l.Accept(ctx)
@@ -264,7 +103,7 @@ func TestCurveGoToGo(t *testing.T) {
 		}
 		accepted <- c
 	}()
-	cli, err := Dial(ctx, "tcp", p.l.Addr().String(), Dealer, []byte("me"), p.clientConfig())
+	cli, err := Dial(ctx, "tcp", p.l.Addr().String(), "DEALER", []byte("me"), p.clientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -274,10 +113,10 @@ func TestCurveGoToGo(t *testing.T) {
 		t.Fatal("accept failed")
 	}
 	defer srv.Close()
-	if md := srv.Peer(); md.CurveKey != p.cliPub || md.Identity != "me" || md.UserID != "user-"+p.cliPub.Fingerprint() || md.SocketType != Dealer {
+	if md := srv.Peer(); md.CurveKey != p.cliPub || md.Identity != "me" || md.UserID != "user-"+p.cliPub.fingerprint() || md.SocketType != "DEALER" {
 		t.Errorf("server sees %+v", md)
 	}
-	if md := cli.Peer(); md.CurveKey != p.srvPub || md.SocketType != Router {
+	if md := cli.Peer(); md.CurveKey != p.srvPub || md.SocketType != "ROUTER" {
 		t.Errorf("client sees %+v", md)
 	}
 	big := bytes.Repeat([]byte("z"), 200<<10) // larger than the read buffer
@@ -286,7 +125,7 @@ func TestCurveGoToGo(t *testing.T) {
 		if err := cli.WriteMessage([]byte("a"), []byte{}, big); err != nil {
 			t.Fatal(err)
 		}
-		cli.writeCommand(cmdPing, []byte("\x00\x0actx"))
+		cli.WriteCommand(cmdPing, []byte("\x00\x0actx"))
 		if err := cli.Flush(); err != nil {
 			t.Fatal(err)
 		}
@@ -495,7 +334,7 @@ func TestCurveHostile(t *testing.T) {
 		{"unlisted client key", func(r *rawCurve, _ *curvePair) {
 			_, sec, _ := box.GenerateKey(rand.Reader)
 			r.cliSec = *sec
-			pub, _ := CurvePublicKey(CurveKey(*sec))
+			pub, _ := curvePublicKey(CurveKey(*sec))
 			r.cliPub = pub
 			r.nc.Write(r.helloFrame())
 			r.welcome()
@@ -544,7 +383,7 @@ func TestCurveHostile(t *testing.T) {
 		t.Run(s.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			p := newCurvePair(t, ctx, Pull, nil)
+			p := newCurvePair(t, ctx, "PULL", nil)
 			sink := startSink(t, p.l)
 			defer sink.close()
 			if s.run == nil {
@@ -561,7 +400,7 @@ func TestCurveHostile(t *testing.T) {
 				case "TLS ClientHello":
 					nc.Write(tlsClientHello)
 				default:
-					nc.Write(handshakeAs(Push))
+					nc.Write(handshakeAs("PUSH"))
 				}
 				p.expect(t, s.reason, s.detail)
 				if err := waitClosed(nc, 20*time.Second); err != nil {
@@ -575,8 +414,8 @@ func TestCurveHostile(t *testing.T) {
 			if err := waitClosed(r.nc, 20*time.Second); err != nil {
 				t.Error(err)
 			}
-			if st := p.l.Stats(); st.Violations[s.reason] == 0 {
-				t.Errorf("violation not counted: %+v", st.Violations)
+			if st := p.l.Stats(); st.Refused[s.reason] == 0 {
+				t.Errorf("violation not counted: %+v", st.Refused)
 			}
 		})
 	}
@@ -587,7 +426,7 @@ func TestCurveHostile(t *testing.T) {
 func TestCurveCookieReplay(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Pull, nil)
+	p := newCurvePair(t, ctx, "PULL", nil)
 	sink := startSink(t, p.l)
 	defer sink.close()
 	first := dialRawCurve(t, p)
@@ -616,7 +455,7 @@ func TestCurveCookieReplay(t *testing.T) {
 func TestCurveSilentAfterGreeting(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Pull, func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
+	p := newCurvePair(t, ctx, "PULL", func(c *Config) { c.HandshakeTimeout = 300 * time.Millisecond })
 	sink := startSink(t, p.l)
 	defer sink.close()
 	r := dialRawCurve(t, p)
@@ -629,11 +468,8 @@ func TestCurveSilentAfterGreeting(t *testing.T) {
 func discardLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
 // TestCurveRefusalLog: a refused key is logged by fingerprint, at most once
-// per RefusalLogInterval, and never as raw key bytes.
+// per refusalLogInterval, and never as raw key bytes.
 func TestCurveRefusalLog(t *testing.T) {
-	refusals.mu.Lock() // other tests' refusals count against the same limits
-	refusals.last, refusals.window, refusals.lines, refusals.suppressed = nil, time.Time{}, 0, 0
-	refusals.mu.Unlock()
 	var buf bytes.Buffer
 	cc := &CurveConfig{Logger: slog.New(slog.NewTextHandler(&buf, nil))}
 	k, _ := mustKeyPair(t)
@@ -641,20 +477,23 @@ func TestCurveRefusalLog(t *testing.T) {
 		logRefusal(cc, k, "127.0.0.1:1", "refused by the authorizer")
 	}
 	out := buf.String()
-	if strings.Count(out, "CURVE client refused") != 1 || !strings.Contains(out, "key_fingerprint="+k.Fingerprint()) {
+	if strings.Count(out, "CURVE client refused") != 1 || !strings.Contains(out, "key_fingerprint="+k.fingerprint()) {
 		t.Fatalf("log: %q", out)
 	}
 	if strings.Contains(out, k.String()) {
 		t.Fatal("log holds the key itself")
 	}
-	// A fresh key per refusal is held to RefusalLogBurst lines per interval.
+	// A fresh key per refusal is held to refusalLogBurst lines per interval.
 	buf.Reset()
-	for i := 0; i < 3*RefusalLogBurst; i++ {
+	for i := 0; i < 3*refusalLogBurst; i++ {
 		k, _ := mustKeyPair(t)
 		logRefusal(cc, k, "127.0.0.1:1", "refused by the authorizer")
 	}
-	if n := strings.Count(buf.String(), "CURVE client refused"); n > RefusalLogBurst {
-		t.Fatalf("%d lines for %d fresh keys in one interval, want at most %d", n, 3*RefusalLogBurst, RefusalLogBurst)
+	if n := strings.Count(buf.String(), "CURVE client refused"); n > refusalLogBurst {
+		t.Fatalf("%d lines for %d fresh keys in one interval, want at most %d", n, 3*refusalLogBurst, refusalLogBurst)
+	}
+	if lim := cc.refusals.Load(); lim != nil {
+		lim.Flush(time.Now()) // the summary, and no timer left behind
 	}
 }
 
@@ -697,7 +536,7 @@ func TestMessageBoxMatchesNaCl(t *testing.T) {
 func TestCurvePendingPool(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Pull, func(c *Config) {
+	p := newCurvePair(t, ctx, "PULL", func(c *Config) {
 		c.MaxPendingHandshakes = 2
 		c.GreetingTimeout = 20 * time.Second
 		c.HandshakeTimeout = 20 * time.Second
@@ -713,7 +552,7 @@ func TestCurvePendingPool(t *testing.T) {
 		nc.Write(greetingWith(3, 0, "CURVE")[:20]) // a partial greeting, then silence
 	}
 	waitFor(t, 20*time.Second, "evictions", func() bool { return p.l.Stats().Evicted >= 4 })
-	c, err := Dial(ctx, "tcp", p.l.Addr().String(), Push, nil, p.clientConfig())
+	c, err := Dial(ctx, "tcp", p.l.Addr().String(), "PUSH", nil, p.clientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -749,7 +588,7 @@ func TestCurveMessageBuffered(t *testing.T) {
 			nc := newBytesConn(data)
 			cs := newCurveState(&fuzzSession, true)
 			cs.recvNonce = 2
-			c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 4096), cfg: Config{}.withDefaults(), local: Pull, cz: cs}
+			c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 4096), cfg: Config{}.withDefaults(), local: "PULL", cz: cs}
 			var m Message
 			if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "first" {
 				t.Fatalf("first message: %v", err)

@@ -1,6 +1,24 @@
 // Package zmtpguard checks every ZMTP connection's byte stream before any
 // ZMTP parser reads it.
 //
+//	ln, err := net.Listen("tcp", ":5555")
+//	if err != nil {
+//		return err
+//	}
+//	l, err := zmtpguard.NewListener(ln, "PULL", &zmtpguard.Config{MaxMessageSize: 4 << 20})
+//	if err != nil {
+//		return err
+//	}
+//	defer l.Close()
+//	c, err := l.Accept(ctx) // only a peer whose handshake passed the guard
+//	if err != nil {
+//		return err
+//	}
+//	var m zmtpguard.Message
+//	err = c.ReadMessage(&m) // a bad frame is a *Violation, refused before allocating
+//
+// (ExampleNewListener runs this against a real zmq4 peer and an HTTP client.)
+//
 // go-zeromq/zmq4's socket layer trusts its peers: a frame header claiming
 // 2^40 bytes is allocated, a truncated READY property panics inside one of
 // its goroutines, and a connection that never finishes its greeting stops the
@@ -25,30 +43,39 @@
 // [Handshake] runs the guarded handshake on one connection with deadlines
 // (the peer's greeting within GreetingTimeout, the whole handshake within
 // HandshakeTimeout); the resulting [Conn] reads and writes whole messages.
-// [Listener] (from [Listen] or [NewListener]) accepts with back-off, runs
-// each handshake in its own goroutine, enforces MaxConns (shared fairly by
-// source host: when full, a host under its share evicts a connection of the
-// host holding the most) and an optional source allowlist, bounds the handshakes in progress by evicting, when
-// MaxPendingHandshakes is reached, the oldest pending handshake of the
-// source host that holds the most (so one host's idle connections cannot
-// lock out the others), counts every violation by reason ([Listener.Stats])
-// and reports it through [Config.OnViolation]; [Dial] is the guarded client
-// side. Each [Violation]
-// carries the peer address, the reason, the length involved and a capped
-// copy of the offending bytes for hex logging, never raw bytes in text.
+// [Listener] (from [NewListener]) accepts with back-off, runs each
+// handshake in its own goroutine, enforces MaxConns (shared fairly by source
+// host: when full, a host under its share evicts a connection of the host
+// holding the most) and an optional source allowlist, bounds the handshakes
+// in progress by evicting, when MaxPendingHandshakes is reached, the oldest
+// pending handshake of the source host that holds the most (so one host's
+// idle connections cannot lock out the others), counts every refusal by
+// reason ([Listener.Stats]) and reports it through [Config.OnViolation];
+// [Dial] is the guarded client side. Each [Violation] carries the peer
+// address, the reason, the length involved and a capped copy of the
+// offending bytes for hex logging, never raw bytes in text.
+//
+// Every [Config] field's zero value means the default its doc states; a
+// constructor fills the defaults first and then verifies the filled values
+// ([DefaultConfig] and [Config.Verify] do the same for a caller that wants
+// them up front).
 //
 // Code that must keep an unmodified zmq4.Socket can register a guarded
-// transport ([RegisterTransport], [Transport]) and bind the socket on its
-// scheme ("zmqguard://host:port"): the same checks then run under zmq4's
-// socket layer. [Transport] documents what that mode cannot fix.
+// transport ([RegisterTransport]) and bind the socket on its scheme
+// ("zmqguard://host:port"): the same checks then run under zmq4's socket
+// layer. RegisterTransport documents what that mode cannot fix.
 //
-// Socket types are [SocketType] values ([Pull], [Push], [XPub], ...), the
-// strings ZMTP sends in READY; an unknown type is refused with an error
-// naming it. A [Conn] offers what a user of one connection needs: whole
-// messages in ([Conn.ReadMessage]) and out ([Conn.WriteMessage],
-// [Conn.Flush]), a PONG for a peer's PING ([Conn.Pong]), deadlines, the
-// addresses, the peer's validated metadata ([Conn.Peer]) and the ZMTP
-// version its greeting announced ([Conn.PeerVersion]).
+// Socket types are [SocketType] values, the upper-case names ZMTP sends in
+// READY ("PULL", "PUSH", "XPUB", ...); an unknown type is refused with an
+// error naming it. A [Conn] offers what a user of one connection needs:
+// whole messages in ([Conn.ReadMessage], and [Conn.TryReadMessage] for a
+// reader that must not wait) and out ([Conn.WriteMessage],
+// [Conn.WriteCommand], which also answers a peer's PING, [Conn.Flush]),
+// the peer's validated metadata and ZMTP version
+// ([Conn.Peer]), and the connection underneath ([Conn.NetConn]) for
+// deadlines and addresses. [Conn.ReadBufferBytes] and [Conn.Stalled] are
+// for a receiver that accounts for its memory and judges its peers'
+// silence, as zmqguard's socket package does.
 //
 // zmtpguard's own greeting announces ZMTP 3.1 (RFC 37), where zmq4.Open's
 // says 3.0: zmtpguard answers PING and takes SUBSCRIBE/CANCEL commands, and
@@ -57,5 +84,5 @@
 // message) and at 3.1 are both accepted.
 //
 // Security is NULL, what vLLM uses, or CURVE ([CurveConfig]: encryption and
-// client keys admitted by an [Authorizer] such as a [KeySet]).
+// client keys admitted by its Authorize function, such as a [KeySet]'s).
 package zmtpguard

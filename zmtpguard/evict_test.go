@@ -94,12 +94,12 @@ func TestSlowloris(t *testing.T) {
 		})
 		lastEvicted = l.Stats().Evicted
 		dctx, dcancel := context.WithTimeout(ctx, 10*time.Second)
-		c, err := Dial(dctx, "tcp", addr, Push, nil, nil)
+		c, err := Dial(dctx, "tcp", addr, "PUSH", nil, nil)
 		dcancel()
 		if err != nil {
 			st := l.Stats()
 			t.Fatalf("real dial %d of %d failed while the pool was full: %v (stats: accepted %d handshakes %d pending %d violations %s)",
-				i+1, realDials, err, st.Accepted, st.Handshakes, st.Pending, formatDelta(st.Violations))
+				i+1, realDials, err, st.Accepted, st.Handshakes, st.Pending, formatDelta(st.Refused))
 		}
 		body := fmt.Sprintf("real %d", i)
 		if err = c.WriteMessage([]byte(body)); err == nil {
@@ -126,7 +126,7 @@ func TestSlowloris(t *testing.T) {
 	}
 	st := l.Stats()
 	t.Logf("attacker opened %d idle connections; stats: accepted %d handshakes %d evicted %d violations %s",
-		opened, st.Accepted, st.Handshakes, st.Evicted, formatDelta(st.Violations))
+		opened, st.Accepted, st.Handshakes, st.Evicted, formatDelta(st.Refused))
 	if st.Handshakes != realDials {
 		t.Errorf("%d handshakes completed, want exactly the %d real ones", st.Handshakes, realDials)
 	}
@@ -135,8 +135,8 @@ func TestSlowloris(t *testing.T) {
 	}
 	// No allowlist and MaxConns not reached: every policy violation is an
 	// eviction, counted once.
-	if st.Violations[decodeguard.ReasonPolicy] != st.Evicted {
-		t.Errorf("policy violations %d, want exactly the %d evictions", st.Violations[decodeguard.ReasonPolicy], st.Evicted)
+	if st.Refused[decodeguard.ReasonPolicy] != st.Evicted {
+		t.Errorf("policy violations %d, want exactly the %d evictions", st.Refused[decodeguard.ReasonPolicy], st.Evicted)
 	}
 }
 
@@ -212,7 +212,7 @@ func TestEvictPerHost(t *testing.T) {
 		t.Fatalf("third eviction hit %s, want the oldest overall %s", got[2], a2.LocalAddr())
 	}
 	st := l.Stats()
-	if st.Evicted != 3 || st.Violations[decodeguard.ReasonPolicy] != 3 || st.TotalViolations() != 3 || st.Pending != 4 {
+	if st.Evicted != 3 || st.Refused[decodeguard.ReasonPolicy] != 3 || st.Refused.Total() != 3 || st.Pending != 4 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -274,7 +274,7 @@ func TestGreetingTimeoutHalves(t *testing.T) {
 	if err := expectMsg(s.msgs, "halves", 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	if st := l.Stats(); st.Handshakes != 1 || st.TotalViolations() != 0 {
+	if st := l.Stats(); st.Handshakes != 1 || st.Refused.Total() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -290,12 +290,12 @@ func TestGreetingTimeoutDialSide(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The 10 s context is correctness: HandshakeTimeout is 20 s.
-	_, err = Handshake(ctx, nc, Push, nil, &Config{GreetingTimeout: 100 * time.Millisecond, HandshakeTimeout: 20 * time.Second})
+	_, err = Handshake(ctx, nc, "PUSH", nil, &Config{GreetingTimeout: 100 * time.Millisecond, HandshakeTimeout: 20 * time.Second})
 	var v *Violation
 	if !errors.As(err, &v) || v.Reason != decodeguard.ReasonHandshake || !strings.Contains(v.Detail, "GreetingTimeout") {
 		t.Fatalf("Handshake with a silent server: %v", err)
 	}
-	_, err = Dial(ctx, "tcp", hostileServer(t, "", nil), Push, nil,
+	_, err = Dial(ctx, "tcp", hostileServer(t, "", nil), "PUSH", nil,
 		&Config{GreetingTimeout: 100 * time.Millisecond, HandshakeTimeout: 300 * time.Millisecond})
 	if !errors.As(err, &v) || v.Reason != decodeguard.ReasonHandshake || strings.Contains(v.Detail, "GreetingTimeout") ||
 		!strings.Contains(v.Detail, "handshake deadline") {
@@ -387,7 +387,7 @@ func TestEvictRaces(t *testing.T) {
 		return st.Pending == 0 && st.Open == 0
 	})
 	st := ctr.snapshot()
-	if st.Evicted != 2 || st.Handshakes != 1 || st.TotalViolations() != 2 || st.Violations[decodeguard.ReasonPolicy] != 2 {
+	if st.Evicted != 2 || st.Handshakes != 1 || st.Refused.Total() != 2 || st.Refused[decodeguard.ReasonPolicy] != 2 {
 		t.Fatalf("stats %+v, violations %+v", st, log.all())
 	}
 	if loop.pending.len() != 0 || loop.pending.hostCount() != 0 {
@@ -410,7 +410,7 @@ func (r *releaseConn) Close() error {
 // TestGreetingTimeoutConfig: the default, the clamp to HandshakeTimeout, and
 // Verify's refusal of a negative value.
 func TestGreetingTimeoutConfig(t *testing.T) {
-	if d := DefaultConfig(); d.GreetingTimeout != DefaultGreetingTimeout || d.GreetingTimeout > d.HandshakeTimeout {
+	if d := DefaultConfig(); d.GreetingTimeout != defaultGreetingTimeout || d.GreetingTimeout > d.HandshakeTimeout {
 		t.Fatalf("default GreetingTimeout %v (HandshakeTimeout %v)", d.GreetingTimeout, d.HandshakeTimeout)
 	}
 	for _, c := range []struct {
@@ -418,7 +418,7 @@ func TestGreetingTimeoutConfig(t *testing.T) {
 		want time.Duration
 	}{
 		{Config{HandshakeTimeout: 300 * time.Millisecond}, 300 * time.Millisecond},
-		{Config{GreetingTimeout: 10 * time.Second}, DefaultHandshakeTimeout},
+		{Config{GreetingTimeout: 10 * time.Second}, defaultHandshakeTimeout},
 		{Config{GreetingTimeout: 50 * time.Millisecond}, 50 * time.Millisecond},
 		{Config{GreetingTimeout: 2 * time.Second, HandshakeTimeout: 3 * time.Second}, 2 * time.Second},
 	} {
@@ -465,7 +465,7 @@ func TestGreetingTimeoutServerStalled(t *testing.T) {
 	const greetTimeout = 50 * time.Millisecond
 	dialed := make(chan error, 1)
 	go func() {
-		c, err := Dial(ctx, "tcp", ln.Addr().String(), Push, nil, nil)
+		c, err := Dial(ctx, "tcp", ln.Addr().String(), "PUSH", nil, nil)
 		if err == nil {
 			c.Close()
 		}
@@ -476,7 +476,7 @@ func TestGreetingTimeoutServerStalled(t *testing.T) {
 		t.Fatal(err)
 	}
 	sc := &stalledConn{Conn: nc, stall: 4 * greetTimeout}
-	c, err := Handshake(ctx, sc, Pull, nil, &Config{GreetingTimeout: greetTimeout, HandshakeTimeout: 8 * time.Second})
+	c, err := Handshake(ctx, sc, "PULL", nil, &Config{GreetingTimeout: greetTimeout, HandshakeTimeout: 8 * time.Second})
 	if err != nil {
 		t.Fatalf("handshake after a stall of 4× GreetingTimeout, with the greeting already received: %v", err)
 	}

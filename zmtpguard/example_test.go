@@ -15,7 +15,7 @@ import (
 
 // A guarded PULL listener: a zmq4 PUSH peer gets through, an HTTP client is
 // refused after its first byte and counted.
-func ExampleListen() {
+func ExampleNewListener() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 
@@ -30,14 +30,18 @@ func ExampleListen() {
 			}
 		},
 	}
-	l, err := zmtpguard.Listen(ctx, "tcp", "127.0.0.1:0", zmtpguard.Pull, cfg)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	l, err := zmtpguard.NewListener(ln, "PULL", cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer l.Close()
 
 	// A hostile client: the guard answers with its greeting and closes.
-	hc, err := net.Dial("tcp", l.Addr().String())
+	hc, err := net.Dial("tcp", ln.Addr().String())
 	if err != nil {
 		log.Fatal(err)
 	}
@@ -49,7 +53,7 @@ func ExampleListen() {
 	// A real ZeroMQ peer.
 	push := zmq4.NewPush(ctx)
 	defer push.Close()
-	if err := push.Dial("tcp://" + l.Addr().String()); err != nil {
+	if err := push.Dial("tcp://" + ln.Addr().String()); err != nil {
 		log.Fatal(err)
 	}
 	c, err := l.Accept(ctx)
@@ -64,8 +68,8 @@ func ExampleListen() {
 	if err := c.ReadMessage(&m); err != nil {
 		log.Fatal(err)
 	}
-	fmt.Printf("from %s: %s %s\n", c.PeerType(), m.Frames[0], m.Frames[1])
-	fmt.Println("transport violations:", l.Stats().Violations[decodeguard.ReasonTransport])
+	fmt.Printf("from %s: %s %s\n", c.Peer().SocketType, m.Frames[0], m.Frames[1])
+	fmt.Println("transport violations:", l.Stats().Refused[decodeguard.ReasonTransport])
 	// Output:
 	// refused: transport first byte 0x47
 	// from PUSH: hello guard
@@ -76,7 +80,7 @@ func ExampleListen() {
 func ExampleRegisterTransport() {
 	// zmq4's transport registry is global: register once per process.
 	if !slices.Contains(zmq4.Transports(), "zmqguard-example") {
-		if err := zmtpguard.RegisterTransport("zmqguard-example", &zmtpguard.Config{HandshakeTimeout: 2 * time.Second}); err != nil {
+		if _, err := zmtpguard.RegisterTransport("zmqguard-example", &zmtpguard.Config{HandshakeTimeout: 2 * time.Second}); err != nil {
 			log.Fatal(err)
 		}
 	}
@@ -110,19 +114,19 @@ func ExampleRegisterTransport() {
 // One Budget shared by every connection of a listener bounds the bytes of
 // messages they are receiving together; BodyTimeout bounds how long one
 // message may take once its header arrived.
-func ExampleNewBudget() {
-	budget := zmtpguard.NewBudget(64<<20, 2*time.Second)
+func ExampleBudget() {
+	budget := &zmtpguard.Budget{Limit: 64 << 20, Wait: 2 * time.Second}
 	cfg := zmtpguard.Config{Budget: budget, BodyTimeout: 10 * time.Second}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		log.Fatal(err)
 	}
-	gl, err := zmtpguard.NewListener(ln, zmtpguard.Pull, &cfg)
+	gl, err := zmtpguard.NewListener(ln, "PULL", &cfg)
 	if err != nil {
 		log.Fatal(err)
 	}
 	defer gl.Close()
-	st := budget.Stats()
-	fmt.Println(st.Limit>>20, "MiB,", st.Used, "used,", st.Holders, "holders")
-	// Output: 64 MiB, 0 used, 0 holders
+	used, stalls, evictions := budget.Stats()
+	fmt.Println(budget.Limit>>20, "MiB,", used, "used,", stalls, "stalls,", evictions, "evictions")
+	// Output: 64 MiB, 0 used, 0 stalls, 0 evictions
 }

@@ -39,7 +39,7 @@ func serveOne(t *testing.T, local SocketType, cfg *Config) (addr string, result 
 }
 
 func TestHandshakeWithZmq4Push(t *testing.T) {
-	addr, result, errs := serveOne(t, Pull, nil)
+	addr, result, errs := serveOne(t, "PULL", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	push := zmq4.NewPush(ctx)
@@ -56,8 +56,8 @@ func TestHandshakeWithZmq4Push(t *testing.T) {
 		t.Fatal("timeout")
 	}
 	defer c.Close()
-	if c.PeerType() != Push {
-		t.Fatalf("peer type %q", c.PeerType())
+	if c.Peer().SocketType != "PUSH" {
+		t.Fatalf("peer type %q", c.Peer().SocketType)
 	}
 	if err := push.Send(zmq4.NewMsgFrom([]byte("hello"), []byte("world"))); err != nil {
 		t.Fatal(err)
@@ -79,8 +79,8 @@ func TestOpenZMQRecover(t *testing.T) {
 	g := localGreeting
 	bad := readyFrame(prop("SOCKET-TYPE", "PUSH")) // zmq4 files it under another key and panics
 	nc := newBytesConn(nil)
-	hs := &handshakeConn{Conn: nc, cfg: &Config{}, local: Pull, replay: append(g[:], bad...), swallow: true, ready: true}
-	zc, err := openZMQ(hs, Pull, nil)
+	hs := &handshakeConn{Conn: nc, cfg: &Config{}, local: "PULL", replay: append(g[:], bad...), swallow: true, ready: true}
+	zc, err := openZMQ(hs, "PULL", nil)
 	if zc != nil || decodeguard.ReasonOf(err) != decodeguard.ReasonDecoderPanic {
 		t.Fatalf("openZMQ = %v, %v; want a decoder-panic violation", zc, err)
 	}

@@ -326,9 +326,9 @@ var schemeSeq atomic.Int64
 
 // registerTestTransport registers a fresh guarded transport under a unique
 // scheme (zmq4's registry is global and permanent).
-func registerTestTransport(t testing.TB, network string, cfg *Config) (*Transport, string) {
+func registerTestTransport(t testing.TB, network string, cfg *Config) (*guardTransport, string) {
 	t.Helper()
-	tr, err := NewTransport(network, cfg)
+	tr, err := newTransport(network, cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

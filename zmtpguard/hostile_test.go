@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
 	"github.com/zmqguard/zmqguard/decodeguard"
 )
 
@@ -53,7 +54,7 @@ const httpRequest = "GET / HTTP/1.1\r\nHost: 127.0.0.1\r\nUser-Agent: curl/8.5.0
 func hostileAttacks() []attack {
 	H, T, O := decodeguard.ReasonHandshake, decodeguard.ReasonTransport, decodeguard.ReasonOversize
 	null := greetingWith(3, 0, "NULL")
-	hs := handshakeAs(Push)
+	hs := handshakeAs("PUSH")
 
 	random := make([]byte, 1<<20)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -190,11 +191,11 @@ func runHostileSuite(t *testing.T, tg guardTarget) {
 				return s.Accepted-before.Accepted >= uint64(n)+1 && s.Pending == 0 && s.Open == 0
 			})
 			after := tg.stats()
-			var delta [decodeguard.NumReasons]uint64
+			var delta [len(decodeguard.Counts{})]uint64
 			for r := range delta {
-				delta[r] = after.Violations[r] - before.Violations[r]
+				delta[r] = after.Refused[r] - before.Refused[r]
 			}
-			total := after.TotalViolations() - before.TotalViolations()
+			total := after.Refused.Total() - before.Refused.Total()
 			switch {
 			case a.mixed != nil:
 				var sum uint64
@@ -224,7 +225,7 @@ func runHostileSuite(t *testing.T, tg guardTarget) {
 		base.goroutines, base.fds, base.heap>>10, end.goroutines, end.fds, end.heap>>10)
 }
 
-func formatDelta(d [decodeguard.NumReasons]uint64) string {
+func formatDelta(d [len(decodeguard.Counts{})]uint64) string {
 	var parts []string
 	for r, n := range d {
 		if n > 0 {
@@ -241,7 +242,7 @@ func formatDelta(d [decodeguard.NumReasons]uint64) string {
 // read by Go code, as zmqguard's socket layer uses it.
 func TestHostileListener(t *testing.T) {
 	ctx := context.Background()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, hostileConfig())
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", hostileConfig())
 	if err != nil {
 		t.Fatal(err)
 	}

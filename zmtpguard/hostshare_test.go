@@ -20,7 +20,7 @@ func dialHost(t *testing.T, src, addr string) net.Conn {
 		t.Fatalf("dial from %s: %v", src, err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	if _, err := nc.Write(handshakeAs(Push)); err != nil {
+	if _, err := nc.Write(handshakeAs("PUSH")); err != nil {
 		t.Fatal(err)
 	}
 	return nc
@@ -42,7 +42,7 @@ func delivered(nc net.Conn, s *sink, body string) bool {
 func TestMaxConnsFairShare(t *testing.T) {
 	const maxConns = 8
 	viols := make(chan Violation, 64)
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, &Config{MaxConns: maxConns,
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", &Config{MaxConns: maxConns,
 		OnViolation: func(v Violation) {
 			select {
 			case viols <- v:
@@ -122,7 +122,7 @@ func isTimeout(err error) bool {
 // host is served.
 func TestMaxConnsPerHost(t *testing.T) {
 	viols := make(chan Violation, 64)
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, &Config{MaxConns: 100, MaxConnsPerHost: 2,
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", &Config{MaxConns: 100, MaxConnsPerHost: 2,
 		OnViolation: func(v Violation) {
 			select {
 			case viols <- v:

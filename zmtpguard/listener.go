@@ -3,11 +3,13 @@ package zmtpguard
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net"
 )
 
-// ErrListenerClosed is returned by [Listener.Accept] after [Listener.Close].
-var ErrListenerClosed = errors.New("zmtpguard: listener closed")
+// errListenerClosed is returned by [Listener.Accept] after [Listener.Close];
+// it wraps net.ErrClosed, which callers test for.
+var errListenerClosed = fmt.Errorf("zmtpguard: listener closed: %w", net.ErrClosed)
 
 // Listener accepts ZMTP connections and hands out only those whose guarded
 // handshake completed.
@@ -38,24 +40,8 @@ type Listener struct {
 	loop  *acceptLoop[*Conn]
 }
 
-// Listen announces on the local network address (network "tcp", "tcp4",
-// "tcp6" or "unix") and returns a guarded Listener for a local socket of type
-// local, under cfg's limits (nil means defaults). ctx bounds the listen call
-// only; the Listener runs until Close.
-func Listen(ctx context.Context, network, addr string, local SocketType, cfg *Config) (*Listener, error) {
-	if err := checkListenArgs(local, cfg); err != nil {
-		return nil, err
-	}
-	var lc net.ListenConfig
-	ln, err := lc.Listen(ctx, network, addr)
-	if err != nil {
-		return nil, err
-	}
-	return NewListener(ln, local, cfg)
-}
-
 func checkListenArgs(local SocketType, cfg *Config) error {
-	if err := local.Valid(); err != nil {
+	if err := validType(local); err != nil {
 		return err
 	}
 	if cfg != nil {
@@ -66,8 +52,10 @@ func checkListenArgs(local SocketType, cfg *Config) error {
 	return nil
 }
 
-// NewListener guards an existing net.Listener, which it takes over: closing
-// the Listener closes ln. See [Listen].
+// NewListener guards ln (from net.Listen: network "tcp", "tcp4", "tcp6" or
+// "unix"), which it takes over: closing the Listener closes ln, and ln.Addr
+// is the Listener's address. It accepts for a local socket of type local,
+// under cfg's limits (nil means defaults). On error ln is closed.
 func NewListener(ln net.Listener, local SocketType, cfg *Config) (*Listener, error) {
 	l, err := newListener(ln, local, cfg)
 	if err != nil {
@@ -99,20 +87,21 @@ func newListener(ln net.Listener, local SocketType, cfg *Config) (*Listener, err
 }
 
 // Accept waits for the next connection whose handshake completed. It
-// returns [ErrListenerClosed] after Close, ctx's error when ctx ends first,
-// and the OS listener's error if that listener was closed from outside.
+// returns an error wrapping net.ErrClosed after Close, ctx's error when
+// ctx ends first, and the OS listener's error if that listener was closed
+// from outside.
 func (l *Listener) Accept(ctx context.Context) (*Conn, error) {
 	if l.loop.isClosed() {
-		return nil, ErrListenerClosed
+		return nil, errListenerClosed
 	}
 	select {
 	case c := <-l.loop.ready:
 		return c, nil
 	case <-l.loop.done:
-		return nil, ErrListenerClosed
+		return nil, errListenerClosed
 	case <-l.loop.stopped:
 		if l.loop.isClosed() {
-			return nil, ErrListenerClosed
+			return nil, errListenerClosed
 		}
 		// Handshakes started before the OS listener failed may still finish.
 		select {
@@ -137,30 +126,23 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// Addr returns the listener's network address.
-func (l *Listener) Addr() net.Addr { return l.loop.ln.Addr() }
-
-// LocalType returns the socket type the Listener handshakes as.
-func (l *Listener) LocalType() SocketType { return l.local }
-
-// Stats returns a snapshot of the Listener's counters. Violations on
+// Stats returns a snapshot of the Listener's counters. Refusals on
 // accepted connections (oversize frames, ...) are included.
 func (l *Listener) Stats() Stats { return l.ctr.snapshot() }
 
-// Dial connects to addr on the named network and runs the guarded handshake
-// for a local socket of type local with the given identity (nil for none),
-// under cfg's limits (nil means defaults). ctx bounds the connect and the
-// handshake (which HandshakeTimeout bounds as well). GreetingTimeout does not
-// apply: the wait for the server's greeting includes its accept latency.
+// Dial connects to addr on the named network (through cfg.Dialer when set)
+// and runs the guarded handshake for a local socket of type local with the
+// given identity (nil for none), under cfg's limits (nil means defaults).
+// ctx bounds the connect and the handshake (which HandshakeTimeout bounds
+// as well). GreetingTimeout does not apply: the wait for the server's
+// greeting includes its accept latency.
 func Dial(ctx context.Context, network, addr string, local SocketType, identity []byte, cfg *Config) (*Conn, error) {
-	return DialWith(ctx, &net.Dialer{}, network, addr, local, identity, cfg)
-}
-
-// DialWith is [Dial] connecting through d (for its TCP keepalive, local
-// address, and so on); d's Timeout and Deadline apply besides ctx.
-func DialWith(ctx context.Context, d *net.Dialer, network, addr string, local SocketType, identity []byte, cfg *Config) (*Conn, error) {
 	if err := checkListenArgs(local, cfg); err != nil {
 		return nil, err
+	}
+	d := &net.Dialer{}
+	if cfg != nil && cfg.Dialer != nil {
+		d = cfg.Dialer
 	}
 	nc, err := d.DialContext(ctx, network, addr)
 	if err != nil {

@@ -19,7 +19,7 @@ import (
 
 func listenPull(t *testing.T, cfg *Config) (*Listener, *sink) {
 	t.Helper()
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, cfg)
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func TestPendingHandshakeCap(t *testing.T) {
 		waitFor(t, 5*time.Second, "the accept", func() bool { return l.Stats().Accepted == uint64(i+1) })
 	}
 	waitFor(t, 5*time.Second, "6 evictions", func() bool {
-		return l.Stats().Violations[decodeguard.ReasonPolicy] == 6
+		return l.Stats().Refused[decodeguard.ReasonPolicy] == 6
 	})
 	// The 6 oldest were evicted, in arrival order, and closed.
 	for i, v := range log.all() {
@@ -125,16 +125,16 @@ func TestPendingHandshakeCap(t *testing.T) {
 	// The 3 idle connections left end as handshake violations (peer closed).
 	waitFor(t, 10*time.Second, "the idle handshakes to end", func() bool {
 		st := l.Stats()
-		return st.Pending == 0 && st.Violations[decodeguard.ReasonHandshake] == 3
+		return st.Pending == 0 && st.Refused[decodeguard.ReasonHandshake] == 3
 	})
-	if st := l.Stats(); st.Violations[decodeguard.ReasonPolicy] != 7 || st.Evicted != 7 || st.Accepted != 11 ||
-		st.Handshakes != 1 || st.TotalViolations() != 10 {
+	if st := l.Stats(); st.Refused[decodeguard.ReasonPolicy] != 7 || st.Evicted != 7 || st.Accepted != 11 ||
+		st.Handshakes != 1 || st.Refused.Total() != 10 {
 		t.Fatalf("stats %+v", st)
 	}
 }
 
 func TestMaxConnsCap(t *testing.T) {
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, &Config{MaxConns: 2})
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", &Config{MaxConns: 2})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -153,7 +153,7 @@ func TestMaxConnsCap(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer nc.Close()
-		nc.Write(handshakeAs(Push))
+		nc.Write(handshakeAs("PUSH"))
 		c, err := l.Accept(ctx)
 		if err != nil {
 			t.Fatal(err)
@@ -169,7 +169,7 @@ func TestMaxConnsCap(t *testing.T) {
 		t.Fatalf("third connection over MaxConns: %v", err)
 	}
 	waitFor(t, 5*time.Second, "the policy refusal", func() bool {
-		return l.Stats().Violations[decodeguard.ReasonPolicy] == 1
+		return l.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 	// Closing one accepted Conn frees its slot.
 	accepted[0].Close()
@@ -181,7 +181,7 @@ func TestMaxConnsCap(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fourth.Close()
-	fourth.Write(handshakeAs(Push))
+	fourth.Write(handshakeAs("PUSH"))
 	c, err := l.Accept(ctx)
 	if err != nil {
 		t.Fatal(err)
@@ -205,7 +205,7 @@ func TestAllowlist(t *testing.T) {
 	if v.Reason != decodeguard.ReasonPolicy || v.Remote != c.LocalAddr().String() {
 		t.Fatalf("violation %+v", v)
 	}
-	if st := deny.Stats(); st.Violations[decodeguard.ReasonPolicy] != 1 || st.Handshakes != 0 {
+	if st := deny.Stats(); st.Refused[decodeguard.ReasonPolicy] != 1 || st.Handshakes != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 
@@ -288,7 +288,7 @@ func TestAcceptBackoffSequence(t *testing.T) {
 		script = append(script, syscall.EMFILE)
 	}
 	fl := newFakeListener(script)
-	l, err := newListener(fl, Pull, nil)
+	l, err := newListener(fl, "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -326,7 +326,7 @@ func TestAcceptBackoffSequence(t *testing.T) {
 func TestAcceptBackoffNoSpin(t *testing.T) {
 	fl := newFakeListener(nil)
 	fl.forever = tempErr{}
-	l, err := NewListener(fl, Pull, nil)
+	l, err := NewListener(fl, "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -350,7 +350,7 @@ func TestViolationHookFields(t *testing.T) {
 	}
 	defer c.Close()
 	hdr := longHeader(0, 1<<40)
-	c.Write(cat(handshakeAs(Push), hdr))
+	c.Write(cat(handshakeAs("PUSH"), hdr))
 	if err := waitClosed(c, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
@@ -392,14 +392,14 @@ func TestViolationHookFields(t *testing.T) {
 		t.Fatalf("ReasonOf = %v", got)
 	}
 	st := l.Stats()
-	if st.Violations[decodeguard.ReasonOversize] != 1 || st.Violations[decodeguard.ReasonTransport] != 1 || st.TotalViolations() != 2 {
+	if st.Refused[decodeguard.ReasonOversize] != 1 || st.Refused[decodeguard.ReasonTransport] != 1 || st.Refused.Total() != 2 {
 		t.Fatalf("each violation must be counted once: %+v", st)
 	}
 	roundTrip(t, l, s, "after hook")
 }
 
 func TestListenerClose(t *testing.T) {
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -419,7 +419,7 @@ func TestListenerClose(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer done.Close()
-	done.Write(handshakeAs(Push))
+	done.Write(handshakeAs("PUSH"))
 	waitFor(t, 5*time.Second, "the handshakes to start", func() bool {
 		st := l.Stats()
 		return st.Accepted == 6 && st.Handshakes == 1
@@ -432,7 +432,7 @@ func TestListenerClose(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	if _, err := l.Accept(context.Background()); !errors.Is(err, ErrListenerClosed) {
+	if _, err := l.Accept(context.Background()); !errors.Is(err, errListenerClosed) {
 		t.Fatalf("Accept after Close: %v", err)
 	}
 	if err := l.Close(); err != nil {
@@ -444,7 +444,7 @@ func TestListenerClose(t *testing.T) {
 }
 
 func TestAcceptContext(t *testing.T) {
-	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,7 +460,7 @@ func TestListenBadArgs(t *testing.T) {
 	if _, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "BOGUS", nil); err == nil {
 		t.Fatal("unknown local type accepted")
 	}
-	if _, err := Listen(context.Background(), "tcp", "127.0.0.1:0", Pull, &Config{MaxFrames: -1}); err == nil {
+	if _, err := Listen(context.Background(), "tcp", "127.0.0.1:0", "PULL", &Config{MaxFrames: -1}); err == nil {
 		t.Fatal("negative limit accepted")
 	}
 }
@@ -473,13 +473,13 @@ func TestDialGuarded(t *testing.T) {
 	if err := pull.Listen("tcp://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	c, err := Dial(ctx, "tcp", pull.Addr().String(), Push, nil, nil)
+	c, err := Dial(ctx, "tcp", pull.Addr().String(), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if c.PeerType() != Pull {
-		t.Fatalf("peer type %q", c.PeerType())
+	if c.Peer().SocketType != "PULL" {
+		t.Fatalf("peer type %q", c.Peer().SocketType)
 	}
 	if err := c.WriteMessage([]byte("dialed"), []byte("two")); err != nil {
 		t.Fatal(err)
@@ -512,7 +512,7 @@ func TestDialSilentServer(t *testing.T) {
 		}
 		close(accepted)
 	}()
-	_, err = Dial(context.Background(), "tcp", ln.Addr().String(), Push, nil, &Config{HandshakeTimeout: 200 * time.Millisecond})
+	_, err = Dial(context.Background(), "tcp", ln.Addr().String(), "PUSH", nil, &Config{HandshakeTimeout: 200 * time.Millisecond})
 	if decodeguard.ReasonOf(err) != decodeguard.ReasonHandshake {
 		t.Fatalf("Dial to a silent server: %v", err)
 	}
@@ -523,7 +523,7 @@ func TestDialSilentServer(t *testing.T) {
 
 func TestUnixListener(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "guard.sock")
-	l, err := Listen(context.Background(), "unix", path, Pull, nil)
+	l, err := Listen(context.Background(), "unix", path, "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -538,7 +538,7 @@ func TestUnixListener(t *testing.T) {
 // allowlist refuses it.
 func TestUnixAllowlistRefuses(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "guard.sock")
-	l, err := Listen(context.Background(), "unix", path, Pull, &Config{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}})
+	l, err := Listen(context.Background(), "unix", path, "PULL", &Config{Allow: []netip.Prefix{netip.MustParsePrefix("0.0.0.0/0")}})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -552,6 +552,6 @@ func TestUnixAllowlistRefuses(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the refusal", func() bool {
-		return l.Stats().Violations[decodeguard.ReasonPolicy] == 1
+		return l.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 }

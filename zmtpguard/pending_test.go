@@ -208,7 +208,7 @@ func BenchmarkPendingAdmitEvict(b *testing.B) {
 		hosts int
 	}{{"1host", 1}, {"16hosts", 16}, {"1024hosts", 1024}} {
 		b.Run(bc.name, func(b *testing.B) {
-			const max = DefaultMaxPendingHandshakes
+			const max = defaultMaxPendingHandshakes
 			keys := make([]netip.Addr, bc.hosts)
 			for i := range keys {
 				keys[i] = netip.AddrFrom4([4]byte{10, 0, byte(i >> 8), byte(i)})
@@ -238,13 +238,13 @@ func BenchmarkPendingAdmitRemove(b *testing.B) {
 	var p pendingPool
 	key := hostAddr("10.0.0.1")
 	for range 64 {
-		p.admit(&pendingEntry{}, key, DefaultMaxPendingHandshakes)
+		p.admit(&pendingEntry{}, key, defaultMaxPendingHandshakes)
 	}
 	var e pendingEntry
 	b.ReportAllocs()
 	for b.Loop() {
 		e = pendingEntry{}
-		p.admit(&e, key, DefaultMaxPendingHandshakes)
+		p.admit(&e, key, defaultMaxPendingHandshakes)
 		p.remove(&e)
 	}
 }

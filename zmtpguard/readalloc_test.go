@@ -21,7 +21,7 @@ func TestReadBufferedSizesOnce(t *testing.T) {
 		s = append(s, dataFrame(i < 156, body)...)
 	}
 	nc := &loopConn{b: s}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{MaxFrames: 1024}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{MaxFrames: 1024}.withDefaults(), local: "PULL"}
 	var warm Message
 	if err := c.ReadMessage(&warm); err != nil { // fills the read buffer
 		t.Fatal(err)
@@ -68,12 +68,42 @@ func BenchmarkReadMessage157Cold(b *testing.B) {
 		s = append(s, dataFrame(i < 156, make([]byte, 24))...)
 	}
 	nc := &loopConn{b: s}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{MaxFrames: 1024}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{MaxFrames: 1024}.withDefaults(), local: "PULL"}
 	b.ReportAllocs()
 	for b.Loop() {
 		var m Message
 		if err := c.ReadMessage(&m); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// TestParsersDoNotAllocate: the wire parsers zmtpguard reads through
+// (internal/zmtpwire, behind the wrappers that turn their refusals into
+// Violations) allocate nothing on valid input: the general read path and
+// CURVE parse every frame header through them.
+func TestParsersDoNotAllocate(t *testing.T) {
+	if raceEnabled {
+		t.Skip("race detector on: allocation counts are not checked")
+	}
+	short, long := []byte{0x01, 100}, longHeader(0, 70000)
+	g := greetingWith(3, 1, "NULL")
+	cmd := append([]byte{4}, "PING\x00\x01x"...)
+	allocs := testing.AllocsPerRun(100, func() {
+		if _, ok, err := parseFrameHeader(short, 1<<20); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if _, ok, err := parseFrameHeader(long, 1<<20); !ok || err != nil {
+			t.Fatal(ok, err)
+		}
+		if err := checkGreeting(g[:], nil); err != nil {
+			t.Fatal(err)
+		}
+		if _, _, err := parseCommand(cmd); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Errorf("%.1f allocations per round of valid headers, greeting and command, want 0", allocs)
 	}
 }

@@ -21,7 +21,7 @@ func dialRaw(t *testing.T, addr string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { nc.Close() })
-	if _, err := nc.Write(handshakeAs(Push)); err != nil {
+	if _, err := nc.Write(handshakeAs("PUSH")); err != nil {
 		t.Fatal(err)
 	}
 	return nc
@@ -58,7 +58,7 @@ func growBody(i int) []byte {
 // held are carried over).
 func TestReadBufferGrows(t *testing.T) {
 	cfg := &Config{ReadBufferSize: 64 << 10}
-	addr, result, errs := serveOne(t, Pull, cfg)
+	addr, result, errs := serveOne(t, "PULL", cfg)
 	nc := dialRaw(t, addr)
 	c := acceptConn(t, result, errs)
 	if got := c.br.Size(); got != initialReadBuffer {
@@ -74,7 +74,7 @@ func TestReadBufferGrows(t *testing.T) {
 		_, err := nc.Write(stream)
 		werr <- err
 	}()
-	c.netConn().SetReadDeadline(time.Now().Add(30 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(30 * time.Second))
 	var m Message
 	for i := range n {
 		if err := c.ReadMessage(&m); err != nil {
@@ -95,12 +95,12 @@ func TestReadBufferGrows(t *testing.T) {
 // TestReadBufferStaysSmall: a peer whose messages never fill the buffer
 // keeps the small one.
 func TestReadBufferStaysSmall(t *testing.T) {
-	addr, result, errs := serveOne(t, Pull, &Config{ReadBufferSize: 1 << 20})
+	addr, result, errs := serveOne(t, "PULL", &Config{ReadBufferSize: 1 << 20})
 	nc := dialRaw(t, addr)
 	c := acceptConn(t, result, errs)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	c.netConn().SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 	var m Message
 	for i := range 50 {
 		if _, err := nc.Write(dataFrame(false, growBody(i%3))); err != nil {
@@ -118,14 +118,14 @@ func TestReadBufferStaysSmall(t *testing.T) {
 // TestReadBufferSmallConfig: a ReadBufferSize below the initial size is the
 // size used from the start, and never grows.
 func TestReadBufferSmallConfig(t *testing.T) {
-	addr, result, errs := serveOne(t, Pull, &Config{ReadBufferSize: 1024})
+	addr, result, errs := serveOne(t, "PULL", &Config{ReadBufferSize: 1024})
 	nc := dialRaw(t, addr)
 	c := acceptConn(t, result, errs)
 	if got := c.br.Size(); got != 1024 {
 		t.Fatalf("read buffer %d bytes, want 1024", got)
 	}
 	go nc.Write(bytes.Repeat(dataFrame(false, make([]byte, 200)), 100))
-	c.netConn().SetReadDeadline(time.Now().Add(10 * time.Second))
+	c.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 	var m Message
 	for i := range 100 {
 		if err := c.ReadMessage(&m); err != nil {
@@ -181,8 +181,8 @@ func FuzzReadMessagePaths(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, maxSize uint16, maxFrames uint8) {
 		cfg := Config{MaxMessageSize: int64(maxSize) + 1, MaxFrames: int(maxFrames)%16 + 1}.withDefaults()
 		whole := newBytesConn(data)
-		fast := &Conn{nc: whole, br: bufio.NewReaderSize(whole, 64<<10), cfg: cfg, local: Pull}
-		slow := &Conn{nc: &trickleConn{*newBytesConn(data)}, cfg: cfg, local: Pull}
+		fast := &Conn{nc: whole, br: bufio.NewReaderSize(whole, 64<<10), cfg: cfg, local: "PULL"}
+		slow := &Conn{nc: &trickleConn{*newBytesConn(data)}, cfg: cfg, local: "PULL"}
 		slow.br = bufio.NewReaderSize(slow.nc, 16)
 		a, b := readOutcome(fast), readOutcome(slow)
 		if !slices.Equal(a, b) {

@@ -88,7 +88,7 @@ func (r *idleReader) waitGot(t *testing.T, n int64, within time.Duration) {
 // The stream survives the switch, and a second burst grows it again.
 func TestReadBufferShrinksWhenIdle(t *testing.T) {
 	cfg := &Config{ReadBufferSize: 256 << 10}
-	addr, result, errs := serveOne(t, Pull, cfg)
+	addr, result, errs := serveOne(t, "PULL", cfg)
 	nc := dialRaw(t, addr)
 	c := acceptConn(t, result, errs)
 	r := readInBackground(t, c)
@@ -122,7 +122,7 @@ func TestReadBufferShrinksWhenIdle(t *testing.T) {
 // the reader catches up and waits between its writes.
 func TestReadBufferKeptWhileBusy(t *testing.T) {
 	cfg := &Config{ReadBufferSize: 256 << 10}
-	addr, result, errs := serveOne(t, Pull, cfg)
+	addr, result, errs := serveOne(t, "PULL", cfg)
 	nc := dialRaw(t, addr)
 	c := acceptConn(t, result, errs)
 	r := readInBackground(t, c)
@@ -161,7 +161,7 @@ func TestIdleReadBuffersReleased(t *testing.T) {
 	const size = 256 << 10
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, &Config{ReadBufferSize: size, MaxConns: 2 * n, MaxPendingHandshakes: 2 * n})
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", &Config{ReadBufferSize: size, MaxConns: 2 * n, MaxPendingHandshakes: 2 * n})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -225,7 +225,7 @@ func TestIdleReadBuffersReleased(t *testing.T) {
 		wwg.Add(1)
 		go func() {
 			defer wwg.Done()
-			if _, err := p.Write(handshakeAs(Push)); err == nil {
+			if _, err := p.Write(handshakeAs("PUSH")); err == nil {
 				p.Write(stream)
 			}
 		}()
@@ -299,13 +299,13 @@ func writeBufferBytes(c *Conn) int {
 // again.
 func TestWriteBufferShrinks(t *testing.T) {
 	cfg := &Config{WriteBufferSize: 64 << 10}
-	addr, result, errs := serveOne(t, Push, cfg)
+	addr, result, errs := serveOne(t, "PUSH", cfg)
 	nc, err := net.Dial("tcp", addr)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if _, err := nc.Write(handshakeAs(Pull)); err != nil {
+	if _, err := nc.Write(handshakeAs("PULL")); err != nil {
 		t.Fatal(err)
 	}
 	c := acceptConn(t, result, errs)
@@ -317,7 +317,7 @@ func TestWriteBufferShrinks(t *testing.T) {
 			}
 		}
 	}()
-	c.netConn().SetWriteDeadline(time.Now().Add(20 * time.Second))
+	c.NetConn().SetWriteDeadline(time.Now().Add(20 * time.Second))
 	grow := func() {
 		for range 4 {
 			for range 40 {
@@ -338,7 +338,7 @@ func TestWriteBufferShrinks(t *testing.T) {
 			if got := c.bw.Size(); got != cfg.WriteBufferSize {
 				t.Fatalf("write buffer %d bytes after %d small Flushes, want it kept (%d)", got, i, cfg.WriteBufferSize)
 			}
-			if err := c.writeCommand(cmdPing, []byte("\x00\x00")); err != nil {
+			if err := c.WriteCommand(cmdPing, []byte("\x00\x00")); err != nil {
 				t.Fatal(err)
 			}
 			if err := c.Flush(); err != nil {
@@ -361,7 +361,7 @@ func TestWriteBufferShrinks(t *testing.T) {
 func TestCurveBuffersShrink(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	p := newCurvePair(t, ctx, Pull, nil)
+	p := newCurvePair(t, ctx, "PULL", nil)
 	accepted := make(chan *Conn, 1)
 	go func() {
 		c, err := p.l.Accept(ctx)
@@ -371,7 +371,7 @@ func TestCurveBuffersShrink(t *testing.T) {
 		}
 		accepted <- c
 	}()
-	cli, err := Dial(ctx, "tcp", p.l.Addr().String(), Push, nil, p.clientConfig())
+	cli, err := Dial(ctx, "tcp", p.l.Addr().String(), "PUSH", nil, p.clientConfig())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -408,7 +408,7 @@ func TestCurveBuffersShrink(t *testing.T) {
 		}
 	}
 	send(big)
-	small := min(initialReadBuffer, DefaultReadBufferSize)
+	small := min(initialReadBuffer, defaultReadBufferSize)
 	waitFor(t, 20*time.Second, "the idle CURVE reader's buffers to shrink", func() bool {
 		return srv.idleReadBytes() == small
 	})

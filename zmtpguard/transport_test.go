@@ -16,31 +16,31 @@ import (
 
 func TestRegisterTransport(t *testing.T) {
 	scheme := "zmqguardreg" + itoa(int(schemeSeq.Add(1)))
-	if err := RegisterTransport(scheme, nil); err != nil {
+	if _, err := RegisterTransport(scheme, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := RegisterTransport(scheme, nil); err == nil {
+	if _, err := RegisterTransport(scheme, nil); err == nil {
 		t.Fatal("duplicate scheme accepted")
 	}
-	if err := RegisterTransport("tcp", nil); err == nil {
+	if _, err := RegisterTransport("tcp", nil); err == nil {
 		t.Fatal("tcp replaced")
 	}
-	if err := RegisterTransport("", nil); err == nil {
+	if _, err := RegisterTransport("", nil); err == nil {
 		t.Fatal("empty scheme accepted")
 	}
-	if err := RegisterTransport("x"+itoa(int(schemeSeq.Add(1))), &Config{MaxConns: -1}); err == nil {
+	if _, err := RegisterTransport("x"+itoa(int(schemeSeq.Add(1))), &Config{MaxConns: -1}); err == nil {
 		t.Fatal("invalid config accepted")
 	}
 	if !slices.Contains(zmq4.Transports(), scheme) {
 		t.Fatalf("scheme %q not in %v", scheme, zmq4.Transports())
 	}
-	if _, err := NewTransport("udp", nil); err == nil {
+	if _, err := newTransport("udp", nil); err == nil {
 		t.Fatal("udp transport accepted")
 	}
 }
 
 func TestTransportAddr(t *testing.T) {
-	tr, err := NewTransport("tcp", nil)
+	tr, err := newTransport("tcp", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -58,7 +58,7 @@ func TestTransportAddr(t *testing.T) {
 	if _, err := tr.Addr("no-port"); err == nil {
 		t.Error("Addr without port accepted")
 	}
-	ux, _ := NewTransport("unix", nil)
+	ux, _ := newTransport("unix", nil)
 	if got, _ := ux.Addr("/tmp/x.sock"); got != "/tmp/x.sock" {
 		t.Errorf("unix Addr = %q", got)
 	}
@@ -93,7 +93,7 @@ func TestTransportDialSide(t *testing.T) {
 			t.Fatalf("got %d frames", len(m.Frames))
 		}
 	}
-	if st := tr.Stats(); st.Handshakes != 1 || st.TotalViolations() != 0 {
+	if st := tr.Stats(); st.Handshakes != 1 || st.Refused.Total() != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -129,7 +129,7 @@ func hostileServer(t *testing.T, st SocketType, extra []byte) string {
 // to a zmq4 PULL dialing on the guarded scheme costs one connection.
 func TestTransportDialOversize(t *testing.T) {
 	tr, scheme := registerTestTransport(t, "tcp", nil)
-	addr := hostileServer(t, Push, longHeader(0, 1<<40))
+	addr := hostileServer(t, "PUSH", longHeader(0, 1<<40))
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	pull := zmq4.NewPull(ctx, zmq4.WithLogger(quietLogger()))
@@ -141,7 +141,7 @@ func TestTransportDialOversize(t *testing.T) {
 		t.Fatal("Recv succeeded on an oversize frame")
 	}
 	waitFor(t, 5*time.Second, "the oversize violation", func() bool {
-		return tr.Stats().Violations[decodeguard.ReasonOversize] == 1
+		return tr.Stats().Refused[decodeguard.ReasonOversize] == 1
 	})
 }
 
@@ -151,7 +151,7 @@ func TestTransportDialOversize(t *testing.T) {
 func TestTransportDialSilentServer(t *testing.T) {
 	tr, scheme := registerTestTransport(t, "tcp", &Config{HandshakeTimeout: 200 * time.Millisecond})
 	dialSilentServer(t, scheme)
-	if st := tr.Stats(); st.Violations[decodeguard.ReasonHandshake] != 1 {
+	if st := tr.Stats(); st.Refused[decodeguard.ReasonHandshake] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -160,7 +160,7 @@ func TestTransportDialSilentServer(t *testing.T) {
 // side uses the local type read from zmq4's own READY.
 func TestTransportDialIncompatible(t *testing.T) {
 	tr, scheme := registerTestTransport(t, "tcp", nil)
-	addr := hostileServer(t, Pub, nil)
+	addr := hostileServer(t, "PUB", nil)
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	push := zmq4.NewPush(ctx, zmq4.WithLogger(quietLogger()))
@@ -168,7 +168,7 @@ func TestTransportDialIncompatible(t *testing.T) {
 	if err := push.Dial(scheme + "://" + addr); err == nil {
 		t.Fatal("PUSH to a PUB accepted")
 	}
-	if st := tr.Stats(); st.Violations[decodeguard.ReasonHandshake] != 1 {
+	if st := tr.Stats(); st.Refused[decodeguard.ReasonHandshake] != 1 {
 		t.Fatalf("stats %+v", st)
 	}
 }
@@ -190,7 +190,7 @@ func TestTransportSubscribeCommand(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	c.Write(cat(handshakeAs(Sub), commandFrame(cmdSubscribe, []byte("weather")), commandFrame(cmdSubscribe, []byte("news"))))
+	c.Write(cat(handshakeAs("SUB"), commandFrame(cmdSubscribe, []byte("weather")), commandFrame(cmdSubscribe, []byte("news"))))
 	waitFor(t, 5*time.Second, "the subscriptions", func() bool {
 		return slices.Equal(topics.Topics(), []string{"news", "weather"})
 	})
@@ -218,7 +218,7 @@ func TestTransportAllowlist(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitFor(t, 5*time.Second, "the refusal", func() bool {
-		return tr.Stats().Violations[decodeguard.ReasonPolicy] == 1
+		return tr.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 }
 
@@ -301,7 +301,7 @@ func TestTransportEvictAndGreeting(t *testing.T) {
 	if err := waitClosed(conns[0], 5*time.Second); err != nil {
 		t.Fatalf("oldest idle connection not evicted: %v", err)
 	}
-	if st := tr.Stats(); st.Evicted != 1 || st.Violations[decodeguard.ReasonPolicy] != 1 || st.Pending != 2 {
+	if st := tr.Stats(); st.Evicted != 1 || st.Refused[decodeguard.ReasonPolicy] != 1 || st.Pending != 2 {
 		t.Fatalf("stats %+v", st)
 	}
 	// The other two are closed at GreetingTimeout (2 s), long before the
@@ -312,9 +312,9 @@ func TestTransportEvictAndGreeting(t *testing.T) {
 		}
 	}
 	waitFor(t, 5*time.Second, "the greeting violations", func() bool {
-		return tr.Stats().Violations[decodeguard.ReasonHandshake] == 2
+		return tr.Stats().Refused[decodeguard.ReasonHandshake] == 2
 	})
-	if st := tr.Stats(); st.TotalViolations() != 3 || st.Pending != 0 || st.Open != 0 {
+	if st := tr.Stats(); st.Refused.Total() != 3 || st.Pending != 0 || st.Open != 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }

@@ -37,7 +37,7 @@ func (v *violations) with(detail string) int {
 }
 
 // guardedPull binds a zmq4 PULL on a fresh guarded scheme.
-func guardedPull(t *testing.T, ctx context.Context, cfg *Config) (*Transport, zmq4.Socket) {
+func guardedPull(t *testing.T, ctx context.Context, cfg *Config) (*guardTransport, zmq4.Socket) {
 	t.Helper()
 	tr, scheme := registerTestTransport(t, "tcp", cfg)
 	pull := zmq4.NewPull(ctx, zmq4.WithLogger(quietLogger()))
@@ -65,7 +65,7 @@ func TestTransportSlowBody(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer nc.Close()
-	if _, err := nc.Write(append(handshakeAs(Push), longHeader(0, 1000)...)); err != nil {
+	if _, err := nc.Write(append(handshakeAs("PUSH"), longHeader(0, 1000)...)); err != nil {
 		t.Fatal(err)
 	}
 	stop := make(chan struct{})
@@ -92,7 +92,7 @@ func TestTransportSlowBody(t *testing.T) {
 	}
 	took := time.Since(start)
 	waitFor(t, 10*time.Second, "the violation to be counted", func() bool {
-		return tr.Stats().Violations[decodeguard.ReasonPolicy] == 1 && vs.with("BodyTimeout") == 1
+		return tr.Stats().Refused[decodeguard.ReasonPolicy] == 1 && vs.with("BodyTimeout") == 1
 	})
 	if took < timeout/2 {
 		t.Fatalf("closed after %v, before the deadline could pass (%+v)", took, vs.vs)
@@ -132,7 +132,7 @@ func TestTransportBudget(t *testing.T) {
 	const limit = 4 << 20
 	const size = 1 << 20
 	var vs violations
-	budget := NewBudget(limit, 200*time.Millisecond)
+	budget := &Budget{Limit: limit, Wait: 200 * time.Millisecond}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	tr, pull := guardedPull(t, ctx, &Config{Budget: budget, BodyTimeout: -1, OnViolation: vs.add})
@@ -166,14 +166,14 @@ func TestTransportBudget(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			nc.SetWriteDeadline(time.Now().Add(30 * time.Second))
-			nc.Write(append(handshakeAs(Push), longHeader(0, size)...))
+			nc.Write(append(handshakeAs("PUSH"), longHeader(0, size)...))
 			nc.Write(body)
 		}()
 	}
 	var peak int64
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		st := budget.Stats()
+		st := budget.stats()
 		peak = max(peak, st.Used)
 		if st.Used > 2*limit {
 			t.Fatalf("budget holds %d bytes, over twice its %d-byte limit (%+v)", st.Used, limit, st)
@@ -186,16 +186,16 @@ func TestTransportBudget(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	st := budget.Stats()
+	st := budget.stats()
 	waitFor(t, 10*time.Second, "the evictions to be reported", func() bool {
 		return vs.with("byte budget") >= int(st.Evictions) &&
-			tr.Stats().Violations[decodeguard.ReasonPolicy] >= st.Evictions
+			tr.Stats().Refused[decodeguard.ReasonPolicy] >= st.Evictions
 	})
 	for _, c := range conns {
 		c.Close()
 	}
 	waitFor(t, 20*time.Second, "the budget to be returned", func() bool {
-		s := budget.Stats()
+		s := budget.stats()
 		return s.Used == 0 && s.Holders == 0
 	})
 	for i := range len(conns) {

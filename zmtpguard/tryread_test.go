@@ -44,7 +44,7 @@ func tryReadOutcome(t *testing.T, c *Conn) []string {
 		out = append(out, fmt.Sprintf("%q %q", m.Command, m.Frames))
 		for {
 			before := c.br.Buffered()
-			got, err := c.tryReadMessage(&m)
+			got, err := c.TryReadMessage(&m)
 			if err != nil {
 				return end(err)
 			}
@@ -76,9 +76,9 @@ func FuzzTryReadMessage(f *testing.F) {
 	f.Fuzz(func(t *testing.T, data []byte, maxSize uint16, maxFrames uint8, chunk uint8) {
 		cfg := Config{MaxMessageSize: int64(maxSize) + 1, MaxFrames: int(maxFrames)%16 + 1}.withDefaults()
 		whole := newBytesConn(data)
-		plain := &Conn{nc: whole, br: bufio.NewReaderSize(whole, 64<<10), cfg: cfg, local: Pull}
+		plain := &Conn{nc: whole, br: bufio.NewReaderSize(whole, 64<<10), cfg: cfg, local: "PULL"}
 		cc := &chunkConn{*newBytesConn(data), int(chunk)%64 + 1}
-		try := &Conn{nc: cc, br: bufio.NewReaderSize(cc, 64<<10), cfg: cfg, local: Pull}
+		try := &Conn{nc: cc, br: bufio.NewReaderSize(cc, 64<<10), cfg: cfg, local: "PULL"}
 		a, b := readOutcome(plain), tryReadOutcome(t, try)
 		if !slices.Equal(a, b) {
 			t.Fatalf("ReadMessage:\n%s\nTryReadMessage:\n%s", strings.Join(a, "\n"), strings.Join(b, "\n"))
@@ -93,31 +93,31 @@ func TestTryReadMessage(t *testing.T) {
 	stream := slices.Concat(dataFrame(false, []byte("one")), commandFrame(cmdPing, []byte{0, 1}),
 		dataFrame(true, []byte("a")), dataFrame(false, []byte("b")))
 	nc := newBytesConn(stream)
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), cfg: Config{}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
-	if got, err := c.tryReadMessage(&m); got || err != nil {
+	if got, err := c.TryReadMessage(&m); got || err != nil {
 		t.Fatalf("empty buffer: got %v, %v", got, err)
 	}
 	if err := c.ReadMessage(&m); err != nil || string(m.Frames[0]) != "one" {
 		t.Fatalf("ReadMessage = %v %q", err, m.Frames)
 	}
-	if got, err := c.tryReadMessage(&m); !got || err != nil || m.Command != cmdPing {
+	if got, err := c.TryReadMessage(&m); !got || err != nil || m.Command != cmdPing {
 		t.Fatalf("PING: got %v, %v, %q", got, err, m.Command)
 	}
-	if got, err := c.tryReadMessage(&m); !got || err != nil || len(m.Frames) != 2 || string(m.Frames[1]) != "b" {
+	if got, err := c.TryReadMessage(&m); !got || err != nil || len(m.Frames) != 2 || string(m.Frames[1]) != "b" {
 		t.Fatalf("multipart: got %v, %v, %q", got, err, m.Frames)
 	}
-	if got, err := c.tryReadMessage(&m); got || err != nil {
+	if got, err := c.TryReadMessage(&m); got || err != nil {
 		t.Fatalf("end of buffer: got %v, %v", got, err)
 	}
 
 	bad := slices.Concat(dataFrame(false, []byte("ok")), []byte{0x20, 1, 'x'}) // reserved flag bit
 	nc = newBytesConn(bad)
-	c = &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), cfg: Config{}.withDefaults(), local: Pull}
+	c = &Conn{nc: nc, br: bufio.NewReaderSize(nc, 64<<10), cfg: Config{}.withDefaults(), local: "PULL"}
 	if err := c.ReadMessage(&m); err != nil {
 		t.Fatal(err)
 	}
-	got, err := c.tryReadMessage(&m)
+	got, err := c.TryReadMessage(&m)
 	var v *Violation
 	if !got || !errors.As(err, &v) {
 		t.Fatalf("reserved bits: got %v, %v, want a violation", got, err)
@@ -128,7 +128,7 @@ func TestTryReadMessage(t *testing.T) {
 // way: every message after the first of a read comes from TryReadMessage.
 func BenchmarkTryReadMessage100(b *testing.B) {
 	nc := &loopConn{b: stream100()}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil { // warm the buffers
 		b.Fatal(err)
@@ -137,7 +137,7 @@ func BenchmarkTryReadMessage100(b *testing.B) {
 	b.ReportAllocs()
 	b.ResetTimer()
 	for range b.N {
-		got, err := c.tryReadMessage(&m)
+		got, err := c.TryReadMessage(&m)
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -154,7 +154,7 @@ func BenchmarkTryReadMessage100(b *testing.B) {
 // to decide, then ReadMessage (two walks of each message's headers).
 func BenchmarkMessageBufferedThenRead100(b *testing.B) {
 	nc := &loopConn{b: stream100()}
-	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, DefaultReadBufferSize), cfg: Config{}.withDefaults(), local: Pull}
+	c := &Conn{nc: nc, br: bufio.NewReaderSize(nc, defaultReadBufferSize), cfg: Config{}.withDefaults(), local: "PULL"}
 	var m Message
 	if err := c.ReadMessage(&m); err != nil { // warm the buffers
 		b.Fatal(err)

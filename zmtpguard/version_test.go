@@ -28,7 +28,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 	defer cancel()
 
 	// A raw peer reads the greeting Handshake writes first.
-	addr, result, errs := serveOne(t, Pull, nil)
+	addr, result, errs := serveOne(t, "PULL", nil)
 	nc, err := net.DialTimeout("tcp", addr, 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
@@ -55,7 +55,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 	// scheme reaches a Listener as a 3.1 peer (the guard's greeting went
 	// out in place of zmq4's).
 	_, scheme := registerTestTransport(t, "tcp", nil)
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -70,7 +70,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if major, minor := c.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := c.Peer().Major, c.Peer().Minor; major != 3 || minor != 1 {
 		t.Fatalf("transport-dialed zmq4 PUSH announced %d.%d, want 3.1", major, minor)
 	}
 	// The zmq4 PUSH still works through it.
@@ -78,7 +78,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 		t.Fatal(err)
 	}
 	var m Message
-	c.SetDeadline(time.Now().Add(5 * time.Second))
+	c.NetConn().SetDeadline(time.Now().Add(5 * time.Second))
 	if err := c.ReadMessage(&m); err != nil || len(m.Frames) != 1 || string(m.Frames[0]) != "hi" {
 		t.Fatalf("read %q, %v", m.Frames, err)
 	}
@@ -90,12 +90,12 @@ func TestGreetingAnnounces31(t *testing.T) {
 	if err := pull.Listen(scheme + "://127.0.0.1:0"); err != nil {
 		t.Fatal(err)
 	}
-	dc, err := Dial(ctx, "tcp", pull.Addr().String(), Push, nil, nil)
+	dc, err := Dial(ctx, "tcp", pull.Addr().String(), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer dc.Close()
-	if major, minor := dc.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := dc.Peer().Major, dc.Peer().Minor; major != 3 || minor != 1 {
 		t.Fatalf("transport-bound zmq4 PULL announced %d.%d, want 3.1", major, minor)
 	}
 }
@@ -105,7 +105,7 @@ func TestGreetingAnnounces31(t *testing.T) {
 func TestPeerVersion(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	l, err := Listen(ctx, "tcp", "127.0.0.1:0", Pull, nil)
+	l, err := Listen(ctx, "tcp", "127.0.0.1:0", "PULL", nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -120,10 +120,10 @@ func TestPeerVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
-	if major, minor := c.PeerVersion(); major != 3 || minor != 0 {
+	if major, minor := c.Peer().Major, c.Peer().Minor; major != 3 || minor != 0 {
 		t.Fatalf("zmq4 PUSH announced %d.%d, want 3.0", major, minor)
 	}
-	d, err := Dial(ctx, "tcp", l.Addr().String(), Push, nil, nil)
+	d, err := Dial(ctx, "tcp", l.Addr().String(), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -133,10 +133,10 @@ func TestPeerVersion(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c2.Close()
-	if major, minor := c2.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := c2.Peer().Major, c2.Peer().Minor; major != 3 || minor != 1 {
 		t.Fatalf("zmtpguard Dial announced %d.%d, want 3.1", major, minor)
 	}
-	if major, minor := d.PeerVersion(); major != 3 || minor != 1 {
+	if major, minor := d.Peer().Major, d.Peer().Minor; major != 3 || minor != 1 {
 		t.Fatalf("zmtpguard Listener announced %d.%d, want 3.1", major, minor)
 	}
 }

@@ -44,7 +44,7 @@ func (v *Violation) Error() string {
 }
 
 // Unwrap exposes the classification so decodeguard.IsBadInput(err) is true.
-func (v *Violation) Unwrap() error { return decodeguard.Sentinel(v.Reason) }
+func (v *Violation) Unwrap() error { return &decodeguard.Error{Reason: v.Reason, Offset: -1} }
 
 func violation(r decodeguard.Reason, detail string, length int64, prefix []byte) *Violation {
 	v := &Violation{Reason: r, Detail: detail, Length: length}

@@ -66,12 +66,9 @@ func z85Decode(s string) ([]byte, error) {
 	return out, nil
 }
 
-// CurveKeySize is the size of a CURVE (Curve25519) key in bytes.
-const CurveKeySize = 32
-
 // CurveKey is a Curve25519 public or secret key, as CURVE uses them. Its
 // text form is the 40-character Z85 encoding libzmq and pyzmq use.
-type CurveKey [CurveKeySize]byte
+type CurveKey [32]byte
 
 // String returns k in Z85 (40 characters). For a secret key, the caller is
 // responsible for where the text goes.
@@ -80,27 +77,14 @@ func (k CurveKey) String() string {
 	return s
 }
 
-// IsZero reports whether k is all zero bytes (no key set).
-func (k CurveKey) IsZero() bool { return k == CurveKey{} }
+// isZero reports whether k is all zero bytes (no key set).
+func (k CurveKey) isZero() bool { return k == CurveKey{} }
 
-// Fingerprint returns a short, stable, non-reversible name for a public
+// fingerprint returns a short, stable, non-reversible name for a public
 // key: the first 8 bytes of its SHA-256, in hex. Logs name keys by it.
-func (k CurveKey) Fingerprint() string {
+func (k CurveKey) fingerprint() string {
 	h := sha256.Sum256(k[:])
 	return hex.EncodeToString(h[:8])
-}
-
-// MarshalText implements encoding.TextMarshaler (Z85).
-func (k CurveKey) MarshalText() ([]byte, error) { return []byte(k.String()), nil }
-
-// UnmarshalText implements encoding.TextUnmarshaler (see [ParseCurveKey]).
-func (k *CurveKey) UnmarshalText(b []byte) error {
-	v, err := ParseCurveKey(string(b))
-	if err != nil {
-		return err
-	}
-	*k = v
-	return nil
 }
 
 // ParseCurveKey decodes a key from its 40-character Z85 text (as
@@ -125,8 +109,8 @@ func ParseCurveKey(s string) (CurveKey, error) {
 	return k, errors.New("zmtpguard: CURVE key text is " + strconv.Itoa(len(s)) + " characters (want 40 Z85 or 64 hex)")
 }
 
-// CurvePublicKey returns the public key of the secret key secret.
-func CurvePublicKey(secret CurveKey) (CurveKey, error) {
+// curvePublicKey returns the public key of the secret key secret.
+func curvePublicKey(secret CurveKey) (CurveKey, error) {
 	var pub CurveKey
 	p, err := curve25519.X25519(secret[:], curve25519.Basepoint)
 	if err != nil {
@@ -141,6 +125,6 @@ func GenerateCurveKeyPair() (public, secret CurveKey, err error) {
 	if _, err = rand.Read(secret[:]); err != nil {
 		return public, secret, err
 	}
-	public, err = CurvePublicKey(secret)
+	public, err = curvePublicKey(secret)
 	return public, secret, err
 }

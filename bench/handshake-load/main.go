@@ -27,8 +27,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
-	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -57,7 +56,7 @@ func main() {
 		flag.Usage()
 		os.Exit(2)
 	}
-	req := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, PP: *pp, TP: *tp})
+	req := nixlwire.AppendRequest(nil, 3, *pp, *tp)
 
 	var measuring atomic.Bool
 	var errs atomic.Uint64
@@ -129,7 +128,7 @@ func sum(c []atomic.Uint64) uint64 {
 // CPU per request as a REQ can. It signals ready after its first reply.
 func client(ctx context.Context, endpoint string, req []byte, wait time.Duration, checkEvery int,
 	measuring *atomic.Bool, count *atomic.Uint64, lat *[]time.Duration, errs *atomic.Uint64, ready chan<- struct{}) error {
-	c, err := load.DialRetry(endpoint, zmtpguard.Req, wait)
+	c, err := load.DialRetry(endpoint, "REQ", wait)
 	if err != nil {
 		return err
 	}
@@ -138,7 +137,7 @@ func client(ctx context.Context, endpoint string, req []byte, wait time.Duration
 	defer stop()
 	var m zmtpguard.Message
 	for i := 0; ; i++ {
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(5 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(5 * time.Second))
 		t0 := time.Now()
 		err := c.WriteMessage(nil, req)
 		if err == nil {
@@ -162,7 +161,7 @@ func client(ctx context.Context, endpoint string, req []byte, wait time.Duration
 		if len(m.Frames) != 3 || len(m.Frames[0]) != 0 {
 			errs.Add(1)
 		} else if i%checkEvery == 0 {
-			if _, err := handshake.DecodePayload(m.Frames[1]); err != nil {
+			if _, err := nixlwire.DecodePayload(m.Frames[1]); err != nil {
 				errs.Add(1)
 			}
 		}

@@ -101,8 +101,8 @@ func realistic(n uint64) ([]byte, int) {
 	var evs []kvevents.Event
 	for i := uint64(0); i < 16; i++ {
 		base := n*64 + i*4
-		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.String("GPU"),
-			ParentBlockHash: kvevents.OptHash{V: kvevents.IntHash(base * 0x9e3779b97f4a7c15), Valid: i > 0}}
+		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.Some("GPU"),
+			ParentBlockHash: kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(base * 0x9e3779b97f4a7c15), Valid: i > 0}}
 		for j := uint64(0); j < 4; j++ {
 			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash((base+j+1)*0x9e3779b97f4a7c15))
 		}
@@ -112,10 +112,10 @@ func realistic(n uint64) ([]byte, int) {
 		evs = append(evs, ev)
 	}
 	for i := uint64(0); i < 4; i++ {
-		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"),
+		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"),
 			BlockHashes: []kvevents.Hash{kvevents.IntHash(n*0x9e3779b97f4a7c15 + i)}})
 	}
-	return kvevents.AppendBatch(nil, 1.7e9+float64(n), evs, kvevents.Int(0), true), len(evs)
+	return kvevents.AppendBatch(nil, 1.7e9+float64(n), evs, kvevents.Some[int64](0), true), len(evs)
 }
 
 // publish is the child: it binds the XPUBs, prints their endpoints, and
@@ -131,7 +131,7 @@ func publish(n int, idle bool) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	for i := range socks {
-		s, err := socket.NewXPub(opts)
+		s, err := socket.New("XPUB", opts)
 		if err != nil {
 			return err
 		}
@@ -292,7 +292,7 @@ func newGuardSub(eps []string) (*guardSub, error) {
 }
 
 func (g *guardSub) events() uint64 { return g.n.Load() }
-func (g *guardSub) connected() int { return g.sub.Stats().Total.ConnectedSources }
+func (g *guardSub) connected() int { return g.sub.Stats().ConnectedSources }
 func (g *guardSub) close()         { g.cancel(); <-g.done }
 
 // --- baseline: zmq4 SUB + vmihailenco/msgpack into structs ---
@@ -545,7 +545,7 @@ func replay(batches int) error {
 	cancel()
 	<-done
 	out, _ := json.Marshal(map[string]any{"batches": batches, "replayed": got.Load(), "seconds_from_gap": el.Seconds(),
-		"seconds_first_to_last": float64(last.Load()-first.Load()) / 1e9, "lost": sub.Stats().Total.Lost})
+		"seconds_first_to_last": float64(last.Load()-first.Load()) / 1e9, "lost": sub.Stats().Lost})
 	fmt.Println(string(out))
 	return nil
 }

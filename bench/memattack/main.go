@@ -40,7 +40,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -58,7 +58,7 @@ func main() {
 	connect := flag.String("connect", "", "internal: the target's address (child)")
 	flag.Parse()
 	if *kind != "partial" && *kind != "flood" && *kind != "burst" {
-		fmt.Fprintln(os.Stderr, "memattack: -attack must be partial, flood or burst, got", decodeguard.EscapeText(*kind, 40))
+		fmt.Fprintln(os.Stderr, "memattack: -attack must be partial, flood or burst, got", ratelog.Escape(*kind, 40))
 		os.Exit(2)
 	}
 	flood = *kind == "flood"
@@ -68,7 +68,7 @@ func main() {
 		return
 	}
 	if *mode != "guarded" && *mode != "unbounded" {
-		fmt.Fprintln(os.Stderr, "memattack: -mode must be guarded or unbounded, got", decodeguard.EscapeText(*mode, 40))
+		fmt.Fprintln(os.Stderr, "memattack: -mode must be guarded or unbounded, got", ratelog.Escape(*mode, 40))
 		os.Exit(2)
 	}
 	if err := run(*mode, *conns, *size, *hold, *after, *out); err != nil {
@@ -103,7 +103,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	defer func() {
 		evMu.Lock()
 		for k, n := range events {
-			fmt.Fprintf(os.Stderr, "memattack: %d × %s\n", n, decodeguard.EscapeText(k, 200))
+			fmt.Fprintf(os.Stderr, "memattack: %d × %s\n", n, ratelog.Escape(k, 200))
 		}
 		evMu.Unlock()
 	}()
@@ -112,7 +112,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 		o.ReclaimBytes = -1
 		o.Guard.BodyTimeout = -1
 	}
-	s, err := socket.NewPull(o)
+	s, err := socket.New("PULL", o)
 	if err != nil {
 		return err
 	}
@@ -165,7 +165,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 		mu.Unlock()
 		fmt.Fprintf(bw, "%s,%.2f,%s,%.1f,%.1f,%.1f,%d,%.1f,%d,%d,%d\n", mode, time.Since(start).Seconds(), ph,
 			float64(rssBytes())/(1<<20), float64(ms.HeapInuse)/(1<<20), float64(ms.HeapAlloc)/(1<<20),
-			st.Peers, float64(st.BudgetBytes)/(1<<20), st.BudgetStalls, st.BudgetEvictions, st.Violations[decodeguard.ReasonPolicy])
+			st.Peers, float64(st.BudgetBytes)/(1<<20), st.BudgetStalls, st.BudgetEvictions, st.Refused[decodeguard.ReasonPolicy])
 	}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
@@ -187,7 +187,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	if burst {
 		attackName = "burst"
 	}
-	cmd := exec.Command(os.Args[0], "-child", "-attack", attackName, "-connect", s.Addr().String(), "-conns", fmt.Sprint(conns), "-size", fmt.Sprint(size), "-hold", hold.String())
+	cmd := exec.Command(os.Args[0], "-child", "-attack", attackName, "-connect", strings.TrimPrefix(s.Endpoint(), "tcp://"), "-conns", fmt.Sprint(conns), "-size", fmt.Sprint(size), "-hold", hold.String())
 	cmd.Stderr = os.Stderr
 	if err := cmd.Start(); err != nil {
 		return err
@@ -210,7 +210,7 @@ func run(mode string, conns, size int, hold, after time.Duration, out string) er
 	mu.Unlock()
 	st := s.Stats()
 	fmt.Fprintf(os.Stderr, "memattack: connects %d, disconnects %d, violations %v, heartbeat timeouts %d, budget stalls %d, evictions %d\n",
-		st.Connects, st.Disconnects, st.Violations, st.HeartbeatTimeouts, st.BudgetStalls, st.BudgetEvictions)
+		st.Connects, st.Disconnects, st.Refused, st.HeartbeatTimeouts, st.BudgetStalls, st.BudgetEvictions)
 	wait(after)
 	fmt.Fprintf(os.Stderr, "memattack: at the end: reclaims %d, peers %d\n", s.Stats().Reclaims, s.Stats().Peers)
 	return nil
@@ -242,7 +242,7 @@ func attack(addr string, conns, size int, hold time.Duration) {
 	hdr[0] = zmtpwire.FlagLong
 	binary.BigEndian.PutUint64(hdr[1:], uint64(size))
 	swarm := load.NewSwarm(addr, conns, func(c *zmtpguard.Conn) {
-		nc := zmtpaccess.NetConn(c)
+		nc := c.NetConn()
 		nc.SetWriteDeadline(time.Now().Add(hold))
 		if burst {
 			burstThenIdle(c, size, hold)
@@ -279,11 +279,11 @@ func burstThenIdle(c *zmtpguard.Conn, size int, hold time.Duration) {
 	if err := c.Flush(); err != nil {
 		return
 	}
-	zmtpaccess.NetConn(c).SetDeadline(time.Now().Add(hold))
+	c.NetConn().SetDeadline(time.Now().Add(hold))
 	var m zmtpguard.Message
 	for c.ReadMessage(&m) == nil {
 		if m.Command == zmtpwire.CmdPing {
-			c.Pong(&m)
+			c.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0]))
 			c.Flush()
 		}
 	}

@@ -44,7 +44,7 @@ func main() {
 	var bad error
 	r, err := outputs.New(outputs.Config{
 		Logger: slog.New(slog.NewTextHandler(io.Discard, nil)),
-		Socket: outputs.DefaultSocketOptions(),
+		Socket: socket.Options{},
 		Handler: func(_ context.Context, msg *enginecore.Message, _ *socket.Peer) error {
 			if len(msg.Outputs) != 256 {
 				bad = fmt.Errorf("message %d: %d outputs, want 256", m.N(), len(msg.Outputs))

@@ -21,8 +21,8 @@ import (
 	"runtime/pprof"
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -42,7 +42,7 @@ func main() {
 	if *rbuf > 0 {
 		opts.Guard.ReadBufferSize = *rbuf
 	}
-	s, err := socket.NewPull(opts)
+	s, err := socket.New("PULL", opts)
 	if err != nil {
 		load.Fatal(err)
 	}
@@ -52,24 +52,24 @@ func main() {
 	}
 	lim := decodeguard.Limits{MaxBytes: 1 << 20}
 	stats := *decode == "stats"
-	dec := func(frames [][]byte, dst *coordinator.EngineCoreOutputs) error {
+	dec := func(frames [][]byte, dst *enginecore.Header) error {
 		if len(frames) != 1 {
 			return decodeguard.NewError(decodeguard.ReasonEnvelope, "expected one frame")
 		}
 		if !stats {
 			return nil
 		}
-		return coordinator.DecodeEngineCoreOutputsLimits(frames[0], &lim, dst)
+		return enginecore.DecodeHeader(frames[0], &lim, dst)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	var m load.Meter
 	var prof *os.File
-	l, err := loop.New(s, loop.Config[coordinator.EngineCoreOutputs]{
+	l, err := loop.New(s, loop.Config[enginecore.Header]{
 		Name:   "pullprof",
 		Logger: slog.New(slog.DiscardHandler),
 		Decode: dec,
-		Handler: func(context.Context, loop.Delivery[coordinator.EngineCoreOutputs]) error {
+		Handler: func(context.Context, loop.Delivery[enginecore.Header]) error {
 			m.Count()
 			if m.N() == 1 && *profile != "" {
 				if prof, err = os.Create(*profile); err == nil {

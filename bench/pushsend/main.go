@@ -6,7 +6,7 @@
 //
 //	pushsend --connect tcp://127.0.0.1:PORT --count N [--size 100] [--impl zmqguard|zmq4]
 //
-// --impl zmqguard uses zmqguard's socket.NewPush (Send queues, a writer
+// --impl zmqguard uses zmqguard's socket.New("PUSH", ...) (Send queues, a writer
 // goroutine batches writes); --impl zmq4 uses go-zeromq/zmq4's PUSH (two
 // write syscalls per message). The rate that counts is the one the receiver
 // measures; this prints the sender's own view as one JSON line, after the
@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
+
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -74,7 +75,7 @@ func sendGuard(endpoint string, body []byte, count uint64, wait time.Duration) (
 			}
 		}
 	}
-	s, err := socket.NewPush(opts)
+	s, err := socket.New("PUSH", opts)
 	if err != nil {
 		return report{}, err
 	}

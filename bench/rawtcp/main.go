@@ -26,13 +26,12 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
-	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 func main() {
 	bind := flag.String("bind", "", "endpoint to listen on, tcp://host:port (required)")
 	count := flag.Uint64("count", 1_000_000, "messages to receive")
-	bufSize := flag.Int("buffer", 256<<10, "read buffer size (default: zmqguard socket's largest read buffer, socket.DefaultReadBufferSize)")
+	bufSize := flag.Int("buffer", 256<<10, "read buffer size (default: zmqguard socket's largest read buffer, 256 KiB: socket.Options.Guard.ReadBufferSize)")
 	flag.Parse()
 	if *bind == "" || *count < 2 {
 		flag.Usage()
@@ -86,7 +85,7 @@ func main() {
 // peer's greeting and READY without checking them.
 func handshake(nc net.Conn, br *bufio.Reader) error {
 	g := zmtpwire.LocalGreeting()
-	out := append(g[:], load.ReadyCommand(zmtpguard.Pull)...)
+	out := append(g[:], load.ReadyCommand("PULL")...)
 	if _, err := nc.Write(out); err != nil {
 		return err
 	}

@@ -35,7 +35,6 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -118,11 +117,11 @@ func main() {
 		sendKV(*connect, *topic, *count, *chunk, *wait, *linger)
 		return
 	}
-	c, err := load.DialRetry(*connect, zmtpguard.Push, *wait)
+	c, err := load.DialRetry(*connect, "PUSH", *wait)
 	if err != nil {
 		load.Fatal(err)
 	}
-	nc := zmtpaccess.NetConn(c)
+	nc := c.NetConn()
 	rep := report{Program: "sender"}
 	start := time.Now()
 	for left := groups; left > 0; {
@@ -158,16 +157,16 @@ func main() {
 // count messages (the stats vector or the outputs message) through the
 // connection's encrypting writer, flushed every 64 messages.
 func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, outputs bool, body []byte) {
-	server, err := zmtpguard.LoadCertificate(filepath.Join(dir, "server.key"))
+	serverPublic, _, err := zmtpguard.LoadCertificate(filepath.Join(dir, "server.key"))
 	if err != nil {
 		load.Fatal(err)
 	}
-	client, err := zmtpguard.LoadCertificate(filepath.Join(dir, "clients", "client.key_secret"))
+	_, clientSecret, err := zmtpguard.LoadCertificate(filepath.Join(dir, "clients", "client.key_secret"))
 	if err != nil {
 		load.Fatal(err)
 	}
-	cfg := &zmtpguard.Config{Curve: &zmtpguard.CurveConfig{SecretKey: client.Secret, ServerKey: server.Public}}
-	c, err := load.DialRetryConfig(connect, zmtpguard.Push, wait, cfg)
+	cfg := &zmtpguard.Config{Curve: &zmtpguard.CurveConfig{SecretKey: clientSecret, ServerKey: serverPublic}}
+	c, err := load.DialRetryConfig(connect, "PUSH", wait, cfg)
 	if err != nil {
 		load.Fatal(err)
 	}
@@ -196,7 +195,7 @@ func sendCurve(connect, dir string, count uint64, wait, linger time.Duration, ou
 	if elapsed > 0 {
 		rep.FramesPerSec = float64(rep.Frames) / elapsed.Seconds()
 	}
-	nc := zmtpaccess.NetConn(c)
+	nc := c.NetConn()
 	if tc, ok := nc.(*net.TCPConn); ok {
 		tc.CloseWrite()
 	}
@@ -215,11 +214,11 @@ func sendKV(connect, topic string, count uint64, chunk int, wait, linger time.Du
 	payload := load.KVBatch()
 	one, _ := load.KVChunk(topic, payload, 1)
 	per := uint64(max(1, chunk/len(one)))
-	c, err := load.DialRetry(connect, zmtpguard.Pub, wait)
+	c, err := load.DialRetry(connect, "PUB", wait)
 	if err != nil {
 		load.Fatal(err)
 	}
-	nc := zmtpaccess.NetConn(c)
+	nc := c.NetConn()
 	rep := report{Program: "sender"}
 	full, fullAt := load.KVChunk(topic, payload, int(per))
 	var seq uint64
@@ -295,7 +294,7 @@ func sendKVFleet(file, topic string, count uint64, wait, linger time.Duration) {
 		gate <- struct{}{}
 		go func() {
 			defer func() { <-gate; dialWG.Done() }()
-			c, err := load.DialRetry(ep, zmtpguard.Pub, wait)
+			c, err := load.DialRetry(ep, "PUB", wait)
 			dialMu.Lock()
 			defer dialMu.Unlock()
 			if err != nil {
@@ -315,7 +314,7 @@ func sendKVFleet(file, topic string, count uint64, wait, linger time.Duration) {
 	}
 	for i, c := range zconns {
 		defer c.Close()
-		conns[i] = zmtpaccess.NetConn(c)
+		conns[i] = c.NetConn()
 	}
 	payload := load.KVBatch()
 	burst, burstAt := load.KVChunk(topic, payload, fleetBurst)

@@ -7,14 +7,14 @@
 //	tabulate RESULTS.tsv            every comparison's table
 //	tabulate -summary RESULTS.tsv   the summary table only (its #summary rows)
 //
-// The file format is documented on bench.Parse.
+// The file format is documented on benchfmt.Parse.
 package main
 
 import (
 	"fmt"
 	"os"
 
-	"github.com/zmqguard/zmqguard/bench"
+	"github.com/zmqguard/zmqguard/internal/benchfmt"
 )
 
 func main() {
@@ -33,7 +33,7 @@ func main() {
 		os.Exit(1)
 	}
 	defer f.Close()
-	r, err := bench.Parse(f)
+	r, err := benchfmt.Parse(f)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "tabulate:", err)
 		os.Exit(1)

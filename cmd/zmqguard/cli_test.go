@@ -10,9 +10,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -247,14 +248,14 @@ func TestCoordinator(t *testing.T) {
 	backPub := p.logField("coordinator running", "back_publish", time.Second)
 	debugAddr := p.logField("coordinator running", "debug_addr", time.Second)
 
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: front, Socket: quietSocket()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: front, Socket: quietSocket()})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer fe.Close()
-	var engines []*coordinator.Engine
+	var engines []*dppeer.Engine
 	for range 2 {
-		e, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietSocket()})
+		e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietSocket()})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -268,7 +269,7 @@ func TestCoordinator(t *testing.T) {
 	}
 	// Junk on the back output: a bare int (the seed that killed vLLM's
 	// client), then stats from both engines.
-	junk, err := socket.NewPush(quietSocket())
+	junk, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -372,7 +373,7 @@ func TestHandshakeListener(t *testing.T) {
 	}
 	m := p.jsonLine()
 	if num(m, "served.V3") < 2 || num(m, "served.V2") < 1 || num(m, "error_replies") < 2 ||
-		num(m, "drops.decode") < 1 || num(m, "drops.unknown-rank") < 2 || num(m, "violations.transport") < 1 ||
+		num(m, "drops.decode") < 1 || num(m, "drops.unknown-rank") < 2 || num(m, "refused.transport") < 1 ||
 		m["dropped_hwm"] == nil {
 		t.Fatalf("unexpected counters: %s", p.stdout)
 	}
@@ -406,7 +407,7 @@ func TestSink(t *testing.T) {
 	const n = 200
 	p := start(t, ctx, "sink", "--decode", "stats", "--bind", "tcp://127.0.0.1:0", "--count", "200", "--log-format", "json")
 	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -418,9 +419,9 @@ func TestSink(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	m := coordinator.EngineCoreOutputs{EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
-		Stats: coordinator.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}
-	valid := enginecore.AppendHeader(nil, &m)
+	m := enginecore.Header{EngineIndex: 1, HasStats: true, Timestamp: 12345.678,
+		Stats: enginecore.SchedulerStats{NumRunningReqs: 3, NumWaitingReqs: 5, StepCounter: 42, CurrentWave: 7}}
+	valid := dpwire.AppendHeader(nil, &m)
 	for i := range n {
 		if err := push.Send(ctx, valid); err != nil {
 			t.Fatalf("send %d: %v", i, err)
@@ -445,7 +446,7 @@ func TestSinkRaw(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "sink", "--bind", "tcp://127.0.0.1:0", "--log-format=json", "--count=10")
 	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"net/netip"
 	"runtime"
@@ -11,7 +12,9 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var coordinatorSpec = commandSpec{
@@ -80,132 +83,158 @@ func newCoordinatorReport(st coordinator.Stats) coordinatorReport {
 	}
 }
 
-func runCoordinator(ctx context.Context, e *env, args []string) int {
-	spec := coordinatorSpec
-	fs := newFlagSet(e, spec)
-	front := fs.String("front", "", "front publish (XPUB) endpoint to bind, for API front-ends (required)")
-	backOut := fs.String("back-output", "", "back output (PULL) endpoint to bind, for engine outputs (required)")
-	backPub := fs.String("back-publish", "", "back publish (XPUB) endpoint to bind, for READY and START_DP_WAVE (required)")
-	engines := fs.Int("engines", 0, "data-parallel size: the number of engines (required)")
-	statsInterval := fs.Duration("stats-interval", coordinator.DefaultStatsInterval, "stats publication period while stats change")
-	idleInterval := fs.Duration("idle-interval", coordinator.DefaultIdleInterval, "stats publication period when nothing changes")
-	maxMsg := sizeValue(1 << 20)
-	fs.Var(&maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
-	startup := fs.Duration("startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
-	release := releaseFlag(fs)
-	readyInterval := fs.Duration("ready-interval", coordinator.DefaultReadyInterval, "shortest time between two READY broadcasts after start-up (negative: one READY per subscription, as vLLM)")
-	maxEngines := fs.Int("max-engines", 0, "largest engine count SCALE_ELASTIC_EP may set (0: 4 x --engines, at least 8)")
-	scaleFrom := fs.String("scale-from", "", "comma-separated IP addresses of the only front-ends allowed to send SCALE_ELASTIC_EP (default: any)")
-	dbg := addDebugFlags(fs)
-	mo := addMetricsFlags(fs)
-	curve := addCurveServerFlags(fs)
-	allow := addAllowFlag(fs)
-	live := addLivenessFlags(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
-	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if *front == "" || *backOut == "" || *backPub == "" {
-			return usagef("--front, --back-output and --back-publish are required")
-		}
-		if *engines < 1 || *engines > coordinator.DefaultMaxEngines {
-			return usagef("--engines must be in [1, %d]", coordinator.DefaultMaxEngines)
-		}
-		if *statsInterval <= 0 || *idleInterval <= 0 || *startup < 0 {
-			return usagef("intervals must be positive")
-		}
-		if maxMsg < 64 {
-			return usagef("--max-message-size must be at least 64 bytes")
-		}
-		if *maxEngines != 0 && (*maxEngines < *engines || *maxEngines > coordinator.MaxEngines) {
-			return usagef("--max-engines must be in [--engines, %d]", coordinator.MaxEngines)
-		}
-		var scaleHosts []string
-		for _, h := range strings.Split(*scaleFrom, ",") {
-			if h = strings.TrimSpace(h); h == "" {
-				continue
-			}
-			if _, err := netip.ParseAddr(h); err != nil {
-				return usagef("--scale-from: %q is not an IP address", h)
-			}
-			scaleHosts = append(scaleHosts, h)
-		}
-		if err := dbg.check(); err != nil {
-			return err
-		}
-		if err := live.check(); err != nil {
-			return err
-		}
-		if err := mo.check(); err != nil {
-			return err
-		}
-		cc, stopCurve, err := curve.config(ctx, e.logger)
-		if err != nil {
-			return err
-		}
-		defer stopCurve()
-		sopts := live.options()
-		sopts.Guard.Curve = cc
-		sopts.Guard.Allow = allow.prefixes
-		c, err := coordinator.New(coordinator.Config{
-			Socket:          sopts,
-			MaxEngines:      *maxEngines,
-			ReadyInterval:   *readyInterval,
-			ScaleFrom:       scaleHosts,
-			Front:           *front,
-			BackOutput:      *backOut,
-			BackPublish:     *backPub,
-			Engines:         *engines,
-			StatsInterval:   *statsInterval,
-			IdleInterval:    *idleInterval,
-			StartupDeadline: *startup,
-			MaxMessageSize:  int64(maxMsg),
-			Release:         *release,
-			Logger:          e.logger,
-		})
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		report := func() coordinatorReport {
-			r := newCoordinatorReport(c.Stats())
-			r.Goroutines = runtime.NumGoroutine()
-			return r
-		}
-		ds, err := startDebug(dbg, spec.name, func() any { return report() }, e.logger)
-		if err != nil {
-			return err
-		}
-		defer ds.Close()
-		ms, err := startMetrics(mo, e.logger, func(col *zgprom.Collector) error { return col.AddCoordinator("", c) })
-		if err != nil {
-			return err
-		}
-		defer ms.Close()
-		e.logger.Info("coordinator running", append([]any{"front", c.FrontEndpoint(), "back_output", c.BackOutputEndpoint(),
-			"back_publish", c.BackPublishEndpoint(), "engines", *engines, "vllm_version", release.String()}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
-		start := time.Now()
-		rerr := c.Run(ctx)
-		if rerr == nil || errors.Is(rerr, coordinator.ErrClosed) {
-			rerr = nil
-			e.logger.Info("coordinator stopping", "uptime", time.Since(start).Round(time.Millisecond))
-		} else {
-			e.logger.Error("coordinator stopped", "err", rerr)
-		}
-		// Close everything first, so that goroutines counts what did not stop.
-		c.Close()
-		ds.Close()
-		ms.Close()
-		line, err := json.Marshal(report())
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "%s\n", line)
-		return rerr
-	}()
-	return finish(e, fs, spec, err)
+// coordinatorFlags are the flags of coordinator.
+type coordinatorFlags struct {
+	front         string
+	backOut       string
+	backPub       string
+	engines       int
+	statsInterval time.Duration
+	idleInterval  time.Duration
+	maxMsg        sizeValue
+	startup       time.Duration
+	release       *vllm.Release
+	readyInterval time.Duration
+	maxEngines    int
+	scaleFrom     string
+	dbg           *debugOptions
+	mo            *metricsOptions
+	curve         *curveServerFlags
+	allow         *allowFlag
+	live          *livenessFlags
 }
+
+// coordinatorCmd is the coordinator command.
+var coordinatorCmd = command[coordinatorFlags]{
+	spec: coordinatorSpec,
+	register: func(fs *flag.FlagSet, fl *coordinatorFlags) {
+		fs.StringVar(&fl.front, "front", "", "front publish (XPUB) endpoint to bind, for API front-ends (required)")
+		fs.StringVar(&fl.backOut, "back-output", "", "back output (PULL) endpoint to bind, for engine outputs (required)")
+		fs.StringVar(&fl.backPub, "back-publish", "", "back publish (XPUB) endpoint to bind, for READY and START_DP_WAVE (required)")
+		fs.IntVar(&fl.engines, "engines", 0, "data-parallel size: the number of engines (required)")
+		fs.DurationVar(&fl.statsInterval, "stats-interval", 100*time.Millisecond, "stats publication period while stats change")
+		fs.DurationVar(&fl.idleInterval, "idle-interval", 5*time.Second, "stats publication period when nothing changes")
+		fl.maxMsg = sizeValue(1 << 20)
+		fs.Var(&fl.maxMsg, "max-message-size", "largest message accepted on any socket, a `size` such as 1048576, 1MiB or 64KiB")
+		fs.DurationVar(&fl.startup, "startup-deadline", 0, "give up if the engines have not all subscribed by then (0: wait for ever, as vLLM)")
+		fl.release = releaseFlag(fs)
+		fs.DurationVar(&fl.readyInterval, "ready-interval", 100*time.Millisecond, "shortest time between two READY broadcasts after start-up (negative: one READY per subscription, as vLLM)")
+		fs.IntVar(&fl.maxEngines, "max-engines", 0, "largest engine count SCALE_ELASTIC_EP may set (0: 4 x --engines, at least 8)")
+		fs.StringVar(&fl.scaleFrom, "scale-from", "", "comma-separated IP addresses of the only front-ends allowed to send SCALE_ELASTIC_EP (default: any)")
+		fl.dbg = addDebugFlags(fs)
+		fl.mo = addMetricsFlags(fs)
+		fl.curve = addCurveServerFlags(fs)
+		fl.allow = addAllowFlag(fs)
+		fl.live = addLivenessFlags(fs)
+	},
+	run: runCoordinator,
+}
+
+// runCoordinator is the run function of coordinator: it checks the flags and
+// the arguments (e.args), then does the work.
+func runCoordinator(ctx context.Context, fl *coordinatorFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
+	}
+	if fl.front == "" || fl.backOut == "" || fl.backPub == "" {
+		return usagef("--front, --back-output and --back-publish are required")
+	}
+	if fl.engines < 1 || fl.engines > maxStartEngines {
+		return usagef("--engines must be in [1, %d]", maxStartEngines)
+	}
+	if fl.statsInterval <= 0 || fl.idleInterval <= 0 || fl.startup < 0 {
+		return usagef("intervals must be positive")
+	}
+	if fl.maxMsg < 64 {
+		return usagef("--max-message-size must be at least 64 bytes")
+	}
+	if fl.maxEngines != 0 && (fl.maxEngines < fl.engines || fl.maxEngines > dpwire.MaxEngines) {
+		return usagef("--max-engines must be in [--engines, %d]", dpwire.MaxEngines)
+	}
+	var scaleHosts []string
+	for _, h := range strings.Split(fl.scaleFrom, ",") {
+		if h = strings.TrimSpace(h); h == "" {
+			continue
+		}
+		if _, err := netip.ParseAddr(h); err != nil {
+			return usagef("--scale-from: %q is not an IP address", h)
+		}
+		scaleHosts = append(scaleHosts, h)
+	}
+	if err := fl.dbg.check(); err != nil {
+		return err
+	}
+	if err := fl.live.check(); err != nil {
+		return err
+	}
+	if err := fl.mo.check(); err != nil {
+		return err
+	}
+	cc, stopCurve, err := fl.curve.config(ctx, e.logger)
+	if err != nil {
+		return err
+	}
+	defer stopCurve()
+	sopts := fl.live.options()
+	sopts.Guard.Curve = cc
+	sopts.Guard.Allow = fl.allow.prefixes
+	c, err := coordinator.New(coordinator.Config{
+		Socket:          sopts,
+		MaxEngines:      fl.maxEngines,
+		ReadyInterval:   fl.readyInterval,
+		ScaleFrom:       scaleHosts,
+		Front:           fl.front,
+		BackOutput:      fl.backOut,
+		BackPublish:     fl.backPub,
+		Engines:         fl.engines,
+		StatsInterval:   fl.statsInterval,
+		IdleInterval:    fl.idleInterval,
+		StartupDeadline: fl.startup,
+		MaxMessageSize:  int64(fl.maxMsg),
+		Release:         *fl.release,
+		Logger:          e.logger,
+	})
+	if err != nil {
+		return err
+	}
+	defer c.Close()
+	report := func() coordinatorReport {
+		r := newCoordinatorReport(c.Stats())
+		r.Goroutines = runtime.NumGoroutine()
+		return r
+	}
+	ds, err := startDebug(fl.dbg, coordinatorSpec.name, func() any { return report() }, e.logger)
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+	ms, err := startMetrics(fl.mo, e.logger, func(col *zgprom.Collector) error { return col.AddCoordinator("", c) })
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	e.logger.Info("coordinator running", append([]any{"front", c.FrontEndpoint(), "back_output", c.BackOutputEndpoint(),
+		"back_publish", c.BackPublishEndpoint(), "engines", fl.engines, "vllm_version", fl.release.String()}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
+	start := time.Now()
+	rerr := c.Run(ctx)
+	if rerr == nil || errors.Is(rerr, coordinator.ErrClosed) {
+		rerr = nil
+		e.logger.Info("coordinator stopping", "uptime", time.Since(start).Round(time.Millisecond))
+	} else {
+		e.logger.Error("coordinator stopped", "err", rerr)
+	}
+	// Close everything first, so that goroutines counts what did not stop.
+	c.Close()
+	ds.Close()
+	ms.Close()
+	line, err := json.Marshal(report())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s\n", line)
+	return rerr
+}
+
+// maxStartEngines is the largest --engines the coordinator accepts when
+// --max-engines is not set (coordinator.Config.MaxEngines' zero value).
+const maxStartEngines = 4096

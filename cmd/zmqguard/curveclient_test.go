@@ -3,12 +3,14 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"net"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/vllm"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -25,11 +27,11 @@ func curveCerts(t *testing.T) (srvPub, srvSecret, cliSecret, cliDir string) {
 		}
 	}
 	srvSecret = filepath.Join(srvDir, "server.key_secret")
-	cert, err := zmtpguard.LoadCertificate(filepath.Join(srvDir, "server.key"))
+	certPublic, _, err := zmtpguard.LoadCertificate(filepath.Join(srvDir, "server.key"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	return cert.Public.String(), srvSecret, filepath.Join(cliDir, "client.key_secret"), cliDir
+	return certPublic.String(), srvSecret, filepath.Join(cliDir, "client.key_secret"), cliDir
 }
 
 // TestProbeCurve: probe against a CURVE-only handshake-listener succeeds
@@ -97,19 +99,15 @@ func TestProbeCurveFreshKey(t *testing.T) {
 		t.Fatal(err)
 	}
 	m := handshake.NixlAgentMetadata{EngineID: "prefill-any", AgentMetadata: []byte("a"), KVCachesBaseAddr: []uint64{1},
-		NumBlocks: 1, BlockLens: []handshake.Int{16}, BlockStrides: []handshake.Int{16}, KVCacheLayout: "HND",
+		NumBlocks: 1, BlockLens: []int64{16}, BlockStrides: []int64{16}, KVCacheLayout: "HND",
 		BlockSize: 16, AttnBackendName: "FLASH_ATTN", PhysicalBlocksPerLogicalKVBlock: 1, DCPSize: 1, PCPSize: 1}
 	hash := strings.Repeat("ab", 32)
-	pl, err := handshake.NewPayload(hash, &m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := pl.MarshalMsg(nil)
+	b, err := handshake.EncodePayload(hash, &m, vllm.Latest())
 	if err != nil {
 		t.Fatal(err)
 	}
 	o := quietSocket()
-	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: sec, Authorize: zmtpguard.AllowAnyClient, Logger: o.Logger}
+	o.Guard.Curve = &zmtpguard.CurveConfig{Server: true, SecretKey: sec, Authorize: func(zmtpguard.CurveKey, net.Addr) (bool, string) { return true, "" }, Logger: o.Logger}
 	l, err := handshake.NewListener(handshake.ListenerConfig{Endpoint: "tcp://127.0.0.1:0", Payloads: map[handshake.Rank][]byte{{}: b},
 		Socket: o, Logger: o.Logger})
 	if err != nil {

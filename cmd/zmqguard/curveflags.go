@@ -8,7 +8,7 @@ import (
 	"os/signal"
 	"syscall"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -35,18 +35,19 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 	if *f.secretFile == "" || *f.allow == "" {
 		return nil, noop, usagef("--curve-secret-key-file and --curve-allow go together")
 	}
-	cert, err := zmtpguard.LoadCertificate(*f.secretFile)
+	certPublic, certSecret, err := zmtpguard.LoadCertificate(*f.secretFile)
 	if err != nil {
 		return nil, noop, err
 	}
-	if !cert.HasSecret() {
+	if certSecret == (zmtpguard.CurveKey{}) {
 		return nil, noop, usagef("--curve-secret-key-file %s holds no secret key (give the .key_secret file)", *f.secretFile)
 	}
-	ks, err := zmtpguard.LoadKeySet(*f.allow)
+	ks := &zmtpguard.KeySet{Path: *f.allow}
+	n, err := ks.Reload()
 	if err != nil {
 		return nil, noop, err
 	}
-	logger.Info("CURVE on: only listed client keys are admitted", "public_key", cert.Public.String(), "allowed_keys", ks.Len(), "allow", *f.allow)
+	logger.Info("CURVE on: only listed client keys are admitted", "public_key", certPublic.String(), "allowed_keys", n, "allow", *f.allow)
 	rctx, cancel := context.WithCancel(ctx)
 	hup := make(chan os.Signal, 1)
 	signal.Notify(hup, syscall.SIGHUP)
@@ -58,10 +59,10 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 			case <-rctx.Done():
 				return
 			case <-hup:
-				if err := ks.Reload(); err != nil {
+				if n, err := ks.Reload(); err != nil {
 					logger.Error("CURVE allowlist reload failed; the previous set stays in force", "allow", *f.allow, "err", err)
 				} else {
-					logger.Info("CURVE allowlist reloaded", "allow", *f.allow, "allowed_keys", ks.Len())
+					logger.Info("CURVE allowlist reloaded", "allow", *f.allow, "allowed_keys", n)
 				}
 			}
 		}
@@ -71,7 +72,7 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 		cancel()
 		<-done
 	}
-	return &zmtpguard.CurveConfig{Server: true, SecretKey: cert.Secret, Authorize: ks.Authorize, Logger: logger}, stop, nil
+	return &zmtpguard.CurveConfig{Server: true, SecretKey: certSecret, Authorize: ks.Authorize, Logger: logger}, stop, nil
 }
 
 // curveClientFlags are a client command's CURVE flags.
@@ -99,19 +100,19 @@ func (f *curveClientFlags) config(logger *slog.Logger) (*zmtpguard.CurveConfig, 
 	}
 	server, err := zmtpguard.ParseCurveKey(*f.serverKey)
 	if err != nil {
-		return nil, usagef("--curve-server-key %s: %v", decodeguard.EscapeText(*f.serverKey, 64), err)
+		return nil, usagef("--curve-server-key %s: %v", ratelog.Escape(*f.serverKey, 64), err)
 	}
 	var secret zmtpguard.CurveKey
 	if *f.secretFile != "" {
-		cert, err := zmtpguard.LoadCertificate(*f.secretFile)
+		certPublic, certSecret, err := zmtpguard.LoadCertificate(*f.secretFile)
 		if err != nil {
 			return nil, err
 		}
-		if !cert.HasSecret() {
+		if certSecret == (zmtpguard.CurveKey{}) {
 			return nil, usagef("--curve-secret-key-file %s holds no secret key (give the .key_secret file)", *f.secretFile)
 		}
-		secret = cert.Secret
-		logger.Info("CURVE client", "server_key", server.String(), "public_key", cert.Public.String(), "key_file", *f.secretFile)
+		secret = certSecret
+		logger.Info("CURVE client", "server_key", server.String(), "public_key", certPublic.String(), "key_file", *f.secretFile)
 	} else {
 		pub, sec, err := zmtpguard.GenerateCurveKeyPair()
 		if err != nil {

@@ -3,21 +3,18 @@ package main
 import (
 	"context"
 	"errors"
-	"fmt"
-	"io"
+	"flag"
 	"log/slog"
-	"runtime/debug"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"text/tabwriter"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/coordinator"
-	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
@@ -65,33 +62,42 @@ const (
 	demoTP       = 2
 )
 
-func runDemo(ctx context.Context, e *env, args []string) int {
-	spec := demoSpec
-	fs := newFlagSet(e, spec)
-	duration := fs.Duration("duration", 10*time.Second, "how long the demo runs")
-	clients := fs.Int("clients", 3, "number of decode clients fetching handshake metadata in a loop (1-8)")
-	mo := addMetricsFlags(fs)
-	release := releaseFlag(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// demoFlags are the flags of demo.
+type demoFlags struct {
+	duration time.Duration
+	clients  int
+	mo       *metricsOptions
+	release  *vllm.Release
+}
+
+// demoCmd is the demo command.
+var demoCmd = command[demoFlags]{
+	spec: demoSpec,
+	register: func(fs *flag.FlagSet, fl *demoFlags) {
+		fs.DurationVar(&fl.duration, "duration", 10*time.Second, "how long the demo runs")
+		fs.IntVar(&fl.clients, "clients", 3, "number of decode clients fetching handshake metadata in a loop (1-8)")
+		fl.mo = addMetricsFlags(fs)
+		fl.release = releaseFlag(fs)
+	},
+	run: runDemo,
+}
+
+// runDemo is the run function of demo: it checks the flags and
+// the arguments (e.args), then does the work.
+func runDemo(ctx context.Context, fl *demoFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if *duration <= 0 {
-			return usagef("--duration must be positive")
-		}
-		if *clients < 1 || *clients > 8 {
-			return usagef("--clients must be in [1, 8]")
-		}
-		if err := mo.check(); err != nil {
-			return err
-		}
-		return demo(ctx, e, *duration, *clients, mo, *release)
-	}()
-	return finish(e, fs, spec, err)
+	if fl.duration <= 0 {
+		return usagef("--duration must be positive")
+	}
+	if fl.clients < 1 || fl.clients > 8 {
+		return usagef("--clients must be in [1, 8]")
+	}
+	if err := fl.mo.check(); err != nil {
+		return err
+	}
+	return demo(ctx, e, fl.duration, fl.clients, fl.mo, *fl.release)
 }
 
 // demo runs the tour and prints the final table.
@@ -209,7 +215,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 
 	// Engines and the front-end.
 	for i := range demoEngines {
-		eng, err := coordinator.DialEngine(coordinator.EngineConfig{
+		eng, err := dppeer.DialEngine(dppeer.EngineConfig{
 			BackPublish: coord.BackPublishEndpoint(), BackOutput: coord.BackOutputEndpoint(), Socket: sockOpts,
 		})
 		if err != nil {
@@ -218,7 +224,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		defer eng.Close()
 		helperWG.Go(func() { demoEngine(runCtx, eng, i, release, &c) })
 	}
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: coord.FrontEndpoint(), Socket: sockOpts})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: coord.FrontEndpoint(), Socket: sockOpts})
 	if err != nil {
 		return err
 	}
@@ -318,233 +324,4 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		return errors.New("a component stopped answering or crashed (see the table and the log)")
 	}
 	return nil
-}
-
-// guarded runs f, turning a panic into an error (with the stack logged), so
-// that a crashing component is counted rather than taking the demo down
-// without its table.
-func guarded(f func() error) (err error) {
-	defer func() {
-		if r := recover(); r != nil {
-			slog.Error("component panicked", "panic", fmt.Sprint(r), "stack", string(debug.Stack()))
-			err = fmt.Errorf("panic: %v", r)
-		}
-	}()
-	return f()
-}
-
-// demoEngine plays one DP engine: it waits for READY, pushes stats every
-// 20 ms, follows START_DP_WAVE broadcasts, and (engine 0) reports the end of
-// each wave a second after it started, so the front-end wakes the next one.
-// Under releases where a wake no longer sets running (vLLM PR #51481),
-// engine 0 also reports each wave's start with start_wave, as DP rank 0
-// does.
-func demoEngine(ctx context.Context, eng *coordinator.Engine, idx int, release vllm.Release, c *demoCounters) {
-	reportStart := idx == 0 && !release.Rules().WakeSetsRunning
-	reported := int64(-1)
-	if err := eng.WaitReady(ctx); err != nil {
-		return
-	}
-	var wave atomic.Int64
-	var wg sync.WaitGroup
-	defer wg.Wait()
-	wg.Go(func() {
-		for {
-			w, _, err := eng.NextStartWave(ctx)
-			if err != nil {
-				if decodeguard.IsBadInput(err) && ctx.Err() == nil {
-					continue
-				}
-				return
-			}
-			c.startWaves.Add(1)
-			if int64(w) > wave.Load() {
-				wave.Store(int64(w))
-			}
-			if reportStart && int64(w) > reported && eng.SendStartWave(ctx, 0, w) == nil {
-				reported = int64(w)
-				c.engineMsgs.Add(1)
-			}
-		}
-	})
-	t := time.NewTicker(20 * time.Millisecond)
-	defer t.Stop()
-	cur, step, completed := wave.Load(), 0, int64(-1)
-	waveStart := time.Now()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-		}
-		if w := wave.Load(); w != cur {
-			cur, step, waveStart = w, 0, time.Now()
-		}
-		step++
-		waiting, running := (step*7+idx*3)%11, (step+idx)%5+1
-		if eng.SendStats(ctx, idx, waiting, running, int(cur), step) == nil {
-			c.engineMsgs.Add(1)
-		}
-		if idx == 0 && completed < cur && time.Since(waveStart) > time.Second {
-			if eng.SendWaveComplete(ctx, 0, int(cur)) == nil {
-				c.engineMsgs.Add(1)
-				completed = cur
-			}
-		}
-	}
-}
-
-// demoFrontEnd plays the API front-end: it reads every publication and wakes
-// the engines whenever they are paused.
-func demoFrontEnd(ctx context.Context, fe *coordinator.FrontEnd, c *demoCounters) {
-	woken := int64(-1)
-	for {
-		p, err := fe.Next(ctx)
-		if err != nil {
-			if decodeguard.IsBadInput(err) && ctx.Err() == nil {
-				continue
-			}
-			return
-		}
-		c.publications.Add(1)
-		if !p.Running && p.Wave != woken {
-			if fe.Wake(ctx, nil, int(p.Wave)) == nil {
-				woken = p.Wave
-				c.wakes.Add(1)
-			}
-		}
-	}
-}
-
-// demoClient plays one decode worker fetching metadata in a loop: V3 for
-// tp rank i%2 (the third client asks in the V2 form); the last client asks
-// every tenth time for a rank the listener does not serve and expects the
-// explicit rejection.
-func demoClient(ctx context.Context, ep string, i, n int, opts handshake.ClientOptions, c *demoCounters, logger *slog.Logger) {
-	for k := 1; ctx.Err() == nil; k++ {
-		req := handshake.Request{Variant: handshake.V3, TP: i % demoTP}
-		if i == 2 {
-			req.Variant = handshake.V2
-		}
-		unserved := i == n-1 && k%10 == 0
-		if unserved {
-			req.TP = 7
-		}
-		_, err := handshake.Fetch(ctx, ep, req, opts)
-		if ctx.Err() != nil {
-			return
-		}
-		switch {
-		case unserved && errors.Is(err, handshake.ErrRejected):
-			c.rejected.Add(1)
-		case !unserved && err == nil:
-			c.fetchOK.Add(1)
-		default:
-			c.fetchFail.Add(1)
-			logger.Warn("handshake failed", "client", i, "rank", handshake.Rank{PP: req.PP, TP: req.TP}, "err", err)
-		}
-		t := time.NewTimer(5 * time.Millisecond)
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return
-		case <-t.C:
-		}
-	}
-}
-
-// demoStatus renders the live one-line status.
-func demoStatus(elapsed, total time.Duration, cs coordinator.Stats, ls handshake.ListenerStats, c *demoCounters) string {
-	lsViol := coordinator.Drops(ls.Socket.Violations)
-	drops := cs.Dropped + cs.Violations.Total() + ls.Loop.TotalDropped() + lsViol.Total()
-	return fmt.Sprintf("demo %s/%s | coordinator %d outputs, %d pubs, wave %d | handshakes %d | scanner %d probes, %d deaths | drops %d | crashes %d",
-		elapsed.Truncate(time.Second), total, cs.BackOutput.Accepted, cs.StatsPublished+cs.WavePublished, cs.Wave,
-		c.fetchOK.Load(), c.probes.Load(), c.deaths.Load(), drops, c.crashes.Load())
-}
-
-// writeDemoTable prints the final table.
-func writeDemoTable(w io.Writer, elapsed time.Duration, front, backOut, backPub, hs string, answers []bool,
-	cs coordinator.Stats, ls handshake.ListenerStats, c *demoCounters, rep *hostile.Report) {
-	yes := func(b bool) string {
-		if b {
-			return "yes"
-		}
-		return "NO"
-	}
-	probes := c.probes.Load()
-	fmt.Fprintf(w, "zmqguard demo: %s on loopback; the built-in scanner sent %d hostile probes at 4 ports\n\n",
-		elapsed.Round(100*time.Millisecond), probes)
-
-	tw := tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "COMPONENT\tENDPOINT\tMESSAGES SERVED\tSENT\tMSGS DROPPED\tCONNS REFUSED\tANSWERS AT END")
-	row := func(name, ep string, served, sent, dropped, refused uint64, ans bool) {
-		fmt.Fprintf(tw, "%s\t%s\t%d\t%d\t%d\t%d\t%s\n", name, ep, served, sent, dropped, refused, yes(ans))
-	}
-	lsViol := coordinator.Drops(ls.Socket.Violations)
-	row("coordinator front (XPUB)", front, cs.Front.Accepted, cs.Front.Sent, cs.Front.Dropped, cs.Front.Violations.Total(), answers[0])
-	row("coordinator back-output (PULL)", backOut, cs.BackOutput.Accepted, cs.BackOutput.Sent, cs.BackOutput.Dropped, cs.BackOutput.Violations.Total(), answers[1])
-	row("coordinator back-publish (XPUB)", backPub, cs.BackPublish.Accepted, cs.BackPublish.Sent, cs.BackPublish.Dropped, cs.BackPublish.Violations.Total(), answers[2])
-	row("handshake listener (ROUTER)", hs, ls.TotalServed(), ls.Socket.Sent, ls.Loop.TotalDropped(), lsViol.Total(), answers[3])
-	tw.Flush()
-
-	fmt.Fprintln(w, "\nDrops by reason (messages dropped + connections refused):")
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintln(tw, "REASON\tFRONT\tBACK-OUTPUT\tBACK-PUBLISH\tHANDSHAKE\tTOTAL")
-	cols := []coordinator.Drops{
-		sumDrops(cs.Front.Drops, cs.Front.Violations),
-		sumDrops(cs.BackOutput.Drops, cs.BackOutput.Violations),
-		sumDrops(cs.BackPublish.Drops, cs.BackPublish.Violations),
-		sumDrops(coordinator.Drops(ls.Loop.Dropped), lsViol),
-	}
-	var grand uint64
-	for _, r := range decodeguard.Reasons() {
-		var total uint64
-		for _, col := range cols {
-			total += col[r]
-		}
-		if total == 0 {
-			continue
-		}
-		grand += total
-		fmt.Fprintf(tw, "%s\t%d\t%d\t%d\t%d\t%d\n", r, cols[0][r], cols[1][r], cols[2][r], cols[3][r], total)
-	}
-	fmt.Fprintf(tw, "total\t%d\t%d\t%d\t%d\t%d\n", cols[0].Total(), cols[1].Total(), cols[2].Total(), cols[3].Total(), grand)
-	tw.Flush()
-
-	fmt.Fprintln(w)
-	tw = tabwriter.NewWriter(w, 0, 4, 2, ' ', 0)
-	fmt.Fprintf(tw, "coordinator:\t%d engine outputs taken, %d stats and %d wave publications, %d READY and %d START_DP_WAVE sent, wave %d\n",
-		cs.StatsApplied, cs.StatsPublished, cs.WavePublished, cs.ReadySent, cs.StartWaveSent, cs.Wave)
-	fmt.Fprintf(tw, "front-end:\t%d publications received, %d wake-ups sent\n", c.publications.Load(), c.wakes.Load())
-	fmt.Fprintf(tw, "engines:\t%d messages pushed, %d START_DP_WAVE received\n", c.engineMsgs.Load(), c.startWaves.Load())
-	fmt.Fprintf(tw, "handshakes completed:\t%d (V1 %d, V2 %d, V3 %d served); %d unserved-rank requests rejected as expected; %d failed\n",
-		c.fetchOK.Load(), ls.Served[handshake.V1], ls.Served[handshake.V2], ls.Served[handshake.V3], c.rejected.Load(), c.fetchFail.Load())
-	passes := 0
-	if rep != nil && len(rep.Passes) > 0 {
-		passes = rep.Passes[0]
-		for _, p := range rep.Passes {
-			passes = min(passes, p)
-		}
-	}
-	fmt.Fprintf(tw, "hostile probes:\t%d sent (%d complete pass(es) over the corpus per port); %s\n",
-		probes, passes, deathsText(c.deaths.Load()))
-	fmt.Fprintf(tw, "crashes:\t%d\n", c.crashes.Load())
-	tw.Flush()
-	if rep != nil && !rep.OK() {
-		fmt.Fprintln(w, "\nProbes after which a port stopped answering:")
-		var b strings.Builder
-		for _, r := range rep.Results {
-			if !r.Alive() {
-				fmt.Fprintf(&b, "  %s %s: %s\n", r.Target, r.Probe, r.LastError)
-			}
-		}
-		io.WriteString(w, b.String())
-	}
-}
-
-func sumDrops(a, b coordinator.Drops) coordinator.Drops {
-	for i := range a {
-		a[i] += b[i]
-	}
-	return a
 }

@@ -39,7 +39,7 @@ func demoFactors(r vllm.Release) handshake.Factors {
 
 // demoHash returns the compatibility hash of the latest release's demo
 // factor set.
-func demoHash() string { return demoHashFor(vllm.Latest) }
+func demoHash() string { return demoHashFor(vllm.Latest()) }
 
 // demoHashFor returns the compatibility hash of demoFactors(r).
 func demoHashFor(r vllm.Release) string {
@@ -58,15 +58,15 @@ func demoHashFor(r vllm.Release) string {
 func demoMetadata(engineID string, pp, tp int) handshake.NixlAgentMetadata {
 	const blockLen = 16 * 8 * 128 * 2
 	base := uint64(0x7f0000000000) + uint64(pp)<<36 + uint64(tp)<<32
-	numBlocks := handshake.Int(1000 + pp*100 + tp)
+	numBlocks := int64(1000 + pp*100 + tp)
 	return handshake.NixlAgentMetadata{
 		EngineID:                        engineID,
 		AgentMetadata:                   fmt.Appendf(nil, "zmqguard-demo-nixl-agent/%s/pp%d/tp%d", engineID, pp, tp),
 		KVCachesBaseAddr:                []uint64{base, base + uint64(numBlocks)*blockLen},
-		DeviceID:                        handshake.Int(tp),
+		DeviceID:                        int64(tp),
 		NumBlocks:                       numBlocks,
-		BlockLens:                       []handshake.Int{blockLen, blockLen},
-		BlockStrides:                    []handshake.Int{blockLen, blockLen},
+		BlockLens:                       []int64{blockLen, blockLen},
+		BlockStrides:                    []int64{blockLen, blockLen},
 		KVCacheLayout:                   "HND",
 		BlockSize:                       16,
 		AttnBackendName:                 "FLASH_ATTN",
@@ -78,17 +78,13 @@ func demoMetadata(engineID string, pp, tp int) handshake.NixlAgentMetadata {
 
 // demoPayloads returns the encoded payload of every (pp, tp) rank in
 // [0, ppSize) x [0, tpSize), the agent metadata laid out as release r's vLLM
-// writes it (NixlAgentMetadata.MarshalRelease).
+// writes it (handshake.EncodePayload).
 func demoPayloads(engineID, hash string, r vllm.Release, ppSize, tpSize int) (map[handshake.Rank][]byte, error) {
 	out := make(map[handshake.Rank][]byte, ppSize*tpSize)
 	for pp := range ppSize {
 		for tp := range tpSize {
 			m := demoMetadata(engineID, pp, tp)
-			p, err := handshake.NewPayloadRelease(hash, &m, r)
-			if err != nil {
-				return nil, err
-			}
-			b, err := p.MarshalMsg(nil)
+			b, err := handshake.EncodePayload(hash, &m, r)
 			if err != nil {
 				return nil, err
 			}

@@ -101,15 +101,15 @@ func TestPackageDocListsEveryCommand(t *testing.T) {
 		found := false
 		for _, l := range strings.Split(help.String(), "\n") {
 			f := strings.Fields(l)
-			if len(f) > 0 && f[0] == c.spec.name && strings.Contains(l, c.spec.summary) {
+			if len(f) > 0 && f[0] == c.commandSpec().name && strings.Contains(l, c.commandSpec().summary) {
 				found = true
 			}
 		}
 		if !found {
-			t.Errorf("zmqguard help does not list %s with its summary:\n%s", c.spec.name, help.String())
+			t.Errorf("zmqguard help does not list %s with its summary:\n%s", c.commandSpec().name, help.String())
 		}
-		if c.spec.summary == "" {
-			t.Errorf("command %s has no summary", c.spec.name)
+		if c.commandSpec().summary == "" {
+			t.Errorf("command %s has no summary", c.commandSpec().name)
 		}
 	}
 	for _, name := range []string{"keygen", "outputs"} {

@@ -211,7 +211,7 @@ func usageLine(w io.Writer, spec commandSpec, err error) {
 
 // finish turns a command's error into an exit code, writing it (and for a
 // usage error, the usage) to stderr.
-func finish(e *env, fs *flag.FlagSet, spec commandSpec, err error) int {
+func finish(e *env, spec commandSpec, err error) int {
 	if err == nil {
 		return 0
 	}
@@ -231,7 +231,7 @@ type releaseValue struct{ r *vllm.Release }
 
 func (v releaseValue) String() string {
 	if v.r == nil {
-		return vllm.Latest.String()
+		return vllm.Latest().String()
 	}
 	return v.r.String()
 }
@@ -250,7 +250,11 @@ func (v releaseValue) Set(s string) error {
 // latest (current vLLM main). The returned Release is set when fs parses.
 func releaseFlag(fs *flag.FlagSet) *vllm.Release {
 	r := new(vllm.Release)
+	var names []string
+	for _, rel := range vllm.Releases() {
+		names = append(names, rel.String())
+	}
 	fs.Var(releaseValue{r}, "vllm-version",
-		"the vLLM `release` the peers run: "+strings.Join(vllm.Names(), ", ")+" (default latest; a patch release such as 0.26.1 selects its minor profile)")
+		"the vLLM `release` the peers run: "+strings.Join(names, ", ")+" (default latest; a patch release such as 0.26.1 selects its minor profile)")
 	return r
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -168,7 +169,7 @@ func TestDemoData(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		p, err := handshake.DecodePayload(ps[handshake.Rank{}])
+		p, err := nixlwire.DecodePayload(ps[handshake.Rank{}])
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -176,11 +177,11 @@ func TestDemoData(t *testing.T) {
 			t.Errorf("%s: agent metadata with %d keys, want %d (%v)", r, n, keys, err)
 		}
 	}
-	ps, err := demoPayloads("e", documented, vllm.Latest, 2, 3)
+	ps, err := demoPayloads("e", documented, vllm.Latest(), 2, 3)
 	if err != nil || len(ps) != 6 {
 		t.Fatalf("%d payloads, %v", len(ps), err)
 	}
-	p, err := handshake.DecodePayload(ps[handshake.Rank{PP: 1, TP: 2}])
+	p, err := nixlwire.DecodePayload(ps[handshake.Rank{PP: 1, TP: 2}])
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"flag"
 	"fmt"
 
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -23,34 +24,41 @@ A server takes the .key_secret file; its clients take its public key; a
 directory of clients' .key files is a server's allowlist.`,
 }
 
-func runKeygen(ctx context.Context, e *env, args []string) int {
-	spec := keygenSpec
-	fs := newFlagSet(e, spec)
-	out := fs.String("out", "", "directory to write NAME.key and NAME.key_secret into (default: print the keys)")
-	name := fs.String("name", "zmqguard", "certificate base name, with --out")
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// keygenFlags are the flags of keygen.
+type keygenFlags struct {
+	out  string
+	name string
+}
+
+// keygenCmd is the keygen command.
+var keygenCmd = command[keygenFlags]{
+	spec: keygenSpec,
+	register: func(fs *flag.FlagSet, fl *keygenFlags) {
+		fs.StringVar(&fl.out, "out", "", "directory to write NAME.key and NAME.key_secret into (default: print the keys)")
+		fs.StringVar(&fl.name, "name", "zmqguard", "certificate base name, with --out")
+	},
+	run: runKeygen,
+}
+
+// runKeygen is the run function of keygen: it checks the flags and
+// the arguments (e.args), then does the work.
+func runKeygen(ctx context.Context, fl *keygenFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("keygen takes no arguments")
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("keygen takes no arguments")
-		}
-		if *out == "" {
-			pub, sec, err := zmtpguard.GenerateCurveKeyPair()
-			if err != nil {
-				return err
-			}
-			fmt.Fprintln(e.stdout, pub.String())
-			fmt.Fprintln(e.stdout, sec.String())
-			return nil
-		}
-		pubPath, secPath, pub, err := zmtpguard.CreateCertificates(*out, *name)
+	if fl.out == "" {
+		pub, sec, err := zmtpguard.GenerateCurveKeyPair()
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(e.stdout, "public certificate: %s\nsecret certificate: %s\npublic key: %s\n", pubPath, secPath, pub)
+		fmt.Fprintln(e.stdout, pub.String())
+		fmt.Fprintln(e.stdout, sec.String())
 		return nil
-	}()
-	return finish(e, fs, spec, err)
+	}
+	pubPath, secPath, pub, err := zmtpguard.CreateCertificates(fl.out, fl.name)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "public certificate: %s\nsecret certificate: %s\npublic key: %s\n", pubPath, secPath, pub)
+	return nil
 }

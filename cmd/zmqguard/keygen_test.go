@@ -10,6 +10,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
+	"golang.org/x/crypto/curve25519"
 )
 
 func TestKeygen(t *testing.T) {
@@ -25,8 +26,8 @@ func TestKeygen(t *testing.T) {
 	}
 	pub, err1 := zmtpguard.ParseCurveKey(lines[0])
 	sec, err2 := zmtpguard.ParseCurveKey(lines[1])
-	derived, err3 := zmtpguard.CurvePublicKey(sec)
-	if err1 != nil || err2 != nil || err3 != nil || derived != pub {
+	derived, err3 := curve25519.X25519(sec[:], curve25519.Basepoint)
+	if err1 != nil || err2 != nil || err3 != nil || zmtpguard.CurveKey(derived) != pub {
 		t.Fatalf("keys do not pair: %v %v %v", err1, err2, err3)
 	}
 
@@ -35,8 +36,8 @@ func TestKeygen(t *testing.T) {
 	if code := run(ctx, []string{"keygen", "--out", dir, "--name", "srv"}, &out, &errb, false); code != 0 {
 		t.Fatalf("exit %d: %s", code, errb.String())
 	}
-	c, err := zmtpguard.LoadCertificate(filepath.Join(dir, "srv.key_secret"))
-	if err != nil || !c.HasSecret() || !strings.Contains(out.String(), c.Public.String()) {
+	cPublic, cSecret, err := zmtpguard.LoadCertificate(filepath.Join(dir, "srv.key_secret"))
+	if err != nil || cSecret == (zmtpguard.CurveKey{}) || !strings.Contains(out.String(), cPublic.String()) {
 		t.Fatalf("certificate: %v, output %q", err, out.String())
 	}
 	errb.Reset()
@@ -62,7 +63,7 @@ func TestSinkCurve(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := zmtpguard.LoadCertificate(cliSecretPath)
+	_, cliSecret, err := zmtpguard.LoadCertificate(cliSecretPath)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -78,7 +79,7 @@ func TestSinkCurve(t *testing.T) {
 	_, strangerSec, _ := zmtpguard.GenerateCurveKeyPair()
 	so := quietSocket()
 	so.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: strangerSec, ServerKey: srvPub}
-	stranger, err := socket.NewPush(so)
+	stranger, err := socket.New("PUSH", so)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,8 +87,8 @@ func TestSinkCurve(t *testing.T) {
 	stranger.Dial(ep)
 
 	o := quietSocket()
-	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cli.Secret, ServerKey: srvPub}
-	push, err := socket.NewPush(o)
+	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cliSecret, ServerKey: srvPub}
+	push, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}

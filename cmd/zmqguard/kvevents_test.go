@@ -74,13 +74,13 @@ func TestKVEventsReplayAndCount(t *testing.T) {
 	bin, _ := kvevents.BytesHash(digest)
 	evs := []kvevents.Event{
 		{Type: kvevents.BlockStored, BlockHashes: []kvevents.Hash{kvevents.IntHash(1 << 63), bin}, TokenIDs: []int64{1, 2, 3, 4},
-			BlockSize: 2, Medium: kvevents.String("GPU"), GroupIdx: kvevents.Int(1), Ownership: kvevents.String("obj"),
-			SessionID: kvevents.String("conv-1")},
-		{Type: kvevents.BlockRemoved, BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}, Medium: kvevents.String("CPU")},
+			BlockSize: 2, Medium: kvevents.Some("GPU"), GroupIdx: kvevents.Some[int64](1), Ownership: kvevents.Some("obj"),
+			SessionID: kvevents.Some("conv-1")},
+		{Type: kvevents.BlockRemoved, BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}, Medium: kvevents.Some("CPU")},
 		{Type: kvevents.AllBlocksCleared},
 	}
 	for range 10 {
-		pub.PublishBatch(12.5, evs, kvevents.Int(0))
+		pub.PublishRaw(kvevents.AppendBatch(nil, 12.5, evs, kvevents.Some[int64](0), true))
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
@@ -90,7 +90,7 @@ func TestKVEventsReplayAndCount(t *testing.T) {
 		select {
 		case <-p.done:
 		case <-time.After(20 * time.Millisecond):
-			pub.PublishBatch(12.5, evs, kvevents.Int(0))
+			pub.PublishRaw(kvevents.AppendBatch(nil, 12.5, evs, kvevents.Some[int64](0), true))
 			continue
 		}
 		break
@@ -127,7 +127,7 @@ func TestKVEventsReplayAndCount(t *testing.T) {
 // TestKVEventsLostAndReset: without a replay endpoint a gap prints its lost
 // range, and a lower sequence number a reset; SIGTERM ends with counters.
 func TestKVEventsLostAndReset(t *testing.T) {
-	xp, err := socket.NewXPub(quietSocket())
+	xp, err := socket.New("XPUB", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -158,7 +158,7 @@ func TestKVEventsLostAndReset(t *testing.T) {
 	case <-time.After(20 * time.Second):
 		t.Fatalf("no subscription\n%s", p.stderr)
 	}
-	payload := kvevents.AppendBatch(nil, 1, []kvevents.Event{{Type: kvevents.AllBlocksCleared}}, kvevents.OptInt{}, true)
+	payload := kvevents.AppendBatch(nil, 1, []kvevents.Event{{Type: kvevents.AllBlocksCleared}}, kvevents.Opt[int64]{}, true)
 	for _, seq := range []uint64{0, 1, 3, 1} {
 		xp.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payload)
 	}
@@ -246,7 +246,7 @@ func TestKVPublish(t *testing.T) {
 // block hash, the first has none) and every hash is distinct, else 0.
 func kvChained(evs []kvevents.Event) uint64 {
 	seen := map[uint64]bool{}
-	var last kvevents.OptHash
+	var last kvevents.Opt[kvevents.Hash]
 	for _, e := range evs {
 		if e.Type != kvevents.BlockStored {
 			continue
@@ -260,7 +260,7 @@ func kvChained(evs []kvevents.Event) uint64 {
 			}
 			seen[h.Uint64()] = true
 		}
-		last = kvevents.OptHash{V: e.BlockHashes[len(e.BlockHashes)-1], Valid: true}
+		last = kvevents.Opt[kvevents.Hash]{V: e.BlockHashes[len(e.BlockHashes)-1], Valid: true}
 	}
 	return 1
 }
@@ -299,7 +299,7 @@ func TestKVSyntheticHashes(t *testing.T) {
 			}
 		}
 		var b kvevents.Batch
-		if err := kvevents.DecodeBatch(kvevents.AppendBatch(nil, 1, batch, kvevents.Int(0), true), kvevents.Limits{}, &b, nil); err != nil || b.DroppedEvents != 0 {
+		if err := kvevents.DecodeBatch(kvevents.AppendBatch(nil, 1, batch, kvevents.Some[int64](0), true), &b); err != nil || b.DroppedEvents != 0 {
 			t.Fatalf("batch %d: %v, %d dropped", n, err, b.DroppedEvents)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"log/slog"
 	"net"
@@ -153,11 +154,11 @@ type kvIndexHTTP struct {
 
 // kvIndexServer is the --http endpoint's handlers.
 type kvIndexServer struct {
-	x                     *kvindex.Index  // nil in vLLM-key mode
-	vx                    *vllmhash.Index // vLLM-key mode (--vllm-hash)
+	x                     *kvindex.Index
+	vllmKeys              bool // vLLM-key mode (--vllm-hash)
 	vxBlockSize           int
 	sub                   *kvevents.Subscriber
-	store                 *redisstore.Store // nil: memory
+	store                 kvindex.Backend // nil: memory
 	model                 string
 	logger                *slog.Logger
 	applyErrors           atomic.Uint64
@@ -216,13 +217,13 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 	}
 	var res kvindex.ScoreResult
 	var err error
-	if s.vx != nil {
+	if s.vllmKeys {
 		// vLLM-key mode: one model, the engines' block size.
 		if model != s.model || req.BlockSize != 0 && req.BlockSize != s.vxBlockSize {
 			s.fail(w, http.StatusBadRequest, fmt.Sprintf("vLLM-key mode indexes model %q in blocks of %d only", s.model, s.vxBlockSize))
 			return
 		}
-		res, err = s.vx.Score(&vllmhash.Request{TokenIDs: req.Tokens, LoRAName: req.Lora})
+		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: s.vxBlockSize})
 	} else {
 		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: req.BlockSize})
 	}
@@ -242,7 +243,7 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 // kvIndexCounters is the exit line's and /stats' body.
 type kvIndexCounters struct {
 	Index       *kvindex.Stats        `json:"index,omitempty"`
-	VLLMKeys    *vllmhash.IndexStats  `json:"vllm_key_index,omitempty"`
+	VLLMKeys    *kvindex.Stats        `json:"vllm_key_index,omitempty"`
 	ApplyErrors uint64                `json:"apply_errors"`
 	HTTP        kvIndexHTTP           `json:"http"`
 	Redis       *redisstore.Stats     `json:"redis,omitempty"`
@@ -253,15 +254,15 @@ type kvIndexCounters struct {
 func (s *kvIndexServer) counters() kvIndexCounters {
 	c := kvIndexCounters{ApplyErrors: s.applyErrors.Load(),
 		HTTP: kvIndexHTTP{Scores: s.scores.Load(), BadRequests: s.bad.Load(), Failures: s.failures.Load()}}
-	if s.vx != nil {
-		st := s.vx.Stats()
+	if s.vllmKeys {
+		st := s.x.Stats()
 		c.VLLMKeys = &st
 	} else {
 		st := s.x.Stats()
 		c.Index = &st
 	}
 	if s.store != nil {
-		st := s.store.StoreStats()
+		st, _ := redisstore.StatsOf(s.store)
 		c.Redis = &st
 	}
 	st := s.sub.Stats()
@@ -269,7 +270,7 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 	for _, so := range st.Sources {
 		c.Sources[so.Name] = toCounters(so)
 	}
-	c.Total = toCounters(st.Total)
+	c.Total = toCounters(st)
 	return c
 }
 
@@ -278,9 +279,6 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 // counted; the subscriber goes on.
 func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
 	apply := func(u kvevents.Update) error {
-		if s.vx != nil {
-			return s.vx.Apply(u)
-		}
 		return s.x.Apply(u)
 	}
 	if err := apply(u); err != nil && !errors.Is(err, kvindex.ErrClosed) {
@@ -292,7 +290,7 @@ func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
 
 // handler returns the --http mux.
 func (s *kvIndexServer) handler() (http.Handler, error) {
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	if err := c.AddKVEvents("kv-index", 0, s.sub); err != nil {
 		return nil, err
 	}
@@ -345,149 +343,168 @@ func (c *kvIndexHTTPCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-func runKVIndex(ctx context.Context, e *env, args []string) int {
-	spec := kvIndexSpec
-	fs := newFlagSet(e, spec)
-	var srcs kvSourcesFlag
-	fs.Var(kvSourceFlag{f: &srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
-	fs.Var(kvSourceFlag{f: &srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
-	fs.Var(kvReplayFlag{f: &srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
-	topic := fs.String("topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
-	fromStart := fs.Bool("from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
-	replayTimeout := fs.Duration("replay-timeout", kvevents.DefaultReplayTimeout, "give a replay up after this long without a reply")
-	httpAddr := fs.String("http", "", "serve POST /score, /stats and /metrics over HTTP on this `host:port` (required; loopback only)")
-	httpRemote := fs.Bool("http-allow-remote", false, "allow an --http host that is not loopback")
-	model := fs.String("model", "", "the model every engine serves (a /score request without \"model\" gets it)")
-	blockSize := fs.Int("block-size", 0, "block size to score with before any store names one (0: kvindex's default, 16)")
-	capacity := fs.Int("capacity", 0, "most (block, engine, tier, group) entries held; the oldest are evicted (0: kvindex.DefaultCapacity)")
-	seed := fs.Uint64("seed", 0, "local-key seed; every process sharing a --redis index must use the same (0: kvindex's default)")
-	redisURL := fs.String("redis", "", "keep the index in Redis/Valkey: redis://host:port/db or unix:///path/redis.sock (default: in memory)")
-	redisPrefix := fs.String("redis-prefix", redisstore.DefaultPrefix, "key prefix of the index in Redis")
-	redisLease := fs.Bool("redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
-	leaseTTL := fs.Duration("redis-lease-ttl", redisstore.DefaultLeaseTTL, "how long a writer lease outlives its last renewal")
-	vllmHash := fs.String("vllm-hash", "", "vLLM-key mode: key blocks by the engines' own hashes, computed for /score with this `function` (sha256_cbor or sha256; needs --block-size and --pythonhashseed)")
-	hashSeed := fs.String("pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
-	live := addLivenessFlags(fs)
-	curve := addCurveClientFlags(fs)
-	allow := addAllowFlag(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// kvIndexFlags are the flags of kvIndex.
+type kvIndexFlags struct {
+	srcs          kvSourcesFlag
+	topic         string
+	fromStart     bool
+	replayTimeout time.Duration
+	httpAddr      string
+	httpRemote    bool
+	model         string
+	blockSize     int
+	capacity      int
+	seed          uint64
+	redisURL      string
+	redisPrefix   string
+	redisLease    bool
+	leaseTTL      time.Duration
+	vllmHash      string
+	hashSeed      string
+	live          *livenessFlags
+	curve         *curveClientFlags
+	allow         *allowFlag
+}
+
+// kvIndexCmd is the kvIndex command.
+var kvIndexCmd = command[kvIndexFlags]{
+	spec: kvIndexSpec,
+	register: func(fs *flag.FlagSet, fl *kvIndexFlags) {
+		fs.Var(kvSourceFlag{f: &fl.srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
+		fs.Var(kvSourceFlag{f: &fl.srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
+		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
+		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
+		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
+		fs.DurationVar(&fl.replayTimeout, "replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
+		fs.StringVar(&fl.httpAddr, "http", "", "serve POST /score, /stats and /metrics over HTTP on this `host:port` (required; loopback only)")
+		fs.BoolVar(&fl.httpRemote, "http-allow-remote", false, "allow an --http host that is not loopback")
+		fs.StringVar(&fl.model, "model", "", "the model every engine serves (a /score request without \"model\" gets it)")
+		fs.IntVar(&fl.blockSize, "block-size", 0, "block size to score with before any store names one (0: kvindex's default, 16)")
+		fs.IntVar(&fl.capacity, "capacity", 0, "most (block, engine, tier, group) entries held; the oldest are evicted (0: 4194304)")
+		fs.Uint64Var(&fl.seed, "seed", 0, "local-key seed; every process sharing a --redis index must use the same (0: kvindex's default)")
+		fs.StringVar(&fl.redisURL, "redis", "", "keep the index in Redis/Valkey: redis://host:port/db or unix:///path/redis.sock (default: in memory)")
+		fs.StringVar(&fl.redisPrefix, "redis-prefix", "", "key prefix of the index in Redis (empty: {zmqguard-kvindex}:)")
+		fs.BoolVar(&fl.redisLease, "redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
+		fs.DurationVar(&fl.leaseTTL, "redis-lease-ttl", 0, "how long a writer lease outlives its last renewal (0: 10s)")
+		fs.StringVar(&fl.vllmHash, "vllm-hash", "", "vLLM-key mode: key blocks by the engines' own hashes, computed for /score with this `function` (sha256_cbor or sha256; needs --block-size and --pythonhashseed)")
+		fs.StringVar(&fl.hashSeed, "pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
+		fl.live = addLivenessFlags(fs)
+		fl.curve = addCurveClientFlags(fs)
+		fl.allow = addAllowFlag(fs)
+	},
+	run: runKVIndex,
+}
+
+// runKVIndex is the run function of kvIndex: it checks the flags and
+// the arguments (e.args), then does the work.
+func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
+	if len(fl.srcs.list) == 0 {
+		return usagef("at least one --connect or --bind is required")
+	}
+	var hasher *vllmhash.Hasher
+	if fl.vllmHash != "" {
+		if fl.blockSize == 0 || fl.hashSeed == "" {
+			return usagef("--vllm-hash needs --block-size (the engines') and --pythonhashseed (the engines' PYTHONHASHSEED)")
 		}
-		if len(srcs.list) == 0 {
-			return usagef("at least one --connect or --bind is required")
-		}
-		var hasher *vllmhash.Hasher
-		if *vllmHash != "" {
-			if *blockSize == 0 || *hashSeed == "" {
-				return usagef("--vllm-hash needs --block-size (the engines') and --pythonhashseed (the engines' PYTHONHASHSEED)")
-			}
-			h, err := vllmhash.New(vllmhash.Algo(*vllmHash), *hashSeed)
-			if err != nil {
-				return usagef("--vllm-hash: %v", err)
-			}
-			hasher = h
-		} else if *hashSeed != "" {
-			return usagef("--pythonhashseed belongs to --vllm-hash")
-		}
-		if *httpAddr == "" {
-			return usagef("--http is required, e.g. --http 127.0.0.1:8080")
-		}
-		if err := checkLocalAddr("--http", *httpAddr, "127.0.0.1:8080", "anyone who reaches it can read which engine caches which prompt", *httpRemote); err != nil {
-			return err
-		}
-		if *replayTimeout <= 0 {
-			return usagef("--replay-timeout must be positive")
-		}
-		if *capacity < 0 || *blockSize < 0 || *blockSize > kvindex.MaxBlockSize {
-			return usagef("--capacity must not be negative and --block-size must be in 0..%d", kvindex.MaxBlockSize)
-		}
-		if err := live.check(); err != nil {
-			return err
-		}
-		cc, err := curve.config(e.logger)
+		h, err := vllmhash.New(fl.vllmHash, fl.hashSeed)
 		if err != nil {
-			return err
+			return usagef("--vllm-hash: %v", err)
 		}
-		srv := &kvIndexServer{model: *model, logger: e.logger}
-		var be kvindex.Backend
-		if *redisURL != "" {
-			rc := redisstore.Config{URL: *redisURL, Prefix: *redisPrefix, Capacity: *capacity, LeaseTTL: *leaseTTL}
-			if *redisLease {
-				rc.WriterID = redisstore.NewWriterID()
-			}
-			st, err := redisstore.New(rc)
-			if err != nil {
-				return err
-			}
-			defer st.Close()
-			srv.store, be = st, st
-		}
-		if hasher != nil {
-			vx, err := vllmhash.NewIndex(vllmhash.IndexConfig{Hasher: hasher, BlockSize: *blockSize, Backend: be, Capacity: *capacity})
-			if err != nil {
-				return err
-			}
-			defer vx.Close()
-			srv.vx, srv.vxBlockSize = vx, *blockSize
-		} else {
-			x, err := kvindex.New(kvindex.Config{Backend: be, Capacity: *capacity, Seed: *seed, Model: *model,
-				BlockSize: *blockSize, Logger: e.logger})
-			if err != nil {
-				return err
-			}
-			defer x.Close()
-			srv.x = x
-		}
-		sopts := live.options()
-		sopts.Guard.Curve = cc
-		sopts.Guard.Allow = allow.prefixes // a --bind source's accepted publishers
-		sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: srv.handle, Topic: *topic,
-			FromStart: *fromStart, ReplayTimeout: *replayTimeout, Logger: e.logger, Socket: sopts})
-		if err != nil {
-			return err
-		}
-		defer sub.Close()
-		srv.sub = sub
-		for _, s := range srcs.list {
-			if err := sub.Add(s); err != nil {
-				return err
-			}
-			e.logger.Info("kv-index following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay)
-		}
-		h, err := srv.handler()
-		if err != nil {
-			return err
-		}
-		ln, err := net.Listen("tcp", *httpAddr)
-		if err != nil {
-			return fmt.Errorf("--http: %w", err)
-		}
-		hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
-			WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
-		backend := "memory"
-		if *redisURL != "" {
-			backend = "redis"
-		}
-		ep := serveEndpointCapped(ln, hs, kvIndexMaxConns, "kv-index", "http_addr", "--http-allow-remote", 5*time.Second, e.logger,
-			"url", "http://"+ln.Addr().String()+"/score", "backend", backend, "model", *model)
-		defer ep.Close()
-		if err := sub.Run(ctx); err != nil {
-			return err
-		}
-		ep.Close()
-		out, err := json.Marshal(struct {
-			Counters kvIndexCounters `json:"counters"`
-		}{srv.counters()})
-		if err != nil {
-			return err
-		}
-		_, err = fmt.Fprintf(e.stdout, "%s\n", out)
+		hasher = h
+	} else if fl.hashSeed != "" {
+		return usagef("--pythonhashseed belongs to --vllm-hash")
+	}
+	if fl.httpAddr == "" {
+		return usagef("--http is required, e.g. --http 127.0.0.1:8080")
+	}
+	if err := checkLocalAddr("--http", fl.httpAddr, "127.0.0.1:8080", "anyone who reaches it can read which engine caches which prompt", fl.httpRemote); err != nil {
 		return err
-	}()
-	return finish(e, fs, spec, err)
+	}
+	if fl.replayTimeout <= 0 {
+		return usagef("--replay-timeout must be positive")
+	}
+	if fl.capacity < 0 || fl.blockSize < 0 || fl.blockSize > kvindex.MaxBlockSize {
+		return usagef("--capacity must not be negative and --block-size must be in 0..%d", kvindex.MaxBlockSize)
+	}
+	if err := fl.live.check(); err != nil {
+		return err
+	}
+	cc, err := fl.curve.config(e.logger)
+	if err != nil {
+		return err
+	}
+	srv := &kvIndexServer{model: fl.model, logger: e.logger}
+	var be kvindex.Backend
+	if fl.redisURL != "" {
+		rc := redisstore.Config{URL: fl.redisURL, Prefix: fl.redisPrefix, Capacity: fl.capacity, LeaseTTL: fl.leaseTTL}
+		if fl.redisLease {
+			rc.WriterID = redisstore.NewWriterID()
+		}
+		st, err := redisstore.New(rc)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		srv.store, be = st, st
+	}
+	cfg := kvindex.Config{Backend: be, Capacity: fl.capacity, Seed: fl.seed, Model: fl.model,
+		BlockSize: fl.blockSize, Logger: e.logger}
+	if hasher != nil {
+		cfg.Keys = hasher.Keys
+		srv.vllmKeys, srv.vxBlockSize = true, fl.blockSize
+	}
+	x, err := kvindex.New(cfg)
+	if err != nil {
+		return err
+	}
+	defer x.Close()
+	srv.x = x
+	sopts := fl.live.options()
+	sopts.Guard.Curve = cc
+	sopts.Guard.Allow = fl.allow.prefixes // a --bind source's accepted publishers
+	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: srv.handle, Topic: fl.topic,
+		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts})
+	if err != nil {
+		return err
+	}
+	defer sub.Close()
+	srv.sub = sub
+	for _, s := range fl.srcs.list {
+		if err := sub.Add(s); err != nil {
+			return err
+		}
+		e.logger.Info("kv-index following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay)
+	}
+	h, err := srv.handler()
+	if err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", fl.httpAddr)
+	if err != nil {
+		return fmt.Errorf("--http: %w", err)
+	}
+	hs := &http.Server{Handler: h, ReadHeaderTimeout: 5 * time.Second, ReadTimeout: 30 * time.Second,
+		WriteTimeout: 30 * time.Second, IdleTimeout: 60 * time.Second, MaxHeaderBytes: 64 << 10}
+	backend := "memory"
+	if fl.redisURL != "" {
+		backend = "redis"
+	}
+	ep := serveEndpointCapped(ln, hs, kvIndexMaxConns, "kv-index", "http_addr", "--http-allow-remote", 5*time.Second, e.logger,
+		"url", "http://"+ln.Addr().String()+"/score", "backend", backend, "model", fl.model)
+	defer ep.Close()
+	if err := sub.Run(ctx); err != nil {
+		return err
+	}
+	ep.Close()
+	out, err := json.Marshal(struct {
+		Counters kvIndexCounters `json:"counters"`
+	}{srv.counters()})
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(e.stdout, "%s\n", out)
+	return err
 }

@@ -42,7 +42,7 @@ type demoRawPub struct {
 }
 
 func newDemoRawPub(opts socket.Options) (*demoRawPub, error) {
-	s, err := socket.NewXPub(opts)
+	s, err := socket.New("XPUB", opts)
 	if err != nil {
 		return nil, err
 	}
@@ -66,7 +66,7 @@ func (p *demoRawPub) publish(ctx context.Context, evs ...kvevents.Event) error {
 	var seq [8]byte
 	binary.BigEndian.PutUint64(seq[:], p.seq)
 	p.seq++
-	return p.s.Send(ctx, []byte("kv@engine-b"), seq[:], kvevents.AppendBatch(nil, float64(p.seq), evs, kvevents.Int(0), true))
+	return p.s.Send(ctx, []byte("kv@engine-b"), seq[:], kvevents.AppendBatch(nil, float64(p.seq), evs, kvevents.Some[int64](0), true))
 }
 
 func (p *demoRawPub) close() {
@@ -86,7 +86,7 @@ func demoDoc(doc, blocks int) []int64 {
 
 // demoStore is engine-hash-numbered BlockStored of a prompt's first blocks.
 func demoStore(hashBase uint64, tokens []int64) kvevents.Event {
-	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens, BlockSize: demoKVIndexBS, Medium: kvevents.String("GPU")}
+	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens, BlockSize: demoKVIndexBS, Medium: kvevents.Some("GPU")}
 	for i := range len(tokens) / demoKVIndexBS {
 		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(hashBase+uint64(i)))
 	}

@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
-	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 	"github.com/zmqguard/zmqguard/kvindex/vllmhash"
 )
 
@@ -27,15 +27,15 @@ func FuzzKVIndexScoreBody(f *testing.F) {
 		f.Fatal(err)
 	}
 	defer x.Close()
-	toks := kvindextest.Tokens(1, 64)
-	x.ApplyEvents("e", []kvevents.Event{kvindextest.Store([]uint64{1, 2, 3, 4}, -1, toks, 16, "GPU", 0)})
-	h, _ := vllmhash.New(vllmhash.SHA256CBOR, "0")
-	vx, err := vllmhash.NewIndex(vllmhash.IndexConfig{Hasher: h, BlockSize: 16})
+	toks := kvmodel.Tokens(1, 64)
+	x.ApplyEvents("e", []kvevents.Event{kvmodel.Store([]uint64{1, 2, 3, 4}, -1, toks, 16, "GPU", 0)})
+	h, _ := vllmhash.New("sha256_cbor", "0")
+	vx, err := kvindex.New(kvindex.Config{Keys: h.Keys, BlockSize: 16})
 	if err != nil {
 		f.Fatal(err)
 	}
 	defer vx.Close()
-	servers := []*kvIndexServer{{x: x, logger: quietLogger()}, {vx: vx, vxBlockSize: 16, logger: quietLogger()}}
+	servers := []*kvIndexServer{{x: x, logger: quietLogger()}, {x: vx, vllmKeys: true, vxBlockSize: 16, logger: quietLogger()}}
 	f.Fuzz(func(t *testing.T, body string) {
 		for _, s := range servers {
 			w := httptest.NewRecorder()

@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/internal/redistest"
 	"github.com/zmqguard/zmqguard/kvevents"
-	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 	"github.com/zmqguard/zmqguard/kvindex/vllmhash"
 )
 
@@ -126,7 +126,7 @@ func testKVIndexServes(t *testing.T, extra []string) {
 	hc := &http.Client{Timeout: 10 * time.Second}
 
 	const bs = 16
-	doc1, doc2, doc3 := kvindextest.Tokens(1, 8*bs), kvindextest.Tokens(2, 8*bs), kvindextest.Tokens(3, 8*bs)
+	doc1, doc2, doc3 := kvmodel.Tokens(1, 8*bs), kvmodel.Tokens(2, 8*bs), kvmodel.Tokens(3, 8*bs)
 	hashes := func(base uint64, n int) []uint64 {
 		out := make([]uint64, n)
 		for i := range out {
@@ -139,8 +139,8 @@ func testKVIndexServes(t *testing.T, extra []string) {
 	// sends before the subscription arrives; the index is idempotent).
 	deadline := time.Now().Add(20 * time.Second)
 	for {
-		a.Publish(kvindextest.Store(hashes(100, 8), -1, doc1, bs, "GPU", 0))
-		b.Publish(kvindextest.Store(hashes(200, 4), -1, doc2[:4*bs], bs, "GPU", 0))
+		a.Publish(kvmodel.Store(hashes(100, 8), -1, doc1, bs, "GPU", 0))
+		b.Publish(kvmodel.Store(hashes(200, 4), -1, doc2[:4*bs], bs, "GPU", 0))
 		_, r1, _ := postScore(t, addr, tokensJSON(doc1))
 		_, r2, _ := postScore(t, addr, tokensJSON(doc2))
 		if r1.Best != nil && r2.Best != nil {
@@ -193,7 +193,7 @@ func testKVIndexServes(t *testing.T, extra []string) {
 	a = newPub(aEP, false)
 	deadline = time.Now().Add(20 * time.Second)
 	for {
-		a.Publish(kvindextest.Store(hashes(300, 8), -1, doc3, bs, "GPU", 0))
+		a.Publish(kvmodel.Store(hashes(300, 8), -1, doc3, bs, "GPU", 0))
 		_, r3, _ := postScore(t, addr, tokensJSON(doc3))
 		if r3.Best != nil && r3.Best.Engine == aEP {
 			break
@@ -290,17 +290,17 @@ func TestKVIndexVLLMKeys(t *testing.T) {
 		}
 	}
 	const bs = 16
-	h, err := vllmhash.New(vllmhash.SHA256CBOR, "0")
+	h, err := vllmhash.New("sha256_cbor", "0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	doc := kvindextest.Tokens(5, 6*bs)
+	doc := kvmodel.Tokens(5, 6*bs)
 	ds, err := h.Request(&vllmhash.Request{TokenIDs: doc, LoRAName: "sql-lora"}, bs)
 	if err != nil {
 		t.Fatal(err)
 	}
-	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: doc, BlockSize: bs, Medium: kvevents.String("GPU"),
-		LoraName: kvevents.String("sql-lora")}
+	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: doc, BlockSize: bs, Medium: kvevents.Some("GPU"),
+		LoraName: kvevents.Some("sql-lora")}
 	for _, d := range ds {
 		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(d.Uint64()))
 	}
@@ -369,7 +369,7 @@ func TestKVIndexRedisLeases(t *testing.T) {
 		addrs = append(addrs, p.logField("kv-index endpoint serving", "http_addr", 20*time.Second))
 	}
 	const bs = 16
-	doc1, doc2 := kvindextest.Tokens(11, 4*bs), kvindextest.Tokens(12, 4*bs)
+	doc1, doc2 := kvmodel.Tokens(11, 4*bs), kvmodel.Tokens(12, 4*bs)
 	hashes := func(base uint64) []uint64 { return []uint64{base, base + 1, base + 2, base + 3} }
 	until := func(what string, step func(), ok func() bool) {
 		t.Helper()
@@ -386,7 +386,7 @@ func TestKVIndexRedisLeases(t *testing.T) {
 		_, r, _ := postScore(t, addr, tokensJSON(doc))
 		return r.Best != nil && r.Best.Engine == pub.Endpoint() && r.Best.Blocks == blocks
 	}
-	until("both route doc1", func() { pub.Publish(kvindextest.Store(hashes(100), -1, doc1, bs, "GPU", 0)) },
+	until("both route doc1", func() { pub.Publish(kvmodel.Store(hashes(100), -1, doc1, bs, "GPU", 0)) },
 		func() bool { return routes(addrs[0], doc1, 4) && routes(addrs[1], doc1, 4) })
 	stats := func(addr string) map[string]any {
 		resp, err := (&http.Client{Timeout: 10 * time.Second}).Get("http://" + addr + "/stats")
@@ -414,7 +414,7 @@ func TestKVIndexRedisLeases(t *testing.T) {
 	}
 	// The standby takes over: doc1 is now only a maybe (what the old writer
 	// missed is unknown), and doc2, stored afterwards, routes.
-	until("takeover", func() { pub.Publish(kvindextest.Store(hashes(200), -1, doc2, bs, "GPU", 0)) },
+	until("takeover", func() { pub.Publish(kvmodel.Store(hashes(200), -1, doc2, bs, "GPU", 0)) },
 		func() bool { return routes(addrs[standby], doc2, 4) })
 	if num(stats(addrs[standby]), "redis.Takeovers") != 1 {
 		t.Fatalf("standby stats: %v", stats(addrs[standby]))

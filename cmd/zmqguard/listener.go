@@ -5,13 +5,16 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"runtime"
 	"strings"
 
-	"github.com/zmqguard/zmqguard/coordinator"
+	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var listenerSpec = commandSpec{
@@ -34,7 +37,7 @@ dropped and counted; nothing a peer sends stops the listener.
 On SIGINT or SIGTERM it exits 0 after printing its counters as one JSON line
 on stdout: requests served by variant, error replies, the receive loop's
 received, delivered and dropped messages (drops by reason), refused
-connections by reason (violations), connects and disconnects, replies
+connections by reason (refused), connects and disconnects, replies
 dropped because the client had gone (dropped_unroutable) or because a
 client that does not read had its queue full (dropped_hwm), failed accepts
 (accept_errors, e.g. EMFILE; only when the socket layer reports them) and
@@ -45,17 +48,17 @@ goroutines.
 
 // listenerReport is the JSON line handshake-listener prints at exit.
 type listenerReport struct {
-	Endpoint          string            `json:"endpoint"`
-	Served            map[string]uint64 `json:"served"`
-	ErrorReplies      uint64            `json:"error_replies"`
-	Received          uint64            `json:"received"`
-	Delivered         uint64            `json:"delivered"`
-	Dropped           uint64            `json:"dropped"`
-	Drops             coordinator.Drops `json:"drops"`
-	Violations        coordinator.Drops `json:"violations"`
-	Connects          uint64            `json:"connects"`
-	Disconnects       uint64            `json:"disconnects"`
-	DroppedUnroutable uint64            `json:"dropped_unroutable"`
+	Endpoint          string             `json:"endpoint"`
+	Served            map[string]uint64  `json:"served"`
+	ErrorReplies      uint64             `json:"error_replies"`
+	Received          uint64             `json:"received"`
+	Delivered         uint64             `json:"delivered"`
+	Dropped           uint64             `json:"dropped"`
+	Drops             decodeguard.Counts `json:"drops"`
+	Refused           decodeguard.Counts `json:"refused"`
+	Connects          uint64             `json:"connects"`
+	Disconnects       uint64             `json:"disconnects"`
+	DroppedUnroutable uint64             `json:"dropped_unroutable"`
 	// DroppedHWM counts replies dropped because the client's queue was at
 	// its high-water mark (a client that sends and never reads).
 	DroppedHWM uint64 `json:"dropped_hwm"`
@@ -81,9 +84,9 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 		ErrorReplies:      st.ErrorReplies,
 		Received:          st.Loop.Received,
 		Delivered:         st.Loop.Delivered,
-		Dropped:           st.Loop.TotalDropped(),
-		Drops:             coordinator.Drops(st.Loop.Dropped),
-		Violations:        coordinator.Drops(st.Socket.Violations),
+		Dropped:           st.Loop.Dropped.Total(),
+		Drops:             decodeguard.Counts(st.Loop.Dropped),
+		Refused:           decodeguard.Counts(st.Socket.Refused),
 		Connects:          st.Socket.Connects,
 		Disconnects:       st.Socket.Disconnects,
 		DroppedUnroutable: st.Socket.DroppedUnroutable,
@@ -94,106 +97,122 @@ func newListenerReport(endpoint string, st handshake.ListenerStats) listenerRepo
 	return r
 }
 
-func runListener(ctx context.Context, e *env, args []string) int {
-	spec := listenerSpec
-	fs := newFlagSet(e, spec)
-	bind := fs.String("bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5600 (required)")
-	engineID := fs.String("engine-id", "", "engine_id put in the served metadata (required)")
-	ppSize := fs.Int("pp-size", 1, "number of pipeline-parallel ranks served")
-	tpSize := fs.Int("tp-size", 1, "number of tensor-parallel ranks served")
-	compat := fs.String("compat-hash", "", "compatibility hash served, 64 hex digits (default: the hash of the --vllm-version release's demo factor set)")
-	release := releaseFlag(fs)
-	dbg := addDebugFlags(fs)
-	mo := addMetricsFlags(fs)
-	curve := addCurveServerFlags(fs)
-	allow := addAllowFlag(fs)
-	live := addLivenessFlags(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// listenerFlags are the flags of listener.
+type listenerFlags struct {
+	bind     string
+	engineID string
+	ppSize   int
+	tpSize   int
+	compat   string
+	release  *vllm.Release
+	dbg      *debugOptions
+	mo       *metricsOptions
+	curve    *curveServerFlags
+	allow    *allowFlag
+	live     *livenessFlags
+}
+
+// listenerCmd is the listener command.
+var listenerCmd = command[listenerFlags]{
+	spec: listenerSpec,
+	register: func(fs *flag.FlagSet, fl *listenerFlags) {
+		fs.StringVar(&fl.bind, "bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5600 (required)")
+		fs.StringVar(&fl.engineID, "engine-id", "", "engine_id put in the served metadata (required)")
+		fs.IntVar(&fl.ppSize, "pp-size", 1, "number of pipeline-parallel ranks served")
+		fs.IntVar(&fl.tpSize, "tp-size", 1, "number of tensor-parallel ranks served")
+		fs.StringVar(&fl.compat, "compat-hash", "", "compatibility hash served, 64 hex digits (default: the hash of the --vllm-version release's demo factor set)")
+		fl.release = releaseFlag(fs)
+		fl.dbg = addDebugFlags(fs)
+		fl.mo = addMetricsFlags(fs)
+		fl.curve = addCurveServerFlags(fs)
+		fl.allow = addAllowFlag(fs)
+		fl.live = addLivenessFlags(fs)
+	},
+	run: runListener,
+}
+
+// runListener is the run function of listener: it checks the flags and
+// the arguments (e.args), then does the work.
+func runListener(ctx context.Context, fl *listenerFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if *bind == "" || *engineID == "" {
-			return usagef("--bind and --engine-id are required")
-		}
-		if *ppSize < 1 || *tpSize < 1 || *ppSize > handshake.MaxRank || *tpSize > handshake.MaxRank || *ppSize**tpSize > 1<<16 {
-			return usagef("--pp-size and --tp-size must be at least 1 (and serve at most 65536 ranks)")
-		}
-		hash := strings.ToLower(*compat)
-		if hash == "" {
-			hash = demoHashFor(*release)
-		} else if _, err := hex.DecodeString(hash); err != nil || len(hash) != 64 {
-			return usagef("--compat-hash must be 64 hex digits")
-		}
-		if err := dbg.check(); err != nil {
-			return err
-		}
-		if err := mo.check(); err != nil {
-			return err
-		}
-		if err := live.check(); err != nil {
-			return err
-		}
-		payloads, err := demoPayloads(*engineID, hash, *release, *ppSize, *tpSize)
-		if err != nil {
-			return err
-		}
-		cc, stopCurve, err := curve.config(ctx, e.logger)
-		if err != nil {
-			return err
-		}
-		defer stopCurve()
-		sopts := live.options()
-		sopts.Guard.Curve = cc
-		sopts.Guard.Allow = allow.prefixes
-		l, err := handshake.NewListener(handshake.ListenerConfig{
-			Endpoint:     *bind,
-			Payloads:     payloads,
-			ErrorReplies: true,
-			Logger:       e.logger,
-			Socket:       sopts,
-		})
-		if err != nil {
-			return err
-		}
-		defer l.Close()
-		report := func() listenerReport {
-			r := newListenerReport(l.Endpoint(), l.Stats())
-			r.Goroutines = runtime.NumGoroutine()
-			return r
-		}
-		ds, err := startDebug(dbg, spec.name, func() any { return report() }, e.logger)
-		if err != nil {
-			return err
-		}
-		defer ds.Close()
-		ms, err := startMetrics(mo, e.logger, func(c *zgprom.Collector) error { return c.AddHandshakeListener("handshake", l) })
-		if err != nil {
-			return err
-		}
-		defer ms.Close()
-		e.logger.Info("handshake listener serving", append([]any{"endpoint", l.Endpoint(), "engine_id", logText(*engineID),
-			"pp_size", *ppSize, "tp_size", *tpSize, "compatibility_hash", hash, "vllm_version", release.String()}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
-		serr := l.Serve(ctx)
-		if serr != nil && !errors.Is(serr, handshake.ErrListenerClosed) {
-			e.logger.Error("handshake listener stopped", "err", serr)
-		} else {
-			serr = nil
-			e.logger.Info("handshake listener stopping")
-		}
-		// Close everything first, so that goroutines counts what did not stop.
-		l.Close()
-		ds.Close()
-		ms.Close()
-		line, err := json.Marshal(report())
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "%s\n", line)
-		return serr
-	}()
-	return finish(e, fs, spec, err)
+	if fl.bind == "" || fl.engineID == "" {
+		return usagef("--bind and --engine-id are required")
+	}
+	if fl.ppSize < 1 || fl.tpSize < 1 || fl.ppSize > nixlwire.MaxRank || fl.tpSize > nixlwire.MaxRank || fl.ppSize*fl.tpSize > 1<<16 {
+		return usagef("--pp-size and --tp-size must be at least 1 (and serve at most 65536 ranks)")
+	}
+	hash := strings.ToLower(fl.compat)
+	if hash == "" {
+		hash = demoHashFor(*fl.release)
+	} else if _, err := hex.DecodeString(hash); err != nil || len(hash) != 64 {
+		return usagef("--compat-hash must be 64 hex digits")
+	}
+	if err := fl.dbg.check(); err != nil {
+		return err
+	}
+	if err := fl.mo.check(); err != nil {
+		return err
+	}
+	if err := fl.live.check(); err != nil {
+		return err
+	}
+	payloads, err := demoPayloads(fl.engineID, hash, *fl.release, fl.ppSize, fl.tpSize)
+	if err != nil {
+		return err
+	}
+	cc, stopCurve, err := fl.curve.config(ctx, e.logger)
+	if err != nil {
+		return err
+	}
+	defer stopCurve()
+	sopts := fl.live.options()
+	sopts.Guard.Curve = cc
+	sopts.Guard.Allow = fl.allow.prefixes
+	l, err := handshake.NewListener(handshake.ListenerConfig{
+		Endpoint:     fl.bind,
+		Payloads:     payloads,
+		ErrorReplies: true,
+		Logger:       e.logger,
+		Socket:       sopts,
+	})
+	if err != nil {
+		return err
+	}
+	defer l.Close()
+	report := func() listenerReport {
+		r := newListenerReport(l.Endpoint(), l.Stats())
+		r.Goroutines = runtime.NumGoroutine()
+		return r
+	}
+	ds, err := startDebug(fl.dbg, listenerSpec.name, func() any { return report() }, e.logger)
+	if err != nil {
+		return err
+	}
+	defer ds.Close()
+	ms, err := startMetrics(fl.mo, e.logger, func(c *zgprom.Collector) error { return c.AddHandshakeListener("handshake", l) })
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	e.logger.Info("handshake listener serving", append([]any{"endpoint", l.Endpoint(), "engine_id", logText(fl.engineID),
+		"pp_size", fl.ppSize, "tp_size", fl.tpSize, "compatibility_hash", hash, "vllm_version", fl.release.String()}, append(ds.logAttrs(), ms.logAttrs()...)...)...)
+	serr := l.Serve(ctx)
+	if serr != nil && !errors.Is(serr, handshake.ErrListenerClosed) {
+		e.logger.Error("handshake listener stopped", "err", serr)
+	} else {
+		serr = nil
+		e.logger.Info("handshake listener stopping")
+	}
+	// Close everything first, so that goroutines counts what did not stop.
+	l.Close()
+	ds.Close()
+	ms.Close()
+	line, err := json.Marshal(report())
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s\n", line)
+	return serr
 }

@@ -16,10 +16,11 @@ type livenessFlags struct {
 // addLivenessFlags registers --heartbeat-interval and --heartbeat-timeout
 // on fs, defaulting to the socket package's defaults (2 s / 6 s).
 func addLivenessFlags(fs *flag.FlagSet) *livenessFlags {
+	def := socket.DefaultOptions()
 	return &livenessFlags{
-		interval: fs.Duration("heartbeat-interval", socket.DefaultHeartbeatInterval,
+		interval: fs.Duration("heartbeat-interval", def.HeartbeatInterval,
 			"send a ZMTP PING to a peer silent this long (ZMTP 3.1 peers only: a 3.0 peer such as go-zeromq/zmq4 is never PINGed; 0 turns heartbeats off; peers' PINGs are still answered)"),
-		timeout: fs.Duration("heartbeat-timeout", socket.DefaultHeartbeatTimeout,
+		timeout: fs.Duration("heartbeat-timeout", def.HeartbeatTimeout,
 			"disconnect a peer still silent this long after our PING (counted as heartbeat_timeouts; never a ZMTP 3.0 peer)"),
 	}
 }

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/sockopt"
+
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -38,8 +41,8 @@ func TestLivenessFlags(t *testing.T) {
 	if o := l.options(); o.HeartbeatInterval >= 0 {
 		t.Fatalf("--heartbeat-interval 0 gave %v, want heartbeats off (negative)", o.HeartbeatInterval)
 	}
-	if o := l.options(); o.Verify() != nil {
-		t.Fatal(o.Verify())
+	if err := sockopt.Verify(l.options()); err != nil {
+		t.Fatal(err)
 	}
 	for _, bad := range [][]string{{"--heartbeat-interval", "-1s"}, {"--heartbeat-timeout", "0"}} {
 		if _, err := parse(bad...); err == nil || !strings.Contains(err.Error(), "heartbeat") {
@@ -82,14 +85,14 @@ func TestCoordinatorDropsSilentEngine(t *testing.T) {
 	p := start(t, ctx, "coordinator", "--engines", "1", "--log-format", "json",
 		"--front", "tcp://127.0.0.1:0", "--back-output", "tcp://127.0.0.1:0", "--back-publish", "tcp://127.0.0.1:0",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
-	// A live engine (coordinator.Engine: subscribed, READY, answering
+	// A live engine (dppeer.Engine: subscribed, READY, answering
 	// PINGs) so that start-up is over; then a bare PUSH that pushes one
 	// EngineCoreOutputs naming engine 0 (msgpack [0]: every later field at
 	// its default) and says nothing more: its silence is engine 0's.
 	eng := engineReady(t, ctx, p)
 	defer eng.Close()
 	backOut := p.logField("coordinator running", "back_output", 20*time.Second)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), zmtpguard.Push, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(backOut, "tcp://"), "PUSH", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -142,7 +145,7 @@ func TestListenerDropsSilentClient(t *testing.T) {
 	p := start(t, ctx, "handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "prefill-7", "--log-format", "json",
 		"--heartbeat-interval", "100ms", "--heartbeat-timeout", "300ms")
 	ep := p.logField("handshake listener serving", "endpoint", 20*time.Second)
-	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), zmtpguard.Req, nil, nil)
+	c, err := zmtpguard.Dial(ctx, "tcp", strings.TrimPrefix(ep, "tcp://"), "REQ", nil, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -162,11 +165,11 @@ func TestListenerDropsSilentClient(t *testing.T) {
 	}
 }
 
-// engineReady dials a coordinator.Engine to p's back sockets and waits for
+// engineReady dials a dppeer.Engine to p's back sockets and waits for
 // its READY.
-func engineReady(t *testing.T, ctx context.Context, p *proc) *coordinator.Engine {
+func engineReady(t *testing.T, ctx context.Context, p *proc) *dppeer.Engine {
 	t.Helper()
-	eng, err := coordinator.DialEngine(coordinator.EngineConfig{
+	eng, err := dppeer.DialEngine(dppeer.EngineConfig{
 		BackPublish: p.logField("coordinator running", "back_publish", 20*time.Second),
 		BackOutput:  p.logField("coordinator running", "back_output", 20*time.Second),
 	})

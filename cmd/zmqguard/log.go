@@ -11,7 +11,7 @@ import (
 
 	"github.com/lmittmann/tint"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 )
 
 // env is what every command runs with: its output streams, whether stderr is
@@ -24,6 +24,9 @@ type env struct {
 	logFormat string
 	logLevel  string
 	logger    *slog.Logger
+
+	// args are the command's positional arguments, after its flags.
+	args []string
 }
 
 func newEnv(stdout, stderr io.Writer, term bool) *env {
@@ -107,4 +110,4 @@ func jsonAttr(_ []string, a slog.Attr) slog.Attr {
 // logText renders a user- or peer-supplied string as a log attribute:
 // escaped and capped, but not quoted (the handler quotes as its format
 // needs; a quoted value would appear double-quoted in JSON).
-func logText(s string) string { return decodeguard.EscapeText(s, 128) }
+func logText(s string) string { return ratelog.Escape(s, 128) }

@@ -56,23 +56,20 @@ func main() {
 	os.Exit(code)
 }
 
-// commands maps each command name to its implementation.
-var commands = []struct {
-	spec commandSpec
-	run  func(ctx context.Context, e *env, args []string) int
-}{
-	{demoSpec, runDemo},
-	{coordinatorSpec, runCoordinator},
-	{listenerSpec, runListener},
-	{probeSpec, runProbe},
-	{scanSpec, runScan},
-	{sinkSpec, runSink},
-	{versionSpec, runVersion},
-	{keygenSpec, runKeygen},
-	{outputsSpec, runOutputs},
-	{kvEventsSpec, runKVEvents},
-	{kvPublishSpec, runKVPublish},
-	{kvIndexSpec, runKVIndex},
+// commands is the command table, in the order 'zmqguard help' lists them.
+var commands = []runner{
+	demoCmd,
+	coordinatorCmd,
+	listenerCmd,
+	probeCmd,
+	scanCmd,
+	sinkCmd,
+	versionCmd,
+	keygenCmd,
+	outputsCmd,
+	kvEventsCmd,
+	kvPublishCmd,
+	kvIndexCmd,
 }
 
 // run is the whole program: it parses the global flags and the command name
@@ -109,8 +106,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, term bool
 		return 0
 	}
 	for _, c := range commands {
-		if c.spec.name == name {
-			return c.run(ctx, e, rest[1:])
+		if c.commandSpec().name == name {
+			return c.main(ctx, e, rest[1:])
 		}
 	}
 	fmt.Fprintf(stderr, "zmqguard: unknown command %q (see 'zmqguard -h')\n", name)
@@ -123,14 +120,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer, term bool
 func commandLines() []string {
 	out := make([]string, 0, len(commands))
 	for _, c := range commands {
-		name := c.spec.name
-		for _, w := range strings.Fields(c.spec.synopsis) {
+		spec := c.commandSpec()
+		name := spec.name
+		for _, w := range strings.Fields(spec.synopsis) {
 			if strings.HasPrefix(w, "-") || strings.HasPrefix(w, "[") {
 				break
 			}
 			name += " " + w
 		}
-		out = append(out, fmt.Sprintf("%-19s %s", name, c.spec.summary))
+		out = append(out, fmt.Sprintf("%-19s %s", name, spec.summary))
 	}
 	return out
 }

@@ -12,7 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/zmqguard/zmqguard/metrics"
+	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 )
 
@@ -21,7 +21,7 @@ import (
 const metricsHelp = `With --metrics-addr HOST:PORT (off by default; port 0 picks a free port) it
 serves its counters in the Prometheus text format at /metrics on that
 address: zmqguard_loop_messages_dropped_total{loop,reason},
-zmqguard_socket_violations_total{socket,reason}, zmqguard_socket_peers and
+zmqguard_socket_refused_total{socket,reason}, zmqguard_socket_peers and
 the rest of package metrics' families, read from the same Stats snapshots as
 the exit line, plus Go runtime and process metrics (go_*, process_*). The
 address is logged (metrics_addr, also in the start line). HOST must be
@@ -93,7 +93,7 @@ func startMetrics(o *metricsOptions, logger *slog.Logger, add func(*zgprom.Colle
 	if o.addr == "" {
 		return nil, nil
 	}
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	if err := add(c); err != nil {
 		return nil, fmt.Errorf("--metrics-addr: %w", err)
 	}
@@ -113,7 +113,7 @@ func startMetrics(o *metricsOptions, logger *slog.Logger, add func(*zgprom.Colle
 
 // addLoop adds a loop created after the endpoint started; a no-op when the
 // endpoint is off.
-func (m *metricsServer) addLoop(name string, l metrics.LoopStats) error {
+func (m *metricsServer) addLoop(name string, l interface{ Stats() loop.Stats }) error {
 	if m == nil {
 		return nil
 	}

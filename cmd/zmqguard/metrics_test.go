@@ -91,7 +91,7 @@ func TestMetricsOptionsCheck(t *testing.T) {
 // Close ends its goroutines and stops listening.
 func TestMetricsServer(t *testing.T) {
 	defer goleak.VerifyNone(t, goleak.IgnoreCurrent())
-	s, err := socket.NewPull(quietSocket())
+	s, err := socket.New("PULL", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -147,7 +147,7 @@ func TestListenerMetrics(t *testing.T) {
 	}
 	// Junk: two well-enveloped DEALER requests whose payload is 0xc1, a
 	// byte msgpack never uses (decode).
-	d, err := socket.NewDealer(quietSocket())
+	d, err := socket.New("DEALER", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -201,7 +201,7 @@ func TestCoordinatorMetrics(t *testing.T) {
 		"--metrics-addr", "127.0.0.1:0")
 	backOut := p.logField("coordinator running", "back_output", 20*time.Second)
 	addr := p.logField("coordinator running", "metrics_addr", time.Second)
-	junk, err := socket.NewPush(quietSocket())
+	junk, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -276,7 +276,7 @@ func TestSinkMetrics(t *testing.T) {
 	p := start(t, ctx, "sink", "--bind", "tcp://127.0.0.1:0", "--log-format", "json", "--metrics-addr", "127.0.0.1:0")
 	ep := p.logField("sink receiving", "endpoint", 20*time.Second)
 	addr := p.logField("sink receiving", "metrics_addr", time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -322,7 +322,7 @@ func TestDemoMetrics(t *testing.T) {
 		mfs := scrapeMetrics(t, addr)
 		served, _ := sample(mfs, "zmqguard_handshake_requests_served_total", "socket", "handshake")
 		refusedConns := 0.0
-		for _, m := range mfs["zmqguard_socket_violations_total"].GetMetric() {
+		for _, m := range mfs["zmqguard_socket_refused_total"].GetMetric() {
 			refusedConns += m.GetCounter().GetValue()
 		}
 		if served > 0 && refusedConns > 0 {

@@ -4,20 +4,23 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"math"
 	"strconv"
+	"strings"
 	"sync"
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 var outputsSpec = commandSpec{
@@ -62,126 +65,141 @@ sequence with logprobs, pooling output or routed experts in aux frames):
 counted, the receiver goes on.`,
 }
 
-func runOutputs(ctx context.Context, e *env, args []string) int {
-	spec := outputsSpec
-	fs := newFlagSet(e, spec)
-	bind := fs.String("bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
-	count := fs.Uint64("count", 0, "exit after this many request outputs (0: on SIGINT/SIGTERM)")
-	engines := fs.Int("engines", 0, "number of engines; a larger engine_index is dropped (0: any)")
-	release := releaseFlag(fs)
-	live := addLivenessFlags(fs)
-	mo := addMetricsFlags(fs)
-	allow := addAllowFlag(fs)
-	maxMsg := sizeValue(outputs.DefaultMaxMessageSize)
-	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
-	maxFrames := fs.Int("max-frames", outputs.DefaultMaxFrames, "most frames in one message (the body and its aux arrays)")
-	curve := addCurveServerFlags(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// outputsFlags are the flags of outputs.
+type outputsFlags struct {
+	bind      string
+	count     uint64
+	engines   int
+	release   *vllm.Release
+	live      *livenessFlags
+	mo        *metricsOptions
+	allow     *allowFlag
+	maxMsg    sizeValue
+	maxFrames int
+	curve     *curveServerFlags
+}
+
+// outputsCmd is the outputs command.
+var outputsCmd = command[outputsFlags]{
+	spec: outputsSpec,
+	register: func(fs *flag.FlagSet, fl *outputsFlags) {
+		fs.StringVar(&fl.bind, "bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
+		fs.Uint64Var(&fl.count, "count", 0, "exit after this many request outputs (0: on SIGINT/SIGTERM)")
+		fs.IntVar(&fl.engines, "engines", 0, "number of engines; a larger engine_index is dropped (0: any)")
+		fl.release = releaseFlag(fs)
+		fl.live = addLivenessFlags(fs)
+		fl.mo = addMetricsFlags(fs)
+		fl.allow = addAllowFlag(fs)
+		fl.maxMsg = sizeValue(64 << 20)
+		fs.Var(&fl.maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
+		fs.IntVar(&fl.maxFrames, "max-frames", 4096, "most frames in one message (the body and its aux arrays)")
+		fl.curve = addCurveServerFlags(fs)
+	},
+	run: runOutputs,
+}
+
+// runOutputs is the run function of outputs: it checks the flags and
+// the arguments (e.args), then does the work.
+func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
 	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if *bind == "" {
-			return usagef("--bind is required")
-		}
-		if *engines < 0 || maxMsg < 64 || *maxFrames < 1 {
-			return usagef("--engines must not be negative, --max-message-size at least 64 bytes and --max-frames at least 1")
-		}
-		if err := live.check(); err != nil {
-			return err
-		}
-		if err := mo.check(); err != nil {
-			return err
-		}
-		cc, stopCurve, err := curve.config(ctx, e.logger)
-		if err != nil {
-			return err
-		}
-		defer stopCurve()
-		rel := *release
-		lctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		w := &outputsWriter{w: e.stdout, limit: *count}
-		so := outputs.DefaultSocketOptions()
-		so.Guard.MaxMessageSize = int64(maxMsg)
-		so.Guard.MaxFrames = *maxFrames
-		so.Guard.Allow = allow.prefixes
-		so.Logger = e.logger
-		lo := live.options()
-		so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
-		so.Guard.Curve = cc
-		// The handler runs in one goroutine per engine connection (see
-		// outputs.Handler): each renders its lines into a buffer of its
-		// own and only the write of a finished line is serialized, so an
-		// engine's huge outputs do not hold the others' lines up.
-		bufs := sync.Pool{New: func() any { return new([]byte) }}
-		r, err := outputs.New(outputs.Config{
-			Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: *engines,
-			Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
-				bp := bufs.Get().(*[]byte)
-				defer func() {
-					if cap(*bp) <= 1<<20 {
-						bufs.Put(bp)
-					}
-				}()
-				for i := range m.Outputs {
-					*bp = appendOutput((*bp)[:0], m.EngineIndex, &m.Outputs[i])
-					reached, err := w.emit(*bp, true)
-					if err != nil {
-						return err
-					}
-					if reached {
-						cancel()
-						break
-					}
+	if fl.bind == "" {
+		return usagef("--bind is required")
+	}
+	if fl.engines < 0 || fl.maxMsg < 64 || fl.maxFrames < 1 {
+		return usagef("--engines must not be negative, --max-message-size at least 64 bytes and --max-frames at least 1")
+	}
+	if err := fl.live.check(); err != nil {
+		return err
+	}
+	if err := fl.mo.check(); err != nil {
+		return err
+	}
+	cc, stopCurve, err := fl.curve.config(ctx, e.logger)
+	if err != nil {
+		return err
+	}
+	defer stopCurve()
+	rel := *fl.release
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	w := &outputsWriter{w: e.stdout, limit: fl.count}
+	so := socket.Options{}
+	so.Guard.MaxMessageSize = int64(fl.maxMsg)
+	so.Guard.MaxFrames = fl.maxFrames
+	so.Guard.Allow = fl.allow.prefixes
+	so.Logger = e.logger
+	lo := fl.live.options()
+	so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
+	so.Guard.Curve = cc
+	// The handler runs in one goroutine per engine connection (see
+	// outputs.Handler): each renders its lines into a buffer of its
+	// own and only the write of a finished line is serialized, so an
+	// engine's huge outputs do not hold the others' lines up.
+	bufs := sync.Pool{New: func() any { return new([]byte) }}
+	r, err := outputs.New(outputs.Config{
+		Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: fl.engines,
+		Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
+			bp := bufs.Get().(*[]byte)
+			defer func() {
+				if cap(*bp) <= 1<<20 {
+					bufs.Put(bp)
 				}
-				return nil
-			},
-			OnEngineDead: func(d outputs.EngineDeadError) {
-				w.emit(appendDead(nil, d.Engine), false)
-			},
-		})
-		if err != nil {
-			return err
-		}
-		defer r.Close()
-		if err := r.Bind(*bind); err != nil {
-			return err
-		}
-		ms, err := startMetrics(mo, e.logger, func(c *zgprom.Collector) error { return c.AddOutputs("outputs", r) })
-		if err != nil {
-			return err
-		}
-		defer ms.Close()
-		e.logger.Info("outputs receiving", append([]any{"endpoint", r.Endpoint(), "count", *count, "vllm_version", rel.String()}, ms.logAttrs()...)...)
-		err = r.Run(lctx)
-		if errors.Is(err, loop.ErrLoopClosed) {
-			err = nil
-		}
-		if err != nil {
-			return err
-		}
-		if w.err != nil {
-			return w.err
-		}
-		line, err := json.Marshal(struct {
-			Counters outputs.Stats `json:"counters"`
-		}{r.Stats()})
-		if err != nil {
-			return err
-		}
-		if _, err := fmt.Fprintf(e.stdout, "%s\n", line); err != nil {
-			return err
-		}
-		if n := w.written(); *count > 0 && n < *count {
-			e.logger.Info("outputs interrupted", "outputs", n, "count", *count)
-		}
-		return nil
-	}()
-	return finish(e, fs, spec, err)
+			}()
+			for i := range m.Outputs {
+				*bp = appendOutput((*bp)[:0], m.EngineIndex, &m.Outputs[i])
+				reached, err := w.emit(*bp, true)
+				if err != nil {
+					return err
+				}
+				if reached {
+					cancel()
+					break
+				}
+			}
+			return nil
+		},
+		OnEngineDead: func(d outputs.EngineDeadError) {
+			w.emit(appendDead(nil, d.Engine), false)
+		},
+	})
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if err := r.Bind(fl.bind); err != nil {
+		return err
+	}
+	ms, err := startMetrics(fl.mo, e.logger, func(c *zgprom.Collector) error { return c.AddOutputs("outputs", r) })
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	e.logger.Info("outputs receiving", append([]any{"endpoint", r.Endpoint(), "count", fl.count, "vllm_version", rel.String()}, ms.logAttrs()...)...)
+	err = r.Run(lctx)
+	if errors.Is(err, loop.ErrLoopClosed) {
+		err = nil
+	}
+	if err != nil {
+		return err
+	}
+	if w.err != nil {
+		return w.err
+	}
+	line, err := json.Marshal(struct {
+		Counters outputs.Stats `json:"counters"`
+	}{r.Stats()})
+	if err != nil {
+		return err
+	}
+	if _, err := fmt.Fprintf(e.stdout, "%s\n", line); err != nil {
+		return err
+	}
+	if n := w.written(); fl.count > 0 && n < fl.count {
+		e.logger.Info("outputs interrupted", "outputs", n, "count", fl.count)
+	}
+	return nil
 }
 
 // outputsWriter writes finished JSON lines, one at a time, and counts the
@@ -299,7 +317,7 @@ func appendJSONFloat(b []byte, f float64, bits int) []byte {
 
 // appendJSONRaw renders an uninterpreted msgpack sub-object as JSON, or as
 // {"msgpack_hex": ...} when it has no JSON form.
-func appendJSONRaw(b []byte, r enginecore.Raw) []byte {
+func appendJSONRaw(b []byte, r []byte) []byte {
 	if r == nil {
 		return append(b, "null"...)
 	}
@@ -310,7 +328,7 @@ func appendJSONRaw(b []byte, r enginecore.Raw) []byte {
 		}
 	}
 	b = append(b, `{"msgpack_hex":"`...)
-	b = append(b, decodeguard.Render(r)...)
+	b = append(b, ratelog.Render(r)...)
 	return append(b, `"}`...)
 }
 
@@ -331,7 +349,7 @@ func appendJSONArrayObject(b []byte, a *enginecore.Array) []byte {
 	if a.IsNil() {
 		return append(b, "null"...)
 	}
-	name := a.DType.Numpy()
+	name := numpyNames[a.DType.String()]
 	if a.Torch || name == "" {
 		name = a.DType.String()
 	}
@@ -362,15 +380,15 @@ func appendJSONNested(b []byte, a *enginecore.Array) []byte {
 func appendDims(b []byte, a *enginecore.Array, shape []int, i *int) []byte {
 	if len(shape) == 0 {
 		switch {
-		case a.DType == enginecore.Bool:
+		case a.DType == enginecore.DTypeOf("bool"):
 			b = strconv.AppendBool(b, a.Int(*i) != 0)
-		case a.DType.IsFloat():
+		case strings.HasPrefix(a.DType.String(), "float") || a.DType.String() == "bfloat16":
 			bits := 64
-			if a.DType != enginecore.Float64 {
+			if a.DType != enginecore.DTypeOf("float64") {
 				bits = 32
 			}
 			b = appendJSONFloat(b, a.Float(*i), bits)
-		case a.DType == enginecore.Uint64:
+		case a.DType == enginecore.DTypeOf("uint64"):
 			b = strconv.AppendUint(b, uint64(a.Int(*i)), 10)
 		default:
 			b = strconv.AppendInt(b, a.Int(*i), 10)
@@ -386,4 +404,12 @@ func appendDims(b []byte, a *enginecore.Array, shape []int, i *int) []byte {
 		b = appendDims(b, a, shape[1:], i)
 	}
 	return append(b, ']')
+}
+
+// numpyNames maps a dtype's torch-style name to numpy's dtype.str, the
+// spelling vLLM uses for numpy arrays (bfloat16 has none: torch only).
+var numpyNames = map[string]string{
+	"bool": "|b1", "int8": "|i1", "uint8": "|u1", "int16": "<i2", "uint16": "<u2",
+	"int32": "<i4", "uint32": "<u4", "int64": "<i8", "uint64": "<u8",
+	"float16": "<f2", "float32": "<f4", "float64": "<f8",
 }

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/outputs"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -64,7 +63,7 @@ func TestOutputs(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "3", "--log-format", "json")
 	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -81,9 +80,9 @@ func TestOutputs(t *testing.T) {
 			Outputs: []enginecore.Output{{
 				RequestID: []byte("req-1"), NewTokenIDs: []int64{7, 8},
 				NewLogprobs: enginecore.Logprobs{Present: true, Fields: 4,
-					TokenIDs:     enginecore.Array{DType: enginecore.Int32, Shape: []int{2, 33}, Data: i32le(ids...)},
-					Logprobs:     enginecore.Array{DType: enginecore.Float32, Shape: []int{2, 33}, Data: f32le(lps...)},
-					SampledRanks: enginecore.Array{DType: enginecore.Int32, Shape: []int{2}, Data: i32le(1, 2)}},
+					TokenIDs:     enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{2, 33}, Data: i32le(ids...)},
+					Logprobs:     enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{2, 33}, Data: f32le(lps...)},
+					SampledRanks: enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{2}, Data: i32le(1, 2)}},
 			}, {
 				RequestID: []byte("req-2"), NewTokenIDs: []int64{9}, HasFinishReason: true, FinishReason: enginecore.FinishLength,
 				StopReason: enginecore.StopReason{Kind: enginecore.StopStr, Str: []byte("\"end\"")},
@@ -91,7 +90,7 @@ func TestOutputs(t *testing.T) {
 		{Header: enginecore.Header{EngineIndex: 1, Timestamp: 2},
 			Outputs: []enginecore.Output{{
 				RequestID:     []byte("emb"),
-				PoolingOutput: enginecore.Array{DType: enginecore.Float32, Torch: true, Shape: []int{2, 2}, Data: f32le(0.5, -1, 2, 0.25)},
+				PoolingOutput: enginecore.Array{DType: enginecore.DTypeOf("float32"), Torch: true, Shape: []int{2, 2}, Data: f32le(0.5, -1, 2, 0.25)},
 			}}},
 	}
 	if err := push.Send(ctx, []byte{0x45}); err != nil {
@@ -100,7 +99,7 @@ func TestOutputs(t *testing.T) {
 	if err := push.Send(ctx, enc.Encode(msgs[0])...); err != nil {
 		t.Fatal(err)
 	}
-	if err := push.Send(ctx, outputs.EngineCoreDead); err != nil {
+	if err := push.Send(ctx, []byte("ENGINE_CORE_DEAD")); err != nil {
 		t.Fatal(err)
 	}
 	if err := push.Send(ctx, enc.Encode(msgs[1])...); err != nil {
@@ -164,7 +163,7 @@ func TestOutputsManyFrames(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "100", "--log-format", "json")
 	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -173,7 +172,7 @@ func TestOutputsManyFrames(t *testing.T) {
 	m := &enginecore.Message{Header: enginecore.Header{Timestamp: 1}}
 	for i := range 100 {
 		m.Outputs = append(m.Outputs, enginecore.Output{RequestID: []byte{'r', byte('0' + i%10)}, NewTokenIDs: []int64{int64(i)},
-			RoutedExperts: enginecore.Array{DType: enginecore.Int32, Shape: []int{1}, Data: i32le(int32(i))}})
+			RoutedExperts: enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1}, Data: i32le(int32(i))}})
 	}
 	enc := enginecore.Encoder{Threshold: 1}
 	frames := enc.Encode(m)
@@ -201,7 +200,7 @@ func TestOutputsRealSizeStep(t *testing.T) {
 	defer cancel()
 	p := start(t, ctx, "outputs", "--bind", "tcp://127.0.0.1:0", "--count", "1365", "--log-format", "json")
 	ep := p.logField("outputs receiving", "endpoint", 20*time.Second)
-	push, err := socket.NewPush(quietSocket())
+	push, err := socket.New("PUSH", quietSocket())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -213,10 +212,10 @@ func TestOutputsRealSizeStep(t *testing.T) {
 		m.Outputs = append(m.Outputs, enginecore.Output{
 			RequestID: []byte(fmt.Sprintf("cmpl-%d", i)), NewTokenIDs: []int64{int64(i)},
 			NewLogprobs: enginecore.Logprobs{Present: true, Fields: 4,
-				TokenIDs:     enginecore.Array{DType: enginecore.Int32, Shape: []int{1, 128}, Data: arr},
-				Logprobs:     enginecore.Array{DType: enginecore.Float32, Shape: []int{1, 128}, Data: arr},
-				SampledRanks: enginecore.Array{DType: enginecore.Int32, Shape: []int{1}, Data: arr[:4]}},
-			RoutedExperts: enginecore.Array{DType: enginecore.Int16, Shape: []int{32, 8}, Data: arr},
+				TokenIDs:     enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1, 128}, Data: arr},
+				Logprobs:     enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{1, 128}, Data: arr},
+				SampledRanks: enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1}, Data: arr[:4]}},
+			RoutedExperts: enginecore.Array{DType: enginecore.DTypeOf("int16"), Shape: []int{32, 8}, Data: arr},
 		})
 	}
 	var enc enginecore.Encoder
@@ -225,7 +224,7 @@ func TestOutputsRealSizeStep(t *testing.T) {
 	for _, f := range frames {
 		size += len(f)
 	}
-	if len(frames) != outputs.DefaultMaxFrames || size < 2<<20-64<<10 {
+	if len(frames) != 4096 || size < 2<<20-64<<10 {
 		t.Fatalf("%d frames, %d bytes", len(frames), size)
 	}
 	if err := push.Send(ctx, frames...); err != nil {
@@ -266,7 +265,7 @@ func TestOutputsCurve(t *testing.T) {
 	_, freshSecret, _ := zmtpguard.GenerateCurveKeyPair()
 	o := quietSocket()
 	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: freshSecret, ServerKey: server}
-	evil, err := socket.NewPush(o)
+	evil, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -277,13 +276,13 @@ func TestOutputsCurve(t *testing.T) {
 	evilCancel()
 	p.waitStderr("refused by the authorizer", 20*time.Second)
 
-	cert, err := zmtpguard.LoadCertificate(cliSecret)
+	_, certSecret, err := zmtpguard.LoadCertificate(cliSecret)
 	if err != nil {
 		t.Fatal(err)
 	}
 	o = quietSocket()
-	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: cert.Secret, ServerKey: server}
-	engine, err := socket.NewPush(o)
+	o.Guard.Curve = &zmtpguard.CurveConfig{SecretKey: certSecret, ServerKey: server}
+	engine, err := socket.New("PUSH", o)
 	if err != nil {
 		t.Fatal(err)
 	}

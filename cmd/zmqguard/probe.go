@@ -2,9 +2,12 @@ package main
 
 import (
 	"context"
+	"flag"
 	"strings"
+	"time"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -54,59 +57,71 @@ func parseVariant(s string) (handshake.Variant, bool) {
 	return 0, false
 }
 
-func runProbe(ctx context.Context, e *env, args []string) int {
-	spec := probeSpec
-	fs := newFlagSet(e, spec)
-	pp := fs.Int("pp", 0, "pipeline-parallel rank to ask for (v3 only)")
-	tp := fs.Int("tp", 0, "tensor-parallel rank to ask for (v3 and v2)")
-	variant := fs.String("variant", "", "request form: v3 (current vLLM), v2 (since 0.13) or v1 (0.9-0.10) (default: the --vllm-version release's, v3)")
-	release := releaseFlag(fs)
-	timeout := fs.Duration("timeout", handshake.DefaultTimeout, "bound on each network step")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object instead of one line per step")
-	curve := addCurveClientFlags(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// probeFlags are the flags of probe.
+type probeFlags struct {
+	pp      int
+	tp      int
+	variant string
+	release *vllm.Release
+	timeout time.Duration
+	asJSON  bool
+	curve   *curveClientFlags
+}
+
+// probeCmd is the probe command.
+var probeCmd = command[probeFlags]{
+	spec: probeSpec,
+	register: func(fs *flag.FlagSet, fl *probeFlags) {
+		fs.IntVar(&fl.pp, "pp", 0, "pipeline-parallel rank to ask for (v3 only)")
+		fs.IntVar(&fl.tp, "tp", 0, "tensor-parallel rank to ask for (v3 and v2)")
+		fs.StringVar(&fl.variant, "variant", "", "request form: v3 (current vLLM), v2 (since 0.13) or v1 (0.9-0.10) (default: the --vllm-version release's, v3)")
+		fl.release = releaseFlag(fs)
+		fs.DurationVar(&fl.timeout, "timeout", 5*time.Second, "bound on each network step")
+		fs.BoolVar(&fl.asJSON, "json", false, "print the report as one JSON object instead of one line per step")
+		fl.curve = addCurveClientFlags(fs)
+	},
+	run: runProbe,
+}
+
+// runProbe is the run function of probe: it checks the flags and
+// the arguments (e.args), then does the work.
+func runProbe(ctx context.Context, fl *probeFlags, e *env) error {
+	if len(e.args) != 1 {
+		return usagef("want exactly one ADDR, got %d arguments", len(e.args))
 	}
-	err := func() error {
-		if len(pos) != 1 {
-			return usagef("want exactly one ADDR, got %d arguments", len(pos))
-		}
-		if *variant == "" {
-			*variant = releaseVariant(*release)
-		}
-		v, ok := parseVariant(*variant)
-		if !ok {
-			return usagef("--variant %q: want v3, v2 or v1", *variant)
-		}
-		if *pp < 0 || *tp < 0 || *pp > handshake.MaxRank || *tp > handshake.MaxRank {
-			return usagef("--pp and --tp must be in [0, %d]", handshake.MaxRank)
-		}
-		if v == handshake.V2 && *pp != 0 {
-			return usagef("a v2 request names no pipeline-parallel rank: --pp must be 0")
-		}
-		if v == handshake.V1 && (*pp != 0 || *tp != 0) {
-			return usagef("a v1 request names no rank: --pp and --tp must be 0")
-		}
-		if *timeout <= 0 {
-			return usagef("--timeout must be positive")
-		}
-		cc, err := curve.config(e.logger)
-		if err != nil {
-			return err
-		}
-		req := handshake.Request{Variant: v, PP: *pp, TP: *tp}
-		e.logger.Debug("probe", "endpoint", pos[0], "variant", v, "vllm_version", release.String())
-		opts := handshake.ProbeOptions{Timeout: *timeout, Out: e.stdout, Curve: cc}
-		if *asJSON {
-			opts.Out = nil
-			return probeJSON(ctx, e, pos[0], req, opts)
-		}
-		_, err = handshake.ProbeWith(ctx, pos[0], req, opts)
-		if err != nil {
-			e.logger.Debug("probe failed", "endpoint", pos[0], "err", err)
-		}
+	if fl.variant == "" {
+		fl.variant = releaseVariant(*fl.release)
+	}
+	v, ok := parseVariant(fl.variant)
+	if !ok {
+		return usagef("--variant %q: want v3, v2 or v1", fl.variant)
+	}
+	if fl.pp < 0 || fl.tp < 0 || fl.pp > nixlwire.MaxRank || fl.tp > nixlwire.MaxRank {
+		return usagef("--pp and --tp must be in [0, %d]", nixlwire.MaxRank)
+	}
+	if v == handshake.V2 && fl.pp != 0 {
+		return usagef("a v2 request names no pipeline-parallel rank: --pp must be 0")
+	}
+	if v == handshake.V1 && (fl.pp != 0 || fl.tp != 0) {
+		return usagef("a v1 request names no rank: --pp and --tp must be 0")
+	}
+	if fl.timeout <= 0 {
+		return usagef("--timeout must be positive")
+	}
+	cc, err := fl.curve.config(e.logger)
+	if err != nil {
 		return err
-	}()
-	return finish(e, fs, spec, err)
+	}
+	req := handshake.Request{Variant: v, PP: fl.pp, TP: fl.tp}
+	e.logger.Debug("probe", "endpoint", e.args[0], "variant", v, "vllm_version", fl.release.String())
+	opts := handshake.ProbeOptions{Timeout: fl.timeout, Out: e.stdout, Curve: cc}
+	if fl.asJSON {
+		opts.Out = nil
+		return probeJSON(ctx, e, e.args[0], req, opts)
+	}
+	_, err = handshake.Probe(ctx, e.args[0], req, opts)
+	if err != nil {
+		e.logger.Debug("probe failed", "endpoint", e.args[0], "err", err)
+	}
+	return err
 }

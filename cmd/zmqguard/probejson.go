@@ -6,11 +6,12 @@ import (
 	"strconv"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 )
 
 // probeReportJSON is the --json form of a probe report: named fields,
 // durations as Go duration strings, peer-sent strings as they are when
-// handshake.SafeText finds them safe, else as its length and hex prefix
+// nixlwire.SafeText finds them safe, else as its length and hex prefix
 // (see jsonText).
 type probeReportJSON struct {
 	Endpoint          string          `json:"endpoint"`
@@ -39,11 +40,11 @@ type probeStepJSON struct {
 }
 
 // jsonText renders a peer-sent string for a JSON field: the string itself
-// when handshake.SafeText finds it safe (at most 128 bytes of printable
+// when nixlwire.SafeText finds it safe (at most 128 bytes of printable
 // ASCII; json.Marshal does the escaping, so no quotes of SafeText's own end
 // up inside the JSON string), else SafeText's length and hex prefix.
 func jsonText(s string) string {
-	q := handshake.SafeText(s)
+	q := nixlwire.SafeText(s)
 	if u, err := strconv.Unquote(q); err == nil && u == s {
 		return s
 	}
@@ -52,7 +53,7 @@ func jsonText(s string) string {
 
 // probeJSON runs the probe and prints its report as one JSON line.
 func probeJSON(ctx context.Context, e *env, ep string, req handshake.Request, opts handshake.ProbeOptions) error {
-	rep, err := handshake.ProbeWith(ctx, ep, req, opts)
+	rep, err := handshake.Probe(ctx, ep, req, opts)
 	out := probeReportJSON{
 		Endpoint: rep.Endpoint, Variant: rep.Request.Variant.String(), PP: rep.Request.PP, TP: rep.Request.TP,
 		OK: rep.OK, PeerType: string(rep.PeerType), ReplyFrames: rep.ReplyFrames,

@@ -10,14 +10,16 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 func TestJSONText(t *testing.T) {
 	for in, want := range map[string]string{
 		"c4941e55088415f46c555e8a6298011a51f7d5190be262529c6ea0414c811c9c": "c4941e55088415f46c555e8a6298011a51f7d5190be262529c6ea0414c811c9c",
 		`prefill-"0"`:            `prefill-"0"`,
-		"\x1b[31mred":            handshake.SafeText("\x1b[31mred"),
-		strings.Repeat("a", 129): handshake.SafeText(strings.Repeat("a", 129)),
+		"\x1b[31mred":            nixlwire.SafeText("\x1b[31mred"),
+		strings.Repeat("a", 129): nixlwire.SafeText(strings.Repeat("a", 129)),
 	} {
 		if got := jsonText(in); got != want {
 			t.Errorf("jsonText(%q) = %q, want %q", in, got, want)
@@ -33,13 +35,9 @@ func TestProbeJSONNoQuotes(t *testing.T) {
 	defer cancel()
 	const hash = "c4941e55088415f46c555e8a6298011a51f7d5190be262529c6ea0414c811c9c"
 	m := handshake.NixlAgentMetadata{EngineID: "prefill-0a1b", AgentMetadata: []byte("agent"), KVCachesBaseAddr: []uint64{1 << 40},
-		NumBlocks: 10, BlockLens: []handshake.Int{4096}, KVCacheLayout: "HND", BlockSize: 16, AttnBackendName: "FLASH_ATTN",
+		NumBlocks: 10, BlockLens: []int64{4096}, KVCacheLayout: "HND", BlockSize: 16, AttnBackendName: "FLASH_ATTN",
 		PhysicalBlocksPerLogicalKVBlock: 1, DCPSize: 1, PCPSize: 1}
-	p, err := handshake.NewPayload(hash, &m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, err := p.MarshalMsg(nil)
+	b, err := handshake.EncodePayload(hash, &m, vllm.Latest())
 	if err != nil {
 		t.Fatal(err)
 	}

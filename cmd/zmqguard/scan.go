@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"io"
 	"net"
@@ -39,66 +40,76 @@ refuses addresses that are not loopback or this host's own unless
 --allow-remote is given.`,
 }
 
-func runScan(ctx context.Context, e *env, args []string) int {
-	spec := scanSpec
-	fs := newFlagSet(e, spec)
-	duration := fs.Duration("duration", 5*time.Second, "how long to keep replaying the corpus (at least one pass)")
-	hold := fs.Duration("hold", hostile.DefaultHold, "how long stalled connections are held (keep it below the target's handshake timeout)")
-	timeout := fs.Duration("timeout", hostile.DefaultTimeout, "bound on each connect, handshake and liveness check")
-	allowRemote := fs.Bool("allow-remote", false, "allow targets that are not loopback or this host's own addresses (only hosts you run)")
-	asJSON := fs.Bool("json", false, "print the report as one JSON object instead of a table")
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
+// scanFlags are the flags of scan.
+type scanFlags struct {
+	duration    time.Duration
+	hold        time.Duration
+	timeout     time.Duration
+	allowRemote bool
+	asJSON      bool
+}
+
+// scanCmd is the scan command.
+var scanCmd = command[scanFlags]{
+	spec: scanSpec,
+	register: func(fs *flag.FlagSet, fl *scanFlags) {
+		fs.DurationVar(&fl.duration, "duration", 5*time.Second, "how long to keep replaying the corpus (at least one pass)")
+		fs.DurationVar(&fl.hold, "hold", hostile.DefaultHold, "how long stalled connections are held (keep it below the target's handshake timeout)")
+		fs.DurationVar(&fl.timeout, "timeout", hostile.DefaultTimeout, "bound on each connect, handshake and liveness check")
+		fs.BoolVar(&fl.allowRemote, "allow-remote", false, "allow targets that are not loopback or this host's own addresses (only hosts you run)")
+		fs.BoolVar(&fl.asJSON, "json", false, "print the report as one JSON object instead of a table")
+	},
+	run: runScan,
+}
+
+// runScan is the run function of scan: it checks the flags and
+// the arguments (e.args), then does the work.
+func runScan(ctx context.Context, fl *scanFlags, e *env) error {
+	if len(e.args) == 0 {
+		return usagef("want at least one ADDR")
 	}
-	err := func() error {
-		if len(pos) == 0 {
-			return usagef("want at least one ADDR")
-		}
-		if *duration < 0 || *hold <= 0 || *timeout <= 0 {
-			return usagef("--duration, --hold and --timeout must be positive")
-		}
-		for _, t := range pos {
-			if _, _, err := hostile.SplitEndpoint(t); err != nil {
-				return usagef("%v", err)
-			}
-			if !*allowRemote {
-				if err := checkOwnAddress(ctx, t); err != nil {
-					return err
-				}
-			}
-		}
-		e.logger.Info("scanning", "targets", pos, "duration", *duration)
-		rep, err := hostile.Scan(ctx, pos, hostile.ScanConfig{
-			Options:  hostile.Options{Hold: *hold, Timeout: *timeout},
-			Duration: *duration,
-			OnProbe: func(ev hostile.Event) {
-				if !ev.Alive {
-					e.logger.Warn("target stopped answering", "target", ev.Target, "probe", ev.Probe.Name, "err", ev.AliveErr)
-				}
-			},
-		})
-		if err != nil {
+	if fl.duration < 0 || fl.hold <= 0 || fl.timeout <= 0 {
+		return usagef("--duration, --hold and --timeout must be positive")
+	}
+	for _, t := range e.args {
+		if _, _, err := hostile.SplitEndpoint(t); err != nil {
 			return usagef("%v", err)
 		}
-		if *asJSON {
-			err = writeScanJSON(e.stdout, rep)
-		} else {
-			err = rep.WriteTable(e.stdout)
+		if !fl.allowRemote {
+			if err := checkOwnAddress(ctx, t); err != nil {
+				return err
+			}
 		}
-		if err != nil {
-			return err
-		}
-		if ctx.Err() != nil {
-			return errors.New("interrupted")
-		}
-		if !rep.OK() {
-			return errors.New("a target did not answer at the start or stopped answering (see the report)")
-		}
-		e.logger.Info("scan done", "probes_sent", rep.Sent(), "elapsed", rep.Elapsed.Round(time.Millisecond))
-		return nil
-	}()
-	return finish(e, fs, spec, err)
+	}
+	e.logger.Info("scanning", "targets", e.args, "duration", fl.duration)
+	rep, err := hostile.Scan(ctx, e.args, hostile.ScanConfig{
+		Options:  hostile.Options{Hold: fl.hold, Timeout: fl.timeout},
+		Duration: fl.duration,
+		OnProbe: func(ev hostile.Event) {
+			if !ev.Alive {
+				e.logger.Warn("target stopped answering", "target", ev.Target, "probe", ev.Probe.Name, "err", ev.AliveErr)
+			}
+		},
+	})
+	if err != nil {
+		return usagef("%v", err)
+	}
+	if fl.asJSON {
+		err = writeScanJSON(e.stdout, rep)
+	} else {
+		err = rep.WriteTable(e.stdout)
+	}
+	if err != nil {
+		return err
+	}
+	if ctx.Err() != nil {
+		return errors.New("interrupted")
+	}
+	if !rep.OK() {
+		return errors.New("a target did not answer at the start or stopped answering (see the report)")
+	}
+	e.logger.Info("scan done", "probes_sent", rep.Sent(), "elapsed", rep.Elapsed.Round(time.Millisecond))
+	return nil
 }
 
 // scanJSON is the --json form of a scan report.

@@ -4,12 +4,13 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"flag"
 	"fmt"
 	"runtime"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
@@ -36,17 +37,17 @@ by reason. A human summary goes to stderr.
 
 // sinkReport is the JSON line sink prints.
 type sinkReport struct {
-	Endpoint     string            `json:"endpoint"`
-	Decode       string            `json:"decode"`
-	Messages     uint64            `json:"messages"`
-	Seconds      float64           `json:"seconds"`
-	MsgsPerSec   float64           `json:"msgs_per_sec"`
-	AllocsPerMsg float64           `json:"allocs_per_msg"`
-	BytesPerMsg  float64           `json:"bytes_per_msg"`
-	Received     uint64            `json:"received"`
-	Dropped      uint64            `json:"dropped"`
-	Drops        coordinator.Drops `json:"drops"`
-	Violations   coordinator.Drops `json:"violations"`
+	Endpoint     string             `json:"endpoint"`
+	Decode       string             `json:"decode"`
+	Messages     uint64             `json:"messages"`
+	Seconds      float64            `json:"seconds"`
+	MsgsPerSec   float64            `json:"msgs_per_sec"`
+	AllocsPerMsg float64            `json:"allocs_per_msg"`
+	BytesPerMsg  float64            `json:"bytes_per_msg"`
+	Received     uint64             `json:"received"`
+	Dropped      uint64             `json:"dropped"`
+	Drops        decodeguard.Counts `json:"drops"`
+	Refused      decodeguard.Counts `json:"refused"`
 }
 
 // sinkCounter counts valid messages in the loop's goroutine (no atomics:
@@ -73,120 +74,133 @@ func (c *sinkCounter) valid() {
 	}
 }
 
-func runSink(ctx context.Context, e *env, args []string) int {
-	spec := sinkSpec
-	fs := newFlagSet(e, spec)
-	bind := fs.String("bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
-	decode := fs.String("decode", "none", "none (every message is valid) or stats (valid = decodes as EngineCoreOutputs)")
-	count := fs.Uint64("count", 0, "exit after this many valid messages (0: on SIGINT/SIGTERM)")
-	maxMsg := sizeValue(1 << 20)
-	fs.Var(&maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 1MiB or 64KiB")
-	hwm := fs.Int("hwm", 0, "per-peer queue bound in messages (0: the socket default)")
-	mo := addMetricsFlags(fs)
-	curve := addCurveServerFlags(fs)
-	allow := addAllowFlag(fs)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
-	}
-	err := func() error {
-		if len(pos) > 0 {
-			return usagef("unexpected argument %q", pos[0])
-		}
-		if *bind == "" {
-			return usagef("--bind is required")
-		}
-		if *decode != "none" && *decode != "stats" {
-			return usagef("--decode %q: want none or stats", *decode)
-		}
-		if maxMsg < 64 || *hwm < 0 {
-			return usagef("--max-message-size must be at least 64 bytes and --hwm not negative")
-		}
-		if err := mo.check(); err != nil {
-			return err
-		}
-		opts := socket.DefaultOptions()
-		opts.Guard.MaxMessageSize = int64(maxMsg)
-		if *hwm > 0 {
-			opts.HWM = *hwm
-		}
-		opts.Logger = e.logger
-		cc, stopCurve, err := curve.config(ctx, e.logger)
-		if err != nil {
-			return err
-		}
-		defer stopCurve()
-		opts.Guard.Curve = cc
-		opts.Guard.Allow = allow.prefixes
-		s, err := socket.NewPull(opts)
-		if err != nil {
-			return err
-		}
-		defer s.Close()
-		if err := s.Bind(*bind); err != nil {
-			return err
-		}
-		ms, err := startMetrics(mo, e.logger, func(c *zgprom.Collector) error { return c.AddSocket("sink", s) })
-		if err != nil {
-			return err
-		}
-		defer ms.Close()
-		e.logger.Info("sink receiving", append([]any{"endpoint", s.Endpoint(), "decode", *decode, "count", *count}, ms.logAttrs()...)...)
+// sinkFlags are the flags of sink.
+type sinkFlags struct {
+	bind   string
+	decode string
+	count  uint64
+	maxMsg sizeValue
+	hwm    int
+	mo     *metricsOptions
+	curve  *curveServerFlags
+	allow  *allowFlag
+}
 
-		lctx, cancel := context.WithCancel(ctx)
-		defer cancel()
-		c := &sinkCounter{target: *count, cancel: cancel}
-		var st loop.Stats
-		if *decode == "none" {
-			st, err = sinkLoop(lctx, e, s, c, ms, loop.RawDecoder)
-		} else {
-			lim := decodeguard.Limits{MaxBytes: int(maxMsg)}
-			st, err = sinkLoop(lctx, e, s, c, ms, func(frames [][]byte, dst *coordinator.EngineCoreOutputs) error {
-				if len(frames) != 1 {
-					return decodeguard.NewError(decodeguard.ReasonEnvelope, "expected one frame")
-				}
-				return coordinator.DecodeEngineCoreOutputsLimits(frames[0], &lim, dst)
-			})
-		}
-		stop := time.Now()
-		if err != nil {
-			return err
-		}
-		if !c.lastMeasured {
-			c.last = stop
-			runtime.ReadMemStats(&c.m1)
-		}
-		rep := sinkReport{
-			Endpoint:   s.Endpoint(),
-			Decode:     *decode,
-			Messages:   c.n,
-			Received:   st.Received,
-			Dropped:    st.TotalDropped(),
-			Drops:      coordinator.Drops(st.Dropped),
-			Violations: coordinator.Drops(s.Stats().Violations),
-		}
-		if c.n > 1 {
-			span := c.last.Sub(c.first)
-			rep.Seconds = span.Seconds()
-			if span > 0 {
-				rep.MsgsPerSec = float64(c.n-1) / span.Seconds()
+// sinkCmd is the sink command.
+var sinkCmd = command[sinkFlags]{
+	spec: sinkSpec,
+	register: func(fs *flag.FlagSet, fl *sinkFlags) {
+		fs.StringVar(&fl.bind, "bind", "", "endpoint to bind, e.g. tcp://127.0.0.1:5700 (required)")
+		fs.StringVar(&fl.decode, "decode", "none", "none (every message is valid) or stats (valid = decodes as EngineCoreOutputs)")
+		fs.Uint64Var(&fl.count, "count", 0, "exit after this many valid messages (0: on SIGINT/SIGTERM)")
+		fl.maxMsg = sizeValue(1 << 20)
+		fs.Var(&fl.maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 1MiB or 64KiB")
+		fs.IntVar(&fl.hwm, "hwm", 0, "per-peer queue bound in messages (0: the socket default)")
+		fl.mo = addMetricsFlags(fs)
+		fl.curve = addCurveServerFlags(fs)
+		fl.allow = addAllowFlag(fs)
+	},
+	run: runSink,
+}
+
+// runSink is the run function of sink: it checks the flags and
+// the arguments (e.args), then does the work.
+func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
+	if len(e.args) > 0 {
+		return usagef("unexpected argument %q", e.args[0])
+	}
+	if fl.bind == "" {
+		return usagef("--bind is required")
+	}
+	if fl.decode != "none" && fl.decode != "stats" {
+		return usagef("--decode %q: want none or stats", fl.decode)
+	}
+	if fl.maxMsg < 64 || fl.hwm < 0 {
+		return usagef("--max-message-size must be at least 64 bytes and --hwm not negative")
+	}
+	if err := fl.mo.check(); err != nil {
+		return err
+	}
+	opts := socket.DefaultOptions()
+	opts.Guard.MaxMessageSize = int64(fl.maxMsg)
+	if fl.hwm > 0 {
+		opts.HWM = fl.hwm
+	}
+	opts.Logger = e.logger
+	cc, stopCurve, err := fl.curve.config(ctx, e.logger)
+	if err != nil {
+		return err
+	}
+	defer stopCurve()
+	opts.Guard.Curve = cc
+	opts.Guard.Allow = fl.allow.prefixes
+	s, err := socket.New("PULL", opts)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.Bind(fl.bind); err != nil {
+		return err
+	}
+	ms, err := startMetrics(fl.mo, e.logger, func(c *zgprom.Collector) error { return c.AddSocket("sink", s) })
+	if err != nil {
+		return err
+	}
+	defer ms.Close()
+	e.logger.Info("sink receiving", append([]any{"endpoint", s.Endpoint(), "decode", fl.decode, "count", fl.count}, ms.logAttrs()...)...)
+
+	lctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	c := &sinkCounter{target: fl.count, cancel: cancel}
+	var st loop.Stats
+	if fl.decode == "none" {
+		st, err = sinkLoop(lctx, e, s, c, ms, loop.RawDecoder)
+	} else {
+		lim := decodeguard.Limits{MaxBytes: int(fl.maxMsg)}
+		st, err = sinkLoop(lctx, e, s, c, ms, func(frames [][]byte, dst *enginecore.Header) error {
+			if len(frames) != 1 {
+				return decodeguard.NewError(decodeguard.ReasonEnvelope, "expected one frame")
 			}
-			rep.AllocsPerMsg = float64(c.m1.Mallocs-c.m0.Mallocs) / float64(c.n-1)
-			rep.BytesPerMsg = float64(c.m1.TotalAlloc-c.m0.TotalAlloc) / float64(c.n-1)
+			return enginecore.DecodeHeader(frames[0], &lim, dst)
+		})
+	}
+	stop := time.Now()
+	if err != nil {
+		return err
+	}
+	if !c.lastMeasured {
+		c.last = stop
+		runtime.ReadMemStats(&c.m1)
+	}
+	rep := sinkReport{
+		Endpoint: s.Endpoint(),
+		Decode:   fl.decode,
+		Messages: c.n,
+		Received: st.Received,
+		Dropped:  st.Dropped.Total(),
+		Drops:    decodeguard.Counts(st.Dropped),
+		Refused:  decodeguard.Counts(s.Stats().Refused),
+	}
+	if c.n > 1 {
+		span := c.last.Sub(c.first)
+		rep.Seconds = span.Seconds()
+		if span > 0 {
+			rep.MsgsPerSec = float64(c.n-1) / span.Seconds()
 		}
-		line, err := json.Marshal(rep)
-		if err != nil {
-			return err
-		}
-		fmt.Fprintf(e.stdout, "%s\n", line)
-		fmt.Fprintf(e.stderr, "sink: %d valid messages in %.3fs: %.0f msg/s, %.2f allocs/msg, %.0f B/msg; %d dropped, %d connections refused\n",
-			rep.Messages, rep.Seconds, rep.MsgsPerSec, rep.AllocsPerMsg, rep.BytesPerMsg, rep.Dropped, rep.Violations.Total())
-		if *count > 0 && c.n < *count {
-			return fmt.Errorf("interrupted after %d of %d valid messages", c.n, *count)
-		}
-		return nil
-	}()
-	return finish(e, fs, spec, err)
+		rep.AllocsPerMsg = float64(c.m1.Mallocs-c.m0.Mallocs) / float64(c.n-1)
+		rep.BytesPerMsg = float64(c.m1.TotalAlloc-c.m0.TotalAlloc) / float64(c.n-1)
+	}
+	line, err := json.Marshal(rep)
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(e.stdout, "%s\n", line)
+	fmt.Fprintf(e.stderr, "sink: %d valid messages in %.3fs: %.0f msg/s, %.2f allocs/msg, %.0f B/msg; %d dropped, %d connections refused\n",
+		rep.Messages, rep.Seconds, rep.MsgsPerSec, rep.AllocsPerMsg, rep.BytesPerMsg, rep.Dropped, rep.Refused.Total())
+	if fl.count > 0 && c.n < fl.count {
+		return fmt.Errorf("interrupted after %d of %d valid messages", c.n, fl.count)
+	}
+	return nil
 }
 
 // sinkLoop runs a SafeLoop over s with decoder dec until ctx ends, counting

@@ -17,18 +17,19 @@ from a repository (with "+dirty" for uncommitted changes), and the Go
 version.`,
 }
 
-func runVersion(_ context.Context, e *env, args []string) int {
-	spec := versionSpec
-	fs := newFlagSet(e, spec)
-	pos, code, done := parseCommand(e, fs, spec, args)
-	if done {
-		return code
-	}
-	if len(pos) != 0 {
-		return finish(e, fs, spec, usagef("takes no arguments"))
+// versionFlags are the flags of version: only the global ones.
+type versionFlags struct{}
+
+// versionCmd is the version command.
+var versionCmd = command[versionFlags]{spec: versionSpec, run: runVersion}
+
+// runVersion is the run function of version.
+func runVersion(_ context.Context, _ *versionFlags, e *env) error {
+	if len(e.args) != 0 {
+		return usagef("takes no arguments")
 	}
 	_, err := e.stdout.Write([]byte(versionLine() + "\n"))
-	return finish(e, fs, spec, err)
+	return err
 }
 
 // versionLine renders the build information: "zmqguard VERSION [rev

@@ -19,9 +19,9 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/nixlwire"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -244,11 +244,12 @@ func recvZMQ4(ctx context.Context, s zmq4.Socket) (zmq4.Msg, error) {
 // 65 s under CI or with -zmq4soak.
 func TestZMQ4Peers(t *testing.T) {
 	soak := zmq4SoakDuration()
-	if hb := socket.DefaultHeartbeatInterval + socket.DefaultHeartbeatTimeout; soak < hb+5*time.Second {
+	def := socket.DefaultOptions()
+	if hb := def.HeartbeatInterval + def.HeartbeatTimeout; soak < hb+5*time.Second {
 		t.Fatalf("soak %v does not outlast the default heartbeat interval + timeout %v", soak, hb)
 	}
 	t.Logf("zmq4 peers idle for %v against the CLI's default heartbeats (%v + %v)", soak,
-		socket.DefaultHeartbeatInterval, socket.DefaultHeartbeatTimeout)
+		def.HeartbeatInterval, def.HeartbeatTimeout)
 	budget := soak + 90*time.Second
 	debug := []string{"--log-format", "json", "--log-level", "debug"}
 
@@ -362,7 +363,7 @@ func TestZMQ4Peers(t *testing.T) {
 		publish := func(seq uint64) {
 			t.Helper()
 			payload := kvevents.AppendBatch(nil, float64(seq), []kvevents.Event{{Type: kvevents.BlockRemoved,
-				BlockHashes: []kvevents.Hash{kvevents.IntHash(1000 + seq)}}}, kvevents.OptInt{}, true)
+				BlockHashes: []kvevents.Hash{kvevents.IntHash(1000 + seq)}}}, kvevents.Opt[int64]{}, true)
 			var sb [8]byte
 			binary.BigEndian.PutUint64(sb[:], seq)
 			for _, pub := range pubs {
@@ -459,9 +460,9 @@ func TestZMQ4Peers(t *testing.T) {
 		p := start(t, ctx, append([]string{"sink", "--bind", "tcp://127.0.0.1:0", "--decode", "stats",
 			"--count", fmt.Sprint(2 * n)}, debug...)...)
 		push := pushTo(t, ctx, p.logField("sink receiving", "endpoint", 20*time.Second))
-		m := coordinator.EngineCoreOutputs{EngineIndex: 0, HasStats: true, Timestamp: 1,
-			Stats: coordinator.SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: 2}}
-		valid := enginecore.AppendHeader(nil, &m)
+		m := enginecore.Header{EngineIndex: 0, HasStats: true, Timestamp: 1,
+			Stats: enginecore.SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: 2}}
+		valid := dpwire.AppendHeader(nil, &m)
 		send := func() {
 			t.Helper()
 			for range n {
@@ -506,10 +507,10 @@ func TestZMQ4Peers(t *testing.T) {
 			mu.Lock()
 			defer mu.Unlock()
 			switch {
-			case len(f) == 1 && string(f[0]) == coordinator.ReadyFrame:
+			case len(f) == 1 && string(f[0]) == dpwire.ReadyFrame:
 				ready++
-			case len(f) == 2 && string(f[0]) == coordinator.StartDPWaveFrame:
-				sw, err := coordinator.ParseStartDPWave(f[1])
+			case len(f) == 2 && string(f[0]) == dpwire.StartDPWaveFrame:
+				sw, err := dpwire.ParseStartDPWave(f[1])
 				if err != nil {
 					return err
 				}
@@ -528,17 +529,17 @@ func TestZMQ4Peers(t *testing.T) {
 		backR.waitCount(t, ctx, 0, "READY on the zmq4 SUB")
 		// The front-end's side: a zmq4 SUB on front, every message a
 		// publication.
-		var pubs []coordinator.Publication
+		var pubs []dpwire.Publication
 		frontSub := zmq4.NewSub(ctx, zmq4Opt())
 		frontR := readZMQ4(t, frontSub, func(f [][]byte) error {
 			if err := notACommand(f); err != nil {
 				return err
 			}
-			var pb coordinator.Publication
+			var pb dpwire.Publication
 			if len(f) != 1 {
 				return errors.New("a publication is one frame")
 			}
-			if err := coordinator.ParsePublication(f[0], &pb); err != nil {
+			if err := dpwire.ParsePublication(f[0], &pb); err != nil {
 				return err
 			}
 			mu.Lock()
@@ -553,14 +554,14 @@ func TestZMQ4Peers(t *testing.T) {
 			t.Fatal(err)
 		}
 		push := pushTo(t, ctx, backOut)
-		sendOut := func(m *coordinator.EngineCoreOutputs) {
+		sendOut := func(m *enginecore.Header) {
 			t.Helper()
-			if err := push.Send(zmq4.NewMsg(enginecore.AppendHeader(nil, m))); err != nil {
+			if err := push.Send(zmq4.NewMsg(dpwire.AppendHeader(nil, m))); err != nil {
 				t.Fatal(err)
 			}
 		}
 		// seen waits for a publication matching f.
-		seen := func(what string, f func(pb *coordinator.Publication) bool) {
+		seen := func(what string, f func(pb *dpwire.Publication) bool) {
 			t.Helper()
 			for {
 				mu.Lock()
@@ -579,9 +580,9 @@ func TestZMQ4Peers(t *testing.T) {
 				}
 			}
 		}
-		sendOut(&coordinator.EngineCoreOutputs{EngineIndex: 0, HasStats: true, Timestamp: 1,
-			Stats: coordinator.SchedulerStats{NumWaitingReqs: 2, NumRunningReqs: 1}})
-		seen("with engine 0's stats", func(pb *coordinator.Publication) bool {
+		sendOut(&enginecore.Header{EngineIndex: 0, HasStats: true, Timestamp: 1,
+			Stats: enginecore.SchedulerStats{NumWaitingReqs: 2, NumRunningReqs: 1}})
+		seen("with engine 0's stats", func(pb *dpwire.Publication) bool {
 			c := pb.Counts()
 			return len(c) == 1 && c[0] == [2]int{2, 1}
 		})
@@ -589,8 +590,8 @@ func TestZMQ4Peers(t *testing.T) {
 		checkPeers(t, p, 3)
 		// An engine's start_wave: START_DP_WAVE on back-publish, the wave
 		// on front.
-		sendOut(&coordinator.EngineCoreOutputs{EngineIndex: 0, HasStartWave: true, StartWave: 1})
-		seen("of wave 1 running", func(pb *coordinator.Publication) bool { return pb.Wave == 1 && pb.Running })
+		sendOut(&enginecore.Header{EngineIndex: 0, HasStartWave: true, StartWave: 1})
+		seen("of wave 1 running", func(pb *dpwire.Publication) bool { return pb.Wave == 1 && pb.Running })
 		for {
 			mu.Lock()
 			got := len(waves) > 0 && waves[len(waves)-1] == 1
@@ -635,7 +636,7 @@ func TestZMQ4Peers(t *testing.T) {
 		}
 		fetch := func(when string) {
 			t.Helper()
-			body := handshake.AppendRequest(nil, handshake.Request{Variant: handshake.V3, PP: 0, TP: 1})
+			body := nixlwire.AppendRequest(nil, 3, 0, 1)
 			if err := req.Send(zmq4.NewMsg(body)); err != nil {
 				t.Fatal(err)
 			}
@@ -648,14 +649,14 @@ func TestZMQ4Peers(t *testing.T) {
 			if err := notACommand(m.Frames); err != nil || len(m.Frames) != 2 {
 				t.Fatalf("%s: reply %s: want [payload, timestamp] (%v)", when, renderFrames(m.Frames), err)
 			}
-			pl, err := handshake.DecodePayload(m.Frames[0])
+			pl, err := nixlwire.DecodePayload(m.Frames[0])
 			if err != nil {
 				t.Fatalf("%s: payload: %v", when, err)
 			}
-			if _, err := handshake.ParseTimestamp(m.Frames[1]); err != nil {
+			if _, err := nixlwire.ParseTimestamp(m.Frames[1]); err != nil {
 				t.Fatalf("%s: timestamp: %v", when, err)
 			}
-			md, err := handshake.DecodeAgentMetadata(pl.AgentMetadataBytes)
+			md, err := nixlwire.DecodeAgentMetadata(pl.AgentMetadataBytes)
 			if err != nil || md.EngineID != "prefill-7" {
 				t.Fatalf("%s: metadata %+v, %v", when, md, err)
 			}

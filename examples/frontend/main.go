@@ -27,6 +27,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -70,7 +71,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		*front = ep
 	}
 
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: *front, Socket: opts})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: *front, Socket: opts})
 	if err != nil {
 		return err
 	}
@@ -124,7 +125,7 @@ func demo(ctx context.Context, wg *sync.WaitGroup, logger *slog.Logger) (string,
 	}
 	ctx, cancel := context.WithCancel(ctx)
 	wg.Go(func() { c.Run(ctx) })
-	var engines []*coordinator.Engine
+	var engines []*dppeer.Engine
 	stop := func() {
 		cancel()
 		for _, e := range engines {
@@ -133,7 +134,7 @@ func demo(ctx context.Context, wg *sync.WaitGroup, logger *slog.Logger) (string,
 		c.Close()
 	}
 	for i := range 2 {
-		e, err := coordinator.DialEngine(coordinator.EngineConfig{
+		e, err := dppeer.DialEngine(dppeer.EngineConfig{
 			BackPublish: c.BackPublishEndpoint(), BackOutput: c.BackOutputEndpoint(), Socket: quiet,
 		})
 		if err != nil {

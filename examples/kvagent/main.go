@@ -40,8 +40,8 @@ func main() {
 // factors are this deployment's compatibility factors: a decode worker pairs
 // with us only when its own factors hash to the same value.
 var factors = handshake.Factors{
-	VLLMVersion: "0.11.1", ConnectorVersion: handshake.ConnectorVersion,
-	Model: "meta-llama/Llama-3.1-8B-Instruct", Dtype: "torch.bfloat16",
+	VLLMVersion: "0.11.1",
+	Model:       "meta-llama/Llama-3.1-8B-Instruct", Dtype: "torch.bfloat16",
 	NumKVHeads: 8, HeadSize: 128, NumHiddenLayers: 32, AttnBackendName: "FLASH_ATTN",
 	CacheDtype: "auto", IsHMAEnabled: true, TransferMode: "pull",
 }
@@ -50,13 +50,13 @@ var factors = handshake.Factors{
 // layer for K and for V, each numBlocks blocks of 16 tokens.
 func describe(engineID string, tp, numBlocks int) handshake.NixlAgentMetadata {
 	const blockSize, headsPerRank, headSize, bytesPerElem = 16, 4, 128, 2
-	blockLen := handshake.Int(blockSize * headsPerRank * headSize * bytesPerElem)
+	blockLen := int64(blockSize * headsPerRank * headSize * bytesPerElem)
 	base := uint64(0x7f3a00000000) + uint64(tp)<<40
 	m := handshake.NixlAgentMetadata{
 		EngineID:                        engineID,
 		AgentMetadata:                   fmt.Appendf(nil, "nixl-agent:%s:tp%d", engineID, tp), // the NIXL agent's own blob
-		DeviceID:                        handshake.Int(tp),
-		NumBlocks:                       handshake.Int(numBlocks),
+		DeviceID:                        int64(tp),
+		NumBlocks:                       int64(numBlocks),
 		KVCacheLayout:                   "HND",
 		BlockSize:                       blockSize,
 		AttnBackendName:                 factors.AttnBackendName,
@@ -98,11 +98,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	payloads := map[handshake.Rank][]byte{}
 	for tp := range *tpSize {
 		m := describe(*engineID, tp, *numBlocks)
-		p, err := handshake.NewPayload(hash, &m)
-		if err != nil {
-			return err
-		}
-		if payloads[handshake.Rank{TP: tp}], err = p.MarshalMsg(nil); err != nil {
+		if payloads[handshake.Rank{TP: tp}], err = handshake.EncodePayload(hash, &m, factors.Release); err != nil {
 			return err
 		}
 	}
@@ -137,8 +133,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	wg.Wait() // the self-check writes to stdout too
 	st := l.Stats()
 	fmt.Fprintf(stdout, "served %d (V1 %d, V2 %d, V3 %d), dropped %d, refused connections %d\n",
-		st.TotalServed(), st.Served[handshake.V1], st.Served[handshake.V2], st.Served[handshake.V3],
-		st.Loop.TotalDropped(), sum(st.Socket.Violations[:]))
+		st.Served[handshake.V1]+st.Served[handshake.V2]+st.Served[handshake.V3], st.Served[handshake.V1], st.Served[handshake.V2], st.Served[handshake.V3],
+		st.Loop.Dropped.Total(), sum(st.Socket.Refused[:]))
 	if errors.Is(err, handshake.ErrListenerClosed) {
 		err = nil
 	}

@@ -32,6 +32,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/loop"
+	"github.com/zmqguard/zmqguard/metrics"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -43,13 +44,13 @@ const maxPeers = 256
 // peers counts messages and drops by peer host, from the loop's hooks.
 type peers struct {
 	mu sync.Mutex
-	n  map[string]*zgprom.Source
+	n  map[string]*metrics.Source
 }
 
 // source returns host's entry; hosts beyond 4×maxPeers share one, so a
 // scanner cycling through addresses cannot grow the map without bound.
-func (p *peers) source(peer *socket.Peer) *zgprom.Source {
-	host, _, err := net.SplitHostPort(peer.Addr())
+func (p *peers) source(peer *socket.Peer) *metrics.Source {
+	host, _, err := net.SplitHostPort(peer.String())
 	if err != nil {
 		host = "unknown"
 	}
@@ -61,7 +62,7 @@ func (p *peers) source(peer *socket.Peer) *zgprom.Source {
 				return s
 			}
 		}
-		s = &zgprom.Source{Name: host, Connected: true}
+		s = &metrics.Source{Name: host, Connected: true}
 		p.n[host] = s
 	}
 	return s
@@ -82,10 +83,10 @@ func (p *peers) dropped(d loop.Drop) {
 }
 
 // list returns the peers sorted by name, for the collector.
-func (p *peers) list() []zgprom.Source {
+func (p *peers) list() []metrics.Source {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	out := make([]zgprom.Source, 0, len(p.n))
+	out := make([]metrics.Source, 0, len(p.n))
 	for _, s := range p.n {
 		out = append(out, *s)
 	}
@@ -100,7 +101,7 @@ var demoFrames = [][]byte{{0x92, 0xc0, 0x07}, {0x45}, {0xa2, 0xff, 0xfe}, {0xdd,
 
 // demo pushes demoFrames to ep once a second until ctx ends.
 func demo(ctx context.Context, ep string) error {
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		return err
 	}
@@ -132,7 +133,7 @@ type config struct {
 // run serves until ctx ends.
 func run(ctx context.Context, cfg config, logw io.Writer) error {
 	logger := slog.New(slog.NewTextHandler(logw, nil))
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		return err
 	}
@@ -140,7 +141,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) error {
 	if err := pull.Bind(cfg.bind); err != nil {
 		return err
 	}
-	ps := &peers{n: map[string]*zgprom.Source{}}
+	ps := &peers{n: map[string]*metrics.Source{}}
 	l, err := loop.New(pull, loop.Config[any]{
 		Name: "front", Logger: logger, OnDrop: ps.dropped,
 		Decode: loop.UntypedDecoder(decodeguard.Limits{}),
@@ -159,7 +160,7 @@ func run(ctx context.Context, cfg config, logw io.Writer) error {
 		return err
 	}
 
-	col := zgprom.NewCollector()
+	col := zgprom.NewCollector(nil)
 	for _, err := range []error{
 		col.AddLoop("front", l),
 		col.AddSocket("front", pull),

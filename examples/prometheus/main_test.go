@@ -91,7 +91,7 @@ func TestScrapeAfterJunk(t *testing.T) {
 		}
 	}()
 
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -118,7 +118,7 @@ func TestScrapeAfterJunk(t *testing.T) {
 		mfs = scrape(t, a.metrics)
 		r, _ := value(mfs, "zmqguard_loop_messages_received_total", loopFront)
 		viol := 0.0
-		for _, m := range mfs["zmqguard_socket_violations_total"].GetMetric() {
+		for _, m := range mfs["zmqguard_socket_refused_total"].GetMetric() {
 			viol += m.GetCounter().GetValue()
 		}
 		if r == float64(len(demoFrames)) && viol >= 1 {

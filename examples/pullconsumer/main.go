@@ -24,9 +24,9 @@ import (
 
 	"github.com/lmittmann/tint"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -58,7 +58,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	opts := socket.DefaultOptions()
 	opts.Logger = logger
-	pull, err := socket.NewPull(opts)
+	pull, err := socket.New("PULL", opts)
 	if err != nil {
 		return err
 	}
@@ -69,20 +69,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	// The handler sees only messages that decoded and validated; the loop
 	// reuses one EngineCoreOutputs for all of them.
-	l, err := loop.New(pull, loop.Config[coordinator.EngineCoreOutputs]{
+	l, err := loop.New(pull, loop.Config[enginecore.Header]{
 		Name:   "engine-outputs",
 		Logger: logger,
-		Decode: func(frames [][]byte, dst *coordinator.EngineCoreOutputs) error {
+		Decode: func(frames [][]byte, dst *enginecore.Header) error {
 			if len(frames) != 1 {
 				return decodeguard.NewError(decodeguard.ReasonEnvelope, "want one frame")
 			}
-			return coordinator.DecodeEngineCoreOutputs(frames[0], dst)
+			return enginecore.DecodeHeader(frames[0], nil, dst)
 		},
-		Handler: func(_ context.Context, d loop.Delivery[coordinator.EngineCoreOutputs]) error {
+		Handler: func(_ context.Context, d loop.Delivery[enginecore.Header]) error {
 			m := d.Value
 			if m.HasStats {
 				logger.Info("engine stats", "engine", m.EngineIndex, "waiting", m.Stats.NumWaitingReqs,
-					"running", m.Stats.NumRunningReqs, "wave", m.Stats.CurrentWave, "peer", d.Peer())
+					"running", m.Stats.NumRunningReqs, "wave", m.Stats.CurrentWave, "peer", d.Msg.Peer)
 			}
 			return nil
 		},
@@ -100,7 +100,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	logger.Info("consuming EngineCoreOutputs", "endpoint", pull.Endpoint())
 	err = l.Run(ctx)
 	st := l.Stats()
-	fmt.Fprintf(stdout, "received %d, valid %d, dropped %d", st.Received, st.Delivered, st.TotalDropped())
+	fmt.Fprintf(stdout, "received %d, valid %d, dropped %d", st.Received, st.Delivered, st.Dropped.Total())
 	for _, r := range decodeguard.Reasons() {
 		if st.Dropped[r] > 0 {
 			fmt.Fprintf(stdout, " %s=%d", r, st.Dropped[r])
@@ -119,7 +119,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func demo(ctx context.Context, ep string) {
 	opts := socket.DefaultOptions()
 	opts.Logger = slog.New(slog.DiscardHandler)
-	push, err := socket.NewPush(opts)
+	push, err := socket.New("PUSH", opts)
 	if err != nil {
 		return
 	}
@@ -128,11 +128,11 @@ func demo(ctx context.Context, ep string) {
 	hostile := [][]byte{{0x45}, {0xa3, 0xe0, 0x80, 0x80}, {0x81, 0x80, 0x01}, {0xdd, 0xff, 0xff, 0xff, 0xff}}
 	var buf []byte
 	for step := 1; ctx.Err() == nil; step++ {
-		m := coordinator.EngineCoreOutputs{
+		m := enginecore.Header{
 			EngineIndex: int64(step % 2), HasStats: true, Timestamp: float64(step),
-			Stats: coordinator.SchedulerStats{NumWaitingReqs: int64(step % 7), NumRunningReqs: int64(step % 3), StepCounter: int64(step)},
+			Stats: enginecore.SchedulerStats{NumWaitingReqs: int64(step % 7), NumRunningReqs: int64(step % 3), StepCounter: int64(step)},
 		}
-		buf = enginecore.AppendHeader(buf[:0], &m)
+		buf = dpwire.AppendHeader(buf[:0], &m)
 		push.Send(ctx, buf)
 		push.Send(ctx, hostile[step%len(hostile)])
 		select {

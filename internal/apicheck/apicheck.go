@@ -1,11 +1,25 @@
-// Package apicheck lists the public surface of a Go module from its source:
-// every exported function, type, method (on an exported type), constant and
-// variable of every package a user can import (not internal/, not a main
-// package, not a nested module, not testdata), read from the non-test .go
-// files with go/parser. The repository's test compares the list with a
-// committed golden file, so the surface never grows unnoticed, and checks
-// that no exported signature mentions zmq4 outside the places that exist for
-// zmq4 users.
+// Package apicheck lists the public surface of a Go module, one line per
+// exported name with its signature, read from the source with go/parser.
+//
+//	names, err := apicheck.Surface(root)
+//	if err != nil {
+//		return err
+//	}
+//	for _, n := range names {
+//		fmt.Println(n) // "socket func NewPull func(Options) (*Socket, error)"
+//	}
+//
+// The surface is every exported function, type, method (on an exported
+// type), constant and variable of every package a user can import (not
+// internal/, not a main package, not a nested module, not testdata), read
+// from the non-test .go files. Each carries its signature: a function its
+// parameter and result types, a method the type of its method expression
+// (receiver first), a type its underlying type with its exported struct
+// fields and interface methods, a constant or variable its type. The
+// repository's test compares the list with a committed golden file, so the
+// surface, a struct field or a parameter never changes unnoticed, holds the
+// count under a budget, and checks that no exported signature mentions zmq4
+// outside the places that exist for zmq4 users.
 package apicheck
 
 import (
@@ -25,10 +39,23 @@ type Name struct {
 	Pkg  string // the package directory, relative to the module root ("zmtpguard")
 	Kind string // "func", "method", "type", "const" or "var"
 	Name string // the name; "Type.Method" for a method
+	// Sig is the declaration's signature on one line: "func(string) error"
+	// for a function, "func(*T, int) error" for a method of *T (its method
+	// expression's type), "struct{A int; B []byte}" for a struct type
+	// (exported fields only), "= T" for an alias, the type of a constant or
+	// variable ("untyped int" for an untyped constant, "= expr" when only
+	// the initializer tells).
+	Sig string
 }
 
-// String formats n as one line of the golden file: "pkg kind name".
-func (n Name) String() string { return n.Pkg + " " + n.Kind + " " + n.Name }
+// String formats n as one line of the golden file: "pkg kind name sig".
+func (n Name) String() string {
+	s := n.Pkg + " " + n.Kind + " " + n.Name
+	if n.Sig != "" {
+		s += " " + n.Sig
+	}
+	return s
+}
 
 // Mention is an exported declaration whose signature, field or type refers
 // to a package that should not appear in the public surface.
@@ -44,8 +71,9 @@ type Mention struct {
 func Surface(root string) ([]Name, error) {
 	var out []Name
 	err := walk(root, func(pkg string, fset *token.FileSet, files []*ast.File) {
+		sc := newScope(files)
 		for _, f := range files {
-			out = append(out, names(pkg, f)...)
+			out = append(out, names(pkg, f, sc)...)
 		}
 	})
 	if err != nil {
@@ -140,8 +168,8 @@ func walk(root string, fn func(pkg string, fset *token.FileSet, files []*ast.Fil
 	})
 }
 
-// names returns the exported names f declares.
-func names(pkg string, f *ast.File) []Name {
+// names returns the exported names f declares, with their signatures.
+func names(pkg string, f *ast.File, sc *scope) []Name {
 	var out []Name
 	for _, d := range f.Decls {
 		switch d := d.(type) {
@@ -150,23 +178,27 @@ func names(pkg string, f *ast.File) []Name {
 				continue
 			}
 			if d.Recv == nil {
-				out = append(out, Name{pkg, "func", d.Name.Name})
+				out = append(out, Name{pkg, "func", d.Name.Name, funcSig(d.Type, nil)})
 				continue
 			}
 			if recv := recvName(d.Recv); ast.IsExported(recv) {
-				out = append(out, Name{pkg, "method", recv + "." + d.Name.Name})
+				out = append(out, Name{pkg, "method", recv + "." + d.Name.Name, funcSig(d.Type, d.Recv.List[0].Type)})
 			}
 		case *ast.GenDecl:
+			// In a const group, a spec without type and value repeats the
+			// previous spec's (iota).
+			var prevType, prevVal ast.Expr
 			for _, s := range d.Specs {
 				switch s := s.(type) {
 				case *ast.TypeSpec:
 					if s.Name.IsExported() {
-						out = append(out, Name{pkg, "type", s.Name.Name})
+						out = append(out, Name{pkg, "type", s.Name.Name, typeSig(s)})
 						if it, ok := s.Type.(*ast.InterfaceType); ok {
 							for _, m := range it.Methods.List {
+								ft, ok := m.Type.(*ast.FuncType)
 								for _, n := range m.Names {
-									if n.IsExported() {
-										out = append(out, Name{pkg, "method", s.Name.Name + "." + n.Name})
+									if n.IsExported() && ok {
+										out = append(out, Name{pkg, "method", s.Name.Name + "." + n.Name, funcSig(ft, nil)})
 									}
 								}
 							}
@@ -176,10 +208,11 @@ func names(pkg string, f *ast.File) []Name {
 					kind := "var"
 					if d.Tok == token.CONST {
 						kind = "const"
+						s = fillConst(s, &prevType, &prevVal)
 					}
-					for _, n := range s.Names {
+					for i, n := range s.Names {
 						if n.IsExported() {
-							out = append(out, Name{pkg, kind, n.Name})
+							out = append(out, Name{pkg, kind, n.Name, sc.valueSig(kind, s, i)})
 						}
 					}
 				}

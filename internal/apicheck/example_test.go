@@ -8,7 +8,8 @@ import (
 	"github.com/zmqguard/zmqguard/internal/apicheck"
 )
 
-// Surface lists a module's exported names, package by package.
+// Surface lists a module's exported names with their signatures, package by
+// package.
 func Example() {
 	root, err := os.MkdirTemp("", "apicheck")
 	if err != nil {
@@ -26,6 +27,6 @@ func Example() {
 		fmt.Println(n)
 	}
 	// Output:
-	// p method Conn.Close
-	// p type Conn
+	// p method Conn.Close func(*Conn) error
+	// p type Conn struct{}
 }

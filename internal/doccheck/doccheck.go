@@ -1,7 +1,13 @@
-// Package doccheck finds references to Markdown files that do not exist:
-// in Go comments (godoc) and in the repository's own .md files. The
-// repository's test of it keeps every such reference pointing at a file
-// that is there.
+// Package doccheck checks the repository's documentation: references to
+// Markdown files that do not exist, and the shape of every public package's
+// godoc.
+//
+// [Missing] finds references to .md files in Go comments (godoc) and in the
+// repository's own .md files that point at nothing; the repository's test
+// keeps every such reference pointing at a file that is there. [Shapes]
+// reads how each public package's documentation opens: one sentence, then
+// a runnable snippet of at most [MaxSnippetLines] lines (a code block, or a
+// package Example), with the essay below.
 package doccheck
 
 import (

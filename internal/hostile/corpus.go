@@ -14,8 +14,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/zmtpguard"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
-
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
@@ -171,7 +169,7 @@ func Corpus(opts Options) []Probe {
 
 	// Transport: after a valid handshake.
 	add("ping-command", ClassTransport, o.afterHandshake(func(c *zmtpguard.Conn) error {
-		if err := zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0x00, 0x0a, 's', 'c', 'a', 'n'}); err != nil {
+		if err := c.WriteCommand(zmtpwire.CmdPing, []byte{0x00, 0x0a, 's', 'c', 'a', 'n'}); err != nil {
 			return err
 		}
 		return c.Flush()
@@ -300,9 +298,9 @@ func (o *corpus) afterHandshake(send func(c *zmtpguard.Conn) error) func(ctx con
 			return err
 		}
 		defer c.Close()
-		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(o.Timeout))
+		c.NetConn().SetWriteDeadline(time.Now().Add(o.Timeout))
 		send(c) // the target closing the connection on us is the expected outcome
-		drain(zmtpaccess.NetConn(c), o.linger())
+		drain(c.NetConn(), o.linger())
 		return ctx.Err()
 	}
 }
@@ -314,7 +312,7 @@ func hugeFrame(size uint64) func(c *zmtpguard.Conn) error {
 		var b [9 + 16]byte
 		b[0] = zmtpwire.FlagLong
 		binary.BigEndian.PutUint64(b[1:9], size)
-		_, err := zmtpaccess.NetConn(c).Write(b[:])
+		_, err := c.NetConn().Write(b[:])
 		return err
 	}
 }
@@ -354,11 +352,11 @@ func (o *corpus) envelope(frames ...[]byte) func(ctx context.Context, addr strin
 			return err
 		}
 		defer c.Close()
-		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(o.Timeout))
+		c.NetConn().SetWriteDeadline(time.Now().Add(o.Timeout))
 		if err := c.WriteMessage(frames...); err == nil {
 			c.Flush()
 		}
-		drain(zmtpaccess.NetConn(c), o.linger())
+		drain(c.NetConn(), o.linger())
 		return ctx.Err()
 	}
 }
@@ -381,11 +379,11 @@ func (o *corpus) payload(body []byte) func(ctx context.Context, addr string) err
 		if local == zmq4.Req {
 			frames = [][]byte{{}, body}
 		}
-		zmtpaccess.NetConn(c).SetWriteDeadline(time.Now().Add(o.Timeout))
+		c.NetConn().SetWriteDeadline(time.Now().Add(o.Timeout))
 		if err := c.WriteMessage(frames...); err == nil {
 			c.Flush()
 		}
-		drain(zmtpaccess.NetConn(c), o.linger())
+		drain(c.NetConn(), o.linger())
 		return ctx.Err()
 	}
 }

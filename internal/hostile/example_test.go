@@ -16,7 +16,7 @@ import (
 func Example() {
 	opts := socket.DefaultOptions()
 	opts.Logger = slog.New(slog.DiscardHandler)
-	pull, _ := socket.NewPull(opts)
+	pull, _ := socket.New("PULL", opts)
 	defer pull.Close()
 	pull.Bind("tcp://127.0.0.1:0")
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -40,7 +40,7 @@ func Example() {
 	for _, r := range rep.Results {
 		fmt.Printf("%-22s sent %d, alive after: %v\n", r.Probe, r.Sent, r.Alive())
 	}
-	fmt.Println("oversize connections refused:", pull.Stats().Violations[decodeguard.ReasonOversize] > 0)
+	fmt.Println("oversize connections refused:", pull.Stats().Refused[decodeguard.ReasonOversize] > 0)
 	// Output:
 	// target type: PULL
 	// payload-a3e08080       sent 1, alive after: true

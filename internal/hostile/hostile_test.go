@@ -29,9 +29,9 @@ func quietOptions() socket.Options {
 
 // target binds a hardened socket of the given constructor on loopback and
 // keeps receiving from it until the test ends.
-func target(t *testing.T, ctor func(socket.Options) (*socket.Socket, error)) (*socket.Socket, string) {
+func target(t *testing.T, typ zmtpguard.SocketType) (*socket.Socket, string) {
 	t.Helper()
-	s, err := ctor(quietOptions())
+	s, err := socket.New(typ, quietOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -79,12 +79,12 @@ func TestDiscoverAndAlive(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	for _, c := range []struct {
-		ctor func(socket.Options) (*socket.Socket, error)
+		ctor zmtpguard.SocketType
 		want zmq4.SocketType
 	}{
-		{socket.NewRouter, zmq4.Router},
-		{socket.NewPull, zmq4.Pull},
-		{socket.NewXPub, zmq4.XPub},
+		{"ROUTER", zmq4.Router},
+		{"PULL", zmq4.Pull},
+		{"XPUB", zmq4.XPub},
 	} {
 		s, ep := target(t, c.ctor)
 		got, err := Discover(ctx, ep, time.Second)
@@ -94,7 +94,7 @@ func TestDiscoverAndAlive(t *testing.T) {
 		if err := Alive(ctx, ep, got, time.Second); err != nil {
 			t.Fatalf("Alive(%s): %v", c.want, err)
 		}
-		if v := s.Stats().Violations; v[0] != 0 {
+		if v := s.Stats().Refused; v[0] != 0 {
 			t.Fatalf("unexpected stats %v", v)
 		}
 	}
@@ -164,9 +164,9 @@ func TestCorpusShape(t *testing.T) {
 func TestScanHardenedSockets(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
-	router, r := target(t, socket.NewRouter)
-	pull, p := target(t, socket.NewPull)
-	xpub, x := target(t, socket.NewXPub)
+	router, r := target(t, "ROUTER")
+	pull, p := target(t, "PULL")
+	xpub, x := target(t, "XPUB")
 	var mu sync.Mutex
 	events := 0
 	rep, err := Scan(ctx, []string{r, p, x}, ScanConfig{
@@ -196,7 +196,7 @@ func TestScanHardenedSockets(t *testing.T) {
 	for i, s := range []*socket.Socket{router, pull, xpub} {
 		st := s.Stats()
 		var v uint64
-		for _, c := range st.Violations {
+		for _, c := range st.Refused {
 			v += c
 		}
 		if v < 10 {
@@ -233,7 +233,7 @@ func wedgeable(t *testing.T) string {
 			mu.Lock()
 			conns = append(conns, nc)
 			mu.Unlock()
-			c, err := zmtpguard.Handshake(ctx, nc, zmtpguard.Router, nil, &zmtpguard.Config{HandshakeTimeout: time.Hour, GreetingTimeout: time.Hour})
+			c, err := zmtpguard.Handshake(ctx, nc, "ROUTER", nil, &zmtpguard.Config{HandshakeTimeout: time.Hour, GreetingTimeout: time.Hour})
 			if err == nil {
 				c.Close()
 			}
@@ -282,7 +282,7 @@ func TestScanDetectsWedgedListener(t *testing.T) {
 }
 
 func TestScanStopsWithContext(t *testing.T) {
-	_, ep := target(t, socket.NewPull)
+	_, ep := target(t, "PULL")
 	ctx, cancel := context.WithTimeout(context.Background(), 400*time.Millisecond)
 	defer cancel()
 	start := time.Now()
@@ -326,7 +326,7 @@ func TestLocalForIsCompatible(t *testing.T) {
 func TestScanGivesUpOnDeadTarget(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
-	sock, ep := target(t, socket.NewPull)
+	sock, ep := target(t, "PULL")
 	var once sync.Once
 	opts := Options{Hold: 100 * time.Millisecond, Timeout: 300 * time.Millisecond}
 	rep, err := Scan(ctx, []string{ep}, ScanConfig{Options: opts, Duration: time.Hour,

@@ -16,8 +16,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/zmtpguard"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
-
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 )
 
@@ -131,7 +129,7 @@ func discoverConn(nc net.Conn) (zmq4.SocketType, error) {
 	if string(bytes.TrimRight(peer[12:32], "\x00")) == "CURVE" {
 		return "", ErrDemandsCurve
 	}
-	if err := zmtpaccess.CheckGreeting(peer[:]); err != nil {
+	if err := zmtpwire.CheckGreeting(peer[:], false); err != nil {
 		return "", err
 	}
 	var hdr [9]byte
@@ -145,26 +143,26 @@ func discoverConn(nc net.Conn) (zmq4.SocketType, error) {
 	if _, err := io.ReadFull(nc, hdr[1:hl]); err != nil {
 		return "", fmt.Errorf("hostile: reading the peer's READY: %w", err)
 	}
-	size, ok, err := zmtpaccess.ParseFrameHeader(hdr[:hl], zmtpguard.DefaultMaxHandshakeSize)
+	h, ok, err := zmtpwire.ParseFrameHeader(hdr[:hl], zmtpwire.DefaultMaxHandshakeSize)
 	if err != nil || !ok {
 		return "", fmt.Errorf("hostile: the peer's READY header is not acceptable: %v", err)
 	}
-	body := make([]byte, size)
+	body := make([]byte, h.Size)
 	if _, err := io.ReadFull(nc, body); err != nil {
 		return "", fmt.Errorf("hostile: reading the peer's READY: %w", err)
 	}
-	name, data, err := zmtpaccess.ParseCommand(body)
+	name, data, err := zmtpwire.ParseCommand(body)
 	if err != nil {
 		return "", err
 	}
 	if string(name) != zmtpwire.CmdReady {
 		return "", fmt.Errorf("hostile: the peer sent command %q, not READY", zmtpwire.CmdReady)
 	}
-	typ, err := zmtpaccess.ReadyType(data)
+	r, err := zmtpwire.ParseReady(data, "", zmtpwire.DefaultMaxProperties, zmtpwire.DefaultMaxPropertySize)
 	if err != nil {
 		return "", err
 	}
-	return zmq4.SocketType(typ), nil
+	return zmq4.SocketType(r.SocketType), nil
 }
 
 // Alive reports, as a nil error, that ep still answers: a fresh ZMTP 3

@@ -80,9 +80,9 @@ func (f Fleet) Build(x *kvindex.Index) (int, error) {
 					src(b+i, toks[i*f.BlockSize:(i+1)*f.BlockSize])
 				}
 				ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: int64(f.BlockSize),
-					TokenIDs: toks[:m*f.BlockSize], Medium: kvevents.String("GPU")}
+					TokenIDs: toks[:m*f.BlockSize], Medium: kvevents.Some("GPU")}
 				if parent >= 0 {
-					ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(uint64(parent)), Valid: true}
+					ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(uint64(parent)), Valid: true}
 				}
 				for i := 0; i < m; i++ {
 					h++
@@ -160,7 +160,7 @@ func (s *Stream) Batch(n int) []kvevents.Event {
 	for i := 0; i < n; i++ {
 		if i%2 == 1 && s.next-s.oldest > s.removeGap {
 			s.hs[i] = kvevents.IntHash(s.oldest)
-			s.evs = append(s.evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"),
+			s.evs = append(s.evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"),
 				BlockHashes: s.hs[i : i+1]})
 			s.oldest++
 			continue
@@ -171,9 +171,9 @@ func (s *Stream) Batch(n int) []kvevents.Event {
 		}
 		s.hs[i] = kvevents.IntHash(s.next)
 		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: int64(s.bs), TokenIDs: t,
-			Medium: kvevents.String("GPU"), BlockHashes: s.hs[i : i+1]}
+			Medium: kvevents.Some("GPU"), BlockHashes: s.hs[i : i+1]}
 		if s.next%64 != 1 { // a new chain every 64 blocks
-			ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(s.next - 1), Valid: true}
+			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(s.next - 1), Valid: true}
 		}
 		s.next++
 		s.evs = append(s.evs, ev)

@@ -567,7 +567,7 @@ func TestLatencyAndLossFlow(t *testing.T) {
 }
 
 // The references across hosts: zmqguard's DP coordinator on one host, two
-// engines (coordinator.Engine) on two others and a front-end on a fourth.
+// engines (dppeer.Engine) on two others and a front-end on a fourth.
 // A silent partition of engine 0's host is noticed by the coordinator's
 // back sockets and by the engine within the bound, engine 1's stats keep
 // reaching the front-end; after the heal engine 0 reconnects, gets READY

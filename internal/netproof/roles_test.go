@@ -22,8 +22,10 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
+	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // The roles below run in child processes (this test binary re-executed
@@ -39,7 +41,7 @@ type event struct {
 	// process of the machine).
 	T int64 `json:"t"`
 	// HB: a disconnect whose cause is socket.ErrHeartbeatTimeout;
-	// Handover: one whose cause is socket.ErrHandover.
+	// Handover: one whose cause says a ROUTER identity was taken over.
 	HB       bool   `json:"hb,omitempty"`
 	Handover bool   `json:"handover,omitempty"`
 	Err      string `json:"err,omitempty"`
@@ -118,7 +120,7 @@ func roleOptions() socket.Options {
 			emit(event{Ev: "connected", ID: hex.EncodeToString(e.Peer.Identity()), Endpoint: e.Endpoint})
 		case socket.EventDisconnected:
 			emit(event{Ev: "disconnected", ID: hex.EncodeToString(e.Peer.Identity()), Endpoint: e.Endpoint,
-				HB: errors.Is(e.Err, socket.ErrHeartbeatTimeout), Handover: errors.Is(e.Err, socket.ErrHandover), Err: e.Err.Error()})
+				HB: errors.Is(e.Err, socket.ErrHeartbeatTimeout), Handover: strings.Contains(e.Err.Error(), "identity taken over by a new connection"), Err: e.Err.Error()})
 		case socket.EventRejected:
 			emit(event{Ev: "rejected", Err: e.Err.Error()})
 		}
@@ -214,7 +216,7 @@ func runRouter(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 		}
 		o.Guard.MaxPendingHandshakes = n
 	}
-	r, err := socket.NewRouter(o)
+	r, err := socket.New("ROUTER", o)
 	if err != nil {
 		return nil, err
 	}
@@ -276,7 +278,7 @@ func runEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, err
 			}
 		}
 	}
-	d, err := socket.NewDealer(o)
+	d, err := socket.New("DEALER", o)
 	if err != nil {
 		return nil, err
 	}
@@ -342,7 +344,7 @@ func runDialers(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, er
 	o.OnEvent = nil
 	var socks []*socket.Socket
 	for range n {
-		d, err := socket.NewDealer(o)
+		d, err := socket.New("DEALER", o)
 		if err != nil {
 			return socks, err
 		}
@@ -516,13 +518,13 @@ func runCoordinator(ctx context.Context, stop <-chan struct{}) error {
 }
 
 // runVEngine is a vLLM engine core as the coordinator sees it
-// (coordinator.Engine, index NETPROOF_INDEX, coordinator at NETPROOF_COORD):
+// (dppeer.Engine, index NETPROOF_INDEX, coordinator at NETPROOF_COORD):
 // it reports every READY and sends stats every 100 ms, its waiting count
 // rising by one each time.
 func runVEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
 	idx, _ := strconv.Atoi(os.Getenv("NETPROOF_INDEX"))
 	host := os.Getenv("NETPROOF_COORD")
-	e, err := coordinator.DialEngine(coordinator.EngineConfig{
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{
 		BackPublish: "tcp://" + host + ":5603", BackOutput: "tcp://" + host + ":5602", Socket: roleOptions(),
 	})
 	if err != nil {
@@ -561,10 +563,10 @@ func runVEngine(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, er
 	return nil, e.Close()
 }
 
-// runVFront is a vLLM API front-end (coordinator.FrontEnd) reporting the
+// runVFront is a vLLM API front-end (dppeer.FrontEnd) reporting the
 // waiting counts of every stats publication.
 func runVFront(ctx context.Context, stop <-chan struct{}) ([]*socket.Socket, error) {
-	f, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{
+	f, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{
 		Front: "tcp://" + os.Getenv("NETPROOF_COORD") + ":5601", Socket: roleOptions(),
 	})
 	if err != nil {
@@ -604,15 +606,11 @@ func runHandshakeListener(ctx context.Context, stop <-chan struct{}) error {
 	const blockLen = 16 * 8 * 128 * 2
 	m := handshake.NixlAgentMetadata{
 		EngineID: "prefill-0", AgentMetadata: []byte("netproof-agent"), KVCachesBaseAddr: []uint64{0x7f0000000000},
-		NumBlocks: 1000, BlockLens: []handshake.Int{blockLen}, BlockStrides: []handshake.Int{blockLen},
+		NumBlocks: 1000, BlockLens: []int64{blockLen}, BlockStrides: []int64{blockLen},
 		KVCacheLayout: "HND", BlockSize: 16, AttnBackendName: "FLASH_ATTN", PhysicalBlocksPerLogicalKVBlock: 1,
 		DCPSize: 1, PCPSize: 1,
 	}
-	p, err := handshake.NewPayload(hsHash, &m)
-	if err != nil {
-		return err
-	}
-	b, err := p.MarshalMsg(nil)
+	b, err := handshake.EncodePayload(hsHash, &m, vllm.Latest())
 	if err != nil {
 		return err
 	}
@@ -760,7 +758,7 @@ func runKVSubscriber(ctx context.Context, stop <-chan struct{}) error {
 	cancel()
 	err = <-done
 	s.Close()
-	st := s.Stats().Total
+	st := s.Stats()
 	emit(event{Ev: "kvstats", KV: &st})
 	return err
 }

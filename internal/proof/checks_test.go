@@ -6,8 +6,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -35,7 +35,7 @@ type valid struct {
 type harness struct {
 	c      *coordProc
 	l      *listenerProc
-	fe     *coordinator.FrontEnd
+	fe     *dppeer.FrontEnd
 	sent   valid
 	checks int
 }
@@ -44,7 +44,7 @@ type harness struct {
 // connected.
 func newHarness(t *testing.T, ctx context.Context, c *coordProc, l *listenerProc) *harness {
 	t.Helper()
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: c.front, Socket: quiet()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: c.front, Socket: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -80,9 +80,9 @@ func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
 // startEngine connects a Go engine to the coordinator and waits for READY:
 // the start-up READY for the first engine, a re-subscription's READY after.
 // The caller closes it.
-func (h *harness) startEngine(t *testing.T, ctx context.Context) *coordinator.Engine {
+func (h *harness) startEngine(t *testing.T, ctx context.Context) *dppeer.Engine {
 	t.Helper()
-	e, err := coordinator.DialEngine(coordinator.EngineConfig{
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{
 		BackPublish: h.c.backPublish, BackOutput: h.c.backOutput, Socket: quiet(),
 	})
 	if err != nil {
@@ -129,7 +129,7 @@ func (h *harness) afterChecks(t *testing.T, ctx context.Context, after string) {
 	// each engine's newest (wave, step) and ignores older stats, so the
 	// engine sends the current wave, read from the first fresh publication,
 	// and a step no earlier peer used.
-	fe, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: h.c.front, Socket: quiet()})
+	fe, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: h.c.front, Socket: quiet()})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -27,8 +27,8 @@
 //
 // After every attack the same after-checks run: both processes are still
 // running, a NIXL handshake (handshake.Fetch) succeeds, an engine that
-// subscribes again receives READY (coordinator.DialEngine, WaitReady), and
-// the stats an engine sends reach a front-end (coordinator.DialFrontEnd,
+// subscribes again receives READY (dppeer.DialEngine, WaitReady), and
+// the stats an engine sends reach a front-end (dppeer.DialFrontEnd,
 // NextStats).
 //
 // When the tests run with -race, the command is built with -race too, and a

@@ -240,7 +240,7 @@ type socketCounters struct {
 	Dropped     uint64            `json:"dropped"`
 	Drops       map[string]uint64 `json:"drops"`
 	StateDrops  map[string]uint64 `json:"state_drops"`
-	Violations  map[string]uint64 `json:"violations"`
+	Refused     map[string]uint64 `json:"refused"`
 	Peers       int               `json:"peers"`
 	Connects    uint64            `json:"connects"`
 	Disconnects uint64            `json:"disconnects"`
@@ -259,7 +259,7 @@ type coordCounters struct {
 	Accepted       uint64            `json:"accepted"`
 	Dropped        uint64            `json:"dropped"`
 	Drops          map[string]uint64 `json:"drops"`
-	Violations     map[string]uint64 `json:"violations"`
+	Refused        map[string]uint64 `json:"refused"`
 	StatsPublished uint64            `json:"stats_published"`
 	WavePublished  uint64            `json:"wave_published"`
 	ReadySent      uint64            `json:"ready_sent"`
@@ -309,7 +309,7 @@ type listenerCounters struct {
 	Delivered         uint64            `json:"delivered"`
 	Dropped           uint64            `json:"dropped"`
 	Drops             map[string]uint64 `json:"drops"`
-	Violations        map[string]uint64 `json:"violations"`
+	Refused           map[string]uint64 `json:"refused"`
 	Connects          uint64            `json:"connects"`
 	Disconnects       uint64            `json:"disconnects"`
 	DroppedUnroutable uint64            `json:"dropped_unroutable"`

@@ -58,14 +58,14 @@ func TestNmapVersionScan(t *testing.T) {
 	// receive loop ever saw one of its bytes, so nothing was dropped there.
 	for name, s := range map[string]socketCounters{"front": cc.Front, "back_output": cc.BackOutput, "back_publish": cc.BackPublish} {
 		s.checkBalanced(t, name)
-		if sum(s.Violations) == 0 {
+		if sum(s.Refused) == 0 {
 			t.Errorf("%s: no refused connection counted: did nmap reach it? %+v", name, s)
 		}
 		if s.Dropped != 0 {
 			t.Errorf("%s: a receive loop dropped %v: nmap's bytes got past the socket layer", name, s.Drops)
 		}
 	}
-	if sum(lc.Violations) == 0 {
+	if sum(lc.Refused) == 0 {
 		t.Errorf("listener: no refused connection counted: did nmap reach it? %+v", lc)
 	}
 	if lc.Dropped != 0 || lc.Served["V3"] != uint64(h.sent.handshakes) {
@@ -110,12 +110,12 @@ func TestScanCommand(t *testing.T) {
 	// refused, and messages its receive loop dropped.
 	for name, s := range map[string]socketCounters{"front": cc.Front, "back_output": cc.BackOutput, "back_publish": cc.BackPublish} {
 		s.checkBalanced(t, name)
-		if sum(s.Violations) == 0 || s.Dropped == 0 {
-			t.Errorf("%s: violations %v, drops %v: the scan should have caused both", name, s.Violations, s.Drops)
+		if sum(s.Refused) == 0 || s.Dropped == 0 {
+			t.Errorf("%s: refused %v, drops %v: the scan should have caused both", name, s.Refused, s.Drops)
 		}
 	}
-	if sum(lc.Violations) == 0 || lc.Dropped == 0 {
-		t.Errorf("listener: violations %v, drops %v: the scan should have caused both", lc.Violations, lc.Drops)
+	if sum(lc.Refused) == 0 || lc.Dropped == 0 {
+		t.Errorf("listener: refused %v, drops %v: the scan should have caused both", lc.Refused, lc.Drops)
 	}
 	if lc.Served["V3"] != uint64(h.sent.handshakes) {
 		t.Errorf("listener served %v, want %d V3 handshakes (the after-checks')", lc.Served, h.sent.handshakes)
@@ -271,7 +271,7 @@ func runReplay(t *testing.T, ctx context.Context, h *harness) replaySummary {
 // subscription with a topic on the back publish socket.
 func isStrayDrop(line string) bool {
 	var f map[string]any
-	return json.Unmarshal([]byte(line), &f) == nil && f["loop"] == "coordinator-back-publish" && f["reason"] == "validate"
+	return json.Unmarshal([]byte(line), &f) == nil && f["component"] == "coordinator-back-publish" && f["reason"] == "validate"
 }
 
 // TestSeedReplay replays the seeds' eight scenarios with libzmq peers against
@@ -353,7 +353,7 @@ func TestCountersAccount(t *testing.T) {
 	eq("listener V3 served", lc.Served["V3"], py("listener")+uint64(h.sent.handshakes))
 	eq("listener V1+V2 served", lc.Served["V1"]+lc.Served["V2"], 0)
 	eq("listener error replies", lc.ErrorReplies, want["listener"]["unknown-rank"])
-	eq("listener refused connections", sum(lc.Violations), 0)
+	eq("listener refused connections", sum(lc.Refused), 0)
 	// Every client of the replay reads its replies: none was dropped at the
 	// per-peer queue bound.
 	eq("listener replies dropped at the HWM", lc.DroppedHWM, 0)
@@ -377,7 +377,7 @@ func TestCountersAccount(t *testing.T) {
 	for name, s := range map[string]socketCounters{"front": cc.Front, "back_output": cc.BackOutput, "back_publish": cc.BackPublish} {
 		s.checkBalanced(t, name)
 		eq(name+" state-machine drops", sum(s.StateDrops), 0)
-		eq(name+" refused connections", sum(s.Violations), 0)
+		eq(name+" refused connections", sum(s.Refused), 0)
 	}
 	eq("coordinator dropped", cc.Dropped, junk("front")+junk("back_output")+junk("back_publish"))
 	eq("coordinator received", cc.Received, cc.Front.Received+cc.BackOutput.Received+cc.BackPublish.Received)

@@ -6,6 +6,8 @@
 // left the field zero, so an explicit user value always wins, except a
 // floor the reference cannot work under, which Apply raises and reports.
 // The socket fills its own defaults for everything else when it is created.
+// Verify checks a user's options as socket.New will, for a reference that
+// refuses a bad configuration before it creates any socket.
 package sockopt
 
 import (
@@ -61,4 +63,17 @@ func Apply(o socket.Options, ov Overrides) (out socket.Options, raised bool) {
 		o.Logger = ov.Logger
 	}
 	return o, raised
+}
+
+// Verify reports whether socket.New accepts o, for a reference that checks
+// its user's options when it is configured, before it creates a socket. It
+// creates a socket with o that never binds or dials and closes it at once
+// (no goroutine, listener or descriptor outlives the call), so the error is
+// exactly socket.New's: "socket: Options.Field <value> <what is wrong>".
+func Verify(o socket.Options) error {
+	s, err := socket.New("DEALER", o)
+	if err != nil {
+		return err
+	}
+	return s.Close()
 }

@@ -3,6 +3,7 @@ package sockopt
 import (
 	"log/slog"
 	"testing"
+	"time"
 
 	"go.uber.org/goleak"
 
@@ -49,5 +50,29 @@ func TestApply(t *testing.T) {
 	got, _ = Apply(socket.Options{MemoryBudget: -1}, Overrides{MinMessageSize: 8 << 20})
 	if got.MemoryBudget != -1 {
 		t.Fatalf("budget off: got %d", got.MemoryBudget)
+	}
+}
+
+func TestVerify(t *testing.T) {
+	if err := Verify(socket.Options{}); err != nil {
+		t.Fatalf("zero options: %v", err)
+	}
+	var o socket.Options
+	o.Guard.MaxMessageSize = 128 << 20 // the default budget is derived: 256 MiB
+	if err := Verify(o); err != nil {
+		t.Fatalf("large messages, budget left zero: %v", err)
+	}
+	for _, c := range []struct {
+		o    socket.Options
+		want string
+	}{
+		{socket.Options{HWM: -1}, "socket: Options.HWM -1 is negative"},
+		{socket.Options{MemoryBudget: 1 << 10}, "socket: Options.MemoryBudget 1024 is below Guard.MaxMessageSize 1048576"},
+		{socket.Options{BudgetWait: -time.Second}, "socket: Options.BudgetWait -1s is negative"},
+	} {
+		err := Verify(c.o)
+		if err == nil || err.Error() != c.want {
+			t.Errorf("Verify(%+v) = %v, want %q", c.o, err, c.want)
+		}
 	}
 }

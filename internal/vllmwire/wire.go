@@ -1,8 +1,11 @@
-// Package vllmwire holds msgp-generated codecs for the vLLM DP-coordinator
-// back-output message (docs/protocol.md §2), shared by the tests and benchmarks of
-// decodeguard and loop (one generated type for both, not a copy in each).
-// It is not the production codec: the coordinator package has its own
-// decoder, which also validates values and tolerates what msgspec tolerates.
+// Package vllmwire is a test fixture: a msgp-generated codec of the
+// EngineCoreOutputs message engines push to the DP coordinator, for the
+// tests and benchmarks of decodeguard and loop (one generated type for
+// both, not a copy in each). It is not the wire's home: the coordinator's
+// messages live in internal/dpwire and EngineCoreOutputs in enginecore,
+// whose decoders validate values and tolerate what msgspec tolerates.
+// It imports nothing of the module, because decodeguard's own tests use
+// it and enginecore imports decodeguard.
 package vllmwire
 
 //go:generate go run github.com/tinylib/msgp -tests=false

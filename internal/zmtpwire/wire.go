@@ -1,15 +1,14 @@
-// Package zmtpwire holds the ZMTP 3 wire constants and pure helpers that
-// zmqguard's own packages share (zmtpguard, socket, the hostile corpus, the
-// benchmarks and their tests), so that they are not part of zmtpguard's
-// public API: frame flag bits, command names, the greeting, and the socket
-// type table of RFC 23/37. It also carries the hook through which package
-// zmtpaccess reaches zmtpguard's project-only Conn methods (see Access).
+// Package zmtpwire holds ZMTP 3's wire format as pure functions: frame flag
+// bits, command names, the greeting, the socket type table of RFC 23/37, and
+// the parsers that check a peer's greeting, frame headers, commands and READY
+// properties before anything is allocated (parse.go). zmtpguard reads every
+// connection through these parsers; zmqguard's socket tests, the hostile
+// corpus and the benchmarks use the same ones to build and read raw bytes.
+// It imports nothing of zmqguard but decodeguard, and nothing here keeps
+// state.
 package zmtpwire
 
 import (
-	"net"
-	"sync/atomic"
-
 	"github.com/go-zeromq/zmq4"
 )
 
@@ -61,6 +60,17 @@ func ZMQ4Greeting() (g [GreetingSize]byte) {
 // go-zeromq/zmq4 v0.17 for one, would surface a PING as a data message.
 func Heartbeats(major, minor byte) bool { return major > 3 || (major == 3 && minor >= 1) }
 
+// PongContext returns what the PONG answering a PING carries (RFC 37):
+// the PING's context, which follows its 2-byte TTL, at most 16 bytes. ping
+// is the PING command's data (the command name removed); the result aliases
+// it.
+func PongContext(ping []byte) []byte {
+	if len(ping) <= 2 {
+		return nil
+	}
+	return ping[2:min(len(ping), 18)]
+}
+
 // HeaderLen returns how many header bytes a frame whose first byte is flags
 // has: 2 or 9.
 func HeaderLen(flags byte) int {
@@ -97,44 +107,3 @@ func Compatible[T ~string](local, peer T) bool {
 	}
 	return zmq4.SocketType(local).IsCompatible(zmq4.SocketType(peer))
 }
-
-// Access is what package zmtpguard lends zmqguard's own packages beyond its
-// public API: Conn methods the socket layer and the tools need, and its
-// parsers. C is *zmtpguard.Conn, M is *zmtpguard.Message. zmtpguard sets it in its init with
-// SetAccess; package zmtpaccess wraps it in typed functions.
-type Access[C, M any] struct {
-	// NetConn returns the connection under c (for deadlines and raw writes
-	// in tests).
-	NetConn func(c C) net.Conn
-	// WriteCommand buffers one command frame.
-	WriteCommand func(c C, name string, data []byte) error
-	// MessageBuffered reports whether the read buffer holds a whole message.
-	MessageBuffered func(c C) bool
-	// TryReadMessage reads the next message into m when it is whole in the
-	// read buffer (same checks as ReadMessage); otherwise it consumes
-	// nothing and reports false without waiting.
-	TryReadMessage func(c C, m M) (bool, error)
-	// ReadBufferBytes returns the bytes of read buffers c holds.
-	ReadBufferBytes func(c C) int
-	// Stalled reports whether c's reader waits for its Budget.
-	Stalled func(c C) bool
-	// CheckGreeting validates a prefix of a NULL-mechanism greeting.
-	CheckGreeting func(b []byte) error
-	// ParseFrameHeader parses a frame header against the limit max and
-	// returns the size it claims.
-	ParseFrameHeader func(b []byte, max int64) (size int64, ok bool, err error)
-	// ParseCommand splits a command body into its name and data.
-	ParseCommand func(body []byte) (name, data []byte, err error)
-	// ReadyType validates a READY property list (defaults, no local type)
-	// and returns the peer's Socket-Type.
-	ReadyType func(props []byte) (string, error)
-}
-
-var access atomic.Value
-
-// SetAccess records a; zmtpguard calls it once, in its init.
-func SetAccess[C, M any](a Access[C, M]) { access.Store(a) }
-
-// GetAccess returns what SetAccess recorded. It panics when zmtpguard is not
-// linked in (zmtpaccess imports it, so that cannot happen there).
-func GetAccess[C, M any]() Access[C, M] { return access.Load().(Access[C, M]) }

@@ -54,14 +54,17 @@ pub = ctx.socket(zmq.XPUB)
 pub.setsockopt(zmq.LINGER, 0)
 rep = ctx.socket(zmq.ROUTER)
 rep.setsockopt(zmq.LINGER, 0)
-rep_port = rep.bind_to_random_port("tcp://127.0.0.1")
+# Port 0: the kernel chooses the port; LAST_ENDPOINT says which.
+rep.bind("tcp://127.0.0.1:0")
+rep_ep = rep.getsockopt_string(zmq.LAST_ENDPOINT)
 if CONNECT:
-    print(f"connect tcp://127.0.0.1:{rep_port}", flush=True)
+    print(f"connect {rep_ep}", flush=True)
     live = sys.stdin.readline().strip()
     pub.connect(live)
 else:
-    live = "tcp://127.0.0.1:%d" % pub.bind_to_random_port("tcp://127.0.0.1")
-    print(f"{live} tcp://127.0.0.1:{rep_port}", flush=True)
+    pub.bind("tcp://127.0.0.1:0")
+    live = pub.getsockopt_string(zmq.LAST_ENDPOINT)
+    print(f"{live} {rep_ep}", flush=True)
 
 poller = zmq.Poller()
 poller.register(pub, zmq.POLLIN)

@@ -2,26 +2,35 @@ package kvindextest_test
 
 import (
 	"fmt"
+	"os"
+	"testing"
 
-	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 )
 
-// The reference Model answers what an Index must answer for the same
-// events; a backend's tests compare the two (kvindextest.Run does).
-func ExampleModel() {
-	m := kvindextest.NewModel(0, nil)
-	toks := kvindextest.Tokens(1, 32)
-	m.ApplyEvents("e0", []kvevents.Event{kvindextest.Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0)})
-	m.ApplyEvents("e0", []kvevents.Event{kvindextest.Placeholder([]uint64{1}, "CPU", 0)})
-	r := m.Score(kvindex.ScoreRequest{Tokens: toks}, kvindex.DefaultBlockSize)
-	for _, e := range r.Engines {
-		for _, t := range e.Tiers {
-			fmt.Printf("%s %s: %d blocks\n", e.Engine, t.Medium, t.Blocks)
-		}
+// A backend's conformance test: here the in-memory backend. In a
+// backend's own _test.go file, the function given to RunTests is the whole
+// test (func TestConformance(t *testing.T) { kvindextest.Run(...) }).
+func ExampleRun() {
+	conformance := func(t *testing.T) {
+		kvindextest.Run(t, func(t *testing.T, capacity int) kvindex.Backend {
+			be, err := kvindex.NewMemory(capacity)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { be.Close() })
+			return be
+		}, kvindextest.Options{PropertySteps: 5})
 	}
-	// Output:
-	// e0 CPU: 1 blocks
-	// e0 GPU: 2 blocks
+	// The test's own lines (go test -v) go nowhere: only the verdict is
+	// this example's output.
+	stdout := os.Stdout
+	os.Stdout, _ = os.Open(os.DevNull)
+	ok := testing.RunTests(func(string, string) (bool, error) { return true, nil },
+		[]testing.InternalTest{{Name: "TestConformance", F: conformance}})
+	os.Stdout.Close()
+	os.Stdout = stdout
+	fmt.Println("conformant:", ok)
+	// Output: conformant: true
 }

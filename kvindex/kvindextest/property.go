@@ -7,9 +7,11 @@ import (
 	"slices"
 	"testing"
 
+	"pgregory.net/rapid"
+
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
-	"pgregory.net/rapid"
 )
 
 // The property test drives an index and the Model with random streams of
@@ -60,7 +62,7 @@ type truthKey struct {
 type world struct {
 	t       *rapid.T
 	x       *kvindex.Index
-	m       *Model
+	m       *kvmodel.Model
 	exact   bool
 	cap     int
 	seeds   map[string]uint64
@@ -85,12 +87,15 @@ func testProperty(t *testing.T, nb Factory, o Options) {
 	if steps == 0 {
 		steps = 60
 	}
+	if steps < 0 {
+		t.Fatalf("kvindextest: Options.PropertySteps %d is negative", steps)
+	}
 	for _, capacity := range []int{0, 12} {
 		t.Run(fmt.Sprint("capacity=", capacity), func(t *testing.T) {
 			rapid.Check(t, func(rt *rapid.T) {
 				x := newIndex(t, nb, capacity, kvindex.Config{})
 				defer x.Close()
-				w := &world{t: rt, x: x, m: NewModel(0, nil), exact: capacity == 0, cap: capacity,
+				w := &world{t: rt, x: x, m: kvmodel.NewModel(0, nil), exact: capacity == 0, cap: capacity,
 					seeds: map[string]uint64{}, truth: map[string]map[truthKey]bool{}}
 				for _, e := range propEngines {
 					w.truth[e] = map[truthKey]bool{}
@@ -128,16 +133,16 @@ func (w *world) event(e string) kvevents.Event {
 			w.truth[e][truthKey{c, med, group}] = true
 		}
 		parent := int64(-1)
-		ev := Store(hashes, parent, propDoc(d)[a*propBS:b*propBS], propBS, med, group)
+		ev := kvmodel.Store(hashes, parent, propDoc(d)[a*propBS:b*propBS], propBS, med, group)
 		if group == 1 && rapid.IntRange(0, 3).Draw(t, "swa") == 0 {
 			// A sliding-window group's store: left out of the index.
-			ev.KVCacheSpecKind = kvevents.String("sliding_window")
+			ev.KVCacheSpecKind = kvevents.Some("sliding_window")
 		}
 		if a > 0 {
-			ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(w.hash(e, contentOf(d, a-1, lora))), Valid: true}
+			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(w.hash(e, contentOf(d, a-1, lora))), Valid: true}
 		}
 		if lora != "" {
-			ev.LoraName = kvevents.String(lora)
+			ev.LoraName = kvevents.Some(lora)
 			ev.HasExtraKeys, ev.ExtraKeys = true, kvindex.LoraExtraKeys(lora, b-a)
 		}
 		return ev
@@ -147,7 +152,7 @@ func (w *world) event(e string) kvevents.Event {
 		lora := rapid.SampledFrom(propLoras).Draw(t, "lora")
 		c := contentOf(d, i, lora)
 		w.truth[e][truthKey{c, "CPU", group}] = true
-		return Placeholder([]uint64{w.hash(e, c)}, "CPU", group)
+		return kvmodel.Placeholder([]uint64{w.hash(e, c)}, "CPU", group)
 	case kind <= 7: // remove a few blocks
 		d := rapid.IntRange(0, propDocs-1).Draw(t, "doc")
 		a := rapid.IntRange(0, propBlocks-1).Draw(t, "from")
@@ -160,13 +165,13 @@ func (w *world) event(e string) kvevents.Event {
 			hashes = append(hashes, w.hash(e, c))
 			delete(w.truth[e], truthKey{c, med, group})
 		}
-		return Remove(hashes, med, group)
+		return kvmodel.Remove(hashes, med, group)
 	case kind == 8: // a hybrid align store under fresh hashes
 		w.fresh++
-		return Store([]uint64{1<<63 | w.fresh}, -1, propDoc(3)[:2*propBS], propBS, "GPU", group)
+		return kvmodel.Store([]uint64{1<<63 | w.fresh}, -1, propDoc(3)[:2*propBS], propBS, "GPU", group)
 	default:
 		clear(w.truth[e])
-		return Cleared()
+		return kvmodel.Cleared()
 	}
 }
 
@@ -248,7 +253,7 @@ func (w *world) check() {
 			if err != nil {
 				t.Fatal(err)
 			}
-			want := w.m.Score(req, kvindex.DefaultBlockSize)
+			want := w.m.Score(req, kvmodel.BlockSize)
 			if w.exact {
 				if !reflect.DeepEqual(got.Engines, want.Engines) {
 					t.Fatalf("doc %d lora %q:\nindex %+v\nmodel %+v", d, lora, got.Engines, want.Engines)

@@ -1,8 +1,20 @@
-// Package kvindextest is the conformance suite of package kvindex's
-// storage seam: [Run] checks any [kvindex.Backend] (the in-memory one, a
-// Redis one) against the index's rules, through a kvindex.Index, with
-// hand-written cases and a bounded model-based property test against
-// [Model], the rules written plainly.
+// Package kvindextest is the conformance suite every [kvindex.Backend]
+// passes; call [Run] from a backend's tests:
+//
+//	func TestConformance(t *testing.T) {
+//		kvindextest.Run(t, func(t *testing.T, capacity int) kvindex.Backend {
+//			be, err := mystore.New(capacity)
+//			if err != nil {
+//				t.Fatal(err)
+//			}
+//			t.Cleanup(func() { be.Close() })
+//			return be
+//		}, kvindextest.Options{})
+//	}
+//
+// Run checks the backend against the index's rules, through a
+// kvindex.Index, with hand-written cases and a bounded model-based property
+// test against a reference model (the rules written plainly).
 package kvindextest
 
 import (
@@ -10,6 +22,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
@@ -22,7 +35,7 @@ type Factory func(t *testing.T, capacity int) kvindex.Backend
 // Options tunes Run.
 type Options struct {
 	// PropertySteps bounds the batches of each random stream of the
-	// property test (0: 60). How many streams run is rapid's
+	// property test. Zero means 60. How many streams run is rapid's
 	// -rapid.checks flag (default 100).
 	PropertySteps int
 	// SkipExactEviction skips the check that eviction removes the oldest
@@ -32,10 +45,7 @@ type Options struct {
 }
 
 // Run runs the conformance suite against the backends newBackend makes.
-func Run(t *testing.T, newBackend Factory) { RunWith(t, newBackend, Options{}) }
-
-// RunWith is Run with options.
-func RunWith(t *testing.T, newBackend Factory, o Options) {
+func Run(t *testing.T, newBackend Factory, o Options) {
 	cases := []struct {
 		name string
 		f    func(t *testing.T, newBackend Factory, o Options)
@@ -73,48 +83,6 @@ func newIndex(t *testing.T, newBackend Factory, capacity int, cfg kvindex.Config
 	t.Cleanup(func() { x.Close() })
 	return x
 }
-
-// Tokens returns n deterministic token ids of document doc (documents
-// differ from their first token on).
-func Tokens(doc, n int) []int64 {
-	out := make([]int64, n)
-	for i := range out {
-		out[i] = int64(doc*100003+i*7919) % 150000
-	}
-	return out
-}
-
-// Store builds a BlockStored of tokens (whole blocks of bs), with hashes
-// and an optional parent hash (parent < 0: none).
-func Store(hashes []uint64, parent int64, tokens []int64, bs int, med string, group int) kvevents.Event {
-	ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens, BlockSize: int64(bs),
-		Medium: kvevents.String(med), GroupIdx: kvevents.Int(int64(group))}
-	for _, h := range hashes {
-		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(h))
-	}
-	if parent >= 0 {
-		ev.ParentBlockHash = kvevents.OptHash{V: kvevents.IntHash(uint64(parent)), Valid: true}
-	}
-	return ev
-}
-
-// Placeholder builds a tier-only BlockStored (no tokens, block size 0),
-// as vLLM's offloading connector publishes it.
-func Placeholder(hashes []uint64, med string, group int) kvevents.Event {
-	return Store(hashes, -1, nil, 0, med, group)
-}
-
-// Remove builds a BlockRemoved.
-func Remove(hashes []uint64, med string, group int) kvevents.Event {
-	ev := kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String(med), GroupIdx: kvevents.Int(int64(group))}
-	for _, h := range hashes {
-		ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(h))
-	}
-	return ev
-}
-
-// Cleared builds an AllBlocksCleared.
-func Cleared() kvevents.Event { return kvevents.Event{Type: kvevents.AllBlocksCleared} }
 
 func seqHashes(base uint64, n int) []uint64 {
 	out := make([]uint64, n)
@@ -172,9 +140,9 @@ func expect(t *testing.T, r kvindex.ScoreResult, engine, med string, blocks, may
 
 func testStoreAndScore(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(1, 64)
-	apply(t, x, "e0", Store(seqHashes(100, 4), -1, toks, 16, "GPU", 0))
-	apply(t, x, "e1", Store(seqHashes(900, 2), -1, toks[:32], 16, "GPU", 0))
+	toks := kvmodel.Tokens(1, 64)
+	apply(t, x, "e0", kvmodel.Store(seqHashes(100, 4), -1, toks, 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Store(seqHashes(900, 2), -1, toks[:32], 16, "GPU", 0))
 	r := score(t, x, kvindex.ScoreRequest{Tokens: append(append([]int64{}, toks...), 5, 6, 7)})
 	if r.PromptBlocks != 4 {
 		t.Fatalf("PromptBlocks %d, want 4", r.PromptBlocks)
@@ -185,7 +153,7 @@ func testStoreAndScore(t *testing.T, nb Factory, _ Options) {
 		t.Fatalf("Best %+v %v", best, ok)
 	}
 	// A prompt diverging in its second block matches one block.
-	other := append(append([]int64{}, toks[:16]...), Tokens(2, 48)...)
+	other := append(append([]int64{}, toks[:16]...), kvmodel.Tokens(2, 48)...)
 	r = score(t, x, kvindex.ScoreRequest{Tokens: other})
 	expect(t, r, "e0", "GPU", 1, 1)
 	expect(t, r, "e1", "GPU", 1, 1)
@@ -212,15 +180,15 @@ func testStoreAndScore(t *testing.T, nb Factory, _ Options) {
 
 func testChainAcrossEvents(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(3, 64)
+	toks := kvmodel.Tokens(3, 64)
 	// Two events, the second chained to the first by its parent hash, in
 	// separate batches.
-	apply(t, x, "e0", Store([]uint64{11, 12}, -1, toks[:32], 16, "GPU", 0))
-	apply(t, x, "e0", Store([]uint64{13, 14}, 12, toks[32:], 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{11, 12}, -1, toks[:32], 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{13, 14}, 12, toks[32:], 16, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 4, 4)
 	// The chain keys equal one event's keys: the same blocks stored by
 	// another engine in one event, under other hashes.
-	apply(t, x, "e1", Store([]uint64{71, 72, 73, 74}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{71, 72, 73, 74}, -1, toks, 16, "GPU", 0))
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e1", "GPU", 4, 4)
 	expect(t, r, "e0", "GPU", 4, 4)
@@ -228,11 +196,11 @@ func testChainAcrossEvents(t *testing.T, nb Factory, _ Options) {
 
 func testUnknownParent(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(4, 64)
+	toks := kvmodel.Tokens(4, 64)
 	// Joined late: the parent 12 was never seen. The store is not indexed
 	// (it would chain to a wrong prefix) and its children neither.
-	apply(t, x, "e0", Store([]uint64{13, 14}, 12, toks[32:], 16, "GPU", 0))
-	apply(t, x, "e0", Store([]uint64{15}, 14, Tokens(5, 16), 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{13, 14}, 12, toks[32:], 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{15}, 14, kvmodel.Tokens(5, 16), 16, "GPU", 0))
 	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks[32:]}); len(r.Engines) != 0 {
 		t.Fatalf("unknown parent indexed as a first block: %+v", r.Engines)
 	}
@@ -243,11 +211,11 @@ func testUnknownParent(t *testing.T, nb Factory, _ Options) {
 		t.Fatalf("stats %+v", st)
 	}
 	// Once the engine stores the whole prompt, it matches.
-	apply(t, x, "e0", Store([]uint64{11, 12, 13, 14}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{11, 12, 13, 14}, -1, toks, 16, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 4, 4)
 	// A parent removed from every medium is unknown again.
-	apply(t, x, "e0", Remove([]uint64{14}, "GPU", 0))
-	apply(t, x, "e0", Store([]uint64{16}, 14, Tokens(6, 16), 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Remove([]uint64{14}, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{16}, 14, kvmodel.Tokens(6, 16), 16, "GPU", 0))
 	if st := x.Stats(); st.UnknownParents != 3 {
 		t.Fatalf("UnknownParents %d, want 3", st.UnknownParents)
 	}
@@ -256,33 +224,33 @@ func testUnknownParent(t *testing.T, nb Factory, _ Options) {
 
 func testPlaceholder(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(7, 48)
-	apply(t, x, "e0", Store([]uint64{21, 22, 23}, -1, toks, 16, "GPU", 0))
+	toks := kvmodel.Tokens(7, 48)
+	apply(t, x, "e0", kvmodel.Store([]uint64{21, 22, 23}, -1, toks, 16, "GPU", 0))
 	// The offloading connector copies the first two blocks to CPU.
-	apply(t, x, "e0", Placeholder([]uint64{21}, "CPU", 0), Placeholder([]uint64{22}, "CPU", 0))
+	apply(t, x, "e0", kvmodel.Placeholder([]uint64{21}, "CPU", 0), kvmodel.Placeholder([]uint64{22}, "CPU", 0))
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e0", "GPU", 3, 3)
 	expect(t, r, "e0", "CPU", 2, 2)
 	// A prefix may span media: GPU holds blocks 0-1, CPU block 2 only.
-	apply(t, x, "e1", Store([]uint64{121, 122, 123}, -1, toks, 16, "GPU", 0))
-	apply(t, x, "e1", Placeholder([]uint64{123}, "CPU", 0), Remove([]uint64{123}, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{121, 122, 123}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Placeholder([]uint64{123}, "CPU", 0), kvmodel.Remove([]uint64{123}, "GPU", 0))
 	r = score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e1", "", 3, 3)
 	expect(t, r, "e1", "GPU", 2, 2)
 	expect(t, r, "e1", "CPU", 0, 0)
 	// GPU evicts them; CPU keeps them.
-	apply(t, x, "e0", Remove([]uint64{21, 22, 23}, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Remove([]uint64{21, 22, 23}, "GPU", 0))
 	r = score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e0", "GPU", 0, 0)
 	expect(t, r, "e0", "CPU", 2, 2)
 	// A placeholder for a hash the engine never stored with tokens has no
 	// key: counted, not indexed.
-	apply(t, x, "e0", Placeholder([]uint64{999}, "CPU", 0))
+	apply(t, x, "e0", kvmodel.Placeholder([]uint64{999}, "CPU", 0))
 	if st := x.Stats(); st.UnknownPlaceholders != 1 || st.Placeholders != 4 {
 		t.Fatalf("stats %+v", st)
 	}
 	// CPU removal.
-	apply(t, x, "e0", Remove([]uint64{21}, "CPU", 0))
+	apply(t, x, "e0", kvmodel.Remove([]uint64{21}, "CPU", 0))
 	if r := score(t, x, kvindex.ScoreRequest{Tokens: toks}); len(r.Engines) != 1 {
 		t.Fatalf("after CPU removal: %+v", r.Engines)
 	}
@@ -293,20 +261,20 @@ func testPlaceholder(t *testing.T, nb Factory, _ Options) {
 
 func testRemoval(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(8, 64)
-	apply(t, x, "e0", Store([]uint64{31, 32, 33, 34}, -1, toks, 16, "GPU", 0))
-	apply(t, x, "e0", Remove([]uint64{33}, "GPU", 0))
+	toks := kvmodel.Tokens(8, 64)
+	apply(t, x, "e0", kvmodel.Store([]uint64{31, 32, 33, 34}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Remove([]uint64{33}, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 2, 2)
 	// Removing what is not held is a counted no-op: another medium, an
 	// unknown hash, twice the same.
-	apply(t, x, "e0", Remove([]uint64{31}, "CPU", 0), Remove([]uint64{77}, "GPU", 0), Remove([]uint64{33}, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Remove([]uint64{31}, "CPU", 0), kvmodel.Remove([]uint64{77}, "GPU", 0), kvmodel.Remove([]uint64{33}, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 2, 2)
 	if st := x.Stats(); st.UnknownRemovals != 3 || st.Removed != 1 || st.Backend.Entries != 3 {
 		t.Fatalf("stats %+v", st)
 	}
 	// Removal is per engine.
-	apply(t, x, "e1", Store([]uint64{31}, -1, toks[:16], 16, "GPU", 0))
-	apply(t, x, "e1", Remove([]uint64{32}, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{31}, -1, toks[:16], 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Remove([]uint64{32}, "GPU", 0))
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e1", "GPU", 1, 1)
 	expect(t, r, "e0", "GPU", 2, 2)
@@ -314,17 +282,17 @@ func testRemoval(t *testing.T, nb Factory, _ Options) {
 
 func testClearAndReset(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(9, 32)
-	apply(t, x, "e0", Store([]uint64{41, 42}, -1, toks, 16, "GPU", 0), Placeholder([]uint64{41}, "CPU", 0))
-	apply(t, x, "e1", Store([]uint64{51, 52}, -1, toks, 16, "GPU", 0))
-	apply(t, x, "e0", Cleared())
+	toks := kvmodel.Tokens(9, 32)
+	apply(t, x, "e0", kvmodel.Store([]uint64{41, 42}, -1, toks, 16, "GPU", 0), kvmodel.Placeholder([]uint64{41}, "CPU", 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{51, 52}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Cleared())
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e0", "GPU", 0, 0)
 	expect(t, r, "e0", "CPU", 0, 0)
 	expect(t, r, "e1", "GPU", 2, 2)
 	// The engine's hashes are forgotten: a child of 42 is an unknown
 	// parent now.
-	apply(t, x, "e0", Store([]uint64{43}, 42, Tokens(10, 16), 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{43}, 42, kvmodel.Tokens(10, 16), 16, "GPU", 0))
 	if st := x.Stats(); st.UnknownParents != 1 || st.Cleared != 3 || st.Backend.Entries != 2 || st.Backend.Mappings != 2 {
 		t.Fatalf("stats %+v", st)
 	}
@@ -339,15 +307,15 @@ func testClearAndReset(t *testing.T, nb Factory, _ Options) {
 		t.Fatalf("stats %+v", st)
 	}
 	// After the clear the engine indexes again, trusted.
-	apply(t, x, "e1", Store([]uint64{51, 52}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{51, 52}, -1, toks, 16, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e1", "GPU", 2, 2)
 }
 
 func testLostRange(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(11, 64)
-	apply(t, x, "e0", Store([]uint64{61, 62, 63, 64}, -1, toks, 16, "GPU", 0))
-	apply(t, x, "e1", Store([]uint64{61, 62}, -1, toks[:32], 16, "GPU", 0))
+	toks := kvmodel.Tokens(11, 64)
+	apply(t, x, "e0", kvmodel.Store([]uint64{61, 62, 63, 64}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{61, 62}, -1, toks[:32], 16, "GPU", 0))
 	if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: "e0", From: 5, To: 9}); err != nil {
 		t.Fatal(err)
 	}
@@ -360,20 +328,20 @@ func testLostRange(t *testing.T, nb Factory, _ Options) {
 	}
 	// Stored again after the loss: trusted again (a prefix of trusted
 	// blocks is certain up to the first uncertain one).
-	apply(t, x, "e0", Store([]uint64{61, 62}, -1, toks[:32], 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{61, 62}, -1, toks[:32], 16, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 2, 4)
 	// New stores after the loss are trusted; an uncertain block in the
 	// middle stops the certain prefix there.
-	apply(t, x, "e0", Store([]uint64{64}, 63, toks[48:], 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{64}, 63, toks[48:], 16, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 2, 4)
 	// Removal of an uncertain block works as usual.
-	apply(t, x, "e0", Remove([]uint64{63}, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Remove([]uint64{63}, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 2, 2)
 	// A clear makes everything certain again (there is nothing left).
-	if err := x.Clear("e0"); err != nil {
+	if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateReset, Source: "e0"}); err != nil {
 		t.Fatal(err)
 	}
-	apply(t, x, "e0", Store([]uint64{61, 62, 63, 64}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{61, 62, 63, 64}, -1, toks, 16, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 4, 4)
 	if st := x.Stats(); st.Losses != 1 || st.Resets != 1 {
 		t.Fatalf("stats %+v", st)
@@ -382,8 +350,8 @@ func testLostRange(t *testing.T, nb Factory, _ Options) {
 
 func testIdempotent(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(12, 48)
-	ev := Store([]uint64{71, 72, 73}, -1, toks, 16, "GPU", 0)
+	toks := kvmodel.Tokens(12, 48)
+	ev := kvmodel.Store([]uint64{71, 72, 73}, -1, toks, 16, "GPU", 0)
 	for i := 0; i < 3; i++ {
 		apply(t, x, "e0", ev, ev)
 	}
@@ -392,64 +360,64 @@ func testIdempotent(t *testing.T, nb Factory, _ Options) {
 	if st.Added != 3 || st.Refreshed != 15 || st.Backend.Entries != 3 || st.Backend.Blocks != 3 || st.Backend.Mappings != 3 {
 		t.Fatalf("stats %+v", st)
 	}
-	rm := Remove([]uint64{73}, "GPU", 0)
+	rm := kvmodel.Remove([]uint64{73}, "GPU", 0)
 	apply(t, x, "e0", rm, rm)
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 2, 2)
 }
 
 func testGroupsAndMedia(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(13, 32)
+	toks := kvmodel.Tokens(13, 32)
 	// A hybrid model publishes the same blocks per KV-cache group.
-	apply(t, x, "e0", Store([]uint64{81, 82}, -1, toks, 16, "GPU", 0), Store([]uint64{81, 82}, -1, toks, 16, "GPU", 1))
+	apply(t, x, "e0", kvmodel.Store([]uint64{81, 82}, -1, toks, 16, "GPU", 0), kvmodel.Store([]uint64{81, 82}, -1, toks, 16, "GPU", 1))
 	if st := x.Stats(); st.Backend.Entries != 4 || st.Backend.Blocks != 2 || st.Backend.Mappings != 2 {
 		t.Fatalf("stats %+v", st.Backend)
 	}
 	// Groups that do not hold whole prefixes (sliding window, Mamba) are
 	// left out: a prefix counts where the full-attention group holds it.
-	swa := Store([]uint64{85, 86}, -1, Tokens(22, 32), 16, "GPU", 1)
-	swa.KVCacheSpecKind = kvevents.String("sliding_window")
-	fa := Store([]uint64{85}, -1, Tokens(22, 16), 16, "GPU", 0)
-	fa.KVCacheSpecKind = kvevents.String("full_attention")
+	swa := kvmodel.Store([]uint64{85, 86}, -1, kvmodel.Tokens(22, 32), 16, "GPU", 1)
+	swa.KVCacheSpecKind = kvevents.Some("sliding_window")
+	fa := kvmodel.Store([]uint64{85}, -1, kvmodel.Tokens(22, 16), 16, "GPU", 0)
+	fa.KVCacheSpecKind = kvevents.Some("full_attention")
 	apply(t, x, "e3", swa, fa)
-	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: Tokens(22, 32)}), "e3", "GPU", 1, 1)
-	swaRm := Remove([]uint64{85}, "GPU", 1)
-	swaRm.KVCacheSpecKind = kvevents.String("sliding_window")
+	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(22, 32)}), "e3", "GPU", 1, 1)
+	swaRm := kvmodel.Remove([]uint64{85}, "GPU", 1)
+	swaRm.KVCacheSpecKind = kvevents.Some("sliding_window")
 	apply(t, x, "e3", swaRm)
-	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: Tokens(22, 32)}), "e3", "GPU", 1, 1)
+	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(22, 32)}), "e3", "GPU", 1, 1)
 	if st := x.Stats(); st.PartialGroups != 2 {
 		t.Fatalf("PartialGroups %d, want 2", st.PartialGroups)
 	}
 	// Without a kind (releases before it was sent), a block counts while
 	// any group holds it.
-	apply(t, x, "e0", Remove([]uint64{82}, "GPU", 1))
+	apply(t, x, "e0", kvmodel.Remove([]uint64{82}, "GPU", 1))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 2, 2)
-	apply(t, x, "e0", Remove([]uint64{82}, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Remove([]uint64{82}, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e0", "GPU", 1, 1)
 	// A medium left unset is GPU; a group left unset is 0.
-	ev := Store([]uint64{91}, -1, Tokens(14, 16), 16, "", 0)
-	ev.Medium, ev.GroupIdx = kvevents.OptString{}, kvevents.OptInt{}
+	ev := kvmodel.Store([]uint64{91}, -1, kvmodel.Tokens(14, 16), 16, "", 0)
+	ev.Medium, ev.GroupIdx = kvevents.Opt[string]{}, kvevents.Opt[int64]{}
 	apply(t, x, "e1", ev)
-	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: Tokens(14, 16)}), "e1", "GPU", 1, 1)
-	rm := Remove([]uint64{91}, "", 0)
-	rm.Medium, rm.GroupIdx = kvevents.OptString{}, kvevents.OptInt{}
+	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(14, 16)}), "e1", "GPU", 1, 1)
+	rm := kvmodel.Remove([]uint64{91}, "", 0)
+	rm.Medium, rm.GroupIdx = kvevents.Opt[string]{}, kvevents.Opt[int64]{}
 	apply(t, x, "e1", rm)
-	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: Tokens(14, 16)}), "e1", "GPU", 0, 0)
+	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(14, 16)}), "e1", "GPU", 0, 0)
 	// Unusable groups and media are refused, counted.
-	apply(t, x, "e1", Store([]uint64{92}, -1, Tokens(15, 16), 16, "GPU", kvindex.MaxGroup+1),
-		Store([]uint64{93}, -1, Tokens(15, 16), 16, string(make([]byte, kvindex.MaxMediumLen+1)), 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{92}, -1, kvmodel.Tokens(15, 16), 16, "GPU", 255+1),
+		kvmodel.Store([]uint64{93}, -1, kvmodel.Tokens(15, 16), 16, string(make([]byte, 64+1)), 0))
 	if st := x.Stats(); st.Refused != 2 {
 		t.Fatalf("Refused %d, want 2", st.Refused)
 	}
 	// A hybrid align store (more tokens than hashes × block size) is not
 	// chainable.
-	hy := Store([]uint64{94}, -1, Tokens(16, 32), 16, "GPU", 0)
+	hy := kvmodel.Store([]uint64{94}, -1, kvmodel.Tokens(16, 32), 16, "GPU", 0)
 	apply(t, x, "e1", hy)
 	if st := x.Stats(); st.Hybrid != 1 {
 		t.Fatalf("Hybrid %d, want 1", st.Hybrid)
 	}
 	// Different media are scored apart.
-	apply(t, x, "e2", Store([]uint64{1, 2}, -1, toks, 16, "CPU", 0))
+	apply(t, x, "e2", kvmodel.Store([]uint64{1, 2}, -1, toks, 16, "CPU", 0))
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e2", "CPU", 2, 2)
 	expect(t, r, "e2", "GPU", 0, 0)
@@ -457,12 +425,12 @@ func testGroupsAndMedia(t *testing.T, nb Factory, _ Options) {
 
 func testLoraAndExtraKeys(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(17, 32)
-	ev := Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0)
-	ev.LoraName = kvevents.String("sql-lora")
+	toks := kvmodel.Tokens(17, 32)
+	ev := kvmodel.Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0)
+	ev.LoraName = kvevents.Some("sql-lora")
 	ev.HasExtraKeys, ev.ExtraKeys = true, kvindex.LoraExtraKeys("sql-lora", 2)
 	apply(t, x, "e0", ev)
-	base := Store([]uint64{3, 4}, -1, toks, 16, "GPU", 0)
+	base := kvmodel.Store([]uint64{3, 4}, -1, toks, 16, "GPU", 0)
 	base.HasExtraKeys, base.ExtraKeys = true, [][]byte{{0xc0}, nil}
 	apply(t, x, "e1", base)
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
@@ -481,7 +449,7 @@ func testLoraAndExtraKeys(t *testing.T, nb Factory, _ Options) {
 		t.Fatalf("LoRA name without extra keys: %+v", r.Engines)
 	}
 	// Extra keys (a cache salt on the first block) separate prefixes.
-	salted := Store([]uint64{5, 6}, -1, toks, 16, "GPU", 0)
+	salted := kvmodel.Store([]uint64{5, 6}, -1, toks, 16, "GPU", 0)
 	salt := []byte{0x91, 0xa4, 's', 'a', 'l', 't'}
 	salted.HasExtraKeys, salted.ExtraKeys = true, [][]byte{salt, {0xc0}}
 	apply(t, x, "e2", salted)
@@ -491,10 +459,10 @@ func testLoraAndExtraKeys(t *testing.T, nb Factory, _ Options) {
 
 func testModels(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{ModelOf: func(e string) string { return "m-" + e[:1] }})
-	toks := Tokens(18, 32)
-	apply(t, x, "a0", Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0))
-	apply(t, x, "b0", Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0))
-	apply(t, x, "b1", Store([]uint64{7}, -1, toks[:8], 8, "GPU", 0))
+	toks := kvmodel.Tokens(18, 32)
+	apply(t, x, "a0", kvmodel.Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "b0", kvmodel.Store([]uint64{1, 2}, -1, toks, 16, "GPU", 0))
+	apply(t, x, "b1", kvmodel.Store([]uint64{7}, -1, toks[:8], 8, "GPU", 0))
 	r := score(t, x, kvindex.ScoreRequest{Model: "m-a", Tokens: toks})
 	if len(r.Engines) != 1 || r.Engines[0].Engine != "a0" || r.Engines[0].Blocks != 2 {
 		t.Fatalf("m-a: %+v", r.Engines)
@@ -513,11 +481,11 @@ func testModels(t *testing.T, nb Factory, _ Options) {
 
 func testRemap(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	a, b := Tokens(19, 16), Tokens(20, 16)
+	a, b := kvmodel.Tokens(19, 16), kvmodel.Tokens(20, 16)
 	// The engine reuses hash 5 for other content (e.g. a restart we did
 	// not see with a fixed seed): the hash now means the new block.
-	apply(t, x, "e0", Store([]uint64{5}, -1, a, 16, "GPU", 0), Placeholder([]uint64{5}, "CPU", 0))
-	apply(t, x, "e0", Store([]uint64{5}, -1, b, 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{5}, -1, a, 16, "GPU", 0), kvmodel.Placeholder([]uint64{5}, "CPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{5}, -1, b, 16, "GPU", 0))
 	if r := score(t, x, kvindex.ScoreRequest{Tokens: a}); len(r.Engines) != 0 {
 		t.Fatalf("old content still indexed: %+v", r.Engines)
 	}
@@ -529,29 +497,29 @@ func testRemap(t *testing.T, nb Factory, _ Options) {
 
 func testBatchResolution(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
-	toks := Tokens(21, 48)
+	toks := kvmodel.Tokens(21, 48)
 	// Parent stored earlier in the same batch; a placeholder for a block of
 	// the same batch; a removal and a re-store of a parent in one batch.
 	apply(t, x, "e0",
-		Store([]uint64{1}, -1, toks[:16], 16, "GPU", 0),
-		Store([]uint64{2}, 1, toks[16:32], 16, "GPU", 0),
-		Placeholder([]uint64{2}, "CPU", 0),
-		Remove([]uint64{1}, "GPU", 0),
-		Store([]uint64{3}, 2, toks[32:], 16, "GPU", 0))
+		kvmodel.Store([]uint64{1}, -1, toks[:16], 16, "GPU", 0),
+		kvmodel.Store([]uint64{2}, 1, toks[16:32], 16, "GPU", 0),
+		kvmodel.Placeholder([]uint64{2}, "CPU", 0),
+		kvmodel.Remove([]uint64{1}, "GPU", 0),
+		kvmodel.Store([]uint64{3}, 2, toks[32:], 16, "GPU", 0))
 	r := score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e0", "GPU", 0, 0)
-	apply(t, x, "e0", Store([]uint64{1}, -1, toks[:16], 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{1}, -1, toks[:16], 16, "GPU", 0))
 	r = score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e0", "GPU", 3, 3)
 	// A parent removed earlier in the batch still resolves (the mapping
 	// as the batch began); after a clear in the batch it does not.
-	apply(t, x, "e1", Store([]uint64{1, 2}, -1, toks[:32], 16, "GPU", 0))
-	apply(t, x, "e1", Remove([]uint64{2}, "GPU", 0), Store([]uint64{3}, 2, toks[32:], 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{1, 2}, -1, toks[:32], 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Remove([]uint64{2}, "GPU", 0), kvmodel.Store([]uint64{3}, 2, toks[32:], 16, "GPU", 0))
 	r = score(t, x, kvindex.ScoreRequest{Tokens: toks})
 	expect(t, r, "e1", "GPU", 1, 1)
-	apply(t, x, "e1", Store([]uint64{2}, 1, toks[16:32], 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Store([]uint64{2}, 1, toks[16:32], 16, "GPU", 0))
 	expect(t, score(t, x, kvindex.ScoreRequest{Tokens: toks}), "e1", "GPU", 3, 3)
-	apply(t, x, "e1", Cleared(), Store([]uint64{3}, 2, toks[32:], 16, "GPU", 0))
+	apply(t, x, "e1", kvmodel.Cleared(), kvmodel.Store([]uint64{3}, 2, toks[32:], 16, "GPU", 0))
 	if st := x.Stats(); st.UnknownParents != 1 {
 		t.Fatalf("UnknownParents %d, want 1", st.UnknownParents)
 	}
@@ -560,7 +528,7 @@ func testBatchResolution(t *testing.T, nb Factory, _ Options) {
 func testCapacity(t *testing.T, nb Factory, o Options) {
 	x := newIndex(t, nb, 4, kvindex.Config{})
 	for i := 0; i < 6; i++ {
-		apply(t, x, fmt.Sprint("e", i%2), Store([]uint64{uint64(100 + i)}, -1, Tokens(30+i, 16), 16, "GPU", 0))
+		apply(t, x, fmt.Sprint("e", i%2), kvmodel.Store([]uint64{uint64(100 + i)}, -1, kvmodel.Tokens(30+i, 16), 16, "GPU", 0))
 	}
 	st := x.Stats()
 	if st.Backend.Entries != 4 || st.Evicted != 2 || st.Backend.Evicted != 2 || st.Backend.Capacity != 4 {
@@ -568,18 +536,18 @@ func testCapacity(t *testing.T, nb Factory, o Options) {
 	}
 	if !o.SkipExactEviction {
 		for i := 0; i < 6; i++ {
-			r := score(t, x, kvindex.ScoreRequest{Tokens: Tokens(30+i, 16)})
+			r := score(t, x, kvindex.ScoreRequest{Tokens: kvmodel.Tokens(30+i, 16)})
 			if got, want := len(r.Engines), 1; i < 2 && got != 0 || i >= 2 && got != want {
 				t.Fatalf("prompt %d: %+v (the 2 oldest entries go first)", i, r.Engines)
 			}
 		}
 	}
 	// A refresh does not add an entry; an evicted mapping is forgotten.
-	apply(t, x, "e0", Store([]uint64{104}, -1, Tokens(34, 16), 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{104}, -1, kvmodel.Tokens(34, 16), 16, "GPU", 0))
 	if st := x.Stats(); st.Backend.Entries != 4 || st.Backend.Mappings != 4 {
 		t.Fatalf("stats %+v", st)
 	}
-	apply(t, x, "e0", Store([]uint64{200}, 100, Tokens(40, 16), 16, "GPU", 0))
+	apply(t, x, "e0", kvmodel.Store([]uint64{200}, 100, kvmodel.Tokens(40, 16), 16, "GPU", 0))
 	if st := x.Stats(); st.UnknownParents != 1 && !o.SkipExactEviction {
 		t.Fatalf("stats %+v", st)
 	}
@@ -588,7 +556,7 @@ func testCapacity(t *testing.T, nb Factory, o Options) {
 func testConcurrent(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
 	const engines, rounds = 4, 50
-	toks := Tokens(50, 16*8)
+	toks := kvmodel.Tokens(50, 16*8)
 	var wg sync.WaitGroup
 	errs := make(chan error, engines+1)
 	for e := 0; e < engines; e++ {
@@ -597,9 +565,9 @@ func testConcurrent(t *testing.T, nb Factory, _ Options) {
 			defer wg.Done()
 			name := fmt.Sprint("e", e)
 			for r := 0; r < rounds; r++ {
-				evs := []kvevents.Event{Store(seqHashes(1, 8), -1, toks, 16, "GPU", 0)}
+				evs := []kvevents.Event{kvmodel.Store(seqHashes(1, 8), -1, toks, 16, "GPU", 0)}
 				if r%3 == 1 {
-					evs = append(evs, Remove(seqHashes(5, 4), "GPU", 0))
+					evs = append(evs, kvmodel.Remove(seqHashes(5, 4), "GPU", 0))
 				}
 				if err := x.ApplyEvents(name, evs); err != nil {
 					errs <- err

@@ -4,19 +4,19 @@ import (
 	"fmt"
 	"testing"
 
+	"github.com/zmqguard/zmqguard/internal/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
-	"github.com/zmqguard/zmqguard/kvindex/kvindextest"
 )
 
-// benchBackends runs f against the memory backend and a Store on the test
+// benchBackends runs f against the memory backend and a store on the test
 // binary's redis-server (UNIX socket, loopback), side by side.
-func benchBackends(b *testing.B, capacity int, f func(b *testing.B, x *kvindex.Index)) {
+func benchBackends(b *testing.B, capacity int, f func(b *testing.B, x *kvindex.Index, be kvindex.Backend)) {
 	for _, name := range []string{"memory", "redis"} {
 		b.Run(name, func(b *testing.B) {
 			var be kvindex.Backend
 			if name == "memory" {
-				m, err := kvindex.NewMemory(kvindex.MemoryConfig{Capacity: capacity})
+				m, err := kvindex.NewMemory(capacity)
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -29,7 +29,7 @@ func benchBackends(b *testing.B, capacity int, f func(b *testing.B, x *kvindex.I
 				b.Fatal(err)
 			}
 			defer x.Close()
-			f(b, x)
+			f(b, x, be)
 		})
 	}
 }
@@ -39,7 +39,7 @@ func benchBackends(b *testing.B, capacity int, f func(b *testing.B, x *kvindex.I
 // 8 engines in turn; events/s counts the 17 events of a batch, entries/s
 // the blocks stored.
 func BenchmarkIngest(b *testing.B) {
-	benchBackends(b, 1<<20, func(b *testing.B, x *kvindex.Index) {
+	benchBackends(b, 1<<20, func(b *testing.B, x *kvindex.Index, _ kvindex.Backend) {
 		const engines, perBatch, blocks, bs = 8, 16, 4, 16
 		next := make([]uint64, engines)
 		evs := make([]kvevents.Event, 0, perBatch+1)
@@ -58,10 +58,10 @@ func BenchmarkIngest(b *testing.B) {
 				} else {
 					base = 0
 				}
-				evs = append(evs, kvindextest.Store(hashes, parent, kvindextest.Tokens(int(next[e]/1024)*engines+e, blocks*bs)[:], bs, "GPU", 0))
+				evs = append(evs, kvmodel.Store(hashes, parent, kvmodel.Tokens(int(next[e]/1024)*engines+e, blocks*bs)[:], bs, "GPU", 0))
 				next[e] += blocks
 			}
-			evs = append(evs, kvindextest.Remove([]uint64{next[e] - 1}, "GPU", 0))
+			evs = append(evs, kvmodel.Remove([]uint64{next[e] - 1}, "GPU", 0))
 			if err := x.ApplyEvents(fmt.Sprintf("engine-%d", e), evs); err != nil {
 				b.Fatal(err)
 			}
@@ -77,8 +77,8 @@ func BenchmarkIngest(b *testing.B) {
 // parallel goroutines (the Redis client pipelines them on one connection).
 func BenchmarkScore(b *testing.B) {
 	const engines, blocks, bs = 16, 128, 64
-	prompt := kvindextest.Tokens(7, blocks*bs)
-	benchBackends(b, 1<<20, func(b *testing.B, x *kvindex.Index) {
+	prompt := kvmodel.Tokens(7, blocks*bs)
+	benchBackends(b, 1<<20, func(b *testing.B, x *kvindex.Index, _ kvindex.Backend) {
 		for e := 0; e < engines; e++ {
 			held := (e + 1) * blocks / engines
 			hashes := make([]uint64, held)
@@ -86,7 +86,7 @@ func BenchmarkScore(b *testing.B) {
 				hashes[i] = uint64(e)<<32 | uint64(i+1)
 			}
 			if err := x.ApplyEvents(fmt.Sprintf("engine-%d", e),
-				[]kvevents.Event{kvindextest.Store(hashes, -1, prompt[:held*bs], bs, "GPU", 0)}); err != nil {
+				[]kvevents.Event{kvmodel.Store(hashes, -1, prompt[:held*bs], bs, "GPU", 0)}); err != nil {
 				b.Fatal(err)
 			}
 		}

@@ -8,10 +8,10 @@ import (
 )
 
 // TestRedisConformance runs kvindex's backend conformance suite (the
-// hand-written rules and the model-based property test) against a Store on
+// hand-written rules and the model-based property test) against a store on
 // a real redis-server: the same suite the in-memory backend passes.
 func TestRedisConformance(t *testing.T) {
 	kvindextest.Run(t, func(t *testing.T, capacity int) kvindex.Backend {
 		return newStore(t, Config{Capacity: capacity})
-	})
+	}, kvindextest.Options{})
 }

@@ -39,7 +39,7 @@ func TestDifferentialMemory(t *testing.T) {
 	rs.Close()
 	rapid.Check(t, func(t *rapid.T) {
 		capacity := rapid.IntRange(3, 40).Draw(t, "capacity")
-		mem, err := kvindex.NewMemory(kvindex.MemoryConfig{Capacity: capacity})
+		mem, err := kvindex.NewMemory(capacity)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,9 +1,22 @@
-// Package redisstore is a [kvindex.Backend] on Redis or Valkey, for router
-// replicas that share one KV-cache index. It gives the same answers as the
-// in-memory backend for the same operations (kvindex's conformance suite
-// and a differential test against kvindex.NewMemory run on a real
-// redis-server), and it lives in its own package so that importing kvindex
-// never builds a Redis client.
+// Package redisstore keeps a kvindex.Index in Redis or Valkey, so router
+// replicas share one KV-cache index.
+//
+//	be, err := redisstore.New(redisstore.Config{
+//		URL:      "unix:///run/redis/redis-server.sock",
+//		WriterID: redisstore.NewWriterID(), // one writer per engine at a time
+//	})
+//	if err != nil {
+//		return err
+//	}
+//	defer be.Close()
+//	x, err := kvindex.New(kvindex.Config{Backend: be})
+//	// ... as with the in-memory index: x.Apply(update), x.Score(request)
+//	st, _ := redisstore.StatsOf(be) // round trips, lease takeovers, ...
+//
+// The backend gives the same answers as kvindex's in-memory one for the
+// same operations (kvindex's conformance suite and a differential test
+// against kvindex.NewMemory run on a real redis-server), and it lives in
+// its own package so that importing kvindex never builds a Redis client.
 //
 // # Round trips
 //
@@ -60,7 +73,7 @@
 // connection lost on the way), so the engine's state is in doubt, as after
 // a lost range: the engine's next batch that gets through starts with a
 // lost-range operation, and its entries read as uncertain until stored
-// again (counted in Stats.Recovered). A Redis outage therefore costs
+// again (counted in Stats.Recovered, from [StatsOf]). A Redis outage therefore costs
 // certainty, never correctness.
 //
 // # Many indexers writing one Redis

@@ -34,7 +34,7 @@ func Example() {
 		tokens[i] = int64(100 + i)
 	}
 	x.ApplyEvents("pod-1", []kvevents.Event{{Type: kvevents.BlockStored, BlockSize: 16, TokenIDs: tokens,
-		Medium: kvevents.String("GPU"), BlockHashes: []kvevents.Hash{kvevents.IntHash(1), kvevents.IntHash(2),
+		Medium: kvevents.Some("GPU"), BlockHashes: []kvevents.Hash{kvevents.IntHash(1), kvevents.IntHash(2),
 			kvevents.IntHash(3), kvevents.IntHash(4)}}})
 	r, err := x.Score(kvindex.ScoreRequest{Tokens: tokens})
 	if err != nil {

@@ -19,7 +19,7 @@ var (
 )
 
 // usedMemory reads the server's used_memory (INFO memory).
-func usedMemory(b *testing.B, s *Store) int64 {
+func usedMemory(b *testing.B, s *store) int64 {
 	info, err := s.client.Do(context.Background(), s.client.B().Info().Section("memory").Build()).ToString()
 	if err != nil {
 		b.Fatal(err)
@@ -41,9 +41,9 @@ func usedMemory(b *testing.B, s *Store) int64 {
 // latency; for Redis also the server's bytes per entry (used_memory).
 func BenchmarkScoreFleet(b *testing.B) {
 	f := kvload.Fleet{Engines: *fleetEngines, Blocks: *fleetBlocks, BlockSize: 64, PromptBlocks: 128, Holders: 32, ChainBlocks: 128}
-	benchBackends(b, 4*f.Blocks, func(b *testing.B, x *kvindex.Index) {
+	benchBackends(b, 4*f.Blocks, func(b *testing.B, x *kvindex.Index, be kvindex.Backend) {
 		var mem0 int64
-		st, isRedis := x.Backend().(*Store)
+		st, isRedis := be.(*store)
 		if isRedis {
 			mem0 = usedMemory(b, st)
 		}

@@ -50,7 +50,7 @@ func TestGoldenRedisMatchesMemory(t *testing.T) {
 		payloads = append(payloads, f[2])
 		var b kvevents.Batch
 		var mine []kvevents.Event
-		if kvevents.DecodeBatch(f[2], kvevents.Limits{}, &b, nil) == nil {
+		if kvevents.DecodeBatch(f[2], &b) == nil {
 			for _, e := range b.Events {
 				if e.Type == kvevents.BlockStored && len(e.TokenIDs) > 0 {
 					e.TokenIDs = append([]int64(nil), e.TokenIDs...)
@@ -65,7 +65,7 @@ func TestGoldenRedisMatchesMemory(t *testing.T) {
 		t.Fatalf("%d batches, %d stores in the vectors", len(payloads), total)
 	}
 
-	pub, err := socket.NewXPub(socket.Options{Logger: quiet})
+	pub, err := socket.New("XPUB", socket.Options{Logger: quiet})
 	if err != nil {
 		t.Fatal(err)
 	}

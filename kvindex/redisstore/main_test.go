@@ -12,9 +12,9 @@ func TestMain(m *testing.M) {
 	goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { redistest.Stop() }))
 }
 
-// newStore returns a Store on the test binary's redis-server under a
+// newStore returns a store on the test binary's redis-server under a
 // prefix of its own.
-func newStore(t testing.TB, cfg Config) *Store {
+func newStore(t testing.TB, cfg Config) *store {
 	t.Helper()
 	srv := redistest.Require(t)
 	if cfg.URL == "" && cfg.Client == nil {
@@ -23,7 +23,7 @@ func newStore(t testing.TB, cfg Config) *Store {
 	if cfg.Prefix == "" {
 		cfg.Prefix = "{" + redistest.Prefix(t) + "}"
 	}
-	s, err := New(cfg)
+	s, err := open(cfg)
 	if err != nil {
 		t.Fatal(err)
 	}

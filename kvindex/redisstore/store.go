@@ -17,16 +17,12 @@ import (
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
-// DefaultPrefix is the key prefix of a Store made with Config.Prefix "".
+// defaultPrefix is the key prefix of a store made with Config.Prefix "".
 // Its {hash tag} keeps every key of one index in one slot.
-const DefaultPrefix = "{zmqguard-kvindex}:"
+const defaultPrefix = "{zmqguard-kvindex}:"
 
-// DefaultTimeout bounds one Redis call of a Store made with Timeout 0.
-const DefaultTimeout = 5 * time.Second
-
-// DefaultLeaseTTL is the writer lease of a Store made with a WriterID and
-// LeaseTTL 0.
-const DefaultLeaseTTL = 10 * time.Second
+// defaultCapacity is kvindex's in-memory default (Config.Capacity 0).
+const defaultCapacity = 1 << 22
 
 // Config configures [New]. Exactly one of URL and Client is set.
 type Config struct {
@@ -36,23 +32,24 @@ type Config struct {
 	// Client is a client to use instead of dialing URL; Close leaves it
 	// open.
 	Client rueidis.Client
-	// Prefix starts every key of this index (default DefaultPrefix). Two
-	// indexes (another model or block size) sharing a server need two
+	// Prefix starts every key of this index. Zero means
+	// "{zmqguard-kvindex}:" (its {hash tag} keeps every key in one slot).
+	// Two indexes (another model or block size) sharing a server need two
 	// prefixes.
 	Prefix string
-	// Capacity is the most (block, engine, medium, group) entries held
-	// (0: kvindex.DefaultCapacity); the oldest by first store are evicted.
-	// Every writer of one prefix should use the same capacity.
+	// Capacity is the most (block, engine, medium, group) entries held;
+	// the oldest by first store are evicted. Zero means 4,194,304 (as
+	// kvindex's in-memory default). Every writer of one prefix should use
+	// the same capacity.
 	Capacity int
-	// WriterID, when set, makes this Store take a lease on each engine it
+	// WriterID, when set, makes this store take a lease on each engine it
 	// writes (see the package doc); "" writes without leases. Use a value
 	// unique to the process (NewWriterID).
 	WriterID string
-	// LeaseTTL is the writer lease's time to live (default
-	// DefaultLeaseTTL); leases are renewed every LeaseTTL/3 and on each
-	// Apply.
+	// LeaseTTL is the writer lease's time to live; leases are renewed
+	// every LeaseTTL/3 and on each Apply. Zero means 10 s; at least 30 ms.
 	LeaseTTL time.Duration
-	// Timeout bounds each Redis call (default DefaultTimeout).
+	// Timeout bounds each Redis call. Zero means 5 s.
 	Timeout time.Duration
 }
 
@@ -63,12 +60,12 @@ func NewWriterID() string {
 	return hex.EncodeToString(b[:])
 }
 
-// Stats are a Store's own counters, beyond kvindex.BackendStats.
+// Stats are a store's own counters, beyond kvindex.BackendStats.
 type Stats struct {
 	// Calls counts round trips; Errors the ones that failed.
 	Calls, Errors uint64
 	// NotWriter counts Apply calls refused because another writer held
-	// the engine's lease; Takeovers counts leases this Store took over
+	// the engine's lease; Takeovers counts leases this store took over
 	// from another writer (the engine's entries became uncertain).
 	NotWriter, Takeovers uint64
 	// Recovered counts engines whose Apply had failed and whose next
@@ -76,8 +73,8 @@ type Stats struct {
 	Recovered uint64
 }
 
-// Store is a kvindex.Backend on Redis or Valkey.
-type Store struct {
+// store is a kvindex.Backend on Redis or Valkey.
+type store struct {
 	cfg     Config
 	client  rueidis.Client
 	own     bool
@@ -90,7 +87,7 @@ type Store struct {
 	eids    map[string]uint32 // engine name → Redis id
 	enames  map[uint32]string
 	mnames  map[uint16]string
-	leased  map[uint32]bool // engines whose lease this Store holds
+	leased  map[uint32]bool // engines whose lease this store holds
 	doubt   map[string]bool // engines whose last Apply failed
 	closed  bool
 	stop    chan struct{}
@@ -108,35 +105,53 @@ type epochCache struct {
 	epochs []string
 }
 
-var _ kvindex.Backend = (*Store)(nil)
+var _ kvindex.Backend = (*store)(nil)
 
-// New connects (or adopts cfg.Client) and returns a Store.
-func New(cfg Config) (*Store, error) {
-	if (cfg.URL == "") == (cfg.Client == nil) {
-		return nil, errors.New("redisstore: set exactly one of Config.URL and Config.Client")
+// New connects (or adopts cfg.Client) and returns a kvindex.Backend on
+// Redis. It fills the defaults of cfg's zero fields first, then checks the
+// result.
+func New(cfg Config) (kvindex.Backend, error) {
+	s, err := open(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Capacity < 0 {
-		return nil, fmt.Errorf("redisstore: Config.Capacity %d is negative", cfg.Capacity)
+	return s, nil
+}
+
+// StatsOf returns the counters of a backend New made, beyond
+// kvindex.BackendStats; false when be is not one.
+func StatsOf(be kvindex.Backend) (Stats, bool) {
+	s, ok := be.(*store)
+	if !ok {
+		return Stats{}, false
 	}
+	return s.ownStats(), true
+}
+
+func open(cfg Config) (*store, error) {
 	if cfg.Capacity == 0 {
-		cfg.Capacity = kvindex.DefaultCapacity
+		cfg.Capacity = defaultCapacity
 	}
 	if cfg.Prefix == "" {
-		cfg.Prefix = DefaultPrefix
-	}
-	if cfg.Timeout < 0 || cfg.LeaseTTL < 0 {
-		return nil, fmt.Errorf("redisstore: negative Timeout %v or LeaseTTL %v", cfg.Timeout, cfg.LeaseTTL)
+		cfg.Prefix = defaultPrefix
 	}
 	if cfg.Timeout == 0 {
-		cfg.Timeout = DefaultTimeout
+		cfg.Timeout = 5 * time.Second
 	}
 	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = DefaultLeaseTTL
+		cfg.LeaseTTL = 10 * time.Second
 	}
-	if cfg.LeaseTTL < 30*time.Millisecond {
+	switch {
+	case (cfg.URL == "") == (cfg.Client == nil):
+		return nil, errors.New("redisstore: set exactly one of Config.URL and Config.Client")
+	case cfg.Capacity < 0:
+		return nil, fmt.Errorf("redisstore: Config.Capacity %d is negative", cfg.Capacity)
+	case cfg.Timeout < 0:
+		return nil, fmt.Errorf("redisstore: Config.Timeout %v is negative", cfg.Timeout)
+	case cfg.LeaseTTL < 30*time.Millisecond:
 		return nil, fmt.Errorf("redisstore: Config.LeaseTTL %v is under 30ms", cfg.LeaseTTL)
 	}
-	s := &Store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix,
+	s := &store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix,
 		apply:   rueidis.NewLuaScript(applyScript),
 		holders: rueidis.NewLuaScriptReadOnly(holdersScript),
 		renew:   rueidis.NewLuaScript(renewScript),
@@ -174,11 +189,11 @@ func New(cfg Config) (*Store, error) {
 	return s, nil
 }
 
-func (s *Store) ctx() (context.Context, context.CancelFunc) {
+func (s *store) ctx() (context.Context, context.CancelFunc) {
 	return context.WithTimeout(context.Background(), s.cfg.Timeout)
 }
 
-func (s *Store) count(err error) error {
+func (s *store) count(err error) error {
 	s.calls.Add(1)
 	if err != nil {
 		s.errs.Add(1)
@@ -186,14 +201,14 @@ func (s *Store) count(err error) error {
 	return err
 }
 
-func (s *Store) isClosed() bool {
+func (s *store) isClosed() bool {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	return s.closed
 }
 
 // engineID returns the Redis id of engine, reading it once.
-func (s *Store) engineID(ctx context.Context, engine string) (uint32, bool, error) {
+func (s *store) engineID(ctx context.Context, engine string) (uint32, bool, error) {
 	s.mu.RLock()
 	id, ok := s.eids[engine]
 	s.mu.RUnlock()
@@ -215,14 +230,14 @@ func (s *Store) engineID(ctx context.Context, engine string) (uint32, bool, erro
 	return uint32(n), true, nil
 }
 
-func (s *Store) learnEngine(name string, id uint32) {
+func (s *store) learnEngine(name string, id uint32) {
 	s.mu.Lock()
 	s.eids[name], s.enames[id] = id, name
 	s.mu.Unlock()
 }
 
 // Resolve implements kvindex.Backend: one HMGET of the engine's map.
-func (s *Store) Resolve(engine string, hashes []uint64, keys []kvindex.Key, found []bool) error {
+func (s *store) Resolve(engine string, hashes []uint64, keys []kvindex.Key, found []bool) error {
 	if len(keys) != len(hashes) || len(found) != len(hashes) {
 		return fmt.Errorf("redisstore: Resolve: %d hashes, %d keys, %d found", len(hashes), len(keys), len(found))
 	}
@@ -266,7 +281,7 @@ func (s *Store) Resolve(engine string, hashes []uint64, keys []kvindex.Key, foun
 	return nil
 }
 
-func (s *Store) mapKey(eid uint32) string {
+func (s *store) mapKey(eid uint32) string {
 	return s.prefix + "m:" + strconv.FormatUint(uint64(eid), 10)
 }
 
@@ -288,7 +303,7 @@ func parseMapKey(v string) (kvindex.Key, error) {
 
 // Apply implements kvindex.Backend: the whole batch is one script call (one
 // round trip, atomic against every other writer and reader).
-func (s *Store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
+func (s *store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	var c kvindex.Counts
 	if s.isClosed() {
 		return c, kvindex.ErrClosed
@@ -367,7 +382,7 @@ func (s *Store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 // Holders implements kvindex.Backend: one script call reads the keys in
 // order up to the first key nobody holds; should visit go on past it, the
 // rest is read the same way.
-func (s *Store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.Holder) bool) error {
+func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.Holder) bool) error {
 	if s.isClosed() {
 		return kvindex.ErrClosed
 	}
@@ -477,7 +492,7 @@ func parseHolders(s string, epochs []string, hs []kvindex.Holder) ([]kvindex.Hol
 
 // EngineName implements kvindex.Backend (one HGET the first time an id is
 // seen; "" when Redis cannot answer).
-func (s *Store) EngineName(id uint32) string {
+func (s *store) EngineName(id uint32) string {
 	s.mu.RLock()
 	n, ok := s.enames[id]
 	s.mu.RUnlock()
@@ -492,7 +507,7 @@ func (s *Store) EngineName(id uint32) string {
 }
 
 // MediumName implements kvindex.Backend.
-func (s *Store) MediumName(id uint16) string {
+func (s *store) MediumName(id uint16) string {
 	s.mu.RLock()
 	n, ok := s.mnames[id]
 	s.mu.RUnlock()
@@ -508,7 +523,7 @@ func (s *Store) MediumName(id uint16) string {
 	return n
 }
 
-func (s *Store) lookupName(table string, id uint64) string {
+func (s *store) lookupName(table string, id uint64) string {
 	if s.isClosed() {
 		return ""
 	}
@@ -524,7 +539,7 @@ func (s *Store) lookupName(table string, id uint64) string {
 
 // Stats implements kvindex.Backend with one pipelined round trip; on an
 // error it returns what it could read (Capacity at least).
-func (s *Store) Stats() kvindex.BackendStats {
+func (s *store) Stats() kvindex.BackendStats {
 	st := kvindex.BackendStats{Capacity: int64(s.cfg.Capacity)}
 	if s.isClosed() {
 		return st
@@ -550,15 +565,15 @@ func (s *Store) Stats() kvindex.BackendStats {
 	return st
 }
 
-// StoreStats returns the Store's own counters.
-func (s *Store) StoreStats() Stats {
+// ownStats returns the store's own counters.
+func (s *store) ownStats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), NotWriter: s.notWriter.Load(), Takeovers: s.takeovers.Load(),
 		Recovered: s.recovered.Load()}
 }
 
 // Close stops the lease renewal and closes the client it dialed. The data
 // stays in Redis.
-func (s *Store) Close() error {
+func (s *store) Close() error {
 	s.mu.Lock()
 	if s.closed {
 		s.mu.Unlock()
@@ -574,8 +589,8 @@ func (s *Store) Close() error {
 	return nil
 }
 
-// renewLoop renews the leases this Store holds every LeaseTTL/3.
-func (s *Store) renewLoop() {
+// renewLoop renews the leases this store holds every LeaseTTL/3.
+func (s *store) renewLoop() {
 	defer close(s.stopped)
 	t := time.NewTicker(s.cfg.LeaseTTL / 3)
 	defer t.Stop()

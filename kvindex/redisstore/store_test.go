@@ -12,7 +12,7 @@ import (
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
-func trusted(t *testing.T, s *Store, k kvindex.Key) []bool {
+func trusted(t *testing.T, s *store, k kvindex.Key) []bool {
 	t.Helper()
 	var out []bool
 	if err := s.Holders([]kvindex.Key{k}, func(_ int, hs []kvindex.Holder) bool {
@@ -39,8 +39,8 @@ func TestWriterLease(t *testing.T) {
 		t.Fatal(err)
 	}
 	c, err := b.Apply("e", []kvindex.Op{{Kind: kvindex.OpClear}})
-	if err != nil || c != (kvindex.Counts{}) || b.StoreStats().NotWriter != 1 {
-		t.Fatalf("second writer: %+v %v %+v, want nothing done, no error, counted", c, err, b.StoreStats())
+	if err != nil || c != (kvindex.Counts{}) || b.ownStats().NotWriter != 1 {
+		t.Fatalf("second writer: %+v %v %+v, want nothing done, no error, counted", c, err, b.ownStats())
 	}
 	if got := trusted(t, a, 11); len(got) != 1 || !got[0] {
 		t.Fatalf("after refused clear: %v, want one trusted holder", got)
@@ -48,9 +48,9 @@ func TestWriterLease(t *testing.T) {
 	// a keeps its lease alive by renewal alone, well past the TTL.
 	deadline := time.Now().Add(3 * ttl)
 	for time.Now().Before(deadline) {
-		before := b.StoreStats().NotWriter
-		if _, err := b.Apply("e", nil); err != nil || b.StoreStats().NotWriter != before+1 {
-			t.Fatalf("b became writer while a renews: %v %+v", err, b.StoreStats())
+		before := b.ownStats().NotWriter
+		if _, err := b.Apply("e", nil); err != nil || b.ownStats().NotWriter != before+1 {
+			t.Fatalf("b became writer while a renews: %v %+v", err, b.ownStats())
 		}
 		time.Sleep(ttl / 5)
 	}
@@ -58,19 +58,19 @@ func TestWriterLease(t *testing.T) {
 	a.Close()
 	bound := time.Now().Add(20 * ttl)
 	for {
-		before := b.StoreStats().NotWriter
+		before := b.ownStats().NotWriter
 		if _, err := b.Apply("e", nil); err != nil {
 			t.Fatalf("takeover: %v", err)
 		}
-		if b.StoreStats().NotWriter == before {
+		if b.ownStats().NotWriter == before {
 			break // applied as the writer
 		}
 		if time.Now().After(bound) {
-			t.Fatalf("b never took the lease over: %+v", b.StoreStats())
+			t.Fatalf("b never took the lease over: %+v", b.ownStats())
 		}
 		time.Sleep(ttl / 5)
 	}
-	if st := b.StoreStats(); st.Takeovers != 1 || st.NotWriter == 0 {
+	if st := b.ownStats(); st.Takeovers != 1 || st.NotWriter == 0 {
 		t.Fatalf("stats %+v, want 1 takeover and refusals", st)
 	}
 	if got := trusted(t, b, 11); len(got) != 1 || got[0] {
@@ -114,6 +114,23 @@ func TestRefusedAndErrors(t *testing.T) {
 	if _, err := New(Config{URL: "unix:///nonexistent/redis.sock", Timeout: time.Second}); err == nil {
 		t.Fatal("New on a missing socket accepted")
 	}
+	// The config convention: a negative field is refused, naming the
+	// field and the value, before any connection is tried.
+	for cfg, want := range map[*Config]string{
+		{URL: "unix:///nonexistent/redis.sock", Capacity: -3}:           "Config.Capacity -3",
+		{URL: "unix:///nonexistent/redis.sock", Timeout: -time.Second}:  "Config.Timeout -1s",
+		{URL: "unix:///nonexistent/redis.sock", LeaseTTL: -time.Second}: "Config.LeaseTTL -1s",
+	} {
+		if _, err := New(*cfg); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("New(%+v): %v, want an error naming %q", *cfg, err, want)
+		}
+	}
+	if st, ok := StatsOf(s); !ok || st.Calls == 0 {
+		t.Errorf("StatsOf(a store): %+v %v", st, ok)
+	}
+	if _, ok := StatsOf(nil); ok {
+		t.Error("StatsOf(nil) reports a store")
+	}
 	s.Close()
 	if _, err := s.Apply("e", nil); !errors.Is(err, kvindex.ErrClosed) {
 		t.Fatalf("Apply after Close: %v", err)
@@ -133,7 +150,7 @@ func TestHoldersStopsAtGap(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	calls := s.StoreStats().Calls
+	calls := s.ownStats().Calls
 	var seen []int
 	if err := s.Holders([]kvindex.Key{1, 2, 3, 4}, func(i int, hs []kvindex.Holder) bool {
 		seen = append(seen, i*10+len(hs))
@@ -144,7 +161,7 @@ func TestHoldersStopsAtGap(t *testing.T) {
 	if want := []int{1, 10, 21, 30}; !slices.Equal(seen, want) {
 		t.Fatalf("visits %v, want %v", seen, want)
 	}
-	if n := s.StoreStats().Calls - calls; n != 2 {
+	if n := s.ownStats().Calls - calls; n != 2 {
 		t.Fatalf("%d round trips, want 2 (one stops at the gap, one reads the rest)", n)
 	}
 	if s.MediumName(0) != "" || s.EngineName(999) != "" {
@@ -180,7 +197,7 @@ func TestEpochCacheAcrossStores(t *testing.T) {
 }
 
 // TestFailedApplyLeavesDoubt: a batch whose call fails (here: the server
-// pauses writes past the Store's timeout, so the batch may still run
+// pauses writes past the store's timeout, so the batch may still run
 // after the error) leaves the engine in doubt; its next batch that gets
 // through first makes its entries uncertain.
 func TestFailedApplyLeavesDoubt(t *testing.T) {
@@ -217,7 +234,7 @@ func TestFailedApplyLeavesDoubt(t *testing.T) {
 	if got := trusted(t, s, 20); !slices.Equal(got, []bool{true}) {
 		t.Fatalf("block 20 stored after recovery: %v, want trusted", got)
 	}
-	if st := s.StoreStats(); st.Recovered != 1 || st.Errors == 0 {
+	if st := s.ownStats(); st.Recovered != 1 || st.Errors == 0 {
 		t.Fatalf("stats %+v", st)
 	}
 }

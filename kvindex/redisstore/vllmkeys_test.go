@@ -4,18 +4,19 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/kvevents"
+	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/kvindex/vllmhash"
 )
 
-// TestVLLMKeyModeOnRedis: vLLM-key mode (vllmhash.Index) over a Store:
+// TestVLLMKeyModeOnRedis: vLLM-key mode (kvindex.Config.Keys = vllmhash Hasher.Keys) over a store:
 // routing by vLLM's hashes, a lost range (maybe, never certain), a reset.
 func TestVLLMKeyModeOnRedis(t *testing.T) {
-	h, err := vllmhash.New(vllmhash.SHA256CBOR, "0")
+	h, err := vllmhash.New("sha256_cbor", "0")
 	if err != nil {
 		t.Fatal(err)
 	}
 	const bs = 16
-	x, err := vllmhash.NewIndex(vllmhash.IndexConfig{Hasher: h, BlockSize: bs, Backend: newStore(t, Config{})})
+	x, err := kvindex.New(kvindex.Config{Keys: h.Keys, BlockSize: bs, Backend: newStore(t, Config{})})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -29,7 +30,7 @@ func TestVLLMKeyModeOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	stored := func(n int) kvevents.Event {
-		ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens[:n*bs], BlockSize: bs, Medium: kvevents.String("GPU")}
+		ev := kvevents.Event{Type: kvevents.BlockStored, TokenIDs: tokens[:n*bs], BlockSize: bs, Medium: kvevents.Some("GPU")}
 		for _, d := range ds[:n] {
 			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash(d.Uint64()))
 		}
@@ -42,7 +43,7 @@ func TestVLLMKeyModeOnRedis(t *testing.T) {
 		t.Fatal(err)
 	}
 	score := func() (string, int, int) {
-		r, err := x.Score(&vllmhash.Request{TokenIDs: tokens})
+		r, err := x.Score(kvindex.ScoreRequest{Tokens: tokens})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -1,20 +1,31 @@
-// Package vllmhash computes vLLM's own prefix-cache block hashes in Go, for
-// deployments whose KV-cache index keys blocks by the hashes the engines
-// publish ("vLLM-key mode") instead of hashes of its own.
+// Package vllmhash computes vLLM's own prefix-cache block hashes in Go, so
+// a KV-cache index can key blocks by the hashes the engines publish.
 //
-// # vLLM-key mode
+//	h, err := vllmhash.New("sha256_cbor", "0") // the engines' hash and PYTHONHASHSEED
+//	if err != nil {
+//		return err
+//	}
+//	x, err := kvindex.New(kvindex.Config{Keys: h.Keys, BlockSize: 16})
+//	// ... x.Apply(update) for the engines' KV events, then per request:
+//	r, err := x.Score(kvindex.ScoreRequest{Tokens: promptTokenIDs, LoraName: "sql-lora"})
+//	// or the hashes themselves, as vLLM's KV events carry them:
+//	ds, err := h.Request(&vllmhash.Request{TokenIDs: promptTokenIDs}, 16)
+//	fmt.Println(ds[0].Uint64())
 //
-// [Index] is a KV-cache index keyed by those hashes: a block's key is the
-// hash its engine publishes (the KV-event int form), and Score hashes the
-// prompt with the [Hasher] to find it. It runs on any kvindex.Backend
-// (in memory, or Redis through kvindex/redisstore) under kvindex's rules (a
-// reset clears an engine, a lost range makes its entries uncertain until
-// stored again). It needs neither token ids nor parent hashes on the event
-// side, but every engine must run with the Hasher's function,
-// PYTHONHASHSEED and block size. package kvindex's default, keying blocks
-// by its own hashes of the token ids each BlockStored carries, has no such
-// requirement and is the one to use unless the deployment already keys by
-// vLLM's hashes.
+// # Engine-key mode
+//
+// [Hasher.Keys] is the key function of kvindex's engine-key mode
+// (kvindex.Config.Keys): a block's key is the hash its engine publishes
+// (the KV-event int form), and Score hashes the prompt with the Hasher to
+// find it, on any kvindex.Backend (in memory, or Redis through
+// kvindex/redisstore) under kvindex's rules. It needs neither token ids nor
+// parent hashes on the event side, but every engine must run with the
+// Hasher's function, PYTHONHASHSEED and block size. kvindex's default,
+// keying blocks by its own hashes of the token ids each BlockStored
+// carries, has no such requirement and is the one to use unless the
+// deployment already keys by vLLM's hashes. A multimodal, salted or
+// prompt-embeddings request passes its [Request] in
+// kvindex.ScoreRequest.Request.
 //
 // # What vLLM hashes
 //
@@ -26,21 +37,21 @@
 // item overlapping the block (offset relative to the block's first token,
 // negative when the item began in an earlier block: vLLM PR #36708), the
 // cache salt (first block only) and the SHA-256 of the block's raw prompt
-// embeddings (vLLM PR #27219). Only full blocks are hashed. [BlockExtraKeys]
-// and [Hasher.Request] rebuild extra_keys from a request as vLLM's
+// embeddings (vLLM PR #27219). Only full blocks are hashed. [Hasher.Request]
+// rebuilds extra_keys from a request as vLLM's
 // generate_block_hash_extra_keys does.
 //
 // The hash function is picked by vLLM's --prefix-caching-hash-algo
 // (vllm/utils/hashing.py):
 //
-//   - sha256_cbor ([SHA256CBOR], vLLM PR #20511, the portable one): SHA-256 of
-//     canonical CBOR of [parent bytes, [token uints], null or [extra keys]].
-//   - sha256 ([SHA256], vLLM's default): SHA-256 of Python's
-//     pickle.dumps(x, protocol=5).
-//   - xxhash_cbor and xxhash: XXH3-128 of the same two encodings. This package
-//     builds their preimages ([Hasher.Preimage] with [XXHashCBOR] or
-//     [XXHash]) but does not digest them: XXH3-128 would need a dependency the
-//     module does not carry. Feed the preimage to an XXH3-128 implementation.
+//   - sha256_cbor (vLLM PR #20511, the portable one): SHA-256 of canonical
+//     CBOR of [parent bytes, [token uints], null or [extra keys]].
+//   - sha256 (vLLM's default): SHA-256 of Python's pickle.dumps(x,
+//     protocol=5).
+//   - xxhash_cbor and xxhash: XXH3-128 of the same two encodings. [New]
+//     refuses them: XXH3-128 would need a dependency the module does not
+//     carry. (The package's tests check its preimages for them against
+//     vLLM's golden vectors all the same.)
 //
 // NONE_HASH is the hash function applied to the value of PYTHONHASHSEED as a
 // string ("0" → hash_fn("0")); [New] takes that string. With PYTHONHASHSEED
@@ -64,7 +75,7 @@
 // objects (a list where a tuple was, a subclass of str, one object referenced
 // twice, which pickle writes as a memo reference) changes every hash without
 // notice, and a preimage larger than one 64 KiB pickle frame is refused
-// ([ErrTooLarge]). A deployment that wants a router to follow vLLM's hashes
+// (an error). A deployment that wants a router to follow vLLM's hashes
 // should run vLLM with --prefix-caching-hash-algo sha256_cbor and a fixed
 // PYTHONHASHSEED; a router that cannot choose that (engines on the default)
 // is better served by keying its index by its own hashes of the token ids

@@ -10,7 +10,7 @@ import (
 // and PYTHONHASHSEED=0 gives a LoRA request's two full blocks, and the ints
 // its KV events carry for them.
 func Example() {
-	h, err := vllmhash.New(vllmhash.SHA256CBOR, "0")
+	h, err := vllmhash.New("sha256_cbor", "0")
 	if err != nil {
 		panic(err)
 	}

@@ -31,7 +31,7 @@ func (h *hexBytes) bytes(t *testing.T) []byte {
 
 type hashVector struct {
 	Kind           string          `json:"kind"`
-	HashFunction   Algo            `json:"hash_function"`
+	HashFunction   hashAlgo        `json:"hash_function"`
 	PythonHashSeed string          `json:"pythonhashseed"`
 	Preimage       hexBytes        `json:"preimage"`
 	NoneHash       hexBytes        `json:"none_hash"`
@@ -59,8 +59,8 @@ type hashVector struct {
 }
 
 // renderExtra renders extra keys as the vectors do (JSON of vLLM's tuple).
-func renderExtra(e ExtraKeys) any {
-	if e.Empty() {
+func renderExtra(e extraKeys) any {
+	if e.empty() {
 		return nil
 	}
 	var out []any
@@ -95,19 +95,19 @@ func TestGoldenHashing(t *testing.T) {
 			wantPre := x.Preimage.bytes(t)
 			switch x.Kind {
 			case "none_hash":
-				pre, err := NoneHashPreimage(x.HashFunction, x.PythonHashSeed)
+				pre, err := noneHashPreimage(x.HashFunction, x.PythonHashSeed)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(pre, wantPre) {
 					t.Fatalf("NONE_HASH preimage\n got %x\nwant %x", pre, wantPre)
 				}
-				if x.HashFunction == SHA256CBOR || x.HashFunction == SHA256 {
-					h, err := New(x.HashFunction, x.PythonHashSeed)
+				if x.HashFunction == algoSHA256CBOR || x.HashFunction == algoSHA256 {
+					h, err := New(string(x.HashFunction), x.PythonHashSeed)
 					if err != nil {
 						t.Fatal(err)
 					}
-					if got := h.NoneHash(); !bytes.Equal(got[:], x.NoneHash.bytes(t)) {
+					if got := h.noneHash(); !bytes.Equal(got[:], x.NoneHash.bytes(t)) {
 						t.Fatalf("NONE_HASH %x, want %s", got, x.NoneHash.Hex)
 					}
 				}
@@ -132,7 +132,7 @@ func TestGoldenHashing(t *testing.T) {
 					}
 					r.EmbedsRowBytes = 4 * pe.Shape[1]
 				}
-				extra := BlockExtraKeys(r, x.StartTokenIdx, x.StartTokenIdx+x.BlockSize)
+				extra := blockExtraKeys(r, x.StartTokenIdx, x.StartTokenIdx+x.BlockSize)
 				var wantExtra any
 				if err := json.Unmarshal(x.ExtraKeys, &wantExtra); err != nil {
 					t.Fatal(err)
@@ -144,17 +144,17 @@ func TestGoldenHashing(t *testing.T) {
 				if x.Parent != nil {
 					parent = x.Parent.bytes(t)
 				}
-				pre, err := Preimage(nil, x.HashFunction, parent, x.TokenIDs, extra)
+				pre, err := preimage(nil, x.HashFunction, parent, x.TokenIDs, extra)
 				if err != nil {
 					t.Fatal(err)
 				}
 				if !bytes.Equal(pre, wantPre) {
 					t.Fatalf("preimage\n got %x\nwant %x", pre, wantPre)
 				}
-				if x.HashFunction != SHA256CBOR && x.HashFunction != SHA256 {
+				if x.HashFunction != algoSHA256CBOR && x.HashFunction != algoSHA256 {
 					break
 				}
-				h, err := New(x.HashFunction, x.PythonHashSeed)
+				h, err := New(string(x.HashFunction), x.PythonHashSeed)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -163,7 +163,7 @@ func TestGoldenHashing(t *testing.T) {
 					p = new(Digest)
 					copy(p[:], parent)
 				}
-				d, err := h.Block(p, x.TokenIDs, extra)
+				d, err := h.block(p, x.TokenIDs, extra)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -9,31 +9,33 @@ import (
 	"math"
 )
 
-// Algo names one of vLLM's prefix-caching hash functions, spelled as vLLM's
-// --prefix-caching-hash-algo spells it.
-type Algo string
+// hashAlgo names one of vLLM's prefix-caching hash functions, spelled as
+// vLLM's --prefix-caching-hash-algo spells it (vllm/utils/hashing.py).
+type hashAlgo string
 
 // The hash functions of vllm/utils/hashing.py.
 const (
-	// SHA256CBOR is SHA-256 of canonical CBOR: portable, the one to choose.
-	SHA256CBOR Algo = "sha256_cbor"
-	// SHA256 is SHA-256 of Python's pickle at protocol 5: vLLM's default.
-	SHA256 Algo = "sha256"
-	// XXHashCBOR is XXH3-128 of canonical CBOR (preimage only here).
-	XXHashCBOR Algo = "xxhash_cbor"
-	// XXHash is XXH3-128 of Python's pickle (preimage only here).
-	XXHash Algo = "xxhash"
+	// algoSHA256CBOR is SHA-256 of canonical CBOR: portable, the one to
+	// choose (vLLM PR #20511).
+	algoSHA256CBOR = "sha256_cbor"
+	// algoSHA256 is SHA-256 of Python's pickle at protocol 5: vLLM's
+	// default.
+	algoSHA256 = "sha256"
+	// algoXXHashCBOR is XXH3-128 of canonical CBOR (preimage only here).
+	algoXXHashCBOR = "xxhash_cbor"
+	// algoXXHash is XXH3-128 of Python's pickle (preimage only here).
+	algoXXHash = "xxhash"
 )
 
-func (a Algo) cbor() bool { return a == SHA256CBOR || a == XXHashCBOR }
+func (a hashAlgo) cbor() bool { return a == algoSHA256CBOR || a == algoXXHashCBOR }
 
-func (a Algo) valid() bool {
-	return a == SHA256CBOR || a == SHA256 || a == XXHashCBOR || a == XXHash
+func (a hashAlgo) valid() bool {
+	return a == algoSHA256CBOR || a == algoSHA256 || a == algoXXHashCBOR || a == algoXXHash
 }
 
-// ErrTooLarge reports a pickle preimage that would not fit in one pickle
+// errTooLarge reports a pickle preimage that would not fit in one pickle
 // frame (64 KiB), the only framing this package reproduces.
-var ErrTooLarge = errors.New("vllmhash: pickle preimage larger than one 64 KiB frame")
+var errTooLarge = errors.New("vllmhash: pickle preimage larger than one 64 KiB frame")
 
 // Digest is one SHA-256 block hash as vLLM computes it (BlockHash bytes).
 type Digest [32]byte
@@ -45,21 +47,21 @@ func (d Digest) Uint64() uint64 { return binary.BigEndian.Uint64(d[24:]) }
 // String returns the hash as lowercase hex.
 func (d Digest) String() string { return hex.EncodeToString(d[:]) }
 
-// MMKey is one multimodal extra key: the item's identifier and its offset
+// mmKey is one multimodal extra key: the item's identifier and its offset
 // relative to the block's first token (negative when the item began in an
 // earlier block).
-type MMKey struct {
+type mmKey struct {
 	Identifier string
 	Offset     int64
 }
 
-// ExtraKeys are a block's extra hash keys, in vLLM's order. The zero value
+// extraKeys are a block's extra hash keys, in vLLM's order. The zero value
 // means none (vLLM hashes None).
-type ExtraKeys struct {
+type extraKeys struct {
 	// LoRAName is the LoRA adapter's name; "" when the request has none.
 	LoRAName string
 	// MM holds one key per multimodal item overlapping the block.
-	MM []MMKey
+	MM []mmKey
 	// CacheSalt is the request's cache salt on its first block; "" otherwise.
 	CacheSalt string
 	// EmbedsDigest is the SHA-256 of the block's raw prompt embeddings; nil
@@ -67,12 +69,12 @@ type ExtraKeys struct {
 	EmbedsDigest []byte
 }
 
-// Empty reports whether there are no extra keys (vLLM hashes None).
-func (e ExtraKeys) Empty() bool {
+// empty reports whether there are no extra keys (vLLM hashes None).
+func (e extraKeys) empty() bool {
 	return e.LoRAName == "" && len(e.MM) == 0 && e.CacheSalt == "" && e.EmbedsDigest == nil
 }
 
-func (e ExtraKeys) count() int {
+func (e extraKeys) count() int {
 	n := len(e.MM)
 	if e.LoRAName != "" {
 		n++
@@ -89,38 +91,36 @@ func (e ExtraKeys) count() int {
 // Hasher computes block hashes with one hash function and one NONE_HASH.
 // It is safe for concurrent use.
 type Hasher struct {
-	algo Algo
+	algo hashAlgo
 	none Digest
 }
 
-// New returns a Hasher for algo (SHA256CBOR or SHA256) whose NONE_HASH is
+// New returns a Hasher for vLLM's hash function algo ("sha256_cbor" or
+// "sha256", as --prefix-caching-hash-algo names them) whose NONE_HASH is
 // derived from pythonHashSeed, the value of the engines' PYTHONHASHSEED as
-// vLLM reads it (a string: "0", "42"). XXHashCBOR and XXHash are refused: use
-// [Preimage] and an XXH3-128 implementation.
-func New(algo Algo, pythonHashSeed string) (*Hasher, error) {
+// vLLM reads it (a string: "0", "42"). "xxhash_cbor" and "xxhash" are
+// refused: XXH3-128 would need a dependency the module does not carry.
+func New(algo, pythonHashSeed string) (*Hasher, error) {
 	switch algo {
-	case SHA256CBOR, SHA256:
-	case XXHashCBOR, XXHash:
-		return nil, fmt.Errorf("vllmhash: hash function %q needs XXH3-128, which this module does not carry; use Preimage", algo)
+	case algoSHA256CBOR, algoSHA256:
+	case algoXXHashCBOR, algoXXHash:
+		return nil, fmt.Errorf("vllmhash: hash function %q needs XXH3-128, which this module does not carry", algo)
 	default:
 		return nil, fmt.Errorf("vllmhash: unknown hash function %q (want sha256_cbor or sha256)", algo)
 	}
-	pre, err := NoneHashPreimage(algo, pythonHashSeed)
+	pre, err := noneHashPreimage(hashAlgo(algo), pythonHashSeed)
 	if err != nil {
 		return nil, err
 	}
-	return &Hasher{algo: algo, none: sha256.Sum256(pre)}, nil
+	return &Hasher{algo: hashAlgo(algo), none: sha256.Sum256(pre)}, nil
 }
 
-// Algo returns the Hasher's hash function.
-func (h *Hasher) Algo() Algo { return h.algo }
+// noneHash returns NONE_HASH, the parent of every request's first block.
+func (h *Hasher) noneHash() Digest { return h.none }
 
-// NoneHash returns NONE_HASH, the parent of every request's first block.
-func (h *Hasher) NoneHash() Digest { return h.none }
-
-// NoneHashPreimage returns the bytes vLLM's init_none_hash digests for
+// noneHashPreimage returns the bytes vLLM's init_none_hash digests for
 // PYTHONHASHSEED=seed under algo: the encoding of the seed as a str.
-func NoneHashPreimage(algo Algo, seed string) ([]byte, error) {
+func noneHashPreimage(algo hashAlgo, seed string) ([]byte, error) {
 	if !algo.valid() {
 		return nil, fmt.Errorf("vllmhash: unknown hash function %q", algo)
 	}
@@ -133,25 +133,25 @@ func NoneHashPreimage(algo Algo, seed string) ([]byte, error) {
 	return p.end()
 }
 
-// Block returns the hash of one full block: parent is the previous block's
+// block returns the hash of one full block: parent is the previous block's
 // hash, nil for a request's first block (NONE_HASH is used).
-func (h *Hasher) Block(parent *Digest, tokens []int64, extra ExtraKeys) (Digest, error) {
+func (h *Hasher) block(parent *Digest, tokens []int64, extra extraKeys) (Digest, error) {
 	p := h.none
 	if parent != nil {
 		p = *parent
 	}
-	pre, err := Preimage(nil, h.algo, p[:], tokens, extra)
+	pre, err := preimage(nil, h.algo, p[:], tokens, extra)
 	if err != nil {
 		return Digest{}, err
 	}
 	return sha256.Sum256(pre), nil
 }
 
-// Preimage appends to dst the exact bytes vLLM's hash function algo digests
+// preimage appends to dst the exact bytes vLLM's hash function algo digests
 // for (parent, tokens, extra): canonical CBOR for the _cbor functions, a
 // protocol-5 pickle for the others. parent must be the parent's hash bytes
 // (NONE_HASH for a first block).
-func Preimage(dst []byte, algo Algo, parent []byte, tokens []int64, extra ExtraKeys) ([]byte, error) {
+func preimage(dst []byte, algo hashAlgo, parent []byte, tokens []int64, extra extraKeys) ([]byte, error) {
 	if !algo.valid() {
 		return nil, fmt.Errorf("vllmhash: unknown hash function %q", algo)
 	}
@@ -162,7 +162,7 @@ func Preimage(dst []byte, algo Algo, parent []byte, tokens []int64, extra ExtraK
 		for _, t := range tokens {
 			dst = cborInt(dst, t)
 		}
-		if extra.Empty() {
+		if extra.empty() {
 			return append(dst, 0xf6), nil
 		}
 		dst = cborHead(dst, 4, uint64(extra.count()))
@@ -186,7 +186,7 @@ func Preimage(dst []byte, algo Algo, parent []byte, tokens []int64, extra ExtraK
 	p.begin()
 	p.bytes(parent)
 	p.intTuple(tokens)
-	if extra.Empty() {
+	if extra.empty() {
 		p.buf = append(p.buf, opNone)
 	} else {
 		n := extra.count()
@@ -283,7 +283,7 @@ func (p *pickler) end() ([]byte, error) {
 	p.buf = append(p.buf, opStop)
 	n := len(p.buf) - p.start - frameHeader
 	if n >= maxFrameBytes {
-		return nil, ErrTooLarge
+		return nil, errTooLarge
 	}
 	if n < 4 { // CPython drops the FRAME of a frame shorter than 4 bytes
 		copy(p.buf[p.start:], p.buf[p.start+frameHeader:])

@@ -13,7 +13,7 @@ import (
 // checks that Request yields vLLM's whole chain of hashes in one call.
 func TestGoldenChainRequest(t *testing.T) {
 	vecs := golden.Load(t, "hashing")
-	for _, algo := range []Algo{SHA256CBOR, SHA256} {
+	for _, algo := range []hashAlgo{algoSHA256CBOR, algoSHA256} {
 		var tokens []int64
 		var want []string
 		for _, v := range vecs {
@@ -33,7 +33,7 @@ func TestGoldenChainRequest(t *testing.T) {
 		if len(want) < 2 {
 			t.Fatalf("%s: %d chain vectors, want several", algo, len(want))
 		}
-		h, err := New(algo, "0")
+		h, err := New(string(algo), "0")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -77,20 +77,20 @@ func TestPickleInts(t *testing.T) {
 }
 
 func TestErrors(t *testing.T) {
-	for _, a := range []Algo{XXHash, XXHashCBOR, "md5", ""} {
-		if _, err := New(a, "0"); err == nil {
+	for _, a := range []hashAlgo{algoXXHash, algoXXHashCBOR, "md5", ""} {
+		if _, err := New(string(a), "0"); err == nil {
 			t.Errorf("New(%q) accepted", a)
 		}
 	}
-	h, err := New(SHA256, "0")
+	h, err := New(algoSHA256, "0")
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := h.Block(nil, make([]int64, 40000), ExtraKeys{}); err != ErrTooLarge {
-		t.Errorf("huge pickle: err %v, want ErrTooLarge", err)
+	if _, err := h.block(nil, make([]int64, 40000), extraKeys{}); err != errTooLarge {
+		t.Errorf("huge pickle: err %v, want errTooLarge", err)
 	}
-	c, _ := New(SHA256CBOR, "0")
-	if _, err := c.Block(nil, make([]int64, 40000), ExtraKeys{}); err != nil {
+	c, _ := New(algoSHA256CBOR, "0")
+	if _, err := c.block(nil, make([]int64, 40000), extraKeys{}); err != nil {
 		t.Errorf("CBOR has no frame limit: %v", err)
 	}
 	bad := []*Request{
@@ -113,7 +113,7 @@ func TestErrors(t *testing.T) {
 // TestExtraKeysSpan checks the multimodal rule on items spanning blocks.
 func TestExtraKeysSpan(t *testing.T) {
 	r := &Request{LoRAName: "l", CacheSalt: "s", MMFeatures: []MMFeature{{"a", 4, 20}, {"b", 26, 4}, {"c", 40, 2}}}
-	got := []ExtraKeys{BlockExtraKeys(r, 0, 16), BlockExtraKeys(r, 16, 32), BlockExtraKeys(r, 32, 48), BlockExtraKeys(r, 48, 64)}
+	got := []extraKeys{blockExtraKeys(r, 0, 16), blockExtraKeys(r, 16, 32), blockExtraKeys(r, 32, 48), blockExtraKeys(r, 48, 64)}
 	want := []string{`{"LoRAName":"l","MM":[{"Identifier":"a","Offset":4}],"CacheSalt":"s","EmbedsDigest":null}`,
 		`{"LoRAName":"l","MM":[{"Identifier":"a","Offset":-12},{"Identifier":"b","Offset":10}],"CacheSalt":"","EmbedsDigest":null}`,
 		`{"LoRAName":"l","MM":[{"Identifier":"c","Offset":8}],"CacheSalt":"","EmbedsDigest":null}`,
@@ -131,8 +131,8 @@ func BenchmarkRequest(b *testing.B) {
 	for i := range tokens {
 		tokens[i] = int64(i * 7919 % 128000)
 	}
-	for _, algo := range []Algo{SHA256CBOR, SHA256} {
-		h, _ := New(algo, "0")
+	for _, algo := range []hashAlgo{algoSHA256CBOR, algoSHA256} {
+		h, _ := New(string(algo), "0")
 		b.Run(string(algo), func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(tokens) * 8))

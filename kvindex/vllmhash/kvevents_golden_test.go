@@ -36,9 +36,9 @@ func jsonHashInt(t *testing.T, raw json.RawMessage) (uint64, []byte) {
 
 // extraFromJSON rebuilds one block's extra keys from the vectors'
 // rendering of vLLM's tuple.
-func extraFromJSON(t *testing.T, raw json.RawMessage, lora string) ExtraKeys {
+func extraFromJSON(t *testing.T, raw json.RawMessage, lora string) extraKeys {
 	t.Helper()
-	var e ExtraKeys
+	var e extraKeys
 	var items []json.RawMessage
 	if err := json.Unmarshal(raw, &items); err != nil || items == nil {
 		return e
@@ -62,7 +62,7 @@ func extraFromJSON(t *testing.T, raw json.RawMessage, lora string) ExtraKeys {
 			if json.Unmarshal(pair[0], &id) != nil || json.Unmarshal(pair[1], &off) != nil {
 				t.Fatalf("bad mm key %s", it)
 			}
-			e.MM = append(e.MM, MMKey{Identifier: id, Offset: off})
+			e.MM = append(e.MM, mmKey{Identifier: id, Offset: off})
 		case json.Unmarshal(it, &hx) == nil && hx.Hex != "":
 			b, err := hex.DecodeString(hx.Hex)
 			if err != nil {
@@ -83,7 +83,7 @@ func extraFromJSON(t *testing.T, raw json.RawMessage, lora string) ExtraKeys {
 // publisher sends, extra keys (LoRA, multimodal, cache salt, prompt-embeds
 // digests) included.
 func TestGoldenKVEventHashes(t *testing.T) {
-	h, err := New(SHA256, "0")
+	h, err := New(algoSHA256, "0")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -126,11 +126,11 @@ func TestGoldenKVEventHashes(t *testing.T) {
 				lora = *e.LoraName
 			}
 			for b, raw := range e.Hashes {
-				var extra ExtraKeys
+				var extra extraKeys
 				if b < len(e.ExtraKeys) {
 					extra = extraFromJSON(t, e.ExtraKeys[b], lora)
 				}
-				d, err := h.Block(parent, e.Tokens[b*e.BlockSize:(b+1)*e.BlockSize], extra)
+				d, err := h.block(parent, e.Tokens[b*e.BlockSize:(b+1)*e.BlockSize], extra)
 				if err != nil {
 					t.Fatal(err)
 				}

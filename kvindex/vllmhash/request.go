@@ -3,6 +3,8 @@ package vllmhash
 import (
 	"crypto/sha256"
 	"fmt"
+
+	"github.com/zmqguard/zmqguard/kvindex"
 )
 
 // MMFeature is one multimodal item of a request: its identifier (vLLM's
@@ -54,13 +56,13 @@ func (r *Request) check() error {
 	return nil
 }
 
-// BlockExtraKeys returns the extra keys of the block of r spanning tokens
+// blockExtraKeys returns the extra keys of the block of r spanning tokens
 // [start, end), as vLLM's generate_block_hash_extra_keys builds them: the
 // LoRA name, the multimodal items overlapping the block (with offsets
 // relative to start), the cache salt when start is 0, and the SHA-256 of the
 // block's prompt embeddings. r's multimodal items must be sorted by offset.
-func BlockExtraKeys(r *Request, start, end int) ExtraKeys {
-	var e ExtraKeys
+func blockExtraKeys(r *Request, start, end int) extraKeys {
+	var e extraKeys
 	e.LoRAName = r.LoRAName
 	for _, f := range r.MMFeatures {
 		if f.Offset >= end {
@@ -69,7 +71,7 @@ func BlockExtraKeys(r *Request, start, end int) ExtraKeys {
 		if start >= f.Offset+f.Length {
 			continue // the block is past this item
 		}
-		e.MM = append(e.MM, MMKey{Identifier: f.Identifier, Offset: int64(f.Offset - start)})
+		e.MM = append(e.MM, mmKey{Identifier: f.Identifier, Offset: int64(f.Offset - start)})
 		if end < f.Offset+f.Length {
 			break // the item runs past the block: vLLM stops here
 		}
@@ -103,7 +105,7 @@ func (h *Hasher) Request(r *Request, blockSize int) ([]Digest, error) {
 	for i := range n {
 		start, end := i*blockSize, (i+1)*blockSize
 		var err error
-		buf, err = Preimage(buf[:0], h.algo, parent[:], r.TokenIDs[start:end], BlockExtraKeys(r, start, end))
+		buf, err = preimage(buf[:0], h.algo, parent[:], r.TokenIDs[start:end], blockExtraKeys(r, start, end))
 		if err != nil {
 			return nil, err
 		}
@@ -111,4 +113,26 @@ func (h *Hasher) Request(r *Request, blockSize int) ([]Digest, error) {
 		out = append(out, parent)
 	}
 	return out, nil
+}
+
+// Keys is a kvindex.Config.Keys for engines that hash as h does: it
+// appends to dst the KV-event form ([Digest.Uint64]) of vLLM's hashes of
+// req.Tokens' full blocks of blockSize tokens. A *Request in req.Request
+// supplies the LoRA name, multimodal items, cache salt and prompt
+// embeddings (its TokenIDs are not read); without one the LoRA name is
+// req.LoraName.
+func (h *Hasher) Keys(req *kvindex.ScoreRequest, blockSize int, dst []kvindex.Key) ([]kvindex.Key, error) {
+	r := Request{TokenIDs: req.Tokens, LoRAName: req.LoraName}
+	if o, ok := req.Request.(*Request); ok && o != nil {
+		r = *o
+		r.TokenIDs = req.Tokens
+	}
+	ds, err := h.Request(&r, blockSize)
+	if err != nil {
+		return dst, err
+	}
+	for _, d := range ds {
+		dst = append(dst, kvindex.Key(d.Uint64()))
+	}
+	return dst, nil
 }

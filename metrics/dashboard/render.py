@@ -115,7 +115,7 @@ def record(args):
 
 
 # DRAWN are the families the panels read; --samples keeps only these.
-DRAWN = {"zmqguard_loop_messages_dropped_total", "zmqguard_socket_violations_total",
+DRAWN = {"zmqguard_loop_messages_dropped_total", "zmqguard_socket_refused_total",
          "zmqguard_handshake_requests_served_total", "zmqguard_handshake_error_replies_total",
          "zmqguard_socket_peers", "zmqguard_socket_hwm_dropped_messages_total",
          "zmqguard_socket_send_queue_bytes", "zmqguard_socket_receive_queue_bytes"}
@@ -194,12 +194,12 @@ def draw(rows, out):
     ax.legend(fontsize=6.5, ncol=2)
 
     ax = axes[0][1]
-    viol = series(rows, "zmqguard_socket_violations_total", lambda l: l["reason"])
+    viol = series(rows, "zmqguard_socket_refused_total", lambda l: l["reason"])
     for reason, pts in sorted(viol.items()):
         if pts[-1][1] == 0:
             continue
         ax.plot(*rate(pts), label=reason, linewidth=1.3, color=colour.get(reason))
-    ax.set_title("refused connections by reason, 4 sockets summed (/s)\nzmqguard_socket_violations_total",
+    ax.set_title("refused connections by reason, 4 sockets summed (/s)\nzmqguard_socket_refused_total",
                  fontsize=9)
     ax.legend(fontsize=7)
 

@@ -18,7 +18,7 @@ import (
 // own MeterProvider (otel.GetMeterProvider(), with an OTLP or Prometheus
 // exporter); a ManualReader shows what any exporter receives.
 func Example() {
-	pull, _ := socket.NewPull(socket.DefaultOptions())
+	pull, _ := socket.New("PULL", socket.DefaultOptions())
 	defer pull.Close()
 	l, _ := loop.New(pull, loop.Config[any]{
 		Name:    "jobs",

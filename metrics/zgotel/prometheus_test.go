@@ -56,7 +56,7 @@ func fullSet(t *testing.T) *metrics.Set {
 	}
 	ls := loop.Stats{Received: 100, Delivered: 50, Dropped: d, HandlerErrors: 3, LastDrop: time.Unix(1700000000, 0)}
 	ss := socket.Stats{Received: 101, Sent: 102, DroppedHWM: 103, DroppedUnroutable: 104, DroppedFiltered: 105,
-		Violations: d, Peers: 6, Connects: 107, Disconnects: 108, AcceptErrors: 109}
+		Refused: d, Peers: 6, Connects: 107, Disconnects: 108, AcceptErrors: 109}
 	cs := coordinator.Stats{Engines: 2, Wave: 7, Running: true, Started: true, StatsPublished: 1, WavePublished: 2,
 		ReadySent: 3, StartWaveSent: 4, StatsApplied: 5, StaleStats: 6, Resizes: 7, BackUnsubscribed: 8}
 	cs.Front.Loop, cs.Front.Socket, cs.Front.StateDrops = ls, ss, d
@@ -64,7 +64,7 @@ func fullSet(t *testing.T) *metrics.Set {
 	for _, err := range []error{
 		s.AddLoop("l", (*fakeLoop)(&ls)),
 		s.AddSocket("s", (*fakeSocket)(&ss)),
-		s.AddZMTPListener("z", &fakeZMTP{Accepted: 1, Handshakes: 2, AcceptErrors: 3, Violations: d, Evicted: 4, Open: 5, Pending: 6}),
+		s.AddZMTPListener("z", &fakeZMTP{Accepted: 1, Handshakes: 2, AcceptErrors: 3, Refused: d, Evicted: 4, Open: 5, Pending: 6}),
 		s.AddHandshakeListener("h", &fakeHandshake{Served: [4]uint64{0, 1, 2, 3}, ErrorReplies: 4, Loop: ls, Socket: ss}),
 		s.AddCoordinator("", (*fakeCoord)(&cs)),
 		s.AddSources("src", 1, func() []metrics.Source {
@@ -110,7 +110,7 @@ func flatten(mfs []*dto.MetricFamily) []string {
 func TestSameSeriesThroughOTelPrometheusExporter(t *testing.T) {
 	set := fullSet(t)
 	direct := prometheus.NewPedanticRegistry()
-	direct.MustRegister(zgprom.NewCollectorFor(set))
+	direct.MustRegister(zgprom.NewCollector(set))
 	want, err := direct.Gather()
 	if err != nil {
 		t.Fatal(err)

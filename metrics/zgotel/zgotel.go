@@ -1,13 +1,14 @@
 // Package zgotel exposes zmqguard's counters as OpenTelemetry observable
-// instruments (go.opentelemetry.io/otel/metric). [Register] creates one
-// instrument per family of package metrics on a Meter and one callback that
-// reads a [metrics.Set]'s Stats snapshots whenever the SDK collects: nothing
-// runs on the hot path.
+// instruments (go.opentelemetry.io/otel/metric).
 //
 //	set := metrics.NewSet()
 //	set.AddLoop("jobs", l)
 //	reg, err := zgotel.Register(otel.Meter("github.com/zmqguard/zmqguard"), set)
 //	defer reg.Unregister()
+//
+// [Register] creates one instrument per family of package metrics on a
+// Meter and one callback that reads a [metrics.Set]'s Stats snapshots
+// whenever the SDK collects: nothing runs on the hot path.
 //
 // Instrument names are the Prometheus names written the OpenTelemetry way
 // (zmqguard_loop_messages_dropped_total is zmqguard.loop.messages_dropped,
@@ -26,9 +27,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/metrics"
 )
-
-// Source is one source of a source set; see [metrics.Source].
-type Source = metrics.Source
 
 // Register creates the instruments on m and a callback reporting set.
 // Unregister the returned Registration to stop reporting.

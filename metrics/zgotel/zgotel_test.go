@@ -56,7 +56,7 @@ func point(rm *metricdata.ResourceMetrics, name string, attrs ...attribute.KeyVa
 func TestRegisterReportsLoopAndSocket(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +76,7 @@ func TestRegisterReportsLoopAndSocket(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- l.Run(lctx) }()
 	defer func() { lcancel(); <-done }()
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,7 +17,7 @@ import (
 // BenchmarkGather is one full scrape through a registry: a loop, its
 // socket and a source set of 1,000 sources (cap 100).
 func BenchmarkGather(b *testing.B) {
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -34,7 +34,7 @@ func BenchmarkGather(b *testing.B) {
 	for i := range list {
 		list[i] = metrics.Source{Name: fmt.Sprintf("tcp://10.0.%d.%d:5557", i/256, i%256), Received: uint64(i)}
 	}
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	for _, err := range []error{c.AddLoop("jobs", l), c.AddSocket("jobs", pull),
 		c.AddSources("kv", 0, func() []metrics.Source { return list })} {
 		if err != nil {

@@ -16,14 +16,14 @@ import (
 // A guarded PULL and its loop as Prometheus metrics. In a program, serve the
 // registry with promhttp.HandlerFor(reg, promhttp.HandlerOpts{}) on /metrics.
 func Example() {
-	pull, _ := socket.NewPull(socket.DefaultOptions())
+	pull, _ := socket.New("PULL", socket.DefaultOptions())
 	defer pull.Close()
 	l, _ := loop.New(pull, loop.Config[any]{
 		Name:    "jobs",
 		Decode:  loop.UntypedDecoder(decodeguard.Limits{}),
 		Handler: func(context.Context, loop.Delivery[any]) error { return nil },
 	})
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	if err := c.AddLoop("jobs", l); err != nil {
 		panic(err)
 	}

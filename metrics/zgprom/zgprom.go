@@ -1,14 +1,16 @@
 // Package zgprom exposes zmqguard's counters as a Prometheus collector
-// (github.com/prometheus/client_golang). A [Collector] is a [metrics.Set]:
-// add components to it, register it, and every scrape reads their Stats
-// snapshots (nothing is counted twice, nothing runs on the hot path).
+// (github.com/prometheus/client_golang).
 //
-//	c := zgprom.NewCollector()
+//	c := zgprom.NewCollector(nil)
 //	c.AddLoop("jobs", l)          // a loop.Loop[T]
 //	c.AddSocket("jobs", pull)     // its socket.Socket
 //	reg := prometheus.NewRegistry()
 //	reg.MustRegister(c)
 //	http.Handle("/metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+//
+// A [Collector] is a [metrics.Set]: add components to it, register it, and
+// every scrape reads their Stats snapshots (nothing is counted twice,
+// nothing runs on the hot path).
 //
 // The metric names, units and labels are those of package metrics
 // (zmqguard_loop_messages_dropped_total{loop,reason} and so on).
@@ -20,12 +22,9 @@ import (
 	"github.com/zmqguard/zmqguard/metrics"
 )
 
-// Source is one source of a source set; see [metrics.Source].
-type Source = metrics.Source
-
 // Collector is a prometheus.Collector over a [metrics.Set]. Its Add methods
-// (AddLoop, AddSocket, AddZMTPListener, AddHandshakeListener,
-// AddCoordinator, AddSources) are the Set's. It is safe for concurrent use.
+// (AddLoop, AddSocket, AddSources and the others) are the Set's. It is safe
+// for concurrent use.
 type Collector struct {
 	*metrics.Set
 	descs map[*metrics.Family]*prometheus.Desc
@@ -33,12 +32,12 @@ type Collector struct {
 
 var _ prometheus.Collector = (*Collector)(nil)
 
-// NewCollector returns a Collector over a new, empty Set.
-func NewCollector() *Collector { return NewCollectorFor(metrics.NewSet()) }
-
-// NewCollectorFor returns a Collector over set, which may be shared with
-// other adapters (zgotel).
-func NewCollectorFor(set *metrics.Set) *Collector {
+// NewCollector returns a Collector over set, which may be shared with other
+// adapters (zgotel); nil means a new, empty Set.
+func NewCollector(set *metrics.Set) *Collector {
+	if set == nil {
+		set = metrics.NewSet()
+	}
 	c := &Collector{Set: set, descs: map[*metrics.Family]*prometheus.Desc{}}
 	for _, f := range metrics.Families() {
 		c.descs[f] = prometheus.NewDesc(f.Name, f.Help, f.Labels, nil)

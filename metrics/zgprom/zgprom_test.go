@@ -41,7 +41,7 @@ var junk = [][]byte{{0x92, 0xc0, 0x07}, {0x45}, {0xa2, 0xff, 0xfe}, {0xdd, 0xff,
 func newFixture(t *testing.T) *fixture {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	pull, err := socket.NewPull(socket.DefaultOptions())
+	pull, err := socket.New("PULL", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -72,7 +72,7 @@ func newFixture(t *testing.T) *fixture {
 		pull.Close()
 	})
 
-	push, err := socket.NewPush(socket.DefaultOptions())
+	push, err := socket.New("PUSH", socket.DefaultOptions())
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -86,7 +86,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 	}
 	// A raw TCP peer that speaks HTTP: refused by the socket layer.
-	conn, err := net.DialTimeout("tcp", pull.Addr().String(), 5*time.Second)
+	conn, err := net.DialTimeout("tcp", strings.TrimPrefix(pull.Endpoint(), "tcp://"), 5*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -101,7 +101,7 @@ func newFixture(t *testing.T) *fixture {
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	c := zgprom.NewCollector()
+	c := zgprom.NewCollector(nil)
 	if err := c.AddLoop("jobs", l); err != nil {
 		t.Fatal(err)
 	}
@@ -115,8 +115,8 @@ func newFixture(t *testing.T) *fixture {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { x.Close() })
-	if err := x.ApplyEvent("engine-0", &kvevents.Event{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2},
-		BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}}); err != nil {
+	if err := x.ApplyEvents("engine-0", []kvevents.Event{{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2},
+		BlockHashes: []kvevents.Hash{kvevents.IntHash(7)}}}); err != nil {
 		t.Fatal(err)
 	}
 	if err := c.AddKVIndex("kv", x); err != nil {
@@ -190,7 +190,7 @@ func TestCollectorValuesAfterJunk(t *testing.T) {
 	}
 	viol := 0.0
 	for _, r := range decodeguard.Reasons() {
-		viol += value(t, mfs, "zmqguard_socket_violations_total", "socket", "jobs", "reason", r.String())
+		viol += value(t, mfs, "zmqguard_socket_refused_total", "socket", "jobs", "reason", r.String())
 	}
 	if viol < 1 {
 		t.Errorf("socket violations = %v after an HTTP probe, want >= 1", viol)
@@ -244,6 +244,6 @@ func TestPromtool(t *testing.T) {
 }
 
 func violations(s *socket.Socket) uint64 {
-	v := s.Stats().Violations
+	v := s.Stats().Refused
 	return v.Total()
 }

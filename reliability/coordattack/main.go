@@ -47,6 +47,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -231,8 +233,8 @@ func (p *proc) stop() (json.RawMessage, error) {
 type socketType = zmtpguard.SocketType
 
 const (
-	typeXSub = zmtpguard.XSub
-	typePush = zmtpguard.Push
+	typeXSub = "XSUB"
+	typePush = "PUSH"
 )
 
 // cmdPing is the ZMTP 3.1 PING command's name (zmtpguard.Message.Command).
@@ -330,7 +332,7 @@ func engine(ctx context.Context, p *proc) error {
 				if lock != nil {
 					lock.Lock()
 				}
-				c.Pong(&m)
+				c.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0]))
 				c.Flush()
 				if lock != nil {
 					lock.Unlock()
@@ -353,7 +355,7 @@ func engine(ctx context.Context, p *proc) error {
 			case <-t.C:
 			}
 			// The one call into the project's encoder.
-			buf = enginecore.AppendHeader(buf[:0], &enginecore.Header{HasStats: true,
+			buf = dpwire.AppendHeader(buf[:0], &enginecore.Header{HasStats: true,
 				Stats: enginecore.SchedulerStats{NumRunningReqs: 1, NumWaitingReqs: step % 100, StepCounter: step}})
 			mu.Lock()
 			err := send(out, buf)
@@ -503,7 +505,7 @@ func scale(ctx context.Context, p *proc, subs, n int, watch time.Duration) (any,
 			}
 			if m.Command == cmdPing {
 				wmu.Lock()
-				live.Pong(&m)
+				live.WriteCommand(zmtpwire.CmdPong, zmtpwire.PongContext(m.Frames[0]))
 				live.Flush()
 				wmu.Unlock()
 				continue

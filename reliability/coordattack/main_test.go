@@ -44,7 +44,7 @@ func TestAttacksQuick(t *testing.T) {
 		} `json:"result"`
 		Exit struct {
 			BackOutput struct {
-				Violations map[string]uint64 `json:"violations"`
+				Refused map[string]uint64 `json:"refused"`
 			} `json:"back_output"`
 		} `json:"exit_line"`
 	}
@@ -54,8 +54,8 @@ func TestAttacksQuick(t *testing.T) {
 	if sb.Result.Cut.N != 5 || sb.Result.Held != 0 {
 		t.Errorf("slowbody: %d of 5 peers cut, %d held: %s", sb.Result.Cut.N, sb.Result.Held, out.Bytes())
 	}
-	if sb.Exit.BackOutput.Violations["policy"] < 5 {
-		t.Errorf("slowbody: back_output violations %v, want 5 policy", sb.Exit.BackOutput.Violations)
+	if sb.Exit.BackOutput.Refused["policy"] < 5 {
+		t.Errorf("slowbody: back_output refused %v, want 5 policy", sb.Exit.BackOutput.Refused)
 	}
 	out.Reset()
 	if err := run([]string{"-bin", bin, "-subs", "3", "-watch", "2s", "-after", "0s", "scale"}, &out); err != nil {

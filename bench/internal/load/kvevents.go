@@ -14,8 +14,8 @@ func KVBatch() []byte {
 	var evs []kvevents.Event
 	for i := uint64(0); i < 16; i++ {
 		base := i * 4
-		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.String("GPU"),
-			ParentBlockHash: kvevents.OptHash{V: kvevents.IntHash(base * 0x9e3779b97f4a7c15), Valid: i > 0}}
+		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.Some("GPU"),
+			ParentBlockHash: kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(base * 0x9e3779b97f4a7c15), Valid: i > 0}}
 		for j := uint64(0); j < 4; j++ {
 			ev.BlockHashes = append(ev.BlockHashes, kvevents.IntHash((base+j+1)*0x9e3779b97f4a7c15))
 		}
@@ -25,10 +25,10 @@ func KVBatch() []byte {
 		evs = append(evs, ev)
 	}
 	for i := uint64(0); i < 4; i++ {
-		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.String("GPU"),
+		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"),
 			BlockHashes: []kvevents.Hash{kvevents.IntHash(0x9e3779b97f4a7c15 + i)}})
 	}
-	return kvevents.AppendBatch(nil, 1.7e9, evs, kvevents.Int(0), true)
+	return kvevents.AppendBatch(nil, 1.7e9, evs, kvevents.Some[int64](0), true)
 }
 
 // KVBatchEvents is the number of events in KVBatch.

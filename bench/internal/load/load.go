@@ -298,7 +298,7 @@ func NewSwarm(addr string, conns int, attack func(c *zmtpguard.Conn)) *Swarm {
 		go func() {
 			defer s.wg.Done()
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-			c, err := zmtpguard.Dial(ctx, "tcp", addr, zmtpguard.Push, nil, nil)
+			c, err := zmtpguard.Dial(ctx, "tcp", addr, "PUSH", nil, nil)
 			cancel()
 			<-sem
 			if err != nil {

@@ -25,9 +25,9 @@ func OutputsMessage() [][]byte {
 				binary.LittleEndian.PutUint32(lps[4*k:], math.Float32bits(-float32(k)/3))
 			}
 			o.NewLogprobs = enginecore.Logprobs{Present: true, Fields: 4,
-				TokenIDs:     enginecore.Array{DType: enginecore.Int32, Shape: []int{1, 6}, Data: ids},
-				Logprobs:     enginecore.Array{DType: enginecore.Float32, Shape: []int{1, 6}, Data: lps},
-				SampledRanks: enginecore.Array{DType: enginecore.Int64, Shape: []int{1}, Data: make([]byte, 8)}}
+				TokenIDs:     enginecore.Array{DType: enginecore.DTypeOf("int32"), Shape: []int{1, 6}, Data: ids},
+				Logprobs:     enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{1, 6}, Data: lps},
+				SampledRanks: enginecore.Array{DType: enginecore.DTypeOf("int64"), Shape: []int{1}, Data: make([]byte, 8)}}
 		}
 		m.Outputs = append(m.Outputs, o)
 	}

@@ -43,7 +43,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/coordinator"
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
+	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -219,12 +219,12 @@ func pct(v []float64) string {
 func probe(backOut, backPub, front string) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	e, err := coordinator.DialEngine(coordinator.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietOptions()})
+	e, err := dppeer.DialEngine(dppeer.EngineConfig{BackPublish: backPub, BackOutput: backOut, Socket: quietOptions()})
 	if err != nil {
 		return err
 	}
 	defer e.Close()
-	f, err := coordinator.DialFrontEnd(coordinator.FrontEndConfig{Front: front, Socket: quietOptions()})
+	f, err := dppeer.DialFrontEnd(dppeer.FrontEndConfig{Front: front, Socket: quietOptions()})
 	if err != nil {
 		return err
 	}
@@ -313,7 +313,7 @@ func attack(addr string, conns, size int, d time.Duration) {
 	end := time.Now().Add(d)
 	var sentMsgs atomic.Int64
 	swarm := load.NewSwarm(addr, conns, func(c *zmtpguard.Conn) {
-		nc := zmtpaccess.NetConn(c)
+		nc := c.NetConn()
 		nc.SetWriteDeadline(end)
 		n := int64(0)
 		for time.Now().Before(end) {

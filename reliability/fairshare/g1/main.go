@@ -353,15 +353,15 @@ func curve(args []string) error {
 	size := fs.Int("size", 200, "plaintext bytes of the dribbled message")
 	stype := fs.String("type", "DEALER", "our socket type (DEALER for handshake-listener, PUSH for sink)")
 	fs.Parse(args)
-	sc, err := zmtpguard.LoadCertificate(*srvPath)
+	scPublic, _, err := zmtpguard.LoadCertificate(*srvPath)
 	if err != nil {
 		return err
 	}
-	cc, err := zmtpguard.LoadCertificate(*cliPath)
+	ccPublic, ccSecret, err := zmtpguard.LoadCertificate(*cliPath)
 	if err != nil {
 		return err
 	}
-	srvPub, cliPub, cliSec := [32]byte(sc.Public), [32]byte(cc.Public), [32]byte(cc.Secret)
+	srvPub, cliPub, cliSec := [32]byte(scPublic), [32]byte(ccPublic), [32]byte(ccSecret)
 	nc, err := net.DialTimeout("tcp", *addr, 5*time.Second)
 	if err != nil {
 		return err

@@ -81,7 +81,7 @@ func main() {
 func pusher(ep string) (*socket.Socket, error) {
 	o := socket.DefaultOptions()
 	o.Logger = quiet
-	p, err := socket.NewPush(o)
+	p, err := socket.New("PUSH", o)
 	if err != nil {
 		return nil, err
 	}
@@ -128,7 +128,7 @@ func row4Once(withCallback bool) (row4Result, error) {
 	defer cancel()
 	var mu sync.Mutex
 	var attackDone atomic.Bool
-	cfg := outputs.Config{Logger: quiet, Socket: outputs.DefaultSocketOptions(),
+	cfg := outputs.Config{Logger: quiet, Socket: socket.Options{},
 		Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
 			mu.Lock()
 			defer mu.Unlock()
@@ -177,7 +177,7 @@ func row4Once(withCallback bool) (row4Result, error) {
 		return res, err
 	}
 	defer raw.Close()
-	if err := raw.Send(ctx, outputs.EngineCoreDead); err != nil {
+	if err := raw.Send(ctx, []byte("ENGINE_CORE_DEAD")); err != nil {
 		return res, err
 	}
 	claim, err := pusher(r.Endpoint())
@@ -190,7 +190,7 @@ func row4Once(withCallback bool) (row4Result, error) {
 			return res, err
 		}
 	}
-	if err := claim.Send(ctx, outputs.EngineCoreDead); err != nil {
+	if err := claim.Send(ctx, []byte("ENGINE_CORE_DEAD")); err != nil {
 		return res, err
 	}
 	// Every attack message taken off the socket (1 + 12 + 1 honest).
@@ -473,7 +473,7 @@ func hugeMessage(n, width int) ([][]byte, error) {
 	m := &enginecore.Message{Header: enginecore.Header{EngineIndex: 1, Timestamp: 1}}
 	for i := 0; i < n; i++ {
 		m.Outputs = append(m.Outputs, enginecore.Output{RequestID: []byte("a-" + strconv.Itoa(i)),
-			PoolingOutput: enginecore.Array{DType: enginecore.Float32, Shape: []int{width}, Data: data}})
+			PoolingOutput: enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{width}, Data: data}})
 	}
 	var enc enginecore.Encoder
 	f := enc.Encode(m)
@@ -481,8 +481,8 @@ func hugeMessage(n, width int) ([][]byte, error) {
 	for i := range f {
 		out[i] = append([]byte(nil), f[i]...)
 	}
-	if err := enginecore.Decode(out, new(enginecore.Message), &enginecore.Limits{MaxFrames: outputs.DefaultMaxFrames,
-		Scan: decodeguard.Limits{MaxBytes: outputs.DefaultMaxMessageSize, MaxElements: outputs.DefaultMaxElements}}); err != nil {
+	if err := enginecore.Decode(out, new(enginecore.Message), &enginecore.Limits{MaxFrames: 4096,
+		Scan: decodeguard.Limits{MaxBytes: 64 << 20, MaxElements: 1 << 22}}); err != nil {
 		return nil, fmt.Errorf("the attack message does not decode: %w", err)
 	}
 	return out, nil

@@ -51,7 +51,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpaccess"
 	"github.com/zmqguard/zmqguard/internal/zmtpwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -133,7 +132,7 @@ func main() {
 		sub := newSub(live)
 		defer sub.s.Close()
 		for range *n {
-			wg.Go(func() { silent(actx, live, zmtpguard.Sub, []byte{1}, &reconnects) })
+			wg.Go(func() { silent(actx, live, "SUB", []byte{1}, &reconnects) })
 		}
 		time.Sleep(time.Second) // let the attackers connect before counting
 		b0, m0 := sub.counts()
@@ -146,7 +145,7 @@ func main() {
 		time.Sleep(11 * time.Second)
 		req := make([]byte, 8)
 		for range *n {
-			wg.Go(func() { silent(actx, replay, zmtpguard.Dealer, req, &reconnects) })
+			wg.Go(func() { silent(actx, replay, "DEALER", req, &reconnects) })
 		}
 		time.Sleep(time.Second)
 		end := time.Now().Add(*dur)
@@ -253,7 +252,7 @@ func silent(ctx context.Context, ep string, typ zmtpguard.SocketType, first []by
 			continue
 		}
 		stop := context.AfterFunc(ctx, func() { c.Close() })
-		if typ == zmtpguard.Dealer {
+		if typ == "DEALER" {
 			err = c.WriteMessage(nil, first)
 		} else {
 			err = c.WriteMessage(first)
@@ -266,7 +265,7 @@ func silent(ctx context.Context, ep string, typ zmtpguard.SocketType, first []by
 			case <-ctx.Done():
 			case <-time.After(time.Second):
 			}
-			if err = zmtpaccess.WriteCommand(c, zmtpwire.CmdPing, []byte{0, 0}); err == nil {
+			if err = c.WriteCommand(zmtpwire.CmdPing, []byte{0, 0}); err == nil {
 				err = c.Flush()
 			}
 		}
@@ -285,7 +284,7 @@ var floodRate = 1000
 // reads and discards every reply.
 func flood(ctx context.Context, ep string, reqs, reconnects *atomic.Int64) {
 	for ctx.Err() == nil {
-		c, err := dial(ctx, ep, zmtpguard.Dealer)
+		c, err := dial(ctx, ep, "DEALER")
 		if err != nil {
 			time.Sleep(100 * time.Millisecond)
 			continue
@@ -332,7 +331,7 @@ func flood(ctx context.Context, ep string, reqs, reconnects *atomic.Int64) {
 // honestReplay asks for the whole buffer and reads until a marker (10 s
 // bound per reply).
 func honestReplay(ctx context.Context, ep string) (got int, marker string, contiguous bool) {
-	c, err := dial(ctx, ep, zmtpguard.Dealer)
+	c, err := dial(ctx, ep, "DEALER")
 	if err != nil {
 		return 0, "dial: " + err.Error(), false
 	}
@@ -344,13 +343,13 @@ func honestReplay(ctx context.Context, ep string) (got int, marker string, conti
 	var prev uint64
 	var m zmtpguard.Message
 	for {
-		zmtpaccess.NetConn(c).SetReadDeadline(time.Now().Add(10 * time.Second))
+		c.NetConn().SetReadDeadline(time.Now().Add(10 * time.Second))
 		if err := c.ReadMessage(&m); err != nil {
 			return got, "none", contiguous
 		}
 		if m.Command != "" {
 			if m.Command == zmtpwire.CmdPing {
-				zmtpaccess.WriteCommand(c, zmtpwire.CmdPong, nil)
+				c.WriteCommand(zmtpwire.CmdPong, nil)
 				c.Flush()
 			}
 			continue
@@ -380,7 +379,7 @@ type honestSub struct {
 }
 
 func newSub(ep string) *honestSub {
-	s, err := socket.NewSub(socket.Options{})
+	s, err := socket.New("SUB", socket.Options{})
 	if err != nil {
 		fail(err)
 	}

@@ -49,7 +49,6 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"encoding/binary"
 	"encoding/json"
@@ -58,14 +57,10 @@ import (
 	"io"
 	"log/slog"
 	"os"
-	"os/exec"
 	"sort"
-	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -132,7 +127,7 @@ type live struct {
 }
 
 func newLive() (*live, error) {
-	xp, err := socket.NewXPub(socket.DefaultOptions())
+	xp, err := socket.New("XPUB", socket.DefaultOptions())
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +164,7 @@ func (l *live) wait() error {
 func seq8(s uint64) []byte { return binary.BigEndian.AppendUint64(nil, s) }
 
 func batch(ts float64) []byte {
-	return kvevents.AppendBatch(nil, ts, []kvevents.Event{{Type: kvevents.AllBlocksCleared}}, kvevents.OptInt{}, true)
+	return kvevents.AppendBatch(nil, ts, []kvevents.Event{{Type: kvevents.AllBlocksCleared}}, kvevents.Opt[int64]{}, true)
 }
 
 func (l *live) send(s uint64, payload []byte) {
@@ -178,7 +173,7 @@ func (l *live) send(s uint64, payload []byte) {
 
 // replaySrv is a raw replay ROUTER; serve runs per request.
 func replaySrv(ctx context.Context, serve func(ctx context.Context, r *socket.Socket, id []byte, from uint64)) (string, error) {
-	r, err := socket.NewRouter(socket.DefaultOptions())
+	r, err := socket.New("ROUTER", socket.DefaultOptions())
 	if err != nil {
 		return "", err
 	}
@@ -291,7 +286,7 @@ func (t *tracker) until(d time.Duration, cond func() bool) bool {
 	}
 }
 
-func startSub(h kvevents.Handler) (*kvevents.Subscriber, func(), error) {
+func startSub(h func(context.Context, kvevents.Update) error) (*kvevents.Subscriber, func(), error) {
 	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: h, Logger: quiet})
 	if err != nil {
 		return nil, nil, err
@@ -309,486 +304,4 @@ func pct(ds []time.Duration, p float64) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[min(len(s)-1, int(p*float64(len(s))))]
-}
-
-func row5(nHostile, nGaps int, window time.Duration, down bool) (any, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	tr := newTracker()
-	sub, stop, err := startSub(tr.handle)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	bad, err := replaySrv(ctx, trickle)
-	if err != nil {
-		return nil, err
-	}
-	if down {
-		// A port that was bound and is closed: nobody answers there.
-		r, err := socket.NewRouter(socket.DefaultOptions())
-		if err != nil {
-			return nil, err
-		}
-		if err := r.Bind("tcp://127.0.0.1:0"); err != nil {
-			return nil, err
-		}
-		bad = r.Endpoint()
-		r.Close()
-	}
-	var honestHigh atomic.Uint64
-	good, err := replaySrv(ctx, func(ctx context.Context, r *socket.Socket, id []byte, from uint64) {
-		for s := from; s <= honestHigh.Load(); s++ {
-			reply(ctx, r, id, s, batch(float64(s)))
-		}
-		endMarker(ctx, r, id)
-	})
-	if err != nil {
-		return nil, err
-	}
-	var hostile []*live
-	for i := range nHostile {
-		l, err := newLive()
-		if err != nil {
-			return nil, err
-		}
-		defer l.xp.Close()
-		if err := sub.Add(kvevents.Source{Name: fmt.Sprintf("hostile%02d", i), Live: l.xp.Endpoint(), Replay: bad}); err != nil {
-			return nil, err
-		}
-		hostile = append(hostile, l)
-	}
-	honest, err := newLive()
-	if err != nil {
-		return nil, err
-	}
-	defer honest.xp.Close()
-	if err := sub.Add(kvevents.Source{Name: "honest", Live: honest.xp.Endpoint(), Replay: good}); err != nil {
-		return nil, err
-	}
-	for _, l := range append(hostile, honest) {
-		if err := l.wait(); err != nil {
-			return nil, err
-		}
-	}
-	// Hostile sources open gaps, and keep opening new ones.
-	go func() {
-		s := uint64(0)
-		for ctx.Err() == nil {
-			for _, l := range hostile {
-				l.send(s, batch(0))
-			}
-			s += 2
-			select {
-			case <-ctx.Done():
-			case <-time.After(200 * time.Millisecond):
-			}
-		}
-	}()
-	time.Sleep(time.Second) // let the hostile replays take the slots (the scenario's set-up)
-	s := uint64(0)
-	honest.send(s, batch(0))
-	type gap struct {
-		missing uint64
-		at      time.Time
-	}
-	var gs []gap
-	for range nGaps {
-		s += 2 // s-1 is missing
-		honestHigh.Store(s)
-		gs = append(gs, gap{missing: s - 1, at: time.Now()})
-		honest.send(s, batch(float64(s)))
-		time.Sleep(500 * time.Millisecond)
-	}
-	last := gs[len(gs)-1]
-	tr.until(window, func() bool {
-		_, ok := tr.delivered["honest"][last.missing]
-		return ok || tr.lost["honest"] > 0 && time.Since(last.at) > window
-	})
-	tr.mu.Lock()
-	var rec []time.Duration
-	recovered := 0
-	for _, g := range gs {
-		if at, ok := tr.delivered["honest"][g.missing]; ok {
-			rec = append(rec, at.Sub(g.at))
-			recovered++
-		} else {
-			rec = append(rec, window)
-		}
-	}
-	lost := tr.lost["honest"]
-	tr.mu.Unlock()
-	return map[string]any{"row": 5, "hostile_down": down, "hostile_sources": nHostile, "gaps": nGaps, "recovered": recovered,
-		"recovery_p50_ms": pct(rec, 0.5).Milliseconds(), "recovery_p99_ms": pct(rec, 0.99).Milliseconds(),
-		"honest_lost": lost, "window_s": window.Seconds()}, nil
-}
-
-// row6 (and row12 when hostile): gaps recovered by a replay server that
-// answers 500 ms late, while the live stream drops one more batch; or by
-// one that answers in reverse order, from 1,000 past the live stream.
-func row6(trials int, hostile bool) (any, error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	tr := newTracker()
-	sub, stop, err := startSub(tr.handle)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	var high, served atomic.Uint64
-	requests := make(chan uint64, 64)
-	rep, err := replaySrv(ctx, func(ctx context.Context, r *socket.Socket, id []byte, from uint64) {
-		at := high.Load()
-		served.Add(1)
-		if os.Getenv("G3DEBUG") != "" {
-			fmt.Fprintln(os.Stderr, "request from", from, "at", at)
-		}
-		select {
-		case requests <- from:
-		default:
-		}
-		if hostile {
-			reply(ctx, r, id, at+1000, batch(0))
-			for s := at; s >= from && s+1 > 0; s-- {
-				reply(ctx, r, id, s, batch(float64(s)))
-			}
-			endMarker(ctx, r, id)
-			return
-		}
-		select {
-		case <-ctx.Done():
-			return
-		case <-time.After(500 * time.Millisecond):
-		}
-		for s := from; s <= at; s++ {
-			reply(ctx, r, id, s, batch(float64(s)))
-		}
-		endMarker(ctx, r, id)
-	})
-	if err != nil {
-		return nil, err
-	}
-	l, err := newLive()
-	if err != nil {
-		return nil, err
-	}
-	defer l.xp.Close()
-	if err := sub.Add(kvevents.Source{Name: "s", Live: l.xp.Endpoint(), Replay: rep}); err != nil {
-		return nil, err
-	}
-	if err := l.wait(); err != nil {
-		return nil, err
-	}
-	pub := func(s uint64) { high.Store(s); l.send(s, batch(float64(s))) }
-	s := uint64(0)
-	pub(s)
-	withLoss, stuck, done, noGap := 0, 0, 0, 0
-	for range trials {
-		before := func() uint64 { tr.mu.Lock(); defer tr.mu.Unlock(); return tr.lost["s"] }()
-		// s+1 missing; s+2 published: a gap.
-		pub(s + 2)
-		select {
-		case <-requests:
-		case <-time.After(5 * time.Second):
-			// No gap seen: next was pushed past the live stream.
-			noGap++
-		}
-		if noGap > 0 {
-			break
-		}
-		if !hostile {
-			pub(s + 3) // s+4 dropped while the replay runs
-			pub(s + 5)
-			s += 5
-		} else {
-			s += 2
-		}
-		pub(s + 1)
-		s++
-		want := s
-		if !tr.until(10*time.Second, func() bool { _, ok := tr.delivered["s"][want]; return ok }) {
-			stuck++
-			break
-		}
-		done++
-		// The notices of this trial's later requests (the hole's second
-		// replay) are not the next trial's.
-		for {
-			select {
-			case <-requests:
-				continue
-			default:
-			}
-			break
-		}
-		tr.mu.Lock()
-		if tr.lost["s"] > before {
-			withLoss++
-		}
-		tr.mu.Unlock()
-	}
-	// Then 1,000 live batches in order: how many are delivered?
-	first := s + 1
-	for range 1000 {
-		s++
-		pub(s)
-		time.Sleep(time.Millisecond)
-	}
-	last := s
-	tr.until(5*time.Second, func() bool { _, ok := tr.delivered["s"][last]; return ok })
-	st := sub.Stats().Total
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	after := 0
-	for x := first; x <= last; x++ {
-		if _, ok := tr.delivered["s"][x]; ok {
-			after++
-		}
-	}
-	row := 6
-	if hostile {
-		row = 12
-	}
-	return map[string]any{"row": row, "trials": trials, "trials_done": done, "stuck_live_batch_never_delivered": stuck, "gap_not_detected": noGap, "then_live_delivered_of_1000": after, "trials_with_loss": withLoss, "lost": tr.lost["s"],
-		"published": s + 1, "delivered": len(tr.delivered["s"]), "duplicates": st.Duplicates, "replays": st.Replays, "replay_requests_served": served.Load()}, nil
-}
-
-func row7(d time.Duration) (any, error) {
-	tr := newTracker()
-	sub, stop, err := startSub(tr.handle)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	if err := sub.Add(kvevents.Source{Name: "b", Live: "tcp://127.0.0.1:0", Bind: true}); err != nil {
-		return nil, err
-	}
-	ep := sub.Endpoint("b")
-	dial := func() (*socket.Socket, error) {
-		xp, err := socket.NewXPub(socket.DefaultOptions())
-		if err != nil {
-			return nil, err
-		}
-		go func() {
-			for {
-				if _, err := xp.Recv(context.Background()); err != nil {
-					return
-				}
-			}
-		}()
-		return xp, xp.Dial(ep)
-	}
-	ctx := context.Background()
-	engine, err := dial()
-	if err != nil {
-		return nil, err
-	}
-	defer engine.Close()
-	// Wait for the engine's first batch to arrive.
-	var sent uint64
-	tk := time.NewTicker(time.Millisecond)
-	defer tk.Stop()
-	for !tr.until(10*time.Millisecond, func() bool { return len(tr.delivered["b"]) > 0 }) {
-		engine.Send(ctx, []byte("t"), seq8(sent), batch(float64(sent)))
-		sent++
-		if sent > 20000 {
-			return nil, fmt.Errorf("the engine never got through")
-		}
-	}
-	first := sent
-	var intruder *socket.Socket
-	start := time.Now()
-	var isent uint64
-	for time.Since(start) < d {
-		<-tk.C
-		engine.Send(ctx, []byte("t"), seq8(sent), batch(float64(sent)))
-		sent++
-		if intruder == nil && time.Since(start) > time.Second {
-			if intruder, err = dial(); err != nil {
-				return nil, err
-			}
-			defer intruder.Close()
-		}
-		if intruder != nil {
-			intruder.Send(ctx, []byte("t"), seq8(isent), batch(424242))
-			isent++
-		}
-	}
-	last := sent - 1
-	tr.until(5*time.Second, func() bool { _, ok := tr.delivered["b"][last]; return ok })
-	st := sub.Stats().Total
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	delivered := 0
-	for s := first; s < sent; s++ {
-		if _, ok := tr.delivered["b"][s]; ok {
-			delivered++
-		}
-	}
-	return map[string]any{"row": 7, "engine_sent": sent - first, "engine_delivered": delivered,
-		"intruder_sent": isent, "intruder_delivered": tr.foreign, "resets": tr.resets["b"], "lost": tr.lost["b"],
-		"refused_policy": st.Refused[decodeguard.ReasonPolicy]}, nil
-}
-
-// row8 runs the attacker as a child process and the subscriber here.
-func row8(n int, d time.Duration) (any, error) {
-	self, err := os.Executable()
-	if err != nil {
-		return nil, err
-	}
-	cmd := exec.Command(self, "row8-pub", "-sources", fmt.Sprint(n), "-for", (d + 10*time.Second).String())
-	cmd.Stderr = os.Stderr
-	out, err := cmd.StdoutPipe()
-	if err != nil {
-		return nil, err
-	}
-	if err := cmd.Start(); err != nil {
-		return nil, err
-	}
-	defer func() { cmd.Process.Kill(); cmd.Wait() }()
-	line, err := bufio.NewReader(out).ReadString('\n')
-	if err != nil {
-		return nil, fmt.Errorf("attacker: %w", err)
-	}
-	var eps [][2]string
-	if err := json.Unmarshal([]byte(line), &eps); err != nil {
-		return nil, err
-	}
-	base := hwm()
-	tr := newTracker()
-	sub, stop, err := startSub(tr.handle)
-	if err != nil {
-		return nil, err
-	}
-	defer stop()
-	for i, e := range eps {
-		if err := sub.Add(kvevents.Source{Name: fmt.Sprint("s", i), Live: e[0], Replay: e[1]}); err != nil {
-			return nil, err
-		}
-	}
-	time.Sleep(d) // the attack's duration (the measurement window)
-	st := sub.Stats().Total
-	return map[string]any{"row": 8, "sources": n, "seconds": d.Seconds(), "rss_before_mib": base >> 20,
-		"peak_rss_mib": hwm() >> 20, "buffer_overflows": st.BufferOverflows, "replays": st.Replays, "lost": st.Lost}, nil
-}
-
-func row8Pub(n int, d time.Duration) error {
-	ctx, cancel := context.WithTimeout(context.Background(), d)
-	defer cancel()
-	rep, err := replaySrv(ctx, trickle)
-	if err != nil {
-		return err
-	}
-	var lives []*live
-	var eps [][2]string
-	for range n {
-		l, err := newLive()
-		if err != nil {
-			return err
-		}
-		lives = append(lives, l)
-		eps = append(eps, [2]string{l.xp.Endpoint(), rep})
-	}
-	b, _ := json.Marshal(eps)
-	fmt.Println(string(b))
-	for _, l := range lives {
-		if err := l.wait(); err != nil {
-			return err
-		}
-	}
-	payload := make([]byte, 8<<20)
-	s := uint64(0)
-	tk := time.NewTicker(500 * time.Millisecond)
-	defer tk.Stop()
-	for ctx.Err() == nil {
-		for _, l := range lives {
-			l.send(s, payload)
-		}
-		if s == 0 {
-			s++ // a gap: every source replays from 1
-		}
-		s++
-		select {
-		case <-ctx.Done():
-		case <-tk.C:
-		}
-	}
-	return nil
-}
-
-// hwm is this process's peak resident set (VmHWM), in bytes.
-func hwm() int64 {
-	b, err := os.ReadFile("/proc/self/status")
-	if err != nil {
-		return 0
-	}
-	for _, l := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(l, "VmHWM:") {
-			var kb int64
-			fmt.Sscan(strings.TrimSpace(strings.TrimSuffix(strings.TrimPrefix(l, "VmHWM:"), "kB")), &kb)
-			return kb << 10
-		}
-	}
-	return 0
-}
-
-func row3(nClients int, d time.Duration) (any, error) {
-	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true,
-		ReplayEndpoint: "tcp://127.0.0.1:0", Logger: quiet})
-	if err != nil {
-		return nil, err
-	}
-	defer pub.Close()
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	go func() {
-		tk := time.NewTicker(time.Millisecond)
-		defer tk.Stop()
-		for ctx.Err() == nil {
-			pub.Publish(kvevents.Event{Type: kvevents.AllBlocksCleared})
-			select {
-			case <-ctx.Done():
-			case <-tk.C:
-			}
-		}
-	}()
-	// Replay clients that never read: each asks for the whole buffer, again
-	// every 100 ms.
-	for range nClients {
-		d, err := socket.NewDealer(socket.DefaultOptions())
-		if err != nil {
-			return nil, err
-		}
-		defer d.Close()
-		if err := d.Dial(pub.ReplayEndpoint()); err != nil {
-			return nil, err
-		}
-		go func() {
-			for ctx.Err() == nil {
-				sctx, c := context.WithTimeout(ctx, 100*time.Millisecond)
-				d.Send(sctx, []byte{}, seq8(0))
-				c()
-				select {
-				case <-ctx.Done():
-				case <-time.After(100 * time.Millisecond):
-				}
-			}
-		}()
-	}
-	time.Sleep(5 * time.Second) // 5,000 batches held before the honest subscriber joins (the scenario's set-up)
-	tr := newTracker()
-	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: tr.handle, Logger: quiet, FromStart: true})
-	if err != nil {
-		return nil, err
-	}
-	if err := sub.Add(kvevents.Source{Name: "s", Live: pub.Endpoint(), Replay: pub.ReplayEndpoint()}); err != nil {
-		return nil, err
-	}
-	sctx, scancel := context.WithTimeout(context.Background(), d)
-	defer scancel()
-	sub.Run(sctx)
-	st := sub.Stats().Total
-	ps := pub.Stats()
-	return map[string]any{"row": 3, "replay_clients": nClients, "seconds": d.Seconds(), "published": ps.Published,
-		"delivered": st.Batches, "replayed": st.Replayed, "lost": st.Lost, "replays": st.Replays, "lost_ranges": st.LostRanges}, nil
 }

@@ -1,0 +1,21 @@
+package kvindex
+
+import "github.com/zmqguard/zmqguard/internal/kvkey"
+
+// Names the external tests use that users do not need.
+
+// KeyParams are what a block's local key depends on besides its tokens.
+type KeyParams = kvkey.Params[Key]
+
+// BlockKeys appends to dst the local keys of tokens' full blocks.
+func BlockKeys(p KeyParams, tokens []int64, dst []Key) []Key { return kvkey.BlockKeys(p, tokens, dst) }
+
+// PartialGroup is the rule that leaves partial KV-cache groups out.
+var PartialGroup = kvkey.PartialGroup
+
+const (
+	DefaultBlockSize = defaultBlockSize
+	MaxGroup         = kvkey.MaxGroup
+	MaxMediumLen     = kvkey.MaxMediumLen
+	MaxMediums       = kvkey.MaxMediums
+)

@@ -1,0 +1,326 @@
+package zmtpguard
+
+import (
+	"encoding/binary"
+	"errors"
+	"io"
+	"slices"
+
+	"github.com/zmqguard/zmqguard/decodeguard"
+)
+
+// The read path of a Conn: whole, validated messages, frame header before
+// body, from the buffered reader.
+
+// ReadMessage reads the next whole message into m, reusing m's buffers.
+// Each frame header is checked before its body is read: a message over
+// MaxMessageSize bytes or MaxFrames frames, reserved flag bits, a command
+// inside a multipart message, or an unknown command is a *Violation, after
+// which the connection is closed (the stream cannot be trusted to resync).
+// Other errors are the connection's I/O errors (io.EOF when the peer left).
+func (c *Conn) ReadMessage(m *Message) error {
+	if c.cr != nil && c.cr.full {
+		c.growReader()
+	}
+	c.parkIdle()
+	m.Reset()
+	if c.cz != nil {
+		return c.endMessage(m, c.readCurve(m))
+	}
+	if c.readBuffered(m) {
+		return nil
+	}
+	if c.br.Buffered() < 2 {
+		// Nothing buffered (the last message ended where the last read
+		// did): wait for the next read here, where the general path would
+		// wait for its header anyway, so that a message that arrives whole
+		// takes the fast path too.
+		if _, err := c.br.Peek(1); err == nil && c.readBuffered(m) {
+			return nil
+		}
+	}
+	return c.endMessage(m, c.readMessage(m))
+}
+
+// readMessage is ReadMessage's general path: frame by frame, each header
+// checked before its body is read.
+func (c *Conn) readMessage(m *Message) error {
+	var total int64
+	for nframes := 0; ; nframes++ {
+		var b []byte
+		var err error
+		if n := min(c.br.Buffered(), 9); n >= 2 {
+			// Fast path: the header is (most likely) buffered already;
+			// Peek of buffered bytes never blocks.
+			b, _ = c.br.Peek(n)
+		} else {
+			if nframes > 0 {
+				c.bodyWait(2)
+			}
+			b, err = c.br.Peek(1)
+			if err != nil {
+				if nframes > 0 && err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+			b, err = c.br.Peek(headerLen(b[0]))
+		}
+		hdr, ok, verr := parseFrameHeader(b, c.cfg.MaxMessageSize-total)
+		if verr != nil {
+			return c.fail(c.oversize(verr, nframes, total))
+		}
+		if !ok {
+			if len(b) >= 2 && err == nil {
+				// Fast path found a long header not wholly buffered yet.
+				b, err = c.br.Peek(headerLen(b[0]))
+				hdr, ok, verr = parseFrameHeader(b, c.cfg.MaxMessageSize-total)
+				if verr != nil {
+					return c.fail(c.oversize(verr, nframes, total))
+				}
+			}
+			if !ok {
+				if err == io.EOF {
+					err = io.ErrUnexpectedEOF
+				}
+				return err
+			}
+		}
+		if nframes >= c.cfg.MaxFrames {
+			return c.fail(violation(decodeguard.ReasonOversize,
+				"message has more than MaxFrames="+itoa(c.cfg.MaxFrames)+" frames", int64(nframes+1), nil))
+		}
+		if hdr.Command() && nframes > 0 {
+			return c.fail(violation(decodeguard.ReasonTransport, "command frame inside a multipart message", int64(nframes), b))
+		}
+		c.br.Discard(hdr.Len)
+		if err := c.readBody(m, hdr.Size); err != nil {
+			return err
+		}
+		total += hdr.Size
+		m.ends = append(m.ends, len(m.buf))
+		if hdr.Command() {
+			return c.command(m)
+		}
+		if !hdr.More() {
+			break
+		}
+	}
+	start := 0
+	for _, end := range m.ends {
+		m.Frames = append(m.Frames, m.buf[start:end:end])
+		start = end
+	}
+	return nil
+}
+
+// readBuffered is ReadMessage's fast path: when the read buffer already
+// holds a whole data message within the limits, it copies the frames out
+// with one Peek and one Discard and reports true. Anything else (a message
+// not wholly received, a command, reserved flag bits, a limit exceeded)
+// leaves the buffer and m untouched and reports false, for the general path
+// to read, or refuse with the right violation.
+func (c *Conn) readBuffered(m *Message) bool {
+	b, _ := c.br.Peek(c.br.Buffered()) // buffered: never blocks
+	off := 0
+	var total uint64
+	for nframes := 0; ; nframes++ {
+		if len(b)-off < 2 || nframes >= c.cfg.MaxFrames {
+			break
+		}
+		flags := b[off]
+		var size uint64
+		hl := 2
+		switch flags &^ flagMore {
+		case 0:
+			size = uint64(b[off+1])
+		case flagLong:
+			hl = 9
+			if len(b)-off < hl {
+				break
+			}
+			size = binary.BigEndian.Uint64(b[off+1:])
+		default: // a command or reserved bits: the general path decides
+			hl = 0
+		}
+		// size is checked against the limit and the bytes present before
+		// anything is copied.
+		if hl == 0 || len(b)-off < hl || size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
+			break
+		}
+		if nframes == 0 && flags&flagMore != 0 {
+			// A multipart message: size m's buffers once for all of it,
+			// instead of growing them frame by frame (a cold Message would
+			// reallocate each a few times for a message of many frames).
+			frames, bytes, ok := c.bufferedExtent(b)
+			if !ok {
+				break
+			}
+			m.buf = slices.Grow(m.buf, bytes)
+			m.ends = slices.Grow(m.ends, frames)
+			m.Frames = slices.Grow(m.Frames, frames)
+		}
+		off += hl
+		m.buf = append(m.buf, b[off:off+int(size)]...)
+		m.ends = append(m.ends, len(m.buf))
+		off += int(size)
+		total += size
+		if flags&flagMore == 0 {
+			c.br.Discard(off)
+			start := 0
+			for _, end := range m.ends {
+				m.Frames = append(m.Frames, m.buf[start:end:end])
+				start = end
+			}
+			return true
+		}
+	}
+	m.buf = m.buf[:0]
+	m.ends = m.ends[:0]
+	return false
+}
+
+// bufferedExtent walks the frame headers of the data message at the front
+// of b (buffered bytes) and reports its frame count and body bytes when the
+// whole message is there within MaxFrames and MaxMessageSize, with only
+// data frames; ok is false otherwise (readBuffered then leaves it to the
+// general path, which checks and reports whatever is wrong).
+func (c *Conn) bufferedExtent(b []byte) (frames, bytes int, ok bool) {
+	var total uint64
+	off := 0
+	for n := 0; n < c.cfg.MaxFrames; n++ {
+		if len(b)-off < 2 {
+			return 0, 0, false
+		}
+		flags := b[off]
+		var size uint64
+		hl := 2
+		switch flags &^ flagMore {
+		case 0:
+			size = uint64(b[off+1])
+		case flagLong:
+			hl = 9
+			if len(b)-off < hl {
+				return 0, 0, false
+			}
+			size = binary.BigEndian.Uint64(b[off+1:])
+		default:
+			return 0, 0, false
+		}
+		if size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
+			return 0, 0, false
+		}
+		off += hl + int(size)
+		total += size
+		if flags&flagMore == 0 {
+			return n + 1, int(total), true
+		}
+	}
+	return 0, 0, false
+}
+
+// oversize restates a frame-size violation in terms of the whole message.
+func (c *Conn) oversize(verr error, nframes int, total int64) *Violation {
+	var v *Violation
+	errors.As(verr, &v)
+	if v.Reason == decodeguard.ReasonOversize {
+		v.Detail = "message of " + itoa(nframes+1) + " frames claims " + formatSize(uint64(total)+uint64(v.Length)) +
+			" bytes, over MaxMessageSize " + itoa(int(c.cfg.MaxMessageSize))
+	}
+	return v
+}
+
+func (c *Conn) readBody(m *Message, n int64) error {
+	for n > 0 {
+		step := min(n, readChunk)
+		if err := c.bodyReserve(len(m.buf), int(step)); err != nil {
+			return err
+		}
+		start := len(m.buf)
+		m.buf = slices.Grow(m.buf, int(step))[:start+int(step)]
+		if _, err := io.ReadFull(c.br, m.buf[start:]); err != nil {
+			m.buf = m.buf[:start]
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		n -= step
+	}
+	return nil
+}
+
+var commandNames = [...]string{cmdPing, cmdPong, cmdSubscribe, cmdCancel, cmdError}
+
+func (c *Conn) command(m *Message) error {
+	name, data, err := parseCommand(m.buf)
+	if err != nil {
+		var v *Violation
+		errors.As(err, &v)
+		return c.fail(v)
+	}
+	for _, known := range commandNames {
+		if string(name) == known {
+			m.Command = known
+			m.Frames = append(m.Frames, data)
+			return nil
+		}
+	}
+	return c.fail(violation(decodeguard.ReasonTransport, "unknown or misplaced ZMTP command after the handshake", int64(len(m.buf)), m.buf))
+}
+
+// messageBuffered reports whether the read buffer already holds at least one
+// whole message, so that the next ReadMessage will not wait on the network.
+// A reader that batches messages uses it to hand a batch on instead of
+// holding it while a peer's next message is still arriving. It only looks at
+// frame headers already received and never blocks or allocates. (A message
+// larger than the read buffer is never reported as buffered.)
+func (c *Conn) messageBuffered() bool {
+	if c.cz != nil {
+		return c.curveMessageBuffered()
+	}
+	b, _ := c.br.Peek(c.br.Buffered())
+	for off := 0; off < len(b); {
+		hl := headerLen(b[off])
+		if len(b)-off < hl {
+			return false
+		}
+		flags := b[off]
+		var size uint64
+		if hl == 2 {
+			size = uint64(b[off+1])
+		} else {
+			size = uint64(b[off+1])<<56 | uint64(b[off+2])<<48 | uint64(b[off+3])<<40 | uint64(b[off+4])<<32 |
+				uint64(b[off+5])<<24 | uint64(b[off+6])<<16 | uint64(b[off+7])<<8 | uint64(b[off+8])
+		}
+		if size > uint64(len(b)-off-hl) {
+			return false
+		}
+		off += hl + int(size)
+		if flags&flagMore == 0 || flags&flagCommand != 0 {
+			return true
+		}
+	}
+	return false
+}
+
+// TryReadMessage is ReadMessage for a reader that batches: when the read
+// buffer already holds the next whole message it reads it into m as
+// ReadMessage would (same checks, same violations) and reports true;
+// otherwise it consumes nothing, leaves m reset and reports false, without
+// waiting on the network. It never blocks, so a reader can hand on what it
+// has instead of holding it while the peer's next message is arriving.
+func (c *Conn) TryReadMessage(m *Message) (bool, error) {
+	m.Reset()
+	if c.cz == nil && (c.cr == nil || !c.cr.full) {
+		if c.readBuffered(m) {
+			return true, nil
+		}
+	}
+	// Anything else that is whole (a command, a message the general path
+	// refuses, a buffer about to grow, CURVE) goes through ReadMessage.
+	if !c.messageBuffered() {
+		return false, nil
+	}
+	return true, c.ReadMessage(m)
+}
