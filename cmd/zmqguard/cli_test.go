@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"strings"
 	"testing"
@@ -487,5 +488,25 @@ func TestErrorNoStutter(t *testing.T) {
 		"--back-publish", "tcp://127.0.0.1:0", "--engines", "1")
 	if code == 0 || strings.Contains(errOut, "coordinator: coordinator:") || !strings.Contains(errOut, `"udp://x"`) {
 		t.Fatalf("exit %d:\n%s", code, errOut)
+	}
+}
+
+// TestPositionalArgumentsRefused: a command whose spec takes no positional
+// arguments refuses one before it runs, with one usage line and exit 2, in
+// the one place every command shares (parseCommand).
+func TestPositionalArgumentsRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for _, c := range commands {
+		spec := c.commandSpec()
+		if spec.args {
+			continue
+		}
+		var out, errOut bytes.Buffer
+		code := run(ctx, []string{spec.name, "stray"}, &out, &errOut, false)
+		want := fmt.Sprintf("zmqguard %s: unexpected argument \"stray\" (see 'zmqguard %s -h')\n", spec.name, spec.name)
+		if code != 2 || errOut.String() != want || out.Len() != 0 {
+			t.Errorf("%s stray: exit %d, stderr %q, stdout %q; want exit 2 and %q", spec.name, code, errOut.String(), out.String(), want)
+		}
 	}
 }

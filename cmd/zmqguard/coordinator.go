@@ -130,12 +130,10 @@ var coordinatorCmd = command[coordinatorFlags]{
 	run: runCoordinator,
 }
 
-// runCoordinator is the run function of coordinator: it checks the flags and
-// the arguments (e.args), then does the work.
+// runCoordinator is the run function of coordinator: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runCoordinator(ctx context.Context, fl *coordinatorFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
 	if fl.front == "" || fl.backOut == "" || fl.backPub == "" {
 		return usagef("--front, --back-output and --back-publish are required")
 	}

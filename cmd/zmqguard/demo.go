@@ -82,12 +82,10 @@ var demoCmd = command[demoFlags]{
 	run: runDemo,
 }
 
-// runDemo is the run function of demo: it checks the flags and
-// the arguments (e.args), then does the work.
+// runDemo is the run function of demo: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runDemo(ctx context.Context, fl *demoFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
 	if fl.duration <= 0 {
 		return usagef("--duration must be positive")
 	}

@@ -159,6 +159,9 @@ type commandSpec struct {
 	synopsis string // after "zmqguard NAME", e.g. "ADDR... [flags]"
 	summary  string // one line, for the command list
 	help     string // paragraphs after the synopsis
+	// args says the command takes positional arguments (env.args);
+	// without it, any positional argument is a usage error.
+	args bool
 }
 
 // newFlagSet returns the flag set of a command, with the global flags
@@ -194,6 +197,10 @@ func parseCommand(e *env, fs *flag.FlagSet, spec commandSpec, args []string) (po
 	}
 	if err != nil {
 		usageLine(e.stderr, spec, err)
+		return nil, 2, true
+	}
+	if !spec.args && len(pos) > 0 {
+		usageLine(e.stderr, spec, fmt.Errorf("unexpected argument %q", pos[0]))
 		return nil, 2, true
 	}
 	if err := e.setupLogger(); err != nil {

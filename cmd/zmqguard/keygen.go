@@ -40,12 +40,10 @@ var keygenCmd = command[keygenFlags]{
 	run: runKeygen,
 }
 
-// runKeygen is the run function of keygen: it checks the flags and
-// the arguments (e.args), then does the work.
+// runKeygen is the run function of keygen: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runKeygen(ctx context.Context, fl *keygenFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("keygen takes no arguments")
-	}
 	if fl.out == "" {
 		pub, sec, err := zmtpguard.GenerateCurveKeyPair()
 		if err != nil {

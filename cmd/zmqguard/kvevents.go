@@ -215,12 +215,10 @@ var kvEventsCmd = command[kvEventsFlags]{
 	run: runKVEvents,
 }
 
-// runKVEvents is the run function of kvEvents: it checks the flags and
-// the arguments (e.args), then does the work.
+// runKVEvents is the run function of kvEvents: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
 	if len(fl.srcs.list) == 0 {
 		return usagef("at least one --connect or --bind is required")
 	}

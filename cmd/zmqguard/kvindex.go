@@ -395,12 +395,10 @@ var kvIndexCmd = command[kvIndexFlags]{
 	run: runKVIndex,
 }
 
-// runKVIndex is the run function of kvIndex: it checks the flags and
-// the arguments (e.args), then does the work.
+// runKVIndex is the run function of kvIndex: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
 	if len(fl.srcs.list) == 0 {
 		return usagef("at least one --connect or --bind is required")
 	}

@@ -103,12 +103,10 @@ var kvPublishCmd = command[kvPublishFlags]{
 	run: runKVPublish,
 }
 
-// runKVPublish is the run function of kvPublish: it checks the flags and
-// the arguments (e.args), then does the work.
+// runKVPublish is the run function of kvPublish: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runKVPublish(ctx context.Context, fl *kvPublishFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
 	if fl.bind == "" {
 		return usagef("--bind is required")
 	}

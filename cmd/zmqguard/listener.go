@@ -131,12 +131,10 @@ var listenerCmd = command[listenerFlags]{
 	run: runListener,
 }
 
-// runListener is the run function of listener: it checks the flags and
-// the arguments (e.args), then does the work.
+// runListener is the run function of listener: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runListener(ctx context.Context, fl *listenerFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
 	if fl.bind == "" || fl.engineID == "" {
 		return usagef("--bind and --engine-id are required")
 	}

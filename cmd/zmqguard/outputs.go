@@ -98,12 +98,10 @@ var outputsCmd = command[outputsFlags]{
 	run: runOutputs,
 }
 
-// runOutputs is the run function of outputs: it checks the flags and
-// the arguments (e.args), then does the work.
+// runOutputs is the run function of outputs: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
 	if fl.bind == "" {
 		return usagef("--bind is required")
 	}

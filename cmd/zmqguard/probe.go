@@ -14,6 +14,7 @@ import (
 var probeSpec = commandSpec{
 	name:     "probe",
 	synopsis: "ADDR [--pp 0] [--tp 0] [--variant v3|v2|v1] [--vllm-version latest] [--timeout 5s] [--json] [--curve-server-key Z85 [--curve-secret-key-file F]]",
+	args:     true,
 	summary:  "triage a NIXL handshake listener step by step",
 	help: `Makes one NIXL handshake with the listener at ADDR, as a vLLM decode worker
 would, one step at a time (connect, ZMTP handshake, request, reply, payload),

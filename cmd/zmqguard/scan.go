@@ -17,6 +17,7 @@ import (
 var scanSpec = commandSpec{
 	name:     "scan",
 	synopsis: "ADDR... [--duration 5s] [--json]",
+	args:     true,
 	summary:  "replay the built-in hostile corpus at your own services",
 	help: `Replays zmqguard's built-in hostile corpus at every ADDR, in parallel, for the
 duration (at least one whole pass): transport probes (idle and half-open

@@ -103,12 +103,10 @@ var sinkCmd = command[sinkFlags]{
 	run: runSink,
 }
 
-// runSink is the run function of sink: it checks the flags and
-// the arguments (e.args), then does the work.
+// runSink is the run function of sink: it checks the flags, then does the
+// work (positional arguments are refused before it runs: its spec takes
+// none).
 func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
-	if len(e.args) > 0 {
-		return usagef("unexpected argument %q", e.args[0])
-	}
 	if fl.bind == "" {
 		return usagef("--bind is required")
 	}

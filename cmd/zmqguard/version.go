@@ -25,9 +25,6 @@ var versionCmd = command[versionFlags]{spec: versionSpec, run: runVersion}
 
 // runVersion is the run function of version.
 func runVersion(_ context.Context, _ *versionFlags, e *env) error {
-	if len(e.args) != 0 {
-		return usagef("takes no arguments")
-	}
 	_, err := e.stdout.Write([]byte(versionLine() + "\n"))
 	return err
 }
