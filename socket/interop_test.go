@@ -20,6 +20,13 @@ const python = "/usr/bin/python3"
 // its first argument.
 const pyScript = `
 import sys, zmq
+
+
+def bind_port0(s, ep):
+    """Binds s to ep on port 0: the kernel chooses the port (never a port
+    picked by the library and retried); LAST_ENDPOINT says which."""
+    s.bind(ep + ":0")
+    return int(s.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
 mode = sys.argv[1]
 ctx = zmq.Context()
 def out(*a):
@@ -49,7 +56,7 @@ elif mode == "pull":  # our PUSH -> PULL (binds; argv[2] = port or 0)
     s = ctx.socket(zmq.PULL)
     port = int(sys.argv[2])
     if port == 0:
-        port = s.bind_to_random_port("tcp://127.0.0.1")
+        port = bind_port0(s, "tcp://127.0.0.1")
     else:
         s.bind("tcp://127.0.0.1:%d" % port)
     out("PORT", port)
@@ -63,7 +70,7 @@ elif mode == "pull":  # our PUSH -> PULL (binds; argv[2] = port or 0)
 elif mode == "sink":  # PULL for the benchmark: count messages, no checks
     import time
     s = ctx.socket(zmq.PULL); s.setsockopt(zmq.RCVHWM, 100000)
-    port = s.bind_to_random_port("tcp://127.0.0.1")
+    port = bind_port0(s, "tcp://127.0.0.1")
     out("PORT", port)
     n = int(sys.argv[2])
     s.recv()
@@ -86,7 +93,7 @@ elif mode == "xpub":  # our SUB -> XPUB (binds; argv[2] = port or 0)
     s = ctx.socket(zmq.XPUB); s.setsockopt(zmq.XPUB_VERBOSE, 1)
     port = int(sys.argv[2])
     if port == 0:
-        port = s.bind_to_random_port("tcp://127.0.0.1")
+        port = bind_port0(s, "tcp://127.0.0.1")
     else:
         s.bind("tcp://127.0.0.1:%d" % port)
     out("PORT", port)

@@ -24,6 +24,13 @@ import msgpack
 import numpy as np
 import zmq
 
+
+def bind_port0(s, ep):
+    """Binds s to ep on port 0: the kernel chooses the port (never a port
+    picked by the library and retried); LAST_ENDPOINT says which."""
+    s.bind(ep + ":0")
+    return int(s.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+
 THRESHOLD = 256  # VLLM_MSGPACK_ZERO_COPY_THRESHOLD
 RAW_VIEW = 3     # CUSTOM_TYPE_RAW_VIEW
 
@@ -206,7 +213,7 @@ def pull(n):
     s = ctx.socket(zmq.PULL)
     s.setsockopt(zmq.LINGER, 0)
     s.setsockopt(zmq.RCVTIMEO, 10000)
-    port = s.bind_to_random_port("tcp://127.0.0.1")
+    port = bind_port0(s, "tcp://127.0.0.1")
     print("tcp://127.0.0.1:%d" % port, flush=True)
     for _ in range(n):
         frames = s.recv_multipart()

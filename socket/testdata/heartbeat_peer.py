@@ -18,6 +18,13 @@ import time
 import zmq
 import zmq.utils.monitor as zmon
 
+
+def bind_port0(s, ep):
+    """Binds s to ep on port 0: the kernel chooses the port (never a port
+    picked by the library and retried); LAST_ENDPOINT says which."""
+    s.bind(ep + ":0")
+    return int(s.getsockopt_string(zmq.LAST_ENDPOINT).rsplit(":", 1)[1])
+
 mode, ep = sys.argv[1], sys.argv[2]
 ivl, tmo, ttl, life = int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), float(sys.argv[6])
 ctx = zmq.Context()
@@ -43,7 +50,7 @@ elif mode == "pusher":
 else:
     host, port = ep.rsplit(":", 1)
     if port == "0":
-        port = s.bind_to_random_port(host)
+        port = bind_port0(s, host)
     else:
         s.bind(ep)
     out("PORT", port)
