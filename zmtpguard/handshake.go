@@ -63,18 +63,7 @@ func reportedHandshake(ctx context.Context, nc net.Conn, local SocketType, ident
 func handshake(ctx context.Context, nc net.Conn, local SocketType, identity []byte, cfg *Config, greeting bool) (*Conn, error) {
 	c := *cfg
 	remote := remoteString(nc)
-	fail := func(err error) (*Conn, error) {
-		nc.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var v *Violation
-		if errors.As(err, &v) {
-			v.Remote = remote
-			return nil, v
-		}
-		return nil, err
-	}
+	fail := func(err error) (*Conn, error) { return nil, handshakeFailed(ctx, nc, remote, err) }
 	if err := validType(local); err != nil {
 		nc.Close()
 		return nil, err
@@ -371,4 +360,20 @@ func (h *handshakeConn) readReady() error {
 	h.md = md
 	h.replay = frame
 	return nil
+}
+
+// handshakeFailed closes nc after a failed handshake or prevalidation and
+// returns the error to report: ctx's error when ctx ended, a *Violation
+// with its Remote set to remote, or err itself.
+func handshakeFailed(ctx context.Context, nc net.Conn, remote string, err error) error {
+	nc.Close()
+	if ctx.Err() != nil {
+		return ctx.Err()
+	}
+	var v *Violation
+	if errors.As(err, &v) {
+		v.Remote = remote
+		return v
+	}
+	return err
 }

@@ -205,18 +205,7 @@ func (t *guardTransport) Dial(ctx context.Context, d transport.Dialer, addr stri
 func (t *guardTransport) prevalidate(ctx context.Context, nc net.Conn, release func()) (*guardConn, error) {
 	cfg := &t.cfg
 	remote := remoteString(nc)
-	fail := func(err error) (*guardConn, error) {
-		nc.Close()
-		if ctx.Err() != nil {
-			return nil, ctx.Err()
-		}
-		var v *Violation
-		if errors.As(err, &v) {
-			v.Remote = remote
-			return nil, v
-		}
-		return nil, err
-	}
+	fail := func(err error) (*guardConn, error) { return nil, handshakeFailed(ctx, nc, remote, err) }
 	dl := newHandshakeDeadlines(ctx, cfg, true)
 	if err := nc.SetDeadline(dl.greeting); err != nil {
 		return fail(err)
