@@ -1,11 +1,10 @@
 // Package golden loads the vLLM golden wire vectors: byte vectors written by
 // vLLM's own code (its KV-event publisher, engine-core encoder, coordinator,
-// NIXL handshake and block hashing), with the values they decode to. They
-// live outside the repository, in ../shared/vllm-golden next to the module
-// root (or in the directory named by $ZMQGUARD_GOLDEN_DIR).
-//
-// Tests that read them follow the project's rule for a missing peer: a loud
-// skip in a plain clone, a failure under CI ($CI set).
+// NIXL handshake and block hashing) and by SGLang's (its KV-event publisher),
+// with the values they decode to. They are test data of this repository,
+// under testdata/vllm and testdata/sglang beside this file, each folder with
+// a README giving the engine's commit and how the bytes were made; a clone
+// runs every test that reads them.
 package golden
 
 import (
@@ -16,6 +15,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"runtime"
 	"testing"
 )
 
@@ -27,6 +27,9 @@ type Vector struct {
 	Stream string `json:"stream"`
 	// Commit is the vLLM commit whose code made the bytes.
 	Commit string `json:"vllm_commit"`
+	// SGLangCommit is the SGLang commit whose code made the bytes (SGLang
+	// vectors only).
+	SGLangCommit string `json:"sglang_commit"`
 	// Description says what the message is.
 	Description string `json:"description"`
 	// HexFrames are the ZeroMQ frames in order, as lowercase hex.
@@ -67,68 +70,48 @@ func (v Vector) Message() string {
 	return m.Kind
 }
 
-// Dir returns the directory holding the vectors, or "" when it cannot be
-// found: $ZMQGUARD_GOLDEN_DIR, else ../shared/vllm-golden beside the module
-// root (the directory holding go.mod, found by walking up from the working
-// directory).
-func Dir() string {
-	if d := os.Getenv("ZMQGUARD_GOLDEN_DIR"); d != "" {
-		return d
+// Dir returns the directory holding the vLLM vectors:
+// internal/golden/testdata/vllm in this repository (its README says which
+// vLLM commit made them and how).
+func Dir() string { return filepath.Join(here(), "testdata", "vllm") }
+
+// SGLangDir returns the directory holding the SGLang vectors:
+// internal/golden/testdata/sglang (its README gives SGLang's commit and the
+// method).
+func SGLangDir() string { return filepath.Join(here(), "testdata", "sglang") }
+
+// here is the directory of this source file: the vectors are found from the
+// package's own place in the module, whatever directory a test runs in.
+func here() string {
+	_, file, _, ok := runtime.Caller(0)
+	if !ok {
+		return "."
 	}
-	wd, err := os.Getwd()
-	if err != nil {
-		return ""
-	}
-	for d := wd; ; d = filepath.Dir(d) {
-		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
-			// A nested module (bench/...) keeps walking to the main one.
-			if modulePath(filepath.Join(d, "go.mod")) == "github.com/zmqguard/zmqguard" {
-				g := filepath.Join(filepath.Dir(d), "shared", "vllm-golden")
-				if st, err := os.Stat(g); err == nil && st.IsDir() {
-					return g
-				}
-				return ""
-			}
-		}
-		if filepath.Dir(d) == d {
-			return ""
-		}
-	}
+	return filepath.Dir(file)
 }
 
-func modulePath(gomod string) string {
-	b, err := os.ReadFile(gomod)
-	if err != nil {
-		return ""
-	}
-	for _, line := range bytes.Split(b, []byte("\n")) {
-		if f := bytes.Fields(line); len(f) == 2 && string(f[0]) == "module" {
-			return string(f[1])
-		}
-	}
-	return ""
-}
-
-// Load reads every vector of one stream file ("kv-events", "engine-outputs",
-// "coordinator", "nixl", "hashing"). When the vectors are missing it skips
-// the test with one loud line, or fails it under CI.
+// Load reads every vector of one vLLM stream file ("kv-events",
+// "engine-outputs", "coordinator", "nixl", "hashing"). The vectors are part
+// of the repository: a missing or empty file fails the test, never skips it.
 func Load(t testing.TB, stream string) []Vector {
 	t.Helper()
-	dir := Dir()
-	if dir == "" {
-		msg := "VLLM GOLDEN VECTORS MISSING: ../shared/vllm-golden not found beside the module root " +
-			"(set ZMQGUARD_GOLDEN_DIR to point at it); tests against vLLM's own bytes did not run"
-		if os.Getenv("CI") != "" {
-			t.Fatal(msg)
-		}
-		t.Skip(msg)
-	}
+	return load(t, Dir(), stream)
+}
+
+// LoadSGLang reads every vector of one SGLang stream file ("kv-events").
+func LoadSGLang(t testing.TB, stream string) []Vector {
+	t.Helper()
+	return load(t, SGLangDir(), stream)
+}
+
+func load(t testing.TB, dir, stream string) []Vector {
+	t.Helper()
 	vs, err := ReadFile(filepath.Join(dir, stream+".jsonl"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	if len(vs) == 0 {
-		t.Fatalf("golden: %s.jsonl holds no vectors", stream)
+		t.Fatalf("golden: %s/%s.jsonl holds no vectors", dir, stream)
 	}
 	return vs
 }

@@ -26,3 +26,20 @@ func TestEveryStreamLoads(t *testing.T) {
 		}
 	}
 }
+
+// TestSGLangLoads checks the SGLang vectors the same way, and that each
+// names the SGLang commit that made it.
+func TestSGLangLoads(t *testing.T) {
+	vs := LoadSGLang(t, "kv-events")
+	if len(vs) < 20 {
+		t.Fatalf("%d SGLang vectors, want the 29 the README lists", len(vs))
+	}
+	for _, v := range vs {
+		if _, err := v.Frames(); err != nil {
+			t.Error(err)
+		}
+		if v.SGLangCommit == "" || v.Message() == "" {
+			t.Errorf("%s: no sglang_commit or values.message", v.ID)
+		}
+	}
+}
