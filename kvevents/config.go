@@ -74,6 +74,10 @@ type Source struct {
 	// by the publisher), or "" if it has none: gaps are then reported lost
 	// at once.
 	Replay string
+	// Resume, when set, starts the source as if the batch it names had
+	// been delivered (a Position kept from an earlier Subscriber): nothing
+	// newer is delivered before continuity with it is proven.
+	Resume *Position
 }
 
 // Config configures a Subscriber. Handler is required; zero fields take the

@@ -202,6 +202,9 @@ type Batch struct {
 	Index []int
 	// Replayed reports that the batch came from the replay endpoint.
 	Replayed bool
+	// Digest is a digest of the batch's payload bytes as received: with
+	// Seq, the batch's Position.
+	Digest uint64
 	// DroppedEvents is how many events of this batch failed validation.
 	DroppedEvents int
 

@@ -1,5 +1,34 @@
 package kvindex
 
+import (
+	"errors"
+
+	"github.com/zmqguard/zmqguard/kvevents"
+)
+
+// ErrBackendLost is returned, wrapped, by a shared Backend's calls when the
+// store lost its data since the backend last saw it (a Redis restart
+// without persistence, FLUSHALL, a failover to an empty replica): every
+// cached table (engine and medium numbers, positions) is dropped by the
+// backend before it returns the error, so that no call answers with a
+// table of the lost store.
+var ErrBackendLost = errors.New("kvindex: the shared index lost its data")
+
+// PositionStore is implemented by a Backend that keeps each source's
+// position (the last batch applied) beside its entries, so that a
+// restarted index or a new replica resumes every source from where the
+// shared store stands. A position is saved after the batch's Apply
+// succeeded: a saved position is never ahead of the entries.
+type PositionStore interface {
+	// SavePosition records the source's position.
+	SavePosition(source string, p kvevents.Position) error
+	// Positions returns every source's saved position.
+	Positions() (map[string]kvevents.Position, error)
+	// DropPosition forgets a source's position (after a reset or
+	// retirement).
+	DropPosition(source string) error
+}
+
 // Key is a block's key. A local key is a 64-bit chained hash of the
 // block's keyspace (model and block size), its parent's key, its token
 // ids, its LoRA name and its extra keys: equal keys mean equal prefixes (up
