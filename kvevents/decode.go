@@ -41,6 +41,10 @@ type limits struct {
 	// Inactive decodes BlockInactive events (Config.DecodeBlockInactive)
 	// instead of counting them as unsupported.
 	Inactive bool
+	// SGLang reads array-form events with SGLang's fields (Source.Engine
+	// "sglang"): an element after them is read past, not read as vLLM's
+	// field at that position.
+	SGLang bool
 }
 
 func (l limits) withDefaults() limits {
@@ -164,7 +168,7 @@ func decodeEvents(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) ([]byt
 		}
 		ev := &b.Events[len(b.Events)-1]
 		ev.reset()
-		after, tag, err := decodeEvent(rest, ev, lim.Inactive)
+		after, tag, err := decodeEvent(rest, ev, lim)
 		if err == nil {
 			b.Index = append(b.Index, i)
 			b.UnknownFields += ev.unknown
@@ -564,7 +568,8 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 // ev.unknown, never a refusal: unknown map keys, and array elements after
 // the last field known for the type (an array-form event shorter than the
 // fields known, such as SGLang's, simply ends early).
-func decodeEvent(raw []byte, ev *Event, inactive bool) (rest, unknown []byte, err error) {
+func decodeEvent(raw []byte, ev *Event, lim limits) (rest, unknown []byte, err error) {
+	inactive := lim.Inactive
 	var seen uint16
 	switch msgp.NextType(raw) {
 	case msgp.MapType:
@@ -622,7 +627,7 @@ func decodeEvent(raw []byte, ev *Event, inactive bool) (rest, unknown []byte, er
 		if ev.Type, err = parseTag(tag, inactive); err != nil {
 			return nil, tag, err
 		}
-		fields := arrayFields(ev.Type)
+		fields := arrayFields(ev.Type, lim.SGLang)
 		for i := 1; i < int(n); i++ {
 			f := fUnknown
 			if i-1 < len(fields) {

@@ -351,7 +351,7 @@ func (b *Batch) fastEvents(p []byte, i int, lim limits) (int, bool) {
 			tag  []byte
 			seen uint16
 		)
-		if j, seen, ok = b.fastEvent(p, j, ev, lim.Inactive); ok {
+		if j, seen, ok = b.fastEvent(p, j, ev, lim); ok {
 			err = validate(ev, seen)
 		} else {
 			// Not for the fast reader: check the event, then decode it
@@ -360,7 +360,7 @@ func (b *Batch) fastEvents(p []byte, i int, lim limits) (int, bool) {
 				return i, false
 			}
 			ev.reset()
-			_, tag, err = decodeEvent(p[start:], ev, lim.Inactive)
+			_, tag, err = decodeEvent(p[start:], ev, lim)
 		}
 		if err == nil {
 			b.Index = append(b.Index, k)
@@ -377,7 +377,8 @@ func (b *Batch) fastEvents(p []byte, i int, lim limits) (int, bool) {
 // fastEvent decodes the event at p[i:] into ev (not yet validated): in the
 // map form or the array form, with a known type and each known field at
 // most once.
-func (b *Batch) fastEvent(p []byte, i int, ev *Event, inactive bool) (j int, seen uint16, ok bool) {
+func (b *Batch) fastEvent(p []byte, i int, ev *Event, lim limits) (j int, seen uint16, ok bool) {
+	inactive := lim.Inactive
 	if i >= len(p) {
 		return i, 0, false
 	}
@@ -426,7 +427,7 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event, inactive bool) (j int, see
 	if ev.Type, j, ok = tagAt(p, j, inactive); !ok {
 		return i, 0, false
 	}
-	fields := arrayFields(ev.Type)
+	fields := arrayFields(ev.Type, lim.SGLang)
 	for k := 1; k < n; k++ {
 		if k-1 < len(fields) {
 			f := fields[k-1]

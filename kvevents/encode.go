@@ -234,7 +234,7 @@ func appendEventMap(b []byte, ev *Event) []byte {
 }
 
 func appendEventArray(b []byte, ev *Event) []byte {
-	return appendEventFields(b, ev, arrayFields(ev.Type))
+	return appendEventFields(b, ev, arrayFields(ev.Type, false))
 }
 
 // appendEventFields writes ev as the array [tag, fields...].

@@ -85,8 +85,12 @@ var (
 )
 
 // arrayFields returns the fields the array form of an event type is read
-// with, by position after the tag.
-func arrayFields(typ string) []int {
+// with, by position after the tag: vLLM's, or SGLang's for a source whose
+// Engine is "sglang".
+func arrayFields(typ string, sglang bool) []int {
+	if sglang {
+		return sglangFields(typ)
+	}
 	switch typ {
 	case BlockStored:
 		return storedArray
