@@ -176,9 +176,11 @@ type Config struct {
 	// above what a step of vLLM's server defaults can produce.
 	MaxEvents int
 	// DecodeBlockInactive delivers vLLM's BlockInactive events (vLLM PR
-	// #50732, not merged) as events of Type BlockInactive instead of
-	// dropping them as an unsupported type (counted per type name in
-	// SourceStats.UnsupportedTypes, the default).
+	// #50732, not merged: GPU blocks no request references any more, still
+	// cached) as events of Type "BlockInactive" with BlockHashes, Medium
+	// and GroupIdx, instead of dropping them as an unsupported type
+	// (counted per type name in SourceStats.UnsupportedTypes, the
+	// default).
 	DecodeBlockInactive bool
 	// Socket is the options of every source's SUB and replay DEALER
 	// (transport limits, reconnect pacing). A zero Guard.WriteBufferSize

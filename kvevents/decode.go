@@ -38,7 +38,7 @@ const (
 type limits struct {
 	MaxPayload int
 	MaxEvents  int
-	// Inactive decodes BlockInactive events (Config.DecodeBlockInactive)
+	// Inactive decodes blockInactive events (Config.DecodeBlockInactive)
 	// instead of counting them as unsupported.
 	Inactive bool
 	// SGLang reads array-form events with SGLang's fields (Source.Engine
@@ -497,7 +497,7 @@ func parseTag(tag []byte, inactive bool) (string, error) {
 		return AllBlocksCleared, nil
 	case "BlockInactive":
 		if inactive {
-			return BlockInactive, nil
+			return blockInactive, nil
 		}
 	}
 	return "", decodeguard.NewError(decodeguard.ReasonUnsupported,
@@ -562,7 +562,7 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 // decodeEvent decodes the event at the start of raw into ev, validates it,
 // and returns the bytes after it (also after a validation error). For an
 // event of a type this release does not know it returns the tag with a
-// ReasonUnsupported error. inactive decodes BlockInactive (limits.Inactive).
+// ReasonUnsupported error. inactive decodes blockInactive (limits.Inactive).
 //
 // Fields this release does not know are read past and counted in
 // ev.unknown, never a refusal: unknown map keys, and array elements after

@@ -444,7 +444,7 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event, lim limits) (j int, seen u
 	return j, seen, true
 }
 
-// tagAt reads a known event type tag (BlockInactive with inactive).
+// tagAt reads a known event type tag (blockInactive with inactive).
 func tagAt(p []byte, i int, inactive bool) (string, int, bool) {
 	s, j, ok := strAt(p, i)
 	if !ok {
@@ -459,7 +459,7 @@ func tagAt(p []byte, i int, inactive bool) (string, int, bool) {
 		return AllBlocksCleared, j, true
 	case "BlockInactive":
 		if inactive {
-			return BlockInactive, j, true
+			return blockInactive, j, true
 		}
 	}
 	return "", i, false

@@ -212,7 +212,7 @@ func appendEventMap(b []byte, ev *Event) []byte {
 		fields = storedFields
 	case BlockRemoved:
 		fields = removedFields
-	case BlockInactive:
+	case blockInactive:
 		fields = inactiveFields
 	}
 	n := uint32(1)

@@ -102,14 +102,15 @@ const (
 	BlockRemoved = "BlockRemoved"
 	// AllBlocksCleared: the engine dropped its whole prefix cache.
 	AllBlocksCleared = "AllBlocksCleared"
-	// BlockInactive: GPU blocks no request references any more, still
-	// cached (vLLM PR #50732, open: emitted by BlockPool.free_blocks when
-	// a hashed block's ref_cnt drops to 0). Decoded only with
-	// Config.DecodeBlockInactive (BlockHashes, Medium and GroupIdx); by
-	// default it is counted as an unsupported type, as any type this
-	// release does not know.
-	BlockInactive = "BlockInactive"
 )
+
+// blockInactive is the type of vLLM's BlockInactive events: GPU blocks no
+// request references any more, still cached (vLLM PR #50732, open: emitted
+// by BlockPool.free_blocks when a hashed block's ref_cnt drops to 0).
+// Decoded only with Config.DecodeBlockInactive (BlockHashes, Medium and
+// GroupIdx, Type "BlockInactive"); by default it is counted as an
+// unsupported type, as any type this release does not know.
+const blockInactive = "BlockInactive"
 
 // Opt is a field vLLM may send as nil or leave out (lora_id, medium,
 // parent_block_hash, data_parallel_rank, ...): V means something only when
@@ -144,7 +145,8 @@ func Some[T any](v T) Opt[T] { return Opt[T]{V: v, Valid: true} }
 // left out of BlockHashes ([Event.SkippedBlocks]).
 type Event struct {
 	// Type is BlockStored, BlockRemoved or AllBlocksCleared (or
-	// BlockInactive, when Config.DecodeBlockInactive asks for it).
+	// "BlockInactive", vLLM PR #50732, when Config.DecodeBlockInactive asks
+	// for it).
 	Type            string
 	BlockHashes     []Hash
 	ParentBlockHash Opt[Hash]

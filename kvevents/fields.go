@@ -69,7 +69,7 @@ var (
 	removedFields = []int{fBlockHashes, fMedium, fGroupIdx, fLocality, fOwnership}
 	storedArray   = storedFields[:fLocality]
 	removedArray  = removedFields[:3]
-	// inactiveFields are BlockInactive's (vLLM PR #50732, open): a map-form
+	// inactiveFields are blockInactive's (vLLM PR #50732, open): a map-form
 	// event like BlockRemoved's, block_hashes and medium (MEDIUM_GPU); the
 	// array positions follow BlockRemoved's should an array form appear.
 	inactiveFields = removedFields[:3]
@@ -96,7 +96,7 @@ func arrayFields(typ string, sglang bool) []int {
 		return storedArray
 	case BlockRemoved:
 		return removedArray
-	case BlockInactive:
+	case blockInactive:
 		return inactiveFields
 	}
 	return nil

@@ -179,7 +179,7 @@ func TestForwardBlockInactive(t *testing.T) {
 		t.Fatalf("default: %d events, drops %v", len(b.Events), drops)
 	}
 	b, drops = decodeBoth(t, p, limits{Inactive: true})
-	want := Event{Type: BlockInactive, BlockHashes: []Hash{IntHash(1<<63 + 5), IntHash(6)}, Medium: Some("GPU")}
+	want := Event{Type: blockInactive, BlockHashes: []Hash{IntHash(1<<63 + 5), IntHash(6)}, Medium: Some("GPU")}
 	if len(drops) != 0 || len(b.Events) != 2 || b.Index[0] != 0 {
 		t.Fatalf("opt-in: %d events, drops %v", len(b.Events), drops)
 	}
@@ -201,8 +201,8 @@ func TestForwardBlockInactive(t *testing.T) {
 }
 
 // TestSubscriberForwardCompat (hand-built bytes, through a Subscriber): a
-// source's batches with a BlockInactive and a trailing batch element are
-// delivered; Config.DecodeBlockInactive delivers the BlockInactive, and
+// source's batches with a blockInactive and a trailing batch element are
+// delivered; Config.DecodeBlockInactive delivers the blockInactive, and
 // Source.Engine is checked by Add.
 func TestSubscriberForwardCompat(t *testing.T) {
 	pub := newTestPublisher(t, vllm.Latest(), true)
@@ -226,7 +226,7 @@ func TestSubscriberForwardCompat(t *testing.T) {
 			}
 			for _, e := range u.Batch.Events {
 				switch e.Type {
-				case BlockInactive:
+				case "BlockInactive":
 					inactive++
 				case BlockStored:
 					stored++

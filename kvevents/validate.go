@@ -29,7 +29,7 @@ func validate(ev *Event, seen uint16) error {
 			return validateErr("kvevents: BlockStored has %d extra_keys for %d block_hashes",
 				len(ev.ExtraKeys), len(ev.BlockHashes))
 		}
-	case BlockRemoved, BlockInactive:
+	case BlockRemoved, blockInactive:
 		if seen&(1<<fBlockHashes) == 0 {
 			return decodeErr("kvevents: %s without block_hashes", ev.Type)
 		}
