@@ -72,7 +72,10 @@ type eventDrop struct {
 
 // DecodeBatch decodes one KVEventBatch payload into b, reusing b's slices.
 // It accepts both event forms (tagged maps since vLLM PR #42892, v0.26.0, and
-// the tagged arrays of v0.9–v0.25) and both hash forms, in any mix.
+// the tagged arrays of v0.9–v0.25), SGLang's event arrays (a prefix of the
+// latter: see Source.Engine for what differs), and every hash form (vLLM's
+// unsigned integers and bin digests, SGLang's signed integers), in any mix.
+// Fields a later release adds are read past and counted in b.UnknownFields.
 //
 // The limits are the Subscriber's defaults: 64 MiB and 65,536 events.
 // An error is returned, classified for decodeguard, when the payload as a

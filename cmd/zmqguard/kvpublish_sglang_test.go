@@ -2,9 +2,13 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"math"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/kvevents"
 )
 
 // TestKVPublishSGLang: kv-publish --engine sglang sends SGLang's format —
@@ -58,5 +62,27 @@ func TestKVPublishSGLang(t *testing.T) {
 	}
 	if code := pub.terminate(20 * time.Second); code != 0 {
 		t.Fatalf("kv-publish exit %d\n%s", code, pub.stderr)
+	}
+}
+
+// TestKVEventJSONSGLang: an event line shows SGLang's values as SGLang
+// holds them: signed hashes as negative numbers, bigram token pairs as
+// pairs, the medium name as sent.
+func TestKVEventJSONSGLang(t *testing.T) {
+	b := &kvevents.Batch{Events: []kvevents.Event{{Type: kvevents.BlockStored,
+		BlockHashes:     []kvevents.Hash{kvevents.SignedHash(-7764800842587808876)},
+		ParentBlockHash: kvevents.Some(kvevents.SignedHash(math.MinInt64)),
+		TokenIDs:        []int64{6988, 111717, 111717, 64510}, TokenPairs: true, BlockSize: 2, Medium: kvevents.Some("CPU_PINNED")}},
+		Index: []int{0}}
+	line := string(appendEventJSON(nil, kvevents.Update{Kind: kvevents.UpdateBatch, Source: "sg", Batch: b}, 0))
+	for _, want := range []string{`"block_hashes": [-7764800842587808876]`, `"parent_block_hash": -9223372036854775808`,
+		`"token_ids": [[6988, 111717], [111717, 64510]]`, `"medium": "CPU_PINNED"`} {
+		if !strings.Contains(line, want) {
+			t.Errorf("%s lacks %s", line, want)
+		}
+	}
+	var m map[string]any
+	if err := json.Unmarshal([]byte(line), &m); err != nil {
+		t.Fatalf("not JSON: %v: %s", err, line)
 	}
 }
