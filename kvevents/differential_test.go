@@ -40,9 +40,11 @@ func sameResult(x, y decodeResult) string {
 	}
 	a, b := x.b, y.b
 	if math.Float64bits(a.TS) != math.Float64bits(b.TS) || a.DataParallelRank != b.DataParallelRank ||
-		a.DroppedEvents != b.DroppedEvents || !slices.Equal(a.Index, b.Index) || len(a.Events) != len(b.Events) {
-		return fmt.Sprintf("batch differs: ts %v/%v rank %v/%v dropped %d/%d index %v/%v",
-			a.TS, b.TS, a.DataParallelRank, b.DataParallelRank, a.DroppedEvents, b.DroppedEvents, a.Index, b.Index)
+		a.DroppedEvents != b.DroppedEvents || !slices.Equal(a.Index, b.Index) || len(a.Events) != len(b.Events) ||
+		a.UnknownFields != b.UnknownFields {
+		return fmt.Sprintf("batch differs: ts %v/%v rank %v/%v dropped %d/%d index %v/%v unknown %d/%d",
+			a.TS, b.TS, a.DataParallelRank, b.DataParallelRank, a.DroppedEvents, b.DroppedEvents, a.Index, b.Index,
+			a.UnknownFields, b.UnknownFields)
 	}
 	for i := range a.Events {
 		if d := sameEvent(&a.Events[i], &b.Events[i]); d != "" {
