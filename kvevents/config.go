@@ -78,6 +78,13 @@ type Source struct {
 	// been delivered (a Position kept from an earlier Subscriber): nothing
 	// newer is delivered before continuity with it is proven.
 	Resume *Position
+	// Engine is the engine publishing: "" or "vllm", or "sglang". Both
+	// engines' bytes decode either way; it decides only how an array-form
+	// event's elements after the fields the engines share are read: as
+	// vLLM's fields at those positions, or, for "sglang", as elements
+	// SGLang may add later, read past and counted (Batch.UnknownFields).
+	// Anything else is refused by Add.
+	Engine string
 }
 
 // Config configures a Subscriber. Handler is required; zero fields take the
@@ -168,6 +175,13 @@ type Config struct {
 	// MaxEvents is the most events one batch may hold. Zero means 65,536,
 	// above what a step of vLLM's server defaults can produce.
 	MaxEvents int
+	// DecodeBlockInactive delivers vLLM's BlockInactive events (vLLM PR
+	// #50732, not merged: GPU blocks no request references any more, still
+	// cached) as events of Type "BlockInactive" with BlockHashes, Medium
+	// and GroupIdx, instead of dropping them as an unsupported type
+	// (counted per type name in SourceStats.UnsupportedTypes, the
+	// default).
+	DecodeBlockInactive bool
 	// Socket is the options of every source's SUB and replay DEALER
 	// (transport limits, reconnect pacing). A zero Guard.WriteBufferSize
 	// means 4 KiB (a subscriber writes only subscriptions and replay
@@ -268,7 +282,9 @@ func (c *Config) fill() error {
 }
 
 // lim is the decoder's limits (c filled).
-func (c *Config) lim() limits { return limits{MaxPayload: c.MaxPayload, MaxEvents: c.MaxEvents} }
+func (c *Config) lim() limits {
+	return limits{MaxPayload: c.MaxPayload, MaxEvents: c.MaxEvents, Inactive: c.DecodeBlockInactive}
+}
 
 // DPSources returns one Source per data-parallel rank of one engine, as
 // vLLM lays them out: rank r publishes on live's and replay's endpoints

@@ -38,6 +38,13 @@ const (
 type limits struct {
 	MaxPayload int
 	MaxEvents  int
+	// Inactive decodes blockInactive events (Config.DecodeBlockInactive)
+	// instead of counting them as unsupported.
+	Inactive bool
+	// SGLang reads array-form events with SGLang's fields (Source.Engine
+	// "sglang"): an element after them is read past, not read as vLLM's
+	// field at that position.
+	SGLang bool
 }
 
 func (l limits) withDefaults() limits {
@@ -65,7 +72,10 @@ type eventDrop struct {
 
 // DecodeBatch decodes one KVEventBatch payload into b, reusing b's slices.
 // It accepts both event forms (tagged maps since vLLM PR #42892, v0.26.0, and
-// the tagged arrays of v0.9–v0.25) and both hash forms, in any mix.
+// the tagged arrays of v0.9–v0.25), SGLang's event arrays (a prefix of the
+// latter: see Source.Engine for what differs), and every hash form (vLLM's
+// unsigned integers and bin digests, SGLang's signed integers), in any mix.
+// Fields a later release adds are read past and counted in b.UnknownFields.
 //
 // The limits are the Subscriber's defaults: 64 MiB and 65,536 events.
 // An error is returned, classified for decodeguard, when the payload as a
@@ -104,7 +114,7 @@ func decodeBatch(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
 
 // reuse empties b for a new batch, keeping its slices (up to retainElems).
 func (b *Batch) reuse() {
-	b.TS, b.DataParallelRank, b.DroppedEvents = 0, Opt[int64]{}, 0
+	b.TS, b.DataParallelRank, b.DroppedEvents, b.UnknownFields = 0, Opt[int64]{}, 0, 0
 	if cap(b.Events) > retainElems {
 		b.Events, b.Index = nil, nil
 	}
@@ -161,9 +171,10 @@ func decodeEvents(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) ([]byt
 		}
 		ev := &b.Events[len(b.Events)-1]
 		ev.reset()
-		after, tag, err := decodeEvent(rest, ev)
+		after, tag, err := decodeEvent(rest, ev, lim)
 		if err == nil {
 			b.Index = append(b.Index, i)
+			b.UnknownFields += ev.unknown
 			rest = after
 			continue
 		}
@@ -192,7 +203,10 @@ func validateErr(format string, args ...any) error {
 	return decodeguard.NewError(decodeguard.ReasonValidate, fmt.Sprintf(format, args...))
 }
 
-// batchArray decodes the array form [ts, events, data_parallel_rank?].
+// batchArray decodes the array form [ts, events, data_parallel_rank?] (SGLang:
+// [ts, events, attn_dp_rank], SGLang's disaggregation/kv_events.py). Elements
+// after the third, which a later release may add, are read past and counted
+// in UnknownFields (the pre-scan proved them well-formed).
 func batchArray(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
 	n, rest, err := msgp.ReadArrayHeaderBytes(p)
 	if err != nil || n < 2 {
@@ -208,6 +222,7 @@ func batchArray(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
 		if b.DataParallelRank, _, err = readOptInt(rest); err != nil {
 			return decodeErr("kvevents: data_parallel_rank: %v", err)
 		}
+		b.UnknownFields += int(n - 3)
 	}
 	return nil
 }
@@ -236,6 +251,7 @@ func batchMap(p []byte, b *Batch) ([]byte, error) {
 		case "data_parallel_rank":
 			b.DataParallelRank, rest, err = readOptInt(rest)
 		default:
+			b.UnknownFields++
 			rest, err = msgp.Skip(rest)
 		}
 		if err != nil {
@@ -359,10 +375,11 @@ func readHash(b []byte) (Hash, []byte, error) {
 		h.u = v
 		return h, o, err
 	case msgp.IntType:
-		// Signed integers are taken as their two's-complement bits, for
-		// publishers that send hashes as int64.
+		// Signed integers are taken as their two's-complement bits and a
+		// negative one is remembered as signed: SGLang sends its hashes as
+		// int64 (see Hash).
 		v, o, err := msgp.ReadInt64Bytes(b)
-		h.u = uint64(v)
+		h.u, h.neg = uint64(v), v < 0
 		return h, o, err
 	case msgp.BinType:
 		v, o, err := msgp.ReadBytesZC(b)
@@ -418,6 +435,36 @@ func readTokens(b []byte, dst []int64) ([]int64, []byte, error) {
 	return dst, rest, nil
 }
 
+// readTokenPairs reads token_ids sent as [t_i, t_i+1] pairs (SGLang's
+// bigram keys, see Event.TokenPairs) into dst, flattened.
+func readTokenPairs(b []byte, dst []int64) ([]int64, []byte, error) {
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	if err != nil {
+		return dst, b, err
+	}
+	for i := uint32(0); i < n; i++ {
+		var m uint32
+		if m, rest, err = msgp.ReadArrayHeaderBytes(rest); err != nil || m != 2 {
+			return dst, b, fmt.Errorf("token %d is not a [t_i, t_i+1] pair like token 0", i)
+		}
+		for k := 0; k < 2; k++ {
+			var v int64
+			if v, rest, err = readInt(rest); err != nil {
+				return dst, b, fmt.Errorf("token %d: %w", i, err)
+			}
+			dst = append(dst, v)
+		}
+	}
+	return dst, rest, nil
+}
+
+// pairsAhead reports whether the token_ids array at the start of b holds
+// pairs: its first element is an array.
+func pairsAhead(b []byte) bool {
+	n, rest, err := msgp.ReadArrayHeaderBytes(b)
+	return err == nil && n > 0 && msgp.NextType(rest) == msgp.ArrayType
+}
+
 func readExtraKeys(b []byte, ev *Event) ([]byte, error) {
 	if msgp.IsNil(b) {
 		ev.HasExtraKeys = false
@@ -443,7 +490,7 @@ func readExtraKeys(b []byte, ev *Event) ([]byte, error) {
 	return rest, nil
 }
 
-func parseTag(tag []byte) (string, error) {
+func parseTag(tag []byte, inactive bool) (string, error) {
 	switch string(tag) {
 	case "BlockStored":
 		return BlockStored, nil
@@ -451,6 +498,10 @@ func parseTag(tag []byte) (string, error) {
 		return BlockRemoved, nil
 	case "AllBlocksCleared":
 		return AllBlocksCleared, nil
+	case "BlockInactive":
+		if inactive {
+			return blockInactive, nil
+		}
 	}
 	return "", decodeguard.NewError(decodeguard.ReasonUnsupported,
 		"kvevents: event type "+ratelog.Escape(string(tag), 64)+" unknown to this release")
@@ -469,11 +520,17 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 		ev.ParentBlockHash.V, b, err = readHash(b)
 		ev.ParentBlockHash.Valid = err == nil
 	case fTokenIDs:
+		ev.TokenPairs = false
 		if msgp.IsNil(b) {
 			// vLLM's MooncakeStoreConnector sends None when its request
 			// metadata has no tokens: no tokens, as a placeholder.
 			ev.TokenIDs = ev.TokenIDs[:0]
 			return b[1:], nil
+		}
+		if pairsAhead(b) {
+			ev.TokenIDs, b, err = readTokenPairs(b, ev.TokenIDs[:0])
+			ev.TokenPairs = err == nil
+			break
 		}
 		ev.TokenIDs, b, err = readTokens(b, ev.TokenIDs[:0])
 	case fBlockSize:
@@ -508,8 +565,14 @@ func readField(f int, b []byte, ev *Event) ([]byte, error) {
 // decodeEvent decodes the event at the start of raw into ev, validates it,
 // and returns the bytes after it (also after a validation error). For an
 // event of a type this release does not know it returns the tag with a
-// ReasonUnsupported error.
-func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
+// ReasonUnsupported error. inactive decodes blockInactive (limits.Inactive).
+//
+// Fields this release does not know are read past and counted in
+// ev.unknown, never a refusal: unknown map keys, and array elements after
+// the last field known for the type (an array-form event shorter than the
+// fields known, such as SGLang's, simply ends early).
+func decodeEvent(raw []byte, ev *Event, lim limits) (rest, unknown []byte, err error) {
+	inactive := lim.Inactive
 	var seen uint16
 	switch msgp.NextType(raw) {
 	case msgp.MapType:
@@ -530,7 +593,7 @@ func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
 				if tag, rest, err = msgp.ReadStringZC(rest); err != nil {
 					return nil, nil, decodeErr("kvevents: event type is a %s, not a str", msgp.NextType(rest))
 				}
-				if ev.Type, err = parseTag(tag); err != nil {
+				if ev.Type, err = parseTag(tag, inactive); err != nil {
 					return nil, tag, err
 				}
 				continue
@@ -539,7 +602,7 @@ func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
 			if rest, err = readField(f, rest, ev); err != nil {
 				if tag, ok := mapTag(raw); ok && ev.Type == "" {
 					// The fields of a type this release does not know.
-					if _, terr := parseTag(tag); terr != nil {
+					if _, terr := parseTag(tag, inactive); terr != nil {
 						return nil, tag, terr
 					}
 				}
@@ -547,6 +610,8 @@ func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
 			}
 			if f != fUnknown {
 				seen |= 1 << f
+			} else {
+				ev.unknown++
 			}
 		}
 		if ev.Type == "" {
@@ -562,16 +627,10 @@ func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
 		if tag, rest, err = msgp.ReadStringZC(rest); err != nil {
 			return nil, nil, decodeErr("kvevents: event tag is a %s, not a str", msgp.NextType(rest))
 		}
-		if ev.Type, err = parseTag(tag); err != nil {
+		if ev.Type, err = parseTag(tag, inactive); err != nil {
 			return nil, tag, err
 		}
-		var fields []int
-		switch ev.Type {
-		case BlockStored:
-			fields = storedFields
-		case BlockRemoved:
-			fields = removedFields
-		}
+		fields := arrayFields(ev.Type, lim.SGLang)
 		for i := 1; i < int(n); i++ {
 			f := fUnknown
 			if i-1 < len(fields) {
@@ -582,6 +641,8 @@ func decodeEvent(raw []byte, ev *Event) (rest, unknown []byte, err error) {
 			}
 			if f != fUnknown {
 				seen |= 1 << f
+			} else {
+				ev.unknown++
 			}
 		}
 	default:

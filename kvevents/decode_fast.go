@@ -154,9 +154,37 @@ func numberAt(p []byte, i int) (float64, int, bool) {
 	return float64(v), j, ok
 }
 
+// negAt reads a negative integer in msgpack's negative fixint or int8 to
+// int64 encodings (SGLang's signed hashes); ok is false for anything else,
+// a non-negative value in a signed encoding included (left to the general
+// path).
+func negAt(p []byte, i int) (v int64, j int, ok bool) {
+	if i >= len(p) {
+		return 0, i, false
+	}
+	switch c := p[i]; {
+	case c >= 0xe0:
+		return int64(int8(c)), i + 1, true
+	case c == 0xd0 && i+2 <= len(p):
+		v, j = int64(int8(p[i+1])), i+2
+	case c == 0xd1 && i+3 <= len(p):
+		v, j = int64(int16(binary.BigEndian.Uint16(p[i+1:]))), i+3
+	case c == 0xd2 && i+5 <= len(p):
+		v, j = int64(int32(binary.BigEndian.Uint32(p[i+1:]))), i+5
+	case c == 0xd3 && i+9 <= len(p):
+		v, j = int64(binary.BigEndian.Uint64(p[i+1:])), i+9
+	default:
+		return 0, i, false
+	}
+	return v, j, v < 0
+}
+
 func hashAt(p []byte, i int) (Hash, int, bool) {
 	if v, j, ok := uintAt(p, i); ok {
 		return Hash{u: v}, j, true
+	}
+	if v, j, ok := negAt(p, i); ok {
+		return Hash{u: uint64(v), neg: true}, j, true
 	}
 	// bin8 of 1 to maxHashBytes bytes.
 	if i+2 > len(p) || p[i] != 0xc4 {
@@ -260,6 +288,7 @@ func fastBatch(p []byte, lim limits, b *Batch) bool {
 		if j, ok = skipAt(p, j, depthBatchField); !ok {
 			return false
 		}
+		b.UnknownFields++
 	}
 	return j == len(p)
 }
@@ -293,6 +322,7 @@ func fastBatchMap(p []byte, lim limits, b *Batch) bool {
 			if ok {
 				j, ok = skipAt(p, j, depthBatchField)
 			}
+			b.UnknownFields++
 		}
 		if !ok {
 			return false
@@ -321,7 +351,7 @@ func (b *Batch) fastEvents(p []byte, i int, lim limits) (int, bool) {
 			tag  []byte
 			seen uint16
 		)
-		if j, seen, ok = b.fastEvent(p, j, ev); ok {
+		if j, seen, ok = b.fastEvent(p, j, ev, lim); ok {
 			err = validate(ev, seen)
 		} else {
 			// Not for the fast reader: check the event, then decode it
@@ -330,10 +360,11 @@ func (b *Batch) fastEvents(p []byte, i int, lim limits) (int, bool) {
 				return i, false
 			}
 			ev.reset()
-			_, tag, err = decodeEvent(p[start:], ev)
+			_, tag, err = decodeEvent(p[start:], ev, lim)
 		}
 		if err == nil {
 			b.Index = append(b.Index, k)
+			b.UnknownFields += ev.unknown
 			continue
 		}
 		b.Events = b.Events[:len(b.Events)-1]
@@ -346,7 +377,8 @@ func (b *Batch) fastEvents(p []byte, i int, lim limits) (int, bool) {
 // fastEvent decodes the event at p[i:] into ev (not yet validated): in the
 // map form or the array form, with a known type and each known field at
 // most once.
-func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bool) {
+func (b *Batch) fastEvent(p []byte, i int, ev *Event, lim limits) (j int, seen uint16, ok bool) {
+	inactive := lim.Inactive
 	if i >= len(p) {
 		return i, 0, false
 	}
@@ -362,7 +394,7 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bo
 			}
 			if string(key) == "type" {
 				var t string
-				if t, j, ok = tagAt(p, j); !ok || ev.Type != "" {
+				if t, j, ok = tagAt(p, j, inactive); !ok || ev.Type != "" {
 					return i, 0, false
 				}
 				ev.Type = t
@@ -374,6 +406,7 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bo
 					return i, 0, false
 				}
 				j, ok = skipAt(p, j, depthEventField)
+				ev.unknown++
 			} else {
 				if seen&(1<<f) != 0 {
 					return i, 0, false
@@ -391,16 +424,10 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bo
 	if !ok || n == 0 {
 		return i, 0, false
 	}
-	if ev.Type, j, ok = tagAt(p, j); !ok {
+	if ev.Type, j, ok = tagAt(p, j, inactive); !ok {
 		return i, 0, false
 	}
-	var fields []int
-	switch ev.Type {
-	case BlockStored:
-		fields = storedFields
-	case BlockRemoved:
-		fields = removedFields
-	}
+	fields := arrayFields(ev.Type, lim.SGLang)
 	for k := 1; k < n; k++ {
 		if k-1 < len(fields) {
 			f := fields[k-1]
@@ -408,6 +435,7 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bo
 			j, ok = b.fastField(f, p, j, ev)
 		} else {
 			j, ok = skipAt(p, j, depthEventField)
+			ev.unknown++
 		}
 		if !ok {
 			return i, 0, false
@@ -416,8 +444,8 @@ func (b *Batch) fastEvent(p []byte, i int, ev *Event) (j int, seen uint16, ok bo
 	return j, seen, true
 }
 
-// tagAt reads a known event type tag.
-func tagAt(p []byte, i int) (string, int, bool) {
+// tagAt reads a known event type tag (blockInactive with inactive).
+func tagAt(p []byte, i int, inactive bool) (string, int, bool) {
 	s, j, ok := strAt(p, i)
 	if !ok {
 		return "", i, false
@@ -429,6 +457,10 @@ func tagAt(p []byte, i int) (string, int, bool) {
 		return BlockRemoved, j, true
 	case "AllBlocksCleared":
 		return AllBlocksCleared, j, true
+	case "BlockInactive":
+		if inactive {
+			return blockInactive, j, true
+		}
 	}
 	return "", i, false
 }

@@ -40,9 +40,11 @@ func sameResult(x, y decodeResult) string {
 	}
 	a, b := x.b, y.b
 	if math.Float64bits(a.TS) != math.Float64bits(b.TS) || a.DataParallelRank != b.DataParallelRank ||
-		a.DroppedEvents != b.DroppedEvents || !slices.Equal(a.Index, b.Index) || len(a.Events) != len(b.Events) {
-		return fmt.Sprintf("batch differs: ts %v/%v rank %v/%v dropped %d/%d index %v/%v",
-			a.TS, b.TS, a.DataParallelRank, b.DataParallelRank, a.DroppedEvents, b.DroppedEvents, a.Index, b.Index)
+		a.DroppedEvents != b.DroppedEvents || !slices.Equal(a.Index, b.Index) || len(a.Events) != len(b.Events) ||
+		a.UnknownFields != b.UnknownFields {
+		return fmt.Sprintf("batch differs: ts %v/%v rank %v/%v dropped %d/%d index %v/%v unknown %d/%d",
+			a.TS, b.TS, a.DataParallelRank, b.DataParallelRank, a.DroppedEvents, b.DroppedEvents, a.Index, b.Index,
+			a.UnknownFields, b.UnknownFields)
 	}
 	for i := range a.Events {
 		if d := sameEvent(&a.Events[i], &b.Events[i]); d != "" {
@@ -138,17 +140,25 @@ func checkDifferential(t testing.TB, p []byte, lim limits) bool {
 // FuzzDecodeDifferential proves the one-pass decoder refuses exactly what
 // the pre-scan + decode path refused (same reason, same text) and yields the
 // same batch and event drops for what it accepts, with the default limits
-// and with small ones.
+// and with small ones, each also as an SGLang source's with BlockInactive
+// decoded (limits.SGLang, limits.Inactive).
 func FuzzDecodeDifferential(f *testing.F) {
 	f.Add(batchOf(f, vecStoredMap, vecRemovedMap, vecClearedMap), false)
 	f.Add(unhex(f, vecBatch), true)
 	p, _ := realisticBatch(3)
 	f.Add(p, false)
+	for _, v := range golden.LoadSGLang(f, "kv-events") {
+		if frames, err := v.Frames(); err == nil && len(frames) == 3 && len(frames[2]) > 0 {
+			f.Add(frames[2], false)
+		}
+	}
 	f.Fuzz(func(t *testing.T, p []byte, small bool) {
 		lim := limits{}
 		if small {
 			lim = limits{MaxPayload: 2048, MaxEvents: 4}
 		}
+		checkDifferential(t, p, lim)
+		lim.SGLang, lim.Inactive = true, true
 		checkDifferential(t, p, lim)
 	})
 }
@@ -172,6 +182,26 @@ func TestDifferentialGolden(t *testing.T) {
 	}
 	if n == 0 {
 		t.Fatal("no kv-events batch among the golden vectors")
+	}
+	// SGLang's batches, read as any source's and as an SGLang source's.
+	n = 0
+	for _, v := range golden.LoadSGLang(t, "kv-events") {
+		frames, err := v.Frames()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(frames) != 3 || len(frames[2]) == 0 {
+			continue
+		}
+		for _, lim := range []limits{{}, {SGLang: true}} {
+			if !checkDifferential(t, frames[2], lim) {
+				t.Errorf("vector %s: the fast path does not take SGLang's batch (%+v)", v.ID, lim)
+			}
+		}
+		n++
+	}
+	if n != 25 {
+		t.Fatalf("%d SGLang batches, want 25 (22 live, 3 replayed)", n)
 	}
 }
 

@@ -20,6 +20,9 @@
 //
 // A [Subscriber] follows any number of engines; a [Publisher] sends the
 // bytes vLLM's ZmqEventPublisher sends, without ever blocking its caller.
+// SGLang's KV events (signed hashes, its own event arrays and replay
+// framing) are read the same way and published with PublisherConfig.Engine
+// "sglang"; see [Hash], [Source] and docs/kv-events.md.
 //
 // The protocol is described in the project's docs/kv-events.md; in short,
 // each engine (each data-parallel rank) publishes [topic, seq, payload] on a

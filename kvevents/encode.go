@@ -21,20 +21,59 @@ import (
 //     Ownership, SessionID) do not exist in that form and are not written.
 //
 // Integers take msgpack's smallest encoding (unsigned for non-negative
-// values), floats float64, strings str, bin hashes bin. ExtraKeys entries
-// are written as given (raw msgpack; an empty entry as nil).
+// values, signed for a hash sent as a negative integer, see SignedHash),
+// floats float64, strings str, bin hashes bin. ExtraKeys entries are written
+// as given (raw msgpack; an empty entry as nil).
 func AppendBatch(dst []byte, ts float64, events []Event, dpRank Opt[int64], mapForm bool) []byte {
+	form := formArray
+	if mapForm {
+		form = formMap
+	}
+	return appendBatch(dst, ts, events, dpRank, form)
+}
+
+// The event encodings appendBatch writes.
+const (
+	formArray  = iota // vLLM v0.9 to v0.25: tagged arrays
+	formMap           // vLLM PR #42892 (v0.26.0) on: tagged maps
+	formSGLang        // SGLang: tagged arrays of SGLang's fields
+)
+
+// appendBatch is AppendBatch for one of the forms. formSGLang writes what
+// SGLang's publisher sends (msgspec.msgpack.Encoder over SGLang's structs,
+// disaggregation/kv_events.py, proven byte for byte against SGLang's own
+// bytes): the batch [ts, events, attn_dp_rank], and each event an
+// array_like struct with its tag first and every SGLang field, nil
+// included: BlockStored [tag, block_hashes, parent_block_hash, token_ids,
+// block_size, lora_id, medium] (token_ids as [t_i, t_i+1] pairs when
+// TokenPairs), BlockRemoved [tag, block_hashes, medium], AllBlocksCleared
+// [tag]; vLLM's other fields do not exist there and are not written.
+func appendBatch(dst []byte, ts float64, events []Event, dpRank Opt[int64], form int) []byte {
 	dst = msgp.AppendArrayHeader(dst, 3)
 	dst = msgp.AppendFloat64(dst, ts)
 	dst = msgp.AppendArrayHeader(dst, uint32(len(events)))
 	for i := range events {
-		if mapForm {
+		switch form {
+		case formMap:
 			dst = appendEventMap(dst, &events[i])
-		} else {
+		case formSGLang:
+			dst = appendEventFields(dst, &events[i], sglangFields(events[i].Type))
+		default:
 			dst = appendEventArray(dst, &events[i])
 		}
 	}
 	return appendOptInt(dst, dpRank)
+}
+
+// sglangFields are the fields of SGLang's events after the tag.
+func sglangFields(typ string) []int {
+	switch typ {
+	case BlockStored:
+		return sglangStored
+	case BlockRemoved:
+		return sglangRemoved
+	}
+	return nil
 }
 
 func appendInt(b []byte, v int64) []byte {
@@ -47,6 +86,9 @@ func appendInt(b []byte, v int64) []byte {
 func appendHash(b []byte, h Hash) []byte {
 	if h.n != 0 {
 		return msgp.AppendBytes(b, h.b[:h.n])
+	}
+	if h.neg {
+		return msgp.AppendInt64(b, int64(h.u))
 	}
 	return msgp.AppendUint64(b, h.u)
 }
@@ -121,6 +163,14 @@ func appendField(b []byte, ev *Event, f int) []byte {
 		}
 		return appendHash(b, ev.ParentBlockHash.V)
 	case fTokenIDs:
+		if ev.TokenPairs {
+			b = msgp.AppendArrayHeader(b, uint32(len(ev.TokenIDs)/2))
+			for i := 0; i+1 < len(ev.TokenIDs); i += 2 {
+				b = msgp.AppendArrayHeader(b, 2)
+				b = appendInt(appendInt(b, ev.TokenIDs[i]), ev.TokenIDs[i+1])
+			}
+			return b
+		}
 		b = msgp.AppendArrayHeader(b, uint32(len(ev.TokenIDs)))
 		for _, t := range ev.TokenIDs {
 			b = appendInt(b, t)
@@ -162,6 +212,8 @@ func appendEventMap(b []byte, ev *Event) []byte {
 		fields = storedFields
 	case BlockRemoved:
 		fields = removedFields
+	case blockInactive:
+		fields = inactiveFields
 	}
 	n := uint32(1)
 	for _, f := range fields {
@@ -182,13 +234,11 @@ func appendEventMap(b []byte, ev *Event) []byte {
 }
 
 func appendEventArray(b []byte, ev *Event) []byte {
-	var fields []int
-	switch ev.Type {
-	case BlockStored:
-		fields = storedArray
-	case BlockRemoved:
-		fields = removedArray
-	}
+	return appendEventFields(b, ev, arrayFields(ev.Type, false))
+}
+
+// appendEventFields writes ev as the array [tag, fields...].
+func appendEventFields(b []byte, ev *Event, fields []int) []byte {
 	b = msgp.AppendArrayHeader(b, uint32(1+len(fields)))
 	b = msgp.AppendString(b, ev.Type)
 	for _, f := range fields {

@@ -14,14 +14,31 @@ const maxHashBytes = 32
 // integer (the default, VLLM_KV_EVENTS_USE_INT_BLOCK_HASHES=1) or the raw
 // digest as msgpack bin (that variable set to 0). The zero Hash is the
 // integer 0.
+//
+// SGLang's hashes are signed int64 (hash_str_to_int64 in SGLang's
+// mem_cache/utils.py, since SGLang PR #13488): about half are negative, sent
+// as msgpack negative integers. A Hash remembers that the wire carried a
+// negative integer (see SignedHash), with no setting per source or engine:
+// String shows it negative, as SGLang holds it, and the encoder writes it
+// back as the same negative integer. A non-negative integer has one
+// encoding whichever engine sent it (msgspec writes it unsigned), so it is
+// the same Hash either way. Uint64 is the 64-bit pattern for every form
+// (int64(h.Uint64()) is SGLang's value), which is what an index keys on.
 type Hash struct {
-	u uint64
-	n uint8 // bin length; 0 means the integer form
-	b [maxHashBytes]byte
+	u   uint64
+	n   uint8 // bin length; 0 means the integer form
+	neg bool  // the integer form was sent as a negative (signed) integer
+	b   [maxHashBytes]byte
 }
 
 // IntHash returns the integer form of a hash.
 func IntHash(v uint64) Hash { return Hash{u: v} }
+
+// SignedHash returns the integer form of a signed hash, as SGLang sends
+// them: a negative v is kept signed (String shows it negative, the encoder
+// writes a msgpack negative integer, Uint64 is its two's-complement
+// pattern); a non-negative v is IntHash(uint64(v)).
+func SignedHash(v int64) Hash { return Hash{u: uint64(v), neg: v < 0} }
 
 // BytesHash returns the bin form of a hash; it reports false when b is empty
 // or longer than maxHashBytes.
@@ -53,8 +70,12 @@ func (h Hash) Bytes() []byte {
 // whichever form the engine publishes.
 func (h Hash) Uint64() uint64 { return h.u }
 
-// String renders an integer hash in decimal and a bin hash as lower-case hex.
+// String renders an integer hash in decimal (signed for a hash sent as a
+// negative integer, see SignedHash) and a bin hash as lower-case hex.
 func (h Hash) String() string {
+	if h.neg {
+		return strconv.FormatInt(int64(h.u), 10)
+	}
 	if h.n == 0 {
 		return strconv.FormatUint(h.u, 10)
 	}
@@ -82,6 +103,14 @@ const (
 	// AllBlocksCleared: the engine dropped its whole prefix cache.
 	AllBlocksCleared = "AllBlocksCleared"
 )
+
+// blockInactive is the type of vLLM's BlockInactive events: GPU blocks no
+// request references any more, still cached (vLLM PR #50732, open: emitted
+// by BlockPool.free_blocks when a hashed block's ref_cnt drops to 0).
+// Decoded only with Config.DecodeBlockInactive (BlockHashes, Medium and
+// GroupIdx, Type "BlockInactive"); by default it is counted as an
+// unsupported type, as any type this release does not know.
+const blockInactive = "BlockInactive"
 
 // Opt is a field vLLM may send as nil or leave out (lora_id, medium,
 // parent_block_hash, data_parallel_rank, ...): V means something only when
@@ -115,11 +144,23 @@ func Some[T any](v T) Opt[T] { return Opt[T]{V: v, Valid: true} }
 // it as a new prefix. A hybrid model's store may carry the tokens of blocks
 // left out of BlockHashes ([Event.SkippedBlocks]).
 type Event struct {
-	// Type is BlockStored, BlockRemoved or AllBlocksCleared.
+	// Type is BlockStored, BlockRemoved or AllBlocksCleared (or
+	// "BlockInactive", vLLM PR #50732, when Config.DecodeBlockInactive asks
+	// for it).
 	Type            string
 	BlockHashes     []Hash
 	ParentBlockHash Opt[Hash]
-	TokenIDs        []int64
+	// TokenIDs are the tokens of the blocks; with TokenPairs, two entries
+	// per token.
+	TokenIDs []int64
+	// TokenPairs reports that token_ids came as [t_i, t_i+1] pairs, one
+	// per token, as SGLang's KVCacheEventMixin writes them for EAGLE
+	// bigram radix keys (SGLang mem_cache/events.py; RadixKey bigram view,
+	// SGLang PR #23106): TokenIDs holds the pairs flattened (t_i, t_i+1,
+	// t_i+1, t_i+2, ...), so a block of BlockSize tokens has 2×BlockSize
+	// entries, and the encoder writes them back as pairs. SGLang's own
+	// typed decoder refuses such a payload; zmqguard keeps it.
+	TokenPairs bool
 	// BlockSize is the tokens per block; 0 only in an offloading
 	// placeholder (no token_ids, vLLM PR #36644).
 	BlockSize    int64
@@ -141,6 +182,18 @@ type Event struct {
 	// SessionID is the session a BlockStored's request belongs to (vLLM PR
 	// #51381), when sent.
 	SessionID Opt[string]
+
+	// unknown counts the fields this release does not know, read past:
+	// map keys, and array elements after the last known field.
+	unknown int
+}
+
+// tokens returns how many tokens TokenIDs holds (pairs count once).
+func (e *Event) tokens() int64 {
+	if e.TokenPairs {
+		return int64(len(e.TokenIDs) / 2)
+	}
+	return int64(len(e.TokenIDs))
 }
 
 // SkippedBlocks returns how many blocks a BlockStored's token_ids cover
@@ -154,7 +207,7 @@ func (e *Event) SkippedBlocks() int {
 	if e.Type != BlockStored || e.BlockSize <= 0 || len(e.TokenIDs) == 0 {
 		return 0
 	}
-	n := int64(len(e.TokenIDs))/e.BlockSize - int64(len(e.BlockHashes))
+	n := e.tokens()/e.BlockSize - int64(len(e.BlockHashes))
 	if n < 0 {
 		return 0
 	}
@@ -207,6 +260,12 @@ type Batch struct {
 	Digest uint64
 	// DroppedEvents is how many events of this batch failed validation.
 	DroppedEvents int
+	// UnknownFields counts what the decoder read past because this release
+	// does not know it, never refusing the batch or the event for it: batch
+	// array elements after the third and unknown batch map keys, and, in
+	// the events delivered, unknown map keys and array elements after the
+	// last known field (a field a later vLLM or SGLang may add).
+	UnknownFields int
 
 	// drops holds the fast path's event drops until the whole batch is
 	// accepted (a batch refused later reports none).

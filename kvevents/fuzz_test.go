@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/golden"
 )
 
 // splitFrames turns fuzz input into frames: each frame is a length byte and
@@ -54,15 +55,17 @@ func FuzzDecodeBatch(f *testing.F) {
 		if len(a.Events) != len(a.Index) || len(a.Events)+a.DroppedEvents > 256 {
 			t.Fatalf("events %d index %d dropped %d", len(a.Events), len(a.Index), a.DroppedEvents)
 		}
-		// Re-encoding what was decoded reaches a fixpoint in both forms.
-		for _, mapForm := range []bool{true, false} {
-			q := AppendBatch(nil, a.TS, a.Events, a.DataParallelRank, mapForm)
+		// Re-encoding what was decoded reaches a fixpoint in every form:
+		// vLLM's arrays and maps, and SGLang's arrays (read back with an
+		// SGLang source's limits).
+		for _, form := range []int{formArray, formMap, formSGLang} {
+			q := appendBatch(nil, a.TS, a.Events, a.DataParallelRank, form)
 			var b Batch
-			if err := decodeBatch(q, limits{MaxPayload: 1 << 24}, &b, nil); err != nil {
+			if err := decodeBatch(q, limits{MaxPayload: 1 << 24, SGLang: form == formSGLang}, &b, nil); err != nil {
 				t.Fatalf("re-decode: %v", err)
 			}
-			if r := AppendBatch(nil, b.TS, b.Events, b.DataParallelRank, mapForm); !bytes.Equal(q, r) {
-				t.Fatalf("no fixpoint (mapForm=%v):\n%x\n%x", mapForm, q, r)
+			if r := appendBatch(nil, b.TS, b.Events, b.DataParallelRank, form); !bytes.Equal(q, r) {
+				t.Fatalf("no fixpoint (form %d):\n%x\n%x", form, q, r)
 			}
 		}
 	})
@@ -95,6 +98,16 @@ func FuzzReplayReply(f *testing.F) {
 	f.Add(joinFrames(nil, end, nil))
 	f.Add(joinFrames([]byte{1}, end, nil))
 	f.Add(joinFrames(nil, []byte("kv@p"), []byte{0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xfe}, nil))
+	// SGLang's replies and end marker as its ROUTER sent them (no topic).
+	for _, v := range golden.LoadSGLang(f, "kv-events") {
+		if m := v.Message(); m == "kv_replay_reply" || m == "kv_replay_end" {
+			frames, err := v.Frames()
+			if err != nil {
+				f.Fatal(err)
+			}
+			f.Add(joinFrames(frames...))
+		}
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		frames := splitFrames(in)
 		seq, payload, isEnd, err := parseReply(frames, "kv@", 1<<10)

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -66,8 +67,19 @@ type PublisherConfig struct {
 	// Release selects the bytes: Rules().KVEventsMapForm chooses tagged
 	// maps (vLLM PR #42892) or arrays, Rules().KVReplayTopicFrame whether
 	// replay replies carry the topic frame (vLLM PR #45177). Zero value:
-	// vllm.Latest.
+	// vllm.Latest. Ignored when Engine is "sglang".
 	Release vllm.Release
+	// Engine selects whose bytes are sent: "" or "vllm" (Release decides),
+	// or "sglang": SGLang's (its disaggregation/kv_events.py at the commit
+	// of internal/golden/testdata/sglang), byte for byte: events as
+	// SGLang's tagged arrays with every SGLang field (BlockStored 7
+	// elements, BlockRemoved 3, AllBlocksCleared 1; the other fields of an
+	// Event are not written), DataParallelRank as the batch's attn_dp_rank,
+	// hashes made with SignedHash written as signed integers, replay
+	// replies ["", seq, payload] and the end marker ["", ff×8, ""] without
+	// a topic frame whatever Topic is, and the live endpoint also bound when
+	// it contains "0.0.0.0" (SGLang PR #25844). Anything else is an error.
+	Engine string
 	// Endpoint is the live endpoint, vLLM's rule deciding bind or connect:
 	// bound when it contains "*" or "::" or is ipc://, dialed otherwise.
 	// Empty means "tcp://*:5557".
@@ -171,12 +183,13 @@ type pubEntry struct {
 }
 
 // Publisher publishes KV-event batches with the bytes vLLM's
-// ZmqEventPublisher sends: live [topic, seq, payload] on a PUB-compatible
-// socket (XPUB), a bounded replay buffer served over a ROUTER. Publish
-// never blocks: a full queue drops the batch and counts it.
+// ZmqEventPublisher sends (or SGLang's, PublisherConfig.Engine): live
+// [topic, seq, payload] on a PUB-compatible socket (XPUB), a bounded replay
+// buffer served over a ROUTER. Publish never blocks: a full queue drops the
+// batch and counts it.
 type Publisher struct {
 	cfg      PublisherConfig
-	mapForm  bool
+	form     int // formArray, formMap or formSGLang
 	topicRep bool
 	topic    []byte
 	pub      *socket.Socket
@@ -247,6 +260,11 @@ func (cfg *PublisherConfig) fill() error {
 	if cfg.ReplayFloodLimit == 0 {
 		cfg.ReplayFloodLimit = defaultReplayFloodLimit
 	}
+	switch cfg.Engine {
+	case "", "vllm", "sglang":
+	default:
+		return fmt.Errorf("kvevents: PublisherConfig.Engine %q unknown (want \"vllm\" or \"sglang\")", cfg.Engine)
+	}
 	for _, f := range []struct {
 		name string
 		v    int
@@ -272,8 +290,18 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 		return nil, err
 	}
 	rules := cfg.Release.Rules()
-	p := &Publisher{cfg: cfg, mapForm: rules.KVEventsMapForm, topicRep: rules.KVReplayTopicFrame,
+	p := &Publisher{cfg: cfg, form: formArray, topicRep: rules.KVReplayTopicFrame,
 		topic: []byte(cfg.Topic), queue: make(chan []byte, cfg.QueueSize)}
+	bind := cfg.Bind || bindsByRule(live)
+	switch {
+	case cfg.Engine == "sglang":
+		// SGLang's replay ROUTER sends no topic frame; its PUB binds for
+		// 0.0.0.0 too (SGLang PR #25844).
+		p.form, p.topicRep = formSGLang, false
+		bind = bind || strings.Contains(live, "0.0.0.0")
+	case rules.KVEventsMapForm:
+		p.form = formMap
+	}
 	p.ctx, p.cancel = context.WithCancel(context.Background())
 	// Subscriptions and replay requests only.
 	opts, _ := sockopt.Apply(cfg.Socket, sockopt.Overrides{MaxMessageSize: 64 << 10})
@@ -281,7 +309,7 @@ func NewPublisher(cfg PublisherConfig) (*Publisher, error) {
 	if p.pub, err = socket.New("XPUB", opts); err != nil {
 		return nil, err
 	}
-	if cfg.Bind || bindsByRule(live) {
+	if bind {
 		err = p.pub.Bind(live)
 	} else {
 		err = p.pub.Dial(live)
@@ -360,7 +388,7 @@ func (p *Publisher) publishBatch(ts float64, events []Event, dpRank Opt[int64]) 
 	if p.closed.Load() {
 		return ErrClosed
 	}
-	payload := AppendBatch(nil, ts, events, dpRank, p.mapForm)
+	payload := appendBatch(nil, ts, events, dpRank, p.form)
 	return p.PublishRaw(payload)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -273,9 +274,11 @@ func TestDPSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[{pod/dp0 tcp://10.0.0.1:5557 false tcp://10.0.0.1:5657} {pod/dp1 tcp://10.0.0.1:5558 false tcp://10.0.0.1:5658} {pod/dp2 tcp://10.0.0.1:5559 false tcp://10.0.0.1:5659}]"
-	if fmt.Sprint(srcs) != want {
-		t.Fatalf("got %v", srcs)
+	want := []Source{{Name: "pod/dp0", Live: "tcp://10.0.0.1:5557", Replay: "tcp://10.0.0.1:5657"},
+		{Name: "pod/dp1", Live: "tcp://10.0.0.1:5558", Replay: "tcp://10.0.0.1:5658"},
+		{Name: "pod/dp2", Live: "tcp://10.0.0.1:5559", Replay: "tcp://10.0.0.1:5659"}}
+	if !reflect.DeepEqual(srcs, want) {
+		t.Fatalf("got %+v", srcs)
 	}
 	if _, err := DPSources("pod", "tcp://h:5557", "", 0); err == nil {
 		t.Fatal("0 ranks accepted")

@@ -283,7 +283,7 @@ func (so *source) bufferLive(seq uint64, payload []byte) {
 func (so *source) deliver(seq uint64, payload []byte, replayed bool) error {
 	so.next = seq + 1
 	b := &so.batch
-	err := decodeBatch(payload, so.sub.cfg.lim(), b, so.onEventDrop)
+	err := decodeBatch(payload, so.lim(), b, so.onEventDrop)
 	if err != nil {
 		r := decodeguard.ReasonOf(err)
 		so.count(func(st *SourceStats) { st.Dropped[r]++ })

@@ -107,6 +107,9 @@ func (s *Subscriber) Add(src Source) error {
 	if src.Live == "" {
 		return errors.New("kvevents: Source.Live is required")
 	}
+	if err := checkEngine(src.Engine); err != nil {
+		return err
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {

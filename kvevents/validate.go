@@ -9,7 +9,7 @@ func validate(ev *Event, seen uint16) error {
 		if seen&required != required {
 			return decodeErr("kvevents: BlockStored without block_hashes, token_ids or block_size")
 		}
-		nt, nh, bs := int64(len(ev.TokenIDs)), int64(len(ev.BlockHashes)), ev.BlockSize
+		nt, nh, bs := ev.tokens(), int64(len(ev.BlockHashes)), ev.BlockSize
 		switch {
 		case bs < 0:
 			return validateErr("kvevents: BlockStored block_size %d (negative)", bs)
@@ -29,9 +29,9 @@ func validate(ev *Event, seen uint16) error {
 			return validateErr("kvevents: BlockStored has %d extra_keys for %d block_hashes",
 				len(ev.ExtraKeys), len(ev.BlockHashes))
 		}
-	case BlockRemoved:
+	case BlockRemoved, blockInactive:
 		if seen&(1<<fBlockHashes) == 0 {
-			return decodeErr("kvevents: BlockRemoved without block_hashes")
+			return decodeErr("kvevents: %s without block_hashes", ev.Type)
 		}
 	}
 	return nil

@@ -144,6 +144,49 @@
 // longest, which the oldest stores approximate without a write on every
 // Score.
 //
+// # SGLang engines
+//
+// SGLang's KV events (package kvevents decodes and publishes them; SGLang's
+// disaggregation/kv_events.py, events made by KVCacheEventMixin in
+// mem_cache/events.py) are indexed by the same rules, read as follows.
+//
+// Blocks. SGLang publishes one BlockStored per page (since SGLang PR
+// #23678): one hash, block_size the page's tokens (the page size: 1 by
+// default, 64 on some accelerators), so a block here is a page. A radix
+// node's pages come as one store each, in order; one BlockRemoved per
+// removed node carries all its pages' hashes (SGLang PR #29265).
+//
+// Parents. Each page's parent_block_hash is the previous page of its node;
+// a node's first page has the parent node's last page, or nil under the
+// root. The chain is therefore the prompt's page order, as a vLLM chain is
+// its block order, and the Unknown parent rule applies unchanged: a page
+// whose parent page the index does not hold is not indexed.
+//
+// Hashes. SGLang's hashes are signed int64 (the first 16 hex digits of the
+// page's chained SHA-256 read as a signed number, SGLang's
+// hash_str_to_int64), about half of them negative. The index maps every
+// hash by its 64-bit pattern (kvevents.Hash.Uint64, the two's complement
+// of a negative one): a store, its children's parent links and its removal
+// all carry the same pattern, so they meet. Local keys are computed from
+// the tokens, as for vLLM, never from SGLang's hashes; engine-key mode
+// would need a Config.Keys that computes SGLang's page hashes (package
+// vllmhash computes vLLM's only).
+//
+// Media. SGLang's medium names ("GPU", "CPU_PINNED" for host memory, "DISK",
+// "EXTERNAL") are tiers as given.
+//
+// Bigram pages. For EAGLE bigram radix keys SGLang sends token_ids as
+// [t_i, t_i+1] pairs (kvevents.Event.TokenPairs): such a page is a hit only
+// when the token after it matches too, which a prompt's prefix does not
+// show. In local-key mode these stores are not indexed: the first page
+// counts as a hybrid store (its token count is not block_size per hash), the
+// pages chained to it as unknown parents.
+//
+// Models. llm-d names a publisher's topic kv@{host}@{model} for either
+// engine; name each source by its topic and let Config.ModelOf take the
+// model from the name (SGLang's replay replies carry no topic frame; the
+// source name, not the frame, tells the model).
+//
 // # Storage
 //
 // Every stateful piece lives behind [Backend]: the in-memory one

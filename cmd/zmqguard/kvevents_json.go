@@ -18,11 +18,14 @@ func appendJSONString[S string | []byte](b []byte, s S) []byte {
 	return append(b, q...)
 }
 
+// appendHashJSON writes an integer hash as a JSON number, signed when the
+// engine sent it signed (SGLang; kvevents.SignedHash), and a bin hash as a
+// hex string.
 func appendHashJSON(b []byte, h kvevents.Hash) []byte {
 	if h.Bytes() != nil {
 		return append(append(append(b, '"'), h.String()...), '"')
 	}
-	return strconv.AppendUint(b, h.Uint64(), 10)
+	return append(b, h.String()...)
 }
 
 func appendOptIntJSON(b []byte, v kvevents.Opt[int64]) []byte {
@@ -85,8 +88,16 @@ func appendEventJSON(b []byte, u kvevents.Update, i int) []byte {
 		b = appendField(b, "token_ids")
 		b = append(b, '[')
 		for j, t := range e.TokenIDs {
-			if j > 0 {
+			switch {
+			case e.TokenPairs && j%2 == 1:
+				// SGLang's bigram pairs, as on the wire: [[t0, t1], ...].
+				b = append(append(append(b, ", "...), strconv.AppendInt(nil, t, 10)...), ']')
+				continue
+			case j > 0:
 				b = append(b, ", "...)
+			}
+			if e.TokenPairs {
+				b = append(b, '[')
 			}
 			b = strconv.AppendInt(b, t, 10)
 		}

@@ -33,7 +33,7 @@ func kvLines(t *testing.T, out string) []map[string]any {
 func TestKVHelpAndUsage(t *testing.T) {
 	for name, flags := range map[string][]string{
 		"kv-events":  {"-connect", "-replay", "-bind", "-topic", "-from-start", "-count", "-replay-timeout", "-vllm-version"},
-		"kv-publish": {"-bind", "-replay-bind", "-topic", "-rate", "-count", "-vllm-version"},
+		"kv-publish": {"-bind", "-replay-bind", "-topic", "-rate", "-count", "-vllm-version", "-engine"},
 	} {
 		code, out, _ := runBin(t, 20*time.Second, name, "-h")
 		if code != 0 || !strings.Contains(out, "usage: zmqguard "+name) {
@@ -51,6 +51,7 @@ func TestKVHelpAndUsage(t *testing.T) {
 		{"kv-events", "--connect", "tcp://127.0.0.1:2", "--replay", "tcp://127.0.0.1:1", "--replay", "tcp://127.0.0.1:3"},
 		{"kv-events", "--connect", "tcp://127.0.0.1:2", "--vllm-version", "0.1"},
 		{"kv-publish"},
+		{"kv-publish", "--bind", "tcp://127.0.0.1:0", "--engine", "tgi"},
 	} {
 		if code, _, stderr := runBin(t, 20*time.Second, args...); code != 2 {
 			t.Errorf("%v: exit %d (want 2)\n%s", args, code, stderr)

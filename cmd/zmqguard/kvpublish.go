@@ -15,8 +15,8 @@ import (
 
 var kvPublishSpec = commandSpec{
 	name:     "kv-publish",
-	synopsis: "--bind ADDR [--replay-bind ADDR] [--allow CIDR,...] [--topic T] [--rate R] [--count N] [--curve-secret-key-file F --curve-allow PATH]",
-	summary:  "publish synthetic vLLM KV-event batches (demos and load)",
+	synopsis: "--bind ADDR [--replay-bind ADDR] [--engine vllm|sglang] [--allow CIDR,...] [--topic T] [--rate R] [--count N] [--curve-secret-key-file F --curve-allow PATH]",
+	summary:  "publish synthetic vLLM or SGLang KV-event batches (demos and load)",
 	help: `Publishes synthetic KV-event batches with the bytes vLLM's ZmqEventPublisher
 sends for --vllm-version (tagged-map events and topic-framed replay since
 0.26): each batch holds --stored BlockStored events of 4 blocks (64 token
@@ -26,6 +26,13 @@ random-looking uint64s, as vLLM's are), and, from the second batch on, one
 BlockRemoved of the previous batch's first block. --replay-bind serves the replay buffer
 (the last 10,000 batches). Publishing never blocks: batches beyond the
 queue are dropped and counted.
+
+--engine sglang sends SGLang's bytes instead (byte for byte what SGLang's
+ZmqEventPublisher writes, --vllm-version aside): events as SGLang's tagged
+arrays, one BlockStored per page (16 tokens here) with one signed int64
+hash, about half of them negative, as SGLang's are, each page's parent the
+previous page; attn_dp_rank from --dp-rank; replay replies without a topic
+frame.
 
 It publishes --rate batches per second (0: as fast as possible) until
 --count batches (0: until SIGINT/SIGTERM) and prints one JSON line of
@@ -62,6 +69,33 @@ func kvSynthetic(n uint64, stored int, evs []kvevents.Event) []kvevents.Event {
 	return evs
 }
 
+// kvSyntheticSGLang builds the events of synthetic batch n as SGLang's
+// KVCacheEventMixin publishes them: one BlockStored per page (one hash,
+// the signed int64 SGLang holds; parent the previous page, nil for the
+// batch's first), the same pages and tokens as kvSynthetic, then one
+// removal of the previous batch's first page.
+func kvSyntheticSGLang(n uint64, stored int, evs []kvevents.Event) []kvevents.Event {
+	evs = evs[:0]
+	pages := uint64(stored) * 4
+	for k := uint64(0); k < pages; k++ {
+		page := n*pages + k
+		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, Medium: kvevents.Some("GPU"),
+			BlockHashes: []kvevents.Hash{kvevents.SignedHash(int64(kvBlockHash(page)))}}
+		if k > 0 {
+			ev.ParentBlockHash = kvevents.Some(kvevents.SignedHash(int64(kvBlockHash(page - 1))))
+		}
+		for j := int64(0); j < 16; j++ {
+			ev.TokenIDs = append(ev.TokenIDs, (int64(page)*16+j)%150000)
+		}
+		evs = append(evs, ev)
+	}
+	if n > 0 {
+		evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"),
+			BlockHashes: []kvevents.Hash{kvevents.SignedHash(int64(kvBlockHash((n - 1) * pages)))}})
+	}
+	return evs
+}
+
 // kvBlockHash is synthetic block k's hash: splitmix64's finalizer, a
 // bijection, so distinct blocks never share a hash.
 func kvBlockHash(k uint64) uint64 {
@@ -80,6 +114,7 @@ type kvPublishFlags struct {
 	count      uint64
 	stored     int
 	dp         int
+	engine     string
 	version    *vllm.Release
 	curve      *curveServerFlags
 	allow      *allowFlag
@@ -96,6 +131,7 @@ var kvPublishCmd = command[kvPublishFlags]{
 		fs.Uint64Var(&fl.count, "count", 0, "batches to publish (0: until SIGINT/SIGTERM)")
 		fs.IntVar(&fl.stored, "stored", 16, "BlockStored events per batch")
 		fs.IntVar(&fl.dp, "dp-rank", 0, "data_parallel_rank (offsets the ports as vLLM does)")
+		fs.StringVar(&fl.engine, "engine", "vllm", "whose bytes to send: vllm (per --vllm-version) or sglang")
 		fl.version = releaseFlag(fs)
 		fl.curve = addCurveServerFlags(fs)
 		fl.allow = addAllowFlag(fs)
@@ -113,6 +149,14 @@ func runKVPublish(ctx context.Context, fl *kvPublishFlags, e *env) error {
 	if fl.rate < 0 || fl.stored < 0 || fl.dp < 0 {
 		return usagef("--rate, --stored and --dp-rank must not be negative")
 	}
+	synthetic := kvSynthetic
+	switch fl.engine {
+	case "vllm":
+	case "sglang":
+		synthetic = kvSyntheticSGLang
+	default:
+		return usagef("--engine %q unknown (want vllm or sglang)", fl.engine)
+	}
 	cc, stopCurve, err := fl.curve.config(ctx, e.logger)
 	if err != nil {
 		return err
@@ -122,14 +166,14 @@ func runKVPublish(ctx context.Context, fl *kvPublishFlags, e *env) error {
 	sopts.Guard.Curve = cc
 	sopts.Guard.Allow = fl.allow.prefixes // live and replay ports
 	rel := *fl.version
-	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Release: rel, Endpoint: fl.bind, Bind: true,
+	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Release: rel, Engine: fl.engine, Endpoint: fl.bind, Bind: true,
 		ReplayEndpoint: fl.replayBind, Topic: fl.topic, DataParallelRank: fl.dp, Logger: e.logger, Socket: sopts})
 	if err != nil {
 		return err
 	}
 	defer pub.Close()
 	e.logger.Info("kv-publish", "endpoint", pub.Endpoint(), "replay", pub.ReplayEndpoint(), "rate", fl.rate,
-		"count", fl.count, "vllm", rel.String())
+		"count", fl.count, "engine", fl.engine, "vllm", rel.String())
 	var tick <-chan time.Time
 	if fl.rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / fl.rate))
@@ -149,7 +193,7 @@ publish:
 		} else if ctx.Err() != nil {
 			break
 		}
-		evs = kvSynthetic(n, fl.stored, evs)
+		evs = synthetic(n, fl.stored, evs)
 		if err := pub.Publish(evs...); errors.Is(err, kvevents.ErrQueueFull) {
 			if tick == nil {
 				time.Sleep(time.Millisecond)

@@ -22,7 +22,7 @@
 //	keygen              make a CURVE key pair (Z85) or a pair of ZPL certificate files
 //	outputs             a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines
 //	kv-events           follow vLLM KV-cache event publishers, one JSON line per event
-//	kv-publish          publish synthetic vLLM KV-event batches (demos and load)
+//	kv-publish          publish synthetic vLLM or SGLang KV-event batches (demos and load)
 //	kv-index            a KV-cache index of vLLM engines, scored over HTTP (POST /score)
 //
 // ADDR is a ZeroMQ endpoint such as tcp://127.0.0.1:5600. Flags use Go's
