@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -429,4 +431,85 @@ func (r *recorder) lastSeq(src string) uint64 {
 		return 0
 	}
 	return b[len(b)-1]
+}
+
+// attrCapture keeps each log record as its message and attributes.
+type attrCapture struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *attrCapture) Enabled(context.Context, slog.Level) bool { return true }
+func (c *attrCapture) Handle(_ context.Context, r slog.Record) error {
+	s := r.Message
+	r.Attrs(func(a slog.Attr) bool { s += " " + a.Key + "=" + a.Value.String(); return true })
+	c.mu.Lock()
+	c.lines = append(c.lines, s)
+	c.mu.Unlock()
+	return nil
+}
+func (c *attrCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *attrCapture) WithGroup(string) slog.Handler      { return c }
+func (c *attrCapture) find(sub string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.lines {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestBindHolder: the holder of a bound slot (its address, since when, the
+// batches delivered since) is in SourceStats.Holder and in the line that
+// logs a refused publisher; before, the line said the slot was held but
+// never by whom.
+func TestBindHolder(t *testing.T) {
+	logs := &attrCapture{}
+	rec := newRecorder()
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: slog.New(logs), Socket: fastSocket()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Add(Source{Name: "b", Live: "tcp://127.0.0.1:0", Bind: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer runSub(t, sub)()
+	dial := func() *socket.Socket {
+		xp, err := socket.New("XPUB", fastSocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { xp.Close() })
+		go func() {
+			for {
+				if _, err := xp.Recv(context.Background()); err != nil {
+					return
+				}
+			}
+		}()
+		if err := xp.Dial(sub.Endpoint("b")); err != nil {
+			t.Fatal(err)
+		}
+		return xp
+	}
+	engine := dial()
+	seq := uint64(0)
+	waitFor(t, "the engine's batches", func() bool {
+		engine.Send(context.Background(), []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
+		seq++
+		time.Sleep(5 * time.Millisecond)
+		return rec.count("b") >= 3
+	})
+	h := sub.Stats().Sources[0].Holder
+	if !strings.HasPrefix(h.Addr, "127.0.0.1:") || h.Since.IsZero() || h.Batches < 3 {
+		t.Fatalf("holder %+v", h)
+	}
+	dial()
+	waitFor(t, "the refusal line", func() bool { return logs.find("slot is held") != "" })
+	if l := logs.find("slot is held"); !strings.Contains(l, "holder="+h.Addr) || !strings.Contains(l, "holder_since=") ||
+		!strings.Contains(l, "holder_batches=") {
+		t.Fatalf("refusal line without the holder: %s", l)
+	}
 }
