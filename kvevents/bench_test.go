@@ -191,7 +191,7 @@ func BenchmarkPayloadDigest(b *testing.B) {
 	for range b.N {
 		sink ^= payloadDigest(p)
 	}
-	b.ReportMetric(float64((threadCPU() - cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	b.ReportMetric(float64((threadCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
 	if sink == 1 {
 		b.Log(sink)
 	}
