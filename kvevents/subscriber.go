@@ -28,11 +28,16 @@ var (
 const (
 	// UpdateBatch delivers one batch, in order, exactly once.
 	UpdateBatch = "batch"
-	// UpdateReset: the source's sequence went back, so its publisher
-	// restarted; what the index holds for this source is stale. Seq is the
-	// first sequence number of the new run.
+	// UpdateReset: the source's publisher restarted (its sequence went
+	// back, jumped more than 2^32 ahead, or a continuity proof found
+	// another run), or Subscriber.Resync was called; what the index holds
+	// for this source is stale. Seq is the first sequence number seen of
+	// the new run (0 after Resync).
 	UpdateReset = "reset"
-	// UpdateLost: the batches [From, To) could not be recovered.
+	// UpdateLost: the batches [From, To) could not be recovered, or, after
+	// a new connection, continuity with the last delivered batch could not
+	// be proven: then From == To is possible (no batch known missing).
+	// Either way the source's entries are no longer certain.
 	UpdateLost = "lost"
 )
 

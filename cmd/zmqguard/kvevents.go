@@ -33,7 +33,8 @@ I is the event's position in its batch; integer hashes print as JSON
 integers, bin hashes as lower-case hex strings. A publisher restart prints
 {"source": ADDR, "type": "reset", "seq": N}, a range that could not be
 recovered {"source": ADDR, "type": "lost", "from": A, "to": B} (B
-exclusive).
+exclusive; A = B after a reconnect whose continuity with the last batch
+could not be proven: what was printed for that source may be stale).
 
 Each --replay belongs to the --connect (or --bind) before it: a gap in that
 source's sequence is then recovered from the publisher's replay endpoint
