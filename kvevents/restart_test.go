@@ -361,6 +361,29 @@ func TestResync(t *testing.T) {
 			t.Fatalf("Resync of an unknown name: %v", err)
 		}
 	})
+	t.Run("before Run", func(t *testing.T) {
+		pub := newConnPub(t)
+		rec := newRecorder()
+		sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: fastSocket()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Add(Source{Name: "s", Live: pub.xp.Endpoint()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Resync("s"); err != nil {
+			t.Fatal(err)
+		}
+		stop := runSub(t, sub)
+		waitFor(t, "the reset", func() bool { return len(rec.snapshot()) == 1 })
+		if got := rec.snapshot(); got[0] != "s reset 0" {
+			t.Fatalf("first update %q", got[0])
+		}
+		stop()
+		if err := sub.Resync("s"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Resync after Run: %v", err)
+		}
+	})
 	t.Run("no replay", func(t *testing.T) {
 		pub := newConnPub(t)
 		sub, rec, stop := followA(t, pub, "", nil)

@@ -193,12 +193,16 @@ func (s *Subscriber) Remove(name string) error {
 // Resync does not wait: the reset is delivered on the source's own
 // goroutines (at once, even if no batch comes), never on the caller's, so
 // it may be called from any goroutine, a Handler included. Calls before
-// the reset is delivered make one reset. It returns an error naming the
-// source when no source has that name.
+// the reset is delivered make one reset; a call before Run is performed
+// when Run starts. It returns an error naming the source when no source
+// has that name, and ErrClosed after Close.
 func (s *Subscriber) Resync(name string) error {
 	s.mu.Lock()
-	so := s.sources[name]
+	so, closed := s.sources[name], s.closed
 	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
 	if so == nil {
 		return fmt.Errorf("%w: %s", errUnknownSource, ratelog.Escape(name, 128))
 	}

@@ -219,3 +219,40 @@ func waitRestart(t *testing.T, what string, cond func() bool) {
 		time.Sleep(10 * time.Millisecond)
 	}
 }
+
+// TestEmptyLostRangeIsLoss: the subscriber reports a new connection whose
+// continuity it could not prove as an UpdateLost with From == To (no batch
+// known missing); the index must treat it as any loss: the engine's
+// entries stop being certain.
+func TestEmptyLostRangeIsLoss(t *testing.T) {
+	x, err := kvindex.New(kvindex.Config{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	tokens := make([]int64, 32)
+	for i := range tokens {
+		tokens[i] = int64(7 + i)
+	}
+	ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: 16, TokenIDs: tokens, Medium: kvevents.Some("GPU"),
+		BlockHashes: []kvevents.Hash{kvevents.IntHash(1), kvevents.IntHash(2)}}
+	if err := x.ApplyEvents("e", []kvevents.Event{ev}); err != nil {
+		t.Fatal(err)
+	}
+	score := func() kvindex.Prefix {
+		r, err := x.Score(kvindex.ScoreRequest{Tokens: tokens})
+		if err != nil || len(r.Engines) != 1 {
+			t.Fatalf("score %+v, %v", r, err)
+		}
+		return r.Engines[0].Prefix
+	}
+	if p := score(); p.Tokens != 32 {
+		t.Fatalf("before: %+v", p)
+	}
+	if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: "e", From: 5, To: 5}); err != nil {
+		t.Fatal(err)
+	}
+	if p := score(); p.Tokens != 0 || p.MaybeTokens != 32 {
+		t.Fatalf("after an empty lost range: %+v (want 0 certain, 32 maybe)", p)
+	}
+}
