@@ -217,6 +217,38 @@ func TestReconnectUnprovenIsLoss(t *testing.T) {
 	}
 }
 
+// TestReconnectSilentReplayIsLoss: a replay server that never answers
+// proves nothing: once the attempts are spent, an UpdateLost comes before
+// the new connection's batches, never a silent continuation.
+func TestReconnectSilentReplayIsLoss(t *testing.T) {
+	pub := newConnPub(t)
+	replay := newFakeReplay(t, func(context.Context, *fakeReplay, []byte, int, uint64) {})
+	rec := newRecorder()
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: fastSocket(),
+		ReplayTimeout: 100 * time.Millisecond, ReplayAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Add(Source{Name: "s", Live: pub.xp.Endpoint(), Replay: replay}); err != nil {
+		t.Fatal(err)
+	}
+	defer runSub(t, sub)()
+	pub.subscribed(t)
+	pub.send(0, payloadOf(0))
+	waitFor(t, "batch 0", func() bool { return rec.count("s") == 1 })
+	pub.cut(t)
+	pub.subscribed(t)
+	pub.send(1, payloadOf(1))
+	want := []string{"s lost 1 1", "s batch 1 ts=1 n=1 BlockStored:1"}
+	waitFor(t, "batch 1", func() bool { return rec.count("s") == 2 })
+	if got := linesAfter(rec, 1); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if st := sub.Stats(); st.Unproven != 1 {
+		t.Fatalf("unproven %d", st.Unproven)
+	}
+}
+
 // TestReconnectNoReplayIsLoss: without a replay endpoint nothing can prove
 // a new connection continues the old run: an UpdateLost [last+1, seq) (here
 // [5, 5)) comes before the first batch of the connection.
