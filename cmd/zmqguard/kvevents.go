@@ -19,7 +19,7 @@ import (
 
 var kvEventsSpec = commandSpec{
 	name:     "kv-events",
-	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
+	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "follow vLLM KV-cache event publishers, one JSON line per event",
 	help: `Subscribes to the KV-event publishers of vLLM engines (or anything speaking
 their wire) through hardened SUB sockets, and prints one JSON object per
@@ -33,13 +33,16 @@ I is the event's position in its batch; integer hashes print as JSON
 integers, bin hashes as lower-case hex strings. A publisher restart prints
 {"source": ADDR, "type": "reset", "seq": N}, a range that could not be
 recovered {"source": ADDR, "type": "lost", "from": A, "to": B} (B
-exclusive).
+exclusive; A = B after a reconnect whose continuity with the last batch
+could not be proven: what was printed for that source may be stale).
 
 Each --replay belongs to the --connect (or --bind) before it: a gap in that
 source's sequence is then recovered from the publisher's replay endpoint
 (a DEALER request, bounded by --replay-timeout of silence). --bind listens
 for a publisher that connects (vLLM connects when its endpoint names a
-host). --from-start replays from sequence 0 on joining, instead of starting
+host); on an address beyond loopback it needs --allow or CURVE keys
+(else the first peer to connect would speak for the engine), or --any-peer.
+--from-start replays from sequence 0 on joining, instead of starting
 at the first batch seen.
 
 --curve-server-key (the publisher's public key, Z85) makes every SUB and
@@ -53,10 +56,16 @@ replayed, lost, resets, drops by reason, and the names of event types this
 release does not know (dropped as "unsupported"); the exit code is 0.`,
 }
 
-// kvSourcesFlag collects --connect/--bind/--replay in order.
+// kvSourcesFlag collects --connect/--bind/--replay in order, and
+// --any-peer (kvevents.Config.AnyPeer: a --bind beyond loopback without
+// --allow or CURVE keys).
 type kvSourcesFlag struct {
-	list []kvevents.Source
+	list    []kvevents.Source
+	anyPeer bool
 }
+
+// anyPeerUsage is --any-peer's help, shared by kv-events and kv-index.
+const anyPeerUsage = "let a --bind on an address beyond loopback admit any publisher without --allow or CURVE keys (by default refused: the first peer to connect would speak for the engine)"
 
 type kvSourceFlag struct {
 	f    *kvSourcesFlag
@@ -154,10 +163,26 @@ type kvCounters struct {
 		BlockRemoved     uint64 `json:"block_removed"`
 		AllBlocksCleared uint64 `json:"all_blocks_cleared"`
 	} `json:"events_by_type"`
-	Gaps          uint64             `json:"gaps"`
-	Replayed      uint64             `json:"replayed"`
-	Lost          uint64             `json:"lost"`
-	Resets        uint64             `json:"resets"`
+	Gaps     uint64 `json:"gaps"`
+	Replayed uint64 `json:"replayed"`
+	Lost     uint64 `json:"lost"`
+	Resets   uint64 `json:"resets"`
+	// ResetsBy, ContinuityProven, Unproven and Holder are
+	// kvevents.SourceStats' (issue 35): resets by cause, new connections
+	// proven or not, and a bound source's slot holder.
+	ResetsBy struct {
+		SeqBack uint64 `json:"seq_back"`
+		Digest  uint64 `json:"digest"`
+		Jump    uint64 `json:"jump"`
+		Resync  uint64 `json:"resync"`
+	} `json:"resets_by"`
+	ContinuityProven uint64 `json:"continuity_proven"`
+	Unproven         uint64 `json:"unproven"`
+	Holder           struct {
+		Addr    string    `json:"addr"`
+		Since   time.Time `json:"since"`
+		Batches uint64    `json:"batches"`
+	} `json:"holder,omitzero"`
 	Dropped       decodeguard.Counts `json:"dropped"`
 	DroppedEvents decodeguard.Counts `json:"dropped_events"`
 	// UnsupportedTypes counts events of types this release does not know,
@@ -178,7 +203,8 @@ func toCounters(s kvevents.SourceStats) kvCounters {
 	return kvCounters{Batches: s.Batches, Events: s.Events.BlockStored + s.Events.BlockRemoved + s.Events.AllBlocksCleared,
 		EventsByType: s.Events, Gaps: s.Gaps, Replayed: s.Replayed, Lost: s.Lost, Resets: s.Resets,
 		Dropped: s.Dropped, DroppedEvents: s.DroppedEvents, UnsupportedTypes: s.UnsupportedTypes, Refused: s.Refused,
-		Connected: s.Connected}
+		Connected: s.Connected, ResetsBy: s.ResetsBy, ContinuityProven: s.ContinuityProven, Unproven: s.Unproven,
+		Holder: s.Holder}
 }
 
 // kvEventsFlags are the flags of kvEvents.
@@ -202,6 +228,7 @@ var kvEventsCmd = command[kvEventsFlags]{
 		fs.Var(kvSourceFlag{f: &fl.srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
 		fs.Var(kvSourceFlag{f: &fl.srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
+		fs.BoolVar(&fl.srcs.anyPeer, "any-peer", false, anyPeerUsage)
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
 		fs.Uint64Var(&fl.count, "count", 0, "exit after this many events (0: on SIGINT/SIGTERM)")
@@ -243,7 +270,7 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 	defer cancel()
 	pr := &kvPrinter{w: bufio.NewWriterSize(e.stdout, 64<<10), count: fl.count, done: cancel}
 	sub, err := kvevents.NewSubscriber(kvevents.Config{Release: rel, Handler: pr.handle, Topic: fl.topic,
-		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts})
+		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer})
 	if err != nil {
 		return err
 	}
