@@ -607,3 +607,20 @@ func oldestConfig(engines int) Config {
 	cfg.Release = vllm.Releases()[0]
 	return cfg
 }
+
+// TestStartWaveAfterReadyRuntime: with the option ",pr54762" (vLLM PR
+// #54762) every engine receives START_DP_WAVE(0, None) right after READY,
+// over real sockets, and a front-end's wake still works after it.
+func TestStartWaveAfterReadyRuntime(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	cfg := testConfig(2)
+	cfg.Release = vllm.MustParse("latest,pr54762")
+	h := startCoordinator(t, cfg)
+	es := readyEngines(t, ctx, h, 2)
+	for i, e := range es {
+		expectStartWave(t, ctx, e, i, 0, nil)
+	}
+	if st := h.c.Stats(); st.StartWaveSent != 1 {
+		t.Fatalf("StartWaveSent %d, want 1", st.StartWaveSent)
+	}
+}

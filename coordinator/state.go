@@ -221,6 +221,9 @@ type engineState struct {
 //     alone.
 //   - A back-publish "\x01" after start-up (an engine re-subscribing, as new
 //     elastic-EP engines do): READY again.
+//   - Under the option ",pr54762" (vLLM PR #54762, rules StartWaveAfterReady)
+//     the start-up READY is followed by START_DP_WAVE(current_wave = 0,
+//     no exclusion) when wave coordination is on; running is unchanged.
 //   - stateMachine.Tick: stats are published every StatsInterval while they
 //     change and every IdleInterval otherwise.
 //
@@ -542,6 +545,14 @@ func (s *stateMachine) checkStartup(a *stateActions) {
 		s.started = true
 		a.SendReady = true
 		s.counters.Readies++
+		if s.rules.StartWaveAfterReady && !s.cfg.DisableWaveCoordination && !s.running {
+			// vLLM PR #54762 (option ",pr54762"): START_DP_WAVE for the
+			// current wave (0 at start-up), no engine excluded, right after
+			// READY, so headless engine ranks step before the first
+			// request. Like vLLM's _send_start_wave it leaves running
+			// alone: rank 0's wave_complete ends the wave as usual.
+			s.startWave(a, s.wave, 0, false, false)
+		}
 	}
 }
 
