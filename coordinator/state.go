@@ -162,7 +162,17 @@ type stateCounters struct {
 	// times waveResync such notices in a row were followed anyway.
 	WaveJumps   uint64
 	WaveResyncs uint64
+	// NewerFields counts engine messages whose EngineCoreOutputs array had
+	// more elements than the knownOutputsFields this package knows.
+	NewerFields uint64
 }
+
+// knownOutputsFields is the number of EngineCoreOutputs fields of vLLM main
+// of 2026-08-07 (engine_index .. start_wave). A newer vLLM appends fields
+// (vLLM PR #51433, open, proposes engine_notifications as the 9th): they
+// are read past, as msgspec does, and counted in NewerFields, never a
+// reason to drop the message.
+const knownOutputsFields = 8
 
 // stateSnapshot is a copy of a [stateMachine]'s published view.
 type stateSnapshot struct {
@@ -359,6 +369,9 @@ func (s *stateMachine) OnEngineOutput(m *enginecore.Header) (stateActions, error
 	}
 	if err := m.Validate(); err != nil {
 		return stateActions{}, err
+	}
+	if m.Fields > knownOutputsFields {
+		s.counters.NewerFields++
 	}
 	idx := m.EngineIndex
 	switch {
