@@ -47,9 +47,10 @@ const (
 	ev25       = evPre49204 + "KV events: #42892 (merged 2026-06-09, before every PR of v0.24.0's notes) is most likely in, " +
 		"so the profile's tagged-array publishing is probably not this tag's (subscribers accept both); #45177 (merged 2026-07-07 18:48) " +
 		"falls in v0.25.0's branch window (after #47187, 2026-07-06, before #47888, 2026-07-08 02:52, which v0.25.1 adds): not established"
-	ev27 = "branch point after v0.26.0's and before 2026-08-04 15:51 (v0.28.0's notes list #50580 merged then): #49204 (2026-07-27) in; " +
-		"#49230 (2026-08-03 18:51) in only if the branch point is within its last 21 hours: not established; #50620 and #51481 " +
-		"(merged after 2026-08-07) not in unless cherry-picked (the v0.27.x notes are not stored)"
+	ev27 = "branch point between 2026-08-03 15:41 (#50656, the newest PR of the notes of the release with Kimi K3 support, " +
+		"merged 2026-07-27..08-03, as quoted in truenas/apps #5568) and 2026-08-04 15:51 (v0.28.0's notes list #50580 merged then): " +
+		"#49204 (2026-07-27) in; #49230 (2026-08-03 18:51) inside that window: not established; #50620 and #51481 " +
+		"(merged after 2026-08-07) not in unless cherry-picked"
 	ev28 = "v0.28.0's notes list pull requests merged after 2026-08-07 and opened after #51481, so its branch point follows " +
 		"#50620 and #51481 (both merged, neither on main on 2026-08-07)"
 	evLater = "no pull request that separates the profiles merged after #51481 (#54762, #55776 and #51433 open in their threads)"
