@@ -68,7 +68,10 @@
 //     running and publishes; since, it only broadcasts START_DP_WAVE and DP
 //     rank 0's start_wave sets running;
 //   - the scale-up rule: older coordinators mark the engines paused when
-//     SCALE_ELASTIC_EP grows the engine list; the newest does not.
+//     SCALE_ELASTIC_EP grows the engine list; the newest does not;
+//   - with the option ",pr54762" (vLLM PR #54762, open), START_DP_WAVE for
+//     wave 0 right after the start-up READY, so headless engine ranks
+//     step before the first request.
 //
 // The oldest profile, vllm.Releases()[0], keeps every old behaviour; the
 // project's docs/vllm-releases.md lists the profiles and their evidence.

@@ -607,3 +607,62 @@ func oldestConfig(engines int) Config {
 	cfg.Release = vllm.Releases()[0]
 	return cfg
 }
+
+// TestStartWaveAfterReadyRuntime: with the option ",pr54762" (vLLM PR
+// #54762) every engine receives START_DP_WAVE(0, None) right after READY,
+// over real sockets, and a front-end's wake still works after it.
+func TestStartWaveAfterReadyRuntime(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	cfg := testConfig(2)
+	cfg.Release = vllm.MustParse("latest,pr54762")
+	h := startCoordinator(t, cfg)
+	es := readyEngines(t, ctx, h, 2)
+	for i, e := range es {
+		expectStartWave(t, ctx, e, i, 0, nil)
+	}
+	if st := h.c.Stats(); st.StartWaveSent != 1 {
+		t.Fatalf("StartWaveSent %d, want 1", st.StartWaveSent)
+	}
+}
+
+// TestNewerFieldsRuntime: an engine message with a 9th EngineCoreOutputs
+// element, the engine_notifications list vLLM PR #51433 (open; #54830 and
+// #54833 build on it) appends, is applied and counted in
+// Stats.NewerFields, over real sockets. The bytes are hand-built, not
+// vLLM's: no merged vLLM writes the field; the list holds one tagged
+// CustomNotification(key, payload) in msgspec's tagged-array form.
+func TestNewerFieldsRuntime(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	h := startCoordinator(t, testConfig(1))
+	e := readyEngines(t, ctx, h, 1)[0]
+	f := dialFront(t, h)
+	// [0, [], {"num_running_reqs": 3, "num_waiting_reqs": 2}, 1.5, nil, nil, nil, nil,
+	//  [["CustomNotification", "lora", {"adapters": ["a"]}]]]
+	b := msgp.AppendArrayHeader(nil, 9)
+	b = msgp.AppendInt64(b, 0)
+	b = msgp.AppendArrayHeader(b, 0)
+	b = msgp.AppendMapHeader(b, 2)
+	b = msgp.AppendString(b, "num_running_reqs")
+	b = msgp.AppendInt64(b, 3)
+	b = msgp.AppendString(b, "num_waiting_reqs")
+	b = msgp.AppendInt64(b, 2)
+	b = msgp.AppendFloat64(b, 1.5)
+	for range 4 {
+		b = msgp.AppendNil(b)
+	}
+	b = msgp.AppendArrayHeader(b, 1)
+	b = msgp.AppendArrayHeader(b, 3)
+	b = msgp.AppendString(b, "CustomNotification")
+	b = msgp.AppendString(b, "lora")
+	b = msgp.AppendMapHeader(b, 1)
+	b = msgp.AppendString(b, "adapters")
+	b = msgp.AppendArrayHeader(b, 1)
+	b = msgp.AppendString(b, "a")
+	if err := e.SendRaw(ctx, b); err != nil {
+		t.Fatal(err)
+	}
+	waitCounts(t, ctx, h, f, [][2]int{{2, 3}}, nil)
+	if st := h.c.Stats(); st.NewerFields != 1 || st.Dropped != 0 {
+		t.Fatalf("NewerFields %d, Dropped %d (drops %v)", st.NewerFields, st.Dropped, st.Drops)
+	}
+}

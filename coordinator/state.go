@@ -162,7 +162,17 @@ type stateCounters struct {
 	// times waveResync such notices in a row were followed anyway.
 	WaveJumps   uint64
 	WaveResyncs uint64
+	// NewerFields counts engine messages whose EngineCoreOutputs array had
+	// more elements than the knownOutputsFields this package knows.
+	NewerFields uint64
 }
+
+// knownOutputsFields is the number of EngineCoreOutputs fields of vLLM main
+// of 2026-08-07 (engine_index .. start_wave). A newer vLLM appends fields
+// (vLLM PR #51433, open, proposes engine_notifications as the 9th): they
+// are read past, as msgspec does, and counted in NewerFields, never a
+// reason to drop the message.
+const knownOutputsFields = 8
 
 // stateSnapshot is a copy of a [stateMachine]'s published view.
 type stateSnapshot struct {
@@ -221,6 +231,9 @@ type engineState struct {
 //     alone.
 //   - A back-publish "\x01" after start-up (an engine re-subscribing, as new
 //     elastic-EP engines do): READY again.
+//   - Under the option ",pr54762" (vLLM PR #54762, rules StartWaveAfterReady)
+//     the start-up READY is followed by START_DP_WAVE(current_wave = 0,
+//     no exclusion) when wave coordination is on; running is unchanged.
 //   - stateMachine.Tick: stats are published every StatsInterval while they
 //     change and every IdleInterval otherwise.
 //
@@ -356,6 +369,9 @@ func (s *stateMachine) OnEngineOutput(m *enginecore.Header) (stateActions, error
 	}
 	if err := m.Validate(); err != nil {
 		return stateActions{}, err
+	}
+	if m.Fields > knownOutputsFields {
+		s.counters.NewerFields++
 	}
 	idx := m.EngineIndex
 	switch {
@@ -542,6 +558,14 @@ func (s *stateMachine) checkStartup(a *stateActions) {
 		s.started = true
 		a.SendReady = true
 		s.counters.Readies++
+		if s.rules.StartWaveAfterReady && !s.cfg.DisableWaveCoordination && !s.running {
+			// vLLM PR #54762 (option ",pr54762"): START_DP_WAVE for the
+			// current wave (0 at start-up), no engine excluded, right after
+			// READY, so headless engine ranks step before the first
+			// request. Like vLLM's _send_start_wave it leaves running
+			// alone: rank 0's wave_complete ends the wave as usual.
+			s.startWave(a, s.wave, 0, false, false)
+		}
 	}
 }
 

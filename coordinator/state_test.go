@@ -709,3 +709,47 @@ func TestScaleUpWhileRunning(t *testing.T) {
 		t.Fatalf("disabled: %+v %v", a, err)
 	}
 }
+
+// TestStartWaveAfterReady: under the option ",pr54762" (vLLM PR #54762)
+// the start-up READY comes with START_DP_WAVE for wave 0, no engine
+// excluded, running unchanged; not on a later READY, not without the
+// option, not with wave coordination off.
+func TestStartWaveAfterReady(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		cfg  stateConfig
+		want bool
+	}{
+		{"latest,pr54762", stateConfig{Release: vllm.MustParse("latest,pr54762")}, true},
+		{"0.25,pr54762", stateConfig{Release: vllm.MustParse("0.25,pr54762")}, true},
+		{"latest", stateConfig{}, false},
+		{"disabled", stateConfig{Release: vllm.MustParse("latest,pr54762"), DisableWaveCoordination: true}, false},
+	} {
+		s, err := newStateMachine(3, tc.cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i := range 3 {
+			a, err := s.OnBackMessage([]byte{0x01})
+			if err != nil {
+				t.Fatal(err)
+			}
+			last := i == 2
+			if a.SendReady != last || a.SendStartWave != (last && tc.want) {
+				t.Fatalf("%s: subscription %d: SendReady %v SendStartWave %v", tc.name, i, a.SendReady, a.SendStartWave)
+			}
+			if a.SendStartWave && (a.StartWave != dpwire.StartDPWave{Wave: 0} || a.Running || a.PublishWave) {
+				t.Fatalf("%s: start wave %+v running %v publish %v", tc.name, a.StartWave, a.Running, a.PublishWave)
+			}
+		}
+		// A re-subscription after start-up: READY only.
+		if a := s.OnBackSubscribe(); !a.SendReady || a.SendStartWave {
+			t.Fatalf("%s: re-subscription: %+v", tc.name, a)
+		}
+		// Rank 0's wave_complete ends wave 0 as usual.
+		a, err := s.OnEngineOutput(waveCompleteMsg(0, 0))
+		if err != nil || (!tc.cfg.DisableWaveCoordination && (a.Wave != 1 || a.Running || !a.PublishWave)) {
+			t.Fatalf("%s: wave_complete 0: %+v %v", tc.name, a, err)
+		}
+	}
+}

@@ -96,6 +96,11 @@ type Stats struct {
 	StatsResyncs uint64 `json:"stats_resyncs"`
 	WaveJumps    uint64 `json:"wave_jumps"`
 	WaveResyncs  uint64 `json:"wave_resyncs"`
+	// NewerFields counts engine messages carrying EngineCoreOutputs fields
+	// beyond the 8 of vLLM main of 2026-08-07 (a newer vLLM's, such as the
+	// engine_notifications of vLLM PR #51433): read past and counted,
+	// never dropped for it.
+	NewerFields uint64 `json:"newer_fields"`
 	// BackUnsubscribed counts unsubscriptions ("\x00") received on the back
 	// publish socket, which are accepted and ignored (during start-up with a
 	// rate-limited warning).
@@ -141,6 +146,7 @@ func (c *Coordinator) Stats() Stats {
 		StatsResyncs:       counters.StatsResyncs,
 		WaveJumps:          counters.WaveJumps,
 		WaveResyncs:        counters.WaveResyncs,
+		NewerFields:        counters.NewerFields,
 
 		BackUnsubscribed: c.backUnsubs.Load(),
 	}

@@ -332,6 +332,9 @@ func (h *Header) unmarshal(b []byte, full *decoder) ([]byte, error) {
 			detail = "EngineCoreOutputs.start_wave: want nil or an int"
 			h.StartWave, h.HasStartWave, b, err = readOptInt(b)
 		default:
+			// A field a newer vLLM appended (vLLM PR #51433, open, appends
+			// engine_notifications as the 9th): skipped as msgspec does,
+			// never a refusal; h.Fields tells the caller it was there.
 			detail = "EngineCoreOutputs: malformed extra field"
 			if full != nil && full.exact {
 				if b, err = full.sub(orig, b, 2); err != nil {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -103,6 +104,11 @@ type Reply struct {
 	ClockOffset float64
 	// RTT is the time from sending the request to receiving the reply.
 	RTT time.Duration
+	// UnknownKeys counts the keys of the NixlHandshakePayload and
+	// NixlAgentMetadata maps this package does not know: fields a newer
+	// vLLM added, read past (as msgspec does for a dataclass) and never a
+	// reason to refuse the reply.
+	UnknownKeys int
 }
 
 // timeoutError is the detail of an ErrTimeout.
@@ -414,7 +420,9 @@ func decodeReply(r *Reply, frames [][]byte, endpoint string, opts ClientOptions)
 	} else {
 		p, err := nixlwire.DecodePayloadLimits(frames[0], opts.Limits)
 		if err == nil {
-			err = requireKeys(frames[0], payloadKeys)
+			var unknown int
+			unknown, err = requireKeys(frames[0], payloadKeys, payloadKeys)
+			r.UnknownKeys += unknown
 		}
 		if err != nil {
 			return fail(ErrUndecodablePayload, "NixlHandshakePayload", err)
@@ -430,7 +438,9 @@ func decodeReply(r *Reply, frames [][]byte, endpoint string, opts ClientOptions)
 	}
 	m, err := nixlwire.DecodeAgentMetadataLimits(metaBytes, opts.Limits)
 	if err == nil {
-		err = requireKeys(metaBytes, metadataKeys)
+		var unknown int
+		unknown, err = requireKeys(metaBytes, metadataKeys, metadataKnownKeys)
+		r.UnknownKeys += unknown
 	}
 	if err != nil {
 		return fail(ErrUndecodablePayload, "NixlAgentMetadata", err)
@@ -449,14 +459,21 @@ var (
 	payloadKeys  = []string{"compatibility_hash", "agent_metadata_bytes"}
 	metadataKeys = []string{"engine_id", "agent_metadata", "kv_caches_base_addr", "device_id", "num_blocks",
 		"block_lens", "kv_cache_layout", "block_size"}
+	// metadataKnownKeys are every NixlAgentMetadata key nixlwire decodes
+	// (connector version 12); a reply's other keys are counted in
+	// Reply.UnknownKeys.
+	metadataKnownKeys = append(slices.Clone(metadataKeys), "block_strides", "ssm_sizes", "attn_backend_name",
+		"physical_blocks_per_logical_kv_block", "region_num_blocks", "region_group_ids", "region_names",
+		"region_mem_types", "dcp_size", "pcp_size", "region_members")
 )
 
 // requireKeys checks that the msgpack map b (already decoded successfully,
-// so well-formed) has every one of keys, at most 64 of them.
-func requireKeys(b []byte, keys []string) error {
+// so well-formed) has every one of keys, at most 64 of them, and returns
+// how many of its keys are not in known.
+func requireKeys(b []byte, keys, known []string) (unknown int, err error) {
 	n, rest, err := msgp.ReadMapHeaderBytes(b)
 	if err != nil {
-		return decodeguard.NewError(decodeguard.ReasonDecode, "expected a map")
+		return 0, decodeguard.NewError(decodeguard.ReasonDecode, "expected a map")
 	}
 	var seen uint64
 	for range n {
@@ -471,20 +488,23 @@ func requireKeys(b []byte, keys []string) error {
 			rest, err = msgp.Skip(rest)
 		}
 		if err != nil {
-			return decodeguard.NewError(decodeguard.ReasonDecode, "malformed map")
+			return 0, decodeguard.NewError(decodeguard.ReasonDecode, "malformed map")
 		}
 		for i, k := range keys {
 			if string(key) == k {
 				seen |= 1 << i
 			}
 		}
+		if !slices.Contains(known, string(key)) {
+			unknown++
+		}
 	}
 	for i, k := range keys {
 		if seen&(1<<i) == 0 {
-			return decodeguard.NewError(decodeguard.ReasonDecode, "missing required key "+k)
+			return unknown, decodeguard.NewError(decodeguard.ReasonDecode, "missing required key "+k)
 		}
 	}
-	return nil
+	return unknown, nil
 }
 
 // errorReplyText reports whether b is a V1 error reply (a msgpack str

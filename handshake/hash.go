@@ -20,7 +20,10 @@ import (
 //     num_kv_heads, head_size, num_hidden_layers, attn_backend_name,
 //     cache_dtype, cross_layers_blocks, is_hma_enabled;
 //   - since connector version 6 (vLLM PR #49230): speculative_config;
-//   - since connector version 7 (vLLM PR #50620): transfer_mode.
+//   - since connector version 7 (vLLM PR #50620): transfer_mode;
+//   - with the option ",pr55776" (vLLM PR #55776, open: connector version
+//     8): revision and code_revision, the model's (see
+//     [vllm.Rules].NixlHashModelRevision).
 type Factors struct {
 	// Release is the vLLM release whose factor set and connector version
 	// are hashed; the zero value is vllm.Latest.
@@ -68,6 +71,13 @@ type Factors struct {
 	// TransferMode is "pull" (READ, the default when empty) or "push"
 	// (WRITE) (key transfer_mode, hashed since connector version 7).
 	TransferMode string
+	// Revision is the primary model's resolved revision (a commit hash
+	// of its repository), empty for None (key revision, hashed only by
+	// builds carrying vLLM PR #55776: the profile option ",pr55776").
+	Revision string
+	// CodeRevision is the configured code_revision, empty for None (key
+	// code_revision, hashed only with the option ",pr55776", as Revision).
+	CodeRevision string
 	// Extra holds further keys, added to (or replacing) the ones above,
 	// for forks and builds whose factor set differs from their release's.
 	Extra map[string]any
@@ -111,10 +121,24 @@ func (f *Factors) dict() map[string]any {
 		}
 		m["transfer_mode"] = mode
 	}
+	if rules.NixlHashModelRevision {
+		// vLLM PR #55776: a rolling update that changes the weights but
+		// not the geometry must fail the handshake.
+		m["revision"] = noneIfEmpty(f.Revision)
+		m["code_revision"] = noneIfEmpty(f.CodeRevision)
+	}
 	for k, v := range f.Extra {
 		m[k] = v
 	}
 	return m
+}
+
+// noneIfEmpty is s, or nil (Python's None) when s is empty.
+func noneIfEmpty(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
 }
 
 // nixlFactorKeys returns the keys of the dict the release of rules r
@@ -122,11 +146,17 @@ func (f *Factors) dict() map[string]any {
 // json.dumps(sort_keys=True) writes them.
 func nixlFactorKeys(r vllm.Rules) []string {
 	keys := []string{"attn_backend_name", "cache_dtype"}
+	if r.NixlHashModelRevision {
+		keys = append(keys, "code_revision")
+	}
 	if r.NixlHashCrossLayersBlocks {
 		keys = append(keys, "cross_layers_blocks")
 	}
 	keys = append(keys, "dtype", "head_size", "is_hma_enabled", "model", "nixl_connector_version",
 		"num_hidden_layers", "num_kv_heads")
+	if r.NixlHashModelRevision {
+		keys = append(keys, "revision")
+	}
 	if r.NixlHashSpeculativeConfig {
 		keys = append(keys, "speculative_config")
 	}

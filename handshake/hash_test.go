@@ -369,7 +369,14 @@ def v7(c):  # vLLM PR #49230 (speculative_config) and #50620 (transfer_mode, ver
     f["speculative_config"] = spec(c)
     f["transfer_mode"] = c["transfer_mode"] or "pull"
     return f
-profiles = {"0.25": lambda c: base(c, 5), "0.26": lambda c: base(c, 5), "main-pre-50620": v6, "main-pre-51481": v7, "latest": v7}
+def v8(c):  # vLLM PR #55776 (open): the model's revision and code_revision, version 8
+    f = v7(c)
+    f["nixl_connector_version"] = 8
+    f["revision"] = c.get("revision") or None
+    f["code_revision"] = c.get("code_revision") or None
+    return f
+profiles = {"0.25": lambda c: base(c, 5), "0.26": lambda c: base(c, 5), "main-pre-50620": v6, "main-pre-51481": v7, "latest": v7,
+    "latest,pr55776": v8, "main-pre-51481,pr55776": v8}
 for line in sys.stdin:
     name, cfg = line.split(" ", 1)
     print(hashlib.sha256(json.dumps(profiles[name](json.loads(cfg)), sort_keys=True).encode()).hexdigest())
@@ -382,6 +389,7 @@ func writePyFactors(w *bytes.Buffer, r vllm.Release, f *Factors) {
 		"head_size": f.HeadSize, "num_hidden_layers": f.NumHiddenLayers, "attn_backend_name": f.AttnBackendName,
 		"cache_dtype": f.CacheDtype, "cross_layers_blocks": f.CrossLayersBlocks, "is_hma_enabled": f.IsHMAEnabled,
 		"speculative_config": f.SpeculativeConfig, "transfer_mode": f.TransferMode,
+		"revision": f.Revision, "code_revision": f.CodeRevision,
 	})
 	fmt.Fprintf(w, "%s %s\n", r, cfg)
 }
@@ -437,6 +445,59 @@ func TestCompatibilityHashReleases(t *testing.T) {
 	// rule sets and the four factor sets give twelve distinct hashes.
 	if want := 3 * len(sets); len(seen) != want {
 		t.Errorf("%d distinct hashes, want %d", len(seen), want)
+	}
+}
+
+// TestCompatibilityHashModelRevision: with the option ",pr55776" (vLLM PR
+// #55776, open) the hash adds revision and code_revision (None when empty)
+// at connector version 8, as the PR's description says, mirrored in Python
+// as for the releases; without the option the revisions are not hashed.
+func TestCompatibilityHashModelRevision(t *testing.T) {
+	requirePython(t, "json, hashlib")
+	sets := []Factors{exampleFactors(), exampleFactors(), exampleFactors()}
+	sets[1].Revision = "a1b2c3d4e5f60718293a4b5c6d7e8f9012345678"
+	sets[2].Revision, sets[2].CodeRevision = "main", "v2.1"
+	var in bytes.Buffer
+	var goHashes []string
+	for _, name := range []string{"latest,pr55776", "main-pre-51481,pr55776"} {
+		r := vllm.MustParse(name)
+		for _, f := range sets {
+			writePyFactors(&in, r, &f)
+			f.Release = r
+			h, err := f.Hash()
+			if err != nil {
+				t.Fatal(err)
+			}
+			goHashes = append(goHashes, h)
+		}
+	}
+	lines := strings.Fields(string(runPython(t, pyReleaseHash, in.Bytes())))
+	if len(lines) != len(goHashes) {
+		t.Fatalf("python printed %d hashes for %d cases", len(lines), len(goHashes))
+	}
+	for i, h := range goHashes {
+		if h != lines[i] {
+			t.Errorf("case %d: go %s, python %s", i, h, lines[i])
+		}
+	}
+	if goHashes[0] == goHashes[1] || goHashes[1] == goHashes[2] {
+		t.Error("a different revision gives the same hash")
+	}
+	plain, rev := exampleFactors(), exampleFactors()
+	rev.Revision = "a1b2c3d4"
+	h1, _ := plain.Hash()
+	h2, _ := rev.Hash()
+	if h1 != h2 {
+		t.Error("latest without the option hashes the revision")
+	}
+	keys := nixlFactorKeys(vllm.MustParse("latest,pr55776").Rules())
+	if !slices.Contains(keys, "revision") || !slices.Contains(keys, "code_revision") || !slices.IsSorted(keys) {
+		t.Fatalf("keys %v", keys)
+	}
+	f := exampleFactors()
+	f.Release = vllm.MustParse("latest,pr55776")
+	if m := f.dict(); m["nixl_connector_version"] != 8 || m["revision"] != nil || len(m) != len(keys) {
+		t.Fatalf("dict %v", m)
 	}
 }
 

@@ -1,7 +1,6 @@
 package vllm
 
 import (
-	"strings"
 	"testing"
 
 	"go.uber.org/goleak"
@@ -20,9 +19,8 @@ func TestParse(t *testing.T) {
 		}
 	}
 	for _, in := range []string{"0.24", "1", "0.26.1.2", "latest2", "0.2x"} {
-		_, err := Parse(in)
-		if err == nil || !strings.Contains(err.Error(), "known: 0.25, 0.26, main-pre-50620, main-pre-51481, latest") {
-			t.Errorf("Parse(%q): error %v", in, err)
+		if _, err := Parse(in); err == nil {
+			t.Errorf("Parse(%q) accepted", in)
 		}
 	}
 	if r := MustParse("latest"); r != Latest() || r != (Release{}) {

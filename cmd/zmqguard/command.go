@@ -21,9 +21,28 @@ type command[F any] struct {
 type runner interface {
 	commandSpec() commandSpec
 	main(ctx context.Context, e *env, args []string) int
+	flags(e *env) *flag.FlagSet
 }
 
 func (c command[F]) commandSpec() commandSpec { return c.spec }
+
+// flagSet builds the command's flag set (the global flags included) bound
+// to a new flags struct.
+func (c command[F]) flagSet(e *env) (*flag.FlagSet, *F) {
+	fs := newFlagSet(e, c.spec)
+	fl := new(F)
+	if c.register != nil {
+		c.register(fs, fl)
+	}
+	return fs, fl
+}
+
+// flags returns the command's flag set, for tests that check what every
+// command accepts.
+func (c command[F]) flags(e *env) *flag.FlagSet {
+	fs, _ := c.flagSet(e)
+	return fs
+}
 
 // main is every command's prologue and exit: it builds the flag set (the
 // global flags included), parses args (-h writes the usage to stdout and
@@ -31,11 +50,7 @@ func (c command[F]) commandSpec() commandSpec { return c.spec }
 // logger, runs the command with the signal context ctx, and turns its
 // error into the exit code and at most one line on stderr (finish).
 func (c command[F]) main(ctx context.Context, e *env, args []string) int {
-	fs := newFlagSet(e, c.spec)
-	fl := new(F)
-	if c.register != nil {
-		c.register(fs, fl)
-	}
+	fs, fl := c.flagSet(e)
 	pos, code, done := parseCommand(e, fs, c.spec, args)
 	if done {
 		return code

@@ -18,7 +18,7 @@ import (
 // --compat-hash and the demo's decode clients use its hash (README, "The
 // CLI", lists them).
 func demoFactors(r vllm.Release) handshake.Factors {
-	version := r.String()
+	version, _, _ := strings.Cut(r.String(), ",") // the profile, without options
 	if !strings.HasPrefix(version, "main") && version != "latest" {
 		version += ".0"
 	}

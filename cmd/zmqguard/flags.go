@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log/slog"
 	"math"
 	"strconv"
 	"strings"
@@ -207,6 +208,7 @@ func parseCommand(e *env, fs *flag.FlagSet, spec commandSpec, args []string) (po
 		usageLine(e.stderr, spec, err)
 		return nil, 2, true
 	}
+	logReleaseWarnings(fs, e.logger)
 	return pos, 0, false
 }
 
@@ -232,9 +234,15 @@ func finish(e *env, spec commandSpec, err error) int {
 	return 1
 }
 
-// releaseValue is a --vllm-version flag: a vllm.Release parsed by
-// vllm.Parse.
-type releaseValue struct{ r *vllm.Release }
+// releaseValue is a --vllm-version flag: a vllm.Release resolved by
+// vllm.Resolve from a profile name, a release number or a build's version
+// string. warn keeps the resolution's warning (an assumption beyond the
+// release table) for [logReleaseWarnings], which logs it once the logger
+// exists.
+type releaseValue struct {
+	r    *vllm.Release
+	warn *string
+}
 
 func (v releaseValue) String() string {
 	if v.r == nil {
@@ -244,11 +252,11 @@ func (v releaseValue) String() string {
 }
 
 func (v releaseValue) Set(s string) error {
-	r, err := vllm.Parse(s)
+	res, err := vllm.Resolve(s)
 	if err != nil {
 		return err
 	}
-	*v.r = r
+	*v.r, *v.warn = res.Release, res.Warning
 	return nil
 }
 
@@ -261,7 +269,20 @@ func releaseFlag(fs *flag.FlagSet) *vllm.Release {
 	for _, rel := range vllm.Releases() {
 		names = append(names, rel.String())
 	}
-	fs.Var(releaseValue{r}, "vllm-version",
-		"the vLLM `release` the peers run: "+strings.Join(names, ", ")+" (default latest; a patch release such as 0.26.1 selects its minor profile)")
+	fs.Var(releaseValue{r, new(string)}, "vllm-version",
+		"the vLLM `release` the peers run: a profile ("+strings.Join(names, ", ")+"), a release number (0.27, 0.27.1, v0.28.0) "+
+			"or a build's version (0.28.0rc1, 0.27.1.dev12+g5ac2684), mapped to a profile by evidence ('zmqguard version --profiles' "+
+			"lists them); options ,pr54762 ,pr55776 for builds carrying those open vLLM pull requests (default latest)")
 	return r
+}
+
+// logReleaseWarnings logs, once, at WARN the assumption a --vllm-version
+// value rests on (a release newer than zmqguard's table, a patch release
+// missing from it, a dev build between two profiles).
+func logReleaseWarnings(fs *flag.FlagSet, logger *slog.Logger) {
+	fs.Visit(func(f *flag.Flag) {
+		if v, ok := f.Value.(releaseValue); ok && *v.warn != "" {
+			logger.Warn(*v.warn, "flag", "--"+f.Name, "profile", v.r.String())
+		}
+	})
 }

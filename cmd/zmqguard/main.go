@@ -18,7 +18,7 @@
 //	probe ADDR          triage a NIXL handshake listener step by step
 //	scan ADDR...        replay the built-in hostile corpus at your own services
 //	sink                a guarded PULL that counts valid messages, for measuring a machine
-//	version             print the module version and VCS revision (also --version)
+//	version             print the module version and VCS revision (also --version); --profiles: the vLLM release table
 //	keygen              make a CURVE key pair (Z85) or a pair of ZPL certificate files
 //	outputs             a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines
 //	kv-events           follow vLLM KV-cache event publishers, one JSON line per event
