@@ -3,9 +3,9 @@
 // every piece of peer text or peer bytes that reaches a line or an error
 // string goes through [Escape] or [PrefixHex].
 //
-//	lim := ratelog.New(ratelog.Config{Logger: log, Component: "jobs"})
+//	lim := ratelog.New(ratelog.Config{Logger: logger, Component: "jobs"})
 //	if lim.Drop("decode", peer, time.Now()) == ratelog.First {
-//		log.Warn("zmqguard: dropped a message (first from this peer)",
+//		logger.Warn("zmqguard: dropped a message (first from this peer)",
 //			ratelog.KeyComponent, "jobs", ratelog.KeyPeer, peer,
 //			ratelog.KeyPrefixHex, ratelog.PrefixHex(frame, 32))
 //	}
