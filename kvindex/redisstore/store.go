@@ -63,14 +63,16 @@ func NewWriterID() string {
 // Stats are a store's own counters, beyond kvindex.BackendStats.
 type Stats struct {
 	// Calls counts round trips; Errors the ones that failed.
-	Calls, Errors uint64
+	Calls  uint64 `json:"calls"`
+	Errors uint64 `json:"errors"`
 	// NotWriter counts Apply calls refused because another writer held
 	// the engine's lease; Takeovers counts leases this store took over
 	// from another writer (the engine's entries became uncertain).
-	NotWriter, Takeovers uint64
+	NotWriter uint64 `json:"not_writer"`
+	Takeovers uint64 `json:"takeovers"`
 	// Recovered counts engines whose Apply had failed and whose next
 	// applied batch started with OpLost (their entries made uncertain).
-	Recovered uint64
+	Recovered uint64 `json:"recovered"`
 }
 
 // store is a kvindex.Backend on Redis or Valkey.
