@@ -88,10 +88,10 @@ var demoCmd = command[demoFlags]{
 // none).
 func runDemo(ctx context.Context, fl *demoFlags, e *env) error {
 	if fl.duration <= 0 {
-		return usagef("--duration must be positive")
+		return badFlag("--duration", fl.duration, "want a positive duration")
 	}
 	if fl.clients < 1 || fl.clients > 8 {
-		return usagef("--clients must be in [1, 8]")
+		return badFlag("--clients", fl.clients, "want 1..8")
 	}
 	if err := fl.mo.check(); err != nil {
 		return err
