@@ -1,7 +1,7 @@
 package doccheck
 
 import (
-	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
 	"go/ast"
@@ -16,6 +16,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -513,11 +514,22 @@ func TestSnippetsCompile(t *testing.T) {
 	if len(snippets) < 20 {
 		t.Fatalf("found %d snippets; the repository has more than 20: is the extraction broken?", len(snippets))
 	}
+	built, skipped, problems := buildSnippets(t, root, snippets)
+	t.Logf("%d snippets: %d built, %d marked not compiled", len(snippets), built, skipped)
+	for _, p := range problems {
+		t.Error(p)
+	}
+}
+
+// buildSnippets builds snippets as packages of the module at root (through
+// an overlay) and returns how many it built, how many were marked not
+// compiled, and one problem per snippet error, naming the snippet.
+func buildSnippets(t *testing.T, root string, snippets []snippet) (built, skipped int, problems []string) {
+	t.Helper()
 	tmp := t.TempDir()
 	overlay := map[string]string{}
 	var pkgs []string
 	owner := map[string]snippet{}
-	skipped := 0
 	for i, s := range snippets {
 		if s.skip != "" {
 			t.Logf("%s: not compiled (%s)", s.where, s.skip)
@@ -527,7 +539,7 @@ func TestSnippetsCompile(t *testing.T) {
 		pkg := fmt.Sprintf("s%03d", i)
 		files, err := wrapSnippet(s, pkg)
 		if err != nil {
-			t.Errorf("%s: %v", s.where, err)
+			problems = append(problems, fmt.Sprintf("%s: %v", s.where, err))
 			continue
 		}
 		dir := filepath.Join(root, "internal", "doccheck", "snippets.overlay", pkg)
@@ -541,7 +553,9 @@ func TestSnippetsCompile(t *testing.T) {
 		pkgs = append(pkgs, "./internal/doccheck/snippets.overlay/"+pkg)
 		owner[pkg] = s
 	}
-	t.Logf("%d snippets: %d built, %d marked not compiled", len(snippets), len(pkgs), skipped)
+	if len(pkgs) == 0 {
+		return 0, skipped, problems
+	}
 	ov, err := json.Marshal(map[string]any{"Replace": overlay})
 	if err != nil {
 		t.Fatal(err)
@@ -550,52 +564,109 @@ func TestSnippetsCompile(t *testing.T) {
 	if err := os.WriteFile(ovPath, ov, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	goBin := filepath.Join(os.Getenv("GOROOT"), "bin", "go")
-	if _, err := os.Stat(goBin); err != nil {
-		goBin = "go"
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Fatalf("the go command is needed to build the snippets: %v", err)
 	}
-	cmd := exec.Command(goBin, append([]string{"build", "-overlay", ovPath}, pkgs...)...)
+	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, goBin, append([]string{"build", "-overlay", ovPath}, pkgs...)...)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "GOWORK=off")
-	done := make(chan struct{})
-	var outb []byte
-	go func() {
-		defer close(done)
-		outb, _ = cmd.CombinedOutput()
-	}()
-	select {
-	case <-done:
-	case <-time.After(4 * time.Minute):
-		_ = cmd.Process.Kill()
-		<-done
-		t.Fatal("go build of the snippets took more than 4 minutes")
+	outb, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("go build of the snippets took more than 4 minutes:\n%s", outb)
 	}
-	if cmd.ProcessState.Success() {
-		return
+	if err == nil {
+		return len(pkgs), skipped, problems
 	}
-	// Attribute each error line to its snippet.
-	sc := bufio.NewScanner(strings.NewReader(string(outb)))
+	// Attribute each error line to its snippet, with the wrapped line.
 	re := regexp.MustCompile(`/(s\d{3})_([^:/]+):(\d+):\d+: (.*)`)
-	reported := false
-	for sc.Scan() {
-		m := re.FindStringSubmatch(sc.Text())
+	n := len(problems)
+	for line := range strings.SplitSeq(string(outb), "\n") {
+		m := re.FindStringSubmatch(line)
 		if m == nil {
 			continue
 		}
-		s := owner[m[1]]
-		text, _ := os.ReadFile(overlay[filepath.Join(root, "internal", "doccheck", "snippets.overlay", m[1], m[2])])
-		line := ""
+		text, _ := os.ReadFile(filepath.Join(tmp, m[1]+"_"+m[2]))
+		at := ""
 		if ls := strings.Split(string(text), "\n"); len(ls) > 0 {
-			var n int
-			fmt.Sscan(m[3], &n)
-			if n >= 1 && n <= len(ls) {
-				line = strings.TrimSpace(ls[n-1])
+			if k, err := strconv.Atoi(m[3]); err == nil && k >= 1 && k <= len(ls) {
+				at = strings.TrimSpace(ls[k-1])
 			}
 		}
-		t.Errorf("%s: does not compile: %s (at %q)", s.where, m[4], line)
-		reported = true
+		problems = append(problems, fmt.Sprintf("%s: does not compile: %s (at %q)", owner[m[1]].where, m[4], at))
 	}
-	if !reported {
-		t.Fatalf("go build failed:\n%s", outb)
+	if len(problems) == n {
+		problems = append(problems, fmt.Sprintf("go build failed:\n%s", outb))
+	}
+	return len(pkgs), skipped, problems
+}
+
+// TestSnippetRule checks the rule on small inputs: extraction from
+// Markdown and doc comments (markers honoured, diagrams left out, a bad
+// marker refused), wrapping (whole file, declarations, statements with
+// imports and givens, "..." dropped, an unknown free name refused), and
+// that the build reports a snippet that does not compile, by its place.
+func TestSnippetRule(t *testing.T) {
+	md := "text\n```go\nx := 1\n```\n<!-- doccheck: not compiled (pseudo-code) -->\n```go\nfoo bar\n```\n```sh\nls\n```\n"
+	got, err := markdownSnippets("a.md", md)
+	if err != nil || len(got) != 2 || got[0].where != "a.md:2" || got[0].code != "x := 1\n" || got[0].skip != "" || got[1].skip != "pseudo-code" {
+		t.Fatalf("markdownSnippets = %+v, %v", got, err)
+	}
+	for _, bad := range []string{"<!-- doccheck: skip -->\n```go\nx\n```\n", "<!-- doccheck: not compiled () -->\n```go\nx\n```\n", "```go\nx := 1\n"} {
+		if _, err := markdownSnippets("b.md", bad); err == nil {
+			t.Errorf("markdownSnippets(%q): no error", bad)
+		}
+	}
+
+	dir := t.TempDir()
+	src := "// Package p does things.\n//\n//\tv, err := p.Do()\n//\n// A diagram:\n//\n//\ta -> b -> c\n//\n// And:\n//\n//\t// not compiled: shows a shape\n//\tp.Do(???)\npackage p\n"
+	path := filepath.Join(dir, "p.go")
+	if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	ds, err := docSnippets("p/p.go", path)
+	if err != nil || len(ds) != 2 || ds[0].code != "v, err := p.Do()\n" || ds[0].skip != "" || ds[1].skip != "shows a shape" {
+		t.Fatalf("docSnippets = %+v, %v", ds, err)
+	}
+
+	files, err := wrapSnippet(snippet{code: "package main\n\nfunc main() {}\n"}, "s")
+	if err != nil || files["snippet.go"] != "package main\n\nfunc main() {}\n" || len(files) != 1 {
+		t.Errorf("whole file: %q, %v", files, err)
+	}
+	files, err = wrapSnippet(snippet{code: "r, err := kvindex.New(kvindex.Config{})\n...\nfmt.Println(r, ctx)\nreturn err\n"}, "s")
+	w := files["snippet.go"]
+	for _, want := range []string{
+		"package s\n", `import "context"`, `import "fmt"`, `import "github.com/zmqguard/zmqguard/kvindex"`,
+		"var ctx context.Context", "func snippet() error {", "\t_ = r\n\t_ = err\n",
+	} {
+		if err != nil || !strings.Contains(w, want) {
+			t.Errorf("statements: %v; lacks %q:\n%s", err, want, w)
+		}
+	}
+	if strings.Contains(w, "...") {
+		t.Errorf("statements: the ... line was kept:\n%s", w)
+	}
+	files, err = wrapSnippet(snippet{code: "func TestX(t *testing.T) { use(t) }\n"}, "s")
+	if w := files["snippet.go"]; err != nil || !strings.Contains(w, "\nfunc TestX(t *testing.T) { use(t) }\n") || strings.Contains(w, "func snippet()") || !strings.Contains(w, "func use(") {
+		t.Errorf("declarations: %v:\n%s", err, w)
+	}
+	// ctx is a parameter of the literal, not free there; unknown is free.
+	if _, err := wrapSnippet(snippet{code: "f := func(ctx context.Context) {}\nf(unknown)\n"}, "s"); err == nil || !strings.Contains(err.Error(), "uses unknown") {
+		t.Errorf("unknown free name: %v", err)
+	}
+
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	if err != nil {
+		t.Fatal(err)
+	}
+	built, skipped, problems := buildSnippets(t, root, []snippet{
+		{where: "good.md:1", code: "fmt.Println(1)\n"},
+		{where: "bad.md:7", code: "var n int = \"text\"\n"},
+		{where: "marked.md:1", code: "nonsense", skip: "pseudo"},
+	})
+	if built != 2 || skipped != 1 || len(problems) != 1 || !strings.HasPrefix(problems[0], "bad.md:7: does not compile: ") {
+		t.Fatalf("buildSnippets = %d built, %d skipped, %q; want the bad one reported by its place", built, skipped, problems)
 	}
 }
