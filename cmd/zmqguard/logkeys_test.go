@@ -95,6 +95,22 @@ func checkJSONLog(t *testing.T, stderr string) int {
 	return n
 }
 
+// checkJSONLogKeys fails t for every JSON line of stderr (a line opening
+// with "{") that has a key twice: start runs it on the stderr of every
+// command a test runs with --log-format json, so every command's log is
+// checked, not only the demo's.
+func checkJSONLogKeys(t *testing.T, stderr string) {
+	t.Helper()
+	for line := range strings.SplitSeq(stderr, "\n") {
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		if dups, err := duplicateKeys(line); err == nil && len(dups) > 0 {
+			t.Errorf("log line has %s more than once: %s", strings.Join(dups, ", "), line)
+		}
+	}
+}
+
 // TestDuplicateKeys checks the checker: a slog JSON line with a key twice
 // at the top or in a group is caught, a clean one passes, a non-object
 // line is an error.
