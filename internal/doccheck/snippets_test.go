@@ -25,7 +25,8 @@ import (
 // The snippet rule. Every Go snippet a reader meets compiles:
 //
 //   - In Markdown (every .md file of the repository outside testdata), a
-//     fenced block tagged go.
+//     fenced block tagged go. A block tagged otherwise (or not at all) that
+//     looks like Go (below) fails the test: tag it go.
 //   - In a package doc comment (the comment on a package clause of a non-test
 //     file), a code block that looks like Go: it has a := or a qualified call
 //     (pkg.Name( ...), or a line opening with func or package. Diagrams,
@@ -150,27 +151,35 @@ func markdownSnippets(rel, text string) ([]snippet, error) {
 	var out []snippet
 	lines := strings.Split(text, "\n")
 	for i := 0; i < len(lines); i++ {
-		if strings.TrimSpace(lines[i]) != "```go" {
+		lang, fence := strings.CutPrefix(strings.TrimSpace(lines[i]), "```")
+		if !fence {
 			continue
 		}
-		s := snippet{where: fmt.Sprintf("%s:%d", rel, i+1)}
-		if i > 0 && strings.HasPrefix(lines[i-1], "<!-- doccheck") {
-			m := mdSkip.FindStringSubmatch(lines[i-1])
+		open := i
+		s := snippet{where: fmt.Sprintf("%s:%d", rel, open+1)}
+		i++
+		for i < len(lines) && strings.TrimSpace(lines[i]) != "```" {
+			i++
+		}
+		if i == len(lines) {
+			return nil, fmt.Errorf("%s: unterminated code block", s.where)
+		}
+		s.code = strings.Join(lines[open+1:i], "\n") + "\n"
+		if lang != "go" {
+			// Go tagged otherwise (or not at all) would escape the build.
+			if looksLikeGo.MatchString(s.code) {
+				return nil, fmt.Errorf("%s: a %q block that looks like Go: tag it go (and mark it if it is not meant to compile)", s.where, lang)
+			}
+			continue
+		}
+		if open > 0 && strings.HasPrefix(lines[open-1], "<!-- doccheck") {
+			m := mdSkip.FindStringSubmatch(lines[open-1])
 			if m == nil || strings.TrimSpace(m[1]) == "" {
-				return nil, fmt.Errorf("%s: malformed marker %q (want <!-- doccheck: not compiled (REASON) -->)", s.where, lines[i-1])
+				return nil, fmt.Errorf("%s: malformed marker %q (want <!-- doccheck: not compiled (REASON) -->)", s.where, lines[open-1])
 			}
 			s.skip = m[1]
 		}
-		j := i + 1
-		for j < len(lines) && strings.TrimSpace(lines[j]) != "```" {
-			j++
-		}
-		if j == len(lines) {
-			return nil, fmt.Errorf("%s: unterminated Go block", s.where)
-		}
-		s.code = strings.Join(lines[i+1:j], "\n") + "\n"
 		out = append(out, s)
-		i = j
 	}
 	return out, nil
 }
@@ -614,7 +623,10 @@ func TestSnippetRule(t *testing.T) {
 	if err != nil || len(got) != 2 || got[0].where != "a.md:2" || got[0].code != "x := 1\n" || got[0].skip != "" || got[1].skip != "pseudo-code" {
 		t.Fatalf("markdownSnippets = %+v, %v", got, err)
 	}
-	for _, bad := range []string{"<!-- doccheck: skip -->\n```go\nx\n```\n", "<!-- doccheck: not compiled () -->\n```go\nx\n```\n", "```go\nx := 1\n"} {
+	for _, bad := range []string{
+		"<!-- doccheck: skip -->\n```go\nx\n```\n", "<!-- doccheck: not compiled () -->\n```go\nx\n```\n", "```go\nx := 1\n",
+		"```\nx, err := socket.New(\"PULL\", o)\n```\n", // Go without the go tag
+	} {
 		if _, err := markdownSnippets("b.md", bad); err == nil {
 			t.Errorf("markdownSnippets(%q): no error", bad)
 		}
