@@ -436,7 +436,8 @@ func (s *SchedulerStats) unmarshal(b []byte, full *decoder) ([]byte, error) {
 // Validate checks the values the coordinator and front-ends rely on and
 // returns a ReasonValidate *[decodeguard.Error] for the first one out of
 // range: a negative engine_index, a wave_complete or start_wave outside
-// [0, maxWave], or scheduler stats that fail [SchedulerStats.Validate].
+// [0, maxWave], or scheduler stats with a negative count, step counter or
+// wave, or a cache usage that is NaN, infinite or negative.
 func (h *Header) Validate() error {
 	switch {
 	case h.EngineIndex < 0:

@@ -84,24 +84,26 @@ type Op struct {
 type Counts struct {
 	// Added counts entries that did not exist; Refreshed counts stores of
 	// entries that did (duplicates, replays, re-stores after a loss).
-	Added, Refreshed uint64
+	Added     uint64 `json:"added"`
+	Refreshed uint64 `json:"refreshed"`
 	// Removed counts entries removed by OpRemove; UnknownRemovals counts
 	// OpRemove of an entry the backend does not hold.
-	Removed, UnknownRemovals uint64
+	Removed         uint64 `json:"removed"`
+	UnknownRemovals uint64 `json:"unknown_removals"`
 	// Cleared counts entries removed by OpClear.
-	Cleared uint64
+	Cleared uint64 `json:"cleared"`
 	// Remapped counts OpStore of a Hash the engine had mapped to another
 	// Key (the old key's entries of the engine are removed).
-	Remapped uint64
+	Remapped uint64 `json:"remapped"`
 	// Evicted counts entries removed to stay within the capacity.
-	Evicted uint64
+	Evicted uint64 `json:"evicted"`
 	// Rejected counts OpStore the backend could not hold: a group outside
 	// 0..255, an empty or over-long medium name, or a medium past 64
 	// distinct ones (vLLM knows a handful: GPU, CPU, disk/STORAGE,
 	// connector names; names are kept for the backend's life, so a
 	// publisher inventing names uses the slots up, and the rejections show
 	// it). Never an error: a peer's bytes must not stop the index.
-	Rejected uint64
+	Rejected uint64 `json:"rejected"`
 }
 
 // Holder is one (engine, medium) holding a block, as [Backend.Holders]
@@ -119,14 +121,17 @@ type BackendStats struct {
 	// Entries is the number of (block, engine, medium, group) entries held;
 	// Blocks the number of distinct local keys; Mappings the number of
 	// (engine, engine hash) mappings; Engines the engines known.
-	Entries, Blocks, Mappings, Engines int64
+	Entries  int64 `json:"entries"`
+	Blocks   int64 `json:"blocks"`
+	Mappings int64 `json:"mappings"`
+	Engines  int64 `json:"engines"`
 	// Capacity is the entry capacity.
-	Capacity int64
+	Capacity int64 `json:"capacity"`
 	// Evicted counts entries evicted since the backend was made.
-	Evicted uint64
+	Evicted uint64 `json:"evicted"`
 	// Bytes estimates the memory the backend holds (0 when unknown, e.g.
 	// a remote store).
-	Bytes int64
+	Bytes int64 `json:"bytes"`
 }
 
 // Backend is the index's storage: every stateful piece of the index lives

@@ -117,8 +117,8 @@
 // Lost range. Events lost (kvevents.UpdateLost) may have removed blocks the
 // index still lists. The engine's loss epoch goes up; an entry is trusted
 // while its epoch (set when last stored) equals its engine's. Score reports
-// uncertain entries apart: Match.Blocks counts only the leading blocks the
-// engine certainly holds (trusted), Match.MaybeBlocks those it may hold. So
+// uncertain entries apart: Prefix.Blocks counts only the leading blocks the
+// engine certainly holds (trusted), Prefix.MaybeBlocks those it may hold. So
 // a block the engine may no longer hold is never a certain hit. An entry
 // becomes trusted again when the engine stores it again (vLLM publishes a
 // store whenever a block is cached again), and everything is trusted after

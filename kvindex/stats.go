@@ -5,37 +5,44 @@ import "sync/atomic"
 // Stats are an index's counters and its backend's gauges.
 type Stats struct {
 	// Batches and Events count what Apply/ApplyEvents took.
-	Batches, Events uint64
+	Batches uint64 `json:"batches"`
+	Events  uint64 `json:"events"`
 	// Stores, Removals and Clears count events by type (BlockStored,
 	// BlockRemoved, AllBlocksCleared).
-	Stores, Removals, Clears uint64
+	Stores   uint64 `json:"stores"`
+	Removals uint64 `json:"removals"`
+	Clears   uint64 `json:"clears"`
 	// Resets counts engine resets (publisher restarts, Clear); Losses
 	// counts lost ranges (Lost).
-	Resets, Losses uint64
+	Resets uint64 `json:"resets"`
+	Losses uint64 `json:"losses"`
 	// Placeholders counts tier-only stores (no tokens) applied.
-	Placeholders uint64
+	Placeholders uint64 `json:"placeholders"`
 	// UnknownParents counts stores not indexed because their parent hash
 	// was unknown (the engine joined late, the parent was removed or
 	// evicted); UnknownPlaceholders counts tier-only store hashes not
 	// indexed because the hash was unknown; Hybrid counts hybrid stores
 	// (more tokens than blocks) not indexed.
-	UnknownParents, UnknownPlaceholders, Hybrid uint64
+	UnknownParents      uint64 `json:"unknown_parents"`
+	UnknownPlaceholders uint64 `json:"unknown_placeholders"`
+	Hybrid              uint64 `json:"hybrid"`
 	// PartialGroups counts stores and removals of KV-cache groups that do
 	// not hold whole prefixes (sliding window, chunked local, Mamba,
 	// encoder-only, cross-attention; see the package documentation), left
 	// out.
-	PartialGroups uint64
+	PartialGroups uint64 `json:"partial_groups"`
 	// Refused counts events refused: a block size out of range, tokens not
 	// a whole number of blocks, an unusable medium or group, an unknown
 	// event type.
-	Refused uint64
+	Refused uint64 `json:"refused"`
 	// Counts sums what the backend did (entries added, refreshed, removed,
 	// evicted, ...).
 	Counts
 	// Scores counts Score calls; Errors counts backend failures.
-	Scores, Errors uint64
+	Scores uint64 `json:"scores"`
+	Errors uint64 `json:"errors"`
 	// Backend holds the backend's gauges.
-	Backend BackendStats
+	Backend BackendStats `json:"backend"`
 }
 
 type counters struct {

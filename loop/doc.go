@@ -1,13 +1,13 @@
 // Package loop provides SafeLoop, the receive loop no peer can end: bad
 // input is dropped, counted and logged (rate-limited), and the loop goes on.
 //
-//	pull, _ := socket.NewPull(socket.Options{})
+//	pull, _ := socket.New("PULL", socket.Options{})
 //	_ = pull.Bind("tcp://127.0.0.1:5557")
 //	l, _ := loop.New(pull, loop.Config[Job]{ // Job: a msgp-generated type
 //		Name:   "jobs",
 //		Decode: loop.MsgpDecoder[Job](decodeguard.Limits{}),
 //		Handler: func(ctx context.Context, d loop.Delivery[Job]) error {
-//			return handle(d.Value) // d.Value is reused: copy what you keep
+//			return save(d.Value) // d.Value is reused: copy what you keep
 //		},
 //	})
 //	err := l.Run(ctx) // nil when ctx ends; l.Stats().Dropped counts by reason

@@ -2,8 +2,8 @@
 // one fixed set of metric families, read at scrape time by an adapter.
 //
 //	set := metrics.NewSet()
-//	set.AddLoop("jobs", l)    // a *loop.Loop[T]
-//	set.AddSocket("jobs", s)  // its *socket.Socket
+//	set.AddLoop("jobs", l)       // a *loop.Loop[T]
+//	set.AddSocket("jobs", pull)  // its *socket.Socket
 //	set.Collect(func(s metrics.Sample) {
 //		fmt.Println(s.Family.Name, s.Labels, s.Value)
 //	})

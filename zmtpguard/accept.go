@@ -24,30 +24,30 @@ const (
 type Stats struct {
 	// Accepted counts TCP (or unix) connections taken from the OS listener,
 	// refused ones included.
-	Accepted uint64
+	Accepted uint64 `json:"accepted"`
 	// Handshakes counts connections whose guarded handshake completed.
-	Handshakes uint64
+	Handshakes uint64 `json:"handshakes"`
 	// AcceptErrors counts failed accepts (each followed by a back-off).
-	AcceptErrors uint64
+	AcceptErrors uint64 `json:"accept_errors"`
 	// Refused counts peer input refused, by reason: refusals at accept and
 	// evictions (policy), handshake failures and violations on established
 	// connections. Each connection's handshake ends in at most one.
-	Refused decodeguard.Counts
+	Refused decodeguard.Counts `json:"refused"`
 	// Evicted counts pending handshakes aborted to admit a newer connection
 	// when MaxPendingHandshakes was reached (see [Config]); each is also one
 	// policy refusal in Refused.
-	Evicted uint64
+	Evicted uint64 `json:"evicted"`
 	// ConnsEvicted counts open connections (pending or established)
 	// closed to admit a connection from a host under its fair share of a
 	// full MaxConns (see [Config.MaxConns]); each is also one policy
 	// refusal in Refused.
-	ConnsEvicted uint64
+	ConnsEvicted uint64 `json:"conns_evicted"`
 	// Open is the number of connections counted against MaxConns: pending
 	// handshakes plus established connections not yet closed.
-	Open int64
+	Open int64 `json:"open"`
 	// Pending is the number of handshakes in progress (evicted ones no
 	// longer count): at most MaxPendingHandshakes per listener.
-	Pending int64
+	Pending int64 `json:"pending"`
 }
 
 // counters are the live values behind Stats.

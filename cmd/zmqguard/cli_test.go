@@ -204,7 +204,8 @@ func TestJSONLogDurations(t *testing.T) {
 }
 
 // TestDemo runs the product tour for 2 s: exit 0, the final table on stdout,
-// no crash, handshakes completed, every component still answering.
+// no crash, handshakes completed, every component still answering, and a
+// JSON log of which no line has a key twice.
 func TestDemo(t *testing.T) {
 	code, out, errOut := runBin(t, 60*time.Second, "demo", "--duration", "2s", "--log-format", "json")
 	if code != 0 {
@@ -233,6 +234,9 @@ func TestDemo(t *testing.T) {
 	if !strings.Contains(errOut, `"msg":"demo started"`) {
 		t.Errorf("no JSON log on stderr:\n%s", errOut)
 	}
+	// One attribute per key: every stderr line is a JSON object, none has
+	// a key twice (a library's component beside the demo's own name).
+	t.Logf("%d JSON log lines checked", checkJSONLog(t, errOut))
 }
 
 // TestCoordinator runs the coordinator command with two Go engines and a

@@ -138,16 +138,22 @@ func runCoordinator(ctx context.Context, fl *coordinatorFlags, e *env) error {
 		return usagef("--front, --back-output and --back-publish are required")
 	}
 	if fl.engines < 1 || fl.engines > maxStartEngines {
-		return usagef("--engines must be in [1, %d]", maxStartEngines)
+		return badFlag("--engines", fl.engines, fmt.Sprintf("want 1..%d", maxStartEngines))
 	}
-	if fl.statsInterval <= 0 || fl.idleInterval <= 0 || fl.startup < 0 {
-		return usagef("intervals must be positive")
+	if fl.statsInterval <= 0 {
+		return badFlag("--stats-interval", fl.statsInterval, "want a positive duration")
+	}
+	if fl.idleInterval <= 0 {
+		return badFlag("--idle-interval", fl.idleInterval, "want a positive duration")
+	}
+	if fl.startup < 0 {
+		return badFlag("--startup-deadline", fl.startup, "must not be negative")
 	}
 	if fl.maxMsg < 64 {
-		return usagef("--max-message-size must be at least 64 bytes")
+		return badFlag("--max-message-size", shown(formatSize(int64(fl.maxMsg))), "want at least 64 bytes")
 	}
 	if fl.maxEngines != 0 && (fl.maxEngines < fl.engines || fl.maxEngines > dpwire.MaxEngines) {
-		return usagef("--max-engines must be in [--engines, %d]", dpwire.MaxEngines)
+		return badFlag("--max-engines", fl.maxEngines, fmt.Sprintf("want --engines (%d)..%d", fl.engines, dpwire.MaxEngines))
 	}
 	var scaleHosts []string
 	for _, h := range strings.Split(fl.scaleFrom, ",") {

@@ -2,10 +2,13 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
+	"io/fs"
 	"log/slog"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 
 	"github.com/zmqguard/zmqguard/internal/ratelog"
@@ -37,7 +40,7 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 	}
 	certPublic, certSecret, err := zmtpguard.LoadCertificate(*f.secretFile)
 	if err != nil {
-		return nil, noop, err
+		return nil, noop, fileFlagError("--curve-secret-key-file", *f.secretFile, err)
 	}
 	if certSecret == (zmtpguard.CurveKey{}) {
 		return nil, noop, usagef("--curve-secret-key-file %s holds no secret key (give the .key_secret file)", *f.secretFile)
@@ -45,7 +48,7 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 	ks := &zmtpguard.KeySet{Path: *f.allow}
 	n, err := ks.Reload()
 	if err != nil {
-		return nil, noop, err
+		return nil, noop, fileFlagError("--curve-allow", *f.allow, err)
 	}
 	logger.Info("CURVE on: only listed client keys are admitted", "public_key", certPublic.String(), "allowed_keys", n, "allow", *f.allow)
 	rctx, cancel := context.WithCancel(ctx)
@@ -73,6 +76,21 @@ func (f *curveServerFlags) config(ctx context.Context, logger *slog.Logger) (*zm
 		<-done
 	}
 	return &zmtpguard.CurveConfig{Server: true, SecretKey: certSecret, Authorize: ks.Authorize, Logger: logger}, stop, nil
+}
+
+// fileFlagError is the one-line refusal of a file a flag names: the flag,
+// the path (quoted) and what is wrong, without the path a second time
+// ("--curve-allow \"/x\": no such file or directory", not "open /x: no
+// such file or directory").
+func fileFlagError(flagName, path string, err error) error {
+	var pe *fs.PathError
+	detail := err.Error()
+	if errors.As(err, &pe) && pe.Path == path {
+		detail = pe.Err.Error()
+	} else if rest, ok := strings.CutPrefix(detail, path+": "); ok {
+		detail = rest
+	}
+	return usagef("%s %q: %s", flagName, path, detail)
 }
 
 // curveClientFlags are a client command's CURVE flags.
@@ -106,7 +124,7 @@ func (f *curveClientFlags) config(logger *slog.Logger) (*zmtpguard.CurveConfig, 
 	if *f.secretFile != "" {
 		certPublic, certSecret, err := zmtpguard.LoadCertificate(*f.secretFile)
 		if err != nil {
-			return nil, err
+			return nil, fileFlagError("--curve-secret-key-file", *f.secretFile, err)
 		}
 		if certSecret == (zmtpguard.CurveKey{}) {
 			return nil, usagef("--curve-secret-key-file %s holds no secret key (give the .key_secret file)", *f.secretFile)

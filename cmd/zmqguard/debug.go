@@ -56,12 +56,14 @@ func addDebugFlags(fs *flag.FlagSet) *debugOptions {
 // --debug-allow-remote). An empty host means every interface and is not
 // loopback.
 func (o *debugOptions) check() error {
-	return checkLocalAddr("--debug-addr", o.addr, "127.0.0.1:6060", "the debug endpoint serves heap profiles", o.allowRemote)
+	return checkLocalAddr("--debug-addr", o.addr, "127.0.0.1:6060", "the debug endpoint serves heap profiles to anyone who reaches it", o.allowRemote)
 }
 
 // checkLocalAddr validates an HTTP endpoint flag: empty (off), or host:port
 // whose host is loopback unless allowRemote (the flag "--X-allow-remote").
-// exposure says what a remote reader would get.
+// exposure says, as a whole clause, what a remote reader would get ("the
+// debug endpoint serves heap profiles to anyone who reaches it"): it is
+// written as given, nothing is appended to it.
 func checkLocalAddr(flagName, addr, example, exposure string, allowRemote bool) error {
 	if addr == "" {
 		return nil
@@ -76,7 +78,7 @@ func checkLocalAddr(flagName, addr, example, exposure string, allowRemote bool) 
 	if allowRemote || isLoopbackHost(host) {
 		return nil
 	}
-	return usagef("%s %q is not a loopback address: %s to anyone who reaches it; use 127.0.0.1, ::1 or "+
+	return usagef("%s %q is not a loopback address: %s; use 127.0.0.1, ::1 or "+
 		"localhost, or add %s", flagName, addr, exposure, strings.TrimSuffix(flagName, "-addr")+"-allow-remote")
 }
 

@@ -16,6 +16,7 @@ import (
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/dppeer"
 	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -87,10 +88,10 @@ var demoCmd = command[demoFlags]{
 // none).
 func runDemo(ctx context.Context, fl *demoFlags, e *env) error {
 	if fl.duration <= 0 {
-		return usagef("--duration must be positive")
+		return badFlag("--duration", fl.duration, "want a positive duration")
 	}
 	if fl.clients < 1 || fl.clients > 8 {
-		return usagef("--clients must be in [1, 8]")
+		return badFlag("--clients", fl.clients, "want 1..8")
 	}
 	if err := fl.mo.check(); err != nil {
 		return err
@@ -129,11 +130,11 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		}
 	}
 	sockOpts := socket.DefaultOptions()
-	sockOpts.Logger = sockLogger.With("component", "peers")
+	sockOpts.Logger = sockLogger.With(ratelog.KeyService, "peers")
 	coordSock := socket.DefaultOptions()
-	coordSock.Logger = sockLogger.With("component", "coordinator")
+	coordSock.Logger = sockLogger.With(ratelog.KeyService, "coordinator")
 	lisSock := socket.DefaultOptions()
-	lisSock.Logger = sockLogger.With("component", "handshake")
+	lisSock.Logger = sockLogger.With(ratelog.KeyService, "handshake")
 
 	coord, err := coordinator.New(coordinator.Config{
 		Front:       "tcp://127.0.0.1:0",
@@ -142,7 +143,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		Engines:     demoEngines,
 		Release:     release,
 		Socket:      coordSock,
-		Logger:      logger.With("component", "coordinator"),
+		Logger:      logger.With(ratelog.KeyService, "coordinator"),
 		LogInterval: 5 * time.Second,
 	})
 	if err != nil {
@@ -158,7 +159,7 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		Payloads:     payloads,
 		ErrorReplies: true,
 		Socket:       lisSock,
-		Logger:       logger.With("component", "handshake"),
+		Logger:       logger.With(ratelog.KeyService, "handshake"),
 	})
 	if err != nil {
 		return err
@@ -174,12 +175,12 @@ func demo(ctx context.Context, e *env, duration time.Duration, clients int, mo *
 		return err
 	}
 	defer ms.Close()
-	kv, err := startDemoKV(logger.With("component", "kv-events"), sockOpts)
+	kv, err := startDemoKV(logger.With(ratelog.KeyService, "kv-events"), sockOpts)
 	if err != nil {
 		return err
 	}
 	defer kv.close()
-	kvi := startDemoKVIndex(logger.With("component", "kv-index"), sockOpts)
+	kvi := startDemoKVIndex(logger.With(ratelog.KeyService, "kv-index"), sockOpts)
 
 	// running reports whether a component's Run/Serve is still going.
 	var coordRunning, lisRunning atomic.Bool

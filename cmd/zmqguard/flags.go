@@ -22,6 +22,19 @@ func usagef(format string, args ...any) error {
 	return &usageError{msg: fmt.Sprintf(format, args...)}
 }
 
+// badFlag is the one-line refusal of a flag's value: the flag, the value
+// as given (a string quoted, a [shown] not) and what is wanted, e.g.
+// "--clients 9: want 1..8".
+func badFlag(name string, value any, want string) error {
+	if s, ok := value.(string); ok {
+		return usagef("%s %q: %s", name, s, want)
+	}
+	return usagef("%s %v: %s", name, value, want)
+}
+
+// shown is a flag value badFlag writes as it is, unquoted (a size: 10KiB).
+type shown string
+
 // parseInterleaved parses args with fs, letting flags stand before, between
 // and after positional arguments (Go's flag package stops at the first
 // positional). It returns the positionals in order. A "--" ends the flags:

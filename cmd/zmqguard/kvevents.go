@@ -250,7 +250,7 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 		return usagef("at least one --connect or --bind is required")
 	}
 	if fl.replayTimeout <= 0 {
-		return usagef("--replay-timeout must be positive")
+		return badFlag("--replay-timeout", fl.replayTimeout, "want a positive duration")
 	}
 	if err := fl.live.check(); err != nil {
 		return err

@@ -239,7 +239,7 @@ func testKVIndexServes(t *testing.T, extra []string) {
 	var stats map[string]any
 	json.NewDecoder(resp.Body).Decode(&stats)
 	resp.Body.Close()
-	if num(stats, "index.Resets") != 1 || num(stats, "http.bad_requests") < 5 {
+	if num(stats, "index.resets") != 1 || num(stats, "http.bad_requests") < 5 {
 		t.Errorf("/stats: %v", stats)
 	}
 
@@ -247,11 +247,11 @@ func testKVIndexServes(t *testing.T, extra []string) {
 		t.Fatalf("exit %d after SIGTERM\nstderr:\n%s", code, p.stderr)
 	}
 	m := p.jsonLine()
-	if num(m, "counters.index.Stores") < 3 || num(m, "counters.index.Resets") != 1 || num(m, "counters.http.scores") < 4 ||
+	if num(m, "counters.index.stores") < 3 || num(m, "counters.index.resets") != 1 || num(m, "counters.http.scores") < 4 ||
 		num(m, "counters.total.resets") != 1 {
 		t.Fatalf("counters: %s", p.stdout)
 	}
-	if len(extra) > 0 && num(m, "counters.redis.Calls") == 0 {
+	if len(extra) > 0 && num(m, "counters.redis.calls") == 0 {
 		t.Fatalf("no Redis calls counted: %s", p.stdout)
 	}
 }
@@ -341,7 +341,7 @@ func TestKVIndexVLLMKeys(t *testing.T) {
 	if code := p.terminate(20 * time.Second); code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, p.stderr)
 	}
-	if m := p.jsonLine(); num(m, "counters.vllm_key_index.Added") != 6 || num(m, "counters.http.scores") < 2 {
+	if m := p.jsonLine(); num(m, "counters.vllm_key_index.added") != 6 || num(m, "counters.http.scores") < 2 {
 		t.Fatalf("counters: %s", p.stdout)
 	}
 }
@@ -401,11 +401,11 @@ func TestKVIndexRedisLeases(t *testing.T) {
 	// Exactly one is the standby (its applies are counted no-ops).
 	standby := -1
 	for i, a := range addrs {
-		if num(stats(a), "redis.NotWriter") > 0 {
+		if num(stats(a), "redis.not_writer") > 0 {
 			standby = i
 		}
 	}
-	if standby < 0 || num(stats(addrs[1-standby]), "redis.NotWriter") != 0 {
+	if standby < 0 || num(stats(addrs[1-standby]), "redis.not_writer") != 0 {
 		t.Fatalf("no single standby: %v / %v", stats(addrs[0]), stats(addrs[1]))
 	}
 	writer := 1 - standby
@@ -416,7 +416,7 @@ func TestKVIndexRedisLeases(t *testing.T) {
 	// missed is unknown), and doc2, stored afterwards, routes.
 	until("takeover", func() { pub.Publish(kvmodel.Store(hashes(200), -1, doc2, bs, "GPU", 0)) },
 		func() bool { return routes(addrs[standby], doc2, 4) })
-	if num(stats(addrs[standby]), "redis.Takeovers") != 1 {
+	if num(stats(addrs[standby]), "redis.takeovers") != 1 {
 		t.Fatalf("standby stats: %v", stats(addrs[standby]))
 	}
 	if _, r, raw := postScore(t, addrs[standby], tokensJSON(doc1)); r.Best != nil || len(r.Engines) != 1 || r.Engines[0].MaybeBlocks != 4 {

@@ -146,8 +146,13 @@ func runKVPublish(ctx context.Context, fl *kvPublishFlags, e *env) error {
 	if fl.bind == "" {
 		return usagef("--bind is required")
 	}
-	if fl.rate < 0 || fl.stored < 0 || fl.dp < 0 {
-		return usagef("--rate, --stored and --dp-rank must not be negative")
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"--rate", float64(fl.rate)}, {"--stored", float64(fl.stored)}, {"--dp-rank", float64(fl.dp)}} {
+		if f.v < 0 {
+			return badFlag(f.name, f.v, "must not be negative")
+		}
 	}
 	synthetic := kvSynthetic
 	switch fl.engine {

@@ -138,14 +138,20 @@ func runListener(ctx context.Context, fl *listenerFlags, e *env) error {
 	if fl.bind == "" || fl.engineID == "" {
 		return usagef("--bind and --engine-id are required")
 	}
-	if fl.ppSize < 1 || fl.tpSize < 1 || fl.ppSize > nixlwire.MaxRank || fl.tpSize > nixlwire.MaxRank || fl.ppSize*fl.tpSize > 1<<16 {
-		return usagef("--pp-size and --tp-size must be at least 1 (and serve at most 65536 ranks)")
+	if fl.ppSize < 1 || fl.ppSize > nixlwire.MaxRank {
+		return badFlag("--pp-size", fl.ppSize, fmt.Sprintf("want 1..%d", nixlwire.MaxRank))
+	}
+	if fl.tpSize < 1 || fl.tpSize > nixlwire.MaxRank {
+		return badFlag("--tp-size", fl.tpSize, fmt.Sprintf("want 1..%d", nixlwire.MaxRank))
+	}
+	if fl.ppSize*fl.tpSize > 1<<16 {
+		return usagef("--pp-size %d and --tp-size %d: %d ranks, want at most 65536", fl.ppSize, fl.tpSize, fl.ppSize*fl.tpSize)
 	}
 	hash := strings.ToLower(fl.compat)
 	if hash == "" {
 		hash = demoHashFor(*fl.release)
 	} else if _, err := hex.DecodeString(hash); err != nil || len(hash) != 64 {
-		return usagef("--compat-hash must be 64 hex digits")
+		return badFlag("--compat-hash", fl.compat, "want 64 hex digits")
 	}
 	if err := fl.dbg.check(); err != nil {
 		return err

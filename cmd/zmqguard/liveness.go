@@ -27,11 +27,14 @@ func addLivenessFlags(fs *flag.FlagSet) *livenessFlags {
 
 // check validates the flags.
 func (l *livenessFlags) check() error {
-	if *l.interval < 0 || *l.timeout < 0 {
-		return usagef("--heartbeat-interval and --heartbeat-timeout must not be negative")
+	if *l.interval < 0 {
+		return badFlag("--heartbeat-interval", *l.interval, "must not be negative")
+	}
+	if *l.timeout < 0 {
+		return badFlag("--heartbeat-timeout", *l.timeout, "must not be negative")
 	}
 	if *l.interval > 0 && *l.timeout == 0 {
-		return usagef("--heartbeat-timeout must be positive when heartbeats are on")
+		return usagef("--heartbeat-timeout 0 with --heartbeat-interval %v: want a positive timeout when heartbeats are on", *l.interval)
 	}
 	return nil
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -99,6 +100,9 @@ func start(t *testing.T, ctx context.Context, args ...string) *proc {
 	t.Cleanup(func() {
 		p.cmd.Process.Kill()
 		<-p.done
+		if slices.Contains(args, "json") && slices.Contains(args, "--log-format") {
+			checkJSONLogKeys(t, p.stderr.String())
+		}
 	})
 	return p
 }

@@ -54,7 +54,7 @@ func addMetricsFlags(fs *flag.FlagSet) *metricsOptions {
 // (off) or host:port with a loopback host (or any host with
 // --metrics-allow-remote).
 func (o *metricsOptions) check() error {
-	return checkLocalAddr("--metrics-addr", o.addr, "127.0.0.1:9100", "the metrics endpoint describes this process", o.allowRemote)
+	return checkLocalAddr("--metrics-addr", o.addr, "127.0.0.1:9100", "the metrics endpoint describes this process to anyone who reaches it", o.allowRemote)
 }
 
 // metricsServer is the HTTP endpoint --metrics-addr starts.

@@ -105,8 +105,14 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	if fl.bind == "" {
 		return usagef("--bind is required")
 	}
-	if fl.engines < 0 || fl.maxMsg < 64 || fl.maxFrames < 1 {
-		return usagef("--engines must not be negative, --max-message-size at least 64 bytes and --max-frames at least 1")
+	if fl.engines < 0 {
+		return badFlag("--engines", fl.engines, "must not be negative")
+	}
+	if fl.maxMsg < 64 {
+		return badFlag("--max-message-size", shown(formatSize(int64(fl.maxMsg))), "want at least 64 bytes")
+	}
+	if fl.maxFrames < 1 {
+		return badFlag("--max-frames", fl.maxFrames, "want at least 1")
 	}
 	if err := fl.live.check(); err != nil {
 		return err

@@ -3,6 +3,9 @@ package main
 import (
 	"context"
 	"flag"
+	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"time"
 
@@ -84,11 +87,51 @@ var probeCmd = command[probeFlags]{
 	run: runProbe,
 }
 
+// checkDialEndpoint refuses, in one line naming the value, an endpoint a
+// client cannot dial: the forms are tcp://host:port (port 1..65535, a host
+// to connect to), ipc://path, and a bare host:port taken as tcp. It checks
+// the form only: whether the host resolves is the dial's business.
+func checkDialEndpoint(ep string) error {
+	bad := func(detail string) error {
+		if len(ep) > 128 {
+			ep = ep[:128] + "..."
+		}
+		return usagef("bad endpoint %q: %s", ep, detail)
+	}
+	scheme, rest, ok := strings.Cut(ep, "://")
+	if !ok {
+		scheme, rest = "tcp", ep
+	}
+	switch scheme {
+	case "tcp":
+		host, port, err := net.SplitHostPort(rest)
+		if err != nil {
+			return bad("want tcp://host:port")
+		}
+		if host == "" || host == "*" {
+			return bad("has no host to connect to")
+		}
+		if p, err := strconv.Atoi(port); err != nil || p < 1 || p > 65535 || strings.Trim(port, "0123456789") != "" {
+			return bad("port is not a number in 1..65535")
+		}
+		return nil
+	case "ipc":
+		if rest == "" {
+			return bad("has an empty path")
+		}
+		return nil
+	}
+	return bad("want tcp://host:port or ipc://path")
+}
+
 // runProbe is the run function of probe: it checks the flags and
 // the arguments (e.args), then does the work.
 func runProbe(ctx context.Context, fl *probeFlags, e *env) error {
 	if len(e.args) != 1 {
 		return usagef("want exactly one ADDR, got %d arguments", len(e.args))
+	}
+	if err := checkDialEndpoint(e.args[0]); err != nil {
+		return err
 	}
 	if fl.variant == "" {
 		fl.variant = releaseVariant(*fl.release)
@@ -97,17 +140,23 @@ func runProbe(ctx context.Context, fl *probeFlags, e *env) error {
 	if !ok {
 		return usagef("--variant %q: want v3, v2 or v1", fl.variant)
 	}
-	if fl.pp < 0 || fl.tp < 0 || fl.pp > nixlwire.MaxRank || fl.tp > nixlwire.MaxRank {
-		return usagef("--pp and --tp must be in [0, %d]", nixlwire.MaxRank)
+	if fl.pp < 0 || fl.pp > nixlwire.MaxRank {
+		return badFlag("--pp", fl.pp, fmt.Sprintf("want 0..%d", nixlwire.MaxRank))
+	}
+	if fl.tp < 0 || fl.tp > nixlwire.MaxRank {
+		return badFlag("--tp", fl.tp, fmt.Sprintf("want 0..%d", nixlwire.MaxRank))
 	}
 	if v == handshake.V2 && fl.pp != 0 {
-		return usagef("a v2 request names no pipeline-parallel rank: --pp must be 0")
+		return badFlag("--pp", fl.pp, "a v2 request names no pipeline-parallel rank: want 0")
 	}
-	if v == handshake.V1 && (fl.pp != 0 || fl.tp != 0) {
-		return usagef("a v1 request names no rank: --pp and --tp must be 0")
+	if v == handshake.V1 && fl.pp != 0 {
+		return badFlag("--pp", fl.pp, "a v1 request names no rank: want 0")
+	}
+	if v == handshake.V1 && fl.tp != 0 {
+		return badFlag("--tp", fl.tp, "a v1 request names no rank: want 0")
 	}
 	if fl.timeout <= 0 {
-		return usagef("--timeout must be positive")
+		return badFlag("--timeout", fl.timeout, "want a positive duration")
 	}
 	cc, err := fl.curve.config(e.logger)
 	if err != nil {

@@ -69,8 +69,14 @@ func runScan(ctx context.Context, fl *scanFlags, e *env) error {
 	if len(e.args) == 0 {
 		return usagef("want at least one ADDR")
 	}
-	if fl.duration < 0 || fl.hold <= 0 || fl.timeout <= 0 {
-		return usagef("--duration, --hold and --timeout must be positive")
+	if fl.duration < 0 {
+		return badFlag("--duration", fl.duration, "must not be negative")
+	}
+	if fl.hold <= 0 {
+		return badFlag("--hold", fl.hold, "want a positive duration")
+	}
+	if fl.timeout <= 0 {
+		return badFlag("--timeout", fl.timeout, "want a positive duration")
 	}
 	for _, t := range e.args {
 		if _, _, err := hostile.SplitEndpoint(t); err != nil {

@@ -113,8 +113,11 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 	if fl.decode != "none" && fl.decode != "stats" {
 		return usagef("--decode %q: want none or stats", fl.decode)
 	}
-	if fl.maxMsg < 64 || fl.hwm < 0 {
-		return usagef("--max-message-size must be at least 64 bytes and --hwm not negative")
+	if fl.maxMsg < 64 {
+		return badFlag("--max-message-size", shown(formatSize(int64(fl.maxMsg))), "want at least 64 bytes")
+	}
+	if fl.hwm < 0 {
+		return badFlag("--hwm", fl.hwm, "must not be negative")
 	}
 	if err := fl.mo.check(); err != nil {
 		return err

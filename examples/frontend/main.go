@@ -118,7 +118,7 @@ func demo(ctx context.Context, wg *sync.WaitGroup, logger *slog.Logger) (string,
 	quiet.Logger = slog.New(slog.DiscardHandler)
 	c, err := coordinator.New(coordinator.Config{
 		Front: "tcp://127.0.0.1:0", BackOutput: "tcp://127.0.0.1:0", BackPublish: "tcp://127.0.0.1:0",
-		Engines: 2, Logger: logger.With("component", "coordinator"), Socket: quiet,
+		Engines: 2, Logger: logger.With("service", "coordinator"), Socket: quiet,
 	})
 	if err != nil {
 		return "", nil, err

@@ -1,13 +1,16 @@
 // Package doccheck checks the repository's documentation: references to
-// Markdown files that do not exist, and the shape of every public package's
-// godoc.
+// Markdown files that do not exist, the shape of every public package's
+// godoc, and that every Go snippet compiles.
 //
 // [Missing] finds references to .md files in Go comments (godoc) and in the
 // repository's own .md files that point at nothing; the repository's test
 // keeps every such reference pointing at a file that is there. [Shapes]
 // reads how each public package's documentation opens: one sentence, then
 // a runnable snippet of at most [MaxSnippetLines] lines (a code block, or a
-// package Example), with the essay below.
+// package Example), with the essay below. The package's test
+// TestSnippetsCompile extracts every Go snippet of the README, docs/ and the
+// package doc comments and builds them all (the rule for fragments, givens
+// and the "not compiled" marker is in snippets_test.go).
 package doccheck
 
 import (

@@ -3,9 +3,9 @@
 // every piece of peer text or peer bytes that reaches a line or an error
 // string goes through [Escape] or [PrefixHex].
 //
-//	lim := ratelog.New(ratelog.Config{Logger: log, Component: "jobs"})
+//	lim := ratelog.New(ratelog.Config{Logger: logger, Component: "jobs"})
 //	if lim.Drop("decode", peer, time.Now()) == ratelog.First {
-//		log.Warn("zmqguard: dropped a message (first from this peer)",
+//		logger.Warn("zmqguard: dropped a message (first from this peer)",
 //			ratelog.KeyComponent, "jobs", ratelog.KeyPeer, peer,
 //			ratelog.KeyPrefixHex, ratelog.PrefixHex(frame, 32))
 //	}
@@ -47,6 +47,10 @@
 //	held_back  lines of this kind not written since the previous one
 //	prefix_hex a capped hex prefix of peer bytes, only ever from PrefixHex
 //	err        an error's text, escaped with Escape
+//	service    the part of a program a line comes from, set by the program
+//	           with Logger.With (the CLI's demo: "coordinator",
+//	           "handshake", "kv-events"); never "component", which the
+//	           library's own lines carry, so a line has each key once
 //
 // Lines may add keys of their own domain (stage, frames, len, since, seq,
 // source, engine_index), never for one of the meanings above.
@@ -73,6 +77,7 @@ const (
 	KeyHeldBack  = "held_back"
 	KeyPrefixHex = "prefix_hex"
 	KeyErr       = "err"
+	KeyService   = "service"
 )
 
 const (

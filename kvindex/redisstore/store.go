@@ -63,18 +63,20 @@ func NewWriterID() string {
 // Stats are a store's own counters, beyond kvindex.BackendStats.
 type Stats struct {
 	// Calls counts round trips; Errors the ones that failed.
-	Calls, Errors uint64
+	Calls  uint64 `json:"calls"`
+	Errors uint64 `json:"errors"`
 	// NotWriter counts Apply calls refused because another writer held
 	// the engine's lease; Takeovers counts leases this store took over
 	// from another writer (the engine's entries became uncertain).
-	NotWriter, Takeovers uint64
+	NotWriter uint64 `json:"not_writer"`
+	Takeovers uint64 `json:"takeovers"`
 	// Recovered counts engines whose Apply had failed and whose next
 	// applied batch started with OpLost (their entries made uncertain).
-	Recovered uint64
+	Recovered uint64 `json:"recovered"`
 	// Losses counts the times this store found that Redis had lost its
 	// data (the generation key missing or changed): each one dropped the
 	// store's tables and was reported once as kvindex.ErrBackendLost.
-	Losses uint64
+	Losses uint64 `json:"losses"`
 }
 
 // store is a kvindex.Backend (and a kvindex.PositionStore) on Redis or
