@@ -34,6 +34,17 @@ type Stats struct {
 	Counts
 	// Scores counts Score calls; Errors counts backend failures.
 	Scores, Errors uint64
+	// UnknownModels counts Score calls for a model no engine the index
+	// knows serves (ScoreResult.UnknownModel).
+	UnknownModels uint64
+	// BackendLosses counts the shared backend's losses of its data
+	// (ErrBackendLost): each dropped the index's cached tables and asked
+	// for every source's resync (Config.OnBackendLost).
+	BackendLosses uint64
+	// Snapshots counts snapshots written (Config.SnapshotFile);
+	// SnapshotErrors those that failed (logged); SnapshotRefused counts a
+	// snapshot refused at start (corrupt, truncated, foreign, newer).
+	Snapshots, SnapshotErrors, SnapshotRefused uint64
 	// Backend holds the backend's gauges.
 	Backend BackendStats
 }
@@ -43,6 +54,8 @@ type counters struct {
 	placeholders, unknownParents, unknownPlaceholders, hybrid atomic.Uint64
 	partialGroups                                             atomic.Uint64
 	refused, scores, errors                                   atomic.Uint64
+	unknownModels, backendLosses                              atomic.Uint64
+	snapshots, snapshotErrors, snapshotRefused                atomic.Uint64
 	added, refreshed, removed, unknownRemovals, cleared       atomic.Uint64
 	remapped, evicted, backendRefused                         atomic.Uint64
 }
@@ -70,7 +83,9 @@ func (x *Index) Stats() Stats {
 		Counts: Counts{Added: c.added.Load(), Refreshed: c.refreshed.Load(), Removed: c.removed.Load(),
 			UnknownRemovals: c.unknownRemovals.Load(), Cleared: c.cleared.Load(), Remapped: c.remapped.Load(),
 			Evicted: c.evicted.Load(), Rejected: c.backendRefused.Load()},
-		Scores: c.scores.Load(), Errors: c.errors.Load(),
+		Scores: c.scores.Load(), Errors: c.errors.Load(), UnknownModels: c.unknownModels.Load(),
+		BackendLosses: c.backendLosses.Load(), Snapshots: c.snapshots.Load(), SnapshotErrors: c.snapshotErrors.Load(),
+		SnapshotRefused: c.snapshotRefused.Load(),
 		Backend: x.be.Stats(),
 	}
 }
