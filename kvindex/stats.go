@@ -86,6 +86,6 @@ func (x *Index) Stats() Stats {
 		Scores: c.scores.Load(), Errors: c.errors.Load(), UnknownModels: c.unknownModels.Load(),
 		BackendLosses: c.backendLosses.Load(), Snapshots: c.snapshots.Load(), SnapshotErrors: c.snapshotErrors.Load(),
 		SnapshotRefused: c.snapshotRefused.Load(),
-		Backend: x.be.Stats(),
+		Backend:         x.be.Stats(),
 	}
 }
