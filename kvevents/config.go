@@ -5,9 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net"
+	"net/netip"
 	"strconv"
+	"strings"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/sockopt"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -183,6 +187,49 @@ type Config struct {
 	// LogInterval is the shortest time between two lines of one kind.
 	// Zero means 1 s.
 	LogInterval time.Duration
+	// AnyPeer lets a bound source (Source.Bind) listen on an address
+	// other than loopback without Socket.Guard.Allow or Socket.Guard.Curve.
+	// Without it Add refuses such a source, the way Redis's protected mode
+	// refuses outside clients until told otherwise: a bound slot admits
+	// one publisher at a time, so without an allow-list or CURVE keys the
+	// first peer that reaches the port would speak for the engine.
+	AnyPeer bool
+}
+
+// checkExposed refuses a bound source on a non-loopback address that any
+// peer could reach first (see Config.AnyPeer).
+func (c *Config) checkExposed(src Source) error {
+	if !src.Bind || c.AnyPeer || len(c.Socket.Guard.Allow) > 0 || c.Socket.Guard.Curve != nil || loopbackEndpoint(src.Live) {
+		return nil
+	}
+	return fmt.Errorf("kvevents: source %s binds %s, reachable beyond loopback, with no allow-list and no CURVE keys: "+
+		"any peer could take the engine's stream by connecting first; set Socket.Guard.Allow (--allow) or CURVE keys, or Config.AnyPeer (--any-peer) to accept any peer",
+		ratelog.Escape(src.Name, 128), ratelog.Escape(src.Live, 128))
+}
+
+// loopbackEndpoint reports whether an endpoint is reachable only from this
+// host: tcp on a loopback address or "localhost", ipc, inproc.
+func loopbackEndpoint(ep string) bool {
+	scheme, rest, ok := strings.Cut(ep, "://")
+	if !ok {
+		return false
+	}
+	switch scheme {
+	case "ipc", "inproc":
+		return true
+	case "tcp":
+	default:
+		return false
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return false
+	}
+	if host == "localhost" {
+		return true
+	}
+	a, err := netip.ParseAddr(host)
+	return err == nil && a.IsLoopback()
 }
 
 // fill fills c's defaults, then verifies the filled values (the

@@ -34,7 +34,7 @@ func TestOrderingProperty(t *testing.T) {
 		for _, op := range rapid.SliceOfN(rapid.IntRange(0, 9), 1, 60).Draw(rt, "ops") {
 			switch {
 			case op < 6: // send
-				if err := so.onLive(context.Background(), cur, payloadOf(cur)); err != nil {
+				if err := so.onLive(context.Background(), cur, payloadOf(cur), 1); err != nil {
 					rt.Fatal(err)
 				}
 				sent = append(sent, cur)

@@ -273,7 +273,7 @@ func TestDPSources(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := "[{pod/dp0 tcp://10.0.0.1:5557 false tcp://10.0.0.1:5657} {pod/dp1 tcp://10.0.0.1:5558 false tcp://10.0.0.1:5658} {pod/dp2 tcp://10.0.0.1:5559 false tcp://10.0.0.1:5659}]"
+	want := "[{pod/dp0 tcp://10.0.0.1:5557 false tcp://10.0.0.1:5657 <nil>} {pod/dp1 tcp://10.0.0.1:5558 false tcp://10.0.0.1:5658 <nil>} {pod/dp2 tcp://10.0.0.1:5559 false tcp://10.0.0.1:5659 <nil>}]"
 	if fmt.Sprint(srcs) != want {
 		t.Fatalf("got %v", srcs)
 	}

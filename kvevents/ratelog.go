@@ -15,6 +15,8 @@ const (
 	logLost     = "lost"
 	logReplay   = "replay"
 	logOverflow = "overflow"
+	logProof    = "continuity"
+	logHeld     = "held"
 	logDrop     = "drop/"
 )
 

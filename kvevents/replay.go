@@ -14,6 +14,19 @@ import (
 // finishReplay delivers what the buffer holds and reports what is still
 // missing as lost, once the replay attempts are spent (so.mu held).
 func (so *source) finishReplay() error {
+	if so.proving {
+		// No replay proved continuity: what the new connection brings is
+		// applied, the source's entries uncertain.
+		to := so.maxSeen + 1
+		if len(so.buf) > 0 {
+			to = so.buf[0].seq
+		}
+		so.sub.log.line(logProof, so.sub.cfg.Logger, "kvevents: continuity unproven (the replay could not show the last delivered batch): entries uncertain",
+			"source", so.src.Name, "last_seq", so.pos.Seq, "last_digest", hex64(so.pos.Digest), "next", so.next, "to", to)
+		if err := so.unproven(so.next, to); err != nil {
+			return err
+		}
+	}
 	for {
 		if err := so.advance(); err != nil {
 			return err
@@ -57,7 +70,7 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 	// ReplayTimeout) when that passes ReplayDeadline.
 	lastProgress := time.Now()
 	for {
-		so.mu.Lock()
+		so.lock()
 		wait := time.Until(so.replayAfter)
 		so.mu.Unlock()
 		if wait > 0 {
@@ -73,19 +86,25 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 		if err != nil {
 			return
 		}
-		so.mu.Lock()
+		so.lock()
 		if so.gen != gen {
 			so.mu.Unlock()
 			hold.release()
 			return
 		}
-		from := so.next
+		// A continuity proof replays from the last delivered batch (its
+		// reply is compared with what was kept), anything else from the
+		// next one.
+		from, next0, proving := so.next, so.next, so.proving
+		if proving {
+			from = so.pos.Seq
+		}
 		so.mu.Unlock()
 		so.count(func(st *SourceStats) { st.Replays++ })
 		ok, why, lead := so.session(hold.ctx, gen, from, leadSeen && leadFrom == from)
 		preempted := hold.wasPreempted() && ctx.Err() == nil
 		hold.release()
-		so.mu.Lock()
+		so.lock()
 		if so.gen != gen || ctx.Err() != nil {
 			so.mu.Unlock()
 			return
@@ -94,7 +113,7 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 			so.mu.Unlock()
 			return
 		}
-		progress := so.next > from
+		progress := so.next > next0 || proving && !so.proving
 		switch {
 		case lead:
 			leadFrom, leadSeen = from, true
@@ -196,7 +215,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			}
 			return true, "", false
 		}
-		so.mu.Lock()
+		so.lock()
 		if so.gen != gen {
 			so.mu.Unlock()
 			return true, "", false
@@ -214,6 +233,61 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			so.mu.Unlock()
 			so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d not after the previous reply's %d", seq, last), msg.Frames)
 			return false, fmt.Sprintf("replies out of order (%d after %d)", seq, last), false
+		}
+		if so.proving {
+			switch {
+			case seq < so.pos.Seq:
+				so.mu.Unlock()
+				so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d before the requested %d", seq, from), msg.Frames)
+				continue
+			case seq == so.pos.Seq:
+				got := payloadDigest(payload)
+				if got != so.pos.Digest {
+					err = so.newRun(got)
+					so.mu.Unlock()
+					return true, "", false
+				}
+				so.proving = false
+				so.count(func(st *SourceStats) { st.ContinuityProven++ })
+				so.sub.log.line(logProof, cfg.Logger, "kvevents: continuity proven after a new connection", "source", so.src.Name,
+					"seq", seq, "digest", hex64(got), "live_seq", so.connSeq)
+				first, last = false, seq
+				err = so.advance()
+				caught := so.caughtUp()
+				so.mu.Unlock()
+				if err != nil || caught {
+					return true, "", false
+				}
+				continue
+			case !acceptLead:
+				so.mu.Unlock()
+				return false, "", true
+			default:
+				// The publisher no longer holds the last delivered
+				// batch: no proof, what it holds is applied, the
+				// source's entries uncertain.
+				to := seq
+				if len(so.buf) > 0 && so.buf[0].seq < to {
+					to = so.buf[0].seq
+				}
+				so.sub.log.line(logProof, cfg.Logger, "kvevents: continuity unproven (the publisher no longer holds the last delivered batch): entries uncertain",
+					"source", so.src.Name, "last_seq", so.pos.Seq, "last_digest", hex64(so.pos.Digest), "first_replayed", seq, "live_seq", so.connSeq)
+				if err = so.unproven(so.next, to); err == nil {
+					if err = so.advance(); err == nil && seq == so.next {
+						err = so.deliver(seq, payload, true)
+					}
+				}
+				first, last = false, seq
+				if err == nil {
+					err = so.advance()
+				}
+				caught := so.caughtUp()
+				so.mu.Unlock()
+				if err != nil || caught {
+					return true, "", false
+				}
+				continue
+			}
 		}
 		if err := so.advance(); err != nil {
 			so.mu.Unlock()
@@ -256,6 +330,22 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			return true, "", false
 		}
 	}
+}
+
+// newRun handles a continuity proof that found another run at the kept
+// seq (so.mu held, called by the replay goroutine): an UpdateReset, then
+// delivery from 0 by a new replay (the live batches buffered are the new
+// run's, and kept).
+func (so *source) newRun(got uint64) error {
+	so.countReset("digest")
+	so.sub.log.line(logReset, so.sub.cfg.Logger, "kvevents: publisher is another run (digest differs at the last delivered seq): reset",
+		"source", so.src.Name, "seq", so.pos.Seq, "kept_digest", hex64(so.pos.Digest), "replayed_digest", hex64(got), "live_seq", so.connSeq)
+	so.havePos, so.proving = false, false
+	err := so.emit(Update{Kind: UpdateReset, Seq: so.connSeq})
+	so.cancelReplay()
+	so.next = 0
+	so.startReplay()
+	return err
 }
 
 func (so *source) replayDrop(r decodeguard.Reason, err error, frames [][]byte) {

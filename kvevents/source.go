@@ -61,19 +61,58 @@ type source struct {
 	failures     int
 	replayAfter  time.Time
 	batch        Batch
+	// fromStart makes the first live batch start a replay from 0
+	// (Config.FromStart, or a Resync with a replay endpoint).
+	fromStart bool
+	// pos is the last batch delivered (or Source.Resume), when havePos.
+	pos     Position
+	havePos bool
+	// conn is the connection (socket.Peer.ID) the last live batch came
+	// from; a batch from another one starts a continuity proof.
+	conn uint64
+	// proving is set while a replay from pos.Seq must prove that the
+	// publisher is still the run pos came from; connSeq is the first live
+	// seq of the new connection.
+	proving bool
+	connSeq uint64
+
+	// resyncReq is set by Resync until the source's next delivery step
+	// (or the goroutine Resync starts) performs it, under mu.
+	resyncReq atomic.Bool
+	// bgMu guards running and stopping: a goroutine is added to wg only
+	// while the source runs and is not stopping.
+	bgMu     sync.Mutex
+	running  bool
+	stopping bool
 
 	// smu guards the counters below.
 	smu sync.Mutex
 	st  SourceStats
+	// holderID is the bound slot's holder's connection (smu held).
+	holderID uint64
 }
 
+// maxSeqJump bounds how far ahead of the last live seq a batch may be and
+// still count as the same run: a publisher sending one batch per scheduler
+// step would need years to go 2^32 batches further, so a jump past it is
+// a new run (reset, delivery from the batch itself), never ~2^63 batches
+// reported lost.
+const maxSeqJump = 1 << 32
+
 func newSource(s *Subscriber, src Source) (*source, error) {
-	so := &source{sub: s, src: src}
+	so := &source{sub: s, src: src, fromStart: s.cfg.FromStart}
 	// The source's context is the Subscriber's, from the start: Remove and
 	// Close cancel it without taking so.mu (which a Handler's caller holds).
 	so.ctx, so.cancel = context.WithCancel(s.ctx)
 	so.st.Name, so.st.Live, so.st.Replay = src.Name, src.Live, src.Replay
 	so.batch.Source = src.Name
+	if r := src.Resume; r != nil {
+		// As if the batch had been delivered: the first connection must
+		// prove that the publisher is still that run (onLive).
+		so.started = true
+		so.pos, so.havePos = *r, true
+		so.next, so.lastLive, so.maxSeen = r.Seq+1, r.Seq, r.Seq
+	}
 	opts := s.cfg.Socket
 	if src.Bind {
 		// One publisher per bound source: a second connection is
@@ -85,8 +124,26 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 		switch e.Kind {
 		case socket.EventConnected:
 			so.peers.Add(1)
+			if src.Bind {
+				so.count(func(st *SourceStats) {
+					st.Holder.Addr, st.Holder.Since, st.Holder.Batches = ratelog.Escape(e.Remote, 128), time.Now(), 0
+					so.holderID = e.Peer.ID()
+				})
+			}
 		case socket.EventDisconnected:
 			so.peers.Add(-1)
+			if src.Bind {
+				so.count(func(st *SourceStats) {
+					if so.holderID == e.Peer.ID() {
+						st.Holder.Addr, st.Holder.Since, st.Holder.Batches = "", time.Time{}, 0
+						so.holderID = 0
+					}
+				})
+			}
+		case socket.EventRejected:
+			if src.Bind {
+				so.logRefused(e)
+			}
 		}
 		if user != nil {
 			user(e)
@@ -120,7 +177,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 			return err
 		},
 		Handler: func(ctx context.Context, d loop.Delivery[liveMsg]) error {
-			return so.onLive(ctx, d.Value.seq, d.Value.payload)
+			return so.onLive(ctx, d.Value.seq, d.Value.payload, d.Msg.Peer.ID())
 		},
 	})
 	if err != nil {
@@ -133,6 +190,13 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 
 func (so *source) start() {
 	so.startOnce.Do(func() {
+		so.bgMu.Lock()
+		so.running = true
+		if so.resyncReq.Load() && !so.stopping {
+			so.wg.Add(1)
+			go so.resyncNow()
+		}
+		so.bgMu.Unlock()
 		so.wg.Add(1)
 		go func() {
 			defer so.wg.Done()
@@ -146,6 +210,9 @@ func (so *source) start() {
 
 func (so *source) stop() {
 	so.stopOnce.Do(func() {
+		so.bgMu.Lock()
+		so.stopping = true
+		so.bgMu.Unlock()
 		so.cancel()
 		so.mu.Lock()
 		if so.cancelReplay != nil {
@@ -185,27 +252,58 @@ func (so *source) emit(u Update) error {
 	return nil
 }
 
-// onLive handles one live batch in the source's receive goroutine.
-func (so *source) onLive(ctx context.Context, seq uint64, payload []byte) error {
+// onLive handles one live batch in the source's receive goroutine; conn is
+// the connection it came from (socket.Peer.ID).
+func (so *source) onLive(ctx context.Context, seq uint64, payload []byte, conn uint64) error {
+	_ = ctx
 	so.lastSeen.Store(time.Now().UnixNano())
-	so.mu.Lock()
+	so.lock()
 	defer so.mu.Unlock()
+	newConn := conn != so.conn
+	so.conn = conn
 	switch {
 	case !so.started:
 		so.started = true
-		if !so.sub.cfg.FromStart {
+		switch {
+		case !so.fromStart:
 			so.next = seq
+		case seq > maxSeqJump:
+			// Replaying from 0 would count ~seq batches lost.
+			so.jumped(seq, 0)
 		}
 	case seq <= so.lastLive:
 		// The publisher restarted: its sequence starts again at 0.
-		so.abortReplay()
-		so.count(func(st *SourceStats) { st.Resets++ })
-		so.sub.log.line(logReset, so.sub.cfg.Logger, "kvevents: publisher restarted", "source", so.src.Name,
-			"seq", seq, "previous", so.lastLive)
-		if err := so.emit(Update{Kind: UpdateReset, Seq: seq}); err != nil {
+		if err := so.reset(seq, "seq_back", "kvevents: publisher restarted (sequence went back)",
+			"seq", seq, "previous", so.lastLive); err != nil {
 			return err
 		}
-		so.next, so.maxSeen = 0, 0
+	case seq-so.lastLive > maxSeqJump:
+		if err := so.reset(seq, "jump", "kvevents: publisher's sequence jumped ahead (a new run)",
+			"seq", seq, "previous", so.lastLive, "bound", uint64(maxSeqJump)); err != nil {
+			return err
+		}
+		so.next = seq
+	case newConn && so.havePos:
+		// A new connection (a reconnect, another peer in a bound slot, the
+		// first one after Source.Resume): what it sends is applied as the
+		// continuation only once proven (see doc.go).
+		so.lastLive, so.connSeq = seq, seq
+		so.maxSeen = max(so.maxSeen, seq)
+		if so.src.Replay == "" {
+			// No replay endpoint, no proof: the break is a loss, even
+			// when seq is the next one expected.
+			so.sub.log.line(logProof, so.sub.cfg.Logger, "kvevents: continuity unproven (new connection, no replay endpoint): entries uncertain",
+				"source", so.src.Name, "last_seq", so.pos.Seq, "last_digest", hex64(so.pos.Digest), "seq", seq)
+			if err := so.unproven(so.next, seq); err != nil {
+				return err
+			}
+			return so.deliver(seq, payload, false)
+		}
+		so.abortReplay()
+		so.proving = true
+		so.bufferLive(seq, payload)
+		so.startReplay()
+		return nil
 	}
 	so.lastLive = seq
 	so.maxSeen = max(so.maxSeen, seq)
@@ -228,15 +326,120 @@ func (so *source) onLive(ctx context.Context, seq uint64, payload []byte) error 
 		}
 		return so.deliver(seq, payload, false)
 	}
-	so.replaying = true
 	so.bufferLive(seq, payload)
+	so.startReplay()
+	return nil
+}
+
+// reset reports a new publisher run (so.mu held): the running replay and
+// its buffer are dropped, the Handler gets an UpdateReset with seq, and
+// delivery starts again from 0. why is the counter (SourceStats.ResetsBy).
+func (so *source) reset(seq uint64, why, msg string, evidence ...any) error {
+	so.abortReplay()
+	so.countReset(why)
+	so.sub.log.line(logReset, so.sub.cfg.Logger, msg, append([]any{"source", so.src.Name}, evidence...)...)
+	so.havePos, so.proving = false, false
+	if err := so.emit(Update{Kind: UpdateReset, Seq: seq}); err != nil {
+		return err
+	}
+	so.next, so.maxSeen = 0, 0
+	return nil
+}
+
+// jumped starts delivery at seq, far ahead of what came before (so.mu
+// held); reset has told the Handler when something was delivered.
+func (so *source) jumped(seq, previous uint64) {
+	so.count(func(st *SourceStats) { st.ResetsBy.Jump++ })
+	so.sub.log.line(logReset, so.sub.cfg.Logger, "kvevents: first sequence number too far ahead to replay from 0; starting at it",
+		"source", so.src.Name, "seq", seq, "previous", previous, "bound", uint64(maxSeqJump))
+	so.next = seq
+}
+
+func (so *source) countReset(why string) {
+	so.count(func(st *SourceStats) {
+		switch why {
+		case "seq_back":
+			st.Resets++
+			st.ResetsBy.SeqBack++
+		case "digest":
+			st.Resets++
+			st.ResetsBy.Digest++
+		case "jump":
+			st.Resets++
+			st.ResetsBy.Jump++
+		case "resync":
+			st.Resets++
+			st.ResetsBy.Resync++
+		}
+	})
+}
+
+// startReplay starts a replay goroutine (so.mu held; the caller runs in
+// one of the source's goroutines, so wg is above zero).
+func (so *source) startReplay() {
+	so.replaying = true
 	so.gen++
 	rctx, cancel := context.WithCancel(so.ctx)
 	so.cancelReplay = cancel
 	so.wg.Add(1)
 	go so.replay(rctx, so.gen)
-	_ = ctx
-	return nil
+}
+
+// lock takes so.mu and performs a pending Resync first, so that once
+// Resync has returned the Handler's next update for the source is its
+// UpdateReset.
+func (so *source) lock() {
+	so.mu.Lock()
+	if so.resyncReq.Load() {
+		_ = so.doResync()
+	}
+}
+
+// requestResync records a Resync and makes sure it happens even if no
+// batch comes: a goroutine of the source's performs it (never the
+// caller's, which may hold a Handler's locks).
+func (so *source) requestResync() {
+	if so.resyncReq.Swap(true) {
+		return // one pending already
+	}
+	so.bgMu.Lock()
+	defer so.bgMu.Unlock()
+	if so.running && !so.stopping {
+		so.wg.Add(1)
+		go so.resyncNow()
+	}
+}
+
+func (so *source) resyncNow() {
+	defer so.wg.Done()
+	so.lock()
+	so.mu.Unlock()
+}
+
+// doResync forgets where the source stands (so.mu held): an UpdateReset,
+// then delivery from the oldest batch the publisher holds (a replay from
+// 0) or, without a replay endpoint, from the next live batch.
+func (so *source) doResync() error {
+	if !so.resyncReq.Swap(false) {
+		return nil
+	}
+	so.abortReplay()
+	so.countReset("resync")
+	so.sub.log.line(logReset, so.sub.cfg.Logger, "kvevents: source resynchronised on request (Subscriber.Resync)",
+		"source", so.src.Name, "next", so.next, "last_seq", so.lastLive)
+	so.havePos, so.proving = false, false
+	err := so.emit(Update{Kind: UpdateReset, Seq: 0})
+	if so.src.Replay == "" {
+		so.started, so.fromStart = false, false
+		return err
+	}
+	so.next, so.fromStart = 0, true
+	if so.started && so.maxSeen <= maxSeqJump && so.ctx.Err() == nil {
+		so.startReplay()
+	} else {
+		so.started = false
+	}
+	return err
 }
 
 // abortReplay invalidates a running replay and its buffer (so.mu held).
@@ -282,6 +485,8 @@ func (so *source) bufferLive(seq uint64, payload []byte) {
 // handler error is returned.
 func (so *source) deliver(seq uint64, payload []byte, replayed bool) error {
 	so.next = seq + 1
+	d := payloadDigest(payload)
+	so.pos, so.havePos = Position{Seq: seq, Digest: d}, true
 	b := &so.batch
 	err := decodeBatch(payload, so.sub.cfg.lim(), b, so.onEventDrop)
 	if err != nil {
@@ -290,9 +495,12 @@ func (so *source) deliver(seq uint64, payload []byte, replayed bool) error {
 		so.sub.log.drop(r, so.src.Name, seq, err, payload)
 		return nil
 	}
-	b.Seq, b.Replayed = seq, replayed
+	b.Seq, b.Replayed, b.Digest = seq, replayed, d
 	so.count(func(st *SourceStats) {
 		st.Batches++
+		if so.holderID != 0 {
+			st.Holder.Batches++
+		}
 		if replayed {
 			st.Replayed++
 		}
@@ -326,7 +534,25 @@ func (so *source) lose(from, to uint64) error {
 	if to <= from {
 		return nil
 	}
+	return so.loseRange(from, to)
+}
+
+// unproven reports that continuity across a new connection is not proven
+// (so.mu held): an UpdateLost [from, to), sent even when the range is empty
+// (from == to: no batch known missing, but the engine's entries can no
+// longer be trusted), so that the consumer treats the source's entries as
+// uncertain. Counted in SourceStats.Unproven.
+func (so *source) unproven(from, to uint64) error {
+	so.proving = false
+	so.count(func(st *SourceStats) { st.Unproven++ })
+	return so.loseRange(from, max(from, to))
+}
+
+func (so *source) loseRange(from, to uint64) error {
 	so.count(func(st *SourceStats) {
+		if to == from {
+			return
+		}
 		st.Lost += to - from
 		if len(st.LostRanges) == maxLostRanges {
 			copy(st.LostRanges, st.LostRanges[1:])
@@ -341,7 +567,7 @@ func (so *source) lose(from, to uint64) error {
 
 // advance delivers buffered batches that are next in order (so.mu held).
 func (so *source) advance() error {
-	for len(so.buf) > 0 {
+	for len(so.buf) > 0 && !so.proving {
 		h := so.buf[0]
 		if h.seq > so.next {
 			return nil
@@ -362,3 +588,20 @@ func (so *source) advance() error {
 
 // caughtUp reports whether nothing seen live is still missing (so.mu held).
 func (so *source) caughtUp() bool { return so.next > so.maxSeen && len(so.buf) == 0 }
+
+// logRefused logs a connection the bound slot refused, with who holds it.
+func (so *source) logRefused(e socket.Event) {
+	so.smu.Lock()
+	h := so.st.Holder
+	so.smu.Unlock()
+	since := ""
+	if !h.Since.IsZero() {
+		since = h.Since.UTC().Format(time.RFC3339Nano)
+	}
+	so.sub.log.line(logHeld, so.sub.cfg.Logger, "kvevents: bound source refused a publisher: its slot is held",
+		"source", so.src.Name, "refused", ratelog.Escape(e.Remote, 128), "holder", h.Addr, "holder_since", since,
+		"holder_batches", h.Batches)
+}
+
+// hex64 renders a digest for a log line.
+func hex64(v uint64) string { return fmt.Sprintf("%#016x", v) }

@@ -41,6 +41,32 @@ type SourceStats struct {
 	Lost       uint64 `json:"lost"`
 	Resets     uint64 `json:"resets"`
 	Duplicates uint64 `json:"duplicates"`
+	// ResetsBy counts Resets by cause: SeqBack a live seq not above the
+	// last one, Digest a continuity proof that found another run at the
+	// kept seq, Resync calls of Subscriber.Resync; Jump counts live seqs
+	// more than 2^32 past the last one (a new run started at that seq: a
+	// reset when something had been delivered).
+	ResetsBy struct {
+		SeqBack uint64 `json:"seq_back"`
+		Digest  uint64 `json:"digest"`
+		Jump    uint64 `json:"jump"`
+		Resync  uint64 `json:"resync"`
+	} `json:"resets_by"`
+	// ContinuityProven counts new connections whose continuity with the
+	// last delivered batch was proven (same seq, same digest, replayed);
+	// Unproven those that could not be (no replay endpoint, the publisher
+	// no longer holds the batch, the replay failed): each reported as an
+	// UpdateLost, the source's entries uncertain.
+	ContinuityProven uint64 `json:"continuity_proven"`
+	Unproven         uint64 `json:"unproven"`
+	// Holder is, for a bound source (Source.Bind), the peer holding its
+	// one slot: its address, since when, and the batches delivered since;
+	// zero when none is connected.
+	Holder struct {
+		Addr    string    `json:"addr"`
+		Since   time.Time `json:"since"`
+		Batches uint64    `json:"batches"`
+	} `json:"holder,omitzero"`
 	// BufferOverflows counts live batches not buffered during a replay.
 	BufferOverflows uint64 `json:"buffer_overflows"`
 	// Preempted counts replays stopped after Config.ReplaySlice because
@@ -93,6 +119,12 @@ func (s *Subscriber) Stats() SourceStats {
 		t.Replayed += x.Replayed
 		t.Lost += x.Lost
 		t.Resets += x.Resets
+		t.ResetsBy.SeqBack += x.ResetsBy.SeqBack
+		t.ResetsBy.Digest += x.ResetsBy.Digest
+		t.ResetsBy.Jump += x.ResetsBy.Jump
+		t.ResetsBy.Resync += x.ResetsBy.Resync
+		t.ContinuityProven += x.ContinuityProven
+		t.Unproven += x.Unproven
 		t.Duplicates += x.Duplicates
 		t.BufferOverflows += x.BufferOverflows
 		t.Preempted += x.Preempted

@@ -106,7 +106,7 @@ func TestSequenceStateMachine(t *testing.T) {
 		if p == nil {
 			p = payloadOf(seq)
 		}
-		if err := so.onLive(ctx, seq, p); err != nil {
+		if err := so.onLive(ctx, seq, p, 1); err != nil {
 			t.Fatal(err)
 		}
 	}

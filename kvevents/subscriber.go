@@ -107,6 +107,16 @@ func (s *Subscriber) Add(src Source) error {
 	if src.Live == "" {
 		return errors.New("kvevents: Source.Live is required")
 	}
+	if err := s.cfg.checkExposed(src); err != nil {
+		return err
+	}
+	if r := src.Resume; r != nil {
+		if r.Seq >= replayErrorSeq {
+			return fmt.Errorf("kvevents: source %s: Source.Resume.Seq %d is a replay marker, not a batch", ratelog.Escape(src.Name, 128), r.Seq)
+		}
+		p := *r
+		src.Resume = &p
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.closed {
@@ -166,6 +176,28 @@ func (s *Subscriber) Remove(name string) error {
 		return nil
 	}
 	so.stop()
+	return nil
+}
+
+// Resync forgets where the named source stands: the Handler's next update
+// for it is an UpdateReset (Seq 0), then delivery starts again from the
+// oldest batch the publisher still holds (a replay from sequence 0) or,
+// for a source without a replay endpoint, from the next live batch. Use it
+// when what was applied for the source is gone (a lost shared index).
+//
+// Resync does not wait: the reset is delivered on the source's own
+// goroutines (at once, even if no batch comes), never on the caller's, so
+// it may be called from any goroutine, a Handler included. Calls before
+// the reset is delivered make one reset. It returns an error naming the
+// source when no source has that name.
+func (s *Subscriber) Resync(name string) error {
+	s.mu.Lock()
+	so := s.sources[name]
+	s.mu.Unlock()
+	if so == nil {
+		return fmt.Errorf("%w: %s", errUnknownSource, ratelog.Escape(name, 128))
+	}
+	so.requestResync()
 	return nil
 }
 

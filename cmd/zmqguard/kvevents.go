@@ -19,7 +19,7 @@ import (
 
 var kvEventsSpec = commandSpec{
 	name:     "kv-events",
-	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
+	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "follow vLLM KV-cache event publishers, one JSON line per event",
 	help: `Subscribes to the KV-event publishers of vLLM engines (or anything speaking
 their wire) through hardened SUB sockets, and prints one JSON object per
@@ -39,7 +39,9 @@ Each --replay belongs to the --connect (or --bind) before it: a gap in that
 source's sequence is then recovered from the publisher's replay endpoint
 (a DEALER request, bounded by --replay-timeout of silence). --bind listens
 for a publisher that connects (vLLM connects when its endpoint names a
-host). --from-start replays from sequence 0 on joining, instead of starting
+host); on an address beyond loopback it needs --allow or CURVE keys
+(else the first peer to connect would speak for the engine), or --any-peer.
+--from-start replays from sequence 0 on joining, instead of starting
 at the first batch seen.
 
 --curve-server-key (the publisher's public key, Z85) makes every SUB and
@@ -53,10 +55,16 @@ replayed, lost, resets, drops by reason, and the names of event types this
 release does not know (dropped as "unsupported"); the exit code is 0.`,
 }
 
-// kvSourcesFlag collects --connect/--bind/--replay in order.
+// kvSourcesFlag collects --connect/--bind/--replay in order, and
+// --any-peer (kvevents.Config.AnyPeer: a --bind beyond loopback without
+// --allow or CURVE keys).
 type kvSourcesFlag struct {
-	list []kvevents.Source
+	list    []kvevents.Source
+	anyPeer bool
 }
+
+// anyPeerUsage is --any-peer's help, shared by kv-events and kv-index.
+const anyPeerUsage = "let a --bind on an address beyond loopback admit any publisher without --allow or CURVE keys (by default refused: the first peer to connect would speak for the engine)"
 
 type kvSourceFlag struct {
 	f    *kvSourcesFlag
@@ -202,6 +210,7 @@ var kvEventsCmd = command[kvEventsFlags]{
 		fs.Var(kvSourceFlag{f: &fl.srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
 		fs.Var(kvSourceFlag{f: &fl.srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
+		fs.BoolVar(&fl.srcs.anyPeer, "any-peer", false, anyPeerUsage)
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
 		fs.Uint64Var(&fl.count, "count", 0, "exit after this many events (0: on SIGINT/SIGTERM)")
@@ -243,7 +252,7 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 	defer cancel()
 	pr := &kvPrinter{w: bufio.NewWriterSize(e.stdout, 64<<10), count: fl.count, done: cancel}
 	sub, err := kvevents.NewSubscriber(kvevents.Config{Release: rel, Handler: pr.handle, Topic: fl.topic,
-		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts})
+		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer})
 	if err != nil {
 		return err
 	}

@@ -468,6 +468,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.Var(kvSourceFlag{f: &fl.srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
 		fs.Var(kvSourceFlag{f: &fl.srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
+		fs.BoolVar(&fl.srcs.anyPeer, "any-peer", false, anyPeerUsage)
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", true, "replay each source from the start (what its publisher still holds) on joining; --from-start=false starts at the first batch seen")
 		fs.DurationVar(&fl.replayTimeout, "replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
@@ -580,7 +581,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	sopts.Guard.Curve = cc
 	sopts.Guard.Allow = fl.allow.prefixes // a --bind source's accepted publishers
 	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: srv.handle, Topic: fl.topic,
-		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts})
+		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer})
 	if err != nil {
 		return err
 	}
