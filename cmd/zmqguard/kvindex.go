@@ -50,8 +50,8 @@ positions live in Redis, and a restarted kv-index (or a new replica)
 resumes the same way. A Redis that lost its data (a restart without
 persistence, FLUSHALL) is noticed: one ERROR line, index.BackendLosses
 counted, and every source replayed from the start as after a restart.
-`+"`--redis URL`"+` with no --connect or --bind is a read-only replica serving /score
-from the shared index.
+--redis URL with no --connect or --bind is a read-only replica serving
+/score from the shared index.
 
 --http HOST:PORT (required; loopback unless --http-allow-remote; port 0
 picks a free port, logged as http_addr) serves:
@@ -354,13 +354,8 @@ func (s *kvIndexServer) resyncAll() {
 		return
 	}
 	s.resyncMu.Unlock()
-	r, ok := any(s.sub).(interface{ Resync(string) error })
-	if !ok {
-		s.logger.Error("kv-index: this build's subscriber cannot resync its sources after the shared index's loss")
-		return
-	}
 	for _, so := range s.sources {
-		if err := r.Resync(so.Name); err != nil {
+		if err := s.sub.Resync(so.Name); err != nil {
 			s.logger.Warn("kv-index: resync after the shared index's loss failed", "source", so.Name, "err", err)
 		}
 	}
