@@ -114,9 +114,11 @@ type Index struct {
 	fails *ratelog.Limiter // backend-failure lines
 
 	// Positions: each source's last applied batch (restart.go).
-	posMu sync.Mutex
-	pos   map[string]kvevents.Position
-	ps    PositionStore // the backend's, or nil
+	posMu    sync.Mutex
+	pos      map[string]kvevents.Position
+	pending  map[string]pendingTrust // engines loaded from a snapshot, not yet proven
+	npending atomic.Int64            // len(pending)
+	ps       PositionStore           // the backend's, or nil
 
 	// Backend losses: OnBackendLost's goroutines, waited for by Close.
 	lostMu  sync.Mutex
@@ -170,7 +172,8 @@ func New(cfg Config) (*Index, error) {
 	}
 	x := &Index{cfg: cfg, be: cfg.Backend, seed: cfg.Seed, log: cfg.Logger,
 		engines: map[string]*engineState{}, models: map[string]int{}, spaces: map[string][]int{}, pos: map[string]kvevents.Position{},
-		fails: ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: "kvindex"})}
+		pending: map[string]pendingTrust{},
+		fails:   ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: "kvindex"})}
 	if cfg.SnapshotFile != "" {
 		if _, ok := x.be.(*memory); !ok && x.be != nil {
 			return nil, fmt.Errorf("kvindex: Config.SnapshotFile %q needs the in-memory backend (a shared backend keeps its own state)", cfg.SnapshotFile)
@@ -230,26 +233,15 @@ func (x *Index) Apply(u kvevents.Update) error {
 		if seq == 0 {
 			seq = u.Batch.Seq
 		}
-		return x.applyEvents(u.Source, u.Batch.Events, &kvevents.Position{Seq: seq, Digest: u.Batch.Digest})
+		return x.applyEvents(u.Source, u.Batch.Events, &kvevents.Position{Seq: seq, Digest: u.Batch.Digest}, true)
 	case kvevents.UpdateReset:
 		x.st.resets.Add(1)
 		return x.reset(u.Source)
 	case kvevents.UpdateLost:
 		x.st.losses.Add(1)
-		return x.do(u.Source, OpLost)
+		return x.lost(u.Source)
 	}
 	return nil
-}
-
-func (x *Index) do(engine string, k OpKind) error {
-	if x.closed.Load() {
-		return ErrClosed
-	}
-	st := x.engine(engine)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.ops = append(st.ops[:0], Op{Kind: k})
-	return x.apply(engine, st.ops)
 }
 
 func (x *Index) apply(engine string, ops []Op) error {
@@ -313,18 +305,20 @@ func validMedium(s string) bool {
 // documentation. It leaves the engine's Position as it was (Apply records
 // it).
 func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
-	return x.applyEvents(engine, evs, nil)
+	return x.applyEvents(engine, evs, nil, false)
 }
 
 // applyEvents is ApplyEvents; when pos is not nil and the batch applied,
 // it records pos as the engine's position, still in the engine's turn.
-func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.Position) error {
+// delivered says the batch came from a feed that proves continuity (Apply).
+func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.Position, delivered bool) error {
 	if x.closed.Load() {
 		return ErrClosed
 	}
 	st := x.engine(engine)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	x.resumed(engine, delivered)
 	x.st.batches.Add(1)
 	x.st.events.Add(uint64(len(evs)))
 

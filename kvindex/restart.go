@@ -44,6 +44,7 @@ func (x *Index) reset(engine string) error {
 	st := x.engine(engine)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	x.resumed(engine, false)
 	st.ops = append(st.ops[:0], Op{Kind: OpClear})
 	// The position goes first: a position kept while the entries are
 	// already cleared is harmless (a resume replays), the other way round
@@ -59,6 +60,19 @@ func (x *Index) reset(engine string) error {
 	}
 	// Cleared whatever became of the position.
 	return errors.Join(err, x.apply(engine, st.ops))
+}
+
+// lost makes engine's entries uncertain (a lost range).
+func (x *Index) lost(engine string) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	st := x.engine(engine)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	x.resumed(engine, false)
+	st.ops = append(st.ops[:0], Op{Kind: OpLost})
+	return x.apply(engine, st.ops)
 }
 
 // loadPositions reads a PositionStore's positions when New starts.

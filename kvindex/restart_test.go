@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -166,20 +167,38 @@ func TestSnapshotRestart(t *testing.T) {
 		st.Backend.Blocks != stBefore.Backend.Blocks || st.Backend.Engines != stBefore.Backend.Engines {
 		t.Fatalf("backend after restart %+v, before %+v", st.Backend, stBefore.Backend)
 	}
+	// Until each source's feed proves continuity (its first batch after
+	// the resume), every engine's entries are uncertain: the engine may
+	// have dropped blocks while the index was down.
+	uncertain := func(r kvindex.ScoreResult) kvindex.ScoreResult {
+		r.Engines = slices.Clone(r.Engines)
+		for i := range r.Engines {
+			r.Engines[i].Blocks, r.Engines[i].Tokens = 0, 0
+			r.Engines[i].Tiers = slices.Clone(r.Engines[i].Tiers)
+			for j := range r.Engines[i].Tiers {
+				r.Engines[i].Tiers[j].Blocks, r.Engines[i].Tiers[j].Tokens = 0, 0
+			}
+		}
+		return r
+	}
+	for k := 1; k <= 3; k++ {
+		if got, want := mustScore(t, y, kvindex.ScoreRequest{Tokens: restartDoc(k)}), uncertain(before[k-1]); !reflect.DeepEqual(got, want) {
+			t.Fatalf("doc %d after restart, before the proof:\n%+v\nwant %+v", k, got, want)
+		}
+	}
+	// The first batches delivered (a proven resume): a, b and c get their
+	// trust back, c never (no position: continuity unprovable).
+	for _, e := range []string{"a", "b", "c"} {
+		mustApply(t, y, kvevents.Update{Kind: kvevents.UpdateBatch, Source: e, Seq: 30, Batch: &kvevents.Batch{Seq: 30, Digest: 1}})
+	}
 	for k := 1; k <= 3; k++ {
 		got := mustScore(t, y, kvindex.ScoreRequest{Tokens: restartDoc(k)})
 		want := before[k-1]
 		if k == 3 {
-			// c had no position: the same prefix, uncertain now.
-			for i := range want.Engines {
-				want.Engines[i].Blocks, want.Engines[i].Tokens = 0, 0
-				for j := range want.Engines[i].Tiers {
-					want.Engines[i].Tiers[j].Blocks, want.Engines[i].Tiers[j].Tokens = 0, 0
-				}
-			}
+			want = uncertain(want)
 		}
 		if !reflect.DeepEqual(got, want) {
-			t.Fatalf("doc %d after restart:\n%+v\nwant %+v", k, got, want)
+			t.Fatalf("doc %d after restart and proof:\n%+v\nwant %+v", k, got, want)
 		}
 		if k == 1 && (len(got.Engines) != 1 || got.Engines[0].Engine != "a" || got.Engines[0].Blocks != 4) {
 			t.Fatalf("doc 1 after restart: %+v, want a certain 4 blocks", got)
@@ -231,7 +250,7 @@ func TestSnapshotPeriodic(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer y.Close()
-	if r := mustScore(t, y, kvindex.ScoreRequest{Tokens: restartDoc(1)}); len(r.Engines) != 1 || r.Engines[0].Blocks != 4 {
+	if r := mustScore(t, y, kvindex.ScoreRequest{Tokens: restartDoc(1)}); len(r.Engines) != 1 || r.Engines[0].MaybeBlocks != 4 {
 		t.Fatalf("periodic snapshot loaded: %+v", r)
 	}
 	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*.tmp*")); len(m) != 0 {
@@ -580,5 +599,44 @@ func TestUnknownModel(t *testing.T) {
 	}
 	if r := mustScore(t, y, kvindex.ScoreRequest{Model: "model-b", Tokens: restartDoc(1)}); !r.UnknownModel {
 		t.Fatalf("model-b: %+v", r)
+	}
+}
+
+// TestSnapshotResumeUnproven: after a restart from a snapshot, a source
+// whose feed cannot prove continuity (a lost range comes first) stays
+// uncertain even when batches follow, and one whose engine restarted (a
+// reset) is cleared. Fails if a loaded snapshot's entries were trusted at
+// once, or got their trust back after a lost range.
+func TestSnapshotResumeUnproven(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.snap")
+	cfg := kvindex.Config{SnapshotFile: path, Logger: slog.New(slog.DiscardHandler)}
+	x, err := kvindex.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, x, storeUpdate("a", 1, 4, 10))
+	mustApply(t, x, storeUpdate("b", 2, 4, 10))
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	y, err := kvindex.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	for k, e := range map[int]string{1: "a", 2: "b"} {
+		if r := mustScore(t, y, kvindex.ScoreRequest{Tokens: restartDoc(k)}); len(r.Engines) != 1 || r.Engines[0].Engine != e ||
+			r.Engines[0].Blocks != 0 || r.Engines[0].MaybeBlocks != 4 {
+			t.Fatalf("doc %d right after the load: %+v, want %s maybe 4, certain 0", k, r, e)
+		}
+	}
+	mustApply(t, y, kvevents.Update{Kind: kvevents.UpdateLost, Source: "a", From: 11, To: 15})
+	mustApply(t, y, kvevents.Update{Kind: kvevents.UpdateBatch, Source: "a", Seq: 15, Batch: &kvevents.Batch{Seq: 15, Digest: 3}})
+	if r := mustScore(t, y, kvindex.ScoreRequest{Tokens: restartDoc(1)}); r.Engines[0].Blocks != 0 || r.Engines[0].MaybeBlocks != 4 {
+		t.Fatalf("a after an unproven resume: %+v, want maybe 4, certain 0", r)
+	}
+	mustApply(t, y, kvevents.Update{Kind: kvevents.UpdateReset, Source: "b"})
+	if r := mustScore(t, y, kvindex.ScoreRequest{Tokens: restartDoc(2)}); len(r.Engines) != 0 {
+		t.Fatalf("b after a reset: %+v, want nothing", r)
 	}
 }

@@ -440,17 +440,55 @@ func (x *Index) loadSnapshot() {
 	x.posMu.Lock()
 	x.pos = st.pos
 	x.posMu.Unlock()
+	// Every engine's entries are uncertain until its feed proves it is
+	// the run the snapshot followed: an engine with a position gets its
+	// trust back with the first batch delivered after the resume (the
+	// subscriber delivers one only once continuity is proven; else a lost
+	// range or a reset comes first); one without stays uncertain.
 	uncertain := 0
-	for _, e := range mem.engines {
-		if _, ok := st.pos[e.name]; !ok {
-			mem.Apply(e.name, []Op{{Kind: OpLost}})
-			x.st.losses.Add(1)
+	mem.mu.Lock()
+	for i := range mem.engines {
+		e := &mem.engines[i]
+		if _, ok := st.pos[e.name]; ok {
+			x.pending[e.name] = pendingTrust{old: e.epoch, bumped: e.epoch + 1}
+		} else {
 			uncertain++
 		}
+		e.epoch++
 	}
+	mem.mu.Unlock()
+	x.npending.Store(int64(len(x.pending)))
 	x.log.Info("kvindex: snapshot loaded", slog.String("file", path), slog.Int64("entries", mem.entries),
 		slog.Int("engines", len(mem.engines)), slog.Int("positions", len(st.pos)),
-		slog.Int("engines_uncertain", uncertain), slog.Duration("took", time.Since(start)))
+		slog.Int("engines_without_position", uncertain), slog.Duration("took", time.Since(start)))
+}
+
+// pendingTrust is an engine loaded from a snapshot whose continuity is not
+// proven yet: its loss epoch was old, is bumped until the proof.
+type pendingTrust struct{ old, bumped uint32 }
+
+// resumed settles engine's pending trust on its first update after a
+// snapshot's load: a batch (continuity proven) gives the snapshot's
+// entries their trust back, anything else leaves them uncertain. Called in
+// the engine's turn, before the update is applied.
+func (x *Index) resumed(engine string, proven bool) {
+	if x.npending.Load() == 0 {
+		return
+	}
+	x.posMu.Lock()
+	p, ok := x.pending[engine]
+	delete(x.pending, engine)
+	x.npending.Store(int64(len(x.pending)))
+	x.posMu.Unlock()
+	if !ok || !proven {
+		return
+	}
+	mem := x.be.(*memory)
+	mem.lock()
+	defer mem.mu.Unlock()
+	if eid, ok := mem.engineIDs[engine]; ok && mem.engines[eid].epoch == p.bumped {
+		mem.engines[eid].epoch = p.old
+	}
 }
 
 // adopt makes m (empty, not yet shared) hold f's state.
