@@ -67,27 +67,48 @@ func Start() (*Server, error) {
 		return nil, err
 	}
 	s := &Server{dir: dir, sock: filepath.Join(dir, "redis.sock")}
+	if err := s.start(bin); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	return s, nil
+}
+
+// Restart kills the server and starts a new one on the same socket, as a
+// Redis restart without persistence: it comes back empty. It waits, at
+// most StartTimeout, until the new one answers PING.
+func (s *Server) Restart() error {
+	bin, err := Binary()
+	if err != nil {
+		return err
+	}
+	s.kill()
+	return s.start(bin)
+}
+
+// start runs bin on s's socket and directory and waits until it answers
+// PING; on failure nothing is left running.
+func (s *Server) start(bin string) error {
 	s.cmd = exec.Command(bin, "--port", "0", "--unixsocket", s.sock, "--unixsocketperm", "700",
-		"--save", "", "--appendonly", "no", "--dir", dir, "--logfile", filepath.Join(dir, "redis.log"),
+		"--save", "", "--appendonly", "no", "--dir", s.dir, "--logfile", filepath.Join(s.dir, "redis.log"),
 		"--databases", "1")
 	// The server dies with the test binary, even on a timeout panic.
 	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := s.cmd.Start(); err != nil {
-		os.RemoveAll(dir)
-		return nil, fmt.Errorf("redistest: start %s: %v", bin, err)
+		return fmt.Errorf("redistest: start %s: %v", bin, err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), StartTimeout)
 	defer cancel()
 	for {
-		err = ping(ctx, s.sock)
+		err := ping(ctx, s.sock)
 		if err == nil {
-			return s, nil
+			return nil
 		}
 		select {
 		case <-ctx.Done():
-			log, _ := os.ReadFile(filepath.Join(dir, "redis.log"))
-			s.Close()
-			return nil, fmt.Errorf("redistest: %s did not answer PING within %v: %v; log: %s", bin, StartTimeout, err, strings.TrimSpace(string(log)))
+			log, _ := os.ReadFile(filepath.Join(s.dir, "redis.log"))
+			s.kill()
+			return fmt.Errorf("redistest: %s did not answer PING within %v: %v; log: %s", bin, StartTimeout, err, strings.TrimSpace(string(log)))
 		case <-time.After(10 * time.Millisecond):
 		}
 	}
@@ -116,12 +137,18 @@ func ping(ctx context.Context, sock string) error {
 	return nil
 }
 
-// Close kills the server and removes its directory.
-func (s *Server) Close() {
-	if s.cmd.Process != nil {
+// kill kills the server's process, if it runs, and waits for it.
+func (s *Server) kill() {
+	if s.cmd != nil && s.cmd.Process != nil {
 		s.cmd.Process.Kill()
 		s.cmd.Wait()
 	}
+	s.cmd = nil
+}
+
+// Close kills the server and removes its directory.
+func (s *Server) Close() {
+	s.kill()
 	os.RemoveAll(s.dir)
 }
 

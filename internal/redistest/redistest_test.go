@@ -1,7 +1,11 @@
 package redistest
 
 import (
+	"bufio"
 	"context"
+	"fmt"
+	"net"
+	"os"
 	"testing"
 	"time"
 
@@ -31,5 +35,54 @@ func TestStartPingClose(t *testing.T) {
 	s2.Close()
 	if err := ping(ctx, s2.Socket()); err == nil {
 		t.Fatal("server still answers after Close")
+	}
+}
+
+// roundTrip sends one RESP command to the server and returns its reply's
+// first line.
+func roundTrip(t *testing.T, sock string, args ...string) string {
+	t.Helper()
+	c, err := net.DialTimeout("unix", sock, 5*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	c.SetDeadline(time.Now().Add(5 * time.Second))
+	req := fmt.Sprintf("*%d\r\n", len(args))
+	for _, a := range args {
+		req += fmt.Sprintf("$%d\r\n%s\r\n", len(a), a)
+	}
+	if _, err := c.Write([]byte(req)); err != nil {
+		t.Fatal(err)
+	}
+	line, err := bufio.NewReader(c).ReadString('\n')
+	if err != nil {
+		t.Fatal(err)
+	}
+	return line
+}
+
+// TestRestartComesBackEmpty: Restart serves the same socket again, with
+// none of the data written before.
+func TestRestartComesBackEmpty(t *testing.T) {
+	s, err := Start()
+	if err != nil {
+		if os.Getenv("CI") != "" {
+			t.Fatal(err)
+		}
+		t.Skip("REDIS-SERVER UNAVAILABLE: " + err.Error())
+	}
+	defer s.Close()
+	if got := roundTrip(t, s.Socket(), "SET", "k", "v"); got != "+OK\r\n" {
+		t.Fatalf("SET answered %q", got)
+	}
+	if got := roundTrip(t, s.Socket(), "EXISTS", "k"); got != ":1\r\n" {
+		t.Fatalf("EXISTS before the restart answered %q", got)
+	}
+	if err := s.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	if got := roundTrip(t, s.Socket(), "EXISTS", "k"); got != ":0\r\n" {
+		t.Fatalf("EXISTS after the restart answered %q, want :0 (empty)", got)
 	}
 }

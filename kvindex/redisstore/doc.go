@@ -11,7 +11,7 @@
 //	defer be.Close()
 //	x, err := kvindex.New(kvindex.Config{Backend: be})
 //	// ... as with the in-memory index: x.Apply(update), x.Score(request)
-//	st, _ := redisstore.StatsOf(be) // round trips, lease takeovers, ...
+//	st, _ := redisstore.StatsOf(be) // round trips, lease takeovers, losses, ...
 //
 // The backend gives the same answers as kvindex's in-memory one for the
 // same operations (kvindex's conformance suite and a differential test
@@ -24,8 +24,8 @@
 // call (EVALSHA, or EVAL when the server does not hold the script yet): one round trip
 // per batch, applied atomically, so no reader and no other writer ever sees
 // half a batch, and a reset's clear is never interleaved with another
-// indexer's writes. Resolve is one HMGET. Holders is one read-only script
-// call that walks the keys in order and stops after the first key nobody
+// indexer's writes. Resolve is one read-only script call (the engine's
+// id and an HMGET of its map). Holders is one read-only script call that walks the keys in order and stops after the first key nobody
 // holds (a prefix walk needs nothing past it; if the caller goes on anyway,
 // the rest is read the same way); it returns raw strings that Go parses,
 // and the engines' epochs only when they changed since the last call.
@@ -56,6 +56,10 @@
 //	st           HASH   gauges and totals: blocks, mappings, evicted,
 //	                    engines, mediums, takeovers
 //	own:E        STRING the engine's writer lease (with WriterID only)
+//	gen          STRING the generation token: 128 random bits, written
+//	                    (if missing) by the first store to use the prefix
+//	pos          HASH   source → "seq:digest", the position of the last
+//	                    batch applied from the source (kvindex.PositionStore)
 //
 // The number of entries is ZCARD fifo. A reset or AllBlocksCleared removes
 // every entry of the engine (reading m:E) and bumps ep[E]; a lost range
@@ -75,6 +79,54 @@
 // lost-range operation, and its entries read as uncertain until stored
 // again (counted in Stats.Recovered, from [StatsOf]). A Redis outage therefore costs
 // certainty, never correctness.
+//
+// # Losing the data
+//
+// Redis can lose the index while the indexers run: a restart without
+// persistence, FLUSHALL or FLUSHDB, a failover to an empty replica. Engine and medium ids are then handed out again from 1, in
+// whatever order the indexers write next, so a table a store cached before
+// would name another engine; entries and mappings are gone, so the
+// continuations of prefixes stored before are unknown parents. The store
+// notices, on its first call that reaches the new data:
+//
+//   - Every script (Apply, Resolve, Holders, the name lookups, the
+//     positions, the lease renewal) first compares the gen key with the
+//     token of the store's generation (read when it started, or after its
+//     last loss), atomically, in the same call;
+//     Stats reads gen in its one round trip. The check is one GET of a
+//     short string inside a script the call makes anyway: no extra round
+//     trip.
+//   - When gen is missing or differs, the script does nothing. The store
+//     drops every table it cached (engine and medium names, the engines'
+//     epochs, its leases, the engines in doubt), reads the token of the
+//     new generation (writing a new random one with SET-if-missing when
+//     there is none) and returns an error wrapping kvindex.ErrBackendLost,
+//     once per loss per store (the index then resyncs every source); the
+//     store's later calls work in the new generation. A loss found by a
+//     call that returns no error (EngineName, MediumName, Stats, the lease
+//     renewal) is reported by the store's next call that does. Losses are
+//     counted in Stats.Losses.
+//   - Ids never cross a loss: a Holder's ids are Redis's plus the
+//     generation's bases, and a new generation's bases are above every id
+//     the store handed out before (the bases start again at 0 past 2³¹
+//     engine ids or about a thousand losses of mediums), so an id read
+//     before a loss names nothing after it (EngineName answers "") and
+//     never another engine. Holders hands out ids only while their
+//     generation is current: a walk that finds its generation dropped
+//     starts again in the new one, or fails when it visited keys already.
+//
+// A failover to a replica that lags behind keeps the generation: the
+// writes it missed are lost without a trace the token can show.
+//
+// Positions (kvindex.PositionStore) live in the pos hash under the prefix:
+// one field per source, saved by the index after the batch's Apply
+// succeeded (so a saved position is never ahead of the entries), shared by
+// every store of the prefix, so a restarted index or a new replica resumes
+// each source from where the shared index stands. They belong to the
+// generation: a loss takes them with the entries, and Positions reports
+// the loss like any call. (Saving in the Apply call itself would make it
+// one round trip, an extra field and value in the batch's script; the
+// interface keeps them apart.)
 //
 // # Many indexers writing one Redis
 //

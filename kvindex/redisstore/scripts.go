@@ -4,18 +4,25 @@ package redisstore
 // (ARGV[1]); engine hashes and local keys travel as decimal strings and are
 // never used as Lua numbers (doubles cannot hold a uint64). Layout: see the
 // package doc.
+//
+// Every script first compares the prefix's generation key ("gen") with the
+// token the caller holds (its generation), in the same atomic call: when
+// the key is missing or differs, Redis lost the data the caller's tables
+// describe, and the script does nothing but say so.
 
 // applyScript applies one engine's batch of ops atomically.
 // ARGV: prefix, engine name, capacity, writer id ("" = no lease), lease ms,
-// then 5 per op: kind, hash, key, medium, group.
+// generation token, then 5 per op: kind, hash, key, medium, group.
 // A store on an unusable medium or group is skipped and counted as rejected.
 // Returns {eid, added, refreshed, removed, unknown, cleared, remapped,
 // evicted, rejected, status, detail}: status 0 ok, 1 an unknown op kind at
 // op index detail,
 // 2 not the engine's writer (nothing applied), 3 ok after taking the lease
-// over (the engine's entries were made uncertain first).
+// over (the engine's entries were made uncertain first), 4 the generation
+// is lost (nothing applied).
 const applyScript = `
 local P = ARGV[1]
+if redis.call('GET', P .. 'gen') ~= ARGV[6] then return {0, 0, 0, 0, 0, 0, 0, 0, 0, 4, 0} end
 local name = ARGV[2]
 local cap = tonumber(ARGV[3])
 local writer = ARGV[4]
@@ -214,9 +221,9 @@ local function flush()
   if seq ~= seq0 then redis.call('SET', P .. 'seq', seq) end
 end
 
-local n = (#ARGV - 5) / 5
+local n = (#ARGV - 6) / 5
 for i = 0, n - 1 do
-  local b = 6 + i * 5
+  local b = 7 + i * 5
   local kind = ARGV[b]
   if kind == '1' then
     if not store(ARGV[b + 1], ARGV[b + 2], ARGV[b + 3], ARGV[b + 4]) then
@@ -238,21 +245,23 @@ flush()
 return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], status, 0}
 `
 
-// holdersScript reads the holders of ARGV[3..] in order, stopping after
-// the first key nobody holds. ARGV[1] is the prefix, ARGV[2] the version of
-// the engines' epochs the caller holds (epv, bumped at every epoch change
-// and new engine). It parses nothing (Lua string work is the slow part of a
-// script): it returns the current version, the epochs as one string
-// "E,epoch,E,epoch…" only when the caller's version is not current (else
-// false), then one string per key, "E:hash:M:G,epoch,E:hash:M:G,epoch…"
-// ("" for a key nobody holds). The caller computes trust (an entry's epoch
-// equals its engine's).
+// holdersScript reads the holders of ARGV[4..] in order, stopping after
+// the first key nobody holds. ARGV[1] is the prefix, ARGV[2] the generation
+// token, ARGV[3] the version of the engines' epochs the caller holds (epv,
+// bumped at every epoch change and new engine). It parses nothing (Lua
+// string work is the slow part of a script): it returns the current
+// version, the epochs as one string "E,epoch,E,epoch…" only when the
+// caller's version is not current (else false), then one string per key,
+// "E:hash:M:G,epoch,E:hash:M:G,epoch…" ("" for a key nobody holds); an
+// empty array when the generation is lost. The caller computes trust (an
+// entry's epoch equals its engine's).
 const holdersScript = `
 local P = ARGV[1]
+if redis.call('GET', P .. 'gen') ~= ARGV[2] then return {} end
 local v = redis.call('GET', P .. 'epv') or '0'
 local out = {v, false}
-if v ~= ARGV[2] then out[2] = table.concat(redis.call('HGETALL', P .. 'ep'), ',') end
-for i = 3, #ARGV do
+if v ~= ARGV[3] then out[2] = table.concat(redis.call('HGETALL', P .. 'ep'), ',') end
+for i = 4, #ARGV do
   local all = redis.call('HGETALL', P .. 'b:' .. ARGV[i])
   out[#out + 1] = table.concat(all, ',')
   if #all == 0 then break end
@@ -261,11 +270,13 @@ return out
 `
 
 // renewScript renews, for ARGV[1]-prefixed keys, the leases of the engine
-// ids ARGV[4..] that writer ARGV[2] still holds, to ARGV[3] ms.
+// ids ARGV[5..] that writer ARGV[2] still holds, to ARGV[3] ms, in
+// generation ARGV[4]; -1 when the generation is lost.
 const renewScript = `
 local P, writer, ttl = ARGV[1], ARGV[2], ARGV[3]
+if redis.call('GET', P .. 'gen') ~= ARGV[4] then return -1 end
 local n = 0
-for i = 4, #ARGV do
+for i = 5, #ARGV do
   local own = P .. 'own:' .. ARGV[i]
   if redis.call('GET', own) == writer then
     redis.call('PEXPIRE', own, ttl)
@@ -273,4 +284,66 @@ for i = 4, #ARGV do
   end
 end
 return n
+`
+
+// resolveScript reads, in generation ARGV[2], the keys engine ARGV[3]'s
+// hashes ARGV[4..] map to: {1, value or false per hash} ({1} when the
+// engine is not known; an empty array when the generation is lost). HMGET
+// takes the hashes in slices, as Lua's unpack has a bounded stack.
+const resolveScript = `
+local P = ARGV[1]
+if redis.call('GET', P .. 'gen') ~= ARGV[2] then return {} end
+local eid = redis.call('HGET', P .. 'eid', ARGV[3])
+if not eid then return {1} end
+local M = P .. 'm:' .. eid
+local out = {1}
+for i = 4, #ARGV, 1000 do
+  local vals = redis.call('HMGET', M, unpack(ARGV, i, math.min(i + 999, #ARGV)))
+  for j = 1, #vals do out[#out + 1] = vals[j] end
+end
+return out
+`
+
+// nameScript reads, in generation ARGV[2], the name of id ARGV[4] in table
+// ARGV[3] ("ename" or "mname"): {1, name or false}; an empty array when the
+// generation is lost.
+const nameScript = `
+local P = ARGV[1]
+if redis.call('GET', P .. 'gen') ~= ARGV[2] then return {} end
+return {1, redis.call('HGET', P .. ARGV[3], ARGV[4])}
+`
+
+// establishScript returns the generation token of prefix ARGV[1], setting
+// it to ARGV[2] (a new random token) when there is none.
+const establishScript = `
+local K = ARGV[1] .. 'gen'
+local t = redis.call('GET', K)
+if t then return t end
+redis.call('SET', K, ARGV[2])
+return ARGV[2]
+`
+
+// positionsScript returns, in generation ARGV[2], {1, source, position,
+// source, position…} from the positions hash; an empty array when the
+// generation is lost.
+const positionsScript = `
+local P = ARGV[1]
+if redis.call('GET', P .. 'gen') ~= ARGV[2] then return {} end
+local out = redis.call('HGETALL', P .. 'pos')
+table.insert(out, 1, 1)
+return out
+`
+
+// savePositionScript sets, in generation ARGV[2], source ARGV[3]'s
+// position to ARGV[4], or removes it when ARGV[4] is "": 1, or 0 when the
+// generation is lost.
+const savePositionScript = `
+local P = ARGV[1]
+if redis.call('GET', P .. 'gen') ~= ARGV[2] then return 0 end
+if ARGV[4] == '' then
+  redis.call('HDEL', P .. 'pos', ARGV[3])
+else
+  redis.call('HSET', P .. 'pos', ARGV[3], ARGV[4])
+end
+return 1
 `

@@ -71,32 +71,40 @@ type Stats struct {
 	// Recovered counts engines whose Apply had failed and whose next
 	// applied batch started with OpLost (their entries made uncertain).
 	Recovered uint64
+	// Losses counts the times this store found that Redis had lost its
+	// data (the generation key missing or changed): each one dropped the
+	// store's tables and was reported once as kvindex.ErrBackendLost.
+	Losses uint64
 }
 
-// store is a kvindex.Backend on Redis or Valkey.
+// store is a kvindex.Backend (and a kvindex.PositionStore) on Redis or
+// Valkey.
 type store struct {
-	cfg     Config
-	client  rueidis.Client
-	own     bool
-	apply   *rueidis.Lua
-	holders *rueidis.Lua
-	renew   *rueidis.Lua
-	prefix  string
+	cfg    Config
+	client rueidis.Client
+	own    bool
+	prefix string
+	// The scripts; each checks the generation token first.
+	apply, holders, resolve, name, renew, establishS, posGet, posSet *rueidis.Lua
 
-	mu      sync.RWMutex
-	eids    map[string]uint32 // engine name → Redis id
-	enames  map[uint32]string
-	mnames  map[uint16]string
-	leased  map[uint32]bool // engines whose lease this store holds
-	doubt   map[string]bool // engines whose last Apply failed
-	closed  bool
+	mu sync.RWMutex
+	// gen is the generation the store's tables belong to; nil after a
+	// loss until a call establishes the next one.
+	gen *generation
+	// pending: a loss was detected (and the tables dropped) but no call
+	// has reported it yet; the next call that returns an error does.
+	pending bool
+	// ebase, mbase are the id bases of the next generation.
+	ebase  uint32
+	mbase  uint16
+	leased map[uint32]bool // engines (Redis ids) whose lease this store holds
+	doubt  map[string]bool // engines whose last Apply failed
+	closed bool
+
 	stop    chan struct{}
 	stopped chan struct{}
 
-	calls, errs, notWriter, takeovers, recovered atomic.Uint64
-
-	// ep caches the engines' epochs at a version of the epv counter.
-	ep atomic.Pointer[epochCache]
+	calls, errs, notWriter, takeovers, recovered, losses atomic.Uint64
 }
 
 // epochCache is the engines' epochs by id, as of version ver.
@@ -105,7 +113,10 @@ type epochCache struct {
 	epochs []string
 }
 
-var _ kvindex.Backend = (*store)(nil)
+var (
+	_ kvindex.Backend       = (*store)(nil)
+	_ kvindex.PositionStore = (*store)(nil)
+)
 
 // New connects (or adopts cfg.Client) and returns a kvindex.Backend on
 // Redis. It fills the defaults of cfg's zero fields first, then checks the
@@ -152,10 +163,15 @@ func open(cfg Config) (*store, error) {
 		return nil, fmt.Errorf("redisstore: Config.LeaseTTL %v is under 30ms", cfg.LeaseTTL)
 	}
 	s := &store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix,
-		apply:   rueidis.NewLuaScript(applyScript),
-		holders: rueidis.NewLuaScriptReadOnly(holdersScript),
-		renew:   rueidis.NewLuaScript(renewScript),
-		eids:    map[string]uint32{}, enames: map[uint32]string{}, mnames: map[uint16]string{}, leased: map[uint32]bool{}, doubt: map[string]bool{},
+		apply:      rueidis.NewLuaScript(applyScript),
+		holders:    rueidis.NewLuaScriptReadOnly(holdersScript),
+		resolve:    rueidis.NewLuaScriptReadOnly(resolveScript),
+		name:       rueidis.NewLuaScriptReadOnly(nameScript),
+		renew:      rueidis.NewLuaScript(renewScript),
+		establishS: rueidis.NewLuaScript(establishScript),
+		posGet:     rueidis.NewLuaScriptReadOnly(positionsScript),
+		posSet:     rueidis.NewLuaScript(savePositionScript),
+		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
 		opt, err := rueidis.ParseURL(cfg.URL)
@@ -180,6 +196,12 @@ func open(cfg Config) (*store, error) {
 			s.client.Close()
 		}
 		return nil, fmt.Errorf("redisstore: PING %s: %v", cfg.URL, err)
+	}
+	if _, err := s.establish(); err != nil {
+		if s.own {
+			s.client.Close()
+		}
+		return nil, err
 	}
 	if cfg.WriterID != "" {
 		go s.renewLoop()
@@ -207,36 +229,8 @@ func (s *store) isClosed() bool {
 	return s.closed
 }
 
-// engineID returns the Redis id of engine, reading it once.
-func (s *store) engineID(ctx context.Context, engine string) (uint32, bool, error) {
-	s.mu.RLock()
-	id, ok := s.eids[engine]
-	s.mu.RUnlock()
-	if ok {
-		return id, true, nil
-	}
-	v, err := s.client.Do(ctx, s.client.B().Hget().Key(s.prefix+"eid").Field(engine).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		return 0, false, s.count(nil)
-	}
-	if err := s.count(err); err != nil {
-		return 0, false, fmt.Errorf("redisstore: engine id of %q: %w", engine, err)
-	}
-	n, err := strconv.ParseUint(v, 10, 32)
-	if err != nil {
-		return 0, false, fmt.Errorf("redisstore: engine id %q of %q: %v", v, engine, err)
-	}
-	s.learnEngine(engine, uint32(n))
-	return uint32(n), true, nil
-}
-
-func (s *store) learnEngine(name string, id uint32) {
-	s.mu.Lock()
-	s.eids[name], s.enames[id] = id, name
-	s.mu.Unlock()
-}
-
-// Resolve implements kvindex.Backend: one HMGET of the engine's map.
+// Resolve implements kvindex.Backend: one script call reads the engine's
+// id and HMGETs its map, in the store's generation.
 func (s *store) Resolve(engine string, hashes []uint64, keys []kvindex.Key, found []bool) error {
 	if len(keys) != len(hashes) || len(found) != len(hashes) {
 		return fmt.Errorf("redisstore: Resolve: %d hashes, %d keys, %d found", len(hashes), len(keys), len(found))
@@ -250,39 +244,41 @@ func (s *store) Resolve(engine string, hashes []uint64, keys []kvindex.Key, foun
 	if len(hashes) == 0 {
 		return nil
 	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	eid, ok, err := s.engineID(ctx, engine)
-	if err != nil || !ok {
-		return err
+	args := make([]string, 3, 3+len(hashes))
+	args[0], args[2] = s.prefix, engine
+	for _, h := range hashes {
+		args = append(args, strconv.FormatUint(h, 10))
 	}
-	fields := make([]string, len(hashes))
-	for i, h := range hashes {
-		fields[i] = strconv.FormatUint(h, 10)
-	}
-	vals, err := s.client.Do(ctx, s.client.B().Hmget().Key(s.mapKey(eid)).Field(fields...).Build()).ToArray()
-	if err := s.count(err); err != nil {
-		return fmt.Errorf("redisstore: Resolve %q: %w", engine, err)
-	}
-	if len(vals) != len(hashes) {
-		return fmt.Errorf("redisstore: Resolve %q: %d values for %d hashes", engine, len(vals), len(hashes))
-	}
-	for i, v := range vals {
-		str, err := v.ToString()
-		if err != nil { // nil: not mapped
-			continue
+	return s.run("Resolve", func(g *generation) (bool, error) {
+		args[1] = g.token
+		ctx, cancel := s.ctx()
+		defer cancel()
+		vals, err := s.resolve.Exec(ctx, s.client, nil, args).ToArray()
+		if err := s.count(err); err != nil {
+			return false, fmt.Errorf("redisstore: Resolve %q: %w", engine, err)
 		}
-		k, err := parseMapKey(str)
-		if err != nil {
-			return fmt.Errorf("redisstore: Resolve %q: %v", engine, err)
+		if len(vals) == 0 {
+			return true, nil
 		}
-		keys[i], found[i] = k, true
-	}
-	return nil
-}
-
-func (s *store) mapKey(eid uint32) string {
-	return s.prefix + "m:" + strconv.FormatUint(uint64(eid), 10)
+		if len(vals) == 1 { // the engine is not known
+			return false, nil
+		}
+		if len(vals)-1 != len(hashes) {
+			return false, fmt.Errorf("redisstore: Resolve %q: %d values for %d hashes", engine, len(vals)-1, len(hashes))
+		}
+		for i, v := range vals[1:] {
+			str, err := v.ToString()
+			if err != nil { // nil: not mapped
+				continue
+			}
+			k, err := parseMapKey(str)
+			if err != nil {
+				return false, fmt.Errorf("redisstore: Resolve %q: %v", engine, err)
+			}
+			keys[i], found[i] = k, true
+		}
+		return false, nil
+	})
 }
 
 // parseMapKey reads the local key at the head of a map value ("key|mid:g|…").
@@ -308,6 +304,16 @@ func (s *store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	if s.isClosed() {
 		return c, kvindex.ErrClosed
 	}
+	err := s.run("Apply", func(g *generation) (lost bool, err error) {
+		c, lost, err = s.applyIn(g, engine, ops)
+		return lost, err
+	})
+	return c, err
+}
+
+// applyIn runs one Apply in generation g; lost when the script found g
+// lost (and applied nothing).
+func (s *store) applyIn(g *generation, engine string, ops []kvindex.Op) (c kvindex.Counts, lost bool, err error) {
 	// A batch whose call failed may or may not have been applied (a
 	// timeout after the server ran it, a connection lost on the way): the
 	// engine's state in Redis is in doubt, as after a lost range. The next
@@ -316,9 +322,9 @@ func (s *store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	s.mu.RLock()
 	doubt := s.doubt[engine]
 	s.mu.RUnlock()
-	args := make([]string, 0, 10+5*len(ops))
+	args := make([]string, 0, 11+5*len(ops))
 	args = append(args, s.prefix, engine, strconv.Itoa(s.cfg.Capacity), s.cfg.WriterID,
-		strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10))
+		strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10), g.token)
 	if doubt {
 		args = append(args, strconv.Itoa(int(kvindex.OpLost)), "0", "0", "", "0")
 	}
@@ -331,12 +337,17 @@ func (s *store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	res, err := s.apply.Exec(ctx, s.client, nil, args).AsIntSlice()
 	if err := s.count(err); err != nil {
 		s.mu.Lock()
-		s.doubt[engine] = true
+		if s.gen == g {
+			s.doubt[engine] = true
+		}
 		s.mu.Unlock()
-		return c, fmt.Errorf("redisstore: Apply %q (%d ops): %w", engine, len(ops), err)
+		return c, false, fmt.Errorf("redisstore: Apply %q (%d ops): %w", engine, len(ops), err)
 	}
 	if len(res) != 11 {
-		return c, fmt.Errorf("redisstore: Apply %q: script answered %d values", engine, len(res))
+		return c, false, fmt.Errorf("redisstore: Apply %q: script answered %d values", engine, len(res))
+	}
+	if res[9] == 4 {
+		return c, true, nil
 	}
 	if doubt && res[9] != 2 { // applied (not refused as another writer's engine)
 		s.mu.Lock()
@@ -344,8 +355,11 @@ func (s *store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 		s.mu.Unlock()
 		s.recovered.Add(1)
 	}
+	if res[0] <= 0 || res[0] >= 1<<31 {
+		return c, false, fmt.Errorf("redisstore: Apply %q: engine id %d not in 1..2^31-1", engine, res[0])
+	}
 	eid := uint32(res[0])
-	s.learnEngine(engine, eid)
+	s.learnEngine(g, engine, eid)
 	c = kvindex.Counts{Added: uint64(res[1]), Refreshed: uint64(res[2]), Removed: uint64(res[3]),
 		UnknownRemovals: uint64(res[4]), Cleared: uint64(res[5]), Remapped: uint64(res[6]), Evicted: uint64(res[7]),
 		Rejected: uint64(res[8])}
@@ -353,47 +367,60 @@ func (s *store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	case 0, 3:
 		if s.cfg.WriterID != "" {
 			s.mu.Lock()
-			s.leased[eid] = true
+			if s.gen == g {
+				s.leased[eid] = true
+			}
 			s.mu.Unlock()
 		}
 		if res[9] == 3 {
 			s.takeovers.Add(1)
 		}
-		return c, nil
+		return c, false, nil
 	case 1:
 		i := res[10]
 		if doubt {
 			i-- // the OpLost put first
 		}
 		if i >= 0 && int(i) < len(ops) {
-			return c, fmt.Errorf("redisstore: op %d has unknown kind %d", i, ops[i].Kind)
+			return c, false, fmt.Errorf("redisstore: op %d has unknown kind %d", i, ops[i].Kind)
 		}
-		return c, fmt.Errorf("redisstore: op %d has an unknown kind", i)
+		return c, false, fmt.Errorf("redisstore: op %d has an unknown kind", i)
 	case 2:
 		s.notWriter.Add(1)
 		s.mu.Lock()
 		delete(s.leased, eid)
 		s.mu.Unlock()
-		return c, nil // the writer applies it; counted in Stats.NotWriter
+		return c, false, nil // the writer applies it; counted in Stats.NotWriter
 	}
-	return c, fmt.Errorf("redisstore: Apply %q: script status %d", engine, res[9])
+	return c, false, fmt.Errorf("redisstore: Apply %q: script status %d", engine, res[9])
 }
 
 // Holders implements kvindex.Backend: one script call reads the keys in
 // order up to the first key nobody holds; should visit go on past it, the
-// rest is read the same way.
+// rest is read the same way. The holders' ids are the generation's (Redis's
+// ids plus its bases), handed out only while the generation is current.
 func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.Holder) bool) error {
 	if s.isClosed() {
 		return kvindex.ErrClosed
 	}
-	var hs []kvindex.Holder
-	args := make([]string, 0, 2+len(keys))
-	for base := 0; base < len(keys); {
-		cache := s.ep.Load()
+	var (
+		g    *generation
+		hs   []kvindex.Holder
+		ends []int
+		err  error
+	)
+	args := make([]string, 0, 3+len(keys))
+	for base, try := 0, 1; base < len(keys); {
+		if g == nil {
+			if g, err = s.enter("Holders"); err != nil {
+				return err
+			}
+		}
+		cache := g.ep.Load()
 		if cache == nil {
 			cache = &epochCache{}
 		}
-		args = append(args[:0], s.prefix, cache.ver)
+		args = append(args[:0], s.prefix, g.token, cache.ver)
 		for _, k := range keys[base:] {
 			args = append(args, strconv.FormatUint(uint64(k), 10))
 		}
@@ -402,6 +429,20 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 		cancel()
 		if err := s.count(err); err != nil {
 			return fmt.Errorf("redisstore: Holders: %w", err)
+		}
+		if len(res) == 0 { // the generation is lost
+			s.lose(g)
+			if base > 0 || try == maxTries {
+				// Keys were visited in the lost generation: the walk
+				// cannot go on in another one.
+				if _, err := s.enter("Holders"); err != nil {
+					return err
+				}
+				return errors.New("redisstore: Holders: the store lost its data during the walk")
+			}
+			g = nil
+			try++
+			continue
 		}
 		if len(res) < 3 || len(res)-2 > len(keys)-base {
 			return fmt.Errorf("redisstore: Holders: %d answers for %d keys", len(res)-2, len(keys)-base)
@@ -420,19 +461,52 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 				return err
 			}
 			cache = &epochCache{ver: ver, epochs: epochs}
-			s.ep.Store(cache)
+			g.ep.Store(cache)
 		}
+		// Parse every key's holders first, handing their ids out, then
+		// check that g is still current before visiting any: an id of a
+		// generation dropped meanwhile could be given again by the next.
+		hs, ends = hs[:0], ends[:0]
 		for j, r := range res[2:] {
 			flat, err := r.ToString()
 			if err != nil {
 				return fmt.Errorf("redisstore: Holders: key %d: %v", base+j, err)
 			}
-			if hs, err = parseHolders(flat, cache.epochs, hs[:0]); err != nil {
+			from := len(hs)
+			if hs, err = parseHolders(flat, cache.epochs, hs); err != nil {
 				return fmt.Errorf("redisstore: Holders: key %d: %v", base+j, err)
 			}
-			if !visit(base+j, hs) {
+			for k := from; k < len(hs); k++ {
+				h := &hs[k]
+				if h.Engine >= 1<<31 || h.Medium >= mediumSpan {
+					return fmt.Errorf("redisstore: Holders: key %d: engine %d or medium %d out of range", base+j, h.Engine, h.Medium)
+				}
+				g.handOut(h.Engine)
+				h.Engine += g.ebase
+				h.Medium += g.mbase
+			}
+			ends = append(ends, len(hs))
+		}
+		s.mu.RLock()
+		current := s.gen == g
+		s.mu.RUnlock()
+		if !current {
+			if base > 0 || try == maxTries {
+				if _, err := s.enter("Holders"); err != nil {
+					return err
+				}
+				return errors.New("redisstore: Holders: the store lost its data during the walk")
+			}
+			g = nil
+			try++
+			continue
+		}
+		from := 0
+		for j, end := range ends {
+			if !visit(base+j, hs[from:end:end]) {
 				return nil
 			}
+			from = end
 		}
 		base += len(res) - 2
 	}
@@ -490,67 +564,26 @@ func parseHolders(s string, epochs []string, hs []kvindex.Holder) ([]kvindex.Hol
 	return hs, nil
 }
 
-// EngineName implements kvindex.Backend (one HGET the first time an id is
-// seen; "" when Redis cannot answer).
-func (s *store) EngineName(id uint32) string {
-	s.mu.RLock()
-	n, ok := s.enames[id]
-	s.mu.RUnlock()
-	if ok {
-		return n
-	}
-	n = s.lookupName("ename", uint64(id))
-	if n != "" {
-		s.learnEngine(n, id)
-	}
-	return n
-}
-
-// MediumName implements kvindex.Backend.
-func (s *store) MediumName(id uint16) string {
-	s.mu.RLock()
-	n, ok := s.mnames[id]
-	s.mu.RUnlock()
-	if ok {
-		return n
-	}
-	n = s.lookupName("mname", uint64(id))
-	if n != "" {
-		s.mu.Lock()
-		s.mnames[id] = n
-		s.mu.Unlock()
-	}
-	return n
-}
-
-func (s *store) lookupName(table string, id uint64) string {
-	if s.isClosed() {
-		return ""
-	}
-	ctx, cancel := s.ctx()
-	defer cancel()
-	v, err := s.client.Do(ctx, s.client.B().Hget().Key(s.prefix+table).Field(strconv.FormatUint(id, 10)).Build()).ToString()
-	if rueidis.IsRedisNil(err) {
-		err = nil
-	}
-	s.count(err)
-	return v
-}
-
 // Stats implements kvindex.Backend with one pipelined round trip; on an
-// error it returns what it could read (Capacity at least).
+// error it returns what it could read (Capacity at least). The round trip
+// reads the generation key too: a loss it finds is handled (and reported
+// by the next call that returns an error) as any call's.
 func (s *store) Stats() kvindex.BackendStats {
 	st := kvindex.BackendStats{Capacity: int64(s.cfg.Capacity)}
 	if s.isClosed() {
 		return st
 	}
+	s.mu.RLock()
+	g := s.gen
+	s.mu.RUnlock()
 	ctx, cancel := s.ctx()
 	defer cancel()
 	b := s.client.B()
 	res := s.client.DoMulti(ctx,
 		b.Zcard().Key(s.prefix+"fifo").Build(),
 		b.Hmget().Key(s.prefix+"st").Field("blocks", "mappings", "evicted").Build(),
-		b.Hlen().Key(s.prefix+"ep").Build())
+		b.Hlen().Key(s.prefix+"ep").Build(),
+		b.Get().Key(s.prefix+"gen").Build())
 	var err error
 	if st.Entries, err = res[0].AsInt64(); s.count(err) != nil {
 		return st
@@ -562,13 +595,16 @@ func (s *store) Stats() kvindex.BackendStats {
 		st.Blocks, st.Mappings, st.Evicted = n0, n1, uint64(n2)
 	}
 	st.Engines, _ = res[2].AsInt64()
+	if tok, err := res[3].ToString(); g != nil && (rueidis.IsRedisNil(err) || err == nil && tok != g.token) {
+		s.lose(g)
+	}
 	return st
 }
 
 // ownStats returns the store's own counters.
 func (s *store) ownStats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), NotWriter: s.notWriter.Load(), Takeovers: s.takeovers.Load(),
-		Recovered: s.recovered.Load()}
+		Recovered: s.recovered.Load(), Losses: s.losses.Load()}
 }
 
 // Close stops the lease renewal and closes the client it dialed. The data
@@ -589,7 +625,8 @@ func (s *store) Close() error {
 	return nil
 }
 
-// renewLoop renews the leases this store holds every LeaseTTL/3.
+// renewLoop renews the leases this store holds every LeaseTTL/3, in its
+// generation (a lost one holds no lease: it is dropped).
 func (s *store) renewLoop() {
 	defer close(s.stopped)
 	t := time.NewTicker(s.cfg.LeaseTTL / 3)
@@ -601,17 +638,23 @@ func (s *store) renewLoop() {
 		case <-t.C:
 		}
 		s.mu.RLock()
-		args := []string{s.prefix, s.cfg.WriterID, strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10)}
-		for id := range s.leased {
-			args = append(args, strconv.FormatUint(uint64(id), 10))
+		g := s.gen
+		var args []string
+		if g != nil {
+			args = []string{s.prefix, s.cfg.WriterID, strconv.FormatInt(s.cfg.LeaseTTL.Milliseconds(), 10), g.token}
+			for id := range s.leased {
+				args = append(args, strconv.FormatUint(uint64(id), 10))
+			}
 		}
 		s.mu.RUnlock()
-		if len(args) == 3 {
+		if len(args) <= 4 {
 			continue
 		}
 		ctx, cancel := s.ctx()
-		err := s.renew.Exec(ctx, s.client, nil, args).Error()
+		n, err := s.renew.Exec(ctx, s.client, nil, args).AsInt64()
 		cancel()
-		s.count(err)
+		if s.count(err) == nil && n < 0 {
+			s.lose(g)
+		}
 	}
 }
