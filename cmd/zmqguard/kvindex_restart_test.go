@@ -272,3 +272,48 @@ func TestKVIndexRestartUsage(t *testing.T) {
 		t.Errorf("no source, no --redis: exit %d\n%s", code, stderr)
 	}
 }
+
+// TestKVIndexRedisLost: the redis-server under kv-index restarts empty;
+// kv-index notices (one ERROR line, index.BackendLosses 1), resyncs its
+// source from the start, and doc1 routes again, to the right engine.
+// Fails on the code before: nothing noticed the loss, and doc1's
+// continuation was never indexed again.
+func TestKVIndexRedisLost(t *testing.T) {
+	srv := redistest.StartT(t)
+	a := newTestPub(t, "tcp://127.0.0.1:0", true)
+	defer a.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+	p := start(t, ctx, "kv-index", "--connect", a.Endpoint(), "--replay", a.ReplayEndpoint(), "--redis", srv.URL(),
+		"--http", "127.0.0.1:0", "--log-format", "json")
+	addr := p.logField("kv-index endpoint serving", "http_addr", 20*time.Second)
+	doc1 := kvmodel.Tokens(1, 8*rbs)
+	a.Publish(kvmodel.Store(rHashes(100, 8), -1, doc1, rbs, "GPU", 0))
+	until(t, "doc1 indexed", a, p, func() bool {
+		r := scoreOf(t, addr, tokensJSON(doc1))
+		return r.Best != nil && r.Best.Engine == a.Endpoint() && r.Best.Blocks == 8
+	})
+	if err := srv.Restart(); err != nil {
+		t.Fatal(err)
+	}
+	until(t, "the loss noticed and doc1 re-indexed from the replay", a, p, func() bool {
+		code, r, _ := postScore(t, addr, tokensJSON(doc1))
+		return code == http.StatusOK && r.Best != nil && r.Best.Engine == a.Endpoint() && r.Best.Blocks == 8 &&
+			num(kvStats(t, addr), "index.BackendLosses") >= 1
+	})
+	if n := num(kvStats(t, addr), "index.BackendLosses"); n != 1 {
+		t.Fatalf("BackendLosses %v, want 1", n)
+	}
+	n := 0
+	for _, ln := range strings.Split(p.stderr.String(), "\n") {
+		if strings.Contains(ln, `"level":"ERROR"`) && strings.Contains(ln, `"msg":"kvindex: the shared index lost its data`) {
+			n++
+		}
+	}
+	if n != 1 {
+		t.Fatalf("%d loss lines, want 1\nstderr:\n%s", n, p.stderr)
+	}
+	if code := p.terminate(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d\nstderr:\n%s", code, p.stderr)
+	}
+}
