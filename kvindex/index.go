@@ -175,8 +175,12 @@ func New(cfg Config) (*Index, error) {
 		pending: map[string]pendingTrust{},
 		fails:   ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: "kvindex"})}
 	if cfg.SnapshotFile != "" {
-		if _, ok := x.be.(*memory); !ok && x.be != nil {
+		m, ok := x.be.(*memory)
+		if !ok && x.be != nil {
 			return nil, fmt.Errorf("kvindex: Config.SnapshotFile %q needs the in-memory backend (a shared backend keeps its own state)", cfg.SnapshotFile)
+		}
+		if ok && m.Stats().Engines != 0 {
+			return nil, fmt.Errorf("kvindex: Config.SnapshotFile %q needs an empty backend: the one given holds engines already", cfg.SnapshotFile)
 		}
 	}
 	if x.be == nil {

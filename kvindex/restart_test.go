@@ -265,6 +265,13 @@ func TestSnapshotConfig(t *testing.T) {
 	if _, err := kvindex.New(kvindex.Config{SnapshotFile: "x", Backend: opaque{newMemory(t, 0)}}); err == nil || !strings.Contains(err.Error(), "in-memory") {
 		t.Fatalf("shared backend with a snapshot: %v", err)
 	}
+	full := newMemory(t, 0)
+	if _, err := full.Apply("a", []kvindex.Op{{Kind: kvindex.OpLost}}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := kvindex.New(kvindex.Config{SnapshotFile: "x", Backend: full}); err == nil || !strings.Contains(err.Error(), "empty backend") {
+		t.Fatalf("a backend in use with a snapshot: %v", err)
+	}
 }
 
 // validSnapshot returns the bytes of a snapshot of snapshotWorld.

@@ -92,7 +92,6 @@ func (r *snapReader) read(n int) []byte {
 }
 
 func (r *snapReader) u8() uint8   { return r.read(1)[0] }
-func (r *snapReader) u16() uint16 { return binary.LittleEndian.Uint16(r.read(2)) }
 func (r *snapReader) u32() uint32 { return binary.LittleEndian.Uint32(r.read(4)) }
 func (r *snapReader) u64() uint64 { return binary.LittleEndian.Uint64(r.read(8)) }
 
