@@ -36,15 +36,17 @@ type Stats struct {
 	Scores, Errors uint64
 	// UnknownModels counts Score calls for a model no engine the index
 	// knows serves (ScoreResult.UnknownModel).
-	UnknownModels uint64
+	UnknownModels uint64 `json:"unknown_models"`
 	// BackendLosses counts the shared backend's losses of its data
 	// (ErrBackendLost): each dropped the index's cached tables and asked
 	// for every source's resync (Config.OnBackendLost).
-	BackendLosses uint64
+	BackendLosses uint64 `json:"backend_losses"`
 	// Snapshots counts snapshots written (Config.SnapshotFile);
 	// SnapshotErrors those that failed (logged); SnapshotRefused counts a
 	// snapshot refused at start (corrupt, truncated, foreign, newer).
-	Snapshots, SnapshotErrors, SnapshotRefused uint64
+	Snapshots       uint64 `json:"snapshots"`
+	SnapshotErrors  uint64 `json:"snapshot_errors"`
+	SnapshotRefused uint64 `json:"snapshot_refused"`
 	// Backend holds the backend's gauges.
 	Backend BackendStats
 }

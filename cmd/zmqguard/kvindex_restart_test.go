@@ -76,6 +76,17 @@ func until(t *testing.T, what string, pub *kvevents.Publisher, p *proc, f func()
 	}
 }
 
+// indexNum reads an index counter of /stats by its snake_case key, or by
+// its Go field name (kvindex.Stats before its JSON tags).
+func indexNum(st map[string]any, key string) float64 {
+	if idx, ok := st["index"].(map[string]any); ok {
+		if _, ok := idx[key]; ok {
+			return num(st, "index."+key)
+		}
+	}
+	return num(st, "index."+strings.ToUpper(key[:1])+key[1:])
+}
+
 func scoreOf(t *testing.T, addr string, body string) kvScoreResponse {
 	t.Helper()
 	code, r, raw := postScore(t, addr, body)
@@ -120,8 +131,8 @@ func TestKVIndexFromStartByDefault(t *testing.T) {
 	if _, _, raw := postScore(t, addr, tokensJSON(doc1)); strings.Contains(raw, "unknown_model") {
 		t.Fatalf("the served model called unknown: %s", raw)
 	}
-	if st := kvStats(t, addr); num(st, "http.unknown_model") != 1 || num(st, "index.UnknownModels") != 1 {
-		t.Fatalf("/stats: unknown_model %v, index.UnknownModels %v, want 1", num(st, "http.unknown_model"), num(st, "index.UnknownModels"))
+	if st := kvStats(t, addr); num(st, "http.unknown_model") != 1 || num(st, "index.unknown_models") != 1 {
+		t.Fatalf("/stats: unknown_model %v, index.unknown_models %v, want 1", num(st, "http.unknown_model"), num(st, "index.unknown_models"))
 	}
 	if code := p.terminate(20 * time.Second); code != 0 {
 		t.Fatalf("exit %d\nstderr:\n%s", code, p.stderr)
@@ -197,11 +208,11 @@ func TestKVIndexRestartFromSnapshot(t *testing.T) {
 				if r.Best == nil || r.Best.Blocks != 4 || r.Best.MaybeBlocks != 4 {
 					t.Fatalf("doc1 after an exact resume: %+v, want certain 4 (the removal replayed)", r)
 				}
-				if st := kvStats(t, addr); num(st, "index.Resets") != 0 || num(st, "index.Losses") != 0 {
-					t.Fatalf("an exact resume counted resets %v, losses %v", num(st, "index.Resets"), num(st, "index.Losses"))
+				if st := kvStats(t, addr); indexNum(st, "resets") != 0 || indexNum(st, "losses") != 0 {
+					t.Fatalf("an exact resume counted resets %v, losses %v", indexNum(st, "resets"), indexNum(st, "losses"))
 				}
 			case "no replay":
-				until(t, "the unproven resume reported", a, p, func() bool { return num(kvStats(t, addr), "index.Losses") >= 1 })
+				until(t, "the unproven resume reported", a, p, func() bool { return indexNum(kvStats(t, addr), "losses") >= 1 })
 				r := scoreOf(t, addr, tokensJSON(doc1))
 				if r.Best != nil || len(r.Engines) != 1 || r.Engines[0].Blocks != 0 {
 					t.Fatalf("doc1 after an unproven resume: %+v, want nothing certain", r)
@@ -299,9 +310,9 @@ func TestKVIndexRedisLost(t *testing.T) {
 	until(t, "the loss noticed and doc1 re-indexed from the replay", a, p, func() bool {
 		code, r, _ := postScore(t, addr, tokensJSON(doc1))
 		return code == http.StatusOK && r.Best != nil && r.Best.Engine == a.Endpoint() && r.Best.Blocks == 8 &&
-			num(kvStats(t, addr), "index.BackendLosses") >= 1
+			num(kvStats(t, addr), "index.backend_losses") >= 1
 	})
-	if n := num(kvStats(t, addr), "index.BackendLosses"); n != 1 {
+	if n := num(kvStats(t, addr), "index.backend_losses"); n != 1 {
 		t.Fatalf("BackendLosses %v, want 1", n)
 	}
 	n := 0
