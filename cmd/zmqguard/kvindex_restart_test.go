@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -144,17 +145,24 @@ func TestKVIndexFromStartByDefault(t *testing.T) {
 // doc1 is uncertain until the source resumes, then exact (4 blocks,
 // certain) where the publisher holds the gap; with no replay endpoint the
 // gap cannot be proven and doc1 stays uncertain; when the engine restarted
-// meanwhile, doc1 is gone. Fails on the code before: there was no
-// snapshot (the restarted index knew nothing of doc1 until re-stored).
+// meanwhile, doc1 is gone. "redis": kv-index --redis restarted resumes
+// from the positions kept in Redis, exact the same way. Fails on the code
+// before: there was no snapshot (the restarted index knew nothing of doc1
+// until re-stored), and no position in Redis (the restarted index joined
+// mid-stream, the removal made while it was down never applied).
 func TestKVIndexRestartFromSnapshot(t *testing.T) {
-	for _, c := range []string{"replay", "no replay", "publisher restarted"} {
+	for _, c := range []string{"replay", "no replay", "publisher restarted", "redis"} {
 		t.Run(c, func(t *testing.T) {
 			snap := filepath.Join(t.TempDir(), "kv.snap")
+			keep := []string{"--snapshot", snap}
+			if c == "redis" {
+				keep = []string{"--redis", redistest.StartT(t).URL()}
+			}
 			a := newTestPub(t, "tcp://127.0.0.1:0", c != "no replay")
 			defer func() { a.Close() }()
 			doc1, doc2, doc3 := kvmodel.Tokens(1, 8*rbs), kvmodel.Tokens(2, 4*rbs), kvmodel.Tokens(3, 8*rbs)
 			args := func() []string {
-				out := []string{"kv-index", "--connect", a.Endpoint(), "--http", "127.0.0.1:0", "--snapshot", snap, "--log-format", "json"}
+				out := append([]string{"kv-index", "--connect", a.Endpoint(), "--http", "127.0.0.1:0", "--log-format", "json"}, keep...)
 				if c != "no replay" {
 					out = append(out, "--replay", a.ReplayEndpoint())
 				}
@@ -177,7 +185,7 @@ func TestKVIndexRestartFromSnapshot(t *testing.T) {
 			if code := p.terminate(20 * time.Second); code != 0 {
 				t.Fatalf("exit %d\nstderr:\n%s", code, p.stderr)
 			}
-			if fi, err := os.Stat(snap); err != nil || fi.Size() == 0 {
+			if fi, err := os.Stat(snap); c != "redis" && (err != nil || fi.Size() == 0) {
 				t.Fatalf("no snapshot written: %v", err)
 			}
 			aEP := a.Endpoint()
@@ -192,14 +200,19 @@ func TestKVIndexRestartFromSnapshot(t *testing.T) {
 
 			p = start(t, ctx, args()...)
 			addr = p.logField("kv-index endpoint serving", "http_addr", 20*time.Second)
+			// The source resumes from the kept position (the snapshot's or
+			// Redis'), not from the start.
+			if !regexp.MustCompile(`"msg":"kv-index following"[^\n]*"resume_after_seq":[0-9]`).MatchString(p.stderr.String()) {
+				t.Fatalf("the source did not resume from a kept position\nstderr:\n%s", p.stderr)
+			}
 			// Before the source resumed (no batch published yet): doc1 is
 			// known but uncertain.
 			r := scoreOf(t, addr, tokensJSON(doc1))
-			if r.Best != nil || len(r.Engines) != 1 || r.Engines[0].MaybeBlocks != 8 || r.Engines[0].Blocks != 0 {
+			if c != "redis" && (r.Best != nil || len(r.Engines) != 1 || r.Engines[0].MaybeBlocks != 8 || r.Engines[0].Blocks != 0) {
 				t.Fatalf("doc1 right after the restart: %+v, want %s maybe 8, certain 0", r, aEP)
 			}
 			switch c {
-			case "replay":
+			case "replay", "redis":
 				until(t, "doc2 (stored while the index was down) routes to A", a, p, func() bool {
 					r := scoreOf(t, addr, tokensJSON(doc2))
 					return r.Best != nil && r.Best.Blocks == 4
