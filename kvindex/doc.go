@@ -167,7 +167,7 @@
 // of a newer format, or written with another seed or key mode is refused
 // with one ERROR line naming the file and the reason (Stats.SnapshotRefused)
 // and the index starts empty. The write holds the backend's read lock
-// (Score goes on, ingest waits: about a second at ten million entries;
+// (Score goes on, ingest waits: 0.7 s at ten million entries;
 // docs/kv-index.md has the figures).
 //
 // Trust after a restart. While the index was down its engines went on, so

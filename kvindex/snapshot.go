@@ -126,9 +126,11 @@ func (r *snapReader) str(what string, max int) string {
 
 // readSnapshot reads a snapshot into m, a fresh memory backend. seed and
 // keys are the index's: a snapshot of another seed or key mode is refused
-// (its keys would never match). An error other than a *snapshotError is
-// the reader's.
-func readSnapshot(in io.Reader, m *memory, seed uint64, keys bool) (snapState, error) {
+// (its keys would never match). size, when above 0, is the file's size:
+// the tables are made for the entries it can really hold (never for what
+// its count claims). An error other than a *snapshotError is the
+// reader's.
+func readSnapshot(in io.Reader, m *memory, seed uint64, keys bool, size int64) (snapState, error) {
 	st := snapState{spaces: map[string][]int{}, pos: map[string]kvevents.Position{}}
 	r := &snapReader{r: bufio.NewReaderSize(in, 1<<20), crc: crc64.New(snapTable)}
 	magic := r.read(8)
@@ -216,6 +218,11 @@ func readSnapshot(in io.Reader, m *memory, seed uint64, keys bool) (snapState, e
 	n := r.u64()
 	if r.err == nil && n > maxCapacity {
 		r.err = refusedf("corrupt: %d entries, at most %d", n, maxCapacity)
+	}
+	if r.err == nil && size > 0 {
+		bound := min(n, uint64(size)/snapEntryLen, uint64(m.capacity))
+		m.blocks.presize(int(bound))
+		m.maps.presize(int(bound))
 	}
 	var c Counts
 	for i := uint64(0); i < n && r.err == nil; i++ {
@@ -427,7 +434,11 @@ func (x *Index) loadSnapshot() {
 	fresh := &memory{capacity: mem.capacity, engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
 	fresh.blocks.init(fresh)
 	fresh.maps.init(fresh)
-	st, err := readSnapshot(f, fresh, x.seed, x.cfg.Keys != nil)
+	var size int64
+	if fi, err := f.Stat(); err == nil {
+		size = fi.Size()
+	}
+	st, err := readSnapshot(f, fresh, x.seed, x.cfg.Keys != nil, size)
 	if err != nil {
 		refuse(err.Error())
 		return

@@ -18,11 +18,12 @@ func BenchmarkSnapshotRestart(b *testing.B) {
 	for _, n := range []int{1_000_000, 10_000_000} {
 		b.Run(fmt.Sprintf("entries=%dM", n/1_000_000), func(b *testing.B) {
 			quiet := slog.New(slog.DiscardHandler)
-			be, err := NewMemory(n)
+			path := filepath.Join(b.TempDir(), "kv.snap")
+			x, err := New(Config{Capacity: n, SnapshotFile: path, Logger: quiet, SnapshotInterval: time.Hour})
 			if err != nil {
 				b.Fatal(err)
 			}
-			m := be.(*memory)
+			m := x.be.(*memory)
 			ops := make([]Op, 0, 1000)
 			for i := 0; i < n; i += 1000 {
 				ops = ops[:0]
@@ -32,11 +33,6 @@ func BenchmarkSnapshotRestart(b *testing.B) {
 				if _, err := m.Apply(fmt.Sprint("engine-", (i/1000)%100), ops); err != nil {
 					b.Fatal(err)
 				}
-			}
-			path := filepath.Join(b.TempDir(), "kv.snap")
-			x, err := New(Config{Backend: be, SnapshotFile: path, Logger: quiet, SnapshotInterval: time.Hour})
-			if err != nil {
-				b.Fatal(err)
 			}
 			b.ResetTimer()
 			t0 := time.Now()
@@ -48,7 +44,6 @@ func BenchmarkSnapshotRestart(b *testing.B) {
 			if err != nil {
 				b.Fatal(err)
 			}
-			be.Close()
 			t0 = time.Now()
 			y, err := New(Config{SnapshotFile: path, Capacity: n, Logger: quiet, SnapshotInterval: time.Hour})
 			if err != nil {
