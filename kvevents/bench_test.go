@@ -176,3 +176,23 @@ func BenchmarkSubscriber(b *testing.B) {
 	cancel()
 	<-done
 }
+
+// BenchmarkPayloadDigest is Batch.Digest's cost on the batch
+// BenchmarkDecodeBatch decodes (compare the two ns/op in one run).
+func BenchmarkPayloadDigest(b *testing.B) {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	p, _ := realisticBatch(1)
+	b.SetBytes(int64(len(p)))
+	b.ReportAllocs()
+	b.ResetTimer()
+	cpu0 := threadCPU()
+	var sink uint64
+	for range b.N {
+		sink ^= payloadDigest(p)
+	}
+	b.ReportMetric(float64((threadCPU()-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/op")
+	if sink == 1 {
+		b.Log(sink)
+	}
+}

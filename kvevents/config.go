@@ -70,7 +70,9 @@ type Source struct {
 	// replacing rule would let any peer that can reach the port take the
 	// engine's stream over at will. The engine's PUB reconnects on its
 	// own once a dead connection is closed (heartbeat or TCP); use
-	// Socket.Guard.Allow or CURVE so that only the engine can be first.
+	// Socket.Guard.Allow or CURVE so that only the engine can be first:
+	// on an address beyond loopback, Add refuses a bound source without
+	// them unless Config.AnyPeer is set.
 	// Config.Socket.Guard.MaxConns does not apply to a bound source: this
 	// rule is not a default a user value replaces.
 	Bind bool

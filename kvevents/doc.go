@@ -56,9 +56,42 @@
 //   - a seq not above the last live one means the publisher restarted: the
 //     Handler gets an [UpdateReset] (clear that source's index), then
 //     delivery resumes from the new run's first batch (replaying from 0 if
-//     it was missed);
+//     it was missed); so does a seq more than 2^32 above the last one
+//     (delivery then starts at that batch, nothing counted lost);
 //   - a source joining mid-stream starts at the first batch seen, or replays
 //     from 0 with Config.FromStart.
+//
+// # Continuity is proven, never assumed
+//
+// After any new connection of a source's live socket (a reconnect, another
+// peer in a bound slot, the first connection of a source given
+// Source.Resume), nothing newer than the last delivered batch is applied
+// before the subscriber has proof that the publisher is the run it
+// followed: a restarted engine may have published past the old run's last
+// seq while the subscriber was away, and its batches are not the old run's
+// continuation. Every delivered batch carries [Batch.Digest] (a digest of
+// its payload, which starts with vLLM's timestamp); the source keeps the
+// last delivered [Position] and replays from its seq:
+//
+//   - the same seq with the same digest proves the run (counted in
+//     SourceStats.ContinuityProven): delivery goes on;
+//   - another digest is another run: an [UpdateReset], then delivery from
+//     0 (SourceStats.ResetsBy.Digest);
+//   - a publisher that no longer holds that seq, or no replay that shows
+//     it, gives no proof (SourceStats.Unproven): an [UpdateLost] for
+//     [next, first batch held), sent even when empty (From == To), so that
+//     a consumer treats the source's entries as uncertain.
+//
+// Without a replay endpoint there is no proof: a new connection's first
+// batch, above the last one, comes after an UpdateLost [last+1, seq), empty
+// when seq is last+1. [Subscriber.Resync] forgets where a source stands (an
+// UpdateReset, then delivery from the oldest batch the publisher holds), for
+// a consumer that lost what it applied.
+//
+// A bound source on an address beyond loopback is refused unless
+// Socket.Guard.Allow or CURVE keys restrict its publishers, or
+// Config.AnyPeer says any peer may be first; SourceStats.Holder names the
+// peer holding its slot.
 //
 // # What the decoder accepts
 //

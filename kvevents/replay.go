@@ -243,7 +243,8 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			case seq == so.pos.Seq:
 				got := payloadDigest(payload)
 				if got != so.pos.Digest {
-					err = so.newRun(got)
+					// A Handler error has ended Run (emit reported it).
+					_ = so.newRun(got)
 					so.mu.Unlock()
 					return true, "", false
 				}

@@ -5,11 +5,13 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net"
 	"net/netip"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -215,6 +217,38 @@ func TestReconnectUnprovenIsLoss(t *testing.T) {
 	}
 }
 
+// TestReconnectSilentReplayIsLoss: a replay server that never answers
+// proves nothing: once the attempts are spent, an UpdateLost comes before
+// the new connection's batches, never a silent continuation.
+func TestReconnectSilentReplayIsLoss(t *testing.T) {
+	pub := newConnPub(t)
+	replay := newFakeReplay(t, func(context.Context, *fakeReplay, []byte, int, uint64) {})
+	rec := newRecorder()
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: fastSocket(),
+		ReplayTimeout: 100 * time.Millisecond, ReplayAttempts: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Add(Source{Name: "s", Live: pub.xp.Endpoint(), Replay: replay}); err != nil {
+		t.Fatal(err)
+	}
+	defer runSub(t, sub)()
+	pub.subscribed(t)
+	pub.send(0, payloadOf(0))
+	waitFor(t, "batch 0", func() bool { return rec.count("s") == 1 })
+	pub.cut(t)
+	pub.subscribed(t)
+	pub.send(1, payloadOf(1))
+	want := []string{"s lost 1 1", "s batch 1 ts=1 n=1 BlockStored:1"}
+	waitFor(t, "batch 1", func() bool { return rec.count("s") == 2 })
+	if got := linesAfter(rec, 1); fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("got %q, want %q", got, want)
+	}
+	if st := sub.Stats(); st.Unproven != 1 {
+		t.Fatalf("unproven %d", st.Unproven)
+	}
+}
+
 // TestReconnectNoReplayIsLoss: without a replay endpoint nothing can prove
 // a new connection continues the old run: an UpdateLost [last+1, seq) (here
 // [5, 5)) comes before the first batch of the connection.
@@ -359,6 +393,29 @@ func TestResync(t *testing.T) {
 			t.Fatalf("Resync of an unknown name: %v", err)
 		}
 	})
+	t.Run("before Run", func(t *testing.T) {
+		pub := newConnPub(t)
+		rec := newRecorder()
+		sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, Socket: fastSocket()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Add(Source{Name: "s", Live: pub.xp.Endpoint()}); err != nil {
+			t.Fatal(err)
+		}
+		if err := sub.Resync("s"); err != nil {
+			t.Fatal(err)
+		}
+		stop := runSub(t, sub)
+		waitFor(t, "the reset", func() bool { return len(rec.snapshot()) == 1 })
+		if got := rec.snapshot(); got[0] != "s reset 0" {
+			t.Fatalf("first update %q", got[0])
+		}
+		stop()
+		if err := sub.Resync("s"); !errors.Is(err, ErrClosed) {
+			t.Fatalf("Resync after Run: %v", err)
+		}
+	})
 	t.Run("no replay", func(t *testing.T) {
 		pub := newConnPub(t)
 		sub, rec, stop := followA(t, pub, "", nil)
@@ -429,4 +486,85 @@ func (r *recorder) lastSeq(src string) uint64 {
 		return 0
 	}
 	return b[len(b)-1]
+}
+
+// attrCapture keeps each log record as its message and attributes.
+type attrCapture struct {
+	mu    sync.Mutex
+	lines []string
+}
+
+func (c *attrCapture) Enabled(context.Context, slog.Level) bool { return true }
+func (c *attrCapture) Handle(_ context.Context, r slog.Record) error {
+	s := r.Message
+	r.Attrs(func(a slog.Attr) bool { s += " " + a.Key + "=" + a.Value.String(); return true })
+	c.mu.Lock()
+	c.lines = append(c.lines, s)
+	c.mu.Unlock()
+	return nil
+}
+func (c *attrCapture) WithAttrs([]slog.Attr) slog.Handler { return c }
+func (c *attrCapture) WithGroup(string) slog.Handler      { return c }
+func (c *attrCapture) find(sub string) string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, l := range c.lines {
+		if strings.Contains(l, sub) {
+			return l
+		}
+	}
+	return ""
+}
+
+// TestBindHolder: the holder of a bound slot (its address, since when, the
+// batches delivered since) is in SourceStats.Holder and in the line that
+// logs a refused publisher; before, the line said the slot was held but
+// never by whom.
+func TestBindHolder(t *testing.T) {
+	logs := &attrCapture{}
+	rec := newRecorder()
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: slog.New(logs), Socket: fastSocket()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := sub.Add(Source{Name: "b", Live: "tcp://127.0.0.1:0", Bind: true}); err != nil {
+		t.Fatal(err)
+	}
+	defer runSub(t, sub)()
+	dial := func() *socket.Socket {
+		xp, err := socket.New("XPUB", fastSocket())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { xp.Close() })
+		go func() {
+			for {
+				if _, err := xp.Recv(context.Background()); err != nil {
+					return
+				}
+			}
+		}()
+		if err := xp.Dial(sub.Endpoint("b")); err != nil {
+			t.Fatal(err)
+		}
+		return xp
+	}
+	engine := dial()
+	seq := uint64(0)
+	waitFor(t, "the engine's batches", func() bool {
+		engine.Send(context.Background(), []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
+		seq++
+		time.Sleep(5 * time.Millisecond)
+		return rec.count("b") >= 3
+	})
+	h := sub.Stats().Sources[0].Holder
+	if !strings.HasPrefix(h.Addr, "127.0.0.1:") || h.Since.IsZero() || h.Batches < 3 {
+		t.Fatalf("holder %+v", h)
+	}
+	dial()
+	waitFor(t, "the refusal line", func() bool { return logs.find("slot is held") != "" })
+	if l := logs.find("slot is held"); !strings.Contains(l, "holder="+h.Addr) || !strings.Contains(l, "holder_since=") ||
+		!strings.Contains(l, "holder_batches=") {
+		t.Fatalf("refusal line without the holder: %s", l)
+	}
 }

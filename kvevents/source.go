@@ -598,8 +598,16 @@ func (so *source) logRefused(e socket.Event) {
 	if !h.Since.IsZero() {
 		since = h.Since.UTC().Format(time.RFC3339Nano)
 	}
-	so.sub.log.line(logHeld, so.sub.cfg.Logger, "kvevents: bound source refused a publisher: its slot is held",
-		"source", so.src.Name, "refused", ratelog.Escape(e.Remote, 128), "holder", h.Addr, "holder_since", since,
+	msg := "kvevents: bound source refused a connection (no publisher holds its slot)"
+	if h.Addr != "" {
+		msg = "kvevents: bound source refused a connection: its slot is held"
+	}
+	why := ""
+	if e.Err != nil {
+		why = ratelog.Escape(e.Err.Error(), 256)
+	}
+	so.sub.log.line(logHeld, so.sub.cfg.Logger, msg,
+		"source", so.src.Name, "refused", ratelog.Escape(e.Remote, 128), "err", why, "holder", h.Addr, "holder_since", since,
 		"holder_batches", h.Batches)
 }
 

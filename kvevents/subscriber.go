@@ -28,11 +28,16 @@ var (
 const (
 	// UpdateBatch delivers one batch, in order, exactly once.
 	UpdateBatch = "batch"
-	// UpdateReset: the source's sequence went back, so its publisher
-	// restarted; what the index holds for this source is stale. Seq is the
-	// first sequence number of the new run.
+	// UpdateReset: the source's publisher restarted (its sequence went
+	// back, jumped more than 2^32 ahead, or a continuity proof found
+	// another run), or Subscriber.Resync was called; what the index holds
+	// for this source is stale. Seq is the first sequence number seen of
+	// the new run (0 after Resync).
 	UpdateReset = "reset"
-	// UpdateLost: the batches [From, To) could not be recovered.
+	// UpdateLost: the batches [From, To) could not be recovered, or, after
+	// a new connection, continuity with the last delivered batch could not
+	// be proven: then From == To is possible (no batch known missing).
+	// Either way the source's entries are no longer certain.
 	UpdateLost = "lost"
 )
 
@@ -188,12 +193,16 @@ func (s *Subscriber) Remove(name string) error {
 // Resync does not wait: the reset is delivered on the source's own
 // goroutines (at once, even if no batch comes), never on the caller's, so
 // it may be called from any goroutine, a Handler included. Calls before
-// the reset is delivered make one reset. It returns an error naming the
-// source when no source has that name.
+// the reset is delivered make one reset; a call before Run is performed
+// when Run starts. It returns an error naming the source when no source
+// has that name, and ErrClosed after Close.
 func (s *Subscriber) Resync(name string) error {
 	s.mu.Lock()
-	so := s.sources[name]
+	so, closed := s.sources[name], s.closed
 	s.mu.Unlock()
+	if closed {
+		return ErrClosed
+	}
 	if so == nil {
 		return fmt.Errorf("%w: %s", errUnknownSource, ratelog.Escape(name, 128))
 	}

@@ -33,7 +33,8 @@ I is the event's position in its batch; integer hashes print as JSON
 integers, bin hashes as lower-case hex strings. A publisher restart prints
 {"source": ADDR, "type": "reset", "seq": N}, a range that could not be
 recovered {"source": ADDR, "type": "lost", "from": A, "to": B} (B
-exclusive).
+exclusive; A = B after a reconnect whose continuity with the last batch
+could not be proven: what was printed for that source may be stale).
 
 Each --replay belongs to the --connect (or --bind) before it: a gap in that
 source's sequence is then recovered from the publisher's replay endpoint
@@ -162,10 +163,26 @@ type kvCounters struct {
 		BlockRemoved     uint64 `json:"block_removed"`
 		AllBlocksCleared uint64 `json:"all_blocks_cleared"`
 	} `json:"events_by_type"`
-	Gaps          uint64             `json:"gaps"`
-	Replayed      uint64             `json:"replayed"`
-	Lost          uint64             `json:"lost"`
-	Resets        uint64             `json:"resets"`
+	Gaps     uint64 `json:"gaps"`
+	Replayed uint64 `json:"replayed"`
+	Lost     uint64 `json:"lost"`
+	Resets   uint64 `json:"resets"`
+	// ResetsBy, ContinuityProven, Unproven and Holder are
+	// kvevents.SourceStats' (issue 35): resets by cause, new connections
+	// proven or not, and a bound source's slot holder.
+	ResetsBy struct {
+		SeqBack uint64 `json:"seq_back"`
+		Digest  uint64 `json:"digest"`
+		Jump    uint64 `json:"jump"`
+		Resync  uint64 `json:"resync"`
+	} `json:"resets_by"`
+	ContinuityProven uint64 `json:"continuity_proven"`
+	Unproven         uint64 `json:"unproven"`
+	Holder           struct {
+		Addr    string    `json:"addr"`
+		Since   time.Time `json:"since"`
+		Batches uint64    `json:"batches"`
+	} `json:"holder,omitzero"`
 	Dropped       decodeguard.Counts `json:"dropped"`
 	DroppedEvents decodeguard.Counts `json:"dropped_events"`
 	// UnsupportedTypes counts events of types this release does not know,
@@ -186,7 +203,8 @@ func toCounters(s kvevents.SourceStats) kvCounters {
 	return kvCounters{Batches: s.Batches, Events: s.Events.BlockStored + s.Events.BlockRemoved + s.Events.AllBlocksCleared,
 		EventsByType: s.Events, Gaps: s.Gaps, Replayed: s.Replayed, Lost: s.Lost, Resets: s.Resets,
 		Dropped: s.Dropped, DroppedEvents: s.DroppedEvents, UnsupportedTypes: s.UnsupportedTypes, Refused: s.Refused,
-		Connected: s.Connected}
+		Connected: s.Connected, ResetsBy: s.ResetsBy, ContinuityProven: s.ContinuityProven, Unproven: s.Unproven,
+		Holder: s.Holder}
 }
 
 // kvEventsFlags are the flags of kvEvents.
