@@ -1,19 +1,23 @@
 package redisstore
 
 import (
+	"strconv"
 	"testing"
 
+	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
 // FuzzParseReplies: the Holders script's strings (epochs, then one per
-// key) are parsed without panics or unbounded allocation, whatever they
-// hold, and well-formed ones are read back exactly.
+// key), and a position's value, are parsed without panics or unbounded
+// allocation, whatever they hold, and well-formed ones are read back
+// exactly.
 func FuzzParseReplies(f *testing.F) {
 	f.Add("1,0,2,3", "1:77:0:0,0,2:78:1:3,2")
 	f.Add("", "")
 	f.Add("16777217,1", "x:y:z,1")
 	f.Add("1,0", "1:2:3:4,0,1:2:3")
+	f.Add("7:18446744073709551615", "1:2:3:4,0")
 	f.Fuzz(func(t *testing.T, ep, holders string) {
 		epochs, err := parseEpochs(ep, nil)
 		if err == nil && len(epochs) > len(ep)+2 {
@@ -25,6 +29,11 @@ func FuzzParseReplies(f *testing.F) {
 		}
 		if _, err := parseMapKey(holders); err == nil && holders == "" {
 			t.Fatal("empty map value accepted")
+		}
+		if p, err := parsePosition(ep); err == nil {
+			if q, err := parsePosition(strconv.FormatUint(p.Seq, 10) + ":" + strconv.FormatUint(p.Digest, 10)); err != nil || q != p {
+				t.Fatalf("position %q read as %+v, its canonical form as %+v %v", ep, p, q, err)
+			}
 		}
 	})
 }
@@ -49,5 +58,13 @@ func TestParseReplies(t *testing.T) {
 	}
 	if _, err := parseMapKey("|0:0"); err == nil {
 		t.Fatal("map value without a key accepted")
+	}
+	if p, err := parsePosition("7:18446744073709551615"); err != nil || p != (kvevents.Position{Seq: 7, Digest: 1<<64 - 1}) {
+		t.Fatalf("position %+v %v", p, err)
+	}
+	for _, bad := range []string{"", "7", "7:", ":7", "7:x", "-1:2", "1:2:3", "18446744073709551616:0"} {
+		if _, err := parsePosition(bad); err == nil {
+			t.Errorf("position %q accepted", bad)
+		}
 	}
 }

@@ -71,6 +71,7 @@ func (s *store) establish() (*generation, error) {
 	if s.gen == nil {
 		s.gen = &generation{token: tok, ebase: s.ebase, mbase: s.mbase,
 			enames: map[uint32]string{}, mnames: map[uint16]string{}}
+		s.cur.Store(s.gen)
 	}
 	return s.gen, nil
 }
@@ -111,6 +112,7 @@ func (s *store) lose(g *generation) {
 		return
 	}
 	s.gen, s.pending = nil, true
+	s.cur.Store(nil)
 	// Redis ids are below 1<<31 (see Holders); past 1<<31 handed out over
 	// many losses the bases start again at 0.
 	if next := uint64(g.ebase) + uint64(g.espan.Load()); next < 1<<31 {

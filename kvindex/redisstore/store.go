@@ -89,8 +89,10 @@ type store struct {
 
 	mu sync.RWMutex
 	// gen is the generation the store's tables belong to; nil after a
-	// loss until a call establishes the next one.
+	// loss until a call establishes the next one. cur is a copy, set with
+	// it under mu, that Holders reads without the lock.
 	gen *generation
+	cur atomic.Pointer[generation]
 	// pending: a loss was detected (and the tables dropped) but no call
 	// has reported it yet; the next call that returns an error does.
 	pending bool
@@ -404,10 +406,9 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 		return kvindex.ErrClosed
 	}
 	var (
-		g    *generation
-		hs   []kvindex.Holder
-		ends []int
-		err  error
+		g   *generation
+		hs  []kvindex.Holder
+		err error
 	)
 	args := make([]string, 0, 3+len(keys))
 	for base, try := 0, 1; base < len(keys); {
@@ -463,20 +464,16 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 			cache = &epochCache{ver: ver, epochs: epochs}
 			g.ep.Store(cache)
 		}
-		// Parse every key's holders first, handing their ids out, then
-		// check that g is still current before visiting any: an id of a
-		// generation dropped meanwhile could be given again by the next.
-		hs, ends = hs[:0], ends[:0]
+		restart := false
 		for j, r := range res[2:] {
 			flat, err := r.ToString()
 			if err != nil {
 				return fmt.Errorf("redisstore: Holders: key %d: %v", base+j, err)
 			}
-			from := len(hs)
-			if hs, err = parseHolders(flat, cache.epochs, hs); err != nil {
+			if hs, err = parseHolders(flat, cache.epochs, hs[:0]); err != nil {
 				return fmt.Errorf("redisstore: Holders: key %d: %v", base+j, err)
 			}
-			for k := from; k < len(hs); k++ {
+			for k := range hs {
 				h := &hs[k]
 				if h.Engine >= 1<<31 || h.Medium >= mediumSpan {
 					return fmt.Errorf("redisstore: Holders: key %d: engine %d or medium %d out of range", base+j, h.Engine, h.Medium)
@@ -485,28 +482,29 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 				h.Engine += g.ebase
 				h.Medium += g.mbase
 			}
-			ends = append(ends, len(hs))
-		}
-		s.mu.RLock()
-		current := s.gen == g
-		s.mu.RUnlock()
-		if !current {
-			if base > 0 || try == maxTries {
-				if _, err := s.enter("Holders"); err != nil {
-					return err
+			// The ids are handed out (g.espan) before g is checked to be
+			// current: a loss dropping g after this check sets the next
+			// generation's bases above them. A loss before it: these ids
+			// are of the lost data and are not visited.
+			if s.cur.Load() != g {
+				if base+j > 0 || try == maxTries {
+					// Keys were visited in the lost generation: the walk
+					// cannot go on in another one.
+					if _, err := s.enter("Holders"); err != nil {
+						return err
+					}
+					return errors.New("redisstore: Holders: the store lost its data during the walk")
 				}
-				return errors.New("redisstore: Holders: the store lost its data during the walk")
+				g, restart = nil, true
+				try++
+				break
 			}
-			g = nil
-			try++
-			continue
-		}
-		from := 0
-		for j, end := range ends {
-			if !visit(base+j, hs[from:end:end]) {
+			if !visit(base+j, hs) {
 				return nil
 			}
-			from = end
+		}
+		if restart {
+			continue
 		}
 		base += len(res) - 2
 	}
