@@ -647,3 +647,45 @@ func TestSnapshotResumeUnproven(t *testing.T) {
 		t.Fatalf("b after a reset: %+v, want nothing", r)
 	}
 }
+
+// TestSnapshotRestartTwice: an index restarted twice while an engine
+// stays idle (no batch between the restarts) still gives the engine's
+// entries their trust back on its first proven batch, but not when a lost
+// range came between.
+func TestSnapshotRestartTwice(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.snap")
+	cfg := kvindex.Config{SnapshotFile: path, Logger: slog.New(slog.DiscardHandler)}
+	x, err := kvindex.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	mustApply(t, x, storeUpdate("a", 1, 4, 10))
+	mustApply(t, x, storeUpdate("b", 2, 4, 10))
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	y, err := kvindex.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// b: a lost range, then a batch, then a loss again before the next
+	// restart (its epoch moves on; nothing of the first load is kept).
+	mustApply(t, y, kvevents.Update{Kind: kvevents.UpdateLost, Source: "b", From: 11, To: 12})
+	if err := y.Close(); err != nil {
+		t.Fatal(err)
+	}
+	z, err := kvindex.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer z.Close()
+	for _, e := range []string{"a", "b"} {
+		mustApply(t, z, kvevents.Update{Kind: kvevents.UpdateBatch, Source: e, Seq: 11, Batch: &kvevents.Batch{Seq: 11, Digest: 5}})
+	}
+	if r := mustScore(t, z, kvindex.ScoreRequest{Tokens: restartDoc(1)}); len(r.Engines) != 1 || r.Engines[0].Blocks != 4 {
+		t.Fatalf("a after two restarts and a proven resume: %+v, want certain 4", r)
+	}
+	if r := mustScore(t, z, kvindex.ScoreRequest{Tokens: restartDoc(2)}); len(r.Engines) != 1 || r.Engines[0].Blocks != 0 || r.Engines[0].MaybeBlocks != 4 {
+		t.Fatalf("b after a lost range between restarts: %+v, want maybe 4, certain 0", r)
+	}
+}

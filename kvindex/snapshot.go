@@ -10,6 +10,7 @@ import (
 	"io"
 	"io/fs"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -65,6 +66,9 @@ func refusedf(format string, a ...any) error {
 type snapState struct {
 	spaces map[string][]int
 	pos    map[string]kvevents.Position
+	// pending: engines loaded and not resumed yet (written with their
+	// loaded epoch, so that a second restart keeps what the first kept).
+	pending map[string]pendingTrust
 }
 
 // snapReader reads a snapshot, summing what it reads.
@@ -334,7 +338,11 @@ func encodeSnapshot(out io.Writer, m *memory, seed uint64, keys bool, st snapSta
 	w.u32(uint32(len(m.engines)))
 	for _, e := range m.engines {
 		w.str(e.name)
-		w.u32(e.epoch)
+		epoch := e.epoch
+		if p, ok := st.pending[e.name]; ok && epoch == p.bumped {
+			epoch = p.old // still as loaded: nothing stored or lost since
+		}
+		w.u32(epoch)
 	}
 	w.u64(uint64(m.entries))
 	for id := m.head; id != 0; {
@@ -373,6 +381,9 @@ func (x *Index) writeSnapshot() (err error) {
 	// written (a resume from an older position replays, and a batch
 	// applied twice changes nothing).
 	st := snapState{pos: x.Positions(), spaces: map[string][]int{}}
+	x.posMu.Lock()
+	st.pending = maps.Clone(x.pending)
+	x.posMu.Unlock()
 	x.spaceMu.RLock()
 	for k, v := range x.spaces {
 		st.spaces[k] = slices.Clone(v)
@@ -460,10 +471,14 @@ func (x *Index) loadSnapshot() {
 	for i := range mem.engines {
 		e := &mem.engines[i]
 		if _, ok := st.pos[e.name]; ok {
-			x.pending[e.name] = pendingTrust{old: e.epoch, bumped: e.epoch + 1}
-		} else {
-			uncertain++
+			// Half the epoch space away: no count of losses since can
+			// make the engine's epoch equal bumped again.
+			p := pendingTrust{old: e.epoch, bumped: e.epoch + 1<<31}
+			x.pending[e.name] = p
+			e.epoch = p.bumped
+			continue
 		}
+		uncertain++
 		e.epoch++
 	}
 	mem.mu.Unlock()
