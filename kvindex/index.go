@@ -7,6 +7,7 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"github.com/zmqguard/zmqguard/internal/kvkey"
 	"github.com/zmqguard/zmqguard/internal/ratelog"
@@ -59,7 +60,32 @@ type Config struct {
 	// Logger receives a line when the backend fails. Nil means
 	// slog.Default().
 	Logger *slog.Logger
+	// SnapshotFile, when set, makes the in-memory backend survive the
+	// index's restart: New loads the file when it exists (a snapshot that
+	// is corrupt, truncated, foreign, of a newer format or of another
+	// seed or key mode is refused with one log line and the index starts
+	// empty), and the index writes it (atomically: a temporary file,
+	// fsync, rename) every SnapshotInterval and on Close. It holds the
+	// entries, mappings, loss epochs, the engines' and media's names, the
+	// block sizes seen and each source's Position; see the package
+	// documentation, Restarts. Needs the in-memory backend (Backend nil or
+	// made by NewMemory).
+	SnapshotFile string
+	// SnapshotInterval is how often the snapshot is written. Zero means
+	// one minute; negative is refused.
+	SnapshotInterval time.Duration
+	// OnBackendLost, when set, is called after a backend call returned
+	// ErrBackendLost (the shared store lost its data): in its own
+	// goroutine, under no lock of the index, once per loss. It must make
+	// the feed re-deliver every source from the start as after a reset
+	// (kvevents.Subscriber.Resync for every source); the index has by
+	// then dropped what it cached about the store.
+	OnBackendLost func()
 }
+
+// defaultSnapshotInterval is how often a snapshot is written when
+// Config.SnapshotInterval is zero.
+const defaultSnapshotInterval = time.Minute
 
 // Index is a KV-cache index: it follows what every engine's prefix cache
 // holds, from the engines' KV events, and tells which engine holds the
@@ -75,6 +101,7 @@ type Index struct {
 
 	mu      sync.Mutex
 	engines map[string]*engineState
+	models  map[string]int // model → engines serving it
 
 	spaceMu sync.RWMutex
 	spaces  map[string][]int // model → block sizes seen, ascending
@@ -85,6 +112,23 @@ type Index struct {
 	closed atomic.Bool
 
 	fails *ratelog.Limiter // backend-failure lines
+
+	// Positions: each source's last applied batch (restart.go).
+	posMu    sync.Mutex
+	pos      map[string]kvevents.Position
+	pending  map[string]pendingTrust // engines loaded from a snapshot, not yet proven
+	npending atomic.Int64            // len(pending)
+	ps       PositionStore           // the backend's, or nil
+
+	// Backend losses: OnBackendLost's goroutines, waited for by Close.
+	lostMu  sync.Mutex
+	closing bool
+	lostWG  sync.WaitGroup
+
+	// Snapshots (snapshot.go).
+	snapMu   sync.Mutex // one write at a time
+	snapStop chan struct{}
+	snapDone chan struct{}
 }
 
 type engineState struct {
@@ -115,21 +159,50 @@ func New(cfg Config) (*Index, error) {
 	if cfg.Capacity == 0 {
 		cfg.Capacity = defaultCapacity
 	}
+	if cfg.SnapshotInterval == 0 {
+		cfg.SnapshotInterval = defaultSnapshotInterval
+	}
 	switch {
+	case cfg.SnapshotInterval < 0:
+		return nil, fmt.Errorf("kvindex: Config.SnapshotInterval %v is negative", cfg.SnapshotInterval)
 	case cfg.Capacity < 0 || cfg.Capacity > maxCapacity:
 		return nil, fmt.Errorf("kvindex: Config.Capacity %d out of range 1..%d", cfg.Capacity, maxCapacity)
 	case cfg.BlockSize < 0 || cfg.BlockSize > MaxBlockSize:
 		return nil, fmt.Errorf("kvindex: Config.BlockSize %d out of range 1..%d", cfg.BlockSize, MaxBlockSize)
 	}
 	x := &Index{cfg: cfg, be: cfg.Backend, seed: cfg.Seed, log: cfg.Logger,
-		engines: map[string]*engineState{}, spaces: map[string][]int{},
-		fails: ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: "kvindex"})}
+		engines: map[string]*engineState{}, models: map[string]int{}, spaces: map[string][]int{}, pos: map[string]kvevents.Position{},
+		pending: map[string]pendingTrust{},
+		fails:   ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: "kvindex"})}
+	if cfg.SnapshotFile != "" {
+		m, ok := x.be.(*memory)
+		if !ok && x.be != nil {
+			return nil, fmt.Errorf("kvindex: Config.SnapshotFile %q needs the in-memory backend (a shared backend keeps its own state)", cfg.SnapshotFile)
+		}
+		if ok && m.Stats().Engines != 0 {
+			return nil, fmt.Errorf("kvindex: Config.SnapshotFile %q needs an empty backend: the one given holds engines already", cfg.SnapshotFile)
+		}
+	}
 	if x.be == nil {
 		be, err := NewMemory(cfg.Capacity)
 		if err != nil {
 			return nil, err
 		}
 		x.be, x.own = be, true
+	}
+	if ps, ok := x.be.(PositionStore); ok {
+		x.ps = ps
+		if err := x.loadPositions(); err != nil {
+			if x.own {
+				x.be.Close()
+			}
+			return nil, err
+		}
+	}
+	if cfg.SnapshotFile != "" {
+		x.loadSnapshot()
+		x.snapStop, x.snapDone = make(chan struct{}), make(chan struct{})
+		go x.snapshotLoop()
 	}
 	return x, nil
 }
@@ -145,6 +218,7 @@ func (x *Index) engine(name string) *engineState {
 		}
 		st = &engineState{model: model, overlay: map[uint64]Key{}}
 		x.engines[name] = st
+		x.models[model]++
 	}
 	return st
 }
@@ -159,26 +233,19 @@ func (x *Index) Apply(u kvevents.Update) error {
 		if u.Batch == nil {
 			return nil
 		}
-		return x.ApplyEvents(u.Source, u.Batch.Events)
+		seq := u.Seq
+		if seq == 0 {
+			seq = u.Batch.Seq
+		}
+		return x.applyEvents(u.Source, u.Batch.Events, &kvevents.Position{Seq: seq, Digest: u.Batch.Digest}, true)
 	case kvevents.UpdateReset:
 		x.st.resets.Add(1)
-		return x.do(u.Source, OpClear)
+		return x.reset(u.Source)
 	case kvevents.UpdateLost:
 		x.st.losses.Add(1)
-		return x.do(u.Source, OpLost)
+		return x.lost(u.Source)
 	}
 	return nil
-}
-
-func (x *Index) do(engine string, k OpKind) error {
-	if x.closed.Load() {
-		return ErrClosed
-	}
-	st := x.engine(engine)
-	st.mu.Lock()
-	defer st.mu.Unlock()
-	st.ops = append(st.ops[:0], Op{Kind: k})
-	return x.apply(engine, st.ops)
 }
 
 func (x *Index) apply(engine string, ops []Op) error {
@@ -188,8 +255,7 @@ func (x *Index) apply(engine string, ops []Op) error {
 	c, err := x.be.Apply(engine, ops)
 	x.st.add(c)
 	if err != nil {
-		x.st.errors.Add(1)
-		x.logFailure("apply", engine, err)
+		x.failed("apply", engine, err)
 	}
 	return err
 }
@@ -240,14 +306,23 @@ func validMedium(s string) bool {
 
 // ApplyEvents applies a batch of engine's events, in order, with one
 // Resolve and one Apply of the backend. The rules are in the package
-// documentation.
+// documentation. It leaves the engine's Position as it was (Apply records
+// it).
 func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
+	return x.applyEvents(engine, evs, nil, false)
+}
+
+// applyEvents is ApplyEvents; when pos is not nil and the batch applied,
+// it records pos as the engine's position, still in the engine's turn.
+// delivered says the batch came from a feed that proves continuity (Apply).
+func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.Position, delivered bool) error {
 	if x.closed.Load() {
 		return ErrClosed
 	}
 	st := x.engine(engine)
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	x.resumed(engine, delivered)
 	x.st.batches.Add(1)
 	x.st.events.Add(uint64(len(evs)))
 
@@ -283,8 +358,7 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 			err = x.be.Resolve(engine, st.hashes, st.keys, st.found)
 		}
 		if err != nil {
-			x.st.errors.Add(1)
-			x.logFailure("resolve", engine, err)
+			x.failed("resolve", engine, err)
 			return err
 		}
 	}
@@ -425,6 +499,9 @@ func (x *Index) ApplyEvents(engine string, evs []kvevents.Event) error {
 	} else {
 		err = x.apply(engine, st.ops)
 	}
+	if err == nil && pos != nil {
+		x.setPosition(engine, *pos)
+	}
 	if cap(st.ops) > 1<<16 {
 		st.ops = nil
 	}
@@ -451,15 +528,27 @@ func (x *Index) noteSpace(model string, bs int) {
 	}
 }
 
-// Close closes the index, and its backend when New made it.
+// Close closes the index: it waits for Config.OnBackendLost calls under
+// way, writes the snapshot (Config.SnapshotFile) and closes the backend
+// when New made it.
 func (x *Index) Close() error {
 	if x.closed.Swap(true) {
 		return nil
 	}
-	if x.own {
-		return x.be.Close()
+	x.lostMu.Lock()
+	x.closing = true
+	x.lostMu.Unlock()
+	x.lostWG.Wait()
+	var err error
+	if x.snapStop != nil {
+		close(x.snapStop)
+		<-x.snapDone
+		err = x.writeSnapshot()
 	}
-	return nil
+	if x.own {
+		err = errors.Join(err, x.be.Close())
+	}
+	return err
 }
 
 // logFailure writes a backend failure under the index's limiter: at most

@@ -33,6 +33,10 @@ type ScoreRequest struct {
 	// *vllmhash.Request here, for multimodal items, a cache salt or
 	// prompt embeddings). Local keys ignore it.
 	Request any
+	// Engines, when not empty, are the candidate engines: the answer
+	// holds these only (a router scores the engines it may route the
+	// request to). Names not known to the index are ignored.
+	Engines []string
 }
 
 // Prefix is a cached prefix of the prompt: Blocks (and Tokens) the
@@ -71,6 +75,13 @@ type ScoreResult struct {
 	// certain or not: most certain tokens first, then most maybe tokens,
 	// then by engine name and block size.
 	Engines []EngineScore
+	// UnknownModel reports that no engine the index knows serves the
+	// request's model (counted in Stats.UnknownModels): an empty answer
+	// then says nothing about the cache. The engines known to serve a
+	// model: every engine serves Config.Model when Config.ModelOf is nil;
+	// else those ModelOf named it for (an engine is known from its first
+	// update), and any model stores were indexed under.
+	UnknownModel bool
 }
 
 // Best returns the engine with the most certain tokens (ties: most maybe
@@ -216,6 +227,10 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		return res, fmt.Errorf("kvindex: block size %d out of range", req.BlockSize)
 	}
 	x.st.scores.Add(1)
+	if !x.knownModel(req.Model) {
+		res.UnknownModel = true
+		x.st.unknownModels.Add(1)
+	}
 	var sizes []int
 	if req.BlockSize > 0 {
 		sizes = []int{req.BlockSize}
@@ -265,7 +280,7 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 			})
 		}
 		if err != nil {
-			x.st.errors.Add(1)
+			x.failed("holders", "", err)
 			return ScoreResult{}, err
 		}
 		// One EngineScore per any-medium run, its tiers from one slab.
@@ -297,8 +312,28 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		}
 	}
 	sc.reset()
+	if len(req.Engines) > 0 {
+		res.Engines = slices.DeleteFunc(res.Engines, func(e EngineScore) bool { return !slices.Contains(req.Engines, e.Engine) })
+	}
 	sortEngines(res.Engines)
 	return res, nil
+}
+
+// knownModel reports whether an engine the index knows serves model.
+func (x *Index) knownModel(model string) bool {
+	if x.cfg.ModelOf == nil {
+		return model == x.cfg.Model
+	}
+	x.mu.Lock()
+	n := x.models[model]
+	x.mu.Unlock()
+	if n > 0 {
+		return true
+	}
+	x.spaceMu.RLock()
+	defer x.spaceMu.RUnlock()
+	_, ok := x.spaces[model]
+	return ok
 }
 
 func prefix(r run, bs int) Prefix {

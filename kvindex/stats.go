@@ -41,6 +41,19 @@ type Stats struct {
 	// Scores counts Score calls; Errors counts backend failures.
 	Scores uint64 `json:"scores"`
 	Errors uint64 `json:"errors"`
+	// UnknownModels counts Score calls for a model no engine the index
+	// knows serves (ScoreResult.UnknownModel).
+	UnknownModels uint64 `json:"unknown_models"`
+	// BackendLosses counts the shared backend's losses of its data
+	// (ErrBackendLost): each dropped the index's cached tables and asked
+	// for every source's resync (Config.OnBackendLost).
+	BackendLosses uint64 `json:"backend_losses"`
+	// Snapshots counts snapshots written (Config.SnapshotFile);
+	// SnapshotErrors those that failed (logged); SnapshotRefused counts a
+	// snapshot refused at start (corrupt, truncated, foreign, newer).
+	Snapshots       uint64 `json:"snapshots"`
+	SnapshotErrors  uint64 `json:"snapshot_errors"`
+	SnapshotRefused uint64 `json:"snapshot_refused"`
 	// Backend holds the backend's gauges.
 	Backend BackendStats `json:"backend"`
 }
@@ -50,6 +63,8 @@ type counters struct {
 	placeholders, unknownParents, unknownPlaceholders, hybrid atomic.Uint64
 	partialGroups                                             atomic.Uint64
 	refused, scores, errors                                   atomic.Uint64
+	unknownModels, backendLosses                              atomic.Uint64
+	snapshots, snapshotErrors, snapshotRefused                atomic.Uint64
 	added, refreshed, removed, unknownRemovals, cleared       atomic.Uint64
 	remapped, evicted, backendRefused                         atomic.Uint64
 }
@@ -77,7 +92,9 @@ func (x *Index) Stats() Stats {
 		Counts: Counts{Added: c.added.Load(), Refreshed: c.refreshed.Load(), Removed: c.removed.Load(),
 			UnknownRemovals: c.unknownRemovals.Load(), Cleared: c.cleared.Load(), Remapped: c.remapped.Load(),
 			Evicted: c.evicted.Load(), Rejected: c.backendRefused.Load()},
-		Scores: c.scores.Load(), Errors: c.errors.Load(),
-		Backend: x.be.Stats(),
+		Scores: c.scores.Load(), Errors: c.errors.Load(), UnknownModels: c.unknownModels.Load(),
+		BackendLosses: c.backendLosses.Load(), Snapshots: c.snapshots.Load(), SnapshotErrors: c.snapshotErrors.Load(),
+		SnapshotRefused: c.snapshotRefused.Load(),
+		Backend:         x.be.Stats(),
 	}
 }

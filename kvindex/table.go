@@ -41,6 +41,17 @@ func (t *idTable) init(m *memory, byKey bool) {
 
 func (t *idTable) bytes() int64 { return int64(len(t.slots)) * 4 }
 
+// presize grows the table to hold n slots without a resize.
+func (t *idTable) presize(n int) {
+	want := 1 << minTableBits
+	for want*3 < (n+1)*4 {
+		want *= 2
+	}
+	if want > len(t.slots) {
+		t.resize(want)
+	}
+}
+
 // mapHash mixes (engine, engine hash) with the folded 64×64→128-bit
 // multiply (the local-key hash's mixer).
 func mapHash(eid uint16, h uint64) uint64 {

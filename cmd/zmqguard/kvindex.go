@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,7 +26,7 @@ import (
 
 var kvIndexSpec = commandSpec{
 	name:     "kv-index",
-	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--redis URL] --http HOST:PORT [--model M] [--capacity N]",
+	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--redis URL | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
 	summary:  "a KV-cache index of vLLM engines, scored over HTTP (POST /score)",
 	help: `Follows the KV-event publishers of vLLM engines like kv-events (same
 --connect/--bind/--replay/--topic/--from-start flags; each source is one
@@ -33,15 +34,37 @@ engine, named by its endpoint) and keeps an index of which engine holds
 which prefix of which prompt, on which tier (package kvindex). A publisher
 restart clears its engine; a range of events that could not be recovered
 makes its engine's entries uncertain until stored again, so they are never
-reported as certain hits.
+reported as certain hits. Unlike kv-events, kv-index replays every source
+from the start by default (what each publisher still holds), so that an
+index started after its engines learns what they hold; --from-start=false
+starts at the first batch seen.
+
+--snapshot FILE keeps the in-memory index across restarts: it is loaded at
+start (a corrupt, truncated, foreign or newer file is refused with one
+line, and the index starts empty), written every --snapshot-interval
+(default 1m) and on exit, atomically. Each source then resumes from the
+last batch applied: exact where the publisher still holds the batches
+since (the subscriber proves it is the same run first), uncertain where it
+does not, cleared where the engine restarted meanwhile. With --redis the
+positions live in Redis, and a restarted kv-index (or a new replica)
+resumes the same way. A Redis that lost its data (a restart without
+persistence, FLUSHALL) is noticed: one ERROR line, index.BackendLosses
+counted, and every source replayed from the start as after a restart.
+--redis URL with no --connect or --bind is a read-only replica serving
+/score from the shared index.
 
 --http HOST:PORT (required; loopback unless --http-allow-remote; port 0
 picks a free port, logged as http_addr) serves:
 
   POST /score    {"tokens": [ids...], "lora": "name"?, "model": "m"?,
-                  "block_size": N?}
+                  "block_size": N?, "engines": ["name"...]?}
                  -> {"model", "prompt_blocks", "best": ENGINE|null,
-                     "engines": [ENGINE...]}
+                     "engines": [ENGINE...], "unknown_model": true?}
+                 "engines" in the request: the candidate engines (a router
+                 scores the engines it may route to; others are left out).
+                 unknown_model: no engine serves the request's model
+                 (--model), so an empty answer says nothing (counted in
+                 http.unknown_model).
                  ENGINE = {"engine", "block_size", "blocks", "tokens",
                    "maybe_blocks", "maybe_tokens", "tiers": [{"medium",
                    "blocks", "tokens", "maybe_blocks", "maybe_tokens"}]}
@@ -86,10 +109,11 @@ const kvIndexMaxBody = 8<<20 + 4096
 
 // kvScoreRequest is the body of POST /score.
 type kvScoreRequest struct {
-	Tokens    []int64 `json:"tokens"`
-	Lora      string  `json:"lora,omitempty"`
-	Model     *string `json:"model,omitempty"`
-	BlockSize int     `json:"block_size,omitempty"`
+	Tokens    []int64  `json:"tokens"`
+	Lora      string   `json:"lora,omitempty"`
+	Model     *string  `json:"model,omitempty"`
+	BlockSize int      `json:"block_size,omitempty"`
+	Engines   []string `json:"engines,omitempty"`
 }
 
 // kvPrefix is a cached prefix: certain blocks and tokens, and with the
@@ -121,6 +145,7 @@ type kvScoreResponse struct {
 	PromptBlocks int             `json:"prompt_blocks"`
 	Best         *kvEngineScore  `json:"best"`
 	Engines      []kvEngineScore `json:"engines"`
+	UnknownModel bool            `json:"unknown_model,omitempty"`
 }
 
 func toPrefix(p kvindex.Prefix) kvPrefix {
@@ -130,7 +155,8 @@ func toPrefix(p kvindex.Prefix) kvPrefix {
 // toScoreResponse renders Score's answer (its order kept: most certain
 // tokens first).
 func toScoreResponse(model string, r kvindex.ScoreResult) kvScoreResponse {
-	out := kvScoreResponse{Model: model, PromptBlocks: r.PromptBlocks, Engines: make([]kvEngineScore, 0, len(r.Engines))}
+	out := kvScoreResponse{Model: model, PromptBlocks: r.PromptBlocks, Engines: make([]kvEngineScore, 0, len(r.Engines)),
+		UnknownModel: r.UnknownModel}
 	for _, e := range r.Engines {
 		es := kvEngineScore{Engine: e.Engine, BlockSize: e.BlockSize, kvPrefix: toPrefix(e.Prefix), Tiers: make([]kvTier, 0, len(e.Tiers))}
 		for _, t := range e.Tiers {
@@ -150,6 +176,8 @@ type kvIndexHTTP struct {
 	Scores      uint64 `json:"scores"`
 	BadRequests uint64 `json:"bad_requests"`
 	Failures    uint64 `json:"failures"`
+	// UnknownModel counts scores of a model no engine serves.
+	UnknownModel uint64 `json:"unknown_model"`
 }
 
 // kvIndexServer is the --http endpoint's handlers.
@@ -159,10 +187,15 @@ type kvIndexServer struct {
 	vxBlockSize           int
 	sub                   *kvevents.Subscriber
 	store                 kvindex.Backend // nil: memory
+	sources               []kvevents.Source
+	resyncMu              sync.Mutex
+	ready                 bool // sub and sources set
+	lostPending           bool // the backend was lost before ready
 	model                 string
 	logger                *slog.Logger
 	applyErrors           atomic.Uint64
 	scores, bad, failures atomic.Uint64
+	unknownModel          atomic.Uint64
 }
 
 func (s *kvIndexServer) writeJSON(w http.ResponseWriter, code int, v any) {
@@ -223,9 +256,11 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 			s.fail(w, http.StatusBadRequest, fmt.Sprintf("vLLM-key mode indexes model %q in blocks of %d only", s.model, s.vxBlockSize))
 			return
 		}
-		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: s.vxBlockSize})
+		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: s.vxBlockSize,
+			Engines: req.Engines})
 	} else {
-		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: req.BlockSize})
+		res, err = s.x.Score(kvindex.ScoreRequest{Model: model, Tokens: req.Tokens, LoraName: req.Lora, BlockSize: req.BlockSize,
+			Engines: req.Engines})
 	}
 	if err != nil {
 		if errors.Is(err, kvindex.ErrClosed) {
@@ -237,6 +272,9 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	s.scores.Add(1)
+	if res.UnknownModel {
+		s.unknownModel.Add(1)
+	}
 	s.writeJSON(w, http.StatusOK, toScoreResponse(model, res))
 }
 
@@ -253,7 +291,8 @@ type kvIndexCounters struct {
 
 func (s *kvIndexServer) counters() kvIndexCounters {
 	c := kvIndexCounters{ApplyErrors: s.applyErrors.Load(),
-		HTTP: kvIndexHTTP{Scores: s.scores.Load(), BadRequests: s.bad.Load(), Failures: s.failures.Load()}}
+		HTTP: kvIndexHTTP{Scores: s.scores.Load(), BadRequests: s.bad.Load(), Failures: s.failures.Load(),
+			UnknownModel: s.unknownModel.Load()}}
 	if s.vllmKeys {
 		st := s.x.Stats()
 		c.VLLMKeys = &st
@@ -272,6 +311,54 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 	}
 	c.Total = toCounters(st)
 	return c
+}
+
+// resume sets each source's Resume from the index's positions (a
+// snapshot's or the shared store's). A source the index may hold entries
+// of but has no position for (kept: a snapshot or a shared store) has them
+// made uncertain: its continuity cannot be proven. With retire (an index
+// of its own), an engine of the snapshot no longer followed is cleared.
+func (s *kvIndexServer) resume(list []kvevents.Source, kept, retire bool) {
+	pos := s.x.Positions()
+	followed := map[string]bool{}
+	for i := range list {
+		followed[list[i].Name] = true
+		if p, ok := pos[list[i].Name]; ok {
+			list[i].Resume = &p
+		} else if kept {
+			if err := s.x.Apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: list[i].Name}); err != nil {
+				s.logger.Warn("kv-index: making a source's kept entries uncertain failed", "source", list[i].Name, "err", err)
+			}
+		}
+	}
+	if !retire {
+		return
+	}
+	for name := range pos {
+		if !followed[name] {
+			s.logger.Info("kv-index: an engine of the snapshot is no longer followed; its entries are dropped", "source", name)
+			s.x.Apply(kvevents.Update{Kind: kvevents.UpdateReset, Source: name})
+		}
+	}
+}
+
+// resyncAll is the index's OnBackendLost: the shared store lost its data,
+// so every source is replayed from the start as after a restart (the
+// subscriber's next update of each is a reset). It runs in a goroutine of
+// the index's, never inside the Handler.
+func (s *kvIndexServer) resyncAll() {
+	s.resyncMu.Lock()
+	if !s.ready {
+		s.lostPending = true // resynced once the sources are added
+		s.resyncMu.Unlock()
+		return
+	}
+	s.resyncMu.Unlock()
+	for _, so := range s.sources {
+		if err := s.sub.Resync(so.Name); err != nil {
+			s.logger.Warn("kv-index: resync after the shared index's loss failed", "source", so.Name, "err", err)
+		}
+	}
 }
 
 // handle feeds the index. A failed apply (a Redis error) leaves the
@@ -327,7 +414,7 @@ type kvIndexHTTPCollector struct {
 
 func newKVIndexHTTPCollector(s *kvIndexServer) *kvIndexHTTPCollector {
 	return &kvIndexHTTPCollector{s: s, desc: prometheus.NewDesc("zmqguard_http_score_requests_total",
-		"kv-index POST /score requests, by result (scored, bad_request, failed)", []string{"result"}, nil)}
+		"kv-index POST /score requests, by result (scored, bad_request, failed; unknown_model: scored for a model no engine serves)", []string{"result"}, nil)}
 }
 
 // Describe implements prometheus.Collector.
@@ -338,7 +425,8 @@ func (c *kvIndexHTTPCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, r := range []struct {
 		result string
 		v      uint64
-	}{{"scored", c.s.scores.Load()}, {"bad_request", c.s.bad.Load()}, {"failed", c.s.failures.Load()}} {
+	}{{"scored", c.s.scores.Load()}, {"bad_request", c.s.bad.Load()}, {"failed", c.s.failures.Load()},
+		{"unknown_model", c.s.unknownModel.Load()}} {
 		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(r.v), r.result)
 	}
 }
@@ -359,6 +447,8 @@ type kvIndexFlags struct {
 	redisPrefix   string
 	redisLease    bool
 	leaseTTL      time.Duration
+	snapshot      string
+	snapInterval  time.Duration
 	vllmHash      string
 	hashSeed      string
 	live          *livenessFlags
@@ -375,7 +465,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
 		fs.BoolVar(&fl.srcs.anyPeer, "any-peer", false, anyPeerUsage)
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
-		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
+		fs.BoolVar(&fl.fromStart, "from-start", true, "replay each source from the start (what its publisher still holds) on joining; --from-start=false starts at the first batch seen")
 		fs.DurationVar(&fl.replayTimeout, "replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
 		fs.StringVar(&fl.httpAddr, "http", "", "serve POST /score, /stats and /metrics over HTTP on this `host:port` (required; loopback only)")
 		fs.BoolVar(&fl.httpRemote, "http-allow-remote", false, "allow an --http host that is not loopback")
@@ -387,6 +477,8 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.StringVar(&fl.redisPrefix, "redis-prefix", "", "key prefix of the index in Redis (empty: {zmqguard-kvindex}:)")
 		fs.BoolVar(&fl.redisLease, "redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
 		fs.DurationVar(&fl.leaseTTL, "redis-lease-ttl", 0, "how long a writer lease outlives its last renewal (0: 10s)")
+		fs.StringVar(&fl.snapshot, "snapshot", "", "keep the in-memory index in this `file` across restarts: loaded at start, written periodically and on exit; sources resume from it")
+		fs.DurationVar(&fl.snapInterval, "snapshot-interval", 0, "how often --snapshot is written (0: 1m)")
 		fs.StringVar(&fl.vllmHash, "vllm-hash", "", "vLLM-key mode: key blocks by the engines' own hashes, computed for /score with this `function` (sha256_cbor or sha256; needs --block-size and --pythonhashseed)")
 		fs.StringVar(&fl.hashSeed, "pythonhashseed", "", "the engines' PYTHONHASHSEED (vLLM-key mode)")
 		fl.live = addLivenessFlags(fs)
@@ -400,8 +492,26 @@ var kvIndexCmd = command[kvIndexFlags]{
 // work (positional arguments are refused before it runs: its spec takes
 // none).
 func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
-	if len(fl.srcs.list) == 0 {
-		return usagef("at least one --connect or --bind is required")
+	if len(fl.srcs.list) == 0 && fl.redisURL == "" {
+		return usagef("at least one --connect or --bind is required (or --redis URL alone: a read-only replica of a shared index)")
+	}
+	if fl.redisURL == "" {
+		switch {
+		case fl.redisLease:
+			return usagef("--redis-lease needs --redis")
+		case fl.redisPrefix != "":
+			return usagef("--redis-prefix %q needs --redis", fl.redisPrefix)
+		case fl.leaseTTL != 0:
+			return usagef("--redis-lease-ttl needs --redis")
+		}
+	} else if fl.snapshot != "" {
+		return usagef("--snapshot keeps an in-memory index; with --redis the index and its positions live in Redis")
+	}
+	if fl.snapInterval < 0 {
+		return usagef("--snapshot-interval %v is negative", fl.snapInterval)
+	}
+	if fl.snapInterval != 0 && fl.snapshot == "" {
+		return usagef("--snapshot-interval needs --snapshot")
 	}
 	var hasher *vllmhash.Hasher
 	if fl.vllmHash != "" {
@@ -450,7 +560,8 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 		srv.store, be = st, st
 	}
 	cfg := kvindex.Config{Backend: be, Capacity: fl.capacity, Seed: fl.seed, Model: fl.model,
-		BlockSize: fl.blockSize, Logger: e.logger}
+		BlockSize: fl.blockSize, Logger: e.logger, SnapshotFile: fl.snapshot, SnapshotInterval: fl.snapInterval,
+		OnBackendLost: srv.resyncAll}
 	if hasher != nil {
 		cfg.Keys = hasher.Keys
 		srv.vllmKeys, srv.vxBlockSize = true, fl.blockSize
@@ -471,11 +582,28 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	}
 	defer sub.Close()
 	srv.sub = sub
+	srv.resume(fl.srcs.list, fl.snapshot != "" || fl.redisURL != "", fl.redisURL == "")
 	for _, s := range fl.srcs.list {
 		if err := sub.Add(s); err != nil {
 			return err
 		}
-		e.logger.Info("kv-index following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay)
+		var resume any
+		if s.Resume != nil {
+			resume = s.Resume.Seq
+		}
+		e.logger.Info("kv-index following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay,
+			"resume_after_seq", resume)
+	}
+	srv.sources = fl.srcs.list
+	srv.resyncMu.Lock()
+	srv.ready = true
+	pending := srv.lostPending
+	srv.resyncMu.Unlock()
+	if pending {
+		srv.resyncAll()
+	}
+	if len(fl.srcs.list) == 0 {
+		e.logger.Info("kv-index is a read-only replica: no source, /score answers from the shared index")
 	}
 	h, err := srv.handler()
 	if err != nil {

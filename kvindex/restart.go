@@ -1,0 +1,141 @@
+package kvindex
+
+import (
+	"errors"
+	"fmt"
+	"log/slog"
+	"maps"
+
+	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/kvevents"
+)
+
+// Positions returns, per source, the Position of the last batch the index
+// applied (Apply of an UpdateBatch) since the source's last reset: what a
+// new kvevents.Subscriber gives back in Source.Resume so that the source
+// resumes where the index stands, exact where the publisher still holds
+// the batches since. A source reset (UpdateReset) has no position until
+// its next batch. They come from the snapshot (Config.SnapshotFile) or the
+// backend (a PositionStore) when New starts, and follow Apply after.
+func (x *Index) Positions() map[string]kvevents.Position {
+	x.posMu.Lock()
+	defer x.posMu.Unlock()
+	return maps.Clone(x.pos)
+}
+
+// setPosition records engine's position after its batch applied (in the
+// engine's turn, so a PositionStore sees one engine's saves in order).
+func (x *Index) setPosition(engine string, p kvevents.Position) {
+	x.posMu.Lock()
+	x.pos[engine] = p
+	x.posMu.Unlock()
+	if x.ps != nil {
+		if err := x.ps.SavePosition(engine, p); err != nil {
+			x.failed("save position", engine, err)
+		}
+	}
+}
+
+// reset clears engine (a publisher reset) and forgets its position.
+func (x *Index) reset(engine string) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	st := x.engine(engine)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	x.resumed(engine, false)
+	st.ops = append(st.ops[:0], Op{Kind: OpClear})
+	// The position goes first: a position kept while the entries are
+	// already cleared is harmless (a resume replays), the other way round
+	// is not.
+	x.posMu.Lock()
+	delete(x.pos, engine)
+	x.posMu.Unlock()
+	var err error
+	if x.ps != nil {
+		if err = x.ps.DropPosition(engine); err != nil {
+			x.failed("drop position", engine, err)
+		}
+	}
+	// Cleared whatever became of the position.
+	return errors.Join(err, x.apply(engine, st.ops))
+}
+
+// lost makes engine's entries uncertain (a lost range).
+func (x *Index) lost(engine string) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	st := x.engine(engine)
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	x.resumed(engine, false)
+	st.ops = append(st.ops[:0], Op{Kind: OpLost})
+	return x.apply(engine, st.ops)
+}
+
+// loadPositions reads a PositionStore's positions when New starts.
+func (x *Index) loadPositions() error {
+	ps, err := x.ps.Positions()
+	if errors.Is(err, ErrBackendLost) {
+		// Nothing cached yet to drop; the store starts over.
+		x.st.backendLosses.Add(1)
+		x.log.Error("kvindex: the shared index lost its data before this index started; every source starts over", slog.Any(ratelog.KeyErr, err))
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("kvindex: reading the sources' positions from the backend: %w", err)
+	}
+	x.posMu.Lock()
+	maps.Copy(x.pos, ps)
+	x.posMu.Unlock()
+	return nil
+}
+
+// failed counts and logs a failed backend call; a lost backend
+// (ErrBackendLost) is handled by backendLost instead.
+func (x *Index) failed(op, engine string, err error) {
+	x.st.errors.Add(1)
+	if errors.Is(err, ErrBackendLost) {
+		x.backendLost(op, engine, err)
+		return
+	}
+	x.logFailure(op, engine, err)
+}
+
+// backendLost is what the index does when the shared store lost its data
+// (the backend has dropped its own tables already): it drops what it
+// caches about the store (positions, block sizes seen), logs one ERROR,
+// counts it and asks the feed, through Config.OnBackendLost, to resync
+// every source, so that each engine is re-established as after a reset.
+// It may run under an engine's lock: OnBackendLost runs in a goroutine of
+// its own.
+func (x *Index) backendLost(op, engine string, err error) {
+	x.st.backendLosses.Add(1)
+	x.posMu.Lock()
+	clear(x.pos)
+	x.posMu.Unlock()
+	x.spaceMu.Lock()
+	clear(x.spaces)
+	x.spaceMu.Unlock()
+	resync := "no Config.OnBackendLost: the sources are not resynced"
+	if x.cfg.OnBackendLost != nil {
+		resync = "every source is resynced from the start"
+	}
+	x.log.Error("kvindex: the shared index lost its data (a restart without persistence, FLUSHALL or a failover to an empty replica); cached tables and positions dropped, "+resync,
+		slog.String("op", op), slog.String("engine", ratelog.Escape(engine, 64)), slog.Any(ratelog.KeyErr, err))
+	if x.cfg.OnBackendLost == nil {
+		return
+	}
+	x.lostMu.Lock()
+	defer x.lostMu.Unlock()
+	if x.closing {
+		return
+	}
+	x.lostWG.Add(1)
+	go func() {
+		defer x.lostWG.Done()
+		x.cfg.OnBackendLost()
+	}()
+}
