@@ -312,9 +312,12 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		}
 	}
 	sc.reset()
-	if len(req.Engines) > 0 {
-		res.Engines = slices.DeleteFunc(res.Engines, func(e EngineScore) bool { return !slices.Contains(req.Engines, e.Engine) })
-	}
+	// An engine number the backend no longer names (a shared store's
+	// number from before it lost its data: redisstore's rule) is left out:
+	// an answer names an engine or nothing, never a number's stale owner.
+	res.Engines = slices.DeleteFunc(res.Engines, func(e EngineScore) bool {
+		return e.Engine == "" || len(req.Engines) > 0 && !slices.Contains(req.Engines, e.Engine)
+	})
 	sortEngines(res.Engines)
 	return res, nil
 }

@@ -515,6 +515,9 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	}
 	var hasher *vllmhash.Hasher
 	if fl.vllmHash != "" {
+		if fl.vllmHash != "sha256_cbor" && fl.vllmHash != "sha256" {
+			return badFlag("--vllm-hash", fl.vllmHash, "want sha256_cbor or sha256")
+		}
 		if fl.blockSize == 0 || fl.hashSeed == "" {
 			return usagef("--vllm-hash needs --block-size (the engines') and --pythonhashseed (the engines' PYTHONHASHSEED)")
 		}
@@ -533,10 +536,13 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 		return err
 	}
 	if fl.replayTimeout <= 0 {
-		return usagef("--replay-timeout must be positive")
+		return badFlag("--replay-timeout", fl.replayTimeout, "want a positive duration")
 	}
-	if fl.capacity < 0 || fl.blockSize < 0 || fl.blockSize > kvindex.MaxBlockSize {
-		return usagef("--capacity must not be negative and --block-size must be in 0..%d", kvindex.MaxBlockSize)
+	if fl.capacity < 0 {
+		return badFlag("--capacity", fl.capacity, "want 0 (the default) or more")
+	}
+	if fl.blockSize < 0 || fl.blockSize > kvindex.MaxBlockSize {
+		return badFlag("--block-size", fl.blockSize, fmt.Sprintf("want 0..%d", kvindex.MaxBlockSize))
 	}
 	if err := fl.live.check(); err != nil {
 		return err

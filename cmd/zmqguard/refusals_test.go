@@ -69,6 +69,10 @@ func TestRefusalsNameFlagAndValue(t *testing.T) {
 		{[]string{"handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "e", "--compat-hash", "zz"}, `--compat-hash "zz": want 64 hex digits`},
 		{[]string{"handshake-listener", "--bind", "tcp://127.0.0.1:0", "--engine-id", "e", "--tp-size", "0"}, `--tp-size 0: want 1..65535`},
 		{[]string{"scan", "tcp://127.0.0.1:1", "--hold", "0s"}, `--hold 0s: want a positive duration`},
+		// kv-index: the bad value itself, before what a good one needs.
+		{[]string{"kv-index", "--connect", "tcp://127.0.0.1:1", "--http", "127.0.0.1:0", "--vllm-hash", "md5"}, `--vllm-hash "md5": want sha256_cbor or sha256`},
+		{[]string{"kv-index", "--connect", "tcp://127.0.0.1:1", "--http", "127.0.0.1:0", "--capacity", "-1"}, `--capacity -1: want 0 (the default) or more`},
+		{[]string{"kv-index", "--connect", "tcp://127.0.0.1:1", "--http", "127.0.0.1:0", "--replay-timeout", "0s"}, `--replay-timeout 0s: want a positive duration`},
 		{[]string{"outputs", "--bind", "tcp://127.0.0.1:0", "--heartbeat-interval", "1s", "--heartbeat-timeout", "0s"},
 			`--heartbeat-timeout 0 with --heartbeat-interval 1s: want a positive timeout when heartbeats are on`},
 	} {
