@@ -70,8 +70,13 @@ func TestSurface(t *testing.T) {
 }
 
 // surfaceBudget is the most exported names the public packages may have
-// together (issue 30: the next engineer must not have to learn 961).
-const surfaceBudget = 400
+// together (issue 30: the next engineer must not have to learn 961). It was
+// 400; issues 35 and 39 added 12 names a user needs and nothing else gives
+// (kvevents.Position, Subscriber.Resync, SignedHash; kvindex.ErrBackendLost,
+// PositionStore with its three methods, Index.Positions; vllm.Resolve,
+// Resolution, KnownReleases), so it is 410, each share raised by what its
+// package gained.
+const surfaceBudget = 410
 
 // pkgBudget is issue 30's share of surfaceBudget per package (a group of
 // packages shares one line's share: kvindex and its three subpackages).
@@ -79,8 +84,8 @@ const surfaceBudget = 400
 // names are; only the total is enforced.
 var pkgBudget = map[string]int{
 	"zmtpguard": 45, "socket": 35, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
-	"handshake": 40, "vllm": 8, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 45,
-	"kvindex": 55, "metrics/zgprom": 4, "metrics/zgotel": 2,
+	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 48,
+	"kvindex": 61, "metrics/zgprom": 4, "metrics/zgotel": 2,
 }
 
 // budgetGroup is the pkgBudget key a package counts under.
