@@ -734,8 +734,12 @@ func TestKVEventsReplayAcrossPartition(t *testing.T) {
 	}
 	t.Logf("subscriber totals: batches %d gaps %d replays %d replayed %d lost %d duplicates %d resets %d",
 		st.KV.Batches, st.KV.Gaps, st.KV.Replays, st.KV.Replayed, st.KV.Lost, st.KV.Duplicates, st.KV.Resets)
-	if st.KV.Lost != 0 || st.KV.Resets != 0 || st.KV.Gaps == 0 || st.KV.Replayed == 0 || st.KV.Batches != done.N {
-		t.Errorf("subscriber totals %+v: want no loss or reset, a gap replayed, %d batches", *st.KV, done.N)
+	// The partition ends in a new connection: the subscriber proves the
+	// publisher is the run it followed (a replay from the last batch it
+	// delivered, digest compared, issue 35) and that replay carries the
+	// batches missed; a live gap seen first is replayed the same way.
+	if st.KV.Lost != 0 || st.KV.Resets != 0 || st.KV.Gaps+st.KV.ContinuityProven == 0 || st.KV.Replayed == 0 || st.KV.Batches != done.N {
+		t.Errorf("subscriber totals %+v: want no loss or reset, the partition's batches replayed (a gap or a proven new connection), %d batches", *st.KV, done.N)
 	}
 	checkBaseline(t, pub.name, pub.stop())
 }

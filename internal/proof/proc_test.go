@@ -275,6 +275,7 @@ type coordCounters struct {
 	StatsResyncs     uint64         `json:"stats_resyncs"`
 	WaveJumps        uint64         `json:"wave_jumps"`
 	WaveResyncs      uint64         `json:"wave_resyncs"`
+	NewerFields      uint64         `json:"newer_fields"`
 	StartWaveSent    uint64         `json:"start_wave_sent"`
 	StatsApplied     uint64         `json:"stats_applied"`
 	StaleStats       uint64         `json:"stale_stats"`
