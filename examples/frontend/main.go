@@ -263,7 +263,7 @@ func runEngine(ctx context.Context, i int, sub, push *socket.Socket) {
 	startWave := make(chan int64, 16)
 	var recv sync.WaitGroup
 	defer recv.Wait() // it ends with ctx, as this function does
-	recv.Go(func() { // the back publish socket: READY, then ("\x02", (wave, exclude))
+	recv.Go(func() {  // the back publish socket: READY, then ("\x02", (wave, exclude))
 		for {
 			msg, err := sub.Recv(ctx)
 			if err != nil {
