@@ -7,11 +7,12 @@ package pypeer
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/missingpeer"
 )
 
 // Python is the interpreter the interop tests run.
@@ -27,8 +28,8 @@ var debianPackage = map[string]string{
 }
 
 // Require returns [Python] when it can import every module named; otherwise
-// it fails the test under CI and skips it loudly elsewhere, naming the
-// Debian packages to install.
+// it fails the test under CI and skips it elsewhere (missingpeer.Skip),
+// naming the Debian packages to install.
 func Require(t testing.TB, modules ...string) string {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -44,11 +45,14 @@ func Require(t testing.TB, modules ...string) string {
 			pkgs = append(pkgs, p)
 		}
 	}
-	msg := "PYTHON INTEROP PEER MISSING: " + Python + " cannot " + code + " (" + err.Error() + ": " +
-		string(bytes.TrimSpace(out)) + "); install it with `apt-get install " + strings.Join(pkgs, " ") + "`"
-	if os.Getenv("CI") != "" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
+	missingpeer.Skip(t, "the Python interop peer: "+Python+" cannot "+code+" ("+err.Error()+": "+
+		lastLine(out)+")", pkgs...)
 	return ""
+}
+
+// lastLine is the last non-empty line of a Python error's output (the
+// exception, without its traceback).
+func lastLine(out []byte) string {
+	lines := bytes.Split(bytes.TrimSpace(out), []byte("\n"))
+	return string(bytes.TrimSpace(lines[len(lines)-1]))
 }
