@@ -54,7 +54,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	wake := fs.Bool("wake", true, "wake the engines whenever a publication says they are paused")
 	withDemo := fs.Bool("demo", false, "run an in-process coordinator with two engines and subscribe to it")
 	runFor := fs.Duration("for", 0, "stop after this long (0: until SIGINT/SIGTERM)")
-	untilWaves := fs.Int("waves", 0, "stop after this many wave publications (0: no limit)")
+	untilWaves := fs.Int("waves", 0, "stop after this many wave publications and at least one stats publication (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -117,9 +117,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		} else {
 			waves++
 			logger.Info("wave changed", "wave", p.wave, "running", p.running)
-			if *untilWaves > 0 && waves >= *untilWaves {
-				break
-			}
+		}
+		if *untilWaves > 0 && waves >= *untilWaves && stats > 0 {
+			break
 		}
 		if *wake && !p.running && p.wave != woken && sub.Stats().Peers > 0 {
 			// (engine_to_exclude, wave): nil excludes no engine.

@@ -16,9 +16,9 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestRun subscribes to its own demo coordinator until the first wave
+// TestRun subscribes to its own demo coordinator until it has seen a wave
 // publication (engine 0 ends a wave a second after it starts; the engines
-// are woken), bounded at 60 s: stats arrive before it.
+// are woken) and a stats publication, bounded at 60 s.
 func TestRun(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
