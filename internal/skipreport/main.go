@@ -1,8 +1,8 @@
 // Command skipreport lists what a test run did not run: it reads the JSON
 // stream of `go test -json` on stdin and prints every skipped test with its
 // reason, the tests whose peers were missing (the missingpeer marker,
-// "MISSING PEER:", in a skip or a log line) first, then the apt-get command
-// that installs every missing peer. From the module root:
+// "MISSING PEER:", in a skip or a log line) first, then the failed tests'
+// names, then the apt-get command that installs every missing peer. From the module root:
 //
 //	go test -count=1 -json ./... | go run ./internal/skipreport
 //
@@ -44,6 +44,7 @@ type skip struct {
 
 type report struct {
 	skips                  []skip
+	failures               []string // "package test" of every failed test
 	events                 int
 	passed, failed, cached int
 	packages               []string // every package seen, for the totals
@@ -114,6 +115,7 @@ func read(in io.Reader) (*report, error) {
 				r.passed++
 			case "fail":
 				r.failed++
+				r.failures = append(r.failures, e.Package+" "+e.Test)
 			}
 			if e.Action == "skip" || s.peer { // a passing test may log a missing peer (bench)
 				r.skips = append(r.skips, s)
@@ -127,6 +129,14 @@ func read(in io.Reader) (*report, error) {
 		return nil, fmt.Errorf("no `go test -json` events on stdin (run: go test -json ./... | go run ./internal/skipreport)")
 	}
 	return r, nil
+}
+
+// relative writes a package of this module as ./path.
+func relative(pkg string) string {
+	if rest, ok := strings.CutPrefix(pkg, module); ok && (rest == "" || rest[0] == '/') {
+		return "." + rest
+	}
+	return pkg
 }
 
 func (r *report) write(w io.Writer) error {
@@ -162,11 +172,11 @@ func (r *report) write(w io.Writer) error {
 				why = strings.TrimPrefix(why[i+len(marker):], " "+s.test+": ")
 			}
 		}
-		pkg := s.pkg
-		if rest, ok := strings.CutPrefix(pkg, module); ok && (rest == "" || rest[0] == '/') {
-			pkg = "." + rest
-		}
-		fmt.Fprintf(w, "%-12s %s %s: %s\n", kind, pkg, s.test, strings.TrimSpace(why))
+		fmt.Fprintf(w, "%-12s %s %s: %s\n", kind, relative(s.pkg), s.test, strings.TrimSpace(why))
+	}
+	for _, f := range r.failures { // go test reports why; named here so none is missed
+		pkg, test, _ := strings.Cut(f, " ")
+		fmt.Fprintf(w, "%-12s %s %s\n", "FAILED", relative(pkg), test)
 	}
 	fmt.Fprintf(w, "\n%d packages, %d tests passed, %d failed, %d listed above (%d for a missing peer)\n",
 		len(r.packages), r.passed, r.failed, len(r.skips), peers)

@@ -46,6 +46,7 @@ func TestReport(t *testing.T) {
 	want := "MISSING PEER ./bench TestHarnessQuick: pebbe not built; install it with `apt-get install gcc libzmq3-dev`\n" +
 		"MISSING PEER ./socket TestInterop: the Python interop peer: no zmq; install it with `apt-get install python3 python3-zmq`\n" +
 		"SKIP         ./socket TestScale: scale_test.go:16: 1,000 sockets\n" +
+		"FAILED       ./loop TestBad\n" +
 		"\n4 packages, 2 tests passed, 1 failed, 3 listed above (2 for a missing peer)\n" +
 		"to run what a missing peer skipped: sudo apt-get install gcc libzmq3-dev python3 python3-zmq, then go test -count=1 again\n" +
 		"note: 1 packages' results came from the test cache (a peer installed since is not seen): use -count=1\n"
