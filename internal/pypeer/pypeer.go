@@ -1,7 +1,8 @@
 // Package pypeer finds the Python interpreter that interop tests drive as a
 // real libzmq peer (Debian's /usr/bin/python3 with python3-zmq, libzmq 4.3.4)
-// and enforces the project's rule for a missing peer: a loud skip on a
-// developer's machine, a failure under CI (CI set in the environment).
+// and enforces the project's rule for a missing peer (package missingpeer):
+// a skip marked "MISSING PEER:" on a developer's machine, a failure under CI
+// (CI set in the environment).
 package pypeer
 
 import (
