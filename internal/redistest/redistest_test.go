@@ -2,6 +2,9 @@ package redistest
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -31,5 +34,34 @@ func TestStartPingClose(t *testing.T) {
 	s2.Close()
 	if err := ping(ctx, s2.Socket()); err == nil {
 		t.Fatal("server still answers after Close")
+	}
+}
+
+// recorder is a testing.TB that records Skip and Fatal instead of ending
+// the test.
+type recorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *recorder) Helper()                   {}
+func (r *recorder) Name() string              { return "TestX" }
+func (r *recorder) Skip(a ...any)             { r.skipped = fmt.Sprint(a...) }
+func (r *recorder) Fatal(a ...any)            { r.failed = fmt.Sprint(a...) }
+func (r *recorder) Fatalf(f string, a ...any) { r.failed = fmt.Sprintf(f, a...) }
+
+// TestUnavailable: a redis-server that is installed but did not start
+// fails the test (a broken or overloaded machine is not a missing peer);
+// without one the skip carries the missingpeer marker.
+func TestUnavailable(t *testing.T) {
+	t.Setenv("CI", "")
+	r := &recorder{TB: t}
+	unavailable(r, errors.New("did not answer PING"))
+	if _, err := Binary(); err == nil {
+		if r.skipped != "" || !strings.Contains(r.failed, "installed but did not run: did not answer PING") {
+			t.Fatalf("installed: skipped %q, failed %q", r.skipped, r.failed)
+		}
+	} else if r.failed != "" || !strings.HasPrefix(r.skipped, "MISSING PEER: TestX: ") {
+		t.Fatalf("not installed: skipped %q, failed %q", r.skipped, r.failed)
 	}
 }
