@@ -65,3 +65,24 @@ func unhex(t *testing.T, s string) []byte {
 	}
 	return b
 }
+
+// FuzzParsePublication: any frame is parsed or refused with a classified
+// error, never a panic, and a parsed one holds only what its bytes could.
+func FuzzParsePublication(f *testing.F) {
+	for _, h := range []string{"939292050392000107c3", "93c007c2", "93ddffffffff07c3", "939193050301cb3fe000000000000007c2"} {
+		b, _ := hex.DecodeString(h)
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		p, err := parsePublication(b)
+		if err != nil {
+			if !decodeguard.IsBadInput(err) {
+				t.Fatalf("unclassified error: %v", err)
+			}
+			return
+		}
+		if len(p.counts) > len(b) || p.wave < 0 || (!p.hasCounts && p.counts != nil) {
+			t.Fatalf("parsed %x as %+v", b, p)
+		}
+	})
+}
