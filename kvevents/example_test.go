@@ -46,6 +46,14 @@ func Example() {
 		pub.Publish(kvevents.Event{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2},
 			BlockHashes: []kvevents.Hash{kvevents.IntHash(uint64(100 + i))}, Medium: kvevents.Some("GPU")})
 	}
+	// Publish only queues: wait (bounded) until the three batches went out,
+	// so they are in the replay buffer and no subscriber can have seen them
+	// live. Without the wait a subscriber that connects first gets them live.
+	for deadline := time.Now().Add(30 * time.Second); pub.Stats().Seq < 3; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			panic("the publisher did not send its first batches within 30 s")
+		}
+	}
 
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -149,7 +149,7 @@ func TestGoldenReplayGo(t *testing.T) {
 // TestGoldenReplayPython: the same vectors sent through libzmq (pyzmq).
 func TestGoldenReplayPython(t *testing.T) {
 	vs := outputVectors(t)
-	py := pypeer.Require(t, "zmq")
+	py := pypeer.Require(t, "zmq", "msgpack", "numpy") // testdata/engine.py imports all three
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	rctx, done := context.WithCancel(ctx)

@@ -6,6 +6,7 @@
 // listener does and drops (and counts) everything else without stopping.
 //
 //	go run ./examples/kvagent -self-check        # serve, and fetch our own metadata once
+//	go run ./examples/kvagent -self-check -exit  # the same, stopping once it is fetched
 //	zmqguard probe tcp://127.0.0.1:5600 --tp 1   # triage it from another terminal
 package main
 
@@ -80,6 +81,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	tpSize := fs.Int("tp-size", 2, "tensor-parallel ranks served")
 	numBlocks := fs.Int("num-blocks", 4096, "KV cache blocks per region")
 	selfCheck := fs.Bool("self-check", false, "fetch our own metadata once, as a decode worker would, and log it")
+	exitAfter := fs.Bool("exit", false, "with -self-check: stop serving once the self-check is done (exit 1 if it failed)")
 	runFor := fs.Duration("for", 0, "stop after this long (0: until SIGINT/SIGTERM)")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -116,12 +118,20 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	var checkErr error // the self-check's, read after wg.Wait
 	if *selfCheck {
+		serveCtx, stopServing := context.WithCancel(ctx)
+		defer stopServing()
+		if *exitAfter {
+			ctx = serveCtx
+		}
 		wg.Go(func() {
+			defer stopServing()
 			opts := handshake.ClientOptions{ExpectedHash: hash, ExpectedEngineID: *engineID, Socket: socket.Options{Logger: logger}}
-			rep, err := handshake.Fetch(ctx, l.Endpoint(), handshake.Request{Variant: handshake.V3, TP: *tpSize - 1}, opts)
+			rep, err := handshake.Fetch(serveCtx, l.Endpoint(), handshake.Request{Variant: handshake.V3, TP: *tpSize - 1}, opts)
 			if err != nil {
 				logger.Error("self-check failed", "err", err)
+				checkErr = fmt.Errorf("self-check: %w", err)
 				return
 			}
 			fmt.Fprintf(stdout, "self-check: tp %d of %s: %d regions, %d blocks of %d tokens, layout %s, rtt %s\n",
@@ -137,6 +147,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		st.Loop.Dropped.Total(), sum(st.Socket.Refused[:]))
 	if errors.Is(err, handshake.ErrListenerClosed) {
 		err = nil
+	}
+	if err == nil && *exitAfter {
+		err = checkErr
 	}
 	return err
 }

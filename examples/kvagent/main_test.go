@@ -13,12 +13,14 @@ import (
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestRun serves for a second and fetches its own metadata once.
+// TestRun serves until it has fetched its own metadata once (bounded at
+// 60 s; it used to serve for one second, which a loaded machine could spend
+// before the self-check was answered).
 func TestRun(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
 	defer cancel()
 	var out bytes.Buffer
-	if err := run(ctx, []string{"-bind", "tcp://127.0.0.1:0", "-self-check", "-for", "1s"}, &out, io.Discard); err != nil {
+	if err := run(ctx, []string{"-bind", "tcp://127.0.0.1:0", "-self-check", "-exit", "-for", "60s"}, &out, io.Discard); err != nil {
 		t.Fatal(err)
 	}
 	s := out.String()

@@ -5,7 +5,7 @@
 // hands only valid messages to the handler; everything else is dropped,
 // counted by reason and logged rate-limited, as hex.
 //
-//	go run ./examples/pullconsumer -demo          # feeds itself valid and hostile frames
+//	go run ./examples/pullconsumer -demo -messages 8   # feeds itself valid and hostile frames
 //	go run ./examples/pullconsumer -bind tcp://127.0.0.1:5570
 package main
 
@@ -19,6 +19,7 @@ import (
 	"os"
 	"os/signal"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -26,7 +27,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -46,6 +46,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	bind := fs.String("bind", "tcp://127.0.0.1:5570", "PULL endpoint to bind (engines push EngineCoreOutputs to it)")
 	withDemo := fs.Bool("demo", false, "also push sample valid and hostile frames to -bind")
 	runFor := fs.Duration("for", 0, "stop after this long (0: until SIGINT/SIGTERM)")
+	stopAfter := fs.Uint64("messages", 0, "stop after this many messages, valid or dropped (0: no limit)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -54,6 +55,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, *runFor)
 		defer cancel()
+	}
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var seen atomic.Uint64 // messages handled or dropped, for -messages
+	count := func() {
+		if n := seen.Add(1); *stopAfter > 0 && n >= *stopAfter {
+			cancel()
+		}
 	}
 
 	opts := socket.DefaultOptions()
@@ -84,8 +93,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				logger.Info("engine stats", "engine", m.EngineIndex, "waiting", m.Stats.NumWaitingReqs,
 					"running", m.Stats.NumRunningReqs, "wave", m.Stats.CurrentWave, "peer", d.Msg.Peer)
 			}
+			count()
 			return nil
 		},
+		OnDrop: func(loop.Drop) { count() },
 	})
 	if err != nil {
 		return err
@@ -126,14 +137,15 @@ func demo(ctx context.Context, ep string) {
 	defer push.Close()
 	push.Dial(ep)
 	hostile := [][]byte{{0x45}, {0xa3, 0xe0, 0x80, 0x80}, {0x81, 0x80, 0x01}, {0xdd, 0xff, 0xff, 0xff, 0xff}}
-	var buf []byte
+	// The Encoder writes EngineCoreOutputs byte for byte as vLLM's engine
+	// core does; a stats-only message is one frame.
+	var enc enginecore.Encoder
 	for step := 1; ctx.Err() == nil; step++ {
-		m := enginecore.Header{
+		m := enginecore.Message{Header: enginecore.Header{
 			EngineIndex: int64(step % 2), HasStats: true, Timestamp: float64(step),
 			Stats: enginecore.SchedulerStats{NumWaitingReqs: int64(step % 7), NumRunningReqs: int64(step % 3), StepCounter: int64(step)},
-		}
-		buf = dpwire.AppendHeader(buf[:0], &m)
-		push.Send(ctx, buf)
+		}}
+		push.Send(ctx, enc.Encode(&m)...)
 		push.Send(ctx, hostile[step%len(hostile)])
 		select {
 		case <-ctx.Done():

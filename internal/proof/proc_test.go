@@ -16,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/missingpeer"
 )
 
 // proc is one zmqguard process started by a test: its stdout (the counters
@@ -389,28 +391,18 @@ func (s socketCounters) checkBalanced(t *testing.T, name string) {
 	}
 }
 
-// requireTool finds an external program the proof needs. When it is missing
-// the test is skipped with a loud message, except under CI (CI set), where
-// .ci/run installs it and its absence is a failure.
-func requireTool(t *testing.T, name, install string) string {
+// requireTool finds an external program the proof needs, from Debian
+// package debianPackage. When it is missing the test is skipped with the
+// missingpeer marker, except under CI (CI set), where .ci/run installs it
+// and its absence is a failure.
+func requireTool(t *testing.T, name, debianPackage string) string {
 	t.Helper()
 	path, err := exec.LookPath(name)
 	if err == nil {
 		return path
 	}
-	missing(t, fmt.Sprintf("%s not found (%v): install it with `%s` (.ci/run does)", name, err, install))
+	missingpeer.Skip(t, fmt.Sprintf("%s not found (%v)", name, err), debianPackage)
 	return ""
-}
-
-// missing skips the test loudly, or fails it under CI.
-func missing(t *testing.T, msg string) {
-	t.Helper()
-	banner := "\n" + strings.Repeat("!", 78) + "\n!!! " + t.Name() + " cannot run: " + msg + "\n" + strings.Repeat("!", 78)
-	if os.Getenv("CI") != "" {
-		t.Fatal(banner + "\nCI is set: under CI a missing tool is a failure, not a skip")
-	}
-	fmt.Fprintln(os.Stderr, banner)
-	t.Skip(banner + "\nSKIPPED (set CI=1 to make this a failure)")
 }
 
 // pythonPath is Debian's interpreter, which has python3-zmq and
@@ -427,8 +419,9 @@ func requirePyzmq(t *testing.T) {
 	if err != nil {
 		var ee *exec.ExitError
 		if errors.As(err, &ee) || errors.Is(err, exec.ErrNotFound) || os.IsNotExist(err) {
-			missing(t, fmt.Sprintf("%s cannot import zmq and msgpack (%v: %s): apt-get install python3-zmq python3-msgpack",
-				pythonPath, err, bytes.TrimSpace(out)))
+			out = bytes.TrimSpace(out)
+			missingpeer.Skip(t, fmt.Sprintf("%s cannot import zmq and msgpack (%v: %s)", pythonPath, err, out[bytes.LastIndexByte(out, '\n')+1:]),
+				"python3-zmq", "python3-msgpack")
 			return
 		}
 		t.Fatalf("running %s: %v", pythonPath, err)

@@ -22,7 +22,7 @@ import (
 // probes are not ZMTP, so the socket layer must refuse each connection before
 // any receive loop sees a byte, and both processes must serve as before.
 func TestNmapVersionScan(t *testing.T) {
-	nmap := requireTool(t, "nmap", "apt-get install nmap")
+	nmap := requireTool(t, "nmap", "nmap")
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
 	defer cancel()

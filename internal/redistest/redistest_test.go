@@ -3,9 +3,10 @@ package redistest
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
-	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -67,10 +68,7 @@ func roundTrip(t *testing.T, sock string, args ...string) string {
 func TestRestartComesBackEmpty(t *testing.T) {
 	s, err := Start()
 	if err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatal(err)
-		}
-		t.Skip("REDIS-SERVER UNAVAILABLE: " + err.Error())
+		unavailable(t, err)
 	}
 	defer s.Close()
 	if got := roundTrip(t, s.Socket(), "SET", "k", "v"); got != "+OK\r\n" {
@@ -84,5 +82,34 @@ func TestRestartComesBackEmpty(t *testing.T) {
 	}
 	if got := roundTrip(t, s.Socket(), "EXISTS", "k"); got != ":0\r\n" {
 		t.Fatalf("EXISTS after the restart answered %q, want :0 (empty)", got)
+	}
+}
+
+// recorder is a testing.TB that records Skip and Fatal instead of ending
+// the test.
+type recorder struct {
+	testing.TB
+	skipped, failed string
+}
+
+func (r *recorder) Helper()                   {}
+func (r *recorder) Name() string              { return "TestX" }
+func (r *recorder) Skip(a ...any)             { r.skipped = fmt.Sprint(a...) }
+func (r *recorder) Fatal(a ...any)            { r.failed = fmt.Sprint(a...) }
+func (r *recorder) Fatalf(f string, a ...any) { r.failed = fmt.Sprintf(f, a...) }
+
+// TestUnavailable: a redis-server that is installed but did not start
+// fails the test (a broken or overloaded machine is not a missing peer);
+// without one the skip carries the missingpeer marker.
+func TestUnavailable(t *testing.T) {
+	t.Setenv("CI", "")
+	r := &recorder{TB: t}
+	unavailable(r, errors.New("did not answer PING"))
+	if _, err := Binary(); err == nil {
+		if r.skipped != "" || !strings.Contains(r.failed, "installed but did not run: did not answer PING") {
+			t.Fatalf("installed: skipped %q, failed %q", r.skipped, r.failed)
+		}
+	} else if r.failed != "" || !strings.HasPrefix(r.skipped, "MISSING PEER: TestX: ") {
+		t.Fatalf("not installed: skipped %q, failed %q", r.skipped, r.failed)
 	}
 }
