@@ -12,19 +12,23 @@ import (
 // the MaxConns rule to count it as working (see [Config.MaxConns]).
 const workRecent = time.Minute
 
-// idleScan bounds the connections one admission examines, in the
-// listener's clock order, looking for an idle one to close: the accept
-// goroutine's work per connection stays bounded whatever the listener
-// holds. Working connections found are moved to the back, so successive
-// admissions go round the whole listener.
+// idleScan bounds the idle connections one admission examines and passes
+// over (their host may not lose one to the newcomer's), and the host's own
+// connections it samples: the accept goroutine's work per connection stays
+// bounded whatever the listener holds. A connection found working moves to
+// the working list instead (once per workRecent at most, so that costs
+// nothing in the long run).
 const idleScan = 64
 
 // hostShares is a listener's open connections (pending and established),
 // grouped by source host, with the state the MaxConns rule decides on (see
 // [Config.MaxConns], which states the rule):
 //
-//   - order: every connection not held by a reservation, oldest first in
-//     a clock order (a connection found working is moved to the back);
+//   - idle and work: every connection not held by a reservation is in one
+//     of two lists: idle (never seen working, or not within workRecent:
+//     oldest first, new connections at the back) or work (seen working,
+//     in the order it was last seen so; the front, once it is older than
+//     workRecent and has not worked since, goes back to idle);
 //   - each connection's work flag, set by its reader or writer when a
 //     message passed (one atomic store, only when it was clear) and
 //     sampled by the accept goroutine, which then stamps lastWork;
@@ -36,12 +40,14 @@ const idleScan = 64
 type hostShares struct {
 	mu       sync.Mutex
 	hosts    map[netip.Addr]*shareHost
-	order    hostConn // sentinel of the clock list (order.next is the front)
+	idle     hostConn // sentinel of the idle list (idle.next is the front)
+	work     hostConn // sentinel of the work list
 	reserved map[netip.Prefix]int
 }
 
 type shareHost struct {
-	conns []*hostConn
+	conns    []*hostConn
+	reserved int // how many of conns a reservation holds
 }
 
 // hostConn is one open connection counted in hostShares.
@@ -61,7 +67,7 @@ type hostConn struct {
 	// Under hostShares.mu:
 	lastWork   time.Time    // when work was last seen set; zero: never
 	reserve    netip.Prefix // the reservation holding it, if IsValid
-	prev, next *hostConn    // clock list links (nil: not in it)
+	prev, next *hostConn    // list links (nil: in no list)
 }
 
 // markWork records that a message passed on the connection. It costs one
@@ -131,7 +137,8 @@ func (s *hostShares) admit(hc *hostConn, open int64, p sharePolicy, now time.Tim
 	defer s.mu.Unlock()
 	if s.hosts == nil {
 		s.hosts = make(map[netip.Addr]*shareHost)
-		s.order.next, s.order.prev = &s.order, &s.order
+		s.idle.next, s.idle.prev = &s.idle, &s.idle
+		s.work.next, s.work.prev = &s.work, &s.work
 	}
 	h := s.hosts[hc.key]
 	n := 0
@@ -144,6 +151,7 @@ func (s *hostShares) admit(hc *hostConn, open int64, p sharePolicy, now time.Tim
 	rp, rn, reserved := reservationOf(p.reserve, hc.ip)
 	reserved = reserved && s.reserved[rp] < rn
 	if open >= int64(p.maxConns) {
+		s.expire(now)
 		if reserved {
 			why = evictReserve
 			victim = s.scanIdle(now, func(*shareHost) bool { return true })
@@ -192,8 +200,9 @@ func (s *hostShares) admit(hc *hostConn, open int64, p sharePolicy, now time.Tim
 		}
 		hc.reserve = rp
 		s.reserved[rp]++
+		h.reserved++
 	} else {
-		s.pushBack(hc)
+		s.pushBack(&s.idle, hc)
 	}
 	return v, victim, held, why
 }
@@ -216,21 +225,38 @@ func (s *hostShares) idleCount(h *shareHost, now time.Time) int {
 	return idle
 }
 
-// scanIdle walks the clock list from the front, at most idleScan
-// connections, and returns the first idle one whose host ok accepts.
-// Working connections it passes are moved to the back.
-func (s *hostShares) scanIdle(now time.Time, ok func(*shareHost) bool) *hostConn {
-	c := s.order.next
+// expire moves connections at the front of the work list that have not
+// worked within workRecent back to the idle list (a few per call: each
+// admission while full calls it).
+func (s *hostShares) expire(now time.Time) {
 	for range idleScan {
-		if c == &s.order {
-			return nil
+		c := s.work.next
+		if c == &s.work || now.Sub(c.lastWork) < workRecent {
+			return
 		}
+		s.unlink(c)
+		if c.working(now) {
+			s.pushBack(&s.work, c)
+		} else {
+			s.pushBack(&s.idle, c)
+		}
+	}
+}
+
+// scanIdle walks the idle list from the front and returns the first idle
+// connection whose host ok accepts, passing over at most idleScan others.
+// Connections found working move to the work list.
+func (s *hostShares) scanIdle(now time.Time, ok func(*shareHost) bool) *hostConn {
+	c := s.idle.next
+	for passed := 0; c != &s.idle && passed < idleScan; {
 		next := c.next
 		if c.working(now) {
 			s.unlink(c)
-			s.pushBack(c)
+			s.pushBack(&s.work, c)
 		} else if ok(s.hosts[c.key]) {
 			return c
+		} else {
+			passed++
 		}
 		c = next
 	}
@@ -239,11 +265,12 @@ func (s *hostShares) scanIdle(now time.Time, ok func(*shareHost) bool) *hostConn
 
 // leastWorkingOfTop returns the unreserved connection that worked least
 // recently (never-working and pending ones first) of the host holding the
-// most connections, if ok accepts that host (nil ok accepts any).
+// most connections among those holding an unreserved one, if ok accepts
+// that host (nil ok accepts any).
 func (s *hostShares) leastWorkingOfTop(now time.Time, ok func(*shareHost) bool) *hostConn {
 	var top *shareHost
 	for _, x := range s.hosts {
-		if top == nil || len(x.conns) > len(top.conns) {
+		if len(x.conns) > x.reserved && (top == nil || len(x.conns) > len(top.conns)) {
 			top = x
 		}
 	}
@@ -263,10 +290,10 @@ func (s *hostShares) leastWorkingOfTop(now time.Time, ok func(*shareHost) bool) 
 	return best
 }
 
-func (s *hostShares) pushBack(c *hostConn) {
-	c.prev, c.next = s.order.prev, &s.order
-	s.order.prev.next = c
-	s.order.prev = c
+func (s *hostShares) pushBack(l, c *hostConn) {
+	c.prev, c.next = l.prev, l
+	l.prev.next = c
+	l.prev = c
 }
 
 func (s *hostShares) unlink(c *hostConn) {
@@ -299,6 +326,7 @@ func (s *hostShares) removeLocked(hc *hostConn) {
 		delete(s.hosts, hc.key)
 	}
 	if hc.reserve.IsValid() {
+		h.reserved--
 		if s.reserved[hc.reserve]--; s.reserved[hc.reserve] <= 0 {
 			delete(s.reserved, hc.reserve)
 		}

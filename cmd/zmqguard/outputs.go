@@ -126,7 +126,7 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	so := socket.Options{}
 	so.Guard.MaxMessageSize = int64(fl.maxMsg)
 	so.Guard.MaxFrames = fl.maxFrames
-	so.Guard.Allow = fl.allow.prefixes
+	fl.allow.apply(&so.Guard)
 	so.Logger = e.logger
 	lo := fl.live.options()
 	so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
