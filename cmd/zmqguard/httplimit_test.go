@@ -224,12 +224,13 @@ func httpGetWith(t *testing.T, c *http.Client, url string) (int, string) {
 // TestHTTPInFlightBudget: requests in flight are bounded by what they may
 // cost; one past the bound is answered 503 with Retry-After while its
 // client is still sending the body, and a small request is served beside
-// the big ones.
+// the big ones. (bigMax is raised so that the memory bound decides; the
+// CPU bound is TestHTTPBigRequestsPerCPU's.)
 func TestHTTPInFlightBudget(t *testing.T) {
 	const body = 2 << 20
 	cost := int64(httpRequestBase + httpBodyFactor*body)
 	// Big requests may fill three quarters: room for three, not four.
-	f := &inFlight{budget: 4 * cost, bodyCap: 8 << 20}
+	f := &inFlight{budget: 4 * cost, bodyCap: 8 << 20, bigMax: 8}
 	release := make(chan struct{})
 	entered := make(chan struct{}, 8)
 	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -290,5 +291,25 @@ func TestHTTPInFlightBudget(t *testing.T) {
 		if r := <-results; r.err != nil || r.code != http.StatusOK {
 			t.Errorf("big request: %+v", r)
 		}
+	}
+}
+
+// TestHTTPBigRequestsPerCPU: at most bigMax big requests are served at
+// once, whatever the memory budget allows; the next is refused.
+func TestHTTPBigRequestsPerCPU(t *testing.T) {
+	f := &inFlight{budget: 1 << 40, bodyCap: 8 << 20, bigMax: 1}
+	big := int64(httpSmallRequest + 1)
+	if !f.take(big) {
+		t.Fatal("first big request refused")
+	}
+	if f.take(big) {
+		t.Fatal("second big request admitted with bigMax 1")
+	}
+	if !f.take(httpRequestBase) {
+		t.Fatal("small request refused beside one big one")
+	}
+	f.give(big)
+	if !f.take(big) {
+		t.Fatal("big request refused after the first left")
 	}
 }

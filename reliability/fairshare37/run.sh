@@ -2,10 +2,13 @@
 # Re-measures issue 37's "many addresses" rows against one zmqguard binary,
 # on loopback. Usage: run.sh ZMQGUARD_BIN ATTACK_BIN [rows...]
 # rows: pull (4,200 addresses against `sink`), replay (300 addresses against
-# kv-publish's replay port). Each row starts its own CLI process
+# kv-publish's replay port), http-idle (1,024 idle keep-alive connections
+# from one host to kv-index --http) and http-big (200 clients posting 8 MiB
+# /score bodies), each with an honest router asking /score meanwhile. Each row starts its own CLI process
 # (kernel-chosen ports, read from its JSON start line), runs one bounded
 # attack, prints the attack's JSON line and stops the process.
-# FS37_N overrides the attacking addresses of the pull row.
+# FS37_N overrides the attacking addresses of the pull row; FS37_FOR the
+# http rows' duration, FS37_BIG the big-body clients.
 set -euo pipefail
 bin=$1 atk=$2
 shift 2
@@ -51,6 +54,18 @@ for row in $rows; do
     pid=$!
     ep=$(field "$tmp/replay.log" "kv-publish" replay)
     "$atk" replay -addr "${ep#tcp://}" -n 300 -replays 71
+    stop
+    ;;
+  http-idle|http-big)
+    # kv-index --http with one source that never answers (a closed port).
+    "$bin" kv-index --connect tcp://127.0.0.1:1 --http 127.0.0.1:0 --log-format json 2>"$tmp/$row.log" >/dev/null &
+    pid=$!
+    ha=$(field "$tmp/$row.log" "kv-index endpoint serving" http_addr)
+    if [ "$row" = http-idle ]; then
+      "$atk" http -addr "$ha" -mode idle -idle 1024 -for "${FS37_FOR:-35s}"
+    else
+      "$atk" http -addr "$ha" -mode big -big "${FS37_BIG:-200}" -pid "$pid" -for "${FS37_FOR:-20s}"
+    fi
     stop
     ;;
   esac
