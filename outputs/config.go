@@ -93,6 +93,13 @@ type Config struct {
 	// it the receive loop waits for the handlers, which slows every
 	// engine. It must not be below ConnQueueBytes; negative is an error.
 	QueueBytes int64
+	// AnyPeer lets Bind serve a TCP address other than loopback with no
+	// source allowlist (Socket.Guard.Allow) and no CURVE
+	// (Socket.Guard.Curve). Without it such a Bind is refused: the first
+	// connection to claim an engine index holds it (see the package doc),
+	// so a port open to anyone lets anyone speak for an engine, or take
+	// its index while the engine restarts.
+	AnyPeer bool
 }
 
 // Notification is a message an engine sent unasked under a negative

@@ -25,7 +25,7 @@ import (
 
 var outputsSpec = commandSpec{
 	name:     "outputs",
-	synopsis: "--bind ADDR [--allow CIDR,...] [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT] [--curve-secret-key-file F --curve-allow PATH]",
+	synopsis: "--bind ADDR [--allow CIDR,...] [--any-peer] [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT] [--curve-secret-key-file F --curve-allow PATH]",
 	summary:  "a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines",
 	help: `Binds a guarded PULL socket where vLLM engine cores (or any engine speaking
 their output wire) connect and push EngineCoreOutputs, decodes each message
@@ -48,6 +48,11 @@ connection's messages claiming it are dropped and counted
 "type": "engine_dead"} and the receiver goes on; a sentinel from a
 connection that holds no engine index prints nothing and is counted
 (unattributed_dead). Junk is dropped and counted by reason, per engine.
+Since the first connection owns an index, --bind on an address other than
+loopback needs --allow or the CURVE flags, so that only engines can
+connect; --any-peer serves anyone there anyway. An index taken over, after
+its connection left, by a connection from another host is logged at WARN
+naming both peers (counted as takeovers).
 
 --curve-secret-key-file and --curve-allow serve CURVE only: engines must
 present a listed client key (vLLM's engines speak NULL; use CURVE where
@@ -77,6 +82,7 @@ type outputsFlags struct {
 	maxMsg    sizeValue
 	maxFrames int
 	curve     *curveServerFlags
+	anyPeer   bool
 }
 
 // outputsCmd is the outputs command.
@@ -94,6 +100,7 @@ var outputsCmd = command[outputsFlags]{
 		fs.Var(&fl.maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
 		fs.IntVar(&fl.maxFrames, "max-frames", 4096, "most frames in one message (the body and its aux arrays)")
 		fl.curve = addCurveServerFlags(fs)
+		fs.BoolVar(&fl.anyPeer, "any-peer", false, "serve a --bind address other than loopback without --allow or CURVE: any host that connects first may claim an engine index")
 	},
 	run: runOutputs,
 }
@@ -107,6 +114,10 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	}
 	if fl.engines < 0 || fl.maxMsg < 64 || fl.maxFrames < 1 {
 		return usagef("--engines must not be negative, --max-message-size at least 64 bytes and --max-frames at least 1")
+	}
+	if rest, ok := strings.CutPrefix(fl.bind, "tcp://"); ok && !fl.anyPeer && len(fl.allow.prefixes) == 0 &&
+		*fl.curve.secretFile == "" && !isLoopbackHost(strings.Trim(hostOf(rest), "[]")) {
+		return usagef("--bind %s is not a loopback address: pass --allow CIDR,... or the CURVE flags so that only engines can connect (the first connection owns an engine index), or --any-peer to serve anyone", fl.bind)
 	}
 	if err := fl.live.check(); err != nil {
 		return err
@@ -137,7 +148,7 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	// engine's huge outputs do not hold the others' lines up.
 	bufs := sync.Pool{New: func() any { return new([]byte) }}
 	r, err := outputs.New(outputs.Config{
-		Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: fl.engines,
+		Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: fl.engines, AnyPeer: fl.anyPeer,
 		Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
 			bp := bufs.Get().(*[]byte)
 			defer func() {
