@@ -131,4 +131,3 @@ func TestTakeoverFromAnotherHostWarns(t *testing.T) {
 		t.Errorf("takeover log:\n%s", out)
 	}
 }
-
