@@ -3,8 +3,7 @@
 // can stop.
 //
 //	r, err := outputs.New(outputs.Config{
-//		// Only the engines' network may connect (or serve CURVE).
-//		Socket: socket.Options{Guard: zmtpguard.Config{Allow: enginesNet}},
+//		Socket: socket.Options{Guard: zmtpguard.Config{Allow: engines}}, // or Curve
 //		Handler: func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error {
 //			for i := range m.Outputs {
 //				use(m.Outputs[i].RequestID, m.Outputs[i].NewTokenIDs)
