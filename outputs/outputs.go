@@ -160,7 +160,9 @@ type Receiver struct {
 	queueWaits uint64
 	connLimit  int64
 	queueLimit int64
+	backstop   int64 // the receive loop waits past it (see QueueBytes)
 	space      chan struct{}
+	heavy      chan struct{} // heavy slots taken (see heavySlots)
 	stop       chan struct{}
 	stopOnce   sync.Once
 	workers    sync.WaitGroup
@@ -205,7 +207,8 @@ func New(cfg Config) (*Receiver, error) {
 	r = &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
 		engines: make(map[int64]*EngineStats), owner: make(map[int64]binding),
 		peers: make(map[uint64]int64), claims: make(map[uint64]int), gone: make(map[uint64]struct{}),
-		queues: make(map[uint64]*connQueue), space: make(chan struct{}, 1), stop: make(chan struct{})}
+		queues: make(map[uint64]*connQueue), space: make(chan struct{}, 1), stop: make(chan struct{}),
+		heavy: make(chan struct{}, heavySlots())}
 	maxMsg := s.Options().Guard.MaxMessageSize
 	r.connLimit, r.queueLimit = cfg.ConnQueueBytes, cfg.QueueBytes
 	if r.connLimit == 0 {
@@ -218,6 +221,13 @@ func New(cfg Config) (*Receiver, error) {
 		s.Close()
 		return nil, fmt.Errorf("outputs: Config.QueueBytes %d is below ConnQueueBytes %d", r.queueLimit, r.connLimit)
 	}
+	// What held connections may still deliver: the socket holds at most
+	// twice its MemoryBudget (see socket.Options.MemoryBudget).
+	sb := s.Options().MemoryBudget
+	if sb <= 0 {
+		sb = r.queueLimit
+	}
+	r.backstop = r.queueLimit + 2*sb
 	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: cfg.Name})
 	if r.lim.Scan.MaxBytes == 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
@@ -357,7 +367,8 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 		return err
 	}
 	cp, size := r.copyFrames(d.Msg.Frames)
-	return r.enqueue(ctx, job{cp: cp, size: size, peer: peer})
+	cost := size + int64(len(it.m.Outputs))*outputCost
+	return r.enqueue(ctx, job{cp: cp, size: size, cost: cost, peer: peer})
 }
 
 // claim checks that engine e is held by peer's connection, binding it when
