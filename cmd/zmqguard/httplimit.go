@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"io"
 	"log/slog"
 	"net"
@@ -267,6 +268,14 @@ type limitConn struct {
 	prev, next *limitConn // idle list links (nil: not idle)
 }
 
+// CloseWrite closes the sending side of the connection when it has one.
+func (c *limitConn) CloseWrite() error {
+	if cw, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return nil
+}
+
 func (c *limitConn) Close() error {
 	err := c.Conn.Close()
 	c.once.Do(func() {
@@ -285,15 +294,11 @@ func (c *limitConn) Close() error {
 // half the CPUs (GOMAXPROCS, at least one) serve big requests at once, so
 // small requests (a router's /score, GET /stats) always find room and a
 // CPU beside big bodies. A
-// request past the budget is answered 503 with Retry-After at once. A body
-// of at most httpSmallRequest is first read and discarded, so any client
-// receives the status; with Expect: 100-continue the answer comes before
-// the body is sent; a bigger body is not read (reading it cost the
-// honest requests' CPU under a big-body flood: p50 180 ms instead of 34 ms
-// on the test machine): net/http then closes the connection after a
-// lingering close, and a client that reads while it sends (Go's, curl)
-// receives the status, one that reads only after sending all of it may
-// see the connection reset instead.
+// request past the budget is answered 503 with Retry-After before its
+// body is read (refuseEarly): the answer is written first, then what the
+// client still sends is discarded (all of it for two refusals at a time,
+// 1 MiB for the others: reading whole bodies of a big-body flood cost the
+// honest requests' CPU, p50 111 ms instead of 4 ms on the test machine).
 //
 // httpBodyFactor is what decoding a body costs beyond the body: kv-index's
 // /score measured about 4 times its body (issue 37: 35 MiB for an 8 MiB
@@ -313,6 +318,7 @@ type inFlight struct {
 	used            int64
 	big             int
 	refused         atomic.Uint64
+	draining        atomic.Int32 // refusals discarding their body now
 }
 
 func (f *inFlight) cost(r *http.Request) int64 {
@@ -362,18 +368,75 @@ func (f *inFlight) wrap(h http.Handler) http.Handler {
 		c := f.cost(r)
 		if !f.take(c) {
 			f.refused.Add(1)
-			if r.ContentLength >= 0 && r.ContentLength <= httpSmallRequest &&
-				!strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
-				io.Copy(io.Discard, io.LimitReader(r.Body, httpSmallRequest))
+			if f.refuseEarly(w, r) {
+				return
+			}
+			if !strings.EqualFold(r.Header.Get("Expect"), "100-continue") {
+				io.Copy(io.Discard, io.LimitReader(r.Body, f.bodyCap+1))
 			}
 			w.Header().Set("Retry-After", "1")
 			w.Header().Set("Connection", "close")
-			http.Error(w, "busy: requests in flight would pass the endpoint's memory bound; retry after 1 s", http.StatusServiceUnavailable)
+			http.Error(w, httpBusy, http.StatusServiceUnavailable)
 			return
 		}
 		defer f.give(c)
 		h.ServeHTTP(w, r)
 	})
+}
+
+const httpBusy = "busy: requests in flight would pass the endpoint's memory bound; retry after 1 s"
+
+// httpDrainTimeout and httpDrainBytes bound how long and how much of a
+// refused request's body is discarded after its 503 was sent.
+const (
+	httpDrainTimeout = 10 * time.Second
+	httpDrainBytes   = httpSmallRequest
+	// httpFullDrains is how many refused requests may have their whole
+	// body discarded at once; the others are cut after httpDrainBytes.
+	httpFullDrains = 2
+)
+
+// refuseEarly answers an HTTP/1.x request 503 before reading its body: it
+// takes the connection over, writes the answer, closes its sending side
+// and discards what the client still sends before closing: the whole body
+// (up to the cap, within httpDrainTimeout) while at most httpFullDrains
+// refusals do so at once, so that the client receives the status whether
+// it reads while it sends or only after; under a flood of refusals beyond
+// that, httpDrainBytes within a second, and a client still sending a big
+// body then may see the connection reset instead. False when the
+// connection cannot be taken over (the caller answers the ordinary way).
+func (f *inFlight) refuseEarly(w http.ResponseWriter, r *http.Request) bool {
+	hj, ok := w.(http.Hijacker)
+	if !ok || r.ProtoMajor != 1 {
+		return false
+	}
+	nc, rw, err := hj.Hijack()
+	if err != nil {
+		return false
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(httpDrainTimeout))
+	fmt.Fprintf(rw, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"+
+		"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s\n", len(httpBusy)+1, httpBusy)
+	if rw.Flush() != nil {
+		return true
+	}
+	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+	}
+	// Discard what the client still sends: all of it (up to the body cap,
+	// within httpDrainTimeout) while at most httpFullDrains refusals do so
+	// at once; beyond, httpDrainBytes within a second (reading whole 8 MiB
+	// bodies of a flood cost the honest requests their CPU: p50 111 ms
+	// instead of 4 ms).
+	limit, wait := int64(httpDrainBytes), time.Second
+	if f.draining.Add(1) <= httpFullDrains {
+		limit, wait = f.bodyCap+1, httpDrainTimeout
+	}
+	defer f.draining.Add(-1)
+	nc.SetReadDeadline(time.Now().Add(wait))
+	io.Copy(io.Discard, io.LimitReader(rw, limit))
+	return true
 }
 
 // boundProfiles wraps the pprof handlers: a ?seconds= over max (or not a

@@ -278,11 +278,29 @@ func TestHTTPInFlightBudget(t *testing.T) {
 	if r.err != nil || r.code != http.StatusServiceUnavailable || r.retry == "" {
 		t.Fatalf("fourth big request: %+v, want 503 with Retry-After", r)
 	}
+	// A client that sends its whole body before it reads gets the status
+	// too (the refused body is discarded after the answer, not reset).
+	d := net.Dialer{Timeout: 10 * time.Second, LocalAddr: &net.TCPAddr{IP: net.ParseIP("127.0.0.22")}}
+	nc, err := d.Dial("tcp", raw.Addr().String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer nc.Close()
+	nc.SetDeadline(time.Now().Add(20 * time.Second))
+	fmt.Fprintf(nc, "POST /big HTTP/1.1\r\nHost: x\r\nContent-Length: %d\r\n\r\n", body)
+	if _, err := nc.Write([]byte(strings.Repeat("1", body))); err != nil {
+		t.Fatalf("sending the whole body of a refused request: %v", err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(nc), nil)
+	if err != nil || resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+		t.Fatalf("a refused request sent whole before reading: %v %v", resp, err)
+	}
+	resp.Body.Close()
 	if code, _ := httpGetWith(t, httpFrom("127.0.0.21", false), url+"/small"); code != http.StatusOK {
 		t.Errorf("small request beside three big ones: status %d", code)
 	}
-	if f.refused.Load() != 1 {
-		t.Errorf("refused %d, want 1", f.refused.Load())
+	if f.refused.Load() != 2 {
+		t.Errorf("refused %d, want 2", f.refused.Load())
 	}
 	release <- struct{}{}
 	release <- struct{}{}
