@@ -106,10 +106,10 @@ type Config struct {
 	//     idle connection longest unseen working (a clock order over the
 	//     whole listener) is closed, provided its source host holds more
 	//     connections than the new connection's host holds idle ones. So
-	//     a host opening idle connections without end only ever replaces
-	//     its own, never a smaller host's, while a host whose connections
-	//     work gets in past any number of idle ones from any number of
-	//     addresses.
+	//     a host opening idle connections without end never closes a
+	//     smaller host's (once the listener is full it is refused), while a
+	//     host whose connections work gets in past any number of idle ones
+	//     from any number of addresses.
 	//  3. Fair share, when no idle connection may go: a host's share is
 	//     MaxConns divided by the hosts holding connections (the new one's
 	//     included); if the host holding the most holds more than its

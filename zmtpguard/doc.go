@@ -58,7 +58,8 @@
 // that carried a message within the last minute is never closed for a new
 // one while its host holds no more than its fair share; idle and
 // never-productive connections go first, whatever host they come from,
-// except that a host flooding idle connections only replaces its own;
+// except that a host flooding idle connections never closes a smaller
+// host's;
 // networks listed in [Config.Reserve] hold their reserved connections
 // against everyone; IPv6 sources are grouped into hosts by
 // [Config.IPv6HostPrefix]. [Config.MaxConns] states the rule in full, and

@@ -163,8 +163,8 @@ func (s *hostShares) admit(hc *hostConn, open int64, p sharePolicy, now time.Tim
 			idleH := s.idleCount(h, now)
 			// An idle connection goes first, whatever host it comes from,
 			// provided its host holds more connections than the newcomer's
-			// host holds idle ones: a host flooding idle connections only
-			// ever replaces its own, never a smaller host's.
+			// host holds idle ones: a host flooding idle connections never
+			// closes a smaller host's.
 			victim = s.scanIdle(now, func(g *shareHost) bool { return len(g.conns) > idleH })
 			if victim == nil {
 				why = evictOverShare

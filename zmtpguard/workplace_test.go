@@ -88,8 +88,8 @@ func TestWorkKeepsItsPlace(t *testing.T) {
 	}
 }
 
-// TestIdleFloodKeepsSmallHosts: a host flooding idle connections only ever
-// replaces its own: a smaller host's idle connections stay open (they are
+// TestIdleFloodKeepsSmallHosts: a host flooding idle connections never
+// closes a smaller host's: their idle connections stay open (they are
 // older, so a clock order alone would close them first).
 func TestIdleFloodKeepsSmallHosts(t *testing.T) {
 	const maxConns = 16

@@ -49,7 +49,7 @@ const (
 //     keep-alive one, or one that has sent nothing yet), the one idle the
 //     longest, provided its host holds more connections than the new
 //     connection's host holds idle ones (so a host holding idle
-//     connections without end only replaces its own).
+//     connections without end never closes a smaller host's).
 //  2. Fair share: otherwise, if the host holding the most holds more than
 //     max divided by the hosts (the new one's included) and more than the
 //     new connection's host will, its longest-held connection, even one
