@@ -52,8 +52,8 @@ const (
 //     connections without end never closes a smaller host's).
 //  2. Fair share: otherwise, if the host holding the most holds more than
 //     max divided by the hosts (the new one's included) and more than the
-//     new connection's host will, its longest-held connection, even one
-//     serving a request.
+//     new connection's host will, its connection longest in its present
+//     state (serving or waiting), even one serving a request.
 //
 // A request that arrives on an idle connection at the instant it is
 // closed is lost with it (a keep-alive client retries an idempotent one).
