@@ -82,17 +82,34 @@ type Config struct {
 	OnDrop func(loop.Drop)
 	// ConnQueueBytes bounds the bytes of valid messages one connection
 	// may have waiting for its handler (zero means the default: the
-	// socket's MaxMessageSize, 64 MiB unless changed). Once a connection's
-	// queue holds this much, its reader is held (TCP flow control slows
-	// that engine alone) until its handler has caught up; a message it had
-	// read already is still queued. Negative is an error.
+	// socket's MaxMessageSize, 64 MiB unless changed). A queued message
+	// counts its wire bytes plus what its decoded request outputs take
+	// (1,152 bytes each on 64-bit platforms). Once a connection's queue
+	// holds this much, its reader is held (TCP flow control slows that
+	// engine alone) until its handler has caught up; a message it had read
+	// already is still queued. Negative is an error.
 	ConnQueueBytes int64
-	// QueueBytes bounds the bytes of valid messages all connections have
-	// waiting for their handlers together (zero means the default: four
-	// times the socket's MaxMessageSize, 256 MiB unless changed). Beyond
-	// it the receive loop waits for the handlers, which slows every
-	// engine. It must not be below ConnQueueBytes; negative is an error.
+	// QueueBytes bounds the bytes (counted as for ConnQueueBytes) of valid
+	// messages all connections have waiting for their handlers together
+	// (zero means the default: four times the socket's MaxMessageSize, 256
+	// MiB unless changed). Beyond it, a connection whose queue holds more
+	// than its share (QueueBytes divided by the connections with messages
+	// queued) is held as at ConnQueueBytes, so an engine within its share
+	// is never slowed by the others. What the held connections had sent
+	// already still arrives (the socket holds at most twice its
+	// MemoryBudget): the receive loop itself waits only past QueueBytes
+	// plus that. Handlers of messages over 1 MiB run on at most half the
+	// CPUs (GOMAXPROCS, at least one) at once, so that rendering huge
+	// messages leaves a CPU to the other engines. It must not be below
+	// ConnQueueBytes; negative is an error.
 	QueueBytes int64
+	// AnyPeer lets Bind serve a TCP address other than loopback with no
+	// source allowlist (Socket.Guard.Allow) and no CURVE
+	// (Socket.Guard.Curve). Without it such a Bind is refused: the first
+	// connection to claim an engine index holds it (see the package doc),
+	// so a port open to anyone lets anyone speak for an engine, or take
+	// its index while the engine restarts.
+	AnyPeer bool
 }
 
 // Notification is a message an engine sent unasked under a negative

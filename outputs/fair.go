@@ -4,7 +4,9 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"runtime"
 	"time"
+	"unsafe"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
@@ -38,10 +40,22 @@ import (
 type job struct {
 	dead bool
 	cp   *frameCopy // an owned copy of the message
-	size int64
+	size int64      // wire bytes
+	cost int64      // what the queues count: size plus the decoded outputs
 	peer *socket.Peer
 	at   time.Time
 }
+
+// outputCost is what one decoded request output takes (the size of
+// enginecore.Output), charged to the queues with the wire bytes.
+const outputCost = int64(unsafe.Sizeof(enginecore.Output{}))
+
+// heavyCost is the cost from which a message's handler takes a heavy slot
+// (Receiver.heavy): at most half the CPUs render such messages at once.
+const heavyCost = 1 << 20
+
+// heavySlots is how many heavy messages are handled at once.
+func heavySlots() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // frameCopy is a message copied out of the socket's buffers. Copies are
 // recycled (Receiver.free), so that a warm receiver allocates nothing per
@@ -138,8 +152,8 @@ func (r *Receiver) enqueue(ctx context.Context, j job) error {
 		r.queues[id] = q
 	}
 	q.jobs = append(q.jobs, j)
-	q.bytes += j.size
-	r.queued += j.size
+	q.bytes += j.cost
+	r.queued += j.cost
 	start := !q.running
 	q.running = true
 	if q.idle {
@@ -149,7 +163,7 @@ func (r *Receiver) enqueue(ctx context.Context, j job) error {
 		default:
 		}
 	}
-	hold := !q.held && q.bytes >= r.connLimit
+	hold := !q.held && (q.bytes >= r.connLimit || r.queued > r.queueLimit && q.bytes > r.shareLocked())
 	if hold {
 		q.held = true
 		r.holds++
@@ -166,7 +180,7 @@ func (r *Receiver) enqueue(ctx context.Context, j job) error {
 	}
 	for {
 		r.qmu.Lock()
-		over := r.queued > r.queueLimit
+		over := r.queued > r.backstop
 		if over {
 			r.queueWaits++
 		}
@@ -222,7 +236,7 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 			release := q.held
 			q.held = false
 			for i := q.head; i < len(q.jobs); i++ {
-				r.queued -= q.jobs[i].size
+				r.queued -= q.jobs[i].cost
 				r.recycle(q.jobs[i].cp)
 			}
 			q.jobs, q.head, q.bytes = nil, 0, 0
@@ -243,13 +257,19 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 		}
 		r.qmu.Unlock()
 
-		err := r.serve(ctx, &j, &m, &lim)
+		var err error
+		if r.takeHeavy(ctx, j.cost) {
+			err = r.serve(ctx, &j, &m, &lim)
+			if j.cost >= heavyCost {
+				<-r.heavy
+			}
+		}
 		r.recycle(j.cp)
 
 		r.qmu.Lock()
-		q.bytes -= j.size
-		r.queued -= j.size
-		release := q.held && q.bytes < r.connLimit
+		q.bytes -= j.cost
+		r.queued -= j.cost
+		release := q.held && q.bytes < r.connLimit && (r.queued <= r.queueLimit || q.bytes <= r.shareLocked())
 		if release {
 			q.held = false
 		}
@@ -262,6 +282,29 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 			r.fail(err)
 		}
 	}
+}
+
+// shareLocked is one connection's share of QueueBytes: QueueBytes divided
+// by the connections with a queue. r.qmu is held.
+func (r *Receiver) shareLocked() int64 {
+	return r.queueLimit / int64(max(1, len(r.queues)))
+}
+
+// takeHeavy takes a heavy slot for a message of cost c (nothing for a
+// light one), waiting while all are taken; false when ctx ends or the
+// receiver stops first (the message is then not served, as when the
+// receiver stops with messages queued).
+func (r *Receiver) takeHeavy(ctx context.Context, c int64) bool {
+	if c < heavyCost {
+		return true
+	}
+	select {
+	case r.heavy <- struct{}{}:
+		return true
+	case <-ctx.Done():
+	case <-r.stop:
+	}
+	return false
 }
 
 // signalSpace wakes a receive loop waiting for queue space.

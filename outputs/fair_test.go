@@ -3,6 +3,7 @@ package outputs
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -95,5 +96,65 @@ func TestSlowEngineDoesNotHoldOthers(t *testing.T) {
 		if id != fmt.Sprintf("slow-%d", i) {
 			t.Fatalf("engine 1's message %d is %s: out of order", i, id)
 		}
+	}
+}
+
+// TestEngineWithinShareNotSlowedByTotal (issue 37, six heavy engines):
+// several engines whose handlers are stuck fill QueueBytes together; an
+// engine within its share of QueueBytes is still received and handled, and
+// the heavy engines' connections are held instead. Before, the receive loop waited for the total
+// to fall, so every engine stopped with the heavy ones.
+func TestEngineWithinShareNotSlowedByTotal(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const heavy, perHeavy, limit = 6, 12, 256 << 10
+	release := make(chan struct{})
+	honest := make(chan string, 16)
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	r, wait := start(t, rctx, Config{
+		ConnQueueBytes: limit, QueueBytes: limit,
+		Handler: func(hctx context.Context, m *enginecore.Message, _ *socket.Peer) error {
+			if m.EngineIndex == 0 {
+				honest <- string(m.Outputs[0].RequestID)
+				return nil
+			}
+			select {
+			case <-release:
+			case <-hctx.Done():
+			}
+			return nil
+		},
+	})
+	big := strings.Repeat("x", 60<<10)
+	for e := 1; e <= heavy; e++ {
+		p := pusher(t, r.Endpoint())
+		defer p.Close()
+		for i := range perHeavy {
+			send(t, ctx, p, encode(simple(int64(e), fmt.Sprint(big, i), 1))...)
+		}
+	}
+	waitFor(t, ctx, "the heavy engines' queues past QueueBytes", func() bool { return r.Stats().QueuedBytes > limit })
+	h := pusher(t, r.Endpoint())
+	defer h.Close()
+	for i := range 5 {
+		want := fmt.Sprint("honest-", i)
+		send(t, ctx, h, encode(simple(0, want, 1))...)
+		select {
+		case got := <-honest:
+			if got != want {
+				t.Fatalf("honest engine: got %q, want %q", got, want)
+			}
+		case <-time.After(15 * time.Second):
+			t.Fatalf("honest message %d not handled while the heavy engines fill QueueBytes (stats %+v)", i, r.Stats())
+		}
+	}
+	if st := r.Stats(); st.Holds < heavy || st.QueueWaits != 0 {
+		t.Errorf("%d holds (want one per heavy engine at least), %d waits of the receive loop (want 0)", st.Holds, st.QueueWaits)
+	}
+	close(release)
+	done()
+	if err := wait(); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -3,6 +3,7 @@
 // can stop.
 //
 //	r, err := outputs.New(outputs.Config{
+//		Socket: socket.Options{Guard: zmtpguard.Config{Allow: engines}}, // or Curve
 //		Handler: func(ctx context.Context, m *enginecore.Message, from *socket.Peer) error {
 //			for i := range m.Outputs {
 //				use(m.Outputs[i].RequestID, m.Outputs[i].NewTokenIDs)
@@ -35,8 +36,13 @@
 // connection has disconnected, so that a restarted engine (a new
 // connection) claims its index again with its first message. One
 // connection holds at most 64 indices. Whoever connects first wins an
-// unbound index: where peers are not trusted, serve CURVE
-// (Config.Socket.Guard.Curve) and admit only the engines' keys.
+// unbound index, so first is not owner unless only engines can connect:
+// Bind refuses a TCP address other than loopback unless a source allowlist
+// (Config.Socket.Guard.Allow) or CURVE (Config.Socket.Guard.Curve,
+// admitting only the engines' keys) limits who connects, or Config.AnyPeer
+// opts out. An index taken over by a connection from another host than
+// its previous holder's is logged at WARN naming both (Stats.Takeovers;
+// EngineStats.Peer is the holder).
 //
 // ENGINE_CORE_DEAD, the single frame an engine sends when it fails, is not
 // junk, but any peer can send it: it never ends Run. From a connection
@@ -65,8 +71,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
+	"net/netip"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -135,6 +144,7 @@ type Receiver struct {
 	dead         uint64
 	deadUnattr   uint64
 	refused      uint64
+	takeovers    uint64
 	unattributed decodeguard.Counts
 	lateDropped  decodeguard.Counts // drops by a worker (Handler's classified errors)
 	dropLog      *ratelog.Limiter
@@ -150,7 +160,9 @@ type Receiver struct {
 	queueWaits uint64
 	connLimit  int64
 	queueLimit int64
+	backstop   int64 // the receive loop waits past it (see QueueBytes)
 	space      chan struct{}
+	heavy      chan struct{} // heavy slots taken (see heavySlots)
 	stop       chan struct{}
 	stopOnce   sync.Once
 	workers    sync.WaitGroup
@@ -195,7 +207,8 @@ func New(cfg Config) (*Receiver, error) {
 	r = &Receiver{cfg: cfg, sock: s, lim: cfg.Limits,
 		engines: make(map[int64]*EngineStats), owner: make(map[int64]binding),
 		peers: make(map[uint64]int64), claims: make(map[uint64]int), gone: make(map[uint64]struct{}),
-		queues: make(map[uint64]*connQueue), space: make(chan struct{}, 1), stop: make(chan struct{})}
+		queues: make(map[uint64]*connQueue), space: make(chan struct{}, 1), stop: make(chan struct{}),
+		heavy: make(chan struct{}, heavySlots())}
 	maxMsg := s.Options().Guard.MaxMessageSize
 	r.connLimit, r.queueLimit = cfg.ConnQueueBytes, cfg.QueueBytes
 	if r.connLimit == 0 {
@@ -208,6 +221,13 @@ func New(cfg Config) (*Receiver, error) {
 		s.Close()
 		return nil, fmt.Errorf("outputs: Config.QueueBytes %d is below ConnQueueBytes %d", r.queueLimit, r.connLimit)
 	}
+	// What held connections may still deliver: the socket holds at most
+	// twice its MemoryBudget (see socket.Options.MemoryBudget).
+	sb := s.Options().MemoryBudget
+	if sb <= 0 {
+		sb = r.queueLimit
+	}
+	r.backstop = r.queueLimit + 2*sb
 	r.dropLog = ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: cfg.Name})
 	if r.lim.Scan.MaxBytes == 0 {
 		r.lim.Scan.MaxBytes = int(s.Options().Guard.MaxMessageSize)
@@ -231,7 +251,35 @@ func New(cfg Config) (*Receiver, error) {
 
 // Bind binds the PULL socket to endpoint (engines connect to it). It may
 // be called more than once.
-func (r *Receiver) Bind(endpoint string) error { return r.sock.Bind(endpoint) }
+func (r *Receiver) Bind(endpoint string) error {
+	if err := r.checkProtected(endpoint); err != nil {
+		return err
+	}
+	return r.sock.Bind(endpoint)
+}
+
+// checkProtected refuses a Bind that would let any host claim an engine
+// index: a TCP endpoint whose host is not loopback (a wildcard included),
+// without an allowlist, CURVE or Config.AnyPeer.
+func (r *Receiver) checkProtected(endpoint string) error {
+	g := &r.cfg.Socket.Guard
+	if r.cfg.AnyPeer || len(g.Allow) > 0 || g.Curve != nil {
+		return nil
+	}
+	rest, ok := strings.CutPrefix(endpoint, "tcp://")
+	if !ok {
+		return nil // ipc: local; anything else Bind refuses itself
+	}
+	host, _, err := net.SplitHostPort(rest)
+	if err != nil {
+		return nil // Bind names the bad endpoint
+	}
+	if ip, err := netip.ParseAddr(host); (err == nil && ip.Unmap().IsLoopback()) || host == "localhost" {
+		return nil
+	}
+	return fmt.Errorf("outputs: Bind %q: not a loopback address, and neither Socket.Guard.Allow nor Socket.Guard.Curve limits who connects: "+
+		"any host could claim an engine index first; set one of them, or Config.AnyPeer to serve anyone", endpoint)
+}
 
 // Endpoint returns the first bound endpoint with its actual port.
 func (r *Receiver) Endpoint() string { return r.sock.Endpoint() }
@@ -319,7 +367,8 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 		return err
 	}
 	cp, size := r.copyFrames(d.Msg.Frames)
-	return r.enqueue(ctx, job{cp: cp, size: size, peer: peer})
+	cost := size + int64(len(it.m.Outputs))*outputCost
+	return r.enqueue(ctx, job{cp: cp, size: size, cost: cost, peer: peer})
 }
 
 // claim checks that engine e is held by peer's connection, binding it when
@@ -367,10 +416,37 @@ func (r *Receiver) claim(e int64, peer *socket.Peer) error {
 		st.Peer = peer.String()
 	}
 	if held {
-		r.cfg.Logger.Info("engine index claimed by a new connection (its previous one disconnected)",
-			"loop", r.cfg.Name, "engine", e, "peer", peer.String(), "previous", b.addr)
+		if sameHost(b.addr, peer.String()) {
+			r.cfg.Logger.Info("engine index claimed by a new connection (its previous one disconnected)",
+				"loop", r.cfg.Name, "engine", e, "peer", peer.String(), "previous", b.addr)
+		} else {
+			r.takeovers++
+			r.cfg.Logger.Warn("engine index taken over by a connection from another host (its previous one disconnected): "+
+				"if that is not the engine restarted elsewhere, serve with an allowlist or CURVE",
+				"loop", r.cfg.Name, "engine", e, "peer", peer.String(), "previous", b.addr)
+		}
 	}
 	return nil
+}
+
+// sameHost reports whether two peer addresses ("host:port") have the
+// same host; an address without a port (an ipc peer) is its own host.
+func sameHost(a, b string) bool {
+	ha, _, err := net.SplitHostPort(a)
+	if err != nil {
+		ha = a
+	}
+	hb, _, err := net.SplitHostPort(b)
+	if err != nil {
+		hb = b
+	}
+	if i := strings.IndexByte(ha, '#'); i >= 0 { // ipc "path#n"
+		ha = ha[:i]
+	}
+	if i := strings.IndexByte(hb, '#'); i >= 0 {
+		hb = hb[:i]
+	}
+	return ha == hb
 }
 
 // forgetGone drops the bindings of connections that have disconnected.

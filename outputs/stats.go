@@ -41,6 +41,10 @@ type Stats struct {
 	// ClaimsRefused counts valid messages dropped (ReasonPolicy) because
 	// their engine index is held by another connection.
 	ClaimsRefused uint64 `json:"claims_refused"`
+	// Takeovers counts engine indices claimed, after their connection
+	// left, by a connection from another host (logged at WARN naming both;
+	// EngineStats.Peer is the holder now).
+	Takeovers uint64 `json:"takeovers"`
 	// QueuedBytes is the bytes of valid messages waiting for their
 	// handlers now; Holds counts the times a connection's reader was held
 	// because its queue reached ConnQueueBytes; QueueWaits counts the
@@ -74,7 +78,7 @@ func (r *Receiver) Stats() Stats {
 		st.Dropped[i] += n
 	}
 	st.Messages, st.Outputs, st.EngineDead, st.Unattributed = r.messages, r.outputs, r.dead, r.unattributed
-	st.UnattributedDead, st.ClaimsRefused = r.deadUnattr, r.refused
+	st.UnattributedDead, st.ClaimsRefused, st.Takeovers = r.deadUnattr, r.refused, r.takeovers
 	st.Engines = make([]EngineStats, 0, len(r.engines))
 	for _, e := range r.engines {
 		st.Engines = append(st.Engines, *e)

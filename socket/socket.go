@@ -378,7 +378,12 @@ func (s *Socket) Stats() Stats {
 	}
 	s.mu.RLock()
 	for _, l := range s.listeners {
-		st.AcceptErrors += l.gl.Stats().AcceptErrors
+		ls := l.gl.Stats()
+		st.AcceptErrors += ls.AcceptErrors
+		st.ConnsEvicted += ls.ConnsEvicted
+		st.EvictedIdle += ls.EvictedIdle
+		st.EvictedOverShare += ls.EvictedOverShare
+		st.EvictedForReserve += ls.EvictedForReserve
 	}
 	s.mu.RUnlock()
 	return st

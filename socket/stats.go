@@ -95,4 +95,14 @@ type Stats struct {
 	// already when this socket's bytes passed the threshold (it takes
 	// them too).
 	Reclaims uint64 `json:"reclaims"`
+	// ConnsEvicted counts connections the bound endpoints closed to admit
+	// another when Guard.MaxConns was reached (see zmtpguard's
+	// Config.MaxConns for the rule), also in Refused as ReasonPolicy;
+	// EvictedIdle, EvictedOverShare and EvictedForReserve divide it by
+	// reason (an idle connection, one of a host over its fair share, one
+	// closed for a Guard.Reserve network). They stay counted after Close.
+	ConnsEvicted      uint64 `json:"conns_evicted"`
+	EvictedIdle       uint64 `json:"evicted_idle"`
+	EvictedOverShare  uint64 `json:"evicted_over_share"`
+	EvictedForReserve uint64 `json:"evicted_for_reserve"`
 }

@@ -38,10 +38,17 @@ type Stats struct {
 	// policy refusal in Refused.
 	Evicted uint64 `json:"evicted"`
 	// ConnsEvicted counts open connections (pending or established)
-	// closed to admit a connection from a host under its fair share of a
-	// full MaxConns (see [Config.MaxConns]); each is also one policy
-	// refusal in Refused.
-	ConnsEvicted uint64 `json:"conns_evicted"`
+	// closed by the MaxConns rule to admit another (see
+	// [Config.MaxConns]); each is also one policy refusal in Refused.
+	// EvictedIdle, EvictedOverShare and EvictedForReserve divide it by
+	// reason: an idle or never-productive connection closed first; a
+	// connection of a host holding more than its fair share, when no idle
+	// one could go; a connection closed so that a Config.Reserve network
+	// gets its reserved slot.
+	ConnsEvicted      uint64 `json:"conns_evicted"`
+	EvictedIdle       uint64 `json:"evicted_idle"`
+	EvictedOverShare  uint64 `json:"evicted_over_share"`
+	EvictedForReserve uint64 `json:"evicted_for_reserve"`
 	// Open is the number of connections counted against MaxConns: pending
 	// handshakes plus established connections not yet closed.
 	Open int64 `json:"open"`
@@ -57,6 +64,7 @@ type counters struct {
 	acceptErrors atomic.Uint64
 	evicted      atomic.Uint64
 	connsEvicted atomic.Uint64
+	evictedWhy   [3]atomic.Uint64 // by evictReason
 	violations   [len(decodeguard.Counts{})]atomic.Uint64
 	open         atomic.Int64
 	pending      atomic.Int64
@@ -64,13 +72,16 @@ type counters struct {
 
 func (c *counters) snapshot() Stats {
 	s := Stats{
-		Accepted:     c.accepted.Load(),
-		Handshakes:   c.handshakes.Load(),
-		AcceptErrors: c.acceptErrors.Load(),
-		Evicted:      c.evicted.Load(),
-		ConnsEvicted: c.connsEvicted.Load(),
-		Open:         c.open.Load(),
-		Pending:      c.pending.Load(),
+		Accepted:          c.accepted.Load(),
+		Handshakes:        c.handshakes.Load(),
+		AcceptErrors:      c.acceptErrors.Load(),
+		Evicted:           c.evicted.Load(),
+		ConnsEvicted:      c.connsEvicted.Load(),
+		EvictedIdle:       c.evictedWhy[evictIdle].Load(),
+		EvictedOverShare:  c.evictedWhy[evictOverShare].Load(),
+		EvictedForReserve: c.evictedWhy[evictReserve].Load(),
+		Open:              c.open.Load(),
+		Pending:           c.pending.Load(),
 	}
 	for i := range s.Refused {
 		s.Refused[i] = c.violations[i].Load()
@@ -131,11 +142,12 @@ type acceptLoop[T any] struct {
 	cfg *Config // defaults filled, counting OnViolation
 	ctr *counters
 	// hs runs the guarded handshake on nc (which it closes on failure) and
-	// attaches release to the result, to be called once when it is closed.
+	// attaches release to the result, to be called once when it is closed,
+	// and work, to be marked (markWork) whenever a message passes.
 	// It does not report its violation: the loop does, unless the
 	// handshake was evicted (which is reported as such), so that every
 	// handshake ends in at most one violation.
-	hs func(ctx context.Context, nc net.Conn, release func()) (T, error)
+	hs func(ctx context.Context, nc net.Conn, release func(), work *atomic.Uint32) (T, error)
 	// discard closes a finished T nobody accepted.
 	discard func(T)
 	// wait sleeps d or until done; tests replace it to record back-offs.
@@ -157,7 +169,7 @@ type acceptLoop[T any] struct {
 }
 
 func newAcceptLoop[T any](ln net.Listener, cfg *Config, ctr *counters,
-	hs func(context.Context, net.Conn, func()) (T, error), discard func(T)) *acceptLoop[T] {
+	hs func(context.Context, net.Conn, func(), *atomic.Uint32) (T, error), discard func(T)) *acceptLoop[T] {
 	ctx, cancel := context.WithCancel(context.Background())
 	return &acceptLoop[T]{
 		ln: ln, cfg: cfg, ctr: ctr, hs: hs, discard: discard, wait: sleepOrDone,
@@ -239,24 +251,26 @@ func (a *acceptLoop[T]) refuse(nc net.Conn, detail string, length int64) {
 	a.cfg.OnViolation(*v)
 }
 
-// admit applies the allowlist, MaxConnsPerHost and the fair share of
-// MaxConns, then starts nc's handshake, evicting a pending one if
-// MaxPendingHandshakes is reached. Only the accept goroutine increments the
-// counters it checks, so a check cannot be raced past.
+// admit applies the allowlist, MaxConnsPerHost and the MaxConns rule
+// (see [Config.MaxConns]), then starts nc's handshake, evicting a pending
+// one if MaxPendingHandshakes is reached. Only the accept goroutine
+// increments the counters it checks, so a check cannot be raced past.
 func (a *acceptLoop[T]) admit(nc net.Conn) {
 	ra := nc.RemoteAddr()
 	if !allowed(a.cfg.Allow, ra) {
 		a.refuse(nc, "source address not in the allowlist", -1)
 		return
 	}
-	key := sourceHost(ra)
-	hc := &hostConn{nc: nc, key: key}
+	key := sourceHostBits(ra, a.cfg.IPv6HostPrefix)
+	ip, _ := addrIP(ra)
+	hc := &hostConn{nc: nc, key: key, ip: ip.WithZone("")}
 	perHost := a.cfg.MaxConnsPerHost
 	if perHost <= 0 {
 		perHost = a.cfg.MaxConns
 	}
 	open := a.ctr.open.Load()
-	verdict, victim, held := a.shares.admit(hc, open, a.cfg.MaxConns, perHost)
+	pol := sharePolicy{maxConns: a.cfg.MaxConns, perHost: perHost, reserve: a.cfg.Reserve}
+	verdict, victim, held, why := a.shares.admit(hc, open, pol, time.Now())
 	switch verdict {
 	case sharePerHost:
 		if perHost == a.cfg.MaxConns {
@@ -267,7 +281,7 @@ func (a *acceptLoop[T]) admit(nc net.Conn) {
 		return
 	case shareFull:
 		a.refuse(nc, "connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached; its source host holds "+itoa(held)+
-			", at or over its fair share", open)
+			", no idle connection may be closed for it and no host holds more than its fair share", open)
 		return
 	}
 	e := &pendingEntry{nc: nc, conn: hc}
@@ -276,7 +290,7 @@ func (a *acceptLoop[T]) admit(nc net.Conn) {
 	a.wg.Add(1)
 	go a.handshake(e)
 	if victim != nil {
-		a.evictConn(victim, held)
+		a.evictConn(victim, held, why)
 	}
 	if victimPending != nil {
 		a.evict(victimPending, hostPending)
@@ -291,16 +305,24 @@ func (a *acceptLoop[T]) release(hc *hostConn) {
 	})
 }
 
-// evictConn closes an open connection the fair share of MaxConns chose, and
+// evictConn closes an open connection the MaxConns rule chose, and
 // reports it (the connection's own handshake, if still running, reports
 // nothing more; an established connection's reader sees it closed).
-func (a *acceptLoop[T]) evictConn(hc *hostConn, held int) {
+func (a *acceptLoop[T]) evictConn(hc *hostConn, held int, why evictReason) {
 	// Count and report before closing: a peer that sees the close may look
 	// at the counters at once.
 	a.ctr.connsEvicted.Add(1)
-	v := violation(decodeguard.ReasonPolicy,
-		"evicted: connection cap MaxConns="+itoa(a.cfg.MaxConns)+" reached; its source host held "+itoa(held)+
-			" connections, the most, over its fair share", int64(held), nil)
+	a.ctr.evictedWhy[why].Add(1)
+	detail := "evicted: connection cap MaxConns=" + itoa(a.cfg.MaxConns) + " reached; "
+	switch why {
+	case evictIdle:
+		detail += "idle connection (no message within " + workRecent.String() + ") closed for a new one; its source host held " + itoa(held)
+	case evictOverShare:
+		detail += "its source host held " + itoa(held) + " connections, the most, over its fair share"
+	case evictReserve:
+		detail += "closed for a connection from a reserved network (Config.Reserve); its source host held " + itoa(held)
+	}
+	v := violation(decodeguard.ReasonPolicy, detail, int64(held), nil)
 	v.Remote = remoteString(hc.nc)
 	a.cfg.OnViolation(*v)
 	hc.nc.Close()
@@ -326,7 +348,7 @@ func (a *acceptLoop[T]) handshake(e *pendingEntry) {
 	defer a.wg.Done()
 	hc := e.conn
 	release := func() { a.release(hc) }
-	t, err := a.hs(a.ctx, e.nc, release)
+	t, err := a.hs(a.ctx, e.nc, release, &hc.work)
 	// Exactly one of remove and the eviction takes e out of the pool: the
 	// loser's end is the winner's to account for. A connection the fair
 	// share of MaxConns closed was reported as such.

@@ -25,6 +25,7 @@ const (
 	// connections from one host only ever evicts its own.
 	defaultMaxPendingHandshakes = 128
 	defaultMaxConns             = 4096
+	defaultIPv6HostPrefix       = 64
 	defaultReadBufferSize       = 16 << 10
 	defaultWriteBufferSize      = 16 << 10
 	// maxIdentity is ZMTP's limit on a peer identity.
@@ -79,25 +80,49 @@ type Config struct {
 	// Stats.Evicted): the oldest pending handshake of the source host that
 	// has the most pending handshakes, the new connection included; on a
 	// tie, the host whose oldest pending handshake is the oldest overall
-	// loses that one. A source host is an IPv4 address, an IPv6 /64
-	// prefix, or "unix" for every unix-socket peer. So idle connections
+	// loses that one. A source host is an IPv4 address, an IPv6 prefix of
+	// IPv6HostPrefix bits (/64 by default), or "unix" for every
+	// unix-socket peer. So idle connections
 	// from one host only ever evict that host's own, and a real peer's
 	// handshake (about a millisecond) is evicted only if its host holds the
 	// most pending handshakes and MaxPendingHandshakes newer ones arrive
 	// from it before it completes. Zero means 128.
 	MaxPendingHandshakes int
 	// MaxConns bounds a Listener's open connections (pending and
-	// established), shared fairly by source host (keyed as for
-	// MaxPendingHandshakes: an IPv4 address, an IPv6 /64, "unix"). When a
-	// connection arrives while MaxConns are open, its host's share is
-	// MaxConns divided by the number of hosts holding connections (its own
-	// included): a host at or over its share is refused (the new
-	// connection closed at once, a policy violation); a host under it is
-	// admitted and one connection of the host holding the most is closed
-	// instead (a policy violation "evicted: ...", counted in
-	// Stats.ConnsEvicted), so one host that opens connections without end
-	// can fill an idle listener but never keep another host out. Zero
-	// means 4096.
+	// established). While fewer are open, a connection is admitted (subject
+	// to MaxConnsPerHost). When MaxConns are open, a new connection is
+	// admitted only by closing another one (a policy violation
+	// "evicted: ...", counted in Stats.ConnsEvicted and, by reason, in
+	// EvictedIdle, EvictedOverShare and EvictedForReserve), chosen by this
+	// rule, and otherwise refused (closed at once, a policy violation):
+	//
+	//  1. Work keeps its place. A connection is working when a message
+	//     passed on it (read from the peer, or written and flushed to it)
+	//     within the last minute; every other connection, pending
+	//     handshakes included, is idle. A new connection has done no work,
+	//     so it never closes a working connection of a host within its
+	//     fair share.
+	//  2. Idle connections go first, whatever host they come from: the
+	//     idle connection longest unseen working (a clock order over the
+	//     whole listener) is closed, provided its source host holds more
+	//     connections than the new connection's host holds idle ones. So
+	//     a host opening idle connections without end never closes a
+	//     smaller host's (once the listener is full it is refused), while a
+	//     host whose connections work gets in past any number of idle ones
+	//     from any number of addresses.
+	//  3. Fair share, when no idle connection may go: a host's share is
+	//     MaxConns divided by the hosts holding connections (the new one's
+	//     included); if the host holding the most holds more than its
+	//     share and more than the new connection's host will, its least
+	//     recently working connection is closed.
+	//  4. Reservations: a connection from a Reserve network whose
+	//     reservation is not used up closes an idle connection outside the
+	//     reservations, or else the least recently working one of the host
+	//     holding the most; connections held by a reservation are never
+	//     closed by this rule.
+	//
+	// Source hosts are keyed as for MaxPendingHandshakes (an IPv4 address,
+	// an IPv6 prefix of IPv6HostPrefix bits, "unix"). Zero means 4096.
 	MaxConns int
 	// MaxConnsPerHost, when positive, also bounds the open connections of
 	// one source host at any time, full listener or not: a connection from
@@ -105,6 +130,19 @@ type Config struct {
 	// the value). Zero means no fixed per-host bound beyond the fair share
 	// of MaxConns above.
 	MaxConnsPerHost int
+	// Reserve reserves connections for trusted networks: up to n
+	// connections from addresses in prefix (the longest prefix holding the
+	// address counts) are held by the reservation, which keeps them open
+	// against every other connection's claim and, when the listener is
+	// full, closes a connection outside the reservations for a new one
+	// (see rule 4 of MaxConns). The counts must be positive and add up to
+	// at most MaxConns. Nil means no reservation.
+	Reserve map[netip.Prefix]int
+	// IPv6HostPrefix is the prefix length, 1 to 128, by which IPv6 source
+	// addresses are grouped into one source host for MaxPendingHandshakes,
+	// MaxConns and MaxConnsPerHost (a host given a /48 is one host at
+	// 48). IPv4 addresses are each a host. Zero means 64.
+	IPv6HostPrefix int
 	// Allow, when non-empty, is the source allowlist checked at accept:
 	// a connection whose remote address is in none of the prefixes is closed.
 	Allow []netip.Prefix
@@ -201,6 +239,9 @@ func (c Config) withDefaults() Config {
 	if c.MaxConns == 0 {
 		c.MaxConns = defaultMaxConns
 	}
+	if c.IPv6HostPrefix == 0 {
+		c.IPv6HostPrefix = defaultIPv6HostPrefix
+	}
 	if c.ReadBufferSize == 0 {
 		c.ReadBufferSize = defaultReadBufferSize
 	}
@@ -239,6 +280,7 @@ func (c *Config) Verify() error {
 		{"MaxPendingHandshakes", int64(f.MaxPendingHandshakes)},
 		{"MaxConns", int64(f.MaxConns)},
 		{"MaxConnsPerHost", int64(f.MaxConnsPerHost)},
+		{"IPv6HostPrefix", int64(f.IPv6HostPrefix)},
 		{"ReadBufferSize", int64(f.ReadBufferSize)},
 		{"WriteBufferSize", int64(f.WriteBufferSize)},
 	} {
@@ -251,6 +293,22 @@ func (c *Config) Verify() error {
 	}
 	if f.MaxMessageSize > 1<<40 {
 		return bad("MaxMessageSize", f.MaxMessageSize, "is over 1 TiB")
+	}
+	if f.IPv6HostPrefix > 128 {
+		return bad("IPv6HostPrefix", f.IPv6HostPrefix, "is over 128 bits")
+	}
+	reserved := 0
+	for p, n := range f.Reserve {
+		if !p.IsValid() {
+			return bad("Reserve", p, "is not a valid prefix")
+		}
+		if n <= 0 {
+			return bad("Reserve", p.String()+"="+itoa(n), "is not a positive count")
+		}
+		reserved += n
+		if reserved > f.MaxConns {
+			return bad("Reserve", reserved, "connections in all are more than MaxConns="+itoa(f.MaxConns))
+		}
 	}
 	if f.ReadBufferSize < 64 {
 		return bad("ReadBufferSize", f.ReadBufferSize, "is below 64 bytes")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-zeromq/zmq4"
 )
@@ -167,6 +168,11 @@ type Conn struct {
 	hdr       [9]byte
 	// onClose, when set (by a Listener), runs once after the first Close.
 	onClose func()
+	// work, when set (by a Listener), is marked when a message passed:
+	// one read (heartbeats excepted), or a Flush that wrote data
+	// (wroteData). See Config.MaxConns.
+	work      *atomic.Uint32
+	wroteData bool
 	// body is the message-body deadline and budget state (body.go).
 	body bodyClock
 	// wrote counts the bytes written since the last Flush (growWriter).

@@ -44,9 +44,8 @@
 // (the peer's greeting within GreetingTimeout, the whole handshake within
 // HandshakeTimeout); the resulting [Conn] reads and writes whole messages.
 // [Listener] (from [NewListener]) accepts with back-off, runs each
-// handshake in its own goroutine, enforces MaxConns (shared fairly by source
-// host: when full, a host under its share evicts a connection of the host
-// holding the most) and an optional source allowlist, bounds the handshakes
+// handshake in its own goroutine, enforces MaxConns and an optional source
+// allowlist, bounds the handshakes
 // in progress by evicting, when MaxPendingHandshakes is reached, the oldest
 // pending handshake of the source host that holds the most (so one host's
 // idle connections cannot lock out the others), counts every refusal by
@@ -54,6 +53,17 @@
 // [Dial] is the guarded client side. Each [Violation] carries the peer
 // address, the reason, the length involved and a capped copy of the
 // offending bytes for hex logging, never raw bytes in text.
+//
+// When MaxConns connections are open, work keeps its place: a connection
+// that carried a message within the last minute is never closed for a new
+// one while its host holds no more than its fair share; idle and
+// never-productive connections go first, whatever host they come from,
+// except that a host flooding idle connections never closes a smaller
+// host's;
+// networks listed in [Config.Reserve] hold their reserved connections
+// against everyone; IPv6 sources are grouped into hosts by
+// [Config.IPv6HostPrefix]. [Config.MaxConns] states the rule in full, and
+// [Stats] counts its evictions by reason.
 //
 // Every [Config] field's zero value means the default its doc states; a
 // constructor fills the defaults first and then verifies the filled values

@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -323,7 +324,7 @@ func TestEvictRaces(t *testing.T) {
 	}
 	proceed := map[net.Conn]chan outcome{}
 	var mu sync.Mutex
-	hs := func(hctx context.Context, nc net.Conn, release func()) (net.Conn, error) {
+	hs := func(hctx context.Context, nc net.Conn, release func(), _ *atomic.Uint32) (net.Conn, error) {
 		mu.Lock()
 		ch := proceed[nc]
 		mu.Unlock()

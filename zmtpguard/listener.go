@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"sync/atomic"
 )
 
 // errListenerClosed is returned by [Listener.Accept] after [Listener.Close];
@@ -19,9 +20,9 @@ var errListenerClosed = fmt.Errorf("zmtpguard: listener closed: %w", net.ErrClos
 // exhaustion never spins a CPU. Each connection is checked against the
 // source allowlist, MaxConnsPerHost and MaxConns at once — a refused one is
 // closed immediately and counted as a policy violation; when MaxConns is
-// reached, a connection from a host under its fair share is admitted and one
-// of the host holding the most is closed instead (Stats.ConnsEvicted; see
-// [Config.MaxConns]) — and then runs its
+// reached, an idle connection, or one of a host over its fair share, may be
+// closed for it instead, never one that works within its host's share
+// (Stats.ConnsEvicted; see [Config.MaxConns] for the rule) — and then runs its
 // handshake in its own goroutine (greeting under GreetingTimeout, the whole
 // handshake under HandshakeTimeout), so a stalled peer never delays anyone
 // else. When MaxPendingHandshakes handshakes are already in progress, the
@@ -73,13 +74,14 @@ func newListener(ln net.Listener, local SocketType, cfg *Config) (*Listener, err
 	}
 	l := &Listener{local: local}
 	l.cfg = countingConfig(cfg, &l.ctr)
-	hs := func(ctx context.Context, nc net.Conn, release func()) (*Conn, error) {
+	hs := func(ctx context.Context, nc net.Conn, release func(), work *atomic.Uint32) (*Conn, error) {
 		// The loop reports the violation (unless it evicted nc).
 		c, err := handshake(ctx, nc, local, nil, &l.cfg, true)
 		if err != nil {
 			return nil, err
 		}
 		c.onClose = release
+		c.work = work
 		return c, nil
 	}
 	l.loop = newAcceptLoop(ln, &l.cfg, &l.ctr, hs, func(c *Conn) { c.Close() })

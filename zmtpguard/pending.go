@@ -249,18 +249,26 @@ func addrIP(ra net.Addr) (netip.Addr, bool) {
 	return ap.Addr().Unmap(), true
 }
 
-// sourceHost returns the eviction key of a peer address: its IPv4 address
-// (IPv4-mapped IPv6 unmapped), the /64 prefix of its IPv6 address (one
-// subscriber usually holds a whole /64), or the zero Addr for every peer
-// without an IP address (unix sockets), which thus count as one host.
-func sourceHost(ra net.Addr) netip.Addr {
+// sourceHost returns the eviction key of a peer address with the default
+// grouping: its IPv4 address (IPv4-mapped IPv6 unmapped), the /64 prefix of
+// its IPv6 address (one subscriber usually holds a whole /64), or the zero
+// Addr for every peer without an IP address (unix sockets), which thus
+// count as one host.
+func sourceHost(ra net.Addr) netip.Addr { return sourceHostBits(ra, 0) }
+
+// sourceHostBits is sourceHost grouping IPv6 addresses by prefixes of
+// bits6 bits (0 means 64; see Config.IPv6HostPrefix).
+func sourceHostBits(ra net.Addr, bits6 int) netip.Addr {
 	ip, ok := addrIP(ra)
 	if !ok || !ip.IsValid() {
 		return netip.Addr{}
 	}
 	ip = ip.WithZone("")
+	if bits6 <= 0 || bits6 > 128 {
+		bits6 = defaultIPv6HostPrefix
+	}
 	if ip.Is6() {
-		if p, err := ip.Prefix(64); err == nil {
+		if p, err := ip.Prefix(bits6); err == nil {
 			ip = p.Addr()
 		}
 	}

@@ -19,6 +19,15 @@ import (
 // which the connection is closed (the stream cannot be trusted to resync).
 // Other errors are the connection's I/O errors (io.EOF when the peer left).
 func (c *Conn) ReadMessage(m *Message) error {
+	err := c.readNext(m)
+	if err == nil && c.work != nil && m.Command != cmdPing && m.Command != cmdPong {
+		markWork(c.work)
+	}
+	return err
+}
+
+// readNext is ReadMessage without the work mark.
+func (c *Conn) readNext(m *Message) error {
 	if c.cr != nil && c.cr.full {
 		c.growReader()
 	}
@@ -314,6 +323,7 @@ func (c *Conn) TryReadMessage(m *Message) (bool, error) {
 	m.Reset()
 	if c.cz == nil && (c.cr == nil || !c.cr.full) {
 		if c.readBuffered(m) {
+			markWork(c.work)
 			return true, nil
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-zeromq/zmq4"
@@ -202,7 +203,7 @@ func (t *guardTransport) Dial(ctx context.Context, d transport.Dialer, addr stri
 
 // prevalidate runs the listening side's checks on nc before zmq4 sees it.
 // Like handshake, it does not report its violation (the accept loop does).
-func (t *guardTransport) prevalidate(ctx context.Context, nc net.Conn, release func()) (*guardConn, error) {
+func (t *guardTransport) prevalidate(ctx context.Context, nc net.Conn, release func(), work *atomic.Uint32) (*guardConn, error) {
 	cfg := &t.cfg
 	remote := remoteString(nc)
 	fail := func(err error) (*guardConn, error) { return nil, handshakeFailed(ctx, nc, remote, err) }
@@ -249,6 +250,7 @@ func (t *guardTransport) prevalidate(ctx context.Context, nc net.Conn, release f
 	g := newGuardConn(nc, br, cfg, &t.ctr, true)
 	g.peer = md
 	g.release = release
+	g.work = work
 	g.replay = append(greet[:], frame...)
 	g.rphase = rStream
 	// zmq4 cannot fail the rest of its handshake on peer input (the guard

@@ -39,6 +39,7 @@ func (g *guardConn) charge(n int64) error {
 // the connection, until zmq4 asks for the next one (nextMessage).
 func (g *guardConn) messageDone() {
 	g.body.disarm()
+	markWork(g.work)
 	b := g.cfg.Budget
 	if b == nil || g.body.held == 0 {
 		return

@@ -44,6 +44,8 @@ type guardConn struct {
 	remote  string
 	server  bool
 	release func()
+	// work is marked when a message passed (see hostShares).
+	work *atomic.Uint32
 
 	// Read side.
 	replay []byte // validated bytes owed to zmq4

@@ -47,6 +47,7 @@ func (c *Conn) WriteMessage(frames ...[]byte) error {
 	if len(frames) == 0 {
 		return errEmptyMessage
 	}
+	c.wroteData = true
 	last := len(frames) - 1
 	for i, f := range frames {
 		var flags byte
@@ -99,6 +100,10 @@ func (c *Conn) Flush() error {
 		return nil
 	}
 	err := c.bw.Flush()
+	if err == nil && c.wroteData {
+		c.wroteData = false
+		markWork(c.work)
+	}
 	c.growWriter()
 	return err
 }

@@ -2,11 +2,15 @@ package main
 
 import (
 	"context"
+	"flag"
 	"io"
 	"net"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
 // TestAllowFlagParse: CIDRs and bare IPs, comma-separated and repeated;
@@ -103,4 +107,34 @@ func FuzzAllowFlag(f *testing.F) {
 			t.Fatalf("%q: String %q reparses as %q", v, a.String(), b.String())
 		}
 	})
+}
+
+// TestReserveFlag: --reserve takes CIDR=N and IP=N pairs, comma-separated
+// and repeated (counts of one prefix add up), and apply hands them, with
+// the allowlist and --ipv6-host-prefix, to the guard's Config; a bad pair
+// is refused naming it.
+func TestReserveFlag(t *testing.T) {
+	fs := flag.NewFlagSet("x", flag.ContinueOnError)
+	fs.SetOutput(io.Discard)
+	a := addAllowFlag(fs)
+	if err := fs.Parse([]string{"--reserve", "10.1.0.0/16=32, 127.0.0.9=2", "--reserve", "10.1.0.0/16=8", "--ipv6-host-prefix", "48", "--allow", "10.0.0.0/8"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := a.reserve.String(); got != "10.1.0.0/16=40,127.0.0.9/32=2" {
+		t.Errorf("--reserve = %q", got)
+	}
+	var c zmtpguard.Config
+	a.apply(&c)
+	if len(c.Allow) != 1 || c.Reserve[netip.MustParsePrefix("127.0.0.9/32")] != 2 || c.IPv6HostPrefix != 48 {
+		t.Errorf("applied: Allow %v Reserve %v IPv6HostPrefix %d", c.Allow, c.Reserve, c.IPv6HostPrefix)
+	}
+	if err := c.Verify(); err != nil {
+		t.Error(err)
+	}
+	for _, bad := range []string{"10.0.0.0/8", "10.0.0.0/8=0", "10.0.0.0/8=x", "nope=3"} {
+		var r reserveFlag
+		if err := r.Set(bad); err == nil || !strings.Contains(err.Error(), strings.Split(bad, "=")[0]) {
+			t.Errorf("Set(%q) = %v, want an error naming it", bad, err)
+		}
+	}
 }

@@ -181,7 +181,7 @@ func runCoordinator(ctx context.Context, fl *coordinatorFlags, e *env) error {
 	defer stopCurve()
 	sopts := fl.live.options()
 	sopts.Guard.Curve = cc
-	sopts.Guard.Allow = fl.allow.prefixes
+	fl.allow.apply(&sopts.Guard)
 	c, err := coordinator.New(coordinator.Config{
 		Socket:          sopts,
 		MaxEngines:      fl.maxEngines,

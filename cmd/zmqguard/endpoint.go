@@ -24,8 +24,10 @@ type httpEndpoint struct {
 // "<what> endpoint serving" with attr and the extra attributes, warning
 // first when the address is not loopback (allowFlag made that legal).
 // Close waits up to shutdown for requests in flight. Every limit srv leaves
-// zero is set (see httpMaxHeaderBytes and the other http* limits), and at
-// most httpMaxConns connections are served at once.
+// zero is set (see httpMaxHeaderBytes and the other http* limits), at
+// most httpMaxConns connections are served at once, shared by source host
+// (see limitListener), and the requests in flight are bounded by the
+// memory they may cost (see httpRequestBudget).
 func serveEndpoint(ln net.Listener, srv *http.Server, what, attr, allowFlag string, shutdown time.Duration,
 	logger *slog.Logger, extra ...any) *httpEndpoint {
 	return serveEndpointCapped(ln, srv, httpMaxConns, what, attr, allowFlag, shutdown, logger, extra...)
@@ -51,7 +53,18 @@ func serveEndpointCapped(ln net.Listener, srv *http.Server, maxConns int, what, 
 	}
 	srv.ErrorLog = slog.NewLogLogger(logger.Handler(), slog.LevelWarn)
 	h := &httpEndpoint{srv: srv, addr: ln.Addr().String(), attr: attr, timeout: shutdown, done: make(chan struct{})}
-	ln = newLimitListener(ln, maxConns, what, logger)
+	ll := newLimitListener(ln, maxConns, what, logger)
+	ln = ll
+	prev := srv.ConnState
+	srv.ConnState = func(c net.Conn, st http.ConnState) {
+		ll.connState(c, st)
+		if prev != nil {
+			prev(c, st)
+		}
+	}
+	if srv.Handler != nil {
+		srv.Handler = (&inFlight{budget: httpRequestBudget, bodyCap: kvIndexMaxBody}).wrap(srv.Handler)
+	}
 	go func() {
 		defer close(h.done)
 		if err := srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {

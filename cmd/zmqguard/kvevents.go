@@ -264,7 +264,7 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 	}
 	sopts := fl.live.options()
 	sopts.Guard.Curve = cc
-	sopts.Guard.Allow = fl.allow.prefixes // a --bind source's accepted publishers
+	fl.allow.apply(&sopts.Guard) // a --bind source's accepted publishers
 	rel := *fl.version
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()

@@ -580,7 +580,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	srv.x = x
 	sopts := fl.live.options()
 	sopts.Guard.Curve = cc
-	sopts.Guard.Allow = fl.allow.prefixes // a --bind source's accepted publishers
+	fl.allow.apply(&sopts.Guard) // a --bind source's accepted publishers
 	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: srv.handle, Topic: fl.topic,
 		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer})
 	if err != nil {

@@ -169,7 +169,7 @@ func runKVPublish(ctx context.Context, fl *kvPublishFlags, e *env) error {
 	defer stopCurve()
 	var sopts socket.Options
 	sopts.Guard.Curve = cc
-	sopts.Guard.Allow = fl.allow.prefixes // live and replay ports
+	fl.allow.apply(&sopts.Guard) // live and replay ports
 	rel := *fl.version
 	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Release: rel, Engine: fl.engine, Endpoint: fl.bind, Bind: true,
 		ReplayEndpoint: fl.replayBind, Topic: fl.topic, DataParallelRank: fl.dp, Logger: e.logger, Socket: sopts})

@@ -173,7 +173,7 @@ func runListener(ctx context.Context, fl *listenerFlags, e *env) error {
 	defer stopCurve()
 	sopts := fl.live.options()
 	sopts.Guard.Curve = cc
-	sopts.Guard.Allow = fl.allow.prefixes
+	fl.allow.apply(&sopts.Guard)
 	l, err := handshake.NewListener(handshake.ListenerConfig{
 		Endpoint:     fl.bind,
 		Payloads:     payloads,

@@ -8,6 +8,8 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -25,7 +27,7 @@ import (
 
 var outputsSpec = commandSpec{
 	name:     "outputs",
-	synopsis: "--bind ADDR [--allow CIDR,...] [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT] [--curve-secret-key-file F --curve-allow PATH]",
+	synopsis: "--bind ADDR [--allow CIDR,...] [--any-peer] [--count N] [--engines N] [--vllm-version latest] [--max-message-size 64MiB] [--max-frames 4096] [--heartbeat-interval 2s] [--heartbeat-timeout 6s] [--metrics-addr HOST:PORT] [--curve-secret-key-file F --curve-allow PATH]",
 	summary:  "a front-end's guarded output socket: engines' EngineCoreOutputs as JSON lines",
 	help: `Binds a guarded PULL socket where vLLM engine cores (or any engine speaking
 their output wire) connect and push EngineCoreOutputs, decodes each message
@@ -48,6 +50,11 @@ connection's messages claiming it are dropped and counted
 "type": "engine_dead"} and the receiver goes on; a sentinel from a
 connection that holds no engine index prints nothing and is counted
 (unattributed_dead). Junk is dropped and counted by reason, per engine.
+Since the first connection owns an index, --bind on an address other than
+loopback needs --allow or the CURVE flags, so that only engines can
+connect; --any-peer serves anyone there anyway. An index taken over, after
+its connection left, by a connection from another host is logged at WARN
+naming both peers (counted as takeovers).
 
 --curve-secret-key-file and --curve-allow serve CURVE only: engines must
 present a listed client key (vLLM's engines speak NULL; use CURVE where
@@ -65,6 +72,11 @@ sequence with logprobs, pooling output or routed experts in aux frames):
 counted, the receiver goes on.`,
 }
 
+// outputsHeapSlack is what the outputs command allows its heap beyond the
+// queues and the socket's budget: workers' decoded messages and rendered
+// lines, the runtime and the metrics endpoint.
+const outputsHeapSlack = 64 << 20
+
 // outputsFlags are the flags of outputs.
 type outputsFlags struct {
 	bind      string
@@ -77,6 +89,7 @@ type outputsFlags struct {
 	maxMsg    sizeValue
 	maxFrames int
 	curve     *curveServerFlags
+	anyPeer   bool
 }
 
 // outputsCmd is the outputs command.
@@ -94,6 +107,7 @@ var outputsCmd = command[outputsFlags]{
 		fs.Var(&fl.maxMsg, "max-message-size", "largest message accepted, a `size` such as 1048576, 64MiB or 64KiB")
 		fs.IntVar(&fl.maxFrames, "max-frames", 4096, "most frames in one message (the body and its aux arrays)")
 		fl.curve = addCurveServerFlags(fs)
+		fs.BoolVar(&fl.anyPeer, "any-peer", false, "serve a --bind address other than loopback without --allow or CURVE: any host that connects first may claim an engine index")
 	},
 	run: runOutputs,
 }
@@ -114,6 +128,10 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	if fl.maxFrames < 1 {
 		return badFlag("--max-frames", fl.maxFrames, "want at least 1")
 	}
+	if rest, ok := strings.CutPrefix(fl.bind, "tcp://"); ok && !fl.anyPeer && len(fl.allow.prefixes) == 0 &&
+		*fl.curve.secretFile == "" && !isLoopbackHost(strings.Trim(hostOf(rest), "[]")) {
+		return usagef("--bind %s is not a loopback address: pass --allow CIDR,... or the CURVE flags so that only engines can connect (the first connection owns an engine index), or --any-peer to serve anyone", fl.bind)
+	}
 	if err := fl.live.check(); err != nil {
 		return err
 	}
@@ -132,7 +150,7 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	so := socket.Options{}
 	so.Guard.MaxMessageSize = int64(fl.maxMsg)
 	so.Guard.MaxFrames = fl.maxFrames
-	so.Guard.Allow = fl.allow.prefixes
+	fl.allow.apply(&so.Guard)
 	so.Logger = e.logger
 	lo := fl.live.options()
 	so.HeartbeatInterval, so.HeartbeatTimeout = lo.HeartbeatInterval, lo.HeartbeatTimeout
@@ -143,7 +161,7 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	// engine's huge outputs do not hold the others' lines up.
 	bufs := sync.Pool{New: func() any { return new([]byte) }}
 	r, err := outputs.New(outputs.Config{
-		Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: fl.engines,
+		Name: "outputs", Logger: e.logger, Release: rel, Socket: so, Engines: fl.engines, AnyPeer: fl.anyPeer,
 		Handler: func(_ context.Context, m *enginecore.Message, _ *socket.Peer) error {
 			bp := bufs.Get().(*[]byte)
 			defer func() {
@@ -180,7 +198,19 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 		return err
 	}
 	defer ms.Close()
-	e.logger.Info("outputs receiving", append([]any{"endpoint", r.Endpoint(), "count", fl.count, "vllm_version", rel.String()}, ms.logAttrs()...)...)
+	// The heap's bound: the queues (QueueBytes, four messages), the
+	// socket's receive budget (two) and outputsHeapSlack for the rest.
+	// Without a limit the garbage collector lets the heap grow to twice
+	// what is live (1.7 GiB measured under issue 37's six heavy engines);
+	// with it, it collects sooner. GOMEMLIMIT, when set, wins.
+	memLimit := int64(0)
+	if os.Getenv("GOMEMLIMIT") == "" {
+		memLimit = 6*int64(fl.maxMsg) + outputsHeapSlack
+		prev := debug.SetMemoryLimit(memLimit)
+		defer debug.SetMemoryLimit(prev)
+	}
+	e.logger.Info("outputs receiving", append([]any{"endpoint", r.Endpoint(), "count", fl.count, "vllm_version", rel.String(),
+		"memory_limit", memLimit}, ms.logAttrs()...)...)
 	err = r.Run(lctx)
 	if errors.Is(err, loop.ErrLoopClosed) {
 		err = nil

@@ -311,3 +311,20 @@ func TestOutputsCurve(t *testing.T) {
 		}
 	}
 }
+
+// TestOutputsBindProtected (issue 37, "first is not owner"): outputs
+// refuses to bind an address other than loopback without --allow or CURVE
+// (exit 2, naming the remedies); --any-peer serves it anyway.
+func TestOutputsBindProtected(t *testing.T) {
+	code, _, errOut := runBin(t, 20*time.Second, "outputs", "--bind", "tcp://0.0.0.0:0")
+	if code != 2 || !strings.Contains(errOut, "--any-peer") || !strings.Contains(errOut, "--allow") {
+		t.Fatalf("outputs --bind tcp://0.0.0.0:0: exit %d, stderr %q", code, errOut)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	p := start(t, ctx, "outputs", "--bind", "tcp://0.0.0.0:0", "--any-peer", "--log-format", "json")
+	p.logField("outputs receiving", "endpoint", 20*time.Second)
+	if code := p.terminate(20 * time.Second); code != 0 {
+		t.Fatalf("exit %d\n%s", code, p.stderr)
+	}
+}

@@ -134,7 +134,7 @@ func runSink(ctx context.Context, fl *sinkFlags, e *env) error {
 	}
 	defer stopCurve()
 	opts.Guard.Curve = cc
-	opts.Guard.Allow = fl.allow.prefixes
+	fl.allow.apply(&opts.Guard)
 	s, err := socket.New("PULL", opts)
 	if err != nil {
 		return err

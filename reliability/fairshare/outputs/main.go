@@ -3,7 +3,7 @@
 // RELIABILITY.md's "Fair shares (issue 29)" table:
 //
 //	go run ./reliability/fairshare/outputs row4
-//	go run ./reliability/fairshare/outputs -bin PATH row11 [-for 20s] [-huge 1024x4096] [-rate 50]
+//	go run ./reliability/fairshare/outputs -bin PATH row11 [-for 20s] [-huge 1024x4096] [-rate 50] [-engines 1]
 //
 // row4 runs an outputs.Receiver in this process with the library's
 // defaults (OnEngineDead nil) on 127.0.0.1 port 0 and plays three peers: an
@@ -62,13 +62,14 @@ func main() {
 	dur := flag.Duration("for", 20*time.Second, "attack duration (row11)")
 	huge := flag.String("huge", "1024x4096", "attacker's message: OUTPUTSxWIDTH float32 pooling outputs (row11)")
 	rate := flag.Float64("rate", 50, "honest messages per second (row11)")
+	heavy := flag.Int("engines", 1, "attacking engines, each on its own connection and engine index (row11)")
 	flag.Parse()
 	var err error
 	switch flag.Arg(0) {
 	case "row4":
 		err = row4()
 	case "row11":
-		err = row11(*bin, *dur, *huge, *rate)
+		err = row11(*bin, *dur, *huge, *rate, *heavy)
 	default:
 		err = errors.New("usage: outputs row4 | -bin PATH row11")
 	}
@@ -253,6 +254,7 @@ wait:
 
 type row11Result struct {
 	Huge          string  `json:"huge"`
+	Engines       int     `json:"attack_engines"`
 	HugeBytes     int     `json:"huge_message_bytes"`
 	For           string  `json:"for"`
 	HonestSent    int     `json:"honest_sent"`
@@ -268,7 +270,7 @@ type row11Result struct {
 	ExitLine      string  `json:"counters_line_prefix"`
 }
 
-func row11(bin string, dur time.Duration, huge string, rate float64) error {
+func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) error {
 	if bin == "" {
 		return errors.New("row11 needs -bin")
 	}
@@ -370,32 +372,38 @@ func row11(bin string, dur time.Duration, huge string, rate float64) error {
 		}
 	}()
 
-	// The attacker: valid huge messages back to back.
-	attack, err := hugeMessage(nOut, width)
-	if err != nil {
-		return err
-	}
-	size := 0
-	for _, f := range attack {
-		size += len(f)
-	}
+	// The attackers: valid huge messages back to back, engines 1..heavy.
 	actx, acancel := context.WithTimeout(ctx, dur)
 	defer acancel()
-	ap, err := pusher(ep)
-	if err != nil {
-		return err
-	}
-	defer ap.Close()
 	var attackSent atomic.Int64
-	attackDone := make(chan struct{})
-	go func() {
-		defer close(attackDone)
-		for actx.Err() == nil {
-			if ap.Send(actx, attack...) == nil {
-				attackSent.Add(1)
-			}
+	var attackWG sync.WaitGroup
+	size := 0
+	for e := 1; e <= heavy; e++ {
+		attack, err := hugeMessage(int64(e), nOut, width)
+		if err != nil {
+			return err
 		}
-	}()
+		size = 0
+		for _, f := range attack {
+			size += len(f)
+		}
+		ap, err := pusher(ep)
+		if err != nil {
+			return err
+		}
+		defer ap.Close()
+		attackWG.Add(1)
+		go func() {
+			defer attackWG.Done()
+			for actx.Err() == nil {
+				if ap.Send(actx, attack...) == nil {
+					attackSent.Add(1)
+				}
+			}
+		}()
+	}
+	attackDone := make(chan struct{})
+	go func() { attackWG.Wait(); close(attackDone) }()
 	// The honest engine, at its own pace.
 	hp, err := pusher(ep)
 	if err != nil {
@@ -419,7 +427,6 @@ func row11(bin string, dur time.Duration, huge string, rate float64) error {
 	}
 	tick.Stop()
 	<-attackDone
-	ap.Close()
 	// Let what was sent be printed (bounded), then stop the process.
 	grace := time.Now().Add(30 * time.Second)
 	for time.Now().Before(grace) {
@@ -442,7 +449,7 @@ func row11(bin string, dur time.Duration, huge string, rate float64) error {
 
 	mu.Lock()
 	defer mu.Unlock()
-	res := row11Result{Huge: huge, HugeBytes: size, For: dur.String(), HonestSent: honestSent, HonestPrinted: len(delays),
+	res := row11Result{Huge: huge, Engines: heavy, HugeBytes: size, For: dur.String(), HonestSent: honestSent, HonestPrinted: len(delays),
 		AttackSent: int(attackSent.Load()), AttackPrinted: attackLines, PeakRSSMiB: float64(peakKiB.Load()) / 1024}
 	if honestSent > 0 {
 		res.HonestPct = math.Round(1000*float64(len(delays))/float64(honestSent)) / 10
@@ -462,15 +469,15 @@ func row11(bin string, dur time.Duration, huge string, rate float64) error {
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
-// hugeMessage is one valid EngineCoreOutputs of engine 1 with n request
+// hugeMessage is one valid EngineCoreOutputs of engine with n request
 // outputs, each with a float32 pooling output of width elements (an aux
 // frame each once it reaches 256 bytes).
-func hugeMessage(n, width int) ([][]byte, error) {
+func hugeMessage(engine int64, n, width int) ([][]byte, error) {
 	data := make([]byte, 4*width)
 	for i := 0; i < width; i++ {
 		binary.LittleEndian.PutUint32(data[4*i:], math.Float32bits(float32(i)/7))
 	}
-	m := &enginecore.Message{Header: enginecore.Header{EngineIndex: 1, Timestamp: 1}}
+	m := &enginecore.Message{Header: enginecore.Header{EngineIndex: engine, Timestamp: 1}}
 	for i := 0; i < n; i++ {
 		m.Outputs = append(m.Outputs, enginecore.Output{RequestID: []byte("a-" + strconv.Itoa(i)),
 			PoolingOutput: enginecore.Array{DType: enginecore.DTypeOf("float32"), Shape: []int{width}, Data: data}})
