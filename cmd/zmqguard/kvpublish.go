@@ -23,7 +23,8 @@ sends for --vllm-version (tagged-map events and topic-framed replay since
 ids, block size 16) chained as one request's blocks are (each event's
 parent_block_hash is the previous event's last hash; hashes are
 random-looking uint64s, as vLLM's are), and, from the second batch on, one
-BlockRemoved of the previous batch's first block. --replay-bind serves the replay buffer
+BlockRemoved of the previous batch's first block (--remove=false leaves it
+out: every batch's blocks stay cached). --replay-bind serves the replay buffer
 (the last 10,000 batches). Publishing never blocks: batches beyond the
 queue are dropped and counted.
 
@@ -113,6 +114,7 @@ type kvPublishFlags struct {
 	rate       float64
 	count      uint64
 	stored     int
+	remove     bool
 	dp         int
 	engine     string
 	version    *vllm.Release
@@ -130,6 +132,7 @@ var kvPublishCmd = command[kvPublishFlags]{
 		fs.Float64Var(&fl.rate, "rate", 100, "batches per second (0: as fast as possible)")
 		fs.Uint64Var(&fl.count, "count", 0, "batches to publish (0: until SIGINT/SIGTERM)")
 		fs.IntVar(&fl.stored, "stored", 16, "BlockStored events per batch")
+		fs.BoolVar(&fl.remove, "remove", true, "from the second batch on, remove the previous batch's first block (false: stores only)")
 		fs.IntVar(&fl.dp, "dp-rank", 0, "data_parallel_rank (offsets the ports as vLLM does)")
 		fs.StringVar(&fl.engine, "engine", "vllm", "whose bytes to send: vllm (per --vllm-version) or sglang")
 		fl.version = releaseFlag(fs)
@@ -199,6 +202,9 @@ publish:
 			break
 		}
 		evs = synthetic(n, fl.stored, evs)
+		if !fl.remove && n > 0 {
+			evs = evs[:len(evs)-1] // the removal is the batch's last event
+		}
 		if err := pub.Publish(evs...); errors.Is(err, kvevents.ErrQueueFull) {
 			if tick == nil {
 				time.Sleep(time.Millisecond)

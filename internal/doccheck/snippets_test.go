@@ -61,7 +61,7 @@ import (
 // snippetImports maps the package names snippets use to import paths.
 var snippetImports = map[string]string{
 	"context": "context", "errors": "errors", "fmt": "fmt", "log": "log", "slog": "log/slog",
-	"net": "net", "http": "net/http", "os": "os", "signal": "os/signal", "syscall": "syscall",
+	"net": "net", "netip": "net/netip", "http": "net/http", "os": "os", "signal": "os/signal", "syscall": "syscall",
 	"testing": "testing", "time": "time",
 
 	"coordinator": "github.com/zmqguard/zmqguard/coordinator",
@@ -129,6 +129,7 @@ var snippetGivens = map[string]struct {
 	"coord":          {"var coord *coordinator.Coordinator", []string{"coordinator"}},
 	"set":            {"var set *metrics.Set", []string{"metrics"}},
 	"cfg":            {"var cfg outputs.Config", []string{"outputs"}},
+	"engines":        {"var engines []netip.Prefix", []string{"netip"}},
 	// mystore is the reader's own backend package in kvindextest's doc.
 	"mystore": {"var mystore struct{ New func(capacity int) (kvindex.Backend, error) }", []string{"kvindex"}},
 }
@@ -138,6 +139,15 @@ type snippet struct {
 	where string // file:line
 	code  string
 	skip  string // the reason given by a "not compiled" marker
+	// Markdown only (see runsnippets_test.go): run is set by a "run"
+	// marker, output is then the block after it; noRun is the reason of a
+	// "not run" marker; shown is set when the block right after is an
+	// output block (text, console, output), marked or not.
+	run     bool
+	output  string
+	noRun   string
+	shown   bool
+	outLine int // the output block's first line (its fence), when shown
 }
 
 var (
@@ -173,11 +183,29 @@ func markdownSnippets(rel, text string) ([]snippet, error) {
 			continue
 		}
 		if open > 0 && strings.HasPrefix(lines[open-1], "<!-- doccheck") {
-			m := mdSkip.FindStringSubmatch(lines[open-1])
-			if m == nil || strings.TrimSpace(m[1]) == "" {
-				return nil, fmt.Errorf("%s: malformed marker %q (want <!-- doccheck: not compiled (REASON) -->)", s.where, lines[open-1])
+			marker := lines[open-1]
+			switch {
+			case marker == mdRun:
+				s.run = true
+			case mdNoRun.MatchString(marker):
+				s.noRun = mdNoRun.FindStringSubmatch(marker)[1]
+			default:
+				m := mdSkip.FindStringSubmatch(marker)
+				if m == nil || strings.TrimSpace(m[1]) == "" {
+					return nil, fmt.Errorf("%s: malformed marker %q (want <!-- doccheck: not compiled (REASON) -->, %s or <!-- doccheck: not run (REASON) -->)", s.where, marker, mdRun)
+				}
+				s.skip = m[1]
 			}
-			s.skip = m[1]
+		}
+		ob, lang, ok, err := outputBlock(lines, i+1)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %v", s.where, err)
+		}
+		if ok && outputLangs[lang] {
+			s.shown, s.output, s.outLine = true, ob.text, ob.line
+		}
+		if s.run && !s.shown {
+			return nil, fmt.Errorf("%s: a %s block needs its output right after it (a text, console or output block)", s.where, mdRun)
 		}
 		out = append(out, s)
 	}
