@@ -538,3 +538,62 @@ func TestShellRun(t *testing.T) {
 		})
 	}
 }
+
+// TestRunRule checks the run rule on small inputs: the markers and the
+// output block they need, the plan's complaints about programs and shown
+// outputs left unmarked, the shell block parser, and normalise.
+func TestRunRule(t *testing.T) {
+	prog := "package main\n\nfunc main() {}\n"
+	md := "<!-- doccheck: run -->\n```go\n" + prog + "```\n\n```text\nhi\n```\n" +
+		"<!-- doccheck: not run (needs a GPU) -->\n```go\n" + prog + "```\n" +
+		"```go\n" + prog + "```\n" +
+		"```go\nfmt.Println(1)\n```\n```output\n1\n```\n" +
+		"```go\nfmt.Println(2)\n```\nprose\n```text\n2\n```\n"
+	ss, err := markdownSnippets("a.md", md)
+	if err != nil || len(ss) != 5 {
+		t.Fatalf("markdownSnippets = %+v, %v", ss, err)
+	}
+	if !ss[0].run || ss[0].output != "hi\n" || ss[0].outLine != 8 || ss[1].noRun != "needs a GPU" || !ss[3].shown || ss[4].shown {
+		t.Fatalf("markers or outputs misread: %+v", ss)
+	}
+	run, notRun, problems := runPlan(ss)
+	if len(run) != 1 || len(notRun) != 1 || len(problems) != 2 ||
+		!strings.Contains(problems[0], "a.md:17: a whole program") || !strings.Contains(problems[1], "a.md:22: shown with its output") {
+		t.Fatalf("runPlan = %d run, %q, %q", len(run), notRun, problems)
+	}
+	for _, bad := range []string{
+		"<!-- doccheck: run -->\n```go\n" + prog + "```\nprose\n```text\nhi\n```\n", // output not right after
+		"<!-- doccheck: not run () -->\n```go\n" + prog + "```\n",                   // no reason
+		"<!-- doccheck: run it -->\n```go\n" + prog + "```\n",
+	} {
+		if _, err := markdownSnippets("b.md", bad); err == nil {
+			t.Errorf("markdownSnippets(%q): no error", bad)
+		}
+	}
+	if _, _, p := runPlan([]snippet{{where: "c.md:1", code: "x := 1\n", run: true, output: "1\n", shown: true}}); len(p) != 1 {
+		t.Errorf("a fragment marked run: %q", p)
+	}
+
+	sh := "x\n" + mdRun + "\n```sh\n# a comment\nzmqguard a --bind tcp://127.0.0.1:1 \\\n   --http 127.0.0.1:2 &\n\ncurl http://127.0.0.1:2/\n```\n\n```json\n{}\n```\n"
+	bs, err := shellRuns("r.md", sh)
+	if err != nil || len(bs) != 1 || bs[0].where != "r.md:3" || bs[0].output != "{}\n" || bs[0].outWhere != "r.md:11" ||
+		len(bs[0].cmds) != 2 || bs[0].cmds[0] != "zmqguard a --bind tcp://127.0.0.1:1 --http 127.0.0.1:2 &" {
+		t.Fatalf("shellRuns = %+v, %v", bs, err)
+	}
+	for _, bad := range []string{
+		mdRun + "\n```sh\ncurl x\n```\n",                        // no output
+		mdRun + "\n```sh\nzmqguard a &\n```\n```text\n\n```\n",  // last in the background
+		mdRun + "\n```python\nprint(1)\n```\n```text\n1\n```\n", // not sh
+	} {
+		if _, err := shellRuns("s.md", bad); err == nil {
+			t.Errorf("shellRuns(%q): no error", bad)
+		}
+	}
+
+	if a, b := normalise("at tcp://127.0.0.1:40123 in 1.5ms \n\n"), normalise("at tcp://127.0.0.1:5557 in 20s"); a != b || a != "at tcp://127.0.0.1:PORT in DURATION" {
+		t.Errorf("normalise: %q, %q", a, b)
+	}
+	if outputDiff("a\nb", "a\nb") != "" || !strings.Contains(outputDiff("a\nb", "a\nc"), "! doc: b\n! got: c") {
+		t.Errorf("outputDiff")
+	}
+}
