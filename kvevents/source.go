@@ -512,8 +512,11 @@ func (so *source) deliver(seq uint64, payload []byte, replayed bool) error {
 				st.Events.BlockRemoved++
 			case AllBlocksCleared:
 				st.Events.AllBlocksCleared++
+			case blockInactive:
+				st.Events.BlockInactive++
 			}
 		}
+		st.UnknownFields += uint64(b.UnknownFields)
 	})
 	return so.emit(Update{Kind: UpdateBatch, Batch: b, Seq: seq})
 }

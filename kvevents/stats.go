@@ -25,13 +25,21 @@ type SourceStats struct {
 	Connected bool `json:"connected"`
 	// LastSeen is when the last live message arrived (zero if none).
 	LastSeen time.Time `json:"last_seen"`
-	// Batches and Events count what was delivered (events by type).
+	// Batches and Events count what was delivered (events by type;
+	// BlockInactive only with Config.DecodeBlockInactive, else each is
+	// dropped as unsupported, in DroppedEvents and UnsupportedTypes).
 	Batches uint64 `json:"batches"`
 	Events  struct {
 		BlockStored      uint64 `json:"block_stored"`
 		BlockRemoved     uint64 `json:"block_removed"`
 		AllBlocksCleared uint64 `json:"all_blocks_cleared"`
+		BlockInactive    uint64 `json:"block_inactive"`
 	} `json:"events"`
+	// UnknownFields sums the delivered batches' Batch.UnknownFields: what
+	// the decoder read past because this release does not know it (a
+	// trailing batch or event element, an unknown map key), never a
+	// refusal.
+	UnknownFields uint64 `json:"unknown_fields"`
 	// Gaps counts detected gaps; Replays replay sessions; Replayed the
 	// batches delivered from replay; Lost the batches reported lost;
 	// Resets publisher restarts; Duplicates batches already delivered.
@@ -114,6 +122,8 @@ func (s *Subscriber) Stats() SourceStats {
 		t.Events.BlockStored += x.Events.BlockStored
 		t.Events.BlockRemoved += x.Events.BlockRemoved
 		t.Events.AllBlocksCleared += x.Events.AllBlocksCleared
+		t.Events.BlockInactive += x.Events.BlockInactive
+		t.UnknownFields += x.UnknownFields
 		t.Gaps += x.Gaps
 		t.Replays += x.Replays
 		t.Replayed += x.Replayed

@@ -109,6 +109,11 @@
 // goes too. Removing what is not held is counted
 // (Counts.UnknownRemovals), never an error.
 //
+// Inactive blocks. vLLM's BlockInactive (PR #50732, open; delivered only
+// under kvevents.Config.DecodeBlockInactive) names blocks no request
+// references any more but still cached: the entries stay, the event is
+// counted (Stats.Inactive), never refused.
+//
 // Clear and reset. AllBlocksCleared and a publisher reset (the publisher
 // restarted: a new process, an empty cache, perhaps a new hash seed) remove
 // every entry and mapping of the engine at once, eagerly, so the memory is
@@ -178,9 +183,9 @@
 // Bigram pages. For EAGLE bigram radix keys SGLang sends token_ids as
 // [t_i, t_i+1] pairs (kvevents.Event.TokenPairs): such a page is a hit only
 // when the token after it matches too, which a prompt's prefix does not
-// show. In local-key mode these stores are not indexed: the first page
-// counts as a hybrid store (its token count is not block_size per hash), the
-// pages chained to it as unknown parents.
+// show. In local-key mode these stores are not indexed, each counted in
+// Stats.Bigrams (the pages chained to them too: never as hybrid stores or
+// unknown parents).
 //
 // Models. llm-d names a publisher's topic kv@{host}@{model} for either
 // engine; name each source by its topic and let Config.ModelOf take the

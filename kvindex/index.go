@@ -273,6 +273,11 @@ func isPlaceholder(ev *kvevents.Event) bool {
 	return ev.Type == kvevents.BlockStored && len(ev.TokenIDs) == 0
 }
 
+// inactiveType is the Type of vLLM's BlockInactive events (vLLM PR #50732,
+// open; kvevents.Config.DecodeBlockInactive): blocks no request references
+// any more, still cached. Counted in Stats.Inactive; the entries stay.
+const inactiveType = "BlockInactive"
+
 // isHybrid reports a hybrid-model store whose tokens outnumber its hashes'
 // blocks (vLLM drops null blocks' hashes but keeps their tokens, vLLM issue
 // #44451): which tokens belong to which hash cannot be known, so it is not
@@ -379,6 +384,11 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 	st.ops = st.ops[:0]
 	for i := range evs {
 		ev := &evs[i]
+		if ev.Type == inactiveType {
+			// Still cached, only unreferenced: the entries stay.
+			x.st.inactive.Add(1)
+			continue
+		}
 		if ev.Type != kvevents.AllBlocksCleared && kvkey.PartialGroup(ev) {
 			x.st.partialGroups.Add(1)
 			if ev.Type == kvevents.BlockStored {
@@ -428,6 +438,15 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 				for _, h := range ev.BlockHashes {
 					st.ops = append(st.ops, Op{Kind: OpStore, Hash: h.Uint64(), Key: Key(h.Uint64()), Medium: med, Group: g})
 					st.overlay[h.Uint64()] = Key(h.Uint64())
+				}
+				continue
+			}
+			if ev.TokenPairs {
+				// SGLang's bigram pages: a hit only if the token after
+				// the page matches too, which a prompt does not show.
+				x.st.bigrams.Add(1)
+				if ev.ParentBlockHash.Valid {
+					next++
 				}
 				continue
 			}

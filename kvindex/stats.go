@@ -22,10 +22,13 @@ type Stats struct {
 	// was unknown (the engine joined late, the parent was removed or
 	// evicted); UnknownPlaceholders counts tier-only store hashes not
 	// indexed because the hash was unknown; Hybrid counts hybrid stores
-	// (more tokens than blocks) not indexed.
+	// (more tokens than blocks) not indexed; Bigrams counts SGLang's
+	// bigram stores (token pairs, kvevents.Event.TokenPairs), not indexed
+	// in local-key mode (see the package documentation).
 	UnknownParents      uint64 `json:"unknown_parents"`
 	UnknownPlaceholders uint64 `json:"unknown_placeholders"`
 	Hybrid              uint64 `json:"hybrid"`
+	Bigrams             uint64 `json:"bigrams"`
 	// PartialGroups counts stores and removals of KV-cache groups that do
 	// not hold whole prefixes (sliding window, chunked local, Mamba,
 	// encoder-only, cross-attention; see the package documentation), left
@@ -35,6 +38,10 @@ type Stats struct {
 	// a whole number of blocks, an unusable medium or group, an unknown
 	// event type.
 	Refused uint64 `json:"refused"`
+	// Inactive counts vLLM's BlockInactive events (vLLM PR #50732, open;
+	// kvevents.Config.DecodeBlockInactive): blocks still cached that no
+	// request references; their entries stay as they were.
+	Inactive uint64 `json:"inactive"`
 	// Counts sums what the backend did (entries added, refreshed, removed,
 	// evicted, ...).
 	Counts
@@ -61,7 +68,7 @@ type Stats struct {
 type counters struct {
 	batches, events, stores, removals, clears, resets, losses atomic.Uint64
 	placeholders, unknownParents, unknownPlaceholders, hybrid atomic.Uint64
-	partialGroups                                             atomic.Uint64
+	partialGroups, bigrams, inactive                          atomic.Uint64
 	refused, scores, errors                                   atomic.Uint64
 	unknownModels, backendLosses                              atomic.Uint64
 	snapshots, snapshotErrors, snapshotRefused                atomic.Uint64
@@ -88,7 +95,8 @@ func (x *Index) Stats() Stats {
 		Stores: c.stores.Load(), Removals: c.removals.Load(), Clears: c.clears.Load(),
 		Resets: c.resets.Load(), Losses: c.losses.Load(), Placeholders: c.placeholders.Load(),
 		UnknownParents: c.unknownParents.Load(), UnknownPlaceholders: c.unknownPlaceholders.Load(),
-		Hybrid: c.hybrid.Load(), PartialGroups: c.partialGroups.Load(), Refused: c.refused.Load(),
+		Hybrid: c.hybrid.Load(), Bigrams: c.bigrams.Load(), PartialGroups: c.partialGroups.Load(), Refused: c.refused.Load(),
+		Inactive: c.inactive.Load(),
 		Counts: Counts{Added: c.added.Load(), Refreshed: c.refreshed.Load(), Removed: c.removed.Load(),
 			UnknownRemovals: c.unknownRemovals.Load(), Cleared: c.cleared.Load(), Remapped: c.remapped.Load(),
 			Evicted: c.evicted.Load(), Rejected: c.backendRefused.Load()},

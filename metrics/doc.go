@@ -24,7 +24,10 @@
 // Names follow Prometheus conventions: a zmqguard_ prefix, base units,
 // _total on counters, and only four label names: socket, reason, loop and
 // source. Every drop and refusal counter carries reason, one of
-// decodeguard.Reasons() (refusals are ..._refused_total); the
-// zmqguard_kvindex_ families' reason is the index's own closed set (why a
-// store was not indexed, why an entry left).
+// decodeguard.Reasons() (refusals are ..._refused_total); a few families'
+// reason is a closed set of their own, named after their Stats fields: the
+// zmqguard_kvindex_ families' (why a store was not indexed, why an entry
+// left), zmqguard_kvevents_resets_total's (seq_back, digest, jump, resync:
+// kvevents.SourceStats.ResetsBy) and the connection evictions' (idle,
+// over_share, reserve: the Evicted fields of socket and zmtpguard Stats).
 package metrics

@@ -136,6 +136,10 @@ var (
 		"Reads paused because MemoryBudget was spent and the connection held more than its fair share.", labelSocket)
 	socketBudgetEvictions = family("zmqguard_socket_budget_evictions_total", Counter, "{connection}",
 		"Connections closed as the largest holder of a spent MemoryBudget.", labelSocket)
+	socketConnsEvictedBy = family("zmqguard_socket_connection_evictions_total", Counter, "{connection}",
+		"Connections the bound endpoints closed by the Guard.MaxConns rule, by reason: idle (idle or never "+
+			"productive, closed first), over_share (its host held more than its fair share), reserve (for a "+
+			"Guard.Reserve network's slot).", labelSocket, labelReason)
 
 	// Guarded listeners (zmtpguard.Listener, zmtpguard.RegisterTransport's stats).
 	zmtpAccepted = family("zmqguard_zmtp_connections_accepted_total", Counter, "{connection}",
@@ -150,6 +154,10 @@ var (
 		"Pending handshakes aborted to admit a newer connection.", labelSocket)
 	zmtpConnsEvicted = family("zmqguard_zmtp_evicted_connections_total", Counter, "{connection}",
 		"Open connections closed to admit a host under its fair share of a full MaxConns.", labelSocket)
+	zmtpConnsEvictedBy = family("zmqguard_zmtp_connection_evictions_total", Counter, "{connection}",
+		"Open connections closed by the MaxConns rule, by reason: idle (idle or never productive, closed first), "+
+			"over_share (its host held more than its fair share), reserve (for a Reserve network's slot).",
+		labelSocket, labelReason)
 	zmtpOpen = family("zmqguard_zmtp_open_connections", Gauge, "{connection}",
 		"Connections counted against the connection cap now.", labelSocket)
 	zmtpPending = family("zmqguard_zmtp_pending_handshakes", Gauge, "{handshake}",
@@ -216,6 +224,29 @@ var (
 		"Times a connection's reader was held because its queue reached ConnQueueBytes.", labelLoop)
 	outputsQueueWaits = family("zmqguard_outputs_queue_waits_total", Counter, "{wait}",
 		"Times the receive loop waited because all queues held QueueBytes.", labelLoop)
+
+	// KV-event subscribers (kvevents.Subscriber), under loop=name, summed
+	// over its sources; their per-source counters are the source families.
+	kveventsResets = family("zmqguard_kvevents_resets_total", Counter, "{reset}",
+		"Publisher runs found new, by reason: seq_back (a sequence number not above the last), digest (a continuity "+
+			"proof found another run at the kept seq), jump (a sequence number over 2^32 past the last, a first one "+
+			"included), resync (Subscriber.Resync).", labelLoop, labelReason)
+	kveventsProven = family("zmqguard_kvevents_continuity_proven_total", Counter, "{connection}",
+		"New connections whose continuity with the last delivered batch was proven (same seq and digest, replayed).",
+		labelLoop)
+	kveventsUnproven = family("zmqguard_kvevents_continuity_unproven_total", Counter, "{connection}",
+		"New connections whose continuity could not be proven (reported lost: the source's entries uncertain).",
+		labelLoop)
+	kveventsUnknownFields = family("zmqguard_kvevents_unknown_fields_total", Counter, "{field}",
+		"Fields the decoder read past in delivered batches because this release does not know them "+
+			"(elements or keys a later engine release added).", labelLoop)
+)
+
+// The reason label values of the eviction and reset families (their Stats
+// fields' names).
+var (
+	evictionReasons = []string{"idle", "over_share", "reserve"}
+	kvResetReasons  = []string{"seq_back", "digest", "jump", "resync"}
 )
 
 // families lists every family, in exposition order.
@@ -225,8 +256,9 @@ var families = []*Family{
 	socketRefused, socketPeers, socketConnects, socketDisconnects, socketAcceptErrors,
 	socketHeartbeatTimeouts, socketHandovers, socketSendQueueBytes, socketSendQueueMessages, socketReceiveQueueBytes,
 	socketZMTP30Peers, socketDroppedFairShare, socketSendEvictions, socketBudgetBytes, socketBudgetStalls,
-	socketBudgetEvictions,
-	zmtpAccepted, zmtpHandshakes, zmtpAcceptErrors, zmtpRefused, zmtpEvicted, zmtpConnsEvicted, zmtpOpen, zmtpPending,
+	socketBudgetEvictions, socketConnsEvictedBy,
+	zmtpAccepted, zmtpHandshakes, zmtpAcceptErrors, zmtpRefused, zmtpEvicted, zmtpConnsEvicted, zmtpConnsEvictedBy,
+	zmtpOpen, zmtpPending,
 	handshakeServed, handshakeErrorReplies,
 	coordEngines, coordWave, coordRunning, coordStarted, coordStatsPublished, coordWavePublished,
 	coordReadySent, coordStartWaveSent, coordStatsApplied, coordStaleStats, coordResizes,
@@ -234,10 +266,12 @@ var families = []*Family{
 	sourceReceived, sourceDropped, sourceConnected, sourceCount, sourcesFolded,
 	outputsClaimsRefused, outputsEngineDead, outputsUnattributedDead, outputsQueuedBytes, outputsHolds,
 	outputsQueueWaits,
+	kveventsResets, kveventsProven, kveventsUnproven, kveventsUnknownFields,
 	// The kvindex families (kvindex.go).
-	kvindexBatches, kvindexStored, kvindexRemoved, kvindexCleared, kvindexResets,
+	kvindexBatches, kvindexStored, kvindexRemoved, kvindexCleared, kvindexInactive, kvindexResets,
 	kvindexLostRanges, kvindexNotIndexed, kvindexEntriesAdded, kvindexEntriesRemoved, kvindexUnknownRemovals,
-	kvindexScores, kvindexErrors, kvindexEntries, kvindexBlocks, kvindexEngines, kvindexCapacity, kvindexBytes,
+	kvindexScores, kvindexUnknownModels, kvindexErrors, kvindexBackendLosses, kvindexSnapshots, kvindexSnapshotErrors,
+	kvindexSnapshotRefused, kvindexEntries, kvindexBlocks, kvindexEngines, kvindexCapacity, kvindexBytes,
 }
 
 // Families returns every metric family a [Set] can report, in a fixed

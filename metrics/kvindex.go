@@ -17,13 +17,15 @@ var (
 		"BlockRemoved events the index took.", labelLoop)
 	kvindexCleared = family("zmqguard_kvindex_cleared_events_total", Counter, "{event}",
 		"AllBlocksCleared events the index took.", labelLoop)
+	kvindexInactive = family("zmqguard_kvindex_inactive_events_total", Counter, "{event}",
+		"BlockInactive events the index took (blocks still cached, no longer referenced: the entries stay).", labelLoop)
 	kvindexResets = family("zmqguard_kvindex_engine_resets_total", Counter, "{reset}",
 		"Engines cleared because their publisher restarted.", labelLoop)
 	kvindexLostRanges = family("zmqguard_kvindex_lost_ranges_total", Counter, "{range}",
 		"Lost ranges that made an engine's entries uncertain.", labelLoop)
 	kvindexNotIndexed = family("zmqguard_kvindex_not_indexed_total", Counter, "{event}",
 		"Stores (or tier-only hashes) not indexed, by reason: unknown_parent, unknown_placeholder, hybrid, "+
-			"partial_group (a sliding-window or Mamba group's event), refused (an unusable event), "+
+			"bigram (SGLang's token-pair pages), partial_group (a sliding-window or Mamba group's event), refused (an unusable event), "+
 			"rejected (the backend could not hold it).", labelLoop, labelReason)
 	kvindexEntriesAdded = family("zmqguard_kvindex_entries_added_total", Counter, "{entry}",
 		"(block, engine, medium, group) entries added.", labelLoop)
@@ -34,8 +36,19 @@ var (
 		"Removals of entries the index did not hold.", labelLoop)
 	kvindexScores = family("zmqguard_kvindex_scores_total", Counter, "{request}",
 		"Score calls.", labelLoop)
+	kvindexUnknownModels = family("zmqguard_kvindex_unknown_model_scores_total", Counter, "{request}",
+		"Score calls for a model no engine the index knows serves.", labelLoop)
 	kvindexErrors = family("zmqguard_kvindex_backend_errors_total", Counter, "{error}",
 		"Backend failures (a remote store unreachable).", labelLoop)
+	kvindexBackendLosses = family("zmqguard_kvindex_backend_losses_total", Counter, "{loss}",
+		"Losses of the shared backend's data (a Redis restarted empty, flushed or failed over): each dropped the "+
+			"cached tables and resynced every source.", labelLoop)
+	kvindexSnapshots = family("zmqguard_kvindex_snapshots_total", Counter, "{snapshot}",
+		"Snapshots written.", labelLoop)
+	kvindexSnapshotErrors = family("zmqguard_kvindex_snapshot_errors_total", Counter, "{error}",
+		"Snapshot writes that failed.", labelLoop)
+	kvindexSnapshotRefused = family("zmqguard_kvindex_snapshot_refused_total", Counter, "{snapshot}",
+		"Snapshots refused at start (corrupt, truncated, foreign or newer): the index started empty.", labelLoop)
 	kvindexEntries = family("zmqguard_kvindex_entries", Gauge, "{entry}",
 		"Entries held now.", labelLoop)
 	kvindexBlocks = family("zmqguard_kvindex_blocks", Gauge, "{block}",
@@ -50,7 +63,7 @@ var (
 
 // The reason label values of kvindexNotIndexed and kvindexEntriesRemoved.
 var (
-	kvNotIndexedReasons = []string{"unknown_parent", "unknown_placeholder", "hybrid", "partial_group", "refused", "rejected"}
+	kvNotIndexedReasons = []string{"unknown_parent", "unknown_placeholder", "hybrid", "bigram", "partial_group", "refused", "rejected"}
 	kvRemovedReasons    = []string{"removed", "cleared", "evicted"}
 )
 
@@ -81,9 +94,10 @@ func (e emitter) kvindex(name string, st kvindex.Stats) {
 	e.emit(kvindexStored, f(st.Stores), name)
 	e.emit(kvindexRemoved, f(st.Removals), name)
 	e.emit(kvindexCleared, f(st.Clears), name)
+	e.emit(kvindexInactive, f(st.Inactive), name)
 	e.emit(kvindexResets, f(st.Resets), name)
 	e.emit(kvindexLostRanges, f(st.Losses), name)
-	for i, v := range []uint64{st.UnknownParents, st.UnknownPlaceholders, st.Hybrid, st.PartialGroups, st.Refused, st.Rejected} {
+	for i, v := range []uint64{st.UnknownParents, st.UnknownPlaceholders, st.Hybrid, st.Bigrams, st.PartialGroups, st.Refused, st.Rejected} {
 		e.emit(kvindexNotIndexed, f(v), name, kvNotIndexedReasons[i])
 	}
 	e.emit(kvindexEntriesAdded, f(st.Added), name)
@@ -92,7 +106,12 @@ func (e emitter) kvindex(name string, st kvindex.Stats) {
 	}
 	e.emit(kvindexUnknownRemovals, f(st.UnknownRemovals), name)
 	e.emit(kvindexScores, f(st.Scores), name)
+	e.emit(kvindexUnknownModels, f(st.UnknownModels), name)
 	e.emit(kvindexErrors, f(st.Errors), name)
+	e.emit(kvindexBackendLosses, f(st.BackendLosses), name)
+	e.emit(kvindexSnapshots, f(st.Snapshots), name)
+	e.emit(kvindexSnapshotErrors, f(st.SnapshotErrors), name)
+	e.emit(kvindexSnapshotRefused, f(st.SnapshotRefused), name)
 	e.emit(kvindexEntries, float64(st.Backend.Entries), name)
 	e.emit(kvindexBlocks, float64(st.Backend.Blocks), name)
 	e.emit(kvindexEngines, float64(st.Backend.Engines), name)

@@ -17,7 +17,8 @@ func kvStats() kvindex.Stats {
 		Placeholders: 8, UnknownParents: 9, UnknownPlaceholders: 10, Hybrid: 11, PartialGroups: 29, Refused: 12,
 		Counts: kvindex.Counts{Added: 13, Refreshed: 14, Removed: 15, UnknownRemovals: 16, Cleared: 17,
 			Remapped: 18, Evicted: 19, Rejected: 20},
-		Scores: 21, Errors: 22,
+		Scores: 21, Errors: 22, Bigrams: 30, Inactive: 31, UnknownModels: 32, BackendLosses: 33, Snapshots: 34,
+		SnapshotErrors: 35, SnapshotRefused: 36,
 		Backend: kvindex.BackendStats{Entries: 23, Blocks: 24, Mappings: 25, Engines: 26, Capacity: 27, Evicted: 19, Bytes: 28}}
 }
 
@@ -52,6 +53,14 @@ func TestAddKVIndexMapsEveryField(t *testing.T) {
 		"zmqguard_kvindex_not_indexed_total{kv,unknown_parent}":      9,
 		"zmqguard_kvindex_not_indexed_total{kv,unknown_placeholder}": 10,
 		"zmqguard_kvindex_not_indexed_total{kv,hybrid}":              11,
+		"zmqguard_kvindex_not_indexed_total{kv,bigram}":              30,
+		"zmqguard_kvindex_not_indexed_total{kv,partial_group}":       29,
+		"zmqguard_kvindex_inactive_events_total{kv}":                 31,
+		"zmqguard_kvindex_unknown_model_scores_total{kv}":            32,
+		"zmqguard_kvindex_backend_losses_total{kv}":                  33,
+		"zmqguard_kvindex_snapshots_total{kv}":                       34,
+		"zmqguard_kvindex_snapshot_errors_total{kv}":                 35,
+		"zmqguard_kvindex_snapshot_refused_total{kv}":                36,
 		"zmqguard_kvindex_not_indexed_total{kv,refused}":             12,
 		"zmqguard_kvindex_not_indexed_total{kv,rejected}":            20,
 		"zmqguard_kvindex_entries_added_total{kv}":                   13,
@@ -69,7 +78,7 @@ func TestAddKVIndexMapsEveryField(t *testing.T) {
 	} {
 		want(t, got, k, v)
 	}
-	if len(got) != 24 {
-		t.Errorf("%d samples, want 24", len(got))
+	if len(got) != 31 {
+		t.Errorf("%d samples, want 31", len(got))
 	}
 }

@@ -326,6 +326,9 @@ func (e emitter) socket(name string, st socket.Stats) {
 	e.emit(socketBudgetBytes, float64(st.BudgetBytes), name)
 	e.emit(socketBudgetStalls, float64(st.BudgetStalls), name)
 	e.emit(socketBudgetEvictions, float64(st.BudgetEvictions), name)
+	for i, v := range []uint64{st.EvictedIdle, st.EvictedOverShare, st.EvictedForReserve} {
+		e.emit(socketConnsEvictedBy, float64(v), name, evictionReasons[i])
+	}
 }
 
 func (e emitter) zmtp(name string, st zmtpguard.Stats) {
@@ -335,6 +338,9 @@ func (e emitter) zmtp(name string, st zmtpguard.Stats) {
 	e.counts(zmtpRefused, &st.Refused, name)
 	e.emit(zmtpEvicted, float64(st.Evicted), name)
 	e.emit(zmtpConnsEvicted, float64(st.ConnsEvicted), name)
+	for i, v := range []uint64{st.EvictedIdle, st.EvictedOverShare, st.EvictedForReserve} {
+		e.emit(zmtpConnsEvictedBy, float64(v), name, evictionReasons[i])
+	}
 	e.emit(zmtpOpen, float64(st.Open), name)
 	e.emit(zmtpPending, float64(st.Pending), name)
 }
@@ -479,15 +485,18 @@ func (s *Set) AddOutputs(name string, r interface{ Stats() outputs.Stats }) erro
 
 // AddKVEvents adds a KV-event subscriber as a source set under loop=name,
 // one source per followed publisher (received = batches delivered plus
-// messages dropped; dropped = message and event drops by reason). At most
-// maxSources (zero means 100) sources get a label of their own; the
+// messages dropped; dropped = message and event drops by reason), and the
+// zmqguard_kvevents_ families under loop=name, summed over its sources
+// (resets by reason, continuity proven and unproven, unknown fields). At
+// most maxSources (zero means 100) sources get a label of their own; the
 // rest are summed under source="other".
 func (s *Set) AddKVEvents(name string, maxSources int, sub interface{ Stats() kvevents.SourceStats }) error {
 	if isNil(sub) {
 		return errors.New("metrics: AddKVEvents: nil subscriber")
 	}
+	var st kvevents.SourceStats // the latest scrape's snapshot; s.mu guards it
 	return s.addSources(name, maxSources, func() []Source {
-		st := sub.Stats()
+		st = sub.Stats()
 		src := make([]Source, 0, len(st.Sources))
 		for _, k := range st.Sources {
 			d := k.Dropped
@@ -495,5 +504,13 @@ func (s *Set) AddKVEvents(name string, maxSources int, sub interface{ Stats() kv
 			src = append(src, Source{Name: k.Name, Received: k.Batches + k.Dropped.Total(), Dropped: d, Connected: k.Connected})
 		}
 		return src
-	}, nil)
+	}, func(e emitter) {
+		r := &st.ResetsBy
+		for i, v := range []uint64{r.SeqBack, r.Digest, r.Jump, r.Resync} {
+			e.emit(kveventsResets, float64(v), name, kvResetReasons[i])
+		}
+		e.emit(kveventsProven, float64(st.ContinuityProven), name)
+		e.emit(kveventsUnproven, float64(st.Unproven), name)
+		e.emit(kveventsUnknownFields, float64(st.UnknownFields), name)
+	})
 }

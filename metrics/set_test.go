@@ -80,9 +80,14 @@ func TestCollectMapsEveryField(t *testing.T) {
 	viol[decodeguard.ReasonHandshake] = 7
 	sk := &fakeSocket{Received: 11, Sent: 12, DroppedHWM: 13, DroppedUnroutable: 14, DroppedFiltered: 15,
 		Refused: viol, Peers: 4, Connects: 16, Disconnects: 17, AcceptErrors: 18,
-		ZMTP30Peers: 3, DroppedFairShare: 60, SendEvictions: 61, BudgetBytes: 62, BudgetStalls: 63, BudgetEvictions: 64}
+		ZMTP30Peers: 3, DroppedFairShare: 60, SendEvictions: 61, BudgetBytes: 62, BudgetStalls: 63, BudgetEvictions: 64,
+		ConnsEvicted: 65 + 66 + 67, EvictedIdle: 65, EvictedOverShare: 66, EvictedForReserve: 67}
 	z := &fakeZMTP{Accepted: 20, Handshakes: 21, AcceptErrors: 22, Refused: viol, Evicted: 23, Open: 24, Pending: 25,
-		ConnsEvicted: 26}
+		ConnsEvicted: 26, EvictedIdle: 27, EvictedOverShare: 28, EvictedForReserve: 29}
+	kv := &fakeKV{}
+	kv.st.ResetsBy.SeqBack, kv.st.ResetsBy.Digest, kv.st.ResetsBy.Jump, kv.st.ResetsBy.Resync = 80, 81, 82, 83
+	kv.st.ContinuityProven, kv.st.Unproven, kv.st.UnknownFields = 84, 85, 86
+	kv.st.Sources = []kvevents.SourceStats{{Name: "pod-0", Batches: 87}}
 	o := &fakeOutputs{st: outputs.Stats{ClaimsRefused: 70, EngineDead: 71, UnattributedDead: 72, QueuedBytes: 73,
 		Holds: 74, QueueWaits: 75, Engines: []outputs.EngineStats{{Engine: 0, Messages: 76}}}}
 	h := &fakeHandshake{Served: [4]uint64{0, 1, 2, 3}, ErrorReplies: 5, Loop: loop.Stats(*l), Socket: socket.Stats(*sk)}
@@ -99,6 +104,7 @@ func TestCollectMapsEveryField(t *testing.T) {
 		}),
 		s.AddKVIndex("kv", &fakeKVIndex{st: kvStats()}),
 		s.AddOutputs("out", o),
+		s.AddKVEvents("kve", 0, kv),
 	} {
 		if err != nil {
 			t.Fatal(err)
@@ -130,6 +136,20 @@ func TestCollectMapsEveryField(t *testing.T) {
 	want(t, got, "zmqguard_zmtp_open_connections{jobs}", 24)
 	want(t, got, "zmqguard_zmtp_pending_handshakes{jobs}", 25)
 	want(t, got, "zmqguard_zmtp_evicted_connections_total{jobs}", 26)
+	want(t, got, "zmqguard_zmtp_connection_evictions_total{jobs,idle}", 27)
+	want(t, got, "zmqguard_zmtp_connection_evictions_total{jobs,over_share}", 28)
+	want(t, got, "zmqguard_zmtp_connection_evictions_total{jobs,reserve}", 29)
+	want(t, got, "zmqguard_socket_connection_evictions_total{jobs,idle}", 65)
+	want(t, got, "zmqguard_socket_connection_evictions_total{jobs,over_share}", 66)
+	want(t, got, "zmqguard_socket_connection_evictions_total{jobs,reserve}", 67)
+	want(t, got, "zmqguard_kvevents_resets_total{kve,seq_back}", 80)
+	want(t, got, "zmqguard_kvevents_resets_total{kve,digest}", 81)
+	want(t, got, "zmqguard_kvevents_resets_total{kve,jump}", 82)
+	want(t, got, "zmqguard_kvevents_resets_total{kve,resync}", 83)
+	want(t, got, "zmqguard_kvevents_continuity_proven_total{kve}", 84)
+	want(t, got, "zmqguard_kvevents_continuity_unproven_total{kve}", 85)
+	want(t, got, "zmqguard_kvevents_unknown_fields_total{kve}", 86)
+	want(t, got, "zmqguard_source_messages_received_total{kve,pod-0}", 87)
 	want(t, got, "zmqguard_socket_zmtp30_peers{jobs}", 3)
 	want(t, got, "zmqguard_socket_fair_share_dropped_messages_total{jobs}", 60)
 	want(t, got, "zmqguard_socket_send_evictions_total{jobs}", 61)

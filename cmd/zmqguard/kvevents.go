@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -19,7 +20,7 @@ import (
 
 var kvEventsSpec = commandSpec{
 	name:     "kv-events",
-	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
+	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "follow vLLM KV-cache event publishers, one JSON line per event",
 	help: `Subscribes to the KV-event publishers of vLLM engines (or anything speaking
 their wire) through hardened SUB sockets, and prints one JSON object per
@@ -45,6 +46,12 @@ host); on an address beyond loopback it needs --allow or CURVE keys
 --from-start replays from sequence 0 on joining, instead of starting
 at the first batch seen.
 
+--engine sglang, after a --connect (or --bind), says that source is an
+SGLang engine: elements an event array holds after SGLang's own fields are
+read past and counted (unknown_fields), never read as vLLM's fields at
+those positions; before every --connect and --bind it is every source's
+default. Both engines' hashes, pairs and replay framings decode either way.
+
 --curve-server-key (the publisher's public key, Z85) makes every SUB and
 replay DEALER speak CURVE as the client, with the key pair of
 --curve-secret-key-file (a .key_secret certificate the publisher admits) or,
@@ -56,12 +63,55 @@ replayed, lost, resets, drops by reason, and the names of event types this
 release does not know (dropped as "unsupported"); the exit code is 0.`,
 }
 
-// kvSourcesFlag collects --connect/--bind/--replay in order, and
+// kvSourcesFlag collects --connect/--bind/--replay/--engine in order, and
 // --any-peer (kvevents.Config.AnyPeer: a --bind beyond loopback without
 // --allow or CURVE keys).
 type kvSourcesFlag struct {
 	list    []kvevents.Source
 	anyPeer bool
+	// engine is an --engine given before any --connect or --bind: the
+	// engine of every source that names none (sources).
+	engine string
+}
+
+// engineUsage is --engine's help, shared by kv-events and kv-index.
+const engineUsage = "engine publishing the --connect (or --bind) before it: vllm or sglang (kvevents.Source.Engine; how an event's elements after the engines' shared fields are read); before any --connect or --bind, every source's default (default vllm)"
+
+// sources returns the sources, each naming its engine: its own --engine,
+// else the one given before every source.
+func (f *kvSourcesFlag) sources() []kvevents.Source {
+	out := append([]kvevents.Source(nil), f.list...)
+	for i := range out {
+		if out[i].Engine == "" {
+			out[i].Engine = f.engine
+		}
+	}
+	return out
+}
+
+// kvEngineFlag is --engine: vllm or sglang, for the --connect or --bind
+// before it, or, before any, for every source.
+type kvEngineFlag struct{ f *kvSourcesFlag }
+
+func (v kvEngineFlag) String() string { return "" }
+
+func (v kvEngineFlag) Set(s string) error {
+	if s != "vllm" && s != "sglang" {
+		return errors.New("want vllm or sglang") // the flag package names the flag and the value
+	}
+	if len(v.f.list) == 0 {
+		if v.f.engine != "" {
+			return fmt.Errorf("--engine %s already given before the sources", v.f.engine)
+		}
+		v.f.engine = s
+		return nil
+	}
+	last := &v.f.list[len(v.f.list)-1]
+	if last.Engine != "" {
+		return fmt.Errorf("%s already has --engine %s", last.Name, last.Engine)
+	}
+	last.Engine = s
+	return nil
 }
 
 // anyPeerUsage is --any-peer's help, shared by kv-events and kv-index.
@@ -162,11 +212,15 @@ type kvCounters struct {
 		BlockStored      uint64 `json:"block_stored"`
 		BlockRemoved     uint64 `json:"block_removed"`
 		AllBlocksCleared uint64 `json:"all_blocks_cleared"`
+		BlockInactive    uint64 `json:"block_inactive"`
 	} `json:"events_by_type"`
-	Gaps     uint64 `json:"gaps"`
-	Replayed uint64 `json:"replayed"`
-	Lost     uint64 `json:"lost"`
-	Resets   uint64 `json:"resets"`
+	// UnknownFields is kvevents.SourceStats': what the decoder read past
+	// (fields a later engine release added).
+	UnknownFields uint64 `json:"unknown_fields"`
+	Gaps          uint64 `json:"gaps"`
+	Replayed      uint64 `json:"replayed"`
+	Lost          uint64 `json:"lost"`
+	Resets        uint64 `json:"resets"`
 	// ResetsBy, ContinuityProven, Unproven and Holder are
 	// kvevents.SourceStats' (issue 35): resets by cause, new connections
 	// proven or not, and a bound source's slot holder.
@@ -200,8 +254,9 @@ type kvCountersLine struct {
 }
 
 func toCounters(s kvevents.SourceStats) kvCounters {
-	return kvCounters{Batches: s.Batches, Events: s.Events.BlockStored + s.Events.BlockRemoved + s.Events.AllBlocksCleared,
-		EventsByType: s.Events, Gaps: s.Gaps, Replayed: s.Replayed, Lost: s.Lost, Resets: s.Resets,
+	return kvCounters{Batches: s.Batches,
+		Events:       s.Events.BlockStored + s.Events.BlockRemoved + s.Events.AllBlocksCleared + s.Events.BlockInactive,
+		EventsByType: s.Events, UnknownFields: s.UnknownFields, Gaps: s.Gaps, Replayed: s.Replayed, Lost: s.Lost, Resets: s.Resets,
 		Dropped: s.Dropped, DroppedEvents: s.DroppedEvents, UnsupportedTypes: s.UnsupportedTypes, Refused: s.Refused,
 		Connected: s.Connected, ResetsBy: s.ResetsBy, ContinuityProven: s.ContinuityProven, Unproven: s.Unproven,
 		Holder: s.Holder}
@@ -228,6 +283,7 @@ var kvEventsCmd = command[kvEventsFlags]{
 		fs.Var(kvSourceFlag{f: &fl.srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
 		fs.Var(kvSourceFlag{f: &fl.srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
+		fs.Var(kvEngineFlag{f: &fl.srcs}, "engine", engineUsage)
 		fs.BoolVar(&fl.srcs.anyPeer, "any-peer", false, anyPeerUsage)
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
@@ -275,11 +331,12 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 		return err
 	}
 	defer sub.Close()
-	for _, s := range fl.srcs.list {
+	for _, s := range fl.srcs.sources() {
 		if err := sub.Add(s); err != nil {
 			return err
 		}
-		e.logger.Info("kv-events following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay)
+		e.logger.Info("kv-events following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay,
+			"engine", cmp.Or(s.Engine, "vllm"))
 	}
 	ms, err := startMetrics(fl.mo, e.logger, func(c *zgprom.Collector) error { return c.AddKVEvents("kv-events", 0, sub) })
 	if err != nil {

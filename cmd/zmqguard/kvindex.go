@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -26,10 +27,10 @@ import (
 
 var kvIndexSpec = commandSpec{
 	name:     "kv-index",
-	synopsis: "--connect ADDR [--replay ADDR] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--redis URL | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
+	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--redis URL | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
 	summary:  "a KV-cache index of vLLM engines, scored over HTTP (POST /score)",
 	help: `Follows the KV-event publishers of vLLM engines like kv-events (same
---connect/--bind/--replay/--topic/--from-start flags; each source is one
+--connect/--bind/--replay/--engine/--topic/--from-start flags; each source is one
 engine, named by its endpoint) and keeps an index of which engine holds
 which prefix of which prompt, on which tier (package kvindex). A publisher
 restart clears its engine; a range of events that could not be recovered
@@ -463,6 +464,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.Var(kvSourceFlag{f: &fl.srcs}, "connect", "publisher live endpoint to dial, e.g. tcp://10.0.0.5:5557 (repeatable)")
 		fs.Var(kvSourceFlag{f: &fl.srcs, bind: true}, "bind", "endpoint to bind for a publisher that connects (repeatable)")
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
+		fs.Var(kvEngineFlag{f: &fl.srcs}, "engine", engineUsage)
 		fs.BoolVar(&fl.srcs.anyPeer, "any-peer", false, anyPeerUsage)
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", true, "replay each source from the start (what its publisher still holds) on joining; --from-start=false starts at the first batch seen")
@@ -588,8 +590,9 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	}
 	defer sub.Close()
 	srv.sub = sub
-	srv.resume(fl.srcs.list, fl.snapshot != "" || fl.redisURL != "", fl.redisURL == "")
-	for _, s := range fl.srcs.list {
+	srcs := fl.srcs.sources()
+	srv.resume(srcs, fl.snapshot != "" || fl.redisURL != "", fl.redisURL == "")
+	for _, s := range srcs {
 		if err := sub.Add(s); err != nil {
 			return err
 		}
@@ -598,9 +601,9 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 			resume = s.Resume.Seq
 		}
 		e.logger.Info("kv-index following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay,
-			"resume_after_seq", resume)
+			"resume_after_seq", resume, "engine", cmp.Or(s.Engine, "vllm"))
 	}
-	srv.sources = fl.srcs.list
+	srv.sources = srcs
 	srv.resyncMu.Lock()
 	srv.ready = true
 	pending := srv.lostPending

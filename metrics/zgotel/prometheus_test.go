@@ -16,6 +16,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
+	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics"
@@ -43,7 +44,18 @@ type fakeKVIndex struct{}
 
 func (fakeKVIndex) Stats() kvindex.Stats {
 	return kvindex.Stats{Batches: 1, Stores: 2, UnknownParents: 3, Counts: kvindex.Counts{Added: 4, Evicted: 5},
-		Backend: kvindex.BackendStats{Entries: 6, Capacity: 7, Bytes: 8}}
+		Backend: kvindex.BackendStats{Entries: 6, Capacity: 7, Bytes: 8}, Bigrams: 9, Inactive: 10, UnknownModels: 11,
+		BackendLosses: 12, Snapshots: 13, SnapshotErrors: 14, SnapshotRefused: 15}
+}
+
+// kvEventsFull is a KV-event subscriber's counters with distinct non-zero
+// values in the zmqguard_kvevents_ families' fields.
+func kvEventsFull() *stubKVEvents {
+	var st kvevents.SourceStats
+	st.ResetsBy.SeqBack, st.ResetsBy.Digest, st.ResetsBy.Jump, st.ResetsBy.Resync = 1, 2, 3, 4
+	st.ContinuityProven, st.Unproven, st.UnknownFields = 5, 6, 7
+	st.Sources = []kvevents.SourceStats{{Name: "pod-0", Batches: 8, Connected: true}}
+	return (*stubKVEvents)(&st)
 }
 
 // fullSet has one component of every kind with distinct non-zero values,
@@ -56,7 +68,8 @@ func fullSet(t *testing.T) *metrics.Set {
 	}
 	ls := loop.Stats{Received: 100, Delivered: 50, Dropped: d, HandlerErrors: 3, LastDrop: time.Unix(1700000000, 0)}
 	ss := socket.Stats{Received: 101, Sent: 102, DroppedHWM: 103, DroppedUnroutable: 104, DroppedFiltered: 105,
-		Refused: d, Peers: 6, Connects: 107, Disconnects: 108, AcceptErrors: 109}
+		Refused: d, Peers: 6, Connects: 107, Disconnects: 108, AcceptErrors: 109, EvictedIdle: 110, EvictedOverShare: 111,
+		EvictedForReserve: 112}
 	cs := coordinator.Stats{Engines: 2, Wave: 7, Running: true, Started: true, StatsPublished: 1, WavePublished: 2,
 		ReadySent: 3, StartWaveSent: 4, StatsApplied: 5, StaleStats: 6, Resizes: 7, BackUnsubscribed: 8}
 	cs.Front.Loop, cs.Front.Socket, cs.Front.StateDrops = ls, ss, d
@@ -64,13 +77,15 @@ func fullSet(t *testing.T) *metrics.Set {
 	for _, err := range []error{
 		s.AddLoop("l", (*fakeLoop)(&ls)),
 		s.AddSocket("s", (*fakeSocket)(&ss)),
-		s.AddZMTPListener("z", &fakeZMTP{Accepted: 1, Handshakes: 2, AcceptErrors: 3, Refused: d, Evicted: 4, Open: 5, Pending: 6}),
+		s.AddZMTPListener("z", &fakeZMTP{Accepted: 1, Handshakes: 2, AcceptErrors: 3, Refused: d, Evicted: 4, Open: 5, Pending: 6,
+			EvictedIdle: 7, EvictedOverShare: 8, EvictedForReserve: 9}),
 		s.AddHandshakeListener("h", &fakeHandshake{Served: [4]uint64{0, 1, 2, 3}, ErrorReplies: 4, Loop: ls, Socket: ss}),
 		s.AddCoordinator("", (*fakeCoord)(&cs)),
 		s.AddSources("src", 1, func() []metrics.Source {
 			return []metrics.Source{{Name: "a", Received: 9, Dropped: d, Connected: true}, {Name: "b", Received: 8}}
 		}),
 		s.AddKVIndex("kv", fakeKVIndex{}),
+		s.AddKVEvents("kv", 0, kvEventsFull()),
 	} {
 		if err != nil {
 			t.Fatal(err)

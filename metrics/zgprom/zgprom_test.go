@@ -122,6 +122,14 @@ func newFixture(t *testing.T) *fixture {
 	if err := c.AddKVIndex("kv", x); err != nil {
 		t.Fatal(err)
 	}
+	// The KV-event subscriber and guarded listener families (stubs: their
+	// values do not matter to the linters, their exposition does).
+	if err := c.AddKVEvents("kv", 0, kvEventsStub()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.AddZMTPListener("jobs", &stubZMTP{ConnsEvicted: 1, EvictedIdle: 1}); err != nil {
+		t.Fatal(err)
+	}
 	return &fixture{c: c}
 }
 
@@ -227,7 +235,9 @@ func TestPromtool(t *testing.T) {
 		}
 	}
 	if !strings.Contains(buf.String(), "zmqguard_loop_messages_dropped_total{") ||
-		!strings.Contains(buf.String(), "zmqguard_kvindex_entries{loop=\"kv\"} 1") {
+		!strings.Contains(buf.String(), "zmqguard_kvindex_entries{loop=\"kv\"} 1") ||
+		!strings.Contains(buf.String(), "zmqguard_kvevents_resets_total{loop=\"kv\",reason=\"digest\"} 2") ||
+		!strings.Contains(buf.String(), "zmqguard_zmtp_connection_evictions_total{reason=\"idle\",socket=\"jobs\"} 1") {
 		t.Fatalf("exposition lacks the loop drops:\n%s", buf.String())
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
