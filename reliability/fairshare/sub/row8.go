@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/pprof"
 	"strings"
 	"time"
 
@@ -50,6 +52,11 @@ func row8(n int, d time.Duration) (any, error) {
 		}
 	}
 	time.Sleep(d) // the attack's duration (the measurement window)
+	if heapProfile != "" {
+		if err := writeHeap(heapProfile); err != nil {
+			return nil, err
+		}
+	}
 	st := sub.Stats()
 	return map[string]any{"row": 8, "sources": n, "seconds": d.Seconds(), "rss_before_mib": base >> 20,
 		"peak_rss_mib": hwm() >> 20, "buffer_overflows": st.BufferOverflows, "replays": st.Replays, "lost": st.Lost}, nil
@@ -113,4 +120,18 @@ func hwm() int64 {
 		}
 	}
 	return 0
+}
+
+// writeHeap writes the heap profile (pprof's, after a collection) to path.
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
