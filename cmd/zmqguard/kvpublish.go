@@ -177,8 +177,10 @@ func runKVPublish(ctx context.Context, fl *kvPublishFlags, e *env) error {
 		return err
 	}
 	defer pub.Close()
+	memLimit, restoreLimit := setMemoryLimit(kvPublishMemLimit(sopts.SendTotalBytes))
+	defer restoreLimit()
 	e.logger.Info("kv-publish", "endpoint", pub.Endpoint(), "replay", pub.ReplayEndpoint(), "rate", fl.rate,
-		"count", fl.count, "engine", fl.engine, "vllm", rel.String())
+		"count", fl.count, "engine", fl.engine, "vllm", rel.String(), "memory_limit", memLimit)
 	var tick <-chan time.Time
 	if fl.rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / fl.rate))
