@@ -36,7 +36,8 @@ frame.
 
 It publishes --rate batches per second (0: as fast as possible) until
 --count batches (0: until SIGINT/SIGTERM) and prints one JSON line of
-counters on stdout. --curve-secret-key-file and --curve-allow serve both
+counters on stdout. It sets a soft Go memory limit of 640 MiB (its two send
+budgets, the replay buffer and slack; GOMEMLIMIT, when set, wins). --curve-secret-key-file and --curve-allow serve both
 sockets under CURVE only, to the listed client keys.`,
 }
 

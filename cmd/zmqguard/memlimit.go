@@ -28,7 +28,8 @@ func kvEventsMemLimit(maxMsg int64) int64 {
 // the replay ROUTER's send budgets (socket.Options.SendTotalBytes, 256 MiB
 // each by default; the live payloads are shared among subscribers, a
 // replay's replies are copies), the replay buffer (10,000 batches of the
-// synthetic stream, about 50 MiB) and heapSlack: 640 MiB by default.
+// synthetic stream: 5.5 KB each, about 55 MiB) and heapSlack: 640 MiB by
+// default.
 func kvPublishMemLimit(sendTotal int64) int64 {
 	if sendTotal <= 0 {
 		sendTotal = 256 << 20
