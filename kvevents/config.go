@@ -168,10 +168,17 @@ type Config struct {
 	// receive budget shared by every source's live and replay sockets
 	// (Socket.Guard.Budget, unless set; fair per connection, see
 	// zmtpguard.Budget; Socket.MemoryBudget then only turns it off when
-	// negative). Zero means 128 MiB; a value under twice the largest
-	// message (Socket.Guard.MaxMessageSize) is raised to it. The Subscriber's memory under
-	// attack is then about 3 × MemoryBudget plus per-connection buffers,
-	// however many sources it follows.
+	// negative). The buffered batches are charged to that receive budget
+	// too (zmtpguard.Budget.Charge), so buffers and reads are bounded
+	// together. Zero means 128 MiB; a value under twice the largest
+	// message (Socket.Guard.MaxMessageSize) is raised to it. The
+	// Subscriber's live data under attack are then under about
+	// 2 × MemoryBudget (fair-share reads may pass the budget, never twice
+	// it) plus per-connection buffers and the batch being decoded, however
+	// many sources it follows. Go's collector lets the heap, and the
+	// resident set with it, grow to about twice what is live unless the
+	// program sets a memory limit (GOMEMLIMIT; zmqguard kv-events sets
+	// 2 × MemoryBudget + 64 MiB): see docs/kv-events.md, "Memory".
 	MemoryBudget int64
 	// MaxPayload is the longest batch payload accepted, checked before
 	// anything is decoded. Zero means 64 MiB: about 13 million token ids,

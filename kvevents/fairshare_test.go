@@ -544,3 +544,57 @@ func TestMemoryBudgetAcrossSources(t *testing.T) {
 		t.Fatalf("buffered %d in all (counter %d), budget %d", total, sub.buffered.Load(), budget)
 	}
 }
+
+// TestBufferedChargedToReceiveBudget (issue 37, memory as stated): the live
+// batches a source buffers while its replay runs are charged to the
+// receive budget its sockets share with every source's, so that buffers
+// and reads are bounded together (about 2 × MemoryBudget, not 3 ×), and
+// given back when the buffer is dropped (here: the sources removed).
+func TestBufferedChargedToReceiveBudget(t *testing.T) {
+	hung := newFakeReplay(t, func(ctx context.Context, f *fakeReplay, id []byte, n int, from uint64) { <-ctx.Done() })
+	rec := newRecorder()
+	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, MaxPayload: 1 << 20,
+		MemoryBudget: 8 << 20, ReplayTimeout: time.Hour, ReplayDeadline: time.Hour})
+	if err != nil {
+		t.Fatal(err)
+	}
+	budget := sub.cfg.Socket.Guard.Budget
+	if budget == nil {
+		t.Fatal("no shared receive budget")
+	}
+	var pubs []*rawPub
+	for i := range 2 {
+		p := newRawPub(t)
+		pubs = append(pubs, p)
+		if err := sub.Add(Source{Name: string(rune('a' + i)), Live: p.xp.Endpoint(), Replay: hung}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	stop := runSub(t, sub)
+	defer stop()
+	big := AppendBatch(nil, 1, []Event{{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, TokenIDs: make([]int64, 100_000), BlockSize: 100_000}}, Opt[int64]{}, true)
+	ctx := context.Background()
+	for _, p := range pubs {
+		p.waitSubscribed(t)
+		p.send(0)
+		for s := uint64(2); s < 12; s++ { // seq 1 missing: a replay that never ends
+			p.xp.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, s), big)
+		}
+	}
+	waitFor(t, "ten live batches buffered by each source", func() bool {
+		return sub.buffered.Load() >= int64(2*10*len(big))
+	})
+	used, _, _ := budget.Stats()
+	if buffered := sub.buffered.Load(); used < buffered {
+		t.Fatalf("receive budget holds %d bytes while the sources buffer %d: buffers are not charged", used, buffered)
+	}
+	for i := range 2 {
+		if err := sub.Remove(string(rune('a' + i))); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, "the buffers' bytes given back", func() bool {
+		used, _, _ := budget.Stats()
+		return used < int64(len(big)) && sub.buffered.Load() == 0
+	})
+}

@@ -430,8 +430,11 @@ func (p *Publisher) sendLoop() {
 		seq := p.seq.Load()
 		binary.BigEndian.PutUint64(seqb[:], seq)
 		// XPUB Send never waits: a full subscriber queue drops for that
-		// subscriber (counted in the socket's DroppedHWM).
-		if err := p.pub.Send(p.ctx, p.topic, seqb[:], payload); err != nil {
+		// subscriber (counted in the socket's DroppedHWM). The payload is
+		// shared by every subscriber's queue (and the replay buffer), not
+		// copied for each: 80 subscribers that never read hold their
+		// shares of SendTotalBytes in the same bytes (issue 37).
+		if err := p.pub.SendShared(p.ctx, p.topic, seqb[:], payload); err != nil {
 			return
 		}
 		p.published.Add(1)

@@ -456,8 +456,22 @@ func (so *source) abortReplay() {
 // dropBuf empties the buffer and gives its bytes back to the Subscriber's
 // budget (so.mu held).
 func (so *source) dropBuf() {
-	so.sub.buffered.Add(-int64(so.bufBytes))
+	so.sub.chargeBuffered(-int64(so.bufBytes))
 	so.buf, so.bufBytes = nil, 0
+}
+
+// chargeBuffered counts n more (negative: fewer) buffered bytes in the
+// Subscriber's total and in the receive budget its sockets share
+// (Config.MemoryBudget), so that batches buffered during replays and
+// messages being received are bounded together: a connection holding more
+// than its fair share stalls while the buffers and the reads spend the
+// budget (zmtpguard.Budget.Charge), which keeps what the Subscriber holds
+// under about 2 × MemoryBudget instead of 3 × (issue 37).
+func (s *Subscriber) chargeBuffered(n int64) {
+	s.buffered.Add(n)
+	if b := s.cfg.Socket.Guard.Budget; b != nil {
+		b.Charge(n)
+	}
 }
 
 // bufferLive keeps one live batch while a replay runs (so.mu held), within
@@ -475,7 +489,7 @@ func (so *source) bufferLive(seq uint64, payload []byte) {
 			"max_buffered", cfg.MaxBuffered, "max_buffered_bytes", cfg.MaxBufferedBytes, "memory_budget", cfg.MemoryBudget)
 		return
 	}
-	so.sub.buffered.Add(n)
+	so.sub.chargeBuffered(n)
 	so.buf = append(so.buf, buffered{seq: seq, payload: append([]byte(nil), payload...)})
 	so.bufBytes += len(payload)
 }
@@ -575,9 +589,10 @@ func (so *source) advance() error {
 		if h.seq > so.next {
 			return nil
 		}
+		so.buf[0] = buffered{} // the backing array must not keep the payload alive
 		so.buf = so.buf[1:]
 		so.bufBytes -= len(h.payload)
-		so.sub.buffered.Add(-int64(len(h.payload)))
+		so.sub.chargeBuffered(-int64(len(h.payload)))
 		if h.seq < so.next {
 			so.count(func(st *SourceStats) { st.Duplicates++ })
 			continue

@@ -36,17 +36,27 @@ const (
 )
 
 // outMsg is one queued message: its frames concatenated in buf, frame i
-// ending at ends[i]. cmd, when set, makes it a ZMTP command (buf its data).
+// ending at ends[i], then last when it is not nil (a frame shared by
+// reference: Socket.SendShared). cmd, when set, makes it a ZMTP command
+// (buf its data).
 type outMsg struct {
 	buf  []byte
 	ends []int
+	last []byte
 	cmd  string
 }
 
-func (m *outMsg) set(prefix []byte, hasPrefix bool, frames [][]byte) {
+// set copies [prefix,] frames into m; with share the last frame is kept by
+// reference instead (it must not be empty).
+func (m *outMsg) set(prefix []byte, hasPrefix bool, frames [][]byte, share bool) {
 	m.cmd = ""
 	m.buf = m.buf[:0]
 	m.ends = m.ends[:0]
+	m.last = nil
+	if share {
+		m.last = frames[len(frames)-1]
+		frames = frames[:len(frames)-1]
+	}
 	// Size the slot once for the whole message: a fresh slot (or one whose
 	// oversized buffer was released) then costs one allocation per table
 	// rather than one per growth step; a reused slot costs none.
@@ -76,6 +86,9 @@ func (m *outMsg) frames(dst [][]byte) [][]byte {
 	for _, e := range m.ends {
 		dst = append(dst, m.buf[start:e:e])
 		start = e
+	}
+	if m.last != nil {
+		dst = append(dst, m.last)
 	}
 	return dst
 }
@@ -150,12 +163,14 @@ func newPeerConn(s *Socket, c *zmtpguard.Conn, info *Peer, gone func()) *peerCon
 // queue is at its HWM or byte bound, the socket's SendTotalBytes would be
 // passed, or the peer is closed.
 func (p *peerConn) enqueue(prefix []byte, hasPrefix bool, frames [][]byte) bool {
-	return p.enqueueCounted(prefix, hasPrefix, frames, true)
+	return p.enqueueCounted(prefix, hasPrefix, frames, true, false)
 }
 
 // enqueueCounted is enqueue; count false leaves a refusal uncounted (a
-// SendWait that will wait and retry has dropped nothing).
-func (p *peerConn) enqueueCounted(prefix []byte, hasPrefix bool, frames [][]byte, count bool) bool {
+// SendWait that will wait and retry has dropped nothing); share keeps the
+// last frame by reference (see outMsg.set). A shared frame counts in full
+// against every queue that holds it (the bounds stay what they were).
+func (p *peerConn) enqueueCounted(prefix []byte, hasPrefix bool, frames [][]byte, count, share bool) bool {
 	size := len(prefix)
 	for _, f := range frames {
 		size += len(f)
@@ -207,7 +222,7 @@ again:
 	if i >= len(p.ring) {
 		i -= len(p.ring)
 	}
-	p.ring[i].set(prefix, hasPrefix, frames)
+	p.ring[i].set(prefix, hasPrefix, frames, share)
 	p.n++
 	p.kick()
 	p.qmu.Unlock()
@@ -392,7 +407,8 @@ func (p *peerConn) writeLoop() {
 		freed := 0
 		for i := 0; i < k; i++ {
 			j := (p.head + i) % len(p.ring)
-			freed += len(p.ring[j].buf)
+			freed += len(p.ring[j].buf) + len(p.ring[j].last)
+			p.ring[j].last = nil // a shared frame is not kept past its write
 			if cap(p.ring[j].buf) > slotRetain {
 				p.ring[j].buf = nil
 			}

@@ -41,7 +41,7 @@ func (s *Socket) Send(ctx context.Context, frames ...[]byte) error {
 	case kReq:
 		return s.sendReq(ctx, frames)
 	case kXPub:
-		s.fanOut(frames, true)
+		s.fanOut(frames, true, false)
 		return nil
 	case kXSub:
 		if len(frames) == 1 && len(frames[0]) > 0 && frames[0][0] <= 1 {
@@ -50,10 +50,26 @@ func (s *Socket) Send(ctx context.Context, frames ...[]byte) error {
 			}
 			return s.Unsubscribe(frames[0][1:])
 		}
-		s.fanOut(frames, false)
+		s.fanOut(frames, false, false)
 		return nil
 	}
 	return errNotSupported
+}
+
+// SendShared is Send for an XPUB that queues the last frame by reference
+// instead of copying it for each subscriber: every subscriber's queue
+// holds the same bytes until that subscriber's copy is written, so a
+// payload published to many subscribers (some of them slow) costs its size
+// once, not once per subscriber. The caller must not modify the last frame
+// afterwards. It still counts in full against each subscriber's queue
+// bounds (HWM, SendQueueBytes, its share of SendTotalBytes), which stay
+// what they were. Other socket types: as Send (copied).
+func (s *Socket) SendShared(ctx context.Context, frames ...[]byte) error {
+	if s.kind != kXPub || s.closed.Load() || len(frames) == 0 || len(frames[len(frames)-1]) == 0 {
+		return s.Send(ctx, frames...)
+	}
+	s.fanOut(frames, true, true)
+	return nil
 }
 
 func (s *Socket) sendRouter(frames [][]byte) error {
@@ -105,13 +121,13 @@ func (s *Socket) SendWait(ctx context.Context, frames ...[]byte) error {
 		if p == nil || p.isClosed() {
 			return &unroutableError{Identity: slices.Clone(frames[0])}
 		}
-		if p.enqueueCounted(nil, false, frames[1:], false) {
+		if p.enqueueCounted(nil, false, frames[1:], false, false) {
 			s.sent.Add(1)
 			return nil
 		}
 		ch := s.spaceChan()
 		s.waiters.Add(1)
-		if p.enqueueCounted(nil, false, frames[1:], false) {
+		if p.enqueueCounted(nil, false, frames[1:], false, false) {
 			s.waiters.Add(-1)
 			s.sent.Add(1)
 			return nil
@@ -211,7 +227,8 @@ func (s *Socket) tryRR(req bool, frames [][]byte) bool {
 
 // fanOut queues frames on every peer (XPUB: every matching subscriber),
 // dropping and counting for peers whose queue is full.
-func (s *Socket) fanOut(frames [][]byte, filter bool) {
+// share keeps the last frame by reference (SendShared).
+func (s *Socket) fanOut(frames [][]byte, filter, share bool) {
 	peers := *s.snap.Load()
 	var scratch *[]*peerConn
 	if filter {
@@ -228,7 +245,7 @@ func (s *Socket) fanOut(frames [][]byte, filter bool) {
 		}()
 	}
 	for _, p := range peers {
-		if p.enqueue(nil, false, frames) {
+		if p.enqueueCounted(nil, false, frames, true, share) {
 			s.sent.Add(1)
 		} else if !p.isClosed() {
 			s.dropHWM.Add(1)

@@ -13,18 +13,18 @@ func TestOutMsgSetAllocs(t *testing.T) {
 	id, body, ts := []byte("\x00\x01\x02\x03\x04"), make([]byte, 300), make([]byte, 9)
 	reply := [][]byte{id, nil, body, ts}
 	var m outMsg
-	m.set(nil, false, reply)
-	if n := testing.AllocsPerRun(200, func() { m.set(nil, false, reply) }); n != 0 {
+	m.set(nil, false, reply, false)
+	if n := testing.AllocsPerRun(200, func() { m.set(nil, false, reply, false) }); n != 0 {
 		t.Errorf("reused slot: %v allocations per message, want 0", n)
 	}
-	if n := testing.AllocsPerRun(200, func() { m.set([]byte{}, true, reply[2:]) }); n != 0 {
+	if n := testing.AllocsPerRun(200, func() { m.set([]byte{}, true, reply[2:], false) }); n != 0 {
 		t.Errorf("reused slot with a prefix: %v allocations per message, want 0", n)
 	}
 	big := make([]byte, 3*slotRetain)
 	frames := [][]byte{big[:slotRetain], big[:slotRetain], big, ts}
 	if n := testing.AllocsPerRun(50, func() {
 		m.buf, m.ends = nil, nil // as after the writer released an oversized buffer
-		m.set(nil, false, frames)
+		m.set(nil, false, frames, false)
 	}); n != 2 {
 		t.Errorf("fresh slot, 4 frames of %d bytes: %v allocations, want 2", len(big)*2, n)
 	}

@@ -331,6 +331,9 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 		return err
 	}
 	defer sub.Close()
+	memLimit, restoreLimit := setMemoryLimit(kvEventsMemLimit(sopts.Guard.MaxMessageSize)) // issue 37: RSS near the budget
+	defer restoreLimit()
+	e.logger.Info("kv-events memory", "memory_limit", memLimit, "gomemlimit_env", memLimit == 0)
 	for _, s := range fl.srcs.sources() {
 		if err := sub.Add(s); err != nil {
 			return err

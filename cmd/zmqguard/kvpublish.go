@@ -37,7 +37,8 @@ frame.
 
 It publishes --rate batches per second (0: as fast as possible) until
 --count batches (0: until SIGINT/SIGTERM) and prints one JSON line of
-counters on stdout. --curve-secret-key-file and --curve-allow serve both
+counters on stdout. It sets a soft Go memory limit of 640 MiB (its two send
+budgets, the replay buffer and slack; GOMEMLIMIT, when set, wins). --curve-secret-key-file and --curve-allow serve both
 sockets under CURVE only, to the listed client keys.`,
 }
 
@@ -180,8 +181,10 @@ func runKVPublish(ctx context.Context, fl *kvPublishFlags, e *env) error {
 		return err
 	}
 	defer pub.Close()
+	memLimit, restoreLimit := setMemoryLimit(kvPublishMemLimit(sopts.SendTotalBytes))
+	defer restoreLimit()
 	e.logger.Info("kv-publish", "endpoint", pub.Endpoint(), "replay", pub.ReplayEndpoint(), "rate", fl.rate,
-		"count", fl.count, "engine", fl.engine, "vllm", rel.String())
+		"count", fl.count, "engine", fl.engine, "vllm", rel.String(), "memory_limit", memLimit)
 	var tick <-chan time.Time
 	if fl.rate > 0 {
 		t := time.NewTicker(time.Duration(float64(time.Second) / fl.rate))

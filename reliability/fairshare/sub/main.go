@@ -80,6 +80,8 @@ func main() {
 	dur := fs.Duration("for", 0, "row7, row8: attack duration (default 10s / 20s)")
 	sources := fs.Int("sources", 8, "row8: sources")
 	clients := fs.Int("clients", 20, "row3: replay clients that never read")
+	fs.StringVar(&binPath, "bin", "", "row8: measure this zmqguard binary's kv-events (its defaults) instead of an in-process Subscriber")
+	fs.StringVar(&heapProfile, "heapprofile", "", "row8: write the subscriber's heap profile (after a GC) to this file at the end")
 	fs.Parse(os.Args[2:])
 	var out any
 	var err error
@@ -117,6 +119,9 @@ func orDefault(d, def time.Duration) time.Duration {
 	}
 	return d
 }
+
+// heapProfile is row8's -heapprofile; binPath its -bin.
+var heapProfile, binPath string
 
 var quiet = slog.New(slog.NewTextHandler(io.Discard, nil))
 

@@ -7,7 +7,10 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"runtime"
+	"runtime/pprof"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/zmqguard/zmqguard/kvevents"
@@ -37,6 +40,9 @@ func row8(n int, d time.Duration) (any, error) {
 	if err := json.Unmarshal([]byte(line), &eps); err != nil {
 		return nil, err
 	}
+	if binPath != "" {
+		return row8CLI(n, d, eps)
+	}
 	base := hwm()
 	tr := newTracker()
 	sub, stop, err := startSub(tr.handle)
@@ -50,6 +56,11 @@ func row8(n int, d time.Duration) (any, error) {
 		}
 	}
 	time.Sleep(d) // the attack's duration (the measurement window)
+	if heapProfile != "" {
+		if err := writeHeap(heapProfile); err != nil {
+			return nil, err
+		}
+	}
 	st := sub.Stats()
 	return map[string]any{"row": 8, "sources": n, "seconds": d.Seconds(), "rss_before_mib": base >> 20,
 		"peak_rss_mib": hwm() >> 20, "buffer_overflows": st.BufferOverflows, "replays": st.Replays, "lost": st.Lost}, nil
@@ -99,9 +110,37 @@ func row8Pub(n int, d time.Duration) error {
 	return nil
 }
 
+// row8CLI measures `BIN kv-events` (its defaults, its memory limit)
+// following the attacker's sources instead of an in-process Subscriber:
+// its peak resident set (VmHWM) after d.
+func row8CLI(n int, d time.Duration, eps [][2]string) (any, error) {
+	var args []string
+	for _, e := range eps {
+		args = append(args, "--connect", e[0], "--replay", e[1])
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), d+time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, binPath, append([]string{"kv-events"}, args...)...)
+	if err := cmd.Start(); err != nil { // stdout and stderr: /dev/null
+		return nil, err
+	}
+	defer func() { cmd.Process.Signal(syscall.SIGTERM); cmd.Wait() }()
+	time.Sleep(d) // the attack's duration (the measurement window)
+	peak := hwmOf(fmt.Sprint(cmd.Process.Pid))
+	if peak == 0 {
+		return nil, fmt.Errorf("kv-events exited early or /proc is unreadable")
+	}
+	return map[string]any{"row": 8, "cli": true, "sources": n, "seconds": d.Seconds(),
+		"peak_rss_mib": peak >> 20, "gomemlimit_env": os.Getenv("GOMEMLIMIT")}, nil
+}
+
 // hwm is this process's peak resident set (VmHWM), in bytes.
-func hwm() int64 {
-	b, err := os.ReadFile("/proc/self/status")
+func hwm() int64 { return hwmOf("self") }
+
+// hwmOf is process pid's peak resident set (VmHWM), in bytes (0 if
+// unknown).
+func hwmOf(pid string) int64 {
+	b, err := os.ReadFile("/proc/" + pid + "/status")
 	if err != nil {
 		return 0
 	}
@@ -113,4 +152,18 @@ func hwm() int64 {
 		}
 	}
 	return 0
+}
+
+// writeHeap writes the heap profile (pprof's, after a collection) to path.
+func writeHeap(path string) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	runtime.GC()
+	if err := pprof.Lookup("heap").WriteTo(f, 0); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
