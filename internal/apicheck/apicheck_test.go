@@ -71,10 +71,11 @@ func TestSurface(t *testing.T) {
 
 // surfaceBudget is the most exported names the public packages may have
 // together (issue 30: the next engineer must not have to learn 961). It was
-// 400; issues 35 and 39 added 12 names a user needs and nothing else gives
-// (kvevents.Position, Subscriber.Resync, SignedHash; kvindex.ErrBackendLost,
-// PositionStore with its three methods, Index.Positions; vllm.Resolve,
-// Resolution, KnownReleases), so it is 410, each share raised by what its
+// 400; issues 35, 37 and 39 added 13 names a user needs and nothing else
+// gives (kvevents.Position, Subscriber.Resync, SignedHash;
+// kvindex.ErrBackendLost, PositionStore with its three methods,
+// Index.Positions; vllm.Resolve, Resolution, KnownReleases;
+// socket.Socket.SendShared), so it is 410, each share raised by what its
 // package gained.
 const surfaceBudget = 410
 
@@ -83,7 +84,7 @@ const surfaceBudget = 410
 // TestSurfaceBudget logs the packages over their share, to say where the
 // names are; only the total is enforced.
 var pkgBudget = map[string]int{
-	"zmtpguard": 45, "socket": 35, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
+	"zmtpguard": 45, "socket": 36, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
 	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 48,
 	"kvindex": 61, "metrics/zgprom": 4, "metrics/zgotel": 2,
 }
