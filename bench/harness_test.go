@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/missingpeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/missingpeer"
 )
 
 // TestHarnessQuick runs bench/run.sh in its quick mode on one comparison

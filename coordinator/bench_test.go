@@ -6,8 +6,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/dppeer"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 )
 
 // BenchmarkDecodeStats decodes the 101-byte stats frame (docs/protocol.md's

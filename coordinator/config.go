@@ -6,8 +6,8 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/dpwire"
-	"github.com/zmqguard/zmqguard/internal/sockopt"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/sockopt"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"

@@ -9,7 +9,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

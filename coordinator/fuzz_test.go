@@ -8,7 +8,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 )
 
 // fuzzSeedsECO are seeds added with f.Add besides the committed corpus in

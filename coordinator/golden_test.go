@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
-	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

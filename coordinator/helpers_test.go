@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/dppeer"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

@@ -14,8 +14,8 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 )
 
 func TestParseStartDPWave(t *testing.T) {

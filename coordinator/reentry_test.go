@@ -4,7 +4,7 @@ import (
 	"errors"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/reentry/reentrytest"
+	"github.com/zmqguard/zmqguard/internal/testkit/reentrytest"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )

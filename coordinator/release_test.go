@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

@@ -11,8 +11,8 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/dpwire"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

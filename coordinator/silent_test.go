@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
 )
 
 // freezeProxy forwards TCP connections from a loopback listener to target,

@@ -9,7 +9,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 )
 
 // TestStateWalkthrough walks a two-engine state machine through start-up, a

@@ -10,7 +10,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 // DType is an array's element type. The zero value dtNone marks an

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 )
 
 // benchOutputs is the benchmark message: 256 outputs of one token each, one

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
 )
 
 // splitFrames turns a fuzz input into frames: a sequence of [uint16

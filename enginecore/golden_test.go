@@ -14,7 +14,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 )
 
 // TestGoldenEngineOutputs runs every engine-outputs vector (bytes written by

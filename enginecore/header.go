@@ -10,7 +10,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
 )
 
 // outputsFields is the number of fields of vLLM's EngineCoreOutputs struct

@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
 )
 
 // onePassLimits derives the limits of one differential run from the

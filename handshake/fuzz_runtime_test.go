@@ -8,7 +8,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 )
 
 // FuzzPayloadMetadata: payloadMetadata (the listener's zero-copy lookup of

@@ -6,8 +6,8 @@ import (
 	"encoding/json"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

@@ -14,7 +14,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

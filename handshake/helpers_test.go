@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

@@ -8,7 +8,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 )
 
 // TestPythonInterop checks the codecs against Python's msgpack (Debian's

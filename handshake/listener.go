@@ -18,9 +18,9 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
-	"github.com/zmqguard/zmqguard/internal/sockopt"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/sockopt"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )

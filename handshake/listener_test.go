@@ -15,7 +15,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )

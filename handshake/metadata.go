@@ -1,7 +1,7 @@
 package handshake
 
 import (
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

@@ -12,7 +12,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 )
 
 func TestMain(m *testing.M) {

@@ -13,8 +13,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

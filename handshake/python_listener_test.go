@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 )
 
 // TestPythonClientAgainstGoListener: pyzmq REQ clients (libzmq) handshake

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/missingpeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/missingpeer"
 )
 
 // pythonPath is Debian's interpreter, which has python3-msgpack; a python3

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
 )
 
 // TestPushRegistrationRefused: a push-mode decode side (vLLM PR #35264)

@@ -7,9 +7,9 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 // Variant is the form of a handshake request, which also fixes the form of

@@ -11,8 +11,8 @@ import (
 	"strings"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/ratelog"
-	"github.com/zmqguard/zmqguard/internal/sockopt"
+	"github.com/zmqguard/zmqguard/internal/ref/sockopt"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 	"github.com/zmqguard/zmqguard/zmtpguard"

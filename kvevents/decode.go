@@ -7,8 +7,8 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 // Decode limits. vLLM publishes one batch per scheduler step with every

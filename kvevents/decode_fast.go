@@ -6,7 +6,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
 )
 
 // The one-pass decoder. It reads a batch once, checking each header against

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 )
 
 // decodeResult is what one decode yields, for comparing two decoders.

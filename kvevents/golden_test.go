@@ -14,14 +14,14 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
 // Tests against the golden vectors: bytes vLLM's own code wrote
 // (ZmqEventPublisher framing, msgspec payloads of vLLM's structs), with the
-// values they decode to. See internal/golden.
+// values they decode to. See internal/testkit/golden.
 
 // goldenRelease is the vLLM release profile of the vectors' commit (vLLM main
 // of 2026-08-07, after #49230, before #50620 and #51481); its KV rules are

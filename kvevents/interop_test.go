@@ -15,8 +15,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

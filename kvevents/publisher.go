@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/sockopt"
+	"github.com/zmqguard/zmqguard/internal/ref/sockopt"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -71,7 +71,7 @@ type PublisherConfig struct {
 	Release vllm.Release
 	// Engine selects whose bytes are sent: "" or "vllm" (Release decides),
 	// or "sglang": SGLang's (its disaggregation/kv_events.py at the commit
-	// of internal/golden/testdata/sglang), byte for byte: events as
+	// of internal/testkit/golden/testdata/sglang), byte for byte: events as
 	// SGLang's tagged arrays with every SGLang field (BlockStored 7
 	// elements, BlockRemoved 3, AllBlocksCleared 1; the other fields of an
 	// Event are not written), DataParallelRank as the batch's attn_dp_rank,

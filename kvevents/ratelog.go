@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 // Log kinds, each rate-limited on its own; drops get one kind per reason.
@@ -25,7 +25,7 @@ const (
 const maxLogPayload = 32
 
 // rateLog writes the subscriber's lines through the project's one limiter
-// (internal/ratelog): at most one line per kind per interval, the next line
+// (internal/stack/ratelog): at most one line per kind per interval, the next line
 // of that kind saying how many it held back (held_back).
 type rateLog struct {
 	lim *ratelog.Limiter

@@ -8,7 +8,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/reentry/reentrytest"
+	"github.com/zmqguard/zmqguard/internal/testkit/reentrytest"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

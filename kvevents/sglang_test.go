@@ -11,11 +11,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
-// Tests against the SGLang golden vectors (internal/golden/testdata/sglang):
+// Tests against the SGLang golden vectors (internal/testkit/golden/testdata/sglang):
 // bytes SGLang's own code wrote (its ZmqEventPublisher framing, msgspec
 // payloads of its array_like structs: signed int64 hashes, its media names,
 // one block per page, replay without a topic frame), with the values they

@@ -7,8 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/zmqguard/zmqguard/internal/ratelog"
 	"github.com/zmqguard/zmqguard/internal/reentry"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 // Errors.
@@ -39,11 +39,18 @@ const (
 	// be proven: then From == To is possible (no batch known missing).
 	// Either way the source's entries are no longer certain.
 	UpdateLost = "lost"
+	// UpdateDeparted: the source's engine has left the fleet (issue 36):
+	// it was removed (Subscriber.Remove, or a discovery that no longer
+	// lists it), or its connection has been gone for Config.EngineTTL.
+	// Nothing it published is held any more; the index drops its entries.
+	// It is the source's last update; if the engine comes back it is a new
+	// run (continuity rules apply from nothing).
+	UpdateDeparted = "departed"
 )
 
 // Update is what a Handler receives: a batch, a restart or a lost range.
 type Update struct {
-	// Kind is UpdateBatch, UpdateReset or UpdateLost.
+	// Kind is UpdateBatch, UpdateReset, UpdateLost or UpdateDeparted.
 	Kind   string
 	Source string
 	// Batch is the delivered batch (UpdateBatch). Valid only until the

@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/kvload"
+	"github.com/zmqguard/zmqguard/internal/testkit/kvload"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 

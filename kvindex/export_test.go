@@ -1,6 +1,6 @@
 package kvindex
 
-import "github.com/zmqguard/zmqguard/internal/kvkey"
+import "github.com/zmqguard/zmqguard/internal/ref/kvkey"
 
 // Names the external tests use that users do not need.
 

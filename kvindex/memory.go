@@ -6,7 +6,7 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/zmqguard/zmqguard/internal/kvkey"
+	"github.com/zmqguard/zmqguard/internal/ref/kvkey"
 )
 
 // defaultCapacity is the entry capacity of a memory backend made with

@@ -6,7 +6,7 @@ import (
 	"log/slog"
 	"maps"
 
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 	"github.com/zmqguard/zmqguard/kvevents"
 )
 

@@ -5,7 +5,7 @@ import (
 	"fmt"
 	"slices"
 
-	"github.com/zmqguard/zmqguard/internal/kvkey"
+	"github.com/zmqguard/zmqguard/internal/ref/kvkey"
 )
 
 // MaxScoreTokens bounds the prompt Score accepts (a million tokens).

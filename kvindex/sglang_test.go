@@ -12,8 +12,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )

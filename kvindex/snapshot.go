@@ -16,8 +16,8 @@ import (
 	"slices"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/kvkey"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/ref/kvkey"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 	"github.com/zmqguard/zmqguard/kvevents"
 )
 

@@ -9,8 +9,8 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
-	"github.com/zmqguard/zmqguard/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/testkit/vllmwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

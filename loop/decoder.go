@@ -7,7 +7,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
 )
 
 // Decoder decodes the body frames of one message into dst, which the loop

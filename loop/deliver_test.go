@@ -9,7 +9,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/vllmwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

@@ -7,8 +7,8 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/envelope"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
-	"github.com/zmqguard/zmqguard/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/testkit/vllmwire"
 )
 
 // FuzzLoop feeds arbitrary bytes to a typed PULL loop and, split into

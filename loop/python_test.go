@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 )
 
 // TestPythonProducersLeaveZMQ4 is the "wrap" migration path against real

@@ -8,8 +8,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/msgpscan"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/msgpscan"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 const (
@@ -23,7 +23,7 @@ const (
 )
 
 // rateLog writes the drop log lines of one loop through the project's one
-// rate limiter (internal/ratelog, shared with package socket): a detail
+// rate limiter (internal/stack/ratelog, shared with package socket): a detail
 // line for the first drop of a reason from each connection (peer address
 // with its port), and per reason at most one summary line an interval,
 // written by the next drop or by a timer, that counts drops and distinct

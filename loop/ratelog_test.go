@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/vllmwire"
 )
 
 func sumCounts(recs []logRecord) (n uint64) {

@@ -12,7 +12,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
-	"github.com/zmqguard/zmqguard/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/vllmwire"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )

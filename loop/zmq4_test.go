@@ -13,7 +13,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/vllmwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/vllmwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

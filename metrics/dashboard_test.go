@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/missingpeer"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/missingpeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 )
 
 // dashboardExprs returns every PromQL expression of the committed Grafana

@@ -11,8 +11,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/golden"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

@@ -81,8 +81,8 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
-	"github.com/zmqguard/zmqguard/internal/sockopt"
+	"github.com/zmqguard/zmqguard/internal/ref/sockopt"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )

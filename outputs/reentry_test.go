@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/reentry/reentrytest"
+	"github.com/zmqguard/zmqguard/internal/testkit/reentrytest"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )

@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

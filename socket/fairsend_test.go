@@ -9,7 +9,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // Issue 29 row 2: subscribers that never read must not take the whole

@@ -10,8 +10,8 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // Liveness errors.

@@ -13,7 +13,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 // maxLogErr caps an error's text in a log line.
@@ -17,7 +17,7 @@ const maxLogErr = 256
 func (s *Socket) logger() *slog.Logger { return s.limiter().Logger() }
 
 // limiter returns the socket's drop-line limiter, created on first use.
-// It is internal/ratelog's, the one package loop uses too: one detail
+// It is internal/stack/ratelog's, the one package loop uses too: one detail
 // line for the first refusal of a reason from each connection (a remote
 // address with its port), then per reason at most one summary a second
 // that counts refusals and connections and names no single peer; a timer

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 // countingHandler counts the records it is given, by their "reason".

@@ -6,7 +6,7 @@ import (
 	"net"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/reentry/reentrytest"
+	"github.com/zmqguard/zmqguard/internal/testkit/reentrytest"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

@@ -15,7 +15,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // rawFrame is one frame a zmtpPeer read.

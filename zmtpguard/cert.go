@@ -12,7 +12,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // maxCertificateSize bounds a certificate file read by [LoadCertificate]:

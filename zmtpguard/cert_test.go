@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 )
 
 // Test keys from libzmq's zmq_curve(7) manual page ("TEST KEY VALUES").

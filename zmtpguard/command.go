@@ -1,7 +1,7 @@
 package zmtpguard
 
 import (
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // Command names zmtpguard recognises after the handshake.

@@ -19,7 +19,7 @@ import (
 	"golang.org/x/crypto/salsa20/salsa"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
 // mechanismCURVE is the greeting's mechanism name for CURVE (RFC 25).
@@ -141,7 +141,7 @@ func curveGreeting(server bool) [greetingSize]byte {
 // summary line.
 const refusalLogBurst = ratelog.FirstWarnings
 
-// logRefusal logs a refused client through cc's limiter (internal/ratelog):
+// logRefusal logs a refused client through cc's limiter (internal/stack/ratelog):
 // a detail line for the first refusal of a key fingerprint, at most
 // refusalLogBurst of them per refusalLogInterval, and summary lines that
 // count the rest.

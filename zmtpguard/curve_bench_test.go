@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 	"golang.org/x/crypto/nacl/box"
 )
 

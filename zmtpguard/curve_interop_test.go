@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 )
 
 // pyPeer is a running testdata/curve_peer.py.

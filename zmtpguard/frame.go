@@ -3,7 +3,7 @@ package zmtpguard
 import (
 	"strconv"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // ZMTP frame flag bits.

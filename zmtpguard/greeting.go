@@ -1,7 +1,7 @@
 package zmtpguard
 
 import (
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // greetingSize is the length of a ZMTP 3.x greeting.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/go-zeromq/zmq4"
-	"github.com/zmqguard/zmqguard/internal/pypeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 )
 
 const python = "/usr/bin/python3"

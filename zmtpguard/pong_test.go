@@ -3,7 +3,7 @@ package zmtpguard
 import (
 	"errors"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // Pong answers a PING message m (as returned by ReadMessage) with the PONG

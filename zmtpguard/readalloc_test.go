@@ -79,7 +79,7 @@ func BenchmarkReadMessage157Cold(b *testing.B) {
 }
 
 // TestParsersDoNotAllocate: the wire parsers zmtpguard reads through
-// (internal/zmtpwire, behind the wrappers that turn their refusals into
+// (internal/stack/zmtpwire, behind the wrappers that turn their refusals into
 // Violations) allocate nothing on valid input: the general read path and
 // CURVE parse every frame header through them.
 func TestParsersDoNotAllocate(t *testing.T) {

@@ -3,7 +3,7 @@ package zmtpguard
 import (
 	"strconv"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // SocketType is a ZMTP socket type as a READY command's Socket-Type

@@ -9,7 +9,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

@@ -27,7 +27,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

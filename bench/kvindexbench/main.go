@@ -30,7 +30,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/kvload"
+	"github.com/zmqguard/zmqguard/internal/testkit/kvload"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 

@@ -25,7 +25,7 @@ import (
 	"os"
 
 	"github.com/zmqguard/zmqguard/bench/internal/load"
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 func main() {

@@ -14,7 +14,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/zmqguard/zmqguard/internal/benchfmt"
+	"github.com/zmqguard/zmqguard/internal/testkit/benchfmt"
 )
 
 func main() {

@@ -13,8 +13,8 @@ import (
 
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/dppeer"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 	"github.com/zmqguard/zmqguard/socket"
 )
 

@@ -12,7 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/coordinator"
-	"github.com/zmqguard/zmqguard/internal/dpwire"
+	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/vllm"
 )

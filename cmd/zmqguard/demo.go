@@ -14,9 +14,9 @@ import (
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/dppeer"
-	"github.com/zmqguard/zmqguard/internal/hostile"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
+	"github.com/zmqguard/zmqguard/internal/testkit/hostile"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"

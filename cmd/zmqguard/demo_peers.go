@@ -12,7 +12,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

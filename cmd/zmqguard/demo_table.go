@@ -10,7 +10,7 @@ import (
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/internal/testkit/hostile"
 )
 
 // demoStatus renders the live one-line status.

@@ -9,7 +9,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/internal/testkit/hostile"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 )

@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/kvmodel"
-	"github.com/zmqguard/zmqguard/internal/redistest"
+	"github.com/zmqguard/zmqguard/internal/testkit/kvmodel"
+	"github.com/zmqguard/zmqguard/internal/testkit/redistest"
 	"github.com/zmqguard/zmqguard/kvevents"
 )
 

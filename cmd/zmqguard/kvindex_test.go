@@ -10,8 +10,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/kvmodel"
-	"github.com/zmqguard/zmqguard/internal/redistest"
+	"github.com/zmqguard/zmqguard/internal/testkit/kvmodel"
+	"github.com/zmqguard/zmqguard/internal/testkit/redistest"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex/vllmhash"
 )

@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/sockopt"
+	"github.com/zmqguard/zmqguard/internal/ref/sockopt"
 
 	"github.com/zmqguard/zmqguard/coordinator"
 	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

@@ -17,7 +17,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/ratelog"
+	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/metrics/zgprom"
 	"github.com/zmqguard/zmqguard/outputs"

@@ -10,7 +10,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 

@@ -6,7 +6,7 @@ import (
 	"strconv"
 
 	"github.com/zmqguard/zmqguard/handshake"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
 )
 
 // probeReportJSON is the --json form of a probe report: named fields,

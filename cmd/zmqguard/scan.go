@@ -11,7 +11,7 @@ import (
 	"net/netip"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/hostile"
+	"github.com/zmqguard/zmqguard/internal/testkit/hostile"
 )
 
 var scanSpec = commandSpec{

@@ -5,7 +5,7 @@ import (
 
 	"go.uber.org/goleak"
 
-	"github.com/zmqguard/zmqguard/internal/redistest"
+	"github.com/zmqguard/zmqguard/internal/testkit/redistest"
 )
 
 func TestMain(m *testing.M) {

@@ -2,7 +2,7 @@
 
 Written for zmqguard (not taken from SGLang). Its payloads are not built here:
 they are the msgspec payloads of SGLang golden vectors
-(internal/golden/testdata/sglang/kv-events.jsonl, written by SGLang's own
+(internal/testkit/golden/testdata/sglang/kv-events.jsonl, written by SGLang's own
 code), named on the command line, one per batch, in order. Only the framing is
 this script's, and it is the framing SGLang's ZmqEventPublisher uses (as the
 README of those vectors records it): live [topic, seq (8 bytes big-endian),

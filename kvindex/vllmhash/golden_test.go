@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 )
 
 type hexBytes struct {

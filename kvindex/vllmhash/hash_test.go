@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 )
 
 // TestGoldenChainRequest rebuilds each chain-* request from its blocks and

@@ -4,8 +4,8 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
-	"github.com/zmqguard/zmqguard/internal/kvkey"
+	"github.com/zmqguard/zmqguard/internal/ref/kvkey"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/golden"
 )
 
 // jsonHashInt reads a KV-event hash as the vectors render it: an integer

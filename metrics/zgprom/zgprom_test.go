@@ -17,7 +17,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
-	"github.com/zmqguard/zmqguard/internal/missingpeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/missingpeer"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/loop"

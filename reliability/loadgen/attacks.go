@@ -12,8 +12,8 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/hostile"
-	"github.com/zmqguard/zmqguard/internal/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/hostile"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

@@ -11,7 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/dppeer"
+	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
 )
 
 func runEngine(ctx context.Context, args []string) (any, error) {

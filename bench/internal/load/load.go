@@ -22,7 +22,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 

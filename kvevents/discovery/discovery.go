@@ -1,0 +1,28 @@
+// Package discovery finds the KV-event publishers of a fleet that changes
+// and keeps a kvevents.Subscriber following exactly them (issue 36).
+//
+// A Discoverer reports the complete set of sources it sees each time that
+// set may have changed; Follow turns consecutive sets into
+// Subscriber.Add and Subscriber.Remove calls, so a source that leaves the
+// set is removed (its engine departs the index) and one that joins is
+// added. DNS and File are the discoverers this package ships; the
+// Kubernetes pod watcher is its own module (kvevents/discovery/kubernetes)
+// so that this module never requires client-go. Anyone can write another:
+// the interface is one method.
+package discovery
+
+import (
+	"context"
+
+	"github.com/zmqguard/zmqguard/kvevents"
+)
+
+// Discoverer finds sources. Discover sends the complete current set of
+// sources on sets each time it may have changed (a set equal to the
+// previous one is allowed and changes nothing), and returns when ctx ends
+// (with nil) or when it cannot go on (with an error naming why). An error
+// that only affects one round (a DNS timeout, a bad line in a file) is not
+// returned: it is logged and the previous set stays in force.
+type Discoverer interface {
+	Discover(ctx context.Context, sets chan<- []kvevents.Source) error
+}
