@@ -149,8 +149,12 @@ func TestEngineWithinShareNotSlowedByTotal(t *testing.T) {
 			t.Fatalf("honest message %d not handled while the heavy engines fill QueueBytes (stats %+v)", i, r.Stats())
 		}
 	}
-	if st := r.Stats(); st.Holds < heavy || st.QueueWaits != 0 {
-		t.Errorf("%d holds (want one per heavy engine at least), %d waits of the receive loop (want 0)", st.Holds, st.QueueWaits)
+	// Every heavy engine is held once its queue passes its share; the last
+	// ones may still be sending on a loaded machine: wait for the holds, then
+	// check the receive loop never waited for the total.
+	waitFor(t, ctx, "one hold per heavy engine", func() bool { return r.Stats().Holds >= heavy })
+	if st := r.Stats(); st.QueueWaits != 0 {
+		t.Errorf("%d holds, %d waits of the receive loop (want 0)", st.Holds, st.QueueWaits)
 	}
 	close(release)
 	done()
