@@ -164,7 +164,7 @@ func BenchmarkZMQ4(b *testing.B) {
 		if err := push.Dial("tcp://" + pull.Addr().String()); err != nil {
 			b.Fatal(err)
 		}
-		rcv := FromZMQ4(pull).(*zmq4Receiver)
+		rcv := socket.FromZMQ4(pull)
 		frame := []byte(vllmwire.StatsVector)
 		b.ReportAllocs()
 		b.SetBytes(int64(len(frame)))
@@ -292,7 +292,7 @@ func BenchmarkRatioZMQ4(b *testing.B) {
 	if err := push.Dial("tcp://" + pull.Addr().String()); err != nil {
 		b.Fatal(err)
 	}
-	rcv := FromZMQ4(pull).(*zmq4Receiver)
+	rcv := socket.FromZMQ4(pull)
 	frame := []byte(vllmwire.StatsVector)
 	sent := make(chan error, 1)
 	go func() {
