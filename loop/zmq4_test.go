@@ -289,7 +289,7 @@ type closingReceiver interface {
 
 // guardedZMQ4Loop is the "wrap" migration path set up for a test: a zmq4
 // PULL bound on the guarded transport (registered once under a test
-// scheme), wrapped by FromZMQ4 under a stats loop whose handler signals got
+// scheme), wrapped by socket.FromZMQ4 under a stats loop whose handler signals got
 // (buffered buf) per delivery. The caller runs the loop and closes rcv.
 func guardedZMQ4Loop(t *testing.T, buf int) (zmq4.Socket, closingReceiver, *Loop[vllmwire.Message], chan struct{}) {
 	t.Helper()
