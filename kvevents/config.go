@@ -167,8 +167,9 @@ type Config struct {
 	// the sources followed, and at most MaxBufferedBytes), and is the
 	// receive budget shared by every source's live and replay sockets
 	// (Socket.Guard.Budget, unless set; fair per connection, see
-	// zmtpguard.Budget; Socket.MemoryBudget then only turns it off when
-	// negative). The buffered batches are charged to that receive budget
+	// zmtpguard.Budget; Socket.MemoryBudget may be zero or equal to
+	// MemoryBudget, another positive value is refused, a negative one turns
+	// the receive budget off). The buffered batches are charged to that receive budget
 	// too (zmtpguard.Budget.Charge), so buffers and reads are bounded
 	// together. Zero means 128 MiB; a value under twice the largest
 	// message (Socket.Guard.MaxMessageSize) is raised to it. The
@@ -330,6 +331,9 @@ func (c *Config) fill() error {
 		c.MemoryBudget = min2
 	}
 	if c.Socket.Guard.Budget == nil && c.Socket.MemoryBudget >= 0 {
+		if m := c.Socket.MemoryBudget; m > 0 && m != c.MemoryBudget {
+			return fmt.Errorf("kvevents: Config.Socket.MemoryBudget %d differs from Config.MemoryBudget %d, the budget every source's sockets share: set MemoryBudget", m, c.MemoryBudget)
+		}
 		// One receive budget for every source's sockets: n sources no
 		// longer mean n budgets.
 		c.Socket.Guard.Budget = &zmtpguard.Budget{Limit: c.MemoryBudget, Wait: c.Socket.BudgetWait}

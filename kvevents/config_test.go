@@ -87,6 +87,27 @@ func TestConfigNegative(t *testing.T) {
 	}
 }
 
+// TestConfigOneBudget (issue 40): Config.MemoryBudget is the receive
+// budget every source's sockets share; a Socket.MemoryBudget equal to it
+// is accepted, another positive one refused naming both (it used to be
+// ignored silently), a negative one turns the receive budget off.
+func TestConfigOneBudget(t *testing.T) {
+	const mb = 256 << 20
+	ok := Config{Handler: nopHandler, Logger: quiet, MemoryBudget: mb, Socket: socket.Options{MemoryBudget: mb}}
+	if err := ok.fill(); err != nil || ok.Socket.Guard.Budget == nil || ok.Socket.Guard.Budget.Limit != mb {
+		t.Errorf("equal budgets: %v, shared budget %+v", err, ok.Socket.Guard.Budget)
+	}
+	bad := Config{Handler: nopHandler, Logger: quiet, MemoryBudget: mb, Socket: socket.Options{MemoryBudget: 300 << 20}}
+	want := "kvevents: Config.Socket.MemoryBudget 314572800 differs from Config.MemoryBudget 268435456"
+	if err := bad.fill(); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("different budgets: %v, want %q", err, want)
+	}
+	off := Config{Handler: nopHandler, Logger: quiet, MemoryBudget: mb, Socket: socket.Options{MemoryBudget: -1}}
+	if err := off.fill(); err != nil || off.Socket.Guard.Budget != nil {
+		t.Errorf("receive budget off: %v, shared budget %+v", err, off.Socket.Guard.Budget)
+	}
+}
+
 // TestConfigSocketDefaultOptions: the config trap of issue 30 in this
 // package. socket.DefaultOptions() with a raised MaxMessageSize works as
 // Options{} with the same change does: both are raised to hold MaxPayload

@@ -19,3 +19,11 @@ const (
 	MaxMediumLen     = kvkey.MaxMediumLen
 	MaxMediums       = kvkey.MaxMediums
 )
+
+// embedded is a Backend that embeds the in-memory backend, as a wrapper
+// inside this package would: it keeps the optional interfaces
+// (backendopt.go) through the embedding.
+type embedded struct{ *memory }
+
+// Embedded wraps b, from NewMemory, in a type of its own that embeds it.
+func Embedded(b Backend) Backend { return embedded{b.(*memory)} }

@@ -175,11 +175,11 @@ func New(cfg Config) (*Index, error) {
 		pending: map[string]pendingTrust{},
 		fails:   ratelog.New(ratelog.Config{Logger: cfg.Logger, Component: "kvindex"})}
 	if cfg.SnapshotFile != "" {
-		m, ok := x.be.(*memory)
+		_, ok := x.be.(snapshotter)
 		if !ok && x.be != nil {
 			return nil, fmt.Errorf("kvindex: Config.SnapshotFile %q needs the in-memory backend (a shared backend keeps its own state)", cfg.SnapshotFile)
 		}
-		if ok && m.Stats().Engines != 0 {
+		if ok && x.be.Stats().Engines != 0 {
 			return nil, fmt.Errorf("kvindex: Config.SnapshotFile %q needs an empty backend: the one given holds engines already", cfg.SnapshotFile)
 		}
 	}
@@ -350,10 +350,10 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 	st.found = slices.Grow(st.found[:0], len(st.hashes))[:len(st.hashes)]
 	// The in-memory backend resolves and applies under one write lock (a
 	// Score waiting between the two would cost a lock hand-off per batch).
-	mem, _ := x.be.(*memory)
+	mem, _ := x.be.(lockedApplier)
 	if mem != nil {
 		mem.lock()
-		defer mem.mu.Unlock()
+		defer mem.unlock()
 	}
 	if len(st.hashes) > 0 {
 		var err error

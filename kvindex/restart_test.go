@@ -689,3 +689,33 @@ func TestSnapshotRestartTwice(t *testing.T) {
 		t.Fatalf("b after a lost range between restarts: %+v, want maybe 4, certain 0", r)
 	}
 }
+
+// TestSnapshotThroughOptionalInterface (issue 40): the Index finds what the
+// in-memory backend can do beyond Backend (the snapshot, the one-lock
+// apply, the direct Score walk) by its optional interfaces, not its
+// concrete type: a type embedding it is snapshotted and restored like it,
+// while a Backend with only the interface's methods (opaque) is still
+// refused a SnapshotFile (TestSnapshotConfig).
+func TestSnapshotThroughOptionalInterface(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "kv.snap")
+	cfg := kvindex.Config{SnapshotFile: path, Logger: slog.New(slog.DiscardHandler), BlockSize: 8}
+	cfg.Backend = kvindex.Embedded(newMemory(t, 0))
+	x, err := kvindex.New(cfg)
+	if err != nil {
+		t.Fatalf("a backend embedding the in-memory one refused a snapshot: %v", err)
+	}
+	snapshotWorld(t, x)
+	before := x.Stats().Backend
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
+	cfg.Backend = kvindex.Embedded(newMemory(t, 0))
+	y, err := kvindex.New(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer y.Close()
+	if after := y.Stats().Backend; after.Entries != before.Entries || after.Engines != before.Engines || after.Entries == 0 {
+		t.Fatalf("restored %+v, snapshotted %+v", after, before)
+	}
+}

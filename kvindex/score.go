@@ -266,8 +266,8 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		}
 		sc.reset()
 		var err error
-		if mem, ok := x.be.(*memory); ok {
-			err = mem.walk(sc.keys, sc)
+		if hw, ok := x.be.(holderWalker); ok {
+			err = hw.walk(sc.keys, sc)
 		} else {
 			err = x.be.Holders(sc.keys, func(i int, hs []Holder) bool {
 				ext := false

@@ -376,7 +376,7 @@ func (x *Index) writeSnapshot() (err error) {
 			x.st.snapshots.Add(1)
 		}
 	}()
-	mem := x.be.(*memory)
+	snap := x.be.(snapshotter) // New refuses a SnapshotFile for any other
 	// Positions before entries: a position never ahead of the entries
 	// written (a resume from an older position replays, and a batch
 	// applied twice changes nothing).
@@ -400,7 +400,7 @@ func (x *Index) writeSnapshot() (err error) {
 			os.Remove(f.Name())
 		}
 	}()
-	if err = encodeSnapshot(f, mem, x.seed, x.cfg.Keys != nil, st); err != nil {
+	if err = snap.writeSnapshot(f, x.seed, x.cfg.Keys != nil, st); err != nil {
 		return err
 	}
 	if err = f.Sync(); err != nil {
@@ -426,7 +426,7 @@ func (x *Index) writeSnapshot() (err error) {
 // their entries made uncertain.
 func (x *Index) loadSnapshot() {
 	path := x.cfg.SnapshotFile
-	mem := x.be.(*memory)
+	snap := x.be.(snapshotter) // New refuses a SnapshotFile for any other
 	start := time.Now()
 	f, err := os.Open(path)
 	if errors.Is(err, fs.ErrNotExist) {
@@ -442,19 +442,15 @@ func (x *Index) loadSnapshot() {
 		return
 	}
 	defer f.Close()
-	fresh := &memory{capacity: mem.capacity, engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
-	fresh.blocks.init(fresh)
-	fresh.maps.init(fresh)
 	var size int64
 	if fi, err := f.Stat(); err == nil {
 		size = fi.Size()
 	}
-	st, err := readSnapshot(f, fresh, x.seed, x.cfg.Keys != nil, size)
+	st, err := snap.loadSnapshot(f, x.seed, x.cfg.Keys != nil, size)
 	if err != nil {
 		refuse(err.Error())
 		return
 	}
-	mem.adopt(fresh)
 	x.spaceMu.Lock()
 	x.spaces = st.spaces
 	x.spaceMu.Unlock()
@@ -466,25 +462,11 @@ func (x *Index) loadSnapshot() {
 	// trust back with the first batch delivered after the resume (the
 	// subscriber delivers one only once continuity is proven; else a lost
 	// range or a reset comes first); one without stays uncertain.
-	uncertain := 0
-	mem.mu.Lock()
-	for i := range mem.engines {
-		e := &mem.engines[i]
-		if _, ok := st.pos[e.name]; ok {
-			// Half the epoch space away: no count of losses since can
-			// make the engine's epoch equal bumped again.
-			p := pendingTrust{old: e.epoch, bumped: e.epoch + 1<<31}
-			x.pending[e.name] = p
-			e.epoch = p.bumped
-			continue
-		}
-		uncertain++
-		e.epoch++
-	}
-	mem.mu.Unlock()
+	uncertain := snap.suspendTrust(st.pos, x.pending)
 	x.npending.Store(int64(len(x.pending)))
-	x.log.Info("kvindex: snapshot loaded", slog.String("file", path), slog.Int64("entries", mem.entries),
-		slog.Int("engines", len(mem.engines)), slog.Int("positions", len(st.pos)),
+	bst := x.be.Stats()
+	x.log.Info("kvindex: snapshot loaded", slog.String("file", path), slog.Int64("entries", bst.Entries),
+		slog.Int64("engines", bst.Engines), slog.Int("positions", len(st.pos)),
 		slog.Int("engines_without_position", uncertain), slog.Duration("took", time.Since(start)))
 }
 
@@ -508,12 +490,7 @@ func (x *Index) resumed(engine string, proven bool) {
 	if !ok || !proven {
 		return
 	}
-	mem := x.be.(*memory)
-	mem.lock()
-	defer mem.mu.Unlock()
-	if eid, ok := mem.engineIDs[engine]; ok && mem.engines[eid].epoch == p.bumped {
-		mem.engines[eid].epoch = p.old
-	}
+	x.be.(snapshotter).restoreTrust(engine, p) // pending only after a snapshot's load
 }
 
 // adopt makes m (empty, not yet shared) hold f's state.

@@ -152,7 +152,7 @@ func (c *countRecv) Recv(context.Context) (socket.Msg, error) {
 }
 
 // BenchmarkZMQ4 runs both loops over a real zmq4 PUSH -> PULL on 127.0.0.1
-// (through FromZMQ4); a producer goroutine sends b.N stats messages.
+// (through socket.FromZMQ4); a producer goroutine sends b.N stats messages.
 func BenchmarkZMQ4(b *testing.B) {
 	run := func(b *testing.B, consume func(r Receiver, n int)) {
 		ctx := context.Background()
@@ -164,7 +164,7 @@ func BenchmarkZMQ4(b *testing.B) {
 		if err := push.Dial("tcp://" + pull.Addr().String()); err != nil {
 			b.Fatal(err)
 		}
-		rcv := FromZMQ4(pull).(*zmq4Receiver)
+		rcv := socket.FromZMQ4(pull)
 		frame := []byte(vllmwire.StatsVector)
 		b.ReportAllocs()
 		b.SetBytes(int64(len(frame)))
@@ -292,7 +292,7 @@ func BenchmarkRatioZMQ4(b *testing.B) {
 	if err := push.Dial("tcp://" + pull.Addr().String()); err != nil {
 		b.Fatal(err)
 	}
-	rcv := FromZMQ4(pull).(*zmq4Receiver)
+	rcv := socket.FromZMQ4(pull)
 	frame := []byte(vllmwire.StatsVector)
 	sent := make(chan error, 1)
 	go func() {

@@ -19,9 +19,9 @@ import (
 // Migrating zmq4 code, first way: keep the zmq4.Socket, wrap it. The
 // guarded transport checks every byte under zmq4 (a frame header claiming
 // 2^40 bytes closes that connection instead of reaching zmq4's allocator),
-// and FromZMQ4 feeds the socket to a Loop, which drops and counts bad
+// and socket.FromZMQ4 feeds the socket to a Loop, which drops and counts bad
 // frames. A peer that leaves ends only its own connection.
-func ExampleFromZMQ4() {
+func Example_zmq4Wrap() {
 	// zmq4's transport registry is global: register once per process.
 	if !slices.Contains(zmq4.Transports(), "zmqguard") {
 		if _, err := zmtpguard.RegisterTransport("zmqguard", nil); err != nil {
@@ -35,7 +35,7 @@ func ExampleFromZMQ4() {
 	if err := pull.Listen("zmqguard://127.0.0.1:0"); err != nil { // not tcp://
 		log.Fatal(err)
 	}
-	rcv := loop.FromZMQ4(pull) // closes pull when the loop's context ends
+	rcv := socket.FromZMQ4(pull) // closes pull when the loop's context ends
 	defer pull.Close()
 
 	handled := make(chan any, 1)
@@ -85,7 +85,7 @@ func ExampleFromZMQ4() {
 // loop code does not change; the socket is hardened above the transport
 // too (per-peer send queues, no shared writer lock, peers identified), and
 // its peers may still be zmq4 or libzmq sockets.
-func ExampleFromZMQ4_switchToSocket() {
+func Example_zmq4Switch() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 
@@ -99,7 +99,7 @@ func ExampleFromZMQ4_switchToSocket() {
 	}
 
 	handled := make(chan any, 1)
-	l, err := loop.New(pull, loop.Config[any]{ // was loop.New(loop.FromZMQ4(pull), ...)
+	l, err := loop.New(pull, loop.Config[any]{ // was loop.New(socket.FromZMQ4(pull), ...)
 		Name:    "jobs",
 		Logger:  slog.New(slog.DiscardHandler),
 		Decode:  loop.UntypedDecoder(decodeguard.Limits{}),

@@ -2,7 +2,9 @@ package loop
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"net"
 	"strings"
 	"sync"
 	"testing"
@@ -23,6 +25,10 @@ type item struct {
 	frames [][]byte
 	err    error
 }
+
+// errReceiverClosed is what the tests' own receivers return once closed,
+// as a closed socket does: it matches net.ErrClosed.
+var errReceiverClosed = fmt.Errorf("loop: receiver closed: %w", net.ErrClosed)
 
 // chanRecv is a Receiver fed from a channel; a closed channel reads as a
 // closed receiver.

@@ -87,7 +87,7 @@ func New[T any](r Receiver, cfg Config[T]) (*Loop[T], error) {
 		return nil, fmt.Errorf("loop %s: Config.LogInterval %v is negative", cfg.Name, cfg.LogInterval)
 	}
 	check := true
-	if s, ok := r.(*socket.Socket); ok {
+	if s, ok := r.(sizeLimited); ok {
 		sockMax := s.Options().Guard.MaxMessageSize
 		switch {
 		case cfg.MaxMessageSize == 0 || cfg.MaxMessageSize == sockMax:
@@ -135,8 +135,8 @@ func (l *Loop[T]) Stats() Stats {
 	if ns := l.lastDrop.Load(); ns != 0 {
 		s.LastDrop = time.Unix(0, ns)
 	}
-	if sock, ok := l.recv.(*socket.Socket); ok {
-		s.Refused = sock.Stats().Refused
+	if rc, ok := l.recv.(refusalCounting); ok {
+		s.Refused = rc.Stats().Refused
 	}
 	return s
 }
@@ -144,7 +144,7 @@ func (l *Loop[T]) Stats() Stats {
 // Close stops a running Run or Deliver, which return ErrLoopClosed once the
 // in-flight handler has returned, and makes every later Run, Deliver and
 // Next return ErrLoopClosed. It does not close the Receiver (but see
-// zmq4Receiver, which must close its socket to stop) and does not interrupt
+// socket.ZMQ4Receiver, which must close its socket to stop) and does not interrupt
 // a Next blocked in Recv: cancel Next's context for that. Close always
 // returns nil.
 func (l *Loop[T]) Close() error {

@@ -12,7 +12,7 @@ import (
 )
 
 // TestPythonProducersLeaveZMQ4 is the "wrap" migration path against real
-// libzmq peers: a zmq4 PULL on the guarded transport behind FromZMQ4, fed
+// libzmq peers: a zmq4 PULL on the guarded transport behind socket.FromZMQ4, fed
 // by pyzmq producer processes that each send and exit. Every exit ends one
 // connection, never the loop: messages from the producers that come later
 // are still delivered, and the junk is counted.

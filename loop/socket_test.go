@@ -180,3 +180,55 @@ func TestSocketRefusedInStats(t *testing.T) {
 		t.Fatalf("JSON %s", b)
 	}
 }
+
+// instrumented is a user's wrapper around a socket (say, counting
+// messages): it embeds the *socket.Socket, so it keeps the socket's
+// Options and Stats methods, the Receiver's optional interfaces.
+type instrumented struct {
+	*socket.Socket
+	n int
+}
+
+func (r *instrumented) Recv(ctx context.Context) (socket.Msg, error) {
+	r.n++
+	return r.Socket.Recv(ctx)
+}
+
+// TestOptionalInterfacesThroughWrapper: a Loop reads the receiver's size
+// limit and refusal counts through the optional interfaces, not the
+// concrete *socket.Socket type: a wrapper that embeds the socket gets the
+// socket's MaxMessageSize as the default (and a larger one refused), and
+// the socket's refusals in Stats.Refused.
+func TestOptionalInterfacesThroughWrapper(t *testing.T) {
+	ctx := testCtx(t)
+	pull := newSocket(t, "PULL")
+	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
+	}
+	r := &instrumented{Socket: pull}
+	sockMax := pull.Options().Guard.MaxMessageSize
+	if _, err := New(r, Config[any]{Logger: discard(), Decode: UntypedDecoder(decodeguard.Limits{}), MaxMessageSize: sockMax + 1}); err == nil ||
+		!strings.Contains(err.Error(), "over the socket's MaxMessageSize") {
+		t.Fatalf("New with MaxMessageSize over the wrapped socket's = %v", err)
+	}
+	l, err := New(r, Config[any]{Logger: discard(), Decode: UntypedDecoder(decodeguard.Limits{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if l.cfg.MaxMessageSize != sockMax || l.maxBytes != 0 {
+		t.Fatalf("MaxMessageSize %d (own check %d), want the socket's %d and no own check", l.cfg.MaxMessageSize, l.maxBytes, sockMax)
+	}
+	c, err := net.Dial("tcp", strings.TrimPrefix(pull.Endpoint(), "tcp://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
+	c.Close()
+	for l.Stats().Refused.Total() == 0 {
+		select {
+		case <-ctx.Done():
+			t.Fatalf("the wrapped socket's refusal is not in the loop's stats: %+v", l.Stats())
+		case <-time.After(10 * time.Millisecond):
+		}
+	}
+}

@@ -185,7 +185,8 @@ type Stats struct {
 	// before a message reached the loop: connections that failed their
 	// handshake or broke a policy, connections closed for an oversize or
 	// malformed message (its Stats().Violations). It is filled only when
-	// the Receiver is a *socket.Socket; for a zmq4 socket on the guarded
+	// the Receiver has Stats() socket.Stats (a *socket.Socket does, see
+	// Receiver); for a zmq4 socket on the guarded
 	// transport, the refusals are in the stats zmtpguard.RegisterTransport
 	// returned.
 	Refused decodeguard.Counts `json:"refused"`

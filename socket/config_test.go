@@ -56,8 +56,8 @@ func TestConfigTrap(t *testing.T) {
 		}
 	}
 	// DefaultOptions leaves the derived fields zero, as documented.
-	if d := socket.DefaultOptions(); d.MemoryBudget != 0 || d.WriteTimeout != 0 {
-		t.Errorf("DefaultOptions filled a derived field: MemoryBudget %d, WriteTimeout %v", d.MemoryBudget, d.WriteTimeout)
+	if d := socket.DefaultOptions(); d.MemoryBudget != 0 || d.BudgetWait != 0 || d.WriteTimeout != 0 {
+		t.Errorf("DefaultOptions filled a derived field: MemoryBudget %d, BudgetWait %v, WriteTimeout %v", d.MemoryBudget, d.BudgetWait, d.WriteTimeout)
 	}
 	// An explicit budget below the final MaxMessageSize is still refused,
 	// by a one-line error naming the field and both values.
@@ -226,5 +226,60 @@ func TestConfigOtherFields(t *testing.T) {
 	// Unsupported socket types are refused by name.
 	if _, err := socket.New("PUB", socket.Options{}); err == nil || !strings.Contains(err.Error(), `"PUB"`) {
 		t.Errorf("PUB: %v", err)
+	}
+}
+
+// TestSharedBudgetOneKnob (issue 40): MemoryBudget sizes a socket's
+// budget; Guard.Budget only shares one budget between sockets. With
+// Guard.Budget set, MemoryBudget and BudgetWait left zero report its Limit
+// and Wait, equal values are accepted, and any other value (a negative
+// MemoryBudget included) is refused by one line naming both values,
+// instead of Guard.Budget winning silently.
+func TestSharedBudgetOneKnob(t *testing.T) {
+	shared := &zmtpguard.Budget{Limit: 16 << 20, Wait: 5 * time.Second}
+	var o socket.Options
+	o.Guard.Budget = shared
+	got, err := newOpts(t, "PULL", o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got.MemoryBudget != 16<<20 || got.BudgetWait != 5*time.Second || got.Guard.Budget != shared {
+		t.Errorf("shared budget: MemoryBudget %d, BudgetWait %v, Guard.Budget %p; want 16 MiB, 5s, %p",
+			got.MemoryBudget, got.BudgetWait, got.Guard.Budget, shared)
+	}
+	// Options() fed back (equal values) is accepted, from DefaultOptions too.
+	if _, err := newOpts(t, "PULL", got); err != nil {
+		t.Errorf("the socket's own Options refused: %v", err)
+	}
+	d := socket.DefaultOptions()
+	d.Guard.Budget = shared
+	if _, err := newOpts(t, "PULL", d); err != nil {
+		t.Errorf("DefaultOptions with a shared budget refused: %v", err)
+	}
+	for _, c := range []struct {
+		name string
+		set  func(*socket.Options)
+		want string
+	}{
+		{"MemoryBudget", func(o *socket.Options) { o.MemoryBudget = 8 << 20 },
+			"socket: Options.MemoryBudget 8388608 differs from Guard.Budget.Limit 16777216"},
+		{"MemoryBudget off", func(o *socket.Options) { o.MemoryBudget = -1 },
+			"socket: Options.MemoryBudget -1 differs from Guard.Budget.Limit 16777216"},
+		{"BudgetWait", func(o *socket.Options) { o.BudgetWait = time.Second },
+			"socket: Options.BudgetWait 1s differs from Guard.Budget.Wait 5s"},
+	} {
+		o := socket.Options{}
+		o.Guard.Budget = shared
+		c.set(&o)
+		_, err := newOpts(t, "PULL", o)
+		if err == nil || !strings.Contains(err.Error(), c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %v, want one line holding %q", c.name, err, c.want)
+		}
+	}
+	// A shared budget's zero Wait is zmtpguard's default, 2 s.
+	o = socket.Options{}
+	o.Guard.Budget = &zmtpguard.Budget{Limit: 16 << 20}
+	if got, err := newOpts(t, "PULL", o); err != nil || got.BudgetWait != 2*time.Second {
+		t.Errorf("shared budget without Wait: BudgetWait %v, %v", got.BudgetWait, err)
 	}
 }

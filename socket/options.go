@@ -191,7 +191,15 @@ type Options struct {
 	// that is more, worked out when the socket is created; negative means
 	// no budget (each connection then holds up to MaxMessageSize). A
 	// budget set below Guard.MaxMessageSize is refused: a lone max-size
-	// message would be evicted. A reader
+	// message would be evicted.
+	//
+	// MemoryBudget is the one knob that sizes a socket's budget.
+	// Guard.Budget is only how several sockets share one budget (set the
+	// same *zmtpguard.Budget in each): the socket then uses it, and
+	// MemoryBudget and BudgetWait are its Limit and Wait (filled in when
+	// zero); a MemoryBudget or BudgetWait set to another value, a negative
+	// MemoryBudget included, is refused (issue 40: Guard.Budget used to win
+	// silently). A reader
 	// assembling a batch of messages charges the budget up to 4 KiB ahead
 	// (so it touches the shared counters once per 4 KiB, not once per
 	// small message) and gives back the unused part when it hands the
@@ -208,7 +216,8 @@ type Options struct {
 	// arrive within Guard.BodyTimeout (default 10 s) of its first header.
 	MemoryBudget int64
 	// BudgetWait is how long a connection stalled by MemoryBudget waits
-	// before the largest holder is closed. Zero means 2 s.
+	// before the largest holder is closed. Zero means 2 s, or
+	// Guard.Budget's Wait when Guard.Budget is set (see MemoryBudget).
 	BudgetWait time.Duration
 	// XPubMaxTopics and XPubMaxTopicBytes bound an XPUB's subscriptions
 	// across all subscribers (counted once per subscriber and topic), beside
@@ -267,7 +276,8 @@ type Options struct {
 // DefaultOptions returns Options with every default filled in that does
 // not depend on another field, for reading or changing. It leaves the
 // derived fields zero: MemoryBudget (worked out from Guard.MaxMessageSize
-// when the socket is created) and WriteTimeout (its default depends on the
+// when the socket is created), BudgetWait (from Guard.Budget when that is
+// set) and WriteTimeout (its default depends on the
 // socket type). So changing a field of it, Guard.MaxMessageSize
 // included, configures the same socket as making the same change to
 // Options{} (TCPKeepAlive is one value: set it whole).
@@ -309,9 +319,6 @@ func (o *Options) fillIndependent() {
 	}
 	if o.RecvQueueBytes == 0 {
 		o.RecvQueueBytes = defaultRecvQueueBytes
-	}
-	if o.BudgetWait == 0 {
-		o.BudgetWait = defaultBudgetWait
 	}
 	if o.XPubMaxTopics == 0 {
 		o.XPubMaxTopics = defaultXPubMaxTopics
@@ -358,21 +365,43 @@ func (o *Options) fillIndependent() {
 
 // withDefaults returns o with every default filled in for a socket of kind
 // k: the independent ones, then those derived from them (the final
-// ReconnectMax, MemoryBudget and WriteTimeout).
+// ReconnectMax, MemoryBudget, BudgetWait and WriteTimeout).
 func (o Options) withDefaults(k kind) Options {
 	o.fillIndependent()
 	if o.ReconnectMax >= 0 && o.ReconnectMax < o.ReconnectMin {
 		o.ReconnectMax = o.ReconnectMin // a negative one is refused
+	}
+	if b := o.Guard.Budget; b != nil {
+		// A shared budget is this socket's budget (verify refuses other
+		// values set beside it).
+		if o.MemoryBudget == 0 {
+			o.MemoryBudget = b.Limit
+		}
+		if o.BudgetWait == 0 {
+			o.BudgetWait = sharedWait(b)
+		}
 	}
 	if o.MemoryBudget == 0 {
 		// Room for two max-size messages: a large MaxMessageSize is never
 		// undone by the default budget.
 		o.MemoryBudget = max(defaultMemoryBudget, 2*o.Guard.MaxMessageSize)
 	}
+	if o.BudgetWait == 0 {
+		o.BudgetWait = defaultBudgetWait
+	}
 	if k == kXPub && o.WriteTimeout == 0 {
 		o.WriteTimeout = defaultXPubWriteTimeout
 	}
 	return o
+}
+
+// sharedWait is the wait of a shared budget b as zmtpguard applies it
+// (zero or negative means 2 s).
+func sharedWait(b *zmtpguard.Budget) time.Duration {
+	if b.Wait <= 0 {
+		return defaultBudgetWait
+	}
+	return b.Wait
 }
 
 // verify checks the final values of o (defaults filled in): every error
@@ -429,6 +458,14 @@ func (o *Options) verify() error {
 	}
 	if o.BudgetWait < 0 {
 		bad("BudgetWait", o.BudgetWait, "is negative")
+	}
+	if b := o.Guard.Budget; b != nil {
+		if o.MemoryBudget != b.Limit {
+			bad("MemoryBudget", o.MemoryBudget, fmt.Sprintf("differs from Guard.Budget.Limit %d (Guard.Budget shares one budget between sockets: set one)", b.Limit))
+		}
+		if w := sharedWait(b); o.BudgetWait != w {
+			bad("BudgetWait", o.BudgetWait, fmt.Sprintf("differs from Guard.Budget.Wait %v (Guard.Budget shares one budget between sockets: set one)", w))
+		}
 	}
 	return joinErrors(errs)
 }

@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // The flags byte inside a CURVE MESSAGE box (RFC 25).
@@ -213,17 +214,11 @@ func (c *Conn) curveMessageBuffered() bool {
 	b, _ := c.br.Peek(c.br.Buffered())
 	last := cs.recvNonce
 	for off := 0; off < len(b); {
-		hl := headerLen(b[off])
-		if len(b)-off < hl {
+		flags, size, hl, whole := zmtpwire.PeekFrameHeader(b[off:])
+		if !whole {
 			return false
 		}
-		var size uint64
-		if hl == 2 {
-			size = uint64(b[off+1])
-		} else {
-			size = binary.BigEndian.Uint64(b[off+1 : off+9])
-		}
-		if size < curveMessageOverhead || b[off]&flagMore != 0 {
+		if size < curveMessageOverhead || flags&flagMore != 0 {
 			return true // refused as soon as it is read
 		}
 		if size > uint64(len(b)-off-hl) {
@@ -240,8 +235,8 @@ func (c *Conn) curveMessageBuffered() bool {
 		last = n
 		var counter [16]byte
 		first := cs.recvBox.firstBlock(&counter, n)
-		flags := body[32] ^ first[32] // body: name, nonce, tag, then the boxed flags byte
-		if flags&curveFlagMore == 0 || flags&curveFlagCommand != 0 {
+		inner := body[32] ^ first[32] // body: name, nonce, tag, then the boxed flags byte
+		if inner&curveFlagMore == 0 || inner&curveFlagCommand != 0 {
 			return true
 		}
 		off += hl + int(size)

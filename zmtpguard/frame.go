@@ -27,4 +27,8 @@ func parseFrameHeader(b []byte, max int64) (frameHeader, bool, error) {
 	return h, ok, fromWire(err)
 }
 
+// isDataFrame reports whether a frame whose first byte is flags is a data
+// frame with no reserved bit set (only MORE and LONG may be set).
+func isDataFrame(flags byte) bool { return flags&^(flagMore|flagLong) == 0 }
+
 func formatSize(u uint64) string { return strconv.FormatUint(u, 10) }

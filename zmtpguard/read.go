@@ -1,12 +1,12 @@
 package zmtpguard
 
 import (
-	"encoding/binary"
 	"errors"
 	"io"
 	"slices"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // The read path of a Conn: whole, validated messages, frame header before
@@ -137,24 +137,11 @@ func (c *Conn) readBuffered(m *Message) bool {
 		if len(b)-off < 2 || nframes >= c.cfg.MaxFrames {
 			break
 		}
-		flags := b[off]
-		var size uint64
-		hl := 2
-		switch flags &^ flagMore {
-		case 0:
-			size = uint64(b[off+1])
-		case flagLong:
-			hl = 9
-			if len(b)-off < hl {
-				break
-			}
-			size = binary.BigEndian.Uint64(b[off+1:])
-		default: // a command or reserved bits: the general path decides
-			hl = 0
-		}
-		// size is checked against the limit and the bytes present before
-		// anything is copied.
-		if hl == 0 || len(b)-off < hl || size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
+		flags, size, hl, whole := zmtpwire.PeekFrameHeader(b[off:])
+		// Data frames only (a command or reserved bits: the general path
+		// decides); size is checked against the limit and the bytes
+		// present before anything is copied.
+		if !whole || !isDataFrame(flags) || size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
 			break
 		}
 		if nframes == 0 && flags&flagMore != 0 {
@@ -198,25 +185,8 @@ func (c *Conn) bufferedExtent(b []byte) (frames, bytes int, ok bool) {
 	var total uint64
 	off := 0
 	for n := 0; n < c.cfg.MaxFrames; n++ {
-		if len(b)-off < 2 {
-			return 0, 0, false
-		}
-		flags := b[off]
-		var size uint64
-		hl := 2
-		switch flags &^ flagMore {
-		case 0:
-			size = uint64(b[off+1])
-		case flagLong:
-			hl = 9
-			if len(b)-off < hl {
-				return 0, 0, false
-			}
-			size = binary.BigEndian.Uint64(b[off+1:])
-		default:
-			return 0, 0, false
-		}
-		if size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
+		flags, size, hl, whole := zmtpwire.PeekFrameHeader(b[off:])
+		if !whole || !isDataFrame(flags) || size > uint64(c.cfg.MaxMessageSize)-total || size > uint64(len(b)-off-hl) {
 			return 0, 0, false
 		}
 		off += hl + int(size)
@@ -290,19 +260,8 @@ func (c *Conn) messageBuffered() bool {
 	}
 	b, _ := c.br.Peek(c.br.Buffered())
 	for off := 0; off < len(b); {
-		hl := headerLen(b[off])
-		if len(b)-off < hl {
-			return false
-		}
-		flags := b[off]
-		var size uint64
-		if hl == 2 {
-			size = uint64(b[off+1])
-		} else {
-			size = uint64(b[off+1])<<56 | uint64(b[off+2])<<48 | uint64(b[off+3])<<40 | uint64(b[off+4])<<32 |
-				uint64(b[off+5])<<24 | uint64(b[off+6])<<16 | uint64(b[off+7])<<8 | uint64(b[off+8])
-		}
-		if size > uint64(len(b)-off-hl) {
+		flags, size, hl, whole := zmtpwire.PeekFrameHeader(b[off:])
+		if !whole || size > uint64(len(b)-off-hl) {
 			return false
 		}
 		off += hl + int(size)

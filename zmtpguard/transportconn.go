@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
 )
 
 // The stream of one transport connection: what zmq4 reads passes the
@@ -499,13 +500,9 @@ func (o *outTracker) track(b []byte) {
 		if o.hn < need {
 			return
 		}
-		if need == 2 {
-			o.remain = int64(o.hdr[1])
-		} else {
-			o.remain = int64(uint64(o.hdr[1])<<56 | uint64(o.hdr[2])<<48 | uint64(o.hdr[3])<<40 | uint64(o.hdr[4])<<32 |
-				uint64(o.hdr[5])<<24 | uint64(o.hdr[6])<<16 | uint64(o.hdr[7])<<8 | uint64(o.hdr[8]))
-		}
-		o.more = o.hdr[0]&flagMore != 0
+		flags, size, _, _ := zmtpwire.PeekFrameHeader(o.hdr[:need]) // whole: need bytes
+		o.remain = int64(size)
+		o.more = flags&flagMore != 0
 		o.hn = 0
 	}
 }

@@ -148,6 +148,29 @@ func (h FrameHeader) More() bool { return h.Flags&FlagMore != 0 }
 // Command reports whether the frame is a command.
 func (h FrameHeader) Command() bool { return h.Flags&FlagCommand != 0 }
 
+// PeekFrameHeader decodes the frame header at the start of b without
+// checking it: its flags byte, the body size it claims and the header's own
+// length (2 or 9, from the LONG flag). ok is false when b does not hold the
+// whole header. It is the one place zmqguard decodes a header: the readers
+// check what it returns (ParseFrameHeader, against a limit), and the
+// walkers over buffered bytes (zmtpguard's fast paths, its CURVE and zmq4
+// bridges) compare size with the bytes present before using it. It reads
+// at most 9 bytes of b and allocates nothing.
+func PeekFrameHeader(b []byte) (flags byte, size uint64, hdrLen int, ok bool) {
+	if len(b) < 1 {
+		return 0, 0, 0, false
+	}
+	flags = b[0]
+	hdrLen = HeaderLen(flags)
+	if len(b) < hdrLen {
+		return flags, 0, hdrLen, false
+	}
+	if hdrLen == 2 {
+		return flags, uint64(b[1]), 2, true
+	}
+	return flags, binary.BigEndian.Uint64(b[1:9]), 9, true
+}
+
 // ParseFrameHeader parses the frame header at the start of b and checks the
 // claimed size against max (a limit on this frame's body). It returns
 // ok=false with a nil error when b does not yet hold the whole header.
@@ -164,15 +187,9 @@ func ParseFrameHeader(b []byte, max int64) (h FrameHeader, ok bool, err error) {
 	if f&FlagCommand != 0 && f&FlagMore != 0 {
 		return h, false, fault(decodeguard.ReasonTransport, "command frame has MORE set", -1, b[:min(len(b), 9)])
 	}
-	hl := HeaderLen(f)
-	if len(b) < hl {
+	_, size, hl, whole := PeekFrameHeader(b)
+	if !whole {
 		return h, false, nil
-	}
-	var size uint64
-	if hl == 2 {
-		size = uint64(b[1])
-	} else {
-		size = binary.BigEndian.Uint64(b[1:9])
 	}
 	if size > 1<<63-1 || int64(size) > max {
 		return h, false, &Error{

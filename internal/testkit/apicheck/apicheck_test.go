@@ -165,10 +165,10 @@ func lineSet(s string) map[string]bool {
 }
 
 // zmq4Allowed are the exported declarations that exist for zmq4 users and
-// so name zmq4's types: the loop adapter over a zmq4.Socket and the guarded
+// so name zmq4's types: the receiver over a zmq4.Socket (socket.FromZMQ4) and the guarded
 // transport zmq4 sockets register.
 var zmq4Allowed = map[string]bool{
-	"loop FromZMQ4": true,
+	"socket FromZMQ4": true,
 }
 
 // TestNoZMQ4InSurface fails when an exported signature, field or type of a
