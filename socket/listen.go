@@ -139,7 +139,7 @@ func (s *Socket) violationHook(accepted bool, endpoint string) func(zmtpguard.Vi
 			s.viol[v.Reason].Add(1)
 		}
 		if user != nil {
-			callOnViolation(user, v)
+			user(v)
 		}
 		if !accepted {
 			return
