@@ -385,9 +385,13 @@ func (c *Coordinator) Run(parent context.Context) error {
 	closing := c.closed
 	c.runMu.Unlock()
 	if closing {
-		// Close left the sockets to Run (Close does not wait for Run);
-		// socket.Close does not fail.
-		_ = c.closeSockets()
+		// Close left the sockets to Run (Close does not wait for Run),
+		// which waits for their goroutines as well.
+		for _, s := range []*socket.Socket{c.front, c.backOut, c.backPub} {
+			if s != nil {
+				_ = s.Shutdown(context.Background()) // Close, then the wait: no error but ctx's
+			}
+		}
 	}
 	switch {
 	case c.isClosed():

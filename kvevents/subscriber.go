@@ -139,11 +139,12 @@ func (s *Subscriber) Add(src Source) error {
 	return nil
 }
 
-// Remove stops following the named source: no Handler call for it begins
-// once Remove has returned, its context is cancelled (a Handler blocked on
-// it returns) and its sockets are closed. Remove does not wait: the source's
-// goroutines end in the background, once a Handler call already under way
-// for it has returned (Run waits for them before it returns). Remove may
+// Remove stops following the named source: its context is cancelled (a
+// Handler blocked on it returns), its sockets are closed, and no Handler
+// call for it begins after Remove has returned (one already under way may
+// still be running). Remove does not wait: the source's goroutines end in
+// the background, once that call has returned (Run waits for them before
+// it returns). Remove may
 // thus be called from anywhere, a Handler of this source or another
 // included.
 func (s *Subscriber) Remove(name string) error {
@@ -294,13 +295,18 @@ func (s *Subscriber) closeAll() []*source {
 	return list
 }
 
-// shutdown stops every source and waits for them all.
+// shutdown (Run's, never a callback's) stops every source and waits for
+// them all, their sockets' goroutines included.
 func (s *Subscriber) shutdown() {
 	list := s.closeAll()
 	var wg sync.WaitGroup
 	for _, so := range list {
 		wg.Add(1)
-		go func() { defer wg.Done(); so.stop() }()
+		go func() {
+			defer wg.Done()
+			so.stop()
+			_ = so.sock.Shutdown(context.Background()) // closed by stop: ends once its goroutines have
+		}()
 	}
 	wg.Wait()
 }
