@@ -54,3 +54,18 @@ func TestCloseDoesNotWaitForCallback(t *testing.T) {
 		t.Fatalf("Shutdown after OnEvent returned: %v", err)
 	}
 }
+
+// TestCloseFreesAddress: once Close has returned the bound address is
+// free (the OS listener closes in Close; the rest of the shutdown goes on
+// in the background), so a new socket binds it at once.
+func TestCloseFreesAddress(t *testing.T) {
+	s := mustSocket(t, NewPull)
+	ep := mustBind(t, s)
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	again := mustSocket(t, NewPull)
+	if err := again.Bind(ep); err != nil {
+		t.Fatalf("Bind %s after Close returned: %v", ep, err)
+	}
+}

@@ -390,8 +390,8 @@ func (s *Socket) Stats() Stats {
 }
 
 // Close closes the socket and returns without waiting: Recv and Send
-// return ErrClosed at once, and the socket's listeners, dialers and peers
-// are taken down in the background (messages not yet written are
+// return ErrClosed at once, the bound addresses are free, and the socket's
+// dialers and peers are taken down in the background (messages not yet written are
 // discarded; each connected peer still gets its EventDisconnected). Close
 // never waits for the socket's goroutines, so it may be called from
 // anywhere, Options.OnEvent and the Guard's hooks (OnViolation, OnRelease)
@@ -402,6 +402,14 @@ func (s *Socket) Close() error {
 		return nil
 	}
 	s.cancel()
+	// The OS listeners close now (closing one waits for nothing), so that
+	// the address is free once Close has returned; zmtpguard's listeners,
+	// whose Close waits for their handshakes, close in the background.
+	s.mu.RLock()
+	for _, l := range s.listeners {
+		l.ln.Close()
+	}
+	s.mu.RUnlock()
 	go s.finishClose()
 	return nil
 }
