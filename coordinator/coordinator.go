@@ -304,12 +304,12 @@ func (c *Coordinator) stateSnapshot() stateSnapshot {
 }
 
 // Close stops Run, which then returns ErrClosed, and returns without
-// waiting for it: a running Run closes the three sockets as it returns,
-// and Close closes them itself when Run is not running. Close never waits
-// for the coordinator's goroutines, so it may be called from anywhere,
-// Config.OnDrop included; wait for Run's return to know that they have
-// ended. It is idempotent and safe to call concurrently with Run; Run
-// called after Close returns ErrClosed at once.
+// waiting for it: a running Run closes the three sockets as it returns
+// (whatever ended it), and Close closes them itself when Run is not
+// running. Close never waits for the coordinator's goroutines, so it may
+// be called from anywhere, Config.OnDrop included; Run's return says that
+// they have ended. It is idempotent and safe to call concurrently with
+// Run; Run called after Close returns ErrClosed at once.
 func (c *Coordinator) Close() error {
 	c.runMu.Lock()
 	c.closed = true
@@ -348,8 +348,9 @@ func (c *Coordinator) closeSockets() error {
 // Run returns nil when ctx is cancelled, ErrClosed after Close, a
 // *StartupTimeoutError when Config.StartupDeadline passes during start-up,
 // ErrRunCalled if Run was called before, and otherwise only on a failure
-// that is not a peer's doing (a socket failing under it). The
-// coordinator's goroutines have all ended when Run returns.
+// that is not a peer's doing (a socket failing under it). Run closes the
+// three sockets as it returns: the coordinator's goroutines, the sockets'
+// included, have all ended when Run returns.
 func (c *Coordinator) Run(parent context.Context) error {
 	c.runMu.Lock()
 	switch {
@@ -382,15 +383,13 @@ func (c *Coordinator) Run(parent context.Context) error {
 	wg.Wait()
 	c.runMu.Lock()
 	c.runEnded = true
-	closing := c.closed
 	c.runMu.Unlock()
-	if closing {
-		// Close left the sockets to Run (Close does not wait for Run),
-		// which waits for their goroutines as well.
-		for _, s := range []*socket.Socket{c.front, c.backOut, c.backPub} {
-			if s != nil {
-				_ = s.Shutdown(context.Background()) // Close, then the wait: no error but ctx's
-			}
+	// Run owns the sockets as net/http's Serve owns its listener: it closes
+	// them as it returns, and waits for their goroutines (Close, which
+	// never waits, leaves that to a running Run).
+	for _, s := range []*socket.Socket{c.front, c.backOut, c.backPub} {
+		if s != nil {
+			_ = s.Shutdown(context.Background()) // no error but ctx's
 		}
 	}
 	switch {
