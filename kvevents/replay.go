@@ -175,7 +175,9 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 	if err != nil {
 		return false, err.Error(), false
 	}
-	defer d.Close()
+	// Shutdown: the source's goroutines (Run waits for them) include what
+	// its replay sockets run. This goroutine runs no callback of d's.
+	defer d.Shutdown(context.Background())
 	if err := d.Dial(so.src.Replay); err != nil {
 		return false, err.Error(), false
 	}
