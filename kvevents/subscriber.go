@@ -144,9 +144,8 @@ func (s *Subscriber) Add(src Source) error {
 // call for it begins after Remove has returned (one already under way may
 // still be running). Remove does not wait: the source's goroutines end in
 // the background, once that call has returned (Run waits for them before
-// it returns). Remove may
-// thus be called from anywhere, a Handler of this source or another
-// included.
+// it returns). Remove may thus be called from anywhere, a Handler of this
+// source or another included.
 func (s *Subscriber) Remove(name string) error {
 	s.mu.Lock()
 	so, ok := s.sources[name]
@@ -253,8 +252,8 @@ func (s *Subscriber) Run(ctx context.Context) error {
 }
 
 // Close stops Run and every source and returns without waiting for them:
-// no Handler call begins once Close has returned, every source's context
-// is cancelled, and Run, told to return, stops the sources and returns
+// no Handler call begins once Close has returned (one already under way may
+// still be running), every source's context is cancelled, and Run, told to return, stops the sources and returns
 // ErrClosed once their goroutines (and a Handler call under way) have
 // ended. Without a running Run, Close closes the sources' sockets itself
 // (no goroutine of theirs was started). Close never waits for a Handler,
