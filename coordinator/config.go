@@ -89,9 +89,9 @@ type Config struct {
 	// OnDrop, if set, is called for every dropped message, whichever stage
 	// dropped it (decode, validation or the state machine). It runs on the
 	// coordinator's goroutines: keep it fast and never block in it. It may
-	// call Stats and Close: Close from inside OnDrop does not wait for Run
-	// (which waits for OnDrop); Run returns ErrClosed once OnDrop has
-	// returned, and the sockets are closed then.
+	// call Stats and Close (Close never waits for Run or for OnDrop); Run
+	// returns ErrClosed once OnDrop has returned, and closes the sockets
+	// then.
 	OnDrop func(loop.Drop)
 }
 

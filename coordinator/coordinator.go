@@ -14,7 +14,6 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
-	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
 	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 	"github.com/zmqguard/zmqguard/loop"
@@ -131,6 +130,7 @@ type Coordinator struct {
 
 	runMu     sync.Mutex
 	runDone   chan struct{}
+	runEnded  bool // Run has returned (or is closing the sockets)
 	closed    bool
 	closeCh   chan struct{}
 	closeOnce sync.Once
@@ -226,7 +226,7 @@ func (c *Coordinator) makeLoops() error {
 		Name:        LoopFront,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
-		OnDrop:      c.onDrop(),
+		OnDrop:      c.cfg.OnDrop,
 		Decode: func(frames [][]byte, dst *dpwire.FrontMsg) error {
 			if len(frames) != 1 {
 				*dst = dpwire.FrontMsg{}
@@ -244,7 +244,7 @@ func (c *Coordinator) makeLoops() error {
 		Name:        LoopBackOutput,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
-		OnDrop:      c.onDrop(),
+		OnDrop:      c.cfg.OnDrop,
 		Decode: func(frames [][]byte, dst *enginecore.Header) error {
 			if len(frames) != 1 {
 				*dst = enginecore.Header{}
@@ -272,7 +272,7 @@ func (c *Coordinator) makeLoops() error {
 		Name:        LoopBackPublish,
 		Logger:      c.log,
 		LogInterval: c.cfg.LogInterval,
-		OnDrop:      c.onDrop(),
+		OnDrop:      c.cfg.OnDrop,
 		Decode:      loop.RawDecoder,
 		Validate: func(frames *[][]byte) error {
 			if len(*frames) != 1 {
@@ -303,14 +303,17 @@ func (c *Coordinator) stateSnapshot() stateSnapshot {
 	return c.state.stateSnapshot()
 }
 
-// Close stops Run (which then returns ErrClosed), waits for it to return and
-// closes the three sockets. It is idempotent and safe to call concurrently
-// with Run; Run called after Close returns ErrClosed at once. From inside
-// Config.OnDrop it returns without waiting (see OnDrop).
+// Close stops Run, which then returns ErrClosed, and returns without
+// waiting for it: a running Run closes the three sockets as it returns
+// (whatever ended it), and Close closes them itself when Run is not
+// running. Close never waits for the coordinator's goroutines, so it may
+// be called from anywhere, Config.OnDrop included; Run's return says that
+// they have ended. It is idempotent and safe to call concurrently with
+// Run; Run called after Close returns ErrClosed at once.
 func (c *Coordinator) Close() error {
 	c.runMu.Lock()
 	c.closed = true
-	done := c.runDone
+	running := c.runDone != nil && !c.runEnded
 	c.runMu.Unlock()
 	c.closeOnce.Do(func() {
 		close(c.closeCh)
@@ -318,14 +321,8 @@ func (c *Coordinator) Close() error {
 		c.outLoop.Close()
 		c.pubLoop.Close()
 	})
-	if done != nil && reentry.Within(onDropMarker) {
-		// Inside OnDrop, on a goroutine Run waits for: Run ends once
-		// OnDrop returns; close the sockets after it.
-		go func() { <-done; c.closeSockets() }()
-		return nil
-	}
-	if done != nil {
-		<-done
+	if running {
+		return nil // Run closes the sockets once its loops have returned
 	}
 	return c.closeSockets()
 }
@@ -351,8 +348,9 @@ func (c *Coordinator) closeSockets() error {
 // Run returns nil when ctx is cancelled, ErrClosed after Close, a
 // *StartupTimeoutError when Config.StartupDeadline passes during start-up,
 // ErrRunCalled if Run was called before, and otherwise only on a failure
-// that is not a peer's doing (a socket failing under it). The
-// coordinator's goroutines have all ended when Run returns.
+// that is not a peer's doing (a socket failing under it). Run closes the
+// three sockets as it returns: the coordinator's goroutines, the sockets'
+// included, have all ended when Run returns.
 func (c *Coordinator) Run(parent context.Context) error {
 	c.runMu.Lock()
 	switch {
@@ -383,6 +381,17 @@ func (c *Coordinator) Run(parent context.Context) error {
 	err := c.serve(ctx, &chans)
 	cancel()
 	wg.Wait()
+	c.runMu.Lock()
+	c.runEnded = true
+	c.runMu.Unlock()
+	// Run owns the sockets as net/http's Serve owns its listener: it closes
+	// them as it returns, and waits for their goroutines (Close, which
+	// never waits, leaves that to a running Run).
+	for _, s := range []*socket.Socket{c.front, c.backOut, c.backPub} {
+		if s != nil {
+			_ = s.Shutdown(context.Background()) // no error but ctx's
+		}
+	}
 	switch {
 	case c.isClosed():
 		return ErrClosed
@@ -623,7 +632,7 @@ func (c *Coordinator) stateDrop(idx int, msg socket.Msg, err error) {
 		prefixHex = ratelog.PrefixHex(f, dropPrefix)
 	}
 	if c.cfg.OnDrop != nil {
-		callOnDrop(c.cfg.OnDrop, d)
+		c.cfg.OnDrop(d)
 	}
 	c.logLim().Warn(loopNames[idx]+"/"+r.String(), "coordinator: dropped message",
 		slog.String(ratelog.KeyComponent, loopNames[idx]), slog.String(ratelog.KeyReason, r.String()),

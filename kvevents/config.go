@@ -105,15 +105,14 @@ type Config struct {
 	// the sources' own goroutines. It must return promptly (it holds up only
 	// its own source). A non-nil error ends Run with it.
 	//
-	// What a Handler may call on its Subscriber: Stats, Endpoint and Add, as
-	// anywhere; Remove, of its own source or any other, and Close, which then
-	// do not wait for Handler calls to return (the caller's own call is one of
-	// them): see [Subscriber.Remove] and [Subscriber.Close]. None of them
-	// deadlocks from a Handler. The Handler's ctx is cancelled as soon as its
-	// source is removed or the Subscriber closes (or Run's ctx ends). A Handler
-	// must not wait for another goroutine that calls Remove or Close (that
-	// goroutine is not recognised as being inside the Handler, and waits for
-	// it).
+	// The Handler runs under no lock of the Subscriber's, so it may call
+	// any of its methods: Stats, Endpoint, Add, Resync, and Remove (of its
+	// own source or any other) and Close, which never wait for a Handler
+	// call to return (see [Subscriber.Remove] and [Subscriber.Close]). The
+	// Handler's ctx is cancelled as soon as its source is removed or the
+	// Subscriber closes (or Run's ctx ends). Calls for one source are one at
+	// a time, in order; a Handler that never returns holds up its own source
+	// and Run's return, nothing else.
 	Handler func(ctx context.Context, u Update) error
 	// Topic is the subscription prefix sent to every publisher ("" = all),
 	// and replayed batches must carry a topic it prefixes.

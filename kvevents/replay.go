@@ -72,7 +72,7 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 	for {
 		so.lock()
 		wait := time.Until(so.replayAfter)
-		so.mu.Unlock()
+		so.unlock()
 		if wait > 0 {
 			t := time.NewTimer(wait)
 			select {
@@ -88,7 +88,7 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 		}
 		so.lock()
 		if so.gen != gen {
-			so.mu.Unlock()
+			so.unlock()
 			hold.release()
 			return
 		}
@@ -99,18 +99,18 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 		if proving {
 			from = so.pos.Seq
 		}
-		so.mu.Unlock()
+		so.unlock()
 		so.count(func(st *SourceStats) { st.Replays++ })
 		ok, why, lead := so.session(hold.ctx, gen, from, leadSeen && leadFrom == from)
 		preempted := hold.wasPreempted() && ctx.Err() == nil
 		hold.release()
 		so.lock()
 		if so.gen != gen || ctx.Err() != nil {
-			so.mu.Unlock()
+			so.unlock()
 			return
 		}
 		if err := so.advance(); err != nil {
-			so.mu.Unlock()
+			so.unlock()
 			return
 		}
 		progress := so.next > next0 || proving && !so.proving
@@ -142,7 +142,7 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 		if so.caughtUp() {
 			so.replaying = false
 			so.dropBuf()
-			so.mu.Unlock()
+			so.unlock()
 			return
 		}
 		// A replay server that cannot be reached at all is not asked
@@ -151,10 +151,10 @@ func (so *source) replay(ctx context.Context, gen uint64) {
 		unreachable := !preempted && strings.HasPrefix(why, whyUnreachable)
 		if unreachable || attempts >= cfg.ReplayAttempts || attempts > 0 && time.Since(lastProgress) >= cfg.ReplayDeadline {
 			_ = so.finishReplay()
-			so.mu.Unlock()
+			so.unlock()
 			return
 		}
-		so.mu.Unlock()
+		so.unlock()
 	}
 }
 
@@ -175,7 +175,9 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 	if err != nil {
 		return false, err.Error(), false
 	}
-	defer d.Close()
+	// Shutdown: the source's goroutines (Run waits for them) include what
+	// its replay sockets run. This goroutine runs no callback of d's.
+	defer d.Shutdown(context.Background())
 	if err := d.Dial(so.src.Replay); err != nil {
 		return false, err.Error(), false
 	}
@@ -217,7 +219,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 		}
 		so.lock()
 		if so.gen != gen {
-			so.mu.Unlock()
+			so.unlock()
 			return true, "", false
 		}
 		if ms := so.maxSeen; seq > ms {
@@ -225,19 +227,19 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			// stream has shown when it answered: taking it would make every
 			// live batch up to it look like a duplicate. Refuse it (if it
 			// is real, the live stream brings it).
-			so.mu.Unlock()
+			so.unlock()
 			so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d past the live stream's %d", seq, ms), msg.Frames)
 			continue
 		}
 		if !first && seq <= last {
-			so.mu.Unlock()
+			so.unlock()
 			so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d not after the previous reply's %d", seq, last), msg.Frames)
 			return false, fmt.Sprintf("replies out of order (%d after %d)", seq, last), false
 		}
 		if so.proving {
 			switch {
 			case seq < so.pos.Seq:
-				so.mu.Unlock()
+				so.unlock()
 				so.replayDrop(decodeguard.ReasonValidate, fmt.Errorf("kvevents: replayed seq %d before the requested %d", seq, from), msg.Frames)
 				continue
 			case seq == so.pos.Seq:
@@ -245,7 +247,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 				if got != so.pos.Digest {
 					// A Handler error has ended Run (emit reported it).
 					_ = so.newRun(got)
-					so.mu.Unlock()
+					so.unlock()
 					return true, "", false
 				}
 				so.proving = false
@@ -255,13 +257,13 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 				first, last = false, seq
 				err = so.advance()
 				caught := so.caughtUp()
-				so.mu.Unlock()
+				so.unlock()
 				if err != nil || caught {
 					return true, "", false
 				}
 				continue
 			case !acceptLead:
-				so.mu.Unlock()
+				so.unlock()
 				return false, "", true
 			default:
 				// The publisher no longer holds the last delivered
@@ -283,7 +285,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 					err = so.advance()
 				}
 				caught := so.caughtUp()
-				so.mu.Unlock()
+				so.unlock()
 				if err != nil || caught {
 					return true, "", false
 				}
@@ -291,7 +293,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			}
 		}
 		if err := so.advance(); err != nil {
-			so.mu.Unlock()
+			so.unlock()
 			return true, "", false
 		}
 		switch {
@@ -300,7 +302,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 		case seq == so.next:
 			err = so.deliver(seq, payload, true)
 		case first && !acceptLead:
-			so.mu.Unlock()
+			so.unlock()
 			return false, "", true
 		case first:
 			// The replay starts past next: the publisher no longer holds
@@ -318,7 +320,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			// A hole inside the replies: the publisher dropped some (its
 			// queue for us was full). Retry from next; nothing is lost.
 			n := so.next
-			so.mu.Unlock()
+			so.unlock()
 			return false, fmt.Sprintf("replies missing from %d (next reply %d)", n, seq), false
 		}
 		first, last = false, seq
@@ -326,7 +328,7 @@ func (so *source) session(ctx context.Context, gen, from uint64, acceptLead bool
 			err = so.advance()
 		}
 		caught := so.caughtUp()
-		so.mu.Unlock()
+		so.unlock()
 		if err != nil || caught {
 			return true, "", false
 		}

@@ -47,7 +47,14 @@ type source struct {
 	cancel    context.CancelFunc // cancels ctx; safe from any goroutine
 	wg        sync.WaitGroup
 
-	// mu serializes delivery and guards the sequence state.
+	// turn serializes delivery: the source's delivery goroutines (the
+	// receive loop, a replay, a Resync) take it, then mu, and keep it across
+	// a Handler call, for which they release mu (emit). Only those
+	// goroutines ever take it: no method a Handler may call (Remove, Close,
+	// Resync, Stats) waits for it.
+	turn chan struct{}
+	// mu guards the sequence state; it is never held across a Handler
+	// call.
 	mu           sync.Mutex
 	started      bool
 	next         uint64 // next sequence number to deliver
@@ -100,7 +107,7 @@ type source struct {
 const maxSeqJump = 1 << 32
 
 func newSource(s *Subscriber, src Source) (*source, error) {
-	so := &source{sub: s, src: src, fromStart: s.cfg.FromStart}
+	so := &source{sub: s, src: src, fromStart: s.cfg.FromStart, turn: make(chan struct{}, 1)}
 	// The source's context is the Subscriber's, from the start: Remove and
 	// Close cancel it without taking so.mu (which a Handler's caller holds).
 	so.ctx, so.cancel = context.WithCancel(s.ctx)
@@ -236,14 +243,22 @@ func (so *source) freeze() {
 	}
 }
 
-// emit calls the handler (so.mu held), unless the source was removed.
+// emit calls the handler, unless the source was removed. It is called with
+// the turn and so.mu held, and releases so.mu for the call: the Handler
+// runs under no lock of the Subscriber's (it may call Remove, Close,
+// Resync and Stats), while the turn keeps the source's other delivery
+// goroutines from delivering meanwhile. The caller's state must be
+// consistent when it calls emit: so.mu is taken again after the call.
 func (so *source) emit(u Update) error {
 	if so.removed.Load() {
 		return nil
 	}
 	u.Source = so.src.Name
 	ctx := so.ctx
-	if err := callHandler(so.sub.cfg.Handler, ctx, u); err != nil {
+	so.mu.Unlock()
+	err := so.sub.cfg.Handler(ctx, u)
+	so.mu.Lock()
+	if err != nil {
 		if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
 			so.sub.fail(err)
 		}
@@ -258,7 +273,7 @@ func (so *source) onLive(ctx context.Context, seq uint64, payload []byte, conn u
 	_ = ctx
 	so.lastSeen.Store(time.Now().UnixNano())
 	so.lock()
-	defer so.mu.Unlock()
+	defer so.unlock()
 	newConn := conn != so.conn
 	so.conn = conn
 	switch {
@@ -385,10 +400,11 @@ func (so *source) startReplay() {
 	go so.replay(rctx, so.gen)
 }
 
-// lock takes so.mu and performs a pending Resync first, so that once
-// Resync has returned the Handler's next update for the source is its
-// UpdateReset.
+// lock takes the turn and so.mu, and performs a pending Resync first, so
+// that once Resync has returned the Handler's next update for the source is
+// its UpdateReset. Only the source's delivery goroutines call it.
 func (so *source) lock() {
+	so.turn <- struct{}{}
 	so.mu.Lock()
 	if so.resyncReq.Load() {
 		_ = so.doResync()
@@ -413,7 +429,13 @@ func (so *source) requestResync() {
 func (so *source) resyncNow() {
 	defer so.wg.Done()
 	so.lock()
+	so.unlock()
+}
+
+// unlock releases so.mu and the turn (lock's counterpart).
+func (so *source) unlock() {
 	so.mu.Unlock()
+	<-so.turn
 }
 
 // doResync forgets where the source stands (so.mu held): an UpdateReset,

@@ -7,7 +7,6 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/zmqguard/zmqguard/internal/reentry"
 	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
 )
 
@@ -63,17 +62,6 @@ type Update struct {
 	From, To uint64
 }
 
-// callHandler is the one place Config.Handler is called: Remove and Close look
-// for it on their caller's stack (reentry.Within) to know that they run
-// inside a Handler and must not wait for it.
-//
-//go:noinline
-func callHandler(h func(context.Context, Update) error, ctx context.Context, u Update) error {
-	return h(ctx, u)
-}
-
-var handlerMarker = reentry.NewMarker(callHandler)
-
 // Subscriber follows many KV-event publishers at once. Create it with
 // NewSubscriber, add sources with Add (before or during Run), and call Run.
 type Subscriber struct {
@@ -88,9 +76,8 @@ type Subscriber struct {
 
 	mu      sync.Mutex
 	sources map[string]*source
-	// removing holds the sources removed from inside a Handler whose
-	// stop is still under way in its own goroutine; Run and Close wait for
-	// them.
+	// removing holds the removed sources whose stop is still under way in
+	// its own goroutine; Run waits for them.
 	removing map[*source]struct{}
 	running  bool
 	closed   bool
@@ -152,27 +139,19 @@ func (s *Subscriber) Add(src Source) error {
 	return nil
 }
 
-// Remove stops following the named source and closes its sockets; it
-// returns once the source's goroutines (and an in-flight Handler call for
-// it) have finished.
-//
-// Called from inside a Handler (of this source or another), Remove does not
-// wait, since the Handler that called it is one of the calls it would wait
-// for: it marks the source removed, so that no further Handler call for it
-// begins on its own goroutines, and returns; the source's context is
-// cancelled, its sockets closed and its goroutines ended in the background
-// once its in-flight call has returned (Run and Close wait for that). For
-// the caller's own source nothing more is delivered after Remove returns;
-// for another source, a call that had already begun may still be running.
+// Remove stops following the named source: its context is cancelled (a
+// Handler blocked on it returns), its sockets are closed, and no Handler
+// call for it begins after Remove has returned (one already under way may
+// still be running). Remove does not wait: the source's goroutines end in
+// the background, once that call has returned (Run waits for them before
+// it returns). Remove may thus be called from anywhere, a Handler of this
+// source or another included.
 func (s *Subscriber) Remove(name string) error {
-	inside := reentry.Within(handlerMarker)
 	s.mu.Lock()
 	so, ok := s.sources[name]
 	delete(s.sources, name)
 	if ok {
 		s.nsources.Add(-1)
-	}
-	if ok && inside {
 		s.removing[so] = struct{}{}
 	}
 	s.mu.Unlock()
@@ -181,16 +160,12 @@ func (s *Subscriber) Remove(name string) error {
 	}
 	so.removed.Store(true)
 	so.cancel()
-	if inside {
-		go func() {
-			so.stop()
-			s.mu.Lock()
-			delete(s.removing, so)
-			s.mu.Unlock()
-		}()
-		return nil
-	}
-	so.stop()
+	go func() {
+		so.stop()
+		s.mu.Lock()
+		delete(s.removing, so)
+		s.mu.Unlock()
+	}()
 	return nil
 }
 
@@ -276,21 +251,26 @@ func (s *Subscriber) Run(ctx context.Context) error {
 	return ErrClosed
 }
 
-// Close stops Run and every source, and returns once their goroutines have
-// ended. It is idempotent.
-//
-// Called from inside a Handler, Close does not wait (it would wait for the
-// Handler that called it): every source is marked stopped, so that no
-// further Handler call begins on the sources' goroutines, Run is told to
-// return, and the sources are stopped in the background; Run returns
-// ErrClosed once they have all ended.
+// Close stops Run and every source and returns without waiting for them:
+// no Handler call begins once Close has returned (one already under way may
+// still be running), every source's context is cancelled, and Run, told to return, stops the sources and returns
+// ErrClosed once their goroutines (and a Handler call under way) have
+// ended. Without a running Run, Close closes the sources' sockets itself
+// (no goroutine of theirs was started). Close never waits for a Handler,
+// so it may be called from anywhere, a Handler included. It is idempotent.
 func (s *Subscriber) Close() error {
 	s.cancel()
-	if reentry.Within(handlerMarker) {
-		s.shutdownNoWait()
-		return nil
+	list := s.closeAll()
+	s.mu.Lock()
+	running := s.running
+	s.mu.Unlock()
+	if running {
+		return nil // Run stops the sources and waits for them
 	}
-	s.shutdown()
+	for _, so := range list {
+		// Never started: stop waits for no goroutine of the source.
+		so.stop()
+	}
 	return nil
 }
 
@@ -314,23 +294,20 @@ func (s *Subscriber) closeAll() []*source {
 	return list
 }
 
-// shutdown stops every source and waits for them all.
+// shutdown (Run's, never a callback's) stops every source and waits for
+// them all, their sockets' goroutines included.
 func (s *Subscriber) shutdown() {
 	list := s.closeAll()
 	var wg sync.WaitGroup
 	for _, so := range list {
 		wg.Add(1)
-		go func() { defer wg.Done(); so.stop() }()
+		go func() {
+			defer wg.Done()
+			so.stop()
+			_ = so.sock.Shutdown(context.Background()) // closed by stop: ends once its goroutines have
+		}()
 	}
 	wg.Wait()
-}
-
-// shutdownNoWait is shutdown from inside a Handler: the sources stop in the
-// background (their stopOnce makes a later shutdown, Run's, wait for them).
-func (s *Subscriber) shutdownNoWait() {
-	for _, so := range s.closeAll() {
-		go so.stop()
-	}
 }
 
 // fail records the first fatal error and ends Run.

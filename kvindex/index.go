@@ -120,10 +120,9 @@ type Index struct {
 	npending atomic.Int64            // len(pending)
 	ps       PositionStore           // the backend's, or nil
 
-	// Backend losses: OnBackendLost's goroutines, waited for by Close.
+	// Backend losses: no OnBackendLost goroutine starts once closing.
 	lostMu  sync.Mutex
 	closing bool
-	lostWG  sync.WaitGroup
 
 	// Snapshots (snapshot.go).
 	snapMu   sync.Mutex // one write at a time
@@ -547,9 +546,10 @@ func (x *Index) noteSpace(model string, bs int) {
 	}
 }
 
-// Close closes the index: it waits for Config.OnBackendLost calls under
-// way, writes the snapshot (Config.SnapshotFile) and closes the backend
-// when New made it.
+// Close closes the index: it writes the snapshot (Config.SnapshotFile) and
+// closes the backend when New made it. No Config.OnBackendLost call begins
+// once Close has been called; Close does not wait for one under way (it
+// may be its caller), which then finds the index closed.
 func (x *Index) Close() error {
 	if x.closed.Swap(true) {
 		return nil
@@ -557,7 +557,6 @@ func (x *Index) Close() error {
 	x.lostMu.Lock()
 	x.closing = true
 	x.lostMu.Unlock()
-	x.lostWG.Wait()
 	var err error
 	if x.snapStop != nil {
 		close(x.snapStop)

@@ -133,9 +133,7 @@ func (x *Index) backendLost(op, engine string, err error) {
 	if x.closing {
 		return
 	}
-	x.lostWG.Add(1)
-	go func() {
-		defer x.lostWG.Done()
-		x.cfg.OnBackendLost()
-	}()
+	// Its own goroutine, which Close does not wait for: the callback may
+	// call Close.
+	go x.cfg.OnBackendLost()
 }

@@ -38,7 +38,8 @@
 //     silent (a vanished host, a silent partition, a frozen process whose
 //     kernel still ACKs) is disconnected, and a dialer reconnects;
 //   - received data in memory is bounded per socket (see Memory below);
-//   - Close stops every goroutine and closes every descriptor.
+//   - Close stops every goroutine and closes every descriptor (it signals and
+//     returns; Shutdown also waits for them).
 //
 // # Memory
 //

@@ -20,7 +20,8 @@ import (
 type listener struct {
 	s        *Socket
 	gl       *zmtpguard.Listener
-	addr     net.Addr // the OS listener's address
+	ln       net.Listener // the OS listener gl accepts from
+	addr     net.Addr     // the OS listener's address
 	endpoint string
 }
 
@@ -54,7 +55,7 @@ func (s *Socket) Bind(endpoint string) error {
 	if err != nil {
 		return err
 	}
-	l := &listener{s: s, gl: gl, addr: ln.Addr(), endpoint: text}
+	l := &listener{s: s, gl: gl, ln: ln, addr: ln.Addr(), endpoint: text}
 	s.mu.Lock()
 	if s.closed.Load() {
 		s.mu.Unlock()
@@ -139,7 +140,7 @@ func (s *Socket) violationHook(accepted bool, endpoint string) func(zmtpguard.Vi
 			s.viol[v.Reason].Add(1)
 		}
 		if user != nil {
-			callOnViolation(user, v)
+			user(v)
 		}
 		if !accepted {
 			return

@@ -45,7 +45,7 @@ func (s *Socket) emit(e Event) {
 		e.Reason = decodeguard.ReasonOf(e.Err)
 	}
 	if f := s.opts.OnEvent; f != nil {
-		callOnEvent(f, e)
+		f(e)
 	}
 	ctx := context.Background()
 	log := s.logger()

@@ -90,7 +90,7 @@ func (s *Socket) releaseHook(user func(int)) func(int) {
 	return func(n int) {
 		s.noteReleased(int64(n))
 		if user != nil {
-			callOnRelease(user, n)
+			user(n)
 		}
 	}
 }

@@ -260,9 +260,9 @@ type Options struct {
 	// failed, rejected, disconnected). It runs on the connection's own
 	// goroutine: keep it fast and never block in it (a Send that waits for
 	// queue space may wait for this very goroutine). It may call the
-	// socket's Stats, Peers, Endpoint and Close: Close from inside it
-	// closes the socket at once and finishes in the background without
-	// waiting for the callback (see [Socket.Close]). The Guard hooks
+	// socket's Stats, Peers, Endpoint and Close (Close never waits for
+	// the callback: see [Socket.Close]), but not Shutdown, which waits for
+	// it. It runs under no lock of the socket's. The Guard hooks
 	// OnViolation and OnRelease follow the same rules.
 	OnEvent func(Event)
 	// Logger receives the socket's log lines; nil means slog.Default().

@@ -389,36 +389,49 @@ func (s *Socket) Stats() Stats {
 	return st
 }
 
-// Close disconnects every peer, stops every listener and dialer, and waits
-// for all of the socket's goroutines to end. Messages not yet written are
-// discarded. Recv and Send then return ErrClosed. Close is idempotent: a
-// later call waits like the first.
-//
-// Called from inside Options.OnEvent or a Guard hook (OnViolation,
-// OnRelease), which run on the socket's goroutines, Close does not wait
-// for them (the caller is one): the socket is closed at once (Recv and
-// Send return ErrClosed) and the rest of the shutdown finishes in the
-// background once the callback has returned. A Close from outside the
-// callbacks still waits for all of it.
+// Close closes the socket and returns without waiting: Recv and Send
+// return ErrClosed at once, the bound addresses are free, and the socket's
+// dialers and peers are taken down in the background (messages not yet written are
+// discarded; each connected peer still gets its EventDisconnected). Close
+// never waits for the socket's goroutines, so it may be called from
+// anywhere, Options.OnEvent and the Guard's hooks (OnViolation, OnRelease)
+// included. Use [Socket.Shutdown] to wait for the shutdown to finish. Close
+// is idempotent and returns nil.
 func (s *Socket) Close() error {
-	inside := insideCallback()
 	if !s.closed.CompareAndSwap(false, true) {
-		if !inside {
-			<-s.closeDone
-		}
 		return nil
 	}
 	s.cancel()
-	if inside {
-		go s.finishClose()
-		return nil
+	// The OS listeners close now (closing one waits for nothing), so that
+	// the address is free once Close has returned; zmtpguard's listeners,
+	// whose Close waits for their handshakes, close in the background.
+	s.mu.RLock()
+	for _, l := range s.listeners {
+		l.ln.Close()
 	}
-	s.finishClose()
+	s.mu.RUnlock()
+	go s.finishClose()
 	return nil
 }
 
-// finishClose is the rest of Close: it closes listeners and peers, waits
-// for every goroutine and writes the pending log summaries.
+// Shutdown closes the socket like Close and waits until every goroutine of
+// the socket has ended and its pending log summaries are written, or ctx
+// ends (it then returns ctx's error). Shutdown waits for the callbacks the
+// socket is running: calling it from inside one (Options.OnEvent, a Guard
+// hook) waits until ctx ends; call Close there.
+func (s *Socket) Shutdown(ctx context.Context) error {
+	s.Close()
+	select {
+	case <-s.closeDone:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// finishClose is the rest of Close, on a goroutine of its own: it closes
+// listeners and peers, waits for every goroutine and writes the pending log
+// summaries.
 func (s *Socket) finishClose() {
 	s.mu.Lock()
 	lns := s.listeners

@@ -16,7 +16,8 @@
 //
 // The packages that run user callbacks (socket, handshake, coordinator,
 // outputs, kvevents) test their Close and Remove from inside each callback
-// with it; package reentry is what makes those calls safe.
+// with it; what makes those calls safe is that no callback runs under a
+// component's lock and Close never waits for the goroutine running one.
 package reentrytest
 
 import (
@@ -147,8 +148,7 @@ func (r *Run) Result(t TB, what string) error {
 }
 
 // CloseAgain checks that a Close from outside, after a Close from a
-// callback, returns nil within Bound (it waits for what the callback's
-// Close left to finish in the background).
+// callback, returns nil within Bound.
 func CloseAgain(t TB, close func() error) {
 	t.Helper()
 	done := make(chan error, 1)
