@@ -253,8 +253,13 @@ func TestSnapshotPeriodic(t *testing.T) {
 	if r := mustScore(t, y, kvindex.ScoreRequest{Tokens: restartDoc(1)}); len(r.Engines) != 1 || r.Engines[0].MaybeBlocks != 4 {
 		t.Fatalf("periodic snapshot loaded: %+v", r)
 	}
+	// The periodic writer may be half-way through its next file until
+	// Close, which waits for it: no temporary file is left after that.
+	if err := x.Close(); err != nil {
+		t.Fatal(err)
+	}
 	if m, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "*.tmp*")); len(m) != 0 {
-		t.Fatalf("temporary files left: %v", m)
+		t.Fatalf("temporary files left after Close: %v", m)
 	}
 }
 
