@@ -62,7 +62,7 @@ func newToken() string {
 func (s *store) establish() (*generation, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	tok, err := s.establishS.Exec(ctx, s.client, nil, []string{s.prefix, newToken()}).ToString()
+	tok, err := s.establishS.Exec(ctx, s.client, s.keys, []string{s.prefix, newToken()}).ToString()
 	if err := s.count(err); err != nil {
 		return nil, fmt.Errorf("redisstore: generation key %sgen: %w", s.prefix, err)
 	}
@@ -239,7 +239,7 @@ func (s *store) lookupName(g *generation, table string, rid uint64) string {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	res, err := s.name.Exec(ctx, s.client, nil, []string{s.prefix, g.token, table, strconv.FormatUint(rid, 10)}).ToArray()
+	res, err := s.name.Exec(ctx, s.client, s.keys, []string{s.prefix, g.token, table, strconv.FormatUint(rid, 10)}).ToArray()
 	if s.count(err) != nil {
 		return ""
 	}

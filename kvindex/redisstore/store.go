@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -86,6 +87,11 @@ type store struct {
 	client rueidis.Client
 	own    bool
 	prefix string
+	// keys is what every script call declares as its KEYS: the generation
+	// key, so that a cluster client sends the call to the node serving the
+	// prefix's slot (every key of the index shares the prefix's hash tag).
+	keys    []string
+	cluster bool // the client is a Redis Cluster client
 	// The scripts; each checks the generation token first.
 	apply, holders, resolve, name, renew, establishS, posGet, posSet *rueidis.Lua
 
@@ -166,7 +172,7 @@ func open(cfg Config) (*store, error) {
 	case cfg.LeaseTTL < 30*time.Millisecond:
 		return nil, fmt.Errorf("redisstore: Config.LeaseTTL %v is under 30ms", cfg.LeaseTTL)
 	}
-	s := &store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix,
+	s := &store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix, keys: []string{cfg.Prefix + "gen"},
 		apply:      rueidis.NewLuaScript(applyScript),
 		holders:    rueidis.NewLuaScriptReadOnly(holdersScript),
 		resolve:    rueidis.NewLuaScriptReadOnly(resolveScript),
@@ -178,9 +184,9 @@ func open(cfg Config) (*store, error) {
 		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
-		opt, err := rueidis.ParseURL(cfg.URL)
+		opt, err := parseURL(cfg.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: URL %q: %v", cfg.URL, err)
+			return nil, err
 		}
 		opt.DisableCache = true // no client-side caching: every read sees the server
 		if opt.Dialer.Timeout == 0 {
@@ -201,6 +207,15 @@ func open(cfg Config) (*store, error) {
 		}
 		return nil, fmt.Errorf("redisstore: PING %s: %v", cfg.URL, err)
 	}
+	// rueidis detects a cluster by itself (CLUSTER SLOTS on the seeds;
+	// a server with cluster support disabled gets a plain client).
+	s.cluster = s.client.Mode() == rueidis.ClientModeCluster
+	if s.cluster && !hasHashTag(cfg.Prefix) {
+		if s.own {
+			s.client.Close()
+		}
+		return nil, fmt.Errorf("redisstore: Config.Prefix %q has no {hash tag}: on a Redis Cluster every key of one index must fall in one slot", cfg.Prefix)
+	}
 	if _, err := s.establish(); err != nil {
 		if s.own {
 			s.client.Close()
@@ -213,6 +228,53 @@ func open(cfg Config) (*store, error) {
 		close(s.stopped)
 	}
 	return s, nil
+}
+
+// parseURL reads a redis URL, whose host part may list several seed
+// addresses of a cluster separated by commas
+// (redis://127.0.0.1:7000,127.0.0.1:7001/0).
+func parseURL(raw string) (rueidis.ClientOption, error) {
+	u := raw
+	var seeds []string
+	if scheme, rest, ok := strings.Cut(raw, "://"); ok && (scheme == "redis" || scheme == "rediss" || scheme == "valkey" || scheme == "valkeys") {
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		auth := rest[:end]
+		user := ""
+		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+			user, auth = auth[:at+1], auth[at+1:]
+		}
+		if strings.Contains(auth, ",") {
+			seeds = strings.Split(auth, ",")
+			for _, a := range seeds {
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					return rueidis.ClientOption{}, fmt.Errorf("redisstore: URL %q: seed address %q is not host:port", raw, a)
+				}
+			}
+			u = scheme + "://" + user + seeds[0] + rest[end:]
+		}
+	}
+	opt, err := rueidis.ParseURL(u)
+	if err != nil {
+		return opt, fmt.Errorf("redisstore: URL %q: %v", raw, err)
+	}
+	if len(seeds) > 1 {
+		opt.InitAddress = append(opt.InitAddress, seeds[1:]...)
+	}
+	return opt, nil
+}
+
+// hasHashTag reports whether prefix holds a Redis Cluster hash tag: a
+// "{" followed later by a "}" with something between them.
+func hasHashTag(prefix string) bool {
+	i := strings.IndexByte(prefix, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(prefix[i+1:], '}')
+	return j > 0
 }
 
 func (s *store) ctx() (context.Context, context.CancelFunc) {
@@ -257,7 +319,7 @@ func (s *store) Resolve(engine string, hashes []uint64, keys []kvindex.Key, foun
 		args[1] = g.token
 		ctx, cancel := s.ctx()
 		defer cancel()
-		vals, err := s.resolve.Exec(ctx, s.client, nil, args).ToArray()
+		vals, err := s.resolve.Exec(ctx, s.client, s.keys, args).ToArray()
 		if err := s.count(err); err != nil {
 			return false, fmt.Errorf("redisstore: Resolve %q: %w", engine, err)
 		}
@@ -338,7 +400,7 @@ func (s *store) applyIn(g *generation, engine string, ops []kvindex.Op) (c kvind
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	res, err := s.apply.Exec(ctx, s.client, nil, args).AsIntSlice()
+	res, err := s.apply.Exec(ctx, s.client, s.keys, args).AsIntSlice()
 	if err := s.count(err); err != nil {
 		s.mu.Lock()
 		if s.gen == g {
@@ -428,7 +490,7 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 			args = append(args, strconv.FormatUint(uint64(k), 10))
 		}
 		ctx, cancel := s.ctx()
-		res, err := s.holders.Exec(ctx, s.client, nil, args).ToArray()
+		res, err := s.holders.Exec(ctx, s.client, s.keys, args).ToArray()
 		cancel()
 		if err := s.count(err); err != nil {
 			return fmt.Errorf("redisstore: Holders: %w", err)
@@ -651,7 +713,7 @@ func (s *store) renewLoop() {
 			continue
 		}
 		ctx, cancel := s.ctx()
-		n, err := s.renew.Exec(ctx, s.client, nil, args).AsInt64()
+		n, err := s.renew.Exec(ctx, s.client, s.keys, args).AsInt64()
 		cancel()
 		if s.count(err) == nil && n < 0 {
 			s.lose(g)
