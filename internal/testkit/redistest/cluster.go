@@ -42,7 +42,7 @@ type Node struct {
 	slotLo int
 	slotHi int
 	cmd    *exec.Cmd
-	exited chan struct{}
+	reaped bool // waitPing reaped the exited process
 }
 
 // Addr returns the node's client address (127.0.0.1:port).
@@ -132,9 +132,7 @@ func (c *Cluster) startNode(nd *Node, fresh bool) error {
 		if err := nd.cmd.Start(); err != nil {
 			return fmt.Errorf("redistest: start %s: %v", c.bin, err)
 		}
-		nd.exited = make(chan struct{})
-		cmd, exited := nd.cmd, nd.exited
-		go func() { cmd.Wait(); close(exited) }()
+		nd.reaped = false
 		last = waitPing(nd)
 		if last == nil {
 			return nil
@@ -159,9 +157,14 @@ func waitPing(nd *Node) error {
 		if err == nil && r == "PONG" {
 			return nil
 		}
+		// No goroutine waits on the process (goleak runs before the
+		// test binary's clean-up kills the shared cluster): poll it.
+		var ws syscall.WaitStatus
+		if pid, _ := syscall.Wait4(nd.cmd.Process.Pid, &ws, syscall.WNOHANG, nil); pid == nd.cmd.Process.Pid {
+			nd.reaped = true
+			return fmt.Errorf("the server exited (%v)", ws)
+		}
 		select {
-		case <-nd.exited:
-			return errors.New("the server exited")
 		case <-ctx.Done():
 			return fmt.Errorf("no answer within %v: %v", StartTimeout, err)
 		case <-time.After(10 * time.Millisecond):
@@ -221,9 +224,9 @@ func (c *Cluster) NodeOfSlot(slot int) int {
 }
 
 func (n *Node) kill() {
-	if n.cmd != nil && n.cmd.Process != nil {
+	if n.cmd != nil && n.cmd.Process != nil && !n.reaped {
 		n.cmd.Process.Kill()
-		<-n.exited
+		n.cmd.Wait()
 	}
 	n.cmd = nil
 }
