@@ -27,7 +27,7 @@ local name = ARGV[2]
 local cap = tonumber(ARGV[3])
 local writer = ARGV[4]
 local ttl = tonumber(ARGV[5])
-local EP, ST, FIFO = P .. 'ep', P .. 'st', P .. 'fifo'
+local EP, ST = P .. 'ep', P .. 'st'
 local c = {0, 0, 0, 0, 0, 0, 0, 0} -- added refreshed removed unknown cleared remapped evicted rejected
 local status = 0
 
@@ -63,12 +63,20 @@ end
 
 local M = P .. 'm:' .. eid
 local epoch = redis.call('HGET', EP, eid)
--- Gauges kept in st change by these deltas, written once at the end; the
--- entry count is tracked here instead of asking ZCARD after every store.
+-- Gauges kept in st change by these deltas, written once at the end.
 local dblocks, dmaps, devicted = 0, 0, 0
-local nent = redis.call('ZCARD', FIFO)
+local nent0 = tonumber(redis.call('HGET', ST, 'entries') or '0')
+local nent = nent0
 local seq0 = tonumber(redis.call('GET', P .. 'seq') or '0')
 local seq = seq0
+-- The store order: entry seq sits in bucket q:floor(seq/64), a hash of
+-- seq -> "E:hash:M:G"; qh is the lowest bucket that may hold entries.
+local qh0 = tonumber(redis.call('GET', P .. 'qh') or '0')
+local qh = qh0
+local head = nil -- the head bucket's entries sorted by seq, while valid
+local function bucket(sq)
+  return P .. 'q:' .. string.format('%d', math.floor(sq / 64))
+end
 
 local function split(v)
   local key, rest = string.match(v, '^(%d+)|?(.*)$')
@@ -82,13 +90,21 @@ local function join(key, mgs)
   return key .. '|' .. table.concat(mgs, '|')
 end
 
--- delEntry removes one entry's block field and store-order member.
+-- delEntry removes one entry's block field ("epoch:seq") and its place
+-- in the store order.
 local function delEntry(key, e, h, mg)
   local B = P .. 'b:' .. key
   local field = e .. ':' .. h .. ':' .. mg
+  local v = redis.call('HGET', B, field)
+  if not v then return end
   redis.call('HDEL', B, field)
   if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
-  nent = nent - redis.call('ZREM', FIFO, key .. ':' .. field)
+  local sq = string.match(v, ':(%d+)$')
+  if sq then
+    redis.call('HDEL', bucket(tonumber(sq)), sq)
+    if math.floor(tonumber(sq) / 64) == qh then head = nil end
+  end
+  nent = nent - 1
 end
 
 -- dropGroup removes every entry of engine e's hash h (mapped to key).
@@ -116,16 +132,42 @@ local function unmapOne(e, h, mg)
   end
 end
 
+-- oldest returns the oldest entry's seq (a string) and "E:hash:M:G",
+-- moving qh past empty buckets; nil when there is none.
+local function oldest()
+  while not head or #head == 0 do
+    local all = redis.call('HGETALL', P .. 'q:' .. string.format('%d', qh))
+    if #all == 0 then
+      -- The bucket of the last seq stays the head: the next stores go there.
+      if qh >= math.floor(seq / 64) then return nil end
+      qh = qh + 1
+    else
+      head = {}
+      for i = 1, #all, 2 do head[#head + 1] = {tonumber(all[i]), all[i], all[i + 1]} end
+      -- descending, so the oldest is popped off the end
+      table.sort(head, function(a, b) return a[1] > b[1] end)
+    end
+  end
+  local x = head[#head]
+  return x[2], x[3]
+end
+
 local function evict()
   while nent > cap do
-    local m = redis.call('ZPOPMIN', FIFO)
-    if #m == 0 then return end
+    local sq, id = oldest()
+    if not sq then return end
+    head[#head] = nil
+    redis.call('HDEL', bucket(tonumber(sq)), sq)
     nent = nent - 1
-    local key, e, h, mg = string.match(m[1], '^(%d+):(%d+):(%d+):(%d+:%d+)$')
-    local B = P .. 'b:' .. key
-    redis.call('HDEL', B, e .. ':' .. h .. ':' .. mg)
-    if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
-    unmapOne(e, h, mg)
+    local e, h, mg = string.match(id, '^(%d+):(%d+):(%d+:%d+)$')
+    local v = redis.call('HGET', P .. 'm:' .. e, h)
+    if v then
+      local key = string.match(v, '^(%d+)')
+      local B = P .. 'b:' .. key
+      redis.call('HDEL', B, e .. ':' .. h .. ':' .. mg)
+      if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
+      unmapOne(e, h, mg)
+    end
     c[7] = c[7] + 1
     devicted = devicted + 1
   end
@@ -166,7 +208,8 @@ local function store(h, key, med, grp)
   if v then
     for _, x in ipairs(mgs) do
       if x == mg then
-        redis.call('HSET', B, field, epoch)
+        local old = redis.call('HGET', B, field) or ''
+        redis.call('HSET', B, field, epoch .. ':' .. (string.match(old, ':(%d+)$') or '0'))
         c[2] = c[2] + 1
         return true
       end
@@ -178,9 +221,11 @@ local function store(h, key, med, grp)
     dmaps = dmaps + 1
   end
   if redis.call('EXISTS', B) == 0 then dblocks = dblocks + 1 end
-  redis.call('HSET', B, field, epoch)
   seq = seq + 1
-  redis.call('ZADD', FIFO, seq, key .. ':' .. field)
+  local sq = string.format('%d', seq)
+  redis.call('HSET', B, field, epoch .. ':' .. sq)
+  redis.call('HSET', bucket(seq), sq, field)
+  if math.floor(seq / 64) == qh then head = nil end
   nent = nent + 1
   c[1] = c[1] + 1
   evict()
@@ -218,7 +263,9 @@ local function flush()
   if dblocks ~= 0 then redis.call('HINCRBY', ST, 'blocks', dblocks) end
   if dmaps ~= 0 then redis.call('HINCRBY', ST, 'mappings', dmaps) end
   if devicted ~= 0 then redis.call('HINCRBY', ST, 'evicted', devicted) end
-  if seq ~= seq0 then redis.call('SET', P .. 'seq', seq) end
+  if seq ~= seq0 then redis.call('SET', P .. 'seq', string.format('%d', seq)) end
+  if qh ~= qh0 then redis.call('SET', P .. 'qh', string.format('%d', qh)) end
+  if nent ~= nent0 then redis.call('HINCRBY', ST, 'entries', nent - nent0) end
 end
 
 local n = (#ARGV - 6) / 5
@@ -316,6 +363,9 @@ return {1, redis.call('HGET', P .. ARGV[3], ARGV[4])}
 // establishScript returns the generation token of prefix ARGV[1], setting
 // it to ARGV[2] (a new random token) when there is none.
 const establishScript = `
+if redis.call('EXISTS', ARGV[1] .. 'fifo') == 1 then
+  return redis.error_reply('the index under this prefix has the layout of an older zmqguard (a sorted-set fifo key): use another prefix or delete its keys')
+end
 local K = ARGV[1] .. 'gen'
 local t = redis.call('GET', K)
 if t then return t end

@@ -615,6 +615,7 @@ func parseHolders(s string, epochs []string, hs []kvindex.Holder) ([]kvindex.Hol
 	for s != "" {
 		field := next(&s, ',')
 		ep := next(&s, ',')
+		ep, _, _ = strings.Cut(ep, ":") // "epoch:seq"
 		e, err1 := strconv.ParseUint(next(&field, ':'), 10, 32)
 		next(&field, ':')
 		m, err2 := strconv.ParseUint(next(&field, ':'), 10, 16)
@@ -642,22 +643,22 @@ func (s *store) Stats() kvindex.BackendStats {
 	defer cancel()
 	b := s.client.B()
 	res := s.client.DoMulti(ctx,
-		b.Zcard().Key(s.prefix+"fifo").Build(),
-		b.Hmget().Key(s.prefix+"st").Field("blocks", "mappings", "evicted").Build(),
+		b.Hmget().Key(s.prefix+"st").Field("entries", "blocks", "mappings", "evicted").Build(),
 		b.Hlen().Key(s.prefix+"ep").Build(),
 		b.Get().Key(s.prefix+"gen").Build())
-	var err error
-	if st.Entries, err = res[0].AsInt64(); s.count(err) != nil {
+	vals, err := res[0].ToArray()
+	if s.count(err) != nil {
 		return st
 	}
-	if vals, err := res[1].ToArray(); err == nil && len(vals) == 3 {
+	if len(vals) == 4 { // a field never written is nil: 0
 		n0, _ := vals[0].AsInt64()
 		n1, _ := vals[1].AsInt64()
 		n2, _ := vals[2].AsInt64()
-		st.Blocks, st.Mappings, st.Evicted = n0, n1, uint64(n2)
+		n3, _ := vals[3].AsInt64()
+		st.Entries, st.Blocks, st.Mappings, st.Evicted = n0, n1, n2, uint64(n3)
 	}
-	st.Engines, _ = res[2].AsInt64()
-	if tok, err := res[3].ToString(); g != nil && (rueidis.IsRedisNil(err) || err == nil && tok != g.token) {
+	st.Engines, _ = res[1].AsInt64()
+	if tok, err := res[2].ToString(); g != nil && (rueidis.IsRedisNil(err) || err == nil && tok != g.token) {
 		s.lose(g)
 	}
 	return st
