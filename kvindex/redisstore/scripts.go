@@ -78,6 +78,69 @@ local function bucket(sq)
   return P .. 'q:' .. string.format('%d', math.floor(sq / 64))
 end
 
+-- Blocks: the entries of block KEY are one field of hash b:<the last bd
+-- digits of KEY>, "E:hash:M:G,epoch:seq,E:hash:M:G,epoch:seq…".
+local bd = tonumber(redis.call('GET', P .. 'bd') or '4')
+local function blockOf(key)
+  return P .. 'b:' .. string.sub(key, -bd)
+end
+-- entryGet returns the value of entry field of block key, or nil.
+local function entryGet(key, field)
+  local v = redis.call('HGET', blockOf(key), key)
+  if not v then return nil end
+  local parts = {}
+  for x in string.gmatch(v, '[^,]+') do parts[#parts + 1] = x end
+  for i = 1, #parts, 2 do
+    if parts[i] == field then return parts[i + 1] end
+  end
+  return nil
+end
+-- entrySet sets entry field of block key to val; true when the block is new.
+local function entrySet(key, field, val)
+  local B = blockOf(key)
+  local v = redis.call('HGET', B, key)
+  if not v then
+    redis.call('HSET', B, key, field .. ',' .. val)
+    return true
+  end
+  local t = {}
+  for x in string.gmatch(v, '[^,]+') do t[#t + 1] = x end
+  for i = 1, #t, 2 do
+    if t[i] == field then
+      t[i + 1] = val
+      redis.call('HSET', B, key, table.concat(t, ','))
+      return false
+    end
+  end
+  redis.call('HSET', B, key, v .. ',' .. field .. ',' .. val)
+  return false
+end
+-- entryDel removes entry field of block key: its value (nil when it was
+-- not there) and whether the block is now empty.
+local function entryDel(key, field)
+  local B = blockOf(key)
+  local v = redis.call('HGET', B, key)
+  if not v then return nil, false end
+  local t, old = {}, nil
+  local parts = {}
+  for x in string.gmatch(v, '[^,]+') do parts[#parts + 1] = x end
+  for i = 1, #parts, 2 do
+    if parts[i] == field then
+      old = parts[i + 1]
+    else
+      t[#t + 1] = parts[i]
+      t[#t + 1] = parts[i + 1]
+    end
+  end
+  if not old then return nil, false end
+  if #t == 0 then
+    redis.call('HDEL', B, key)
+    return old, true
+  end
+  redis.call('HSET', B, key, table.concat(t, ','))
+  return old, false
+end
+
 local function split(v)
   local key, rest = string.match(v, '^(%d+)|?(.*)$')
   local mgs = {}
@@ -93,12 +156,9 @@ end
 -- delEntry removes one entry's block field ("epoch:seq") and its place
 -- in the store order.
 local function delEntry(key, e, h, mg)
-  local B = P .. 'b:' .. key
-  local field = e .. ':' .. h .. ':' .. mg
-  local v = redis.call('HGET', B, field)
+  local v, empty = entryDel(key, e .. ':' .. h .. ':' .. mg)
   if not v then return end
-  redis.call('HDEL', B, field)
-  if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
+  if empty then dblocks = dblocks - 1 end
   local sq = string.match(v, ':(%d+)$')
   if sq then
     redis.call('HDEL', bucket(tonumber(sq)), sq)
@@ -163,9 +223,8 @@ local function evict()
     local v = redis.call('HGET', P .. 'm:' .. e, h)
     if v then
       local key = string.match(v, '^(%d+)')
-      local B = P .. 'b:' .. key
-      redis.call('HDEL', B, e .. ':' .. h .. ':' .. mg)
-      if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
+      local _, empty = entryDel(key, e .. ':' .. h .. ':' .. mg)
+      if empty then dblocks = dblocks - 1 end
       unmapOne(e, h, mg)
     end
     c[7] = c[7] + 1
@@ -203,13 +262,12 @@ local function store(h, key, med, grp)
       v = nil
     end
   end
-  local B = P .. 'b:' .. key
   local field = eid .. ':' .. h .. ':' .. mg
   if v then
     for _, x in ipairs(mgs) do
       if x == mg then
-        local old = redis.call('HGET', B, field) or ''
-        redis.call('HSET', B, field, epoch .. ':' .. (string.match(old, ':(%d+)$') or '0'))
+        local old = entryGet(key, field) or ''
+        entrySet(key, field, epoch .. ':' .. (string.match(old, ':(%d+)$') or '0'))
         c[2] = c[2] + 1
         return true
       end
@@ -220,10 +278,9 @@ local function store(h, key, med, grp)
     redis.call('HSET', M, h, key .. '|' .. mg)
     dmaps = dmaps + 1
   end
-  if redis.call('EXISTS', B) == 0 then dblocks = dblocks + 1 end
   seq = seq + 1
   local sq = string.format('%d', seq)
-  redis.call('HSET', B, field, epoch .. ':' .. sq)
+  if entrySet(key, field, epoch .. ':' .. sq) then dblocks = dblocks + 1 end
   redis.call('HSET', bucket(seq), sq, field)
   if math.floor(seq / 64) == qh then head = nil end
   nent = nent + 1
@@ -308,10 +365,11 @@ if redis.call('GET', P .. 'gen') ~= ARGV[2] then return {} end
 local v = redis.call('GET', P .. 'epv') or '0'
 local out = {v, false}
 if v ~= ARGV[3] then out[2] = table.concat(redis.call('HGETALL', P .. 'ep'), ',') end
+local bd = tonumber(redis.call('GET', P .. 'bd') or '4')
 for i = 4, #ARGV do
-  local all = redis.call('HGETALL', P .. 'b:' .. ARGV[i])
-  out[#out + 1] = table.concat(all, ',')
-  if #all == 0 then break end
+  local e = redis.call('HGET', P .. 'b:' .. string.sub(ARGV[i], -bd), ARGV[i]) or ''
+  out[#out + 1] = e
+  if e == '' then break end
 end
 return out
 `
@@ -361,7 +419,10 @@ return {1, redis.call('HGET', P .. ARGV[3], ARGV[4])}
 `
 
 // establishScript returns the generation token of prefix ARGV[1], setting
-// it to ARGV[2] (a new random token) when there is none.
+// it to ARGV[2] (a new random token) when there is none, with the number
+// of digits of a block key that name its bucket (bd) to ARGV[3] unless
+// set already (the data of a lost generation may be left over; its layout
+// is kept).
 const establishScript = `
 if redis.call('EXISTS', ARGV[1] .. 'fifo') == 1 then
   return redis.error_reply('the index under this prefix has the layout of an older zmqguard (a sorted-set fifo key): use another prefix or delete its keys')
@@ -370,6 +431,7 @@ local K = ARGV[1] .. 'gen'
 local t = redis.call('GET', K)
 if t then return t end
 redis.call('SET', K, ARGV[2])
+redis.call('SET', ARGV[1] .. 'bd', ARGV[3], 'NX')
 return ARGV[2]
 `
 
