@@ -356,7 +356,7 @@ return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], status, 0}
 // string work is the slow part of a script): it returns the current
 // version, the epochs as one string "E,epoch,E,epoch…" only when the
 // caller's version is not current (else false), then one string per key,
-// "E:hash:M:G,epoch,E:hash:M:G,epoch…" ("" for a key nobody holds); an
+// "E:hash:M:G,epoch:seq,E:hash:M:G,epoch:seq…" ("" for a key nobody holds); an
 // empty array when the generation is lost. The caller computes trust (an
 // entry's epoch equals its engine's).
 const holdersScript = `

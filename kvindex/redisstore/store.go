@@ -28,7 +28,9 @@ const defaultCapacity = 1 << 22
 // Config configures [New]. Exactly one of URL and Client is set.
 type Config struct {
 	// URL is the server's address: redis://[user:pass@]host:port[/db] or
-	// unix:///path/to/redis.sock[?db=N].
+	// unix:///path/to/redis.sock[?db=N]; for a Redis Cluster, its seed
+	// addresses, redis://host:port,host:port,… (cluster mode is detected;
+	// see the package doc).
 	URL string
 	// Client is a client to use instead of dialing URL; Close leaves it
 	// open.
@@ -610,7 +612,8 @@ func parseEpochs(s string, epochs []string) ([]string, error) {
 	return epochs, nil
 }
 
-// parseHolders reads "E:hash:M:G,epoch,…" into holders.
+// parseHolders reads "E:hash:M:G,epoch:seq,…" into holders (the seq is
+// not read; a value without one reads the same).
 func parseHolders(s string, epochs []string, hs []kvindex.Holder) ([]kvindex.Holder, error) {
 	for s != "" {
 		field := next(&s, ',')
