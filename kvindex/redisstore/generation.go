@@ -61,6 +61,17 @@ func bucketDigits(capacity int) int {
 	return d
 }
 
+// mapSplit returns how many mappings an engine's map bucket holds before
+// the engine's maps move to a level of 100 times more buckets: 128, the
+// most fields Redis keeps in a compact listpack (hash-max-listpack-entries);
+// tests set less.
+func (s *store) mapSplit() int {
+	if s.cfg.mapSplit > 0 {
+		return s.cfg.mapSplit
+	}
+	return 128
+}
+
 // newToken returns a random 128-bit generation token.
 func newToken() string {
 	var b [16]byte
@@ -75,7 +86,7 @@ func newToken() string {
 func (s *store) establish() (*generation, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	tok, err := s.establishS.Exec(ctx, s.client, s.keys, []string{s.prefix, newToken(), strconv.Itoa(bucketDigits(s.cfg.Capacity))}).ToString()
+	tok, err := s.establishS.Exec(ctx, s.client, s.keys, []string{s.prefix, newToken(), strconv.Itoa(bucketDigits(s.cfg.Capacity)), strconv.Itoa(s.mapSplit())}).ToString()
 	if err := s.count(err); err != nil {
 		return nil, fmt.Errorf("redisstore: generation key %sgen: %w", s.prefix, err)
 	}

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 
@@ -95,4 +96,121 @@ func TestOlderLayoutRefused(t *testing.T) {
 	if !strings.Contains(err.Error(), fmt.Sprint(s.prefix)) {
 		t.Fatalf("the refusal %q does not name the prefix %q", err, s.prefix)
 	}
+}
+
+// TestMapLevels: one engine's map grows past one, then two levels of
+// buckets (mapSplit 1: 2 and 101 mappings) while a second engine stays in
+// one hash; Resolve, Holders, removals, an eviction of the bucketed
+// engine's entries, a clear and the gauges give the in-memory backend's
+// answers at each step, and the clear takes the engine back to one hash.
+func TestMapLevels(t *testing.T) {
+	red := newStore(t, Config{Capacity: 400, mapSplit: 1})
+	mem, err := kvindex.NewMemory(400)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer mem.Close()
+	const n = 300
+	keyOf := func(h int) kvindex.Key { return kvindex.Key(uint64(h)*0x9e3779b97f4a7c15 + 7) }
+	hashOf := func(h int) uint64 { return uint64(h)*1000003 + 5 }
+	both := func(engine string, ops []kvindex.Op) {
+		t.Helper()
+		cm, errM := mem.Apply(engine, ops)
+		cr, errR := red.Apply(engine, ops)
+		if errM != nil || errR != nil || cm != cr {
+			t.Fatalf("%s: memory %+v %v, redis %+v %v", engine, cm, errM, cr, errR)
+		}
+	}
+	check := func(step string) {
+		t.Helper()
+		for _, e := range []string{"big", "small"} {
+			hashes := make([]uint64, n+10)
+			for i := range hashes {
+				hashes[i] = hashOf(i)
+			}
+			km, fm := make([]kvindex.Key, len(hashes)), make([]bool, len(hashes))
+			kr, fr := make([]kvindex.Key, len(hashes)), make([]bool, len(hashes))
+			if err := mem.Resolve(e, hashes, km, fm); err != nil {
+				t.Fatal(err)
+			}
+			if err := red.Resolve(e, hashes, kr, fr); err != nil {
+				t.Fatal(err)
+			}
+			if !slices.Equal(km, kr) || !slices.Equal(fm, fr) {
+				t.Fatalf("%s: Resolve %s differs", step, e)
+			}
+		}
+		keys := make([]kvindex.Key, n+10)
+		for i := range keys {
+			keys[i] = keyOf(i)
+		}
+		names := func(b kvindex.Backend) []string {
+			var out []string
+			if err := b.Holders(keys, func(i int, hs []kvindex.Holder) bool {
+				for _, h := range hs {
+					out = append(out, fmt.Sprint(i, b.EngineName(h.Engine), h.Trusted))
+				}
+				return true
+			}); err != nil {
+				t.Fatal(err)
+			}
+			slices.Sort(out)
+			return out
+		}
+		if hm, hr := names(mem), names(red); !slices.Equal(hm, hr) {
+			t.Fatalf("%s: holders differ: memory %d, redis %d", step, len(hm), len(hr))
+		}
+		sm, sr := mem.Stats(), red.Stats()
+		sm.Bytes, sr.Bytes = 0, 0
+		if sm != sr {
+			t.Fatalf("%s: stats memory %+v, redis %+v", step, sm, sr)
+		}
+	}
+	level := func(e string) string {
+		t.Helper()
+		ctx := context.Background()
+		id, _ := red.client.Do(ctx, red.client.B().Hget().Key(red.prefix+"eid").Field(e).Build()).ToString()
+		l, err := red.client.Do(ctx, red.client.B().Hget().Key(red.prefix+"ml").Field(id).Build()).ToString()
+		if err != nil {
+			return "0"
+		}
+		return l
+	}
+	stores := func(from, to int) []kvindex.Op {
+		var ops []kvindex.Op
+		for h := from; h < to; h++ {
+			ops = append(ops, kvindex.Op{Kind: kvindex.OpStore, Hash: hashOf(h), Key: keyOf(h), Medium: "GPU"})
+		}
+		return ops
+	}
+	both("small", stores(0, 1))
+	both("big", stores(0, 1))
+	if l := level("big"); l != "0" {
+		t.Fatalf("one mapping: level %s", l)
+	}
+	both("big", stores(1, 50))
+	check("50 mappings")
+	if l := level("big"); l != "1" {
+		t.Fatalf("50 mappings at 1 per bucket: level %s, want 1", l)
+	}
+	both("big", stores(50, n))
+	check("300 mappings")
+	if l, ls := level("big"), level("small"); l != "2" || ls != "0" {
+		t.Fatalf("300 mappings: level %s, want 2; the small engine's %s, want 0", l, ls)
+	}
+	var rm []kvindex.Op
+	for h := 0; h < n; h += 3 {
+		rm = append(rm, kvindex.Op{Kind: kvindex.OpRemove, Hash: hashOf(h), Medium: "GPU"})
+	}
+	both("big", rm)
+	both("big", append(stores(0, 3), kvindex.Op{Kind: kvindex.OpLost}))
+	both("small", stores(1, 250)) // past the capacity: the big engine's oldest go
+	check("removals, a loss, evictions")
+	both("big", []kvindex.Op{{Kind: kvindex.OpClear}})
+	check("clear")
+	if l := level("big"); l != "0" {
+		t.Fatalf("after a clear: level %s, want 0", l)
+	}
+	both("big", stores(0, 5))
+	check("stored again")
 }

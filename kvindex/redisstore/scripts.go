@@ -48,7 +48,7 @@ if writer ~= '' then
   end
   if not cur then
     redis.call('SET', own, writer, 'PX', ttl)
-    if redis.call('EXISTS', P .. 'm:' .. eid) == 1 then
+    if tonumber(redis.call('HGET', P .. 'mc', eid) or '0') > 0 then
       -- Another writer left this engine's entries: what it missed since is
       -- unknown, so they are uncertain until stored again.
       redis.call('HINCRBY', EP, eid, 1)
@@ -61,10 +61,59 @@ if writer ~= '' then
   end
 end
 
-local M = P .. 'm:' .. eid
 local epoch = redis.call('HGET', EP, eid)
 -- Gauges kept in st change by these deltas, written once at the end.
 local dblocks, dmaps, devicted = 0, 0, 0
+
+-- Engine maps: engine e's mappings are in m:e while it has at most mt of
+-- them (level 0), then in 100 buckets m:e:DD by the last two digits of
+-- the hash (level 1), past 100*mt in 10,000 buckets m:e:DDDD (level 2,
+-- the last). ml holds each engine's level, mc its number of mappings.
+local mt = tonumber(redis.call('GET', P .. 'mt') or '128')
+local levels = {}
+local function level(e)
+  local l = levels[e]
+  if not l then
+    l = tonumber(redis.call('HGET', P .. 'ml', e) or '0')
+    levels[e] = l
+  end
+  return l
+end
+local function mapKey(e, h, l)
+  l = l or level(e)
+  if l == 0 then return P .. 'm:' .. e end
+  return P .. 'm:' .. e .. ':' .. string.sub(string.rep('0', 2 * l) .. h, -2 * l)
+end
+-- mapKeys lists every bucket of engine e's maps at its level.
+local function mapKeys(e)
+  local l = level(e)
+  if l == 0 then return {P .. 'm:' .. e} end
+  local out = {}
+  local fmt = '%0' .. (2 * l) .. 'd'
+  for d = 0, 100 ^ l - 1 do out[#out + 1] = P .. 'm:' .. e .. ':' .. string.format(fmt, d) end
+  return out
+end
+local nm0 = tonumber(redis.call('HGET', P .. 'mc', eid) or '0')
+local nm = nm0
+local function mapsDelta(e, d)
+  dmaps = dmaps + d
+  if e == eid then nm = nm + d else redis.call('HINCRBY', P .. 'mc', e, d) end
+end
+-- grow moves engine eid's mappings one level up when it has more than
+-- mt per bucket.
+local function grow()
+  local l = level(eid)
+  if l >= 2 or nm <= mt * 100 ^ l then return end
+  for _, k in ipairs(mapKeys(eid)) do
+    local all = redis.call('HGETALL', k)
+    if #all > 0 then
+      redis.call('DEL', k)
+      for i = 1, #all, 2 do redis.call('HSET', mapKey(eid, all[i], l + 1), all[i], all[i + 1]) end
+    end
+  end
+  levels[eid] = l + 1
+  redis.call('HSET', P .. 'ml', eid, l + 1)
+end
 local nent0 = tonumber(redis.call('HGET', ST, 'entries') or '0')
 local nent = nent0
 local seq0 = tonumber(redis.call('GET', P .. 'seq') or '0')
@@ -170,14 +219,14 @@ end
 -- dropGroup removes every entry of engine e's hash h (mapped to key).
 local function dropGroup(e, h, key, mgs)
   for _, mg in ipairs(mgs) do delEntry(key, e, h, mg) end
-  redis.call('HDEL', P .. 'm:' .. e, h)
-  dmaps = dmaps - 1
+  redis.call('HDEL', mapKey(e, h), h)
+  mapsDelta(e, -1)
   return #mgs
 end
 
 -- unmapOne takes mg out of engine e's mapping of h (the entry is gone).
 local function unmapOne(e, h, mg)
-  local MM = P .. 'm:' .. e
+  local MM = mapKey(e, h)
   local v = redis.call('HGET', MM, h)
   if not v then return end
   local key, mgs = split(v)
@@ -186,7 +235,7 @@ local function unmapOne(e, h, mg)
   end
   if #mgs == 0 then
     redis.call('HDEL', MM, h)
-    dmaps = dmaps - 1
+    mapsDelta(e, -1)
   else
     redis.call('HSET', MM, h, join(key, mgs))
   end
@@ -220,7 +269,7 @@ local function evict()
     redis.call('HDEL', bucket(tonumber(sq)), sq)
     nent = nent - 1
     local e, h, mg = string.match(id, '^(%d+):(%d+):(%d+:%d+)$')
-    local v = redis.call('HGET', P .. 'm:' .. e, h)
+    local v = redis.call('HGET', mapKey(e, h), h)
     if v then
       local key = string.match(v, '^(%d+)')
       local _, empty = entryDel(key, e .. ':' .. h .. ':' .. mg)
@@ -252,7 +301,7 @@ local function store(h, key, med, grp)
   local g = tonumber(grp)
   if not mid or not g or g < 0 or g > 255 then return false end
   local mg = mid .. ':' .. grp
-  local v = redis.call('HGET', M, h)
+  local v = redis.call('HGET', mapKey(eid, h), h)
   local mkey, mgs
   if v then
     mkey, mgs = split(v)
@@ -273,10 +322,11 @@ local function store(h, key, med, grp)
       end
     end
     mgs[#mgs + 1] = mg
-    redis.call('HSET', M, h, join(key, mgs))
+    redis.call('HSET', mapKey(eid, h), h, join(key, mgs))
   else
-    redis.call('HSET', M, h, key .. '|' .. mg)
-    dmaps = dmaps + 1
+    redis.call('HSET', mapKey(eid, h), h, key .. '|' .. mg)
+    mapsDelta(eid, 1)
+    grow()
   end
   seq = seq + 1
   local sq = string.format('%d', seq)
@@ -291,7 +341,7 @@ end
 
 local function remove(h, med, grp)
   local mid = mediumID(med, false)
-  local v = redis.call('HGET', M, h)
+  local v = redis.call('HGET', mapKey(eid, h), h)
   if not mid or not v then c[4] = c[4] + 1 return end
   local mg = mid .. ':' .. grp
   local key, mgs = split(v)
@@ -307,10 +357,16 @@ local function remove(h, med, grp)
 end
 
 local function clear()
-  local all = redis.call('HGETALL', M)
-  for i = 1, #all, 2 do
-    local key, mgs = split(all[i + 1])
-    c[5] = c[5] + dropGroup(eid, all[i], key, mgs)
+  for _, k in ipairs(mapKeys(eid)) do
+    local all = redis.call('HGETALL', k)
+    for i = 1, #all, 2 do
+      local key, mgs = split(all[i + 1])
+      c[5] = c[5] + dropGroup(eid, all[i], key, mgs)
+    end
+  end
+  if level(eid) > 0 then
+    levels[eid] = 0
+    redis.call('HDEL', P .. 'ml', eid)
   end
   epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
   redis.call('INCR', P .. 'epv')
@@ -323,6 +379,7 @@ local function flush()
   if seq ~= seq0 then redis.call('SET', P .. 'seq', string.format('%d', seq)) end
   if qh ~= qh0 then redis.call('SET', P .. 'qh', string.format('%d', qh)) end
   if nent ~= nent0 then redis.call('HINCRBY', ST, 'entries', nent - nent0) end
+  if nm ~= nm0 then redis.call('HSET', P .. 'mc', eid, nm) end
 end
 
 local n = (#ARGV - 6) / 5
@@ -402,6 +459,14 @@ local eid = redis.call('HGET', P .. 'eid', ARGV[3])
 if not eid then return {1} end
 local M = P .. 'm:' .. eid
 local out = {1}
+local l = tonumber(redis.call('HGET', P .. 'ml', eid) or '0')
+if l > 0 then
+  for i = 4, #ARGV do
+    local h = ARGV[i]
+    out[#out + 1] = redis.call('HGET', M .. ':' .. string.sub(string.rep('0', 2 * l) .. h, -2 * l), h)
+  end
+  return out
+end
 for i = 4, #ARGV, 1000 do
   local vals = redis.call('HMGET', M, unpack(ARGV, i, math.min(i + 999, #ARGV)))
   for j = 1, #vals do out[#out + 1] = vals[j] end
@@ -432,6 +497,7 @@ local t = redis.call('GET', K)
 if t then return t end
 redis.call('SET', K, ARGV[2])
 redis.call('SET', ARGV[1] .. 'bd', ARGV[3], 'NX')
+redis.call('SET', ARGV[1] .. 'mt', ARGV[4], 'NX')
 return ARGV[2]
 `
 

@@ -54,6 +54,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Timeout bounds each Redis call. Zero means 5 s.
 	Timeout time.Duration
+
+	// mapSplit, when set (tests), replaces the 128 mappings per bucket
+	// past which an engine's map moves to more buckets.
+	mapSplit int
 }
 
 // NewWriterID returns a random writer id.
