@@ -62,7 +62,7 @@ func bucketDigits(capacity int) int {
 }
 
 // mapSplit returns how many mappings an engine's map bucket holds before
-// the engine's maps move to a level of 100 times more buckets: 128, the
+// the engine's maps move to a level of 10 times more buckets: 128, the
 // most fields Redis keeps in a compact listpack (hash-max-listpack-entries);
 // tests set less.
 func (s *store) mapSplit() int {

@@ -98,8 +98,8 @@ func TestOlderLayoutRefused(t *testing.T) {
 	}
 }
 
-// TestMapLevels: one engine's map grows past one, then two levels of
-// buckets (mapSplit 1: 2 and 101 mappings) while a second engine stays in
+// TestMapLevels: one engine's map grows through the levels of buckets
+// (mapSplit 1: level 1 from 2 mappings, 2 from 11, 3 from 101) while a second engine stays in
 // one hash; Resolve, Holders, removals, an eviction of the bucketed
 // engine's entries, a clear and the gauges give the in-memory backend's
 // answers at each step, and the clear takes the engine back to one hash.
@@ -190,13 +190,13 @@ func TestMapLevels(t *testing.T) {
 	}
 	both("big", stores(1, 50))
 	check("50 mappings")
-	if l := level("big"); l != "1" {
-		t.Fatalf("50 mappings at 1 per bucket: level %s, want 1", l)
+	if l := level("big"); l != "2" {
+		t.Fatalf("50 mappings at 1 per bucket: level %s, want 2", l)
 	}
 	both("big", stores(50, n))
 	check("300 mappings")
-	if l, ls := level("big"), level("small"); l != "2" || ls != "0" {
-		t.Fatalf("300 mappings: level %s, want 2; the small engine's %s, want 0", l, ls)
+	if l, ls := level("big"), level("small"); l != "3" || ls != "0" {
+		t.Fatalf("300 mappings: level %s, want 3 (the last); the small engine's %s, want 0", l, ls)
 	}
 	var rm []kvindex.Op
 	for h := 0; h < n; h += 3 {

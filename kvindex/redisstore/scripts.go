@@ -66,9 +66,9 @@ local epoch = redis.call('HGET', EP, eid)
 local dblocks, dmaps, devicted = 0, 0, 0
 
 -- Engine maps: engine e's mappings are in m:e while it has at most mt of
--- them (level 0), then in 100 buckets m:e:DD by the last two digits of
--- the hash (level 1), past 100*mt in 10,000 buckets m:e:DDDD (level 2,
--- the last). ml holds each engine's level, mc its number of mappings.
+-- them (level 0); past mt*10^l they move to level l+1, 10^(l+1) buckets
+-- m:e:D… named by the last l+1 digits of the hash, up to level 3. ml
+-- holds each engine's level, mc its number of mappings.
 local mt = tonumber(redis.call('GET', P .. 'mt') or '128')
 local levels = {}
 local function level(e)
@@ -82,15 +82,15 @@ end
 local function mapKey(e, h, l)
   l = l or level(e)
   if l == 0 then return P .. 'm:' .. e end
-  return P .. 'm:' .. e .. ':' .. string.sub(string.rep('0', 2 * l) .. h, -2 * l)
+  return P .. 'm:' .. e .. ':' .. string.sub(string.rep('0', l) .. h, -l)
 end
 -- mapKeys lists every bucket of engine e's maps at its level.
 local function mapKeys(e)
   local l = level(e)
   if l == 0 then return {P .. 'm:' .. e} end
   local out = {}
-  local fmt = '%0' .. (2 * l) .. 'd'
-  for d = 0, 100 ^ l - 1 do out[#out + 1] = P .. 'm:' .. e .. ':' .. string.format(fmt, d) end
+  local fmt = '%0' .. l .. 'd'
+  for d = 0, 10 ^ l - 1 do out[#out + 1] = P .. 'm:' .. e .. ':' .. string.format(fmt, d) end
   return out
 end
 local nm0 = tonumber(redis.call('HGET', P .. 'mc', eid) or '0')
@@ -103,7 +103,7 @@ end
 -- mt per bucket.
 local function grow()
   local l = level(eid)
-  if l >= 2 or nm <= mt * 100 ^ l then return end
+  if l >= 3 or nm <= mt * 10 ^ l then return end
   for _, k in ipairs(mapKeys(eid)) do
     local all = redis.call('HGETALL', k)
     if #all > 0 then
@@ -463,7 +463,7 @@ local l = tonumber(redis.call('HGET', P .. 'ml', eid) or '0')
 if l > 0 then
   for i = 4, #ARGV do
     local h = ARGV[i]
-    out[#out + 1] = redis.call('HGET', M .. ':' .. string.sub(string.rep('0', 2 * l) .. h, -2 * l), h)
+    out[#out + 1] = redis.call('HGET', M .. ':' .. string.sub(string.rep('0', l) .. h, -l), h)
   end
   return out
 end
