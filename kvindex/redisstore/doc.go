@@ -47,7 +47,15 @@
 //	                    when epv moved
 //	m:E          HASH   engine hash → "key|M:G|M:G…": the local key the
 //	                    engine's hash maps to, and the (medium, group)
-//	                    entries the engine holds under it
+//	                    entries the engine holds under it, while the
+//	                    engine has at most 128 mappings (level 0)
+//	m:E:D…       HASH   the same, at level l = 1..3: 10^l buckets named by
+//	                    the last l digits of the engine hash; an engine
+//	                    moves up a level (its mappings rewritten in one
+//	                    script: at most 12,800 at the move to level 3)
+//	                    past 128·10^l mappings, and back to 0 on a clear
+//	ml, mc       HASH   E → the engine's map level (absent: 0), and E → its
+//	                    number of mappings
 //	b:D          HASH   KEY → "E:hash:M:G,epoch:seq,E:hash:M:G,epoch:seq…":
 //	                    the entries of every block whose key ends in the
 //	                    digits D (a bucket), each with the epoch it was
@@ -73,16 +81,19 @@
 // m:E) and bumps ep[E]; a lost range only bumps ep[E], which makes every
 // entry stored before it uncertain until it is stored again.
 //
-// Memory: blocks and the store order are kept in buckets, hashes of up to
-// about 128 short fields that Redis stores as compact listpacks, so a key's
-// own overhead (about 70 bytes) is shared by a bucket. Measured with
+// Memory: blocks, the store order and engine maps are kept in buckets,
+// hashes of up to about 128 short fields that Redis stores as compact
+// listpacks (hash-max-listpack-entries 128, hash-max-listpack-value 64),
+// so a key's own overhead (about 70 bytes) is shared by a bucket, and no
+// hash grows into a hash table (about 90 bytes per field). Measured with
 // INFO used_memory before and after BenchmarkScoreFleet's build (200,000
-// entries): 129 bytes per entry with 1,000 engines (each engine's m:E a
-// listpack), 181 with 40 engines (5,000 mappings per engine: m:E past 128
-// fields becomes a hash table, about 100 bytes per mapping); the in-memory
-// backend needs ≤ 64. A block held by several engines has a longer value
-// than hash-max-listpack-value (64 bytes), which turns its bucket into a
-// hash table too. Size Capacity for the server's maxmemory, and keep
+// entries, one 8k prompt held by 32 engines, the rest in chains of 128
+// blocks): 136, 132 and 126 bytes per entry with 1,000, 100 and 40 engines
+// on one server; 138, 134 and 128 on a 3-node cluster (summed over the
+// nodes); the layout before buckets took 307. The in-memory backend needs
+// ≤ 64. A block held by several engines has a value longer than 64 bytes,
+// which turns its bucket into a hash table: a fleet where most blocks are
+// shared by many engines pays about 90 bytes more per such bucket field. Size Capacity for the server's maxmemory, and keep
 // maxmemory-policy at noeviction (Redis evicting keys on its own would
 // break the layout; the index evicts by itself). An index written by an
 // older version (a sorted-set "fifo" key under the prefix) is refused when
