@@ -193,7 +193,9 @@ func (c *Cluster) waitReady(ctx context.Context, nd *Node) error {
 // Restart kills node i and starts it again on the same ports with its
 // cluster configuration (node id and slots) kept, as a node restarting
 // without persistence: it rejoins serving its slots, empty. It waits, at
-// most StartTimeout, until the node reports cluster_state:ok.
+// most StartTimeout, until the node reports cluster_state:ok. It fails if
+// another process took one of the node's ports while it was down (the
+// other nodes know those ports: the node cannot move).
 func (c *Cluster) Restart(i int) error {
 	nd := c.Nodes[i]
 	nd.kill()
