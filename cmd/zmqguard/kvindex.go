@@ -94,7 +94,10 @@ hashes of the token ids in each BlockStored and has no such requirement.
 
 --redis URL (redis://host:port/db or unix:///path/redis.sock) keeps the
 index in Redis/Valkey instead of memory, shared with other kv-index
-processes using the same --redis-prefix and --seed. --redis-lease makes this
+processes using the same --redis-prefix and --seed. For a Redis Cluster
+give seed addresses, redis://host:port,host:port,...: cluster mode is
+detected by itself (the index's keys share the prefix's {hash tag}, one
+slot). --redis-lease makes this
 process take a writer lease per engine: another process following the same
 engines then only reads, and takes over (entries made uncertain first) when
 this one stops renewing for --redis-lease-ttl.
@@ -475,7 +478,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.IntVar(&fl.blockSize, "block-size", 0, "block size to score with before any store names one (0: kvindex's default, 16)")
 		fs.IntVar(&fl.capacity, "capacity", 0, "most (block, engine, tier, group) entries held; the oldest are evicted (0: 4194304)")
 		fs.Uint64Var(&fl.seed, "seed", 0, "local-key seed; every process sharing a --redis index must use the same (0: kvindex's default)")
-		fs.StringVar(&fl.redisURL, "redis", "", "keep the index in Redis/Valkey: redis://host:port/db or unix:///path/redis.sock (default: in memory)")
+		fs.StringVar(&fl.redisURL, "redis", "", "keep the index in Redis/Valkey: redis://host:port/db, unix:///path/redis.sock, or a cluster's seeds redis://host:port,host:port,... (default: in memory)")
 		fs.StringVar(&fl.redisPrefix, "redis-prefix", "", "key prefix of the index in Redis (empty: {zmqguard-kvindex}:)")
 		fs.BoolVar(&fl.redisLease, "redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
 		fs.DurationVar(&fl.leaseTTL, "redis-lease-ttl", 0, "how long a writer lease outlives its last renewal (0: 10s)")

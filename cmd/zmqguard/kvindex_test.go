@@ -86,16 +86,20 @@ func TestKVIndexHelpAndUsage(t *testing.T) {
 }
 
 // TestKVIndexServes runs kv-index against two Go publishers, on memory and
-// on a real redis-server: /score routes each prompt to the engine holding
+// on a real redis-server and on a real 3-node Redis Cluster (--redis with
+// the seed addresses, the cluster detected by itself): /score routes each prompt to the engine holding
 // its prefix, through a publisher restart (its engine is cleared), refuses
 // bad requests, /metrics and /stats answer, and SIGTERM ends it with exit 0
 // and the counters line. (The demo's kv-index stage adds a lost range.)
 func TestKVIndexServes(t *testing.T) {
-	for _, backend := range []string{"memory", "redis"} {
+	for _, backend := range []string{"memory", "redis", "redis-cluster"} {
 		t.Run(backend, func(t *testing.T) {
 			var extra []string
-			if backend == "redis" {
+			switch backend {
+			case "redis":
 				extra = []string{"--redis", redistest.StartT(t).URL(), "--redis-lease"}
+			case "redis-cluster":
+				extra = []string{"--redis", redistest.StartClusterT(t, 3).URL(), "--redis-lease"}
 			}
 			testKVIndexServes(t, extra)
 		})

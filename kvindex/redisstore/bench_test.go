@@ -9,10 +9,11 @@ import (
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
-// benchBackends runs f against the memory backend and a store on the test
-// binary's redis-server (UNIX socket, loopback), side by side.
+// benchBackends runs f against the memory backend, a store on the test
+// binary's redis-server (UNIX socket) and one on its 3-node Redis Cluster
+// (TCP loopback; the index in one slot), side by side.
 func benchBackends(b *testing.B, capacity int, f func(b *testing.B, x *kvindex.Index, be kvindex.Backend)) {
-	for _, name := range []string{"memory", "redis"} {
+	for _, name := range []string{"memory", "redis", "redis-cluster"} {
 		b.Run(name, func(b *testing.B) {
 			var be kvindex.Backend
 			if name == "memory" {
@@ -21,8 +22,10 @@ func benchBackends(b *testing.B, capacity int, f func(b *testing.B, x *kvindex.I
 					b.Fatal(err)
 				}
 				be = m
-			} else {
+			} else if name == "redis" {
 				be = newStore(b, Config{Capacity: capacity})
+			} else {
+				be = newClusterStore(b, Config{Capacity: capacity})
 			}
 			x, err := kvindex.New(kvindex.Config{Backend: be})
 			if err != nil {

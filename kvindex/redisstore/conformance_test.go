@@ -15,3 +15,12 @@ func TestRedisConformance(t *testing.T) {
 		return newStore(t, Config{Capacity: capacity})
 	}, kvindextest.Options{})
 }
+
+// TestRedisConformanceMapBuckets runs the suite with engine maps moving to
+// more buckets past one mapping per bucket (level 1 from 2 mappings, 2
+// from 11, 3 from 101), so the suite's engines live in bucketed maps.
+func TestRedisConformanceMapBuckets(t *testing.T) {
+	kvindextest.Run(t, func(t *testing.T, capacity int) kvindex.Backend {
+		return newStore(t, Config{Capacity: capacity, mapSplit: 1})
+	}, kvindextest.Options{})
+}

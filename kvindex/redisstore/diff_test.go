@@ -31,8 +31,8 @@ func holderSet(t *rapid.T, b kvindex.Backend, keys []kvindex.Key) []string {
 
 // TestDifferentialMemory drives the Redis store and the in-memory backend
 // with the same random batches (stores, duplicates, remaps, removals,
-// clears, losses, refused mediums, a small capacity that evicts) and
-// requires the same Counts, Resolve answers, holders and gauges after each.
+// clears, losses, refused mediums, a small capacity that evicts, engine
+// maps moving to more buckets) and requires the same Counts, Resolve answers, holders and gauges after each.
 func TestDifferentialMemory(t *testing.T) {
 	rs := newStore(t, Config{Capacity: 1})
 	srvURL := rs.cfg.URL
@@ -44,7 +44,10 @@ func TestDifferentialMemory(t *testing.T) {
 			t.Fatal(err)
 		}
 		defer mem.Close()
-		red, err := New(Config{URL: srvURL, Prefix: "{" + NewWriterID() + "}", Capacity: capacity})
+		// An engine's map moves to more buckets past mapSplit mappings per
+		// bucket: 1 and 2 make the moves happen within a few steps.
+		split := rapid.SampledFrom([]int{0, 1, 2}).Draw(t, "mapSplit")
+		red, err := open(Config{URL: srvURL, Prefix: "{" + NewWriterID() + "}", Capacity: capacity, mapSplit: split})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/testkit/kvload"
+	"github.com/zmqguard/zmqguard/internal/testkit/redistest"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
@@ -18,12 +19,30 @@ var (
 	fleetBlocks  = flag.Int("redisstore.blocks", 200_000, "blocks of BenchmarkScoreFleet's fleet")
 )
 
-// usedMemory reads the server's used_memory (INFO memory).
+// usedMemory reads the server's used_memory (INFO memory); on the
+// cluster, the sum over its nodes.
 func usedMemory(b *testing.B, s *store) int64 {
+	if s.cluster {
+		c := redistest.RequireCluster(b)
+		var sum int64
+		for i := range c.Nodes {
+			info, err := c.Do(i, "INFO", "memory")
+			if err != nil {
+				b.Fatal(err)
+			}
+			sum += parseUsedMemory(b, info)
+		}
+		return sum
+	}
 	info, err := s.client.Do(context.Background(), s.client.B().Info().Section("memory").Build()).ToString()
 	if err != nil {
 		b.Fatal(err)
 	}
+	return parseUsedMemory(b, info)
+}
+
+// parseUsedMemory reads used_memory from INFO memory's text.
+func parseUsedMemory(b *testing.B, info string) int64 {
 	for _, l := range strings.Split(info, "\n") {
 		if v, ok := strings.CutPrefix(strings.TrimSpace(l), "used_memory:"); ok {
 			n, _ := strconv.ParseInt(v, 10, 64)

@@ -18,6 +18,7 @@ func FuzzParseReplies(f *testing.F) {
 	f.Add("16777217,1", "x:y:z,1")
 	f.Add("1,0", "1:2:3:4,0,1:2:3")
 	f.Add("7:18446744073709551615", "1:2:3:4,0")
+	f.Add("1,0,2,3", "1:77:0:0,0:12,2:78:1:3,2:9007199254740993")
 	f.Fuzz(func(t *testing.T, ep, holders string) {
 		epochs, err := parseEpochs(ep, nil)
 		if err == nil && len(epochs) > len(ep)+2 {
@@ -43,10 +44,13 @@ func TestParseReplies(t *testing.T) {
 	if err != nil || len(epochs) != 4 || epochs[1] != "0" || epochs[3] != "7" {
 		t.Fatalf("epochs %q %v", epochs, err)
 	}
-	hs, err := parseHolders("1:77:0:0,0,3:78:2:1,6,9:1:1:1,0", epochs, nil)
 	want := []kvindex.Holder{{Engine: 1, Medium: 0, Trusted: true}, {Engine: 3, Medium: 2, Trusted: false}, {Engine: 9, Medium: 1, Trusted: false}}
-	if err != nil || len(hs) != 3 || hs[0] != want[0] || hs[1] != want[1] || hs[2] != want[2] {
-		t.Fatalf("holders %+v %v", hs, err)
+	// The value is "epoch:seq"; the seq is not part of the trust.
+	for _, in := range []string{"1:77:0:0,0,3:78:2:1,6,9:1:1:1,0", "1:77:0:0,0:5,3:78:2:1,6:7,9:1:1:1,0:1", "1:77:0:0,0:5,3:78:2:1,6:,9:1:1:1,0:"} {
+		hs, err := parseHolders(in, epochs, nil)
+		if err != nil || len(hs) != 3 || hs[0] != want[0] || hs[1] != want[1] || hs[2] != want[2] {
+			t.Fatalf("holders of %q: %+v %v", in, hs, err)
+		}
 	}
 	for _, bad := range []string{"x:1:1:1,0", "1:1:x:1,0", "1:1:70000:1,0"} {
 		if _, err := parseHolders(bad, epochs, nil); err == nil {

@@ -48,6 +48,30 @@ func (g *generation) handOut(rid uint32) {
 	}
 }
 
+// bucketDigits returns how many trailing decimal digits of a block key
+// name its bucket hash (b:<digits>): the fewest that make 10^d buckets at
+// least capacity/128, so that at full capacity a bucket holds at most
+// about 128 blocks of one entry (Redis keeps a hash of up to 128 short
+// fields as a compact listpack: hash-max-listpack-entries).
+func bucketDigits(capacity int) int {
+	d, n := 1, 10
+	for n < capacity/128 && d < 12 {
+		d, n = d+1, n*10
+	}
+	return d
+}
+
+// mapSplit returns how many mappings an engine's map bucket holds before
+// the engine's maps move to a level of 10 times more buckets: 128, the
+// most fields Redis keeps in a compact listpack (hash-max-listpack-entries);
+// tests set less.
+func (s *store) mapSplit() int {
+	if s.cfg.mapSplit > 0 {
+		return s.cfg.mapSplit
+	}
+	return 128
+}
+
 // newToken returns a random 128-bit generation token.
 func newToken() string {
 	var b [16]byte
@@ -62,7 +86,7 @@ func newToken() string {
 func (s *store) establish() (*generation, error) {
 	ctx, cancel := s.ctx()
 	defer cancel()
-	tok, err := s.establishS.Exec(ctx, s.client, nil, []string{s.prefix, newToken()}).ToString()
+	tok, err := s.establishS.Exec(ctx, s.client, s.keys, []string{s.prefix, newToken(), strconv.Itoa(bucketDigits(s.cfg.Capacity)), strconv.Itoa(s.mapSplit())}).ToString()
 	if err := s.count(err); err != nil {
 		return nil, fmt.Errorf("redisstore: generation key %sgen: %w", s.prefix, err)
 	}
@@ -239,7 +263,7 @@ func (s *store) lookupName(g *generation, table string, rid uint64) string {
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	res, err := s.name.Exec(ctx, s.client, nil, []string{s.prefix, g.token, table, strconv.FormatUint(rid, 10)}).ToArray()
+	res, err := s.name.Exec(ctx, s.client, s.keys, []string{s.prefix, g.token, table, strconv.FormatUint(rid, 10)}).ToArray()
 	if s.count(err) != nil {
 		return ""
 	}

@@ -32,7 +32,7 @@ func (s *store) setPosition(call, source, v string) error {
 	return s.run(call, func(g *generation) (bool, error) {
 		ctx, cancel := s.ctx()
 		defer cancel()
-		n, err := s.posSet.Exec(ctx, s.client, nil, []string{s.prefix, g.token, source, v}).AsInt64()
+		n, err := s.posSet.Exec(ctx, s.client, s.keys, []string{s.prefix, g.token, source, v}).AsInt64()
 		if err := s.count(err); err != nil {
 			return false, fmt.Errorf("redisstore: %s %.80q: %w", call, source, err)
 		}
@@ -50,7 +50,7 @@ func (s *store) Positions() (map[string]kvevents.Position, error) {
 	err := s.run("Positions", func(g *generation) (bool, error) {
 		ctx, cancel := s.ctx()
 		defer cancel()
-		res, err := s.posGet.Exec(ctx, s.client, nil, []string{s.prefix, g.token}).ToArray()
+		res, err := s.posGet.Exec(ctx, s.client, s.keys, []string{s.prefix, g.token}).ToArray()
 		if err := s.count(err); err != nil {
 			return false, fmt.Errorf("redisstore: Positions: %w", err)
 		}

@@ -27,7 +27,7 @@ local name = ARGV[2]
 local cap = tonumber(ARGV[3])
 local writer = ARGV[4]
 local ttl = tonumber(ARGV[5])
-local EP, ST, FIFO = P .. 'ep', P .. 'st', P .. 'fifo'
+local EP, ST = P .. 'ep', P .. 'st'
 local c = {0, 0, 0, 0, 0, 0, 0, 0} -- added refreshed removed unknown cleared remapped evicted rejected
 local status = 0
 
@@ -48,7 +48,7 @@ if writer ~= '' then
   end
   if not cur then
     redis.call('SET', own, writer, 'PX', ttl)
-    if redis.call('EXISTS', P .. 'm:' .. eid) == 1 then
+    if tonumber(redis.call('HGET', P .. 'mc', eid) or '0') > 0 then
       -- Another writer left this engine's entries: what it missed since is
       -- unknown, so they are uncertain until stored again.
       redis.call('HINCRBY', EP, eid, 1)
@@ -61,14 +61,134 @@ if writer ~= '' then
   end
 end
 
-local M = P .. 'm:' .. eid
 local epoch = redis.call('HGET', EP, eid)
--- Gauges kept in st change by these deltas, written once at the end; the
--- entry count is tracked here instead of asking ZCARD after every store.
+-- Gauges kept in st change by these deltas, written once at the end.
 local dblocks, dmaps, devicted = 0, 0, 0
-local nent = redis.call('ZCARD', FIFO)
+
+-- Engine maps: engine e's mappings are in m:e while it has at most mt of
+-- them (level 0); past mt*10^l they move to level l+1, 10^(l+1) buckets
+-- m:e:D… named by the last l+1 digits of the hash, up to level 3. ml
+-- holds each engine's level, mc its number of mappings.
+local mt = tonumber(redis.call('GET', P .. 'mt') or '128')
+local levels = {}
+local function level(e)
+  local l = levels[e]
+  if not l then
+    l = tonumber(redis.call('HGET', P .. 'ml', e) or '0')
+    levels[e] = l
+  end
+  return l
+end
+local function mapKey(e, h, l)
+  l = l or level(e)
+  if l == 0 then return P .. 'm:' .. e end
+  return P .. 'm:' .. e .. ':' .. string.sub(string.rep('0', l) .. h, -l)
+end
+-- mapKeys lists every bucket of engine e's maps at its level.
+local function mapKeys(e)
+  local l = level(e)
+  if l == 0 then return {P .. 'm:' .. e} end
+  local out = {}
+  local fmt = '%0' .. l .. 'd'
+  for d = 0, 10 ^ l - 1 do out[#out + 1] = P .. 'm:' .. e .. ':' .. string.format(fmt, d) end
+  return out
+end
+local nm0 = tonumber(redis.call('HGET', P .. 'mc', eid) or '0')
+local nm = nm0
+local function mapsDelta(e, d)
+  dmaps = dmaps + d
+  if e == eid then nm = nm + d else redis.call('HINCRBY', P .. 'mc', e, d) end
+end
+-- grow moves engine eid's mappings one level up when it has more than
+-- mt per bucket.
+local function grow()
+  local l = level(eid)
+  if l >= 3 or nm <= mt * 10 ^ l then return end
+  for _, k in ipairs(mapKeys(eid)) do
+    local all = redis.call('HGETALL', k)
+    if #all > 0 then
+      redis.call('DEL', k)
+      for i = 1, #all, 2 do redis.call('HSET', mapKey(eid, all[i], l + 1), all[i], all[i + 1]) end
+    end
+  end
+  levels[eid] = l + 1
+  redis.call('HSET', P .. 'ml', eid, l + 1)
+end
+local nent0 = tonumber(redis.call('HGET', ST, 'entries') or '0')
+local nent = nent0
 local seq0 = tonumber(redis.call('GET', P .. 'seq') or '0')
 local seq = seq0
+-- The store order: entry seq sits in bucket q:floor(seq/64), a hash of
+-- seq -> "E:hash:M:G"; qh is the lowest bucket that may hold entries.
+local qh0 = tonumber(redis.call('GET', P .. 'qh') or '0')
+local qh = qh0
+local head = nil -- the head bucket's entries sorted by seq, while valid
+local function bucket(sq)
+  return P .. 'q:' .. string.format('%d', math.floor(sq / 64))
+end
+
+-- Blocks: the entries of block KEY are one field of hash b:<the last bd
+-- digits of KEY>, "E:hash:M:G,epoch:seq,E:hash:M:G,epoch:seq…".
+local bd = tonumber(redis.call('GET', P .. 'bd') or '4')
+local function blockOf(key)
+  return P .. 'b:' .. string.sub(key, -bd)
+end
+-- entryGet returns the value of entry field of block key, or nil.
+local function entryGet(key, field)
+  local v = redis.call('HGET', blockOf(key), key)
+  if not v then return nil end
+  local parts = {}
+  for x in string.gmatch(v, '[^,]+') do parts[#parts + 1] = x end
+  for i = 1, #parts, 2 do
+    if parts[i] == field then return parts[i + 1] end
+  end
+  return nil
+end
+-- entrySet sets entry field of block key to val; true when the block is new.
+local function entrySet(key, field, val)
+  local B = blockOf(key)
+  local v = redis.call('HGET', B, key)
+  if not v then
+    redis.call('HSET', B, key, field .. ',' .. val)
+    return true
+  end
+  local t = {}
+  for x in string.gmatch(v, '[^,]+') do t[#t + 1] = x end
+  for i = 1, #t, 2 do
+    if t[i] == field then
+      t[i + 1] = val
+      redis.call('HSET', B, key, table.concat(t, ','))
+      return false
+    end
+  end
+  redis.call('HSET', B, key, v .. ',' .. field .. ',' .. val)
+  return false
+end
+-- entryDel removes entry field of block key: its value (nil when it was
+-- not there) and whether the block is now empty.
+local function entryDel(key, field)
+  local B = blockOf(key)
+  local v = redis.call('HGET', B, key)
+  if not v then return nil, false end
+  local t, old = {}, nil
+  local parts = {}
+  for x in string.gmatch(v, '[^,]+') do parts[#parts + 1] = x end
+  for i = 1, #parts, 2 do
+    if parts[i] == field then
+      old = parts[i + 1]
+    else
+      t[#t + 1] = parts[i]
+      t[#t + 1] = parts[i + 1]
+    end
+  end
+  if not old then return nil, false end
+  if #t == 0 then
+    redis.call('HDEL', B, key)
+    return old, true
+  end
+  redis.call('HSET', B, key, table.concat(t, ','))
+  return old, false
+end
 
 local function split(v)
   local key, rest = string.match(v, '^(%d+)|?(.*)$')
@@ -82,26 +202,31 @@ local function join(key, mgs)
   return key .. '|' .. table.concat(mgs, '|')
 end
 
--- delEntry removes one entry's block field and store-order member.
+-- delEntry removes one entry's block field ("epoch:seq") and its place
+-- in the store order.
 local function delEntry(key, e, h, mg)
-  local B = P .. 'b:' .. key
-  local field = e .. ':' .. h .. ':' .. mg
-  redis.call('HDEL', B, field)
-  if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
-  nent = nent - redis.call('ZREM', FIFO, key .. ':' .. field)
+  local v, empty = entryDel(key, e .. ':' .. h .. ':' .. mg)
+  if not v then return end
+  if empty then dblocks = dblocks - 1 end
+  local sq = string.match(v, ':(%d+)$')
+  if sq then
+    redis.call('HDEL', bucket(tonumber(sq)), sq)
+    if math.floor(tonumber(sq) / 64) == qh then head = nil end
+  end
+  nent = nent - 1
 end
 
 -- dropGroup removes every entry of engine e's hash h (mapped to key).
 local function dropGroup(e, h, key, mgs)
   for _, mg in ipairs(mgs) do delEntry(key, e, h, mg) end
-  redis.call('HDEL', P .. 'm:' .. e, h)
-  dmaps = dmaps - 1
+  redis.call('HDEL', mapKey(e, h), h)
+  mapsDelta(e, -1)
   return #mgs
 end
 
 -- unmapOne takes mg out of engine e's mapping of h (the entry is gone).
 local function unmapOne(e, h, mg)
-  local MM = P .. 'm:' .. e
+  local MM = mapKey(e, h)
   local v = redis.call('HGET', MM, h)
   if not v then return end
   local key, mgs = split(v)
@@ -110,22 +235,47 @@ local function unmapOne(e, h, mg)
   end
   if #mgs == 0 then
     redis.call('HDEL', MM, h)
-    dmaps = dmaps - 1
+    mapsDelta(e, -1)
   else
     redis.call('HSET', MM, h, join(key, mgs))
   end
 end
 
+-- oldest returns the oldest entry's seq (a string) and "E:hash:M:G",
+-- moving qh past empty buckets; nil when there is none.
+local function oldest()
+  while not head or #head == 0 do
+    local all = redis.call('HGETALL', P .. 'q:' .. string.format('%d', qh))
+    if #all == 0 then
+      -- The bucket of the last seq stays the head: the next stores go there.
+      if qh >= math.floor(seq / 64) then return nil end
+      qh = qh + 1
+    else
+      head = {}
+      for i = 1, #all, 2 do head[#head + 1] = {tonumber(all[i]), all[i], all[i + 1]} end
+      -- descending, so the oldest is popped off the end
+      table.sort(head, function(a, b) return a[1] > b[1] end)
+    end
+  end
+  local x = head[#head]
+  return x[2], x[3]
+end
+
 local function evict()
   while nent > cap do
-    local m = redis.call('ZPOPMIN', FIFO)
-    if #m == 0 then return end
+    local sq, id = oldest()
+    if not sq then return end
+    head[#head] = nil
+    redis.call('HDEL', bucket(tonumber(sq)), sq)
     nent = nent - 1
-    local key, e, h, mg = string.match(m[1], '^(%d+):(%d+):(%d+):(%d+:%d+)$')
-    local B = P .. 'b:' .. key
-    redis.call('HDEL', B, e .. ':' .. h .. ':' .. mg)
-    if redis.call('EXISTS', B) == 0 then dblocks = dblocks - 1 end
-    unmapOne(e, h, mg)
+    local e, h, mg = string.match(id, '^(%d+):(%d+):(%d+:%d+)$')
+    local v = redis.call('HGET', mapKey(e, h), h)
+    if v then
+      local key = string.match(v, '^(%d+)')
+      local _, empty = entryDel(key, e .. ':' .. h .. ':' .. mg)
+      if empty then dblocks = dblocks - 1 end
+      unmapOne(e, h, mg)
+    end
     c[7] = c[7] + 1
     devicted = devicted + 1
   end
@@ -151,7 +301,7 @@ local function store(h, key, med, grp)
   local g = tonumber(grp)
   if not mid or not g or g < 0 or g > 255 then return false end
   local mg = mid .. ':' .. grp
-  local v = redis.call('HGET', M, h)
+  local v = redis.call('HGET', mapKey(eid, h), h)
   local mkey, mgs
   if v then
     mkey, mgs = split(v)
@@ -161,26 +311,28 @@ local function store(h, key, med, grp)
       v = nil
     end
   end
-  local B = P .. 'b:' .. key
   local field = eid .. ':' .. h .. ':' .. mg
   if v then
     for _, x in ipairs(mgs) do
       if x == mg then
-        redis.call('HSET', B, field, epoch)
+        local old = entryGet(key, field) or ''
+        entrySet(key, field, epoch .. ':' .. (string.match(old, ':(%d+)$') or '0'))
         c[2] = c[2] + 1
         return true
       end
     end
     mgs[#mgs + 1] = mg
-    redis.call('HSET', M, h, join(key, mgs))
+    redis.call('HSET', mapKey(eid, h), h, join(key, mgs))
   else
-    redis.call('HSET', M, h, key .. '|' .. mg)
-    dmaps = dmaps + 1
+    redis.call('HSET', mapKey(eid, h), h, key .. '|' .. mg)
+    mapsDelta(eid, 1)
+    grow()
   end
-  if redis.call('EXISTS', B) == 0 then dblocks = dblocks + 1 end
-  redis.call('HSET', B, field, epoch)
   seq = seq + 1
-  redis.call('ZADD', FIFO, seq, key .. ':' .. field)
+  local sq = string.format('%d', seq)
+  if entrySet(key, field, epoch .. ':' .. sq) then dblocks = dblocks + 1 end
+  redis.call('HSET', bucket(seq), sq, field)
+  if math.floor(seq / 64) == qh then head = nil end
   nent = nent + 1
   c[1] = c[1] + 1
   evict()
@@ -189,7 +341,7 @@ end
 
 local function remove(h, med, grp)
   local mid = mediumID(med, false)
-  local v = redis.call('HGET', M, h)
+  local v = redis.call('HGET', mapKey(eid, h), h)
   if not mid or not v then c[4] = c[4] + 1 return end
   local mg = mid .. ':' .. grp
   local key, mgs = split(v)
@@ -205,10 +357,16 @@ local function remove(h, med, grp)
 end
 
 local function clear()
-  local all = redis.call('HGETALL', M)
-  for i = 1, #all, 2 do
-    local key, mgs = split(all[i + 1])
-    c[5] = c[5] + dropGroup(eid, all[i], key, mgs)
+  for _, k in ipairs(mapKeys(eid)) do
+    local all = redis.call('HGETALL', k)
+    for i = 1, #all, 2 do
+      local key, mgs = split(all[i + 1])
+      c[5] = c[5] + dropGroup(eid, all[i], key, mgs)
+    end
+  end
+  if level(eid) > 0 then
+    levels[eid] = 0
+    redis.call('HDEL', P .. 'ml', eid)
   end
   epoch = tostring(redis.call('HINCRBY', EP, eid, 1))
   redis.call('INCR', P .. 'epv')
@@ -218,7 +376,10 @@ local function flush()
   if dblocks ~= 0 then redis.call('HINCRBY', ST, 'blocks', dblocks) end
   if dmaps ~= 0 then redis.call('HINCRBY', ST, 'mappings', dmaps) end
   if devicted ~= 0 then redis.call('HINCRBY', ST, 'evicted', devicted) end
-  if seq ~= seq0 then redis.call('SET', P .. 'seq', seq) end
+  if seq ~= seq0 then redis.call('SET', P .. 'seq', string.format('%d', seq)) end
+  if qh ~= qh0 then redis.call('SET', P .. 'qh', string.format('%d', qh)) end
+  if nent ~= nent0 then redis.call('HINCRBY', ST, 'entries', nent - nent0) end
+  if nm ~= nm0 then redis.call('HSET', P .. 'mc', eid, nm) end
 end
 
 local n = (#ARGV - 6) / 5
@@ -252,7 +413,7 @@ return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], status, 0}
 // string work is the slow part of a script): it returns the current
 // version, the epochs as one string "E,epoch,E,epoch…" only when the
 // caller's version is not current (else false), then one string per key,
-// "E:hash:M:G,epoch,E:hash:M:G,epoch…" ("" for a key nobody holds); an
+// "E:hash:M:G,epoch:seq,E:hash:M:G,epoch:seq…" ("" for a key nobody holds); an
 // empty array when the generation is lost. The caller computes trust (an
 // entry's epoch equals its engine's).
 const holdersScript = `
@@ -261,10 +422,11 @@ if redis.call('GET', P .. 'gen') ~= ARGV[2] then return {} end
 local v = redis.call('GET', P .. 'epv') or '0'
 local out = {v, false}
 if v ~= ARGV[3] then out[2] = table.concat(redis.call('HGETALL', P .. 'ep'), ',') end
+local bd = tonumber(redis.call('GET', P .. 'bd') or '4')
 for i = 4, #ARGV do
-  local all = redis.call('HGETALL', P .. 'b:' .. ARGV[i])
-  out[#out + 1] = table.concat(all, ',')
-  if #all == 0 then break end
+  local e = redis.call('HGET', P .. 'b:' .. string.sub(ARGV[i], -bd), ARGV[i]) or ''
+  out[#out + 1] = e
+  if e == '' then break end
 end
 return out
 `
@@ -297,6 +459,14 @@ local eid = redis.call('HGET', P .. 'eid', ARGV[3])
 if not eid then return {1} end
 local M = P .. 'm:' .. eid
 local out = {1}
+local l = tonumber(redis.call('HGET', P .. 'ml', eid) or '0')
+if l > 0 then
+  for i = 4, #ARGV do
+    local h = ARGV[i]
+    out[#out + 1] = redis.call('HGET', M .. ':' .. string.sub(string.rep('0', l) .. h, -l), h)
+  end
+  return out
+end
 for i = 4, #ARGV, 1000 do
   local vals = redis.call('HMGET', M, unpack(ARGV, i, math.min(i + 999, #ARGV)))
   for j = 1, #vals do out[#out + 1] = vals[j] end
@@ -314,12 +484,20 @@ return {1, redis.call('HGET', P .. ARGV[3], ARGV[4])}
 `
 
 // establishScript returns the generation token of prefix ARGV[1], setting
-// it to ARGV[2] (a new random token) when there is none.
+// it to ARGV[2] (a new random token) when there is none, with the number
+// of digits of a block key that name its bucket (bd) to ARGV[3] unless
+// set already (the data of a lost generation may be left over; its layout
+// is kept).
 const establishScript = `
+if redis.call('EXISTS', ARGV[1] .. 'fifo') == 1 then
+  return redis.error_reply('the index under this prefix has the layout of an older zmqguard (a sorted-set fifo key): use another prefix or delete its keys')
+end
 local K = ARGV[1] .. 'gen'
 local t = redis.call('GET', K)
 if t then return t end
 redis.call('SET', K, ARGV[2])
+redis.call('SET', ARGV[1] .. 'bd', ARGV[3], 'NX')
+redis.call('SET', ARGV[1] .. 'mt', ARGV[4], 'NX')
 return ARGV[2]
 `
 

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -27,7 +28,9 @@ const defaultCapacity = 1 << 22
 // Config configures [New]. Exactly one of URL and Client is set.
 type Config struct {
 	// URL is the server's address: redis://[user:pass@]host:port[/db] or
-	// unix:///path/to/redis.sock[?db=N].
+	// unix:///path/to/redis.sock[?db=N]; for a Redis Cluster, its seed
+	// addresses, redis://host:port,host:port,… (cluster mode is detected;
+	// see the package doc).
 	URL string
 	// Client is a client to use instead of dialing URL; Close leaves it
 	// open.
@@ -51,6 +54,10 @@ type Config struct {
 	LeaseTTL time.Duration
 	// Timeout bounds each Redis call. Zero means 5 s.
 	Timeout time.Duration
+
+	// mapSplit, when set (tests), replaces the 128 mappings per bucket
+	// past which an engine's map moves to more buckets.
+	mapSplit int
 }
 
 // NewWriterID returns a random writer id.
@@ -86,6 +93,11 @@ type store struct {
 	client rueidis.Client
 	own    bool
 	prefix string
+	// keys is what every script call declares as its KEYS: the generation
+	// key, so that a cluster client sends the call to the node serving the
+	// prefix's slot (every key of the index shares the prefix's hash tag).
+	keys    []string
+	cluster bool // the client is a Redis Cluster client
 	// The scripts; each checks the generation token first.
 	apply, holders, resolve, name, renew, establishS, posGet, posSet *rueidis.Lua
 
@@ -166,7 +178,7 @@ func open(cfg Config) (*store, error) {
 	case cfg.LeaseTTL < 30*time.Millisecond:
 		return nil, fmt.Errorf("redisstore: Config.LeaseTTL %v is under 30ms", cfg.LeaseTTL)
 	}
-	s := &store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix,
+	s := &store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix, keys: []string{cfg.Prefix + "gen"},
 		apply:      rueidis.NewLuaScript(applyScript),
 		holders:    rueidis.NewLuaScriptReadOnly(holdersScript),
 		resolve:    rueidis.NewLuaScriptReadOnly(resolveScript),
@@ -178,9 +190,9 @@ func open(cfg Config) (*store, error) {
 		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
-		opt, err := rueidis.ParseURL(cfg.URL)
+		opt, err := parseURL(cfg.URL)
 		if err != nil {
-			return nil, fmt.Errorf("redisstore: URL %q: %v", cfg.URL, err)
+			return nil, err
 		}
 		opt.DisableCache = true // no client-side caching: every read sees the server
 		if opt.Dialer.Timeout == 0 {
@@ -201,6 +213,15 @@ func open(cfg Config) (*store, error) {
 		}
 		return nil, fmt.Errorf("redisstore: PING %s: %v", cfg.URL, err)
 	}
+	// rueidis detects a cluster by itself (CLUSTER SLOTS on the seeds;
+	// a server with cluster support disabled gets a plain client).
+	s.cluster = s.client.Mode() == rueidis.ClientModeCluster
+	if s.cluster && !hasHashTag(cfg.Prefix) {
+		if s.own {
+			s.client.Close()
+		}
+		return nil, fmt.Errorf("redisstore: Config.Prefix %q has no {hash tag}: on a Redis Cluster every key of one index must fall in one slot", cfg.Prefix)
+	}
 	if _, err := s.establish(); err != nil {
 		if s.own {
 			s.client.Close()
@@ -213,6 +234,53 @@ func open(cfg Config) (*store, error) {
 		close(s.stopped)
 	}
 	return s, nil
+}
+
+// parseURL reads a redis URL, whose host part may list several seed
+// addresses of a cluster separated by commas
+// (redis://127.0.0.1:7000,127.0.0.1:7001/0).
+func parseURL(raw string) (rueidis.ClientOption, error) {
+	u := raw
+	var seeds []string
+	if scheme, rest, ok := strings.Cut(raw, "://"); ok && (scheme == "redis" || scheme == "rediss" || scheme == "valkey" || scheme == "valkeys") {
+		end := strings.IndexAny(rest, "/?#")
+		if end < 0 {
+			end = len(rest)
+		}
+		auth := rest[:end]
+		user := ""
+		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
+			user, auth = auth[:at+1], auth[at+1:]
+		}
+		if strings.Contains(auth, ",") {
+			seeds = strings.Split(auth, ",")
+			for _, a := range seeds {
+				if _, _, err := net.SplitHostPort(a); err != nil {
+					return rueidis.ClientOption{}, fmt.Errorf("redisstore: URL %q: seed address %q is not host:port", raw, a)
+				}
+			}
+			u = scheme + "://" + user + seeds[0] + rest[end:]
+		}
+	}
+	opt, err := rueidis.ParseURL(u)
+	if err != nil {
+		return opt, fmt.Errorf("redisstore: URL %q: %v", raw, err)
+	}
+	if len(seeds) > 1 {
+		opt.InitAddress = append(opt.InitAddress, seeds[1:]...)
+	}
+	return opt, nil
+}
+
+// hasHashTag reports whether prefix holds a Redis Cluster hash tag: a
+// "{" followed later by a "}" with something between them.
+func hasHashTag(prefix string) bool {
+	i := strings.IndexByte(prefix, '{')
+	if i < 0 {
+		return false
+	}
+	j := strings.IndexByte(prefix[i+1:], '}')
+	return j > 0
 }
 
 func (s *store) ctx() (context.Context, context.CancelFunc) {
@@ -257,7 +325,7 @@ func (s *store) Resolve(engine string, hashes []uint64, keys []kvindex.Key, foun
 		args[1] = g.token
 		ctx, cancel := s.ctx()
 		defer cancel()
-		vals, err := s.resolve.Exec(ctx, s.client, nil, args).ToArray()
+		vals, err := s.resolve.Exec(ctx, s.client, s.keys, args).ToArray()
 		if err := s.count(err); err != nil {
 			return false, fmt.Errorf("redisstore: Resolve %q: %w", engine, err)
 		}
@@ -338,7 +406,7 @@ func (s *store) applyIn(g *generation, engine string, ops []kvindex.Op) (c kvind
 	}
 	ctx, cancel := s.ctx()
 	defer cancel()
-	res, err := s.apply.Exec(ctx, s.client, nil, args).AsIntSlice()
+	res, err := s.apply.Exec(ctx, s.client, s.keys, args).AsIntSlice()
 	if err := s.count(err); err != nil {
 		s.mu.Lock()
 		if s.gen == g {
@@ -428,7 +496,7 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 			args = append(args, strconv.FormatUint(uint64(k), 10))
 		}
 		ctx, cancel := s.ctx()
-		res, err := s.holders.Exec(ctx, s.client, nil, args).ToArray()
+		res, err := s.holders.Exec(ctx, s.client, s.keys, args).ToArray()
 		cancel()
 		if err := s.count(err); err != nil {
 			return fmt.Errorf("redisstore: Holders: %w", err)
@@ -548,11 +616,13 @@ func parseEpochs(s string, epochs []string) ([]string, error) {
 	return epochs, nil
 }
 
-// parseHolders reads "E:hash:M:G,epoch,…" into holders.
+// parseHolders reads "E:hash:M:G,epoch:seq,…" into holders (the seq is
+// not read; a value without one reads the same).
 func parseHolders(s string, epochs []string, hs []kvindex.Holder) ([]kvindex.Holder, error) {
 	for s != "" {
 		field := next(&s, ',')
 		ep := next(&s, ',')
+		ep, _, _ = strings.Cut(ep, ":") // "epoch:seq"
 		e, err1 := strconv.ParseUint(next(&field, ':'), 10, 32)
 		next(&field, ':')
 		m, err2 := strconv.ParseUint(next(&field, ':'), 10, 16)
@@ -580,22 +650,22 @@ func (s *store) Stats() kvindex.BackendStats {
 	defer cancel()
 	b := s.client.B()
 	res := s.client.DoMulti(ctx,
-		b.Zcard().Key(s.prefix+"fifo").Build(),
-		b.Hmget().Key(s.prefix+"st").Field("blocks", "mappings", "evicted").Build(),
+		b.Hmget().Key(s.prefix+"st").Field("entries", "blocks", "mappings", "evicted").Build(),
 		b.Hlen().Key(s.prefix+"ep").Build(),
 		b.Get().Key(s.prefix+"gen").Build())
-	var err error
-	if st.Entries, err = res[0].AsInt64(); s.count(err) != nil {
+	vals, err := res[0].ToArray()
+	if s.count(err) != nil {
 		return st
 	}
-	if vals, err := res[1].ToArray(); err == nil && len(vals) == 3 {
+	if len(vals) == 4 { // a field never written is nil: 0
 		n0, _ := vals[0].AsInt64()
 		n1, _ := vals[1].AsInt64()
 		n2, _ := vals[2].AsInt64()
-		st.Blocks, st.Mappings, st.Evicted = n0, n1, uint64(n2)
+		n3, _ := vals[3].AsInt64()
+		st.Entries, st.Blocks, st.Mappings, st.Evicted = n0, n1, n2, uint64(n3)
 	}
-	st.Engines, _ = res[2].AsInt64()
-	if tok, err := res[3].ToString(); g != nil && (rueidis.IsRedisNil(err) || err == nil && tok != g.token) {
+	st.Engines, _ = res[1].AsInt64()
+	if tok, err := res[2].ToString(); g != nil && (rueidis.IsRedisNil(err) || err == nil && tok != g.token) {
 		s.lose(g)
 	}
 	return st
@@ -651,7 +721,7 @@ func (s *store) renewLoop() {
 			continue
 		}
 		ctx, cancel := s.ctx()
-		n, err := s.renew.Exec(ctx, s.client, nil, args).AsInt64()
+		n, err := s.renew.Exec(ctx, s.client, s.keys, args).AsInt64()
 		cancel()
 		if s.count(err) == nil && n < 0 {
 			s.lose(g)

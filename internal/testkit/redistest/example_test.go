@@ -16,4 +16,7 @@ func Example() {
 	_ = redistest.Prefix(t)    // a key prefix no other test of the binary uses
 	own := redistest.StartT(t) // or a server of its own, closed with the test
 	_ = own.Socket()
+	cl := redistest.RequireCluster(t) // the binary's shared 3-node Redis Cluster
+	_ = cl.URL()                      // redis://127.0.0.1:P1,127.0.0.1:P2,127.0.0.1:P3
+	_ = cl.Restart(0)                 // node 0 restarts empty, serving its slots again
 }

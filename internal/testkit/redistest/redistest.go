@@ -209,9 +209,10 @@ func Prefix(t testing.TB) string {
 	return fmt.Sprintf("t%d:", shared.n.Add(1))
 }
 
-// Stop kills the shared server, if one was started. Call it from TestMain
-// (goleak.Cleanup or after m.Run).
+// Stop kills the shared server and the shared cluster, if they were
+// started. Call it from TestMain (goleak.Cleanup or after m.Run).
 func Stop() {
+	stopCluster()
 	shared.Lock()
 	defer shared.Unlock()
 	if shared.srv != nil {

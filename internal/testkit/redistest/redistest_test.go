@@ -113,3 +113,43 @@ func TestUnavailable(t *testing.T) {
 		t.Fatalf("not installed: skipped %q, failed %q", r.skipped, r.failed)
 	}
 }
+
+// TestCluster starts a 3-node cluster, checks every node serves its third
+// of the slots and knows the others, and that a restarted node comes back
+// empty, serving its slots again.
+func TestCluster(t *testing.T) {
+	c := RequireCluster(t)
+	if RequireCluster(t) != c {
+		t.Fatal("RequireCluster started a second cluster")
+	}
+	if len(c.Nodes) != 3 {
+		t.Fatalf("%d nodes", len(c.Nodes))
+	}
+	for i := range c.Nodes {
+		info, err := c.Do(i, "CLUSTER", "INFO")
+		if err != nil || !strings.Contains(info, "cluster_state:ok") || !strings.Contains(info, "cluster_known_nodes:3\r\n") {
+			t.Fatalf("node %d: CLUSTER INFO %q, %v", i, info, err)
+		}
+	}
+	// "{a}" hashes to slot 15495 (CLUSTER KEYSLOT): the last node's.
+	owner := c.NodeOfSlot(15495)
+	if slot, err := c.Do(owner, "CLUSTER", "KEYSLOT", "{a}x"); err != nil || slot != "15495" {
+		t.Fatalf("CLUSTER KEYSLOT {a}x = %q, %v", slot, err)
+	}
+	if _, err := c.Do(owner, "SET", "{a}x", "1"); err != nil {
+		t.Fatal(err)
+	}
+	other := (owner + 1) % 3
+	if _, err := c.Do(other, "GET", "{a}x"); err == nil || !strings.HasPrefix(err.Error(), "MOVED 15495 ") {
+		t.Fatalf("GET on a node not serving the slot: %v, want MOVED", err)
+	}
+	if err := c.Restart(owner); err != nil {
+		t.Fatal(err)
+	}
+	if v, err := c.Do(owner, "GET", "{a}x"); err != nil || v != "" {
+		t.Fatalf("after a restart GET = %q, %v; want nothing", v, err)
+	}
+	if !strings.HasPrefix(c.URL(), "redis://127.0.0.1:") || strings.Count(c.URL(), ",") != 2 {
+		t.Fatalf("URL %q", c.URL())
+	}
+}
