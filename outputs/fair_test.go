@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -64,7 +65,7 @@ func TestSlowEngineDoesNotHoldOthers(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, ctx, "a hold on engine 1's connection", func() bool { return r.Stats().Holds > 0 })
+	poll.WaitForCtx(t, ctx, "a hold on engine 1's connection", func() bool { return r.Stats().Holds > 0 })
 
 	fast := pusher(t, r.Endpoint())
 	defer fast.Close()
@@ -134,7 +135,7 @@ func TestEngineWithinShareNotSlowedByTotal(t *testing.T) {
 			send(t, ctx, p, encode(simple(int64(e), fmt.Sprint(big, i), 1))...)
 		}
 	}
-	waitFor(t, ctx, "the heavy engines' queues past QueueBytes", func() bool { return r.Stats().QueuedBytes > limit })
+	poll.WaitForCtx(t, ctx, "the heavy engines' queues past QueueBytes", func() bool { return r.Stats().QueuedBytes > limit })
 	h := pusher(t, r.Endpoint())
 	defer h.Close()
 	for i := range 5 {
