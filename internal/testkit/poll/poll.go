@@ -23,7 +23,7 @@ type T interface {
 // takes seconds costs a few hundred calls.
 const (
 	minPoll = time.Millisecond
-	maxPoll = 10 * time.Millisecond
+	maxPoll = 5 * time.Millisecond
 )
 
 // WaitFor calls cond until it returns true and fails t (Fatalf) when
