@@ -180,20 +180,6 @@ func waitWave(t *testing.T, ctx context.Context, h *harness, f *dppeer.FrontEnd,
 	}
 }
 
-// waitFor polls cond until it holds or ctx ends.
-func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	tick := time.NewTicker(2 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-tick.C:
-		}
-	}
-}
-
 // expectStartWave checks the next START_DP_WAVE an engine receives.
 func expectStartWave(t *testing.T, ctx context.Context, e *dppeer.Engine, i, wave int, exclude *int) {
 	t.Helper()

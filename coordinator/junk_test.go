@@ -14,6 +14,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // The seed reports' hazards, as frames.
@@ -255,7 +256,7 @@ func TestJunkOnEverySocket(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, ctx, "every probe to be refused", func() bool {
+	poll.WaitForCtx(t, ctx, "every probe to be refused", func() bool {
 		st := h.c.Stats()
 		return st.Front.Refused.Total() == 3 && st.BackOutput.Refused.Total() == 3 && st.BackPublish.Refused.Total() == 3
 	})

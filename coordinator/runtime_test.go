@@ -15,6 +15,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
@@ -81,7 +82,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 	if err := stray.Dial(h.c.BackPublishEndpoint()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the stray subscription to be dropped", func() bool {
+	poll.WaitForCtx(t, ctx, "the stray subscription to be dropped", func() bool {
 		return h.c.Stats().BackPublish.Drops[decodeguard.ReasonValidate] == 1
 	})
 
@@ -94,7 +95,7 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 	if err := junk.Send(ctx, []byte("\x01"), []byte("two frames")); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the junk to be dropped", func() bool {
+	poll.WaitForCtx(t, ctx, "the junk to be dropped", func() bool {
 		return h.c.Stats().BackPublish.Dropped == 5
 	})
 	if snap := h.c.stateSnapshot(); snap.Started || snap.Subscribed != 0 {
@@ -113,9 +114,9 @@ func TestSeedStraySubscriberBeforeEngines(t *testing.T) {
 	if err := ghost.Dial(h.c.BackPublishEndpoint()); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the ghost's subscription", func() bool { return h.c.stateSnapshot().Subscribed == 1 })
+	poll.WaitForCtx(t, ctx, "the ghost's subscription", func() bool { return h.c.stateSnapshot().Subscribed == 1 })
 	ghost.Close()
-	waitFor(t, ctx, "the ghost's unsubscription", func() bool { return h.c.Stats().BackUnsubscribed == 1 })
+	poll.WaitForCtx(t, ctx, "the ghost's unsubscription", func() bool { return h.c.Stats().BackUnsubscribed == 1 })
 
 	readyEngines(t, ctx, h, 2)
 	st := h.c.Stats()
@@ -137,7 +138,7 @@ func junkXSub(t *testing.T, ctx context.Context, endpoint string) *socket.Socket
 	if err := s.Dial(endpoint); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the junk XSUB to connect", func() bool { return s.Stats().Peers == 1 })
+	poll.WaitForCtx(t, ctx, "the junk XSUB to connect", func() bool { return s.Stats().Peers == 1 })
 	return s
 }
 
@@ -332,7 +333,7 @@ func TestElasticResizeLive(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitCounts(t, ctx, h, f, [][2]int{{1, 1}}, nil)
-	waitFor(t, ctx, "the removed engine's stats to be dropped", func() bool {
+	poll.WaitForCtx(t, ctx, "the removed engine's stats to be dropped", func() bool {
 		return h.c.Stats().BackOutput.StateDrops[decodeguard.ReasonUnknownRank] == 1
 	})
 	st := h.c.Stats()
@@ -493,14 +494,14 @@ func TestStartupLogsMissing(t *testing.T) {
 		}
 		c.Close()
 	}()
-	waitFor(t, ctx, "the missing-engines log line", func() bool {
+	poll.WaitForCtx(t, ctx, "the missing-engines log line", func() bool {
 		return rh.find("coordinator: still waiting for engines to subscribe", map[string]string{"missing": "2", "engines": "2"})
 	})
 	junk := junkXSub(t, ctx, c.BackPublishEndpoint())
 	if err := junk.Send(ctx, []byte{0x45}); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the drop warning", func() bool {
+	poll.WaitForCtx(t, ctx, "the drop warning", func() bool {
 		return rh.find("zmqguard: dropped a message (first from this peer)",
 			map[string]string{"component": LoopBackPublish, "reason": "decode", "prefix_hex": "45"})
 	})
@@ -537,7 +538,7 @@ func TestLifecycle(t *testing.T) {
 			h := &harness{c: c, done: done}
 			readyEngines(t, ctx, h, 1)
 		}
-		waitFor(t, ctx, "Run to start", func() bool {
+		poll.WaitForCtx(t, ctx, "Run to start", func() bool {
 			c.runMu.Lock()
 			defer c.runMu.Unlock()
 			return c.runDone != nil

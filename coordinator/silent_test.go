@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // freezeProxy forwards TCP connections from a loopback listener to target,
@@ -139,7 +140,7 @@ func TestSilentEngineNamed(t *testing.T) {
 	}
 	// Stats from both until the coordinator holds them (it has then seen
 	// each engine's outputs on its connection).
-	waitFor(t, ctx, "both engines' stats", func() bool {
+	poll.WaitForCtx(t, ctx, "both engines' stats", func() bool {
 		e0.SendStats(ctx, 0, 3, 1, 0, 1)
 		e1.SendStats(ctx, 1, 5, 1, 0, 1)
 		l := h.c.stateSnapshot().Loads
@@ -152,15 +153,15 @@ func TestSilentEngineNamed(t *testing.T) {
 	if src == nil {
 		wantPub = "ambiguous"
 	}
-	waitFor(t, ctx, "the back output warning naming engine 1", func() bool {
+	poll.WaitForCtx(t, ctx, "the back output warning naming engine 1", func() bool {
 		return rec.find("coordinator: engine went silent", map[string]string{"socket": "back_output", "engine_index": "1"})
 	})
-	waitFor(t, ctx, "the back publish warning naming engine 1", func() bool {
+	poll.WaitForCtx(t, ctx, "the back publish warning naming engine 1", func() bool {
 		return rec.find("coordinator: engine went silent", map[string]string{"socket": "back_publish", "engine_index": wantPub})
 	})
 	// Engine 0 keeps being served.
 	e0.SendStats(ctx, 0, 7, 1, 0, 2)
-	waitFor(t, ctx, "engine 0's stats after the silence", func() bool { return h.c.stateSnapshot().Loads[0].Waiting == 7 })
+	poll.WaitForCtx(t, ctx, "engine 0's stats after the silence", func() bool { return h.c.stateSnapshot().Loads[0].Waiting == 7 })
 	st := h.c.Stats()
 	want := EngineSilence{EngineIndex: 1, BackOutput: 1, BackPublish: 1}
 	wantUnknown := uint64(0)

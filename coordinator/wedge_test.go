@@ -14,6 +14,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
 	"github.com/zmqguard/zmqguard/internal/ref/dpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -191,7 +192,7 @@ func TestScaleBoundedLive(t *testing.T) {
 	if err := f.Scale(ctx, 4096); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the oversized SCALE_ELASTIC_EP to be refused", func() bool {
+	poll.WaitForCtx(t, ctx, "the oversized SCALE_ELASTIC_EP to be refused", func() bool {
 		return h.c.Stats().Front.StateDrops[decodeguard.ReasonValidate] == 1
 	})
 	if err := f.Scale(ctx, 8); err != nil { // 4 x 2: the default bound
@@ -215,7 +216,7 @@ func TestScaleBoundedLive(t *testing.T) {
 	if err := f2.Scale(ctx, 3); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "SCALE_ELASTIC_EP from a host not in ScaleFrom to be refused", func() bool {
+	poll.WaitForCtx(t, ctx, "SCALE_ELASTIC_EP from a host not in ScaleFrom to be refused", func() bool {
 		return h2.c.Stats().Front.StateDrops[decodeguard.ReasonPolicy] == 1
 	})
 	if st := h2.c.Stats(); st.Engines != 2 || st.Resizes != 0 {
@@ -281,14 +282,14 @@ func TestReadyFloodKeepsStartWave(t *testing.T) {
 			}
 			// Wake in the middle of the flood, once it has reached the
 			// coordinator.
-			waitFor(t, ctx, "the flood to arrive", func() bool {
+			poll.WaitForCtx(t, ctx, "the flood to arrive", func() bool {
 				st := h.c.Stats()
 				return st.ReadySent+st.ReadyCoalesced >= 1000
 			})
 			if err := f.Wake(ctx, nil, 0); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, ctx, "START_DP_WAVE to be sent", func() bool { return h.c.Stats().StartWaveSent == 1 })
+			poll.WaitForCtx(t, ctx, "START_DP_WAVE to be sent", func() bool { return h.c.Stats().StartWaveSent == 1 })
 			if !out.Scan() || out.Text() != "flooded" {
 				t.Fatalf("slow_engine.py: %q %v\n%s", out.Text(), out.Err(), stderr.String())
 			}
@@ -330,7 +331,7 @@ func TestWakeFloodCoalesced(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, ctx, "the wakes to be taken", func() bool {
+	poll.WaitForCtx(t, ctx, "the wakes to be taken", func() bool {
 		st := h.c.Stats()
 		return st.StartWaveSent+st.StartWaveCoalesced == 500
 	})
@@ -341,7 +342,7 @@ func TestWakeFloodCoalesced(t *testing.T) {
 	if err := es[0].SendStartWave(ctx, 0, 0); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "rank 0's START_DP_WAVE", func() bool { return h.c.Stats().StartWaveSent == 2 })
+	poll.WaitForCtx(t, ctx, "rank 0's START_DP_WAVE", func() bool { return h.c.Stats().StartWaveSent == 2 })
 	for i, e := range es {
 		for k, wantExclude := range []int{-1, 0} {
 			w, ex, err := e.NextStartWave(ctx)

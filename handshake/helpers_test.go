@@ -19,18 +19,6 @@ func testCtx(t testing.TB, d time.Duration) context.Context {
 	return ctx
 }
 
-// waitFor polls cond until it holds or ctx ends.
-func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-}
-
 // fastOpts are socket options with quick reconnects, for test clients.
 func fastOpts() socket.Options {
 	o := socket.DefaultOptions()

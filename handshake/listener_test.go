@@ -16,6 +16,7 @@ import (
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/envelope"
 	"github.com/zmqguard/zmqguard/internal/ref/nixlwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/loop"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -100,7 +101,7 @@ func TestListenerSurvivesBareDealer(t *testing.T) {
 	if err := d.Send(ctx, []byte{}); err != nil { // delimiter only, no body
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "three envelope drops", func() bool {
+	poll.WaitForCtx(t, ctx, "three envelope drops", func() bool {
 		return l.Stats().Loop.Dropped[decodeguard.ReasonEnvelope] == 3
 	})
 	mustFetch(t, l.Endpoint(), Request{Variant: V3, PP: 0, TP: 1}, Rank{0, 1})
@@ -158,7 +159,7 @@ func TestListenerSurvivesMalformedContent(t *testing.T) {
 			t.Fatal(err)
 		}
 		want[c.reason]++
-		waitFor(t, ctx, c.name+" dropped", func() bool { return l.Stats().Loop.Dropped.Total() == uint64(i+1) })
+		poll.WaitForCtx(t, ctx, c.name+" dropped", func() bool { return l.Stats().Loop.Dropped.Total() == uint64(i+1) })
 		s.Close()
 		if got := l.Stats().Loop.Dropped; got != want {
 			t.Fatalf("%s: dropped %v, want %v", c.name, got, want)
@@ -216,7 +217,7 @@ func TestListenerUnknownRankErrorReplies(t *testing.T) {
 		}
 	}
 	// The drop is counted when the handler returns, after the reply left.
-	waitFor(t, ctx, "three unknown-rank drops", func() bool { return l.Stats().Loop.Dropped[decodeguard.ReasonUnknownRank] == 3 })
+	poll.WaitForCtx(t, ctx, "three unknown-rank drops", func() bool { return l.Stats().Loop.Dropped[decodeguard.ReasonUnknownRank] == 3 })
 	st := l.Stats()
 	if st.ErrorReplies != 3 || totalServed(st) != 0 {
 		t.Errorf("stats %+v", st)

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 	"github.com/zmqguard/zmqguard/zmtpguard"
@@ -93,14 +94,14 @@ func TestReplayStalledClientsDoNotStarveHonest(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "all published", func() bool { return pub.Stats().Published == steps })
+	poll.WaitFor(t, waitTimeout, "all published", func() bool { return pub.Stats().Published == steps })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	const stalled = 20
 	for range stalled {
 		requestReplay(t, rawReplayClient(t, ctx, pub.ReplayEndpoint()), 0)
 	}
-	waitFor(t, "the stalled clients' replays", func() bool { return pub.Stats().Replays == stalled })
+	poll.WaitFor(t, waitTimeout, "the stalled clients' replays", func() bool { return pub.Stats().Replays == stalled })
 	honest := rawReplayClient(t, ctx, pub.ReplayEndpoint())
 	requestReplay(t, honest, 0)
 	seqs, marker := readReplay(t, honest)
@@ -135,12 +136,12 @@ func TestReplayIncompleteEndsWithErrorMarker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the large batches published", func() bool { return pub.Stats().Published == steps })
+	poll.WaitFor(t, waitTimeout, "the large batches published", func() bool { return pub.Stats().Published == steps })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	c := rawReplayClient(t, ctx, pub.ReplayEndpoint())
 	requestReplay(t, c, 0)
-	waitFor(t, "the replay under way", func() bool { return pub.Stats().ReplayedBatches > 0 })
+	poll.WaitFor(t, waitTimeout, "the replay under way", func() bool { return pub.Stats().ReplayedBatches > 0 })
 	// The buffer moves on: every batch the replay has not sent yet leaves
 	// it.
 	for range steps {
@@ -148,7 +149,7 @@ func TestReplayIncompleteEndsWithErrorMarker(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the buffer replaced", func() bool { return pub.Stats().Published == 2*steps })
+	poll.WaitFor(t, waitTimeout, "the buffer replaced", func() bool { return pub.Stats().Published == 2*steps })
 	seqs, marker := readReplay(t, c)
 	for i, s := range seqs {
 		if s != uint64(i) {
@@ -176,7 +177,7 @@ func TestReplayRequestFloodRateLimited(t *testing.T) {
 	for i := range 10 {
 		pub.PublishRaw(payloadOf(uint64(i)))
 	}
-	waitFor(t, "published", func() bool { return pub.Stats().Published == 10 })
+	poll.WaitFor(t, waitTimeout, "published", func() bool { return pub.Stats().Published == 10 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	flood := rawReplayClient(t, ctx, pub.ReplayEndpoint())
@@ -195,7 +196,7 @@ func TestReplayRequestFloodRateLimited(t *testing.T) {
 	if marker != replayEndSeq || len(seqs) != 10 {
 		t.Fatalf("honest replay during the flood: %d batches, marker %x", len(seqs), marker)
 	}
-	waitFor(t, "the flooding connection closed", func() bool { return pub.Stats().ReplayFloods == 1 })
+	poll.WaitFor(t, waitTimeout, "the flooding connection closed", func() bool { return pub.Stats().ReplayFloods == 1 })
 	st := pub.Stats()
 	// One replay per interval at most, plus the honest one and the first.
 	limit := uint64(time.Since(start)/defaultReplayInterval) + 2
@@ -229,7 +230,7 @@ func TestReplaysPerHost(t *testing.T) {
 	}
 	defer pub.Close()
 	pub.PublishRaw(payloadOf(0))
-	waitFor(t, "published", func() bool { return pub.Stats().Published == 1 })
+	poll.WaitFor(t, waitTimeout, "published", func() bool { return pub.Stats().Published == 1 })
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	start := time.Now()

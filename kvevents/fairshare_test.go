@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -144,7 +145,7 @@ func checkDelivered(t *testing.T, sub *Subscriber, rec *recorder, src string, wa
 		}
 		return 0
 	}
-	waitFor(t, "the batches", func() bool { return rec.count(src) >= want || lost() > 0 })
+	poll.WaitFor(t, waitTimeout, "the batches", func() bool { return rec.count(src) >= want || lost() > 0 })
 	rec.mu.Lock()
 	seqs := append([]uint64(nil), rec.batches[src]...)
 	rec.mu.Unlock()
@@ -243,7 +244,7 @@ func TestGapDuringReplayReplayedAgain(t *testing.T) {
 	defer stop()
 	pub.waitSubscribed(t)
 	pub.send(0, 1, 2, 5, 6, 7, 9) // 3, 4 missed; 8 missed while the replay runs
-	waitFor(t, "the live batches buffered", func() bool { return bufLen(sub, "s") == 4 })
+	poll.WaitFor(t, waitTimeout, "the live batches buffered", func() bool { return bufLen(sub, "s") == 4 })
 	close(release)
 	checkDelivered(t, sub, rec, "s", 10)
 }
@@ -275,7 +276,7 @@ func TestReplayBeyondLiveRefused(t *testing.T) {
 	defer stop()
 	pub.waitSubscribed(t)
 	pub.send(0, 1, 2, 5, 6, 7)
-	waitFor(t, "batch 7", func() bool { return rec.count("s") >= 8 || sub.Stats().Lost > 0 })
+	poll.WaitFor(t, waitTimeout, "batch 7", func() bool { return rec.count("s") >= 8 || sub.Stats().Lost > 0 })
 	pub.send(8, 9, 10)
 	checkDelivered(t, sub, rec, "s", 11)
 	if d := sub.Stats().Dropped[decodeguard.ReasonValidate]; d == 0 {
@@ -318,7 +319,7 @@ func TestReplaySlotsShared(t *testing.T) {
 	}
 	pubs[0].send(0, 2)
 	pubs[1].send(0, 2)
-	waitFor(t, "both hung replays", func() bool { return sub.Stats().Replays >= 2 })
+	poll.WaitFor(t, waitTimeout, "both hung replays", func() bool { return sub.Stats().Replays >= 2 })
 	pubs[2].send(0, 1, 2, 5, 6, 7)
 	checkDelivered(t, sub, rec, "honest", 8)
 }
@@ -387,7 +388,7 @@ func TestBackoffBeforeSlot(t *testing.T) {
 	bad.waitSubscribed(t)
 	good.waitSubscribed(t)
 	bad.send(0, 2)
-	waitFor(t, "the failed replay", func() bool { return logs.count("kvevents: replay ") > 0 })
+	poll.WaitFor(t, waitTimeout, "the failed replay", func() bool { return logs.count("kvevents: replay ") > 0 })
 	bad.send(3, 5) // a second gap: its replay must not sit in the slot for the back-off
 	good.send(0, 1, 2, 5, 6, 7)
 	checkDelivered(t, sub, rec, "honest", 8)
@@ -442,7 +443,7 @@ func testBindSourceOnePublisher(t *testing.T, opts socket.Options) {
 	ctx := context.Background()
 	engine := dial()
 	seq := uint64(100)
-	waitFor(t, "the engine's batches", func() bool {
+	poll.WaitFor(t, waitTimeout, "the engine's batches", func() bool {
 		engine.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
 		seq++
 		time.Sleep(5 * time.Millisecond)
@@ -451,7 +452,7 @@ func testBindSourceOnePublisher(t *testing.T, opts socket.Options) {
 	intruder := dial()
 	// The intruder's stream starts again at 0 (each one a reset of the
 	// engine's) and carries a distinct timestamp.
-	waitFor(t, "the intruder refused or heard", func() bool {
+	poll.WaitFor(t, waitTimeout, "the intruder refused or heard", func() bool {
 		intruder.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, 0), AppendBatch(nil, 424242, []Event{storedEvent(9)}, Opt[int64]{}, true))
 		engine.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
 		seq++
@@ -463,7 +464,7 @@ func testBindSourceOnePublisher(t *testing.T, opts socket.Options) {
 		intruder.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, 0), AppendBatch(nil, 424242, []Event{storedEvent(9)}, Opt[int64]{}, true))
 	}
 	n := rec.count("b")
-	waitFor(t, "20 more engine batches", func() bool {
+	poll.WaitFor(t, waitTimeout, "20 more engine batches", func() bool {
 		engine.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
 		seq++
 		time.Sleep(2 * time.Millisecond)
@@ -516,7 +517,7 @@ func TestMemoryBudgetAcrossSources(t *testing.T) {
 			p.xp.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, s), big)
 		}
 	}
-	waitFor(t, "every live batch seen", func() bool {
+	poll.WaitFor(t, waitTimeout, "every live batch seen", func() bool {
 		st := sub.Stats()
 		for _, x := range st.Sources {
 			if x.LastSeen.IsZero() || x.BufferOverflows == 0 {
@@ -581,7 +582,7 @@ func TestBufferedChargedToReceiveBudget(t *testing.T) {
 			p.xp.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, s), big)
 		}
 	}
-	waitFor(t, "ten live batches buffered by each source", func() bool {
+	poll.WaitFor(t, waitTimeout, "ten live batches buffered by each source", func() bool {
 		return sub.buffered.Load() >= int64(2*10*len(big))
 	})
 	used, _, _ := budget.Stats()
@@ -593,7 +594,7 @@ func TestBufferedChargedToReceiveBudget(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "the buffers' bytes given back", func() bool {
+	poll.WaitFor(t, waitTimeout, "the buffers' bytes given back", func() bool {
 		used, _, _ := budget.Stats()
 		return used < int64(len(big)) && sub.buffered.Load() == 0
 	})

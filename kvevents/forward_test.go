@@ -9,6 +9,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -216,7 +217,7 @@ func TestSubscriberForwardCompat(t *testing.T) {
 	if err := pub.PublishRaw(p); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "publisher to send", func() bool { return pub.Stats().Published == 1 })
+	poll.WaitFor(t, waitTimeout, "publisher to send", func() bool { return pub.Stats().Published == 1 })
 	var inactive, unknown, stored int
 	done := make(chan struct{}, 1)
 	sub, err := NewSubscriber(Config{Logger: quiet, FromStart: true, Topic: "kv@", DecodeBlockInactive: true,
@@ -250,7 +251,7 @@ func TestSubscriberForwardCompat(t *testing.T) {
 	runDone := make(chan error, 1)
 	go func() { runDone <- sub.Run(ctx) }()
 	// Live traffic reveals the gap; the replay brings batch 0.
-	waitFor(t, "batch 0", func() bool {
+	poll.WaitFor(t, waitTimeout, "batch 0", func() bool {
 		pub.Publish(storedEvent(1000))
 		select {
 		case <-done:

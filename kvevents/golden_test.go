@@ -15,6 +15,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/internal/testkit/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -509,7 +510,7 @@ func TestGoldenPublisherReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "3 batches sent", func() bool { return p.Stats().Published == 3 })
+	poll.WaitFor(t, waitTimeout, "3 batches sent", func() bool { return p.Stats().Published == 3 })
 	req, err := byID["kv-replay-request"].Frames()
 	if err != nil {
 		t.Fatal(err)

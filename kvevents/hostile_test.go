@@ -15,6 +15,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/testkit/hostile"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -127,7 +128,7 @@ func runSub(t *testing.T, sub *Subscriber) func() {
 func checkHealthy(t *testing.T, pub *Publisher, rec *recorder, name string, n int) {
 	t.Helper()
 	start := rec.count(name)
-	waitFor(t, name+" delivering", func() bool {
+	poll.WaitFor(t, waitTimeout, name+" delivering", func() bool {
 		pub.Publish(storedEvent(1))
 		time.Sleep(5 * time.Millisecond)
 		return rec.count(name) >= start+n
@@ -160,7 +161,7 @@ func TestHostilePublisherDialed(t *testing.T) {
 		t.Fatal(err)
 	}
 	stop := runSub(t, sub)
-	waitFor(t, "every hostile behaviour", func() bool { return h.served.Load() >= int64(len(hostileBehaviours)+1) })
+	poll.WaitFor(t, waitTimeout, "every hostile behaviour", func() bool { return h.served.Load() >= int64(len(hostileBehaviours)+1) })
 	checkHealthy(t, good, rec, "good", 20)
 	stop()
 	if n := rec.count("evil"); n != 0 {
@@ -201,7 +202,7 @@ func TestHostilePayloads(t *testing.T) {
 	seq8 := func() []byte { b := binary.BigEndian.AppendUint64(nil, seq); seq++; return b }
 	good := func() { xp.Send(ctx, []byte("t"), seq8(), payloadOf(seq-1)) }
 	// Wait for the subscription, then a first good batch.
-	waitFor(t, "first batch", func() bool { good(); time.Sleep(10 * time.Millisecond); return rec.count("x") > 0 })
+	poll.WaitFor(t, waitTimeout, "first batch", func() bool { good(); time.Sleep(10 * time.Millisecond); return rec.count("x") > 0 })
 	base := rec.count("x")
 	type junk struct {
 		frames [][]byte
@@ -241,7 +242,7 @@ func TestHostilePayloads(t *testing.T) {
 		if c.event {
 			want++
 		}
-		waitFor(t, "batch after junk", func() bool { return rec.count("x") >= want })
+		poll.WaitFor(t, waitTimeout, "batch after junk", func() bool { return rec.count("x") >= want })
 		base = rec.count("x")
 		after := sub.Stats()
 		if c.event {
@@ -390,7 +391,7 @@ func TestHostileReplayServers(t *testing.T) {
 			for _, seq := range []uint64{0, 1, 2, 5, 6, 7} {
 				xp.Send(ctx, []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
 			}
-			waitFor(t, "batch 7", func() bool { return rec.count("s") >= 6 })
+			poll.WaitFor(t, waitTimeout, "batch 7", func() bool { return rec.count("s") >= 6 })
 			stop()
 			want := "s batch 0 s batch 1 s batch 2 s lost 3 5 s batch 5 s batch 6 s batch 7"
 			if name == "never-ends" {
@@ -456,7 +457,7 @@ func TestRemoveDuringReplay(t *testing.T) {
 	}
 	stop := runSub(t, sub)
 	seq := uint64(7)
-	waitFor(t, "a replay", func() bool {
+	poll.WaitFor(t, waitTimeout, "a replay", func() bool {
 		xp.Send(context.Background(), []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
 		seq++
 		time.Sleep(10 * time.Millisecond)

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/testkit/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -243,7 +244,7 @@ func TestInteropPythonSubscriber(t *testing.T) {
 			// Publish until pyzmq's subscription is in (slow joiner), then
 			// the replay shows every batch the buffer holds.
 			var next int
-			waitFor(t, "python to read 3 live messages", func() bool {
+			poll.WaitFor(t, waitTimeout, "python to read 3 live messages", func() bool {
 				k := next % len(gts)
 				next++
 				if err := p.publishBatch(gts[k], gevs[k], granks[k]); err != nil {

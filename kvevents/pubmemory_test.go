@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -51,7 +52,7 @@ func TestPublisherSharesPayloadAmongSlowSubscribers(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "12 subscribers connected", func() bool { return pub.Stats().Subscribers == subs })
+	poll.WaitFor(t, waitTimeout, "12 subscribers connected", func() bool { return pub.Stats().Subscribers == subs })
 	// A probe subscriber that receives a warm-up batch shows the XPUB
 	// serves subscriptions (the raw peers' were sent before it dialed).
 	probe, err := socket.New("SUB", socket.DefaultOptions())
@@ -81,7 +82,7 @@ warm:
 		}
 	}
 	probe.Close()
-	waitFor(t, "probe gone", func() bool { return pub.Stats().Subscribers == subs })
+	poll.WaitFor(t, waitTimeout, "probe gone", func() bool { return pub.Stats().Subscribers == subs })
 	warmed := pub.Stats().Published
 	runtime.GC()
 	var ms runtime.MemStats
@@ -95,7 +96,7 @@ warm:
 			time.Sleep(time.Millisecond)
 		}
 	}
-	waitFor(t, "every batch published", func() bool { return pub.Stats().Published == warmed+batches })
+	poll.WaitFor(t, waitTimeout, "every batch published", func() bool { return pub.Stats().Published == warmed+batches })
 	queued := pub.pub.Stats().QueuedSendBytes
 	runtime.GC()
 	runtime.ReadMemStats(&ms)

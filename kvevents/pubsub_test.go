@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -52,7 +53,7 @@ func TestPublisherToSubscriberReplay(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			waitFor(t, "publisher to send 300", func() bool { return pub.Stats().Published == 300 })
+			poll.WaitFor(t, waitTimeout, "publisher to send 300", func() bool { return pub.Stats().Published == 300 })
 			rec := newRecorder()
 			sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, FromStart: true, Topic: "kv@"})
 			if err != nil {
@@ -68,7 +69,7 @@ func TestPublisherToSubscriberReplay(t *testing.T) {
 			// Keep publishing until the subscriber has seen well past the
 			// first 300 (live traffic is what reveals the gap).
 			next := 300
-			waitFor(t, "delivery", func() bool {
+			poll.WaitFor(t, waitTimeout, "delivery", func() bool {
 				pub.Publish(storedEvent(uint64(next)))
 				next++
 				time.Sleep(5 * time.Millisecond)
@@ -122,7 +123,7 @@ func TestAddRemoveWhileRunning(t *testing.T) {
 	if err := sub.Add(Source{Name: "p0", Live: "tcp://127.0.0.1:1"}); !errors.Is(err, errDuplicateSource) {
 		t.Fatalf("duplicate: %v", err)
 	}
-	waitFor(t, "both sources", func() bool {
+	poll.WaitFor(t, waitTimeout, "both sources", func() bool {
 		pubs[0].Publish(storedEvent(1))
 		pubs[1].Publish(storedEvent(2))
 		time.Sleep(5 * time.Millisecond)
@@ -195,7 +196,7 @@ func TestBindSourcePublisherConnects(t *testing.T) {
 	if pub.Endpoint() != "" {
 		t.Fatalf("publisher bound %s", pub.Endpoint())
 	}
-	waitFor(t, "delivery over a connecting publisher", func() bool {
+	poll.WaitFor(t, waitTimeout, "delivery over a connecting publisher", func() bool {
 		pub.Publish(storedEvent(1))
 		time.Sleep(5 * time.Millisecond)
 		return rec.count("b") >= 5
@@ -232,7 +233,7 @@ func TestStalledReplayClient(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "3000 published", func() bool { return pub.Stats().Published == 3000 })
+	poll.WaitFor(t, waitTimeout, "3000 published", func() bool { return pub.Stats().Published == 3000 })
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	req := make([]byte, 8)
@@ -242,7 +243,7 @@ func TestStalledReplayClient(t *testing.T) {
 	if err := stalled.Send(ctx, nil, req); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, "the stalled client's replay", func() bool { return pub.Stats().Replays == 1 })
+	poll.WaitFor(t, waitTimeout, "the stalled client's replay", func() bool { return pub.Stats().Replays == 1 })
 	healthy, _ := socket.New("DEALER", socket.DefaultOptions())
 	defer healthy.Close()
 	healthy.Dial(pub.ReplayEndpoint())
@@ -266,7 +267,7 @@ func TestStalledReplayClient(t *testing.T) {
 	for range 10 {
 		pub.PublishRaw(p)
 	}
-	waitFor(t, "live publishing", func() bool { return pub.Stats().Published == 3010 })
+	poll.WaitFor(t, waitTimeout, "live publishing", func() bool { return pub.Stats().Published == 3010 })
 }
 
 func TestDPSources(t *testing.T) {

@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/internal/testkit/reentrytest"
 	"github.com/zmqguard/zmqguard/vllm"
 )
@@ -43,7 +44,7 @@ func publishUntil[T any](t *testing.T, what string, ch <-chan T, pubs ...*Publis
 // finished stopping in the background.
 func waitRemoved(t *testing.T, sub *Subscriber) {
 	t.Helper()
-	waitFor(t, "background removal", func() bool {
+	poll.WaitFor(t, waitTimeout, "background removal", func() bool {
 		sub.mu.Lock()
 		defer sub.mu.Unlock()
 		return len(sub.removing) == 0
@@ -112,7 +113,7 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 	for i := uint64(0); i < 20; i++ {
 		pub.Publish(storedEvent(1000 + i))
 	}
-	waitFor(t, "20 more published", func() bool { return pub.Stats().Published >= before+20 })
+	poll.WaitFor(t, waitTimeout, "20 more published", func() bool { return pub.Stats().Published >= before+20 })
 	close(release)
 	waitRemoved(t, sub)
 	if n := after.Load(); n != 0 {
@@ -237,7 +238,7 @@ func TestHandlerRemovesOwnSourceDuringReplay(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "50 published", func() bool { return pub.Stats().Published == 50 })
+	poll.WaitFor(t, waitTimeout, "50 published", func() bool { return pub.Stats().Published == 50 })
 	var sub *Subscriber
 	var gone atomic.Bool
 	removed := make(chan error, 1)

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
@@ -68,7 +69,7 @@ func newConnPub(t *testing.T) *connPub {
 // subscribed waits for a (new) subscription.
 func (p *connPub) subscribed(t *testing.T) {
 	t.Helper()
-	waitFor(t, "a subscription", func() bool {
+	poll.WaitFor(t, waitTimeout, "a subscription", func() bool {
 		select {
 		case <-p.subs:
 			return true
@@ -122,7 +123,7 @@ func followA(t *testing.T, pub *connPub, replay string, resume *Position) (*Subs
 		for s := uint64(0); s < 5; s++ {
 			pub.send(s, payloadOf(s))
 		}
-		waitFor(t, "run A's batches 0..4", func() bool { return rec.count("s") == 5 })
+		poll.WaitFor(t, waitTimeout, "run A's batches 0..4", func() bool { return rec.count("s") == 5 })
 	}
 	return sub, rec, stop
 }
@@ -161,7 +162,7 @@ func TestRestartDuringBackoffIsReset(t *testing.T) {
 	for s := uint64(0); s <= 10; s++ {
 		want = append(want, fmt.Sprintf("s batch %d ts=%d n=1 BlockStored:%d", s, 1000+s, 1000+s))
 	}
-	waitFor(t, "batch 10", func() bool { return rec.lastSeq("s") == 10 })
+	poll.WaitFor(t, waitTimeout, "batch 10", func() bool { return rec.lastSeq("s") == 10 })
 	if got := linesAfter(rec, 5); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("after the restart got\n%q\nwant\n%q", got, want)
 	}
@@ -182,7 +183,7 @@ func TestReconnectSameRunProven(t *testing.T) {
 	pub.cut(t)
 	pub.subscribed(t)
 	pub.send(10, payloadOf(10))
-	waitFor(t, "batches 5..10", func() bool { return rec.count("s") == 11 })
+	poll.WaitFor(t, waitTimeout, "batches 5..10", func() bool { return rec.count("s") == 11 })
 	for i, l := range rec.snapshot() {
 		if want := fmt.Sprintf("s batch %d ts=%d n=1 BlockStored:%d", i, i, i); l != want {
 			t.Fatalf("line %d: %q, want %q", i, l, want)
@@ -208,7 +209,7 @@ func TestReconnectUnprovenIsLoss(t *testing.T) {
 	pub.subscribed(t)
 	pub.send(5, payloadOf(5))
 	want := []string{"s lost 5 5", "s batch 5 ts=5 n=1 BlockStored:5"}
-	waitFor(t, "batch 5", func() bool { return rec.count("s") == 6 })
+	poll.WaitFor(t, waitTimeout, "batch 5", func() bool { return rec.count("s") == 6 })
 	if got := linesAfter(rec, 5); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
@@ -235,12 +236,12 @@ func TestReconnectSilentReplayIsLoss(t *testing.T) {
 	defer runSub(t, sub)()
 	pub.subscribed(t)
 	pub.send(0, payloadOf(0))
-	waitFor(t, "batch 0", func() bool { return rec.count("s") == 1 })
+	poll.WaitFor(t, waitTimeout, "batch 0", func() bool { return rec.count("s") == 1 })
 	pub.cut(t)
 	pub.subscribed(t)
 	pub.send(1, payloadOf(1))
 	want := []string{"s lost 1 1", "s batch 1 ts=1 n=1 BlockStored:1"}
-	waitFor(t, "batch 1", func() bool { return rec.count("s") == 2 })
+	poll.WaitFor(t, waitTimeout, "batch 1", func() bool { return rec.count("s") == 2 })
 	if got := linesAfter(rec, 1); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
@@ -261,7 +262,7 @@ func TestReconnectNoReplayIsLoss(t *testing.T) {
 	pub.send(5, payloadOf(5))
 	pub.send(6, payloadOf(6))
 	want := []string{"s lost 5 5", "s batch 5 ts=5 n=1 BlockStored:5", "s batch 6 ts=6 n=1 BlockStored:6"}
-	waitFor(t, "batches 5 and 6", func() bool { return rec.count("s") == 7 })
+	poll.WaitFor(t, waitTimeout, "batches 5 and 6", func() bool { return rec.count("s") == 7 })
 	if got := linesAfter(rec, 5); fmt.Sprint(got) != fmt.Sprint(want) {
 		t.Fatalf("got %q, want %q", got, want)
 	}
@@ -292,7 +293,7 @@ func TestResume(t *testing.T) {
 			_, rec, stop := followA(t, pub, replay, &Position{Seq: 4, Digest: c.digest})
 			defer stop()
 			pub.send(7, payloadOf(7))
-			waitFor(t, "batch 7", func() bool { n := rec.count("s"); return n > 0 && rec.lastSeq("s") == 7 })
+			poll.WaitFor(t, waitTimeout, "batch 7", func() bool { n := rec.count("s"); return n > 0 && rec.lastSeq("s") == 7 })
 			if got := rec.snapshot(); fmt.Sprint(got) != fmt.Sprint(c.want) {
 				t.Fatalf("got\n%q\nwant\n%q", got, c.want)
 			}
@@ -382,7 +383,7 @@ func TestResync(t *testing.T) {
 		for s := 0; s < 5; s++ {
 			want = append(want, fmt.Sprintf("s batch %d ts=%d n=1 BlockStored:%d", s, s, s))
 		}
-		waitFor(t, "the replay from 0", func() bool { return len(linesAfter(rec, 5)) >= len(want) })
+		poll.WaitFor(t, waitTimeout, "the replay from 0", func() bool { return len(linesAfter(rec, 5)) >= len(want) })
 		if got := linesAfter(rec, 5); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("got %q, want %q", got, want)
 		}
@@ -407,7 +408,7 @@ func TestResync(t *testing.T) {
 			t.Fatal(err)
 		}
 		stop := runSub(t, sub)
-		waitFor(t, "the reset", func() bool { return len(rec.snapshot()) == 1 })
+		poll.WaitFor(t, waitTimeout, "the reset", func() bool { return len(rec.snapshot()) == 1 })
 		if got := rec.snapshot(); got[0] != "s reset 0" {
 			t.Fatalf("first update %q", got[0])
 		}
@@ -423,10 +424,10 @@ func TestResync(t *testing.T) {
 		if err := sub.Resync("s"); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "the reset", func() bool { return len(rec.snapshot()) == 6 })
+		poll.WaitFor(t, waitTimeout, "the reset", func() bool { return len(rec.snapshot()) == 6 })
 		pub.send(5, payloadOf(5))
 		want := []string{"s reset 0", "s batch 5 ts=5 n=1 BlockStored:5"}
-		waitFor(t, "batch 5", func() bool { return len(linesAfter(rec, 5)) >= len(want) })
+		poll.WaitFor(t, waitTimeout, "batch 5", func() bool { return len(linesAfter(rec, 5)) >= len(want) })
 		if got := linesAfter(rec, 5); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("got %q, want %q", got, want)
 		}
@@ -551,7 +552,7 @@ func TestBindHolder(t *testing.T) {
 	}
 	engine := dial()
 	seq := uint64(0)
-	waitFor(t, "the engine's batches", func() bool {
+	poll.WaitFor(t, waitTimeout, "the engine's batches", func() bool {
 		engine.Send(context.Background(), []byte("t"), binary.BigEndian.AppendUint64(nil, seq), payloadOf(seq))
 		seq++
 		time.Sleep(5 * time.Millisecond)
@@ -562,7 +563,7 @@ func TestBindHolder(t *testing.T) {
 		t.Fatalf("holder %+v", h)
 	}
 	dial()
-	waitFor(t, "the refusal line", func() bool { return logs.find("slot is held") != "" })
+	poll.WaitFor(t, waitTimeout, "the refusal line", func() bool { return logs.find("slot is held") != "" })
 	if l := logs.find("slot is held"); !strings.Contains(l, "holder="+h.Addr) || !strings.Contains(l, "holder_since=") ||
 		!strings.Contains(l, "holder_batches=") {
 		t.Fatalf("refusal line without the holder: %s", l)

@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -28,10 +29,10 @@ func TestThousandSources(t *testing.T) {
 		}
 	}
 	stop := runSub(t, sub)
-	waitFor(t, "1,000 connected", func() bool { return sub.Stats().ConnectedSources == n })
+	poll.WaitFor(t, waitTimeout, "1,000 connected", func() bool { return sub.Stats().ConnectedSources == n })
 	// Subscriptions may still be in flight: publish until every source has
 	// three batches.
-	waitFor(t, "every source delivering", func() bool {
+	poll.WaitFor(t, waitTimeout, "every source delivering", func() bool {
 		pub.Publish(storedEvent(1))
 		time.Sleep(20 * time.Millisecond)
 		for i := range n {

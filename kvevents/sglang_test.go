@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/testkit/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -349,7 +350,7 @@ func TestGoldenSGLangPublisher(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The XPUB has applied the subscription once it delivered it.
-	waitFor(t, "the subscription", func() bool { return p.pub.Stats().Received >= 1 })
+	poll.WaitFor(t, waitTimeout, "the subscription", func() bool { return p.pub.Stats().Received >= 1 })
 	// The publisher's batches 0, 1, 2: the values of the replies SGLang's
 	// ROUTER sent (its publisher's topic was kv-events).
 	for _, id := range []string{"sg-replay-reply-seq0", "sg-replay-reply-seq1", "sg-replay-reply-seq2"} {
@@ -369,7 +370,7 @@ func TestGoldenSGLangPublisher(t *testing.T) {
 	if !framesEqual(live.Frames, want) {
 		t.Fatalf("live frames\n got %x\nwant %x (SGLang's)", live.Frames, want)
 	}
-	waitFor(t, "3 batches sent", func() bool { return p.Stats().Published == 3 })
+	poll.WaitFor(t, waitTimeout, "3 batches sent", func() bool { return p.Stats().Published == 3 })
 	for _, id := range []string{"sg-replay-request-seq0", "sg-replay-request-seq1", "sg-replay-request-seq5"} {
 		t.Run(id, func(t *testing.T) {
 			v := byID[id]

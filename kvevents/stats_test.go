@@ -9,6 +9,7 @@ import (
 
 	"github.com/tinylib/msgp/msgp"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -36,7 +37,7 @@ func TestStatsUnknownFieldsAndInactive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "publisher to send", func() bool { return pub.Stats().Published == batches })
+	poll.WaitFor(t, waitTimeout, "publisher to send", func() bool { return pub.Stats().Published == batches })
 	for _, decode := range []bool{true, false} {
 		rec := newRecorder()
 		sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, FromStart: true, Topic: "kv@", DecodeBlockInactive: decode})
@@ -51,7 +52,7 @@ func TestStatsUnknownFieldsAndInactive(t *testing.T) {
 		go func() { done <- sub.Run(ctx) }()
 		// Live traffic reveals the gap; the replay brings the hand-built
 		// batches (the live ones carry no unknown field).
-		waitFor(t, "delivery", func() bool {
+		poll.WaitFor(t, waitTimeout, "delivery", func() bool {
 			pub.Publish(storedEvent(1000))
 			time.Sleep(5 * time.Millisecond)
 			return sub.Stats().Events.BlockStored >= batches+1

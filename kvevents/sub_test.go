@@ -64,17 +64,8 @@ func (r *recorder) count(src string) int {
 	return len(r.batches[src])
 }
 
-// waitFor polls cond until it holds or 20 s pass.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
+// waitTimeout bounds a test's wait for a condition.
+const waitTimeout = 20 * time.Second
 
 func storedEvent(h uint64) Event {
 	return Event{Type: BlockStored, BlockHashes: []Hash{IntHash(h)}, TokenIDs: []int64{1, 2}, BlockSize: 2, Medium: Some("GPU")}

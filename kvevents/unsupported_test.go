@@ -9,6 +9,7 @@ import (
 	"github.com/tinylib/msgp/msgp"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/vllm"
 )
 
@@ -51,7 +52,7 @@ func TestUnsupportedEventTypes(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, "publisher to send", func() bool { return pub.Stats().Published == batches })
+	poll.WaitFor(t, waitTimeout, "publisher to send", func() bool { return pub.Stats().Published == batches })
 	rec := newRecorder()
 	sub, err := NewSubscriber(Config{Handler: rec.handle, Logger: quiet, FromStart: true, Topic: "kv@"})
 	if err != nil {
@@ -65,7 +66,7 @@ func TestUnsupportedEventTypes(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
 	// Live traffic reveals the gap; the replay brings the 20 batches.
-	waitFor(t, "delivery", func() bool {
+	poll.WaitFor(t, waitTimeout, "delivery", func() bool {
 		pub.Publish(storedEvent(1000))
 		time.Sleep(5 * time.Millisecond)
 		return sub.Stats().DroppedEvents[decodeguard.ReasonUnsupported] == batches

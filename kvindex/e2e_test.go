@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/ref/kvmodel"
 	"github.com/zmqguard/zmqguard/internal/testkit/golden"
-	"github.com/zmqguard/zmqguard/internal/testkit/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 	"github.com/zmqguard/zmqguard/socket"

@@ -10,9 +10,6 @@ type KeyParams = kvkey.Params[Key]
 // BlockKeys appends to dst the local keys of tokens' full blocks.
 func BlockKeys(p KeyParams, tokens []int64, dst []Key) []Key { return kvkey.BlockKeys(p, tokens, dst) }
 
-// PartialGroup is the rule that leaves partial KV-cache groups out.
-var PartialGroup = kvkey.PartialGroup
-
 const (
 	DefaultBlockSize = defaultBlockSize
 	MaxGroup         = kvkey.MaxGroup

@@ -388,7 +388,7 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 			x.st.inactive.Add(1)
 			continue
 		}
-		if ev.Type != kvevents.AllBlocksCleared && kvkey.PartialGroup(ev) {
+		if ev.Type != kvevents.AllBlocksCleared && ev.KVCacheSpecKind.Valid && kvkey.PartialKind(ev.KVCacheSpecKind.V) {
 			x.st.partialGroups.Add(1)
 			if ev.Type == kvevents.BlockStored {
 				x.st.stores.Add(1)

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/testkit/golden"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
@@ -251,7 +252,7 @@ func TestTopicConventionBothEngines(t *testing.T) {
 		if err := p.Publish(c.events...); err != nil {
 			t.Fatal(err)
 		}
-		waitUntil(t, "published", func() bool { return p.Stats().Published == 1 })
+		poll.WaitFor(t, 20*time.Second, "published", func() bool { return p.Stats().Published == 1 })
 		pubs = append(pubs, p)
 		if err := sub.Add(kvevents.Source{Name: c.topic, Live: p.Endpoint(), Replay: p.ReplayEndpoint(), Engine: c.engine}); err != nil {
 			t.Fatal(err)
@@ -263,7 +264,7 @@ func TestTopicConventionBothEngines(t *testing.T) {
 	go func() { done <- sub.Run(ctx) }()
 	// Live traffic (empty batches) reveals what was missed; the replay
 	// brings each publisher's first batch.
-	waitUntil(t, "both batches", func() bool {
+	poll.WaitFor(t, 20*time.Second, "both batches", func() bool {
 		for _, p := range pubs {
 			p.Publish()
 		}
@@ -280,17 +281,6 @@ func TestTopicConventionBothEngines(t *testing.T) {
 	}
 	if st := sub.Stats(); st.Replayed < 2 || st.Dropped.Total() != 0 || st.DroppedEvents.Total() != 0 {
 		t.Fatalf("subscriber stats %+v", st)
-	}
-}
-
-func waitUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -349,7 +339,7 @@ func TestInteropSGLangPublisher(t *testing.T) {
 	}
 	done := make(chan error, 1)
 	go func() { done <- sub.Run(ctx) }()
-	waitUntil(t, "the last batch ("+strconv.Itoa(len(ids)-1)+")", func() bool { return last.Load() == int64(len(ids)-1) })
+	poll.WaitFor(t, 20*time.Second, "the last batch ("+strconv.Itoa(len(ids)-1)+")", func() bool { return last.Load() == int64(len(ids)-1) })
 	root, child, cpu := vs[ids[0]], vs[ids[1]], vs[ids[2]]
 	wantPrefix(t, x, "qwen", topic, cat(root.tokens(t), child.tokens(t)), 4, 4)
 	wantPrefix(t, x, "qwen", topic, cat(root.tokens(t), cpu.tokens(t)), 6, 4)

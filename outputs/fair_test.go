@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -64,7 +65,7 @@ func TestSlowEngineDoesNotHoldOthers(t *testing.T) {
 			}
 		}
 	}
-	waitFor(t, ctx, "a hold on engine 1's connection", func() bool { return r.Stats().Holds > 0 })
+	poll.WaitForCtx(t, ctx, "a hold on engine 1's connection", func() bool { return r.Stats().Holds > 0 })
 
 	fast := pusher(t, r.Endpoint())
 	defer fast.Close()
@@ -134,7 +135,7 @@ func TestEngineWithinShareNotSlowedByTotal(t *testing.T) {
 			send(t, ctx, p, encode(simple(int64(e), fmt.Sprint(big, i), 1))...)
 		}
 	}
-	waitFor(t, ctx, "the heavy engines' queues past QueueBytes", func() bool { return r.Stats().QueuedBytes > limit })
+	poll.WaitForCtx(t, ctx, "the heavy engines' queues past QueueBytes", func() bool { return r.Stats().QueuedBytes > limit })
 	h := pusher(t, r.Endpoint())
 	defer h.Close()
 	for i := range 5 {
@@ -152,7 +153,7 @@ func TestEngineWithinShareNotSlowedByTotal(t *testing.T) {
 	// Every heavy engine is held once its queue passes its share; the last
 	// ones may still be sending on a loaded machine: wait for the holds, then
 	// check the receive loop never waited for the total.
-	waitFor(t, ctx, "one hold per heavy engine", func() bool { return r.Stats().Holds >= heavy })
+	poll.WaitForCtx(t, ctx, "one hold per heavy engine", func() bool { return r.Stats().Holds >= heavy })
 	if st := r.Stats(); st.QueueWaits != 0 {
 		t.Errorf("%d holds, %d waits of the receive loop (want 0)", st.Holds, st.QueueWaits)
 	}

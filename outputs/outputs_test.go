@@ -12,6 +12,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/enginecore"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -248,17 +249,17 @@ func TestEngineIndexBoundToFirstConnection(t *testing.T) {
 	honest := pusher(t, r.Endpoint())
 	defer honest.Close()
 	send(t, ctx, honest, encode(simple(0, "honest-1", 1))...)
-	waitFor(t, ctx, "the honest engine's first message", func() bool { return r.Stats().Messages == 1 })
+	poll.WaitForCtx(t, ctx, "the honest engine's first message", func() bool { return r.Stats().Messages == 1 })
 	evil := pusher(t, r.Endpoint())
 	defer evil.Close()
 	send(t, ctx, evil, encode(simple(0, "forged", 666))...)
 	send(t, ctx, evil, []byte(engineCoreDead))
-	waitFor(t, ctx, "the forged claim and sentinel counted", func() bool {
+	poll.WaitForCtx(t, ctx, "the forged claim and sentinel counted", func() bool {
 		st := r.Stats()
 		return st.ClaimsRefused == 1 && st.UnattributedDead == 1
 	})
 	send(t, ctx, honest, encode(simple(0, "honest-2", 2))...)
-	waitFor(t, ctx, "the honest engine's second message", func() bool { return r.Stats().Messages == 2 })
+	poll.WaitForCtx(t, ctx, "the honest engine's second message", func() bool { return r.Stats().Messages == 2 })
 	st := r.Stats()
 	if st.EngineDead != 0 || len(st.Engines) != 1 || st.Engines[0].Dead || st.Engines[0].Messages != 2 ||
 		st.Dropped[decodeguard.ReasonPolicy] != 2 || st.Unattributed[decodeguard.ReasonPolicy] != 2 {
@@ -271,7 +272,7 @@ func TestEngineIndexBoundToFirstConnection(t *testing.T) {
 	}
 	// The honest engine goes away; the index is free for its successor.
 	honest.Close()
-	waitFor(t, ctx, "the honest connection's departure", func() bool {
+	poll.WaitForCtx(t, ctx, "the honest connection's departure", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return len(r.gone) == 1
@@ -291,18 +292,6 @@ func TestEngineIndexBoundToFirstConnection(t *testing.T) {
 	}
 	if fmt.Sprint(ids) != "[honest-1 honest-2 restarted]" {
 		t.Fatalf("delivered %v", ids)
-	}
-}
-
-// waitFor polls cond until it holds or ctx ends (then the test fails).
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("no %s before the deadline", what)
-		case <-time.After(5 * time.Millisecond):
-		}
 	}
 }
 
@@ -465,7 +454,7 @@ func TestClaimsPerConnectionBounded(t *testing.T) {
 	for e := 0; e < maxClaimsPerConnection+10; e++ {
 		send(t, ctx, greedy, encode(simple(int64(e), "g", 1))...)
 	}
-	waitFor(t, ctx, "the greedy claims taken off the socket", func() bool {
+	poll.WaitForCtx(t, ctx, "the greedy claims taken off the socket", func() bool {
 		return r.Stats().Received == maxClaimsPerConnection+10
 	})
 	other := pusher(t, r.Endpoint())

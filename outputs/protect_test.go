@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -110,9 +111,9 @@ func TestTakeoverFromAnotherHostWarns(t *testing.T) {
 	}
 	first := from("127.0.0.1")
 	push(first, "a")
-	waitFor(t, ctx, "the first claim", func() bool { return r.Stats().Messages == 1 })
+	poll.WaitForCtx(t, ctx, "the first claim", func() bool { return r.Stats().Messages == 1 })
 	first.Close()
-	waitFor(t, ctx, "the first connection's departure", func() bool {
+	poll.WaitForCtx(t, ctx, "the first connection's departure", func() bool {
 		r.mu.Lock()
 		defer r.mu.Unlock()
 		return len(r.gone) == 1
@@ -120,7 +121,7 @@ func TestTakeoverFromAnotherHostWarns(t *testing.T) {
 	second := from("127.0.0.2")
 	defer second.Close()
 	push(second, "b")
-	waitFor(t, ctx, "the takeover", func() bool { return r.Stats().Messages == 2 })
+	poll.WaitForCtx(t, ctx, "the takeover", func() bool { return r.Stats().Messages == 2 })
 	st := r.Stats()
 	if st.Takeovers != 1 || len(st.Engines) != 1 || !strings.HasPrefix(st.Engines[0].Peer, "127.0.0.2:") {
 		t.Errorf("stats after a takeover: Takeovers %d, engines %+v", st.Takeovers, st.Engines)

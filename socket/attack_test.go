@@ -16,6 +16,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -390,13 +391,13 @@ func TestHostilePeers(t *testing.T) {
 			}
 			// Readers of departed peers wait for Recv to take their last
 			// batches (back pressure): drain them.
-			waitFor(t, ctx, "departed peers drained", func() bool {
+			poll.WaitForCtx(t, ctx, "departed peers drained", func() bool {
 				c, cancel := context.WithTimeout(ctx, 5*time.Millisecond)
 				defer cancel()
 				s.Recv(c)
 				return s.Stats().Peers == 0
 			})
-			waitFor(t, ctx, "goroutines and fds back to baseline", func() bool {
+			poll.WaitForCtx(t, ctx, "goroutines and fds back to baseline", func() bool {
 				return runtime.NumGoroutine() <= baseG+2 && countFDs() <= baseFD+2
 			})
 			if h := heapAlloc(); h > baseHeap+16<<20 {

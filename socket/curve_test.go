@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -124,7 +125,7 @@ func TestCurveSocketRefusals(t *testing.T) {
 	stranger.srvPub = k.srvPub // knows the server, but its key is not listed
 	other := mustSocket(t, NewPush, stranger.client)
 	mustDial(t, other, ep)
-	waitFor(t, ctx, "two auth refusals", func() bool {
+	poll.WaitForCtx(t, ctx, "two auth refusals", func() bool {
 		return pull.Stats().Refused[decodeguard.ReasonAuth] >= 2
 	})
 	good := mustSocket(t, NewPush, k.client)

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -66,7 +67,7 @@ func TestCurveBodyTimeoutHeartbeatsOn(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("timed out")
 	}
-	waitFor(t, ctx, "the body-timeout policy violation", func() bool {
+	poll.WaitForCtx(t, ctx, "the body-timeout policy violation", func() bool {
 		return pull.Stats().Refused[decodeguard.ReasonPolicy] >= 1
 	})
 	if n := pull.Stats().HeartbeatTimeouts; n != 0 {

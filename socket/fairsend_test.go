@@ -10,6 +10,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // Issue 29 row 2: subscribers that never read must not take the whole
@@ -41,7 +42,7 @@ func TestXPubFairSendShare(t *testing.T) {
 		t.Fatal(err)
 	}
 	waitPeers(t, ctx, xpub, hogs+1)
-	waitFor(t, ctx, "every subscription", func() bool { return xpub.Stats().Topics == hogs+1 })
+	poll.WaitForCtx(t, ctx, "every subscription", func() bool { return xpub.Stats().Topics == hogs+1 })
 	payload := make([]byte, 16<<10)
 	// 1,200 × 16 KiB = 19 MiB per silent subscriber: far past what the
 	// kernel's loopback buffers absorb, so their queues fill.
@@ -89,7 +90,7 @@ func TestXPubDefaultWriteDeadlineIgnoresPings(t *testing.T) {
 	c := rawPeer(t, ctx, ep, zmq4.Sub, nil)
 	c.WriteCommand(zmtpwire.CmdSubscribe, nil)
 	c.Flush()
-	waitFor(t, ctx, "the subscription", func() bool { return xpub.Stats().Topics == 1 })
+	poll.WaitForCtx(t, ctx, "the subscription", func() bool { return xpub.Stats().Topics == 1 })
 	// The silent subscriber PINGs every 100 ms (TTL 0) and never reads.
 	pctx, stop := context.WithCancel(ctx)
 	pingDone := make(chan struct{})
@@ -111,7 +112,7 @@ func TestXPubDefaultWriteDeadlineIgnoresPings(t *testing.T) {
 	defer func() { stop(); <-pingDone }()
 	start := time.Now()
 	big := make([]byte, 64<<10)
-	waitFor(t, ctx, "the write-deadline disconnect", func() bool {
+	poll.WaitForCtx(t, ctx, "the write-deadline disconnect", func() bool {
 		xpub.Send(ctx, big)
 		return xpub.Stats().Peers == 0
 	})
@@ -145,10 +146,10 @@ func TestXPubEvictsOverShareWhenTotalSpent(t *testing.T) {
 	hog := rawPeer(t, ctx, ep, zmq4.Sub, nil)
 	hog.WriteCommand(zmtpwire.CmdSubscribe, nil)
 	hog.Flush()
-	waitFor(t, ctx, "the silent subscription", func() bool { return xpub.Stats().Topics == 1 })
+	poll.WaitForCtx(t, ctx, "the silent subscription", func() bool { return xpub.Stats().Topics == 1 })
 	payload := make([]byte, 16<<10)
 	// Alone, the silent subscriber's share is the whole total: fill it.
-	waitFor(t, ctx, "the total spent", func() bool {
+	poll.WaitForCtx(t, ctx, "the total spent", func() bool {
 		xpub.Send(ctx, payload)
 		return xpub.Stats().QueuedSendBytes > 1<<20-int64(len(payload))
 	})
@@ -157,7 +158,7 @@ func TestXPubEvictsOverShareWhenTotalSpent(t *testing.T) {
 	if err := sub.Subscribe(nil); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the honest subscription", func() bool { return xpub.Stats().Topics == 2 })
+	poll.WaitForCtx(t, ctx, "the honest subscription", func() bool { return xpub.Stats().Topics == 2 })
 	binary.BigEndian.PutUint64(payload, 42)
 	if err := xpub.Send(ctx, payload); err != nil {
 		t.Fatal(err)
@@ -171,7 +172,7 @@ func TestXPubEvictsOverShareWhenTotalSpent(t *testing.T) {
 	if binary.BigEndian.Uint64(m.Frames[0]) != 42 {
 		t.Fatal("wrong message")
 	}
-	waitFor(t, ctx, "the silent subscriber gone", func() bool { return xpub.Stats().Peers == 1 })
+	poll.WaitForCtx(t, ctx, "the silent subscriber gone", func() bool { return xpub.Stats().Peers == 1 })
 	if st := xpub.Stats(); st.SendEvictions != 1 || st.Refused[decodeguard.ReasonPolicy] != 1 {
 		t.Fatalf("stats %+v", st)
 	}

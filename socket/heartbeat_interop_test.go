@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/internal/testkit/pypeer"
 )
 
@@ -141,7 +142,7 @@ func TestInteropHeartbeatWeDetectFrozenLibzmq(t *testing.T) {
 		t.Fatal(err)
 	}
 	stopped := time.Now()
-	waitFor(t, ctx, "heartbeat disconnect of the frozen libzmq peer", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
+	poll.WaitForCtx(t, ctx, "heartbeat disconnect of the frozen libzmq peer", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
 	took := time.Since(stopped)
 	t.Logf("zmqguard ROUTER noticed a SIGSTOPped libzmq DEALER after %v (interval %dms + timeout %dms)", took.Round(time.Millisecond), ivlMS, tmoMS)
 	if took > detectBound {

@@ -63,18 +63,6 @@ func waitPeers(t testing.TB, ctx context.Context, s *Socket, n int) {
 	}
 }
 
-// waitFor polls cond until it holds or ctx ends.
-func waitFor(t testing.TB, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("timed out waiting for %s", what)
-		case <-time.After(5 * time.Millisecond):
-		}
-	}
-}
-
 func recvString(t testing.TB, ctx context.Context, s *Socket) []string {
 	t.Helper()
 	m, err := s.Recv(ctx)

@@ -14,6 +14,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -99,7 +100,7 @@ func TestHeartbeatTimeoutDisconnectsFrozenPeerAndRedials(t *testing.T) {
 	if ttl := int(m.Frames[0][0])<<8 | int(m.Frames[0][1]); ttl != 5 {
 		t.Fatalf("PING TTL %d deciseconds, want 5", ttl)
 	}
-	waitFor(t, ctx, "heartbeat disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
+	poll.WaitForCtx(t, ctx, "heartbeat disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
 	if el := time.Since(start); el > 20*time.Second {
 		t.Fatalf("frozen peer noticed after %v", el)
 	}
@@ -108,7 +109,7 @@ func TestHeartbeatTimeoutDisconnectsFrozenPeerAndRedials(t *testing.T) {
 		t.Fatalf("cause %q does not name the rule", e.Err)
 	}
 	// A peer gone silent is logged at warn, with the cause.
-	waitFor(t, ctx, "warn line", func() bool { return strings.Contains(logBuf.String(), "silent past the heartbeat timeout") })
+	poll.WaitForCtx(t, ctx, "warn line", func() bool { return strings.Contains(logBuf.String(), "silent past the heartbeat timeout") })
 	if l := logBuf.String(); !strings.Contains(l, "level=WARN") || !strings.Contains(l, "event=disconnected") {
 		t.Fatalf("log %q: want a warn-level disconnect line", l)
 	}
@@ -119,7 +120,7 @@ func TestHeartbeatTimeoutDisconnectsFrozenPeerAndRedials(t *testing.T) {
 	// The dialer reconnects.
 	c2 := accept(t, ctx, l)
 	_ = c2
-	waitFor(t, ctx, "reconnect", func() bool { return d.Stats().Connects >= 2 })
+	poll.WaitForCtx(t, ctx, "reconnect", func() bool { return d.Stats().Connects >= 2 })
 }
 
 func TestHeartbeatKeepsIdlePeersAlive(t *testing.T) {
@@ -136,7 +137,7 @@ func TestHeartbeatKeepsIdlePeersAlive(t *testing.T) {
 	waitPeers(t, ctx, d, 1)
 	// Idle for many intervals: PINGs go both ways, PONGs come back, nobody
 	// is dropped.
-	waitFor(t, ctx, "pings and pongs", func() bool {
+	poll.WaitForCtx(t, ctx, "pings and pongs", func() bool {
 		a, b := r.Stats(), d.Stats()
 		return a.PingsSent >= 10 && b.PingsSent >= 10 && a.PongsReceived >= 10 && b.PongsReceived >= 10
 	})
@@ -172,7 +173,7 @@ func TestPeerTTLEnforcedWithOwnHeartbeatsOff(t *testing.T) {
 	if m.Command != zmtpwire.CmdPong || len(m.Frames) != 1 || string(m.Frames[0]) != "ab" {
 		t.Fatalf("answer to PING: command %q frames %q, want PONG echoing the context", m.Command, m.Frames)
 	}
-	waitFor(t, ctx, "TTL disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
+	poll.WaitForCtx(t, ctx, "TTL disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
 	e, _ := log.find(isHeartbeatTimeout)
 	if !strings.Contains(e.Err.Error(), "TTL 200ms") {
 		t.Fatalf("cause %q does not name the TTL", e.Err)
@@ -258,23 +259,23 @@ func TestRouterHandoverAndRefusal(t *testing.T) {
 			d := mustSocket(t, NewDealer, func(o *Options) { o.Identity = []byte("rank-0") })
 			mustDial(t, d, ep)
 			if !handover {
-				waitFor(t, ctx, "refusal", func() bool { return r.Stats().IdentityRefusals >= 1 })
+				poll.WaitForCtx(t, ctx, "refusal", func() bool { return r.Stats().IdentityRefusals >= 1 })
 				if st := r.Stats(); st.Handovers != 0 || st.Peers != 1 {
 					t.Fatalf("stats %+v", st)
 				}
 				return
 			}
-			waitFor(t, ctx, "handover", func() bool { return r.Stats().Handovers == 1 })
+			poll.WaitForCtx(t, ctx, "handover", func() bool { return r.Stats().Handovers == 1 })
 			// The counter moves before the displaced peer's disconnect event
 			// is emitted: wait for the event, then check what it says.
 			isHandover := func(e Event) bool { return e.Kind == EventDisconnected && errors.Is(e.Err, errHandover) }
-			waitFor(t, ctx, "handover disconnect event", func() bool { _, ok := log.find(isHandover); return ok })
+			poll.WaitForCtx(t, ctx, "handover disconnect event", func() bool { _, ok := log.find(isHandover); return ok })
 			e, ok := log.find(isHandover)
 			if !ok || !strings.Contains(e.Err.Error(), "72616e6b2d30") {
 				t.Fatalf("no handover disconnect naming the identity: %+v", e)
 			}
 			// The new connection holds the identity: a reply reaches it.
-			waitFor(t, ctx, "one peer", func() bool { return r.Stats().Peers == 1 })
+			poll.WaitForCtx(t, ctx, "one peer", func() bool { return r.Stats().Peers == 1 })
 			if err := r.Send(ctx, []byte("rank-0"), []byte("ready")); err != nil {
 				t.Fatal(err)
 			}
@@ -383,7 +384,7 @@ func TestRecvQueueByteBound(t *testing.T) {
 		sendDone <- nil
 	}()
 	// Let the receive side fill up, then check its bound.
-	waitFor(t, ctx, "receive queue filled", func() bool { return pull.Stats().QueuedRecvBytes >= 256<<10 })
+	poll.WaitForCtx(t, ctx, "receive queue filled", func() bool { return pull.Stats().QueuedRecvBytes >= 256<<10 })
 	time.Sleep(200 * time.Millisecond)
 	if q := pull.Stats().QueuedRecvBytes; q > 256<<10+16<<10 {
 		t.Fatalf("%d bytes wait for Recv, over RecvQueueBytes 256 KiB + one message", q)
@@ -533,9 +534,9 @@ func TestBudgetReserveExactWhenQueued(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitFor(t, ctx, "all messages queued for Recv", func() bool { return pull.Stats().QueuedRecvBytes == n*100 })
+	poll.WaitForCtx(t, ctx, "all messages queued for Recv", func() bool { return pull.Stats().QueuedRecvBytes == n*100 })
 	// The reader has handed every batch over: no reserve is left.
-	waitFor(t, ctx, "budget equal to the queued bytes", func() bool {
+	poll.WaitForCtx(t, ctx, "budget equal to the queued bytes", func() bool {
 		st := pull.Stats()
 		if st.BudgetBytes < st.QueuedRecvBytes {
 			t.Fatalf("budget %d under the %d bytes queued for Recv", st.BudgetBytes, st.QueuedRecvBytes)

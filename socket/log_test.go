@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/stack/ratelog"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // countingHandler counts the records it is given, by their "reason".
@@ -55,7 +56,7 @@ func TestRefusedConnectionLogsAreRateLimited(t *testing.T) {
 		c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
 		c.Close()
 	}
-	waitFor(t, ctx, "every probe counted", func() bool {
+	poll.WaitForCtx(t, ctx, "every probe counted", func() bool {
 		var n uint64
 		for _, v := range pull.Stats().Refused {
 			n += v
@@ -134,7 +135,7 @@ func TestNilLoggerLogsToDefault(t *testing.T) {
 		c.Write([]byte("GET / HTTP/1.0\r\n\r\n"))
 		c.Close()
 	}
-	waitFor(t, ctx, "every refusal in a log line while the socket is open", func() bool {
+	poll.WaitForCtx(t, ctx, "every refusal in a log line while the socket is open", func() bool {
 		_, n := h.count()
 		return n >= floods
 	})

@@ -17,6 +17,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // halfSent opens n connections to addr that complete a PUSH handshake and
@@ -63,7 +64,7 @@ func TestHeapReturnsAfterHalfSentMessages(t *testing.T) {
 	base := heapInuse()
 	const n = 48
 	conns := halfSent(t, ctx, addr, n, 1<<20)
-	waitFor(t, ctx, "the partial messages to arrive", func() bool {
+	poll.WaitForCtx(t, ctx, "the partial messages to arrive", func() bool {
 		return heapInuse() > base+n<<20*3/4
 	})
 	during := heapInuse()
@@ -136,7 +137,7 @@ func TestMemoryBudgetBoundsPartialMessages(t *testing.T) {
 			}
 			// An eviction is counted when it is decided, its violation
 			// when the evicted reader wakes up to report it.
-			waitFor(t, ctx, "every eviction reported as a policy violation", func() bool {
+			poll.WaitForCtx(t, ctx, "every eviction reported as a policy violation", func() bool {
 				return s.Stats().Refused[decodeguard.ReasonPolicy] >= st.BudgetEvictions
 			})
 			break
@@ -173,7 +174,7 @@ func TestSlowBodyClosed(t *testing.T) {
 			}
 		}
 	}()
-	waitFor(t, ctx, "the slow body to be refused", func() bool {
+	poll.WaitForCtx(t, ctx, "the slow body to be refused", func() bool {
 		return s.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 	nc.SetReadDeadline(time.Now().Add(20 * time.Second))
@@ -184,7 +185,7 @@ func TestSlowBodyClosed(t *testing.T) {
 	}
 	// The disconnect is counted once the peer's reader has ended, which
 	// may be just after the close the client saw.
-	waitFor(t, ctx, "the disconnect to be counted", func() bool { return s.Stats().Disconnects == 1 })
+	poll.WaitForCtx(t, ctx, "the disconnect to be counted", func() bool { return s.Stats().Disconnects == 1 })
 }
 
 // xpubSubscriber dials an XPUB at addr as a SUB and sends the given
@@ -225,7 +226,7 @@ func TestXPubTopicsBoundedPerSocket(t *testing.T) {
 		flood = append(flood, fmt.Sprintf("flood-%05d", i))
 	}
 	fl := xpubSubscriber(t, ctx, addr, flood)
-	waitFor(t, ctx, "the flood to be applied", func() bool {
+	poll.WaitForCtx(t, ctx, "the flood to be applied", func() bool {
 		st := s.Stats()
 		return uint64(st.Topics)+st.TopicRefusals == 5000
 	})
@@ -240,7 +241,7 @@ func TestXPubTopicsBoundedPerSocket(t *testing.T) {
 	}
 	good := xpubSubscriber(t, ctx, addr, append(modest, extra...))
 	refusedBefore := s.Stats().TopicRefusals
-	waitFor(t, ctx, "the modest subscriber's topics", func() bool {
+	poll.WaitForCtx(t, ctx, "the modest subscriber's topics", func() bool {
 		return s.Stats().Topics >= 2000+503 || s.Stats().TopicRefusals > refusedBefore
 	})
 	if st := s.Stats(); st.TopicRefusals != refusedBefore {
@@ -248,7 +249,7 @@ func TestXPubTopicsBoundedPerSocket(t *testing.T) {
 	}
 	fl.Close()
 	waitPeers(t, ctx, s, 1)
-	waitFor(t, ctx, "the flooder's topics freed", func() bool { return s.Stats().Topics == 503 })
+	poll.WaitForCtx(t, ctx, "the flooder's topics freed", func() bool { return s.Stats().Topics == 503 })
 	drain()
 	if err := s.Send(ctx, []byte("engine.0/x"), []byte("payload")); err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/decodeguard"
 	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -64,7 +65,7 @@ func TestRouterDuplicateIdentityRejected(t *testing.T) {
 	waitPeers(t, ctx, router, 1)
 	second := mustSocket(t, NewDealer, func(o *Options) { o.Identity = []byte("dup") })
 	mustDial(t, second, ep)
-	waitFor(t, ctx, "rejection", func() bool { return log.count(EventRejected) > 0 })
+	poll.WaitForCtx(t, ctx, "rejection", func() bool { return log.count(EventRejected) > 0 })
 	e, _ := log.find(EventRejected)
 	if !errors.Is(e.Err, errDuplicateIdentity) || e.Reason != decodeguard.ReasonPolicy {
 		t.Fatalf("rejection event %v reason %v", e.Err, e.Reason)
@@ -229,7 +230,7 @@ func TestPushWaitsForPeerWithContext(t *testing.T) {
 	go func() { done <- push.Send(ctx, big) }()
 	// Close as soon as the Send waits for room: a fixed sleep here let the
 	// kernel's growing buffers make room first on a loaded machine.
-	waitFor(t, ctx, "Send to wait for room", func() bool { return push.waiters.Load() > 0 })
+	poll.WaitForCtx(t, ctx, "Send to wait for room", func() bool { return push.waiters.Load() > 0 })
 	push.Close()
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("Send across Close: %v", err)
@@ -263,7 +264,7 @@ func TestCloseReleasesGoroutinesAndFDs(t *testing.T) {
 	for _, d := range dealers {
 		d.Close()
 	}
-	waitFor(t, ctx, "goroutines and fds released", func() bool {
+	poll.WaitForCtx(t, ctx, "goroutines and fds released", func() bool {
 		return runtime.NumGoroutine() <= baseG && countFDs() <= baseFD+1 // +1: idle
 	})
 }
@@ -590,7 +591,7 @@ func TestEventsHandshakeFailure(t *testing.T) {
 	}
 	nc.Write([]byte("GET / HTTP/1.1\r\n\r\n"))
 	defer nc.Close()
-	waitFor(t, ctx, "handshake-failed event", func() bool { return log.count(EventHandshakeFailed) > 0 })
+	poll.WaitForCtx(t, ctx, "handshake-failed event", func() bool { return log.count(EventHandshakeFailed) > 0 })
 	e, _ := log.find(EventHandshakeFailed)
 	if e.Reason != decodeguard.ReasonTransport || e.Remote != nc.LocalAddr().String() {
 		t.Fatalf("event %v", e)
@@ -601,7 +602,7 @@ func TestEventsHandshakeFailure(t *testing.T) {
 	// A violation after the handshake is a disconnect with its reason.
 	c := rawPeer(t, ctx, ep, zmq4.Push, nil)
 	c.NetConn().Write([]byte{0x02, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff})
-	waitFor(t, ctx, "disconnect event", func() bool {
+	poll.WaitForCtx(t, ctx, "disconnect event", func() bool {
 		log.mu.Lock()
 		defer log.mu.Unlock()
 		for _, e := range log.ev {
@@ -630,7 +631,7 @@ func TestDialFailureEventsAndBackoff(t *testing.T) {
 	var log eventLog
 	push := mustSocket(t, NewPush, func(o *Options) { o.OnEvent = log.add })
 	mustDial(t, push, ep)
-	waitFor(t, ctx, "dial failures", func() bool { return log.count(EventDialFailed) >= 2 })
+	poll.WaitForCtx(t, ctx, "dial failures", func() bool { return log.count(EventDialFailed) >= 2 })
 }
 
 func TestIPC(t *testing.T) {
@@ -720,7 +721,7 @@ func TestWriteTimeoutDisconnectsStuckPeer(t *testing.T) {
 	rawPeer(t, ctx, ep, zmq4.Dealer, []byte("stuck")) // never reads
 	waitPeers(t, ctx, router, 1)
 	big := make([]byte, 64<<10)
-	waitFor(t, ctx, "write-timeout disconnect", func() bool {
+	poll.WaitForCtx(t, ctx, "write-timeout disconnect", func() bool {
 		router.Send(ctx, []byte("stuck"), big)
 		return router.Stats().Peers == 0
 	})

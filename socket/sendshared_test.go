@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // SendShared delivers the same bytes as Send to every subscriber, and a
@@ -60,7 +62,7 @@ func TestSendSharedDeliversAndReleases(t *testing.T) {
 		}
 	}
 	// Every queue has written its copy: no slot still references a frame.
-	waitFor(t, ctx, "queues drained", func() bool { return pub.Stats().QueuedSendBytes == 0 })
+	poll.WaitForCtx(t, ctx, "queues drained", func() bool { return pub.Stats().QueuedSendBytes == 0 })
 	for _, p := range *pub.snap.Load() {
 		p.qmu.Lock()
 		for i := range p.ring {

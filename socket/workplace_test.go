@@ -5,6 +5,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/zmtpguard"
 )
 
@@ -42,7 +43,7 @@ func TestBoundWorkKeepsItsPlace(t *testing.T) {
 		}
 		t.Cleanup(func() { c.Close() })
 	}
-	waitFor(t, ctx, "the idle connections evicted", func() bool { return pull.Stats().EvictedIdle >= attackers-maxConns })
+	poll.WaitForCtx(t, ctx, "the idle connections evicted", func() bool { return pull.Stats().EvictedIdle >= attackers-maxConns })
 	send(push, "still working")
 	late := mustSocket(t, NewPush)
 	mustDial(t, late, ep)

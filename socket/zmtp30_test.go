@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/internal/stack/zmtpwire"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // rawFrame is one frame a zmtpPeer read.
@@ -197,8 +198,8 @@ func TestZMTP30PeerNotHeartbeated(t *testing.T) {
 				}
 				// The 3.1 peer is PINGed, and timed out since it never
 				// answers.
-				waitFor(t, ctx, "a PING", func() bool { n, _ := p.count(zmtpwire.CmdPing); return n > 0 })
-				waitFor(t, ctx, "heartbeat disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
+				poll.WaitForCtx(t, ctx, "a PING", func() bool { n, _ := p.count(zmtpwire.CmdPing); return n > 0 })
+				poll.WaitForCtx(t, ctx, "heartbeat disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
 				if st := r.Stats(); st.HeartbeatTimeouts < 1 || st.PingsSent < 1 {
 					t.Fatalf("stats %+v: want a PING and a heartbeat timeout", st)
 				}
@@ -212,7 +213,7 @@ func TestZMTP30PeerNotHeartbeated(t *testing.T) {
 			}
 			// The operator is told once why this peer is not heartbeated
 			// (the line follows the peer's registration).
-			waitFor(t, ctx, "the ZMTP 3.0 info line", func() bool { return strings.Contains(logBuf.String(), note) })
+			poll.WaitForCtx(t, ctx, "the ZMTP 3.0 info line", func() bool { return strings.Contains(logBuf.String(), note) })
 			if l := logBuf.String(); strings.Count(l, note) != 1 || !strings.Contains(l, "level=INFO") {
 				t.Fatalf("want one info line %q, got:\n%s", note, l)
 			}
@@ -243,7 +244,7 @@ func TestZMTP30PeerNotHeartbeated(t *testing.T) {
 			if err := r.Send(ctx, m.Frames[0], []byte("back")); err != nil {
 				t.Fatal(err)
 			}
-			waitFor(t, ctx, "the reply", func() bool { _, d := p.count(zmtpwire.CmdPing); return d == 1 })
+			poll.WaitForCtx(t, ctx, "the reply", func() bool { _, d := p.count(zmtpwire.CmdPing); return d == 1 })
 		})
 	}
 }
@@ -269,8 +270,8 @@ func TestZMTP30PeerTTLStillHonoured(t *testing.T) {
 	if _, err := nc.Write(command(zmtpwire.CmdPing, []byte{0, 3, 'z', 'z'})); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, ctx, "the PONG", func() bool { n, _ := p.count(zmtpwire.CmdPong); return n == 1 })
-	waitFor(t, ctx, "TTL disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
+	poll.WaitForCtx(t, ctx, "the PONG", func() bool { n, _ := p.count(zmtpwire.CmdPong); return n == 1 })
+	poll.WaitForCtx(t, ctx, "TTL disconnect", func() bool { _, ok := log.find(isHeartbeatTimeout); return ok })
 	if e, _ := log.find(isHeartbeatTimeout); !strings.Contains(e.Err.Error(), "TTL 300ms") {
 		t.Fatalf("cause %q does not name the TTL", e.Err)
 	}

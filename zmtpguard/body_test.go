@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // rawPeer connects to addr, sends a PUSH handshake and returns the
@@ -185,7 +186,7 @@ func TestBudgetStallsAndEvictsLargest(t *testing.T) {
 	for _, nc := range atk {
 		nc.Close()
 	}
-	waitFor(t, 20*time.Second, "budget released", func() bool { return bud.used.Load() == 0 && bud.stats().Holders == 0 })
+	poll.WaitFor(t, 20*time.Second, "budget released", func() bool { return bud.used.Load() == 0 && bud.stats().Holders == 0 })
 }
 
 // TestBudgetStallNotEvictedWhenChargedOutside: a budget spent by Charge
@@ -201,7 +202,7 @@ func TestBudgetStallNotEvictedWhenChargedOutside(t *testing.T) {
 	var m Message
 	ch := readResult(c, &m)
 	go nc.Write(dataFrame(false, make([]byte, 100<<10)))
-	waitFor(t, 20*time.Second, "the reader to stall", c.Stalled)
+	poll.WaitFor(t, 20*time.Second, "the reader to stall", c.Stalled)
 	time.Sleep(500 * time.Millisecond) // several Waits: no eviction
 	if st := bud.stats(); st.Evictions != 0 || !c.Stalled() {
 		t.Fatalf("stats %+v, stalled %v: want a stall and no eviction", st, c.Stalled())

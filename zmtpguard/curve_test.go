@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"golang.org/x/crypto/nacl/box"
 )
 
@@ -551,7 +552,7 @@ func TestCurvePendingPool(t *testing.T) {
 		defer nc.Close()
 		nc.Write(greetingWith(3, 0, "CURVE")[:20]) // a partial greeting, then silence
 	}
-	waitFor(t, 20*time.Second, "evictions", func() bool { return p.l.Stats().Evicted >= 4 })
+	poll.WaitFor(t, 20*time.Second, "evictions", func() bool { return p.l.Stats().Evicted >= 4 })
 	c, err := Dial(ctx, "tcp", p.l.Addr().String(), "PUSH", nil, p.clientConfig())
 	if err != nil {
 		t.Fatal(err)

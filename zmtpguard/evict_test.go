@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // dialFrom opens a raw TCP connection to addr from the loopback source
@@ -89,7 +90,7 @@ func TestSlowloris(t *testing.T) {
 	for i := range realDials {
 		// Each real dial starts while the pool is full of idle connections
 		// and the attacker is evicting its own (it did since the last dial).
-		waitFor(t, 10*time.Second, "the attacker to fill the pool", func() bool {
+		poll.WaitFor(t, 10*time.Second, "the attacker to fill the pool", func() bool {
 			st := l.Stats()
 			return st.Pending >= poolSize && st.Evicted > lastEvicted
 		})
@@ -168,12 +169,12 @@ func TestEvictPerHost(t *testing.T) {
 		}
 		conns = append(conns, c)
 		n := uint64(len(conns))
-		waitFor(t, 10*time.Second, "the accept", func() bool { return l.Stats().Accepted == n })
+		poll.WaitFor(t, 10*time.Second, "the accept", func() bool { return l.Stats().Accepted == n })
 		return c
 	}
 	evicted := func(n int) []string {
 		t.Helper()
-		waitFor(t, 10*time.Second, "eviction "+itoa(n), func() bool { return len(log.all()) >= n })
+		poll.WaitFor(t, 10*time.Second, "eviction "+itoa(n), func() bool { return len(log.all()) >= n })
 		var remotes []string
 		for _, v := range log.all() {
 			if v.Reason != decodeguard.ReasonPolicy || !strings.HasPrefix(v.Detail, "evicted: MaxPendingHandshakes=4 reached") {
@@ -233,7 +234,7 @@ func TestGreetingTimeout(t *testing.T) {
 	if err := waitClosed(c, 10*time.Second); err != nil {
 		t.Fatalf("silent peer not closed before HandshakeTimeout: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the violation", func() bool { return len(log.all()) == 1 })
+	poll.WaitFor(t, 5*time.Second, "the violation", func() bool { return len(log.all()) == 1 })
 	v := log.all()[0]
 	if v.Reason != decodeguard.ReasonHandshake || !strings.Contains(v.Detail, "GreetingTimeout") {
 		t.Fatalf("violation %+v, want a greeting deadline", v)
@@ -383,7 +384,7 @@ func TestEvictRaces(t *testing.T) {
 	case <-ctx.Done():
 		t.Fatal("c3 not handed out")
 	}
-	waitFor(t, 10*time.Second, "every handshake to end", func() bool {
+	poll.WaitFor(t, 10*time.Second, "every handshake to end", func() bool {
 		st := ctr.snapshot()
 		return st.Pending == 0 && st.Open == 0
 	})

@@ -124,18 +124,6 @@ func expectNearBaseline(t testing.TB, base resources, within time.Duration) reso
 
 // --- waiting helpers ---
 
-// waitFor polls cond until it holds or the deadline passes.
-func waitFor(t testing.TB, within time.Duration, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(within)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(2 * time.Millisecond)
-	}
-}
-
 // waitClosed reads c until it fails and reports whether that happened
 // (EOF or reset) before the deadline.
 func waitClosed(c net.Conn, within time.Duration) error {

@@ -14,6 +14,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // attack is one hostile peer behaviour, run over raw TCP connections.
@@ -186,7 +187,7 @@ func runHostileSuite(t *testing.T, tg guardTarget) {
 			}
 			conns = nil
 
-			waitFor(t, 15*time.Second, "the guard to settle", func() bool {
+			poll.WaitFor(t, 15*time.Second, "the guard to settle", func() bool {
 				s := tg.stats()
 				return s.Accepted-before.Accepted >= uint64(n)+1 && s.Pending == 0 && s.Open == 0
 			})

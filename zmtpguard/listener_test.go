@@ -15,6 +15,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 func listenPull(t *testing.T, cfg *Config) (*Listener, *sink) {
@@ -65,7 +66,7 @@ func TestHandshakeDeadline(t *testing.T) {
 	if err := waitClosed(c, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the deadline violation", func() bool { return len(log.all()) == 1 })
+	poll.WaitFor(t, 5*time.Second, "the deadline violation", func() bool { return len(log.all()) == 1 })
 	v := log.all()[0]
 	if v.Reason != decodeguard.ReasonHandshake || !strings.Contains(v.Detail, "deadline") {
 		t.Fatalf("violation %+v, want a handshake deadline", v)
@@ -98,9 +99,9 @@ func TestPendingHandshakeCap(t *testing.T) {
 		}
 		conns = append(conns, c)
 		// One at a time, so that arrival order is dial order.
-		waitFor(t, 5*time.Second, "the accept", func() bool { return l.Stats().Accepted == uint64(i+1) })
+		poll.WaitFor(t, 5*time.Second, "the accept", func() bool { return l.Stats().Accepted == uint64(i+1) })
 	}
-	waitFor(t, 5*time.Second, "6 evictions", func() bool {
+	poll.WaitFor(t, 5*time.Second, "6 evictions", func() bool {
 		return l.Stats().Refused[decodeguard.ReasonPolicy] == 6
 	})
 	// The 6 oldest were evicted, in arrival order, and closed.
@@ -123,7 +124,7 @@ func TestPendingHandshakeCap(t *testing.T) {
 		c.Close()
 	}
 	// The 3 idle connections left end as handshake violations (peer closed).
-	waitFor(t, 10*time.Second, "the idle handshakes to end", func() bool {
+	poll.WaitFor(t, 10*time.Second, "the idle handshakes to end", func() bool {
 		st := l.Stats()
 		return st.Pending == 0 && st.Refused[decodeguard.ReasonHandshake] == 3
 	})
@@ -168,7 +169,7 @@ func TestMaxConnsCap(t *testing.T) {
 	if err := waitClosed(third, 5*time.Second); err != nil {
 		t.Fatalf("third connection over MaxConns: %v", err)
 	}
-	waitFor(t, 5*time.Second, "the policy refusal", func() bool {
+	poll.WaitFor(t, 5*time.Second, "the policy refusal", func() bool {
 		return l.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 	// Closing one accepted Conn frees its slot.
@@ -200,7 +201,7 @@ func TestAllowlist(t *testing.T) {
 	if err := waitClosed(c, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the refusal", func() bool { return len(log.all()) == 1 })
+	poll.WaitFor(t, 5*time.Second, "the refusal", func() bool { return len(log.all()) == 1 })
 	v := log.all()[0]
 	if v.Reason != decodeguard.ReasonPolicy || v.Remote != c.LocalAddr().String() {
 		t.Fatalf("violation %+v", v)
@@ -300,7 +301,7 @@ func TestAcceptBackoffSequence(t *testing.T) {
 		mu.Unlock()
 	}
 	l.loop.start()
-	waitFor(t, 5*time.Second, "the script to run", func() bool { return fl.callCount() == len(script)+1 })
+	poll.WaitFor(t, 5*time.Second, "the script to run", func() bool { return fl.callCount() == len(script)+1 })
 	l.Close()
 	ms := time.Millisecond
 	want := []time.Duration{5 * ms, 10 * ms, 20 * ms, 40 * ms, 80 * ms, 160 * ms, 320 * ms, 640 * ms,
@@ -332,7 +333,7 @@ func TestAcceptBackoffNoSpin(t *testing.T) {
 	}
 	defer l.Close()
 	start := time.Now()
-	waitFor(t, 10*time.Second, "8 accept calls", func() bool { return fl.callCount() >= 8 })
+	poll.WaitFor(t, 10*time.Second, "8 accept calls", func() bool { return fl.callCount() >= 8 })
 	if el := time.Since(start); el < (5+10+20+40+80+160+320)*time.Millisecond {
 		t.Fatalf("8 failing accepts took only %v: the loop does not back off", el)
 	}
@@ -365,7 +366,7 @@ func TestViolationHookFields(t *testing.T) {
 	if err := waitClosed(h, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "two violations", func() bool { return len(log.all()) == 2 })
+	poll.WaitFor(t, 5*time.Second, "two violations", func() bool { return len(log.all()) == 2 })
 	var over, junk *Violation
 	for _, v := range log.all() {
 		v := v
@@ -420,7 +421,7 @@ func TestListenerClose(t *testing.T) {
 	}
 	defer done.Close()
 	done.Write(handshakeAs("PUSH"))
-	waitFor(t, 5*time.Second, "the handshakes to start", func() bool {
+	poll.WaitFor(t, 5*time.Second, "the handshakes to start", func() bool {
 		st := l.Stats()
 		return st.Accepted == 6 && st.Handshakes == 1
 	})
@@ -551,7 +552,7 @@ func TestUnixAllowlistRefuses(t *testing.T) {
 	if err := waitClosed(c, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the refusal", func() bool {
+	poll.WaitFor(t, 5*time.Second, "the refusal", func() bool {
 		return l.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 }

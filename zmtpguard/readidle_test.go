@@ -9,6 +9,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // burst returns the stream of messages first..first+n-1 (growBody).
@@ -100,7 +102,7 @@ func TestReadBufferShrinksWhenIdle(t *testing.T) {
 	if got := r.maxSize.Load(); got != int64(cfg.ReadBufferSize) {
 		t.Fatalf("read buffer grew to %d bytes under the burst, want %d", got, cfg.ReadBufferSize)
 	}
-	waitFor(t, 20*time.Second, "the idle connection's read buffer to shrink", func() bool {
+	poll.WaitFor(t, 20*time.Second, "the idle connection's read buffer to shrink", func() bool {
 		return c.readBufferSize() == initialReadBuffer
 	})
 	if _, shrinks := c.readIdleCounts(); shrinks == 0 {
@@ -111,7 +113,7 @@ func TestReadBufferShrinksWhenIdle(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.waitGot(t, 2*n, 30*time.Second)
-	waitFor(t, 20*time.Second, "the read buffer to shrink after the second burst", func() bool {
+	poll.WaitFor(t, 20*time.Second, "the read buffer to shrink after the second burst", func() bool {
 		_, shrinks := c.readIdleCounts()
 		return shrinks >= 2 && c.readBufferSize() == initialReadBuffer
 	})
@@ -409,7 +411,7 @@ func TestCurveBuffersShrink(t *testing.T) {
 	}
 	send(big)
 	small := min(initialReadBuffer, defaultReadBufferSize)
-	waitFor(t, 20*time.Second, "the idle CURVE reader's buffers to shrink", func() bool {
+	poll.WaitFor(t, 20*time.Second, "the idle CURVE reader's buffers to shrink", func() bool {
 		return srv.idleReadBytes() == small
 	})
 	if w := writeBufferBytes(cli); w < len(big) {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 func TestRegisterTransport(t *testing.T) {
@@ -140,7 +141,7 @@ func TestTransportDialOversize(t *testing.T) {
 	if _, err := pull.Recv(); err == nil {
 		t.Fatal("Recv succeeded on an oversize frame")
 	}
-	waitFor(t, 5*time.Second, "the oversize violation", func() bool {
+	poll.WaitFor(t, 5*time.Second, "the oversize violation", func() bool {
 		return tr.Stats().Refused[decodeguard.ReasonOversize] == 1
 	})
 }
@@ -191,11 +192,11 @@ func TestTransportSubscribeCommand(t *testing.T) {
 	}
 	defer c.Close()
 	c.Write(cat(handshakeAs("SUB"), commandFrame(cmdSubscribe, []byte("weather")), commandFrame(cmdSubscribe, []byte("news"))))
-	waitFor(t, 5*time.Second, "the subscriptions", func() bool {
+	poll.WaitFor(t, 5*time.Second, "the subscriptions", func() bool {
 		return slices.Equal(topics.Topics(), []string{"news", "weather"})
 	})
 	c.Write(commandFrame(cmdCancel, []byte("news")))
-	waitFor(t, 5*time.Second, "the cancel", func() bool {
+	poll.WaitFor(t, 5*time.Second, "the cancel", func() bool {
 		return slices.Equal(topics.Topics(), []string{"weather"})
 	})
 }
@@ -217,7 +218,7 @@ func TestTransportAllowlist(t *testing.T) {
 	if err := waitClosed(c, 5*time.Second); err != nil {
 		t.Fatal(err)
 	}
-	waitFor(t, 5*time.Second, "the refusal", func() bool {
+	poll.WaitFor(t, 5*time.Second, "the refusal", func() bool {
 		return tr.Stats().Refused[decodeguard.ReasonPolicy] == 1
 	})
 }
@@ -295,7 +296,7 @@ func TestTransportEvictAndGreeting(t *testing.T) {
 			t.Fatal(err)
 		}
 		conns = append(conns, c)
-		waitFor(t, 5*time.Second, "the accept", func() bool { return tr.Stats().Accepted == uint64(i+1) })
+		poll.WaitFor(t, 5*time.Second, "the accept", func() bool { return tr.Stats().Accepted == uint64(i+1) })
 	}
 	// The third evicted the first.
 	if err := waitClosed(conns[0], 5*time.Second); err != nil {
@@ -311,7 +312,7 @@ func TestTransportEvictAndGreeting(t *testing.T) {
 			t.Fatalf("silent peer not closed at GreetingTimeout: %v", err)
 		}
 	}
-	waitFor(t, 5*time.Second, "the greeting violations", func() bool {
+	poll.WaitFor(t, 5*time.Second, "the greeting violations", func() bool {
 		return tr.Stats().Refused[decodeguard.ReasonHandshake] == 2
 	})
 	if st := tr.Stats(); st.Refused.Total() != 3 || st.Pending != 0 || st.Open != 0 {

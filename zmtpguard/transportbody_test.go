@@ -10,6 +10,7 @@ import (
 
 	"github.com/go-zeromq/zmq4"
 	"github.com/zmqguard/zmqguard/decodeguard"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // violations collects the violations a Config reports.
@@ -91,7 +92,7 @@ func TestTransportSlowBody(t *testing.T) {
 		t.Fatalf("slow-body peer: %v", err)
 	}
 	took := time.Since(start)
-	waitFor(t, 10*time.Second, "the violation to be counted", func() bool {
+	poll.WaitFor(t, 10*time.Second, "the violation to be counted", func() bool {
 		return tr.Stats().Refused[decodeguard.ReasonPolicy] == 1 && vs.with("BodyTimeout") == 1
 	})
 	if took < timeout/2 {
@@ -187,14 +188,14 @@ func TestTransportBudget(t *testing.T) {
 		time.Sleep(5 * time.Millisecond)
 	}
 	st := budget.stats()
-	waitFor(t, 10*time.Second, "the evictions to be reported", func() bool {
+	poll.WaitFor(t, 10*time.Second, "the evictions to be reported", func() bool {
 		return vs.with("byte budget") >= int(st.Evictions) &&
 			tr.Stats().Refused[decodeguard.ReasonPolicy] >= st.Evictions
 	})
 	for _, c := range conns {
 		c.Close()
 	}
-	waitFor(t, 20*time.Second, "the budget to be returned", func() bool {
+	poll.WaitFor(t, 20*time.Second, "the budget to be returned", func() bool {
 		s := budget.stats()
 		return s.Used == 0 && s.Holders == 0
 	})

@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // stillOpen drains what the server sent (greeting, READY) and reports
@@ -56,7 +58,7 @@ func TestWorkKeepsItsPlace(t *testing.T) {
 	for i := range attackers {
 		dialHost(t, attackAddr(i), addr) // handshake, then idle
 	}
-	waitFor(t, 30*time.Second, "every connection taken from the OS listener", func() bool {
+	poll.WaitFor(t, 30*time.Second, "every connection taken from the OS listener", func() bool {
 		return l.Stats().Accepted == honest+attackers
 	})
 	for i, nc := range work {
@@ -101,11 +103,11 @@ func TestIdleFloodKeepsSmallHosts(t *testing.T) {
 	defer s.close()
 	addr := l.Addr().String()
 	quiet := []net.Conn{dialHost(t, "127.0.0.2", addr), dialHost(t, "127.0.0.3", addr)}
-	waitFor(t, 10*time.Second, "the quiet hosts' handshakes", func() bool { return l.Stats().Handshakes == 2 })
+	poll.WaitFor(t, 10*time.Second, "the quiet hosts' handshakes", func() bool { return l.Stats().Handshakes == 2 })
 	for range 3 * maxConns {
 		dialHost(t, "127.0.0.4", addr)
 	}
-	waitFor(t, 30*time.Second, "the flood taken from the OS listener", func() bool {
+	poll.WaitFor(t, 30*time.Second, "the flood taken from the OS listener", func() bool {
 		return l.Stats().Accepted == 2+3*maxConns
 	})
 	for i, nc := range quiet {

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/zmqguard/zmqguard/internal/testkit/kvmodel"
+	"github.com/zmqguard/zmqguard/internal/ref/kvmodel"
 	"github.com/zmqguard/zmqguard/internal/testkit/redistest"
 	"github.com/zmqguard/zmqguard/kvevents"
 )

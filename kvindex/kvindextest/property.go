@@ -16,7 +16,7 @@ import (
 
 	"pgregory.net/rapid"
 
-	"github.com/zmqguard/zmqguard/internal/testkit/kvmodel"
+	"github.com/zmqguard/zmqguard/internal/ref/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )

@@ -22,7 +22,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/zmqguard/zmqguard/internal/testkit/kvmodel"
+	"github.com/zmqguard/zmqguard/internal/ref/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )

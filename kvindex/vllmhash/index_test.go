@@ -157,7 +157,7 @@ func TestIndexGoldenKVEvents(t *testing.T) {
 		}
 		for _, ev := range b.Events {
 			if ev.Type != kvevents.BlockStored || ev.ParentBlockHash.Valid || len(ev.TokenIDs) == 0 ||
-				int64(len(ev.TokenIDs)) != int64(len(ev.BlockHashes))*ev.BlockSize || kvkey.PartialGroup(&ev) {
+				int64(len(ev.TokenIDs)) != int64(len(ev.BlockHashes))*ev.BlockSize || (ev.KVCacheSpecKind.Valid && kvkey.PartialKind(ev.KVCacheSpecKind.V)) {
 				continue
 			}
 			if ev.HasExtraKeys {

@@ -17,8 +17,6 @@ package kvkey
 import (
 	"encoding/binary"
 	"math/bits"
-
-	"github.com/zmqguard/zmqguard/kvevents"
 )
 
 // DefaultSeed is the key seed when kvindex.Config.Seed is 0 ("zmqguark").
@@ -50,11 +48,13 @@ var partialKinds = map[string]bool{
 	"encoder_only_attention": true, "cross_attention": true,
 }
 
-// PartialGroup reports whether ev belongs to a KV-cache group whose blocks
-// do not hold a whole prefix (a sliding-window, chunked-local, Mamba,
-// encoder-only or cross-attention group): the index leaves such events out.
-func PartialGroup(ev *kvevents.Event) bool {
-	return ev.KVCacheSpecKind.Valid && partialKinds[ev.KVCacheSpecKind.V]
+// PartialKind reports whether a KV-cache group of this kind (an event's
+// kv_cache_spec_kind) does not hold a whole prefix (a sliding-window,
+// chunked-local, Mamba, encoder-only or cross-attention group): the index
+// leaves events of such groups out. An event that names no kind is of a
+// whole-prefix group; callers pass the kind only when the event names one.
+func PartialKind(kind string) bool {
+	return partialKinds[kind]
 }
 
 const (

@@ -6,27 +6,22 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/zmqguard/zmqguard/internal/ref/kvkey"
-	"github.com/zmqguard/zmqguard/kvevents"
 )
 
 func TestMain(m *testing.M) { goleak.VerifyTestMain(m) }
 
-// TestPartialGroup: the kinds whose blocks hold no whole prefix (vLLM PR
+// TestPartialKind: the kinds whose blocks hold no whole prefix (vLLM PR
 // #40984's kv_cache_spec_kind values) are partial; full attention, MLA and
-// an event without a kind are not.
-func TestPartialGroup(t *testing.T) {
+// an empty kind are not.
+func TestPartialKind(t *testing.T) {
 	for kind, want := range map[string]bool{
 		"sliding_window": true, "sliding_window_mla": true, "mamba": true, "chunked_local_attention": true,
 		"encoder_only_attention": true, "cross_attention": true,
 		"full_attention": false, "mla_attention": false, "": false,
 	} {
-		ev := kvevents.Event{Type: kvevents.BlockStored, KVCacheSpecKind: kvevents.Some(kind)}
-		if got := kvkey.PartialGroup(&ev); got != want {
+		if got := kvkey.PartialKind(kind); got != want {
 			t.Errorf("kind %q: partial %v, want %v", kind, got, want)
 		}
-	}
-	if kvkey.PartialGroup(&kvevents.Event{Type: kvevents.BlockStored}) {
-		t.Error("an event without a kind is partial")
 	}
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/zmqguard/zmqguard/handshake"
 	"github.com/zmqguard/zmqguard/internal/ref/dppeer"
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -50,7 +51,7 @@ func newHarness(t *testing.T, ctx context.Context, c *coordProc, l *listenerProc
 	}
 	t.Cleanup(func() { fe.Close() })
 	h := &harness{c: c, l: l, fe: fe}
-	waitFor(t, ctx, "the front-end to connect", fe.Connected)
+	poll.WaitFor(t, checkTimeout, "the front-end to connect", fe.Connected)
 	h.sent.frontSubs++
 	return h
 }
@@ -59,23 +60,6 @@ func newHarness(t *testing.T, ctx context.Context, c *coordProc, l *listenerProc
 // purpose: CI runs this package with -race next to every other package's
 // tests on two CPUs, and a slow answer is not what these tests are about.
 const checkTimeout = 30 * time.Second
-
-// waitFor polls cond every 10 ms until it holds, failing the test when ctx
-// ends or checkTimeout passes first.
-func waitFor(t *testing.T, ctx context.Context, what string, cond func() bool) {
-	t.Helper()
-	ctx, cancel := context.WithTimeout(ctx, checkTimeout)
-	defer cancel()
-	tick := time.NewTicker(10 * time.Millisecond)
-	defer tick.Stop()
-	for !cond() {
-		select {
-		case <-ctx.Done():
-			t.Fatalf("waiting for %s: %v", what, ctx.Err())
-		case <-tick.C:
-		}
-	}
-}
 
 // startEngine connects a Go engine to the coordinator and waits for READY:
 // the start-up READY for the first engine, a re-subscription's READY after.
@@ -134,7 +118,7 @@ func (h *harness) afterChecks(t *testing.T, ctx context.Context, after string) {
 		t.Fatal(err)
 	}
 	defer fe.Close()
-	waitFor(t, ctx, "a front-end to connect", fe.Connected)
+	poll.WaitFor(t, checkTimeout, "a front-end to connect", fe.Connected)
 	h.sent.frontSubs++
 	sctx, cancel := context.WithTimeout(ctx, checkTimeout)
 	defer cancel()

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // TestNmapVersionScan runs nmap's most thorough service detection
@@ -231,7 +233,7 @@ func runReplay(t *testing.T, ctx context.Context, h *harness) replaySummary {
 		// Scenario 8: let the engine subscribe only once the coordinator
 		// has dropped the stray subscription, so that it surely arrived
 		// during start-up.
-		waitFor(t, rctx, "the coordinator to drop the stray subscription", func() bool {
+		poll.WaitFor(t, checkTimeout, "the coordinator to drop the stray subscription", func() bool {
 			return slices.ContainsFunc(h.c.logLines(), isStrayDrop)
 		})
 		io.WriteString(stdin, "go\n")

@@ -1,6 +1,11 @@
 // Package kvmodel is the reference package kvindex is checked against
 // (the rules written plainly, as a Model) and the event builders its tests
 // share.
+//
+// It lives in internal/ref, not internal/testkit: the public conformance
+// suite kvindextest runs the Model and its builders, and no library package
+// imports internal/testkit (internal/testkit/layering holds that rule). It
+// imports kvindex, so it is in the references' layer, not the wire's.
 package kvmodel
 
 import (
@@ -119,7 +124,7 @@ func (m *Model) ApplyEvents(engine string, evs []kvevents.Event) {
 		if !usable && ev.Type != kvevents.AllBlocksCleared {
 			continue
 		}
-		if ev.Type != kvevents.AllBlocksCleared && kvkey.PartialGroup(ev) {
+		if ev.Type != kvevents.AllBlocksCleared && ev.KVCacheSpecKind.Valid && kvkey.PartialKind(ev.KVCacheSpecKind.V) {
 			continue
 		}
 		switch ev.Type {
