@@ -122,6 +122,9 @@ func (s *Subscriber) Add(src Source) error {
 	if err := checkEngine(src.Engine); err != nil {
 		return err
 	}
+	if err := checkFanIn(src); err != nil {
+		return err
+	}
 	if err := s.cfg.checkExposed(src); err != nil {
 		return err
 	}
@@ -154,7 +157,10 @@ func (s *Subscriber) Add(src Source) error {
 
 // Remove stops following the named source and closes its sockets; it
 // returns once the source's goroutines (and an in-flight Handler call for
-// it) have finished.
+// it) have finished. Its last update is an UpdateDeparted (for a fan-in
+// source, one per engine it followed), delivered once its other calls have
+// returned, unless the Subscriber is closing; a source that never
+// delivered anything gets none.
 //
 // Called from inside a Handler (of this source or another), Remove does not
 // wait, since the Handler that called it is one of the calls it would wait
@@ -184,6 +190,7 @@ func (s *Subscriber) Remove(name string) error {
 	if inside {
 		go func() {
 			so.stop()
+			so.departRemoved()
 			s.mu.Lock()
 			delete(s.removing, so)
 			s.mu.Unlock()
@@ -191,6 +198,7 @@ func (s *Subscriber) Remove(name string) error {
 		return nil
 	}
 	so.stop()
+	so.departRemoved()
 	return nil
 }
 
@@ -229,7 +237,7 @@ func (s *Subscriber) Endpoint(name string) string {
 	if so == nil {
 		return ""
 	}
-	if so.src.Bind {
+	if so.src.Bind || so.src.FanIn {
 		return so.sock.Endpoint()
 	}
 	return so.src.Live
