@@ -213,7 +213,8 @@ func (s *Subscriber) Remove(name string) error {
 // it may be called from any goroutine, a Handler included. Calls before
 // the reset is delivered make one reset; a call before Run is performed
 // when Run starts. It returns an error naming the source when no source
-// has that name, and ErrClosed after Close.
+// has that name, and ErrClosed after Close. For a fan-in source it resyncs
+// each engine it follows.
 func (s *Subscriber) Resync(name string) error {
 	s.mu.Lock()
 	so, closed := s.sources[name], s.closed
@@ -223,6 +224,13 @@ func (s *Subscriber) Resync(name string) error {
 	}
 	if so == nil {
 		return fmt.Errorf("%w: %s", errUnknownSource, ratelog.Escape(name, 128))
+	}
+	if so.fan != nil {
+		// A fan-in source: each of its engines.
+		for _, e := range so.fan.engines() {
+			e.requestResync()
+		}
+		return nil
 	}
 	so.requestResync()
 	return nil
