@@ -395,6 +395,19 @@ func TestFanInLLMD(t *testing.T) {
 	f.py.do(map[string]any{"op": "close", "name": "e2bis"})
 	f.checkScores("after the refused peers")
 
+	// e2's connection is cut and comes back, same run: the new connection's
+	// continuity with batch 4 is proven by a replay from e2's own server.
+	f.py.do(map[string]any{"op": "reconnect", "name": "e2"})
+	f.send("e2", t2, 5, true, true)
+	f.waitFor(t2+" batch 5", func() bool { return f.seen(kvevents.UpdateBatch, t2, 5) })
+	if got, want := strings.Join(f.updates(t2), ","), "batch 0,batch 1,batch 2,batch 3,batch 4,batch 5"; got != want {
+		t.Errorf("%s updates %s, want %s", t2, got, want)
+	}
+	if st, _ := f.engineStats(t2); st.ContinuityProven != 1 || st.Unproven != 0 {
+		t.Errorf("%s: continuity proven %d unproven %d, want 1 and 0", t2, st.ContinuityProven, st.Unproven)
+	}
+	f.checkScores("after e2's reconnect")
+
 	// e3 restarts: a new connection, its sequence back to 0: a reset.
 	f.py.do(map[string]any{"op": "restart", "name": "e3"})
 	f.truth.Clear(t3)
@@ -470,6 +483,18 @@ func TestFanInNoReplay(t *testing.T) {
 			t.Errorf("document of %s: index %s, want %s", topic, line, want)
 		}
 	}
+	// e3 comes back on a new connection and goes on at batch 4: a new
+	// connection of that engine, whose continuity nothing can prove here
+	// (no replay): an empty lost range, its entries uncertain.
+	f.py.do(map[string]any{"op": "restart", "name": "e3"})
+	f.send("e3", t3, 4, true, true)
+	f.waitFor(t3+" batch 4", func() bool { return f.seen(kvevents.UpdateBatch, t3, 4) })
+	if got, want := strings.Join(f.updates(t3), ","), "batch 0,batch 1,batch 2,batch 3,lost 4 4,batch 4"; got != want {
+		t.Errorf("%s updates %s, want %s", t3, got, want)
+	}
+	if st, _ := f.engineStats(t3); st.Unproven != 1 {
+		t.Errorf("%s: Unproven %d, want 1", t3, st.Unproven)
+	}
 }
 
 // TestFanInBounds: the topics per connection and in all are bounded,
@@ -510,4 +535,20 @@ func TestFanInBounds(t *testing.T) {
 		t.Errorf("sources %d, topics %d; want the fan-in source and its 2 engines", len(st.Sources), st.FanIn.Topics)
 	}
 	f.checkScores("bounds")
+}
+
+// TestFanInAnyAddress: with Config.FanInAnyAddress (proxies, meshes) a
+// topic naming another address is accepted.
+func TestFanInAnyAddress(t *testing.T) {
+	f := newFleet(t)
+	f.start(kvevents.Config{FanInAnyAddress: true},
+		kvevents.Source{Name: "fleet", Live: "tcp://127.0.0.1:0", FanIn: true})
+	topic := "kv@10.1.2.3@m"
+	f.engine("e", "127.0.0.4", topic)
+	f.send("e", topic, 0, true, true)
+	f.waitFor(topic, func() bool { return f.seen(kvevents.UpdateBatch, topic, 0) })
+	if st, _ := f.engineStats("fleet"); st.FanIn.Refused != 0 {
+		t.Errorf("refusals %+v, want none", st.FanIn.RefusedBy)
+	}
+	f.checkScores("any address")
 }

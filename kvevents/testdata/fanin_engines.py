@@ -24,6 +24,8 @@ Commands, one JSON object per line on stdin, each answered by one line
   {"op": "send", "name", "seq", "payload", "live"}
       keep (seq, payload) for replay; send it live unless live is false.
   {"op": "topic", "name", "topic"}   publish under another topic.
+  {"op": "reconnect", "name"} a new live connection, same run (the
+      replay buffer kept: a network cut, not a restart).
   {"op": "restart", "name"}   a new live connection, the replay buffer
       emptied (a restarted engine: its sequence starts again).
   {"op": "close", "name"}     close the engine's sockets.
@@ -100,6 +102,9 @@ def handle(c):
     if op == "topic":
         e["topic"] = c["topic"].encode()
         return "ok"
+    if op == "reconnect":
+        e["pub"].close()
+        return "ok" if connect(e) else "error no subscription within 20 s"
     if op == "restart":
         e["pub"].close()
         e["buffer"] = []
