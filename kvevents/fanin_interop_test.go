@@ -288,6 +288,15 @@ func (f *fleet) updates(source string) []string {
 	return out
 }
 
+// released waits until topic's connection is seen closed (no holder).
+func (f *fleet) released(topic string) {
+	f.t.Helper()
+	f.waitFor(topic+" released", func() bool {
+		st, ok := f.engineStats(topic)
+		return ok && st.Holder.Addr == "" && !st.Connected
+	})
+}
+
 func (f *fleet) engineStats(name string) (kvevents.SourceStats, bool) {
 	for _, s := range f.sub.Stats().Sources {
 		if s.Name == name {
@@ -397,7 +406,11 @@ func TestFanInLLMD(t *testing.T) {
 
 	// e2's connection is cut and comes back, same run: the new connection's
 	// continuity with batch 4 is proven by a replay from e2's own server.
+	// The topic is free once the old connection's close is seen: a batch
+	// the new connection sends before that is refused (topic_held), and
+	// the next one's continuity proof recovers it.
 	f.py.do(map[string]any{"op": "reconnect", "name": "e2"})
+	f.released(t2)
 	f.send("e2", t2, 5, true, true)
 	f.waitFor(t2+" batch 5", func() bool { return f.seen(kvevents.UpdateBatch, t2, 5) })
 	if got, want := strings.Join(f.updates(t2), ","), "batch 0,batch 1,batch 2,batch 3,batch 4,batch 5"; got != want {
@@ -410,6 +423,7 @@ func TestFanInLLMD(t *testing.T) {
 
 	// e3 restarts: a new connection, its sequence back to 0: a reset.
 	f.py.do(map[string]any{"op": "restart", "name": "e3"})
+	f.released(t3)
 	f.truth.Clear(t3)
 	f.send("e3", t3, 0, true, true)
 	f.waitFor(t3+" reset", func() bool { return f.seen(kvevents.UpdateReset, t3, 0) && len(f.updates(t3)) == 4 })
@@ -487,6 +501,7 @@ func TestFanInNoReplay(t *testing.T) {
 	// connection of that engine, whose continuity nothing can prove here
 	// (no replay): an empty lost range, its entries uncertain.
 	f.py.do(map[string]any{"op": "restart", "name": "e3"})
+	f.released(t3)
 	f.send("e3", t3, 4, true, true)
 	f.waitFor(t3+" batch 4", func() bool { return f.seen(kvevents.UpdateBatch, t3, 4) })
 	if got, want := strings.Join(f.updates(t3), ","), "batch 0,batch 1,batch 2,batch 3,lost 4 4,batch 4"; got != want {

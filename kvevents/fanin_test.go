@@ -143,10 +143,18 @@ func TestEngineTTLDialed(t *testing.T) {
 			t.Errorf("%s: Departed %d, want %d", s.Name, s.Departed, want)
 		}
 	}
-	// Once only: no second departure while it stays gone.
+	// Once only: no second departure while it stays gone, none from
+	// Remove (nothing held). Remove("idle") departs; once that is seen,
+	// a departure of "gone" from its Remove would have been delivered
+	// before it (both on the Subscriber's goroutines, one after the other
+	// here).
 	if err := sub.Remove("gone"); err != nil {
 		t.Fatal(err)
 	}
+	if err := sub.Remove("idle"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, "idle's departure", func() bool { return rec.has("idle departed") })
 	if n := rec.countLines("gone departed"); n != 1 {
 		t.Errorf("gone departed %d times, want 1 (Remove of a retired source has nothing to drop): %q", n, rec.snapshot())
 	}
@@ -165,6 +173,7 @@ func TestRemoveDeparts(t *testing.T) {
 	if err := sub.Remove("e"); err != nil {
 		t.Fatal(err)
 	}
+	waitFor(t, "e's departure", func() bool { return rec.has("e departed") })
 	lines := rec.snapshot()
 	if len(lines) == 0 || lines[len(lines)-1] != "e departed" || rec.countLines("e departed") != 1 {
 		t.Errorf("updates %q, want the last one \"e departed\", once", lines)

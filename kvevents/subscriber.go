@@ -92,11 +92,14 @@ type Subscriber struct {
 	// stop is still under way in its own goroutine; Run and Close wait for
 	// them.
 	removing map[*source]struct{}
-	running  bool
-	closed   bool
-	ctx      context.Context
-	cancel   context.CancelFunc
-	err      error
+	// departing counts the goroutines delivering a removed source's
+	// UpdateDeparted (Remove); shutdown waits for them.
+	departing sync.WaitGroup
+	running   bool
+	closed    bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	err       error
 }
 
 // NewSubscriber returns a Subscriber; it starts nothing until Add or Run.
@@ -159,8 +162,10 @@ func (s *Subscriber) Add(src Source) error {
 // returns once the source's goroutines (and an in-flight Handler call for
 // it) have finished. Its last update is an UpdateDeparted (for a fan-in
 // source, one per engine it followed), delivered once its other calls have
-// returned, unless the Subscriber is closing; a source that never
-// delivered anything gets none.
+// returned, on a goroutine of the Subscriber's, never the caller's (so
+// Remove may be called holding locks the Handler takes), with the
+// Subscriber's ctx; none while the Subscriber closes (Run and Close wait
+// for one under way), and none for a source that never delivered anything.
 //
 // Called from inside a Handler (of this source or another), Remove does not
 // wait, since the Handler that called it is one of the calls it would wait
@@ -181,6 +186,10 @@ func (s *Subscriber) Remove(name string) error {
 	if ok && inside {
 		s.removing[so] = struct{}{}
 	}
+	depart := ok && !s.closed
+	if depart {
+		s.departing.Add(1)
+	}
 	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %s", errUnknownSource, ratelog.Escape(name, 128))
@@ -190,15 +199,23 @@ func (s *Subscriber) Remove(name string) error {
 	if inside {
 		go func() {
 			so.stop()
-			so.departRemoved()
 			s.mu.Lock()
 			delete(s.removing, so)
 			s.mu.Unlock()
+			if depart {
+				defer s.departing.Done()
+				so.departRemoved()
+			}
 		}()
 		return nil
 	}
 	so.stop()
-	so.departRemoved()
+	if depart {
+		go func() {
+			defer s.departing.Done()
+			so.departRemoved()
+		}()
+	}
 	return nil
 }
 
@@ -339,6 +356,7 @@ func (s *Subscriber) shutdown() {
 		go func() { defer wg.Done(); so.stop() }()
 	}
 	wg.Wait()
+	s.departing.Wait()
 }
 
 // shutdownNoWait is shutdown from inside a Handler: the sources stop in the

@@ -1,6 +1,8 @@
 package kvevents
 
 import (
+	"context"
+	"errors"
 	"time"
 )
 
@@ -124,7 +126,9 @@ func (so *source) departRemoved() {
 			return
 		}
 		if err := callHandler(so.sub.cfg.Handler, ctx, Update{Kind: UpdateDeparted, Source: n}); err != nil {
-			so.sub.fail(err)
+			if !errors.Is(err, context.Canceled) || ctx.Err() == nil {
+				so.sub.fail(err) // as emit: a Handler ended by its ctx is no failure
+			}
 			return
 		}
 	}
