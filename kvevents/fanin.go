@@ -198,13 +198,26 @@ func (f *fanIn) onEvent(e socket.Event) {
 	}
 }
 
-// refuse counts and logs a refused message (f.mu held).
-func (f *fanIn) refuse(why string, c *fanConn, topic []byte, args ...any) {
+// refusal is a refused message, logged once f.mu is released (the Logger
+// is the user's: never called under the component's lock).
+type refusal struct {
+	why, addr, topic string
+	args             []any
+}
+
+// refuse counts a refused message (f.mu held) and returns what to log.
+func (f *fanIn) refuse(why string, c *fanConn, topic []byte, args ...any) *refusal {
 	f.st.refused[why]++
 	addr := ""
 	if c != nil {
 		addr = c.addr
 	}
+	return &refusal{why: why, addr: addr, topic: ratelog.Escape(string(topic), 128), args: args}
+}
+
+// log writes the refusal's line, rate-limited per reason.
+func (f *fanIn) log(r *refusal) {
+	why := r.why
 	msg := "kvevents: fan-in refused a message"
 	switch why {
 	case refusedTopicHeld:
@@ -222,14 +235,17 @@ func (f *fanIn) refuse(why string, c *fanConn, topic []byte, args ...any) {
 	}
 	cfg := &f.parent.sub.cfg
 	f.parent.sub.log.line(logFanIn+why, cfg.Logger, msg, append([]any{"source", f.parent.src.Name, "reason", why,
-		"peer", addr, "topic", ratelog.Escape(string(topic), 128)}, args...)...)
+		"peer", r.addr, "topic", r.topic}, r.args...)...)
 }
 
 // onLive routes one live message of the fan-in socket to its topic's
 // engine, claiming the topic for the connection when no live one holds it.
 func (f *fanIn) onLive(ctx context.Context, m *liveMsg, p *socket.Peer) error {
 	for range 2 { // a second time only if the engine was retired meanwhile
-		eng := f.route(m.topic, p)
+		eng, r := f.route(m.topic, p)
+		if r != nil {
+			f.log(r)
+		}
 		if eng == nil {
 			return nil
 		}
@@ -242,9 +258,9 @@ func (f *fanIn) onLive(ctx context.Context, m *liveMsg, p *socket.Peer) error {
 	return nil
 }
 
-// route returns the engine a message of topic from p goes to, nil if it is
-// refused.
-func (f *fanIn) route(topic []byte, p *socket.Peer) *source {
+// route returns the engine a message of topic from p goes to, or nil and
+// the refusal.
+func (f *fanIn) route(topic []byte, p *socket.Peer) (*source, *refusal) {
 	id := p.ID()
 	cfg := &f.parent.sub.cfg
 	f.mu.Lock()
@@ -252,25 +268,22 @@ func (f *fanIn) route(topic []byte, p *socket.Peer) *source {
 	c := f.conns[id]
 	if c == nil {
 		if _, gone := f.gone[id]; gone {
-			f.refuse(refusedConnGone, &fanConn{addr: ratelog.Escape(p.String(), 128)}, topic)
-			return nil
+			return nil, f.refuse(refusedConnGone, &fanConn{addr: ratelog.Escape(p.String(), 128)}, topic)
 		}
 		c = f.addConn(p)
 	}
 	t := f.topics[string(topic)]
 	if t != nil && t.owner == id {
-		return t.eng
+		return t.eng, nil
 	}
 	if len(topic) == 0 || len(topic) > maxTopicLen {
-		f.refuse(refusedBadTopic, c, topic, "len", len(topic), "max", maxTopicLen)
-		return nil
+		return nil, f.refuse(refusedBadTopic, c, topic, "len", len(topic), "max", maxTopicLen)
 	}
 	name := string(topic)
 	host, _, ok := parseTopic(name)
 	if ok && !cfg.FanInAnyAddress {
 		if ip, err := netip.ParseAddr(host); err == nil && ip.Unmap() != c.ip {
-			f.refuse(refusedAddress, c, topic, "topic_host", ratelog.Escape(host, 64))
-			return nil
+			return nil, f.refuse(refusedAddress, c, topic, "topic_host", ratelog.Escape(host, 64))
 		}
 	}
 	if t != nil && t.owner != 0 {
@@ -278,17 +291,14 @@ func (f *fanIn) route(topic []byte, p *socket.Peer) *source {
 		if h := f.conns[t.owner]; h != nil {
 			holder = h.addr
 		}
-		f.refuse(refusedTopicHeld, c, topic, "holder", holder)
-		return nil
+		return nil, f.refuse(refusedTopicHeld, c, topic, "holder", holder)
 	}
 	if len(c.topics) >= cfg.FanInMaxTopicsPerConn {
-		f.refuse(refusedConnTopicLimit, c, topic, "limit", cfg.FanInMaxTopicsPerConn)
-		return nil
+		return nil, f.refuse(refusedConnTopicLimit, c, topic, "limit", cfg.FanInMaxTopicsPerConn)
 	}
 	if t == nil {
 		if len(f.topics) >= cfg.FanInMaxTopics {
-			f.refuse(refusedTopicLimit, c, topic, "limit", cfg.FanInMaxTopics)
-			return nil
+			return nil, f.refuse(refusedTopicLimit, c, topic, "limit", cfg.FanInMaxTopics)
 		}
 		t = &fanTopic{eng: f.newEngine(name, replayFor(f.parent.src.ReplayTemplate, host, ok))}
 		f.topics[name] = t
@@ -303,7 +313,7 @@ func (f *fanIn) route(topic []byte, p *socket.Peer) *source {
 	})
 	// noteConn takes only eng.bgMu, never f.mu: safe here.
 	eng.noteConn()
-	return eng
+	return eng, nil
 }
 
 // newEngine creates a topic's engine (f.mu held): a source with no socket,
