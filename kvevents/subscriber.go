@@ -253,7 +253,7 @@ func (s *Subscriber) Resync(name string) error {
 	return nil
 }
 
-// Endpoint returns the endpoint a Bind source actually listens on (the port
+// Endpoint returns the endpoint a Bind or FanIn source actually listens on (the port
 // chosen for ":0"), or its Live endpoint when dialed; "" for an unknown name.
 func (s *Subscriber) Endpoint(name string) string {
 	s.mu.Lock()
