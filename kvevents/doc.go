@@ -95,7 +95,6 @@
 // Socket.Guard.Allow or CURVE keys restrict its publishers, or
 // Config.AnyPeer says any peer may be first; SourceStats.Holder names the
 // peer holding its slot.
-
 //
 // A fan-in source (Source.FanIn, llm-d's topology) binds one endpoint that
 // any number of engines connect to: each topic is an engine, with all of
