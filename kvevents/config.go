@@ -41,6 +41,12 @@ const (
 	// after one failed; it doubles per failure up to defaultReplayBackoffMax.
 	defaultReplayBackoff    = 500 * time.Millisecond
 	defaultReplayBackoffMax = 30 * time.Second
+	// defaultEngineTTL is Config.EngineTTL's default.
+	defaultEngineTTL = 10 * time.Minute
+	// defaultFanInMaxTopics and defaultFanInMaxTopicsPerConn are
+	// Config.FanInMaxTopics's and FanInMaxTopicsPerConn's defaults.
+	defaultFanInMaxTopics        = 4096
+	defaultFanInMaxTopicsPerConn = 16
 	// defaultMaxBuffered bounds the live batches one source buffers while
 	// its replay runs; defaultMaxBufferedBytes bounds their payload bytes.
 	defaultMaxBuffered      = 4096
@@ -91,6 +97,19 @@ type Source struct {
 	// SGLang may add later, read past and counted (Batch.UnknownFields).
 	// Anything else is refused by Add.
 	Engine string
+	// FanIn makes the source a fan-in endpoint (llm-d's topology): the
+	// Subscriber binds Live and any number of engines connect to it, each
+	// distinct topic its own engine, named by its topic in updates and
+	// stats, with the sequence, continuity and replay rules of a dialed
+	// source. Bind and Replay are ignored; see docs/kv-events.md,
+	// "Fan-in", for who may publish a topic (Config.FanInAnyAddress) and
+	// the bounds (Config.FanInMaxTopics).
+	FanIn bool
+	// ReplayTemplate derives, in a fan-in source, each engine's replay
+	// endpoint from its topic kv@{host}@{model} (llm-d's convention): every
+	// "{host}" is replaced by the topic's host part, so "tcp://{host}:5558".
+	// Empty, or a topic not of that form: no replay, gaps are lost ranges.
+	ReplayTemplate string
 }
 
 // Config configures a Subscriber. Handler is required; zero fields take the
@@ -217,6 +236,25 @@ type Config struct {
 	// one publisher at a time, so without an allow-list or CURVE keys the
 	// first peer that reaches the port would speak for the engine.
 	AnyPeer bool
+	// EngineTTL is how long an engine's connection may stay gone before
+	// the engine is retired: its Handler gets one UpdateDeparted, its
+	// state is freed, and a return is a new run. For a dialed or bound
+	// source "gone" means no live connection on its socket since the last
+	// one closed (the source stays followed and keeps dialing); for a
+	// fan-in engine, its topic's connection closed (the topic is
+	// forgotten). An engine that stays connected is never retired, however
+	// idle. Zero means 10 minutes; negative never retires.
+	EngineTTL time.Duration
+	// FanInAnyAddress turns off a fan-in source's address check: by
+	// default a topic whose host part is an IP address (kv@10.0.0.7@m) is
+	// accepted only from a connection from that address. Set it behind
+	// proxies and meshes that rewrite source addresses.
+	FanInAnyAddress bool
+	// FanInMaxTopics bounds the topics (engines) one fan-in source follows
+	// at once, FanInMaxTopicsPerConn those one connection may publish;
+	// past them a new topic is refused (counted, logged). Zero means 4096
+	// and 16.
+	FanInMaxTopics, FanInMaxTopicsPerConn int
 }
 
 // checkExposed refuses a bound source on a non-loopback address that any
@@ -272,6 +310,7 @@ func (c *Config) fill() error {
 	def(&c.ReplayBackoffMax, defaultReplayBackoffMax)
 	def(&c.LogInterval, time.Second)
 	def(&c.ReplaySlice, defaultReplaySlice)
+	def(&c.EngineTTL, defaultEngineTTL)
 	defInt := func(d *int, v int) {
 		if *d == 0 {
 			*d = v
@@ -283,6 +322,8 @@ func (c *Config) fill() error {
 	defInt(&c.MaxBufferedBytes, defaultMaxBufferedBytes)
 	defInt(&c.MaxPayload, defaultMaxPayload)
 	defInt(&c.MaxEvents, defaultMaxEvents)
+	defInt(&c.FanInMaxTopics, defaultFanInMaxTopics)
+	defInt(&c.FanInMaxTopicsPerConn, defaultFanInMaxTopicsPerConn)
 	if c.MemoryBudget == 0 {
 		c.MemoryBudget = defaultMemoryBudget
 	}
@@ -307,6 +348,8 @@ func (c *Config) fill() error {
 		{"MaxPayload", int64(c.MaxPayload), strconv.Itoa(c.MaxPayload)},
 		{"MaxEvents", int64(c.MaxEvents), strconv.Itoa(c.MaxEvents)},
 		{"MemoryBudget", c.MemoryBudget, strconv.FormatInt(c.MemoryBudget, 10)},
+		{"FanInMaxTopics", int64(c.FanInMaxTopics), strconv.Itoa(c.FanInMaxTopics)},
+		{"FanInMaxTopicsPerConn", int64(c.FanInMaxTopicsPerConn), strconv.Itoa(c.FanInMaxTopicsPerConn)},
 	} {
 		if f.v < 0 {
 			return fmt.Errorf("kvevents: Config.%s %s is negative", f.name, f.show)

@@ -96,6 +96,14 @@
 // Config.AnyPeer says any peer may be first; SourceStats.Holder names the
 // peer holding its slot.
 //
+// A fan-in source (Source.FanIn, llm-d's topology) binds one endpoint that
+// any number of engines connect to: each topic is an engine, with all of
+// the above per engine; a topic is its first connection's while it lives,
+// and one naming an IP address is taken only from that address
+// (Config.FanInAnyAddress). An engine whose connection has been gone for
+// Config.EngineTTL gets an UpdateDeparted; so does a removed source
+// (docs/kv-events.md, "Fan-in").
+//
 // # What the decoder accepts
 //
 // Both event forms, in any mix: tagged maps {"type": name, field: value...}

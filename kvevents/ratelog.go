@@ -17,6 +17,8 @@ const (
 	logOverflow = "overflow"
 	logProof    = "continuity"
 	logHeld     = "held"
+	logDeparted = "departed"
+	logFanIn    = "fanin/"
 	logDrop     = "drop/"
 )
 

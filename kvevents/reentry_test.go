@@ -62,17 +62,22 @@ type removeResult struct {
 // ran under the source's lock, which Remove took, and Remove waited for the
 // source's goroutine, which was the Handler's). The Handler's ctx is
 // cancelled by the Remove, nothing more is delivered for the source (not
-// even batches already received when the Handler returns), Stats no longer
+// even batches already received when the Handler returns) but its
+// UpdateDeparted, Stats no longer
 // lists it, and Run ends normally.
 func TestHandlerRemovesOwnSource(t *testing.T) {
 	pub := newTestPublisher(t, vllm.Latest(), false)
 	var sub *Subscriber
 	var gone atomic.Bool
-	var after atomic.Int32
+	var after, departed atomic.Int32
 	removed := make(chan removeResult, 1)
 	release := make(chan struct{})
 	sub, err := NewSubscriber(Config{Logger: quiet, Handler: func(ctx context.Context, u Update) error {
 		if gone.Load() {
+			if u.Kind == UpdateDeparted { // Remove's last update (issue 36)
+				departed.Add(1)
+				return nil
+			}
 			after.Add(1)
 			return nil
 		}
@@ -119,6 +124,7 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 	if n := after.Load(); n != 0 {
 		t.Fatalf("%d Handler calls for the source after its Remove returned", n)
 	}
+	poll.WaitFor(t, waitTimeout, "the source's UpdateDeparted", func() bool { return departed.Load() == 1 })
 	if err := sub.Remove("e0"); !errors.Is(err, errUnknownSource) {
 		t.Fatalf("second Remove: %v", err)
 	}

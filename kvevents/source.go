@@ -18,6 +18,9 @@ import (
 type liveMsg struct {
 	seq     uint64
 	payload []byte
+	// topic is the topic frame (aliasing the message), for a fan-in
+	// source's demultiplexing.
+	topic []byte
 }
 
 type buffered struct {
@@ -97,6 +100,17 @@ type source struct {
 	st  SourceStats
 	// holderID is the bound slot's holder's connection (smu held).
 	holderID uint64
+
+	// fan is set on a fan-in source (Source.FanIn): its socket's messages
+	// go to the engines it demultiplexes by topic. parent is set on such
+	// an engine: it has no socket and no loop of its own (sock, lp nil),
+	// its live batches come from the parent's loop (fanin.go).
+	fan    *fanIn
+	parent *source
+	// ttl retires the engine after Config.EngineTTL without a connection
+	// (ttl.go; bgMu held); retired (mu held) is set once it is.
+	ttl     *time.Timer
+	retired bool
 }
 
 // maxSeqJump bounds how far ahead of the last live seq a batch may be and
@@ -120,6 +134,9 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 		so.pos, so.havePos = *r, true
 		so.next, so.lastLive, so.maxSeen = r.Seq+1, r.Seq, r.Seq
 	}
+	if src.FanIn {
+		so.fan = newFanIn(so)
+	}
 	opts := s.cfg.Socket
 	if src.Bind {
 		// One publisher per bound source: a second connection is
@@ -131,6 +148,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 		switch e.Kind {
 		case socket.EventConnected:
 			so.peers.Add(1)
+			so.noteConn()
 			if src.Bind {
 				so.count(func(st *SourceStats) {
 					st.Holder.Addr, st.Holder.Since, st.Holder.Batches = ratelog.Escape(e.Remote, 128), time.Now(), 0
@@ -139,6 +157,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 			}
 		case socket.EventDisconnected:
 			so.peers.Add(-1)
+			so.noteConn()
 			if src.Bind {
 				so.count(func(st *SourceStats) {
 					if so.holderID == e.Peer.ID() {
@@ -152,6 +171,9 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 				so.logRefused(e)
 			}
 		}
+		if so.fan != nil {
+			so.fan.onEvent(e)
+		}
 		if user != nil {
 			user(e)
 		}
@@ -164,7 +186,7 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 		sock.Close()
 		return nil, err
 	}
-	if src.Bind {
+	if src.Bind || src.FanIn {
 		err = sock.Bind(src.Live)
 	} else {
 		err = sock.Dial(src.Live)
@@ -181,9 +203,15 @@ func newSource(s *Subscriber, src Source) (*source, error) {
 		Decode: func(frames [][]byte, dst *liveMsg) error {
 			var err error
 			dst.seq, dst.payload, err = parseLive(frames, maxPayload)
+			if err == nil {
+				dst.topic = frames[0]
+			}
 			return err
 		},
 		Handler: func(ctx context.Context, d loop.Delivery[liveMsg]) error {
+			if so.fan != nil {
+				return so.fan.onLive(ctx, d.Value, d.Msg.Peer)
+			}
 			return so.onLive(ctx, d.Value.seq, d.Value.payload, d.Msg.Peer.ID())
 		},
 	})
@@ -204,6 +232,9 @@ func (so *source) start() {
 			go so.resyncNow()
 		}
 		so.bgMu.Unlock()
+		if so.lp == nil {
+			return // a fan-in engine: its parent's loop feeds it
+		}
 		so.wg.Add(1)
 		go func() {
 			defer so.wg.Done()
@@ -226,9 +257,15 @@ func (so *source) stop() {
 			so.cancelReplay()
 		}
 		so.mu.Unlock()
-		so.lp.Close()
-		so.sock.Close()
+		if so.lp != nil {
+			so.lp.Close()
+			so.sock.Close()
+		}
+		so.stopTTL()
 		so.wg.Wait()
+		if so.fan != nil {
+			so.fan.stopEngines()
+		}
 		so.mu.Lock()
 		so.dropBuf()
 		so.mu.Unlock()
@@ -250,7 +287,7 @@ func (so *source) freeze() {
 // goroutines from delivering meanwhile. The caller's state must be
 // consistent when it calls emit: so.mu is taken again after the call.
 func (so *source) emit(u Update) error {
-	if so.removed.Load() {
+	if so.removed.Load() || so.parent != nil && so.parent.removed.Load() {
 		return nil
 	}
 	u.Source = so.src.Name
@@ -274,6 +311,9 @@ func (so *source) onLive(ctx context.Context, seq uint64, payload []byte, conn u
 	so.lastSeen.Store(time.Now().UnixNano())
 	so.lock()
 	defer so.unlock()
+	if so.retired {
+		return errRetired
+	}
 	newConn := conn != so.conn
 	so.conn = conn
 	switch {

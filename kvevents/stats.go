@@ -94,6 +94,36 @@ type SourceStats struct {
 	// Refused counts connections of the live socket refused by the
 	// transport guards (bad greeting, handshake, oversize frames, caps).
 	Refused decodeguard.Counts `json:"refused"`
+	// Departed counts UpdateDeparted deliveries for retirement after
+	// Config.EngineTTL (a fan-in engine's retirement is counted in its
+	// fan-in source's FanIn.Departed: the engine is forgotten).
+	Departed uint64 `json:"departed"`
+	// FanIn holds a fan-in source's own counters (Source.FanIn): its open
+	// connections (Conns) and those accepted in all (Connections), the
+	// topics followed now (Topics, each an engine listed in the sums'
+	// Sources by its topic), engines retired after Config.EngineTTL
+	// (Departed), and messages refused (Refused), by reason: TopicHeld
+	// (another live connection holds the topic), Address (the topic's
+	// host part is an IP address other than the peer's), BadTopic (empty
+	// or over 256 bytes), TopicLimit and ConnTopicLimit (the bounds of
+	// Config.FanInMaxTopics and FanInMaxTopicsPerConn), ConnGone (the
+	// message's connection had already closed). Each refusal is logged
+	// with the peer's address and the topic (rate-limited per reason).
+	FanIn struct {
+		Conns       int    `json:"conns"`
+		Connections uint64 `json:"connections"`
+		Topics      int    `json:"topics"`
+		Departed    uint64 `json:"departed"`
+		Refused     uint64 `json:"refused"`
+		RefusedBy   struct {
+			TopicHeld      uint64 `json:"topic_held"`
+			Address        uint64 `json:"address"`
+			BadTopic       uint64 `json:"bad_topic"`
+			TopicLimit     uint64 `json:"topic_limit"`
+			ConnTopicLimit uint64 `json:"conn_topic_limit"`
+			ConnGone       uint64 `json:"conn_gone"`
+		} `json:"refused_by"`
+	} `json:"fan_in,omitzero"`
 	// ConnectedSources is, in the sums, how many sources are connected.
 	ConnectedSources int `json:"connected_sources,omitempty"`
 	// Sources holds, in the sums, one entry per followed source, by name
@@ -111,6 +141,11 @@ func (s *Subscriber) Stats() SourceStats {
 		list = append(list, so)
 	}
 	s.mu.Unlock()
+	for _, so := range list {
+		if so.fan != nil {
+			list = append(list, so.fan.engines()...)
+		}
+	}
 	st := SourceStats{Sources: make([]SourceStats, 0, len(list))}
 	for _, so := range list {
 		st.Sources = append(st.Sources, so.stats())
@@ -138,6 +173,8 @@ func (s *Subscriber) Stats() SourceStats {
 		t.Duplicates += x.Duplicates
 		t.BufferOverflows += x.BufferOverflows
 		t.Preempted += x.Preempted
+		t.Departed += x.Departed
+		addFanIn(t, &x)
 		t.Dropped.Add(&x.Dropped)
 		t.DroppedEvents.Add(&x.DroppedEvents)
 		for name, n := range x.UnsupportedTypes {
@@ -166,10 +203,15 @@ func (so *source) stats() SourceStats {
 		}
 	}
 	so.smu.Unlock()
-	ls := so.lp.Stats()
-	st.Dropped.Add(&ls.Dropped)
-	ss := so.sock.Stats()
-	st.Refused = ss.Refused
+	if so.lp != nil {
+		ls := so.lp.Stats()
+		st.Dropped.Add(&ls.Dropped)
+		ss := so.sock.Stats()
+		st.Refused = ss.Refused
+	}
+	if so.fan != nil {
+		so.fan.stats(&st)
+	}
 	st.Connected = so.peers.Load() > 0
 	if f := so.frozen.Load(); f != 0 {
 		st.Connected = f == 2
@@ -178,6 +220,22 @@ func (so *source) stats() SourceStats {
 		st.LastSeen = time.Unix(0, ns)
 	}
 	return st
+}
+
+// addFanIn adds x's fan-in counters to the sums t.
+func addFanIn(t, x *SourceStats) {
+	a, b := &t.FanIn, &x.FanIn
+	a.Conns += b.Conns
+	a.Connections += b.Connections
+	a.Topics += b.Topics
+	a.Departed += b.Departed
+	a.Refused += b.Refused
+	a.RefusedBy.TopicHeld += b.RefusedBy.TopicHeld
+	a.RefusedBy.Address += b.RefusedBy.Address
+	a.RefusedBy.BadTopic += b.RefusedBy.BadTopic
+	a.RefusedBy.TopicLimit += b.RefusedBy.TopicLimit
+	a.RefusedBy.ConnTopicLimit += b.RefusedBy.ConnTopicLimit
+	a.RefusedBy.ConnGone += b.RefusedBy.ConnGone
 }
 
 func (so *source) count(f func(st *SourceStats)) {

@@ -43,6 +43,8 @@ func (r *recorder) handle(_ context.Context, u Update) error {
 		r.lines = append(r.lines, fmt.Sprintf("%s reset %d", u.Source, u.Seq))
 	case UpdateLost:
 		r.lines = append(r.lines, fmt.Sprintf("%s lost %d %d", u.Source, u.From, u.To))
+	case UpdateDeparted:
+		r.lines = append(r.lines, u.Source+" departed")
 	}
 	r.mu.Unlock()
 	select {
@@ -50,6 +52,21 @@ func (r *recorder) handle(_ context.Context, u Update) error {
 	default:
 	}
 	return nil
+}
+
+// has reports whether line was recorded; countLines how many times.
+func (r *recorder) has(line string) bool { return r.countLines(line) > 0 }
+
+func (r *recorder) countLines(line string) int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	n := 0
+	for _, l := range r.lines {
+		if l == line {
+			n++
+		}
+	}
+	return n
 }
 
 func (r *recorder) snapshot() []string {

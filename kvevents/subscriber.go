@@ -79,11 +79,14 @@ type Subscriber struct {
 	// removing holds the removed sources whose stop is still under way in
 	// its own goroutine; Run waits for them.
 	removing map[*source]struct{}
-	running  bool
-	closed   bool
-	ctx      context.Context
-	cancel   context.CancelFunc
-	err      error
+	// departing counts the goroutines delivering a removed source's
+	// UpdateDeparted (Remove); shutdown waits for them.
+	departing sync.WaitGroup
+	running   bool
+	closed    bool
+	ctx       context.Context
+	cancel    context.CancelFunc
+	err       error
 }
 
 // NewSubscriber returns a Subscriber; it starts nothing until Add or Run.
@@ -107,6 +110,9 @@ func (s *Subscriber) Add(src Source) error {
 		return errors.New("kvevents: Source.Live is required")
 	}
 	if err := checkEngine(src.Engine); err != nil {
+		return err
+	}
+	if err := checkFanIn(src); err != nil {
 		return err
 	}
 	if err := s.cfg.checkExposed(src); err != nil {
@@ -146,6 +152,13 @@ func (s *Subscriber) Add(src Source) error {
 // the background, once that call has returned (Run waits for them before
 // it returns). Remove may thus be called from anywhere, a Handler of this
 // source or another included.
+//
+// The source's last update is an UpdateDeparted (for a fan-in source, one
+// per engine it followed), delivered once its other calls have returned, on
+// a goroutine of the Subscriber's, never the caller's (so Remove may be
+// called holding locks the Handler takes), with the Subscriber's ctx; none
+// while the Subscriber closes (Run waits for one under way), and none for a
+// source that never delivered anything.
 func (s *Subscriber) Remove(name string) error {
 	s.mu.Lock()
 	so, ok := s.sources[name]
@@ -153,6 +166,10 @@ func (s *Subscriber) Remove(name string) error {
 	if ok {
 		s.nsources.Add(-1)
 		s.removing[so] = struct{}{}
+	}
+	depart := ok && !s.closed
+	if depart {
+		s.departing.Add(1)
 	}
 	s.mu.Unlock()
 	if !ok {
@@ -165,6 +182,10 @@ func (s *Subscriber) Remove(name string) error {
 		s.mu.Lock()
 		delete(s.removing, so)
 		s.mu.Unlock()
+		if depart {
+			defer s.departing.Done()
+			so.departRemoved()
+		}
 	}()
 	return nil
 }
@@ -180,7 +201,8 @@ func (s *Subscriber) Remove(name string) error {
 // it may be called from any goroutine, a Handler included. Calls before
 // the reset is delivered make one reset; a call before Run is performed
 // when Run starts. It returns an error naming the source when no source
-// has that name, and ErrClosed after Close.
+// has that name, and ErrClosed after Close. For a fan-in source it resyncs
+// each engine it follows.
 func (s *Subscriber) Resync(name string) error {
 	s.mu.Lock()
 	so, closed := s.sources[name], s.closed
@@ -191,11 +213,18 @@ func (s *Subscriber) Resync(name string) error {
 	if so == nil {
 		return fmt.Errorf("%w: %s", errUnknownSource, ratelog.Escape(name, 128))
 	}
+	if so.fan != nil {
+		// A fan-in source: each of its engines.
+		for _, e := range so.fan.engines() {
+			e.requestResync()
+		}
+		return nil
+	}
 	so.requestResync()
 	return nil
 }
 
-// Endpoint returns the endpoint a Bind source actually listens on (the port
+// Endpoint returns the endpoint a Bind or FanIn source actually listens on (the port
 // chosen for ":0"), or its Live endpoint when dialed; "" for an unknown name.
 func (s *Subscriber) Endpoint(name string) string {
 	s.mu.Lock()
@@ -204,7 +233,7 @@ func (s *Subscriber) Endpoint(name string) string {
 	if so == nil {
 		return ""
 	}
-	if so.src.Bind {
+	if so.src.Bind || so.src.FanIn {
 		return so.sock.Endpoint()
 	}
 	return so.src.Live
@@ -304,10 +333,13 @@ func (s *Subscriber) shutdown() {
 		go func() {
 			defer wg.Done()
 			so.stop()
-			_ = so.sock.Shutdown(context.Background()) // closed by stop: ends once its goroutines have
+			if so.sock != nil { // a fan-in engine has none of its own
+				_ = so.sock.Shutdown(context.Background()) // closed by stop: ends once its goroutines have
+			}
 		}()
 	}
 	wg.Wait()
+	s.departing.Wait()
 }
 
 // fail records the first fatal error and ends Run.

@@ -243,6 +243,9 @@ func (x *Index) Apply(u kvevents.Update) error {
 	case kvevents.UpdateLost:
 		x.st.losses.Add(1)
 		return x.lost(u.Source)
+	case kvevents.UpdateDeparted:
+		// The engine left the fleet: nothing it published holds (issue 36).
+		return x.reset(u.Source)
 	}
 	return nil
 }

@@ -20,7 +20,7 @@ import (
 
 var kvEventsSpec = commandSpec{
 	name:     "kv-events",
-	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
+	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--fan-in ADDR [--fan-in-replay TEMPLATE]]... [--fan-in-any-address] [--engine-ttl D] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "follow vLLM KV-cache event publishers, one JSON line per event",
 	help: `Subscribes to the KV-event publishers of vLLM engines (or anything speaking
 their wire) through hardened SUB sockets, and prints one JSON object per
@@ -45,6 +45,16 @@ host); on an address beyond loopback it needs --allow or CURVE keys
 (else the first peer to connect would speak for the engine), or --any-peer.
 --from-start replays from sequence 0 on joining, instead of starting
 at the first batch seen.
+
+--fan-in binds one endpoint that any number of engines connect to, as
+llm-d deploys vLLM (each engine's topic kv@{pod ip}@{model}): each topic is
+its own source, named by the topic, with its own sequence, replay and
+resets. --fan-in-replay tcp://{host}:5558 derives each engine's replay
+endpoint from its topic. A topic is its first connection's while that
+connection lives, and a topic naming an IP address is accepted only from
+that address (--fan-in-any-address turns that off). An engine whose
+connection has been gone for --engine-ttl (default 10m) is retired:
+{"source": TOPIC, "type": "departed"}.
 
 --engine sglang, after a --connect (or --bind), says that source is an
 SGLang engine: elements an event array holds after SGLang's own fields are
@@ -72,6 +82,10 @@ type kvSourcesFlag struct {
 	// engine is an --engine given before any --connect or --bind: the
 	// engine of every source that names none (sources).
 	engine string
+	// fanInAnyAddress and engineTTL are --fan-in-any-address and
+	// --engine-ttl (fanin.go).
+	fanInAnyAddress bool
+	engineTTL       time.Duration
 }
 
 // engineUsage is --engine's help, shared by kv-events and kv-index.
@@ -141,6 +155,9 @@ func (v kvReplayFlag) Set(s string) error {
 		return errors.New("--replay must follow the --connect it belongs to")
 	}
 	last := &v.f.list[len(v.f.list)-1]
+	if last.FanIn {
+		return fmt.Errorf("--fan-in %s takes --fan-in-replay, not --replay", last.Live)
+	}
 	if last.Replay != "" {
 		return fmt.Errorf("--connect %s already has --replay %s", last.Live, last.Replay)
 	}
@@ -182,6 +199,10 @@ func (p *kvPrinter) handle(_ context.Context, u kvevents.Update) error {
 		b = append(b, `, "type": "reset", "seq": `...)
 		b = strconv.AppendUint(b, u.Seq, 10)
 		b = append(b, "}\n"...)
+	case kvevents.UpdateDeparted:
+		b = append(b, `{"source": `...)
+		b = appendJSONString(b, u.Source)
+		b = append(b, `, "type": "departed"}`+"\n"...)
 	case kvevents.UpdateLost:
 		b = append(b, `{"source": `...)
 		b = appendJSONString(b, u.Source)
@@ -285,6 +306,7 @@ var kvEventsCmd = command[kvEventsFlags]{
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
 		fs.Var(kvEngineFlag{f: &fl.srcs}, "engine", engineUsage)
 		fs.BoolVar(&fl.srcs.anyPeer, "any-peer", false, anyPeerUsage)
+		addFanInFlags(fs, &fl.srcs)
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", false, "replay from sequence 0 on joining instead of starting at the first batch seen")
 		fs.Uint64Var(&fl.count, "count", 0, "exit after this many events (0: on SIGINT/SIGTERM)")
@@ -303,7 +325,7 @@ var kvEventsCmd = command[kvEventsFlags]{
 // none).
 func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 	if len(fl.srcs.list) == 0 {
-		return usagef("at least one --connect or --bind is required")
+		return usagef("at least one --connect, --bind or --fan-in is required")
 	}
 	if fl.replayTimeout <= 0 {
 		return badFlag("--replay-timeout", fl.replayTimeout, "want a positive duration")
@@ -325,8 +347,10 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	pr := &kvPrinter{w: bufio.NewWriterSize(e.stdout, 64<<10), count: fl.count, done: cancel}
-	sub, err := kvevents.NewSubscriber(kvevents.Config{Release: rel, Handler: pr.handle, Topic: fl.topic,
-		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer})
+	kcfg := kvevents.Config{Release: rel, Handler: pr.handle, Topic: fl.topic,
+		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer}
+	fl.srcs.applyFanIn(&kcfg)
+	sub, err := kvevents.NewSubscriber(kcfg)
 	if err != nil {
 		return err
 	}
@@ -339,6 +363,7 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 			return err
 		}
 		e.logger.Info("kv-events following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay,
+			"fan_in", s.FanIn, "fan_in_replay", s.ReplayTemplate,
 			"engine", cmp.Or(s.Engine, "vllm"))
 	}
 	ms, err := startMetrics(fl.mo, e.logger, func(c *zgprom.Collector) error { return c.AddKVEvents("kv-events", 0, sub) })

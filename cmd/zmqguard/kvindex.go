@@ -27,7 +27,7 @@ import (
 
 var kvIndexSpec = commandSpec{
 	name:     "kv-index",
-	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--redis URL | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
+	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--fan-in ADDR [--fan-in-replay TEMPLATE]]... [--fan-in-any-address] [--engine-ttl D] [--allow CIDR,...] [--redis URL | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
 	summary:  "a KV-cache index of vLLM engines, scored over HTTP (POST /score)",
 	help: `Follows the KV-event publishers of vLLM engines like kv-events (same
 --connect/--bind/--replay/--engine/--topic/--from-start flags; each source is one
@@ -326,6 +326,9 @@ func (s *kvIndexServer) resume(list []kvevents.Source, kept, retire bool) {
 	pos := s.x.Positions()
 	followed := map[string]bool{}
 	for i := range list {
+		if list[i].FanIn {
+			continue // its engines (topics) are not known yet: not resumed
+		}
 		followed[list[i].Name] = true
 		if p, ok := pos[list[i].Name]; ok {
 			list[i].Resume = &p
@@ -469,6 +472,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.Var(kvReplayFlag{f: &fl.srcs}, "replay", "replay endpoint of the --connect (or --bind) before it")
 		fs.Var(kvEngineFlag{f: &fl.srcs}, "engine", engineUsage)
 		fs.BoolVar(&fl.srcs.anyPeer, "any-peer", false, anyPeerUsage)
+		addFanInFlags(fs, &fl.srcs)
 		fs.StringVar(&fl.topic, "topic", "", "subscription topic prefix (vLLM's KVEventsConfig.topic)")
 		fs.BoolVar(&fl.fromStart, "from-start", true, "replay each source from the start (what its publisher still holds) on joining; --from-start=false starts at the first batch seen")
 		fs.DurationVar(&fl.replayTimeout, "replay-timeout", 10*time.Second, "give a replay up after this long without a reply")
@@ -498,7 +502,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 // none).
 func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	if len(fl.srcs.list) == 0 && fl.redisURL == "" {
-		return usagef("at least one --connect or --bind is required (or --redis URL alone: a read-only replica of a shared index)")
+		return usagef("at least one --connect, --bind or --fan-in is required (or --redis URL alone: a read-only replica of a shared index)")
 	}
 	if fl.redisURL == "" {
 		switch {
@@ -586,8 +590,10 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	sopts := fl.live.options()
 	sopts.Guard.Curve = cc
 	fl.allow.apply(&sopts.Guard) // a --bind source's accepted publishers
-	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: srv.handle, Topic: fl.topic,
-		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer})
+	kcfg := kvevents.Config{Handler: srv.handle, Topic: fl.topic,
+		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer}
+	fl.srcs.applyFanIn(&kcfg)
+	sub, err := kvevents.NewSubscriber(kcfg)
 	if err != nil {
 		return err
 	}
@@ -604,6 +610,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 			resume = s.Resume.Seq
 		}
 		e.logger.Info("kv-index following", "source", s.Name, "endpoint", sub.Endpoint(s.Name), "bind", s.Bind, "replay", s.Replay,
+			"fan_in", s.FanIn, "fan_in_replay", s.ReplayTemplate,
 			"resume_after_seq", resume, "engine", cmp.Or(s.Engine, "vllm"))
 	}
 	srv.sources = srcs
