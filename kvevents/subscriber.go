@@ -164,6 +164,14 @@ func (s *Subscriber) Add(src Source) error {
 // once its in-flight call has returned (Run and Close wait for that). For
 // the caller's own source nothing more is delivered after Remove returns;
 // for another source, a call that had already begun may still be running.
+//
+// Once the source is stopped, the Handler gets an UpdateDeparted for it
+// (issue 36): the source's last Handler call, after its last update, on
+// Remove's goroutine (or, called from inside a Handler, on the background
+// goroutine that stops the source), so that an index drops the engine's
+// entries. It is not delivered when Run has not started or the Subscriber
+// is closing (Close and the end of Run stop sources without retiring
+// them); a Handler error returned for it ends Run as any other.
 func (s *Subscriber) Remove(name string) error {
 	inside := reentry.Within(handlerMarker)
 	s.mu.Lock()
@@ -184,6 +192,7 @@ func (s *Subscriber) Remove(name string) error {
 	if inside {
 		go func() {
 			so.stop()
+			s.departed(so)
 			s.mu.Lock()
 			delete(s.removing, so)
 			s.mu.Unlock()
@@ -191,7 +200,24 @@ func (s *Subscriber) Remove(name string) error {
 		return nil
 	}
 	so.stop()
+	s.departed(so)
 	return nil
+}
+
+// departed delivers a removed source's UpdateDeparted, after its stop
+// (no other Handler call for it can be running), while Run runs.
+func (s *Subscriber) departed(so *source) {
+	s.mu.Lock()
+	run := s.running && !s.closed
+	s.mu.Unlock()
+	ctx := s.ctx
+	if !run || ctx.Err() != nil {
+		return
+	}
+	err := callHandler(s.cfg.Handler, ctx, Update{Kind: UpdateDeparted, Source: so.src.Name})
+	if err != nil && (!errors.Is(err, context.Canceled) || ctx.Err() == nil) {
+		s.fail(err)
+	}
 }
 
 // Resync forgets where the named source stands: the Handler's next update
