@@ -19,3 +19,10 @@ const (
 	MaxMediumLen     = kvkey.MaxMediumLen
 	MaxMediums       = kvkey.MaxMediums
 )
+
+// EnginesTracked is how many engines the index keeps state for.
+func EnginesTracked(x *Index) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	return len(x.engines)
+}
