@@ -70,7 +70,10 @@ func Follow(ctx context.Context, sub *kvevents.Subscriber, ds ...Discoverer) err
 			}
 		}()
 	}
-	defer wg.Wait()
+	defer func() {
+		cancel() // the discoverers end first
+		wg.Wait()
+	}()
 	f := &follower{sub: sub, log: slog.Default(), latest: make([][]kvevents.Source, len(ds)),
 		current: map[string]kvevents.Source{}, failed: map[string]string{}}
 	for {
