@@ -20,7 +20,7 @@ import (
 
 var kvEventsSpec = commandSpec{
 	name:     "kv-events",
-	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
+	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--sources-dns tcp://NAME:PORT[,replay=PORT]]... [--dns-interval D] [--sources-file FILE] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "follow vLLM KV-cache event publishers, one JSON line per event",
 	help: `Subscribes to the KV-event publishers of vLLM engines (or anything speaking
 their wire) through hardened SUB sockets, and prints one JSON object per
@@ -45,6 +45,15 @@ host); on an address beyond loopback it needs --allow or CURVE keys
 (else the first peer to connect would speak for the engine), or --any-peer.
 --from-start replays from sequence 0 on joining, instead of starting
 at the first batch seen.
+
+--sources-dns tcp://NAME:PORT[,replay=PORT] (repeatable) follows every
+address NAME resolves to (A and AAAA, every --dns-interval, default 10s; a
+Kubernetes headless service answers with its ready pods): a failed lookup
+changes nothing, an NXDOMAIN or empty answer removes the engines only
+after 3 lookups in a row. --sources-file FILE follows the engines a file
+lists, one "LIVE [REPLAY]" per line (# comments), re-read when it changes,
+also when replaced by a rename; a bad line is logged with its number and
+the others apply. Each is named by its live endpoint (issue 36).
 
 --engine sglang, after a --connect (or --bind), says that source is an
 SGLang engine: elements an event array holds after SGLang's own fields are
@@ -274,6 +283,7 @@ type kvEventsFlags struct {
 	mo            *metricsOptions
 	curve         *curveClientFlags
 	allow         *allowFlag
+	disc          *discoveryFlags
 }
 
 // kvEventsCmd is the kvEvents command.
@@ -294,6 +304,7 @@ var kvEventsCmd = command[kvEventsFlags]{
 		fl.mo = addMetricsFlags(fs)
 		fl.curve = addCurveClientFlags(fs)
 		fl.allow = addAllowFlag(fs)
+		fl.disc = addDiscoveryFlags(fs)
 	},
 	run: runKVEvents,
 }
@@ -302,8 +313,11 @@ var kvEventsCmd = command[kvEventsFlags]{
 // work (positional arguments are refused before it runs: its spec takes
 // none).
 func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
-	if len(fl.srcs.list) == 0 {
-		return usagef("at least one --connect or --bind is required")
+	if len(fl.srcs.list) == 0 && !fl.disc.any() {
+		return usagef("at least one --connect, --bind, --sources-dns or --sources-file is required")
+	}
+	if err := fl.disc.check(); err != nil {
+		return err
 	}
 	if fl.replayTimeout <= 0 {
 		return badFlag("--replay-timeout", fl.replayTimeout, "want a positive duration")
@@ -346,7 +360,13 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 		return err
 	}
 	defer ms.Close()
-	if err := sub.Run(rctx); err != nil {
+	waitDiscovery := followDiscovery(rctx, sub, fl.disc.discoverers(e.logger, fl.srcs.engine, nil), e.logger, cancel)
+	err = sub.Run(rctx)
+	cancel()
+	if derr := waitDiscovery(); err == nil {
+		err = derr
+	}
+	if err != nil {
 		return err
 	}
 	st := sub.Stats()

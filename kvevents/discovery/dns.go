@@ -178,7 +178,10 @@ func (d *DNS) lookup(ctx context.Context, timeout time.Duration) ([]netip.Addr, 
 	for _, network := range []string{"ip4", "ip6"} {
 		addrs, err := r.LookupNetIP(ctx, network, d.Host)
 		var de *net.DNSError
-		if errors.As(err, &de) && de.IsNotFound {
+		var ae *net.AddrError
+		if errors.As(err, &de) && de.IsNotFound || errors.As(err, &ae) {
+			// No such name, or none of this family (the hosts file's
+			// answer filtered by family is an AddrError).
 			continue
 		}
 		if err != nil {

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -184,4 +185,25 @@ func TestDNSFollowsFleet(t *testing.T) {
 	// And back.
 	srv.set(testHost, addrs[0])
 	f.waitExact("back", []*engine{eng[addrs[0]]}, 5)
+}
+
+// TestDNSHostsFile: a name the hosts file answers for one family only
+// (localhost: 127.0.0.1) is that family's addresses, not a failed lookup.
+func TestDNSHostsFile(t *testing.T) {
+	ctx, cancel := context.WithCancel(context.Background())
+	sets := make(chan []kvevents.Source)
+	done := make(chan error, 1)
+	go func() {
+		done <- DNS{Host: "localhost", Port: 5557, Interval: time.Hour, Logger: quiet}.Discover(ctx, sets)
+	}()
+	defer func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("Discover: %v", err)
+		}
+	}()
+	got := liveNames(nextSet(t, sets))
+	if !slices.Contains(got, "tcp://127.0.0.1:5557") {
+		t.Fatalf("localhost: %v, want tcp://127.0.0.1:5557 among them", got)
+	}
 }
