@@ -101,14 +101,6 @@ func (f *fleet) add(e *engine) {
 	f.mu.Unlock()
 }
 
-// stop closes an engine (it stays in all, closed, so that publish skips it).
-func (f *fleet) stop(e *engine) {
-	f.mu.Lock()
-	delete(f.all, e.name)
-	f.mu.Unlock()
-	e.pub.Close()
-}
-
 // scoreNames returns the engines holding all blocks of prompt (certain).
 func (f *fleet) scoreNames(prompt []int64) []string {
 	r, err := f.x.Score(kvindex.ScoreRequest{Tokens: prompt, BlockSize: 4})
