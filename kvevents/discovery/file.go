@@ -34,7 +34,10 @@ import (
 // the other lines apply. A file that cannot be read (missing for a while,
 // as in the middle of a replacement, or unreadable) or is larger than
 // 1 MiB changes nothing: the previous set stays, and it is logged. To
-// retire every engine, leave the file empty (or only comments).
+// retire every engine, leave the file empty (or only comments). Replace
+// the file by a rename to change it atomically: a file written in place
+// can be read half-written, which is a change like any other (an engine
+// missing from what was read leaves, and joins again at the next read).
 type File struct {
 	// Path is the file's path (followed through symbolic links).
 	Path string

@@ -89,6 +89,29 @@ func writeAtomically(t *testing.T, path, content string) {
 	}
 }
 
+// writeInPlace rewrites path in place (same inode) with one write at
+// offset 0 of content padded with a comment to at least the old size, so
+// that no poll can see it truncated or half-written (a writer that
+// truncates first can be read half-way: File documents it).
+func writeInPlace(t *testing.T, path, content string) {
+	t.Helper()
+	old, err := os.Stat(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if pad := int(old.Size()) - len(content); pad > 0 {
+		content += "#" + strings.Repeat("x", max(pad-2, 0)) + "\n"
+	}
+	fh, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	if _, err := fh.WriteAt([]byte(content), 0); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func lineOf(e *engine, replay bool) string {
 	if replay {
 		return e.name + " " + e.pub.ReplayEndpoint()
@@ -178,9 +201,7 @@ func TestFileFollowsFleet(t *testing.T) {
 
 	// Edited in place: e[1]'s replay endpoint dropped: removed, then added
 	// again without a replay endpoint, so what it stored before is gone.
-	if err := os.WriteFile(path, []byte(lineOf(e[1], false)+"\n"+lineOf(e[2], true)+"\n"+lineOf(e[3], true)+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	}
+	writeInPlace(t, path, lineOf(e[1], false)+"\n"+lineOf(e[2], true)+"\n"+lineOf(e[3], true)+"\n")
 	f.waitExact("endpoint changed", []*engine{e[2], e[3]}, 3)
 	// And given back: removed and added again, replayed from the start.
 	writeAtomically(t, path, lineOf(e[1], true)+"\n"+lineOf(e[2], true)+"\n"+lineOf(e[3], true)+"\n")
