@@ -67,10 +67,14 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 	pub := newTestPublisher(t, vllm.Latest(), false)
 	var sub *Subscriber
 	var gone atomic.Bool
-	var after atomic.Int32
+	var after, departed atomic.Int32
 	removed := make(chan removeResult, 1)
 	release := make(chan struct{})
 	sub, err := NewSubscriber(Config{Logger: quiet, Handler: func(ctx context.Context, u Update) error {
+		if u.Kind == UpdateDeparted { // Remove's last call for the source (departed_test.go)
+			departed.Add(1)
+			return nil
+		}
 		if gone.Load() {
 			after.Add(1)
 			return nil
@@ -117,6 +121,9 @@ func TestHandlerRemovesOwnSource(t *testing.T) {
 	waitRemoved(t, sub)
 	if n := after.Load(); n != 0 {
 		t.Fatalf("%d Handler calls for the source after its Remove returned", n)
+	}
+	if n := departed.Load(); n != 1 {
+		t.Fatalf("%d UpdateDeparted for the source, want 1", n)
 	}
 	if err := sub.Remove("e0"); !errors.Is(err, errUnknownSource) {
 		t.Fatalf("second Remove: %v", err)
@@ -273,6 +280,9 @@ func TestRemoveCancelsBlockedHandler(t *testing.T) {
 	inside := make(chan struct{}, 1)
 	how := make(chan string, 1)
 	sub, err := NewSubscriber(Config{Logger: quiet, Handler: func(ctx context.Context, u Update) error {
+		if u.Kind == UpdateDeparted { // Remove's last call, after the blocked one returned
+			return nil
+		}
 		select {
 		case inside <- struct{}{}:
 		default:

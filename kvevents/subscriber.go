@@ -169,7 +169,7 @@ func (s *Subscriber) Add(src Source) error {
 // (issue 36): the source's last Handler call, after its last update, on
 // Remove's goroutine (or, called from inside a Handler, on the background
 // goroutine that stops the source), so that an index drops the engine's
-// entries. It is not delivered when Run has not started or the Subscriber
+// entries; its ctx is the Subscriber's (the source's own is cancelled). It is not delivered when Run has not started or the Subscriber
 // is closing (Close and the end of Run stop sources without retiring
 // them); a Handler error returned for it ends Run as any other.
 func (s *Subscriber) Remove(name string) error {
