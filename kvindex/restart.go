@@ -90,6 +90,13 @@ func (x *Index) depart(engine string) error {
 		x.failed("apply", engine, aerr)
 	}
 	err = errors.Join(err, aerr)
+	if r, ok := x.be.(interface{ RetireEngine(string) error }); ok && aerr == nil {
+		// A shared backend lets the engine go (redisstore: its writer lease).
+		if rerr := r.RetireEngine(engine); rerr != nil {
+			x.failed("retire", engine, rerr)
+			err = errors.Join(err, rerr)
+		}
+	}
 	st.mu.Unlock()
 	x.mu.Lock()
 	if x.engines[engine] == st {

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"log/slog"
 	"testing"
+	"time"
 
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
@@ -65,4 +66,43 @@ func TestDeparted(t *testing.T) {
 func newStoreOn(t *testing.T, s *store) *store {
 	t.Helper()
 	return newStore(t, Config{URL: s.cfg.URL, Prefix: s.prefix})
+}
+
+// TestDepartedReleasesLease: with writer leases, a departed engine's lease
+// is released at once (another writer may write it without waiting for the
+// TTL) and no longer renewed.
+func TestDepartedReleasesLease(t *testing.T) {
+	a := newStore(t, Config{WriterID: "a", LeaseTTL: time.Minute})
+	b := newStore(t, Config{WriterID: "b", LeaseTTL: time.Minute, URL: a.cfg.URL, Prefix: a.prefix})
+	x, err := kvindex.New(kvindex.Config{Backend: a, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateBatch, Source: "e", Seq: 1, Batch: &kvevents.Batch{Seq: 1,
+		Events: []kvevents.Event{{Type: kvevents.BlockStored, BlockSize: 2, TokenIDs: []int64{1, 2}, BlockHashes: []kvevents.Hash{kvevents.IntHash(5)}}}}}); err != nil {
+		t.Fatal(err)
+	}
+	store := []kvindex.Op{{Kind: kvindex.OpStore, Hash: 6, Key: 66, Medium: "GPU"}}
+	if _, err := b.Apply("e", store); err != nil || b.ownStats().NotWriter != 1 {
+		t.Fatalf("b wrote a's engine: %v %+v", err, b.ownStats())
+	}
+	a.mu.RLock()
+	held := len(a.leased)
+	a.mu.RUnlock()
+	if held != 1 {
+		t.Fatalf("a holds %d leases, want 1", held)
+	}
+	if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateDeparted, Source: "e"}); err != nil {
+		t.Fatal(err)
+	}
+	a.mu.RLock()
+	held = len(a.leased)
+	a.mu.RUnlock()
+	if held != 0 {
+		t.Fatalf("a still renews %d leases after the engine departed", held)
+	}
+	if c, err := b.Apply("e", store); err != nil || b.ownStats().NotWriter != 1 || c.Added != 1 {
+		t.Fatalf("b after the departure: %+v %v %+v, want the store applied", c, err, b.ownStats())
+	}
 }

@@ -87,7 +87,7 @@ type store struct {
 	own    bool
 	prefix string
 	// The scripts; each checks the generation token first.
-	apply, holders, resolve, name, renew, establishS, posGet, posSet *rueidis.Lua
+	apply, holders, resolve, name, renew, establishS, posGet, posSet, retire *rueidis.Lua
 
 	mu sync.RWMutex
 	// gen is the generation the store's tables belong to; nil after a
@@ -175,6 +175,7 @@ func open(cfg Config) (*store, error) {
 		establishS: rueidis.NewLuaScript(establishScript),
 		posGet:     rueidis.NewLuaScriptReadOnly(positionsScript),
 		posSet:     rueidis.NewLuaScript(savePositionScript),
+		retire:     rueidis.NewLuaScript(retireScript),
 		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
