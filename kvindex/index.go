@@ -223,9 +223,10 @@ func (x *Index) engine(name string) *engineState {
 }
 
 // Apply applies one update of a kvevents.Subscriber: a batch's events, a
-// publisher reset (the engine is cleared) or a lost range (the engine's
-// entries become uncertain). Its signature fits kvevents.Config.Handler with
-// the context dropped.
+// publisher reset (the engine is cleared), a lost range (the engine's
+// entries become uncertain) or a departure (the engine is retired: its
+// entries, mappings and position go, counted in Stats.Departed). Its
+// signature fits kvevents.Config.Handler with the context dropped.
 func (x *Index) Apply(u kvevents.Update) error {
 	switch u.Kind {
 	case kvevents.UpdateBatch:
@@ -244,8 +245,7 @@ func (x *Index) Apply(u kvevents.Update) error {
 		x.st.losses.Add(1)
 		return x.lost(u.Source)
 	case kvevents.UpdateDeparted:
-		// The engine left the fleet: nothing it published holds (issue 36).
-		return x.reset(u.Source)
+		return x.depart(u.Source)
 	}
 	return nil
 }

@@ -62,6 +62,59 @@ func (x *Index) reset(engine string) error {
 	return errors.Join(err, x.apply(engine, st.ops))
 }
 
+// depart retires engine (kvevents.UpdateDeparted: it left the fleet):
+// every entry and mapping of it goes (an OpClear, on any backend), its
+// position too, and the index forgets its state, so that an engine that
+// comes back under that name starts from nothing. Counted in
+// Stats.Departed and logged once per departure.
+func (x *Index) depart(engine string) error {
+	if x.closed.Load() {
+		return ErrClosed
+	}
+	st := x.engine(engine)
+	st.mu.Lock()
+	x.resumed(engine, false)
+	st.ops = append(st.ops[:0], Op{Kind: OpClear})
+	x.posMu.Lock()
+	delete(x.pos, engine)
+	x.posMu.Unlock()
+	var err error
+	if x.ps != nil {
+		if err = x.ps.DropPosition(engine); err != nil {
+			x.failed("drop position", engine, err)
+		}
+	}
+	c, aerr := x.be.Apply(engine, st.ops)
+	x.st.add(c)
+	if aerr != nil {
+		x.failed("apply", engine, aerr)
+	}
+	err = errors.Join(err, aerr)
+	if r, ok := x.be.(interface{ RetireEngine(string) error }); ok && aerr == nil {
+		// A shared backend lets the engine go (redisstore: its writer lease).
+		if rerr := r.RetireEngine(engine); rerr != nil {
+			x.failed("retire", engine, rerr)
+			err = errors.Join(err, rerr)
+		}
+	}
+	st.mu.Unlock()
+	x.mu.Lock()
+	if x.engines[engine] == st {
+		delete(x.engines, engine)
+		if x.models[st.model]--; x.models[st.model] <= 0 {
+			delete(x.models, st.model)
+		}
+	}
+	x.mu.Unlock()
+	x.st.departed.Add(1)
+	if err != nil {
+		x.log.Warn("kvindex: engine departed; dropping its entries failed", slog.String("engine", ratelog.Escape(engine, 64)), slog.Any(ratelog.KeyErr, err))
+	} else {
+		x.log.Info("kvindex: engine departed; its entries dropped", slog.String("engine", ratelog.Escape(engine, 64)), slog.Uint64("entries", c.Cleared))
+	}
+	return err
+}
+
 // lost makes engine's entries uncertain (a lost range).
 func (x *Index) lost(engine string) error {
 	if x.closed.Load() {

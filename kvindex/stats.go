@@ -16,6 +16,10 @@ type Stats struct {
 	// counts lost ranges (Lost).
 	Resets uint64 `json:"resets"`
 	Losses uint64 `json:"losses"`
+	// Departed counts engines retired (kvevents.UpdateDeparted: removed
+	// from the subscriber, e.g. by discovery): each one's entries,
+	// mappings and position were dropped.
+	Departed uint64 `json:"departed"`
 	// Placeholders counts tier-only stores (no tokens) applied.
 	Placeholders uint64 `json:"placeholders"`
 	// UnknownParents counts stores not indexed because their parent hash
@@ -70,7 +74,7 @@ type counters struct {
 	placeholders, unknownParents, unknownPlaceholders, hybrid atomic.Uint64
 	partialGroups, bigrams, inactive                          atomic.Uint64
 	refused, scores, errors                                   atomic.Uint64
-	unknownModels, backendLosses                              atomic.Uint64
+	unknownModels, backendLosses, departed                    atomic.Uint64
 	snapshots, snapshotErrors, snapshotRefused                atomic.Uint64
 	added, refreshed, removed, unknownRemovals, cleared       atomic.Uint64
 	remapped, evicted, backendRefused                         atomic.Uint64
@@ -93,7 +97,7 @@ func (x *Index) Stats() Stats {
 	return Stats{
 		Batches: c.batches.Load(), Events: c.events.Load(),
 		Stores: c.stores.Load(), Removals: c.removals.Load(), Clears: c.clears.Load(),
-		Resets: c.resets.Load(), Losses: c.losses.Load(), Placeholders: c.placeholders.Load(),
+		Resets: c.resets.Load(), Losses: c.losses.Load(), Departed: c.departed.Load(), Placeholders: c.placeholders.Load(),
 		UnknownParents: c.unknownParents.Load(), UnknownPlaceholders: c.unknownPlaceholders.Load(),
 		Hybrid: c.hybrid.Load(), Bigrams: c.bigrams.Load(), PartialGroups: c.partialGroups.Load(), Refused: c.refused.Load(),
 		Inactive: c.inactive.Load(),

@@ -270,7 +270,7 @@ var families = []*Family{
 	// The kvindex families (kvindex.go).
 	kvindexBatches, kvindexStored, kvindexRemoved, kvindexCleared, kvindexInactive, kvindexResets,
 	kvindexLostRanges, kvindexNotIndexed, kvindexEntriesAdded, kvindexEntriesRemoved, kvindexUnknownRemovals,
-	kvindexScores, kvindexUnknownModels, kvindexErrors, kvindexBackendLosses, kvindexSnapshots, kvindexSnapshotErrors,
+	kvindexScores, kvindexUnknownModels, kvindexErrors, kvindexBackendLosses, kvindexDeparted, kvindexSnapshots, kvindexSnapshotErrors,
 	kvindexSnapshotRefused, kvindexEntries, kvindexBlocks, kvindexEngines, kvindexCapacity, kvindexBytes,
 }
 

@@ -43,6 +43,9 @@ var (
 	kvindexBackendLosses = family("zmqguard_kvindex_backend_losses_total", Counter, "{loss}",
 		"Losses of the shared backend's data (a Redis restarted empty, flushed or failed over): each dropped the "+
 			"cached tables and resynced every source.", labelLoop)
+	kvindexDeparted = family("zmqguard_kvindex_departed_engines_total", Counter, "{engine}",
+		"Engines retired because they left the fleet (kvevents.UpdateDeparted: removed from the subscriber, "+
+			"e.g. by discovery): each one's entries, mappings and position were dropped.", labelLoop)
 	kvindexSnapshots = family("zmqguard_kvindex_snapshots_total", Counter, "{snapshot}",
 		"Snapshots written.", labelLoop)
 	kvindexSnapshotErrors = family("zmqguard_kvindex_snapshot_errors_total", Counter, "{error}",
@@ -109,6 +112,7 @@ func (e emitter) kvindex(name string, st kvindex.Stats) {
 	e.emit(kvindexUnknownModels, f(st.UnknownModels), name)
 	e.emit(kvindexErrors, f(st.Errors), name)
 	e.emit(kvindexBackendLosses, f(st.BackendLosses), name)
+	e.emit(kvindexDeparted, f(st.Departed), name)
 	e.emit(kvindexSnapshots, f(st.Snapshots), name)
 	e.emit(kvindexSnapshotErrors, f(st.SnapshotErrors), name)
 	e.emit(kvindexSnapshotRefused, f(st.SnapshotRefused), name)

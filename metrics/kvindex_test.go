@@ -18,7 +18,7 @@ func kvStats() kvindex.Stats {
 		Counts: kvindex.Counts{Added: 13, Refreshed: 14, Removed: 15, UnknownRemovals: 16, Cleared: 17,
 			Remapped: 18, Evicted: 19, Rejected: 20},
 		Scores: 21, Errors: 22, Bigrams: 30, Inactive: 31, UnknownModels: 32, BackendLosses: 33, Snapshots: 34,
-		SnapshotErrors: 35, SnapshotRefused: 36,
+		SnapshotErrors: 35, SnapshotRefused: 36, Departed: 37,
 		Backend: kvindex.BackendStats{Entries: 23, Blocks: 24, Mappings: 25, Engines: 26, Capacity: 27, Evicted: 19, Bytes: 28}}
 }
 
@@ -59,6 +59,7 @@ func TestAddKVIndexMapsEveryField(t *testing.T) {
 		"zmqguard_kvindex_unknown_model_scores_total{kv}":            32,
 		"zmqguard_kvindex_backend_losses_total{kv}":                  33,
 		"zmqguard_kvindex_snapshots_total{kv}":                       34,
+		"zmqguard_kvindex_departed_engines_total{kv}":                37,
 		"zmqguard_kvindex_snapshot_errors_total{kv}":                 35,
 		"zmqguard_kvindex_snapshot_refused_total{kv}":                36,
 		"zmqguard_kvindex_not_indexed_total{kv,refused}":             12,
@@ -78,7 +79,7 @@ func TestAddKVIndexMapsEveryField(t *testing.T) {
 	} {
 		want(t, got, k, v)
 	}
-	if len(got) != 31 {
-		t.Errorf("%d samples, want 31", len(got))
+	if len(got) != 32 {
+		t.Errorf("%d samples, want 32", len(got))
 	}
 }

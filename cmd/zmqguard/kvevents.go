@@ -20,7 +20,7 @@ import (
 
 var kvEventsSpec = commandSpec{
 	name:     "kv-events",
-	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--fan-in ADDR [--fan-in-replay TEMPLATE]]... [--fan-in-any-address] [--engine-ttl D] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
+	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--fan-in ADDR [--fan-in-replay TEMPLATE]]... [--fan-in-any-address] [--engine-ttl D] [--sources-dns tcp://NAME:PORT[,replay=PORT]]... [--dns-interval D] [--sources-file FILE] [--allow CIDR,...] [--any-peer] [--topic T] [--from-start] [--count N] [--curve-server-key Z85 [--curve-secret-key-file F]]",
 	summary:  "follow vLLM KV-cache event publishers, one JSON line per event",
 	help: `Subscribes to the KV-event publishers of vLLM engines (or anything speaking
 their wire) through hardened SUB sockets, and prints one JSON object per
@@ -55,6 +55,15 @@ connection lives, and a topic naming an IP address is accepted only from
 that address (--fan-in-any-address turns that off). An engine whose
 connection has been gone for --engine-ttl (default 10m) is retired:
 {"source": TOPIC, "type": "departed"}.
+
+--sources-dns tcp://NAME:PORT[,replay=PORT] (repeatable) follows every
+address NAME resolves to (A and AAAA, every --dns-interval, default 10s; a
+Kubernetes headless service answers with its ready pods): a failed lookup
+changes nothing, an NXDOMAIN or empty answer removes the engines only
+after 3 lookups in a row. --sources-file FILE follows the engines a file
+lists, one "LIVE [REPLAY]" per line (# comments), re-read when it changes,
+also when replaced by a rename; a bad line is logged with its number and
+the others apply. Each is named by its live endpoint (issue 36).
 
 --engine sglang, after a --connect (or --bind), says that source is an
 SGLang engine: elements an event array holds after SGLang's own fields are
@@ -295,6 +304,7 @@ type kvEventsFlags struct {
 	mo            *metricsOptions
 	curve         *curveClientFlags
 	allow         *allowFlag
+	disc          *discoveryFlags
 }
 
 // kvEventsCmd is the kvEvents command.
@@ -316,6 +326,7 @@ var kvEventsCmd = command[kvEventsFlags]{
 		fl.mo = addMetricsFlags(fs)
 		fl.curve = addCurveClientFlags(fs)
 		fl.allow = addAllowFlag(fs)
+		fl.disc = addDiscoveryFlags(fs)
 	},
 	run: runKVEvents,
 }
@@ -324,8 +335,11 @@ var kvEventsCmd = command[kvEventsFlags]{
 // work (positional arguments are refused before it runs: its spec takes
 // none).
 func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
-	if len(fl.srcs.list) == 0 {
-		return usagef("at least one --connect, --bind or --fan-in is required")
+	if len(fl.srcs.list) == 0 && !fl.disc.any() {
+		return usagef("at least one --connect, --bind, --fan-in, --sources-dns or --sources-file is required")
+	}
+	if err := fl.disc.check(); err != nil {
+		return err
 	}
 	if fl.replayTimeout <= 0 {
 		return badFlag("--replay-timeout", fl.replayTimeout, "want a positive duration")
@@ -371,7 +385,13 @@ func runKVEvents(ctx context.Context, fl *kvEventsFlags, e *env) error {
 		return err
 	}
 	defer ms.Close()
-	if err := sub.Run(rctx); err != nil {
+	waitDiscovery := followDiscovery(rctx, sub, fl.disc.discoverers(e.logger, fl.srcs.engine, nil), e.logger, cancel)
+	err = sub.Run(rctx)
+	cancel()
+	if derr := waitDiscovery(); err == nil {
+		err = derr
+	}
+	if err != nil {
 		return err
 	}
 	st := sub.Stats()

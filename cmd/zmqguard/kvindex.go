@@ -27,7 +27,7 @@ import (
 
 var kvIndexSpec = commandSpec{
 	name:     "kv-index",
-	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--fan-in ADDR [--fan-in-replay TEMPLATE]]... [--fan-in-any-address] [--engine-ttl D] [--allow CIDR,...] [--redis URL | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
+	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--fan-in ADDR [--fan-in-replay TEMPLATE]]... [--fan-in-any-address] [--engine-ttl D] [--sources-dns tcp://NAME:PORT[,replay=PORT]]... [--dns-interval D] [--sources-file FILE] [--allow CIDR,...] [--redis URL | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
 	summary:  "a KV-cache index of vLLM engines, scored over HTTP (POST /score)",
 	help: `Follows the KV-event publishers of vLLM engines like kv-events (same
 --connect/--bind/--replay/--engine/--topic/--from-start flags; each source is one
@@ -53,6 +53,19 @@ persistence, FLUSHALL) is noticed: one ERROR line, index.BackendLosses
 counted, and every source replayed from the start as after a restart.
 --redis URL with no --connect or --bind is a read-only replica serving
 /score from the shared index.
+
+Sources can also be found while running (issue 36): --sources-dns
+tcp://NAME:PORT[,replay=PORT] (repeatable) follows every address NAME
+resolves to (A and AAAA, every --dns-interval, default 10s; a Kubernetes
+headless service answers with its ready pods, no API access needed): a
+failed lookup changes nothing, an NXDOMAIN or empty answer retires the
+engines only after 3 lookups in a row. --sources-file FILE follows the
+engines a file lists, one "LIVE [REPLAY]" per line (# comments), re-read
+when it changes, also when replaced by a rename (editors, ConfigMap
+mounts); a bad line is logged with its number and the others apply. Each
+discovered source is named by its live endpoint; one that leaves is
+removed and its engine retired (kv-index drops its entries, counted in
+index.departed).
 
 --http HOST:PORT (required; loopback unless --http-allow-remote; port 0
 picks a free port, logged as http_addr) serves:
@@ -361,7 +374,7 @@ func (s *kvIndexServer) resyncAll() {
 		return
 	}
 	s.resyncMu.Unlock()
-	for _, so := range s.sources {
+	for _, so := range s.sub.Stats().Sources { // discovered sources too
 		if err := s.sub.Resync(so.Name); err != nil {
 			s.logger.Warn("kv-index: resync after the shared index's loss failed", "source", so.Name, "err", err)
 		}
@@ -461,6 +474,7 @@ type kvIndexFlags struct {
 	live          *livenessFlags
 	curve         *curveClientFlags
 	allow         *allowFlag
+	disc          *discoveryFlags
 }
 
 // kvIndexCmd is the kvIndex command.
@@ -493,6 +507,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fl.live = addLivenessFlags(fs)
 		fl.curve = addCurveClientFlags(fs)
 		fl.allow = addAllowFlag(fs)
+		fl.disc = addDiscoveryFlags(fs)
 	},
 	run: runKVIndex,
 }
@@ -501,8 +516,11 @@ var kvIndexCmd = command[kvIndexFlags]{
 // work (positional arguments are refused before it runs: its spec takes
 // none).
 func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
-	if len(fl.srcs.list) == 0 && fl.redisURL == "" {
-		return usagef("at least one --connect, --bind or --fan-in is required (or --redis URL alone: a read-only replica of a shared index)")
+	if len(fl.srcs.list) == 0 && !fl.disc.any() && fl.redisURL == "" {
+		return usagef("at least one --connect, --bind, --fan-in, --sources-dns or --sources-file is required (or --redis URL alone: a read-only replica of a shared index)")
+	}
+	if err := fl.disc.check(); err != nil {
+		return err
 	}
 	if fl.redisURL == "" {
 		switch {
@@ -600,7 +618,9 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	defer sub.Close()
 	srv.sub = sub
 	srcs := fl.srcs.sources()
-	srv.resume(srcs, fl.snapshot != "" || fl.redisURL != "", fl.redisURL == "")
+	// With discovery the engines followed are not known yet: none of the
+	// snapshot's is retired at start (discovery retires who leaves).
+	srv.resume(srcs, fl.snapshot != "" || fl.redisURL != "", fl.redisURL == "" && !fl.disc.any())
 	for _, s := range srcs {
 		if err := sub.Add(s); err != nil {
 			return err
@@ -621,7 +641,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	if pending {
 		srv.resyncAll()
 	}
-	if len(fl.srcs.list) == 0 {
+	if len(fl.srcs.list) == 0 && !fl.disc.any() {
 		e.logger.Info("kv-index is a read-only replica: no source, /score answers from the shared index")
 	}
 	h, err := srv.handler()
@@ -641,7 +661,15 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	ep := serveEndpointCapped(ln, hs, kvIndexMaxConns, "kv-index", "http_addr", "--http-allow-remote", 5*time.Second, e.logger,
 		"url", "http://"+ln.Addr().String()+"/score", "backend", backend, "model", fl.model)
 	defer ep.Close()
-	if err := sub.Run(ctx); err != nil {
+	rctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	waitDiscovery := followDiscovery(rctx, sub, fl.disc.discoverers(e.logger, fl.srcs.engine, x.Positions), e.logger, cancel)
+	err = sub.Run(rctx)
+	cancel()
+	if derr := waitDiscovery(); err == nil {
+		err = derr
+	}
+	if err != nil {
 		return err
 	}
 	ep.Close()

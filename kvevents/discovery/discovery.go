@@ -1,6 +1,12 @@
 // Package discovery finds the KV-event publishers of a fleet that changes
 // and keeps a kvevents.Subscriber following exactly them (issue 36).
 //
+//	var sub *kvevents.Subscriber // running, feeding an index
+//	// The engines: a headless service's ready pods, and those a file lists.
+//	err := discovery.Follow(ctx, sub,
+//		discovery.DNS{Host: "vllm-engines.ns.svc.cluster.local.", Port: 5557, ReplayPort: 5558},
+//		discovery.File{Path: "/etc/zmqguard/engines"})
+//
 // A Discoverer reports the complete set of sources it sees each time that
 // set may have changed; Follow turns consecutive sets into
 // Subscriber.Add and Subscriber.Remove calls, so a source that leaves the

@@ -99,7 +99,7 @@ type store struct {
 	keys    []string
 	cluster bool // the client is a Redis Cluster client
 	// The scripts; each checks the generation token first.
-	apply, holders, resolve, name, renew, establishS, posGet, posSet *rueidis.Lua
+	apply, holders, resolve, name, renew, establishS, posGet, posSet, retire *rueidis.Lua
 
 	mu sync.RWMutex
 	// gen is the generation the store's tables belong to; nil after a
@@ -187,6 +187,7 @@ func open(cfg Config) (*store, error) {
 		establishS: rueidis.NewLuaScript(establishScript),
 		posGet:     rueidis.NewLuaScriptReadOnly(positionsScript),
 		posSet:     rueidis.NewLuaScript(savePositionScript),
+		retire:     rueidis.NewLuaScript(retireScript),
 		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {

@@ -71,6 +71,7 @@ var snippetImports = map[string]string{
 	"handshake":   "github.com/zmqguard/zmqguard/handshake",
 	"kvevents":    "github.com/zmqguard/zmqguard/kvevents",
 	"kvindex":     "github.com/zmqguard/zmqguard/kvindex",
+	"discovery":   "github.com/zmqguard/zmqguard/kvevents/discovery",
 	"kvindextest": "github.com/zmqguard/zmqguard/kvindex/kvindextest",
 	"redisstore":  "github.com/zmqguard/zmqguard/kvindex/redisstore",
 	"vllmhash":    "github.com/zmqguard/zmqguard/kvindex/vllmhash",
