@@ -249,11 +249,7 @@ func listModules(t *testing.T, pkgs []string, mods map[string]string) []string {
 	env := []string{"GOWORK=off", "GOFLAGS=-mod=mod -buildvcs=false"}
 	goCmd(t, dir, env, "mod", "tidy")
 	goCmd(t, dir, env, "build", "-o", filepath.Join(t.TempDir(), "uses"), ".")
-	var list []string
-	for _, f := range strings.Fields(string(goCmd(t, dir, env, "list", "-m", "-f", "{{.Path}}", "all"))) {
-		list = append(list, f)
-	}
-	return list
+	return strings.Fields(string(goCmd(t, dir, env, "list", "-m", "-f", "{{.Path}}", "all")))
 }
 
 // hits returns the modules of list that start with a forbidden prefix.
