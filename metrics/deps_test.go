@@ -16,7 +16,8 @@ var metricsModules = []string{"github.com/prometheus/", "go.opentelemetry.io/"}
 var adapterDirs = []string{"cmd/", "examples/", "bench/", "metrics/zgprom", "metrics/zgotel"}
 
 // TestLibraryBuildsNoMetricsDependency runs `go list` over every package of
-// the module and fails if a library package (anything outside adapterDirs,
+// the workspace (go.work: the library and the modules of cmd/, examples/
+// and the adapters) and fails if a library package (anything outside adapterDirs,
 // this package included) depends, directly or not, on a Prometheus or
 // OpenTelemetry package: embedding zmqguard must never build one.
 func TestLibraryBuildsNoMetricsDependency(t *testing.T) {

@@ -23,11 +23,13 @@
 package apicheck
 
 import (
+	"errors"
 	"go/ast"
 	"go/parser"
 	"go/token"
 	"io/fs"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -118,8 +120,15 @@ func Mentions(root, importPath string) ([]Mention, error) {
 }
 
 // walk calls fn with the parsed non-test files of each public package
-// under root.
+// under root, in the nested modules that root's go.work lists too:
+// metrics/zgprom, kvindex/redisstore and the other adapters are modules of
+// their own but their names are part of zmqguard's surface like any other
+// package's. A nested module go.work does not list is skipped.
 func walk(root string, fn func(pkg string, fset *token.FileSet, files []*ast.File)) error {
+	workspace, err := workModules(root)
+	if err != nil {
+		return err
+	}
 	return filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -130,15 +139,15 @@ func walk(root string, fn func(pkg string, fset *token.FileSet, files []*ast.Fil
 		rel, _ := filepath.Rel(root, path)
 		rel = filepath.ToSlash(rel)
 		if rel != "." {
+			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil && !workspace[rel] {
+				return filepath.SkipDir // a nested module that go.work does not list
+			}
 			switch d.Name() {
 			case "internal", "testdata", "vendor":
 				return filepath.SkipDir
 			}
 			if strings.HasPrefix(d.Name(), ".") || strings.HasPrefix(d.Name(), "_") {
 				return filepath.SkipDir
-			}
-			if _, err := os.Stat(filepath.Join(path, "go.mod")); err == nil {
-				return filepath.SkipDir // a nested module
 			}
 		}
 		ents, err := os.ReadDir(path)
@@ -322,4 +331,37 @@ func mentions(pkg string, fset *token.FileSet, f *ast.File, local string) []Ment
 		}
 	}
 	return out
+}
+
+// workModules returns the directories (slash-separated, relative to root)
+// that the use directives of root's go.work name; none when there is no
+// go.work. It reads `use dir` and `use ( dir ... )`, with // comments.
+func workModules(root string) (map[string]bool, error) {
+	text, err := os.ReadFile(filepath.Join(root, "go.work"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	dirs := map[string]bool{}
+	inUse := false
+	for line := range strings.Lines(string(text)) {
+		if i := strings.Index(line, "//"); i >= 0 {
+			line = line[:i]
+		}
+		f := strings.Fields(line)
+		switch {
+		case len(f) == 0:
+		case inUse && f[0] == ")":
+			inUse = false
+		case inUse:
+			dirs[path.Clean(f[0])] = true
+		case f[0] == "use" && len(f) >= 2 && f[1] == "(":
+			inUse = true
+		case f[0] == "use" && len(f) >= 2:
+			dirs[path.Clean(f[1])] = true
+		}
+	}
+	return dirs, nil
 }

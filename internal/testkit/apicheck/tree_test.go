@@ -27,7 +27,7 @@ func writeTree(t testing.TB, files map[string]string) string {
 // funcs, types, methods of exported types (interface methods included),
 // consts and vars of importable packages; not unexported names, methods of
 // unexported types, test files, internal/, testdata/, main packages or
-// nested modules.
+// nested modules that go.work does not list (those it lists count).
 func TestSurfaceTree(t *testing.T) {
 	root := writeTree(t, map[string]string{
 		"go.mod": "module example.com/m\n",
@@ -50,6 +50,11 @@ var V = 3
 		"cmd/c/main.go":     "package main\nfunc Exported() {}\nfunc main() {}\n",
 		"nested/go.mod":     "module example.com/n\n",
 		"nested/n.go":       "package n\nfunc N() {}\n",
+		"go.work":           "go 1.26.0\n\nuse ( // the modules\n\t.\n\t./listed // an adapter\n)\nuse ./single\n",
+		"listed/go.mod":     "module example.com/m/listed\n",
+		"listed/l.go":       "package listed\nfunc L() {}\n",
+		"single/go.mod":     "module example.com/m/single\n",
+		"single/s.go":       "package single\nfunc S() {}\n",
 		"b/b.go":            "package b\ntype G[K comparable] struct{}\nfunc (G[K]) Get() {}\n",
 		"b/b_other.go":      "//go:build !linux\n\npackage b\nfunc Both() {}\n",
 		"b/b_linux.go":      "//go:build linux\n\npackage b\nfunc Both() {}\n",
@@ -67,6 +72,7 @@ var V = 3
 		"a method T.Conv func(T) zmq4.SocketType", "a method T.Pub func(T)", "a type I interface{M()}",
 		"a type T struct{Kind zmq4.SocketType}", "a var V int",
 		"b func Both func()", "b method G.Get func(G[K])", "b type G [K comparable] struct{}",
+		"listed func L func()", "single func S func()",
 	}
 	if !slices.Equal(got, want) {
 		t.Fatalf("surface\n got %q\nwant %q", got, want)

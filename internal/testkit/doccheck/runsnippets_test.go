@@ -232,7 +232,7 @@ func goBuild(t *testing.T, root string, args ...string) {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goBin, args...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Env = append(os.Environ(), workspaceEnv(t, root))
 	if out, err := cmd.CombinedOutput(); err != nil {
 		t.Fatalf("go %s: %v\n%s", strings.Join(args, " "), err, out)
 	}
@@ -596,4 +596,20 @@ func TestRunRule(t *testing.T) {
 	if outputDiff("a\nb", "a\nb") != "" || !strings.Contains(outputDiff("a\nb", "a\nc"), "! doc: b\n! got: c") {
 		t.Errorf("outputDiff")
 	}
+}
+
+// workspaceEnv is the GOWORK setting for a go command run in root: the
+// repository's go.work, so that a snippet or program may import any of the
+// repository's modules (cmd/, examples/, the metrics and Redis adapters are
+// modules of their own), whatever GOWORK the caller's environment holds.
+func workspaceEnv(t *testing.T, root string) string {
+	t.Helper()
+	work, err := filepath.Abs(filepath.Join(root, "go.work"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(work); err != nil {
+		t.Fatalf("the repository's go.work is needed to build its modules together: %v", err)
+	}
+	return "GOWORK=" + work
 }

@@ -610,7 +610,7 @@ func buildSnippets(t *testing.T, root string, snippets []snippet) (built, skippe
 	defer cancel()
 	cmd := exec.CommandContext(ctx, goBin, append([]string{"build", "-overlay", ovPath}, pkgs...)...)
 	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "GOWORK=off")
+	cmd.Env = append(os.Environ(), workspaceEnv(t, root))
 	outb, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("go build of the snippets took more than 4 minutes:\n%s", outb)

@@ -1,0 +1,34 @@
+module github.com/zmqguard/zmqguard/examples
+
+go 1.26.0
+
+require github.com/zmqguard/zmqguard v0.0.0
+
+require (
+	github.com/lmittmann/tint v1.2.1
+	github.com/prometheus/client_golang v1.25.0
+	github.com/prometheus/client_model v0.6.3
+	github.com/prometheus/common v0.72.0
+	github.com/tinylib/msgp v1.6.5
+	github.com/zmqguard/zmqguard/metrics/zgprom v0.0.0
+	go.uber.org/goleak v1.3.0
+)
+
+require (
+	github.com/beorn7/perks v1.0.1 // indirect
+	github.com/cespare/xxhash/v2 v2.3.0 // indirect
+	github.com/go-zeromq/goczmq/v4 v4.2.2 // indirect
+	github.com/go-zeromq/zmq4 v0.17.0 // indirect
+	github.com/munnerz/goautoneg v0.0.0-20191010083416-a7dc8b61c822 // indirect
+	github.com/philhofer/fwd v1.2.0 // indirect
+	github.com/prometheus/procfs v0.22.0 // indirect
+	golang.org/x/crypto v0.36.0 // indirect
+	golang.org/x/sync v0.24.0 // indirect
+	golang.org/x/sys v0.48.0 // indirect
+	golang.org/x/text v0.42.0 // indirect
+	google.golang.org/protobuf v1.36.12 // indirect
+)
+
+replace github.com/zmqguard/zmqguard => ..
+
+replace github.com/zmqguard/zmqguard/metrics/zgprom => ../metrics/zgprom
