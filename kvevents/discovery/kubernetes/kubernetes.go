@@ -74,7 +74,7 @@ type Watcher struct {
 // errNoClient is returned by Discover when Client is nil.
 var errNoClient = errors.New("kubernetes: Watcher.Client is nil")
 
-func (w *Watcher) check() (labels.Selector, error) {
+func (w *Watcher) fill() (labels.Selector, error) {
 	if w.Client == nil {
 		return nil, errNoClient
 	}
@@ -116,8 +116,8 @@ func (w *Watcher) check() (labels.Selector, error) {
 // sends the complete set of followed pods once the first list is in and
 // after every burst of changes, and returns nil when ctx ends. It returns
 // an error only for a bad Watcher field.
-func (w *Watcher) Discover(ctx context.Context, sets chan<- []kvevents.Source) error {
-	sel, err := w.check()
+func (w Watcher) Discover(ctx context.Context, sets chan<- []kvevents.Source) error {
+	sel, err := w.fill() // on Discover's own copy: the caller's Watcher is not changed
 	if err != nil {
 		return err
 	}
