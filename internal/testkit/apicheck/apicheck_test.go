@@ -76,16 +76,21 @@ func TestSurface(t *testing.T) {
 // kvindex.ErrBackendLost, PositionStore with its three methods,
 // Index.Positions; vllm.Resolve, Resolution, KnownReleases;
 // socket.Socket.SendShared), so it is 410, each share raised by what its
-// package gained.
-const surfaceBudget = 410
+// package gained. Session 8 (issues 36 and 40) added 8 more: a fleet that
+// changes needs kvevents.UpdateDeparted and the discovery packages'
+// Discoverer, Follow, DNS, File (with their Discover methods) and
+// kubernetes.Watcher, Watcher.Discover and Followed; Close no longer
+// waiting needs socket.Socket.Shutdown (loop.FromZMQ4 became
+// socket.FromZMQ4: no change in count). So it is 418.
+const surfaceBudget = 418
 
 // pkgBudget is issue 30's share of surfaceBudget per package (a group of
 // packages shares one line's share: kvindex and its three subpackages).
 // TestSurfaceBudget logs the packages over their share, to say where the
 // names are; only the total is enforced.
 var pkgBudget = map[string]int{
-	"zmtpguard": 45, "socket": 36, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
-	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 48,
+	"zmtpguard": 45, "socket": 38, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
+	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 49, "kvevents/discovery": 7, "kvevents/discovery/kubernetes": 3,
 	"kvindex": 61, "metrics/zgprom": 4, "metrics/zgotel": 2,
 }
 

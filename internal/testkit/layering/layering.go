@@ -16,6 +16,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
@@ -219,6 +220,10 @@ func List(root string) ([]Package, error) {
 	for _, dir := range dirs {
 		cmd := exec.Command("go", "list", "-deps", "-json=ImportPath,Standard,Module,Imports,Deps", "./...")
 		cmd.Dir = dir
+		// Each module alone (its go.mod replaces the repository's modules
+		// by relative paths): a module go.work leaves out (bench/pebbe,
+		// which needs cgo) is listed too.
+		cmd.Env = append(os.Environ(), "GOWORK=off")
 		var stderr bytes.Buffer
 		cmd.Stderr = &stderr
 		b, err := cmd.Output()
