@@ -16,7 +16,7 @@ import "encoding/binary"
 // them and requires the same error and the same Message.
 
 // noFastPaths turns the fast paths off (tests only: FuzzFastPaths and
-// TestFastPathsTaken compare the two).
+// TestFastPathsSame compare the two ways).
 var noFastPaths = false
 
 // What outputFast did.
