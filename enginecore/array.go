@@ -349,6 +349,9 @@ func DTypeOf(name string) DType {
 
 // array decodes one array or tensor (or nil) at the front of b into a.
 func (d *decoder) array(orig, b []byte, a *Array, what string) ([]byte, error) {
+	if p, ok := d.arrayFast(b, a); ok {
+		return b[p:], nil
+	}
 	if msgp.IsNil(b) {
 		if a.DType != dtNone {
 			*a = Array{Shape: a.Shape[:0]}

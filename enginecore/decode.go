@@ -278,6 +278,9 @@ const allNil8 = 0xc0c0c0c0c0c0c0c0
 // asciiOnly reports whether s is all ASCII (and so valid UTF-8), eight
 // bytes at a time.
 func asciiOnly(s []byte) bool {
+	if n := len(s); n >= 8 && n <= 16 { // a request id: two words, overlapping
+		return (binary.LittleEndian.Uint64(s)|binary.LittleEndian.Uint64(s[n-8:]))&0x8080808080808080 == 0
+	}
 	for len(s) >= 8 {
 		if binary.LittleEndian.Uint64(s)&0x8080808080808080 != 0 {
 			return false

@@ -22,7 +22,15 @@ func (d *decoder) outputs(orig, b []byte, k int) ([]byte, error) {
 	var err error
 	for j := range k {
 		o := &m.Outputs[j]
-		b, err = d.output(orig, b, o)
+		switch p, n, nt, state := d.outputFast(b, o); state {
+		case fastWhole:
+			b = b[p:]
+			continue // o.left is leftNothing
+		case fastPrefix:
+			b, err = d.outputRest(orig, b, o, p, n, nt)
+		default:
+			b, err = d.output(orig, b, o)
+		}
 		if err != nil {
 			return b, err
 		}
@@ -185,6 +193,16 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 	if err != nil {
 		return b, fail(orig, at, "EngineCoreOutput.new_token_ids: want an array of int", err)
 	}
+	return d.fields(orig, b, o, n, staleLP)
+}
+
+// fields decodes the fields after new_token_ids of an output of n fields
+// whose first two output has decoded (o.left is leftUnknown), and sets
+// o.left. staleLP reports that o.NewLogprobs still holds the previous
+// decode's logprobs (see output).
+func (d *decoder) fields(orig, b []byte, o *Output, n uint32, staleLP bool) ([]byte, error) {
+	var at []byte
+	var err error
 	// dirty records whether a field after new_logprobs was given a value,
 	// lp whether new_logprobs was: vLLM writes the full 14-field struct,
 	// and in the common output every field after new_token_ids is nil
@@ -192,6 +210,14 @@ func (d *decoder) output(orig, b []byte, o *Output) ([]byte, error) {
 	// little for reset.
 	dirty, lp := false, false
 	for i := uint32(2); i < n; i++ {
+		if i == 3 && n == 14 && len(b) >= 11 && binary.LittleEndian.Uint64(b) == allNil8 &&
+			binary.LittleEndian.Uint16(b[8:]) == 0xc0c0 && b[10] == 0 {
+			// Fields 3 to 12 nil and num_nans_in_logits 0, as vLLM
+			// sends an output with logprobs: the same as the nil run and
+			// the fixint case below.
+			b = b[11:]
+			break
+		}
 		if i == 2 && n > 12 && len(b) >= 11 && binary.LittleEndian.Uint64(b) == allNil8 &&
 			b[8] == 0xc0 && b[9] == 0xc0 && b[10] == 0xc0 {
 			// Fields 2 to 12 all nil, as vLLM sends most outputs: the
@@ -353,13 +379,21 @@ func (d *decoder) logprobs(orig, b []byte, l *Logprobs, names *logprobsNames) ([
 	if n < 4 { // no cu_num_generated_tokens: clear a previous decode's (see output)
 		l.HasCuNumGenerated, l.CuNumGenerated = false, l.CuNumGenerated[:0]
 	}
-	if b, err = d.array(orig, b, &l.TokenIDs, names.ids); err != nil {
+	// The three arrays, each through arrayFast when it can (array would
+	// call it too, but its own frame costs as much again).
+	if u, ok := d.arrayFast(b, &l.TokenIDs); ok {
+		b = b[u:]
+	} else if b, err = d.array(orig, b, &l.TokenIDs, names.ids); err != nil {
 		return b, err
 	}
-	if b, err = d.array(orig, b, &l.Logprobs, names.lps); err != nil {
+	if u, ok := d.arrayFast(b, &l.Logprobs); ok {
+		b = b[u:]
+	} else if b, err = d.array(orig, b, &l.Logprobs, names.lps); err != nil {
 		return b, err
 	}
-	if b, err = d.array(orig, b, &l.SampledRanks, names.ranks); err != nil {
+	if u, ok := d.arrayFast(b, &l.SampledRanks); ok {
+		b = b[u:]
+	} else if b, err = d.array(orig, b, &l.SampledRanks, names.ranks); err != nil {
 		return b, err
 	}
 	for i := uint32(3); i < n; i++ {
