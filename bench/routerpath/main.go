@@ -46,6 +46,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 )
 
@@ -167,6 +168,7 @@ func fail(err error) {
 // pubChild is the publisher child.
 type pubChild struct {
 	cmd   *exec.Cmd
+	inMu  sync.Mutex // the acknowledging goroutine and measure write
 	in    *bufio.Writer
 	inF   interface{ Close() error }
 	lines chan string
@@ -213,6 +215,8 @@ func startPublisher(engines, entries, holders, promptBlocks, window, workers int
 }
 
 func (c *pubChild) send(format string, a ...any) {
+	c.inMu.Lock()
+	defer c.inMu.Unlock()
 	fmt.Fprintf(c.in, format+"\n", a...)
 	c.in.Flush()
 }
@@ -372,9 +376,14 @@ func measure(res *result, variant string, engines, entries, capacity int, p []in
 
 func waitApplied(c consumer, n uint64, timeout time.Duration) error {
 	deadline := time.Now().Add(timeout)
+	last, moved := c.applied(), time.Now()
 	for c.applied() < n {
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%d of %d events applied after %s", c.applied(), n, timeout)
+		if now := c.applied(); now != last {
+			last, moved = now, time.Now()
+		}
+		if time.Now().After(deadline) || time.Since(moved) > 30*time.Second {
+			return fmt.Errorf("%d of %d events applied (none for %s, %s in all)", c.applied(), n,
+				time.Since(moved).Round(time.Second), timeout)
 		}
 		time.Sleep(5 * time.Millisecond)
 	}

@@ -4,10 +4,11 @@ import (
 	"github.com/zmqguard/zmqguard/kvevents"
 )
 
-// The fleet's stream. Engine e owns the hashes e<<40 | k. Its cache holds
+// The fleet's stream. Engine e owns the hashes (e+1)<<40 | k (every hash
+// takes 8 bytes on the wire, as a real 64-bit hash; llm-d refuses small ones). Its cache holds
 // (entries ÷ engines) blocks of 16 tokens: for the first `holders` engines
-// a prefix of the scored prompt (hashes e<<40 | 1<<39 | i, never removed),
-// the rest chains of 64 random blocks (hashes e<<40 | k, k = 1, 2, ...).
+// a prefix of the scored prompt (hashes base | 1<<39 | i, never removed),
+// the rest chains of 64 random blocks (hashes base | k, k = 1, 2, ...).
 // The prefill stores them as batches of 16 BlockStored events of up to 16
 // blocks; the steady stream then sends batches of 16 events, 8
 // BlockStored of 2 new blocks chained to the engine's previous one and 8
@@ -73,7 +74,7 @@ type engineStream struct {
 
 func newEngineStream(e, perEngine, holders int, p []int64) *engineStream {
 	h := held(e, holders, len(p)/blockSize, perEngine)
-	return &engineStream{e: e, base: uint64(e) << 40, r: rng(e + 1000), next: 1, oldest: 1, prompt: p,
+	return &engineStream{e: e, base: uint64(e+1) << 40, r: rng(e + 1000), next: 1, oldest: 1, prompt: p,
 		held: h, randLeft: perEngine - h,
 		toks: make([]int64, batchEvents*prefillBlocks*blockSize), hs: make([]kvevents.Hash, batchEvents*prefillBlocks)}
 }
