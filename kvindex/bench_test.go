@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/testkit/kvload"
+	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
@@ -237,5 +238,93 @@ func BenchmarkBytesPerEntry(b *testing.B) {
 			runtime.KeepAlive(x)
 			x.Close()
 		})
+	}
+}
+
+// BenchmarkApplyRouterPath applies bench/routerpath's steady stream to one
+// engine's index of 100,000 entries prefilled as routerpath does (batches
+// of 16 BlockStored of 16 blocks): batches of 16 events, 8 BlockStored of
+// 2 blocks of 16 tokens chained to the previous block and 8 BlockRemoved
+// of the 2 oldest, so the entry count holds. ns/op is per event, and
+// cpu-ns/event the applying thread's CPU time per event.
+func BenchmarkApplyRouterPath(b *testing.B) {
+	const engine, bs, live = "engine-0000", 16, 100_000
+	x, err := kvindex.New(kvindex.Config{Capacity: live + live/8 + 1<<16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Close()
+	r := uint64(7)
+	rnd := func() int64 {
+		r += 0x9e3779b97f4a7c15
+		z := r
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		return int64((z ^ z>>31) % 150000)
+	}
+	const base = uint64(1) << 40
+	next, oldest := uint64(1), uint64(1)
+	toks := make([]int64, 16*16*bs)
+	hs := make([]kvevents.Hash, 16*16)
+	var evs []kvevents.Event
+	store := func(m int, ti, hi int) kvevents.Event {
+		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: bs, Medium: kvevents.Some("GPU")}
+		if (next-1)%64 != 0 {
+			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(base | (next - 1)), Valid: true}
+		}
+		for j := 0; j < m; j++ {
+			hs[hi+j] = kvevents.IntHash(base | (next + uint64(j)))
+		}
+		t := toks[ti : ti+m*bs]
+		for j := range t {
+			t[j] = rnd()
+		}
+		ev.TokenIDs, ev.BlockHashes = t, hs[hi:hi+m]
+		next += uint64(m)
+		return ev
+	}
+	for next <= live {
+		evs = evs[:0]
+		for i := 0; i < 16 && next <= live; i++ {
+			m := min(16, int(64-(next-1)%64))
+			evs = append(evs, store(m, i*16*bs, i*16))
+		}
+		if err := x.ApplyEvents(engine, evs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	steady := func() {
+		evs = evs[:0]
+		for i := 0; i < 16; i++ {
+			if i%2 == 1 {
+				hs[i*2], hs[i*2+1] = kvevents.IntHash(base|oldest), kvevents.IntHash(base|(oldest+1))
+				oldest += 2
+				evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"), BlockHashes: hs[i*2 : i*2+2]})
+				continue
+			}
+			evs = append(evs, store(2, i*2*bs, i*2))
+		}
+		if err := x.ApplyEvents(engine, evs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 2000 {
+		steady()
+	}
+	b.ReportAllocs()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ResetTimer()
+	cpu0, cpuOK := threadCPU()
+	for i := 0; i < b.N; i += 16 {
+		steady()
+	}
+	cpu1, _ := threadCPU()
+	b.StopTimer()
+	if cpuOK {
+		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/event")
+	}
+	if got := x.Stats().Backend.Entries; got < live-64 || got > live+64 {
+		b.Fatalf("%d entries, want about %d", got, live)
 	}
 }

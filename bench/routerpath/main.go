@@ -27,7 +27,10 @@
 //     applies (a window of -window events in flight, so nothing is
 //     dropped): events applied per second and per CPU second of the
 //     consumer's process (every thread: its rate on one core);
-//  3. mixed, -duration: the publishers at -rate events/s while one
+//  3. quiet, -duration ÷ 2: the prompt scored every -score-every with
+//     nothing ingested (the machine's own latency: its other load, the
+//     scheduler, the GC);
+//  4. mixed, -duration: the publishers at -rate events/s while one
 //     goroutine scores the prompt every -score-every: latency p50, p99,
 //     p999, and the ingest rate the consumer kept.
 //
@@ -43,6 +46,7 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -75,6 +79,10 @@ type result struct {
 	ScoreP999us      float64 `json:"score_p999_us"`
 	ScoreMaxus       float64 `json:"score_max_us"`
 	Load1Mixed       float64 `json:"load1_mixed"`
+	QuietP50us       float64 `json:"quiet_score_p50_us"`
+	QuietP99us       float64 `json:"quiet_score_p99_us"`
+	QuietP999us      float64 `json:"quiet_score_p999_us"`
+	Load1Quiet       float64 `json:"load1_quiet"`
 	Error            string  `json:"error,omitempty"`
 }
 
@@ -104,6 +112,8 @@ func main() {
 	holders := flag.Int("holders", 32, "engines holding a prefix of the prompt")
 	promptBlocks := flag.Int("prompt-blocks", 512, "blocks of 16 tokens in the scored prompt")
 	jsonOnly := flag.Bool("json", false, "print the JSON lines only, no table")
+	flag.StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the lib or sub variant's saturate phase to this file")
+	flag.StringVar(&memProfile, "memprofile", "", "write an allocation profile (every 4 KiB) of the lib or sub variant's saturate phase to this file")
 	flag.Parse()
 
 	if *mode == "publish" {
@@ -144,17 +154,48 @@ func main() {
 	}
 	fmt.Printf("\nrouterpath -engines %d -entries %d -duration %s -rate %.0f -score-every %s, %d CPUs, load average at the start %s, at the end %s\n\n",
 		*engines, *entries, *duration, *rate, *scoreEvery, runtime.NumCPU(), loadStart, strings.TrimSpace(readFile("/proc/loadavg")))
-	fmt.Println("| variant | round | entries | B/entry | saturate events/s | events/CPU-s | CPU ns/event | mixed events/s (target) | score p50 / p99 / p999 µs | load1 prefill/sat/mixed |")
-	fmt.Println("|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Println("| variant | round | entries | B/entry | saturate events/s | events/CPU-s | CPU ns/event | mixed events/s (target) | score p50 / p99 / p999 µs while ingesting | … with no ingest | load1 prefill/sat/quiet/mixed |")
+	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, x := range all {
 		if x.Error != "" {
 			fmt.Printf("| %s | %d | error: %s |||||||||\n", x.Variant, x.Round, x.Error)
 			continue
 		}
-		fmt.Printf("| %s | %d | %d | %.1f (%s) | %.0f | %.0f | %.0f | %.0f (%.0f) | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f |\n",
+		fmt.Printf("| %s | %d | %d | %.1f (%s) | %.0f | %.0f | %.0f | %.0f (%.0f) | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f / %.1f |\n",
 			x.Variant, x.Round, x.Entries, x.BytesPerEntry, x.MemoryKind, x.SatEventsPerSec, x.SatEventsPerCPUSec,
 			x.SatCPUNsPerEvent, x.MixEventsPerSec, x.MixTargetRate, x.ScoreP50us, x.ScoreP99us, x.ScoreP999us,
-			x.Load1Prefill, x.Load1Saturate, x.Load1Mixed)
+			x.QuietP50us, x.QuietP99us, x.QuietP999us, x.Load1Prefill, x.Load1Saturate, x.Load1Quiet, x.Load1Mixed)
+	}
+}
+
+var cpuProfile, memProfile string
+
+// startProfiles starts the profiles asked for, in process (lib, sub).
+func startProfiles(variant string) (stop func()) {
+	if variant != "lib" && variant != "sub" {
+		return func() {}
+	}
+	var cpuF *os.File
+	if cpuProfile != "" {
+		f, err := os.Create(cpuProfile)
+		if err == nil && pprof.StartCPUProfile(f) == nil {
+			cpuF = f
+		}
+	}
+	if memProfile != "" {
+		runtime.MemProfileRate = 4096
+	}
+	return func() {
+		if cpuF != nil {
+			pprof.StopCPUProfile()
+			cpuF.Close()
+		}
+		if memProfile != "" {
+			if f, err := os.Create(memProfile); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
+		}
 	}
 }
 
@@ -326,9 +367,11 @@ func measure(res *result, variant string, engines, entries, capacity int, p []in
 	res.Load1Saturate = load1()
 	pub.send("run 0")
 	time.Sleep(500 * time.Millisecond)
+	stopProf := startProfiles(variant)
 	e0, c0, w0 := c.applied(), c.cpu(), time.Now()
 	time.Sleep(duration)
 	e1, c1, wall := c.applied(), c.cpu(), time.Since(w0)
+	stopProf()
 	pub.send("stop")
 	sent, err := pub.expect("stopped ", time.Minute)
 	if err != nil {
@@ -347,12 +390,23 @@ func measure(res *result, variant string, engines, entries, capacity int, p []in
 		return nil
 	}
 
-	// 3. mixed
+	// 3. quiet: the same scoring with nothing ingested, for the machine's
+	// own latency (its other load, the scheduler, the GC) apart from the
+	// ingest's.
+	res.Load1Quiet = load1()
+	lat, err := c.score(duration/2, scoreEvery)
+	if err != nil {
+		return err
+	}
+	slices.Sort(lat)
+	res.QuietP50us, res.QuietP99us, res.QuietP999us = pct(lat, 0.5), pct(lat, 0.99), pct(lat, 0.999)
+
+	// 4. mixed
 	res.Load1Mixed = load1()
 	pub.send("run %g", rate)
 	time.Sleep(500 * time.Millisecond)
 	e0, c0, w0 = c.applied(), c.cpu(), time.Now()
-	lat, err := c.score(duration, scoreEvery)
+	lat, err = c.score(duration, scoreEvery)
 	e1, c1, wall = c.applied(), c.cpu(), time.Since(w0)
 	pub.send("stop")
 	if _, err2 := pub.expect("stopped ", time.Minute); err2 != nil && err == nil {
