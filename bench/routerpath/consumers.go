@@ -36,6 +36,9 @@ type consumer interface {
 	memory() (int64, string)
 	// entries is the number of entries the index holds (0 if unknown).
 	entries() int64
+	// indexBytes is the index's own count of its arena and table bytes
+	// (kvindex BackendStats.Bytes; 0 if unknown).
+	indexBytes() int64
 	// score scores the prompt every interval for d and returns the
 	// latencies (nil if the consumer does not score).
 	score(d, interval time.Duration) ([]time.Duration, error)
@@ -164,6 +167,12 @@ func (c *libConsumer) entries() int64 {
 	}
 	return c.x.Stats().Backend.Entries
 }
+func (c *libConsumer) indexBytes() int64 {
+	if c.x == nil {
+		return 0
+	}
+	return c.x.Stats().Backend.Bytes
+}
 func (c *libConsumer) score(d, interval time.Duration) ([]time.Duration, error) {
 	if c.x == nil {
 		return nil, nil
@@ -246,18 +255,29 @@ func newCLI(bin string, eps []string, capacity int, p []int64) (*cliConsumer, er
 
 // stats reads GET /stats.
 func (c *cliConsumer) stats() (events uint64, entries int64, err error) {
+	events, entries, _, err = c.stats3()
+	return events, entries, err
+}
+
+func (c *cliConsumer) indexBytes() int64 {
+	_, _, b, _ := c.stats3()
+	return b
+}
+
+// stats3 reads GET /stats: events applied, entries, index bytes.
+func (c *cliConsumer) stats3() (events uint64, entries, bytes int64, err error) {
 	resp, err := c.client.Get("http://" + c.addr + "/stats")
 	if err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
 	defer resp.Body.Close()
 	var s struct {
 		Index kvindex.Stats `json:"index"`
 	}
 	if err := json.NewDecoder(resp.Body).Decode(&s); err != nil {
-		return 0, 0, err
+		return 0, 0, 0, err
 	}
-	return s.Index.Events, s.Index.Backend.Entries, nil
+	return s.Index.Events, s.Index.Backend.Entries, s.Index.Backend.Bytes, nil
 }
 
 // poll keeps the applied count fresh (every 50 ms).
@@ -420,6 +440,7 @@ func (c *llmdConsumer) entries() int64 {
 	v, _ := strconv.ParseInt(f[2], 10, 64)
 	return v
 }
+func (c *llmdConsumer) indexBytes() int64 { return 0 }
 func (c *llmdConsumer) score(d, interval time.Duration) ([]time.Duration, error) {
 	l, err := c.ask(fmt.Sprintf("score %g %d", d.Seconds(), interval.Nanoseconds()))
 	if err != nil {

@@ -55,15 +55,16 @@ import (
 )
 
 type result struct {
-	Variant        string  `json:"variant"`
-	Round          int     `json:"round"`
-	Engines        int     `json:"engines"`
-	Entries        int64   `json:"entries"`
-	PrefillEvents  int64   `json:"prefill_events"`
-	PrefillSeconds float64 `json:"prefill_seconds"`
-	MemoryKind     string  `json:"memory_kind"`
-	BytesPerEntry  float64 `json:"bytes_per_entry"`
-	Load1Prefill   float64 `json:"load1_prefill"`
+	Variant            string  `json:"variant"`
+	Round              int     `json:"round"`
+	Engines            int     `json:"engines"`
+	Entries            int64   `json:"entries"`
+	PrefillEvents      int64   `json:"prefill_events"`
+	PrefillSeconds     float64 `json:"prefill_seconds"`
+	MemoryKind         string  `json:"memory_kind"`
+	BytesPerEntry      float64 `json:"bytes_per_entry"`
+	IndexBytesPerEntry float64 `json:"index_bytes_per_entry,omitempty"`
+	Load1Prefill       float64 `json:"load1_prefill"`
 
 	SatEventsPerSec    float64 `json:"sat_events_per_sec"`
 	SatEventsPerCPUSec float64 `json:"sat_events_per_cpu_sec"`
@@ -154,15 +155,15 @@ func main() {
 	}
 	fmt.Printf("\nrouterpath -engines %d -entries %d -duration %s -rate %.0f -score-every %s, %d CPUs, load average at the start %s, at the end %s\n\n",
 		*engines, *entries, *duration, *rate, *scoreEvery, runtime.NumCPU(), loadStart, strings.TrimSpace(readFile("/proc/loadavg")))
-	fmt.Println("| variant | round | entries | B/entry | saturate events/s | events/CPU-s | CPU ns/event | mixed events/s (target) | score p50 / p99 / p999 µs while ingesting | … with no ingest | load1 prefill/sat/quiet/mixed |")
+	fmt.Println("| variant | round | entries | B/entry (index's own) | saturate events/s | events/CPU-s | CPU ns/event | mixed events/s (target) | score p50 / p99 / p999 µs while ingesting | … with no ingest | load1 prefill/sat/quiet/mixed |")
 	fmt.Println("|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, x := range all {
 		if x.Error != "" {
 			fmt.Printf("| %s | %d | error: %s |||||||||\n", x.Variant, x.Round, x.Error)
 			continue
 		}
-		fmt.Printf("| %s | %d | %d | %.1f (%s) | %.0f | %.0f | %.0f | %.0f (%.0f) | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f / %.1f |\n",
-			x.Variant, x.Round, x.Entries, x.BytesPerEntry, x.MemoryKind, x.SatEventsPerSec, x.SatEventsPerCPUSec,
+		fmt.Printf("| %s | %d | %d | %.1f %s (%.1f) | %.0f | %.0f | %.0f | %.0f (%.0f) | %.0f / %.0f / %.0f | %.0f / %.0f / %.0f | %.1f / %.1f / %.1f / %.1f |\n",
+			x.Variant, x.Round, x.Entries, x.BytesPerEntry, x.MemoryKind, x.IndexBytesPerEntry, x.SatEventsPerSec, x.SatEventsPerCPUSec,
 			x.SatCPUNsPerEvent, x.MixEventsPerSec, x.MixTargetRate, x.ScoreP50us, x.ScoreP99us, x.ScoreP999us,
 			x.QuietP50us, x.QuietP99us, x.QuietP999us, x.Load1Prefill, x.Load1Saturate, x.Load1Quiet, x.Load1Mixed)
 	}
@@ -353,14 +354,15 @@ func measure(res *result, variant string, engines, entries, capacity int, p []in
 		return err
 	}
 	res.PrefillSeconds = time.Since(t0).Seconds()
-	if variant == "cli" {
-		time.Sleep(time.Second) // let the RSS settle
-	}
+	// Let the sockets give their grown read buffers back (after one to
+	// two idle seconds) and the RSS settle.
+	time.Sleep(3 * time.Second)
 	mem1, kind := c.memory()
 	res.MemoryKind = kind
 	res.Entries = c.entries()
 	if res.Entries > 0 {
 		res.BytesPerEntry = float64(mem1-mem0) / float64(res.Entries)
+		res.IndexBytesPerEntry = float64(c.indexBytes()) / float64(res.Entries)
 	}
 
 	// 2. saturate
