@@ -12,7 +12,6 @@ import (
 	"os"
 	"os/exec"
 	"runtime"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -180,7 +179,7 @@ func (c *libConsumer) score(d, interval time.Duration) ([]time.Duration, error) 
 	return timedScores(d, interval, func() error {
 		r, err := c.x.Score(c.req)
 		if err == nil && len(r.Engines) == 0 {
-			err = fmt.Errorf("Score found no engine")
+			err = fmt.Errorf("score found no engine")
 		}
 		return err
 	})
@@ -203,7 +202,6 @@ type cliConsumer struct {
 	last   atomic.Uint64
 	stop   chan struct{}
 	wg     sync.WaitGroup
-	stderr *bytes.Buffer
 }
 
 func newCLI(bin string, eps []string, capacity int, p []int64) (*cliConsumer, error) {
@@ -480,4 +478,3 @@ func pct(lat []time.Duration, q float64) float64 {
 	return float64(lat[i].Nanoseconds()) / 1e3
 }
 
-var _ = slices.Sort[[]int]
