@@ -477,4 +477,3 @@ func pct(lat []time.Duration, q float64) float64 {
 	i := min(len(lat)-1, int(q*float64(len(lat))))
 	return float64(lat[i].Nanoseconds()) / 1e3
 }
-
