@@ -2,8 +2,7 @@ package kvindex
 
 import "math/bits"
 
-// Two open-addressing tables (linear probing, backward-shift deletion, load
-// at most 3/4)
+// Two open-addressing tables (linear probing, tombstones, load at most 3/4)
 // whose 4-byte slots hold an entry id (26 bits) and 6 bits of
 // the key's hash; the key itself is read from the entry a slot names, and
 // only when those 6 bits match (1 probe in 64 otherwise). A Go map would
@@ -18,9 +17,9 @@ const (
 	// (entry ids are 26 bits; one more entry than the capacity exists
 	// while the oldest is evicted).
 	maxCapacity = idMask - 2
-	// tomb marked a deleted slot (probes go on past it, inserts reuse
-	// it); deletes now shift the run back instead (removeAt), so no table
-	// holds one, but probes still step over it.
+	// tomb marks a deleted slot: probes go on past it, inserts reuse it.
+	// Deleting needs no arena reads (a backward shift would read the key
+	// of every slot it moves).
 	tomb = idMask
 )
 
@@ -140,33 +139,15 @@ func (t *idTable) resize(n int) {
 	}
 }
 
-// removeAt empties slot i by backward shift: each later slot of the run
-// that may live closer to its home slot moves back into the hole, so the
-// table keeps no tombstone and never has to be rebuilt to purge them (a
-// rebuild of a table of millions of slots held the write lock for
-// milliseconds, which a Score waiting on it paid). It reads the key of each
-// slot of the run after i (a run is short at a load of at most 3/4).
+// removeAt empties slot i.
 func (t *idTable) removeAt(i int) {
 	mask := len(t.slots) - 1
-	for j := (i + 1) & mask; ; j = (j + 1) & mask {
-		s := t.slots[j]
-		if s == 0 {
-			break
-		}
-		if s == tomb {
-			// A tombstone left by a table from before: it moves too.
-			t.slots[i], t.slots[j] = tomb, 0
-			i = j
-			continue
-		}
-		home := int(t.hashOf(s&idMask)) & mask
-		// s may move back to i when i lies cyclically in [home, j).
-		if (j-home)&mask >= (j-i)&mask {
-			t.slots[i] = s
-			i = j
-		}
+	if t.slots[(i+1)&mask] == 0 {
+		t.slots[i] = 0 // the end of a run needs no tombstone
+	} else {
+		t.slots[i] = tomb
+		t.dead++
 	}
-	t.slots[i] = 0
 	t.n--
 	if len(t.slots) > 1<<minTableBits && t.n*16 < len(t.slots) {
 		t.resize(len(t.slots) / 2)
