@@ -241,14 +241,27 @@ func BenchmarkBytesPerEntry(b *testing.B) {
 	}
 }
 
-// BenchmarkApplyRouterPath applies bench/routerpath's steady stream to one
-// engine's index of 100,000 entries prefilled as routerpath does (batches
-// of 16 BlockStored of 16 blocks): batches of 16 events, 8 BlockStored of
-// 2 blocks of 16 tokens chained to the previous block and 8 BlockRemoved
-// of the 2 oldest, so the entry count holds. ns/op is per event, and
-// cpu-ns/event the applying thread's CPU time per event.
+// BenchmarkApplyRouterPath applies bench/routerpath's steady stream to an
+// index of 100,000 entries over 1 or 100 engines, prefilled as routerpath
+// does (batches of 16 BlockStored of 16 blocks): batches of 16 events, 8
+// BlockStored of 2 blocks of 16 tokens chained to the engine's previous
+// block and 8 BlockRemoved of its 2 oldest, so the entry count holds; the
+// engines take turns, a batch each. ns/op is per event, and cpu-ns/event
+// the applying thread's CPU time per event.
 func BenchmarkApplyRouterPath(b *testing.B) {
-	const engine, bs, live = "engine-0000", 16, 100_000
+	for _, engines := range []int{1, 100} {
+		b.Run(fmt.Sprintf("engines=%d", engines), func(b *testing.B) { benchApplyRouterPath(b, engines) })
+	}
+}
+
+type routerPathEngine struct {
+	name         string
+	base         uint64
+	next, oldest uint64
+}
+
+func benchApplyRouterPath(b *testing.B, engines int) {
+	const bs, live = 16, 100_000
 	x, err := kvindex.New(kvindex.Config{Capacity: live + live/8 + 1<<16})
 	if err != nil {
 		b.Fatal(err)
@@ -262,49 +275,57 @@ func BenchmarkApplyRouterPath(b *testing.B) {
 		z = (z ^ z>>27) * 0x94d049bb133111eb
 		return int64((z ^ z>>31) % 150000)
 	}
-	const base = uint64(1) << 40
-	next, oldest := uint64(1), uint64(1)
+	es := make([]*routerPathEngine, engines)
+	for i := range es {
+		es[i] = &routerPathEngine{name: fmt.Sprintf("engine-%04d", i), base: uint64(i+1) << 40, next: 1, oldest: 1}
+	}
 	toks := make([]int64, 16*16*bs)
 	hs := make([]kvevents.Hash, 16*16)
 	var evs []kvevents.Event
-	store := func(m int, ti, hi int) kvevents.Event {
+	store := func(e *routerPathEngine, m int, ti, hi int) kvevents.Event {
 		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: bs, Medium: kvevents.Some("GPU")}
-		if (next-1)%64 != 0 {
-			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(base | (next - 1)), Valid: true}
+		if (e.next-1)%64 != 0 {
+			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(e.base | (e.next - 1)), Valid: true}
 		}
 		for j := 0; j < m; j++ {
-			hs[hi+j] = kvevents.IntHash(base | (next + uint64(j)))
+			hs[hi+j] = kvevents.IntHash(e.base | (e.next + uint64(j)))
 		}
 		t := toks[ti : ti+m*bs]
 		for j := range t {
 			t[j] = rnd()
 		}
 		ev.TokenIDs, ev.BlockHashes = t, hs[hi:hi+m]
-		next += uint64(m)
+		e.next += uint64(m)
 		return ev
 	}
-	for next <= live {
-		evs = evs[:0]
-		for i := 0; i < 16 && next <= live; i++ {
-			m := min(16, int(64-(next-1)%64))
-			evs = append(evs, store(m, i*16*bs, i*16))
-		}
-		if err := x.ApplyEvents(engine, evs); err != nil {
-			b.Fatal(err)
+	per := uint64(live / engines)
+	for _, e := range es {
+		for e.next <= per {
+			evs = evs[:0]
+			for i := 0; i < 16 && e.next <= per; i++ {
+				m := min(16, int(64-(e.next-1)%64), int(per-e.next+1))
+				evs = append(evs, store(e, m, i*16*bs, i*16))
+			}
+			if err := x.ApplyEvents(e.name, evs); err != nil {
+				b.Fatal(err)
+			}
 		}
 	}
+	turn := 0
 	steady := func() {
+		e := es[turn%engines]
+		turn++
 		evs = evs[:0]
 		for i := 0; i < 16; i++ {
 			if i%2 == 1 {
-				hs[i*2], hs[i*2+1] = kvevents.IntHash(base|oldest), kvevents.IntHash(base|(oldest+1))
-				oldest += 2
+				hs[i*2], hs[i*2+1] = kvevents.IntHash(e.base|e.oldest), kvevents.IntHash(e.base|(e.oldest+1))
+				e.oldest += 2
 				evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"), BlockHashes: hs[i*2 : i*2+2]})
 				continue
 			}
-			evs = append(evs, store(2, i*2*bs, i*2))
+			evs = append(evs, store(e, 2, i*2*bs, i*2))
 		}
-		if err := x.ApplyEvents(engine, evs); err != nil {
+		if err := x.ApplyEvents(e.name, evs); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -324,7 +345,7 @@ func BenchmarkApplyRouterPath(b *testing.B) {
 	if cpuOK {
 		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/event")
 	}
-	if got := x.Stats().Backend.Entries; got < live-64 || got > live+64 {
+	if got := x.Stats().Backend.Entries; got < live-64*int64(engines) || got > live+64*int64(engines) {
 		b.Fatalf("%d entries, want about %d", got, live)
 	}
 }

@@ -141,11 +141,7 @@ type engineState struct {
 	keys    []Key
 	found   []bool
 	overlay map[uint64]Key
-	// overlaid are the keys put in overlay by the last batch: they are
-	// deleted one by one, since clearing a map costs its capacity (one
-	// large batch would make every later clear slow).
-	overlaid []uint64
-	blk      []Key
+	blk     []Key
 }
 
 // New returns an Index. It fills the defaults of cfg's zero fields first,
@@ -373,10 +369,7 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 	}
 	// Pass 2: the ops, resolving against the batch's start plus its own
 	// earlier stores; after a clear in the batch only the latter count.
-	for _, h := range st.overlaid {
-		delete(st.overlay, h)
-	}
-	st.overlaid = st.overlaid[:0]
+	clear(st.overlay)
 	cleared := false
 	next := 0 // next resolved hash
 	lookup := func(h uint64, r int) (Key, bool) {
@@ -445,7 +438,6 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 				for _, h := range ev.BlockHashes {
 					st.ops = append(st.ops, Op{Kind: OpStore, Hash: h.Uint64(), Key: Key(h.Uint64()), Medium: med, Group: g})
 					st.overlay[h.Uint64()] = Key(h.Uint64())
-					st.overlaid = append(st.overlaid, h.Uint64())
 				}
 				continue
 			}
@@ -492,7 +484,6 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 			for j, h := range ev.BlockHashes {
 				st.ops = append(st.ops, Op{Kind: OpStore, Hash: h.Uint64(), Key: st.blk[j], Medium: med, Group: g})
 				st.overlay[h.Uint64()] = st.blk[j]
-				st.overlaid = append(st.overlaid, h.Uint64())
 			}
 		case kvevents.BlockRemoved:
 			x.st.removals.Add(1)
@@ -535,7 +526,6 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 	}
 	if len(st.overlay) > 1<<12 {
 		st.overlay = map[uint64]Key{}
-		st.overlaid = nil
 	}
 	return err
 }
