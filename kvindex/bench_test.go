@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/internal/testkit/kvload"
+	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
@@ -237,5 +238,114 @@ func BenchmarkBytesPerEntry(b *testing.B) {
 			runtime.KeepAlive(x)
 			x.Close()
 		})
+	}
+}
+
+// BenchmarkApplyRouterPath applies bench/routerpath's steady stream to an
+// index of 100,000 entries over 1 or 100 engines, prefilled as routerpath
+// does (batches of 16 BlockStored of 16 blocks): batches of 16 events, 8
+// BlockStored of 2 blocks of 16 tokens chained to the engine's previous
+// block and 8 BlockRemoved of its 2 oldest, so the entry count holds; the
+// engines take turns, a batch each. ns/op is per event, and cpu-ns/event
+// the applying thread's CPU time per event.
+func BenchmarkApplyRouterPath(b *testing.B) {
+	for _, engines := range []int{1, 100} {
+		b.Run(fmt.Sprintf("engines=%d", engines), func(b *testing.B) { benchApplyRouterPath(b, engines) })
+	}
+}
+
+type routerPathEngine struct {
+	name         string
+	base         uint64
+	next, oldest uint64
+}
+
+func benchApplyRouterPath(b *testing.B, engines int) {
+	const bs, live = 16, 100_000
+	x, err := kvindex.New(kvindex.Config{Capacity: live + live/8 + 1<<16})
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer x.Close()
+	r := uint64(7)
+	rnd := func() int64 {
+		r += 0x9e3779b97f4a7c15
+		z := r
+		z = (z ^ z>>30) * 0xbf58476d1ce4e5b9
+		z = (z ^ z>>27) * 0x94d049bb133111eb
+		return int64((z ^ z>>31) % 150000)
+	}
+	es := make([]*routerPathEngine, engines)
+	for i := range es {
+		es[i] = &routerPathEngine{name: fmt.Sprintf("engine-%04d", i), base: uint64(i+1) << 40, next: 1, oldest: 1}
+	}
+	toks := make([]int64, 16*16*bs)
+	hs := make([]kvevents.Hash, 16*16)
+	var evs []kvevents.Event
+	store := func(e *routerPathEngine, m int, ti, hi int) kvevents.Event {
+		ev := kvevents.Event{Type: kvevents.BlockStored, BlockSize: bs, Medium: kvevents.Some("GPU")}
+		if (e.next-1)%64 != 0 {
+			ev.ParentBlockHash = kvevents.Opt[kvevents.Hash]{V: kvevents.IntHash(e.base | (e.next - 1)), Valid: true}
+		}
+		for j := 0; j < m; j++ {
+			hs[hi+j] = kvevents.IntHash(e.base | (e.next + uint64(j)))
+		}
+		t := toks[ti : ti+m*bs]
+		for j := range t {
+			t[j] = rnd()
+		}
+		ev.TokenIDs, ev.BlockHashes = t, hs[hi:hi+m]
+		e.next += uint64(m)
+		return ev
+	}
+	per := uint64(live / engines)
+	for _, e := range es {
+		for e.next <= per {
+			evs = evs[:0]
+			for i := 0; i < 16 && e.next <= per; i++ {
+				m := min(16, int(64-(e.next-1)%64), int(per-e.next+1))
+				evs = append(evs, store(e, m, i*16*bs, i*16))
+			}
+			if err := x.ApplyEvents(e.name, evs); err != nil {
+				b.Fatal(err)
+			}
+		}
+	}
+	turn := 0
+	steady := func() {
+		e := es[turn%engines]
+		turn++
+		evs = evs[:0]
+		for i := 0; i < 16; i++ {
+			if i%2 == 1 {
+				hs[i*2], hs[i*2+1] = kvevents.IntHash(e.base|e.oldest), kvevents.IntHash(e.base|(e.oldest+1))
+				e.oldest += 2
+				evs = append(evs, kvevents.Event{Type: kvevents.BlockRemoved, Medium: kvevents.Some("GPU"), BlockHashes: hs[i*2 : i*2+2]})
+				continue
+			}
+			evs = append(evs, store(e, 2, i*2*bs, i*2))
+		}
+		if err := x.ApplyEvents(e.name, evs); err != nil {
+			b.Fatal(err)
+		}
+	}
+	for range 2000 {
+		steady()
+	}
+	b.ReportAllocs()
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	b.ResetTimer()
+	cpu0, cpuOK := threadCPU()
+	for i := 0; i < b.N; i += 16 {
+		steady()
+	}
+	cpu1, _ := threadCPU()
+	b.StopTimer()
+	if cpuOK {
+		b.ReportMetric(float64((cpu1-cpu0).Nanoseconds())/float64(b.N), "cpu-ns/event")
+	}
+	if got := x.Stats().Backend.Entries; got < live-64*int64(engines) || got > live+64*int64(engines) {
+		b.Fatalf("%d entries, want about %d", got, live)
 	}
 }

@@ -15,6 +15,7 @@
 //	go run . -mode throughput -sources 256 -seconds 5 -rounds 2
 //	go run . -mode idle -sources 1000
 //	go run . -mode replay -batches 10000
+//	bench/routerpath -llmd BIN (runs -mode llmd: llm-d-kv-cache's indexer)
 //
 // Each mode prints one JSON line per measurement and a table on stderr.
 package main
@@ -46,7 +47,9 @@ import (
 )
 
 func main() {
-	mode := flag.String("mode", "throughput", "throughput | idle | replay | publish (internal)")
+	mode := flag.String("mode", "throughput", "throughput | idle | replay | llmd (bench/routerpath's llm-d variant) | publish (internal)")
+	endpoints := flag.String("endpoints", "", "llmd: file of the engines' endpoints, one a line")
+	promptFile := flag.String("prompt", "", "llmd: JSON file of the prompt's token ids")
 	sources := flag.Int("sources", 256, "publishers")
 	seconds := flag.Float64("seconds", 5, "measurement window per round")
 	rounds := flag.Int("rounds", 2, "interleaved rounds per implementation")
@@ -75,6 +78,8 @@ func main() {
 		err = idleRSS(*sources)
 	case "replay":
 		err = replay(*batches)
+	case "llmd":
+		err = runLLMD(*endpoints, *promptFile)
 	default:
 		err = fmt.Errorf("unknown mode %q", *mode)
 	}
