@@ -55,9 +55,24 @@ type Config struct {
 	// Timeout bounds each Redis call. Zero means 5 s.
 	Timeout time.Duration
 
+	// Shards is how many shards the index is split into, by engine: each
+	// shard is a whole index under a prefix of its own (on a cluster, its
+	// own hash tag, so its own slot), an engine's batches go to the shard
+	// a hash of its name picks, and Score reads every shard in one
+	// pipelined round trip per node (see the package doc). Zero means 1
+	// on a single server (the keys of a store without shards) and 16 on a
+	// Redis Cluster; at most 256. Capacity is split evenly between the
+	// shards (Capacity/Shards each; Capacity must be at least Shards).
+	// Every store of one prefix must use the same Shards.
+	Shards int
+
 	// mapSplit, when set (tests), replaces the 128 mappings per bucket
 	// past which an engine's map moves to more buckets.
 	mapSplit int
+	// engineLimit and mediumLimit, when set (a shard of a sharded store),
+	// bound the ids the store hands out, below 2³¹ and 2¹⁶.
+	engineLimit uint64
+	mediumLimit int
 }
 
 // NewWriterID returns a random writer id.
@@ -138,21 +153,39 @@ var (
 // Redis. It fills the defaults of cfg's zero fields first, then checks the
 // result.
 func New(cfg Config) (kvindex.Backend, error) {
-	s, err := open(cfg)
-	if err != nil {
-		return nil, err
+	if cfg.Shards == 1 {
+		s, err := open(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
-	return s, nil
+	return openSharded(cfg)
 }
 
 // StatsOf returns the counters of a backend New made, beyond
-// kvindex.BackendStats; false when be is not one.
+// kvindex.BackendStats (of a sharded one: summed over its shards); false
+// when be is not one.
 func StatsOf(be kvindex.Backend) (Stats, bool) {
-	s, ok := be.(*store)
-	if !ok {
-		return Stats{}, false
+	switch s := be.(type) {
+	case *store:
+		return s.ownStats(), true
+	case *sharded:
+		var t Stats
+		for _, sh := range s.shards {
+			o := sh.ownStats()
+			t.Calls += o.Calls
+			t.Errors += o.Errors
+			t.NotWriter += o.NotWriter
+			t.Takeovers += o.Takeovers
+			t.Recovered += o.Recovered
+			t.Losses += o.Losses
+		}
+		t.Calls += s.calls.Load()
+		t.Errors += s.errs.Load()
+		return t, true
 	}
-	return s.ownStats(), true
+	return Stats{}, false
 }
 
 func open(cfg Config) (*store, error) {
@@ -190,18 +223,9 @@ func open(cfg Config) (*store, error) {
 		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
-		opt, err := parseURL(cfg.URL)
+		c, err := dial(cfg.URL, cfg.Timeout)
 		if err != nil {
 			return nil, err
-		}
-		opt.DisableCache = true // no client-side caching: every read sees the server
-		if opt.Dialer.Timeout == 0 {
-			opt.Dialer.Timeout = cfg.Timeout
-		}
-		opt.ConnWriteTimeout = cfg.Timeout
-		c, err := rueidis.NewClient(opt)
-		if err != nil {
-			return nil, fmt.Errorf("redisstore: connect %q: %v", cfg.URL, err)
 		}
 		s.client, s.own = c, true
 	}
@@ -234,6 +258,25 @@ func open(cfg Config) (*store, error) {
 		close(s.stopped)
 	}
 	return s, nil
+}
+
+// dial makes a client for url (a cluster client when url's seeds are a
+// cluster's), without client-side caching.
+func dial(url string, timeout time.Duration) (rueidis.Client, error) {
+	opt, err := parseURL(url)
+	if err != nil {
+		return nil, err
+	}
+	opt.DisableCache = true // no client-side caching: every read sees the server
+	if opt.Dialer.Timeout == 0 {
+		opt.Dialer.Timeout = timeout
+	}
+	opt.ConnWriteTimeout = timeout
+	c, err := rueidis.NewClient(opt)
+	if err != nil {
+		return nil, fmt.Errorf("redisstore: connect %q: %v", url, err)
+	}
+	return c, nil
 }
 
 // parseURL reads a redis URL, whose host part may list several seed
@@ -491,7 +534,7 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 		if cache == nil {
 			cache = &epochCache{}
 		}
-		args = append(args[:0], s.prefix, g.token, cache.ver)
+		args = append(args[:0], s.prefix, g.token, cache.ver, "0")
 		for _, k := range keys[base:] {
 			args = append(args, strconv.FormatUint(uint64(k), 10))
 		}
