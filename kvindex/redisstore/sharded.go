@@ -412,3 +412,28 @@ func (s *sharded) Close() error {
 	}
 	return nil
 }
+
+// StatsOf returns the counters of a backend New made, beyond
+// kvindex.BackendStats (of a sharded one: summed over its shards); false
+// when be is not one.
+func StatsOf(be kvindex.Backend) (Stats, bool) {
+	switch s := be.(type) {
+	case *store:
+		return s.ownStats(), true
+	case *sharded:
+		var t Stats
+		for _, sh := range s.shards {
+			o := sh.ownStats()
+			t.Calls += o.Calls
+			t.Errors += o.Errors
+			t.NotWriter += o.NotWriter
+			t.Takeovers += o.Takeovers
+			t.Recovered += o.Recovered
+			t.Losses += o.Losses
+		}
+		t.Calls += s.calls.Load()
+		t.Errors += s.errs.Load()
+		return t, true
+	}
+	return Stats{}, false
+}
