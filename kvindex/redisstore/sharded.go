@@ -78,13 +78,13 @@ func openSharded(cfg Config) (kvindex.Backend, error) {
 	if cfg.Shards < 0 || cfg.Shards > maxShards {
 		return nil, fmt.Errorf("redisstore: Config.Shards %d is not in 0..%d", cfg.Shards, maxShards)
 	}
-	if (cfg.URL == "") == (cfg.Client == nil) {
-		return nil, errors.New("redisstore: set exactly one of Config.URL and Config.Client")
+	shards := cfg.Shards
+	cfg, err := withDefaults(cfg) // checked before dialing
+	if err != nil {
+		return nil, err
 	}
+	cfg.Shards = shards
 	timeout := cfg.Timeout
-	if timeout <= 0 {
-		timeout = 5 * time.Second
-	}
 	c, own := cfg.Client, false
 	if c == nil {
 		var err error

@@ -163,27 +163,9 @@ func New(cfg Config) (kvindex.Backend, error) {
 }
 
 func open(cfg Config) (*store, error) {
-	if cfg.Capacity == 0 {
-		cfg.Capacity = defaultCapacity
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = defaultPrefix
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 10 * time.Second
-	}
-	switch {
-	case (cfg.URL == "") == (cfg.Client == nil):
-		return nil, errors.New("redisstore: set exactly one of Config.URL and Config.Client")
-	case cfg.Capacity < 0:
-		return nil, fmt.Errorf("redisstore: Config.Capacity %d is negative", cfg.Capacity)
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("redisstore: Config.Timeout %v is negative", cfg.Timeout)
-	case cfg.LeaseTTL < 30*time.Millisecond:
-		return nil, fmt.Errorf("redisstore: Config.LeaseTTL %v is under 30ms", cfg.LeaseTTL)
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
 	}
 	s := &store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix, keys: []string{cfg.Prefix + "gen"},
 		apply:      rueidis.NewLuaScript(applyScript),
@@ -678,4 +660,32 @@ func (s *store) renewLoop() {
 			s.lose(g)
 		}
 	}
+}
+
+// withDefaults fills the defaults of cfg's zero fields, then checks the
+// result (before anything is dialed).
+func withDefaults(cfg Config) (Config, error) {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = defaultCapacity
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = defaultPrefix
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	switch {
+	case (cfg.URL == "") == (cfg.Client == nil):
+		return cfg, errors.New("redisstore: set exactly one of Config.URL and Config.Client")
+	case cfg.Capacity < 0:
+		return cfg, fmt.Errorf("redisstore: Config.Capacity %d is negative", cfg.Capacity)
+	case cfg.Timeout < 0:
+		return cfg, fmt.Errorf("redisstore: Config.Timeout %v is negative", cfg.Timeout)
+	case cfg.LeaseTTL < 30*time.Millisecond:
+		return cfg, fmt.Errorf("redisstore: Config.LeaseTTL %v is under 30ms", cfg.LeaseTTL)
+	}
+	return cfg, nil
 }
