@@ -42,6 +42,11 @@ type Options struct {
 	// entries first (by first store); a backend that documents another
 	// policy sets it. Capacity bounds and counts are checked regardless.
 	SkipExactEviction bool
+	// CapacityBackend, when set, makes the backends of the Capacity case
+	// (which counts capacity and evicts oldest-first over the whole
+	// index) instead of the Factory given to Run: a backend whose
+	// capacity bound is per shard gives one with a single shard there.
+	CapacityBackend Factory
 }
 
 // Run runs the conformance suite against the backends newBackend makes.
@@ -526,6 +531,9 @@ func testBatchResolution(t *testing.T, nb Factory, _ Options) {
 }
 
 func testCapacity(t *testing.T, nb Factory, o Options) {
+	if o.CapacityBackend != nil {
+		nb = o.CapacityBackend
+	}
 	x := newIndex(t, nb, 4, kvindex.Config{})
 	for i := 0; i < 6; i++ {
 		apply(t, x, fmt.Sprint("e", i%2), kvmodel.Store([]uint64{uint64(100 + i)}, -1, kvmodel.Tokens(30+i, 16), 16, "GPU", 0))

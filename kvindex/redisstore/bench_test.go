@@ -1,19 +1,23 @@
 package redisstore
 
 import (
+	"flag"
 	"fmt"
 	"testing"
 
 	"github.com/zmqguard/zmqguard/internal/ref/kvmodel"
+	"github.com/zmqguard/zmqguard/internal/testkit/redistest"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
+var benchShards = flag.Int("redisstore.shards", 0, "shards of the redis-cluster-sharded benchmarks (0: the default, 16)")
+
 // benchBackends runs f against the memory backend, a store on the test
 // binary's redis-server (UNIX socket) and one on its 3-node Redis Cluster
-// (TCP loopback; the index in one slot), side by side.
+// (TCP loopback), the index in one slot and in 16 shards, side by side.
 func benchBackends(b *testing.B, capacity int, f func(b *testing.B, x *kvindex.Index, be kvindex.Backend)) {
-	for _, name := range []string{"memory", "redis", "redis-cluster"} {
+	for _, name := range []string{"memory", "redis", "redis-cluster", "redis-cluster-sharded"} {
 		b.Run(name, func(b *testing.B) {
 			var be kvindex.Backend
 			if name == "memory" {
@@ -24,8 +28,10 @@ func benchBackends(b *testing.B, capacity int, f func(b *testing.B, x *kvindex.I
 				be = m
 			} else if name == "redis" {
 				be = newStore(b, Config{Capacity: capacity})
-			} else {
-				be = newClusterStore(b, Config{Capacity: capacity})
+			} else if name == "redis-cluster" {
+				be = newClusterStore(b, Config{Capacity: capacity, Shards: 1})
+			} else { // Shards 0: 16 on a cluster
+				be = newSharded(b, redistest.RequireCluster(b).URL(), Config{Capacity: capacity, Shards: *benchShards})
 			}
 			x, err := kvindex.New(kvindex.Config{Backend: be})
 			if err != nil {

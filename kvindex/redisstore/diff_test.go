@@ -7,6 +7,7 @@ import (
 
 	"pgregory.net/rapid"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/redistest"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
@@ -37,8 +38,28 @@ func TestDifferentialMemory(t *testing.T) {
 	rs := newStore(t, Config{Capacity: 1})
 	srvURL := rs.cfg.URL
 	rs.Close()
-	rapid.Check(t, func(t *rapid.T) {
+	differential(t, srvURL, 1)
+}
+
+// TestDifferentialSharded runs the differential test with the index split
+// into 3 shards on one server and 4 on the 3-node cluster: the merged
+// holders, Resolve answers, Counts and gauges equal the in-memory
+// backend's. The capacity never evicts (eviction is per shard, by first
+// store within the shard); Blocks, which counts a block once per shard
+// holding it, is not compared.
+func TestDifferentialSharded(t *testing.T) {
+	t.Run("server", func(t *testing.T) { differential(t, redistest.Require(t).URL(), 3) })
+	t.Run("cluster", func(t *testing.T) { differential(t, redistest.RequireCluster(t).URL(), 4) })
+}
+
+// differential drives a store on url (with shards shards) and the
+// in-memory backend with the same random batches.
+func differential(tt *testing.T, url string, shards int) {
+	rapid.Check(tt, func(t *rapid.T) {
 		capacity := rapid.IntRange(3, 40).Draw(t, "capacity")
+		if shards > 1 {
+			capacity = 600 * shards // 576 entries at most: no eviction
+		}
 		mem, err := kvindex.NewMemory(capacity)
 		if err != nil {
 			t.Fatal(err)
@@ -47,7 +68,7 @@ func TestDifferentialMemory(t *testing.T) {
 		// An engine's map moves to more buckets past mapSplit mappings per
 		// bucket: 1 and 2 make the moves happen within a few steps.
 		split := rapid.SampledFrom([]int{0, 1, 2}).Draw(t, "mapSplit")
-		red, err := open(Config{URL: srvURL, Prefix: "{" + NewWriterID() + "}", Capacity: capacity, mapSplit: split})
+		red, err := New(Config{URL: url, Prefix: "{" + NewWriterID() + "}", Capacity: capacity, Shards: shards, mapSplit: split})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -102,6 +123,9 @@ func TestDifferentialMemory(t *testing.T) {
 			}
 			sm, sr := mem.Stats(), red.Stats()
 			sm.Bytes, sr.Bytes = 0, 0
+			if shards > 1 {
+				sm.Blocks, sr.Blocks = 0, 0
+			}
 			if sm != sr {
 				t.Fatalf("step %d stats:\nmemory %+v\nredis  %+v", s, sm, sr)
 			}

@@ -35,7 +35,8 @@
 // # Key layout
 //
 // Every key starts with Config.Prefix (default "{zmqguard-kvindex}:"; the
-// braces are a hash tag, so all keys of one index fall in one slot). Engine
+// braces are a hash tag, so all keys of one index, or of one shard, fall
+// in one slot; with Shards > 1 each shard has its prefix, see below). Engine
 // hashes and local keys are unsigned decimal strings; E is an engine's id,
 // M a medium's id, G a KV-cache group, all small decimal numbers:
 //
@@ -90,7 +91,9 @@
 // entries, one 8k prompt held by 32 engines, the rest in chains of 128
 // blocks): 136, 132 and 126 bytes per entry with 1,000, 100 and 40 engines
 // on one server; 138, 134 and 128 on a 3-node cluster (summed over the
-// nodes); the layout before buckets took 307. The in-memory backend needs
+// nodes); 135 split into 16 shards on the cluster (6.7, 8.7 and 11.7 MB
+// on the three nodes, against 27.7 MB on one node with one slot) and 146
+// into 3; the layout before buckets took 307. The in-memory backend needs
 // ≤ 64. A block held by several engines has a value longer than 64 bytes,
 // which turns its bucket into a hash table: a fleet where most blocks are
 // shared by many engines pays about 90 bytes more per such bucket field. Size Capacity for the server's maxmemory, and keep
@@ -181,20 +184,48 @@
 // so every entry becomes uncertain until stored again, exactly like a lost
 // range. Never a phantom certain hit; at worst a period of uncertain ones.
 //
-// # Redis Cluster
+// # Redis Cluster and shards
 //
 // Config.URL may list a cluster's seed addresses,
 // redis://host:port,host:port,…; the client detects a cluster by itself
 // (CLUSTER SLOTS on the seeds; a server with cluster support disabled gets
-// a plain client). Every key of one index shares the prefix's {hash tag},
-// so one index lives in one slot, on one node: each script declares the
-// generation key as its key, the cluster client sends it to the node
-// serving the slot, and every rule above (one atomic script per batch, the
-// generation token, the writer leases, the positions) holds unchanged. A
-// prefix without a hash tag is refused on a cluster. A node that restarts
-// empty loses the indexes whose slots it serves, found by their generation
-// tokens as with one server; indexes on other nodes keep their data.
-// Several indexes (models, block sizes: one prefix each) spread over the
-// nodes by their prefixes' slots; one index does not spread (its batches
-// touch blocks in every bucket, and a script is atomic only within a slot).
+// a plain client). A script is atomic only within one slot, so the index
+// is split by engine into Config.Shards shards (default: 16 on a cluster,
+// 1 on a single server, where the keys are those above, unchanged). Each
+// shard is a whole index, with every key and rule above, under a prefix of
+// its own: ":sN" inside the prefix's {hash tag} ("{zmqguard-kvindex:s3}:"),
+// so each shard is one slot and the shards' slots spread over the nodes
+// (without a hash tag, on a single server, "sN:" is appended; on a cluster
+// a prefix without one is refused). An engine lives in shard FNV-1a(name)
+// mod Shards: its batches, its writer lease, its epoch, its map and its
+// entries stay in one slot, so a batch is still one atomic script call,
+// and the continuity rules (a failed batch puts the engine in doubt, a
+// takeover bumps its epoch) are per engine as before. Capacity is split
+// evenly (Capacity/Shards per shard, evicting oldest-first within the
+// shard; Capacity must be at least Shards), and Stats sums the shards
+// (Blocks counts a block once per shard holding it). Positions live in
+// shard 0. Every store of one prefix must use the same Shards: another
+// count puts engines in other shards.
+//
+// Score (Holders) sends one read-only script per shard in one DoMulti: the
+// cluster client pipelines the calls of each node together, one round trip
+// per node, all nodes in parallel. Each shard reads every key of the
+// prompt (a shard cannot know where the others' holders stop), and the
+// answers are merged key by key; a Holder's ids are the shard's ids times
+// Shards plus the shard, so EngineName and MediumName find the shard. The
+// cost is that every shard reads the whole prompt: on the 3-node loopback
+// cluster under a load average of 12–16 (2 CPUs), the fleet Score's p50
+// was 0.53–0.57 ms with one slot, 1.3 ms with 3 shards and 5.7–9 ms with
+// 16 (BenchmarkScoreFleet, -redisstore.shards). Fewer shards cost less per
+// Score; more spread the memory more evenly (3 shards' slots fell on 2 of
+// the 3 nodes; 16 on all 3).
+//
+// Each shard has its own generation token. A node that restarts empty
+// loses the shards whose slots it serves: the next call that reaches them
+// (Holders reaches every shard) reports the loss once, as one error
+// wrapping kvindex.ErrBackendLost for all the shards found lost together
+// (the index then resyncs its sources), and only the engines of those
+// shards lose their entries; the engines of shards on other nodes keep
+// theirs, trusted. Several indexes (models, block sizes) use one prefix
+// each, as on one server.
 package redisstore

@@ -3,6 +3,7 @@ package redisstore
 import (
 	"context"
 	"flag"
+	"fmt"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,26 +20,45 @@ var (
 	fleetBlocks  = flag.Int("redisstore.blocks", 200_000, "blocks of BenchmarkScoreFleet's fleet")
 )
 
-// usedMemory reads the server's used_memory (INFO memory); on the
-// cluster, the sum over its nodes.
-func usedMemory(b *testing.B, s *store) int64 {
+// nodeUsage reads each node's used_memory (INFO memory) and number of
+// keys (DBSIZE): one node for a store on one server, the cluster's nodes
+// for a store or a sharded store on the cluster; nil for another backend.
+func nodeUsage(b *testing.B, be kvindex.Backend) (mem, keys []int64) {
+	var s *store
+	switch v := be.(type) {
+	case *store:
+		s = v
+	case *sharded:
+		s = v.shards[0]
+	default:
+		return nil, nil
+	}
 	if s.cluster {
 		c := redistest.RequireCluster(b)
-		var sum int64
 		for i := range c.Nodes {
 			info, err := c.Do(i, "INFO", "memory")
 			if err != nil {
 				b.Fatal(err)
 			}
-			sum += parseUsedMemory(b, info)
+			n, err := c.Do(i, "DBSIZE")
+			if err != nil {
+				b.Fatal(err)
+			}
+			k, _ := strconv.ParseInt(n, 10, 64)
+			mem, keys = append(mem, parseUsedMemory(b, info)), append(keys, k)
 		}
-		return sum
+		return mem, keys
 	}
-	info, err := s.client.Do(context.Background(), s.client.B().Info().Section("memory").Build()).ToString()
+	ctx := context.Background()
+	info, err := s.client.Do(ctx, s.client.B().Info().Section("memory").Build()).ToString()
 	if err != nil {
 		b.Fatal(err)
 	}
-	return parseUsedMemory(b, info)
+	k, err := s.client.Do(ctx, s.client.B().Dbsize().Build()).AsInt64()
+	if err != nil {
+		b.Fatal(err)
+	}
+	return []int64{parseUsedMemory(b, info)}, []int64{k}
 }
 
 // parseUsedMemory reads used_memory from INFO memory's text.
@@ -61,11 +81,7 @@ func parseUsedMemory(b *testing.B, info string) int64 {
 func BenchmarkScoreFleet(b *testing.B) {
 	f := kvload.Fleet{Engines: *fleetEngines, Blocks: *fleetBlocks, BlockSize: 64, PromptBlocks: 128, Holders: 32, ChainBlocks: 128}
 	benchBackends(b, 4*f.Blocks, func(b *testing.B, x *kvindex.Index, be kvindex.Backend) {
-		var mem0 int64
-		st, isRedis := be.(*store)
-		if isRedis {
-			mem0 = usedMemory(b, st)
-		}
+		mem0, keys0 := nodeUsage(b, be)
 		t0 := time.Now()
 		n, err := f.Build(x)
 		if err != nil {
@@ -94,8 +110,19 @@ func BenchmarkScoreFleet(b *testing.B) {
 		b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
 		b.ReportMetric(float64(n), "entries")
 		b.ReportMetric(float64(n)/build.Seconds(), "build-entries/s")
-		if isRedis {
-			b.ReportMetric(float64(usedMemory(b, st)-mem0)/float64(n), "redis-B/entry")
+		if mem0 != nil {
+			mem1, keys1 := nodeUsage(b, be)
+			var sum int64
+			for i := range mem1 {
+				sum += mem1[i] - mem0[i]
+			}
+			b.ReportMetric(float64(sum)/float64(n), "redis-B/entry")
+			if len(mem1) > 1 { // the cluster: what each node took
+				for i := range mem1 {
+					b.ReportMetric(float64(mem1[i]-mem0[i])/1e6, fmt.Sprintf("node%d-MB", i))
+					b.ReportMetric(float64(keys1[i]-keys0[i]), fmt.Sprintf("node%d-keys", i))
+				}
+			}
 		}
 	})
 }

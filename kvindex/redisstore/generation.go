@@ -72,6 +72,25 @@ func (s *store) mapSplit() int {
 	return 128
 }
 
+// engineLimit is the bound of the engine ids the store hands out (Redis's
+// id plus the generation's base): 2³¹, or less for a shard of a sharded
+// store, whose ids are multiplied by the number of shards.
+func (s *store) engineLimit() uint64 {
+	if s.cfg.engineLimit > 0 {
+		return s.cfg.engineLimit
+	}
+	return 1 << 31
+}
+
+// mediumLimit is the bound of the medium ids the store hands out: 2¹⁶, or
+// less for a shard of a sharded store.
+func (s *store) mediumLimit() int {
+	if s.cfg.mediumLimit > 0 {
+		return s.cfg.mediumLimit
+	}
+	return 1 << 16
+}
+
 // newToken returns a random 128-bit generation token.
 func newToken() string {
 	var b [16]byte
@@ -139,12 +158,12 @@ func (s *store) lose(g *generation) {
 	s.cur.Store(nil)
 	// Redis ids are below 1<<31 (see Holders); past 1<<31 handed out over
 	// many losses the bases start again at 0.
-	if next := uint64(g.ebase) + uint64(g.espan.Load()); next < 1<<31 {
+	if next := uint64(g.ebase) + uint64(g.espan.Load()); next < s.engineLimit() {
 		s.ebase = uint32(next)
 	} else {
 		s.ebase = 0
 	}
-	if next := int(g.mbase) + mediumSpan; next+mediumSpan <= 1<<16 {
+	if next := int(g.mbase) + mediumSpan; next+mediumSpan <= s.mediumLimit() {
 		s.mbase = uint16(next)
 	} else {
 		s.mbase = 0

@@ -406,10 +406,12 @@ flush()
 return {eid, c[1], c[2], c[3], c[4], c[5], c[6], c[7], c[8], status, 0}
 `
 
-// holdersScript reads the holders of ARGV[4..] in order, stopping after
-// the first key nobody holds. ARGV[1] is the prefix, ARGV[2] the generation
-// token, ARGV[3] the version of the engines' epochs the caller holds (epv,
-// bumped at every epoch change and new engine). It parses nothing (Lua
+// holdersScript reads the holders of ARGV[5..] in order, stopping after
+// the first key nobody holds past the first ARGV[4] keys (a sharded store
+// reads a shard on to where another shard's walk reached). ARGV[1] is the
+// prefix, ARGV[2] the generation token, ARGV[3] the version of the
+// engines' epochs the caller holds (epv, bumped at every epoch change and
+// new engine). It parses nothing (Lua
 // string work is the slow part of a script): it returns the current
 // version, the epochs as one string "E,epoch,E,epoch…" only when the
 // caller's version is not current (else false), then one string per key,
@@ -423,10 +425,11 @@ local v = redis.call('GET', P .. 'epv') or '0'
 local out = {v, false}
 if v ~= ARGV[3] then out[2] = table.concat(redis.call('HGETALL', P .. 'ep'), ',') end
 local bd = tonumber(redis.call('GET', P .. 'bd') or '4')
-for i = 4, #ARGV do
+local nostop = tonumber(ARGV[4])
+for i = 5, #ARGV do
   local e = redis.call('HGET', P .. 'b:' .. string.sub(ARGV[i], -bd), ARGV[i]) or ''
   out[#out + 1] = e
-  if e == '' then break end
+  if e == '' and i - 4 > nostop then break end
 end
 return out
 `

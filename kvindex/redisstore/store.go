@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"net"
 	"strconv"
 	"strings"
 	"sync"
@@ -55,9 +54,24 @@ type Config struct {
 	// Timeout bounds each Redis call. Zero means 5 s.
 	Timeout time.Duration
 
+	// Shards is how many shards the index is split into, by engine: each
+	// shard is a whole index under a prefix of its own (on a cluster, its
+	// own hash tag, so its own slot), an engine's batches go to the shard
+	// a hash of its name picks, and Score reads every shard in one
+	// pipelined round trip per node (see the package doc). Zero means 1
+	// on a single server (the keys of a store without shards) and 16 on a
+	// Redis Cluster; at most 256. Capacity is split evenly between the
+	// shards (Capacity/Shards each; Capacity must be at least Shards).
+	// Every store of one prefix must use the same Shards.
+	Shards int
+
 	// mapSplit, when set (tests), replaces the 128 mappings per bucket
 	// past which an engine's map moves to more buckets.
 	mapSplit int
+	// engineLimit and mediumLimit, when set (a shard of a sharded store),
+	// bound the ids the store hands out, below 2³¹ and 2¹⁶.
+	engineLimit uint64
+	mediumLimit int
 }
 
 // NewWriterID returns a random writer id.
@@ -138,45 +152,20 @@ var (
 // Redis. It fills the defaults of cfg's zero fields first, then checks the
 // result.
 func New(cfg Config) (kvindex.Backend, error) {
-	s, err := open(cfg)
-	if err != nil {
-		return nil, err
+	if cfg.Shards == 1 {
+		s, err := open(cfg)
+		if err != nil {
+			return nil, err
+		}
+		return s, nil
 	}
-	return s, nil
-}
-
-// StatsOf returns the counters of a backend New made, beyond
-// kvindex.BackendStats; false when be is not one.
-func StatsOf(be kvindex.Backend) (Stats, bool) {
-	s, ok := be.(*store)
-	if !ok {
-		return Stats{}, false
-	}
-	return s.ownStats(), true
+	return openSharded(cfg)
 }
 
 func open(cfg Config) (*store, error) {
-	if cfg.Capacity == 0 {
-		cfg.Capacity = defaultCapacity
-	}
-	if cfg.Prefix == "" {
-		cfg.Prefix = defaultPrefix
-	}
-	if cfg.Timeout == 0 {
-		cfg.Timeout = 5 * time.Second
-	}
-	if cfg.LeaseTTL == 0 {
-		cfg.LeaseTTL = 10 * time.Second
-	}
-	switch {
-	case (cfg.URL == "") == (cfg.Client == nil):
-		return nil, errors.New("redisstore: set exactly one of Config.URL and Config.Client")
-	case cfg.Capacity < 0:
-		return nil, fmt.Errorf("redisstore: Config.Capacity %d is negative", cfg.Capacity)
-	case cfg.Timeout < 0:
-		return nil, fmt.Errorf("redisstore: Config.Timeout %v is negative", cfg.Timeout)
-	case cfg.LeaseTTL < 30*time.Millisecond:
-		return nil, fmt.Errorf("redisstore: Config.LeaseTTL %v is under 30ms", cfg.LeaseTTL)
+	cfg, err := withDefaults(cfg)
+	if err != nil {
+		return nil, err
 	}
 	s := &store{cfg: cfg, client: cfg.Client, prefix: cfg.Prefix, keys: []string{cfg.Prefix + "gen"},
 		apply:      rueidis.NewLuaScript(applyScript),
@@ -191,18 +180,9 @@ func open(cfg Config) (*store, error) {
 		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
-		opt, err := parseURL(cfg.URL)
+		c, err := dial(cfg.URL, cfg.Timeout)
 		if err != nil {
 			return nil, err
-		}
-		opt.DisableCache = true // no client-side caching: every read sees the server
-		if opt.Dialer.Timeout == 0 {
-			opt.Dialer.Timeout = cfg.Timeout
-		}
-		opt.ConnWriteTimeout = cfg.Timeout
-		c, err := rueidis.NewClient(opt)
-		if err != nil {
-			return nil, fmt.Errorf("redisstore: connect %q: %v", cfg.URL, err)
 		}
 		s.client, s.own = c, true
 	}
@@ -235,53 +215,6 @@ func open(cfg Config) (*store, error) {
 		close(s.stopped)
 	}
 	return s, nil
-}
-
-// parseURL reads a redis URL, whose host part may list several seed
-// addresses of a cluster separated by commas
-// (redis://127.0.0.1:7000,127.0.0.1:7001/0).
-func parseURL(raw string) (rueidis.ClientOption, error) {
-	u := raw
-	var seeds []string
-	if scheme, rest, ok := strings.Cut(raw, "://"); ok && (scheme == "redis" || scheme == "rediss" || scheme == "valkey" || scheme == "valkeys") {
-		end := strings.IndexAny(rest, "/?#")
-		if end < 0 {
-			end = len(rest)
-		}
-		auth := rest[:end]
-		user := ""
-		if at := strings.LastIndexByte(auth, '@'); at >= 0 {
-			user, auth = auth[:at+1], auth[at+1:]
-		}
-		if strings.Contains(auth, ",") {
-			seeds = strings.Split(auth, ",")
-			for _, a := range seeds {
-				if _, _, err := net.SplitHostPort(a); err != nil {
-					return rueidis.ClientOption{}, fmt.Errorf("redisstore: URL %q: seed address %q is not host:port", raw, a)
-				}
-			}
-			u = scheme + "://" + user + seeds[0] + rest[end:]
-		}
-	}
-	opt, err := rueidis.ParseURL(u)
-	if err != nil {
-		return opt, fmt.Errorf("redisstore: URL %q: %v", raw, err)
-	}
-	if len(seeds) > 1 {
-		opt.InitAddress = append(opt.InitAddress, seeds[1:]...)
-	}
-	return opt, nil
-}
-
-// hasHashTag reports whether prefix holds a Redis Cluster hash tag: a
-// "{" followed later by a "}" with something between them.
-func hasHashTag(prefix string) bool {
-	i := strings.IndexByte(prefix, '{')
-	if i < 0 {
-		return false
-	}
-	j := strings.IndexByte(prefix[i+1:], '}')
-	return j > 0
 }
 
 func (s *store) ctx() (context.Context, context.CancelFunc) {
@@ -492,7 +425,7 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 		if cache == nil {
 			cache = &epochCache{}
 		}
-		args = append(args[:0], s.prefix, g.token, cache.ver)
+		args = append(args[:0], s.prefix, g.token, cache.ver, "0")
 		for _, k := range keys[base:] {
 			args = append(args, strconv.FormatUint(uint64(k), 10))
 		}
@@ -728,4 +661,32 @@ func (s *store) renewLoop() {
 			s.lose(g)
 		}
 	}
+}
+
+// withDefaults fills the defaults of cfg's zero fields, then checks the
+// result (before anything is dialed).
+func withDefaults(cfg Config) (Config, error) {
+	if cfg.Capacity == 0 {
+		cfg.Capacity = defaultCapacity
+	}
+	if cfg.Prefix == "" {
+		cfg.Prefix = defaultPrefix
+	}
+	if cfg.Timeout == 0 {
+		cfg.Timeout = 5 * time.Second
+	}
+	if cfg.LeaseTTL == 0 {
+		cfg.LeaseTTL = 10 * time.Second
+	}
+	switch {
+	case (cfg.URL == "") == (cfg.Client == nil):
+		return cfg, errors.New("redisstore: set exactly one of Config.URL and Config.Client")
+	case cfg.Capacity < 0:
+		return cfg, fmt.Errorf("redisstore: Config.Capacity %d is negative", cfg.Capacity)
+	case cfg.Timeout < 0:
+		return cfg, fmt.Errorf("redisstore: Config.Timeout %v is negative", cfg.Timeout)
+	case cfg.LeaseTTL < 30*time.Millisecond:
+		return cfg, fmt.Errorf("redisstore: Config.LeaseTTL %v is under 30ms", cfg.LeaseTTL)
+	}
+	return cfg, nil
 }
