@@ -15,8 +15,11 @@ import (
 // ReadMessage reads the next whole message into m, reusing m's buffers.
 // Each frame header is checked before its body is read: a message over
 // MaxMessageSize bytes or MaxFrames frames, reserved flag bits, a command
-// inside a multipart message, or an unknown command is a *Violation, after
-// which the connection is closed (the stream cannot be trusted to resync).
+// other than PING or PONG inside a multipart message, or an unknown command
+// is a *Violation, after which the connection is closed (the stream cannot
+// be trusted to resync). A PING or PONG between the frames of a multipart
+// message, as libzmq sends them, is returned by the next ReadMessage, after
+// the message (several are coalesced to the last PING and the last PONG).
 // Other errors are the connection's I/O errors (io.EOF when the peer left).
 func (c *Conn) ReadMessage(m *Message) error {
 	err := c.readNext(m)
