@@ -52,6 +52,21 @@ elif mode == "push":  # PUSH -> our PULL
     for i in range(n):
         s.send_multipart([b"p", b"%d" % i])
     out("SENT", n)
+elif mode == "push_hb":  # PUSH -> our PULL, heartbeating every argv[4] ms
+    s = ctx.socket(zmq.PUSH)
+    s.setsockopt(zmq.HEARTBEAT_IVL, int(sys.argv[4]))
+    s.setsockopt(zmq.HEARTBEAT_TIMEOUT, 30000)
+    s.setsockopt(zmq.SNDHWM, 0)
+    s.connect(sys.argv[2]); n = int(sys.argv[3]); k = int(sys.argv[5]); size = int(sys.argv[6])
+    pad = b"x" * size
+    for i in range(n):
+        s.send_multipart([b"%d" % i] + [pad] * (k - 1))
+    out("SENT", n)
+    # Stay until the Go side has read everything (stdin closes): exiting
+    # with our PONGs unread would reset the connection and lose what the
+    # kernel still holds for the reader.
+    sys.stdin.read()
+    s.close(linger=0)
 elif mode == "pull":  # our PUSH -> PULL (binds; argv[2] = port or 0)
     s = ctx.socket(zmq.PULL)
     port = int(sys.argv[2])
@@ -253,6 +268,51 @@ func TestInteropPushToPull(t *testing.T) {
 		got := recvString(t, ctx, pull)
 		if !eq(got, "p", strconv.Itoa(i)) {
 			t.Fatalf("message %d: %q", i, got)
+		}
+	}
+	py.expect(t, ctx, "SENT")
+	py.done(t, ctx)
+}
+
+// TestInteropHeartbeatInsideMultipart: libzmq sends its PING (and the
+// PONG answering ours) between the frames of a multipart message when its
+// heartbeat timer fires (zmtpguard/beats.go cites its source): with a 1 ms
+// heartbeat on the pyzmq PUSH and on our PULL, and many long multipart
+// messages, some land inside one. Every message arrives whole and in order
+// (before zmtpguard accepted a heartbeat there, the connection was refused
+// and Recv failed).
+func TestInteropHeartbeatInsideMultipart(t *testing.T) {
+	requirePyzmq(t)
+	ctx := testCtx(t, 20*time.Second)
+	var events []string
+	var emu sync.Mutex
+	pull := mustSocket(t, NewPull, func(o *Options) {
+		o.HeartbeatInterval = time.Millisecond
+		o.HeartbeatTimeout = 30 * time.Second
+		o.OnEvent = func(e Event) {
+			emu.Lock()
+			events = append(events, fmt.Sprintf("%+v", e))
+			emu.Unlock()
+		}
+	})
+	defer func() {
+		if t.Failed() {
+			emu.Lock()
+			t.Logf("events: %q; stats %+v", events, pull.Stats())
+			emu.Unlock()
+		}
+	}()
+	ep := mustBind(t, pull)
+	const n, frames, size = 3000, 16, 512
+	py := startPy(t, ctx, "push_hb", ep, strconv.Itoa(n), "1", strconv.Itoa(frames), strconv.Itoa(size))
+	pad := strings.Repeat("x", size)
+	for i := 0; i < n; i++ {
+		m, err := pull.Recv(ctx)
+		if err != nil {
+			t.Fatalf("message %d: Recv: %v", i, err)
+		}
+		if len(m.Frames) != frames || string(m.Frames[0]) != strconv.Itoa(i) || string(m.Frames[frames-1]) != pad {
+			t.Fatalf("message %d: %d frames, first %q", i, len(m.Frames), m.Frames[0])
 		}
 	}
 	py.expect(t, ctx, "SENT")

@@ -179,6 +179,11 @@ type Conn struct {
 	wrote int
 	// smallFlushes counts consecutive Flushes that wrote little (shrinkWriter).
 	smallFlushes int
+	// beats are heartbeats read inside a multipart message, returned by
+	// the next ReadMessage (beats.go); cmdBuf holds such a command's body
+	// when it does not fit the read buffer.
+	beats  heldBeats
+	cmdBuf []byte
 }
 
 // Peer returns the peer's validated READY metadata.

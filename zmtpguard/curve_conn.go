@@ -94,9 +94,18 @@ func (c *Conn) readCurve(m *Message) error {
 			return err
 		}
 		b, err = c.br.Peek(headerLen(b[0]))
-		hdr, ok, verr := parseFrameHeader(b, c.cfg.MaxMessageSize-total+curveMessageOverhead)
+		// Inside a multipart message the next frame may be a heartbeat
+		// (beats.go), which does not count toward the message's size: the
+		// box is allowed up to the command limit when that is more than
+		// what is left, and a data frame is checked again once opened.
+		left := c.cfg.MaxMessageSize - total
+		limit := left
+		if nframes > 0 {
+			limit = max(left, commandLimit(&c.cfg))
+		}
+		hdr, ok, verr := parseFrameHeader(b, limit+curveMessageOverhead)
 		if verr != nil {
-			return c.fail(c.oversize(verr, nframes, total))
+			return c.fail(c.oversize(verr, nframes, total, false))
 		}
 		if !ok {
 			if err == io.EOF {
@@ -158,11 +167,27 @@ func (c *Conn) readCurve(m *Message) error {
 			return c.fail(violation(decodeguard.ReasonTransport, "CURVE frame flags have reserved bits set", int64(n), []byte{flags}))
 		}
 		if flags&curveFlagCommand != 0 {
-			if nframes > 0 || flags&curveFlagMore != 0 {
-				return c.fail(violation(decodeguard.ReasonTransport, "command frame inside a multipart message", int64(nframes), nil))
+			if flags&curveFlagMore != 0 {
+				return c.fail(violation(decodeguard.ReasonTransport, "CURVE command frame has MORE set", int64(nframes), nil))
+			}
+			if nframes > 0 {
+				if int64(len(m.buf)-start) > commandLimit(&c.cfg) {
+					return c.fail(violation(decodeguard.ReasonOversize, "command of "+itoa(len(m.buf)-start)+
+						" bytes inside a multipart message is over the command limit "+itoa(int(commandLimit(&c.cfg))), int64(len(m.buf)-start), nil))
+				}
+				err := c.hold(m.buf[start:], nframes)
+				m.buf = m.buf[:start]
+				if err != nil {
+					return err
+				}
+				nframes-- // not one of the message's frames
+				continue
 			}
 			m.ends = append(m.ends, len(m.buf))
 			return c.command(m)
+		}
+		if int64(len(m.buf)-start) > left {
+			return c.fail(c.oversize(violation(decodeguard.ReasonOversize, "", int64(len(m.buf)-start), nil), nframes, total, false))
 		}
 		total += int64(len(m.buf) - start)
 		m.ends = append(m.ends, len(m.buf))
@@ -213,6 +238,7 @@ func (c *Conn) curveMessageBuffered() bool {
 	cs := c.cz
 	b, _ := c.br.Peek(c.br.Buffered())
 	last := cs.recvNonce
+	inside := false // past the first frame of a multipart message
 	for off := 0; off < len(b); {
 		flags, size, hl, whole := zmtpwire.PeekFrameHeader(b[off:])
 		if !whole {
@@ -236,10 +262,14 @@ func (c *Conn) curveMessageBuffered() bool {
 		var counter [16]byte
 		first := cs.recvBox.firstBlock(&counter, n)
 		inner := body[32] ^ first[32] // body: name, nonce, tag, then the boxed flags byte
+		off += hl + int(size)
+		if inner == curveFlagCommand && inside {
+			continue // a heartbeat inside a message: it goes on (beats.go)
+		}
 		if inner&curveFlagMore == 0 || inner&curveFlagCommand != 0 {
 			return true
 		}
-		off += hl + int(size)
+		inside = true
 	}
 	return false
 }

@@ -115,6 +115,10 @@ func FuzzCurveMessage(f *testing.F) {
 	f.Add(fuzzMessage(3, 0, []byte("hello")))
 	f.Add(append(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, 0, make([]byte, 300))...))
 	f.Add(fuzzMessage(3, curveFlagCommand, []byte("\x04PING\x00\x00")))
+	// Heartbeats (and a READY) between the frames of a message (beats.go).
+	f.Add(cat(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, curveFlagCommand, []byte("\x04PING\x00\x00ctx")), fuzzMessage(5, 0, []byte("b"))))
+	f.Add(cat(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, curveFlagCommand, []byte("\x04PONGctx")), fuzzMessage(5, 0, []byte("b"))))
+	f.Add(cat(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, curveFlagCommand, []byte("\x05READY")), fuzzMessage(5, 0, []byte("b"))))
 	m := fuzzMessage(3, 0, []byte("x"))
 	f.Add(append(append([]byte{}, m...), m...))                      // replay
 	f.Add(append(fuzzMessage(9, 0, nil), fuzzMessage(8, 0, nil)...)) // reorder
@@ -139,6 +143,8 @@ func FuzzCurveMessageBuffered(f *testing.F) {
 	f.Add(cat(fuzzMessage(3, 0, []byte("a")), fuzzMessage(4, curveFlagMore, []byte("b")), fuzzMessage(5, 0, []byte("c"))))
 	f.Add(cat(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, curveFlagMore, make([]byte, 300))))
 	f.Add(cat(fuzzMessage(3, 0, nil), fuzzMessage(3, 0, nil)))
+	f.Add(cat(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, curveFlagCommand, []byte("\x04PING\x00\x00")), fuzzMessage(5, 0, []byte("b"))))
+	f.Add(cat(fuzzMessage(3, curveFlagMore, []byte("a")), fuzzMessage(4, curveFlagCommand, []byte("\x04PING\x00\x00"))))
 	f.Fuzz(func(t *testing.T, data []byte) {
 		cfg := Config{MaxMessageSize: 4096, MaxFrames: 8}.withDefaults()
 		rc := &readCounter{bytesConn: newBytesConn(data)}

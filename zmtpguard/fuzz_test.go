@@ -127,9 +127,31 @@ func streamSeeds() [][]byte {
 		commandFrame(cmdError, []byte("\x03bad")),
 		commandFrame("HELLO", nil),
 		cat(dataFrame(true, []byte("a")), commandFrame(cmdPing, []byte{0, 1})),
+		cat(dataFrame(true, []byte("a")), commandFrame(cmdPing, []byte{0, 1}), dataFrame(false, []byte("b"))),
+		cat(dataFrame(true, []byte("a")), commandFrame(cmdReady, nil), dataFrame(false, []byte("b"))),
 		{0x40, 0x01, 'x'},
 		{0x05, 0x00},
 		tenK,
+	}
+}
+
+// innerCommandSeeds are streams with commands between the frames of a
+// multipart message: heartbeats (taken out of the message, beats.go),
+// whole or cut short, and commands refused there.
+func innerCommandSeeds() [][]byte {
+	ping := commandFrame(cmdPing, []byte{0, 1, 'c', 't', 'x'})
+	pong := commandFrame(cmdPong, []byte("ctx"))
+	return [][]byte{
+		cat(dataFrame(true, []byte("a")), ping, dataFrame(false, []byte("b"))),
+		cat(dataFrame(true, []byte("a")), pong, dataFrame(false, []byte("b"))),
+		cat(dataFrame(true, []byte("a")), ping, pong, ping, dataFrame(true, []byte("b")), ping, dataFrame(false, []byte("c")), dataFrame(false, []byte("d"))),
+		cat(dataFrame(true, []byte("a")), ping[:4]),
+		cat(dataFrame(true, []byte("a")), ping),
+		cat(dataFrame(true, []byte("a")), commandFrame(cmdReady, prop("Socket-Type", "PUSH")), dataFrame(false, []byte("b"))),
+		cat(dataFrame(true, []byte("a")), commandFrame(cmdSubscribe, []byte("t")), dataFrame(false, []byte("b"))),
+		cat(dataFrame(true, []byte("a")), commandFrame("NOPE", nil), dataFrame(false, []byte("b"))),
+		cat(dataFrame(true, []byte("a")), longHeader(flagCommand, 1<<20), dataFrame(false, []byte("b"))),
+		cat(dataFrame(true, make([]byte, 290)), ping, dataFrame(false, make([]byte, 10))),
 	}
 }
 

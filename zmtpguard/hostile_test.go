@@ -110,6 +110,12 @@ func hostileAttacks() []attack {
 		attack{name: "zmtp-1.0-greeting", send: writeAll([]byte{0x01, 0x00}), close: true, want: T},
 		attack{name: "zmtp-2.0-greeting", send: writeAll([]byte{0xFF, 0, 0, 0, 0, 0, 0, 0, 1, 0x7F, 0x01, 0x08, 0x00, 0x00}), close: true, want: H},
 		attack{name: "ping", send: writeAll(cat(hs, commandFrame(cmdPing, []byte{0, 10, 'c', 't', 'x'}))), hold: true, pong: true},
+		// libzmq's heartbeat lands between the frames of a message (beats.go):
+		// answered, the message goes on; any other command there is refused.
+		attack{name: "ping-inside-multipart", send: writeAll(cat(hs, dataFrame(true, []byte("a")),
+			commandFrame(cmdPing, []byte{0, 10, 'c', 't', 'x'}), dataFrame(false, []byte("b")))), hold: true, pong: true},
+		attack{name: "ready-inside-multipart", send: writeAll(cat(hs, dataFrame(true, []byte("a")),
+			readyFrame(prop("Socket-Type", "PUSH")), dataFrame(false, []byte("b")))), close: true, want: T},
 		attack{name: "10000-frame-message", send: writeAll(tenThousand), close: true, want: O},
 		attack{name: "reserved-flag-bits-after-ready", send: writeAll(cat(hs, []byte{0x40, 0x01, 'x'})), close: true, want: T},
 		attack{name: "unknown-command-after-ready", send: writeAll(cat(hs, commandFrame("HELLO", nil))), close: true, want: T},

@@ -15,8 +15,11 @@ import (
 // ReadMessage reads the next whole message into m, reusing m's buffers.
 // Each frame header is checked before its body is read: a message over
 // MaxMessageSize bytes or MaxFrames frames, reserved flag bits, a command
-// inside a multipart message, or an unknown command is a *Violation, after
-// which the connection is closed (the stream cannot be trusted to resync).
+// other than PING or PONG inside a multipart message, or an unknown command
+// is a *Violation, after which the connection is closed (the stream cannot
+// be trusted to resync). A PING or PONG between the frames of a multipart
+// message, as libzmq sends them, is returned by the next ReadMessage, after
+// the message (several are coalesced to the last PING and the last PONG).
 // Other errors are the connection's I/O errors (io.EOF when the peer left).
 func (c *Conn) ReadMessage(m *Message) error {
 	err := c.readNext(m)
@@ -31,8 +34,11 @@ func (c *Conn) readNext(m *Message) error {
 	if c.cr != nil && c.cr.full {
 		c.growReader()
 	}
-	c.parkIdle()
 	m.Reset()
+	if c.takeBeat(m) {
+		return nil // a heartbeat read inside the last message (beats.go)
+	}
+	c.parkIdle()
 	if c.cz != nil {
 		return c.endMessage(m, c.readCurve(m))
 	}
@@ -75,17 +81,25 @@ func (c *Conn) readMessage(m *Message) error {
 			}
 			b, err = c.br.Peek(headerLen(b[0]))
 		}
-		hdr, ok, verr := parseFrameHeader(b, c.cfg.MaxMessageSize-total)
+		// A command between the frames of a multipart message (a heartbeat,
+		// see beats.go) is bounded by the command limit, not by what is
+		// left of the message's.
+		inner := nframes > 0 && b[0]&flagCommand != 0
+		limit := c.cfg.MaxMessageSize - total
+		if inner {
+			limit = commandLimit(&c.cfg)
+		}
+		hdr, ok, verr := parseFrameHeader(b, limit)
 		if verr != nil {
-			return c.fail(c.oversize(verr, nframes, total))
+			return c.fail(c.oversize(verr, nframes, total, inner))
 		}
 		if !ok {
 			if len(b) >= 2 && err == nil {
 				// Fast path found a long header not wholly buffered yet.
 				b, err = c.br.Peek(headerLen(b[0]))
-				hdr, ok, verr = parseFrameHeader(b, c.cfg.MaxMessageSize-total)
+				hdr, ok, verr = parseFrameHeader(b, limit)
 				if verr != nil {
-					return c.fail(c.oversize(verr, nframes, total))
+					return c.fail(c.oversize(verr, nframes, total, inner))
 				}
 			}
 			if !ok {
@@ -95,12 +109,16 @@ func (c *Conn) readMessage(m *Message) error {
 				return err
 			}
 		}
+		if inner {
+			if err := c.readInner(hdr, nframes); err != nil {
+				return err
+			}
+			nframes-- // not one of the message's frames
+			continue
+		}
 		if nframes >= c.cfg.MaxFrames {
 			return c.fail(violation(decodeguard.ReasonOversize,
 				"message has more than MaxFrames="+itoa(c.cfg.MaxFrames)+" frames", int64(nframes+1), nil))
-		}
-		if hdr.Command() && nframes > 0 {
-			return c.fail(violation(decodeguard.ReasonTransport, "command frame inside a multipart message", int64(nframes), b))
 		}
 		c.br.Discard(hdr.Len)
 		if err := c.readBody(m, hdr.Size); err != nil {
@@ -198,11 +216,48 @@ func (c *Conn) bufferedExtent(b []byte) (frames, bytes int, ok bool) {
 	return 0, 0, false
 }
 
-// oversize restates a frame-size violation in terms of the whole message.
-func (c *Conn) oversize(verr error, nframes int, total int64) *Violation {
+// readInner reads the command frame whose header is hdr (checked against
+// the command limit, not yet consumed) that came after nframes frames of a
+// multipart message, and holds it if it is a heartbeat (beats.go).
+func (c *Conn) readInner(hdr frameHeader, nframes int) error {
+	c.br.Discard(hdr.Len)
+	n := int(hdr.Size) // at most the command limit
+	var body []byte
+	var err error
+	if n <= c.br.Size() {
+		c.bodyWait(n)
+		body, err = c.br.Peek(n)
+	} else {
+		if cap(c.cmdBuf) < n {
+			c.cmdBuf = make([]byte, n) // bounded by the command limit
+		}
+		body = c.cmdBuf[:n]
+		c.bodyWait(n)
+		_, err = io.ReadFull(c.br, body)
+		n = 0
+	}
+	if err != nil {
+		if err == io.EOF {
+			err = io.ErrUnexpectedEOF
+		}
+		return err
+	}
+	if err := c.hold(body, nframes); err != nil {
+		return err
+	}
+	c.br.Discard(n)
+	return nil
+}
+
+// oversize restates a frame-size violation in terms of the whole message,
+// or of the command limit for a command inside it (inner).
+func (c *Conn) oversize(verr error, nframes int, total int64, inner bool) *Violation {
 	var v *Violation
 	errors.As(verr, &v)
-	if v.Reason == decodeguard.ReasonOversize {
+	if v.Reason == decodeguard.ReasonOversize && inner {
+		v.Detail = "command of " + formatSize(uint64(v.Length)) + " bytes inside a multipart message is over the command limit " +
+			itoa(int(commandLimit(&c.cfg)))
+	} else if v.Reason == decodeguard.ReasonOversize {
 		v.Detail = "message of " + itoa(nframes+1) + " frames claims " + formatSize(uint64(total)+uint64(v.Length)) +
 			" bytes, over MaxMessageSize " + itoa(int(c.cfg.MaxMessageSize))
 	}
@@ -255,19 +310,27 @@ func (c *Conn) command(m *Message) error {
 // frame headers already received and never blocks or allocates. (A message
 // larger than the read buffer is never reported as buffered.)
 func (c *Conn) messageBuffered() bool {
+	if c.beats.any() {
+		return true
+	}
 	if c.cz != nil {
 		return c.curveMessageBuffered()
 	}
 	b, _ := c.br.Peek(c.br.Buffered())
+	inside := false // past the first frame of a multipart message
 	for off := 0; off < len(b); {
 		flags, size, hl, whole := zmtpwire.PeekFrameHeader(b[off:])
 		if !whole || size > uint64(len(b)-off-hl) {
 			return false
 		}
 		off += hl + int(size)
+		if flags&flagCommand != 0 && inside {
+			continue // a heartbeat: the message goes on (beats.go)
+		}
 		if flags&flagMore == 0 || flags&flagCommand != 0 {
 			return true
 		}
+		inside = true
 	}
 	return false
 }
@@ -280,6 +343,9 @@ func (c *Conn) messageBuffered() bool {
 // has instead of holding it while the peer's next message is arriving.
 func (c *Conn) TryReadMessage(m *Message) (bool, error) {
 	m.Reset()
+	if c.beats.any() {
+		return true, c.ReadMessage(m)
+	}
 	if c.cz == nil && (c.cr == nil || !c.cr.full) {
 		if c.readBuffered(m) {
 			markWork(c.work)

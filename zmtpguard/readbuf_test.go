@@ -175,6 +175,9 @@ func FuzzReadMessagePaths(f *testing.F) {
 	for _, s := range streamSeeds() {
 		f.Add(s, uint16(300), uint8(4))
 	}
+	for _, s := range innerCommandSeeds() {
+		f.Add(s, uint16(300), uint8(4))
+	}
 	f.Add(bytes.Repeat(dataFrame(true, []byte("ab")), 5), uint16(1000), uint8(4))
 	f.Add(append(longHeader(0, 5), "hello"...), uint16(5), uint8(1))
 	f.Add(append(longHeader(0, 6), "hello!"...), uint16(5), uint8(1))

@@ -218,7 +218,13 @@ func (g *guardConn) advance() error {
 		}
 		b, err = g.br.Peek(headerLen(b[0]))
 	}
-	hdr, ok, verr := parseFrameHeader(b, g.cfg.MaxMessageSize-g.total)
+	limit := g.cfg.MaxMessageSize - g.total
+	if b[0]&flagCommand != 0 {
+		// Not what is left of the message: a heartbeat inside one does not
+		// count toward it. The command limit is checked below.
+		limit = g.cfg.MaxMessageSize
+	}
+	hdr, ok, verr := parseFrameHeader(b, limit)
 	if verr != nil {
 		var v *Violation
 		if errors.As(verr, &v) && v.Reason == decodeguard.ReasonOversize {
@@ -234,9 +240,9 @@ func (g *guardConn) advance() error {
 		return err
 	}
 	if hdr.Command() {
-		if g.frames > 0 {
-			return g.violate("read", violation(decodeguard.ReasonTransport, "command frame inside a multipart message", int64(g.frames), b))
-		}
+		// Commands are bounded by the command limit, inside a multipart
+		// message too: there only a heartbeat may come (beats.go), and it
+		// counts toward neither MaxFrames nor MaxMessageSize.
 		if limit := min(int64(g.cfg.MaxHandshakeSize), g.cfg.MaxMessageSize); hdr.Size > limit {
 			return g.violate("read", violation(decodeguard.ReasonOversize,
 				"command of "+itoa(int(hdr.Size))+" bytes is over the command limit "+itoa(int(limit)), hdr.Size, b))
@@ -251,6 +257,19 @@ func (g *guardConn) advance() error {
 				err = io.ErrUnexpectedEOF
 			}
 			return err
+		}
+		if g.frames > 0 {
+			// Inside a multipart message zmq4 is between frames: only a
+			// PING (answered at the next boundary of zmq4's output) or a
+			// PONG may be handled here; anything else is refused.
+			name, _, err := parseCommand(body)
+			if err != nil {
+				return g.violate("read", err)
+			}
+			if n := string(name); n != cmdPing && n != cmdPong {
+				return g.violate("read", violation(decodeguard.ReasonTransport,
+					"command frame inside a multipart message ("+quoteName(name)+"; only PING and PONG may come between frames)", int64(g.frames), body))
+			}
 		}
 		return g.command(body)
 	}

@@ -68,6 +68,9 @@ func FuzzTryReadMessage(f *testing.F) {
 	for _, s := range streamSeeds() {
 		f.Add(s, uint16(300), uint8(4), uint8(7))
 	}
+	for _, s := range innerCommandSeeds() {
+		f.Add(s, uint16(300), uint8(4), uint8(7))
+	}
 	f.Add(slices.Concat(dataFrame(false, []byte("a")), dataFrame(true, []byte("bc")), dataFrame(false, []byte("d")),
 		commandFrame(cmdPing, []byte{0, 1})), uint16(1000), uint8(4), uint8(3))
 	f.Add(slices.Concat(dataFrame(false, []byte("ok")), append(longHeader(0, 6), "hello!"...)), uint16(5), uint8(1), uint8(64))
