@@ -240,7 +240,23 @@ var (
 	kveventsUnknownFields = family("zmqguard_kvevents_unknown_fields_total", Counter, "{field}",
 		"Fields the decoder read past in delivered batches because this release does not know them "+
 			"(elements or keys a later engine release added).", labelLoop)
+	kveventsDeparted = family("zmqguard_kvevents_departed_total", Counter, "{engine}",
+		"Engines that left the fleet (kvevents.UpdateDeparted): removed, or retired after Config.EngineTTL "+
+			"without a connection (issue 36).", labelLoop)
+	kveventsFanInConns = family("zmqguard_kvevents_fan_in_connections", Gauge, "{connection}",
+		"Open connections to the subscriber's fan-in endpoints (Source.FanIn).", labelLoop)
+	kveventsFanInTopics = family("zmqguard_kvevents_fan_in_topics", Gauge, "{topic}",
+		"Topics (engines) the fan-in endpoints follow now.", labelLoop)
+	kveventsFanInRefused = family("zmqguard_kvevents_fan_in_refused_total", Counter, "{message}",
+		"Fan-in messages refused, by reason: topic_held (another live connection holds the topic), address "+
+			"(the topic names another IP address than the peer's), bad_topic, topic_limit, conn_topic_limit "+
+			"(Config.FanInMaxTopics, FanInMaxTopicsPerConn), conn_gone (its connection had closed).",
+		labelLoop, labelReason)
 )
+
+// fanInReasons are the reason label values of kveventsFanInRefused, in
+// the order of kvevents.SourceStats.FanIn.RefusedBy's fields.
+var fanInReasons = []string{"topic_held", "address", "bad_topic", "topic_limit", "conn_topic_limit", "conn_gone"}
 
 // The reason label values of the eviction and reset families (their Stats
 // fields' names).
@@ -267,6 +283,7 @@ var families = []*Family{
 	outputsClaimsRefused, outputsEngineDead, outputsUnattributedDead, outputsQueuedBytes, outputsHolds,
 	outputsQueueWaits,
 	kveventsResets, kveventsProven, kveventsUnproven, kveventsUnknownFields,
+	kveventsDeparted, kveventsFanInConns, kveventsFanInTopics, kveventsFanInRefused,
 	// The kvindex families (kvindex.go).
 	kvindexBatches, kvindexStored, kvindexRemoved, kvindexCleared, kvindexInactive, kvindexResets,
 	kvindexLostRanges, kvindexNotIndexed, kvindexEntriesAdded, kvindexEntriesRemoved, kvindexUnknownRemovals,

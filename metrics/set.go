@@ -512,5 +512,13 @@ func (s *Set) AddKVEvents(name string, maxSources int, sub interface{ Stats() kv
 		e.emit(kveventsProven, float64(st.ContinuityProven), name)
 		e.emit(kveventsUnproven, float64(st.Unproven), name)
 		e.emit(kveventsUnknownFields, float64(st.UnknownFields), name)
+		e.emit(kveventsDeparted, float64(st.Departed), name)
+		f := &st.FanIn
+		e.emit(kveventsFanInConns, float64(f.Conns), name)
+		e.emit(kveventsFanInTopics, float64(f.Topics), name)
+		rb := &f.RefusedBy
+		for i, v := range []uint64{rb.TopicHeld, rb.Address, rb.BadTopic, rb.TopicLimit, rb.ConnTopicLimit, rb.ConnGone} {
+			e.emit(kveventsFanInRefused, float64(v), name, fanInReasons[i])
+		}
 	})
 }

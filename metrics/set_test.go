@@ -87,6 +87,9 @@ func TestCollectMapsEveryField(t *testing.T) {
 	kv := &fakeKV{}
 	kv.st.ResetsBy.SeqBack, kv.st.ResetsBy.Digest, kv.st.ResetsBy.Jump, kv.st.ResetsBy.Resync = 80, 81, 82, 83
 	kv.st.ContinuityProven, kv.st.Unproven, kv.st.UnknownFields = 84, 85, 86
+	kv.st.Departed, kv.st.FanIn.Conns, kv.st.FanIn.Topics = 90, 91, 92
+	rb := &kv.st.FanIn.RefusedBy
+	rb.TopicHeld, rb.Address, rb.BadTopic, rb.TopicLimit, rb.ConnTopicLimit, rb.ConnGone = 93, 94, 95, 96, 97, 98
 	kv.st.Sources = []kvevents.SourceStats{{Name: "pod-0", Batches: 87}}
 	o := &fakeOutputs{st: outputs.Stats{ClaimsRefused: 70, EngineDead: 71, UnattributedDead: 72, QueuedBytes: 73,
 		Holds: 74, QueueWaits: 75, Engines: []outputs.EngineStats{{Engine: 0, Messages: 76}}}}
@@ -149,6 +152,12 @@ func TestCollectMapsEveryField(t *testing.T) {
 	want(t, got, "zmqguard_kvevents_continuity_proven_total{kve}", 84)
 	want(t, got, "zmqguard_kvevents_continuity_unproven_total{kve}", 85)
 	want(t, got, "zmqguard_kvevents_unknown_fields_total{kve}", 86)
+	want(t, got, "zmqguard_kvevents_departed_total{kve}", 90)
+	want(t, got, "zmqguard_kvevents_fan_in_connections{kve}", 91)
+	want(t, got, "zmqguard_kvevents_fan_in_topics{kve}", 92)
+	for i, r := range []string{"topic_held", "address", "bad_topic", "topic_limit", "conn_topic_limit", "conn_gone"} {
+		want(t, got, "zmqguard_kvevents_fan_in_refused_total{kve,"+r+"}", float64(93+i))
+	}
 	want(t, got, "zmqguard_source_messages_received_total{kve,pod-0}", 87)
 	want(t, got, "zmqguard_socket_zmtp30_peers{jobs}", 3)
 	want(t, got, "zmqguard_socket_fair_share_dropped_messages_total{jobs}", 60)
