@@ -6,7 +6,7 @@ require (
 	github.com/go-zeromq/zmq4 v0.17.0
 	github.com/tinylib/msgp v1.6.5
 	go.uber.org/goleak v1.3.0
-	golang.org/x/crypto v0.36.0
+	golang.org/x/crypto v0.57.0
 	pgregory.net/rapid v1.3.0
 )
 

@@ -15,7 +15,7 @@ require (
 	github.com/tinylib/msgp v1.6.5
 	github.com/zmqguard/zmqguard/kvindex/redisstore v0.0.0
 	go.uber.org/goleak v1.3.0
-	golang.org/x/crypto v0.36.0
+	golang.org/x/crypto v0.57.0
 )
 
 require (

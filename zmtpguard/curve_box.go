@@ -4,8 +4,8 @@ import (
 	"encoding/binary"
 	"slices"
 
-	"golang.org/x/crypto/poly1305" //lint:ignore SA1019 used only as NaCl secretbox's building block, as secretbox itself does
-	"golang.org/x/crypto/salsa20/salsa"
+	"golang.org/x/crypto/poly1305"      //lint:ignore SA1019 used only as NaCl secretbox's building block, as secretbox itself does
+	"golang.org/x/crypto/salsa20/salsa" //lint:ignore SA1019 CURVE needs the HSalsa20 core and the raw XSalsa20 stream (ZMTP CURVE, RFC 26), which only this package exposes
 )
 
 // messageBox seals and opens one direction's MESSAGE boxes. A NaCl box
