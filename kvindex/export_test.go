@@ -24,6 +24,7 @@ type embedded struct{ *memory }
 
 // Embedded wraps b, from NewMemory, in a type of its own that embeds it.
 func Embedded(b Backend) Backend { return embedded{b.(*memory)} }
+
 // EnginesTracked is how many engines the index keeps state for.
 func EnginesTracked(x *Index) int {
 	x.mu.Lock()
