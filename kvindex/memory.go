@@ -15,7 +15,8 @@ import (
 // capacity 0: about 256 MiB of index at ≤ 64 bytes per entry.
 const defaultCapacity = 1 << 22
 
-// maxEngines is how many engines one memory backend tracks.
+// maxEngines is how many live engines one memory backend tracks (16-bit
+// numbers; a departed engine's number is reused by a later new engine).
 const maxEngines = 1 << 16
 
 // memEntry is one (block, engine, medium, group) entry: 40 bytes.
@@ -74,7 +75,10 @@ type memory struct {
 // NewMemory returns the in-memory Backend, holding at most capacity
 // (block, engine, medium, group) entries: past it the oldest entries (by
 // first store) are evicted, and counted. Zero means 4,194,304 (about
-// 256 MiB at ≤ 64 bytes per entry); at most 67,108,861.
+// 256 MiB at ≤ 64 bytes per entry); at most 67,108,861. It tracks at most
+// 65,536 engines at once: a departed engine's (kvevents.UpdateDeparted)
+// number goes to the next new engine name; past the cap a new engine is
+// refused (counted in Stats.Errors, logged once as a WARN).
 func NewMemory(capacity int) (Backend, error) {
 	if capacity == 0 {
 		capacity = defaultCapacity
