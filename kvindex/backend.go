@@ -120,7 +120,8 @@ type Holder struct {
 type BackendStats struct {
 	// Entries is the number of (block, engine, medium, group) entries held;
 	// Blocks the number of distinct local keys; Mappings the number of
-	// (engine, engine hash) mappings; Engines the engines known.
+	// (engine, engine hash) mappings; Engines the engines known (the
+	// in-memory backend: live ones; a departed engine is forgotten).
 	Entries  int64 `json:"entries"`
 	Blocks   int64 `json:"blocks"`
 	Mappings int64 `json:"mappings"`

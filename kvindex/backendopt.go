@@ -34,6 +34,14 @@ type holderWalker interface {
 	walk(keys []Key, sc *scoreScratch) error
 }
 
+// engineRetirer is a Backend that frees a departed engine's number for
+// reuse by a later new engine (the in-memory backend numbers engines in
+// 16 bits). The Index calls retire in the engine's turn, after the
+// departure's OpClear applied.
+type engineRetirer interface {
+	retire(engine string)
+}
+
 // snapshotter is a Backend whose whole state Config.SnapshotFile saves and
 // restores (a shared backend, such as Redis, keeps its own state).
 type snapshotter interface {
@@ -58,6 +66,7 @@ var (
 	_ lockedApplier = (*memory)(nil)
 	_ holderWalker  = (*memory)(nil)
 	_ snapshotter   = (*memory)(nil)
+	_ engineRetirer = (*memory)(nil)
 )
 
 func (m *memory) unlock() { m.mu.Unlock() }
@@ -83,6 +92,9 @@ func (m *memory) suspendTrust(pos map[string]kvevents.Position, pending map[stri
 	defer m.mu.Unlock()
 	for i := range m.engines {
 		e := &m.engines[i]
+		if e.free {
+			continue
+		}
 		if _, ok := pos[e.name]; ok {
 			// Half the epoch space away: no count of losses since can
 			// make the engine's epoch equal bumped again.

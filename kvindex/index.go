@@ -128,6 +128,10 @@ type Index struct {
 	snapMu   sync.Mutex // one write at a time
 	snapStop chan struct{}
 	snapDone chan struct{}
+
+	capWarned atomic.Bool // the memory backend's engine cap was logged
+
+	afterWalk func() // tests only (export_test.go): runs in Score after each walk
 }
 
 type engineState struct {
@@ -353,6 +357,8 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 	// The in-memory backend resolves and applies under one write lock (a
 	// Score waiting between the two would cost a lock hand-off per batch).
 	mem, _ := x.be.(lockedApplier)
+	var applyErr error // under mem's lock: logged after it (warnEngineCap)
+	defer func() { x.warnEngineCap(engine, applyErr) }()
 	if mem != nil {
 		mem.lock()
 		defer mem.unlock()
@@ -515,6 +521,7 @@ func (x *Index) applyEvents(engine string, evs []kvevents.Event, pos *kvevents.P
 			x.st.add(c)
 			if err != nil {
 				x.st.errors.Add(1)
+				applyErr = err
 			}
 		}
 	} else {
@@ -572,11 +579,22 @@ func (x *Index) Close() error {
 	return err
 }
 
+// warnEngineCap logs one WARN, the first time, when err is the in-memory
+// backend refusing a new engine at its cap (never under the backend's
+// lock: the handler is the user's).
+func (x *Index) warnEngineCap(engine string, err error) {
+	if errors.Is(err, errTooManyEngines) && x.capWarned.CompareAndSwap(false, true) {
+		x.log.Warn("kvindex: the in-memory backend reached its cap of live engines; new engines are refused (counted in errors) until engines depart",
+			slog.Int("max_engines", maxEngines), slog.String("engine", ratelog.Escape(engine, 64)))
+	}
+}
+
 // logFailure writes a backend failure under the index's limiter: at most
 // one line per second for all operations together (a backend outage fails
 // every batch of every engine), with held_back counting the failures not
 // written since the previous line.
 func (x *Index) logFailure(op, engine string, err error) {
+	x.warnEngineCap(engine, err)
 	x.fails.Error("backend", "kvindex: backend "+op+" failed",
 		slog.String("engine", ratelog.Escape(engine, 64)), slog.Any(ratelog.KeyErr, err))
 }

@@ -1,8 +1,10 @@
 package kvindex
 
 import (
+	"errors"
 	"fmt"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 
@@ -13,7 +15,8 @@ import (
 // capacity 0: about 256 MiB of index at ≤ 64 bytes per entry.
 const defaultCapacity = 1 << 22
 
-// maxEngines is how many engines one memory backend tracks.
+// maxEngines is how many live engines one memory backend tracks (16-bit
+// numbers; a departed engine's number is reused by a later new engine).
 const maxEngines = 1 << 16
 
 // memEntry is one (block, engine, medium, group) entry: 40 bytes.
@@ -35,6 +38,7 @@ type memEngine struct {
 	name  string
 	epoch uint32
 	n     int64 // entries
+	free  bool  // a departed engine's number, on freeEngines for reuse
 }
 
 // memory is the in-memory Backend.
@@ -51,12 +55,16 @@ type memory struct {
 	blocks blockTable // key → first entry of the block's chain
 	maps   mapTable   // (engine, hash) → first entry of that group
 
-	engines   []memEngine
-	engineIDs map[string]uint16
-	mediums   []string
-	mediumIDs map[string]uint8
-	// Copies of the names, replaced (never changed) when a name is added,
-	// so EngineName and MediumName need no lock.
+	engines     []memEngine
+	engineIDs   map[string]uint16 // the live engines
+	freeEngines []uint16          // numbers of departed engines, for reuse (retire)
+	mediums     []string
+	mediumIDs   map[string]uint8
+	// Copies of the names, replaced (never changed) when a name is added
+	// or an engine number freed or reused, so EngineName and MediumName
+	// need no lock, and a Score resolves the numbers it walked with the
+	// copy of its walk (walk): a number reused since names its new engine
+	// in later copies only.
 	engineNames, mediumNames atomic.Pointer[[]string]
 
 	entries, nblocks, mappings int64
@@ -67,7 +75,10 @@ type memory struct {
 // NewMemory returns the in-memory Backend, holding at most capacity
 // (block, engine, medium, group) entries: past it the oldest entries (by
 // first store) are evicted, and counted. Zero means 4,194,304 (about
-// 256 MiB at ≤ 64 bytes per entry); at most 67,108,861.
+// 256 MiB at ≤ 64 bytes per entry); at most 67,108,861. It tracks at most
+// 65,536 engines at once: a departed engine's (kvevents.UpdateDeparted)
+// number goes to the next new engine name; past the cap a new engine is
+// refused (counted in Stats.Errors, logged once as a WARN).
 func NewMemory(capacity int) (Backend, error) {
 	if capacity == 0 {
 		capacity = defaultCapacity
@@ -113,14 +124,43 @@ func (m *memory) engineID(name string, create bool) (uint16, bool, error) {
 	if !create {
 		return 0, false, nil
 	}
+	if n := len(m.freeEngines); n > 0 {
+		id := m.freeEngines[n-1]
+		m.freeEngines = m.freeEngines[:n-1]
+		m.engines[id] = memEngine{name: name}
+		m.engineIDs[name] = id
+		publishAt(&m.engineNames, int(id), name)
+		return id, true, nil
+	}
 	if len(m.engines) >= maxEngines {
-		return 0, false, fmt.Errorf("kvindex: more than %d engines", maxEngines)
+		return 0, false, fmt.Errorf("%w: %d engines", errTooManyEngines, maxEngines)
 	}
 	id := uint16(len(m.engines))
 	m.engines = append(m.engines, memEngine{name: name})
 	m.engineIDs[name] = id
 	publish(&m.engineNames, name)
 	return id, true, nil
+}
+
+// errTooManyEngines is Apply's error for a new engine name while
+// maxEngines engines are live (departed ones' numbers are reused).
+var errTooManyEngines = errors.New("kvindex: the in-memory backend tracks at most 65536 live engines; a new engine is refused")
+
+// retire frees engine's number for a later new engine once the engine
+// departed and holds nothing (its OpClear applied): the number leaves the
+// names (a new copy of them) and goes on freeEngines. An engine still
+// holding entries keeps its number.
+func (m *memory) retire(engine string) {
+	m.lock()
+	defer m.mu.Unlock()
+	eid, ok := m.engineIDs[engine]
+	if !ok || m.closed || m.engines[eid].n != 0 {
+		return
+	}
+	delete(m.engineIDs, engine)
+	m.engines[eid] = memEngine{free: true}
+	m.freeEngines = append(m.freeEngines, eid)
+	publishAt(&m.engineNames, int(eid), "")
 }
 
 func (m *memory) mediumID(name string) (uint8, bool) {
@@ -438,6 +478,14 @@ func publish(p *atomic.Pointer[[]string], name string) {
 	p.Store(&cur)
 }
 
+// publishAt sets the name of number id (< the names' length) in a new
+// copy of the names p holds: a copy taken before keeps the old name.
+func publishAt(p *atomic.Pointer[[]string], id int, name string) {
+	cur := slices.Clone(*p.Load())
+	cur[id] = name
+	p.Store(&cur)
+}
+
 func (m *memory) EngineName(id uint32) string {
 	if p := m.engineNames.Load(); p != nil && int(id) < len(*p) {
 		return (*p)[id]
@@ -455,7 +503,7 @@ func (m *memory) MediumName(id uint16) string {
 func (m *memory) Stats() BackendStats {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
-	return BackendStats{Entries: m.entries, Blocks: m.nblocks, Mappings: m.mappings, Engines: int64(len(m.engines)),
+	return BackendStats{Entries: m.entries, Blocks: m.nblocks, Mappings: m.mappings, Engines: int64(len(m.engineIDs)),
 		Capacity: m.capacity, Evicted: m.evicted, Bytes: m.bytes()}
 }
 
@@ -498,6 +546,10 @@ func (m *memory) walk(keys []Key, sc *scoreScratch) error {
 		return ErrClosed
 	}
 	chunks, engines := m.chunks, m.engines
+	// The names of the numbers this walk sees, as of the walk: Score
+	// resolves them from this copy, never from a later one in which a
+	// number departed and reused names another engine.
+	sc.names = m.engineNames.Load()
 	if len(sc.byEngine) < len(engines) {
 		sc.byEngine = append(sc.byEngine, make([]int32, len(engines)-len(sc.byEngine))...)
 	}

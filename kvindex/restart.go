@@ -97,6 +97,10 @@ func (x *Index) depart(engine string) error {
 			err = errors.Join(err, rerr)
 		}
 	}
+	if r, ok := x.be.(engineRetirer); ok && aerr == nil {
+		// In the engine's turn: nothing of it is stored meanwhile.
+		r.retire(engine)
+	}
 	st.mu.Unlock()
 	x.mu.Lock()
 	if x.engines[engine] == st {

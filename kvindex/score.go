@@ -137,6 +137,22 @@ type scoreScratch struct {
 	runs     []run
 	byEngine []int32
 	lanes    [walkLanes][]walkHolder // the memory backend's walk buffers
+	// names, when not nil, are the engine names as of the walk (the
+	// memory backend's walk sets it): the runs' numbers resolve from it,
+	// not from the backend's later names (a number freed and reused since
+	// would name another engine).
+	names *[]string
+}
+
+// engineName returns the name of engine number id for the walk in sc.
+func (sc *scoreScratch) engineName(be Backend, id uint32) string {
+	if sc.names == nil {
+		return be.EngineName(id)
+	}
+	if int(id) < len(*sc.names) {
+		return (*sc.names)[id]
+	}
+	return ""
 }
 
 // step extends engine's runs (any medium, and medium) with block i; it
@@ -265,6 +281,7 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 			continue
 		}
 		sc.reset()
+		sc.names = nil
 		var err error
 		if hw, ok := x.be.(holderWalker); ok {
 			err = hw.walk(sc.keys, sc)
@@ -282,6 +299,9 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		if err != nil {
 			x.failed("holders", "", err)
 			return ScoreResult{}, err
+		}
+		if x.afterWalk != nil {
+			x.afterWalk() // tests only: between the walk and the names
 		}
 		// One EngineScore per any-medium run, its tiers from one slab.
 		nEng, nTier := 0, 0
@@ -307,11 +327,12 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 			}
 			ts := tiers[first:len(tiers):len(tiers)]
 			slices.SortFunc(ts, func(a, b Tier) int { return cmp.Compare(a.Medium, b.Medium) })
-			res.Engines = append(res.Engines, EngineScore{Engine: x.be.EngineName(r.engine), BlockSize: bs,
+			res.Engines = append(res.Engines, EngineScore{Engine: sc.engineName(x.be, r.engine), BlockSize: bs,
 				Prefix: prefix(r, bs), Tiers: ts})
 		}
 	}
 	sc.reset()
+	sc.names = nil
 	// An engine number the backend no longer names (a shared store's
 	// number from before it lost its data: redisstore's rule) is left out:
 	// an answer names an engine or nothing, never a number's stale owner.

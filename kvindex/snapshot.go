@@ -335,8 +335,18 @@ func encodeSnapshot(out io.Writer, m *memory, seed uint64, keys bool, st snapSta
 	for _, name := range m.mediums {
 		w.str(name)
 	}
-	w.u32(uint32(len(m.engines)))
-	for _, e := range m.engines {
+	// Departed engines' numbers (free) are left out: the live engines are
+	// written densely, their entries renumbered to match (the loader
+	// numbers engines in the order listed).
+	ids := make([]uint16, len(m.engines))
+	w.u32(uint32(len(m.engineIDs)))
+	live := uint16(0)
+	for i, e := range m.engines {
+		if e.free {
+			continue
+		}
+		ids[i] = live
+		live++
 		w.str(e.name)
 		epoch := e.epoch
 		if p, ok := st.pending[e.name]; ok && epoch == p.bumped {
@@ -350,7 +360,7 @@ func encodeSnapshot(out io.Writer, m *memory, seed uint64, keys bool, st snapSta
 		w.u64(uint64(e.key))
 		w.u64(e.hash)
 		w.u32(e.epoch)
-		w.b = binary.LittleEndian.AppendUint16(w.b, e.engine)
+		w.b = binary.LittleEndian.AppendUint16(w.b, ids[e.engine])
 		w.u8(e.medium)
 		w.u8(e.group)
 		if len(w.b) >= 1<<12 {
@@ -501,6 +511,7 @@ func (m *memory) adopt(f *memory) {
 	m.blocks, m.maps = f.blocks, f.maps
 	m.blocks.m, m.maps.m = m, m
 	m.engines, m.engineIDs, m.mediums, m.mediumIDs = f.engines, f.engineIDs, f.mediums, f.mediumIDs
+	m.freeEngines = f.freeEngines
 	m.engineNames.Store(f.engineNames.Load())
 	m.mediumNames.Store(f.mediumNames.Load())
 	m.entries, m.nblocks, m.mappings, m.evicted = f.entries, f.nblocks, f.mappings, f.evicted
