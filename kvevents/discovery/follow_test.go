@@ -3,7 +3,6 @@ package discovery
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"slices"
 	"sync"
@@ -125,9 +124,13 @@ func TestFollow(t *testing.T) {
 	// a: :1 leaves, :2's replay endpoint changes.
 	a.in <- []kvevents.Source{src("tcp://127.0.0.1:2", "tcp://127.0.0.1:5")}
 	want("a's second set", manual, "tcp://127.0.0.1:2=tcp://127.0.0.1:2|tcp://127.0.0.1:5", "tcp://127.0.0.1:4=tcp://127.0.0.1:4|")
-	// Departures come from Remove: :1 and the old :2.
-	if got := up.list(); fmt.Sprint(got) != "[tcp://127.0.0.1:1 tcp://127.0.0.1:2]" {
-		t.Fatalf("departed %v", got)
+	// :1 and the old :2 were removed (the set above says so). Their
+	// endpoints never answered, so they never delivered anything: Remove
+	// gives no UpdateDeparted for a source that held nothing (kvevents'
+	// rule), and none came. (The fleet tests check departures of engines
+	// that did deliver.)
+	if got := up.list(); len(got) != 0 {
+		t.Fatalf("departed %v for sources that never delivered", got)
 	}
 	// b fails: Follow returns its error, leaving the sources followed.
 	close(b.in)
