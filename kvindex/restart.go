@@ -49,17 +49,25 @@ func (x *Index) reset(engine string) error {
 	// The position goes first: a position kept while the entries are
 	// already cleared is harmless (a resume replays), the other way round
 	// is not.
+	err := x.dropPosition(engine)
+	// Cleared whatever became of the position.
+	return errors.Join(err, x.apply(engine, st.ops))
+}
+
+// dropPosition forgets engine's kept position, here and in the
+// PositionStore (a failure there is logged and returned).
+func (x *Index) dropPosition(engine string) error {
 	x.posMu.Lock()
 	delete(x.pos, engine)
 	x.posMu.Unlock()
-	var err error
-	if x.ps != nil {
-		if err = x.ps.DropPosition(engine); err != nil {
-			x.failed("drop position", engine, err)
-		}
+	if x.ps == nil {
+		return nil
 	}
-	// Cleared whatever became of the position.
-	return errors.Join(err, x.apply(engine, st.ops))
+	err := x.ps.DropPosition(engine)
+	if err != nil {
+		x.failed("drop position", engine, err)
+	}
+	return err
 }
 
 // depart retires engine (kvevents.UpdateDeparted: it left the fleet):
@@ -75,15 +83,7 @@ func (x *Index) depart(engine string) error {
 	st.mu.Lock()
 	x.resumed(engine, false)
 	st.ops = append(st.ops[:0], Op{Kind: OpClear})
-	x.posMu.Lock()
-	delete(x.pos, engine)
-	x.posMu.Unlock()
-	var err error
-	if x.ps != nil {
-		if err = x.ps.DropPosition(engine); err != nil {
-			x.failed("drop position", engine, err)
-		}
-	}
+	err := x.dropPosition(engine)
 	c, aerr := x.be.Apply(engine, st.ops)
 	x.st.add(c)
 	if aerr != nil {
