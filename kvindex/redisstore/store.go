@@ -115,6 +115,10 @@ type store struct {
 	// The scripts; each checks the generation token first.
 	apply, holders, resolve, name, renew, establishS, posGet, posSet, retire *rueidis.Lua
 
+	// lease and share are shared ingest's (members.go).
+	lease *rueidis.Lua
+	share shareGate
+
 	mu sync.RWMutex
 	// gen is the generation the store's tables belong to; nil after a
 	// loss until a call establishes the next one. cur is a copy, set with
@@ -177,6 +181,7 @@ func open(cfg Config) (*store, error) {
 		posGet:     rueidis.NewLuaScriptReadOnly(positionsScript),
 		posSet:     rueidis.NewLuaScript(savePositionScript),
 		retire:     rueidis.NewLuaScript(retireScript),
+		lease:      rueidis.NewLuaScript(leaseScript),
 		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
@@ -310,6 +315,12 @@ func (s *store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	if s.isClosed() {
 		return c, kvindex.ErrClosed
 	}
+	done, ok := s.share.enter(engine)
+	if !ok { // shared ingest: not an engine this store holds (members.go)
+		s.notWriter.Add(1)
+		return c, nil
+	}
+	defer done()
 	err := s.run("Apply", func(g *generation) (lost bool, err error) {
 		c, lost, err = s.applyIn(g, engine, ops)
 		return lost, err
