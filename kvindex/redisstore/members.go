@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 
+	"github.com/redis/rueidis"
+
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
@@ -86,6 +88,9 @@ end
 return out
 `
 
+// leaseLua runs leaseScript.
+var leaseLua = rueidis.NewLuaScript(leaseScript)
+
 // shareGate is a store's side of shared ingest: once Rebalance ran, Apply
 // writes only the engines Rebalance gave the store, so that an engine
 // handed back (Release) is never taken again by a late batch's Apply.
@@ -107,6 +112,16 @@ func (g *shareGate) enter(engine string) (done func(), ok bool) {
 		return nil, false
 	}
 	return g.mu.RUnlock, true
+}
+
+// admit is Apply's gate: false (counted in Stats.NotWriter) when shared
+// ingest runs and engine is not one this store holds.
+func (s *store) admit(engine string) (done func(), ok bool) {
+	done, ok = s.share.enter(engine)
+	if !ok {
+		s.notWriter.Add(1)
+	}
+	return done, ok
 }
 
 // Split is one replica's share of the engines, as Rebalance found it.
@@ -262,7 +277,7 @@ func (s *store) leases(engines []string, want int, held, taken map[string]bool) 
 			strconv.Itoa(want)}, engines...)
 		ctx, cancel := s.ctx()
 		defer cancel()
-		res, err := s.lease.Exec(ctx, s.client, s.keys, args).AsIntSlice()
+		res, err := leaseLua.Exec(ctx, s.client, s.keys, args).AsIntSlice()
 		if err := s.count(err); err != nil {
 			return false, fmt.Errorf("redisstore: Rebalance: %w", err)
 		}

@@ -111,13 +111,10 @@ type store struct {
 	// key, so that a cluster client sends the call to the node serving the
 	// prefix's slot (every key of the index shares the prefix's hash tag).
 	keys    []string
-	cluster bool // the client is a Redis Cluster client
+	cluster bool      // the client is a Redis Cluster client
+	share   shareGate // shared ingest (members.go)
 	// The scripts; each checks the generation token first.
 	apply, holders, resolve, name, renew, establishS, posGet, posSet, retire *rueidis.Lua
-
-	// lease and share are shared ingest's (members.go).
-	lease *rueidis.Lua
-	share shareGate
 
 	mu sync.RWMutex
 	// gen is the generation the store's tables belong to; nil after a
@@ -181,7 +178,6 @@ func open(cfg Config) (*store, error) {
 		posGet:     rueidis.NewLuaScriptReadOnly(positionsScript),
 		posSet:     rueidis.NewLuaScript(savePositionScript),
 		retire:     rueidis.NewLuaScript(retireScript),
-		lease:      rueidis.NewLuaScript(leaseScript),
 		leased:     map[uint32]bool{}, doubt: map[string]bool{},
 		stop: make(chan struct{}), stopped: make(chan struct{})}
 	if s.client == nil {
@@ -315,9 +311,8 @@ func (s *store) Apply(engine string, ops []kvindex.Op) (kvindex.Counts, error) {
 	if s.isClosed() {
 		return c, kvindex.ErrClosed
 	}
-	done, ok := s.share.enter(engine)
-	if !ok { // shared ingest: not an engine this store holds (members.go)
-		s.notWriter.Add(1)
+	done, ok := s.admit(engine) // shared ingest (members.go)
+	if !ok {
 		return c, nil
 	}
 	defer done()
