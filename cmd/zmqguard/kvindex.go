@@ -114,6 +114,12 @@ slot). --redis-lease makes this
 process take a writer lease per engine: another process following the same
 engines then only reads, and takes over (entries made uncertain first) when
 this one stops renewing for --redis-lease-ttl.
+--share-ingest (issue 41; implies --redis-lease) splits the --connect
+engines between the replicas instead: each follows only the engines whose
+lease it holds (at most its share of the live replicas), takes over a
+stopped replica's within about --redis-lease-ttl x 4/3 (their entries
+uncertain first) and hands engines back when replicas join; every replica
+must list the same --connect engines (docs/kv-index.md).
 
 On SIGINT/SIGTERM the last stdout line is {"counters": {...}} with the
 index's counters, the backend's gauges, per-source counters and the HTTP
@@ -204,6 +210,7 @@ type kvIndexServer struct {
 	vxBlockSize           int
 	sub                   *kvevents.Subscriber
 	store                 kvindex.Backend // nil: memory
+	share                 *kvShare        // --share-ingest, else nil
 	sources               []kvevents.Source
 	resyncMu              sync.Mutex
 	ready                 bool // sub and sources set
@@ -302,6 +309,7 @@ type kvIndexCounters struct {
 	ApplyErrors uint64                `json:"apply_errors"`
 	HTTP        kvIndexHTTP           `json:"http"`
 	Redis       *redisstore.Stats     `json:"redis,omitempty"`
+	Share       *kvShareStats         `json:"share,omitempty"`
 	Sources     map[string]kvCounters `json:"sources"`
 	Total       kvCounters            `json:"total"`
 }
@@ -320,6 +328,9 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 	if s.store != nil {
 		st, _ := redisstore.StatsOf(s.store)
 		c.Redis = &st
+	}
+	if s.share != nil {
+		c.Share = s.share.stats()
 	}
 	st := s.sub.Stats()
 	c.Sources = make(map[string]kvCounters, len(st.Sources))
@@ -385,6 +396,13 @@ func (s *kvIndexServer) resyncAll() {
 // engine's entries in doubt: they are made uncertain (best effort) and
 // counted; the subscriber goes on.
 func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
+	if s.share != nil {
+		done, ok := s.share.enter(u)
+		if !ok {
+			return nil
+		}
+		defer done()
+	}
 	apply := func(u kvevents.Update) error {
 		return s.x.Apply(u)
 	}
@@ -466,6 +484,7 @@ type kvIndexFlags struct {
 	redisURL      string
 	redisPrefix   string
 	redisLease    bool
+	share         bool
 	leaseTTL      time.Duration
 	snapshot      string
 	snapInterval  time.Duration
@@ -499,6 +518,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.StringVar(&fl.redisURL, "redis", "", "keep the index in Redis/Valkey: redis://host:port/db, unix:///path/redis.sock, or a cluster's seeds redis://host:port,host:port,... (default: in memory)")
 		fs.StringVar(&fl.redisPrefix, "redis-prefix", "", "key prefix of the index in Redis (empty: {zmqguard-kvindex}:)")
 		fs.BoolVar(&fl.redisLease, "redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
+		fs.BoolVar(&fl.share, "share-ingest", false, kvShareUsage)
 		fs.DurationVar(&fl.leaseTTL, "redis-lease-ttl", 0, "how long a writer lease outlives its last renewal (0: 10s)")
 		fs.StringVar(&fl.snapshot, "snapshot", "", "keep the in-memory index in this `file` across restarts: loaded at start, written periodically and on exit; sources resume from it")
 		fs.DurationVar(&fl.snapInterval, "snapshot-interval", 0, "how often --snapshot is written (0: 1m)")
@@ -533,6 +553,9 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 		}
 	} else if fl.snapshot != "" {
 		return usagef("--snapshot keeps an in-memory index; with --redis the index and its positions live in Redis")
+	}
+	if err := fl.checkShare(); err != nil {
+		return err
 	}
 	if fl.snapInterval < 0 {
 		return usagef("--snapshot-interval %v is negative", fl.snapInterval)
@@ -582,7 +605,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	var be kvindex.Backend
 	if fl.redisURL != "" {
 		rc := redisstore.Config{URL: fl.redisURL, Prefix: fl.redisPrefix, Capacity: fl.capacity, LeaseTTL: fl.leaseTTL}
-		if fl.redisLease {
+		if fl.redisLease || fl.share {
 			rc.WriterID = redisstore.NewWriterID()
 		}
 		st, err := redisstore.New(rc)
@@ -591,6 +614,9 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 		}
 		defer st.Close()
 		srv.store, be = st, st
+		if fl.share {
+			srv.share = newKVShare(st, fl.srcs.sources(), rc.WriterID, fl.leaseTTL, e.logger)
+		}
 	}
 	cfg := kvindex.Config{Backend: be, Capacity: fl.capacity, Seed: fl.seed, Model: fl.model,
 		BlockSize: fl.blockSize, Logger: e.logger, SnapshotFile: fl.snapshot, SnapshotInterval: fl.snapInterval,
@@ -618,6 +644,9 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	defer sub.Close()
 	srv.sub = sub
 	srcs := fl.srcs.sources()
+	if srv.share != nil {
+		srcs = nil // followed as the leases say (kvshare.go)
+	}
 	// With discovery the engines followed are not known yet: none of the
 	// snapshot's is retired at start (discovery retires who leaves).
 	srv.resume(srcs, fl.snapshot != "" || fl.redisURL != "", fl.redisURL == "" && !fl.disc.any())
@@ -663,9 +692,11 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	defer ep.Close()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	waitShare := srv.share.start(rctx, sub, x)
 	waitDiscovery := followDiscovery(rctx, sub, fl.disc.discoverers(e.logger, fl.srcs.engine, x.Positions), e.logger, cancel)
 	err = sub.Run(rctx)
 	cancel()
+	waitShare()
 	if derr := waitDiscovery(); err == nil {
 		err = derr
 	}
