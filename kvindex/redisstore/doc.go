@@ -184,6 +184,31 @@
 // so every entry becomes uncertain until stored again, exactly like a lost
 // range. Never a phantom certain hit; at worst a period of uncertain ones.
 //
+// # Shared ingest
+//
+// With leases alone every replica still receives every engine's events
+// and all but one throw them away. Rebalance (issue 41) splits the engines
+// instead: each call heartbeats the replica in a sorted set (members,
+// scored by expiry on Redis's clock, LeaseTTL), renews the leases it
+// holds, and takes free ones up to its quota, len(engines)/members plus
+// one for the first len(engines)%members writer ids; it returns what it
+// holds and what it holds over the quota (Split.Excess). The caller
+// follows what it holds, and hands the excess back in this order: stop
+// following the engine, wait for its batches under way, then Release.
+// From the first Rebalance on, the store's Apply writes only the engines
+// Rebalance gave it; Release closes that gate (waiting for an Apply under
+// way) before it deletes the lease, so no late batch of the old writer
+// can take the lease back, and Redis's lease lets no second writer in.
+// Taking the lease of a known engine bumps its epoch, as a takeover by
+// Apply does: the taker has no continuity with what was applied before,
+// so the engine's entries are uncertain until stored again. A replica
+// that dies stops heartbeating and renewing: after LeaseTTL its
+// membership and its leases expire and the others' next Rebalance takes
+// its engines. Leave releases everything and leaves the membership at
+// once (a clean stop). Between a release and the next holder's take the
+// engine is followed by nobody for up to a round; its entries stay, and
+// read as uncertain once taken.
+//
 // # Redis Cluster and shards
 //
 // Config.URL may list a cluster's seed addresses,

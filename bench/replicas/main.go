@@ -1,0 +1,425 @@
+// Command replicas measures kv-index's shared ingest (issue 41): R
+// `zmqguard kv-index --share-ingest` processes on one redis-server split E
+// engines by their writer leases, and the same stream goes to them for
+// each R in -replicas. Per R it prints one JSON line: the split (engines
+// each replica follows), the events applied per second across the
+// replicas, each replica's CPU per event, and redis-server's.
+//
+// The engines are kvevents.Publishers in this process (one XPUB each,
+// vLLM's array form); they send as fast as the replicas apply, with at
+// most -window events sent and not yet applied (the replicas' /stats
+// polled every 50 ms; that polling is in their CPU), so nothing is
+// dropped. Each batch is 16 events: 8 BlockStored of 2 new blocks chained
+// to the engine's previous one, 8 BlockRemoved of its 2 oldest once it
+// holds -hold blocks.
+//
+//	go build -o /tmp/rb/ ./bench/replicas ./cmd/zmqguard
+//	/tmp/rb/replicas -zmqguard /tmp/rb/zmqguard -engines 8 -replicas 1,2,4 -duration 10s
+package main
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/zmqguard/zmqguard/internal/ref/kvmodel"
+	"github.com/zmqguard/zmqguard/kvevents"
+)
+
+// result is one R's JSON line.
+type result struct {
+	Replicas       int       `json:"replicas"`
+	Engines        int       `json:"engines"`
+	Split          []int     `json:"split"`
+	Seconds        float64   `json:"seconds"`
+	Events         uint64    `json:"events"`
+	EventsPerSec   float64   `json:"events_per_sec"`
+	ReplicaEvents  []uint64  `json:"replica_events"`
+	ReplicaCPUSec  []float64 `json:"replica_cpu_sec"`
+	ReplicaCPUNs   []float64 `json:"replica_cpu_ns_per_event"`
+	ReplicasCPUNs  float64   `json:"replicas_cpu_ns_per_event"`
+	RedisCPUSec    float64   `json:"redis_cpu_sec"`
+	RedisCPUNs     float64   `json:"redis_cpu_ns_per_event"`
+	Load1Start     float64   `json:"load1_start"`
+	Load1End       float64   `json:"load1_end"`
+	SettleSeconds  float64   `json:"settle_seconds"`
+	MaxPerReplica  int       `json:"max_per_replica"`
+	SplitUnchanged bool      `json:"split_unchanged"`
+	// TakeoverSeconds: with 2 replicas or more, the first is killed
+	// (SIGKILL) after the measurement; the time until the others follow
+	// every engine again.
+	TakeoverSeconds float64 `json:"takeover_seconds,omitempty"`
+}
+
+func main() {
+	bin := flag.String("zmqguard", "", "the zmqguard binary (required)")
+	redisBin := flag.String("redis-server", "redis-server", "the redis-server binary")
+	engines := flag.Int("engines", 8, "engines (publishers)")
+	replicas := flag.String("replicas", "1,2,4", "replica counts to run, comma-separated")
+	duration := flag.Duration("duration", 10*time.Second, "measured time per replica count")
+	window := flag.Int("window", 16000, "most events sent and not yet applied")
+	hold := flag.Int("hold", 512, "blocks each engine holds before it removes its oldest")
+	ttl := flag.Duration("lease-ttl", 2*time.Second, "--redis-lease-ttl of the replicas")
+	flag.Parse()
+	if *bin == "" {
+		log.Fatal("-zmqguard BIN is required")
+	}
+	for _, f := range strings.Split(*replicas, ",") {
+		r, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || r < 1 {
+			log.Fatalf("-replicas: %q is not a count", f)
+		}
+		res, err := run(*bin, *redisBin, *engines, r, *duration, *window, *hold, *ttl)
+		if err != nil {
+			log.Fatalf("%d replicas: %v", r, err)
+		}
+		b, _ := json.Marshal(res)
+		fmt.Println(string(b))
+	}
+}
+
+func load1() float64 {
+	b, _ := os.ReadFile("/proc/loadavg")
+	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
+	return f
+}
+
+// processCPU is pid's user+system CPU time (USER_HZ 100).
+func processCPU(pid int) time.Duration {
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+	if len(f) < 13 {
+		return 0
+	}
+	ut, _ := strconv.ParseInt(f[11], 10, 64)
+	st, _ := strconv.ParseInt(f[12], 10, 64)
+	return time.Duration(ut+st) * 10 * time.Millisecond
+}
+
+// replica is one kv-index process.
+type replica struct {
+	cmd  *exec.Cmd
+	addr string
+}
+
+// replicaStats is what the bench reads of a replica's /stats.
+type replicaStats struct {
+	Total struct {
+		Events uint64 `json:"events"`
+	} `json:"total"`
+	Share struct {
+		Following []string `json:"following"`
+	} `json:"share"`
+}
+
+var httpc = &http.Client{Timeout: 5 * time.Second}
+
+func (r *replica) stats() (replicaStats, error) {
+	var st replicaStats
+	resp, err := httpc.Get("http://" + r.addr + "/stats")
+	if err != nil {
+		return st, err
+	}
+	defer resp.Body.Close()
+	return st, json.NewDecoder(resp.Body).Decode(&st)
+}
+
+func startRedis(bin, dir string) (*exec.Cmd, string, error) {
+	sock := filepath.Join(dir, "redis.sock")
+	cmd := exec.Command(bin, "--port", "0", "--unixsocket", sock, "--unixsocketperm", "700", "--save", "", "--appendonly", "no",
+		"--dir", dir, "--logfile", filepath.Join(dir, "redis.log"), "--databases", "1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	if err := cmd.Start(); err != nil {
+		return nil, "", err
+	}
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		if c, err := net.Dial("unix", sock); err == nil {
+			c.Close()
+			return cmd, "unix://" + sock, nil
+		}
+	}
+	cmd.Process.Kill()
+	cmd.Wait()
+	return nil, "", errors.New("redis-server did not listen within 10s")
+}
+
+func startReplica(bin, redisURL string, engines []string, ttl time.Duration) (*replica, error) {
+	args := []string{"kv-index", "--http", "127.0.0.1:0", "--redis", redisURL, "--share-ingest",
+		"--redis-lease-ttl", ttl.String(), "--from-start=false", "--log-format", "json"}
+	for _, e := range engines {
+		args = append(args, "--connect", e)
+	}
+	cmd := exec.Command(bin, args...)
+	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+	stderr, err := cmd.StderrPipe()
+	if err != nil {
+		return nil, err
+	}
+	cmd.Stdout = io.Discard
+	if err := cmd.Start(); err != nil {
+		return nil, err
+	}
+	addr := make(chan string, 1)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		sent := false
+		for sc.Scan() {
+			var m map[string]any
+			if json.Unmarshal(sc.Bytes(), &m) == nil && m["msg"] == "kv-index endpoint serving" && !sent {
+				a, _ := m["http_addr"].(string)
+				addr <- a
+				sent = true
+			}
+		}
+	}()
+	select {
+	case a := <-addr:
+		return &replica{cmd: cmd, addr: a}, nil
+	case <-time.After(30 * time.Second):
+		cmd.Process.Kill()
+		cmd.Wait()
+		return nil, errors.New("kv-index did not log its http_addr within 30s")
+	}
+}
+
+// engine is one publisher and its stream state.
+type engine struct {
+	pub  *kvevents.Publisher
+	next uint64   // next block hash
+	held []uint64 // blocks held, oldest first
+}
+
+// batch returns the engine's next 16 events.
+func (e *engine) batch(hold int) []kvevents.Event {
+	evs := make([]kvevents.Event, 0, 16)
+	for range 8 {
+		parent := int64(-1)
+		if len(e.held) > 0 {
+			parent = int64(e.held[len(e.held)-1])
+		}
+		hs := []uint64{e.next, e.next + 1}
+		e.next += 2
+		evs = append(evs, kvmodel.Store(hs, parent, kvmodel.Tokens(int(e.next), 32), 16, "GPU", 0))
+		e.held = append(e.held, hs...)
+	}
+	for range 8 {
+		if len(e.held) < hold+2 {
+			break
+		}
+		evs = append(evs, kvmodel.Remove(e.held[:2], "GPU", 0))
+		e.held = e.held[2:]
+	}
+	return evs
+}
+
+func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, window, hold int, ttl time.Duration) (res result, err error) {
+	res = result{Replicas: nReplicas, Engines: nEngines, Load1Start: load1()}
+	dir, err := os.MkdirTemp("", "replicas-bench-")
+	if err != nil {
+		return res, err
+	}
+	defer os.RemoveAll(dir)
+	rcmd, url, err := startRedis(redisBin, dir)
+	if err != nil {
+		return res, err
+	}
+	defer func() { rcmd.Process.Kill(); rcmd.Wait() }()
+	quiet := slog.New(slog.NewTextHandler(io.Discard, nil))
+	var es []*engine
+	var names []string
+	for i := range nEngines {
+		p, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true, Logger: quiet})
+		if err != nil {
+			return res, err
+		}
+		defer p.Close()
+		es = append(es, &engine{pub: p, next: uint64(i+1) << 40})
+		names = append(names, p.Endpoint())
+	}
+	var rs []*replica
+	defer func() {
+		for _, r := range rs {
+			r.cmd.Process.Signal(syscall.SIGTERM)
+			done := make(chan struct{})
+			go func() { r.cmd.Wait(); close(done) }()
+			select {
+			case <-done:
+			case <-time.After(20 * time.Second):
+				r.cmd.Process.Kill()
+				<-done
+			}
+		}
+	}()
+	t0 := time.Now()
+	for range nReplicas {
+		r, err := startReplica(bin, url, names, ttl)
+		if err != nil {
+			return res, err
+		}
+		rs = append(rs, r)
+	}
+	// Settled: every engine followed by exactly one replica, each at most
+	// its share; then every engine's subscription delivers.
+	res.MaxPerReplica = (nEngines + nReplicas - 1) / nReplicas
+	maxPer := res.MaxPerReplica
+	split := func() ([]int, bool) {
+		seen := map[string]int{}
+		var sizes []int
+		for _, r := range rs {
+			st, err := r.stats()
+			if err != nil {
+				return nil, false
+			}
+			sizes = append(sizes, len(st.Share.Following))
+			for _, e := range st.Share.Following {
+				seen[e]++
+			}
+		}
+		if len(seen) != nEngines {
+			return sizes, false
+		}
+		for _, n := range seen {
+			if n != 1 {
+				return sizes, false
+			}
+		}
+		return sizes, slices.Max(sizes) <= maxPer
+	}
+	for deadline := time.Now().Add(60 * time.Second); ; time.Sleep(50 * time.Millisecond) {
+		if sizes, ok := split(); ok {
+			res.Split = sizes
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, errors.New("the replicas did not settle on a split within 60s")
+		}
+	}
+	res.SettleSeconds = time.Since(t0).Seconds()
+	applied := func() (uint64, []uint64) {
+		var sum uint64
+		var per []uint64
+		for _, r := range rs {
+			st, _ := r.stats()
+			sum += st.Total.Events
+			per = append(per, st.Total.Events)
+		}
+		return sum, per
+	}
+	// Warm up: each engine sends until the replicas have applied events of
+	// all (PUB drops what it sends before the subscription arrives).
+	for deadline := time.Now().Add(30 * time.Second); ; {
+		before, _ := applied()
+		for _, e := range es {
+			e.pub.Publish(e.batch(hold)...)
+		}
+		time.Sleep(100 * time.Millisecond)
+		after, _ := applied()
+		if after >= before+uint64(16*nEngines) {
+			break
+		}
+		if time.Now().After(deadline) {
+			return res, errors.New("warm-up: the replicas did not apply every engine's batch within 30s")
+		}
+	}
+	time.Sleep(500 * time.Millisecond) // what the warm-up sent, applied
+	ctx, cancel := context.WithTimeout(context.Background(), duration)
+	defer cancel()
+	var appliedNow atomic.Uint64
+	base, perBase := applied()
+	appliedNow.Store(base)
+	cpu0 := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		cpu0[i] = processCPU(r.cmd.Process.Pid)
+	}
+	rcpu0 := processCPU(rcmd.Process.Pid)
+	start := time.Now()
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() { // feedback
+		defer wg.Done()
+		for ctx.Err() == nil {
+			n, _ := applied()
+			appliedNow.Store(n)
+			time.Sleep(50 * time.Millisecond)
+		}
+	}()
+	sent := base
+	for ctx.Err() == nil {
+		for _, e := range es {
+			for sent-appliedNow.Load() >= uint64(window) && ctx.Err() == nil {
+				time.Sleep(time.Millisecond)
+			}
+			evs := e.batch(hold)
+			e.pub.Publish(evs...)
+			sent += uint64(len(evs))
+		}
+	}
+	end, perEnd := applied()
+	elapsed := time.Since(start)
+	wg.Wait()
+	res.Seconds = elapsed.Seconds()
+	res.Events = end - base
+	res.EventsPerSec = float64(res.Events) / res.Seconds
+	var cpuSum time.Duration
+	for i, r := range rs {
+		c := processCPU(r.cmd.Process.Pid) - cpu0[i]
+		cpuSum += c
+		ev := perEnd[i] - perBase[i]
+		res.ReplicaEvents = append(res.ReplicaEvents, ev)
+		res.ReplicaCPUSec = append(res.ReplicaCPUSec, c.Seconds())
+		ns := 0.0
+		if ev > 0 {
+			ns = float64(c.Nanoseconds()) / float64(ev)
+		}
+		res.ReplicaCPUNs = append(res.ReplicaCPUNs, ns)
+	}
+	if res.Events > 0 {
+		res.ReplicasCPUNs = float64(cpuSum.Nanoseconds()) / float64(res.Events)
+		rc := processCPU(rcmd.Process.Pid) - rcpu0
+		res.RedisCPUSec = rc.Seconds()
+		res.RedisCPUNs = float64(rc.Nanoseconds()) / float64(res.Events)
+	}
+	sizes, ok := split()
+	res.SplitUnchanged = ok && slices.Equal(sizes, res.Split)
+	res.Load1End = load1()
+	if len(rs) > 1 {
+		rs[0].cmd.Process.Kill()
+		rs[0].cmd.Wait()
+		killed := time.Now()
+		rs = rs[1:]
+		maxPer = (nEngines + len(rs) - 1) / len(rs)
+		for deadline := killed.Add(60 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+			if _, ok := split(); ok {
+				break
+			}
+			if time.Now().After(deadline) {
+				return res, errors.New("the survivors did not take the killed replica's engines within 60s")
+			}
+		}
+		res.TakeoverSeconds = time.Since(killed).Seconds()
+	}
+	return res, nil
+}
