@@ -3,7 +3,11 @@
 // engines by their writer leases, and the same stream goes to them for
 // each R in -replicas. Per R it prints one JSON line: the split (engines
 // each replica follows), the events applied per second across the
-// replicas, each replica's CPU per event, and redis-server's.
+// replicas, each replica's CPU per event, and redis-server's. -mode lease
+// runs the mode before issue 41 instead (--redis-lease: every replica
+// follows every engine, the lease holder writes, the others' batches are
+// refused): events are then the stream's, counted once (the slowest
+// replica's count).
 //
 // The engines are kvevents.Publishers in this process (one XPUB each,
 // vLLM's array form); they send as fast as the replicas apply, with at
@@ -46,23 +50,29 @@ import (
 
 // result is one R's JSON line.
 type result struct {
-	Replicas       int       `json:"replicas"`
-	Engines        int       `json:"engines"`
-	Split          []int     `json:"split"`
-	Seconds        float64   `json:"seconds"`
-	Events         uint64    `json:"events"`
-	EventsPerSec   float64   `json:"events_per_sec"`
-	ReplicaEvents  []uint64  `json:"replica_events"`
-	ReplicaCPUSec  []float64 `json:"replica_cpu_sec"`
-	ReplicaCPUNs   []float64 `json:"replica_cpu_ns_per_event"`
-	ReplicasCPUNs  float64   `json:"replicas_cpu_ns_per_event"`
-	RedisCPUSec    float64   `json:"redis_cpu_sec"`
-	RedisCPUNs     float64   `json:"redis_cpu_ns_per_event"`
-	Load1Start     float64   `json:"load1_start"`
-	Load1End       float64   `json:"load1_end"`
-	SettleSeconds  float64   `json:"settle_seconds"`
-	MaxPerReplica  int       `json:"max_per_replica"`
-	SplitUnchanged bool      `json:"split_unchanged"`
+	Mode          string    `json:"mode"`
+	Replicas      int       `json:"replicas"`
+	Engines       int       `json:"engines"`
+	Split         []int     `json:"split"`
+	Seconds       float64   `json:"seconds"`
+	Events        uint64    `json:"events"`
+	EventsPerSec  float64   `json:"events_per_sec"`
+	ReplicaEvents []uint64  `json:"replica_events"`
+	ReplicaCPUSec []float64 `json:"replica_cpu_sec"`
+	ReplicaCPUNs  []float64 `json:"replica_cpu_ns_per_event"`
+	ReplicasCPUNs float64   `json:"replicas_cpu_ns_per_event"`
+	// ReplicaIdleCPU is each replica's CPU seconds per second with nothing
+	// sent (polled as in the measurement); ReplicasNetCPUNs the replicas'
+	// CPU per event with that idle rate taken out.
+	ReplicaIdleCPU   []float64 `json:"replica_idle_cpu_per_sec"`
+	ReplicasNetCPUNs float64   `json:"replicas_net_cpu_ns_per_event"`
+	RedisCPUSec      float64   `json:"redis_cpu_sec"`
+	RedisCPUNs       float64   `json:"redis_cpu_ns_per_event"`
+	Load1Start       float64   `json:"load1_start"`
+	Load1End         float64   `json:"load1_end"`
+	SettleSeconds    float64   `json:"settle_seconds"`
+	MaxPerReplica    int       `json:"max_per_replica"`
+	SplitUnchanged   bool      `json:"split_unchanged"`
 	// TakeoverSeconds: with 2 replicas or more, the first is killed
 	// (SIGKILL) after the measurement; the time until the others follow
 	// every engine again.
@@ -78,6 +88,8 @@ func main() {
 	window := flag.Int("window", 16000, "most events sent and not yet applied")
 	hold := flag.Int("hold", 512, "blocks each engine holds before it removes its oldest")
 	ttl := flag.Duration("lease-ttl", 2*time.Second, "--redis-lease-ttl of the replicas")
+	idle := flag.Duration("idle", 3*time.Second, "idle phase before the measurement (the replicas' CPU with nothing sent)")
+	mode := flag.String("mode", "share", "share (--share-ingest) or lease (--redis-lease: every replica follows every engine)")
 	flag.Parse()
 	if *bin == "" {
 		log.Fatal("-zmqguard BIN is required")
@@ -87,7 +99,10 @@ func main() {
 		if err != nil || r < 1 {
 			log.Fatalf("-replicas: %q is not a count", f)
 		}
-		res, err := run(*bin, *redisBin, *engines, r, *duration, *window, *hold, *ttl)
+		if *mode != "share" && *mode != "lease" {
+			log.Fatalf("-mode %q: want share or lease", *mode)
+		}
+		res, err := run(*bin, *redisBin, *mode, *engines, r, *duration, *idle, *window, *hold, *ttl)
 		if err != nil {
 			log.Fatalf("%d replicas: %v", r, err)
 		}
@@ -165,8 +180,12 @@ func startRedis(bin, dir string) (*exec.Cmd, string, error) {
 	return nil, "", errors.New("redis-server did not listen within 10s")
 }
 
-func startReplica(bin, redisURL string, engines []string, ttl time.Duration) (*replica, error) {
-	args := []string{"kv-index", "--http", "127.0.0.1:0", "--redis", redisURL, "--share-ingest",
+func startReplica(bin, redisURL string, share bool, engines []string, ttl time.Duration) (*replica, error) {
+	mode := "--redis-lease"
+	if share {
+		mode = "--share-ingest"
+	}
+	args := []string{"kv-index", "--http", "127.0.0.1:0", "--redis", redisURL, mode,
 		"--redis-lease-ttl", ttl.String(), "--from-start=false", "--log-format", "json"}
 	for _, e := range engines {
 		args = append(args, "--connect", e)
@@ -235,8 +254,9 @@ func (e *engine) batch(hold int) []kvevents.Event {
 	return evs
 }
 
-func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, window, hold int, ttl time.Duration) (res result, err error) {
-	res = result{Replicas: nReplicas, Engines: nEngines, Load1Start: load1()}
+func run(bin, redisBin, mode string, nEngines, nReplicas int, duration, idle time.Duration, window, hold int, ttl time.Duration) (res result, err error) {
+	share := mode == "share"
+	res = result{Mode: mode, Replicas: nReplicas, Engines: nEngines, Load1Start: load1()}
 	dir, err := os.MkdirTemp("", "replicas-bench-")
 	if err != nil {
 		return res, err
@@ -275,7 +295,7 @@ func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, 
 	}()
 	t0 := time.Now()
 	for range nReplicas {
-		r, err := startReplica(bin, url, names, ttl)
+		r, err := startReplica(bin, url, share, names, ttl)
 		if err != nil {
 			return res, err
 		}
@@ -286,6 +306,9 @@ func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, 
 	res.MaxPerReplica = (nEngines + nReplicas - 1) / nReplicas
 	maxPer := res.MaxPerReplica
 	split := func() ([]int, bool) {
+		if !share {
+			return nil, true
+		}
 		seen := map[string]int{}
 		var sizes []int
 		for _, r := range rs {
@@ -326,6 +349,9 @@ func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, 
 			sum += st.Total.Events
 			per = append(per, st.Total.Events)
 		}
+		if !share { // every replica gets every event: the slowest's count
+			return slices.Min(per), per
+		}
 		return sum, per
 	}
 	// Warm up: each engine sends until the replicas have applied events of
@@ -345,6 +371,22 @@ func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, 
 		}
 	}
 	time.Sleep(500 * time.Millisecond) // what the warm-up sent, applied
+	// Idle: the replicas' CPU with nothing sent, /stats polled as below
+	// (the rounds, the runtime, the polling): subtracted in the net
+	// figures.
+	idle0 := make([]time.Duration, len(rs))
+	for i, r := range rs {
+		idle0[i] = processCPU(r.cmd.Process.Pid)
+	}
+	idleStart := time.Now()
+	for time.Since(idleStart) < idle {
+		applied()
+		time.Sleep(50 * time.Millisecond)
+	}
+	idleSec := time.Since(idleStart).Seconds()
+	for i, r := range rs {
+		res.ReplicaIdleCPU = append(res.ReplicaIdleCPU, (processCPU(r.cmd.Process.Pid)-idle0[i]).Seconds()/idleSec)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
 	var appliedNow atomic.Uint64
@@ -384,9 +426,11 @@ func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, 
 	res.Events = end - base
 	res.EventsPerSec = float64(res.Events) / res.Seconds
 	var cpuSum time.Duration
+	var netSum float64
 	for i, r := range rs {
 		c := processCPU(r.cmd.Process.Pid) - cpu0[i]
 		cpuSum += c
+		netSum += c.Seconds() - res.ReplicaIdleCPU[i]*res.Seconds
 		ev := perEnd[i] - perBase[i]
 		res.ReplicaEvents = append(res.ReplicaEvents, ev)
 		res.ReplicaCPUSec = append(res.ReplicaCPUSec, c.Seconds())
@@ -398,6 +442,7 @@ func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, 
 	}
 	if res.Events > 0 {
 		res.ReplicasCPUNs = float64(cpuSum.Nanoseconds()) / float64(res.Events)
+		res.ReplicasNetCPUNs = netSum * 1e9 / float64(res.Events)
 		rc := processCPU(rcmd.Process.Pid) - rcpu0
 		res.RedisCPUSec = rc.Seconds()
 		res.RedisCPUNs = float64(rc.Nanoseconds()) / float64(res.Events)
@@ -405,7 +450,7 @@ func run(bin, redisBin string, nEngines, nReplicas int, duration time.Duration, 
 	sizes, ok := split()
 	res.SplitUnchanged = ok && slices.Equal(sizes, res.Split)
 	res.Load1End = load1()
-	if len(rs) > 1 {
+	if share && len(rs) > 1 {
 		rs[0].cmd.Process.Kill()
 		rs[0].cmd.Wait()
 		killed := time.Now()
