@@ -114,12 +114,8 @@ slot). --redis-lease makes this
 process take a writer lease per engine: another process following the same
 engines then only reads, and takes over (entries made uncertain first) when
 this one stops renewing for --redis-lease-ttl.
---share-ingest (issue 41; implies --redis-lease) splits the --connect
-engines between the replicas instead: each follows only the engines whose
-lease it holds (at most its share of the live replicas), takes over a
-stopped replica's within about --redis-lease-ttl x 4/3 (their entries
-uncertain first) and hands engines back when replicas join; every replica
-must list the same --connect engines (docs/kv-index.md).
+--share-ingest (implies --redis-lease) splits the same --connect engines
+between the replicas by their leases instead (docs/kv-index.md).
 
 On SIGINT/SIGTERM the last stdout line is {"counters": {...}} with the
 index's counters, the backend's gauges, per-source counters and the HTTP
@@ -329,9 +325,7 @@ func (s *kvIndexServer) counters() kvIndexCounters {
 		st, _ := redisstore.StatsOf(s.store)
 		c.Redis = &st
 	}
-	if s.share != nil {
-		c.Share = s.share.stats()
-	}
+	c.Share = s.share.stats()
 	st := s.sub.Stats()
 	c.Sources = make(map[string]kvCounters, len(st.Sources))
 	for _, so := range st.Sources {
@@ -396,13 +390,6 @@ func (s *kvIndexServer) resyncAll() {
 // engine's entries in doubt: they are made uncertain (best effort) and
 // counted; the subscriber goes on.
 func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
-	if s.share != nil {
-		done, ok := s.share.enter(u)
-		if !ok {
-			return nil
-		}
-		defer done()
-	}
 	apply := func(u kvevents.Update) error {
 		return s.x.Apply(u)
 	}
@@ -539,7 +526,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	if len(fl.srcs.list) == 0 && !fl.disc.any() && fl.redisURL == "" {
 		return usagef("at least one --connect, --bind, --fan-in, --sources-dns or --sources-file is required (or --redis URL alone: a read-only replica of a shared index)")
 	}
-	if err := fl.disc.check(); err != nil {
+	if err := cmp.Or(fl.disc.check(), fl.checkShare()); err != nil {
 		return err
 	}
 	if fl.redisURL == "" {
@@ -553,9 +540,6 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 		}
 	} else if fl.snapshot != "" {
 		return usagef("--snapshot keeps an in-memory index; with --redis the index and its positions live in Redis")
-	}
-	if err := fl.checkShare(); err != nil {
-		return err
 	}
 	if fl.snapInterval < 0 {
 		return usagef("--snapshot-interval %v is negative", fl.snapInterval)
@@ -613,10 +597,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 			return err
 		}
 		defer st.Close()
-		srv.store, be = st, st
-		if fl.share {
-			srv.share = newKVShare(st, fl.srcs.sources(), rc.WriterID, fl.leaseTTL, e.logger)
-		}
+		srv.store, be, srv.share = st, st, newKVShare(fl.share, st, fl.srcs.sources(), rc.WriterID, fl.leaseTTL, e.logger)
 	}
 	cfg := kvindex.Config{Backend: be, Capacity: fl.capacity, Seed: fl.seed, Model: fl.model,
 		BlockSize: fl.blockSize, Logger: e.logger, SnapshotFile: fl.snapshot, SnapshotInterval: fl.snapInterval,
@@ -634,7 +615,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	sopts := fl.live.options()
 	sopts.Guard.Curve = cc
 	fl.allow.apply(&sopts.Guard) // a --bind source's accepted publishers
-	kcfg := kvevents.Config{Handler: srv.handle, Topic: fl.topic,
+	kcfg := kvevents.Config{Handler: srv.share.wrap(srv.handle), Topic: fl.topic,
 		FromStart: fl.fromStart, ReplayTimeout: fl.replayTimeout, Logger: e.logger, Socket: sopts, AnyPeer: fl.srcs.anyPeer}
 	fl.srcs.applyFanIn(&kcfg)
 	sub, err := kvevents.NewSubscriber(kcfg)
@@ -643,10 +624,7 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	}
 	defer sub.Close()
 	srv.sub = sub
-	srcs := fl.srcs.sources()
-	if srv.share != nil {
-		srcs = nil // followed as the leases say (kvshare.go)
-	}
+	srcs := srv.share.initial(fl.srcs.sources()) // --share-ingest: none, followed as the leases say
 	// With discovery the engines followed are not known yet: none of the
 	// snapshot's is retired at start (discovery retires who leaves).
 	srv.resume(srcs, fl.snapshot != "" || fl.redisURL != "", fl.redisURL == "" && !fl.disc.any())

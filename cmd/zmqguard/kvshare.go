@@ -82,10 +82,13 @@ func (fl *kvIndexFlags) checkShare() error {
 	return nil
 }
 
-// newKVShare returns --share-ingest's state for the engines srcs (each
-// replica lists the same), writer this replica's writer id, ttl the lease
-// TTL (0: redisstore's default, 10s).
-func newKVShare(be kvindex.Backend, srcs []kvevents.Source, writer string, ttl time.Duration, logger *slog.Logger) *kvShare {
+// newKVShare returns --share-ingest's state (nil without on) for the
+// engines srcs (each replica lists the same), writer this replica's writer
+// id, ttl the lease TTL (0: redisstore's default, 10s).
+func newKVShare(on bool, be kvindex.Backend, srcs []kvevents.Source, writer string, ttl time.Duration, logger *slog.Logger) *kvShare {
+	if !on {
+		return nil
+	}
 	if ttl == 0 {
 		ttl = 10 * time.Second
 	}
@@ -98,7 +101,33 @@ func newKVShare(be kvindex.Backend, srcs []kvevents.Source, writer string, ttl t
 	return k
 }
 
-// enter is handle's gate: an update of an engine not followed (handed
+// initial returns the sources to follow from the start: all of srcs
+// without --share-ingest (k nil), none with it (followed as the leases
+// say, by start).
+func (k *kvShare) initial(srcs []kvevents.Source) []kvevents.Source {
+	if k == nil {
+		return srcs
+	}
+	return nil
+}
+
+// wrap returns h behind the gate of enter (h itself without
+// --share-ingest).
+func (k *kvShare) wrap(h func(context.Context, kvevents.Update) error) func(context.Context, kvevents.Update) error {
+	if k == nil {
+		return h
+	}
+	return func(ctx context.Context, u kvevents.Update) error {
+		done, ok := k.enter(u)
+		if !ok {
+			return nil
+		}
+		defer done()
+		return h(ctx, u)
+	}
+}
+
+// enter is the handler's gate: an update of an engine not followed (handed
 // back, a late delivery) is dropped, and so is every UpdateDeparted (in
 // this mode only handing an engine back removes a source: the engine did
 // not leave). done ends the update's apply.
@@ -245,8 +274,11 @@ func (k *kvShare) follow1(name string, taken bool, sp redisstore.Split) {
 		"resume_after_seq", resume, "members", sp.Members, "quota", sp.Quota)
 }
 
-// stats is /stats' "share" object.
+// stats is /stats' "share" object (nil without --share-ingest).
 func (k *kvShare) stats() *kvShareStats {
+	if k == nil {
+		return nil
+	}
 	k.mu.RLock()
 	defer k.mu.RUnlock()
 	st := &kvShareStats{Writer: k.writer, Members: k.split.Members, Quota: k.split.Quota, Following: []string{},
