@@ -169,3 +169,52 @@ func TestKVIndexShareUsage(t *testing.T) {
 		}
 	}
 }
+
+// TestKVShareGate: with --share-ingest the handler applies only the
+// engines the replica follows, and no UpdateDeparted (a handed-over engine
+// did not leave); a stop waits for an update under way.
+func TestKVShareGate(t *testing.T) {
+	k := newKVShare(true, nil, nil, "w", time.Second, quietLogger())
+	k.follow["a"] = true
+	var got []string
+	inside, release := make(chan struct{}), make(chan struct{})
+	h := k.wrap(func(_ context.Context, u kvevents.Update) error {
+		got = append(got, fmt.Sprint(u.Source, "/", u.Kind))
+		if u.Kind == kvevents.UpdateLost {
+			close(inside)
+			<-release
+		}
+		return nil
+	})
+	h(context.Background(), kvevents.Update{Kind: kvevents.UpdateBatch, Source: "a"})
+	h(context.Background(), kvevents.Update{Kind: kvevents.UpdateBatch, Source: "b"})
+	h(context.Background(), kvevents.Update{Kind: kvevents.UpdateDeparted, Source: "a"})
+	if want := []string{fmt.Sprint("a/", kvevents.UpdateBatch)}; !slices.Equal(got, want) {
+		t.Fatalf("applied %v, want %v", got, want)
+	}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		h(context.Background(), kvevents.Update{Kind: kvevents.UpdateLost, Source: "a"})
+	}()
+	<-inside
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		k.mu.Lock() // what stop takes before the source goes
+		delete(k.follow, "a")
+		k.mu.Unlock()
+	}()
+	select {
+	case <-stopped:
+		t.Fatal("the gate closed while an update of the engine was being applied")
+	case <-time.After(50 * time.Millisecond):
+	}
+	close(release)
+	<-done
+	<-stopped
+	h(context.Background(), kvevents.Update{Kind: kvevents.UpdateBatch, Source: "a"})
+	if len(got) != 2 {
+		t.Fatalf("applied %v after the stop, want nothing more", got)
+	}
+}
