@@ -477,6 +477,7 @@ func StatsOf(be kvindex.Backend) (Stats, bool) {
 		}
 		t.Calls += s.calls.Load()
 		t.Errors += s.errs.Load()
+		t.Shards, t.Cluster = len(s.shards), s.shards[0].cluster
 		return t, true
 	}
 	return Stats{}, false

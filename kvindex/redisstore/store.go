@@ -98,6 +98,11 @@ type Stats struct {
 	// data (the generation key missing or changed): each one dropped the
 	// store's tables and was reported once as kvindex.ErrBackendLost.
 	Losses uint64 `json:"losses"`
+	// Shards is the number of shards the index is split into (1: not
+	// split; Config.Shards with its default resolved); Cluster whether the
+	// client found a Redis Cluster.
+	Shards  int  `json:"shards"`
+	Cluster bool `json:"cluster"`
 }
 
 // store is a kvindex.Backend (and a kvindex.PositionStore) on Redis or
@@ -608,7 +613,7 @@ func (s *store) Stats() kvindex.BackendStats {
 // ownStats returns the store's own counters.
 func (s *store) ownStats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), NotWriter: s.notWriter.Load(), Takeovers: s.takeovers.Load(),
-		Recovered: s.recovered.Load(), Losses: s.losses.Load()}
+		Recovered: s.recovered.Load(), Losses: s.losses.Load(), Shards: 1, Cluster: s.cluster}
 }
 
 // Close stops the lease renewal and closes the client it dialed. The data
