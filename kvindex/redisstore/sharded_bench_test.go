@@ -17,10 +17,8 @@ import (
 
 // fullWalk hides a sharded store's PrefixHolders: an Index on it scores
 // with Holders, every shard reading the whole prompt (the walk before
-// issue 41's session 9). Close leaves the store open.
+// issue 41's session 9).
 type fullWalk struct{ kvindex.Backend }
-
-func (fullWalk) Close() error { return nil }
 
 // shardFixture is BenchmarkShardedScore's data, built once per test
 // binary (every -count round measures the same stores) and closed by
@@ -28,7 +26,8 @@ func (fullWalk) Close() error { return nil }
 var shardFixture struct {
 	once    sync.Once
 	err     error
-	indexes []*kvindex.Index // one slot, 16 shards, 16 shards walked in full
+	indexes []*kvindex.Index  // one slot, 16 shards, 16 shards walked in full
+	stores  []kvindex.Backend // the indexes' stores (an Index leaves them open)
 	names   []string
 	fleet   kvload.Fleet
 	entries int
@@ -37,11 +36,15 @@ var shardFixture struct {
 // closeShardFixture closes what BenchmarkShardedScore built; false when
 // it built nothing.
 func closeShardFixture() bool {
-	built := len(shardFixture.indexes) > 0
-	for i := len(shardFixture.indexes) - 1; i >= 0; i-- {
-		shardFixture.indexes[i].Close()
+	f := &shardFixture
+	built := len(f.indexes) > 0 || len(f.stores) > 0
+	for _, x := range f.indexes {
+		x.Close()
 	}
-	shardFixture.indexes = nil
+	for _, be := range f.stores {
+		be.Close()
+	}
+	f.indexes, f.stores = nil, nil
 	return built
 }
 
@@ -59,12 +62,12 @@ func buildShardFixture(b *testing.B) error {
 		if err != nil {
 			return err
 		}
+		f.stores = append(f.stores, be)
 		if shards == 16 {
 			sharded = be
 		}
 		x, err := kvindex.New(kvindex.Config{Backend: be})
 		if err != nil {
-			be.Close()
 			return err
 		}
 		f.indexes = append(f.indexes, x)
@@ -146,6 +149,31 @@ func clusterCPU(b *testing.B) time.Duration {
 	return t
 }
 
+// clusterHGETs returns the HGET calls the cluster's nodes served so far
+// (INFO commandstats counts a script's calls): the keys Score walks, which
+// the machine's load does not change.
+func clusterHGETs(b *testing.B) int64 {
+	c := redistest.RequireCluster(b)
+	var n int64
+	for i := range c.Nodes {
+		info, err := c.Do(i, "INFO", "commandstats")
+		if err != nil {
+			b.Fatal(err)
+		}
+		for _, l := range strings.Split(info, "\n") {
+			if v, ok := strings.CutPrefix(strings.TrimSpace(l), "cmdstat_hget:calls="); ok {
+				v, _, _ = strings.Cut(v, ",")
+				k, err := strconv.ParseInt(v, 10, 64)
+				if err != nil {
+					b.Fatalf("INFO commandstats: %q", l)
+				}
+				n += k
+			}
+		}
+	}
+	return n
+}
+
 // processCPU returns this process's CPU time so far.
 func processCPU() time.Duration {
 	var ru syscall.Rusage
@@ -153,8 +181,8 @@ func processCPU() time.Duration {
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
 
-// BenchmarkShardedScore: Score latency (p50, p99) and CPU per Score (the
-// cluster's nodes, this process) of kvindex's fleet (BenchmarkScoreFleet's
+// BenchmarkShardedScore: Score latency (p50, p99), CPU per Score (the
+// cluster's nodes, this process) and the keys read per Score (hget/op) of kvindex's fleet (BenchmarkScoreFleet's
 // shape) on the 3-node test cluster, the same data in one slot and in 16
 // shards, and the 16 shards walked as before session 9 (every shard
 // reading the whole prompt), side by side in one run, for three prompts
@@ -176,7 +204,7 @@ func benchShardedScore(b *testing.B, req kvindex.ScoreRequest) {
 		b.Run(shardFixture.names[i], func(b *testing.B) {
 			lat := make([]time.Duration, 0, b.N)
 			b.ReportAllocs()
-			srv0, cli0 := clusterCPU(b), processCPU()
+			srv0, cli0, hg0 := clusterCPU(b), processCPU(), clusterHGETs(b)
 			b.ResetTimer()
 			for b.Loop() {
 				t := time.Now()
@@ -186,13 +214,14 @@ func benchShardedScore(b *testing.B, req kvindex.ScoreRequest) {
 				lat = append(lat, time.Since(t))
 			}
 			b.StopTimer()
-			srv, cli := clusterCPU(b)-srv0, processCPU()-cli0
+			srv, cli, hg := clusterCPU(b)-srv0, processCPU()-cli0, clusterHGETs(b)-hg0
 			slices.Sort(lat)
 			n := float64(len(lat))
 			b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "p50-µs")
 			b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "p99-µs")
 			b.ReportMetric(float64(srv.Nanoseconds())/1e3/n, "redis-cpu-µs/op")
 			b.ReportMetric(float64(cli.Nanoseconds())/1e3/n, "client-cpu-µs/op")
+			b.ReportMetric(float64(hg)/n, "hget/op")
 			b.ReportMetric(float64(shardFixture.entries), "entries")
 		})
 	}
