@@ -167,3 +167,16 @@ type Backend interface {
 	// Close releases the backend.
 	Close() error
 }
+
+// PrefixWalker is a Backend with a cheaper walk for Score: when the
+// Backend has it, Score calls PrefixHolders instead of Holders.
+// PrefixHolders is Holders, except that at keys[i] it may leave out a
+// holder whose engine does not hold every one of keys[0..i-1] (on some
+// medium, trusted or not): such a holder cannot extend the engine's
+// prefix, so Score's answer is the same. After a key at which it reports
+// no holder it may return without visiting the rest. A sharded backend
+// uses it to stop reading a shard at the first key none of the shard's
+// engines holds (redisstore).
+type PrefixWalker interface {
+	PrefixHolders(keys []Key, visit func(i int, holders []Holder) bool) error
+}

@@ -254,8 +254,9 @@
 // per batch) and shared ones (a Redis backend, in a subpackage so that
 // importing kvindex never builds a Redis client). A batch costs one
 // Backend.Resolve (parents and tier-only hashes) and one Backend.Apply; a
-// Score one Backend.Holders. Package kvindextest is the conformance suite
-// every backend passes.
+// Score one Backend.Holders (or [PrefixWalker]'s PrefixHolders, which may
+// leave out what a prefix walk cannot use). Package kvindextest is the
+// conformance suite every backend passes.
 //
 // # Speed and size
 //

@@ -286,7 +286,11 @@ func (x *Index) Score(req ScoreRequest) (ScoreResult, error) {
 		if hw, ok := x.be.(holderWalker); ok {
 			err = hw.walk(sc.keys, sc)
 		} else {
-			err = x.be.Holders(sc.keys, func(i int, hs []Holder) bool {
+			holders := x.be.Holders
+			if pw, ok := x.be.(PrefixWalker); ok {
+				holders = pw.PrefixHolders
+			}
+			err = holders(sc.keys, func(i int, hs []Holder) bool {
 				ext := false
 				for _, h := range hs {
 					if sc.step(int32(i), h.Engine, h.Medium, h.Trusted) {

@@ -27,7 +27,7 @@ import (
 
 var kvIndexSpec = commandSpec{
 	name:     "kv-index",
-	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--fan-in ADDR [--fan-in-replay TEMPLATE]]... [--fan-in-any-address] [--engine-ttl D] [--sources-dns tcp://NAME:PORT[,replay=PORT]]... [--dns-interval D] [--sources-file FILE] [--allow CIDR,...] [--redis URL | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
+	synopsis: "--connect ADDR [--replay ADDR] [--engine vllm|sglang] [--connect ADDR [--replay ADDR]]... [--bind ADDR] [--fan-in ADDR [--fan-in-replay TEMPLATE]]... [--fan-in-any-address] [--engine-ttl D] [--sources-dns tcp://NAME:PORT[,replay=PORT]]... [--dns-interval D] [--sources-file FILE] [--allow CIDR,...] [--redis URL [--redis-shards N] | --snapshot FILE [--snapshot-interval D]] --http HOST:PORT [--model M] [--capacity N]",
 	summary:  "a KV-cache index of vLLM engines, scored over HTTP (POST /score)",
 	help: `Follows the KV-event publishers of vLLM engines like kv-events (same
 --connect/--bind/--replay/--engine/--topic/--from-start flags; each source is one
@@ -109,13 +109,14 @@ hashes of the token ids in each BlockStored and has no such requirement.
 index in Redis/Valkey instead of memory, shared with other kv-index
 processes using the same --redis-prefix and --seed. For a Redis Cluster
 give seed addresses, redis://host:port,host:port,...: cluster mode is
-detected by itself (the index's keys share the prefix's {hash tag}, one
-slot). --redis-lease makes this
+detected by itself. --redis-shards N (1..256) splits the index by engine
+into N slots (default: 1 on a single server, 16 on a cluster; the same on
+every process sharing an index; docs/kv-index.md). --redis-lease makes this
 process take a writer lease per engine: another process following the same
 engines then only reads, and takes over (entries made uncertain first) when
-this one stops renewing for --redis-lease-ttl.
---share-ingest (implies --redis-lease) splits the same --connect engines
-between the replicas by their leases instead (docs/kv-index.md).
+this one stops renewing for --redis-lease-ttl. --share-ingest (implies
+--redis-lease) splits the same --connect engines between the replicas by
+their leases instead (docs/kv-index.md).
 
 On SIGINT/SIGTERM the last stdout line is {"counters": {...}} with the
 index's counters, the backend's gauges, per-source counters and the HTTP
@@ -472,6 +473,7 @@ type kvIndexFlags struct {
 	redisPrefix   string
 	redisLease    bool
 	share         bool
+	redisShards   int
 	leaseTTL      time.Duration
 	snapshot      string
 	snapInterval  time.Duration
@@ -504,6 +506,7 @@ var kvIndexCmd = command[kvIndexFlags]{
 		fs.Uint64Var(&fl.seed, "seed", 0, "local-key seed; every process sharing a --redis index must use the same (0: kvindex's default)")
 		fs.StringVar(&fl.redisURL, "redis", "", "keep the index in Redis/Valkey: redis://host:port/db, unix:///path/redis.sock, or a cluster's seeds redis://host:port,host:port,... (default: in memory)")
 		fs.StringVar(&fl.redisPrefix, "redis-prefix", "", "key prefix of the index in Redis (empty: {zmqguard-kvindex}:)")
+		fs.Var(redisShardsFlag{&fl.redisShards}, "redis-shards", "split the Redis index by engine into `N` shards, 1..256 (default: 1 on a single server, 16 on a Redis Cluster)")
 		fs.BoolVar(&fl.redisLease, "redis-lease", false, "take a writer lease per engine in Redis (one writer per engine across processes)")
 		fs.BoolVar(&fl.share, "share-ingest", false, kvShareUsage)
 		fs.DurationVar(&fl.leaseTTL, "redis-lease-ttl", 0, "how long a writer lease outlives its last renewal (0: 10s)")
@@ -535,6 +538,8 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 			return usagef("--redis-lease needs --redis")
 		case fl.redisPrefix != "":
 			return usagef("--redis-prefix %q needs --redis", fl.redisPrefix)
+		case fl.redisShards != 0:
+			return usagef("--redis-shards %d needs --redis", fl.redisShards)
 		case fl.leaseTTL != 0:
 			return usagef("--redis-lease-ttl needs --redis")
 		}
@@ -588,7 +593,8 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	srv := &kvIndexServer{model: fl.model, logger: e.logger}
 	var be kvindex.Backend
 	if fl.redisURL != "" {
-		rc := redisstore.Config{URL: fl.redisURL, Prefix: fl.redisPrefix, Capacity: fl.capacity, LeaseTTL: fl.leaseTTL}
+		rc := redisstore.Config{URL: fl.redisURL, Prefix: fl.redisPrefix, Capacity: fl.capacity, LeaseTTL: fl.leaseTTL,
+			Shards: fl.redisShards}
 		if fl.redisLease || fl.share {
 			rc.WriterID = redisstore.NewWriterID()
 		}

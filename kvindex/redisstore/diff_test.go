@@ -80,6 +80,11 @@ func differential(tt *testing.T, url string, shards int) {
 		for h := uint64(0); h < 12; h++ {
 			allKeys = append(allKeys, keyOf(h), keyOf(h)+1)
 		}
+		// A prompt's keys for PrefixHolders: engines hold runs of them.
+		prefixKeys := make([]kvindex.Key, 0, 12)
+		for h := uint64(0); h < 12; h++ {
+			prefixKeys = append(prefixKeys, keyOf(h))
+		}
 		steps := rapid.IntRange(1, 25).Draw(t, "steps")
 		for s := 0; s < steps; s++ {
 			eng := rapid.SampledFrom(engines).Draw(t, "engine")
@@ -121,6 +126,9 @@ func differential(tt *testing.T, url string, shards int) {
 			if !slices.Equal(hm, hr) {
 				t.Fatalf("step %d holders:\nmemory %v\nredis  %v", s, hm, hr)
 			}
+			if pw, ok := red.(kvindex.PrefixWalker); ok {
+				checkPrefixWalk(t, s, mem, pw, red, prefixKeys)
+			}
 			sm, sr := mem.Stats(), red.Stats()
 			sm.Bytes, sr.Bytes = 0, 0
 			if shards > 1 {
@@ -131,4 +139,67 @@ func differential(tt *testing.T, url string, shards int) {
 			}
 		}
 	})
+}
+
+// checkPrefixWalk checks a PrefixWalker's walk of keys against the
+// memory backend's holders: at each key it reports every holder whose
+// engine holds all the keys before it and no holder the memory backend
+// does not report; it visits the keys in order and stops early only after
+// a key it reports no holder for.
+func checkPrefixWalk(t *rapid.T, step int, mem kvindex.Backend, pw kvindex.PrefixWalker, red kvindex.Backend, keys []kvindex.Key) {
+	type holder struct{ engine, row string }
+	var all [][]holder
+	if err := mem.Holders(keys, func(i int, hs []kvindex.Holder) bool {
+		var row []holder
+		for _, h := range hs {
+			row = append(row, holder{mem.EngineName(h.Engine), fmt.Sprintf("%s/%s/%v", mem.EngineName(h.Engine), mem.MediumName(h.Medium), h.Trusted)})
+		}
+		all = append(all, row)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var got [][]string
+	if err := pw.PrefixHolders(keys, func(i int, hs []kvindex.Holder) bool {
+		if i != len(got) {
+			t.Fatalf("step %d: PrefixHolders visited key %d after %d keys", step, i, len(got))
+		}
+		var row []string
+		for _, h := range hs {
+			row = append(row, fmt.Sprintf("%s/%s/%v", red.EngineName(h.Engine), red.MediumName(h.Medium), h.Trusted))
+		}
+		got = append(got, row)
+		return true
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if len(got) < len(keys) && (len(got) == 0 || len(got[len(got)-1]) != 0) {
+		t.Fatalf("step %d: PrefixHolders stopped after %d of %d keys, the last with holders %v", step, len(got), len(keys), got)
+	}
+	run := map[string]int{} // engine -> keys held in a row from keys[0]
+	for i, row := range all {
+		if i >= len(got) {
+			break
+		}
+		left := map[string]int{}
+		for _, r := range got[i] {
+			left[r]++
+		}
+		for _, h := range row {
+			if run[h.engine] >= i {
+				run[h.engine] = i + 1
+				if left[h.row] == 0 {
+					t.Fatalf("step %d key %d: PrefixHolders left out %s (its engine holds the keys before); got %v, all %v", step, i, h.row, got[i], row)
+				}
+			}
+			if left[h.row] > 0 {
+				left[h.row]--
+			}
+		}
+		for r, n := range left {
+			if n > 0 {
+				t.Fatalf("step %d key %d: PrefixHolders reported %s, which the memory backend does not (%v)", step, i, r, row)
+			}
+		}
+	}
 }

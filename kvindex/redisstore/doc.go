@@ -232,25 +232,30 @@
 // shard 0. Every store of one prefix must use the same Shards: another
 // count puts engines in other shards.
 //
-// Score (Holders) sends one read-only script per shard in one DoMulti: the
+// Holders sends one read-only script per shard in one DoMulti: the
 // cluster client pipelines the calls of each node together, one round trip
-// per node, all nodes in parallel. Each shard reads every key of the
-// prompt (a shard cannot know where the others' holders stop), and the
-// answers are merged key by key; a Holder's ids are the shard's ids times
-// Shards plus the shard, so EngineName and MediumName find the shard. The
-// cost is that every shard reads the whole prompt: on the 3-node loopback
-// cluster under a load average of 12–16 (2 CPUs), the fleet Score's p50
-// was 0.53–0.57 ms with one slot, 1.3 ms with 3 shards and 5.7–9 ms with
-// 16 (BenchmarkScoreFleet, -redisstore.shards). Fewer shards cost less per
-// Score; more spread the memory more evenly (3 shards' slots fell on 2 of
-// the 3 nodes; 16 on all 3).
+// per node, all nodes in parallel; the answers are merged key by key, and
+// a Holder's ids are the shard's ids times Shards plus the shard, so
+// EngineName and MediumName find the shard. Holders reads every key in
+// every shard (it reports every holder of every key). Score uses
+// PrefixHolders (kvindex.PrefixWalker) instead: the same call, but each
+// shard's script stops at the first key none of the shard's engines holds
+// (past it, no engine of the shard can extend its prefix), and takes the
+// prompt's keys packed in one argument, reading only those it walks. A
+// Score then reads, in each shard, the longest prefix one of its engines
+// holds, plus one key: a prompt nobody holds costs one read per shard
+// instead of the whole prompt per shard. Sharded Score still costs more
+// than one slot's: 16 shards read up to 16 times the keys when every shard
+// has an engine holding a long prefix (kvindex's fleet: 1,583 keys against
+// 128), and one script per shard. BenchmarkShardedScore measures the three
+// cases side by side (BENCHMARKS.md, issue 41, session 9).
 //
 // Each shard has its own generation token. A node that restarts empty
 // loses the shards whose slots it serves: the next call that reaches them
-// (Holders reaches every shard) reports the loss once, as one error
-// wrapping kvindex.ErrBackendLost for all the shards found lost together
-// (the index then resyncs its sources), and only the engines of those
-// shards lose their entries; the engines of shards on other nodes keep
+// (Holders and PrefixHolders reach every shard) reports the loss once, as
+// one error wrapping kvindex.ErrBackendLost for all the shards found lost
+// together (the index then resyncs its sources), and only the engines of
+// those shards lose their entries; the engines of shards on other nodes keep
 // theirs, trusted. Several indexes (models, block sizes) use one prefix
 // each, as on one server.
 package redisstore

@@ -434,6 +434,32 @@ end
 return out
 `
 
+// prefixScript is holdersScript for a sharded store's PrefixHolders: it
+// stops at the first key nobody holds, and takes the keys packed in one
+// argument, ARGV[4], each a byte giving its length (1..20) and its decimal
+// digits: Redis then converts one argument, not one per key, and the
+// script reads only the keys it walks (a shard whose engines miss the
+// first key reads one). ARGV[1..3] and the answer are holdersScript's.
+const prefixScript = `
+local P = ARGV[1]
+if redis.call('GET', P .. 'gen') ~= ARGV[2] then return {} end
+local v = redis.call('GET', P .. 'epv') or '0'
+local out = {v, false}
+if v ~= ARGV[3] then out[2] = table.concat(redis.call('HGETALL', P .. 'ep'), ',') end
+local bd = tonumber(redis.call('GET', P .. 'bd') or '4')
+local ks = ARGV[4]
+local p, n = 1, #ks
+while p < n do
+  local l = string.byte(ks, p)
+  local k = string.sub(ks, p + 1, p + l)
+  p = p + 1 + l
+  local e = redis.call('HGET', P .. 'b:' .. string.sub(k, -bd), k) or ''
+  out[#out + 1] = e
+  if e == '' then break end
+end
+return out
+`
+
 // renewScript renews, for ARGV[1]-prefixed keys, the leases of the engine
 // ids ARGV[5..] that writer ARGV[2] still holds, to ARGV[3] ms, in
 // generation ARGV[4]; -1 when the generation is lost.

@@ -36,11 +36,13 @@ type sharded struct {
 	shards []*store
 	client rueidis.Client
 	own    bool
-	// holdersSha is the SHA-1 of holdersScript, for EVALSHA_RO in the
-	// pipelined Holders.
-	holdersSha string
-	timeout    time.Duration
-	closed     atomic.Bool
+	// holdersSha and prefixSha are the SHA-1s of holdersScript and
+	// prefixScript, for EVALSHA_RO in the pipelined walks; prefix runs
+	// prefixScript when a node does not hold it yet.
+	holdersSha, prefixSha string
+	prefix                *rueidis.Lua
+	timeout               time.Duration
+	closed                atomic.Bool
 
 	calls, errs atomic.Uint64
 }
@@ -48,6 +50,7 @@ type sharded struct {
 var (
 	_ kvindex.Backend       = (*sharded)(nil)
 	_ kvindex.PositionStore = (*sharded)(nil)
+	_ kvindex.PrefixWalker  = (*sharded)(nil)
 )
 
 // shardPrefix is the prefix of shard n of an index under prefix: with a
@@ -132,8 +135,9 @@ func openSharded(cfg Config) (kvindex.Backend, error) {
 	if cfg.Prefix == "" {
 		cfg.Prefix = defaultPrefix
 	}
-	sum := sha1.Sum([]byte(holdersScript))
-	sh := &sharded{client: c, own: own, holdersSha: hex.EncodeToString(sum[:]), timeout: timeout}
+	sum, psum := sha1.Sum([]byte(holdersScript)), sha1.Sum([]byte(prefixScript))
+	sh := &sharded{client: c, own: own, holdersSha: hex.EncodeToString(sum[:]), prefixSha: hex.EncodeToString(psum[:]),
+		prefix: rueidis.NewLuaScriptReadOnly(prefixScript), timeout: timeout}
 	sub.Capacity = cfg.Capacity / n
 	sub.engineLimit = (1 << 32) / uint64(n)
 	sub.mediumLimit = (1 << 16) / n
@@ -184,6 +188,22 @@ type shardWalk struct {
 // cannot know where the other shards' holders stop), merged key by key.
 // A shard found lost is reported as a store reports it.
 func (s *sharded) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.Holder) bool) error {
+	return s.walk(keys, visit, false)
+}
+
+// PrefixHolders implements kvindex.PrefixWalker, Score's walk: as
+// Holders, but each shard's script stops at the first key none of the
+// shard's engines holds (no engine of the shard holds a longer prefix, so
+// the shard's holders past it are the ones PrefixWalker may leave out).
+// The walk visits keys up to the furthest shard's stop. A shard whose
+// engines miss the first key costs one read, where Holders reads the
+// whole prompt in every shard.
+func (s *sharded) PrefixHolders(keys []kvindex.Key, visit func(i int, holders []kvindex.Holder) bool) error {
+	return s.walk(keys, visit, true)
+}
+
+// walk is Holders, or PrefixHolders when prefix is set.
+func (s *sharded) walk(keys []kvindex.Key, visit func(i int, holders []kvindex.Holder) bool, prefix bool) error {
 	if s.closed.Load() {
 		return kvindex.ErrClosed
 	}
@@ -192,11 +212,28 @@ func (s *sharded) Holders(keys []kvindex.Key, visit func(i int, holders []kvinde
 	}
 	n := len(s.shards)
 	walks := make([]shardWalk, n)
-	keyArgs := make([]string, len(keys))
-	for i, k := range keys {
-		keyArgs[i] = strconv.FormatUint(uint64(k), 10)
+	// Holders: the keys as arguments, read whole; PrefixHolders: packed in
+	// one (prefixScript).
+	var keyArgs []string
+	if prefix {
+		packed := make([]byte, 0, 21*len(keys))
+		for _, k := range keys {
+			n := len(packed)
+			packed = strconv.AppendUint(append(packed, 0), uint64(k), 10)
+			packed[n] = byte(len(packed) - n - 1)
+		}
+		keyArgs = []string{string(packed)}
+	} else {
+		keyArgs = make([]string, 1, 1+len(keys))
+		keyArgs[0] = strconv.Itoa(len(keys)) // nostop: every key
+		for _, k := range keys {
+			keyArgs = append(keyArgs, strconv.FormatUint(uint64(k), 10))
+		}
 	}
-	nostop := strconv.Itoa(len(keys))
+	sha, script := s.holdersSha, func(sh *store) *rueidis.Lua { return sh.holders }
+	if prefix {
+		sha, script = s.prefixSha, func(*store) *rueidis.Lua { return s.prefix }
+	}
 	for try := 1; ; try++ {
 		if err := s.enterAll(); err != nil {
 			return err
@@ -212,8 +249,8 @@ func (s *sharded) Holders(keys []kvindex.Key, visit func(i int, holders []kvinde
 				cache = &epochCache{}
 			}
 			walks[i] = shardWalk{g: g, cache: cache}
-			args := append([]string{sh.prefix, g.token, cache.ver, nostop}, keyArgs...)
-			cmds[i] = s.client.B().EvalshaRo().Sha1(s.holdersSha).Numkeys(1).Key(sh.keys...).Arg(args...).Build()
+			args := append([]string{sh.prefix, g.token, cache.ver}, keyArgs...)
+			cmds[i] = s.client.B().EvalshaRo().Sha1(sha).Numkeys(1).Key(sh.keys...).Arg(args...).Build()
 		}
 		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
 		res := s.client.DoMulti(ctx, cmds...)
@@ -226,8 +263,8 @@ func (s *sharded) Holders(keys []kvindex.Key, visit func(i int, holders []kvinde
 			if re, ok := rueidis.IsRedisErr(err); ok && re.IsNoScript() {
 				// The node does not hold the script yet: EVAL it once.
 				ctx, cancel := sh.ctx()
-				args := append([]string{sh.prefix, w.g.token, w.cache.ver, nostop}, keyArgs...)
-				vals, err = sh.holders.Exec(ctx, s.client, sh.keys, args).ToArray()
+				args := append([]string{sh.prefix, w.g.token, w.cache.ver}, keyArgs...)
+				vals, err = script(sh).Exec(ctx, s.client, sh.keys, args).ToArray()
 				cancel()
 			}
 			if err != nil {
@@ -239,7 +276,7 @@ func (s *sharded) Holders(keys []kvindex.Key, visit func(i int, holders []kvinde
 				lost = true
 				continue
 			}
-			if len(vals) != 2+len(keys) {
+			if len(vals) > 2+len(keys) || len(vals) < 3 || !prefix && len(vals) != 2+len(keys) {
 				return fmt.Errorf("redisstore: Holders: shard %s: %d answers for %d keys", sh.prefix, len(vals)-2, len(keys))
 			}
 			ver, err := vals[0].ToString()
@@ -258,7 +295,7 @@ func (s *sharded) Holders(keys []kvindex.Key, visit func(i int, holders []kvinde
 				w.cache = &epochCache{ver: ver, epochs: epochs}
 				w.g.ep.Store(w.cache)
 			}
-			w.rows = make([]string, len(keys))
+			w.rows = make([]string, len(vals)-2)
 			for j, v := range vals[2:] {
 				if w.rows[j], err = v.ToString(); err != nil {
 					return fmt.Errorf("redisstore: Holders: shard %s: key %d: %v", sh.prefix, j, err)
@@ -311,10 +348,17 @@ func (s *sharded) enterAll() error {
 func (s *sharded) visitRows(walks []shardWalk, keys []kvindex.Key, visit func(i int, holders []kvindex.Holder) bool) (restart bool, err error) {
 	n := uint64(len(s.shards))
 	var hs []kvindex.Holder
-	for j := range keys {
+	end := 0 // the furthest key a shard's answer reaches (all of them, from Holders)
+	for i := range walks {
+		end = max(end, len(walks[i].rows))
+	}
+	for j := range keys[:end] {
 		hs = hs[:0]
 		for i, sh := range s.shards {
 			w := &walks[i]
+			if j >= len(w.rows) {
+				continue // PrefixHolders: the shard's engines stopped before j
+			}
 			from := len(hs)
 			if hs, err = parseHolders(w.rows[j], w.cache.epochs, hs); err != nil {
 				return false, fmt.Errorf("redisstore: Holders: shard %s: key %d: %v", sh.prefix, j, err)
@@ -433,6 +477,7 @@ func StatsOf(be kvindex.Backend) (Stats, bool) {
 		}
 		t.Calls += s.calls.Load()
 		t.Errors += s.errs.Load()
+		t.Shards, t.Cluster = len(s.shards), s.shards[0].cluster
 		return t, true
 	}
 	return Stats{}, false

@@ -96,7 +96,7 @@ func TestShardedClusterConformance(t *testing.T) {
 
 // TestShardsDefault: Shards 0 is one shard with the prefix's keys
 // unchanged on a single server, and 16 shards on a cluster, whose slots
-// fall on every node of the 3; a bad Shards or a Capacity under it is
+// fall on every node of the 3 (StatsOf says so); a bad Shards or a Capacity under it is
 // refused, naming the value.
 func TestShardsDefault(t *testing.T) {
 	url := redistest.Require(t).URL()
@@ -109,10 +109,16 @@ func TestShardsDefault(t *testing.T) {
 	if s, ok := be.(*store); !ok || s.prefix != prefix {
 		t.Fatalf("Shards 0 on a server: %T, want a store under %q", be, prefix)
 	}
+	if st, _ := StatsOf(be); st.Shards != 1 || st.Cluster {
+		t.Fatalf("StatsOf a store on a server: %+v, want 1 shard, no cluster", st)
+	}
 	c := redistest.RequireCluster(t)
 	s := newSharded(t, c.URL(), Config{})
 	if len(s.shards) != defaultClusterShards {
 		t.Fatalf("Shards 0 on a cluster: %d shards, want %d", len(s.shards), defaultClusterShards)
+	}
+	if st, _ := StatsOf(s); st.Shards != defaultClusterShards || !st.Cluster {
+		t.Fatalf("StatsOf the sharded store on a cluster: %+v, want %d shards, a cluster", st, defaultClusterShards)
 	}
 	nodes := map[int]bool{}
 	for _, sh := range s.shards {

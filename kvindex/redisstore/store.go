@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -98,6 +97,11 @@ type Stats struct {
 	// data (the generation key missing or changed): each one dropped the
 	// store's tables and was reported once as kvindex.ErrBackendLost.
 	Losses uint64 `json:"losses"`
+	// Shards is the number of shards the index is split into (1: not
+	// split; Config.Shards with its default resolved); Cluster whether the
+	// client found a Redis Cluster.
+	Shards  int  `json:"shards"`
+	Cluster bool `json:"cluster"`
 }
 
 // store is a kvindex.Backend (and a kvindex.PositionStore) on Redis or
@@ -286,22 +290,6 @@ func (s *store) Resolve(engine string, hashes []uint64, keys []kvindex.Key, foun
 		}
 		return false, nil
 	})
-}
-
-// parseMapKey reads the local key at the head of a map value ("key|mid:g|…").
-func parseMapKey(v string) (kvindex.Key, error) {
-	end := len(v)
-	for i := 0; i < len(v); i++ {
-		if v[i] == '|' {
-			end = i
-			break
-		}
-	}
-	k, err := strconv.ParseUint(v[:end], 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("bad map value %q", v)
-	}
-	return kvindex.Key(k), nil
 }
 
 // Apply implements kvindex.Backend: the whole batch is one script call (one
@@ -521,59 +509,6 @@ func (s *store) Holders(keys []kvindex.Key, visit func(i int, holders []kvindex.
 	return nil
 }
 
-// next returns the part of *s before sep and moves *s past it.
-func next(s *string, sep byte) string {
-	for i := 0; i < len(*s); i++ {
-		if (*s)[i] == sep {
-			v := (*s)[:i]
-			*s = (*s)[i+1:]
-			return v
-		}
-	}
-	v := *s
-	*s = ""
-	return v
-}
-
-// parseEpochs reads "E,epoch,E,epoch…" into epochs indexed by engine id.
-// Engine ids are handed out one by one and never forgotten, so none is
-// above the number of engines listed; a larger one is refused rather than
-// allocated for.
-func parseEpochs(s string, epochs []string) ([]string, error) {
-	limit := uint64(strings.Count(s, ",")/2 + 1)
-	for s != "" {
-		field := next(&s, ',')
-		id, err := strconv.ParseUint(field, 10, 32)
-		if err != nil || id > limit {
-			return epochs, fmt.Errorf("redisstore: engine id %.20q in the epochs is not in 0..%d", field, limit)
-		}
-		ep := next(&s, ',')
-		for uint64(len(epochs)) <= id {
-			epochs = append(epochs, "")
-		}
-		epochs[id] = ep
-	}
-	return epochs, nil
-}
-
-// parseHolders reads "E:hash:M:G,epoch:seq,…" into holders (the seq is
-// not read; a value without one reads the same).
-func parseHolders(s string, epochs []string, hs []kvindex.Holder) ([]kvindex.Holder, error) {
-	for s != "" {
-		field := next(&s, ',')
-		ep := next(&s, ',')
-		ep, _, _ = strings.Cut(ep, ":") // "epoch:seq"
-		e, err1 := strconv.ParseUint(next(&field, ':'), 10, 32)
-		next(&field, ':')
-		m, err2 := strconv.ParseUint(next(&field, ':'), 10, 16)
-		if err1 != nil || err2 != nil {
-			return hs, fmt.Errorf("bad entry field")
-		}
-		hs = append(hs, kvindex.Holder{Engine: uint32(e), Medium: uint16(m), Trusted: e < uint64(len(epochs)) && epochs[e] == ep})
-	}
-	return hs, nil
-}
-
 // Stats implements kvindex.Backend with one pipelined round trip; on an
 // error it returns what it could read (Capacity at least). The round trip
 // reads the generation key too: a loss it finds is handled (and reported
@@ -614,7 +549,7 @@ func (s *store) Stats() kvindex.BackendStats {
 // ownStats returns the store's own counters.
 func (s *store) ownStats() Stats {
 	return Stats{Calls: s.calls.Load(), Errors: s.errs.Load(), NotWriter: s.notWriter.Load(), Takeovers: s.takeovers.Load(),
-		Recovered: s.recovered.Load(), Losses: s.losses.Load()}
+		Recovered: s.recovered.Load(), Losses: s.losses.Load(), Shards: 1, Cluster: s.cluster}
 }
 
 // Close stops the lease renewal and closes the client it dialed. The data

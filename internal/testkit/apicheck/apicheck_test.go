@@ -82,9 +82,12 @@ func TestSurface(t *testing.T) {
 // kubernetes.Watcher, Watcher.Discover and Followed; Close no longer
 // waiting needs socket.Socket.Shutdown (loop.FromZMQ4 became
 // socket.FromZMQ4: no change in count). So it is 418. Session 9 (issue
-// 41) added 4: replicas sharing ingest by writer leases need
-// redisstore.Rebalance, Split, Release and Leave. So it is 422.
-const surfaceBudget = 422
+// 41) added 6: replicas sharing ingest by writer leases need
+// redisstore.Rebalance, Split, Release and Leave; a sharded Redis index's
+// Score reads each shard only up to its first miss, which Backend.Holders
+// (every holder of every key) does not allow: kvindex.PrefixWalker with its
+// PrefixHolders method. So it is 424.
+const surfaceBudget = 424
 
 // pkgBudget is issue 30's share of surfaceBudget per package (a group of
 // packages shares one line's share: kvindex and its three subpackages).
@@ -93,7 +96,7 @@ const surfaceBudget = 422
 var pkgBudget = map[string]int{
 	"zmtpguard": 45, "socket": 38, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
 	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 49, "kvevents/discovery": 7, "kvevents/discovery/kubernetes": 3,
-	"kvindex": 65, "metrics/zgprom": 4, "metrics/zgotel": 2,
+	"kvindex": 67, "metrics/zgprom": 4, "metrics/zgotel": 2,
 }
 
 // budgetGroup is the pkgBudget key a package counts under.
