@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -223,6 +224,11 @@ func (s *Subscriber) Resync(name string) error {
 	so.requestResync()
 	return nil
 }
+
+// Logger returns the logger the Subscriber writes to (Config.Logger, or
+// slog.Default() when that was nil), for code that acts on its behalf
+// (discovery.Follow logs its joins and leaves there).
+func (s *Subscriber) Logger() *slog.Logger { return s.cfg.Logger }
 
 // Endpoint returns the endpoint a Bind or FanIn source actually listens on (the port
 // chosen for ":0"), or its Live endpoint when dialed; "" for an unknown name.

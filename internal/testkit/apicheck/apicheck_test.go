@@ -81,8 +81,10 @@ func TestSurface(t *testing.T) {
 // Discoverer, Follow, DNS, File (with their Discover methods) and
 // kubernetes.Watcher, Watcher.Discover and Followed; Close no longer
 // waiting needs socket.Socket.Shutdown (loop.FromZMQ4 became
-// socket.FromZMQ4: no change in count). So it is 418.
-const surfaceBudget = 418
+// socket.FromZMQ4: no change in count). So it was 418. Session 9 added
+// kvevents.Subscriber.Logger: discovery.Follow logs to the Subscriber's
+// logger, not slog.Default (419).
+const surfaceBudget = 419
 
 // pkgBudget is issue 30's share of surfaceBudget per package (a group of
 // packages shares one line's share: kvindex and its three subpackages).
@@ -90,7 +92,7 @@ const surfaceBudget = 418
 // names are; only the total is enforced.
 var pkgBudget = map[string]int{
 	"zmtpguard": 45, "socket": 38, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
-	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 49, "kvevents/discovery": 7, "kvevents/discovery/kubernetes": 3,
+	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 50, "kvevents/discovery": 7, "kvevents/discovery/kubernetes": 3,
 	"kvindex": 61, "metrics/zgprom": 4, "metrics/zgotel": 2,
 }
 
