@@ -61,7 +61,13 @@ type fanIn struct {
 	topics map[string]*fanTopic
 	// stopped is the engines' names once stopEngines ran (departRemoved).
 	stopped []string
-	st      fanStats
+	// gates are the fan-in source's own (source.gates), set before it
+	// starts and never changed: each engine waits for them.
+	gates []chan struct{}
+	// retiring holds, by topic, a retired engine's gate, closed once its
+	// UpdateDeparted is done: a new engine of that topic waits for it.
+	retiring map[string]chan struct{}
+	st       fanStats
 }
 
 // fanConn is one open connection of a fan-in source.
@@ -87,7 +93,7 @@ type fanStats struct {
 
 func newFanIn(parent *source) *fanIn {
 	return &fanIn{parent: parent, conns: map[uint64]*fanConn{}, gone: map[uint64]struct{}{},
-		topics: map[string]*fanTopic{}, st: fanStats{refused: map[string]uint64{}}}
+		topics: map[string]*fanTopic{}, retiring: map[string]chan struct{}{}, st: fanStats{refused: map[string]uint64{}}}
 }
 
 // parseTopic takes apart an llm-d topic, kv@{host}@{model}: host is a
@@ -323,6 +329,10 @@ func (f *fanIn) newEngine(name, replay string) *source {
 	s := p.sub
 	src := Source{Name: name, Live: p.src.Live, Replay: replay, Engine: p.src.Engine}
 	e := &source{sub: s, src: src, fromStart: s.cfg.FromStart, parent: p, turn: make(chan struct{}, 1)}
+	e.gates = append(e.gates, f.gates...)
+	if g := f.retiring[name]; g != nil {
+		e.gates = append(e.gates, g) // the engine retired under this topic departs first
+	}
 	e.ctx, e.cancel = context.WithCancel(p.ctx)
 	e.st.Name, e.st.Live, e.st.Replay = name, src.Live, replay
 	e.batch.Source = name
@@ -343,6 +353,8 @@ func (f *fanIn) retire(e *source) {
 	}
 	delete(f.topics, e.src.Name)
 	f.st.departed++
+	gate := make(chan struct{})
+	f.retiring[e.src.Name] = gate
 	f.mu.Unlock()
 	f.parent.sub.nsources.Add(-1)
 	e.lock()
@@ -351,6 +363,12 @@ func (f *fanIn) retire(e *source) {
 	_ = e.depart("kvevents: fan-in engine retired: its connection has been gone for Config.EngineTTL; topic forgotten")
 	e.unlock()
 	e.stop()
+	f.mu.Lock()
+	if f.retiring[e.src.Name] == gate {
+		delete(f.retiring, e.src.Name)
+	}
+	f.mu.Unlock()
+	close(gate)
 }
 
 // stopEngines stops every engine (the fan-in source is stopping).

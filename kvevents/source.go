@@ -56,6 +56,12 @@ type source struct {
 	// goroutines ever take it: no method a Handler may call (Remove, Close,
 	// Resync, Stats) waits for it.
 	turn chan struct{}
+	// gates are closed once the updates that must come before this
+	// source's own are done: those of a source removed under the same
+	// name (Subscriber.gates), or of a fan-in engine retired under the
+	// same topic (fanIn.retiring). lock waits for them under the turn,
+	// then clears them.
+	gates []chan struct{}
 	// mu guards the sequence state; it is never held across a Handler
 	// call.
 	mu           sync.Mutex
@@ -445,6 +451,12 @@ func (so *source) startReplay() {
 // its UpdateReset. Only the source's delivery goroutines call it.
 func (so *source) lock() {
 	so.turn <- struct{}{}
+	if so.gates != nil {
+		for _, g := range so.gates {
+			<-g // bounded: the source before this one is stopping (its Handler call returns)
+		}
+		so.gates = nil
+	}
 	so.mu.Lock()
 	if so.resyncReq.Load() {
 		_ = so.doResync()
