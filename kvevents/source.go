@@ -113,6 +113,9 @@ type source struct {
 	// its live batches come from the parent's loop (fanin.go).
 	fan    *fanIn
 	parent *source
+	// topic is a fan-in engine's topic, its key in its parent's fanIn
+	// (its name may add a DP rank: engineName).
+	topic string
 	// ttl retires the engine after Config.EngineTTL without a connection
 	// (ttl.go; bgMu held); retired (mu held) is set once it is.
 	ttl     *time.Timer
