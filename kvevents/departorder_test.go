@@ -21,13 +21,12 @@ type holdDeparted struct {
 	name string
 	hold time.Duration
 
-	mu        sync.Mutex
-	log       []string // "departed", or "batch H" (H: the first block hash)
-	inCall    int      // the name's Handler calls under way
-	overlaps  int
-	departing bool
-	overlap   chan struct{}
-	once      sync.Once
+	mu       sync.Mutex
+	log      []string // "departed", or "batch H" (H: the first block hash)
+	inCall   int      // the name's Handler calls under way
+	overlaps int
+	overlap  chan struct{}
+	once     sync.Once
 }
 
 func newHoldDeparted(name string, hold time.Duration) *holdDeparted {

@@ -46,7 +46,8 @@ line, and the index starts empty), written every --snapshot-interval
 (default 1m) and on exit, atomically. Each source then resumes from the
 last batch applied: exact where the publisher still holds the batches
 since (the subscriber proves it is the same run first), uncertain where it
-does not, cleared where the engine restarted meanwhile. With --redis the
+does not, cleared where the engine restarted meanwhile (with discovery,
+one not found again within --engine-ttl is retired). With --redis the
 positions live in Redis, and a restarted kv-index (or a new replica)
 resumes the same way. A Redis that lost its data (a restart without
 persistence, FLUSHALL) is noticed: one ERROR line, index.BackendLosses
@@ -213,6 +214,7 @@ type kvIndexServer struct {
 	applyErrors           atomic.Uint64
 	scores, bad, failures atomic.Uint64
 	unknownModel          atomic.Uint64
+	retire                *snapRetire // set before Run when armed (kvindex_retire.go)
 }
 
 func (s *kvIndexServer) writeJSON(w http.ResponseWriter, code int, v any) {
@@ -385,6 +387,9 @@ func (s *kvIndexServer) resyncAll() {
 // engine's entries in doubt: they are made uncertain (best effort) and
 // counted; the subscriber goes on.
 func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
+	if r := s.retire; r != nil && r.pending.Load() {
+		r.note(u.Source)
+	}
 	apply := func(u kvevents.Update) error {
 		return s.x.Apply(u)
 	}
@@ -663,9 +668,11 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	defer ep.Close()
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
+	waitRetire := srv.startSnapRetire(rctx, fl.snapshot != "" && fl.disc.any(), kcfg.EngineTTL)
 	waitDiscovery := followDiscovery(rctx, sub, fl.disc.discoverers(e.logger, fl.srcs.engine, x.Positions), e.logger, cancel)
 	err = sub.Run(rctx)
 	cancel()
+	waitRetire()
 	if derr := waitDiscovery(); err == nil {
 		err = derr
 	}
