@@ -205,3 +205,51 @@ func TestFanInRetiredTopicWaitsForDeparture(t *testing.T) {
 	})
 	h.checkOrder(t, "batch 1", "batch 2")
 }
+
+// TestFanInReaddWaitsForDeparture: a fan-in source removed and added again
+// under its name: its engines' departures (one per topic) come before the
+// new fan-in's engines deliver anything under those topics.
+func TestFanInReaddWaitsForDeparture(t *testing.T) {
+	const topic = "kv@127.0.0.1@m"
+	h := newHoldDeparted(topic, 2*time.Second)
+	sub, err := NewSubscriber(Config{Handler: h.handle, Logger: quiet, EngineTTL: -1, Topic: "kv@"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() { done <- sub.Run(ctx) }()
+	defer func() {
+		sub.Close()
+		<-done
+	}()
+	engine := func() *Publisher {
+		if err := sub.Add(Source{Name: "fan", Live: "tcp://127.0.0.1:0", FanIn: true}); err != nil {
+			t.Fatal(err)
+		}
+		p, err := NewPublisher(PublisherConfig{Endpoint: sub.Endpoint("fan"), Topic: topic, Logger: quiet})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { p.Close() })
+		return p
+	}
+	first := engine()
+	poll.WaitFor(t, waitTimeout, "the first fan-in's batch", func() bool {
+		_ = first.Publish(storedEvent(1))
+		time.Sleep(5 * time.Millisecond)
+		log, _ := h.snapshot()
+		return len(log) > 0
+	})
+	if err := sub.Remove("fan"); err != nil {
+		t.Fatal(err)
+	}
+	second := engine()
+	poll.WaitFor(t, waitTimeout, "the new fan-in's batch after the departure", func() bool {
+		_ = second.Publish(storedEvent(2))
+		time.Sleep(5 * time.Millisecond)
+		return h.afterDeparted("batch 2")
+	})
+	h.checkOrder(t, "batch 1", "batch 2")
+}
