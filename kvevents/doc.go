@@ -102,7 +102,9 @@
 // and one naming an IP address is taken only from that address
 // (Config.FanInAnyAddress). An engine whose connection has been gone for
 // Config.EngineTTL gets an UpdateDeparted; so does a removed source
-// (docs/kv-events.md, "Fan-in").
+// (docs/kv-events.md, "Fan-in"). A data-parallel rank r > 0 (its batches'
+// data_parallel_rank) is named by its topic + "/dp<r>", so the ranks of
+// one pod, which share a topic, stay distinct engines.
 //
 // # What the decoder accepts
 //

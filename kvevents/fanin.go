@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -61,7 +62,13 @@ type fanIn struct {
 	topics map[string]*fanTopic
 	// stopped is the engines' names once stopEngines ran (departRemoved).
 	stopped []string
-	st      fanStats
+	// gates are the fan-in source's own (source.gates), set before it
+	// starts and never changed: each engine waits for them.
+	gates []chan struct{}
+	// retiring holds, by topic, a retired engine's gate, closed once its
+	// UpdateDeparted is done: a new engine of that topic waits for it.
+	retiring map[string]chan struct{}
+	st       fanStats
 }
 
 // fanConn is one open connection of a fan-in source.
@@ -87,7 +94,7 @@ type fanStats struct {
 
 func newFanIn(parent *source) *fanIn {
 	return &fanIn{parent: parent, conns: map[uint64]*fanConn{}, gone: map[uint64]struct{}{},
-		topics: map[string]*fanTopic{}, st: fanStats{refused: map[string]uint64{}}}
+		topics: map[string]*fanTopic{}, retiring: map[string]chan struct{}{}, st: fanStats{refused: map[string]uint64{}}}
 }
 
 // parseTopic takes apart an llm-d topic, kv@{host}@{model}: host is a
@@ -242,7 +249,7 @@ func (f *fanIn) log(r *refusal) {
 // engine, claiming the topic for the connection when no live one holds it.
 func (f *fanIn) onLive(ctx context.Context, m *liveMsg, p *socket.Peer) error {
 	for range 2 { // a second time only if the engine was retired meanwhile
-		eng, r := f.route(m.topic, p)
+		eng, r := f.route(m.topic, m.payload, p)
 		if r != nil {
 			f.log(r)
 		}
@@ -259,8 +266,8 @@ func (f *fanIn) onLive(ctx context.Context, m *liveMsg, p *socket.Peer) error {
 }
 
 // route returns the engine a message of topic from p goes to, or nil and
-// the refusal.
-func (f *fanIn) route(topic []byte, p *socket.Peer) (*source, *refusal) {
+// the refusal; payload names a new engine (engineName).
+func (f *fanIn) route(topic, payload []byte, p *socket.Peer) (*source, *refusal) {
 	id := p.ID()
 	cfg := &f.parent.sub.cfg
 	f.mu.Lock()
@@ -300,7 +307,7 @@ func (f *fanIn) route(topic []byte, p *socket.Peer) (*source, *refusal) {
 		if len(f.topics) >= cfg.FanInMaxTopics {
 			return nil, f.refuse(refusedTopicLimit, c, topic, "limit", cfg.FanInMaxTopics)
 		}
-		t = &fanTopic{eng: f.newEngine(name, replayFor(f.parent.src.ReplayTemplate, host, ok))}
+		t = &fanTopic{eng: f.newEngine(name, engineName(name, payload), replayFor(f.parent.src.ReplayTemplate, host, ok))}
 		f.topics[name] = t
 	}
 	t.owner = id
@@ -316,13 +323,35 @@ func (f *fanIn) route(topic []byte, p *socket.Peer) (*source, *refusal) {
 	return eng, nil
 }
 
+// engineName names a new engine of topic from its first message's payload:
+// the topic itself, or, when the batch says the engine is data-parallel
+// rank r > 0 (its data_parallel_rank, vLLM PR #18925), topic + "/dp<r>".
+// vLLM's ranks of one pod publish under one topic, each from its own
+// connection to the fan-in port + r, so each port's fan-in source sees one
+// rank: the suffix keeps the ranks distinct engines to the Handler and in
+// Stats (as DPSources names dialed ranks), where the topic alone would
+// give every rank one name. Rank 0 and a nil rank keep the topic (vLLM
+// without data parallelism sends rank 0). An undecodable payload keeps the
+// topic too; its delivery counts the error. It runs once per engine.
+func engineName(topic string, payload []byte) string {
+	var b Batch
+	if DecodeBatch(payload, &b) != nil || !b.DataParallelRank.Valid || b.DataParallelRank.V <= 0 {
+		return topic
+	}
+	return topic + "/dp" + strconv.FormatInt(b.DataParallelRank.V, 10)
+}
+
 // newEngine creates a topic's engine (f.mu held): a source with no socket,
-// named by its topic.
-func (f *fanIn) newEngine(name, replay string) *source {
+// named name (engineName).
+func (f *fanIn) newEngine(topic, name, replay string) *source {
 	p := f.parent
 	s := p.sub
 	src := Source{Name: name, Live: p.src.Live, Replay: replay, Engine: p.src.Engine}
-	e := &source{sub: s, src: src, fromStart: s.cfg.FromStart, parent: p, turn: make(chan struct{}, 1)}
+	e := &source{sub: s, src: src, fromStart: s.cfg.FromStart, parent: p, topic: topic, turn: make(chan struct{}, 1)}
+	e.gates = append(e.gates, f.gates...)
+	if g := f.retiring[topic]; g != nil {
+		e.gates = append(e.gates, g) // the engine retired under this topic departs first
+	}
 	e.ctx, e.cancel = context.WithCancel(p.ctx)
 	e.st.Name, e.st.Live, e.st.Replay = name, src.Live, replay
 	e.batch.Source = name
@@ -336,13 +365,15 @@ func (f *fanIn) newEngine(name, replay string) *source {
 // gets its UpdateDeparted and stops.
 func (f *fanIn) retire(e *source) {
 	f.mu.Lock()
-	t := f.topics[e.src.Name]
+	t := f.topics[e.topic]
 	if t == nil || t.eng != e || t.owner != 0 {
 		f.mu.Unlock()
 		return
 	}
-	delete(f.topics, e.src.Name)
+	delete(f.topics, e.topic)
 	f.st.departed++
+	gate := make(chan struct{})
+	f.retiring[e.topic] = gate
 	f.mu.Unlock()
 	f.parent.sub.nsources.Add(-1)
 	e.lock()
@@ -351,15 +382,21 @@ func (f *fanIn) retire(e *source) {
 	_ = e.depart("kvevents: fan-in engine retired: its connection has been gone for Config.EngineTTL; topic forgotten")
 	e.unlock()
 	e.stop()
+	f.mu.Lock()
+	if f.retiring[e.topic] == gate {
+		delete(f.retiring, e.topic)
+	}
+	f.mu.Unlock()
+	close(gate)
 }
 
 // stopEngines stops every engine (the fan-in source is stopping).
 func (f *fanIn) stopEngines() {
 	f.mu.Lock()
 	list := make([]*source, 0, len(f.topics))
-	for name, t := range f.topics {
+	for _, t := range f.topics {
 		list = append(list, t.eng)
-		f.stopped = append(f.stopped, name)
+		f.stopped = append(f.stopped, t.eng.src.Name)
 	}
 	clear(f.topics)
 	f.mu.Unlock()

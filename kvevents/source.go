@@ -55,7 +55,8 @@ type source struct {
 	// a Handler call, for which they release mu (emit). Only those
 	// goroutines ever take it: no method a Handler may call (Remove, Close,
 	// Resync, Stats) waits for it.
-	turn chan struct{}
+	turn  chan struct{}
+	gates []chan struct{} // waited for before the first delivery (gate.go)
 	// mu guards the sequence state; it is never held across a Handler
 	// call.
 	mu           sync.Mutex
@@ -107,6 +108,7 @@ type source struct {
 	// its live batches come from the parent's loop (fanin.go).
 	fan    *fanIn
 	parent *source
+	topic  string // a fan-in engine's topic (its name may add a DP rank: engineName)
 	// ttl retires the engine after Config.EngineTTL without a connection
 	// (ttl.go; bgMu held); retired (mu held) is set once it is.
 	ttl     *time.Timer
@@ -445,6 +447,7 @@ func (so *source) startReplay() {
 // its UpdateReset. Only the source's delivery goroutines call it.
 func (so *source) lock() {
 	so.turn <- struct{}{}
+	so.waitGates()
 	so.mu.Lock()
 	if so.resyncReq.Load() {
 		_ = so.doResync()

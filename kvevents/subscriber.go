@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 
@@ -82,11 +83,16 @@ type Subscriber struct {
 	// departing counts the goroutines delivering a removed source's
 	// UpdateDeparted (Remove); shutdown waits for them.
 	departing sync.WaitGroup
-	running   bool
-	closed    bool
-	ctx       context.Context
-	cancel    context.CancelFunc
-	err       error
+	// gates holds, by name, a removed source's gate: closed once its stop
+	// and its UpdateDeparted are done. A source added under that name
+	// meanwhile waits for it before its first delivery (source.lock), so
+	// the Handler's calls for one name stay one at a time, in order.
+	gates   map[string]chan struct{}
+	running bool
+	closed  bool
+	ctx     context.Context
+	cancel  context.CancelFunc
+	err     error
 }
 
 // NewSubscriber returns a Subscriber; it starts nothing until Add or Run.
@@ -96,7 +102,7 @@ func NewSubscriber(cfg Config) (*Subscriber, error) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	return &Subscriber{cfg: cfg, slots: newReplaySlots(cfg.MaxReplays, cfg.ReplaySlice),
-		log: newRateLog(cfg.Logger, cfg.LogInterval), sources: make(map[string]*source), removing: make(map[*source]struct{}),
+		log: newRateLog(cfg.Logger, cfg.LogInterval), sources: make(map[string]*source), removing: make(map[*source]struct{}), gates: map[string]chan struct{}{},
 		ctx: ctx, cancel: cancel}, nil
 }
 
@@ -137,6 +143,12 @@ func (s *Subscriber) Add(src Source) error {
 	if err != nil {
 		return err
 	}
+	if g := s.gates[src.Name]; g != nil {
+		so.gates = append(so.gates, g) // the source removed under this name departs first
+		if so.fan != nil {
+			so.fan.gates = so.gates // its engines deliver for it
+		}
+	}
 	s.sources[src.Name] = so
 	s.nsources.Add(1)
 	if s.running {
@@ -158,7 +170,10 @@ func (s *Subscriber) Add(src Source) error {
 // a goroutine of the Subscriber's, never the caller's (so Remove may be
 // called holding locks the Handler takes), with the Subscriber's ctx; none
 // while the Subscriber closes (Run waits for one under way), and none for a
-// source that never delivered anything.
+// source that never delivered anything. A source added again under the
+// same name meanwhile delivers nothing before that UpdateDeparted has
+// returned (for a fan-in source, its engines wait for those of the one
+// removed).
 func (s *Subscriber) Remove(name string) error {
 	s.mu.Lock()
 	so, ok := s.sources[name]
@@ -171,6 +186,11 @@ func (s *Subscriber) Remove(name string) error {
 	if depart {
 		s.departing.Add(1)
 	}
+	var gate chan struct{}
+	if ok {
+		gate = make(chan struct{})
+		s.gates[name] = gate
+	}
 	s.mu.Unlock()
 	if !ok {
 		return fmt.Errorf("%w: %s", errUnknownSource, ratelog.Escape(name, 128))
@@ -178,6 +198,15 @@ func (s *Subscriber) Remove(name string) error {
 	so.removed.Store(true)
 	so.cancel()
 	go func() {
+		defer func() {
+			// A source added under this name meanwhile may deliver now.
+			s.mu.Lock()
+			if s.gates[name] == gate {
+				delete(s.gates, name)
+			}
+			s.mu.Unlock()
+			close(gate)
+		}()
 		so.stop()
 		s.mu.Lock()
 		delete(s.removing, so)
@@ -223,6 +252,11 @@ func (s *Subscriber) Resync(name string) error {
 	so.requestResync()
 	return nil
 }
+
+// Logger returns the logger the Subscriber writes to (Config.Logger, or
+// slog.Default() when that was nil), for code that acts on its behalf
+// (discovery.Follow logs its joins and leaves there).
+func (s *Subscriber) Logger() *slog.Logger { return s.cfg.Logger }
 
 // Endpoint returns the endpoint a Bind or FanIn source actually listens on (the port
 // chosen for ":0"), or its Live endpoint when dialed; "" for an unknown name.

@@ -9,7 +9,7 @@ package main
 //
 // Protocol with bench/routerpath, on standard output: "applied N" every
 // 10 ms (events applied: BlockStored events added, or dropped for an
-// unknown parent, plus BlockRemoved events, each removing routerpath's 2
+// unknown parent, plus BlockRemoved events, each removing kvstream.SteadyBlocks
 // blocks); on standard input: "mem" answers "mem HEAP_BYTES ENTRIES"
 // (heap after a GC; entries = blocks added − blocks evicted), "score
 // SECONDS INTERVAL_NS" scores the prompt every interval for that long and
@@ -35,13 +35,9 @@ import (
 	llmdevents "github.com/llm-d/llm-d-kv-cache/pkg/kvevents"
 	"github.com/llm-d/llm-d-kv-cache/pkg/kvevents/engineadapter"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+
+	"github.com/zmqguard/zmqguard/bench/internal/kvstream"
 )
-
-// routerpathRemovedBlocks is how many blocks each of routerpath's
-// BlockRemoved events names (its steadyBlocks).
-const routerpathRemovedBlocks = 2
-
-const routerpathModel = "bench-model"
 
 // countingIndex counts what llm-d's Pool does to the index.
 type countingIndex struct {
@@ -71,7 +67,7 @@ func (c *countingIndex) GetRequestKey(ctx context.Context, engineKey kvblock.Blo
 }
 
 func (c *countingIndex) applied() int64 {
-	return c.adds.Load() + c.parentMisses.Load() + c.evicts.Load()/routerpathRemovedBlocks
+	return c.adds.Load() + c.parentMisses.Load() + c.evicts.Load()/kvstream.SteadyBlocks
 }
 
 func runLLMD(endpointsFile, promptFile string) error {
@@ -123,7 +119,7 @@ func runLLMD(endpointsFile, promptFile string) error {
 	pool.Start(ctx)
 	mgr := llmdevents.NewSubscriberManager(pool)
 	for i, ep := range eps {
-		if err := mgr.EnsureSubscriber(ctx, fmt.Sprintf("engine-%04d", i), ep, "kv@", true); err != nil {
+		if err := mgr.EnsureSubscriber(ctx, kvstream.EngineName(i), ep, "kv@", true); err != nil {
 			return err
 		}
 	}
@@ -178,7 +174,7 @@ func runLLMD(endpointsFile, promptFile string) error {
 				}
 				next = next.Add(interval)
 				s := time.Now()
-				scores, err := indexer.ScoreTokens(ctx, tokens, routerpathModel, nil, nil)
+				scores, err := indexer.ScoreTokens(ctx, tokens, kvstream.Model, nil, nil)
 				d := time.Since(s)
 				if err == nil && len(scores) == 0 {
 					err = fmt.Errorf("ScoreTokens found no pod")

@@ -42,6 +42,7 @@ import (
 	"github.com/go-zeromq/zmq4"
 	"github.com/vmihailenco/msgpack/v5"
 
+	"github.com/zmqguard/zmqguard/bench/internal/kvstream"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -130,28 +131,14 @@ func publish(n int, idle bool) error {
 	for i := range payloads {
 		payloads[i], _ = realistic(uint64(i))
 	}
-	opts := socket.DefaultOptions()
-	socks := make([]*socket.Socket, n)
-	eps := make([]string, n)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	for i := range socks {
-		s, err := socket.New("XPUB", opts)
-		if err != nil {
-			return err
-		}
+	socks, eps, err := kvstream.Bind(ctx, n, socket.DefaultOptions())
+	if err != nil {
+		return err
+	}
+	for _, s := range socks {
 		defer s.Close()
-		if err := s.Bind("tcp://127.0.0.1:0"); err != nil {
-			return err
-		}
-		go func() {
-			for {
-				if _, err := s.Recv(ctx); err != nil {
-					return
-				}
-			}
-		}()
-		socks[i], eps[i] = s, s.Endpoint()
 	}
 	fmt.Println(strings.Join(eps, " "))
 	in := bufio.NewReader(os.Stdin)
@@ -164,11 +151,9 @@ func publish(n int, idle bool) error {
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				topic := []byte("kv@pod-" + strconv.Itoa(i) + "@model")
-				var seq [8]byte
+				e := kvstream.Engine{Sock: s, Topic: []byte("kv@pod-" + strconv.Itoa(i) + "@model")}
 				for k := uint64(0); ctx.Err() == nil; k++ {
-					binary.BigEndian.PutUint64(seq[:], k)
-					if s.Send(ctx, topic, seq[:], payloads[k%64]) != nil {
+					if e.Send(ctx, payloads[k%64]) != nil {
 						return
 					}
 					if s.Stats().Peers == 0 {

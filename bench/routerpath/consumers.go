@@ -19,6 +19,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zmqguard/zmqguard/bench/internal/kvstream"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
@@ -122,9 +123,9 @@ type libConsumer struct {
 // newLib follows eps; with index false (variant "sub") the handler only
 // counts events, the subscriber alone.
 func newLib(eps []string, capacity int, p []int64, index bool) (*libConsumer, error) {
-	c := &libConsumer{done: make(chan error, 1), req: kvindex.ScoreRequest{Model: model, Tokens: p}}
+	c := &libConsumer{done: make(chan error, 1), req: kvindex.ScoreRequest{Model: kvstream.Model, Tokens: p}}
 	if index {
-		x, err := kvindex.New(kvindex.Config{Capacity: capacity, Model: model, Logger: quiet()})
+		x, err := kvindex.New(kvindex.Config{Capacity: capacity, Model: kvstream.Model, Logger: quiet()})
 		if err != nil {
 			return nil, err
 		}
@@ -146,7 +147,7 @@ func newLib(eps []string, capacity int, p []int64, index bool) (*libConsumer, er
 		return nil, err
 	}
 	for i, ep := range eps {
-		if err := sub.Add(kvevents.Source{Name: engineName(i), Live: ep}); err != nil {
+		if err := sub.Add(kvevents.Source{Name: kvstream.EngineName(i), Live: ep}); err != nil {
 			return nil, err
 		}
 	}
@@ -205,7 +206,7 @@ type cliConsumer struct {
 }
 
 func newCLI(bin string, eps []string, capacity int, p []int64) (*cliConsumer, error) {
-	args := []string{"kv-index", "--http", "127.0.0.1:0", "--from-start=false", "--model", model,
+	args := []string{"kv-index", "--http", "127.0.0.1:0", "--from-start=false", "--model", kvstream.Model,
 		"--capacity", strconv.Itoa(capacity), "--log-format", "json", "--topic", "kv@"}
 	for _, ep := range eps {
 		args = append(args, "--connect", ep)

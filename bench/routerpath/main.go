@@ -52,6 +52,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/zmqguard/zmqguard/bench/internal/kvstream"
 )
 
 type result struct {
@@ -124,7 +126,7 @@ func main() {
 		}
 		return
 	}
-	p := prompt(*promptBlocks)
+	p := kvstream.Prompt(*promptBlocks)
 	pf, err := os.CreateTemp("", "routerpath-prompt-*.json")
 	if err != nil {
 		fail(err)

@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"context"
-	"encoding/binary"
 	"fmt"
 	"os"
 	"strconv"
@@ -12,6 +11,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/zmqguard/zmqguard/bench/internal/kvstream"
 	"github.com/zmqguard/zmqguard/socket"
 )
 
@@ -29,7 +29,7 @@ import (
 // queue overflows and no message is dropped (the send queues are
 // unbounded here; the window bounds them).
 func publish(engines, entries, holders, promptBlocks, window, workers int) error {
-	p := prompt(promptBlocks)
+	p := kvstream.Prompt(promptBlocks)
 	per := entries / engines
 	opts := socket.DefaultOptions()
 	opts.HWM = 1 << 24
@@ -38,32 +38,18 @@ func publish(engines, entries, holders, promptBlocks, window, workers int) error
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	type eng struct {
-		s     *socket.Socket
-		st    *engineStream
-		topic []byte
-		seq   uint64
-		buf   []byte
+		kvstream.Engine
+		st  *kvstream.Stream
+		buf []byte
+	}
+	socks, eps, err := kvstream.Bind(ctx, engines, opts)
+	if err != nil {
+		return err
 	}
 	es := make([]*eng, engines)
-	eps := make([]string, engines)
-	for i := range es {
-		s, err := socket.New("XPUB", opts)
-		if err != nil {
-			return err
-		}
+	for i, s := range socks {
 		defer s.Close()
-		if err := s.Bind("tcp://127.0.0.1:0"); err != nil {
-			return err
-		}
-		go func() {
-			for {
-				if _, err := s.Recv(ctx); err != nil {
-					return
-				}
-			}
-		}()
-		es[i] = &eng{s: s, st: newEngineStream(i, per, holders, p), topic: []byte("kv@" + engineName(i) + "@" + model)}
-		eps[i] = s.Endpoint()
+		es[i] = &eng{Engine: kvstream.Engine{Sock: s, Topic: []byte(kvstream.Topic(i))}, st: kvstream.NewStream(i, per, holders, p)}
 	}
 	out := bufio.NewWriter(os.Stdout)
 	fmt.Fprintln(out, strings.Join(eps, " "))
@@ -78,11 +64,8 @@ func publish(engines, entries, holders, promptBlocks, window, workers int) error
 
 	var sent, acked atomic.Int64
 	send := func(e *eng, payload []byte, n int) error {
-		var seq [8]byte
-		binary.BigEndian.PutUint64(seq[:], e.seq)
-		e.seq++
 		sent.Add(int64(n))
-		return e.s.Send(ctx, e.topic, seq[:], payload)
+		return e.Send(ctx, payload)
 	}
 	waitWindow := func(stop *atomic.Bool) bool {
 		for sent.Load()-acked.Load() > int64(window) {
@@ -129,7 +112,7 @@ func publish(engines, entries, holders, promptBlocks, window, workers int) error
 			// what nobody subscribed to.
 			deadline := time.Now().Add(120 * time.Second)
 			for _, e := range es {
-				for e.s.Stats().Peers == 0 && time.Now().Before(deadline) {
+				for e.Sock.Stats().Peers == 0 && time.Now().Before(deadline) {
 					time.Sleep(10 * time.Millisecond)
 				}
 			}
@@ -144,7 +127,7 @@ func publish(engines, entries, holders, promptBlocks, window, workers int) error
 						for _, e := range share(w) {
 							for {
 								var n int
-								e.buf, n = e.st.prefillBatch(e.buf[:0])
+								e.buf, n = e.st.PrefillBatch(e.buf[:0])
 								if n == 0 {
 									break
 								}
@@ -185,7 +168,7 @@ func publish(engines, entries, holders, promptBlocks, window, workers int) error
 							return
 						}
 						var k int
-						e.buf, k = e.st.steadyBatch(e.buf[:0])
+						e.buf, k = e.st.SteadyBatch(e.buf[:0])
 						if send(e, e.buf, k) != nil {
 							return
 						}
@@ -201,6 +184,3 @@ func publish(engines, entries, holders, promptBlocks, window, workers int) error
 	stopRun()
 	return nil
 }
-
-// engineName is engine i's name in the topic.
-func engineName(i int) string { return fmt.Sprintf("engine-%04d", i) }

@@ -46,7 +46,8 @@ line, and the index starts empty), written every --snapshot-interval
 (default 1m) and on exit, atomically. Each source then resumes from the
 last batch applied: exact where the publisher still holds the batches
 since (the subscriber proves it is the same run first), uncertain where it
-does not, cleared where the engine restarted meanwhile. With --redis the
+does not, cleared where the engine restarted meanwhile (with discovery,
+one not found again within --engine-ttl is retired). With --redis the
 positions live in Redis, and a restarted kv-index (or a new replica)
 resumes the same way. A Redis that lost its data (a restart without
 persistence, FLUSHALL) is noticed: one ERROR line, index.BackendLosses
@@ -123,74 +124,6 @@ index's counters, the backend's gauges, per-source counters and the HTTP
 request counts; the exit code is 0.`,
 }
 
-// kvIndexMaxBody bounds a /score request body: kvindex.MaxScoreTokens
-// token ids of up to 7 digits and a separator each, and the rest.
-const kvIndexMaxBody = 8<<20 + 4096
-
-// kvScoreRequest is the body of POST /score.
-type kvScoreRequest struct {
-	Tokens    []int64  `json:"tokens"`
-	Lora      string   `json:"lora,omitempty"`
-	Model     *string  `json:"model,omitempty"`
-	BlockSize int      `json:"block_size,omitempty"`
-	Engines   []string `json:"engines,omitempty"`
-}
-
-// kvPrefix is a cached prefix: certain blocks and tokens, and with the
-// uncertain ones (maybe).
-type kvPrefix struct {
-	Blocks      int `json:"blocks"`
-	Tokens      int `json:"tokens"`
-	MaybeBlocks int `json:"maybe_blocks"`
-	MaybeTokens int `json:"maybe_tokens"`
-}
-
-// kvTier is one engine's prefix on one medium alone.
-type kvTier struct {
-	Medium string `json:"medium"`
-	kvPrefix
-}
-
-// kvEngineScore is one engine's prefix on any medium, and per medium.
-type kvEngineScore struct {
-	Engine    string `json:"engine"`
-	BlockSize int    `json:"block_size"`
-	kvPrefix
-	Tiers []kvTier `json:"tiers"`
-}
-
-// kvScoreResponse is the body POST /score answers.
-type kvScoreResponse struct {
-	Model        string          `json:"model"`
-	PromptBlocks int             `json:"prompt_blocks"`
-	Best         *kvEngineScore  `json:"best"`
-	Engines      []kvEngineScore `json:"engines"`
-	UnknownModel bool            `json:"unknown_model,omitempty"`
-}
-
-func toPrefix(p kvindex.Prefix) kvPrefix {
-	return kvPrefix{Blocks: p.Blocks, Tokens: p.Tokens, MaybeBlocks: p.MaybeBlocks, MaybeTokens: p.MaybeTokens}
-}
-
-// toScoreResponse renders Score's answer (its order kept: most certain
-// tokens first).
-func toScoreResponse(model string, r kvindex.ScoreResult) kvScoreResponse {
-	out := kvScoreResponse{Model: model, PromptBlocks: r.PromptBlocks, Engines: make([]kvEngineScore, 0, len(r.Engines)),
-		UnknownModel: r.UnknownModel}
-	for _, e := range r.Engines {
-		es := kvEngineScore{Engine: e.Engine, BlockSize: e.BlockSize, kvPrefix: toPrefix(e.Prefix), Tiers: make([]kvTier, 0, len(e.Tiers))}
-		for _, t := range e.Tiers {
-			es.Tiers = append(es.Tiers, kvTier{Medium: t.Medium, kvPrefix: toPrefix(t.Prefix)})
-		}
-		out.Engines = append(out.Engines, es)
-	}
-	if _, ok := r.Best(); ok {
-		b := out.Engines[0]
-		out.Best = &b
-	}
-	return out
-}
-
 // kvIndexHTTP counts the HTTP side.
 type kvIndexHTTP struct {
 	Scores      uint64 `json:"scores"`
@@ -217,6 +150,7 @@ type kvIndexServer struct {
 	applyErrors           atomic.Uint64
 	scores, bad, failures atomic.Uint64
 	unknownModel          atomic.Uint64
+	retire                *snapRetire // set before Run when armed (kvindex_retire.go)
 }
 
 func (s *kvIndexServer) writeJSON(w http.ResponseWriter, code int, v any) {
@@ -391,6 +325,9 @@ func (s *kvIndexServer) resyncAll() {
 // engine's entries in doubt: they are made uncertain (best effort) and
 // counted; the subscriber goes on.
 func (s *kvIndexServer) handle(_ context.Context, u kvevents.Update) error {
+	if r := s.retire; r != nil && r.pending.Load() {
+		r.note(u.Source)
+	}
 	apply := func(u kvevents.Update) error {
 		return s.x.Apply(u)
 	}
@@ -677,10 +614,12 @@ func runKVIndex(ctx context.Context, fl *kvIndexFlags, e *env) error {
 	rctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	waitShare := srv.share.start(rctx, sub, x)
+	waitRetire := srv.startSnapRetire(rctx, fl.snapshot != "" && fl.disc.any(), kcfg.EngineTTL)
 	waitDiscovery := followDiscovery(rctx, sub, fl.disc.discoverers(e.logger, fl.srcs.engine, x.Positions), e.logger, cancel)
 	err = sub.Run(rctx)
 	cancel()
 	waitShare()
+	waitRetire()
 	if derr := waitDiscovery(); err == nil {
 		err = derr
 	}

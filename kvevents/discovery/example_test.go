@@ -19,7 +19,7 @@ import (
 func Example() {
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	slog.SetDefault(slog.New(slog.DiscardHandler)) // the joins and leaves go to the default logger
+	slog.SetDefault(slog.New(slog.DiscardHandler)) // the joins and leaves go to the Subscriber's logger, here the default
 
 	// An engine (vLLM's bytes, on a port the kernel picks) that cached one block.
 	pub, err := kvevents.NewPublisher(kvevents.PublisherConfig{Endpoint: "tcp://127.0.0.1:0", Bind: true,

@@ -23,7 +23,8 @@ import (
 // (Subscriber.Add), a name gone is removed (Subscriber.Remove: the
 // Handler gets its UpdateDeparted, so an index drops the engine), and a
 // name whose endpoints changed (Live, Replay, Bind or Engine) is removed,
-// then added. Each join and leave is logged once, at INFO. A source Add
+// then added. Each join and leave is logged once, at INFO, to sub's logger
+// (kvevents.Config.Logger). A source Add
 // refuses (a name sub already follows outside Follow, a bad endpoint) is
 // logged once per distinct error and tried again at the next set. Within
 // one union the first source of a name wins. Source.Resume is given to
@@ -74,7 +75,7 @@ func Follow(ctx context.Context, sub *kvevents.Subscriber, ds ...Discoverer) err
 		cancel() // the discoverers end first
 		wg.Wait()
 	}()
-	f := &follower{sub: sub, log: slog.Default(), latest: make([][]kvevents.Source, len(ds)),
+	f := &follower{sub: sub, log: sub.Logger(), latest: make([][]kvevents.Source, len(ds)),
 		current: map[string]kvevents.Source{}, failed: map[string]string{}}
 	for {
 		select {

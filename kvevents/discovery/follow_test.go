@@ -71,7 +71,12 @@ func followed(sub *kvevents.Subscriber) []string {
 // Follow did not add is never removed; a discoverer's error ends Follow.
 func TestFollow(t *testing.T) {
 	up := &updates{}
-	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: up.handle, Logger: quiet})
+	// Follow logs to the Subscriber's logger, never to slog.Default.
+	logs, dflt := &logCapture{}, &logCapture{}
+	old := slog.Default()
+	slog.SetDefault(slog.New(slog.NewJSONHandler(dflt, nil)))
+	defer slog.SetDefault(old)
+	sub, err := kvevents.NewSubscriber(kvevents.Config{Handler: up.handle, Logger: slog.New(slog.NewJSONHandler(logs, nil))})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -88,11 +93,6 @@ func TestFollow(t *testing.T) {
 	if err := sub.Add(kvevents.Source{Name: "tcp://127.0.0.1:9", Live: "tcp://127.0.0.1:9"}); err != nil {
 		t.Fatal(err)
 	}
-	logs := &logCapture{}
-	old := slog.Default()
-	slog.SetDefault(slog.New(slog.NewJSONHandler(logs, nil)))
-	defer slog.SetDefault(old)
-
 	a := chanDiscoverer{in: make(chan []kvevents.Source)}
 	b := chanDiscoverer{in: make(chan []kvevents.Source), err: errors.New("b broke")}
 	fdone := make(chan error, 1)
@@ -155,6 +155,9 @@ func TestFollow(t *testing.T) {
 		if got := logs.count(msg); got != n {
 			t.Errorf("%s logged %d times, want %d", msg, got, n)
 		}
+	}
+	if n := dflt.count(`"msg"`); n != 0 {
+		t.Errorf("%d lines went to slog.Default, not the Subscriber's logger", n)
 	}
 	if err := Follow(ctx, sub); err == nil {
 		t.Error("Follow without a discoverer accepted")

@@ -86,8 +86,10 @@ func TestSurface(t *testing.T) {
 // redisstore.Rebalance, Split, Release and Leave; a sharded Redis index's
 // Score reads each shard only up to its first miss, which Backend.Holders
 // (every holder of every key) does not allow: kvindex.PrefixWalker with its
-// PrefixHolders method. So it is 424.
-const surfaceBudget = 424
+// PrefixHolders method. So it is 424. Session 9 also
+// added kvevents.Subscriber.Logger: discovery.Follow logs to the
+// Subscriber's logger, not slog.Default. So it is 425.
+const surfaceBudget = 425
 
 // pkgBudget is issue 30's share of surfaceBudget per package (a group of
 // packages shares one line's share: kvindex and its three subpackages).
@@ -95,7 +97,7 @@ const surfaceBudget = 424
 // names are; only the total is enforced.
 var pkgBudget = map[string]int{
 	"zmtpguard": 45, "socket": 38, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
-	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 49, "kvevents/discovery": 7, "kvevents/discovery/kubernetes": 3,
+	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 50, "kvevents/discovery": 7, "kvevents/discovery/kubernetes": 3,
 	"kvindex": 67, "metrics/zgprom": 4, "metrics/zgotel": 2,
 }
 
