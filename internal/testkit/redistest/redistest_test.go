@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -13,7 +14,11 @@ import (
 	"go.uber.org/goleak"
 )
 
-func TestMain(m *testing.M) { goleak.VerifyTestMain(m, goleak.Cleanup(func(int) { Stop() })) }
+// TestMain stops the test's servers and exits with the tests' code (a
+// goleak.Cleanup function that does not exit would turn a leak into a pass).
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m, goleak.Cleanup(func(code int) { Stop(); os.Exit(code) }))
+}
 
 func TestStartPingClose(t *testing.T) {
 	s := Require(t)
