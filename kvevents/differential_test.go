@@ -124,6 +124,9 @@ func FuzzDecodeMatchesOracle(f *testing.F) {
 	f.Add(unhex(f, vecBatch), true)
 	p, _ := realisticBatch(3)
 	f.Add(p, false)
+	for _, p := range rareShapes() {
+		f.Add(p, false)
+	}
 	for _, v := range golden.LoadSGLang(f, "kv-events") {
 		if frames, err := v.Frames(); err == nil && len(frames) == 3 && len(frames[2]) > 0 {
 			f.Add(frames[2], false)
