@@ -218,6 +218,7 @@ func (b *Batch) decodeMap(p []byte, lim limits) error {
 	var eventsErr error // the last events value's error, reported last
 	unknown := 0        // unknown batch keys
 	for k := 0; k < n; k++ {
+		at := j
 		key, j2, err := keyAt(p, j)
 		if err != nil {
 			return batchErr("kvevents: batch map key: %v", err)
@@ -251,6 +252,9 @@ func (b *Batch) decodeMap(p []byte, lim limits) error {
 				return batchKeyErr(key, err)
 			}
 		default:
+			if !checkKey(p, at, key) {
+				return errMalformed
+			}
 			if j, ok = skipAt(p, j, depthBatchField); !ok {
 				return errMalformed
 			}

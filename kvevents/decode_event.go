@@ -79,6 +79,7 @@ func (b *Batch) eventMap(p []byte, i int, ev *Event, lim limits) (int, uint16, [
 	}
 	var seen uint16
 	for k := 0; k < n; k++ {
+		at := j
 		key, j2, err := keyAt(p, j)
 		if err != nil {
 			if err == errMalformed {
@@ -101,6 +102,9 @@ func (b *Batch) eventMap(p []byte, i int, ev *Event, lim limits) (int, uint16, [
 		}
 		f := fieldOf(key)
 		if f == fUnknown {
+			if !checkKey(p, at, key) {
+				return i, 0, nil, errMalformed
+			}
 			if j, ok = skipAt(p, j, depthEventField); !ok {
 				return i, 0, nil, errMalformed
 			}

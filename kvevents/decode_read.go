@@ -134,9 +134,9 @@ func binAt(p []byte, i int) (s []byte, j int, ok bool) {
 	return p[j : j+l], j + l, true
 }
 
-// keyAt reads a map key: a str (checked to be UTF-8 unless it is a name
-// this release knows) or a bin, as msgp's ReadMapKeyZC takes them; any
-// other scalar is a value error.
+// keyAt reads a map key: a str or a bin, as msgp's ReadMapKeyZC takes
+// them; any other scalar is a value error. A str key is not yet checked for
+// UTF-8: the caller checks one it does not know with checkKey.
 func keyAt(p []byte, i int) ([]byte, int, error) {
 	if i < len(p) && p[i] >= 0xc4 && p[i] <= 0xc6 {
 		s, j, ok := binAt(p, i)
@@ -149,10 +149,13 @@ func keyAt(p []byte, i int) ([]byte, int, error) {
 	if !ok {
 		return nil, i, wrongType(msgp.StrType, p, i)
 	}
-	if fieldOf(s) == fUnknown && string(s) != "type" && !utf8.Valid(s) {
-		return nil, i, errMalformed
-	}
 	return s, j, nil
+}
+
+// checkKey reports whether a key keyAt read and the caller found unknown
+// is valid: a str must be UTF-8 (a known name is), a bin may be anything.
+func checkKey(p []byte, i int, key []byte) bool {
+	return p[i] >= 0xc4 && p[i] <= 0xc6 || utf8.Valid(key)
 }
 
 // uintAt reads a non-negative integer in msgpack's positive fixint or
