@@ -370,6 +370,28 @@ var tokenSize = func() (t [256]uint32) {
 func tokensAt(p []byte, i int, dst []int64) (int, int) {
 	k := 0
 	for k+2 <= len(dst) && i <= len(p)-16 {
+		// A run of four ids of one width (uint16 or uint32): their type
+		// bytes sit at a fixed stride, so the four reads do not wait on
+		// each other.
+		if c := p[i]; c == 0xcd || c == 0xce {
+			if s := int(tokenSize[c]); k+4 <= len(dst) && i+4*s <= len(p) &&
+				p[i+s] == c && p[i+2*s] == c && p[i+3*s] == c {
+				if c == 0xcd {
+					dst[k] = int64(binary.BigEndian.Uint16(p[i+1:]))
+					dst[k+1] = int64(binary.BigEndian.Uint16(p[i+4:]))
+					dst[k+2] = int64(binary.BigEndian.Uint16(p[i+7:]))
+					dst[k+3] = int64(binary.BigEndian.Uint16(p[i+10:]))
+				} else {
+					dst[k] = int64(binary.BigEndian.Uint32(p[i+1:]))
+					dst[k+1] = int64(binary.BigEndian.Uint32(p[i+6:]))
+					dst[k+2] = int64(binary.BigEndian.Uint32(p[i+11:]))
+					dst[k+3] = int64(binary.BigEndian.Uint32(p[i+16:]))
+				}
+				i += 4 * s
+				k += 4
+				continue
+			}
+		}
 		w := binary.BigEndian.Uint64(p[i:])
 		c1 := tokenCode[w>>56]
 		cand := tokenSize[byte(w>>48)] | tokenSize[byte(w>>40)]<<8 | tokenSize[byte(w>>32)]<<16 | tokenSize[byte(w>>16)]<<24
