@@ -19,8 +19,8 @@ import (
 
 // decodeChecked is the two-pass path: the size check, the structural
 // pre-scan of the whole payload (msgpscan.ScanOffset), then the decode.
-// It is DecodeBatch as it was before the one-pass decoder, and still
-// decides every payload the fast path does not accept.
+// It is DecodeBatch as it was before the one-pass decoder, kept as the
+// differential oracle.
 func decodeChecked(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
 	lim = lim.withDefaults()
 	b.reuse()
