@@ -268,6 +268,11 @@ func (b *Batch) tokens(p []byte, i int, ev *Event) (int, error) {
 	pairs := n > 0 && j < len(p) && isArray(p[j])
 	m := n
 	if pairs {
+		// A pair takes at least 3 bytes: no more are allocated for than
+		// the bytes left can hold.
+		if n > (len(p)-j)/3 {
+			return i, errMalformed
+		}
 		m = 2 * n
 	}
 	ts := ev.TokenIDs[:0]

@@ -2,6 +2,7 @@ package kvevents
 
 import (
 	"math"
+	"runtime"
 	"testing"
 
 	"github.com/tinylib/msgp/msgp"
@@ -214,4 +215,35 @@ func TestDecodeRareShapes(t *testing.T) {
 		decodeguard.ReasonOf(drops[0].Err) != decodeguard.ReasonUnsupported {
 		t.Errorf("field then tag: %v %v", err, drops)
 	}
+}
+
+// TestLyingPairsHeader sends token_ids whose array header claims as many
+// [t_i, t_i+1] pairs as there are bytes left in a 1 MiB payload: the
+// decoder allocates for at most the pairs those bytes can hold (3 bytes
+// each), not 16 bytes of ids for every byte left.
+func TestLyingPairsHeader(t *testing.T) {
+	const pad = 1 << 20
+	b := msgp.AppendArrayHeader(nil, 2)
+	b = msgp.AppendFloat64(b, 1)
+	b = msgp.AppendArrayHeader(b, 1)
+	b = msgp.AppendMapHeader(b, 3)
+	b = msgp.AppendString(b, "type")
+	b = msgp.AppendString(b, "BlockStored")
+	b = msgp.AppendString(b, "token_ids")
+	b = msgp.AppendArrayHeader(b, pad)
+	b = append(b, 0x92, 0x01, 0x02)
+	b = msgp.AppendString(b, "later")
+	b = msgp.AppendString(b, string(make([]byte, pad)))
+	var bt Batch
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	err := decodeBatch(b, limits{}, &bt, nil)
+	runtime.ReadMemStats(&after)
+	if decodeguard.ReasonOf(err) != decodeguard.ReasonDecode {
+		t.Errorf("%v, want a decode error", err)
+	}
+	if n := after.TotalAlloc - before.TotalAlloc; n > 8*pad {
+		t.Errorf("%d bytes allocated for a %d-byte payload", n, len(b))
+	}
+	checkDifferential(t, b, limits{})
 }
