@@ -97,10 +97,11 @@ func DecodeBatch(p []byte, b *Batch) error { return decodeBatch(p, limits{}, b, 
 // present before it reads or allocates what the header describes (see
 // decode_read.go), and holds it to msgpscan's structural rules (depth 32, no
 // ext types, UTF-8 strings, scalar map keys, no trailing bytes) as it goes.
-// A refusal is decided as the structural pre-scan followed by the decode
-// used to decide it: a payload that breaks a structural rule anywhere is
-// refused with msgpscan's error, whatever else is wrong with it; otherwise
-// with the first batch-level error in the batch's order. Event drops are
+// A refusal keeps the reason and text the checked decoder (the structural
+// pre-scan, then the decode) gave: a payload that breaks a structural rule
+// anywhere is refused with msgpscan's error, whatever else is wrong with it
+// (the scan runs only then, to name the break); any other with the first
+// batch-level error in the batch's order. Event drops are
 // reported only for a payload that is well-formed as a whole.
 // FuzzDecodeMatchesOracle holds this to the checked two-pass decoder.
 func decodeBatch(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
@@ -154,7 +155,7 @@ func (b *Batch) decode(p []byte, lim limits) error {
 	if len(p) == 0 {
 		return errMalformed
 	}
-	if c := p[0]; c >= 0x80 && c <= 0x8f || c == 0xde || c == 0xdf {
+	if isMap(p[0]) {
 		err := b.decodeMap(p, lim)
 		if err != nil {
 			b.dropAll()
@@ -163,7 +164,7 @@ func (b *Batch) decode(p []byte, lim limits) error {
 	}
 	n, j, ok := arrayAt(p, 0)
 	if !ok {
-		if c := p[0]; c == 0xdc || c == 0xdd || c >= 0x90 && c <= 0x9f {
+		if isArray(p[0]) {
 			return errMalformed
 		}
 		return decodeErr("kvevents: batch is a %s, not an array", msgp.NextType(p))
