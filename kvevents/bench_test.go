@@ -3,6 +3,7 @@ package kvevents
 import (
 	"context"
 	"encoding/binary"
+	"math/rand/v2"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -40,10 +41,35 @@ func BenchmarkDecodeBatch(b *testing.B) {
 	benchDecode(b, p, n, decodeBatch)
 }
 
-// BenchmarkDecodeBatchTwoPass is the same batch through the two-pass path
-// (pre-scan, then decode) that DecodeBatch used before the one-pass
-// decoder, for comparison in the same run.
-func BenchmarkDecodeBatchTwoPass(b *testing.B) {
+// BenchmarkDecodeBatchShuffled is the same batch with its token ids in a
+// random order: realisticBatch's ids step by 7919, so ids of one msgpack
+// width come in runs of about ten, while vLLM's own batches (the golden
+// vectors) mix uint16 and uint32 ids in runs of one to three.
+func BenchmarkDecodeBatchShuffled(b *testing.B) {
+	p, n := shuffledBatch(1)
+	benchDecode(b, p, n, decodeBatch)
+}
+
+// shuffledBatch is realisticBatch(n) with each event's token ids shuffled
+// (a fixed seed).
+func shuffledBatch(n uint64) ([]byte, int) {
+	p, k := realisticBatch(n)
+	var bt Batch
+	if err := decodeBatch(p, limits{}, &bt, nil); err != nil {
+		panic(err)
+	}
+	r := rand.New(rand.NewPCG(n, 41))
+	for i := range bt.Events {
+		ts := bt.Events[i].TokenIDs
+		r.Shuffle(len(ts), func(x, y int) { ts[x], ts[y] = ts[y], ts[x] })
+	}
+	return AppendBatch(nil, bt.TS, bt.Events, bt.DataParallelRank, true), k
+}
+
+// BenchmarkDecodeBatchOracle is the same batch through the oracle, the
+// two-pass path (pre-scan, then msgp's readers) that DecodeBatch used
+// before the one-pass decoder, for comparison in the same run.
+func BenchmarkDecodeBatchOracle(b *testing.B) {
 	p, n := realisticBatch(1)
 	benchDecode(b, p, n, decodeChecked)
 }

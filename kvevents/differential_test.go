@@ -92,32 +92,16 @@ func sameEvent(a, b *Event) string {
 	return ""
 }
 
-// fastOnly is DecodeBatch restricted to the one-pass decoder: it refuses
-// what fastBatch does not take.
-func fastOnly(p []byte, lim limits, b *Batch, onDrop func(eventDrop)) error {
-	lim = lim.withDefaults()
-	if len(p) > lim.MaxPayload || !fastBatch(p, lim, b) {
-		return errNotFast
-	}
-	for _, d := range b.drops {
-		onDrop(d)
-	}
-	b.drops = b.drops[:0]
-	return nil
-}
-
-var errNotFast = decodeguard.NewError(decodeguard.ReasonDecode, "not taken by the fast path")
-
-// checkDifferential decodes p with the two-pass path (decodeChecked: the
-// pre-scan then the decoder, as DecodeBatch did before the one-pass
-// decoder), with DecodeBatch and with the fast path alone, each into a
-// Batch that already held another batch, and fails on any difference. It
-// reports whether the fast path took p.
-func checkDifferential(t testing.TB, p []byte, lim limits) bool {
+// checkDifferential decodes p with the oracle (decodeChecked: the
+// pre-scan then msgp's readers, as DecodeBatch did before the one-pass
+// decoder) and with DecodeBatch, each into a Batch that already held
+// another batch, and fails on any difference. It returns DecodeBatch's
+// error.
+func checkDifferential(t testing.TB, p []byte, lim limits) error {
 	t.Helper()
 	warm, _ := realisticBatch(7)
-	var b1, b2, b3 Batch
-	for _, b := range []*Batch{&b1, &b2, &b3} {
+	var b1, b2 Batch
+	for _, b := range []*Batch{&b1, &b2} {
 		if err := decodeBatch(warm, limits{}, b, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -125,28 +109,24 @@ func checkDifferential(t testing.TB, p []byte, lim limits) bool {
 	old := decodeWith(decodeChecked, p, lim, &b1)
 	now := decodeWith(decodeBatch, p, lim, &b2)
 	if d := sameResult(old, now); d != "" {
-		t.Fatalf("DecodeBatch differs from pre-scan + decode on %x: %s", p, d)
+		t.Fatalf("DecodeBatch differs from the oracle (pre-scan + decode) on %x: %s", p, d)
 	}
-	fast := decodeWith(fastOnly, p, lim, &b3)
-	if fast.err != nil {
-		return false
-	}
-	if d := sameResult(old, fast); d != "" {
-		t.Fatalf("the fast path took %x differently from pre-scan + decode: %s", p, d)
-	}
-	return true
+	return now.err
 }
 
-// FuzzDecodeDifferential proves the one-pass decoder refuses exactly what
-// the pre-scan + decode path refused (same reason, same text) and yields the
-// same batch and event drops for what it accepts, with the default limits
+// FuzzDecodeMatchesOracle proves the one-pass decoder refuses exactly what
+// the oracle, the checked pre-scan + decode path, refuses (same reason, same
+// text) and yields the same batch and event drops for what it accepts, with the default limits
 // and with small ones, each also as an SGLang source's with BlockInactive
 // decoded (limits.SGLang, limits.Inactive).
-func FuzzDecodeDifferential(f *testing.F) {
+func FuzzDecodeMatchesOracle(f *testing.F) {
 	f.Add(batchOf(f, vecStoredMap, vecRemovedMap, vecClearedMap), false)
 	f.Add(unhex(f, vecBatch), true)
 	p, _ := realisticBatch(3)
 	f.Add(p, false)
+	for _, p := range rareShapes() {
+		f.Add(p, false)
+	}
 	for _, v := range golden.LoadSGLang(f, "kv-events") {
 		if frames, err := v.Frames(); err == nil && len(frames) == 3 && len(frames[2]) > 0 {
 			f.Add(frames[2], false)
@@ -175,8 +155,8 @@ func TestDifferentialGolden(t *testing.T) {
 		if len(frames) != 3 {
 			continue
 		}
-		if !checkDifferential(t, frames[2], limits{}) {
-			t.Errorf("vector %s: the fast path does not take vLLM's batch", v.ID)
+		if err := checkDifferential(t, frames[2], limits{}); err != nil {
+			t.Errorf("vector %s: vLLM's batch refused: %v", v.ID, err)
 		}
 		n++
 	}
@@ -194,8 +174,8 @@ func TestDifferentialGolden(t *testing.T) {
 			continue
 		}
 		for _, lim := range []limits{{}, {SGLang: true}} {
-			if !checkDifferential(t, frames[2], lim) {
-				t.Errorf("vector %s: the fast path does not take SGLang's batch (%+v)", v.ID, lim)
+			if err := checkDifferential(t, frames[2], lim); err != nil {
+				t.Errorf("vector %s: SGLang's batch refused (%+v): %v", v.ID, lim, err)
 			}
 		}
 		n++
@@ -207,7 +187,7 @@ func TestDifferentialGolden(t *testing.T) {
 
 // TestDifferentialShapes runs the differential check over the encoder's
 // batches in both forms and over hand-made edge cases, and requires the
-// fast path to take the encoder's output.
+// one-pass decoder to take the encoder's output.
 func TestDifferentialShapes(t *testing.T) {
 	ek := []byte{0x92, 0xa1, 'x', 0x01}
 	events := []Event{
@@ -219,8 +199,7 @@ func TestDifferentialShapes(t *testing.T) {
 		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(1 << 40)}, Medium: Some("DISK"), GroupIdx: Some[int64](2)},
 		{Type: AllBlocksCleared},
 		{Type: BlockStored, BlockHashes: []Hash{IntHash(1)}, TokenIDs: []int64{1, 2, 3}, BlockSize: 2}, // fails validation
-		// A negative integer: the fast reader leaves this event to the
-		// general one, and the rest of the batch stays on the fast path.
+		// A negative integer, read by the signed readers.
 		{Type: BlockRemoved, BlockHashes: []Hash{IntHash(3)}, GroupIdx: Some[int64](-2)},
 	}
 	for i := range events[0].TokenIDs {
@@ -228,8 +207,8 @@ func TestDifferentialShapes(t *testing.T) {
 	}
 	for _, mapForm := range []bool{true, false} {
 		p := AppendBatch(nil, 1.5, events, Some[int64](0), mapForm)
-		if !checkDifferential(t, p, limits{}) {
-			t.Errorf("mapForm=%v: the fast path does not take the encoder's batch", mapForm)
+		if err := checkDifferential(t, p, limits{}); err != nil {
+			t.Errorf("mapForm=%v: the encoder's batch refused: %v", mapForm, err)
 		}
 		checkDifferential(t, append(append([]byte(nil), p...), 0xc0), limits{})
 		checkDifferential(t, p, limits{MaxEvents: 2})
@@ -288,9 +267,6 @@ func TestDecodeBatchNoAllocs(t *testing.T) {
 			}
 		}
 		decode()
-		if !fastBatch(c.p, limits{}.withDefaults(), &b) {
-			t.Fatalf("%s: not taken by the one-pass decoder", c.name)
-		}
 		if a := testing.AllocsPerRun(200, decode); a != 0 {
 			t.Errorf("%s: %v allocations per batch once warm, want 0", c.name, a)
 		}

@@ -230,7 +230,10 @@ func (e *Event) reset() {
 	if cap(extra) > retainElems {
 		extra = nil
 	}
-	*e = Event{BlockHashes: hashes, TokenIDs: tokens, ExtraKeys: extra}
+	// Cleared in place, then the slices put back: a composite literal
+	// would be built in a temporary and copied.
+	*e = Event{}
+	e.BlockHashes, e.TokenIDs, e.ExtraKeys = hashes, tokens, extra
 }
 
 // Batch is one KVEventBatch from one source: the events an engine published
