@@ -220,7 +220,8 @@ type Config struct {
 	// requests). Guard.MaxMessageSize is raised to hold MaxPayload (plus
 	// 64 KiB of framing) when it is smaller, with a line logged if the
 	// value was set, and a positive MemoryBudget then to twice it. A bound
-	// source's Guard.MaxConns is always 1 (see Source.Bind).
+	// source's Guard.MaxConns is always 1 (see Source.Bind). A nil
+	// Socket.Logger means Logger.
 	Socket socket.Options
 	// Logger receives rate-limited lines about drops, gaps, lost ranges
 	// and resets. Nil means slog.Default(). Peer bytes appear only
@@ -329,6 +330,9 @@ func (c *Config) fill() error {
 	}
 	if c.Logger == nil {
 		c.Logger = slog.Default()
+	}
+	if c.Socket.Logger == nil {
+		c.Socket.Logger = c.Logger // the sockets' lines go where the Subscriber's go
 	}
 	for _, f := range []struct {
 		name string

@@ -39,6 +39,7 @@ func TestConfigDefaults(t *testing.T) {
 		{"LogInterval", c.LogInterval, time.Second},
 		{"Socket.Guard.MaxMessageSize", c.Socket.Guard.MaxMessageSize, int64(64<<20 + 64<<10)},
 		{"Socket.Guard.WriteBufferSize", c.Socket.Guard.WriteBufferSize, 4 << 10},
+		{"Socket.Logger", c.Socket.Logger, quiet}, // the sockets' lines go where the Subscriber's go
 	} {
 		if d.got != d.want {
 			t.Errorf("%s = %v, want %v", d.name, d.got, d.want)
@@ -157,6 +158,9 @@ func TestPublisherConfig(t *testing.T) {
 	if c.Endpoint != "tcp://*:5557" || c.BufferSteps != 10000 || c.QueueSize != 10000 || c.HWM != 100000 ||
 		c.ReplayInterval != 100*time.Millisecond || c.ReplayFloodLimit != 16 || c.ReplaysPerHost != 10 {
 		t.Fatalf("defaults %+v", c)
+	}
+	if c.Socket.Logger != c.Logger {
+		t.Errorf("Socket.Logger %p is not the Publisher's Logger %p", c.Socket.Logger, c.Logger)
 	}
 	for _, f := range []struct {
 		name string

@@ -115,6 +115,7 @@ type PublisherConfig struct {
 	// whose connection accepts no bytes for that long while replies wait is
 	// disconnected (ReasonPolicy), so a client that never reads holds its
 	// share of the send budget for that long at most; negative means none.
+	// A nil Socket.Logger means Logger.
 	Socket socket.Options
 	// ReplayInterval is the shortest time between two replays served to
 	// one replay connection; a request that comes sooner gets the error
@@ -247,6 +248,9 @@ func (cfg *PublisherConfig) fill() error {
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.Socket.Logger == nil {
+		cfg.Socket.Logger = cfg.Logger // the sockets' lines go where the Publisher's go
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
