@@ -47,6 +47,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
@@ -57,12 +58,16 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// stderrFile is -stderr.
+var stderrFile string
+
 func main() {
 	bin := flag.String("bin", "", "zmqguard binary (row11)")
 	dur := flag.Duration("for", 20*time.Second, "attack duration (row11)")
 	huge := flag.String("huge", "1024x4096", "attacker's message: OUTPUTSxWIDTH float32 pooling outputs (row11)")
 	rate := flag.Float64("rate", 50, "honest messages per second (row11)")
 	heavy := flag.Int("engines", 1, "attacking engines, each on its own connection and engine index (row11)")
+	flag.StringVar(&stderrFile, "stderr", "", "also write the CLI's stderr to this file (row11; with GODEBUG=gctrace=1 in the environment, its GC lines)")
 	flag.Parse()
 	var err error
 	switch flag.Arg(0) {
@@ -253,21 +258,25 @@ wait:
 }
 
 type row11Result struct {
-	Huge          string  `json:"huge"`
-	Engines       int     `json:"attack_engines"`
-	HugeBytes     int     `json:"huge_message_bytes"`
-	For           string  `json:"for"`
-	HonestSent    int     `json:"honest_sent"`
-	HonestPrinted int     `json:"honest_printed"`
-	HonestPct     float64 `json:"honest_printed_pct"`
-	P50ms         float64 `json:"honest_delay_p50_ms"`
-	P99ms         float64 `json:"honest_delay_p99_ms"`
-	Maxms         float64 `json:"honest_delay_max_ms"`
-	AttackSent    int     `json:"attack_sent"`
-	AttackPrinted int     `json:"attack_lines_printed"`
-	PeakRSSMiB    float64 `json:"peak_rss_mib"`
-	LoadAvg       string  `json:"loadavg"`
-	ExitLine      string  `json:"counters_line_prefix"`
+	Huge          string          `json:"huge"`
+	Engines       int             `json:"attack_engines"`
+	HugeBytes     int             `json:"huge_message_bytes"`
+	For           string          `json:"for"`
+	HonestSent    int             `json:"honest_sent"`
+	HonestPrinted int             `json:"honest_printed"`
+	HonestPct     float64         `json:"honest_printed_pct"`
+	P50ms         float64         `json:"honest_delay_p50_ms"`
+	P99ms         float64         `json:"honest_delay_p99_ms"`
+	Maxms         float64         `json:"honest_delay_max_ms"`
+	Over50        int             `json:"honest_over_50ms"`
+	SlowAt        []string        `json:"slow_at,omitempty"`
+	AttackSent    int             `json:"attack_sent"`
+	AttackPrinted int             `json:"attack_lines_printed"`
+	PeakRSSMiB    float64         `json:"peak_rss_mib"`
+	CLICPUs       float64         `json:"cli_cpu_s"`
+	HarnessCPUs   float64         `json:"harness_cpu_s"`
+	LoadAvg       string          `json:"loadavg"`
+	Counters      json.RawMessage `json:"counters,omitempty"`
 }
 
 func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) error {
@@ -294,8 +303,17 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	}
 	defer cmd.Process.Kill()
 	epc := make(chan string, 1)
+	var errCopy io.Writer = io.Discard
+	if stderrFile != "" {
+		f, err := os.Create(stderrFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		errCopy = f
+	}
 	go func() {
-		sc := bufio.NewScanner(stderr)
+		sc := bufio.NewScanner(io.TeeReader(stderr, errCopy))
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			var l map[string]any
@@ -321,6 +339,8 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	var delays []time.Duration
 	var attackLines int
 	var lastLine string
+	var slowAt []string
+	t0 := time.Now()
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
@@ -336,13 +356,17 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 					rest := s[i+len(`"request_id":"h-`):]
 					if j := strings.IndexByte(rest, '"'); j > 0 {
 						if ns, err := strconv.ParseInt(rest[:j], 10, 64); err == nil {
-							delays = append(delays, now.Sub(time.Unix(0, ns)))
+							d := now.Sub(time.Unix(0, ns))
+							delays = append(delays, d)
+							if d >= 50*time.Millisecond && len(slowAt) < 16 {
+								slowAt = append(slowAt, fmt.Sprintf("%.2fs:%dms", time.Unix(0, ns).Sub(t0).Seconds(), d.Milliseconds()))
+							}
 						}
 					}
 				} else if strings.Contains(s, `"request_id":"a-`) {
 					attackLines++
-				} else if strings.HasPrefix(s, `{"counters"`) {
-					lastLine = s
+				} else if strings.HasPrefix(s, `{"counters"`) && err == nil {
+					lastLine = string(line)
 				}
 				mu.Unlock()
 			}
@@ -454,6 +478,12 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	if honestSent > 0 {
 		res.HonestPct = math.Round(1000*float64(len(delays))/float64(honestSent)) / 10
 	}
+	res.SlowAt = slowAt
+	for _, d := range delays {
+		if d >= 50*time.Millisecond {
+			res.Over50++
+		}
+	}
 	if len(delays) > 0 {
 		slices.Sort(delays)
 		q := func(p float64) float64 {
@@ -465,7 +495,19 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		res.LoadAvg = strings.TrimSpace(string(b))
 	}
-	res.ExitLine = lastLine[:min(len(lastLine), 80)]
+	if ps := cmd.ProcessState; ps != nil {
+		res.CLICPUs = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		res.HarnessCPUs = float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	}
+	var c struct {
+		Counters json.RawMessage `json:"counters"`
+	}
+	if json.Unmarshal([]byte(lastLine), &c) == nil {
+		res.Counters = c.Counters
+	}
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 
