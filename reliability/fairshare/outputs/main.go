@@ -3,7 +3,7 @@
 // RELIABILITY.md's "Fair shares (issue 29)" table:
 //
 //	go run ./reliability/fairshare/outputs row4
-//	go run ./reliability/fairshare/outputs -bin PATH row11 [-for 20s] [-huge 1024x4096] [-rate 50] [-engines 1]
+//	go run ./reliability/fairshare/outputs -bin PATH [-for 20s] [-huge 1024x4096] [-rate 50] [-engines 1] [-attackers process|nice|inproc] row11
 //
 // row4 runs an outputs.Receiver in this process with the library's
 // defaults (OnEngineDead nil) on 127.0.0.1 port 0 and plays three peers: an
@@ -17,15 +17,22 @@
 // how many honest messages were delivered after the attack.
 //
 // row11 starts PATH outputs --bind tcp://127.0.0.1:0 (the kernel chooses
-// the port; it is read from the start line), then for -for: an attacking
-// engine 1 sends valid EngineCoreOutputs of -huge request outputs, each
-// with a float32 pooling output of the given width in its own aux frame
-// (1024x4096: 16 MiB a message), back to back; an honest engine 0 sends one
-// small message every 1/-rate s with its send time in the request id. The
-// harness reads the process's stdout and, for each honest line, the delay
-// from send to line. It prints one JSON object: honest messages sent and
-// printed, delay p50/p99/max, attacker messages printed, the process's
-// peak RSS (/proc), and the load average.
+// the port; it is read from the start line), then for -for: attacking
+// engines 1..-engines, each on its own connection, send valid
+// EngineCoreOutputs of -huge request outputs, each with a float32 pooling
+// output of the given width in its own aux frame (1024x4096: 16 MiB a
+// message), back to back; an honest engine 0 sends one small message every
+// 1/-rate s with its send time in the request id. The attackers run in a
+// child process (this binary's "heavy" mode; -attackers nice runs it under
+// nice -n 19, inproc in this process as before issue 37's second round),
+// so that the honest sender and the reader do not share a process with
+// them. The harness reads the process's stdout and, for each honest line,
+// the delay from send to line. It prints one JSON object: honest messages
+// sent and printed, delay p50/p99/max, how many took 50 ms or more (and
+// when the first 16 of those were sent, from the start), attacker messages
+// printed, the process's peak RSS (/proc), the CPU time of the CLI, of
+// this process and of the attackers', the load average, and the CLI's
+// exit counters.
 package main
 
 import (
@@ -67,6 +74,8 @@ func main() {
 	huge := flag.String("huge", "1024x4096", "attacker's message: OUTPUTSxWIDTH float32 pooling outputs (row11)")
 	rate := flag.Float64("rate", 50, "honest messages per second (row11)")
 	heavy := flag.Int("engines", 1, "attacking engines, each on its own connection and engine index (row11)")
+	attackers := flag.String("attackers", "process", "where the attacking engines run (row11): process (a child process), nice (a child process under nice -n 19) or inproc (this process)")
+	ep := flag.String("ep", "", "the outputs endpoint (heavy: the attackers' process row11 starts)")
 	flag.StringVar(&stderrFile, "stderr", "", "also write the CLI's stderr to this file (row11; with GODEBUG=gctrace=1 in the environment, its GC lines)")
 	flag.Parse()
 	var err error
@@ -74,7 +83,9 @@ func main() {
 	case "row4":
 		err = row4()
 	case "row11":
-		err = row11(*bin, *dur, *huge, *rate, *heavy)
+		err = row11(*bin, *dur, *huge, *rate, *heavy, *attackers)
+	case "heavy":
+		err = heavyMain(*ep, *dur, *huge, *heavy)
 	default:
 		err = errors.New("usage: outputs row4 | -bin PATH row11")
 	}
@@ -275,11 +286,13 @@ type row11Result struct {
 	PeakRSSMiB    float64         `json:"peak_rss_mib"`
 	CLICPUs       float64         `json:"cli_cpu_s"`
 	HarnessCPUs   float64         `json:"harness_cpu_s"`
+	Attackers     string          `json:"attackers"`
+	AttackCPUs    float64         `json:"attackers_cpu_s,omitempty"`
 	LoadAvg       string          `json:"loadavg"`
 	Counters      json.RawMessage `json:"counters,omitempty"`
 }
 
-func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) error {
+func row11(bin string, dur time.Duration, huge string, rate float64, heavy int, attackers string) error {
 	if bin == "" {
 		return errors.New("row11 needs -bin")
 	}
@@ -396,38 +409,58 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 		}
 	}()
 
-	// The attackers: valid huge messages back to back, engines 1..heavy.
+	// The attackers: valid huge messages back to back, engines 1..heavy,
+	// in a child process (an attacker is another host: its CPU is not the
+	// honest engine's sender's nor the reader's), under nice with
+	// -attackers nice, or in this process with -attackers inproc.
 	actx, acancel := context.WithTimeout(ctx, dur)
 	defer acancel()
 	var attackSent atomic.Int64
-	var attackWG sync.WaitGroup
+	var attackCPU float64
 	size := 0
-	for e := 1; e <= heavy; e++ {
-		attack, err := hugeMessage(int64(e), nOut, width)
-		if err != nil {
-			return err
-		}
-		size = 0
-		for _, f := range attack {
-			size += len(f)
-		}
-		ap, err := pusher(ep)
-		if err != nil {
-			return err
-		}
-		defer ap.Close()
-		attackWG.Add(1)
-		go func() {
-			defer attackWG.Done()
-			for actx.Err() == nil {
-				if ap.Send(actx, attack...) == nil {
-					attackSent.Add(1)
-				}
-			}
-		}()
-	}
 	attackDone := make(chan struct{})
-	go func() { attackWG.Wait(); close(attackDone) }()
+	var attackErr error
+	switch attackers {
+	case "inproc":
+		go func() {
+			defer close(attackDone)
+			n, sz, err := runAttackers(actx, ep, heavy, nOut, width)
+			attackSent.Store(n)
+			size, attackErr = sz, err
+		}()
+	case "process", "nice":
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		args := []string{self, "-ep", ep, "-engines", strconv.Itoa(heavy), "-huge", huge, "-for", dur.String(), "heavy"}
+		if attackers == "nice" {
+			args = append([]string{"nice", "-n", "19"}, args...)
+		}
+		ac := exec.CommandContext(ctx, args[0], args[1:]...)
+		ac.Stderr = os.Stderr
+		out, err := ac.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := ac.Start(); err != nil {
+			return err
+		}
+		go func() {
+			defer close(attackDone)
+			var r heavyResult
+			derr := json.NewDecoder(out).Decode(&r)
+			if err := ac.Wait(); err != nil {
+				attackErr = fmt.Errorf("the attackers' process: %w", err)
+			} else if derr != nil {
+				attackErr = fmt.Errorf("the attackers' process: %w", derr)
+			}
+			attackSent.Store(r.Sent)
+			size, attackCPU = r.Bytes, r.CPUs
+		}()
+	default:
+		return fmt.Errorf("-attackers %q: want process, nice or inproc", attackers)
+	}
 	// The honest engine, at its own pace.
 	hp, err := pusher(ep)
 	if err != nil {
@@ -451,6 +484,9 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	}
 	tick.Stop()
 	<-attackDone
+	if attackErr != nil {
+		return attackErr
+	}
 	// Let what was sent be printed (bounded), then stop the process.
 	grace := time.Now().Add(30 * time.Second)
 	for time.Now().Before(grace) {
@@ -473,7 +509,7 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 
 	mu.Lock()
 	defer mu.Unlock()
-	res := row11Result{Huge: huge, Engines: heavy, HugeBytes: size, For: dur.String(), HonestSent: honestSent, HonestPrinted: len(delays),
+	res := row11Result{Huge: huge, Engines: heavy, HugeBytes: size, Attackers: attackers, AttackCPUs: attackCPU, For: dur.String(), HonestSent: honestSent, HonestPrinted: len(delays),
 		AttackSent: int(attackSent.Load()), AttackPrinted: attackLines, PeakRSSMiB: float64(peakKiB.Load()) / 1024}
 	if honestSent > 0 {
 		res.HonestPct = math.Round(1000*float64(len(delays))/float64(honestSent)) / 10
@@ -509,6 +545,72 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 		res.Counters = c.Counters
 	}
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// heavyResult is the attackers' process's line.
+type heavyResult struct {
+	Sent  int64   `json:"attack_sent"`
+	Bytes int     `json:"huge_message_bytes"`
+	CPUs  float64 `json:"cpu_s"`
+}
+
+// heavyMain is the attackers' process: engines 1..heavy send huge
+// messages to ep back to back for dur, then it prints a heavyResult.
+func heavyMain(ep string, dur time.Duration, huge string, heavy int) error {
+	var nOut, width int
+	if _, err := fmt.Sscanf(huge, "%dx%d", &nOut, &width); err != nil || nOut < 1 || width < 1 {
+		return fmt.Errorf("-huge %q: want OUTPUTSxWIDTH", huge)
+	}
+	if ep == "" || dur <= 0 || dur > 5*time.Minute {
+		return errors.New("heavy needs -ep and a -for up to 5 minutes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	defer cancel()
+	n, size, err := runAttackers(ctx, ep, heavy, nOut, width)
+	if err != nil {
+		return err
+	}
+	r := heavyResult{Sent: n, Bytes: size}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		r.CPUs = float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// runAttackers sends, from engines 1..heavy each on its own connection,
+// valid huge messages to ep back to back until ctx ends. It returns the
+// messages sent and one message's size.
+func runAttackers(ctx context.Context, ep string, heavy, nOut, width int) (int64, int, error) {
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	size := 0
+	for e := 1; e <= heavy; e++ {
+		attack, err := hugeMessage(int64(e), nOut, width)
+		if err != nil {
+			return 0, 0, err
+		}
+		size = 0
+		for _, f := range attack {
+			size += len(f)
+		}
+		ap, err := pusher(ep)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer ap.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if ap.Send(ctx, attack...) == nil {
+					sent.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return sent.Load(), size, nil
 }
 
 // hugeMessage is one valid EngineCoreOutputs of engine with n request
