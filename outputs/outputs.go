@@ -155,6 +155,7 @@ type Receiver struct {
 	fmu          sync.Mutex
 	free         []*frameCopy // recycled copies (fair.go)
 	freeBytes    int
+	bigFilling   bool         // allocSpare runs
 	bigFree      []*frameCopy // recycled copies over copyRetain
 	bigFreeBytes int
 	queued       int64
