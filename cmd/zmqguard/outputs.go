@@ -74,7 +74,8 @@ counted, the receiver goes on.`,
 
 // outputsHeapSlack is what the outputs command allows its heap beyond the
 // queues and the socket's budget: workers' decoded messages and rendered
-// lines, the runtime and the metrics endpoint.
+// lines, the copies of heavy messages kept for reuse (at most 32 MiB), the
+// runtime and the metrics endpoint.
 const outputsHeapSlack = 64 << 20
 
 // outputsFlags are the flags of outputs.
