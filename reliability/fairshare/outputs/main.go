@@ -29,7 +29,9 @@
 // them. The harness reads the process's stdout and, for each honest line,
 // the delay from send to line. It prints one JSON object: honest messages
 // sent and printed, delay p50/p99/max, how many took 50 ms or more (and
-// when the first 16 of those were sent, from the start), attacker messages
+// when the first 16 of those were sent, from the start), p99 and that
+// count for the messages sent 2 s or more after the start (past the heavy
+// engines' first burst), attacker messages
 // printed, the process's peak RSS (/proc), the CPU time of the CLI, of
 // this process and of the attackers', the load average, and the CLI's
 // exit counters.
@@ -280,6 +282,8 @@ type row11Result struct {
 	P99ms         float64         `json:"honest_delay_p99_ms"`
 	Maxms         float64         `json:"honest_delay_max_ms"`
 	Over50        int             `json:"honest_over_50ms"`
+	LaterP99ms    float64         `json:"honest_delay_p99_from_2s_ms"`
+	LaterOver50   int             `json:"honest_over_50ms_from_2s"`
 	SlowAt        []string        `json:"slow_at,omitempty"`
 	AttackSent    int             `json:"attack_sent"`
 	AttackPrinted int             `json:"attack_lines_printed"`
@@ -353,6 +357,7 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int, 
 	var attackLines int
 	var lastLine string
 	var slowAt []string
+	var later []time.Duration // honest delays of messages sent 2 s or more after the start
 	t0 := time.Now()
 	readDone := make(chan struct{})
 	go func() {
@@ -371,6 +376,9 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int, 
 						if ns, err := strconv.ParseInt(rest[:j], 10, 64); err == nil {
 							d := now.Sub(time.Unix(0, ns))
 							delays = append(delays, d)
+							if time.Unix(0, ns).Sub(t0) >= 2*time.Second {
+								later = append(later, d)
+							}
 							if d >= 50*time.Millisecond && len(slowAt) < 16 {
 								slowAt = append(slowAt, fmt.Sprintf("%.2fs:%dms", time.Unix(0, ns).Sub(t0).Seconds(), d.Milliseconds()))
 							}
@@ -515,6 +523,15 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int, 
 		res.HonestPct = math.Round(1000*float64(len(delays))/float64(honestSent)) / 10
 	}
 	res.SlowAt = slowAt
+	if len(later) > 0 {
+		slices.Sort(later)
+		res.LaterP99ms = float64(later[max(int(math.Ceil(0.99*float64(len(later))))-1, 0)].Microseconds()) / 1000
+		for _, d := range later {
+			if d >= 50*time.Millisecond {
+				res.LaterOver50++
+			}
+		}
+	}
 	for _, d := range delays {
 		if d >= 50*time.Millisecond {
 			res.Over50++
