@@ -87,7 +87,11 @@ type Config struct {
 	// (1,152 bytes each on 64-bit platforms). Once a connection's queue
 	// holds this much, its reader is held (TCP flow control slows that
 	// engine alone) until its handler has caught up; a message it had read
-	// already is still queued. Negative is an error.
+	// already is still queued. A connection with two messages over 1 MiB
+	// waiting is held as well, whatever this bound: its worker renders them
+	// one at a time, and more of them would only fill the socket's receive
+	// queue, which all connections share in order, ahead of the other
+	// engines' messages. Negative is an error.
 	ConnQueueBytes int64
 	// QueueBytes bounds the bytes (counted as for ConnQueueBytes) of valid
 	// messages all connections have waiting for their handlers together

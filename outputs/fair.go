@@ -57,6 +57,16 @@ const heavyCost = 1 << 20
 // heavySlots is how many heavy messages are handled at once.
 func heavySlots() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
+// heavyBacklog is how many heavy messages a connection may have waiting
+// for its worker (beyond the one being handled) before its reader is held.
+// Heavy messages are rendered one at a time per connection and on at most
+// heavySlots CPUs, so a longer backlog does not speed the engine up; it
+// only fills the socket's shared receive queue (one FIFO for every
+// connection), where every other engine's messages wait behind it: with
+// six engines sending 7.5 MB messages, honest messages waited behind about
+// twenty of them (issue 37).
+const heavyBacklog = 2
+
 // frameCopy is a message copied out of the socket's buffers. Copies are
 // recycled (Receiver.free), so that a warm receiver allocates nothing per
 // message; one that grew past copyRetain bytes is left to the collector.
@@ -66,11 +76,19 @@ type frameCopy struct {
 }
 
 // copyRetain bounds the buffer a recycled copy keeps, freeCopies the
-// copies kept and freeBytes their buffers together.
+// copies kept and freeBytes their buffers together. Copies over copyRetain
+// (of heavy messages) are recycled too, in a list of their own: at most
+// bigFreeCopies of at most bigCopyRetain bytes, bigFreeBytes together.
+// Allocating a fresh copy of a 7.5 MB message in the receive loop took 3 to
+// 7 ms (zeroed, faulted in), reusing one about 1 ms, and every message
+// queued behind it in the socket waited that long (issue 37).
 const (
-	copyRetain = 1 << 20
-	freeCopies = 256
-	freeBytes  = 16 << 20
+	copyRetain    = 1 << 20
+	freeCopies    = 256
+	freeBytes     = 16 << 20
+	bigCopyRetain = 16 << 20
+	bigFreeCopies = 4
+	bigFreeBytes  = 32 << 20
 )
 
 // connQueue is one connection's queue.
@@ -80,6 +98,7 @@ type connQueue struct {
 	jobs    []job
 	head    int
 	bytes   int64
+	heavy   int  // heavy jobs waiting (not yet taken by the worker)
 	running bool // a worker serves it
 	idle    bool // the worker waits for wake
 	held    bool // its reader is held (socket.HoldRecv)
@@ -98,13 +117,34 @@ func (r *Receiver) copyFrames(frames [][]byte) (*frameCopy, int64) {
 	}
 	var c *frameCopy
 	r.fmu.Lock()
-	if k := len(r.free); k > 0 {
+	if n > copyRetain {
+		for i, b := range r.bigFree {
+			if cap(b.buf) >= n {
+				c = b
+				last := len(r.bigFree) - 1
+				r.bigFree[i] = r.bigFree[last]
+				r.bigFree[last] = nil
+				r.bigFree = r.bigFree[:last]
+				r.bigFreeBytes -= cap(c.buf)
+				break
+			}
+		}
+	} else if k := len(r.free); k > 0 {
 		c = r.free[k-1]
 		r.free[k-1] = nil
 		r.free = r.free[:k-1]
 		r.freeBytes -= cap(c.buf)
 	}
+	spare := n > copyRetain && n+n/8 <= bigCopyRetain && len(r.bigFree) == 0 && !r.bigFilling &&
+		r.bigFreeBytes+n+n/8 <= bigFreeBytes
+	if spare {
+		r.bigFilling = true
+		r.workers.Add(1)
+	}
 	r.fmu.Unlock()
+	if spare {
+		go r.allocSpare(n + n/8)
+	}
 	if c == nil {
 		c = new(frameCopy)
 	}
@@ -124,15 +164,37 @@ func (r *Receiver) copyFrames(frames [][]byte) (*frameCopy, int64) {
 	return c, int64(n)
 }
 
-// recycle keeps c for reuse unless it grew large or enough are kept.
+// allocSpare puts a copy of capacity n in the big list, allocated here
+// rather than in the receive loop: a large allocation may have to wait for
+// the garbage collector's cycle to end (it assists the marking), which took
+// up to 480 ms on a loaded machine during issue 37's six heavy engines, and
+// every message behind it in the socket's receive queue waited as long.
+func (r *Receiver) allocSpare(n int) {
+	defer r.workers.Done()
+	c := &frameCopy{buf: make([]byte, 0, n)}
+	r.fmu.Lock()
+	r.bigFilling = false
+	if len(r.bigFree) < bigFreeCopies && r.bigFreeBytes+n <= bigFreeBytes {
+		r.bigFree = append(r.bigFree, c)
+		r.bigFreeBytes += n
+	}
+	r.fmu.Unlock()
+}
+
+// recycle keeps c for reuse unless it grew too large or enough are kept.
 func (r *Receiver) recycle(c *frameCopy) {
-	if c == nil || cap(c.buf) > copyRetain || cap(c.frames) > 4096 {
+	if c == nil || cap(c.buf) > bigCopyRetain || cap(c.frames) > 4096 {
 		return
 	}
 	clear(c.frames)
 	c.frames = c.frames[:0]
 	r.fmu.Lock()
-	if len(r.free) < freeCopies && r.freeBytes+cap(c.buf) <= freeBytes {
+	if cap(c.buf) > copyRetain {
+		if len(r.bigFree) < bigFreeCopies && r.bigFreeBytes+cap(c.buf) <= bigFreeBytes {
+			r.bigFree = append(r.bigFree, c)
+			r.bigFreeBytes += cap(c.buf)
+		}
+	} else if len(r.free) < freeCopies && r.freeBytes+cap(c.buf) <= freeBytes {
 		r.free = append(r.free, c)
 		r.freeBytes += cap(c.buf)
 	}
@@ -153,6 +215,9 @@ func (r *Receiver) enqueue(ctx context.Context, j job) error {
 	}
 	q.jobs = append(q.jobs, j)
 	q.bytes += j.cost
+	if j.cost >= heavyCost {
+		q.heavy++
+	}
 	r.queued += j.cost
 	start := !q.running
 	q.running = true
@@ -163,7 +228,7 @@ func (r *Receiver) enqueue(ctx context.Context, j job) error {
 		default:
 		}
 	}
-	hold := !q.held && (q.bytes >= r.connLimit || r.queued > r.queueLimit && q.bytes > r.shareLocked())
+	hold := !q.held && (q.bytes >= r.connLimit || q.heavy >= heavyBacklog || r.queued > r.queueLimit && q.bytes > r.shareLocked())
 	if hold {
 		q.held = true
 		r.holds++
@@ -239,7 +304,7 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 				r.queued -= q.jobs[i].cost
 				r.recycle(q.jobs[i].cp)
 			}
-			q.jobs, q.head, q.bytes = nil, 0, 0
+			q.jobs, q.head, q.bytes, q.heavy = nil, 0, 0, 0
 			delete(r.queues, q.id)
 			r.qmu.Unlock()
 			if release {
@@ -251,6 +316,9 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 		j := q.jobs[q.head]
 		q.jobs[q.head] = job{}
 		q.head++
+		if j.cost >= heavyCost {
+			q.heavy--
+		}
 		if q.head > 64 && q.head*2 > len(q.jobs) {
 			q.jobs = append(q.jobs[:0], q.jobs[q.head:]...)
 			q.head = 0
@@ -269,7 +337,7 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 		r.qmu.Lock()
 		q.bytes -= j.cost
 		r.queued -= j.cost
-		release := q.held && q.bytes < r.connLimit && (r.queued <= r.queueLimit || q.bytes <= r.shareLocked())
+		release := q.held && q.bytes < r.connLimit && q.heavy < heavyBacklog && (r.queued <= r.queueLimit || q.bytes <= r.shareLocked())
 		if release {
 			q.held = false
 		}

@@ -163,3 +163,92 @@ func TestEngineWithinShareNotSlowedByTotal(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestHeavyBacklogHeld (issue 37, six heavy engines): a connection with
+// heavyBacklog heavy messages (over 1 MiB) waiting for its worker is held,
+// far below ConnQueueBytes, so that its messages do not fill the socket's
+// receive queue ahead of the other engines'; once its handler catches up
+// every message is delivered in its order.
+func TestHeavyBacklogHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	const msgs = 8
+	release := make(chan struct{})
+	got := make(chan string, msgs)
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	r, wait := start(t, rctx, Config{
+		Handler: func(hctx context.Context, m *enginecore.Message, _ *socket.Peer) error {
+			select {
+			case <-release:
+			case <-hctx.Done():
+				return nil
+			}
+			got <- string(m.Outputs[0].RequestID[:8])
+			return nil
+		},
+	})
+	p := pusher(t, r.Endpoint())
+	defer p.Close()
+	pad := strings.Repeat("x", heavyCost)
+	for i := range msgs {
+		send(t, ctx, p, encode(simple(1, fmt.Sprintf("heavy-%02d%s", i, pad), 1))...)
+	}
+	poll.WaitForCtx(t, ctx, "engine 1 held with "+fmt.Sprint(heavyBacklog)+" heavy messages waiting (ConnQueueBytes is 64 MiB)",
+		func() bool { return r.Stats().Holds > 0 })
+	if q := r.Stats().QueuedBytes; q >= msgs*heavyCost {
+		t.Errorf("%d bytes queued when held, want fewer than the %d messages' %d", q, msgs, msgs*heavyCost)
+	}
+	close(release)
+	for i := range msgs {
+		select {
+		case id := <-got:
+			if want := fmt.Sprintf("heavy-%02d", i); id != want {
+				t.Fatalf("delivered %s, want %s", id, want)
+			}
+		case <-ctx.Done():
+			t.Fatalf("message %d not delivered after the handler caught up (stats %+v)", i, r.Stats())
+		}
+	}
+	done()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestBigCopiesRecycled: a copy of a message over copyRetain is reused
+// for the next big message (allocating a fresh 7.5 MB copy in the receive
+// loop took 3-7 ms, issue 37), and never handed to a small message; when
+// the receive loop takes the last big copy, a spare is allocated outside
+// it (a large allocation may wait for the collector's cycle: up to 480 ms
+// on a loaded machine).
+func TestBigCopiesRecycled(t *testing.T) {
+	r := &Receiver{}
+	big := [][]byte{make([]byte, 100), make([]byte, 3<<20)}
+	c1, n := r.copyFrames(big)
+	if n != 3<<20+100 {
+		t.Fatalf("copied %d bytes", n)
+	}
+	r.workers.Wait()
+	if len(r.bigFree) != 1 || cap(r.bigFree[0].buf) < int(n) {
+		t.Fatalf("after the first big copy: %d spare copies, want one of at least %d bytes", len(r.bigFree), n)
+	}
+	spare := &r.bigFree[0].buf[:1][0]
+	first := &c1.buf[0]
+	r.recycle(c1)
+	if len(r.bigFree) != 2 {
+		t.Fatalf("%d big copies kept after recycling one, want 2", len(r.bigFree))
+	}
+	c2, _ := r.copyFrames([][]byte{make([]byte, 10)})
+	if len(r.bigFree) != 2 || len(c2.buf) > 0 && (&c2.buf[0] == first || &c2.buf[0] == spare) {
+		t.Fatal("a small message took a big copy")
+	}
+	c3, _ := r.copyFrames(big)
+	if p := &c3.buf[0]; p != first && p != spare {
+		t.Error("a big message did not reuse a kept copy")
+	}
+	if len(c3.frames) != 2 || len(c3.frames[1]) != 3<<20 {
+		t.Errorf("reused copy frames: %d", len(c3.frames))
+	}
+	r.workers.Wait()
+}

@@ -296,9 +296,9 @@ func (c *limitConn) Close() error {
 // CPU beside big bodies. A
 // request past the budget is answered 503 with Retry-After before its
 // body is read (refuseEarly): the answer is written first, then what the
-// client still sends is discarded (all of it for two refusals at a time,
-// 1 MiB for the others: reading whole bodies of a big-body flood cost the
-// honest requests' CPU, p50 111 ms instead of 4 ms on the test machine).
+// client still sends is discarded for two refusals at a time, and the
+// others' connections are left unread and closed a second later (reading
+// the bodies of a big-body flood cost the honest requests their CPU).
 //
 // httpBodyFactor is what decoding a body costs beyond the body: kv-index's
 // /score measured about 4 times its body (issue 37: 35 MiB for an 8 MiB
@@ -318,7 +318,9 @@ type inFlight struct {
 	used            int64
 	big             int
 	refused         atomic.Uint64
-	draining        atomic.Int32 // refusals discarding their body now
+	draining        atomic.Int32  // refusals discarding their body now
+	parked          atomic.Int32  // refused connections parked now
+	parks           atomic.Uint64 // refused connections parked in all
 }
 
 func (f *inFlight) cost(r *http.Request) int64 {
@@ -386,25 +388,33 @@ func (f *inFlight) wrap(h http.Handler) http.Handler {
 
 const httpBusy = "busy: requests in flight would pass the endpoint's memory bound; retry after 1 s"
 
-// httpDrainTimeout and httpDrainBytes bound how long and how much of a
-// refused request's body is discarded after its 503 was sent.
+// httpDrainTimeout bounds how long a refused request's body is discarded
+// after its 503 was sent, httpFullDrains how many refusals do so at once.
+// The others are parked: their connection is left unread (the client's
+// sending stops once the small window of an unread connection is full)
+// and closed httpParkTime later, httpMaxParked at most at once (beyond,
+// closed at once).
 const (
 	httpDrainTimeout = 10 * time.Second
-	httpDrainBytes   = httpSmallRequest
-	// httpFullDrains is how many refused requests may have their whole
-	// body discarded at once; the others are cut after httpDrainBytes.
-	httpFullDrains = 2
+	httpFullDrains   = 2
+	httpParkTime     = time.Second
+	httpMaxParked    = 512
 )
 
 // refuseEarly answers an HTTP/1.x request 503 before reading its body: it
-// takes the connection over, writes the answer, closes its sending side
-// and discards what the client still sends before closing: the whole body
-// (up to the cap, within httpDrainTimeout) while at most httpFullDrains
-// refusals do so at once, so that the client receives the status whether
-// it reads while it sends or only after; under a flood of refusals beyond
-// that, httpDrainBytes within a second, and a client still sending a big
-// body then may see the connection reset instead. False when the
-// connection cannot be taken over (the caller answers the ordinary way).
+// takes the connection over, writes the answer and closes its sending
+// side. Then, while at most httpFullDrains refusals do so at once, it
+// discards what the client still sends (the whole body, up to the cap,
+// within httpDrainTimeout), so that a client that reads only after it has
+// sent everything receives the status too. Beyond, the connection is
+// parked: nothing more is read, and it is closed httpParkTime later. A
+// client that reads while it sends (Go's net/http, curl) has its status by
+// then; one that sends a big body before it reads may see the connection
+// reset. Reading refused bodies is what a big-body flood costs the server
+// (issue 37: 200 clients posting 8 MiB bodies, each refused one read for up
+// to 1 MiB, took a whole CPU in the kernel and the honest requests' p50 to
+// 77 ms). False when the connection cannot be taken over (the caller
+// answers the ordinary way).
 func (f *inFlight) refuseEarly(w http.ResponseWriter, r *http.Request) bool {
 	hj, ok := w.(http.Hijacker)
 	if !ok || r.ProtoMajor != 1 {
@@ -414,28 +424,33 @@ func (f *inFlight) refuseEarly(w http.ResponseWriter, r *http.Request) bool {
 	if err != nil {
 		return false
 	}
-	defer nc.Close()
 	nc.SetDeadline(time.Now().Add(httpDrainTimeout))
 	fmt.Fprintf(rw, "HTTP/1.1 503 Service Unavailable\r\nRetry-After: 1\r\nConnection: close\r\n"+
 		"Content-Type: text/plain; charset=utf-8\r\nContent-Length: %d\r\n\r\n%s\n", len(httpBusy)+1, httpBusy)
 	if rw.Flush() != nil {
+		nc.Close()
 		return true
 	}
 	if cw, ok := nc.(interface{ CloseWrite() error }); ok {
 		cw.CloseWrite()
 	}
-	// Discard what the client still sends: all of it (up to the body cap,
-	// within httpDrainTimeout) while at most httpFullDrains refusals do so
-	// at once; beyond, httpDrainBytes within a second (reading whole 8 MiB
-	// bodies of a flood cost the honest requests their CPU: p50 111 ms
-	// instead of 4 ms).
-	limit, wait := int64(httpDrainBytes), time.Second
 	if f.draining.Add(1) <= httpFullDrains {
-		limit, wait = f.bodyCap+1, httpDrainTimeout
+		defer f.draining.Add(-1)
+		defer nc.Close()
+		io.Copy(io.Discard, io.LimitReader(rw, f.bodyCap+1))
+		return true
 	}
-	defer f.draining.Add(-1)
-	nc.SetReadDeadline(time.Now().Add(wait))
-	io.Copy(io.Discard, io.LimitReader(rw, limit))
+	f.draining.Add(-1)
+	if f.parked.Add(1) > httpMaxParked {
+		f.parked.Add(-1)
+		nc.Close()
+		return true
+	}
+	f.parks.Add(1)
+	time.AfterFunc(httpParkTime, func() {
+		nc.Close()
+		f.parked.Add(-1)
+	})
 	return true
 }
 

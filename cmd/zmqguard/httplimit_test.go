@@ -8,8 +8,11 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/testkit/poll"
 )
 
 // TestHTTPEndpointLimits (issue 29 row 9): the debug endpoint refuses a
@@ -330,4 +333,89 @@ func TestHTTPBigRequestsPerCPU(t *testing.T) {
 	if !f.take(big) {
 		t.Fatal("big request refused after the first left")
 	}
+}
+
+// countingListener counts the bytes read from its connections.
+type countingListener struct {
+	net.Listener
+	read atomic.Int64
+}
+
+func (l *countingListener) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err != nil {
+		return nil, err
+	}
+	return &countingConn{Conn: c, l: l}, nil
+}
+
+type countingConn struct {
+	net.Conn
+	l *countingListener
+}
+
+func (c *countingConn) Read(p []byte) (int, error) {
+	n, err := c.Conn.Read(p)
+	c.l.read.Add(int64(n))
+	return n, err
+}
+
+func (c *countingConn) CloseWrite() error {
+	return c.Conn.(*net.TCPConn).CloseWrite()
+}
+
+// TestHTTPRefusedBodiesNotRead (issue 37, 200 clients posting 8 MiB
+// bodies): once the full discards are taken, a refused request's body is
+// not read: its connection is parked unread and closed httpParkTime later,
+// and a client that reads while it sends (Go's) still receives its 503
+// with Retry-After. Before, each such refusal read 1 MiB of the body, which
+// under a flood was the server's CPU, and then reset the connection, so
+// most clients received an error instead of the status.
+func TestHTTPRefusedBodiesNotRead(t *testing.T) {
+	const body, clients = 4 << 20, 12
+	f := &inFlight{budget: 1 << 20, bodyCap: 8 << 20, bigMax: 1}
+	f.draining.Store(httpFullDrains) // the full discards are taken
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { t.Error("a big request was admitted") })
+	raw, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ln := &countingListener{Listener: raw}
+	srv := &http.Server{Handler: f.wrap(h), ReadHeaderTimeout: 10 * time.Second}
+	done := make(chan struct{})
+	go func() { defer close(done); srv.Serve(ln) }()
+	defer func() { srv.Close(); <-done }()
+	url := "http://" + raw.Addr().String() + "/big"
+	errs := make(chan error, clients)
+	for i := range clients {
+		c := httpFrom(fmt.Sprintf("127.0.0.%d", 30+i), false)
+		go func() {
+			resp, err := c.Post(url, "application/json", strings.NewReader(strings.Repeat("1", body)))
+			if err != nil {
+				errs <- err
+				return
+			}
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode != http.StatusServiceUnavailable || resp.Header.Get("Retry-After") == "" {
+				err = fmt.Errorf("status %d, Retry-After %q; want 503 with Retry-After", resp.StatusCode, resp.Header.Get("Retry-After"))
+			}
+			errs <- err
+		}()
+	}
+	for i := range clients {
+		if err := <-errs; err != nil {
+			t.Errorf("refused request %d: %v", i, err)
+		}
+	}
+	if n := f.parks.Load(); n != clients {
+		t.Errorf("parked %d refused connections, want %d", n, clients)
+	}
+	// Each refusal reads its header and at most the server's buffer
+	// (4 KiB) of the body; a read of the refused bodies would be MiBs.
+	if n := ln.read.Load(); n > clients*64<<10 {
+		t.Errorf("the server read %d bytes of %d refused %d-byte bodies; want at most 64 KiB each", n, clients, body)
+	}
+	poll.WaitFor(t, 10*time.Second, "the parked connections closed", func() bool { return f.parked.Load() == 0 })
+	f.draining.Store(0)
 }

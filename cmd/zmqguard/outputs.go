@@ -64,7 +64,7 @@ SIGTERM) the last line is {"counters": {...}} and the exit code is 0.
 Each engine connection is handled by its own worker: one engine's lines
 keep its order, different engines' lines may interleave, and an engine
 sending huge messages delays only its own lines (its connection is held
-once 64 MiB of its messages wait).
+once 64 MiB of its messages, or two messages over 1 MiB, wait).
 
 The limits default to one step of a large engine (max_num_seqs 1024, each
 sequence with logprobs, pooling output or routed experts in aux frames):
@@ -74,7 +74,8 @@ counted, the receiver goes on.`,
 
 // outputsHeapSlack is what the outputs command allows its heap beyond the
 // queues and the socket's budget: workers' decoded messages and rendered
-// lines, the runtime and the metrics endpoint.
+// lines, the copies of heavy messages kept for reuse (at most 32 MiB), the
+// runtime and the metrics endpoint.
 const outputsHeapSlack = 64 << 20
 
 // outputsFlags are the flags of outputs.

@@ -6,6 +6,7 @@
 //	fairshare37 pull -addr 127.0.0.1:PORT [-n 4200] [-honest 64] [-new 4]
 //	fairshare37 replay -addr 127.0.0.1:PORT [-n 300] [-replays 71]
 //	fairshare37 http -addr 127.0.0.1:PORT -mode idle|big ... (see http.go)
+//	fairshare37 flood -addr 127.0.0.1:PORT [-big 200] [-for 60s] (see http.go)
 //
 // pull: an honest host (127.0.0.2) holds -honest working PUSH connections
 // (a message every 100 ms each) to a guarded PULL (`zmqguard sink`); then
@@ -41,7 +42,7 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: fairshare37 pull|replay|http [flags]")
+		fmt.Fprintln(os.Stderr, "usage: fairshare37 pull|replay|http|flood [flags]")
 		os.Exit(2)
 	}
 	var err error
@@ -52,6 +53,8 @@ func main() {
 		err = replay(os.Args[2:])
 	case "http":
 		err = httpAttack(os.Args[2:])
+	case "flood":
+		err = httpFlood(os.Args[2:])
 	default:
 		err = fmt.Errorf("unknown attack %q", os.Args[1])
 	}

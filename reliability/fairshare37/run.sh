@@ -1,14 +1,28 @@
 #!/usr/bin/env bash
 # Re-measures issue 37's "many addresses" rows against one zmqguard binary,
 # on loopback. Usage: run.sh ZMQGUARD_BIN ATTACK_BIN [rows...]
+# (ATTACK_BIN: go build -o ATK ./reliability/fairshare37)
 # rows: pull (4,200 addresses against `sink`), replay (300 addresses against
 # kv-publish's replay port), http-idle (1,024 idle keep-alive connections
 # from one host to kv-index --http) and http-big (200 clients posting 8 MiB
-# /score bodies), each with an honest router asking /score meanwhile. Each row starts its own CLI process
-# (kernel-chosen ports, read from its JSON start line), runs one bounded
-# attack, prints the attack's JSON line and stops the process.
+# /score bodies), each with an honest router asking /score meanwhile;
+# http-big-nice is http-big with the attacking clients' process under
+# `nice -n 19` (on a deployment the attacker's CPU is another host's; the
+# server and the honest router run at normal priority in both). Each row
+# starts its own CLI process (kernel-chosen ports, read from its JSON start
+# line), runs one bounded attack, prints the attack's JSON lines (for
+# http-big: the honest router's, then the flood's) with `uptime` before,
+# and stops the process.
+# outputs6 and outputs3 run issue 37's heavy engines against `zmqguard
+# outputs` (reliability/fairshare/outputs row11: 6 or 3 engines sending
+# valid 7.5 MB EngineCoreOutputs back to back from a child process, an
+# honest engine sending a small message every 20 ms, its delay measured to
+# its line on the CLI's stdout); outputs6-nice runs those engines under
+# `nice -n 19`. The harness is built from this tree unless FS37_FSO names
+# a binary of it.
 # FS37_N overrides the attacking addresses of the pull row; FS37_FOR the
-# http rows' duration, FS37_BIG the big-body clients.
+# http and outputs rows' duration (default 20 s and 15 s), FS37_BIG the
+# big-body clients.
 set -euo pipefail
 bin=$1 atk=$2
 shift 2
@@ -40,6 +54,7 @@ PY
 stop() { kill "$pid"; wait "$pid" 2>/dev/null || true; pid=; }
 
 for row in $rows; do
+  echo "# $row: $(uptime)"
   case $row in
   pull)
     "$bin" sink --bind tcp://127.0.0.1:0 --log-format json 2>"$tmp/pull.log" >/dev/null &
@@ -56,7 +71,7 @@ for row in $rows; do
     "$atk" replay -addr "${ep#tcp://}" -n 300 -replays 71
     stop
     ;;
-  http-idle|http-big)
+  http-idle|http-big|http-big-nice)
     # kv-index --http with one source that never answers (a closed port).
     "$bin" kv-index --connect tcp://127.0.0.1:1 --http 127.0.0.1:0 --log-format json 2>"$tmp/$row.log" >/dev/null &
     pid=$!
@@ -64,9 +79,34 @@ for row in $rows; do
     if [ "$row" = http-idle ]; then
       "$atk" http -addr "$ha" -mode idle -idle 1024 -for "${FS37_FOR:-35s}"
     else
-      "$atk" http -addr "$ha" -mode big -big "${FS37_BIG:-200}" -pid "$pid" -for "${FS37_FOR:-20s}"
+      nice=
+      [ "$row" = http-big-nice ] && nice="nice -n 19"
+      # The flood in a process of its own (bounded: -for 5m, stopped below).
+      $nice "$atk" flood -addr "$ha" -big "${FS37_BIG:-200}" -for 5m >"$tmp/flood.json" &
+      fpid=$!
+      "$atk" http -addr "$ha" -mode big -pid "$pid" -for "${FS37_FOR:-20s}"
+      kill -TERM "$fpid"
+      wait "$fpid" || true
+      cat "$tmp/flood.json"
     fi
     stop
+    ;;
+  outputs6|outputs3|outputs6-nice)
+    fso=${FS37_FSO:-}
+    if [ -z "$fso" ]; then
+      (cd "$(dirname "$0")/../.." && go build -o "$tmp/fso" ./reliability/fairshare/outputs)
+      fso=$tmp/fso
+    fi
+    n=6 attackers=process
+    [ "$row" = outputs3 ] && n=3
+    [ "$row" = outputs6-nice ] && attackers=nice
+    # Bounded: the harness stops the CLI after -for plus at most 30 s of
+    # printing, and gives up 90 s past -for.
+    "$fso" -bin "$bin" -for "${FS37_FOR:-15s}" -huge 1024x1830 -engines "$n" -attackers "$attackers" row11
+    ;;
+  *)
+    echo "unknown row $row" >&2
+    exit 2
     ;;
   esac
 done

@@ -3,7 +3,7 @@
 // RELIABILITY.md's "Fair shares (issue 29)" table:
 //
 //	go run ./reliability/fairshare/outputs row4
-//	go run ./reliability/fairshare/outputs -bin PATH row11 [-for 20s] [-huge 1024x4096] [-rate 50] [-engines 1]
+//	go run ./reliability/fairshare/outputs -bin PATH [-for 20s] [-huge 1024x4096] [-rate 50] [-engines 1] [-attackers process|nice|inproc] row11
 //
 // row4 runs an outputs.Receiver in this process with the library's
 // defaults (OnEngineDead nil) on 127.0.0.1 port 0 and plays three peers: an
@@ -17,15 +17,24 @@
 // how many honest messages were delivered after the attack.
 //
 // row11 starts PATH outputs --bind tcp://127.0.0.1:0 (the kernel chooses
-// the port; it is read from the start line), then for -for: an attacking
-// engine 1 sends valid EngineCoreOutputs of -huge request outputs, each
-// with a float32 pooling output of the given width in its own aux frame
-// (1024x4096: 16 MiB a message), back to back; an honest engine 0 sends one
-// small message every 1/-rate s with its send time in the request id. The
-// harness reads the process's stdout and, for each honest line, the delay
-// from send to line. It prints one JSON object: honest messages sent and
-// printed, delay p50/p99/max, attacker messages printed, the process's
-// peak RSS (/proc), and the load average.
+// the port; it is read from the start line), then for -for: attacking
+// engines 1..-engines, each on its own connection, send valid
+// EngineCoreOutputs of -huge request outputs, each with a float32 pooling
+// output of the given width in its own aux frame (1024x4096: 16 MiB a
+// message), back to back; an honest engine 0 sends one small message every
+// 1/-rate s with its send time in the request id. The attackers run in a
+// child process (this binary's "heavy" mode; -attackers nice runs it under
+// nice -n 19, inproc in this process as before issue 37's second round),
+// so that the honest sender and the reader do not share a process with
+// them. The harness reads the process's stdout and, for each honest line,
+// the delay from send to line. It prints one JSON object: honest messages
+// sent and printed, delay p50/p99/max, how many took 50 ms or more (and
+// when the first 16 of those were sent, from the start), p99 and that
+// count for the messages sent 2 s or more after the start (past the heavy
+// engines' first burst), attacker messages
+// printed, the process's peak RSS (/proc), the CPU time of the CLI, of
+// this process and of the attackers', the load average, and the CLI's
+// exit counters.
 package main
 
 import (
@@ -47,6 +56,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/zmqguard/zmqguard/decodeguard"
@@ -57,19 +67,27 @@ import (
 
 var quiet = slog.New(slog.DiscardHandler)
 
+// stderrFile is -stderr.
+var stderrFile string
+
 func main() {
 	bin := flag.String("bin", "", "zmqguard binary (row11)")
 	dur := flag.Duration("for", 20*time.Second, "attack duration (row11)")
 	huge := flag.String("huge", "1024x4096", "attacker's message: OUTPUTSxWIDTH float32 pooling outputs (row11)")
 	rate := flag.Float64("rate", 50, "honest messages per second (row11)")
 	heavy := flag.Int("engines", 1, "attacking engines, each on its own connection and engine index (row11)")
+	attackers := flag.String("attackers", "process", "where the attacking engines run (row11): process (a child process), nice (a child process under nice -n 19) or inproc (this process)")
+	ep := flag.String("ep", "", "the outputs endpoint (heavy: the attackers' process row11 starts)")
+	flag.StringVar(&stderrFile, "stderr", "", "also write the CLI's stderr to this file (row11; with GODEBUG=gctrace=1 in the environment, its GC lines)")
 	flag.Parse()
 	var err error
 	switch flag.Arg(0) {
 	case "row4":
 		err = row4()
 	case "row11":
-		err = row11(*bin, *dur, *huge, *rate, *heavy)
+		err = row11(*bin, *dur, *huge, *rate, *heavy, *attackers)
+	case "heavy":
+		err = heavyMain(*ep, *dur, *huge, *heavy)
 	default:
 		err = errors.New("usage: outputs row4 | -bin PATH row11")
 	}
@@ -253,24 +271,32 @@ wait:
 }
 
 type row11Result struct {
-	Huge          string  `json:"huge"`
-	Engines       int     `json:"attack_engines"`
-	HugeBytes     int     `json:"huge_message_bytes"`
-	For           string  `json:"for"`
-	HonestSent    int     `json:"honest_sent"`
-	HonestPrinted int     `json:"honest_printed"`
-	HonestPct     float64 `json:"honest_printed_pct"`
-	P50ms         float64 `json:"honest_delay_p50_ms"`
-	P99ms         float64 `json:"honest_delay_p99_ms"`
-	Maxms         float64 `json:"honest_delay_max_ms"`
-	AttackSent    int     `json:"attack_sent"`
-	AttackPrinted int     `json:"attack_lines_printed"`
-	PeakRSSMiB    float64 `json:"peak_rss_mib"`
-	LoadAvg       string  `json:"loadavg"`
-	ExitLine      string  `json:"counters_line_prefix"`
+	Huge          string          `json:"huge"`
+	Engines       int             `json:"attack_engines"`
+	HugeBytes     int             `json:"huge_message_bytes"`
+	For           string          `json:"for"`
+	HonestSent    int             `json:"honest_sent"`
+	HonestPrinted int             `json:"honest_printed"`
+	HonestPct     float64         `json:"honest_printed_pct"`
+	P50ms         float64         `json:"honest_delay_p50_ms"`
+	P99ms         float64         `json:"honest_delay_p99_ms"`
+	Maxms         float64         `json:"honest_delay_max_ms"`
+	Over50        int             `json:"honest_over_50ms"`
+	LaterP99ms    float64         `json:"honest_delay_p99_from_2s_ms"`
+	LaterOver50   int             `json:"honest_over_50ms_from_2s"`
+	SlowAt        []string        `json:"slow_at,omitempty"`
+	AttackSent    int             `json:"attack_sent"`
+	AttackPrinted int             `json:"attack_lines_printed"`
+	PeakRSSMiB    float64         `json:"peak_rss_mib"`
+	CLICPUs       float64         `json:"cli_cpu_s"`
+	HarnessCPUs   float64         `json:"harness_cpu_s"`
+	Attackers     string          `json:"attackers"`
+	AttackCPUs    float64         `json:"attackers_cpu_s,omitempty"`
+	LoadAvg       string          `json:"loadavg"`
+	Counters      json.RawMessage `json:"counters,omitempty"`
 }
 
-func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) error {
+func row11(bin string, dur time.Duration, huge string, rate float64, heavy int, attackers string) error {
 	if bin == "" {
 		return errors.New("row11 needs -bin")
 	}
@@ -294,8 +320,17 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	}
 	defer cmd.Process.Kill()
 	epc := make(chan string, 1)
+	var errCopy io.Writer = io.Discard
+	if stderrFile != "" {
+		f, err := os.Create(stderrFile)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		errCopy = f
+	}
 	go func() {
-		sc := bufio.NewScanner(stderr)
+		sc := bufio.NewScanner(io.TeeReader(stderr, errCopy))
 		sc.Buffer(make([]byte, 64<<10), 1<<20)
 		for sc.Scan() {
 			var l map[string]any
@@ -321,6 +356,9 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	var delays []time.Duration
 	var attackLines int
 	var lastLine string
+	var slowAt []string
+	var later []time.Duration // honest delays of messages sent 2 s or more after the start
+	t0 := time.Now()
 	readDone := make(chan struct{})
 	go func() {
 		defer close(readDone)
@@ -336,13 +374,20 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 					rest := s[i+len(`"request_id":"h-`):]
 					if j := strings.IndexByte(rest, '"'); j > 0 {
 						if ns, err := strconv.ParseInt(rest[:j], 10, 64); err == nil {
-							delays = append(delays, now.Sub(time.Unix(0, ns)))
+							d := now.Sub(time.Unix(0, ns))
+							delays = append(delays, d)
+							if time.Unix(0, ns).Sub(t0) >= 2*time.Second {
+								later = append(later, d)
+							}
+							if d >= 50*time.Millisecond && len(slowAt) < 16 {
+								slowAt = append(slowAt, fmt.Sprintf("%.2fs:%dms", time.Unix(0, ns).Sub(t0).Seconds(), d.Milliseconds()))
+							}
 						}
 					}
 				} else if strings.Contains(s, `"request_id":"a-`) {
 					attackLines++
-				} else if strings.HasPrefix(s, `{"counters"`) {
-					lastLine = s
+				} else if strings.HasPrefix(s, `{"counters"`) && err == nil {
+					lastLine = string(line)
 				}
 				mu.Unlock()
 			}
@@ -372,38 +417,58 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 		}
 	}()
 
-	// The attackers: valid huge messages back to back, engines 1..heavy.
+	// The attackers: valid huge messages back to back, engines 1..heavy,
+	// in a child process (an attacker is another host: its CPU is not the
+	// honest engine's sender's nor the reader's), under nice with
+	// -attackers nice, or in this process with -attackers inproc.
 	actx, acancel := context.WithTimeout(ctx, dur)
 	defer acancel()
 	var attackSent atomic.Int64
-	var attackWG sync.WaitGroup
+	var attackCPU float64
 	size := 0
-	for e := 1; e <= heavy; e++ {
-		attack, err := hugeMessage(int64(e), nOut, width)
-		if err != nil {
-			return err
-		}
-		size = 0
-		for _, f := range attack {
-			size += len(f)
-		}
-		ap, err := pusher(ep)
-		if err != nil {
-			return err
-		}
-		defer ap.Close()
-		attackWG.Add(1)
-		go func() {
-			defer attackWG.Done()
-			for actx.Err() == nil {
-				if ap.Send(actx, attack...) == nil {
-					attackSent.Add(1)
-				}
-			}
-		}()
-	}
 	attackDone := make(chan struct{})
-	go func() { attackWG.Wait(); close(attackDone) }()
+	var attackErr error
+	switch attackers {
+	case "inproc":
+		go func() {
+			defer close(attackDone)
+			n, sz, err := runAttackers(actx, ep, heavy, nOut, width)
+			attackSent.Store(n)
+			size, attackErr = sz, err
+		}()
+	case "process", "nice":
+		self, err := os.Executable()
+		if err != nil {
+			return err
+		}
+		args := []string{self, "-ep", ep, "-engines", strconv.Itoa(heavy), "-huge", huge, "-for", dur.String(), "heavy"}
+		if attackers == "nice" {
+			args = append([]string{"nice", "-n", "19"}, args...)
+		}
+		ac := exec.CommandContext(ctx, args[0], args[1:]...)
+		ac.Stderr = os.Stderr
+		out, err := ac.StdoutPipe()
+		if err != nil {
+			return err
+		}
+		if err := ac.Start(); err != nil {
+			return err
+		}
+		go func() {
+			defer close(attackDone)
+			var r heavyResult
+			derr := json.NewDecoder(out).Decode(&r)
+			if err := ac.Wait(); err != nil {
+				attackErr = fmt.Errorf("the attackers' process: %w", err)
+			} else if derr != nil {
+				attackErr = fmt.Errorf("the attackers' process: %w", derr)
+			}
+			attackSent.Store(r.Sent)
+			size, attackCPU = r.Bytes, r.CPUs
+		}()
+	default:
+		return fmt.Errorf("-attackers %q: want process, nice or inproc", attackers)
+	}
 	// The honest engine, at its own pace.
 	hp, err := pusher(ep)
 	if err != nil {
@@ -427,6 +492,9 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	}
 	tick.Stop()
 	<-attackDone
+	if attackErr != nil {
+		return attackErr
+	}
 	// Let what was sent be printed (bounded), then stop the process.
 	grace := time.Now().Add(30 * time.Second)
 	for time.Now().Before(grace) {
@@ -449,10 +517,25 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 
 	mu.Lock()
 	defer mu.Unlock()
-	res := row11Result{Huge: huge, Engines: heavy, HugeBytes: size, For: dur.String(), HonestSent: honestSent, HonestPrinted: len(delays),
+	res := row11Result{Huge: huge, Engines: heavy, HugeBytes: size, Attackers: attackers, AttackCPUs: attackCPU, For: dur.String(), HonestSent: honestSent, HonestPrinted: len(delays),
 		AttackSent: int(attackSent.Load()), AttackPrinted: attackLines, PeakRSSMiB: float64(peakKiB.Load()) / 1024}
 	if honestSent > 0 {
 		res.HonestPct = math.Round(1000*float64(len(delays))/float64(honestSent)) / 10
+	}
+	res.SlowAt = slowAt
+	if len(later) > 0 {
+		slices.Sort(later)
+		res.LaterP99ms = float64(later[max(int(math.Ceil(0.99*float64(len(later))))-1, 0)].Microseconds()) / 1000
+		for _, d := range later {
+			if d >= 50*time.Millisecond {
+				res.LaterOver50++
+			}
+		}
+	}
+	for _, d := range delays {
+		if d >= 50*time.Millisecond {
+			res.Over50++
+		}
 	}
 	if len(delays) > 0 {
 		slices.Sort(delays)
@@ -465,8 +548,86 @@ func row11(bin string, dur time.Duration, huge string, rate float64, heavy int) 
 	if b, err := os.ReadFile("/proc/loadavg"); err == nil {
 		res.LoadAvg = strings.TrimSpace(string(b))
 	}
-	res.ExitLine = lastLine[:min(len(lastLine), 80)]
+	if ps := cmd.ProcessState; ps != nil {
+		res.CLICPUs = (ps.UserTime() + ps.SystemTime()).Seconds()
+	}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		res.HarnessCPUs = float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	}
+	var c struct {
+		Counters json.RawMessage `json:"counters"`
+	}
+	if json.Unmarshal([]byte(lastLine), &c) == nil {
+		res.Counters = c.Counters
+	}
 	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+// heavyResult is the attackers' process's line.
+type heavyResult struct {
+	Sent  int64   `json:"attack_sent"`
+	Bytes int     `json:"huge_message_bytes"`
+	CPUs  float64 `json:"cpu_s"`
+}
+
+// heavyMain is the attackers' process: engines 1..heavy send huge
+// messages to ep back to back for dur, then it prints a heavyResult.
+func heavyMain(ep string, dur time.Duration, huge string, heavy int) error {
+	var nOut, width int
+	if _, err := fmt.Sscanf(huge, "%dx%d", &nOut, &width); err != nil || nOut < 1 || width < 1 {
+		return fmt.Errorf("-huge %q: want OUTPUTSxWIDTH", huge)
+	}
+	if ep == "" || dur <= 0 || dur > 5*time.Minute {
+		return errors.New("heavy needs -ep and a -for up to 5 minutes")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), dur)
+	defer cancel()
+	n, size, err := runAttackers(ctx, ep, heavy, nOut, width)
+	if err != nil {
+		return err
+	}
+	r := heavyResult{Sent: n, Bytes: size}
+	var ru syscall.Rusage
+	if syscall.Getrusage(syscall.RUSAGE_SELF, &ru) == nil {
+		r.CPUs = float64(ru.Utime.Nano()+ru.Stime.Nano()) / 1e9
+	}
+	return json.NewEncoder(os.Stdout).Encode(r)
+}
+
+// runAttackers sends, from engines 1..heavy each on its own connection,
+// valid huge messages to ep back to back until ctx ends. It returns the
+// messages sent and one message's size.
+func runAttackers(ctx context.Context, ep string, heavy, nOut, width int) (int64, int, error) {
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	size := 0
+	for e := 1; e <= heavy; e++ {
+		attack, err := hugeMessage(int64(e), nOut, width)
+		if err != nil {
+			return 0, 0, err
+		}
+		size = 0
+		for _, f := range attack {
+			size += len(f)
+		}
+		ap, err := pusher(ep)
+		if err != nil {
+			return 0, 0, err
+		}
+		defer ap.Close()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if ap.Send(ctx, attack...) == nil {
+					sent.Add(1)
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	return sent.Load(), size, nil
 }
 
 // hugeMessage is one valid EngineCoreOutputs of engine with n request
