@@ -19,7 +19,12 @@ const defaultCapacity = 1 << 22
 // numbers; a departed engine's number is reused by a later new engine).
 const maxEngines = 1 << 16
 
-// memEntry is one (block, engine, medium, group) entry: 40 bytes.
+// memEntry is one (block, engine, medium, group) entry: 40 bytes. A Score
+// reads entries without the lock (view): bnext and epoch, which the writer
+// changes while the entry is reachable, are written with atomic stores;
+// the other fields a reader reads are set before the entry is published
+// (by an atomic store of a slot or of a bnext) and kept until it is
+// reused, which waits for the readers that may still see it (grace).
 type memEntry struct {
 	key          Key
 	hash         uint64 // the engine's hash of the block
@@ -34,28 +39,47 @@ type memEntry struct {
 const chunkBits = 16
 const chunkLen = 1 << chunkBits
 
+// chunk is chunkLen entries of the arena.
+type chunk [chunkLen]memEntry
+
 type memEngine struct {
-	name  string
-	epoch uint32
-	n     int64 // entries
-	free  bool  // a departed engine's number, on freeEngines for reuse
+	name string
+	n    int64 // entries
+	free bool  // a departed engine's number, on freeEngines for reuse
 }
+
+// epochPage is the loss epochs of 256 engine numbers.
+type epochPage [256]atomic.Uint32
 
 // memory is the in-memory Backend.
 type memory struct {
 	mu       sync.RWMutex
 	capacity int64
 
-	chunks [][]memEntry // entry id i is chunks[i>>chunkBits][i&(chunkLen-1)]; id 0 is nil
-	next   uint32       // next never-used id
-	free   uint32       // free list through bnext
-	head   uint32       // oldest entry
-	tail   uint32       // newest entry
+	chunks []*chunk                // entry id i is chunks[i>>chunkBits][i&(chunkLen-1)]; id 0 is nil
+	arena  atomic.Pointer[[]*chunk] // chunks, for readers (view)
+	next   uint32                   // next never-used id
+	free   uint32                   // free list through bnext
+	head   uint32                   // oldest entry
+	tail   uint32                   // newest entry
+
+	// Reclamation (grace): an entry unlinked in phase p waits in limbo[p&1]
+	// until no Score that began in phase p is left.
+	grace grace
+	phase uint32 // grace.phase, the writer's copy
+	limbo [2][]uint32
 
 	blocks blockTable // key → first entry of the block's chain
 	maps   mapTable   // (engine, hash) → first entry of that group
 
 	engines     []memEngine
+	// The engines' loss epochs, by number (epochOf): read by Scores
+	// without the lock.
+	epochs [maxEngines / 256]atomic.Pointer[epochPage]
+	// gen is odd while the writer changes what a number means (a number
+	// freed or reused, an epoch set back): a Score that saw it change
+	// walks again (walk).
+	gen atomic.Uint64
 	engineIDs   map[string]uint16 // the live engines
 	freeEngines []uint16          // numbers of departed engines, for reuse (retire)
 	mediums     []string
@@ -69,7 +93,9 @@ type memory struct {
 
 	entries, nblocks, mappings int64
 	evicted                    uint64
-	closed                     bool
+	closed                     atomic.Bool
+
+	midApply func() // tests only (export_test.go): runs in applyLocked after its first op
 }
 
 // NewMemory returns the in-memory Backend, holding at most capacity
@@ -86,18 +112,38 @@ func NewMemory(capacity int) (Backend, error) {
 	if capacity < 0 || capacity > maxCapacity {
 		return nil, fmt.Errorf("kvindex: memory capacity %d out of range 1..%d", capacity, maxCapacity)
 	}
-	cfg := struct{ Capacity int }{capacity}
-	m := &memory{capacity: int64(cfg.Capacity), engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
+	return newMemory(int64(capacity)), nil
+}
+
+func newMemory(capacity int64) *memory {
+	m := &memory{capacity: capacity, engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
+	var none []*chunk
+	m.arena.Store(&none)
 	m.blocks.init(m)
 	m.maps.init(m)
-	return m, nil
+	return m
 }
 
 func (m *memory) e(id uint32) *memEntry {
 	return &m.chunks[id>>chunkBits][id&(chunkLen-1)]
 }
 
+// epochOf returns engine eid's loss epoch.
+func (m *memory) epochOf(eid uint16) uint32 { return m.epochs[eid>>8].Load()[eid&255].Load() }
+
+// setEpoch sets engine eid's loss epoch.
+func (m *memory) setEpoch(eid uint16, epoch uint32) { m.epochs[eid>>8].Load()[eid&255].Store(epoch) }
+
 func (m *memory) alloc() uint32 {
+	if m.free == 0 && m.next >= tomb {
+		// Every id is live or in limbo (a capacity near the largest and
+		// Scores slow to finish): wait for the Scores, which end.
+		for m.free == 0 {
+			if !m.reclaim() {
+				runtime.Gosched()
+			}
+		}
+	}
 	if id := m.free; id != 0 {
 		m.free = m.e(id).bnext
 		*m.e(id) = memEntry{}
@@ -105,17 +151,69 @@ func (m *memory) alloc() uint32 {
 	}
 	id := m.next
 	if int(id>>chunkBits) == len(m.chunks) {
-		m.chunks = append(m.chunks, make([]memEntry, chunkLen))
+		m.chunks = append(m.chunks, new(chunk))
+		cs := m.chunks
+		m.arena.Store(&cs)
 	}
 	m.next++
 	return id
 }
 
+// release puts an unlinked entry in limbo: a Score that began before the
+// unlink may still read it (and follow its bnext), so it is reused only
+// once those Scores are done (reclaim).
 func (m *memory) release(id uint32) {
-	e := m.e(id)
-	*e = memEntry{bnext: m.free}
-	m.free = id
+	m.limbo[m.phase&1] = append(m.limbo[m.phase&1], id)
 }
+
+// reclaim frees the entries unlinked in the previous phase, and starts a
+// new phase, when no Score of the previous phase is left; it reports
+// whether it did. Called with the write lock held, at every batch.
+func (m *memory) reclaim() bool {
+	prev := (m.phase + 1) & 1 // the previous phase's parity
+	if m.grace.active[prev].Load() != 0 {
+		return false
+	}
+	// A Score that began in the current phase began after every unlink
+	// of the previous one: it cannot reach those entries.
+	for _, id := range m.limbo[prev] {
+		*m.e(id) = memEntry{bnext: m.free}
+		m.free = id
+	}
+	m.limbo[prev] = m.limbo[prev][:0]
+	if cap(m.limbo[prev]) > 1<<16 {
+		m.limbo[prev] = nil
+	}
+	m.phase++
+	m.grace.phase.Store(m.phase)
+	return true
+}
+
+// grace counts the Scores reading the index without the lock, by the
+// parity of the phase they began in. A phase ends (reclaim) once the Scores
+// of the phase before it are done, so an entry unlinked in phase p is
+// reused only after every Score that began in phase p or earlier ended.
+type grace struct {
+	phase  atomic.Uint32
+	active [2]atomic.Int32
+}
+
+// enter counts a Score in the current phase and returns it.
+func (g *grace) enter() uint32 {
+	for {
+		p := g.phase.Load()
+		g.active[p&1].Add(1)
+		if g.phase.Load() == p {
+			return p
+		}
+		// The phase moved between the two loads: the count may have
+		// gone to a phase already checked; count again.
+		g.active[p&1].Add(-1)
+	}
+}
+
+// exit ends a Score entered in phase p.
+func (g *grace) exit(p uint32) { g.active[p&1].Add(-1) }
 
 func (m *memory) engineID(name string, create bool) (uint16, bool, error) {
 	if id, ok := m.engineIDs[name]; ok {
@@ -127,15 +225,21 @@ func (m *memory) engineID(name string, create bool) (uint16, bool, error) {
 	if n := len(m.freeEngines); n > 0 {
 		id := m.freeEngines[n-1]
 		m.freeEngines = m.freeEngines[:n-1]
+		m.gen.Add(1)
 		m.engines[id] = memEngine{name: name}
+		m.setEpoch(id, 0)
 		m.engineIDs[name] = id
 		publishAt(&m.engineNames, int(id), name)
+		m.gen.Add(1)
 		return id, true, nil
 	}
 	if len(m.engines) >= maxEngines {
 		return 0, false, fmt.Errorf("%w: %d engines", errTooManyEngines, maxEngines)
 	}
 	id := uint16(len(m.engines))
+	if m.epochs[id>>8].Load() == nil {
+		m.epochs[id>>8].Store(new(epochPage))
+	}
 	m.engines = append(m.engines, memEngine{name: name})
 	m.engineIDs[name] = id
 	publish(&m.engineNames, name)
@@ -154,9 +258,11 @@ func (m *memory) retire(engine string) {
 	m.lock()
 	defer m.mu.Unlock()
 	eid, ok := m.engineIDs[engine]
-	if !ok || m.closed || m.engines[eid].n != 0 {
+	if !ok || m.closed.Load() || m.engines[eid].n != 0 {
 		return
 	}
+	m.gen.Add(1)
+	defer m.gen.Add(1)
 	delete(m.engineIDs, engine)
 	m.engines[eid] = memEngine{free: true}
 	m.freeEngines = append(m.freeEngines, eid)
@@ -188,7 +294,7 @@ func (m *memory) Resolve(engine string, hashes []uint64, keys []Key, found []boo
 
 // resolveLocked is Resolve with m.mu held.
 func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found []bool) error {
-	if m.closed {
+	if m.closed.Load() {
 		return ErrClosed
 	}
 	eid, ok, _ := m.engineID(engine, false)
@@ -209,9 +315,11 @@ func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found
 const spinTries = 16
 
 // lock takes the write lock, yielding and retrying a few times first: a
-// Score holds the read lock for microseconds to tens of microseconds, and
-// sleeping on it (a futex wait and wake per batch, on both sides) cost
-// more than half the ingest rate while queries ran (BENCHMARKS.md).
+// batch of another engine, Holders or Stats holds the lock for
+// microseconds to tens of microseconds, and sleeping on it (a futex wait
+// and wake per batch, on both sides) cost more than half the ingest rate
+// while queries took the read lock (BENCHMARKS.md; Score takes no lock
+// since: walk).
 func (m *memory) lock() {
 	for i := 0; i < spinTries; i++ {
 		if m.mu.TryLock() {
@@ -242,14 +350,18 @@ func (m *memory) Apply(engine string, ops []Op) (Counts, error) {
 // applyLocked is Apply with m.mu held for writing.
 func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
 	var c Counts
-	if m.closed {
+	if m.closed.Load() {
 		return c, ErrClosed
 	}
 	eid, _, err := m.engineID(engine, true)
 	if err != nil {
 		return c, err
 	}
+	m.reclaim()
 	for i := range ops {
+		if i == 1 && m.midApply != nil {
+			m.midApply()
+		}
 		op := &ops[i]
 		switch op.Kind {
 		case OpStore:
@@ -272,9 +384,9 @@ func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
 			m.remove(eid, op.Hash, med, uint8(op.Group), &c)
 		case OpClear:
 			c.Cleared += uint64(m.clear(eid))
-			m.engines[eid].epoch++
+			m.setEpoch(eid, m.epochOf(eid)+1)
 		case OpLost:
-			m.engines[eid].epoch++
+			m.setEpoch(eid, m.epochOf(eid)+1)
 		default:
 			return c, fmt.Errorf("kvindex: unknown op kind %d", op.Kind)
 		}
@@ -290,7 +402,7 @@ func (m *memory) store(eid uint16, h uint64, k Key, med, group uint8, c *Counts)
 		c.Removed += uint64(m.dropGroup(first))
 		first = 0
 	}
-	epoch := m.engines[eid].epoch
+	epoch := m.epochOf(eid)
 	if first != 0 {
 		for id := first; id != 0; {
 			e := m.e(id)
@@ -298,7 +410,7 @@ func (m *memory) store(eid uint16, h uint64, k Key, med, group uint8, c *Counts)
 				break
 			}
 			if e.medium == med && e.group == group {
-				e.epoch = epoch
+				atomic.StoreUint32(&e.epoch, epoch)
 				c.Refreshed++
 				return
 			}
@@ -316,7 +428,7 @@ func (m *memory) store(eid uint16, h uint64, k Key, med, group uint8, c *Counts)
 		if f.bnext != 0 {
 			m.e(f.bnext).bprev = id
 		}
-		f.bnext = id
+		atomic.StoreUint32(&f.bnext, id) // publishes e
 	} else {
 		head, ok := m.blocks.find(k)
 		if ok {
@@ -412,7 +524,7 @@ func (m *memory) unlink(id uint32) {
 	}
 	// Block chain.
 	if e.bprev != 0 {
-		m.e(e.bprev).bnext = e.bnext
+		atomic.StoreUint32(&m.e(e.bprev).bnext, e.bnext)
 	} else if e.bnext != 0 {
 		m.blocks.set(e.key, e.bnext)
 	} else {
@@ -442,7 +554,7 @@ func (m *memory) Holders(keys []Key, visit func(i int, holders []Holder) bool) e
 	var buf [32]Holder
 	m.rlock()
 	defer m.mu.RUnlock()
-	if m.closed {
+	if m.closed.Load() {
 		return ErrClosed
 	}
 	for i, k := range keys {
@@ -452,7 +564,7 @@ func (m *memory) Holders(keys []Key, visit func(i int, holders []Holder) bool) e
 			for id := head; id != 0; {
 				e := m.e(id)
 				hs = append(hs, Holder{Engine: uint32(e.engine), Medium: uint16(e.medium),
-					Trusted: e.epoch == m.engines[e.engine].epoch})
+					Trusted: e.epoch == m.epochOf(e.engine)})
 				id = e.bnext
 			}
 		}
@@ -514,8 +626,11 @@ func (m *memory) bytes() int64 {
 func (m *memory) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.closed = true
+	m.closed.Store(true)
 	m.chunks, m.engines = nil, nil
+	var none []*chunk
+	m.arena.Store(&none)
+	m.limbo = [2][]uint32{}
 	m.blocks.init(m)
 	m.maps.init(m)
 	return nil
@@ -531,43 +646,134 @@ type walkHolder struct {
 	trusted bool
 }
 
+// walkTries is how many times walk runs without the lock before it takes
+// it: a walk runs again when an engine number changed meaning during it (a
+// departed engine's number reused, an epoch set back), which is rare.
+const walkTries = 3
+
 // walk is Holders fused with Score's prefix walk (the in-memory fast path:
 // no callback per key). It extends sc's runs with every entry of keys[0],
-// keys[1], ... until a key extends no engine's run. The chains of
-// walkLanes consecutive blocks are followed together, so that their
-// pointer chases overlap instead of waiting on one another (a block held
-// by a thousand engines is a chain of a thousand entries stored at
+// keys[1], ... until a key extends no engine's run.
+//
+// It takes no lock: a batch applying meanwhile does not delay it, nor a
+// table's rebuild (readers probe the array they loaded). What it sees of a
+// batch under way is the state before or after each of its changes, never
+// a freed entry (grace); so an entry it counts certain was held, at the
+// engine's current loss epoch, at some moment of the walk, and a block
+// removed, or made uncertain, before the Score began is never counted
+// certain. Engine numbers keep their meaning for the walk (gen), so the
+// names of sc.names are the names of the numbers it saw.
+func (m *memory) walk(keys []Key, sc *scoreScratch) error {
+	for try := 0; ; try++ {
+		locked := try == walkTries
+		if locked {
+			// Numbers keep changing meaning under the walks: one under
+			// the lock, which the writer needs to change them.
+			m.lock()
+		}
+		g0 := m.gen.Load()
+		var done bool
+		var err error
+		if g0&1 == 0 || locked {
+			p := m.grace.enter()
+			err = m.walkOnce(keys, sc)
+			m.grace.exit(p)
+			done = locked || m.gen.Load() == g0
+		}
+		if locked {
+			m.mu.Unlock()
+		}
+		if done || err != nil {
+			return err
+		}
+		sc.reset()
+		runtime.Gosched()
+	}
+}
+
+// view is a walk's access to the arena without the lock.
+type view struct {
+	m     *memory
+	arena []*chunk
+}
+
+// e returns entry id, or nil for an id past the arena (closed meanwhile).
+func (v *view) e(id uint32) *memEntry {
+	c := int(id >> chunkBits)
+	if c >= len(v.arena) {
+		// A chunk added since the arena was loaded: published before
+		// any id in it was.
+		v.arena = *v.m.arena.Load()
+		if c >= len(v.arena) {
+			return nil
+		}
+	}
+	return &v.arena[c][id&(chunkLen-1)]
+}
+
+// head returns the first entry of block k's chain in slots, or 0. The
+// probe is bounded by the table's size: a reader sees slots of different
+// moments, which need not show the empty slot ending a run.
+func (v *view) head(slots []uint32, k Key) uint32 {
+	hv := uint64(k)
+	fp := fpOf(hv)
+	mask := len(slots) - 1
+	for i, n := int(hv)&mask, 0; n < len(slots); i, n = (i+1)&mask, n+1 {
+		s := atomic.LoadUint32(&slots[i])
+		if s == 0 {
+			return 0
+		}
+		if s&^idMask == fp && s != tomb {
+			if e := v.e(s & idMask); e != nil && e.key == k {
+				return s & idMask
+			}
+		}
+	}
+	return 0
+}
+
+// walkOnce is one walk without the lock, inside a grace section. The
+// chains of walkLanes consecutive blocks are followed together, so that
+// their pointer chases overlap instead of waiting on one another (a block
+// held by a thousand engines is a chain of a thousand entries stored at
 // different times, each a cache miss); then the blocks are applied in
 // order.
-func (m *memory) walk(keys []Key, sc *scoreScratch) error {
-	m.rlock()
-	defer m.mu.RUnlock()
-	if m.closed {
+func (m *memory) walkOnce(keys []Key, sc *scoreScratch) error {
+	if m.closed.Load() {
 		return ErrClosed
 	}
-	chunks, engines := m.chunks, m.engines
+	v := view{m: m, arena: *m.arena.Load()}
+	slots := *m.blocks.pub.Load()
 	// The names of the numbers this walk sees, as of the walk: Score
 	// resolves them from this copy, never from a later one in which a
-	// number departed and reused names another engine.
+	// number departed and reused names another engine (walk retries when
+	// a number changed meaning meanwhile).
 	sc.names = m.engineNames.Load()
-	if len(sc.byEngine) < len(engines) {
-		sc.byEngine = append(sc.byEngine, make([]int32, len(engines)-len(sc.byEngine))...)
+	if sc.names != nil && len(sc.byEngine) < len(*sc.names) {
+		sc.byEngine = append(sc.byEngine, make([]int32, len(*sc.names)-len(sc.byEngine))...)
 	}
 	for base := 0; base < len(keys); base += walkLanes {
 		n := min(walkLanes, len(keys)-base)
 		var cur [walkLanes]uint32
 		for l := 0; l < n; l++ {
-			cur[l], _ = m.blocks.find(keys[base+l])
+			cur[l] = v.head(slots, keys[base+l])
 			sc.lanes[l] = sc.lanes[l][:0]
 		}
 		for live := n; live > 0; {
 			live = 0
 			for l := 0; l < n; l++ {
 				if id := cur[l]; id != 0 {
-					e := &chunks[id>>chunkBits][id&(chunkLen-1)]
+					e := v.e(id)
+					if e == nil {
+						cur[l] = 0
+						continue
+					}
+					// The entry's epoch before the engine's: see
+					// walk for why it counts certain only what was.
+					ep := atomic.LoadUint32(&e.epoch)
 					sc.lanes[l] = append(sc.lanes[l], walkHolder{engine: e.engine, medium: e.medium,
-						trusted: e.epoch == engines[e.engine].epoch})
-					cur[l] = e.bnext
+						trusted: ep == m.epochOf(e.engine)})
+					cur[l] = atomic.LoadUint32(&e.bnext)
 					live++
 				}
 			}
