@@ -56,7 +56,7 @@ type memory struct {
 	mu       sync.RWMutex
 	capacity int64
 
-	chunks []*chunk                // entry id i is chunks[i>>chunkBits][i&(chunkLen-1)]; id 0 is nil
+	chunks []*chunk                 // entry id i is chunks[i>>chunkBits][i&(chunkLen-1)]; id 0 is nil
 	arena  atomic.Pointer[[]*chunk] // chunks, for readers (view)
 	next   uint32                   // next never-used id
 	free   uint32                   // free list through bnext
@@ -72,14 +72,14 @@ type memory struct {
 	blocks blockTable // key → first entry of the block's chain
 	maps   mapTable   // (engine, hash) → first entry of that group
 
-	engines     []memEngine
+	engines []memEngine
 	// The engines' loss epochs, by number (epochOf): read by Scores
 	// without the lock.
 	epochs [maxEngines / 256]atomic.Pointer[epochPage]
 	// gen is odd while the writer changes what a number means (a number
 	// freed or reused, an epoch set back): a Score that saw it change
 	// walks again (walk).
-	gen atomic.Uint64
+	gen         atomic.Uint64
 	engineIDs   map[string]uint16 // the live engines
 	freeEngines []uint16          // numbers of departed engines, for reuse (retire)
 	mediums     []string
