@@ -298,3 +298,120 @@ func TestScoreDoesNotWaitForApply(t *testing.T) {
 		t.Errorf("after: prefix %d, want 16", got)
 	}
 }
+
+// lfPrompt2 is another prompt (no block in common with lfPrompt).
+func lfPrompt2() []int64 {
+	p := lfPrompt()
+	for i := range p {
+		p[i] += 1 << 20
+	}
+	return p
+}
+
+// TestWalkNeverReadsReusedEntries: a Score has found the entries of the
+// prompt's blocks 4..7 (held by a alone) when a removes them, and the
+// next batches would reuse their ids for c's store of another prompt's
+// blocks. The walk must go on reading a's removed entries (as of before
+// the removal), never c's: c holds blocks 0..3 of the prompt only. Fails
+// when removed entries are reused before the Scores that may read them are
+// done (reclaim without the grace check): c is reported holding 8 blocks.
+func TestWalkNeverReadsReusedEntries(t *testing.T) {
+	x, err := New(Config{BlockSize: lfBS, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	m := x.be.(*memory)
+	apply := func(engine string, evs ...kvevents.Event) {
+		t.Helper()
+		if err := x.ApplyEvents(engine, evs); err != nil {
+			t.Fatal(err)
+		}
+	}
+	apply("a", lfStore(0, 8))
+	apply("c", lfStore(2, 4))
+	apply("d", lfStore(3, 1))
+	other := lfStore(2, 8)
+	other.TokenIDs = lfPrompt2()[:8*lfBS]
+	for b := range other.BlockHashes {
+		other.BlockHashes[b] = kvevents.IntHash(uint64(1000 + b))
+	}
+	fired := false
+	m.midWalk = func(base int) {
+		if base != 4 || fired {
+			return
+		}
+		fired = true
+		apply("a", lfRemove(0, 4, 8))
+		// Batches that reclaim what may be reclaimed, then c stores
+		// 8 blocks of another prompt (the freed ids, if any).
+		for range 3 {
+			if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateLost, Source: "d"}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		apply("c", other)
+	}
+	r, err := x.Score(ScoreRequest{Tokens: lfPrompt()[:8*lfBS], BlockSize: lfBS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.midWalk = nil
+	if !fired {
+		t.Fatal("the hook did not run")
+	}
+	got := map[string]int{}
+	for _, e := range r.Engines {
+		got[e.Engine] = e.MaybeBlocks
+	}
+	if got["c"] != 4 {
+		t.Errorf("c: %d blocks, want 4 (c never held blocks 4..7): %v", got["c"], got)
+	}
+	if got["a"] != 8 && got["a"] != 4 {
+		t.Errorf("a: %d blocks, want 8 (as of the walk's start) or 4: %v", got["a"], got)
+	}
+}
+
+// TestWalkRetriesWhenNumberReused: a Score has found a's entries of
+// blocks 0..3 when a departs and b, taking a's engine number, stores
+// blocks 0..7. The walk must not count b's blocks 4..7 to a (by the number, named from the
+// names as of the walk's start): a never held them. Fails without the
+// walk's generation check (memory.gen): a is reported holding 8 blocks.
+func TestWalkRetriesWhenNumberReused(t *testing.T) {
+	x, err := New(Config{BlockSize: lfBS, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer x.Close()
+	m := x.be.(*memory)
+	if err := x.ApplyEvents("a", []kvevents.Event{lfStore(0, 4)}); err != nil {
+		t.Fatal(err)
+	}
+	aid := m.engineIDs["a"]
+	fired := false
+	m.midWalk = func(base int) {
+		if base != 0 || fired {
+			return
+		}
+		fired = true
+		if err := x.Apply(kvevents.Update{Kind: kvevents.UpdateDeparted, Source: "a"}); err != nil {
+			t.Fatal(err)
+		}
+		if err := x.ApplyEvents("b", []kvevents.Event{lfStore(1, 8)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := x.Score(ScoreRequest{Tokens: lfPrompt()[:8*lfBS], BlockSize: lfBS})
+	if err != nil {
+		t.Fatal(err)
+	}
+	m.midWalk = nil
+	if bid, ok := m.engineIDs["b"]; !fired || !ok || bid != aid {
+		t.Fatalf("hook ran %v, b has number %d (%v), want a's %d: the test did not reuse the number", fired, bid, ok, aid)
+	}
+	for _, e := range r.Engines {
+		if e.Engine == "a" && e.MaybeBlocks > 4 {
+			t.Errorf("a reported holding %d blocks: b's blocks counted to a (a held 4)", e.MaybeBlocks)
+		}
+	}
+}

@@ -95,7 +95,8 @@ type memory struct {
 	evicted                    uint64
 	closed                     atomic.Bool
 
-	midApply func() // tests only (export_test.go): runs in applyLocked after its first op
+	midApply func()         // tests only: runs in applyLocked after its first op
+	midWalk  func(base int) // tests only: runs in walkOnce once the heads of keys[base:] are found
 }
 
 // NewMemory returns the in-memory Backend, holding at most capacity
@@ -758,6 +759,9 @@ func (m *memory) walkOnce(keys []Key, sc *scoreScratch) error {
 		for l := 0; l < n; l++ {
 			cur[l] = v.head(slots, keys[base+l])
 			sc.lanes[l] = sc.lanes[l][:0]
+		}
+		if m.midWalk != nil {
+			m.midWalk(base)
 		}
 		for live := n; live > 0; {
 			live = 0
