@@ -95,6 +95,8 @@ type memory struct {
 	evicted                    uint64
 	closed                     atomic.Bool
 
+	sink uint32 // what touch loaded, so that the loads stay
+
 	midApply func()         // tests only: runs in applyLocked after its first op
 	midWalk  func(base int) // tests only: runs in walkOnce once the heads of keys[base:] are found
 }
@@ -299,6 +301,15 @@ func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found
 		return ErrClosed
 	}
 	eid, ok, _ := m.engineID(engine, false)
+	if ok {
+		// The probes' slots first, all at once (touch).
+		var sink uint32
+		ms := m.maps.slots
+		for _, h := range hashes {
+			sink += ms[int(mapHash(eid, h))&(len(ms)-1)]
+		}
+		m.sink = sink
+	}
 	for i, h := range hashes {
 		keys[i], found[i] = 0, false
 		if !ok {
@@ -359,6 +370,7 @@ func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
 		return c, err
 	}
 	m.reclaim()
+	m.touch(eid, ops)
 	for i := range ops {
 		if i == 1 && m.midApply != nil {
 			m.midApply()
@@ -393,6 +405,44 @@ func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
 		}
 	}
 	return c, nil
+}
+
+// touch loads, before ops are applied, what their probes will read first:
+// for each store the home slots of its mapping and of its block, for each
+// removal the home slot of its mapping, then the entry that slot names and
+// its block's home slot. These loads do not depend on one another, so the
+// cache misses of a batch's ops (tables and arena far larger than the
+// caches) overlap instead of coming one after another; the probes then
+// find the lines in the cache. Loading a line the ops do not need (a slot
+// further along the run, a store of a block that exists) is a hint
+// missed, nothing more.
+func (m *memory) touch(eid uint16, ops []Op) {
+	var sink uint32
+	ms, bs := m.maps.slots, m.blocks.slots
+	mmask, bmask := len(ms)-1, len(bs)-1
+	removes := false
+	for i := range ops {
+		switch op := &ops[i]; op.Kind {
+		case OpStore:
+			sink += ms[int(mapHash(eid, op.Hash))&mmask] + bs[int(op.Key)&bmask]
+		case OpRemove:
+			sink += ms[int(mapHash(eid, op.Hash))&mmask]
+			removes = true
+		}
+	}
+	if removes {
+		for i := range ops {
+			op := &ops[i]
+			if op.Kind != OpRemove {
+				continue
+			}
+			hv := mapHash(eid, op.Hash)
+			if s := ms[int(hv)&mmask]; s&^idMask == fpOf(hv) && s != tomb && s&idMask != 0 && s&idMask < m.next {
+				sink += bs[int(m.e(s&idMask).key)&bmask]
+			}
+		}
+	}
+	m.sink = sink
 }
 
 // store applies OpStore.
