@@ -76,9 +76,7 @@ func (m *memory) writeSnapshot(w io.Writer, seed uint64, keys bool, st snapState
 }
 
 func (m *memory) loadSnapshot(r io.Reader, seed uint64, keys bool, size int64) (snapState, error) {
-	fresh := &memory{capacity: m.capacity, engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
-	fresh.blocks.init(fresh)
-	fresh.maps.init(fresh)
+	fresh := newMemory(m.capacity)
 	st, err := readSnapshot(r, fresh, seed, keys, size)
 	if err != nil {
 		return snapState{}, err
@@ -90,21 +88,24 @@ func (m *memory) loadSnapshot(r io.Reader, seed uint64, keys bool, size int64) (
 func (m *memory) suspendTrust(pos map[string]kvevents.Position, pending map[string]pendingTrust) (uncertain int) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.gen.Add(1)
+	defer m.gen.Add(1)
 	for i := range m.engines {
 		e := &m.engines[i]
 		if e.free {
 			continue
 		}
+		epoch := m.epochOf(uint16(i))
 		if _, ok := pos[e.name]; ok {
 			// Half the epoch space away: no count of losses since can
 			// make the engine's epoch equal bumped again.
-			p := pendingTrust{old: e.epoch, bumped: e.epoch + 1<<31}
+			p := pendingTrust{old: epoch, bumped: epoch + 1<<31}
 			pending[e.name] = p
-			e.epoch = p.bumped
+			m.setEpoch(uint16(i), p.bumped)
 			continue
 		}
 		uncertain++
-		e.epoch++
+		m.setEpoch(uint16(i), epoch+1)
 	}
 	return uncertain
 }
@@ -112,7 +113,10 @@ func (m *memory) suspendTrust(pos map[string]kvevents.Position, pending map[stri
 func (m *memory) restoreTrust(engine string, p pendingTrust) {
 	m.lock()
 	defer m.mu.Unlock()
-	if eid, ok := m.engineIDs[engine]; ok && m.engines[eid].epoch == p.bumped {
-		m.engines[eid].epoch = p.old
+	if eid, ok := m.engineIDs[engine]; ok && m.epochOf(eid) == p.bumped {
+		// Set back: a Score walking meanwhile walks again (gen).
+		m.gen.Add(1)
+		m.setEpoch(eid, p.old)
+		m.gen.Add(1)
 	}
 }

@@ -21,6 +21,7 @@ import (
 var (
 	benchEngines = flag.Int("kvindex.engines", 1000, "engines in the Score benchmarks' fleet")
 	benchBlocks  = flag.Int("kvindex.blocks", 1_000_000, "indexed blocks in the Score benchmarks' fleet")
+	benchRPLive  = flag.Int("kvindex.rp-live", 100_000, "entries BenchmarkApplyRouterPath's index holds")
 )
 
 type builtFleet struct {
@@ -167,14 +168,17 @@ func BenchmarkIngest(b *testing.B) {
 			var stop atomic.Bool
 			var scores atomic.Int64
 			var wg sync.WaitGroup
+			var lat []time.Duration // each Score's wall time, read after wg.Wait
 			if queries {
 				wg.Add(1)
 				go func() {
 					defer wg.Done()
 					for !stop.Load() {
+						t0 := time.Now()
 						if _, err := x.Score(kvindex.ScoreRequest{Tokens: prompt}); err != nil {
 							panic(err)
 						}
+						lat = append(lat, time.Since(t0))
 						scores.Add(1)
 					}
 				}()
@@ -206,6 +210,13 @@ func BenchmarkIngest(b *testing.B) {
 				b.ReportMetric(float64(events)/(cpu1-cpu0).Seconds(), "events/cpu-s")
 			}
 			b.ReportMetric(float64(scores.Load())/el.Seconds(), "scores/s")
+			if len(lat) > 0 {
+				// Wall time, so the machine's load is in it; beside
+				// ingest without pause, the index's lock (if any) too.
+				slices.Sort(lat)
+				b.ReportMetric(float64(lat[len(lat)/2].Nanoseconds())/1e3, "score-p50-µs")
+				b.ReportMetric(float64(lat[len(lat)*99/100].Nanoseconds())/1e3, "score-p99-µs")
+			}
 			st := x.Stats()
 			b.ReportMetric(float64(st.Backend.Entries), "entries")
 		})
@@ -242,7 +253,7 @@ func BenchmarkBytesPerEntry(b *testing.B) {
 }
 
 // BenchmarkApplyRouterPath applies bench/routerpath's steady stream to an
-// index of 100,000 entries over 1 or 100 engines, prefilled as routerpath
+// index of 100,000 entries (-kvindex.rp-live) over 1 or 100 engines, prefilled as routerpath
 // does (batches of 16 BlockStored of 16 blocks): batches of 16 events, 8
 // BlockStored of 2 blocks of 16 tokens chained to the engine's previous
 // block and 8 BlockRemoved of its 2 oldest, so the entry count holds; the
@@ -261,8 +272,9 @@ type routerPathEngine struct {
 }
 
 func benchApplyRouterPath(b *testing.B, engines int) {
-	const bs, live = 16, 100_000
-	x, err := kvindex.New(kvindex.Config{Capacity: live + live/8 + 1<<16})
+	const bs = 16
+	live := int64(*benchRPLive)
+	x, err := kvindex.New(kvindex.Config{Capacity: int(live + live/8 + 1<<16)})
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -298,7 +310,7 @@ func benchApplyRouterPath(b *testing.B, engines int) {
 		e.next += uint64(m)
 		return ev
 	}
-	per := uint64(live / engines)
+	per := uint64(live / int64(engines))
 	for _, e := range es {
 		for e.next <= per {
 			evs = evs[:0]

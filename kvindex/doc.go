@@ -250,13 +250,17 @@
 // # Storage
 //
 // Every stateful piece lives behind [Backend]: the in-memory one
-// ([NewMemory]: ≤ 64 bytes per entry, a read-write lock, one write lock
-// per batch) and shared ones (a Redis backend, in a subpackage so that
-// importing kvindex never builds a Redis client). A batch costs one
-// Backend.Resolve (parents and tier-only hashes) and one Backend.Apply; a
-// Score one Backend.Holders (or [PrefixWalker]'s PrefixHolders, which may
-// leave out what a prefix walk cannot use). Package kvindextest is the
-// conformance suite every backend passes.
+// ([NewMemory]: ≤ 64 bytes per entry, one write lock per batch) and
+// shared ones (a Redis backend, in a subpackage so that importing kvindex
+// never builds a Redis client). A batch costs one Backend.Resolve (parents
+// and tier-only hashes) and one Backend.Apply; a Score one
+// Backend.Holders (or [PrefixWalker]'s PrefixHolders, which may leave out
+// what a prefix walk cannot use). Package kvindextest is the conformance
+// suite every backend passes. On the in-memory backend a Score takes no
+// lock: it does not wait for a batch being applied, nor for a table's
+// rebuild, and sees each of the batch's changes or not; a block removed,
+// cleared or made uncertain before the Score began is never counted
+// certain by it.
 //
 // # Speed and size
 //

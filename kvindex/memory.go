@@ -19,7 +19,12 @@ const defaultCapacity = 1 << 22
 // numbers; a departed engine's number is reused by a later new engine).
 const maxEngines = 1 << 16
 
-// memEntry is one (block, engine, medium, group) entry: 40 bytes.
+// memEntry is one (block, engine, medium, group) entry: 40 bytes. A Score
+// reads entries without the lock (view): bnext and epoch, which the writer
+// changes while the entry is reachable, are written with atomic stores;
+// the other fields a reader reads are set before the entry is published
+// (by an atomic store of a slot or of a bnext) and kept until it is
+// reused, which waits for the readers that may still see it (grace).
 type memEntry struct {
 	key          Key
 	hash         uint64 // the engine's hash of the block
@@ -34,28 +39,47 @@ type memEntry struct {
 const chunkBits = 16
 const chunkLen = 1 << chunkBits
 
+// chunk is chunkLen entries of the arena.
+type chunk [chunkLen]memEntry
+
 type memEngine struct {
-	name  string
-	epoch uint32
-	n     int64 // entries
-	free  bool  // a departed engine's number, on freeEngines for reuse
+	name string
+	n    int64 // entries
+	free bool  // a departed engine's number, on freeEngines for reuse
 }
+
+// epochPage is the loss epochs of 256 engine numbers.
+type epochPage [256]atomic.Uint32
 
 // memory is the in-memory Backend.
 type memory struct {
 	mu       sync.RWMutex
 	capacity int64
 
-	chunks [][]memEntry // entry id i is chunks[i>>chunkBits][i&(chunkLen-1)]; id 0 is nil
-	next   uint32       // next never-used id
-	free   uint32       // free list through bnext
-	head   uint32       // oldest entry
-	tail   uint32       // newest entry
+	chunks []*chunk                 // entry id i is chunks[i>>chunkBits][i&(chunkLen-1)]; id 0 is nil
+	arena  atomic.Pointer[[]*chunk] // chunks, for readers (view)
+	next   uint32                   // next never-used id
+	free   uint32                   // free list through bnext
+	head   uint32                   // oldest entry
+	tail   uint32                   // newest entry
+
+	// Reclamation (grace): an entry unlinked in phase p waits in limbo[p&1]
+	// until no Score that began in phase p is left.
+	grace grace
+	phase uint32 // grace.phase, the writer's copy
+	limbo [2][]uint32
 
 	blocks blockTable // key → first entry of the block's chain
 	maps   mapTable   // (engine, hash) → first entry of that group
 
-	engines     []memEngine
+	engines []memEngine
+	// The engines' loss epochs, by number (epochOf): read by Scores
+	// without the lock.
+	epochs [maxEngines / 256]atomic.Pointer[epochPage]
+	// gen is odd while the writer changes what a number means (a number
+	// freed or reused, an epoch set back): a Score that saw it change
+	// walks again (walk).
+	gen         atomic.Uint64
 	engineIDs   map[string]uint16 // the live engines
 	freeEngines []uint16          // numbers of departed engines, for reuse (retire)
 	mediums     []string
@@ -69,7 +93,12 @@ type memory struct {
 
 	entries, nblocks, mappings int64
 	evicted                    uint64
-	closed                     bool
+	closed                     atomic.Bool
+
+	sink uint32 // what touch loaded, so that the loads stay
+
+	midApply func()         // tests only: runs in applyLocked after its first op
+	midWalk  func(base int) // tests only: runs in walkOnce once the heads of keys[base:] are found
 }
 
 // NewMemory returns the in-memory Backend, holding at most capacity
@@ -86,18 +115,38 @@ func NewMemory(capacity int) (Backend, error) {
 	if capacity < 0 || capacity > maxCapacity {
 		return nil, fmt.Errorf("kvindex: memory capacity %d out of range 1..%d", capacity, maxCapacity)
 	}
-	cfg := struct{ Capacity int }{capacity}
-	m := &memory{capacity: int64(cfg.Capacity), engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
+	return newMemory(int64(capacity)), nil
+}
+
+func newMemory(capacity int64) *memory {
+	m := &memory{capacity: capacity, engineIDs: map[string]uint16{}, mediumIDs: map[string]uint8{}, next: 1}
+	var none []*chunk
+	m.arena.Store(&none)
 	m.blocks.init(m)
 	m.maps.init(m)
-	return m, nil
+	return m
 }
 
 func (m *memory) e(id uint32) *memEntry {
 	return &m.chunks[id>>chunkBits][id&(chunkLen-1)]
 }
 
+// epochOf returns engine eid's loss epoch.
+func (m *memory) epochOf(eid uint16) uint32 { return m.epochs[eid>>8].Load()[eid&255].Load() }
+
+// setEpoch sets engine eid's loss epoch.
+func (m *memory) setEpoch(eid uint16, epoch uint32) { m.epochs[eid>>8].Load()[eid&255].Store(epoch) }
+
 func (m *memory) alloc() uint32 {
+	if m.free == 0 && m.next >= tomb {
+		// Every id is live or in limbo (a capacity near the largest and
+		// Scores slow to finish): wait for the Scores, which end.
+		for m.free == 0 {
+			if !m.reclaim() {
+				runtime.Gosched()
+			}
+		}
+	}
 	if id := m.free; id != 0 {
 		m.free = m.e(id).bnext
 		*m.e(id) = memEntry{}
@@ -105,16 +154,12 @@ func (m *memory) alloc() uint32 {
 	}
 	id := m.next
 	if int(id>>chunkBits) == len(m.chunks) {
-		m.chunks = append(m.chunks, make([]memEntry, chunkLen))
+		m.chunks = append(m.chunks, new(chunk))
+		cs := m.chunks
+		m.arena.Store(&cs)
 	}
 	m.next++
 	return id
-}
-
-func (m *memory) release(id uint32) {
-	e := m.e(id)
-	*e = memEntry{bnext: m.free}
-	m.free = id
 }
 
 func (m *memory) engineID(name string, create bool) (uint16, bool, error) {
@@ -127,15 +172,21 @@ func (m *memory) engineID(name string, create bool) (uint16, bool, error) {
 	if n := len(m.freeEngines); n > 0 {
 		id := m.freeEngines[n-1]
 		m.freeEngines = m.freeEngines[:n-1]
+		m.gen.Add(1)
 		m.engines[id] = memEngine{name: name}
+		m.setEpoch(id, 0)
 		m.engineIDs[name] = id
 		publishAt(&m.engineNames, int(id), name)
+		m.gen.Add(1)
 		return id, true, nil
 	}
 	if len(m.engines) >= maxEngines {
 		return 0, false, fmt.Errorf("%w: %d engines", errTooManyEngines, maxEngines)
 	}
 	id := uint16(len(m.engines))
+	if m.epochs[id>>8].Load() == nil {
+		m.epochs[id>>8].Store(new(epochPage))
+	}
 	m.engines = append(m.engines, memEngine{name: name})
 	m.engineIDs[name] = id
 	publish(&m.engineNames, name)
@@ -154,9 +205,11 @@ func (m *memory) retire(engine string) {
 	m.lock()
 	defer m.mu.Unlock()
 	eid, ok := m.engineIDs[engine]
-	if !ok || m.closed || m.engines[eid].n != 0 {
+	if !ok || m.closed.Load() || m.engines[eid].n != 0 {
 		return
 	}
+	m.gen.Add(1)
+	defer m.gen.Add(1)
 	delete(m.engineIDs, engine)
 	m.engines[eid] = memEngine{free: true}
 	m.freeEngines = append(m.freeEngines, eid)
@@ -188,10 +241,19 @@ func (m *memory) Resolve(engine string, hashes []uint64, keys []Key, found []boo
 
 // resolveLocked is Resolve with m.mu held.
 func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found []bool) error {
-	if m.closed {
+	if m.closed.Load() {
 		return ErrClosed
 	}
 	eid, ok, _ := m.engineID(engine, false)
+	if ok {
+		// The probes' slots first, all at once (touch).
+		var sink uint32
+		ms := m.maps.slots
+		for _, h := range hashes {
+			sink += ms[int(mapHash(eid, h))&(len(ms)-1)]
+		}
+		m.sink = sink
+	}
 	for i, h := range hashes {
 		keys[i], found[i] = 0, false
 		if !ok {
@@ -209,9 +271,11 @@ func (m *memory) resolveLocked(engine string, hashes []uint64, keys []Key, found
 const spinTries = 16
 
 // lock takes the write lock, yielding and retrying a few times first: a
-// Score holds the read lock for microseconds to tens of microseconds, and
-// sleeping on it (a futex wait and wake per batch, on both sides) cost
-// more than half the ingest rate while queries ran (BENCHMARKS.md).
+// batch of another engine, Holders or Stats holds the lock for
+// microseconds to tens of microseconds, and sleeping on it (a futex wait
+// and wake per batch, on both sides) cost more than half the ingest rate
+// while queries took the read lock (BENCHMARKS.md; Score takes no lock
+// since: walk).
 func (m *memory) lock() {
 	for i := 0; i < spinTries; i++ {
 		if m.mu.TryLock() {
@@ -242,14 +306,19 @@ func (m *memory) Apply(engine string, ops []Op) (Counts, error) {
 // applyLocked is Apply with m.mu held for writing.
 func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
 	var c Counts
-	if m.closed {
+	if m.closed.Load() {
 		return c, ErrClosed
 	}
 	eid, _, err := m.engineID(engine, true)
 	if err != nil {
 		return c, err
 	}
+	m.reclaim()
+	m.touch(eid, ops)
 	for i := range ops {
+		if i == 1 && m.midApply != nil {
+			m.midApply()
+		}
 		op := &ops[i]
 		switch op.Kind {
 		case OpStore:
@@ -272,14 +341,52 @@ func (m *memory) applyLocked(engine string, ops []Op) (Counts, error) {
 			m.remove(eid, op.Hash, med, uint8(op.Group), &c)
 		case OpClear:
 			c.Cleared += uint64(m.clear(eid))
-			m.engines[eid].epoch++
+			m.setEpoch(eid, m.epochOf(eid)+1)
 		case OpLost:
-			m.engines[eid].epoch++
+			m.setEpoch(eid, m.epochOf(eid)+1)
 		default:
 			return c, fmt.Errorf("kvindex: unknown op kind %d", op.Kind)
 		}
 	}
 	return c, nil
+}
+
+// touch loads, before ops are applied, what their probes will read first:
+// for each store the home slots of its mapping and of its block, for each
+// removal the home slot of its mapping, then the entry that slot names and
+// its block's home slot. These loads do not depend on one another, so the
+// cache misses of a batch's ops (tables and arena far larger than the
+// caches) overlap instead of coming one after another; the probes then
+// find the lines in the cache. Loading a line the ops do not need (a slot
+// further along the run, a store of a block that exists) is a hint
+// missed, nothing more.
+func (m *memory) touch(eid uint16, ops []Op) {
+	var sink uint32
+	ms, bs := m.maps.slots, m.blocks.slots
+	mmask, bmask := len(ms)-1, len(bs)-1
+	removes := false
+	for i := range ops {
+		switch op := &ops[i]; op.Kind {
+		case OpStore:
+			sink += ms[int(mapHash(eid, op.Hash))&mmask] + bs[int(op.Key)&bmask]
+		case OpRemove:
+			sink += ms[int(mapHash(eid, op.Hash))&mmask]
+			removes = true
+		}
+	}
+	if removes {
+		for i := range ops {
+			op := &ops[i]
+			if op.Kind != OpRemove {
+				continue
+			}
+			hv := mapHash(eid, op.Hash)
+			if s := ms[int(hv)&mmask]; s&^idMask == fpOf(hv) && s != tomb && s&idMask != 0 && s&idMask < m.next {
+				sink += bs[int(m.e(s&idMask).key)&bmask]
+			}
+		}
+	}
+	m.sink = sink
 }
 
 // store applies OpStore.
@@ -290,7 +397,7 @@ func (m *memory) store(eid uint16, h uint64, k Key, med, group uint8, c *Counts)
 		c.Removed += uint64(m.dropGroup(first))
 		first = 0
 	}
-	epoch := m.engines[eid].epoch
+	epoch := m.epochOf(eid)
 	if first != 0 {
 		for id := first; id != 0; {
 			e := m.e(id)
@@ -298,7 +405,7 @@ func (m *memory) store(eid uint16, h uint64, k Key, med, group uint8, c *Counts)
 				break
 			}
 			if e.medium == med && e.group == group {
-				e.epoch = epoch
+				atomic.StoreUint32(&e.epoch, epoch)
 				c.Refreshed++
 				return
 			}
@@ -316,7 +423,7 @@ func (m *memory) store(eid uint16, h uint64, k Key, med, group uint8, c *Counts)
 		if f.bnext != 0 {
 			m.e(f.bnext).bprev = id
 		}
-		f.bnext = id
+		atomic.StoreUint32(&f.bnext, id) // publishes e
 	} else {
 		head, ok := m.blocks.find(k)
 		if ok {
@@ -412,7 +519,7 @@ func (m *memory) unlink(id uint32) {
 	}
 	// Block chain.
 	if e.bprev != 0 {
-		m.e(e.bprev).bnext = e.bnext
+		atomic.StoreUint32(&m.e(e.bprev).bnext, e.bnext)
 	} else if e.bnext != 0 {
 		m.blocks.set(e.key, e.bnext)
 	} else {
@@ -442,7 +549,7 @@ func (m *memory) Holders(keys []Key, visit func(i int, holders []Holder) bool) e
 	var buf [32]Holder
 	m.rlock()
 	defer m.mu.RUnlock()
-	if m.closed {
+	if m.closed.Load() {
 		return ErrClosed
 	}
 	for i, k := range keys {
@@ -452,7 +559,7 @@ func (m *memory) Holders(keys []Key, visit func(i int, holders []Holder) bool) e
 			for id := head; id != 0; {
 				e := m.e(id)
 				hs = append(hs, Holder{Engine: uint32(e.engine), Medium: uint16(e.medium),
-					Trusted: e.epoch == m.engines[e.engine].epoch})
+					Trusted: e.epoch == m.epochOf(e.engine)})
 				id = e.bnext
 			}
 		}
@@ -514,76 +621,12 @@ func (m *memory) bytes() int64 {
 func (m *memory) Close() error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.closed = true
+	m.closed.Store(true)
 	m.chunks, m.engines = nil, nil
+	var none []*chunk
+	m.arena.Store(&none)
+	m.limbo = [2][]uint32{}
 	m.blocks.init(m)
 	m.maps.init(m)
-	return nil
-}
-
-// walkLanes is how many blocks' chains walk follows at once.
-const walkLanes = 4
-
-// walkHolder is one entry as walk buffers it.
-type walkHolder struct {
-	engine  uint16
-	medium  uint8
-	trusted bool
-}
-
-// walk is Holders fused with Score's prefix walk (the in-memory fast path:
-// no callback per key). It extends sc's runs with every entry of keys[0],
-// keys[1], ... until a key extends no engine's run. The chains of
-// walkLanes consecutive blocks are followed together, so that their
-// pointer chases overlap instead of waiting on one another (a block held
-// by a thousand engines is a chain of a thousand entries stored at
-// different times, each a cache miss); then the blocks are applied in
-// order.
-func (m *memory) walk(keys []Key, sc *scoreScratch) error {
-	m.rlock()
-	defer m.mu.RUnlock()
-	if m.closed {
-		return ErrClosed
-	}
-	chunks, engines := m.chunks, m.engines
-	// The names of the numbers this walk sees, as of the walk: Score
-	// resolves them from this copy, never from a later one in which a
-	// number departed and reused names another engine.
-	sc.names = m.engineNames.Load()
-	if len(sc.byEngine) < len(engines) {
-		sc.byEngine = append(sc.byEngine, make([]int32, len(engines)-len(sc.byEngine))...)
-	}
-	for base := 0; base < len(keys); base += walkLanes {
-		n := min(walkLanes, len(keys)-base)
-		var cur [walkLanes]uint32
-		for l := 0; l < n; l++ {
-			cur[l], _ = m.blocks.find(keys[base+l])
-			sc.lanes[l] = sc.lanes[l][:0]
-		}
-		for live := n; live > 0; {
-			live = 0
-			for l := 0; l < n; l++ {
-				if id := cur[l]; id != 0 {
-					e := &chunks[id>>chunkBits][id&(chunkLen-1)]
-					sc.lanes[l] = append(sc.lanes[l], walkHolder{engine: e.engine, medium: e.medium,
-						trusted: e.epoch == engines[e.engine].epoch})
-					cur[l] = e.bnext
-					live++
-				}
-			}
-		}
-		for l := 0; l < n; l++ {
-			i := int32(base + l)
-			ext := false
-			for _, h := range sc.lanes[l] {
-				if sc.step(i, uint32(h.engine), uint16(h.medium), h.trusted) {
-					ext = true
-				}
-			}
-			if !ext {
-				return nil
-			}
-		}
-	}
 	return nil
 }

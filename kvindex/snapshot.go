@@ -217,7 +217,7 @@ func readSnapshot(in io.Reader, m *memory, seed uint64, keys bool, size int64) (
 			break
 		}
 		id, _, _ := m.engineID(name, true)
-		m.engines[id].epoch = epoch
+		m.setEpoch(id, epoch)
 	}
 	n := r.u64()
 	if r.err == nil && n > maxCapacity {
@@ -328,7 +328,7 @@ func encodeSnapshot(out io.Writer, m *memory, seed uint64, keys bool, st snapSta
 	}
 	m.rlock()
 	defer m.mu.RUnlock()
-	if m.closed {
+	if m.closed.Load() {
 		return ErrClosed
 	}
 	w.u32(uint32(len(m.mediums)))
@@ -348,7 +348,7 @@ func encodeSnapshot(out io.Writer, m *memory, seed uint64, keys bool, st snapSta
 		ids[i] = live
 		live++
 		w.str(e.name)
-		epoch := e.epoch
+		epoch := m.epochOf(uint16(i))
 		if p, ok := st.pending[e.name]; ok && epoch == p.bumped {
 			epoch = p.old // still as loaded: nothing stored or lost since
 		}
@@ -507,10 +507,24 @@ func (x *Index) resumed(engine string, proven bool) {
 func (m *memory) adopt(f *memory) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	m.gen.Add(1)
+	defer m.gen.Add(1)
 	m.chunks, m.next, m.free, m.head, m.tail = f.chunks, f.next, f.free, f.head, f.tail
-	m.blocks, m.maps = f.blocks, f.maps
-	m.blocks.m, m.maps.m = m, m
+	// f was never shared: what it unlinked while loading is free now.
+	for _, l := range f.limbo {
+		for _, id := range l {
+			*m.e(id) = memEntry{bnext: m.free}
+			m.free = id
+		}
+	}
+	cs := m.chunks
+	m.arena.Store(&cs)
+	m.blocks.adopt(&f.blocks.idTable, m)
+	m.maps.adopt(&f.maps.idTable, m)
 	m.engines, m.engineIDs, m.mediums, m.mediumIDs = f.engines, f.engineIDs, f.mediums, f.mediumIDs
+	for i := range m.epochs {
+		m.epochs[i].Store(f.epochs[i].Load())
+	}
 	m.freeEngines = f.freeEngines
 	m.engineNames.Store(f.engineNames.Load())
 	m.mediumNames.Store(f.mediumNames.Load())

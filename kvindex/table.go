@@ -1,6 +1,9 @@
 package kvindex
 
-import "math/bits"
+import (
+	"math/bits"
+	"sync/atomic"
+)
 
 // Two open-addressing tables (linear probing, tombstones, load at most 3/4)
 // whose 4-byte slots hold an entry id (26 bits) and 6 bits of
@@ -8,6 +11,12 @@ import "math/bits"
 // only when those 6 bits match (1 probe in 64 otherwise). A Go map would
 // take 20 or more bytes per element; these take 5.3 to 10.7, which is how
 // an entry stays within 64 bytes all told.
+//
+// A Score reads the tables without the index's lock (memory.go, view):
+// every slot a reader may see is written with an atomic store, and a
+// resize builds a new array and publishes it (pub), so a reader keeps
+// probing the array it loaded, as of the resize, while the writer goes on
+// in the new one.
 
 const (
 	minTableBits = 10
@@ -29,14 +38,27 @@ const (
 type idTable struct {
 	m     *memory
 	byKey bool
-	slots []uint32
-	n     int // live slots
-	dead  int // tombstones
+	slots []uint32                 // the writer's (under the write lock)
+	pub   atomic.Pointer[[]uint32] // the same array, for readers
+	n     int                      // live slots
+	dead  int                      // tombstones
 }
 
 func (t *idTable) init(m *memory, byKey bool) {
 	t.m, t.byKey, t.n, t.dead = m, byKey, 0, 0
-	t.slots = make([]uint32, 1<<minTableBits)
+	t.setSlots(make([]uint32, 1<<minTableBits))
+}
+
+// setSlots makes s the table's array, for the writer and for readers.
+func (t *idTable) setSlots(s []uint32) {
+	t.slots = s
+	t.pub.Store(&s)
+}
+
+// adopt takes f's table (f is not shared).
+func (t *idTable) adopt(f *idTable, m *memory) {
+	t.m, t.byKey, t.n, t.dead = m, f.byKey, f.n, f.dead
+	t.setSlots(f.slots)
 }
 
 func (t *idTable) bytes() int64 { return int64(len(t.slots)) * 4 }
@@ -117,35 +139,46 @@ func (t *idTable) insert(hv uint64, id uint32) {
 }
 
 func (t *idTable) put(hv uint64, id uint32) {
-	mask := len(t.slots) - 1
-	i := int(hv) & mask
-	for t.slots[i] != 0 && t.slots[i] != tomb {
-		i = (i + 1) & mask
-	}
+	i := freeSlot(t.slots, hv)
 	if t.slots[i] == tomb {
 		t.dead--
 	}
-	t.slots[i] = fpOf(hv) | id
+	atomic.StoreUint32(&t.slots[i], fpOf(hv)|id)
 }
 
+// freeSlot returns the first empty or tombstone slot of hv's run.
+func freeSlot(slots []uint32, hv uint64) int {
+	mask := len(slots) - 1
+	i := int(hv) & mask
+	for slots[i] != 0 && slots[i] != tomb {
+		i = (i + 1) & mask
+	}
+	return i
+}
+
+// resize rebuilds the table into a new array of n slots, published when
+// complete: readers meanwhile probe the old one, which the writer no
+// longer changes.
 func (t *idTable) resize(n int) {
 	old := t.slots
-	t.slots = make([]uint32, n)
-	t.dead = 0
+	slots := make([]uint32, n)
 	for _, s := range old {
 		if s != 0 && s != tomb {
-			t.put(t.hashOf(s&idMask), s&idMask)
+			hv := t.hashOf(s & idMask)
+			slots[freeSlot(slots, hv)] = fpOf(hv) | s&idMask
 		}
 	}
+	t.dead = 0
+	t.setSlots(slots)
 }
 
 // removeAt empties slot i.
 func (t *idTable) removeAt(i int) {
 	mask := len(t.slots) - 1
 	if t.slots[(i+1)&mask] == 0 {
-		t.slots[i] = 0 // the end of a run needs no tombstone
+		atomic.StoreUint32(&t.slots[i], 0) // the end of a run needs no tombstone
 	} else {
-		t.slots[i] = tomb
+		atomic.StoreUint32(&t.slots[i], tomb)
 		t.dead++
 	}
 	t.n--
@@ -155,7 +188,7 @@ func (t *idTable) removeAt(i int) {
 }
 
 // setAt points slot i at id (of the same key).
-func (t *idTable) setAt(i int, id uint32) { t.slots[i] = t.slots[i]&^idMask | id }
+func (t *idTable) setAt(i int, id uint32) { atomic.StoreUint32(&t.slots[i], t.slots[i]&^idMask|id) }
 
 // blockTable maps a block's key to the first entry of its chain.
 type blockTable struct{ idTable }
