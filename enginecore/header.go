@@ -561,6 +561,9 @@ func decodeHeaderTwoPass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 
 func unmarshalHeader(b []byte, dst *Header, d *decoder) (err error) {
 	defer recoverPanic(&err)
+	if d != nil && d.exact && dst.headerFast(b, d) {
+		return nil
+	}
 	rest, err := dst.unmarshal(b, d)
 	if err == nil && len(rest) != 0 {
 		err = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "bytes left after EngineCoreOutputs", Offset: len(b) - len(rest)}
