@@ -458,8 +458,16 @@ func (p *peerConn) readLoop() {
 	// deciding whether to hand the batch on (one walk of its headers).
 	var sl *slot
 	pending := false
+	// unc counts the messages read and not yet added to p.rx: the liveness
+	// counter is updated once per batch, before the reader can wait (for
+	// the network, for Recv or for the budget), not once per message.
+	var unc uint64
 	for {
 		if !pending {
+			if unc > 0 {
+				p.rx.Add(unc)
+				unc = 0
+			}
 			// Between batches the reader waits in p.first and takes a
 			// batch only once a message has arrived: a batch is 128
 			// slots, and an idle peer should cost as little as its
@@ -477,7 +485,7 @@ func (p *peerConn) readLoop() {
 			}
 		}
 		pending = false
-		p.rx.Add(1)
+		unc++
 		if b == nil {
 			b = s.getBatch(p)
 			b.slots[0], p.first = p.first, b.slots[0]
@@ -499,6 +507,8 @@ func (p *peerConn) readLoop() {
 			over = s.chargeRecv(b, int64(size))
 		}
 		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || p.held.Load()) {
+			p.rx.Add(unc)
+			unc = 0
 			if !p.deliver(b) {
 				b = nil
 				err = ErrClosed
@@ -527,6 +537,8 @@ func (p *peerConn) readLoop() {
 			b = nil
 			continue
 		}
+		p.rx.Add(unc)
+		unc = 0
 		if !p.deliver(b) {
 			b = nil
 			err = ErrClosed
@@ -534,6 +546,7 @@ func (p *peerConn) readLoop() {
 		}
 		b = nil
 	}
+	p.rx.Add(unc)
 	p.close(err)
 	s.noteReleased(p.releasedBytes(b))
 	// Messages read before the connection failed are still delivered.
