@@ -319,10 +319,11 @@ func BenchmarkRecvBuffered(b *testing.B) {
 	body := make([]byte, 100)
 	fill := func() {
 		bt := s.getBatch(p)
-		for i := range bt.slots {
-			bt.slots[i].out = append(bt.slots[i].out[:0], body)
+		for i := range batchMsgs {
+			sl := bt.at(i)
+			sl.out = append(sl.out[:0], body)
 		}
-		bt.n = len(bt.slots)
+		bt.n = batchMsgs
 		s.inbox <- bt
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -353,7 +354,8 @@ func BenchmarkBatchCycle1(b *testing.B) {
 	b.ReportAllocs()
 	for range b.N {
 		bt := s.getBatch(p)
-		bt.slots[0].out = append(bt.slots[0].out[:0], body)
+		sl := bt.at(0)
+		sl.out = append(sl.out[:0], body)
 		bt.n = 1
 		s.putBatch(bt)
 	}

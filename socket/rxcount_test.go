@@ -38,3 +38,50 @@ func TestCommandsOnlyPeerStaysAlive(t *testing.T) {
 		}
 	}
 }
+
+// TestBatchSlotsGrow: a batch starts with firstSlots slots and doubles up
+// to batchMsgs as messages arrive, keeping what its slots hold, so that a
+// batch of one message (a ROUTER's, a REQ's) costs 16 slots, not 512.
+func TestBatchSlotsGrow(t *testing.T) {
+	var b batch
+	b.at(0).scratch = []byte("first")
+	if len(b.slots) != firstSlots {
+		t.Fatalf("a fresh batch has %d slots, want %d", len(b.slots), firstSlots)
+	}
+	b.at(firstSlots).scratch = []byte("second")
+	if len(b.slots) != 2*firstSlots {
+		t.Fatalf("after slot %d: %d slots, want %d", firstSlots, len(b.slots), 2*firstSlots)
+	}
+	b.at(batchMsgs - 1)
+	if len(b.slots) != batchMsgs {
+		t.Fatalf("after slot %d: %d slots, want %d", batchMsgs-1, len(b.slots), batchMsgs)
+	}
+	if string(b.slots[0].scratch) != "first" || string(b.slots[firstSlots].scratch) != "second" {
+		t.Fatal("growing lost what the slots held")
+	}
+}
+
+// TestRouterBatchStaysSmall: a ROUTER receiving one request at a time
+// hands over batches of one message, whose slots never grow past the first
+// firstSlots.
+func TestRouterBatchStaysSmall(t *testing.T) {
+	ctx := testCtx(t, 30*time.Second)
+	r := mustSocket(t, NewRouter)
+	ep := mustBind(t, r)
+	d := mustSocket(t, NewDealer)
+	mustDial(t, d, ep)
+	for i := range 5 {
+		if err := d.Send(ctx, []byte{byte(i)}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := r.Recv(ctx); err != nil {
+			t.Fatal(err)
+		}
+		r.recvMu.Lock()
+		n := len(r.cur.slots)
+		r.recvMu.Unlock()
+		if n != firstSlots {
+			t.Fatalf("message %d came in a batch of %d slots, want %d", i, n, firstSlots)
+		}
+	}
+}
