@@ -319,11 +319,10 @@ func BenchmarkRecvBuffered(b *testing.B) {
 	body := make([]byte, 100)
 	fill := func() {
 		bt := s.getBatch(p)
-		for i := range batchMsgs {
-			sl := bt.at(i)
-			sl.out = append(sl.out[:0], body)
+		for i := range bt.slots {
+			bt.slots[i].out = append(bt.slots[i].out[:0], body)
 		}
-		bt.n = batchMsgs
+		bt.n = len(bt.slots)
 		s.inbox <- bt
 	}
 	ctx, cancel := context.WithCancel(context.Background())
@@ -354,8 +353,7 @@ func BenchmarkBatchCycle1(b *testing.B) {
 	b.ReportAllocs()
 	for range b.N {
 		bt := s.getBatch(p)
-		sl := bt.at(0)
-		sl.out = append(sl.out[:0], body)
+		bt.slots[0].out = append(bt.slots[0].out[:0], body)
 		bt.n = 1
 		s.putBatch(bt)
 	}

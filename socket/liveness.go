@@ -323,10 +323,7 @@ func (p *peerConn) deliver(b *batch) bool {
 			p.dmu.Unlock()
 			return true
 		}
-		if q := p.dq; q.n+b.n <= batchMsgs && q.bytes < batchBytes {
-			if b.n > 0 {
-				q.at(q.n + b.n - 1) // room for b's messages
-			}
+		if q := p.dq; q.n+b.n <= len(q.slots) && q.bytes < batchBytes {
 			for i := 0; i < b.n; i++ {
 				b.slots[i], q.slots[q.n+i] = q.slots[q.n+i], b.slots[i]
 			}

@@ -469,12 +469,12 @@ func (p *peerConn) readLoop() {
 				unc = 0
 			}
 			// Between batches the reader waits in p.first and takes a
-			// batch only once a message has arrived: a batch grows to batchMsgs
+			// batch only once a message has arrived: a batch is 128
 			// slots, and an idle peer should cost as little as its
 			// connection.
 			sl = &p.first
 			if b != nil {
-				sl = b.at(b.n)
+				sl = &b.slots[b.n]
 			}
 			if b == nil && !p.waitRecvBudget() {
 				err = ErrClosed
@@ -488,11 +488,11 @@ func (p *peerConn) readLoop() {
 		unc++
 		if b == nil {
 			b = s.getBatch(p)
-			sl = b.at(0)
-			*sl, p.first = p.first, *sl
+			b.slots[0], p.first = p.first, b.slots[0]
 			if p.first.footprint() > firstRetain {
 				p.first.release()
 			}
+			sl = &b.slots[0]
 		}
 		var deliver bool
 		deliver, err = p.process(sl)
@@ -506,7 +506,7 @@ func (p *peerConn) readLoop() {
 			b.bytes += size
 			over = s.chargeRecv(b, int64(size))
 		}
-		if b.n > 0 && (over || b.n == batchMsgs || b.bytes >= batchBytes || p.held.Load()) {
+		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || p.held.Load()) {
 			p.rx.Add(unc)
 			unc = 0
 			if !p.deliver(b) {
@@ -520,7 +520,7 @@ func (p *peerConn) readLoop() {
 		// Read the next message now if it is already here; otherwise hand
 		// the batch on: a message must never wait for a later one (or for
 		// a non-delivered command) to arrive.
-		next := b.at(b.n)
+		next := &b.slots[b.n]
 		var got bool
 		if got, err = p.conn.TryReadMessage(&next.m); err != nil {
 			break
@@ -532,7 +532,7 @@ func (p *peerConn) readLoop() {
 		if b.n == 0 {
 			// A command (PING) with nothing delivered: do not sit idle
 			// holding an empty batch.
-			b.slots[0], p.first = p.first, b.slots[0] // b.n == 0: slot 0 exists
+			b.slots[0], p.first = p.first, b.slots[0]
 			s.putBatch(b)
 			b = nil
 			continue

@@ -8,14 +8,8 @@ import (
 )
 
 const (
-	// batchMsgs bounds the messages one reader hands to Recv at once. A
-	// batch's slots grow to it as messages arrive (see batch.at), so a
-	// batch costs what it holds: a ROUTER or REQ batch of one message keeps
-	// firstSlots slots, a stream of small messages 512 (one hand-off, and
-	// so at most one wake-up of Recv, per 512 messages; issue 41).
-	batchMsgs = 512
-	// firstSlots is the slots a batch starts with; they double from there.
-	firstSlots = 16
+	// batchMsgs bounds the messages one reader hands to Recv at once.
+	batchMsgs = 128
 	// batchBytes: a reader hands its batch off once it holds this many bytes.
 	batchBytes = 256 << 10
 	// batchRetain bounds the buffer bytes a recycled batch keeps (see
@@ -63,28 +57,7 @@ type batch struct {
 	// once per message. The budget over-counts by the unused part (never
 	// under-counts), and only while the batch is being assembled.
 	reserved int64
-	slots    []slot // grown by at, up to batchMsgs
-}
-
-// at returns slot i (< batchMsgs) of b, growing b's slots to hold it.
-// Pointers to b's slots taken before a call of at may be stale after it.
-func (b *batch) at(i int) *slot {
-	if i >= len(b.slots) {
-		b.grow(i)
-	}
-	return &b.slots[i]
-}
-
-// grow doubles b's slots (at least firstSlots, at most batchMsgs) until
-// slot i fits; the slots keep their buffers.
-func (b *batch) grow(i int) {
-	n := max(firstSlots, len(b.slots))
-	for n <= i {
-		n *= 2
-	}
-	ns := make([]slot, min(n, batchMsgs))
-	copy(ns, b.slots)
-	b.slots = ns
+	slots    [batchMsgs]slot
 }
 
 // footprint returns the buffer bytes sl keeps for reuse.
@@ -200,12 +173,12 @@ func (s *Socket) deliverDeparted(p *peerConn) {
 		if b == nil {
 			b = s.getBatch(p)
 		}
-		sl := b.at(b.n)
+		sl := &b.slots[b.n]
 		sl.m.Reset()
 		sl.scratch = append(append(sl.scratch[:0], 0), t...)
 		sl.out = append(sl.out[:0], sl.scratch)
 		b.n++
-		if b.n == batchMsgs {
+		if b.n == len(b.slots) {
 			if !s.handOff(b) {
 				s.putBatch(b)
 				return

@@ -98,14 +98,12 @@ func TestPutBatchAccounting(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	// fill gives 128 slots of b a buffer of size bytes each.
-	const filled = 128
 	fill := func(b *batch, size int) {
-		for i := range filled {
-			sl := b.at(i)
+		for i := range b.slots {
+			sl := &b.slots[i]
 			sl.scratch = make([]byte, 0, size)
 		}
-		b.n = filled
+		b.n = len(b.slots)
 	}
 	// Each batch keeps 128 × 3 KiB = 384 KiB: under batchRetain, so the
 	// free list takes ten of them (3.75 MiB) and lets the eleventh go.
@@ -118,7 +116,7 @@ func TestPutBatchAccounting(t *testing.T) {
 	for _, b := range bs {
 		s.putBatch(b)
 	}
-	if got, want := len(s.free), freeRetain/(filled*(3<<10)); got != want {
+	if got, want := len(s.free), freeRetain/(batchMsgs*(3<<10)); got != want {
 		t.Errorf("free list holds %d batches, want %d", got, want)
 	}
 	if got := s.freeBytes.Load(); got > freeRetain {
