@@ -32,8 +32,9 @@ import (
 // and TestHeaderFastSame compare them), and they pass Header.Validate, which
 // DecodeHeader then skips: the form's integers are positive fixints, and
 // headerFast refuses a usage that is not finite and non-negative (the
-// general pass then returns Validate's error). Each byte is looked at once and no function is called, which is
-// what makes it ~4× fewer instructions than the general pass (issue 41).
+// general pass then returns Validate's error). Each byte is looked at once:
+// 255 instructions for the stats vector against the general pass's 1,254
+// (callgrind, issue 41).
 func (h *Header) headerFast(b []byte, d *decoder) bool {
 	if noFastPaths || len(b) < 13 || b[0] < 0x94 || b[0] > 0x98 || b[1] > 0x7f || b[2] != 0x90 {
 		return false
