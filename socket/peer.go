@@ -458,16 +458,13 @@ func (p *peerConn) readLoop() {
 	// deciding whether to hand the batch on (one walk of its headers).
 	var sl *slot
 	pending := false
-	// unc counts the messages read and not yet added to p.rx: the liveness
-	// counter is updated once per batch, before the reader can wait (for
-	// the network, for Recv or for the budget), not once per message.
+	// unc: messages read and not yet in p.rx, added once per batch, before
+	// the reader can wait (network, Recv, budget), not once per message.
 	var unc uint64
 	for {
 		if !pending {
-			if unc > 0 {
-				p.rx.Add(unc)
-				unc = 0
-			}
+			p.rx.Add(unc)
+			unc = 0
 			// Between batches the reader waits in p.first and takes a
 			// batch only once a message has arrived: a batch is 128
 			// slots, and an idle peer should cost as little as its
