@@ -536,8 +536,9 @@ func decodeHeaderOnePass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 		return decodeguard.NewError(decodeguard.ReasonOversize, "EngineCoreOutputs: frame longer than MaxBytes")
 	}
 	d.budget = d.rawLim.MaxElements - 1 // the top-level object
-	if err := unmarshalHeader(b, dst, &d); err != nil {
-		return err
+	fast, err := unmarshalHeader(b, dst, &d)
+	if err != nil || fast {
+		return err // headerFast's values pass Validate (it checks the usages)
 	}
 	return dst.Validate()
 }
@@ -553,19 +554,24 @@ func decodeHeaderTwoPass(b []byte, lim *decodeguard.Limits, dst *Header) error {
 		*dst = Header{}
 		return err
 	}
-	if err := unmarshalHeader(b, dst, nil); err != nil {
+	if _, err := unmarshalHeader(b, dst, nil); err != nil {
 		return err
 	}
 	return dst.Validate()
 }
 
-func unmarshalHeader(b []byte, dst *Header, d *decoder) (err error) {
+// unmarshalHeader decodes b into dst (one pass when d is set, see
+// decodeHeaderOnePass); fast reports that headerFast decoded it.
+func unmarshalHeader(b []byte, dst *Header, d *decoder) (fast bool, err error) {
 	defer recoverPanic(&err)
+	if d != nil && d.exact && dst.headerFast(b, d) {
+		return true, nil
+	}
 	rest, err := dst.unmarshal(b, d)
 	if err == nil && len(rest) != 0 {
 		err = &decodeguard.Error{Reason: decodeguard.ReasonDecode, Detail: "bytes left after EngineCoreOutputs", Offset: len(b) - len(rest)}
 	}
-	return err
+	return false, err
 }
 
 // recoverPanic, deferred, turns a decoder panic into a ReasonDecoderPanic

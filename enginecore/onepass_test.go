@@ -69,6 +69,13 @@ func FuzzDecodeHeaderOnePass(f *testing.F) {
 		f.Add(append([]byte{byte(i)}, b...))
 		f.Add(append([]byte{0}, b...))
 	}
+	for i, s := range headerFastForms { // header_fast_test.go
+		b, err := hex.DecodeString(s)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(append([]byte{byte(i)}, b...))
+	}
 	f.Fuzz(func(t *testing.T, in []byte) {
 		if len(in) == 0 {
 			return

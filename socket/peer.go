@@ -458,8 +458,13 @@ func (p *peerConn) readLoop() {
 	// deciding whether to hand the batch on (one walk of its headers).
 	var sl *slot
 	pending := false
+	// unc: messages read and not yet in p.rx, added once per batch, before
+	// the reader can wait (network, Recv, budget), not once per message.
+	var unc uint64
 	for {
 		if !pending {
+			p.rx.Add(unc)
+			unc = 0
 			// Between batches the reader waits in p.first and takes a
 			// batch only once a message has arrived: a batch is 128
 			// slots, and an idle peer should cost as little as its
@@ -477,7 +482,7 @@ func (p *peerConn) readLoop() {
 			}
 		}
 		pending = false
-		p.rx.Add(1)
+		unc++
 		if b == nil {
 			b = s.getBatch(p)
 			b.slots[0], p.first = p.first, b.slots[0]
@@ -499,6 +504,8 @@ func (p *peerConn) readLoop() {
 			over = s.chargeRecv(b, int64(size))
 		}
 		if b.n > 0 && (over || b.n == len(b.slots) || b.bytes >= batchBytes || p.held.Load()) {
+			p.rx.Add(unc)
+			unc = 0
 			if !p.deliver(b) {
 				b = nil
 				err = ErrClosed
@@ -527,6 +534,8 @@ func (p *peerConn) readLoop() {
 			b = nil
 			continue
 		}
+		p.rx.Add(unc)
+		unc = 0
 		if !p.deliver(b) {
 			b = nil
 			err = ErrClosed
@@ -534,6 +543,7 @@ func (p *peerConn) readLoop() {
 		}
 		b = nil
 	}
+	p.rx.Add(unc)
 	p.close(err)
 	s.noteReleased(p.releasedBytes(b))
 	// Messages read before the connection failed are still delivered.

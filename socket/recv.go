@@ -104,7 +104,11 @@ func (s *Socket) putBatch(b *batch) {
 			continue
 		}
 		kept += size
-		clear(sl.out)
+		if len(sl.out) == 0 || len(sl.m.Frames) == 0 || &sl.out[0] != &sl.m.Frames[0] {
+			// Unless out is m.Frames itself (PULL, DEALER, SUB, XPUB data),
+			// whose frames alias m's buffer, which the slot keeps anyway.
+			clear(sl.out)
+		}
 		sl.out = sl.out[:0]
 	}
 	b.peer = nil

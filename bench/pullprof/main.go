@@ -9,7 +9,9 @@
 //
 //	pullprof --bind tcp://127.0.0.1:PORT [--count N] [--decode stats|none] [--cpuprofile FILE] [--read-buffer BYTES]
 //
-// Feed it with bench/sender. It exits after N valid messages.
+// Once bound it writes "bound endpoint=tcp://HOST:PORT" on stderr (the
+// port the kernel chose with port 0). Feed it with bench/sender. It exits
+// after N valid messages.
 package main
 
 import (
@@ -50,6 +52,7 @@ func main() {
 	if err := s.Bind(*bind); err != nil {
 		load.Fatal(err)
 	}
+	load.Bound(s.Endpoint())
 	lim := decodeguard.Limits{MaxBytes: 1 << 20}
 	stats := *decode == "stats"
 	dec := func(frames [][]byte, dst *enginecore.Header) error {
