@@ -44,6 +44,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/internal/ref/kvmodel"
 	"github.com/zmqguard/zmqguard/kvevents"
 )
@@ -109,28 +110,6 @@ func main() {
 		b, _ := json.Marshal(res)
 		fmt.Println(string(b))
 	}
-}
-
-func load1() float64 {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f, _ := strconv.ParseFloat(strings.Fields(string(b) + " 0")[0], 64)
-	return f
-}
-
-// processCPU is pid's user+system CPU time (USER_HZ 100).
-func processCPU(pid int) time.Duration {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond
 }
 
 // replica is one kv-index process.
@@ -256,7 +235,7 @@ func (e *engine) batch(hold int) []kvevents.Event {
 
 func run(bin, redisBin, mode string, nEngines, nReplicas int, duration, idle time.Duration, window, hold int, ttl time.Duration) (res result, err error) {
 	share := mode == "share"
-	res = result{Mode: mode, Replicas: nReplicas, Engines: nEngines, Load1Start: load1()}
+	res = result{Mode: mode, Replicas: nReplicas, Engines: nEngines, Load1Start: load.Load1()}
 	dir, err := os.MkdirTemp("", "replicas-bench-")
 	if err != nil {
 		return res, err
@@ -376,7 +355,7 @@ func run(bin, redisBin, mode string, nEngines, nReplicas int, duration, idle tim
 	// figures.
 	idle0 := make([]time.Duration, len(rs))
 	for i, r := range rs {
-		idle0[i] = processCPU(r.cmd.Process.Pid)
+		idle0[i] = load.ProcessCPU(r.cmd.Process.Pid)
 	}
 	idleStart := time.Now()
 	for time.Since(idleStart) < idle {
@@ -385,7 +364,7 @@ func run(bin, redisBin, mode string, nEngines, nReplicas int, duration, idle tim
 	}
 	idleSec := time.Since(idleStart).Seconds()
 	for i, r := range rs {
-		res.ReplicaIdleCPU = append(res.ReplicaIdleCPU, (processCPU(r.cmd.Process.Pid)-idle0[i]).Seconds()/idleSec)
+		res.ReplicaIdleCPU = append(res.ReplicaIdleCPU, (load.ProcessCPU(r.cmd.Process.Pid)-idle0[i]).Seconds()/idleSec)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), duration)
 	defer cancel()
@@ -394,9 +373,9 @@ func run(bin, redisBin, mode string, nEngines, nReplicas int, duration, idle tim
 	appliedNow.Store(base)
 	cpu0 := make([]time.Duration, len(rs))
 	for i, r := range rs {
-		cpu0[i] = processCPU(r.cmd.Process.Pid)
+		cpu0[i] = load.ProcessCPU(r.cmd.Process.Pid)
 	}
-	rcpu0 := processCPU(rcmd.Process.Pid)
+	rcpu0 := load.ProcessCPU(rcmd.Process.Pid)
 	start := time.Now()
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -428,7 +407,7 @@ func run(bin, redisBin, mode string, nEngines, nReplicas int, duration, idle tim
 	var cpuSum time.Duration
 	var netSum float64
 	for i, r := range rs {
-		c := processCPU(r.cmd.Process.Pid) - cpu0[i]
+		c := load.ProcessCPU(r.cmd.Process.Pid) - cpu0[i]
 		cpuSum += c
 		netSum += c.Seconds() - res.ReplicaIdleCPU[i]*res.Seconds
 		ev := perEnd[i] - perBase[i]
@@ -443,13 +422,13 @@ func run(bin, redisBin, mode string, nEngines, nReplicas int, duration, idle tim
 	if res.Events > 0 {
 		res.ReplicasCPUNs = float64(cpuSum.Nanoseconds()) / float64(res.Events)
 		res.ReplicasNetCPUNs = netSum * 1e9 / float64(res.Events)
-		rc := processCPU(rcmd.Process.Pid) - rcpu0
+		rc := load.ProcessCPU(rcmd.Process.Pid) - rcpu0
 		res.RedisCPUSec = rc.Seconds()
 		res.RedisCPUNs = float64(rc.Nanoseconds()) / float64(res.Events)
 	}
 	sizes, ok := split()
 	res.SplitUnchanged = ok && slices.Equal(sizes, res.Split)
-	res.Load1End = load1()
+	res.Load1End = load.Load1()
 	if share && len(rs) > 1 {
 		rs[0].cmd.Process.Kill()
 		rs[0].cmd.Wait()

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/bench/internal/kvstream"
+	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
@@ -43,28 +44,6 @@ type consumer interface {
 	// latencies (nil if the consumer does not score).
 	score(d, interval time.Duration) ([]time.Duration, error)
 	close()
-}
-
-func processCPU(pid int) time.Duration {
-	if pid == os.Getpid() {
-		var ru syscall.Rusage
-		syscall.Getrusage(syscall.RUSAGE_SELF, &ru)
-		return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return 0
-	}
-	// Fields after the command's closing parenthesis: utime is the 14th
-	// field of the line, the 12th after it.
-	s := string(b)
-	f := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
-	if len(f) < 13 {
-		return 0
-	}
-	ut, _ := strconv.ParseInt(f[11], 10, 64)
-	st, _ := strconv.ParseInt(f[12], 10, 64)
-	return time.Duration(ut+st) * 10 * time.Millisecond // USER_HZ 100
 }
 
 func rssBytes(pid int) int64 {
@@ -159,7 +138,7 @@ func newLib(eps []string, capacity int, p []int64, index bool) (*libConsumer, er
 }
 
 func (c *libConsumer) applied() uint64         { return c.n.Load() }
-func (c *libConsumer) cpu() time.Duration      { return processCPU(os.Getpid()) }
+func (c *libConsumer) cpu() time.Duration      { return load.ProcessCPU(os.Getpid()) }
 func (c *libConsumer) memory() (int64, string) { return heapAfterGC(), "heap" }
 func (c *libConsumer) entries() int64 {
 	if c.x == nil {
@@ -297,7 +276,7 @@ func (c *cliConsumer) poll() {
 }
 
 func (c *cliConsumer) applied() uint64         { return c.last.Load() }
-func (c *cliConsumer) cpu() time.Duration      { return processCPU(c.cmd.Process.Pid) }
+func (c *cliConsumer) cpu() time.Duration      { return load.ProcessCPU(c.cmd.Process.Pid) }
 func (c *cliConsumer) memory() (int64, string) { return rssBytes(c.cmd.Process.Pid), "rss" }
 func (c *cliConsumer) entries() int64 {
 	_, e, _ := c.stats()
@@ -414,7 +393,7 @@ func (c *llmdConsumer) ask(cmd string) (string, error) {
 }
 
 func (c *llmdConsumer) applied() uint64    { return c.last.Load() }
-func (c *llmdConsumer) cpu() time.Duration { return processCPU(c.cmd.Process.Pid) }
+func (c *llmdConsumer) cpu() time.Duration { return load.ProcessCPU(c.cmd.Process.Pid) }
 func (c *llmdConsumer) memory() (int64, string) {
 	l, err := c.ask("mem")
 	if err != nil {

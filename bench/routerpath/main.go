@@ -54,6 +54,7 @@ import (
 	"time"
 
 	"github.com/zmqguard/zmqguard/bench/internal/kvstream"
+	"github.com/zmqguard/zmqguard/bench/internal/load"
 )
 
 type result struct {
@@ -87,16 +88,6 @@ type result struct {
 	QuietP999us      float64 `json:"quiet_score_p999_us"`
 	Load1Quiet       float64 `json:"load1_quiet"`
 	Error            string  `json:"error,omitempty"`
-}
-
-func load1() float64 {
-	b, _ := os.ReadFile("/proc/loadavg")
-	f := strings.Fields(string(b))
-	if len(f) == 0 {
-		return 0
-	}
-	v, _ := strconv.ParseFloat(f[0], 64)
-	return v
 }
 
 func main() {
@@ -344,7 +335,7 @@ func measure(res *result, variant string, engines, entries, capacity int, p []in
 	defer func() { close(stopAck); <-ackDone }()
 
 	// 1. prefill
-	res.Load1Prefill = load1()
+	res.Load1Prefill = load.Load1()
 	t0 := time.Now()
 	pub.send("prefill")
 	s, err := pub.expect("prefilled ", 10*time.Minute)
@@ -368,7 +359,7 @@ func measure(res *result, variant string, engines, entries, capacity int, p []in
 	}
 
 	// 2. saturate
-	res.Load1Saturate = load1()
+	res.Load1Saturate = load.Load1()
 	pub.send("run 0")
 	time.Sleep(500 * time.Millisecond)
 	stopProf := startProfiles(variant)
@@ -397,7 +388,7 @@ func measure(res *result, variant string, engines, entries, capacity int, p []in
 	// 3. quiet: the same scoring with nothing ingested, for the machine's
 	// own latency (its other load, the scheduler, the GC) apart from the
 	// ingest's.
-	res.Load1Quiet = load1()
+	res.Load1Quiet = load.Load1()
 	lat, err := c.score(duration/2, scoreEvery)
 	if err != nil {
 		return err
@@ -406,7 +397,7 @@ func measure(res *result, variant string, engines, entries, capacity int, p []in
 	res.QuietP50us, res.QuietP99us, res.QuietP999us = pct(lat, 0.5), pct(lat, 0.99), pct(lat, 0.999)
 
 	// 4. mixed
-	res.Load1Mixed = load1()
+	res.Load1Mixed = load.Load1()
 	pub.send("run %g", rate)
 	time.Sleep(500 * time.Millisecond)
 	e0, c0, w0 = c.applied(), c.cpu(), time.Now()
