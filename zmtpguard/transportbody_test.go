@@ -192,6 +192,12 @@ func TestTransportBudget(t *testing.T) {
 		return vs.with("byte budget") >= int(st.Evictions) &&
 			tr.Stats().Refused[decodeguard.ReasonPolicy] >= st.Evictions
 	})
+	// Only a connection whose handshake completed has a zmq4 reader to
+	// surface its error: on a loaded machine one may still be in its
+	// handshake here, so wait for all of them before closing.
+	poll.WaitFor(t, 20*time.Second, "every connection's handshake", func() bool {
+		return tr.Stats().Handshakes >= uint64(len(conns))
+	})
 	for _, c := range conns {
 		c.Close()
 	}
