@@ -20,6 +20,7 @@ package kvindextest
 import (
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 
 	"github.com/zmqguard/zmqguard/internal/ref/kvmodel"
@@ -561,11 +562,18 @@ func testCapacity(t *testing.T, nb Factory, o Options) {
 	}
 }
 
+// testConcurrent: batches applied while a Score runs. A Score may see each
+// change of a batch under way or not (the in-memory backend's Score takes
+// no lock), but never a state that was not true at some moment of it:
+// blocks 1..4 are stored by every engine's first batch and never removed,
+// so a Score begun after an engine's first batch returned finds its prefix
+// at 4 blocks at least, and never over the 8 stored.
 func testConcurrent(t *testing.T, nb Factory, _ Options) {
 	x := newIndex(t, nb, 0, kvindex.Config{})
 	const engines, rounds = 4, 50
 	toks := kvmodel.Tokens(50, 16*8)
 	var wg sync.WaitGroup
+	var first [engines]atomic.Bool // engine e's first batch has returned
 	errs := make(chan error, engines+1)
 	for e := 0; e < engines; e++ {
 		wg.Add(1)
@@ -581,6 +589,7 @@ func testConcurrent(t *testing.T, nb Factory, _ Options) {
 					errs <- err
 					return
 				}
+				first[e].Store(true)
 			}
 		}()
 	}
@@ -588,14 +597,28 @@ func testConcurrent(t *testing.T, nb Factory, _ Options) {
 	go func() {
 		defer wg.Done()
 		for r := 0; r < rounds*2; r++ {
+			var before [engines]bool
+			for e := range before {
+				before[e] = first[e].Load()
+			}
 			res, err := x.Score(kvindex.ScoreRequest{Tokens: toks})
 			if err != nil {
 				errs <- err
 				return
 			}
+			seen := map[string]bool{}
 			for _, m := range res.Engines {
-				if m.Blocks < 4 || m.Blocks > 8 {
-					errs <- fmt.Errorf("torn state: %+v", m)
+				seen[m.Engine] = true
+				var e int
+				fmt.Sscanf(m.Engine, "e%d", &e)
+				if m.Blocks > 8 || m.MaybeBlocks > 8 || before[e] && m.Blocks < 4 {
+					errs <- fmt.Errorf("torn state (first batch returned before the Score: %v): %+v", before[e], m)
+					return
+				}
+			}
+			for e, b := range before {
+				if b && !seen[fmt.Sprint("e", e)] {
+					errs <- fmt.Errorf("engine e%d missing after its first batch returned: %+v", e, res.Engines)
 					return
 				}
 			}
