@@ -43,6 +43,7 @@ import (
 	"github.com/vmihailenco/msgpack/v5"
 
 	"github.com/zmqguard/zmqguard/bench/internal/kvstream"
+	"github.com/zmqguard/zmqguard/bench/internal/load"
 	"github.com/zmqguard/zmqguard/kvevents"
 	"github.com/zmqguard/zmqguard/socket"
 )
@@ -210,14 +211,7 @@ func (c *child) start() { c.stdin.WriteString("go\n") }
 
 func (c *child) stop() {
 	c.stdin.Close()
-	done := make(chan struct{})
-	go func() { c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(10 * time.Second):
-		c.cmd.Process.Kill()
-		<-done
-	}
+	load.Stop(c.cmd, nil, 10*time.Second)
 }
 
 func cpuSeconds() float64 {

@@ -261,15 +261,7 @@ func run(bin, redisBin, mode string, nEngines, nReplicas int, duration, idle tim
 	var rs []*replica
 	defer func() {
 		for _, r := range rs {
-			r.cmd.Process.Signal(syscall.SIGTERM)
-			done := make(chan struct{})
-			go func() { r.cmd.Wait(); close(done) }()
-			select {
-			case <-done:
-			case <-time.After(20 * time.Second):
-				r.cmd.Process.Kill()
-				<-done
-			}
+			load.Stop(r.cmd, syscall.SIGTERM, 20*time.Second)
 		}
 	}()
 	t0 := time.Now()

@@ -304,15 +304,7 @@ func (c *cliConsumer) score(d, interval time.Duration) ([]time.Duration, error) 
 func (c *cliConsumer) close() {
 	close(c.stop)
 	c.wg.Wait()
-	c.cmd.Process.Signal(syscall.SIGTERM)
-	done := make(chan struct{})
-	go func() { c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		c.cmd.Process.Kill()
-		<-done
-	}
+	load.Stop(c.cmd, syscall.SIGTERM, 20*time.Second)
 }
 
 // --- llm-d-kv-cache's indexer: the bench/kvbaseline child (-mode llmd) ---
@@ -437,14 +429,7 @@ func (c *llmdConsumer) score(d, interval time.Duration) ([]time.Duration, error)
 }
 func (c *llmdConsumer) close() {
 	c.stdin.Close()
-	done := make(chan struct{})
-	go func() { c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		c.cmd.Process.Kill()
-		<-done
-	}
+	load.Stop(c.cmd, nil, 20*time.Second)
 }
 
 func quiet() *slog.Logger { return slog.New(slog.DiscardHandler) }

@@ -273,14 +273,7 @@ func (c *pubChild) expect(prefix string, timeout time.Duration) (string, error) 
 
 func (c *pubChild) stop() {
 	c.inF.Close()
-	done := make(chan struct{})
-	go func() { c.cmd.Wait(); close(done) }()
-	select {
-	case <-done:
-	case <-time.After(20 * time.Second):
-		c.cmd.Process.Kill()
-		<-done
-	}
+	load.Stop(c.cmd, nil, 20*time.Second)
 }
 
 func measure(res *result, variant string, engines, entries, capacity int, p []int64, promptFile string,

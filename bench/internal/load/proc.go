@@ -2,6 +2,7 @@ package load
 
 import (
 	"os"
+	"os/exec"
 	"strconv"
 	"strings"
 	"syscall"
@@ -42,4 +43,21 @@ func Load1() float64 {
 	}
 	v, _ := strconv.ParseFloat(f[0], 64)
 	return v
+}
+
+// Stop ends a child process the benchmark started: it sends sig (none when
+// nil: the caller has already asked, for example by closing its stdin),
+// waits up to grace for it to exit, then kills it and reaps it.
+func Stop(cmd *exec.Cmd, sig os.Signal, grace time.Duration) {
+	if sig != nil {
+		cmd.Process.Signal(sig)
+	}
+	done := make(chan struct{})
+	go func() { cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(grace):
+		cmd.Process.Kill()
+		<-done
+	}
 }
