@@ -16,15 +16,17 @@ import (
 )
 
 // Per-connection fairness (issue 29 row 11). Run's receive loop checks each
-// message in full (decode, engine binding) and copies the valid ones into
-// the queue of the connection they came on; each connection's queue has a
-// worker goroutine of its own that decodes its messages again (from the
-// copy) and calls the callbacks in the order the connection sent them. An
+// message in full (decode, engine binding) and queues the valid ones for
+// the connection they came on (a copy, or for a message over 1 MiB the
+// socket's own frames: Socket.TakeFrames); each connection's queue has a
+// worker goroutine of its own that decodes its messages again (from what
+// was queued) and calls the callbacks in the order the connection sent them. An
 // engine's huge messages therefore occupy its own worker, not the receive
 // loop: the other engines' messages are received, checked and handed to
 // their handlers meanwhile. A connection whose queue holds
 // ConnQueueBytes or more is held (socket.HoldRecv: its reader stops, TCP
-// flow control slows that engine alone) until its worker has caught up; all
+// flow control slows that engine alone) until its worker has caught up, as
+// is one with a heavy message waiting to render (heavyBacklog); all
 // queues together hold at most QueueBytes (the receive loop waits beyond
 // it).
 //
@@ -58,37 +60,36 @@ const heavyCost = 1 << 20
 func heavySlots() int { return max(1, runtime.GOMAXPROCS(0)/2) }
 
 // heavyBacklog is how many heavy messages a connection may have waiting
-// for its worker (beyond the one being handled) before its reader is held.
-// Heavy messages are rendered one at a time per connection and on at most
-// heavySlots CPUs, so a longer backlog does not speed the engine up; it
-// only fills the socket's shared receive queue (one FIFO for every
-// connection), where every other engine's messages wait behind it: with
-// six engines sending 7.5 MB messages, honest messages waited behind about
-// twenty of them (issue 37).
-const heavyBacklog = 2
+// for a heavy slot (queued, or taken by its worker and not yet rendering)
+// before its reader is held. Heavy messages are rendered one at a time per
+// connection and on at most heavySlots CPUs, so a longer backlog does not
+// speed the engine up; it only costs reading, memory and the collector's
+// time while the other engines' messages wait for a CPU: with six engines
+// sending 7.5 MB messages, the first burst read 135 MB in 0.3 s and honest
+// messages waited up to 200 ms (issue 37). With one, each heavy engine has
+// at most one message rendering and one waiting.
+const heavyBacklog = 1
 
-// frameCopy is a message copied out of the socket's buffers. Copies are
-// recycled (Receiver.free), so that a warm receiver allocates nothing per
-// message; one that grew past copyRetain bytes is left to the collector.
+// frameCopy is a message kept for its connection's worker: a copy in a
+// recycled buffer (Receiver.free), so that a warm receiver allocates
+// nothing per message, or, for a message over copyRetain, the socket's own
+// frames (taken: Socket.TakeFrames), which are never recycled.
 type frameCopy struct {
 	buf    []byte
 	frames [][]byte
+	taken  bool
 }
 
 // copyRetain bounds the buffer a recycled copy keeps, freeCopies the
-// copies kept and freeBytes their buffers together. Copies over copyRetain
-// (of heavy messages) are recycled too, in a list of their own: at most
-// bigFreeCopies of at most bigCopyRetain bytes, bigFreeBytes together.
-// Allocating a fresh copy of a 7.5 MB message in the receive loop took 3 to
-// 7 ms (zeroed, faulted in), reusing one about 1 ms, and every message
-// queued behind it in the socket waited that long (issue 37).
+// copies kept and freeBytes their buffers together. A message over
+// copyRetain is not copied but taken from the socket: copying a 7.5 MB
+// message into a fresh buffer took the receive loop 2 to 56 ms (a large
+// allocation waits for the collector), and every message queued behind it
+// in the socket waited as long (issue 37).
 const (
-	copyRetain    = 1 << 20
-	freeCopies    = 256
-	freeBytes     = 16 << 20
-	bigCopyRetain = 16 << 20
-	bigFreeCopies = 4
-	bigFreeBytes  = 32 << 20
+	copyRetain = 1 << 20
+	freeCopies = 256
+	freeBytes  = 16 << 20
 )
 
 // connQueue is one connection's queue.
@@ -109,42 +110,28 @@ type connQueue struct {
 // before it ends (a busy engine keeps its worker; a quiet one costs none).
 const workerIdle = 2 * time.Second
 
-// copyFrames copies frames into one buffer.
-func (r *Receiver) copyFrames(frames [][]byte) (*frameCopy, int64) {
+// keepFrames keeps the frames of the message the receive loop is handling
+// for its connection's worker: a message over copyRetain is taken from the
+// socket, a smaller one copied into a recycled buffer.
+func (r *Receiver) keepFrames(frames [][]byte) (*frameCopy, int64) {
 	n := 0
 	for _, f := range frames {
 		n += len(f)
 	}
+	if n > copyRetain && r.sock != nil {
+		if taken := r.sock.TakeFrames(); taken != nil {
+			return &frameCopy{frames: taken, taken: true}, int64(n)
+		}
+	}
 	var c *frameCopy
 	r.fmu.Lock()
-	if n > copyRetain {
-		for i, b := range r.bigFree {
-			if cap(b.buf) >= n {
-				c = b
-				last := len(r.bigFree) - 1
-				r.bigFree[i] = r.bigFree[last]
-				r.bigFree[last] = nil
-				r.bigFree = r.bigFree[:last]
-				r.bigFreeBytes -= cap(c.buf)
-				break
-			}
-		}
-	} else if k := len(r.free); k > 0 {
+	if k := len(r.free); k > 0 && n <= copyRetain {
 		c = r.free[k-1]
 		r.free[k-1] = nil
 		r.free = r.free[:k-1]
 		r.freeBytes -= cap(c.buf)
 	}
-	spare := n > copyRetain && n+n/8 <= bigCopyRetain && len(r.bigFree) == 0 && !r.bigFilling &&
-		r.bigFreeBytes+n+n/8 <= bigFreeBytes
-	if spare {
-		r.bigFilling = true
-		r.workers.Add(1)
-	}
 	r.fmu.Unlock()
-	if spare {
-		go r.allocSpare(n + n/8)
-	}
 	if c == nil {
 		c = new(frameCopy)
 	}
@@ -164,37 +151,16 @@ func (r *Receiver) copyFrames(frames [][]byte) (*frameCopy, int64) {
 	return c, int64(n)
 }
 
-// allocSpare puts a copy of capacity n in the big list, allocated here
-// rather than in the receive loop: a large allocation may have to wait for
-// the garbage collector's cycle to end (it assists the marking), which took
-// up to 480 ms on a loaded machine during issue 37's six heavy engines, and
-// every message behind it in the socket's receive queue waited as long.
-func (r *Receiver) allocSpare(n int) {
-	defer r.workers.Done()
-	c := &frameCopy{buf: make([]byte, 0, n)}
-	r.fmu.Lock()
-	r.bigFilling = false
-	if len(r.bigFree) < bigFreeCopies && r.bigFreeBytes+n <= bigFreeBytes {
-		r.bigFree = append(r.bigFree, c)
-		r.bigFreeBytes += n
-	}
-	r.fmu.Unlock()
-}
-
-// recycle keeps c for reuse unless it grew too large or enough are kept.
+// recycle keeps c for reuse unless it was taken from the socket, grew too
+// large or enough are kept.
 func (r *Receiver) recycle(c *frameCopy) {
-	if c == nil || cap(c.buf) > bigCopyRetain || cap(c.frames) > 4096 {
+	if c == nil || c.taken || cap(c.buf) > copyRetain || cap(c.frames) > 4096 {
 		return
 	}
 	clear(c.frames)
 	c.frames = c.frames[:0]
 	r.fmu.Lock()
-	if cap(c.buf) > copyRetain {
-		if len(r.bigFree) < bigFreeCopies && r.bigFreeBytes+cap(c.buf) <= bigFreeBytes {
-			r.bigFree = append(r.bigFree, c)
-			r.bigFreeBytes += cap(c.buf)
-		}
-	} else if len(r.free) < freeCopies && r.freeBytes+cap(c.buf) <= freeBytes {
+	if len(r.free) < freeCopies && r.freeBytes+cap(c.buf) <= freeBytes {
 		r.free = append(r.free, c)
 		r.freeBytes += cap(c.buf)
 	}
@@ -316,9 +282,6 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 		j := q.jobs[q.head]
 		q.jobs[q.head] = job{}
 		q.head++
-		if j.cost >= heavyCost {
-			q.heavy--
-		}
 		if q.head > 64 && q.head*2 > len(q.jobs) {
 			q.jobs = append(q.jobs[:0], q.jobs[q.head:]...)
 			q.head = 0
@@ -326,7 +289,14 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 		r.qmu.Unlock()
 
 		var err error
-		if r.takeHeavy(ctx, j.cost) {
+		took := r.takeHeavy(ctx, j.cost)
+		if j.cost >= heavyCost {
+			// A heavy message waits (counts in q.heavy) until it renders.
+			r.qmu.Lock()
+			q.heavy--
+			r.unholdLocked(q)
+		}
+		if took {
 			err = r.serve(ctx, &j, &m, &lim)
 			if j.cost >= heavyCost {
 				<-r.heavy
@@ -337,18 +307,26 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 		r.qmu.Lock()
 		q.bytes -= j.cost
 		r.queued -= j.cost
-		release := q.held && q.bytes < r.connLimit && q.heavy < heavyBacklog && (r.queued <= r.queueLimit || q.bytes <= r.shareLocked())
-		if release {
-			q.held = false
-		}
-		r.qmu.Unlock()
-		if release {
-			r.sock.HoldRecv(q.peer, false)
-		}
+		r.unholdLocked(q)
 		r.signalSpace()
 		if err != nil {
 			r.fail(err)
 		}
+	}
+}
+
+// unholdLocked resumes q's reader if it is held and q has caught up:
+// under ConnQueueBytes, under heavyBacklog heavy messages waiting, and
+// within its share of QueueBytes when the total is past it. It unlocks
+// r.qmu (HoldRecv is called after).
+func (r *Receiver) unholdLocked(q *connQueue) {
+	release := q.held && q.bytes < r.connLimit && q.heavy < heavyBacklog && (r.queued <= r.queueLimit || q.bytes <= r.shareLocked())
+	if release {
+		q.held = false
+	}
+	r.qmu.Unlock()
+	if release {
+		r.sock.HoldRecv(q.peer, false)
 	}
 }
 

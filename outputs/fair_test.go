@@ -165,7 +165,7 @@ func TestEngineWithinShareNotSlowedByTotal(t *testing.T) {
 }
 
 // TestHeavyBacklogHeld (issue 37, six heavy engines): a connection with
-// heavyBacklog heavy messages (over 1 MiB) waiting for its worker is held,
+// heavyBacklog heavy messages (over 1 MiB) waiting to render is held,
 // far below ConnQueueBytes, so that its messages do not fill the socket's
 // receive queue ahead of the other engines'; once its handler catches up
 // every message is delivered in its order.
@@ -216,39 +216,114 @@ func TestHeavyBacklogHeld(t *testing.T) {
 	}
 }
 
-// TestBigCopiesRecycled: a copy of a message over copyRetain is reused
-// for the next big message (allocating a fresh 7.5 MB copy in the receive
-// loop took 3-7 ms, issue 37), and never handed to a small message; when
-// the receive loop takes the last big copy, a spare is allocated outside
-// it (a large allocation may wait for the collector's cycle: up to 480 ms
-// on a loaded machine).
-func TestBigCopiesRecycled(t *testing.T) {
-	r := &Receiver{}
-	big := [][]byte{make([]byte, 100), make([]byte, 3<<20)}
-	c1, n := r.copyFrames(big)
-	if n != 3<<20+100 {
-		t.Fatalf("copied %d bytes", n)
+// TestHeavyMessagesTaken (issue 37): a message over copyRetain is kept for
+// its worker by taking the socket's frames (Socket.TakeFrames), not copied
+// (a fresh 7.5 MB copy took the receive loop 2 to 56 ms while every other
+// engine's messages waited), and a taken message is never recycled; a
+// small one is copied into a recycled buffer.
+func TestHeavyMessagesTaken(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	opts := socket.DefaultOptions()
+	opts.Logger = quiet
+	opts.Guard.MaxMessageSize = 8 << 20
+	pull, err := socket.New("PULL", opts)
+	if err != nil {
+		t.Fatal(err)
 	}
-	r.workers.Wait()
-	if len(r.bigFree) != 1 || cap(r.bigFree[0].buf) < int(n) {
-		t.Fatalf("after the first big copy: %d spare copies, want one of at least %d bytes", len(r.bigFree), n)
+	defer pull.Close()
+	if err := pull.Bind("tcp://127.0.0.1:0"); err != nil {
+		t.Fatal(err)
 	}
-	spare := &r.bigFree[0].buf[:1][0]
-	first := &c1.buf[0]
-	r.recycle(c1)
-	if len(r.bigFree) != 2 {
-		t.Fatalf("%d big copies kept after recycling one, want 2", len(r.bigFree))
+	p := pusher(t, pull.Endpoint())
+	defer p.Close()
+	send(t, ctx, p, []byte("head"), make([]byte, 3<<20))
+	send(t, ctx, p, []byte("small"))
+	r := &Receiver{sock: pull}
+
+	m, err := pull.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
 	}
-	c2, _ := r.copyFrames([][]byte{make([]byte, 10)})
-	if len(r.bigFree) != 2 || len(c2.buf) > 0 && (&c2.buf[0] == first || &c2.buf[0] == spare) {
-		t.Fatal("a small message took a big copy")
+	c, n := r.keepFrames(m.Frames)
+	if n != 3<<20+4 || len(c.frames) != 2 || string(c.frames[0]) != "head" {
+		t.Fatalf("kept %d bytes, %d frames", n, len(c.frames))
 	}
-	c3, _ := r.copyFrames(big)
-	if p := &c3.buf[0]; p != first && p != spare {
-		t.Error("a big message did not reuse a kept copy")
+	if !c.taken || &c.frames[1][0] != &m.Frames[1][0] {
+		t.Fatal("a 3 MiB message was copied, not taken from the socket")
 	}
-	if len(c3.frames) != 2 || len(c3.frames[1]) != 3<<20 {
-		t.Errorf("reused copy frames: %d", len(c3.frames))
+	r.recycle(c)
+	if len(r.free) != 0 {
+		t.Fatal("a taken message went to the recycled copies")
 	}
-	r.workers.Wait()
+
+	m, err = pull.Recv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, _ = r.keepFrames(m.Frames)
+	if c.taken || &c.frames[0][0] == &m.Frames[0][0] || string(c.frames[0]) != "small" {
+		t.Fatal("a small message was not copied")
+	}
+	r.recycle(c)
+	if len(r.free) != 1 {
+		t.Fatalf("%d recycled copies after a small one, want 1", len(r.free))
+	}
+}
+
+// TestHeavyWaitingForSlotHeld (issue 37): a connection is held once one
+// heavy message waits to render (queued, or taken by its worker while
+// every heavy slot is busy with other engines'), with that one message
+// queued. Held only at two waiting (heavyBacklog 2, before), it read and
+// queued all three first: in the six engines' first burst, each engine's
+// extra messages were read while the honest engine waited for a CPU.
+func TestHeavyWaitingForSlotHeld(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	slots := heavySlots()
+	release := make(chan struct{})
+	busy := make(chan int64, slots+1)
+	rctx, done := context.WithCancel(ctx)
+	defer done()
+	r, wait := start(t, rctx, Config{
+		Handler: func(hctx context.Context, m *enginecore.Message, _ *socket.Peer) error {
+			busy <- m.EngineIndex
+			select {
+			case <-release:
+			case <-hctx.Done():
+			}
+			return nil
+		},
+	})
+	pad := strings.Repeat("x", heavyCost)
+	heavyMsg := func(e int64, i int) [][]byte { return encode(simple(e, fmt.Sprintf("heavy-%d%s", i, pad), 1)) }
+	var cost int64
+	for e := 1; e <= slots; e++ {
+		p := pusher(t, r.Endpoint())
+		defer p.Close()
+		send(t, ctx, p, heavyMsg(int64(e), 0)...)
+		select {
+		case <-busy:
+		case <-ctx.Done():
+			t.Fatalf("engine %d's heavy message not rendering (stats %+v)", e, r.Stats())
+		}
+		if e == 1 {
+			cost = r.Stats().QueuedBytes
+		}
+	}
+	// Every heavy slot is busy; engine slots+1 sends three heavy messages.
+	p := pusher(t, r.Endpoint())
+	defer p.Close()
+	for i := range 3 {
+		send(t, ctx, p, heavyMsg(int64(slots+1), i)...)
+	}
+	poll.WaitForCtx(t, ctx, "the engine waiting for a heavy slot held", func() bool { return r.Stats().Holds > 0 })
+	if q, want := r.Stats().QueuedBytes, int64(slots+1)*cost; q > want {
+		t.Errorf("%d bytes queued when held, want %d: the %d rendering and one waiting for a slot", q, want, slots)
+	}
+	close(release)
+	done()
+	if err := wait(); err != nil {
+		t.Fatal(err)
+	}
 }

@@ -150,28 +150,25 @@ type Receiver struct {
 	dropLog      *ratelog.Limiter
 
 	// Per-connection queues (fair.go).
-	qmu          sync.Mutex
-	queues       map[uint64]*connQueue
-	fmu          sync.Mutex
-	free         []*frameCopy // recycled copies (fair.go)
-	freeBytes    int
-	bigFilling   bool         // allocSpare runs
-	bigFree      []*frameCopy // recycled copies over copyRetain
-	bigFreeBytes int
-	queued       int64
-	holds        uint64
-	queueWaits   uint64
-	connLimit    int64
-	queueLimit   int64
-	backstop     int64 // the receive loop waits past it (see QueueBytes)
-	space        chan struct{}
-	heavy        chan struct{} // heavy slots taken (see heavySlots)
-	stop         chan struct{}
-	stopOnce     sync.Once
-	workers      sync.WaitGroup
-	failOnce     sync.Once
-	failErr      error
-	cancelRun    context.CancelFunc
+	qmu        sync.Mutex
+	queues     map[uint64]*connQueue
+	fmu        sync.Mutex
+	free       []*frameCopy // recycled copies (fair.go)
+	freeBytes  int
+	queued     int64
+	holds      uint64
+	queueWaits uint64
+	connLimit  int64
+	queueLimit int64
+	backstop   int64 // the receive loop waits past it (see QueueBytes)
+	space      chan struct{}
+	heavy      chan struct{} // heavy slots taken (see heavySlots)
+	stop       chan struct{}
+	stopOnce   sync.Once
+	workers    sync.WaitGroup
+	failOnce   sync.Once
+	failErr    error
+	cancelRun  context.CancelFunc
 }
 
 // binding is the connection that holds an engine index.
@@ -369,7 +366,7 @@ func (r *Receiver) handle(ctx context.Context, d loop.Delivery[item]) error {
 	if err := r.claim(it.m.EngineIndex, peer); err != nil {
 		return err
 	}
-	cp, size := r.copyFrames(d.Msg.Frames)
+	cp, size := r.keepFrames(d.Msg.Frames)
 	cost := size + int64(len(it.m.Outputs))*outputCost
 	return r.enqueue(ctx, job{cp: cp, size: size, cost: cost, peer: peer})
 }

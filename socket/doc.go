@@ -136,7 +136,13 @@
 // stop reading, and TCP flow control then slows that peer. Received bytes
 // waiting for Recv are bounded socket-wide by Options.RecvQueueBytes
 // (default 64 MiB): past it, readers stop reading until Recv catches up
-// (each connection may still hold the message it was reading). A peer is
+// (each connection may still hold the message it was reading). Each
+// connection also keeps to a share of that queue: one with 1 MiB or more
+// waiting reads no further message until Recv has released some, so a
+// peer sending large messages back to back has one ahead of everybody
+// else's next message, not the whole queue (it may always read one message,
+// whatever its size). A consumer that keeps a large message after Recv
+// takes its frames ([Socket.TakeFrames]) instead of copying them. A peer is
 // never timed out while its reader waits for Recv, and PINGs keep going out
 // to it, so a heartbeating peer keeps the connection. A batch is handed over when the
 // connection's read buffer holds no further bytes; if it holds only the

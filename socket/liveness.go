@@ -203,6 +203,7 @@ const budgetStep = 4 << 10
 // and waits before reading more).
 func (s *Socket) chargeRecv(b *batch, size int64) bool {
 	b.charged += size
+	b.peer.recvHeld.Add(size)
 	n := s.recvBytes.Add(size)
 	if s.budget != nil && b.reserved < b.charged {
 		// A batch's first message is charged exactly (a ROUTER or REQ
@@ -237,6 +238,9 @@ func (s *Socket) uncharge(b *batch) {
 		return
 	}
 	s.recvBytes.Add(-b.charged)
+	if b.peer != nil {
+		b.peer.recvHeld.Add(-b.charged)
+	}
 	b.charged = 0
 	if s.recvWaiters.Load() > 0 {
 		s.recvSpaceMu.Lock()
@@ -246,48 +250,87 @@ func (s *Socket) uncharge(b *batch) {
 	}
 }
 
+// peerRecvShare is one connection's share of the socket's receive queue:
+// a connection with this many bytes of messages read and not yet released
+// by Recv reads no further message until Recv has released some. The queue
+// is one FIFO for every connection, so without the share one connection
+// sending large messages back to back filled it (RecvQueueBytes, 64 MiB:
+// eight 7.5 MB messages) and every other connection's next message waited
+// behind them all (issue 37: an honest engine's outputs waited up to 200 ms
+// behind six heavy engines' first burst). A connection may always read one
+// message, whatever its size (MaxMessageSize and the MemoryBudget bound
+// that), so the share delays a connection's next message but refuses none.
+// A stream of small messages keeps four batches (batchBytes) in flight
+// under it, enough to keep Recv busy.
+const peerRecvShare = 1 << 20
+
 // waitRecvBudget waits, before a reader with no batch starts reading, while
-// the peer is held (HoldRecv) or the receive budget is spent. It reports false when the peer or socket
-// closed meanwhile.
+// the peer is held (HoldRecv), holds its share of the receive queue
+// (peerRecvShare) or the receive budget is spent. It reports false when the
+// peer or socket closed meanwhile.
 func (p *peerConn) waitRecvBudget() bool {
-	s := p.s
-	for p.held.Load() {
-		p.paused.Store(true)
-		select {
-		case <-p.unheld:
-		case <-p.done:
-			p.paused.Store(false)
-			return false
-		case <-s.ctx.Done():
-			p.paused.Store(false)
+	for {
+		if p.held.Load() {
+			if !p.waitUnheld() {
+				return false
+			}
+			continue
+		}
+		if !p.recvFull() {
+			return true
+		}
+		if !p.waitRecvSpace() {
 			return false
 		}
-		p.paused.Store(false)
 	}
-	lim := s.opts.RecvQueueBytes
-	if lim <= 0 || s.recvBytes.Load() < lim {
+}
+
+// waitUnheld waits once for HoldRecv to resume p (or a stale signal of an
+// earlier resume: the caller checks again). It reports false when the peer
+// or socket closed meanwhile.
+func (p *peerConn) waitUnheld() bool {
+	p.paused.Store(true)
+	defer p.paused.Store(false)
+	select {
+	case <-p.unheld:
 		return true
+	case <-p.done:
+	case <-p.s.ctx.Done():
 	}
+	return false
+}
+
+// waitRecvSpace waits once for Recv to release bytes (the caller checks
+// again). It reports false when the peer or socket closed meanwhile.
+func (p *peerConn) waitRecvSpace() bool {
+	s := p.s
 	s.recvWaiters.Add(1)
 	defer s.recvWaiters.Add(-1)
 	p.paused.Store(true)
 	defer p.paused.Store(false)
-	for s.recvBytes.Load() >= lim {
-		s.recvSpaceMu.Lock()
-		ch := s.recvSpace
-		s.recvSpaceMu.Unlock()
-		if s.recvBytes.Load() < lim {
-			break
-		}
-		select {
-		case <-ch:
-		case <-p.done:
-			return false
-		case <-s.ctx.Done():
-			return false
-		}
+	s.recvSpaceMu.Lock()
+	ch := s.recvSpace
+	s.recvSpaceMu.Unlock()
+	if !p.recvFull() {
+		return true
 	}
-	return true
+	select {
+	case <-ch:
+		return true
+	case <-p.done:
+	case <-s.ctx.Done():
+	}
+	return false
+}
+
+// recvFull reports whether p must wait before reading: it holds its share
+// of the receive queue, or the queue holds RecvQueueBytes.
+func (p *peerConn) recvFull() bool {
+	if p.recvHeld.Load() >= peerRecvShare {
+		return true
+	}
+	lim := p.s.opts.RecvQueueBytes
+	return lim > 0 && p.s.recvBytes.Load() >= lim
 }
 
 // deliver hands b to Recv. When the inbox is full it queues b for a short

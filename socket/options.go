@@ -173,7 +173,9 @@ type Options struct {
 	// Once reached, readers stop reading their connections (TCP flow
 	// control slows the peers) until Recv catches up; each connection may
 	// still hold the one message it was reading. The count includes the
-	// batch a reader assembles, and is exact, not sampled.
+	// batch a reader assembles, and is exact, not sampled. One connection
+	// reads no further message while 1 MiB or more of its messages wait
+	// (see Receiving in the package doc).
 	RecvQueueBytes int64
 	// MemoryBudget bounds the bytes of received data a socket holds in
 	// memory: the bodies of messages still arriving (charged as a

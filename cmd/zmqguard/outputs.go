@@ -8,8 +8,6 @@ import (
 	"fmt"
 	"io"
 	"math"
-	"os"
-	"runtime/debug"
 	"strconv"
 	"strings"
 	"sync"
@@ -74,8 +72,8 @@ counted, the receiver goes on.`,
 
 // outputsHeapSlack is what the outputs command allows its heap beyond the
 // queues and the socket's budget: workers' decoded messages and rendered
-// lines, the copies of heavy messages kept for reuse (at most 32 MiB), the
-// runtime and the metrics endpoint.
+// lines, the small messages' recycled copies (at most 16 MiB), the runtime
+// and the metrics endpoint.
 const outputsHeapSlack = 64 << 20
 
 // outputsFlags are the flags of outputs.
@@ -204,12 +202,8 @@ func runOutputs(ctx context.Context, fl *outputsFlags, e *env) error {
 	// Without a limit the garbage collector lets the heap grow to twice
 	// what is live (1.7 GiB measured under issue 37's six heavy engines);
 	// with it, it collects sooner. GOMEMLIMIT, when set, wins.
-	memLimit := int64(0)
-	if os.Getenv("GOMEMLIMIT") == "" {
-		memLimit = 6*int64(fl.maxMsg) + outputsHeapSlack
-		prev := debug.SetMemoryLimit(memLimit)
-		defer debug.SetMemoryLimit(prev)
-	}
+	memLimit, restore := setMemoryLimit(6*int64(fl.maxMsg) + outputsHeapSlack)
+	defer restore()
 	e.logger.Info("outputs receiving", append([]any{"endpoint", r.Endpoint(), "count", fl.count, "vllm_version", rel.String(),
 		"memory_limit", memLimit}, ms.logAttrs()...)...)
 	err = r.Run(lctx)

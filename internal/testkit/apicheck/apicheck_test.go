@@ -88,15 +88,18 @@ func TestSurface(t *testing.T) {
 // (every holder of every key) does not allow: kvindex.PrefixWalker with its
 // PrefixHolders method. So it is 424. Session 9 also
 // added kvevents.Subscriber.Logger: discovery.Follow logs to the
-// Subscriber's logger, not slog.Default. So it is 425.
-const surfaceBudget = 425
+// Subscriber's logger, not slog.Default. So it is 425. Session 10 (issue
+// 37) added socket.Socket.TakeFrames: a consumer that queues a large
+// message after Recv (outputs) takes the socket's frames instead of copying
+// them in its receive loop. So it is 426.
+const surfaceBudget = 426
 
 // pkgBudget is issue 30's share of surfaceBudget per package (a group of
 // packages shares one line's share: kvindex and its three subpackages).
 // TestSurfaceBudget logs the packages over their share, to say where the
 // names are; only the total is enforced.
 var pkgBudget = map[string]int{
-	"zmtpguard": 45, "socket": 38, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
+	"zmtpguard": 45, "socket": 39, "metrics": 25, "loop": 22, "decodeguard": 20, "envelope": 6,
 	"handshake": 40, "vllm": 11, "enginecore": 40, "outputs": 15, "coordinator": 30, "kvevents": 50, "kvevents/discovery": 7, "kvevents/discovery/kubernetes": 3,
 	"kvindex": 67, "metrics/zgprom": 4, "metrics/zgotel": 2,
 }
