@@ -265,6 +265,9 @@ func (c *Conn) oversize(verr error, nframes int, total int64, inner bool) *Viola
 }
 
 func (c *Conn) readBody(m *Message, n int64) error {
+	if n > bigBody {
+		return c.readBigBody(m, n)
+	}
 	for n > 0 {
 		step := min(n, readChunk)
 		if err := c.bodyReserve(len(m.buf), int(step)); err != nil {
