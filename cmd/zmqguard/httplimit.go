@@ -300,13 +300,18 @@ func (c *limitConn) Close() error {
 // others' connections are left unread and closed a second later (reading
 // the bodies of a big-body flood cost the honest requests their CPU).
 //
-// httpBodyFactor is what decoding a body costs beyond the body: kv-index's
-// /score measured about 4 times its body (issue 37: 35 MiB for an 8 MiB
-// body) before its decoding was made to copy less.
+// httpBodyFactor is what decoding a body holds per body byte: kv-index's
+// /score decodes as it reads (kvindex_body.go), and BenchmarkScoreBodyDecode
+// measured 2.0 bytes per body byte at the peak for an 8 MiB body of a
+// million 7-digit tokens (the token chunks and the tokens; 1.0 allocated
+// per op), where encoding/json allocated 9.0 (75 MB) and the factor was 4.
+// Bodies of shorter tokens hold more per byte (1-digit tokens: 8.0, at
+// most 16 MiB for the million tokens the body may hold), and so does one
+// long string (an 8 MiB LoRA name: 5.0 allocated, as encoding/json).
 const (
 	httpRequestBudget = 256 << 20
 	httpRequestBase   = 64 << 10
-	httpBodyFactor    = 4
+	httpBodyFactor    = 2
 	httpSmallRequest  = 1 << 20
 )
 

@@ -33,6 +33,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strings"
 	"sync"
 )
 
@@ -327,7 +328,7 @@ func (d *scoreBodyDecoder) key() (string, error) {
 	if bytes.IndexByte(k, '\\') >= 0 || !isASCII(k) {
 		var s string
 		if err := json.Unmarshal(d.raw, &s); err != nil {
-			return "", d.fail("key %s: %v", d.raw, err)
+			return "", d.fail("key %q: %v", d.raw, err)
 		}
 		k = []byte(s)
 	}
@@ -373,26 +374,38 @@ func (d *scoreBodyDecoder) rawString(limit int) error {
 		for ; d.pos < d.end; d.pos++ {
 			c := d.buf[d.pos]
 			switch {
+			case c < 0x20:
+				d.appendRaw(d.buf[start:d.pos])
+				return d.fail("invalid character %q in string literal", c)
 			case escaped:
 				escaped = false
 			case c == '\\':
 				escaped = true
 			case c == '"':
 				d.pos++
-				d.raw = append(d.raw, d.buf[start:d.pos]...)
+				d.appendRaw(d.buf[start:d.pos])
 				return nil
-			case c < 0x20:
-				d.raw = append(d.raw, d.buf[start:d.pos]...)
-				return d.fail("invalid character %q in string literal", c)
 			}
 			if limit > 0 && len(d.raw)+d.pos+1-start > limit {
 				d.pos++
-				d.raw = append(d.raw, d.buf[start:d.pos]...)
+				d.appendRaw(d.buf[start:d.pos])
 				return nil
 			}
 		}
-		d.raw = append(d.raw, d.buf[start:d.pos]...)
+		d.appendRaw(d.buf[start:d.pos])
 	}
+}
+
+// appendRaw appends b to d.raw, doubling it when it must grow (append
+// grows a large slice by a quarter: five times a long string's bytes in
+// garbage before it is whole, against two).
+func (d *scoreBodyDecoder) appendRaw(b []byte) {
+	if n := len(d.raw) + len(b); n > cap(d.raw) {
+		raw := make([]byte, len(d.raw), max(n, 2*cap(d.raw)))
+		copy(raw, d.raw)
+		d.raw = raw
+	}
+	d.raw = append(d.raw, b...)
 }
 
 // short decodes a field other than tokens: its raw value, which must start
@@ -403,7 +416,7 @@ func (d *scoreBodyDecoder) short(field, starts string, v any) error {
 	off := d.off()
 	d.raw = d.raw[:0]
 	c := d.buf[d.pos]
-	if bytes.IndexByte([]byte(starts), c) < 0 {
+	if strings.IndexByte(starts, c) < 0 {
 		return d.fail("%s: %s is not a %s", field, valueWord(c), fieldKind(field))
 	}
 	var err error
@@ -546,7 +559,10 @@ func (d *scoreBodyDecoder) tokens() error {
 			d.peak = max(d.peak, len(d.chunks))
 			cur, k = *ch, 0
 		}
-		if d.buf[d.pos] == 'n' {
+		if v, used, ok := fastToken(d.buf[d.pos:d.end]); ok {
+			cur[k] = v
+			d.pos += used
+		} else if d.buf[d.pos] == 'n' {
 			if err := d.literal("null"); err != nil {
 				return err
 			}
@@ -637,6 +653,36 @@ func (d *scoreBodyDecoder) token() (int64, error) {
 		d.pos += used
 	}
 	return v, nil
+}
+
+// fastToken parses the common token: 1 to 18 digits, the first not 0,
+// then a byte that cannot continue a number, all in b. ok is false for
+// anything else (token parses it or refuses it).
+func fastToken(b []byte) (v int64, n int, ok bool) {
+	if len(b) < 20 {
+		return 0, 0, false
+	}
+	b = b[:20]
+	u := uint64(b[0]) - '0'
+	if u-1 > 8 {
+		return 0, 0, false
+	}
+	i := 1
+	for ; i < 19; i++ {
+		d := uint64(b[i]) - '0'
+		if d > 9 {
+			break
+		}
+		u = u*10 + d
+	}
+	if i == 19 {
+		return 0, 0, false
+	}
+	switch b[i] {
+	case '.', 'e', 'E', '-', '+':
+		return 0, 0, false
+	}
+	return int64(u), i, true
 }
 
 // parseToken parses the integer at the start of b, which holds the whole

@@ -95,6 +95,8 @@ func TestScoreBodyMatchesJSON(t *testing.T) {
 		`null }`,
 		"{\"tokens\"\n:\n[\n1\n,\n2\n]\n,\n\"lora\"\t:\t\"\"}",
 		`{"tokens": [` + strings.Repeat("1234567,", 20000) + `1]}`, // across read buffers
+		`{"tokens": [123456789012345678, 999999999999999999, 1000000000000000000, 9223372036854775807, 1, 12]}`,
+		`{"tokens": [1 ,2 , 3,	4]}`,
 	}
 	for _, b := range accepted {
 		if _, err := sameAsJSON(t, b, kvindex.MaxScoreTokens); err != nil {
@@ -104,7 +106,9 @@ func TestScoreBodyMatchesJSON(t *testing.T) {
 	refused := []string{
 		``, ` `, `{`, `{"tokens": [1`, `{"tokens": [1,`, `{"tokens": [1]`, `{"tokens"`, `{"tokens":`, `nul`,
 		`[]`, `"x"`, `1`, `true`, `{"tokens": "x"}`, `{"tokens": {}}`, `{"tokens": 1}`, `{"tokens": true}`,
-		`{"tokens": [1.5]}`, `{"tokens": [1e3]}`, `{"tokens": [1E3]}`, `{"tokens": [1.]}`, `{"tokens": [01]}`,
+		`{"tokens": [1.5]}`, `{"tokens": [1e3]}`, `{"tokens": [123456789012345678.5, 1, 2, 3, 4, 5, 6, 7, 8, 9]}`,
+		`{"tokens": [123456789012345678e1, 1, 2, 3, 4, 5, 6, 7, 8, 9]}`, `{"tokens": [1234567890123456789012, 1, 2, 3]}`,
+		`{"tokens": [12-3, 1, 2, 3, 4, 5, 6, 7, 8, 9]}`, `{"tokens": [12x, 1, 2, 3, 4, 5, 6, 7, 8, 9]}`, `{"tokens": [1E3]}`, `{"tokens": [1.]}`, `{"tokens": [01]}`,
 		`{"tokens": [-]}`, `{"tokens": [--1]}`, `{"tokens": [+1]}`, `{"tokens": [9223372036854775808]}`,
 		`{"tokens": [-9223372036854775809]}`, `{"tokens": [99999999999999999999999]}`, `{"tokens": ["1"]}`,
 		`{"tokens": [[1]]}`, `{"tokens": [true]}`, `{"tokens": [1,]}`, `{"tokens": [,1]}`, `{"tokens": [1 2]}`,
@@ -236,8 +240,8 @@ func bigScoreBody(n int) []byte {
 
 // BenchmarkScoreBodyDecode: the memory and time of decoding a /score body,
 // encoding/json (the old path) beside the streaming decoder, for an 8 MiB
-// body of 7-digit tokens and a 2 MiB one of 1-digit tokens (a million
-// each). B/body-B is B/op over the body's bytes; peak-B/body-B adds the
+// body of 7-digit tokens, a 2 MiB one of 1-digit tokens (a million each)
+// and an 8 MiB LoRA name. B/body-B is B/op over the body's bytes; peak-B/body-B adds the
 // pooled chunks the streaming decode held (taken from the pool, so not in
 // B/op, but held while it decodes).
 func BenchmarkScoreBodyDecode(b *testing.B) {
@@ -245,7 +249,8 @@ func BenchmarkScoreBodyDecode(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		body []byte
-	}{{"tokens8MiB", bigScoreBody(8 << 20)}, {"dense2MiB", dense}} {
+	}{{"tokens8MiB", bigScoreBody(8 << 20)}, {"dense2MiB", dense},
+		{"lora8MiB", []byte(`{"lora":"` + strings.Repeat("x", 8<<20-12) + `"}`)}} {
 		b.Run(c.name+"/json", func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(c.body)))
@@ -285,5 +290,34 @@ func totalAlloc() uint64 {
 func reportPerBody(b *testing.B, start uint64, body, pooled int) {
 	perOp := float64(totalAlloc()-start) / float64(b.N)
 	b.ReportMetric(perOp/float64(body), "B/body-B")
-	b.ReportMetric((perOp+float64(pooled))/float64(body), "peak-B/body-B")
+	if pooled > 0 {
+		b.ReportMetric((perOp+float64(pooled))/float64(body), "peak-B/body-B")
+	}
+}
+
+// FuzzScoreBodyMatchesJSON: the streaming decoder accepts what encoding/json
+// (the old path) accepted, with the same values, and refuses what it
+// refused; read whole or a byte at a time. With a limit of 4 tokens it
+// accepts only what it accepts without one (same values, at most 4
+// tokens), and refuses whatever encoding/json refused. The deliberate
+// differences (kvindex_body.go) need bodies over the cap, over the token
+// limit or with keys of over 64 bytes that encoding/json would also
+// refuse: none arises under the real limit here.
+func FuzzScoreBodyMatchesJSON(f *testing.F) {
+	for _, s := range []string{`{"tokens": [1, 2, 3]}`, `{"tokens": [], "lora": "x", "model": "m", "block_size": 16}`,
+		`{"tokens": [-1, 9223372036854775807]}`, `{"tokens": [1.5]}`, `{"tokens": null}`, `{`, ``, `[]`,
+		`{"tokens": [1], "block_size": 70000}`, `{"tokens": [1]} {"tokens": [2]}`, `{"model": null}`} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, body string) {
+		got, err := sameAsJSON(t, body, kvindex.MaxScoreTokens)
+		got4, err4 := decodeScoreBody(strings.NewReader(body), 4)
+		var tooMany *scoreTooManyTokens
+		switch {
+		case err4 == nil && (err != nil || !reflect.DeepEqual(got4, got) || len(got4.Tokens) > 4):
+			t.Fatalf("body %q: limit 4: %s; no limit: %s, %v", body, showReq(got4), showReq(got), err)
+		case err4 != nil && err == nil && len(got.Tokens) <= 4 && !errors.As(err4, &tooMany):
+			t.Fatalf("body %q: limit 4 refused it (%v), not for the limit", body, err4)
+		}
+	})
 }
