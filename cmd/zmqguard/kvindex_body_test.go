@@ -98,6 +98,13 @@ func TestScoreBodyMatchesJSON(t *testing.T) {
 		`{"tokens": [123456789012345678, 999999999999999999, 1000000000000000000, 9223372036854775807, 1, 12]}`,
 		`{"tokens": [1 ,2 , 3,	4]}`,
 	}
+	var many strings.Builder // three pooled chunks past the first
+	many.WriteString(`{"tokens": [0`)
+	for i := 1; i < 2*scoreChunk+scoreFirstChunk+7; i++ {
+		fmt.Fprintf(&many, ",%d", i*7919%1000003)
+	}
+	many.WriteString(`], "tokens": [null, 5]}`)
+	accepted = append(accepted, many.String(), strings.TrimSuffix(many.String(), `, "tokens": [null, 5]}`)+"}")
 	for _, b := range accepted {
 		if _, err := sameAsJSON(t, b, kvindex.MaxScoreTokens); err != nil {
 			t.Errorf("body %q refused: %v", b, err)
