@@ -35,6 +35,7 @@ import (
 	"io"
 	"strings"
 	"sync"
+	"unicode/utf8"
 )
 
 const (
@@ -91,7 +92,15 @@ type scoreBodyDecoder struct {
 	first    [scoreFirstChunk]int64
 	chunks   []*[]int64
 	raw      []byte
-	peak     int // pooled chunks held at most during one decode
+	peak     int // bytes of pooled chunks held at most during one decode
+	// A long value's raw bytes past rawInline go to pooled chunks
+	// (spilled; only while spill is set), so that it is copied once, at
+	// its length, when whole.
+	spill     bool
+	rawInline int
+	rawSpill  []*[]byte
+	rawLen    int  // bytes in d.raw and rawSpill
+	escapes   bool // the value's strings hold escapes
 }
 
 // decodeScoreBody decodes a POST /score body from r, at most maxTokens
@@ -107,10 +116,17 @@ func decodeScoreBody(r io.Reader, maxTokens int) (kvScoreRequest, error) {
 // decodeScoreBodyPeak is decodeScoreBody that also returns the bytes of
 // pooled chunks the decode held at most (for BenchmarkScoreBodyDecode).
 func decodeScoreBodyPeak(r io.Reader, maxTokens int) (kvScoreRequest, int, error) {
+	return decodeScoreBodyInline(r, maxTokens, scoreKeepRaw)
+}
+
+// decodeScoreBodyInline is decodeScoreBodyPeak spilling a value's raw
+// bytes to chunks past inline bytes (tests lower it).
+func decodeScoreBodyInline(r io.Reader, maxTokens, inline int) (kvScoreRequest, int, error) {
 	d := scoreDecoders.Get().(*scoreBodyDecoder)
-	d.src, d.max = r, maxTokens
+	d.src, d.max, d.rawInline = r, maxTokens, inline
 	err := d.body()
-	req, peak := d.req, d.peak*8*scoreChunk
+	d.putRaw()
+	req, peak := d.req, d.peak
 	d.src, d.pos, d.end, d.base, d.rerr, d.req, d.hist, d.peak = nil, 0, 0, 0, nil, kvScoreRequest{}, nil, 0
 	if cap(d.raw) > scoreKeepRaw {
 		d.raw = nil
@@ -317,7 +333,7 @@ func (d *scoreBodyDecoder) object() error {
 // key reads a key and returns the field it names (as encoding/json
 // matches it), else the key quoted (for the unknown-field error).
 func (d *scoreBodyDecoder) key() (string, error) {
-	d.raw = d.raw[:0]
+	d.putRaw()
 	if err := d.rawString(scoreMaxKey); err != nil {
 		return "", err
 	}
@@ -363,7 +379,7 @@ func isASCII(b []byte) bool {
 // Escapes are left to json.Unmarshal to check; control characters are
 // refused here.
 func (d *scoreBodyDecoder) rawString(limit int) error {
-	d.raw = append(d.raw, '"')
+	d.appendRawByte('"')
 	d.pos++
 	escaped := false
 	for {
@@ -381,6 +397,7 @@ func (d *scoreBodyDecoder) rawString(limit int) error {
 				escaped = false
 			case c == '\\':
 				escaped = true
+				d.escapes = true
 			case c == '"':
 				d.pos++
 				d.appendRaw(d.buf[start:d.pos])
@@ -396,16 +413,70 @@ func (d *scoreBodyDecoder) rawString(limit int) error {
 	}
 }
 
-// appendRaw appends b to d.raw, doubling it when it must grow (append
-// grows a large slice by a quarter: five times a long string's bytes in
-// garbage before it is whole, against two).
+// scoreRawChunk is the size of a pooled chunk of a long value's bytes.
+const scoreRawChunk = 256 << 10
+
+var scoreRawChunks = sync.Pool{New: func() any { b := make([]byte, 0, scoreRawChunk); return &b }}
+
+// appendRaw appends b to the raw value: to d.raw, or past d.rawInline
+// bytes (while d.spill is set) to pooled chunks.
 func (d *scoreBodyDecoder) appendRaw(b []byte) {
-	if n := len(d.raw) + len(b); n > cap(d.raw) {
-		raw := make([]byte, len(d.raw), max(n, 2*cap(d.raw)))
-		copy(raw, d.raw)
-		d.raw = raw
+	d.rawLen += len(b)
+	if len(d.rawSpill) == 0 && (!d.spill || len(d.raw)+len(b) <= d.rawInline) {
+		d.raw = append(d.raw, b...)
+		return
 	}
-	d.raw = append(d.raw, b...)
+	for len(b) > 0 {
+		if len(d.rawSpill) == 0 || len(*d.rawSpill[len(d.rawSpill)-1]) == scoreRawChunk {
+			c := scoreRawChunks.Get().(*[]byte)
+			*c = (*c)[:0]
+			d.rawSpill = append(d.rawSpill, c)
+			d.peak = max(d.peak, len(d.rawSpill)*scoreRawChunk)
+		}
+		c := d.rawSpill[len(d.rawSpill)-1]
+		n := min(len(b), scoreRawChunk-len(*c))
+		*c = append(*c, b[:n]...)
+		b = b[n:]
+	}
+}
+
+func (d *scoreBodyDecoder) appendRawByte(c byte) { d.appendRaw([]byte{c}) }
+
+// putRaw gives the raw value's chunks back and starts a new value.
+func (d *scoreBodyDecoder) putRaw() {
+	for i, c := range d.rawSpill {
+		scoreRawChunks.Put(c)
+		d.rawSpill[i] = nil
+	}
+	d.rawSpill, d.raw, d.rawLen, d.escapes, d.spill = d.rawSpill[:0], d.raw[:0], 0, false, false
+}
+
+// spilled returns the raw value whole (copied once, at its length, when
+// it spilled), and a string of a lone string value with no escapes in
+// valid UTF-8 (its bytes, as encoding/json decodes it), built straight
+// from the chunks.
+func (d *scoreBodyDecoder) spilled() ([]byte, *string) {
+	if len(d.rawSpill) == 0 {
+		return d.raw, nil
+	}
+	if d.raw[0] == '"' && !d.escapes {
+		var sb strings.Builder
+		sb.Grow(d.rawLen - 1)
+		sb.Write(d.raw[1:])
+		for _, c := range d.rawSpill {
+			sb.Write(*c)
+		}
+		if s := sb.String(); utf8.ValidString(s[:len(s)-1]) {
+			s = s[:len(s)-1]
+			return nil, &s
+		}
+	}
+	raw := make([]byte, 0, d.rawLen)
+	raw = append(raw, d.raw...)
+	for _, c := range d.rawSpill {
+		raw = append(raw, *c...)
+	}
+	return raw, nil
 }
 
 // short decodes a field other than tokens: its raw value, which must start
@@ -414,7 +485,9 @@ func (d *scoreBodyDecoder) appendRaw(b []byte) {
 // meant).
 func (d *scoreBodyDecoder) short(field, starts string, v any) error {
 	off := d.off()
-	d.raw = d.raw[:0]
+	d.putRaw()
+	defer d.putRaw()
+	d.spill = true
 	c := d.buf[d.pos]
 	if strings.IndexByte(starts, c) < 0 {
 		return d.fail("%s: %s is not a %s", field, valueWord(c), fieldKind(field))
@@ -423,18 +496,36 @@ func (d *scoreBodyDecoder) short(field, starts string, v any) error {
 	switch c {
 	case 'n':
 		err = d.literal("null")
-		d.raw = append(d.raw, "null"...)
+		d.appendRaw([]byte("null"))
 	case '"':
 		err = d.rawString(0)
 	case '[':
-		err = d.rawStrings(field)
+		var n int
+		n, err = d.rawStrings(field)
+		if e, ok := v.(*[]string); ok && *e == nil && n > 0 {
+			// Sized at the count (encoding/json grows a fresh slice by
+			// append, and fills a given one as it does a fresh one: null
+			// elements stay ""). A repeated key's slice is left as it is.
+			*e = make([]string, 0, n)
+		}
 	default:
 		err = d.rawNumber(field)
 	}
 	if err != nil {
 		return err
 	}
-	if err := json.Unmarshal(d.raw, v); err != nil {
+	raw, str := d.spilled()
+	if str != nil {
+		switch v := v.(type) {
+		case *string:
+			*v = *str
+			return nil
+		case **string:
+			*v = str
+			return nil
+		}
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
 		return &scoreBodyError{Off: off, Msg: field + ": " + err.Error()}
 	}
 	return nil
@@ -464,270 +555,55 @@ func (d *scoreBodyDecoder) rawNumber(field string) error {
 		if !(c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
 			return nil
 		}
-		if len(d.raw) == scoreMaxNumber {
-			return d.fail("%s: number %s... out of range", field, d.raw)
+		if d.rawLen == scoreMaxNumber {
+			return d.fail("%s: number of over %d bytes, out of range", field, scoreMaxNumber)
 		}
-		d.raw = append(d.raw, c)
+		d.appendRawByte(c)
 		d.pos++
 	}
 }
 
 // rawStrings appends the array of strings (or nulls) at the read position
-// to d.raw.
-func (d *scoreBodyDecoder) rawStrings(field string) error {
-	d.raw = append(d.raw, '[')
+// to the raw value and returns its length.
+func (d *scoreBodyDecoder) rawStrings(field string) (int, error) {
+	d.appendRawByte('[')
 	d.pos++
 	c, err := d.peek()
 	if err != nil {
-		return err
+		return 0, err
 	}
 	if c == ']' {
 		d.pos++
-		d.raw = append(d.raw, ']')
-		return nil
+		d.appendRawByte(']')
+		return 0, nil
 	}
-	for {
+	for n := 1; ; n++ {
 		switch c {
 		case '"':
 			err = d.rawString(0)
 		case 'n':
 			err = d.literal("null")
-			d.raw = append(d.raw, "null"...)
+			d.appendRaw([]byte("null"))
 		default:
-			return d.fail("%s: element is %s, not a string", field, valueWord(c))
+			return 0, d.fail("%s: element is %s, not a string", field, valueWord(c))
 		}
 		if err != nil {
-			return err
+			return 0, err
 		}
 		if c, err = d.peek(); err != nil {
-			return err
+			return 0, err
 		}
 		d.pos++
-		d.raw = append(d.raw, c)
+		d.appendRawByte(c)
 		switch c {
 		case ']':
-			return nil
+			return n, nil
 		case ',':
 		default:
-			return d.fail("%s: invalid character %q after an array element", field, c)
+			return 0, d.fail("%s: invalid character %q after an array element", field, c)
 		}
 		if c, err = d.peek(); err != nil {
-			return err
+			return 0, err
 		}
 	}
-}
-
-// tokens decodes the tokens field: null, or an array of integers (or
-// nulls) parsed into chunks, then copied once into a slice of their count.
-//
-// A repeated "tokens" key decodes, as encoding/json does, into the slice
-// the earlier array left: elements past the new array's end stay in its
-// backing array (d.hist), and a null element keeps what is there (0 past
-// anything decoded since the last null or empty array).
-func (d *scoreBodyDecoder) tokens() error {
-	switch c := d.buf[d.pos]; c {
-	case 'n':
-		if err := d.literal("null"); err != nil {
-			return err
-		}
-		d.req.Tokens, d.hist = nil, nil
-		return nil
-	case '[':
-		d.pos++
-	default:
-		return d.fail("tokens: %s is not a list of integers", valueWord(c))
-	}
-	c, err := d.peek()
-	if err != nil {
-		return err
-	}
-	if c == ']' {
-		d.pos++
-		d.req.Tokens, d.hist = []int64{}, nil
-		return nil
-	}
-	d.chunks = d.chunks[:0]
-	defer d.putChunks()
-	cur, k, n := d.first[:], 0, 0
-	for {
-		if n == d.max {
-			return &scoreTooManyTokens{Max: d.max, Off: d.off()}
-		}
-		if k == len(cur) {
-			ch := scoreChunks.Get().(*[]int64)
-			d.chunks = append(d.chunks, ch)
-			d.peak = max(d.peak, len(d.chunks))
-			cur, k = *ch, 0
-		}
-		if v, used, ok := fastToken(d.buf[d.pos:d.end]); ok {
-			cur[k] = v
-			d.pos += used
-		} else if d.buf[d.pos] == 'n' {
-			if err := d.literal("null"); err != nil {
-				return err
-			}
-			cur[k] = 0
-			if n < len(d.hist) {
-				cur[k] = d.hist[n]
-			}
-		} else if cur[k], err = d.token(); err != nil {
-			return err
-		}
-		k++
-		n++
-		// Whitespace and the separator; the common case, a comma and the
-		// next token, without the general path.
-		if d.end-d.pos >= 2 && d.buf[d.pos] == ',' && d.buf[d.pos+1] >= '0' && d.buf[d.pos+1] <= '9' {
-			d.pos++
-			continue
-		}
-		if c, err = d.peek(); err != nil {
-			return err
-		}
-		d.pos++
-		if c == ']' {
-			break
-		}
-		if c != ',' {
-			return d.fail("tokens: invalid character %q after token %d", c, n)
-		}
-		if _, err = d.peek(); err != nil {
-			return err
-		}
-	}
-	dst := d.hist
-	if n > len(dst) {
-		dst = make([]int64, n)
-		d.hist = dst
-	}
-	at := copy(dst, d.first[:min(n, scoreFirstChunk)])
-	for _, ch := range d.chunks {
-		at += copy(dst[at:n], *ch)
-	}
-	d.req.Tokens = dst[:n:n]
-	return nil
-}
-
-func (d *scoreBodyDecoder) putChunks() {
-	for i, ch := range d.chunks {
-		scoreChunks.Put(ch)
-		d.chunks[i] = nil
-	}
-	d.chunks = d.chunks[:0]
-}
-
-// token parses one token id at the read position: an integer in int64's
-// range (a fraction or an exponent is refused, as encoding/json refuses
-// them for an int64).
-func (d *scoreBodyDecoder) token() (int64, error) {
-	off := d.off()
-	// The longest valid token and the byte after it fit in 21 bytes; with
-	// that many buffered the token is parsed in place, else gathered.
-	b := d.buf[d.pos:d.end]
-	var tmp [24]byte
-	inPlace := len(b) >= 21
-	if !inPlace {
-		k := 0
-		for k < len(tmp) && d.more() {
-			c := d.buf[d.pos]
-			if !(c >= '0' && c <= '9' || c == '-' || c == '+' || c == '.' || c == 'e' || c == 'E') {
-				break
-			}
-			tmp[k] = c
-			k++
-			d.pos++
-		}
-		if k == 0 {
-			if !d.more() {
-				return 0, d.endErr()
-			}
-			return 0, d.fail("tokens: %s is not an integer", valueWord(d.buf[d.pos]))
-		}
-		b = tmp[:k]
-	}
-	v, used, msg := parseToken(b)
-	if msg != "" {
-		return 0, &scoreBodyError{Off: off, Msg: "tokens: " + msg}
-	}
-	if inPlace {
-		d.pos += used
-	}
-	return v, nil
-}
-
-// fastToken parses the common token: 1 to 18 digits, the first not 0,
-// then a byte that cannot continue a number, all in b. ok is false for
-// anything else (token parses it or refuses it).
-func fastToken(b []byte) (v int64, n int, ok bool) {
-	if len(b) < 20 {
-		return 0, 0, false
-	}
-	b = b[:20]
-	u := uint64(b[0]) - '0'
-	if u-1 > 8 {
-		return 0, 0, false
-	}
-	i := 1
-	for ; i < 19; i++ {
-		d := uint64(b[i]) - '0'
-		if d > 9 {
-			break
-		}
-		u = u*10 + d
-	}
-	if i == 19 {
-		return 0, 0, false
-	}
-	switch b[i] {
-	case '.', 'e', 'E', '-', '+':
-		return 0, 0, false
-	}
-	return int64(u), i, true
-}
-
-// parseToken parses the integer at the start of b, which holds the whole
-// number and, when one follows, the byte after it.
-func parseToken(b []byte) (int64, int, string) {
-	i, neg := 0, false
-	if i < len(b) && b[i] == '-' {
-		neg = true
-		i++
-	}
-	if i == len(b) || b[i] < '0' || b[i] > '9' {
-		if i == len(b) {
-			return 0, 0, "number ends after its sign"
-		}
-		return 0, 0, fmt.Sprintf("invalid character %q where a number was expected", b[i])
-	}
-	var u uint64
-	if b[i] == '0' {
-		i++
-	} else {
-		start := i
-		for i < len(b) && b[i] >= '0' && b[i] <= '9' {
-			if i-start == 19 {
-				return 0, 0, "integer out of int64 range"
-			}
-			u = u*10 + uint64(b[i]-'0')
-			i++
-		}
-	}
-	if i < len(b) {
-		switch c := b[i]; {
-		case c == '.' || c == 'e' || c == 'E':
-			return 0, 0, "a number with a fraction or an exponent is not a token id"
-		case c >= '0' && c <= '9' || c == '-' || c == '+':
-			return 0, 0, fmt.Sprintf("invalid character %q in a number", c)
-		}
-	}
-	if neg {
-		if u > 1<<63 {
-			return 0, 0, "integer out of int64 range"
-		}
-		return int64(-u), i, ""
-	}
-	if u > 1<<63-1 {
-		return 0, 0, "integer out of int64 range"
-	}
-	return int64(u), i, ""
 }

@@ -38,7 +38,7 @@ func jsonScoreBody(r io.Reader, maxTokens int) (kvScoreRequest, error) {
 }
 
 // sameAsJSON decodes body with both decoders (the new one reading it
-// whole and a byte at a time) and fails unless they agree: both refuse,
+// whole, a byte at a time, and spilling values to chunks early) and fails unless they agree: both refuse,
 // or both accept with the same values.
 func sameAsJSON(t *testing.T, body string, maxTokens int) (kvScoreRequest, error) {
 	t.Helper()
@@ -53,6 +53,11 @@ func sameAsJSON(t *testing.T, body string, maxTokens int) (kvScoreRequest, error
 	got1, err1 := decodeScoreBody(iotest.OneByteReader(strings.NewReader(body)), maxTokens)
 	if (err1 == nil) != (err == nil) || !reflect.DeepEqual(got1, got) {
 		t.Fatalf("body %q: a byte at a time: %s, %v; whole: %s, %v", body, showReq(got1), err1, showReq(got), err)
+	}
+	// Values of over 8 bytes spilled to chunks.
+	got8, _, err8 := decodeScoreBodyInline(strings.NewReader(body), maxTokens, 8)
+	if (err8 == nil) != (err == nil) || !reflect.DeepEqual(got8, got) {
+		t.Fatalf("body %q: spilling past 8 bytes: %s, %v; inline: %s, %v", body, showReq(got8), err8, showReq(got), err)
 	}
 	if err != nil && strings.ContainsAny(err.Error(), "\n") {
 		t.Fatalf("body %q: error of more than one line: %q", body, err)
@@ -97,6 +102,9 @@ func TestScoreBodyMatchesJSON(t *testing.T) {
 		`{"tokens": [` + strings.Repeat("1234567,", 20000) + `1]}`, // across read buffers
 		`{"tokens": [123456789012345678, 999999999999999999, 1000000000000000000, 9223372036854775807, 1, 12]}`,
 		`{"tokens": [1 ,2 , 3,	4]}`,
+		`{"lora": "` + strings.Repeat("long \u00e9 name ", 40000) + `", "model": "` + strings.Repeat("m", 300000) + `"}`,
+		`{"engines": [` + strings.Repeat(`"tcp://10.0.0.1:5557", null, `, 20000) + `"e"], "model": "` + "\xff" + strings.Repeat("\xfe", 300000) + `"}`,
+		`{"lora": "` + strings.Repeat("x", 300000) + "\xff" + `"}`, `{"lora": "` + strings.Repeat("é", 300000) + `"}`,
 	}
 	var many strings.Builder // three pooled chunks past the first
 	many.WriteString(`{"tokens": [0`)
@@ -247,8 +255,8 @@ func bigScoreBody(n int) []byte {
 
 // BenchmarkScoreBodyDecode: the memory and time of decoding a /score body,
 // encoding/json (the old path) beside the streaming decoder, for an 8 MiB
-// body of 7-digit tokens, a 2 MiB one of 1-digit tokens (a million each)
-// and an 8 MiB LoRA name. B/body-B is B/op over the body's bytes; peak-B/body-B adds the
+// body of 7-digit tokens, a 2 MiB one of 1-digit tokens (a million each),
+// an 8 MiB LoRA name and 8 MiB of candidate engines' names. B/body-B is B/op over the body's bytes; peak-B/body-B adds the
 // pooled chunks the streaming decode held (taken from the pool, so not in
 // B/op, but held while it decodes).
 func BenchmarkScoreBodyDecode(b *testing.B) {
@@ -257,7 +265,8 @@ func BenchmarkScoreBodyDecode(b *testing.B) {
 		name string
 		body []byte
 	}{{"tokens8MiB", bigScoreBody(8 << 20)}, {"dense2MiB", dense},
-		{"lora8MiB", []byte(`{"lora":"` + strings.Repeat("x", 8<<20-12) + `"}`)}} {
+		{"lora8MiB", []byte(`{"lora":"` + strings.Repeat("x", 8<<20-12) + `"}`)},
+		{"engines8MiB", []byte(`{"engines":[` + strings.Repeat(`"tcp://10.0.0.1:5557",`, (8<<20)/22) + `""]}`)}} {
 		b.Run(c.name+"/json", func(b *testing.B) {
 			b.ReportAllocs()
 			b.SetBytes(int64(len(c.body)))
