@@ -300,13 +300,19 @@ func (c *limitConn) Close() error {
 // others' connections are left unread and closed a second later (reading
 // the bodies of a big-body flood cost the honest requests their CPU).
 //
-// httpBodyFactor is what decoding a body costs beyond the body: kv-index's
-// /score measured about 4 times its body (issue 37: 35 MiB for an 8 MiB
-// body) before its decoding was made to copy less.
+// httpBodyFactor is what decoding a body holds per body byte: kv-index's
+// /score decodes as it reads (kvindex_body.go), and BenchmarkScoreBodyDecode
+// measured 2.0 bytes per body byte at the peak for an 8 MiB body of a
+// million 7-digit tokens (the pooled token chunks and the tokens; 1.0
+// allocated per op), where encoding/json allocated 9.0 (75 MB) and the
+// factor was 4 (issue 37). An 8 MiB LoRA name holds 2.0 too (encoding/json
+// allocated 5.0). More per byte: 1-digit tokens 8.0 (but at most 16 MiB:
+// the million tokens a body may hold; encoding/json allocated 23.9), 8 MiB
+// of 20-byte engine names 3.9 (encoding/json 9.3).
 const (
 	httpRequestBudget = 256 << 20
 	httpRequestBase   = 64 << 10
-	httpBodyFactor    = 4
+	httpBodyFactor    = 2
 	httpSmallRequest  = 1 << 20
 )
 

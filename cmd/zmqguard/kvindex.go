@@ -174,25 +174,19 @@ func (s *kvIndexServer) fail(w http.ResponseWriter, code int, msg string) {
 
 // score serves POST /score.
 func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
-	body := http.MaxBytesReader(w, r.Body, kvIndexMaxBody)
-	dec := json.NewDecoder(body)
-	dec.DisallowUnknownFields()
-	var req kvScoreRequest
-	if err := dec.Decode(&req); err != nil {
+	// Decoded as it is read (kvindex_body.go), tokens at their count.
+	req, err := decodeScoreBody(http.MaxBytesReader(w, r.Body, kvIndexMaxBody), kvindex.MaxScoreTokens)
+	if err != nil {
 		var tooBig *http.MaxBytesError
-		if errors.As(err, &tooBig) {
+		var tooMany *scoreTooManyTokens
+		switch {
+		case errors.As(err, &tooBig):
 			s.fail(w, http.StatusRequestEntityTooLarge, fmt.Sprintf("body over %d bytes", kvIndexMaxBody))
-			return
+		case errors.As(err, &tooMany):
+			s.fail(w, http.StatusBadRequest, tooMany.Error())
+		default:
+			s.fail(w, http.StatusBadRequest, "bad JSON body: "+err.Error())
 		}
-		s.fail(w, http.StatusBadRequest, "bad JSON body: "+err.Error())
-		return
-	}
-	if dec.More() {
-		s.fail(w, http.StatusBadRequest, "bad JSON body: more than one value")
-		return
-	}
-	if len(req.Tokens) > kvindex.MaxScoreTokens {
-		s.fail(w, http.StatusBadRequest, fmt.Sprintf("%d tokens, over %d", len(req.Tokens), kvindex.MaxScoreTokens))
 		return
 	}
 	if req.BlockSize < 0 || req.BlockSize > kvindex.MaxBlockSize {
@@ -204,7 +198,6 @@ func (s *kvIndexServer) score(w http.ResponseWriter, r *http.Request) {
 		model = *req.Model
 	}
 	var res kvindex.ScoreResult
-	var err error
 	if s.vllmKeys {
 		// vLLM-key mode: one model, the engines' block size.
 		if model != s.model || req.BlockSize != 0 && req.BlockSize != s.vxBlockSize {
