@@ -15,6 +15,7 @@ import (
 	"testing"
 	"testing/iotest"
 
+	"github.com/zmqguard/zmqguard/internal/testkit/kvload"
 	"github.com/zmqguard/zmqguard/kvindex"
 )
 
@@ -240,19 +241,6 @@ func TestScoreHandlerBody(t *testing.T) {
 	}
 }
 
-// bigScoreBody is a /score body of about n bytes of tokens of 7 digits (as
-// reliability/fairshare37's bigBody).
-func bigScoreBody(n int) []byte {
-	b := []byte(`{"tokens":[`)
-	for i := 0; len(b) < n-16; i++ {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, int64(1000000+i%1000000), 10)
-	}
-	return append(b, "]}"...)
-}
-
 // BenchmarkScoreBodyDecode: the memory and time of decoding a /score body,
 // encoding/json (the old path) beside the streaming decoder, for an 8 MiB
 // body of 7-digit tokens, a 2 MiB one of 1-digit tokens (a million each),
@@ -264,7 +252,7 @@ func BenchmarkScoreBodyDecode(b *testing.B) {
 	for _, c := range []struct {
 		name string
 		body []byte
-	}{{"tokens8MiB", bigScoreBody(8 << 20)}, {"dense2MiB", dense},
+	}{{"tokens8MiB", kvload.ScoreBody(8 << 20)}, {"dense2MiB", dense},
 		{"lora8MiB", []byte(`{"lora":"` + strings.Repeat("x", 8<<20-12) + `"}`)},
 		{"engines8MiB", []byte(`{"engines":[` + strings.Repeat(`"tcp://10.0.0.1:5557",`, (8<<20)/22) + `""]}`)}} {
 		b.Run(c.name+"/json", func(b *testing.B) {

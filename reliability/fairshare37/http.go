@@ -19,6 +19,8 @@ import (
 	"sync/atomic"
 	"syscall"
 	"time"
+
+	"github.com/zmqguard/zmqguard/internal/testkit/kvload"
 )
 
 // httpAttack attacks kv-index's --http endpoint while an honest router
@@ -181,7 +183,7 @@ func httpFlood(args []string) error {
 	stop := ctx.Done()
 	var wg sync.WaitGroup
 	var bigDone, bigRefused, bigErr atomic.Int64
-	body := bigBody(8 << 20)
+	body := kvload.ScoreBody(8 << 20)
 	for i := range *big {
 		src := fmt.Sprintf("127.0.%d.%d", 1+i/250, 1+i%250)
 		c := client(src, 60*time.Second)
@@ -275,18 +277,6 @@ func idleGet(addr string) (net.Conn, error) {
 	resp.Body.Close()
 	nc.SetDeadline(time.Time{})
 	return nc, nil
-}
-
-// bigBody is a /score body of about n bytes: a JSON token list.
-func bigBody(n int) []byte {
-	b := []byte(`{"tokens":[`)
-	for i := 0; len(b) < n-16; i++ {
-		if i > 0 {
-			b = append(b, ',')
-		}
-		b = strconv.AppendInt(b, int64(1000000+i%1000000), 10)
-	}
-	return append(b, "]}"...)
 }
 
 // rssKiB reads VmRSS of pid (0 when unknown).
