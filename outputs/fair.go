@@ -204,7 +204,7 @@ func (r *Receiver) enqueue(ctx context.Context, j job) error {
 	}
 	r.qmu.Unlock()
 	if hold {
-		r.sock.HoldRecv(j.peer, true)
+		r.applyHold(q)
 	}
 	if start {
 		go r.work(ctx, q)
@@ -274,7 +274,7 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 			delete(r.queues, q.id)
 			r.qmu.Unlock()
 			if release {
-				r.sock.HoldRecv(q.peer, false)
+				r.applyHold(q)
 			}
 			r.signalSpace()
 			return
@@ -318,7 +318,7 @@ func (r *Receiver) work(ctx context.Context, q *connQueue) {
 // unholdLocked resumes q's reader if it is held and q has caught up:
 // under ConnQueueBytes, under heavyBacklog heavy messages waiting, and
 // within its share of QueueBytes when the total is past it. It unlocks
-// r.qmu (HoldRecv is called after).
+// r.qmu (the socket is told after).
 func (r *Receiver) unholdLocked(q *connQueue) {
 	release := q.held && q.bytes < r.connLimit && q.heavy < heavyBacklog && (r.queued <= r.queueLimit || q.bytes <= r.shareLocked())
 	if release {
@@ -326,8 +326,28 @@ func (r *Receiver) unholdLocked(q *connQueue) {
 	}
 	r.qmu.Unlock()
 	if release {
-		r.sock.HoldRecv(q.peer, false)
+		r.applyHold(q)
 	}
+}
+
+// applyHold tells the socket whether q's reader is held, as q.held says
+// when it is called. q.held changes under r.qmu and the socket is told
+// after, so two changes (the receive loop holding, a worker releasing)
+// could reach the socket in the other order and leave a caught-up
+// connection held for good (TestHeavyBacklogHeld: "message 5 not
+// delivered", once in 40 runs under -race). Telling it under r.hmu, with
+// the state read then, makes the last call carry the last state; a queue
+// that ended reads the state of the one that replaced it, if any.
+func (r *Receiver) applyHold(q *connQueue) {
+	r.hmu.Lock()
+	defer r.hmu.Unlock()
+	r.qmu.Lock()
+	held := q.held
+	if cur := r.queues[q.id]; cur != nil {
+		held = cur.held
+	}
+	r.qmu.Unlock()
+	r.sock.HoldRecv(q.peer, held)
 }
 
 // shareLocked is one connection's share of QueueBytes: QueueBytes divided

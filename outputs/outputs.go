@@ -151,6 +151,7 @@ type Receiver struct {
 
 	// Per-connection queues (fair.go).
 	qmu        sync.Mutex
+	hmu        sync.Mutex // serializes telling the socket of holds (applyHold)
 	queues     map[uint64]*connQueue
 	fmu        sync.Mutex
 	free       []*frameCopy // recycled copies (fair.go)
