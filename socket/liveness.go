@@ -203,7 +203,6 @@ const budgetStep = 4 << 10
 // and waits before reading more).
 func (s *Socket) chargeRecv(b *batch, size int64) bool {
 	b.charged += size
-	b.peer.recvHeld.Add(size)
 	n := s.recvBytes.Add(size)
 	if s.budget != nil && b.reserved < b.charged {
 		// A batch's first message is charged exactly (a ROUTER or REQ
@@ -344,6 +343,8 @@ func (p *peerConn) recvFull() bool {
 func (p *peerConn) deliver(b *batch) bool {
 	s := p.s
 	s.trimReserve(b)
+	// Counted once per batch, not per message (uncharge takes it back).
+	p.recvHeld.Add(b.charged)
 	for {
 		p.dmu.Lock()
 		if !p.draining {

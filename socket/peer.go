@@ -90,8 +90,9 @@ type peerConn struct {
 	// it is cleared (unheld is signalled then).
 	held   atomic.Bool
 	unheld chan struct{}
-	// recvHeld is the bytes of this connection's messages charged to
-	// RecvQueueBytes and not yet released by Recv (see peerRecvShare).
+	// recvHeld is the bytes of this connection's batches handed over
+	// (deliver) and not yet released by Recv (see peerRecvShare); the
+	// reader checks it only between batches.
 	recvHeld atomic.Int64
 }
 
